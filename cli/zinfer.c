@@ -1,0 +1,712 @@
+/*
+ * zinfer.c - the `zinfer` command: the in-process engine, for people and for
+ * the tests and benchmarks that drive it.
+ *
+ *   zinfer generate   complete a prompt (greedy or sampled), stream or JSON
+ *   zinfer tokenize   JSON Lines of strings in, JSON arrays of ids out
+ *   zinfer detokenize JSON arrays of ids in, JSON strings out
+ *   zinfer logits     write the logits of every prompt position to a file
+ *   zinfer bench      prefill and decode speed
+ *
+ * Everything here is glue: flags -> model/tokenizer/backend calls -> output.
+ * Errors print one line on stderr ("zinfer: <what is wrong>") and exit 1;
+ * bad usage exits 2.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "args.h"
+#include "cpu_backend.h"
+#include "log.h"
+#include "model.h"
+#include "tokenizer.h"
+
+#define ZI_VERSION "0.1.0"
+
+/* ---- shared options ---- */
+
+typedef struct opts {
+    char model[4096];
+    long long threads;
+    long long ctx;
+    long long batch;
+    const char *isa;
+    zi_logger log;
+    /* generate */
+    const char *prompt;
+    const char *prompt_ids;
+    int parse_special;
+    long long max_tokens;
+    double temperature;
+    long long seed;
+    int ignore_eos;
+    int json;
+    /* logits */
+    const char *out;
+    /* bench */
+    long long prompt_tokens, gen_tokens;
+    /* tokenize / detokenize */
+    int special;
+} opts;
+
+typedef struct engine {
+    zi_backend *be;
+    zi_model *model;
+    zi_tokenizer *tok;
+} engine;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int fail(const zi_error *err) {
+    fprintf(stderr, "zinfer: %s\n", err->msg);
+    return 1;
+}
+
+static int usage_error(const char *cmd, const char *msg) {
+    fprintf(stderr, "zinfer%s%s: %s (see zinfer%s%s --help)\n", cmd ? " " : "", cmd ? cmd : "",
+            msg, cmd ? " " : "", cmd ? cmd : "");
+    return 2;
+}
+
+static void engine_free(engine *e) {
+    zi_tokenizer_free(e->tok);
+    zi_model_free(e->model);
+    if (e->be) e->be->ops->destroy(e->be);
+    memset(e, 0, sizeof *e);
+}
+
+/* Loads backend + model (+ tokenizer unless tokenizer_only, which skips the
+ * backend and opens only the file's tokenizer). */
+static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) {
+    memset(e, 0, sizeof *e);
+    double t0 = now_s();
+    zi_cpu_options co = {.n_threads = (int)o->threads, .isa = o->isa};
+    int rc = zi_cpu_backend_create(&co, &e->be, err);
+    if (rc) return rc;
+    zi_log(&o->log, ZI_LOG_INFO, "loading %s", o->model);
+    if ((rc = zi_model_load(o->model, e->be, &e->model, err))) goto fail;
+    if ((rc = zi_tokenizer_load(zi_model_gguf(e->model), &e->tok, err))) {
+        zi_error_prefix(err, "%s: tokenizer", o->model);
+        goto fail;
+    }
+    const zi_model_config *c = zi_model_get_config(e->model);
+    if (need_model)
+        zi_log(&o->log, ZI_LOG_INFO,
+               "model %s: %d layers, dim %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d; "
+               "%.1f MiB of weights mapped; cpu %s x %d threads; loaded in %.2f s",
+               c->arch, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab,
+               c->ctx_train, zi_model_weight_bytes(e->model) / 1048576.0,
+               zi_cpu_backend_isa(e->be), zi_cpu_backend_threads(e->be), now_s() - t0);
+    return ZI_OK;
+fail:
+    engine_free(e);
+    return rc;
+}
+
+/* ---- text helpers ---- */
+
+/* Copies s into a new string with every invalid UTF-8 sequence replaced by
+ * U+FFFD, so it can go into JSON. */
+static char *utf8_sanitize(const char *s, size_t n, size_t *out_len) {
+    char *o = malloc(n * 3 + 1);
+    if (!o) return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        int ok = len > 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)s[i + k] >> 6) == 2;
+        if (ok && len > 1) {
+            unsigned cp = c & (0x7f >> len);
+            for (size_t k = 1; k < len; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
+            static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+            ok = cp >= min_cp[len] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+        }
+        if (ok) {
+            memcpy(o + j, s + i, len);
+            j += len;
+            i += len;
+        } else {
+            memcpy(o + j, "\xef\xbf\xbd", 3);
+            j += 3;
+            i += 1;
+        }
+    }
+    o[j] = '\0';
+    *out_len = j;
+    return o;
+}
+
+static json_t *json_text(const char *s, size_t n) {
+    size_t len;
+    char *clean = utf8_sanitize(s, n, &len);
+    if (!clean) return json_null();
+    json_t *j = json_stringn(clean, len);
+    free(clean);
+    return j ? j : json_null();
+}
+
+static json_t *json_ids(const int32_t *ids, size_t n) {
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+static void print_json_line(json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (s) {
+        printf("%s\n", s);
+        free(s);
+    }
+    fflush(stdout);
+}
+
+/* The prompt as token ids, from --prompt-ids or by encoding --prompt. */
+static int prompt_ids(const opts *o, engine *e, int32_t **ids, size_t *n, zi_error *err) {
+    int32_t nv = zi_tokenizer_vocab_size(e->tok);
+    if (o->prompt_ids) return zi_parse_id_list("--prompt-ids", o->prompt_ids, nv - 1, ids, n, err);
+    const char *p = o->prompt ? o->prompt : "";
+    int rc = zi_tokenizer_encode(e->tok, p, strlen(p), 1, o->parse_special, ids, n, err);
+    if (rc) return rc;
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        return zi_error_set(err, ZI_EINVAL, "the prompt is empty (it encodes to no tokens)");
+    }
+    return ZI_OK;
+}
+
+/* Runs the prompt through the model in chunks of o->batch tokens; the last
+ * chunk's last logits land in `logits`. With all_logits, every position's
+ * logits are written to `all` ([n][vocab]). */
+static int prefill(const opts *o, engine *e, zi_kv_cache *kv, const int32_t *ids, size_t n,
+                   float *logits, float *all, zi_error *err) {
+    size_t B = (size_t)o->batch;
+    int32_t *pos = malloc(B * sizeof *pos), *seq = calloc(B, sizeof *seq);
+    uint8_t *want = malloc(B);
+    int rc = (!pos || !seq || !want) ? zi_error_set(err, ZI_ENOMEM, "out of memory") : ZI_OK;
+    int V = zi_model_get_config(e->model)->n_vocab;
+    for (size_t start = 0; !rc && start < n; start += B) {
+        size_t m = n - start < B ? n - start : B;
+        for (size_t i = 0; i < m; i++) {
+            pos[i] = (int32_t)(start + i);
+            want[i] = all != NULL || start + i == n - 1;
+        }
+        zi_batch b = {(int)m, ids + start, pos, seq, want};
+        float *dst = all ? all + start * (size_t)V : logits;
+        int last_chunk = start + m == n;
+        if (!all && !last_chunk) {
+            memset(want, 0, m); /* no logits needed from a middle chunk */
+            want[m - 1] = 1;
+        }
+        rc = zi_model_forward(e->model, kv, &b, dst, err);
+        if (!rc && all && last_chunk) memcpy(logits, all + (n - 1) * (size_t)V, V * sizeof(float));
+    }
+    free(pos);
+    free(seq);
+    free(want);
+    return rc;
+}
+
+/* ---- sampling (greedy or temperature; the full sampler is its own issue) ---- */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static int32_t argmax(const float *x, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static int32_t sample(const float *logits, int n, double temperature, uint64_t *rng) {
+    if (temperature <= 0.0) return argmax(logits, n);
+    float mx = logits[argmax(logits, n)];
+    double sum = 0.0;
+    for (int i = 0; i < n; i++) sum += exp((logits[i] - mx) / temperature);
+    double r = (double)(splitmix64(rng) >> 11) / 9007199254740992.0 * sum, acc = 0.0;
+    for (int i = 0; i < n; i++) {
+        acc += exp((logits[i] - mx) / temperature);
+        if (acc > r) return i;
+    }
+    return n - 1;
+}
+
+/* ---- subcommands ---- */
+
+static int check_ctx(const opts *o, engine *e, size_t n_prompt, int *ctx, zi_error *err) {
+    const zi_model_config *c = zi_model_get_config(e->model);
+    *ctx = o->ctx > 0 ? (int)o->ctx : (c->ctx_train < 4096 ? c->ctx_train : 4096);
+    if (n_prompt >= (size_t)*ctx)
+        return zi_error_set(err, ZI_ERANGE,
+                            "the prompt is %zu tokens but the context holds %d (--ctx-size); "
+                            "leave room for at least one generated token",
+                            n_prompt, *ctx);
+    return ZI_OK;
+}
+
+static int cmd_generate(const opts *o) {
+    zi_error err = {0};
+    engine e;
+    if (engine_load(o, &e, 1, &err)) return fail(&err);
+    int32_t *ids = NULL, *out_ids = NULL;
+    size_t n = 0, n_out = 0;
+    zi_kv_cache *kv = NULL;
+    float *logits = NULL;
+    char *text = NULL;
+    size_t text_len = 0, text_cap = 4096;
+    const char *reason = "maximum_length";
+    int ctx = 0, rc = prompt_ids(o, &e, &ids, &n, &err);
+    if (!rc) rc = check_ctx(o, &e, n, &ctx, &err);
+    if (!rc) rc = zi_kv_cache_create(e.model, 1, ctx, &kv, &err);
+    int V = zi_model_get_config(e.model)->n_vocab;
+    if (!rc) {
+        logits = malloc((size_t)V * sizeof(float));
+        out_ids = malloc(((size_t)o->max_tokens + 1) * sizeof(int32_t));
+        text = malloc(text_cap);
+        if (!logits || !out_ids || !text) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+    }
+    double t0 = now_s(), t1 = t0;
+    if (!rc) rc = prefill(o, &e, kv, ids, n, logits, NULL, &err);
+    t1 = now_s();
+    uint64_t rng = (uint64_t)o->seed;
+    zi_detok dt;
+    zi_detok_init(&dt);
+    for (long long i = 0; !rc && i < o->max_tokens; i++) {
+        int32_t tok = sample(logits, V, o->temperature, &rng);
+        if (!o->ignore_eos && zi_tokenizer_is_eog(e.tok, tok)) {
+            reason = "end_of_sequence";
+            break;
+        }
+        out_ids[n_out++] = tok;
+        if (text_len + 1024 + 16 > text_cap) {
+            char *nt = realloc(text, text_cap *= 2);
+            if (!nt) {
+                rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+                break;
+            }
+            text = nt;
+        }
+        int w = zi_detok_push(&dt, e.tok, tok, 0, text + text_len, 1024);
+        if (w > 0) {
+            if (!o->json) fwrite(text + text_len, 1, (size_t)w, stdout), fflush(stdout);
+            text_len += (size_t)w;
+        }
+        if (i + 1 == o->max_tokens) break;
+        int32_t pos = (int32_t)(n + n_out - 1), seq = 0;
+        if (pos >= ctx) {
+            reason = "context_full";
+            break;
+        }
+        zi_batch b = {1, &tok, &pos, &seq, NULL};
+        rc = zi_model_forward(e.model, kv, &b, logits, &err);
+    }
+    double t2 = now_s();
+    if (!rc) {
+        int w = zi_detok_flush(&dt, text + text_len, 16);
+        if (w > 0) {
+            if (!o->json) fwrite(text + text_len, 1, (size_t)w, stdout);
+            text_len += (size_t)w;
+        }
+        if (!o->json) printf("\n");
+        zi_log(&o->log, ZI_LOG_INFO, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu "
+               "tokens in %.3f s (%.1f tok/s); stop: %s", n, t1 - t0, n / (t1 - t0 + 1e-9), n_out,
+               t2 - t1, n_out > 1 ? (n_out - 1) / (t2 - t1 + 1e-9) : 0.0, reason);
+        if (o->json) {
+            json_t *j = json_object();
+            json_object_set_new(j, "prompt_token_ids", json_ids(ids, n));
+            json_object_set_new(j, "token_ids", json_ids(out_ids, n_out));
+            json_object_set_new(j, "text", json_text(text, text_len));
+            json_object_set_new(j, "finish_reason", json_string(reason));
+            json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)n));
+            json_object_set_new(j, "completion_tokens", json_integer((json_int_t)n_out));
+            print_json_line(j);
+            json_decref(j);
+        }
+    }
+    free(ids);
+    free(out_ids);
+    free(logits);
+    free(text);
+    zi_kv_cache_free(kv);
+    engine_free(&e);
+    return rc ? fail(&err) : 0;
+}
+
+static int cmd_logits(const opts *o) {
+    if (!o->out) return usage_error("logits", "--out FILE is required");
+    zi_error err = {0};
+    engine e;
+    if (engine_load(o, &e, 1, &err)) return fail(&err);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    zi_kv_cache *kv = NULL;
+    float *all = NULL, *last = NULL;
+    int V = zi_model_get_config(e.model)->n_vocab;
+    int ctx = 0, rc = prompt_ids(o, &e, &ids, &n, &err);
+    if (!rc) rc = check_ctx(o, &e, n, &ctx, &err);
+    if (!rc) rc = zi_kv_cache_create(e.model, 1, ctx, &kv, &err);
+    if (!rc) {
+        all = malloc(n * (size_t)V * sizeof(float));
+        last = malloc((size_t)V * sizeof(float));
+        if (!all || !last) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory for %zu x %d logits", n, V);
+    }
+    if (!rc) rc = prefill(o, &e, kv, ids, n, last, all, &err);
+    if (!rc) {
+        FILE *f = fopen(o->out, "wb");
+        if (!f) rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", o->out, strerror(errno));
+        else {
+            size_t w = fwrite(all, sizeof(float), n * (size_t)V, f);
+            if (fclose(f) != 0 || w != n * (size_t)V)
+                rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", o->out, strerror(errno));
+        }
+    }
+    if (!rc) {
+        json_t *j = json_object();
+        json_object_set_new(j, "n_tokens", json_integer((json_int_t)n));
+        json_object_set_new(j, "n_vocab", json_integer(V));
+        json_object_set_new(j, "prompt_token_ids", json_ids(ids, n));
+        print_json_line(j);
+        json_decref(j);
+    }
+    free(ids);
+    free(all);
+    free(last);
+    zi_kv_cache_free(kv);
+    engine_free(&e);
+    return rc ? fail(&err) : 0;
+}
+
+/* Reads stdin line by line; each line is parsed as JSON and handed to fn. */
+static int each_json_line(int (*fn)(engine *, const opts *, json_t *, zi_error *),
+                          engine *e, const opts *o) {
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long lineno = 0;
+    int rc = 0;
+    zi_error err = {0};
+    while ((len = getline(&line, &cap, stdin)) >= 0) {
+        lineno++;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        if (len == 0) continue;
+        json_error_t jerr;
+        json_t *j = json_loadb(line, (size_t)len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+        if (!j) {
+            rc = zi_error_set(&err, ZI_EINVAL, "stdin line %ld: not JSON (%s)", lineno, jerr.text);
+            break;
+        }
+        rc = fn(e, o, j, &err);
+        json_decref(j);
+        if (rc) {
+            zi_error_prefix(&err, "stdin line %ld", lineno);
+            break;
+        }
+    }
+    free(line);
+    return rc ? fail(&err) : 0;
+}
+
+static int tokenize_one(engine *e, const opts *o, json_t *j, zi_error *err) {
+    if (!json_is_string(j)) return zi_error_set(err, ZI_EINVAL, "expected a JSON string");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = zi_tokenizer_encode(e->tok, json_string_value(j), json_string_length(j), 1,
+                                 o->parse_special, &ids, &n, err);
+    if (rc) return rc;
+    json_t *a = json_ids(ids, n);
+    print_json_line(a);
+    json_decref(a);
+    free(ids);
+    return ZI_OK;
+}
+
+static int detokenize_one(engine *e, const opts *o, json_t *j, zi_error *err) {
+    if (!json_is_array(j)) return zi_error_set(err, ZI_EINVAL, "expected a JSON array of token ids");
+    size_t n = json_array_size(j);
+    int32_t *ids = malloc((n + 1) * sizeof *ids);
+    if (!ids) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(j, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) >= zi_tokenizer_vocab_size(e->tok)) {
+            free(ids);
+            return zi_error_set(err, ZI_EINVAL, "item %zu is not a token id in 0..%d", i,
+                                zi_tokenizer_vocab_size(e->tok) - 1);
+        }
+        ids[i] = (int32_t)json_integer_value(v);
+    }
+    char *text = NULL;
+    size_t len = 0;
+    int rc = zi_tokenizer_decode(e->tok, ids, n, o->special, &text, &len, err);
+    free(ids);
+    if (rc) return rc;
+    json_t *s = json_text(text, len);
+    print_json_line(s);
+    json_decref(s);
+    free(text);
+    return ZI_OK;
+}
+
+/* tokenize/detokenize need only the tokenizer: open the file, skip weights. */
+static int tokenizer_only(const opts *o, engine *e, zi_gguf **g, zi_error *err) {
+    memset(e, 0, sizeof *e);
+    int rc = zi_gguf_open(o->model, g, err);
+    if (rc) return rc;
+    if ((rc = zi_tokenizer_load(*g, &e->tok, err))) {
+        zi_error_prefix(err, "%s: tokenizer", o->model);
+        zi_gguf_close(*g);
+    }
+    return rc;
+}
+
+static int cmd_tokenize(const opts *o, int decode) {
+    zi_error err = {0};
+    engine e;
+    zi_gguf *g = NULL;
+    if (tokenizer_only(o, &e, &g, &err)) return fail(&err);
+    int rc = each_json_line(decode ? detokenize_one : tokenize_one, &e, o);
+    zi_tokenizer_free(e.tok);
+    zi_gguf_close(g);
+    return rc;
+}
+
+static int cmd_bench(const opts *o) {
+    zi_error err = {0};
+    engine e;
+    if (engine_load(o, &e, 1, &err)) return fail(&err);
+    int V = zi_model_get_config(e.model)->n_vocab;
+    size_t P = (size_t)o->prompt_tokens;
+    int ctx = (int)(P + (size_t)o->gen_tokens + 8);
+    zi_kv_cache *kv = NULL;
+    int32_t *ids = malloc(P * sizeof *ids);
+    float *logits = malloc((size_t)V * sizeof(float));
+    int rc = (!ids || !logits) ? zi_error_set(&err, ZI_ENOMEM, "out of memory") : ZI_OK;
+    if (!rc) rc = zi_kv_cache_create(e.model, 1, ctx, &kv, &err);
+    /* A fixed pseudo-random prompt, the same on every run. */
+    uint64_t rng = 12345;
+    for (size_t i = 0; !rc && i < P; i++) ids[i] = (int32_t)(splitmix64(&rng) % (uint64_t)V);
+    /* Warm-up: touch the weights and start the threads. */
+    if (!rc) rc = prefill(o, &e, kv, ids, P < 16 ? P : 16, logits, NULL, &err);
+    double t0 = now_s();
+    if (!rc) rc = prefill(o, &e, kv, ids, P, logits, NULL, &err);
+    double t1 = now_s();
+    for (long long i = 0; !rc && i < o->gen_tokens; i++) {
+        int32_t tok = argmax(logits, V), pos = (int32_t)(P + (size_t)i), seq = 0;
+        zi_batch b = {1, &tok, &pos, &seq, NULL};
+        rc = zi_model_forward(e.model, kv, &b, logits, &err);
+    }
+    double t2 = now_s();
+    if (!rc) {
+        double pf = P / (t1 - t0), dc = o->gen_tokens / (t2 - t1);
+        if (o->json) {
+            json_t *j = json_object();
+            json_object_set_new(j, "prefill_tok_s", json_real(pf));
+            json_object_set_new(j, "decode_tok_s", json_real(dc));
+            json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)P));
+            json_object_set_new(j, "gen_tokens", json_integer(o->gen_tokens));
+            json_object_set_new(j, "threads", json_integer(zi_cpu_backend_threads(e.be)));
+            json_object_set_new(j, "isa", json_string(zi_cpu_backend_isa(e.be)));
+            print_json_line(j);
+            json_decref(j);
+        } else {
+            printf("prefill: %zu tokens in %.3f s = %.1f tok/s\n", P, t1 - t0, pf);
+            printf("decode:  %lld tokens in %.3f s = %.1f tok/s\n", o->gen_tokens, t2 - t1, dc);
+        }
+    }
+    free(ids);
+    free(logits);
+    zi_kv_cache_free(kv);
+    engine_free(&e);
+    return rc ? fail(&err) : 0;
+}
+
+/* ---- flags ---- */
+
+static const char *USAGE_MAIN =
+    "usage: zinfer <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  generate    complete a prompt with the model\n"
+    "  tokenize    JSON Lines of strings on stdin -> one JSON array of token ids per line\n"
+    "  detokenize  JSON arrays of token ids on stdin -> one JSON string per line\n"
+    "  logits      write every prompt position's logits (float32) to a file\n"
+    "  bench       measure prefill and decode speed\n"
+    "\n"
+    "common options:\n"
+    "  --model PATH       GGUF model (default: $ZINFER_MODEL, else\n"
+    "                     $ZINFER_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf,\n"
+    "                     ZINFER_HOME defaulting to ~/.cache/zinfer)\n"
+    "  --threads N        CPU threads (default: all online CPUs)\n"
+    "  --ctx-size N       context length in tokens (default: min(model's, 4096))\n"
+    "  --batch-size N     prompt tokens per forward pass (default 512)\n"
+    "  --isa NAME         force CPU kernels: scalar, avx2, avx512 (default: best)\n"
+    "  --log-level L      debug, info, warn, error, off (default warn)\n"
+    "  -h, --help         this help; `zinfer COMMAND --help` for a command's options\n"
+    "  --version          print the version\n";
+
+static const char *USAGE_GENERATE =
+    "usage: zinfer generate (--prompt TEXT | --prompt-ids 1,2,3) [options]\n"
+    "  --prompt TEXT        the prompt; special-token text such as <|im_start|> is parsed\n"
+    "  --no-parse-special   treat special-token text in --prompt as plain text\n"
+    "  --prompt-ids LIST    the prompt as comma-separated token ids\n"
+    "  --max-tokens N       tokens to generate (default 128)\n"
+    "  --temperature T      0 = greedy (default 0)\n"
+    "  --seed N             seed for sampling when T > 0 (default 0)\n"
+    "  --ignore-eos         do not stop at end-of-sequence tokens\n"
+    "  --json               print, as the last line, a JSON object with prompt_token_ids,\n"
+    "                       token_ids, text, finish_reason (instead of streaming text)\n"
+    "  plus the common options of `zinfer --help`\n";
+
+static const char *USAGE_TOKENIZE =
+    "usage: zinfer tokenize [--parse-special] [--model PATH] < strings.jsonl\n"
+    "  Reads one JSON string per line; writes one JSON array of token ids per line.\n"
+    "  --parse-special   text spelling a control token (e.g. <|im_end|>) becomes that token\n";
+
+static const char *USAGE_DETOKENIZE =
+    "usage: zinfer detokenize [--special] [--model PATH] < ids.jsonl\n"
+    "  Reads one JSON array of token ids per line; writes one JSON string per line.\n"
+    "  --special   render control tokens as their text\n";
+
+static const char *USAGE_LOGITS =
+    "usage: zinfer logits (--prompt TEXT | --prompt-ids LIST) --out FILE [options]\n"
+    "  Writes float32 little-endian logits [n_tokens][n_vocab] for every prompt position\n"
+    "  to FILE; the last stdout line is JSON {\"n_tokens\", \"n_vocab\", \"prompt_token_ids\"}.\n";
+
+static const char *USAGE_BENCH =
+    "usage: zinfer bench [--prompt-tokens P] [--gen-tokens G] [--threads N] [--json]\n"
+    "  Prefills a fixed pseudo-random prompt of P tokens (default 512), then decodes G\n"
+    "  tokens (default 128) one at a time. With --json the last line is JSON with\n"
+    "  prefill_tok_s and decode_tok_s.\n";
+
+static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const char *usage) {
+    zi_error err = {0};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = 0, takes = 1;
+        long long iv;
+        double dv;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(usage, stdout);
+            exit(0);
+        } else if (!strcmp(a, "--model")) {
+            if (!v) return usage_error(cmd, "--model needs a path");
+            snprintf(o->model, sizeof o->model, "%s", v);
+        } else if (!strcmp(a, "--threads")) {
+            if (!(rc = zi_parse_int(a, v, 1, 1024, &iv, &err))) o->threads = iv;
+        } else if (!strcmp(a, "--ctx-size")) {
+            if (!(rc = zi_parse_int(a, v, 2, 1 << 20, &iv, &err))) o->ctx = iv;
+        } else if (!strcmp(a, "--batch-size")) {
+            if (!(rc = zi_parse_int(a, v, 1, 65536, &iv, &err))) o->batch = iv;
+        } else if (!strcmp(a, "--isa")) {
+            if (!v) return usage_error(cmd, "--isa needs a name");
+            o->isa = v;
+        } else if (!strcmp(a, "--log-level")) {
+            int l = v ? zi_log_level_parse(v) : -1;
+            if (l < 0) return usage_error(cmd, "--log-level takes debug, info, warn, error or off");
+            o->log.level = l;
+        } else if (!strcmp(a, "--prompt")) {
+            if (!v) return usage_error(cmd, "--prompt needs a text");
+            o->prompt = v;
+        } else if (!strcmp(a, "--prompt-ids")) {
+            if (!v) return usage_error(cmd, "--prompt-ids needs a list of ids");
+            o->prompt_ids = v;
+        } else if (!strcmp(a, "--max-tokens")) {
+            if (!(rc = zi_parse_int(a, v, 0, 1000000, &iv, &err))) o->max_tokens = iv;
+        } else if (!strcmp(a, "--temperature")) {
+            if (!(rc = zi_parse_float(a, v, 0.0, 100.0, &dv, &err))) o->temperature = dv;
+        } else if (!strcmp(a, "--seed")) {
+            if (!(rc = zi_parse_int(a, v, 0, INT64_MAX, &iv, &err))) o->seed = iv;
+        } else if (!strcmp(a, "--out")) {
+            if (!v) return usage_error(cmd, "--out needs a file");
+            o->out = v;
+        } else if (!strcmp(a, "--prompt-tokens")) {
+            if (!(rc = zi_parse_int(a, v, 1, 1 << 20, &iv, &err))) o->prompt_tokens = iv;
+        } else if (!strcmp(a, "--gen-tokens")) {
+            if (!(rc = zi_parse_int(a, v, 1, 1 << 20, &iv, &err))) o->gen_tokens = iv;
+        } else {
+            takes = 0;
+            if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
+            else if (!strcmp(a, "--json")) o->json = 1;
+            else if (!strcmp(a, "--parse-special")) o->parse_special = 1;
+            else if (!strcmp(a, "--no-parse-special")) o->parse_special = 0;
+            else if (!strcmp(a, "--special")) o->special = 1;
+            else {
+                char msg[256];
+                snprintf(msg, sizeof msg, "unknown option '%s'", a);
+                return usage_error(cmd, msg);
+            }
+        }
+        if (rc) return usage_error(cmd, err.msg);
+        i += takes;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    memset(&o, 0, sizeof o);
+    zi_default_model_path(o.model, sizeof o.model);
+    o.batch = 512;
+    o.max_tokens = 128;
+    o.prompt_tokens = 512;
+    o.gen_tokens = 128;
+    o.log.level = ZI_LOG_WARN;
+    o.log.tag = "zinfer";
+    if (argc < 2) {
+        fputs(USAGE_MAIN, stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        fputs(USAGE_MAIN, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version")) {
+        printf("zinfer %s\n", ZI_VERSION);
+        return 0;
+    }
+    struct {
+        const char *name;
+        const char *usage;
+    } cmds[] = {{"generate", USAGE_GENERATE}, {"tokenize", USAGE_TOKENIZE},
+                {"detokenize", USAGE_DETOKENIZE}, {"logits", USAGE_LOGITS},
+                {"bench", USAGE_BENCH}};
+    const char *usage = NULL;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (!strcmp(cmd, cmds[i].name)) usage = cmds[i].usage;
+    if (!usage) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "unknown command '%s'", cmd);
+        return usage_error(NULL, msg);
+    }
+    o.parse_special = strcmp(cmd, "tokenize") != 0; /* prompts parse specials by default */
+    int rc = parse_flags(cmd, argc - 2, argv + 2, &o, usage);
+    if (rc) return rc;
+    if (!strcmp(cmd, "generate") || !strcmp(cmd, "logits")) {
+        if (!o.prompt && !o.prompt_ids)
+            return usage_error(cmd, "give the prompt with --prompt TEXT or --prompt-ids LIST");
+        if (o.prompt && o.prompt_ids)
+            return usage_error(cmd, "--prompt and --prompt-ids exclude each other");
+    }
+    if (!strcmp(cmd, "generate")) return cmd_generate(&o);
+    if (!strcmp(cmd, "logits")) return cmd_logits(&o);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&o, 0);
+    if (!strcmp(cmd, "detokenize")) return cmd_tokenize(&o, 1);
+    return cmd_bench(&o);
+}

@@ -1,0 +1,91 @@
+/*
+ * args.c - see args.h.
+ */
+#include "args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+int zi_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out,
+                 zi_error *err) {
+    char *end;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno || v < lo || v > hi)
+        return zi_error_set(err, ZI_EINVAL, "%s: '%s' is not an integer in %lld..%lld", flag,
+                            s ? s : "(missing)", lo, hi);
+    *out = v;
+    return ZI_OK;
+}
+
+int zi_parse_float(const char *flag, const char *s, double lo, double hi, double *out,
+                   zi_error *err) {
+    char *end;
+    errno = 0;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || errno || !isfinite(v) || v < lo || v > hi)
+        return zi_error_set(err, ZI_EINVAL, "%s: '%s' is not a number in %g..%g", flag,
+                            s ? s : "(missing)", lo, hi);
+    *out = v;
+    return ZI_OK;
+}
+
+int zi_parse_id_list(const char *flag, const char *s, int32_t max, int32_t **ids, size_t *n,
+                     zi_error *err) {
+    size_t cap = 16, len = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    if (!v) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    const char *p = s;
+    for (;;) {
+        while (*p == ' ') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || errno || x < 0 || x > max) {
+            free(v);
+            return zi_error_set(err, ZI_EINVAL, "%s: item %zu is not a token id in 0..%d", flag,
+                                len, (int)max);
+        }
+        if (len == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            if (!nv) {
+                free(v);
+                return zi_error_set(err, ZI_ENOMEM, "out of memory");
+            }
+            v = nv;
+        }
+        v[len++] = (int32_t)x;
+        p = end;
+        while (*p == ' ') p++;
+        if (*p == ',') p++;
+        else if (*p) {
+            free(v);
+            return zi_error_set(err, ZI_EINVAL, "%s: expected ',' after item %zu", flag, len - 1);
+        }
+    }
+    if (len == 0) {
+        free(v);
+        return zi_error_set(err, ZI_EINVAL, "%s: no token ids given", flag);
+    }
+    *ids = v;
+    *n = len;
+    return ZI_OK;
+}
+
+void zi_default_model_path(char *buf, size_t cap) {
+    const char *m = getenv("ZINFER_MODEL");
+    if (m && *m) {
+        snprintf(buf, cap, "%s", m);
+        return;
+    }
+    const char *home = getenv("ZINFER_HOME");
+    if (home && *home) {
+        snprintf(buf, cap, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+        return;
+    }
+    const char *h = getenv("HOME");
+    snprintf(buf, cap, "%s/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf", h ? h : ".");
+}

@@ -1,0 +1,28 @@
+/*
+ * args.h - strict parsing of command-line values.
+ *
+ * Every zinfer binary parses its flags with these, so a bad value is always
+ * refused the same way: a message that names the flag, the value and the
+ * accepted range ("--max-tokens: '-1' is not an integer in 0..1000000").
+ */
+#ifndef ZI_ARGS_H
+#define ZI_ARGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zi_error.h"
+
+int zi_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out,
+                 zi_error *err);
+int zi_parse_float(const char *flag, const char *s, double lo, double hi, double *out,
+                   zi_error *err);
+/* "1,2,3" (spaces allowed) -> malloc'd int32 array; every id in 0..max. */
+int zi_parse_id_list(const char *flag, const char *s, int32_t max, int32_t **ids, size_t *n,
+                     zi_error *err);
+
+/* The default model path: $ZINFER_MODEL, else $ZINFER_HOME (default
+ * ~/.cache/zinfer) + /models/SmolLM2-135M-Instruct.Q4_1.gguf. */
+void zi_default_model_path(char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,106 @@
+/*
+ * backend.h - the compute interface the model is written against.
+ *
+ * The Llama model (model_worker/model.c) never touches numbers itself: it
+ * asks a zi_backend to run each operation. The CPU backend (kernels/cpu/)
+ * implements it with a thread pool and SIMD kernels chosen at run time; the
+ * CUDA backend (kernels/cuda/) implements the same table on a GPU. So the
+ * model is written once, and a backend is free to lay out weights however
+ * suits it (mapped in place, repacked, uploaded).
+ *
+ * Buffers: activation and KV-cache memory is allocated by the backend
+ * (zi_backend_ops.alloc) and is only ever touched by the backend's ops or
+ * copied with upload/download; on the CPU these are plain host pointers.
+ * All float activations are float32, row-major, one row per token.
+ *
+ * Batches: one forward pass carries any mix of tokens from any sequences
+ * (prefill chunks and decode steps together). zi_batch_view tells the
+ * attention op, for each token, which sequence slot it belongs to and its
+ * position; a token attends to cache positions 0..pos of its own slot.
+ */
+#ifndef ZI_BACKEND_H
+#define ZI_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "zi_error.h"
+
+typedef struct zi_backend zi_backend;
+
+/* A weight matrix [rows][cols] (cols = ne[0] in GGUF terms) as the backend
+ * prepared it. `data` is backend-owned or points into the file mapping. */
+typedef struct zi_weight {
+    int type;     /* zi_ggml_type of the stored data */
+    int64_t rows; /* output features */
+    int64_t cols; /* input features (the dot-product length) */
+    const void *data;
+    size_t row_bytes;
+    void *owned; /* non-NULL when the backend allocated a copy */
+} zi_weight;
+
+/* What attention needs to know about the tokens of one forward pass. */
+typedef struct zi_batch_view {
+    int n_tokens;
+    const int32_t *pos; /* [n_tokens] position of each token in its sequence */
+    const int32_t *seq; /* [n_tokens] KV-cache slot of each token */
+} zi_batch_view;
+
+/* Shape of the attention / KV cache, fixed per model. */
+typedef struct zi_attn_shape {
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int ctx;           /* positions per slot in the cache */
+    float scale;       /* usually 1/sqrt(head_dim) */
+} zi_attn_shape;
+
+typedef struct zi_backend_ops {
+    const char *name;
+    void (*destroy)(zi_backend *be);
+
+    /* Prepares a 2-D tensor from the file as a weight (map, repack or
+     * upload). ZI_EUNSUPPORTED when the backend cannot use its type. */
+    int (*weight_init)(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err);
+    void (*weight_free)(zi_backend *be, zi_weight *w);
+    /* A 1-D float vector (norm weights) in backend memory; NULL on failure. */
+    float *(*vector_init)(zi_backend *be, const zi_gguf_tensor *t, zi_error *err);
+
+    void *(*alloc)(zi_backend *be, size_t bytes); /* zeroed; NULL on failure */
+    void (*free)(zi_backend *be, void *p);
+    void (*upload)(zi_backend *be, void *dst, const void *src, size_t bytes);
+    void (*download)(zi_backend *be, void *dst, const void *src, size_t bytes);
+
+    /* y[t][r] = dot(W[r], x[t]) for t < n_tokens, r < W->rows. */
+    void (*matmul)(zi_backend *be, float *y, const zi_weight *w, const float *x, int n_tokens);
+    /* Row i of `rows` (ids[i]) of an embedding table, dequantized. */
+    void (*get_rows)(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids, int n);
+    /* y = x / sqrt(mean(x^2) + eps) * w, per row of length dim. y may be x. */
+    void (*rmsnorm)(zi_backend *be, float *y, const float *x, const float *w, int n_tokens, int dim,
+                    float eps);
+    /* Rotates pairs (x[2i], x[2i+1]) of the first rope_dim dims of each
+     * head by pos * base^(-2i/rope_dim), in place. x is [n_tokens][n_heads][head_dim]. */
+    void (*rope)(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
+                 int head_dim, int rope_dim, float base);
+    /* Writes k and v ([n_tokens][n_kv_heads*head_dim]) into the layer's
+     * caches at (seq, pos) of each token. */
+    void (*kv_store)(zi_backend *be, float *kcache, float *vcache, const float *k, const float *v,
+                     const zi_batch_view *b, const zi_attn_shape *s);
+    /* out[t] = softmax(q[t] K^T * scale) V over positions 0..pos[t] of
+     * slot seq[t], per head (GQA: head h reads kv head h / (n_heads/n_kv)). */
+    void (*attention)(zi_backend *be, float *out, const float *q, const float *kcache,
+                      const float *vcache, const zi_batch_view *b, const zi_attn_shape *s);
+    /* out[i] = silu(gate[i]) * up[i]; out may alias gate. */
+    void (*swiglu)(zi_backend *be, float *out, const float *gate, const float *up, size_t n);
+    /* x[i] += y[i] */
+    void (*add)(zi_backend *be, float *x, const float *y, size_t n);
+    /* Waits until all queued work is done (a no-op on the CPU). */
+    void (*sync)(zi_backend *be);
+} zi_backend_ops;
+
+struct zi_backend {
+    const zi_backend_ops *ops;
+};
+
+#endif

@@ -1,0 +1,419 @@
+/*
+ * cpu_backend.c - see cpu_backend.h.
+ *
+ * Each parallel op packs its arguments into a small struct and hands a
+ * worker function to the pool; the worker computes its own share from
+ * (ith, nth). Ops on tiny inputs (a single decode token) run on the calling
+ * thread, since waking the pool would cost more than the work.
+ */
+#include "cpu_backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cpu_kernels.h"
+#include "quant.h"
+#include "threadpool.h"
+
+typedef struct cpu_backend {
+    zi_backend base;
+    const zi_cpu_kernels *k;
+    zi_pool *pool;
+    zi_q8a *qbuf; /* quantized activations for the current matmul */
+    size_t qbuf_cap;
+    float *scratch; /* attention scores: one ctx-sized row per thread */
+    size_t scratch_per_thread;
+} cpu_backend;
+
+static cpu_backend *cb(zi_backend *be) { return (cpu_backend *)be; }
+
+/* Splits [0, n) into nth nearly equal ranges, each a multiple of `align`. */
+static void split_range(int64_t n, int ith, int nth, int64_t align, int64_t *lo, int64_t *hi) {
+    int64_t chunks = (n + align - 1) / align;
+    int64_t per = chunks / nth, rem = chunks % nth;
+    int64_t c0 = ith * per + (ith < rem ? ith : rem);
+    int64_t c1 = c0 + per + (ith < rem ? 1 : 0);
+    *lo = c0 * align < n ? c0 * align : n;
+    *hi = c1 * align < n ? c1 * align : n;
+}
+
+/* ---- weights ---- */
+
+static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err) {
+    (void)be;
+    if (t->n_dims != 2)
+        return zi_error_set(err, ZI_EFORMAT, "tensor '%.*s' has %u dimensions, expected 2",
+                            (int)t->name.len, t->name.ptr, t->n_dims);
+    switch (t->type) {
+    case ZI_TYPE_F32:
+    case ZI_TYPE_F16:
+    case ZI_TYPE_BF16:
+    case ZI_TYPE_Q4_0:
+    case ZI_TYPE_Q4_1:
+    case ZI_TYPE_Q8_0: break;
+    default:
+        return zi_error_set(err, ZI_EUNSUPPORTED, "tensor '%.*s' has type %s, not usable as a matrix",
+                            (int)t->name.len, t->name.ptr, zi_ggml_type_name(t->type));
+    }
+    if (zi_ggml_type_block_elems(t->type) == ZI_QK && t->ne[0] % ZI_QK != 0)
+        return zi_error_set(err, ZI_EFORMAT, "tensor '%.*s': row length %lld is not a multiple of 32",
+                            (int)t->name.len, t->name.ptr, (long long)t->ne[0]);
+    memset(w, 0, sizeof *w);
+    w->type = t->type;
+    w->cols = t->ne[0];
+    w->rows = t->ne[1];
+    w->row_bytes = (size_t)t->ne[0] / zi_ggml_type_block_elems(t->type) *
+                   zi_ggml_type_block_bytes(t->type);
+    w->data = t->data;
+    return ZI_OK;
+}
+
+static void cpu_weight_free(zi_backend *be, zi_weight *w) {
+    (void)be;
+    free(w->owned);
+    w->owned = NULL;
+}
+
+static float *cpu_vector_init(zi_backend *be, const zi_gguf_tensor *t, zi_error *err) {
+    (void)be;
+    int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    if (t->type != ZI_TYPE_F32 && t->type != ZI_TYPE_F16 && t->type != ZI_TYPE_BF16) {
+        zi_error_set(err, ZI_EUNSUPPORTED, "tensor '%.*s' has type %s; a norm weight must be F32/F16/BF16",
+                     (int)t->name.len, t->name.ptr, zi_ggml_type_name(t->type));
+        return NULL;
+    }
+    float *v = malloc((size_t)n * sizeof(float));
+    if (!v) {
+        zi_error_set(err, ZI_ENOMEM, "out of memory for tensor '%.*s'", (int)t->name.len, t->name.ptr);
+        return NULL;
+    }
+    zi_dequantize_row(t->type, t->data, v, n);
+    return v;
+}
+
+/* ---- memory ---- */
+
+static void *cpu_alloc(zi_backend *be, size_t bytes) {
+    (void)be;
+    return calloc(1, bytes ? bytes : 1);
+}
+static void cpu_free(zi_backend *be, void *p) {
+    (void)be;
+    free(p);
+}
+static void cpu_copy(zi_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be;
+    memcpy(dst, src, bytes);
+}
+static void cpu_sync(zi_backend *be) { (void)be; }
+
+/* ---- matmul ---- */
+
+typedef struct mm_args {
+    const zi_cpu_kernels *k;
+    float *y;
+    const zi_weight *w;
+    const float *x;
+    const zi_q8a *q;
+    int n_tokens;
+} mm_args;
+
+static void mm_worker(void *p, int ith, int nth) {
+    mm_args *a = p;
+    const zi_weight *w = a->w;
+    int64_t r0, r1;
+    split_range(w->rows, ith, nth, 16, &r0, &r1);
+    if (r0 >= r1) return;
+    const uint8_t *wd = w->data;
+    int64_t nb = w->cols / ZI_QK;
+    switch (w->type) {
+    case ZI_TYPE_Q4_0:
+        a->k->mm_q4_0(wd, w->row_bytes, r0, r1, a->q, nb, a->n_tokens, a->y, w->rows);
+        break;
+    case ZI_TYPE_Q4_1:
+        a->k->mm_q4_1(wd, w->row_bytes, r0, r1, a->q, nb, a->n_tokens, a->y, w->rows);
+        break;
+    case ZI_TYPE_Q8_0:
+        a->k->mm_q8_0(wd, w->row_bytes, r0, r1, a->q, nb, a->n_tokens, a->y, w->rows);
+        break;
+    case ZI_TYPE_F32:
+        a->k->mm_f32(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, a->y, w->rows);
+        break;
+    case ZI_TYPE_F16:
+        a->k->mm_f16(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, a->y, w->rows);
+        break;
+    case ZI_TYPE_BF16:
+        a->k->mm_bf16(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, a->y, w->rows);
+        break;
+    }
+}
+
+typedef struct quant_args {
+    const zi_cpu_kernels *k;
+    const float *x;
+    zi_q8a *q;
+    int n_tokens;
+    int64_t cols;
+} quant_args;
+
+static void quant_worker(void *p, int ith, int nth) {
+    quant_args *a = p;
+    int64_t t0, t1;
+    split_range(a->n_tokens, ith, nth, 1, &t0, &t1);
+    int64_t nb = a->cols / ZI_QK;
+    for (int64_t t = t0; t < t1; t++) a->k->quantize_act(a->x + t * a->cols, a->q + t * nb, a->cols);
+}
+
+static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float *x, int n_tokens) {
+    cpu_backend *c = cb(be);
+    mm_args a = {.k = c->k, .y = y, .w = w, .x = x, .n_tokens = n_tokens};
+    if (w->type == ZI_TYPE_Q4_0 || w->type == ZI_TYPE_Q4_1 || w->type == ZI_TYPE_Q8_0) {
+        size_t need = (size_t)n_tokens * (size_t)(w->cols / ZI_QK);
+        if (need > c->qbuf_cap) {
+            zi_q8a *nq = realloc(c->qbuf, need * sizeof *nq);
+            if (!nq) abort(); /* internal allocation of a few MB; not outside input */
+            c->qbuf = nq;
+            c->qbuf_cap = need;
+        }
+        quant_args qa = {.k = c->k, .x = x, .q = c->qbuf, .n_tokens = n_tokens, .cols = w->cols};
+        if (n_tokens >= 4)
+            zi_pool_run(c->pool, quant_worker, &qa);
+        else
+            quant_worker(&qa, 0, 1);
+        a.q = c->qbuf;
+    }
+    zi_pool_run(c->pool, mm_worker, &a);
+}
+
+/* ---- element-wise ---- */
+
+static void cpu_get_rows(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids,
+                         int n) {
+    (void)be;
+    const uint8_t *d = table->data;
+    for (int i = 0; i < n; i++)
+        zi_dequantize_row(table->type, d + (size_t)ids[i] * table->row_bytes, y + (size_t)i * table->cols,
+                          table->cols);
+}
+
+/* Element-wise ops share one parallel job: each thread takes a slice of
+ * the tokens (or elements) when the batch is big enough to split. */
+enum { EW_RMSNORM, EW_ROPE, EW_SWIGLU, EW_ADD };
+
+typedef struct ew_args {
+    int op;
+    float *y;
+    const float *x, *w; /* rmsnorm: x, w; swiglu: x = gate, w = up; add: x */
+    const int32_t *pos;
+    int64_t n; /* tokens (rmsnorm, rope) or elements (swiglu, add) */
+    int dim, n_heads, head_dim, rope_dim;
+    float eps, base;
+} ew_args;
+
+static void rmsnorm_rows(const ew_args *a, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+        const float *xr = a->x + t * a->dim;
+        float *yr = a->y + t * a->dim;
+        double ss = 0.0; /* double: costs nothing at this size and removes one error source */
+        for (int i = 0; i < a->dim; i++) ss += (double)xr[i] * xr[i];
+        float r = (float)(1.0 / sqrt(ss / a->dim + a->eps));
+        for (int i = 0; i < a->dim; i++) yr[i] = xr[i] * r * a->w[i];
+    }
+}
+
+static void rope_rows(const ew_args *a, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; t++) {
+        for (int i = 0; i < a->rope_dim; i += 2) {
+            /* The angle in double: positions reach thousands and cos/sin of
+             * a float angle would lose digits. */
+            double theta = (double)a->pos[t] * pow((double)a->base, -(double)i / a->rope_dim);
+            float c = (float)cos(theta), s = (float)sin(theta);
+            for (int h = 0; h < a->n_heads; h++) {
+                float *v = a->y + (t * a->n_heads + h) * a->head_dim;
+                float x0 = v[i], x1 = v[i + 1];
+                v[i] = x0 * c - x1 * s;
+                v[i + 1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+static void ew_worker(void *p, int ith, int nth) {
+    const ew_args *a = p;
+    int64_t lo, hi;
+    split_range(a->n, ith, nth, a->op == EW_SWIGLU || a->op == EW_ADD ? 64 : 1, &lo, &hi);
+    switch (a->op) {
+    case EW_RMSNORM: rmsnorm_rows(a, lo, hi); break;
+    case EW_ROPE: rope_rows(a, lo, hi); break;
+    case EW_SWIGLU:
+        for (int64_t i = lo; i < hi; i++) {
+            float g = a->x[i];
+            a->y[i] = g / (1.0f + expf(-g)) * a->w[i];
+        }
+        break;
+    case EW_ADD:
+        for (int64_t i = lo; i < hi; i++) a->y[i] += a->x[i];
+        break;
+    }
+}
+
+/* Runs an element-wise job, on the pool only when there is enough work. */
+static void ew_run(zi_backend *be, ew_args *a, int64_t work) {
+    if (work >= 16384)
+        zi_pool_run(cb(be)->pool, ew_worker, a);
+    else
+        ew_worker(a, 0, 1);
+}
+
+static void cpu_rmsnorm(zi_backend *be, float *y, const float *x, const float *w, int n_tokens,
+                        int dim, float eps) {
+    ew_args a = {.op = EW_RMSNORM, .y = y, .x = x, .w = w, .n = n_tokens, .dim = dim, .eps = eps};
+    ew_run(be, &a, (int64_t)n_tokens * dim);
+}
+
+static void cpu_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
+                     int head_dim, int rope_dim, float base) {
+    ew_args a = {.op = EW_ROPE, .y = x, .pos = pos, .n = n_tokens, .n_heads = n_heads,
+                 .head_dim = head_dim, .rope_dim = rope_dim, .base = base};
+    ew_run(be, &a, (int64_t)n_tokens * n_heads * rope_dim * 4);
+}
+
+static void cpu_kv_store(zi_backend *be, float *kcache, float *vcache, const float *k,
+                         const float *v, const zi_batch_view *b, const zi_attn_shape *s) {
+    (void)be;
+    size_t kvd = (size_t)s->n_kv_heads * s->head_dim;
+    for (int t = 0; t < b->n_tokens; t++) {
+        size_t off = ((size_t)b->seq[t] * s->ctx + (size_t)b->pos[t]) * kvd;
+        memcpy(kcache + off, k + t * kvd, kvd * sizeof(float));
+        memcpy(vcache + off, v + t * kvd, kvd * sizeof(float));
+    }
+}
+
+typedef struct attn_args {
+    cpu_backend *c;
+    float *out;
+    const float *q;
+    const float *kc, *vc;
+    const zi_batch_view *b;
+    const zi_attn_shape *s;
+} attn_args;
+
+static void attn_worker(void *p, int ith, int nth) {
+    attn_args *a = p;
+    const zi_attn_shape *s = a->s;
+    const zi_cpu_kernels *k = a->c->k;
+    float *scores = a->c->scratch + (size_t)ith * a->c->scratch_per_thread;
+    int hd = s->head_dim;
+    size_t kvd = (size_t)s->n_kv_heads * hd;
+    int group = s->n_heads / s->n_kv_heads;
+    int64_t total = (int64_t)a->b->n_tokens * s->n_heads;
+    for (int64_t task = ith; task < total; task += nth) {
+        int t = (int)(task / s->n_heads), h = (int)(task % s->n_heads);
+        int kvh = h / group;
+        const float *q = a->q + ((size_t)t * s->n_heads + h) * hd;
+        float *out = a->out + ((size_t)t * s->n_heads + h) * hd;
+        size_t base = (size_t)a->b->seq[t] * s->ctx * kvd + (size_t)kvh * hd;
+        int n = a->b->pos[t] + 1;
+        float mx = -INFINITY;
+        for (int j = 0; j < n; j++) {
+            float sc = k->dot(q, a->kc + base + (size_t)j * kvd, hd) * s->scale;
+            scores[j] = sc;
+            mx = sc > mx ? sc : mx;
+        }
+        double sum = 0.0;
+        for (int j = 0; j < n; j++) {
+            scores[j] = expf(scores[j] - mx);
+            sum += scores[j];
+        }
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int j = 0; j < n; j++) k->axpy(out, scores[j], a->vc + base + (size_t)j * kvd, hd);
+        k->scale(out, (float)(1.0 / sum), hd);
+    }
+}
+
+static void cpu_attention(zi_backend *be, float *out, const float *q, const float *kcache,
+                          const float *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
+    cpu_backend *c = cb(be);
+    if ((size_t)s->ctx > c->scratch_per_thread) {
+        float *ns = realloc(c->scratch, (size_t)s->ctx * (size_t)zi_pool_size(c->pool) * sizeof(float));
+        if (!ns) abort(); /* ctx-sized scratch; ctx was validated at load */
+        c->scratch = ns;
+        c->scratch_per_thread = (size_t)s->ctx;
+    }
+    attn_args a = {c, out, q, kcache, vcache, b, s};
+    if ((int64_t)b->n_tokens * s->n_heads == 1)
+        attn_worker(&a, 0, 1);
+    else
+        zi_pool_run(c->pool, attn_worker, &a);
+}
+
+static void cpu_swiglu(zi_backend *be, float *out, const float *gate, const float *up, size_t n) {
+    ew_args a = {.op = EW_SWIGLU, .y = out, .x = gate, .w = up, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n * 4);
+}
+
+static void cpu_add(zi_backend *be, float *x, const float *y, size_t n) {
+    ew_args a = {.op = EW_ADD, .y = x, .x = y, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n);
+}
+
+static void cpu_destroy(zi_backend *be) {
+    cpu_backend *c = cb(be);
+    if (!c) return;
+    zi_pool_destroy(c->pool);
+    free(c->qbuf);
+    free(c->scratch);
+    free(c);
+}
+
+static const zi_backend_ops cpu_ops = {
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .weight_init = cpu_weight_init,
+    .weight_free = cpu_weight_free,
+    .vector_init = cpu_vector_init,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .matmul = cpu_matmul,
+    .get_rows = cpu_get_rows,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .kv_store = cpu_kv_store,
+    .attention = cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .sync = cpu_sync,
+};
+
+int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error *err) {
+    int n = opt && opt->n_threads > 0 ? opt->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 1) n = 1;
+    if (n > 1024) return zi_error_set(err, ZI_EINVAL, "--threads %d is more than 1024", n);
+    const zi_cpu_kernels *k =
+        opt && opt->isa ? zi_cpu_kernels_by_name(opt->isa) : zi_cpu_kernels_select();
+    if (!k)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "CPU kernel set '%s' is unknown or not supported by this CPU "
+                            "(ZINFER_CPU_ISA / --isa: scalar, avx2, avx512)",
+                            opt && opt->isa ? opt->isa : getenv("ZINFER_CPU_ISA"));
+    cpu_backend *c = calloc(1, sizeof *c);
+    if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory creating the CPU backend");
+    c->base.ops = &cpu_ops;
+    c->k = k;
+    c->pool = zi_pool_create(n);
+    if (!c->pool) {
+        free(c);
+        return zi_error_set(err, ZI_ENOMEM, "cannot start %d CPU threads", n);
+    }
+    *out = &c->base;
+    return ZI_OK;
+}
+
+const char *zi_cpu_backend_isa(const zi_backend *be) { return ((const cpu_backend *)be)->k->isa; }
+int zi_cpu_backend_threads(const zi_backend *be) {
+    return zi_pool_size(((const cpu_backend *)be)->pool);
+}

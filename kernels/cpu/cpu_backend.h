@@ -1,0 +1,25 @@
+/*
+ * cpu_backend.h - the CPU implementation of the backend interface.
+ *
+ * Weights stay in the file mapping (no copy): the kernels read GGUF blocks
+ * in place. Work is split across a thread pool: matrix products by output
+ * rows, attention by (token, head), element-wise ops by tokens once a batch
+ * is large enough to pay for the fork-join.
+ */
+#ifndef ZI_CPU_BACKEND_H
+#define ZI_CPU_BACKEND_H
+
+#include "backend.h"
+
+typedef struct zi_cpu_options {
+    int n_threads; /* <= 0: one per online CPU */
+    const char *isa; /* NULL: best available; else "scalar", "avx2", "avx512" */
+} zi_cpu_options;
+
+int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error *err);
+
+/* The kernel table in use ("avx512", ...), and the thread count. */
+const char *zi_cpu_backend_isa(const zi_backend *be);
+int zi_cpu_backend_threads(const zi_backend *be);
+
+#endif

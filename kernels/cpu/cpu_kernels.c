@@ -1,0 +1,35 @@
+/*
+ * cpu_kernels.c - run-time choice of the kernel table (see cpu_kernels.h).
+ */
+#include "cpu_kernels.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int cpu_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+static int cpu_has_avx512(void) {
+    __builtin_cpu_init();
+    return cpu_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
+}
+
+const zi_cpu_kernels *zi_cpu_kernels_by_name(const char *isa) {
+    if (strcmp(isa, "scalar") == 0) return &zi_cpu_kernels_scalar;
+    if (strcmp(isa, "avx2") == 0) return cpu_has_avx2() ? &zi_cpu_kernels_avx2 : NULL;
+    if (strcmp(isa, "avx512") == 0) return cpu_has_avx512() ? &zi_cpu_kernels_avx512 : NULL;
+    return NULL;
+}
+
+const zi_cpu_kernels *zi_cpu_kernels_select(void) {
+    const char *forced = getenv("ZINFER_CPU_ISA");
+    if (forced && *forced) return zi_cpu_kernels_by_name(forced);
+    if (cpu_has_avx512()) return &zi_cpu_kernels_avx512;
+    if (cpu_has_avx2()) return &zi_cpu_kernels_avx2;
+    return &zi_cpu_kernels_scalar;
+}

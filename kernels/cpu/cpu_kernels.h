@@ -1,0 +1,63 @@
+/*
+ * cpu_kernels.h - the CPU inner loops, one table per instruction set.
+ *
+ * The same source (cpu_kernels_impl.h) is compiled three times: plain C
+ * (kernels_scalar.c), with AVX2+FMA+F16C (kernels_avx2.c) and with
+ * AVX-512 BW/VL/VNNI (kernels_avx512.c). Each compilation exports one table;
+ * zi_cpu_kernels_select() picks the best table this CPU supports at run
+ * time, so one binary runs everywhere and uses what the machine has. The
+ * environment variable ZINFER_CPU_ISA=scalar|avx2|avx512 forces a table
+ * (tests compare every table against the scalar one).
+ *
+ * Kernels work on row ranges so the backend's thread pool can split a
+ * matrix by rows; they never allocate and never synchronize.
+ */
+#ifndef ZI_CPU_KERNELS_H
+#define ZI_CPU_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+
+typedef struct zi_cpu_kernels {
+    const char *isa;
+    /* x[0..n) -> n/32 activation blocks; n a multiple of 32. */
+    void (*quantize_act)(const float *x, zi_q8a *q, int64_t n);
+    /*
+     * Quantized matrix product over rows [r0, r1):
+     *   y[t * ldy + r] = dot(W row r, activation t)  for t < n_tokens
+     * W rows are row_bytes apart; each activation has nb blocks, activations
+     * are nb blocks apart.
+     */
+    void (*mm_q4_0)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8a *a,
+                    int64_t nb, int n_tokens, float *y, int64_t ldy);
+    void (*mm_q4_1)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8a *a,
+                    int64_t nb, int n_tokens, float *y, int64_t ldy);
+    void (*mm_q8_0)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8a *a,
+                    int64_t nb, int n_tokens, float *y, int64_t ldy);
+    /* Float-weight products (F32/F16/BF16 rows) with float activations of
+     * length n, n apart. */
+    void (*mm_f32)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,
+                   int64_t n, int n_tokens, float *y, int64_t ldy);
+    void (*mm_f16)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,
+                   int64_t n, int n_tokens, float *y, int64_t ldy);
+    void (*mm_bf16)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,
+                    int64_t n, int n_tokens, float *y, int64_t ldy);
+    /* Attention helpers over float vectors. */
+    float (*dot)(const float *a, const float *b, int64_t n);
+    void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
+    void (*scale)(float *y, float a, int64_t n);                /* y *= a */
+} zi_cpu_kernels;
+
+extern const zi_cpu_kernels zi_cpu_kernels_scalar;
+extern const zi_cpu_kernels zi_cpu_kernels_avx2;
+extern const zi_cpu_kernels zi_cpu_kernels_avx512;
+
+/* The best table for this CPU, or the one ZINFER_CPU_ISA names (NULL if it
+ * names one this CPU cannot run or an unknown name). */
+const zi_cpu_kernels *zi_cpu_kernels_select(void);
+/* The table called `isa` if this CPU can run it, else NULL. */
+const zi_cpu_kernels *zi_cpu_kernels_by_name(const char *isa);
+
+#endif

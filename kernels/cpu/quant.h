@@ -1,0 +1,117 @@
+/*
+ * quant.h - the quantized block formats of GGUF tensors, and zinfer's own
+ * block format for quantized activations.
+ *
+ * A quantized weight row is a run of blocks of 32 values. Layouts (the facts
+ * of the GGUF format):
+ *   Q4_0: f16 d; u8 qs[16]            value[i] = (nibble_i - 8) * d
+ *   Q4_1: f16 d; f16 m; u8 qs[16]     value[i] = nibble_i * d + m
+ *   Q8_0: f16 d; i8 qs[32]            value[i] = qs[i] * d
+ * where nibble_i for i < 16 is the low nibble of qs[i] and for i >= 16 the
+ * high nibble of qs[i - 16].
+ *
+ * Matrix products quantize the activation vector to zi_q8a blocks (int8 with
+ * one float scale per 32 values, plus the integer sum, which the Q4_1 offset
+ * and the Q4_0/Q8_0 sign tricks need), so the inner loops are integer dot
+ * products. This is also what llama.cpp does, so the rounding error is of
+ * the same kind and size.
+ */
+#ifndef ZI_QUANT_H
+#define ZI_QUANT_H
+
+#include <stdint.h>
+#include <string.h>
+
+#define ZI_QK 32
+
+typedef struct {
+    uint16_t d;
+    uint8_t qs[ZI_QK / 2];
+} zi_block_q4_0;
+
+typedef struct {
+    uint16_t d;
+    uint16_t m;
+    uint8_t qs[ZI_QK / 2];
+} zi_block_q4_1;
+
+typedef struct {
+    uint16_t d;
+    int8_t qs[ZI_QK];
+} zi_block_q8_0;
+
+/* A quantized activation block: x[i] ~= q[i] * d; isum = sum of q[i]. */
+typedef struct {
+    float d;
+    int32_t isum;
+    int8_t q[ZI_QK];
+} zi_q8a;
+
+_Static_assert(sizeof(zi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
+_Static_assert(sizeof(zi_block_q4_1) == 20, "Q4_1 block is 20 bytes");
+_Static_assert(sizeof(zi_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+
+/* IEEE half -> float, exact for every input including subnormals, inf, NaN. */
+static inline float zi_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: renormalize */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* float -> IEEE half, round to nearest even. */
+static inline uint16_t zi_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    int32_t exp = (int32_t)((x >> 23) & 0xff) - 127 + 15;
+    uint32_t man = x & 0x7fffff;
+    if (((x >> 23) & 0xff) == 0xff) return (uint16_t)(sign | 0x7c00 | (man ? 0x200 : 0));
+    if (exp >= 31) return (uint16_t)(sign | 0x7c00);
+    if (exp <= 0) {
+        if (exp < -10) return (uint16_t)sign;
+        man |= 0x800000;
+        uint32_t shift = (uint32_t)(14 - exp);
+        uint32_t half = man >> shift;
+        uint32_t rem = man & ((1u << shift) - 1);
+        uint32_t mid = 1u << (shift - 1);
+        if (rem > mid || (rem == mid && (half & 1))) half++;
+        return (uint16_t)(sign | half);
+    }
+    uint32_t h = sign | ((uint32_t)exp << 10) | (man >> 13);
+    uint32_t rem = man & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++; /* may carry into exp: correct */
+    return (uint16_t)h;
+}
+
+static inline float zi_bf16_to_f32(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+/* Dequantizes n values (n a multiple of the block size for block types) of a
+ * row of `type` into y. */
+void zi_dequantize_row(int type, const void *row, float *y, int64_t n);
+
+#endif

@@ -1,0 +1,385 @@
+/*
+ * model.c - the Llama-family forward pass (see model.h).
+ *
+ * Short on purpose: every operation is a call into the backend, so this file
+ * is the architecture and nothing else. Buffers are sized for the largest
+ * batch seen so far and reused.
+ */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct zi_layer {
+    float *attn_norm, *ffn_norm;
+    zi_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+} zi_layer;
+
+struct zi_model {
+    zi_model_config cfg;
+    zi_backend *be;
+    zi_gguf *gguf;
+    zi_weight tok_embd, output;
+    float *output_norm;
+    zi_layer *layers;
+    uint64_t weight_bytes;
+    /* activation buffers, in backend memory, for up to `cap` tokens */
+    int cap;
+    float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
+    int logits_cap;
+    float *logits;
+};
+
+struct zi_kv_cache {
+    zi_model *m;
+    int n_slots, ctx;
+    float **k, **v; /* per layer: [n_slots][ctx][n_kv_heads * head_dim] */
+};
+
+/* ---- loading ---- */
+
+static int meta_u32(const zi_gguf *g, const char *arch, const char *key, uint32_t *out,
+                    zi_error *err) {
+    char full[128];
+    snprintf(full, sizeof full, "%s.%s", arch, key);
+    return zi_gguf_get_u32(g, full, out, err);
+}
+
+static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
+    zi_str arch;
+    int rc = zi_gguf_get_str(g, "general.architecture", &arch, err);
+    if (rc) return rc;
+    if (!zi_str_eq(arch, "llama"))
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "unsupported architecture '%.*s' (general.architecture); zinfer "
+                            "supports: llama",
+                            (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
+    snprintf(c->arch, sizeof c->arch, "llama");
+    uint32_t v;
+    struct {
+        const char *key;
+        int *dst;
+    } req[] = {{"block_count", &c->n_layers},
+               {"embedding_length", &c->dim},
+               {"feed_forward_length", &c->ffn_dim},
+               {"attention.head_count", &c->n_heads},
+               {"context_length", &c->ctx_train}};
+    for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
+        if ((rc = meta_u32(g, c->arch, req[i].key, &v, err))) return rc;
+        if (v == 0 || v > (1u << 24))
+            return zi_error_set(err, ZI_EFORMAT, "llama.%s = %u is out of range", req[i].key, v);
+        *req[i].dst = (int)v;
+    }
+    char key[128];
+    snprintf(key, sizeof key, "%s.attention.head_count_kv", c->arch);
+    if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)c->n_heads, &v, err))) return rc;
+    c->n_kv_heads = (int)v;
+    if (c->n_kv_heads == 0 || c->n_heads % c->n_kv_heads != 0)
+        return zi_error_set(err, ZI_EFORMAT, "%s = %d does not divide head_count %d", key,
+                            c->n_kv_heads, c->n_heads);
+    snprintf(key, sizeof key, "%s.attention.key_length", c->arch);
+    if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)(c->dim / c->n_heads), &v, err))) return rc;
+    c->head_dim = (int)v;
+    if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 1024)
+        return zi_error_set(err, ZI_EFORMAT, "head dimension %d is not an even number <= 1024",
+                            c->head_dim);
+    snprintf(key, sizeof key, "%s.rope.dimension_count", c->arch);
+    if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)c->head_dim, &v, err))) return rc;
+    c->rope_dim = (int)v;
+    if (c->rope_dim <= 0 || c->rope_dim > c->head_dim || c->rope_dim % 2)
+        return zi_error_set(err, ZI_EFORMAT, "%s = %d must be even and at most the head dim %d",
+                            key, c->rope_dim, c->head_dim);
+    snprintf(key, sizeof key, "%s.rope.freq_base", c->arch);
+    if ((rc = zi_gguf_get_f32_or(g, key, 10000.0f, &c->rope_base, err))) return rc;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", c->arch);
+    if ((rc = zi_gguf_get_f32_or(g, key, 1e-5f, &c->norm_eps, err))) return rc;
+    if (!(c->rope_base > 0.0f) || !(c->norm_eps >= 0.0f) || !isfinite(c->rope_base))
+        return zi_error_set(err, ZI_EFORMAT, "rope.freq_base %g / rms epsilon %g out of range",
+                            c->rope_base, c->norm_eps);
+    snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
+    const zi_gguf_kv *scaling = zi_gguf_find_kv(g, key);
+    if (scaling && scaling->type == ZI_GGUF_STRING && !zi_str_eq(scaling->str, "none"))
+        return zi_error_set(err, ZI_EUNSUPPORTED, "%s = '%.*s' is not supported", key,
+                            (int)scaling->str.len, scaling->str.ptr);
+    return ZI_OK;
+}
+
+/* Finds tensor `name` and checks its shape is exactly (ne0, ne1). */
+static int find_tensor(const zi_gguf *g, const char *name, int64_t ne0, int64_t ne1,
+                       const zi_gguf_tensor **out, zi_error *err) {
+    const zi_gguf_tensor *t = zi_gguf_find_tensor(g, name);
+    if (!t) return zi_error_set(err, ZI_EFORMAT, "missing tensor '%s'", name);
+    int64_t want_dims = ne1 > 1 ? 2 : 1;
+    if ((int64_t)t->n_dims != want_dims || t->ne[0] != ne0 || t->ne[1] != ne1)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
+                            name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims,
+                            (long long)ne0, (long long)ne1);
+    *out = t;
+    return ZI_OK;
+}
+
+static int load_matrix(zi_model *m, const char *name, int64_t cols, int64_t rows, zi_weight *w,
+                       zi_error *err) {
+    const zi_gguf_tensor *t;
+    int rc = find_tensor(m->gguf, name, cols, rows, &t, err);
+    if (rc) return rc;
+    if ((rc = m->be->ops->weight_init(m->be, w, t, err))) return rc;
+    m->weight_bytes += t->nbytes;
+    return ZI_OK;
+}
+
+static int load_vector(zi_model *m, const char *name, int64_t n, float **out, zi_error *err) {
+    const zi_gguf_tensor *t;
+    int rc = find_tensor(m->gguf, name, n, 1, &t, err);
+    if (rc) return rc;
+    *out = m->be->ops->vector_init(m->be, t, err);
+    return *out ? ZI_OK : err->code;
+}
+
+static int load_weights(zi_model *m, zi_error *err) {
+    const zi_model_config *c = &m->cfg;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    int rc;
+    const zi_gguf_tensor *emb = zi_gguf_find_tensor(m->gguf, "token_embd.weight");
+    if (!emb) return zi_error_set(err, ZI_EFORMAT, "missing tensor 'token_embd.weight'");
+    m->cfg.n_vocab = (int)emb->ne[1];
+    uint32_t vocab;
+    char key[128];
+    snprintf(key, sizeof key, "%s.vocab_size", c->arch);
+    if ((rc = zi_gguf_get_u32_or(m->gguf, key, (uint32_t)emb->ne[1], &vocab, err))) return rc;
+    if ((int64_t)vocab != emb->ne[1])
+        return zi_error_set(err, ZI_EFORMAT, "%s = %u but token_embd.weight has %lld rows", key,
+                            vocab, (long long)emb->ne[1]);
+    if ((rc = load_matrix(m, "token_embd.weight", c->dim, c->n_vocab, &m->tok_embd, err))) return rc;
+    if ((rc = load_vector(m, "output_norm.weight", c->dim, &m->output_norm, err))) return rc;
+    if (zi_gguf_find_tensor(m->gguf, "output.weight")) {
+        if ((rc = load_matrix(m, "output.weight", c->dim, c->n_vocab, &m->output, err))) return rc;
+    } else {
+        m->output = m->tok_embd;
+        m->output.owned = NULL; /* shared, freed once with tok_embd */
+        m->cfg.tied_output = 1;
+    }
+    m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
+    if (!m->layers) return zi_error_set(err, ZI_ENOMEM, "out of memory for %d layers", c->n_layers);
+    for (int l = 0; l < c->n_layers; l++) {
+        zi_layer *L = &m->layers[l];
+        char n[96];
+#define ZI_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
+        if ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
+            (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)) ||
+            (rc = load_matrix(m, ZI_NAME("attn_q.weight"), c->dim, qd, &L->wq, err)) ||
+            (rc = load_matrix(m, ZI_NAME("attn_k.weight"), c->dim, kvd, &L->wk, err)) ||
+            (rc = load_matrix(m, ZI_NAME("attn_v.weight"), c->dim, kvd, &L->wv, err)) ||
+            (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
+            (rc = load_matrix(m, ZI_NAME("ffn_gate.weight"), c->dim, c->ffn_dim, &L->w_gate, err)) ||
+            (rc = load_matrix(m, ZI_NAME("ffn_up.weight"), c->dim, c->ffn_dim, &L->w_up, err)) ||
+            (rc = load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down, err)))
+            return rc;
+#undef ZI_NAME
+    }
+    return ZI_OK;
+}
+
+int zi_model_load(const char *path, zi_backend *be, zi_model **out, zi_error *err) {
+    zi_model *m = calloc(1, sizeof *m);
+    if (!m) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    m->be = be;
+    int rc = zi_gguf_open(path, &m->gguf, err);
+    if (!rc) rc = load_config(m->gguf, &m->cfg, err);
+    if (!rc) rc = load_weights(m, err);
+    if (rc) {
+        if (m->gguf) zi_error_prefix(err, "%s", path);
+        zi_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return ZI_OK;
+}
+
+static void free_buffers(zi_model *m) {
+    zi_backend *be = m->be;
+    float **bufs[] = {&m->x, &m->xn, &m->q, &m->k, &m->v, &m->att, &m->gate, &m->up, &m->tmp};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        be->ops->free(be, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    be->ops->free(be, m->logits);
+    m->logits = NULL;
+    m->cap = m->logits_cap = 0;
+}
+
+void zi_model_free(zi_model *m) {
+    if (!m) return;
+    zi_backend *be = m->be;
+    free_buffers(m);
+    if (m->layers) {
+        for (int l = 0; l < m->cfg.n_layers; l++) {
+            zi_layer *L = &m->layers[l];
+            zi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
+            free(L->attn_norm);
+            free(L->ffn_norm);
+        }
+        free(m->layers);
+    }
+    if (!m->cfg.tied_output) be->ops->weight_free(be, &m->output);
+    be->ops->weight_free(be, &m->tok_embd);
+    free(m->output_norm);
+    zi_gguf_close(m->gguf);
+    free(m);
+}
+
+const zi_model_config *zi_model_get_config(const zi_model *m) { return &m->cfg; }
+const zi_gguf *zi_model_gguf(const zi_model *m) { return m->gguf; }
+uint64_t zi_model_weight_bytes(const zi_model *m) { return m->weight_bytes; }
+
+/* ---- KV cache ---- */
+
+int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err) {
+    if (n_slots < 1 || ctx < 1)
+        return zi_error_set(err, ZI_EINVAL, "KV cache needs at least 1 slot and 1 position");
+    zi_kv_cache *kv = calloc(1, sizeof *kv);
+    if (!kv) return zi_error_set(err, ZI_ENOMEM, "out of memory for the KV cache");
+    kv->m = m;
+    kv->n_slots = n_slots;
+    kv->ctx = ctx;
+    int L = m->cfg.n_layers;
+    kv->k = calloc((size_t)L, sizeof *kv->k);
+    kv->v = calloc((size_t)L, sizeof *kv->v);
+    size_t bytes = (size_t)n_slots * (size_t)ctx * (size_t)m->cfg.n_kv_heads *
+                   (size_t)m->cfg.head_dim * sizeof(float);
+    int ok = kv->k && kv->v;
+    for (int l = 0; ok && l < L; l++) {
+        kv->k[l] = m->be->ops->alloc(m->be, bytes);
+        kv->v[l] = m->be->ops->alloc(m->be, bytes);
+        ok = kv->k[l] && kv->v[l];
+    }
+    if (!ok) {
+        zi_kv_cache_free(kv);
+        return zi_error_set(err, ZI_ENOMEM, "cannot allocate a KV cache of %d slots x %d positions "
+                            "(%.1f MiB)", n_slots, ctx, 2.0 * L * (double)bytes / (1 << 20));
+    }
+    *out = kv;
+    return ZI_OK;
+}
+
+void zi_kv_cache_free(zi_kv_cache *kv) {
+    if (!kv) return;
+    zi_backend *be = kv->m->be;
+    for (int l = 0; l < kv->m->cfg.n_layers; l++) {
+        if (kv->k) be->ops->free(be, kv->k[l]);
+        if (kv->v) be->ops->free(be, kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
+    free(kv);
+}
+
+int zi_kv_cache_ctx(const zi_kv_cache *kv) { return kv->ctx; }
+int zi_kv_cache_slots(const zi_kv_cache *kv) { return kv->n_slots; }
+
+/* ---- forward ---- */
+
+static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, zi_error *err) {
+    zi_backend *be = m->be;
+    const zi_model_config *c = &m->cfg;
+    if (n_tokens > m->cap) {
+        free_buffers(m);
+        size_t T = (size_t)n_tokens;
+        size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+        struct {
+            float **p;
+            size_t n;
+        } want[] = {{&m->x, c->dim},   {&m->xn, c->dim},       {&m->q, qd},
+                    {&m->k, kvd},      {&m->v, kvd},           {&m->att, qd},
+                    {&m->gate, c->ffn_dim}, {&m->up, c->ffn_dim}, {&m->tmp, c->dim}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            *want[i].p = be->ops->alloc(be, T * want[i].n * sizeof(float));
+            if (!*want[i].p) {
+                free_buffers(m);
+                return zi_error_set(err, ZI_ENOMEM, "out of memory for a batch of %d tokens",
+                                    n_tokens);
+            }
+        }
+        m->cap = n_tokens;
+    }
+    if (n_wanted > m->logits_cap) {
+        be->ops->free(be, m->logits);
+        m->logits = be->ops->alloc(be, (size_t)n_wanted * c->n_vocab * sizeof(float));
+        m->logits_cap = m->logits ? n_wanted : 0;
+        if (!m->logits)
+            return zi_error_set(err, ZI_ENOMEM, "out of memory for %d rows of logits", n_wanted);
+    }
+    return ZI_OK;
+}
+
+static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_batch *b,
+                          zi_error *err) {
+    if (b->n_tokens < 1) return zi_error_set(err, ZI_EINVAL, "empty batch");
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab)
+            return zi_error_set(err, ZI_EINVAL, "token id %d at index %d is outside the vocabulary "
+                                "(0..%d)", b->tokens[i], i, m->cfg.n_vocab - 1);
+        if (b->seq[i] < 0 || b->seq[i] >= kv->n_slots)
+            return zi_error_set(err, ZI_EINVAL, "sequence slot %d at index %d is outside 0..%d",
+                                b->seq[i], i, kv->n_slots - 1);
+        if (b->pos[i] < 0 || b->pos[i] >= kv->ctx)
+            return zi_error_set(err, ZI_ERANGE, "position %d at index %d is outside the context "
+                                "of %d tokens", b->pos[i], i, kv->ctx);
+    }
+    return ZI_OK;
+}
+
+int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits,
+                     zi_error *err) {
+    int rc = validate_batch(m, kv, b, err);
+    if (rc) return rc;
+    int T = b->n_tokens, n_wanted = 0;
+    for (int i = 0; i < T; i++) n_wanted += b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
+    if ((rc = ensure_buffers(m, T, n_wanted, err))) return rc;
+
+    zi_backend *be = m->be;
+    const zi_backend_ops *op = be->ops;
+    const zi_model_config *c = &m->cfg;
+    zi_batch_view view = {T, b->pos, b->seq};
+    zi_attn_shape shape = {c->n_heads, c->n_kv_heads, c->head_dim, kv->ctx,
+                           1.0f / sqrtf((float)c->head_dim)};
+
+    op->get_rows(be, m->x, &m->tok_embd, b->tokens, T);
+    for (int l = 0; l < c->n_layers; l++) {
+        const zi_layer *L = &m->layers[l];
+        op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, c->dim, c->norm_eps);
+        op->matmul(be, m->q, &L->wq, m->xn, T);
+        op->matmul(be, m->k, &L->wk, m->xn, T);
+        op->matmul(be, m->v, &L->wv, m->xn, T);
+        op->rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, c->rope_base);
+        op->rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, c->rope_base);
+        op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
+        op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &view, &shape);
+        op->matmul(be, m->tmp, &L->wo, m->att, T);
+        op->add(be, m->x, m->tmp, (size_t)T * c->dim);
+
+        op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, c->dim, c->norm_eps);
+        op->matmul(be, m->gate, &L->w_gate, m->xn, T);
+        op->matmul(be, m->up, &L->w_up, m->xn, T);
+        op->swiglu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
+        op->matmul(be, m->tmp, &L->w_down, m->gate, T);
+        op->add(be, m->x, m->tmp, (size_t)T * c->dim);
+    }
+    /* Normalize only the rows whose logits are wanted, packed together. */
+    int j = 0;
+    for (int i = 0; i < T; i++) {
+        int want = b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
+        if (!want) continue;
+        op->rmsnorm(be, m->xn + (size_t)j * c->dim, m->x + (size_t)i * c->dim, m->output_norm, 1,
+                    c->dim, c->norm_eps);
+        j++;
+    }
+    op->matmul(be, m->logits, &m->output, m->xn, n_wanted);
+    op->download(be, logits, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));
+    op->sync(be);
+    return ZI_OK;
+}

@@ -1,0 +1,85 @@
+/*
+ * model.h - the Llama-family transformer, written once against the backend
+ * interface (kernels/backend.h).
+ *
+ * zi_model_load() maps a GGUF file, reads every hyper-parameter from its
+ * metadata (nothing is hard-coded), checks that each tensor the architecture
+ * needs is present with the right shape and a supported type, and hands the
+ * weights to the backend. zi_model_forward() runs one batched forward pass
+ * over any mix of sequences and positions, writing K/V into a zi_kv_cache
+ * and returning logits for the tokens that ask for them.
+ *
+ * Architecture (GGUF "llama"): token embedding; per layer RMSNorm ->
+ * Q,K,V projections -> RoPE (adjacent-pair layout, as GGUF llama files are
+ * stored) -> causal grouped-query attention -> output projection ->
+ * residual; RMSNorm -> SwiGLU feed-forward -> residual; final RMSNorm and the
+ * output head (output.weight, or the tied token embedding).
+ */
+#ifndef ZI_MODEL_H
+#define ZI_MODEL_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "gguf.h"
+#include "zi_error.h"
+
+typedef struct zi_model_config {
+    char arch[32];
+    int n_layers;
+    int dim;       /* embedding_length */
+    int ffn_dim;   /* feed_forward_length */
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;  /* dim / n_heads */
+    int rope_dim;  /* rope.dimension_count, defaults to head_dim */
+    int n_vocab;
+    int ctx_train; /* context_length the model was trained for */
+    float rope_base;
+    float norm_eps;
+    int tied_output; /* 1 when the output head is token_embd.weight */
+} zi_model_config;
+
+typedef struct zi_model zi_model;
+
+/* Loads the model at path onto backend be (which must outlive the model).
+ * The GGUF stays mapped for the model's lifetime; zi_model_gguf() lends it
+ * to the tokenizer. Errors name the file and the key/tensor at fault. */
+int zi_model_load(const char *path, zi_backend *be, zi_model **out, zi_error *err);
+void zi_model_free(zi_model *m);
+const zi_model_config *zi_model_get_config(const zi_model *m);
+const zi_gguf *zi_model_gguf(const zi_model *m);
+/* Bytes of weight data the model reads per token (for bandwidth estimates). */
+uint64_t zi_model_weight_bytes(const zi_model *m);
+
+/*
+ * The KV cache: n_slots independent sequences of up to ctx positions each,
+ * float32 K and V for every layer, in backend memory. Memory is
+ * 2 * n_layers * n_slots * ctx * n_kv_heads * head_dim * 4 bytes.
+ */
+typedef struct zi_kv_cache zi_kv_cache;
+int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err);
+void zi_kv_cache_free(zi_kv_cache *kv);
+int zi_kv_cache_ctx(const zi_kv_cache *kv);
+int zi_kv_cache_slots(const zi_kv_cache *kv);
+
+/* One forward pass. Token i has id tokens[i] at position pos[i] of slot
+ * seq[i]; positions 0..pos[i]-1 of that slot must already be in the cache
+ * (written by earlier passes or earlier in this batch). When want_logits is
+ * NULL only the last token's logits are returned; otherwise those of every
+ * token i with want_logits[i] != 0, in order. */
+typedef struct zi_batch {
+    int n_tokens;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const int32_t *seq;
+    const uint8_t *want_logits;
+} zi_batch;
+
+/* Validates the batch (ids inside the vocabulary, slots and positions
+ * inside the cache, n_tokens within the model's reserved batch size) and
+ * runs it; logits gets n_wanted * n_vocab floats (host memory). */
+int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits,
+                     zi_error *err);
+
+#endif

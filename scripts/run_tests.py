@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""scripts/run_tests.py BUILDDIR... - run the unit and end-to-end tests of
+each build directory and print, last, "N passed, N failed".
+
+Unit tests are the executables meson registered (cmocka: each binary holds
+many cases; its summary lines are counted). End-to-end tests are pytest files
+under tests/e2e, run against BUILDDIR/zinfer; under a sanitizer build only
+the tests marked fast-enough (ZINFER_SANITIZED=1 tells them) are run.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def unit_tests(build):
+    out = subprocess.run(["meson", "introspect", "--tests", build], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
+def run_cmocka(t, env):
+    start = time.time()
+    p = subprocess.run(t["cmd"], cwd=t.get("workdir") or ROOT, env=env,
+                       capture_output=True, text=True, timeout=t.get("timeout") or 600)
+    text = p.stdout + p.stderr
+    passed = sum(int(n) for n in re.findall(r"\[  PASSED  \] (\d+) test", text))
+    failed = sum(int(n) for n in re.findall(r"\[  FAILED  \] (\d+) test", text))
+    sanitizer = "ERROR: AddressSanitizer" in text or "runtime error:" in text
+    if p.returncode != 0 and failed == 0:
+        failed = 1  # crashed or exited non-zero without a cmocka summary
+    if sanitizer and failed == 0:
+        failed = 1
+    return passed, failed, text, time.time() - start
+
+
+def main():
+    builds = sys.argv[1:] or ["build"]
+    total_pass = total_fail = 0
+    failures = []
+    for build in builds:
+        sanitized = "asan" in build
+        env = dict(os.environ)
+        env["ZINFER_BIN"] = os.path.join(ROOT, build, "zinfer")
+        env["UBSAN_OPTIONS"] = "print_stacktrace=1:halt_on_error=1"
+        env["ASAN_OPTIONS"] = "detect_leaks=1"
+        if sanitized:
+            env["ZINFER_SANITIZED"] = "1"
+        for t in unit_tests(build):
+            p, f, text, secs = run_cmocka(t, env)
+            print(f"[{build}] {t['name']}: {p} passed, {f} failed ({secs:.1f} s)", flush=True)
+            total_pass += p
+            total_fail += f
+            if f:
+                failures.append(f"[{build}] {t['name']}\n{text[-4000:]}")
+        # End-to-end tests (pytest), against this build's binary.
+        junit = os.path.join(ROOT, build, "e2e-junit.xml")
+        start = time.time()
+        p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
+                            f"--junitxml={junit}", "tests/e2e"], cwd=ROOT, env=env,
+                           capture_output=True, text=True)
+        text = p.stdout + p.stderr
+        m_pass = re.search(r"(\d+) passed", text)
+        m_fail = re.search(r"(\d+) failed", text)
+        m_err = re.search(r"(\d+) errors?", text)
+        ep = int(m_pass.group(1)) if m_pass else 0
+        ef = (int(m_fail.group(1)) if m_fail else 0) + (int(m_err.group(1)) if m_err else 0)
+        if p.returncode not in (0, 1, 5) and ef == 0:
+            ef = 1
+        print(f"[{build}] e2e (pytest): {ep} passed, {ef} failed ({time.time() - start:.1f} s)",
+              flush=True)
+        total_pass += ep
+        total_fail += ef
+        if ef:
+            failures.append(f"[{build}] e2e\n{text[-6000:]}")
+    for f in failures:
+        print("\n---- FAILED:", f)
+    print(f"{total_pass} passed, {total_fail} failed")
+    return 1 if total_fail else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,288 @@
+/*
+ * test_kernels.c - the CPU kernels against plain float arithmetic.
+ *
+ * Every kernel table this CPU can run (scalar, avx2, avx512) must give the
+ * same products as dequantize-then-multiply in double, up to the error of
+ * quantizing the activations; and the SIMD tables must agree with the scalar
+ * table to float rounding, because their integer partial sums are identical.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpu_backend.h"
+#include "cpu_kernels.h"
+#include "gguf.h"
+#include "quant.h"
+#include "threadpool.h"
+
+static uint64_t rng_state = 88172645463325252ull;
+static double urand(void) { /* xorshift64: deterministic across runs */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (double)(rng_state >> 11) / 9007199254740992.0;
+}
+static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
+
+/* Random quantized rows of `type`: rows x cols. */
+static void *make_rows(int type, int rows, int cols, size_t *row_bytes) {
+    size_t rb = (size_t)cols / zi_ggml_type_block_elems(type) * zi_ggml_type_block_bytes(type);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    for (int r = 0; r < rows; r++) {
+        uint8_t *row = w + rb * (size_t)r;
+        switch (type) {
+        case ZI_TYPE_Q4_0:
+            for (int k = 0; k < cols / 32; k++) {
+                zi_block_q4_0 *b = (zi_block_q4_0 *)(void *)(row + k * sizeof *b);
+                b->d = zi_f32_to_f16(frand(0.001f, 0.05f));
+                for (int i = 0; i < 16; i++) b->qs[i] = (uint8_t)(urand() * 256);
+            }
+            break;
+        case ZI_TYPE_Q4_1:
+            for (int k = 0; k < cols / 32; k++) {
+                zi_block_q4_1 *b = (zi_block_q4_1 *)(void *)(row + k * sizeof *b);
+                b->d = zi_f32_to_f16(frand(0.001f, 0.05f));
+                b->m = zi_f32_to_f16(frand(-0.3f, 0.0f));
+                for (int i = 0; i < 16; i++) b->qs[i] = (uint8_t)(urand() * 256);
+            }
+            break;
+        case ZI_TYPE_Q8_0:
+            for (int k = 0; k < cols / 32; k++) {
+                zi_block_q8_0 *b = (zi_block_q8_0 *)(void *)(row + k * sizeof *b);
+                b->d = zi_f32_to_f16(frand(0.0005f, 0.01f));
+                for (int i = 0; i < 32; i++) b->qs[i] = (int8_t)(urand() * 255 - 127);
+            }
+            break;
+        case ZI_TYPE_F32:
+            for (int i = 0; i < cols; i++) ((float *)(void *)row)[i] = frand(-1, 1);
+            break;
+        case ZI_TYPE_F16:
+            for (int i = 0; i < cols; i++) {
+                uint16_t h = zi_f32_to_f16(frand(-1, 1));
+                memcpy(row + 2 * i, &h, 2);
+            }
+            break;
+        case ZI_TYPE_BF16:
+            for (int i = 0; i < cols; i++) {
+                float f = frand(-1, 1);
+                uint32_t bits;
+                memcpy(&bits, &f, 4);
+                uint16_t h = (uint16_t)(bits >> 16);
+                memcpy(row + 2 * i, &h, 2);
+            }
+            break;
+        }
+    }
+    *row_bytes = rb;
+    return w;
+}
+
+static void test_f16_roundtrip_all(void **state) {
+    (void)state;
+    /* Every half that is not NaN must survive half -> float -> half. */
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = zi_f16_to_f32((uint16_t)h);
+        if (isnan(f)) continue;
+        assert_int_equal(zi_f32_to_f16(f), h);
+    }
+    assert_true(zi_f16_to_f32(0x3c00) == 1.0f);
+    assert_true(zi_f16_to_f32(0xc000) == -2.0f);
+    assert_true(zi_f16_to_f32(0x0001) == 5.9604644775390625e-08f); /* smallest subnormal */
+    assert_int_equal(zi_f32_to_f16(65520.0f), 0x7c00);             /* rounds to +inf */
+}
+
+static void test_quantize_act(void **state) {
+    (void)state;
+    const zi_cpu_kernels *k = &zi_cpu_kernels_scalar;
+    float x[64];
+    for (int i = 0; i < 64; i++) x[i] = frand(-3, 3);
+    x[5] = 4.0f; /* the block maximum maps to exactly 127 */
+    zi_q8a q[2];
+    k->quantize_act(x, q, 64);
+    assert_int_equal(q[0].q[5], 127);
+    assert_true(fabsf(q[0].d - 4.0f / 127.0f) < 1e-9f);
+    for (int b = 0; b < 2; b++) {
+        int32_t s = 0;
+        for (int i = 0; i < 32; i++) {
+            s += q[b].q[i];
+            assert_true(fabsf(q[b].q[i] * q[b].d - x[b * 32 + i]) <= q[b].d * 0.5f + 1e-6f);
+        }
+        assert_int_equal(s, q[b].isum);
+    }
+    float zero[32] = {0};
+    k->quantize_act(zero, q, 32);
+    assert_true(q[0].d == 0.0f && q[0].isum == 0);
+}
+
+/* Checks one table's product for one weight type against a double-precision
+ * reference computed from dequantized weights and dequantized activations
+ * (so the only difference allowed is float summation order). */
+static void check_type(const zi_cpu_kernels *k, int type) {
+    const int rows = 37, cols = 576, T = 3;
+    size_t rb;
+    uint8_t *w = make_rows(type, rows, cols, &rb);
+    float *x = malloc(sizeof(float) * T * cols), *y = malloc(sizeof(float) * T * rows);
+    float *xd = malloc(sizeof(float) * T * cols), *wd = malloc(sizeof(float) * cols);
+    for (int i = 0; i < T * cols; i++) x[i] = frand(-2, 2);
+    int quantized = type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0;
+    zi_q8a *q = malloc(sizeof(zi_q8a) * T * cols / 32);
+    if (quantized) {
+        for (int t = 0; t < T; t++) k->quantize_act(x + t * cols, q + t * cols / 32, cols);
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < cols; i++) {
+                const zi_q8a *b = &q[t * cols / 32 + i / 32];
+                xd[t * cols + i] = b->q[i % 32] * b->d;
+            }
+    } else {
+        memcpy(xd, x, sizeof(float) * T * cols);
+    }
+    /* Split the rows in two ranges to exercise r0/r1. */
+    switch (type) {
+    case ZI_TYPE_Q4_0:
+        k->mm_q4_0(w, rb, 0, 20, q, cols / 32, T, y, rows);
+        k->mm_q4_0(w, rb, 20, rows, q, cols / 32, T, y, rows);
+        break;
+    case ZI_TYPE_Q4_1:
+        k->mm_q4_1(w, rb, 0, 20, q, cols / 32, T, y, rows);
+        k->mm_q4_1(w, rb, 20, rows, q, cols / 32, T, y, rows);
+        break;
+    case ZI_TYPE_Q8_0:
+        k->mm_q8_0(w, rb, 0, 20, q, cols / 32, T, y, rows);
+        k->mm_q8_0(w, rb, 20, rows, q, cols / 32, T, y, rows);
+        break;
+    case ZI_TYPE_F32: k->mm_f32(w, rb, 0, rows, x, cols, T, y, rows); break;
+    case ZI_TYPE_F16: k->mm_f16(w, rb, 0, rows, x, cols, T, y, rows); break;
+    case ZI_TYPE_BF16: k->mm_bf16(w, rb, 0, rows, x, cols, T, y, rows); break;
+    }
+    for (int r = 0; r < rows; r++) {
+        zi_dequantize_row(type, w + rb * r, wd, cols);
+        for (int t = 0; t < T; t++) {
+            double ref = 0, mag = 0;
+            for (int i = 0; i < cols; i++) {
+                ref += (double)wd[i] * xd[t * cols + i];
+                mag += fabs((double)wd[i] * xd[t * cols + i]);
+            }
+            double got = y[t * rows + r];
+            if (fabs(got - ref) > 1e-5 * mag + 1e-6)
+                fail_msg("%s type %s row %d token %d: got %.9g want %.9g", k->isa,
+                         zi_ggml_type_name(type), r, t, got, ref);
+        }
+    }
+    free(w);
+    free(x);
+    free(y);
+    free(xd);
+    free(wd);
+    free(q);
+}
+
+static void test_tables_match_reference(void **state) {
+    (void)state;
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    int types[] = {ZI_TYPE_Q4_0, ZI_TYPE_Q4_1, ZI_TYPE_Q8_0,
+                   ZI_TYPE_F32,  ZI_TYPE_F16,  ZI_TYPE_BF16};
+    int ran = 0;
+    for (size_t i = 0; i < 3; i++) {
+        const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[i]);
+        if (!k) continue; /* this CPU lacks the instruction set */
+        ran++;
+        for (size_t j = 0; j < sizeof types / sizeof types[0]; j++) check_type(k, types[j]);
+    }
+    assert_true(ran >= 1);
+}
+
+static void test_dot_axpy(void **state) {
+    (void)state;
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    float a[67], b[67], y[67];
+    for (int i = 0; i < 67; i++) a[i] = frand(-1, 1), b[i] = frand(-1, 1);
+    double ref = 0;
+    for (int i = 0; i < 67; i++) ref += (double)a[i] * b[i];
+    for (size_t i = 0; i < 3; i++) {
+        const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[i]);
+        if (!k) continue;
+        assert_true(fabs(k->dot(a, b, 67) - ref) < 1e-5);
+        memcpy(y, b, sizeof y);
+        k->axpy(y, 0.5f, a, 67);
+        k->scale(y, 2.0f, 67);
+        for (int j = 0; j < 67; j++) assert_true(fabsf(y[j] - (2 * b[j] + a[j])) < 1e-6f);
+    }
+}
+
+static void count_worker(void *ctx, int ith, int nth) {
+    int *hits = ctx;
+    assert_true(ith >= 0 && ith < nth);
+    __atomic_add_fetch(&hits[ith], 1, __ATOMIC_RELAXED);
+}
+
+static void test_threadpool(void **state) {
+    (void)state;
+    zi_pool *p = zi_pool_create(3);
+    assert_non_null(p);
+    int hits[3] = {0};
+    for (int i = 0; i < 1000; i++) zi_pool_run(p, count_worker, hits);
+    for (int i = 0; i < 3; i++) assert_int_equal(hits[i], 1000);
+    zi_pool_destroy(p);
+}
+
+/* The backend's threaded matmul must equal a single-threaded one exactly
+ * (rows are split, never the sum within a row). */
+static void test_backend_threads_agree(void **state) {
+    (void)state;
+    const int rows = 301, cols = 1536, T = 5;
+    size_t rb;
+    uint8_t *w = make_rows(ZI_TYPE_Q4_1, rows, cols, &rb);
+    zi_gguf_tensor t = {.n_dims = 2, .ne = {cols, rows, 1, 1}, .type = ZI_TYPE_Q4_1,
+                        .nbytes = rb * rows, .data = w};
+    t.name.ptr = "w";
+    t.name.len = 1;
+    float *x = malloc(sizeof(float) * T * cols), *y1 = malloc(sizeof(float) * T * rows),
+          *y3 = malloc(sizeof(float) * T * rows);
+    for (int i = 0; i < T * cols; i++) x[i] = frand(-1, 1);
+    zi_error err = {0};
+    zi_backend *b1, *b3;
+    zi_cpu_options o1 = {.n_threads = 1}, o3 = {.n_threads = 3};
+    assert_int_equal(zi_cpu_backend_create(&o1, &b1, &err), ZI_OK);
+    assert_int_equal(zi_cpu_backend_create(&o3, &b3, &err), ZI_OK);
+    zi_weight w1, w3;
+    assert_int_equal(b1->ops->weight_init(b1, &w1, &t, &err), ZI_OK);
+    assert_int_equal(b3->ops->weight_init(b3, &w3, &t, &err), ZI_OK);
+    b1->ops->matmul(b1, y1, &w1, x, T);
+    b3->ops->matmul(b3, y3, &w3, x, T);
+    assert_memory_equal(y1, y3, sizeof(float) * T * rows);
+    b1->ops->destroy(b1);
+    b3->ops->destroy(b3);
+    free(w);
+    free(x);
+    free(y1);
+    free(y3);
+}
+
+static void test_unknown_isa_refused(void **state) {
+    (void)state;
+    zi_error err = {0};
+    zi_backend *be = NULL;
+    zi_cpu_options o = {.n_threads = 1, .isa = "sse9"};
+    assert_int_equal(zi_cpu_backend_create(&o, &be, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "sse9"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_roundtrip_all),
+        cmocka_unit_test(test_quantize_act),
+        cmocka_unit_test(test_tables_match_reference),
+        cmocka_unit_test(test_dot_axpy),
+        cmocka_unit_test(test_threadpool),
+        cmocka_unit_test(test_backend_threads_agree),
+        cmocka_unit_test(test_unknown_isa_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,96 @@
+/*
+ * tokenizer.h - byte-level BPE tokenizer built from a GGUF file's metadata.
+ *
+ * A library: the tokenizer process links it, and so does the `zinfer`
+ * command for in-process use. It reads tokenizer.ggml.{model, pre, tokens,
+ * token_type, merges, bos/eos/unknown/padding ids, add_bos_token,
+ * add_eos_token} and reproduces llama.cpp's tokenization of the same file
+ * exactly: special-token partitioning, the pre-tokenizer the file names
+ * (tokenizer.ggml.pre), then BPE merges by rank over the GPT-2 byte-to-
+ * unicode mapping.
+ *
+ * A zi_tokenizer is immutable after loading except for an internal cache of
+ * pre-token results; it is NOT safe to call encode from several threads on
+ * one tokenizer at once. It does not keep a reference to the zi_gguf.
+ */
+#ifndef ZI_TOKENIZER_H
+#define ZI_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "zi_error.h"
+
+typedef struct zi_tokenizer zi_tokenizer;
+
+/* Token types as GGUF stores them in tokenizer.ggml.token_type. */
+enum {
+    ZI_TOKEN_NORMAL = 1,
+    ZI_TOKEN_UNKNOWN = 2,
+    ZI_TOKEN_CONTROL = 3,
+    ZI_TOKEN_USER_DEFINED = 4,
+    ZI_TOKEN_UNUSED = 5,
+    ZI_TOKEN_BYTE = 6,
+};
+
+/* Builds the tokenizer. ZI_EUNSUPPORTED for a tokenizer model other than
+ * "gpt2" (byte-level BPE) or a pre-tokenizer name it does not implement;
+ * ZI_EFORMAT for inconsistent metadata (merges naming unknown tokens, token
+ * ids out of range, arrays of different lengths). */
+int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err);
+void zi_tokenizer_free(zi_tokenizer *tok);
+
+int32_t zi_tokenizer_vocab_size(const zi_tokenizer *tok);
+int32_t zi_tokenizer_bos(const zi_tokenizer *tok); /* -1 when the file has none */
+int32_t zi_tokenizer_eos(const zi_tokenizer *tok); /* -1 when the file has none */
+int zi_tokenizer_token_type(const zi_tokenizer *tok, int32_t id);
+/* True for tokens that end generation (EOS, EOT-like control tokens). */
+int zi_tokenizer_is_eog(const zi_tokenizer *tok, int32_t id);
+
+/*
+ * Encodes text[0..len) (UTF-8; invalid bytes are encoded as their byte
+ * tokens, never rejected). add_special: add BOS/EOS as the file's
+ * add_bos_token / add_eos_token say. parse_special: text spelling a control
+ * token (e.g. "<|im_end|>") becomes that token; otherwise it is ordinary
+ * text. (User-defined tokens are always matched, as llama.cpp does.)
+ * On success *ids is malloc'd (free() it) and holds *n ids.
+ */
+int zi_tokenizer_encode(zi_tokenizer *tok, const char *text, size_t len, int add_special,
+                        int parse_special, int32_t **ids, size_t *n, zi_error *err);
+
+/*
+ * The bytes of one token (after undoing the byte-to-unicode mapping). Control
+ * tokens yield their text only when `special` is set, otherwise nothing.
+ * Writes at most cap bytes and returns the full length (call again with a
+ * larger buffer when the return exceeds cap), or -1 for an id outside the
+ * vocabulary.
+ */
+int zi_tokenizer_token_bytes(const zi_tokenizer *tok, int32_t id, int special, char *buf,
+                             size_t cap);
+
+/* Decodes ids into one malloc'd NUL-terminated byte string (*out, *len).
+ * ZI_EINVAL naming the index for an id outside the vocabulary. */
+int zi_tokenizer_decode(const zi_tokenizer *tok, const int32_t *ids, size_t n, int special,
+                        char **out, size_t *len, zi_error *err);
+
+/*
+ * Incremental decoding for streaming: feed ids one at a time and get back
+ * only complete UTF-8 characters; an incomplete multi-byte sequence at the
+ * end is held until the bytes that complete it arrive. zi_detok_flush emits
+ * whatever is held (as raw bytes) at the end of a stream.
+ */
+typedef struct zi_detok {
+    unsigned char pending[8];
+    size_t n_pending;
+} zi_detok;
+
+void zi_detok_init(zi_detok *d);
+/* Appends the decoded text of `id` to out (capacity cap, NUL-terminated) and
+ * returns the number of bytes written, or -1 if id is invalid or out is too
+ * small (a token is at most a few hundred bytes; 1 KiB always suffices). */
+int zi_detok_push(zi_detok *d, const zi_tokenizer *tok, int32_t id, int special, char *out,
+                  size_t cap);
+int zi_detok_flush(zi_detok *d, char *out, size_t cap);
+
+#endif
