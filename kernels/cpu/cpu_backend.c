@@ -21,8 +21,8 @@ typedef struct cpu_backend {
     zi_backend base;
     const zi_cpu_kernels *k;
     zi_pool *pool;
-    zi_q8a *qbuf; /* quantized activations for the current matmul */
-    size_t qbuf_cap;
+    zi_q8_act act; /* quantized activations for the current matmul */
+    size_t act_cap; /* blocks */
     float *scratch; /* attention scores: one ctx-sized row per thread */
     size_t scratch_per_thread;
 } cpu_backend;
@@ -116,7 +116,7 @@ typedef struct mm_args {
     float *y;
     const zi_weight *w;
     const float *x;
-    const zi_q8a *q;
+    const zi_q8_act *q;
     int n_tokens;
 } mm_args;
 
@@ -127,16 +127,15 @@ static void mm_worker(void *p, int ith, int nth) {
     split_range(w->rows, ith, nth, 16, &r0, &r1);
     if (r0 >= r1) return;
     const uint8_t *wd = w->data;
-    int64_t nb = w->cols / ZI_QK;
     switch (w->type) {
     case ZI_TYPE_Q4_0:
-        a->k->mm_q4_0(wd, w->row_bytes, r0, r1, a->q, nb, a->n_tokens, a->y, w->rows);
+        a->k->mm_q4_0(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, a->y, w->rows);
         break;
     case ZI_TYPE_Q4_1:
-        a->k->mm_q4_1(wd, w->row_bytes, r0, r1, a->q, nb, a->n_tokens, a->y, w->rows);
+        a->k->mm_q4_1(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, a->y, w->rows);
         break;
     case ZI_TYPE_Q8_0:
-        a->k->mm_q8_0(wd, w->row_bytes, r0, r1, a->q, nb, a->n_tokens, a->y, w->rows);
+        a->k->mm_q8_0(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, a->y, w->rows);
         break;
     case ZI_TYPE_F32:
         a->k->mm_f32(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, a->y, w->rows);
@@ -153,7 +152,7 @@ static void mm_worker(void *p, int ith, int nth) {
 typedef struct quant_args {
     const zi_cpu_kernels *k;
     const float *x;
-    zi_q8a *q;
+    const zi_q8_act *q;
     int n_tokens;
     int64_t cols;
 } quant_args;
@@ -162,8 +161,7 @@ static void quant_worker(void *p, int ith, int nth) {
     quant_args *a = p;
     int64_t t0, t1;
     split_range(a->n_tokens, ith, nth, 1, &t0, &t1);
-    int64_t nb = a->cols / ZI_QK;
-    for (int64_t t = t0; t < t1; t++) a->k->quantize_act(a->x + t * a->cols, a->q + t * nb, a->cols);
+    for (int64_t t = t0; t < t1; t++) a->k->quantize_act(a->x + t * a->cols, a->q, t);
 }
 
 static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float *x, int n_tokens) {
@@ -171,18 +169,24 @@ static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float
     mm_args a = {.k = c->k, .y = y, .w = w, .x = x, .n_tokens = n_tokens};
     if (w->type == ZI_TYPE_Q4_0 || w->type == ZI_TYPE_Q4_1 || w->type == ZI_TYPE_Q8_0) {
         size_t need = (size_t)n_tokens * (size_t)(w->cols / ZI_QK);
-        if (need > c->qbuf_cap) {
-            zi_q8a *nq = realloc(c->qbuf, need * sizeof *nq);
-            if (!nq) abort(); /* internal allocation of a few MB; not outside input */
-            c->qbuf = nq;
-            c->qbuf_cap = need;
+        if (need > c->act_cap) {
+            /* 64 bytes of slack: the AVX-512 kernel loads two blocks at once. */
+            int8_t *q = realloc(c->act.q, need * ZI_QK + 64);
+            float *d = realloc(c->act.d, need * sizeof(float));
+            float *s = realloc(c->act.s, need * sizeof(float));
+            if (q) c->act.q = q;
+            if (d) c->act.d = d;
+            if (s) c->act.s = s;
+            if (!q || !d || !s) abort(); /* a few MB of scratch; not outside input */
+            c->act_cap = need;
         }
-        quant_args qa = {.k = c->k, .x = x, .q = c->qbuf, .n_tokens = n_tokens, .cols = w->cols};
+        c->act.nb = w->cols / ZI_QK;
+        quant_args qa = {.k = c->k, .x = x, .q = &c->act, .n_tokens = n_tokens, .cols = w->cols};
         if (n_tokens >= 4)
             zi_pool_run(c->pool, quant_worker, &qa);
         else
             quant_worker(&qa, 0, 1);
-        a.q = c->qbuf;
+        a.q = &c->act;
     }
     zi_pool_run(c->pool, mm_worker, &a);
 }
@@ -363,7 +367,9 @@ static void cpu_destroy(zi_backend *be) {
     cpu_backend *c = cb(be);
     if (!c) return;
     zi_pool_destroy(c->pool);
-    free(c->qbuf);
+    free(c->act.q);
+    free(c->act.d);
+    free(c->act.s);
     free(c->scratch);
     free(c);
 }

@@ -22,20 +22,19 @@
 
 typedef struct zi_cpu_kernels {
     const char *isa;
-    /* x[0..n) -> n/32 activation blocks; n a multiple of 32. */
-    void (*quantize_act)(const float *x, zi_q8a *q, int64_t n);
+    /* x[0..n) -> row `row` of a (n = 32 * a->nb). */
+    void (*quantize_act)(const float *x, const zi_q8_act *a, int64_t row);
     /*
      * Quantized matrix product over rows [r0, r1):
      *   y[t * ldy + r] = dot(W row r, activation t)  for t < n_tokens
-     * W rows are row_bytes apart; each activation has nb blocks, activations
-     * are nb blocks apart.
+     * W rows are row_bytes apart; activation rows come from `a`.
      */
-    void (*mm_q4_0)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8a *a,
-                    int64_t nb, int n_tokens, float *y, int64_t ldy);
-    void (*mm_q4_1)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8a *a,
-                    int64_t nb, int n_tokens, float *y, int64_t ldy);
-    void (*mm_q8_0)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8a *a,
-                    int64_t nb, int n_tokens, float *y, int64_t ldy);
+    void (*mm_q4_0)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
+                    int n_tokens, float *y, int64_t ldy);
+    void (*mm_q4_1)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
+                    int n_tokens, float *y, int64_t ldy);
+    void (*mm_q8_0)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
+                    int n_tokens, float *y, int64_t ldy);
     /* Float-weight products (F32/F16/BF16 rows) with float activations of
      * length n, n apart. */
     void (*mm_f32)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,

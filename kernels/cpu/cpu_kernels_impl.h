@@ -30,8 +30,10 @@ static inline float load_f16(uint16_t h) {
 #endif
 }
 
-static void quantize_act(const float *x, zi_q8a *q, int64_t n) {
-    for (int64_t k = 0; k < n / ZI_QK; k++) {
+static void quantize_act(const float *x, const zi_q8_act *a, int64_t row) {
+    int8_t *q = a->q + row * a->nb * ZI_QK;
+    float *dv = a->d + row * a->nb, *sv = a->s + row * a->nb;
+    for (int64_t k = 0; k < a->nb; k++) {
         const float *xb = x + k * ZI_QK;
         float amax = 0.0f;
         for (int i = 0; i < ZI_QK; i++) {
@@ -43,31 +45,77 @@ static void quantize_act(const float *x, zi_q8a *q, int64_t n) {
         int32_t sum = 0;
         for (int i = 0; i < ZI_QK; i++) {
             int v = (int)nearbyintf(xb[i] * id);
-            q[k].q[i] = (int8_t)v;
+            q[k * ZI_QK + i] = (int8_t)v;
             sum += v;
         }
-        q[k].d = d;
-        q[k].isum = sum;
+        dv[k] = d;
+        sv[k] = d * (float)sum;
     }
 }
 
-#if defined(__AVX2__)
-/* The 32 nibbles of a Q4 block as 32 unsigned bytes in element order. */
-static inline __m256i unpack_nibbles(const uint8_t *qs) {
-    __m128i x = _mm_loadu_si128((const __m128i *)qs);
-    __m128i m = _mm_set1_epi8(0x0f);
-    __m128i lo = _mm_and_si128(x, m);
-    __m128i hi = _mm_and_si128(_mm_srli_epi16(x, 4), m);
-    return _mm256_set_m128i(hi, lo);
+/*
+ * The quantized products. Per block k of a row:
+ *   dot = dw*da * sum(u[i]*q[i]) + cw * s
+ * where u are the weight's integer codes as unsigned bytes, q the
+ * activation's int8 codes, s = da*sum(q), and cw folds in the zero point:
+ *   Q4_1: u = nibble,        cw = m            (value = nibble*d + m)
+ *   Q4_0: u = nibble,        cw = -8*dw        (value = (nibble - 8)*d)
+ *   Q8_0: u = code XOR 0x80, cw = -128*dw      (value = code*d; u = code + 128)
+ * Unsigned-by-signed byte products are what VNNI's vpdpbusd (and AVX2's
+ * vpmaddubsw) compute.
+ */
+enum { KQ4_0, KQ4_1, KQ8_0 };
+
+static inline size_t block_bytes(int kind) {
+    return kind == KQ4_0 ? sizeof(zi_block_q4_0)
+                         : kind == KQ4_1 ? sizeof(zi_block_q4_1) : sizeof(zi_block_q8_0);
 }
 
-/* 8 int32 partial sums of u[i] * s[i] (u unsigned bytes, s signed bytes). */
-static inline __m256i dot_u8s8(__m256i u, __m256i s) {
+/* Scale dw and zero-point coefficient cw of the block at p. */
+static inline void block_scales(int kind, const uint8_t *p, float *dw, float *cw) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    *dw = load_f16(h);
+    if (kind == KQ4_1) {
+        memcpy(&h, p + 2, 2);
+        *cw = load_f16(h);
+    } else {
+        *cw = (kind == KQ4_0 ? -8.0f : -128.0f) * *dw;
+    }
+}
+
+static inline const uint8_t *block_qs(int kind, const uint8_t *p) {
+    return p + (kind == KQ4_1 ? 4 : 2);
+}
+
+#if defined(__AVX2__)
+/* The 32 codes of one block as unsigned bytes in element order. */
+static inline __m256i codes256(int kind, const uint8_t *qs) {
+    if (kind == KQ8_0)
+        return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)qs),
+                                _mm256_set1_epi8((char)0x80));
+    __m128i x = _mm_loadu_si128((const __m128i *)qs);
+    __m128i m = _mm_set1_epi8(0x0f);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+}
+
+/* 8 int32 partial sums of u[i] * s[i] (u unsigned bytes, s signed bytes);
+ * `wide` when u may exceed 15. */
+static inline __m256i dot_u8s8(__m256i u, __m256i s, int wide) {
 #if defined(ZI_HAVE_VNNI)
+    (void)wide;
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
 #else
-    __m256i p16 = _mm256_maddubs_epi16(u, s);
-    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+    /* u <= 255, |s| <= 127: the pairwise i16 sums cannot overflow for
+     * nibbles (<= 15); for Q8_0 codes (<= 255) two products can reach
+     * 2*255*127 = 64770 > 32767, so split u into its two nibbles first. */
+    __m256i ones = _mm256_set1_epi16(1);
+    if (!wide) return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), ones);
+    __m256i lo = _mm256_and_si256(u, _mm256_set1_epi8(0x0f));
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(u, 4), _mm256_set1_epi8(0x0f));
+    __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, s), ones);
+    __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, s), ones);
+    return _mm256_add_epi32(plo, _mm256_slli_epi32(phi, 4));
 #endif
 }
 
@@ -79,106 +127,103 @@ static inline float hsum256(__m256 v) {
 }
 #endif
 
-static inline float dot_q4_0_row(const zi_block_q4_0 *w, const zi_q8a *a, int64_t nb) {
-#if defined(__AVX2__)
-    __m256 acc = _mm256_setzero_ps();
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+/* The codes of two consecutive blocks (64 unsigned bytes, element order). */
+static inline __m512i codes512(int kind, const uint8_t *pa, const uint8_t *pb) {
+    if (kind == KQ8_0) {
+        __m512i x = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)block_qs(kind, pa))),
+            _mm256_loadu_si256((const __m256i *)block_qs(kind, pb)), 1);
+        return _mm512_xor_si512(x, _mm512_set1_epi8((char)0x80));
+    }
+    __m256i x = _mm256_set_m128i(_mm_loadu_si128((const __m128i *)block_qs(kind, pb)),
+                                 _mm_loadu_si128((const __m128i *)block_qs(kind, pa)));
+    __m256i m = _mm256_set1_epi8(0x0f);
+    __m256i lo = _mm256_and_si256(x, m);                         /* [a lo, b lo] */
+    __m256i hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), m);   /* [a hi, b hi] */
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)); /* [a lo, a hi, b lo, b hi] */
+}
+#endif
+
+/* dot(weight row, activation row) for one row of nb blocks. */
+static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const float *da,
+                            const float *sa, int64_t nb) {
+    const size_t bb = block_bytes(kind);
     float off = 0.0f;
-    for (int64_t k = 0; k < nb; k++) {
-        __m256i u = unpack_nibbles(w[k].qs);
-        __m256i s = _mm256_loadu_si256((const __m256i *)a[k].q);
-        float dw = load_f16(w[k].d);
-        float da = a[k].d;
-        __m256 p = _mm256_cvtepi32_ps(dot_u8s8(u, s));
-        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(dw * da), acc);
-        off += dw * da * (float)a[k].isum;
+    int64_t k = 0;
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+    __m512 acc = _mm512_setzero_ps();
+    for (; k + 2 <= nb; k += 2) {
+        const uint8_t *pa = w + k * bb, *pb = pa + bb;
+        float dwa, cwa, dwb, cwb;
+        block_scales(kind, pa, &dwa, &cwa);
+        block_scales(kind, pb, &dwb, &cwb);
+        __m512i u = codes512(kind, pa, pb);
+        __m512i s = _mm512_loadu_si512((const void *)(q + k * ZI_QK));
+        __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s));
+        __m512 sc = _mm512_castpd_ps(_mm512_insertf64x4(
+            _mm512_castps_pd(_mm512_set1_ps(dwa * da[k])),
+            _mm256_castps_pd(_mm256_set1_ps(dwb * da[k + 1])), 1));
+        acc = _mm512_fmadd_ps(p, sc, acc);
+        off += cwa * sa[k] + cwb * sa[k + 1];
     }
-    return hsum256(acc) - 8.0f * off;
-#else
-    float sum = 0.0f;
-    for (int64_t k = 0; k < nb; k++) {
-        int32_t isum = 0;
-        for (int i = 0; i < ZI_QK / 2; i++) {
-            isum += (w[k].qs[i] & 0x0f) * a[k].q[i];
-            isum += (w[k].qs[i] >> 4) * a[k].q[i + 16];
-        }
-        sum += load_f16(w[k].d) * a[k].d * (float)(isum - 8 * a[k].isum);
-    }
-    return sum;
-#endif
-}
-
-static inline float dot_q4_1_row(const zi_block_q4_1 *w, const zi_q8a *a, int64_t nb) {
-#if defined(__AVX2__)
+    float sum = _mm512_reduce_add_ps(acc);
+#elif defined(__AVX2__)
     __m256 acc = _mm256_setzero_ps();
-    float off = 0.0f;
-    for (int64_t k = 0; k < nb; k++) {
-        __m256i u = unpack_nibbles(w[k].qs);
-        __m256i s = _mm256_loadu_si256((const __m256i *)a[k].q);
-        float da = a[k].d;
-        __m256 p = _mm256_cvtepi32_ps(dot_u8s8(u, s));
-        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(load_f16(w[k].d) * da), acc);
-        off += load_f16(w[k].m) * da * (float)a[k].isum;
+    for (; k < nb; k++) {
+        const uint8_t *p = w + k * bb;
+        float dw, cw;
+        block_scales(kind, p, &dw, &cw);
+        __m256i u = codes256(kind, block_qs(kind, p));
+        __m256i s = _mm256_loadu_si256((const __m256i *)(q + k * ZI_QK));
+        __m256 prod = _mm256_cvtepi32_ps(dot_u8s8(u, s, kind == KQ8_0));
+        acc = _mm256_fmadd_ps(prod, _mm256_set1_ps(dw * da[k]), acc);
+        off += cw * sa[k];
     }
-    return hsum256(acc) + off;
+    float sum = hsum256(acc);
 #else
     float sum = 0.0f;
-    for (int64_t k = 0; k < nb; k++) {
+#endif
+    for (; k < nb; k++) { /* scalar: the whole row, or the odd last block */
+        const uint8_t *p = w + k * bb;
+        float dw, cw;
+        block_scales(kind, p, &dw, &cw);
+        const uint8_t *qs = block_qs(kind, p);
+        const int8_t *qa = q + k * ZI_QK;
         int32_t isum = 0;
-        for (int i = 0; i < ZI_QK / 2; i++) {
-            isum += (w[k].qs[i] & 0x0f) * a[k].q[i];
-            isum += (w[k].qs[i] >> 4) * a[k].q[i + 16];
+        if (kind == KQ8_0) {
+            for (int i = 0; i < ZI_QK; i++) isum += (qs[i] ^ 0x80) * qa[i];
+        } else {
+            for (int i = 0; i < ZI_QK / 2; i++)
+                isum += (qs[i] & 0x0f) * qa[i] + (qs[i] >> 4) * qa[i + 16];
         }
-        sum += load_f16(w[k].d) * a[k].d * (float)isum +
-               load_f16(w[k].m) * a[k].d * (float)a[k].isum;
+        sum += dw * da[k] * (float)isum;
+        off += cw * sa[k];
     }
-    return sum;
-#endif
+    return sum + off;
 }
 
-static inline float dot_q8_0_row(const zi_block_q8_0 *w, const zi_q8a *a, int64_t nb) {
-#if defined(__AVX2__)
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t k = 0; k < nb; k++) {
-        __m256i wq = _mm256_loadu_si256((const __m256i *)w[k].qs);
-        __m256i s = _mm256_loadu_si256((const __m256i *)a[k].q);
-#if defined(ZI_HAVE_VNNI)
-        /* w ^ 0x80 = w + 128 as unsigned: sum((w+128)*a) - 128*sum(a). */
-        __m256i u = _mm256_xor_si256(wq, _mm256_set1_epi8((char)0x80));
-        __m256i isum = _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-        isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(16 * a[k].isum)); /* 8 lanes * 16 = 128 */
-#else
-        /* |w| * (a with w's sign): maddubs needs an unsigned operand. */
-        __m256i u = _mm256_sign_epi8(wq, wq);
-        __m256i sv = _mm256_sign_epi8(s, wq);
-        __m256i isum = dot_u8s8(u, sv);
-#endif
-        __m256 p = _mm256_cvtepi32_ps(isum);
-        acc = _mm256_fmadd_ps(p, _mm256_set1_ps(load_f16(w[k].d) * a[k].d), acc);
+static inline void mm_quant(int kind, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                            const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+    const int64_t nb = a->nb;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        for (int t = 0; t < n_tokens; t++)
+            y[t * ldy + r] = dot_row(kind, row, a->q + t * nb * ZI_QK, a->d + t * nb,
+                                     a->s + t * nb, nb);
     }
-    return hsum256(acc);
-#else
-    float sum = 0.0f;
-    for (int64_t k = 0; k < nb; k++) {
-        int32_t isum = 0;
-        for (int i = 0; i < ZI_QK; i++) isum += w[k].qs[i] * a[k].q[i];
-        sum += load_f16(w[k].d) * a[k].d * (float)isum;
-    }
-    return sum;
-#endif
 }
 
-#define ZI_DEFINE_MM(NAME, BLOCK, DOT)                                                             \
+#define ZI_DEFINE_MM(NAME, KIND)                                                                   \
     static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,                  \
-                     const zi_q8a *a, int64_t nb, int n_tokens, float *y, int64_t ldy) {          \
-        for (int64_t r = r0; r < r1; r++) {                                                       \
-            const BLOCK *row = (const BLOCK *)(const void *)(w + (size_t)r * row_bytes);          \
-            for (int t = 0; t < n_tokens; t++) y[t * ldy + r] = DOT(row, a + t * nb, nb);        \
-        }                                                                                         \
+                     const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {                   \
+        mm_quant(KIND, w, row_bytes, r0, r1, a, n_tokens, y, ldy);                                \
     }
 
-ZI_DEFINE_MM(mm_q4_0, zi_block_q4_0, dot_q4_0_row)
-ZI_DEFINE_MM(mm_q4_1, zi_block_q4_1, dot_q4_1_row)
-ZI_DEFINE_MM(mm_q8_0, zi_block_q8_0, dot_q8_0_row)
+ZI_DEFINE_MM(mm_q4_0, KQ4_0)
+ZI_DEFINE_MM(mm_q4_1, KQ4_1)
+ZI_DEFINE_MM(mm_q8_0, KQ8_0)
 
 static float dot_f32(const float *a, const float *b, int64_t n) {
 #if defined(__AVX2__)

@@ -10,7 +10,7 @@
  * where nibble_i for i < 16 is the low nibble of qs[i] and for i >= 16 the
  * high nibble of qs[i - 16].
  *
- * Matrix products quantize the activation vector to zi_q8a blocks (int8 with
+ * Matrix products quantize the activation vector to zi_q8_act blocks (int8 with
  * one float scale per 32 values, plus the integer sum, which the Q4_1 offset
  * and the Q4_0/Q8_0 sign tricks need), so the inner loops are integer dot
  * products. This is also what llama.cpp does, so the rounding error is of
@@ -40,12 +40,19 @@ typedef struct {
     int8_t qs[ZI_QK];
 } zi_block_q8_0;
 
-/* A quantized activation block: x[i] ~= q[i] * d; isum = sum of q[i]. */
-typedef struct {
-    float d;
-    int32_t isum;
-    int8_t q[ZI_QK];
-} zi_q8a;
+/*
+ * Quantized activations: rows of nb blocks, x[32k + i] ~= q[32k + i] * d[k],
+ * stored as separate arrays (q contiguous across blocks, so one SIMD load
+ * spans two blocks). s[k] = d[k] * sum of the block's q: the Q4_1 offset and
+ * the Q4_0/Q8_0 zero-point corrections need it. Row t starts at q + t*nb*32,
+ * d + t*nb, s + t*nb.
+ */
+typedef struct zi_q8_act {
+    int8_t *q;
+    float *d;
+    float *s;
+    int64_t nb;
+} zi_q8_act;
 
 _Static_assert(sizeof(zi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(zi_block_q4_1) == 20, "Q4_1 block is 20 bytes");
