@@ -162,7 +162,7 @@ static json_t *json_ids(const int32_t *ids, size_t n) {
 }
 
 static void print_json_line(json_t *j) {
-    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY);
     if (s) {
         printf("%s\n", s);
         free(s);

@@ -123,7 +123,7 @@ static int find_tensor(const zi_gguf *g, const char *name, int64_t ne0, int64_t 
 
 static int load_matrix(zi_model *m, const char *name, int64_t cols, int64_t rows, zi_weight *w,
                        zi_error *err) {
-    const zi_gguf_tensor *t;
+    const zi_gguf_tensor *t = NULL;
     int rc = find_tensor(m->gguf, name, cols, rows, &t, err);
     if (rc) return rc;
     if ((rc = m->be->ops->weight_init(m->be, w, t, err))) return rc;
@@ -132,7 +132,7 @@ static int load_matrix(zi_model *m, const char *name, int64_t cols, int64_t rows
 }
 
 static int load_vector(zi_model *m, const char *name, int64_t n, float **out, zi_error *err) {
-    const zi_gguf_tensor *t;
+    const zi_gguf_tensor *t = NULL;
     int rc = find_tensor(m->gguf, name, n, 1, &t, err);
     if (rc) return rc;
     *out = m->be->ops->vector_init(m->be, t, err);

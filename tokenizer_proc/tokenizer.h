@@ -34,27 +34,43 @@ enum {
     ZI_TOKEN_BYTE = 6,
 };
 
-/* Builds the tokenizer. ZI_EUNSUPPORTED for a tokenizer model other than
- * "gpt2" (byte-level BPE) or a pre-tokenizer name it does not implement;
- * ZI_EFORMAT for inconsistent metadata (merges naming unknown tokens, token
- * ids out of range, arrays of different lengths). */
+/* Builds the tokenizer. ZI_EUNSUPPORTED (naming the value) for a tokenizer
+ * model other than "gpt2" (byte-level BPE) or a pre-tokenizer it does not
+ * implement. Implemented tokenizer.ggml.pre values, as llama.cpp defines
+ * them: "gpt-2" (the GPT-2 pattern; "gpt2" is accepted as an alias) and
+ * "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
+ * "minerva-7b" (each \p{N} codepoint split off first, then the GPT-2
+ * pattern). A missing key or "default" means llama.cpp's four-pattern
+ * default set, which is not implemented. ZI_EFORMAT for inconsistent
+ * metadata (a merge without a space separating two parts, special token ids
+ * out of range, token_type and tokens of different lengths, add_bos_token
+ * without a bos id). Merge parts or results that are not tokens are
+ * accepted, as llama.cpp accepts them (such a leftover symbol becomes
+ * single-byte tokens). */
 int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err);
 void zi_tokenizer_free(zi_tokenizer *tok);
 
 int32_t zi_tokenizer_vocab_size(const zi_tokenizer *tok);
 int32_t zi_tokenizer_bos(const zi_tokenizer *tok); /* -1 when the file has none */
 int32_t zi_tokenizer_eos(const zi_tokenizer *tok); /* -1 when the file has none */
+/* The file's token type (ZI_TOKEN_*) of id, or -1 for an id outside the
+ * vocabulary. */
 int zi_tokenizer_token_type(const zi_tokenizer *tok, int32_t id);
-/* True for tokens that end generation (EOS, EOT-like control tokens). */
+/* True for tokens that end generation: the EOS token and tokens llama.cpp
+ * recognises as end-of-turn by their text ("<|im_end|>", "<|endoftext|>",
+ * "<|eot_id|>", ...). */
 int zi_tokenizer_is_eog(const zi_tokenizer *tok, int32_t id);
 
 /*
- * Encodes text[0..len) (UTF-8; invalid bytes are encoded as their byte
- * tokens, never rejected). add_special: add BOS/EOS as the file's
- * add_bos_token / add_eos_token say. parse_special: text spelling a control
- * token (e.g. "<|im_end|>") becomes that token; otherwise it is ordinary
- * text. (User-defined tokens are always matched, as llama.cpp does.)
- * On success *ids is malloc'd (free() it) and holds *n ids.
+ * Encodes text[0..len) (UTF-8; never rejected for its content: as in
+ * llama.cpp, each byte that does not start a well-formed sequence is encoded
+ * as U+FFFD, and overlong forms as the character they spell; NUL bytes are
+ * ordinary text). add_special: add BOS/EOS as the file's add_bos_token /
+ * add_eos_token say. parse_special: text spelling a control token (e.g.
+ * "<|im_end|>") becomes that token; otherwise it is ordinary text.
+ * (User-defined tokens are always matched, as llama.cpp does.) On success
+ * *ids is malloc'd (free() it, even when *n is 0) and holds *n ids.
+ * ZI_ERANGE for text over 2 GiB, ZI_ENOMEM when allocation fails.
  */
 int zi_tokenizer_encode(zi_tokenizer *tok, const char *text, size_t len, int add_special,
                         int parse_special, int32_t **ids, size_t *n, zi_error *err);
