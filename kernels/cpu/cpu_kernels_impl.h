@@ -232,12 +232,90 @@ static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const f
     return sum + off;
 }
 
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+#define ZI_HAVE_ROW4 1
+/* dot(weight row, activation rows t0..t0+3): the weight codes and block
+ * headers are decoded once and used for four tokens (prefill, batches). */
+static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int t0, float *out) {
+    const size_t bb = block_bytes(kind);
+    const int64_t nb = a->nb;
+    const int8_t *q[4];
+    const float *da[4], *sa[4];
+    __m512 acc[4], offv[4];
+    float off[4];
+    for (int i = 0; i < 4; i++) {
+        q[i] = a->q + (t0 + i) * nb * ZI_QK;
+        da[i] = a->d + (t0 + i) * nb;
+        sa[i] = a->s + (t0 + i) * nb;
+        acc[i] = offv[i] = _mm512_setzero_ps();
+        off[i] = 0.0f;
+    }
+    const __m512i hdr_off = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32((int)bb));
+    const __m512i pair_idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    int64_t k = 0;
+    for (; k + 16 <= nb; k += 16) {
+        const uint8_t *g = w + k * bb;
+        __m512i hdr = _mm512_i32gather_epi32(hdr_off, (const void *)g, 1);
+        __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hdr));
+        __m512 cw = kind == KQ4_1
+                        ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16)))
+                        : _mm512_mul_ps(dw, _mm512_set1_ps(kind == KQ4_0 ? -8.0f : -128.0f));
+        __m512 scale[4];
+        for (int i = 0; i < 4; i++) {
+            scale[i] = _mm512_mul_ps(dw, _mm512_loadu_ps(da[i] + k));
+            offv[i] = _mm512_fmadd_ps(cw, _mm512_loadu_ps(sa[i] + k), offv[i]);
+        }
+        for (int j = 0; j < 16; j += 2) {
+            const uint8_t *pa = g + j * bb;
+            __m512i u = codes512(kind, pa, pa + bb);
+            __m512i idx = _mm512_add_epi32(pair_idx, _mm512_set1_epi32(j));
+            for (int i = 0; i < 4; i++) {
+                __m512i sv = _mm512_loadu_si512((const void *)(q[i] + (k + j) * ZI_QK));
+                __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, sv));
+                acc[i] = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(idx, scale[i]), acc[i]);
+            }
+        }
+    }
+    for (; k + 2 <= nb; k += 2) {
+        const uint8_t *pa = w + k * bb, *pb = pa + bb;
+        float dwa, cwa, dwb, cwb;
+        block_scales(kind, pa, &dwa, &cwa);
+        block_scales(kind, pb, &dwb, &cwb);
+        __m512i u = codes512(kind, pa, pb);
+        for (int i = 0; i < 4; i++) {
+            __m512i sv = _mm512_loadu_si512((const void *)(q[i] + k * ZI_QK));
+            __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, sv));
+            __m512 sc = _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castps_pd(_mm512_set1_ps(dwa * da[i][k])),
+                _mm256_castps_pd(_mm256_set1_ps(dwb * da[i][k + 1])), 1));
+            acc[i] = _mm512_fmadd_ps(p, sc, acc[i]);
+            off[i] += cwa * sa[i][k] + cwb * sa[i][k + 1];
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        out[i] = _mm512_reduce_add_ps(acc[i]) + _mm512_reduce_add_ps(offv[i]) + off[i];
+        if (k < nb) /* an odd last block */
+            out[i] += dot_row(kind, w + k * bb, q[i] + k * ZI_QK, da[i] + k, sa[i] + k, nb - k);
+    }
+}
+#endif
+
 static inline void mm_quant(int kind, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                             const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     const int64_t nb = a->nb;
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
-        for (int t = 0; t < n_tokens; t++)
+        int t = 0;
+#if defined(ZI_HAVE_ROW4)
+        for (; t + 4 <= n_tokens; t += 4) {
+            float out[4];
+            dot_row4(kind, row, a, t, out);
+            for (int i = 0; i < 4; i++) y[(t + i) * ldy + r] = out[i];
+        }
+#endif
+        for (; t < n_tokens; t++)
             y[t * ldy + r] = dot_row(kind, row, a->q + t * nb * ZI_QK, a->d + t * nb,
                                      a->s + t * nb, nb);
     }
