@@ -67,6 +67,11 @@ typedef struct zi_backend_ops {
     /* A 1-D float vector (norm weights) in backend memory; NULL on failure. */
     float *(*vector_init)(zi_backend *be, const zi_gguf_tensor *t, zi_error *err);
 
+    /* Sizes the backend's scratch for passes of up to n_tokens tokens, rows
+     * of up to max_cols inputs and attention over up to ctx positions, so
+     * that the ops below never allocate. The model calls it before a pass
+     * larger than any before. */
+    int (*reserve)(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, zi_error *err);
     void *(*alloc)(zi_backend *be, size_t bytes); /* zeroed; NULL on failure */
     void (*free)(zi_backend *be, void *p);
     void (*upload)(zi_backend *be, void *dst, const void *src, size_t bytes);

@@ -30,6 +30,7 @@ struct zi_model {
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
     int logits_cap;
     float *logits;
+    int reserved_tokens, reserved_ctx; /* what the backend's scratch is sized for */
 };
 
 struct zi_kv_cache {
@@ -340,6 +341,16 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     int T = b->n_tokens, n_wanted = 0;
     for (int i = 0; i < T; i++) n_wanted += b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
     if ((rc = ensure_buffers(m, T, n_wanted, err))) return rc;
+    if (T > m->reserved_tokens || kv->ctx > m->reserved_ctx) {
+        int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
+        int64_t qd = (int64_t)m->cfg.n_heads * m->cfg.head_dim;
+        if (qd > cols) cols = qd;
+        int rt = T > m->reserved_tokens ? T : m->reserved_tokens;
+        int rctx = kv->ctx > m->reserved_ctx ? kv->ctx : m->reserved_ctx;
+        if ((rc = m->be->ops->reserve(m->be, rt, cols, rctx, err))) return rc;
+        m->reserved_tokens = rt;
+        m->reserved_ctx = rctx;
+    }
 
     zi_backend *be = m->be;
     const zi_backend_ops *op = be->ops;

@@ -95,6 +95,33 @@ static float *cpu_vector_init(zi_backend *be, const zi_gguf_tensor *t, zi_error 
 
 /* ---- memory ---- */
 
+static int cpu_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, zi_error *err) {
+    cpu_backend *c = cb(be);
+    size_t need = (size_t)n_tokens * (size_t)((max_cols + ZI_QK - 1) / ZI_QK);
+    if (need > c->act_cap) {
+        /* 64 bytes of slack: the AVX-512 kernel loads two blocks at once. */
+        int8_t *q = realloc(c->act.q, need * ZI_QK + 64);
+        if (q) c->act.q = q;
+        float *d = realloc(c->act.d, need * sizeof(float));
+        if (d) c->act.d = d;
+        float *s = realloc(c->act.s, need * sizeof(float));
+        if (s) c->act.s = s;
+        if (!q || !d || !s)
+            return zi_error_set(err, ZI_ENOMEM, "out of memory for the activations of %d tokens",
+                                n_tokens);
+        c->act_cap = need;
+    }
+    if ((size_t)ctx > c->scratch_per_thread) {
+        float *ns = realloc(c->scratch, (size_t)ctx * (size_t)zi_pool_size(c->pool) * sizeof(float));
+        if (!ns)
+            return zi_error_set(err, ZI_ENOMEM, "out of memory for attention over %d positions",
+                                ctx);
+        c->scratch = ns;
+        c->scratch_per_thread = (size_t)ctx;
+    }
+    return ZI_OK;
+}
+
 static void *cpu_alloc(zi_backend *be, size_t bytes) {
     (void)be;
     return calloc(1, bytes ? bytes : 1);
@@ -168,18 +195,7 @@ static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float
     cpu_backend *c = cb(be);
     mm_args a = {.k = c->k, .y = y, .w = w, .x = x, .n_tokens = n_tokens};
     if (w->type == ZI_TYPE_Q4_0 || w->type == ZI_TYPE_Q4_1 || w->type == ZI_TYPE_Q8_0) {
-        size_t need = (size_t)n_tokens * (size_t)(w->cols / ZI_QK);
-        if (need > c->act_cap) {
-            /* 64 bytes of slack: the AVX-512 kernel loads two blocks at once. */
-            int8_t *q = realloc(c->act.q, need * ZI_QK + 64);
-            float *d = realloc(c->act.d, need * sizeof(float));
-            float *s = realloc(c->act.s, need * sizeof(float));
-            if (q) c->act.q = q;
-            if (d) c->act.d = d;
-            if (s) c->act.s = s;
-            if (!q || !d || !s) abort(); /* a few MB of scratch; not outside input */
-            c->act_cap = need;
-        }
+        /* reserve() sized act for this product (the model's contract). */
         c->act.nb = w->cols / ZI_QK;
         quant_args qa = {.k = c->k, .x = x, .q = &c->act, .n_tokens = n_tokens, .cols = w->cols};
         if (n_tokens >= 4)
@@ -340,12 +356,6 @@ static void attn_worker(void *p, int ith, int nth) {
 static void cpu_attention(zi_backend *be, float *out, const float *q, const float *kcache,
                           const float *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
     cpu_backend *c = cb(be);
-    if ((size_t)s->ctx > c->scratch_per_thread) {
-        float *ns = realloc(c->scratch, (size_t)s->ctx * (size_t)zi_pool_size(c->pool) * sizeof(float));
-        if (!ns) abort(); /* ctx-sized scratch; ctx was validated at load */
-        c->scratch = ns;
-        c->scratch_per_thread = (size_t)s->ctx;
-    }
     attn_args a = {c, out, q, kcache, vcache, b, s};
     if ((int64_t)b->n_tokens * s->n_heads == 1)
         attn_worker(&a, 0, 1);
@@ -380,6 +390,7 @@ static const zi_backend_ops cpu_ops = {
     .weight_init = cpu_weight_init,
     .weight_free = cpu_weight_free,
     .vector_init = cpu_vector_init,
+    .reserve = cpu_reserve,
     .alloc = cpu_alloc,
     .free = cpu_free,
     .upload = cpu_copy,

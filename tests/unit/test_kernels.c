@@ -262,6 +262,8 @@ static void test_backend_threads_agree(void **state) {
     zi_weight w1, w3;
     assert_int_equal(b1->ops->weight_init(b1, &w1, &t, &err), ZI_OK);
     assert_int_equal(b3->ops->weight_init(b3, &w3, &t, &err), ZI_OK);
+    assert_int_equal(b1->ops->reserve(b1, T, cols, 16, &err), ZI_OK);
+    assert_int_equal(b3->ops->reserve(b3, T, cols, 16, &err), ZI_OK);
     b1->ops->matmul(b1, y1, &w1, x, T);
     b3->ops->matmul(b3, y3, &w3, x, T);
     assert_memory_equal(y1, y3, sizeof(float) * T * rows);
