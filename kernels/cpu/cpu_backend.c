@@ -100,7 +100,7 @@ static int cpu_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, 
     size_t need = (size_t)n_tokens * (size_t)((max_cols + ZI_QK - 1) / ZI_QK);
     if (need > c->act_cap) {
         /* 64 bytes of slack: the AVX-512 kernel loads two blocks at once. */
-        int8_t *q = realloc(c->act.q, need * ZI_QK + 64);
+        int8_t *q = realloc(c->act.q, need * 2 * ZI_QK + 64);
         if (q) c->act.q = q;
         float *d = realloc(c->act.d, need * sizeof(float));
         if (d) c->act.d = d;

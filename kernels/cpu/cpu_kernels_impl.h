@@ -31,7 +31,8 @@ static inline float load_f16(uint16_t h) {
 }
 
 static void quantize_act(const float *x, const zi_q8_act *a, int64_t row) {
-    int8_t *q = a->q + row * a->nb * ZI_QK;
+    int8_t *q = a->q + row * a->nb * 2 * ZI_QK;
+    int8_t *q2 = q + a->nb * ZI_QK;
     float *dv = a->d + row * a->nb, *sv = a->s + row * a->nb;
     for (int64_t k = 0; k < a->nb; k++) {
         const float *xb = x + k * ZI_QK;
@@ -44,17 +45,24 @@ static void quantize_act(const float *x, const zi_q8_act *a, int64_t row) {
         float id = d != 0.0f ? 1.0f / d : 0.0f;
         int32_t sum = 0;
         for (int i = 0; i < ZI_QK; i++) {
-            int v = (int)nearbyintf(xb[i] * id);
+            float xs = xb[i] * id; /* in [-127, 127] */
+            int v = (int)nearbyintf(xs);
+            /* The residual xs - v is in [-0.5, 0.5]: its 256ths fit int8
+             * (an exact +-0.5 gives +-128, clamped: an error of 1/256). */
+            int r = (int)nearbyintf((xs - (float)v) * 256.0f);
+            r = r > 127 ? 127 : r < -127 ? -127 : r;
             q[k * ZI_QK + i] = (int8_t)v;
-            sum += v;
+            q2[k * ZI_QK + i] = (int8_t)r;
+            sum += 256 * v + r;
         }
-        dv[k] = d;
-        sv[k] = d * (float)sum;
+        dv[k] = d / 256.0f;
+        sv[k] = dv[k] * (float)sum;
     }
 }
 
 /*
- * The quantized products. Per block k of a row:
+ * The quantized products. Activations are held as x = (256*q1 + q2) * da
+ * (quant.h), so per block k of a row, with q = 256*q1 + q2:
  *   dot = dw*da * sum(u[i]*q[i]) + cw * s
  * where u are the weight's integer codes as unsigned bytes, q the
  * activation's int8 codes, s = da*sum(q), and cw folds in the zero point:
@@ -101,7 +109,7 @@ static inline __m256i codes256(int kind, const uint8_t *qs) {
 
 /* 8 int32 partial sums of u[i] * s[i] (u unsigned bytes, s signed bytes);
  * `wide` when u may exceed 15. */
-static inline __m256i dot_u8s8(__m256i u, __m256i s, int wide) {
+static inline __m256i dot_u8s8_1(__m256i u, __m256i s, int wide) {
 #if defined(ZI_HAVE_VNNI)
     (void)wide;
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
@@ -117,6 +125,13 @@ static inline __m256i dot_u8s8(__m256i u, __m256i s, int wide) {
     __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, s), ones);
     return _mm256_add_epi32(plo, _mm256_slli_epi32(phi, 4));
 #endif
+}
+
+/* sum(u * (256*q1 + q2)) in 8 int32 lanes: both halves of the activation. */
+static inline __m256i dot_u8s8(__m256i u, const int8_t *q1, const int8_t *q2, int wide) {
+    __m256i hi = dot_u8s8_1(u, _mm256_loadu_si256((const __m256i *)q1), wide);
+    __m256i lo = dot_u8s8_1(u, _mm256_loadu_si256((const __m256i *)q2), wide);
+    return _mm256_add_epi32(_mm256_slli_epi32(hi, 8), lo);
 }
 
 static inline float hsum256(__m256 v) {
@@ -144,11 +159,20 @@ static inline __m512i codes512(int kind, const uint8_t *pa, const uint8_t *pb) {
     __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0)); /* [a lo, a hi, b lo, b hi] */
 }
+
+/* sum(u * (256*q1 + q2)) for two blocks, 8 int32 lanes per block. */
+static inline __m512i isum512(__m512i u, const int8_t *q1, const int8_t *q2) {
+    __m512i hi = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+                                     _mm512_loadu_si512((const void *)q1));
+    __m512i lo = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u,
+                                     _mm512_loadu_si512((const void *)q2));
+    return _mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo);
+}
 #endif
 
 /* dot(weight row, activation row) for one row of nb blocks. */
-static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const float *da,
-                            const float *sa, int64_t nb) {
+static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const int8_t *q2,
+                            const float *da, const float *sa, int64_t nb) {
     const size_t bb = block_bytes(kind);
     float off = 0.0f;
     int64_t k = 0;
@@ -174,8 +198,8 @@ static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const f
         for (int j = 0; j < 16; j += 2) {
             const uint8_t *pa = g + j * bb;
             __m512i u = codes512(kind, pa, pa + bb);
-            __m512i s = _mm512_loadu_si512((const void *)(q + (k + j) * ZI_QK));
-            __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s));
+            __m512 p = _mm512_cvtepi32_ps(
+                isum512(u, q + (k + j) * ZI_QK, q2 + (k + j) * ZI_QK));
             __m512 sc = _mm512_permutexvar_ps(_mm512_add_epi32(pair_idx, _mm512_set1_epi32(j)),
                                               scale);
             acc = _mm512_fmadd_ps(p, sc, acc);
@@ -188,8 +212,7 @@ static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const f
         block_scales(kind, pa, &dwa, &cwa);
         block_scales(kind, pb, &dwb, &cwb);
         __m512i u = codes512(kind, pa, pb);
-        __m512i s = _mm512_loadu_si512((const void *)(q + k * ZI_QK));
-        __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s));
+        __m512 p = _mm512_cvtepi32_ps(isum512(u, q + k * ZI_QK, q2 + k * ZI_QK));
         __m512 sc = _mm512_castpd_ps(_mm512_insertf64x4(
             _mm512_castps_pd(_mm512_set1_ps(dwa * da[k])),
             _mm256_castps_pd(_mm256_set1_ps(dwb * da[k + 1])), 1));
@@ -204,8 +227,8 @@ static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const f
         float dw, cw;
         block_scales(kind, p, &dw, &cw);
         __m256i u = codes256(kind, block_qs(kind, p));
-        __m256i s = _mm256_loadu_si256((const __m256i *)(q + k * ZI_QK));
-        __m256 prod = _mm256_cvtepi32_ps(dot_u8s8(u, s, kind == KQ8_0));
+        __m256 prod =
+            _mm256_cvtepi32_ps(dot_u8s8(u, q + k * ZI_QK, q2 + k * ZI_QK, kind == KQ8_0));
         acc = _mm256_fmadd_ps(prod, _mm256_set1_ps(dw * da[k]), acc);
         off += cw * sa[k];
     }
@@ -218,13 +241,14 @@ static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const f
         float dw, cw;
         block_scales(kind, p, &dw, &cw);
         const uint8_t *qs = block_qs(kind, p);
-        const int8_t *qa = q + k * ZI_QK;
+        const int8_t *qa = q + k * ZI_QK, *qb = q2 + k * ZI_QK;
         int32_t isum = 0;
         if (kind == KQ8_0) {
-            for (int i = 0; i < ZI_QK; i++) isum += (qs[i] ^ 0x80) * qa[i];
+            for (int i = 0; i < ZI_QK; i++) isum += (qs[i] ^ 0x80) * (256 * qa[i] + qb[i]);
         } else {
             for (int i = 0; i < ZI_QK / 2; i++)
-                isum += (qs[i] & 0x0f) * qa[i] + (qs[i] >> 4) * qa[i + 16];
+                isum += (qs[i] & 0x0f) * (256 * qa[i] + qb[i]) +
+                        (qs[i] >> 4) * (256 * qa[i + 16] + qb[i + 16]);
         }
         sum += dw * da[k] * (float)isum;
         off += cw * sa[k];
@@ -239,12 +263,13 @@ static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const f
 static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int t0, float *out) {
     const size_t bb = block_bytes(kind);
     const int64_t nb = a->nb;
-    const int8_t *q[4];
+    const int8_t *q[4], *q2[4];
     const float *da[4], *sa[4];
     __m512 acc[4], offv[4];
     float off[4];
     for (int i = 0; i < 4; i++) {
-        q[i] = a->q + (t0 + i) * nb * ZI_QK;
+        q[i] = a->q + (t0 + i) * nb * 2 * ZI_QK;
+        q2[i] = q[i] + nb * ZI_QK;
         da[i] = a->d + (t0 + i) * nb;
         sa[i] = a->s + (t0 + i) * nb;
         acc[i] = offv[i] = _mm512_setzero_ps();
@@ -272,8 +297,8 @@ static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int 
             __m512i u = codes512(kind, pa, pa + bb);
             __m512i idx = _mm512_add_epi32(pair_idx, _mm512_set1_epi32(j));
             for (int i = 0; i < 4; i++) {
-                __m512i sv = _mm512_loadu_si512((const void *)(q[i] + (k + j) * ZI_QK));
-                __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, sv));
+                __m512 p = _mm512_cvtepi32_ps(
+                    isum512(u, q[i] + (k + j) * ZI_QK, q2[i] + (k + j) * ZI_QK));
                 acc[i] = _mm512_fmadd_ps(p, _mm512_permutexvar_ps(idx, scale[i]), acc[i]);
             }
         }
@@ -285,8 +310,7 @@ static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int 
         block_scales(kind, pb, &dwb, &cwb);
         __m512i u = codes512(kind, pa, pb);
         for (int i = 0; i < 4; i++) {
-            __m512i sv = _mm512_loadu_si512((const void *)(q[i] + k * ZI_QK));
-            __m512 p = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u, sv));
+            __m512 p = _mm512_cvtepi32_ps(isum512(u, q[i] + k * ZI_QK, q2[i] + k * ZI_QK));
             __m512 sc = _mm512_castpd_ps(_mm512_insertf64x4(
                 _mm512_castps_pd(_mm512_set1_ps(dwa * da[i][k])),
                 _mm256_castps_pd(_mm256_set1_ps(dwb * da[i][k + 1])), 1));
@@ -297,7 +321,8 @@ static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int 
     for (int i = 0; i < 4; i++) {
         out[i] = _mm512_reduce_add_ps(acc[i]) + _mm512_reduce_add_ps(offv[i]) + off[i];
         if (k < nb) /* an odd last block */
-            out[i] += dot_row(kind, w + k * bb, q[i] + k * ZI_QK, da[i] + k, sa[i] + k, nb - k);
+            out[i] += dot_row(kind, w + k * bb, q[i] + k * ZI_QK, q2[i] + k * ZI_QK, da[i] + k,
+                              sa[i] + k, nb - k);
     }
 }
 #endif
@@ -315,9 +340,10 @@ static inline void mm_quant(int kind, const uint8_t *w, size_t row_bytes, int64_
             for (int i = 0; i < 4; i++) y[(t + i) * ldy + r] = out[i];
         }
 #endif
-        for (; t < n_tokens; t++)
-            y[t * ldy + r] = dot_row(kind, row, a->q + t * nb * ZI_QK, a->d + t * nb,
-                                     a->s + t * nb, nb);
+        for (; t < n_tokens; t++) {
+            const int8_t *q = a->q + t * nb * 2 * ZI_QK;
+            y[t * ldy + r] = dot_row(kind, row, q, q + nb * ZI_QK, a->d + t * nb, a->s + t * nb, nb);
+        }
     }
 }
 

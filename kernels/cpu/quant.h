@@ -41,11 +41,19 @@ typedef struct {
 } zi_block_q8_0;
 
 /*
- * Quantized activations: rows of nb blocks, x[32k + i] ~= q[32k + i] * d[k],
- * stored as separate arrays (q contiguous across blocks, so one SIMD load
- * spans two blocks). s[k] = d[k] * sum of the block's q: the Q4_1 offset and
- * the Q4_0/Q8_0 zero-point corrections need it. Row t starts at q + t*nb*32,
- * d + t*nb, s + t*nb.
+ * Quantized activations, in two int8 halves: each value is
+ *   x[32k + i] ~= (256 * q1[32k + i] + q2[32k + i]) * d[k]
+ * where q1 is the usual int8 quantization (block max -> 127) and q2 the
+ * rounding residual in 256ths. Products then cost two int8 dot products per
+ * block instead of one, but activations keep ~15 bits instead of ~7: int8
+ * activations alone (llama.cpp's way) move this model's logits by a mean KL
+ * of ~3e-3 from a float64 reference and flip near-tied argmaxes, while the
+ * residual brings it to float32 accuracy.
+ * Layout: row t holds q1 for all nb blocks (nb*32 bytes) then q2 (nb*32
+ * bytes), at q + t*nb*64; d + t*nb; s + t*nb, where s[k] = d[k] * sum of the
+ * block's (256*q1 + q2): the Q4_1 offset and the Q4_0/Q8_0 zero-point
+ * corrections need it. q1 and q2 are contiguous across blocks, so one SIMD
+ * load spans two blocks.
  */
 typedef struct zi_q8_act {
     int8_t *q;

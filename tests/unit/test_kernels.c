@@ -104,21 +104,24 @@ static void test_quantize_act(void **state) {
     float x[64];
     for (int i = 0; i < 64; i++) x[i] = frand(-3, 3);
     x[5] = 4.0f; /* the block maximum maps to exactly 127 */
-    int8_t qv[64];
+    int8_t qv[128];
     float dv[2], sv[2];
     zi_q8_act q = {qv, dv, sv, 2};
     k->quantize_act(x, &q, 0);
-    assert_int_equal(qv[5], 127);
-    assert_true(fabsf(dv[0] - 4.0f / 127.0f) < 1e-9f);
+    assert_int_equal(qv[5], 127);  /* the block maximum: q1 = 127, residual 0 */
+    assert_int_equal(qv[64 + 5], 0);
+    assert_true(fabsf(dv[0] - 4.0f / 127.0f / 256.0f) < 1e-12f);
     for (int b = 0; b < 2; b++) {
         int32_t s = 0;
         for (int i = 0; i < 32; i++) {
-            s += qv[b * 32 + i];
-            assert_true(fabsf(qv[b * 32 + i] * dv[b] - x[b * 32 + i]) <= dv[b] * 0.5f + 1e-6f);
+            int v = 256 * qv[b * 32 + i] + qv[64 + b * 32 + i];
+            s += v;
+            /* two int8 halves: the error is at most half of d/256 (plus float rounding) */
+            assert_true(fabsf(v * dv[b] - x[b * 32 + i]) <= dv[b] * 0.5f + 1e-6f);
         }
         assert_true(fabsf(sv[b] - dv[b] * (float)s) <= 1e-6f * fabsf(sv[b]) + 1e-9f);
     }
-    float zero[64] = {0};
+    float zero[64] = {0}; /* all-zero block: d = 0, and no division by zero */
     k->quantize_act(zero, &q, 0);
     assert_true(dv[0] == 0.0f && sv[0] == 0.0f);
 }
@@ -135,14 +138,15 @@ static void check_type(const zi_cpu_kernels *k, int type, int cols) {
     for (int i = 0; i < T * cols; i++) x[i] = frand(-2, 2);
     int quantized = type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0;
     const int nb = cols / 32;
-    zi_q8_act qa = {malloc((size_t)T * cols + 64), malloc(sizeof(float) * T * nb),
+    zi_q8_act qa = {malloc((size_t)T * cols * 2 + 64), malloc(sizeof(float) * T * nb),
                     malloc(sizeof(float) * T * nb), nb};
     zi_q8_act *q = &qa;
     if (quantized) {
         for (int t = 0; t < T; t++) k->quantize_act(x + t * cols, q, t);
         for (int t = 0; t < T; t++)
             for (int i = 0; i < cols; i++)
-                xd[t * cols + i] = qa.q[t * cols + i] * qa.d[t * nb + i / 32];
+                xd[t * cols + i] = (256 * qa.q[t * cols * 2 + i] + qa.q[t * cols * 2 + cols + i]) *
+                                   qa.d[t * nb + i / 32];
     } else {
         memcpy(xd, x, sizeof(float) * T * cols);
     }
