@@ -11,6 +11,7 @@
 #include "threadpool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
@@ -21,7 +22,12 @@
 #define zi_cpu_relax() ((void)0)
 #endif
 
-#define ZI_SPIN_ITERS 200000
+/* Waiting goes through three stages: pause-spin (the next op usually comes
+ * within microseconds), then spin with sched_yield (so that on a machine
+ * with more runnable threads than cores the thread we wait for can run),
+ * then - for a worker - sleep on the condition variable. */
+#define ZI_SPIN_PAUSE 2000
+#define ZI_SPIN_YIELD 20000
 
 typedef struct worker_arg {
     zi_pool *pool;
@@ -50,8 +56,12 @@ static void *worker_main(void *p) {
         int spins = 0;
         while ((g = atomic_load_explicit(&pool->gen, memory_order_acquire)) == seen &&
                !atomic_load_explicit(&pool->stop, memory_order_relaxed)) {
-            if (++spins < ZI_SPIN_ITERS) {
+            if (++spins < ZI_SPIN_PAUSE) {
                 zi_cpu_relax();
+                continue;
+            }
+            if (spins < ZI_SPIN_YIELD) {
+                sched_yield();
                 continue;
             }
             pthread_mutex_lock(&pool->mu);
@@ -125,5 +135,10 @@ void zi_pool_run(zi_pool *pool, zi_pool_fn fn, void *ctx) {
     pthread_cond_broadcast(&pool->cv);
     pthread_mutex_unlock(&pool->mu);
     fn(ctx, 0, pool->n);
-    while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0) zi_cpu_relax();
+    for (int spins = 0; atomic_load_explicit(&pool->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < ZI_SPIN_PAUSE)
+            zi_cpu_relax();
+        else
+            sched_yield();
+    }
 }
