@@ -79,6 +79,11 @@ typedef struct zi_backend_ops {
 
     /* y[t][r] = dot(W[r], x[t]) for t < n_tokens, r < W->rows. */
     void (*matmul)(zi_backend *be, float *y, const zi_weight *w, const float *x, int n_tokens);
+    /* n products of one input: ys[i] = x ws[i]^T, all ws[i] with the same
+     * cols. The same as n matmul calls, but a backend can prepare x once
+     * and run them as one job (Q/K/V, gate/up). */
+    void (*matmul_n)(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                     const float *x, int n_tokens);
     /* Row i of `rows` (ids[i]) of an embedding table, dequantized. */
     void (*get_rows)(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids, int n);
     /* y = x / sqrt(mean(x^2) + eps) * w, per row of length dim. y may be x. */

@@ -363,9 +363,9 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     for (int l = 0; l < c->n_layers; l++) {
         const zi_layer *L = &m->layers[l];
         op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, c->dim, c->norm_eps);
-        op->matmul(be, m->q, &L->wq, m->xn, T);
-        op->matmul(be, m->k, &L->wk, m->xn, T);
-        op->matmul(be, m->v, &L->wv, m->xn, T);
+        float *qkv_out[3] = {m->q, m->k, m->v};
+        const zi_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+        op->matmul_n(be, 3, qkv_out, qkv_w, m->xn, T);
         op->rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, c->rope_base);
         op->rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, c->rope_base);
         op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
@@ -374,8 +374,9 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
         op->add(be, m->x, m->tmp, (size_t)T * c->dim);
 
         op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, c->dim, c->norm_eps);
-        op->matmul(be, m->gate, &L->w_gate, m->xn, T);
-        op->matmul(be, m->up, &L->w_up, m->xn, T);
+        float *ffn_out[2] = {m->gate, m->up};
+        const zi_weight *ffn_w[2] = {&L->w_gate, &L->w_up};
+        op->matmul_n(be, 2, ffn_out, ffn_w, m->xn, T);
         op->swiglu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
         op->matmul(be, m->tmp, &L->w_down, m->gate, T);
         op->add(be, m->x, m->tmp, (size_t)T * c->dim);

@@ -140,39 +140,46 @@ static void cpu_sync(zi_backend *be) { (void)be; }
 
 typedef struct mm_args {
     const zi_cpu_kernels *k;
-    float *y;
-    const zi_weight *w;
+    int n;                      /* products sharing the input */
+    float *const *ys;
+    const zi_weight *const *ws;
     const float *x;
     const zi_q8_act *q;
     int n_tokens;
+    int64_t total_rows;         /* sum of the products' rows */
 } mm_args;
 
-static void mm_worker(void *p, int ith, int nth) {
-    mm_args *a = p;
-    const zi_weight *w = a->w;
-    int64_t r0, r1;
-    split_range(w->rows, ith, nth, 16, &r0, &r1);
-    if (r0 >= r1) return;
+/* Rows [r0, r1) of one product. */
+static void mm_rows(const mm_args *a, const zi_weight *w, float *y, int64_t r0, int64_t r1) {
     const uint8_t *wd = w->data;
     switch (w->type) {
-    case ZI_TYPE_Q4_0:
-        a->k->mm_q4_0(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, a->y, w->rows);
-        break;
-    case ZI_TYPE_Q4_1:
-        a->k->mm_q4_1(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, a->y, w->rows);
-        break;
-    case ZI_TYPE_Q8_0:
-        a->k->mm_q8_0(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, a->y, w->rows);
-        break;
+    case ZI_TYPE_Q4_0: a->k->mm_q4_0(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, y, w->rows); break;
+    case ZI_TYPE_Q4_1: a->k->mm_q4_1(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, y, w->rows); break;
+    case ZI_TYPE_Q8_0: a->k->mm_q8_0(wd, w->row_bytes, r0, r1, a->q, a->n_tokens, y, w->rows); break;
     case ZI_TYPE_F32:
-        a->k->mm_f32(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, a->y, w->rows);
+        a->k->mm_f32(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, y, w->rows);
         break;
     case ZI_TYPE_F16:
-        a->k->mm_f16(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, a->y, w->rows);
+        a->k->mm_f16(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, y, w->rows);
         break;
     case ZI_TYPE_BF16:
-        a->k->mm_bf16(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, a->y, w->rows);
+        a->k->mm_bf16(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, y, w->rows);
         break;
+    }
+}
+
+/* Each thread takes one slice of the products' rows laid end to end. */
+static void mm_worker(void *p, int ith, int nth) {
+    const mm_args *a = p;
+    int64_t lo, hi;
+    split_range(a->total_rows, ith, nth, 16, &lo, &hi);
+    int64_t base = 0;
+    for (int i = 0; i < a->n && lo < hi; i++) {
+        int64_t rows = a->ws[i]->rows;
+        int64_t r0 = lo - base, r1 = hi - base;
+        if (r0 < rows && r1 > 0)
+            mm_rows(a, a->ws[i], a->ys[i], r0 < 0 ? 0 : r0, r1 > rows ? rows : r1);
+        base += rows;
     }
 }
 
@@ -191,13 +198,23 @@ static void quant_worker(void *p, int ith, int nth) {
     for (int64_t t = t0; t < t1; t++) a->k->quantize_act(a->x + t * a->cols, a->q, t);
 }
 
-static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float *x, int n_tokens) {
+static int is_quantized(int type) {
+    return type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0;
+}
+
+static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                         const float *x, int n_tokens) {
     cpu_backend *c = cb(be);
-    mm_args a = {.k = c->k, .y = y, .w = w, .x = x, .n_tokens = n_tokens};
-    if (w->type == ZI_TYPE_Q4_0 || w->type == ZI_TYPE_Q4_1 || w->type == ZI_TYPE_Q8_0) {
+    mm_args a = {.k = c->k, .n = n, .ys = ys, .ws = ws, .x = x, .n_tokens = n_tokens};
+    int any_quant = 0;
+    for (int i = 0; i < n; i++) {
+        a.total_rows += ws[i]->rows;
+        any_quant |= is_quantized(ws[i]->type);
+    }
+    if (any_quant) { /* one quantization of x serves every product */
         /* reserve() sized act for this product (the model's contract). */
-        c->act.nb = w->cols / ZI_QK;
-        quant_args qa = {.k = c->k, .x = x, .q = &c->act, .n_tokens = n_tokens, .cols = w->cols};
+        c->act.nb = ws[0]->cols / ZI_QK;
+        quant_args qa = {.k = c->k, .x = x, .q = &c->act, .n_tokens = n_tokens, .cols = ws[0]->cols};
         if (n_tokens >= 4)
             zi_pool_run(c->pool, quant_worker, &qa);
         else
@@ -205,6 +222,10 @@ static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float
         a.q = &c->act;
     }
     zi_pool_run(c->pool, mm_worker, &a);
+}
+
+static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float *x, int n_tokens) {
+    cpu_matmul_n(be, 1, &y, &w, x, n_tokens);
 }
 
 /* ---- element-wise ---- */
@@ -396,6 +417,7 @@ static const zi_backend_ops cpu_ops = {
     .upload = cpu_copy,
     .download = cpu_copy,
     .matmul = cpu_matmul,
+    .matmul_n = cpu_matmul_n,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

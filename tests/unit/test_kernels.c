@@ -271,6 +271,15 @@ static void test_backend_threads_agree(void **state) {
     b1->ops->matmul(b1, y1, &w1, x, T);
     b3->ops->matmul(b3, y3, &w3, x, T);
     assert_memory_equal(y1, y3, sizeof(float) * T * rows);
+    /* matmul_n: two products of one input in one job equal two matmuls. */
+    float *ya = malloc(sizeof(float) * T * rows), *yb = malloc(sizeof(float) * T * rows);
+    float *ys[2] = {ya, yb};
+    const zi_weight *ws[2] = {&w3, &w3};
+    b3->ops->matmul_n(b3, 2, ys, ws, x, T);
+    assert_memory_equal(y1, ya, sizeof(float) * T * rows);
+    assert_memory_equal(y1, yb, sizeof(float) * T * rows);
+    free(ya);
+    free(yb);
     b1->ops->destroy(b1);
     b3->ops->destroy(b3);
     free(w);
