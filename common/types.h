@@ -1,0 +1,447 @@
+/*
+ * types.h - the request, sampling, context and response types every zinfer
+ * process shares, re-expressed in C after the seed documents' Python types.
+ *
+ * | seed type                       | here                          |
+ * | ------------------------------- | ----------------------------- |
+ * | SamplingParams                  | zi_sampling_params            |
+ * | TokenGeneratorRequest (+Message)| zi_request (+ zi_message)     |
+ * | TextContext / InputContext      | zi_text_context               |
+ * | TextGenerationStatus            | zi_gen_status                 |
+ * | LogProbabilities                | zi_logprobs                   |
+ * | TextResponse                    | zi_text_response              |
+ * | TextGenerationResponse          | zi_text_generation_response   |
+ *
+ * The router decodes a client's request into a zi_request; a tokenizer
+ * process turns it into a zi_text_context (prompt tokens, limits, sampling
+ * parameters) that travels to a model worker, whose scheduler then drives
+ * the context with the index operations below (chunked prefill, update,
+ * jump_ahead, rollback, reset on eviction). common/codec.h moves every one
+ * of these types over the wire as msgpack.
+ *
+ * Ownership: each struct owns its heap memory (strings, arrays, nested
+ * structs); *_init gives the seed's defaults, *_free releases everything and
+ * leaves the struct in its init state. Strings are zi_string: bytes plus a
+ * length, always NUL-terminated as well, so they may be used as C strings
+ * where the format forbids embedded NULs.
+ *
+ * Every function that can be misused returns ZI_OK or a ZI_E* status and
+ * fills a zi_error naming the field at fault. Nothing here asserts on or
+ * crashes from caller input; a NULL pointer where one is required is
+ * ZI_EINVAL.
+ */
+#ifndef ZI_TYPES_H
+#define ZI_TYPES_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zi_error.h"
+
+/* ---- small containers ------------------------------------------------------ */
+
+typedef struct zi_string {
+    char *p;    /* NULL when empty and never set; else NUL-terminated */
+    size_t len; /* bytes, not counting the terminating NUL */
+} zi_string;
+
+typedef struct zi_str_list {
+    zi_string *v;
+    size_t n;
+} zi_str_list;
+
+typedef struct zi_i32_list {
+    int32_t *v;
+    size_t n;
+} zi_i32_list;
+
+/* Opaque msgpack bytes: one encoded object (tools, response_format, ...). */
+typedef struct zi_bytes {
+    uint8_t *p;
+    size_t len; /* 0 means absent */
+} zi_bytes;
+
+/* Replaces s with a copy of p[0..len). ZI_ENOMEM on allocation failure. */
+int zi_string_set(zi_string *s, const char *p, size_t len, zi_error *err);
+void zi_string_free(zi_string *s);
+int zi_str_list_push(zi_str_list *l, const char *p, size_t len, zi_error *err);
+void zi_str_list_free(zi_str_list *l);
+int zi_i32_list_push(zi_i32_list *l, int32_t v, zi_error *err);
+/* Replaces l with a copy of v[0..n). */
+int zi_i32_list_set(zi_i32_list *l, const int32_t *v, size_t n, zi_error *err);
+bool zi_i32_list_contains(const zi_i32_list *l, int32_t v);
+void zi_i32_list_free(zi_i32_list *l);
+int zi_bytes_set(zi_bytes *b, const void *p, size_t len, zi_error *err);
+void zi_bytes_free(zi_bytes *b);
+
+/* ---- TextGenerationStatus -------------------------------------------------- */
+
+/* The seed lists ACTIVE, END_OF_SEQUENCE and MAXIMUM_LENGTH; STOP (a stop
+ * string or stop token id was produced) and CANCELLED (the client cancelled
+ * or went away) are the further final states of zinfer's client protocol. */
+typedef enum zi_gen_status {
+    ZI_GEN_ACTIVE = 0,
+    ZI_GEN_END_OF_SEQUENCE = 1,
+    ZI_GEN_MAXIMUM_LENGTH = 2,
+    ZI_GEN_STOP = 3,
+    ZI_GEN_CANCELLED = 4,
+} zi_gen_status;
+#define ZI_GEN_STATUS_COUNT 5
+
+/* The wire name ("active", "end_of_sequence", "maximum_length", "stop",
+ * "cancelled"); NULL for a value outside the enum. */
+const char *zi_gen_status_name(int status);
+/* Parses a wire name (exact, case-sensitive); ZI_EINVAL when unknown. */
+int zi_gen_status_parse(const char *s, size_t len, zi_gen_status *out, zi_error *err);
+/* True for every status but ACTIVE (the seed's is_done). */
+bool zi_gen_status_is_done(zi_gen_status s);
+
+/* ---- SamplingParams -------------------------------------------------------- */
+
+/*
+ * Field for field the seed's SamplingParams, with its defaults (set by
+ * zi_sampling_params_init). Accepted ranges (zi_sampling_params_validate):
+ *
+ *   top_k               -1 or 0: no limit (whole vocabulary); k >= 1 keeps
+ *                       the k most probable. Default 1 (greedy).
+ *   top_p               (0, 1]. Default 1 (off).
+ *   min_p               [0, 1]. Default 0 (off).
+ *   temperature         [0, 1e6], finite; 0 means greedy. Default 1.
+ *   frequency_penalty   [-2, 2] (the OpenAI range). Default 0.
+ *   presence_penalty    [-2, 2]. Default 0.
+ *   repetition_penalty  (0, 1e6]. Default 1 (off).
+ *   max_new_tokens      -1 (none: until another limit) or [1, 2^31-1].
+ *                       Default -1.
+ *   min_new_tokens      [0, 2^31-1], and <= max_new_tokens when that is set.
+ *   ignore_eos          default false.
+ *   stop                list of non-empty strings. Default empty (None).
+ *   stop_token_ids      list of token ids >= 0. Default empty (None).
+ *   detokenize          default true.
+ *   seed                any uint64. Default 0.
+ *
+ * NaN is rejected in every float field. An empty list stands for the seed's
+ * None.
+ */
+typedef struct zi_sampling_params {
+    int32_t top_k;
+    double top_p;
+    double min_p;
+    double temperature;
+    double frequency_penalty;
+    double presence_penalty;
+    double repetition_penalty;
+    int64_t max_new_tokens;
+    int64_t min_new_tokens;
+    bool ignore_eos;
+    zi_str_list stop;
+    zi_i32_list stop_token_ids;
+    bool detokenize;
+    uint64_t seed;
+} zi_sampling_params;
+
+void zi_sampling_params_init(zi_sampling_params *sp);
+void zi_sampling_params_free(zi_sampling_params *sp);
+/* Deep copy; dst must not hold memory (it is overwritten). */
+int zi_sampling_params_copy(zi_sampling_params *dst, const zi_sampling_params *src, zi_error *err);
+/* Checks every field against the ranges above. The message names the field,
+ * prefixed with path and a dot when path is non-empty, e.g.
+ * "sampling_params.top_p: 1.5 is outside (0, 1]". path may be NULL. */
+int zi_sampling_params_validate(const zi_sampling_params *sp, const char *path, zi_error *err);
+
+/* ---- TokenGeneratorRequest ------------------------------------------------- */
+
+typedef struct zi_message {
+    zi_string role;    /* "system", "user" or "assistant" (the seed's Literal) */
+    zi_string content; /* text; a list of text parts is joined with "\n" */
+} zi_message;
+
+typedef enum zi_prompt_kind {
+    ZI_PROMPT_NONE = 0, /* messages are used instead */
+    ZI_PROMPT_TEXT = 1,
+    ZI_PROMPT_TOKENS = 2,
+} zi_prompt_kind;
+
+/* The seed's TokenGeneratorRequest plus `stream` from zinfer's protocol.
+ * Exactly one of a prompt and messages is set in a valid request. The stop
+ * strings of `stop` and of sampling_params.stop both apply. */
+typedef struct zi_request {
+    zi_string id; /* client-chosen, non-empty */
+    int64_t index;
+    zi_string model_name;
+    zi_prompt_kind prompt_kind;
+    zi_string prompt_text;     /* when ZI_PROMPT_TEXT */
+    zi_i32_list prompt_tokens; /* when ZI_PROMPT_TOKENS */
+    zi_message *messages;
+    size_t n_messages;
+    zi_sampling_params sampling_params;
+    int64_t logprobs; /* top-N log probabilities per token; 0 = none */
+    bool echo;
+    zi_str_list stop;
+    bool stream;                    /* default true */
+    int64_t timestamp_ns;           /* default 0 */
+    zi_string request_path;         /* default "/" */
+    zi_bytes response_format;       /* opaque msgpack map, when present */
+    zi_bytes tools;                 /* opaque msgpack array, when present */
+    zi_bytes chat_template_options; /* opaque msgpack map, when present */
+} zi_request;
+
+/* Defaults: everything empty/0, stream = true, request_path = "/" (set
+ * lazily: an empty request_path means "/"), sampling defaults. */
+void zi_request_init(zi_request *r);
+void zi_request_free(zi_request *r);
+int zi_request_add_message(zi_request *r, const char *role, const char *content, size_t content_len,
+                           zi_error *err);
+
+/* ---- LogProbabilities ------------------------------------------------------ */
+
+/* Top log probabilities at one position: token id -> log probability. */
+typedef struct zi_top_logprobs {
+    int32_t *ids;
+    float *logprobs;
+    size_t n;
+} zi_top_logprobs;
+
+/* The seed's LogProbabilities: for each of n positions, the log probability
+ * of the chosen token and the top candidates. */
+typedef struct zi_logprobs {
+    float *token_logprobs; /* n entries */
+    zi_top_logprobs *top;  /* n entries */
+    size_t n;
+} zi_logprobs;
+
+void zi_logprobs_init(zi_logprobs *lp);
+void zi_logprobs_free(zi_logprobs *lp);
+/* Appends one position with its top entries (ids/lps may be NULL when
+ * n_top is 0). ZI_EINVAL for a NaN or +inf log probability or a negative id. */
+int zi_logprobs_push(zi_logprobs *lp, float token_logprob, const int32_t *ids, const float *lps,
+                     size_t n_top, zi_error *err);
+/* Deep copy into *dst (overwritten). */
+int zi_logprobs_copy(zi_logprobs *dst, const zi_logprobs *src, zi_error *err);
+
+/* ---- TextResponse / TextGenerationResponse --------------------------------- */
+
+/* The seed's TextResponse: next_token is an int (token id) or a str. */
+typedef struct zi_text_response {
+    bool is_text;
+    int32_t token;         /* when !is_text */
+    zi_string text;        /* when is_text */
+    zi_logprobs *logprobs; /* NULL when none; owned */
+} zi_text_response;
+
+void zi_text_response_init(zi_text_response *r);
+void zi_text_response_free(zi_text_response *r);
+
+typedef struct zi_text_generation_response {
+    zi_text_response *tokens;
+    size_t n;
+    zi_gen_status final_status;
+} zi_text_generation_response;
+
+void zi_text_generation_response_init(zi_text_generation_response *r);
+void zi_text_generation_response_free(zi_text_generation_response *r);
+/* Appends a copy of *t (the seed's append_token). */
+int zi_text_generation_response_append(zi_text_generation_response *r, const zi_text_response *t,
+                                       zi_error *err);
+
+/* ---- TextContext ----------------------------------------------------------- */
+
+/* The token array grows in multiples of this many slots (the seed's
+ * CHUNK_SIZE). */
+#define ZI_CTX_CHUNK 128
+
+/* Passed to zi_text_context_set_token_indices for "leave unchanged" (the
+ * seed's None). */
+#define ZI_IDX_KEEP INT64_MIN
+
+/*
+ * The seed's TextContext. Token array layout:
+ *
+ *   0        committed   start        active        end          size
+ *   |-----------|----------|-------------|-------------|------------|
+ *   | completed (KV known) | next_tokens | not yet fed | preallocated
+ *
+ *   [0, start_idx)          completed: already run through the model; their
+ *                           KV entries exist in the cache slot.
+ *   [0, committed_idx)      the part of completed that is committed to the
+ *                           prefix cache (committed_idx <= start_idx).
+ *   [start_idx, active_idx) next_tokens, the active window fed in the next
+ *                           step (the whole prompt for context encoding,
+ *                           one token in token generation, a chunk of the
+ *                           prompt under chunked prefill).
+ *   [active_idx, end_idx)   valid tokens not in this step (the rest of a
+ *                           chunked prompt).
+ *   [0, prompt_len)         the prompt; [prompt_len, end_idx) generated.
+ *   [end_idx, size)         preallocated slots (zeroed).
+ *
+ * Invariant, checked after every operation:
+ *   0 <= committed_idx <= start_idx <= active_idx <= end_idx <= size,
+ *   1 <= prompt_len <= end_idx,
+ *   prompt_len <= completion_start_idx <= completion_end_idx <= end_idx.
+ *
+ * The fields are public for reading; change them only through the functions
+ * below, which keep the invariant.
+ */
+typedef struct zi_text_context {
+    zi_string request_id;  /* zinfer's addition: which request this is */
+    zi_string prompt;      /* the original prompt text, when it was text */
+    int32_t *tokens;       /* size slots */
+    int64_t size;          /* allocated slots, a multiple of ZI_CTX_CHUNK */
+    zi_logprobs **lp_data; /* size slots; per-index log probabilities or NULL */
+    int64_t max_length;    /* total length (prompt + generated) at which generation stops */
+    zi_i32_list eos_token_ids;
+    zi_i32_list *eos_sequences; /* multi-token end sequences */
+    size_t n_eos_sequences;
+    int64_t log_probabilities; /* top-N to return; 0 = none */
+    bool log_probabilities_echo;
+    bool ignore_eos;
+    bool has_json_schema;
+    zi_string json_schema;
+    zi_sampling_params sampling_params;
+    zi_gen_status status;
+    int64_t cache_seq_id; /* -1 when not assigned */
+    int64_t start_idx, active_idx, end_idx, committed_idx;
+    int64_t completion_start_idx, completion_end_idx; /* tokens not yet returned */
+    int64_t prompt_len;
+    bool is_initial_prompt;
+    int64_t draft_offset;
+} zi_text_context;
+
+/*
+ * Builds a context for a prompt of n >= 1 tokens. sp (NULL: defaults) is
+ * validated and copied; ignore_eos is taken from it. max_length is the
+ * model's limit on the total length; it is lowered to
+ * n + sp->max_new_tokens when that is set. Errors: empty prompt, a negative
+ * token id, a prompt that leaves no room (n >= max_length), n +
+ * min_new_tokens > max_length, invalid sampling parameters. After init:
+ * start_idx = committed_idx = 0, active_idx = end_idx = prompt_len = n,
+ * size = n rounded up to ZI_CTX_CHUNK, status active, no cache slot.
+ * On failure ctx is left empty (safe to free).
+ */
+int zi_text_context_init(zi_text_context *ctx, const int32_t *prompt, size_t n, int64_t max_length,
+                         const zi_sampling_params *sp, zi_error *err);
+/* Zeroes a context without allocating (the state before init/decode). */
+void zi_text_context_zero(zi_text_context *ctx);
+void zi_text_context_free(zi_text_context *ctx);
+/* Replaces the EOS id set (ids >= 0; duplicates kept once). */
+int zi_text_context_set_eos(zi_text_context *ctx, const int32_t *ids, size_t n, zi_error *err);
+/* Adds one multi-token EOS sequence (n >= 1 ids >= 0). */
+int zi_text_context_add_eos_sequence(zi_text_context *ctx, const int32_t *ids, size_t n,
+                                     zi_error *err);
+/* Checks the invariant above and the field ranges; the message names the
+ * first index at fault. Used after decoding. */
+int zi_text_context_check(const zi_text_context *ctx, zi_error *err);
+
+/* active_idx - start_idx: tokens fed this step. */
+static inline int64_t zi_text_context_active_length(const zi_text_context *ctx) {
+    return ctx->active_idx - ctx->start_idx;
+}
+/* Completed plus active tokens (the seed's wording): active_idx. */
+static inline int64_t zi_text_context_current_length(const zi_text_context *ctx) {
+    return ctx->active_idx;
+}
+/* Context encoding: more than one token in the active window. */
+static inline bool zi_text_context_is_ce(const zi_text_context *ctx) {
+    return zi_text_context_active_length(ctx) > 1;
+}
+static inline bool zi_text_context_is_done(const zi_text_context *ctx) {
+    return zi_gen_status_is_done(ctx->status);
+}
+static inline const int32_t *zi_text_context_next_tokens(const zi_text_context *ctx) {
+    return ctx->tokens + ctx->start_idx;
+}
+static inline int64_t zi_text_context_generated_count(const zi_text_context *ctx) {
+    return ctx->end_idx - ctx->prompt_len;
+}
+static inline const int32_t *zi_text_context_generated_tokens(const zi_text_context *ctx) {
+    return ctx->tokens + ctx->prompt_len;
+}
+static inline bool zi_text_context_is_assigned_to_cache(const zi_text_context *ctx) {
+    return ctx->cache_seq_id >= 0;
+}
+
+/* Adds the deltas to the four indices without touching the tokens (the
+ * seed's bump_token_indices). All-or-nothing: when the result breaks the
+ * invariant nothing changes and ZI_EINVAL names the index. */
+int zi_text_context_bump_token_indices(zi_text_context *ctx, int64_t d_start, int64_t d_active,
+                                       int64_t d_end, int64_t d_committed, zi_error *err);
+/* Sets the indices given (ZI_IDX_KEEP leaves one unchanged); all-or-nothing
+ * like bump. */
+int zi_text_context_set_token_indices(zi_text_context *ctx, int64_t start, int64_t active,
+                                      int64_t end, int64_t committed, zi_error *err);
+/* Chunked prefill: shrinks the active window to at most max_tokens (>= 1)
+ * tokens, active_idx = min(active_idx, start_idx + max_tokens). */
+int zi_text_context_limit_active(zi_text_context *ctx, int64_t max_tokens, zi_error *err);
+
+/*
+ * Records the token sampled after a step (the seed's update). lp (may be
+ * NULL) is always consumed: kept for the token's index or freed.
+ *  - If active_idx < end_idx (a chunk of the prompt was fed and more prompt
+ *    remains), the token is dropped and the window moves on: start_idx =
+ *    active_idx, active_idx = end_idx.
+ *  - Otherwise the token is written at end_idx (growing the array),
+ *    start_idx = old active_idx, active_idx = end_idx = old end_idx + 1,
+ *    completion_end_idx + 1, is_initial_prompt = false, and the status
+ *    becomes END_OF_SEQUENCE (an EOS id or EOS sequence, unless ignore_eos),
+ *    STOP (an id in sampling_params.stop_token_ids) or MAXIMUM_LENGTH
+ *    (end_idx >= max_length), checked in that order.
+ * Errors: a done context, an empty active window, a negative token id.
+ */
+int zi_text_context_update(zi_text_context *ctx, int32_t token, zi_logprobs *lp, zi_error *err);
+/* Appends a token that the model must also be fed next step (structured
+ * output's forced tokens): written at end_idx, active_idx and end_idx + 1,
+ * start_idx unchanged, returned to the user (completion_end_idx + 1); the
+ * status updates as in update. Errors: a done context, a negative id,
+ * active_idx < end_idx (a chunked prompt is pending). */
+int zi_text_context_jump_ahead(zi_text_context *ctx, int32_t token, zi_error *err);
+/*
+ * Removes the last n generated tokens (the seed's rollback): end_idx -= n,
+ * active_idx = end_idx, start_idx = min(start_idx, end_idx - 1) so the last
+ * remaining token is fed again, committed_idx = min(committed_idx,
+ * start_idx), completion indices clipped to end_idx, their log
+ * probabilities dropped, and a done status other than CANCELLED goes back
+ * to ACTIVE. Errors: n < 0 or n > the number of generated tokens (prompt
+ * tokens cannot be rolled back).
+ */
+int zi_text_context_rollback(zi_text_context *ctx, int64_t n, zi_error *err);
+/* Eviction (the seed's reset): all tokens so far become the prompt of the
+ * next context-encoding step: start_idx = committed_idx = 0,
+ * is_initial_prompt = true. active/end, prompt_len, status and the cache
+ * slot are kept (the caller releases the slot). */
+void zi_text_context_reset(zi_text_context *ctx);
+/*
+ * How many steps can run without feeding a position >= max_seq_len (>= 1).
+ * One step feeds [start_idx, active_idx) and samples a token; each later
+ * step feeds the previous sample. So n steps feed positions up to
+ * active_idx + n - 2 and n = max(0, max_seq_len - active_idx + 1). With a
+ * chunked prompt pending (active_idx < end_idx) at most 1 (0 when
+ * active_idx > max_seq_len). For token generation this equals the seed's
+ * max_seq_len - start_idx.
+ */
+int zi_text_context_compute_num_available_steps(const zi_text_context *ctx, int64_t max_seq_len,
+                                                int64_t *out, zi_error *err);
+/*
+ * min_new_tokens: for each of num_steps steps, out[s] = 1 when the token
+ * sampled at step s (index active_idx + s) falls in [prompt_len,
+ * prompt_len + min_new_tokens), i.e. EOS must be masked (every id in
+ * eos_token_ids and sampling_params.stop_token_ids); else 0. The seed
+ * returns (row, eos_id) pairs per step; a per-step flag carries the same.
+ */
+int zi_text_context_min_token_mask(const zi_text_context *ctx, int64_t num_steps, uint8_t *out,
+                                   zi_error *err);
+/* Cache slot (seq id >= 0). Assigning an assigned context or unassigning an
+ * unassigned one is ZI_EINVAL; so is reading the id of an unassigned one. */
+int zi_text_context_assign_to_cache(zi_text_context *ctx, int64_t seq_id, zi_error *err);
+int zi_text_context_unassign_from_cache(zi_text_context *ctx, zi_error *err);
+int zi_text_context_cache_seq_id(const zi_text_context *ctx, int64_t *out, zi_error *err);
+/* Sets the status (e.g. STOP when the tokenizer sees a stop string,
+ * CANCELLED); ZI_EINVAL for a value outside the enum. */
+int zi_text_context_update_status(zi_text_context *ctx, int status, zi_error *err);
+/* The seed's set_draft_offset (speculative decoding): 0 <= idx <= end_idx. */
+int zi_text_context_set_draft_offset(zi_text_context *ctx, int64_t idx, zi_error *err);
+/* The seed's outstanding_completion_tokens: the tokens (and their log
+ * probabilities, ctx->lp_data[*first + i]) not yet returned to the user,
+ * [*first, *first + *count); marks them returned. */
+void zi_text_context_take_outstanding(zi_text_context *ctx, int64_t *first, int64_t *count);
+
+#endif
