@@ -84,8 +84,8 @@ static void engine_free(engine *e) {
     memset(e, 0, sizeof *e);
 }
 
-/* Loads backend + model (+ tokenizer unless tokenizer_only, which skips the
- * backend and opens only the file's tokenizer). */
+/* Loads backend, model and tokenizer; need_model adds the model summary to
+ * the log. */
 static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) {
     memset(e, 0, sizeof *e);
     double t0 = now_s();
@@ -99,6 +99,12 @@ static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) 
         goto fail;
     }
     const zi_model_config *c = zi_model_get_config(e->model);
+    if (zi_tokenizer_vocab_size(e->tok) > c->n_vocab) {
+        rc = zi_error_set(err, ZI_EFORMAT,
+                          "%s: the tokenizer has %d tokens but the model only %d output rows",
+                          o->model, zi_tokenizer_vocab_size(e->tok), c->n_vocab);
+        goto fail;
+    }
     if (need_model)
         zi_log(&o->log, ZI_LOG_INFO,
                "model %s: %d layers, dim %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d; "
@@ -248,14 +254,17 @@ static int32_t sample(const float *logits, int n, double temperature, uint64_t *
 
 /* ---- subcommands ---- */
 
-static int check_ctx(const opts *o, engine *e, size_t n_prompt, int *ctx, zi_error *err) {
+/* Chooses the context size and checks the prompt fits, leaving `room`
+ * positions for generated tokens. */
+static int check_ctx(const opts *o, engine *e, size_t n_prompt, size_t room, int *ctx,
+                     zi_error *err) {
     const zi_model_config *c = zi_model_get_config(e->model);
     *ctx = o->ctx > 0 ? (int)o->ctx : (c->ctx_train < 4096 ? c->ctx_train : 4096);
-    if (n_prompt >= (size_t)*ctx)
+    if (n_prompt + room > (size_t)*ctx)
         return zi_error_set(err, ZI_ERANGE,
-                            "the prompt is %zu tokens but the context holds %d (--ctx-size); "
-                            "leave room for at least one generated token",
-                            n_prompt, *ctx);
+                            "the prompt is %zu tokens but the context holds %d (--ctx-size)%s",
+                            n_prompt, *ctx,
+                            room ? "; leave room for at least one generated token" : "");
     return ZI_OK;
 }
 
@@ -268,12 +277,15 @@ static int cmd_generate(const opts *o) {
     zi_kv_cache *kv = NULL;
     float *logits = NULL;
     char *text = NULL;
-    size_t text_len = 0, text_cap = 4096;
+    size_t text_len = 0, text_cap = 4 * ZI_TOKEN_MAX_BYTES;
     const char *reason = "maximum_length";
     int ctx = 0, rc = prompt_ids(o, &e, &ids, &n, &err);
-    if (!rc) rc = check_ctx(o, &e, n, &ctx, &err);
+    if (!rc) rc = check_ctx(o, &e, n, 1, &ctx, &err);
     if (!rc) rc = zi_kv_cache_create(e.model, 1, ctx, &kv, &err);
     int V = zi_model_get_config(e.model)->n_vocab;
+    /* Sample among the ids the tokenizer can decode (a model may pad its
+     * vocabulary beyond them; engine_load checks it is not smaller). */
+    int n_sample = zi_tokenizer_vocab_size(e.tok);
     if (!rc) {
         logits = malloc((size_t)V * sizeof(float));
         out_ids = malloc(((size_t)o->max_tokens + 1) * sizeof(int32_t));
@@ -287,13 +299,13 @@ static int cmd_generate(const opts *o) {
     zi_detok dt;
     zi_detok_init(&dt);
     for (long long i = 0; !rc && i < o->max_tokens; i++) {
-        int32_t tok = sample(logits, V, o->temperature, &rng);
+        int32_t tok = sample(logits, n_sample, o->temperature, &rng);
         if (!o->ignore_eos && zi_tokenizer_is_eog(e.tok, tok)) {
             reason = "end_of_sequence";
             break;
         }
         out_ids[n_out++] = tok;
-        if (text_len + 1024 + 16 > text_cap) {
+        if (text_len + ZI_TOKEN_MAX_BYTES + 16 > text_cap) {
             char *nt = realloc(text, text_cap *= 2);
             if (!nt) {
                 rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
@@ -301,7 +313,11 @@ static int cmd_generate(const opts *o) {
             }
             text = nt;
         }
-        int w = zi_detok_push(&dt, e.tok, tok, 0, text + text_len, 1024);
+        int w = zi_detok_push(&dt, e.tok, tok, 0, text + text_len, text_cap - text_len);
+        if (w < 0) {
+            rc = zi_error_set(&err, ZI_EINVAL, "token %d has no text in the tokenizer", tok);
+            break;
+        }
         if (w > 0) {
             if (!o->json) fwrite(text + text_len, 1, (size_t)w, stdout), fflush(stdout);
             text_len += (size_t)w;
@@ -358,7 +374,7 @@ static int cmd_logits(const opts *o) {
     float *all = NULL, *last = NULL;
     int V = zi_model_get_config(e.model)->n_vocab;
     int ctx = 0, rc = prompt_ids(o, &e, &ids, &n, &err);
-    if (!rc) rc = check_ctx(o, &e, n, &ctx, &err);
+    if (!rc) rc = check_ctx(o, &e, n, 0, &ctx, &err);
     if (!rc) rc = zi_kv_cache_create(e.model, 1, ctx, &kv, &err);
     if (!rc) {
         all = malloc(n * (size_t)V * sizeof(float));

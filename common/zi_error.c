@@ -28,7 +28,8 @@ int zi_error_prefix(zi_error *err, const char *fmt, ...) {
     memcpy(old, err->msg, sizeof old);
     /* Build "prefix: old" by hand so an over-long result is cut, not refused. */
     size_t n = strlen(prefix);
-    if (n > sizeof err->msg - 3) n = sizeof err->msg - 3;
+    /* A long prefix (a path) must not push the message itself out. */
+    if (n > sizeof err->msg / 2) n = sizeof err->msg / 2;
     memcpy(err->msg, prefix, n);
     memcpy(err->msg + n, ": ", 2);
     size_t room = sizeof err->msg - n - 3;

@@ -64,7 +64,8 @@ typedef struct zi_backend_ops {
      * upload). ZI_EUNSUPPORTED when the backend cannot use its type. */
     int (*weight_init)(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err);
     void (*weight_free)(zi_backend *be, zi_weight *w);
-    /* A 1-D float vector (norm weights) in backend memory; NULL on failure. */
+    /* A 1-D float vector (norm weights) in backend memory, released with
+     * free(); NULL on failure, with err set. */
     float *(*vector_init)(zi_backend *be, const zi_gguf_tensor *t, zi_error *err);
 
     /* Sizes the backend's scratch for passes of up to n_tokens tokens, rows

@@ -76,13 +76,15 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     char key[128];
     snprintf(key, sizeof key, "%s.attention.head_count_kv", c->arch);
     if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)c->n_heads, &v, err))) return rc;
+    if (v == 0 || v > (uint32_t)c->n_heads || c->n_heads % (int)v != 0)
+        return zi_error_set(err, ZI_EFORMAT, "%s = %u does not divide head_count %d", key, v,
+                            c->n_heads);
     c->n_kv_heads = (int)v;
-    if (c->n_kv_heads == 0 || c->n_heads % c->n_kv_heads != 0)
-        return zi_error_set(err, ZI_EFORMAT, "%s = %d does not divide head_count %d", key,
-                            c->n_kv_heads, c->n_heads);
     snprintf(key, sizeof key, "%s.attention.key_length", c->arch);
     if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)(c->dim / c->n_heads), &v, err))) return rc;
     c->head_dim = (int)v;
+    /* 1024 bounds the attention's per-head stack buffers and keeps every
+     * product of dimensions far from overflow; real models use 64..256. */
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 1024)
         return zi_error_set(err, ZI_EFORMAT, "head dimension %d is not an even number <= 1024",
                             c->head_dim);
@@ -137,7 +139,8 @@ static int load_vector(zi_model *m, const char *name, int64_t n, float **out, zi
     int rc = find_tensor(m->gguf, name, n, 1, &t, err);
     if (rc) return rc;
     *out = m->be->ops->vector_init(m->be, t, err);
-    return *out ? ZI_OK : err->code;
+    if (*out) return ZI_OK;
+    return err && err->code ? err->code : zi_error_set(err, ZI_ENOMEM, "cannot load '%s'", name);
 }
 
 static int load_weights(zi_model *m, zi_error *err) {
@@ -146,7 +149,16 @@ static int load_weights(zi_model *m, zi_error *err) {
     int rc;
     const zi_gguf_tensor *emb = zi_gguf_find_tensor(m->gguf, "token_embd.weight");
     if (!emb) return zi_error_set(err, ZI_EFORMAT, "missing tensor 'token_embd.weight'");
+    if (emb->ne[1] < 1 || emb->ne[1] > (1 << 24))
+        return zi_error_set(err, ZI_EFORMAT, "token_embd.weight has %lld rows; expected 1..%d",
+                            (long long)emb->ne[1], 1 << 24);
     m->cfg.n_vocab = (int)emb->ne[1];
+    /* Nine tensors per layer: refuse a block_count the file cannot back
+     * before allocating for it. */
+    if ((uint64_t)c->n_layers * 9 > zi_gguf_tensor_count(m->gguf))
+        return zi_error_set(err, ZI_EFORMAT,
+                            "%s.block_count = %d, but the file has only %llu tensors", c->arch,
+                            c->n_layers, (unsigned long long)zi_gguf_tensor_count(m->gguf));
     uint32_t vocab;
     char key[128];
     snprintf(key, sizeof key, "%s.vocab_size", c->arch);
@@ -221,14 +233,14 @@ void zi_model_free(zi_model *m) {
             zi_layer *L = &m->layers[l];
             zi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
-            free(L->attn_norm);
-            free(L->ffn_norm);
+            be->ops->free(be, L->attn_norm);
+            be->ops->free(be, L->ffn_norm);
         }
         free(m->layers);
     }
     if (!m->cfg.tied_output) be->ops->weight_free(be, &m->output);
     be->ops->weight_free(be, &m->tok_embd);
-    free(m->output_norm);
+    be->ops->free(be, m->output_norm);
     zi_gguf_close(m->gguf);
     free(m);
 }
@@ -250,8 +262,14 @@ int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_
     int L = m->cfg.n_layers;
     kv->k = calloc((size_t)L, sizeof *kv->k);
     kv->v = calloc((size_t)L, sizeof *kv->v);
-    size_t bytes = (size_t)n_slots * (size_t)ctx * (size_t)m->cfg.n_kv_heads *
-                   (size_t)m->cfg.head_dim * sizeof(float);
+    size_t bytes = 0;
+    if (__builtin_mul_overflow((size_t)n_slots, (size_t)ctx, &bytes) ||
+        __builtin_mul_overflow(bytes, (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim *
+                                          sizeof(float), &bytes)) {
+        zi_kv_cache_free(kv);
+        return zi_error_set(err, ZI_ERANGE, "a KV cache of %d slots x %d positions is too large",
+                            n_slots, ctx);
+    }
     int ok = kv->k && kv->v;
     for (int l = 0; ok && l < L; l++) {
         kv->k[l] = m->be->ops->alloc(m->be, bytes);
@@ -389,6 +407,10 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
         op->rmsnorm(be, m->xn + (size_t)j * c->dim, m->x + (size_t)i * c->dim, m->output_norm, 1,
                     c->dim, c->norm_eps);
         j++;
+    }
+    if (n_wanted == 0) { /* a pass that only fills the cache */
+        op->sync(be);
+        return ZI_OK;
     }
     op->matmul(be, m->logits, &m->output, m->xn, n_wanted);
     op->download(be, logits, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));

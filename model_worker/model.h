@@ -59,7 +59,7 @@ uint64_t zi_model_weight_bytes(const zi_model *m);
  */
 typedef struct zi_kv_cache zi_kv_cache;
 int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err);
-void zi_kv_cache_free(zi_kv_cache *kv);
+void zi_kv_cache_free(zi_kv_cache *kv); /* before the model it belongs to */
 int zi_kv_cache_ctx(const zi_kv_cache *kv);
 int zi_kv_cache_slots(const zi_kv_cache *kv);
 
@@ -77,8 +77,8 @@ typedef struct zi_batch {
 } zi_batch;
 
 /* Validates the batch (ids inside the vocabulary, slots and positions
- * inside the cache, n_tokens within the model's reserved batch size) and
- * runs it; logits gets n_wanted * n_vocab floats (host memory). */
+ * inside the cache) and runs it; buffers grow to the largest batch seen.
+ * logits gets n_wanted * n_vocab floats (host memory). */
 int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits,
                      zi_error *err);
 

@@ -119,7 +119,7 @@ static const struct {
  * bytes, 48900 merges). */
 #define MAX_VOCAB (1u << 24)
 #define MAX_MERGES (1u << 24)
-#define MAX_TOKEN_BYTES 16384u
+#define MAX_TOKEN_BYTES ((unsigned)ZI_TOKEN_MAX_BYTES)
 #define MAX_PIECE_BYTES 65536u
 
 /* Direct-mapped cache of BPE results for short pieces. */

@@ -24,6 +24,11 @@
 
 typedef struct zi_tokenizer zi_tokenizer;
 
+/* The longest token text a file may define; zi_tokenizer_load refuses
+ * longer ones, so ZI_TOKEN_MAX_BYTES + 8 bytes always hold one token's
+ * decoded text plus any held-back partial character. */
+#define ZI_TOKEN_MAX_BYTES 16384
+
 /* Token types as GGUF stores them in tokenizer.ggml.token_type. */
 enum {
     ZI_TOKEN_NORMAL = 1,
@@ -104,7 +109,7 @@ typedef struct zi_detok {
 void zi_detok_init(zi_detok *d);
 /* Appends the decoded text of `id` to out (capacity cap, NUL-terminated) and
  * returns the number of bytes written, or -1 if id is invalid or out is too
- * small (a token is at most a few hundred bytes; 1 KiB always suffices). */
+ * small (ZI_TOKEN_MAX_BYTES + 8 always suffices). */
 int zi_detok_push(zi_detok *d, const zi_tokenizer *tok, int32_t id, int special, char *out,
                   size_t cap);
 int zi_detok_flush(zi_detok *d, char *out, size_t cap);

@@ -3,12 +3,15 @@
  *
  * Each parallel op packs its arguments into a small struct and hands a
  * worker function to the pool; the worker computes its own share from
- * (ith, nth). Ops on tiny inputs (a single decode token) run on the calling
- * thread, since waking the pool would cost more than the work.
+ * (ith, nth). Element-wise ops, attention and activation quantization on
+ * tiny inputs (a single decode token) run on the calling thread, since
+ * waking the pool would cost more than the work; matrix products always
+ * use the pool.
  */
 #include "cpu_backend.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,7 +87,7 @@ static float *cpu_vector_init(zi_backend *be, const zi_gguf_tensor *t, zi_error 
                      (int)t->name.len, t->name.ptr, zi_ggml_type_name(t->type));
         return NULL;
     }
-    float *v = malloc((size_t)n * sizeof(float));
+    float *v = malloc((size_t)n * sizeof(float)); /* freed by the backend's free (= free) */
     if (!v) {
         zi_error_set(err, ZI_ENOMEM, "out of memory for tensor '%.*s'", (int)t->name.len, t->name.ptr);
         return NULL;
@@ -99,7 +102,7 @@ static int cpu_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, 
     cpu_backend *c = cb(be);
     size_t need = (size_t)n_tokens * (size_t)((max_cols + ZI_QK - 1) / ZI_QK);
     if (need > c->act_cap) {
-        /* 64 bytes of slack: the AVX-512 kernel loads two blocks at once. */
+        /* 64 bytes of slack, defensively: SIMD loads are 32/64 bytes wide. */
         int8_t *q = realloc(c->act.q, need * 2 * ZI_QK + 64);
         if (q) c->act.q = q;
         float *d = realloc(c->act.d, need * sizeof(float));
@@ -429,8 +432,14 @@ static const zi_backend_ops cpu_ops = {
 };
 
 int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error *err) {
-    int n = opt && opt->n_threads > 0 ? opt->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (n < 1) n = 1;
+    int n = opt && opt->n_threads > 0 ? opt->n_threads : 0;
+    if (n == 0) { /* the CPUs this process may run on (affinity, cpusets) */
+        cpu_set_t set;
+        n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                        : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (n < 1) n = 1;
+        if (n > 1024) n = 1024;
+    }
     if (n > 1024) return zi_error_set(err, ZI_EINVAL, "--threads %d is more than 1024", n);
     const zi_cpu_kernels *k =
         opt && opt->isa ? zi_cpu_kernels_by_name(opt->isa) : zi_cpu_kernels_select();

@@ -41,8 +41,17 @@ static void quantize_act(const float *x, const zi_q8_act *a, int64_t row) {
             float v = fabsf(xb[i]);
             amax = v > amax ? v : amax;
         }
+        if (!(amax >= 0x1p-100f) || !isfinite(amax)) {
+            /* All zero (or so tiny that 1/d overflows), or not finite (a NaN
+             * or inf from a broken model): quantize the block as zeros so
+             * every later integer conversion stays defined. */
+            memset(q + k * ZI_QK, 0, ZI_QK);
+            memset(q2 + k * ZI_QK, 0, ZI_QK);
+            dv[k] = sv[k] = 0.0f;
+            continue;
+        }
         float d = amax / 127.0f;
-        float id = d != 0.0f ? 1.0f / d : 0.0f;
+        float id = 1.0f / d;
         int32_t sum = 0;
         for (int i = 0; i < ZI_QK; i++) {
             float xs = xb[i] * id; /* in [-127, 127] */

@@ -124,6 +124,14 @@ static void test_quantize_act(void **state) {
     float zero[64] = {0}; /* all-zero block: d = 0, and no division by zero */
     k->quantize_act(zero, &q, 0);
     assert_true(dv[0] == 0.0f && sv[0] == 0.0f);
+    /* A subnormal block (1/d would overflow) and a non-finite one quantize
+     * to zeros instead of undefined float-to-int conversions. */
+    float odd[64];
+    for (int i = 0; i < 32; i++) odd[i] = i == 3 ? 1e-39f : 0.0f;
+    for (int i = 32; i < 64; i++) odd[i] = i == 40 ? INFINITY : 1.0f;
+    k->quantize_act(odd, &q, 0);
+    assert_true(dv[0] == 0.0f && dv[1] == 0.0f && sv[1] == 0.0f);
+    for (int i = 0; i < 128; i++) assert_int_equal(qv[i], 0);
 }
 
 /* Checks one table's product for one weight type against a double-precision
