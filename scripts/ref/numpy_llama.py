@@ -1,0 +1,226 @@
+#!/usr/bin/env python3
+"""Independent float64 reference forward pass of a GGUF Llama model.
+
+Used only by tests and fixture generation (never linked into zinfer): it reads
+the GGUF with the PyPI `gguf` package, dequantizes every tensor to float64 and
+runs the Llama architecture as GGUF stores it:
+
+  x = token_embd[ids]
+  per layer:  h = x + Wo . attn(RoPE(Wq . rms(x)), RoPE(Wk . rms(x)), Wv . rms(x))
+              x = h + Wdown . (silu(Wgate . rms(h)) * (Wup . rms(h)))
+  logits = (output or token_embd) . rms(x)
+
+RoPE is llama.cpp's "normal" mode, which GGUF llama files use (the converter
+permutes Q/K so that adjacent pairs rotate): pair (x[2i], x[2i+1]) turns by
+pos * base^(-2i/rope_dim).  Attention is grouped-query with a causal mask and
+1/sqrt(head_dim) scale.  Every hyper-parameter comes from the metadata.
+
+Module use:   import numpy_llama; numpy_llama.logits(path, [1, 2, 3])
+CLI use:      numpy_llama.py --model M --ids 1,2,3 --out logits.npy
+"""
+
+import argparse
+import os
+import sys
+
+# One BLAS thread unless told otherwise: the reference is mostly matrix-vector
+# work, and OpenBLAS's spinning threads slow it several-fold on a busy 2-core
+# machine. (Only effective when this module is imported before numpy.)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+DEFAULT_MODEL = os.path.join(
+    os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")),
+    "models",
+    "SmolLM2-135M-Instruct.Q4_1.gguf",
+)
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        if default is not None:
+            return default
+        raise KeyError(f"GGUF metadata key missing: {key}")
+    return f.contents()
+
+
+class Model:
+    """Hyper-parameters plus float64 weights, dequantized once."""
+
+    def __init__(self, path):
+        import gguf
+        from gguf.quants import dequantize
+
+        self.path = path
+        r = gguf.GGUFReader(path)
+        arch = _field(r, "general.architecture")
+        if arch != "llama":
+            raise ValueError(f"{path}: architecture {arch!r} is not llama")
+
+        def hp(name, default=None):
+            return _field(r, f"{arch}.{name}", default)
+
+        self.n_layer = int(hp("block_count"))
+        self.n_embd = int(hp("embedding_length"))
+        self.n_ff = int(hp("feed_forward_length"))
+        self.n_head = int(hp("attention.head_count"))
+        self.n_head_kv = int(hp("attention.head_count_kv", self.n_head))
+        self.head_dim = self.n_embd // self.n_head
+        self.rope_base = float(hp("rope.freq_base", 10000.0))
+        self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
+        self.eps = float(hp("attention.layer_norm_rms_epsilon"))
+        self.n_ctx = int(hp("context_length"))
+        self.n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
+
+        self.w = {}
+        for t in r.tensors:
+            a = dequantize(t.data, t.tensor_type)
+            # GGUF shape lists ne0 (the contiguous dim) first; numpy wants
+            # rows first, so [in, out] in GGUF becomes [out, in] here.
+            shape = tuple(int(d) for d in reversed(t.shape))
+            self.w[t.name] = np.asarray(a, dtype=np.float64).reshape(shape)
+        self.out_w = self.w.get("output.weight", self.w["token_embd.weight"])
+        if self.out_w.shape[0] != self.n_vocab:
+            raise ValueError("output head rows != vocabulary size")
+
+        # RoPE inverse frequencies for the rotated part of each head.
+        i = np.arange(0, self.rope_dim, 2, dtype=np.float64)
+        self.inv_freq = self.rope_base ** (-i / self.rope_dim)
+
+    def rms(self, x, w):
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
+
+    def rope(self, x, pos):
+        """x: [n, heads, head_dim]; rotates adjacent pairs of the first rope_dim."""
+        ang = pos[:, None] * self.inv_freq[None, :]  # [n, rope_dim/2]
+        c = np.cos(ang)[:, None, :]
+        s = np.sin(ang)[:, None, :]
+        y = x.copy()
+        x0 = x[..., 0 : self.rope_dim : 2]
+        x1 = x[..., 1 : self.rope_dim : 2]
+        y[..., 0 : self.rope_dim : 2] = x0 * c - x1 * s
+        y[..., 1 : self.rope_dim : 2] = x0 * s + x1 * c
+        return y
+
+    def forward(self, ids, cache=None, last_only=False):
+        """Logits [n, n_vocab] for ids appended after the cache's tokens.
+
+        cache: None for a fresh sequence, or a dict from new_cache() that
+        holds the keys/values of the earlier tokens and is extended here.
+        last_only: compute the output head for the last position only.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim != 1 or len(ids) == 0:
+            raise ValueError("token ids must be a non-empty 1-D list")
+        if ids.min() < 0 or ids.max() >= self.n_vocab:
+            raise ValueError("token id out of vocabulary range")
+        if cache is None:
+            cache = self.new_cache()
+        n, past = len(ids), cache["n"]
+        if past + n > self.n_ctx:
+            raise ValueError(f"{past + n} tokens exceed the context length {self.n_ctx}")
+        hd, nh, nkv = self.head_dim, self.n_head, self.n_head_kv
+        group = nh // nkv
+        pos = np.arange(past, past + n, dtype=np.float64)
+        # Query i (absolute position past+i) sees keys 0..past+i.
+        mask = np.triu(np.full((n, past + n), -np.inf), k=past + 1)
+        scale = 1.0 / np.sqrt(hd)
+
+        x = self.w["token_embd.weight"][ids]  # [n, n_embd]
+        for L in range(self.n_layer):
+            p = f"blk.{L}."
+            h = self.rms(x, self.w[p + "attn_norm.weight"])
+            q = (h @ self.w[p + "attn_q.weight"].T).reshape(n, nh, hd)
+            k = (h @ self.w[p + "attn_k.weight"].T).reshape(n, nkv, hd)
+            v = (h @ self.w[p + "attn_v.weight"].T).reshape(n, nkv, hd)
+            q = self.rope(q, pos)
+            k = self.rope(k, pos)
+            k = np.concatenate([cache["k"][L], k]) if past else k
+            v = np.concatenate([cache["v"][L], v]) if past else v
+            cache["k"][L], cache["v"][L] = k, v
+            # Query head j uses kv head j // group (llama.cpp's GQA mapping).
+            kr = np.repeat(k, group, axis=1)
+            vr = np.repeat(v, group, axis=1)
+            att = np.einsum("qhd,khd->hqk", q, kr) * scale + mask
+            att -= att.max(axis=-1, keepdims=True)
+            att = np.exp(att)
+            att /= att.sum(axis=-1, keepdims=True)
+            o = np.einsum("hqk,khd->qhd", att, vr).reshape(n, nh * hd)
+            x = x + o @ self.w[p + "attn_output.weight"].T
+
+            h = self.rms(x, self.w[p + "ffn_norm.weight"])
+            g = h @ self.w[p + "ffn_gate.weight"].T
+            u = h @ self.w[p + "ffn_up.weight"].T
+            x = x + ((g / (1.0 + np.exp(-g))) * u) @ self.w[p + "ffn_down.weight"].T
+        cache["n"] = past + n
+
+        if last_only:
+            x = x[-1:]
+        x = self.rms(x, self.w["output_norm.weight"])
+        return x @ self.out_w.T  # [n or 1, n_vocab]
+
+    def new_cache(self):
+        return {"n": 0, "k": [None] * self.n_layer, "v": [None] * self.n_layer}
+
+    def greedy(self, ids, n_new):
+        """Greedy continuation of ids (EOS not special): (tokens, top-2 gaps)."""
+        cache = self.new_cache()
+        z = self.forward(ids, cache, last_only=True)[-1]
+        toks, gaps = [], []
+        for _ in range(n_new):
+            top2 = np.partition(z, -2)[-2:]
+            gaps.append(float(top2[1] - top2[0]))
+            toks.append(int(z.argmax()))
+            if len(toks) < n_new:
+                z = self.forward([toks[-1]], cache, last_only=True)[-1]
+        return toks, gaps
+
+
+_CACHE = {}
+
+
+def load(path=DEFAULT_MODEL):
+    """The model at path, dequantized once per process."""
+    key = os.path.realpath(path)
+    if key not in _CACHE:
+        _CACHE[key] = Model(path)
+    return _CACHE[key]
+
+
+def logits(model, token_ids):
+    """float64 logits [len(token_ids), n_vocab]; model is a Model or a path."""
+    if not isinstance(model, Model):
+        model = load(model)
+    return model.forward(token_ids)
+
+
+def log_softmax(z):
+    z = np.asarray(z, dtype=np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def kl(ref_logits, other_logits):
+    """Per-position KL(ref || other) in nats, from logits [n, vocab]."""
+    lp = log_softmax(ref_logits)
+    lq = log_softmax(other_logits)
+    return (np.exp(lp) * (lp - lq)).sum(axis=-1)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--ids", required=True, help="comma-separated token ids")
+    ap.add_argument("--out", required=True, help="output .npy (float64 [n, vocab])")
+    a = ap.parse_args(argv)
+    ids = [int(s) for s in a.ids.split(",") if s.strip()]
+    z = logits(a.model, ids)
+    np.save(a.out, z)
+    print(f"wrote {a.out}: shape {z.shape}, last argmax {int(z[-1].argmax())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""Shared fixtures for zinfer's end-to-end tests.
+
+These tests drive the real zinfer binary on the real model and compare it
+with committed llama.cpp fixtures (tests/fixtures/, made by
+scripts/ref/make_fixtures.py) and with the float64 numpy reference
+(scripts/ref/numpy_llama.py), computed live and cached for the session.
+
+Run from the repo root with the venv python:
+    ~/.cache/zinfer/venv/bin/python -m pytest tests/e2e
+Environment: ZINFER_BIN (default build/zinfer), ZINFER_MODEL (default
+$ZINFER_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf), ZINFER_E2E_REPORT
+(default build/e2e-report.json: the numbers the tests measured).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures"
+sys.path.insert(0, str(REPO / "scripts" / "ref"))
+import numpy_llama  # noqa: E402
+
+ZINFER_BIN = Path(os.environ.get("ZINFER_BIN", REPO / "build" / "zinfer"))
+ZINFER_MODEL = Path(os.environ.get("ZINFER_MODEL", numpy_llama.DEFAULT_MODEL))
+REPORT = Path(os.environ.get("ZINFER_E2E_REPORT", REPO / "build" / "e2e-report.json"))
+
+# Numbers the tests measured, written to REPORT when the session ends.
+_report = {}
+
+
+def report(section, key, value):
+    """Records a measured number (or dict) under report[section][key]."""
+    _report.setdefault(section, {})[key] = value
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if not _report:
+        return
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    old = {}
+    if REPORT.exists():
+        try:
+            old = json.loads(REPORT.read_text())
+        except ValueError:
+            old = {}
+    old.update(_report)  # sections not run this time keep their last numbers
+    REPORT.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def zinfer_bin():
+    if not (ZINFER_BIN.is_file() and os.access(ZINFER_BIN, os.X_OK)):
+        pytest.fail(f"zinfer binary not found at {ZINFER_BIN} (build it, or set ZINFER_BIN)")
+    return ZINFER_BIN
+
+
+@pytest.fixture(scope="session")
+def model_path():
+    if not ZINFER_MODEL.is_file():
+        pytest.fail(f"model not found at {ZINFER_MODEL} (run scripts/setup, or set ZINFER_MODEL)")
+    return ZINFER_MODEL
+
+
+def _run(binary, args, timeout=120):
+    return subprocess.run([str(binary)] + [str(a) for a in args], capture_output=True,
+                          text=True, errors="replace", timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="session")
+def run_zinfer(zinfer_bin):
+    """run_zinfer(*args, timeout=120) -> CompletedProcess (text stdout/stderr)."""
+
+    def run(*args, timeout=120):
+        return _run(zinfer_bin, args, timeout)
+
+    return run
+
+
+def last_json(stdout):
+    """The JSON object on the last non-empty line of stdout."""
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    assert lines, "no output on stdout"
+    return json.loads(lines[-1])
+
+
+def ids_arg(ids):
+    return ",".join(str(int(t)) for t in ids)
+
+
+def load_fixture(name):
+    with open(FIXTURES / name, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.fixture(scope="session")
+def prompts():
+    """name -> {"name", "text", "ids"} from tests/fixtures/prompts.json."""
+    return {p["name"]: p for p in load_fixture("prompts.json")["prompts"]}
+
+
+@pytest.fixture(scope="session")
+def reference(model_path):
+    """ref(ids) -> float64 logits [n, vocab] from the numpy reference, cached."""
+    model = numpy_llama.load(str(model_path))
+    cache = {}
+
+    def ref(ids):
+        key = tuple(int(t) for t in ids)
+        if key not in cache:
+            cache[key] = numpy_llama.logits(model, list(key))
+        return cache[key]
+
+    ref.n_vocab = model.n_vocab
+    return ref
