@@ -179,7 +179,29 @@ static inline __m512i isum512(__m512i u, const int8_t *q1, const int8_t *q2) {
 }
 #endif
 
-/* dot(weight row, activation row) for one row of nb blocks. */
+/* Adds one block's integer dot product (plain C) to *sum and its
+ * zero-point term to *off. */
+static inline void tail_block(int kind, const uint8_t *p, const int8_t *qa, const int8_t *qb,
+                              float da, float sa, float *sum, float *off) {
+    float dw, cw;
+    block_scales(kind, p, &dw, &cw);
+    const uint8_t *qs = block_qs(kind, p);
+    int32_t isum = 0;
+    if (kind == KQ8_0) {
+        for (int i = 0; i < ZI_QK; i++) isum += (qs[i] ^ 0x80) * (256 * qa[i] + qb[i]);
+    } else {
+        for (int i = 0; i < ZI_QK / 2; i++)
+            isum += (qs[i] & 0x0f) * (256 * qa[i] + qb[i]) +
+                    (qs[i] >> 4) * (256 * qa[i + 16] + qb[i + 16]);
+    }
+    *sum += dw * da * (float)isum;
+    *off += cw * sa;
+}
+
+/* dot(weight row, activation row) for one row of nb blocks. dot_row4 below
+ * must produce bit-identical results for each of its tokens (same float
+ * operations in the same order), so that a token's logits never depend on
+ * what else is in its batch. */
 static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const int8_t *q2,
                             const float *da, const float *sa, int64_t nb) {
     const size_t bb = block_bytes(kind);
@@ -245,23 +267,8 @@ static inline float dot_row(int kind, const uint8_t *w, const int8_t *q, const i
 #else
     float sum = 0.0f;
 #endif
-    for (; k < nb; k++) { /* scalar: the whole row, or the odd last block */
-        const uint8_t *p = w + k * bb;
-        float dw, cw;
-        block_scales(kind, p, &dw, &cw);
-        const uint8_t *qs = block_qs(kind, p);
-        const int8_t *qa = q + k * ZI_QK, *qb = q2 + k * ZI_QK;
-        int32_t isum = 0;
-        if (kind == KQ8_0) {
-            for (int i = 0; i < ZI_QK; i++) isum += (qs[i] ^ 0x80) * (256 * qa[i] + qb[i]);
-        } else {
-            for (int i = 0; i < ZI_QK / 2; i++)
-                isum += (qs[i] & 0x0f) * (256 * qa[i] + qb[i]) +
-                        (qs[i] >> 4) * (256 * qa[i + 16] + qb[i + 16]);
-        }
-        sum += dw * da[k] * (float)isum;
-        off += cw * sa[k];
-    }
+    for (; k < nb; k++) /* scalar: the whole row, or the odd last block */
+        tail_block(kind, w + k * bb, q + k * ZI_QK, q2 + k * ZI_QK, da[k], sa[k], &sum, &off);
     return sum + off;
 }
 
@@ -312,6 +319,7 @@ static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int 
             }
         }
     }
+    for (int i = 0; i < 4; i++) off[i] += _mm512_reduce_add_ps(offv[i]);
     for (; k + 2 <= nb; k += 2) {
         const uint8_t *pa = w + k * bb, *pb = pa + bb;
         float dwa, cwa, dwb, cwb;
@@ -328,10 +336,11 @@ static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int 
         }
     }
     for (int i = 0; i < 4; i++) {
-        out[i] = _mm512_reduce_add_ps(acc[i]) + _mm512_reduce_add_ps(offv[i]) + off[i];
-        if (k < nb) /* an odd last block */
-            out[i] += dot_row(kind, w + k * bb, q[i] + k * ZI_QK, q2[i] + k * ZI_QK, da[i] + k,
-                              sa[i] + k, nb - k);
+        float sum = _mm512_reduce_add_ps(acc[i]);
+        for (int64_t kk = k; kk < nb; kk++) /* an odd last block */
+            tail_block(kind, w + kk * bb, q[i] + kk * ZI_QK, q2[i] + kk * ZI_QK, da[i][kk],
+                       sa[i][kk], &sum, &off[i]);
+        out[i] = sum + off[i];
     }
 }
 #endif

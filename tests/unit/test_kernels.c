@@ -190,6 +190,24 @@ static void check_type(const zi_cpu_kernels *k, int type, int cols) {
                          zi_ggml_type_name(type), r, t, got, ref);
         }
     }
+    if (quantized) {
+        /* Each token alone must give bit-identical results to the batch
+         * (a token's logits never depend on its batch neighbours). */
+        float *y1 = malloc(sizeof(float) * rows);
+        for (int t = 0; t < T; t++) {
+            zi_q8_act one = qa;
+            one.q = qa.q + (size_t)t * cols * 2;
+            one.d = qa.d + t * nb;
+            one.s = qa.s + t * nb;
+            if (type == ZI_TYPE_Q4_0) k->mm_q4_0(w, rb, 0, rows, &one, 1, y1, rows);
+            if (type == ZI_TYPE_Q4_1) k->mm_q4_1(w, rb, 0, rows, &one, 1, y1, rows);
+            if (type == ZI_TYPE_Q8_0) k->mm_q8_0(w, rb, 0, rows, &one, 1, y1, rows);
+            if (memcmp(y1, y + t * rows, sizeof(float) * rows) != 0)
+                fail_msg("%s type %s token %d: alone differs from batched", k->isa,
+                         zi_ggml_type_name(type), t);
+        }
+        free(y1);
+    }
     free(w);
     free(x);
     free(y);
