@@ -49,7 +49,7 @@ typedef struct opts {
     /* logits */
     const char *out;
     /* bench */
-    long long prompt_tokens, gen_tokens;
+    long long prompt_tokens, gen_tokens, streams;
     /* tokenize / detokenize */
     int special;
 } opts;
@@ -194,10 +194,10 @@ static int prompt_ids(const opts *o, engine *e, int32_t **ids, size_t *n, zi_err
 /* Runs the prompt through the model in chunks of o->batch tokens; the last
  * chunk's last logits land in `logits`. With all_logits, every position's
  * logits are written to `all` ([n][vocab]). */
-static int prefill(const opts *o, engine *e, zi_kv_cache *kv, const int32_t *ids, size_t n,
-                   float *logits, float *all, zi_error *err) {
+static int prefill(const opts *o, engine *e, zi_kv_cache *kv, int slot, const int32_t *ids,
+                   size_t n, float *logits, float *all, zi_error *err) {
     size_t B = (size_t)o->batch;
-    int32_t *pos = malloc(B * sizeof *pos), *seq = calloc(B, sizeof *seq);
+    int32_t *pos = malloc(B * sizeof *pos), *seq = malloc(B * sizeof *seq);
     uint8_t *want = malloc(B);
     int rc = (!pos || !seq || !want) ? zi_error_set(err, ZI_ENOMEM, "out of memory") : ZI_OK;
     int V = zi_model_get_config(e->model)->n_vocab;
@@ -205,6 +205,7 @@ static int prefill(const opts *o, engine *e, zi_kv_cache *kv, const int32_t *ids
         size_t m = n - start < B ? n - start : B;
         for (size_t i = 0; i < m; i++) {
             pos[i] = (int32_t)(start + i);
+            seq[i] = slot;
             want[i] = all != NULL || start + i == n - 1;
         }
         zi_batch b = {(int)m, ids + start, pos, seq, want};
@@ -293,7 +294,7 @@ static int cmd_generate(const opts *o) {
         if (!logits || !out_ids || !text) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
     }
     double t0 = now_s(), t1 = t0;
-    if (!rc) rc = prefill(o, &e, kv, ids, n, logits, NULL, &err);
+    if (!rc) rc = prefill(o, &e, kv, 0, ids, n, logits, NULL, &err);
     t1 = now_s();
     uint64_t rng = (uint64_t)o->seed;
     zi_detok dt;
@@ -381,7 +382,7 @@ static int cmd_logits(const opts *o) {
         last = malloc((size_t)V * sizeof(float));
         if (!all || !last) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory for %zu x %d logits", n, V);
     }
-    if (!rc) rc = prefill(o, &e, kv, ids, n, last, all, &err);
+    if (!rc) rc = prefill(o, &e, kv, 0, ids, n, last, all, &err);
     if (!rc) {
         FILE *f = fopen(o->out, "wb");
         if (!f) rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", o->out, strerror(errno));
@@ -507,44 +508,63 @@ static int cmd_bench(const opts *o) {
     if (engine_load(o, &e, 1, &err)) return fail(&err);
     int V = zi_model_get_config(e.model)->n_vocab;
     size_t P = (size_t)o->prompt_tokens;
+    int S = (int)o->streams;
     int ctx = (int)(P + (size_t)o->gen_tokens + 8);
     zi_kv_cache *kv = NULL;
     int32_t *ids = malloc(P * sizeof *ids);
-    float *logits = malloc((size_t)V * sizeof(float));
-    int rc = (!ids || !logits) ? zi_error_set(&err, ZI_ENOMEM, "out of memory") : ZI_OK;
-    if (!rc) rc = zi_kv_cache_create(e.model, 1, ctx, &kv, &err);
+    int32_t *tok = malloc((size_t)S * sizeof *tok), *pos = malloc((size_t)S * sizeof *pos);
+    int32_t *seq = malloc((size_t)S * sizeof *seq);
+    float *logits = malloc((size_t)S * (size_t)V * sizeof(float));
+    uint8_t *want = malloc((size_t)S);
+    int rc = (!ids || !tok || !pos || !seq || !logits || !want)
+                 ? zi_error_set(&err, ZI_ENOMEM, "out of memory")
+                 : ZI_OK;
+    if (!rc) rc = zi_kv_cache_create(e.model, S, ctx, &kv, &err);
     /* A fixed pseudo-random prompt, the same on every run. */
     uint64_t rng = 12345;
     for (size_t i = 0; !rc && i < P; i++) ids[i] = (int32_t)(splitmix64(&rng) % (uint64_t)V);
     /* Warm-up: touch the weights and start the threads. */
-    if (!rc) rc = prefill(o, &e, kv, ids, P < 16 ? P : 16, logits, NULL, &err);
+    if (!rc) rc = prefill(o, &e, kv, 0, ids, P < 16 ? P : 16, logits, NULL, &err);
     double t0 = now_s();
-    if (!rc) rc = prefill(o, &e, kv, ids, P, logits, NULL, &err);
+    for (int s = 0; !rc && s < S; s++)
+        rc = prefill(o, &e, kv, s, ids, P, logits + (size_t)s * V, NULL, &err);
     double t1 = now_s();
+    /* S streams decode together: one forward pass of S tokens per step. */
     for (long long i = 0; !rc && i < o->gen_tokens; i++) {
-        int32_t tok = argmax(logits, V), pos = (int32_t)(P + (size_t)i), seq = 0;
-        zi_batch b = {1, &tok, &pos, &seq, NULL};
+        for (int s = 0; s < S; s++) {
+            tok[s] = argmax(logits + (size_t)s * V, V);
+            pos[s] = (int32_t)(P + (size_t)i);
+            seq[s] = s;
+            want[s] = 1;
+        }
+        zi_batch b = {S, tok, pos, seq, want};
         rc = zi_model_forward(e.model, kv, &b, logits, &err);
     }
     double t2 = now_s();
     if (!rc) {
-        double pf = P / (t1 - t0), dc = o->gen_tokens / (t2 - t1);
+        double pf = (double)P * S / (t1 - t0), dc = (double)o->gen_tokens * S / (t2 - t1);
         if (o->json) {
             json_t *j = json_object();
             json_object_set_new(j, "prefill_tok_s", json_real(pf));
             json_object_set_new(j, "decode_tok_s", json_real(dc));
             json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)P));
             json_object_set_new(j, "gen_tokens", json_integer(o->gen_tokens));
+            json_object_set_new(j, "streams", json_integer(S));
             json_object_set_new(j, "threads", json_integer(zi_cpu_backend_threads(e.be)));
             json_object_set_new(j, "isa", json_string(zi_cpu_backend_isa(e.be)));
             print_json_line(j);
             json_decref(j);
         } else {
             printf("prefill: %zu tokens in %.3f s = %.1f tok/s\n", P, t1 - t0, pf);
-            printf("decode:  %lld tokens in %.3f s = %.1f tok/s\n", o->gen_tokens, t2 - t1, dc);
+            printf("decode:  %d x %lld tokens in %.3f s = %.1f tok/s\n", S, o->gen_tokens, t2 - t1,
+                   dc);
         }
     }
     free(ids);
+    free(tok);
+    free(pos);
+    free(seq);
+    free(want);
     free(logits);
     zi_kv_cache_free(kv);
     engine_free(&e);
@@ -604,10 +624,12 @@ static const char *USAGE_LOGITS =
     "  to FILE; the last stdout line is JSON {\"n_tokens\", \"n_vocab\", \"prompt_token_ids\"}.\n";
 
 static const char *USAGE_BENCH =
-    "usage: zinfer bench [--prompt-tokens P] [--gen-tokens G] [--threads N] [--json]\n"
-    "  Prefills a fixed pseudo-random prompt of P tokens (default 512), then decodes G\n"
-    "  tokens (default 128) one at a time. With --json the last line is JSON with\n"
-    "  prefill_tok_s and decode_tok_s.\n";
+    "usage: zinfer bench [--prompt-tokens P] [--gen-tokens G] [--streams S] [--threads N]\n"
+    "                    [--json]\n"
+    "  Prefills a fixed pseudo-random prompt of P tokens (default 512) into each of S\n"
+    "  sequences (default 1), then decodes G tokens (default 128) in every sequence, one\n"
+    "  forward pass of S tokens per step. With --json the last line is JSON with\n"
+    "  prefill_tok_s and decode_tok_s (aggregate over the streams).\n";
 
 static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const char *usage) {
     zi_error err = {0};
@@ -653,6 +675,8 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
             o->out = v;
         } else if (!strcmp(a, "--prompt-tokens")) {
             if (!(rc = zi_parse_int(a, v, 1, 1 << 20, &iv, &err))) o->prompt_tokens = iv;
+        } else if (!strcmp(a, "--streams")) {
+            if (!(rc = zi_parse_int(a, v, 1, 4096, &iv, &err))) o->streams = iv;
         } else if (!strcmp(a, "--gen-tokens")) {
             if (!(rc = zi_parse_int(a, v, 1, 1 << 20, &iv, &err))) o->gen_tokens = iv;
         } else {
@@ -682,6 +706,7 @@ int main(int argc, char **argv) {
     o.max_tokens = 128;
     o.prompt_tokens = 512;
     o.gen_tokens = 128;
+    o.streams = 1;
     o.log.level = ZI_LOG_WARN;
     o.log.tag = "zinfer";
     if (argc < 2) {
