@@ -1,0 +1,149 @@
+"""zinfer_client - a small Python client for zinfer's protocol version 1.
+
+One DEALER socket to the router (default tcp://127.0.0.1:5555); every request
+is one msgpack map, every reply a msgpack map with the request's "id" and an
+"event" ("chunk", "final" or "error"). Many requests may be in flight on one
+socket; replies are routed to the right request by id.
+
+    from zinfer_client import Client
+    with Client("tcp://127.0.0.1:5555") as c:
+        for ev in c.generate(prompt="The capital of France is",
+                             sampling_params={"max_new_tokens": 16}):
+            if ev["event"] == "chunk":
+                print(ev["text"], end="", flush=True)
+
+Needs pyzmq and msgpack. Arrays may arrive numpy-style
+({"__np__": True, "dtype", "shape", "data"}); decode_array() turns them into
+Python lists (or numpy arrays, when numpy is installed and asked for).
+"""
+
+import itertools
+import os
+import struct
+
+import msgpack
+import zmq
+
+_DTYPES = {"int64": "q", "int32": "i", "float32": "f", "float64": "d", "uint8": "B"}
+
+
+def decode_array(obj, as_numpy=False):
+    """A numpy-style array map (or a plain list) as a list / numpy array."""
+    if isinstance(obj, dict) and obj.get("__np__"):
+        fmt = _DTYPES.get(obj["dtype"])
+        if fmt is None:
+            raise ValueError(f"unsupported dtype {obj['dtype']!r}")
+        if as_numpy:
+            import numpy as np
+            return np.frombuffer(obj["data"], dtype="<" + np.dtype(obj["dtype"]).str[1:]) \
+                .reshape(obj["shape"])
+        n = len(obj["data"]) // struct.calcsize(fmt)
+        return list(struct.unpack("<%d%s" % (n, fmt), obj["data"]))
+    return list(obj) if obj is not None else []
+
+
+class ZinferError(Exception):
+    """An "error" reply: .code ("invalid_request", "overloaded", ...), .field."""
+
+    def __init__(self, reply):
+        super().__init__(f"{reply.get('code')}: {reply.get('message')}")
+        self.code = reply.get("code")
+        self.field = reply.get("field")
+        self.reply = reply
+
+
+class Client:
+    def __init__(self, address="tcp://127.0.0.1:5555", timeout_s=120.0):
+        self.ctx = zmq.Context.instance()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(address)
+        self.timeout_ms = int(timeout_s * 1000)
+        self._ids = itertools.count()
+        self._prefix = "py%d-" % os.getpid()
+        self._pending = {}  # id -> list of replies received for it
+
+    def close(self):
+        self.sock.close(0)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def new_id(self):
+        return self._prefix + str(next(self._ids))
+
+    def send(self, msg):
+        """Sends one request map; returns its id (assigned if missing)."""
+        msg = dict(msg)
+        msg.setdefault("id", self.new_id())
+        self.sock.send(msgpack.packb(msg, use_bin_type=True))
+        self._pending.setdefault(msg["id"], [])
+        return msg["id"]
+
+    def _recv_one(self):
+        if not self.sock.poll(self.timeout_ms):
+            raise TimeoutError("no reply from the router within the timeout")
+        return msgpack.unpackb(self.sock.recv(), raw=False)
+
+    def next_reply(self, rid):
+        """The next reply for request rid (buffering others' replies)."""
+        while True:
+            q = self._pending.get(rid)
+            if q:
+                return q.pop(0)
+            reply = self._recv_one()
+            self._pending.setdefault(reply.get("id", ""), []).append(reply)
+
+    def events(self, rid):
+        """Yields rid's replies until its final or error frame (inclusive)."""
+        while True:
+            ev = self.next_reply(rid)
+            if "token_ids" in ev:
+                ev["token_ids"] = decode_array(ev["token_ids"])
+            yield ev
+            if ev.get("event") in ("final", "error"):
+                self._pending.pop(rid, None)
+                return
+
+    def generate(self, prompt=None, messages=None, sampling_params=None, stream=True, **extra):
+        """Yields the chunk frames and then the final (or error) frame."""
+        msg = {"op": "generate", "stream": stream}
+        if prompt is not None:
+            msg["prompt"] = prompt
+        if messages is not None:
+            msg["messages"] = messages
+        if sampling_params:
+            msg["sampling_params"] = sampling_params
+        msg.update(extra)
+        return self.events(self.send(msg))
+
+    def complete(self, prompt=None, messages=None, sampling_params=None, **extra):
+        """Runs one request to the end: (text, token_ids, final frame).
+        Raises ZinferError on an error frame."""
+        text, ids, final = [], [], None
+        for ev in self.generate(prompt, messages, sampling_params, **extra):
+            if ev["event"] == "chunk":
+                text.append(ev.get("text", ""))
+                ids.extend(ev.get("token_ids", []))
+            elif ev["event"] == "error":
+                raise ZinferError(ev)
+            else:
+                final = ev
+                if ev.get("text"):
+                    text.append(ev["text"])
+        return "".join(text), ids, final
+
+    def cancel(self, rid):
+        self.sock.send(msgpack.packb({"op": "cancel", "id": rid}, use_bin_type=True))
+
+    def call(self, op, **fields):
+        """A one-reply request (health, models, tokenize, detokenize)."""
+        rid = self.send(dict(op=op, **fields))
+        ev = self.next_reply(rid)
+        self._pending.pop(rid, None)
+        if ev.get("event") == "error":
+            raise ZinferError(ev)
+        return ev
