@@ -1,0 +1,314 @@
+/*
+ * serve.c - `zinfer serve`: the supervisor of a one-machine server.
+ *
+ * It starts the router, then T tokenizer processes and N model workers
+ * (each connecting to the router's backend address), logs every start and
+ * exit, restarts a child that dies (after a backoff that doubles from
+ * 0.5 s to 8 s and resets once the child has stayed up for 30 s; a child
+ * that fails 5 times in a row within 2 s of starting makes the whole server
+ * stop with status 1, since it cannot start at all), and on
+ * SIGINT/SIGTERM sends SIGTERM to every child, waits up to 5 s, then
+ * SIGKILLs what is left. The children are separate binaries so each can
+ * also be started by hand (e.g. a worker on another host).
+ */
+#include "serve.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "args.h"
+#include "log.h"
+#include "wire.h"
+
+static const char USAGE_SERVE[] =
+    "usage: zinfer serve [options]\n"
+    "\n"
+    "Starts the server: zinfer-router, tokenizer processes and model workers\n"
+    "(binaries next to this one), restarts any that dies, stops them all on\n"
+    "SIGINT/SIGTERM. Clients speak msgpack over ZeroMQ (docs/protocol.md).\n"
+    "\n"
+    "  --model PATH              GGUF model (default $ZINFER_MODEL or the default model)\n"
+    "  --workers N               model workers (default 1)\n"
+    "  --tokenizers T            tokenizer processes (default 1)\n"
+    "  --bind ADDR               client address (default tcp://127.0.0.1:5555)\n"
+    "  --backend ADDR            backend address (default: the --bind port + 1)\n"
+    "  --threads-per-worker K    compute threads per worker (default: CPUs / workers)\n"
+    "  --slots N                 sequences per worker (default 8)\n"
+    "  --ctx-size N              positions per sequence (default 1024)\n"
+    "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS\n"
+    "                            passed to zinfer-router (see zinfer-router --help)\n"
+    "  --log-level L             debug|info|warn|error|off (default info)\n"
+    "  -h, --help                this text\n";
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+#define MAX_ARGS 32
+#define MAX_CHILDREN 130
+
+typedef struct child {
+    char name[32];
+    char *argv[MAX_ARGS];
+    pid_t pid; /* 0 when not running */
+    int64_t started_ms, restart_at_ms, backoff_ms;
+    int fast_failures; /* exits within FAST_FAIL_MS of starting, in a row */
+} child;
+
+/* A child that dies this soon after starting, this many times in a row,
+ * cannot start at all (bad model file, address in use): give up instead of
+ * restarting it forever. */
+#define FAST_FAIL_MS 2000
+#define FAST_FAIL_LIMIT 5
+
+static void spawn(const zi_logger *lg, child *c) {
+    pid_t pid = fork();
+    if (pid < 0) {
+        zi_log(lg, ZI_LOG_ERROR, "%s: fork failed: %s", c->name, strerror(errno));
+        c->restart_at_ms = zi_now_ms() + c->backoff_ms;
+        return;
+    }
+    if (pid == 0) {
+        /* A child never outlives its supervisor. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        execv(c->argv[0], c->argv);
+        fprintf(stderr, "zinfer serve: cannot run %s: %s\n", c->argv[0], strerror(errno));
+        _exit(127);
+    }
+    c->pid = pid;
+    c->started_ms = zi_now_ms();
+    zi_log(lg, ZI_LOG_INFO, "started %s (pid %d)", c->name, (int)pid);
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* "tcp://host:port" -> the same with port + 1 (the backend default). */
+static int next_port_addr(const char *addr, char *out, size_t cap) {
+    const char *colon = strrchr(addr, ':');
+    if (!colon || strncmp(addr, "tcp://", 6) != 0) return -1;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port <= 0 || port >= 65535) return -1;
+    snprintf(out, cap, "%.*s:%ld", (int)(colon - addr), addr, port + 1);
+    return 0;
+}
+
+int zi_serve_main(int argc, char **argv) {
+    zi_logger lg = {.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-serve"};
+    zi_error err = {0};
+    char model[4096], backend[512] = "", dir[PATH_MAX], bin[3][PATH_MAX + 32];
+    zi_default_model_path(model, sizeof model);
+    const char *bind = "tcp://127.0.0.1:5555", *level = "info";
+    long long workers = 1, tokenizers = 1, threads = 0, slots = 8, ctx = 1024;
+    const char *router_pass[8];
+    int n_pass = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(USAGE_SERVE, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr,
+                    "zinfer serve: unknown option or missing value '%s' (see zinfer serve "
+                    "--help)\n",
+                    a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(a, "--model"))
+            snprintf(model, sizeof model, "%s", v);
+        else if (!strcmp(a, "--bind"))
+            bind = v;
+        else if (!strcmp(a, "--backend"))
+            snprintf(backend, sizeof backend, "%s", v);
+        else if (!strcmp(a, "--workers"))
+            rc = zi_parse_int(a, v, 1, 64, &workers, &err);
+        else if (!strcmp(a, "--tokenizers"))
+            rc = zi_parse_int(a, v, 1, 64, &tokenizers, &err);
+        else if (!strcmp(a, "--threads-per-worker"))
+            rc = zi_parse_int(a, v, 1, 1024, &threads, &err);
+        else if (!strcmp(a, "--slots"))
+            rc = zi_parse_int(a, v, 1, 1024, &slots, &err);
+        else if (!strcmp(a, "--ctx-size"))
+            rc = zi_parse_int(a, v, 16, 1 << 20, &ctx, &err);
+        else if (!strcmp(a, "--log-level")) {
+            int l = zi_log_level_parse(v);
+            if (l < 0)
+                rc = zi_error_set(&err, ZI_EINVAL, "--log-level: '%s' is unknown", v);
+            else
+                level = v, lg.level = l;
+        } else if (!strcmp(a, "--max-queue") || !strcmp(a, "--max-prompt-tokens") ||
+                   !strcmp(a, "--max-new-tokens") || !strcmp(a, "--heartbeat-timeout")) {
+            long long x;
+            rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
+            if (!rc && n_pass < 8) router_pass[n_pass++] = a, router_pass[n_pass++] = v;
+        } else {
+            fprintf(stderr, "zinfer serve: unknown option '%s' (see zinfer serve --help)\n", a);
+            return 2;
+        }
+        if (rc) {
+            fprintf(stderr, "zinfer serve: %s\n", err.msg);
+            return 2;
+        }
+    }
+    if (!backend[0] && next_port_addr(bind, backend, sizeof backend) != 0) {
+        fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");
+        return 2;
+    }
+    if (access(model, R_OK) != 0) {
+        fprintf(stderr, "zinfer serve: --model %s: %s\n", model, strerror(errno));
+        return 1;
+    }
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    if (n <= 0) {
+        fprintf(stderr, "zinfer serve: cannot find my own binary: %s\n", strerror(errno));
+        return 1;
+    }
+    dir[n] = '\0';
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    const char *names[3] = {"zinfer-router", "zinfer-tokenizer", "zinfer-worker"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(bin[i], sizeof bin[i], "%s/%s", dir, names[i]);
+        if (access(bin[i], X_OK) != 0) {
+            fprintf(stderr, "zinfer serve: %s: %s\n", bin[i], strerror(errno));
+            return 1;
+        }
+    }
+    if (threads == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cpus > workers ? cpus / workers : 1;
+    }
+    char thr[32], sl[32], cx[32];
+    snprintf(thr, sizeof thr, "%lld", threads);
+    snprintf(sl, sizeof sl, "%lld", slots);
+    snprintf(cx, sizeof cx, "%lld", ctx);
+
+    child *ch = calloc((size_t)(1 + tokenizers + workers), sizeof *ch);
+    if (!ch) return 1;
+    int nc = 0;
+    {
+        child *c = &ch[nc++];
+        snprintf(c->name, sizeof c->name, "router");
+        int k = 0;
+        const char *a[] = {bin[0], "--bind", bind, "--backend", backend, "--log-level", level};
+        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
+        for (int j = 0; j < n_pass; j++) c->argv[k++] = (char *)router_pass[j];
+    }
+    for (long long t = 0; t < tokenizers; t++) {
+        child *c = &ch[nc++];
+        snprintf(c->name, sizeof c->name, "tokenizer %lld", t);
+        const char *a[] = {bin[1], "--router", backend, "--model", model, "--log-level", level};
+        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[j] = (char *)a[j];
+    }
+    for (long long w = 0; w < workers; w++) {
+        child *c = &ch[nc++];
+        snprintf(c->name, sizeof c->name, "worker %lld", w);
+        const char *a[] = {bin[2],      "--router",    backend,   "--model", model,
+                           "--threads", thr,           "--slots", sl,        "--ctx-size",
+                           cx,          "--log-level", level};
+        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[j] = (char *)a[j];
+    }
+    int exit_status = 0;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    zi_log(&lg, ZI_LOG_INFO,
+           "serving %s on %s (backends %s): %lld tokenizer(s), %lld worker(s) "
+           "x %lld threads",
+           model, bind, backend, tokenizers, workers, threads);
+    for (int i = 0; i < nc; i++) {
+        ch[i].backoff_ms = 500;
+        spawn(&lg, &ch[i]);
+    }
+    while (!g_stop) {
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            for (int i = 0; i < nc; i++) {
+                if (ch[i].pid != pid) continue;
+                child *c = &ch[i];
+                c->pid = 0;
+                int64_t now = zi_now_ms();
+                if (now - c->started_ms > 30000) c->backoff_ms = 500;
+                c->fast_failures = now - c->started_ms < FAST_FAIL_MS ? c->fast_failures + 1 : 0;
+                if (c->fast_failures >= FAST_FAIL_LIMIT) {
+                    zi_log(&lg, ZI_LOG_ERROR,
+                           "%s failed %d times in a row right after starting; giving up "
+                           "(see its messages above)",
+                           c->name, c->fast_failures);
+                    exit_status = 1;
+                    g_stop = 1;
+                }
+                char how[64];
+                if (WIFEXITED(status))
+                    snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+                else
+                    snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+                if (g_stop)
+                    zi_log(&lg, ZI_LOG_WARN, "%s (pid %d) %s", c->name, (int)pid, how);
+                else
+                    zi_log(&lg, ZI_LOG_WARN, "%s (pid %d) %s; restarting in %lld ms", c->name,
+                           (int)pid, how, (long long)c->backoff_ms);
+                c->restart_at_ms = now + c->backoff_ms;
+                c->backoff_ms = c->backoff_ms * 2 > 8000 ? 8000 : c->backoff_ms * 2;
+            }
+        }
+        int64_t now = zi_now_ms();
+        for (int i = 0; i < nc && !g_stop; i++)
+            if (ch[i].pid == 0 && now >= ch[i].restart_at_ms) spawn(&lg, &ch[i]);
+        sleep_ms(50);
+    }
+    zi_log(&lg, exit_status ? ZI_LOG_ERROR : ZI_LOG_INFO, "stopping");
+    for (int i = 0; i < nc; i++)
+        if (ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
+    int64_t deadline = zi_now_ms() + 5000;
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < nc; i++) {
+            if (ch[i].pid <= 0) continue;
+            int status;
+            pid_t r = waitpid(ch[i].pid, &status, WNOHANG);
+            if (r == ch[i].pid || (r < 0 && errno == ECHILD)) {
+                zi_log(&lg, ZI_LOG_INFO, "%s (pid %d) stopped", ch[i].name, (int)ch[i].pid);
+                ch[i].pid = 0;
+            } else {
+                left++;
+            }
+        }
+        if (!left) break;
+        if (zi_now_ms() > deadline) {
+            for (int i = 0; i < nc; i++)
+                if (ch[i].pid > 0) {
+                    zi_log(&lg, ZI_LOG_WARN, "%s (pid %d) did not stop; killing it", ch[i].name,
+                           (int)ch[i].pid);
+                    kill(ch[i].pid, SIGKILL);
+                    waitpid(ch[i].pid, NULL, 0);
+                    ch[i].pid = 0;
+                }
+            break;
+        }
+        sleep_ms(50);
+    }
+    free(ch);
+    return exit_status;
+}

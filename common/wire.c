@@ -1,0 +1,178 @@
+/*
+ * wire.c - msgpack frame building/reading and ZeroMQ sends shared by the
+ * zinfer processes (see wire.h).
+ */
+#include "wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <zmq.h>
+
+void zi_msg_init(zi_msg *m) {
+    msgpack_sbuffer_init(&m->sb);
+    msgpack_packer_init(&m->pk, &m->sb, msgpack_sbuffer_write);
+}
+
+void zi_msg_free(zi_msg *m) {
+    msgpack_sbuffer_destroy(&m->sb);
+}
+
+void zi_pack_strn(msgpack_packer *pk, const char *s, size_t n) {
+    msgpack_pack_str(pk, n);
+    if (n) msgpack_pack_str_body(pk, s, n);
+}
+
+void zi_pack_str(msgpack_packer *pk, const char *s) {
+    zi_pack_strn(pk, s, s ? strlen(s) : 0);
+}
+
+void zi_pack_kv_str(msgpack_packer *pk, const char *key, const char *val) {
+    zi_pack_str(pk, key);
+    zi_pack_str(pk, val);
+}
+
+void zi_pack_kv_strn(msgpack_packer *pk, const char *key, const char *val, size_t n) {
+    zi_pack_str(pk, key);
+    zi_pack_strn(pk, val, n);
+}
+
+void zi_pack_kv_int(msgpack_packer *pk, const char *key, int64_t val) {
+    zi_pack_str(pk, key);
+    msgpack_pack_int64(pk, val);
+}
+
+void zi_pack_kv_bool(msgpack_packer *pk, const char *key, bool val) {
+    zi_pack_str(pk, key);
+    if (val)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+}
+
+const msgpack_object *zi_map_get(const msgpack_object *o, const char *key) {
+    if (!o || o->type != MSGPACK_OBJECT_MAP) return NULL;
+    size_t kl = strlen(key);
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
+            memcmp(k->via.str.ptr, key, kl) == 0)
+            return &o->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+int zi_map_str(const msgpack_object *o, const char *key, const char **s, size_t *n, zi_error *err) {
+    const msgpack_object *v = zi_map_get(o, key);
+    if (!v) return zi_error_set(err, ZI_EINVAL, "%s: missing", key);
+    if (v->type != MSGPACK_OBJECT_STR) return zi_error_set(err, ZI_EINVAL, "%s: not a string", key);
+    *s = v->via.str.ptr;
+    *n = v->via.str.size;
+    return ZI_OK;
+}
+
+int zi_map_int(const msgpack_object *o, const char *key, int64_t *out, zi_error *err) {
+    const msgpack_object *v = zi_map_get(o, key);
+    if (!v) return zi_error_set(err, ZI_EINVAL, "%s: missing", key);
+    if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        if (v->via.u64 > (uint64_t)INT64_MAX)
+            return zi_error_set(err, ZI_EINVAL, "%s: out of range", key);
+        *out = (int64_t)v->via.u64;
+    } else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+        *out = v->via.i64;
+    } else {
+        return zi_error_set(err, ZI_EINVAL, "%s: not an integer", key);
+    }
+    return ZI_OK;
+}
+
+bool zi_map_str_is(const msgpack_object *o, const char *key, const char *s) {
+    const msgpack_object *v = zi_map_get(o, key);
+    size_t n = strlen(s);
+    return v && v->type == MSGPACK_OBJECT_STR && v->via.str.size == n &&
+           memcmp(v->via.str.ptr, s, n) == 0;
+}
+
+int zi_send(void *sock, const void *ident, size_t ident_len, bool delim, const void *data,
+            size_t len) {
+    if (ident) {
+        if (zmq_send(sock, ident, ident_len, ZMQ_SNDMORE) < 0) return -1;
+        if (delim && zmq_send(sock, "", 0, ZMQ_SNDMORE) < 0) return -1;
+    }
+    return zmq_send(sock, data, len, 0) < 0 ? -1 : 0;
+}
+
+int zi_send_msg(void *sock, const void *ident, size_t ident_len, bool delim, const zi_msg *m) {
+    return zi_send(sock, ident, ident_len, delim, m->sb.data, m->sb.size);
+}
+
+int64_t zi_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void zi_error_field(const char *msg, char *out, size_t cap) {
+    size_t i = 0;
+    if (cap == 0) return;
+    out[0] = '\0';
+    while (msg[i] && msg[i] != ':') {
+        char c = msg[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '_' || c == '.' || c == '[' || c == ']';
+        if (!ok) return;
+        i++;
+    }
+    if (msg[i] != ':' || i == 0 || i >= cap) return;
+    memcpy(out, msg, i);
+    out[i] = '\0';
+}
+
+/* Length of the well-formed UTF-8 sequence at s[0..n), or 0. */
+static size_t utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (len == 0 || len > n) return 0;
+    if (len == 1) return 1;
+    unsigned cp = c & (0x7fu >> len);
+    for (size_t k = 1; k < len; k++) {
+        if ((s[k] >> 6) != 2) return 0;
+        cp = (cp << 6) | (s[k] & 0x3fu);
+    }
+    static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return len;
+}
+
+bool zi_utf8_valid(const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if (!l) return false;
+        i += l;
+    }
+    return true;
+}
+
+char *zi_utf8_clean(const char *s, size_t n, size_t *out_len) {
+    const unsigned char *u = (const unsigned char *)s;
+    char *o = malloc(n * 3 + 1);
+    if (!o) return NULL;
+    size_t j = 0;
+    for (size_t i = 0; i < n;) {
+        size_t l = utf8_seq(u + i, n - i);
+        if (l) {
+            memcpy(o + j, s + i, l);
+            j += l;
+            i += l;
+        } else {
+            memcpy(o + j, "\xef\xbf\xbd", 3);
+            j += 3;
+            i++;
+        }
+    }
+    o[j] = '\0';
+    if (out_len) *out_len = j;
+    return o;
+}

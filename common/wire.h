@@ -1,0 +1,76 @@
+/*
+ * wire.h - the small pieces every zinfer process uses to talk over ZeroMQ:
+ * building one msgpack map per frame, reading fields out of a parsed map,
+ * sending a (routed) frame, and a monotonic clock for heartbeats.
+ *
+ * The router, tokenizer and worker processes (router/, tokenizer_proc/,
+ * model_worker/) all speak the messages of docs/protocol.md with these
+ * helpers; the message types themselves (requests, contexts) are encoded by
+ * common/codec.h.
+ */
+#ifndef ZI_WIRE_H
+#define ZI_WIRE_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "zi_error.h"
+
+/* A message being built: a growing buffer and a packer writing into it. */
+typedef struct zi_msg {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+} zi_msg;
+
+void zi_msg_init(zi_msg *m);
+void zi_msg_free(zi_msg *m);
+
+/* Packs a string (NUL-terminated, or n bytes). */
+void zi_pack_str(msgpack_packer *pk, const char *s);
+void zi_pack_strn(msgpack_packer *pk, const char *s, size_t n);
+/* Packs a key followed by a string / integer / bool value. */
+void zi_pack_kv_str(msgpack_packer *pk, const char *key, const char *val);
+void zi_pack_kv_strn(msgpack_packer *pk, const char *key, const char *val, size_t n);
+void zi_pack_kv_int(msgpack_packer *pk, const char *key, int64_t val);
+void zi_pack_kv_bool(msgpack_packer *pk, const char *key, bool val);
+
+/* The value stored under key in map o, or NULL (also when o is no map). */
+const msgpack_object *zi_map_get(const msgpack_object *o, const char *key);
+/* The string under key: *s and *n point into the object. ZI_EINVAL when absent
+ * or not a string (message names key). */
+int zi_map_str(const msgpack_object *o, const char *key, const char **s, size_t *n, zi_error *err);
+/* The integer under key (ZI_EINVAL when absent or not an integer). */
+int zi_map_int(const msgpack_object *o, const char *key, int64_t *out, zi_error *err);
+/* True when key holds the string s. */
+bool zi_map_str_is(const msgpack_object *o, const char *key, const char *s);
+
+/* Sends data as one frame, preceded by the routing frames of a ROUTER
+ * socket when ident is not NULL (ident, then an empty delimiter frame when
+ * delim is set). Returns 0, or -1 with errno set (EHOSTUNREACH when a
+ * ROUTER_MANDATORY peer is gone). Never blocks on a full queue for longer
+ * than the socket's send timeout. */
+int zi_send(void *sock, const void *ident, size_t ident_len, bool delim, const void *data,
+            size_t len);
+/* zi_send of a built message. */
+int zi_send_msg(void *sock, const void *ident, size_t ident_len, bool delim, const zi_msg *m);
+
+/* True when s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
+ * code points above U+10FFFF). */
+bool zi_utf8_valid(const char *s, size_t n);
+/* A malloc'd, NUL-terminated copy of s[0..n) in which every byte that does
+ * not start a well-formed UTF-8 sequence is replaced by U+FFFD, so it can
+ * travel as a msgpack str; *out_len gets its length. NULL when out of
+ * memory. */
+char *zi_utf8_clean(const char *s, size_t n, size_t *out_len);
+
+/* Milliseconds of CLOCK_MONOTONIC. */
+int64_t zi_now_ms(void);
+
+/* The field path at the start of an error message ("sampling_params.top_p:
+ * ..." gives "sampling_params.top_p"), copied into out (cap bytes); empty
+ * when the message does not start with one. */
+void zi_error_field(const char *msg, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,1084 @@
+/*
+ * router.c - the `zinfer-router` process: the front door of the server.
+ *
+ * Two ROUTER sockets: clients connect to --bind (client protocol v1,
+ * docs/protocol.md), tokenizer and worker processes connect to --backend
+ * and register. A generate request travels
+ *
+ *   client -> [validate, admit, assign rid] -> tokenizer "encode"
+ *          -> "encoded" context -> queue -> least-loaded worker "start"
+ *          -> "tokens" (per step) -> the request's tokenizer "decode"
+ *          -> "decoded" text -> client "chunk" ... "final"
+ *
+ * The router is single-threaded: one zmq_poll loop over both sockets, with
+ * a 100 ms tick for heartbeat checks. Every admitted request lives in the
+ * request table (req_table.h) until exactly one terminal frame ("final" or
+ * "error") has been sent for it: every path that ends a request goes
+ * through end_request(), which sends nothing itself but undoes the
+ * request's claims on backends (queue place, worker slot, tokenizer
+ * decode state).
+ *
+ * A backend that misses heartbeats for --heartbeat-timeout ms is dead; each
+ * request it held ends with a "worker_lost" error. Such requests are not
+ * retried elsewhere: tokens may already have been streamed to the client,
+ * and a re-run would repeat or (with sampling) contradict them, so the
+ * client, which knows what it received, decides whether to resubmit.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "args.h"
+#include "codec.h"
+#include "log.h"
+#include "req_table.h"
+#include "types.h"
+#include "wire.h"
+
+static const char USAGE[] =
+    "usage: zinfer-router [options]\n"
+    "\n"
+    "The front door of the zinfer server: clients connect to --bind (msgpack\n"
+    "over ZeroMQ, docs/protocol.md); tokenizer and worker processes connect\n"
+    "to --backend and register.\n"
+    "\n"
+    "  --bind ADDR                 client socket (default tcp://127.0.0.1:5555)\n"
+    "  --backend ADDR              backend socket (default tcp://127.0.0.1:5556)\n"
+    "  --max-queue N               admitted requests not yet on a worker (default 256)\n"
+    "  --max-prompt-tokens N       longest prompt accepted (default 4096)\n"
+    "  --max-new-tokens N          largest max_new_tokens; also the default (default 4096)\n"
+    "  --heartbeat-timeout MS      a backend silent this long is dead (default 5000)\n"
+    "  --max-frame-bytes N         largest client frame (default 8388608)\n"
+    "  --log-level L               debug|info|warn|error|off (default info)\n"
+    "  -h, --help                  this text\n";
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
+enum { K_GENERATE, K_TOKENIZE, K_DETOKENIZE };
+enum { RS_ENCODING, RS_QUEUED, RS_RUNNING, RS_DECODING, RS_UTIL };
+
+#define IDENT_MAX 256
+
+typedef struct backend {
+    unsigned char ident[IDENT_MAX];
+    size_t ident_len;
+    int role;
+    bool alive;
+    int slots;
+    int64_t max_length;
+    int64_t vocab;
+    char model[128];
+    int assigned; /* workers: requests running; tokenizers: requests with state */
+    int64_t last_seen;
+} backend;
+
+typedef struct rreq {
+    uint64_t rid;
+    unsigned char client[IDENT_MAX];
+    size_t client_len;
+    bool delim;
+    char *id;
+    size_t id_len;
+    int kind, state;
+    bool stream;
+    int tok, wrk;       /* backend indices, -1 when none */
+    bool tok_has_state; /* the tokenizer holds decode state for it */
+    bool worker_done;
+    int64_t prompt_tokens, completion_tokens;
+    char *text; /* the completion so far, when not streamed */
+    size_t text_len;
+    char *start_msg; /* the worker's "start" message while queued */
+    size_t start_len;
+} rreq;
+
+typedef struct router {
+    zi_logger log;
+    void *front, *back;
+    zi_req_table reqs;
+    backend *be;
+    size_t n_be;
+    uint64_t *queue;
+    size_t q_len, q_cap;
+    uint64_t next_rid;
+    size_t n_waiting; /* admitted and not yet running */
+    long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
+} router;
+
+/* ---- sending to clients ---------------------------------------------------- */
+
+static void pack_header(msgpack_packer *pk, const rreq *r, const char *event) {
+    zi_pack_kv_strn(pk, "id", r->id, r->id_len);
+    zi_pack_kv_str(pk, "event", event);
+}
+
+/* Sends to a request's client; false when the client is gone. */
+static bool to_client(router *rt, const rreq *r, const zi_msg *m) {
+    if (zi_send_msg(rt->front, r->client, r->client_len, r->delim, m) == 0) return true;
+    zi_log(&rt->log, ZI_LOG_INFO, "request %llu: client unreachable (%s); cancelling",
+           (unsigned long long)r->rid, zmq_strerror(errno));
+    return false;
+}
+
+/* An error frame to a client that may have no request record. */
+static void send_error_raw(router *rt, const unsigned char *client, size_t client_len, bool delim,
+                           const char *id, size_t id_len, const char *code, const char *msg,
+                           const char *field) {
+    zi_msg m;
+    zi_msg_init(&m);
+    bool f = field && field[0];
+    /* Messages may quote client bytes: send them as valid UTF-8 only. */
+    size_t ml = 0, fl = 0;
+    char *mc = zi_utf8_clean(msg, strlen(msg), &ml);
+    char *fc = f ? zi_utf8_clean(field, strlen(field), &fl) : NULL;
+    msgpack_pack_map(&m.pk, f ? 5 : 4);
+    zi_pack_kv_strn(&m.pk, "id", id, id_len);
+    zi_pack_kv_str(&m.pk, "event", "error");
+    zi_pack_kv_str(&m.pk, "code", code);
+    zi_pack_kv_strn(&m.pk, "message", mc ? mc : "out of memory", mc ? ml : 13);
+    if (f) zi_pack_kv_strn(&m.pk, "field", fc ? fc : "", fc ? fl : 0);
+    zi_send_msg(rt->front, client, client_len, delim, &m);
+    zi_msg_free(&m);
+    free(mc);
+    free(fc);
+}
+
+/* ---- backends ---------------------------------------------------------------- */
+
+static void to_backend(router *rt, int b, const zi_msg *m) {
+    if (b < 0 || !rt->be[b].alive) return;
+    if (zi_send_msg(rt->back, rt->be[b].ident, rt->be[b].ident_len, false, m) != 0)
+        zi_log(&rt->log, ZI_LOG_WARN, "backend %d unreachable: %s", b, zmq_strerror(errno));
+}
+
+static void backend_rid_msg(router *rt, int b, const char *type, uint64_t rid) {
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    zi_pack_kv_str(&m.pk, "type", type);
+    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+    to_backend(rt, b, &m);
+    zi_msg_free(&m);
+}
+
+/* The least-loaded live backend of a role; workers must have a free slot. */
+static int pick_backend(const router *rt, int role) {
+    int best = -1;
+    for (size_t i = 0; i < rt->n_be; i++) {
+        const backend *b = &rt->be[i];
+        if (!b->alive || b->role != role) continue;
+        if (role == ROLE_WORKER && b->assigned >= b->slots) continue;
+        if (best < 0 || b->assigned < rt->be[best].assigned) best = (int)i;
+    }
+    return best;
+}
+
+static int count_alive(const router *rt, int role) {
+    int n = 0;
+    for (size_t i = 0; i < rt->n_be; i++) n += rt->be[i].alive && rt->be[i].role == role;
+    return n;
+}
+
+/* The context limit for new requests: the smallest live worker's. */
+static int64_t worker_max_length(const router *rt) {
+    int64_t m = 0;
+    for (size_t i = 0; i < rt->n_be; i++)
+        if (rt->be[i].alive && rt->be[i].role == ROLE_WORKER &&
+            (m == 0 || rt->be[i].max_length < m))
+            m = rt->be[i].max_length;
+    return m;
+}
+
+/* ---- the request life cycle -------------------------------------------------- */
+
+static void queue_remove(router *rt, uint64_t rid) {
+    for (size_t i = 0; i < rt->q_len; i++)
+        if (rt->queue[i] == rid) {
+            memmove(rt->queue + i, rt->queue + i + 1, (rt->q_len - i - 1) * sizeof *rt->queue);
+            rt->q_len--;
+            return;
+        }
+}
+
+/* Removes r from the table and releases what it holds on backends. The
+ * terminal frame (if any) has been sent by the caller. */
+static void end_request(router *rt, rreq *r) {
+    if (r->state == RS_ENCODING || r->state == RS_QUEUED) rt->n_waiting--;
+    if (r->state == RS_QUEUED) queue_remove(rt, r->rid);
+    if (r->state == RS_RUNNING && !r->worker_done && r->wrk >= 0) {
+        backend_rid_msg(rt, r->wrk, "cancel", r->rid);
+        rt->be[r->wrk].assigned--;
+    }
+    if (r->tok >= 0) {
+        if (r->tok_has_state) backend_rid_msg(rt, r->tok, "release", r->rid);
+        rt->be[r->tok].assigned--;
+    }
+    zi_req_table_del(&rt->reqs, r->rid);
+    zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu ended", (unsigned long long)r->rid);
+    free(r->id);
+    free(r->text);
+    free(r->start_msg);
+    free(r);
+}
+
+static void fail_request(router *rt, rreq *r, const char *code, const char *msg,
+                         const char *field) {
+    send_error_raw(rt, r->client, r->client_len, r->delim, r->id, r->id_len, code, msg, field);
+    end_request(rt, r);
+}
+
+static void send_final(router *rt, rreq *r, const char *status) {
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, r->stream ? 4 : 5);
+    pack_header(&m.pk, r, "final");
+    zi_pack_kv_str(&m.pk, "status", status);
+    zi_pack_str(&m.pk, "usage");
+    msgpack_pack_map(&m.pk, 2);
+    zi_pack_kv_int(&m.pk, "prompt_tokens", r->prompt_tokens);
+    zi_pack_kv_int(&m.pk, "completion_tokens", r->completion_tokens);
+    if (!r->stream) zi_pack_kv_strn(&m.pk, "text", r->text ? r->text : "", r->text_len);
+    to_client(rt, r, &m);
+    zi_msg_free(&m);
+    end_request(rt, r);
+}
+
+/* Starts queued requests on workers with free slots, oldest first. */
+static void dispatch(router *rt) {
+    while (rt->q_len > 0) {
+        int w = pick_backend(rt, ROLE_WORKER);
+        if (w < 0) return;
+        uint64_t rid = rt->queue[0];
+        memmove(rt->queue, rt->queue + 1, (rt->q_len - 1) * sizeof *rt->queue);
+        rt->q_len--;
+        rreq *r = zi_req_table_get(&rt->reqs, rid);
+        if (!r) continue;
+        if (zi_send(rt->back, rt->be[w].ident, rt->be[w].ident_len, false, r->start_msg,
+                    r->start_len) != 0) {
+            fail_request(rt, r, "worker_lost", "the chosen worker is unreachable", NULL);
+            continue;
+        }
+        free(r->start_msg);
+        r->start_msg = NULL;
+        r->state = RS_RUNNING;
+        r->wrk = w;
+        rt->be[w].assigned++;
+        rt->n_waiting--;
+        zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu -> worker %d", (unsigned long long)rid, w);
+    }
+}
+
+/* ---- client frames ----------------------------------------------------------- */
+
+typedef struct client_ctx {
+    const unsigned char *ident;
+    size_t ident_len;
+    bool delim;
+    const char *id;
+    size_t id_len;
+} client_ctx;
+
+static void client_error(router *rt, const client_ctx *c, const char *code, const char *msg,
+                         const char *field) {
+    send_error_raw(rt, c->ident, c->ident_len, c->delim, c->id, c->id_len, code, msg, field);
+}
+
+/* An error whose message starts with the field path (codec messages). */
+static void client_error_msg(router *rt, const client_ctx *c, const char *code, const char *msg) {
+    char field[128];
+    zi_error_field(msg, field, sizeof field);
+    client_error(rt, c, code, msg, field);
+}
+
+static rreq *find_client_req(router *rt, const client_ctx *c) {
+    size_t n = zi_req_table_count(&rt->reqs);
+    if (!n) return NULL;
+    void **v = malloc(n * sizeof *v);
+    if (!v) return NULL;
+    zi_req_table_values(&rt->reqs, v, n);
+    rreq *found = NULL;
+    for (size_t i = 0; i < n && !found; i++) {
+        rreq *r = v[i];
+        if (r->client_len == c->ident_len && !memcmp(r->client, c->ident, c->ident_len) &&
+            r->id_len == c->id_len && !memcmp(r->id, c->id, c->id_len))
+            found = r;
+    }
+    free(v);
+    return found;
+}
+
+static rreq *new_request(router *rt, const client_ctx *c, int kind) {
+    rreq *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->id = malloc(c->id_len + 1);
+    if (!r->id) {
+        free(r);
+        return NULL;
+    }
+    memcpy(r->id, c->id, c->id_len);
+    r->id[c->id_len] = '\0';
+    r->id_len = c->id_len;
+    memcpy(r->client, c->ident, c->ident_len);
+    r->client_len = c->ident_len;
+    r->delim = c->delim;
+    r->rid = ++rt->next_rid;
+    r->kind = kind;
+    r->tok = r->wrk = -1;
+    r->stream = true;
+    if (zi_req_table_put(&rt->reqs, r->rid, r, NULL) != ZI_OK) {
+        free(r->id);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o) {
+    zi_error err = {0};
+    zi_request req;
+    zi_codec_limits lim = zi_codec_limits_default();
+    if (find_client_req(rt, c)) {
+        client_error(rt, c, "invalid_request", "id: a request with this id is already in flight",
+                     "id");
+        return;
+    }
+    if (zi_codec_decode_request(o, &lim, "", &req, &err) != ZI_OK) {
+        client_error_msg(rt, c, err.code == ZI_EUNSUPPORTED ? "unsupported" : "invalid_request",
+                         err.msg);
+        return;
+    }
+    char msg[256];
+    const char *code = NULL, *field = NULL;
+    if (req.logprobs > 0) {
+        code = "unsupported", field = "logprobs";
+        snprintf(msg, sizeof msg, "logprobs: log probabilities are not implemented yet");
+    } else if (req.echo) {
+        code = "unsupported", field = "echo";
+        snprintf(msg, sizeof msg, "echo: echoing the prompt is not implemented yet");
+    } else if (req.sampling_params.max_new_tokens > rt->max_new) {
+        code = "invalid_request", field = "sampling_params.max_new_tokens";
+        snprintf(msg, sizeof msg,
+                 "sampling_params.max_new_tokens: %lld exceeds this server's "
+                 "limit of %lld",
+                 (long long)req.sampling_params.max_new_tokens, rt->max_new);
+    } else if (req.prompt_kind == ZI_PROMPT_TOKENS &&
+               req.prompt_tokens.n > (size_t)rt->max_prompt) {
+        code = "invalid_request", field = "prompt";
+        snprintf(msg, sizeof msg, "prompt: %zu tokens exceed this server's limit of %lld",
+                 req.prompt_tokens.n, rt->max_prompt);
+    } else if (req.model_name.len > 0) {
+        bool known = false;
+        for (size_t i = 0; i < rt->n_be; i++)
+            known |= rt->be[i].alive && rt->be[i].role == ROLE_WORKER &&
+                     !strcmp(rt->be[i].model, req.model_name.p);
+        if (!known) {
+            code = "invalid_request", field = "model_name";
+            snprintf(msg, sizeof msg,
+                     "model_name: no model named '%.100s' is served (see op "
+                     "\"models\")",
+                     req.model_name.p);
+        }
+    }
+    int tk = pick_backend(rt, ROLE_TOKENIZER);
+    if (!code && (tk < 0 || count_alive(rt, ROLE_WORKER) == 0)) {
+        code = "unavailable";
+        snprintf(msg, sizeof msg, "no %s is connected yet; retry shortly",
+                 tk < 0 ? "tokenizer process" : "model worker");
+    } else if (!code && rt->n_waiting >= (size_t)rt->max_queue) {
+        code = "overloaded";
+        snprintf(msg, sizeof msg,
+                 "%zu requests are already waiting (--max-queue %lld); retry "
+                 "later",
+                 rt->n_waiting, rt->max_queue);
+    }
+    rreq *r = NULL;
+    if (!code && !(r = new_request(rt, c, K_GENERATE))) {
+        code = "internal";
+        snprintf(msg, sizeof msg, "out of memory");
+    }
+    if (code) {
+        client_error(rt, c, code, msg, field);
+        zi_request_free(&req);
+        return;
+    }
+    if (req.sampling_params.max_new_tokens < 0) req.sampling_params.max_new_tokens = rt->max_new;
+    r->stream = req.stream;
+    r->state = RS_ENCODING;
+    r->tok = tk;
+    r->tok_has_state = true;
+    rt->be[tk].assigned++;
+    rt->n_waiting++;
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 4);
+    zi_pack_kv_str(&m.pk, "type", "encode");
+    zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
+    zi_pack_kv_int(&m.pk, "max_length", worker_max_length(rt));
+    zi_pack_str(&m.pk, "request");
+    int rc = zi_codec_pack_request(&m.pk, &req, &err);
+    zi_request_free(&req);
+    if (rc)
+        fail_request(rt, r, "internal", err.msg, NULL);
+    else
+        to_backend(rt, tk, &m);
+    zi_msg_free(&m);
+}
+
+static void op_cancel(router *rt, const client_ctx *c) {
+    rreq *r = find_client_req(rt, c);
+    /* Cancelling a request that already ended is the usual race: ignore. */
+    if (!r || r->kind != K_GENERATE) return;
+    zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu cancelled by the client",
+           (unsigned long long)r->rid);
+    send_final(rt, r, "cancelled");
+}
+
+static void op_health(router *rt, const client_ctx *c) {
+    int nw = count_alive(rt, ROLE_WORKER), nt = count_alive(rt, ROLE_TOKENIZER);
+    size_t running = zi_req_table_count(&rt->reqs) - rt->n_waiting;
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 7);
+    zi_pack_kv_strn(&m.pk, "id", c->id, c->id_len);
+    zi_pack_kv_str(&m.pk, "event", "result");
+    zi_pack_kv_str(&m.pk, "status", nw > 0 && nt > 0 ? "ok" : "unavailable");
+    zi_pack_kv_int(&m.pk, "workers", nw);
+    zi_pack_kv_int(&m.pk, "tokenizers", nt);
+    zi_pack_kv_int(&m.pk, "waiting", (int64_t)rt->n_waiting);
+    zi_pack_kv_int(&m.pk, "running", (int64_t)running);
+    zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
+    zi_msg_free(&m);
+}
+
+static void op_models(router *rt, const client_ctx *c) {
+    int idx[64], n = 0;
+    for (size_t i = 0; i < rt->n_be && n < 64; i++) {
+        if (!rt->be[i].alive || rt->be[i].role != ROLE_WORKER) continue;
+        bool dup = false;
+        for (int k = 0; k < n; k++) dup |= !strcmp(rt->be[idx[k]].model, rt->be[i].model);
+        if (!dup) idx[n++] = (int)i;
+    }
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    zi_pack_kv_strn(&m.pk, "id", c->id, c->id_len);
+    zi_pack_kv_str(&m.pk, "event", "result");
+    zi_pack_str(&m.pk, "models");
+    msgpack_pack_array(&m.pk, (size_t)n);
+    for (int k = 0; k < n; k++) {
+        const backend *b = &rt->be[idx[k]];
+        msgpack_pack_map(&m.pk, 3);
+        zi_pack_kv_str(&m.pk, "name", b->model);
+        zi_pack_kv_int(&m.pk, "max_length", b->max_length);
+        zi_pack_kv_int(&m.pk, "vocab", b->vocab);
+    }
+    zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
+    zi_msg_free(&m);
+}
+
+/* tokenize / detokenize: checked here, answered by a tokenizer process. */
+static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, int kind) {
+    zi_error err = {0};
+    zi_codec_limits lim = zi_codec_limits_default();
+    const msgpack_object *v = zi_map_get(o, kind == K_TOKENIZE ? "text" : "token_ids");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (kind == K_TOKENIZE) {
+        if (!v || v->type != MSGPACK_OBJECT_STR) {
+            client_error(rt, c, "invalid_request", v ? "text: not a string" : "text: missing",
+                         "text");
+            return;
+        }
+        const msgpack_object *as = zi_map_get(o, "add_special");
+        if (as && as->type != MSGPACK_OBJECT_BOOLEAN) {
+            client_error(rt, c, "invalid_request", "add_special: not a bool", "add_special");
+            return;
+        }
+    } else {
+        int rc = v ? zi_codec_decode_tokens(v, &lim, "token_ids", &ids, &n, &err)
+                   : zi_error_set(&err, ZI_EINVAL, "token_ids: missing");
+        if (rc) {
+            client_error_msg(rt, c, "invalid_request", err.msg);
+            return;
+        }
+    }
+    if (find_client_req(rt, c)) {
+        free(ids);
+        client_error(rt, c, "invalid_request", "id: a request with this id is already in flight",
+                     "id");
+        return;
+    }
+    int tk = pick_backend(rt, ROLE_TOKENIZER);
+    rreq *r = tk < 0 ? NULL : new_request(rt, c, kind);
+    if (!r) {
+        free(ids);
+        client_error(rt, c, tk < 0 ? "unavailable" : "internal",
+                     tk < 0 ? "no tokenizer process is connected yet; retry shortly"
+                            : "out of memory",
+                     NULL);
+        return;
+    }
+    r->state = RS_UTIL;
+    r->tok = tk;
+    rt->be[tk].assigned++;
+    zi_msg m;
+    zi_msg_init(&m);
+    const msgpack_object *as = zi_map_get(o, "add_special");
+    msgpack_pack_map(&m.pk, kind == K_TOKENIZE && as ? 4 : 3);
+    zi_pack_kv_str(&m.pk, "type", kind == K_TOKENIZE ? "tokenize" : "detokenize");
+    zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
+    if (kind == K_TOKENIZE) {
+        zi_pack_str(&m.pk, "text");
+        msgpack_pack_object(&m.pk, *v);
+        if (as) {
+            zi_pack_str(&m.pk, "add_special");
+            msgpack_pack_object(&m.pk, *as);
+        }
+    } else {
+        zi_pack_str(&m.pk, "token_ids");
+        zi_codec_pack_tokens(&m.pk, ids, n, NULL);
+    }
+    to_backend(rt, tk, &m);
+    zi_msg_free(&m);
+    free(ids);
+}
+
+static void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, bool delim,
+                            const void *buf, size_t len) {
+    zi_error err = {0};
+    client_ctx c = {ident, ident_len, delim, "", 0};
+    char msg[ZI_ERROR_MSG_MAX + 64];
+    if (len > (size_t)rt->max_frame) {
+        snprintf(msg, sizeof msg, "the frame of %zu bytes exceeds the limit of %lld bytes", len,
+                 rt->max_frame);
+        client_error(rt, &c, "invalid_request", msg, NULL);
+        return;
+    }
+    zi_codec_limits lim = zi_codec_limits_default();
+    msgpack_unpacked u;
+    if (zi_msgpack_parse(buf, len, &lim, &u, &err) != ZI_OK) {
+        snprintf(msg, sizeof msg, "the frame is not one msgpack object: %s", err.msg);
+        client_error(rt, &c, "invalid_request", msg, NULL);
+        return;
+    }
+    const msgpack_object *o = &u.data;
+    const char *op = NULL;
+    size_t op_len = 0;
+    if (o->type != MSGPACK_OBJECT_MAP) {
+        client_error(rt, &c, "invalid_request", "the frame is not a msgpack map", NULL);
+    } else if (zi_map_str(o, "id", &c.id, &c.id_len, &err) != ZI_OK) {
+        c.id = "", c.id_len = 0;
+        client_error(rt, &c, "invalid_request", err.msg, "id");
+    } else if (c.id_len == 0 || c.id_len > 256 || !zi_utf8_valid(c.id, c.id_len)) {
+        bool utf8 = zi_utf8_valid(c.id, c.id_len);
+        c.id = "", c.id_len = 0; /* it cannot be echoed back as a str */
+        client_error(rt, &c, "invalid_request",
+                     utf8 ? "id: must be 1 to 256 bytes" : "id: not valid UTF-8", "id");
+    } else if (zi_map_str(o, "op", &op, &op_len, &err) != ZI_OK) {
+        client_error(rt, &c, "invalid_request", err.msg, "op");
+    } else if (op_len == 8 && !memcmp(op, "generate", 8)) {
+        op_generate(rt, &c, o);
+    } else if (op_len == 6 && !memcmp(op, "cancel", 6)) {
+        op_cancel(rt, &c);
+    } else if (op_len == 6 && !memcmp(op, "health", 6)) {
+        op_health(rt, &c);
+    } else if (op_len == 6 && !memcmp(op, "models", 6)) {
+        op_models(rt, &c);
+    } else if (op_len == 8 && !memcmp(op, "tokenize", 8)) {
+        op_util(rt, &c, o, K_TOKENIZE);
+    } else if (op_len == 10 && !memcmp(op, "detokenize", 10)) {
+        op_util(rt, &c, o, K_DETOKENIZE);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "op: unknown operation '%.*s' (generate, cancel, health, "
+                 "models, tokenize, detokenize)",
+                 (int)(op_len > 64 ? 64 : op_len), op);
+        client_error(rt, &c, "invalid_request", msg, "op");
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* ---- backend frames ---------------------------------------------------------- */
+
+static int find_backend(const router *rt, const unsigned char *ident, size_t len) {
+    for (size_t i = 0; i < rt->n_be; i++)
+        if (rt->be[i].alive && rt->be[i].ident_len == len && !memcmp(rt->be[i].ident, ident, len))
+            return (int)i;
+    return -1;
+}
+
+static void on_register(router *rt, const unsigned char *ident, size_t len,
+                        const msgpack_object *o) {
+    int b = find_backend(rt, ident, len);
+    if (b < 0) {
+        /* Reuse a dead slot: its requests were all ended when it died. */
+        for (size_t i = 0; i < rt->n_be && b < 0; i++)
+            if (!rt->be[i].alive) b = (int)i;
+        if (b < 0) {
+            backend *p = realloc(rt->be, (rt->n_be + 1) * sizeof *p);
+            if (!p) return;
+            rt->be = p;
+            b = (int)rt->n_be++;
+        }
+        memset(&rt->be[b], 0, sizeof rt->be[b]);
+    }
+    backend *be = &rt->be[b];
+    memcpy(be->ident, ident, len);
+    be->ident_len = len;
+    be->role = zi_map_str_is(o, "role", "worker") ? ROLE_WORKER : ROLE_TOKENIZER;
+    int64_t v = 0;
+    be->slots = zi_map_int(o, "slots", &v, NULL) == ZI_OK && v > 0 && v < 65536 ? (int)v : 1;
+    be->max_length = zi_map_int(o, "max_length", &v, NULL) == ZI_OK && v > 1 ? v : 2048;
+    be->vocab = zi_map_int(o, "vocab", &v, NULL) == ZI_OK ? v : 0;
+    const char *s;
+    size_t n;
+    if (zi_map_str(o, "model", &s, &n, NULL) == ZI_OK)
+        snprintf(be->model, sizeof be->model, "%.*s", (int)(n > 120 ? 120 : n), s);
+    be->alive = true;
+    be->last_seen = zi_now_ms();
+    if (be->role == ROLE_WORKER)
+        zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld", b,
+               be->model, be->slots, (long long)be->max_length);
+    else
+        zi_log(&rt->log, ZI_LOG_INFO, "tokenizer %d registered", b);
+    dispatch(rt);
+}
+
+/* Looks up the request a backend message is about; it must belong to that
+ * backend in the given role. */
+static rreq *backend_req(router *rt, int b, const msgpack_object *o) {
+    int64_t rid = 0;
+    if (zi_map_int(o, "rid", &rid, NULL) != ZI_OK || rid <= 0) return NULL;
+    rreq *r = zi_req_table_get(&rt->reqs, (uint64_t)rid);
+    if (!r || (r->tok != b && r->wrk != b)) return NULL;
+    return r;
+}
+
+static void on_encoded(router *rt, int b, const msgpack_object *o) {
+    int64_t rid = 0;
+    zi_map_int(o, "rid", &rid, NULL);
+    rreq *r = backend_req(rt, b, o);
+    if (!r || r->state != RS_ENCODING) {
+        if (rid > 0) backend_rid_msg(rt, b, "release", (uint64_t)rid); /* ended meanwhile */
+        return;
+    }
+    const msgpack_object *ctx = zi_map_get(o, "context");
+    zi_map_int(o, "prompt_tokens", &r->prompt_tokens, NULL);
+    if (!ctx) {
+        fail_request(rt, r, "internal", "the tokenizer sent no context", NULL);
+        return;
+    }
+    if (r->prompt_tokens > rt->max_prompt) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "prompt: %lld tokens exceed this server's limit of %lld",
+                 (long long)r->prompt_tokens, rt->max_prompt);
+        fail_request(rt, r, "invalid_request", msg, "prompt");
+        return;
+    }
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    zi_pack_kv_str(&m.pk, "type", "start");
+    zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
+    zi_pack_str(&m.pk, "context");
+    msgpack_pack_object(&m.pk, *ctx);
+    /* Keep the bytes: the sbuffer's storage becomes the request's. */
+    r->start_len = m.sb.size;
+    r->start_msg = msgpack_sbuffer_release(&m.sb);
+    if (rt->q_len == rt->q_cap) {
+        size_t cap = rt->q_cap ? rt->q_cap * 2 : 64;
+        uint64_t *q = realloc(rt->queue, cap * sizeof *q);
+        if (!q) {
+            fail_request(rt, r, "internal", "out of memory", NULL);
+            return;
+        }
+        rt->queue = q;
+        rt->q_cap = cap;
+    }
+    rt->queue[rt->q_len++] = r->rid;
+    r->state = RS_QUEUED;
+    dispatch(rt);
+}
+
+static void on_tokens(router *rt, int b, const msgpack_object *o) {
+    rreq *r = backend_req(rt, b, o);
+    if (!r || r->wrk != b || r->worker_done) return;
+    const msgpack_object *ids = zi_map_get(o, "token_ids");
+    const msgpack_object *st = zi_map_get(o, "status");
+    zi_gen_status status;
+    if (!ids || !st || st->type != MSGPACK_OBJECT_STR ||
+        zi_gen_status_parse(st->via.str.ptr, st->via.str.size, &status, NULL) != ZI_OK) {
+        fail_request(rt, r, "internal", "the worker sent a malformed tokens message", NULL);
+        return;
+    }
+    zi_codec_limits lim = zi_codec_limits_default();
+    int32_t *v = NULL;
+    size_t n = 0;
+    if (zi_codec_decode_tokens(ids, &lim, "token_ids", &v, &n, NULL) == ZI_OK)
+        r->completion_tokens += (int64_t)n;
+    free(v);
+    if (zi_gen_status_is_done(status)) {
+        r->worker_done = true;
+        r->state = RS_DECODING;
+        rt->be[b].assigned--;
+    }
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 4);
+    zi_pack_kv_str(&m.pk, "type", "decode");
+    zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
+    zi_pack_str(&m.pk, "token_ids");
+    msgpack_pack_object(&m.pk, *ids);
+    zi_pack_str(&m.pk, "status");
+    msgpack_pack_object(&m.pk, *st);
+    to_backend(rt, r->tok, &m);
+    zi_msg_free(&m);
+    if (r->worker_done) dispatch(rt);
+}
+
+static void on_decoded(router *rt, int b, const msgpack_object *o) {
+    rreq *r = backend_req(rt, b, o);
+    if (!r || r->tok != b || r->kind != K_GENERATE) return;
+    const msgpack_object *text = zi_map_get(o, "text"), *ids = zi_map_get(o, "token_ids");
+    const msgpack_object *st = zi_map_get(o, "status");
+    zi_gen_status status;
+    if (!text || text->type != MSGPACK_OBJECT_STR || !ids || !st ||
+        st->type != MSGPACK_OBJECT_STR ||
+        zi_gen_status_parse(st->via.str.ptr, st->via.str.size, &status, NULL) != ZI_OK) {
+        fail_request(rt, r, "internal", "the tokenizer sent a malformed decoded message", NULL);
+        return;
+    }
+    bool has_ids = (ids->type == MSGPACK_OBJECT_ARRAY && ids->via.array.size > 0) ||
+                   (ids->type == MSGPACK_OBJECT_MAP && zi_map_get(ids, "data") &&
+                    zi_map_get(ids, "data")->type == MSGPACK_OBJECT_BIN &&
+                    zi_map_get(ids, "data")->via.bin.size > 0);
+    if (r->stream && (text->via.str.size > 0 || has_ids)) {
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 4);
+        pack_header(&m.pk, r, "chunk");
+        zi_pack_kv_strn(&m.pk, "text", text->via.str.ptr, text->via.str.size);
+        zi_pack_str(&m.pk, "token_ids");
+        msgpack_pack_object(&m.pk, *ids);
+        bool ok = to_client(rt, r, &m);
+        zi_msg_free(&m);
+        if (!ok) {
+            end_request(rt, r);
+            return;
+        }
+    } else if (!r->stream && text->via.str.size > 0) {
+        char *p = realloc(r->text, r->text_len + text->via.str.size + 1);
+        if (!p) {
+            fail_request(rt, r, "internal", "out of memory for the completion text", NULL);
+            return;
+        }
+        memcpy(p + r->text_len, text->via.str.ptr, text->via.str.size);
+        r->text_len += text->via.str.size;
+        p[r->text_len] = '\0';
+        r->text = p;
+    }
+    if (zi_gen_status_is_done(status)) {
+        r->tok_has_state = false;                      /* the tokenizer dropped it */
+        send_final(rt, r, zi_gen_status_name(status)); /* cancels the worker on a stop string */
+    }
+}
+
+static void on_util_result(router *rt, int b, const msgpack_object *o, const char *key) {
+    rreq *r = backend_req(rt, b, o);
+    if (!r || r->state != RS_UTIL) return;
+    const msgpack_object *v = zi_map_get(o, key);
+    if (!v) {
+        fail_request(rt, r, "internal", "the tokenizer sent a malformed reply", NULL);
+        return;
+    }
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    pack_header(&m.pk, r, "result");
+    zi_pack_str(&m.pk, key);
+    msgpack_pack_object(&m.pk, *v);
+    to_client(rt, r, &m);
+    zi_msg_free(&m);
+    end_request(rt, r);
+}
+
+static void on_backend_error(router *rt, int b, const msgpack_object *o) {
+    rreq *r = backend_req(rt, b, o);
+    if (!r) return;
+    const char *code = "internal", *msg = "backend error", *field = NULL;
+    char cbuf[64], mbuf[ZI_ERROR_MSG_MAX], fbuf[128];
+    const char *s;
+    size_t n;
+    if (zi_map_str(o, "code", &s, &n, NULL) == ZI_OK && n < sizeof cbuf) {
+        memcpy(cbuf, s, n), cbuf[n] = '\0', code = cbuf;
+    }
+    if (zi_map_str(o, "message", &s, &n, NULL) == ZI_OK) {
+        snprintf(mbuf, sizeof mbuf, "%.*s", (int)(n < sizeof mbuf ? n : sizeof mbuf - 1), s);
+        msg = mbuf;
+    }
+    if (zi_map_str(o, "field", &s, &n, NULL) == ZI_OK && n < sizeof fbuf) {
+        memcpy(fbuf, s, n), fbuf[n] = '\0', field = fbuf;
+    }
+    if (b == r->tok) r->tok_has_state = false; /* a tokenizer error drops its state */
+    if (b == r->wrk && !r->worker_done) {
+        r->worker_done = true; /* the worker dropped it */
+        rt->be[b].assigned--;
+    }
+    fail_request(rt, r, code, msg, field);
+    dispatch(rt);
+}
+
+static void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len,
+                             const void *buf, size_t len) {
+    zi_error err = {0};
+    msgpack_unpacked u;
+    if (zi_msgpack_parse(buf, len, NULL, &u, &err) != ZI_OK) {
+        zi_log(&rt->log, ZI_LOG_WARN, "malformed backend message: %s", err.msg);
+        return;
+    }
+    const msgpack_object *o = &u.data;
+    int b = find_backend(rt, ident, ident_len);
+    if (zi_map_str_is(o, "type", "register")) {
+        on_register(rt, ident, ident_len, o);
+    } else if (b < 0) {
+        /* Unknown (e.g. this router restarted): ask it to register again. */
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 1);
+        zi_pack_kv_str(&m.pk, "type", "reregister");
+        zi_send_msg(rt->back, ident, ident_len, false, &m);
+        zi_msg_free(&m);
+    } else {
+        rt->be[b].last_seen = zi_now_ms();
+        if (zi_map_str_is(o, "type", "heartbeat")) {
+        } else if (zi_map_str_is(o, "type", "encoded"))
+            on_encoded(rt, b, o);
+        else if (zi_map_str_is(o, "type", "tokens"))
+            on_tokens(rt, b, o);
+        else if (zi_map_str_is(o, "type", "decoded"))
+            on_decoded(rt, b, o);
+        else if (zi_map_str_is(o, "type", "tokenized"))
+            on_util_result(rt, b, o, "token_ids");
+        else if (zi_map_str_is(o, "type", "detokenized"))
+            on_util_result(rt, b, o, "text");
+        else if (zi_map_str_is(o, "type", "error"))
+            on_backend_error(rt, b, o);
+        else
+            zi_log(&rt->log, ZI_LOG_WARN, "backend %d: unknown message type", b);
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* Ends every request that backend b held with worker_lost. */
+static void backend_died(router *rt, int b) {
+    backend *be = &rt->be[b];
+    zi_log(&rt->log, ZI_LOG_WARN, "%s %d missed heartbeats for %lld ms: declared dead",
+           be->role == ROLE_WORKER ? "worker" : "tokenizer", b, rt->hb_timeout);
+    be->alive = false;
+    size_t n = zi_req_table_count(&rt->reqs);
+    void **v = n ? malloc(n * sizeof *v) : NULL;
+    if (n && !v) return;
+    zi_req_table_values(&rt->reqs, v, n);
+    for (size_t i = 0; i < n; i++) {
+        rreq *r = v[i];
+        bool on_worker = r->wrk == b && !r->worker_done;
+        if (r->tok != b && !on_worker) continue;
+        if (r->tok == b) r->tok_has_state = false;
+        if (on_worker) {
+            r->worker_done = true;
+            be->assigned--;
+        }
+        fail_request(rt, r, "worker_lost",
+                     r->tok == b ? "the tokenizer process handling this request stopped "
+                                   "responding; the request was not retried"
+                                 : "the model worker running this request stopped responding; "
+                                   "the request was not retried",
+                     NULL);
+    }
+    free(v);
+    be->assigned = 0;
+    dispatch(rt);
+}
+
+/* ---- main loop ---------------------------------------------------------------- */
+
+/* Reads one multipart message: the routing id, an optional empty delimiter
+ * (REQ clients), then the payload. */
+static void recv_routed(router *rt, void *sock, bool front) {
+    zmq_msg_t parts[4];
+    int n = 0, more = 1;
+    while (more) {
+        zmq_msg_t tmp;
+        zmq_msg_init(&tmp);
+        if (zmq_msg_recv(&tmp, sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&tmp);
+            break;
+        }
+        more = zmq_msg_more(&tmp);
+        if (n < 4)
+            parts[n++] = tmp;
+        else
+            zmq_msg_close(&tmp); /* over-long envelopes are dropped below */
+    }
+    bool ok = n == 2 || (n == 3 && zmq_msg_size(&parts[1]) == 0);
+    if (ok && zmq_msg_size(&parts[0]) <= IDENT_MAX) {
+        zmq_msg_t *id = &parts[0], *pl = &parts[n - 1];
+        if (front)
+            on_client_frame(rt, zmq_msg_data(id), zmq_msg_size(id), n == 3, zmq_msg_data(pl),
+                            zmq_msg_size(pl));
+        else
+            on_backend_frame(rt, zmq_msg_data(id), zmq_msg_size(id), zmq_msg_data(pl),
+                             zmq_msg_size(pl));
+    } else if (n > 0) {
+        zi_log(&rt->log, ZI_LOG_WARN, "dropped a message with %d frames (expected 2)", n);
+    }
+    for (int i = 0; i < n; i++) zmq_msg_close(&parts[i]);
+}
+
+static int parse_args(int argc, char **argv, router *rt, const char **bind, const char **back) {
+    zi_error err = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(USAGE, stdout);
+            exit(0);
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "zinfer-router: unknown option or missing value '%s' (see --help)\n",
+                    a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(a, "--bind"))
+            *bind = v;
+        else if (!strcmp(a, "--backend"))
+            *back = v;
+        else if (!strcmp(a, "--max-queue"))
+            rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_queue, &err);
+        else if (!strcmp(a, "--max-prompt-tokens"))
+            rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_prompt, &err);
+        else if (!strcmp(a, "--max-new-tokens"))
+            rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_new, &err);
+        else if (!strcmp(a, "--heartbeat-timeout"))
+            rc = zi_parse_int(a, v, 100, 3600000, &rt->hb_timeout, &err);
+        else if (!strcmp(a, "--max-frame-bytes"))
+            rc = zi_parse_int(a, v, 1024, 1LL << 31, &rt->max_frame, &err);
+        else if (!strcmp(a, "--log-level")) {
+            rt->log.level = zi_log_level_parse(v);
+            if (rt->log.level < 0)
+                rc = zi_error_set(&err, ZI_EINVAL, "--log-level: '%s' is unknown", v);
+        } else {
+            fprintf(stderr, "zinfer-router: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (rc) {
+            fprintf(stderr, "zinfer-router: %s\n", err.msg);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static void *make_router_socket(router *rt, void *zctx, const char *addr, const char *what) {
+    void *s = zmq_socket(zctx, ZMQ_ROUTER);
+    int one = 1, zero = 0;
+    /* Unroutable sends fail (EHOSTUNREACH) instead of vanishing: that is
+     * how a departed client is noticed. No high-water mark: the router
+     * never blocks on one slow peer. */
+    zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+    zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_bind(s, addr) != 0) {
+        zi_log(&rt->log, ZI_LOG_ERROR, "cannot bind the %s socket to %s: %s", what, addr,
+               zmq_strerror(errno));
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+int main(int argc, char **argv) {
+    router rt;
+    memset(&rt, 0, sizeof rt);
+    rt.log = (zi_logger){.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-router"};
+    rt.max_queue = 256;
+    rt.max_prompt = 4096;
+    rt.max_new = 4096;
+    rt.hb_timeout = 5000;
+    rt.max_frame = 8 << 20;
+    const char *bind = "tcp://127.0.0.1:5555", *back = "tcp://127.0.0.1:5556";
+    int rc = parse_args(argc, argv, &rt, &bind, &back);
+    if (rc) return rc;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    zi_req_table_init(&rt.reqs);
+    void *zctx = zmq_ctx_new();
+    rt.front = make_router_socket(&rt, zctx, bind, "client");
+    rt.back = rt.front ? make_router_socket(&rt, zctx, back, "backend") : NULL;
+    if (!rt.front || !rt.back) {
+        if (rt.front) zmq_close(rt.front);
+        zmq_ctx_term(zctx);
+        return 1;
+    }
+    zi_log(&rt.log, ZI_LOG_INFO, "clients on %s, backends on %s", bind, back);
+    int64_t last_check = zi_now_ms();
+    while (!g_stop) {
+        zmq_pollitem_t it[2] = {{rt.front, 0, ZMQ_POLLIN, 0}, {rt.back, 0, ZMQ_POLLIN, 0}};
+        int pr = zmq_poll(it, 2, 100);
+        if (pr < 0 && errno != EINTR) {
+            zi_log(&rt.log, ZI_LOG_ERROR, "poll: %s", zmq_strerror(errno));
+            break;
+        }
+        /* Backends first: their replies free capacity for new requests. */
+        for (int k = 0; k < 256 && pr > 0 && (it[1].revents & ZMQ_POLLIN); k++) {
+            int ev = 0;
+            size_t sz = sizeof ev;
+            zmq_getsockopt(rt.back, ZMQ_EVENTS, &ev, &sz);
+            if (!(ev & ZMQ_POLLIN)) break;
+            recv_routed(&rt, rt.back, false);
+        }
+        for (int k = 0; k < 256 && pr > 0 && (it[0].revents & ZMQ_POLLIN); k++) {
+            int ev = 0;
+            size_t sz = sizeof ev;
+            zmq_getsockopt(rt.front, ZMQ_EVENTS, &ev, &sz);
+            if (!(ev & ZMQ_POLLIN)) break;
+            recv_routed(&rt, rt.front, true);
+        }
+        int64_t now = zi_now_ms();
+        if (now - last_check >= 100) {
+            last_check = now;
+            for (size_t i = 0; i < rt.n_be; i++)
+                if (rt.be[i].alive && now - rt.be[i].last_seen > rt.hb_timeout)
+                    backend_died(&rt, (int)i);
+        }
+    }
+    /* Shutting down: every request still in flight gets its terminal frame. */
+    size_t n = zi_req_table_count(&rt.reqs);
+    zi_log(&rt.log, ZI_LOG_INFO, "shutting down with %zu requests in flight", n);
+    void **v = n ? malloc(n * sizeof *v) : NULL;
+    if (v) {
+        zi_req_table_values(&rt.reqs, v, n);
+        for (size_t i = 0; i < n; i++)
+            fail_request(&rt, v[i], "unavailable", "the server is shutting down", NULL);
+        free(v);
+    }
+    zi_req_table_free(&rt.reqs);
+    free(rt.be);
+    free(rt.queue);
+    zmq_close(rt.front);
+    zmq_close(rt.back);
+    zmq_ctx_term(zctx);
+    return 0;
+}

@@ -1,0 +1,557 @@
+"""End-to-end tests of the server: `zinfer serve` (router + tokenizer +
+worker processes) driven over real ZeroMQ sockets with msgpack frames, as
+any client would (client protocol v1, docs/protocol.md).
+
+One server is started for the module on a free port pair of 127.0.0.1
+(ZINFER_BIN's directory must hold zinfer-router, zinfer-tokenizer and
+zinfer-worker) and always stopped in the fixture's teardown. The tests
+check the streamed tokens against `zinfer generate` (the in-process
+engine), concurrency on one socket, non-streamed replies, cancellation,
+admission limits, malformed input (each answered with an "error" frame that
+names the field, after which the server still serves), stop strings, and a
+worker killed mid-request (a "worker_lost" error, then the restarted worker
+serves again).
+"""
+
+import math
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+
+from conftest import ZINFER_BIN, ids_arg, last_json
+
+PROMPT = "<|im_start|>user\nName three colors.<|im_end|>\n<|im_start|>assistant\n"
+MAX_PROMPT = 256
+SLOTS = 4
+MAX_QUEUE = 8
+
+
+def free_port_pair():
+    """Two consecutive free TCP ports on 127.0.0.1 (client, backend)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p >= 65534:
+            continue
+        try:
+            with socket.socket() as s2:
+                s2.bind(("127.0.0.1", p + 1))
+            return p, p + 1
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+def ids_of(v):
+    """Token ids from a numpy-style array map or a plain list."""
+    if isinstance(v, dict):
+        assert v["__np__"] is True and v["dtype"] == "int64"
+        return np.frombuffer(v["data"], dtype="<i8").tolist()
+    return list(v)
+
+
+class Client:
+    def __init__(self, ctx, addr):
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(addr)
+
+    def send(self, msg):
+        self.sock.send(msgpack.packb(msg, use_bin_type=True))
+
+    def send_raw(self, data):
+        self.sock.send(data)
+
+    def recv(self, timeout=20.0):
+        if not self.sock.poll(int(timeout * 1000)):
+            raise TimeoutError("no reply from the server")
+        return msgpack.unpackb(self.sock.recv(), raw=False)
+
+    def quiet(self, seconds):
+        """True when nothing arrives for `seconds`."""
+        return not self.sock.poll(int(seconds * 1000))
+
+    def generate(self, rid, timeout=30.0, **kw):
+        """Sends one generate request and collects its frames up to the
+        terminal one: (chunks, terminal)."""
+        self.send({"op": "generate", "id": rid, **kw})
+        chunks = []
+        while True:
+            m = self.recv(timeout)
+            assert m["id"] == rid, m
+            if m["event"] == "chunk":
+                chunks.append(m)
+            else:
+                return chunks, m
+
+    def close(self):
+        self.sock.close()
+
+
+class Server:
+    def __init__(self, proc, addr, log_path):
+        self.proc, self.addr, self.log_path = proc, addr, log_path
+
+    def log(self):
+        try:
+            return open(self.log_path, errors="replace").read()
+        except OSError:
+            return ""
+
+
+@pytest.fixture(scope="module")
+def zctx():
+    ctx = zmq.Context()
+    yield ctx
+    ctx.destroy(linger=0)
+
+
+@pytest.fixture(scope="module")
+def server(zinfer_bin, model_path, zctx, tmp_path_factory):
+    port, bport = free_port_pair()
+    addr = f"tcp://127.0.0.1:{port}"
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    logf = open(log_path, "w")
+    proc = subprocess.Popen(
+        [str(zinfer_bin), "serve", "--model", str(model_path), "--bind", addr,
+         "--backend", f"tcp://127.0.0.1:{bport}", "--workers", "1", "--tokenizers", "1",
+         "--threads-per-worker", "2", "--slots", str(SLOTS), "--ctx-size", "512",
+         "--max-queue", str(MAX_QUEUE), "--max-prompt-tokens", str(MAX_PROMPT),
+         "--max-new-tokens", "400", "--heartbeat-timeout", "1500"],
+        stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    srv = Server(proc, addr, log_path)
+    try:
+        c = Client(zctx, addr)
+        deadline = time.time() + 30
+        ok = False
+        while time.time() < deadline and proc.poll() is None:
+            c.send({"op": "health", "id": "h"})
+            try:
+                m = c.recv(1.0)
+            except TimeoutError:
+                continue
+            if m.get("status") == "ok":
+                ok = True
+                break
+            time.sleep(0.1)
+        c.close()
+        assert ok, "server did not become healthy:\n" + srv.log()
+        yield srv
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        else:  # the supervisor died: take its children with it
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        logf.close()
+
+
+@pytest.fixture
+def client(server, zctx):
+    c = Client(zctx, server.addr)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(server, zctx):
+    c = Client(zctx, server.addr)
+    c.send({"op": "tokenize", "id": "tok", "text": PROMPT})
+    m = c.recv()
+    c.close()
+    assert m["event"] == "result", m
+    ids = ids_of(m["token_ids"])
+    assert 5 < len(ids) < MAX_PROMPT
+    return ids
+
+
+@pytest.fixture(scope="module")
+def cli_reference(run_zinfer, model_path, prompt_ids):
+    """`zinfer generate` on the same ids: the in-process engine's answer."""
+    r = run_zinfer("generate", "--model", model_path, "--prompt-ids", ids_arg(prompt_ids),
+                   "--max-tokens", "24", "--threads", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    return last_json(r.stdout)
+
+
+def test_health_models_tokenize_detokenize(client, prompt_ids):
+    client.send({"op": "health", "id": "h1"})
+    m = client.recv()
+    assert m == {"id": "h1", "event": "result", "status": "ok", "workers": 1, "tokenizers": 1,
+                 "waiting": 0, "running": 0}
+    client.send({"op": "models", "id": "m1"})
+    m = client.recv()
+    assert m["event"] == "result"
+    assert [x["name"] for x in m["models"]] == ["SmolLM2-135M-Instruct.Q4_1"]
+    assert m["models"][0]["max_length"] == 512
+    client.send({"op": "detokenize", "id": "d1", "token_ids": prompt_ids})
+    m = client.recv()
+    assert m == {"id": "d1", "event": "result", "text": "user\nName three colors.\nassistant\n"}
+
+
+def test_stream_matches_cli(client, prompt_ids, cli_reference):
+    chunks, final = client.generate("s1", prompt=prompt_ids,
+                                    sampling_params={"max_new_tokens": 24, "temperature": 0.0})
+    got = [t for c in chunks for t in ids_of(c["token_ids"])]
+    assert got == cli_reference["token_ids"]
+    assert "".join(c["text"] for c in chunks) == cli_reference["text"]
+    assert final["event"] == "final"
+    assert final["status"] == cli_reference["finish_reason"]
+    assert final["usage"] == {"prompt_tokens": len(prompt_ids),
+                              "completion_tokens": len(cli_reference["token_ids"])}
+    assert "text" not in final  # streamed: the text came in the chunks
+
+
+def test_text_prompt_encodes_like_tokenize(client, prompt_ids, cli_reference):
+    chunks, final = client.generate("s2", prompt=PROMPT, sampling_params={"max_new_tokens": 24})
+    assert [t for c in chunks for t in ids_of(c["token_ids"])] == cli_reference["token_ids"]
+    assert final["usage"]["prompt_tokens"] == len(prompt_ids)
+
+
+def test_non_streamed_returns_whole_text(client, prompt_ids, cli_reference):
+    chunks, final = client.generate("ns", prompt=prompt_ids, stream=False,
+                                    sampling_params={"max_new_tokens": 24})
+    assert chunks == []
+    assert final["event"] == "final"
+    assert final["text"] == cli_reference["text"]
+    assert final["status"] == cli_reference["finish_reason"]
+    assert final["usage"]["completion_tokens"] == len(cli_reference["token_ids"])
+
+
+def test_eight_concurrent_on_one_socket(client, prompt_ids, cli_reference):
+    prompts = {f"c{i}": prompt_ids if i == 0 else [1 + i, 100 + 7 * i, 2000 + 13 * i]
+               for i in range(8)}
+    for rid, p in prompts.items():
+        client.send({"op": "generate", "id": rid, "prompt": p,
+                     "sampling_params": {"max_new_tokens": 12 if rid != "c0" else 24}})
+    toks = {rid: [] for rid in prompts}
+    finals = {}
+    while len(finals) < len(prompts):
+        m = client.recv(60)
+        assert m["id"] in prompts, m
+        assert m["id"] not in finals, f"frame after the final: {m}"
+        if m["event"] == "chunk":
+            toks[m["id"]] += ids_of(m["token_ids"])
+        else:
+            assert m["event"] == "final", m
+            finals[m["id"]] = m
+    assert client.quiet(0.3)
+    for rid, f in finals.items():
+        assert f["usage"]["completion_tokens"] == len(toks[rid])
+        assert f["usage"]["prompt_tokens"] == len(prompts[rid])
+        assert 1 <= len(toks[rid]) <= (24 if rid == "c0" else 12)
+    # Batching does not change a request's tokens.
+    assert toks["c0"] == cli_reference["token_ids"]
+
+
+def test_cancel_mid_stream(client, prompt_ids):
+    client.send({"op": "generate", "id": "cx", "prompt": prompt_ids,
+                 "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}})
+    n = 0
+    while n < 3:
+        m = client.recv()
+        assert m["event"] == "chunk", m
+        n += 1
+    client.send({"op": "cancel", "id": "cx"})
+    while True:
+        m = client.recv()
+        if m["event"] != "chunk":
+            break
+    assert m["event"] == "final" and m["status"] == "cancelled", m
+    assert 3 <= m["usage"]["completion_tokens"] < 400
+    assert client.quiet(0.5)  # nothing after the final
+    # The slot was freed: the server still serves.
+    _, f = client.generate("after-cancel", prompt=[1, 2, 3], sampling_params={"max_new_tokens": 2})
+    assert f["event"] == "final"
+
+
+def test_detokenize_false_returns_ids_only(client, prompt_ids, cli_reference):
+    chunks, final = client.generate("dk", prompt=prompt_ids,
+                                    sampling_params={"max_new_tokens": 24, "detokenize": False})
+    assert [t for c in chunks for t in ids_of(c["token_ids"])] == cli_reference["token_ids"]
+    assert all(c["text"] == "" for c in chunks)
+    assert final["status"] == cli_reference["finish_reason"]
+
+
+def test_client_disconnect_frees_the_slot(server, zctx, prompt_ids):
+    c = Client(zctx, server.addr)
+    c.send({"op": "generate", "id": "gone", "prompt": prompt_ids,
+            "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}})
+    assert c.recv()["event"] == "chunk"
+    c.close()  # goes away without cancelling
+    probe = Client(zctx, server.addr)
+    try:
+        deadline = time.time() + 3.0
+        while True:
+            probe.send({"op": "health", "id": "p"})
+            h = probe.recv()
+            if h["running"] == 0 and h["waiting"] == 0:
+                break
+            assert time.time() < deadline, f"request still held after the client left: {h}"
+            time.sleep(0.05)
+    finally:
+        probe.close()
+
+
+def test_stop_string_across_tokens(client, prompt_ids, cli_reference):
+    text = cli_reference["text"]
+    # A stop string that starts inside the completion and spans tokens.
+    pieces = [client_text for client_text in re.findall(r"\S+\s+\S+", text)]
+    assert pieces, text
+    stop = pieces[1] if len(pieces) > 1 else pieces[0]
+    cut = text.index(stop)
+    chunks, final = client.generate("st", prompt=prompt_ids, stop=[stop, "NEVER-SEEN"],
+                                    sampling_params={"max_new_tokens": 24})
+    streamed = "".join(c["text"] for c in chunks)
+    assert final["event"] == "final" and final["status"] == "stop", final
+    assert streamed == text[:cut]
+    assert stop not in streamed
+    # Non-streamed, via sampling_params.stop, same answer.
+    _, f2 = client.generate("st2", prompt=prompt_ids, stream=False,
+                            sampling_params={"max_new_tokens": 24, "stop": [stop]})
+    assert f2["status"] == "stop" and f2["text"] == text[:cut]
+
+
+def test_messages_use_the_chat_template(client):
+    system, user = "Be brief.", "Name three colors."
+    text = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
+            "<|im_start|>assistant\n")
+    _, by_text = client.generate("mt", prompt=text, stream=False,
+                                 sampling_params={"max_new_tokens": 12})
+    _, by_msgs = client.generate("mm", stream=False,
+                                 messages=[{"role": "system", "content": system},
+                                           {"role": "user", "content": user}],
+                                 sampling_params={"max_new_tokens": 12})
+    if by_msgs["event"] == "error" and by_msgs["code"] == "unsupported":
+        pytest.skip("this build has no chat-template renderer: " + by_msgs["message"])
+    assert by_msgs["event"] == "final", by_msgs
+    assert by_msgs["usage"] == by_text["usage"]
+    assert by_msgs["text"] == by_text["text"]
+
+
+BAD_INPUTS = [
+    # (name, raw frame bytes or message, expected id, expected field or None, message regex)
+    ("not msgpack", b"\xc1\x00garbage", "", None, r"not one msgpack object"),
+    ("truncated msgpack", b"\x82\xa2id", "", None, r"not one msgpack object"),
+    ("not a map", [1, 2, 3], "", None, r"not a msgpack map"),
+    ("missing id", {"op": "health"}, "", "id", r"id"),
+    ("id not a string", {"op": "health", "id": 7}, "", "id", r"id"),
+    ("missing op", {"id": "b1"}, "b1", "op", r"op"),
+    ("unknown op", {"op": "explode", "id": "b2"}, "b2", "op", r"unknown operation"),
+    ("missing prompt", {"op": "generate", "id": "b3"}, "b3", "prompt", r"prompt"),
+    ("prompt wrong type", {"op": "generate", "id": "b4", "prompt": 42}, "b4", "prompt",
+     r"prompt"),
+    ("NaN temperature", {"op": "generate", "id": "b5", "prompt": "hi",
+                         "sampling_params": {"temperature": math.nan}}, "b5",
+     "sampling_params.temperature", r"NaN|nan"),
+    ("top_p out of range", {"op": "generate", "id": "b6", "prompt": "hi",
+                            "sampling_params": {"top_p": 1.5}}, "b6", "sampling_params.top_p",
+     r"1.5"),
+    ("sampling_params not a map", {"op": "generate", "id": "b7", "prompt": "hi",
+                                   "sampling_params": [1]}, "b7", "sampling_params", r"map"),
+    ("token id out of vocabulary", {"op": "generate", "id": "b8", "prompt": [1, 2, 999999]},
+     "b8", "prompt[2]", r"999999"),
+    ("negative token id", {"op": "generate", "id": "b9", "prompt": [1, -5]}, "b9", "prompt[1]",
+     r"-5"),
+    ("oversize token prompt", {"op": "generate", "id": "b10", "prompt": [5] * (MAX_PROMPT + 1)},
+     "b10", "prompt", r"limit"),
+    ("oversize text prompt", {"op": "generate", "id": "b11", "prompt": "hello " * 400},
+     "b11", "prompt", r"limit"),
+    ("max_new_tokens over the limit", {"op": "generate", "id": "b12", "prompt": "hi",
+                                       "sampling_params": {"max_new_tokens": 100000}}, "b12",
+     "sampling_params.max_new_tokens", r"limit"),
+    ("stream not a bool", {"op": "generate", "id": "b13", "prompt": "hi", "stream": "yes"},
+     "b13", "stream", r""),
+    ("unknown model", {"op": "generate", "id": "b14", "prompt": "hi", "model_name": "gpt-9"},
+     "b14", "model_name", r"gpt-9"),
+    ("detokenize bad ids", {"op": "detokenize", "id": "b15", "token_ids": "abc"}, "b15",
+     "token_ids", r""),
+    ("tokenize without text", {"op": "tokenize", "id": "b16"}, "b16", "text", r"missing"),
+    ("bad message role", {"op": "generate", "id": "b17",
+                          "messages": [{"role": "robot", "content": "hi"}]}, "b17",
+     "messages[0].role", r"robot"),
+    ("prompt and messages", {"op": "generate", "id": "b18", "prompt": "hi",
+                             "messages": [{"role": "user", "content": "hi"}]}, "b18", "prompt",
+     r"exactly one"),
+]
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS, ids=[c[0] for c in BAD_INPUTS])
+def test_bad_input_gets_error(client, case):
+    name, msg, rid, field, pattern = case
+    if isinstance(msg, bytes):
+        client.send_raw(msg)
+    else:
+        client.send_raw(msgpack.packb(msg, use_bin_type=True))
+    m = client.recv()
+    assert m["event"] == "error", m
+    assert m["id"] == rid, m
+    assert m["code"] == "invalid_request", m
+    assert re.search(pattern, m["message"]), m
+    if field is None:
+        assert "field" not in m, m
+    else:
+        assert m.get("field") == field, m
+    assert client.quiet(0.05)  # exactly one reply
+
+
+def test_serves_after_bad_inputs(client):
+    for case in BAD_INPUTS:
+        msg = case[1]
+        client.send_raw(msg if isinstance(msg, bytes) else msgpack.packb(msg, use_bin_type=True))
+    for _ in BAD_INPUTS:
+        assert client.recv()["event"] == "error"
+    chunks, final = client.generate("alive", prompt=[1, 2, 3],
+                                    sampling_params={"max_new_tokens": 3})
+    assert final["event"] == "final" and final["usage"]["completion_tokens"] == 3
+    assert len([t for c in chunks for t in ids_of(c["token_ids"])]) == 3
+
+
+def test_mutated_frames_each_get_one_reply(client):
+    """300 frames made by flipping, inserting, deleting and truncating bytes
+    of valid requests: every frame gets exactly one terminal reply (error,
+    final or result), and the server still serves afterwards."""
+    import random
+    rng = random.Random(1234)
+    bases = [
+        {"op": "generate", "id": "m", "prompt": [1, 2, 3], "stop": ["x"],
+         "sampling_params": {"max_new_tokens": 1, "temperature": 0.0, "top_p": 0.5}},
+        {"op": "generate", "id": "m", "prompt": "hi", "stream": False,
+         "sampling_params": {"max_new_tokens": 1}},
+        {"op": "tokenize", "id": "m", "text": "abc"},
+        {"op": "detokenize", "id": "m", "token_ids": [1, 2]},
+    ]
+    sent = 0
+    for i in range(300):
+        base = dict(rng.choice(bases), id=f"m{i}")
+        b = bytearray(msgpack.packb(base, use_bin_type=True))
+        for _ in range(rng.randint(1, 4)):
+            k = rng.randrange(len(b))
+            r = rng.random()
+            if r < 0.5:
+                b[k] = rng.randrange(256)
+            elif r < 0.7:
+                b.insert(k, rng.randrange(256))
+            elif r < 0.85 and len(b) > 2:
+                del b[k]
+            else:
+                b = b[:max(1, k)]
+        client.send_raw(bytes(b))
+        sent += 1
+    terminal = 0
+    while terminal < sent:
+        m = client.recv(30)
+        assert isinstance(m, dict) and m.get("event") in ("chunk", "final", "error", "result"), m
+        if m["event"] != "chunk":
+            terminal += 1
+    assert client.quiet(0.5)
+    _, f = client.generate("m-after", prompt=[1, 2, 3], sampling_params={"max_new_tokens": 2})
+    assert f["event"] == "final" and f["usage"]["completion_tokens"] == 2
+
+
+def test_duplicate_id_in_flight(client, prompt_ids):
+    client.send({"op": "generate", "id": "dup", "prompt": prompt_ids,
+                 "sampling_params": {"max_new_tokens": 6}})
+    client.send({"op": "generate", "id": "dup", "prompt": prompt_ids})
+    frames = []
+    while not (frames and sum(f["event"] in ("final", "error") for f in frames) == 2):
+        frames.append(client.recv())
+    errors = [f for f in frames if f["event"] == "error"]
+    assert len(errors) == 1 and errors[0]["field"] == "id"
+    assert sum(f["event"] == "final" for f in frames) == 1
+
+
+def test_overloaded_when_queue_full(client):
+    n = SLOTS + MAX_QUEUE + 6
+    for i in range(n):
+        client.send({"op": "generate", "id": f"o{i}", "prompt": [1, 2, 3 + i],
+                     "sampling_params": {"max_new_tokens": 3}})
+    terminal = {}
+    while len(terminal) < n:
+        m = client.recv(60)
+        if m["event"] != "chunk":
+            assert m["id"] not in terminal
+            terminal[m["id"]] = m
+    over = [m for m in terminal.values() if m["event"] == "error"]
+    done = [m for m in terminal.values() if m["event"] == "final"]
+    assert over and all(m["code"] == "overloaded" for m in over)
+    assert len(done) >= MAX_QUEUE
+    assert len(over) + len(done) == n
+
+
+def test_worker_killed_gives_worker_lost(client, server, prompt_ids):
+    client.send({"op": "generate", "id": "wl", "prompt": prompt_ids,
+                 "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}})
+    m = client.recv()
+    assert m["event"] == "chunk"
+    pids = re.findall(r"started worker 0 \(pid (\d+)\)", server.log())
+    assert pids, server.log()
+    os.kill(int(pids[-1]), signal.SIGKILL)
+    while True:
+        m = client.recv(20)
+        if m["event"] != "chunk":
+            break
+    assert m["event"] == "error" and m["code"] == "worker_lost", m
+    # The supervisor restarts the worker; the server serves again.
+    deadline = time.time() + 20
+    while True:
+        client.send({"op": "health", "id": "hw"})
+        h = client.recv()
+        if h["workers"] == 1:
+            break
+        assert time.time() < deadline, server.log()
+        time.sleep(0.2)
+    _, f = client.generate("after-restart", prompt=[1, 2, 3],
+                           sampling_params={"max_new_tokens": 2})
+    assert f["event"] == "final", f
+
+
+def test_unsupported_sampling_is_refused(client):
+    _, m = client.generate("us", prompt=[1, 2, 3],
+                           sampling_params={"top_k": 0, "temperature": 0.8})
+    assert m["event"] == "error" and m["code"] == "unsupported", m
+    assert m["field"] == "sampling_params.temperature", m
+    _, f = client.generate("us-after", prompt=[1, 2, 3], sampling_params={"max_new_tokens": 2})
+    assert f["event"] == "final" and f["usage"]["completion_tokens"] == 2
+
+
+def test_router_restart_backends_reregister(client, server, zctx):
+    pids = re.findall(r"started router \(pid (\d+)\)", server.log())
+    assert pids, server.log()
+    os.kill(int(pids[-1]), signal.SIGKILL)
+    deadline = time.time() + 20
+    while True:
+        client.send({"op": "health", "id": "hr"})
+        try:
+            h = client.recv(0.5)
+        except TimeoutError:
+            h = {}
+        if h.get("status") == "ok":
+            break
+        assert time.time() < deadline, server.log()
+        time.sleep(0.1)
+    assert h["workers"] == 1 and h["tokenizers"] == 1
+    # (health probes sent while the router was down may still be answered
+    # on `client`; a fresh socket sees only its own replies)
+    c2 = Client(zctx, server.addr)
+    try:
+        _, f = c2.generate("after-router", prompt=[1, 2, 3], sampling_params={"max_new_tokens": 3})
+    finally:
+        c2.close()
+    assert f["event"] == "final" and f["usage"]["completion_tokens"] == 3

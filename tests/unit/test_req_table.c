@@ -1,0 +1,126 @@
+/*
+ * test_req_table.c - cmocka tests for router/req_table.c: put/get/del,
+ * refusal of key 0 and duplicates, growth, deletion inside probe runs
+ * (backward shift keeps every other key reachable), and a long random
+ * put/del sequence checked against a plain array model.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "req_table.h"
+
+static void test_put_get_del(void **state) {
+    (void)state;
+    zi_req_table t;
+    zi_req_table_init(&t);
+    zi_error e = {0};
+    int a = 1, b = 2;
+    assert_null(zi_req_table_get(&t, 5));
+    assert_int_equal(zi_req_table_put(&t, 5, &a, &e), ZI_OK);
+    assert_int_equal(zi_req_table_put(&t, 6, &b, &e), ZI_OK);
+    assert_ptr_equal(zi_req_table_get(&t, 5), &a);
+    assert_ptr_equal(zi_req_table_get(&t, 6), &b);
+    assert_int_equal(zi_req_table_count(&t), 2);
+    assert_ptr_equal(zi_req_table_del(&t, 5), &a);
+    assert_null(zi_req_table_get(&t, 5));
+    assert_null(zi_req_table_del(&t, 5));
+    assert_ptr_equal(zi_req_table_get(&t, 6), &b);
+    assert_int_equal(zi_req_table_count(&t), 1);
+    zi_req_table_free(&t);
+}
+
+static void test_refuses_zero_and_duplicates(void **state) {
+    (void)state;
+    zi_req_table t;
+    zi_req_table_init(&t);
+    zi_error e = {0};
+    int a = 1;
+    assert_int_equal(zi_req_table_put(&t, 0, &a, &e), ZI_EINVAL);
+    assert_non_null(strstr(e.msg, "0"));
+    assert_int_equal(zi_req_table_put(&t, 9, &a, &e), ZI_OK);
+    assert_int_equal(zi_req_table_put(&t, 9, &a, &e), ZI_EINVAL);
+    assert_non_null(strstr(e.msg, "already"));
+    assert_int_equal(zi_req_table_count(&t), 1);
+    assert_null(zi_req_table_get(&t, 0));
+    zi_req_table_free(&t);
+}
+
+static void test_growth_and_values(void **state) {
+    (void)state;
+    zi_req_table t;
+    zi_req_table_init(&t);
+    zi_error e = {0};
+    enum { N = 5000 };
+    static int vals[N + 1];
+    for (uint64_t k = 1; k <= N; k++)
+        assert_int_equal(zi_req_table_put(&t, k, &vals[k], &e), ZI_OK);
+    assert_int_equal(zi_req_table_count(&t), N);
+    assert_true(t.cap >= 2 * N);
+    for (uint64_t k = 1; k <= N; k++) assert_ptr_equal(zi_req_table_get(&t, k), &vals[k]);
+    void **all = malloc(N * sizeof *all);
+    assert_int_equal(zi_req_table_values(&t, all, N), N);
+    size_t seen = 0;
+    for (size_t i = 0; i < N; i++) {
+        ptrdiff_t d = (int *)all[i] - vals;
+        assert_true(d >= 1 && d <= N);
+        seen++;
+    }
+    assert_int_equal(seen, N);
+    assert_int_equal(zi_req_table_values(&t, all, 3), N); /* count even when cap is short */
+    free(all);
+    zi_req_table_free(&t);
+}
+
+/* xorshift64: a fixed, reproducible sequence. */
+static uint64_t next_rand(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void test_random_against_model(void **state) {
+    (void)state;
+    enum { KEYS = 300, OPS = 200000 };
+    void *model[KEYS + 1];
+    memset(model, 0, sizeof model);
+    static int vals[KEYS + 1];
+    zi_req_table t;
+    zi_req_table_init(&t);
+    zi_error e = {0};
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    size_t count = 0;
+    for (int op = 0; op < OPS; op++) {
+        uint64_t k = 1 + next_rand(&rng) % KEYS;
+        if (next_rand(&rng) & 1) {
+            int rc = zi_req_table_put(&t, k, &vals[k], &e);
+            assert_int_equal(rc, model[k] ? ZI_EINVAL : ZI_OK);
+            if (!model[k]) model[k] = &vals[k], count++;
+        } else {
+            assert_ptr_equal(zi_req_table_del(&t, k), model[k]);
+            if (model[k]) model[k] = NULL, count--;
+        }
+        if (op % 1000 == 0)
+            for (uint64_t j = 1; j <= KEYS; j++)
+                assert_ptr_equal(zi_req_table_get(&t, j), model[j]);
+    }
+    assert_int_equal(zi_req_table_count(&t), count);
+    for (uint64_t j = 1; j <= KEYS; j++) assert_ptr_equal(zi_req_table_get(&t, j), model[j]);
+    zi_req_table_free(&t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_put_get_del),
+        cmocka_unit_test(test_refuses_zero_and_duplicates),
+        cmocka_unit_test(test_growth_and_values),
+        cmocka_unit_test(test_random_against_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,574 @@
+/*
+ * tokenizer_main.c - the `zinfer-tokenizer` process: encodes requests into
+ * TextContexts and decodes generated tokens back into text for the router.
+ *
+ * It connects a DEALER socket to the router's backend address and registers
+ * (role "tokenizer"). The router sends it:
+ *
+ *   encode      a validated request -> the prompt's token ids (text is
+ *               encoded, token ids checked against the vocabulary, chat
+ *               messages rendered with the model's template when this build
+ *               has the renderer) -> a zi_text_context (limits, sampling
+ *               parameters, the model's end-of-generation ids) sent back as
+ *               "encoded"; per-request decode state is created here.
+ *   decode      a request's new token ids and the worker's status -> the new
+ *               text (incremental detokenization, never splitting a UTF-8
+ *               character; stop strings matched across token boundaries,
+ *               the stop text itself never returned) -> "decoded".
+ *   release     forget a request's decode state (it ended elsewhere).
+ *   tokenize / detokenize   the client protocol's utility ops.
+ *
+ * The only state is the per-request decode state, so any number of these
+ * processes can run; the router keeps each request on one of them.
+ * Messages are described in docs/protocol.md.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "args.h"
+#include "codec.h"
+#include "gguf.h"
+#include "log.h"
+#include "stop_match.h"
+#include "tokenizer.h"
+#include "types.h"
+#include "wire.h"
+#ifdef ZI_HAVE_CHAT_TEMPLATE
+#include "chat_template.h"
+#endif
+
+static const char USAGE[] =
+    "usage: zinfer-tokenizer [options]\n"
+    "\n"
+    "A tokenizer process: connects to the router, registers, encodes prompts\n"
+    "into contexts and decodes generated tokens into text (stop strings).\n"
+    "\n"
+    "  --router ADDR      the router's backend address (default tcp://127.0.0.1:5556)\n"
+    "  --model PATH       the GGUF file whose tokenizer to use (default as zinfer)\n"
+    "  --log-level L      debug|info|warn|error|off (default info)\n"
+    "  -h, --help         this text\n";
+
+static volatile sig_atomic_t g_stop;
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+typedef struct dstate {
+    uint64_t rid;
+    zi_detok dt;
+    zi_stop_matcher stop;
+    bool detokenize; /* sampling_params.detokenize: false returns ids only */
+} dstate;
+
+typedef struct tproc {
+    zi_logger log;
+    void *sock;
+    zi_tokenizer *tok;
+    int32_t vocab;
+    int64_t ctx_train;
+    zi_i32_list eog; /* every end-of-generation id */
+#ifdef ZI_HAVE_CHAT_TEMPLATE
+    zi_chat_template *tmpl;
+    char *bos_text, *eos_text;
+#endif
+    dstate *st;
+    size_t n_st, cap_st;
+} tproc;
+
+static void send_register(tproc *t) {
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    zi_pack_kv_str(&m.pk, "type", "register");
+    zi_pack_kv_str(&m.pk, "role", "tokenizer");
+    zi_pack_kv_int(&m.pk, "vocab", t->vocab);
+    zi_send_msg(t->sock, NULL, 0, false, &m);
+    zi_msg_free(&m);
+}
+
+static void send_heartbeat(tproc *t) {
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    zi_pack_kv_str(&m.pk, "type", "heartbeat");
+    zi_pack_kv_int(&m.pk, "load", (int64_t)t->n_st);
+    zi_send_msg(t->sock, NULL, 0, false, &m);
+    zi_msg_free(&m);
+}
+
+static void send_error(tproc *t, uint64_t rid, const char *code, const char *msg) {
+    char field[128];
+    zi_error_field(msg, field, sizeof field);
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, field[0] ? 5 : 4);
+    zi_pack_kv_str(&m.pk, "type", "error");
+    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+    zi_pack_kv_str(&m.pk, "code", code);
+    zi_pack_kv_str(&m.pk, "message", msg);
+    if (field[0]) zi_pack_kv_str(&m.pk, "field", field);
+    zi_send_msg(t->sock, NULL, 0, false, &m);
+    zi_msg_free(&m);
+}
+
+static dstate *find_state(tproc *t, uint64_t rid) {
+    for (size_t i = 0; i < t->n_st; i++)
+        if (t->st[i].rid == rid) return &t->st[i];
+    return NULL;
+}
+
+static void drop_state(tproc *t, uint64_t rid) {
+    for (size_t i = 0; i < t->n_st; i++)
+        if (t->st[i].rid == rid) {
+            zi_stop_free(&t->st[i].stop);
+            t->st[i] = t->st[--t->n_st];
+            return;
+        }
+}
+
+/* The prompt's token ids for a request (malloc'd). */
+static int prompt_ids(tproc *t, const zi_request *r, int32_t **ids, size_t *n, zi_error *err) {
+    if (r->prompt_kind == ZI_PROMPT_TOKENS) {
+        for (size_t i = 0; i < r->prompt_tokens.n; i++)
+            if (r->prompt_tokens.v[i] >= t->vocab)
+                return zi_error_set(err, ZI_EINVAL,
+                                    "prompt[%zu]: token id %d is outside the vocabulary (0..%d)", i,
+                                    r->prompt_tokens.v[i], t->vocab - 1);
+        *n = r->prompt_tokens.n;
+        *ids = malloc((*n ? *n : 1) * sizeof **ids);
+        if (!*ids) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        if (*n) memcpy(*ids, r->prompt_tokens.v, *n * sizeof **ids);
+        return ZI_OK;
+    }
+    if (r->prompt_kind == ZI_PROMPT_TEXT)
+        return zi_tokenizer_encode(t->tok, r->prompt_text.p ? r->prompt_text.p : "",
+                                   r->prompt_text.len, 1, 1, ids, n, err);
+#ifdef ZI_HAVE_CHAT_TEMPLATE
+    if (!t->tmpl)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "messages: the model has no chat template; send a prompt instead");
+    zi_chat_message *msgs = calloc(r->n_messages ? r->n_messages : 1, sizeof *msgs);
+    if (!msgs) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    for (size_t i = 0; i < r->n_messages; i++) {
+        msgs[i].role = r->messages[i].role.p ? r->messages[i].role.p : "";
+        msgs[i].role_len = r->messages[i].role.len;
+        msgs[i].content = r->messages[i].content.p ? r->messages[i].content.p : "";
+        msgs[i].content_len = r->messages[i].content.len;
+    }
+    zi_chat_render_opts ro = {
+        .add_generation_prompt = 1, .bos_token = t->bos_text, .eos_token = t->eos_text};
+    char *text = NULL;
+    size_t len = 0;
+    int rc = zi_chat_template_render(t->tmpl, msgs, r->n_messages, &ro, &text, &len, err);
+    free(msgs);
+    if (rc) return zi_error_prefix(err, "messages");
+    /* The template writes its own special tokens (BOS included). */
+    rc = zi_tokenizer_encode(t->tok, text, len, 0, 1, ids, n, err);
+    free(text);
+    return rc;
+#else
+    return zi_error_set(err, ZI_EUNSUPPORTED,
+                        "messages: chat templates are not supported by this build yet; send a "
+                        "prompt instead");
+#endif
+}
+
+static int add_stops(const zi_str_list *l, const char **v, size_t *lens, size_t *n) {
+    for (size_t i = 0; i < l->n; i++) {
+        v[*n] = l->v[i].p ? l->v[i].p : "";
+        lens[(*n)++] = l->v[i].len;
+    }
+    return 0;
+}
+
+static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
+    zi_error err = {0};
+    zi_request r;
+    zi_request_init(&r);
+    zi_text_context ctx;
+    zi_text_context_zero(&ctx);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char **sv = NULL;
+    size_t *sl = NULL;
+    const char *code = "invalid_request";
+    int64_t max_length = t->ctx_train;
+    /* The router sends the smallest worker's context; without one (no
+     * worker connected) the model's own limit applies. */
+    if (zi_map_int(o, "max_length", &max_length, NULL) != ZI_OK || max_length < 2)
+        max_length = t->ctx_train;
+    zi_codec_limits lim = zi_codec_limits_default();
+    const msgpack_object *ro = zi_map_get(o, "request");
+    int rc = ro ? zi_codec_decode_request(ro, &lim, "", &r, &err)
+                : zi_error_set(&err, ZI_EINVAL, "request: missing");
+    if (!rc) rc = prompt_ids(t, &r, &ids, &n, &err);
+    if (!rc && n == 0) rc = zi_error_set(&err, ZI_EINVAL, "prompt: it encodes to no tokens");
+    if (!rc && (int64_t)n >= max_length)
+        rc = zi_error_set(&err, ZI_ERANGE,
+                          "prompt: %zu tokens leave no room to generate within the context of "
+                          "%lld",
+                          n, (long long)max_length);
+    if (!rc) rc = zi_text_context_init(&ctx, ids, n, max_length, &r.sampling_params, &err);
+    if (!rc) rc = zi_text_context_set_eos(&ctx, t->eog.v, t->eog.n, &err);
+    if (!rc) {
+        char rs[32];
+        int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);
+        rc = zi_string_set(&ctx.request_id, rs, (size_t)len, &err);
+    }
+    if (rc == ZI_EUNSUPPORTED)
+        code = "unsupported";
+    else if (rc == ZI_ENOMEM)
+        code = "internal";
+    /* Decode state: the stop strings of the request and of its sampling
+     * parameters both apply. */
+    size_t ns = r.stop.n + r.sampling_params.stop.n, k = 0;
+    if (!rc) {
+        sv = calloc(ns + 1, sizeof *sv);
+        sl = calloc(ns + 1, sizeof *sl);
+        if (!sv || !sl) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+    }
+    if (!rc) {
+        add_stops(&r.stop, sv, sl, &k);
+        add_stops(&r.sampling_params.stop, sv, sl, &k);
+        drop_state(t, rid);
+        if (t->n_st == t->cap_st) {
+            size_t c = t->cap_st ? t->cap_st * 2 : 16;
+            dstate *p = realloc(t->st, c * sizeof *p);
+            if (!p)
+                rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+            else
+                t->st = p, t->cap_st = c;
+        }
+    }
+    if (!rc) {
+        dstate *d = &t->st[t->n_st];
+        d->rid = rid;
+        d->detokenize = r.sampling_params.detokenize;
+        zi_detok_init(&d->dt);
+        rc = zi_stop_init(&d->stop, sv, sl, k, &err);
+        if (!rc) t->n_st++;
+    }
+    if (rc) {
+        send_error(t, rid, rc == ZI_ENOMEM ? "internal" : code, err.msg);
+    } else {
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 4);
+        zi_pack_kv_str(&m.pk, "type", "encoded");
+        zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+        zi_pack_kv_int(&m.pk, "prompt_tokens", (int64_t)n);
+        zi_pack_str(&m.pk, "context");
+        if (zi_codec_pack_text_context(&m.pk, &ctx, &err)) {
+            drop_state(t, rid);
+            send_error(t, rid, "internal", err.msg);
+        } else {
+            zi_send_msg(t->sock, NULL, 0, false, &m);
+        }
+        zi_msg_free(&m);
+    }
+    free(sv);
+    free(sl);
+    free(ids);
+    zi_text_context_free(&ctx);
+    zi_request_free(&r);
+}
+
+static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
+    zi_error err = {0};
+    dstate *d = find_state(t, rid);
+    if (!d) return; /* released meanwhile */
+    zi_codec_limits lim = zi_codec_limits_default();
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const char *st = NULL;
+    size_t st_len = 0;
+    zi_gen_status status = ZI_GEN_ACTIVE;
+    const msgpack_object *to = zi_map_get(o, "token_ids");
+    int rc = to ? zi_codec_decode_tokens(to, &lim, "token_ids", &ids, &n, &err)
+                : zi_error_set(&err, ZI_EINVAL, "token_ids: missing");
+    if (!rc) rc = zi_map_str(o, "status", &st, &st_len, &err);
+    if (!rc) rc = zi_gen_status_parse(st, st_len, &status, &err);
+    char *out = NULL;
+    size_t out_len = 0;
+    bool stopped = false;
+    char piece[ZI_TOKEN_MAX_BYTES + 16];
+    size_t used = 0;
+    for (size_t i = 0; !rc && i < n && !stopped; i++) {
+        if (ids[i] < 0 || ids[i] >= t->vocab) {
+            rc =
+                zi_error_set(&err, ZI_EINVAL, "token_ids: id %d is outside the vocabulary", ids[i]);
+            break;
+        }
+        used = i + 1;
+        if (!d->detokenize) continue;
+        int w = zi_detok_push(&d->dt, t->tok, ids[i], 0, piece, sizeof piece);
+        if (w < 0) {
+            rc =
+                zi_error_set(&err, ZI_EINVAL, "token_ids: id %d is outside the vocabulary", ids[i]);
+            break;
+        }
+        rc = zi_stop_feed(&d->stop, piece, (size_t)w, &out, &out_len, &stopped, &err);
+    }
+    if (!rc && d->detokenize && !stopped && zi_gen_status_is_done(status)) {
+        int w = zi_detok_flush(&d->dt, piece, sizeof piece);
+        bool s2 = false;
+        if (w > 0) rc = zi_stop_feed(&d->stop, piece, (size_t)w, &out, &out_len, &s2, &err);
+        if (!rc && !s2) rc = zi_stop_flush(&d->stop, &out, &out_len, &err);
+        stopped = s2;
+    }
+    if (rc) {
+        send_error(t, rid, "internal", err.msg);
+        drop_state(t, rid);
+    } else {
+        if (stopped) status = ZI_GEN_STOP;
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 5);
+        zi_pack_kv_str(&m.pk, "type", "decoded");
+        zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+        /* Only a flush at the end can leave a partial character. */
+        size_t cl = 0;
+        char *clean = zi_utf8_clean(out ? out : "", out_len, &cl);
+        zi_pack_kv_strn(&m.pk, "text", clean ? clean : "", clean ? cl : 0);
+        free(clean);
+        zi_pack_str(&m.pk, "token_ids");
+        zi_codec_pack_tokens(&m.pk, ids, stopped ? used : n, NULL);
+        zi_pack_kv_str(&m.pk, "status", zi_gen_status_name(status));
+        zi_send_msg(t->sock, NULL, 0, false, &m);
+        zi_msg_free(&m);
+        if (zi_gen_status_is_done(status)) drop_state(t, rid);
+    }
+    free(out);
+    free(ids);
+}
+
+static void on_tokenize(tproc *t, const msgpack_object *o, uint64_t rid) {
+    zi_error err = {0};
+    const char *s = NULL;
+    size_t len = 0;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    const msgpack_object *as = zi_map_get(o, "add_special");
+    int add_special = as && as->type == MSGPACK_OBJECT_BOOLEAN ? as->via.boolean : 1;
+    int rc = zi_map_str(o, "text", &s, &len, &err);
+    if (!rc) rc = zi_tokenizer_encode(t->tok, s, len, add_special, 1, &ids, &n, &err);
+    if (rc) {
+        send_error(t, rid, "invalid_request", err.msg);
+        return;
+    }
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    zi_pack_kv_str(&m.pk, "type", "tokenized");
+    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+    zi_pack_str(&m.pk, "token_ids");
+    zi_codec_pack_tokens(&m.pk, ids, n, NULL);
+    zi_send_msg(t->sock, NULL, 0, false, &m);
+    zi_msg_free(&m);
+    free(ids);
+}
+
+static void on_detokenize(tproc *t, const msgpack_object *o, uint64_t rid) {
+    zi_error err = {0};
+    zi_codec_limits lim = zi_codec_limits_default();
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *text = NULL;
+    size_t len = 0;
+    const msgpack_object *to = zi_map_get(o, "token_ids");
+    int rc = to ? zi_codec_decode_tokens(to, &lim, "token_ids", &ids, &n, &err)
+                : zi_error_set(&err, ZI_EINVAL, "token_ids: missing");
+    if (!rc) rc = zi_tokenizer_decode(t->tok, ids, n, 0, &text, &len, &err);
+    if (rc) {
+        if (strncmp(err.msg, "token_ids", 9) != 0) zi_error_prefix(&err, "token_ids");
+        send_error(t, rid, "invalid_request", err.msg);
+    } else {
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 3);
+        zi_pack_kv_str(&m.pk, "type", "detokenized");
+        zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+        size_t cl = 0;
+        char *clean = zi_utf8_clean(text, len, &cl); /* ids may end mid-character */
+        zi_pack_kv_strn(&m.pk, "text", clean ? clean : "", clean ? cl : 0);
+        free(clean);
+        zi_send_msg(t->sock, NULL, 0, false, &m);
+        zi_msg_free(&m);
+    }
+    free(text);
+    free(ids);
+}
+
+static void on_message(tproc *t, const void *buf, size_t len) {
+    zi_error err = {0};
+    msgpack_unpacked u;
+    if (zi_msgpack_parse(buf, len, NULL, &u, &err)) {
+        zi_log(&t->log, ZI_LOG_WARN, "bad message from the router: %s", err.msg);
+        return;
+    }
+    const msgpack_object *o = &u.data;
+    int64_t rid = 0;
+    if (zi_map_str_is(o, "type", "reregister")) {
+        while (t->n_st) drop_state(t, t->st[0].rid);
+        send_register(t);
+    } else if (zi_map_int(o, "rid", &rid, &err) != ZI_OK) {
+        zi_log(&t->log, ZI_LOG_WARN, "message from the router without rid");
+    } else if (zi_map_str_is(o, "type", "encode")) {
+        on_encode(t, o, (uint64_t)rid);
+    } else if (zi_map_str_is(o, "type", "decode")) {
+        on_decode(t, o, (uint64_t)rid);
+    } else if (zi_map_str_is(o, "type", "release")) {
+        drop_state(t, (uint64_t)rid);
+    } else if (zi_map_str_is(o, "type", "tokenize")) {
+        on_tokenize(t, o, (uint64_t)rid);
+    } else if (zi_map_str_is(o, "type", "detokenize")) {
+        on_detokenize(t, o, (uint64_t)rid);
+    } else {
+        zi_log(&t->log, ZI_LOG_WARN, "unknown message type from the router");
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* The model's context length and chat template, from the GGUF metadata. */
+static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
+    zi_str arch = {0};
+    char key[160];
+    t->ctx_train = 2048;
+    if (zi_gguf_get_str(g, "general.architecture", &arch, NULL) == ZI_OK && arch.len < 100) {
+        snprintf(key, sizeof key, "%.*s.context_length", (int)arch.len, arch.ptr);
+        int64_t v;
+        if (zi_gguf_get_i64(g, key, &v, NULL) == ZI_OK && v > 1) t->ctx_train = v;
+    }
+    for (int32_t id = 0; id < t->vocab; id++)
+        if (zi_tokenizer_is_eog(t->tok, id) && zi_i32_list_push(&t->eog, id, err)) return err->code;
+#ifdef ZI_HAVE_CHAT_TEMPLATE
+    zi_str tmpl = {0};
+    if (zi_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) == ZI_OK) {
+        zi_error e2 = {0};
+        if (zi_chat_template_compile(tmpl.ptr, (size_t)tmpl.len, &t->tmpl, &e2))
+            zi_log(&t->log, ZI_LOG_WARN, "chat template not usable (messages refused): %s", e2.msg);
+    }
+    char buf[ZI_TOKEN_MAX_BYTES + 1];
+    int32_t ids[2] = {zi_tokenizer_bos(t->tok), zi_tokenizer_eos(t->tok)};
+    char **dst[2] = {&t->bos_text, &t->eos_text};
+    for (int i = 0; i < 2; i++) {
+        if (ids[i] < 0) continue;
+        int n = zi_tokenizer_token_bytes(t->tok, ids[i], 1, buf, sizeof buf - 1);
+        if (n < 0 || n >= (int)sizeof buf) continue;
+        buf[n] = '\0';
+        *dst[i] = strdup(buf);
+    }
+#endif
+    return ZI_OK;
+}
+
+int main(int argc, char **argv) {
+    char model[4096];
+    const char *router = "tcp://127.0.0.1:5556";
+    int level = ZI_LOG_INFO;
+    zi_default_model_path(model, sizeof model);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(USAGE, stdout);
+            return 0;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "zinfer-tokenizer: unknown option or missing value '%s' (see --help)\n",
+                    a);
+            return 2;
+        }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--router"))
+            router = v;
+        else if (!strcmp(a, "--model"))
+            snprintf(model, sizeof model, "%s", v);
+        else if (!strcmp(a, "--log-level") && (level = zi_log_level_parse(v)) >= 0) {
+        } else {
+            fprintf(stderr, "zinfer-tokenizer: bad option '%s %s' (see --help)\n", a, v);
+            return 2;
+        }
+    }
+    tproc t;
+    memset(&t, 0, sizeof t);
+    t.log = (zi_logger){.out = stderr, .level = level, .tag = "zinfer-tokenizer"};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    zi_error err = {0};
+    zi_gguf *g = NULL;
+    int rc = zi_gguf_open(model, &g, &err);
+    if (!rc && (rc = zi_tokenizer_load(g, &t.tok, &err))) zi_error_prefix(&err, "%s", model);
+    if (!rc) {
+        t.vocab = zi_tokenizer_vocab_size(t.tok);
+        rc = load_meta(&t, g, &err);
+    }
+    zi_gguf_close(g);
+    if (rc) {
+        zi_log(&t.log, ZI_LOG_ERROR, "%s", err.msg);
+        zi_tokenizer_free(t.tok);
+        zi_i32_list_free(&t.eog);
+        return 1;
+    }
+    void *zctx = zmq_ctx_new();
+    t.sock = zmq_socket(zctx, ZMQ_DEALER);
+    int linger = 0, hwm = 100000;
+    zmq_setsockopt(t.sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(t.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(t.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    /* With the router gone for long, a full queue must not freeze this
+     * process: a send then fails after 1 s (the requests are lost anyway;
+     * the router's successor asks us to register again). */
+    int sndtimeo = 1000;
+    zmq_setsockopt(t.sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+    if (zmq_connect(t.sock, router) != 0) {
+        zi_log(&t.log, ZI_LOG_ERROR, "--router %s: %s", router, zmq_strerror(errno));
+        rc = 1;
+    } else {
+        zi_log(&t.log, ZI_LOG_INFO, "%d tokens, %zu end-of-generation ids, context %lld; router %s",
+               t.vocab, t.eog.n, (long long)t.ctx_train, router);
+        send_register(&t);
+    }
+    int64_t last_hb = zi_now_ms();
+    while (!rc && !g_stop) {
+        zmq_pollitem_t it = {t.sock, 0, ZMQ_POLLIN, 0};
+        int pr = zmq_poll(&it, 1, 200);
+        if (pr < 0 && errno != EINTR) break;
+        for (;;) {
+            zmq_msg_t msg;
+            zmq_msg_init(&msg);
+            if (zmq_msg_recv(&msg, t.sock, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&msg);
+                break;
+            }
+            on_message(&t, zmq_msg_data(&msg), zmq_msg_size(&msg));
+            zmq_msg_close(&msg);
+            if (zi_now_ms() - last_hb >= 1000) break; /* keep heartbeating under load */
+        }
+        if (zi_now_ms() - last_hb >= 1000) {
+            send_heartbeat(&t);
+            last_hb = zi_now_ms();
+        }
+    }
+    zi_log(&t.log, ZI_LOG_INFO, "shutting down");
+    while (t.n_st) drop_state(&t, t.st[0].rid);
+    free(t.st);
+    zmq_close(t.sock);
+    zmq_ctx_term(zctx);
+    zi_tokenizer_free(t.tok);
+    zi_i32_list_free(&t.eog);
+#ifdef ZI_HAVE_CHAT_TEMPLATE
+    zi_chat_template_free(t.tmpl);
+    free(t.bos_text);
+    free(t.eos_text);
+#endif
+    return rc;
+}
