@@ -7,6 +7,7 @@
  *   zinfer detokenize JSON arrays of ids in, JSON strings out
  *   zinfer logits     write the logits of every prompt position to a file
  *   zinfer bench      prefill and decode speed
+ *   zinfer serve      start and supervise the server processes (cli/serve.c)
  *
  * Everything here is glue: flags -> model/tokenizer/backend calls -> output.
  * Errors print one line on stderr ("zinfer: <what is wrong>") and exit 1;
@@ -24,6 +25,7 @@
 #include "cpu_backend.h"
 #include "log.h"
 #include "model.h"
+#include "serve.h"
 #include "tokenizer.h"
 
 #define ZI_VERSION "0.1.0"
@@ -582,6 +584,7 @@ static const char *USAGE_MAIN =
     "  detokenize  JSON arrays of token ids on stdin -> one JSON string per line\n"
     "  logits      write every prompt position's logits (float32) to a file\n"
     "  bench       measure prefill and decode speed\n"
+    "  serve       run the server (router, tokenizers, workers; see zinfer serve --help)\n"
     "\n"
     "common options:\n"
     "  --model PATH       GGUF model (default: $ZINFER_MODEL, else\n"
@@ -722,6 +725,7 @@ int main(int argc, char **argv) {
         printf("zinfer %s\n", ZI_VERSION);
         return 0;
     }
+    if (!strcmp(cmd, "serve")) return zi_serve_main(argc - 1, argv + 1);
     struct {
         const char *name;
         const char *usage;
