@@ -26,11 +26,15 @@ typedef struct cpu_backend {
     zi_pool *pool;
     zi_q8_act act; /* quantized activations for the current matmul */
     size_t act_cap; /* blocks */
-    float *scratch; /* attention scores: one ctx-sized row per thread */
+    float *scratch; /* attention scores: ZI_ATTN_GROUP_MAX ctx-sized rows per thread */
     size_t scratch_per_thread;
 } cpu_backend;
 
 static cpu_backend *cb(zi_backend *be) { return (cpu_backend *)be; }
+
+/* Query heads per kernel call in grouped-query attention (the kernel's
+ * limit is 64; 8 covers common models in one call). */
+#define ZI_ATTN_GROUP_MAX 8
 
 /* Splits [0, n) into nth nearly equal ranges, each a multiple of `align`. */
 static void split_range(int64_t n, int ith, int nth, int64_t align, int64_t *lo, int64_t *hi) {
@@ -114,13 +118,15 @@ static int cpu_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, 
                                 n_tokens);
         c->act_cap = need;
     }
-    if ((size_t)ctx > c->scratch_per_thread) {
-        float *ns = realloc(c->scratch, (size_t)ctx * (size_t)zi_pool_size(c->pool) * sizeof(float));
+    /* Scores for up to ZI_ATTN_GROUP_MAX heads at a time. */
+    size_t per_thread = (size_t)ctx * ZI_ATTN_GROUP_MAX;
+    if (per_thread > c->scratch_per_thread) {
+        float *ns = realloc(c->scratch, per_thread * (size_t)zi_pool_size(c->pool) * sizeof(float));
         if (!ns)
             return zi_error_set(err, ZI_ENOMEM, "out of memory for attention over %d positions",
                                 ctx);
         c->scratch = ns;
-        c->scratch_per_thread = (size_t)ctx;
+        c->scratch_per_thread = per_thread;
     }
     return ZI_OK;
 }
@@ -344,6 +350,8 @@ typedef struct attn_args {
     const zi_attn_shape *s;
 } attn_args;
 
+/* One task per (token, KV head): the query heads that share a KV head are
+ * done together, so each cached K/V row is read once for the group. */
 static void attn_worker(void *p, int ith, int nth) {
     attn_args *a = p;
     const zi_attn_shape *s = a->s;
@@ -352,28 +360,17 @@ static void attn_worker(void *p, int ith, int nth) {
     int hd = s->head_dim;
     size_t kvd = (size_t)s->n_kv_heads * hd;
     int group = s->n_heads / s->n_kv_heads;
-    int64_t total = (int64_t)a->b->n_tokens * s->n_heads;
+    int64_t total = (int64_t)a->b->n_tokens * s->n_kv_heads;
     for (int64_t task = ith; task < total; task += nth) {
-        int t = (int)(task / s->n_heads), h = (int)(task % s->n_heads);
-        int kvh = h / group;
-        const float *q = a->q + ((size_t)t * s->n_heads + h) * hd;
-        float *out = a->out + ((size_t)t * s->n_heads + h) * hd;
+        int t = (int)(task / s->n_kv_heads), kvh = (int)(task % s->n_kv_heads);
+        size_t row = ((size_t)t * s->n_heads + (size_t)kvh * group) * hd;
         size_t base = (size_t)a->b->seq[t] * s->ctx * kvd + (size_t)kvh * hd;
         int n = a->b->pos[t] + 1;
-        float mx = -INFINITY;
-        for (int j = 0; j < n; j++) {
-            float sc = k->dot(q, a->kc + base + (size_t)j * kvd, hd) * s->scale;
-            scores[j] = sc;
-            mx = sc > mx ? sc : mx;
+        for (int g0 = 0; g0 < group; g0 += ZI_ATTN_GROUP_MAX) {
+            int G = group - g0 < ZI_ATTN_GROUP_MAX ? group - g0 : ZI_ATTN_GROUP_MAX;
+            k->attend(a->q + row + (size_t)g0 * hd, G, a->kc + base, a->vc + base, kvd, n, hd,
+                      s->scale, scores, a->out + row + (size_t)g0 * hd);
         }
-        double sum = 0.0;
-        for (int j = 0; j < n; j++) {
-            scores[j] = expf(scores[j] - mx);
-            sum += scores[j];
-        }
-        memset(out, 0, (size_t)hd * sizeof(float));
-        for (int j = 0; j < n; j++) k->axpy(out, scores[j], a->vc + base + (size_t)j * kvd, hd);
-        k->scale(out, (float)(1.0 / sum), hd);
     }
 }
 
@@ -381,7 +378,7 @@ static void cpu_attention(zi_backend *be, float *out, const float *q, const floa
                           const float *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
     cpu_backend *c = cb(be);
     attn_args a = {c, out, q, kcache, vcache, b, s};
-    if ((int64_t)b->n_tokens * s->n_heads == 1)
+    if ((int64_t)b->n_tokens * s->n_kv_heads == 1)
         attn_worker(&a, 0, 1);
     else
         zi_pool_run(c->pool, attn_worker, &a);

@@ -376,6 +376,14 @@ ZI_DEFINE_MM(mm_q4_1, KQ4_1)
 ZI_DEFINE_MM(mm_q8_0, KQ8_0)
 
 static float dot_f32(const float *a, const float *b, int64_t n) {
+#if defined(__AVX512F__)
+    if (n % 16 == 0) {
+        __m512 acc = _mm512_setzero_ps();
+        for (int64_t i = 0; i < n; i += 16)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+        return _mm512_reduce_add_ps(acc);
+    }
+#endif
 #if defined(__AVX2__)
     __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
     int64_t i = 0;
@@ -451,6 +459,31 @@ static void scale_f32(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
+static void attend(const float *q, int G, const float *k, const float *v, size_t stride, int n,
+                   int hd, float scale, float *scores, float *out) {
+    for (int j = 0; j < n; j++) {
+        const float *kj = k + (size_t)j * stride;
+        for (int g = 0; g < G; g++) scores[(size_t)g * n + j] = dot_f32(q + g * hd, kj, hd) * scale;
+    }
+    float inv[64]; /* G <= 64, checked by the caller */
+    for (int g = 0; g < G; g++) {
+        float *sg = scores + (size_t)g * n, mx = -INFINITY;
+        for (int j = 0; j < n; j++) mx = sg[j] > mx ? sg[j] : mx;
+        double sum = 0.0;
+        for (int j = 0; j < n; j++) {
+            sg[j] = expf(sg[j] - mx);
+            sum += sg[j];
+        }
+        inv[g] = (float)(1.0 / sum);
+    }
+    memset(out, 0, (size_t)G * hd * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const float *vj = v + (size_t)j * stride;
+        for (int g = 0; g < G; g++) axpy_f32(out + g * hd, scores[(size_t)g * n + j], vj, hd);
+    }
+    for (int g = 0; g < G; g++) scale_f32(out + g * hd, inv[g], hd);
+}
+
 const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .isa = ZI_KERNELS_ISA,
     .quantize_act = quantize_act,
@@ -460,6 +493,7 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .mm_f32 = mm_f32,
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
+    .attend = attend,
     .dot = dot_f32,
     .axpy = axpy_f32,
     .scale = scale_f32,
