@@ -27,6 +27,7 @@
 #include "model.h"
 #include "serve.h"
 #include "tokenizer.h"
+#include "wire.h"
 
 #define ZI_VERSION "0.1.0"
 
@@ -122,41 +123,9 @@ fail:
 
 /* ---- text helpers ---- */
 
-/* Copies s into a new string with every invalid UTF-8 sequence replaced by
- * U+FFFD, so it can go into JSON. */
-static char *utf8_sanitize(const char *s, size_t n, size_t *out_len) {
-    char *o = malloc(n * 3 + 1);
-    if (!o) return NULL;
-    size_t j = 0;
-    for (size_t i = 0; i < n;) {
-        unsigned char c = (unsigned char)s[i];
-        size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        int ok = len > 0 && i + len <= n;
-        for (size_t k = 1; ok && k < len; k++) ok = ((unsigned char)s[i + k] >> 6) == 2;
-        if (ok && len > 1) {
-            unsigned cp = c & (0x7f >> len);
-            for (size_t k = 1; k < len; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3f);
-            static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-            ok = cp >= min_cp[len] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
-        }
-        if (ok) {
-            memcpy(o + j, s + i, len);
-            j += len;
-            i += len;
-        } else {
-            memcpy(o + j, "\xef\xbf\xbd", 3);
-            j += 3;
-            i += 1;
-        }
-    }
-    o[j] = '\0';
-    *out_len = j;
-    return o;
-}
-
 static json_t *json_text(const char *s, size_t n) {
     size_t len;
-    char *clean = utf8_sanitize(s, n, &len);
+    char *clean = zi_utf8_clean(s, n, &len); /* JSON strings must be valid UTF-8 */
     if (!clean) return json_null();
     json_t *j = json_stringn(clean, len);
     free(clean);

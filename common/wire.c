@@ -176,3 +176,30 @@ char *zi_utf8_clean(const char *s, size_t n, size_t *out_len) {
     if (out_len) *out_len = j;
     return o;
 }
+
+int zi_send_heartbeat(void *sock, int64_t load) {
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    zi_pack_kv_str(&m.pk, "type", "heartbeat");
+    zi_pack_kv_int(&m.pk, "load", load);
+    int rc = zi_send_msg(sock, NULL, 0, false, &m);
+    zi_msg_free(&m);
+    return rc;
+}
+
+int zi_send_backend_error(void *sock, uint64_t rid, const char *code, const char *msg) {
+    char field[128];
+    zi_error_field(msg, field, sizeof field);
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, field[0] ? 5 : 4);
+    zi_pack_kv_str(&m.pk, "type", "error");
+    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+    zi_pack_kv_str(&m.pk, "code", code);
+    zi_pack_kv_str(&m.pk, "message", msg);
+    if (field[0]) zi_pack_kv_str(&m.pk, "field", field);
+    int rc = zi_send_msg(sock, NULL, 0, false, &m);
+    zi_msg_free(&m);
+    return rc;
+}

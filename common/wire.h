@@ -73,4 +73,10 @@ int64_t zi_now_ms(void);
  * when the message does not start with one. */
 void zi_error_field(const char *msg, char *out, size_t cap);
 
+/* Backend -> router messages both backends send (docs/protocol.md): a
+ * heartbeat with the backend's load, and an error ending request rid (the
+ * field is taken from the message with zi_error_field). */
+int zi_send_heartbeat(void *sock, int64_t load);
+int zi_send_backend_error(void *sock, uint64_t rid, const char *code, const char *msg);
+
 #endif

@@ -86,29 +86,10 @@ static void send_register(worker *w) {
     zi_msg_free(&m);
 }
 
-static void send_heartbeat(worker *w) {
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 2);
-    zi_pack_kv_str(&m.pk, "type", "heartbeat");
-    zi_pack_kv_int(&m.pk, "load", w->n_live);
-    zi_send_msg(w->sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
-}
+static void send_heartbeat(worker *w) { zi_send_heartbeat(w->sock, w->n_live); }
 
 static void send_error(worker *w, uint64_t rid, const char *code, const char *msg) {
-    char field[128];
-    zi_error_field(msg, field, sizeof field);
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, field[0] ? 5 : 4);
-    zi_pack_kv_str(&m.pk, "type", "error");
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
-    zi_pack_kv_str(&m.pk, "code", code);
-    zi_pack_kv_str(&m.pk, "message", msg);
-    if (field[0]) zi_pack_kv_str(&m.pk, "field", field);
-    zi_send_msg(w->sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
+    zi_send_backend_error(w->sock, rid, code, msg);
 }
 
 static void drop_live(worker *w, int i) {

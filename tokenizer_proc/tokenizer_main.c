@@ -91,29 +91,10 @@ static void send_register(tproc *t) {
     zi_msg_free(&m);
 }
 
-static void send_heartbeat(tproc *t) {
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 2);
-    zi_pack_kv_str(&m.pk, "type", "heartbeat");
-    zi_pack_kv_int(&m.pk, "load", (int64_t)t->n_st);
-    zi_send_msg(t->sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
-}
+static void send_heartbeat(tproc *t) { zi_send_heartbeat(t->sock, (int64_t)t->n_st); }
 
 static void send_error(tproc *t, uint64_t rid, const char *code, const char *msg) {
-    char field[128];
-    zi_error_field(msg, field, sizeof field);
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, field[0] ? 5 : 4);
-    zi_pack_kv_str(&m.pk, "type", "error");
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
-    zi_pack_kv_str(&m.pk, "code", code);
-    zi_pack_kv_str(&m.pk, "message", msg);
-    if (field[0]) zi_pack_kv_str(&m.pk, "field", field);
-    zi_send_msg(t->sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
+    zi_send_backend_error(t->sock, rid, code, msg);
 }
 
 static dstate *find_state(tproc *t, uint64_t rid) {
