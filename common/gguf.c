@@ -926,3 +926,11 @@ int zi_gguf_get_array(const zi_gguf *g, const char *key, zi_gguf_type want, cons
     if (n) *n = kv->arr_len;
     return ZI_OK;
 }
+
+void zi_gguf_drop_pages(const zi_gguf *g, const zi_gguf_tensor *t) {
+    if (!g->mapped || !t->nbytes) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)t->data + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)t->data + t->nbytes) & ~(page - 1);
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}

@@ -133,6 +133,11 @@ const zi_gguf_tensor *zi_gguf_tensor_at(const zi_gguf *g, uint64_t i);
 /* NULL when absent. */
 const zi_gguf_tensor *zi_gguf_find_tensor(const zi_gguf *g, const char *name);
 
+/* Tells the kernel that the tensor's pages of a mapped file are not needed
+ * now (a backend copied them); later reads fault them back in. A no-op for
+ * zi_gguf_open_memory buffers. */
+void zi_gguf_drop_pages(const zi_gguf *g, const zi_gguf_tensor *t);
+
 /* Name of a metadata type / tensor type ("uint32", "Q4_1"); "?" if unknown. */
 const char *zi_gguf_type_name(zi_gguf_type t);
 const char *zi_ggml_type_name(int t);

@@ -35,9 +35,11 @@ typedef struct zi_weight {
     int type;     /* zi_ggml_type of the stored data */
     int64_t rows; /* output features */
     int64_t cols; /* input features (the dot-product length) */
-    const void *data;
+    const void *data; /* as the backend lays it out (see layout) */
     size_t row_bytes;
-    void *owned; /* non-NULL when the backend allocated a copy */
+    int layout;            /* 0: the file's; else a backend-specific repacking */
+    const void *file_data; /* the rows in the file's layout (get_rows reads these) */
+    void *owned;           /* non-NULL when the backend allocated a copy */
 } zi_weight;
 
 /* What attention needs to know about the tokens of one forward pass. */

@@ -130,6 +130,9 @@ static int load_matrix(zi_model *m, const char *name, int64_t cols, int64_t rows
     int rc = find_tensor(m->gguf, name, cols, rows, &t, err);
     if (rc) return rc;
     if ((rc = m->be->ops->weight_init(m->be, w, t, err))) return rc;
+    /* A backend that copied the weight (repacked or uploaded it) no longer
+     * needs the file's pages; the embedding's come back for get_rows. */
+    if (w->owned) zi_gguf_drop_pages(m->gguf, t);
     m->weight_bytes += t->nbytes;
     return ZI_OK;
 }

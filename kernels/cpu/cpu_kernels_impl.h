@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "cpu_kernels.h"
+#include "gguf.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -345,6 +346,98 @@ static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int 
 }
 #endif
 
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+/*
+ * dot(weight row, activation rows t0..t0+nt-1), nt <= 4, for rows in the
+ * 16-block group layout (repack.h): per group, 8 code chunks are decoded
+ * once; per token, 16 vpdpbusd accumulate every block's integer sum in its
+ * own lane, and one conversion and one scaled FMA finish 16 blocks. The
+ * blocks after the last group are done as in dot_row. Each token's float
+ * operations are the same whatever nt is, so results never depend on the
+ * batch.
+ */
+static inline void dot_g16(int kind, const uint8_t *w, const zi_q8_act *a, const int8_t *ai,
+                           int t0, int nt, float *out) {
+    const int64_t nb = a->nb, groups = nb / 16;
+    const size_t bb = block_bytes(kind), gb = 16 * bb;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[4], offv[4];
+    for (int i = 0; i < 4; i++) acc[i] = offv[i] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < groups; g++) {
+        const uint8_t *G = w + g * gb;
+        __m512i c[8];
+        if (kind == KQ8_0) {
+            for (int k = 0; k < 8; k++) c[k] = _mm512_loadu_si512((const void *)(G + 64 * k));
+        } else {
+            for (int p = 0; p < 4; p++) {
+                __m512i x = _mm512_loadu_si512((const void *)(G + 64 * p));
+                c[2 * p] = _mm512_and_si512(x, m4);
+                c[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+            }
+        }
+        const uint8_t *sc = G + (kind == KQ8_0 ? 512 : 256);
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
+        __m512 cw = kind == KQ4_1
+                        ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32)))
+                        : _mm512_mul_ps(dw, _mm512_set1_ps(kind == KQ4_0 ? -8.0f : -128.0f));
+        for (int i = 0; i < nt; i++) {
+            const int8_t *A = ai + ((int64_t)(t0 + i) * groups + g) * 1024;
+            __m512i hi = _mm512_setzero_si512(), lo = _mm512_setzero_si512();
+            for (int k = 0; k < 8; k++) {
+                hi = _mm512_dpbusd_epi32(hi, c[k], _mm512_loadu_si512((const void *)(A + 64 * k)));
+                lo = _mm512_dpbusd_epi32(lo, c[k],
+                                         _mm512_loadu_si512((const void *)(A + 512 + 64 * k)));
+            }
+            __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
+            const float *da = a->d + (int64_t)(t0 + i) * nb + g * 16;
+            const float *sa = a->s + (int64_t)(t0 + i) * nb + g * 16;
+            acc[i] = _mm512_fmadd_ps(p, _mm512_mul_ps(dw, _mm512_loadu_ps(da)), acc[i]);
+            offv[i] = _mm512_fmadd_ps(cw, _mm512_loadu_ps(sa), offv[i]);
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        const int64_t t = t0 + i;
+        const int8_t *q = a->q + t * nb * 2 * ZI_QK, *q2 = q + nb * ZI_QK;
+        const float *da = a->d + t * nb, *sa = a->s + t * nb;
+        float off = _mm512_reduce_add_ps(offv[i]);
+        __m512 tacc = _mm512_setzero_ps();
+        int64_t k = groups * 16;
+        for (; k + 2 <= nb; k += 2) { /* tail pairs, GGUF layout */
+            const uint8_t *pa = w + groups * gb + (k - groups * 16) * bb, *pb = pa + bb;
+            float dwa, cwa, dwb, cwb;
+            block_scales(kind, pa, &dwa, &cwa);
+            block_scales(kind, pb, &dwb, &cwb);
+            __m512 pp = _mm512_cvtepi32_ps(isum512(codes512(kind, pa, pb), q + k * ZI_QK,
+                                                   q2 + k * ZI_QK));
+            __m512 s2 = _mm512_castpd_ps(
+                _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(dwa * da[k])),
+                                   _mm256_castps_pd(_mm256_set1_ps(dwb * da[k + 1])), 1));
+            tacc = _mm512_fmadd_ps(pp, s2, tacc);
+            off += cwa * sa[k] + cwb * sa[k + 1];
+        }
+        float sum = _mm512_reduce_add_ps(acc[i]) + _mm512_reduce_add_ps(tacc);
+        for (; k < nb; k++)
+            tail_block(kind, w + groups * gb + (k - groups * 16) * bb, q + k * ZI_QK,
+                       q2 + k * ZI_QK, da[k], sa[k], &sum, &off);
+        out[i] = sum + off;
+    }
+}
+
+static void mm_g16(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                   const zi_q8_act *a, const int8_t *ai, int n_tokens, float *y, int64_t ldy) {
+    int kind = type == ZI_TYPE_Q4_0 ? KQ4_0 : type == ZI_TYPE_Q4_1 ? KQ4_1 : KQ8_0;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        for (int t = 0; t < n_tokens; t += 4) {
+            int nt = n_tokens - t < 4 ? n_tokens - t : 4;
+            float out[4];
+            dot_g16(kind, row, a, ai, t, nt, out);
+            for (int i = 0; i < nt; i++) y[(t + i) * ldy + r] = out[i];
+        }
+    }
+}
+#endif
+
 static inline void mm_quant(int kind, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                             const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     const int64_t nb = a->nb;
@@ -494,6 +587,9 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
     .attend = attend,
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+    .mm_g16 = mm_g16,
+#endif
     .dot = dot_f32,
     .axpy = axpy_f32,
     .scale = scale_f32,

@@ -20,6 +20,7 @@
 #include "cpu_kernels.h"
 #include "gguf.h"
 #include "quant.h"
+#include "repack.h"
 #include "threadpool.h"
 
 static uint64_t rng_state = 88172645463325252ull;
@@ -189,6 +190,33 @@ static void check_type(const zi_cpu_kernels *k, int type, int cols) {
                 fail_msg("%s type %s row %d token %d: got %.9g want %.9g", k->isa,
                          zi_ggml_type_name(type), r, t, got, ref);
         }
+    }
+    if (quantized && k->mm_g16 && nb >= ZI_G16) {
+        /* The 16-block group layout: the same products from repacked rows
+         * and interleaved activations, batched and one token at a time. */
+        uint8_t *w2 = malloc(rb * rows);
+        zi_g16_repack(type, w, w2, rows, nb, rb);
+        int8_t *ai = malloc((size_t)T * (nb / ZI_G16) * 1024);
+        for (int t = 0; t < T; t++) zi_g16_interleave_act(&qa, t, ai + (size_t)t * (nb / ZI_G16) * 1024);
+        float *y2 = malloc(sizeof(float) * T * rows), *y1 = malloc(sizeof(float) * T * rows);
+        k->mm_g16(type, w2, rb, 0, rows, &qa, ai, T, y2, rows);
+        for (int t = 0; t < T; t++) {
+            zi_q8_act one = qa;
+            one.q = qa.q + (size_t)t * cols * 2;
+            one.d = qa.d + t * nb;
+            one.s = qa.s + t * nb;
+            k->mm_g16(type, w2, rb, 0, rows, &one, ai + (size_t)t * (nb / ZI_G16) * 1024, 1,
+                      y1 + t * rows, rows);
+        }
+        assert_memory_equal(y1, y2, sizeof(float) * T * rows);
+        for (int i = 0; i < T * rows; i++)
+            if (fabsf(y2[i] - y[i]) > 1e-4f * (fabsf(y[i]) + 1.0f))
+                fail_msg("%s g16 %s: [%d] %.9g vs %.9g", k->isa, zi_ggml_type_name(type), i, y2[i],
+                         y[i]);
+        free(w2);
+        free(ai);
+        free(y1);
+        free(y2);
     }
     if (quantized) {
         /* Each token alone must give bit-identical results to the batch
