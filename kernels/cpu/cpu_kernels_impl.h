@@ -395,27 +395,35 @@ static inline void dot_g16(int kind, const uint8_t *w, const zi_q8_act *a, const
             offv[i] = _mm512_fmadd_ps(cw, _mm512_loadu_ps(sa), offv[i]);
         }
     }
+    /* The tail (fewer than 16 blocks, GGUF layout): its pairs' codes and
+     * scales are decoded once for all tokens. */
+    const int64_t k0 = groups * 16, n_pairs = (nb - k0) / 2;
+    __m512i tu[8];
+    float tdw[16], tcw[16];
+    for (int64_t j = 0; j < n_pairs; j++) {
+        const uint8_t *pa = w + groups * gb + 2 * j * bb;
+        tu[j] = codes512(kind, pa, pa + bb);
+        block_scales(kind, pa, &tdw[2 * j], &tcw[2 * j]);
+        block_scales(kind, pa + bb, &tdw[2 * j + 1], &tcw[2 * j + 1]);
+    }
     for (int i = 0; i < nt; i++) {
         const int64_t t = t0 + i;
         const int8_t *q = a->q + t * nb * 2 * ZI_QK, *q2 = q + nb * ZI_QK;
         const float *da = a->d + t * nb, *sa = a->s + t * nb;
-        float off = _mm512_reduce_add_ps(offv[i]);
+        float off = 0.0f;
         __m512 tacc = _mm512_setzero_ps();
-        int64_t k = groups * 16;
-        for (; k + 2 <= nb; k += 2) { /* tail pairs, GGUF layout */
-            const uint8_t *pa = w + groups * gb + (k - groups * 16) * bb, *pb = pa + bb;
-            float dwa, cwa, dwb, cwb;
-            block_scales(kind, pa, &dwa, &cwa);
-            block_scales(kind, pb, &dwb, &cwb);
-            __m512 pp = _mm512_cvtepi32_ps(isum512(codes512(kind, pa, pb), q + k * ZI_QK,
-                                                   q2 + k * ZI_QK));
-            __m512 s2 = _mm512_castpd_ps(
-                _mm512_insertf64x4(_mm512_castps_pd(_mm512_set1_ps(dwa * da[k])),
-                                   _mm256_castps_pd(_mm256_set1_ps(dwb * da[k + 1])), 1));
+        int64_t k = k0;
+        for (int64_t j = 0; j < n_pairs; j++, k += 2) {
+            __m512 pp = _mm512_cvtepi32_ps(isum512(tu[j], q + k * ZI_QK, q2 + k * ZI_QK));
+            __m512 s2 = _mm512_castpd_ps(_mm512_insertf64x4(
+                _mm512_castps_pd(_mm512_set1_ps(tdw[2 * j] * da[k])),
+                _mm256_castps_pd(_mm256_set1_ps(tdw[2 * j + 1] * da[k + 1])), 1));
             tacc = _mm512_fmadd_ps(pp, s2, tacc);
-            off += cwa * sa[k] + cwb * sa[k + 1];
+            off += tcw[2 * j] * sa[k] + tcw[2 * j + 1] * sa[k + 1];
         }
-        float sum = _mm512_reduce_add_ps(acc[i]) + _mm512_reduce_add_ps(tacc);
+        /* One horizontal sum per token and row: they cost as much as a
+         * whole group's products on short rows. */
+        float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[i], tacc), offv[i]));
         for (; k < nb; k++)
             tail_block(kind, w + groups * gb + (k - groups * 16) * bb, q + k * ZI_QK,
                        q2 + k * ZI_QK, da[k], sa[k], &sum, &off);

@@ -1,0 +1,535 @@
+/*
+ * zinfer_client.c - the C client for zinfer's client protocol v1
+ * (zinfer_client.h): msgpack request maps out, reply maps in, over one
+ * ZeroMQ DEALER socket.
+ *
+ * Replies are decoded into owned zi_client_event records as they arrive;
+ * those of requests other than the one a caller waits for go into a FIFO
+ * (a singly linked list), so several requests can be in flight on one
+ * client, as the protocol allows. Nothing received from the socket is
+ * trusted: every key is type-checked, and a malformed frame becomes a
+ * ZI_EFORMAT status naming the key, never a crash.
+ */
+#include "zinfer_client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+typedef struct pending {
+    zi_client_event ev;
+    struct pending *next;
+} pending;
+
+struct zi_client {
+    void *ctx;
+    void *sock;
+    int timeout_ms;
+    uint64_t next_id;
+    pending *head, *tail; /* replies received but not yet asked for */
+};
+
+/* ---- connection ---- */
+
+int zi_client_connect(zi_client **out, const char *addr, int timeout_ms, zi_error *err) {
+    if (!out || !addr) return zi_error_set(err, ZI_EINVAL, "connect: NULL argument");
+    *out = NULL;
+    if (timeout_ms <= 0)
+        return zi_error_set(err, ZI_EINVAL, "timeout_ms: %d is not positive", timeout_ms);
+    zi_client *c = calloc(1, sizeof *c);
+    if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    c->timeout_ms = timeout_ms;
+    c->ctx = zmq_ctx_new();
+    c->sock = c->ctx ? zmq_socket(c->ctx, ZMQ_DEALER) : NULL;
+    if (!c->sock) {
+        int rc = zi_error_set(err, ZI_EIO, "cannot create a ZeroMQ socket: %s",
+                              zmq_strerror(zmq_errno()));
+        zi_client_close(c);
+        return rc;
+    }
+    /* Closing must not hang on unsent requests; a send to a router that
+     * never comes up fails after the timeout instead of blocking. */
+    int linger = 0;
+    zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
+    if (zmq_connect(c->sock, addr) != 0) {
+        int rc = zi_error_set(err, ZI_EINVAL, "router address '%.200s': %s", addr,
+                              zmq_strerror(zmq_errno()));
+        zi_client_close(c);
+        return rc;
+    }
+    *out = c;
+    return ZI_OK;
+}
+
+void zi_client_close(zi_client *c) {
+    if (!c) return;
+    while (c->head) {
+        pending *p = c->head;
+        c->head = p->next;
+        zi_client_event_free(&p->ev);
+        free(p);
+    }
+    if (c->sock) zmq_close(c->sock);
+    if (c->ctx) zmq_ctx_term(c->ctx);
+    free(c);
+}
+
+/* ---- sending ---- */
+
+static void pack_str(msgpack_packer *pk, const char *s) {
+    size_t n = strlen(s);
+    msgpack_pack_str(pk, n);
+    msgpack_pack_str_body(pk, s, n);
+}
+
+static int send_buf(zi_client *c, const msgpack_sbuffer *sb, zi_error *err) {
+    if (zmq_send(c->sock, sb->data, sb->size, 0) < 0)
+        return zi_error_set(err, ZI_EIO, "sending to the router: %s",
+                            errno == EAGAIN ? "timed out (is the router running?)"
+                                            : zmq_strerror(zmq_errno()));
+    return ZI_OK;
+}
+
+static int make_id(zi_client *c, const char *given, char *id_out, size_t id_cap, zi_error *err) {
+    char buf[ZI_CLIENT_ID_MAX + 1];
+    if (given) {
+        size_t n = strlen(given);
+        if (n == 0 || n > ZI_CLIENT_ID_MAX)
+            return zi_error_set(err, ZI_EINVAL, "id: length %zu is outside 1..%d", n,
+                                ZI_CLIENT_ID_MAX);
+        memcpy(buf, given, n + 1);
+    } else {
+        /* The pid keeps ids of two clients sharing a socket-less name
+         * apart in logs; uniqueness per socket is what the router needs. */
+        snprintf(buf, sizeof buf, "c%ld-%" PRIu64, (long)getpid(), c->next_id++);
+    }
+    if (id_out) {
+        if (strlen(buf) + 1 > id_cap)
+            return zi_error_set(err, ZI_EINVAL, "id: output buffer of %zu bytes is too small",
+                                id_cap);
+        memcpy(id_out, buf, strlen(buf) + 1);
+    }
+    return ZI_OK;
+}
+
+void zi_client_request_init(zi_client_request *r) {
+    if (!r) return;
+    memset(r, 0, sizeof *r);
+    r->max_new_tokens = -1;
+    r->stream = 1;
+}
+
+int zi_client_generate(zi_client *c, const zi_client_request *r, char *id_out, size_t id_cap,
+                       zi_error *err) {
+    if (!c || !r || !id_out) return zi_error_set(err, ZI_EINVAL, "generate: NULL argument");
+    if (!r->prompt && !r->prompt_ids)
+        return zi_error_set(err, ZI_EINVAL, "prompt: neither text nor token ids given");
+    int rc = make_id(c, r->id, id_out, id_cap, err);
+    if (rc) return rc;
+    size_t nsp = (r->max_new_tokens > 0) + (r->ignore_eos != 0) + (r->set_temperature != 0) +
+                 (r->set_top_k != 0) + (r->n_stop > 0);
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 4 + (nsp > 0));
+    pack_str(&pk, "op");
+    pack_str(&pk, "generate");
+    pack_str(&pk, "id");
+    pack_str(&pk, id_out);
+    pack_str(&pk, "stream");
+    if (r->stream)
+        msgpack_pack_true(&pk);
+    else
+        msgpack_pack_false(&pk);
+    pack_str(&pk, "prompt");
+    if (r->prompt) {
+        pack_str(&pk, r->prompt);
+    } else {
+        /* Token ids go numpy-style (int64 little-endian), as the router
+         * itself sends them. */
+        size_t nb = r->n_prompt_ids * 8;
+        unsigned char *data = malloc(nb ? nb : 1);
+        if (!data) {
+            msgpack_sbuffer_destroy(&sb);
+            return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        }
+        for (size_t i = 0; i < r->n_prompt_ids; i++) {
+            uint64_t v = (uint64_t)(int64_t)r->prompt_ids[i];
+            for (int b = 0; b < 8; b++) data[i * 8 + b] = (unsigned char)(v >> (8 * b));
+        }
+        msgpack_pack_map(&pk, 4);
+        pack_str(&pk, "__np__");
+        msgpack_pack_true(&pk);
+        pack_str(&pk, "dtype");
+        pack_str(&pk, "int64");
+        pack_str(&pk, "shape");
+        msgpack_pack_array(&pk, 1);
+        msgpack_pack_uint64(&pk, r->n_prompt_ids);
+        pack_str(&pk, "data");
+        msgpack_pack_bin(&pk, nb);
+        msgpack_pack_bin_body(&pk, data, nb);
+        free(data);
+    }
+    if (nsp) {
+        pack_str(&pk, "sampling_params");
+        msgpack_pack_map(&pk, nsp);
+        if (r->max_new_tokens > 0) {
+            pack_str(&pk, "max_new_tokens");
+            msgpack_pack_int64(&pk, r->max_new_tokens);
+        }
+        if (r->ignore_eos) {
+            pack_str(&pk, "ignore_eos");
+            msgpack_pack_true(&pk);
+        }
+        if (r->set_temperature) {
+            pack_str(&pk, "temperature");
+            msgpack_pack_double(&pk, r->temperature);
+        }
+        if (r->set_top_k) {
+            pack_str(&pk, "top_k");
+            msgpack_pack_int64(&pk, r->top_k);
+        }
+        if (r->n_stop) {
+            pack_str(&pk, "stop");
+            msgpack_pack_array(&pk, r->n_stop);
+            for (size_t i = 0; i < r->n_stop; i++) pack_str(&pk, r->stop[i] ? r->stop[i] : "");
+        }
+    }
+    rc = send_buf(c, &sb, err);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+int zi_client_cancel(zi_client *c, const char *id, zi_error *err) {
+    if (!c || !id) return zi_error_set(err, ZI_EINVAL, "cancel: NULL argument");
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 2);
+    pack_str(&pk, "op");
+    pack_str(&pk, "cancel");
+    pack_str(&pk, "id");
+    pack_str(&pk, id);
+    int rc = send_buf(c, &sb, err);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+/* ---- decoding replies ---- */
+
+void zi_client_event_free(zi_client_event *ev) {
+    if (!ev) return;
+    free(ev->id);
+    free(ev->text);
+    free(ev->token_ids);
+    free(ev->status);
+    free(ev->code);
+    free(ev->message);
+    free(ev->field);
+    free(ev->raw);
+    memset(ev, 0, sizeof *ev);
+}
+
+static bool key_is(const msgpack_object *k, const char *s) {
+    size_t n = strlen(s);
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n && !memcmp(k->via.str.ptr, s, n);
+}
+
+/* A copy of a msgpack string, NUL-terminated; *len gets its length. */
+static int dup_str(const msgpack_object *o, const char *key, char **out, size_t *len,
+                   zi_error *err) {
+    if (o->type != MSGPACK_OBJECT_STR)
+        return zi_error_set(err, ZI_EFORMAT, "reply: %s is not a string", key);
+    if (*out) return zi_error_set(err, ZI_EFORMAT, "reply: duplicate key %s", key);
+    *out = malloc(o->via.str.size + 1);
+    if (!*out) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    memcpy(*out, o->via.str.ptr, o->via.str.size);
+    (*out)[o->via.str.size] = '\0';
+    if (len) *len = o->via.str.size;
+    return ZI_OK;
+}
+
+static int get_int(const msgpack_object *o, const char *key, int64_t *v, zi_error *err) {
+    if (o->type == MSGPACK_OBJECT_POSITIVE_INTEGER && o->via.u64 <= (uint64_t)INT64_MAX)
+        *v = (int64_t)o->via.u64;
+    else if (o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+        *v = o->via.i64;
+    else
+        return zi_error_set(err, ZI_EFORMAT, "reply: %s is not an integer", key);
+    return ZI_OK;
+}
+
+static const msgpack_object *map_get(const msgpack_object *m, const char *key) {
+    if (m->type != MSGPACK_OBJECT_MAP) return NULL;
+    for (uint32_t i = 0; i < m->via.map.size; i++)
+        if (key_is(&m->via.map.ptr[i].key, key)) return &m->via.map.ptr[i].val;
+    return NULL;
+}
+
+/* Token ids: a numpy-style map (int64 or int32, little-endian) or a plain
+ * array of integers. */
+static int get_ids(const msgpack_object *o, const char *key, int64_t **out, size_t *n,
+                   zi_error *err) {
+    if (*out) return zi_error_set(err, ZI_EFORMAT, "reply: duplicate key %s", key);
+    if (o->type == MSGPACK_OBJECT_ARRAY) {
+        *n = o->via.array.size;
+        *out = malloc((*n ? *n : 1) * sizeof **out);
+        if (!*out) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        for (size_t i = 0; i < *n; i++)
+            if (get_int(&o->via.array.ptr[i], key, &(*out)[i], err)) return err->code;
+        return ZI_OK;
+    }
+    const msgpack_object *np = map_get(o, "__np__"), *dt = map_get(o, "dtype"),
+                         *data = map_get(o, "data");
+    if (!np || np->type != MSGPACK_OBJECT_BOOLEAN || !np->via.boolean || !dt || !data ||
+        dt->type != MSGPACK_OBJECT_STR || data->type != MSGPACK_OBJECT_BIN)
+        return zi_error_set(err, ZI_EFORMAT, "reply: %s is neither an array nor numpy-style", key);
+    size_t w;
+    if (key_is(dt, "int64"))
+        w = 8;
+    else if (key_is(dt, "int32"))
+        w = 4;
+    else
+        return zi_error_set(err, ZI_EFORMAT, "reply: %s.dtype %.*s is not int64 or int32", key,
+                            (int)(dt->via.str.size > 32 ? 32 : dt->via.str.size), dt->via.str.ptr);
+    if (data->via.bin.size % w)
+        return zi_error_set(err, ZI_EFORMAT, "reply: %s.data has %u bytes, not a multiple of %zu",
+                            key, data->via.bin.size, w);
+    *n = data->via.bin.size / w;
+    *out = malloc((*n ? *n : 1) * sizeof **out);
+    if (!*out) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    const unsigned char *p = (const unsigned char *)data->via.bin.ptr;
+    for (size_t i = 0; i < *n; i++) {
+        uint64_t v = 0;
+        for (size_t b = 0; b < w; b++) v |= (uint64_t)p[i * w + b] << (8 * b);
+        /* Sign-extend int32 values. */
+        (*out)[i] = w == 4 ? (int64_t)(int32_t)(uint32_t)v : (int64_t)v;
+    }
+    return ZI_OK;
+}
+
+static int decode_pair(const msgpack_object *k, const msgpack_object *v, zi_client_event *ev,
+                       bool *have_event, zi_error *err) {
+    if (key_is(k, "id")) return dup_str(v, "id", &ev->id, NULL, err);
+    if (key_is(k, "text")) return dup_str(v, "text", &ev->text, &ev->text_len, err);
+    if (key_is(k, "status")) return dup_str(v, "status", &ev->status, NULL, err);
+    if (key_is(k, "code")) return dup_str(v, "code", &ev->code, NULL, err);
+    if (key_is(k, "message")) return dup_str(v, "message", &ev->message, NULL, err);
+    if (key_is(k, "field")) return dup_str(v, "field", &ev->field, NULL, err);
+    if (key_is(k, "token_ids"))
+        return get_ids(v, "token_ids", &ev->token_ids, &ev->n_token_ids, err);
+    if (key_is(k, "workers")) return get_int(v, "workers", &ev->workers, err);
+    if (key_is(k, "tokenizers")) return get_int(v, "tokenizers", &ev->tokenizers, err);
+    if (key_is(k, "waiting")) return get_int(v, "waiting", &ev->waiting, err);
+    if (key_is(k, "running")) return get_int(v, "running", &ev->running, err);
+    if (key_is(k, "usage")) {
+        if (v->type != MSGPACK_OBJECT_MAP)
+            return zi_error_set(err, ZI_EFORMAT, "reply: usage is not a map");
+        const msgpack_object *p = map_get(v, "prompt_tokens"), *c = map_get(v, "completion_tokens");
+        if ((p && get_int(p, "usage.prompt_tokens", &ev->prompt_tokens, err)) ||
+            (c && get_int(c, "usage.completion_tokens", &ev->completion_tokens, err)))
+            return err->code;
+        return ZI_OK;
+    }
+    if (key_is(k, "event")) {
+        static const struct {
+            const char *name;
+            zi_client_event_kind kind;
+        } kinds[] = {{"chunk", ZI_CLIENT_CHUNK},
+                     {"final", ZI_CLIENT_FINAL},
+                     {"error", ZI_CLIENT_ERROR},
+                     {"result", ZI_CLIENT_RESULT}};
+        for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+            if (key_is(v, kinds[i].name)) {
+                ev->kind = kinds[i].kind;
+                *have_event = true;
+                return ZI_OK;
+            }
+        return zi_error_set(err, ZI_EFORMAT, "reply: event is not chunk, final, error or result");
+    }
+    return ZI_OK; /* other keys (models, logprobs, ...) stay in raw */
+}
+
+static int decode_event(const void *buf, size_t len, zi_client_event *ev, zi_error *err) {
+    memset(ev, 0, sizeof *ev);
+    ev->prompt_tokens = ev->completion_tokens = -1;
+    ev->workers = ev->tokenizers = ev->waiting = ev->running = -1;
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    size_t off = 0;
+    int rc = ZI_OK;
+    if (msgpack_unpack_next(&u, buf, len, &off) != MSGPACK_UNPACK_SUCCESS || off != len)
+        rc = zi_error_set(err, ZI_EFORMAT, "reply: %zu bytes are not one msgpack object", len);
+    else if (u.data.type != MSGPACK_OBJECT_MAP)
+        rc = zi_error_set(err, ZI_EFORMAT, "reply: not a msgpack map");
+    bool have_event = false;
+    for (uint32_t i = 0; !rc && i < u.data.via.map.size; i++)
+        rc = decode_pair(&u.data.via.map.ptr[i].key, &u.data.via.map.ptr[i].val, ev, &have_event,
+                         err);
+    if (!rc && !ev->id) rc = zi_error_set(err, ZI_EFORMAT, "reply: id missing");
+    if (!rc && !have_event) rc = zi_error_set(err, ZI_EFORMAT, "reply: event missing");
+    if (!rc && !(ev->raw = malloc(len ? len : 1)))
+        rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+    if (!rc) {
+        memcpy(ev->raw, buf, len);
+        ev->raw_len = len;
+    }
+    msgpack_unpacked_destroy(&u);
+    if (rc) zi_client_event_free(ev);
+    return rc;
+}
+
+static int recv_event(zi_client *c, zi_client_event *ev, zi_error *err) {
+    zmq_pollitem_t it = {c->sock, 0, ZMQ_POLLIN, 0};
+    int pr;
+    do pr = zmq_poll(&it, 1, c->timeout_ms);
+    while (pr < 0 && zmq_errno() == EINTR);
+    if (pr < 0)
+        return zi_error_set(err, ZI_EIO, "waiting for the router: %s", zmq_strerror(zmq_errno()));
+    if (pr == 0)
+        return zi_error_set(err, ZI_EIO, "no reply from the router within %d ms (is it running?)",
+                            c->timeout_ms);
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, c->sock, 0) < 0) {
+        zmq_msg_close(&msg);
+        return zi_error_set(err, ZI_EIO, "receiving from the router: %s",
+                            zmq_strerror(zmq_errno()));
+    }
+    int rc = decode_event(zmq_msg_data(&msg), zmq_msg_size(&msg), ev, err);
+    zmq_msg_close(&msg);
+    return rc;
+}
+
+int zi_client_next_event(zi_client *c, const char *id, zi_client_event *ev, zi_error *err) {
+    if (!c || !ev) return zi_error_set(err, ZI_EINVAL, "next_event: NULL argument");
+    /* First the replies kept from earlier calls, oldest first. */
+    for (pending **pp = &c->head, *prev = NULL; *pp; prev = *pp, pp = &(*pp)->next) {
+        pending *p = *pp;
+        if (id && strcmp(p->ev.id, id)) continue;
+        *ev = p->ev;
+        *pp = p->next;
+        if (c->tail == p) c->tail = prev;
+        free(p);
+        return ZI_OK;
+    }
+    for (;;) {
+        int rc = recv_event(c, ev, err);
+        if (rc) return rc;
+        /* An error with id "" answers a frame the router could not parse;
+         * it belongs to whoever is waiting. */
+        if (!id || !strcmp(ev->id, id) || (ev->kind == ZI_CLIENT_ERROR && !ev->id[0])) return ZI_OK;
+        pending *p = malloc(sizeof *p);
+        if (!p) {
+            zi_client_event_free(ev);
+            return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        }
+        p->ev = *ev;
+        p->next = NULL;
+        if (c->tail)
+            c->tail->next = p;
+        else
+            c->head = p;
+        c->tail = p;
+    }
+}
+
+/* ---- one-shot operations ---- */
+
+/* Sends {"op": op, "id": <new>, text / token_ids / add_special} and waits
+ * for its answer; an "error" reply becomes ZI_EINVAL. */
+static int call(zi_client *c, const char *op, const char *text, int add_special, const int64_t *ids,
+                size_t n_ids, zi_client_event *out, zi_error *err) {
+    char id[ZI_CLIENT_ID_MAX + 1];
+    int rc = make_id(c, NULL, id, sizeof id, err);
+    if (rc) return rc;
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    msgpack_pack_map(&pk, 2 + (text ? 2 : 0) + (ids ? 1 : 0));
+    pack_str(&pk, "op");
+    pack_str(&pk, op);
+    pack_str(&pk, "id");
+    pack_str(&pk, id);
+    if (text) {
+        pack_str(&pk, "text");
+        pack_str(&pk, text);
+        pack_str(&pk, "add_special");
+        if (add_special)
+            msgpack_pack_true(&pk);
+        else
+            msgpack_pack_false(&pk);
+    }
+    if (ids) {
+        pack_str(&pk, "token_ids");
+        msgpack_pack_array(&pk, n_ids);
+        for (size_t i = 0; i < n_ids; i++) msgpack_pack_int64(&pk, ids[i]);
+    }
+    rc = send_buf(c, &sb, err);
+    msgpack_sbuffer_destroy(&sb);
+    if (rc) return rc;
+    if ((rc = zi_client_next_event(c, id, out, err))) return rc;
+    if (out->kind == ZI_CLIENT_ERROR) {
+        rc = zi_error_set(err, ZI_EINVAL, "%s: %s: %s", op, out->code ? out->code : "error",
+                          out->message ? out->message : "(no message)");
+        zi_client_event_free(out);
+        return rc;
+    }
+    if (out->kind != ZI_CLIENT_RESULT) {
+        zi_client_event_free(out);
+        return zi_error_set(err, ZI_EFORMAT, "%s: the reply is not a result", op);
+    }
+    return ZI_OK;
+}
+
+int zi_client_health(zi_client *c, zi_client_event *result, zi_error *err) {
+    if (!c || !result) return zi_error_set(err, ZI_EINVAL, "health: NULL argument");
+    return call(c, "health", NULL, 0, NULL, 0, result, err);
+}
+
+int zi_client_tokenize(zi_client *c, const char *text, int add_special, int64_t **ids,
+                       size_t *n_ids, zi_error *err) {
+    if (!c || !text || !ids || !n_ids)
+        return zi_error_set(err, ZI_EINVAL, "tokenize: NULL argument");
+    zi_client_event ev;
+    int rc = call(c, "tokenize", text, add_special, NULL, 0, &ev, err);
+    if (rc) return rc;
+    if (!ev.token_ids) {
+        zi_client_event_free(&ev);
+        return zi_error_set(err, ZI_EFORMAT, "tokenize: the result has no token_ids");
+    }
+    *ids = ev.token_ids;
+    *n_ids = ev.n_token_ids;
+    ev.token_ids = NULL;
+    zi_client_event_free(&ev);
+    return ZI_OK;
+}
+
+int zi_client_detokenize(zi_client *c, const int64_t *ids, size_t n_ids, char **text,
+                         size_t *text_len, zi_error *err) {
+    static const int64_t none[1] = {0};
+    if (!c || (!ids && n_ids) || !text)
+        return zi_error_set(err, ZI_EINVAL, "detokenize: NULL argument");
+    zi_client_event ev;
+    int rc = call(c, "detokenize", NULL, 0, ids ? ids : none, n_ids, &ev, err);
+    if (rc) return rc;
+    if (!ev.text) {
+        zi_client_event_free(&ev);
+        return zi_error_set(err, ZI_EFORMAT, "detokenize: the result has no text");
+    }
+    *text = ev.text;
+    if (text_len) *text_len = ev.text_len;
+    ev.text = NULL;
+    zi_client_event_free(&ev);
+    return ZI_OK;
+}
