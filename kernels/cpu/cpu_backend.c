@@ -387,6 +387,7 @@ typedef struct attn_args {
     const float *kc, *vc;
     const zi_batch_view *b;
     const zi_attn_shape *s;
+    int heads_per_task; /* the GQA group, or 1 when that leaves threads idle */
 } attn_args;
 
 /* One task per (token, KV head): the query heads that share a KV head are
@@ -398,15 +399,17 @@ static void attn_worker(void *p, int ith, int nth) {
     float *scores = a->c->scratch + (size_t)ith * a->c->scratch_per_thread;
     int hd = s->head_dim;
     size_t kvd = (size_t)s->n_kv_heads * hd;
-    int group = s->n_heads / s->n_kv_heads;
-    int64_t total = (int64_t)a->b->n_tokens * s->n_kv_heads;
+    int group = s->n_heads / s->n_kv_heads, hpt = a->heads_per_task;
+    int tasks_per_token = s->n_heads / hpt;
+    int64_t total = (int64_t)a->b->n_tokens * tasks_per_token;
     for (int64_t task = ith; task < total; task += nth) {
-        int t = (int)(task / s->n_kv_heads), kvh = (int)(task % s->n_kv_heads);
-        size_t row = ((size_t)t * s->n_heads + (size_t)kvh * group) * hd;
+        int t = (int)(task / tasks_per_token), h0 = (int)(task % tasks_per_token) * hpt;
+        int kvh = h0 / group;
+        size_t row = ((size_t)t * s->n_heads + (size_t)h0) * hd;
         size_t base = (size_t)a->b->seq[t] * s->ctx * kvd + (size_t)kvh * hd;
         int n = a->b->pos[t] + 1;
-        for (int g0 = 0; g0 < group; g0 += ZI_ATTN_GROUP_MAX) {
-            int G = group - g0 < ZI_ATTN_GROUP_MAX ? group - g0 : ZI_ATTN_GROUP_MAX;
+        for (int g0 = 0; g0 < hpt; g0 += ZI_ATTN_GROUP_MAX) {
+            int G = hpt - g0 < ZI_ATTN_GROUP_MAX ? hpt - g0 : ZI_ATTN_GROUP_MAX;
             k->attend(a->q + row + (size_t)g0 * hd, G, a->kc + base, a->vc + base, kvd, n, hd,
                       s->scale, scores, a->out + row + (size_t)g0 * hd);
         }
@@ -416,8 +419,13 @@ static void attn_worker(void *p, int ith, int nth) {
 static void cpu_attention(zi_backend *be, float *out, const float *q, const float *kcache,
                           const float *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
     cpu_backend *c = cb(be);
-    attn_args a = {c, out, q, kcache, vcache, b, s};
-    if ((int64_t)b->n_tokens * s->n_kv_heads == 1)
+    /* Whole GQA groups per task read each K/V row once for the group; with
+     * too few tasks for the threads (decode), one head per task instead.
+     * Each head's float operations are the same either way. */
+    int group = s->n_heads / s->n_kv_heads;
+    int hpt = (int64_t)b->n_tokens * s->n_kv_heads >= 4 * (int64_t)zi_pool_size(c->pool) ? group : 1;
+    attn_args a = {c, out, q, kcache, vcache, b, s, hpt};
+    if ((int64_t)b->n_tokens * (s->n_heads / hpt) == 1)
         attn_worker(&a, 0, 1);
     else
         zi_pool_run(c->pool, attn_worker, &a);
