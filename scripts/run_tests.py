@@ -30,7 +30,8 @@ def run_cmocka(t, env):
     text = p.stdout + p.stderr
     passed = sum(int(n) for n in re.findall(r"\[  PASSED  \] (\d+) test", text))
     failed = sum(int(n) for n in re.findall(r"\[  FAILED  \] (\d+) test", text))
-    sanitizer = "ERROR: AddressSanitizer" in text or "runtime error:" in text
+    sanitizer = ("ERROR: AddressSanitizer" in text or "ERROR: LeakSanitizer" in text
+                 or "runtime error:" in text)
     if p.returncode != 0 and failed == 0:
         failed = 1  # crashed or exited non-zero without a cmocka summary
     if sanitizer and failed == 0:

@@ -206,6 +206,9 @@ def rss_kib(pid):
     raise AssertionError(f"no VmRSS for pid {pid}")
 
 
+@pytest.mark.skipif(os.environ.get("ZINFER_SANITIZED") == "1",
+                    reason="AddressSanitizer holds freed memory in quarantine, so resident size "
+                           "grows by design; leaks are caught by LeakSanitizer in that build")
 def test_memory_flat_over_1000_requests(client, server):
     roles = server.children()
     assert set(roles) == {"router", "tokenizer", "worker"}, roles
