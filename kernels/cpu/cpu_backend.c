@@ -27,8 +27,6 @@ typedef struct cpu_backend {
     zi_pool *pool;
     zi_q8_act act; /* quantized activations for the current matmul */
     size_t act_cap; /* blocks */
-    int8_t *acti;   /* act interleaved for the 16-block group layout */
-    size_t acti_cap; /* bytes */
     float *scratch; /* attention scores: ZI_ATTN_GROUP_MAX ctx-sized rows per thread */
     size_t scratch_per_thread;
 } cpu_backend;
@@ -77,17 +75,17 @@ static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t
     w->row_bytes = (size_t)t->ne[0] / zi_ggml_type_block_elems(t->type) *
                    zi_ggml_type_block_bytes(t->type);
     w->data = w->file_data = t->data;
-    /* With VNNI, quantized rows of at least one 16-block group are repacked
+    /* With VNNI, quantized matrices with a multiple of 16 rows are repacked
      * (repack.h): same size, a copy made once at load (the model then lets
      * the file's pages go: zi_gguf_drop_pages). */
     int64_t nb = w->cols / ZI_QK;
-    if (c->k->mm_g16 && zi_g16_group_bytes(w->type) && nb >= ZI_G16) {
+    if (c->k->mm_r16 && zi_r16_group_bytes(w->type) && w->rows % ZI_R16 == 0) {
         size_t bytes = w->row_bytes * (size_t)w->rows;
         void *dst = NULL;
         if (posix_memalign(&dst, 64, bytes ? bytes : 64) != 0)
             return zi_error_set(err, ZI_ENOMEM, "out of memory repacking tensor '%.*s'",
                                 (int)t->name.len, t->name.ptr);
-        zi_g16_repack(w->type, t->data, dst, w->rows, nb, w->row_bytes);
+        zi_r16_repack(w->type, t->data, dst, w->rows, nb, w->row_bytes);
         w->owned = dst;
         w->data = dst;
         w->layout = 1;
@@ -136,15 +134,6 @@ static int cpu_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, 
                                 n_tokens);
         c->act_cap = need;
     }
-    size_t need_i = (size_t)n_tokens * (size_t)(max_cols / 512) * 1024;
-    if (need_i > c->acti_cap) {
-        int8_t *qi = realloc(c->acti, need_i);
-        if (!qi)
-            return zi_error_set(err, ZI_ENOMEM, "out of memory for the activations of %d tokens",
-                                n_tokens);
-        c->acti = qi;
-        c->acti_cap = need_i;
-    }
     /* Scores for up to ZI_ATTN_GROUP_MAX heads at a time. */
     size_t per_thread = (size_t)ctx * ZI_ATTN_GROUP_MAX;
     if (per_thread > c->scratch_per_thread) {
@@ -181,7 +170,6 @@ typedef struct mm_args {
     const zi_weight *const *ws;
     const float *x;
     const zi_q8_act *q;
-    const int8_t *qi;           /* q interleaved, when a weight is repacked */
     int n_tokens;
     int64_t total_rows;         /* sum of the products' rows */
 } mm_args;
@@ -190,7 +178,7 @@ typedef struct mm_args {
 static void mm_rows(const mm_args *a, const zi_weight *w, float *y, int64_t r0, int64_t r1) {
     const uint8_t *wd = w->data;
     if (w->layout == 1) {
-        a->k->mm_g16(w->type, wd, w->row_bytes, r0, r1, a->q, a->qi, a->n_tokens, y, w->rows);
+        a->k->mm_r16(w->type, wd, w->row_bytes, r0, r1, a->q, a->n_tokens, y, w->rows);
         return;
     }
     switch (w->type) {
@@ -228,7 +216,6 @@ typedef struct quant_args {
     const zi_cpu_kernels *k;
     const float *x;
     const zi_q8_act *q;
-    int8_t *qi; /* when not NULL, also interleave each row here */
     int n_tokens;
     int64_t cols;
 } quant_args;
@@ -237,10 +224,7 @@ static void quant_worker(void *p, int ith, int nth) {
     quant_args *a = p;
     int64_t t0, t1;
     split_range(a->n_tokens, ith, nth, 1, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) {
-        a->k->quantize_act(a->x + t * a->cols, a->q, t);
-        if (a->qi) zi_g16_interleave_act(a->q, t, a->qi + t * (a->cols / 512) * 1024);
-    }
+    for (int64_t t = t0; t < t1; t++) a->k->quantize_act(a->x + t * a->cols, a->q, t);
 }
 
 static int is_quantized(int type) {
@@ -251,23 +235,21 @@ static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weigh
                          const float *x, int n_tokens) {
     cpu_backend *c = cb(be);
     mm_args a = {.k = c->k, .n = n, .ys = ys, .ws = ws, .x = x, .n_tokens = n_tokens};
-    int any_quant = 0, any_g16 = 0;
+    int any_quant = 0;
     for (int i = 0; i < n; i++) {
         a.total_rows += ws[i]->rows;
         any_quant |= is_quantized(ws[i]->type);
-        any_g16 |= ws[i]->layout == 1;
     }
     if (any_quant) { /* one quantization of x serves every product */
         /* reserve() sized act for this product (the model's contract). */
         c->act.nb = ws[0]->cols / ZI_QK;
-        quant_args qa = {.k = c->k, .x = x, .q = &c->act, .qi = any_g16 ? c->acti : NULL,
-                         .n_tokens = n_tokens, .cols = ws[0]->cols};
+        quant_args qa = {.k = c->k, .x = x, .q = &c->act, .n_tokens = n_tokens,
+                         .cols = ws[0]->cols};
         if (n_tokens >= 4)
             zi_pool_run(c->pool, quant_worker, &qa);
         else
             quant_worker(&qa, 0, 1);
         a.q = &c->act;
-        a.qi = c->acti;
     }
     zi_pool_run(c->pool, mm_worker, &a);
 }
@@ -448,7 +430,6 @@ static void cpu_destroy(zi_backend *be) {
     free(c->act.q);
     free(c->act.d);
     free(c->act.s);
-    free(c->acti);
     free(c->scratch);
     free(c);
 }

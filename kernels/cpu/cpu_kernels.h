@@ -36,13 +36,12 @@ typedef struct zi_cpu_kernels {
     void (*mm_q8_0)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
                     int n_tokens, float *y, int64_t ldy);
     /*
-     * The same products for rows in the 16-block group layout (repack.h),
-     * with ai the interleaved activations (zi_g16_interleave_act, token t at
-     * ai + t * (nb/16) * 1024). NULL in tables without AVX-512 VNNI, whose
-     * weights stay in GGUF layout.
+     * The same products for weights in the 16-row layout (repack.h); r0 and
+     * r1 multiples of 16. NULL in tables without AVX-512 VNNI, whose weights
+     * stay in GGUF layout.
      */
-    void (*mm_g16)(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                   const zi_q8_act *a, const int8_t *ai, int n_tokens, float *y, int64_t ldy);
+    void (*mm_r16)(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                   const zi_q8_act *a, int n_tokens, float *y, int64_t ldy);
     /* Float-weight products (F32/F16/BF16 rows) with float activations of
      * length n, n apart. */
     void (*mm_f32)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,

@@ -347,112 +347,76 @@ static inline void dot_row4(int kind, const uint8_t *w, const zi_q8_act *a, int 
 #endif
 
 #if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
-/*
- * dot(weight row, activation rows t0..t0+nt-1), nt <= 4, for rows in the
- * 16-block group layout (repack.h): per group, 8 code chunks are decoded
- * once; per token, 16 vpdpbusd accumulate every block's integer sum in its
- * own lane, and one conversion and one scaled FMA finish 16 blocks. The
- * blocks after the last group are done as in dot_row. Each token's float
- * operations are the same whatever nt is, so results never depend on the
- * batch.
- */
-static inline void dot_g16(int kind, const uint8_t *w, const zi_q8_act *a, const int8_t *ai,
-                           int t0, int nt, float *out) {
-    const int64_t nb = a->nb, groups = nb / 16;
-    const size_t bb = block_bytes(kind), gb = 16 * bb;
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512 acc[4], offv[4];
-    for (int i = 0; i < 4; i++) acc[i] = offv[i] = _mm512_setzero_ps();
-    for (int64_t g = 0; g < groups; g++) {
-        const uint8_t *G = w + g * gb;
-        /* Rows are short (a 576-wide row is one group and a tail): ask for
-         * the bytes eight groups ahead, which the hardware prefetcher would
-         * otherwise only start on at the next row. */
-        for (size_t off = 0; off < gb; off += 64) _mm_prefetch((const char *)(G + 8 * gb + off), _MM_HINT_T0);
-        __m512i c[8];
-        if (kind == KQ8_0) {
-            for (int k = 0; k < 8; k++) c[k] = _mm512_loadu_si512((const void *)(G + 64 * k));
-        } else {
-            for (int p = 0; p < 4; p++) {
-                __m512i x = _mm512_loadu_si512((const void *)(G + 64 * p));
-                c[2 * p] = _mm512_and_si512(x, m4);
-                c[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-            }
-        }
-        const uint8_t *sc = G + (kind == KQ8_0 ? 512 : 256);
-        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
-        __m512 cw = kind == KQ4_1
-                        ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32)))
-                        : _mm512_mul_ps(dw, _mm512_set1_ps(kind == KQ4_0 ? -8.0f : -128.0f));
-        for (int i = 0; i < nt; i++) {
-            const int8_t *A = ai + ((int64_t)(t0 + i) * groups + g) * 1024;
-            /* Four independent dpbusd chains (even/odd chunks of each half):
-             * a single token has no other work to hide an 8-long chain's
-             * latency behind. Integer sums: the split changes no bit. */
-            __m512i hi0 = _mm512_setzero_si512(), hi1 = hi0, lo0 = hi0, lo1 = hi0;
-            for (int k = 0; k < 8; k += 2) {
-                hi0 = _mm512_dpbusd_epi32(hi0, c[k], _mm512_loadu_si512((const void *)(A + 64 * k)));
-                hi1 = _mm512_dpbusd_epi32(hi1, c[k + 1],
-                                          _mm512_loadu_si512((const void *)(A + 64 * k + 64)));
-                lo0 = _mm512_dpbusd_epi32(lo0, c[k],
-                                          _mm512_loadu_si512((const void *)(A + 512 + 64 * k)));
-                lo1 = _mm512_dpbusd_epi32(lo1, c[k + 1],
-                                          _mm512_loadu_si512((const void *)(A + 576 + 64 * k)));
-            }
-            __m512i hi = _mm512_add_epi32(hi0, hi1), lo = _mm512_add_epi32(lo0, lo1);
-            __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
-            const float *da = a->d + (int64_t)(t0 + i) * nb + g * 16;
-            const float *sa = a->s + (int64_t)(t0 + i) * nb + g * 16;
-            acc[i] = _mm512_fmadd_ps(p, _mm512_mul_ps(dw, _mm512_loadu_ps(da)), acc[i]);
-            offv[i] = _mm512_fmadd_ps(cw, _mm512_loadu_ps(sa), offv[i]);
-        }
-    }
-    /* The tail (fewer than 16 blocks, GGUF layout): its pairs' codes and
-     * scales are decoded once for all tokens. */
-    const int64_t k0 = groups * 16, n_pairs = (nb - k0) / 2;
-    __m512i tu[8];
-    float tdw[16], tcw[16];
-    for (int64_t j = 0; j < n_pairs; j++) {
-        const uint8_t *pa = w + groups * gb + 2 * j * bb;
-        tu[j] = codes512(kind, pa, pa + bb);
-        block_scales(kind, pa, &tdw[2 * j], &tcw[2 * j]);
-        block_scales(kind, pa + bb, &tdw[2 * j + 1], &tcw[2 * j + 1]);
-    }
-    for (int i = 0; i < nt; i++) {
-        const int64_t t = t0 + i;
-        const int8_t *q = a->q + t * nb * 2 * ZI_QK, *q2 = q + nb * ZI_QK;
-        const float *da = a->d + t * nb, *sa = a->s + t * nb;
-        float off = 0.0f;
-        __m512 tacc = _mm512_setzero_ps();
-        int64_t k = k0;
-        for (int64_t j = 0; j < n_pairs; j++, k += 2) {
-            __m512 pp = _mm512_cvtepi32_ps(isum512(tu[j], q + k * ZI_QK, q2 + k * ZI_QK));
-            __m512 s2 = _mm512_castpd_ps(_mm512_insertf64x4(
-                _mm512_castps_pd(_mm512_set1_ps(tdw[2 * j] * da[k])),
-                _mm256_castps_pd(_mm256_set1_ps(tdw[2 * j + 1] * da[k + 1])), 1));
-            tacc = _mm512_fmadd_ps(pp, s2, tacc);
-            off += tcw[2 * j] * sa[k] + tcw[2 * j + 1] * sa[k + 1];
-        }
-        /* One horizontal sum per token and row: they cost as much as a
-         * whole group's products on short rows. */
-        float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[i], tacc), offv[i]));
-        for (; k < nb; k++)
-            tail_block(kind, w + groups * gb + (k - groups * 16) * bb, q + k * ZI_QK,
-                       q2 + k * ZI_QK, da[k], sa[k], &sum, &off);
-        out[i] = sum + off;
-    }
+/* Four bytes of an activation, broadcast to every lane. */
+static inline __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
 }
 
-static void mm_g16(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                   const zi_q8_act *a, const int8_t *ai, int n_tokens, float *y, int64_t ldy) {
-    int kind = type == ZI_TYPE_Q4_0 ? KQ4_0 : type == ZI_TYPE_Q4_1 ? KQ4_1 : KQ8_0;
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *row = w + (size_t)r * row_bytes;
-        for (int t = 0; t < n_tokens; t += 4) {
-            int nt = n_tokens - t < 4 ? n_tokens - t : 4;
-            float out[4];
-            dot_g16(kind, row, a, ai, t, nt, out);
-            for (int i = 0; i < nt; i++) y[(t + i) * ldy + r] = out[i];
+/*
+ * Products over rows in the 16-row layout (repack.h), r0 and r1 multiples
+ * of 16. For each 16 rows and up to 4 tokens at a time, every block column
+ * is decoded once (8 code chunks, the 16 scales), then per token 16
+ * vpdpbusd (both activation halves, four bytes broadcast) leave each row's
+ * integer block sum in its lane; one conversion and one FMA scale them, and
+ * the 16 lanes end as the 16 outputs. Each token's float operations are the
+ * same whatever else is in the batch.
+ */
+static void mm_r16(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                   const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+    const int kind = type == ZI_TYPE_Q4_0 ? KQ4_0 : type == ZI_TYPE_Q4_1 ? KQ4_1 : KQ8_0;
+    const int64_t nb = a->nb;
+    const size_t gb = 16 * block_bytes(kind);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int64_t R = r0 / 16; R < r1 / 16; R++) {
+        const uint8_t *base = w + (size_t)R * 16 * row_bytes;
+        for (int t0 = 0; t0 < n_tokens; t0 += 4) {
+            const int nt = n_tokens - t0 < 4 ? n_tokens - t0 : 4;
+            __m512 acc[4], offv[4];
+            for (int i = 0; i < 4; i++) acc[i] = offv[i] = _mm512_setzero_ps();
+            for (int64_t k = 0; k < nb; k++) {
+                const uint8_t *G = base + (size_t)k * gb;
+                /* The 16 rows' next columns: prefetch ahead of the stream. */
+                for (size_t off = 0; off < gb; off += 64)
+                    _mm_prefetch((const char *)(G + 8 * gb + off), _MM_HINT_T0);
+                __m512i c[8];
+                if (kind == KQ8_0) {
+                    for (int j = 0; j < 8; j++) c[j] = _mm512_loadu_si512((const void *)(G + 64 * j));
+                } else {
+                    for (int p = 0; p < 4; p++) {
+                        __m512i x = _mm512_loadu_si512((const void *)(G + 64 * p));
+                        c[2 * p] = _mm512_and_si512(x, m4);
+                        c[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+                    }
+                }
+                const uint8_t *sc = G + (kind == KQ8_0 ? 512 : 256);
+                __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
+                __m512 cw = kind == KQ4_1
+                                ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32)))
+                                : _mm512_mul_ps(dw, _mm512_set1_ps(kind == KQ4_0 ? -8.0f : -128.0f));
+                for (int i = 0; i < nt; i++) {
+                    const int64_t t = t0 + i;
+                    const int8_t *q1 = a->q + t * nb * 2 * ZI_QK + k * ZI_QK;
+                    const int8_t *q2 = q1 + nb * ZI_QK;
+                    /* Four independent chains (even/odd chunks of each half);
+                     * integer sums, so the split changes no bit. */
+                    __m512i hi0 = _mm512_setzero_si512(), hi1 = hi0, lo0 = hi0, lo1 = hi0;
+                    for (int j = 0; j < 8; j += 2) {
+                        hi0 = _mm512_dpbusd_epi32(hi0, c[j], bcast4(q1 + 4 * j));
+                        hi1 = _mm512_dpbusd_epi32(hi1, c[j + 1], bcast4(q1 + 4 * j + 4));
+                        lo0 = _mm512_dpbusd_epi32(lo0, c[j], bcast4(q2 + 4 * j));
+                        lo1 = _mm512_dpbusd_epi32(lo1, c[j + 1], bcast4(q2 + 4 * j + 4));
+                    }
+                    __m512i hi = _mm512_add_epi32(hi0, hi1), lo = _mm512_add_epi32(lo0, lo1);
+                    __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
+                    acc[i] = _mm512_fmadd_ps(p, _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t * nb + k])),
+                                             acc[i]);
+                    offv[i] = _mm512_fmadd_ps(cw, _mm512_set1_ps(a->s[t * nb + k]), offv[i]);
+                }
+            }
+            for (int i = 0; i < nt; i++)
+                _mm512_storeu_ps(y + (t0 + i) * ldy + R * 16, _mm512_add_ps(acc[i], offv[i]));
         }
     }
 }
@@ -608,7 +572,7 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .mm_bf16 = mm_bf16,
     .attend = attend,
 #if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
-    .mm_g16 = mm_g16,
+    .mm_r16 = mm_r16,
 #endif
     .dot = dot_f32,
     .axpy = axpy_f32,

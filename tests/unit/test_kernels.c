@@ -191,30 +191,29 @@ static void check_type(const zi_cpu_kernels *k, int type, int cols) {
                          zi_ggml_type_name(type), r, t, got, ref);
         }
     }
-    if (quantized && k->mm_g16 && nb >= ZI_G16) {
-        /* The 16-block group layout: the same products from repacked rows
-         * and interleaved activations, batched and one token at a time. */
-        uint8_t *w2 = malloc(rb * rows);
-        zi_g16_repack(type, w, w2, rows, nb, rb);
-        int8_t *ai = malloc((size_t)T * (nb / ZI_G16) * 1024);
-        for (int t = 0; t < T; t++) zi_g16_interleave_act(&qa, t, ai + (size_t)t * (nb / ZI_G16) * 1024);
-        float *y2 = malloc(sizeof(float) * T * rows), *y1 = malloc(sizeof(float) * T * rows);
-        k->mm_g16(type, w2, rb, 0, rows, &qa, ai, T, y2, rows);
+    if (quantized && k->mm_r16) {
+        /* The 16-row layout: the first 32 rows repacked give the same
+         * products, batched and one token at a time. */
+        const int rr = 32;
+        uint8_t *w2 = malloc(rb * rr);
+        zi_r16_repack(type, w, w2, rr, nb, rb);
+        float *y2 = malloc(sizeof(float) * T * rr), *y1 = malloc(sizeof(float) * T * rr);
+        k->mm_r16(type, w2, rb, 0, 16, &qa, T, y2, rr); /* in two row ranges */
+        k->mm_r16(type, w2, rb, 16, rr, &qa, T, y2, rr);
         for (int t = 0; t < T; t++) {
             zi_q8_act one = qa;
             one.q = qa.q + (size_t)t * cols * 2;
             one.d = qa.d + t * nb;
             one.s = qa.s + t * nb;
-            k->mm_g16(type, w2, rb, 0, rows, &one, ai + (size_t)t * (nb / ZI_G16) * 1024, 1,
-                      y1 + t * rows, rows);
+            k->mm_r16(type, w2, rb, 0, rr, &one, 1, y1 + t * rr, rr);
         }
-        assert_memory_equal(y1, y2, sizeof(float) * T * rows);
-        for (int i = 0; i < T * rows; i++)
-            if (fabsf(y2[i] - y[i]) > 1e-4f * (fabsf(y[i]) + 1.0f))
-                fail_msg("%s g16 %s: [%d] %.9g vs %.9g", k->isa, zi_ggml_type_name(type), i, y2[i],
-                         y[i]);
+        assert_memory_equal(y1, y2, sizeof(float) * T * rr);
+        for (int t = 0; t < T; t++)
+            for (int r = 0; r < rr; r++)
+                if (fabsf(y2[t * rr + r] - y[t * rows + r]) > 1e-4f * (fabsf(y[t * rows + r]) + 1.0f))
+                    fail_msg("%s r16 %s: token %d row %d: %.9g vs %.9g", k->isa,
+                             zi_ggml_type_name(type), t, r, y2[t * rr + r], y[t * rows + r]);
         free(w2);
-        free(ai);
         free(y1);
         free(y2);
     }
