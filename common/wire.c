@@ -203,3 +203,22 @@ int zi_send_backend_error(void *sock, uint64_t rid, const char *code, const char
     zi_msg_free(&m);
     return rc;
 }
+
+void *zi_backend_socket(void *zctx, const char *router, zi_error *err) {
+    void *sock = zmq_socket(zctx, ZMQ_DEALER);
+    if (!sock) {
+        zi_error_set(err, ZI_EIO, "cannot create a socket: %s", zmq_strerror(errno));
+        return NULL;
+    }
+    int linger = 0, hwm = 100000, sndtimeo = 1000;
+    zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+    if (zmq_connect(sock, router) != 0) {
+        zi_error_set(err, ZI_EINVAL, "--router %s: %s", router, zmq_strerror(errno));
+        zmq_close(sock);
+        return NULL;
+    }
+    return sock;
+}

@@ -73,6 +73,12 @@ int64_t zi_now_ms(void);
  * when the message does not start with one. */
 void zi_error_field(const char *msg, char *out, size_t cap);
 
+/* A backend's DEALER socket connected to the router at `router`: no linger,
+ * deep queues, and a 1 s send timeout, so a long-gone router cannot freeze
+ * the process (its successor asks backends to register again). NULL with err
+ * set when the address is bad. */
+void *zi_backend_socket(void *zctx, const char *router, zi_error *err);
+
 /* Backend -> router messages both backends send (docs/protocol.md): a
  * heartbeat with the backend's load, and an error ending request rid (the
  * field is taken from the message with zi_error_field). */

@@ -312,18 +312,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     void *zctx = zmq_ctx_new();
-    w.sock = zmq_socket(zctx, ZMQ_DEALER);
-    int linger = 0, hwm = 100000;
-    zmq_setsockopt(w.sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(w.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(w.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    /* With the router gone for long, a full queue must not freeze this
-     * process: a send then fails after 1 s (the requests are lost anyway;
-     * the router's successor asks us to register again). */
-    int sndtimeo = 1000;
-    zmq_setsockopt(w.sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
-    if (zmq_connect(w.sock, o.router) != 0) {
-        zi_log(&w.log, ZI_LOG_ERROR, "--router %s: %s", o.router, zmq_strerror(errno));
+    w.sock = zi_backend_socket(zctx, o.router, &err);
+    if (!w.sock) {
+        zi_log(&w.log, ZI_LOG_ERROR, "%s", err.msg);
         rc = 1;
         goto out;
     }

@@ -500,18 +500,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     void *zctx = zmq_ctx_new();
-    t.sock = zmq_socket(zctx, ZMQ_DEALER);
-    int linger = 0, hwm = 100000;
-    zmq_setsockopt(t.sock, ZMQ_LINGER, &linger, sizeof linger);
-    zmq_setsockopt(t.sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(t.sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    /* With the router gone for long, a full queue must not freeze this
-     * process: a send then fails after 1 s (the requests are lost anyway;
-     * the router's successor asks us to register again). */
-    int sndtimeo = 1000;
-    zmq_setsockopt(t.sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
-    if (zmq_connect(t.sock, router) != 0) {
-        zi_log(&t.log, ZI_LOG_ERROR, "--router %s: %s", router, zmq_strerror(errno));
+    t.sock = zi_backend_socket(zctx, router, &err);
+    if (!t.sock) {
+        zi_log(&t.log, ZI_LOG_ERROR, "%s", err.msg);
         rc = 1;
     } else {
         zi_log(&t.log, ZI_LOG_INFO, "%d tokens, %zu end-of-generation ids, context %lld; router %s",

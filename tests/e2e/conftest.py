@@ -14,6 +14,7 @@ $ZINFER_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf), ZINFER_E2E_REPORT
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,23 @@ def run_zinfer(zinfer_bin):
         return _run(zinfer_bin, args, timeout)
 
     return run
+
+
+def free_port_pair():
+    """Two consecutive free TCP ports on 127.0.0.1 (client, backend)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if p >= 65534:
+            continue
+        try:
+            with socket.socket() as s2:
+                s2.bind(("127.0.0.1", p + 1))
+            return p, p + 1
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
 
 
 def last_json(stdout):

@@ -18,7 +18,6 @@ import math
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 
@@ -27,29 +26,12 @@ import numpy as np
 import pytest
 import zmq
 
-from conftest import ZINFER_BIN, ids_arg, last_json
+from conftest import ZINFER_BIN, free_port_pair, ids_arg, last_json
 
 PROMPT = "<|im_start|>user\nName three colors.<|im_end|>\n<|im_start|>assistant\n"
 MAX_PROMPT = 256
 SLOTS = 4
 MAX_QUEUE = 8
-
-
-def free_port_pair():
-    """Two consecutive free TCP ports on 127.0.0.1 (client, backend)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p >= 65534:
-            continue
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", p + 1))
-            return p, p + 1
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
 
 
 def ids_of(v):

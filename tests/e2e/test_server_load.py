@@ -20,7 +20,6 @@ stopped in the fixtures' teardown.
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, ids_arg, last_json, load_fixture, report
+from conftest import REPO, free_port_pair, ids_arg, last_json, load_fixture, report
 
 sys.path.insert(0, str(REPO / "clients" / "python"))
 from zinfer_client import Client, decode_array  # noqa: E402
@@ -36,23 +35,6 @@ from zinfer_client import Client, decode_array  # noqa: E402
 N_CONCURRENT = 32
 MAX_NEW = 16
 CHAT = "<|im_start|>user\nName three colors.<|im_end|>\n<|im_start|>assistant\n"
-
-
-def free_port_pair():
-    """Two consecutive free TCP ports on 127.0.0.1 (client, backend)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            p = s.getsockname()[1]
-        if p >= 65534:
-            continue
-        try:
-            with socket.socket() as s2:
-                s2.bind(("127.0.0.1", p + 1))
-            return p, p + 1
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
 
 
 class Server:
