@@ -43,6 +43,8 @@ static const char USAGE_SERVE[] =
     "  --threads-per-worker K    compute threads per worker (default: CPUs / workers)\n"
     "  --slots N                 sequences per worker (default 8)\n"
     "  --ctx-size N              positions per sequence (default 1024)\n"
+    "  --batch-size N, --num-steps N\n"
+    "                            passed to zinfer-worker (see zinfer-worker --help)\n"
     "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS\n"
     "                            passed to zinfer-router (see zinfer-router --help)\n"
     "  --log-level L             debug|info|warn|error|off (default info)\n"
@@ -115,8 +117,8 @@ int zi_serve_main(int argc, char **argv) {
     zi_default_model_path(model, sizeof model);
     const char *bind = "tcp://127.0.0.1:5555", *level = "info";
     long long workers = 1, tokenizers = 1, threads = 0, slots = 8, ctx = 1024;
-    const char *router_pass[8];
-    int n_pass = 0;
+    const char *router_pass[8], *worker_pass[8];
+    int n_pass = 0, n_wpass = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -159,6 +161,10 @@ int zi_serve_main(int argc, char **argv) {
             long long x;
             rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
             if (!rc && n_pass < 8) router_pass[n_pass++] = a, router_pass[n_pass++] = v;
+        } else if (!strcmp(a, "--batch-size") || !strcmp(a, "--num-steps")) {
+            long long x;
+            rc = zi_parse_int(a, v, 1, !strcmp(a, "--num-steps") ? 64 : 1 << 16, &x, &err);
+            if (!rc && n_wpass < 8) worker_pass[n_wpass++] = a, worker_pass[n_wpass++] = v;
         } else {
             fprintf(stderr, "zinfer serve: unknown option '%s' (see zinfer serve --help)\n", a);
             return 2;
@@ -224,7 +230,9 @@ int zi_serve_main(int argc, char **argv) {
         const char *a[] = {bin[2],      "--router",    backend,   "--model", model,
                            "--threads", thr,           "--slots", sl,        "--ctx-size",
                            cx,          "--log-level", level};
-        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[j] = (char *)a[j];
+        size_t k = 0;
+        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
+        for (int j = 0; j < n_wpass; j++) c->argv[k++] = (char *)worker_pass[j];
     }
     int exit_status = 0;
     struct sigaction sa;

@@ -25,6 +25,7 @@
 #include "cpu_backend.h"
 #include "log.h"
 #include "model.h"
+#include "sampler.h"
 #include "serve.h"
 #include "tokenizer.h"
 #include "wire.h"
@@ -45,8 +46,8 @@ typedef struct opts {
     const char *prompt_ids;
     int parse_special;
     long long max_tokens;
-    double temperature;
-    long long seed;
+    double temperature, top_p, min_p, rep_pen, freq_pen, pres_pen;
+    long long seed, top_k;
     int ignore_eos;
     int json;
     /* logits */
@@ -195,14 +196,7 @@ static int prefill(const opts *o, engine *e, zi_kv_cache *kv, int slot, const in
     return rc;
 }
 
-/* ---- sampling (greedy or temperature; the full sampler is its own issue) ---- */
-
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+/* ---- sampling ---- */
 
 static int32_t argmax(const float *x, int n) {
     int32_t best = 0;
@@ -211,17 +205,20 @@ static int32_t argmax(const float *x, int n) {
     return best;
 }
 
-static int32_t sample(const float *logits, int n, double temperature, uint64_t *rng) {
-    if (temperature <= 0.0) return argmax(logits, n);
-    float mx = logits[argmax(logits, n)];
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) sum += exp((logits[i] - mx) / temperature);
-    double r = (double)(splitmix64(rng) >> 11) / 9007199254740992.0 * sum, acc = 0.0;
-    for (int i = 0; i < n; i++) {
-        acc += exp((logits[i] - mx) / temperature);
-        if (acc > r) return i;
-    }
-    return n - 1;
+/* The command line's sampling flags as the server's SamplingParams, so that
+ * `zinfer generate` and a served request with the same values and seed give
+ * the same tokens (both use the fused sampler, sampler.h). */
+static int cli_sampling_params(const opts *o, zi_sampling_params *sp, zi_error *err) {
+    zi_sampling_params_init(sp);
+    sp->temperature = o->temperature;
+    sp->top_k = (int32_t)o->top_k;
+    sp->top_p = o->top_p;
+    sp->min_p = o->min_p;
+    sp->repetition_penalty = o->rep_pen;
+    sp->frequency_penalty = o->freq_pen;
+    sp->presence_penalty = o->pres_pen;
+    sp->seed = (uint64_t)o->seed;
+    return zi_sampling_params_validate(sp, NULL, err);
 }
 
 /* ---- subcommands ---- */
@@ -264,14 +261,25 @@ static int cmd_generate(const opts *o) {
         text = malloc(text_cap);
         if (!logits || !out_ids || !text) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
     }
+    zi_sampling_params sp;
+    zi_sampler *smp = NULL;
+    if (!rc) rc = cli_sampling_params(o, &sp, &err);
+    if (!rc) rc = zi_sampler_create(&smp, n_sample, &err);
     double t0 = now_s(), t1 = t0;
     if (!rc) rc = prefill(o, &e, kv, 0, ids, n, logits, NULL, &err);
     t1 = now_s();
-    uint64_t rng = (uint64_t)o->seed;
     zi_detok dt;
     zi_detok_init(&dt);
     for (long long i = 0; !rc && i < o->max_tokens; i++) {
-        int32_t tok = sample(logits, n_sample, o->temperature, &rng);
+        zi_sampler_row row = {.logits = logits,
+                              .params = &sp,
+                              .prompt_ids = ids,
+                              .n_prompt = n,
+                              .generated_ids = out_ids,
+                              .n_generated = n_out,
+                              .step = n_out};
+        int32_t tok = 0;
+        if ((rc = zi_sampler_sample(smp, &row, 1, &tok, &err))) break;
         if (!o->ignore_eos && zi_tokenizer_is_eog(e.tok, tok)) {
             reason = "end_of_sequence";
             break;
@@ -330,6 +338,7 @@ static int cmd_generate(const opts *o) {
     free(out_ids);
     free(logits);
     free(text);
+    zi_sampler_destroy(smp);
     zi_kv_cache_free(kv);
     engine_free(&e);
     return rc ? fail(&err) : 0;
@@ -473,6 +482,54 @@ static int cmd_tokenize(const opts *o, int decode) {
     return rc;
 }
 
+/* Times zi_sampler_sample over the S rows of logits (ms per call, median
+ * of 15): out[0] with typical settings, out[1] with top_p over the whole
+ * vocabulary. last holds a token per row, used as a fake output history. */
+static int bench_sampling(int S, int V, const float *logits, const int32_t *last,
+                          long long n_hist, double out[2], zi_error *err) {
+    zi_sampler *smp = NULL;
+    int rc = zi_sampler_create(&smp, V, err);
+    zi_sampler_row *rows = calloc((size_t)S, sizeof *rows);
+    int32_t *hist = malloc((size_t)S * (size_t)n_hist * sizeof *hist);
+    int32_t *toks = malloc((size_t)S * sizeof *toks);
+    if (!rc && (!rows || !hist || !toks)) rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+    zi_sampling_params sp[2];
+    zi_sampling_params_init(&sp[0]);
+    zi_sampling_params_init(&sp[1]);
+    sp[0].temperature = 0.8, sp[0].top_k = 40, sp[0].top_p = 0.95, sp[0].min_p = 0.05;
+    sp[0].repetition_penalty = 1.1, sp[0].presence_penalty = 0.5;
+    sp[1].temperature = 1.0, sp[1].top_k = 0, sp[1].top_p = 0.9;
+    for (int k = 0; !rc && k < 2; k++) {
+        for (int s = 0; s < S; s++) {
+            for (long long i = 0; i < n_hist; i++)
+                hist[(size_t)s * n_hist + i] = (int32_t)((last[s] + i * 7919) % V);
+            rows[s] = (zi_sampler_row){.logits = logits + (size_t)s * V,
+                                       .params = &sp[k],
+                                       .generated_ids = hist + (size_t)s * n_hist,
+                                       .n_generated = (size_t)n_hist,
+                                       .step = (uint64_t)n_hist};
+        }
+        double t[15];
+        for (int r = 0; r < 15 && !rc; r++) {
+            double a = now_s();
+            rc = zi_sampler_sample(smp, rows, (size_t)S, toks, err);
+            t[r] = (now_s() - a) * 1e3;
+        }
+        for (int i = 1; i < 15; i++) /* insertion sort for the median */
+            for (int j = i; j > 0 && t[j] < t[j - 1]; j--) {
+                double x = t[j];
+                t[j] = t[j - 1];
+                t[j - 1] = x;
+            }
+        out[k] = t[7];
+    }
+    free(rows);
+    free(hist);
+    free(toks);
+    zi_sampler_destroy(smp);
+    return rc;
+}
+
 static int cmd_bench(const opts *o) {
     zi_error err = {0};
     engine e;
@@ -492,8 +549,8 @@ static int cmd_bench(const opts *o) {
                  : ZI_OK;
     if (!rc) rc = zi_kv_cache_create(e.model, S, ctx, &kv, &err);
     /* A fixed pseudo-random prompt, the same on every run. */
-    uint64_t rng = 12345;
-    for (size_t i = 0; !rc && i < P; i++) ids[i] = (int32_t)(splitmix64(&rng) % (uint64_t)V);
+    for (size_t i = 0; !rc && i < P; i++)
+        ids[i] = (int32_t)(zi_sampler_uniform(12345, i) * (double)V);
     /* Warm-up: touch the weights and start the threads. */
     if (!rc) rc = prefill(o, &e, kv, 0, ids, P < 16 ? P : 16, logits, NULL, &err);
     double t0 = now_s();
@@ -512,6 +569,12 @@ static int cmd_bench(const opts *o) {
         rc = zi_model_forward(e.model, kv, &b, logits, &err);
     }
     double t2 = now_s();
+    /* The fused sampler's cost per step over the S rows of the last step,
+     * as a share of a decode step: a typical filter chain with penalties,
+     * and the worst case, top_p over the whole vocabulary. */
+    double samp_ms[2] = {0, 0};
+    if (!rc && o->gen_tokens > 0) rc = bench_sampling(S, V, logits, tok, o->gen_tokens, samp_ms, &err);
+    double step_ms = o->gen_tokens > 0 ? (t2 - t1) * 1e3 / (double)o->gen_tokens : 0;
     if (!rc) {
         double pf = (double)P * S / (t1 - t0), dc = (double)o->gen_tokens * S / (t2 - t1);
         if (o->json) {
@@ -523,12 +586,19 @@ static int cmd_bench(const opts *o) {
             json_object_set_new(j, "streams", json_integer(S));
             json_object_set_new(j, "threads", json_integer(zi_cpu_backend_threads(e.be)));
             json_object_set_new(j, "isa", json_string(zi_cpu_backend_isa(e.be)));
+            json_object_set_new(j, "decode_step_ms", json_real(step_ms));
+            json_object_set_new(j, "sample_ms_typical", json_real(samp_ms[0]));
+            json_object_set_new(j, "sample_ms_full_vocab", json_real(samp_ms[1]));
             print_json_line(j);
             json_decref(j);
         } else {
             printf("prefill: %zu tokens in %.3f s = %.1f tok/s\n", P, t1 - t0, pf);
             printf("decode:  %d x %lld tokens in %.3f s = %.1f tok/s\n", S, o->gen_tokens, t2 - t1,
                    dc);
+            printf("sampling %d rows: %.3f ms typical (top_k 40, top_p 0.95, min_p 0.05, "
+                   "penalties), %.3f ms top_p 0.9 over the whole vocabulary; a decode step "
+                   "takes %.3f ms\n",
+                   S, samp_ms[0], samp_ms[1], step_ms);
         }
     }
     free(ids);
@@ -573,8 +643,15 @@ static const char *USAGE_GENERATE =
     "  --no-parse-special   treat special-token text in --prompt as plain text\n"
     "  --prompt-ids LIST    the prompt as comma-separated token ids\n"
     "  --max-tokens N       tokens to generate (default 128)\n"
-    "  --temperature T      0 = greedy (default 0)\n"
-    "  --seed N             seed for sampling when T > 0 (default 0)\n"
+    "  --temperature T      0 = greedy (default 0); then the filters below, in order\n"
+    "  --top-k K            keep the K most probable tokens (default 0: off)\n"
+    "  --top-p P            keep the smallest set with probability >= P (default 1: off)\n"
+    "  --min-p P            drop tokens below P x the top probability (default 0: off)\n"
+    "  --repeat-penalty R   CTRL repetition penalty over prompt and output (default 1: off)\n"
+    "  --frequency-penalty F, --presence-penalty P\n"
+    "                       OpenAI penalties over the output (default 0: off)\n"
+    "  --seed N             seed of the draw (default 0); the same seed and values give\n"
+    "                       the same tokens as a served request (docs/sampling.md)\n"
     "  --ignore-eos         do not stop at end-of-sequence tokens\n"
     "  --json               print, as the last line, a JSON object with prompt_token_ids,\n"
     "                       token_ids, text, finish_reason (instead of streaming text)\n"
@@ -640,6 +717,18 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
             if (!(rc = zi_parse_int(a, v, 0, 1000000, &iv, &err))) o->max_tokens = iv;
         } else if (!strcmp(a, "--temperature")) {
             if (!(rc = zi_parse_float(a, v, 0.0, 100.0, &dv, &err))) o->temperature = dv;
+        } else if (!strcmp(a, "--top-k")) {
+            if (!(rc = zi_parse_int(a, v, -1, 1 << 30, &iv, &err))) o->top_k = iv;
+        } else if (!strcmp(a, "--top-p")) {
+            if (!(rc = zi_parse_float(a, v, 1e-9, 1.0, &dv, &err))) o->top_p = dv;
+        } else if (!strcmp(a, "--min-p")) {
+            if (!(rc = zi_parse_float(a, v, 0.0, 1.0, &dv, &err))) o->min_p = dv;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            if (!(rc = zi_parse_float(a, v, 1e-6, 1e6, &dv, &err))) o->rep_pen = dv;
+        } else if (!strcmp(a, "--frequency-penalty")) {
+            if (!(rc = zi_parse_float(a, v, -2.0, 2.0, &dv, &err))) o->freq_pen = dv;
+        } else if (!strcmp(a, "--presence-penalty")) {
+            if (!(rc = zi_parse_float(a, v, -2.0, 2.0, &dv, &err))) o->pres_pen = dv;
         } else if (!strcmp(a, "--seed")) {
             if (!(rc = zi_parse_int(a, v, 0, INT64_MAX, &iv, &err))) o->seed = iv;
         } else if (!strcmp(a, "--out")) {
@@ -676,6 +765,8 @@ int main(int argc, char **argv) {
     zi_default_model_path(o.model, sizeof o.model);
     o.batch = 512;
     o.max_tokens = 128;
+    o.top_p = 1.0;
+    o.rep_pen = 1.0;
     o.prompt_tokens = 512;
     o.gen_tokens = 128;
     o.streams = 1;

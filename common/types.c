@@ -794,6 +794,23 @@ drop:
     return rc;
 }
 
+int zi_text_context_set_prompt_logprobs(zi_text_context *ctx, int64_t idx, zi_logprobs *lp,
+                                        zi_error *err) {
+    int rc = ctx_ready(ctx, "set_prompt_logprobs", err);
+    if (!rc && (idx < 1 || idx >= ctx->prompt_len))
+        rc = zi_error_set(err, ZI_ERANGE,
+                          "set_prompt_logprobs: index %lld is not a prompt token after the first "
+                          "(1..%lld)",
+                          (long long)idx, (long long)ctx->prompt_len - 1);
+    if (rc) {
+        free_lp(lp);
+        return rc;
+    }
+    free_lp(ctx->lp_data[idx]);
+    ctx->lp_data[idx] = lp;
+    return ZI_OK;
+}
+
 int zi_text_context_jump_ahead(zi_text_context *ctx, int32_t token, zi_error *err) {
     int rc = ctx_ready(ctx, "jump_ahead", err);
     if (rc) return rc;

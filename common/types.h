@@ -388,6 +388,11 @@ int zi_text_context_limit_active(zi_text_context *ctx, int64_t max_tokens, zi_er
  * Errors: a done context, an empty active window, a negative token id.
  */
 int zi_text_context_update(zi_text_context *ctx, int32_t token, zi_logprobs *lp, zi_error *err);
+/* echo: stores lp (consumed, may be NULL) as the log probability of prompt
+ * token idx given the tokens before it, 1 <= idx < prompt_len (token 0 has
+ * no prediction). ZI_ERANGE for another index. */
+int zi_text_context_set_prompt_logprobs(zi_text_context *ctx, int64_t idx, zi_logprobs *lp,
+                                        zi_error *err);
 /* Appends a token that the model must also be fed next step (structured
  * output's forced tokens): written at end_idx, active_idx and end_idx + 1,
  * start_idx unchanged, returned to the user (completion_end_idx + 1); the

@@ -11,10 +11,19 @@
  * and continue in the next step, so long prompts never stall the decodes
  * running beside them.
  *
- * Sampling here is greedy (argmax) only: contexts whose sampling parameters
- * ask for anything else are refused with ZI_EUNSUPPORTED until the fused
- * sampling processor exists. Outputs do not depend on batch composition:
- * the kernels give a token the same bits alone or batched.
+ * Each context's token is chosen by the fused sampling processor
+ * (sampler.h) with the context's own sampling parameters, penalties over
+ * its prompt and generated tokens, the min_new_tokens EOS mask, and a draw
+ * seeded by (sampling_params.seed, tokens generated so far). Outputs do not
+ * depend on batch composition: the kernels give a token the same bits alone
+ * or batched, and the draw is counter based, so a seeded request repeats
+ * exactly whatever runs beside it.
+ *
+ * Log probabilities (ctx->log_probabilities > 0) come from the raw logits
+ * and are recorded with each token (zi_text_context_update); with
+ * log_probabilities_echo the prompt's tokens 1..prompt_len-1 get theirs too
+ * (zi_text_context_set_prompt_logprobs), which keeps the logits of every
+ * prompt position for those windows.
  */
 #ifndef ZI_GENERATOR_H
 #define ZI_GENERATOR_H
@@ -46,7 +55,9 @@ void zi_generator_free(zi_generator *g);
  * its active window (cut to the step's remaining budget; a context that gets
  * no budget waits for the next step), samples the next token from the
  * window's last position and records it with zi_text_context_update. The
- * loop ends early when every context is done. On error the contexts are
+ * loop ends early when every context is done; a context that finishes
+ * (EOS, a stop token id, maximum length) is not fed again, so num_steps > 1
+ * checks the stop conditions after every token. On error the contexts are
  * left as the last completed step left them.
  */
 int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size_t n,

@@ -7,14 +7,14 @@
  * then runs the generator loop:
  *
  *   take new contexts and cancellations from the router (non-blocking while
- *   anything is running, 100 ms otherwise) -> one generator step over every
- *   live context (one batched forward pass: continuous batching) -> send each
- *   request's new token ids (and its final status) -> release finished
- *   contexts -> heartbeat once a second.
+ *   anything is running, 100 ms otherwise) -> --num-steps generator steps
+ *   over every live context (each one batched forward pass: continuous
+ *   batching) -> send each request's new token ids, log probabilities and
+ *   final status -> release finished contexts -> heartbeat once a second.
  *
  * The router never sends more contexts than the worker has slots; a context
- * that arrives anyway, or that the generator cannot run (non-greedy
- * sampling, too long for a slot), is answered with an "error" message for
+ * that arrives anyway, or that the generator cannot run (bad sampling
+ * parameters, too long for a slot), is answered with an "error" message for
  * that request alone, so one bad request never stops the batch. Messages are
  * described in docs/protocol.md.
  */
@@ -47,6 +47,9 @@ static const char USAGE[] =
     "  --slots N          sequences generated at once (default 8)\n"
     "  --ctx-size N       positions per sequence (default 1024, at most the model's)\n"
     "  --batch-size N     tokens per forward pass (default 256)\n"
+    "  --num-steps N      decode steps per scheduling round (default 1): more\n"
+    "                     means fewer trips through the message loop, but new\n"
+    "                     requests and cancellations wait up to N steps\n"
     "  --log-level L      debug|info|warn|error|off (default info)\n"
     "  -h, --help         this text\n";
 
@@ -59,6 +62,7 @@ static void on_signal(int sig) {
 typedef struct live_ctx {
     uint64_t rid;
     zi_text_context ctx;
+    bool echo_sent; /* the prompt's ids (and log probabilities) went out */
 } live_ctx;
 
 typedef struct worker {
@@ -103,20 +107,6 @@ static void drop_all(worker *w) {
     while (w->n_live > 0) drop_live(w, w->n_live - 1);
 }
 
-/* Only greedy decoding exists so far (generator.h); refuse the rest per
- * request instead of failing the whole batch. */
-static int check_greedy(const zi_sampling_params *sp, zi_error *err) {
-    if (!(sp->top_k == 1 || sp->temperature == 0.0))
-        return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "sampling_params.temperature: only greedy decoding (temperature 0 "
-                            "or top_k 1) is implemented so far");
-    if (sp->frequency_penalty != 0.0 || sp->presence_penalty != 0.0 ||
-        sp->repetition_penalty != 1.0)
-        return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "sampling_params: penalties are not implemented yet");
-    return ZI_OK;
-}
-
 static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
     zi_error err = {0};
     const msgpack_object *c = zi_map_get(o, "context");
@@ -126,6 +116,7 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
     }
     live_ctx *l = &w->live[w->n_live];
     l->rid = rid;
+    l->echo_sent = false;
     zi_codec_limits lim = zi_codec_limits_default();
     if (!c) {
         send_error(w, rid, "internal", "context: missing in start message");
@@ -135,13 +126,13 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
         send_error(w, rid, "internal", err.msg);
         return;
     }
-    int rc = check_greedy(&l->ctx.sampling_params, &err);
+    int rc = zi_sampling_params_validate(&l->ctx.sampling_params, "sampling_params", &err);
     if (!rc && l->ctx.end_idx >= w->ctx_size)
         rc = zi_error_set(&err, ZI_ERANGE,
                           "prompt: %lld tokens leave no room in this worker's context of %d",
                           (long long)l->ctx.end_idx, w->ctx_size);
     if (rc) {
-        send_error(w, rid, rc == ZI_EUNSUPPORTED ? "unsupported" : "invalid_request", err.msg);
+        send_error(w, rid, "invalid_request", err.msg);
         zi_text_context_free(&l->ctx);
         return;
     }
@@ -183,26 +174,66 @@ static void on_message(worker *w, const void *buf, size_t len) {
     msgpack_unpacked_destroy(&u);
 }
 
-/* Sends what the last step produced for each live context; drops the
+/* Gathers the single-position log probabilities stored at [first,
+ * first + count) of ctx into out; false when one is missing. */
+static bool gather_logprobs(const zi_text_context *c, int64_t first, int64_t count,
+                            zi_logprobs *out) {
+    zi_logprobs_init(out);
+    for (int64_t i = first; i < first + count; i++) {
+        const zi_logprobs *lp = c->lp_data[i];
+        if (!lp || lp->n != 1 ||
+            zi_logprobs_push(out, lp->token_logprobs[0], lp->top[0].ids, lp->top[0].logprobs,
+                             lp->top[0].n, NULL) != ZI_OK) {
+            zi_logprobs_free(out);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Sends what the last steps produced for each live context; drops the
  * finished ones. The token that ended a sequence by EOS or a stop token id
- * is not part of the completion (as `zinfer generate` does). */
+ * is not part of the completion (as `zinfer generate` does), nor are its log
+ * probabilities. The first message of an echo request also carries the
+ * prompt's ids and, with logprobs, the prompt's log probabilities. */
 static void send_outputs(worker *w) {
     for (int i = 0; i < w->n_live;) {
-        zi_text_context *c = &w->live[i].ctx;
+        live_ctx *l = &w->live[i];
+        zi_text_context *c = &l->ctx;
         int64_t first, count;
         zi_text_context_take_outstanding(c, &first, &count);
         bool done = zi_text_context_is_done(c);
         if (done && count > 0 && (c->status == ZI_GEN_END_OF_SEQUENCE || c->status == ZI_GEN_STOP))
             count--;
         if (count > 0 || done) {
+            zi_logprobs lp, plp;
+            bool has_lp = c->log_probabilities > 0 && gather_logprobs(c, first, count, &lp);
+            bool echo = c->log_probabilities_echo && !l->echo_sent;
+            bool has_plp = echo && c->log_probabilities > 0 &&
+                           gather_logprobs(c, 1, c->prompt_len - 1, &plp);
             zi_msg m;
             zi_msg_init(&m);
-            msgpack_pack_map(&m.pk, 4);
+            msgpack_pack_map(&m.pk, 4 + has_lp + echo + has_plp);
             zi_pack_kv_str(&m.pk, "type", "tokens");
-            zi_pack_kv_int(&m.pk, "rid", (int64_t)w->live[i].rid);
+            zi_pack_kv_int(&m.pk, "rid", (int64_t)l->rid);
             zi_pack_str(&m.pk, "token_ids");
             zi_codec_pack_tokens(&m.pk, c->tokens + first, (size_t)count, NULL);
             zi_pack_kv_str(&m.pk, "status", zi_gen_status_name(c->status));
+            if (has_lp) {
+                zi_pack_str(&m.pk, "logprobs");
+                zi_codec_pack_logprobs(&m.pk, &lp, NULL);
+                zi_logprobs_free(&lp);
+            }
+            if (echo) {
+                zi_pack_str(&m.pk, "prompt_token_ids");
+                zi_codec_pack_tokens(&m.pk, c->tokens, (size_t)c->prompt_len, NULL);
+                l->echo_sent = true;
+            }
+            if (has_plp) {
+                zi_pack_str(&m.pk, "prompt_logprobs");
+                zi_codec_pack_logprobs(&m.pk, &plp, NULL);
+                zi_logprobs_free(&plp);
+            }
             zi_send_msg(w->sock, NULL, 0, false, &m);
             zi_msg_free(&m);
         }
@@ -216,7 +247,7 @@ static void send_outputs(worker *w) {
 typedef struct wopts {
     char model[4096];
     const char *router;
-    long long threads, slots, ctx, batch;
+    long long threads, slots, ctx, batch, steps;
     int log_level;
 } wopts;
 
@@ -248,6 +279,8 @@ static int parse_args(int argc, char **argv, wopts *o) {
             rc = zi_parse_int(a, v, 16, 1 << 20, &o->ctx, &err);
         else if (!strcmp(a, "--batch-size"))
             rc = zi_parse_int(a, v, 1, 1 << 16, &o->batch, &err);
+        else if (!strcmp(a, "--num-steps"))
+            rc = zi_parse_int(a, v, 1, 64, &o->steps, &err);
         else if (!strcmp(a, "--log-level")) {
             o->log_level = zi_log_level_parse(v);
             if (o->log_level < 0)
@@ -270,6 +303,7 @@ int main(int argc, char **argv) {
                .slots = 8,
                .ctx = 1024,
                .batch = 256,
+               .steps = 1,
                .log_level = ZI_LOG_INFO};
     zi_default_model_path(o.model, sizeof o.model);
     int rc = parse_args(argc, argv, &o);
@@ -353,7 +387,7 @@ int main(int argc, char **argv) {
         }
         if (w.n_live == 0) continue;
         for (int i = 0; i < w.n_live; i++) batch[i] = &w.live[i].ctx;
-        if (zi_generator_next_token(w.gen, batch, (size_t)w.n_live, 1, &err)) {
+        if (zi_generator_next_token(w.gen, batch, (size_t)w.n_live, (int)o.steps, &err)) {
             /* A failure of the step itself (not of one request): every
              * request in it ends with an error, the worker keeps serving. */
             zi_log(&w.log, ZI_LOG_ERROR, "step failed: %s", err.msg);

@@ -97,6 +97,12 @@ typedef struct rreq {
     size_t text_len;
     char *start_msg; /* the worker's "start" message while queued */
     size_t start_len;
+    /* Not streamed: what the final frame carries besides the text. */
+    zi_logprobs lp; /* the completion's log probabilities, when asked for */
+    bool has_lp;
+    char *echo; /* packed "prompt_token_ids"/"prompt_logprobs" pairs */
+    size_t echo_len;
+    int echo_keys;
 } rreq;
 
 typedef struct router {
@@ -225,6 +231,8 @@ static void end_request(router *rt, rreq *r) {
     free(r->id);
     free(r->text);
     free(r->start_msg);
+    zi_logprobs_free(&r->lp);
+    free(r->echo);
     free(r);
 }
 
@@ -237,14 +245,21 @@ static void fail_request(router *rt, rreq *r, const char *code, const char *msg,
 static void send_final(router *rt, rreq *r, const char *status) {
     zi_msg m;
     zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, r->stream ? 4 : 5);
+    msgpack_pack_map(&m.pk, r->stream ? 4 : 5 + r->has_lp + r->echo_keys);
     pack_header(&m.pk, r, "final");
     zi_pack_kv_str(&m.pk, "status", status);
     zi_pack_str(&m.pk, "usage");
     msgpack_pack_map(&m.pk, 2);
     zi_pack_kv_int(&m.pk, "prompt_tokens", r->prompt_tokens);
     zi_pack_kv_int(&m.pk, "completion_tokens", r->completion_tokens);
-    if (!r->stream) zi_pack_kv_strn(&m.pk, "text", r->text ? r->text : "", r->text_len);
+    if (!r->stream) {
+        zi_pack_kv_strn(&m.pk, "text", r->text ? r->text : "", r->text_len);
+        if (r->has_lp) {
+            zi_pack_str(&m.pk, "logprobs");
+            zi_codec_pack_logprobs(&m.pk, &r->lp, NULL);
+        }
+        if (r->echo_len) msgpack_sbuffer_write(&m.sb, r->echo, r->echo_len);
+    }
     to_client(rt, r, &m);
     zi_msg_free(&m);
     end_request(rt, r);
@@ -332,6 +347,7 @@ static rreq *new_request(router *rt, const client_ctx *c, int kind) {
     r->kind = kind;
     r->tok = r->wrk = -1;
     r->stream = true;
+    zi_logprobs_init(&r->lp);
     if (zi_req_table_put(&rt->reqs, r->rid, r, NULL) != ZI_OK) {
         free(r->id);
         free(r);
@@ -356,13 +372,7 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     }
     char msg[256];
     const char *code = NULL, *field = NULL;
-    if (req.logprobs > 0) {
-        code = "unsupported", field = "logprobs";
-        snprintf(msg, sizeof msg, "logprobs: log probabilities are not implemented yet");
-    } else if (req.echo) {
-        code = "unsupported", field = "echo";
-        snprintf(msg, sizeof msg, "echo: echoing the prompt is not implemented yet");
-    } else if (req.sampling_params.max_new_tokens > rt->max_new) {
+    if (req.sampling_params.max_new_tokens > rt->max_new) {
         code = "invalid_request", field = "sampling_params.max_new_tokens";
         snprintf(msg, sizeof msg,
                  "sampling_params.max_new_tokens: %lld exceeds this server's "
@@ -729,18 +739,64 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
         r->state = RS_DECODING;
         rt->be[b].assigned--;
     }
+    /* Log probabilities and the echoed prompt ride along through the
+     * tokenizer, so they reach the client in the same frame as their text. */
+    static const char *const extra[] = {"logprobs", "prompt_token_ids", "prompt_logprobs"};
+    const msgpack_object *ev[3];
+    int n_extra = 0;
+    for (int i = 0; i < 3; i++) n_extra += (ev[i] = zi_map_get(o, extra[i])) != NULL;
     zi_msg m;
     zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 4);
+    msgpack_pack_map(&m.pk, 4 + n_extra);
     zi_pack_kv_str(&m.pk, "type", "decode");
     zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
     zi_pack_str(&m.pk, "token_ids");
     msgpack_pack_object(&m.pk, *ids);
     zi_pack_str(&m.pk, "status");
     msgpack_pack_object(&m.pk, *st);
+    for (int i = 0; i < 3; i++)
+        if (ev[i]) {
+            zi_pack_str(&m.pk, extra[i]);
+            msgpack_pack_object(&m.pk, *ev[i]);
+        }
     to_backend(rt, r->tok, &m);
     zi_msg_free(&m);
     if (r->worker_done) dispatch(rt);
+}
+
+/* Not streamed: appends a decoded message's log probabilities to the
+ * request's and keeps the echoed prompt (ev: logprobs, prompt_token_ids,
+ * prompt_logprobs; each may be NULL) for the final frame. */
+static int keep_extras(rreq *r, const msgpack_object *const *ev) {
+    zi_codec_limits lim = zi_codec_limits_default();
+    if (ev[0]) {
+        zi_logprobs lp;
+        if (zi_codec_decode_logprobs(ev[0], &lim, "logprobs", &lp, NULL) == ZI_OK) {
+            int rc = ZI_OK;
+            for (size_t i = 0; i < lp.n && !rc; i++)
+                rc = zi_logprobs_push(&r->lp, lp.token_logprobs[i], lp.top[i].ids,
+                                      lp.top[i].logprobs, lp.top[i].n, NULL);
+            zi_logprobs_free(&lp);
+            if (rc) return rc;
+            r->has_lp = true;
+        }
+    }
+    if ((ev[1] || ev[2]) && !r->echo) {
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        for (int i = 1; i < 3; i++)
+            if (ev[i]) {
+                zi_pack_str(&pk, i == 1 ? "prompt_token_ids" : "prompt_logprobs");
+                msgpack_pack_object(&pk, *ev[i]);
+                r->echo_keys++;
+            }
+        r->echo_len = sb.size;
+        r->echo = msgpack_sbuffer_release(&sb);
+        if (!r->echo) return ZI_ENOMEM;
+    }
+    return ZI_OK;
 }
 
 static void on_decoded(router *rt, int b, const msgpack_object *o) {
@@ -759,21 +815,34 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                    (ids->type == MSGPACK_OBJECT_MAP && zi_map_get(ids, "data") &&
                     zi_map_get(ids, "data")->type == MSGPACK_OBJECT_BIN &&
                     zi_map_get(ids, "data")->via.bin.size > 0);
-    if (r->stream && (text->via.str.size > 0 || has_ids)) {
+    static const char *const extra[] = {"logprobs", "prompt_token_ids", "prompt_logprobs"};
+    const msgpack_object *ev[3];
+    int n_extra = 0;
+    for (int i = 0; i < 3; i++) n_extra += (ev[i] = zi_map_get(o, extra[i])) != NULL;
+    if (r->stream && (text->via.str.size > 0 || has_ids || n_extra)) {
         zi_msg m;
         zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 4);
+        msgpack_pack_map(&m.pk, 4 + n_extra);
         pack_header(&m.pk, r, "chunk");
         zi_pack_kv_strn(&m.pk, "text", text->via.str.ptr, text->via.str.size);
         zi_pack_str(&m.pk, "token_ids");
         msgpack_pack_object(&m.pk, *ids);
+        for (int i = 0; i < 3; i++)
+            if (ev[i]) {
+                zi_pack_str(&m.pk, extra[i]);
+                msgpack_pack_object(&m.pk, *ev[i]);
+            }
         bool ok = to_client(rt, r, &m);
         zi_msg_free(&m);
         if (!ok) {
             end_request(rt, r);
             return;
         }
-    } else if (!r->stream && text->via.str.size > 0) {
+    } else if (!r->stream && n_extra && keep_extras(r, ev) != ZI_OK) {
+        fail_request(rt, r, "internal", "out of memory for log probabilities", NULL);
+        return;
+    }
+    if (!r->stream && text->via.str.size > 0) {
         char *p = realloc(r->text, r->text_len + text->via.str.size + 1);
         if (!p) {
             fail_request(rt, r, "internal", "out of memory for the completion text", NULL);

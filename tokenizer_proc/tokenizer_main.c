@@ -197,6 +197,10 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     if (!rc) rc = zi_text_context_init(&ctx, ids, n, max_length, &r.sampling_params, &err);
     if (!rc) rc = zi_text_context_set_eos(&ctx, t->eog.v, t->eog.n, &err);
     if (!rc) {
+        ctx.log_probabilities = r.logprobs;
+        ctx.log_probabilities_echo = r.echo;
+    }
+    if (!rc) {
         char rs[32];
         int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);
         rc = zi_string_set(&ctx.request_id, rs, (size_t)len, &err);
@@ -307,9 +311,44 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         drop_state(t, rid);
     } else {
         if (stopped) status = ZI_GEN_STOP;
+        /* Log probabilities and the echoed prompt pass through to the
+         * router; the log probabilities of tokens cut by a stop string go. */
+        const msgpack_object *lpo = zi_map_get(o, "logprobs");
+        const msgpack_object *pids = zi_map_get(o, "prompt_token_ids");
+        const msgpack_object *plp = zi_map_get(o, "prompt_logprobs");
+        zi_logprobs cut;
+        zi_logprobs_init(&cut);
+        bool use_cut = false;
+        if (lpo && stopped && used < n) {
+            zi_logprobs all;
+            if (zi_codec_decode_logprobs(lpo, &lim, "logprobs", &all, NULL) == ZI_OK) {
+                use_cut = true;
+                for (size_t i = 0; i < used && i < all.n && use_cut; i++)
+                    use_cut = zi_logprobs_push(&cut, all.token_logprobs[i], all.top[i].ids,
+                                               all.top[i].logprobs, all.top[i].n, NULL) == ZI_OK;
+                zi_logprobs_free(&all);
+            }
+            if (!use_cut) lpo = NULL;
+        }
         zi_msg m;
         zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 5);
+        msgpack_pack_map(&m.pk, 5 + (lpo != NULL) + (pids != NULL) + (plp != NULL));
+        if (lpo) {
+            zi_pack_str(&m.pk, "logprobs");
+            if (use_cut)
+                zi_codec_pack_logprobs(&m.pk, &cut, NULL);
+            else
+                msgpack_pack_object(&m.pk, *lpo);
+        }
+        zi_logprobs_free(&cut);
+        if (pids) {
+            zi_pack_str(&m.pk, "prompt_token_ids");
+            msgpack_pack_object(&m.pk, *pids);
+        }
+        if (plp) {
+            zi_pack_str(&m.pk, "prompt_logprobs");
+            msgpack_pack_object(&m.pk, *plp);
+        }
         zi_pack_kv_str(&m.pk, "type", "decoded");
         zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
         /* Only a flush at the end can leave a partial character. */

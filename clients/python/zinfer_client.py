@@ -42,6 +42,15 @@ def decode_array(obj, as_numpy=False):
     return list(obj) if obj is not None else []
 
 
+def decode_logprobs(obj):
+    """A LogProbabilities map as {"token_log_probabilities": [float],
+    "top_log_probabilities": [{token_id: log_prob}]}."""
+    if obj is None:
+        return None
+    return {"token_log_probabilities": decode_array(obj["token_log_probabilities"]),
+            "top_log_probabilities": [dict(m) for m in obj["top_log_probabilities"]]}
+
+
 class ZinferError(Exception):
     """An "error" reply: .code ("invalid_request", "overloaded", ...), .field."""
 
@@ -86,7 +95,7 @@ class Client:
     def _recv_one(self):
         if not self.sock.poll(self.timeout_ms):
             raise TimeoutError("no reply from the router within the timeout")
-        return msgpack.unpackb(self.sock.recv(), raw=False)
+        return msgpack.unpackb(self.sock.recv(), raw=False, strict_map_key=False)
 
     def next_reply(self, rid):
         """The next reply for request rid (buffering others' replies)."""
@@ -101,8 +110,12 @@ class Client:
         """Yields rid's replies until its final or error frame (inclusive)."""
         while True:
             ev = self.next_reply(rid)
-            if "token_ids" in ev:
-                ev["token_ids"] = decode_array(ev["token_ids"])
+            for key in ("token_ids", "prompt_token_ids"):
+                if key in ev:
+                    ev[key] = decode_array(ev[key])
+            for key in ("logprobs", "prompt_logprobs"):
+                if key in ev:
+                    ev[key] = decode_logprobs(ev[key])
             yield ev
             if ev.get("event") in ("final", "error"):
                 self._pending.pop(rid, None)
@@ -122,18 +135,33 @@ class Client:
 
     def complete(self, prompt=None, messages=None, sampling_params=None, **extra):
         """Runs one request to the end: (text, token_ids, final frame).
-        Raises ZinferError on an error frame."""
+        With logprobs (and echo) asked for, the final frame also gets the
+        whole completion's "logprobs" (and "prompt_token_ids",
+        "prompt_logprobs"), gathered from the chunks. Raises ZinferError on
+        an error frame."""
         text, ids, final = [], [], None
+        lps = {"token_log_probabilities": [], "top_log_probabilities": []}
+        seen_lp, echoed = False, {}
         for ev in self.generate(prompt, messages, sampling_params, **extra):
             if ev["event"] == "chunk":
                 text.append(ev.get("text", ""))
                 ids.extend(ev.get("token_ids", []))
+                if ev.get("logprobs"):
+                    seen_lp = True
+                    for k in lps:
+                        lps[k].extend(ev["logprobs"][k])
+                for k in ("prompt_token_ids", "prompt_logprobs"):
+                    if k in ev:
+                        echoed[k] = ev[k]
             elif ev["event"] == "error":
                 raise ZinferError(ev)
             else:
                 final = ev
                 if ev.get("text"):
                     text.append(ev["text"])
+        if seen_lp:
+            final["logprobs"] = lps
+        final.update(echoed)
         return "".join(text), ids, final
 
     def cancel(self, rid):

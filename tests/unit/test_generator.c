@@ -1,7 +1,9 @@
 /*
  * test_generator.c - continuous batching over the real model.
  *
- * Every prompt generated alone must give exactly the tokens it gets when it
+ * Every prompt generated alone (greedy, or sampled with a seed and
+ * penalties; one with echoed log probabilities) must give exactly the tokens
+ * and log probabilities it gets when it
  * shares steps with others that join and leave at different times, under a
  * step budget small enough to force chunked prefill. Needs the default model
  * ($ZINFER_MODEL or the downloaded one); skipped without it.
@@ -25,6 +27,7 @@
 
 #define N_PROMPTS 5
 #define GEN 12
+#define ECHO 3 /* the prompt whose log probabilities are echoed */
 
 static const char *texts[N_PROMPTS] = {
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
@@ -82,8 +85,19 @@ static void new_context(fixture *f, int i, zi_text_context *c) {
     zi_sampling_params_init(&sp);
     sp.max_new_tokens = GEN;
     sp.ignore_eos = true;
+    if (i % 2) { /* sampled, seeded, penalised: must not depend on the batch either */
+        sp.temperature = 0.9;
+        sp.top_k = 0;
+        sp.top_p = 0.95;
+        sp.repetition_penalty = 1.1;
+        sp.seed = 1000 + (uint64_t)i;
+    }
     zi_error err = {0};
     assert_int_equal(zi_text_context_init(c, f->ids[i], f->n_ids[i], 256, &sp, &err), ZI_OK);
+    if (i == ECHO) { /* log probabilities of the prompt and of the output */
+        c->log_probabilities = 3;
+        c->log_probabilities_echo = true;
+    }
     zi_sampling_params_free(&sp);
 }
 
@@ -92,6 +106,8 @@ static void test_batched_equals_alone(void **state) {
     if (!f) skip();
     zi_error err = {0};
     int32_t alone[N_PROMPTS][GEN];
+    float alone_lp[256]; /* ECHO's token log probabilities, by index */
+    size_t n_lp = 0;
 
     zi_generator *g1;
     zi_generator_config c1 = {.n_slots = 1, .ctx = 256, .max_batch_tokens = 512};
@@ -104,6 +120,18 @@ static void test_batched_equals_alone(void **state) {
         assert_int_equal(c.status, ZI_GEN_MAXIMUM_LENGTH);
         assert_int_equal(zi_text_context_generated_count(&c), GEN);
         memcpy(alone[i], zi_text_context_generated_tokens(&c), sizeof alone[i]);
+        if (i == ECHO) {
+            n_lp = (size_t)c.end_idx;
+            assert_null(c.lp_data[0]);
+            for (size_t k = 1; k < n_lp; k++) {
+                assert_non_null(c.lp_data[k]);
+                assert_int_equal(c.lp_data[k]->top[0].n, 3);
+                alone_lp[k] = c.lp_data[k]->token_logprobs[0];
+                assert_true(alone_lp[k] <= 0.0f);
+            }
+        } else {
+            assert_null(c.lp_data[c.end_idx - 1]);
+        }
         zi_generator_release(g1, &c);
         assert_int_equal(zi_generator_slots_used(g1), 0);
         zi_text_context_free(&c);
@@ -141,12 +169,15 @@ static void test_batched_equals_alone(void **state) {
     for (int i = 0; i < N_PROMPTS; i++) {
         assert_int_equal(zi_text_context_generated_count(&ctx[i]), GEN);
         assert_memory_equal(zi_text_context_generated_tokens(&ctx[i]), alone[i], sizeof alone[i]);
+        if (i == ECHO) /* chunked prefill kept every prompt position's logits too */
+            for (size_t k = 1; k < n_lp; k++)
+                assert_true(ctx[i].lp_data[k]->token_logprobs[0] == alone_lp[k]);
         zi_text_context_free(&ctx[i]);
     }
     zi_generator_free(g);
 }
 
-static void test_slots_and_sampling_refused(void **state) {
+static void test_slots(void **state) {
     fixture *f = *state;
     if (!f) skip();
     zi_error err = {0};
@@ -165,10 +196,43 @@ static void test_slots_and_sampling_refused(void **state) {
     assert_non_null(strstr(err.msg, "no free KV-cache slot"));
     assert_int_equal(zi_text_context_generated_count(&b), 0); /* nothing ran */
     zi_generator_release(g, &a);
-    b.sampling_params.top_k = 40;
-    b.sampling_params.temperature = 0.7;
-    assert_int_equal(zi_generator_next_token(g, one, 1, 1, &err), ZI_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "greedy"));
+    zi_text_context_free(&a);
+    zi_text_context_free(&b);
+    zi_generator_free(g);
+}
+
+/* num_steps > 1 gives the tokens of num_steps single steps, stops at the
+ * stop conditions (here a stop token id) and does not feed a done context. */
+static void test_multi_step(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    zi_error err = {0};
+    zi_generator *g;
+    zi_generator_config cfg = {.n_slots = 2, .ctx = 256, .max_batch_tokens = 64};
+    assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_OK);
+    zi_text_context a, b;
+    new_context(f, 1, &a);
+    new_context(f, 1, &b);
+    zi_text_context *one[1] = {&a};
+    for (int s = 0; s < GEN; s++) assert_int_equal(zi_generator_next_token(g, one, 1, 1, &err), 0);
+    one[0] = &b;
+    assert_int_equal(zi_generator_next_token(g, one, 1, 4, &err), ZI_OK);
+    assert_int_equal(zi_text_context_generated_count(&b), 4);
+    assert_int_equal(zi_generator_next_token(g, one, 1, 100, &err), ZI_OK);
+    assert_int_equal(b.status, ZI_GEN_MAXIMUM_LENGTH);
+    assert_memory_equal(zi_text_context_generated_tokens(&a), zi_text_context_generated_tokens(&b),
+                        GEN * sizeof(int32_t));
+    int32_t stop = zi_text_context_generated_tokens(&a)[5];
+    zi_generator_release(g, &b);
+    zi_text_context_free(&b);
+    new_context(f, 1, &b);
+    assert_int_equal(zi_i32_list_set(&b.sampling_params.stop_token_ids, &stop, 1, &err), ZI_OK);
+    assert_int_equal(zi_generator_next_token(g, one, 1, 100, &err), ZI_OK);
+    assert_int_equal(b.status, ZI_GEN_STOP);
+    int64_t n = zi_text_context_generated_count(&b);
+    assert_true(n <= 6 && zi_text_context_generated_tokens(&b)[n - 1] == stop);
+    zi_generator_release(g, &a);
+    zi_generator_release(g, &b);
     zi_text_context_free(&a);
     zi_text_context_free(&b);
     zi_generator_free(g);
@@ -177,7 +241,8 @@ static void test_slots_and_sampling_refused(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
-        cmocka_unit_test(test_slots_and_sampling_refused),
+        cmocka_unit_test(test_slots),
+        cmocka_unit_test(test_multi_step),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -841,6 +841,20 @@ static void test_ctx_outstanding_logprobs(void **state) {
     assert_int_equal(zi_text_context_set_draft_offset(&c, 8, &e), ZI_EINVAL);
     assert_int_equal(zi_text_context_set_draft_offset(&c, 6, &e), ZI_OK);
     assert_int_equal(c.draft_offset, 6);
+    /* echo: prompt tokens 1..prompt_len-1 take log probabilities; 0 and
+     * generated indices do not, and lp is consumed either way. */
+    for (int64_t idx = -1; idx <= 6; idx++) {
+        zi_logprobs *p = malloc(sizeof *p);
+        zi_logprobs_init(p);
+        float v = -1.0f;
+        assert_int_equal(zi_logprobs_push(p, v, NULL, NULL, 0, NULL), ZI_OK);
+        int ok = idx >= 1 && idx < 5;
+        assert_int_equal(zi_text_context_set_prompt_logprobs(&c, idx, p, &e),
+                         ok ? ZI_OK : ZI_ERANGE);
+        if (ok) assert_ptr_equal(c.lp_data[idx], p);
+    }
+    assert_null(c.lp_data[0]);
+    assert_non_null(strstr(e.msg, "1..4"));
     zi_text_context_free(&c);
 }
 
