@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define ZI_SAMPLER_BLOCK 64
+#define ZI_SAMPLER_BUCKETS 512
+
 typedef struct zi_cand {
     double w; /* unnormalised probability exp((v - vmax) / T) */
     float v;  /* penalised logit */
@@ -28,6 +31,13 @@ struct zi_sampler {
     int32_t *count;
     int32_t *touched;
     zi_cand *cand;
+    /* the whole-vocabulary path (sample_full) */
+    float *w;       /* [V] weights */
+    float *rowbuf;  /* [V] a row with penalties and masks applied */
+    int32_t *ids;   /* [V] tokens surely in the nucleus */
+    uint16_t *bk;   /* [V] weight bucket of each token (top_p) */
+    double *blk;    /* [V / ZI_SAMPLER_BLOCK + 1] block sums of w */
+    double hist[ZI_SAMPLER_BUCKETS]; /* mass per weight bucket (top_p) */
 };
 
 int zi_sampler_create(zi_sampler **out, int32_t n_vocab, zi_error *err) {
@@ -44,7 +54,13 @@ int zi_sampler_create(zi_sampler **out, int32_t n_vocab, zi_error *err) {
     s->count = malloc(n * sizeof *s->count);
     s->touched = malloc(n * sizeof *s->touched);
     s->cand = malloc(n * sizeof *s->cand);
-    if (!s->stamp || !s->adj || !s->count || !s->touched || !s->cand) {
+    s->w = malloc(n * sizeof *s->w);
+    s->rowbuf = malloc(n * sizeof *s->rowbuf);
+    s->ids = malloc(n * sizeof *s->ids);
+    s->bk = malloc(n * sizeof *s->bk);
+    s->blk = malloc((n / ZI_SAMPLER_BLOCK + 1) * sizeof *s->blk);
+    if (!s->stamp || !s->adj || !s->count || !s->touched || !s->cand || !s->w || !s->rowbuf ||
+        !s->ids || !s->blk || !s->bk) {
         zi_sampler_destroy(s);
         return zi_error_set(err, ZI_ENOMEM, "sampler: out of memory for n_vocab %d", (int)n_vocab);
     }
@@ -59,6 +75,11 @@ void zi_sampler_destroy(zi_sampler *s) {
     free(s->count);
     free(s->touched);
     free(s->cand);
+    free(s->w);
+    free(s->rowbuf);
+    free(s->ids);
+    free(s->bk);
+    free(s->blk);
     free(s);
 }
 
@@ -168,8 +189,6 @@ static inline void offer(zi_cand *c, size_t *n, size_t k, float v, int32_t t) {
     }
 }
 
-#define ZI_SAMPLER_BLOCK 64
-
 /* Largest of x[a..b), NaN ignored; -inf for an all -inf/NaN block. Written
  * as a select so the compiler can use vector max instructions. */
 static inline float block_max(const float *x, int32_t a, int32_t b) {
@@ -250,6 +269,164 @@ static size_t prepare_row(zi_sampler *s, const zi_sampler_row *row) {
     return nt;
 }
 
+/*
+ * e^x for x in [-87, 0] to about float precision, with no libm call so that
+ * the loop over a vocabulary vectorises: e^x = 2^n e^g with n = round(x /
+ * ln 2) and |g| <= ln(2) / 2 (ln 2 split in two for an exact reduction),
+ * e^g by its degree-7 Taylor polynomial (truncation error below 1e-8).
+ */
+static inline float exp_neg(float x) {
+    int n = (int)(x * 1.44269504f - 0.5f); /* x <= 0: round to nearest */
+    float g = (x - (float)n * 0.693145751953125f) - (float)n * 1.42860677e-06f;
+    float p = 1.0f / 5040;
+    p = p * g + 1.0f / 720;
+    p = p * g + 1.0f / 120;
+    p = p * g + 1.0f / 24;
+    p = p * g + 1.0f / 6;
+    p = p * g + 0.5f;
+    p = p * g + 1.0f;
+    p = p * g + 1.0f;
+    union {
+        uint32_t u;
+        float f;
+    } scale = {.u = (uint32_t)(n + 127) << 23};
+    return p * scale.f;
+}
+
+/* Weight bucket for top_p: the exponent and two mantissa bits of w in
+ * (0, 1], so each bucket spans a factor 2^(1/4) and a lower bucket holds
+ * strictly larger weights (hence larger logits: the same order as better()). */
+static inline int bucket_of(float w) {
+    union {
+        float f;
+        uint32_t u;
+    } b = {.f = w};
+    int k = 508 - (int)(b.u >> 21); /* 1.0f >> 21 == 508; w == 0 gives 508 too */
+    return k < 0 ? 0 : k;
+}
+
+/*
+ * Steps 5-9 over the whole vocabulary (no top_k) for a row of values x
+ * (penalties and masks already applied), without building a candidate per
+ * token:
+ *   1. w[t] = exp((x[t] - max) / T) for every token, with 64-token block sums;
+ *      weights below e^-87 of the largest count as 0 (their total is under
+ *      1e-33 of the mass).
+ *   2. top_p: a histogram of the mass by weight bucket finds the bucket where
+ *      the descending cumulative mass crosses top_p; tokens in higher
+ *      buckets are in the nucleus, and the crossing bucket alone goes
+ *      through the mass-guided quickselect (top_p_cut).
+ *   3. min_p drops weights below min_p (the largest weight is 1), and the
+ *      draw walks the block sums, then one block.
+ * Returns -1 when no token is eligible, -2 for a row with +inf values (the
+ * general path handles those).
+ */
+static int32_t sample_full(zi_sampler *s, const zi_sampling_params *sp, const float *x,
+                           uint64_t step) {
+    const int32_t V = s->n_vocab;
+    const float vmax = block_max(x, 0, V);
+    if (vmax == -INFINITY) return -1;
+    if (vmax == INFINITY) return -2;
+    const float inv_t = (float)(1.0 / sp->temperature);
+    const float thr = sp->min_p > 0.0 ? (float)(sp->min_p < 1.0 ? sp->min_p : 1.0) : 0.0f;
+    const int full_p = !(sp->top_p < 1.0);
+    /* With top_p off, min_p can drop weights right away. */
+    const float keep = full_p ? thr : 0.0f;
+    float *w = s->w;
+    double z = 0.0;
+    int32_t nb = 0;
+    /* Branch-free so that it vectorises: the exponential of a clamped
+     * argument, then selects (a NaN value compares false: weight 0). */
+    for (int32_t t = 0; t < V; t++) {
+        float d = x[t] - vmax, a = d * inv_t;
+        float ac = a >= -87.0f ? a : -87.0f;
+        float wt = exp_neg(ac);
+        wt = a >= -87.0f ? wt : 0.0f;
+        wt = d == 0.0f ? 1.0f : wt;
+        w[t] = wt >= keep ? wt : 0.0f;
+    }
+    for (int32_t t0 = 0; t0 < V; t0 += ZI_SAMPLER_BLOCK, nb++) {
+        int32_t e = V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int32_t t = t0;
+        for (t = t0; t + 8 <= e; t += 8)
+            for (int j = 0; j < 8; j++) acc[j] += w[t + j];
+        for (; t < e; t++) acc[0] += w[t];
+        double bs = 0.0;
+        for (int j = 0; j < 8; j++) bs += acc[j];
+        s->blk[nb] = bs;
+        z += bs;
+    }
+    if (full_p) { /* draw over every kept weight, in id order */
+        double target = zi_sampler_uniform(sp->seed, step) * z, cum = 0.0;
+        int32_t b = 0;
+        while (b < nb - 1 && cum + s->blk[b] <= target) cum += s->blk[b++];
+        int32_t last = -1, e = (b + 1) * ZI_SAMPLER_BLOCK < V ? (b + 1) * ZI_SAMPLER_BLOCK : V;
+        for (int32_t t = b * ZI_SAMPLER_BLOCK; t < e; t++) {
+            if (w[t] <= 0.0f) continue;
+            cum += w[t];
+            last = t;
+            if (cum > target) return t;
+        }
+        if (last >= 0) return last; /* rounding left target at the block's top */
+        for (int32_t t = V - 1; t >= 0; t--)
+            if (w[t] > 0.0f) return t;
+        return -1;
+    }
+    /* top_p: which bucket does the descending mass cross top_p * z in?
+     * Buckets first (a vector loop), then the histogram in two halves that
+     * do not wait on each other's additions. */
+    uint16_t *bk = s->bk;
+    for (int32_t t = 0; t < V; t++) bk[t] = (uint16_t)bucket_of(w[t]);
+    double *hist = s->hist, h2[ZI_SAMPLER_BUCKETS];
+    memset(hist, 0, sizeof s->hist);
+    memset(h2, 0, sizeof h2);
+    int32_t t2 = 0;
+    for (; t2 + 2 <= V; t2 += 2) {
+        hist[bk[t2]] += w[t2];
+        h2[bk[t2 + 1]] += w[t2 + 1];
+    }
+    if (t2 < V) hist[bk[t2]] += w[t2];
+    for (int b = 0; b < ZI_SAMPLER_BUCKETS; b++) hist[b] += h2[b];
+    const double target = sp->top_p * z;
+    double before = 0.0;
+    int B = 0;
+    while (B < ZI_SAMPLER_BUCKETS && before + hist[B] < target) before += hist[B++];
+    size_t n_sure = 0, n_edge = 0;
+    for (int32_t t = 0; t < V; t++) {
+        if (w[t] <= 0.0f) continue;
+        int b = bk[t];
+        if (b < B)
+            s->ids[n_sure++] = t;
+        else if (b == B)
+            s->cand[n_edge++] = (zi_cand){w[t], x[t], t};
+    }
+    size_t cut = n_edge ? top_p_cut(s->cand, n_edge, target - before) : 0;
+    /* min_p over the nucleus, then the draw: sure tokens in id order, then
+     * the crossing bucket's part. */
+    double zs = 0.0;
+    for (size_t i = 0; i < n_sure; i++)
+        if (w[s->ids[i]] >= thr) zs += w[s->ids[i]];
+    for (size_t i = 0; i < cut; i++)
+        if (s->cand[i].w >= thr) zs += s->cand[i].w;
+    double goal = zi_sampler_uniform(sp->seed, step) * zs, cum = 0.0;
+    int32_t last = -1;
+    for (size_t i = 0; i < n_sure; i++) {
+        float wt = w[s->ids[i]];
+        if (wt < thr) continue;
+        cum += wt;
+        last = s->ids[i];
+        if (cum > goal) return last;
+    }
+    for (size_t i = 0; i < cut; i++) {
+        if (s->cand[i].w < thr) continue;
+        cum += s->cand[i].w;
+        last = s->cand[i].id;
+        if (cum > goal) return last;
+    }
+    return last;
+}
+
 /* Samples one row; returns the token or -1 when none is eligible. */
 static int32_t sample_row(zi_sampler *s, const zi_sampler_row *row) {
     const zi_sampling_params *sp = row->params;
@@ -284,8 +461,22 @@ static int32_t sample_row(zi_sampler *s, const zi_sampler_row *row) {
         return best;
     }
 
-    /* Collect candidates: a k-heap when top_k limits, else every eligible token. */
     size_t k = sp->top_k >= 1 && sp->top_k < V ? (size_t)sp->top_k : 0;
+    if (!k) { /* the whole vocabulary: weights in a flat array, no candidates */
+        const float *x = lg;
+        if (!plain) {
+            for (int32_t t = 0; t < V; t++) {
+                float v = ROW_VALUE(t);
+                s->rowbuf[t] = allowed(mask, t) ? v : -INFINITY;
+            }
+            x = s->rowbuf;
+        }
+        int32_t tok = sample_full(s, sp, x, row->step);
+        if (tok != -2) return tok;
+    }
+
+    /* Collect candidates: a k-heap when top_k limits, else every eligible
+     * token (only rows with +inf values get here without top_k). */
     zi_cand *c = s->cand;
     size_t n = 0;
     if (plain) {

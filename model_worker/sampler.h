@@ -44,10 +44,13 @@
  * other rows are still sampled. Parameter ranges are not checked here beyond
  * what is needed for memory safety: run zi_sampling_params_validate first.
  *
- * Cost: one pass over the vocabulary per row; top_k uses a k-entry heap and
- * top_p a quickselect guided by probability mass (expected O(V), never a full
- * sort; the cut is exact up to the order of floating-point summation).
- * Weights are computed with expf (float precision) and summed in double.
+ * Cost: one pass over the vocabulary per row; top_k uses a k-entry heap.
+ * Without top_k the weights of the whole vocabulary go into a flat array (a
+ * vectorised polynomial exponential of float precision; weights below e^-87
+ * of the largest count as 0) and top_p is found by a histogram of the mass
+ * over weight buckets, then a quickselect guided by mass inside the one
+ * bucket where the cut falls (expected O(V), never a full sort; the cut is
+ * exact up to the order of floating-point summation). Sums are in double.
  * All scratch is sized at create; sampling never allocates. One zi_sampler
  * must not be used by two threads at once (it holds the scratch).
  */
