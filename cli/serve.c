@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "args.h"
+#include "backend_select.h"
 #include "log.h"
 #include "wire.h"
 
@@ -41,9 +42,12 @@ static const char USAGE_SERVE[] =
     "  --bind ADDR               client address (default tcp://127.0.0.1:5555)\n"
     "  --backend ADDR            backend address (default: the --bind port + 1)\n"
     "  --threads-per-worker K    compute threads per worker (default: CPUs / workers)\n"
+    "  --device D                cpu (default), cuda:N, or cuda: worker i on GPU i\n"
     "  --slots N                 sequences per worker (default 8)\n"
-    "  --ctx-size N              positions per sequence (default 1024)\n"
-    "  --batch-size N, --num-steps N\n"
+    "  --ctx-size N              positions per sequence (default 4096)\n"
+    "  --kv-cache-tokens N, --kv-cache-bytes B, --memory-budget B\n"
+    "                            each worker's KV cache (default: from the memory budget)\n"
+    "  --batch-size N, --num-steps N, --prefill-chunk N, --block-size N, --no-prefix-cache\n"
     "                            passed to zinfer-worker (see zinfer-worker --help)\n"
     "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS\n"
     "                            passed to zinfer-router (see zinfer-router --help)\n"
@@ -115,15 +119,19 @@ int zi_serve_main(int argc, char **argv) {
     zi_error err = {0};
     char model[4096], backend[512] = "", dir[PATH_MAX], bin[3][PATH_MAX + 32];
     zi_default_model_path(model, sizeof model);
-    const char *bind = "tcp://127.0.0.1:5555", *level = "info";
-    long long workers = 1, tokenizers = 1, threads = 0, slots = 8, ctx = 1024;
-    const char *router_pass[8], *worker_pass[8];
+    const char *bind = "tcp://127.0.0.1:5555", *level = "info", *device = "cpu";
+    long long workers = 1, tokenizers = 1, threads = 0, slots = 8, ctx = 4096;
+    const char *router_pass[8], *worker_pass[17];
     int n_pass = 0, n_wpass = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(USAGE_SERVE, stdout);
             return 0;
+        }
+        if (!strcmp(a, "--no-prefix-cache")) {
+            if (n_wpass < 17) worker_pass[n_wpass++] = a;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr,
@@ -138,6 +146,11 @@ int zi_serve_main(int argc, char **argv) {
             snprintf(model, sizeof model, "%s", v);
         else if (!strcmp(a, "--bind"))
             bind = v;
+        else if (!strcmp(a, "--device")) {
+            zi_device_spec spec;
+            device = v;
+            rc = zi_device_parse(v, &spec, &err);
+        }
         else if (!strcmp(a, "--backend"))
             snprintf(backend, sizeof backend, "%s", v);
         else if (!strcmp(a, "--workers"))
@@ -161,10 +174,16 @@ int zi_serve_main(int argc, char **argv) {
             long long x;
             rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
             if (!rc && n_pass < 8) router_pass[n_pass++] = a, router_pass[n_pass++] = v;
-        } else if (!strcmp(a, "--batch-size") || !strcmp(a, "--num-steps")) {
+        } else if (!strcmp(a, "--batch-size") || !strcmp(a, "--num-steps") ||
+                   !strcmp(a, "--prefill-chunk") || !strcmp(a, "--kv-cache-tokens") ||
+                   !strcmp(a, "--block-size")) {
             long long x;
-            rc = zi_parse_int(a, v, 1, !strcmp(a, "--num-steps") ? 64 : 1 << 16, &x, &err);
-            if (!rc && n_wpass < 8) worker_pass[n_wpass++] = a, worker_pass[n_wpass++] = v;
+            rc = zi_parse_int(a, v, 1, !strcmp(a, "--num-steps") ? 64 : 1LL << 30, &x, &err);
+            if (!rc && n_wpass < 16) worker_pass[n_wpass++] = a, worker_pass[n_wpass++] = v;
+        } else if (!strcmp(a, "--kv-cache-bytes") || !strcmp(a, "--memory-budget")) {
+            long long x;
+            rc = zi_parse_size(a, v, 1, 1LL << 50, &x, &err);
+            if (!rc && n_wpass < 16) worker_pass[n_wpass++] = a, worker_pass[n_wpass++] = v;
         } else {
             fprintf(stderr, "zinfer serve: unknown option '%s' (see zinfer serve --help)\n", a);
             return 2;
@@ -224,12 +243,22 @@ int zi_serve_main(int argc, char **argv) {
         const char *a[] = {bin[1], "--router", backend, "--model", model, "--log-level", level};
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[j] = (char *)a[j];
     }
+    /* "cuda" spreads the workers over the GPUs: worker w gets cuda:w. */
+    char (*dev)[32] = calloc((size_t)workers, sizeof *dev);
+    if (!dev) {
+        free(ch);
+        return 1;
+    }
     for (long long w = 0; w < workers; w++) {
+        if (!strcmp(device, "cuda"))
+            snprintf(dev[w], sizeof dev[w], "cuda:%lld", w);
+        else
+            snprintf(dev[w], sizeof dev[w], "%.31s", device);
         child *c = &ch[nc++];
         snprintf(c->name, sizeof c->name, "worker %lld", w);
-        const char *a[] = {bin[2],      "--router",    backend,   "--model", model,
-                           "--threads", thr,           "--slots", sl,        "--ctx-size",
-                           cx,          "--log-level", level};
+        const char *a[] = {bin[2],      "--router",    backend,   "--model",  model,
+                           "--threads", thr,           "--slots", sl,         "--ctx-size",
+                           cx,          "--log-level", level,     "--device", dev[w]};
         size_t k = 0;
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
         for (int j = 0; j < n_wpass; j++) c->argv[k++] = (char *)worker_pass[j];
@@ -318,5 +347,6 @@ int zi_serve_main(int argc, char **argv) {
         sleep_ms(50);
     }
     free(ch);
+    free(dev);
     return exit_status;
 }

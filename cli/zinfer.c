@@ -8,6 +8,7 @@
  *   zinfer logits     write the logits of every prompt position to a file
  *   zinfer bench      prefill and decode speed
  *   zinfer serve      start and supervise the server processes (cli/serve.c)
+ *   zinfer devices    list the compute backends built in and the devices found
  *
  * Everything here is glue: flags -> model/tokenizer/backend calls -> output.
  * Errors print one line on stderr ("zinfer: <what is wrong>") and exit 1;
@@ -22,6 +23,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "backend_select.h"
 #include "cpu_backend.h"
 #include "log.h"
 #include "model.h"
@@ -180,7 +182,7 @@ static int prefill(const opts *o, engine *e, zi_kv_cache *kv, int slot, const in
             seq[i] = slot;
             want[i] = all != NULL || start + i == n - 1;
         }
-        zi_batch b = {(int)m, ids + start, pos, seq, want};
+        zi_batch b = {.n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
         float *dst = all ? all + start * (size_t)V : logits;
         int last_chunk = start + m == n;
         if (!all && !last_chunk) {
@@ -308,7 +310,7 @@ static int cmd_generate(const opts *o) {
             reason = "context_full";
             break;
         }
-        zi_batch b = {1, &tok, &pos, &seq, NULL};
+        zi_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &pos, .seq = &seq};
         rc = zi_model_forward(e.model, kv, &b, logits, &err);
     }
     double t2 = now_s();
@@ -565,7 +567,7 @@ static int cmd_bench(const opts *o) {
             seq[s] = s;
             want[s] = 1;
         }
-        zi_batch b = {S, tok, pos, seq, want};
+        zi_batch b = {.n_tokens = S, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
         rc = zi_model_forward(e.model, kv, &b, logits, &err);
     }
     double t2 = now_s();
@@ -624,6 +626,7 @@ static const char *USAGE_MAIN =
     "  logits      write every prompt position's logits (float32) to a file\n"
     "  bench       measure prefill and decode speed\n"
     "  serve       run the server (router, tokenizers, workers; see zinfer serve --help)\n"
+    "  devices     list the compute backends built in and the devices found\n"
     "\n"
     "common options:\n"
     "  --model PATH       GGUF model (default: $ZINFER_MODEL, else\n"
@@ -679,6 +682,25 @@ static const char *USAGE_BENCH =
     "  sequences (default 1), then decodes G tokens (default 128) in every sequence, one\n"
     "  forward pass of S tokens per step. With --json the last line is JSON with\n"
     "  prefill_tok_s and decode_tok_s (aggregate over the streams).\n";
+
+/* zinfer devices: what --device can name on this build and machine. */
+static int cmd_devices(int argc, char **argv) {
+    static const char usage[] =
+        "usage: zinfer devices\n"
+        "  Lists the compute backends this build has (cpu; cuda when built with nvcc) and\n"
+        "  the devices found, one line each; a backend without devices says why.\n";
+    if (argc > 0 && (!strcmp(argv[0], "-h") || !strcmp(argv[0], "--help"))) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (argc > 0) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "unknown option '%.200s'", argv[0]);
+        return usage_error("devices", msg);
+    }
+    zi_backend_list_devices(stdout);
+    return 0;
+}
 
 static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const char *usage) {
     zi_error err = {0};
@@ -786,6 +808,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "serve")) return zi_serve_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "devices")) return cmd_devices(argc - 2, argv + 2);
     struct {
         const char *name;
         const char *usage;

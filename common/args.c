@@ -4,6 +4,7 @@
 #include "args.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,33 @@ int zi_parse_int(const char *flag, const char *s, long long lo, long long hi, lo
         return zi_error_set(err, ZI_EINVAL, "%s: '%s' is not an integer in %lld..%lld", flag,
                             s ? s : "(missing)", lo, hi);
     *out = v;
+    return ZI_OK;
+}
+
+int zi_parse_size(const char *flag, const char *s, long long lo, long long hi, long long *out,
+                  zi_error *err) {
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    int shift = 0;
+    if (s && *s && !errno && end != s) {
+        switch (*end) {
+        case 'K': case 'k': shift = 10, end++; break;
+        case 'M': case 'm': shift = 20, end++; break;
+        case 'G': case 'g': shift = 30, end++; break;
+        case 'T': case 't': shift = 40, end++; break;
+        default: break;
+        }
+        if (shift && *end == 'i') end++;
+        if (shift && (*end == 'B' || *end == 'b')) end++;
+    }
+    if (!s || !*s || !end || *end || errno || end == s || v < 0 ||
+        (shift && v > (LLONG_MAX >> shift)) || (v << shift) < lo || (v << shift) > hi)
+        return zi_error_set(err, ZI_EINVAL,
+                            "%s: '%s' is not a size in %lld..%lld bytes (suffixes K, M, G, T: "
+                            "powers of 1024)",
+                            flag, s ? s : "(missing)", lo, hi);
+    *out = v << shift;
     return ZI_OK;
 }
 

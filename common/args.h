@@ -17,6 +17,10 @@ int zi_parse_int(const char *flag, const char *s, long long lo, long long hi, lo
                  zi_error *err);
 int zi_parse_float(const char *flag, const char *s, double lo, double hi, double *out,
                    zi_error *err);
+/* A byte count: an integer with an optional K, M, G or T suffix (powers of
+ * 1024; "512M", "2GiB" and "1g" all work). */
+int zi_parse_size(const char *flag, const char *s, long long lo, long long hi, long long *out,
+                  zi_error *err);
 /* "1,2,3" (spaces allowed) -> malloc'd int32 array; every id in 0..max. */
 int zi_parse_id_list(const char *flag, const char *s, int32_t max, int32_t **ids, size_t *n,
                      zi_error *err);

@@ -15,8 +15,14 @@
  *
  * Batches: one forward pass carries any mix of tokens from any sequences
  * (prefill chunks and decode steps together). zi_batch_view tells the
- * attention op, for each token, which sequence slot it belongs to and its
- * position; a token attends to cache positions 0..pos of its own slot.
+ * attention op, for each token, its position and which block table it
+ * reads; a token attends to positions 0..pos of its own sequence.
+ *
+ * The KV cache is paged: per layer, one pool of fixed-size blocks laid out
+ * [n_blocks][block_size][n_kv_heads * head_dim] floats. A sequence's
+ * position p lives in block table[p / block_size], row p % block_size.
+ * Blocks are shared between sequences with a common prefix (prefix
+ * caching, model_worker/kv_blocks.h); a shared block is only read.
  */
 #ifndef ZI_BACKEND_H
 #define ZI_BACKEND_H
@@ -46,16 +52,19 @@ typedef struct zi_weight {
 typedef struct zi_batch_view {
     int n_tokens;
     const int32_t *pos; /* [n_tokens] position of each token in its sequence */
-    const int32_t *seq; /* [n_tokens] KV-cache slot of each token */
+    const int32_t *seq; /* [n_tokens] the row of block_tables its sequence uses */
+    const int32_t *block_tables; /* [rows][table_stride] block ids, host memory */
+    int table_stride;
 } zi_batch_view;
 
-/* Shape of the attention / KV cache, fixed per model. */
+/* Shape of the attention / KV cache, fixed per model and cache. */
 typedef struct zi_attn_shape {
     int n_heads;
     int n_kv_heads;
     int head_dim;
-    int ctx;           /* positions per slot in the cache */
-    float scale;       /* usually 1/sqrt(head_dim) */
+    int block_size; /* positions per KV block */
+    int max_ctx;    /* positions per sequence at most (sizes attention scratch) */
+    float scale;    /* usually 1/sqrt(head_dim) */
 } zi_attn_shape;
 
 typedef struct zi_backend_ops {
@@ -97,11 +106,12 @@ typedef struct zi_backend_ops {
     void (*rope)(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
                  int head_dim, int rope_dim, float base);
     /* Writes k and v ([n_tokens][n_kv_heads*head_dim]) into the layer's
-     * caches at (seq, pos) of each token. */
+     * block pools at each token's position (through its block table). */
     void (*kv_store)(zi_backend *be, float *kcache, float *vcache, const float *k, const float *v,
                      const zi_batch_view *b, const zi_attn_shape *s);
     /* out[t] = softmax(q[t] K^T * scale) V over positions 0..pos[t] of
-     * slot seq[t], per head (GQA: head h reads kv head h / (n_heads/n_kv)). */
+     * token t's sequence, per head (GQA: head h reads kv head h /
+     * (n_heads/n_kv)). */
     void (*attention)(zi_backend *be, float *out, const float *q, const float *kcache,
                       const float *vcache, const zi_batch_view *b, const zi_attn_shape *s);
     /* out[i] = silu(gate[i]) * up[i]; out may alias gate. */

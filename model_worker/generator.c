@@ -1,31 +1,59 @@
 /*
  * generator.c - see generator.h.
  *
- * One step: gather every live context's active window into one zi_batch
- * (tokens, positions, slots; logits wanted at each window's last token, and
- * at every token of a prompt window whose log probabilities are echoed), run
- * the model once, sample every context whose window reached its last token
- * with the fused sampling processor (sampler.h), and record each token with
- * its log probabilities when they were asked for.
+ * One step: schedule (give sequences their slot, look up cached prefixes,
+ * share the step's token budget out oldest first, allocate KV blocks and
+ * preempt the newest sequence when they run out), gather every scheduled
+ * context's window into one zi_batch with its block table (logits wanted at
+ * each window's last token, and at every token of a prompt window whose log
+ * probabilities are echoed), run the model once, sample every context whose
+ * window reached its last token with the fused sampling processor
+ * (sampler.h), record each token with its log probabilities when asked, and
+ * register the blocks that became full for prefix sharing.
  */
 #include "generator.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "kv_blocks.h"
 #include "sampler.h"
+
+/* One sequence slot. A context holds a slot from its first step until it
+ * is released; preemption takes its blocks, not its slot, so `arrival`
+ * (admission order: higher is newer) survives it. */
+typedef struct gseq {
+    int32_t *blocks; /* [max_blocks] its block table */
+    int32_t n_blocks;
+    int32_t n_registered; /* leading blocks registered for prefix sharing */
+    uint64_t last_hash;   /* the chained hash of block n_registered - 1 */
+    uint64_t arrival;
+    zi_text_context *ctx; /* the context seen in the current call */
+} gseq;
 
 struct zi_generator {
     zi_model *model;
     zi_kv_cache *kv;
+    zi_kv_blocks *kb;
     zi_generator_config cfg;
     int n_vocab;
+    int32_t max_blocks; /* block table entries per sequence */
     uint8_t *slot_used; /* [n_slots] */
+    gseq *seqs;         /* [n_slots] */
     int slots_used;
+    uint64_t arrivals;
+    zi_generator_stats stats;
+    /* Adaptive prefill chunk (cfg.prefill_chunk == 0): moving averages of a
+     * decode-only step's time and of the extra time per prompt token in a
+     * mixed step, in seconds (0: not measured yet). */
+    double t_decode, t_prompt_token;
     /* step buffers, max_batch_tokens long */
     int32_t *tokens, *pos, *seq;
     uint8_t *want;
+    int32_t *tables;           /* [n_slots][max_blocks] this step's block tables */
+    zi_text_context **order;   /* [n_slots] the call's contexts, oldest first */
     zi_text_context **stepped; /* contexts in this step, in batch order */
     int *first_row;            /* [n_slots] each stepped context's first logits row */
     float *logits;             /* [logit_rows][n_vocab]: one per context, more for echo */
@@ -42,30 +70,52 @@ struct zi_generator {
     size_t top_cap, top_lps_cap;
 };
 
-int zi_generator_create(zi_model *m, const zi_generator_config *cfg, zi_generator **out,
+int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_generator **out,
                         zi_error *err) {
-    if (cfg->n_slots < 1 || cfg->n_slots > 65536 || cfg->ctx < 2 || cfg->max_batch_tokens < 1 ||
-        cfg->max_batch_tokens > (1 << 20))
+    zi_generator_config cfg = *cfg_in;
+    if (cfg.block_size == 0) cfg.block_size = 16;
+    if (cfg.n_slots < 1 || cfg.n_slots > 65536 || cfg.ctx < 2 || cfg.max_batch_tokens < 1 ||
+        cfg.max_batch_tokens > (1 << 20) || cfg.block_size < 1 || cfg.block_size > 4096 ||
+        cfg.kv_blocks < 0 || cfg.prefill_chunk < 0)
         return zi_error_set(err, ZI_EINVAL,
                             "generator: n_slots %d (1..65536), ctx %d (>= 2), max_batch_tokens %d "
-                            "(1..1048576) out of range",
-                            cfg->n_slots, cfg->ctx, cfg->max_batch_tokens);
+                            "(1..1048576), block_size %d (1..4096), kv_blocks %d, prefill_chunk "
+                            "%d out of range",
+                            cfg.n_slots, cfg.ctx, cfg.max_batch_tokens, cfg.block_size,
+                            cfg.kv_blocks, cfg.prefill_chunk);
+    int64_t max_blocks = (cfg.ctx + cfg.block_size - 1) / cfg.block_size;
+    if (cfg.kv_blocks == 0) {
+        int64_t all = max_blocks * cfg.n_slots;
+        cfg.kv_blocks = all > (1 << 26) ? (1 << 26) : (int)all;
+    }
+    if (cfg.kv_blocks < max_blocks)
+        return zi_error_set(err, ZI_EINVAL,
+                            "kv cache: %d blocks of %d tokens cannot hold one sequence of %d "
+                            "positions (--ctx-size); give it at least %lld tokens",
+                            cfg.kv_blocks, cfg.block_size, cfg.ctx,
+                            (long long)(max_blocks * cfg.block_size));
+    if (cfg.prefill_chunk > cfg.max_batch_tokens) cfg.prefill_chunk = cfg.max_batch_tokens;
     zi_generator *g = calloc(1, sizeof *g);
     if (!g) return zi_error_set(err, ZI_ENOMEM, "out of memory");
     g->model = m;
-    g->cfg = *cfg;
+    g->cfg = cfg;
+    g->max_blocks = (int32_t)max_blocks;
     g->n_vocab = zi_model_get_config(m)->n_vocab;
-    int rc = zi_kv_cache_create(m, cfg->n_slots, cfg->ctx, &g->kv, err);
+    int rc = zi_kv_cache_create_paged(m, cfg.kv_blocks, cfg.block_size, cfg.ctx, &g->kv, err);
+    if (!rc) rc = zi_kv_blocks_create(cfg.kv_blocks, cfg.block_size, &g->kb, err);
     if (rc) {
-        free(g);
+        zi_generator_free(g);
         return rc;
     }
-    size_t B = (size_t)cfg->max_batch_tokens, S = (size_t)cfg->n_slots;
+    size_t B = (size_t)cfg.max_batch_tokens, S = (size_t)cfg.n_slots;
     g->slot_used = calloc(S, 1);
+    g->seqs = calloc(S, sizeof *g->seqs);
     g->tokens = malloc(B * sizeof *g->tokens);
     g->pos = malloc(B * sizeof *g->pos);
     g->seq = malloc(B * sizeof *g->seq);
     g->want = malloc(B);
+    g->tables = malloc(S * (size_t)max_blocks * sizeof *g->tables);
+    g->order = malloc(S * sizeof *g->order);
     g->stepped = malloc(S * sizeof *g->stepped);
     g->logits = malloc(S * (size_t)g->n_vocab * sizeof *g->logits);
     g->logit_rows = S;
@@ -74,16 +124,22 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg, zi_generato
     g->row_ctx = malloc(S * sizeof *g->row_ctx);
     g->out_tok = malloc(S * sizeof *g->out_tok);
     g->sample_tok = malloc(S * sizeof *g->sample_tok);
-    if (!g->slot_used || !g->tokens || !g->pos || !g->seq || !g->want || !g->stepped ||
-        !g->logits || !g->first_row || !g->rows || !g->row_ctx || !g->out_tok ||
-        !g->sample_tok) {
+    int ok = g->slot_used && g->seqs && g->tokens && g->pos && g->seq && g->want && g->tables &&
+             g->order && g->stepped && g->logits && g->first_row && g->rows && g->row_ctx &&
+             g->out_tok && g->sample_tok;
+    for (size_t i = 0; ok && i < S; i++)
+        ok = (g->seqs[i].blocks = malloc((size_t)max_blocks * sizeof(int32_t))) != NULL;
+    if (!ok) {
         zi_generator_free(g);
-        return zi_error_set(err, ZI_ENOMEM, "out of memory for a generator of %d slots", cfg->n_slots);
+        return zi_error_set(err, ZI_ENOMEM, "out of memory for a generator of %d slots", cfg.n_slots);
     }
     if ((rc = zi_sampler_create(&g->sampler, g->n_vocab, err))) {
         zi_generator_free(g);
         return rc;
     }
+    g->stats.kv_blocks = cfg.kv_blocks;
+    g->stats.block_size = cfg.block_size;
+    g->stats.kv_bytes = zi_kv_cache_bytes(g->kv);
     *out = g;
     return ZI_OK;
 }
@@ -91,11 +147,17 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg, zi_generato
 void zi_generator_free(zi_generator *g) {
     if (!g) return;
     zi_kv_cache_free(g->kv);
+    zi_kv_blocks_free(g->kb);
+    if (g->seqs)
+        for (int i = 0; i < g->cfg.n_slots; i++) free(g->seqs[i].blocks);
+    free(g->seqs);
     free(g->slot_used);
     free(g->tokens);
     free(g->pos);
     free(g->seq);
     free(g->want);
+    free(g->tables);
+    free(g->order);
     free(g->stepped);
     free(g->logits);
     free(g->first_row);
@@ -112,14 +174,46 @@ void zi_generator_free(zi_generator *g) {
 
 int zi_generator_slots_used(const zi_generator *g) { return g->slots_used; }
 
+const zi_generator_config *zi_generator_get_config(const zi_generator *g) { return &g->cfg; }
+
+void zi_generator_get_stats(const zi_generator *g, zi_generator_stats *out) {
+    *out = g->stats;
+    zi_kv_blocks_stats ks;
+    zi_kv_blocks_get_stats(g->kb, &ks);
+    out->kv_used = ks.used;
+    out->kv_cached = ks.cached;
+    out->kv_free = ks.free;
+    out->evictions = ks.evictions;
+}
+
+int zi_generator_check(const zi_generator *g, zi_error *err) {
+    return zi_kv_blocks_check(g->kb, err);
+}
+
+/* Gives a sequence's blocks back (shared ones stay with their other users,
+ * registered ones stay cached). */
+static void drop_blocks(zi_generator *g, gseq *q) {
+    for (int32_t i = 0; i < q->n_blocks; i++) zi_kv_blocks_release(g->kb, q->blocks[i]);
+    q->n_blocks = q->n_registered = 0;
+    q->last_hash = 0;
+}
+
 void zi_generator_release(zi_generator *g, zi_text_context *ctx) {
     int64_t slot;
     if (zi_text_context_cache_seq_id(ctx, &slot, NULL) != ZI_OK) return;
     if (slot >= 0 && slot < g->cfg.n_slots && g->slot_used[slot]) {
+        drop_blocks(g, &g->seqs[slot]);
         g->slot_used[slot] = 0;
         g->slots_used--;
     }
     zi_text_context_unassign_from_cache(ctx, NULL);
+}
+
+/* The slot of an assigned context. */
+static gseq *seq_of(zi_generator *g, const zi_text_context *c) {
+    int64_t slot = -1;
+    zi_text_context_cache_seq_id(c, &slot, NULL);
+    return &g->seqs[slot];
 }
 
 /* Gives every context in the batch a slot, or fails without changing any. */
@@ -130,7 +224,7 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
             need++;
         if (batch[i]->end_idx > g->cfg.ctx)
             return zi_error_set(err, ZI_ERANGE, "a context of %lld tokens exceeds the %d positions "
-                                "of a cache slot", (long long)batch[i]->end_idx, g->cfg.ctx);
+                                "of a sequence", (long long)batch[i]->end_idx, g->cfg.ctx);
     }
     if (need > (size_t)(g->cfg.n_slots - g->slots_used))
         return zi_error_set(err, ZI_ENOMEM, "no free KV-cache slot (%d of %d in use, %zu needed)",
@@ -142,6 +236,10 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         while (g->slot_used[next]) next++;
         g->slot_used[next] = 1;
         g->slots_used++;
+        gseq *q = &g->seqs[next];
+        q->n_blocks = q->n_registered = 0;
+        q->last_hash = 0;
+        q->arrival = ++g->arrivals;
         zi_text_context_assign_to_cache(c, next, NULL);
     }
     return ZI_OK;
@@ -183,6 +281,24 @@ static int make_logprobs(zi_generator *g, const float *row, int32_t token, int64
     return ZI_OK;
 }
 
+/* Registers the blocks of c that are now full (every position fed) for
+ * prefix sharing, and marks them committed (the seeds' committed_idx). */
+static void register_full_blocks(zi_generator *g, zi_text_context *c) {
+    if (!g->cfg.prefix_cache) return;
+    gseq *q = seq_of(g, c);
+    int bs = g->cfg.block_size;
+    int32_t full = (int32_t)(c->start_idx / bs);
+    if (full > q->n_blocks) full = q->n_blocks;
+    for (; q->n_registered < full; q->n_registered++) {
+        const int32_t *tk = c->tokens + (size_t)q->n_registered * bs;
+        zi_kv_blocks_register(g->kb, q->blocks[q->n_registered], q->last_hash, tk);
+        q->last_hash = zi_kv_blocks_hash(g->kb, q->last_hash, tk);
+    }
+    if ((int64_t)full * bs > c->committed_idx)
+        zi_text_context_set_token_indices(c, ZI_IDX_KEEP, ZI_IDX_KEEP, ZI_IDX_KEEP,
+                                          (int64_t)full * bs, NULL);
+}
+
 /* Does this window need the log probabilities of its prompt tokens (echo)?
  * Then every position's logits are kept, not only the last one's. */
 static int wants_echo(const zi_text_context *c) {
@@ -190,32 +306,159 @@ static int wants_echo(const zi_text_context *c) {
            c->start_idx + 1 < c->prompt_len;
 }
 
+/* Preemption (the seeds' reset): the sequence gives its blocks back and
+ * all its tokens become a prompt to encode again when memory allows; its
+ * generated tokens stand, and with prefix caching its own registered
+ * blocks may still be found then. */
+static void preempt(zi_generator *g, zi_text_context *c) {
+    drop_blocks(g, seq_of(g, c));
+    zi_text_context_reset(c);
+    g->stats.preemptions++;
+}
+
+/* A context at the start of (re-)encoding takes the cached blocks of its
+ * longest registered prefix, leaving at least one token to feed (its
+ * logits). Not for echoed log probabilities, which need every position. */
+static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
+    if (!g->cfg.prefix_cache || q->n_blocks > 0 || c->start_idx != 0 ||
+        (c->log_probabilities > 0 && c->log_probabilities_echo))
+        return;
+    int64_t eligible = c->end_idx - 1;
+    int32_t max = (int32_t)(eligible / g->cfg.block_size);
+    g->stats.prefix_query_tokens += (uint64_t)eligible;
+    if (max < 1) return;
+    int32_t got = zi_kv_blocks_match(g->kb, c->tokens, eligible, max, q->blocks, &q->last_hash);
+    if (got == 0) return;
+    q->n_blocks = q->n_registered = got;
+    int64_t at = (int64_t)got * g->cfg.block_size;
+    g->stats.prefix_hit_tokens += (uint64_t)at;
+    zi_text_context_set_token_indices(c, at, ZI_IDX_KEEP, ZI_IDX_KEEP, at, NULL);
+}
+
+/* Blocks for positions [0, upto) of c's sequence: allocates what is
+ * missing, preempting the newest sequences (newer than c) when the pool is
+ * empty. Returns how many positions are covered (< upto when even that did
+ * not free enough). */
+static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int64_t upto) {
+    gseq *q = seq_of(g, c);
+    int bs = g->cfg.block_size;
+    while ((int64_t)q->n_blocks * bs < upto) {
+        int32_t id = zi_kv_blocks_alloc(g->kb);
+        if (id < 0) {
+            /* the newest context (other than c) that holds blocks */
+            zi_text_context *victim = NULL;
+            for (size_t i = n; i-- > 0;) {
+                zi_text_context *o = g->order[i];
+                gseq *oq = seq_of(g, o);
+                if (oq->arrival > q->arrival && oq->n_blocks > 0) {
+                    victim = o;
+                    break;
+                }
+            }
+            if (!victim) break;
+            preempt(g, victim);
+            continue;
+        }
+        q->blocks[q->n_blocks++] = id;
+    }
+    int64_t have = (int64_t)q->n_blocks * bs;
+    return have < upto ? have : upto;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Prompt tokens allowed in a step beside running decodes. Fixed when
+ * configured; else sized so that the step takes about ZI_ITL_STRETCH times
+ * a decode-only step: (stretch - 1) * t_decode / (time per prompt token),
+ * both measured on the last steps, so it follows the context length (whose
+ * attention makes long prompts dearer per token) and the machine. */
+#define ZI_ITL_STRETCH 2.5
+static int prompt_chunk(const zi_generator *g) {
+    if (g->cfg.prefill_chunk > 0) return g->cfg.prefill_chunk;
+    if (g->t_decode <= 0 || g->t_prompt_token <= 0) return 16; /* until measured */
+    double c = (ZI_ITL_STRETCH - 1.0) * g->t_decode / g->t_prompt_token;
+    if (c < 1) return 1;
+    return c > g->cfg.max_batch_tokens ? g->cfg.max_batch_tokens : (int)c;
+}
+
+/* Updates the averages behind prompt_chunk with a step of n_decode decode
+ * tokens and n_prompt prompt tokens that took dt seconds. */
+static void time_step(zi_generator *g, int n_decode, int n_prompt, double dt) {
+    const double a = 0.25; /* weight of the newest step */
+    if (n_decode > 0 && n_prompt == 0) {
+        g->t_decode = g->t_decode > 0 ? (1 - a) * g->t_decode + a * dt : dt;
+    } else if (n_decode > 0 && g->t_decode > 0) {
+        double per = (dt - g->t_decode) / n_prompt;
+        if (per <= 0) per = 1e-6;
+        g->t_prompt_token = g->t_prompt_token > 0 ? (1 - a) * g->t_prompt_token + a * per : per;
+    }
+}
+
+static int by_arrival(zi_generator *g, const zi_text_context *a, const zi_text_context *b) {
+    return seq_of(g, a)->arrival < seq_of(g, b)->arrival;
+}
+
 /* One step over the live contexts; *any_live is set when something ran. */
 static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *any_live,
                 zi_error *err) {
-    int budget = g->cfg.max_batch_tokens, T = 0, n_stepped = 0, n_rows = 0;
-    for (size_t i = 0; i < n && budget > 0; i++) {
+    /* Oldest first: the budget and the memory go to the oldest sequences,
+     * and preemption takes the newest, so every request finishes. */
+    size_t n_live = 0;
+    int decoding = 0;
+    for (size_t i = 0; i < n; i++) {
         zi_text_context *c = batch[i];
         if (zi_text_context_is_done(c)) continue;
-        int64_t len = zi_text_context_active_length(c);
-        if (len > budget) { /* chunked prefill: the rest waits for later steps */
-            int rc = zi_text_context_limit_active(c, budget, err);
-            if (rc) return rc;
-            len = budget;
+        size_t j = n_live++;
+        while (j > 0 && by_arrival(g, c, g->order[j - 1])) {
+            g->order[j] = g->order[j - 1];
+            j--;
         }
-        int64_t slot;
-        zi_text_context_cache_seq_id(c, &slot, NULL);
+        g->order[j] = c;
+        decoding |= !c->is_initial_prompt;
+    }
+    /* While some sequence decodes, prompts get at most prefill_chunk
+     * tokens per step, so that the decodes beside them keep their pace. */
+    int budget = g->cfg.max_batch_tokens, T = 0, n_stepped = 0, n_rows = 0;
+    int prompt_budget = decoding ? prompt_chunk(g) : budget, n_prompt = 0, n_decode = 0;
+    for (size_t i = 0; i < n_live && budget > 0; i++) {
+        zi_text_context *c = g->order[i];
+        gseq *q = seq_of(g, c);
+        if (zi_text_context_is_done(c)) continue; /* cannot happen: kept for clarity */
+        match_prefix(g, c, q);
+        int64_t len = zi_text_context_active_length(c);
+        int prompt = c->is_initial_prompt;
+        int64_t cap = prompt ? (prompt_budget < budget ? prompt_budget : budget) : budget;
+        if (len > cap) len = cap;
+        if (len < 1) continue;
+        int64_t covered = ensure_blocks(g, c, n_live, c->start_idx + len);
+        len = covered - c->start_idx;
+        if (len < 1) continue; /* waits for memory */
+        if (len < zi_text_context_active_length(c)) { /* chunked prefill */
+            int rc = zi_text_context_limit_active(c, len, err);
+            if (rc) return rc;
+        }
         int echo = wants_echo(c);
+        int32_t row = (int32_t)n_stepped;
+        memcpy(g->tables + (size_t)row * g->max_blocks, q->blocks,
+               (size_t)q->n_blocks * sizeof *q->blocks);
         g->first_row[n_stepped] = n_rows;
         for (int64_t j = 0; j < len; j++) {
             g->tokens[T] = c->tokens[c->start_idx + j];
             g->pos[T] = (int32_t)(c->start_idx + j);
-            g->seq[T] = (int32_t)slot;
+            g->seq[T] = row;
             g->want[T] = echo || j == len - 1;
             n_rows += g->want[T];
             T++;
         }
         budget -= (int)len;
+        if (prompt)
+            prompt_budget -= (int)len, n_prompt += (int)len;
+        else
+            n_decode += (int)len;
         g->stepped[n_stepped++] = c;
     }
     *any_live = n_stepped > 0;
@@ -223,8 +466,18 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
     int rc = grow((void **)&g->logits, &g->logit_rows, (size_t)n_rows,
                   (size_t)g->n_vocab * sizeof *g->logits, err);
     if (rc) return rc;
-    zi_batch b = {T, g->tokens, g->pos, g->seq, g->want};
+    zi_batch b = {.n_tokens = T,
+                  .tokens = g->tokens,
+                  .pos = g->pos,
+                  .seq = g->seq,
+                  .want_logits = g->want,
+                  .block_tables = g->tables,
+                  .n_table_rows = n_stepped,
+                  .table_stride = g->max_blocks};
+    double t0 = now_s();
     if ((rc = zi_model_forward(g->model, g->kv, &b, g->logits, err))) return rc;
+    time_step(g, n_decode, n_prompt, now_s() - t0);
+    g->stats.prefill_chunk = prompt_chunk(g);
 
     /* Sample every context whose window reached the end of its tokens (a
      * chunk in the middle of a prompt has nothing to sample). */
@@ -294,6 +547,7 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
                                 c->log_probabilities, &lp, err)))
             return rc;
         if ((rc = zi_text_context_update(c, tok, lp, err))) return rc;
+        register_full_blocks(g, c);
     }
     return ZI_OK;
 }

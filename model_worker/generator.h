@@ -2,14 +2,27 @@
  * generator.h - the worker's token generator: the seeds' TokenGenerator /
  * TextGenerationPipeline, next_token(batch, num_steps) and release(context).
  *
- * A zi_generator owns one KV cache of n_slots sequences over one model. Each
- * step is ONE batched forward pass over every active context in the batch:
- * decode steps (one token each) and prompt windows together, which is what
- * lets requests join and leave the running batch between steps (continuous
- * batching). A step carries at most max_batch_tokens tokens; prompt windows
- * that do not fit are cut (zi_text_context_limit_active: chunked prefill)
- * and continue in the next step, so long prompts never stall the decodes
- * running beside them.
+ * A zi_generator owns one paged KV cache (a fixed pool of blocks, never
+ * more memory than configured) over one model, and up to n_slots sequences.
+ * Each step is ONE batched forward pass over the scheduled contexts: decode
+ * steps (one token each) and prompt windows together, which is what lets
+ * requests join and leave the running batch between steps (continuous
+ * batching). Scheduling, oldest request first:
+ *
+ *   - the step carries at most max_batch_tokens tokens, and while any
+ *     sequence is decoding, prompts get at most prefill_chunk of them (by
+ *     default adapted, from measured step times, so that such a step takes
+ *     about 2.5x a decode-only one):
+ *     long prompts are cut into chunks (zi_text_context_limit_active, the
+ *     seeds' active_idx < end_idx layout) that share steps with the decodes,
+ *     so running streams keep flowing;
+ *   - prefix caching: a context that starts (or restarts) encoding takes
+ *     the cached blocks of its longest registered prefix and feeds only the
+ *     rest; blocks register once full (kv_blocks.h);
+ *   - preemption: when the pool has no block left, the newest sequence
+ *     gives its blocks back and is reset to re-encode later (the seeds'
+ *     reset()); it is never failed, and as the oldest always progresses no
+ *     request starves. The pool must hold one whole sequence (ctx).
  *
  * Each context's token is chosen by the fused sampling processor
  * (sampler.h) with the context's own sampling parameters, penalties over
@@ -36,10 +49,28 @@
 #include "zi_error.h"
 
 typedef struct zi_generator_config {
-    int n_slots;          /* sequences held at once (KV-cache slots) */
-    int ctx;              /* positions per slot */
+    int n_slots;          /* sequences held at once */
+    int ctx;              /* positions per sequence at most */
     int max_batch_tokens; /* tokens per forward pass (the step's budget) */
+    int kv_blocks;        /* KV pool in blocks; 0: n_slots * ceil(ctx / block_size), which
+                           * never needs preemption. At least ceil(ctx / block_size). */
+    int block_size;       /* positions per KV block; 0: 16 */
+    int prefill_chunk;    /* prompt tokens per step while some sequence decodes; 0: adapt
+                           * it so such a step takes ~2.5x a decode-only step */
+    int prefix_cache;     /* share full blocks between sequences with equal prefixes */
 } zi_generator_config;
+
+/* Counters, for logs and the router's metrics. */
+typedef struct zi_generator_stats {
+    int32_t kv_blocks, block_size;
+    uint64_t kv_bytes;
+    int32_t kv_used, kv_cached, kv_free;
+    uint64_t prefix_query_tokens; /* prompt tokens looked up in the prefix cache */
+    uint64_t prefix_hit_tokens;   /* of those, found cached (not computed again) */
+    uint64_t preemptions;         /* sequences sent back to re-encoding */
+    uint64_t evictions;           /* cached blocks reused for other K/V */
+    int32_t prefill_chunk;        /* the prompt tokens per step beside decodes, now */
+} zi_generator_stats;
 
 typedef struct zi_generator zi_generator;
 
@@ -52,8 +83,9 @@ void zi_generator_free(zi_generator *g);
  * Runs up to num_steps steps over the n contexts of batch. A context without
  * a cache slot gets one (ZI_ENOMEM "no free KV-cache slot" when all are in
  * use; nothing has run then). Each step feeds every context that is not done
- * its active window (cut to the step's remaining budget; a context that gets
- * no budget waits for the next step), samples the next token from the
+ * its active window (cut to the step's remaining budget and to the KV blocks
+ * it can get; a context that gets neither waits for the next step, a
+ * preempted one re-encodes later), samples the next token from the
  * window's last position and records it with zi_text_context_update. The
  * loop ends early when every context is done; a context that finishes
  * (EOS, a stop token id, maximum length) is not fed again, so num_steps > 1
@@ -69,5 +101,10 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx);
 
 /* Slots in use, for load reporting. */
 int zi_generator_slots_used(const zi_generator *g);
+/* The configuration in effect (defaults filled in). */
+const zi_generator_config *zi_generator_get_config(const zi_generator *g);
+void zi_generator_get_stats(const zi_generator *g, zi_generator_stats *out);
+/* Checks the KV block pool's invariant (kv_blocks.h); for tests. */
+int zi_generator_check(const zi_generator *g, zi_error *err);
 
 #endif

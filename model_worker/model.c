@@ -31,12 +31,16 @@ struct zi_model {
     int logits_cap;
     float *logits;
     int reserved_tokens, reserved_ctx; /* what the backend's scratch is sized for */
+    zi_model_progress_fn progress;
+    void *progress_arg;
 };
 
 struct zi_kv_cache {
     zi_model *m;
-    int n_slots, ctx;
-    float **k, **v; /* per layer: [n_slots][ctx][n_kv_heads * head_dim] */
+    int n_blocks, block_size, max_ctx;
+    int n_slots;      /* slot mode (zi_kv_cache_create): slot s owns a run of blocks */
+    int32_t *slot_table; /* slot mode: [n_slots][blocks per slot], the identity */
+    float **k, **v; /* per layer: [n_blocks][block_size][n_kv_heads * head_dim] */
 };
 
 /* ---- loading ---- */
@@ -252,26 +256,61 @@ const zi_model_config *zi_model_get_config(const zi_model *m) { return &m->cfg; 
 const zi_gguf *zi_model_gguf(const zi_model *m) { return m->gguf; }
 uint64_t zi_model_weight_bytes(const zi_model *m) { return m->weight_bytes; }
 
+void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
+    m->progress = fn;
+    m->progress_arg = arg;
+}
+
 /* ---- KV cache ---- */
 
-int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err) {
-    if (n_slots < 1 || ctx < 1)
-        return zi_error_set(err, ZI_EINVAL, "KV cache needs at least 1 slot and 1 position");
+uint64_t zi_model_kv_bytes_per_token(const zi_model *m) {
+    return 2ull * (uint64_t)m->cfg.n_layers * (uint64_t)m->cfg.n_kv_heads *
+           (uint64_t)m->cfg.head_dim * sizeof(float);
+}
+
+uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_cache_memory,
+                                         int block_size) {
+    uint64_t per_block = zi_model_kv_bytes_per_token(m) * (uint64_t)(block_size > 0 ? block_size : 1);
+    return available_cache_memory / per_block * per_block;
+}
+
+uint64_t zi_model_estimate_memory_footprint(const zi_model *m, uint64_t memory_budget,
+                                            int max_batch_tokens, int max_logit_rows) {
+    const zi_model_config *c = &m->cfg;
+    /* Activations of one pass (model.c's buffers, floats), the logits rows,
+     * and the weights as the backend holds them. */
+    uint64_t T = (uint64_t)(max_batch_tokens > 0 ? max_batch_tokens : 1);
+    uint64_t R = (uint64_t)(max_logit_rows > 0 ? max_logit_rows : 1);
+    uint64_t act = T * 4u *
+                   (uint64_t)(4 * c->dim + 2 * c->n_heads * c->head_dim +
+                              2 * c->n_kv_heads * c->head_dim + 2 * c->ffn_dim);
+    uint64_t used = m->weight_bytes + act + 2 * R * 4u * (uint64_t)c->n_vocab;
+    return memory_budget > used ? memory_budget - used : 0;
+}
+
+int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_ctx,
+                             zi_kv_cache **out, zi_error *err) {
+    if (n_blocks < 1 || block_size < 1 || block_size > 4096 || max_ctx < 1)
+        return zi_error_set(err, ZI_EINVAL,
+                            "KV cache: %d blocks of %d positions, sequences of up to %d "
+                            "(need >= 1 block of 1..4096 positions)",
+                            n_blocks, block_size, max_ctx);
     zi_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return zi_error_set(err, ZI_ENOMEM, "out of memory for the KV cache");
     kv->m = m;
-    kv->n_slots = n_slots;
-    kv->ctx = ctx;
+    kv->n_blocks = n_blocks;
+    kv->block_size = block_size;
+    kv->max_ctx = max_ctx;
     int L = m->cfg.n_layers;
     kv->k = calloc((size_t)L, sizeof *kv->k);
     kv->v = calloc((size_t)L, sizeof *kv->v);
     size_t bytes = 0;
-    if (__builtin_mul_overflow((size_t)n_slots, (size_t)ctx, &bytes) ||
+    if (__builtin_mul_overflow((size_t)n_blocks, (size_t)block_size, &bytes) ||
         __builtin_mul_overflow(bytes, (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim *
                                           sizeof(float), &bytes)) {
         zi_kv_cache_free(kv);
-        return zi_error_set(err, ZI_ERANGE, "a KV cache of %d slots x %d positions is too large",
-                            n_slots, ctx);
+        return zi_error_set(err, ZI_ERANGE, "a KV cache of %d blocks x %d positions is too large",
+                            n_blocks, block_size);
     }
     int ok = kv->k && kv->v;
     for (int l = 0; ok && l < L; l++) {
@@ -281,10 +320,36 @@ int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_
     }
     if (!ok) {
         zi_kv_cache_free(kv);
-        return zi_error_set(err, ZI_ENOMEM, "cannot allocate a KV cache of %d slots x %d positions "
-                            "(%.1f MiB)", n_slots, ctx, 2.0 * L * (double)bytes / (1 << 20));
+        return zi_error_set(err, ZI_ENOMEM, "cannot allocate a KV cache of %d blocks x %d "
+                            "positions (%.1f MiB)", n_blocks, block_size,
+                            2.0 * L * (double)bytes / (1 << 20));
     }
     *out = kv;
+    return ZI_OK;
+}
+
+/* Slot mode: slot s owns blocks [s * bps, (s + 1) * bps), blocks of
+ * ZI_KV_SLOT_BLOCK positions. */
+#define ZI_KV_SLOT_BLOCK 16
+
+int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err) {
+    if (n_slots < 1 || ctx < 1)
+        return zi_error_set(err, ZI_EINVAL, "KV cache needs at least 1 slot and 1 position");
+    int64_t bps = (ctx + ZI_KV_SLOT_BLOCK - 1) / ZI_KV_SLOT_BLOCK;
+    if (bps * n_slots > (1 << 30))
+        return zi_error_set(err, ZI_ERANGE, "a KV cache of %d slots x %d positions is too large",
+                            n_slots, ctx);
+    int rc = zi_kv_cache_create_paged(m, (int)(bps * n_slots), ZI_KV_SLOT_BLOCK, ctx, out, err);
+    if (rc) return rc;
+    zi_kv_cache *kv = *out;
+    kv->n_slots = n_slots;
+    kv->slot_table = malloc((size_t)(bps * n_slots) * sizeof *kv->slot_table);
+    if (!kv->slot_table) {
+        zi_kv_cache_free(kv);
+        *out = NULL;
+        return zi_error_set(err, ZI_ENOMEM, "out of memory for the KV cache's slot table");
+    }
+    for (int64_t i = 0; i < bps * n_slots; i++) kv->slot_table[i] = (int32_t)i;
     return ZI_OK;
 }
 
@@ -297,11 +362,17 @@ void zi_kv_cache_free(zi_kv_cache *kv) {
     }
     free(kv->k);
     free(kv->v);
+    free(kv->slot_table);
     free(kv);
 }
 
-int zi_kv_cache_ctx(const zi_kv_cache *kv) { return kv->ctx; }
+int zi_kv_cache_ctx(const zi_kv_cache *kv) { return kv->max_ctx; }
 int zi_kv_cache_slots(const zi_kv_cache *kv) { return kv->n_slots; }
+int zi_kv_cache_blocks(const zi_kv_cache *kv) { return kv->n_blocks; }
+int zi_kv_cache_block_size(const zi_kv_cache *kv) { return kv->block_size; }
+uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv) {
+    return (uint64_t)kv->n_blocks * (uint64_t)kv->block_size * zi_model_kv_bytes_per_token(kv->m);
+}
 
 /* ---- forward ---- */
 
@@ -338,20 +409,56 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, zi_error *err
     return ZI_OK;
 }
 
+/* The block tables the pass reads: the batch's, or in slot mode the
+ * identity table (row s = slot s). */
+static void batch_tables(const zi_kv_cache *kv, const zi_batch *b, const int32_t **tables,
+                         int *stride, int *rows) {
+    if (b->block_tables) {
+        *tables = b->block_tables;
+        *stride = b->table_stride;
+        *rows = b->n_table_rows;
+    } else {
+        *tables = kv->slot_table;
+        *stride = kv->n_slots ? kv->n_blocks / kv->n_slots : 0;
+        *rows = kv->n_slots;
+    }
+}
+
 static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_batch *b,
                           zi_error *err) {
     if (b->n_tokens < 1) return zi_error_set(err, ZI_EINVAL, "empty batch");
+    if (!b->block_tables && !kv->slot_table)
+        return zi_error_set(err, ZI_EINVAL, "a paged KV cache needs the batch's block tables");
+    if (b->block_tables && (b->n_table_rows < 1 || b->table_stride < 1))
+        return zi_error_set(err, ZI_EINVAL, "block tables of %d rows x %d entries",
+                            b->n_table_rows, b->table_stride);
+    const int32_t *tables;
+    int stride, rows;
+    batch_tables(kv, b, &tables, &stride, &rows);
+    int bs = kv->block_size;
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab)
             return zi_error_set(err, ZI_EINVAL, "token id %d at index %d is outside the vocabulary "
                                 "(0..%d)", b->tokens[i], i, m->cfg.n_vocab - 1);
-        if (b->seq[i] < 0 || b->seq[i] >= kv->n_slots)
-            return zi_error_set(err, ZI_EINVAL, "sequence slot %d at index %d is outside 0..%d",
-                                b->seq[i], i, kv->n_slots - 1);
-        if (b->pos[i] < 0 || b->pos[i] >= kv->ctx)
+        if (b->seq[i] < 0 || b->seq[i] >= rows)
+            return zi_error_set(err, ZI_EINVAL, "sequence %d at index %d is outside 0..%d",
+                                b->seq[i], i, rows - 1);
+        if (b->pos[i] < 0 || b->pos[i] >= kv->max_ctx || b->pos[i] / bs >= stride)
             return zi_error_set(err, ZI_ERANGE, "position %d at index %d is outside the context "
-                                "of %d tokens", b->pos[i], i, kv->ctx);
+                                "of %d tokens", b->pos[i], i,
+                                kv->max_ctx < stride * bs ? kv->max_ctx : stride * bs);
     }
+    /* Every block a token reads or writes exists: check each row once, up
+     * to the furthest position any token of the pass reaches in it. */
+    if (b->block_tables)
+        for (int i = 0; i < b->n_tokens; i++) {
+            const int32_t *row = tables + (size_t)b->seq[i] * stride;
+            for (int j = 0; j <= b->pos[i] / bs; j++)
+                if (row[j] < 0 || row[j] >= kv->n_blocks)
+                    return zi_error_set(err, ZI_EINVAL,
+                                        "block table row %d entry %d is %d, outside 0..%d",
+                                        b->seq[i], j, row[j], kv->n_blocks - 1);
+        }
     return ZI_OK;
 }
 
@@ -362,12 +469,12 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     int T = b->n_tokens, n_wanted = 0;
     for (int i = 0; i < T; i++) n_wanted += b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
     if ((rc = ensure_buffers(m, T, n_wanted, err))) return rc;
-    if (T > m->reserved_tokens || kv->ctx > m->reserved_ctx) {
+    if (T > m->reserved_tokens || kv->max_ctx > m->reserved_ctx) {
         int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
         int64_t qd = (int64_t)m->cfg.n_heads * m->cfg.head_dim;
         if (qd > cols) cols = qd;
         int rt = T > m->reserved_tokens ? T : m->reserved_tokens;
-        int rctx = kv->ctx > m->reserved_ctx ? kv->ctx : m->reserved_ctx;
+        int rctx = kv->max_ctx > m->reserved_ctx ? kv->max_ctx : m->reserved_ctx;
         if ((rc = m->be->ops->reserve(m->be, rt, cols, rctx, err))) return rc;
         m->reserved_tokens = rt;
         m->reserved_ctx = rctx;
@@ -376,9 +483,11 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     zi_backend *be = m->be;
     const zi_backend_ops *op = be->ops;
     const zi_model_config *c = &m->cfg;
-    zi_batch_view view = {T, b->pos, b->seq};
-    zi_attn_shape shape = {c->n_heads, c->n_kv_heads, c->head_dim, kv->ctx,
-                           1.0f / sqrtf((float)c->head_dim)};
+    zi_batch_view view = {T, b->pos, b->seq, NULL, 0};
+    int rows;
+    batch_tables(kv, b, &view.block_tables, &view.table_stride, &rows);
+    zi_attn_shape shape = {c->n_heads,     c->n_kv_heads, c->head_dim,
+                           kv->block_size, kv->max_ctx,   1.0f / sqrtf((float)c->head_dim)};
 
     op->get_rows(be, m->x, &m->tok_embd, b->tokens, T);
     for (int l = 0; l < c->n_layers; l++) {
@@ -401,6 +510,7 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
         op->swiglu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
         op->matmul(be, m->tmp, &L->w_down, m->gate, T);
         op->add(be, m->x, m->tmp, (size_t)T * c->dim);
+        if (m->progress) m->progress(m->progress_arg);
     }
     /* Normalize only the rows whose logits are wanted, packed together. */
     int j = 0;

@@ -53,27 +53,55 @@ const zi_gguf *zi_model_gguf(const zi_model *m);
 uint64_t zi_model_weight_bytes(const zi_model *m);
 
 /*
- * The KV cache: n_slots independent sequences of up to ctx positions each,
- * float32 K and V for every layer, in backend memory. Memory is
- * 2 * n_layers * n_slots * ctx * n_kv_heads * head_dim * 4 bytes.
+ * The KV cache: float32 K and V for every layer, in backend memory, as a
+ * pool of n_blocks blocks of block_size positions (kernels/backend.h gives
+ * the layout). Memory is n_blocks * block_size * zi_model_kv_bytes_per_token
+ * bytes, allocated once: it never grows.
+ *
+ * Paged (zi_kv_cache_create_paged): the caller owns the blocks (the
+ * generator, with model_worker/kv_blocks.h) and passes block tables with
+ * every batch. Slot mode (zi_kv_cache_create): n_slots fixed sequences of up
+ * to ctx positions; the batch's seq[i] is a slot and no tables are passed.
  */
 typedef struct zi_kv_cache zi_kv_cache;
+int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_ctx,
+                             zi_kv_cache **out, zi_error *err);
 int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err);
 void zi_kv_cache_free(zi_kv_cache *kv); /* before the model it belongs to */
-int zi_kv_cache_ctx(const zi_kv_cache *kv);
-int zi_kv_cache_slots(const zi_kv_cache *kv);
+int zi_kv_cache_ctx(const zi_kv_cache *kv); /* positions per sequence at most */
+int zi_kv_cache_slots(const zi_kv_cache *kv); /* 0 for a paged cache */
+int zi_kv_cache_blocks(const zi_kv_cache *kv);
+int zi_kv_cache_block_size(const zi_kv_cache *kv);
+uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv);
 
-/* One forward pass. Token i has id tokens[i] at position pos[i] of slot
- * seq[i]; positions 0..pos[i]-1 of that slot must already be in the cache
- * (written by earlier passes or earlier in this batch). When want_logits is
- * NULL only the last token's logits are returned; otherwise those of every
- * token i with want_logits[i] != 0, in order. */
+/* KV bytes per cached token (all layers, K and V). */
+uint64_t zi_model_kv_bytes_per_token(const zi_model *m);
+/* The seeds' estimate_kv_cache_size: the bytes of KV cache, in whole blocks
+ * of block_size positions, that fit in available_cache_memory. */
+uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_cache_memory,
+                                         int block_size);
+/* The seeds' estimate_memory_footprint: of memory_budget bytes, what is
+ * left for the KV cache once the weights, the activations of a pass of
+ * max_batch_tokens tokens and max_logit_rows rows of logits (twice: the
+ * model's and the caller's) are counted (0 when nothing is). */
+uint64_t zi_model_estimate_memory_footprint(const zi_model *m, uint64_t memory_budget,
+                                            int max_batch_tokens, int max_logit_rows);
+
+/* One forward pass. Token i has id tokens[i] at position pos[i] of
+ * sequence seq[i]: a slot in slot mode, else a row of block_tables (rows of
+ * table_stride block ids; n_table_rows of them). Positions 0..pos[i]-1 of
+ * that sequence must already be in the cache (written by earlier passes or
+ * earlier in this batch). When want_logits is NULL only the last token's
+ * logits are returned; otherwise those of every token i with
+ * want_logits[i] != 0, in order. */
 typedef struct zi_batch {
     int n_tokens;
     const int32_t *tokens;
     const int32_t *pos;
     const int32_t *seq;
     const uint8_t *want_logits;
+    const int32_t *block_tables; /* NULL in slot mode */
+    int n_table_rows, table_stride;
 } zi_batch;
 
 /* Validates the batch (ids inside the vocabulary, slots and positions
@@ -81,5 +109,11 @@ typedef struct zi_batch {
  * logits gets n_wanted * n_vocab floats (host memory). */
 int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits,
                      zi_error *err);
+
+/* A function zi_model_forward calls after every layer (NULL: none), so that
+ * a caller stays responsive during a long pass: the worker sends its
+ * heartbeats from it. It must not call into the model. */
+typedef void (*zi_model_progress_fn)(void *arg);
+void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg);
 
 #endif

@@ -27,6 +27,7 @@
 #include <zmq.h>
 
 #include "args.h"
+#include "backend_select.h"
 #include "codec.h"
 #include "cpu_backend.h"
 #include "generator.h"
@@ -43,10 +44,20 @@ static const char USAGE[] =
     "\n"
     "  --router ADDR      the router's backend address (default tcp://127.0.0.1:5556)\n"
     "  --model PATH       the GGUF model (default $ZINFER_MODEL or the downloaded default)\n"
-    "  --threads N        compute threads (default: all CPUs)\n"
+    "  --device D         cpu (default), cuda (GPU 0) or cuda:N (see `zinfer devices`)\n"
+    "  --threads N        CPU compute threads (default: all CPUs)\n"
     "  --slots N          sequences generated at once (default 8)\n"
-    "  --ctx-size N       positions per sequence (default 1024, at most the model's)\n"
+    "  --ctx-size N       positions per sequence (default 4096, at most the model's and\n"
+    "                     the KV cache's)\n"
     "  --batch-size N     tokens per forward pass (default 256)\n"
+    "  --prefill-chunk N  prompt tokens per pass while other sequences decode (default\n"
+    "                     0: adapted so such a pass takes ~2.5x a decode-only pass)\n"
+    "  --kv-cache-tokens N   the KV cache's size in tokens, or\n"
+    "  --kv-cache-bytes B    in bytes (K, M, G suffixes); default: what\n"
+    "  --memory-budget B     leaves for it after the weights and activations\n"
+    "                     (default min(1G, a quarter of the available memory))\n"
+    "  --block-size N     positions per KV block (default 16)\n"
+    "  --no-prefix-cache  do not share cached prompt prefixes between requests\n"
     "  --num-steps N      decode steps per scheduling round (default 1): more\n"
     "                     means fewer trips through the message loop, but new\n"
     "                     requests and cancellations wait up to N steps\n"
@@ -74,6 +85,7 @@ typedef struct worker {
     int n_live;
     char model_name[256];
     int vocab;
+    int64_t last_hb; /* when the last heartbeat went out (ms) */
 } worker;
 
 static void send_register(worker *w) {
@@ -90,7 +102,55 @@ static void send_register(worker *w) {
     zi_msg_free(&m);
 }
 
-static void send_heartbeat(worker *w) { zi_send_heartbeat(w->sock, w->n_live); }
+/* A heartbeat with the load and the KV cache's counters (the router sums
+ * them into `health`). */
+static void send_heartbeat(worker *w) {
+    zi_generator_stats st;
+    zi_generator_get_stats(w->gen, &st);
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 3);
+    zi_pack_kv_str(&m.pk, "type", "heartbeat");
+    zi_pack_kv_int(&m.pk, "load", w->n_live);
+    zi_pack_str(&m.pk, "kv");
+    msgpack_pack_map(&m.pk, 9);
+    zi_pack_kv_int(&m.pk, "blocks", st.kv_blocks);
+    zi_pack_kv_int(&m.pk, "block_size", st.block_size);
+    zi_pack_kv_int(&m.pk, "used", st.kv_used);
+    zi_pack_kv_int(&m.pk, "cached", st.kv_cached);
+    zi_pack_kv_int(&m.pk, "free", st.kv_free);
+    zi_pack_kv_int(&m.pk, "prefix_query_tokens", (int64_t)st.prefix_query_tokens);
+    zi_pack_kv_int(&m.pk, "prefix_hit_tokens", (int64_t)st.prefix_hit_tokens);
+    zi_pack_kv_int(&m.pk, "preemptions", (int64_t)st.preemptions);
+    zi_pack_kv_int(&m.pk, "evictions", (int64_t)st.evictions);
+    zi_send_msg(w->sock, NULL, 0, false, &m);
+    zi_msg_free(&m);
+}
+
+/* Called after every layer of a forward pass: a pass over a long prompt
+ * can outlast the router's heartbeat timeout, so heartbeats go out from
+ * inside it too. */
+static void on_progress(void *arg) {
+    worker *w = arg;
+    int64_t now = zi_now_ms();
+    if (now - w->last_hb < 1000) return;
+    send_heartbeat(w);
+    w->last_hb = now;
+}
+
+/* min(1 GiB, a quarter of MemAvailable): a default that leaves room for
+ * other workers and processes on the host. */
+static uint64_t default_budget(void) {
+    uint64_t cap = 1ull << 30, avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = kb * 1024ull;
+    }
+    if (f) fclose(f);
+    return avail && avail / 4 < cap ? avail / 4 : cap;
+}
 
 static void send_error(worker *w, uint64_t rid, const char *code, const char *msg) {
     zi_send_backend_error(w->sock, rid, code, msg);
@@ -246,8 +306,9 @@ static void send_outputs(worker *w) {
 
 typedef struct wopts {
     char model[4096];
-    const char *router;
-    long long threads, slots, ctx, batch, steps;
+    const char *router, *device;
+    long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
+    int no_prefix_cache;
     int log_level;
 } wopts;
 
@@ -259,6 +320,10 @@ static int parse_args(int argc, char **argv, wopts *o) {
             fputs(USAGE, stdout);
             exit(0);
         }
+        if (!strcmp(a, "--no-prefix-cache")) {
+            o->no_prefix_cache = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "zinfer-worker: unknown option or missing value '%s' (see --help)\n",
                     a);
@@ -269,6 +334,11 @@ static int parse_args(int argc, char **argv, wopts *o) {
         int rc = 0;
         if (!strcmp(a, "--router"))
             o->router = v;
+        else if (!strcmp(a, "--device")) {
+            zi_device_spec spec;
+            o->device = v;
+            rc = zi_device_parse(v, &spec, &err);
+        }
         else if (!strcmp(a, "--model"))
             snprintf(o->model, sizeof o->model, "%s", v);
         else if (!strcmp(a, "--threads"))
@@ -281,6 +351,16 @@ static int parse_args(int argc, char **argv, wopts *o) {
             rc = zi_parse_int(a, v, 1, 1 << 16, &o->batch, &err);
         else if (!strcmp(a, "--num-steps"))
             rc = zi_parse_int(a, v, 1, 64, &o->steps, &err);
+        else if (!strcmp(a, "--prefill-chunk"))
+            rc = zi_parse_int(a, v, 0, 1 << 16, &o->chunk, &err);
+        else if (!strcmp(a, "--kv-cache-tokens"))
+            rc = zi_parse_int(a, v, 1, 1LL << 30, &o->kv_tokens, &err);
+        else if (!strcmp(a, "--kv-cache-bytes"))
+            rc = zi_parse_size(a, v, 1, 1LL << 50, &o->kv_bytes, &err);
+        else if (!strcmp(a, "--memory-budget"))
+            rc = zi_parse_size(a, v, 1, 1LL << 50, &o->budget, &err);
+        else if (!strcmp(a, "--block-size"))
+            rc = zi_parse_int(a, v, 1, 4096, &o->block, &err);
         else if (!strcmp(a, "--log-level")) {
             o->log_level = zi_log_level_parse(v);
             if (o->log_level < 0)
@@ -300,10 +380,13 @@ static int parse_args(int argc, char **argv, wopts *o) {
 
 int main(int argc, char **argv) {
     wopts o = {.router = "tcp://127.0.0.1:5556",
+               .device = "cpu",
                .slots = 8,
-               .ctx = 1024,
+               .ctx = 4096,
                .batch = 256,
                .steps = 1,
+               .chunk = 0,
+               .block = 16,
                .log_level = ZI_LOG_INFO};
     zi_default_model_path(o.model, sizeof o.model);
     int rc = parse_args(argc, argv, &o);
@@ -320,8 +403,7 @@ int main(int argc, char **argv) {
     zi_error err = {0};
     zi_backend *be = NULL;
     zi_model *model = NULL;
-    zi_cpu_options co = {.n_threads = (int)o.threads, .isa = NULL};
-    if ((rc = zi_cpu_backend_create(&co, &be, &err)) ||
+    if ((rc = zi_backend_create_for_device(o.device, (int)o.threads, &be, &err)) ||
         (rc = zi_model_load(o.model, be, &model, &err))) {
         zi_log(&w.log, ZI_LOG_ERROR, "%s", err.msg);
         if (be) be->ops->destroy(be);
@@ -335,8 +417,48 @@ int main(int argc, char **argv) {
     snprintf(w.model_name, sizeof w.model_name, "%.200s", base ? base + 1 : o.model);
     char *dot = strstr(w.model_name, ".gguf");
     if (dot) *dot = '\0';
-    zi_generator_config gc = {
-        .n_slots = w.slots, .ctx = w.ctx_size, .max_batch_tokens = (int)o.batch};
+    /* The KV cache: the size asked for, or what the memory budget leaves
+     * (the seeds' estimate_memory_footprint and estimate_kv_cache_size). */
+    uint64_t per_tok = zi_model_kv_bytes_per_token(model), budget = 0, kv_bytes;
+    if (o.kv_tokens > 0) {
+        kv_bytes = (uint64_t)o.kv_tokens * per_tok;
+    } else if (o.kv_bytes > 0) {
+        kv_bytes = (uint64_t)o.kv_bytes;
+    } else {
+        budget = o.budget > 0 ? (uint64_t)o.budget : default_budget();
+        kv_bytes = zi_model_estimate_memory_footprint(model, budget, (int)o.batch, w.slots);
+    }
+    kv_bytes = zi_model_estimate_kv_cache_size(model, kv_bytes, (int)o.block);
+    char kv_why[96];
+    if (budget)
+        snprintf(kv_why, sizeof kv_why, "what a %.0f MiB memory budget leaves",
+                 (double)budget / (1 << 20));
+    else
+        snprintf(kv_why, sizeof kv_why, "%s", o.kv_tokens ? "--kv-cache-tokens" : "--kv-cache-bytes");
+    uint64_t kv_blocks = kv_bytes / (per_tok * (uint64_t)o.block);
+    if (kv_blocks > (1u << 26)) kv_blocks = 1u << 26;
+    if (kv_blocks < 1) {
+        zi_log(&w.log, ZI_LOG_ERROR,
+               "the KV cache would hold no block of %lld tokens (%llu bytes per token; give "
+               "--kv-cache-tokens or a larger --memory-budget)",
+               o.block, (unsigned long long)per_tok);
+        free(w.live);
+        zi_model_free(model);
+        be->ops->destroy(be);
+        return 1;
+    }
+    if ((int64_t)kv_blocks * o.block < w.ctx_size) {
+        zi_log(&w.log, ZI_LOG_WARN, "--ctx-size %d reduced to %lld: the KV cache holds no more",
+               w.ctx_size, (long long)kv_blocks * o.block);
+        w.ctx_size = (int)(kv_blocks * (uint64_t)o.block);
+    }
+    zi_generator_config gc = {.n_slots = w.slots,
+                              .ctx = w.ctx_size,
+                              .max_batch_tokens = (int)o.batch,
+                              .kv_blocks = (int)kv_blocks,
+                              .block_size = (int)o.block,
+                              .prefill_chunk = (int)o.chunk,
+                              .prefix_cache = !o.no_prefix_cache};
     w.live = calloc((size_t)w.slots, sizeof *w.live);
     if (!w.live || (rc = zi_generator_create(model, &gc, &w.gen, &err))) {
         zi_log(&w.log, ZI_LOG_ERROR, "%s", w.live ? err.msg : "out of memory");
@@ -352,11 +474,23 @@ int main(int argc, char **argv) {
         rc = 1;
         goto out;
     }
-    zi_log(&w.log, ZI_LOG_INFO, "model %s (%s x %d threads), %d slots x %d positions; router %s",
-           w.model_name, zi_cpu_backend_isa(be), zi_cpu_backend_threads(be), w.slots, w.ctx_size,
-           o.router);
+    char dev[64];
+    if (!strcmp(be->ops->name, "cpu"))
+        snprintf(dev, sizeof dev, "cpu, %s x %d threads", zi_cpu_backend_isa(be),
+                 zi_cpu_backend_threads(be));
+    else
+        snprintf(dev, sizeof dev, "%s", o.device);
+    zi_log(&w.log, ZI_LOG_INFO, "model %s (%s), %d slots x up to %d positions; router %s",
+           w.model_name, dev, w.slots, w.ctx_size, o.router);
+    zi_log(&w.log, ZI_LOG_INFO,
+           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s); prefix cache %s",
+           (unsigned long long)kv_blocks, o.block, (unsigned long long)kv_blocks * o.block,
+           (double)(kv_blocks * o.block * per_tok) / (1 << 20), kv_why,
+           o.no_prefix_cache ? "off" : "on");
     send_register(&w);
-    int64_t last_hb = zi_now_ms();
+    w.last_hb = zi_now_ms();
+    zi_model_set_progress(model, on_progress, &w);
+    uint64_t last_preempt = 0;
     zi_text_context **batch = calloc((size_t)w.slots, sizeof *batch);
     if (!batch) {
         rc = 1;
@@ -381,9 +515,9 @@ int main(int argc, char **argv) {
             zmq_msg_close(&msg);
         }
         int64_t now = zi_now_ms();
-        if (now - last_hb >= 1000) {
+        if (now - w.last_hb >= 1000) {
             send_heartbeat(&w);
-            last_hb = now;
+            w.last_hb = now;
         }
         if (w.n_live == 0) continue;
         for (int i = 0; i < w.n_live; i++) batch[i] = &w.live[i].ctx;
@@ -394,6 +528,16 @@ int main(int argc, char **argv) {
             for (int i = 0; i < w.n_live; i++) send_error(&w, w.live[i].rid, "internal", err.msg);
             drop_all(&w);
             continue;
+        }
+        zi_generator_stats st;
+        zi_generator_get_stats(w.gen, &st);
+        if (st.preemptions > last_preempt) {
+            zi_log(&w.log, ZI_LOG_INFO,
+                   "preempted %llu sequence(s): the KV cache is full (%d of %d blocks in use); "
+                   "%llu so far",
+                   (unsigned long long)(st.preemptions - last_preempt), st.kv_used, st.kv_blocks,
+                   (unsigned long long)st.preemptions);
+            last_preempt = st.preemptions;
         }
         send_outputs(&w);
     }

@@ -62,6 +62,12 @@ static void on_signal(int sig) {
 }
 
 enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
+
+/* The KV-cache counters a worker's heartbeat carries (docs/protocol.md). */
+#define ZI_N_KV_STATS 9
+static const char *const KV_STATS[ZI_N_KV_STATS] = {
+    "blocks", "block_size", "used", "cached", "free", "prefix_query_tokens", "prefix_hit_tokens",
+    "preemptions", "evictions"};
 enum { K_GENERATE, K_TOKENIZE, K_DETOKENIZE };
 enum { RS_ENCODING, RS_QUEUED, RS_RUNNING, RS_DECODING, RS_UTIL };
 
@@ -78,6 +84,7 @@ typedef struct backend {
     char model[128];
     int assigned; /* workers: requests running; tokenizers: requests with state */
     int64_t last_seen;
+    int64_t kv[ZI_N_KV_STATS]; /* workers: the KV counters of the last heartbeat */
 } backend;
 
 typedef struct rreq {
@@ -97,6 +104,7 @@ typedef struct rreq {
     size_t text_len;
     char *start_msg; /* the worker's "start" message while queued */
     size_t start_len;
+    uint64_t prefix_key; /* a hash of the prompt's first tokens (0: too short) */
     /* Not streamed: what the final frame carries besides the text. */
     zi_logprobs lp; /* the completion's log probabilities, when asked for */
     bool has_lp;
@@ -105,8 +113,17 @@ typedef struct rreq {
     int echo_keys;
 } rreq;
 
+/* Prefix affinity: which worker last took a request whose prompt began
+ * with a given key, so that the next one goes where its prefix is cached. */
+#define ZI_AFFINITY_SLOTS 1024
+typedef struct affinity {
+    uint64_t key;
+    int worker;
+} affinity;
+
 typedef struct router {
     zi_logger log;
+    affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
     void *front, *back;
     zi_req_table reqs;
     backend *be;
@@ -266,15 +283,54 @@ static void send_final(router *rt, rreq *r, const char *status) {
 }
 
 /* Starts queued requests on workers with free slots, oldest first. */
+/* The prompt-prefix key of a context: a hash of its first 64 tokens, or of
+ * fewer (a multiple of 16, the usual KV block) when the prompt is shorter;
+ * 0 under 17 tokens. Requests that share a long prefix share the key. */
+static uint64_t prefix_key(const msgpack_object *ctx) {
+    const msgpack_object *t = ctx ? zi_map_get(ctx, "tokens") : NULL;
+    zi_codec_limits lim = zi_codec_limits_default();
+    int32_t *v = NULL;
+    size_t n = 0;
+    if (!t || zi_codec_decode_tokens(t, &lim, "tokens", &v, &n, NULL) != ZI_OK) return 0;
+    size_t k = n > 0 ? (n - 1) / 16 * 16 : 0;
+    if (k > 64) k = 64;
+    uint64_t h = 0;
+    if (k >= 16) {
+        h = 1469598103934665603ULL;
+        for (size_t i = 0; i < k; i++) h = (h ^ (uint32_t)v[i]) * 1099511628211ULL;
+        h |= 1; /* never 0 */
+    }
+    free(v);
+    return h;
+}
+
+/* The worker for r: the least loaded one with a free slot, unless the
+ * worker that last took r's prefix is within two requests of it. */
+static int pick_worker(router *rt, const rreq *r) {
+    int w = pick_backend(rt, ROLE_WORKER);
+    if (w < 0 || !r || !r->prefix_key) return w;
+    const affinity *a = &rt->aff[r->prefix_key % ZI_AFFINITY_SLOTS];
+    if (a->key != r->prefix_key || a->worker == w || a->worker < 0 ||
+        (size_t)a->worker >= rt->n_be)
+        return w;
+    const backend *p = &rt->be[a->worker];
+    if (p->alive && p->role == ROLE_WORKER && p->assigned < p->slots &&
+        p->assigned <= rt->be[w].assigned + 2)
+        return a->worker;
+    return w;
+}
+
 static void dispatch(router *rt) {
     while (rt->q_len > 0) {
-        int w = pick_backend(rt, ROLE_WORKER);
+        rreq *r = zi_req_table_get(&rt->reqs, rt->queue[0]);
+        int w = pick_worker(rt, r);
         if (w < 0) return;
         uint64_t rid = rt->queue[0];
         memmove(rt->queue, rt->queue + 1, (rt->q_len - 1) * sizeof *rt->queue);
         rt->q_len--;
-        rreq *r = zi_req_table_get(&rt->reqs, rid);
         if (!r) continue;
+        if (r->prefix_key)
+            rt->aff[r->prefix_key % ZI_AFFINITY_SLOTS] = (affinity){r->prefix_key, w};
         if (zi_send(rt->back, rt->be[w].ident, rt->be[w].ident_len, false, r->start_msg,
                     r->start_len) != 0) {
             fail_request(rt, r, "worker_lost", "the chosen worker is unreachable", NULL);
@@ -455,7 +511,7 @@ static void op_health(router *rt, const client_ctx *c) {
     size_t running = zi_req_table_count(&rt->reqs) - rt->n_waiting;
     zi_msg m;
     zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 7);
+    msgpack_pack_map(&m.pk, 8);
     zi_pack_kv_strn(&m.pk, "id", c->id, c->id_len);
     zi_pack_kv_str(&m.pk, "event", "result");
     zi_pack_kv_str(&m.pk, "status", nw > 0 && nt > 0 ? "ok" : "unavailable");
@@ -463,6 +519,21 @@ static void op_health(router *rt, const client_ctx *c) {
     zi_pack_kv_int(&m.pk, "tokenizers", nt);
     zi_pack_kv_int(&m.pk, "waiting", (int64_t)rt->n_waiting);
     zi_pack_kv_int(&m.pk, "running", (int64_t)running);
+    /* The KV caches of the live workers, summed (block_size: the largest),
+     * as their last heartbeats reported them, with the prefix-cache hit
+     * rate: prompt tokens found cached / prompt tokens looked up. */
+    int64_t sum[ZI_N_KV_STATS] = {0};
+    for (size_t i = 0; i < rt->n_be; i++) {
+        if (!rt->be[i].alive || rt->be[i].role != ROLE_WORKER) continue;
+        for (int k = 0; k < ZI_N_KV_STATS; k++)
+            sum[k] = k == 1 ? (rt->be[i].kv[k] > sum[k] ? rt->be[i].kv[k] : sum[k])
+                            : sum[k] + rt->be[i].kv[k];
+    }
+    zi_pack_str(&m.pk, "kv");
+    msgpack_pack_map(&m.pk, ZI_N_KV_STATS + 1);
+    for (int k = 0; k < ZI_N_KV_STATS; k++) zi_pack_kv_int(&m.pk, KV_STATS[k], sum[k]);
+    zi_pack_str(&m.pk, "prefix_hit_rate");
+    msgpack_pack_double(&m.pk, sum[5] > 0 ? (double)sum[6] / (double)sum[5] : 0.0);
     zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
     zi_msg_free(&m);
 }
@@ -685,6 +756,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
         fail_request(rt, r, "internal", "the tokenizer sent no context", NULL);
         return;
     }
+    r->prefix_key = prefix_key(ctx);
     if (r->prompt_tokens > rt->max_prompt) {
         char msg[160];
         snprintf(msg, sizeof msg, "prompt: %lld tokens exceed this server's limit of %lld",
@@ -878,6 +950,15 @@ static void on_util_result(router *rt, int b, const msgpack_object *o, const cha
     end_request(rt, r);
 }
 
+static void on_heartbeat(router *rt, int b, const msgpack_object *o) {
+    const msgpack_object *kv = zi_map_get(o, "kv");
+    if (!kv || kv->type != MSGPACK_OBJECT_MAP) return;
+    for (int i = 0; i < ZI_N_KV_STATS; i++) {
+        int64_t v;
+        if (zi_map_int(kv, KV_STATS[i], &v, NULL) == ZI_OK) rt->be[b].kv[i] = v;
+    }
+}
+
 static void on_backend_error(router *rt, int b, const msgpack_object *o) {
     rreq *r = backend_req(rt, b, o);
     if (!r) return;
@@ -927,6 +1008,7 @@ static void on_backend_frame(router *rt, const unsigned char *ident, size_t iden
     } else {
         rt->be[b].last_seen = zi_now_ms();
         if (zi_map_str_is(o, "type", "heartbeat")) {
+            on_heartbeat(rt, b, o);
         } else if (zi_map_str_is(o, "type", "encoded"))
             on_encoded(rt, b, o);
         else if (zi_map_str_is(o, "type", "tokens"))

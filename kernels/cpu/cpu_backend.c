@@ -356,7 +356,9 @@ static void cpu_kv_store(zi_backend *be, float *kcache, float *vcache, const flo
     (void)be;
     size_t kvd = (size_t)s->n_kv_heads * s->head_dim;
     for (int t = 0; t < b->n_tokens; t++) {
-        size_t off = ((size_t)b->seq[t] * s->ctx + (size_t)b->pos[t]) * kvd;
+        int p = b->pos[t];
+        int32_t blk = b->block_tables[(size_t)b->seq[t] * b->table_stride + p / s->block_size];
+        size_t off = ((size_t)blk * s->block_size + (size_t)(p % s->block_size)) * kvd;
         memcpy(kcache + off, k + t * kvd, kvd * sizeof(float));
         memcpy(vcache + off, v + t * kvd, kvd * sizeof(float));
     }
@@ -388,12 +390,14 @@ static void attn_worker(void *p, int ith, int nth) {
         int t = (int)(task / tasks_per_token), h0 = (int)(task % tasks_per_token) * hpt;
         int kvh = h0 / group;
         size_t row = ((size_t)t * s->n_heads + (size_t)h0) * hd;
-        size_t base = (size_t)a->b->seq[t] * s->ctx * kvd + (size_t)kvh * hd;
+        const int32_t *blocks = a->b->block_tables + (size_t)a->b->seq[t] * a->b->table_stride;
+        size_t head = (size_t)kvh * hd;
         int n = a->b->pos[t] + 1;
         for (int g0 = 0; g0 < hpt; g0 += ZI_ATTN_GROUP_MAX) {
             int G = hpt - g0 < ZI_ATTN_GROUP_MAX ? hpt - g0 : ZI_ATTN_GROUP_MAX;
-            k->attend(a->q + row + (size_t)g0 * hd, G, a->kc + base, a->vc + base, kvd, n, hd,
-                      s->scale, scores, a->out + row + (size_t)g0 * hd);
+            k->attend(a->q + row + (size_t)g0 * hd, G, a->kc + head, a->vc + head, blocks,
+                      s->block_size, kvd, n, hd, s->scale, scores,
+                      a->out + row + (size_t)g0 * hd);
         }
     }
 }

@@ -52,13 +52,15 @@ typedef struct zi_cpu_kernels {
                     int64_t n, int n_tokens, float *y, int64_t ldy);
     /*
      * Attention of G query heads that share one KV head (grouped-query
-     * attention), over n cache positions: q and out are G rows of hd floats,
-     * K and V rows are `stride` floats apart; scores is scratch for G*n
-     * floats. out[g] = softmax(q[g] . K^T * scale) V. Each K and V row is
-     * read once for all G heads.
+     * attention), over n cache positions: q and out are G rows of hd floats.
+     * The K and V rows live in blocks of bs rows, `stride` floats apart:
+     * position j's row starts at k + (blocks[j / bs] * bs + j % bs) * stride
+     * (likewise v; k and v already point at this KV head's columns).
+     * scores is scratch for G*n floats. out[g] = softmax(q[g] . K^T * scale)
+     * V. Each K and V row is read once for all G heads.
      */
-    void (*attend)(const float *q, int G, const float *k, const float *v, size_t stride, int n,
-                   int hd, float scale, float *scores, float *out);
+    void (*attend)(const float *q, int G, const float *k, const float *v, const int32_t *blocks,
+                   int bs, size_t stride, int n, int hd, float scale, float *scores, float *out);
     /* Attention helpers over float vectors. */
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */

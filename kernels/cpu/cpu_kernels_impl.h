@@ -31,12 +31,50 @@ static inline float load_f16(uint16_t h) {
 #endif
 }
 
+#if defined(__AVX512F__)
+/* One block of quantize_act below, 16 values per vector: the same IEEE
+ * operations (max, divisions, products, round-to-nearest-even, a difference
+ * that is exact), so the codes and scales are bit-identical to it. Returns
+ * 0 when the block is not a plain finite one (the scalar code decides). */
+static inline int quantize_block16(const float *xb, int8_t *q, int8_t *q2, float *dv, float *sv) {
+    __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+    __m512 m = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
+    float amax = _mm512_reduce_max_ps(m);
+    /* NaN lanes, or a block the scalar code zeroes: leave it to that code */
+    if (_mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q) || !(amax >= 0x1p-100f) || !isfinite(amax))
+        return 0;
+    float d = amax / 127.0f;
+    const __m512 id = _mm512_set1_ps(1.0f / d), k256 = _mm512_set1_ps(256.0f);
+    const __m512i lim = _mm512_set1_epi32(127);
+    __m512i sum = _mm512_setzero_si512();
+    for (int h = 0; h < 2; h++) {
+        __m512 xs = _mm512_mul_ps(h ? x1 : x0, id);
+        __m512 v = _mm512_roundscale_ps(xs, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 rr = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(xs, v), k256),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512i vi = _mm512_cvtps_epi32(v);
+        __m512i ri = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(rr),
+                                                       _mm512_sub_epi32(_mm512_setzero_si512(), lim)),
+                                      lim);
+        _mm_storeu_si128((__m128i *)(q + 16 * h), _mm512_cvtepi32_epi8(vi));
+        _mm_storeu_si128((__m128i *)(q2 + 16 * h), _mm512_cvtepi32_epi8(ri));
+        sum = _mm512_add_epi32(sum, _mm512_add_epi32(_mm512_slli_epi32(vi, 8), ri));
+    }
+    *dv = d / 256.0f;
+    *sv = *dv * (float)_mm512_reduce_add_epi32(sum);
+    return 1;
+}
+#endif
+
 static void quantize_act(const float *x, const zi_q8_act *a, int64_t row) {
     int8_t *q = a->q + row * a->nb * 2 * ZI_QK;
     int8_t *q2 = q + a->nb * ZI_QK;
     float *dv = a->d + row * a->nb, *sv = a->s + row * a->nb;
     for (int64_t k = 0; k < a->nb; k++) {
         const float *xb = x + k * ZI_QK;
+#if defined(__AVX512F__)
+        if (quantize_block16(xb, q + k * ZI_QK, q2 + k * ZI_QK, dv + k, sv + k)) continue;
+#endif
         float amax = 0.0f;
         for (int i = 0; i < ZI_QK; i++) {
             float v = fabsf(xb[i]);
@@ -363,8 +401,8 @@ static inline __m512i bcast4(const int8_t *p) {
  * the 16 lanes end as the 16 outputs. Each token's float operations are the
  * same whatever else is in the batch.
  */
-static void mm_r16(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                   const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+static void mm_r16_vnni(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                        const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     const int kind = type == ZI_TYPE_Q4_0 ? KQ4_0 : type == ZI_TYPE_Q4_1 ? KQ4_1 : KQ8_0;
     const int64_t nb = a->nb;
     const size_t gb = 16 * block_bytes(kind);
@@ -419,6 +457,222 @@ static void mm_r16(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int
                 _mm512_storeu_ps(y + (t0 + i) * ldy + R * 16, _mm512_add_ps(acc[i], offv[i]));
         }
     }
+}
+#endif
+
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__) && defined(__x86_64__) &&                       \
+    defined(__linux__) && (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#define ZI_HAVE_AMX 1
+#include <cpuid.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define ZI_AMX_FN __attribute__((target("amx-tile,amx-int8")))
+/* Fewer tokens than this stay on the VNNI kernel: a chunk costs the tile
+ * unit about the same for 2 tokens as for 8 (~40 ns per 16 x 32 block), so
+ * AMX wins from ~4 tokens (Q4_1 576x3072: 2 tokens 8.3 vs 6.3 ns per row
+ * block and token, 4: 4.8 vs 5.4, 16: 3.3 vs 5.4). */
+#define ZI_AMX_MIN_TOKENS 4
+
+/*
+ * AMX-INT8 (Sapphire Rapids and later) for batched products in the 16-row
+ * layout. The chunk of a block column is exactly the B operand's VNNI layout
+ * (row r = chunk r: four codes of each of 16 rows), and the activation rows
+ * q1, q2 of consecutive tokens lie nb*32 bytes apart, so one tile load
+ * stacks [q1 t0, q2 t0, q1 t1, ...] for block k: one TDPBSUD (M = 2 x up to
+ * 8 tokens, K = 32, N = 16 rows) leaves in C row 2i the q1 sums and in row
+ * 2i+1 the q2 sums of token i, each lane one weight row: the same exact
+ * integers as the VNNI kernel, so the float steps after them (the same ones,
+ * in the same order) give bit-identical outputs. The vector units are left
+ * with the per-token float work: ~6 ops per token and block instead of ~24.
+ */
+
+/* Linux keeps the tile state off until a process asks (ARCH_REQ_XCOMP_PERM);
+ * asked once. ZINFER_CPU_AMX=0 keeps the VNNI kernel (for comparisons). */
+static int amx_usable(void) {
+    static int state; /* 0: not asked yet, 1: usable, -1: not */
+    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (s) return s > 0;
+    const char *env = getenv("ZINFER_CPU_AMX");
+    unsigned eax, ebx, ecx, edx;
+    int ok = !(env && strcmp(env, "0") == 0) && __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) &&
+             (edx >> 24 & 1) && (edx >> 25 & 1) && /* AMX-TILE, AMX-INT8 */
+             syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+    __atomic_store_n(&state, ok ? 1 : -1, __ATOMIC_RELEASE);
+    return ok;
+}
+
+typedef struct amx_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_cfg;
+
+/* Scratch for a ring of 4 blocks in flight: C results (16 x 64 bytes) and
+ * unpacked Q4 block columns (8 x 64 bytes). */
+typedef struct amx_scratch {
+    _Alignas(64) int32_t c[4][16][16];
+    _Alignas(64) uint8_t b[4][512];
+} amx_scratch;
+
+/* How many blocks the tile unit runs ahead of the float steps that read its
+ * results back (a tile store is not forwarded to loads right away). */
+#define ZI_AMX_AHEAD 2
+
+/* Q4 codes of block column kk as bytes, into ring slot kk % 4 (one issue
+ * ahead of its tile load, so the stores have reached the cache), unless the
+ * caller unpacked the whole group (ub). */
+#define AMX_UNPACK(kk)                                                                             \
+    do {                                                                                           \
+        if (kind != KQ8_0 && !ub && (kk) < nb) {                                                   \
+            const uint8_t *G_ = base + (size_t)(kk) * gb;                                         \
+            uint8_t *d_ = sc->b[(kk) & 3];                                                         \
+            for (int p_ = 0; p_ < 4; p_++) {                                                       \
+                __m512i x_ = _mm512_loadu_si512((const void *)(G_ + 64 * p_));                     \
+                _mm512_store_si512((void *)(d_ + 128 * p_), _mm512_and_si512(x_, m4));             \
+                _mm512_store_si512((void *)(d_ + 128 * p_ + 64),                                   \
+                                   _mm512_and_si512(_mm512_srli_epi16(x_, 4), m4));                \
+            }                                                                                      \
+        }                                                                                          \
+    } while (0)
+
+/* Integer sums of block column kk into C ring slot kk % 4. Tiles: 0/1 C, 2/3
+ * A (activations), 4/5 B (weights), by the parity of kk. */
+#define AMX_ISSUE(CT, AT, BT, kk)                                                                  \
+    do {                                                                                           \
+        const uint8_t *G_ = base + (size_t)(kk) * gb;                                             \
+        for (size_t o_ = 0; o_ < gb; o_ += 64)                                                     \
+            _mm_prefetch((const char *)(G_ + 8 * gb + o_), _MM_HINT_T0);                           \
+        __asm__ volatile("" ::: "memory"); /* the tile load reads unpacked codes */                \
+        _tile_loadd(AT, qa + (size_t)(kk) * ZI_QK, astride);                                      \
+        _tile_loadd(BT,                                                                            \
+                    kind == KQ8_0 ? (const void *)G_                                               \
+                    : ub          ? (const void *)(ub + (size_t)(kk) * 512)                       \
+                                  : (const void *)sc->b[(kk) & 3],                                 \
+                    64);                                                                           \
+        _tile_zero(CT);                                                                            \
+        _tile_dpbsud(CT, AT, BT);                                                                  \
+        _tile_stored(CT, sc->c[(kk) & 3], 64);                                                     \
+    } while (0)
+
+#define AMX_STEP(kk)                                                                               \
+    do {                                                                                           \
+        AMX_UNPACK((kk) + 1);                                                                      \
+        if ((kk) & 1)                                                                              \
+            AMX_ISSUE(1, 3, 5, kk);                                                                \
+        else                                                                                       \
+            AMX_ISSUE(0, 2, 4, kk);                                                                \
+    } while (0)
+
+/* The float steps of mm_r16_vnni for block k of NT tokens, from C rows. */
+static inline __attribute__((always_inline)) void amx_finish_block(int kind, const uint8_t *G,
+                                                                   const int32_t *c,
+                                                                   const zi_q8_act *a, int t0,
+                                                                   int NT, int64_t k, __m512 *acc,
+                                                                   __m512 *offv) {
+    const int64_t nb = a->nb;
+    const uint8_t *scp = G + (kind == KQ8_0 ? 512 : 256);
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scp));
+    __m512 cw = kind == KQ4_1 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(scp + 32)))
+                              : _mm512_mul_ps(dw, _mm512_set1_ps(kind == KQ4_0 ? -8.0f : -128.0f));
+    for (int i = 0; i < NT; i++) {
+        const int64_t t = t0 + i;
+        __m512i hi = _mm512_load_si512((const void *)(c + 32 * i));
+        __m512i lo = _mm512_load_si512((const void *)(c + 32 * i + 16));
+        __m512 p = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_slli_epi32(hi, 8), lo));
+        acc[i] = _mm512_fmadd_ps(p, _mm512_mul_ps(dw, _mm512_set1_ps(a->d[t * nb + k])), acc[i]);
+        offv[i] = _mm512_fmadd_ps(cw, _mm512_set1_ps(a->s[t * nb + k]), offv[i]);
+    }
+}
+
+/* Rows 16R..16R+15 for tokens t0..t0+NT-1 (NT <= 8, the tile rows / 2). */
+static inline __attribute__((always_inline)) ZI_AMX_FN void
+amx_group(int kind, const uint8_t *base, const uint8_t *ub, const zi_q8_act *a, int t0, int NT,
+          float *y, int64_t ldy, int64_t row0, amx_scratch *sc) {
+    const int64_t nb = a->nb;
+    const size_t gb = 16 * block_bytes(kind);
+    const size_t astride = (size_t)nb * ZI_QK; /* q1 t, q2 t, q1 t+1, ... */
+    const int8_t *qa = a->q + (size_t)t0 * nb * 2 * ZI_QK;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    __m512 acc[8], offv[8];
+    for (int i = 0; i < NT; i++) acc[i] = offv[i] = _mm512_setzero_ps();
+    /* The tile unit runs ZI_AMX_AHEAD blocks ahead of the float steps. */
+    AMX_UNPACK(0);
+    for (int64_t k = 0; k < ZI_AMX_AHEAD && k < nb; k++) AMX_STEP(k);
+    for (int64_t k = 0; k < nb; k++) {
+        if (k + ZI_AMX_AHEAD < nb) AMX_STEP(k + ZI_AMX_AHEAD);
+        amx_finish_block(kind, base + (size_t)k * gb, sc->c[k & 3][0], a, t0, NT, k, acc, offv);
+    }
+    for (int i = 0; i < NT; i++)
+        _mm512_storeu_ps(y + (t0 + i) * ldy + row0, _mm512_add_ps(acc[i], offv[i]));
+}
+
+/* mm_r16 on AMX. Tokens go in chunks of NT = ceil(n / chunks) <= 8 (the
+ * tile shape is fixed per call); the last chunk starts at n - NT and may
+ * redo a few tokens of the one before, which rewrites the same values. */
+static ZI_AMX_FN void mm_r16_amx(int type, const uint8_t *w, size_t row_bytes, int64_t r0,
+                                 int64_t r1, const zi_q8_act *a, int n_tokens, float *y,
+                                 int64_t ldy) {
+    const int kind = type == ZI_TYPE_Q4_0 ? KQ4_0 : type == ZI_TYPE_Q4_1 ? KQ4_1 : KQ8_0;
+    const int chunks = (n_tokens + 7) / 8, NT = (n_tokens + chunks - 1) / chunks;
+    _Alignas(64) amx_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 2; i++) {
+        cfg.rows[i] = (uint8_t)(2 * NT), cfg.colsb[i] = 64;     /* C */
+        cfg.rows[2 + i] = (uint8_t)(2 * NT), cfg.colsb[2 + i] = 32; /* A */
+        cfg.rows[4 + i] = 8, cfg.colsb[4 + i] = 64;             /* B */
+    }
+    _tile_loadconfig(&cfg);
+    amx_scratch sc;
+    /* Q4 codes of a whole group as bytes, once for all chunks (most products:
+     * up to 2048 columns); wider rows unpack block by block in the ring. */
+    _Alignas(64) uint8_t ubuf[64][512];
+    const int64_t nb = a->nb;
+    const uint8_t *ub = kind != KQ8_0 && nb <= 64 ? ubuf[0] : NULL;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int64_t R = r0 / 16; R < r1 / 16; R++) {
+        const uint8_t *base = w + (size_t)R * 16 * row_bytes;
+        for (int64_t k = 0; ub && k < nb; k++) {
+            const uint8_t *G = base + (size_t)k * 16 * block_bytes(kind);
+            for (int p = 0; p < 4; p++) {
+                __m512i x = _mm512_loadu_si512((const void *)(G + 64 * p));
+                _mm512_store_si512((void *)(ubuf[k] + 128 * p), _mm512_and_si512(x, m4));
+                _mm512_store_si512((void *)(ubuf[k] + 128 * p + 64),
+                                   _mm512_and_si512(_mm512_srli_epi16(x, 4), m4));
+            }
+        }
+        for (int c = 0; c < chunks; c++) {
+            int t0 = c == chunks - 1 ? n_tokens - NT : c * NT;
+            switch (NT) { /* constant token counts: accumulators stay in registers */
+            case 1: amx_group(kind, base, ub, a, t0, 1, y, ldy, R * 16, &sc); break;
+            case 2: amx_group(kind, base, ub, a, t0, 2, y, ldy, R * 16, &sc); break;
+            case 3: amx_group(kind, base, ub, a, t0, 3, y, ldy, R * 16, &sc); break;
+            case 4: amx_group(kind, base, ub, a, t0, 4, y, ldy, R * 16, &sc); break;
+            case 5: amx_group(kind, base, ub, a, t0, 5, y, ldy, R * 16, &sc); break;
+            case 6: amx_group(kind, base, ub, a, t0, 6, y, ldy, R * 16, &sc); break;
+            case 7: amx_group(kind, base, ub, a, t0, 7, y, ldy, R * 16, &sc); break;
+            default: amx_group(kind, base, ub, a, t0, 8, y, ldy, R * 16, &sc); break;
+            }
+        }
+    }
+    _tile_release();
+}
+#endif
+
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+/* Batches go to the tile unit where there is one; a token or a few (decode)
+ * stay on the VNNI kernel, which is bound by reading the weights then. */
+static void mm_r16(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                   const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+#if defined(ZI_HAVE_AMX)
+    if (n_tokens >= ZI_AMX_MIN_TOKENS && amx_usable()) {
+        mm_r16_amx(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
+        return;
+    }
+#endif
+    mm_r16_vnni(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
 }
 #endif
 
@@ -536,10 +790,209 @@ static void scale_f32(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
-static void attend(const float *q, int G, const float *k, const float *v, size_t stride, int n,
-                   int hd, float scale, float *scores, float *out) {
+/* The offset of KV position j's row in a paged cache: blocks of bs rows,
+ * stride floats per row (kernels/backend.h). */
+#ifndef ZI_KV_ROW
+#define ZI_KV_ROW(j) (((size_t)blocks[(j) / bs] * (size_t)bs + (size_t)((j) % bs)) * stride)
+#endif
+
+#if defined(__AVX512F__)
+/*
+ * Lane L of the result: the sum of the 16 lanes of v[s], s = 4*(L%4) + L/4,
+ * added in the tree order of _mm512_reduce_add_ps (halves, quarters, pairs,
+ * then the last two), so each sum is bit-identical to dot_f32's reduction:
+ * 15 adds and 30 shuffles for 16 sums instead of ~9 ops each.
+ */
+static inline __m512 hsum16(const __m512 *v) {
+    __m512 w[8], u[4], z[2];
+    for (int m = 0; m < 8; m++) /* lanes i + (i+8) of v[2m] | of v[2m+1] */
+        w[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE),
+                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44));
+    for (int m = 0; m < 4; m++) /* then i + (i+4): one quarter per v */
+        u[m] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0xDD),
+                             _mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0x88));
+    for (int m = 0; m < 2; m++) /* then i + (i+2) */
+        z[m] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE),
+                             _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44));
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0xDD), _mm512_shuffle_ps(z[0], z[1], 0x88));
+}
+
+/*
+ * expf of 16 floats, bit-identical to glibc's expf (2.27 and later, the
+ * variant glibc picks on FMA machines): the same 32-entry table of 2^(i/32),
+ * cubic polynomial and fused operations, in double, 8 lanes at a time. Lanes
+ * with |x| >= 88 (over/underflow, inf, NaN) go to expf itself. Softmax calls
+ * it for every score; a libm call per score, with the vector registers it
+ * clobbers, was most of the attention time.
+ */
+static inline __m256 exp8_core(__m256 x) {
+    static const uint64_t tab[32] = {
+        0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+        0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+        0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+        0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+        0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+        0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+        0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+        0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+    };
+    const __m512d inv_ln2 = _mm512_set1_pd(0x1.71547652b82fep+5); /* 32 / ln 2 */
+    const __m512d shift = _mm512_set1_pd(0x1.8p+52);
+    __m512d xd = _mm512_cvtps_pd(x);
+    __m512d kds = _mm512_fmadd_pd(inv_ln2, xd, shift); /* k = round(x * 32/ln2) */
+    __m512i ki = _mm512_castpd_si512(kds);
+    __m512d kd = _mm512_sub_pd(kds, shift);
+    __m512d r = _mm512_fmsub_pd(inv_ln2, xd, kd);
+    __m512i lo = _mm512_permutex2var_epi64(_mm512_loadu_si512((const void *)tab), ki,
+                                           _mm512_loadu_si512((const void *)(tab + 8)));
+    __m512i hi = _mm512_permutex2var_epi64(_mm512_loadu_si512((const void *)(tab + 16)), ki,
+                                           _mm512_loadu_si512((const void *)(tab + 24)));
+    __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
+    __m512d sc = _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64(ki, 47)));
+    __m512d z = _mm512_fmadd_pd(_mm512_set1_pd(0x1.c6af84b912394p-20), r,
+                                _mm512_set1_pd(0x1.ebfce50fac4f3p-13));
+    __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(0x1.62e42ff0c52d6p-6), r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(z, _mm512_mul_pd(r, r), y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, sc));
+}
+
+static inline __m512 exp16(__m512 x) {
+    __m256 e0 = exp8_core(_mm512_castps512_ps256(x));
+    __m256 e1 = exp8_core(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m512 e = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(e0)),
+                                                   _mm256_castps_pd(e1), 1));
+    __m512i top = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(x), 20),
+                                   _mm512_set1_epi32(0x7ff));
+    __mmask16 big = _mm512_cmpge_epu32_mask(top, _mm512_set1_epi32(0x42b)); /* |x| >= 88 */
+    if (big) {
+        _Alignas(64) float xs[16], es[16];
+        _mm512_store_ps(xs, x);
+        _mm512_store_ps(es, e);
+        for (int i = 0; i < 16; i++)
+            if (big >> i & 1) es[i] = expf(xs[i]);
+        e = _mm512_load_ps(es);
+    }
+    return e;
+}
+
+/* Softmax sums and sum of p*V for NG heads (a constant, so the sums and the
+ * output rows stay in registers): p holds their exponentials, n apart. The
+ * heads' double sums run side by side, each in position order. */
+static inline __attribute__((always_inline)) void attend_pv(const float *p, int n, const float *v,
+                                                           const int32_t *blocks, int bs,
+                                                           size_t stride, int nc, int NG,
+                                                           float *out) {
+    double sum[4] = {0.0, 0.0, 0.0, 0.0};
+    for (int j = 0; j < n; j++)
+        for (int g = 0; g < NG; g++) sum[g] += p[(size_t)g * n + j];
+    __m512 o[4][8];
+    for (int g = 0; g < NG; g++)
+        for (int c = 0; c < nc; c++) o[g][c] = _mm512_setzero_ps();
+    const float *vj = v + (size_t)blocks[0] * (size_t)bs * stride;
+    for (int j = 0, jb = 0, jr = 0; j < n; j++, jr++, vj += stride) {
+        if (jr == bs) /* the next cache block */
+            jr = 0, vj = v + (size_t)blocks[++jb] * (size_t)bs * stride;
+        for (int g = 0; g < NG; g++) {
+            __m512 pg = _mm512_set1_ps(p[(size_t)g * n + j]);
+            for (int c = 0; c < nc; c++)
+                o[g][c] = _mm512_add_ps(o[g][c], _mm512_mul_ps(pg, _mm512_loadu_ps(vj + 16 * c)));
+        }
+    }
+    for (int g = 0; g < NG; g++) {
+        __m512 iv = _mm512_set1_ps((float)(1.0 / sum[g]));
+        for (int c = 0; c < nc; c++)
+            _mm512_storeu_ps(out + (size_t)g * 16 * nc + 16 * c, _mm512_mul_ps(o[g][c], iv));
+    }
+}
+
+/*
+ * attend for head sizes of 64 and 128 (nc = hd / 16 constant): the same
+ * float operations per head as the generic version below (dot_f32's FMA
+ * chain and reduction, glibc's expf, a double sum in position order, then
+ * the sum of p*v by separate multiply and add, in position order), so a
+ * head's output is identical to it and never depends on G. Faster by doing
+ * 16 scores' reductions and exponentials at once, and keeping the output
+ * rows in registers instead of memory.
+ */
+static inline __attribute__((always_inline)) void
+attend16(const float *q, int G, const float *k, const float *v, const int32_t *blocks, int bs,
+         size_t stride, int n, int nc, float scale, float *scores, float *out) {
+    const int hd = 16 * nc;
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int j0 = 0; j0 < n; j0 += 16) {
+        const int left = n - j0 < 16 ? n - j0 : 16;
+        /* Usually the 16 rows lie in one cache block, stride apart. */
+        const int jr0 = j0 % bs, whole = left == 16 && jr0 + 16 <= bs;
+        const float *kb = k + ((size_t)blocks[j0 / bs] * (size_t)bs + (size_t)jr0) * stride;
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * hd;
+            __m512 qv[8], acc[16];
+            for (int c = 0; c < nc; c++) qv[c] = _mm512_loadu_ps(qg + 16 * c);
+            if (whole) { /* s: hsum16's lane order */
+                for (int s = 0; s < 16; s++) {
+                    const float *kj = kb + (size_t)(4 * (s & 3) + (s >> 2)) * stride;
+                    acc[s] = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), _mm512_setzero_ps());
+                    for (int c = 1; c < nc; c++)
+                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[s]);
+                }
+            } else { /* rows past the end give zero sums, not stored */
+                for (int s = 0; s < 16; s++) {
+                    const int j = 4 * (s & 3) + (s >> 2);
+                    acc[s] = _mm512_setzero_ps();
+                    if (j >= left) continue;
+                    const float *kj = k + ZI_KV_ROW(j0 + j);
+                    acc[s] = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), acc[s]);
+                    for (int c = 1; c < nc; c++)
+                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[s]);
+                }
+            }
+            _mm512_mask_storeu_ps(scores + (size_t)g * n + j0, (__mmask16)((1u << left) - 1),
+                                  _mm512_mul_ps(hsum16(acc), vscale));
+        }
+    }
+    for (int g = 0; g < G; g++) {
+        float *sg = scores + (size_t)g * n;
+        __m512 mv = _mm512_set1_ps(-INFINITY);
+        for (int j = 0; j < n; j += 16) { /* NaN scores are skipped, as in the scalar loop */
+            __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+            mv = _mm512_mask_max_ps(mv, m, _mm512_maskz_loadu_ps(m, sg + j), mv);
+        }
+        __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+        for (int j = 0; j < n; j += 16) {
+            __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+            __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, sg + j), mx);
+            _mm512_mask_storeu_ps(sg + j, m, exp16(x));
+        }
+    }
+    const int hg = 16 / nc; /* heads whose output rows fit in 16 registers */
+    for (int g0 = 0; g0 < G; g0 += hg) {
+        const float *sg = scores + (size_t)g0 * n;
+        float *og = out + (size_t)g0 * hd;
+        switch (G - g0 < hg ? G - g0 : hg) {
+        case 1: attend_pv(sg, n, v, blocks, bs, stride, nc, 1, og); break;
+        case 2: attend_pv(sg, n, v, blocks, bs, stride, nc, 2, og); break;
+        case 3: attend_pv(sg, n, v, blocks, bs, stride, nc, 3, og); break;
+        default: attend_pv(sg, n, v, blocks, bs, stride, nc, 4, og); break;
+        }
+    }
+}
+#endif
+
+static void attend(const float *q, int G, const float *k, const float *v, const int32_t *blocks,
+                   int bs, size_t stride, int n, int hd, float scale, float *scores, float *out) {
+#if defined(__AVX512F__)
+    /* The common head sizes with constant trip counts (rows in registers). */
+    if (hd == 64) {
+        attend16(q, G, k, v, blocks, bs, stride, n, 4, scale, scores, out);
+        return;
+    }
+    if (hd == 128) {
+        attend16(q, G, k, v, blocks, bs, stride, n, 8, scale, scores, out);
+        return;
+    }
+#endif
     for (int j = 0; j < n; j++) {
-        const float *kj = k + (size_t)j * stride;
+        const float *kj = k + ZI_KV_ROW(j);
         for (int g = 0; g < G; g++) scores[(size_t)g * n + j] = dot_f32(q + g * hd, kj, hd) * scale;
     }
     float inv[64]; /* G <= 64, checked by the caller */
@@ -555,7 +1008,7 @@ static void attend(const float *q, int G, const float *k, const float *v, size_t
     }
     memset(out, 0, (size_t)G * hd * sizeof(float));
     for (int j = 0; j < n; j++) {
-        const float *vj = v + (size_t)j * stride;
+        const float *vj = v + ZI_KV_ROW(j);
         for (int g = 0; g < G; g++) axpy_f32(out + g * hd, scores[(size_t)g * n + j], vj, hd);
     }
     for (int g = 0; g < G; g++) scale_f32(out + g * hd, inv[g], hd);

@@ -12,11 +12,14 @@ $ZINFER_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf), ZINFER_E2E_REPORT
 (default build/e2e-report.json: the numbers the tests measured).
 """
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -102,6 +105,65 @@ def free_port_pair():
         except OSError:
             continue
     raise RuntimeError("no free port pair")
+
+
+class ServeProcess:
+    """A `zinfer serve` started by serve_process(): .addr, .log()."""
+
+    def __init__(self, proc, addr, log_path):
+        self.proc, self.addr, self.log_path = proc, addr, log_path
+
+    def log(self):
+        try:
+            return open(self.log_path, errors="replace").read()
+        except OSError:
+            return ""
+
+
+@contextlib.contextmanager
+def serve_process(zinfer_bin, model_path, log_path, *args, workers=1):
+    """Starts `zinfer serve` on a free port pair with the extra args, waits
+    until `health` reports every worker, yields a ServeProcess, and always
+    stops it (SIGTERM, then SIGKILL of its process group)."""
+    sys.path.insert(0, str(REPO / "clients" / "python"))
+    from zinfer_client import Client, ZinferError
+
+    port, bport = free_port_pair()
+    addr = f"tcp://127.0.0.1:{port}"
+    logf = open(log_path, "w")
+    proc = subprocess.Popen(
+        [str(zinfer_bin), "serve", "--model", str(model_path), "--bind", addr,
+         "--backend", f"tcp://127.0.0.1:{bport}", "--workers", str(workers), "--tokenizers", "1",
+         *[str(a) for a in args]],
+        stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+    srv = ServeProcess(proc, addr, log_path)
+    try:
+        with Client(addr, timeout_s=5) as c:
+            deadline = time.time() + 60
+            while True:
+                try:
+                    h = c.call("health")
+                    if h.get("status") == "ok" and h.get("workers") == workers:
+                        break
+                except (TimeoutError, ZinferError):
+                    pass
+                assert proc.poll() is None and time.time() < deadline, srv.log()
+                time.sleep(0.2)
+        yield srv
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        else:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        logf.close()
 
 
 def last_json(stdout):

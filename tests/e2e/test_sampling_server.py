@@ -15,18 +15,13 @@ scheduling round (--num-steps 4), driven over real sockets.
 """
 
 import math
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from conftest import REPO, free_port_pair, last_json, load_fixture, report
+from conftest import REPO, last_json, load_fixture, report, serve_process
 
 sys.path.insert(0, str(REPO / "clients" / "python"))
 from zinfer_client import Client, ZinferError  # noqa: E402
@@ -41,38 +36,11 @@ STORY = "Once upon a time, there was a"
 
 @pytest.fixture(scope="module")
 def server(zinfer_bin, model_path, tmp_path_factory):
-    port, bport = free_port_pair()
-    addr = f"tcp://127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("serve-sampling") / "serve.log"
-    logf = open(log_path, "w")
-    proc = subprocess.Popen(
-        [str(zinfer_bin), "serve", "--model", str(model_path), "--bind", addr,
-         "--backend", f"tcp://127.0.0.1:{bport}", "--workers", "2", "--tokenizers", "1",
-         "--threads-per-worker", "1", "--slots", "8", "--ctx-size", "512", "--num-steps", "4",
-         "--max-queue", "64", "--heartbeat-timeout", "5000"],
-        stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        with Client(addr, timeout_s=5) as c:
-            deadline = time.time() + 60
-            while True:
-                try:
-                    h = c.call("health")
-                    if h.get("status") == "ok" and h.get("workers") == 2:
-                        break
-                except (TimeoutError, ZinferError):
-                    pass
-                assert proc.poll() is None and time.time() < deadline, open(log_path).read()
-                time.sleep(0.2)
-        yield addr
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        logf.close()
+    log = tmp_path_factory.mktemp("serve-sampling") / "serve.log"
+    with serve_process(zinfer_bin, model_path, log, "--threads-per-worker", 1, "--slots", 8,
+                       "--ctx-size", 512, "--num-steps", 4, "--max-queue", 64,
+                       "--heartbeat-timeout", 5000, workers=2) as srv:
+        yield srv.addr
 
 
 @pytest.fixture

@@ -176,8 +176,13 @@ def cli_reference(run_zinfer, model_path, prompt_ids):
 def test_health_models_tokenize_detokenize(client, prompt_ids):
     client.send({"op": "health", "id": "h1"})
     m = client.recv()
+    kv = m.pop("kv")
     assert m == {"id": "h1", "event": "result", "status": "ok", "workers": 1, "tokenizers": 1,
                  "waiting": 0, "running": 0}
+    # The worker's KV cache, from its heartbeats (one may not have come yet).
+    assert set(kv) == {"blocks", "block_size", "used", "cached", "free", "prefix_query_tokens",
+                       "prefix_hit_tokens", "preemptions", "evictions", "prefix_hit_rate"}
+    assert kv["blocks"] == 0 or kv["used"] + kv["cached"] + kv["free"] == kv["blocks"], kv
     client.send({"op": "models", "id": "m1"})
     m = client.recv()
     assert m["event"] == "result"

@@ -1,0 +1,759 @@
+/*
+ * cuda_backend.c - see cuda_backend.h. The host side of the CUDA backend,
+ * in C: the op table, device memory, metadata staging, cuBLAS (loaded with
+ * dlopen), and the calls to the kernel launchers of cuda_kernels.h.
+ *
+ * Every op queues on c->stream and returns. The first CUDA error an op sees
+ * is kept in c->status / c->err (zi_cuda_backend_status); after it, ops do
+ * nothing, since a failed launch usually means a lost context.
+ */
+#include "cuda_backend.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_api.h>
+#include <cuda_runtime_api.h>
+
+#include "cuda_kernels.h"
+#include "gguf.h"
+#include "quant.h"
+#include "tp.h"
+
+/* The product of this weight is summed over tensor-parallel ranks
+ * (a column-split weight, tp.h); the data is in the file's layout. */
+#define ZI_CUDA_LAYOUT_ALLREDUCE 0x100
+
+/* cuBLAS's workspace, set explicitly so cuBLAS never allocates inside a
+ * graph capture (32 MiB is NVIDIA's recommendation for Hopper). */
+#define ZI_CUBLAS_WORKSPACE (32u << 20)
+
+/* Scratch for split attention (partial softmax states), in floats. */
+#define ZI_ATTN_SCRATCH_FLOATS ((size_t)4 << 20)
+
+/* Host arrays the ops receive, staged to the device: token ids, positions,
+ * sequence rows, and the rows of the block tables the pass reads. */
+enum { META_IDS, META_POS, META_SEQ, META_TAB, META_N };
+
+typedef struct stage_slot {
+    int32_t *h, *d; /* pinned staging, device copy */
+    size_t cap;     /* entries */
+    int64_t n;      /* entries staged, -1 for none */
+    cudaEvent_t ev; /* marks the last copy out of h */
+} stage_slot;
+
+/* cuBLAS, loaded on first use. */
+static struct {
+    pthread_once_t once;
+    void *lib;
+    char why[256];
+    cublasStatus_t (*create)(cublasHandle_t *);
+    cublasStatus_t (*destroy)(cublasHandle_t);
+    cublasStatus_t (*set_stream)(cublasHandle_t, cudaStream_t);
+    cublasStatus_t (*set_workspace)(cublasHandle_t, void *, size_t);
+    cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                              const void *, const void *, cudaDataType, int, const void *,
+                              cudaDataType, int, const void *, void *, cudaDataType, int,
+                              cublasComputeType_t, cublasGemmAlgo_t);
+    const char *(*status_string)(cublasStatus_t); /* optional */
+} blas = {.once = PTHREAD_ONCE_INIT};
+
+typedef struct cuda_backend {
+    zi_backend base;
+    int device;
+    int sms; /* multiprocessors, for the attention split */
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    zi_tp *tp, *own_tp;      /* own_tp: the one-rank communicator made when none was given */
+    stage_slot meta[META_N]; /* per-pass metadata */
+    /* fp16 operands of the cuBLAS path */
+    void *w16, *x16;
+    size_t w16_cap, x16_cap; /* halves */
+    size_t max_w16;          /* largest weight that needs converting, in elements */
+    float *attn_scratch;
+    int status;
+    zi_error err;
+} cuda_backend;
+
+static cuda_backend *cb(zi_backend *be) {
+    return (cuda_backend *)be;
+}
+static cudaError_t stage_grow(cuda_backend *c, int slot, size_t want);
+
+/* Records the first failure; returns 1 when the op must stop. */
+static int failed(cuda_backend *c, cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return c->status != ZI_OK;
+    if (c->status == ZI_OK)
+        c->status = zi_error_set(&c->err, ZI_EIO, "CUDA device %d: %s: %s: %s", c->device, what,
+                                 cudaGetErrorName(e), cudaGetErrorString(e));
+    return 1;
+}
+
+static void fail_msg(cuda_backend *c, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void fail_msg(cuda_backend *c, int code, const char *fmt, ...) {
+    if (c->status != ZI_OK) return;
+    char msg[ZI_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    c->status = zi_error_set(&c->err, code, "CUDA device %d: %s", c->device, msg);
+}
+
+/* ---- cuBLAS through dlopen ---- */
+
+/* dlsym's void * into a function pointer, without the ISO C cast. */
+static int sym(void *lib, const char *name, void *fn_ptr, size_t fn_size) {
+    void *p = dlsym(lib, name);
+    if (!p) return 0;
+    memcpy(fn_ptr, &p, fn_size);
+    return 1;
+}
+
+#define ZI_STR2(x) #x
+#define ZI_STR(x) ZI_STR2(x)
+
+static void blas_load(void) {
+    /* the soname of the cuBLAS these headers describe, then any */
+    const char *names[] = {"libcublas.so." ZI_STR(CUBLAS_VER_MAJOR), "libcublas.so"};
+    for (size_t i = 0; i < 2 && !blas.lib; i++) blas.lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!blas.lib) {
+        const char *e = dlerror();
+        snprintf(blas.why, sizeof blas.why, "cannot load %s: %s", names[0], e ? e : "not found");
+        return;
+    }
+#define ZI_SYM(field, name)                                                                        \
+    if (!sym(blas.lib, name, &blas.field, sizeof blas.field)) {                                    \
+        snprintf(blas.why, sizeof blas.why, "%s has no symbol %s", names[0], name);                \
+        dlclose(blas.lib);                                                                         \
+        blas.lib = NULL;                                                                           \
+        return;                                                                                    \
+    }
+    ZI_SYM(create, "cublasCreate_v2")
+    ZI_SYM(destroy, "cublasDestroy_v2")
+    ZI_SYM(set_stream, "cublasSetStream_v2")
+    ZI_SYM(set_workspace, "cublasSetWorkspace_v2")
+    ZI_SYM(gemm_ex, "cublasGemmEx")
+#undef ZI_SYM
+    sym(blas.lib, "cublasGetStatusString", &blas.status_string, sizeof blas.status_string);
+}
+
+static const char *blas_status(cublasStatus_t s) {
+    static const char unknown[] = "cuBLAS error";
+    return blas.status_string ? blas.status_string(s) : unknown;
+}
+
+/* ---- device queries ---- */
+
+int zi_cuda_device_count(int *n, zi_error *err) {
+    int count = 0;
+    *n = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    (void)cudaGetLastError(); /* reported here: it must not reach a later launch check */
+    if (e != cudaSuccess)
+        return zi_error_set(err, ZI_EUNSUPPORTED, "cudaGetDeviceCount: %s: %s", cudaGetErrorName(e),
+                            cudaGetErrorString(e));
+    if (count <= 0) return zi_error_set(err, ZI_EUNSUPPORTED, "cudaGetDeviceCount: no CUDA device");
+    *n = count;
+    return ZI_OK;
+}
+
+int zi_cuda_device_name(int dev, char *buf, size_t cap, zi_error *err) {
+    struct cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, dev);
+    (void)cudaGetLastError();
+    if (e != cudaSuccess)
+        return zi_error_set(err, ZI_EUNSUPPORTED, "cudaGetDeviceProperties(%d): %s: %s", dev,
+                            cudaGetErrorName(e), cudaGetErrorString(e));
+    snprintf(buf, cap, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
+             (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    return ZI_OK;
+}
+
+/* ---- weights ---- */
+
+static int is_block_type(int type) {
+    return type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0;
+}
+
+static int cuda_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err) {
+    cuda_backend *c = cb(be);
+    if (t->n_dims != 2)
+        return zi_error_set(err, ZI_EFORMAT, "tensor '%.*s' has %u dimensions, expected 2",
+                            (int)t->name.len, t->name.ptr, t->n_dims);
+    switch (t->type) {
+    case ZI_TYPE_F32:
+    case ZI_TYPE_F16:
+    case ZI_TYPE_BF16:
+    case ZI_TYPE_Q4_0:
+    case ZI_TYPE_Q4_1:
+    case ZI_TYPE_Q8_0:
+        break;
+    default:
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "tensor '%.*s' has type %s, not usable as a matrix on CUDA",
+                            (int)t->name.len, t->name.ptr, zi_ggml_type_name(t->type));
+    }
+    if (is_block_type(t->type) && t->ne[0] % ZI_QK != 0)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "tensor '%.*s': row length %lld is not a multiple of 32",
+                            (int)t->name.len, t->name.ptr, (long long)t->ne[0]);
+    /* cuBLAS takes int dimensions */
+    if (t->ne[0] > INT32_MAX || t->ne[1] > INT32_MAX)
+        return zi_error_set(err, ZI_ERANGE, "tensor '%.*s' is too large (%lld x %lld)",
+                            (int)t->name.len, t->name.ptr, (long long)t->ne[1],
+                            (long long)t->ne[0]);
+    memset(w, 0, sizeof *w);
+    w->type = t->type;
+    w->cols = t->ne[0];
+    w->rows = t->ne[1];
+    w->row_bytes =
+        (size_t)t->ne[0] / zi_ggml_type_block_elems(t->type) * zi_ggml_type_block_bytes(t->type);
+    size_t bytes = w->row_bytes * (size_t)w->rows;
+    void *d = NULL;
+    cudaError_t e = cudaMalloc(&d, bytes ? bytes : 1);
+    if (e == cudaSuccess) e = cudaMemcpy(d, t->data, bytes, cudaMemcpyHostToDevice);
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        (void)cudaGetLastError(); /* reported here, not by the next launch check */
+        return zi_error_set(
+            err, ZI_ENOMEM, "CUDA device %d: uploading tensor '%.*s' (%.1f MiB): %s", c->device,
+            (int)t->name.len, t->name.ptr, bytes / 1048576.0, cudaGetErrorString(e));
+    }
+    /* kept on the device in the file's encoding; get_rows reads the same copy */
+    w->data = w->file_data = w->owned = d;
+    if (zi_tp_split_for_tensor(t->name.ptr, (size_t)t->name.len) == ZI_TP_SPLIT_COLS)
+        w->layout = ZI_CUDA_LAYOUT_ALLREDUCE;
+    if (w->type != ZI_TYPE_F16 && w->type != ZI_TYPE_F32) {
+        size_t elems = (size_t)w->rows * (size_t)w->cols;
+        if (elems > c->max_w16) c->max_w16 = elems;
+    }
+    return ZI_OK;
+}
+
+static void cuda_weight_free(zi_backend *be, zi_weight *w) {
+    (void)be;
+    if (w->owned) cudaFree(w->owned);
+    w->owned = NULL;
+}
+
+static float *cuda_vector_init(zi_backend *be, const zi_gguf_tensor *t, zi_error *err) {
+    cuda_backend *c = cb(be);
+    int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    if (t->type != ZI_TYPE_F32 && t->type != ZI_TYPE_F16 && t->type != ZI_TYPE_BF16) {
+        zi_error_set(err, ZI_EUNSUPPORTED,
+                     "tensor '%.*s' has type %s; a norm weight must be F32/F16/BF16",
+                     (int)t->name.len, t->name.ptr, zi_ggml_type_name(t->type));
+        return NULL;
+    }
+    float *h = malloc((size_t)n * sizeof(float));
+    if (!h) {
+        zi_error_set(err, ZI_ENOMEM, "out of memory for tensor '%.*s'", (int)t->name.len,
+                     t->name.ptr);
+        return NULL;
+    }
+    zi_dequantize_row(t->type, t->data, h, n);
+    void *d = NULL;
+    cudaError_t e = cudaMalloc(&d, (size_t)n * sizeof(float));
+    if (e == cudaSuccess) e = cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice);
+    free(h);
+    if (e != cudaSuccess) {
+        cudaFree(d);
+        (void)cudaGetLastError();
+        zi_error_set(err, ZI_ENOMEM, "CUDA device %d: uploading tensor '%.*s': %s", c->device,
+                     (int)t->name.len, t->name.ptr, cudaGetErrorString(e));
+        return NULL;
+    }
+    return d;
+}
+
+/* ---- memory ---- */
+
+/* Grows a device buffer to `bytes` (contents dropped). */
+static cudaError_t grow(void **p, size_t *cap, size_t want, size_t elem) {
+    if (want <= *cap) return cudaSuccess;
+    cudaFree(*p); /* cudaFree waits for the device: no queued op still uses it */
+    *p = NULL;
+    *cap = 0;
+    cudaError_t e = cudaMalloc(p, want * elem);
+    if (e == cudaSuccess) *cap = want;
+    return e;
+}
+
+static int cuda_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, zi_error *err) {
+    cuda_backend *c = cb(be);
+    (void)ctx; /* attention reads the cache in place: nothing per position */
+    if (c->status) {
+        if (err) *err = c->err;
+        return c->status;
+    }
+    cudaError_t e = cudaSetDevice(c->device);
+    const char *what = "cudaSetDevice";
+    for (int i = META_IDS; i <= META_SEQ && e == cudaSuccess; i++) {
+        what = "staging buffers";
+        e = stage_grow(c, i, (size_t)n_tokens);
+    }
+    if (e == cudaSuccess && n_tokens > ZI_CUDA_MMV_MAX_TOKENS) {
+        what = "cudaMalloc (fp16 operands)";
+        e = grow(&c->x16, &c->x16_cap, (size_t)n_tokens * (size_t)max_cols, 2);
+        if (e == cudaSuccess) e = grow(&c->w16, &c->w16_cap, c->max_w16, 2);
+    }
+    if (e == cudaSuccess && !c->attn_scratch) {
+        what = "cudaMalloc (attention scratch)";
+        e = cudaMalloc((void **)&c->attn_scratch, ZI_ATTN_SCRATCH_FLOATS * sizeof(float));
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return zi_error_set(err, ZI_ENOMEM, "CUDA device %d: reserving for %d tokens: %s: %s",
+                            c->device, n_tokens, what, cudaGetErrorString(e));
+    }
+    return ZI_OK;
+}
+
+static void *cuda_alloc(zi_backend *be, size_t bytes) {
+    cuda_backend *c = cb(be);
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) {
+        (void)cudaGetLastError(); /* the NULL reports it; keep it from later launch checks */
+        return NULL;
+    }
+    /* zeroed, in stream order: every later op sees the zeros */
+    if (cudaMemsetAsync(p, 0, bytes ? bytes : 1, c->stream) != cudaSuccess) {
+        cudaFree(p);
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(zi_backend *be, void *p) {
+    (void)be;
+    if (p) cudaFree(p);
+}
+
+/* Both copies wait for the stream: the host may reuse or read its buffer as
+ * soon as the call returns, pinned or not. */
+static void cuda_upload(zi_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *c = cb(be);
+    if (c->status || !bytes) return;
+    if (failed(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload"))
+        return;
+    failed(c, cudaStreamSynchronize(c->stream), "upload (synchronize)");
+}
+
+static void cuda_download(zi_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_backend *c = cb(be);
+    if (c->status || !bytes) return;
+    if (failed(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "download"))
+        return;
+    failed(c, cudaStreamSynchronize(c->stream), "download (synchronize)");
+}
+
+static void cuda_sync(zi_backend *be) {
+    cuda_backend *c = cb(be);
+    failed(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+}
+
+/* Grows a staging slot to `want` entries (contents dropped). */
+static cudaError_t stage_grow(cuda_backend *c, int slot, size_t want) {
+    stage_slot *m = &c->meta[slot];
+    if (want <= m->cap) return cudaSuccess;
+    /* the old buffers may still feed queued copies and kernels */
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    cudaFreeHost(m->h);
+    cudaFree(m->d);
+    m->h = m->d = NULL;
+    m->cap = 0;
+    m->n = -1;
+    want += want / 4; /* tables grow with the batch: leave room */
+    if (e == cudaSuccess) e = cudaMallocHost((void **)&m->h, want * sizeof(int32_t));
+    if (e == cudaSuccess) e = cudaMalloc((void **)&m->d, want * sizeof(int32_t));
+    if (e == cudaSuccess) m->cap = want;
+    return e;
+}
+
+/*
+ * The device copy of a host metadata array. Ops of one pass pass the same
+ * arrays again and again, so the copy is skipped when the slot already
+ * holds these contents. Rewriting the pinned slot first waits for its
+ * previous copy to have left (an event), which has normally long happened:
+ * the previous pass ended with sync(). Only the block-table slot may grow
+ * here (its size is not known at reserve); that happens on the first pass
+ * reading more table than any before, never during a graph capture.
+ */
+static const int32_t *stage(cuda_backend *c, int slot, const int32_t *src, size_t n) {
+    stage_slot *m = &c->meta[slot];
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (failed(c, cudaStreamIsCapturing(c->stream, &cap), "cudaStreamIsCapturing")) return NULL;
+    if (n > m->cap) {
+        if (slot != META_TAB || cap != cudaStreamCaptureStatusNone) {
+            fail_msg(c, ZI_EINVAL,
+                     "a batch needs %zu metadata entries, but reserve() made room "
+                     "for %zu%s",
+                     n, m->cap,
+                     cap != cudaStreamCaptureStatusNone
+                         ? " (run a pass of this size before capturing a graph)"
+                         : "");
+            return NULL;
+        }
+        if (failed(c, stage_grow(c, slot, n), "growing the block-table staging")) return NULL;
+    }
+    if (m->n == (int64_t)n && memcmp(m->h, src, n * sizeof *src) == 0) return m->d;
+    /* while capturing nothing runs; the graph's copy reads the staging at replay */
+    if (cap == cudaStreamCaptureStatusNone && m->n >= 0 &&
+        failed(c, cudaEventSynchronize(m->ev), "cudaEventSynchronize (staging)"))
+        return NULL;
+    memcpy(m->h, src, n * sizeof *src);
+    m->n = (int64_t)n;
+    if (failed(c, cudaMemcpyAsync(m->d, m->h, n * sizeof *src, cudaMemcpyHostToDevice, c->stream),
+               "cudaMemcpyAsync (batch metadata)"))
+        return NULL;
+    if (cap == cudaStreamCaptureStatusNone &&
+        failed(c, cudaEventRecord(m->ev, c->stream), "cudaEventRecord"))
+        return NULL;
+    return m->d;
+}
+
+/* The device copies of a view's positions, sequence rows and the block
+ * table rows they use (rows 0..max seq, a prefix of the host table), after
+ * checking on the host, where the arrays are, that every position is inside
+ * its table and the context: a bad batch fails with a message, not a
+ * device fault. *max_len gets the longest attention span. */
+static int stage_view(cuda_backend *c, const zi_batch_view *b, const zi_attn_shape *s,
+                      const int32_t **pos, const int32_t **seq, const int32_t **tab, int *max_len) {
+    if (!b->block_tables || b->table_stride < 1 || s->block_size < 1) {
+        fail_msg(c, ZI_EINVAL, "attention needs block tables (stride %d, block size %d)",
+                 b->table_stride, s->block_size);
+        return 0;
+    }
+    int mx = 0, max_seq = 0;
+    int64_t limit = (int64_t)b->table_stride * s->block_size;
+    if (s->max_ctx < limit) limit = s->max_ctx;
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (b->pos[i] < 0 || b->pos[i] >= limit || b->seq[i] < 0) {
+            fail_msg(c, ZI_ERANGE, "token %d: position %d of sequence %d is outside 0..%lld", i,
+                     b->pos[i], b->seq[i], (long long)limit - 1);
+            return 0;
+        }
+        if (b->pos[i] + 1 > mx) mx = b->pos[i] + 1;
+        if (b->seq[i] > max_seq) max_seq = b->seq[i];
+    }
+    *max_len = mx;
+    *pos = stage(c, META_POS, b->pos, (size_t)b->n_tokens);
+    *seq = *pos ? stage(c, META_SEQ, b->seq, (size_t)b->n_tokens) : NULL;
+    *tab =
+        *seq ? stage(c, META_TAB, b->block_tables, ((size_t)max_seq + 1) * (size_t)b->table_stride)
+             : NULL;
+    return *tab != NULL;
+}
+
+/* ---- matmul ---- */
+
+static cublasStatus_t gemm(cuda_backend *c, const zi_weight *w, const void *a, cudaDataType at,
+                           const void *x, cudaDataType xt, float *y, int n_tokens) {
+    const float one = 1.0f, zero = 0.0f;
+    /* row-major Y[n][rows] = X[n][cols] W^T is column-major Y^T = W^T(T) X^T */
+    return blas.gemm_ex(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)w->rows, n_tokens, (int)w->cols,
+                        &one, a, at, (int)w->cols, x, xt, (int)w->cols, &zero, y, CUDA_R_32F,
+                        (int)w->rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+static void mmv_chunks(cuda_backend *c, float *y, const zi_weight *w, const float *x,
+                       int n_tokens) {
+    for (int t0 = 0; t0 < n_tokens; t0 += ZI_CUDA_MMV_MAX_TOKENS) {
+        int nt = n_tokens - t0 < ZI_CUDA_MMV_MAX_TOKENS ? n_tokens - t0 : ZI_CUDA_MMV_MAX_TOKENS;
+        cudaError_t e =
+            zi_cuda_mmv(w->type, w->data, w->row_bytes, w->rows, w->cols, x + (size_t)t0 * w->cols,
+                        y + (size_t)t0 * w->rows, nt, c->stream);
+        if (failed(c, e, "matrix-vector kernel")) return;
+    }
+}
+
+static void cuda_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                          const float *x, int n_tokens) {
+    cuda_backend *c = cb(be);
+    if (c->status || n_tokens <= 0) return;
+    int64_t cols = ws[0]->cols;
+    size_t x_elems = (size_t)n_tokens * (size_t)cols;
+    int x16_done = 0;
+    for (int i = 0; i < n && !c->status; i++) {
+        const zi_weight *w = ws[i];
+        if (n_tokens <= ZI_CUDA_MMV_MAX_TOKENS) {
+            mmv_chunks(c, ys[i], w, x, n_tokens);
+        } else if (w->type == ZI_TYPE_F32) {
+            cublasStatus_t s = gemm(c, w, w->data, CUDA_R_32F, x, CUDA_R_32F, ys[i], n_tokens);
+            if (s != CUBLAS_STATUS_SUCCESS)
+                fail_msg(c, ZI_EIO, "cublasGemmEx (f32, %lld x %lld, %d tokens): %s",
+                         (long long)w->rows, (long long)w->cols, n_tokens, blas_status(s));
+        } else if (x_elems > c->x16_cap ||
+                   (w->type != ZI_TYPE_F16 && (size_t)w->rows * (size_t)w->cols > c->w16_cap)) {
+            /* scratch too small (a weight loaded after reserve): the
+             * matrix-vector kernel in chunks is slower but needs none */
+            mmv_chunks(c, ys[i], w, x, n_tokens);
+        } else {
+            if (!x16_done) { /* one conversion of x serves every product */
+                if (failed(c, zi_cuda_f32_to_f16(x, c->x16, x_elems, c->stream), "f32 -> f16"))
+                    return;
+                x16_done = 1;
+            }
+            const void *a = w->data;
+            if (w->type != ZI_TYPE_F16) {
+                if (failed(c,
+                           zi_cuda_to_f16(w->type, w->data, w->row_bytes, w->rows, w->cols, c->w16,
+                                          c->stream),
+                           "dequantize to f16"))
+                    return;
+                a = c->w16; /* reused by the next product: stream order protects it */
+            }
+            cublasStatus_t s = gemm(c, w, a, CUDA_R_16F, c->x16, CUDA_R_16F, ys[i], n_tokens);
+            if (s != CUBLAS_STATUS_SUCCESS)
+                fail_msg(c, ZI_EIO, "cublasGemmEx (f16, %lld x %lld, %d tokens): %s",
+                         (long long)w->rows, (long long)w->cols, n_tokens, blas_status(s));
+        }
+        if (!c->status && (w->layout & ZI_CUDA_LAYOUT_ALLREDUCE)) {
+            zi_error e = {0};
+            if (zi_tp_all_reduce_sum(c->tp, ys[i], (size_t)n_tokens * (size_t)w->rows, c->stream,
+                                     &e))
+                fail_msg(c, e.code, "%s", e.msg);
+        }
+    }
+}
+
+static void cuda_matmul(zi_backend *be, float *y, const zi_weight *w, const float *x,
+                        int n_tokens) {
+    cuda_matmul_n(be, 1, &y, &w, x, n_tokens);
+}
+
+/* ---- the other ops ---- */
+
+static void cuda_get_rows(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids,
+                          int n) {
+    cuda_backend *c = cb(be);
+    if (c->status || n <= 0) return;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= table->rows) {
+            fail_msg(c, ZI_EINVAL, "token id %d at index %d is outside 0..%lld", ids[i], i,
+                     (long long)table->rows - 1);
+            return;
+        }
+    const int32_t *d_ids = stage(c, META_IDS, ids, (size_t)n);
+    if (!d_ids) return;
+    failed(c,
+           zi_cuda_get_rows(table->type, table->file_data, table->row_bytes, table->cols, d_ids, n,
+                            y, c->stream),
+           "get_rows kernel");
+}
+
+static void cuda_rmsnorm(zi_backend *be, float *y, const float *x, const float *w, int n_tokens,
+                         int dim, float eps) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_rmsnorm(y, x, w, n_tokens, dim, eps, c->stream), "rmsnorm kernel");
+}
+
+static void cuda_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
+                      int head_dim, int rope_dim, float base) {
+    cuda_backend *c = cb(be);
+    if (c->status || n_tokens <= 0) return;
+    const int32_t *d_pos = stage(c, META_POS, pos, (size_t)n_tokens);
+    if (!d_pos) return;
+    failed(c, zi_cuda_rope(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, base, c->stream),
+           "rope kernel");
+}
+
+static void cuda_kv_store(zi_backend *be, float *kcache, float *vcache, const float *k,
+                          const float *v, const zi_batch_view *b, const zi_attn_shape *s) {
+    cuda_backend *c = cb(be);
+    if (c->status || b->n_tokens <= 0) return;
+    const int32_t *d_pos, *d_seq, *d_tab;
+    int max_len;
+    if (!stage_view(c, b, s, &d_pos, &d_seq, &d_tab, &max_len)) return;
+    failed(c,
+           zi_cuda_kv_store(kcache, vcache, k, v, d_pos, d_seq, d_tab, b->table_stride,
+                            s->block_size, b->n_tokens, s->n_kv_heads * s->head_dim, c->stream),
+           "kv_store kernel");
+}
+
+static void cuda_attention(zi_backend *be, float *out, const float *q, const float *kcache,
+                           const float *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
+    cuda_backend *c = cb(be);
+    if (c->status || b->n_tokens <= 0) return;
+    const int32_t *d_pos, *d_seq, *d_tab;
+    int max_len;
+    if (!stage_view(c, b, s, &d_pos, &d_seq, &d_tab, &max_len)) return;
+    /* Few (token, head) blocks and long contexts leave most of the GPU idle:
+     * split the positions (flash-decoding), about two blocks per SM. The
+     * split changes only the speed, never which positions are read. */
+    int64_t blocks = (int64_t)b->n_tokens * s->n_heads;
+    int n_split = 1;
+    if (blocks < 2 * (int64_t)c->sms && max_len >= 512 && c->attn_scratch) {
+        int64_t want = (2 * (int64_t)c->sms + blocks - 1) / blocks;
+        int64_t by_len = max_len / 256;
+        n_split = (int)(want < by_len ? want : by_len);
+        if (n_split > ZI_CUDA_ATTN_MAX_SPLIT) n_split = ZI_CUDA_ATTN_MAX_SPLIT;
+        while (n_split > 1 && (size_t)blocks * (size_t)n_split * (size_t)(s->head_dim + 2) >
+                                  ZI_ATTN_SCRATCH_FLOATS)
+            n_split--;
+        if (n_split < 1) n_split = 1;
+    }
+    failed(c,
+           zi_cuda_attention(out, q, kcache, vcache, d_pos, d_seq, d_tab, b->table_stride,
+                             s->block_size, b->n_tokens, s->n_heads, s->n_kv_heads, s->head_dim,
+                             s->scale, n_split, c->attn_scratch, c->stream),
+           "attention kernel");
+}
+
+static void cuda_swiglu(zi_backend *be, float *out, const float *gate, const float *up, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_swiglu(out, gate, up, n, c->stream), "swiglu kernel");
+}
+
+static void cuda_add(zi_backend *be, float *x, const float *y, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_add(x, y, n, c->stream), "add kernel");
+}
+
+static void cuda_destroy(zi_backend *be) {
+    cuda_backend *c = cb(be);
+    if (!c) return;
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->blas) blas.destroy(c->blas);
+    cudaFree(c->blas_ws);
+    cudaFree(c->w16);
+    cudaFree(c->x16);
+    cudaFree(c->attn_scratch);
+    for (int i = 0; i < META_N; i++) {
+        cudaFree(c->meta[i].d);
+        cudaFreeHost(c->meta[i].h);
+        if (c->meta[i].ev) cudaEventDestroy(c->meta[i].ev);
+    }
+    if (c->stream) cudaStreamDestroy(c->stream);
+    zi_tp_destroy(c->own_tp);
+    free(c);
+}
+
+static const zi_backend_ops cuda_ops = {
+    .name = "cuda",
+    .destroy = cuda_destroy,
+    .weight_init = cuda_weight_init,
+    .weight_free = cuda_weight_free,
+    .vector_init = cuda_vector_init,
+    .reserve = cuda_reserve,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .matmul = cuda_matmul,
+    .matmul_n = cuda_matmul_n,
+    .get_rows = cuda_get_rows,
+    .rmsnorm = cuda_rmsnorm,
+    .rope = cuda_rope,
+    .kv_store = cuda_kv_store,
+    .attention = cuda_attention,
+    .swiglu = cuda_swiglu,
+    .add = cuda_add,
+    .sync = cuda_sync,
+};
+
+int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error *err) {
+    int dev = o ? o->device : 0, count = 0;
+    int rc = zi_cuda_device_count(&count, err);
+    if (rc) return rc;
+    if (dev < 0 || dev >= count)
+        return zi_error_set(err, ZI_EINVAL, "CUDA device %d does not exist (%d found: 0..%d)", dev,
+                            count, count - 1);
+    if (o && o->tp && zi_tp_world_size(o->tp) > 1)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "tensor parallelism over %d GPUs: the model does not shard its "
+                            "attention yet (docs/cuda.md)",
+                            zi_tp_world_size(o->tp));
+    pthread_once(&blas.once, blas_load);
+    if (!blas.lib) return zi_error_set(err, ZI_EUNSUPPORTED, "cuBLAS: %s", blas.why);
+
+    cuda_backend *c = calloc(1, sizeof *c);
+    if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory creating the CUDA backend");
+    c->base.ops = &cuda_ops;
+    c->device = dev;
+    for (int i = 0; i < META_N; i++) c->meta[i].n = -1;
+    const char *what = "cudaSetDevice";
+    cudaError_t e = cudaSetDevice(dev);
+    if (e == cudaSuccess) {
+        what = "cudaDeviceGetAttribute";
+        e = cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, dev);
+    }
+    if (e == cudaSuccess) {
+        /* a device this build has no kernels for fails here, with a clear name */
+        what = "kernel image check (this build has sm_80 and sm_90 code)";
+        e = zi_cuda_kernels_check();
+    }
+    if (e == cudaSuccess) {
+        what = "cudaStreamCreate";
+        e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    }
+    for (int i = 0; i < META_N && e == cudaSuccess; i++) {
+        what = "cudaEventCreate";
+        e = cudaEventCreateWithFlags(&c->meta[i].ev, cudaEventDisableTiming);
+    }
+    if (e == cudaSuccess) {
+        what = "cudaMalloc (cuBLAS workspace)";
+        e = cudaMalloc(&c->blas_ws, ZI_CUBLAS_WORKSPACE);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        zi_error_set(err, ZI_EUNSUPPORTED, "CUDA device %d: %s: %s: %s", dev, what,
+                     cudaGetErrorName(e), cudaGetErrorString(e));
+        cuda_destroy(&c->base);
+        return ZI_EUNSUPPORTED;
+    }
+    cublasStatus_t s = blas.create(&c->blas);
+    const char *bwhat = "cublasCreate";
+    if (s != CUBLAS_STATUS_SUCCESS) c->blas = NULL; /* no handle to destroy */
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        bwhat = "cublasSetStream";
+        s = blas.set_stream(c->blas, c->stream);
+    }
+    if (s == CUBLAS_STATUS_SUCCESS) {
+        bwhat = "cublasSetWorkspace";
+        s = blas.set_workspace(c->blas, c->blas_ws, ZI_CUBLAS_WORKSPACE);
+    }
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        zi_error_set(err, ZI_EUNSUPPORTED, "CUDA device %d: %s: %s", dev, bwhat, blas_status(s));
+        cuda_destroy(&c->base);
+        return ZI_EUNSUPPORTED;
+    }
+    if (o && o->tp) {
+        c->tp = o->tp;
+    } else {
+        /* one rank: the same all-reduce calls, answered without NCCL */
+        zi_tp_options to = {.world_size = 1, .rank = 0, .device = dev};
+        if ((rc = zi_tp_create(&to, &c->own_tp, err))) {
+            cuda_destroy(&c->base);
+            return rc;
+        }
+        c->tp = c->own_tp;
+    }
+    *out = &c->base;
+    return ZI_OK;
+}
+
+int zi_cuda_backend_status(zi_backend *be, zi_error *err) {
+    cuda_backend *c = cb(be);
+    if (c->status && err) *err = c->err;
+    return c->status;
+}
+
+int zi_cuda_backend_device(const zi_backend *be) {
+    return ((const cuda_backend *)be)->device;
+}
+
+void *zi_cuda_backend_stream(const zi_backend *be) {
+    return (void *)((const cuda_backend *)be)->stream;
+}

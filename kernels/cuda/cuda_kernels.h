@@ -1,0 +1,108 @@
+/*
+ * cuda_kernels.h - the CUDA kernels of the backend, behind plain C launch
+ * functions.
+ *
+ * cuda_kernels.cu holds the kernels; cuda_backend.c (C, compiled by the host
+ * compiler with the project's warnings) calls these launchers, so the only
+ * code nvcc compiles is device code and its launch glue. Every launcher
+ * queues work on `stream`, never allocates, never synchronizes, and returns
+ * the launch status (cudaGetLastError), so all of them may be captured in a
+ * CUDA graph.
+ *
+ * Pointers are device pointers; int32 metadata arrays (ids, pos, seq) are
+ * device copies of the interface's host arrays. Matrices are row-major with
+ * one row per token, as in backend.h.
+ */
+#ifndef ZI_CUDA_KERNELS_H
+#define ZI_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Products with at most this many tokens use the matrix-vector kernel (the
+ * weights are read once for all tokens); above it, dequantize + cuBLAS. */
+#define ZI_CUDA_MMV_MAX_TOKENS 8
+
+/* Attention splits a long context over at most this many blocks per
+ * (token, head) and merges the parts (flash-decoding). */
+#define ZI_CUDA_ATTN_MAX_SPLIT 32
+
+/* Largest head dimension the attention kernel handles (the model's limit). */
+#define ZI_CUDA_MAX_HEAD_DIM 1024
+
+/* cudaSuccess when this build holds code the current device can run, else
+ * cudaFuncGetAttributes's error (cudaErrorNoKernelImageForDevice, ...). */
+cudaError_t zi_cuda_kernels_check(void);
+
+/* y[t * rows + r] = dot(W row r, x[t * cols ..]) for t < n_tokens
+ * (1..ZI_CUDA_MMV_MAX_TOKENS). W has `type` (a zi_ggml_type) rows of
+ * row_bytes; cols is a multiple of 32 for block types. */
+cudaError_t zi_cuda_mmv(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                        const float *x, float *y, int n_tokens, cudaStream_t stream);
+
+/* W (rows x cols of `type`) -> fp16, row-major, into out (rows * cols
+ * halves). For Q4_0, Q4_1, Q8_0, BF16 and F32. */
+cudaError_t zi_cuda_to_f16(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                           void *out, cudaStream_t stream);
+
+/* n floats -> fp16 (out holds n halves). */
+cudaError_t zi_cuda_f32_to_f16(const float *x, void *out, size_t n, cudaStream_t stream);
+
+/* y[i * cols ..] = row ids[i] of the table, dequantized to float. */
+cudaError_t zi_cuda_get_rows(int type, const void *table, size_t row_bytes, int64_t cols,
+                             const int32_t *ids, int n, float *y, cudaStream_t stream);
+
+/* y = x / sqrt(mean(x^2) + eps) * w per row of dim (y may be x). */
+cudaError_t zi_cuda_rmsnorm(float *y, const float *x, const float *w, int n_tokens, int dim,
+                            float eps, cudaStream_t stream);
+
+/* Adjacent-pair RoPE in place, x [n_tokens][n_heads][head_dim]; the same
+ * angles as the CPU backend (computed in double). */
+cudaError_t zi_cuda_rope(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
+                         int rope_dim, float base, cudaStream_t stream);
+
+/*
+ * The paged KV cache (backend.h): per layer a pool [n_blocks][block_size]
+ * [kvd] floats; token t's sequence is row seq[t] of `tables` (rows of
+ * `stride` block ids, a device copy), and position p of it lives in block
+ * tables[seq[t] * stride + p / block_size], row p % block_size.
+ */
+
+/* Writes k/v[t] (kvd floats each) at position pos[t] of token t's sequence. */
+cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *v,
+                             const int32_t *pos, const int32_t *seq, const int32_t *tables,
+                             int stride, int block_size, int n_tokens, int kvd,
+                             cudaStream_t stream);
+
+/*
+ * out[t][h] = softmax(q[t][h] . K[0..pos[t]] * scale) V over token t's
+ * sequence; head h reads KV head h / (n_heads / n_kv_heads). n_split > 1
+ * splits the positions of each (token, head) over n_split blocks whose
+ * partial results go to scratch (n_tokens * n_heads * n_split *
+ * (head_dim + 2) floats) and are merged by a second kernel; n_split == 1
+ * needs no scratch.
+ */
+cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const float *vc,
+                              const int32_t *pos, const int32_t *seq, const int32_t *tables,
+                              int stride, int block_size, int n_tokens, int n_heads, int n_kv_heads,
+                              int head_dim, float scale, int n_split, float *scratch,
+                              cudaStream_t stream);
+
+/* out[i] = silu(gate[i]) * up[i] (out may alias gate). */
+cudaError_t zi_cuda_swiglu(float *out, const float *gate, const float *up, size_t n,
+                           cudaStream_t stream);
+
+/* x[i] += y[i] */
+cudaError_t zi_cuda_add(float *x, const float *y, size_t n, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

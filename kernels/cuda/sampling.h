@@ -1,0 +1,71 @@
+/*
+ * sampling.h - the fused sampling processor on the GPU: one kernel turns a
+ * batch of device logit rows into one token per row (greedy, or
+ * temperature / top_k / top_p / min_p and the seeded draw), and the tokens
+ * come back to pinned host memory by an asynchronous copy that an event
+ * marks complete. The worker can so queue sampling right behind the
+ * forward pass on the backend's stream and pick the tokens up later,
+ * without a device-wide synchronization.
+ *
+ * Semantics, including the counter-based draw u = zi_sampler_uniform(seed,
+ * step), are those of model_worker/sampler.h steps 5-9; the algorithm (no
+ * sort: binary searches over order-preserving keys) and what "same" means
+ * draw for draw are in sampling_ref.h, whose C reference the CPU tests
+ * check against the CPU sampler. Penalties, EOS masks and bitmasks are not
+ * applied here: rows asking for penalties are refused.
+ *
+ * One thread block per row; the kernel allocates nothing, so it can be
+ * captured in a CUDA graph together with the forward pass.
+ */
+#ifndef ZI_CUDA_SAMPLING_H
+#define ZI_CUDA_SAMPLING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "zi_error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct zi_sampling_params;
+
+typedef struct zi_cuda_sampler zi_cuda_sampler;
+
+typedef struct zi_cuda_sample_row {
+    const struct zi_sampling_params *params; /* required; borrowed for the call */
+    uint64_t step;                           /* draw counter: tokens generated so far */
+} zi_cuda_sample_row;
+
+/* A sampler for rows of n_vocab logits, up to max_rows per call, queuing on
+ * the stream of CUDA backend be (zi_cuda_backend_create). */
+int zi_cuda_sampler_create(zi_backend *be, int32_t n_vocab, int max_rows, zi_cuda_sampler **out,
+                           zi_error *err);
+void zi_cuda_sampler_destroy(zi_cuda_sampler *s);
+
+/*
+ * Queues the sampling of n_rows rows, row r at d_logits + r * ld (device
+ * floats), behind the work already on the backend's stream, and the copy of
+ * the tokens to pinned host memory. Returns at once. ZI_EINVAL for bad
+ * arguments, ZI_EUNSUPPORTED for a row asking for penalties (nothing is
+ * queued then). A previous call's tokens must have been collected (wait)
+ * first, else this waits for them.
+ */
+int zi_cuda_sampler_sample_async(zi_cuda_sampler *s, const float *d_logits, size_t ld,
+                                 const zi_cuda_sample_row *rows, int n_rows, zi_error *err);
+
+/* 1 when the last call's tokens have arrived (does not block). */
+int zi_cuda_sampler_ready(zi_cuda_sampler *s);
+
+/* Waits for the last call's tokens; *tokens points into pinned memory,
+ * valid until the next sample_async. ZI_ERANGE naming the first row that
+ * had no eligible token (its token is -1), ZI_EIO for a CUDA error. */
+int zi_cuda_sampler_wait(zi_cuda_sampler *s, const int32_t **tokens, zi_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
