@@ -150,8 +150,7 @@ int zi_serve_main(int argc, char **argv) {
             zi_device_spec spec;
             device = v;
             rc = zi_device_parse(v, &spec, &err);
-        }
-        else if (!strcmp(a, "--backend"))
+        } else if (!strcmp(a, "--backend"))
             snprintf(backend, sizeof backend, "%s", v);
         else if (!strcmp(a, "--workers"))
             rc = zi_parse_int(a, v, 1, 64, &workers, &err);
@@ -244,7 +243,7 @@ int zi_serve_main(int argc, char **argv) {
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[j] = (char *)a[j];
     }
     /* "cuda" spreads the workers over the GPUs: worker w gets cuda:w. */
-    char (*dev)[32] = calloc((size_t)workers, sizeof *dev);
+    char(*dev)[32] = calloc((size_t)workers, sizeof *dev);
     if (!dev) {
         free(ch);
         return 1;

@@ -78,8 +78,8 @@ static int fail(const zi_error *err) {
 }
 
 static int usage_error(const char *cmd, const char *msg) {
-    fprintf(stderr, "zinfer%s%s: %s (see zinfer%s%s --help)\n", cmd ? " " : "", cmd ? cmd : "",
-            msg, cmd ? " " : "", cmd ? cmd : "");
+    fprintf(stderr, "zinfer%s%s: %s (see zinfer%s%s --help)\n", cmd ? " " : "", cmd ? cmd : "", msg,
+            cmd ? " " : "", cmd ? cmd : "");
     return 2;
 }
 
@@ -116,8 +116,8 @@ static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) 
                "model %s: %d layers, dim %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d; "
                "%.1f MiB of weights mapped; cpu %s x %d threads; loaded in %.2f s",
                c->arch, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab,
-               c->ctx_train, zi_model_weight_bytes(e->model) / 1048576.0,
-               zi_cpu_backend_isa(e->be), zi_cpu_backend_threads(e->be), now_s() - t0);
+               c->ctx_train, zi_model_weight_bytes(e->model) / 1048576.0, zi_cpu_backend_isa(e->be),
+               zi_cpu_backend_threads(e->be), now_s() - t0);
     return ZI_OK;
 fail:
     engine_free(e);
@@ -182,7 +182,8 @@ static int prefill(const opts *o, engine *e, zi_kv_cache *kv, int slot, const in
             seq[i] = slot;
             want[i] = all != NULL || start + i == n - 1;
         }
-        zi_batch b = {.n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
+        zi_batch b = {
+            .n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
         float *dst = all ? all + start * (size_t)V : logits;
         int last_chunk = start + m == n;
         if (!all && !last_chunk) {
@@ -232,10 +233,9 @@ static int check_ctx(const opts *o, engine *e, size_t n_prompt, size_t room, int
     const zi_model_config *c = zi_model_get_config(e->model);
     *ctx = o->ctx > 0 ? (int)o->ctx : (c->ctx_train < 4096 ? c->ctx_train : 4096);
     if (n_prompt + room > (size_t)*ctx)
-        return zi_error_set(err, ZI_ERANGE,
-                            "the prompt is %zu tokens but the context holds %d (--ctx-size)%s",
-                            n_prompt, *ctx,
-                            room ? "; leave room for at least one generated token" : "");
+        return zi_error_set(
+            err, ZI_ERANGE, "the prompt is %zu tokens but the context holds %d (--ctx-size)%s",
+            n_prompt, *ctx, room ? "; leave room for at least one generated token" : "");
     return ZI_OK;
 }
 
@@ -321,9 +321,11 @@ static int cmd_generate(const opts *o) {
             text_len += (size_t)w;
         }
         if (!o->json) printf("\n");
-        zi_log(&o->log, ZI_LOG_INFO, "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu "
-               "tokens in %.3f s (%.1f tok/s); stop: %s", n, t1 - t0, n / (t1 - t0 + 1e-9), n_out,
-               t2 - t1, n_out > 1 ? (n_out - 1) / (t2 - t1 + 1e-9) : 0.0, reason);
+        zi_log(&o->log, ZI_LOG_INFO,
+               "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu "
+               "tokens in %.3f s (%.1f tok/s); stop: %s",
+               n, t1 - t0, n / (t1 - t0 + 1e-9), n_out, t2 - t1,
+               n_out > 1 ? (n_out - 1) / (t2 - t1 + 1e-9) : 0.0, reason);
         if (o->json) {
             json_t *j = json_object();
             json_object_set_new(j, "prompt_token_ids", json_ids(ids, n));
@@ -362,12 +364,14 @@ static int cmd_logits(const opts *o) {
     if (!rc) {
         all = malloc(n * (size_t)V * sizeof(float));
         last = malloc((size_t)V * sizeof(float));
-        if (!all || !last) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory for %zu x %d logits", n, V);
+        if (!all || !last)
+            rc = zi_error_set(&err, ZI_ENOMEM, "out of memory for %zu x %d logits", n, V);
     }
     if (!rc) rc = prefill(o, &e, kv, 0, ids, n, last, all, &err);
     if (!rc) {
         FILE *f = fopen(o->out, "wb");
-        if (!f) rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", o->out, strerror(errno));
+        if (!f)
+            rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", o->out, strerror(errno));
         else {
             size_t w = fwrite(all, sizeof(float), n * (size_t)V, f);
             if (fclose(f) != 0 || w != n * (size_t)V)
@@ -391,8 +395,8 @@ static int cmd_logits(const opts *o) {
 }
 
 /* Reads stdin line by line; each line is parsed as JSON and handed to fn. */
-static int each_json_line(int (*fn)(engine *, const opts *, json_t *, zi_error *),
-                          engine *e, const opts *o) {
+static int each_json_line(int (*fn)(engine *, const opts *, json_t *, zi_error *), engine *e,
+                          const opts *o) {
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
@@ -435,7 +439,8 @@ static int tokenize_one(engine *e, const opts *o, json_t *j, zi_error *err) {
 }
 
 static int detokenize_one(engine *e, const opts *o, json_t *j, zi_error *err) {
-    if (!json_is_array(j)) return zi_error_set(err, ZI_EINVAL, "expected a JSON array of token ids");
+    if (!json_is_array(j))
+        return zi_error_set(err, ZI_EINVAL, "expected a JSON array of token ids");
     size_t n = json_array_size(j);
     int32_t *ids = malloc((n + 1) * sizeof *ids);
     if (!ids) return zi_error_set(err, ZI_ENOMEM, "out of memory");
@@ -487,8 +492,8 @@ static int cmd_tokenize(const opts *o, int decode) {
 /* Times zi_sampler_sample over the S rows of logits (ms per call, median
  * of 15): out[0] with typical settings, out[1] with top_p over the whole
  * vocabulary. last holds a token per row, used as a fake output history. */
-static int bench_sampling(int S, int V, const float *logits, const int32_t *last,
-                          long long n_hist, double out[2], zi_error *err) {
+static int bench_sampling(int S, int V, const float *logits, const int32_t *last, long long n_hist,
+                          double out[2], zi_error *err) {
     zi_sampler *smp = NULL;
     int rc = zi_sampler_create(&smp, V, err);
     zi_sampler_row *rows = calloc((size_t)S, sizeof *rows);
@@ -575,7 +580,8 @@ static int cmd_bench(const opts *o) {
      * as a share of a decode step: a typical filter chain with penalties,
      * and the worst case, top_p over the whole vocabulary. */
     double samp_ms[2] = {0, 0};
-    if (!rc && o->gen_tokens > 0) rc = bench_sampling(S, V, logits, tok, o->gen_tokens, samp_ms, &err);
+    if (!rc && o->gen_tokens > 0)
+        rc = bench_sampling(S, V, logits, tok, o->gen_tokens, samp_ms, &err);
     double step_ms = o->gen_tokens > 0 ? (t2 - t1) * 1e3 / (double)o->gen_tokens : 0;
     if (!rc) {
         double pf = (double)P * S / (t1 - t0), dc = (double)o->gen_tokens * S / (t2 - t1);
@@ -764,11 +770,16 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
             if (!(rc = zi_parse_int(a, v, 1, 1 << 20, &iv, &err))) o->gen_tokens = iv;
         } else {
             takes = 0;
-            if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
-            else if (!strcmp(a, "--json")) o->json = 1;
-            else if (!strcmp(a, "--parse-special")) o->parse_special = 1;
-            else if (!strcmp(a, "--no-parse-special")) o->parse_special = 0;
-            else if (!strcmp(a, "--special")) o->special = 1;
+            if (!strcmp(a, "--ignore-eos"))
+                o->ignore_eos = 1;
+            else if (!strcmp(a, "--json"))
+                o->json = 1;
+            else if (!strcmp(a, "--parse-special"))
+                o->parse_special = 1;
+            else if (!strcmp(a, "--no-parse-special"))
+                o->parse_special = 0;
+            else if (!strcmp(a, "--special"))
+                o->special = 1;
             else {
                 char msg[256];
                 snprintf(msg, sizeof msg, "unknown option '%s'", a);
@@ -812,8 +823,10 @@ int main(int argc, char **argv) {
     struct {
         const char *name;
         const char *usage;
-    } cmds[] = {{"generate", USAGE_GENERATE}, {"tokenize", USAGE_TOKENIZE},
-                {"detokenize", USAGE_DETOKENIZE}, {"logits", USAGE_LOGITS},
+    } cmds[] = {{"generate", USAGE_GENERATE},
+                {"tokenize", USAGE_TOKENIZE},
+                {"detokenize", USAGE_DETOKENIZE},
+                {"logits", USAGE_LOGITS},
                 {"bench", USAGE_BENCH}};
     const char *usage = NULL;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

@@ -29,11 +29,24 @@ int zi_parse_size(const char *flag, const char *s, long long lo, long long hi, l
     int shift = 0;
     if (s && *s && !errno && end != s) {
         switch (*end) {
-        case 'K': case 'k': shift = 10, end++; break;
-        case 'M': case 'm': shift = 20, end++; break;
-        case 'G': case 'g': shift = 30, end++; break;
-        case 'T': case 't': shift = 40, end++; break;
-        default: break;
+        case 'K':
+        case 'k':
+            shift = 10, end++;
+            break;
+        case 'M':
+        case 'm':
+            shift = 20, end++;
+            break;
+        case 'G':
+        case 'g':
+            shift = 30, end++;
+            break;
+        case 'T':
+        case 't':
+            shift = 40, end++;
+            break;
+        default:
+            break;
         }
         if (shift && *end == 'i') end++;
         if (shift && (*end == 'B' || *end == 'b')) end++;
@@ -88,7 +101,8 @@ int zi_parse_id_list(const char *flag, const char *s, int32_t max, int32_t **ids
         v[len++] = (int32_t)x;
         p = end;
         while (*p == ' ') p++;
-        if (*p == ',') p++;
+        if (*p == ',')
+            p++;
         else if (*p) {
             free(v);
             return zi_error_set(err, ZI_EINVAL, "%s: expected ',' after item %zu", flag, len - 1);

@@ -38,9 +38,9 @@ typedef struct zi_backend zi_backend;
 /* A weight matrix [rows][cols] (cols = ne[0] in GGUF terms) as the backend
  * prepared it. `data` is backend-owned or points into the file mapping. */
 typedef struct zi_weight {
-    int type;     /* zi_ggml_type of the stored data */
-    int64_t rows; /* output features */
-    int64_t cols; /* input features (the dot-product length) */
+    int type;         /* zi_ggml_type of the stored data */
+    int64_t rows;     /* output features */
+    int64_t cols;     /* input features (the dot-product length) */
     const void *data; /* as the backend lays it out (see layout) */
     size_t row_bytes;
     int layout;            /* 0: the file's; else a backend-specific repacking */
@@ -51,8 +51,8 @@ typedef struct zi_weight {
 /* What attention needs to know about the tokens of one forward pass. */
 typedef struct zi_batch_view {
     int n_tokens;
-    const int32_t *pos; /* [n_tokens] position of each token in its sequence */
-    const int32_t *seq; /* [n_tokens] the row of block_tables its sequence uses */
+    const int32_t *pos;          /* [n_tokens] position of each token in its sequence */
+    const int32_t *seq;          /* [n_tokens] the row of block_tables its sequence uses */
     const int32_t *block_tables; /* [rows][table_stride] block ids, host memory */
     int table_stride;
 } zi_batch_view;

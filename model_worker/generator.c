@@ -60,8 +60,8 @@ struct zi_generator {
     size_t logit_rows;
     /* sampling */
     zi_sampler *sampler;
-    zi_sampler_row *rows; /* [n_slots] */
-    int *row_ctx;         /* [n_slots] sampled row -> stepped index */
+    zi_sampler_row *rows;          /* [n_slots] */
+    int *row_ctx;                  /* [n_slots] sampled row -> stepped index */
     int32_t *out_tok, *sample_tok; /* [n_slots] */
     int32_t *forbid;               /* EOS ids masked by min_new_tokens */
     size_t forbid_cap;
@@ -131,7 +131,8 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
         ok = (g->seqs[i].blocks = malloc((size_t)max_blocks * sizeof(int32_t))) != NULL;
     if (!ok) {
         zi_generator_free(g);
-        return zi_error_set(err, ZI_ENOMEM, "out of memory for a generator of %d slots", cfg.n_slots);
+        return zi_error_set(err, ZI_ENOMEM, "out of memory for a generator of %d slots",
+                            cfg.n_slots);
     }
     if ((rc = zi_sampler_create(&g->sampler, g->n_vocab, err))) {
         zi_generator_free(g);
@@ -172,9 +173,13 @@ void zi_generator_free(zi_generator *g) {
     free(g);
 }
 
-int zi_generator_slots_used(const zi_generator *g) { return g->slots_used; }
+int zi_generator_slots_used(const zi_generator *g) {
+    return g->slots_used;
+}
 
-const zi_generator_config *zi_generator_get_config(const zi_generator *g) { return &g->cfg; }
+const zi_generator_config *zi_generator_get_config(const zi_generator *g) {
+    return &g->cfg;
+}
 
 void zi_generator_get_stats(const zi_generator *g, zi_generator_stats *out) {
     *out = g->stats;
@@ -223,8 +228,10 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         if (!zi_text_context_is_assigned_to_cache(batch[i]) && !zi_text_context_is_done(batch[i]))
             need++;
         if (batch[i]->end_idx > g->cfg.ctx)
-            return zi_error_set(err, ZI_ERANGE, "a context of %lld tokens exceeds the %d positions "
-                                "of a sequence", (long long)batch[i]->end_idx, g->cfg.ctx);
+            return zi_error_set(err, ZI_ERANGE,
+                                "a context of %lld tokens exceeds the %d positions "
+                                "of a sequence",
+                                (long long)batch[i]->end_idx, g->cfg.ctx);
     }
     if (need > (size_t)(g->cfg.n_slots - g->slots_used))
         return zi_error_set(err, ZI_ENOMEM, "no free KV-cache slot (%d of %d in use, %zu needed)",
@@ -436,7 +443,7 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
         if (len < 1) continue;
         int64_t covered = ensure_blocks(g, c, n_live, c->start_idx + len);
         len = covered - c->start_idx;
-        if (len < 1) continue; /* waits for memory */
+        if (len < 1) continue;                        /* waits for memory */
         if (len < zi_text_context_active_length(c)) { /* chunked prefill */
             int rc = zi_text_context_limit_active(c, len, err);
             if (rc) return rc;
@@ -518,8 +525,8 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
             used += r->n_eos_forbid;
         }
     }
-    if (n_sample && (rc = zi_sampler_sample(g->sampler, g->rows, (size_t)n_sample, g->out_tok,
-                                            err)))
+    if (n_sample &&
+        (rc = zi_sampler_sample(g->sampler, g->rows, (size_t)n_sample, g->out_tok, err)))
         return rc;
     for (int k = 0; k < n_sample; k++) g->sample_tok[g->row_ctx[k]] = g->out_tok[k];
 
@@ -543,8 +550,8 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
         int32_t tok = g->sample_tok[i];
         zi_logprobs *lp = NULL;
         if (c->log_probabilities > 0 && c->active_idx == c->end_idx &&
-            (rc = make_logprobs(g, g->logits + (size_t)last * g->n_vocab, tok,
-                                c->log_probabilities, &lp, err)))
+            (rc = make_logprobs(g, g->logits + (size_t)last * g->n_vocab, tok, c->log_probabilities,
+                                &lp, err)))
             return rc;
         if ((rc = zi_text_context_update(c, tok, lp, err))) return rc;
         register_full_blocks(g, c);
@@ -552,8 +559,8 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
     return ZI_OK;
 }
 
-int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size_t n,
-                            int num_steps, zi_error *err) {
+int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size_t n, int num_steps,
+                            zi_error *err) {
     if (n > (size_t)g->cfg.n_slots)
         return zi_error_set(err, ZI_EINVAL, "a batch of %zu contexts exceeds the %d slots", n,
                             g->cfg.n_slots);

@@ -92,8 +92,8 @@ void zi_generator_free(zi_generator *g);
  * checks the stop conditions after every token. On error the contexts are
  * left as the last completed step left them.
  */
-int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size_t n,
-                            int num_steps, zi_error *err);
+int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size_t n, int num_steps,
+                            zi_error *err);
 
 /* Frees ctx's cache slot (the seeds' release); a no-op for a context
  * without one. */

@@ -88,18 +88,24 @@ void zi_kv_blocks_free(zi_kv_blocks *kb) {
 
 static void lru_remove(zi_kv_blocks *kb, int32_t id) {
     int32_t p = kb->prev[id], q = kb->next[id];
-    if (p >= 0) kb->next[p] = q;
-    else kb->lru_head = q;
-    if (q >= 0) kb->prev[q] = p;
-    else kb->lru_tail = p;
+    if (p >= 0)
+        kb->next[p] = q;
+    else
+        kb->lru_head = q;
+    if (q >= 0)
+        kb->prev[q] = p;
+    else
+        kb->lru_tail = p;
     kb->n_cached--;
 }
 
 static void lru_append(zi_kv_blocks *kb, int32_t id) {
     kb->prev[id] = kb->lru_tail;
     kb->next[id] = -1;
-    if (kb->lru_tail >= 0) kb->next[kb->lru_tail] = id;
-    else kb->lru_head = id;
+    if (kb->lru_tail >= 0)
+        kb->next[kb->lru_tail] = id;
+    else
+        kb->lru_head = id;
     kb->lru_tail = id;
     kb->n_cached++;
 }
@@ -165,7 +171,9 @@ int32_t zi_kv_blocks_alloc(zi_kv_blocks *kb) {
     return id;
 }
 
-int32_t zi_kv_blocks_available(const zi_kv_blocks *kb) { return kb->n_free + kb->n_cached; }
+int32_t zi_kv_blocks_available(const zi_kv_blocks *kb) {
+    return kb->n_free + kb->n_cached;
+}
 
 void zi_kv_blocks_release(zi_kv_blocks *kb, int32_t id) {
     if (id < 0 || id >= kb->n || kb->state[id] != ST_USED) return;
@@ -227,8 +235,8 @@ int zi_kv_blocks_check(const zi_kv_blocks *kb, zi_error *err) {
     int32_t used = 0, n_reg = 0;
     for (int32_t i = 0; i < kb->n; i++) {
         if ((kb->state[i] == ST_USED) != (kb->ref[i] > 0) || kb->ref[i] < 0)
-            return zi_error_set(err, ZI_EINVAL, "kv blocks: block %d state %d, refcount %d",
-                                (int)i, kb->state[i], (int)kb->ref[i]);
+            return zi_error_set(err, ZI_EINVAL, "kv blocks: block %d state %d, refcount %d", (int)i,
+                                kb->state[i], (int)kb->ref[i]);
         used += kb->state[i] == ST_USED;
         n_reg += kb->reg[i];
         if (kb->state[i] == ST_CACHED && !kb->reg[i])
@@ -249,9 +257,8 @@ int zi_kv_blocks_check(const zi_kv_blocks *kb, zi_error *err) {
             return zi_error_set(err, ZI_EINVAL, "kv blocks: block %d on the free stack is in use",
                                 (int)kb->free_stack[i]);
     if (used + kb->n_cached + kb->n_free != kb->n)
-        return zi_error_set(err, ZI_EINVAL,
-                            "kv blocks: %d used + %d cached + %d free != %d blocks", (int)used,
-                            (int)kb->n_cached, (int)kb->n_free, (int)kb->n);
+        return zi_error_set(err, ZI_EINVAL, "kv blocks: %d used + %d cached + %d free != %d blocks",
+                            (int)used, (int)kb->n_cached, (int)kb->n_free, (int)kb->n);
     int32_t in_table = 0;
     for (uint32_t i = 0; i <= kb->cap_mask; i++) {
         int32_t id = kb->table[i];

@@ -40,9 +40,9 @@ typedef struct zi_kv_blocks zi_kv_blocks;
 typedef struct zi_kv_blocks_stats {
     int32_t n_blocks, block_size;
     int32_t used, cached, free;
-    uint64_t match_queries;  /* blocks looked up by zi_kv_blocks_match */
-    uint64_t match_hits;     /* of those, found cached or in use */
-    uint64_t evictions;      /* cached blocks reused for something else */
+    uint64_t match_queries; /* blocks looked up by zi_kv_blocks_match */
+    uint64_t match_hits;    /* of those, found cached or in use */
+    uint64_t evictions;     /* cached blocks reused for something else */
 } zi_kv_blocks_stats;
 
 /* n_blocks >= 1, block_size 1..4096. */

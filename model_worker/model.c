@@ -38,9 +38,9 @@ struct zi_model {
 struct zi_kv_cache {
     zi_model *m;
     int n_blocks, block_size, max_ctx;
-    int n_slots;      /* slot mode (zi_kv_cache_create): slot s owns a run of blocks */
+    int n_slots;         /* slot mode (zi_kv_cache_create): slot s owns a run of blocks */
     int32_t *slot_table; /* slot mode: [n_slots][blocks per slot], the identity */
-    float **k, **v; /* per layer: [n_blocks][block_size][n_kv_heads * head_dim] */
+    float **k, **v;      /* per layer: [n_blocks][block_size][n_kv_heads * head_dim] */
 };
 
 /* ---- loading ---- */
@@ -173,7 +173,8 @@ static int load_weights(zi_model *m, zi_error *err) {
     if ((int64_t)vocab != emb->ne[1])
         return zi_error_set(err, ZI_EFORMAT, "%s = %u but token_embd.weight has %lld rows", key,
                             vocab, (long long)emb->ne[1]);
-    if ((rc = load_matrix(m, "token_embd.weight", c->dim, c->n_vocab, &m->tok_embd, err))) return rc;
+    if ((rc = load_matrix(m, "token_embd.weight", c->dim, c->n_vocab, &m->tok_embd, err)))
+        return rc;
     if ((rc = load_vector(m, "output_norm.weight", c->dim, &m->output_norm, err))) return rc;
     if (zi_gguf_find_tensor(m->gguf, "output.weight")) {
         if ((rc = load_matrix(m, "output.weight", c->dim, c->n_vocab, &m->output, err))) return rc;
@@ -194,7 +195,8 @@ static int load_weights(zi_model *m, zi_error *err) {
             (rc = load_matrix(m, ZI_NAME("attn_k.weight"), c->dim, kvd, &L->wk, err)) ||
             (rc = load_matrix(m, ZI_NAME("attn_v.weight"), c->dim, kvd, &L->wv, err)) ||
             (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
-            (rc = load_matrix(m, ZI_NAME("ffn_gate.weight"), c->dim, c->ffn_dim, &L->w_gate, err)) ||
+            (rc =
+                 load_matrix(m, ZI_NAME("ffn_gate.weight"), c->dim, c->ffn_dim, &L->w_gate, err)) ||
             (rc = load_matrix(m, ZI_NAME("ffn_up.weight"), c->dim, c->ffn_dim, &L->w_up, err)) ||
             (rc = load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down, err)))
             return rc;
@@ -252,9 +254,15 @@ void zi_model_free(zi_model *m) {
     free(m);
 }
 
-const zi_model_config *zi_model_get_config(const zi_model *m) { return &m->cfg; }
-const zi_gguf *zi_model_gguf(const zi_model *m) { return m->gguf; }
-uint64_t zi_model_weight_bytes(const zi_model *m) { return m->weight_bytes; }
+const zi_model_config *zi_model_get_config(const zi_model *m) {
+    return &m->cfg;
+}
+const zi_gguf *zi_model_gguf(const zi_model *m) {
+    return m->gguf;
+}
+uint64_t zi_model_weight_bytes(const zi_model *m) {
+    return m->weight_bytes;
+}
 
 void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
     m->progress = fn;
@@ -270,7 +278,8 @@ uint64_t zi_model_kv_bytes_per_token(const zi_model *m) {
 
 uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_cache_memory,
                                          int block_size) {
-    uint64_t per_block = zi_model_kv_bytes_per_token(m) * (uint64_t)(block_size > 0 ? block_size : 1);
+    uint64_t per_block =
+        zi_model_kv_bytes_per_token(m) * (uint64_t)(block_size > 0 ? block_size : 1);
     return available_cache_memory / per_block * per_block;
 }
 
@@ -306,8 +315,8 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
     kv->v = calloc((size_t)L, sizeof *kv->v);
     size_t bytes = 0;
     if (__builtin_mul_overflow((size_t)n_blocks, (size_t)block_size, &bytes) ||
-        __builtin_mul_overflow(bytes, (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim *
-                                          sizeof(float), &bytes)) {
+        __builtin_mul_overflow(
+            bytes, (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim * sizeof(float), &bytes)) {
         zi_kv_cache_free(kv);
         return zi_error_set(err, ZI_ERANGE, "a KV cache of %d blocks x %d positions is too large",
                             n_blocks, block_size);
@@ -320,9 +329,10 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
     }
     if (!ok) {
         zi_kv_cache_free(kv);
-        return zi_error_set(err, ZI_ENOMEM, "cannot allocate a KV cache of %d blocks x %d "
-                            "positions (%.1f MiB)", n_blocks, block_size,
-                            2.0 * L * (double)bytes / (1 << 20));
+        return zi_error_set(err, ZI_ENOMEM,
+                            "cannot allocate a KV cache of %d blocks x %d "
+                            "positions (%.1f MiB)",
+                            n_blocks, block_size, 2.0 * L * (double)bytes / (1 << 20));
     }
     *out = kv;
     return ZI_OK;
@@ -366,10 +376,18 @@ void zi_kv_cache_free(zi_kv_cache *kv) {
     free(kv);
 }
 
-int zi_kv_cache_ctx(const zi_kv_cache *kv) { return kv->max_ctx; }
-int zi_kv_cache_slots(const zi_kv_cache *kv) { return kv->n_slots; }
-int zi_kv_cache_blocks(const zi_kv_cache *kv) { return kv->n_blocks; }
-int zi_kv_cache_block_size(const zi_kv_cache *kv) { return kv->block_size; }
+int zi_kv_cache_ctx(const zi_kv_cache *kv) {
+    return kv->max_ctx;
+}
+int zi_kv_cache_slots(const zi_kv_cache *kv) {
+    return kv->n_slots;
+}
+int zi_kv_cache_blocks(const zi_kv_cache *kv) {
+    return kv->n_blocks;
+}
+int zi_kv_cache_block_size(const zi_kv_cache *kv) {
+    return kv->block_size;
+}
 uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv) {
     return (uint64_t)kv->n_blocks * (uint64_t)kv->block_size * zi_model_kv_bytes_per_token(kv->m);
 }
@@ -386,8 +404,8 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, zi_error *err
         struct {
             float **p;
             size_t n;
-        } want[] = {{&m->x, c->dim},   {&m->xn, c->dim},       {&m->q, qd},
-                    {&m->k, kvd},      {&m->v, kvd},           {&m->att, qd},
+        } want[] = {{&m->x, c->dim},        {&m->xn, c->dim},     {&m->q, qd},
+                    {&m->k, kvd},           {&m->v, kvd},         {&m->att, qd},
                     {&m->gate, c->ffn_dim}, {&m->up, c->ffn_dim}, {&m->tmp, c->dim}};
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
             *want[i].p = be->ops->alloc(be, T * want[i].n * sizeof(float));
@@ -430,22 +448,26 @@ static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_bat
     if (!b->block_tables && !kv->slot_table)
         return zi_error_set(err, ZI_EINVAL, "a paged KV cache needs the batch's block tables");
     if (b->block_tables && (b->n_table_rows < 1 || b->table_stride < 1))
-        return zi_error_set(err, ZI_EINVAL, "block tables of %d rows x %d entries",
-                            b->n_table_rows, b->table_stride);
+        return zi_error_set(err, ZI_EINVAL, "block tables of %d rows x %d entries", b->n_table_rows,
+                            b->table_stride);
     const int32_t *tables;
     int stride, rows;
     batch_tables(kv, b, &tables, &stride, &rows);
     int bs = kv->block_size;
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab)
-            return zi_error_set(err, ZI_EINVAL, "token id %d at index %d is outside the vocabulary "
-                                "(0..%d)", b->tokens[i], i, m->cfg.n_vocab - 1);
+            return zi_error_set(err, ZI_EINVAL,
+                                "token id %d at index %d is outside the vocabulary "
+                                "(0..%d)",
+                                b->tokens[i], i, m->cfg.n_vocab - 1);
         if (b->seq[i] < 0 || b->seq[i] >= rows)
             return zi_error_set(err, ZI_EINVAL, "sequence %d at index %d is outside 0..%d",
                                 b->seq[i], i, rows - 1);
         if (b->pos[i] < 0 || b->pos[i] >= kv->max_ctx || b->pos[i] / bs >= stride)
-            return zi_error_set(err, ZI_ERANGE, "position %d at index %d is outside the context "
-                                "of %d tokens", b->pos[i], i,
+            return zi_error_set(err, ZI_ERANGE,
+                                "position %d at index %d is outside the context "
+                                "of %d tokens",
+                                b->pos[i], i,
                                 kv->max_ctx < stride * bs ? kv->max_ctx : stride * bs);
     }
     /* Every block a token reads or writes exists: check each row once, up

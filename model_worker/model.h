@@ -27,12 +27,12 @@
 typedef struct zi_model_config {
     char arch[32];
     int n_layers;
-    int dim;       /* embedding_length */
-    int ffn_dim;   /* feed_forward_length */
+    int dim;     /* embedding_length */
+    int ffn_dim; /* feed_forward_length */
     int n_heads;
     int n_kv_heads;
-    int head_dim;  /* dim / n_heads */
-    int rope_dim;  /* rope.dimension_count, defaults to head_dim */
+    int head_dim; /* dim / n_heads */
+    int rope_dim; /* rope.dimension_count, defaults to head_dim */
     int n_vocab;
     int ctx_train; /* context_length the model was trained for */
     float rope_base;
@@ -67,8 +67,8 @@ typedef struct zi_kv_cache zi_kv_cache;
 int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_ctx,
                              zi_kv_cache **out, zi_error *err);
 int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err);
-void zi_kv_cache_free(zi_kv_cache *kv); /* before the model it belongs to */
-int zi_kv_cache_ctx(const zi_kv_cache *kv); /* positions per sequence at most */
+void zi_kv_cache_free(zi_kv_cache *kv);       /* before the model it belongs to */
+int zi_kv_cache_ctx(const zi_kv_cache *kv);   /* positions per sequence at most */
 int zi_kv_cache_slots(const zi_kv_cache *kv); /* 0 for a paged cache */
 int zi_kv_cache_blocks(const zi_kv_cache *kv);
 int zi_kv_cache_block_size(const zi_kv_cache *kv);
@@ -107,8 +107,7 @@ typedef struct zi_batch {
 /* Validates the batch (ids inside the vocabulary, slots and positions
  * inside the cache) and runs it; buffers grow to the largest batch seen.
  * logits gets n_wanted * n_vocab floats (host memory). */
-int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits,
-                     zi_error *err);
+int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits, zi_error *err);
 
 /* A function zi_model_forward calls after every layer (NULL: none), so that
  * a caller stays responsive during a long pass: the worker sends its

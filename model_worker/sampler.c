@@ -32,11 +32,11 @@ struct zi_sampler {
     int32_t *touched;
     zi_cand *cand;
     /* the whole-vocabulary path (sample_full) */
-    float *w;       /* [V] weights */
-    float *rowbuf;  /* [V] a row with penalties and masks applied */
-    int32_t *ids;   /* [V] tokens surely in the nucleus */
-    uint16_t *bk;   /* [V] weight bucket of each token (top_p) */
-    double *blk;    /* [V / ZI_SAMPLER_BLOCK + 1] block sums of w */
+    float *w;                        /* [V] weights */
+    float *rowbuf;                   /* [V] a row with penalties and masks applied */
+    int32_t *ids;                    /* [V] tokens surely in the nucleus */
+    uint16_t *bk;                    /* [V] weight bucket of each token (top_p) */
+    double *blk;                     /* [V / ZI_SAMPLER_BLOCK + 1] block sums of w */
     double hist[ZI_SAMPLER_BUCKETS]; /* mass per weight bucket (top_p) */
 };
 

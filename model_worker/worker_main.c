@@ -269,8 +269,8 @@ static void send_outputs(worker *w) {
             zi_logprobs lp, plp;
             bool has_lp = c->log_probabilities > 0 && gather_logprobs(c, first, count, &lp);
             bool echo = c->log_probabilities_echo && !l->echo_sent;
-            bool has_plp = echo && c->log_probabilities > 0 &&
-                           gather_logprobs(c, 1, c->prompt_len - 1, &plp);
+            bool has_plp =
+                echo && c->log_probabilities > 0 && gather_logprobs(c, 1, c->prompt_len - 1, &plp);
             zi_msg m;
             zi_msg_init(&m);
             msgpack_pack_map(&m.pk, 4 + has_lp + echo + has_plp);
@@ -338,8 +338,7 @@ static int parse_args(int argc, char **argv, wopts *o) {
             zi_device_spec spec;
             o->device = v;
             rc = zi_device_parse(v, &spec, &err);
-        }
-        else if (!strcmp(a, "--model"))
+        } else if (!strcmp(a, "--model"))
             snprintf(o->model, sizeof o->model, "%s", v);
         else if (!strcmp(a, "--threads"))
             rc = zi_parse_int(a, v, 0, 1024, &o->threads, &err);
@@ -434,7 +433,8 @@ int main(int argc, char **argv) {
         snprintf(kv_why, sizeof kv_why, "what a %.0f MiB memory budget leaves",
                  (double)budget / (1 << 20));
     else
-        snprintf(kv_why, sizeof kv_why, "%s", o.kv_tokens ? "--kv-cache-tokens" : "--kv-cache-bytes");
+        snprintf(kv_why, sizeof kv_why, "%s",
+                 o.kv_tokens ? "--kv-cache-tokens" : "--kv-cache-bytes");
     uint64_t kv_blocks = kv_bytes / (per_tok * (uint64_t)o.block);
     if (kv_blocks > (1u << 26)) kv_blocks = 1u << 26;
     if (kv_blocks < 1) {

@@ -65,9 +65,15 @@ enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
 
 /* The KV-cache counters a worker's heartbeat carries (docs/protocol.md). */
 #define ZI_N_KV_STATS 9
-static const char *const KV_STATS[ZI_N_KV_STATS] = {
-    "blocks", "block_size", "used", "cached", "free", "prefix_query_tokens", "prefix_hit_tokens",
-    "preemptions", "evictions"};
+static const char *const KV_STATS[ZI_N_KV_STATS] = {"blocks",
+                                                    "block_size",
+                                                    "used",
+                                                    "cached",
+                                                    "free",
+                                                    "prefix_query_tokens",
+                                                    "prefix_hit_tokens",
+                                                    "preemptions",
+                                                    "evictions"};
 enum { K_GENERATE, K_TOKENIZE, K_DETOKENIZE };
 enum { RS_ENCODING, RS_QUEUED, RS_RUNNING, RS_DECODING, RS_UTIL };
 
@@ -310,8 +316,7 @@ static int pick_worker(router *rt, const rreq *r) {
     int w = pick_backend(rt, ROLE_WORKER);
     if (w < 0 || !r || !r->prefix_key) return w;
     const affinity *a = &rt->aff[r->prefix_key % ZI_AFFINITY_SLOTS];
-    if (a->key != r->prefix_key || a->worker == w || a->worker < 0 ||
-        (size_t)a->worker >= rt->n_be)
+    if (a->key != r->prefix_key || a->worker == w || a->worker < 0 || (size_t)a->worker >= rt->n_be)
         return w;
     const backend *p = &rt->be[a->worker];
     if (p->alive && p->role == ROLE_WORKER && p->assigned < p->slots &&

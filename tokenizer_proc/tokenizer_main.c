@@ -91,7 +91,9 @@ static void send_register(tproc *t) {
     zi_msg_free(&m);
 }
 
-static void send_heartbeat(tproc *t) { zi_send_heartbeat(t->sock, (int64_t)t->n_st); }
+static void send_heartbeat(tproc *t) {
+    zi_send_heartbeat(t->sock, (int64_t)t->n_st);
+}
 
 static void send_error(tproc *t, uint64_t rid, const char *code, const char *msg) {
     zi_send_backend_error(t->sock, rid, code, msg);
