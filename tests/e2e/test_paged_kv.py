@@ -1,7 +1,6 @@
 """End-to-end tests of the paged KV cache (docs/engine.md, "KV cache"):
-`zinfer serve` with prefix caching, chunked prefill, preemption and prefix-aware
-routing, over
-real sockets with the real model.
+`zinfer serve` with prefix caching, chunked prefill, preemption and
+prefix-aware routing, over real sockets with the real model.
 
  * Outputs are token-for-token the same with prefix caching and chunked
    prefill on and off (16 greedy prompts of mixed lengths sharing prefixes).
