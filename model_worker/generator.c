@@ -30,7 +30,7 @@ typedef struct gseq {
     int32_t n_registered; /* leading blocks registered for prefix sharing */
     uint64_t last_hash;   /* the chained hash of block n_registered - 1 */
     uint64_t arrival;
-    zi_text_context *ctx; /* the context seen in the current call */
+    int looked_up; /* the prefix cache was asked since the last (re)start */
 } gseq;
 
 struct zi_generator {
@@ -246,6 +246,7 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         gseq *q = &g->seqs[next];
         q->n_blocks = q->n_registered = 0;
         q->last_hash = 0;
+        q->looked_up = 0;
         q->arrival = ++g->arrivals;
         zi_text_context_assign_to_cache(c, next, NULL);
     }
@@ -318,7 +319,9 @@ static int wants_echo(const zi_text_context *c) {
  * generated tokens stand, and with prefix caching its own registered
  * blocks may still be found then. */
 static void preempt(zi_generator *g, zi_text_context *c) {
-    drop_blocks(g, seq_of(g, c));
+    gseq *q = seq_of(g, c);
+    drop_blocks(g, q);
+    q->looked_up = 0;
     zi_text_context_reset(c);
     g->stats.preemptions++;
 }
@@ -327,9 +330,10 @@ static void preempt(zi_generator *g, zi_text_context *c) {
  * longest registered prefix, leaving at least one token to feed (its
  * logits). Not for echoed log probabilities, which need every position. */
 static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
-    if (!g->cfg.prefix_cache || q->n_blocks > 0 || c->start_idx != 0 ||
+    if (!g->cfg.prefix_cache || q->looked_up || q->n_blocks > 0 || c->start_idx != 0 ||
         (c->log_probabilities > 0 && c->log_probabilities_echo))
         return;
+    q->looked_up = 1; /* once per (re)start, even if it waits for memory */
     int64_t eligible = c->end_idx - 1;
     int32_t max = (int32_t)(eligible / g->cfg.block_size);
     g->stats.prefix_query_tokens += (uint64_t)eligible;
