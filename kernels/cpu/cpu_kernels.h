@@ -38,7 +38,9 @@ typedef struct zi_cpu_kernels {
     /*
      * The same products for weights in the 16-row layout (repack.h); r0 and
      * r1 multiples of 16. NULL in tables without AVX-512 VNNI, whose weights
-     * stay in GGUF layout.
+     * stay in GGUF layout. Batches of 4 or more tokens run on the AMX tile
+     * unit where the CPU has AMX-INT8 and Linux grants it (bit-identical
+     * results; ZINFER_CPU_AMX=0 keeps them on VNNI).
      */
     void (*mm_r16)(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                    const zi_q8_act *a, int n_tokens, float *y, int64_t ldy);
@@ -65,6 +67,8 @@ typedef struct zi_cpu_kernels {
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
+    /* out[i] = g[i] / (1 + expf(-g[i])) * u[i] (SwiGLU); out may be g. */
+    void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
 } zi_cpu_kernels;
 
 extern const zi_cpu_kernels zi_cpu_kernels_scalar;

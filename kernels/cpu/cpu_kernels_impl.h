@@ -53,9 +53,9 @@ static inline int quantize_block16(const float *xb, int8_t *q, int8_t *q2, float
         __m512 rr = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_sub_ps(xs, v), k256),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         __m512i vi = _mm512_cvtps_epi32(v);
-        __m512i ri = _mm512_min_epi32(_mm512_max_epi32(_mm512_cvtps_epi32(rr),
-                                                       _mm512_sub_epi32(_mm512_setzero_si512(), lim)),
-                                      lim);
+        __m512i ri = _mm512_min_epi32(
+            _mm512_max_epi32(_mm512_cvtps_epi32(rr), _mm512_sub_epi32(_mm512_setzero_si512(), lim)),
+            lim);
         _mm_storeu_si128((__m128i *)(q + 16 * h), _mm512_cvtepi32_epi8(vi));
         _mm_storeu_si128((__m128i *)(q2 + 16 * h), _mm512_cvtepi32_epi8(ri));
         sum = _mm512_add_epi32(sum, _mm512_add_epi32(_mm512_slli_epi32(vi, 8), ri));
@@ -1014,6 +1014,25 @@ static void attend(const float *q, int G, const float *k, const float *v, const 
     for (int g = 0; g < G; g++) scale_f32(out + g * hd, inv[g], hd);
 }
 
+static void swiglu_f32(float *out, const float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    /* exp16 is glibc's expf, and the rest is the same IEEE operations: the
+     * same values as the loop below, 16 at a time. */
+    for (; i + 16 <= n; i += 16) {
+        __m512 gv = _mm512_loadu_ps(g + i);
+        __m512 e = exp16(_mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(gv), _mm512_set1_epi32((int)0x80000000))));
+        __m512 r = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(r, _mm512_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++) {
+        float gi = g[i];
+        out[i] = gi / (1.0f + expf(-gi)) * u[i];
+    }
+}
+
 const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .isa = ZI_KERNELS_ISA,
     .quantize_act = quantize_act,
@@ -1030,4 +1049,5 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .dot = dot_f32,
     .axpy = axpy_f32,
     .scale = scale_f32,
+    .swiglu = swiglu_f32,
 };
