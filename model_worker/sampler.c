@@ -35,7 +35,6 @@ struct zi_sampler {
     float *w;                        /* [V] weights */
     float *rowbuf;                   /* [V] a row with penalties and masks applied */
     int32_t *ids;                    /* [V] tokens surely in the nucleus */
-    uint16_t *bk;                    /* [V] weight bucket of each token (top_p) */
     double *blk;                     /* [V / ZI_SAMPLER_BLOCK + 1] block sums of w */
     double hist[ZI_SAMPLER_BUCKETS]; /* mass per weight bucket (top_p) */
 };
@@ -57,10 +56,9 @@ int zi_sampler_create(zi_sampler **out, int32_t n_vocab, zi_error *err) {
     s->w = malloc(n * sizeof *s->w);
     s->rowbuf = malloc(n * sizeof *s->rowbuf);
     s->ids = malloc(n * sizeof *s->ids);
-    s->bk = malloc(n * sizeof *s->bk);
     s->blk = malloc((n / ZI_SAMPLER_BLOCK + 1) * sizeof *s->blk);
     if (!s->stamp || !s->adj || !s->count || !s->touched || !s->cand || !s->w || !s->rowbuf ||
-        !s->ids || !s->blk || !s->bk) {
+        !s->ids || !s->blk) {
         zi_sampler_destroy(s);
         return zi_error_set(err, ZI_ENOMEM, "sampler: out of memory for n_vocab %d", (int)n_vocab);
     }
@@ -78,7 +76,6 @@ void zi_sampler_destroy(zi_sampler *s) {
     free(s->w);
     free(s->rowbuf);
     free(s->ids);
-    free(s->bk);
     free(s->blk);
     free(s);
 }
@@ -373,29 +370,33 @@ static int32_t sample_full(zi_sampler *s, const zi_sampling_params *sp, const fl
             if (w[t] > 0.0f) return t;
         return -1;
     }
-    /* top_p: which bucket does the descending mass cross top_p * z in?
-     * Buckets first (a vector loop), then the histogram in two halves that
-     * do not wait on each other's additions. */
-    uint16_t *bk = s->bk;
-    for (int32_t t = 0; t < V; t++) bk[t] = (uint16_t)bucket_of(w[t]);
-    double *hist = s->hist, h2[ZI_SAMPLER_BUCKETS];
-    memset(hist, 0, sizeof s->hist);
-    memset(h2, 0, sizeof h2);
-    int32_t t2 = 0;
-    for (; t2 + 2 <= V; t2 += 2) {
-        hist[bk[t2]] += w[t2];
-        h2[bk[t2 + 1]] += w[t2 + 1];
-    }
-    if (t2 < V) hist[bk[t2]] += w[t2];
-    for (int b = 0; b < ZI_SAMPLER_BUCKETS; b++) hist[b] += h2[b];
+    /* top_p. Usually the nucleus lies among the few tokens with weights of
+     * at least 2^-12 (of the largest): when their mass alone reaches
+     * top_p * z, only they are looked at below; else every token is. */
     const double target = sp->top_p * z;
+    const float tau = 1.0f / 4096;
+    float big[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int32_t t2 = 0;
+    for (; t2 + 8 <= V; t2 += 8)
+        for (int j = 0; j < 8; j++) big[j] += w[t2 + j] >= tau ? w[t2 + j] : 0.0f;
+    for (; t2 < V; t2++) big[0] += w[t2] >= tau ? w[t2] : 0.0f;
+    double big_mass = 0.0;
+    for (int j = 0; j < 8; j++) big_mass += big[j];
+    const float floor_w = big_mass >= target ? tau : 0x1p-126f;
+    int32_t *sel = s->touched, n_sel = 0; /* prepare_row is done with it */
+    for (int32_t t = 0; t < V; t++)
+        if (w[t] >= floor_w) sel[n_sel++] = t;
+    /* Which bucket does the descending mass cross top_p * z in? */
+    double *hist = s->hist;
+    memset(hist, 0, sizeof s->hist);
+    for (int32_t i = 0; i < n_sel; i++) hist[bucket_of(w[sel[i]])] += w[sel[i]];
     double before = 0.0;
     int B = 0;
     while (B < ZI_SAMPLER_BUCKETS && before + hist[B] < target) before += hist[B++];
     size_t n_sure = 0, n_edge = 0;
-    for (int32_t t = 0; t < V; t++) {
-        if (w[t] <= 0.0f) continue;
-        int b = bk[t];
+    for (int32_t i = 0; i < n_sel; i++) {
+        int32_t t = sel[i];
+        int b = bucket_of(w[t]);
         if (b < B)
             s->ids[n_sure++] = t;
         else if (b == B)
@@ -427,51 +428,49 @@ static int32_t sample_full(zi_sampler *s, const zi_sampling_params *sp, const fl
     return last;
 }
 
+/* Writes row (penalties from prepare_row, which touched nt tokens, and the
+ * bitmask) out whole into s->rowbuf: a copy, the touched tokens, then the
+ * masked words. Every later pass then reads one flat array. */
+static const float *materialize(zi_sampler *s, const zi_sampler_row *row, size_t nt) {
+    const int32_t V = s->n_vocab;
+    memcpy(s->rowbuf, row->logits, (size_t)V * sizeof *s->rowbuf);
+    for (size_t i = 0; i < nt; i++) s->rowbuf[s->touched[i]] = s->adj[s->touched[i]];
+    if (row->bitmask)
+        for (int32_t w = 0; w * 32 < V; w++) {
+            uint32_t bits = (uint32_t)row->bitmask[w];
+            if (bits == 0xffffffffu) continue;
+            for (int32_t j = 0; j < 32 && w * 32 + j < V; j++)
+                if (!((bits >> j) & 1u)) s->rowbuf[w * 32 + j] = -INFINITY;
+        }
+    return s->rowbuf;
+}
+
 /* Samples one row; returns the token or -1 when none is eligible. */
 static int32_t sample_row(zi_sampler *s, const zi_sampler_row *row) {
     const zi_sampling_params *sp = row->params;
-    const float *lg = row->logits;
     const int32_t V = s->n_vocab;
-    const int any_adj = prepare_row(s, row) > 0;
-    const int32_t *mask = row->bitmask;
+    size_t nt = prepare_row(s, row);
+    /* Penalties or a bitmask: the processed row once, then the same passes. */
+    const float *lg = nt > 0 || row->bitmask ? materialize(s, row, nt) : row->logits;
     double T = sp->temperature;
     int greedy = !(T > 0.0) || sp->top_k == 1;
-
-    /* plain: no penalties, masks or bitmask, so the raw row is read directly. */
-    const int plain = !any_adj && !mask;
-#define ROW_VALUE(t) (any_adj && s->stamp[t] == s->stamp_now ? s->adj[t] : lg[t])
 
     if (greedy) {
         int32_t best = -1;
         float bv = -INFINITY;
-        if (plain) {
-            /* Block maxima (a vectorisable reduction) skip blocks that cannot win. */
-            for (int32_t t0 = 0; t0 < V; t0 += ZI_SAMPLER_BLOCK) {
-                int32_t e = V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
-                if (!(block_max(lg, t0, e) > bv)) continue;
-                for (int32_t t = t0; t < e; t++)
-                    if (lg[t] > bv) bv = lg[t], best = t; /* NaN and -inf never win */
-            }
-        } else {
-            for (int32_t t = 0; t < V; t++) {
-                float v = ROW_VALUE(t);
-                if (v > bv && allowed(mask, t)) bv = v, best = t;
-            }
+        /* Block maxima (a vectorisable reduction) skip blocks that cannot win. */
+        for (int32_t t0 = 0; t0 < V; t0 += ZI_SAMPLER_BLOCK) {
+            int32_t e = V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
+            if (!(block_max(lg, t0, e) > bv)) continue;
+            for (int32_t t = t0; t < e; t++)
+                if (lg[t] > bv) bv = lg[t], best = t; /* NaN and -inf never win */
         }
         return best;
     }
 
     size_t k = sp->top_k >= 1 && sp->top_k < V ? (size_t)sp->top_k : 0;
     if (!k) { /* the whole vocabulary: weights in a flat array, no candidates */
-        const float *x = lg;
-        if (!plain) {
-            for (int32_t t = 0; t < V; t++) {
-                float v = ROW_VALUE(t);
-                s->rowbuf[t] = allowed(mask, t) ? v : -INFINITY;
-            }
-            x = s->rowbuf;
-        }
-        int32_t tok = sample_full(s, sp, x, row->step);
+        int32_t tok = sample_full(s, sp, lg, row->step);
         if (tok != -2) return tok;
     }
 
@@ -479,21 +478,13 @@ static int32_t sample_row(zi_sampler *s, const zi_sampler_row *row) {
      * token (only rows with +inf values get here without top_k). */
     zi_cand *c = s->cand;
     size_t n = 0;
-    if (plain) {
-        for (int32_t t0 = 0; t0 < V; t0 += ZI_SAMPLER_BLOCK) {
-            int32_t e = V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
-            /* a full heap only takes values above its root: skip whole blocks */
-            if (k && n == k && !(block_max(lg, t0, e) > c[0].v)) continue;
-            for (int32_t t = t0; t < e; t++)
-                if (lg[t] > -INFINITY) offer(c, &n, k, lg[t], t);
-        }
-    } else {
-        for (int32_t t = 0; t < V; t++) {
-            float v = ROW_VALUE(t);
-            if (v > -INFINITY && allowed(mask, t)) offer(c, &n, k, v, t);
-        }
+    for (int32_t t0 = 0; t0 < V; t0 += ZI_SAMPLER_BLOCK) {
+        int32_t e = V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
+        /* a full heap only takes values above its root: skip whole blocks */
+        if (k && n == k && !(block_max(lg, t0, e) > c[0].v)) continue;
+        for (int32_t t = t0; t < e; t++)
+            if (lg[t] > -INFINITY) offer(c, &n, k, lg[t], t);
     }
-#undef ROW_VALUE
     if (n == 0) return -1;
 
     float vmax = -INFINITY;

@@ -48,8 +48,9 @@
  * Without top_k the weights of the whole vocabulary go into a flat array (a
  * vectorised polynomial exponential of float precision; weights below e^-87
  * of the largest count as 0) and top_p is found by a histogram of the mass
- * over weight buckets, then a quickselect guided by mass inside the one
- * bucket where the cut falls (expected O(V), never a full sort; the cut is
+ * over weight buckets (over the tokens of weight >= 2^-12 of the largest
+ * only, when their mass already reaches top_p), then a quickselect guided
+ * by mass inside the one bucket where the cut falls (expected O(V), never a full sort; the cut is
  * exact up to the order of floating-point summation). Sums are in double.
  * All scratch is sized at create; sampling never allocates. One zi_sampler
  * must not be used by two threads at once (it holds the scratch).
