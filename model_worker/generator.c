@@ -519,12 +519,12 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
             .generated_ids = c->tokens + c->prompt_len,
             .n_generated = (size_t)n_gen,
             .step = (uint64_t)n_gen,
-            .eos_forbid = g->forbid + used,
+            .eos_forbid = g->forbid ? g->forbid + used : NULL,
         };
         if (mask) {
             const zi_i32_list *e = &c->eos_token_ids, *st = &c->sampling_params.stop_token_ids;
-            memcpy(g->forbid + used, e->v, e->n * sizeof *e->v);
-            memcpy(g->forbid + used + e->n, st->v, st->n * sizeof *st->v);
+            if (e->n) memcpy(g->forbid + used, e->v, e->n * sizeof *e->v);
+            if (st->n) memcpy(g->forbid + used + e->n, st->v, st->n * sizeof *st->v);
             r->n_eos_forbid = e->n + st->n;
             used += r->n_eos_forbid;
         }

@@ -107,6 +107,23 @@ def free_port_pair():
     raise RuntimeError("no free port pair")
 
 
+def stop_process(proc):
+    """SIGTERM, then after 10 s SIGKILL of proc's whole process group (the
+    processes here are started with start_new_session=True)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    else:  # a supervisor that died: take its children with it
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 class ServeProcess:
     """A `zinfer serve` started by serve_process(): .addr, .log()."""
 
@@ -151,18 +168,7 @@ def serve_process(zinfer_bin, model_path, log_path, *args, workers=1):
                 time.sleep(0.2)
         yield srv
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        else:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        stop_process(proc)
         logf.close()
 
 

@@ -15,8 +15,6 @@ always stopped in teardown.
 """
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -26,7 +24,7 @@ import numpy as np
 import pytest
 import zmq
 
-from conftest import REPO
+from conftest import REPO, stop_process
 
 TEXT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 MAX_NEW = 16
@@ -103,13 +101,7 @@ def tokenizer_proc(zinfer_bin, model_path):
         reg = router.recv(30)
         yield router, reg
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_process(proc)
         router.sock.close()
         ctx.destroy(linger=0)
 

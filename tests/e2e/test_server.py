@@ -18,7 +18,6 @@ import math
 import os
 import re
 import signal
-import subprocess
 import time
 
 import msgpack
@@ -26,7 +25,7 @@ import numpy as np
 import pytest
 import zmq
 
-from conftest import ZINFER_BIN, free_port_pair, ids_arg, last_json
+from conftest import ZINFER_BIN, ids_arg, last_json, serve_process
 
 PROMPT = "<|im_start|>user\nName three colors.<|im_end|>\n<|im_start|>assistant\n"
 MAX_PROMPT = 256
@@ -80,17 +79,6 @@ class Client:
         self.sock.close()
 
 
-class Server:
-    def __init__(self, proc, addr, log_path):
-        self.proc, self.addr, self.log_path = proc, addr, log_path
-
-    def log(self):
-        try:
-            return open(self.log_path, errors="replace").read()
-        except OSError:
-            return ""
-
-
 @pytest.fixture(scope="module")
 def zctx():
     ctx = zmq.Context()
@@ -99,50 +87,12 @@ def zctx():
 
 
 @pytest.fixture(scope="module")
-def server(zinfer_bin, model_path, zctx, tmp_path_factory):
-    port, bport = free_port_pair()
-    addr = f"tcp://127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    logf = open(log_path, "w")
-    proc = subprocess.Popen(
-        [str(zinfer_bin), "serve", "--model", str(model_path), "--bind", addr,
-         "--backend", f"tcp://127.0.0.1:{bport}", "--workers", "1", "--tokenizers", "1",
-         "--threads-per-worker", "2", "--slots", str(SLOTS), "--ctx-size", "512",
-         "--max-queue", str(MAX_QUEUE), "--max-prompt-tokens", str(MAX_PROMPT),
-         "--max-new-tokens", "400", "--heartbeat-timeout", "1500"],
-        stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-    srv = Server(proc, addr, log_path)
-    try:
-        c = Client(zctx, addr)
-        deadline = time.time() + 30
-        ok = False
-        while time.time() < deadline and proc.poll() is None:
-            c.send({"op": "health", "id": "h"})
-            try:
-                m = c.recv(1.0)
-            except TimeoutError:
-                continue
-            if m.get("status") == "ok":
-                ok = True
-                break
-            time.sleep(0.1)
-        c.close()
-        assert ok, "server did not become healthy:\n" + srv.log()
+def server(zinfer_bin, model_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with serve_process(zinfer_bin, model_path, log, "--threads-per-worker", 2, "--slots", SLOTS,
+                       "--ctx-size", 512, "--max-queue", MAX_QUEUE, "--max-prompt-tokens",
+                       MAX_PROMPT, "--max-new-tokens", 400, "--heartbeat-timeout", 1500) as srv:
         yield srv
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        else:  # the supervisor died: take its children with it
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        logf.close()
 
 
 @pytest.fixture
