@@ -387,7 +387,7 @@ static double now_s(void) {
  * a decode-only step: (stretch - 1) * t_decode / (time per prompt token),
  * both measured on the last steps, so it follows the context length (whose
  * attention makes long prompts dearer per token) and the machine. */
-#define ZI_ITL_STRETCH 2.5
+#define ZI_ITL_STRETCH 2.0
 static int prompt_chunk(const zi_generator *g) {
     if (g->cfg.prefill_chunk > 0) return g->cfg.prefill_chunk;
     if (g->t_decode <= 0 || g->t_prompt_token <= 0) return 16; /* until measured */

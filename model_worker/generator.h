@@ -12,7 +12,7 @@
  *   - the step carries at most max_batch_tokens tokens, and while any
  *     sequence is decoding, prompts get at most prefill_chunk of them (by
  *     default adapted, from measured step times, so that such a step takes
- *     about 2.5x a decode-only one):
+ *     about 2x a decode-only one):
  *     long prompts are cut into chunks (zi_text_context_limit_active, the
  *     seeds' active_idx < end_idx layout) that share steps with the decodes,
  *     so running streams keep flowing;
@@ -56,7 +56,7 @@ typedef struct zi_generator_config {
                            * never needs preemption. At least ceil(ctx / block_size). */
     int block_size;       /* positions per KV block; 0: 16 */
     int prefill_chunk;    /* prompt tokens per step while some sequence decodes; 0: adapt
-                           * it so such a step takes ~2.5x a decode-only step */
+                           * it so such a step takes ~2x a decode-only step */
     int prefix_cache;     /* share full blocks between sequences with equal prefixes */
 } zi_generator_config;
 

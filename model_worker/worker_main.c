@@ -51,7 +51,7 @@ static const char USAGE[] =
     "                     the KV cache's)\n"
     "  --batch-size N     tokens per forward pass (default 256)\n"
     "  --prefill-chunk N  prompt tokens per pass while other sequences decode (default\n"
-    "                     0: adapted so such a pass takes ~2.5x a decode-only pass)\n"
+    "                     0: adapted so such a pass takes ~2x a decode-only pass)\n"
     "  --kv-cache-tokens N   the KV cache's size in tokens, or\n"
     "  --kv-cache-bytes B    in bytes (K, M, G suffixes); default: what\n"
     "  --memory-budget B     leaves for it after the weights and activations\n"
