@@ -299,13 +299,16 @@ static void register_full_blocks(zi_generator *g, zi_text_context *c) {
     if (full > q->n_blocks) full = q->n_blocks;
     for (; q->n_registered < full; q->n_registered++) {
         const int32_t *tk = c->tokens + (size_t)q->n_registered * bs;
-        zi_kv_blocks_register(g->kb, q->blocks[q->n_registered], q->last_hash, tk);
-        q->last_hash = zi_kv_blocks_hash(g->kb, q->last_hash, tk);
+        q->last_hash = zi_kv_blocks_register(g->kb, q->blocks[q->n_registered], q->last_hash, tk);
     }
     if ((int64_t)full * bs > c->committed_idx)
         zi_text_context_set_token_indices(c, ZI_IDX_KEEP, ZI_IDX_KEEP, ZI_IDX_KEEP,
                                           (int64_t)full * bs, NULL);
 }
+
+/* Prompt tokens per step of a window whose every position's logits are
+ * kept (echo): bounds the logits buffer (a row is n_vocab floats). */
+#define ZI_ECHO_ROWS 64
 
 /* Does this window need the log probabilities of its prompt tokens (echo)?
  * Then every position's logits are kept, not only the last one's. */
@@ -443,6 +446,7 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
         int64_t len = zi_text_context_active_length(c);
         int prompt = c->is_initial_prompt;
         int64_t cap = prompt ? (prompt_budget < budget ? prompt_budget : budget) : budget;
+        if (wants_echo(c) && cap > ZI_ECHO_ROWS) cap = ZI_ECHO_ROWS;
         if (len > cap) len = cap;
         if (len < 1) continue;
         int64_t covered = ensure_blocks(g, c, n_live, c->start_idx + len);
@@ -521,17 +525,31 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
             .step = (uint64_t)n_gen,
             .eos_forbid = g->forbid ? g->forbid + used : NULL,
         };
-        if (mask) {
-            const zi_i32_list *e = &c->eos_token_ids, *st = &c->sampling_params.stop_token_ids;
-            if (e->n) memcpy(g->forbid + used, e->v, e->n * sizeof *e->v);
-            if (st->n) memcpy(g->forbid + used + e->n, st->v, st->n * sizeof *st->v);
-            r->n_eos_forbid = e->n + st->n;
-            used += r->n_eos_forbid;
+        if (mask) { /* ids outside the vocabulary cannot be sampled anyway */
+            const zi_i32_list *lists[2] = {&c->eos_token_ids, &c->sampling_params.stop_token_ids};
+            size_t k = 0;
+            for (int l = 0; l < 2; l++)
+                for (size_t j = 0; j < lists[l]->n; j++)
+                    if (lists[l]->v[j] >= 0 && lists[l]->v[j] < g->n_vocab)
+                        g->forbid[used + k++] = lists[l]->v[j];
+            r->n_eos_forbid = k;
+            used += k;
         }
     }
-    if (n_sample &&
-        (rc = zi_sampler_sample(g->sampler, g->rows, (size_t)n_sample, g->out_tok, err)))
-        return rc;
+    rc = n_sample ? zi_sampler_sample(g->sampler, g->rows, (size_t)n_sample, g->out_tok, err)
+                  : ZI_OK;
+    if (rc == ZI_ERANGE) {
+        /* A row with every token masked: its EOS mask (min_new_tokens)
+         * covered the whole vocabulary. Drop that mask for the row rather
+         * than fail the step, and so every other request in it. */
+        rc = ZI_OK;
+        for (int k = 0; k < n_sample && !rc; k++) {
+            if (g->out_tok[k] >= 0) continue;
+            g->rows[k].n_eos_forbid = 0;
+            rc = zi_sampler_sample(g->sampler, &g->rows[k], 1, &g->out_tok[k], err);
+        }
+    }
+    if (rc) return rc;
     for (int k = 0; k < n_sample; k++) g->sample_tok[g->row_ctx[k]] = g->out_tok[k];
 
     for (int i = 0; i < n_stepped; i++) {

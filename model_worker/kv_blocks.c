@@ -187,16 +187,18 @@ void zi_kv_blocks_release(zi_kv_blocks *kb, int32_t id) {
     }
 }
 
-void zi_kv_blocks_register(zi_kv_blocks *kb, int32_t id, uint64_t parent, const int32_t *tokens) {
-    if (id < 0 || id >= kb->n || kb->state[id] != ST_USED || kb->reg[id]) return;
+uint64_t zi_kv_blocks_register(zi_kv_blocks *kb, int32_t id, uint64_t parent,
+                               const int32_t *tokens) {
     uint64_t h = zi_kv_blocks_hash(kb, parent, tokens);
+    if (id < 0 || id >= kb->n || kb->state[id] != ST_USED || kb->reg[id]) return h;
     uint32_t i = table_find(kb, h);
-    if (kb->table[i] >= 0) return; /* this prefix already has a block */
+    if (kb->table[i] >= 0) return h; /* this prefix already has a block */
     kb->reg[id] = 1;
     kb->hash[id] = h;
     kb->parent[id] = parent;
     memcpy(kb->tokens + (size_t)id * kb->bs, tokens, (size_t)kb->bs * sizeof *tokens);
     kb->table[i] = id;
+    return h;
 }
 
 int32_t zi_kv_blocks_match(zi_kv_blocks *kb, const int32_t *tokens, int64_t n_tokens,

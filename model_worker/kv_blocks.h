@@ -64,10 +64,12 @@ void zi_kv_blocks_release(zi_kv_blocks *kb, int32_t id);
 uint64_t zi_kv_blocks_hash(const zi_kv_blocks *kb, uint64_t parent, const int32_t *tokens);
 
 /* Registers a used, full block (its tokens, and the hash of the block
- * before it) so that later sequences can share it. If another block is
- * already registered under the same prefix, nothing changes (this one
- * stays private and becomes free when released). */
-void zi_kv_blocks_register(zi_kv_blocks *kb, int32_t id, uint64_t parent, const int32_t *tokens);
+ * before it) so that later sequences can share it, and returns its hash
+ * (the parent of the next block). If another block is already registered
+ * under the same prefix, nothing changes (this one stays private and
+ * becomes free when released). */
+uint64_t zi_kv_blocks_register(zi_kv_blocks *kb, int32_t id, uint64_t parent,
+                               const int32_t *tokens);
 
 /*
  * Prefix lookup for a sequence whose tokens are tokens[0..n_tokens): walks

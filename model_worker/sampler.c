@@ -202,10 +202,6 @@ static inline float block_max(const float *x, int32_t a, int32_t b) {
     return r;
 }
 
-static inline int allowed(const int32_t *mask, int32_t t) {
-    return !mask || (((uint32_t)mask[t >> 5] >> (t & 31)) & 1u);
-}
-
 /* Marks t as touched for this row (adj = raw logit, count = 0). */
 static inline void touch(zi_sampler *s, const float *logits, int32_t t, size_t *n_touched) {
     if (s->stamp[t] != s->stamp_now) {
@@ -546,11 +542,9 @@ int zi_sampler_processed_logits(zi_sampler *s, const zi_sampler_row *row, float 
         return zi_error_set(err, ZI_EINVAL, "sampler: NULL sampler, row or out");
     int rc = check_row(s, row, 0, err);
     if (rc) return rc;
-    int any_adj = prepare_row(s, row) > 0;
-    for (int32_t t = 0; t < s->n_vocab; t++) {
-        float v = any_adj && s->stamp[t] == s->stamp_now ? s->adj[t] : row->logits[t];
-        out[t] = allowed(row->bitmask, t) ? v : -INFINITY;
-    }
+    size_t nt = prepare_row(s, row);
+    memcpy(out, nt > 0 || row->bitmask ? materialize(s, row, nt) : row->logits,
+           (size_t)s->n_vocab * sizeof *out);
     return ZI_OK;
 }
 

@@ -190,6 +190,14 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     int rc = ro ? zi_codec_decode_request(ro, &lim, "", &r, &err)
                 : zi_error_set(&err, ZI_EINVAL, "request: missing");
     if (!rc) rc = prompt_ids(t, &r, &ids, &n, &err);
+    /* A stop id outside the vocabulary could never stop anything, and the
+     * sampler would refuse it (the whole step with it): refuse it here. */
+    for (size_t i = 0; !rc && i < r.sampling_params.stop_token_ids.n; i++)
+        if (r.sampling_params.stop_token_ids.v[i] >= t->vocab)
+            rc = zi_error_set(&err, ZI_EINVAL,
+                              "sampling_params.stop_token_ids[%zu]: token id %d is outside the "
+                              "vocabulary (0..%d)",
+                              i, r.sampling_params.stop_token_ids.v[i], t->vocab - 1);
     if (!rc && n == 0) rc = zi_error_set(&err, ZI_EINVAL, "prompt: it encodes to no tokens");
     if (!rc && (int64_t)n >= max_length)
         rc = zi_error_set(&err, ZI_ERANGE,

@@ -225,6 +225,7 @@ def test_stop_token_ids_eos_and_lengths(client):
     ({"sampling_params": {"min_p": 1.01}}, "sampling_params.min_p"),
     ({"sampling_params": {"frequency_penalty": 2.5}}, "sampling_params.frequency_penalty"),
     ({"logprobs": 21}, "logprobs"),
+    ({"sampling_params": {"stop_token_ids": [5, 49152]}}, "sampling_params.stop_token_ids[1]"),
 ])
 def test_bad_sampling_values_are_refused(client, extra, field):
     replies = list(client.generate(prompt="hi", **extra))
@@ -233,3 +234,16 @@ def test_bad_sampling_values_are_refused(client, extra, field):
     assert replies[0]["message"].startswith(field), replies
     _, _, f = client.complete(prompt="hi", sampling_params={"max_new_tokens": 1})
     assert f["status"] in ("maximum_length", "end_of_sequence")
+
+
+def test_min_new_tokens_masking_everything_fails_no_one(client):
+    """stop_token_ids naming the whole vocabulary with min_new_tokens: the
+    EOS mask leaves no token. That request still ends normally (the mask is
+    dropped for it), and the request sharing its steps is untouched."""
+    sp = {"max_new_tokens": 8, "ignore_eos": True}
+    (alone, _), = run_many(client, [(STORY, sp, {})])
+    everything = {"max_new_tokens": 5, "min_new_tokens": 3,
+                  "stop_token_ids": list(range(49152))}
+    (ids, final), (odd, odd_final) = run_many(client, [(STORY, sp, {}), (STORY, everything, {})])
+    assert ids == alone
+    assert odd_final["status"] == "stop" and odd == [], (odd, odd_final)

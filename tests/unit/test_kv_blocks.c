@@ -37,8 +37,8 @@ static void test_alloc_release_evict(void **state) {
     assert_int_equal(zi_kv_blocks_available(kb), 0);
     check(kb);
     int32_t t1[BS] = {1, 2, 3, 4}, t2[BS] = {5, 6, 7, 8};
-    zi_kv_blocks_register(kb, a, 0, t1);
-    uint64_t ha = zi_kv_blocks_hash(kb, 0, t1);
+    uint64_t ha = zi_kv_blocks_register(kb, a, 0, t1);
+    assert_true(ha == zi_kv_blocks_hash(kb, 0, t1));
     zi_kv_blocks_register(kb, b, ha, t2);
     zi_kv_blocks_release(kb, b); /* cached, released first */
     zi_kv_blocks_release(kb, a); /* cached */
