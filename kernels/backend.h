@@ -18,9 +18,11 @@
  * attention op, for each token, its position and which block table it
  * reads; a token attends to positions 0..pos of its own sequence.
  *
- * The KV cache is paged: per layer, one pool of fixed-size blocks laid out
- * [n_blocks][block_size][n_kv_heads * head_dim] floats. A sequence's
- * position p lives in block table[p / block_size], row p % block_size.
+ * The KV cache is paged: per layer, one pool of fixed-size blocks of
+ * block_size positions x n_kv_heads * head_dim values, kv_value_bytes each
+ * (zi_backend); how a block lays them out is the backend's (kv_store and
+ * attention are the only readers). A sequence's position p lives in block
+ * table[p / block_size], row p % block_size.
  * Blocks are shared between sequences with a common prefix (prefix
  * caching, model_worker/kv_blocks.h); a shared block is only read.
  */
@@ -107,13 +109,13 @@ typedef struct zi_backend_ops {
                  int head_dim, int rope_dim, float base);
     /* Writes k and v ([n_tokens][n_kv_heads*head_dim]) into the layer's
      * block pools at each token's position (through its block table). */
-    void (*kv_store)(zi_backend *be, float *kcache, float *vcache, const float *k, const float *v,
+    void (*kv_store)(zi_backend *be, void *kcache, void *vcache, const float *k, const float *v,
                      const zi_batch_view *b, const zi_attn_shape *s);
     /* out[t] = softmax(q[t] K^T * scale) V over positions 0..pos[t] of
      * token t's sequence, per head (GQA: head h reads kv head h /
      * (n_heads/n_kv)). */
-    void (*attention)(zi_backend *be, float *out, const float *q, const float *kcache,
-                      const float *vcache, const zi_batch_view *b, const zi_attn_shape *s);
+    void (*attention)(zi_backend *be, float *out, const float *q, const void *kcache,
+                      const void *vcache, const zi_batch_view *b, const zi_attn_shape *s);
     /* out[i] = silu(gate[i]) * up[i]; out may alias gate. */
     void (*swiglu)(zi_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* x[i] += y[i] */
@@ -124,6 +126,9 @@ typedef struct zi_backend_ops {
 
 struct zi_backend {
     const zi_backend_ops *ops;
+    /* Bytes of one cached K or V value: 4 (float32) or 2 (float16). The
+     * model sizes the KV pools with it; only the backend's ops read them. */
+    int kv_value_bytes;
 };
 
 #endif

@@ -40,7 +40,7 @@ struct zi_kv_cache {
     int n_blocks, block_size, max_ctx;
     int n_slots;         /* slot mode (zi_kv_cache_create): slot s owns a run of blocks */
     int32_t *slot_table; /* slot mode: [n_slots][blocks per slot], the identity */
-    float **k, **v;      /* per layer: [n_blocks][block_size][n_kv_heads * head_dim] */
+    void **k, **v;       /* per layer: n_blocks blocks, the backend's layout (backend.h) */
 };
 
 /* ---- loading ---- */
@@ -273,7 +273,7 @@ void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
 
 uint64_t zi_model_kv_bytes_per_token(const zi_model *m) {
     return 2ull * (uint64_t)m->cfg.n_layers * (uint64_t)m->cfg.n_kv_heads *
-           (uint64_t)m->cfg.head_dim * sizeof(float);
+           (uint64_t)m->cfg.head_dim * (uint64_t)m->be->kv_value_bytes;
 }
 
 uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_cache_memory,
@@ -315,8 +315,10 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
     kv->v = calloc((size_t)L, sizeof *kv->v);
     size_t bytes = 0;
     if (__builtin_mul_overflow((size_t)n_blocks, (size_t)block_size, &bytes) ||
-        __builtin_mul_overflow(
-            bytes, (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim * sizeof(float), &bytes)) {
+        __builtin_mul_overflow(bytes,
+                               (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim *
+                                   (size_t)m->be->kv_value_bytes,
+                               &bytes)) {
         zi_kv_cache_free(kv);
         return zi_error_set(err, ZI_ERANGE, "a KV cache of %d blocks x %d positions is too large",
                             n_blocks, block_size);

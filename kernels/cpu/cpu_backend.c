@@ -449,16 +449,27 @@ static void cpu_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens,
     ew_run(be, &a, (int64_t)n_tokens * n_heads * rope_dim * 4);
 }
 
-static void cpu_kv_store(zi_backend *be, float *kcache, float *vcache, const float *k,
-                         const float *v, const zi_batch_view *b, const zi_attn_shape *s) {
-    (void)be;
-    size_t kvd = (size_t)s->n_kv_heads * s->head_dim;
+/*
+ * The CPU cache layout: float16 values (half the bytes to read per score:
+ * attention over a batch of sequences is bound by reading the cache), and
+ * a block holds, per KV head, its block_size rows of head_dim values back
+ * to back: [n_blocks][n_kv_heads][block_size][head_dim]. Attention then
+ * reads one KV head's rows of a block as one run of memory. The model sees
+ * only the block count and kv_value_bytes.
+ */
+static void cpu_kv_store(zi_backend *be, void *kcache, void *vcache, const float *k, const float *v,
+                         const zi_batch_view *b, const zi_attn_shape *s) {
+    const zi_cpu_kernels *kr = cb(be)->k;
+    uint16_t *kc = kcache, *vc = vcache;
+    size_t hd = (size_t)s->head_dim, bs = (size_t)s->block_size, kvd = s->n_kv_heads * hd;
     for (int t = 0; t < b->n_tokens; t++) {
         int p = b->pos[t];
         int32_t blk = b->block_tables[(size_t)b->seq[t] * b->table_stride + p / s->block_size];
-        size_t off = ((size_t)blk * s->block_size + (size_t)(p % s->block_size)) * kvd;
-        memcpy(kcache + off, k + t * kvd, kvd * sizeof(float));
-        memcpy(vcache + off, v + t * kvd, kvd * sizeof(float));
+        size_t row = (size_t)blk * bs * kvd + (size_t)(p % s->block_size) * hd;
+        for (int h = 0; h < s->n_kv_heads; h++) {
+            kr->to_f16(kc + row + h * bs * hd, k + t * kvd + h * hd, (int64_t)hd);
+            kr->to_f16(vc + row + h * bs * hd, v + t * kvd + h * hd, (int64_t)hd);
+        }
     }
 }
 
@@ -466,7 +477,7 @@ typedef struct attn_args {
     cpu_backend *c;
     float *out;
     const float *q;
-    const float *kc, *vc;
+    const uint16_t *kc, *vc;
     const zi_batch_view *b;
     const zi_attn_shape *s;
     int heads_per_task; /* the GQA group, or 1 when that leaves threads idle */
@@ -500,19 +511,19 @@ static void attn_worker(void *p, int ith, int nth) {
             int kvh = h0 / group;
             size_t row = ((size_t)t * s->n_heads + (size_t)h0) * hd;
             const int32_t *blocks = a->b->block_tables + (size_t)a->b->seq[t] * a->b->table_stride;
-            size_t head = (size_t)kvh * hd;
+            size_t head = (size_t)kvh * s->block_size * hd; /* its part of block 0 */
             int n = a->b->pos[t] + 1;
             for (int g0 = 0; g0 < hpt; g0 += ZI_ATTN_GROUP_MAX) {
                 int G = hpt - g0 < ZI_ATTN_GROUP_MAX ? hpt - g0 : ZI_ATTN_GROUP_MAX;
                 k->attend(a->q + row + (size_t)g0 * hd, G, a->kc + head, a->vc + head, blocks,
-                          s->block_size, kvd, n, hd, s->scale, scores,
+                          s->block_size, kvd * s->block_size, n, hd, s->scale, scores,
                           a->out + row + (size_t)g0 * hd);
             }
         }
 }
 
-static void cpu_attention(zi_backend *be, float *out, const float *q, const float *kcache,
-                          const float *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
+static void cpu_attention(zi_backend *be, float *out, const float *q, const void *kcache,
+                          const void *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
     cpu_backend *c = cb(be);
     /* Whole GQA groups per task read each K/V row once for the group; with
      * too few tasks for the threads (decode), one head per task instead.
@@ -595,6 +606,7 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory creating the CPU backend");
     c->base.ops = &cpu_ops;
+    c->base.kv_value_bytes = 2; /* float16 K/V (cpu_kv_store) */
     c->k = k;
     c->pool = zi_pool_create(n);
     c->mm_next = aligned_alloc(64, (size_t)n * sizeof *c->mm_next);

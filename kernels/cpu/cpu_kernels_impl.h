@@ -790,13 +790,18 @@ static void scale_f32(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
-/* The offset of KV position j's row in a paged cache: blocks of bs rows,
- * stride floats per row (kernels/backend.h). */
+/* The offset of KV position j's row of one KV head in a paged cache
+ * (cpu_kernels.h): blocks of bs rows of hd floats, block b at b * bstride. */
 #ifndef ZI_KV_ROW
-#define ZI_KV_ROW(j) (((size_t)blocks[(j) / bs] * (size_t)bs + (size_t)((j) % bs)) * stride)
+#define ZI_KV_ROW(j) ((size_t)blocks[(j) / bs] * bstride + (size_t)((j) % bs) * (size_t)hd)
 #endif
 
 #if defined(__AVX512F__)
+/* 16 cached float16 values as floats (exact). */
+static inline __m512 ld_f16x16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
 /*
  * Lane L of the result: the sum of the 16 lanes of v[s], s = 4*(L%4) + L/4,
  * added in the tree order of _mm512_reduce_add_ps (halves, quarters, pairs,
@@ -878,24 +883,23 @@ static inline __m512 exp16(__m512 x) {
 /* Softmax sums and sum of p*V for NG heads (a constant, so the sums and the
  * output rows stay in registers): p holds their exponentials, n apart. The
  * heads' double sums run side by side, each in position order. */
-static inline __attribute__((always_inline)) void attend_pv(const float *p, int n, const float *v,
-                                                           const int32_t *blocks, int bs,
-                                                           size_t stride, int nc, int NG,
-                                                           float *out) {
+static inline __attribute__((always_inline)) void
+attend_pv(const float *p, int n, const uint16_t *v, const int32_t *blocks, int bs, size_t bstride,
+          int nc, int NG, float *out) {
     double sum[4] = {0.0, 0.0, 0.0, 0.0};
     for (int j = 0; j < n; j++)
         for (int g = 0; g < NG; g++) sum[g] += p[(size_t)g * n + j];
     __m512 o[4][8];
     for (int g = 0; g < NG; g++)
         for (int c = 0; c < nc; c++) o[g][c] = _mm512_setzero_ps();
-    const float *vj = v + (size_t)blocks[0] * (size_t)bs * stride;
-    for (int j = 0, jb = 0, jr = 0; j < n; j++, jr++, vj += stride) {
+    const uint16_t *vj = v + (size_t)blocks[0] * bstride;
+    for (int j = 0, jb = 0, jr = 0; j < n; j++, jr++, vj += 16 * nc) {
         if (jr == bs) /* the next cache block */
-            jr = 0, vj = v + (size_t)blocks[++jb] * (size_t)bs * stride;
+            jr = 0, vj = v + (size_t)blocks[++jb] * bstride;
         for (int g = 0; g < NG; g++) {
             __m512 pg = _mm512_set1_ps(p[(size_t)g * n + j]);
             for (int c = 0; c < nc; c++)
-                o[g][c] = _mm512_add_ps(o[g][c], _mm512_mul_ps(pg, _mm512_loadu_ps(vj + 16 * c)));
+                o[g][c] = _mm512_add_ps(o[g][c], _mm512_mul_ps(pg, ld_f16x16(vj + 16 * c)));
         }
     }
     for (int g = 0; g < NG; g++) {
@@ -914,36 +918,37 @@ static inline __attribute__((always_inline)) void attend_pv(const float *p, int 
  * 16 scores' reductions and exponentials at once, and keeping the output
  * rows in registers instead of memory.
  */
-static inline __attribute__((always_inline)) void
-attend16(const float *q, int G, const float *k, const float *v, const int32_t *blocks, int bs,
-         size_t stride, int n, int nc, float scale, float *scores, float *out) {
+static inline __attribute__((always_inline)) void attend16(const float *q, int G, const uint16_t *k,
+                                                           const uint16_t *v, const int32_t *blocks,
+                                                           int bs, size_t bstride, int n, int nc,
+                                                           float scale, float *scores, float *out) {
     const int hd = 16 * nc;
     const __m512 vscale = _mm512_set1_ps(scale);
     for (int j0 = 0; j0 < n; j0 += 16) {
         const int left = n - j0 < 16 ? n - j0 : 16;
-        /* Usually the 16 rows lie in one cache block, stride apart. */
+        /* Usually the 16 rows lie in one cache block, back to back. */
         const int jr0 = j0 % bs, whole = left == 16 && jr0 + 16 <= bs;
-        const float *kb = k + ((size_t)blocks[j0 / bs] * (size_t)bs + (size_t)jr0) * stride;
+        const uint16_t *kb = k + (size_t)blocks[j0 / bs] * bstride + (size_t)jr0 * hd;
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * hd;
             __m512 qv[8], acc[16];
             for (int c = 0; c < nc; c++) qv[c] = _mm512_loadu_ps(qg + 16 * c);
             if (whole) { /* s: hsum16's lane order */
                 for (int s = 0; s < 16; s++) {
-                    const float *kj = kb + (size_t)(4 * (s & 3) + (s >> 2)) * stride;
-                    acc[s] = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), _mm512_setzero_ps());
+                    const uint16_t *kj = kb + (size_t)(4 * (s & 3) + (s >> 2)) * hd;
+                    acc[s] = _mm512_fmadd_ps(qv[0], ld_f16x16(kj), _mm512_setzero_ps());
                     for (int c = 1; c < nc; c++)
-                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[s]);
+                        acc[s] = _mm512_fmadd_ps(qv[c], ld_f16x16(kj + 16 * c), acc[s]);
                 }
             } else { /* rows past the end give zero sums, not stored */
                 for (int s = 0; s < 16; s++) {
                     const int j = 4 * (s & 3) + (s >> 2);
                     acc[s] = _mm512_setzero_ps();
                     if (j >= left) continue;
-                    const float *kj = k + ZI_KV_ROW(j0 + j);
-                    acc[s] = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), acc[s]);
+                    const uint16_t *kj = k + ZI_KV_ROW(j0 + j);
+                    acc[s] = _mm512_fmadd_ps(qv[0], ld_f16x16(kj), acc[s]);
                     for (int c = 1; c < nc; c++)
-                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[s]);
+                        acc[s] = _mm512_fmadd_ps(qv[c], ld_f16x16(kj + 16 * c), acc[s]);
                 }
             }
             _mm512_mask_storeu_ps(scores + (size_t)g * n + j0, (__mmask16)((1u << left) - 1),
@@ -969,31 +974,35 @@ attend16(const float *q, int G, const float *k, const float *v, const int32_t *b
         const float *sg = scores + (size_t)g0 * n;
         float *og = out + (size_t)g0 * hd;
         switch (G - g0 < hg ? G - g0 : hg) {
-        case 1: attend_pv(sg, n, v, blocks, bs, stride, nc, 1, og); break;
-        case 2: attend_pv(sg, n, v, blocks, bs, stride, nc, 2, og); break;
-        case 3: attend_pv(sg, n, v, blocks, bs, stride, nc, 3, og); break;
-        default: attend_pv(sg, n, v, blocks, bs, stride, nc, 4, og); break;
+        case 1: attend_pv(sg, n, v, blocks, bs, bstride, nc, 1, og); break;
+        case 2: attend_pv(sg, n, v, blocks, bs, bstride, nc, 2, og); break;
+        case 3: attend_pv(sg, n, v, blocks, bs, bstride, nc, 3, og); break;
+        default: attend_pv(sg, n, v, blocks, bs, bstride, nc, 4, og); break;
         }
     }
 }
 #endif
 
-static void attend(const float *q, int G, const float *k, const float *v, const int32_t *blocks,
-                   int bs, size_t stride, int n, int hd, float scale, float *scores, float *out) {
+static void attend(const float *q, int G, const uint16_t *k, const uint16_t *v,
+                   const int32_t *blocks, int bs, size_t bstride, int n, int hd, float scale,
+                   float *scores, float *out) {
 #if defined(__AVX512F__)
     /* The common head sizes with constant trip counts (rows in registers). */
     if (hd == 64) {
-        attend16(q, G, k, v, blocks, bs, stride, n, 4, scale, scores, out);
+        attend16(q, G, k, v, blocks, bs, bstride, n, 4, scale, scores, out);
         return;
     }
     if (hd == 128) {
-        attend16(q, G, k, v, blocks, bs, stride, n, 8, scale, scores, out);
+        attend16(q, G, k, v, blocks, bs, bstride, n, 8, scale, scores, out);
         return;
     }
 #endif
+    float row[1024]; /* hd <= 1024 (model.c); a cached row as floats */
     for (int j = 0; j < n; j++) {
-        const float *kj = k + ZI_KV_ROW(j);
-        for (int g = 0; g < G; g++) scores[(size_t)g * n + j] = dot_f32(q + g * hd, kj, hd) * scale;
+        const uint16_t *kj = k + ZI_KV_ROW(j);
+        for (int i = 0; i < hd; i++) row[i] = load_f16(kj[i]);
+        for (int g = 0; g < G; g++)
+            scores[(size_t)g * n + j] = dot_f32(q + g * hd, row, hd) * scale;
     }
     float inv[64]; /* G <= 64, checked by the caller */
     for (int g = 0; g < G; g++) {
@@ -1008,10 +1017,22 @@ static void attend(const float *q, int G, const float *k, const float *v, const 
     }
     memset(out, 0, (size_t)G * hd * sizeof(float));
     for (int j = 0; j < n; j++) {
-        const float *vj = v + ZI_KV_ROW(j);
-        for (int g = 0; g < G; g++) axpy_f32(out + g * hd, scores[(size_t)g * n + j], vj, hd);
+        const uint16_t *vj = v + ZI_KV_ROW(j);
+        for (int i = 0; i < hd; i++) row[i] = load_f16(vj[i]);
+        for (int g = 0; g < G; g++) axpy_f32(out + g * hd, scores[(size_t)g * n + j], row, hd);
     }
     for (int g = 0; g < G; g++) scale_f32(out + g * hd, inv[g], hd);
+}
+
+static void to_f16(uint16_t *dst, const float *x, int64_t n) {
+    int64_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128(
+            (__m128i *)(dst + i),
+            _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+#endif
+    for (; i < n; i++) dst[i] = zi_f32_to_f16(x[i]);
 }
 
 static void swiglu_f32(float *out, const float *g, const float *u, int64_t n) {
@@ -1050,4 +1071,5 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .axpy = axpy_f32,
     .scale = scale_f32,
     .swiglu = swiglu_f32,
+    .to_f16 = to_f16,
 };

@@ -567,7 +567,7 @@ static void cuda_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens
            "rope kernel");
 }
 
-static void cuda_kv_store(zi_backend *be, float *kcache, float *vcache, const float *k,
+static void cuda_kv_store(zi_backend *be, void *kcache, void *vcache, const float *k,
                           const float *v, const zi_batch_view *b, const zi_attn_shape *s) {
     cuda_backend *c = cb(be);
     if (c->status || b->n_tokens <= 0) return;
@@ -580,8 +580,8 @@ static void cuda_kv_store(zi_backend *be, float *kcache, float *vcache, const fl
            "kv_store kernel");
 }
 
-static void cuda_attention(zi_backend *be, float *out, const float *q, const float *kcache,
-                           const float *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
+static void cuda_attention(zi_backend *be, float *out, const float *q, const void *kcache,
+                           const void *vcache, const zi_batch_view *b, const zi_attn_shape *s) {
     cuda_backend *c = cb(be);
     if (c->status || b->n_tokens <= 0) return;
     const int32_t *d_pos, *d_seq, *d_tab;
@@ -681,6 +681,7 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
     cuda_backend *c = calloc(1, sizeof *c);
     if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory creating the CUDA backend");
     c->base.ops = &cuda_ops;
+    c->base.kv_value_bytes = 4; /* float32 K/V: the kernels read them as floats */
     c->device = dev;
     for (int i = 0; i < META_N; i++) c->meta[i].n = -1;
     const char *what = "cudaSetDevice";

@@ -363,9 +363,10 @@ static void test_elementwise(void **state) {
 
 /* kv_store + attention on a paged cache whose block ids are shuffled:
  * three sequences (20, 41 and 600 positions), queries mixing prefill and
- * decode, one long enough for the split path. */
+ * decode, one long enough for the split path. Each backend lays out (and
+ * types) its pool its own way, so only the attention outputs are compared. */
 static void run_attention(zi_backend *be, const float *kv_src, const float *q_host, float *out,
-                          float *kpool_out, const int32_t *tables, int stride, int n_blocks) {
+                          const int32_t *tables, int stride, int n_blocks) {
     const int nh = 9, nkv = 3, hd = 64, bs = 16, kvd = nkv * hd;
     zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f};
     zi_error err = {0};
@@ -403,7 +404,6 @@ static void run_attention(zi_backend *be, const float *kv_src, const float *q_ho
     zi_batch_view one = {1, &qp[42], &qs[42], tables, stride};
     be->ops->attention(be, dout, dq, kc, vc, &one, &s);
     get(be, out + (size_t)nq * nh * hd, dout, (size_t)nh * hd);
-    get(be, kpool_out, kc, pool);
     be->ops->free(be, kc);
     be->ops->free(be, vc);
     be->ops->free(be, dk);
@@ -430,14 +430,15 @@ static void test_attention_paged(void **state) {
         for (int j = 0; j < stride; j++) tables[s * stride + j] = j < need[s] ? perm[next++] : -1;
     (void)bs;
     float *kv = frandom(1400 * (size_t)kvd, -1, 1);
+    /* K/V values that float16 holds exactly: the CPU caches float16, the
+     * GPU float32, and both then attend over the same numbers. */
+    for (size_t i = 0; i < 1400 * (size_t)kvd; i++) kv[i] = zi_f16_to_f32(zi_f32_to_f16(kv[i]));
     float *q = frandom(44 * (size_t)nh * hd, -2, 2);
-    size_t nout = 45 * (size_t)nh * hd, pool = (size_t)n_blocks * 16 * kvd;
+    size_t nout = 45 * (size_t)nh * hd;
     float *oc = malloc(nout * sizeof(float)), *og = malloc(nout * sizeof(float));
-    float *pc = malloc(pool * sizeof(float)), *pg = malloc(pool * sizeof(float));
-    run_attention(g_cpu, kv, q, oc, pc, tables, stride, n_blocks);
-    run_attention(g_gpu, kv, q, og, pg, tables, stride, n_blocks);
+    run_attention(g_cpu, kv, q, oc, tables, stride, n_blocks);
+    run_attention(g_gpu, kv, q, og, tables, stride, n_blocks);
     check_status();
-    assert_memory_equal(pc, pg, pool * sizeof(float)); /* kv_store: the same pool, bit for bit */
     double e = rel_err(og, oc, nout);
     print_message("attention (paged, split and unsplit): rel err vs CPU %.2e\n", e);
     assert_true(e < 2e-5);
@@ -445,8 +446,6 @@ static void test_attention_paged(void **state) {
     free(q);
     free(oc);
     free(og);
-    free(pc);
-    free(pg);
 }
 
 /* A bad id is an error with a message, and the backend says so. */
