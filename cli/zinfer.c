@@ -201,13 +201,6 @@ static int prefill(const opts *o, engine *e, zi_kv_cache *kv, int slot, const in
 
 /* ---- sampling ---- */
 
-static int32_t argmax(const float *x, int n) {
-    int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 /* The command line's sampling flags as the server's SamplingParams, so that
  * `zinfer generate` and a served request with the same values and seed give
  * the same tokens (both use the fused sampler, sampler.h). */
@@ -555,6 +548,17 @@ static int cmd_bench(const opts *o) {
                  ? zi_error_set(&err, ZI_ENOMEM, "out of memory")
                  : ZI_OK;
     if (!rc) rc = zi_kv_cache_create(e.model, S, ctx, &kv, &err);
+    /* Tokens are chosen as the server chooses them: the fused sampler's
+     * greedy path over the S rows (the same ids as a scalar argmax). */
+    zi_sampler *smp = NULL;
+    zi_sampler_row *rows = calloc((size_t)S, sizeof *rows);
+    zi_sampling_params greedy;
+    zi_sampling_params_init(&greedy);
+    greedy.temperature = 0.0;
+    if (!rc && !rows) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+    if (!rc) rc = zi_sampler_create(&smp, V, &err);
+    for (int s = 0; !rc && s < S; s++)
+        rows[s] = (zi_sampler_row){.logits = logits + (size_t)s * V, .params = &greedy};
     /* A fixed pseudo-random prompt, the same on every run. */
     for (size_t i = 0; !rc && i < P; i++)
         ids[i] = (int32_t)(zi_sampler_uniform(12345, i) * (double)V);
@@ -566,8 +570,8 @@ static int cmd_bench(const opts *o) {
     double t1 = now_s();
     /* S streams decode together: one forward pass of S tokens per step. */
     for (long long i = 0; !rc && i < o->gen_tokens; i++) {
-        for (int s = 0; s < S; s++) {
-            tok[s] = argmax(logits + (size_t)s * V, V);
+        rc = zi_sampler_sample(smp, rows, (size_t)S, tok, &err);
+        for (int s = 0; !rc && s < S; s++) {
             pos[s] = (int32_t)(P + (size_t)i);
             seq[s] = s;
             want[s] = 1;
@@ -615,6 +619,8 @@ static int cmd_bench(const opts *o) {
     free(seq);
     free(want);
     free(logits);
+    free(rows);
+    zi_sampler_destroy(smp);
     zi_kv_cache_free(kv);
     engine_free(&e);
     return rc ? fail(&err) : 0;
