@@ -18,13 +18,13 @@
  * attention op, for each token, its position and which block table it
  * reads; a token attends to positions 0..pos of its own sequence.
  *
- * The KV cache is paged: per layer, one pool of fixed-size blocks of
- * block_size positions x n_kv_heads * head_dim values, kv_value_bytes each
- * (zi_backend); how a block lays them out is the backend's (kv_store and
- * attention are the only readers). A sequence's position p lives in block
- * table[p / block_size], row p % block_size.
- * Blocks are shared between sequences with a common prefix (prefix
- * caching, model_worker/kv_blocks.h); a shared block is only read.
+ * The KV cache is paged: per layer, one K and one V pool of fixed-size
+ * blocks of block_size positions x n_kv_heads * head_dim values, of
+ * kv_k_bytes and kv_v_bytes each (zi_backend); how a block lays them out is
+ * the backend's (kv_store and attention are the only readers). A
+ * sequence's position p lives in block table[p / block_size], row
+ * p % block_size. Blocks are shared between sequences with a common prefix
+ * (prefix caching, model_worker/kv_blocks.h); a shared block is only read.
  */
 #ifndef ZI_BACKEND_H
 #define ZI_BACKEND_H
@@ -126,9 +126,10 @@ typedef struct zi_backend_ops {
 
 struct zi_backend {
     const zi_backend_ops *ops;
-    /* Bytes of one cached K or V value: 4 (float32) or 2 (float16). The
-     * model sizes the KV pools with it; only the backend's ops read them. */
-    int kv_value_bytes;
+    /* Bytes of one cached K value and of one V value: 4 (float32) or 2
+     * (float16). The model sizes the KV pools with them; only the backend's
+     * ops read the pools. */
+    int kv_k_bytes, kv_v_bytes;
 };
 
 #endif

@@ -272,8 +272,8 @@ void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
 /* ---- KV cache ---- */
 
 uint64_t zi_model_kv_bytes_per_token(const zi_model *m) {
-    return 2ull * (uint64_t)m->cfg.n_layers * (uint64_t)m->cfg.n_kv_heads *
-           (uint64_t)m->cfg.head_dim * (uint64_t)m->be->kv_value_bytes;
+    return (uint64_t)m->cfg.n_layers * (uint64_t)m->cfg.n_kv_heads * (uint64_t)m->cfg.head_dim *
+           (uint64_t)(m->be->kv_k_bytes + m->be->kv_v_bytes);
 }
 
 uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_cache_memory,
@@ -313,20 +313,20 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
     int L = m->cfg.n_layers;
     kv->k = calloc((size_t)L, sizeof *kv->k);
     kv->v = calloc((size_t)L, sizeof *kv->v);
-    size_t bytes = 0;
-    if (__builtin_mul_overflow((size_t)n_blocks, (size_t)block_size, &bytes) ||
-        __builtin_mul_overflow(bytes,
-                               (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim *
-                                   (size_t)m->be->kv_value_bytes,
-                               &bytes)) {
+    size_t values = 0, kbytes = 0, vbytes = 0;
+    if (__builtin_mul_overflow((size_t)n_blocks, (size_t)block_size, &values) ||
+        __builtin_mul_overflow(values, (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim,
+                               &values) ||
+        __builtin_mul_overflow(values, (size_t)m->be->kv_k_bytes, &kbytes) ||
+        __builtin_mul_overflow(values, (size_t)m->be->kv_v_bytes, &vbytes)) {
         zi_kv_cache_free(kv);
         return zi_error_set(err, ZI_ERANGE, "a KV cache of %d blocks x %d positions is too large",
                             n_blocks, block_size);
     }
     int ok = kv->k && kv->v;
     for (int l = 0; ok && l < L; l++) {
-        kv->k[l] = m->be->ops->alloc(m->be, bytes);
-        kv->v[l] = m->be->ops->alloc(m->be, bytes);
+        kv->k[l] = m->be->ops->alloc(m->be, kbytes);
+        kv->v[l] = m->be->ops->alloc(m->be, vbytes);
         ok = kv->k[l] && kv->v[l];
     }
     if (!ok) {
@@ -334,7 +334,7 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
         return zi_error_set(err, ZI_ENOMEM,
                             "cannot allocate a KV cache of %d blocks x %d "
                             "positions (%.1f MiB)",
-                            n_blocks, block_size, 2.0 * L * (double)bytes / (1 << 20));
+                            n_blocks, block_size, L * (double)(kbytes + vbytes) / (1 << 20));
     }
     *out = kv;
     return ZI_OK;

@@ -450,24 +450,28 @@ static void cpu_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens,
 }
 
 /*
- * The CPU cache layout: float16 values (half the bytes to read per score:
- * attention over a batch of sequences is bound by reading the cache), and
- * a block holds, per KV head, its block_size rows of head_dim values back
- * to back: [n_blocks][n_kv_heads][block_size][head_dim]. Attention then
- * reads one KV head's rows of a block as one run of memory. The model sees
- * only the block count and kv_value_bytes.
+ * The CPU cache layout: a block holds, per KV head, its block_size rows of
+ * head_dim values back to back, [n_blocks][n_kv_heads][block_size][head_dim],
+ * so attention reads one KV head's rows of a block as one run of memory
+ * (attention over a batch of sequences is bound by reading the cache). K is
+ * float32 and V float16: a K rounding error moves a score by q . dk, which
+ * the softmax turns straight into log-probability error (float16 K: up to
+ * 0.022 from the float64 reference, against 0.003 with float32), while a V
+ * rounding error is averaged by the weights (float16 V: up to 0.006). The
+ * model sees only the block count and kv_k_bytes / kv_v_bytes.
  */
 static void cpu_kv_store(zi_backend *be, void *kcache, void *vcache, const float *k, const float *v,
                          const zi_batch_view *b, const zi_attn_shape *s) {
     const zi_cpu_kernels *kr = cb(be)->k;
-    uint16_t *kc = kcache, *vc = vcache;
+    float *kc = kcache;
+    uint16_t *vc = vcache;
     size_t hd = (size_t)s->head_dim, bs = (size_t)s->block_size, kvd = s->n_kv_heads * hd;
     for (int t = 0; t < b->n_tokens; t++) {
         int p = b->pos[t];
         int32_t blk = b->block_tables[(size_t)b->seq[t] * b->table_stride + p / s->block_size];
         size_t row = (size_t)blk * bs * kvd + (size_t)(p % s->block_size) * hd;
         for (int h = 0; h < s->n_kv_heads; h++) {
-            kr->to_f16(kc + row + h * bs * hd, k + t * kvd + h * hd, (int64_t)hd);
+            memcpy(kc + row + h * bs * hd, k + t * kvd + h * hd, hd * sizeof(float));
             kr->to_f16(vc + row + h * bs * hd, v + t * kvd + h * hd, (int64_t)hd);
         }
     }
@@ -477,7 +481,8 @@ typedef struct attn_args {
     cpu_backend *c;
     float *out;
     const float *q;
-    const uint16_t *kc, *vc;
+    const float *kc;
+    const uint16_t *vc;
     const zi_batch_view *b;
     const zi_attn_shape *s;
     int heads_per_task; /* the GQA group, or 1 when that leaves threads idle */
@@ -606,7 +611,8 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory creating the CPU backend");
     c->base.ops = &cpu_ops;
-    c->base.kv_value_bytes = 2; /* float16 K/V (cpu_kv_store) */
+    c->base.kv_k_bytes = 4; /* float32 K, float16 V (cpu_kv_store) */
+    c->base.kv_v_bytes = 2;
     c->k = k;
     c->pool = zi_pool_create(n);
     c->mm_next = aligned_alloc(64, (size_t)n * sizeof *c->mm_next);

@@ -55,16 +55,16 @@ typedef struct zi_cpu_kernels {
     /*
      * Attention of G query heads that share one KV head (grouped-query
      * attention), over n cache positions: q and out are G rows of hd floats.
-     * This KV head's K rows live in blocks of bs rows of hd float16 values,
-     * back to back, block b at k + b * bstride: position j's row starts at
-     * k + blocks[j / bs] * bstride + (j % bs) * hd (likewise v; k and v
-     * already point at this KV head's part of block 0).
+     * This KV head's K rows (float32) live in blocks of bs rows of hd
+     * values, back to back, block b at k + b * bstride: position j's row
+     * starts at k + blocks[j / bs] * bstride + (j % bs) * hd (likewise v,
+     * whose values are float16; k and v already point at this KV head's part
+     * of block 0).
      * scores is scratch for G*n floats. out[g] = softmax(q[g] . K^T * scale)
      * V. Each K and V row is read once for all G heads.
      */
-    void (*attend)(const float *q, int G, const uint16_t *k, const uint16_t *v,
-                   const int32_t *blocks, int bs, size_t bstride, int n, int hd, float scale,
-                   float *scores, float *out);
+    void (*attend)(const float *q, int G, const float *k, const uint16_t *v, const int32_t *blocks,
+                   int bs, size_t bstride, int n, int hd, float scale, float *scores, float *out);
     /* dst[i] = x[i] rounded to float16 (to nearest, ties to even), i < n. */
     void (*to_f16)(uint16_t *dst, const float *x, int64_t n);
     /* Attention helpers over float vectors. */

@@ -918,7 +918,7 @@ attend_pv(const float *p, int n, const uint16_t *v, const int32_t *blocks, int b
  * 16 scores' reductions and exponentials at once, and keeping the output
  * rows in registers instead of memory.
  */
-static inline __attribute__((always_inline)) void attend16(const float *q, int G, const uint16_t *k,
+static inline __attribute__((always_inline)) void attend16(const float *q, int G, const float *k,
                                                            const uint16_t *v, const int32_t *blocks,
                                                            int bs, size_t bstride, int n, int nc,
                                                            float scale, float *scores, float *out) {
@@ -928,27 +928,27 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
         const int left = n - j0 < 16 ? n - j0 : 16;
         /* Usually the 16 rows lie in one cache block, back to back. */
         const int jr0 = j0 % bs, whole = left == 16 && jr0 + 16 <= bs;
-        const uint16_t *kb = k + (size_t)blocks[j0 / bs] * bstride + (size_t)jr0 * hd;
+        const float *kb = k + (size_t)blocks[j0 / bs] * bstride + (size_t)jr0 * hd;
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * hd;
             __m512 qv[8], acc[16];
             for (int c = 0; c < nc; c++) qv[c] = _mm512_loadu_ps(qg + 16 * c);
             if (whole) { /* s: hsum16's lane order */
                 for (int s = 0; s < 16; s++) {
-                    const uint16_t *kj = kb + (size_t)(4 * (s & 3) + (s >> 2)) * hd;
-                    acc[s] = _mm512_fmadd_ps(qv[0], ld_f16x16(kj), _mm512_setzero_ps());
+                    const float *kj = kb + (size_t)(4 * (s & 3) + (s >> 2)) * hd;
+                    acc[s] = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), _mm512_setzero_ps());
                     for (int c = 1; c < nc; c++)
-                        acc[s] = _mm512_fmadd_ps(qv[c], ld_f16x16(kj + 16 * c), acc[s]);
+                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[s]);
                 }
             } else { /* rows past the end give zero sums, not stored */
                 for (int s = 0; s < 16; s++) {
                     const int j = 4 * (s & 3) + (s >> 2);
                     acc[s] = _mm512_setzero_ps();
                     if (j >= left) continue;
-                    const uint16_t *kj = k + ZI_KV_ROW(j0 + j);
-                    acc[s] = _mm512_fmadd_ps(qv[0], ld_f16x16(kj), acc[s]);
+                    const float *kj = k + ZI_KV_ROW(j0 + j);
+                    acc[s] = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), acc[s]);
                     for (int c = 1; c < nc; c++)
-                        acc[s] = _mm512_fmadd_ps(qv[c], ld_f16x16(kj + 16 * c), acc[s]);
+                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[s]);
                 }
             }
             _mm512_mask_storeu_ps(scores + (size_t)g * n + j0, (__mmask16)((1u << left) - 1),
@@ -983,9 +983,8 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
 }
 #endif
 
-static void attend(const float *q, int G, const uint16_t *k, const uint16_t *v,
-                   const int32_t *blocks, int bs, size_t bstride, int n, int hd, float scale,
-                   float *scores, float *out) {
+static void attend(const float *q, int G, const float *k, const uint16_t *v, const int32_t *blocks,
+                   int bs, size_t bstride, int n, int hd, float scale, float *scores, float *out) {
 #if defined(__AVX512F__)
     /* The common head sizes with constant trip counts (rows in registers). */
     if (hd == 64) {
@@ -999,10 +998,8 @@ static void attend(const float *q, int G, const uint16_t *k, const uint16_t *v,
 #endif
     float row[1024]; /* hd <= 1024 (model.c); a cached row as floats */
     for (int j = 0; j < n; j++) {
-        const uint16_t *kj = k + ZI_KV_ROW(j);
-        for (int i = 0; i < hd; i++) row[i] = load_f16(kj[i]);
-        for (int g = 0; g < G; g++)
-            scores[(size_t)g * n + j] = dot_f32(q + g * hd, row, hd) * scale;
+        const float *kj = k + ZI_KV_ROW(j);
+        for (int g = 0; g < G; g++) scores[(size_t)g * n + j] = dot_f32(q + g * hd, kj, hd) * scale;
     }
     float inv[64]; /* G <= 64, checked by the caller */
     for (int g = 0; g < G; g++) {

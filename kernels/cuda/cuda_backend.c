@@ -681,7 +681,7 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
     cuda_backend *c = calloc(1, sizeof *c);
     if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory creating the CUDA backend");
     c->base.ops = &cuda_ops;
-    c->base.kv_value_bytes = 4; /* float32 K/V: the kernels read them as floats */
+    c->base.kv_k_bytes = c->base.kv_v_bytes = 4; /* float32 K and V: the kernels read floats */
     c->device = dev;
     for (int i = 0; i < META_N; i++) c->meta[i].n = -1;
     const char *what = "cudaSetDevice";

@@ -430,8 +430,8 @@ static void test_attention_paged(void **state) {
         for (int j = 0; j < stride; j++) tables[s * stride + j] = j < need[s] ? perm[next++] : -1;
     (void)bs;
     float *kv = frandom(1400 * (size_t)kvd, -1, 1);
-    /* K/V values that float16 holds exactly: the CPU caches float16, the
-     * GPU float32, and both then attend over the same numbers. */
+    /* K/V values that float16 holds exactly: the CPU caches V as float16,
+     * the GPU as float32, and both then attend over the same numbers. */
     for (size_t i = 0; i < 1400 * (size_t)kvd; i++) kv[i] = zi_f16_to_f32(zi_f32_to_f16(kv[i]));
     float *q = frandom(44 * (size_t)nh * hd, -2, 2);
     size_t nout = 45 * (size_t)nh * hd;
