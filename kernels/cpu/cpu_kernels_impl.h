@@ -791,7 +791,7 @@ static void scale_f32(float *y, float a, int64_t n) {
 }
 
 /* The offset of KV position j's row of one KV head in a paged cache
- * (cpu_kernels.h): blocks of bs rows of hd floats, block b at b * bstride. */
+ * (cpu_kernels.h): blocks of bs rows of hd values, block b at b * bstride. */
 #ifndef ZI_KV_ROW
 #define ZI_KV_ROW(j) ((size_t)blocks[(j) / bs] * bstride + (size_t)((j) % bs) * (size_t)hd)
 #endif
@@ -996,7 +996,7 @@ static void attend(const float *q, int G, const float *k, const uint16_t *v, con
         return;
     }
 #endif
-    float row[1024]; /* hd <= 1024 (model.c); a cached row as floats */
+    float row[1024]; /* hd <= 1024 (model.c): a cached V row as floats */
     for (int j = 0; j < n; j++) {
         const float *kj = k + ZI_KV_ROW(j);
         for (int g = 0; g < G; g++) scores[(size_t)g * n + j] = dot_f32(q + g * hd, kj, hd) * scale;
