@@ -120,8 +120,12 @@ typedef struct zi_backend_ops {
     void (*swiglu)(zi_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* x[i] += y[i] */
     void (*add)(zi_backend *be, float *x, const float *y, size_t n);
-    /* Waits until all queued work is done (a no-op on the CPU). */
-    void (*sync)(zi_backend *be);
+    /* Waits until all queued work is done (nothing to wait for on the CPU)
+     * and returns the first error any op met since the backend was made,
+     * with its message in *err (err may be NULL): ops return nothing, so a
+     * failed launch or a device fault is seen here, and a forward pass that
+     * met one fails instead of handing back stale logits. */
+    int (*sync)(zi_backend *be, zi_error *err);
 } zi_backend_ops;
 
 struct zi_backend {

@@ -545,12 +545,9 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
                     c->dim, c->norm_eps);
         j++;
     }
-    if (n_wanted == 0) { /* a pass that only fills the cache */
-        op->sync(be);
-        return ZI_OK;
-    }
+    if (n_wanted == 0) /* a pass that only fills the cache */
+        return op->sync(be, err);
     op->matmul(be, m->logits, &m->output, m->xn, n_wanted);
     op->download(be, logits, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));
-    op->sync(be);
-    return ZI_OK;
+    return op->sync(be, err);
 }

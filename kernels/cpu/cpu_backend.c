@@ -172,7 +172,11 @@ static void cpu_copy(zi_backend *be, void *dst, const void *src, size_t bytes) {
     (void)be;
     memcpy(dst, src, bytes);
 }
-static void cpu_sync(zi_backend *be) { (void)be; }
+static int cpu_sync(zi_backend *be, zi_error *err) {
+    (void)be;
+    (void)err;
+    return ZI_OK; /* the ops ran to the end, and cannot fail */
+}
 
 /* ---- matmul ---- */
 

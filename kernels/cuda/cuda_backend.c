@@ -355,9 +355,10 @@ static void cuda_download(zi_backend *be, void *dst, const void *src, size_t byt
     failed(c, cudaStreamSynchronize(c->stream), "download (synchronize)");
 }
 
-static void cuda_sync(zi_backend *be) {
+static int cuda_sync(zi_backend *be, zi_error *err) {
     cuda_backend *c = cb(be);
     failed(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize");
+    return zi_cuda_backend_status(be, err);
 }
 
 /* Grows a staging slot to `want` entries (contents dropped). */

@@ -346,6 +346,7 @@ extern "C" void zi_cuda_sampler_destroy(zi_cuda_sampler *s) {
 extern "C" int zi_cuda_sampler_sample_async(zi_cuda_sampler *s, const float *d_logits, size_t ld,
                                             const zi_cuda_sample_row *rows, int n_rows,
                                             zi_error *err) {
+    if (s) s->n_rows = 0; /* until this call is queued: a wait after a failure finds nothing */
     if (!s || !d_logits || !rows || n_rows < 1 || n_rows > s->max_rows ||
         ld < static_cast<size_t>(s->n_vocab))
         return zi_error_set(err, ZI_EINVAL,

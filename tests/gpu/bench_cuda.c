@@ -26,9 +26,6 @@
 #include "backend_select.h"
 #include "model.h"
 #include "sampler.h"
-#ifdef ZI_HAVE_CUDA
-#include "cuda_backend.h"
-#endif
 
 static double now_s(void) {
     struct timespec ts;
@@ -46,15 +43,6 @@ static int32_t argmax(const float *x, int n) {
 static int die(const char *what, const zi_error *err) {
     fprintf(stderr, "bench_cuda: %s: %s\n", what, err->msg);
     return 1;
-}
-
-static int status(zi_backend *be, zi_error *err) {
-#ifdef ZI_HAVE_CUDA
-    if (!strcmp(be->ops->name, "cuda")) return zi_cuda_backend_status(be, err);
-#endif
-    (void)be;
-    (void)err;
-    return ZI_OK;
 }
 
 int main(int argc, char **argv) {
@@ -153,7 +141,7 @@ int main(int argc, char **argv) {
         for (int s = 0; s < S; s++) tok[s] = argmax(logits + (size_t)s * V, V);
     }
     zi_kv_cache_free(kv);
-    if (status(be, &err)) return die("device", &err);
+    if (be->ops->sync(be, &err)) return die("device", &err);
 
     printf("{\"device\": \"%s\", \"backend\": \"%s\", \"prompt_tokens\": %lld, "
            "\"prefill_tok_s\": %.1f, \"gen_tokens\": %lld, \"decode_b1_tok_s\": %.1f, "

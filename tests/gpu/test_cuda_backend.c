@@ -83,7 +83,7 @@ static float *put(zi_backend *be, const float *h, size_t n) {
 
 static void get(zi_backend *be, float *h, const float *d, size_t n) {
     be->ops->download(be, h, d, n * sizeof(float));
-    be->ops->sync(be);
+    be->ops->sync(be, NULL); /* errors: check_status() */
 }
 
 static float *frandom(size_t n, float lo, float hi) {
