@@ -60,7 +60,11 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
-#define MAX_ARGS 32
+/* The most pass-through options: each worker sizing flag with its value,
+ * and --no-prefix-cache; the router's four limits with their values. */
+#define MAX_WORKER_PASS 15
+#define MAX_ROUTER_PASS 8
+#define MAX_ARGS (15 + MAX_WORKER_PASS + 1) /* the worker's fixed args, its options, NULL */
 #define MAX_CHILDREN 130
 
 typedef struct child {
@@ -114,6 +118,20 @@ static int next_port_addr(const char *addr, char *out, size_t cap) {
     return 0;
 }
 
+/* Adds a pass-through option (and its value, unless NULL) to list, or
+ * replaces the value of an earlier one: the last value counts, as when the
+ * child parses its own command line. The lists have room for each option
+ * once, so they never overflow. */
+static void pass_on(const char **list, int *n, const char *flag, const char *value) {
+    for (int i = 0; i < *n; i++)
+        if (!strcmp(list[i], flag)) {
+            if (value) list[i + 1] = value;
+            return;
+        }
+    list[(*n)++] = flag;
+    if (value) list[(*n)++] = value;
+}
+
 int zi_serve_main(int argc, char **argv) {
     zi_logger lg = {.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-serve"};
     zi_error err = {0};
@@ -121,7 +139,7 @@ int zi_serve_main(int argc, char **argv) {
     zi_default_model_path(model, sizeof model);
     const char *bind = "tcp://127.0.0.1:5555", *level = "info", *device = "cpu";
     long long workers = 1, tokenizers = 1, threads = 0, slots = 8, ctx = 4096;
-    const char *router_pass[8], *worker_pass[17];
+    const char *router_pass[MAX_ROUTER_PASS], *worker_pass[MAX_WORKER_PASS];
     int n_pass = 0, n_wpass = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -130,7 +148,7 @@ int zi_serve_main(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--no-prefix-cache")) {
-            if (n_wpass < 17) worker_pass[n_wpass++] = a;
+            pass_on(worker_pass, &n_wpass, a, NULL);
             continue;
         }
         if (i + 1 >= argc) {
@@ -172,17 +190,11 @@ int zi_serve_main(int argc, char **argv) {
                    !strcmp(a, "--max-new-tokens") || !strcmp(a, "--heartbeat-timeout")) {
             long long x;
             rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
-            if (!rc && n_pass < 8) router_pass[n_pass++] = a, router_pass[n_pass++] = v;
-        } else if (!strcmp(a, "--batch-size") || !strcmp(a, "--num-steps") ||
-                   !strcmp(a, "--prefill-chunk") || !strcmp(a, "--kv-cache-tokens") ||
-                   !strcmp(a, "--block-size")) {
+            if (!rc) pass_on(router_pass, &n_pass, a, v);
+        } else if (zi_is_worker_flag(a)) { /* checked here with the worker's own ranges */
             long long x;
-            rc = zi_parse_int(a, v, 1, !strcmp(a, "--num-steps") ? 64 : 1LL << 30, &x, &err);
-            if (!rc && n_wpass < 16) worker_pass[n_wpass++] = a, worker_pass[n_wpass++] = v;
-        } else if (!strcmp(a, "--kv-cache-bytes") || !strcmp(a, "--memory-budget")) {
-            long long x;
-            rc = zi_parse_size(a, v, 1, 1LL << 50, &x, &err);
-            if (!rc && n_wpass < 16) worker_pass[n_wpass++] = a, worker_pass[n_wpass++] = v;
+            rc = zi_parse_worker_flag(a, v, &x, &err);
+            if (!rc) pass_on(worker_pass, &n_wpass, a, v);
         } else {
             fprintf(stderr, "zinfer serve: unknown option '%s' (see zinfer serve --help)\n", a);
             return 2;
@@ -191,6 +203,14 @@ int zi_serve_main(int argc, char **argv) {
             fprintf(stderr, "zinfer serve: %s\n", err.msg);
             return 2;
         }
+    }
+    int kv_sizes = 0; /* as the worker: one of them */
+    for (int j = 0; j < n_wpass; j++)
+        kv_sizes += !strcmp(worker_pass[j], "--kv-cache-tokens") ||
+                    !strcmp(worker_pass[j], "--kv-cache-bytes");
+    if (kv_sizes > 1) {
+        fprintf(stderr, "zinfer serve: give --kv-cache-tokens or --kv-cache-bytes, not both\n");
+        return 2;
     }
     if (!backend[0] && next_port_addr(bind, backend, sizeof backend) != 0) {
         fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");

@@ -21,6 +21,14 @@ int zi_parse_float(const char *flag, const char *s, double lo, double hi, double
  * 1024; "512M", "2GiB" and "1g" all work). */
 int zi_parse_size(const char *flag, const char *s, long long lo, long long hi, long long *out,
                   zi_error *err);
+/* The sizing flags of zinfer-worker that `zinfer serve` passes on to its
+ * workers (--batch-size, --num-steps, --prefill-chunk, --kv-cache-tokens,
+ * --block-size, --kv-cache-bytes, --memory-budget), in one table so that
+ * serve refuses exactly the values a worker would. zi_is_worker_flag says
+ * whether `flag` is one; zi_parse_worker_flag parses its value with the
+ * worker's range (sizes with zi_parse_size). */
+int zi_is_worker_flag(const char *flag);
+int zi_parse_worker_flag(const char *flag, const char *s, long long *out, zi_error *err);
 /* "1,2,3" (spaces allowed) -> malloc'd int32 array; every id in 0..max. */
 int zi_parse_id_list(const char *flag, const char *s, int32_t max, int32_t **ids, size_t *n,
                      zi_error *err);

@@ -196,9 +196,11 @@ int zi_generator_check(const zi_generator *g, zi_error *err) {
 }
 
 /* Gives a sequence's blocks back (shared ones stay with their other users,
- * registered ones stay cached). */
+ * registered ones stay cached). Last block first: the pool evicts the least
+ * recently released cached block first, so a cached chain loses its tail
+ * before its head, and what stays can still be matched from the start. */
 static void drop_blocks(zi_generator *g, gseq *q) {
-    for (int32_t i = 0; i < q->n_blocks; i++) zi_kv_blocks_release(g->kb, q->blocks[i]);
+    for (int32_t i = q->n_blocks; i-- > 0;) zi_kv_blocks_release(g->kb, q->blocks[i]);
     q->n_blocks = q->n_registered = 0;
     q->last_hash = 0;
 }
@@ -225,8 +227,14 @@ static gseq *seq_of(zi_generator *g, const zi_text_context *c) {
 static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n, zi_error *err) {
     size_t need = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!zi_text_context_is_assigned_to_cache(batch[i]) && !zi_text_context_is_done(batch[i]))
-            need++;
+        int64_t slot = -1;
+        zi_text_context_cache_seq_id(batch[i], &slot, NULL);
+        if (slot >= 0 && (slot >= g->cfg.n_slots || !g->slot_used[slot]))
+            return zi_error_set(err, ZI_EINVAL,
+                                "a context holds cache slot %lld, which this generator did "
+                                "not give it",
+                                (long long)slot);
+        if (slot < 0 && !zi_text_context_is_done(batch[i])) need++;
         if (batch[i]->end_idx > g->cfg.ctx)
             return zi_error_set(err, ZI_ERANGE,
                                 "a context of %lld tokens exceeds the %d positions "
@@ -356,6 +364,8 @@ static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
 static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int64_t upto) {
     gseq *q = seq_of(g, c);
     int bs = g->cfg.block_size;
+    if (upto > (int64_t)g->max_blocks * bs)
+        upto = (int64_t)g->max_blocks * bs; /* q->blocks' size */
     while ((int64_t)q->n_blocks * bs < upto) {
         int32_t id = zi_kv_blocks_alloc(g->kb);
         if (id < 0) {

@@ -167,6 +167,18 @@ static void drop_all(worker *w) {
     while (w->n_live > 0) drop_live(w, w->n_live - 1);
 }
 
+/* ZI_EINVAL naming `field` when an id of ids[0..n) is outside [0, vocab). */
+static int check_ids(const worker *w, const char *field, const int32_t *ids, size_t n,
+                     zi_error *err) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= w->vocab)
+            return zi_error_set(err, ZI_EINVAL,
+                                "%s[%zu]: token id %d is outside this model's "
+                                "vocabulary of %d",
+                                field, i, ids[i], w->vocab);
+    return ZI_OK;
+}
+
 static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
     zi_error err = {0};
     const msgpack_object *c = zi_map_get(o, "context");
@@ -186,7 +198,26 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
         send_error(w, rid, "internal", err.msg);
         return;
     }
-    int rc = zi_sampling_params_validate(&l->ctx.sampling_params, "sampling_params", &err);
+    /* The codec checked the context's own invariants and its sampling
+     * parameters; what only this worker knows is its vocabulary and context
+     * size. A token id outside the vocabulary would fail the forward pass or
+     * the sampler for every request in the step, so it is refused here, for
+     * this request alone. A context arrives fresh: the worker assigns the
+     * cache slot and runs every position. */
+    int rc = ZI_OK;
+    if (l->ctx.cache_seq_id >= 0 || l->ctx.start_idx != 0)
+        rc = zi_error_set(&err, ZI_EINVAL, "context: already started (cache slot %lld, start %lld)",
+                          (long long)l->ctx.cache_seq_id, (long long)l->ctx.start_idx);
+    if (!rc) rc = check_ids(w, "context.tokens", l->ctx.tokens, (size_t)l->ctx.end_idx, &err);
+    if (!rc)
+        rc = check_ids(w, "context.eos_token_ids", l->ctx.eos_token_ids.v, l->ctx.eos_token_ids.n,
+                       &err);
+    if (!rc)
+        rc = check_ids(w, "sampling_params.stop_token_ids", l->ctx.sampling_params.stop_token_ids.v,
+                       l->ctx.sampling_params.stop_token_ids.n, &err);
+    for (size_t i = 0; !rc && i < l->ctx.n_eos_sequences; i++)
+        rc = check_ids(w, "context.eos_sequences", l->ctx.eos_sequences[i].v,
+                       l->ctx.eos_sequences[i].n, &err);
     if (!rc && l->ctx.end_idx >= w->ctx_size)
         rc = zi_error_set(&err, ZI_ERANGE,
                           "prompt: %lld tokens leave no room in this worker's context of %d",
@@ -347,19 +378,19 @@ static int parse_args(int argc, char **argv, wopts *o) {
         else if (!strcmp(a, "--ctx-size"))
             rc = zi_parse_int(a, v, 16, 1 << 20, &o->ctx, &err);
         else if (!strcmp(a, "--batch-size"))
-            rc = zi_parse_int(a, v, 1, 1 << 16, &o->batch, &err);
+            rc = zi_parse_worker_flag(a, v, &o->batch, &err);
         else if (!strcmp(a, "--num-steps"))
-            rc = zi_parse_int(a, v, 1, 64, &o->steps, &err);
+            rc = zi_parse_worker_flag(a, v, &o->steps, &err);
         else if (!strcmp(a, "--prefill-chunk"))
-            rc = zi_parse_int(a, v, 0, 1 << 16, &o->chunk, &err);
+            rc = zi_parse_worker_flag(a, v, &o->chunk, &err);
         else if (!strcmp(a, "--kv-cache-tokens"))
-            rc = zi_parse_int(a, v, 1, 1LL << 30, &o->kv_tokens, &err);
+            rc = zi_parse_worker_flag(a, v, &o->kv_tokens, &err);
         else if (!strcmp(a, "--kv-cache-bytes"))
-            rc = zi_parse_size(a, v, 1, 1LL << 50, &o->kv_bytes, &err);
+            rc = zi_parse_worker_flag(a, v, &o->kv_bytes, &err);
         else if (!strcmp(a, "--memory-budget"))
-            rc = zi_parse_size(a, v, 1, 1LL << 50, &o->budget, &err);
+            rc = zi_parse_worker_flag(a, v, &o->budget, &err);
         else if (!strcmp(a, "--block-size"))
-            rc = zi_parse_int(a, v, 1, 4096, &o->block, &err);
+            rc = zi_parse_worker_flag(a, v, &o->block, &err);
         else if (!strcmp(a, "--log-level")) {
             o->log_level = zi_log_level_parse(v);
             if (o->log_level < 0)
@@ -373,6 +404,10 @@ static int parse_args(int argc, char **argv, wopts *o) {
             fprintf(stderr, "zinfer-worker: %s\n", err.msg);
             return 2;
         }
+    }
+    if (o->kv_tokens > 0 && o->kv_bytes > 0) {
+        fprintf(stderr, "zinfer-worker: give --kv-cache-tokens or --kv-cache-bytes, not both\n");
+        return 2;
     }
     return 0;
 }

@@ -127,6 +127,9 @@ typedef struct affinity {
     int worker;
 } affinity;
 
+/* Keys are odd (0 means none): their low bit carries nothing. */
+#define ZI_AFFINITY_SLOT(key) (((key) >> 1) % ZI_AFFINITY_SLOTS)
+
 typedef struct router {
     zi_logger log;
     affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
@@ -288,7 +291,6 @@ static void send_final(router *rt, rreq *r, const char *status) {
     end_request(rt, r);
 }
 
-/* Starts queued requests on workers with free slots, oldest first. */
 /* The prompt-prefix key of a context: a hash of its first 64 tokens, or of
  * fewer (a multiple of 16, the usual KV block) when the prompt is shorter;
  * 0 under 17 tokens. Requests that share a long prefix share the key. */
@@ -315,7 +317,7 @@ static uint64_t prefix_key(const msgpack_object *ctx) {
 static int pick_worker(router *rt, const rreq *r) {
     int w = pick_backend(rt, ROLE_WORKER);
     if (w < 0 || !r || !r->prefix_key) return w;
-    const affinity *a = &rt->aff[r->prefix_key % ZI_AFFINITY_SLOTS];
+    const affinity *a = &rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)];
     if (a->key != r->prefix_key || a->worker == w || a->worker < 0 || (size_t)a->worker >= rt->n_be)
         return w;
     const backend *p = &rt->be[a->worker];
@@ -325,6 +327,7 @@ static int pick_worker(router *rt, const rreq *r) {
     return w;
 }
 
+/* Starts queued requests on workers with free slots, oldest first. */
 static void dispatch(router *rt) {
     while (rt->q_len > 0) {
         rreq *r = zi_req_table_get(&rt->reqs, rt->queue[0]);
@@ -334,8 +337,7 @@ static void dispatch(router *rt) {
         memmove(rt->queue, rt->queue + 1, (rt->q_len - 1) * sizeof *rt->queue);
         rt->q_len--;
         if (!r) continue;
-        if (r->prefix_key)
-            rt->aff[r->prefix_key % ZI_AFFINITY_SLOTS] = (affinity){r->prefix_key, w};
+        if (r->prefix_key) rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)] = (affinity){r->prefix_key, w};
         if (zi_send(rt->back, rt->be[w].ident, rt->be[w].ident_len, false, r->start_msg,
                     r->start_len) != 0) {
             fail_request(rt, r, "worker_lost", "the chosen worker is unreachable", NULL);
@@ -761,7 +763,6 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
         fail_request(rt, r, "internal", "the tokenizer sent no context", NULL);
         return;
     }
-    r->prefix_key = prefix_key(ctx);
     if (r->prompt_tokens > rt->max_prompt) {
         char msg[160];
         snprintf(msg, sizeof msg, "prompt: %lld tokens exceed this server's limit of %lld",
@@ -769,6 +770,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
         fail_request(rt, r, "invalid_request", msg, "prompt");
         return;
     }
+    r->prefix_key = prefix_key(ctx);
     zi_msg m;
     zi_msg_init(&m);
     msgpack_pack_map(&m.pk, 3);
@@ -848,15 +850,14 @@ static int keep_extras(rreq *r, const msgpack_object *const *ev) {
     zi_codec_limits lim = zi_codec_limits_default();
     if (ev[0]) {
         zi_logprobs lp;
-        if (zi_codec_decode_logprobs(ev[0], &lim, "logprobs", &lp, NULL) == ZI_OK) {
-            int rc = ZI_OK;
-            for (size_t i = 0; i < lp.n && !rc; i++)
-                rc = zi_logprobs_push(&r->lp, lp.token_logprobs[i], lp.top[i].ids,
-                                      lp.top[i].logprobs, lp.top[i].n, NULL);
-            zi_logprobs_free(&lp);
-            if (rc) return rc;
-            r->has_lp = true;
-        }
+        int rc = zi_codec_decode_logprobs(ev[0], &lim, "logprobs", &lp, NULL);
+        if (rc) return rc; /* the final frame would carry fewer than the tokens */
+        for (size_t i = 0; i < lp.n && !rc; i++)
+            rc = zi_logprobs_push(&r->lp, lp.token_logprobs[i], lp.top[i].ids, lp.top[i].logprobs,
+                                  lp.top[i].n, NULL);
+        zi_logprobs_free(&lp);
+        if (rc) return rc;
+        r->has_lp = true;
     }
     if ((ev[1] || ev[2]) && !r->echo) {
         msgpack_sbuffer sb;
@@ -916,7 +917,7 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
             return;
         }
     } else if (!r->stream && n_extra && keep_extras(r, ev) != ZI_OK) {
-        fail_request(rt, r, "internal", "out of memory for log probabilities", NULL);
+        fail_request(rt, r, "internal", "cannot keep the log probabilities", NULL);
         return;
     }
     if (!r->stream && text->via.str.size > 0) {
@@ -1038,6 +1039,9 @@ static void backend_died(router *rt, int b) {
     zi_log(&rt->log, ZI_LOG_WARN, "%s %d missed heartbeats for %lld ms: declared dead",
            be->role == ROLE_WORKER ? "worker" : "tokenizer", b, rt->hb_timeout);
     be->alive = false;
+    /* Its cache is gone, and a new worker may register in its place. */
+    for (int i = 0; i < ZI_AFFINITY_SLOTS; i++)
+        if (rt->aff[i].worker == b) rt->aff[i].worker = -1;
     size_t n = zi_req_table_count(&rt->reqs);
     void **v = n ? malloc(n * sizeof *v) : NULL;
     if (n && !v) return;

@@ -190,8 +190,13 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     int rc = ro ? zi_codec_decode_request(ro, &lim, "", &r, &err)
                 : zi_error_set(&err, ZI_EINVAL, "request: missing");
     if (!rc) rc = prompt_ids(t, &r, &ids, &n, &err);
-    /* A stop id outside the vocabulary could never stop anything, and the
-     * sampler would refuse it (the whole step with it): refuse it here. */
+    /* A stop id outside the vocabulary could never stop anything: refuse it
+     * here, with a message for the client (the worker refuses it too, for
+     * this request alone, and the generator ignores such ids). */
+    if (!rc && r.sampling_params.stop_token_ids.n > (size_t)t->vocab) /* bounds per-step work */
+        rc = zi_error_set(&err, ZI_EINVAL,
+                          "sampling_params.stop_token_ids: %zu ids, more than the vocabulary's %d",
+                          r.sampling_params.stop_token_ids.n, t->vocab);
     for (size_t i = 0; !rc && i < r.sampling_params.stop_token_ids.n; i++)
         if (r.sampling_params.stop_token_ids.v[i] >= t->vocab)
             rc = zi_error_set(&err, ZI_EINVAL,
@@ -338,7 +343,14 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
                                                all.top[i].logprobs, all.top[i].n, NULL) == ZI_OK;
                 zi_logprobs_free(&all);
             }
-            if (!use_cut) lpo = NULL;
+            if (!use_cut) { /* the client asked for them: an error, not tokens without them */
+                zi_logprobs_free(&cut);
+                send_error(t, rid, "internal", "logprobs: cannot cut them at the stop string");
+                drop_state(t, rid);
+                free(out);
+                free(ids);
+                return;
+            }
         }
         zi_msg m;
         zi_msg_init(&m);

@@ -144,6 +144,19 @@ def test_bad_flag_values(flags, pattern, model_path, run_zinfer):
     assert_one_line_error(res, re.escape(pattern))
 
 
+@pytest.mark.parametrize("flags,pattern", [
+    (["--block-size", "5000"], r"--block-size: '5000' is not an integer in 1\.\.4096"),
+    (["--batch-size", "70000"], r"--batch-size: '70000' is not an integer in 1\.\.65536"),
+    (["--kv-cache-tokens", "100", "--kv-cache-bytes", "1M"], "not both"),
+])
+def test_serve_refuses_what_a_worker_would(flags, pattern, model_path, run_zinfer):
+    """`zinfer serve` checks the worker options with the worker's own ranges
+    before starting anything (a value it let through would make every worker
+    exit at start)."""
+    res = run_zinfer("serve", "--model", model_path, *flags)
+    assert_one_line_error(res, pattern)
+
+
 def test_unknown_subcommand(run_zinfer):
     assert_one_line_error(run_zinfer("frobnicate"), "frobnicate")
 

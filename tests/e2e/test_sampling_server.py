@@ -226,6 +226,7 @@ def test_stop_token_ids_eos_and_lengths(client):
     ({"sampling_params": {"frequency_penalty": 2.5}}, "sampling_params.frequency_penalty"),
     ({"logprobs": 21}, "logprobs"),
     ({"sampling_params": {"stop_token_ids": [5, 49152]}}, "sampling_params.stop_token_ids[1]"),
+    ({"sampling_params": {"stop_token_ids": [5] * 49153}}, "sampling_params.stop_token_ids"),
 ])
 def test_bad_sampling_values_are_refused(client, extra, field):
     replies = list(client.generate(prompt="hi", **extra))
