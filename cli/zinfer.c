@@ -485,10 +485,9 @@ static int cmd_tokenize(const opts *o, int decode) {
 /* Times zi_sampler_sample over the S rows of logits (ms per call, median
  * of 15): out[0] with typical settings, out[1] with top_p over the whole
  * vocabulary. last holds a token per row, used as a fake output history. */
-static int bench_sampling(int S, int V, const float *logits, const int32_t *last, long long n_hist,
-                          double out[2], zi_error *err) {
-    zi_sampler *smp = NULL;
-    int rc = zi_sampler_create(&smp, V, err);
+static int bench_sampling(zi_sampler *smp, int S, int V, const float *logits, const int32_t *last,
+                          long long n_hist, double out[2], zi_error *err) {
+    int rc = ZI_OK;
     zi_sampler_row *rows = calloc((size_t)S, sizeof *rows);
     int32_t *hist = malloc((size_t)S * (size_t)n_hist * sizeof *hist);
     int32_t *toks = malloc((size_t)S * sizeof *toks);
@@ -526,7 +525,6 @@ static int bench_sampling(int S, int V, const float *logits, const int32_t *last
     free(rows);
     free(hist);
     free(toks);
-    zi_sampler_destroy(smp);
     return rc;
 }
 
@@ -577,7 +575,7 @@ static int cmd_bench(const opts *o) {
             want[s] = 1;
         }
         zi_batch b = {.n_tokens = S, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
-        rc = zi_model_forward(e.model, kv, &b, logits, &err);
+        if (!rc) rc = zi_model_forward(e.model, kv, &b, logits, &err);
     }
     double t2 = now_s();
     /* The fused sampler's cost per step over the S rows of the last step,
@@ -585,7 +583,7 @@ static int cmd_bench(const opts *o) {
      * and the worst case, top_p over the whole vocabulary. */
     double samp_ms[2] = {0, 0};
     if (!rc && o->gen_tokens > 0)
-        rc = bench_sampling(S, V, logits, tok, o->gen_tokens, samp_ms, &err);
+        rc = bench_sampling(smp, S, V, logits, tok, o->gen_tokens, samp_ms, &err);
     double step_ms = o->gen_tokens > 0 ? (t2 - t1) * 1e3 / (double)o->gen_tokens : 0;
     if (!rc) {
         double pf = (double)P * S / (t1 - t0), dc = (double)o->gen_tokens * S / (t2 - t1);

@@ -53,9 +53,9 @@ const zi_gguf *zi_model_gguf(const zi_model *m);
 uint64_t zi_model_weight_bytes(const zi_model *m);
 
 /*
- * The KV cache: float32 K and V for every layer, in backend memory, as a
- * pool of n_blocks blocks of block_size positions (kernels/backend.h gives
- * the layout). Memory is n_blocks * block_size * zi_model_kv_bytes_per_token
+ * The KV cache: K and V for every layer, in backend memory, as a pool of
+ * n_blocks blocks of block_size positions (the values' sizes and layout are
+ * the backend's: kernels/backend.h). Memory is n_blocks * block_size * zi_model_kv_bytes_per_token
  * bytes, allocated once: it never grows.
  *
  * Paged (zi_kv_cache_create_paged): the caller owns the blocks (the

@@ -4,8 +4,8 @@
  * applying each row's zi_sampling_params, penalties and masks in one pass.
  *
  * The generator hands the sampler the last-position logits of every context
- * in a step; this module is self-contained (not yet wired into the
- * generator). Each row is processed in this fixed order:
+ * in a step (model_worker/generator.c). Each row is processed in this fixed
+ * order:
  *
  *   1. repetition penalty (CTRL form): for every distinct token seen in the
  *      prompt or the generated tokens, logit > 0 ? logit / r : logit * r.
