@@ -23,6 +23,7 @@
 #include "gguf.h"
 #include "quant.h"
 #include "tp.h"
+#include "weights.h"
 
 /* The product of this weight is summed over tensor-parallel ranks
  * (a column-split weight, tp.h); the data is in the file's layout. */
@@ -178,43 +179,15 @@ int zi_cuda_device_name(int dev, char *buf, size_t cap, zi_error *err) {
 
 /* ---- weights ---- */
 
-static int is_block_type(int type) {
-    return type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0;
-}
-
 static int cuda_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err) {
     cuda_backend *c = cb(be);
-    if (t->n_dims != 2)
-        return zi_error_set(err, ZI_EFORMAT, "tensor '%.*s' has %u dimensions, expected 2",
-                            (int)t->name.len, t->name.ptr, t->n_dims);
-    switch (t->type) {
-    case ZI_TYPE_F32:
-    case ZI_TYPE_F16:
-    case ZI_TYPE_BF16:
-    case ZI_TYPE_Q4_0:
-    case ZI_TYPE_Q4_1:
-    case ZI_TYPE_Q8_0:
-        break;
-    default:
-        return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "tensor '%.*s' has type %s, not usable as a matrix on CUDA",
-                            (int)t->name.len, t->name.ptr, zi_ggml_type_name(t->type));
-    }
-    if (is_block_type(t->type) && t->ne[0] % ZI_QK != 0)
-        return zi_error_set(err, ZI_EFORMAT,
-                            "tensor '%.*s': row length %lld is not a multiple of 32",
-                            (int)t->name.len, t->name.ptr, (long long)t->ne[0]);
+    int rc = zi_weight_describe(t, w, err);
+    if (rc) return rc;
     /* cuBLAS takes int dimensions */
     if (t->ne[0] > INT32_MAX || t->ne[1] > INT32_MAX)
         return zi_error_set(err, ZI_ERANGE, "tensor '%.*s' is too large (%lld x %lld)",
                             (int)t->name.len, t->name.ptr, (long long)t->ne[1],
                             (long long)t->ne[0]);
-    memset(w, 0, sizeof *w);
-    w->type = t->type;
-    w->cols = t->ne[0];
-    w->rows = t->ne[1];
-    w->row_bytes =
-        (size_t)t->ne[0] / zi_ggml_type_block_elems(t->type) * zi_ggml_type_block_bytes(t->type);
     size_t bytes = w->row_bytes * (size_t)w->rows;
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, bytes ? bytes : 1);
@@ -246,19 +219,8 @@ static void cuda_weight_free(zi_backend *be, zi_weight *w) {
 static float *cuda_vector_init(zi_backend *be, const zi_gguf_tensor *t, zi_error *err) {
     cuda_backend *c = cb(be);
     int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-    if (t->type != ZI_TYPE_F32 && t->type != ZI_TYPE_F16 && t->type != ZI_TYPE_BF16) {
-        zi_error_set(err, ZI_EUNSUPPORTED,
-                     "tensor '%.*s' has type %s; a norm weight must be F32/F16/BF16",
-                     (int)t->name.len, t->name.ptr, zi_ggml_type_name(t->type));
-        return NULL;
-    }
-    float *h = malloc((size_t)n * sizeof(float));
-    if (!h) {
-        zi_error_set(err, ZI_ENOMEM, "out of memory for tensor '%.*s'", (int)t->name.len,
-                     t->name.ptr);
-        return NULL;
-    }
-    zi_dequantize_row(t->type, t->data, h, n);
+    float *h = zi_vector_dequantize(t, err);
+    if (!h) return NULL;
     void *d = NULL;
     cudaError_t e = cudaMalloc(&d, (size_t)n * sizeof(float));
     if (e == cudaSuccess) e = cudaMemcpy(d, h, (size_t)n * sizeof(float), cudaMemcpyHostToDevice);
