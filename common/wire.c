@@ -177,12 +177,27 @@ char *zi_utf8_clean(const char *s, size_t n, size_t *out_len) {
     return o;
 }
 
-int zi_send_heartbeat(void *sock, int64_t load) {
+const char *const zi_kv_stat_names[ZI_N_KV_STATS] = {"blocks",
+                                                     "block_size",
+                                                     "used",
+                                                     "cached",
+                                                     "free",
+                                                     "prefix_query_tokens",
+                                                     "prefix_hit_tokens",
+                                                     "preemptions",
+                                                     "evictions"};
+
+int zi_send_heartbeat(void *sock, int64_t load, const int64_t *kv) {
     zi_msg m;
     zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 2);
+    msgpack_pack_map(&m.pk, kv ? 3 : 2);
     zi_pack_kv_str(&m.pk, "type", "heartbeat");
     zi_pack_kv_int(&m.pk, "load", load);
+    if (kv) {
+        zi_pack_str(&m.pk, "kv");
+        msgpack_pack_map(&m.pk, ZI_N_KV_STATS);
+        for (int i = 0; i < ZI_N_KV_STATS; i++) zi_pack_kv_int(&m.pk, zi_kv_stat_names[i], kv[i]);
+    }
     int rc = zi_send_msg(sock, NULL, 0, false, &m);
     zi_msg_free(&m);
     return rc;

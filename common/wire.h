@@ -79,10 +79,27 @@ void zi_error_field(const char *msg, char *out, size_t cap);
  * set when the address is bad. */
 void *zi_backend_socket(void *zctx, const char *router, zi_error *err);
 
+/* The KV-cache counters a worker's heartbeat carries in its "kv" map, and
+ * that `health` sums (docs/protocol.md): indices into zi_kv_stat_names. */
+enum {
+    ZI_KV_BLOCKS,
+    ZI_KV_BLOCK_SIZE,
+    ZI_KV_USED,
+    ZI_KV_CACHED,
+    ZI_KV_FREE,
+    ZI_KV_PREFIX_QUERY_TOKENS,
+    ZI_KV_PREFIX_HIT_TOKENS,
+    ZI_KV_PREEMPTIONS,
+    ZI_KV_EVICTIONS,
+    ZI_N_KV_STATS
+};
+extern const char *const zi_kv_stat_names[ZI_N_KV_STATS];
+
 /* Backend -> router messages both backends send (docs/protocol.md): a
- * heartbeat with the backend's load, and an error ending request rid (the
- * field is taken from the message with zi_error_field). */
-int zi_send_heartbeat(void *sock, int64_t load);
+ * heartbeat with the backend's load (and, from a worker, kv: its
+ * ZI_N_KV_STATS counters; NULL from a tokenizer), and an error ending
+ * request rid (the field is taken from the message with zi_error_field). */
+int zi_send_heartbeat(void *sock, int64_t load, const int64_t *kv);
 int zi_send_backend_error(void *sock, uint64_t rid, const char *code, const char *msg);
 
 #endif

@@ -107,24 +107,18 @@ static void send_register(worker *w) {
 static void send_heartbeat(worker *w) {
     zi_generator_stats st;
     zi_generator_get_stats(w->gen, &st);
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 3);
-    zi_pack_kv_str(&m.pk, "type", "heartbeat");
-    zi_pack_kv_int(&m.pk, "load", w->n_live);
-    zi_pack_str(&m.pk, "kv");
-    msgpack_pack_map(&m.pk, 9);
-    zi_pack_kv_int(&m.pk, "blocks", st.kv_blocks);
-    zi_pack_kv_int(&m.pk, "block_size", st.block_size);
-    zi_pack_kv_int(&m.pk, "used", st.kv_used);
-    zi_pack_kv_int(&m.pk, "cached", st.kv_cached);
-    zi_pack_kv_int(&m.pk, "free", st.kv_free);
-    zi_pack_kv_int(&m.pk, "prefix_query_tokens", (int64_t)st.prefix_query_tokens);
-    zi_pack_kv_int(&m.pk, "prefix_hit_tokens", (int64_t)st.prefix_hit_tokens);
-    zi_pack_kv_int(&m.pk, "preemptions", (int64_t)st.preemptions);
-    zi_pack_kv_int(&m.pk, "evictions", (int64_t)st.evictions);
-    zi_send_msg(w->sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
+    int64_t kv[ZI_N_KV_STATS] = {
+        [ZI_KV_BLOCKS] = st.kv_blocks,
+        [ZI_KV_BLOCK_SIZE] = st.block_size,
+        [ZI_KV_USED] = st.kv_used,
+        [ZI_KV_CACHED] = st.kv_cached,
+        [ZI_KV_FREE] = st.kv_free,
+        [ZI_KV_PREFIX_QUERY_TOKENS] = (int64_t)st.prefix_query_tokens,
+        [ZI_KV_PREFIX_HIT_TOKENS] = (int64_t)st.prefix_hit_tokens,
+        [ZI_KV_PREEMPTIONS] = (int64_t)st.preemptions,
+        [ZI_KV_EVICTIONS] = (int64_t)st.evictions,
+    };
+    zi_send_heartbeat(w->sock, w->n_live, kv);
 }
 
 /* Called after every layer of a forward pass: a pass over a long prompt

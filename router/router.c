@@ -63,17 +63,6 @@ static void on_signal(int sig) {
 
 enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
 
-/* The KV-cache counters a worker's heartbeat carries (docs/protocol.md). */
-#define ZI_N_KV_STATS 9
-static const char *const KV_STATS[ZI_N_KV_STATS] = {"blocks",
-                                                    "block_size",
-                                                    "used",
-                                                    "cached",
-                                                    "free",
-                                                    "prefix_query_tokens",
-                                                    "prefix_hit_tokens",
-                                                    "preemptions",
-                                                    "evictions"};
 enum { K_GENERATE, K_TOKENIZE, K_DETOKENIZE };
 enum { RS_ENCODING, RS_QUEUED, RS_RUNNING, RS_DECODING, RS_UTIL };
 
@@ -533,14 +522,15 @@ static void op_health(router *rt, const client_ctx *c) {
     for (size_t i = 0; i < rt->n_be; i++) {
         if (!rt->be[i].alive || rt->be[i].role != ROLE_WORKER) continue;
         for (int k = 0; k < ZI_N_KV_STATS; k++)
-            sum[k] = k == 1 ? (rt->be[i].kv[k] > sum[k] ? rt->be[i].kv[k] : sum[k])
-                            : sum[k] + rt->be[i].kv[k];
+            sum[k] = k == ZI_KV_BLOCK_SIZE ? (rt->be[i].kv[k] > sum[k] ? rt->be[i].kv[k] : sum[k])
+                                           : sum[k] + rt->be[i].kv[k];
     }
     zi_pack_str(&m.pk, "kv");
     msgpack_pack_map(&m.pk, ZI_N_KV_STATS + 1);
-    for (int k = 0; k < ZI_N_KV_STATS; k++) zi_pack_kv_int(&m.pk, KV_STATS[k], sum[k]);
+    for (int k = 0; k < ZI_N_KV_STATS; k++) zi_pack_kv_int(&m.pk, zi_kv_stat_names[k], sum[k]);
     zi_pack_str(&m.pk, "prefix_hit_rate");
-    msgpack_pack_double(&m.pk, sum[5] > 0 ? (double)sum[6] / (double)sum[5] : 0.0);
+    int64_t looked = sum[ZI_KV_PREFIX_QUERY_TOKENS], hit = sum[ZI_KV_PREFIX_HIT_TOKENS];
+    msgpack_pack_double(&m.pk, looked > 0 ? (double)hit / (double)looked : 0.0);
     zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
     zi_msg_free(&m);
 }
@@ -961,7 +951,7 @@ static void on_heartbeat(router *rt, int b, const msgpack_object *o) {
     if (!kv || kv->type != MSGPACK_OBJECT_MAP) return;
     for (int i = 0; i < ZI_N_KV_STATS; i++) {
         int64_t v;
-        if (zi_map_int(kv, KV_STATS[i], &v, NULL) == ZI_OK) rt->be[b].kv[i] = v;
+        if (zi_map_int(kv, zi_kv_stat_names[i], &v, NULL) == ZI_OK) rt->be[b].kv[i] = v;
     }
 }
 

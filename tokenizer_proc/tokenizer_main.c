@@ -92,7 +92,7 @@ static void send_register(tproc *t) {
 }
 
 static void send_heartbeat(tproc *t) {
-    zi_send_heartbeat(t->sock, (int64_t)t->n_st);
+    zi_send_heartbeat(t->sock, (int64_t)t->n_st, NULL);
 }
 
 static void send_error(tproc *t, uint64_t rid, const char *code, const char *msg) {
