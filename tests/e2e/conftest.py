@@ -27,7 +27,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 sys.path.insert(0, str(REPO / "scripts" / "ref"))
+sys.path.insert(0, str(REPO / "clients" / "python"))
 import numpy_llama  # noqa: E402
+from zinfer_client import Client, ZinferError  # noqa: E402
 
 ZINFER_BIN = Path(os.environ.get("ZINFER_BIN", REPO / "build" / "zinfer"))
 ZINFER_MODEL = Path(os.environ.get("ZINFER_MODEL", numpy_llama.DEFAULT_MODEL))
@@ -142,9 +144,6 @@ def serve_process(zinfer_bin, model_path, log_path, *args, workers=1):
     """Starts `zinfer serve` on a free port pair with the extra args, waits
     until `health` reports every worker, yields a ServeProcess, and always
     stops it (SIGTERM, then SIGKILL of its process group)."""
-    sys.path.insert(0, str(REPO / "clients" / "python"))
-    from zinfer_client import Client, ZinferError
-
     port, bport = free_port_pair()
     addr = f"tcp://127.0.0.1:{port}"
     logf = open(log_path, "w")

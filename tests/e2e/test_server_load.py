@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, free_port_pair, ids_arg, last_json, load_fixture, report
+from conftest import REPO, free_port_pair, ids_arg, last_json, load_fixture, report, serve_process
 
 sys.path.insert(0, str(REPO / "clients" / "python"))
 from zinfer_client import Client, decode_array  # noqa: E402
@@ -37,75 +37,31 @@ MAX_NEW = 16
 CHAT = "<|im_start|>user\nName three colors.<|im_end|>\n<|im_start|>assistant\n"
 
 
-class Server:
-    """A running `zinfer serve`; stop() always takes its processes down."""
-
-    def __init__(self, zinfer_bin, model_path, log_path, workers, slots, threads, heartbeat_ms):
-        port, bport = free_port_pair()
-        self.addr = f"tcp://127.0.0.1:{port}"
-        self.log_path = log_path
-        self.logf = open(log_path, "w")
-        self.proc = subprocess.Popen(
-            [str(zinfer_bin), "serve", "--model", str(model_path), "--bind", self.addr,
-             "--backend", f"tcp://127.0.0.1:{bport}", "--workers", str(workers),
-             "--tokenizers", "1", "--threads-per-worker", str(threads), "--slots", str(slots),
-             "--ctx-size", "256", "--max-new-tokens", "400",
-             "--heartbeat-timeout", str(heartbeat_ms)],
-            stdout=self.logf, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def log(self):
+def children(srv):
+    """role ("router", "tokenizer", "worker") -> [pid] of the children of a
+    `zinfer serve` (conftest.serve_process), from /proc (psutil is not
+    installed)."""
+    kids = []
+    for task in Path(f"/proc/{srv.proc.pid}/task").iterdir():
         try:
-            return open(self.log_path, errors="replace").read()
+            kids += (task / "children").read_text().split()
         except OSError:
-            return ""
+            pass
+    roles = {}
+    for pid in kids:
+        try:
+            argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except OSError:
+            continue
+        name = os.path.basename(argv0)
+        if name.startswith("zinfer-"):
+            roles.setdefault(name[len("zinfer-"):], []).append(int(pid))
+    return roles
 
-    def wait_healthy(self, workers, timeout=30.0):
-        with Client(self.addr, timeout_s=1.0) as c:
-            deadline = time.time() + timeout
-            while time.time() < deadline and self.proc.poll() is None:
-                try:
-                    h = c.call("health")
-                except TimeoutError:
-                    continue
-                if h["status"] == "ok" and h["workers"] == workers:
-                    return
-                time.sleep(0.1)
-        raise AssertionError("server did not become healthy:\n" + self.log())
 
-    def children(self):
-        """role ("router", "tokenizer", "worker") -> [pid] of the supervisor's
-        children, from /proc (psutil is not installed)."""
-        kids = []
-        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
-            try:
-                kids += (task / "children").read_text().split()
-            except OSError:
-                pass
-        roles = {}
-        for pid in kids:
-            try:
-                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-            except OSError:
-                continue
-            name = os.path.basename(argv0)
-            if name.startswith("zinfer-"):
-                roles.setdefault(name[len("zinfer-"):], []).append(int(pid))
-        return roles
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-        else:  # the supervisor died: take its children with it
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self.logf.close()
+def serve_args(slots, threads, heartbeat_ms):
+    return ["--threads-per-worker", threads, "--slots", slots, "--ctx-size", 256,
+            "--max-new-tokens", 400, "--heartbeat-timeout", heartbeat_ms]
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +70,9 @@ def server(zinfer_bin, model_path, tmp_path_factory):
     worker heartbeats only between generator steps, and the step that
     prefills all 32 prompts (~650 tokens) takes 0.9 s on an idle 2-core
     machine and over 1.5 s on a busy one: hence the long heartbeat timeout."""
-    srv = Server(zinfer_bin, model_path, tmp_path_factory.mktemp("load") / "serve.log",
-                 workers=1, slots=N_CONCURRENT, threads=2, heartbeat_ms=10000)
-    try:
-        srv.wait_healthy(1)
+    with serve_process(zinfer_bin, model_path, tmp_path_factory.mktemp("load") / "serve.log",
+                       *serve_args(slots=N_CONCURRENT, threads=2, heartbeat_ms=10000)) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture
@@ -192,7 +144,7 @@ def rss_kib(pid):
                     reason="AddressSanitizer holds freed memory in quarantine, so resident size "
                            "grows by design; leaks are caught by LeakSanitizer in that build")
 def test_memory_flat_over_1000_requests(client, server):
-    roles = server.children()
+    roles = children(server)
     assert set(roles) == {"router", "tokenizer", "worker"}, roles
     assert all(len(p) == 1 for p in roles.values()), roles
     pids = {role: p[0] for role, p in roles.items()}
@@ -299,19 +251,15 @@ def test_c_client_errors(server, zinfer_bin):
 
 @pytest.fixture
 def two_workers(zinfer_bin, model_path, tmp_path_factory):
-    srv = Server(zinfer_bin, model_path, tmp_path_factory.mktemp("kill") / "serve.log",
-                 workers=2, slots=4, threads=1, heartbeat_ms=1500)
-    try:
-        srv.wait_healthy(2)
+    with serve_process(zinfer_bin, model_path, tmp_path_factory.mktemp("kill") / "serve.log",
+                       *serve_args(slots=4, threads=1, heartbeat_ms=1500), workers=2) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def test_kill_one_of_two_workers(two_workers):
     srv = two_workers
-    workers = srv.children().get("worker", [])
-    assert len(workers) == 2, srv.children()
+    workers = children(srv).get("worker", [])
+    assert len(workers) == 2, children(srv)
     n, max_new = 8, 150  # 4 + 150 positions fit --ctx-size 256
     with Client(srv.addr, timeout_s=60.0) as c:
         rids = [c.send({"op": "generate", "prompt": [1, 4093, 198, 100 + i],
