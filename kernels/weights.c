@@ -18,20 +18,23 @@ int zi_weight_describe(const zi_gguf_tensor *t, zi_weight *w, zi_error *err) {
     case ZI_TYPE_BF16:
     case ZI_TYPE_Q4_0:
     case ZI_TYPE_Q4_1:
-    case ZI_TYPE_Q8_0: break;
+    case ZI_TYPE_Q8_0:
+        break;
     default:
-        return zi_error_set(err, ZI_EUNSUPPORTED, "tensor '%.*s' has type %s, not usable as a matrix",
-                            (int)t->name.len, t->name.ptr, zi_ggml_type_name(t->type));
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "tensor '%.*s' has type %s, not usable as a matrix", (int)t->name.len,
+                            t->name.ptr, zi_ggml_type_name(t->type));
     }
     if (zi_ggml_type_block_elems(t->type) == ZI_QK && t->ne[0] % ZI_QK != 0)
-        return zi_error_set(err, ZI_EFORMAT, "tensor '%.*s': row length %lld is not a multiple of 32",
+        return zi_error_set(err, ZI_EFORMAT,
+                            "tensor '%.*s': row length %lld is not a multiple of 32",
                             (int)t->name.len, t->name.ptr, (long long)t->ne[0]);
     memset(w, 0, sizeof *w);
     w->type = t->type;
     w->cols = t->ne[0];
     w->rows = t->ne[1];
-    w->row_bytes = (size_t)t->ne[0] / zi_ggml_type_block_elems(t->type) *
-                   zi_ggml_type_block_bytes(t->type);
+    w->row_bytes =
+        (size_t)t->ne[0] / zi_ggml_type_block_elems(t->type) * zi_ggml_type_block_bytes(t->type);
     w->data = w->file_data = t->data;
     return ZI_OK;
 }
