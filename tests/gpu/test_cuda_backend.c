@@ -35,6 +35,7 @@
 #include <cmocka.h>
 
 #include "chi2.h"
+#include "test_rand.h"
 #include <cuda_runtime_api.h>
 
 #include "args.h"
@@ -49,15 +50,12 @@
 #include "tp.h"
 #include "types.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static zi_test_rng rng = {0x9e3779b97f4a7c15ull};
 static double urand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53;
+    return zi_test_urand(&rng);
 }
 static float frand(float lo, float hi) {
-    return lo + (hi - lo) * (float)urand();
+    return zi_test_frand(&rng, lo, hi);
 }
 
 static zi_backend *g_cpu, *g_gpu;
@@ -105,55 +103,10 @@ static double rel_err(const float *a, const float *b, size_t n) {
 
 /* ---- weights ---- */
 
+/* Random rows of `type` (test_rand.h), float types in [-0.5, 0.5]. */
 static void *make_rows(int type, int rows, int cols, size_t *row_bytes) {
-    size_t rb = (size_t)cols / zi_ggml_type_block_elems(type) * zi_ggml_type_block_bytes(type);
-    uint8_t *w = malloc(rb * (size_t)rows);
-    for (int r = 0; r < rows; r++) {
-        uint8_t *row = w + rb * (size_t)r;
-        switch (type) {
-        case ZI_TYPE_Q4_0:
-            for (int k = 0; k < cols / 32; k++) {
-                zi_block_q4_0 *b = (zi_block_q4_0 *)(void *)(row + k * sizeof *b);
-                b->d = zi_f32_to_f16(frand(0.001f, 0.05f));
-                for (int i = 0; i < 16; i++) b->qs[i] = (uint8_t)(urand() * 256);
-            }
-            break;
-        case ZI_TYPE_Q4_1:
-            for (int k = 0; k < cols / 32; k++) {
-                zi_block_q4_1 *b = (zi_block_q4_1 *)(void *)(row + k * sizeof *b);
-                b->d = zi_f32_to_f16(frand(0.001f, 0.05f));
-                b->m = zi_f32_to_f16(frand(-0.3f, 0.0f));
-                for (int i = 0; i < 16; i++) b->qs[i] = (uint8_t)(urand() * 256);
-            }
-            break;
-        case ZI_TYPE_Q8_0:
-            for (int k = 0; k < cols / 32; k++) {
-                zi_block_q8_0 *b = (zi_block_q8_0 *)(void *)(row + k * sizeof *b);
-                b->d = zi_f32_to_f16(frand(0.0005f, 0.01f));
-                for (int i = 0; i < 32; i++) b->qs[i] = (int8_t)(urand() * 255 - 127);
-            }
-            break;
-        case ZI_TYPE_F32:
-            for (int i = 0; i < cols; i++) ((float *)(void *)row)[i] = frand(-0.5f, 0.5f);
-            break;
-        case ZI_TYPE_F16:
-            for (int i = 0; i < cols; i++) {
-                uint16_t h = zi_f32_to_f16(frand(-0.5f, 0.5f));
-                memcpy(row + 2 * i, &h, 2);
-            }
-            break;
-        case ZI_TYPE_BF16:
-            for (int i = 0; i < cols; i++) {
-                float f = frand(-0.5f, 0.5f);
-                uint32_t u;
-                memcpy(&u, &f, 4);
-                uint16_t h = (uint16_t)(u >> 16);
-                memcpy(row + 2 * i, &h, 2);
-            }
-            break;
-        }
-    }
-    *row_bytes = rb;
+    void *w = zi_test_make_rows(&rng, type, rows, cols, 0.5f, row_bytes);
+    assert_non_null(w);
     return w;
 }
 

@@ -32,14 +32,12 @@
 #include "chi2.h"
 #include "sampler.h"
 #include "sampling_ref.h"
+#include "test_rand.h"
 #include "types.h"
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
+static zi_test_rng rng = {0x2545f4914f6cdd1dull};
 static double urand(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53;
+    return zi_test_urand(&rng);
 }
 
 static zi_gpu_sample_params gparams(double t, int k, double p, double m, uint64_t seed,

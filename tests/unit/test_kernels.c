@@ -22,66 +22,17 @@
 #include "quant.h"
 #include "repack.h"
 #include "threadpool.h"
+#include "test_rand.h"
 
-static uint64_t rng_state = 88172645463325252ull;
-static double urand(void) { /* xorshift64: deterministic across runs */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (double)(rng_state >> 11) / 9007199254740992.0;
+static zi_test_rng rng = {88172645463325252ull};
+static float frand(float lo, float hi) {
+    return zi_test_frand(&rng, lo, hi);
 }
-static float frand(float lo, float hi) { return lo + (hi - lo) * (float)urand(); }
 
-/* Random quantized rows of `type`: rows x cols. */
+/* Random rows of `type` (test_rand.h), float types in [-1, 1]. */
 static void *make_rows(int type, int rows, int cols, size_t *row_bytes) {
-    size_t rb = (size_t)cols / zi_ggml_type_block_elems(type) * zi_ggml_type_block_bytes(type);
-    uint8_t *w = malloc(rb * (size_t)rows);
-    for (int r = 0; r < rows; r++) {
-        uint8_t *row = w + rb * (size_t)r;
-        switch (type) {
-        case ZI_TYPE_Q4_0:
-            for (int k = 0; k < cols / 32; k++) {
-                zi_block_q4_0 *b = (zi_block_q4_0 *)(void *)(row + k * sizeof *b);
-                b->d = zi_f32_to_f16(frand(0.001f, 0.05f));
-                for (int i = 0; i < 16; i++) b->qs[i] = (uint8_t)(urand() * 256);
-            }
-            break;
-        case ZI_TYPE_Q4_1:
-            for (int k = 0; k < cols / 32; k++) {
-                zi_block_q4_1 *b = (zi_block_q4_1 *)(void *)(row + k * sizeof *b);
-                b->d = zi_f32_to_f16(frand(0.001f, 0.05f));
-                b->m = zi_f32_to_f16(frand(-0.3f, 0.0f));
-                for (int i = 0; i < 16; i++) b->qs[i] = (uint8_t)(urand() * 256);
-            }
-            break;
-        case ZI_TYPE_Q8_0:
-            for (int k = 0; k < cols / 32; k++) {
-                zi_block_q8_0 *b = (zi_block_q8_0 *)(void *)(row + k * sizeof *b);
-                b->d = zi_f32_to_f16(frand(0.0005f, 0.01f));
-                for (int i = 0; i < 32; i++) b->qs[i] = (int8_t)(urand() * 255 - 127);
-            }
-            break;
-        case ZI_TYPE_F32:
-            for (int i = 0; i < cols; i++) ((float *)(void *)row)[i] = frand(-1, 1);
-            break;
-        case ZI_TYPE_F16:
-            for (int i = 0; i < cols; i++) {
-                uint16_t h = zi_f32_to_f16(frand(-1, 1));
-                memcpy(row + 2 * i, &h, 2);
-            }
-            break;
-        case ZI_TYPE_BF16:
-            for (int i = 0; i < cols; i++) {
-                float f = frand(-1, 1);
-                uint32_t bits;
-                memcpy(&bits, &f, 4);
-                uint16_t h = (uint16_t)(bits >> 16);
-                memcpy(row + 2 * i, &h, 2);
-            }
-            break;
-        }
-    }
-    *row_bytes = rb;
+    void *w = zi_test_make_rows(&rng, type, rows, cols, 1.0f, row_bytes);
+    assert_non_null(w);
     return w;
 }
 
