@@ -26,44 +26,12 @@
 #include <cmocka.h>
 
 #include "gguf.h"
+#include "gguf_writer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CORPUS_DIR "tests/fuzz/corpus"
 #define N_MUTATIONS 20000
-
-/* ---- a minimal GGUF writer (the unit test has a fuller one) --------------- */
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t n, cap;
-} wbuf;
-
-static void w_bytes(wbuf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        b->p = realloc(b->p, cap);
-        assert_non_null(b->p);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void w_le(wbuf *b, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; i++) {
-        uint8_t x = (uint8_t)(v >> (8 * i));
-        w_bytes(b, &x, 1);
-    }
-}
-static void w_str(wbuf *b, const char *s) {
-    w_le(b, strlen(s), 8);
-    w_bytes(b, s, strlen(s));
-}
-static void w_key(wbuf *b, const char *k, uint32_t t) {
-    w_str(b, k);
-    w_le(b, t, 4);
-}
 
 /* A valid v3 file with every value type, nested and string arrays, an
  * explicit alignment and one tensor of each supported type. */

@@ -23,80 +23,9 @@
 #include <cmocka.h>
 
 #include "gguf.h"
+#include "gguf_writer.h"
 
 #define DEFAULT_MODEL "/root/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf"
-
-/* ---- a tiny GGUF writer ----------------------------------------------------- */
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t n, cap;
-} wbuf;
-
-static void w_bytes(wbuf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        b->p = realloc(b->p, cap);
-        assert_non_null(b->p);
-        b->cap = cap;
-    }
-    if (n) memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void w_u8(wbuf *b, uint8_t v) {
-    w_bytes(b, &v, 1);
-}
-static void w_u16(wbuf *b, uint16_t v) {
-    uint8_t x[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
-    w_bytes(b, x, 2);
-}
-static void w_u32(wbuf *b, uint32_t v) {
-    w_u16(b, (uint16_t)v);
-    w_u16(b, (uint16_t)(v >> 16));
-}
-static void w_u64(wbuf *b, uint64_t v) {
-    w_u32(b, (uint32_t)v);
-    w_u32(b, (uint32_t)(v >> 32));
-}
-static void w_f32(wbuf *b, float f) {
-    uint32_t v;
-    memcpy(&v, &f, 4);
-    w_u32(b, v);
-}
-static void w_f64(wbuf *b, double f) {
-    uint64_t v;
-    memcpy(&v, &f, 8);
-    w_u64(b, v);
-}
-static void w_str(wbuf *b, const char *s) {
-    w_u64(b, strlen(s));
-    w_bytes(b, s, strlen(s));
-}
-static void w_key(wbuf *b, const char *key, uint32_t type) {
-    w_str(b, key);
-    w_u32(b, type);
-}
-static void w_header(wbuf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
-    w_bytes(b, "GGUF", 4);
-    w_u32(b, version);
-    w_u64(b, n_tensors);
-    w_u64(b, n_kv);
-}
-static void w_tinfo(wbuf *b, const char *name, uint32_t n_dims, const uint64_t *ne, uint32_t type,
-                    uint64_t offset) {
-    w_str(b, name);
-    w_u32(b, n_dims);
-    for (uint32_t i = 0; i < n_dims; i++) w_u64(b, ne[i]);
-    w_u32(b, type);
-    w_u64(b, offset);
-}
-static void w_pad(wbuf *b, size_t align) {
-    while (b->n % align) w_u8(b, 0);
-}
-static void w_zeros(wbuf *b, size_t n) {
-    for (size_t i = 0; i < n; i++) w_u8(b, 0);
-}
 
 /* The tensors of the valid file: one of each supported type, 1 to 4 dims. */
 struct tspec {

@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "gguf.h"
+#include "gguf_writer.h"
 #include "tokenizer.h"
 #include "unicode.h"
 
@@ -110,65 +111,6 @@ static void test_utf8_encode(void **state) {
     assert_int_equal(zi_utf8_lead_len(0xE4), 3);
     assert_int_equal(zi_utf8_lead_len(0xF0), 4);
     assert_int_equal(zi_utf8_lead_len(0xFF), 0);
-}
-
-/* ---- a tiny GGUF writer for synthetic vocabularies --------------------- */
-
-typedef struct wbuf {
-    uint8_t *p;
-    size_t n, cap;
-} wbuf;
-
-static void w_bytes(wbuf *b, const void *d, size_t n) {
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 1024;
-        while (cap < b->n + n) cap *= 2;
-        b->p = realloc(b->p, cap);
-        assert_non_null(b->p);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, d, n);
-    b->n += n;
-}
-static void w_u32(wbuf *b, uint32_t v) {
-    w_bytes(b, &v, 4);
-}
-static void w_u64(wbuf *b, uint64_t v) {
-    w_bytes(b, &v, 8);
-}
-static void w_str(wbuf *b, const char *s) {
-    w_u64(b, strlen(s));
-    w_bytes(b, s, strlen(s));
-}
-static void kv_str(wbuf *b, const char *k, const char *v) {
-    w_str(b, k);
-    w_u32(b, ZI_GGUF_STRING);
-    w_str(b, v);
-}
-static void kv_u32(wbuf *b, const char *k, uint32_t v) {
-    w_str(b, k);
-    w_u32(b, ZI_GGUF_UINT32);
-    w_u32(b, v);
-}
-static void kv_bool(wbuf *b, const char *k, int v) {
-    w_str(b, k);
-    w_u32(b, ZI_GGUF_BOOL);
-    uint8_t x = (uint8_t)(v != 0);
-    w_bytes(b, &x, 1);
-}
-static void kv_strs(wbuf *b, const char *k, const char *const *v, size_t n) {
-    w_str(b, k);
-    w_u32(b, ZI_GGUF_ARRAY);
-    w_u32(b, ZI_GGUF_STRING);
-    w_u64(b, n);
-    for (size_t i = 0; i < n; i++) w_str(b, v[i]);
-}
-static void kv_i32s(wbuf *b, const char *k, const int32_t *v, size_t n) {
-    w_str(b, k);
-    w_u32(b, ZI_GGUF_ARRAY);
-    w_u32(b, ZI_GGUF_INT32);
-    w_u64(b, n);
-    w_bytes(b, v, 4 * n);
 }
 
 /* The GPT-2 character standing for byte b, as UTF-8. */
