@@ -408,6 +408,32 @@ static rreq *new_request(router *rt, const client_ctx *c, int kind) {
     return r;
 }
 
+/* The request's response_format asks for structured output (any type but
+ * "text"), which this version cannot constrain decoding to: refused rather
+ * than ignored. Returns the reason in msg, or NULL when the request may go. */
+static const char *structured_output_refusal(const zi_bytes *rf, char *msg, size_t cap) {
+    if (!rf->len) return NULL;
+    zi_codec_limits lim = zi_codec_limits_default();
+    msgpack_unpacked u;
+    zi_error err = {0};
+    const char *type = NULL;
+    size_t tlen = 0;
+    const char *code = NULL;
+    if (zi_msgpack_parse(rf->p, rf->len, &lim, &u, &err) != ZI_OK ||
+        zi_map_str(&u.data, "type", &type, &tlen, &err) != ZI_OK) {
+        code = "invalid_request";
+        snprintf(msg, cap, "response_format.type: missing or not a string");
+    } else if (!(tlen == 4 && memcmp(type, "text", 4) == 0)) {
+        code = "unsupported";
+        snprintf(msg, cap,
+                 "response_format: structured output (type '%.*s') is not supported by this "
+                 "version; only type 'text'",
+                 (int)(tlen < 64 ? tlen : 64), type);
+    }
+    msgpack_unpacked_destroy(&u);
+    return code;
+}
+
 static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o) {
     zi_error err = {0};
     zi_request req;
@@ -430,6 +456,17 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
                  "sampling_params.max_new_tokens: %lld exceeds this server's "
                  "limit of %lld",
                  (long long)req.sampling_params.max_new_tokens, rt->max_new);
+    } else if (req.sampling_params.max_new_tokens < 0 &&
+               req.sampling_params.min_new_tokens > rt->max_new) {
+        /* No max_new_tokens means "up to this server's limit", which the
+         * minimum must fit under too. */
+        code = "invalid_request", field = "sampling_params.min_new_tokens";
+        snprintf(msg, sizeof msg,
+                 "sampling_params.min_new_tokens: %lld exceeds this server's limit of %lld new "
+                 "tokens",
+                 (long long)req.sampling_params.min_new_tokens, rt->max_new);
+    } else if ((code = structured_output_refusal(&req.response_format, msg, sizeof msg))) {
+        field = "response_format";
     } else if (req.prompt_kind == ZI_PROMPT_TOKENS &&
                req.prompt_tokens.n > (size_t)rt->max_prompt) {
         code = "invalid_request", field = "prompt";

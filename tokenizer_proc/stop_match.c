@@ -115,3 +115,10 @@ int zi_stop_flush(zi_stop_matcher *m, char **out, size_t *out_len, zi_error *err
     m->held_len = 0;
     return rc;
 }
+
+int zi_stop_pass(zi_stop_matcher *m, const char *text, size_t len, char **out, size_t *out_len,
+                 zi_error *err) {
+    if (m->stopped) return ZI_OK;
+    int rc = zi_stop_flush(m, out, out_len, err);
+    return rc ? rc : append_out(out, out_len, text, len, err);
+}

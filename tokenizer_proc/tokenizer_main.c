@@ -63,6 +63,9 @@ typedef struct dstate {
     zi_detok dt;
     zi_stop_matcher stop;
     bool detokenize; /* sampling_params.detokenize: false returns ids only */
+    bool has_stops;  /* stop strings: the text is decoded (to match them) even then */
+    int64_t min_new; /* sampling_params.min_new_tokens: no stop string ends those */
+    int64_t n_gen;   /* tokens decoded so far */
 } dstate;
 
 typedef struct tproc {
@@ -249,6 +252,9 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         dstate *d = &t->st[t->n_st];
         d->rid = rid;
         d->detokenize = r.sampling_params.detokenize;
+        d->has_stops = k > 0;
+        d->min_new = r.sampling_params.min_new_tokens;
+        d->n_gen = 0;
         zi_detok_init(&d->dt);
         rc = zi_stop_init(&d->stop, sv, sl, k, &err);
         if (!rc) t->n_st++;
@@ -305,16 +311,22 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
             break;
         }
         used = i + 1;
-        if (!d->detokenize) continue;
+        d->n_gen++;
+        if (!d->detokenize && !d->has_stops) continue;
         int w = zi_detok_push(&d->dt, t->tok, ids[i], 0, piece, sizeof piece);
         if (w < 0) {
             rc =
                 zi_error_set(&err, ZI_EINVAL, "token_ids: id %d is outside the vocabulary", ids[i]);
             break;
         }
-        rc = zi_stop_feed(&d->stop, piece, (size_t)w, &out, &out_len, &stopped, &err);
+        /* A stop string must lie in text of the tokens after the first
+         * min_new_tokens (the EOS and stop ids are masked until then too). */
+        if (d->n_gen <= d->min_new)
+            rc = zi_stop_pass(&d->stop, piece, (size_t)w, &out, &out_len, &err);
+        else
+            rc = zi_stop_feed(&d->stop, piece, (size_t)w, &out, &out_len, &stopped, &err);
     }
-    if (!rc && d->detokenize && !stopped && zi_gen_status_is_done(status)) {
+    if (!rc && (d->detokenize || d->has_stops) && !stopped && zi_gen_status_is_done(status)) {
         int w = zi_detok_flush(&d->dt, piece, sizeof piece);
         bool s2 = false;
         if (w > 0) rc = zi_stop_feed(&d->stop, piece, (size_t)w, &out, &out_len, &s2, &err);
@@ -373,6 +385,9 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         }
         zi_pack_kv_str(&m.pk, "type", "decoded");
         zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+        /* With detokenize false the text was decoded only to find stop
+         * strings: none goes out. */
+        if (!d->detokenize) out_len = 0;
         /* Only a flush at the end can leave a partial character. */
         size_t cl = 0;
         char *clean = zi_utf8_clean(out ? out : "", out_len, &cl);

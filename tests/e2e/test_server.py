@@ -266,6 +266,60 @@ def test_stop_string_across_tokens(client, prompt_ids, cli_reference):
     assert f2["status"] == "stop" and f2["text"] == text[:cut]
 
 
+def test_stop_string_with_detokenize_false(client, prompt_ids, cli_reference):
+    """Stop strings still end the stream when no text is returned: the ids
+    are those of the same request with text, and no text goes out."""
+    text = cli_reference["text"]
+    stop = re.findall(r"\S+\s+\S+", text)[1]
+    with_text, f1 = client.generate("sd1", prompt=prompt_ids, stop=[stop],
+                                    sampling_params={"max_new_tokens": 24})
+    no_text, f2 = client.generate("sd2", prompt=prompt_ids, stop=[stop],
+                                  sampling_params={"max_new_tokens": 24, "detokenize": False})
+    assert f1["status"] == f2["status"] == "stop", (f1, f2)
+    ids1 = [t for c in with_text for t in ids_of(c["token_ids"])]
+    ids2 = [t for c in no_text for t in ids_of(c["token_ids"])]
+    assert ids2 == ids1 and len(ids2) < len(cli_reference["token_ids"])
+    assert all(c["text"] == "" for c in no_text)
+
+
+def test_stop_string_waits_for_min_new_tokens(client, prompt_ids, cli_reference):
+    """No stop string ends a response before min_new_tokens tokens: with
+    min = max = n the reference's first n tokens all come back, although the
+    stop string is the completion's first words."""
+    text, ref_ids = cli_reference["text"], cli_reference["token_ids"]
+    n = len(ref_ids) - 1  # the reference ends with its end-of-sequence token
+    assert n >= 6 and cli_reference["finish_reason"] == "end_of_sequence", cli_reference
+    stop = re.findall(r"\S+\s+\S+", text)[0]
+    assert text.startswith(stop)
+    chunks, final = client.generate("sm", prompt=prompt_ids, stop=[stop],
+                                    sampling_params={"max_new_tokens": n, "min_new_tokens": n})
+    assert [t for c in chunks for t in ids_of(c["token_ids"])] == ref_ids[:n]
+    client.send({"op": "detokenize", "id": "smd", "token_ids": ref_ids[:n]})
+    assert "".join(c["text"] for c in chunks) == client.recv()["text"]
+    assert final["status"] == "maximum_length", final
+    # Without the minimum the same stop string ends it at once.
+    chunks, final = client.generate("sm2", prompt=prompt_ids, stop=[stop],
+                                    sampling_params={"max_new_tokens": n})
+    assert final["status"] == "stop" and "".join(c["text"] for c in chunks) == ""
+
+
+def test_structured_output_is_refused_not_ignored(client, prompt_ids, cli_reference):
+    """Decoding cannot be constrained to a JSON schema yet: such a request
+    gets an `unsupported` error naming response_format; type "text" (no
+    constraint) is served as usual."""
+    for i, rf in enumerate([{"type": "json_object"},
+                            {"type": "json_schema", "json_schema": {"type": "object"}}]):
+        _, m = client.generate(f"rf{i}", prompt=prompt_ids, response_format=rf)
+        assert m["event"] == "error" and m["code"] == "unsupported", m
+        assert m.get("field") == "response_format", m
+        assert rf["type"] in m["message"], m
+        assert client.quiet(0.05)
+    chunks, final = client.generate("rft", prompt=prompt_ids, response_format={"type": "text"},
+                                    sampling_params={"max_new_tokens": 24})
+    assert final["event"] == "final", final
+    assert [t for c in chunks for t in ids_of(c["token_ids"])] == cli_reference["token_ids"]
+
+
 def test_messages_use_the_chat_template(client):
     system, user = "Be brief.", "Name three colors."
     text = (f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n{user}<|im_end|>\n"
@@ -314,6 +368,12 @@ BAD_INPUTS = [
     ("max_new_tokens over the limit", {"op": "generate", "id": "b12", "prompt": "hi",
                                        "sampling_params": {"max_new_tokens": 100000}}, "b12",
      "sampling_params.max_new_tokens", r"limit"),
+    ("min_new_tokens over the limit without a max",
+     {"op": "generate", "id": "b12m", "prompt": "hi", "sampling_params": {"min_new_tokens": 401}},
+     "b12m", "sampling_params.min_new_tokens", r"401 exceeds this server's limit of 400"),
+    ("response_format without a type", {"op": "generate", "id": "b12r", "prompt": "hi",
+                                        "response_format": {"json_schema": {}}}, "b12r",
+     "response_format", r"response_format.type"),
     ("stream not a bool", {"op": "generate", "id": "b13", "prompt": "hi", "stream": "yes"},
      "b13", "stream", r""),
     ("unknown model", {"op": "generate", "id": "b14", "prompt": "hi", "model_name": "gpt-9"},

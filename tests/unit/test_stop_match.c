@@ -3,7 +3,8 @@
  * strings found inside one piece and across piece (token) boundaries, the
  * earliest of several stops winning, held-back text released when it turns
  * out not to be a stop, nothing released after a stop, flush at the end,
- * multi-byte characters never split, and no stops at all.
+ * multi-byte characters never split, no stops at all, and text passed
+ * through unmatched (zi_stop_pass).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -190,6 +191,31 @@ static void test_flush_releases_held_prefix(void **state) {
     zi_stop_free(&m);
 }
 
+/* zi_stop_pass (a request's first min_new_tokens tokens): its text is
+ * released whole even when it holds a stop string; matching starts with the
+ * next fed piece, and nothing is released after a stop. */
+static void test_pass_skips_matching(void **state) {
+    (void)state;
+    zi_stop_matcher m;
+    const char *stops[] = {"END"};
+    init(&m, stops, 1);
+    run r = {0};
+    zi_error e = {0};
+    assert_int_equal(zi_stop_pass(&m, "an END here", 11, &r.out, &r.len, &e), ZI_OK);
+    assert_int_equal(r.len, 11);
+    assert_memory_equal(r.out, "an END here", 11);
+    FEED_EXPECT(&m, " E", &r, " "); /* "E" may start a stop: held */
+    assert_int_equal(zi_stop_pass(&m, "Nx", 2, &r.out, &r.len, &e), ZI_OK); /* held "E" first */
+    assert_int_equal(r.len, 15);
+    assert_memory_equal(r.out + 12, "ENx", 3);
+    FEED_EXPECT(&m, " the END.", &r, " the ");
+    assert_true(r.stopped);
+    assert_int_equal(zi_stop_pass(&m, "more", 4, &r.out, &r.len, &e), ZI_OK);
+    assert_int_equal(r.len, 20);
+    free(r.out);
+    zi_stop_free(&m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_stops_passes_through),
@@ -201,6 +227,7 @@ int main(void) {
         cmocka_unit_test(test_multibyte_not_split),
         cmocka_unit_test(test_flush_after_stop_releases_nothing),
         cmocka_unit_test(test_flush_releases_held_prefix),
+        cmocka_unit_test(test_pass_skips_matching),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
