@@ -349,7 +349,7 @@ __attribute__((format(printf, 3, 4))) static int fail(dec *d, int code, const ch
     return zi_error_set(d->err, code, "%s: %s", d->plen ? d->path : d->root, msg);
 }
 
-static const char *type_name(const msgpack_object *o) {
+const char *zi_msgpack_type_name(const msgpack_object *o) {
     switch (o->type) {
     case MSGPACK_OBJECT_NIL:
         return "nil";
@@ -376,7 +376,7 @@ static const char *type_name(const msgpack_object *o) {
 }
 
 static int wrong_type(dec *d, const msgpack_object *o, const char *want) {
-    return fail(d, ZI_EINVAL, "expected %s, got %s", want, type_name(o));
+    return fail(d, ZI_EINVAL, "expected %s, got %s", want, zi_msgpack_type_name(o));
 }
 
 static bool is_nil(const msgpack_object *o) {
@@ -399,7 +399,8 @@ static int read_map(dec *d, const msgpack_object *o, const char *const *names, s
     for (uint32_t i = 0; i < o->via.map.size; i++) {
         const msgpack_object *k = &o->via.map.ptr[i].key;
         if (k->type != MSGPACK_OBJECT_STR)
-            return fail(d, ZI_EINVAL, "map key #%u is %s, not a string", i, type_name(k));
+            return fail(d, ZI_EINVAL, "map key #%u is %s, not a string", i,
+                        zi_msgpack_type_name(k));
         size_t f = 0;
         while (f < nf && !is_key(k, names[f])) f++;
         if (f == nf) {
@@ -745,7 +746,8 @@ static int check_opaque(dec *d, const msgpack_object *o, size_t depth) {
         for (uint32_t i = 0; i < o->via.map.size && !rc; i++) {
             const msgpack_object *k = &o->via.map.ptr[i].key;
             if (k->type != MSGPACK_OBJECT_STR)
-                return fail(d, ZI_EINVAL, "map key #%u is %s, not a string", i, type_name(k));
+                return fail(d, ZI_EINVAL, "map key #%u is %s, not a string", i,
+                            zi_msgpack_type_name(k));
             if ((rc = check_str(d, k, 0))) return rc;
             char nm[80];
             printable(nm, sizeof nm, k->via.str.ptr, k->via.str.size);
@@ -1886,6 +1888,37 @@ int zi_codec_text_context_from_bytes(const void *buf, size_t len, const zi_codec
     int rc = zi_msgpack_parse(buf, len, lim, &u, err);
     if (rc) return rc;
     rc = zi_codec_decode_text_context(&u.data, lim, NULL, out, err);
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+int zi_response_format_kind(const zi_bytes *rf, int *kind, zi_error *err) {
+    *kind = ZI_RF_NONE;
+    if (!rf->len) return ZI_OK;
+    msgpack_unpacked u;
+    int rc = zi_msgpack_parse(rf->p, rf->len, NULL, &u, err);
+    if (rc) return zi_error_prefix(err, "response_format");
+    const msgpack_object *o = &u.data, *type = NULL;
+    for (uint32_t i = 0; o->type == MSGPACK_OBJECT_MAP && i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 4 &&
+            memcmp(k->via.str.ptr, "type", 4) == 0)
+            type = &o->via.map.ptr[i].val;
+    }
+    if (!type || type->type != MSGPACK_OBJECT_STR) {
+        rc = zi_error_set(err, ZI_EINVAL, "response_format.type: missing or not a string");
+    } else {
+        const char *t = type->via.str.ptr;
+        uint32_t n = type->via.str.size;
+        if (n == 11 && memcmp(t, "json_object", 11) == 0)
+            *kind = ZI_RF_JSON_OBJECT;
+        else if (!(n == 4 && memcmp(t, "text", 4) == 0))
+            rc = zi_error_set(err, ZI_EUNSUPPORTED,
+                              "response_format: type '%.*s' is not supported by this version "
+                              "(decoding can be held to a JSON object, 'json_object', not yet "
+                              "to a schema)",
+                              (int)(n < 64 ? n : 64), t);
+    }
     msgpack_unpacked_destroy(&u);
     return rc;
 }

@@ -69,6 +69,9 @@ int zi_msgpack_check(const void *buf, size_t len, const zi_codec_limits *lim, zi
 int zi_msgpack_parse(const void *buf, size_t len, const zi_codec_limits *lim, msgpack_unpacked *out,
                      zi_error *err);
 
+/* "a string", "an integer", "a map", ...: an object's type in messages. */
+const char *zi_msgpack_type_name(const msgpack_object *o);
+
 /* ---- arrays ---------------------------------------------------------------- */
 
 /* Token ids as a numpy-style int64 array. */
@@ -117,6 +120,15 @@ int zi_codec_decode_text_generation_response(const msgpack_object *o, const zi_c
 int zi_codec_request_to_bytes(const zi_request *r, char **buf, size_t *len, zi_error *err);
 int zi_codec_text_context_to_bytes(const zi_text_context *ctx, char **buf, size_t *len,
                                    zi_error *err);
+/* What a request's response_format (opaque msgpack, types.h) asks for. */
+enum { ZI_RF_NONE = 0, ZI_RF_JSON_OBJECT = 1 };
+/* *kind = ZI_RF_NONE when rf is absent or {"type": "text"},
+ * ZI_RF_JSON_OBJECT for {"type": "json_object"}. ZI_EINVAL when rf is not a
+ * map with a string "type"; ZI_EUNSUPPORTED for any other type
+ * ("json_schema": decoding cannot be held to a schema yet). Messages name
+ * the field (response_format...). */
+int zi_response_format_kind(const zi_bytes *rf, int *kind, zi_error *err);
+
 /* zi_msgpack_parse + decode. lim may be NULL (defaults). */
 int zi_codec_request_from_bytes(const void *buf, size_t len, const zi_codec_limits *lim,
                                 zi_request *out, zi_error *err);

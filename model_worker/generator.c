@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "json_constraint.h"
 #include "kv_blocks.h"
 #include "sampler.h"
 
@@ -31,6 +32,11 @@ typedef struct gseq {
     uint64_t last_hash;   /* the chained hash of block n_registered - 1 */
     uint64_t arrival;
     int looked_up; /* the prefix cache was asked since the last (re)start */
+    /* Structured output: the JSON automaton after the first js_fed
+     * generated tokens (-1: not started; js_bad: they broke it). */
+    zi_json_state js;
+    int64_t js_fed;
+    int js_bad;
 } gseq;
 
 struct zi_generator {
@@ -65,7 +71,9 @@ struct zi_generator {
     int32_t *out_tok, *sample_tok; /* [n_slots] */
     int32_t *forbid;               /* EOS ids masked by min_new_tokens */
     size_t forbid_cap;
-    int32_t *top_ids; /* log-probability scratch */
+    const zi_json_vocab *json; /* structured output (NULL: refused) */
+    int32_t *json_masks;       /* [n_slots][ceil(n_vocab / 32)] allowed tokens */
+    int32_t *top_ids;          /* log-probability scratch */
     float *top_lps;
     size_t top_cap, top_lps_cap;
 };
@@ -167,6 +175,7 @@ void zi_generator_free(zi_generator *g) {
     free(g->out_tok);
     free(g->sample_tok);
     free(g->forbid);
+    free(g->json_masks);
     free(g->top_ids);
     free(g->top_lps);
     zi_sampler_destroy(g->sampler);
@@ -255,10 +264,59 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         q->n_blocks = q->n_registered = 0;
         q->last_hash = 0;
         q->looked_up = 0;
+        q->js_fed = -1;
         q->arrival = ++g->arrivals;
         zi_text_context_assign_to_cache(c, next, NULL);
     }
     return ZI_OK;
+}
+
+/* Structured output: the tokens that keep context c's completion a JSON
+ * object, into mask row `row`. The automaton catches up with the tokens
+ * generated since the last step (all of them again after a rollback);
+ * tokens that do not continue it (none should: each was drawn under this
+ * mask) leave only the end-of-sequence ids. */
+static const int32_t *json_mask(zi_generator *g, const zi_text_context *c, int row) {
+    gseq *q = seq_of(g, c);
+    int64_t n_gen = c->end_idx - c->prompt_len;
+    if (q->js_fed < 0 || q->js_fed > n_gen) {
+        zi_json_state_init(&q->js);
+        q->js_fed = 0, q->js_bad = 0;
+    }
+    for (; q->js_fed < n_gen; q->js_fed++)
+        if (!q->js_bad &&
+            !zi_json_feed_token(g->json, &q->js, c->tokens[c->prompt_len + q->js_fed]))
+            q->js_bad = 1;
+    size_t words = ((size_t)g->n_vocab + 31) / 32;
+    int32_t *m = g->json_masks + (size_t)row * words;
+    if (!q->js_bad) {
+        zi_json_allowed(g->json, &q->js, c->eos_token_ids.v, c->eos_token_ids.n, m);
+    } else {
+        memset(m, 0, words * sizeof *m);
+        for (size_t i = 0; i < c->eos_token_ids.n; i++) {
+            int32_t t = c->eos_token_ids.v[i];
+            if (t >= 0 && t < g->n_vocab) m[t >> 5] |= (int32_t)(1u << (t & 31));
+        }
+    }
+    return m;
+}
+
+int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_error *err) {
+    if (v && zi_json_vocab_size(v) != g->n_vocab)
+        return zi_error_set(err, ZI_EINVAL,
+                            "structured output: the tokenizer has %d tokens, the model %d",
+                            (int)zi_json_vocab_size(v), g->n_vocab);
+    if (v && !g->json_masks) {
+        size_t words = ((size_t)g->n_vocab + 31) / 32;
+        g->json_masks = malloc((size_t)g->cfg.n_slots * words * sizeof *g->json_masks);
+        if (!g->json_masks) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    }
+    g->json = v;
+    return ZI_OK;
+}
+
+bool zi_generator_has_json(const zi_generator *g) {
+    return g->json != NULL;
 }
 
 /* Grows a scratch array to hold n elements of size sz. */
@@ -545,6 +603,7 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
             .step = (uint64_t)n_gen,
             .eos_forbid = g->forbid ? g->forbid + used : NULL,
         };
+        if (c->has_json_schema && g->json) r->bitmask = json_mask(g, c, n_sample - 1);
         if (mask) { /* ids outside the vocabulary cannot be sampled anyway */
             const zi_i32_list *lists[2] = {&c->eos_token_ids, &c->sampling_params.stop_token_ids};
             size_t k = 0;

@@ -41,6 +41,7 @@
 #ifndef ZI_GENERATOR_H
 #define ZI_GENERATOR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -98,6 +99,18 @@ int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size
 /* Frees ctx's cache slot (the seeds' release); a no-op for a context
  * without one. */
 void zi_generator_release(zi_generator *g, zi_text_context *ctx);
+
+/*
+ * Structured output (json_constraint.h): with a vocabulary set, a context
+ * with has_json_schema (response_format {"type": "json_object"}; its
+ * json_schema is ZI_JSON_OBJECT_SCHEMA) draws each token from those that
+ * keep its completion a JSON object, and only an end-of-sequence id once
+ * the object is closed. v (NULL: none) must outlive the generator and
+ * have the model's vocabulary size (ZI_EINVAL otherwise).
+ */
+typedef struct zi_json_vocab zi_json_vocab;
+int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_error *err);
+bool zi_generator_has_json(const zi_generator *g);
 
 /* Slots in use, for load reporting. */
 int zi_generator_slots_used(const zi_generator *g);

@@ -33,6 +33,7 @@
 #include "generator.h"
 #include "log.h"
 #include "model.h"
+#include "json_constraint.h"
 #include "tokenizer.h"
 #include "wire.h"
 
@@ -212,12 +213,22 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
     for (size_t i = 0; !rc && i < l->ctx.n_eos_sequences; i++)
         rc = check_ids(w, "context.eos_sequences", l->ctx.eos_sequences[i].v,
                        l->ctx.eos_sequences[i].n, &err);
+    /* Structured output: the JSON-object constraint, the only one yet. */
+    if (!rc && l->ctx.has_json_schema && !zi_generator_has_json(w->gen))
+        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
+                          "response_format: this worker cannot constrain decoding (no "
+                          "tokenizer in its model file)");
+    if (!rc && l->ctx.has_json_schema &&
+        !(l->ctx.json_schema.len == strlen(ZI_JSON_OBJECT_SCHEMA) &&
+          memcmp(l->ctx.json_schema.p, ZI_JSON_OBJECT_SCHEMA, l->ctx.json_schema.len) == 0))
+        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
+                          "response_format: only a JSON object can be required yet (json_object)");
     if (!rc && l->ctx.end_idx >= w->ctx_size)
         rc = zi_error_set(&err, ZI_ERANGE,
                           "prompt: %lld tokens leave no room in this worker's context of %d",
                           (long long)l->ctx.end_idx, w->ctx_size);
     if (rc) {
-        send_error(w, rid, "invalid_request", err.msg);
+        send_error(w, rid, rc == ZI_EUNSUPPORTED ? "unsupported" : "invalid_request", err.msg);
         zi_text_context_free(&l->ctx);
         return;
     }
@@ -226,6 +237,24 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
     w->n_live++;
     zi_log(&w->log, ZI_LOG_DEBUG, "request %llu: %lld prompt tokens, max length %lld",
            (unsigned long long)rid, (long long)l->ctx.prompt_len, (long long)l->ctx.max_length);
+}
+
+/* The vocabulary as byte strings for structured output, or NULL (logged). */
+static zi_json_vocab *load_json_vocab(worker *w, const char *path) {
+    zi_error err = {0};
+    zi_gguf *g = NULL;
+    zi_tokenizer *tok = NULL;
+    zi_json_vocab *v = NULL;
+    double t0 = (double)zi_now_ms();
+    if (zi_gguf_open(path, &g, &err) || zi_tokenizer_load(g, &tok, &err) ||
+        zi_json_vocab_create(tok, &v, &err))
+        zi_log(&w->log, ZI_LOG_WARN, "structured output off: %s", err.msg);
+    else
+        zi_log(&w->log, ZI_LOG_INFO, "structured output: %d tokens read in %.0f ms",
+               (int)zi_json_vocab_size(v), (double)zi_now_ms() - t0);
+    zi_tokenizer_free(tok);
+    zi_gguf_close(g);
+    return v;
 }
 
 static void on_message(worker *w, const void *buf, size_t len) {
@@ -496,6 +525,15 @@ int main(int argc, char **argv) {
         be->ops->destroy(be);
         return 1;
     }
+    /* Structured output needs the tokens' bytes: the model file's
+     * tokenizer, read once into a trie. Without one, such requests are
+     * refused and everything else is served. */
+    zi_json_vocab *jv = load_json_vocab(&w, o.model);
+    if (jv && zi_generator_set_json_vocab(w.gen, jv, &err)) {
+        zi_log(&w.log, ZI_LOG_WARN, "structured output off: %s", err.msg);
+        zi_json_vocab_free(jv);
+        jv = NULL;
+    }
     void *zctx = zmq_ctx_new();
     w.sock = zi_backend_socket(zctx, o.router, &err);
     if (!w.sock) {
@@ -577,6 +615,7 @@ out:
     zmq_close(w.sock);
     zmq_ctx_term(zctx);
     zi_generator_free(w.gen);
+    zi_json_vocab_free(jv);
     free(w.live);
     zi_model_free(model);
     be->ops->destroy(be);

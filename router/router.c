@@ -408,30 +408,25 @@ static rreq *new_request(router *rt, const client_ctx *c, int kind) {
     return r;
 }
 
-/* The request's response_format asks for structured output (any type but
- * "text"), which this version cannot constrain decoding to: refused rather
- * than ignored. Returns the reason in msg, or NULL when the request may go. */
-static const char *structured_output_refusal(const zi_bytes *rf, char *msg, size_t cap) {
-    if (!rf->len) return NULL;
-    zi_codec_limits lim = zi_codec_limits_default();
-    msgpack_unpacked u;
+/* The request's response_format: what it asks for must be something this
+ * version can hold decoding to (a JSON object), and a JSON object needs
+ * the end-of-sequence token. Returns the error code (msg filled in), or
+ * NULL when the request may go. */
+static const char *response_format_error(const zi_request *req, char *msg, size_t cap) {
     zi_error err = {0};
-    const char *type = NULL;
-    size_t tlen = 0;
-    const char *code = NULL;
-    if (zi_msgpack_parse(rf->p, rf->len, &lim, &u, &err) != ZI_OK ||
-        zi_map_str(&u.data, "type", &type, &tlen, &err) != ZI_OK) {
-        code = "invalid_request";
-        snprintf(msg, cap, "response_format.type: missing or not a string");
-    } else if (!(tlen == 4 && memcmp(type, "text", 4) == 0)) {
-        code = "unsupported";
-        snprintf(msg, cap,
-                 "response_format: structured output (type '%.*s') is not supported by this "
-                 "version; only type 'text'",
-                 (int)(tlen < 64 ? tlen : 64), type);
+    int kind = ZI_RF_NONE;
+    int rc = zi_response_format_kind(&req->response_format, &kind, &err);
+    if (rc) {
+        snprintf(msg, cap, "%.200s", err.msg);
+        return rc == ZI_EUNSUPPORTED ? "unsupported" : "invalid_request";
     }
-    msgpack_unpacked_destroy(&u);
-    return code;
+    if (kind == ZI_RF_JSON_OBJECT && req->sampling_params.ignore_eos) {
+        snprintf(msg, cap,
+                 "response_format: a JSON object ends with the end-of-sequence token, which "
+                 "sampling_params.ignore_eos turns off");
+        return "invalid_request";
+    }
+    return NULL;
 }
 
 static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o) {
@@ -465,7 +460,7 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
                  "sampling_params.min_new_tokens: %lld exceeds this server's limit of %lld new "
                  "tokens",
                  (long long)req.sampling_params.min_new_tokens, rt->max_new);
-    } else if ((code = structured_output_refusal(&req.response_format, msg, sizeof msg))) {
+    } else if ((code = response_format_error(&req, msg, sizeof msg))) {
         field = "response_format";
     } else if (req.prompt_kind == ZI_PROMPT_TOKENS &&
                req.prompt_tokens.n > (size_t)rt->max_prompt) {

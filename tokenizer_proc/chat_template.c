@@ -10,6 +10,10 @@
  * counter that every recursive call passes through. Values and builtins
  * are in chat_template_value.c.
  *
+ * Extra variables (zi_chat_render_opts.vars) are checked with
+ * zi_chat_value_check and converted into the render's values before the
+ * template runs; their strings are referred to, not copied.
+ *
  * Scoping follows jinja2: {% set %} writes to the innermost scope; every
  * for-loop iteration starts a fresh scope whose parent is the scope around
  * the loop (so assignments in a loop body are lost when the iteration
@@ -17,7 +21,10 @@
  * a macro body runs in a scope whose parent is the template's top level.
  */
 #include "chat_template.h"
+#include "keypath.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -680,6 +687,178 @@ static int setup_globals(rt *r, const zi_chat_message *msgs, size_t n,
     return ZI_OK;
 }
 
+/* ---- extra variables ------------------------------------------------------ */
+
+static const char *const reserved_names[] = {"messages",
+                                             "add_generation_prompt",
+                                             "bos_token",
+                                             "eos_token",
+                                             "raise_exception",
+                                             "strftime_now",
+                                             "namespace",
+                                             "range",
+                                             "dict"};
+
+int zi_chat_var_reserved(const char *name, size_t len) {
+    if (!name) return 0;
+    for (size_t i = 0; i < sizeof reserved_names / sizeof reserved_names[0]; i++)
+        if (strlen(reserved_names[i]) == len && memcmp(reserved_names[i], name, len) == 0) return 1;
+    return 0;
+}
+
+static int check_value(const zi_chat_value *v, zi_keypath *p, int depth, zi_error *err) {
+    if (depth > ZI_CHAT_VALUE_MAX_DEPTH)
+        return zi_error_set(err, ZI_EINVAL, "%s: nested deeper than %d levels", p->s,
+                            ZI_CHAT_VALUE_MAX_DEPTH);
+    switch (v->kind) {
+    case ZI_CHAT_NONE:
+    case ZI_CHAT_BOOL:
+    case ZI_CHAT_INT:
+    case ZI_CHAT_FLOAT:
+        return ZI_OK;
+    case ZI_CHAT_STR: {
+        if (!v->u.s.p && v->u.s.len) return zi_error_set(err, ZI_EINVAL, "%s: NULL string", p->s);
+        size_t bad = utf8_bad(v->u.s.p ? v->u.s.p : "", v->u.s.len);
+        if (bad < v->u.s.len)
+            return zi_error_set(err, ZI_EINVAL, "%s: not valid UTF-8 at byte %zu", p->s, bad);
+        return ZI_OK;
+    }
+    case ZI_CHAT_LIST:
+        if (!v->u.list.v && v->u.list.n)
+            return zi_error_set(err, ZI_EINVAL, "%s: NULL list items", p->s);
+        for (size_t i = 0; i < v->u.list.n; i++) {
+            size_t old = zi_keypath_push(p, "[%zu]", i);
+            int rc = check_value(&v->u.list.v[i], p, depth + 1, err);
+            zi_keypath_pop(p, old);
+            if (rc) return rc;
+        }
+        return ZI_OK;
+    case ZI_CHAT_DICT:
+        if (!v->u.dict.v && v->u.dict.n)
+            return zi_error_set(err, ZI_EINVAL, "%s: NULL dict pairs", p->s);
+        for (size_t i = 0; i < v->u.dict.n; i++) {
+            const zi_chat_pair *kv = &v->u.dict.v[i];
+            if (!kv->key && kv->key_len)
+                return zi_error_set(err, ZI_EINVAL, "%s: key #%zu is NULL", p->s, i);
+            size_t bad = utf8_bad(kv->key ? kv->key : "", kv->key_len);
+            if (bad < kv->key_len)
+                return zi_error_set(err, ZI_EINVAL, "%s: key #%zu is not valid UTF-8 at byte %zu",
+                                    p->s, i, bad);
+            size_t old = zi_keypath_push_key(p, ".", kv->key ? kv->key : "", kv->key_len);
+            int rc = check_value(&kv->value, p, depth + 1, err);
+            zi_keypath_pop(p, old);
+            if (rc) return rc;
+        }
+        return ZI_OK;
+    default:
+        return zi_error_set(err, ZI_EINVAL, "%s: unknown value kind %d", p->s, v->kind);
+    }
+}
+
+int zi_chat_value_check(const zi_chat_value *v, const char *path, zi_error *err) {
+    zi_keypath p = {{0}, 0};
+    zi_keypath_push(&p, "%s", path ? path : "value");
+    if (!v) return zi_error_set(err, ZI_EINVAL, "%s: NULL value", p.s);
+    return check_value(v, &p, 1, err);
+}
+
+/* The template's value for a checked tree (depth is bounded by the check;
+ * strings are referred to). */
+static int convert_value(rt *r, const zi_chat_value *v, ct_value *out) {
+    ct_ctx *c = &r->c;
+    ct_value res = {0};
+    switch (v->kind) {
+    case ZI_CHAT_NONE:
+        res = ct_none();
+        break;
+    case ZI_CHAT_BOOL:
+        res = ct_bool(v->u.b);
+        break;
+    case ZI_CHAT_INT:
+        res = ct_int(v->u.i);
+        break;
+    case ZI_CHAT_FLOAT:
+        res = ct_float(v->u.f);
+        break;
+    case ZI_CHAT_STR:
+        res = ct_str_ref(v->u.s.p ? v->u.s.p : "", v->u.s.len);
+        break;
+    case ZI_CHAT_LIST: {
+        size_t n = v->u.list.n;
+        if (n > SIZE_MAX / 4 / sizeof(ct_value)) return ct_oom(c, 0);
+        TRY(ct_charge(c, 0, n));
+        ct_list *l = ct_list_new(c, n);
+        if (!l) return ct_oom(c, 0);
+        for (size_t i = 0; i < n; i++) {
+            TRY(convert_value(r, &v->u.list.v[i], &l->v[i]));
+            l->n = i + 1;
+        }
+        res.t = CT_V_LIST;
+        res.uk = CT_SEQ_LIST;
+        res.u.l = l;
+        break;
+    }
+    case ZI_CHAT_DICT: {
+        size_t n = v->u.dict.n;
+        if (n > SIZE_MAX / 4 / sizeof(ct_value)) return ct_oom(c, 0);
+        /* ct_dict_set looks keys up linearly (so that a key given twice
+         * behaves as in Python): n^2 / 8 steps, as a dict literal. */
+        TRY(ct_charge(c, 0, n > (size_t)1 << 24 ? SIZE_MAX / 4 : n + n * n / 8));
+        ct_dict *d = ct_dict_new(c, n);
+        if (!d) return ct_oom(c, 0);
+        for (size_t i = 0; i < n; i++) {
+            const zi_chat_pair *kv = &v->u.dict.v[i];
+            ct_value val;
+            TRY(convert_value(r, &kv->value, &val));
+            if (ct_dict_set(c, d, ct_str_ref(kv->key ? kv->key : "", kv->key_len), val))
+                return ct_oom(c, 0);
+        }
+        res.t = CT_V_DICT;
+        res.u.d = d;
+        break;
+    }
+    default: /* refused by the check */
+        return zi_error_set(c->err, ZI_EINVAL, "chat template: unknown value kind %d", v->kind);
+    }
+    *out = res;
+    return ZI_OK;
+}
+
+static int setup_vars(rt *r, const zi_chat_render_opts *o) {
+    ct_ctx *c = &r->c;
+    if (!o || !o->n_vars) return ZI_OK;
+    if (!o->vars) return zi_error_set(c->err, ZI_EINVAL, "chat template render: NULL vars");
+    for (size_t i = 0; i < o->n_vars; i++) {
+        const zi_chat_var *v = &o->vars[i];
+        if (!v->name && v->name_len)
+            return zi_error_set(c->err, ZI_EINVAL, "chat template: variable #%zu: NULL name", i);
+        const char *name = v->name ? v->name : "";
+        size_t bad = utf8_bad(name, v->name_len);
+        if (bad < v->name_len)
+            return zi_error_set(c->err, ZI_EINVAL,
+                                "chat template: variable #%zu: name not valid UTF-8 at byte %zu", i,
+                                bad);
+        zi_keypath p = {{0}, 0};
+        zi_keypath_push_key(&p, "", name, v->name_len);
+        if (zi_chat_var_reserved(name, v->name_len))
+            return zi_error_set(c->err, ZI_EINVAL,
+                                "chat template: %s: a name the renderer sets itself", p.s);
+        for (size_t j = 0; j < i; j++)
+            if (o->vars[j].name_len == v->name_len &&
+                (v->name_len == 0 || memcmp(o->vars[j].name, name, v->name_len) == 0))
+                return zi_error_set(c->err, ZI_EINVAL, "chat template: %s: given twice", p.s);
+        int rc = check_value(&v->value, &p, 1, c->err);
+        if (rc) {
+            zi_error_prefix(c->err, "chat template");
+            return rc;
+        }
+        ct_value val;
+        TRY(convert_value(r, &v->value, &val));
+        TRY(frame_set(r, 0, r->root, name, v->name_len, val));
+    }
+    return ZI_OK;
+}
+
 int zi_chat_template_render(const zi_chat_template *t, const zi_chat_message *msgs, size_t n,
                             const zi_chat_render_opts *opts, char **out, size_t *out_len,
                             zi_error *err) {
@@ -708,6 +887,7 @@ int zi_chat_template_render(const zi_chat_template *t, const zi_chat_message *ms
     if (!r.root) rc = zi_error_set(err, ZI_ENOMEM, "chat template: out of memory");
     r.cur = r.root;
     if (!rc) rc = setup_globals(&r, msgs, n, opts);
+    if (!rc) rc = setup_vars(&r, opts);
     if (!rc) rc = exec_body(&r, &t->body);
     if (!rc && !result.p) {
         result.p = malloc(1);

@@ -12,6 +12,12 @@
  * lists the supported syntax, filters, tests and methods, and what is not
  * supported.
  *
+ * Besides the messages, a render can pass extra top-level variables, as
+ * apply_chat_template(messages, tools=tools, **chat_template_options)
+ * does: each is a zi_chat_value tree (None, bool, int, float, str, list,
+ * dict), which the template sees as the Python value jinja2 would.
+ * tokenizer_proc/chat_vars.h builds them from a request's msgpack.
+ *
  * Templates are untrusted input: compile and render never abort or read
  * outside their buffers, and a render is bounded in output size, memory,
  * loop iterations, work steps and nesting depth (see zi_chat_render_opts).
@@ -23,6 +29,7 @@
 #define ZI_CHAT_TEMPLATE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "zi_error.h"
 
@@ -46,6 +53,69 @@ typedef struct zi_chat_message {
 #define ZI_CHAT_TEMPLATE_DEFAULT_MAX_STEPS ((size_t)100000000)    /* evaluation work units */
 #define ZI_CHAT_TEMPLATE_MAX_DEPTH 500 /* nested evaluation, macro recursion included */
 
+/*
+ * A value given to the template: a tree of Python values. Strings (and
+ * dict keys) are UTF-8 of an explicit length, not NUL-terminated; a
+ * pointer may be NULL only when its length or count is 0. Dicts keep their
+ * pairs in order, as Python dicts do: items(), keys(), iteration and tojson
+ * follow it; a key given twice keeps its first place and its last value
+ * (what Python's dict() does with such pairs). Lists and dicts may be
+ * nested at most ZI_CHAT_VALUE_MAX_DEPTH levels (the top value is level 1).
+ * The renderer only reads a tree; it must stay valid during the render.
+ */
+enum {
+    ZI_CHAT_NONE,  /* None */
+    ZI_CHAT_BOOL,  /* u.b: 0 is False, anything else True */
+    ZI_CHAT_INT,   /* u.i */
+    ZI_CHAT_FLOAT, /* u.f (NaN and infinities print as Python prints them) */
+    ZI_CHAT_STR,   /* u.s */
+    ZI_CHAT_LIST,  /* u.list */
+    ZI_CHAT_DICT,  /* u.dict */
+};
+
+#define ZI_CHAT_VALUE_MAX_DEPTH 32
+
+typedef struct zi_chat_value zi_chat_value;
+typedef struct zi_chat_pair zi_chat_pair;
+
+struct zi_chat_value {
+    int kind; /* ZI_CHAT_* */
+    union {
+        int b;
+        int64_t i;
+        double f;
+        struct {
+            const char *p;
+            size_t len;
+        } s;
+        struct {
+            const zi_chat_value *v;
+            size_t n;
+        } list;
+        struct {
+            const zi_chat_pair *v; /* in insertion order */
+            size_t n;
+        } dict;
+    } u;
+};
+
+/* One dict entry: a string key and its value. */
+struct zi_chat_pair {
+    const char *key;
+    size_t key_len;
+    zi_chat_value value;
+};
+
+/* An extra top-level template variable, such as `tools` or a
+ * chat_template_options entry (`date_string`, `enable_thinking`, ...). The
+ * name is UTF-8 of an explicit length (any string; one that is not a
+ * Jinja name is simply unreachable). */
+typedef struct zi_chat_var {
+    const char *name;
+    size_t name_len;
+    zi_chat_value value;
+} zi_chat_var;
+
 typedef struct zi_chat_render_opts {
     /* The template variables. add_generation_prompt is a bool; bos_token
      * and eos_token (NUL-terminated) are left undefined when NULL. The
@@ -55,6 +125,14 @@ typedef struct zi_chat_render_opts {
     int add_generation_prompt;
     const char *bos_token;
     const char *eos_token;
+    /* Extra variables vars[0..n_vars) (vars may be NULL when n_vars is 0).
+     * A name is refused (ZI_EINVAL, "chat template: messages: a name the
+     * renderer sets itself") when zi_chat_var_reserved says so, and when
+     * it appears twice; every value must pass zi_chat_value_check. Their
+     * conversion to the template's values counts against max_memory and
+     * max_steps like everything else the render makes. */
+    const zi_chat_var *vars;
+    size_t n_vars;
     /* Limits; 0 selects the default above. Exceeding one fails the render
      * with ZI_ERANGE (ZI_ENOMEM for max_memory). */
     size_t max_output;
@@ -62,6 +140,23 @@ typedef struct zi_chat_render_opts {
     size_t max_iterations;
     size_t max_steps;
 } zi_chat_render_opts;
+
+/*
+ * 1 when name[0..len) is a name the renderer defines itself and so cannot
+ * be an extra variable: messages, add_generation_prompt, bos_token,
+ * eos_token, and the globals raise_exception, strftime_now, namespace,
+ * range and dict. 0 otherwise (NULL name: 0).
+ */
+int zi_chat_var_reserved(const char *name, size_t len);
+
+/*
+ * Checks a value tree: known kinds, no NULL pointer with a non-zero
+ * length or count, strings and dict keys well-formed UTF-8, nesting at
+ * most ZI_CHAT_VALUE_MAX_DEPTH. ZI_EINVAL otherwise, with a message that
+ * starts with the place at fault, built from path (NULL: "value"), e.g.
+ * "tools[0].function.name: not valid UTF-8 at byte 3".
+ */
+int zi_chat_value_check(const zi_chat_value *v, const char *path, zi_error *err);
 
 /*
  * Compiles src[0..len) into *out (free with zi_chat_template_free).
@@ -79,7 +174,8 @@ int zi_chat_template_compile(const char *src, size_t len, zi_chat_template **out
  * defaults, add_generation_prompt false, no bos/eos). On success *out is a
  * malloc'd NUL-terminated string (free() it) of *out_len bytes (out_len
  * may be NULL). On failure *out is NULL and:
- *  - ZI_EINVAL: a message is not valid UTF-8 or has a NULL role; the
+ *  - ZI_EINVAL: a message is not valid UTF-8 or has a NULL role; an
+ *    extra variable is refused (see zi_chat_render_opts.vars); the
  *    template called raise_exception(msg) - err->msg is then exactly msg,
  *    without a location, so it can be shown to the client as is; or the
  *    template failed at run time (an undefined value used in arithmetic,

@@ -39,6 +39,7 @@
 #include "wire.h"
 #ifdef ZI_HAVE_CHAT_TEMPLATE
 #include "chat_template.h"
+#include "chat_vars.h"
 #endif
 
 static const char USAGE[] =
@@ -119,6 +120,14 @@ static void drop_state(tproc *t, uint64_t rid) {
 
 /* The prompt's token ids for a request (malloc'd). */
 static int prompt_ids(tproc *t, const zi_request *r, int32_t **ids, size_t *n, zi_error *err) {
+    /* Only the chat template reads tools and options: with a prompt they
+     * would be ignored, so they are refused (an empty array or map is one
+     * msgpack byte). */
+    if (r->prompt_kind != ZI_PROMPT_NONE && (r->tools.len > 1 || r->chat_template_options.len > 1))
+        return zi_error_set(err, ZI_EINVAL,
+                            "%s: only used with messages (the chat template "
+                            "renders them); this request has a prompt",
+                            r->tools.len > 1 ? "tools" : "chat_template_options");
     if (r->prompt_kind == ZI_PROMPT_TOKENS) {
         for (size_t i = 0; i < r->prompt_tokens.n; i++)
             if (r->prompt_tokens.v[i] >= t->vocab)
@@ -146,12 +155,25 @@ static int prompt_ids(tproc *t, const zi_request *r, int32_t **ids, size_t *n, z
         msgs[i].content = r->messages[i].content.p ? r->messages[i].content.p : "";
         msgs[i].content_len = r->messages[i].content.len;
     }
-    zi_chat_render_opts ro = {
-        .add_generation_prompt = 1, .bos_token = t->bos_text, .eos_token = t->eos_text};
+    /* tools and chat_template_options reach the template as variables, as
+     * in apply_chat_template(messages, tools=tools, **options). Their
+     * errors name their own paths. */
+    zi_chat_vars cv;
+    int rc = zi_chat_vars_from_request(&r->tools, &r->chat_template_options, &cv, err);
+    if (rc) {
+        free(msgs);
+        return rc;
+    }
+    zi_chat_render_opts ro = {.add_generation_prompt = 1,
+                              .bos_token = t->bos_text,
+                              .eos_token = t->eos_text,
+                              .vars = cv.v,
+                              .n_vars = cv.n};
     char *text = NULL;
     size_t len = 0;
-    int rc = zi_chat_template_render(t->tmpl, msgs, r->n_messages, &ro, &text, &len, err);
+    rc = zi_chat_template_render(t->tmpl, msgs, r->n_messages, &ro, &text, &len, err);
     free(msgs);
+    zi_chat_vars_free(&cv);
     if (rc) return zi_error_prefix(err, "messages");
     /* The template writes its own special tokens (BOS included). */
     rc = zi_tokenizer_encode(t->tok, text, len, 0, 1, ids, n, err);
@@ -217,6 +239,15 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     if (!rc) {
         ctx.log_probabilities = r.logprobs;
         ctx.log_probabilities_echo = r.echo;
+    }
+    /* Structured output (the router refused what cannot be honoured): the
+     * worker holds decoding to a JSON object. */
+    int rf = ZI_RF_NONE;
+    if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &err);
+    if (!rc && rf == ZI_RF_JSON_OBJECT) {
+        ctx.has_json_schema = true;
+        rc = zi_string_set(&ctx.json_schema, ZI_JSON_OBJECT_SCHEMA, strlen(ZI_JSON_OBJECT_SCHEMA),
+                           &err);
     }
     if (!rc) {
         char rs[32];

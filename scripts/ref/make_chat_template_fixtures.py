@@ -11,6 +11,13 @@ that is json.dumps(ensure_ascii=False, ...), and the raise_exception and
 strftime_now globals. Templates get `messages`, `add_generation_prompt`,
 `bos_token` and `eos_token`, which is what zinfer's renderer passes.
 
+The "var_cases" add a request's extra variables, as
+apply_chat_template(messages, tools=tools, **chat_template_options) passes
+them: `tools` (only when the list is not empty: zinfer leaves it undefined
+otherwise, as tools=None does) and one variable per option. The C test feeds
+each case to the renderer twice: as a zi_chat_value tree built from the JSON,
+and as msgpack through tokenizer_proc/chat_vars.h.
+
 smollm2.jinja is the default model's own template, read from its GGUF
 metadata (tokenizer.chat_template) when the model file is present; the other
 .jinja files are the published formats of common model families written out
@@ -201,6 +208,148 @@ SNIPPETS = [
     "{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}",
 ]
 
+# Tools as a client sends them (the seed's TokenGeneratorRequestTool): JSON
+# schema parameters with nested objects, arrays, numbers, booleans and null.
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather",
+        "description": "Get the current weather in a city. Answers in \"units\" it is told.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name, e.g. Paris or 東京"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                "days": {"type": "integer", "minimum": 1, "maximum": 14, "default": 1},
+                "min_temp": {"type": "number", "minimum": -273.15, "multipleOf": 0.5},
+                "precision": {"type": "number", "default": 1e-07},
+                "hourly": {"type": "boolean", "default": False},
+            },
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    }},
+    {"type": "function", "function": {
+        "name": "search_web",
+        "description": "Search the web — returns ranked results ✓",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string"},
+                "limit": {"type": ["integer", "null"], "default": None, "maximum": 12345678901234},
+                "threshold": {"type": "number", "default": 0.75, "exclusiveMaximum": 1.5e300},
+                "safe": {"type": "boolean", "default": True},
+                "filters": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"field": {"type": "string"}, "values": {"type": "array", "items": {}}},
+                }, "maxItems": 5, "default": []},
+                "empty": {},
+            },
+            "required": ["query", "filters"],
+        },
+    }},
+]
+MINIMAL_TOOL = [{"type": "function", "function": {"name": "noop"}}]
+
+# An option value exercising every kind, for the dict-behaviour snippets.
+CFG = {
+    "name": "zinfer",
+    "quote": "it's \"quoted\"\tand\nnewline é 🙂",
+    "n": 3,
+    "neg": -42,
+    "f": 2.5,
+    "small": 1e-05,
+    "big": 1e+22,
+    "yes": True,
+    "no": False,
+    "nothing": None,
+    "nested": {"list": [1, "two", 3.0, None, [True], {}], "z": {"a": []}},
+}
+
+VAR_SNIPPET_MESSAGES = [msg("system", "Be brief."), msg("user", "Hello, world")]
+
+# (name, template file or None, inline template or None, messages, tools, options, agp)
+VAR_CASES = [
+    ("llama3_1_tools_user", "llama3_1", None, [msg("user", "What's the weather in Paris?")],
+     TOOLS, {}, True),
+    ("llama3_1_tools_system_date", "llama3_1", None,
+     [msg("system", "You are a tool user."), msg("user", "Find news about cats.")],
+     TOOLS, {"date_string": "03 Mar 2025"}, True),
+    ("llama3_1_tools_in_system", "llama3_1", None,
+     [msg("system", "You are a tool user."), msg("user", "Weather?"), msg("assistant", "Where?"),
+      msg("user", "Oslo")],
+     TOOLS, {"tools_in_user_message": False}, False),
+    ("llama3_1_date_only", "llama3_1", None, [msg("user", "What day is it?")],
+     [], {"date_string": "1 Jan 2030"}, True),
+    ("llama3_1_builtin_tools", "llama3_1", None, [msg("user", "Look it up.")],
+     [], {"builtin_tools": ["brave_search", "wolfram_alpha", "code_interpreter"]}, True),
+    ("llama3_1_custom_tools", "llama3_1", None, [msg("user", "Hi")],
+     [], {"custom_tools": MINIMAL_TOOL + TOOLS[:1], "date_string": "26 Jul 2024"}, True),
+    ("llama3_1_tools_no_user", "llama3_1", None, [msg("system", "Only a system message.")],
+     TOOLS, {}, True),
+    ("llama3_1_empty_tools", "llama3_1", None, [msg("user", "Hello!")], [], {}, True),
+    ("qwen2_5_tools_user", "qwen2_5", None, [msg("user", "What's the weather in Paris?")],
+     TOOLS, {}, True),
+    ("qwen2_5_tools_system", "qwen2_5", None,
+     [msg("system", "You are a tool user."), msg("user", "Weather?"), msg("assistant", "Where?"),
+      msg("user", "Oslo")],
+     TOOLS, {}, False),
+    ("qwen2_5_minimal_tool", "qwen2_5", None, [msg("user", "Do nothing.")], MINIMAL_TOOL, {}, True),
+    ("qwen2_5_unused_option", "qwen2_5", None, [msg("user", "Hello!")], [],
+     {"enable_thinking": False}, True),
+    ("mistral_v0_3_tools", "mistral_v0_3", None, [msg("user", "Weather in Rome?")], TOOLS, {}, True),
+    ("thinking_on", None,
+     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+     "{{ enable_thinking }}|{{ enable_thinking is boolean }}|{{ enable_thinking is defined }}",
+     VAR_SNIPPET_MESSAGES, [], {"enable_thinking": True}, True),
+    ("thinking_off", None,
+     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+     "{{ enable_thinking }}|{{ enable_thinking is boolean }}|{{ enable_thinking is defined }}",
+     VAR_SNIPPET_MESSAGES, [], {"enable_thinking": False}, True),
+    ("thinking_absent", None,
+     "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}"
+     "{{ enable_thinking }}|{{ enable_thinking is boolean }}|{{ enable_thinking is defined }}",
+     VAR_SNIPPET_MESSAGES, [], {}, True),
+    ("tools_access", None,
+     "{% for t in tools %}{{ loop.index }}:{{ t.function.name }}|{{ t['function']['description'] }}|"
+     "{{ t.type }}|{{ t is mapping }}{{ t.type is string }}{{ t.function.parameters.properties is mapping }}|"
+     "{% for k, v in t.function.parameters.properties | items %}{{ k }}={{ v.type }}"
+     "{% if v.default is defined %}({{ v.default }}){% endif %};{% endfor %}|"
+     "{{ t.function.parameters.required }}|{{ t.function.keys() | list }}|{{ t.function.get('nope', 'dflt') }}\n"
+     "{% endfor %}{{ tools | length }} {{ tools is defined }} {{ tools | map(attribute='function.name') | join(',') }}",
+     VAR_SNIPPET_MESSAGES, TOOLS, {}, True),
+    ("tools_print", None, "{{ tools }}", VAR_SNIPPET_MESSAGES, TOOLS, {}, True),
+    ("tools_tojson", None,
+     "{{ tools | tojson }}\n{{ tools[0] | tojson(indent=2) }}\n{{ tools[1].function.parameters | tojson(sort_keys=true) }}\n"
+     "{{ tools[0].function.description | tojson(ensure_ascii=true) }}",
+     VAR_SNIPPET_MESSAGES, TOOLS, {}, True),
+    ("tools_absent", None,
+     "[{{ tools }}] {{ tools is defined }} {% if tools %}yes{% else %}no{% endif %} {{ tools | length }}",
+     VAR_SNIPPET_MESSAGES, [], {}, True),
+    ("cfg_print", None, "{{ cfg }}\n{{ cfg | tojson }}\n{{ cfg | tojson(indent=1) }}\n{{ cfg.quote }}",
+     VAR_SNIPPET_MESSAGES, [], {"cfg": CFG}, True),
+    ("cfg_dict", None,
+     "{% for k, v in cfg.items() %}{{ k }}={{ v }};{% endfor %}\n{{ cfg.keys() | list }}\n{{ cfg.values() | list }}\n"
+     "{{ cfg | length }} {{ 'nested' in cfg }} {{ 'zz' in cfg }} {{ cfg.missing is defined }} {{ cfg['nested']['list'][1] }} "
+     "{{ cfg.nested.list | length }} {{ cfg.nested is mapping }} {{ cfg.name is string }} {{ cfg.nested.list is sequence }} "
+     "{{ cfg.nothing is none }} {{ cfg.yes is true }} {{ cfg.n is integer }} {{ cfg.f is float }} {{ cfg | items | list | length }}\n"
+     "{% for k in cfg %}{{ k }},{% endfor %} {{ cfg.nested.z.a is iterable }} {{ cfg.nested.list[-1] is mapping }}",
+     VAR_SNIPPET_MESSAGES, [], {"cfg": CFG}, True),
+    ("cfg_numbers", None,
+     "{{ cfg.n + 1 }} {{ cfg.f * 2 }} {{ cfg.neg // 5 }} {{ cfg.small }} {{ cfg.big }} {{ cfg.n / 2 }} "
+     "{{ [cfg.n, cfg.f, cfg.neg] | sum }} {{ cfg.nested.list | select | list }} {{ cfg.yes + 1 }} "
+     "{{ cfg.nested.list[2] == 3 }} {{ cfg.n > cfg.f }}",
+     VAR_SNIPPET_MESSAGES, [], {"cfg": CFG}, True),
+    ("many_options", None,
+     "{{ a }}|{{ b }}|{{ c }}|{{ d }}|{{ e }}|{{ f }}|{{ g | tojson }}|{{ messages | length }}|{{ bos_token }}",
+     VAR_SNIPPET_MESSAGES, [],
+     {"a": "x", "b": 1, "c": -0.5, "d": None, "e": [], "f": {}, "g": ["é", {"k": [1, 2]}],
+      "loop_free": 0}, True),
+    ("option_error", None, "{{ cfg.name + cfg.n }}", VAR_SNIPPET_MESSAGES, [], {"cfg": CFG}, True),
+    ("option_raise", None,
+     "{% if not strict is defined or strict %}{{ raise_exception('strict mode: ' ~ cfg.name) }}{% endif %}",
+     VAR_SNIPPET_MESSAGES, [], {"cfg": CFG, "strict": True}, True),
+]
+
 
 class GenerationTag(jinja2.ext.Extension):
     """The {% generation %} tag of Hugging Face's AssistantTracker, minus the
@@ -241,8 +390,9 @@ def make_env():
     return env
 
 
-def render(env, source, messages, agp, bos, eos):
-    """{"expected": text} or {"error": kind, "message": text}."""
+def render(env, source, messages, agp, bos, eos, extra=None):
+    """{"expected": text} or {"error": kind, "message": text}. extra: more
+    template variables (tools, chat_template_options)."""
     try:
         tmpl = env.from_string(source)
     except jinja2.TemplateSyntaxError as e:
@@ -251,7 +401,7 @@ def render(env, source, messages, agp, bos, eos):
         return {"error": "compile", "message": str(e)}
     try:
         return {"expected": tmpl.render(messages=messages, add_generation_prompt=agp,
-                                        bos_token=bos, eos_token=eos)}
+                                        bos_token=bos, eos_token=eos, **(extra or {}))}
     except RaisedException as e:
         return {"error": "raise_exception", "message": e.message}
     except Exception as e:  # noqa: BLE001 - any failure is a recorded outcome
@@ -324,11 +474,34 @@ def main():
         case.update(render(env, s, SNIPPET_MESSAGES, True, "<s>", "</s>"))
         totals["expected" if "expected" in case else "error"] += 1
         out["snippets"].append(case)
+    tokens = {name: (bos, eos) for name, bos, eos in templates}
+    out["var_cases"] = []
+    for name, file_stem, inline, messages, tools, options, agp in VAR_CASES:
+        if file_stem:
+            with open(os.path.join(TEMPLATE_DIR, file_stem + ".jinja"), "rb") as f:
+                source = f.read().decode("utf-8")
+            bos, eos = tokens[file_stem]
+        else:
+            source, bos, eos = inline, "<s>", "</s>"
+        extra = {}
+        if tools:
+            extra["tools"] = tools
+        extra.update(options)
+        case = {"name": name, "add_generation_prompt": agp, "bos_token": bos, "eos_token": eos,
+                "messages": messages, "tools": tools, "options": options}
+        if file_stem:
+            case["file"] = file_stem + ".jinja"
+        else:
+            case["template"] = inline
+        case.update(render(env, source, messages, agp, bos, eos, extra))
+        totals["expected" if "expected" in case else "error"] += 1
+        out["var_cases"].append(case)
     with open(args.out, "w", encoding="utf-8") as f:
         json.dump(out, f, ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"wrote {args.out}: {len(templates)} templates x {len(MESSAGE_SETS) * 2} cases, "
-          f"{len(SNIPPETS)} snippets; {totals['expected']} renderings, {totals['error']} errors")
+          f"{len(SNIPPETS)} snippets, {len(VAR_CASES)} cases with tools and options; "
+          f"{totals['expected']} renderings, {totals['error']} errors")
 
 
 if __name__ == "__main__":

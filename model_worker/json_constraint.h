@@ -1,0 +1,82 @@
+/*
+ * json_constraint.h - structured output: which tokens keep a completion a
+ * valid JSON object (a request's response_format {"type": "json_object"}).
+ *
+ * The generator keeps a zi_json_state per constrained sequence, fed with the
+ * bytes of every token it generates, and before each draw asks for the
+ * tokens allowed next (zi_json_allowed): the sampler's bitmask (sampler.h
+ * step 4). So the completion is, token by token, a prefix of a JSON text
+ * (RFC 8259) whose top-level value is an object, in valid UTF-8; once the
+ * object closes only an end-of-sequence id is allowed. Control tokens
+ * (chat markers) are never allowed inside it.
+ *
+ * The state is a byte-level pushdown automaton: a lexer mode plus a stack
+ * of open containers. Limits keep a model from looping inside the grammar
+ * for ever: at most ZI_JSON_MAX_DEPTH nested containers, ZI_JSON_MAX_WS
+ * whitespace bytes in a row and ZI_JSON_MAX_NUMBER bytes in a number
+ * (max_new_tokens still bounds strings).
+ *
+ * The allowed set is found by walking a trie of the vocabulary's byte
+ * strings (zi_json_vocab, built once per worker) from the current state,
+ * dropping a subtree at its first byte that the grammar refuses. Inside a
+ * string, the many tokens that are plain string text (no quote, backslash,
+ * control byte or partial UTF-8 character) are allowed by one precomputed
+ * mask, and only the others are walked.
+ */
+#ifndef ZI_JSON_CONSTRAINT_H
+#define ZI_JSON_CONSTRAINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
+#include "zi_error.h"
+
+#define ZI_JSON_MAX_DEPTH 32
+#define ZI_JSON_MAX_WS 32
+#define ZI_JSON_MAX_NUMBER 64
+
+/* The automaton's state; plain data, copied by assignment. */
+typedef struct zi_json_state {
+    uint8_t mode;  /* lexer mode (json_constraint.c) */
+    uint8_t depth; /* open containers */
+    uint8_t key;   /* the string being read is an object key */
+    uint8_t lit;   /* true / false / null: which, and how far */
+    uint8_t lit_pos;
+    uint8_t hex_left; /* \uXXXX digits still to come */
+    uint8_t u8_left;  /* UTF-8 continuation bytes still to come, in [u8_lo, u8_hi] */
+    uint8_t u8_lo, u8_hi;
+    uint8_t run;                      /* whitespace bytes in a row, or number bytes */
+    uint8_t stack[ZI_JSON_MAX_DEPTH]; /* 1: object, 0: array */
+} zi_json_state;
+
+/* The start: nothing yet, a JSON object to come (whitespace may lead). */
+void zi_json_state_init(zi_json_state *s);
+
+/* Feeds bytes p[0..n); false (and s undefined) when they cannot continue
+ * a valid text. */
+bool zi_json_feed(zi_json_state *s, const uint8_t *p, size_t n);
+
+/* True once the top-level object is closed. */
+bool zi_json_complete(const zi_json_state *s);
+
+typedef struct zi_json_vocab zi_json_vocab;
+
+/* The vocabulary of tok as byte strings (control tokens and tokens of no
+ * bytes left out). ZI_ENOMEM on allocation failure. */
+int zi_json_vocab_create(const zi_tokenizer *tok, zi_json_vocab **out, zi_error *err);
+void zi_json_vocab_free(zi_json_vocab *v);
+int32_t zi_json_vocab_size(const zi_json_vocab *v);
+
+/* Writes the tokens allowed after s into mask (ceil(n_vocab/32) words, bit
+ * t%32 of word t/32 set = allowed; every word is written). After a
+ * complete object only the n_eos ids in eos are allowed (those within the
+ * vocabulary). */
+void zi_json_allowed(const zi_json_vocab *v, const zi_json_state *s, const int32_t *eos,
+                     size_t n_eos, int32_t *mask);
+
+/* Feeds token id's bytes to s (false when not allowed, or id unknown). */
+bool zi_json_feed_token(const zi_json_vocab *v, zi_json_state *s, int32_t id);
+
+#endif

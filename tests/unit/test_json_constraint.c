@@ -1,0 +1,239 @@
+/*
+ * test_json_constraint.c - cmocka tests for model_worker/json_constraint.h
+ * (structured output, response_format json_object):
+ *  - the automaton accepts JSON objects (RFC 8259: nesting, escapes,
+ *    numbers, literals, UTF-8, whitespace) and refuses what is not one
+ *    (another top-level value, bad syntax, leading zeros, trailing bytes,
+ *    control bytes and invalid UTF-8 in strings), with its limits;
+ *  - with the default model's vocabulary (skipped when absent): at states
+ *    along a JSON text, the allowed mask is exactly the set of tokens whose
+ *    bytes the automaton takes (checked token by token), control tokens are
+ *    never allowed, and a closed object allows only the end-of-sequence ids.
+ * Run from the repository root.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gguf.h"
+#include "json_constraint.h"
+#include "tokenizer.h"
+
+#define DEFAULT_MODEL "/root/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+/* Feeds the whole text: 1 when taken and complete, 0 when taken but not
+ * complete, -1 when refused. */
+static int run(const char *text, size_t n) {
+    zi_json_state s;
+    zi_json_state_init(&s);
+    if (!zi_json_feed(&s, (const uint8_t *)text, n)) return -1;
+    return zi_json_complete(&s) ? 1 : 0;
+}
+#define RUN(lit) run(lit, sizeof(lit) - 1)
+
+static void test_accepts_objects(void **state) {
+    (void)state;
+    assert_int_equal(RUN("{}"), 1);
+    assert_int_equal(RUN(" \n\t{ }"), 1);
+    assert_int_equal(RUN("{\"a\": 1}"), 1);
+    assert_int_equal(RUN("{\"a\":[1,2.5e-3,-0,0.5,1E+9,-12.75e2,true,false,null,{\"b\":\"x\"}]}"),
+                     1);
+    assert_int_equal(RUN("{\"s\": \"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t \\u00e9\\uD83D\"}"), 1);
+    assert_int_equal(RUN("{\"caf\xc3\xa9\": \"\xe2\x82\xac \xf0\x9f\x98\x80 \xed\x9f\xbf\"}"), 1);
+    assert_int_equal(RUN("{\n  \"list\": [\n    [],\n    {}\n  ],\n  \"n\": 0\n}"), 1);
+    /* prefixes are taken but are not complete */
+    assert_int_equal(RUN("{\"a\": [1, {\"b\": tr"), 0);
+    assert_int_equal(RUN("{\"a\": 12"), 0);
+    assert_int_equal(RUN("{\"a\": \"\xe2\x82"), 0);
+}
+
+static void test_refuses_non_objects(void **state) {
+    (void)state;
+    const char *bad[] = {
+        "[]",
+        "\"s\"",
+        "1",
+        "true",
+        "{a:1}",
+        "{\"a\" 1}",
+        "{\"a\":}",
+        "{\"a\":01}",
+        "{\"a\":1,}",
+        "{,}",
+        "{\"a\":1}}",
+        "{\"a\":1} ",
+        "{\"a\":1}x",
+        "{\"a\":trux}",
+        "{\"a\":.5}",
+        "{\"a\":1.}",
+        "{\"a\":1e}",
+        "{\"a\":-}",
+        "{\"a\":+1}",
+        "{\"a\":[1,]}",
+        "{\"a\":[,1]}",
+        "{\"a\":\"\\x\"}",
+        "{\"a\":\"\\u12g4\"}",
+        "{\"a\":'x'}",
+        "{\"a\" : NaN}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (run(bad[i], strlen(bad[i])) != -1) fail_msg("taken: %s", bad[i]);
+    }
+    /* control bytes and invalid UTF-8 inside strings */
+    assert_int_equal(RUN("{\"a\":\"\x01\"}"), -1);
+    assert_int_equal(RUN("{\"a\":\"\n\"}"), -1);
+    assert_int_equal(RUN("{\"a\":\"\xc0\xaf\"}"), -1);         /* overlong */
+    assert_int_equal(RUN("{\"a\":\"\xed\xa0\x80\"}"), -1);     /* surrogate */
+    assert_int_equal(RUN("{\"a\":\"\xf4\x90\x80\x80\"}"), -1); /* past U+10FFFF */
+    assert_int_equal(RUN("{\"a\":\"\x80\"}"), -1);
+    assert_int_equal(RUN("{\"a\":\"\xe2\x82\"}"), -1); /* cut character */
+}
+
+static void test_limits(void **state) {
+    (void)state;
+    char buf[256];
+    /* nesting: ZI_JSON_MAX_DEPTH containers, not one more */
+    size_t n = 0;
+    buf[n++] = '{', buf[n++] = '"', buf[n++] = 'a', buf[n++] = '"', buf[n++] = ':';
+    for (int i = 1; i < ZI_JSON_MAX_DEPTH; i++) buf[n++] = '[';
+    for (int i = 1; i < ZI_JSON_MAX_DEPTH; i++) buf[n++] = ']';
+    buf[n++] = '}';
+    assert_int_equal(run(buf, n), 1);
+    n = 0;
+    buf[n++] = '{', buf[n++] = '"', buf[n++] = 'a', buf[n++] = '"', buf[n++] = ':';
+    for (int i = 0; i < ZI_JSON_MAX_DEPTH; i++) buf[n++] = '[';
+    assert_int_equal(run(buf, n), -1);
+    /* whitespace runs */
+    n = 0;
+    buf[n++] = '{';
+    for (int i = 0; i < ZI_JSON_MAX_WS; i++) buf[n++] = ' ';
+    buf[n++] = '}';
+    assert_int_equal(run(buf, n), 1);
+    n = 0;
+    buf[n++] = '{';
+    for (int i = 0; i <= ZI_JSON_MAX_WS; i++) buf[n++] = ' ';
+    assert_int_equal(run(buf, n), -1);
+    /* number length */
+    n = 0;
+    memcpy(buf, "{\"a\":", 5), n = 5;
+    for (int i = 0; i < ZI_JSON_MAX_NUMBER; i++) buf[n++] = '7';
+    buf[n++] = '}';
+    assert_int_equal(run(buf, n), 1);
+    n = 5;
+    for (int i = 0; i <= ZI_JSON_MAX_NUMBER; i++) buf[n++] = '7';
+    assert_int_equal(run(buf, n), -1);
+}
+
+/* ---- with the model's vocabulary ---------------------------------------- */
+
+typedef struct vocab_fixture {
+    zi_gguf *g;
+    zi_tokenizer *tok;
+    zi_json_vocab *v;
+} vocab_fixture;
+
+static int setup_vocab(void **state) {
+    static vocab_fixture f;
+    memset(&f, 0, sizeof f);
+    const char *path = getenv("ZINFER_MODEL") ? getenv("ZINFER_MODEL") : DEFAULT_MODEL;
+    zi_error err = {0};
+    if (zi_gguf_open(path, &f.g, &err) == ZI_OK && zi_tokenizer_load(f.g, &f.tok, &err) == ZI_OK)
+        assert_int_equal(zi_json_vocab_create(f.tok, &f.v, &err), ZI_OK);
+    *state = &f;
+    return 0;
+}
+
+static int teardown_vocab(void **state) {
+    vocab_fixture *f = *state;
+    zi_json_vocab_free(f->v);
+    zi_tokenizer_free(f->tok);
+    zi_gguf_close(f->g);
+    return 0;
+}
+
+/* At every byte prefix of text (a valid object), the mask equals the
+ * tokens the automaton takes, one by one. */
+static void test_mask_is_exact(void **state) {
+    vocab_fixture *f = *state;
+    if (!f->v) skip();
+    const char *text = "{\"name\": \"Caf\xc3\xa9 \\\"x\\\"\", \"n\": [-1.5e3, 0, true, null],\n"
+                       "  \"o\": {\"k\": \"\xe2\x82\xac\"}}";
+    int32_t V = zi_tokenizer_vocab_size(f->tok);
+    size_t words = ((size_t)V + 31) / 32;
+    int32_t *mask = malloc(words * sizeof *mask);
+    int32_t eos = zi_tokenizer_eos(f->tok);
+    char buf[ZI_TOKEN_MAX_BYTES + 16];
+    size_t len = strlen(text);
+    long allowed_total = 0;
+    zi_json_state s;
+    zi_json_state_init(&s);
+    for (size_t i = 0; i <= len; i++) {
+        zi_json_allowed(f->v, &s, &eos, 1, mask);
+        for (int32_t id = 0; id < V; id++) {
+            int bit = (int)((uint32_t)mask[id >> 5] >> (id & 31) & 1u);
+            int want;
+            if (zi_tokenizer_token_type(f->tok, id) == ZI_TOKEN_CONTROL) {
+                want = id == eos && zi_json_complete(&s);
+            } else {
+                int nb = zi_tokenizer_token_bytes(f->tok, id, 0, buf, sizeof buf);
+                zi_json_state t = s, u = s;
+                want = nb > 0 && zi_json_feed(&t, (const uint8_t *)buf, (size_t)nb);
+                assert_int_equal(zi_json_feed_token(f->v, &u, id), want);
+            }
+            if (bit != want)
+                fail_msg("prefix %zu, token %d: mask %d, automaton %d", i, id, bit, want);
+            allowed_total += bit;
+        }
+        if (i < len) assert_true(zi_json_feed(&s, (const uint8_t *)text + i, 1));
+    }
+    assert_true(zi_json_complete(&s));
+    assert_true(allowed_total > 0);
+    free(mask);
+}
+
+static void test_closed_object_allows_only_eos(void **state) {
+    vocab_fixture *f = *state;
+    if (!f->v) skip();
+    int32_t V = zi_tokenizer_vocab_size(f->tok);
+    size_t words = ((size_t)V + 31) / 32;
+    int32_t *mask = malloc(words * sizeof *mask);
+    zi_json_state s;
+    zi_json_state_init(&s);
+    assert_true(zi_json_feed(&s, (const uint8_t *)"{}", 2));
+    int32_t eos[2] = {zi_tokenizer_eos(f->tok), V + 5 /* outside: ignored */};
+    zi_json_allowed(f->v, &s, eos, 2, mask);
+    for (int32_t id = 0; id < V; id++)
+        assert_int_equal((uint32_t)mask[id >> 5] >> (id & 31) & 1u, id == eos[0]);
+    /* at the start, a token of plain text is not allowed, "{" is */
+    zi_json_state_init(&s);
+    zi_json_allowed(f->v, &s, eos, 1, mask);
+    zi_error err = {0};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(zi_tokenizer_encode(f->tok, "{", 1, 0, 0, &ids, &n, &err), ZI_OK);
+    assert_int_equal(n, 1);
+    assert_true((uint32_t)mask[ids[0] >> 5] >> (ids[0] & 31) & 1u);
+    free(ids);
+    assert_int_equal(zi_tokenizer_encode(f->tok, "Hello", 5, 0, 0, &ids, &n, &err), ZI_OK);
+    assert_false((uint32_t)mask[ids[0] >> 5] >> (ids[0] & 31) & 1u);
+    assert_false(zi_json_feed_token(f->v, &s, ids[0]));
+    free(ids);
+    free(mask);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_accepts_objects),
+        cmocka_unit_test(test_refuses_non_objects),
+        cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_mask_is_exact),
+        cmocka_unit_test(test_closed_object_allows_only_eos),
+    };
+    return cmocka_run_group_tests(tests, setup_vocab, teardown_vocab);
+}

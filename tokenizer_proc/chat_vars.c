@@ -1,0 +1,420 @@
+/*
+ * chat_vars.c - a request's tools and chat_template_options as
+ * chat-template variables (see chat_vars.h).
+ *
+ * A msgpack object becomes a zi_chat_value tree in two passes: the first
+ * walks it, refusing what has no Python value here (bin, ext, non-string
+ * keys, too deep, integers beyond 64 bits) and counting list items, dict
+ * pairs and string bytes; the second fills one malloc'd block of exactly
+ * that size. zi_chat_value_check (chat_template.h) then checks the UTF-8,
+ * with the same path in its messages.
+ */
+#include "chat_vars.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "keypath.h"
+
+/* ---- arena ------------------------------------------------------------- */
+
+typedef union block {
+    union block *next;
+    max_align_t align_;
+} block;
+
+static void *arena_alloc(zi_chat_arena *a, size_t n) {
+    if (n > SIZE_MAX - sizeof(block)) return NULL;
+    block *b = malloc(sizeof(block) + n);
+    if (!b) return NULL;
+    b->next = a->blocks;
+    a->blocks = b;
+    return b + 1;
+}
+
+/* Frees the newest block (p, from arena_alloc), undoing that allocation. */
+static void arena_drop(zi_chat_arena *a, void *p) {
+    block *b = (block *)p - 1;
+    a->blocks = b->next;
+    free(b);
+}
+
+void zi_chat_arena_free(zi_chat_arena *a) {
+    if (!a) return;
+    block *b = a->blocks;
+    while (b) {
+        block *next = b->next;
+        free(b);
+        b = next;
+    }
+    a->blocks = NULL;
+}
+
+/* ---- msgpack -> tree ------------------------------------------------------ */
+
+typedef struct conv {
+    zi_error *err;
+    zi_keypath p;
+    size_t nvals, npairs, nstr; /* pass 1: what the tree needs */
+    zi_chat_value *vals;        /* pass 2: where the next items go */
+    zi_chat_pair *pairs;
+    char *strs;
+} conv;
+
+static int measure(conv *c, const msgpack_object *o, size_t depth) {
+    if (depth > ZI_CHAT_VARS_MAX_DEPTH)
+        return zi_error_set(c->err, ZI_EINVAL, "%s: nested deeper than %d levels", c->p.s,
+                            ZI_CHAT_VARS_MAX_DEPTH);
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL:
+    case MSGPACK_OBJECT_BOOLEAN:
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        return ZI_OK;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        if (o->via.u64 > (uint64_t)INT64_MAX)
+            return zi_error_set(c->err, ZI_EUNSUPPORTED, "%s: %llu does not fit in 64 bits", c->p.s,
+                                (unsigned long long)o->via.u64);
+        return ZI_OK;
+    case MSGPACK_OBJECT_STR:
+        c->nstr += o->via.str.size;
+        return ZI_OK;
+    case MSGPACK_OBJECT_ARRAY:
+        c->nvals += o->via.array.size;
+        for (uint32_t i = 0; i < o->via.array.size; i++) {
+            size_t old = zi_keypath_push(&c->p, "[%u]", i);
+            int rc = measure(c, &o->via.array.ptr[i], depth + 1);
+            zi_keypath_pop(&c->p, old);
+            if (rc) return rc;
+        }
+        return ZI_OK;
+    case MSGPACK_OBJECT_MAP:
+        c->npairs += o->via.map.size;
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            if (k->type != MSGPACK_OBJECT_STR)
+                return zi_error_set(c->err, ZI_EINVAL,
+                                    "%s: map keys must be strings (key #%u is %s)", c->p.s, i,
+                                    zi_msgpack_type_name(k));
+            c->nstr += k->via.str.size;
+            size_t old = zi_keypath_push_key(&c->p, ".", k->via.str.ptr, k->via.str.size);
+            int rc = measure(c, &o->via.map.ptr[i].val, depth + 1);
+            zi_keypath_pop(&c->p, old);
+            if (rc) return rc;
+        }
+        return ZI_OK;
+    case MSGPACK_OBJECT_BIN:
+        return zi_error_set(c->err, ZI_EINVAL, "%s: binary data is not accepted (send a string)",
+                            c->p.s);
+    default:
+        return zi_error_set(c->err, ZI_EINVAL, "%s: extension types are not accepted", c->p.s);
+    }
+}
+
+static const char *copy_str(conv *c, const char *s, size_t n) {
+    char *d = c->strs;
+    if (n) memcpy(d, s, n);
+    c->strs += n;
+    return d;
+}
+
+/* Pass 2, over an object pass 1 accepted. */
+static void fill(conv *c, const msgpack_object *o, zi_chat_value *out) {
+    memset(out, 0, sizeof *out);
+    switch (o->type) {
+    case MSGPACK_OBJECT_BOOLEAN:
+        out->kind = ZI_CHAT_BOOL;
+        out->u.b = o->via.boolean ? 1 : 0;
+        break;
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        out->kind = ZI_CHAT_INT;
+        out->u.i = (int64_t)o->via.u64;
+        break;
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        out->kind = ZI_CHAT_INT;
+        out->u.i = o->via.i64;
+        break;
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        out->kind = ZI_CHAT_FLOAT;
+        out->u.f = o->via.f64;
+        break;
+    case MSGPACK_OBJECT_STR:
+        out->kind = ZI_CHAT_STR;
+        out->u.s.p = copy_str(c, o->via.str.ptr, o->via.str.size);
+        out->u.s.len = o->via.str.size;
+        break;
+    case MSGPACK_OBJECT_ARRAY: {
+        zi_chat_value *items = c->vals;
+        c->vals += o->via.array.size;
+        for (uint32_t i = 0; i < o->via.array.size; i++) fill(c, &o->via.array.ptr[i], &items[i]);
+        out->kind = ZI_CHAT_LIST;
+        out->u.list.v = items;
+        out->u.list.n = o->via.array.size;
+        break;
+    }
+    case MSGPACK_OBJECT_MAP: {
+        zi_chat_pair *pairs = c->pairs;
+        c->pairs += o->via.map.size;
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            pairs[i].key = copy_str(c, k->via.str.ptr, k->via.str.size);
+            pairs[i].key_len = k->via.str.size;
+            fill(c, &o->via.map.ptr[i].val, &pairs[i].value);
+        }
+        out->kind = ZI_CHAT_DICT;
+        out->u.dict.v = pairs;
+        out->u.dict.n = o->via.map.size;
+        break;
+    }
+    default: /* nil (pass 1 refused the rest) */
+        out->kind = ZI_CHAT_NONE;
+        break;
+    }
+}
+
+/* zi_chat_value_from_msgpack with o at nesting level depth. */
+static int from_msgpack(const msgpack_object *o, const char *where, size_t depth, zi_chat_arena *a,
+                        zi_chat_value *out, zi_error *err) {
+    conv c;
+    memset(&c, 0, sizeof c);
+    c.err = err;
+    zi_keypath_push(&c.p, "%s", where ? where : "value");
+    memset(out, 0, sizeof *out);
+    out->kind = ZI_CHAT_NONE;
+    int rc = measure(&c, o, depth);
+    if (rc) return rc;
+    size_t nv = c.nvals, np = c.npairs, ns = c.nstr;
+    if (nv > SIZE_MAX / 2 / sizeof(zi_chat_value) || np > SIZE_MAX / 4 / sizeof(zi_chat_pair) ||
+        ns > SIZE_MAX / 8)
+        return zi_error_set(err, ZI_ENOMEM, "%s: out of memory", c.p.s);
+    size_t bytes = nv * sizeof(zi_chat_value) + np * sizeof(zi_chat_pair) + ns;
+    char *mem = NULL;
+    if (bytes) {
+        mem = arena_alloc(a, bytes);
+        if (!mem) return zi_error_set(err, ZI_ENOMEM, "%s: out of memory", c.p.s);
+    }
+    c.vals = (zi_chat_value *)mem;
+    c.pairs = (zi_chat_pair *)(mem + nv * sizeof(zi_chat_value));
+    c.strs = mem + nv * sizeof(zi_chat_value) + np * sizeof(zi_chat_pair);
+    zi_chat_value v;
+    fill(&c, o, &v);
+    rc = zi_chat_value_check(&v, c.p.s, err);
+    if (rc) {
+        if (mem) arena_drop(a, mem);
+        return rc;
+    }
+    *out = v;
+    return ZI_OK;
+}
+
+int zi_chat_value_from_msgpack(const msgpack_object *o, const char *path, zi_chat_arena *a,
+                               zi_chat_value *out, zi_error *err) {
+    if (!o || !a || !out)
+        return zi_error_set(err, ZI_EINVAL, "%s: NULL argument", path ? path : "value");
+    return from_msgpack(o, path, 1, a, out, err);
+}
+
+/* ---- tools ---------------------------------------------------------------- */
+
+static int key_is(const msgpack_object *k, const char *s) {
+    size_t n = strlen(s);
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
+           memcmp(k->via.str.ptr, s, n) == 0;
+}
+
+/* Finds the keys names[0..n) in map m (refusing other keys and repeats);
+ * v[i] is NULL for a key that is absent. p names m; what is "a tool" or
+ * "a tool function" for the message about other keys. */
+static int read_keys(const msgpack_object *m, const char *const *names, size_t n,
+                     const msgpack_object **v, zi_keypath *p, const char *what, const char *list,
+                     zi_error *err) {
+    for (size_t i = 0; i < n; i++) v[i] = NULL;
+    for (uint32_t j = 0; j < m->via.map.size; j++) {
+        const msgpack_object *k = &m->via.map.ptr[j].key;
+        if (k->type != MSGPACK_OBJECT_STR)
+            return zi_error_set(err, ZI_EINVAL, "%s: map keys must be strings (key #%u is %s)",
+                                p->s, j, zi_msgpack_type_name(k));
+        size_t i;
+        for (i = 0; i < n && !key_is(k, names[i]); i++) {
+        }
+        size_t old = zi_keypath_push_key(p, ".", k->via.str.ptr, k->via.str.size);
+        int rc = ZI_OK;
+        if (i == n)
+            rc = zi_error_set(err, ZI_EINVAL, "%s: not a field of %s (%s)", p->s, what, list);
+        else if (v[i])
+            rc = zi_error_set(err, ZI_EINVAL, "%s: given twice", p->s);
+        else
+            v[i] = &m->via.map.ptr[j].val;
+        zi_keypath_pop(p, old);
+        if (rc) return rc;
+    }
+    return ZI_OK;
+}
+
+/* Checks that o (at p + "." + name) is present (unless optional) and of type t. */
+static int check_field(const msgpack_object *o, const char *name, msgpack_object_type t,
+                       int optional, zi_keypath *p, zi_error *err) {
+    size_t old = zi_keypath_push(p, ".%s", name);
+    int rc = ZI_OK;
+    if (!o) {
+        if (!optional) rc = zi_error_set(err, ZI_EINVAL, "%s: missing", p->s);
+    } else if (o->type != t) {
+        rc = zi_error_set(err, ZI_EINVAL, "%s: must be %s, not %s", p->s,
+                          t == MSGPACK_OBJECT_STR ? "a string" : "a map", zi_msgpack_type_name(o));
+    }
+    zi_keypath_pop(p, old);
+    return rc;
+}
+
+static int check_tool(const msgpack_object *t, zi_keypath *p, zi_error *err) {
+    static const char *const tool_keys[] = {"type", "function"};
+    static const char *const fn_keys[] = {"name", "description", "parameters"};
+    const msgpack_object *tv[2], *fv[3];
+    if (t->type != MSGPACK_OBJECT_MAP)
+        return zi_error_set(err, ZI_EINVAL, "%s: must be a map, not %s", p->s,
+                            zi_msgpack_type_name(t));
+    int rc = read_keys(t, tool_keys, 2, tv, p, "a tool", "type, function", err);
+    if (!rc) rc = check_field(tv[0], "type", MSGPACK_OBJECT_STR, 0, p, err);
+    if (!rc) rc = check_field(tv[1], "function", MSGPACK_OBJECT_MAP, 0, p, err);
+    if (rc) return rc;
+    size_t old = zi_keypath_push(p, ".function");
+    rc = read_keys(tv[1], fn_keys, 3, fv, p, "a tool function", "name, description, parameters",
+                   err);
+    if (!rc) rc = check_field(fv[0], "name", MSGPACK_OBJECT_STR, 0, p, err);
+    if (!rc && fv[0]->via.str.size == 0)
+        rc = zi_error_set(err, ZI_EINVAL, "%s.name: must not be empty", p->s);
+    if (!rc) rc = check_field(fv[1], "description", MSGPACK_OBJECT_STR, 1, p, err);
+    if (!rc) rc = check_field(fv[2], "parameters", MSGPACK_OBJECT_MAP, 1, p, err);
+    zi_keypath_pop(p, old);
+    return rc;
+}
+
+int zi_chat_tools_check(const msgpack_object *tools, zi_error *err) {
+    if (!tools || tools->type != MSGPACK_OBJECT_ARRAY)
+        return zi_error_set(err, ZI_EINVAL, "tools: must be an array, not %s",
+                            tools ? zi_msgpack_type_name(tools) : "nothing");
+    zi_keypath p = {{0}, 0};
+    for (uint32_t i = 0; i < tools->via.array.size; i++) {
+        zi_keypath_pop(&p, 0);
+        zi_keypath_push(&p, "tools[%u]", i);
+        int rc = check_tool(&tools->via.array.ptr[i], &p, err);
+        if (rc) return rc;
+    }
+    return ZI_OK;
+}
+
+/* ---- a request's variables ------------------------------------------------ */
+
+static int is_nil(const msgpack_object *o) {
+    return !o || o->type == MSGPACK_OBJECT_NIL;
+}
+
+static int vars_build(const msgpack_object *tools, const msgpack_object *options, zi_chat_vars *out,
+                      zi_error *err) {
+    int have_tools = !is_nil(tools);
+    if (have_tools) {
+        int rc = zi_chat_tools_check(tools, err);
+        if (rc) return rc;
+        have_tools = tools->via.array.size > 0;
+    }
+    size_t nopt = 0;
+    if (!is_nil(options)) {
+        if (options->type != MSGPACK_OBJECT_MAP)
+            return zi_error_set(err, ZI_EINVAL, "chat_template_options: must be a map, not %s",
+                                zi_msgpack_type_name(options));
+        nopt = options->via.map.size;
+    }
+    size_t count = (size_t)have_tools + nopt;
+    if (!count) return ZI_OK;
+    out->v = arena_alloc(&out->arena, count * sizeof *out->v);
+    if (!out->v) return zi_error_set(err, ZI_ENOMEM, "chat template variables: out of memory");
+    if (have_tools) {
+        zi_chat_var *v = &out->v[out->n];
+        v->name = "tools";
+        v->name_len = 5;
+        int rc = from_msgpack(tools, "tools", 1, &out->arena, &v->value, err);
+        if (rc) return rc;
+        out->n++;
+    }
+    for (uint32_t i = 0; i < nopt; i++) {
+        const msgpack_object *k = &options->via.map.ptr[i].key;
+        if (k->type != MSGPACK_OBJECT_STR)
+            return zi_error_set(err, ZI_EINVAL,
+                                "chat_template_options: map keys must be strings (key #%u is %s)",
+                                i, zi_msgpack_type_name(k));
+        const char *name = k->via.str.ptr ? k->via.str.ptr : "";
+        size_t len = k->via.str.size;
+        char where[48];
+        snprintf(where, sizeof where, "chat_template_options key #%u", i);
+        zi_chat_value kv = {0};
+        kv.kind = ZI_CHAT_STR;
+        kv.u.s.p = name;
+        kv.u.s.len = len;
+        int rc = zi_chat_value_check(&kv, where, err);
+        if (rc) return rc;
+        zi_keypath p = {{0}, 0};
+        zi_keypath_push_key(&p, "chat_template_options.", name, len);
+        if (zi_chat_var_reserved(name, len))
+            return zi_error_set(err, ZI_EINVAL, "%s: a name the renderer sets itself", p.s);
+        if (len == 5 && memcmp(name, "tools", 5) == 0)
+            return zi_error_set(err, ZI_EINVAL, "%s: send tools in the request's tools field", p.s);
+        for (uint32_t j = 0; j < i; j++)
+            if (options->via.map.ptr[j].key.via.str.size == len &&
+                (len == 0 || memcmp(options->via.map.ptr[j].key.via.str.ptr, name, len) == 0))
+                return zi_error_set(err, ZI_EINVAL, "%s: given twice", p.s);
+        zi_chat_var *v = &out->v[out->n];
+        char *copy = arena_alloc(&out->arena, len ? len : 1);
+        if (!copy) return zi_error_set(err, ZI_ENOMEM, "%s: out of memory", p.s);
+        if (len) memcpy(copy, name, len);
+        v->name = copy;
+        v->name_len = len;
+        rc = from_msgpack(&options->via.map.ptr[i].val, p.s, 2, &out->arena, &v->value, err);
+        if (rc) return rc;
+        out->n++;
+    }
+    return ZI_OK;
+}
+
+int zi_chat_vars_from_msgpack(const msgpack_object *tools, const msgpack_object *options,
+                              zi_chat_vars *out, zi_error *err) {
+    if (!out) return zi_error_set(err, ZI_EINVAL, "chat template variables: NULL argument");
+    memset(out, 0, sizeof *out);
+    int rc = vars_build(tools, options, out, err);
+    if (rc) zi_chat_vars_free(out);
+    return rc;
+}
+
+int zi_chat_vars_from_request(const zi_bytes *tools, const zi_bytes *options, zi_chat_vars *out,
+                              zi_error *err) {
+    if (!out) return zi_error_set(err, ZI_EINVAL, "chat template variables: NULL argument");
+    memset(out, 0, sizeof *out);
+    msgpack_unpacked ut, uo;
+    int have_t = tools && tools->len, have_o = options && options->len;
+    int rc = ZI_OK;
+    if (have_t && (rc = zi_msgpack_parse(tools->p, tools->len, NULL, &ut, err))) {
+        zi_error_prefix(err, "tools");
+        return rc;
+    }
+    if (have_o && (rc = zi_msgpack_parse(options->p, options->len, NULL, &uo, err))) {
+        zi_error_prefix(err, "chat_template_options");
+        if (have_t) msgpack_unpacked_destroy(&ut);
+        return rc;
+    }
+    rc = zi_chat_vars_from_msgpack(have_t ? &ut.data : NULL, have_o ? &uo.data : NULL, out, err);
+    if (have_t) msgpack_unpacked_destroy(&ut);
+    if (have_o) msgpack_unpacked_destroy(&uo);
+    return rc;
+}
+
+void zi_chat_vars_free(zi_chat_vars *v) {
+    if (!v) return;
+    zi_chat_arena_free(&v->arena);
+    v->v = NULL;
+    v->n = 0;
+}

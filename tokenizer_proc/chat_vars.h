@@ -1,0 +1,97 @@
+/*
+ * chat_vars.h - a request's `tools` and `chat_template_options` as extra
+ * chat-template variables (zi_chat_var, tokenizer_proc/chat_template.h).
+ *
+ * Hugging Face renders apply_chat_template(messages, tools=tools,
+ * add_generation_prompt=True, **chat_template_options): the tool list
+ * becomes the template variable `tools` and each option a variable of its
+ * own. The codec keeps both fields as opaque msgpack bytes (zi_request's
+ * tools and chat_template_options); this module checks them and converts
+ * them into zi_chat_value trees that own copies of their strings, so the
+ * msgpack buffers may go away before the render.
+ *
+ * Everything here reads client input: failures are ZI_EINVAL (ZI_ENOMEM
+ * for allocation, ZI_EUNSUPPORTED for an integer beyond 64 bits) with a
+ * message starting with the path at fault, e.g. "tools[1].function.name:
+ * missing" or "chat_template_options.x[0]: map keys must be strings".
+ */
+#ifndef ZI_CHAT_VARS_H
+#define ZI_CHAT_VARS_H
+
+#include <stddef.h>
+
+#include <msgpack.h>
+
+#include "chat_template.h"
+#include "types.h"
+#include "zi_error.h"
+
+/* Nesting limit of a converted value, the value itself being level 1 (the
+ * codec's default; chat_template_options entries start at level 2). */
+#define ZI_CHAT_VARS_MAX_DEPTH 16
+
+/* Storage for trees: everything made with one arena is freed at once by
+ * zi_chat_arena_free. Zero-initialise it before first use. */
+typedef struct zi_chat_arena {
+    void *blocks; /* internal: malloc'd blocks, newest first */
+} zi_chat_arena;
+
+/* Frees every tree made with a and leaves it empty (reusable). */
+void zi_chat_arena_free(zi_chat_arena *a);
+
+/*
+ * Converts o into *out: nil -> None, bool, positive and negative integers
+ * (ZI_EUNSUPPORTED above INT64_MAX), float32/float64 -> float, str,
+ * array -> list, map -> dict (keys must be strings; pair order kept).
+ * Refused (ZI_EINVAL): bin and ext objects, non-string map keys, strings or
+ * keys that are not UTF-8, nesting deeper than ZI_CHAT_VARS_MAX_DEPTH.
+ * path (NULL: "value") starts every message. The tree's storage, strings
+ * included, comes from a; on failure *out is None and a is as it was.
+ */
+int zi_chat_value_from_msgpack(const msgpack_object *o, const char *path, zi_chat_arena *a,
+                               zi_chat_value *out, zi_error *err);
+
+/*
+ * Checks the shape of a request's tools, as the seed's
+ * TokenGeneratorRequestTool describes it: an array of maps, each with
+ * exactly the keys `type` (a string) and `function`, a map with `name` (a
+ * non-empty string) and optionally `description` (a string) and
+ * `parameters` (a map, not looked into). Missing keys, other keys, other
+ * types and repeated keys are refused with ZI_EINVAL and the path:
+ * "tools[1].function.name: missing", "tools[0].strict: not a field of a
+ * tool (type, function)". An empty array is fine.
+ */
+int zi_chat_tools_check(const msgpack_object *tools, zi_error *err);
+
+/* A request's template variables, for zi_chat_render_opts.vars / n_vars. */
+typedef struct zi_chat_vars {
+    zi_chat_var *v;
+    size_t n;
+    zi_chat_arena arena; /* owns v and the trees */
+} zi_chat_vars;
+
+/*
+ * Builds *out (zeroed first; free with zi_chat_vars_free, also after a
+ * failure) from a request's tools and chat_template_options objects,
+ * either of which may be NULL or nil (absent):
+ *  - tools must pass zi_chat_tools_check; a non-empty array becomes the
+ *    variable `tools` (an empty one leaves `tools` undefined, as
+ *    apply_chat_template's tools=None does);
+ *  - chat_template_options must be a map with string keys; each entry
+ *    becomes a variable of that name, in order. A name the renderer sets
+ *    itself (zi_chat_var_reserved) is refused ("chat_template_options.
+ *    messages: a name the renderer sets itself"), so is `tools` (tools
+ *    travel in the request's own field) and a key given twice.
+ */
+int zi_chat_vars_from_msgpack(const msgpack_object *tools, const msgpack_object *options,
+                              zi_chat_vars *out, zi_error *err);
+
+/* zi_chat_vars_from_msgpack for the opaque bytes the codec keeps
+ * (zi_request.tools, zi_request.chat_template_options; NULL or len 0:
+ * absent). The bytes are parsed with zi_msgpack_parse and default limits. */
+int zi_chat_vars_from_request(const zi_bytes *tools, const zi_bytes *options, zi_chat_vars *out,
+                              zi_error *err);
+
+void zi_chat_vars_free(zi_chat_vars *v);
+
+#endif
