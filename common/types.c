@@ -850,8 +850,11 @@ int zi_text_context_rollback(zi_text_context *ctx, int64_t n, zi_error *err) {
         ctx->lp_data[i] = NULL;
         ctx->tokens[i] = 0;
     }
-    ctx->end_idx = ctx->active_idx = e;
-    if (ctx->start_idx > e - 1) ctx->start_idx = e - 1; /* e >= prompt_len >= 1 */
+    /* A chunk still pending before the new end stays as it was (a reset
+     * context re-encoding in chunks); else the window ends at the end. */
+    if (ctx->active_idx == ctx->end_idx || ctx->active_idx > e) ctx->active_idx = e;
+    ctx->end_idx = e;
+    if (ctx->start_idx > ctx->active_idx - 1) ctx->start_idx = ctx->active_idx - 1; /* >= 0 */
     if (ctx->committed_idx > ctx->start_idx) ctx->committed_idx = ctx->start_idx;
     if (ctx->completion_end_idx > e) ctx->completion_end_idx = e;
     if (ctx->completion_start_idx > ctx->completion_end_idx)
@@ -863,7 +866,9 @@ int zi_text_context_rollback(zi_text_context *ctx, int64_t n, zi_error *err) {
 
 void zi_text_context_reset(zi_text_context *ctx) {
     if (!ctx) return;
+    /* All tokens become the next prompt, a chunk that was pending too. */
     ctx->start_idx = 0;
+    ctx->active_idx = ctx->end_idx;
     ctx->committed_idx = 0;
     ctx->is_initial_prompt = true;
 }

@@ -405,7 +405,8 @@ int zi_text_context_set_prompt_logprobs(zi_text_context *ctx, int64_t idx, zi_lo
 int zi_text_context_jump_ahead(zi_text_context *ctx, int32_t token, zi_error *err);
 /*
  * Removes the last n generated tokens (the seed's rollback): end_idx -= n,
- * active_idx = end_idx, start_idx = min(start_idx, end_idx - 1) so the last
+ * active_idx = end_idx (unless a pending chunk ends before it: that window
+ * is kept), start_idx = min(start_idx, active_idx - 1) so the last
  * remaining token is fed again, committed_idx = min(committed_idx,
  * start_idx), completion indices clipped to end_idx, their log
  * probabilities dropped, and a done status other than CANCELLED goes back
@@ -414,9 +415,10 @@ int zi_text_context_jump_ahead(zi_text_context *ctx, int32_t token, zi_error *er
  */
 int zi_text_context_rollback(zi_text_context *ctx, int64_t n, zi_error *err);
 /* Eviction (the seed's reset): all tokens so far become the prompt of the
- * next context-encoding step: start_idx = committed_idx = 0,
- * is_initial_prompt = true. active/end, prompt_len, status and the cache
- * slot are kept (the caller releases the slot). */
+ * next context-encoding step: start_idx = committed_idx = 0, active_idx =
+ * end_idx (a chunk that was pending included), is_initial_prompt = true.
+ * end, prompt_len, status and the cache slot are kept (the caller releases
+ * the slot). */
 void zi_text_context_reset(zi_text_context *ctx);
 /*
  * How many steps can run without feeding a position >= max_seq_len (>= 1).

@@ -865,9 +865,16 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
     if (r->worker_done) dispatch(rt);
 }
 
+/* What rides along with a decoded message to the client: the tokens' log
+ * probabilities, and the echoed prompt (its ids, their log probabilities,
+ * its text). */
+static const char *const DECODED_EXTRA[] = {"logprobs", "prompt_token_ids", "prompt_logprobs",
+                                            "prompt_text"};
+#define N_DECODED_EXTRA 4
+
 /* Not streamed: appends a decoded message's log probabilities to the
- * request's and keeps the echoed prompt (ev: logprobs, prompt_token_ids,
- * prompt_logprobs; each may be NULL) for the final frame. */
+ * request's and keeps the echoed prompt (ev: DECODED_EXTRA's, each may be
+ * NULL) for the final frame. */
 static int keep_extras(rreq *r, const msgpack_object *const *ev) {
     zi_codec_limits lim = zi_codec_limits_default();
     if (ev[0]) {
@@ -881,14 +888,14 @@ static int keep_extras(rreq *r, const msgpack_object *const *ev) {
         if (rc) return rc;
         r->has_lp = true;
     }
-    if ((ev[1] || ev[2]) && !r->echo) {
+    if ((ev[1] || ev[2] || ev[3]) && !r->echo) {
         msgpack_sbuffer sb;
         msgpack_sbuffer_init(&sb);
         msgpack_packer pk;
         msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        for (int i = 1; i < 3; i++)
+        for (int i = 1; i < N_DECODED_EXTRA; i++)
             if (ev[i]) {
-                zi_pack_str(&pk, i == 1 ? "prompt_token_ids" : "prompt_logprobs");
+                zi_pack_str(&pk, DECODED_EXTRA[i]);
                 msgpack_pack_object(&pk, *ev[i]);
                 r->echo_keys++;
             }
@@ -915,10 +922,10 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                    (ids->type == MSGPACK_OBJECT_MAP && zi_map_get(ids, "data") &&
                     zi_map_get(ids, "data")->type == MSGPACK_OBJECT_BIN &&
                     zi_map_get(ids, "data")->via.bin.size > 0);
-    static const char *const extra[] = {"logprobs", "prompt_token_ids", "prompt_logprobs"};
-    const msgpack_object *ev[3];
+    const msgpack_object *ev[N_DECODED_EXTRA];
     int n_extra = 0;
-    for (int i = 0; i < 3; i++) n_extra += (ev[i] = zi_map_get(o, extra[i])) != NULL;
+    for (int i = 0; i < N_DECODED_EXTRA; i++)
+        n_extra += (ev[i] = zi_map_get(o, DECODED_EXTRA[i])) != NULL;
     if (r->stream && (text->via.str.size > 0 || has_ids || n_extra)) {
         zi_msg m;
         zi_msg_init(&m);
@@ -927,9 +934,9 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
         zi_pack_kv_strn(&m.pk, "text", text->via.str.ptr, text->via.str.size);
         zi_pack_str(&m.pk, "token_ids");
         msgpack_pack_object(&m.pk, *ids);
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < N_DECODED_EXTRA; i++)
             if (ev[i]) {
-                zi_pack_str(&m.pk, extra[i]);
+                zi_pack_str(&m.pk, DECODED_EXTRA[i]);
                 msgpack_pack_object(&m.pk, *ev[i]);
             }
         bool ok = to_client(rt, r, &m);

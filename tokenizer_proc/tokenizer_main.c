@@ -395,9 +395,20 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
                 return;
             }
         }
+        /* The echoed prompt's text too (the seeds' echo: "the original
+         * prompt along with the generated output"), special tokens shown. */
+        char *ptext = NULL;
+        size_t plen = 0;
+        if (pids) {
+            int32_t *pv = NULL;
+            size_t pn = 0;
+            if (zi_codec_decode_tokens(pids, &lim, "prompt_token_ids", &pv, &pn, NULL) == ZI_OK)
+                zi_tokenizer_decode(t->tok, pv, pn, 1, &ptext, &plen, NULL);
+            free(pv);
+        }
         zi_msg m;
         zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 5 + (lpo != NULL) + (pids != NULL) + (plp != NULL));
+        msgpack_pack_map(&m.pk, 5 + (lpo != NULL) + 2 * (pids != NULL) + (plp != NULL));
         if (lpo) {
             zi_pack_str(&m.pk, "logprobs");
             if (use_cut)
@@ -409,6 +420,11 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         if (pids) {
             zi_pack_str(&m.pk, "prompt_token_ids");
             msgpack_pack_object(&m.pk, *pids);
+            size_t pl = 0;
+            char *clean = zi_utf8_clean(ptext ? ptext : "", ptext ? plen : 0, &pl);
+            zi_pack_kv_strn(&m.pk, "prompt_text", clean ? clean : "", clean ? pl : 0);
+            free(clean);
+            free(ptext);
         }
         if (plp) {
             zi_pack_str(&m.pk, "prompt_logprobs");

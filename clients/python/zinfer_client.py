@@ -136,7 +136,7 @@ class Client:
     def complete(self, prompt=None, messages=None, sampling_params=None, **extra):
         """Runs one request to the end: (text, token_ids, final frame).
         With logprobs (and echo) asked for, the final frame also gets the
-        whole completion's "logprobs" (and "prompt_token_ids",
+        whole completion's "logprobs" (and "prompt_token_ids", "prompt_text",
         "prompt_logprobs"), gathered from the chunks. Raises ZinferError on
         an error frame."""
         text, ids, final = [], [], None
@@ -150,7 +150,7 @@ class Client:
                     seen_lp = True
                     for k in lps:
                         lps[k].extend(ev["logprobs"][k])
-                for k in ("prompt_token_ids", "prompt_logprobs"):
+                for k in ("prompt_token_ids", "prompt_text", "prompt_logprobs"):
                     if k in ev:
                         echoed[k] = ev[k]
             elif ev["event"] == "error":

@@ -173,6 +173,8 @@ def test_logprobs_match_float64_reference(client, prompts, reference, name):
             assert set(lp["logprobs"]["top_log_probabilities"][i]) == top_ref, i
     # echo: prompt tokens 1..n-1, each given the tokens before it.
     assert lp["prompt_token_ids"] == p["ids"]
+    assert lp["prompt_text"].startswith("<|im_start|>") and lp["prompt_text"].endswith(
+        "<|im_start|>assistant\n"), lp["prompt_text"]
     plp = lp["prompt_logprobs"]["token_log_probabilities"]
     assert len(plp) == n_prompt - 1
     for j in range(1, n_prompt):
@@ -192,6 +194,7 @@ def test_logprobs_not_streamed(client):
     assert all(len(t) == 2 for t in final["logprobs"]["top_log_probabilities"])
     assert len(final["prompt_logprobs"]["token_log_probabilities"]) == \
         len(final["prompt_token_ids"]) - 1
+    assert final["prompt_text"] == STORY  # the prompt, as the client sent it
 
 
 def test_stop_token_ids_eos_and_lengths(client):

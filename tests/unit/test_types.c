@@ -611,6 +611,77 @@ static void test_ctx_reset(void **state) {
     zi_text_context_free(&c);
 }
 
+/* Reset and rollback while a chunk is pending (a context that is
+ * re-encoding in chunks after an eviction), and rollback of other endings:
+ * the seeds' "all tokens become the new prompt" and "remove the last n". */
+static void test_ctx_reset_rollback_mid_chunk(void **state) {
+    (void)state;
+    zi_text_context c;
+    zi_error e = {0};
+    new_ctx(&c, 5, 100, NULL);
+    for (int32_t t = 21; t <= 25; t++)
+        assert_int_equal(zi_text_context_update(&c, t, NULL, &e), ZI_OK);
+    IDX(&c, 9, 10, 10, 0);
+    zi_text_context_reset(&c);
+    assert_int_equal(zi_text_context_limit_active(&c, 4, &e), ZI_OK);
+    assert_int_equal(zi_text_context_update(&c, 99, NULL, &e), ZI_OK); /* chunk done */
+    assert_int_equal(zi_text_context_limit_active(&c, 2, &e), ZI_OK);
+    IDX(&c, 4, 6, 10, 0);
+    /* A second eviction mid-chunk: every token is the next prompt. */
+    zi_text_context_reset(&c);
+    IDX(&c, 0, 10, 10, 0);
+    assert_int_equal(zi_text_context_active_length(&c), 10);
+    /* Rollback with a chunk pending before the new end keeps that window. */
+    assert_int_equal(zi_text_context_limit_active(&c, 4, &e), ZI_OK);
+    IDX(&c, 0, 4, 10, 0);
+    assert_int_equal(zi_text_context_rollback(&c, 2, &e), ZI_OK);
+    IDX(&c, 0, 4, 8, 0);
+    /* ... and a chunk reaching past it is cut at the new end. */
+    assert_int_equal(zi_text_context_update(&c, 98, NULL, &e), ZI_OK);
+    IDX(&c, 4, 8, 8, 0);
+    assert_int_equal(zi_text_context_limit_active(&c, 3, &e), ZI_OK);
+    IDX(&c, 4, 7, 8, 0);
+    assert_int_equal(zi_text_context_rollback(&c, 2, &e), ZI_OK);
+    IDX(&c, 4, 6, 6, 0);
+    assert_int_equal(c.tokens[5], 21);
+    zi_text_context_free(&c);
+
+    /* Rollback undoes MAXIMUM_LENGTH and STOP too. */
+    new_ctx(&c, 5, 7, NULL);
+    assert_int_equal(zi_text_context_update(&c, 21, NULL, &e), ZI_OK);
+    assert_int_equal(zi_text_context_update(&c, 22, NULL, &e), ZI_OK);
+    assert_int_equal(c.status, ZI_GEN_MAXIMUM_LENGTH);
+    assert_int_equal(zi_text_context_rollback(&c, 1, &e), ZI_OK);
+    assert_int_equal(c.status, ZI_GEN_ACTIVE);
+    IDX(&c, 5, 6, 6, 0);
+    zi_text_context_free(&c);
+    zi_sampling_params sp;
+    zi_sampling_params_init(&sp);
+    int32_t stop_id = 31;
+    sp.stop_token_ids.v = &stop_id, sp.stop_token_ids.n = 1;
+    new_ctx(&c, 5, 100, &sp);
+    assert_int_equal(zi_text_context_update(&c, 31, NULL, &e), ZI_OK);
+    assert_int_equal(c.status, ZI_GEN_STOP);
+    assert_int_equal(zi_text_context_rollback(&c, 1, &e), ZI_OK);
+    assert_int_equal(c.status, ZI_GEN_ACTIVE);
+    zi_text_context_free(&c);
+}
+
+/* jump_ahead ends a context the way update does: an EOS id. */
+static void test_ctx_jump_ahead_eos(void **state) {
+    (void)state;
+    zi_text_context c;
+    zi_error e = {0};
+    new_ctx(&c, 5, 100, NULL);
+    int32_t eos = 2;
+    assert_int_equal(zi_text_context_set_eos(&c, &eos, 1, &e), ZI_OK);
+    assert_int_equal(zi_text_context_update(&c, 21, NULL, &e), ZI_OK);
+    assert_int_equal(zi_text_context_jump_ahead(&c, 2, &e), ZI_OK);
+    assert_int_equal(c.status, ZI_GEN_END_OF_SEQUENCE);
+    IDX(&c, 5, 7, 7, 0);
+    zi_text_context_free(&c);
+}
+
 static void test_ctx_num_steps(void **state) {
     (void)state;
     zi_text_context c;
@@ -900,6 +971,8 @@ int main(void) {
         cmocka_unit_test(test_ctx_jump_ahead),
         cmocka_unit_test(test_ctx_rollback),
         cmocka_unit_test(test_ctx_reset),
+        cmocka_unit_test(test_ctx_reset_rollback_mid_chunk),
+        cmocka_unit_test(test_ctx_jump_ahead_eos),
         cmocka_unit_test(test_ctx_num_steps),
         cmocka_unit_test(test_ctx_min_token_mask),
         cmocka_unit_test(test_ctx_status),
