@@ -1,0 +1,89 @@
+/*
+ * bench_json_constraint.c - what structured output (response_format
+ * json_object) costs the worker per generated token: zi_json_allowed over
+ * the model's whole vocabulary at typical points of a JSON text.
+ *
+ * Not a test: prints one JSON object, {"vocab_build_ms": x, "states":
+ * [{"after": text, "us": mean microseconds per mask, "allowed": tokens},
+ * ...]}, each state timed for 0.2 s on one core. Compare with a decode step
+ * (zinfer bench: ~4 ms for one stream on the default model).
+ *
+ * Usage: bench_json_constraint [model.gguf]
+ *   model defaults to $ZINFER_MODEL, then the default SmolLM2 path.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gguf.h"
+#include "json_constraint.h"
+#include "tokenizer.h"
+
+#define DEFAULT_MODEL "/root/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    const char *path = argc > 1                 ? argv[1]
+                       : getenv("ZINFER_MODEL") ? getenv("ZINFER_MODEL")
+                                                : DEFAULT_MODEL;
+    zi_error err = {0};
+    zi_gguf *g = NULL;
+    zi_tokenizer *tok = NULL;
+    zi_json_vocab *v = NULL;
+    if (zi_gguf_open(path, &g, &err) || zi_tokenizer_load(g, &tok, &err)) {
+        fprintf(stderr, "bench_json_constraint: %s\n", err.msg);
+        return 1;
+    }
+    double t0 = now_s();
+    if (zi_json_vocab_create(tok, &v, &err)) {
+        fprintf(stderr, "bench_json_constraint: %s\n", err.msg);
+        return 1;
+    }
+    double build_ms = (now_s() - t0) * 1e3;
+    int32_t V = zi_tokenizer_vocab_size(tok), eos = zi_tokenizer_eos(tok);
+    int32_t *mask = malloc(((size_t)V + 31) / 32 * sizeof *mask);
+    if (!mask) return 1;
+    /* Points of a text: between values, inside keys and strings, in a
+     * number, a literal, an escape. */
+    static const char *const after[] = {"",
+                                        "{",
+                                        "{\"na",
+                                        "{\"name\":",
+                                        "{\"name\": \"Jo",
+                                        "{\"a\": 12",
+                                        "{\"a\": [1, ",
+                                        "{\"a\": tr",
+                                        "{\"a\": \"x\\"};
+    printf("{\"vocab_build_ms\": %.1f, \"vocab\": %d, \"states\": [", build_ms, (int)V);
+    for (size_t i = 0; i < sizeof after / sizeof after[0]; i++) {
+        zi_json_state s;
+        zi_json_state_init(&s);
+        if (!zi_json_feed(&s, (const uint8_t *)after[i], strlen(after[i]))) return 1;
+        long it = 0;
+        double t1;
+        t0 = now_s();
+        do {
+            zi_json_allowed(v, &s, &eos, 1, mask);
+            it++;
+            t1 = now_s();
+        } while (t1 - t0 < 0.2);
+        long allowed = 0;
+        for (int32_t t = 0; t < V; t++) allowed += (uint32_t)mask[t >> 5] >> (t & 31) & 1u;
+        printf("%s{\"after\": \"", i ? ", " : "");
+        for (const char *p = after[i]; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+        printf("\", \"us\": %.1f, \"allowed\": %ld}", (t1 - t0) / (double)it * 1e6, allowed);
+    }
+    printf("]}\n");
+    free(mask);
+    zi_json_vocab_free(v);
+    zi_tokenizer_free(tok);
+    zi_gguf_close(g);
+    return 0;
+}
