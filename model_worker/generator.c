@@ -36,6 +36,7 @@ typedef struct gseq {
      * generated tokens (-1: not started; js_bad: they broke it). */
     zi_json_state js;
     int64_t js_fed;
+    uint64_t js_hash; /* of those tokens: a rollback and other tokens is seen */
     int js_bad;
 } gseq;
 
@@ -271,6 +272,13 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
     return ZI_OK;
 }
 
+/* FNV-1a over token ids. */
+static uint64_t token_hash(const int32_t *t, int64_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)t[i]) * 0x100000001b3ull;
+    return h;
+}
+
 /* Structured output: the tokens that keep context c's completion a JSON
  * object, into mask row `row`. The automaton catches up with the tokens
  * generated since the last step (all of them again after a rollback);
@@ -278,20 +286,29 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
  * mask) leave only the end-of-sequence ids. */
 static const int32_t *json_mask(zi_generator *g, const zi_text_context *c, int row) {
     gseq *q = seq_of(g, c);
+    const int32_t *gen = c->tokens + c->prompt_len;
     int64_t n_gen = c->end_idx - c->prompt_len;
+    if (q->js_fed >= 0 && q->js_fed <= n_gen && token_hash(gen, q->js_fed) != q->js_hash)
+        q->js_fed = -1; /* the tokens fed before are not these (rolled back, redrawn) */
     if (q->js_fed < 0 || q->js_fed > n_gen) {
         zi_json_state_init(&q->js);
         q->js_fed = 0, q->js_bad = 0;
     }
     for (; q->js_fed < n_gen; q->js_fed++)
-        if (!q->js_bad &&
-            !zi_json_feed_token(g->json, &q->js, c->tokens[c->prompt_len + q->js_fed]))
-            q->js_bad = 1;
+        if (!q->js_bad && !zi_json_feed_token(g->json, &q->js, gen[q->js_fed])) q->js_bad = 1;
+    q->js_hash = token_hash(gen, n_gen);
     size_t words = ((size_t)g->n_vocab + 31) / 32;
     int32_t *m = g->json_masks + (size_t)row * words;
     if (!q->js_bad) {
         zi_json_allowed(g->json, &q->js, c->eos_token_ids.v, c->eos_token_ids.n, m);
-    } else {
+        /* Never a row with nothing to draw, which would fail the whole step:
+         * the automaton always leaves a way on, but should it not, the
+         * completion ends here. */
+        size_t w = 0;
+        while (w < words && m[w] == 0) w++;
+        if (w == words) q->js_bad = 1;
+    }
+    if (q->js_bad) {
         memset(m, 0, words * sizeof *m);
         for (size_t i = 0; i < c->eos_token_ids.n; i++) {
             int32_t t = c->eos_token_ids.v[i];

@@ -111,6 +111,11 @@ static bool start_value(zi_json_state *s, uint8_t c) {
 /* A string byte outside escapes: UTF-8 checked as RFC 3629 has it (no
  * overlong forms, no surrogates, nothing past U+10FFFF). */
 static bool string_byte(zi_json_state *s, uint8_t c) {
+    if (s->need_low) { /* after a high surrogate escape: its low half */
+        if (c != '\\') return false;
+        s->mode = J_STR_ESC;
+        return true;
+    }
     if (s->u8_left) {
         if (c < s->u8_lo || c > s->u8_hi) return false;
         s->u8_left--, s->u8_lo = 0x80, s->u8_hi = 0xbf;
@@ -141,9 +146,13 @@ static bool string_byte(zi_json_state *s, uint8_t c) {
     return true;
 }
 
-/* One more number byte, at most ZI_JSON_MAX_NUMBER in all. */
+/* One more number byte, at most ZI_JSON_MAX_NUMBER in all. A '.', 'e' or
+ * exponent sign needs a digit after it: taken only with room for one, so
+ * no accepted prefix is a dead end. */
 static bool num_byte(zi_json_state *s, uint8_t mode) {
-    if (++s->run > ZI_JSON_MAX_NUMBER) return false;
+    int need = mode == J_NUM_DOT || mode == J_NUM_E || mode == J_NUM_ESIGN ? 2 : 1;
+    if (s->run + need > ZI_JSON_MAX_NUMBER) return false;
+    s->run++;
     s->mode = mode;
     return true;
 }
@@ -197,16 +206,33 @@ static bool feed_byte(zi_json_state *s, uint8_t c) {
             return string_byte(s, c);
         case J_STR_ESC:
             if (c == 'u') {
-                s->hex_left = 4, s->mode = J_STR_HEX;
+                s->hex_left = 4, s->hex_hi = 0, s->mode = J_STR_HEX;
                 return true;
             }
-            if (!strchr("\"\\/bfnrt", c) || c == 0) return false;
+            if (s->need_low || !strchr("\"\\/bfnrt", c) || c == 0) return false;
             s->mode = J_STR;
             return true;
-        case J_STR_HEX:
-            if (!is_digit(c) && !((c | 0x20) >= 'a' && (c | 0x20) <= 'f')) return false;
-            if (--s->hex_left == 0) s->mode = J_STR;
+        case J_STR_HEX: {
+            int h = is_digit(c)                              ? c - '0'
+                    : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10
+                                                             : -1;
+            if (h < 0) return false;
+            /* Surrogates come in pairs (strict parsers refuse a lone one):
+             * decided by the first two digits, so no prefix is a dead end. */
+            if (s->hex_left == 3) {
+                int hi = s->hex_hi << 4 | h; /* the code unit's top byte */
+                bool high = hi >= 0xd8 && hi <= 0xdb, low = hi >= 0xdc && hi <= 0xdf;
+                if (s->need_low ? !low : low) return false;
+                s->hex_hi = high ? 2 : 1;
+            } else if (s->hex_left == 4) {
+                s->hex_hi = (uint8_t)h;
+            }
+            if (--s->hex_left == 0) {
+                s->need_low = s->hex_hi == 2;
+                s->mode = J_STR;
+            }
             return true;
+        }
         case J_NUM_MINUS:
             if (c == '0') return num_byte(s, J_NUM_ZERO);
             return c >= '1' && c <= '9' && num_byte(s, J_NUM_INT);
@@ -392,13 +418,18 @@ void zi_json_allowed(const zi_json_vocab *v, const zi_json_state *s, const int32
                 mask[eos[i] >> 5] |= (int32_t)(1u << (eos[i] & 31));
         return;
     }
-    if (s->mode == J_STR && s->u8_left == 0) {
+    if (s->mode == J_STR && s->u8_left == 0 && !s->need_low) {
         memcpy(mask, v->plain, words * sizeof *mask);
         walk(&v->other, 0, s, mask);
     } else {
         memset(mask, 0, words * sizeof *mask);
         walk(&v->all, 0, s, mask);
     }
+    /* An end-of-sequence id that is an ordinary token (bytes of its own)
+     * must not end an object that is still open. */
+    for (size_t i = 0; i < n_eos; i++)
+        if (eos[i] >= 0 && eos[i] < v->n_vocab)
+            mask[eos[i] >> 5] &= ~(int32_t)(1u << (eos[i] & 31));
 }
 
 bool zi_json_feed_token(const zi_json_vocab *v, zi_json_state *s, int32_t id) {

@@ -45,6 +45,8 @@ typedef struct zi_json_state {
     uint8_t lit;   /* true / false / null: which, and how far */
     uint8_t lit_pos;
     uint8_t hex_left; /* \uXXXX digits still to come */
+    uint8_t hex_hi;   /* in \uXXXX: its first digit, then 1 (plain) or 2 (high surrogate) */
+    uint8_t need_low; /* a high surrogate escape needs its low half next */
     uint8_t u8_left;  /* UTF-8 continuation bytes still to come, in [u8_lo, u8_hi] */
     uint8_t u8_lo, u8_hi;
     uint8_t run;                      /* whitespace bytes in a row, or number bytes */

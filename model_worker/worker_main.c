@@ -223,6 +223,15 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
           memcmp(l->ctx.json_schema.p, ZI_JSON_OBJECT_SCHEMA, l->ctx.json_schema.len) == 0))
         rc = zi_error_set(&err, ZI_EUNSUPPORTED,
                           "response_format: only a JSON object can be required yet (json_object)");
+    if (!rc && l->ctx.has_json_schema) { /* the object must be able to end */
+        bool eos = false;
+        for (size_t i = 0; i < l->ctx.eos_token_ids.n; i++)
+            eos |= l->ctx.eos_token_ids.v[i] >= 0 && l->ctx.eos_token_ids.v[i] < w->vocab;
+        if (!eos)
+            rc = zi_error_set(&err, ZI_EUNSUPPORTED,
+                              "response_format: the model has no end-of-sequence token to end "
+                              "the JSON object with");
+    }
     if (!rc && l->ctx.end_idx >= w->ctx_size)
         rc = zi_error_set(&err, ZI_ERANGE,
                           "prompt: %lld tokens leave no room in this worker's context of %d",

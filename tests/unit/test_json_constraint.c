@@ -44,7 +44,7 @@ static void test_accepts_objects(void **state) {
     assert_int_equal(RUN("{\"a\": 1}"), 1);
     assert_int_equal(RUN("{\"a\":[1,2.5e-3,-0,0.5,1E+9,-12.75e2,true,false,null,{\"b\":\"x\"}]}"),
                      1);
-    assert_int_equal(RUN("{\"s\": \"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t \\u00e9\\uD83D\"}"), 1);
+    assert_int_equal(RUN("{\"s\": \"q\\\" b\\\\ s\\/ \\b\\f\\n\\r\\t \\u00e9\\uD83D\\ude00\"}"), 1);
     assert_int_equal(RUN("{\"caf\xc3\xa9\": \"\xe2\x82\xac \xf0\x9f\x98\x80 \xed\x9f\xbf\"}"), 1);
     assert_int_equal(RUN("{\n  \"list\": [\n    [],\n    {}\n  ],\n  \"n\": 0\n}"), 1);
     /* prefixes are taken but are not complete */
@@ -93,6 +93,12 @@ static void test_refuses_non_objects(void **state) {
     assert_int_equal(RUN("{\"a\":\"\xf4\x90\x80\x80\"}"), -1); /* past U+10FFFF */
     assert_int_equal(RUN("{\"a\":\"\x80\"}"), -1);
     assert_int_equal(RUN("{\"a\":\"\xe2\x82\"}"), -1); /* cut character */
+    /* surrogate escapes come in pairs */
+    assert_int_equal(RUN("{\"a\":\"\\ud800\"}"), -1);
+    assert_int_equal(RUN("{\"a\":\"\\udc00\"}"), -1);
+    assert_int_equal(RUN("{\"a\":\"\\ud800\\n\"}"), -1);
+    assert_int_equal(RUN("{\"a\":\"\\ud800\\u0041\"}"), -1);
+    assert_int_equal(RUN("{\"a\":\"\\uDBFF\\uDFFF\"}"), 1);
 }
 
 static void test_limits(void **state) {
@@ -128,6 +134,21 @@ static void test_limits(void **state) {
     n = 5;
     for (int i = 0; i <= ZI_JSON_MAX_NUMBER; i++) buf[n++] = '7';
     assert_int_equal(run(buf, n), -1);
+    /* '.', 'e' and an exponent sign need room for a digit after them: a
+     * prefix the automaton takes can always be finished */
+    const char *tails[] = {".", "e", "E", "e+"};
+    for (size_t t = 0; t < 4; t++) {
+        size_t room = ZI_JSON_MAX_NUMBER - strlen(tails[t]); /* digits, tail, one digit */
+        n = 5;
+        for (size_t i = 0; i < room; i++) buf[n++] = '7';
+        memcpy(buf + n, tails[t], strlen(tails[t])), n += strlen(tails[t]);
+        assert_int_equal(run(buf, n), -1);
+        n = 5;
+        for (size_t i = 0; i + 1 < room; i++) buf[n++] = '7';
+        memcpy(buf + n, tails[t], strlen(tails[t])), n += strlen(tails[t]);
+        buf[n++] = '1', buf[n++] = '}';
+        assert_int_equal(run(buf, n), 1);
+    }
 }
 
 /* ---- with the model's vocabulary ---------------------------------------- */
@@ -162,8 +183,9 @@ static int teardown_vocab(void **state) {
 static void test_mask_is_exact(void **state) {
     vocab_fixture *f = *state;
     if (!f->v) skip();
-    const char *text = "{\"name\": \"Caf\xc3\xa9 \\\"x\\\"\", \"n\": [-1.5e3, 0, true, null],\n"
-                       "  \"o\": {\"k\": \"\xe2\x82\xac\"}}";
+    const char *text =
+        "{\"name\": \"Caf\xc3\xa9 \\\"x\\\" \\ud83d\\ude00\", \"n\": [-1.5e3, 0, true, null],\n"
+        "  \"o\": {\"k\": \"\xe2\x82\xac\"}}";
     int32_t V = zi_tokenizer_vocab_size(f->tok);
     size_t words = ((size_t)V + 31) / 32;
     int32_t *mask = malloc(words * sizeof *mask);
@@ -195,6 +217,48 @@ static void test_mask_is_exact(void **state) {
     assert_true(zi_json_complete(&s));
     assert_true(allowed_total > 0);
     free(mask);
+}
+
+/* Random walks over the allowed tokens never reach a state that allows
+ * nothing: every prefix the mask lets through can be finished. */
+static void test_no_dead_ends(void **state) {
+    vocab_fixture *f = *state;
+    if (!f->v) skip();
+    int32_t V = zi_tokenizer_vocab_size(f->tok), eos = zi_tokenizer_eos(f->tok);
+    size_t words = ((size_t)V + 31) / 32;
+    int32_t *mask = malloc(words * sizeof *mask), *ids = malloc((size_t)V * sizeof *ids);
+    uint64_t rng = 0x853c49e6748fea9bull;
+    long steps = 0, finished = 0;
+    for (int walk = 0; walk < 300; walk++) {
+        zi_json_state s;
+        zi_json_state_init(&s);
+        for (int step = 0; step < 80 && !zi_json_complete(&s); step++, steps++) {
+            zi_json_allowed(f->v, &s, &eos, 1, mask);
+            size_t n = 0;
+            for (int32_t id = 0; id < V; id++)
+                if ((uint32_t)mask[id >> 5] >> (id & 31) & 1u) ids[n++] = id;
+            if (n == 0) fail_msg("walk %d step %d: no token allowed", walk, step);
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            /* mostly short tokens (structure), sometimes any */
+            int32_t pick = ids[rng % n];
+            if (rng >> 60 < 12) {
+                char buf[ZI_TOKEN_MAX_BYTES + 16];
+                for (int tries = 0; tries < 8; tries++) {
+                    int32_t c = ids[(rng >> 8 ^ (uint64_t)tries * 2654435761u) % n];
+                    if (zi_tokenizer_token_bytes(f->tok, c, 0, buf, sizeof buf) <= 2) {
+                        pick = c;
+                        break;
+                    }
+                }
+            }
+            assert_true(zi_json_feed_token(f->v, &s, pick));
+        }
+        finished += zi_json_complete(&s);
+    }
+    assert_true(steps > 10000);
+    print_message("%ld steps, %ld of 300 walks closed their object\n", steps, finished);
+    free(mask);
+    free(ids);
 }
 
 static void test_closed_object_allows_only_eos(void **state) {
@@ -233,6 +297,7 @@ int main(void) {
         cmocka_unit_test(test_refuses_non_objects),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_mask_is_exact),
+        cmocka_unit_test(test_no_dead_ends),
         cmocka_unit_test(test_closed_object_allows_only_eos),
     };
     return cmocka_run_group_tests(tests, setup_vocab, teardown_vocab);
