@@ -1892,32 +1892,139 @@ int zi_codec_text_context_from_bytes(const void *buf, size_t len, const zi_codec
     return rc;
 }
 
-int zi_response_format_kind(const zi_bytes *rf, int *kind, zi_error *err) {
+const msgpack_object *zi_map_get(const msgpack_object *o, const char *key) {
+    if (!o || o->type != MSGPACK_OBJECT_MAP) return NULL;
+    size_t kl = strlen(key);
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
+            memcmp(k->via.str.ptr, key, kl) == 0)
+            return &o->via.map.ptr[i].val;
+    }
+    return NULL;
+}
+
+/* JSON text of a msgpack object, appended to *buf (grown with realloc). */
+typedef struct jbuf {
+    char *p;
+    size_t n, cap;
+} jbuf;
+
+static int jb_add(jbuf *b, const char *s, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) return ZI_ENOMEM;
+        b->p = p, b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+    return ZI_OK;
+}
+
+static int jb_str(jbuf *b, const char *s, size_t n) {
+    int rc = jb_add(b, "\"", 1);
+    for (size_t i = 0; i < n && !rc; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[8];
+        if (c == '"' || c == '\\')
+            esc[0] = '\\', esc[1] = (char)c, rc = jb_add(b, esc, 2);
+        else if (c < 0x20)
+            snprintf(esc, sizeof esc, "\\u%04x", c), rc = jb_add(b, esc, 6);
+        else
+            rc = jb_add(b, (const char *)&s[i], 1);
+    }
+    return rc ? rc : jb_add(b, "\"", 1);
+}
+
+static int to_json(jbuf *b, const msgpack_object *o, zi_error *err) {
+    char num[40];
+    int rc = ZI_OK;
+    switch (o->type) {
+    case MSGPACK_OBJECT_NIL:
+        return jb_add(b, "null", 4);
+    case MSGPACK_OBJECT_BOOLEAN:
+        return o->via.boolean ? jb_add(b, "true", 4) : jb_add(b, "false", 5);
+    case MSGPACK_OBJECT_POSITIVE_INTEGER:
+        return jb_add(b, num,
+                      (size_t)snprintf(num, sizeof num, "%llu", (unsigned long long)o->via.u64));
+    case MSGPACK_OBJECT_NEGATIVE_INTEGER:
+        return jb_add(b, num, (size_t)snprintf(num, sizeof num, "%lld", (long long)o->via.i64));
+    case MSGPACK_OBJECT_FLOAT32:
+    case MSGPACK_OBJECT_FLOAT64:
+        if (!isfinite(o->via.f64))
+            return zi_error_set(err, ZI_EINVAL, "response_format.json_schema: NaN or infinity");
+        return jb_add(b, num, (size_t)snprintf(num, sizeof num, "%.17g", o->via.f64));
+    case MSGPACK_OBJECT_STR:
+        return jb_str(b, o->via.str.ptr, o->via.str.size);
+    case MSGPACK_OBJECT_ARRAY:
+        rc = jb_add(b, "[", 1);
+        for (uint32_t i = 0; i < o->via.array.size && !rc; i++) {
+            if (i) rc = jb_add(b, ",", 1);
+            if (!rc) rc = to_json(b, &o->via.array.ptr[i], err);
+        }
+        return rc ? rc : jb_add(b, "]", 1);
+    case MSGPACK_OBJECT_MAP:
+        rc = jb_add(b, "{", 1);
+        for (uint32_t i = 0; i < o->via.map.size && !rc; i++) {
+            const msgpack_object *k = &o->via.map.ptr[i].key;
+            if (k->type != MSGPACK_OBJECT_STR)
+                return zi_error_set(err, ZI_EINVAL,
+                                    "response_format.json_schema: map keys must be strings");
+            if (i) rc = jb_add(b, ",", 1);
+            if (!rc) rc = jb_str(b, k->via.str.ptr, k->via.str.size);
+            if (!rc) rc = jb_add(b, ":", 1);
+            if (!rc) rc = to_json(b, &o->via.map.ptr[i].val, err);
+        }
+        return rc ? rc : jb_add(b, "}", 1);
+    default:
+        return zi_error_set(err, ZI_EINVAL, "response_format.json_schema: %s has no JSON form",
+                            zi_msgpack_type_name(o));
+    }
+}
+
+int zi_response_format_kind(const zi_bytes *rf, int *kind, char **schema, zi_error *err) {
     *kind = ZI_RF_NONE;
+    if (schema) *schema = NULL;
     if (!rf->len) return ZI_OK;
     msgpack_unpacked u;
     int rc = zi_msgpack_parse(rf->p, rf->len, NULL, &u, err);
     if (rc) return zi_error_prefix(err, "response_format");
-    const msgpack_object *o = &u.data, *type = NULL;
-    for (uint32_t i = 0; o->type == MSGPACK_OBJECT_MAP && i < o->via.map.size; i++) {
-        const msgpack_object *k = &o->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 4 &&
-            memcmp(k->via.str.ptr, "type", 4) == 0)
-            type = &o->via.map.ptr[i].val;
-    }
+    const msgpack_object *type = zi_map_get(&u.data, "type");
     if (!type || type->type != MSGPACK_OBJECT_STR) {
         rc = zi_error_set(err, ZI_EINVAL, "response_format.type: missing or not a string");
     } else {
         const char *t = type->via.str.ptr;
         uint32_t n = type->via.str.size;
-        if (n == 11 && memcmp(t, "json_object", 11) == 0)
+        if (n == 11 && memcmp(t, "json_object", 11) == 0) {
             *kind = ZI_RF_JSON_OBJECT;
-        else if (!(n == 4 && memcmp(t, "text", 4) == 0))
+        } else if (n == 11 && memcmp(t, "json_schema", 11) == 0) {
+            /* The schema itself, or OpenAI's {"name", "schema", "strict"}. */
+            const msgpack_object *js = zi_map_get(&u.data, "json_schema");
+            if (js && zi_map_get(js, "schema") &&
+                zi_map_get(js, "schema")->type == MSGPACK_OBJECT_MAP)
+                js = zi_map_get(js, "schema");
+            if (!js || js->type != MSGPACK_OBJECT_MAP) {
+                rc = zi_error_set(err, ZI_EINVAL,
+                                  "response_format.json_schema: missing or not a map");
+            } else {
+                *kind = ZI_RF_JSON_SCHEMA;
+                jbuf b = {0};
+                if (schema && (rc = to_json(&b, js, err)) == ZI_ENOMEM)
+                    zi_error_set(err, ZI_ENOMEM, "out of memory");
+                if (rc)
+                    free(b.p);
+                else if (schema)
+                    *schema = b.p;
+            }
+        } else if (!(n == 4 && memcmp(t, "text", 4) == 0)) {
             rc = zi_error_set(err, ZI_EUNSUPPORTED,
-                              "response_format: type '%.*s' is not supported by this version "
-                              "(decoding can be held to a JSON object, 'json_object', not yet "
-                              "to a schema)",
+                              "response_format: type '%.*s' is not supported (text, json_object or "
+                              "json_schema)",
                               (int)(n < 64 ? n : 64), t);
+        }
     }
     msgpack_unpacked_destroy(&u);
     return rc;

@@ -248,8 +248,8 @@ int zi_text_generation_response_append(zi_text_generation_response *r, const zi_
 
 /* The token array grows in multiples of this many slots (the seed's
  * CHUNK_SIZE). */
-/* The json_schema of a context whose completion must be a JSON object
- * (response_format {"type": "json_object"}): the only constraint yet. */
+/* The json_schema of a context whose completion must be a JSON object,
+ * any (response_format {"type": "json_object"}). */
 #define ZI_JSON_OBJECT_SCHEMA "{\"type\":\"object\"}"
 
 #define ZI_CTX_CHUNK 128
@@ -300,7 +300,7 @@ typedef struct zi_text_context {
     bool log_probabilities_echo;
     bool ignore_eos;
     bool has_json_schema;
-    zi_string json_schema; /* ZI_JSON_OBJECT_SCHEMA: any JSON object (the only one yet) */
+    zi_string json_schema; /* JSON text of the schema (ZI_JSON_OBJECT_SCHEMA: any object) */
     zi_sampling_params sampling_params;
     zi_gen_status status;
     int64_t cache_seq_id; /* -1 when not assigned */

@@ -51,18 +51,6 @@ void zi_pack_kv_bool(msgpack_packer *pk, const char *key, bool val) {
         msgpack_pack_false(pk);
 }
 
-const msgpack_object *zi_map_get(const msgpack_object *o, const char *key) {
-    if (!o || o->type != MSGPACK_OBJECT_MAP) return NULL;
-    size_t kl = strlen(key);
-    for (uint32_t i = 0; i < o->via.map.size; i++) {
-        const msgpack_object *k = &o->via.map.ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == kl &&
-            memcmp(k->via.str.ptr, key, kl) == 0)
-            return &o->via.map.ptr[i].val;
-    }
-    return NULL;
-}
-
 int zi_map_str(const msgpack_object *o, const char *key, const char **s, size_t *n, zi_error *err) {
     const msgpack_object *v = zi_map_get(o, key);
     if (!v) return zi_error_set(err, ZI_EINVAL, "%s: missing", key);

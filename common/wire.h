@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h" /* zi_map_get */
 #include "zi_error.h"
 
 /* A message being built: a growing buffer and a packer writing into it. */
@@ -36,8 +37,6 @@ void zi_pack_kv_strn(msgpack_packer *pk, const char *key, const char *val, size_
 void zi_pack_kv_int(msgpack_packer *pk, const char *key, int64_t val);
 void zi_pack_kv_bool(msgpack_packer *pk, const char *key, bool val);
 
-/* The value stored under key in map o, or NULL (also when o is no map). */
-const msgpack_object *zi_map_get(const msgpack_object *o, const char *key);
 /* The string under key: *s and *n point into the object. ZI_EINVAL when absent
  * or not a string (message names key). */
 int zi_map_str(const msgpack_object *o, const char *key, const char **s, size_t *n, zi_error *err);

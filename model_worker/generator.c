@@ -34,6 +34,7 @@ typedef struct gseq {
     int looked_up; /* the prefix cache was asked since the last (re)start */
     /* Structured output: the JSON automaton after the first js_fed
      * generated tokens (-1: not started; js_bad: they broke it). */
+    zi_json_schema *schema; /* compiled from the context's json_schema (NULL: any object) */
     zi_json_state js;
     int64_t js_fed;
     uint64_t js_hash; /* of those tokens: a rollback and other tokens is seen */
@@ -159,7 +160,10 @@ void zi_generator_free(zi_generator *g) {
     zi_kv_cache_free(g->kv);
     zi_kv_blocks_free(g->kb);
     if (g->seqs)
-        for (int i = 0; i < g->cfg.n_slots; i++) free(g->seqs[i].blocks);
+        for (int i = 0; i < g->cfg.n_slots; i++) {
+            free(g->seqs[i].blocks);
+            zi_json_schema_free(g->seqs[i].schema);
+        }
     free(g->seqs);
     free(g->slot_used);
     free(g->tokens);
@@ -266,6 +270,8 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         q->last_hash = 0;
         q->looked_up = 0;
         q->js_fed = -1;
+        zi_json_schema_free(q->schema);
+        q->schema = NULL;
         q->arrival = ++g->arrivals;
         zi_text_context_assign_to_cache(c, next, NULL);
     }
@@ -291,8 +297,15 @@ static const int32_t *json_mask(zi_generator *g, const zi_text_context *c, int r
     if (q->js_fed >= 0 && q->js_fed <= n_gen && token_hash(gen, q->js_fed) != q->js_hash)
         q->js_fed = -1; /* the tokens fed before are not these (rolled back, redrawn) */
     if (q->js_fed < 0 || q->js_fed > n_gen) {
-        zi_json_state_init(&q->js);
-        q->js_fed = 0, q->js_bad = 0;
+        q->js_bad = 0;
+        if (!q->schema &&
+            !(c->json_schema.len == strlen(ZI_JSON_OBJECT_SCHEMA) &&
+              memcmp(c->json_schema.p, ZI_JSON_OBJECT_SCHEMA, c->json_schema.len) == 0))
+            /* the worker compiled it once already, to refuse a bad one */
+            q->js_bad = zi_json_schema_compile(c->json_schema.p, c->json_schema.len, &q->schema,
+                                               NULL) != ZI_OK;
+        zi_json_state_init(&q->js, q->schema);
+        q->js_fed = 0;
     }
     for (; q->js_fed < n_gen; q->js_fed++)
         if (!q->js_bad && !zi_json_feed_token(g->json, &q->js, gen[q->js_fed])) q->js_bad = 1;

@@ -102,10 +102,13 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx);
 
 /*
  * Structured output (json_constraint.h): with a vocabulary set, a context
- * with has_json_schema (response_format {"type": "json_object"}; its
- * json_schema is ZI_JSON_OBJECT_SCHEMA) draws each token from those that
- * keep its completion a JSON object, and only an end-of-sequence id once
- * the object is closed. v (NULL: none) must outlive the generator and
+ * with has_json_schema (response_format json_object or json_schema; its
+ * json_schema is the schema's JSON text, ZI_JSON_OBJECT_SCHEMA for any
+ * object) draws each token from those that keep its completion a JSON
+ * object of that schema, and only an end-of-sequence id once the object is
+ * closed. The schema is compiled once per slot; one that does not compile
+ * (the worker refuses those first) allows only end-of-sequence. v (NULL:
+ * none) must outlive the generator and
  * have the model's vocabulary size (ZI_EINVAL otherwise).
  */
 typedef struct zi_json_vocab zi_json_vocab;

@@ -4,8 +4,11 @@
  */
 #include "json_constraint.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 /* Lexer modes. "After a value" is decided by the innermost container. */
 enum {
@@ -28,13 +31,65 @@ enum {
     J_NUM_ESIGN, /* after the exponent's sign */
     J_NUM_EXP,   /* exponent digits */
     J_LIT,       /* true, false, null */
+    J_KEY,       /* a key of an object whose properties are given (schema) */
+    J_ENUM,      /* a value from an enum or const (schema) */
     J_DONE,      /* the top-level object is closed */
 };
 
+/* ---- schemas ------------------------------------------------------------ */
+
+/* What a schema node allows. */
+enum { S_ANY, S_OBJECT, S_ARRAY, S_STRING, S_NUMBER, S_INTEGER, S_BOOLEAN, S_NULL, S_ENUM };
+
+#define ANY 0  /* node 0: any JSON value */
+#define ROOT 1 /* node 1: the top-level value */
+#define MAX_NODES 1024
+#define MAX_MEMBERS 64 /* properties of an object, values of an enum */
+
+typedef struct snode {
+    uint8_t kind;
+    uint8_t closed;    /* an object: only its properties may appear */
+    uint16_t items;    /* an array: its elements' node */
+    uint32_t first, n; /* an object's properties, an enum's values */
+    uint64_t required; /* an object: the properties it must have */
+} snode;
+
+typedef struct stext { /* a property name (between the quotes) or an enum value's JSON text */
+    const char *p;
+    uint32_t len;
+    uint16_t node; /* a property's value */
+} stext;
+
+struct zi_json_schema {
+    snode *nodes;
+    size_t n_nodes;
+    stext *members;
+    size_t n_members;
+    char **strs; /* owned texts */
+    size_t n_strs;
+};
+
+static const snode NODE_ANY = {.kind = S_ANY}, NODE_FREE_OBJECT = {.kind = S_OBJECT};
+
+/* Without a schema the top level is an object and the rest any JSON. */
+static const snode *node_at(const zi_json_state *s, uint16_t id) {
+    if (!s->sc) return id == ROOT ? &NODE_FREE_OBJECT : &NODE_ANY;
+    return &s->sc->nodes[id];
+}
+
+static const stext *member(const zi_json_state *s, const snode *n, unsigned i) {
+    return &s->sc->members[n->first + i];
+}
+
+static uint64_t all_members(const snode *n) {
+    return n->n >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << n->n) - 1;
+}
+
 static const char *const LITERALS[3] = {"true", "false", "null"};
 
-void zi_json_state_init(zi_json_state *s) {
+void zi_json_state_init(zi_json_state *s, const zi_json_schema *schema) {
     memset(s, 0, sizeof *s);
+    s->sc = schema;
     s->mode = J_VALUE;
 }
 
@@ -59,8 +114,10 @@ static void end_value(zi_json_state *s) {
         s->mode = s->stack[s->depth - 1] ? J_OBJ_NEXT : J_ARR_NEXT;
 }
 
-static bool push(zi_json_state *s, uint8_t is_object) {
+static bool push(zi_json_state *s, uint8_t is_object, uint16_t node) {
     if (s->depth == ZI_JSON_MAX_DEPTH) return false;
+    s->node[s->depth] = node;
+    s->seen[s->depth] = 0;
     s->stack[s->depth++] = is_object;
     s->mode = is_object ? J_OBJ_FIRST : J_ARR_FIRST;
     s->run = 0;
@@ -73,14 +130,56 @@ static bool take_ws(zi_json_state *s) {
 }
 
 /* The first byte of a value (mode J_VALUE or J_ARR_FIRST). */
+/* The schema node of the value about to start: the root, an array's
+ * items, or the property whose key was just read. */
+static uint16_t value_node(const zi_json_state *s) {
+    if (s->depth == 0) return ROOT;
+    if (s->stack[s->depth - 1]) return s->vnode;
+    const snode *a = node_at(s, s->node[s->depth - 1]);
+    return a->kind == S_ARRAY ? a->items : ANY;
+}
+
 static bool start_value(zi_json_state *s, uint8_t c) {
     s->run = 0;
-    if (s->depth == 0 && c != '{') return false; /* the top level is an object */
+    s->int_only = 0;
+    uint16_t id = value_node(s);
+    const snode *n = node_at(s, id);
+    switch (n->kind) {
+    case S_OBJECT:
+        return c == '{' && push(s, 1, id);
+    case S_ARRAY:
+        return c == '[' && push(s, 0, id);
+    case S_STRING:
+        if (c != '"') return false;
+        break;
+    case S_INTEGER:
+        s->int_only = 1;
+        /* fall through */
+    case S_NUMBER:
+        if (c != '-' && !is_digit(c)) return false;
+        break;
+    case S_BOOLEAN:
+        if (c != 't' && c != 'f') return false;
+        break;
+    case S_NULL:
+        if (c != 'n') return false;
+        break;
+    case S_ENUM: {
+        uint64_t cand = 0;
+        for (unsigned i = 0; i < n->n; i++)
+            if (member(s, n, i)->p[0] == (char)c) cand |= (uint64_t)1 << i;
+        if (!cand) return false;
+        s->cand = cand, s->mpos = 1, s->vnode = id, s->mode = J_ENUM;
+        return true;
+    }
+    default:
+        break;
+    }
     switch (c) {
     case '{':
-        return push(s, 1);
+        return push(s, 1, ANY);
     case '[':
-        return push(s, 0);
+        return push(s, 0, ANY);
     case '"':
         s->key = 0, s->mode = J_STR;
         return true;
@@ -172,18 +271,61 @@ static bool feed_byte(zi_json_state *s, uint8_t c) {
             }
             return start_value(s, c);
         case J_OBJ_FIRST:
-        case J_OBJ_KEY:
+        case J_OBJ_KEY: {
             if (is_ws(c)) return take_ws(s);
+            const snode *o = node_at(s, s->node[s->depth - 1]);
             if (c == '"') {
-                s->key = 1, s->mode = J_STR, s->run = 0;
-                return true;
+                s->run = 0;
+                if (!o->closed) { /* any key; its value any JSON */
+                    s->key = 1, s->vnode = ANY, s->mode = J_STR;
+                    return true;
+                }
+                s->cand = all_members(o) & ~s->seen[s->depth - 1];
+                s->mpos = 0, s->mode = J_KEY;
+                return s->cand != 0;
             }
-            if (c == '}' && s->mode == J_OBJ_FIRST) {
+            if (c == '}' && s->mode == J_OBJ_FIRST && !o->required) {
                 s->depth--;
                 end_value(s);
                 return true;
             }
             return false;
+        }
+        case J_KEY: { /* one of the properties not given yet, byte by byte */
+            const snode *o = node_at(s, s->node[s->depth - 1]);
+            uint64_t next = 0;
+            for (unsigned i = 0; i < o->n; i++) {
+                if (!(s->cand >> i & 1)) continue;
+                const stext *m = member(s, o, i);
+                if (c == '"' && m->len == s->mpos) {
+                    s->seen[s->depth - 1] |= (uint64_t)1 << i;
+                    s->vnode = m->node, s->mode = J_COLON, s->run = 0;
+                    return true;
+                }
+                if (m->len > s->mpos && m->p[s->mpos] == (char)c) next |= (uint64_t)1 << i;
+            }
+            if (!next) return false;
+            s->cand = next, s->mpos++;
+            return true;
+        }
+        case J_ENUM: { /* the JSON text of one of the values */
+            const snode *e = node_at(s, s->vnode);
+            uint64_t next = 0;
+            bool whole = false;
+            for (unsigned i = 0; i < e->n; i++) {
+                if (!(s->cand >> i & 1)) continue;
+                const stext *m = member(s, e, i);
+                if (m->len > s->mpos && m->p[s->mpos] == (char)c) next |= (uint64_t)1 << i;
+                whole |= m->len == s->mpos;
+            }
+            if (next) {
+                s->cand = next, s->mpos++;
+                return true;
+            }
+            if (!whole) return false;
+            end_value(s); /* c is read again in the container */
+            continue;
+        }
         case J_COLON:
             if (is_ws(c)) return take_ws(s);
             if (c != ':') return false;
@@ -192,6 +334,12 @@ static bool feed_byte(zi_json_state *s, uint8_t c) {
         case J_OBJ_NEXT:
         case J_ARR_NEXT:
             if (is_ws(c)) return take_ws(s);
+            if (s->mode == J_OBJ_NEXT) { /* a closed object: keys left, required given */
+                const snode *o = node_at(s, s->node[s->depth - 1]);
+                uint64_t seen = s->seen[s->depth - 1];
+                if (c == ',' && o->closed && !(all_members(o) & ~seen)) return false;
+                if (c == '}' && (seen & o->required) != o->required) return false;
+            }
             if (c == ',') {
                 s->mode = s->mode == J_OBJ_NEXT ? J_OBJ_KEY : J_VALUE, s->run = 0;
                 return true;
@@ -248,9 +396,10 @@ static bool feed_byte(zi_json_state *s, uint8_t c) {
         case J_NUM_FRAC:
         case J_NUM_EXP:
             if (is_digit(c) && s->mode != J_NUM_ZERO) return num_byte(s, s->mode);
-            if (c == '.' && (s->mode == J_NUM_ZERO || s->mode == J_NUM_INT))
+            if (c == '.' && !s->int_only && (s->mode == J_NUM_ZERO || s->mode == J_NUM_INT))
                 return num_byte(s, J_NUM_DOT);
-            if ((c == 'e' || c == 'E') && s->mode != J_NUM_EXP) return num_byte(s, J_NUM_E);
+            if ((c == 'e' || c == 'E') && !s->int_only && s->mode != J_NUM_EXP)
+                return num_byte(s, J_NUM_E);
             /* Not part of the number: it ends here, and c is read again in
              * the container (numbers are never at the top level). */
             end_value(s);
@@ -271,6 +420,279 @@ bool zi_json_feed(zi_json_state *s, const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (!feed_byte(s, p[i])) return false;
     return true;
+}
+
+/* ---- schema compilation ------------------------------------------------- */
+
+typedef struct compiler {
+    zi_json_schema *sc;
+    size_t cap_nodes, cap_members, cap_strs;
+    char path[256];
+    zi_error *err;
+} compiler;
+
+static const char *const ANNOTATIONS[] = {"title",   "description", "default", "examples",
+                                          "$schema", "$id",         "$comment"};
+
+static int cfail(compiler *c, int code, const char *what) {
+    return zi_error_set(c->err, code, "%s: %s", c->path, what);
+}
+
+/* A property name or enum string usable byte for byte: printable, no quote
+ * or backslash (so it needs no escape), valid UTF-8 (jansson checked). */
+static bool plain_name(const char *p, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)p[i];
+        if (ch < 0x20 || ch == '"' || ch == '\\' || ch == 0x7f) return false;
+    }
+    return n <= 256;
+}
+
+static int add_node(compiler *c, uint16_t *id) {
+    zi_json_schema *sc = c->sc;
+    if (sc->n_nodes == MAX_NODES) return cfail(c, ZI_EUNSUPPORTED, "more than 1024 schemas");
+    if (sc->n_nodes == c->cap_nodes) {
+        size_t cap = c->cap_nodes ? c->cap_nodes * 2 : 16;
+        snode *p = realloc(sc->nodes, cap * sizeof *p);
+        if (!p) return cfail(c, ZI_ENOMEM, "out of memory");
+        sc->nodes = p, c->cap_nodes = cap;
+    }
+    memset(&sc->nodes[sc->n_nodes], 0, sizeof *sc->nodes);
+    *id = (uint16_t)sc->n_nodes++;
+    return ZI_OK;
+}
+
+/* Reserves n members; returns the first's index. */
+static int add_members(compiler *c, size_t n, uint32_t *first) {
+    zi_json_schema *sc = c->sc;
+    if (sc->n_members + n > c->cap_members) {
+        size_t cap = c->cap_members ? c->cap_members : 16;
+        while (cap < sc->n_members + n) cap *= 2;
+        stext *p = realloc(sc->members, cap * sizeof *p);
+        if (!p) return cfail(c, ZI_ENOMEM, "out of memory");
+        sc->members = p, c->cap_members = cap;
+    }
+    *first = (uint32_t)sc->n_members;
+    memset(sc->members + sc->n_members, 0, n * sizeof *sc->members);
+    sc->n_members += n;
+    return ZI_OK;
+}
+
+static int keep_str(compiler *c, char *str) {
+    zi_json_schema *sc = c->sc;
+    if (sc->n_strs == c->cap_strs) {
+        size_t cap = c->cap_strs ? c->cap_strs * 2 : 16;
+        char **p = realloc(sc->strs, cap * sizeof *p);
+        if (!p) {
+            free(str);
+            return cfail(c, ZI_ENOMEM, "out of memory");
+        }
+        sc->strs = p, c->cap_strs = cap;
+    }
+    sc->strs[sc->n_strs++] = str;
+    return ZI_OK;
+}
+
+static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id);
+
+/* A sub-schema at path + suffix. */
+static int compile_child(compiler *c, const json_t *j, int depth, const char *suffix,
+                         uint16_t *id) {
+    size_t old = strlen(c->path);
+    snprintf(c->path + old, sizeof c->path - old, "%s", suffix);
+    int rc = add_node(c, id);
+    if (!rc) rc = compile_node(c, j, depth + 1, *id);
+    c->path[old] = '\0';
+    return rc;
+}
+
+static int compile_enum(compiler *c, snode *n, const json_t *values, uint16_t id) {
+    size_t k = json_array_size(values);
+    if (k == 0 || k > MAX_MEMBERS)
+        return cfail(c, ZI_EUNSUPPORTED, "enum: 1 to 64 values are supported");
+    uint32_t first;
+    int rc = add_members(c, k, &first);
+    n = &c->sc->nodes[id]; /* the nodes may have moved */
+    if (rc) return rc;
+    n->kind = S_ENUM, n->first = first, n->n = (uint32_t)k;
+    for (size_t i = 0; i < k; i++) {
+        const json_t *v = json_array_get(values, i);
+        if (!(json_is_string(v) || json_is_integer(v) || json_is_boolean(v) || json_is_null(v)) ||
+            (json_is_string(v) && !plain_name(json_string_value(v), json_string_length(v))))
+            return cfail(c, ZI_EUNSUPPORTED,
+                         "enum/const: only strings without escapes, integers, booleans and "
+                         "null are supported");
+        char *text = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text || (rc = keep_str(c, text)))
+            return rc ? rc : cfail(c, ZI_ENOMEM, "out of memory");
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(c->sc->members[first + j].p, text) == 0)
+                return cfail(c, ZI_EINVAL, "enum: a value is given twice");
+        c->sc->members[first + i] = (stext){.p = text, .len = (uint32_t)strlen(text)};
+    }
+    return ZI_OK;
+}
+
+static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
+    if (!json_is_object(j)) return cfail(c, ZI_EINVAL, "a schema must be an object");
+    if (depth > ZI_JSON_MAX_DEPTH) return cfail(c, ZI_EUNSUPPORTED, "nested too deeply");
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)j, key, v) {
+        static const char *const known[] = {
+            "type", "properties", "required", "additionalProperties", "items", "enum", "const"};
+        bool ok = false;
+        for (size_t i = 0; i < sizeof known / sizeof known[0] && !ok; i++)
+            ok = !strcmp(key, known[i]);
+        for (size_t i = 0; i < sizeof ANNOTATIONS / sizeof ANNOTATIONS[0] && !ok; i++)
+            ok = !strcmp(key, ANNOTATIONS[i]);
+        if (!ok) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "keyword '%.64s' is not supported", key);
+            return cfail(c, ZI_EUNSUPPORTED, msg);
+        }
+    }
+    const json_t *type = json_object_get(j, "type"), *en = json_object_get(j, "enum"),
+                 *cn = json_object_get(j, "const"), *props = json_object_get(j, "properties"),
+                 *items = json_object_get(j, "items"), *req = json_object_get(j, "required"),
+                 *addl = json_object_get(j, "additionalProperties");
+    if (en || cn) {
+        if (en && cn) return cfail(c, ZI_EUNSUPPORTED, "enum with const");
+        if (en && !json_is_array(en)) return cfail(c, ZI_EINVAL, "enum: must be an array");
+        json_t *one = NULL;
+        if (cn && !(one = json_pack("[O]", cn))) return cfail(c, ZI_ENOMEM, "out of memory");
+        int rc = compile_enum(c, &c->sc->nodes[id], en ? en : one, id);
+        json_decref(one);
+        return rc; /* "type" beside it adds nothing the values do not fix */
+    }
+    static const struct {
+        const char *name;
+        uint8_t kind;
+    } types[] = {{"object", S_OBJECT}, {"array", S_ARRAY},     {"string", S_STRING},
+                 {"number", S_NUMBER}, {"integer", S_INTEGER}, {"boolean", S_BOOLEAN},
+                 {"null", S_NULL}};
+    uint8_t kind = props ? S_OBJECT : items ? S_ARRAY : S_ANY;
+    if (type) {
+        if (!json_is_string(type))
+            return cfail(c, ZI_EUNSUPPORTED, "type: one type name is supported (not a list)");
+        size_t i = 0;
+        while (i < sizeof types / sizeof types[0] && strcmp(types[i].name, json_string_value(type)))
+            i++;
+        if (i == sizeof types / sizeof types[0]) return cfail(c, ZI_EINVAL, "type: unknown type");
+        kind = types[i].kind;
+    }
+    c->sc->nodes[id].kind = kind;
+    if ((props || req || addl) && kind != S_OBJECT)
+        return cfail(c, ZI_EINVAL,
+                     "properties, required and additionalProperties need type object");
+    if (items && kind != S_ARRAY) return cfail(c, ZI_EINVAL, "items needs type array");
+    if (kind == S_ARRAY && items) {
+        if (!json_is_object(items))
+            return cfail(c, ZI_EUNSUPPORTED, "items: one schema (an object) is supported");
+        uint16_t child;
+        int rc = compile_child(c, items, depth, ".items", &child);
+        if (rc) return rc;
+        c->sc->nodes[id].items = child;
+    }
+    if (kind != S_OBJECT) return ZI_OK;
+    if (props && !json_is_object(props))
+        return cfail(c, ZI_EINVAL, "properties: must be an object");
+    if (req && !json_is_array(req)) return cfail(c, ZI_EINVAL, "required: must be an array");
+    if (addl && !json_is_boolean(addl) && !json_is_object(addl))
+        return cfail(c, ZI_EINVAL, "additionalProperties: must be a boolean or a schema");
+    size_t np = props ? json_object_size(props) : 0;
+    /* Names in required without a schema are properties of any value. */
+    size_t extra = 0;
+    for (size_t i = 0; req && i < json_array_size(req); i++) {
+        const json_t *r = json_array_get(req, i);
+        if (!json_is_string(r)) return cfail(c, ZI_EINVAL, "required: names must be strings");
+        if (!props || !json_object_get(props, json_string_value(r))) extra++;
+    }
+    if (np + extra > MAX_MEMBERS) return cfail(c, ZI_EUNSUPPORTED, "more than 64 properties");
+    bool closed = np + extra > 0 || (addl && json_is_false(addl));
+    c->sc->nodes[id].closed = closed;
+    if (!closed) return ZI_OK;
+    uint32_t first;
+    int rc = add_members(c, np + extra, &first);
+    if (rc) return rc;
+    c->sc->nodes[id].first = first, c->sc->nodes[id].n = (uint32_t)(np + extra);
+    size_t i = 0;
+    json_object_foreach((json_t *)props, key, v) {
+        if (!plain_name(key, strlen(key)))
+            return cfail(c, ZI_EUNSUPPORTED,
+                         "properties: names with quotes, backslashes or control characters are "
+                         "not supported");
+        char suffix[300];
+        snprintf(suffix, sizeof suffix, ".properties.%.256s", key);
+        uint16_t child;
+        if ((rc = compile_child(c, v, depth, suffix, &child))) return rc;
+        c->sc->members[first + i] = (stext){.p = key, .len = (uint32_t)strlen(key), .node = child};
+        i++;
+    }
+    for (size_t k = 0; req && k < json_array_size(req); k++) {
+        const char *name = json_string_value(json_array_get(req, k));
+        size_t m = 0;
+        while (m < i && strcmp(c->sc->members[first + m].p, name)) m++;
+        if (m == i) { /* required, no schema: any value */
+            if (!plain_name(name, strlen(name)))
+                return cfail(c, ZI_EUNSUPPORTED,
+                             "required: names with quotes, backslashes or "
+                             "control characters are not supported");
+            c->sc->members[first + i++] =
+                (stext){.p = name, .len = (uint32_t)strlen(name), .node = ANY};
+        }
+        c->sc->nodes[id].required |= (uint64_t)1 << m;
+    }
+    return ZI_OK;
+}
+
+void zi_json_schema_free(zi_json_schema *s) {
+    if (!s) return;
+    for (size_t i = 0; i < s->n_strs; i++) free(s->strs[i]);
+    free(s->strs);
+    free(s->nodes);
+    free(s->members);
+    free(s);
+}
+
+int zi_json_schema_compile(const char *text, size_t len, zi_json_schema **out, zi_error *err) {
+    *out = NULL;
+    json_error_t je;
+    json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return zi_error_set(err, ZI_EINVAL, "response_format.json_schema: not JSON: %s", je.text);
+    compiler c = {.err = err};
+    snprintf(c.path, sizeof c.path, "response_format.json_schema");
+    int rc =
+        (c.sc = calloc(1, sizeof *c.sc)) ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
+    uint16_t any, top;
+    if (!rc) rc = add_node(&c, &any); /* node 0: any value */
+    if (!rc) rc = add_node(&c, &top); /* node 1: the root */
+    if (!rc) rc = compile_node(&c, root, 1, top);
+    if (!rc && c.sc->nodes[ROOT].kind != S_OBJECT)
+        rc = cfail(&c, ZI_EUNSUPPORTED, "the top level must be an object (type object)");
+    /* Property names point into the JSON tree: keep copies. */
+    for (size_t i = 0; !rc && i < c.sc->n_members; i++) {
+        bool owned = false;
+        for (size_t k = 0; k < c.sc->n_strs && !owned; k++)
+            owned = c.sc->strs[k] == c.sc->members[i].p;
+        if (owned) continue;
+        char *copy = malloc(c.sc->members[i].len + 1);
+        if (!copy) {
+            rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+            break;
+        }
+        memcpy(copy, c.sc->members[i].p, c.sc->members[i].len + 1);
+        c.sc->members[i].p = copy;
+        rc = keep_str(&c, copy);
+    }
+    json_decref(root);
+    if (rc) {
+        zi_json_schema_free(c.sc);
+        return rc;
+    }
+    *out = c.sc;
+    return ZI_OK;
 }
 
 /* ---- the vocabulary trie ---------------------------------------------- */
@@ -327,7 +749,7 @@ static int trie_add(jtrie *t, const uint8_t *p, size_t n, int32_t id) {
  * UTF-8 characters with no quote, backslash or control byte. */
 static bool plain_text(const uint8_t *p, size_t n) {
     zi_json_state s;
-    zi_json_state_init(&s);
+    zi_json_state_init(&s, NULL);
     s.mode = J_STR;
     for (size_t i = 0; i < n; i++)
         if (p[i] == '"' || p[i] == '\\' || !string_byte(&s, p[i])) return false;

@@ -1,6 +1,7 @@
 /*
  * json_constraint.h - structured output: which tokens keep a completion a
- * valid JSON object (a request's response_format {"type": "json_object"}).
+ * valid JSON object (a request's response_format {"type": "json_object"}),
+ * or one of a JSON schema (response_format json_schema).
  *
  * The generator keeps a zi_json_state per constrained sequence, fed with the
  * bytes of every token it generates, and before each draw asks for the
@@ -11,7 +12,10 @@
  * (chat markers) are never allowed inside it.
  *
  * The state is a byte-level pushdown automaton: a lexer mode plus a stack
- * of open containers. Limits keep a model from looping inside the grammar
+ * of open containers. With a schema, each open container also holds its
+ * schema node (and an object the properties it has had), a key is matched
+ * against the properties not given yet, and a value's first byte must fit
+ * its type (an enum value is matched whole). Limits keep a model from looping inside the grammar
  * for ever: at most ZI_JSON_MAX_DEPTH nested containers, ZI_JSON_MAX_WS
  * whitespace bytes in a row and ZI_JSON_MAX_NUMBER bytes in a number
  * (max_new_tokens still bounds strings).
@@ -33,16 +37,42 @@
 #include "tokenizer.h"
 #include "zi_error.h"
 
-#define ZI_JSON_MAX_DEPTH 32
+#define ZI_JSON_MAX_DEPTH 16
 #define ZI_JSON_MAX_WS 32
 #define ZI_JSON_MAX_NUMBER 64
 
-/* The automaton's state; plain data, copied by assignment. */
+/*
+ * A JSON schema the completion must also satisfy (response_format
+ * json_schema), compiled from its JSON text. The subset that can be held
+ * to token by token: "type" (one of object, array, string, number,
+ * integer, boolean, null), "properties" with "required" (an object with
+ * properties gets no others: additionalProperties is taken as false, which
+ * only narrows what is valid), "items", "enum" and "const" of strings
+ * without escapes, integers, booleans and null; annotations (title,
+ * description, default, examples, $schema, $id, $comment) are ignored.
+ * Anything else (pattern, minimum, anyOf, $ref, ...) is refused with
+ * ZI_EUNSUPPORTED naming the keyword and its path, never ignored; a schema
+ * that is not JSON or not a schema is ZI_EINVAL. Messages start with
+ * "response_format.json_schema".
+ */
+typedef struct zi_json_schema zi_json_schema;
+int zi_json_schema_compile(const char *text, size_t len, zi_json_schema **out, zi_error *err);
+void zi_json_schema_free(zi_json_schema *s);
+
+/* The automaton's state; plain data, copied by assignment (the schema is
+ * shared, not copied). */
 typedef struct zi_json_state {
-    uint8_t mode;  /* lexer mode (json_constraint.c) */
-    uint8_t depth; /* open containers */
-    uint8_t key;   /* the string being read is an object key */
-    uint8_t lit;   /* true / false / null: which, and how far */
+    const zi_json_schema *sc;         /* NULL: any JSON object */
+    uint64_t cand;                    /* J_KEY / J_ENUM: members still matching */
+    uint64_t seen[ZI_JSON_MAX_DEPTH]; /* per open object: its properties given */
+    uint16_t node[ZI_JSON_MAX_DEPTH]; /* per open container: its schema node */
+    uint16_t vnode;                   /* the node of the value to come (after a key) */
+    uint16_t mpos;                    /* J_KEY / J_ENUM: bytes matched */
+    uint8_t int_only;                 /* the number being read is an integer */
+    uint8_t mode;                     /* lexer mode (json_constraint.c) */
+    uint8_t depth;                    /* open containers */
+    uint8_t key;                      /* the string being read is an object key */
+    uint8_t lit;                      /* true / false / null: which, and how far */
     uint8_t lit_pos;
     uint8_t hex_left; /* \uXXXX digits still to come */
     uint8_t hex_hi;   /* in \uXXXX: its first digit, then 1 (plain) or 2 (high surrogate) */
@@ -53,8 +83,10 @@ typedef struct zi_json_state {
     uint8_t stack[ZI_JSON_MAX_DEPTH]; /* 1: object, 0: array */
 } zi_json_state;
 
-/* The start: nothing yet, a JSON object to come (whitespace may lead). */
-void zi_json_state_init(zi_json_state *s);
+/* The start: nothing yet, a JSON object to come (whitespace may lead),
+ * or with a schema the value it describes (which must be an object too).
+ * The schema must outlive the state. */
+void zi_json_state_init(zi_json_state *s, const zi_json_schema *schema);
 
 /* Feeds bytes p[0..n); false (and s undefined) when they cannot continue
  * a valid text. */

@@ -220,9 +220,13 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
                           "tokenizer in its model file)");
     if (!rc && l->ctx.has_json_schema &&
         !(l->ctx.json_schema.len == strlen(ZI_JSON_OBJECT_SCHEMA) &&
-          memcmp(l->ctx.json_schema.p, ZI_JSON_OBJECT_SCHEMA, l->ctx.json_schema.len) == 0))
-        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
-                          "response_format: only a JSON object can be required yet (json_object)");
+          memcmp(l->ctx.json_schema.p, ZI_JSON_OBJECT_SCHEMA, l->ctx.json_schema.len) == 0)) {
+        /* A schema: refused here, with its reason, if it cannot be held to
+         * (the generator compiles it again for the slot). */
+        zi_json_schema *sc = NULL;
+        rc = zi_json_schema_compile(l->ctx.json_schema.p, l->ctx.json_schema.len, &sc, &err);
+        zi_json_schema_free(sc);
+    }
     if (!rc && l->ctx.has_json_schema) { /* the object must be able to end */
         bool eos = false;
         for (size_t i = 0; i < l->ctx.eos_token_ids.n; i++)

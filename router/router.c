@@ -415,12 +415,12 @@ static rreq *new_request(router *rt, const client_ctx *c, int kind) {
 static const char *response_format_error(const zi_request *req, char *msg, size_t cap) {
     zi_error err = {0};
     int kind = ZI_RF_NONE;
-    int rc = zi_response_format_kind(&req->response_format, &kind, &err);
+    int rc = zi_response_format_kind(&req->response_format, &kind, NULL, &err);
     if (rc) {
         snprintf(msg, cap, "%.200s", err.msg);
         return rc == ZI_EUNSUPPORTED ? "unsupported" : "invalid_request";
     }
-    if (kind == ZI_RF_JSON_OBJECT && req->sampling_params.ignore_eos) {
+    if (kind != ZI_RF_NONE && req->sampling_params.ignore_eos) {
         snprintf(msg, cap,
                  "response_format: a JSON object ends with the end-of-sequence token, which "
                  "sampling_params.ignore_eos turns off");
@@ -443,7 +443,7 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
                          err.msg);
         return;
     }
-    char msg[256];
+    char msg[256], rf_field[128];
     const char *code = NULL, *field = NULL;
     if (req.sampling_params.max_new_tokens > rt->max_new) {
         code = "invalid_request", field = "sampling_params.max_new_tokens";
@@ -461,7 +461,8 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
                  "tokens",
                  (long long)req.sampling_params.min_new_tokens, rt->max_new);
     } else if ((code = response_format_error(&req, msg, sizeof msg))) {
-        field = "response_format";
+        zi_error_field(msg, rf_field, sizeof rf_field); /* the path the message starts with */
+        field = rf_field;
     } else if (req.prompt_kind == ZI_PROMPT_TOKENS &&
                req.prompt_tokens.n > (size_t)rt->max_prompt) {
         code = "invalid_request", field = "prompt";

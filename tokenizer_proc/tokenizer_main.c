@@ -243,12 +243,14 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     /* Structured output (the router refused what cannot be honoured): the
      * worker holds decoding to a JSON object. */
     int rf = ZI_RF_NONE;
-    if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &err);
-    if (!rc && rf == ZI_RF_JSON_OBJECT) {
+    char *schema = NULL;
+    if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &schema, &err);
+    if (!rc && rf != ZI_RF_NONE) {
+        const char *sj = rf == ZI_RF_JSON_SCHEMA ? schema : ZI_JSON_OBJECT_SCHEMA;
         ctx.has_json_schema = true;
-        rc = zi_string_set(&ctx.json_schema, ZI_JSON_OBJECT_SCHEMA, strlen(ZI_JSON_OBJECT_SCHEMA),
-                           &err);
+        rc = zi_string_set(&ctx.json_schema, sj, strlen(sj), &err);
     }
+    free(schema);
     if (!rc) {
         char rs[32];
         int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);

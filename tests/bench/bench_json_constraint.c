@@ -64,7 +64,7 @@ int main(int argc, char **argv) {
     printf("{\"vocab_build_ms\": %.1f, \"vocab\": %d, \"states\": [", build_ms, (int)V);
     for (size_t i = 0; i < sizeof after / sizeof after[0]; i++) {
         zi_json_state s;
-        zi_json_state_init(&s);
+        zi_json_state_init(&s, NULL);
         if (!zi_json_feed(&s, (const uint8_t *)after[i], strlen(after[i]))) return 1;
         long it = 0;
         double t1;

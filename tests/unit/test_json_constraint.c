@@ -31,7 +31,7 @@
  * complete, -1 when refused. */
 static int run(const char *text, size_t n) {
     zi_json_state s;
-    zi_json_state_init(&s);
+    zi_json_state_init(&s, NULL);
     if (!zi_json_feed(&s, (const uint8_t *)text, n)) return -1;
     return zi_json_complete(&s) ? 1 : 0;
 }
@@ -151,6 +151,122 @@ static void test_limits(void **state) {
     }
 }
 
+/* ---- schemas ------------------------------------------------------------ */
+
+static const char PERSON[] =
+    "{\"type\": \"object\", \"title\": \"person\", \"properties\": {"
+    "\"name\": {\"type\": \"string\", \"description\": \"given name\"},"
+    "\"age\": {\"type\": \"integer\"},"
+    "\"score\": {\"type\": \"number\"},"
+    "\"color\": {\"enum\": [\"red\", \"green\", 7, null]},"
+    "\"ok\": {\"type\": \"boolean\"}, \"none\": {\"type\": \"null\"},"
+    "\"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}},"
+    "\"pet\": {\"type\": \"object\", \"properties\": {\"kind\": {\"const\": \"cat\"}},"
+    "          \"required\": [\"kind\"]},"
+    "\"any\": {}},"
+    "\"required\": [\"name\", \"age\", \"id\"]}";
+
+/* Like run(), under a compiled schema. */
+static int run_schema(const zi_json_schema *sc, const char *text) {
+    zi_json_state s;
+    zi_json_state_init(&s, sc);
+    if (!zi_json_feed(&s, (const uint8_t *)text, strlen(text))) return -1;
+    return zi_json_complete(&s) ? 1 : 0;
+}
+
+static zi_json_schema *compile_ok(const char *text) {
+    zi_json_schema *sc = NULL;
+    zi_error err = {0};
+    if (zi_json_schema_compile(text, strlen(text), &sc, &err)) fail_msg("compile: %s", err.msg);
+    return sc;
+}
+
+static void test_schema_holds(void **state) {
+    (void)state;
+    zi_json_schema *sc = compile_ok(PERSON);
+    const char *good[] = {
+        "{\"name\": \"Al\", \"age\": 3, \"id\": 1}",
+        "{\"id\": [1, {\"x\": null}], \"age\": -12, \"name\": \"\"}", /* any order; id: any */
+        "{\"name\": \"A\", \"age\": 0, \"id\": \"z\", \"score\": -1.5e3, \"color\": \"green\","
+        " \"ok\": false, \"none\": null, \"tags\": [\"a\", \"b\"], \"pet\": {\"kind\": \"cat\"},"
+        " \"any\": {\"deep\": [true]}}",
+        "{\"name\": \"A\", \"age\": 1, \"id\": 0, \"color\": 7, \"tags\": []}",
+        "{\"name\": \"A\", \"age\": 1, \"id\": 0, \"color\": null}",
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++)
+        if (run_schema(sc, good[i]) != 1) fail_msg("refused: %s", good[i]);
+    const char *bad[] = {
+        "{\"name\": \"Al\", \"age\": 3}",                          /* required id missing */
+        "{\"name\": \"Al\", \"age\": 3, \"id\": 1, \"extra\": 1}", /* unknown key */
+        "{\"name\": \"Al\", \"name\": \"B\"}",                     /* a key twice */
+        "{\"age\": \"3\"}",                                        /* integer as a string */
+        "{\"age\": 3.5}",                                          /* not an integer */
+        "{\"age\": 3e2}",                                          /* not an integer */
+        "{\"name\": 5}",                                           /* not a string */
+        "{\"color\": \"blue\"}",                                   /* not in the enum */
+        "{\"color\": \"re\"}",                                     /* a prefix of one */
+        "{\"color\": 77}",                                         /* 7 and more */
+        "{\"ok\": null}",                                          /* not a boolean */
+        "{\"tags\": [\"a\", 1]}",                                  /* item not a string */
+        "{\"pet\": {}}",                                           /* pet.kind required */
+        "{\"pet\": {\"kind\": \"dog\"}}",                          /* const */
+        "[]",                                                      /* not an object */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (run_schema(sc, bad[i]) != -1) fail_msg("taken: %s", bad[i]);
+    zi_json_schema_free(sc);
+    /* additionalProperties false and no properties: only {} */
+    sc = compile_ok("{\"type\": \"object\", \"additionalProperties\": false}");
+    assert_int_equal(run_schema(sc, "{ }"), 1);
+    assert_int_equal(run_schema(sc, "{\"a\": 1}"), -1);
+    zi_json_schema_free(sc);
+    /* {"type": "object"} alone: any object, as with no schema */
+    sc = compile_ok("{\"type\": \"object\"}");
+    assert_int_equal(run_schema(sc, "{\"a\": [1, {\"b\": null}]}"), 1);
+    zi_json_schema_free(sc);
+}
+
+static void test_schema_refused(void **state) {
+    (void)state;
+    static const struct {
+        const char *schema;
+        int code;
+        const char *msg;
+    } cases[] = {
+        {"{\"type\": \"object\", \"properties\": {\"x\": {\"type\": \"string\", \"pattern\": "
+         "\"a\"}}}",
+         ZI_EUNSUPPORTED, "response_format.json_schema.properties.x: keyword 'pattern'"},
+        {"{\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 0}}}",
+         ZI_EUNSUPPORTED, "keyword 'minimum'"},
+        {"{\"anyOf\": [{\"type\": \"object\"}]}", ZI_EUNSUPPORTED, "keyword 'anyOf'"},
+        {"{\"type\": [\"object\", \"null\"]}", ZI_EUNSUPPORTED, "one type name"},
+        {"{\"type\": \"array\"}", ZI_EUNSUPPORTED, "top level must be an object"},
+        {"{\"type\": \"thing\"}", ZI_EINVAL, "unknown type"},
+        {"{\"type\": \"object\", \"properties\": {\"e\": {\"enum\": [{\"a\": 1}]}}}",
+         ZI_EUNSUPPORTED, "enum/const"},
+        {"{\"type\": \"object\", \"properties\": {\"e\": {\"enum\": [\"a\\\"b\"]}}}",
+         ZI_EUNSUPPORTED, "without escapes"},
+        {"{\"type\": \"object\", \"properties\": {\"e\": {\"enum\": []}}}", ZI_EUNSUPPORTED,
+         "1 to 64 values"},
+        {"{\"type\": \"object\", \"properties\": {\"a\\\"b\": {}}}", ZI_EUNSUPPORTED,
+         "names with quotes"},
+        {"{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"array\", \"items\": [{}]}}}",
+         ZI_EUNSUPPORTED, "items: one schema"},
+        {"{\"type\": \"string\", \"properties\": {}}", ZI_EINVAL, "need type object"},
+        {"{\"type\": \"object\"", ZI_EINVAL, "not JSON"},
+        {"[1]", ZI_EINVAL, "must be an object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        zi_json_schema *sc = NULL;
+        zi_error err = {0};
+        int rc = zi_json_schema_compile(cases[i].schema, strlen(cases[i].schema), &sc, &err);
+        if (rc != cases[i].code || !strstr(err.msg, cases[i].msg) ||
+            strncmp(err.msg, "response_format.json_schema", 27) != 0)
+            fail_msg("%s: rc %d, '%s'", cases[i].schema, rc, err.msg);
+        assert_null(sc);
+    }
+}
+
 /* ---- with the model's vocabulary ---------------------------------------- */
 
 typedef struct vocab_fixture {
@@ -180,12 +296,9 @@ static int teardown_vocab(void **state) {
 
 /* At every byte prefix of text (a valid object), the mask equals the
  * tokens the automaton takes, one by one. */
-static void test_mask_is_exact(void **state) {
-    vocab_fixture *f = *state;
-    if (!f->v) skip();
-    const char *text =
-        "{\"name\": \"Caf\xc3\xa9 \\\"x\\\" \\ud83d\\ude00\", \"n\": [-1.5e3, 0, true, null],\n"
-        "  \"o\": {\"k\": \"\xe2\x82\xac\"}}";
+/* At every byte prefix of text (valid under sc), the mask equals the
+ * tokens the automaton takes, one by one. */
+static void mask_is_exact(vocab_fixture *f, const zi_json_schema *sc, const char *text) {
     int32_t V = zi_tokenizer_vocab_size(f->tok);
     size_t words = ((size_t)V + 31) / 32;
     int32_t *mask = malloc(words * sizeof *mask);
@@ -194,7 +307,7 @@ static void test_mask_is_exact(void **state) {
     size_t len = strlen(text);
     long allowed_total = 0;
     zi_json_state s;
-    zi_json_state_init(&s);
+    zi_json_state_init(&s, sc);
     for (size_t i = 0; i <= len; i++) {
         zi_json_allowed(f->v, &s, &eos, 1, mask);
         for (int32_t id = 0; id < V; id++) {
@@ -212,11 +325,26 @@ static void test_mask_is_exact(void **state) {
                 fail_msg("prefix %zu, token %d: mask %d, automaton %d", i, id, bit, want);
             allowed_total += bit;
         }
-        if (i < len) assert_true(zi_json_feed(&s, (const uint8_t *)text + i, 1));
+        if (i < len && !zi_json_feed(&s, (const uint8_t *)text + i, 1))
+            fail_msg("byte %zu of %s refused", i, text);
     }
     assert_true(zi_json_complete(&s));
     assert_true(allowed_total > 0);
     free(mask);
+}
+
+static void test_mask_is_exact(void **state) {
+    vocab_fixture *f = *state;
+    if (!f->v) skip();
+    mask_is_exact(
+        f, NULL,
+        "{\"name\": \"Caf\xc3\xa9 \\\"x\\\" \\ud83d\\ude00\", \"n\": [-1.5e3, 0, true, null],\n"
+        "  \"o\": {\"k\": \"\xe2\x82\xac\"}}");
+    zi_json_schema *sc = compile_ok(PERSON);
+    mask_is_exact(f, sc,
+                  "{\"age\": 41, \"name\": \"Bo\", \"color\": 7, \"tags\": [\"x\"],"
+                  " \"pet\": {\"kind\": \"cat\"}, \"id\": {\"k\": [1]}}");
+    zi_json_schema_free(sc);
 }
 
 /* Random walks over the allowed tokens never reach a state that allows
@@ -229,9 +357,10 @@ static void test_no_dead_ends(void **state) {
     int32_t *mask = malloc(words * sizeof *mask), *ids = malloc((size_t)V * sizeof *ids);
     uint64_t rng = 0x853c49e6748fea9bull;
     long steps = 0, finished = 0;
+    zi_json_schema *sc = compile_ok(PERSON);
     for (int walk = 0; walk < 300; walk++) {
         zi_json_state s;
-        zi_json_state_init(&s);
+        zi_json_state_init(&s, walk % 2 ? sc : NULL); /* half under the schema */
         for (int step = 0; step < 80 && !zi_json_complete(&s); step++, steps++) {
             zi_json_allowed(f->v, &s, &eos, 1, mask);
             size_t n = 0;
@@ -257,6 +386,7 @@ static void test_no_dead_ends(void **state) {
     }
     assert_true(steps > 10000);
     print_message("%ld steps, %ld of 300 walks closed their object\n", steps, finished);
+    zi_json_schema_free(sc);
     free(mask);
     free(ids);
 }
@@ -268,14 +398,14 @@ static void test_closed_object_allows_only_eos(void **state) {
     size_t words = ((size_t)V + 31) / 32;
     int32_t *mask = malloc(words * sizeof *mask);
     zi_json_state s;
-    zi_json_state_init(&s);
+    zi_json_state_init(&s, NULL);
     assert_true(zi_json_feed(&s, (const uint8_t *)"{}", 2));
     int32_t eos[2] = {zi_tokenizer_eos(f->tok), V + 5 /* outside: ignored */};
     zi_json_allowed(f->v, &s, eos, 2, mask);
     for (int32_t id = 0; id < V; id++)
         assert_int_equal((uint32_t)mask[id >> 5] >> (id & 31) & 1u, id == eos[0]);
     /* at the start, a token of plain text is not allowed, "{" is */
-    zi_json_state_init(&s);
+    zi_json_state_init(&s, NULL);
     zi_json_allowed(f->v, &s, eos, 1, mask);
     zi_error err = {0};
     int32_t *ids = NULL;
@@ -296,6 +426,8 @@ int main(void) {
         cmocka_unit_test(test_accepts_objects),
         cmocka_unit_test(test_refuses_non_objects),
         cmocka_unit_test(test_limits),
+        cmocka_unit_test(test_schema_holds),
+        cmocka_unit_test(test_schema_refused),
         cmocka_unit_test(test_mask_is_exact),
         cmocka_unit_test(test_no_dead_ends),
         cmocka_unit_test(test_closed_object_allows_only_eos),
