@@ -465,6 +465,8 @@ static int add_node(compiler *c, uint16_t *id) {
 /* Reserves n members; returns the first's index. */
 static int add_members(compiler *c, size_t n, uint32_t *first) {
     zi_json_schema *sc = c->sc;
+    *first = (uint32_t)sc->n_members;
+    if (n == 0) return ZI_OK; /* (members may still be NULL) */
     if (sc->n_members + n > c->cap_members) {
         size_t cap = c->cap_members ? c->cap_members : 16;
         while (cap < sc->n_members + n) cap *= 2;
@@ -643,6 +645,7 @@ static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
         }
         c->sc->nodes[id].required |= (uint64_t)1 << m;
     }
+    c->sc->nodes[id].n = (uint32_t)i; /* a name required twice was counted twice */
     return ZI_OK;
 }
 
@@ -676,7 +679,7 @@ int zi_json_schema_compile(const char *text, size_t len, zi_json_schema **out, z
         bool owned = false;
         for (size_t k = 0; k < c.sc->n_strs && !owned; k++)
             owned = c.sc->strs[k] == c.sc->members[i].p;
-        if (owned) continue;
+        if (owned || !c.sc->members[i].p) continue; /* unused slots stay empty */
         char *copy = malloc(c.sc->members[i].len + 1);
         if (!copy) {
             rc = zi_error_set(err, ZI_ENOMEM, "out of memory");

@@ -241,7 +241,11 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
                           "prompt: %lld tokens leave no room in this worker's context of %d",
                           (long long)l->ctx.end_idx, w->ctx_size);
     if (rc) {
-        send_error(w, rid, rc == ZI_EUNSUPPORTED ? "unsupported" : "invalid_request", err.msg);
+        send_error(w, rid,
+                   rc == ZI_EUNSUPPORTED ? "unsupported"
+                   : rc == ZI_ENOMEM     ? "internal"
+                                         : "invalid_request",
+                   err.msg);
         zi_text_context_free(&l->ctx);
         return;
     }

@@ -220,6 +220,12 @@ static void test_schema_holds(void **state) {
     assert_int_equal(run_schema(sc, "{ }"), 1);
     assert_int_equal(run_schema(sc, "{\"a\": 1}"), -1);
     zi_json_schema_free(sc);
+    /* a name required twice, with no schema of its own: one property */
+    sc = compile_ok("{\"type\": \"object\", \"required\": [\"x\", \"x\"]}");
+    assert_int_equal(run_schema(sc, "{\"x\": [1]}"), 1);
+    assert_int_equal(run_schema(sc, "{\"x\": 1, \"\": 2}"), -1);
+    assert_int_equal(run_schema(sc, "{}"), -1);
+    zi_json_schema_free(sc);
     /* {"type": "object"} alone: any object, as with no schema */
     sc = compile_ok("{\"type\": \"object\"}");
     assert_int_equal(run_schema(sc, "{\"a\": [1, {\"b\": null}]}"), 1);
