@@ -2003,12 +2003,11 @@ int zi_response_format_kind(const zi_bytes *rf, int *kind, char **schema, zi_err
         } else if (n == 11 && memcmp(t, "json_schema", 11) == 0) {
             /* The schema itself, or OpenAI's {"name", "schema", "strict"}. */
             const msgpack_object *js = zi_map_get(&u.data, "json_schema");
-            if (js && zi_map_get(js, "schema") &&
-                zi_map_get(js, "schema")->type == MSGPACK_OBJECT_MAP)
-                js = zi_map_get(js, "schema");
+            const char *where = "response_format.json_schema";
+            if (js && zi_map_get(js, "schema")) /* no schema keyword: OpenAI's wrapper */
+                js = zi_map_get(js, "schema"), where = "response_format.json_schema.schema";
             if (!js || js->type != MSGPACK_OBJECT_MAP) {
-                rc = zi_error_set(err, ZI_EINVAL,
-                                  "response_format.json_schema: missing or not a map");
+                rc = zi_error_set(err, ZI_EINVAL, "%s: missing or not a map", where);
             } else {
                 *kind = ZI_RF_JSON_SCHEMA;
                 jbuf b = {0};

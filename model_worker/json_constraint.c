@@ -373,6 +373,7 @@ static bool feed_byte(zi_json_state *s, uint8_t c) {
                 if (s->need_low ? !low : low) return false;
                 s->hex_hi = high ? 2 : 1;
             } else if (s->hex_left == 4) {
+                if (s->need_low && h != 0xd) return false; /* a low half is \uDC00-\uDFFF */
                 s->hex_hi = (uint8_t)h;
             }
             if (--s->hex_left == 0) {
@@ -508,17 +509,44 @@ static int compile_child(compiler *c, const json_t *j, int depth, const char *su
     return rc;
 }
 
-static int compile_enum(compiler *c, snode *n, const json_t *values, uint16_t id) {
-    size_t k = json_array_size(values);
+/* Whether value v has JSON type `type` (S_ANY: no type given). */
+static bool of_type(const json_t *v, uint8_t type) {
+    switch (type) {
+    case S_ANY:
+        return true;
+    case S_STRING:
+        return json_is_string(v);
+    case S_INTEGER:
+        return json_is_integer(v);
+    case S_NUMBER:
+        return json_is_number(v);
+    case S_BOOLEAN:
+        return json_is_boolean(v);
+    case S_NULL:
+        return json_is_null(v);
+    default:
+        return false; /* objects and arrays are not enum values here */
+    }
+}
+
+/* enum / const: those of the values that have the schema's type (the
+ * others can never validate), as their compact JSON texts. */
+static int compile_enum(compiler *c, const json_t *values, uint8_t type, uint16_t id) {
+    size_t k = 0;
+    for (size_t i = 0; i < json_array_size(values); i++)
+        k += of_type(json_array_get(values, i), type);
+    if (k == 0 && json_array_size(values) > 0)
+        return cfail(c, ZI_EINVAL, "enum/const: no value has the schema's type");
     if (k == 0 || k > MAX_MEMBERS)
         return cfail(c, ZI_EUNSUPPORTED, "enum: 1 to 64 values are supported");
     uint32_t first;
     int rc = add_members(c, k, &first);
-    n = &c->sc->nodes[id]; /* the nodes may have moved */
     if (rc) return rc;
+    snode *n = &c->sc->nodes[id];
     n->kind = S_ENUM, n->first = first, n->n = (uint32_t)k;
-    for (size_t i = 0; i < k; i++) {
-        const json_t *v = json_array_get(values, i);
+    for (size_t vi = 0, i = 0; vi < json_array_size(values); vi++) {
+        const json_t *v = json_array_get(values, vi);
+        if (!of_type(v, type)) continue;
         if (!(json_is_string(v) || json_is_integer(v) || json_is_boolean(v) || json_is_null(v)) ||
             (json_is_string(v) && !plain_name(json_string_value(v), json_string_length(v))))
             return cfail(c, ZI_EUNSUPPORTED,
@@ -530,14 +558,15 @@ static int compile_enum(compiler *c, snode *n, const json_t *values, uint16_t id
         for (size_t j = 0; j < i; j++)
             if (strcmp(c->sc->members[first + j].p, text) == 0)
                 return cfail(c, ZI_EINVAL, "enum: a value is given twice");
-        c->sc->members[first + i] = (stext){.p = text, .len = (uint32_t)strlen(text)};
+        c->sc->members[first + i++] = (stext){.p = text, .len = (uint32_t)strlen(text)};
     }
     return ZI_OK;
 }
 
 static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
+    if (json_is_boolean(j))
+        return cfail(c, ZI_EUNSUPPORTED, "boolean schemas are not supported (use {})");
     if (!json_is_object(j)) return cfail(c, ZI_EINVAL, "a schema must be an object");
-    if (depth > ZI_JSON_MAX_DEPTH) return cfail(c, ZI_EUNSUPPORTED, "nested too deeply");
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)j, key, v) {
@@ -558,22 +587,13 @@ static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
                  *cn = json_object_get(j, "const"), *props = json_object_get(j, "properties"),
                  *items = json_object_get(j, "items"), *req = json_object_get(j, "required"),
                  *addl = json_object_get(j, "additionalProperties");
-    if (en || cn) {
-        if (en && cn) return cfail(c, ZI_EUNSUPPORTED, "enum with const");
-        if (en && !json_is_array(en)) return cfail(c, ZI_EINVAL, "enum: must be an array");
-        json_t *one = NULL;
-        if (cn && !(one = json_pack("[O]", cn))) return cfail(c, ZI_ENOMEM, "out of memory");
-        int rc = compile_enum(c, &c->sc->nodes[id], en ? en : one, id);
-        json_decref(one);
-        return rc; /* "type" beside it adds nothing the values do not fix */
-    }
     static const struct {
         const char *name;
         uint8_t kind;
     } types[] = {{"object", S_OBJECT}, {"array", S_ARRAY},     {"string", S_STRING},
                  {"number", S_NUMBER}, {"integer", S_INTEGER}, {"boolean", S_BOOLEAN},
                  {"null", S_NULL}};
-    uint8_t kind = props ? S_OBJECT : items ? S_ARRAY : S_ANY;
+    uint8_t kind = S_ANY;
     if (type) {
         if (!json_is_string(type))
             return cfail(c, ZI_EUNSUPPORTED, "type: one type name is supported (not a list)");
@@ -583,11 +603,27 @@ static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
         if (i == sizeof types / sizeof types[0]) return cfail(c, ZI_EINVAL, "type: unknown type");
         kind = types[i].kind;
     }
+    if (en || cn) { /* the values fix the value: those of the type */
+        if (en && cn) return cfail(c, ZI_EUNSUPPORTED, "enum with const");
+        if (en && !json_is_array(en)) return cfail(c, ZI_EINVAL, "enum: must be an array");
+        if (props || req || addl || items)
+            return cfail(c, ZI_EUNSUPPORTED, "enum/const beside object or array keywords");
+        json_t *one = NULL;
+        if (cn && !(one = json_pack("[O]", cn))) return cfail(c, ZI_ENOMEM, "out of memory");
+        int rc = compile_enum(c, en ? en : one, kind, id);
+        json_decref(one);
+        return rc;
+    }
+    if (!type) kind = props || req || addl ? S_OBJECT : items ? S_ARRAY : S_ANY;
+    if ((kind == S_OBJECT || kind == S_ARRAY) && depth > ZI_JSON_MAX_DEPTH)
+        return cfail(c, ZI_EUNSUPPORTED, "nested more than 16 containers deep");
     c->sc->nodes[id].kind = kind;
     if ((props || req || addl) && kind != S_OBJECT)
-        return cfail(c, ZI_EINVAL,
-                     "properties, required and additionalProperties need type object");
-    if (items && kind != S_ARRAY) return cfail(c, ZI_EINVAL, "items needs type array");
+        return cfail(c, ZI_EUNSUPPORTED,
+                     "properties, required and additionalProperties beside a type other than "
+                     "object");
+    if (items && kind != S_ARRAY)
+        return cfail(c, ZI_EUNSUPPORTED, "items beside a type other than array");
     if (kind == S_ARRAY && items) {
         if (!json_is_object(items))
             return cfail(c, ZI_EUNSUPPORTED, "items: one schema (an object) is supported");
@@ -602,13 +638,33 @@ static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
     if (req && !json_is_array(req)) return cfail(c, ZI_EINVAL, "required: must be an array");
     if (addl && !json_is_boolean(addl) && !json_is_object(addl))
         return cfail(c, ZI_EINVAL, "additionalProperties: must be a boolean or a schema");
+    if (addl && json_is_object(addl)) { /* only a schema that allows anything */
+        const char *k;
+        json_t *x;
+        json_object_foreach((json_t *)addl, k, x) {
+            bool note = false;
+            for (size_t i = 0; i < sizeof ANNOTATIONS / sizeof ANNOTATIONS[0] && !note; i++)
+                note = !strcmp(k, ANNOTATIONS[i]);
+            if (!note)
+                return cfail(c, ZI_EUNSUPPORTED,
+                             "additionalProperties: only true, false or {} are supported");
+        }
+    }
     size_t np = props ? json_object_size(props) : 0;
     /* Names in required without a schema are properties of any value. */
     size_t extra = 0;
     for (size_t i = 0; req && i < json_array_size(req); i++) {
         const json_t *r = json_array_get(req, i);
         if (!json_is_string(r)) return cfail(c, ZI_EINVAL, "required: names must be strings");
-        if (!props || !json_object_get(props, json_string_value(r))) extra++;
+        if (props && json_object_get(props, json_string_value(r))) continue;
+        if (addl && json_is_false(addl))
+            return cfail(c, ZI_EINVAL,
+                         "required: a name without a schema in properties, which "
+                         "additionalProperties false forbids: no object can satisfy it");
+        bool again = false; /* counted once however often it is required */
+        for (size_t k = 0; k < i && !again; k++)
+            again = json_equal(json_array_get(req, k), (json_t *)r);
+        extra += !again;
     }
     if (np + extra > MAX_MEMBERS) return cfail(c, ZI_EUNSUPPORTED, "more than 64 properties");
     bool closed = np + extra > 0 || (addl && json_is_false(addl));

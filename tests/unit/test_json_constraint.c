@@ -99,6 +99,7 @@ static void test_refuses_non_objects(void **state) {
     assert_int_equal(RUN("{\"a\":\"\\ud800\\n\"}"), -1);
     assert_int_equal(RUN("{\"a\":\"\\ud800\\u0041\"}"), -1);
     assert_int_equal(RUN("{\"a\":\"\\uDBFF\\uDFFF\"}"), 1);
+    assert_int_equal(RUN("{\"a\":\"\\uD83D\\uF"), -1); /* a low half starts with d */
 }
 
 static void test_limits(void **state) {
@@ -220,6 +221,29 @@ static void test_schema_holds(void **state) {
     assert_int_equal(run_schema(sc, "{ }"), 1);
     assert_int_equal(run_schema(sc, "{\"a\": 1}"), -1);
     zi_json_schema_free(sc);
+    /* type beside enum/const: only the values of that type */
+    sc = compile_ok("{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", "
+                    "\"enum\": [\"x\", 1]}}}");
+    assert_int_equal(run_schema(sc, "{\"a\": \"x\"}"), 1);
+    assert_int_equal(run_schema(sc, "{\"a\": 1}"), -1);
+    zi_json_schema_free(sc);
+    /* additionalProperties {} (annotations only) is true; required alone infers an object */
+    sc =
+        compile_ok("{\"additionalProperties\": {\"description\": \"any\"}, \"required\": [\"k\"]}");
+    assert_int_equal(run_schema(sc, "{\"k\": [true]}"), 1);
+    zi_json_schema_free(sc);
+    /* 16 nested objects with a scalar leaf; 63 properties + one required twice */
+    char deep[512] = "";
+    for (int i = 0; i < 15; i++) strcat(deep, "{\"properties\": {\"a\": ");
+    strcat(deep, "{\"properties\": {\"a\": {\"type\": \"integer\"}}}");
+    for (int i = 0; i < 15; i++) strcat(deep, "}}");
+    sc = compile_ok(deep);
+    zi_json_schema_free(sc);
+    char wide[4096] = "{\"properties\": {";
+    for (int i = 0; i < 63; i++) sprintf(wide + strlen(wide), "%s\"p%d\": {}", i ? ", " : "", i);
+    strcat(wide, "}, \"required\": [\"x\", \"x\"]}");
+    sc = compile_ok(wide);
+    zi_json_schema_free(sc);
     /* a name required twice, with no schema of its own: one property */
     sc = compile_ok("{\"type\": \"object\", \"required\": [\"x\", \"x\"]}");
     assert_int_equal(run_schema(sc, "{\"x\": [1]}"), 1);
@@ -258,9 +282,20 @@ static void test_schema_refused(void **state) {
          "names with quotes"},
         {"{\"type\": \"object\", \"properties\": {\"t\": {\"type\": \"array\", \"items\": [{}]}}}",
          ZI_EUNSUPPORTED, "items: one schema"},
-        {"{\"type\": \"string\", \"properties\": {}}", ZI_EINVAL, "need type object"},
+        {"{\"type\": \"object\", \"properties\": {\"s\": {\"type\": \"string\", \"properties\": "
+         "{}}}}",
+         ZI_EUNSUPPORTED, "beside a type other than object"},
         {"{\"type\": \"object\"", ZI_EINVAL, "not JSON"},
         {"[1]", ZI_EINVAL, "must be an object"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"string\", \"const\": 5}}}",
+         ZI_EINVAL, "no value has the schema's type"},
+        {"{\"type\": \"object\", \"additionalProperties\": {\"type\": \"integer\"}}",
+         ZI_EUNSUPPORTED, "only true, false or {}"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {}}, \"required\": [\"b\"], "
+         "\"additionalProperties\": false}",
+         ZI_EINVAL, "no object can satisfy it"},
+        {"{\"type\": \"object\", \"properties\": {\"a\": true}}", ZI_EUNSUPPORTED,
+         "boolean schemas"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zi_json_schema *sc = NULL;
