@@ -30,6 +30,41 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* Prints a JSON string. */
+static void print_str(const char *p) {
+    putchar('"');
+    for (; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+    putchar('"');
+}
+
+/* Times the mask after each text of after[0..n) under schema sc (NULL:
+ * json_object) and prints the JSON list of results; 1 when a text is not
+ * a valid prefix. */
+static int time_states(const zi_json_vocab *v, const zi_json_schema *sc, const char *const *after,
+                       size_t n, int32_t eos, int32_t *mask) {
+    int32_t V = zi_json_vocab_size(v);
+    putchar('[');
+    for (size_t i = 0; i < n; i++) {
+        zi_json_state s;
+        zi_json_state_init(&s, sc);
+        if (!zi_json_feed(&s, (const uint8_t *)after[i], strlen(after[i]))) return 1;
+        long it = 0;
+        double t0 = now_s(), t1;
+        do {
+            zi_json_allowed(v, &s, &eos, 1, mask);
+            it++;
+            t1 = now_s();
+        } while (t1 - t0 < 0.2);
+        long allowed = 0;
+        for (int32_t t = 0; t < V; t++) allowed += (uint32_t)mask[t >> 5] >> (t & 31) & 1u;
+        printf("%s{\"after\": ", i ? ", " : "");
+        print_str(after[i]);
+        printf(", \"us\": %.1f, \"allowed\": %ld}", (t1 - t0) / (double)it * 1e6, allowed);
+    }
+    putchar(']');
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *path = argc > 1                 ? argv[1]
                        : getenv("ZINFER_MODEL") ? getenv("ZINFER_MODEL")
@@ -62,25 +97,8 @@ int main(int argc, char **argv) {
                                         "{\"a\": [1, ",
                                         "{\"a\": tr",
                                         "{\"a\": \"x\\"};
-    printf("{\"vocab_build_ms\": %.1f, \"vocab\": %d, \"states\": [", build_ms, (int)V);
-    for (size_t i = 0; i < sizeof after / sizeof after[0]; i++) {
-        zi_json_state s;
-        zi_json_state_init(&s, NULL);
-        if (!zi_json_feed(&s, (const uint8_t *)after[i], strlen(after[i]))) return 1;
-        long it = 0;
-        double t1;
-        t0 = now_s();
-        do {
-            zi_json_allowed(v, &s, &eos, 1, mask);
-            it++;
-            t1 = now_s();
-        } while (t1 - t0 < 0.2);
-        long allowed = 0;
-        for (int32_t t = 0; t < V; t++) allowed += (uint32_t)mask[t >> 5] >> (t & 31) & 1u;
-        printf("%s{\"after\": \"", i ? ", " : "");
-        for (const char *p = after[i]; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-        printf("\", \"us\": %.1f, \"allowed\": %ld}", (t1 - t0) / (double)it * 1e6, allowed);
-    }
+    printf("{\"vocab_build_ms\": %.1f, \"vocab\": %d, \"states\": ", build_ms, (int)V);
+    if (time_states(v, NULL, after, sizeof after / sizeof after[0], eos, mask)) return 1;
     /* Under a schema: keys matched against the properties, a typed value,
      * an enum. */
     static const char schema_text[] =
@@ -93,29 +111,12 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_json_constraint: %s\n", err.msg);
         return 1;
     }
-    printf("], \"schema\": \"");
-    for (const char *p = schema_text; *p; p++) printf(*p == '"' ? "\\%c" : "%c", *p);
-    printf("\", \"schema_states\": [");
-    for (size_t i = 0; i < sizeof under / sizeof under[0]; i++) {
-        zi_json_state s;
-        zi_json_state_init(&s, sc);
-        if (!zi_json_feed(&s, (const uint8_t *)under[i], strlen(under[i]))) return 1;
-        long it = 0;
-        double t1;
-        t0 = now_s();
-        do {
-            zi_json_allowed(v, &s, &eos, 1, mask);
-            it++;
-            t1 = now_s();
-        } while (t1 - t0 < 0.2);
-        long allowed = 0;
-        for (int32_t t = 0; t < V; t++) allowed += (uint32_t)mask[t >> 5] >> (t & 31) & 1u;
-        printf("%s{\"after\": \"", i ? ", " : "");
-        for (const char *p = under[i]; *p; p++) printf(*p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-        printf("\", \"us\": %.1f, \"allowed\": %ld}", (t1 - t0) / (double)it * 1e6, allowed);
-    }
+    printf(", \"schema\": ");
+    print_str(schema_text);
+    printf(", \"schema_states\": ");
+    if (time_states(v, sc, under, sizeof under / sizeof under[0], eos, mask)) return 1;
     zi_json_schema_free(sc);
-    printf("]}\n");
+    printf("}\n");
     free(mask);
     zi_json_vocab_free(v);
     zi_tokenizer_free(tok);
