@@ -62,7 +62,7 @@ static void on_signal(int sig) {
 
 /* The most pass-through options: each worker sizing flag with its value,
  * and --no-prefix-cache; the router's four limits with their values. */
-#define MAX_WORKER_PASS 15
+#define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 1)
 #define MAX_ROUTER_PASS 8
 #define MAX_ARGS (15 + MAX_WORKER_PASS + 1) /* the worker's fixed args, its options, NULL */
 #define MAX_CHILDREN 130

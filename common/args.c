@@ -74,6 +74,8 @@ static const worker_flag WORKER_FLAGS[] = {
     {"--block-size", 1, 4096, 0},         {"--kv-cache-bytes", 1, 1LL << 50, 1},
     {"--memory-budget", 1, 1LL << 50, 1},
 };
+_Static_assert(sizeof WORKER_FLAGS / sizeof WORKER_FLAGS[0] == ZI_N_WORKER_FLAGS,
+               "ZI_N_WORKER_FLAGS (args.h) counts the table");
 
 static const worker_flag *find_worker_flag(const char *flag) {
     for (size_t i = 0; i < sizeof WORKER_FLAGS / sizeof WORKER_FLAGS[0]; i++)

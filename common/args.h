@@ -27,6 +27,7 @@ int zi_parse_size(const char *flag, const char *s, long long lo, long long hi, l
  * serve refuses exactly the values a worker would. zi_is_worker_flag says
  * whether `flag` is one; zi_parse_worker_flag parses its value with the
  * worker's range (sizes with zi_parse_size). */
+#define ZI_N_WORKER_FLAGS 7 /* the table's size, for callers that keep their values */
 int zi_is_worker_flag(const char *flag);
 int zi_parse_worker_flag(const char *flag, const char *s, long long *out, zi_error *err);
 /* "1,2,3" (spaces allowed) -> malloc'd int32 array; every id in 0..max. */

@@ -278,9 +278,9 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
     return ZI_OK;
 }
 
-/* FNV-1a over token ids. */
-static uint64_t token_hash(const int32_t *t, int64_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
+/* FNV-1a over token ids, continuing from h (TOKEN_HASH_SEED: none yet). */
+#define TOKEN_HASH_SEED 0xcbf29ce484222325ull
+static uint64_t token_hash(uint64_t h, const int32_t *t, int64_t n) {
     for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)t[i]) * 0x100000001b3ull;
     return h;
 }
@@ -294,22 +294,18 @@ static const int32_t *json_mask(zi_generator *g, const zi_text_context *c, int r
     gseq *q = seq_of(g, c);
     const int32_t *gen = c->tokens + c->prompt_len;
     int64_t n_gen = c->end_idx - c->prompt_len;
-    if (q->js_fed >= 0 && q->js_fed <= n_gen && token_hash(gen, q->js_fed) != q->js_hash)
+    if (q->js_fed >= 0 &&
+        (q->js_fed > n_gen || token_hash(TOKEN_HASH_SEED, gen, q->js_fed) != q->js_hash))
         q->js_fed = -1; /* the tokens fed before are not these (rolled back, redrawn) */
-    if (q->js_fed < 0 || q->js_fed > n_gen) {
-        q->js_bad = 0;
-        if (!q->schema &&
-            !(c->json_schema.len == strlen(ZI_JSON_OBJECT_SCHEMA) &&
-              memcmp(c->json_schema.p, ZI_JSON_OBJECT_SCHEMA, c->json_schema.len) == 0))
-            /* the worker compiled it once already, to refuse a bad one */
-            q->js_bad = zi_json_schema_compile(c->json_schema.p, c->json_schema.len, &q->schema,
-                                               NULL) != ZI_OK;
+    if (q->js_fed < 0) { /* (the worker compiled the schema once, to refuse a bad one) */
+        q->js_bad = !q->schema && zi_json_schema_compile(c->json_schema.p, c->json_schema.len,
+                                                         &q->schema, NULL) != ZI_OK;
         zi_json_state_init(&q->js, q->schema);
-        q->js_fed = 0;
+        q->js_fed = 0, q->js_hash = TOKEN_HASH_SEED;
     }
+    q->js_hash = token_hash(q->js_hash, gen + q->js_fed, n_gen - q->js_fed);
     for (; q->js_fed < n_gen; q->js_fed++)
         if (!q->js_bad && !zi_json_feed_token(g->json, &q->js, gen[q->js_fed])) q->js_bad = 1;
-    q->js_hash = token_hash(gen, n_gen);
     size_t words = ((size_t)g->n_vocab + 31) / 32;
     int32_t *m = g->json_masks + (size_t)row * words;
     if (!q->js_bad) {

@@ -213,29 +213,24 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
     for (size_t i = 0; !rc && i < l->ctx.n_eos_sequences; i++)
         rc = check_ids(w, "context.eos_sequences", l->ctx.eos_sequences[i].v,
                        l->ctx.eos_sequences[i].n, &err);
-    /* Structured output: the JSON-object constraint, the only one yet. */
+    /* Structured output: a worker that can constrain decoding, and a
+     * schema it can hold to (refused here with its reason; the generator
+     * compiles it again for the slot). */
     if (!rc && l->ctx.has_json_schema && !zi_generator_has_json(w->gen))
         rc = zi_error_set(&err, ZI_EUNSUPPORTED,
                           "response_format: this worker cannot constrain decoding (no "
                           "tokenizer in its model file)");
-    if (!rc && l->ctx.has_json_schema &&
-        !(l->ctx.json_schema.len == strlen(ZI_JSON_OBJECT_SCHEMA) &&
-          memcmp(l->ctx.json_schema.p, ZI_JSON_OBJECT_SCHEMA, l->ctx.json_schema.len) == 0)) {
-        /* A schema: refused here, with its reason, if it cannot be held to
-         * (the generator compiles it again for the slot). */
+    if (!rc && l->ctx.has_json_schema) {
         zi_json_schema *sc = NULL;
         rc = zi_json_schema_compile(l->ctx.json_schema.p, l->ctx.json_schema.len, &sc, &err);
         zi_json_schema_free(sc);
     }
-    if (!rc && l->ctx.has_json_schema) { /* the object must be able to end */
-        bool eos = false;
-        for (size_t i = 0; i < l->ctx.eos_token_ids.n; i++)
-            eos |= l->ctx.eos_token_ids.v[i] >= 0 && l->ctx.eos_token_ids.v[i] < w->vocab;
-        if (!eos)
-            rc = zi_error_set(&err, ZI_EUNSUPPORTED,
-                              "response_format: the model has no end-of-sequence token to end "
-                              "the JSON object with");
-    }
+    /* The object must be able to end (check_ids refused EOS ids outside
+     * the vocabulary above). */
+    if (!rc && l->ctx.has_json_schema && l->ctx.eos_token_ids.n == 0)
+        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
+                          "response_format: the model has no end-of-sequence token to end "
+                          "the JSON object with");
     if (!rc && l->ctx.end_idx >= w->ctx_size)
         rc = zi_error_set(&err, ZI_ERANGE,
                           "prompt: %lld tokens leave no room in this worker's context of %d",
@@ -256,21 +251,19 @@ static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
            (unsigned long long)rid, (long long)l->ctx.prompt_len, (long long)l->ctx.max_length);
 }
 
-/* The vocabulary as byte strings for structured output, or NULL (logged). */
-static zi_json_vocab *load_json_vocab(worker *w, const char *path) {
+/* The vocabulary as byte strings for structured output, read from the
+ * model's own (already mapped) file, or NULL (logged). */
+static zi_json_vocab *load_json_vocab(worker *w, const zi_model *model) {
     zi_error err = {0};
-    zi_gguf *g = NULL;
     zi_tokenizer *tok = NULL;
     zi_json_vocab *v = NULL;
     double t0 = (double)zi_now_ms();
-    if (zi_gguf_open(path, &g, &err) || zi_tokenizer_load(g, &tok, &err) ||
-        zi_json_vocab_create(tok, &v, &err))
+    if (zi_tokenizer_load(zi_model_gguf(model), &tok, &err) || zi_json_vocab_create(tok, &v, &err))
         zi_log(&w->log, ZI_LOG_WARN, "structured output off: %s", err.msg);
     else
         zi_log(&w->log, ZI_LOG_INFO, "structured output: %d tokens read in %.0f ms",
                (int)zi_json_vocab_size(v), (double)zi_now_ms() - t0);
     zi_tokenizer_free(tok);
-    zi_gguf_close(g);
     return v;
 }
 
@@ -545,7 +538,7 @@ int main(int argc, char **argv) {
     /* Structured output needs the tokens' bytes: the model file's
      * tokenizer, read once into a trie. Without one, such requests are
      * refused and everything else is served. */
-    zi_json_vocab *jv = load_json_vocab(&w, o.model);
+    zi_json_vocab *jv = load_json_vocab(&w, model);
     if (jv && zi_generator_set_json_vocab(w.gen, jv, &err)) {
         zi_log(&w.log, ZI_LOG_WARN, "structured output off: %s", err.msg);
         zi_json_vocab_free(jv);
@@ -611,6 +604,15 @@ int main(int argc, char **argv) {
             zi_log(&w.log, ZI_LOG_ERROR, "step failed: %s", err.msg);
             for (int i = 0; i < w.n_live; i++) send_error(&w, w.live[i].rid, "internal", err.msg);
             drop_all(&w);
+            /* A device error stays (sync reports the first one for good):
+             * every later step would fail too, so the worker exits and
+             * zinfer serve starts a fresh one. */
+            zi_error dev = {0};
+            if (be->ops->sync(be, &dev) != ZI_OK) {
+                zi_log(&w.log, ZI_LOG_ERROR, "the device is in error (%s): exiting", dev.msg);
+                rc = 1;
+                break;
+            }
             continue;
         }
         zi_generator_stats st;

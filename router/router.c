@@ -871,7 +871,7 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
  * its text). */
 static const char *const DECODED_EXTRA[] = {"logprobs", "prompt_token_ids", "prompt_logprobs",
                                             "prompt_text"};
-#define N_DECODED_EXTRA 4
+#define N_DECODED_EXTRA (int)(sizeof DECODED_EXTRA / sizeof DECODED_EXTRA[0])
 
 /* Not streamed: appends a decoded message's log probabilities to the
  * request's and keeps the echoed prompt (ev: DECODED_EXTRA's, each may be

@@ -46,8 +46,9 @@ int zi_stop_feed(zi_stop_matcher *m, const char *text, size_t len, char **out, s
 /* End of stream: releases whatever is held (unless stopped). */
 int zi_stop_flush(zi_stop_matcher *m, char **out, size_t *out_len, zi_error *err);
 /* Releases what is held, then text[0..len) as it is, without looking for
- * stop strings in it (the text of a request's first min_new_tokens tokens,
- * which no stop string may end). Nothing after a stop. */
+ * stop strings in it (the text of a request's first min_new_tokens tokens:
+ * a stop string must lie wholly after it, docs/sampling.md). Nothing after
+ * a stop. */
 int zi_stop_pass(zi_stop_matcher *m, const char *text, size_t len, char **out, size_t *out_len,
                  zi_error *err);
 

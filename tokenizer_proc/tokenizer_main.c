@@ -214,7 +214,6 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     const msgpack_object *ro = zi_map_get(o, "request");
     int rc = ro ? zi_codec_decode_request(ro, &lim, "", &r, &err)
                 : zi_error_set(&err, ZI_EINVAL, "request: missing");
-    if (!rc) rc = prompt_ids(t, &r, &ids, &n, &err);
     /* A stop id outside the vocabulary could never stop anything: refuse it
      * here, with a message for the client (the worker refuses it too, for
      * this request alone, and the generator ignores such ids). */
@@ -228,6 +227,13 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
                               "sampling_params.stop_token_ids[%zu]: token id %d is outside the "
                               "vocabulary (0..%d)",
                               i, r.sampling_params.stop_token_ids.v[i], t->vocab - 1);
+    /* Structured output (the router refused what cannot be honoured): the
+     * worker holds decoding to a JSON object, of the schema if one is given. */
+    int rf = ZI_RF_NONE;
+    char *schema = NULL;
+    if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &schema, &err);
+    /* The cheap checks above first; then the template and the encoding. */
+    if (!rc) rc = prompt_ids(t, &r, &ids, &n, &err);
     if (!rc && n == 0) rc = zi_error_set(&err, ZI_EINVAL, "prompt: it encodes to no tokens");
     if (!rc && (int64_t)n >= max_length)
         rc = zi_error_set(&err, ZI_ERANGE,
@@ -240,11 +246,6 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         ctx.log_probabilities = r.logprobs;
         ctx.log_probabilities_echo = r.echo;
     }
-    /* Structured output (the router refused what cannot be honoured): the
-     * worker holds decoding to a JSON object. */
-    int rf = ZI_RF_NONE;
-    char *schema = NULL;
-    if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &schema, &err);
     if (!rc && rf != ZI_RF_NONE) {
         const char *sj = rf == ZI_RF_JSON_SCHEMA ? schema : ZI_JSON_OBJECT_SCHEMA;
         ctx.has_json_schema = true;
@@ -401,16 +402,18 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
          * prompt along with the generated output"), special tokens shown. */
         char *ptext = NULL;
         size_t plen = 0;
-        if (pids) {
+        if (pids) { /* (left out, not sent empty, if the ids cannot be read) */
             int32_t *pv = NULL;
             size_t pn = 0;
-            if (zi_codec_decode_tokens(pids, &lim, "prompt_token_ids", &pv, &pn, NULL) == ZI_OK)
-                zi_tokenizer_decode(t->tok, pv, pn, 1, &ptext, &plen, NULL);
+            if (zi_codec_decode_tokens(pids, &lim, "prompt_token_ids", &pv, &pn, NULL) != ZI_OK ||
+                zi_tokenizer_decode(t->tok, pv, pn, 1, &ptext, &plen, NULL) != ZI_OK)
+                ptext = NULL;
             free(pv);
         }
         zi_msg m;
         zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 5 + (lpo != NULL) + 2 * (pids != NULL) + (plp != NULL));
+        msgpack_pack_map(&m.pk,
+                         5 + (lpo != NULL) + (pids != NULL) + (ptext != NULL) + (plp != NULL));
         if (lpo) {
             zi_pack_str(&m.pk, "logprobs");
             if (use_cut)
@@ -422,8 +425,10 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         if (pids) {
             zi_pack_str(&m.pk, "prompt_token_ids");
             msgpack_pack_object(&m.pk, *pids);
+        }
+        if (ptext) {
             size_t pl = 0;
-            char *clean = zi_utf8_clean(ptext ? ptext : "", ptext ? plen : 0, &pl);
+            char *clean = zi_utf8_clean(ptext, plen, &pl);
             zi_pack_kv_strn(&m.pk, "prompt_text", clean ? clean : "", clean ? pl : 0);
             free(clean);
             free(ptext);

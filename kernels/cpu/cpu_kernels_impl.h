@@ -792,9 +792,7 @@ static void scale_f32(float *y, float a, int64_t n) {
 
 /* The offset of KV position j's row of one KV head in a paged cache
  * (cpu_kernels.h): blocks of bs rows of hd values, block b at b * bstride. */
-#ifndef ZI_KV_ROW
 #define ZI_KV_ROW(j) ((size_t)blocks[(j) / bs] * bstride + (size_t)((j) % bs) * (size_t)hd)
-#endif
 
 #if defined(__AVX512F__)
 /* 16 cached float16 values as floats (exact). */

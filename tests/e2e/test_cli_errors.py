@@ -12,7 +12,7 @@ import re
 import gguf
 import numpy as np
 import pytest
-from conftest import ids_arg
+from conftest import free_port_pair, ids_arg
 
 MODEL_CMDS = {
     "generate": lambda m, out: ["generate", "--model", m, "--prompt-ids", "1,2,3",
@@ -152,8 +152,11 @@ def test_bad_flag_values(flags, pattern, model_path, run_zinfer):
 def test_serve_refuses_what_a_worker_would(flags, pattern, model_path, run_zinfer):
     """`zinfer serve` checks the worker options with the worker's own ranges
     before starting anything (a value it let through would make every worker
-    exit at start)."""
-    res = run_zinfer("serve", "--model", model_path, *flags)
+    exit at start). On free ports and with a short timeout, so that were
+    the check to go, the server would not hang on a port in use."""
+    port, backend = free_port_pair()
+    res = run_zinfer("serve", "--model", model_path, "--bind", f"tcp://127.0.0.1:{port}",
+                     "--backend", f"tcp://127.0.0.1:{backend}", *flags, timeout=15)
     assert_one_line_error(res, pattern)
 
 

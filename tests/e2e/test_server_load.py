@@ -21,7 +21,6 @@ stopped in the fixtures' teardown.
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -29,8 +28,7 @@ import pytest
 
 from conftest import REPO, free_port_pair, ids_arg, last_json, load_fixture, report, serve_process
 
-sys.path.insert(0, str(REPO / "clients" / "python"))
-from zinfer_client import Client, decode_array  # noqa: E402
+from zinfer_client import Client, decode_array  # conftest puts clients/python on the path
 
 N_CONCURRENT = 32
 MAX_NEW = 16
