@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "args.h"
@@ -100,6 +101,9 @@ typedef struct rreq {
     char *start_msg; /* the worker's "start" message while queued */
     size_t start_len;
     uint64_t prefix_key; /* a hash of the prompt's first tokens (0: too short) */
+    int64_t index;       /* the request's index, echoed in its final frame */
+    int64_t t_recv_ms;   /* zi_now_ms() at admission, and at its first token (0: none yet) */
+    int64_t t_first_ms;
     /* Not streamed: what the final frame carries besides the text. */
     zi_logprobs lp; /* the completion's log probabilities, when asked for */
     bool has_lp;
@@ -258,11 +262,24 @@ static void fail_request(router *rt, rreq *r, const char *code, const char *msg,
 }
 
 static void send_final(router *rt, rreq *r, const char *status) {
+    int64_t now = zi_now_ms();
+    char id[65]; /* the client's id, printable ASCII only (it may hold any UTF-8) */
+    size_t n = r->id_len < 64 ? r->id_len : 64;
+    for (size_t i = 0; i < n; i++) id[i] = r->id[i] >= 0x20 && r->id[i] < 0x7f ? r->id[i] : '?';
+    id[n] = '\0';
+    zi_log(&rt->log, ZI_LOG_INFO,
+           "request %llu (id '%s') %s: %lld prompt + %lld completion tokens, first token "
+           "%lld ms, total %lld ms",
+           (unsigned long long)r->rid, id, status, (long long)r->prompt_tokens,
+           (long long)r->completion_tokens,
+           (long long)(r->t_first_ms ? r->t_first_ms - r->t_recv_ms : -1),
+           (long long)(now - r->t_recv_ms));
     zi_msg m;
     zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, r->stream ? 4 : 5 + r->has_lp + r->echo_keys);
+    msgpack_pack_map(&m.pk, r->stream ? 5 : 6 + r->has_lp + r->echo_keys);
     pack_header(&m.pk, r, "final");
     zi_pack_kv_str(&m.pk, "status", status);
+    zi_pack_kv_int(&m.pk, "index", r->index);
     zi_pack_str(&m.pk, "usage");
     msgpack_pack_map(&m.pk, 2);
     zi_pack_kv_int(&m.pk, "prompt_tokens", r->prompt_tokens);
@@ -504,6 +521,15 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
         return;
     }
     if (req.sampling_params.max_new_tokens < 0) req.sampling_params.max_new_tokens = rt->max_new;
+    /* The seed's timestamp_ns: when the server received the request, unless
+     * the client set it (then it travels on as given). */
+    if (req.timestamp_ns == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        req.timestamp_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
+    r->index = req.index;
+    r->t_recv_ms = zi_now_ms();
     r->stream = req.stream;
     r->state = RS_ENCODING;
     r->tok = tk;
@@ -923,6 +949,7 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                    (ids->type == MSGPACK_OBJECT_MAP && zi_map_get(ids, "data") &&
                     zi_map_get(ids, "data")->type == MSGPACK_OBJECT_BIN &&
                     zi_map_get(ids, "data")->via.bin.size > 0);
+    if (has_ids && !r->t_first_ms) r->t_first_ms = zi_now_ms();
     const msgpack_object *ev[N_DECODED_EXTRA];
     int n_extra = 0;
     for (int i = 0; i < N_DECODED_EXTRA; i++)

@@ -163,6 +163,25 @@ def test_text_prompt_encodes_like_tokenize(client, prompt_ids, cli_reference):
     assert final["usage"]["prompt_tokens"] == len(prompt_ids)
 
 
+def test_final_echoes_index_and_router_logs_timings(server, client, prompt_ids):
+    """The seed's `index` comes back in the final frame (0 when not given),
+    and the router logs each finished request with its timings (it stamps
+    timestamp_ns on arrival)."""
+    _, final = client.generate("ix\nfake", prompt=prompt_ids, index=7,
+                               sampling_params={"max_new_tokens": 3, "ignore_eos": True})
+    assert final["event"] == "final" and final["index"] == 7, final
+    assert final["status"] == "maximum_length"
+    _, final = client.generate("ix0", prompt=prompt_ids, stream=False,
+                               sampling_params={"max_new_tokens": 2, "ignore_eos": True})
+    assert final["index"] == 0, final
+    deadline = time.time() + 5
+    pat = (r"request \d+ \(id 'ix\?fake'\) maximum_length: %d prompt \+ 3 completion tokens, "
+           r"first token \d+ ms, total \d+ ms" % len(prompt_ids))
+    while not re.search(pat, server.log()) and time.time() < deadline:
+        time.sleep(0.1)
+    assert re.search(pat, server.log()), server.log()[-2000:]
+
+
 def test_non_streamed_returns_whole_text(client, prompt_ids, cli_reference):
     chunks, final = client.generate("ns", prompt=prompt_ids, stream=False,
                                     sampling_params={"max_new_tokens": 24})
