@@ -10,7 +10,8 @@
  *
  * Buffers: activation and KV-cache memory is allocated by the backend
  * (zi_backend_ops.alloc) and is only ever touched by the backend's ops or
- * copied with upload/download; on the CPU these are plain host pointers.
+ * copied with upload/download; on the CPU these are plain host pointers,
+ * and an op there may take the caller's memory too (host_memory).
  * All float activations are float32, row-major, one row per token.
  *
  * Batches: one forward pass carries any mix of tokens from any sequences
@@ -29,6 +30,7 @@
 #ifndef ZI_BACKEND_H
 #define ZI_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -134,6 +136,11 @@ struct zi_backend {
      * (float16). The model sizes the KV pools with them; only the backend's
      * ops read the pools. */
     int kv_k_bytes, kv_v_bytes;
+    /* Its buffers are host memory (the CPU backend): an op may then write
+     * straight into the caller's memory, and the model has the output
+     * product fill the caller's logits instead of copying them (16 rows:
+     * 3 MiB a step). */
+    bool host_memory;
 };
 
 #endif

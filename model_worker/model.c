@@ -419,7 +419,7 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, zi_error *err
         }
         m->cap = n_tokens;
     }
-    if (n_wanted > m->logits_cap) {
+    if (n_wanted > m->logits_cap && !be->host_memory) { /* else forward writes the caller's */
         be->ops->free(be, m->logits);
         m->logits = be->ops->alloc(be, (size_t)n_wanted * c->n_vocab * sizeof(float));
         m->logits_cap = m->logits ? n_wanted : 0;
@@ -547,7 +547,11 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     }
     if (n_wanted == 0) /* a pass that only fills the cache */
         return op->sync(be, err);
-    op->matmul(be, m->logits, &m->output, m->xn, n_wanted);
-    op->download(be, logits, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));
+    if (be->host_memory) {
+        op->matmul(be, logits, &m->output, m->xn, n_wanted);
+    } else {
+        op->matmul(be, m->logits, &m->output, m->xn, n_wanted);
+        op->download(be, logits, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));
+    }
     return op->sync(be, err);
 }

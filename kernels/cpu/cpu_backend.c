@@ -619,6 +619,7 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     c->base.ops = &cpu_ops;
     c->base.kv_k_bytes = 4; /* float32 K, float16 V (cpu_kv_store) */
     c->base.kv_v_bytes = 2;
+    c->base.host_memory = true;
     c->k = k;
     c->pool = zi_pool_create(n);
     c->mm_next = aligned_alloc(64, (size_t)n * sizeof *c->mm_next);
