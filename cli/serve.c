@@ -27,6 +27,7 @@
 #include "args.h"
 #include "backend_select.h"
 #include "log.h"
+#include "stop_signal.h"
 #include "wire.h"
 
 static const char USAGE_SERVE[] =
@@ -53,12 +54,6 @@ static const char USAGE_SERVE[] =
     "                            passed to zinfer-router (see zinfer-router --help)\n"
     "  --log-level L             debug|info|warn|error|off (default info)\n"
     "  -h, --help                this text\n";
-
-static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
 
 /* The most pass-through options: each worker sizing flag with its value,
  * and --no-prefix-cache; the router's four limits with their values. */
@@ -283,11 +278,7 @@ int zi_serve_main(int argc, char **argv) {
         for (int j = 0; j < n_wpass; j++) c->argv[k++] = (char *)worker_pass[j];
     }
     int exit_status = 0;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    zi_stop_signals_install();
     zi_log(&lg, ZI_LOG_INFO,
            "serving %s on %s (backends %s): %lld tokenizer(s), %lld worker(s) "
            "x %lld threads",
@@ -296,7 +287,7 @@ int zi_serve_main(int argc, char **argv) {
         ch[i].backoff_ms = 500;
         spawn(&lg, &ch[i]);
     }
-    while (!g_stop) {
+    while (!zi_stop_requested()) {
         int status;
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
@@ -313,14 +304,14 @@ int zi_serve_main(int argc, char **argv) {
                            "(see its messages above)",
                            c->name, c->fast_failures);
                     exit_status = 1;
-                    g_stop = 1;
+                    zi_stop_request();
                 }
                 char how[64];
                 if (WIFEXITED(status))
                     snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
                 else
                     snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
-                if (g_stop)
+                if (zi_stop_requested())
                     zi_log(&lg, ZI_LOG_WARN, "%s (pid %d) %s", c->name, (int)pid, how);
                 else
                     zi_log(&lg, ZI_LOG_WARN, "%s (pid %d) %s; restarting in %lld ms", c->name,
@@ -330,7 +321,7 @@ int zi_serve_main(int argc, char **argv) {
             }
         }
         int64_t now = zi_now_ms();
-        for (int i = 0; i < nc && !g_stop; i++)
+        for (int i = 0; i < nc && !zi_stop_requested(); i++)
             if (ch[i].pid == 0 && now >= ch[i].restart_at_ms) spawn(&lg, &ch[i]);
         sleep_ms(50);
     }

@@ -19,7 +19,6 @@
  * described in docs/protocol.md.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +33,7 @@
 #include "log.h"
 #include "model.h"
 #include "json_constraint.h"
+#include "stop_signal.h"
 #include "tokenizer.h"
 #include "wire.h"
 
@@ -64,12 +64,6 @@ static const char USAGE[] =
     "                     requests and cancellations wait up to N steps\n"
     "  --log-level L      debug|info|warn|error|off (default info)\n"
     "  -h, --help         this text\n";
-
-static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
 
 typedef struct live_ctx {
     uint64_t rid;
@@ -461,11 +455,7 @@ int main(int argc, char **argv) {
     worker w;
     memset(&w, 0, sizeof w);
     w.log = (zi_logger){.out = stderr, .level = o.log_level, .tag = "zinfer-worker"};
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    zi_stop_signals_install();
 
     zi_error err = {0};
     zi_backend *be = NULL;
@@ -573,7 +563,7 @@ int main(int argc, char **argv) {
         rc = 1;
         goto out;
     }
-    while (!g_stop) {
+    while (!zi_stop_requested()) {
         zmq_pollitem_t it = {w.sock, 0, ZMQ_POLLIN, 0};
         int pr = zmq_poll(&it, 1, w.n_live ? 0 : 100);
         if (pr < 0 && errno != EINTR) {

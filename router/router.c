@@ -25,7 +25,6 @@
  * client, which knows what it received, decides whether to resubmit.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +35,7 @@
 #include "codec.h"
 #include "log.h"
 #include "req_table.h"
+#include "stop_signal.h"
 #include "types.h"
 #include "wire.h"
 
@@ -55,12 +55,6 @@ static const char USAGE[] =
     "  --max-frame-bytes N         largest client frame (default 8388608)\n"
     "  --log-level L               debug|info|warn|error|off (default info)\n"
     "  -h, --help                  this text\n";
-
-static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
 
 enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
 
@@ -1235,11 +1229,7 @@ int main(int argc, char **argv) {
     const char *bind = "tcp://127.0.0.1:5555", *back = "tcp://127.0.0.1:5556";
     int rc = parse_args(argc, argv, &rt, &bind, &back);
     if (rc) return rc;
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    zi_stop_signals_install();
     zi_req_table_init(&rt.reqs);
     void *zctx = zmq_ctx_new();
     rt.front = make_router_socket(&rt, zctx, bind, "client");
@@ -1251,7 +1241,7 @@ int main(int argc, char **argv) {
     }
     zi_log(&rt.log, ZI_LOG_INFO, "clients on %s, backends on %s", bind, back);
     int64_t last_check = zi_now_ms();
-    while (!g_stop) {
+    while (!zi_stop_requested()) {
         zmq_pollitem_t it[2] = {{rt.front, 0, ZMQ_POLLIN, 0}, {rt.back, 0, ZMQ_POLLIN, 0}};
         int pr = zmq_poll(it, 2, 100);
         if (pr < 0 && errno != EINTR) {
@@ -1284,16 +1274,21 @@ int main(int argc, char **argv) {
     /* Shutting down: every request still in flight gets its terminal frame. */
     size_t n = zi_req_table_count(&rt.reqs);
     zi_log(&rt.log, ZI_LOG_INFO, "shutting down with %zu requests in flight", n);
-    void **v = n ? malloc(n * sizeof *v) : NULL;
-    if (v) {
-        zi_req_table_values(&rt.reqs, v, n);
-        for (size_t i = 0; i < n; i++)
-            fail_request(&rt, v[i], "unavailable", "the server is shutting down", NULL);
-        free(v);
+    /* One at a time (fail_request takes each out of the table): no
+     * allocation that could fail and leave requests without their frame. */
+    while (zi_req_table_count(&rt.reqs) > 0) {
+        void *one = NULL;
+        zi_req_table_values(&rt.reqs, &one, 1);
+        fail_request(&rt, one, "unavailable", "the server is shutting down", NULL);
     }
     zi_req_table_free(&rt.reqs);
     free(rt.be);
     free(rt.queue);
+    /* The sockets drop unsent frames on close (LINGER 0, so that a gone peer
+     * never holds the router); the terminal frames just queued get a
+     * second to leave. */
+    int linger_ms = 1000;
+    zmq_setsockopt(rt.front, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
     zmq_close(rt.front);
     zmq_close(rt.back);
     zmq_ctx_term(zctx);

@@ -23,7 +23,6 @@
  * Messages are described in docs/protocol.md.
  */
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +33,7 @@
 #include "gguf.h"
 #include "log.h"
 #include "stop_match.h"
+#include "stop_signal.h"
 #include "tokenizer.h"
 #include "types.h"
 #include "wire.h"
@@ -52,12 +52,6 @@ static const char USAGE[] =
     "  --model PATH       the GGUF file whose tokenizer to use (default as zinfer)\n"
     "  --log-level L      debug|info|warn|error|off (default info)\n"
     "  -h, --help         this text\n";
-
-static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
-}
 
 typedef struct dstate {
     uint64_t rid;
@@ -608,11 +602,7 @@ int main(int argc, char **argv) {
     tproc t;
     memset(&t, 0, sizeof t);
     t.log = (zi_logger){.out = stderr, .level = level, .tag = "zinfer-tokenizer"};
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    zi_stop_signals_install();
 
     zi_error err = {0};
     zi_gguf *g = NULL;
@@ -640,7 +630,7 @@ int main(int argc, char **argv) {
         send_register(&t);
     }
     int64_t last_hb = zi_now_ms();
-    while (!rc && !g_stop) {
+    while (!rc && !zi_stop_requested()) {
         zmq_pollitem_t it = {t.sock, 0, ZMQ_POLLIN, 0};
         int pr = zmq_poll(&it, 1, 200);
         if (pr < 0 && errno != EINTR) break;
