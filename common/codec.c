@@ -782,6 +782,51 @@ static int get_opaque(dec *d, const msgpack_object *o, msgpack_object_type want,
 
 /* ---- decoders -------------------------------------------------------------- */
 
+/* A present value of the wanted type at d's path + "." + name, or an
+ * error; optional ones may be absent. */
+static int need_field(dec *d, const msgpack_object *o, const char *name, msgpack_object_type t,
+                      const char *what, bool optional) {
+    if (!o) return optional ? ZI_OK : missing(d, name);
+    if (o->type == t) return ZI_OK;
+    size_t old = push_key(d, name);
+    int rc = wrong_type(d, o, what);
+    pop(d, old);
+    return rc;
+}
+
+/* The seed's TokenGeneratorRequestTool list: [{"type": str, "function":
+ * {"name": non-empty str, "description": str, "parameters": map}}], no
+ * other keys. Checked here, at admission, so that the tokenizer turns a
+ * list it can trust into the template's `tools`. */
+static int dec_tools(dec *d, const msgpack_object *o) {
+    static const char *const tool_keys[] = {"type", "function"};
+    static const char *const fn_keys[] = {"name", "description", "parameters"};
+    if (o->type != MSGPACK_OBJECT_ARRAY) return wrong_type(d, o, "an array");
+    int rc = ZI_OK;
+    for (uint32_t i = 0; i < o->via.array.size && !rc; i++) {
+        size_t old = push_idx(d, i);
+        const msgpack_object *tv[2], *fv[3];
+        rc = read_map(d, &o->via.array.ptr[i], tool_keys, 2, tv);
+        if (!rc) rc = need_field(d, tv[0], "type", MSGPACK_OBJECT_STR, "a string", false);
+        if (!rc) rc = need_field(d, tv[1], "function", MSGPACK_OBJECT_MAP, "a map", false);
+        if (!rc) {
+            size_t fold = push_key(d, "function");
+            rc = read_map(d, tv[1], fn_keys, 3, fv);
+            if (!rc) rc = need_field(d, fv[0], "name", MSGPACK_OBJECT_STR, "a string", false);
+            if (!rc && fv[0]->via.str.size == 0) {
+                size_t nold = push_key(d, "name");
+                rc = fail(d, ZI_EINVAL, "must not be empty");
+                pop(d, nold);
+            }
+            if (!rc) rc = need_field(d, fv[1], "description", MSGPACK_OBJECT_STR, "a string", true);
+            if (!rc) rc = need_field(d, fv[2], "parameters", MSGPACK_OBJECT_MAP, "a map", true);
+            pop(d, fold);
+        }
+        pop(d, old);
+    }
+    return rc;
+}
+
 /* Runs a getter with the field name pushed onto the path. */
 #define AT(d, name, expr)                                                                          \
     do {                                                                                           \
@@ -1038,8 +1083,10 @@ static int dec_request(dec *d, const msgpack_object *o, zi_request *r) {
         pop(d, old);
         goto fail;
     }
-    if (!is_nil(v[TOOLS]))
+    if (!is_nil(v[TOOLS])) {
+        AT(d, "tools", dec_tools(d, v[TOOLS]));
         AT(d, "tools", get_opaque(d, v[TOOLS], MSGPACK_OBJECT_ARRAY, "an array", 2, &r->tools));
+    }
     if (!is_nil(v[RFMT]))
         AT(d, "response_format",
            get_opaque(d, v[RFMT], MSGPACK_OBJECT_MAP, "a map", 2, &r->response_format));

@@ -101,7 +101,11 @@ int zi_codec_pack_text_generation_response(msgpack_packer *pk, const zi_text_gen
 int zi_codec_decode_sampling_params(const msgpack_object *o, const zi_codec_limits *lim,
                                     const char *path, zi_sampling_params *out, zi_error *err);
 /* Required: "id" and exactly one of "prompt" / "messages". An "op" key is
- * accepted when it is "generate" (the client protocol's frame). */
+ * accepted when it is "generate" (the client protocol's frame). "tools"
+ * must have the seed's TokenGeneratorRequestTool shape: maps with exactly
+ * "type" (a string) and "function", a map with "name" (a non-empty
+ * string) and optionally "description" (a string) and "parameters" (a
+ * map), e.g. "tools[1].function.name: missing required field". */
 int zi_codec_decode_request(const msgpack_object *o, const zi_codec_limits *lim, const char *path,
                             zi_request *out, zi_error *err);
 /* Required: "tokens" and "max_length". Index fields left out or -1 are

@@ -220,95 +220,6 @@ int zi_chat_value_from_msgpack(const msgpack_object *o, const char *path, zi_cha
     return from_msgpack(o, path, 1, a, out, err);
 }
 
-/* ---- tools ---------------------------------------------------------------- */
-
-static int key_is(const msgpack_object *k, const char *s) {
-    size_t n = strlen(s);
-    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == n &&
-           memcmp(k->via.str.ptr, s, n) == 0;
-}
-
-/* Finds the keys names[0..n) in map m (refusing other keys and repeats);
- * v[i] is NULL for a key that is absent. p names m; what is "a tool" or
- * "a tool function" for the message about other keys. */
-static int read_keys(const msgpack_object *m, const char *const *names, size_t n,
-                     const msgpack_object **v, zi_keypath *p, const char *what, const char *list,
-                     zi_error *err) {
-    for (size_t i = 0; i < n; i++) v[i] = NULL;
-    for (uint32_t j = 0; j < m->via.map.size; j++) {
-        const msgpack_object *k = &m->via.map.ptr[j].key;
-        if (k->type != MSGPACK_OBJECT_STR)
-            return zi_error_set(err, ZI_EINVAL, "%s: map keys must be strings (key #%u is %s)",
-                                p->s, j, zi_msgpack_type_name(k));
-        size_t i;
-        for (i = 0; i < n && !key_is(k, names[i]); i++) {
-        }
-        size_t old = zi_keypath_push_key(p, ".", k->via.str.ptr, k->via.str.size);
-        int rc = ZI_OK;
-        if (i == n)
-            rc = zi_error_set(err, ZI_EINVAL, "%s: not a field of %s (%s)", p->s, what, list);
-        else if (v[i])
-            rc = zi_error_set(err, ZI_EINVAL, "%s: given twice", p->s);
-        else
-            v[i] = &m->via.map.ptr[j].val;
-        zi_keypath_pop(p, old);
-        if (rc) return rc;
-    }
-    return ZI_OK;
-}
-
-/* Checks that o (at p + "." + name) is present (unless optional) and of type t. */
-static int check_field(const msgpack_object *o, const char *name, msgpack_object_type t,
-                       int optional, zi_keypath *p, zi_error *err) {
-    size_t old = zi_keypath_push(p, ".%s", name);
-    int rc = ZI_OK;
-    if (!o) {
-        if (!optional) rc = zi_error_set(err, ZI_EINVAL, "%s: missing", p->s);
-    } else if (o->type != t) {
-        rc = zi_error_set(err, ZI_EINVAL, "%s: must be %s, not %s", p->s,
-                          t == MSGPACK_OBJECT_STR ? "a string" : "a map", zi_msgpack_type_name(o));
-    }
-    zi_keypath_pop(p, old);
-    return rc;
-}
-
-static int check_tool(const msgpack_object *t, zi_keypath *p, zi_error *err) {
-    static const char *const tool_keys[] = {"type", "function"};
-    static const char *const fn_keys[] = {"name", "description", "parameters"};
-    const msgpack_object *tv[2], *fv[3];
-    if (t->type != MSGPACK_OBJECT_MAP)
-        return zi_error_set(err, ZI_EINVAL, "%s: must be a map, not %s", p->s,
-                            zi_msgpack_type_name(t));
-    int rc = read_keys(t, tool_keys, 2, tv, p, "a tool", "type, function", err);
-    if (!rc) rc = check_field(tv[0], "type", MSGPACK_OBJECT_STR, 0, p, err);
-    if (!rc) rc = check_field(tv[1], "function", MSGPACK_OBJECT_MAP, 0, p, err);
-    if (rc) return rc;
-    size_t old = zi_keypath_push(p, ".function");
-    rc = read_keys(tv[1], fn_keys, 3, fv, p, "a tool function", "name, description, parameters",
-                   err);
-    if (!rc) rc = check_field(fv[0], "name", MSGPACK_OBJECT_STR, 0, p, err);
-    if (!rc && fv[0]->via.str.size == 0)
-        rc = zi_error_set(err, ZI_EINVAL, "%s.name: must not be empty", p->s);
-    if (!rc) rc = check_field(fv[1], "description", MSGPACK_OBJECT_STR, 1, p, err);
-    if (!rc) rc = check_field(fv[2], "parameters", MSGPACK_OBJECT_MAP, 1, p, err);
-    zi_keypath_pop(p, old);
-    return rc;
-}
-
-int zi_chat_tools_check(const msgpack_object *tools, zi_error *err) {
-    if (!tools || tools->type != MSGPACK_OBJECT_ARRAY)
-        return zi_error_set(err, ZI_EINVAL, "tools: must be an array, not %s",
-                            tools ? zi_msgpack_type_name(tools) : "nothing");
-    zi_keypath p = {{0}, 0};
-    for (uint32_t i = 0; i < tools->via.array.size; i++) {
-        zi_keypath_pop(&p, 0);
-        zi_keypath_push(&p, "tools[%u]", i);
-        int rc = check_tool(&tools->via.array.ptr[i], &p, err);
-        if (rc) return rc;
-    }
-    return ZI_OK;
-}
-
 /* ---- a request's variables ------------------------------------------------ */
 
 static int is_nil(const msgpack_object *o) {
@@ -318,9 +229,10 @@ static int is_nil(const msgpack_object *o) {
 static int vars_build(const msgpack_object *tools, const msgpack_object *options, zi_chat_vars *out,
                       zi_error *err) {
     int have_tools = !is_nil(tools);
-    if (have_tools) {
-        int rc = zi_chat_tools_check(tools, err);
-        if (rc) return rc;
+    if (have_tools) { /* its shape was checked when the request was decoded (codec.h) */
+        if (tools->type != MSGPACK_OBJECT_ARRAY)
+            return zi_error_set(err, ZI_EINVAL, "tools: must be an array, not %s",
+                                zi_msgpack_type_name(tools));
         have_tools = tools->via.array.size > 0;
     }
     size_t nopt = 0;

@@ -6,14 +6,16 @@
  * add_generation_prompt=True, **chat_template_options): the tool list
  * becomes the template variable `tools` and each option a variable of its
  * own. The codec keeps both fields as opaque msgpack bytes (zi_request's
- * tools and chat_template_options); this module checks them and converts
- * them into zi_chat_value trees that own copies of their strings, so the
- * msgpack buffers may go away before the render.
+ * tools and chat_template_options), having checked the tools' shape (the
+ * seed's TokenGeneratorRequestTool, common/codec.h); this module checks
+ * the option names and converts both into zi_chat_value trees that own
+ * copies of their strings, so the msgpack buffers may go away before the
+ * render.
  *
  * Everything here reads client input: failures are ZI_EINVAL (ZI_ENOMEM
  * for allocation, ZI_EUNSUPPORTED for an integer beyond 64 bits) with a
- * message starting with the path at fault, e.g. "tools[1].function.name:
- * missing" or "chat_template_options.x[0]: map keys must be strings".
+ * message starting with the path at fault, e.g.
+ * "chat_template_options.x[0]: map keys must be strings".
  */
 #ifndef ZI_CHAT_VARS_H
 #define ZI_CHAT_VARS_H
@@ -51,18 +53,6 @@ void zi_chat_arena_free(zi_chat_arena *a);
 int zi_chat_value_from_msgpack(const msgpack_object *o, const char *path, zi_chat_arena *a,
                                zi_chat_value *out, zi_error *err);
 
-/*
- * Checks the shape of a request's tools, as the seed's
- * TokenGeneratorRequestTool describes it: an array of maps, each with
- * exactly the keys `type` (a string) and `function`, a map with `name` (a
- * non-empty string) and optionally `description` (a string) and
- * `parameters` (a map, not looked into). Missing keys, other keys, other
- * types and repeated keys are refused with ZI_EINVAL and the path:
- * "tools[1].function.name: missing", "tools[0].strict: not a field of a
- * tool (type, function)". An empty array is fine.
- */
-int zi_chat_tools_check(const msgpack_object *tools, zi_error *err);
-
 /* A request's template variables, for zi_chat_render_opts.vars / n_vars. */
 typedef struct zi_chat_vars {
     zi_chat_var *v;
@@ -74,9 +64,10 @@ typedef struct zi_chat_vars {
  * Builds *out (zeroed first; free with zi_chat_vars_free, also after a
  * failure) from a request's tools and chat_template_options objects,
  * either of which may be NULL or nil (absent):
- *  - tools must pass zi_chat_tools_check; a non-empty array becomes the
- *    variable `tools` (an empty one leaves `tools` undefined, as
- *    apply_chat_template's tools=None does);
+ *  - tools must be an array (its entries are not looked into: the request
+ *    decoder checked them); a non-empty one becomes the variable `tools`
+ *    (an empty one leaves `tools` undefined, as apply_chat_template's
+ *    tools=None does);
  *  - chat_template_options must be a map with string keys; each entry
  *    becomes a variable of that name, in order. A name the renderer sets
  *    itself (zi_chat_var_reserved) is refused ("chat_template_options.

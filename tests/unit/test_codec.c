@@ -253,10 +253,11 @@ static void test_roundtrip_request(void **state) {
     r.stream = false;
     r.timestamp_ns = 1700000000123456789ll;
     zi_string_set(&r.request_path, "/v1/completions", 15, NULL);
-    /* opaque fields: {"type": "json_object"}, [{"type": "function"}], {"x": 1} */
+    /* opaque fields: {"type": "json_object"},
+     * [{"type": "function", "function": {"name": "f"}}], {"x": 1} */
     msgpack_sbuffer o1 = sb_new(), o2 = sb_new(), o3 = sb_new();
     build(&o1, "M s s", 1, "type", "json_object");
-    build(&o2, "A M s s", 1, 1, "type", "function");
+    build(&o2, "A M s s s M s s", 1, 2, "type", "function", "function", 1, "name", "f");
     build(&o3, "M s i", 1, "add_generation_prompt", 1ll);
     zi_bytes_set(&r.response_format, o1.data, o1.size, NULL);
     zi_bytes_set(&r.tools, o2.data, o2.size, NULL);
@@ -964,6 +965,67 @@ static void test_malformed_requests(void **state) {
     assert_true(n_bad_cases >= 60);
 }
 
+/* The seed's TokenGeneratorRequestTool shape, checked when a request is
+ * decoded: {"id": "a", "prompt": "hi", "tools": [<good tool>, <case>]}. */
+#define TOOLS_REQ "M s s s s s A M s s s M s s "
+#define TOOLS_ARGS                                                                                 \
+    3, "id", "a", "prompt", "hi", "tools", 2, 2, "type", "function", "function", 1, "name", "f"
+static void test_request_tools(void **state) {
+    (void)state;
+    const int I = ZI_EINVAL;
+    n_bad_cases = 0;
+    bad_case('r', NULL, I, "tools[1]: expected a map, got an integer", TOOLS_REQ "i", TOOLS_ARGS,
+             1ll);
+    bad_case('r', NULL, I, "tools[1].type: missing required field", TOOLS_REQ "M s M", TOOLS_ARGS,
+             1, "function", 0);
+    bad_case('r', NULL, I, "tools[1].type: expected a string, got an integer",
+             TOOLS_REQ "M s i s M", TOOLS_ARGS, 2, "type", 1ll, "function", 0);
+    bad_case('r', NULL, I, "tools[1].function: missing required field", TOOLS_REQ "M s s",
+             TOOLS_ARGS, 1, "type", "function");
+    bad_case('r', NULL, I, "tools[1].function: expected a map, got an array", TOOLS_REQ "M s s s A",
+             TOOLS_ARGS, 2, "type", "function", "function", 0);
+    bad_case('r', NULL, I, "tools[1].function.name: missing required field",
+             TOOLS_REQ "M s s s M s s", TOOLS_ARGS, 2, "type", "function", "function", 1,
+             "description", "d");
+    bad_case('r', NULL, I, "tools[1].function.name: expected a string, got an integer",
+             TOOLS_REQ "M s s s M s i", TOOLS_ARGS, 2, "type", "function", "function", 1, "name",
+             3ll);
+    bad_case('r', NULL, I, "tools[1].function.name: must not be empty", TOOLS_REQ "M s s s M s s",
+             TOOLS_ARGS, 2, "type", "function", "function", 1, "name", "");
+    bad_case('r', NULL, I, "tools[1].function.description: expected a string, got nil",
+             TOOLS_REQ "M s s s M s s s n", TOOLS_ARGS, 2, "type", "function", "function", 2,
+             "name", "g", "description");
+    bad_case('r', NULL, I, "tools[1].function.parameters: expected a map, got an array",
+             TOOLS_REQ "M s s s M s s s A", TOOLS_ARGS, 2, "type", "function", "function", 2,
+             "name", "g", "parameters", 0);
+    bad_case('r', NULL, I, "tools[1].strict: unknown field", TOOLS_REQ "M s s s M s s s t",
+             TOOLS_ARGS, 3, "type", "function", "function", 1, "name", "g", "strict");
+    bad_case('r', NULL, I, "tools[1].function.strict: unknown field", TOOLS_REQ "M s s s M s s s t",
+             TOOLS_ARGS, 2, "type", "function", "function", 2, "name", "g", "strict");
+    bad_case('r', NULL, I, "tools[1].type: duplicate field", TOOLS_REQ "M s s s s s M", TOOLS_ARGS,
+             3, "type", "function", "type", "function", "function", 0);
+    bad_case('r', NULL, I, "tools[1]: map key #0 is an integer, not a string", TOOLS_REQ "M i s",
+             TOOLS_ARGS, 1, 0ll, "x");
+    bad_case('r', NULL, I, "tools: expected an array, got a map", "M s s s s s M s s s M s s", 3,
+             "id", "a", "prompt", "hi", "tools", 2, "type", "function", "function", 1, "name", "f");
+    assert_int_equal(n_bad_cases, 15);
+    /* Accepted: the full shape, and an empty list. */
+    msgpack_sbuffer sb = sb_new();
+    build(&sb, TOOLS_REQ "M s s s M s s s s s M", TOOLS_ARGS, 2, "type", "function", "function", 3,
+          "name", "g", "description", "d", "parameters", 0);
+    zi_request r;
+    zi_error e = {0};
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_true(r.tools.len > 0);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s s s s s A", 3, "id", "a", "prompt", "hi", "tools", 0);
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 static void test_malformed_other(void **state) {
     (void)state;
     const int I = ZI_EINVAL;
@@ -1190,17 +1252,12 @@ static void test_truncation_and_mutation(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_sampling),
-        cmocka_unit_test(test_roundtrip_request),
-        cmocka_unit_test(test_roundtrip_context),
-        cmocka_unit_test(test_roundtrip_responses),
-        cmocka_unit_test(test_encode_refusals),
-        cmocka_unit_test(test_numpy_layout),
-        cmocka_unit_test(test_numpy_variants),
-        cmocka_unit_test(test_context_derived),
-        cmocka_unit_test(test_malformed_requests),
-        cmocka_unit_test(test_malformed_other),
-        cmocka_unit_test(test_prescan),
+        cmocka_unit_test(test_roundtrip_sampling),      cmocka_unit_test(test_roundtrip_request),
+        cmocka_unit_test(test_roundtrip_context),       cmocka_unit_test(test_roundtrip_responses),
+        cmocka_unit_test(test_encode_refusals),         cmocka_unit_test(test_numpy_layout),
+        cmocka_unit_test(test_numpy_variants),          cmocka_unit_test(test_context_derived),
+        cmocka_unit_test(test_malformed_requests),      cmocka_unit_test(test_request_tools),
+        cmocka_unit_test(test_malformed_other),         cmocka_unit_test(test_prescan),
         cmocka_unit_test(test_truncation_and_mutation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
