@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keypath.h"
+
 zi_codec_limits zi_codec_limits_default(void) {
     zi_codec_limits l = {
         .max_tokens = (size_t)1 << 20,
@@ -34,21 +36,6 @@ static const zi_codec_limits *limits_or_default(const zi_codec_limits *lim, zi_c
 
 static size_t depth_cap(const zi_codec_limits *lim) {
     return lim->max_depth > ZI_CODEC_DEPTH_CAP ? ZI_CODEC_DEPTH_CAP : lim->max_depth;
-}
-
-/* Copies up to 64 bytes of a name into out for a message, '?' for bytes
- * that are not printable ASCII, so a hostile key cannot break the line. */
-static void printable(char *out, size_t cap, const char *s, size_t n) {
-    size_t k = 0;
-    for (size_t i = 0; i < n && k + 4 < cap && i < 64; i++) {
-        unsigned char c = (unsigned char)s[i];
-        out[k++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-    }
-    if (n > 64 && k + 4 < cap) {
-        memcpy(out + k, "...", 3);
-        k += 3;
-    }
-    out[k] = '\0';
 }
 
 /* Index of the first byte that does not start or continue a well-formed
@@ -110,7 +97,7 @@ static void scan_path(char *out, size_t cap, const scan_frame *st, size_t depth)
         if (st[i].is_map) {
             if (!(pos & 1) || !st[i].key) continue; /* at a key: no name yet */
             char nm[80];
-            printable(nm, sizeof nm, st[i].key, st[i].klen);
+            zi_printable(nm, sizeof nm, st[i].key, st[i].klen);
             n = snprintf(out + k, cap - k, "%s%s", k ? "." : "", nm);
         } else {
             n = snprintf(out + k, cap - k, "[%llu]", (unsigned long long)pos);
@@ -302,8 +289,7 @@ typedef struct dec {
     const zi_codec_limits *lim;
     zi_error *err;
     const char *root; /* names the object in messages while path is empty */
-    char path[256];
-    size_t plen;
+    zi_keypath path;
 } dec;
 
 static void dec_init(dec *d, const zi_codec_limits *lim, const char *path, const char *root,
@@ -311,33 +297,20 @@ static void dec_init(dec *d, const zi_codec_limits *lim, const char *path, const
     d->lim = lim;
     d->err = err;
     d->root = root;
-    d->plen = 0;
-    d->path[0] = '\0';
-    if (path && *path) {
-        snprintf(d->path, sizeof d->path, "%s", path);
-        d->plen = strlen(d->path);
-    }
+    memset(&d->path, 0, sizeof d->path);
+    if (path && *path) zi_keypath_push(&d->path, "%s", path);
 }
 
 static size_t push_key(dec *d, const char *k) {
-    size_t old = d->plen;
-    int n = snprintf(d->path + d->plen, sizeof d->path - d->plen, "%s%s", d->plen ? "." : "", k);
-    if (n > 0) d->plen += (size_t)n;
-    if (d->plen >= sizeof d->path) d->plen = sizeof d->path - 1;
-    return old;
+    return zi_keypath_push(&d->path, "%s%s", d->path.n ? "." : "", k);
 }
 
 static size_t push_idx(dec *d, size_t i) {
-    size_t old = d->plen;
-    int n = snprintf(d->path + d->plen, sizeof d->path - d->plen, "[%zu]", i);
-    if (n > 0) d->plen += (size_t)n;
-    if (d->plen >= sizeof d->path) d->plen = sizeof d->path - 1;
-    return old;
+    return zi_keypath_push(&d->path, "[%zu]", i);
 }
 
 static void pop(dec *d, size_t old) {
-    d->plen = old;
-    d->path[old] = '\0';
+    zi_keypath_pop(&d->path, old);
 }
 
 __attribute__((format(printf, 3, 4))) static int fail(dec *d, int code, const char *fmt, ...) {
@@ -346,7 +319,7 @@ __attribute__((format(printf, 3, 4))) static int fail(dec *d, int code, const ch
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return zi_error_set(d->err, code, "%s: %s", d->plen ? d->path : d->root, msg);
+    return zi_error_set(d->err, code, "%s: %s", d->path.n ? d->path.s : d->root, msg);
 }
 
 const char *zi_msgpack_type_name(const msgpack_object *o) {
@@ -405,7 +378,7 @@ static int read_map(dec *d, const msgpack_object *o, const char *const *names, s
         while (f < nf && !is_key(k, names[f])) f++;
         if (f == nf) {
             char nm[80];
-            printable(nm, sizeof nm, k->via.str.ptr, k->via.str.size);
+            zi_printable(nm, sizeof nm, k->via.str.ptr, k->via.str.size);
             size_t old = push_key(d, nm);
             int rc = fail(d, ZI_EINVAL, "unknown field");
             pop(d, old);
@@ -552,7 +525,7 @@ static int get_np(dec *d, const msgpack_object *o, int allowed, size_t limit, in
             *dtype = DT_FLOAT32, item = 4;
         else {
             char nm[80];
-            printable(nm, sizeof nm, s, sl);
+            zi_printable(nm, sizeof nm, s, sl);
             rc = fail(d, ZI_EINVAL, "\"%s\" is not accepted here (expected %s)", nm,
                       allowed & DT_FLOAT32 ? "float32" : "int64 or int32");
         }
@@ -750,7 +723,7 @@ static int check_opaque(dec *d, const msgpack_object *o, size_t depth) {
                             zi_msgpack_type_name(k));
             if ((rc = check_str(d, k, 0))) return rc;
             char nm[80];
-            printable(nm, sizeof nm, k->via.str.ptr, k->via.str.size);
+            zi_printable(nm, sizeof nm, k->via.str.ptr, k->via.str.size);
             size_t old = push_key(d, nm);
             rc = check_opaque(d, &o->via.map.ptr[i].val, depth + 1);
             pop(d, old);
@@ -885,7 +858,7 @@ static int dec_sampling(dec *d, const msgpack_object *o, zi_sampling_params *sp)
         pop(d, old);
         if (rc) goto fail;
     }
-    if ((rc = zi_sampling_params_validate(sp, d->path, d->err))) goto fail;
+    if ((rc = zi_sampling_params_validate(sp, d->path.s, d->err))) goto fail;
     return ZI_OK;
 fail:
     zi_sampling_params_free(sp);
@@ -934,7 +907,7 @@ static int dec_content(dec *d, const msgpack_object *o, zi_string *out) {
             rc = check_str(d, v[0], STR_ID);
             if (!rc && !is_key(v[0], "text")) {
                 char nm[80];
-                printable(nm, sizeof nm, v[0]->via.str.ptr, v[0]->via.str.size);
+                zi_printable(nm, sizeof nm, v[0]->via.str.ptr, v[0]->via.str.size);
                 rc = fail(d, ZI_EUNSUPPORTED, "part type \"%s\" is not supported (text only)", nm);
             }
             pop(d, o2);
@@ -981,7 +954,7 @@ static int dec_messages(dec *d, const msgpack_object *o, zi_request *r) {
             if (!rc && strcmp(m->role.p, "system") && strcmp(m->role.p, "user") &&
                 strcmp(m->role.p, "assistant")) {
                 char nm[80];
-                printable(nm, sizeof nm, m->role.p, m->role.len);
+                zi_printable(nm, sizeof nm, m->role.p, m->role.len);
                 rc = fail(d, ZI_EINVAL, "\"%s\" is not a role (system, user or assistant)", nm);
             }
             pop(d, o2);
@@ -1263,7 +1236,7 @@ static int get_status(dec *d, const msgpack_object *o, zi_gen_status *out) {
     if (rc) return rc;
     if (zi_gen_status_parse(o->via.str.ptr, o->via.str.size, out, NULL)) {
         char nm[80];
-        printable(nm, sizeof nm, o->via.str.ptr, o->via.str.size);
+        zi_printable(nm, sizeof nm, o->via.str.ptr, o->via.str.size);
         return fail(
             d, ZI_EINVAL,
             "\"%s\" is not a status (active, end_of_sequence, maximum_length, stop, cancelled)",
@@ -1540,7 +1513,7 @@ static int dec_context(dec *d, const msgpack_object *o, zi_text_context *c) {
     if (v[C_INIT]) AT(d, "_is_initial_prompt", get_bool(d, v[C_INIT], &c->is_initial_prompt));
     if (v[C_DRAFT]) AT(d, "_draft_offset", get_i64(d, v[C_DRAFT], 0, INT32_MAX, &c->draft_offset));
     if ((rc = zi_text_context_check(c, d->err))) {
-        if (d->plen) zi_error_prefix(d->err, "%s", d->path);
+        if (d->path.n) zi_error_prefix(d->err, "%s", d->path.s);
         goto fail;
     }
     free(toks);

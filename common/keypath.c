@@ -25,18 +25,25 @@ size_t zi_keypath_push(zi_keypath *p, const char *fmt, ...) {
 }
 
 size_t zi_keypath_push_key(zi_keypath *p, const char *prefix, const char *key, size_t n) {
-    char buf[64];
-    size_t k = 0;
-    for (size_t i = 0; i < n && k < 48; i++) {
-        unsigned char ch = (unsigned char)key[i];
-        buf[k++] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
-    }
-    if (k < n) buf[k++] = '.', buf[k++] = '.', buf[k++] = '.';
-    buf[k] = '\0';
+    char buf[80];
+    zi_printable(buf, sizeof buf, key, n);
     return zi_keypath_push(p, "%s%s", prefix, buf);
 }
 
 void zi_keypath_pop(zi_keypath *p, size_t old) {
     p->n = old;
     p->s[old] = '\0';
+}
+
+void zi_printable(char *out, size_t cap, const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 4 < cap && i < 64; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[k++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (n > 64 && k + 4 < cap) {
+        memcpy(out + k, "...", 3);
+        k += 3;
+    }
+    out[k] = '\0';
 }

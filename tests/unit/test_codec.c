@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "codec.h"
+#include "keypath.h"
 
 #define ERR_HAS(e, s)                                                                              \
     do {                                                                                           \
@@ -1250,6 +1251,33 @@ static void test_truncation_and_mutation(void **state) {
     free(buf);
 }
 
+/* keypath.h: the paths in every decoder's messages. */
+static void test_keypath(void **state) {
+    (void)state;
+    zi_keypath p = {{0}, 0};
+    size_t a = zi_keypath_push(&p, "tools");
+    zi_keypath_push(&p, "[%d]", 3);
+    size_t b = zi_keypath_push_key(&p, ".", "a\nb\xc3\xa9", 5); /* a newline, then U+00E9 */
+    assert_string_equal(p.s, "tools[3].a?b??");
+    zi_keypath_pop(&p, b); /* back to where that push began */
+    assert_string_equal(p.s, "tools[3]");
+    char long_key[100];
+    memset(long_key, 'k', sizeof long_key);
+    zi_keypath_push_key(&p, ".", long_key, sizeof long_key);
+    assert_int_equal(p.n, 8 + 1 + 64 + 3); /* 64 bytes of the key, then "..." */
+    assert_string_equal(p.s + p.n - 3, "...");
+    zi_keypath_pop(&p, a); /* a: the length before "tools" */
+    assert_string_equal(p.s, "");
+    for (int i = 0; i < 40; i++) zi_keypath_push(&p, ".field%d", i); /* past 192 bytes */
+    assert_int_equal(p.n, sizeof p.s - 1);
+    assert_string_equal(p.s + p.n - 3, "...");
+    size_t full = zi_keypath_push(&p, ".more");
+    assert_int_equal(full, p.n); /* a full path takes nothing more */
+    char out[8];
+    zi_printable(out, sizeof out, "abcdefghij", 10);
+    assert_string_equal(out, "abcd"); /* cut to fit the buffer */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_sampling),      cmocka_unit_test(test_roundtrip_request),
@@ -1258,7 +1286,7 @@ int main(void) {
         cmocka_unit_test(test_numpy_variants),          cmocka_unit_test(test_context_derived),
         cmocka_unit_test(test_malformed_requests),      cmocka_unit_test(test_request_tools),
         cmocka_unit_test(test_malformed_other),         cmocka_unit_test(test_prescan),
-        cmocka_unit_test(test_truncation_and_mutation),
+        cmocka_unit_test(test_truncation_and_mutation), cmocka_unit_test(test_keypath),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
