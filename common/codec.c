@@ -114,6 +114,131 @@ static uint64_t be(const uint8_t *p, size_t n) {
     return v;
 }
 
+/* One msgpack item's header at p[*off] (past it on return): a container
+ * (1 array, 2 map) with count entries, or payload raw bytes after the
+ * header (is_str for strings). Returns 0, 1 for a byte that starts no
+ * msgpack item (0xc1), 2 for a header cut short. */
+typedef struct scan_item {
+    uint64_t payload, count;
+    int container, is_str;
+} scan_item;
+
+static int scan_header(const uint8_t *p, size_t len, size_t *off, scan_item *it) {
+    uint8_t b = p[(*off)++];
+    size_t hdr = 0; /* bytes of length/value after the tag */
+    memset(it, 0, sizeof *it);
+    if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+    } else if (b >= 0x80 && b <= 0x8f) {
+        it->container = 2, it->count = b & 0x0f;
+    } else if (b >= 0x90 && b <= 0x9f) {
+        it->container = 1, it->count = b & 0x0f;
+    } else if (b >= 0xa0 && b <= 0xbf) {
+        it->is_str = 1, it->payload = b & 0x1f;
+    } else {
+        switch (b) {
+        case 0xc1:
+            return 1;
+        case 0xc4:
+        case 0xc5:
+        case 0xc6:
+            hdr = (size_t)1 << (b - 0xc4);
+            break;
+        case 0xc7:
+        case 0xc8:
+        case 0xc9:
+            hdr = (size_t)1 << (b - 0xc7);
+            break;
+        case 0xca:
+            it->payload = 4;
+            break;
+        case 0xcb:
+            it->payload = 8;
+            break;
+        case 0xcc:
+        case 0xcd:
+        case 0xce:
+        case 0xcf:
+            it->payload = (uint64_t)1 << (b - 0xcc);
+            break;
+        case 0xd0:
+        case 0xd1:
+        case 0xd2:
+        case 0xd3:
+            it->payload = (uint64_t)1 << (b - 0xd0);
+            break;
+        case 0xd4:
+        case 0xd5:
+        case 0xd6:
+        case 0xd7:
+        case 0xd8:
+            it->payload = 1 + ((uint64_t)1 << (b - 0xd4));
+            break;
+        case 0xd9:
+        case 0xda:
+        case 0xdb:
+            hdr = (size_t)1 << (b - 0xd9), it->is_str = 1;
+            break;
+        case 0xdc:
+        case 0xdd:
+            hdr = (size_t)2 << (b - 0xdc), it->container = 1;
+            break;
+        case 0xde:
+        case 0xdf:
+            hdr = (size_t)2 << (b - 0xde), it->container = 2;
+            break;
+        default:
+            break;
+        }
+        if (hdr) {
+            if (len - *off < hdr) return 2;
+            uint64_t v = be(p + *off, hdr);
+            *off += hdr;
+            if (it->container)
+                it->count = v;
+            else
+                it->payload = v + ((b >= 0xc7 && b <= 0xc9) ? 1 : 0); /* ext: + type byte */
+        }
+    }
+    return 0;
+}
+
+bool zi_msgpack_peek_str(const void *buf, size_t len, const char *key, const char **out,
+                         size_t *out_len) {
+    const uint8_t *p = buf;
+    size_t off = 0, klen = strlen(key);
+    scan_item it;
+    if (!p || len == 0 || scan_header(p, len, &off, &it) || it.container != 2) return false;
+    /* Walks the top map's entries; a value is skipped by counting the items
+     * still owed (no recursion, so any nesting depth is fine). */
+    for (uint64_t e = 0; e < it.count; e++) {
+        if (off >= len) return false;
+        scan_item k;
+        if (scan_header(p, len, &off, &k) || k.payload > len - off) return false;
+        bool match = k.is_str && k.payload == klen && memcmp(p + off, key, klen) == 0;
+        off += (size_t)k.payload;
+        uint64_t owed = 1;
+        for (bool first = true; owed > 0; first = false) {
+            if (off >= len) return false;
+            scan_item v;
+            if (scan_header(p, len, &off, &v) || v.payload > len - off) return false;
+            if (first && match) {
+                if (!v.is_str) return false;
+                *out = (const char *)p + off;
+                *out_len = (size_t)v.payload;
+                return true;
+            }
+            off += (size_t)v.payload;
+            owed--;
+            if (v.container) { /* every entry takes a byte: a larger count is a lie */
+                uint64_t items = v.container == 2 ? v.count * 2 : v.count;
+                if (v.count > len || items > len - off) return false;
+                owed += items;
+            }
+        }
+    }
+    return false;
+}
+
 int zi_msgpack_check(const void *buf, size_t len, const zi_codec_limits *lim_in, zi_error *err) {
     zi_codec_limits tmp;
     const zi_codec_limits *lim = limits_or_default(lim_in, &tmp);
@@ -131,90 +256,18 @@ int zi_msgpack_check(const void *buf, size_t len, const zi_codec_limits *lim_in,
                                 *path ? " in " : "", path);
         }
         size_t at = off;
-        uint8_t b = p[off++];
-        size_t hdr = 0;       /* bytes of length/value after the tag */
-        uint64_t payload = 0; /* raw bytes after the header */
-        uint64_t count = 0;
-        int container = 0; /* 1 array, 2 map */
-        int is_str = 0;
-        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
-        } else if (b >= 0x80 && b <= 0x8f) {
-            container = 2, count = b & 0x0f;
-        } else if (b >= 0x90 && b <= 0x9f) {
-            container = 1, count = b & 0x0f;
-        } else if (b >= 0xa0 && b <= 0xbf) {
-            is_str = 1, payload = b & 0x1f;
-        } else {
-            switch (b) {
-            case 0xc1:
-                return zi_error_set(err, ZI_EFORMAT, "message: byte 0x%02x at %zu is not msgpack",
-                                    b, at);
-            case 0xc4:
-            case 0xc5:
-            case 0xc6:
-                hdr = (size_t)1 << (b - 0xc4);
-                break;
-            case 0xc7:
-            case 0xc8:
-            case 0xc9:
-                hdr = (size_t)1 << (b - 0xc7);
-                break;
-            case 0xca:
-                payload = 4;
-                break;
-            case 0xcb:
-                payload = 8;
-                break;
-            case 0xcc:
-            case 0xcd:
-            case 0xce:
-            case 0xcf:
-                payload = (uint64_t)1 << (b - 0xcc);
-                break;
-            case 0xd0:
-            case 0xd1:
-            case 0xd2:
-            case 0xd3:
-                payload = (uint64_t)1 << (b - 0xd0);
-                break;
-            case 0xd4:
-            case 0xd5:
-            case 0xd6:
-            case 0xd7:
-            case 0xd8:
-                payload = 1 + ((uint64_t)1 << (b - 0xd4));
-                break;
-            case 0xd9:
-            case 0xda:
-            case 0xdb:
-                hdr = (size_t)1 << (b - 0xd9), is_str = 1;
-                break;
-            case 0xdc:
-            case 0xdd:
-                hdr = (size_t)2 << (b - 0xdc), container = 1;
-                break;
-            case 0xde:
-            case 0xdf:
-                hdr = (size_t)2 << (b - 0xde), container = 2;
-                break;
-            default:
-                break;
-            }
-            if (hdr) {
-                if (len - off < hdr) {
-                    scan_path(path, sizeof path, st, depth);
-                    return zi_error_set(err, ZI_EFORMAT,
-                                        "message: truncated header at byte %zu%s%s", at,
-                                        *path ? " in " : "", path);
-                }
-                uint64_t v = be(p + off, hdr);
-                off += hdr;
-                if (container)
-                    count = v;
-                else
-                    payload = v + ((b >= 0xc7 && b <= 0xc9) ? 1 : 0); /* ext: + type byte */
-            }
+        scan_item it;
+        int hr = scan_header(p, len, &off, &it);
+        if (hr == 1)
+            return zi_error_set(err, ZI_EFORMAT, "message: byte 0x%02x at %zu is not msgpack",
+                                p[at], at);
+        if (hr == 2) {
+            scan_path(path, sizeof path, st, depth);
+            return zi_error_set(err, ZI_EFORMAT, "message: truncated header at byte %zu%s%s", at,
+                                *path ? " in " : "", path);
         }
+        uint64_t payload = it.payload, count = it.count;
+        int container = it.container, is_str = it.is_str;
         if (payload > len - off) {
             scan_path(path, sizeof path, st, depth);
             return zi_error_set(

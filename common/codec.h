@@ -69,6 +69,15 @@ int zi_msgpack_check(const void *buf, size_t len, const zi_codec_limits *lim, zi
 int zi_msgpack_parse(const void *buf, size_t len, const zi_codec_limits *lim, msgpack_unpacked *out,
                      zi_error *err);
 
+/* For a frame zi_msgpack_check refused (too deep, too large, bad bytes
+ * later on): when buf starts with a map whose entries up to key are well
+ * formed and key's value is a string, points *out at its bytes (unchecked
+ * UTF-8) and returns true. The walk does not recurse and allocates
+ * nothing, so any nesting is fine. The router uses it to put a refused
+ * request's id on its error frame. */
+bool zi_msgpack_peek_str(const void *buf, size_t len, const char *key, const char **out,
+                         size_t *out_len);
+
 /* The value stored under key in map o, or NULL (also when o is no map). */
 const msgpack_object *zi_map_get(const msgpack_object *o, const char *key);
 

@@ -686,16 +686,22 @@ static void on_client_frame(router *rt, const unsigned char *ident, size_t ident
     zi_error err = {0};
     client_ctx c = {ident, ident_len, delim, "", 0};
     char msg[ZI_ERROR_MSG_MAX + 64];
-    if (len > (size_t)rt->max_frame) {
-        snprintf(msg, sizeof msg, "the frame of %zu bytes exceeds the limit of %lld bytes", len,
-                 rt->max_frame);
-        client_error(rt, &c, "invalid_request", msg, NULL);
-        return;
-    }
     zi_codec_limits lim = zi_codec_limits_default();
     msgpack_unpacked u;
-    if (zi_msgpack_parse(buf, len, &lim, &u, &err) != ZI_OK) {
-        snprintf(msg, sizeof msg, "the frame is not one msgpack object: %s", err.msg);
+    bool oversize = len > (size_t)rt->max_frame;
+    if (oversize || zi_msgpack_parse(buf, len, &lim, &u, &err) != ZI_OK) {
+        if (oversize)
+            snprintf(msg, sizeof msg, "the frame of %zu bytes exceeds the limit of %lld bytes", len,
+                     rt->max_frame);
+        else
+            snprintf(msg, sizeof msg, "the frame is not one msgpack object: %s", err.msg);
+        /* Refused whole, but its id may still be read (a client with many
+         * requests in flight then knows which one failed). */
+        const char *id;
+        size_t n;
+        if (zi_msgpack_peek_str(buf, len, "id", &id, &n) && n > 0 && n <= 256 &&
+            zi_utf8_valid(id, n))
+            c.id = id, c.id_len = n;
         client_error(rt, &c, "invalid_request", msg, NULL);
         return;
     }

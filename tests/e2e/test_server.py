@@ -587,9 +587,14 @@ BAD_INPUTS = [
      "b44", "model_name", r"string"),
     ("deep nesting", {"op": "generate", "id": "b45", "prompt": "hi",
                       "sampling_params": {"stop": functools.reduce(lambda x, _: [x], range(200), 1)}},
-     "", None, r"nested deeper"),
+     "b45", None, r"nested deeper"),
     ("id too long", {"op": "health", "id": "x" * 1000}, "", "id", r"1 to 256 bytes"),
     ("oversize frame", b"\x00" * (9 << 20), "", None, r"exceeds the limit"),
+    ("oversize request", {"op": "generate", "id": "b46", "prompt": "x" * (9 << 20)}, "b46", None,
+     r"exceeds the limit"),
+    ("trailing bytes", msgpack.packb({"id": "b47", "op": "generate", "prompt": "hi"}) + b"\xc0",
+     "b47", None, r"trailing bytes"),
+    ("id after bad bytes", b"\x82\xa6prompt\xc1\xa2id\xa3b48", "", None, r"not msgpack"),
 ]
 
 

@@ -1246,9 +1246,58 @@ static void test_truncation_and_mutation(void **state) {
         m[(x >> 8) % len] = (char)(x >> 40);
         zi_request q;
         if (zi_codec_request_from_bytes(m, len, NULL, &q, &e) == ZI_OK) zi_request_free(&q);
+        /* The id peek stays inside the bytes, whatever they hold. */
+        const char *pid;
+        size_t pn;
+        size_t cut = (size_t)(x >> 20) % (len + 1);
+        if (zi_msgpack_peek_str(m, cut, "id", &pid, &pn))
+            assert_true(pid >= m && pid + pn <= m + cut);
     }
     free(m);
     free(buf);
+}
+
+/* zi_msgpack_peek_str: a refused frame's id, read without recursion. */
+static bool peek(const msgpack_sbuffer *sb, size_t len, const char *want) {
+    const char *v = NULL;
+    size_t n = 0;
+    bool got = zi_msgpack_peek_str(sb->data, len, "id", &v, &n);
+    if (want && (!got || n != strlen(want) || memcmp(v, want, n) != 0))
+        fail_msg("want id \"%s\", got %s \"%.*s\"", want, got ? "" : "nothing", (int)n, v ? v : "");
+    return got;
+}
+
+static void test_peek_str(void **state) {
+    (void)state;
+    msgpack_sbuffer sb = sb_new();
+    /* After 300 levels of nesting (zi_msgpack_check refuses 17) and a bin. */
+    build(&sb, "M s", 3, "deep");
+    for (int i = 0; i < 300; i++) build(&sb, "A", 1);
+    build(&sb, "i s b s s", 1ll, "blob", "\0\xc1\xa2id", (size_t)4, "id", "r-1");
+    zi_error e = {0};
+    assert_int_equal(zi_msgpack_check(sb.data, sb.size, NULL, &e), ZI_EINVAL);
+    peek(&sb, sb.size, "r-1");
+    assert_false(peek(&sb, sb.size - 2, NULL)); /* the id cut short */
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s i s s", 2, "id", 7ll, "x", "y"); /* an id that is no string */
+    assert_false(peek(&sb, sb.size, NULL));
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "A s s", 2, "id", "z"); /* no map */
+    assert_false(peek(&sb, sb.size, NULL));
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s A", 2, "a", 1); /* a count that lies: 2^32-1 entries */
+    sb.data[sb.size - 1] = (char)0xdd;
+    msgpack_sbuffer_write(&sb, "\xff\xff\xff\xff\xa2id\xa1q", 8);
+    assert_false(peek(&sb, sb.size, NULL));
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s i s s", 2, "op", 1ll, "id", "last"); /* id as the last entry */
+    peek(&sb, sb.size, "last");
+    assert_false(zi_msgpack_peek_str(sb.data, 0, "id", &(const char *){NULL}, &(size_t){0}));
+    msgpack_sbuffer_destroy(&sb);
 }
 
 /* keypath.h: the paths in every decoder's messages. */
@@ -1280,13 +1329,21 @@ static void test_keypath(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_sampling),      cmocka_unit_test(test_roundtrip_request),
-        cmocka_unit_test(test_roundtrip_context),       cmocka_unit_test(test_roundtrip_responses),
-        cmocka_unit_test(test_encode_refusals),         cmocka_unit_test(test_numpy_layout),
-        cmocka_unit_test(test_numpy_variants),          cmocka_unit_test(test_context_derived),
-        cmocka_unit_test(test_malformed_requests),      cmocka_unit_test(test_request_tools),
-        cmocka_unit_test(test_malformed_other),         cmocka_unit_test(test_prescan),
-        cmocka_unit_test(test_truncation_and_mutation), cmocka_unit_test(test_keypath),
+        cmocka_unit_test(test_roundtrip_sampling),
+        cmocka_unit_test(test_roundtrip_request),
+        cmocka_unit_test(test_roundtrip_context),
+        cmocka_unit_test(test_roundtrip_responses),
+        cmocka_unit_test(test_encode_refusals),
+        cmocka_unit_test(test_numpy_layout),
+        cmocka_unit_test(test_numpy_variants),
+        cmocka_unit_test(test_context_derived),
+        cmocka_unit_test(test_malformed_requests),
+        cmocka_unit_test(test_request_tools),
+        cmocka_unit_test(test_malformed_other),
+        cmocka_unit_test(test_prescan),
+        cmocka_unit_test(test_truncation_and_mutation),
+        cmocka_unit_test(test_keypath),
+        cmocka_unit_test(test_peek_str),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
