@@ -52,7 +52,9 @@ static const char USAGE[] =
     "  --max-prompt-tokens N       longest prompt accepted (default 4096)\n"
     "  --max-new-tokens N          largest max_new_tokens; also the default (default 4096)\n"
     "  --heartbeat-timeout MS      a backend silent this long is dead (default 5000)\n"
-    "  --max-frame-bytes N         largest client frame (default 8388608)\n"
+    "  --max-frame-bytes N         largest client frame read (default 8388608); up to 4x\n"
+    "                              that gets an error reply, a larger one closes the\n"
+    "                              client's connection\n"
     "  --log-level L               debug|info|warn|error|off (default info)\n"
     "  -h, --help                  this text\n";
 
@@ -1204,9 +1206,14 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
     return 0;
 }
 
-static void *make_router_socket(router *rt, void *zctx, const char *addr, const char *what) {
+/* max_msg: the largest message ZeroMQ takes from a peer (-1: any); one
+ * larger closes that peer's connection without a reply, and is never held
+ * in memory whole. */
+static void *make_router_socket(router *rt, void *zctx, const char *addr, const char *what,
+                                int64_t max_msg) {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     int one = 1, zero = 0;
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
     /* Unroutable sends fail (EHOSTUNREACH) instead of vanishing: that is
      * how a departed client is noticed. No high-water mark: the router
      * never blocks on one slow peer. */
@@ -1238,8 +1245,11 @@ int main(int argc, char **argv) {
     zi_stop_signals_install();
     zi_req_table_init(&rt.reqs);
     void *zctx = zmq_ctx_new();
-    rt.front = make_router_socket(&rt, zctx, bind, "client");
-    rt.back = rt.front ? make_router_socket(&rt, zctx, back, "backend") : NULL;
+    /* Frames up to --max-frame-bytes are read, larger ones up to 4x that
+     * are answered with an error, anything larger drops the connection:
+     * one client cannot make the router hold an unbounded frame. */
+    rt.front = make_router_socket(&rt, zctx, bind, "client", 4 * (int64_t)rt.max_frame);
+    rt.back = rt.front ? make_router_socket(&rt, zctx, back, "backend", -1) : NULL;
     if (!rt.front || !rt.back) {
         if (rt.front) zmq_close(rt.front);
         zmq_ctx_term(zctx);

@@ -617,6 +617,33 @@ def test_bad_input_gets_error(client, case):
     assert client.quiet(0.05)  # exactly one reply
 
 
+def test_frame_over_4x_the_limit_drops_the_connection(zctx, server):
+    """A frame over 4x --max-frame-bytes (8 MiB here) is never read whole:
+    ZeroMQ closes that client's connection, with no reply, and the router
+    serves on (the same socket too, once it reconnects)."""
+    c = Client(zctx, server.addr)
+    try:
+        c.send_raw(b"\x00" * (32 << 20) + b"\x00")
+        assert c.quiet(2.0)  # no reply: the connection was dropped
+        deadline = time.time() + 10
+        while True:  # the DEALER reconnects by itself
+            c.send({"op": "health", "id": "h-after"})
+            if not c.quiet(1.0):
+                break
+            assert time.time() < deadline, "the socket was not served again"
+        m = c.recv()
+        assert m["id"] == "h-after" and m["event"] == "result", m
+    finally:
+        c.close()
+    other = Client(zctx, server.addr)
+    try:
+        other.send({"op": "health", "id": "h-other"})
+        m = other.recv()
+        assert m["id"] == "h-other" and m["status"] == "ok", m
+    finally:
+        other.close()
+
+
 def test_serves_after_bad_inputs(client):
     for case in BAD_INPUTS:
         msg = case[1]
