@@ -48,7 +48,8 @@ static const char USAGE[] =
     "\n"
     "  --bind ADDR                 client socket (default tcp://127.0.0.1:5555)\n"
     "  --backend ADDR              backend socket (default tcp://127.0.0.1:5556)\n"
-    "  --max-queue N               admitted requests not yet on a worker (default 256)\n"
+    "  --max-queue N               admitted requests not yet on a worker, tokenize and\n"
+    "                              detokenize included (default 256)\n"
     "  --max-prompt-tokens N       longest prompt accepted (default 4096)\n"
     "  --max-new-tokens N          largest max_new_tokens; also the default (default 4096)\n"
     "  --heartbeat-timeout MS      a backend silent this long is dead (default 5000)\n"
@@ -231,7 +232,7 @@ static void queue_remove(router *rt, uint64_t rid) {
 /* Removes r from the table and releases what it holds on backends. The
  * terminal frame (if any) has been sent by the caller. */
 static void end_request(router *rt, rreq *r) {
-    if (r->state == RS_ENCODING || r->state == RS_QUEUED) rt->n_waiting--;
+    if (r->state == RS_ENCODING || r->state == RS_QUEUED || r->state == RS_UTIL) rt->n_waiting--;
     if (r->state == RS_QUEUED) queue_remove(rt, r->rid);
     if (r->state == RS_RUNNING && !r->worker_done && r->wrk >= 0) {
         backend_rid_msg(rt, r->wrk, "cancel", r->rid);
@@ -649,6 +650,18 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
         return;
     }
     int tk = pick_backend(rt, ROLE_TOKENIZER);
+    if (tk >= 0 && rt->n_waiting >= (size_t)rt->max_queue) {
+        /* tokenize/detokenize wait on the tokenizers as generate's encoding
+         * does: the same bound keeps a flood of them (up to a frame of text
+         * each) from queueing without end. */
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "%zu requests are already waiting (--max-queue %lld); retry later", rt->n_waiting,
+                 rt->max_queue);
+        free(ids);
+        client_error(rt, c, "overloaded", msg, NULL);
+        return;
+    }
     rreq *r = tk < 0 ? NULL : new_request(rt, c, kind);
     if (!r) {
         free(ids);
@@ -661,6 +674,7 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
     r->state = RS_UTIL;
     r->tok = tk;
     rt->be[tk].assigned++;
+    rt->n_waiting++;
     zi_msg m;
     zi_msg_init(&m);
     const msgpack_object *as = zi_map_get(o, "add_special");

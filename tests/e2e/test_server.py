@@ -728,6 +728,30 @@ def test_overloaded_when_queue_full(client):
     assert len(over) + len(done) == n
 
 
+def test_tokenize_flood_is_bounded_by_max_queue(client):
+    """tokenize requests wait on the tokenizer like generate's encoding and
+    count against --max-queue: a burst beyond it is answered "overloaded"
+    at once, each request gets one reply, and the rest are tokenized."""
+    text = "The quick brown fox jumps over the lazy dog. " * 4000  # 180 kB: busy for a while
+    n = MAX_QUEUE * 5
+    for i in range(n):
+        client.send({"op": "tokenize", "id": f"tf{i}", "text": text})
+    replies = {}
+    while len(replies) < n:
+        m = client.recv(60)
+        assert m["id"] not in replies, m
+        replies[m["id"]] = m
+    over = [m for m in replies.values() if m["event"] == "error"]
+    done = [m for m in replies.values() if m["event"] == "result"]
+    assert over and all(m["code"] == "overloaded" for m in over), over[:3]
+    assert len(done) >= MAX_QUEUE and len(over) + len(done) == n
+    assert all(len(ids_of(m["token_ids"])) == len(ids_of(done[0]["token_ids"])) for m in done)
+    assert client.quiet(0.2)
+    client.send({"op": "health", "id": "tf-health"})
+    m = client.recv()
+    assert m["status"] == "ok" and m["waiting"] == 0, m
+
+
 def test_worker_killed_gives_worker_lost(client, server, prompt_ids):
     client.send({"op": "generate", "id": "wl", "prompt": prompt_ids,
                  "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}})
