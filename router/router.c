@@ -33,6 +33,7 @@
 
 #include "args.h"
 #include "codec.h"
+#include "keypath.h"
 #include "log.h"
 #include "req_table.h"
 #include "stop_signal.h"
@@ -99,8 +100,8 @@ typedef struct rreq {
     size_t start_len;
     uint64_t prefix_key; /* a hash of the prompt's first tokens (0: too short) */
     int64_t index;       /* the request's index, echoed in its final frame */
-    int64_t t_recv_ms;   /* zi_now_ms() at admission, and at its first token (0: none yet) */
-    int64_t t_first_ms;
+    int64_t t_recv_ms;   /* zi_now_ms() at admission */
+    int64_t t_first_ms;  /* zi_now_ms() at its first token (0: none yet) */
     /* Not streamed: what the final frame carries besides the text. */
     zi_logprobs lp; /* the completion's log probabilities, when asked for */
     bool has_lp;
@@ -254,16 +255,18 @@ static void end_request(router *rt, rreq *r) {
 
 static void fail_request(router *rt, rreq *r, const char *code, const char *msg,
                          const char *field) {
+    char id[80];
+    zi_printable(id, sizeof id, r->id, r->id_len);
+    zi_log(&rt->log, ZI_LOG_INFO, "request %llu (id '%s') ended with %s: %s",
+           (unsigned long long)r->rid, id, code, msg);
     send_error_raw(rt, r->client, r->client_len, r->delim, r->id, r->id_len, code, msg, field);
     end_request(rt, r);
 }
 
 static void send_final(router *rt, rreq *r, const char *status) {
     int64_t now = zi_now_ms();
-    char id[65]; /* the client's id, printable ASCII only (it may hold any UTF-8) */
-    size_t n = r->id_len < 64 ? r->id_len : 64;
-    for (size_t i = 0; i < n; i++) id[i] = r->id[i] >= 0x20 && r->id[i] < 0x7f ? r->id[i] : '?';
-    id[n] = '\0';
+    char id[80]; /* the client's id as one line of ASCII */
+    zi_printable(id, sizeof id, r->id, r->id_len);
     zi_log(&rt->log, ZI_LOG_INFO,
            "request %llu (id '%s') %s: %lld prompt + %lld completion tokens, first token "
            "%lld ms, total %lld ms",
