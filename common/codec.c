@@ -202,38 +202,42 @@ static int scan_header(const uint8_t *p, size_t len, size_t *off, scan_item *it)
     return 0;
 }
 
+/* Steps over one whole item at p[*off], nested ones included, by counting
+ * the items still owed (no recursion: any depth is fine). Its first
+ * header goes to *first. False when the bytes end or are not msgpack. */
+static bool skip_item(const uint8_t *p, size_t len, size_t *off, scan_item *first) {
+    uint64_t owed = 1;
+    for (bool top = true; owed > 0; top = false) {
+        scan_item v;
+        if (*off >= len || scan_header(p, len, off, &v) || v.payload > len - *off) return false;
+        if (top) *first = v;
+        *off += (size_t)v.payload;
+        owed--;
+        if (v.container) { /* every entry takes a byte: a larger count is a lie */
+            uint64_t items = v.container == 2 ? v.count * 2 : v.count;
+            if (v.count > len || items > len - *off) return false;
+            owed += items;
+        }
+    }
+    return true;
+}
+
 bool zi_msgpack_peek_str(const void *buf, size_t len, const char *key, const char **out,
                          size_t *out_len) {
     const uint8_t *p = buf;
     size_t off = 0, klen = strlen(key);
     scan_item it;
     if (!p || len == 0 || scan_header(p, len, &off, &it) || it.container != 2) return false;
-    /* Walks the top map's entries; a value is skipped by counting the items
-     * still owed (no recursion, so any nesting depth is fine). */
-    for (uint64_t e = 0; e < it.count; e++) {
-        if (off >= len) return false;
-        scan_item k;
-        if (scan_header(p, len, &off, &k) || k.payload > len - off) return false;
-        bool match = k.is_str && k.payload == klen && memcmp(p + off, key, klen) == 0;
-        off += (size_t)k.payload;
-        uint64_t owed = 1;
-        for (bool first = true; owed > 0; first = false) {
-            if (off >= len) return false;
-            scan_item v;
-            if (scan_header(p, len, &off, &v) || v.payload > len - off) return false;
-            if (first && match) {
-                if (!v.is_str) return false;
-                *out = (const char *)p + off;
-                *out_len = (size_t)v.payload;
-                return true;
-            }
-            off += (size_t)v.payload;
-            owed--;
-            if (v.container) { /* every entry takes a byte: a larger count is a lie */
-                uint64_t items = v.container == 2 ? v.count * 2 : v.count;
-                if (v.count > len || items > len - off) return false;
-                owed += items;
-            }
+    for (uint64_t e = 0; e < it.count; e++) { /* the top map's entries */
+        scan_item k, v;
+        if (!skip_item(p, len, &off, &k)) return false;
+        bool match = k.is_str && k.payload == klen && memcmp(p + off - klen, key, klen) == 0;
+        if (!skip_item(p, len, &off, &v)) return false;
+        if (match) {
+            if (!v.is_str) return false;
+            *out_len = (size_t)v.payload;
+            *out = (const char *)p + off - *out_len; /* a string ends where its item does */
+            return true;
         }
     }
     return false;

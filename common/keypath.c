@@ -36,12 +36,16 @@ void zi_keypath_pop(zi_keypath *p, size_t old) {
 }
 
 void zi_printable(char *out, size_t cap, const char *s, size_t n) {
+    zi_printable_max(out, cap, s, n, 64);
+}
+
+void zi_printable_max(char *out, size_t cap, const char *s, size_t n, size_t max) {
     size_t k = 0;
-    for (size_t i = 0; i < n && k + 4 < cap && i < 64; i++) {
+    for (size_t i = 0; i < n && k + 4 < cap && i < max; i++) {
         unsigned char c = (unsigned char)s[i];
         out[k++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
     }
-    if (n > 64 && k + 4 < cap) {
+    if (n > max && k + 4 < cap) {
         memcpy(out + k, "...", 3);
         k += 3;
     }

@@ -30,7 +30,10 @@ void zi_keypath_pop(zi_keypath *p, size_t old);
 
 /* s[0..n) (client text) as a message may quote it: printable ASCII kept,
  * every other byte shown as '?' (so the message is valid UTF-8 and one
- * line), at most 64 bytes of it, then "..."; cut to fit cap (> 4). */
+ * line), at most max bytes of it, then "..."; cut to fit cap (> 4). */
+void zi_printable_max(char *out, size_t cap, const char *s, size_t n, size_t max);
+
+/* zi_printable_max with max 64: a name or key. */
 void zi_printable(char *out, size_t cap, const char *s, size_t n);
 
 #endif

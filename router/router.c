@@ -255,10 +255,11 @@ static void end_request(router *rt, rreq *r) {
 
 static void fail_request(router *rt, rreq *r, const char *code, const char *msg,
                          const char *field) {
-    char id[80];
+    char id[80], why[200]; /* as one line: the message may quote client text */
     zi_printable(id, sizeof id, r->id, r->id_len);
+    zi_printable_max(why, sizeof why, msg, strlen(msg), 180);
     zi_log(&rt->log, ZI_LOG_INFO, "request %llu (id '%s') ended with %s: %s",
-           (unsigned long long)r->rid, id, code, msg);
+           (unsigned long long)r->rid, id, code, why);
     send_error_raw(rt, r->client, r->client_len, r->delim, r->id, r->id_len, code, msg, field);
     end_request(rt, r);
 }
@@ -719,8 +720,12 @@ static void on_client_frame(router *rt, const unsigned char *ident, size_t ident
         const char *id;
         size_t n;
         if (zi_msgpack_peek_str(buf, len, "id", &id, &n) && n > 0 && n <= 256 &&
-            zi_utf8_valid(id, n))
+            zi_utf8_valid(id, n)) {
             c.id = id, c.id_len = n;
+            /* Not when a request of that id is in flight: its client would
+             * take this error for that request's end. */
+            if (find_client_req(rt, &c)) c.id = "", c.id_len = 0;
+        }
         client_error(rt, &c, "invalid_request", msg, NULL);
         return;
     }
@@ -1307,8 +1312,15 @@ int main(int argc, char **argv) {
     /* Shutting down: every request still in flight gets its terminal frame. */
     size_t n = zi_req_table_count(&rt.reqs);
     zi_log(&rt.log, ZI_LOG_INFO, "shutting down with %zu requests in flight", n);
-    /* One at a time (fail_request takes each out of the table): no
-     * allocation that could fail and leave requests without their frame. */
+    void **v = n ? malloc(n * sizeof *v) : NULL;
+    if (v) {
+        zi_req_table_values(&rt.reqs, v, n);
+        for (size_t i = 0; i < n; i++)
+            fail_request(&rt, v[i], "unavailable", "the server is shutting down", NULL);
+        free(v);
+    }
+    /* Without memory for the list: one at a time (each call walks the
+     * table), so no request is left without its frame. */
     while (zi_req_table_count(&rt.reqs) > 0) {
         void *one = NULL;
         zi_req_table_values(&rt.reqs, &one, 1);

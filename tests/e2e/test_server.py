@@ -165,8 +165,7 @@ def test_text_prompt_encodes_like_tokenize(client, prompt_ids, cli_reference):
 
 def test_final_echoes_index_and_router_logs_timings(server, client, prompt_ids):
     """The seed's `index` comes back in the final frame (0 when not given),
-    and the router logs each finished request with its timings (it stamps
-    timestamp_ns on arrival)."""
+    and the router logs each finished request with its timings."""
     _, final = client.generate("ix\nfake", prompt=prompt_ids, index=7,
                                sampling_params={"max_new_tokens": 3, "ignore_eos": True})
     assert final["event"] == "final" and final["index"] == 7, final
@@ -615,6 +614,25 @@ def test_bad_input_gets_error(client, case):
     else:
         assert m.get("field") == field, m
     assert client.quiet(0.05)  # exactly one reply
+
+
+def test_refused_frame_does_not_name_a_live_request(client, prompt_ids):
+    """A frame refused whole whose id is that of a request in flight is
+    answered with id "": that request still ends with its own final."""
+    client.send({"op": "generate", "id": "live", "prompt": prompt_ids,
+                 "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}})
+    first = client.recv()
+    assert first["id"] == "live" and first["event"] == "chunk", first
+    client.send_raw(msgpack.packb({"op": "cancel", "id": "live"}) + b"\xc0")  # trailing byte
+    frames = []
+    while not any(f["id"] == "live" and f["event"] != "chunk" for f in frames):
+        frames.append(client.recv())
+    errors = [f for f in frames if f["event"] == "error"]
+    assert len(errors) == 1 and errors[0]["id"] == "", errors
+    assert "trailing bytes" in errors[0]["message"], errors
+    final = frames[-1]
+    assert final["event"] == "final" and final["usage"]["completion_tokens"] == 40, final
+    assert client.quiet(0.1)
 
 
 def test_frame_over_4x_the_limit_drops_the_connection(zctx, server):

@@ -1294,6 +1294,11 @@ static void test_peek_str(void **state) {
     assert_false(peek(&sb, sb.size, NULL));
     msgpack_sbuffer_destroy(&sb);
     sb = sb_new();
+    /* A key that is an array holding "id": stepped over whole, not read. */
+    build(&sb, "M A s s s s s s", 3, 1, "x", "id", "abc", "zzz", "id", "real");
+    peek(&sb, sb.size, "real");
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
     build(&sb, "M s i s s", 2, "op", 1ll, "id", "last"); /* id as the last entry */
     peek(&sb, sb.size, "last");
     assert_false(zi_msgpack_peek_str(sb.data, 0, "id", &(const char *){NULL}, &(size_t){0}));
