@@ -106,3 +106,10 @@ size_t zi_req_table_values(const zi_req_table *t, void **out, size_t cap) {
     }
     return n;
 }
+
+void *zi_req_table_find(const zi_req_table *t, bool (*match)(const void *val, const void *arg),
+                        const void *arg) {
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->slots[i].key && match(t->slots[i].val, arg)) return t->slots[i].val;
+    return NULL;
+}

@@ -13,6 +13,7 @@
 #ifndef ZI_REQ_TABLE_H
 #define ZI_REQ_TABLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,5 +47,11 @@ static inline size_t zi_req_table_count(const zi_req_table *t) {
  * there are in all; callers that remove entries while walking collect
  * first, then act. */
 size_t zi_req_table_values(const zi_req_table *t, void **out, size_t cap);
+/* The first value (in slot order) for which match(val, arg) is true, or
+ * NULL. Allocates nothing: a caller that removes what it finds can call it
+ * again until NULL, even without memory to spare (each call walks the
+ * slots). */
+void *zi_req_table_find(const zi_req_table *t, bool (*match)(const void *val, const void *arg),
+                        const void *arg);
 
 #endif

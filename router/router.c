@@ -382,21 +382,21 @@ static void client_error_msg(router *rt, const client_ctx *c, const char *code, 
     client_error(rt, c, code, msg, field);
 }
 
+static bool any_req(const void *val, const void *arg) {
+    (void)val;
+    (void)arg;
+    return true;
+}
+
+static bool is_client_req(const void *val, const void *arg) {
+    const rreq *r = val;
+    const client_ctx *c = arg;
+    return r->client_len == c->ident_len && !memcmp(r->client, c->ident, c->ident_len) &&
+           r->id_len == c->id_len && !memcmp(r->id, c->id, c->id_len);
+}
+
 static rreq *find_client_req(router *rt, const client_ctx *c) {
-    size_t n = zi_req_table_count(&rt->reqs);
-    if (!n) return NULL;
-    void **v = malloc(n * sizeof *v);
-    if (!v) return NULL;
-    zi_req_table_values(&rt->reqs, v, n);
-    rreq *found = NULL;
-    for (size_t i = 0; i < n && !found; i++) {
-        rreq *r = v[i];
-        if (r->client_len == c->ident_len && !memcmp(r->client, c->ident, c->ident_len) &&
-            r->id_len == c->id_len && !memcmp(r->id, c->id, c->id_len))
-            found = r;
-    }
-    free(v);
-    return found;
+    return zi_req_table_find(&rt->reqs, is_client_req, c);
 }
 
 static rreq *new_request(router *rt, const client_ctx *c, int kind) {
@@ -1115,22 +1115,27 @@ static void on_backend_frame(router *rt, const unsigned char *ident, size_t iden
 }
 
 /* Ends every request that backend b held with worker_lost. */
+/* A request that backend *arg (an int) holds: its tokenizer, or the
+ * worker still running it. */
+static bool held_by(const void *val, const void *arg) {
+    const rreq *r = val;
+    int b = *(const int *)arg;
+    return r->tok == b || (r->wrk == b && !r->worker_done);
+}
+
+/* Every request the backend held ends with worker_lost (found one at a
+ * time: nothing to allocate, so none is left without its frame). */
 static void backend_died(router *rt, int b) {
     backend *be = &rt->be[b];
+    rreq *r;
     zi_log(&rt->log, ZI_LOG_WARN, "%s %d missed heartbeats for %lld ms: declared dead",
            be->role == ROLE_WORKER ? "worker" : "tokenizer", b, rt->hb_timeout);
     be->alive = false;
     /* Its cache is gone, and a new worker may register in its place. */
     for (int i = 0; i < ZI_AFFINITY_SLOTS; i++)
         if (rt->aff[i].worker == b) rt->aff[i].worker = -1;
-    size_t n = zi_req_table_count(&rt->reqs);
-    void **v = n ? malloc(n * sizeof *v) : NULL;
-    if (n && !v) return;
-    zi_req_table_values(&rt->reqs, v, n);
-    for (size_t i = 0; i < n; i++) {
-        rreq *r = v[i];
+    while ((r = zi_req_table_find(&rt->reqs, held_by, &b))) {
         bool on_worker = r->wrk == b && !r->worker_done;
-        if (r->tok != b && !on_worker) continue;
         if (r->tok == b) r->tok_has_state = false;
         if (on_worker) {
             r->worker_done = true;
@@ -1143,7 +1148,6 @@ static void backend_died(router *rt, int b) {
                                    "the request was not retried",
                      NULL);
     }
-    free(v);
     be->assigned = 0;
     dispatch(rt);
 }
@@ -1319,13 +1323,10 @@ int main(int argc, char **argv) {
             fail_request(&rt, v[i], "unavailable", "the server is shutting down", NULL);
         free(v);
     }
-    /* Without memory for the list: one at a time (each call walks the
-     * table), so no request is left without its frame. */
-    while (zi_req_table_count(&rt.reqs) > 0) {
-        void *one = NULL;
-        zi_req_table_values(&rt.reqs, &one, 1);
+    /* Without memory for the list: one at a time, so no request is left
+     * without its frame. */
+    for (void *one; (one = zi_req_table_find(&rt.reqs, any_req, NULL));)
         fail_request(&rt, one, "unavailable", "the server is shutting down", NULL);
-    }
     zi_req_table_free(&rt.reqs);
     free(rt.be);
     free(rt.queue);

@@ -77,6 +77,38 @@ static void test_growth_and_values(void **state) {
     zi_req_table_free(&t);
 }
 
+static bool is_even(const void *val, const void *arg) {
+    (void)arg;
+    return *(const int *)val % 2 == 0;
+}
+
+/* find: the values that match, taken out one at a time until none is
+ * left (the router's way of ending requests without allocating). */
+static void test_find_and_remove(void **state) {
+    (void)state;
+    zi_req_table t;
+    zi_req_table_init(&t);
+    zi_error e = {0};
+    enum { N = 300 };
+    static int vals[N + 1];
+    for (uint64_t k = 1; k <= N; k++) {
+        vals[k] = (int)k;
+        assert_int_equal(zi_req_table_put(&t, k, &vals[k], &e), ZI_OK);
+    }
+    int taken = 0;
+    for (int *v; (v = zi_req_table_find(&t, is_even, NULL));) {
+        assert_int_equal(*v % 2, 0);
+        assert_ptr_equal(zi_req_table_del(&t, (uint64_t)*v), v);
+        taken++;
+    }
+    assert_int_equal(taken, N / 2);
+    assert_int_equal(zi_req_table_count(&t), N - N / 2);
+    for (uint64_t k = 1; k <= N; k++)
+        assert_true((zi_req_table_get(&t, k) != NULL) == (k % 2 == 1));
+    zi_req_table_free(&t);
+    assert_null(zi_req_table_find(&t, is_even, NULL)); /* empty table */
+}
+
 /* xorshift64: a fixed, reproducible sequence. */
 static uint64_t next_rand(uint64_t *s) {
     *s ^= *s << 13;
@@ -121,6 +153,7 @@ int main(void) {
         cmocka_unit_test(test_refuses_zero_and_duplicates),
         cmocka_unit_test(test_growth_and_values),
         cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_find_and_remove),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
