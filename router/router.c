@@ -1114,7 +1114,6 @@ static void on_backend_frame(router *rt, const unsigned char *ident, size_t iden
     msgpack_unpacked_destroy(&u);
 }
 
-/* Ends every request that backend b held with worker_lost. */
 /* A request that backend *arg (an int) holds: its tokenizer, or the
  * worker still running it. */
 static bool held_by(const void *val, const void *arg) {
