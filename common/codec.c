@@ -362,6 +362,11 @@ static size_t push_key(dec *d, const char *k) {
     return zi_keypath_push(&d->path, "%s%s", d->path.n ? "." : "", k);
 }
 
+/* A key from the client (quoted as zi_printable does). */
+static size_t push_client_key(dec *d, const msgpack_object *k) {
+    return zi_keypath_push_key(&d->path, d->path.n ? "." : "", k->via.str.ptr, k->via.str.size);
+}
+
 static size_t push_idx(dec *d, size_t i) {
     return zi_keypath_push(&d->path, "[%zu]", i);
 }
@@ -434,9 +439,7 @@ static int read_map(dec *d, const msgpack_object *o, const char *const *names, s
         size_t f = 0;
         while (f < nf && !is_key(k, names[f])) f++;
         if (f == nf) {
-            char nm[80];
-            zi_printable(nm, sizeof nm, k->via.str.ptr, k->via.str.size);
-            size_t old = push_key(d, nm);
+            size_t old = push_client_key(d, k);
             int rc = fail(d, ZI_EINVAL, "unknown field");
             pop(d, old);
             return rc;
@@ -779,9 +782,7 @@ static int check_opaque(dec *d, const msgpack_object *o, size_t depth) {
                 return fail(d, ZI_EINVAL, "map key #%u is %s, not a string", i,
                             zi_msgpack_type_name(k));
             if ((rc = check_str(d, k, 0))) return rc;
-            char nm[80];
-            zi_printable(nm, sizeof nm, k->via.str.ptr, k->via.str.size);
-            size_t old = push_key(d, nm);
+            size_t old = push_client_key(d, k);
             rc = check_opaque(d, &o->via.map.ptr[i].val, depth + 1);
             pop(d, old);
         }
@@ -1131,6 +1132,21 @@ static int dec_request(dec *d, const msgpack_object *o, zi_request *r) {
            get_opaque(d, v[CTO], MSGPACK_OBJECT_MAP, "a map", 2, &r->chat_template_options));
     if (!is_nil(v[SP])) AT(d, "sampling_params", dec_sampling(d, v[SP], &r->sampling_params));
     if (v[STREAM]) AT(d, "stream", get_bool(d, v[STREAM], &r->stream));
+    /* Only the chat template reads tools and options: with a prompt they
+     * would be ignored, so they are refused (empty ones are nothing). */
+    if (r->prompt_kind != ZI_PROMPT_NONE) {
+        const char *which = !is_nil(v[TOOLS]) && v[TOOLS]->via.array.size ? "tools"
+                            : !is_nil(v[CTO]) && v[CTO]->via.map.size     ? "chat_template_options"
+                                                                          : NULL;
+        if (which) {
+            size_t old = push_key(d, which);
+            rc = fail(d, ZI_EINVAL,
+                      "only used with messages (the chat template renders them); this request "
+                      "has a prompt");
+            pop(d, old);
+            goto fail;
+        }
+    }
     return ZI_OK;
 fail:
     zi_request_free(r);
@@ -1981,24 +1997,11 @@ const msgpack_object *zi_map_get(const msgpack_object *o, const char *key) {
     return NULL;
 }
 
-/* JSON text of a msgpack object, appended to *buf (grown with realloc). */
-typedef struct jbuf {
-    char *p;
-    size_t n, cap;
-} jbuf;
+/* JSON text of a msgpack object, appended to a msgpack_sbuffer. */
+typedef msgpack_sbuffer jbuf;
 
 static int jb_add(jbuf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return ZI_ENOMEM;
-        b->p = p, b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-    b->p[b->n] = '\0';
-    return ZI_OK;
+    return msgpack_sbuffer_write(b, s, n) ? ZI_ENOMEM : ZI_OK;
 }
 
 static int jb_str(jbuf *b, const char *s, size_t n) {
@@ -2073,11 +2076,9 @@ int zi_response_format_kind(const zi_bytes *rf, int *kind, char **schema, zi_err
     if (!type || type->type != MSGPACK_OBJECT_STR) {
         rc = zi_error_set(err, ZI_EINVAL, "response_format.type: missing or not a string");
     } else {
-        const char *t = type->via.str.ptr;
-        uint32_t n = type->via.str.size;
-        if (n == 11 && memcmp(t, "json_object", 11) == 0) {
+        if (is_key(type, "json_object")) {
             *kind = ZI_RF_JSON_OBJECT;
-        } else if (n == 11 && memcmp(t, "json_schema", 11) == 0) {
+        } else if (is_key(type, "json_schema")) {
             /* The schema itself, or OpenAI's {"name", "schema", "strict"}. */
             const msgpack_object *js = zi_map_get(&u.data, "json_schema");
             const char *where = "response_format.json_schema";
@@ -2087,19 +2088,22 @@ int zi_response_format_kind(const zi_bytes *rf, int *kind, char **schema, zi_err
                 rc = zi_error_set(err, ZI_EINVAL, "%s: missing or not a map", where);
             } else {
                 *kind = ZI_RF_JSON_SCHEMA;
-                jbuf b = {0};
-                if (schema && (rc = to_json(&b, js, err)) == ZI_ENOMEM)
-                    zi_error_set(err, ZI_ENOMEM, "out of memory");
-                if (rc)
-                    free(b.p);
-                else if (schema)
-                    *schema = b.p;
+                if (schema) { /* NUL-terminated text */
+                    jbuf b;
+                    msgpack_sbuffer_init(&b);
+                    rc = to_json(&b, js, err);
+                    if (!rc) rc = jb_add(&b, "", 1);
+                    if (rc == ZI_ENOMEM) zi_error_set(err, ZI_ENOMEM, "out of memory");
+                    size_t len;
+                    rc = finish_bytes(&b, rc, schema, &len);
+                }
             }
-        } else if (!(n == 4 && memcmp(t, "text", 4) == 0)) {
+        } else if (!is_key(type, "text")) {
+            uint32_t n = type->via.str.size;
             rc = zi_error_set(err, ZI_EUNSUPPORTED,
                               "response_format: type '%.*s' is not supported (text, json_object or "
                               "json_schema)",
-                              (int)(n < 64 ? n : 64), t);
+                              (int)(n < 64 ? n : 64), type->via.str.ptr);
         }
     }
     msgpack_unpacked_destroy(&u);

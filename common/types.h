@@ -246,12 +246,12 @@ int zi_text_generation_response_append(zi_text_generation_response *r, const zi_
 
 /* ---- TextContext ----------------------------------------------------------- */
 
-/* The token array grows in multiples of this many slots (the seed's
- * CHUNK_SIZE). */
 /* The json_schema of a context whose completion must be a JSON object,
  * any (response_format {"type": "json_object"}). */
 #define ZI_JSON_OBJECT_SCHEMA "{\"type\":\"object\"}"
 
+/* The token array grows in multiples of this many slots (the seed's
+ * CHUNK_SIZE). */
 #define ZI_CTX_CHUNK 128
 
 /* Passed to zi_text_context_set_token_indices for "leave unchanged" (the

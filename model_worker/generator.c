@@ -317,13 +317,7 @@ static const int32_t *json_mask(zi_generator *g, const zi_text_context *c, int r
         while (w < words && m[w] == 0) w++;
         if (w == words) q->js_bad = 1;
     }
-    if (q->js_bad) {
-        memset(m, 0, words * sizeof *m);
-        for (size_t i = 0; i < c->eos_token_ids.n; i++) {
-            int32_t t = c->eos_token_ids.v[i];
-            if (t >= 0 && t < g->n_vocab) m[t >> 5] |= (int32_t)(1u << (t & 31));
-        }
-    }
+    if (q->js_bad) zi_json_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
     return m;
 }
 

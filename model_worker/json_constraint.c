@@ -129,7 +129,6 @@ static bool take_ws(zi_json_state *s) {
     return ++s->run <= ZI_JSON_MAX_WS;
 }
 
-/* The first byte of a value (mode J_VALUE or J_ARR_FIRST). */
 /* The schema node of the value about to start: the root, an array's
  * items, or the property whose key was just read. */
 static uint16_t value_node(const zi_json_state *s) {
@@ -475,7 +474,6 @@ static int add_members(compiler *c, size_t n, uint32_t *first) {
         if (!p) return cfail(c, ZI_ENOMEM, "out of memory");
         sc->members = p, c->cap_members = cap;
     }
-    *first = (uint32_t)sc->n_members;
     memset(sc->members + sc->n_members, 0, n * sizeof *sc->members);
     sc->n_members += n;
     return ZI_OK;
@@ -494,6 +492,16 @@ static int keep_str(compiler *c, char *str) {
     }
     sc->strs[sc->n_strs++] = str;
     return ZI_OK;
+}
+
+/* A copy of s that the schema owns (names outlive the JSON tree). */
+static int keep_copy(compiler *c, const char *s, char **out) {
+    size_t n = strlen(s);
+    char *copy = malloc(n + 1);
+    if (!copy) return cfail(c, ZI_ENOMEM, "out of memory");
+    memcpy(copy, s, n + 1);
+    *out = copy;
+    return keep_str(c, copy);
 }
 
 static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id);
@@ -651,20 +659,25 @@ static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
         }
     }
     size_t np = props ? json_object_size(props) : 0;
-    /* Names in required without a schema are properties of any value. */
+    /* Names in required without a schema are properties of any value, each
+     * counted once however often it is required. Only up to the member
+     * limit are remembered (a client's list may be long: no pairwise
+     * comparison of all of it); past it the rest is only checked. */
+    const char *seen[MAX_MEMBERS + 1];
     size_t extra = 0;
     for (size_t i = 0; req && i < json_array_size(req); i++) {
         const json_t *r = json_array_get(req, i);
         if (!json_is_string(r)) return cfail(c, ZI_EINVAL, "required: names must be strings");
-        if (props && json_object_get(props, json_string_value(r))) continue;
+        const char *name = json_string_value(r);
+        if (props && json_object_get(props, name)) continue;
         if (addl && json_is_false(addl))
             return cfail(c, ZI_EINVAL,
                          "required: a name without a schema in properties, which "
                          "additionalProperties false forbids: no object can satisfy it");
-        bool again = false; /* counted once however often it is required */
-        for (size_t k = 0; k < i && !again; k++)
-            again = json_equal(json_array_get(req, k), (json_t *)r);
-        extra += !again;
+        if (np + extra > MAX_MEMBERS) continue; /* over already */
+        size_t k = 0;
+        while (k < extra && strcmp(seen[k], name)) k++;
+        if (k == extra) seen[extra++] = name;
     }
     if (np + extra > MAX_MEMBERS) return cfail(c, ZI_EUNSUPPORTED, "more than 64 properties");
     bool closed = np + extra > 0 || (addl && json_is_false(addl));
@@ -683,8 +696,11 @@ static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
         char suffix[300];
         snprintf(suffix, sizeof suffix, ".properties.%.256s", key);
         uint16_t child;
-        if ((rc = compile_child(c, v, depth, suffix, &child))) return rc;
-        c->sc->members[first + i] = (stext){.p = key, .len = (uint32_t)strlen(key), .node = child};
+        char *copy;
+        if ((rc = compile_child(c, v, depth, suffix, &child)) || (rc = keep_copy(c, key, &copy)))
+            return rc;
+        c->sc->members[first + i] =
+            (stext){.p = copy, .len = (uint32_t)strlen(copy), .node = child};
         i++;
     }
     for (size_t k = 0; req && k < json_array_size(req); k++) {
@@ -696,12 +712,13 @@ static int compile_node(compiler *c, const json_t *j, int depth, uint16_t id) {
                 return cfail(c, ZI_EUNSUPPORTED,
                              "required: names with quotes, backslashes or "
                              "control characters are not supported");
+            char *copy;
+            if ((rc = keep_copy(c, name, &copy))) return rc;
             c->sc->members[first + i++] =
-                (stext){.p = name, .len = (uint32_t)strlen(name), .node = ANY};
+                (stext){.p = copy, .len = (uint32_t)strlen(copy), .node = ANY};
         }
         c->sc->nodes[id].required |= (uint64_t)1 << m;
     }
-    c->sc->nodes[id].n = (uint32_t)i; /* a name required twice was counted twice */
     return ZI_OK;
 }
 
@@ -730,21 +747,6 @@ int zi_json_schema_compile(const char *text, size_t len, zi_json_schema **out, z
     if (!rc) rc = compile_node(&c, root, 1, top);
     if (!rc && c.sc->nodes[ROOT].kind != S_OBJECT)
         rc = cfail(&c, ZI_EUNSUPPORTED, "the top level must be an object (type object)");
-    /* Property names point into the JSON tree: keep copies. */
-    for (size_t i = 0; !rc && i < c.sc->n_members; i++) {
-        bool owned = false;
-        for (size_t k = 0; k < c.sc->n_strs && !owned; k++)
-            owned = c.sc->strs[k] == c.sc->members[i].p;
-        if (owned || !c.sc->members[i].p) continue; /* unused slots stay empty */
-        char *copy = malloc(c.sc->members[i].len + 1);
-        if (!copy) {
-            rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
-            break;
-        }
-        memcpy(copy, c.sc->members[i].p, c.sc->members[i].len + 1);
-        c.sc->members[i].p = copy;
-        rc = keep_str(&c, copy);
-    }
     json_decref(root);
     if (rc) {
         zi_json_schema_free(c.sc);
@@ -889,14 +891,17 @@ static void walk(const jtrie *t, int32_t node, const zi_json_state *s, int32_t *
     }
 }
 
+void zi_json_eos_only(int32_t n_vocab, const int32_t *eos, size_t n_eos, int32_t *mask) {
+    memset(mask, 0, ((size_t)n_vocab + 31) / 32 * sizeof *mask);
+    for (size_t i = 0; i < n_eos; i++)
+        if (eos[i] >= 0 && eos[i] < n_vocab) mask[eos[i] >> 5] |= (int32_t)(1u << (eos[i] & 31));
+}
+
 void zi_json_allowed(const zi_json_vocab *v, const zi_json_state *s, const int32_t *eos,
                      size_t n_eos, int32_t *mask) {
     size_t words = ((size_t)v->n_vocab + 31) / 32;
     if (s->mode == J_DONE) {
-        memset(mask, 0, words * sizeof *mask);
-        for (size_t i = 0; i < n_eos; i++)
-            if (eos[i] >= 0 && eos[i] < v->n_vocab)
-                mask[eos[i] >> 5] |= (int32_t)(1u << (eos[i] & 31));
+        zi_json_eos_only(v->n_vocab, eos, n_eos, mask);
         return;
     }
     if (s->mode == J_STR && s->u8_left == 0 && !s->need_low) {

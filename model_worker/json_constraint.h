@@ -110,6 +110,10 @@ int32_t zi_json_vocab_size(const zi_json_vocab *v);
 void zi_json_allowed(const zi_json_vocab *v, const zi_json_state *s, const int32_t *eos,
                      size_t n_eos, int32_t *mask);
 
+/* A mask (as zi_json_allowed writes it, for n_vocab tokens) allowing only
+ * the n_eos ids in eos that lie in the vocabulary. */
+void zi_json_eos_only(int32_t n_vocab, const int32_t *eos, size_t n_eos, int32_t *mask);
+
 /* Feeds token id's bytes to s (false when not allowed, or id unknown). */
 bool zi_json_feed_token(const zi_json_vocab *v, zi_json_state *s, int32_t id);
 

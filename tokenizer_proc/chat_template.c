@@ -23,8 +23,6 @@
 #include "chat_template.h"
 #include "keypath.h"
 
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -689,21 +687,16 @@ static int setup_globals(rt *r, const zi_chat_message *msgs, size_t n,
 
 /* ---- extra variables ------------------------------------------------------ */
 
-static const char *const reserved_names[] = {"messages",
-                                             "add_generation_prompt",
-                                             "bos_token",
-                                             "eos_token",
-                                             "raise_exception",
-                                             "strftime_now",
-                                             "namespace",
-                                             "range",
-                                             "dict"};
+/* The variables the renderer sets itself, besides the global functions
+ * (ct_is_global). */
+static const char *const reserved_names[] = {"messages", "add_generation_prompt", "bos_token",
+                                             "eos_token"};
 
 int zi_chat_var_reserved(const char *name, size_t len) {
     if (!name) return 0;
     for (size_t i = 0; i < sizeof reserved_names / sizeof reserved_names[0]; i++)
         if (strlen(reserved_names[i]) == len && memcmp(reserved_names[i], name, len) == 0) return 1;
-    return 0;
+    return ct_is_global(name, len);
 }
 
 static int check_value(const zi_chat_value *v, zi_keypath *p, int depth, zi_error *err) {

@@ -1343,6 +1343,12 @@ static int func_value(ct_ctx *c, size_t off, int id, const ct_value *self, ct_va
     return ZI_OK;
 }
 
+int ct_is_global(const char *name, size_t n) {
+    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
+        if (name_eq(name, n, globals[i].name)) return 1;
+    return 0;
+}
+
 int ct_global(ct_ctx *c, size_t off, const char *name, size_t n, ct_value *out, int *found) {
     *found = 0;
     for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)

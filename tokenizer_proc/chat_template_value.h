@@ -246,6 +246,8 @@ int ct_test_id(const char *name, size_t n);   /* -1 when unknown */
 /* The builtin global `name` (range, namespace, dict, raise_exception,
  * strftime_now) as a function value; *found is 0 when there is none. */
 int ct_global(ct_ctx *c, size_t off, const char *name, size_t n, ct_value *out, int *found);
+/* 1 when `name` is one of those globals. */
+int ct_is_global(const char *name, size_t n);
 
 int ct_apply_filter(ct_ctx *c, size_t off, int id, const char *name, size_t nlen,
                     const ct_value *operand, const ct_value *args, size_t nargs, const ct_kwarg *kw,

@@ -11,7 +11,6 @@
  */
 #include "chat_vars.h"
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,28 +298,6 @@ int zi_chat_vars_from_msgpack(const msgpack_object *tools, const msgpack_object 
     memset(out, 0, sizeof *out);
     int rc = vars_build(tools, options, out, err);
     if (rc) zi_chat_vars_free(out);
-    return rc;
-}
-
-int zi_chat_vars_from_request(const zi_bytes *tools, const zi_bytes *options, zi_chat_vars *out,
-                              zi_error *err) {
-    if (!out) return zi_error_set(err, ZI_EINVAL, "chat template variables: NULL argument");
-    memset(out, 0, sizeof *out);
-    msgpack_unpacked ut, uo;
-    int have_t = tools && tools->len, have_o = options && options->len;
-    int rc = ZI_OK;
-    if (have_t && (rc = zi_msgpack_parse(tools->p, tools->len, NULL, &ut, err))) {
-        zi_error_prefix(err, "tools");
-        return rc;
-    }
-    if (have_o && (rc = zi_msgpack_parse(options->p, options->len, NULL, &uo, err))) {
-        zi_error_prefix(err, "chat_template_options");
-        if (have_t) msgpack_unpacked_destroy(&ut);
-        return rc;
-    }
-    rc = zi_chat_vars_from_msgpack(have_t ? &ut.data : NULL, have_o ? &uo.data : NULL, out, err);
-    if (have_t) msgpack_unpacked_destroy(&ut);
-    if (have_o) msgpack_unpacked_destroy(&uo);
     return rc;
 }
 

@@ -77,12 +77,6 @@ typedef struct zi_chat_vars {
 int zi_chat_vars_from_msgpack(const msgpack_object *tools, const msgpack_object *options,
                               zi_chat_vars *out, zi_error *err);
 
-/* zi_chat_vars_from_msgpack for the opaque bytes the codec keeps
- * (zi_request.tools, zi_request.chat_template_options; NULL or len 0:
- * absent). The bytes are parsed with zi_msgpack_parse and default limits. */
-int zi_chat_vars_from_request(const zi_bytes *tools, const zi_bytes *options, zi_chat_vars *out,
-                              zi_error *err);
-
 void zi_chat_vars_free(zi_chat_vars *v);
 
 #endif

@@ -57,8 +57,8 @@ typedef struct dstate {
     uint64_t rid;
     zi_detok dt;
     zi_stop_matcher stop;
-    bool detokenize; /* sampling_params.detokenize: false returns ids only */
-    bool has_stops;  /* stop strings: the text is decoded (to match them) even then */
+    bool detokenize; /* sampling_params.detokenize: false returns ids only (the text is
+                        still decoded, unsent, when there are stop strings) */
     int64_t min_new; /* sampling_params.min_new_tokens: no stop string ends those */
     int64_t n_gen;   /* tokens decoded so far */
 } dstate;
@@ -112,16 +112,10 @@ static void drop_state(tproc *t, uint64_t rid) {
         }
 }
 
-/* The prompt's token ids for a request (malloc'd). */
-static int prompt_ids(tproc *t, const zi_request *r, int32_t **ids, size_t *n, zi_error *err) {
-    /* Only the chat template reads tools and options: with a prompt they
-     * would be ignored, so they are refused (an empty array or map is one
-     * msgpack byte). */
-    if (r->prompt_kind != ZI_PROMPT_NONE && (r->tools.len > 1 || r->chat_template_options.len > 1))
-        return zi_error_set(err, ZI_EINVAL,
-                            "%s: only used with messages (the chat template "
-                            "renders them); this request has a prompt",
-                            r->tools.len > 1 ? "tools" : "chat_template_options");
+/* The prompt's token ids for a request r, decoded from the msgpack req
+ * (malloc'd). */
+static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, int32_t **ids,
+                      size_t *n, zi_error *err) {
     if (r->prompt_kind == ZI_PROMPT_TOKENS) {
         for (size_t i = 0; i < r->prompt_tokens.n; i++)
             if (r->prompt_tokens.v[i] >= t->vocab)
@@ -151,9 +145,11 @@ static int prompt_ids(tproc *t, const zi_request *r, int32_t **ids, size_t *n, z
     }
     /* tools and chat_template_options reach the template as variables, as
      * in apply_chat_template(messages, tools=tools, **options). Their
-     * errors name their own paths. */
+     * errors name their own paths. Made from the request's own msgpack,
+     * not from the bytes the codec kept (no second parse). */
     zi_chat_vars cv;
-    int rc = zi_chat_vars_from_request(&r->tools, &r->chat_template_options, &cv, err);
+    int rc = zi_chat_vars_from_msgpack(zi_map_get(req, "tools"),
+                                       zi_map_get(req, "chat_template_options"), &cv, err);
     if (rc) {
         free(msgs);
         return rc;
@@ -174,6 +170,7 @@ static int prompt_ids(tproc *t, const zi_request *r, int32_t **ids, size_t *n, z
     free(text);
     return rc;
 #else
+    (void)req;
     return zi_error_set(err, ZI_EUNSUPPORTED,
                         "messages: chat templates are not supported by this build yet; send a "
                         "prompt instead");
@@ -227,7 +224,7 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     char *schema = NULL;
     if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &schema, &err);
     /* The cheap checks above first; then the template and the encoding. */
-    if (!rc) rc = prompt_ids(t, &r, &ids, &n, &err);
+    if (!rc) rc = prompt_ids(t, &r, ro, &ids, &n, &err);
     if (!rc && n == 0) rc = zi_error_set(&err, ZI_EINVAL, "prompt: it encodes to no tokens");
     if (!rc && (int64_t)n >= max_length)
         rc = zi_error_set(&err, ZI_ERANGE,
@@ -280,7 +277,6 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         dstate *d = &t->st[t->n_st];
         d->rid = rid;
         d->detokenize = r.sampling_params.detokenize;
-        d->has_stops = k > 0;
         d->min_new = r.sampling_params.min_new_tokens;
         d->n_gen = 0;
         zi_detok_init(&d->dt);
@@ -340,7 +336,7 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         }
         used = i + 1;
         d->n_gen++;
-        if (!d->detokenize && !d->has_stops) continue;
+        if (!d->detokenize && d->stop.n == 0) continue; /* stop strings need the text */
         int w = zi_detok_push(&d->dt, t->tok, ids[i], 0, piece, sizeof piece);
         if (w < 0) {
             rc =
@@ -354,7 +350,7 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         else
             rc = zi_stop_feed(&d->stop, piece, (size_t)w, &out, &out_len, &stopped, &err);
     }
-    if (!rc && (d->detokenize || d->has_stops) && !stopped && zi_gen_status_is_done(status)) {
+    if (!rc && (d->detokenize || d->stop.n > 0) && !stopped && zi_gen_status_is_done(status)) {
         int w = zi_detok_flush(&d->dt, piece, sizeof piece);
         bool s2 = false;
         if (w > 0) rc = zi_stop_feed(&d->stop, piece, (size_t)w, &out, &out_len, &s2, &err);

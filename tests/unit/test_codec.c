@@ -261,10 +261,33 @@ static void test_roundtrip_request(void **state) {
     build(&o2, "A M s s s M s s", 1, 2, "type", "function", "function", 1, "name", "f");
     build(&o3, "M s i", 1, "add_generation_prompt", 1ll);
     zi_bytes_set(&r.response_format, o1.data, o1.size, NULL);
-    zi_bytes_set(&r.tools, o2.data, o2.size, NULL);
-    zi_bytes_set(&r.chat_template_options, o3.data, o3.size, NULL);
     char *buf;
     size_t len;
+    /* tools and chat_template_options need messages (the chat template). */
+    zi_bytes_set(&r.tools, o2.data, o2.size, NULL);
+    zi_bytes_set(&r.chat_template_options, o3.data, o3.size, NULL);
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_EINVAL);
+    assert_string_equal(e.msg, "tools: only used with messages (the chat template renders "
+                               "them); this request has a prompt");
+    free(buf);
+    zi_request r2;
+    zi_request_init(&r2);
+    zi_string_set(&r2.id, "req-8", 5, NULL);
+    zi_request_add_message(&r2, "user", "hi", 2, NULL);
+    zi_bytes_set(&r2.tools, o2.data, o2.size, NULL);
+    zi_bytes_set(&r2.chat_template_options, o3.data, o3.size, NULL);
+    assert_int_equal(zi_codec_request_to_bytes(&r2, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_int_equal(back.tools.len, o2.size);
+    assert_memory_equal(back.tools.p, o2.data, o2.size);
+    assert_int_equal(back.chat_template_options.len, o3.size);
+    assert_memory_equal(back.chat_template_options.p, o3.data, o3.size);
+    free(buf);
+    zi_request_free(&back);
+    zi_request_free(&r2);
+    zi_bytes_free(&r.tools);
+    zi_bytes_free(&r.chat_template_options);
     assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
     assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
     assert_string_equal(back.id.p, "req-7");
@@ -283,10 +306,7 @@ static void test_roundtrip_request(void **state) {
     assert_string_equal(back.request_path.p, "/v1/completions");
     assert_int_equal(back.response_format.len, o1.size);
     assert_memory_equal(back.response_format.p, o1.data, o1.size);
-    assert_int_equal(back.tools.len, o2.size);
-    assert_memory_equal(back.tools.p, o2.data, o2.size);
-    assert_int_equal(back.chat_template_options.len, o3.size);
-    assert_memory_equal(back.chat_template_options.p, o3.data, o3.size);
+    assert_int_equal(back.tools.len, 0);
     free(buf);
     zi_request_free(&back);
     msgpack_sbuffer_destroy(&o1);
@@ -967,10 +987,11 @@ static void test_malformed_requests(void **state) {
 }
 
 /* The seed's TokenGeneratorRequestTool shape, checked when a request is
- * decoded: {"id": "a", "prompt": "hi", "tools": [<good tool>, <case>]}. */
-#define TOOLS_REQ "M s s s s s A M s s s M s s "
+ * decoded: {"id": "a", "messages": [...], "tools": [<good tool>, <case>]}. */
+#define TOOLS_REQ "M s s s A M s s s s s A M s s s M s s "
 #define TOOLS_ARGS                                                                                 \
-    3, "id", "a", "prompt", "hi", "tools", 2, 2, "type", "function", "function", 1, "name", "f"
+    3, "id", "a", "messages", 1, 2, "role", "user", "content", "hi", "tools", 2, 2, "type",        \
+        "function", "function", 1, "name", "f"
 static void test_request_tools(void **state) {
     (void)state;
     const int I = ZI_EINVAL;
@@ -1009,7 +1030,11 @@ static void test_request_tools(void **state) {
              TOOLS_ARGS, 1, 0ll, "x");
     bad_case('r', NULL, I, "tools: expected an array, got a map", "M s s s s s M s s s M s s", 3,
              "id", "a", "prompt", "hi", "tools", 2, "type", "function", "function", 1, "name", "f");
-    assert_int_equal(n_bad_cases, 15);
+    bad_case('r', NULL, I, "tools: only used with messages", "M s s s s s A M s s s M s s", 3, "id",
+             "a", "prompt", "hi", "tools", 1, 2, "type", "function", "function", 1, "name", "f");
+    bad_case('r', NULL, I, "chat_template_options: only used with messages", "M s s s s s M s i", 3,
+             "id", "a", "prompt", "hi", "chat_template_options", 1, "x", 1ll);
+    assert_int_equal(n_bad_cases, 17);
     /* Accepted: the full shape, and an empty list. */
     msgpack_sbuffer sb = sb_new();
     build(&sb, TOOLS_REQ "M s s s M s s s s s M", TOOLS_ARGS, 2, "type", "function", "function", 3,

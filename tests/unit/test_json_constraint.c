@@ -306,6 +306,26 @@ static void test_schema_refused(void **state) {
             fail_msg("%s: rc %d, '%s'", cases[i].schema, rc, err.msg);
         assert_null(sc);
     }
+    /* 65 distinct names required, then 40,000 more (and one repeated at the
+     * end): refused for the count, the rest only checked in passing; and
+     * 64 names, each required 500 times, are 64 properties. */
+    enum { MANY = 40000 };
+    char *big = malloc(16 * (MANY + 100) + 64);
+    strcpy(big, "{\"type\": \"object\", \"required\": [");
+    for (int i = 0; i < MANY + 65; i++) sprintf(big + strlen(big), "\"n%d\", ", i);
+    strcat(big, "\"n0\"]}");
+    zi_json_schema *sc = NULL;
+    zi_error err = {0};
+    assert_int_equal(zi_json_schema_compile(big, strlen(big), &sc, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "more than 64 properties"));
+    strcpy(big, "{\"type\": \"object\", \"required\": [");
+    for (int i = 0; i < 64 * 500; i++)
+        sprintf(big + strlen(big), "%s\"n%d\"", i ? ", " : "", i % 64);
+    strcat(big, "]}");
+    assert_int_equal(zi_json_schema_compile(big, strlen(big), &sc, &err), ZI_OK);
+    assert_int_equal(run_schema(sc, "{\"n3\": 1}"), -1); /* all 64 are required */
+    zi_json_schema_free(sc);
+    free(big);
 }
 
 /* ---- with the model's vocabulary ---------------------------------------- */
@@ -335,8 +355,6 @@ static int teardown_vocab(void **state) {
     return 0;
 }
 
-/* At every byte prefix of text (a valid object), the mask equals the
- * tokens the automaton takes, one by one. */
 /* At every byte prefix of text (valid under sc), the mask equals the
  * tokens the automaton takes, one by one. */
 static void mask_is_exact(vocab_fixture *f, const zi_json_schema *sc, const char *text) {
