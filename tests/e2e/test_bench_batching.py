@@ -1,0 +1,44 @@
+"""scripts/bench-batching, the pipeline issue's batching benchmark, run small.
+
+The script's numbers are for BENCHMARKS.md, not for a test; what is checked
+here is that it runs the real binary with the real model, alternates its
+rounds, and reports each stream count against one stream: a table row per
+stream count, one stream at exactly 1.00x, and 4 streams decoding more
+tokens per second in all than one (a loop that ran the sequences one after
+another would give about 1x).
+"""
+import re
+import subprocess
+import sys
+
+from conftest import REPO
+
+
+def test_bench_batching_table(zinfer_bin, model_path, tmp_path):
+    out_md = tmp_path / "bench.md"
+    res = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "bench-batching"), "--zinfer", str(zinfer_bin),
+         "--model", str(model_path), "--rounds", "2", "--prompt-tokens", "8", "--gen-tokens", "6",
+         "--streams", "4", "--threads", "2", "--write", str(out_md)],
+        capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("round ") == 2, res.stderr
+    rows = {int(m.group(1)): m for m in re.finditer(
+        r"^\| (\d+) \| ([\d.]+) ms \| ([\d., ]+) \| ([\d.]+) \| ([\d.]+) \|$", res.stdout, re.M)}
+    assert sorted(rows) == [1, 4], res.stdout
+    assert rows[1].group(5) == "1.00"
+    assert len(rows[4].group(3).split(", ")) == 2  # one step time per round
+    assert float(rows[4].group(5)) > 1.3, res.stdout
+    text = out_md.read_text()
+    assert "scripts/bench-batching" in text and "| 4 |" in text, text
+
+
+def test_bench_batching_bad_arguments(zinfer_bin, model_path):
+    for args, msg in ((["--streams", "1,x"], "not a list of integers"),
+                      (["--streams", "0"], "stream counts >= 1"),
+                      (["--rounds", "0"], "must be >= 1"),
+                      (["--model", "/nonexistent.gguf"], "no model at /nonexistent.gguf")):
+        res = subprocess.run([sys.executable, str(REPO / "scripts" / "bench-batching"),
+                              "--zinfer", str(zinfer_bin)] + args,
+                             capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert res.returncode != 0 and msg in res.stderr, (args, res.stderr)
