@@ -880,7 +880,10 @@ static inline __m512 exp16(__m512 x) {
 
 /* Softmax sums and sum of p*V for NG heads (a constant, so the sums and the
  * output rows stay in registers): p holds their exponentials, n apart. The
- * heads' double sums run side by side, each in position order. */
+ * heads' double sums run side by side, each in position order. Each p*v is
+ * added by one fused multiply-add: half the vector operations of a multiply
+ * and an add, so more V rows are in flight from memory at once (16 streams
+ * of 384-448 positions: 28.5 -> 27.4 ms a step), and one rounding, not two. */
 static inline __attribute__((always_inline)) void
 attend_pv(const float *p, int n, const uint16_t *v, const int32_t *blocks, int bs, size_t bstride,
           int nc, int NG, float *out) {
@@ -897,7 +900,7 @@ attend_pv(const float *p, int n, const uint16_t *v, const int32_t *blocks, int b
         for (int g = 0; g < NG; g++) {
             __m512 pg = _mm512_set1_ps(p[(size_t)g * n + j]);
             for (int c = 0; c < nc; c++)
-                o[g][c] = _mm512_add_ps(o[g][c], _mm512_mul_ps(pg, ld_f16x16(vj + 16 * c)));
+                o[g][c] = _mm512_fmadd_ps(pg, ld_f16x16(vj + 16 * c), o[g][c]);
         }
     }
     for (int g = 0; g < NG; g++) {
@@ -911,7 +914,7 @@ attend_pv(const float *p, int n, const uint16_t *v, const int32_t *blocks, int b
  * attend for head sizes of 64 and 128 (nc = hd / 16 constant): the same
  * float operations per head as the generic version below (dot_f32's FMA
  * chain and reduction, glibc's expf, a double sum in position order, then
- * the sum of p*v by separate multiply and add, in position order), so a
+ * the sum of p*v by fused multiply-adds, in position order), so a
  * head's output is identical to it and never depends on G. Faster by doing
  * 16 scores' reductions and exponentials at once, and keeping the output
  * rows in registers instead of memory.
@@ -1014,7 +1017,10 @@ static void attend(const float *q, int G, const float *k, const uint16_t *v, con
     for (int j = 0; j < n; j++) {
         const uint16_t *vj = v + ZI_KV_ROW(j);
         for (int i = 0; i < hd; i++) row[i] = load_f16(vj[i]);
-        for (int g = 0; g < G; g++) axpy_f32(out + g * hd, scores[(size_t)g * n + j], row, hd);
+        for (int g = 0; g < G; g++) { /* fused, as attend16 */
+            float *og = out + g * hd, pj = scores[(size_t)g * n + j];
+            for (int i = 0; i < hd; i++) og[i] = fmaf(pj, row[i], og[i]);
+        }
     }
     for (int g = 0; g < G; g++) scale_f32(out + g * hd, inv[g], hd);
 }
