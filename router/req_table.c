@@ -97,19 +97,9 @@ void *zi_req_table_del(zi_req_table *t, uint64_t key) {
     return val;
 }
 
-size_t zi_req_table_values(const zi_req_table *t, void **out, size_t cap) {
-    size_t n = 0;
-    for (size_t i = 0; i < t->cap; i++) {
-        if (!t->slots[i].key) continue;
-        if (n < cap) out[n] = t->slots[i].val;
-        n++;
-    }
-    return n;
-}
-
-void *zi_req_table_find(const zi_req_table *t, bool (*match)(const void *val, const void *arg),
-                        const void *arg) {
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->slots[i].key && match(t->slots[i].val, arg)) return t->slots[i].val;
+void *zi_req_table_find(const zi_req_table *t, size_t *pos,
+                        bool (*match)(const void *val, const void *arg), const void *arg) {
+    for (; *pos < t->cap; ++*pos)
+        if (t->slots[*pos].key && match(t->slots[*pos].val, arg)) return t->slots[*pos].val;
     return NULL;
 }

@@ -7,8 +7,7 @@
  * (tokens, decoded text), so lookups are O(1): open addressing with linear
  * probing, deletion by backward shift (no tombstones, so a long-running
  * router never degrades), growth at 1/2 load. Iteration order is
- * unspecified; removing entries while walking is
- * done by collecting the values first (zi_req_table_values).
+ * unspecified; entries are removed while walking with zi_req_table_find.
  */
 #ifndef ZI_REQ_TABLE_H
 #define ZI_REQ_TABLE_H
@@ -43,15 +42,14 @@ void *zi_req_table_del(zi_req_table *t, uint64_t key);
 static inline size_t zi_req_table_count(const zi_req_table *t) {
     return t->count;
 }
-/* Collects up to cap values into out (in slot order) and returns how many
- * there are in all; callers that remove entries while walking collect
- * first, then act. */
-size_t zi_req_table_values(const zi_req_table *t, void **out, size_t cap);
-/* The first value (in slot order) for which match(val, arg) is true, or
- * NULL. Allocates nothing: a caller that removes what it finds can call it
- * again until NULL, even without memory to spare (each call walks the
- * slots). */
-void *zi_req_table_find(const zi_req_table *t, bool (*match)(const void *val, const void *arg),
-                        const void *arg);
+/* The first value at a slot >= *pos for which match(val, arg) is true,
+ * or NULL; *pos is left at its slot. Allocates nothing. To take out every
+ * match in one pass, start at *pos = 0 and, after deleting (only) the value
+ * found, call again with the same *pos: the backward shift may move a later
+ * entry into that slot, but never one from past *pos to before it (a probe
+ * run that wraps past the last slot ends at an empty one before reaching
+ * *pos again). */
+void *zi_req_table_find(const zi_req_table *t, size_t *pos,
+                        bool (*match)(const void *val, const void *arg), const void *arg);
 
 #endif

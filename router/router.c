@@ -396,7 +396,8 @@ static bool is_client_req(const void *val, const void *arg) {
 }
 
 static rreq *find_client_req(router *rt, const client_ctx *c) {
-    return zi_req_table_find(&rt->reqs, is_client_req, c);
+    size_t pos = 0;
+    return zi_req_table_find(&rt->reqs, &pos, is_client_req, c);
 }
 
 static rreq *new_request(router *rt, const client_ctx *c, int kind) {
@@ -1122,18 +1123,20 @@ static bool held_by(const void *val, const void *arg) {
     return r->tok == b || (r->wrk == b && !r->worker_done);
 }
 
-/* Every request the backend held ends with worker_lost (found one at a
- * time: nothing to allocate, so none is left without its frame). */
+/* Every request the backend held ends with worker_lost (found in one
+ * walk of the table that allocates nothing, so none is left without its
+ * frame). */
 static void backend_died(router *rt, int b) {
     backend *be = &rt->be[b];
     rreq *r;
+    size_t pos = 0;
     zi_log(&rt->log, ZI_LOG_WARN, "%s %d missed heartbeats for %lld ms: declared dead",
            be->role == ROLE_WORKER ? "worker" : "tokenizer", b, rt->hb_timeout);
     be->alive = false;
     /* Its cache is gone, and a new worker may register in its place. */
     for (int i = 0; i < ZI_AFFINITY_SLOTS; i++)
         if (rt->aff[i].worker == b) rt->aff[i].worker = -1;
-    while ((r = zi_req_table_find(&rt->reqs, held_by, &b))) {
+    while ((r = zi_req_table_find(&rt->reqs, &pos, held_by, &b))) {
         bool on_worker = r->wrk == b && !r->worker_done;
         if (r->tok == b) r->tok_has_state = false;
         if (on_worker) {
@@ -1312,19 +1315,12 @@ int main(int argc, char **argv) {
                     backend_died(&rt, (int)i);
         }
     }
-    /* Shutting down: every request still in flight gets its terminal frame. */
-    size_t n = zi_req_table_count(&rt.reqs);
-    zi_log(&rt.log, ZI_LOG_INFO, "shutting down with %zu requests in flight", n);
-    void **v = n ? malloc(n * sizeof *v) : NULL;
-    if (v) {
-        zi_req_table_values(&rt.reqs, v, n);
-        for (size_t i = 0; i < n; i++)
-            fail_request(&rt, v[i], "unavailable", "the server is shutting down", NULL);
-        free(v);
-    }
-    /* Without memory for the list: one at a time, so no request is left
-     * without its frame. */
-    for (void *one; (one = zi_req_table_find(&rt.reqs, any_req, NULL));)
+    /* Shutting down: every request still in flight gets its terminal frame
+     * (one walk of the table, allocating nothing). */
+    zi_log(&rt.log, ZI_LOG_INFO, "shutting down with %zu requests in flight",
+           zi_req_table_count(&rt.reqs));
+    size_t pos = 0;
+    for (void *one; (one = zi_req_table_find(&rt.reqs, &pos, any_req, NULL));)
         fail_request(&rt, one, "unavailable", "the server is shutting down", NULL);
     zi_req_table_free(&rt.reqs);
     free(rt.be);

@@ -51,6 +51,12 @@ static void test_refuses_zero_and_duplicates(void **state) {
     zi_req_table_free(&t);
 }
 
+static bool any(const void *val, const void *arg) {
+    (void)val;
+    (void)arg;
+    return true;
+}
+
 static void test_growth_and_values(void **state) {
     (void)state;
     zi_req_table t;
@@ -63,17 +69,13 @@ static void test_growth_and_values(void **state) {
     assert_int_equal(zi_req_table_count(&t), N);
     assert_true(t.cap >= 2 * N);
     for (uint64_t k = 1; k <= N; k++) assert_ptr_equal(zi_req_table_get(&t, k), &vals[k]);
-    void **all = malloc(N * sizeof *all);
-    assert_int_equal(zi_req_table_values(&t, all, N), N);
-    size_t seen = 0;
-    for (size_t i = 0; i < N; i++) {
-        ptrdiff_t d = (int *)all[i] - vals;
+    size_t seen = 0, pos = 0;
+    for (int *v; (v = zi_req_table_find(&t, &pos, any, NULL)); pos++) {
+        ptrdiff_t d = v - vals;
         assert_true(d >= 1 && d <= N);
         seen++;
     }
     assert_int_equal(seen, N);
-    assert_int_equal(zi_req_table_values(&t, all, 3), N); /* count even when cap is short */
-    free(all);
     zi_req_table_free(&t);
 }
 
@@ -82,8 +84,8 @@ static bool is_even(const void *val, const void *arg) {
     return *(const int *)val % 2 == 0;
 }
 
-/* find: the values that match, taken out one at a time until none is
- * left (the router's way of ending requests without allocating). */
+/* find: the values that match, taken out in one walk of the table (the
+ * router's way of ending requests without allocating). */
 static void test_find_and_remove(void **state) {
     (void)state;
     zi_req_table t;
@@ -96,7 +98,8 @@ static void test_find_and_remove(void **state) {
         assert_int_equal(zi_req_table_put(&t, k, &vals[k], &e), ZI_OK);
     }
     int taken = 0;
-    for (int *v; (v = zi_req_table_find(&t, is_even, NULL));) {
+    size_t pos = 0;
+    for (int *v; (v = zi_req_table_find(&t, &pos, is_even, NULL));) {
         assert_int_equal(*v % 2, 0);
         assert_ptr_equal(zi_req_table_del(&t, (uint64_t)*v), v);
         taken++;
@@ -106,7 +109,53 @@ static void test_find_and_remove(void **state) {
     for (uint64_t k = 1; k <= N; k++)
         assert_true((zi_req_table_get(&t, k) != NULL) == (k % 2 == 1));
     zi_req_table_free(&t);
-    assert_null(zi_req_table_find(&t, is_even, NULL)); /* empty table */
+    pos = 0;
+    assert_null(zi_req_table_find(&t, &pos, is_even, NULL)); /* empty table */
+}
+
+static uint64_t next_rand(uint64_t *s);
+
+static bool key_in_set(const void *val, const void *arg) {
+    return (*(const uint64_t *)val % 3) == *(const uint64_t *)arg;
+}
+
+/* One walk takes out every match whatever the layout: random keys near
+ * half load, so probe runs are long and some wrap past the last slot (the
+ * case where the backward shift moves entries from the front to the back). */
+static void test_find_one_walk_random(void **state) {
+    (void)state;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    int wrapped = 0;
+    for (int trial = 0; trial < 400; trial++) {
+        zi_req_table t;
+        zi_req_table_init(&t);
+        zi_error e = {0};
+        static uint64_t keys[60];
+        int n = 20 + (int)(next_rand(&seed) % 40);
+        for (int i = 0; i < n; i++) {
+            do keys[i] = next_rand(&seed) | 1;
+            while (zi_req_table_get(&t, keys[i]));
+            assert_int_equal(zi_req_table_put(&t, keys[i], &keys[i], &e), ZI_OK);
+        }
+        wrapped += t.slots[0].key && t.slots[t.cap - 1].key;
+        uint64_t r = trial % 3;
+        size_t pos = 0;
+        int taken = 0;
+        for (uint64_t *v; (v = zi_req_table_find(&t, &pos, key_in_set, &r));) {
+            assert_ptr_equal(zi_req_table_del(&t, *v), v);
+            taken++;
+        }
+        int want = 0;
+        for (int i = 0; i < n; i++) {
+            bool match = keys[i] % 3 == r;
+            want += match;
+            assert_true((zi_req_table_get(&t, keys[i]) != NULL) == !match);
+        }
+        assert_int_equal(taken, want);
+        assert_int_equal(zi_req_table_count(&t), (size_t)(n - want));
+        zi_req_table_free(&t);
+    }
+    assert_true(wrapped > 20); /* the wrapping case did occur */
 }
 
 /* xorshift64: a fixed, reproducible sequence. */
@@ -154,6 +203,7 @@ int main(void) {
         cmocka_unit_test(test_growth_and_values),
         cmocka_unit_test(test_random_against_model),
         cmocka_unit_test(test_find_and_remove),
+        cmocka_unit_test(test_find_one_walk_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
