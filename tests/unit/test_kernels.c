@@ -86,6 +86,62 @@ static void test_quantize_act(void **state) {
     for (int i = 0; i < 128; i++) assert_int_equal(qv[i], 0);
 }
 
+/* Every table quantizes to the same bits as the scalar one: codes, scales
+ * and sums. The AVX-512 table does 16 blocks at a time (its maxima, scales
+ * and sums reduced together), so rows of 1 to 49 blocks put special blocks
+ * at every place in a group and in the partial group at the end. */
+static void test_quantize_act_tables_agree(void **state) {
+    (void)state;
+    const char *isas[] = {"avx2", "avx512"};
+    const zi_cpu_kernels *ref = &zi_cpu_kernels_scalar;
+    enum { NB = 49, COLS = NB * 32 };
+    float *x = malloc(sizeof(float) * COLS);
+    int8_t *q[2] = {malloc(2 * COLS), malloc(2 * COLS)};
+    float *d[2] = {malloc(sizeof(float) * NB), malloc(sizeof(float) * NB)};
+    float *sv[2] = {malloc(sizeof(float) * NB), malloc(sizeof(float) * NB)};
+    int ran = 0;
+    for (size_t i = 0; i < 2; i++) {
+        const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[i]);
+        if (!k) continue;
+        ran++;
+        for (int trial = 0; trial < 200; trial++) {
+            int nb = 1 + trial % NB;
+            for (int b = 0; b < nb; b++) { /* scales from 1e-30 to 1e30 */
+                float scale = powf(10.0f, frand(-30, 30));
+                for (int j = 0; j < 32; j++) x[b * 32 + j] = frand(-1, 1) * scale;
+            }
+            /* Values whose residual is exactly half a step (the clamp),
+             * and special blocks at random places. */
+            int sb = (int)frand(0, (float)nb - 0.01f);
+            for (int j = 0; j < 32; j++) x[sb * 32 + j] = (float)(j - 16) * 0.5f;
+            x[sb * 32] = 127.0f;
+            int kind = trial % 5, at = (int)frand(0, (float)nb - 0.01f);
+            float *xb = x + at * 32;
+            if (kind == 0) memset(xb, 0, 32 * sizeof(float));
+            if (kind == 1) xb[7] = NAN;
+            if (kind == 2) xb[31] = -INFINITY;
+            if (kind == 3) memset(xb, 0, 32 * sizeof(float)), xb[3] = 1e-39f;
+            zi_q8_act qa[2];
+            for (int r = 0; r < 2; r++) {
+                qa[r] = (zi_q8_act){q[r], d[r], sv[r], nb};
+                memset(q[r], 0x55, 2 * COLS);
+                (r ? k : ref)->quantize_act(x, &qa[r], 0);
+            }
+            assert_memory_equal(q[0], q[1], (size_t)nb * 64);
+            assert_memory_equal(d[0], d[1], (size_t)nb * sizeof(float));
+            assert_memory_equal(sv[0], sv[1], (size_t)nb * sizeof(float));
+            if (kind >= 1 && kind <= 3) { /* NaN, inf, subnormal: zeros */
+                assert_true(d[1][at] == 0.0f && sv[1][at] == 0.0f);
+                for (int j = 0; j < 32; j++)
+                    assert_true(q[1][at * 32 + j] == 0 && q[1][nb * 32 + at * 32 + j] == 0);
+            }
+        }
+    }
+    assert_true(ran >= 1 || !zi_cpu_kernels_by_name("avx2"));
+    free(x);
+    for (int r = 0; r < 2; r++) free(q[r]), free(d[r]), free(sv[r]);
+}
+
 /* Checks one table's product for one weight type against a double-precision
  * reference computed from dequantized weights and dequantized activations
  * (so the only difference allowed is float summation order). */
@@ -307,6 +363,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_f16_roundtrip_all),
         cmocka_unit_test(test_quantize_act),
+        cmocka_unit_test(test_quantize_act_tables_agree),
         cmocka_unit_test(test_tables_match_reference),
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_threadpool),
