@@ -21,7 +21,8 @@
  *
  * The KV cache is paged: per layer, one K and one V pool of fixed-size
  * blocks of block_size positions x n_kv_heads * head_dim values, of
- * kv_k_bytes and kv_v_bytes each (zi_backend); how a block lays them out is
+ * kv_k_bytes (+ kv_k_row_extra a row) and kv_v_bytes each (zi_backend); how a
+ * block lays them out is
  * the backend's (kv_store and attention are the only readers). A
  * sequence's position p lives in block table[p / block_size], row
  * p % block_size. Blocks are shared between sequences with a common prefix
@@ -132,10 +133,11 @@ typedef struct zi_backend_ops {
 
 struct zi_backend {
     const zi_backend_ops *ops;
-    /* Bytes of one cached K value and of one V value: 4 (float32) or 2
-     * (float16). The model sizes the KV pools with them; only the backend's
-     * ops read the pools. */
-    int kv_k_bytes, kv_v_bytes;
+    /* Bytes of one cached K value and of one V value (4: float32, 2:
+     * float16 or int16), and the bytes a K row of head_dim values carries
+     * besides them (the CPU's int16 rows: a float scale). The model sizes
+     * the KV pools with them; only the backend's ops read the pools. */
+    int kv_k_bytes, kv_v_bytes, kv_k_row_extra;
     /* Its buffers are host memory (the CPU backend): an op may then write
      * straight into the caller's memory, and the model has the output
      * product fill the caller's logits instead of copying them (16 rows:

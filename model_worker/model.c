@@ -272,8 +272,9 @@ void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
 /* ---- KV cache ---- */
 
 uint64_t zi_model_kv_bytes_per_token(const zi_model *m) {
-    return (uint64_t)m->cfg.n_layers * (uint64_t)m->cfg.n_kv_heads * (uint64_t)m->cfg.head_dim *
-           (uint64_t)(m->be->kv_k_bytes + m->be->kv_v_bytes);
+    return (uint64_t)m->cfg.n_layers * (uint64_t)m->cfg.n_kv_heads *
+           ((uint64_t)m->cfg.head_dim * (uint64_t)(m->be->kv_k_bytes + m->be->kv_v_bytes) +
+            (uint64_t)m->be->kv_k_row_extra);
 }
 
 uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_cache_memory,
@@ -313,11 +314,13 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
     int L = m->cfg.n_layers;
     kv->k = calloc((size_t)L, sizeof *kv->k);
     kv->v = calloc((size_t)L, sizeof *kv->v);
-    size_t values = 0, kbytes = 0, vbytes = 0;
-    if (__builtin_mul_overflow((size_t)n_blocks, (size_t)block_size, &values) ||
-        __builtin_mul_overflow(values, (size_t)m->cfg.n_kv_heads * (size_t)m->cfg.head_dim,
-                               &values) ||
+    size_t rows = 0, values = 0, kbytes = 0, vbytes = 0, kextra = 0;
+    if (__builtin_mul_overflow((size_t)n_blocks, (size_t)block_size, &rows) ||
+        __builtin_mul_overflow(rows, (size_t)m->cfg.n_kv_heads, &rows) ||
+        __builtin_mul_overflow(rows, (size_t)m->cfg.head_dim, &values) ||
         __builtin_mul_overflow(values, (size_t)m->be->kv_k_bytes, &kbytes) ||
+        __builtin_mul_overflow(rows, (size_t)m->be->kv_k_row_extra, &kextra) ||
+        __builtin_add_overflow(kbytes, kextra, &kbytes) ||
         __builtin_mul_overflow(values, (size_t)m->be->kv_v_bytes, &vbytes)) {
         zi_kv_cache_free(kv);
         return zi_error_set(err, ZI_ERANGE, "a KV cache of %d blocks x %d positions is too large",

@@ -435,24 +435,57 @@ static void cpu_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens,
 }
 
 /*
- * The CPU cache layout: a block holds, per KV head, its block_size rows of
- * head_dim values back to back, [n_blocks][n_kv_heads][block_size][head_dim],
- * so attention reads one KV head's rows of a block as one run of memory
- * (attention over a batch of sequences is bound by reading the cache). K is
- * float32 and V float16: a K rounding error moves a score by q . dk, which
- * the softmax turns straight into log-probability error (float16 K: up to
- * 0.022 from the float64 reference, against 0.003 with float32), while a V
- * rounding error is averaged by the weights (float16 V: up to 0.006). The
- * model sees only the block count and kv_k_bytes / kv_v_bytes.
+ * The CPU cache layout. A K block holds, per KV head, its block_size rows of
+ * head_dim int16 codes back to back, [n_kv_heads][block_size][head_dim],
+ * then one float scale per row, [n_kv_heads][block_size]; a V block holds
+ * [n_kv_heads][block_size][head_dim] float16 values. So attention reads one
+ * KV head's rows of a block as one run of memory (attention over a batch of
+ * sequences is bound by reading the cache: 2 + 4/head_dim bytes a K value
+ * instead of float32's 4 is a third fewer bytes a position).
+ *
+ * A K row is stored as round(k * 32767 / max|k|) with the scale
+ * max|k| / 32767: its error is at most 1/65534 of the row's largest value.
+ * That matters because a K rounding error moves a score by q . dk, which
+ * the softmax passes straight into the log-probabilities: float16 K (an
+ * error of 1/2048 of each value) moved them by up to 0.022 from the float64
+ * reference, int16 rows by 0.0045, float32 by 0.0038. A V rounding error is
+ * averaged by the attention weights, so V is float16 (up to 0.006). The
+ * model sees only the block count, kv_k_bytes, kv_k_row_extra and
+ * kv_v_bytes.
  */
 typedef struct kv_args {
     const zi_cpu_kernels *k;
-    float *kc;
+    uint8_t *kc;
     uint16_t *vc;
     const float *kx, *vx;
     const zi_batch_view *b;
     const zi_attn_shape *s;
 } kv_args;
+
+/* One K row of n values as int16 codes and their scale (the layout above).
+ * A row that is not finite (a broken model) gets a NaN scale, so its scores
+ * are NaN as they would have been; a row of zeros, or so small that the
+ * codes would overflow, gets zeros. */
+static void store_k_row(int16_t *codes, float *scale, const float *x, size_t n) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) {
+        float v = fabsf(x[i]);
+        finite &= v <= 0x1.fffffep127f; /* false for inf and NaN */
+        amax = v > amax ? v : amax;
+    }
+    if (!finite || !(amax >= 0x1p-100f)) {
+        memset(codes, 0, n * sizeof *codes);
+        *scale = finite ? 0.0f : NAN;
+        return;
+    }
+    const float inv = 32767.0f / amax;
+    for (size_t i = 0; i < n; i++) {
+        float c = nearbyintf(x[i] * inv); /* |c| <= 32767 up to rounding */
+        codes[i] = (int16_t)(c > 32767.0f ? 32767 : c < -32767.0f ? -32767 : c);
+    }
+    *scale = amax / 32767.0f;
+}
 
 /* A slice of the tokens: each row written is a cache miss or two, so a
  * batch's rows are shared between the threads (16 tokens: 16 -> 10 us). */
@@ -461,15 +494,20 @@ static void kv_worker(void *p, int ith, int nth) {
     const zi_batch_view *b = a->b;
     const zi_attn_shape *s = a->s;
     size_t hd = (size_t)s->head_dim, bs = (size_t)s->block_size, kvd = s->n_kv_heads * hd;
+    size_t kblock = kvd * bs * sizeof(int16_t) + (size_t)s->n_kv_heads * bs * sizeof(float);
     int64_t t0, t1;
     split_range(b->n_tokens, ith, nth, 1, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
         int p = b->pos[t];
         int32_t blk = b->block_tables[(size_t)b->seq[t] * b->table_stride + p / s->block_size];
-        size_t row = (size_t)blk * bs * kvd + (size_t)(p % s->block_size) * hd;
+        size_t r = (size_t)(p % s->block_size);
+        int16_t *codes = (int16_t *)(a->kc + (size_t)blk * kblock);
+        float *scales = (float *)(a->kc + (size_t)blk * kblock + kvd * bs * sizeof(int16_t));
+        uint16_t *v = a->vc + (size_t)blk * bs * kvd;
         for (int h = 0; h < s->n_kv_heads; h++) {
-            memcpy(a->kc + row + h * bs * hd, a->kx + t * kvd + h * hd, hd * sizeof(float));
-            a->k->to_f16(a->vc + row + h * bs * hd, a->vx + t * kvd + h * hd, (int64_t)hd);
+            store_k_row(codes + (h * bs + r) * hd, scales + h * bs + r, a->kx + t * kvd + h * hd,
+                        hd);
+            a->k->to_f16(v + (h * bs + r) * hd, a->vx + t * kvd + h * hd, (int64_t)hd);
         }
     }
 }
@@ -487,7 +525,7 @@ typedef struct attn_args {
     cpu_backend *c;
     float *out;
     const float *q;
-    const float *kc;
+    const uint8_t *kc;
     const uint16_t *vc;
     const zi_batch_view *b;
     const zi_attn_shape *s;
@@ -503,7 +541,8 @@ static void attn_worker(void *p, int ith, int nth) {
     const zi_cpu_kernels *k = a->c->k;
     float *scores = a->c->scratch + (size_t)ith * a->c->scratch_per_thread;
     int hd = s->head_dim;
-    size_t kvd = (size_t)s->n_kv_heads * hd;
+    size_t kvd = (size_t)s->n_kv_heads * hd, bs = (size_t)s->block_size;
+    size_t kblock = kvd * bs * sizeof(int16_t) + (size_t)s->n_kv_heads * bs * sizeof(float);
     int group = s->n_heads / s->n_kv_heads, hpt = a->heads_per_task;
     int tasks_per_token = s->n_heads / hpt;
     int64_t total = (int64_t)a->b->n_tokens * tasks_per_token;
@@ -522,12 +561,22 @@ static void attn_worker(void *p, int ith, int nth) {
             int kvh = h0 / group;
             size_t row = ((size_t)t * s->n_heads + (size_t)h0) * hd;
             const int32_t *blocks = a->b->block_tables + (size_t)a->b->seq[t] * a->b->table_stride;
-            size_t head = (size_t)kvh * s->block_size * hd; /* its part of block 0 */
+            size_t head = (size_t)kvh * bs * hd; /* its part of block 0 */
+            /* This KV head's part of the cache (the layout above kv_args). */
+            zi_kv_head kv = {
+                .k = (const int16_t *)a->kc + head,
+                .ks = (const float *)(a->kc + kvd * bs * sizeof(int16_t)) + (size_t)kvh * bs,
+                .v = a->vc + head,
+                .blocks = blocks,
+                .bs = s->block_size,
+                .kstride = kblock / sizeof(int16_t),
+                .sstride = kblock / sizeof(float),
+                .vstride = kvd * bs,
+            };
             int n = a->b->pos[t] + 1;
             for (int g0 = 0; g0 < hpt; g0 += ZI_ATTN_GROUP_MAX) {
                 int G = hpt - g0 < ZI_ATTN_GROUP_MAX ? hpt - g0 : ZI_ATTN_GROUP_MAX;
-                k->attend(a->q + row + (size_t)g0 * hd, G, a->kc + head, a->vc + head, blocks,
-                          s->block_size, kvd * s->block_size, n, hd, s->scale, scores,
+                k->attend(a->q + row + (size_t)g0 * hd, G, &kv, n, hd, s->scale, scores,
                           a->out + row + (size_t)g0 * hd);
             }
         }
@@ -617,7 +666,8 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     cpu_backend *c = calloc(1, sizeof *c);
     if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory creating the CPU backend");
     c->base.ops = &cpu_ops;
-    c->base.kv_k_bytes = 4; /* float32 K, float16 V (cpu_kv_store) */
+    c->base.kv_k_bytes = 2; /* int16 K rows with a float scale, float16 V (kv_worker) */
+    c->base.kv_k_row_extra = sizeof(float);
     c->base.kv_v_bytes = 2;
     c->base.host_memory = true;
     c->k = k;

@@ -20,6 +20,22 @@
 
 #include "quant.h"
 
+/*
+ * One KV head's part of a paged cache, as attend reads it (the layout is
+ * cpu_backend.c's). Position j lives in block b = blocks[j / bs], row
+ * r = j % bs: its K row is hd int16 codes at k + b * kstride + r * hd, to be
+ * multiplied by the float at ks + b * sstride + r; its V row is hd float16
+ * values at v + b * vstride + r * hd.
+ */
+typedef struct zi_kv_head {
+    const int16_t *k;
+    const float *ks;
+    const uint16_t *v;
+    const int32_t *blocks;
+    int bs;
+    size_t kstride, sstride, vstride;
+} zi_kv_head;
+
 typedef struct zi_cpu_kernels {
     const char *isa;
     /* x[0..n) -> row `row` of a (n = 32 * a->nb). */
@@ -54,17 +70,13 @@ typedef struct zi_cpu_kernels {
                     int64_t n, int n_tokens, float *y, int64_t ldy);
     /*
      * Attention of G query heads that share one KV head (grouped-query
-     * attention), over n cache positions: q and out are G rows of hd floats.
-     * This KV head's K rows (float32) live in blocks of bs rows of hd
-     * values, back to back, block b at k + b * bstride: position j's row
-     * starts at k + blocks[j / bs] * bstride + (j % bs) * hd (likewise v,
-     * whose values are float16; k and v already point at this KV head's part
-     * of block 0).
-     * scores is scratch for G*n floats. out[g] = softmax(q[g] . K^T * scale)
-     * V. Each K and V row is read once for all G heads.
+     * attention) over positions 0..n-1 of kv (below): q and out are G rows
+     * of hd floats, scores is scratch for G*n floats. out[g] =
+     * softmax(q[g] . K^T * scale) V. Each K and V row is read once for all
+     * G heads.
      */
-    void (*attend)(const float *q, int G, const float *k, const uint16_t *v, const int32_t *blocks,
-                   int bs, size_t bstride, int n, int hd, float scale, float *scores, float *out);
+    void (*attend)(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,
+                   float *scores, float *out);
     /* dst[i] = x[i] rounded to float16 (to nearest, ties to even), i < n. */
     void (*to_f16)(uint16_t *dst, const float *x, int64_t n);
     /* Attention helpers over float vectors. */

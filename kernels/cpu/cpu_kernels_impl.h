@@ -892,9 +892,12 @@ static void scale_f32(float *y, float a, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] *= a;
 }
 
-/* The offset of KV position j's row of one KV head in a paged cache
- * (cpu_kernels.h): blocks of bs rows of hd values, block b at b * bstride. */
-#define ZI_KV_ROW(j) ((size_t)blocks[(j) / bs] * bstride + (size_t)((j) % bs) * (size_t)hd)
+/* The offset of position j's row (of hd values) in a paged cache whose
+ * blocks lie `stride` apart, and of its K scale (cpu_kernels.h). */
+#define ZI_KV_ROW(kv, j, stride, hd)                                                               \
+    ((size_t)(kv)->blocks[(j) / (kv)->bs] * (kv)->stride + (size_t)((j) % (kv)->bs) * (size_t)(hd))
+#define ZI_KV_SCALE(kv, j)                                                                         \
+    ((kv)->ks[(size_t)(kv)->blocks[(j) / (kv)->bs] * (kv)->sstride + (j) % (kv)->bs])
 
 #if defined(__AVX512F__)
 /* 16 cached float16 values as floats (exact). */
@@ -987,18 +990,24 @@ static inline __m512 exp16(__m512 x) {
  * and an add, so more V rows are in flight from memory at once (16 streams
  * of 384-448 positions: 28.5 -> 27.4 ms a step), and one rounding, not two. */
 static inline __attribute__((always_inline)) void
-attend_pv(const float *p, int n, const uint16_t *v, const int32_t *blocks, int bs, size_t bstride,
-          int nc, int NG, float *out) {
+attend_pv(const float *p, int n, const zi_kv_head *kv, int nc, int NG, float *out) {
+    const int32_t *blocks = kv->blocks;
+    const int bs = kv->bs;
     double sum[4] = {0.0, 0.0, 0.0, 0.0};
     for (int j = 0; j < n; j++)
         for (int g = 0; g < NG; g++) sum[g] += p[(size_t)g * n + j];
     __m512 o[4][8];
     for (int g = 0; g < NG; g++)
         for (int c = 0; c < nc; c++) o[g][c] = _mm512_setzero_ps();
-    const uint16_t *vj = v + (size_t)blocks[0] * bstride;
+    const uint16_t *vj = kv->v + (size_t)blocks[0] * kv->vstride;
+    const int last = (n - 1) / bs;
     for (int j = 0, jb = 0, jr = 0; j < n; j++, jr++, vj += 16 * nc) {
         if (jr == bs) /* the next cache block */
-            jr = 0, vj = v + (size_t)blocks[++jb] * bstride;
+            jr = 0, vj = kv->v + (size_t)blocks[++jb] * kv->vstride;
+        if (jr == 0 && jb < last) { /* and the one after it, while this one is read */
+            const char *nv = (const char *)(kv->v + (size_t)blocks[jb + 1] * kv->vstride);
+            for (int i = 0; i < bs * 32 * nc; i += 64) _mm_prefetch(nv + i, _MM_HINT_T0);
+        }
         for (int g = 0; g < NG; g++) {
             __m512 pg = _mm512_set1_ps(p[(size_t)g * n + j]);
             for (int c = 0; c < nc; c++)
@@ -1012,50 +1021,72 @@ attend_pv(const float *p, int n, const uint16_t *v, const int32_t *blocks, int b
     }
 }
 
+/* 16 cached int16 K codes as floats (exact). */
+static inline __m512 ld_i16x16(const int16_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)p)));
+}
+
 /*
  * attend for head sizes of 64 and 128 (nc = hd / 16 constant): the same
  * float operations per head as the generic version below (dot_f32's FMA
- * chain and reduction, glibc's expf, a double sum in position order, then
- * the sum of p*v by fused multiply-adds, in position order), so a
- * head's output is identical to it and never depends on G. Faster by doing
- * 16 scores' reductions and exponentials at once, and keeping the output
- * rows in registers instead of memory.
+ * chain and reduction over the codes as floats, times the row's scale, times
+ * `scale`; glibc's expf, a double sum in position order, then the sum of
+ * p*v by fused multiply-adds, in position order), so a head's output is
+ * identical to it and never depends on G. Faster by doing 16 scores'
+ * reductions and exponentials at once, converting 16 K rows once for the G
+ * heads, and keeping the output rows in registers instead of memory.
  */
-static inline __attribute__((always_inline)) void attend16(const float *q, int G, const float *k,
-                                                           const uint16_t *v, const int32_t *blocks,
-                                                           int bs, size_t bstride, int n, int nc,
+static inline __attribute__((always_inline)) void attend16(const float *q, int G,
+                                                           const zi_kv_head *kv, int n, int nc,
                                                            float scale, float *scores, float *out) {
-    const int hd = 16 * nc;
+    const int hd = 16 * nc, bs = kv->bs;
     const __m512 vscale = _mm512_set1_ps(scale);
+    _Alignas(64) float kf[16 * 128], ksr[16];
     for (int j0 = 0; j0 < n; j0 += 16) {
         const int left = n - j0 < 16 ? n - j0 : 16;
+        const __mmask16 live = (__mmask16)((1u << left) - 1);
         /* Usually the 16 rows lie in one cache block, back to back. */
-        const int jr0 = j0 % bs, whole = left == 16 && jr0 + 16 <= bs;
-        const float *kb = k + (size_t)blocks[j0 / bs] * bstride + (size_t)jr0 * hd;
+        const int jr0 = j0 % bs;
+        __m512 ksv;
+        /* The next 16 rows' K, and in attend_pv the next block's V, are
+         * asked for while these are read: the cache's runs are short (2 KiB
+         * a block and KV head) and scattered, too short for the hardware's
+         * prefetchers (16 streams of 384-448 positions: 27.1 -> 24.2 ms a
+         * step, both together). */
+        if (j0 + 16 < n) {
+            const int16_t *nk = kv->k + ZI_KV_ROW(kv, j0 + 16, kstride, hd);
+            for (int i = 0; i < 16 * hd * 2; i += 64)
+                _mm_prefetch((const char *)nk + i, _MM_HINT_T0);
+        }
+        if (left == 16 && jr0 + 16 <= bs) {
+            const size_t b = (size_t)kv->blocks[j0 / bs];
+            const int16_t *kb = kv->k + b * kv->kstride + (size_t)jr0 * hd;
+            for (int i = 0; i < 16 * nc; i++) _mm512_store_ps(kf + 16 * i, ld_i16x16(kb + 16 * i));
+            ksv = _mm512_loadu_ps(kv->ks + b * kv->sstride + jr0);
+        } else {
+            for (int j = 0; j < left; j++) {
+                const int16_t *kj = kv->k + ZI_KV_ROW(kv, j0 + j, kstride, hd);
+                for (int c = 0; c < nc; c++)
+                    _mm512_store_ps(kf + (size_t)j * hd + 16 * c, ld_i16x16(kj + 16 * c));
+                ksr[j] = ZI_KV_SCALE(kv, j0 + j);
+            }
+            ksv = _mm512_maskz_loadu_ps(live, ksr);
+        }
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * hd;
             __m512 qv[8], acc[16];
             for (int c = 0; c < nc; c++) qv[c] = _mm512_loadu_ps(qg + 16 * c);
-            if (whole) { /* s: hsum16's lane order */
-                for (int s = 0; s < 16; s++) {
-                    const float *kj = kb + (size_t)(4 * (s & 3) + (s >> 2)) * hd;
-                    acc[s] = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), _mm512_setzero_ps());
-                    for (int c = 1; c < nc; c++)
-                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[s]);
-                }
-            } else { /* rows past the end give zero sums, not stored */
-                for (int s = 0; s < 16; s++) {
-                    const int j = 4 * (s & 3) + (s >> 2);
-                    acc[s] = _mm512_setzero_ps();
-                    if (j >= left) continue;
-                    const float *kj = k + ZI_KV_ROW(j0 + j);
-                    acc[s] = _mm512_fmadd_ps(qv[0], _mm512_loadu_ps(kj), acc[s]);
-                    for (int c = 1; c < nc; c++)
-                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_loadu_ps(kj + 16 * c), acc[s]);
-                }
+            for (int s = 0; s < 16; s++) { /* s: hsum16's lane order */
+                const int j = 4 * (s & 3) + (s >> 2);
+                acc[s] = _mm512_setzero_ps();
+                if (j >= left) continue; /* rows past the end: zero sums, not stored */
+                const float *kj = kf + (size_t)j * hd;
+                acc[s] = _mm512_fmadd_ps(qv[0], _mm512_load_ps(kj), acc[s]);
+                for (int c = 1; c < nc; c++)
+                    acc[s] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kj + 16 * c), acc[s]);
             }
-            _mm512_mask_storeu_ps(scores + (size_t)g * n + j0, (__mmask16)((1u << left) - 1),
-                                  _mm512_mul_ps(hsum16(acc), vscale));
+            _mm512_mask_storeu_ps(scores + (size_t)g * n + j0, live,
+                                  _mm512_mul_ps(_mm512_mul_ps(hsum16(acc), ksv), vscale));
         }
     }
     for (int g = 0; g < G; g++) {
@@ -1077,32 +1108,43 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
         const float *sg = scores + (size_t)g0 * n;
         float *og = out + (size_t)g0 * hd;
         switch (G - g0 < hg ? G - g0 : hg) {
-        case 1: attend_pv(sg, n, v, blocks, bs, bstride, nc, 1, og); break;
-        case 2: attend_pv(sg, n, v, blocks, bs, bstride, nc, 2, og); break;
-        case 3: attend_pv(sg, n, v, blocks, bs, bstride, nc, 3, og); break;
-        default: attend_pv(sg, n, v, blocks, bs, bstride, nc, 4, og); break;
+        case 1:
+            attend_pv(sg, n, kv, nc, 1, og);
+            break;
+        case 2:
+            attend_pv(sg, n, kv, nc, 2, og);
+            break;
+        case 3:
+            attend_pv(sg, n, kv, nc, 3, og);
+            break;
+        default:
+            attend_pv(sg, n, kv, nc, 4, og);
+            break;
         }
     }
 }
 #endif
 
-static void attend(const float *q, int G, const float *k, const uint16_t *v, const int32_t *blocks,
-                   int bs, size_t bstride, int n, int hd, float scale, float *scores, float *out) {
+static void attend(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,
+                   float *scores, float *out) {
 #if defined(__AVX512F__)
     /* The common head sizes with constant trip counts (rows in registers). */
     if (hd == 64) {
-        attend16(q, G, k, v, blocks, bs, bstride, n, 4, scale, scores, out);
+        attend16(q, G, kv, n, 4, scale, scores, out);
         return;
     }
     if (hd == 128) {
-        attend16(q, G, k, v, blocks, bs, bstride, n, 8, scale, scores, out);
+        attend16(q, G, kv, n, 8, scale, scores, out);
         return;
     }
 #endif
-    float row[1024]; /* hd <= 1024 (model.c): a cached V row as floats */
+    float row[1024]; /* hd <= 1024 (model.c): a cached K or V row as floats */
     for (int j = 0; j < n; j++) {
-        const float *kj = k + ZI_KV_ROW(j);
-        for (int g = 0; g < G; g++) scores[(size_t)g * n + j] = dot_f32(q + g * hd, kj, hd) * scale;
+        const int16_t *kj = kv->k + ZI_KV_ROW(kv, j, kstride, hd);
+        for (int i = 0; i < hd; i++) row[i] = (float)kj[i];
+        const float ks = ZI_KV_SCALE(kv, j);
+        for (int g = 0; g < G; g++)
+            scores[(size_t)g * n + j] = dot_f32(q + g * hd, row, hd) * ks * scale;
     }
     float inv[64]; /* G <= 64, checked by the caller */
     for (int g = 0; g < G; g++) {
@@ -1117,7 +1159,7 @@ static void attend(const float *q, int G, const float *k, const uint16_t *v, con
     }
     memset(out, 0, (size_t)G * hd * sizeof(float));
     for (int j = 0; j < n; j++) {
-        const uint16_t *vj = v + ZI_KV_ROW(j);
+        const uint16_t *vj = kv->v + ZI_KV_ROW(kv, j, vstride, hd);
         for (int i = 0; i < hd; i++) row[i] = load_f16(vj[i]);
         for (int g = 0; g < G; g++) { /* fused, as attend16 */
             float *og = out + g * hd, pj = scores[(size_t)g * n + j];

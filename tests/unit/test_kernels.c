@@ -350,6 +350,77 @@ static void test_backend_threads_agree(void **state) {
     free(y3);
 }
 
+/* Attention through the backend: kv_store writes float K and V rows into a
+ * paged cache (int16 K rows with a scale, float16 V: cpu_backend.c), and
+ * attention reads them back, for every table, head size 64 (the AVX-512
+ * fast path) and 32 (the generic loop), GQA groups of 3, block sizes 16 and
+ * 5 with the blocks out of order, and 1-70 positions. The result must agree
+ * with softmax(q . K * scale) V in double on the unrounded K and V within
+ * the cache's rounding, and with 1 and 2 threads bit for bit. */
+static void test_attention_paged_cache(void **state) {
+    (void)state;
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    const int heads = 6, kvh = 2, npos = 70;
+    for (size_t ii = 0; ii < 3; ii++) {
+        if (!zi_cpu_kernels_by_name(isas[ii])) continue;
+        for (int hd = 32; hd <= 64; hd += 32)
+            for (int bs = 5; bs <= 16; bs += 11) {
+                const int nblk = (npos + bs - 1) / bs + 1, kvd = kvh * hd;
+                float *k = malloc(sizeof(float) * npos * kvd),
+                      *v = malloc(sizeof(float) * npos * kvd);
+                float *q = malloc(sizeof(float) * heads * hd);
+                float *out[2] = {malloc(sizeof(float) * heads * hd),
+                                 malloc(sizeof(float) * heads * hd)};
+                for (int i = 0; i < npos * kvd; i++) k[i] = frand(-2, 2), v[i] = frand(-1, 1);
+                for (int i = 0; i < heads * hd; i++) q[i] = frand(-1, 1);
+                int32_t table[32], pos[70], seq[70];
+                for (int b = 0; b < nblk; b++) table[b] = nblk - 1 - b; /* reversed */
+                for (int t = 0; t < npos; t++) pos[t] = t, seq[t] = 0;
+                for (int nt = 1; nt <= 2; nt++) {
+                    zi_backend *be = NULL;
+                    zi_error err = {0};
+                    zi_cpu_options o = {.n_threads = nt, .isa = isas[ii]};
+                    assert_int_equal(zi_cpu_backend_create(&o, &be, &err), ZI_OK);
+                    assert_int_equal(be->ops->reserve(be, npos, kvd, npos, &err), ZI_OK);
+                    size_t rows = (size_t)nblk * bs * kvh;
+                    void *kc = calloc(1, rows * ((size_t)hd * be->kv_k_bytes + be->kv_k_row_extra));
+                    void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
+                    zi_attn_shape sh = {heads, kvh, hd, bs, npos, 1.0f / sqrtf((float)hd)};
+                    zi_batch_view all = {npos, pos, seq, table, 32};
+                    be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
+                    for (int n = 1; n <= npos; n += 23) { /* the token at n - 1 */
+                        zi_batch_view one = {1, &pos[n - 1], seq, table, 32};
+                        be->ops->attention(be, out[nt - 1], q, kc, vc, &one, &sh);
+                        for (int h = 0; h < heads; h++) {
+                            const int g = h / (heads / kvh);
+                            double w[70], sum = 0, mx = -1e300;
+                            for (int j = 0; j < n; j++) {
+                                double d = 0;
+                                for (int i = 0; i < hd; i++)
+                                    d += (double)q[h * hd + i] * k[j * kvd + g * hd + i];
+                                w[j] = d * sh.scale;
+                                mx = w[j] > mx ? w[j] : mx;
+                            }
+                            for (int j = 0; j < n; j++) sum += w[j] = exp(w[j] - mx);
+                            for (int i = 0; i < hd; i++) {
+                                double r = 0;
+                                for (int j = 0; j < n; j++)
+                                    r += w[j] / sum * v[j * kvd + g * hd + i];
+                                assert_true(fabs(out[nt - 1][h * hd + i] - r) < 2e-3);
+                            }
+                        }
+                    }
+                    be->ops->destroy(be);
+                    free(kc);
+                    free(vc);
+                }
+                /* the last n of both thread counts */
+                assert_memory_equal(out[0], out[1], sizeof(float) * heads * hd);
+                free(k), free(v), free(q), free(out[0]), free(out[1]);
+            }
+    }
+}
+
 static void test_unknown_isa_refused(void **state) {
     (void)state;
     zi_error err = {0};
@@ -368,6 +439,7 @@ int main(void) {
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_threadpool),
         cmocka_unit_test(test_backend_threads_agree),
+        cmocka_unit_test(test_attention_paged_cache),
         cmocka_unit_test(test_unknown_isa_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
