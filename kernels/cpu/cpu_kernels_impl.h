@@ -63,8 +63,9 @@ static inline __m512i quantize_codes16(__m512 x0, __m512 x1, __m512 id, int8_t *
                             _mm512_add_epi32(ri[0], ri[1]));
 }
 
-/* Lane i of the result: the largest lane of v[s] for the s that hsum16
- * (below) sends to lane i, s = 4 * (i % 4) + i / 4 read the other way. */
+/* hsum16's shape (below) with max: lane 4 * (s % 4) + s / 4 of the result
+ * is the largest lane of v[s]. Lanes of different v[s] never meet, so a
+ * NaN stays in its own lane. */
 static inline __m512 hmax16(const __m512 *v) {
     __m512 w[8], u[4], z[2];
     for (int m = 0; m < 8; m++)
