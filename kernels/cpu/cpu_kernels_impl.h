@@ -63,41 +63,37 @@ static inline __m512i quantize_codes16(__m512 x0, __m512 x1, __m512 id, int8_t *
                             _mm512_add_epi32(ri[0], ri[1]));
 }
 
-/* hsum16's shape (below) with max: lane 4 * (s % 4) + s / 4 of the result
- * is the largest lane of v[s]. Lanes of different v[s] never meet, so a
- * NaN stays in its own lane. */
-static inline __m512 hmax16(const __m512 *v) {
+/*
+ * The reduction tree of 16 vectors to one: lane 4 * (s % 4) + s / 4 of the
+ * result combines the 16 lanes of v[s] by op, in the tree order of
+ * _mm512_reduce_add_ps (halves, quarters, pairs, then the last two): 15 ops
+ * and 30 shuffles for 16 results instead of ~9 ops each. Lanes of different
+ * v[s] never meet (so a NaN stays in its own lane). op is a constant once
+ * inlined.
+ */
+static inline __attribute__((always_inline)) __m512 tree16(const __m512 *v,
+                                                           __m512 (*op)(__m512, __m512)) {
     __m512 w[8], u[4], z[2];
-    for (int m = 0; m < 8; m++)
-        w[m] = _mm512_max_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE),
-                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44));
-    for (int m = 0; m < 4; m++)
-        u[m] = _mm512_max_ps(_mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0xDD),
-                             _mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0x88));
-    for (int m = 0; m < 2; m++)
-        z[m] = _mm512_max_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE),
-                             _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44));
-    return _mm512_max_ps(_mm512_shuffle_ps(z[0], z[1], 0xDD), _mm512_shuffle_ps(z[0], z[1], 0x88));
+    for (int m = 0; m < 8; m++) /* lanes i + (i+8) of v[2m] | of v[2m+1] */
+        w[m] = op(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE),
+                  _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44));
+    for (int m = 0; m < 4; m++) /* then i + (i+4): one quarter per v */
+        u[m] = op(_mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0xDD),
+                  _mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0x88));
+    for (int m = 0; m < 2; m++) /* then i + (i+2) */
+        z[m] = op(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE),
+                  _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44));
+    return op(_mm512_shuffle_ps(z[0], z[1], 0xDD), _mm512_shuffle_ps(z[0], z[1], 0x88));
 }
 
-/* hmax16's shape with integer adds (exact in any order). */
-static inline __m512i hsum16_epi32(const __m512i *vi) {
-    __m512 v[16], w[8], u[4], z[2];
-    for (int s = 0; s < 16; s++) v[s] = _mm512_castsi512_ps(vi[s]);
-#define ZI_ADDI(a, b)                                                                              \
-    _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)))
-    for (int m = 0; m < 8; m++)
-        w[m] = ZI_ADDI(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE),
-                       _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44));
-    for (int m = 0; m < 4; m++)
-        u[m] = ZI_ADDI(_mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0xDD),
-                       _mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0x88));
-    for (int m = 0; m < 2; m++)
-        z[m] = ZI_ADDI(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE),
-                       _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44));
-    __m512 r = ZI_ADDI(_mm512_shuffle_ps(z[0], z[1], 0xDD), _mm512_shuffle_ps(z[0], z[1], 0x88));
-#undef ZI_ADDI
-    return _mm512_castps_si512(r);
+static inline __m512 op_add_ps(__m512 a, __m512 b) {
+    return _mm512_add_ps(a, b);
+}
+static inline __m512 op_max_ps(__m512 a, __m512 b) {
+    return _mm512_max_ps(a, b);
+}
+static inline __m512 op_add_epi32(__m512 a, __m512 b) { /* int32 lanes, exact in any order */
+    return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
 }
 
 /*
@@ -115,7 +111,7 @@ static inline unsigned quantize_group16(const float *x, int n, int8_t *q, int8_t
                                         float *sv) {
     __m512 m[16];
     unsigned bad = 0;
-    for (int s = 0; s < 16; s++) { /* v[s] of hmax16 is block b */
+    for (int s = 0; s < 16; s++) { /* v[s] of tree16 is block b */
         const int b = 4 * (s & 3) + (s >> 2);
         if (b >= n) {
             m[s] = _mm512_setzero_ps();
@@ -125,26 +121,27 @@ static inline unsigned quantize_group16(const float *x, int n, int8_t *q, int8_t
         m[s] = _mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1));
         if (_mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q)) bad |= 1u << b;
     }
-    const __m512 amax = hmax16(m);
+    const __m512 amax = tree16(m, op_max_ps);
     bad |= (unsigned)(__mmask16) ~(_mm512_cmp_ps_mask(amax, _mm512_set1_ps(0x1p-100f), _CMP_GE_OQ) &
                                    _mm512_cmp_ps_mask(amax, _mm512_set1_ps(INFINITY), _CMP_LT_OQ));
     const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
     const __m512 dd = _mm512_div_ps(d, _mm512_set1_ps(256.0f));
     _Alignas(64) float id[16];
     _mm512_store_ps(id, _mm512_div_ps(_mm512_set1_ps(1.0f), d));
-    __m512i sums[16];
+    __m512 sums[16]; /* int32 lanes */
     for (int s = 0; s < 16; s++) {
         const int b = 4 * (s & 3) + (s >> 2);
-        sums[s] =
-            b >= n || bad >> b & 1
-                ? _mm512_setzero_si512()
-                : quantize_codes16(_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16),
-                                   _mm512_set1_ps(id[b]), q + 32 * b, q2 + 32 * b);
+        sums[s] = b >= n || bad >> b & 1
+                      ? _mm512_setzero_ps()
+                      : _mm512_castsi512_ps(quantize_codes16(
+                            _mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16),
+                            _mm512_set1_ps(id[b]), q + 32 * b, q2 + 32 * b));
     }
     bad &= (1u << n) - 1;
     const __mmask16 ok = (__mmask16)((1u << n) - 1 - bad);
     _mm512_mask_storeu_ps(dv, ok, dd);
-    _mm512_mask_storeu_ps(sv, ok, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(hsum16_epi32(sums))));
+    const __m512i sum = _mm512_castps_si512(tree16(sums, op_add_epi32));
+    _mm512_mask_storeu_ps(sv, ok, _mm512_mul_ps(dd, _mm512_cvtepi32_ps(sum)));
     return bad;
 }
 #endif
@@ -908,22 +905,11 @@ static inline __m512 ld_f16x16(const uint16_t *p) {
 
 /*
  * Lane L of the result: the sum of the 16 lanes of v[s], s = 4*(L%4) + L/4,
- * added in the tree order of _mm512_reduce_add_ps (halves, quarters, pairs,
- * then the last two), so each sum is bit-identical to dot_f32's reduction:
- * 15 adds and 30 shuffles for 16 sums instead of ~9 ops each.
+ * added in tree16's order, which is _mm512_reduce_add_ps's, so each sum is
+ * bit-identical to dot_f32's reduction.
  */
 static inline __m512 hsum16(const __m512 *v) {
-    __m512 w[8], u[4], z[2];
-    for (int m = 0; m < 8; m++) /* lanes i + (i+8) of v[2m] | of v[2m+1] */
-        w[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE),
-                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44));
-    for (int m = 0; m < 4; m++) /* then i + (i+4): one quarter per v */
-        u[m] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0xDD),
-                             _mm512_shuffle_f32x4(w[2 * m], w[2 * m + 1], 0x88));
-    for (int m = 0; m < 2; m++) /* then i + (i+2) */
-        z[m] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0xEE),
-                             _mm512_shuffle_ps(u[2 * m], u[2 * m + 1], 0x44));
-    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0xDD), _mm512_shuffle_ps(z[0], z[1], 0x88));
+    return tree16(v, op_add_ps);
 }
 
 /*
