@@ -21,9 +21,9 @@
  *
  * The KV cache is paged: per layer, one K and one V pool of fixed-size
  * blocks of block_size positions x n_kv_heads * head_dim values, of
- * kv_k_bytes (+ kv_k_row_extra a row) and kv_v_bytes each (zi_backend); how a
- * block lays them out is
- * the backend's (kv_store and attention are the only readers). A
+ * kv_k_bytes (+ kv_k_row_extra a row) and kv_v_bytes each (zi_backend);
+ * how a block lays them out is the backend's (kv_store and attention are
+ * the only readers). A
  * sequence's position p lives in block table[p / block_size], row
  * p % block_size. Blocks are shared between sequences with a common prefix
  * (prefix caching, model_worker/kv_blocks.h); a shared block is only read.

@@ -462,18 +462,26 @@ typedef struct kv_args {
     const zi_attn_shape *s;
 } kv_args;
 
+/* The K layout above in bytes for one shape: a block's size, and where its
+ * scales start. The same sizes as kv_k_bytes and kv_k_row_extra give the
+ * model's pools; head_dim is even (model.c), so every scale is aligned. */
+typedef struct k_layout {
+    size_t block, scales;
+} k_layout;
+
+static k_layout k_layout_of(const zi_attn_shape *s) {
+    size_t rows = (size_t)s->n_kv_heads * (size_t)s->block_size;
+    size_t codes = rows * (size_t)s->head_dim * sizeof(int16_t);
+    return (k_layout){codes + rows * sizeof(float), codes};
+}
+
 /* One K row of n values as int16 codes and their scale (the layout above).
  * A row that is not finite (a broken model) gets a NaN scale, so its scores
  * are NaN as they would have been; a row of zeros, or so small that the
  * codes would overflow, gets zeros. */
 static void store_k_row(int16_t *codes, float *scale, const float *x, size_t n) {
-    float amax = 0.0f;
-    int finite = 1;
-    for (size_t i = 0; i < n; i++) {
-        float v = fabsf(x[i]);
-        finite &= v <= 0x1.fffffep127f; /* false for inf and NaN */
-        amax = v > amax ? v : amax;
-    }
+    int finite;
+    const float amax = zi_amax_finite(x, n, &finite);
     if (!finite || !(amax >= 0x1p-100f)) {
         memset(codes, 0, n * sizeof *codes);
         *scale = finite ? 0.0f : NAN;
@@ -499,15 +507,15 @@ static void kv_worker(void *p, int ith, int nth) {
     const zi_batch_view *b = a->b;
     const zi_attn_shape *s = a->s;
     size_t hd = (size_t)s->head_dim, bs = (size_t)s->block_size, kvd = s->n_kv_heads * hd;
-    size_t kblock = kvd * bs * sizeof(int16_t) + (size_t)s->n_kv_heads * bs * sizeof(float);
+    const k_layout kl = k_layout_of(s);
     int64_t t0, t1;
     split_range(b->n_tokens, ith, nth, 1, &t0, &t1);
     for (int64_t t = t0; t < t1; t++) {
         int p = b->pos[t];
         int32_t blk = b->block_tables[(size_t)b->seq[t] * b->table_stride + p / s->block_size];
         size_t r = (size_t)(p % s->block_size);
-        int16_t *codes = (int16_t *)(a->kc + (size_t)blk * kblock);
-        float *scales = (float *)(a->kc + (size_t)blk * kblock + kvd * bs * sizeof(int16_t));
+        int16_t *codes = (int16_t *)(a->kc + (size_t)blk * kl.block);
+        float *scales = (float *)(a->kc + (size_t)blk * kl.block + kl.scales);
         uint16_t *v = a->vc + (size_t)blk * bs * kvd;
         for (int h = 0; h < s->n_kv_heads; h++) {
             store_k_row(codes + (h * bs + r) * hd, scales + h * bs + r, a->kx + t * kvd + h * hd,
@@ -547,7 +555,7 @@ static void attn_worker(void *p, int ith, int nth) {
     float *scores = a->c->scratch + (size_t)ith * a->c->scratch_per_thread;
     int hd = s->head_dim;
     size_t kvd = (size_t)s->n_kv_heads * hd, bs = (size_t)s->block_size;
-    size_t kblock = kvd * bs * sizeof(int16_t) + (size_t)s->n_kv_heads * bs * sizeof(float);
+    const k_layout kl = k_layout_of(s);
     int group = s->n_heads / s->n_kv_heads, hpt = a->heads_per_task;
     int tasks_per_token = s->n_heads / hpt;
     int64_t total = (int64_t)a->b->n_tokens * tasks_per_token;
@@ -570,12 +578,12 @@ static void attn_worker(void *p, int ith, int nth) {
             /* This KV head's part of the cache (the layout above kv_args). */
             zi_kv_head kv = {
                 .k = (const int16_t *)a->kc + head,
-                .ks = (const float *)(a->kc + kvd * bs * sizeof(int16_t)) + (size_t)kvh * bs,
+                .ks = (const float *)(a->kc + kl.scales) + (size_t)kvh * bs,
                 .v = a->vc + head,
                 .blocks = blocks,
                 .bs = s->block_size,
-                .kstride = kblock / sizeof(int16_t),
-                .sstride = kblock / sizeof(float),
+                .kstride = kl.block / sizeof(int16_t),
+                .sstride = kl.block / sizeof(float),
                 .vstride = kvd * bs,
             };
             int n = a->b->pos[t] + 1;

@@ -148,13 +148,8 @@ static inline unsigned quantize_group16(const float *x, int n, int8_t *q, int8_t
 
 /* One block of 32 values: x = (256*q1 + q2) * d (quant.h). */
 static void quantize_block(const float *xb, int8_t *q, int8_t *q2, float *dv, float *sv) {
-    float amax = 0.0f;
-    int finite = 1;
-    for (int i = 0; i < ZI_QK; i++) {
-        float v = fabsf(xb[i]);
-        finite &= v <= 0x1.fffffep127f; /* false for inf and NaN */
-        amax = v > amax ? v : amax;
-    }
+    int finite;
+    const float amax = zi_amax_finite(xb, ZI_QK, &finite);
     if (!finite || !(amax >= 0x1p-100f)) {
         /* All zero (or so tiny that 1/d overflows), or not finite (a NaN
          * or inf from a broken model): quantize the block as zeros so

@@ -19,6 +19,7 @@
 #ifndef ZI_QUANT_H
 #define ZI_QUANT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -65,6 +66,20 @@ typedef struct zi_q8_act {
 _Static_assert(sizeof(zi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
 _Static_assert(sizeof(zi_block_q4_1) == 20, "Q4_1 block is 20 bytes");
 _Static_assert(sizeof(zi_block_q8_0) == 34, "Q8_0 block is 34 bytes");
+
+/* The largest |x[i]|, i < n; *finite is 0 if some x[i] is inf or NaN
+ * (NaN does not win a comparison, so it would otherwise go unseen). */
+static inline float zi_amax_finite(const float *x, size_t n, int *finite) {
+    float amax = 0.0f;
+    int ok = 1;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] < 0 ? -x[i] : x[i];
+        ok &= v <= 0x1.fffffep127f; /* false for inf and NaN */
+        amax = v > amax ? v : amax;
+    }
+    *finite = ok;
+    return amax;
+}
 
 /* IEEE half -> float, exact for every input including subnormals, inf, NaN. */
 static inline float zi_f16_to_f32(uint16_t h) {
