@@ -747,15 +747,27 @@ def test_mutated_frames_each_get_one_reply(client):
 
 
 def test_duplicate_id_in_flight(client, prompt_ids):
+    # The first request is surely in flight when the second comes: it has
+    # streamed a chunk and has 399 tokens to go, and it runs until it is
+    # cancelled. (With 6 tokens it could end before the second send reached
+    # the router when the test process was descheduled, and the id was then
+    # free again.)
     client.send({"op": "generate", "id": "dup", "prompt": prompt_ids,
-                 "sampling_params": {"max_new_tokens": 6}})
+                 "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}})
+    frames = [client.recv()]
+    assert frames[0]["event"] == "chunk", frames[0]
     client.send({"op": "generate", "id": "dup", "prompt": prompt_ids})
-    frames = []
-    while not (frames and sum(f["event"] in ("final", "error") for f in frames) == 2):
+    while not any(f["event"] == "error" for f in frames):
+        frames.append(client.recv())
+        assert frames[-1]["event"] != "final", frames[-1]  # still running
+    client.send({"op": "cancel", "id": "dup"})
+    while frames[-1]["event"] != "final":
         frames.append(client.recv())
     errors = [f for f in frames if f["event"] == "error"]
     assert len(errors) == 1 and errors[0]["field"] == "id"
     assert sum(f["event"] == "final" for f in frames) == 1
+    assert frames[-1]["status"] == "cancelled", frames[-1]
+    assert client.quiet(0.5)  # one terminal frame each, nothing after
 
 
 def test_overloaded_when_queue_full(client):
