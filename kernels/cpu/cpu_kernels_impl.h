@@ -1040,6 +1040,14 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
             for (int i = 0; i < 16 * hd * 2; i += 64)
                 _mm_prefetch((const char *)nk + i, _MM_HINT_T0);
         }
+        /* These rows' V, which attend_pv reads after the softmax: asked for
+         * now, it arrives while the scores are computed (16 streams of 64-128
+         * positions: attention 3.7 -> 3.3 ms a step on one core). */
+        if (jr0 + left <= bs) {
+            const uint16_t *vr = kv->v + ZI_KV_ROW(kv, j0, vstride, hd);
+            for (int i = 0; i < left * hd * 2; i += 64)
+                _mm_prefetch((const char *)vr + i, _MM_HINT_T0);
+        }
         if (left == 16 && jr0 + 16 <= bs) {
             const size_t b = (size_t)kv->blocks[j0 / bs];
             const int16_t *kb = kv->k + b * kv->kstride + (size_t)jr0 * hd;
