@@ -286,6 +286,13 @@ static inline float exp_neg(float x) {
     return p * scale.f;
 }
 
+/* e^d for d = x - max <= 0: 0 below e^-87 and for -inf or NaN (a NaN
+ * compares false), branch-free so that a loop over a vocabulary vectorises. */
+static inline float exp_weight(float d) {
+    const float w = exp_neg(d >= -87.0f ? d : -87.0f);
+    return d >= -87.0f ? w : 0.0f;
+}
+
 /* Weight bucket for top_p: the exponent and two mantissa bits of w in
  * (0, 1], so each bucket spans a factor 2^(1/4) and a lower bucket holds
  * strictly larger weights (hence larger logits: the same order as better()). */
@@ -577,9 +584,7 @@ int zi_sampler_logprobs(const float *logits, int32_t n_vocab, int32_t token, int
     if (top_n < 0 || top_n > n_vocab || (top_n > 0 && (!top_ids || !top_lps)))
         return zi_error_set(err, ZI_EINVAL, "logprobs: top_n %d outside [0, %d] or NULL outputs",
                             (int)top_n, (int)n_vocab);
-    float mx = -INFINITY; /* NaN never compares greater, so it is skipped */
-    for (int32_t t = 0; t < n_vocab; t++)
-        if (logits[t] > mx) mx = logits[t];
+    const float mx = block_max(logits, 0, n_vocab); /* NaN is skipped */
     if (!(mx > -INFINITY))
         return zi_error_set(err, ZI_EINVAL, "logprobs: every logit is -inf or NaN");
     double lse = 0.0, inf_lp = 0.0;
@@ -589,29 +594,46 @@ int zi_sampler_logprobs(const float *logits, int32_t n_vocab, int32_t token, int
         for (int32_t t = 0; t < n_vocab; t++) ninf += logits[t] == mx;
         inf_lp = -log((double)ninf);
     } else {
+        /* exp_neg, which vectorises, in 8 float lanes per 64-token block and
+         * the blocks' sums in double: a relative error near 1e-7 in z (a
+         * libm exp per token cost 175 us a row of 49152, now 50 us). Terms
+         * below e^-87 of the largest, under 1e-33 of the mass, count as 0. */
         double z = 0.0;
-        for (int32_t t = 0; t < n_vocab; t++)
-            if (logits[t] > -INFINITY) z += exp((double)logits[t] - mx);
+        for (int32_t t0 = 0; t0 < n_vocab; t0 += ZI_SAMPLER_BLOCK) {
+            const int32_t e = n_vocab - t0 < ZI_SAMPLER_BLOCK ? n_vocab : t0 + ZI_SAMPLER_BLOCK;
+            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            int32_t t = t0;
+            for (; t + 8 <= e; t += 8)
+                for (int j = 0; j < 8; j++) acc[j] += exp_weight(logits[t + j] - mx);
+            for (; t < e; t++) acc[0] += exp_weight(logits[t] - mx);
+            for (int j = 0; j < 8; j++) z += acc[j];
+        }
         lse = mx + log(z);
     }
 #define LOGP(x)                                                                                    \
     (isinf(mx) ? ((x) == mx ? inf_lp : -INFINITY) : ((x) > -INFINITY ? (double)(x)-lse : -INFINITY))
     *token_lp = (float)LOGP(logits[token]);
     if (top_n > 0) {
-        /* Insertion into a sorted top_n list; most tokens fail the first test. */
+        /* Insertion into a sorted top_n list; most tokens fail the first
+         * test, and once the list is full, whole blocks whose maximum
+         * cannot enter it are skipped. */
         int32_t have = 0;
-        for (int32_t t = 0; t < n_vocab; t++) {
-            float v = logits[t];
-            if (v != v) v = -INFINITY; /* NaN ranks as -inf */
-            if (have == top_n && !(v > top_lps[have - 1])) continue;
-            int32_t i = have < top_n ? have++ : top_n - 1;
-            while (i > 0 && v > top_lps[i - 1]) {
-                top_lps[i] = top_lps[i - 1];
-                top_ids[i] = top_ids[i - 1];
-                i--;
+        for (int32_t t0 = 0; t0 < n_vocab; t0 += ZI_SAMPLER_BLOCK) {
+            const int32_t e = n_vocab - t0 < ZI_SAMPLER_BLOCK ? n_vocab : t0 + ZI_SAMPLER_BLOCK;
+            if (have == top_n && !(block_max(logits, t0, e) > top_lps[have - 1])) continue;
+            for (int32_t t = t0; t < e; t++) {
+                float v = logits[t];
+                if (v != v) v = -INFINITY; /* NaN ranks as -inf */
+                if (have == top_n && !(v > top_lps[have - 1])) continue;
+                int32_t i = have < top_n ? have++ : top_n - 1;
+                while (i > 0 && v > top_lps[i - 1]) {
+                    top_lps[i] = top_lps[i - 1];
+                    top_ids[i] = top_ids[i - 1];
+                    i--;
+                }
+                top_lps[i] = v;
+                top_ids[i] = t;
             }
-            top_lps[i] = v;
-            top_ids[i] = t;
         }
         for (int32_t i = 0; i < top_n; i++) top_lps[i] = (float)LOGP(top_lps[i]);
     }

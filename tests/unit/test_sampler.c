@@ -552,6 +552,19 @@ static void test_logprobs(void **state) {
     float pinf[3] = {INFINITY, 1.0f, INFINITY};
     assert_int_equal(zi_sampler_logprobs(pinf, 3, 2, 0, &lp, NULL, NULL, &e), ZI_OK);
     assert_true(fabs(lp - log(0.5)) < 1e-6);
+    /* Far below the top (terms under e^-87 of it count as 0 in the sum):
+     * each token's own log-probability is still its distance from the top,
+     * and the top list past the first block (70 tokens) is still exact. */
+    float far[70];
+    for (int i = 0; i < 70; i++) far[i] = -100.0f - (float)i;
+    far[66] = 3.0f, far[67] = 1.0f;
+    assert_int_equal(zi_sampler_logprobs(far, 70, 5, 3, &lp, ids, lps, &e), ZI_OK);
+    const double top = log(exp(3.0) + exp(1.0)); /* + e^-103 and below: nothing in double */
+    assert_true(fabs(lp - (-105.0 - top)) < 1e-4);
+    assert_int_equal(ids[0], 66);
+    assert_int_equal(ids[1], 67);
+    assert_int_equal(ids[2], 0);
+    assert_true(fabs(lps[0] - (3.0 - top)) < 1e-6 && fabs(lps[2] - (-100.0 - top)) < 1e-4);
 }
 
 /* ---- odd logits and bad input -------------------------------------------- */
