@@ -186,6 +186,11 @@ static inline void offer(zi_cand *c, size_t *n, size_t k, float v, int32_t t) {
     }
 }
 
+/* The end of the block of ZI_SAMPLER_BLOCK tokens that starts at t0 < V. */
+static inline int32_t block_end(int32_t t0, int32_t V) {
+    return V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
+}
+
 /* Largest of x[a..b), NaN ignored; -inf for an all -inf/NaN block. Written
  * as a select so the compiler can use vector max instructions. */
 static inline float block_max(const float *x, int32_t a, int32_t b) {
@@ -346,7 +351,7 @@ static int32_t sample_full(zi_sampler *s, const zi_sampling_params *sp, const fl
         w[t] = wt >= keep ? wt : 0.0f;
     }
     for (int32_t t0 = 0; t0 < V; t0 += ZI_SAMPLER_BLOCK, nb++) {
-        int32_t e = V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
+        int32_t e = block_end(t0, V);
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
         int32_t t = t0;
         for (t = t0; t + 8 <= e; t += 8)
@@ -361,7 +366,7 @@ static int32_t sample_full(zi_sampler *s, const zi_sampling_params *sp, const fl
         double target = zi_sampler_uniform(sp->seed, step) * z, cum = 0.0;
         int32_t b = 0;
         while (b < nb - 1 && cum + s->blk[b] <= target) cum += s->blk[b++];
-        int32_t last = -1, e = (b + 1) * ZI_SAMPLER_BLOCK < V ? (b + 1) * ZI_SAMPLER_BLOCK : V;
+        int32_t last = -1, e = block_end(b * ZI_SAMPLER_BLOCK, V);
         for (int32_t t = b * ZI_SAMPLER_BLOCK; t < e; t++) {
             if (w[t] <= 0.0f) continue;
             cum += w[t];
@@ -463,7 +468,7 @@ static int32_t sample_row(zi_sampler *s, const zi_sampler_row *row) {
         float bv = -INFINITY;
         /* Block maxima (a vectorisable reduction) skip blocks that cannot win. */
         for (int32_t t0 = 0; t0 < V; t0 += ZI_SAMPLER_BLOCK) {
-            int32_t e = V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
+            int32_t e = block_end(t0, V);
             if (!(block_max(lg, t0, e) > bv)) continue;
             for (int32_t t = t0; t < e; t++)
                 if (lg[t] > bv) bv = lg[t], best = t; /* NaN and -inf never win */
@@ -482,7 +487,7 @@ static int32_t sample_row(zi_sampler *s, const zi_sampler_row *row) {
     zi_cand *c = s->cand;
     size_t n = 0;
     for (int32_t t0 = 0; t0 < V; t0 += ZI_SAMPLER_BLOCK) {
-        int32_t e = V - t0 < ZI_SAMPLER_BLOCK ? V : t0 + ZI_SAMPLER_BLOCK;
+        int32_t e = block_end(t0, V);
         /* a full heap only takes values above its root: skip whole blocks */
         if (k && n == k && !(block_max(lg, t0, e) > c[0].v)) continue;
         for (int32_t t = t0; t < e; t++)
@@ -600,7 +605,7 @@ int zi_sampler_logprobs(const float *logits, int32_t n_vocab, int32_t token, int
          * below e^-87 of the largest, under 1e-33 of the mass, count as 0. */
         double z = 0.0;
         for (int32_t t0 = 0; t0 < n_vocab; t0 += ZI_SAMPLER_BLOCK) {
-            const int32_t e = n_vocab - t0 < ZI_SAMPLER_BLOCK ? n_vocab : t0 + ZI_SAMPLER_BLOCK;
+            const int32_t e = block_end(t0, n_vocab);
             float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
             int32_t t = t0;
             for (; t + 8 <= e; t += 8)
@@ -619,7 +624,7 @@ int zi_sampler_logprobs(const float *logits, int32_t n_vocab, int32_t token, int
          * cannot enter it are skipped. */
         int32_t have = 0;
         for (int32_t t0 = 0; t0 < n_vocab; t0 += ZI_SAMPLER_BLOCK) {
-            const int32_t e = n_vocab - t0 < ZI_SAMPLER_BLOCK ? n_vocab : t0 + ZI_SAMPLER_BLOCK;
+            const int32_t e = block_end(t0, n_vocab);
             if (have == top_n && !(block_max(logits, t0, e) > top_lps[have - 1])) continue;
             for (int32_t t = t0; t < e; t++) {
                 float v = logits[t];
