@@ -1130,6 +1130,143 @@ static void scale_f32(float *y, float a, int64_t n) {
 #define ZI_KV_SCALE(kv, j)                                                                         \
     ((kv)->ks[(size_t)(kv)->blocks[(j) / (kv)->bs] * (kv)->sstride + (j) % (kv)->bs])
 
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/* glibc's 2^(i/32), i < 32, as exp8_core's table (the AVX-512 one below). */
+static const uint64_t exp2_32[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
+    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
+    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
+    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
+    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
+    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
+    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
+};
+
+/* expf of 4 floats in double: exp8_core's operations, 4 lanes at a time,
+ * with a gather for the table. */
+static inline __m128 exp4_avx2(__m128 x) {
+    const __m256d inv_ln2 = _mm256_set1_pd(0x1.71547652b82fep+5); /* 32 / ln 2 */
+    const __m256d shift = _mm256_set1_pd(0x1.8p+52);
+    __m256d xd = _mm256_cvtps_pd(x);
+    __m256d kds = _mm256_fmadd_pd(inv_ln2, xd, shift); /* k = round(x * 32/ln2) */
+    __m256i ki = _mm256_castpd_si256(kds);
+    __m256d kd = _mm256_sub_pd(kds, shift);
+    __m256d r = _mm256_fmsub_pd(inv_ln2, xd, kd);
+    __m256i t = _mm256_i64gather_epi64((const long long *)(const void *)exp2_32,
+                                       _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    __m256d sc = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
+    __m256d z = _mm256_fmadd_pd(_mm256_set1_pd(0x1.c6af84b912394p-20), r,
+                                _mm256_set1_pd(0x1.ebfce50fac4f3p-13));
+    __m256d y = _mm256_fmadd_pd(_mm256_set1_pd(0x1.62e42ff0c52d6p-6), r, _mm256_set1_pd(1.0));
+    y = _mm256_fmadd_pd(z, _mm256_mul_pd(r, r), y);
+    return _mm256_cvtpd_ps(_mm256_mul_pd(y, sc));
+}
+
+/* expf of 8 floats, bit-identical to glibc's (see exp8_core); lanes with
+ * |x| >= 88 go to expf itself. */
+static inline __m256 exp8_avx2(__m256 x) {
+    __m256 e = _mm256_set_m128(exp4_avx2(_mm256_extractf128_ps(x, 1)),
+                               exp4_avx2(_mm256_castps256_ps128(x)));
+    __m256i top =
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
+    int big =
+        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))));
+    if (big) {
+        _Alignas(32) float xs[8], es[8];
+        _mm256_store_ps(xs, x);
+        _mm256_store_ps(es, e);
+        for (int i = 0; i < 8; i++)
+            if (big >> i & 1) es[i] = expf(xs[i]);
+        e = _mm256_load_ps(es);
+    }
+    return e;
+}
+#endif
+
+#if defined(__AVX2__) && !defined(__AVX512F__)
+/*
+ * attend with AVX2, hd a multiple of 8: each cached K row is converted to
+ * floats once for all G heads, the exponentials are exp8_avx2's (glibc's
+ * expf) and each V row is converted once and added into the G output rows.
+ * Sums run 8 lanes wide, so the float results differ from the scalar
+ * table's in rounding only.
+ */
+static void attend_avx2(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,
+                        float *scores, float *out) {
+    _Alignas(32) float row[1024]; /* hd <= 1024 (model.c) */
+    /* The cache is read from memory: K rows are requested 8 positions
+     * ahead, and each V row while its K row is scored, for the last phase. */
+    for (int j = 0; j < n && j < 8; j++)
+        for (int i = 0; i < hd; i += 32)
+            _mm_prefetch((const char *)(kv->k + ZI_KV_ROW(kv, j, kstride, hd) + i), _MM_HINT_T0);
+    for (int j = 0; j < n; j++) {
+        const int16_t *kj = kv->k + ZI_KV_ROW(kv, j, kstride, hd);
+        const uint16_t *vj = kv->v + ZI_KV_ROW(kv, j, vstride, hd);
+        const int16_t *kn = j + 8 < n ? kv->k + ZI_KV_ROW(kv, j + 8, kstride, hd) : kj;
+        for (int i = 0; i < hd; i += 32) {
+            _mm_prefetch((const char *)(kn + i), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vj + i), _MM_HINT_T0);
+        }
+        for (int i = 0; i < hd; i += 8)
+            _mm256_store_ps(row + i, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+                                         _mm_loadu_si128((const __m128i *)(kj + i)))));
+        const float ks = ZI_KV_SCALE(kv, j);
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * hd;
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            int i = 0;
+            for (; i + 16 <= hd; i += 16) {
+                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i), _mm256_load_ps(row + i), a0);
+                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i + 8), _mm256_load_ps(row + i + 8), a1);
+            }
+            if (i < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i), _mm256_load_ps(row + i), a0);
+            scores[(size_t)g * n + j] = hsum256(_mm256_add_ps(a0, a1)) * ks * scale;
+        }
+    }
+    float inv[64]; /* G <= 64, checked by the caller */
+    for (int g = 0; g < G; g++) {
+        float *sg = scores + (size_t)g * n;
+        __m256 m8 = _mm256_set1_ps(-INFINITY);
+        int j = 0;
+        for (; j + 8 <= n; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(sg + j));
+        _Alignas(32) float mv[8];
+        _mm256_store_ps(mv, m8);
+        float mx = -INFINITY;
+        for (int l = 0; l < 8; l++) mx = mv[l] > mx ? mv[l] : mx;
+        for (int l = j; l < n; l++) mx = sg[l] > mx ? sg[l] : mx;
+        __m256d s4 = _mm256_setzero_pd();
+        for (j = 0; j + 8 <= n; j += 8) {
+            __m256 e = exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(sg + j), _mm256_set1_ps(mx)));
+            _mm256_storeu_ps(sg + j, e);
+            s4 = _mm256_add_pd(s4, _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e)),
+                                                 _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1))));
+        }
+        _Alignas(32) double sv[4];
+        _mm256_store_pd(sv, s4);
+        double sum = (sv[0] + sv[1]) + (sv[2] + sv[3]);
+        for (; j < n; j++) {
+            sg[j] = expf(sg[j] - mx);
+            sum += sg[j];
+        }
+        inv[g] = (float)(1.0 / sum);
+    }
+    memset(out, 0, (size_t)G * hd * sizeof(float));
+    for (int j = 0; j < n; j++) {
+        const uint16_t *vj = kv->v + ZI_KV_ROW(kv, j, vstride, hd);
+        for (int i = 0; i < hd; i += 8) {
+            const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vj + i)));
+            for (int g = 0; g < G; g++) {
+                float *o = out + (size_t)g * hd + i;
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(scores[(size_t)g * n + j]), v,
+                                                    _mm256_loadu_ps(o)));
+            }
+        }
+    }
+    for (int g = 0; g < G; g++) scale_f32(out + (size_t)g * hd, inv[g], hd);
+}
+#endif
+
 #if defined(__AVX512F__)
 /* 16 cached float16 values as floats (exact). */
 static inline __m512 ld_f16x16(const uint16_t *p) {
@@ -1366,6 +1503,12 @@ static void attend(const float *q, int G, const zi_kv_head *kv, int n, int hd, f
         return;
     }
 #endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    if (hd % 8 == 0) {
+        attend_avx2(q, G, kv, n, hd, scale, scores, out);
+        return;
+    }
+#endif
     float row[1024]; /* hd <= 1024 (model.c): a cached K or V row as floats */
     for (int j = 0; j < n; j++) {
         const int16_t *kj = kv->k + ZI_KV_ROW(kv, j, kstride, hd);
@@ -1407,60 +1550,6 @@ static void to_f16(uint16_t *dst, const float *x, int64_t n) {
 #endif
     for (; i < n; i++) dst[i] = zi_f32_to_f16(x[i]);
 }
-
-#if defined(__AVX2__) && !defined(__AVX512F__)
-/* glibc's 2^(i/32), i < 32, as exp8_core's table (the AVX-512 one below). */
-static const uint64_t exp2_32[32] = {
-    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51,
-    0x3fef72b83c7d517b, 0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1,
-    0x3fef06fe0a31b715, 0x3feef1a7373aa9cb, 0x3feedea64c123422, 0x3feece086061892d,
-    0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429, 0x3feea47eb03a5585,
-    0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
-    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d,
-    0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
-    0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
-};
-
-/* expf of 4 floats in double: exp8_core's operations, 4 lanes at a time,
- * with a gather for the table. */
-static inline __m128 exp4_avx2(__m128 x) {
-    const __m256d inv_ln2 = _mm256_set1_pd(0x1.71547652b82fep+5); /* 32 / ln 2 */
-    const __m256d shift = _mm256_set1_pd(0x1.8p+52);
-    __m256d xd = _mm256_cvtps_pd(x);
-    __m256d kds = _mm256_fmadd_pd(inv_ln2, xd, shift); /* k = round(x * 32/ln2) */
-    __m256i ki = _mm256_castpd_si256(kds);
-    __m256d kd = _mm256_sub_pd(kds, shift);
-    __m256d r = _mm256_fmsub_pd(inv_ln2, xd, kd);
-    __m256i t = _mm256_i64gather_epi64((const long long *)(const void *)exp2_32,
-                                       _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
-    __m256d sc = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
-    __m256d z = _mm256_fmadd_pd(_mm256_set1_pd(0x1.c6af84b912394p-20), r,
-                                _mm256_set1_pd(0x1.ebfce50fac4f3p-13));
-    __m256d y = _mm256_fmadd_pd(_mm256_set1_pd(0x1.62e42ff0c52d6p-6), r, _mm256_set1_pd(1.0));
-    y = _mm256_fmadd_pd(z, _mm256_mul_pd(r, r), y);
-    return _mm256_cvtpd_ps(_mm256_mul_pd(y, sc));
-}
-
-/* expf of 8 floats, bit-identical to glibc's (see exp8_core); lanes with
- * |x| >= 88 go to expf itself. */
-static inline __m256 exp8_avx2(__m256 x) {
-    __m256 e = _mm256_set_m128(exp4_avx2(_mm256_extractf128_ps(x, 1)),
-                               exp4_avx2(_mm256_castps256_ps128(x)));
-    __m256i top =
-        _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(x), 20), _mm256_set1_epi32(0x7ff));
-    int big =
-        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(top, _mm256_set1_epi32(0x42a))));
-    if (big) {
-        _Alignas(32) float xs[8], es[8];
-        _mm256_store_ps(xs, x);
-        _mm256_store_ps(es, e);
-        for (int i = 0; i < 8; i++)
-            if (big >> i & 1) es[i] = expf(xs[i]);
-        e = _mm256_load_ps(es);
-    }
-    return e;
-}
-#endif
 
 static void swiglu_f32(float *out, const float *g, const float *u, int64_t n) {
     int64_t i = 0;
