@@ -1185,43 +1185,87 @@ static inline __m256 exp8_avx2(__m256 x) {
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
+/* The 8 sums of v[0..7]'s lanes, in order (a tree of vhaddps). */
+static inline __m256 hsum8x8(const __m256 *v) {
+    __m256 a = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+    __m256 b = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+}
+
+/* out[g] += sum over j of p[g][j] * V row j, for NG heads (p n apart) and
+ * the NC vectors of columns c0.. (constants, so the sums stay in registers:
+ * each V row is read and converted once for all the heads). */
+static inline __attribute__((always_inline)) void attend_pv_avx2(const float *p, int n,
+                                                                 const zi_kv_head *kv, int hd,
+                                                                 int c0, int NG, int NC,
+                                                                 float *out) {
+    __m256 o[3][4];
+    for (int g = 0; g < NG; g++)
+        for (int c = 0; c < NC; c++) o[g][c] = _mm256_setzero_ps();
+    for (int j = 0; j < n; j++) {
+        const uint16_t *vj = kv->v + ZI_KV_ROW(kv, j, vstride, hd) + c0;
+        __m256 v[4];
+        for (int c = 0; c < NC; c++)
+            v[c] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vj + 8 * c)));
+        for (int g = 0; g < NG; g++) {
+            const __m256 pj = _mm256_broadcast_ss(p + (size_t)g * n + j);
+            for (int c = 0; c < NC; c++) o[g][c] = _mm256_fmadd_ps(pj, v[c], o[g][c]);
+        }
+    }
+    for (int g = 0; g < NG; g++)
+        for (int c = 0; c < NC; c++) _mm256_storeu_ps(out + (size_t)g * hd + c0 + 8 * c, o[g][c]);
+}
+
 /*
- * attend with AVX2, hd a multiple of 8: each cached K row is converted to
- * floats once for all G heads, the exponentials are exp8_avx2's (glibc's
- * expf) and each V row is converted once and added into the G output rows.
- * Sums run 8 lanes wide, so the float results differ from the scalar
- * table's in rounding only.
+ * attend with AVX2, hd a multiple of 8. Scores go 8 positions at a time:
+ * their K rows are converted to floats once for all G heads, and each
+ * head's 8 dot products end in one reduction tree. The exponentials are
+ * exp8_avx2's (glibc's expf). The V rows are added into the heads' outputs
+ * in registers, up to 3 heads and 32 columns at a time. Sums run 8 lanes
+ * wide, so the results differ from the scalar table's in rounding only.
  */
 static void attend_avx2(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,
                         float *scores, float *out) {
-    _Alignas(32) float row[1024]; /* hd <= 1024 (model.c) */
+    _Alignas(32) float rows[8][1024]; /* hd <= 1024 (model.c) */
     /* The cache is read from memory: K rows are requested 8 positions
      * ahead, and each V row while its K row is scored, for the last phase. */
     for (int j = 0; j < n && j < 8; j++)
         for (int i = 0; i < hd; i += 32)
             _mm_prefetch((const char *)(kv->k + ZI_KV_ROW(kv, j, kstride, hd) + i), _MM_HINT_T0);
-    for (int j = 0; j < n; j++) {
-        const int16_t *kj = kv->k + ZI_KV_ROW(kv, j, kstride, hd);
-        const uint16_t *vj = kv->v + ZI_KV_ROW(kv, j, vstride, hd);
-        const int16_t *kn = j + 8 < n ? kv->k + ZI_KV_ROW(kv, j + 8, kstride, hd) : kj;
-        for (int i = 0; i < hd; i += 32) {
-            _mm_prefetch((const char *)(kn + i), _MM_HINT_T0);
-            _mm_prefetch((const char *)(vj + i), _MM_HINT_T0);
+    for (int j0 = 0; j0 < n; j0 += 8) {
+        const int jn = n - j0 < 8 ? n - j0 : 8;
+        _Alignas(32) float ks[8] = {0};
+        for (int p = 0; p < 8; p++) {
+            if (p >= jn) { /* past the end: a zero row, its score unused */
+                memset(rows[p], 0, sizeof(float) * (size_t)hd);
+                continue;
+            }
+            const int j = j0 + p;
+            const int16_t *kj = kv->k + ZI_KV_ROW(kv, j, kstride, hd);
+            const uint16_t *vj = kv->v + ZI_KV_ROW(kv, j, vstride, hd);
+            const int16_t *kn = j + 8 < n ? kv->k + ZI_KV_ROW(kv, j + 8, kstride, hd) : kj;
+            for (int i = 0; i < hd; i += 32) {
+                _mm_prefetch((const char *)(kn + i), _MM_HINT_T0);
+                _mm_prefetch((const char *)(vj + i), _MM_HINT_T0);
+            }
+            for (int i = 0; i < hd; i += 8)
+                _mm256_store_ps(rows[p] + i, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+                                                 _mm_loadu_si128((const __m128i *)(kj + i)))));
+            ks[p] = ZI_KV_SCALE(kv, j);
         }
-        for (int i = 0; i < hd; i += 8)
-            _mm256_store_ps(row + i, _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
-                                         _mm_loadu_si128((const __m128i *)(kj + i)))));
-        const float ks = ZI_KV_SCALE(kv, j);
+        const __m256 ksc = _mm256_mul_ps(_mm256_load_ps(ks), _mm256_set1_ps(scale));
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * hd;
-            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-            int i = 0;
-            for (; i + 16 <= hd; i += 16) {
-                a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i), _mm256_load_ps(row + i), a0);
-                a1 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i + 8), _mm256_load_ps(row + i + 8), a1);
+            __m256 acc[8];
+            for (int p = 0; p < 8; p++) acc[p] = _mm256_setzero_ps();
+            for (int i = 0; i < hd; i += 8) {
+                const __m256 qv = _mm256_loadu_ps(qg + i);
+                for (int p = 0; p < 8; p++)
+                    acc[p] = _mm256_fmadd_ps(qv, _mm256_load_ps(rows[p] + i), acc[p]);
             }
-            if (i < hd) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + i), _mm256_load_ps(row + i), a0);
-            scores[(size_t)g * n + j] = hsum256(_mm256_add_ps(a0, a1)) * ks * scale;
+            _Alignas(32) float sv[8];
+            _mm256_store_ps(sv, _mm256_mul_ps(hsum8x8(acc), ksc));
+            memcpy(scores + (size_t)g * n + j0, sv, sizeof(float) * (size_t)jn);
         }
     }
     float inv[64]; /* G <= 64, checked by the caller */
@@ -1251,15 +1295,25 @@ static void attend_avx2(const float *q, int G, const zi_kv_head *kv, int n, int 
         }
         inv[g] = (float)(1.0 / sum);
     }
-    memset(out, 0, (size_t)G * hd * sizeof(float));
-    for (int j = 0; j < n; j++) {
-        const uint16_t *vj = kv->v + ZI_KV_ROW(kv, j, vstride, hd);
-        for (int i = 0; i < hd; i += 8) {
-            const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(vj + i)));
-            for (int g = 0; g < G; g++) {
-                float *o = out + (size_t)g * hd + i;
-                _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_set1_ps(scores[(size_t)g * n + j]), v,
-                                                    _mm256_loadu_ps(o)));
+    for (int g0 = 0; g0 < G; g0 += 3) {
+        const int ng = G - g0 < 3 ? G - g0 : 3;
+        const float *p = scores + (size_t)g0 * n;
+        float *og = out + (size_t)g0 * hd;
+        for (int c0 = 0; c0 < hd; c0 += hd % 32 == 0 ? 32 : 8) {
+            if (hd % 32 == 0) {
+                if (ng == 3)
+                    attend_pv_avx2(p, n, kv, hd, c0, 3, 4, og);
+                else if (ng == 2)
+                    attend_pv_avx2(p, n, kv, hd, c0, 2, 4, og);
+                else
+                    attend_pv_avx2(p, n, kv, hd, c0, 1, 4, og);
+            } else {
+                if (ng == 3)
+                    attend_pv_avx2(p, n, kv, hd, c0, 3, 1, og);
+                else if (ng == 2)
+                    attend_pv_avx2(p, n, kv, hd, c0, 2, 1, og);
+                else
+                    attend_pv_avx2(p, n, kv, hd, c0, 1, 1, og);
             }
         }
     }

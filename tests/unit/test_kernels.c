@@ -363,7 +363,7 @@ static void test_attention_paged_cache(void **state) {
     const int heads = 6, kvh = 2, npos = 70;
     for (size_t ii = 0; ii < 3; ii++) {
         if (!zi_cpu_kernels_by_name(isas[ii])) continue;
-        for (int hd = 32; hd <= 64; hd += 32)
+        for (int hd = 32; hd <= 64; hd += hd == 32 ? 8 : 24) /* 32, 40, 64 */
             for (int bs = 5; bs <= 16; bs += 11) {
                 const int nblk = (npos + bs - 1) / bs + 1, kvd = kvh * hd;
                 float *k = malloc(sizeof(float) * npos * kvd),
