@@ -757,8 +757,8 @@ r16_avx2_rows(int kind, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t 
                     for (int64_t k = 0; k < kn; k++) {
                         const int64_t kk = k0 + k;
                         __m256i s0, s1;
-                        r16_isum(kind, code + k * cb, q1 + kk * ZI_QK, q2 + kk * ZI_QK, q16[k], &s0,
-                                 &s1);
+                        r16_isum(kind, code + k * cb, q1 + kk * ZI_QK, q2 + kk * ZI_QK,
+                                 q16[kind == KQ8_0 ? k : 0], &s0, &s1); /* q16: Q8_0 only */
                         const __m256 da = _mm256_broadcast_ss(a->d + t * nb + kk);
                         const __m256 sa = _mm256_broadcast_ss(a->s + t * nb + kk);
                         acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0),
