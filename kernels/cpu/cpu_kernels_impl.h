@@ -734,7 +734,7 @@ r16_avx2_rows(int kind, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t 
         const uint8_t *base = w + (size_t)R * 16 * row_bytes;
         for (int t0 = 0; t0 < n_tokens; t0 += ZI_R16_PASS) {
             const int nt = n_tokens - t0 < ZI_R16_PASS ? n_tokens - t0 : ZI_R16_PASS;
-            memset(sums, 0, sizeof(float) * 32 * (size_t)nt);
+            memset(sums, 0, sizeof sums[0] * (size_t)nt);
             for (int64_t k0 = 0; k0 < nb; k0 += kc) {
                 const int64_t kn = nb - k0 < kc ? nb - k0 : kc;
                 for (int64_t k = 0; k < kn; k++)
@@ -1221,6 +1221,14 @@ static inline __attribute__((always_inline)) void attend_pv_avx2(const float *p,
         for (int c = 0; c < NC; c++) _mm256_storeu_ps(out + (size_t)g * hd + c0 + 8 * c, o[g][c]);
 }
 
+/* attend_pv_avx2 over all hd columns: 32 at a time, then 8 at a time. */
+static inline __attribute__((always_inline)) void
+attend_pv_cols(const float *p, int n, const zi_kv_head *kv, int hd, int NG, float *out) {
+    int c0 = 0;
+    for (; c0 + 32 <= hd; c0 += 32) attend_pv_avx2(p, n, kv, hd, c0, NG, 4, out);
+    for (; c0 < hd; c0 += 8) attend_pv_avx2(p, n, kv, hd, c0, NG, 1, out);
+}
+
 /*
  * attend with AVX2, hd a multiple of 8. Scores go 8 positions at a time:
  * their K rows are converted to floats once for all G heads, and each
@@ -1301,25 +1309,18 @@ static void attend_avx2(const float *q, int G, const zi_kv_head *kv, int n, int 
         inv[g] = (float)(1.0 / sum);
     }
     for (int g0 = 0; g0 < G; g0 += 3) {
-        const int ng = G - g0 < 3 ? G - g0 : 3;
         const float *p = scores + (size_t)g0 * n;
         float *og = out + (size_t)g0 * hd;
-        for (int c0 = 0; c0 < hd; c0 += hd % 32 == 0 ? 32 : 8) {
-            if (hd % 32 == 0) {
-                if (ng == 3)
-                    attend_pv_avx2(p, n, kv, hd, c0, 3, 4, og);
-                else if (ng == 2)
-                    attend_pv_avx2(p, n, kv, hd, c0, 2, 4, og);
-                else
-                    attend_pv_avx2(p, n, kv, hd, c0, 1, 4, og);
-            } else {
-                if (ng == 3)
-                    attend_pv_avx2(p, n, kv, hd, c0, 3, 1, og);
-                else if (ng == 2)
-                    attend_pv_avx2(p, n, kv, hd, c0, 2, 1, og);
-                else
-                    attend_pv_avx2(p, n, kv, hd, c0, 1, 1, og);
-            }
+        switch (G - g0) {
+        case 1:
+            attend_pv_cols(p, n, kv, hd, 1, og);
+            break;
+        case 2:
+            attend_pv_cols(p, n, kv, hd, 2, og);
+            break;
+        default:
+            attend_pv_cols(p, n, kv, hd, 3, og);
+            break;
         }
     }
     for (int g = 0; g < G; g++) scale_f32(out + (size_t)g * hd, inv[g], hd);
