@@ -8,15 +8,19 @@ prefix-aware routing, over real sockets with the real model.
    least 3x sooner than the first.
  * With a 2,048-token KV cache, 8 concurrent requests of 600 + 64 tokens all
    finish with the tokens they get alone; the worker preempts (and says so
-   in its log and in `health`).
+   in its log and in `health`). Under the sanitizers (ZINFER_SANITIZED=1),
+   where a token costs ~6x as much, the same test at half the size: a
+   1,024-token cache and 8 requests of 300 + 32 tokens.
  * While a 2,000-token prompt is prefilled, running streams keep their pace
-   (inter-token latency within 3x of the usual).
+   (inter-token latency within 3x of the usual). A timing test: not run
+   under the sanitizers, whose cost it would measure.
  * With two workers, a request goes to the worker holding its prefix even
    when load alone would send it to the other (and gets its first token 3x
    sooner for it; without the affinity this test fails).
 """
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -118,30 +122,38 @@ def test_shared_prefix_time_to_first_token(zinfer_bin, model_path, tmp_path, cor
 
 
 def test_kv_budget_preemption(zinfer_bin, model_path, tmp_path, corpus_ids):
-    # A fixed 256-token prefill chunk lets the prompts fill the cache while
-    # the first sequences decode (the adaptive chunk, small beside decodes,
-    # would mostly run them one after another and rarely need to preempt).
-    prompts = [[1] + corpus_ids[600 * i:600 * i + 599] for i in range(8)]
-    sp = {"max_new_tokens": 64, "ignore_eos": True}
+    # A fixed prefill chunk lets the prompts fill the cache while the first
+    # sequences decode (the adaptive chunk, small beside decodes, would
+    # mostly run them one after another and rarely need to preempt).
+    # Sanitized builds run it at half the size: the same paths, 8 sequences
+    # of 21 blocks in a 64-block pool instead of 42 in 128.
+    small = os.environ.get("ZINFER_SANITIZED") == "1"
+    plen, gen, cache, chunk = (300, 32, 1024, 128) if small else (600, 64, 2048, 256)
+    prompts = [[1] + corpus_ids[plen * i:plen * i + plen - 1] for i in range(8)]
+    sp = {"max_new_tokens": gen, "ignore_eos": True}
     with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
-                       "--slots", 8, "--ctx-size", 2048, "--kv-cache-tokens", 2048,
-                       "--prefill-chunk", 256) as srv:
+                       "--slots", 8, "--ctx-size", cache, "--kv-cache-tokens", cache,
+                       "--prefill-chunk", chunk) as srv:
         with Client(srv.addr, timeout_s=600) as c:
             alone = [run_all(c, [p], sp)[0] for p in prompts]
             together = run_all(c, prompts, sp)
             time.sleep(1.2)
             kv = c.call("health")["kv"]
         log = srv.log()
-    assert all(len(x) == 64 for x in alone)
+    assert all(len(x) == gen for x in alone)
     assert together == alone
-    report("paged_kv", "budget_2048_tokens", {"requests": 8, "kv": kv})
-    print(f"8 x (600 + 64) tokens in a 2,048-token cache: {kv['preemptions']} preemptions, "
-          f"{kv['evictions']} evictions; KV blocks {kv['blocks']}")
-    assert "KV cache: 128 blocks x 16 tokens = 2048 tokens" in log, log
+    report("paged_kv", f"budget_{cache}_tokens", {"requests": 8, "kv": kv})
+    print(f"8 x ({plen} + {gen}) tokens in a {cache:,}-token cache: {kv['preemptions']} "
+          f"preemptions, {kv['evictions']} evictions; KV blocks {kv['blocks']}")
+    assert f"KV cache: {cache // 16} blocks x 16 tokens = {cache} tokens" in log, log
     assert kv["preemptions"] > 0 and "preempted" in log
-    assert kv["blocks"] == 128  # the pool is the 2,048-token budget: 128 blocks of 16
+    assert kv["blocks"] == cache // 16  # the pool is the budget: blocks of 16 tokens
 
 
+@pytest.mark.skipif(os.environ.get("ZINFER_SANITIZED") == "1",
+                    reason="a timing test: under the sanitizers it would measure their cost; "
+                           "chunked prefill beside decodes runs there in "
+                           "test_same_tokens_with_prefix_cache_and_chunked_prefill_on_and_off")
 def test_long_prefill_keeps_streams_flowing(zinfer_bin, model_path, tmp_path, corpus_ids):
     long_prompt = [1] + corpus_ids[:1999]
     with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,

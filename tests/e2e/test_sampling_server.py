@@ -15,6 +15,7 @@ scheduling round (--num-steps 4), driven over real sockets.
 """
 
 import math
+import os
 import sys
 from collections import Counter
 
@@ -120,6 +121,9 @@ def test_greedy_with_num_steps_equals_cli(client, run_zinfer):
         assert ids == cli_generate(run_zinfer, p, sp), p
 
 
+@pytest.mark.skipif(os.environ.get("ZINFER_SANITIZED") == "1",
+                    reason="1,000 draws check the distribution, not memory safety; the same "
+                           "top-k path runs under the sanitizers in the other seeded tests")
 def test_top5_draws_match_llamacpp(client):
     fx = next(p for p in load_fixture("llamacpp_top5.json")["prompts"]
               if p["name"] == "chat_fruit")
