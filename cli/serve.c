@@ -44,6 +44,8 @@ static const char USAGE_SERVE[] =
     "  --backend ADDR            backend address (default: the --bind port + 1)\n"
     "  --threads-per-worker K    compute threads per worker (default: CPUs / workers)\n"
     "  --device D                cpu (default), cuda:N, or cuda: worker i on GPU i\n"
+    "  --act-bits B              CPU activation precision: 16 (default) or 8 (llama.cpp's:\n"
+    "                            faster batches, logits further from the float model)\n"
     "  --slots N                 sequences per worker (default 8)\n"
     "  --ctx-size N              positions per sequence (default 4096)\n"
     "  --kv-cache-tokens N, --kv-cache-bytes B, --memory-budget B\n"
@@ -207,6 +209,13 @@ int zi_serve_main(int argc, char **argv) {
         fprintf(stderr, "zinfer serve: give --kv-cache-tokens or --kv-cache-bytes, not both\n");
         return 2;
     }
+    for (int j = 0; j + 1 < n_wpass; j++) /* as the worker would refuse it, at once */
+        if (!strcmp(worker_pass[j], "--act-bits") && strcmp(worker_pass[j + 1], "16") &&
+            strcmp(device, "cpu")) {
+            fprintf(stderr, "zinfer serve: --act-bits %s is a CPU option (--device %s)\n",
+                    worker_pass[j + 1], device);
+            return 2;
+        }
     if (!backend[0] && next_port_addr(bind, backend, sizeof backend) != 0) {
         fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");
         return 2;

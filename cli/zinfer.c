@@ -42,6 +42,7 @@ typedef struct opts {
     long long ctx;
     long long batch;
     const char *isa;
+    long long act_bits;
     zi_logger log;
     /* generate */
     const char *prompt;
@@ -95,7 +96,7 @@ static void engine_free(engine *e) {
 static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) {
     memset(e, 0, sizeof *e);
     double t0 = now_s();
-    zi_cpu_options co = {.n_threads = (int)o->threads, .isa = o->isa};
+    zi_cpu_options co = {.n_threads = (int)o->threads, .isa = o->isa, .act_bits = (int)o->act_bits};
     int rc = zi_cpu_backend_create(&co, &e->be, err);
     if (rc) return rc;
     zi_log(&o->log, ZI_LOG_INFO, "loading %s", o->model);
@@ -114,10 +115,11 @@ static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) 
     if (need_model)
         zi_log(&o->log, ZI_LOG_INFO,
                "model %s: %d layers, dim %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d; "
-               "%.1f MiB of weights mapped; cpu %s x %d threads; loaded in %.2f s",
+               "%.1f MiB of weights mapped; cpu %s x %d threads, %d-bit activations; "
+               "loaded in %.2f s",
                c->arch, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab,
                c->ctx_train, zi_model_weight_bytes(e->model) / 1048576.0, zi_cpu_backend_isa(e->be),
-               zi_cpu_backend_threads(e->be), now_s() - t0);
+               zi_cpu_backend_threads(e->be), zi_cpu_backend_act_bits(e->be), now_s() - t0);
     return ZI_OK;
 fail:
     engine_free(e);
@@ -596,6 +598,7 @@ static int cmd_bench(const opts *o) {
             json_object_set_new(j, "streams", json_integer(S));
             json_object_set_new(j, "threads", json_integer(zi_cpu_backend_threads(e.be)));
             json_object_set_new(j, "isa", json_string(zi_cpu_backend_isa(e.be)));
+            json_object_set_new(j, "act_bits", json_integer(zi_cpu_backend_act_bits(e.be)));
             json_object_set_new(j, "decode_step_ms", json_real(step_ms));
             json_object_set_new(j, "sample_ms_typical", json_real(samp_ms[0]));
             json_object_set_new(j, "sample_ms_full_vocab", json_real(samp_ms[1]));
@@ -646,6 +649,9 @@ static const char *USAGE_MAIN =
     "  --ctx-size N       context length in tokens (default: min(model's, 4096))\n"
     "  --batch-size N     prompt tokens per forward pass (default 512)\n"
     "  --isa NAME         force CPU kernels: scalar, avx2, avx512 (default: best)\n"
+    "  --act-bits B       activation precision of quantized products: 16 (default:\n"
+    "                     float32-level logits) or 8 (as llama.cpp: faster batches,\n"
+    "                     logits further from the float model; docs/engine.md)\n"
     "  --log-level L      debug, info, warn, error, off (default warn)\n"
     "  -h, --help         this help; `zinfer COMMAND --help` for a command's options\n"
     "  --version          print the version\n";
@@ -735,6 +741,11 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
         } else if (!strcmp(a, "--isa")) {
             if (!v) return usage_error(cmd, "--isa needs a name");
             o->isa = v;
+        } else if (!strcmp(a, "--act-bits")) {
+            if (!(rc = zi_parse_int(a, v, 8, 16, &iv, &err))) {
+                if (iv != 8 && iv != 16) return usage_error(cmd, "--act-bits takes 8 or 16");
+                o->act_bits = iv;
+            }
         } else if (!strcmp(a, "--log-level")) {
             int l = v ? zi_log_level_parse(v) : -1;
             if (l < 0) return usage_error(cmd, "--log-level takes debug, info, warn, error or off");

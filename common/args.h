@@ -23,11 +23,12 @@ int zi_parse_size(const char *flag, const char *s, long long lo, long long hi, l
                   zi_error *err);
 /* The sizing flags of zinfer-worker that `zinfer serve` passes on to its
  * workers (--batch-size, --num-steps, --prefill-chunk, --kv-cache-tokens,
- * --block-size, --kv-cache-bytes, --memory-budget), in one table so that
+ * --block-size, --kv-cache-bytes, --memory-budget) and --act-bits (8 or
+ * 16, checked beyond the range), in one table so that
  * serve refuses exactly the values a worker would. zi_is_worker_flag says
  * whether `flag` is one; zi_parse_worker_flag parses its value with the
  * worker's range (sizes with zi_parse_size). */
-#define ZI_N_WORKER_FLAGS 7 /* the table's size, for callers that keep their values */
+#define ZI_N_WORKER_FLAGS 8 /* the table's size, for callers that keep their values */
 int zi_is_worker_flag(const char *flag);
 int zi_parse_worker_flag(const char *flag, const char *s, long long *out, zi_error *err);
 /* "1,2,3" (spaces allowed) -> malloc'd int32 array; every id in 0..max. */

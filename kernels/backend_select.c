@@ -61,15 +61,20 @@ int zi_backend_cuda_compiled(void) {
 #endif
 }
 
-int zi_backend_create_for_device(const char *device, int n_threads, zi_backend **out,
+int zi_backend_create_for_device(const char *device, int n_threads, int act_bits, zi_backend **out,
                                  zi_error *err) {
     zi_device_spec spec;
     int rc = zi_device_parse(device, &spec, err);
     if (rc) return rc;
     if (spec.kind == ZI_DEVICE_CPU) {
-        zi_cpu_options o = {.n_threads = n_threads};
+        zi_cpu_options o = {.n_threads = n_threads, .act_bits = act_bits};
         return zi_cpu_backend_create(&o, out, err);
     }
+    if (act_bits && act_bits != 16)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "device '%.64s': --act-bits %d is a CPU option (the CUDA backend "
+                            "keeps its own precision)",
+                            device, act_bits);
 #ifdef ZI_HAVE_CUDA
     int count = 0;
     if ((rc = zi_cuda_device_count(&count, err))) {

@@ -38,10 +38,12 @@ int zi_backend_cuda_compiled(void);
 
 /* Creates the backend for `device`. n_threads is the CPU backend's thread
  * count (<= 0: every CPU this process may use); the CUDA backend ignores
- * it. Errors name the device string and the problem: unknown string, CUDA
- * not compiled in, no usable CUDA device (with the CUDA runtime's reason),
- * an index beyond the devices present, or the backend's own failure. */
-int zi_backend_create_for_device(const char *device, int n_threads, zi_backend **out,
+ * it. act_bits: the CPU backend's activation precision (zi_cpu_options; 0
+ * is its default); a CUDA device refuses 8. Errors name the device string
+ * and the problem: unknown string, CUDA not compiled in, no usable CUDA
+ * device (with the CUDA runtime's reason), an index beyond the devices
+ * present, or the backend's own failure. */
+int zi_backend_create_for_device(const char *device, int n_threads, int act_bits, zi_backend **out,
                                  zi_error *err);
 
 /* Writes one line per backend (compiled in or not, what was found) and one

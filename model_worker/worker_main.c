@@ -47,6 +47,8 @@ static const char USAGE[] =
     "  --model PATH       the GGUF model (default $ZINFER_MODEL or the downloaded default)\n"
     "  --device D         cpu (default), cuda (GPU 0) or cuda:N (see `zinfer devices`)\n"
     "  --threads N        CPU compute threads (default: all CPUs)\n"
+    "  --act-bits B       CPU activation precision: 16 (default) or 8 (llama.cpp's;\n"
+    "                     faster batches, logits further from the float model)\n"
     "  --slots N          sequences generated at once (default 8)\n"
     "  --ctx-size N       positions per sequence (default 4096, at most the model's and\n"
     "                     the KV cache's)\n"
@@ -366,6 +368,7 @@ typedef struct wopts {
     char model[4096];
     const char *router, *device;
     long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
+    long long act_bits;
     int no_prefix_cache;
     int log_level;
 } wopts;
@@ -418,6 +421,8 @@ static int parse_args(int argc, char **argv, wopts *o) {
             rc = zi_parse_worker_flag(a, v, &o->budget, &err);
         else if (!strcmp(a, "--block-size"))
             rc = zi_parse_worker_flag(a, v, &o->block, &err);
+        else if (!strcmp(a, "--act-bits"))
+            rc = zi_parse_worker_flag(a, v, &o->act_bits, &err);
         else if (!strcmp(a, "--log-level")) {
             o->log_level = zi_log_level_parse(v);
             if (o->log_level < 0)
@@ -460,7 +465,7 @@ int main(int argc, char **argv) {
     zi_error err = {0};
     zi_backend *be = NULL;
     zi_model *model = NULL;
-    if ((rc = zi_backend_create_for_device(o.device, (int)o.threads, &be, &err)) ||
+    if ((rc = zi_backend_create_for_device(o.device, (int)o.threads, (int)o.act_bits, &be, &err)) ||
         (rc = zi_model_load(o.model, be, &model, &err))) {
         zi_log(&w.log, ZI_LOG_ERROR, "%s", err.msg);
         if (be) be->ops->destroy(be);
@@ -541,10 +546,10 @@ int main(int argc, char **argv) {
         rc = 1;
         goto out;
     }
-    char dev[64];
+    char dev[96];
     if (!strcmp(be->ops->name, "cpu"))
-        snprintf(dev, sizeof dev, "cpu, %s x %d threads", zi_cpu_backend_isa(be),
-                 zi_cpu_backend_threads(be));
+        snprintf(dev, sizeof dev, "cpu, %s x %d threads, %d-bit activations",
+                 zi_cpu_backend_isa(be), zi_cpu_backend_threads(be), zi_cpu_backend_act_bits(be));
     else
         snprintf(dev, sizeof dev, "%s", o.device);
     zi_log(&w.log, ZI_LOG_INFO, "model %s (%s), %d slots x up to %d positions; router %s",

@@ -236,7 +236,10 @@ static void quant_worker(void *p, int ith, int nth) {
     quant_args *a = p;
     int64_t t0, t1;
     split_range(a->n_tokens, ith, nth, 1, &t0, &t1);
-    for (int64_t t = t0; t < t1; t++) a->k->quantize_act(a->x + t * a->cols, a->q, t);
+    for (int64_t t = t0; t < t1; t++) {
+        a->k->quantize_act(a->x + t * a->cols, a->q, t);
+        if (a->q->no_residual) zi_act_drop_residual(a->q, t);
+    }
 }
 
 static int is_quantized(int type) {
@@ -697,6 +700,9 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
         if (n > 1024) n = 1024;
     }
     if (n > 1024) return zi_error_set(err, ZI_EINVAL, "--threads %d is more than 1024", n);
+    const int act_bits = opt && opt->act_bits ? opt->act_bits : 16;
+    if (act_bits != 8 && act_bits != 16)
+        return zi_error_set(err, ZI_EINVAL, "--act-bits %d: expected 8 or 16", act_bits);
     const zi_cpu_kernels *k =
         opt && opt->isa ? zi_cpu_kernels_by_name(opt->isa) : zi_cpu_kernels_select();
     if (!k)
@@ -712,6 +718,7 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     c->base.kv_v_bytes = 2;
     c->base.host_memory = true;
     c->k = k;
+    c->act.no_residual = act_bits == 8;
     c->pool = zi_pool_create(n);
     c->mm_next = aligned_alloc(64, (size_t)n * sizeof *c->mm_next);
     if (!c->pool || !c->mm_next) {
@@ -727,4 +734,7 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
 const char *zi_cpu_backend_isa(const zi_backend *be) { return ((const cpu_backend *)be)->k->isa; }
 int zi_cpu_backend_threads(const zi_backend *be) {
     return zi_pool_size(((const cpu_backend *)be)->pool);
+}
+int zi_cpu_backend_act_bits(const zi_backend *be) {
+    return ((const cpu_backend *)be)->act.no_residual ? 8 : 16;
 }

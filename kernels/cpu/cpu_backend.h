@@ -14,12 +14,19 @@
 typedef struct zi_cpu_options {
     int n_threads; /* <= 0: one per online CPU */
     const char *isa; /* NULL: best available; else "scalar", "avx2", "avx512" */
+    /* Activation precision of the quantized products: 0 or 16 (the
+     * default: an int8 code and its rounding residual, float32-level
+     * logits), or 8 (the code alone, as llama.cpp: half the multiplies in
+     * batched products, logits ~1e4 times further from float64 in KL). */
+    int act_bits;
 } zi_cpu_options;
 
 int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error *err);
 
-/* The kernel table in use ("avx512", ...), and the thread count. */
+/* The kernel table in use ("avx512", ...), the thread count, and the
+ * activation bits (8 or 16). */
 const char *zi_cpu_backend_isa(const zi_backend *be);
 int zi_cpu_backend_threads(const zi_backend *be);
+int zi_cpu_backend_act_bits(const zi_backend *be);
 
 #endif

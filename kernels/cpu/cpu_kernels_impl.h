@@ -671,12 +671,30 @@ static inline void r16_decode(int kind, const uint8_t *G, size_t gb, uint8_t *co
 }
 
 /* The integer block sums sum(u * (256*q1 + q2)) of both halves (rows 0-7,
- * 8-15) for one token, from decoded codes c. */
-static inline __attribute__((always_inline)) void r16_isum(int kind, const uint8_t *c,
+ * 8-15) for one token, from decoded codes c. res == 0 (int8 activations,
+ * zi_q8_act.no_residual: q2 is all zero) skips the q2 products of Q4,
+ * half its multiplies; Q8_0's int16 activation holds a zero q2 anyway. */
+static inline __attribute__((always_inline)) void r16_isum(int kind, int res, const uint8_t *c,
                                                            const int8_t *q1, const int8_t *q2,
                                                            const int16_t *q16, __m256i *s0,
                                                            __m256i *s1) {
     const __m256i z = _mm256_setzero_si256();
+    const __m256i k256 = _mm256_set1_epi16(256), ones = _mm256_set1_epi16(1);
+    if (kind != KQ8_0 && !res) {
+        __m256i h0 = z, h1 = z;
+        for (int j = 0; j < 8; j++) {
+            const __m256i b1 = bcast4_ps(q1 + 4 * j);
+            h0 = _mm256_add_epi16(
+                h0, _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(c + 32 * j)), b1));
+            h1 = _mm256_add_epi16(
+                h1,
+                _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(c + 256 + 32 * j)), b1));
+            __asm__("" : "+x"(h0), "+x"(h1));
+        }
+        *s0 = _mm256_madd_epi16(h0, k256);
+        *s1 = _mm256_madd_epi16(h1, k256);
+        return;
+    }
     if (kind != KQ8_0) {
         __m256i h0 = z, h1 = z, l0 = z, l1 = z; /* q1 and q2 sums of each half */
         for (int j = 0; j < 8; j++) {
@@ -691,7 +709,6 @@ static inline __attribute__((always_inline)) void r16_isum(int kind, const uint8
              * the additions into a tree over all 32 products, which spills. */
             __asm__("" : "+x"(h0), "+x"(h1), "+x"(l0), "+x"(l1));
         }
-        const __m256i k256 = _mm256_set1_epi16(256), ones = _mm256_set1_epi16(1);
         *s0 = _mm256_add_epi32(_mm256_madd_epi16(h0, k256), _mm256_madd_epi16(l0, ones));
         *s1 = _mm256_add_epi32(_mm256_madd_epi16(h1, k256), _mm256_madd_epi16(l1, ones));
         return;
@@ -720,7 +737,7 @@ static inline __attribute__((always_inline)) void r16_isum(int kind, const uint8
 }
 
 static inline __attribute__((always_inline)) void
-r16_avx2_rows(int kind, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+r16_avx2_rows(int kind, int res, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
               const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     const int64_t nb = a->nb;
     const size_t gb = 16 * block_bytes(kind);
@@ -757,7 +774,7 @@ r16_avx2_rows(int kind, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t 
                     for (int64_t k = 0; k < kn; k++) {
                         const int64_t kk = k0 + k;
                         __m256i s0, s1;
-                        r16_isum(kind, code + k * cb, q1 + kk * ZI_QK, q2 + kk * ZI_QK,
+                        r16_isum(kind, res, code + k * cb, q1 + kk * ZI_QK, q2 + kk * ZI_QK,
                                  q16[kind == KQ8_0 ? k : 0], &s0, &s1); /* q16: Q8_0 only */
                         const __m256 da = _mm256_broadcast_ss(a->d + t * nb + kk);
                         const __m256 sa = _mm256_broadcast_ss(a->s + t * nb + kk);
@@ -783,15 +800,21 @@ r16_avx2_rows(int kind, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t 
     }
 }
 
-/* One copy of the loops per weight kind, so that the kind is a constant. */
+/* One copy of the loops per weight kind and activation kind, so that both
+ * are constants. */
 static void mm_r16_avx2(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                         const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
-    if (type == ZI_TYPE_Q4_1)
-        r16_avx2_rows(KQ4_1, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
+    const int res = !a->no_residual;
+    if (type == ZI_TYPE_Q4_1 && res)
+        r16_avx2_rows(KQ4_1, 1, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
+    else if (type == ZI_TYPE_Q4_1)
+        r16_avx2_rows(KQ4_1, 0, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
+    else if (type == ZI_TYPE_Q4_0 && res)
+        r16_avx2_rows(KQ4_0, 1, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
     else if (type == ZI_TYPE_Q4_0)
-        r16_avx2_rows(KQ4_0, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
+        r16_avx2_rows(KQ4_0, 0, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
     else
-        r16_avx2_rows(KQ8_0, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
+        r16_avx2_rows(KQ8_0, 1, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
 }
 #endif
 

@@ -1,6 +1,7 @@
 /*
  * quant.c - scalar dequantization of GGUF rows (see quant.h). Used for
  * embedding lookups and by tests as the ground truth for the SIMD kernels.
+ * Also the step from 16-bit to int8 activations (zi_act_drop_residual).
  */
 #include "quant.h"
 
@@ -58,5 +59,15 @@ void zi_dequantize_row(int type, const void *row, float *y, int64_t n) {
         break;
     }
     default: memset(y, 0, (size_t)n * sizeof(float)); break;
+    }
+}
+
+void zi_act_drop_residual(const zi_q8_act *a, int64_t row) {
+    const int8_t *q1 = a->q + row * a->nb * 2 * ZI_QK;
+    memset(a->q + row * a->nb * 2 * ZI_QK + a->nb * ZI_QK, 0, (size_t)a->nb * ZI_QK);
+    for (int64_t k = 0; k < a->nb; k++) {
+        int32_t sum = 0;
+        for (int i = 0; i < ZI_QK; i++) sum += q1[k * ZI_QK + i];
+        a->s[row * a->nb + k] = a->d[row * a->nb + k] * (float)(256 * sum);
     }
 }

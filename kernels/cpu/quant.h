@@ -55,12 +55,17 @@ typedef struct {
  * block's (256*q1 + q2): the Q4_1 offset and the Q4_0/Q8_0 zero-point
  * corrections need it. q1 and q2 are contiguous across blocks, so one SIMD
  * load spans two blocks.
+ *
+ * With no_residual set (the CPU backend's act_bits 8), every q2 is 0 and s
+ * sums 256*q1 alone: llama.cpp's int8 activations. Every kernel is right
+ * either way; the flag only lets a kernel skip the q2 products.
  */
 typedef struct zi_q8_act {
     int8_t *q;
     float *d;
     float *s;
     int64_t nb;
+    int no_residual;
 } zi_q8_act;
 
 _Static_assert(sizeof(zi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
@@ -139,6 +144,10 @@ static inline float zi_bf16_to_f32(uint16_t h) {
     memcpy(&f, &bits, 4);
     return f;
 }
+
+/* Row `row` of a, as quantize_act left it, to int8 activations: q2 := 0
+ * and s recomputed from q1 (exactly, as an integer sum). */
+void zi_act_drop_residual(const zi_q8_act *a, int64_t row);
 
 /* Dequantizes n values (n a multiple of the block size for block types) of a
  * row of `type` into y. */

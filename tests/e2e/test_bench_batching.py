@@ -3,9 +3,9 @@
 The script's numbers are for BENCHMARKS.md, not for a test; what is checked
 here is that it runs the real binary with the real model, alternates its
 rounds, and reports each stream count against one stream: a table row per
-stream count, one stream at exactly 1.00x, and 4 streams decoding more
-tokens per second in all than one (a loop that ran the sequences one after
-another would give about 1x).
+activation precision (--act-bits 16,8) and stream count, one stream at
+exactly 1.00x, and 4 streams decoding more tokens per second in all than
+one (a loop that ran the sequences one after another would give about 1x).
 """
 import re
 import subprocess
@@ -19,24 +19,27 @@ def test_bench_batching_table(zinfer_bin, model_path, tmp_path):
     res = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench-batching"), "--zinfer", str(zinfer_bin),
          "--model", str(model_path), "--rounds", "2", "--prompt-tokens", "8", "--gen-tokens", "6",
-         "--streams", "4", "--threads", "2", "--write", str(out_md)],
+         "--streams", "4", "--threads", "2", "--act-bits", "16,8", "--write", str(out_md)],
         capture_output=True, text=True, timeout=300, cwd=REPO)
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("round ") == 2, res.stderr
-    rows = {int(m.group(1)): m for m in re.finditer(
-        r"^\| (\d+) \| ([\d.]+) ms \| ([\d., ]+) \| ([\d.]+) \| ([\d.]+) \|$", res.stdout, re.M)}
-    assert sorted(rows) == [1, 4], res.stdout
-    assert rows[1].group(5) == "1.00"
-    assert len(rows[4].group(3).split(", ")) == 2  # one step time per round
-    assert float(rows[4].group(5)) > 1.3, res.stdout
+    rows = {(int(m.group(1)), int(m.group(2))): m for m in re.finditer(
+        r"^\| (\d+)-bit \| (\d+) \| ([\d.]+) ms \| ([\d., ]+) \| ([\d.]+) \| ([\d.]+) \|$",
+        res.stdout, re.M)}
+    assert sorted(rows) == [(8, 1), (8, 4), (16, 1), (16, 4)], res.stdout
+    for bits in (8, 16):
+        assert rows[bits, 1].group(6) == "1.00"
+        assert len(rows[bits, 4].group(4).split(", ")) == 2  # one step time per round
+        assert float(rows[bits, 4].group(6)) > 1.3, res.stdout
     text = out_md.read_text()
-    assert "scripts/bench-batching" in text and "| 4 |" in text, text
+    assert "scripts/bench-batching" in text and "| 8-bit | 4 |" in text, text
 
 
 def test_bench_batching_bad_arguments(zinfer_bin, model_path):
     for args, msg in ((["--streams", "1,x"], "not a list of integers"),
                       (["--streams", "0"], "stream counts >= 1"),
                       (["--rounds", "0"], "must be >= 1"),
+                      (["--act-bits", "12"], "give 16, 8 or 16,8"),
                       (["--model", "/nonexistent.gguf"], "no model at /nonexistent.gguf")):
         res = subprocess.run([sys.executable, str(REPO / "scripts" / "bench-batching"),
                               "--zinfer", str(zinfer_bin)] + args,

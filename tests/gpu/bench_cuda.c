@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
     }
     zi_backend *be = NULL;
     zi_model *m = NULL;
-    if (zi_backend_create_for_device(device, 0, &be, &err)) return die("backend", &err);
+    if (zi_backend_create_for_device(device, 0, 0, &be, &err)) return die("backend", &err);
     if (zi_model_load(model, be, &m, &err)) return die("model", &err);
     int V = zi_model_get_config(m)->n_vocab;
     int ctx = (int)(P + G + 8), sctx = (int)(SP + G + 8);

@@ -83,7 +83,7 @@ static void test_create_cpu(void **state) {
     (void)state;
     zi_error err = {0};
     zi_backend *be = NULL;
-    assert_int_equal(zi_backend_create_for_device("cpu", 1, &be, &err), ZI_OK);
+    assert_int_equal(zi_backend_create_for_device("cpu", 1, 0, &be, &err), ZI_OK);
     assert_non_null(be);
     assert_string_equal(be->ops->name, "cpu");
     float *x = be->ops->alloc(be, 4 * sizeof(float));
@@ -96,7 +96,7 @@ static void test_create_cpu(void **state) {
     be->ops->free(be, x);
     be->ops->destroy(be);
     be = NULL;
-    assert_int_equal(zi_backend_create_for_device(NULL, 0, &be, &err), ZI_OK);
+    assert_int_equal(zi_backend_create_for_device(NULL, 0, 0, &be, &err), ZI_OK);
     assert_string_equal(be->ops->name, "cpu");
     be->ops->destroy(be);
 }
@@ -105,14 +105,14 @@ static void test_create_errors(void **state) {
     (void)state;
     zi_error err = {0};
     zi_backend *be = NULL;
-    assert_int_equal(zi_backend_create_for_device("tpu:0", 1, &be, &err), ZI_EINVAL);
+    assert_int_equal(zi_backend_create_for_device("tpu:0", 1, 0, &be, &err), ZI_EINVAL);
     assert_null(be);
     assert_non_null(strstr(err.msg, "unknown device 'tpu:0'"));
 
     const char *names[] = {"cuda", "cuda:0", "cuda:1023"};
     for (size_t i = 0; i < 3; i++) {
         zi_error_clear(&err);
-        int rc = zi_backend_create_for_device(names[i], 1, &be, &err);
+        int rc = zi_backend_create_for_device(names[i], 1, 0, &be, &err);
         print_message("%s -> %d: %s\n", names[i], rc, err.msg);
         if (rc == ZI_OK) { /* a GPU is here: only cuda:1023 cannot exist */
             assert_true(i < 2);

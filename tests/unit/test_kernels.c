@@ -58,7 +58,7 @@ static void test_quantize_act(void **state) {
     x[5] = 4.0f; /* the block maximum maps to exactly 127 */
     int8_t qv[128];
     float dv[2], sv[2];
-    zi_q8_act q = {qv, dv, sv, 2};
+    zi_q8_act q = {qv, dv, sv, 2, 0};
     k->quantize_act(x, &q, 0);
     assert_int_equal(qv[5], 127);  /* the block maximum: q1 = 127, residual 0 */
     assert_int_equal(qv[64 + 5], 0);
@@ -123,7 +123,7 @@ static void test_quantize_act_tables_agree(void **state) {
             if (kind == 3) memset(xb, 0, 32 * sizeof(float)), xb[3] = 1e-39f;
             zi_q8_act qa[2];
             for (int r = 0; r < 2; r++) {
-                qa[r] = (zi_q8_act){q[r], d[r], sv[r], nb};
+                qa[r] = (zi_q8_act){q[r], d[r], sv[r], nb, 0};
                 memset(q[r], 0x55, 2 * COLS);
                 (r ? k : ref)->quantize_act(x, &qa[r], 0);
             }
@@ -144,8 +144,9 @@ static void test_quantize_act_tables_agree(void **state) {
 
 /* Checks one table's product for one weight type against a double-precision
  * reference computed from dequantized weights and dequantized activations
- * (so the only difference allowed is float summation order). */
-static void check_type(const zi_cpu_kernels *k, int type, int cols, int T) {
+ * (so the only difference allowed is float summation order). int8: the
+ * activations without their residual (act_bits 8: zi_act_drop_residual). */
+static void check_type(const zi_cpu_kernels *k, int type, int cols, int T, int int8) {
     const int rows = 37;
     size_t rb;
     uint8_t *w = make_rows(type, rows, cols, &rb);
@@ -155,10 +156,16 @@ static void check_type(const zi_cpu_kernels *k, int type, int cols, int T) {
     int quantized = type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0;
     const int nb = cols / 32;
     zi_q8_act qa = {malloc((size_t)T * cols * 2 + 64), malloc(sizeof(float) * T * nb),
-                    malloc(sizeof(float) * T * nb), nb};
+                    malloc(sizeof(float) * T * nb), nb, int8};
     zi_q8_act *q = &qa;
     if (quantized) {
-        for (int t = 0; t < T; t++) k->quantize_act(x + t * cols, q, t);
+        for (int t = 0; t < T; t++) {
+            k->quantize_act(x + t * cols, q, t);
+            if (int8) {
+                zi_act_drop_residual(q, t);
+                for (int i = 0; i < cols; i++) assert_int_equal(qa.q[t * cols * 2 + cols + i], 0);
+            }
+        }
         for (int t = 0; t < T; t++)
             for (int i = 0; i < cols; i++)
                 xd[t * cols + i] = (256 * qa.q[t * cols * 2 + i] + qa.q[t * cols * 2 + cols + i]) *
@@ -264,11 +271,15 @@ static void test_tables_match_reference(void **state) {
         ran++;
         for (size_t j = 0; j < sizeof types / sizeof types[0]; j++) {
             /* 6 tokens = 4 + 2: the four-token path and the remainder */
-            check_type(k, types[j], 576, 6); /* even block count */
-            check_type(k, types[j], 608, 6); /* odd: exercises the one-block tail */
+            check_type(k, types[j], 576, 6, 0); /* even block count */
+            check_type(k, types[j], 608, 6, 0); /* odd: exercises the one-block tail */
             /* The AVX2 16-row kernel decodes 32 Q4 (16 Q8_0) block columns
              * at a time and runs tokens in passes of 64: cross both. */
-            if (j < 3) check_type(k, types[j], 1088, 67);
+            if (j < 3) check_type(k, types[j], 1088, 67, 0);
+            /* int8 activations (act_bits 8), which the AVX2 16-row kernel
+             * runs without the residual's products */
+            if (j < 3) check_type(k, types[j], 608, 6, 1);
+            if (j < 3) check_type(k, types[j], 1088, 67, 1);
         }
     }
     assert_true(ran >= 1);
@@ -352,6 +363,57 @@ static void test_backend_threads_agree(void **state) {
     free(x);
     free(y1);
     free(y3);
+}
+
+/* act_bits 8 through the backend: the same products with 1 and 3 threads,
+ * and not those of act_bits 16 (the residual was dropped); other values
+ * are refused by name. */
+static void test_backend_act_bits(void **state) {
+    (void)state;
+    const int rows = 301, cols = 1536, T = 5;
+    size_t rb;
+    uint8_t *w = make_rows(ZI_TYPE_Q4_1, rows, cols, &rb);
+    zi_gguf_tensor t = {.n_dims = 2,
+                        .ne = {cols, rows, 1, 1},
+                        .type = ZI_TYPE_Q4_1,
+                        .nbytes = rb * rows,
+                        .data = w};
+    t.name.ptr = "w";
+    t.name.len = 1;
+    float *x = malloc(sizeof(float) * T * cols), *y[3];
+    for (int i = 0; i < T * cols; i++) x[i] = frand(-1, 1);
+    zi_error err = {0};
+    zi_cpu_options o[3] = {{.n_threads = 1, .act_bits = 8},
+                           {.n_threads = 3, .act_bits = 8},
+                           {.n_threads = 1, .act_bits = 16}};
+    for (int b = 0; b < 3; b++) {
+        zi_backend *be;
+        zi_weight wt;
+        assert_int_equal(zi_cpu_backend_create(&o[b], &be, &err), ZI_OK);
+        assert_int_equal(zi_cpu_backend_act_bits(be), o[b].act_bits);
+        assert_int_equal(be->ops->weight_init(be, &wt, &t, &err), ZI_OK);
+        assert_int_equal(be->ops->reserve(be, T, cols, 16, &err), ZI_OK);
+        y[b] = malloc(sizeof(float) * T * rows);
+        be->ops->matmul(be, y[b], &wt, x, T);
+        be->ops->weight_free(be, &wt);
+        be->ops->destroy(be);
+    }
+    assert_memory_equal(y[0], y[1], sizeof(float) * T * rows);
+    double diff = 0, mag = 0;
+    for (int i = 0; i < T * rows; i++) {
+        diff += fabs((double)y[0][i] - y[2][i]);
+        mag += fabs((double)y[2][i]);
+    }
+    /* int8 codes move a product by ~1/254 of its terms' size at most, so
+     * the mean change is small beside the values but not zero */
+    assert_true(diff > 0 && diff < 0.05 * mag);
+    zi_backend *be;
+    zi_cpu_options bad = {.act_bits = 12};
+    assert_int_equal(zi_cpu_backend_create(&bad, &be, &err), ZI_EINVAL);
+    assert_non_null(strstr(err.msg, "--act-bits 12"));
+    for (int b = 0; b < 3; b++) free(y[b]);
+    free(x);
+    free(w);
 }
 
 /* Attention through the backend: kv_store writes float K and V rows into a
@@ -473,6 +535,7 @@ int main(void) {
         cmocka_unit_test(test_dot_axpy),
         cmocka_unit_test(test_threadpool),
         cmocka_unit_test(test_backend_threads_agree),
+        cmocka_unit_test(test_backend_act_bits),
         cmocka_unit_test(test_attention_paged_cache),
         cmocka_unit_test(test_swiglu_tables_agree),
         cmocka_unit_test(test_unknown_isa_refused),
