@@ -171,6 +171,20 @@ def serve_process(zinfer_bin, model_path, log_path, *args, workers=1):
         logf.close()
 
 
+def run_all(client, prompts, sp):
+    """Sends every prompt at once on one socket; returns each one's token
+    ids, in order (every event a chunk or the final)."""
+    rids = [client.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in prompts]
+    out = []
+    for rid in rids:
+        ids = []
+        for ev in client.events(rid):
+            assert ev["event"] in ("chunk", "final"), ev
+            ids.extend(ev.get("token_ids", []))
+        out.append(ids)
+    return out
+
+
 def last_json(stdout):
     """The JSON object on the last non-empty line of stdout."""
     lines = [ln for ln in stdout.splitlines() if ln.strip()]

@@ -6,7 +6,7 @@ reference: tests/e2e/test_logits.py.)
 """
 import sys
 
-from conftest import REPO, ids_arg, last_json, serve_process
+from conftest import REPO, ids_arg, last_json, run_all, serve_process
 
 sys.path.insert(0, str(REPO / "clients" / "python"))
 from zinfer_client import Client  # noqa: E402
@@ -18,15 +18,7 @@ def test_served_int8_activations_equal_cli(zinfer_bin, model_path, tmp_path, pro
     with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
                        "--act-bits", 8) as srv:
         with Client(srv.addr, timeout_s=300) as c:
-            rids = [c.send({"op": "generate", "prompt": ids, "sampling_params": sp})
-                    for ids in chosen]
-            served = []
-            for rid in rids:
-                got = []
-                for ev in c.events(rid):
-                    assert ev["event"] in ("chunk", "final"), ev
-                    got.extend(ev.get("token_ids", []))
-                served.append(got)
+            served = run_all(c, chosen, sp)
         log = srv.log()
     assert "8-bit activations" in log, log
     for ids, got in zip(chosen, served):

@@ -27,7 +27,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, REPO, report, serve_process
+from conftest import FIXTURES, REPO, report, run_all, serve_process
 
 sys.path.insert(0, str(REPO / "clients" / "python"))
 from zinfer_client import Client  # noqa: E402
@@ -44,19 +44,6 @@ def corpus_ids():
             ids.extend(e["plain"])
     assert len(ids) > 8000
     return ids
-
-
-def run_all(client, prompts, sp):
-    """Sends every prompt at once; returns each one's token ids, in order."""
-    rids = [client.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in prompts]
-    out = []
-    for rid in rids:
-        ids = []
-        for ev in client.events(rid):
-            assert ev["event"] in ("chunk", "final"), ev
-            ids.extend(ev.get("token_ids", []))
-        out.append(ids)
-    return out
 
 
 def mixed_prompts(corpus):
