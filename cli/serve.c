@@ -209,13 +209,16 @@ int zi_serve_main(int argc, char **argv) {
         fprintf(stderr, "zinfer serve: give --kv-cache-tokens or --kv-cache-bytes, not both\n");
         return 2;
     }
-    for (int j = 0; j + 1 < n_wpass; j++) /* as the worker would refuse it, at once */
-        if (!strcmp(worker_pass[j], "--act-bits") && strcmp(worker_pass[j + 1], "16") &&
-            strcmp(device, "cpu")) {
-            fprintf(stderr, "zinfer serve: --act-bits %s is a CPU option (--device %s)\n",
-                    worker_pass[j + 1], device);
+    for (int j = 0; j + 1 < n_wpass; j++) { /* as the worker would refuse it, at once */
+        long long bits = 16;
+        if (!strcmp(worker_pass[j], "--act-bits"))
+            zi_parse_worker_flag(worker_pass[j], worker_pass[j + 1], &bits, &err); /* checked */
+        if (bits != 16 && strcmp(device, "cpu")) {
+            fprintf(stderr, "zinfer serve: --act-bits %lld is a CPU option (--device %s)\n", bits,
+                    device);
             return 2;
         }
+    }
     if (!backend[0] && next_port_addr(bind, backend, sizeof backend) != 0) {
         fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");
         return 2;

@@ -741,11 +741,8 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
         } else if (!strcmp(a, "--isa")) {
             if (!v) return usage_error(cmd, "--isa needs a name");
             o->isa = v;
-        } else if (!strcmp(a, "--act-bits")) {
-            if (!(rc = zi_parse_int(a, v, 8, 16, &iv, &err))) {
-                if (iv != 8 && iv != 16) return usage_error(cmd, "--act-bits takes 8 or 16");
-                o->act_bits = iv;
-            }
+        } else if (!strcmp(a, "--act-bits")) { /* the worker's rule (args.h) */
+            if (!(rc = zi_parse_worker_flag(a, v, &iv, &err))) o->act_bits = iv;
         } else if (!strcmp(a, "--log-level")) {
             int l = v ? zi_log_level_parse(v) : -1;
             if (l < 0) return usage_error(cmd, "--log-level takes debug, info, warn, error or off");

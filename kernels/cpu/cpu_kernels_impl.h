@@ -1167,6 +1167,13 @@ static const uint64_t exp2_32[32] = {
     0x3feee89f995ad3ad, 0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069,
     0x3fef5818dcfba487, 0x3fef7c97337b9b5f, 0x3fefa4afa2a490da, 0x3fefd0765b6e4540,
 };
+/* The rest of glibc's expf constants, for both widths: k = round(x * 32 /
+ * ln 2) by adding EXPF_SHIFT, and the cubic in r = x * 32 / ln 2 - k. */
+#define EXPF_INV_LN2_32 0x1.71547652b82fep+5
+#define EXPF_SHIFT 0x1.8p+52
+#define EXPF_C0 0x1.c6af84b912394p-20
+#define EXPF_C1 0x1.ebfce50fac4f3p-13
+#define EXPF_C2 0x1.62e42ff0c52d6p-6
 #endif
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
@@ -1174,8 +1181,8 @@ static const uint64_t exp2_32[32] = {
 /* expf of 4 floats in double: exp8_core's operations, 4 lanes at a time,
  * with a gather for the table. */
 static inline __m128 exp4_avx2(__m128 x) {
-    const __m256d inv_ln2 = _mm256_set1_pd(0x1.71547652b82fep+5); /* 32 / ln 2 */
-    const __m256d shift = _mm256_set1_pd(0x1.8p+52);
+    const __m256d inv_ln2 = _mm256_set1_pd(EXPF_INV_LN2_32);
+    const __m256d shift = _mm256_set1_pd(EXPF_SHIFT);
     __m256d xd = _mm256_cvtps_pd(x);
     __m256d kds = _mm256_fmadd_pd(inv_ln2, xd, shift); /* k = round(x * 32/ln2) */
     __m256i ki = _mm256_castpd_si256(kds);
@@ -1184,9 +1191,8 @@ static inline __m128 exp4_avx2(__m128 x) {
     __m256i t = _mm256_i64gather_epi64((const long long *)(const void *)exp2_32,
                                        _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
     __m256d sc = _mm256_castsi256_pd(_mm256_add_epi64(t, _mm256_slli_epi64(ki, 47)));
-    __m256d z = _mm256_fmadd_pd(_mm256_set1_pd(0x1.c6af84b912394p-20), r,
-                                _mm256_set1_pd(0x1.ebfce50fac4f3p-13));
-    __m256d y = _mm256_fmadd_pd(_mm256_set1_pd(0x1.62e42ff0c52d6p-6), r, _mm256_set1_pd(1.0));
+    __m256d z = _mm256_fmadd_pd(_mm256_set1_pd(EXPF_C0), r, _mm256_set1_pd(EXPF_C1));
+    __m256d y = _mm256_fmadd_pd(_mm256_set1_pd(EXPF_C2), r, _mm256_set1_pd(1.0));
     y = _mm256_fmadd_pd(z, _mm256_mul_pd(r, r), y);
     return _mm256_cvtpd_ps(_mm256_mul_pd(y, sc));
 }
@@ -1375,8 +1381,8 @@ static inline __m512 hsum16(const __m512 *v) {
  */
 static inline __m256 exp8_core(__m256 x) {
     const uint64_t *tab = exp2_32;
-    const __m512d inv_ln2 = _mm512_set1_pd(0x1.71547652b82fep+5); /* 32 / ln 2 */
-    const __m512d shift = _mm512_set1_pd(0x1.8p+52);
+    const __m512d inv_ln2 = _mm512_set1_pd(EXPF_INV_LN2_32);
+    const __m512d shift = _mm512_set1_pd(EXPF_SHIFT);
     __m512d xd = _mm512_cvtps_pd(x);
     __m512d kds = _mm512_fmadd_pd(inv_ln2, xd, shift); /* k = round(x * 32/ln2) */
     __m512i ki = _mm512_castpd_si512(kds);
@@ -1388,9 +1394,8 @@ static inline __m256 exp8_core(__m256 x) {
                                            _mm512_loadu_si512((const void *)(tab + 24)));
     __m512i t = _mm512_mask_blend_epi64(_mm512_test_epi64_mask(ki, _mm512_set1_epi64(16)), lo, hi);
     __m512d sc = _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64(ki, 47)));
-    __m512d z = _mm512_fmadd_pd(_mm512_set1_pd(0x1.c6af84b912394p-20), r,
-                                _mm512_set1_pd(0x1.ebfce50fac4f3p-13));
-    __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(0x1.62e42ff0c52d6p-6), r, _mm512_set1_pd(1.0));
+    __m512d z = _mm512_fmadd_pd(_mm512_set1_pd(EXPF_C0), r, _mm512_set1_pd(EXPF_C1));
+    __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(EXPF_C2), r, _mm512_set1_pd(1.0));
     y = _mm512_fmadd_pd(z, _mm512_mul_pd(r, r), y);
     return _mm512_cvtpd_ps(_mm512_mul_pd(y, sc));
 }
