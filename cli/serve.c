@@ -10,6 +10,10 @@
  * SIGINT/SIGTERM sends SIGTERM to every child, waits up to 5 s, then
  * SIGKILLs what is left. The children are separate binaries so each can
  * also be started by hand (e.g. a worker on another host).
+ *
+ * zi_serve_main runs in phases, each a function below: parse_options,
+ * validate_options, find_binaries, plan_children (every child's argv),
+ * supervise (start, reap, restart) and stop_children (shutdown).
  */
 #include "serve.h"
 
@@ -129,15 +133,31 @@ static void pass_on(const char **list, int *n, const char *flag, const char *val
     if (value) list[(*n)++] = value;
 }
 
-int zi_serve_main(int argc, char **argv) {
-    zi_logger lg = {.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-serve"};
-    zi_error err = {0};
-    char model[4096], backend[512] = "", dir[PATH_MAX], bin[3][PATH_MAX + 32];
-    zi_default_model_path(model, sizeof model);
-    const char *bind = "tcp://127.0.0.1:5555", *level = "info", *device = "cpu";
-    long long workers = 1, tokenizers = 1, threads = 0, slots = 8, ctx = 4096;
+/* ---- the phases of zi_serve_main ---------------------------------------- */
+
+/* A phase's return value when the server goes on to the next phase; any
+ * other value is zinfer serve's exit status (0 --help, 1 cannot run,
+ * 2 bad usage). */
+#define GO_ON (-1)
+
+/* The command line, and what the children's argument vectors point into
+ * (so it lives until the children are stopped). */
+typedef struct serve_opts {
+    char model[4096], backend[512];
+    const char *bind, *level, *device;
+    long long workers, tokenizers, threads, slots, ctx;
     const char *router_pass[MAX_ROUTER_PASS], *worker_pass[MAX_WORKER_PASS];
-    int n_pass = 0, n_wpass = 0;
+    int n_pass, n_wpass;
+    char bin[3][PATH_MAX + 32]; /* zinfer-router, -tokenizer, -worker */
+    char thr[32], sl[32], cx[32];
+} serve_opts;
+
+/* Phase 1: the options, each checked with its own range as it is read. */
+static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
+    zi_error err = {0};
+    zi_default_model_path(o->model, sizeof o->model);
+    o->bind = "tcp://127.0.0.1:5555", o->level = "info", o->device = "cpu";
+    o->workers = 1, o->tokenizers = 1, o->threads = 0, o->slots = 8, o->ctx = 4096;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -145,7 +165,7 @@ int zi_serve_main(int argc, char **argv) {
             return 0;
         }
         if (!strcmp(a, "--no-prefix-cache")) {
-            pass_on(worker_pass, &n_wpass, a, NULL);
+            pass_on(o->worker_pass, &o->n_wpass, a, NULL);
             continue;
         }
         if (i + 1 >= argc) {
@@ -158,40 +178,40 @@ int zi_serve_main(int argc, char **argv) {
         const char *v = argv[++i];
         int rc = 0;
         if (!strcmp(a, "--model"))
-            snprintf(model, sizeof model, "%s", v);
+            snprintf(o->model, sizeof o->model, "%s", v);
         else if (!strcmp(a, "--bind"))
-            bind = v;
+            o->bind = v;
         else if (!strcmp(a, "--device")) {
             zi_device_spec spec;
-            device = v;
+            o->device = v;
             rc = zi_device_parse(v, &spec, &err);
         } else if (!strcmp(a, "--backend"))
-            snprintf(backend, sizeof backend, "%s", v);
+            snprintf(o->backend, sizeof o->backend, "%s", v);
         else if (!strcmp(a, "--workers"))
-            rc = zi_parse_int(a, v, 1, 64, &workers, &err);
+            rc = zi_parse_int(a, v, 1, 64, &o->workers, &err);
         else if (!strcmp(a, "--tokenizers"))
-            rc = zi_parse_int(a, v, 1, 64, &tokenizers, &err);
+            rc = zi_parse_int(a, v, 1, 64, &o->tokenizers, &err);
         else if (!strcmp(a, "--threads-per-worker"))
-            rc = zi_parse_int(a, v, 1, 1024, &threads, &err);
+            rc = zi_parse_int(a, v, 1, 1024, &o->threads, &err);
         else if (!strcmp(a, "--slots"))
-            rc = zi_parse_int(a, v, 1, 1024, &slots, &err);
+            rc = zi_parse_int(a, v, 1, 1024, &o->slots, &err);
         else if (!strcmp(a, "--ctx-size"))
-            rc = zi_parse_int(a, v, 16, 1 << 20, &ctx, &err);
+            rc = zi_parse_int(a, v, 16, 1 << 20, &o->ctx, &err);
         else if (!strcmp(a, "--log-level")) {
             int l = zi_log_level_parse(v);
             if (l < 0)
                 rc = zi_error_set(&err, ZI_EINVAL, "--log-level: '%s' is unknown", v);
             else
-                level = v, lg.level = l;
+                o->level = v, lg->level = l;
         } else if (!strcmp(a, "--max-queue") || !strcmp(a, "--max-prompt-tokens") ||
                    !strcmp(a, "--max-new-tokens") || !strcmp(a, "--heartbeat-timeout")) {
             long long x;
             rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
-            if (!rc) pass_on(router_pass, &n_pass, a, v);
+            if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);
         } else if (zi_is_worker_flag(a)) { /* checked here with the worker's own ranges */
             long long x;
             rc = zi_parse_worker_flag(a, v, &x, &err);
-            if (!rc) pass_on(worker_pass, &n_wpass, a, v);
+            if (!rc) pass_on(o->worker_pass, &o->n_wpass, a, v);
         } else {
             fprintf(stderr, "zinfer serve: unknown option '%s' (see zinfer serve --help)\n", a);
             return 2;
@@ -201,32 +221,45 @@ int zi_serve_main(int argc, char **argv) {
             return 2;
         }
     }
+    return GO_ON;
+}
+
+/* Phase 2: what the options say together (refused at once, as a child
+ * would refuse it later), the backend address, the model file. */
+static int validate_options(serve_opts *o) {
+    zi_error err = {0};
     int kv_sizes = 0; /* as the worker: one of them */
-    for (int j = 0; j < n_wpass; j++)
-        kv_sizes += !strcmp(worker_pass[j], "--kv-cache-tokens") ||
-                    !strcmp(worker_pass[j], "--kv-cache-bytes");
+    for (int j = 0; j < o->n_wpass; j++)
+        kv_sizes += !strcmp(o->worker_pass[j], "--kv-cache-tokens") ||
+                    !strcmp(o->worker_pass[j], "--kv-cache-bytes");
     if (kv_sizes > 1) {
         fprintf(stderr, "zinfer serve: give --kv-cache-tokens or --kv-cache-bytes, not both\n");
         return 2;
     }
-    for (int j = 0; j + 1 < n_wpass; j++) { /* as the worker would refuse it, at once */
+    for (int j = 0; j + 1 < o->n_wpass; j++) { /* as the worker would refuse it, at once */
         long long bits = 16;
-        if (!strcmp(worker_pass[j], "--act-bits"))
-            zi_parse_worker_flag(worker_pass[j], worker_pass[j + 1], &bits, &err); /* checked */
-        if (bits != 16 && strcmp(device, "cpu")) {
+        if (!strcmp(o->worker_pass[j], "--act-bits")) /* parsed by parse_options */
+            zi_parse_worker_flag(o->worker_pass[j], o->worker_pass[j + 1], &bits, &err);
+        if (bits != 16 && strcmp(o->device, "cpu")) {
             fprintf(stderr, "zinfer serve: --act-bits %lld is a CPU option (--device %s)\n", bits,
-                    device);
+                    o->device);
             return 2;
         }
     }
-    if (!backend[0] && next_port_addr(bind, backend, sizeof backend) != 0) {
+    if (!o->backend[0] && next_port_addr(o->bind, o->backend, sizeof o->backend) != 0) {
         fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");
         return 2;
     }
-    if (access(model, R_OK) != 0) {
-        fprintf(stderr, "zinfer serve: --model %s: %s\n", model, strerror(errno));
+    if (access(o->model, R_OK) != 0) {
+        fprintf(stderr, "zinfer serve: --model %s: %s\n", o->model, strerror(errno));
         return 1;
     }
+    return GO_ON;
+}
+
+/* Phase 3a: the three binaries, next to this one. */
+static int find_binaries(serve_opts *o) {
+    char dir[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
     if (n <= 0) {
         fprintf(stderr, "zinfer serve: cannot find my own binary: %s\n", strerror(errno));
@@ -237,107 +270,129 @@ int zi_serve_main(int argc, char **argv) {
     if (slash) *slash = '\0';
     const char *names[3] = {"zinfer-router", "zinfer-tokenizer", "zinfer-worker"};
     for (int i = 0; i < 3; i++) {
-        snprintf(bin[i], sizeof bin[i], "%s/%s", dir, names[i]);
-        if (access(bin[i], X_OK) != 0) {
-            fprintf(stderr, "zinfer serve: %s: %s\n", bin[i], strerror(errno));
+        snprintf(o->bin[i], sizeof o->bin[i], "%s/%s", dir, names[i]);
+        if (access(o->bin[i], X_OK) != 0) {
+            fprintf(stderr, "zinfer serve: %s: %s\n", o->bin[i], strerror(errno));
             return 1;
         }
     }
-    if (threads == 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        threads = cpus > workers ? cpus / workers : 1;
-    }
-    char thr[32], sl[32], cx[32];
-    snprintf(thr, sizeof thr, "%lld", threads);
-    snprintf(sl, sizeof sl, "%lld", slots);
-    snprintf(cx, sizeof cx, "%lld", ctx);
+    return GO_ON;
+}
 
-    child *ch = calloc((size_t)(1 + tokenizers + workers), sizeof *ch);
+/* Phase 3b: every child's name and argument vector: the router, then the
+ * tokenizers, then the workers. *ch and *dev (each worker's device string)
+ * are the caller's to free; 1 when out of memory. */
+static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev_out)[32]) {
+    if (o->threads == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = cpus > o->workers ? cpus / o->workers : 1;
+    }
+    snprintf(o->thr, sizeof o->thr, "%lld", o->threads);
+    snprintf(o->sl, sizeof o->sl, "%lld", o->slots);
+    snprintf(o->cx, sizeof o->cx, "%lld", o->ctx);
+
+    child *ch = calloc((size_t)(1 + o->tokenizers + o->workers), sizeof *ch);
     if (!ch) return 1;
     int nc = 0;
     {
         child *c = &ch[nc++];
         snprintf(c->name, sizeof c->name, "router");
         int k = 0;
-        const char *a[] = {bin[0], "--bind", bind, "--backend", backend, "--log-level", level};
+        const char *a[] = {o->bin[0],  "--bind",      o->bind, "--backend",
+                           o->backend, "--log-level", o->level};
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
-        for (int j = 0; j < n_pass; j++) c->argv[k++] = (char *)router_pass[j];
+        for (int j = 0; j < o->n_pass; j++) c->argv[k++] = (char *)o->router_pass[j];
     }
-    for (long long t = 0; t < tokenizers; t++) {
+    for (long long t = 0; t < o->tokenizers; t++) {
         child *c = &ch[nc++];
         snprintf(c->name, sizeof c->name, "tokenizer %lld", t);
-        const char *a[] = {bin[1], "--router", backend, "--model", model, "--log-level", level};
+        const char *a[] = {o->bin[1], "--router",    o->backend, "--model",
+                           o->model,  "--log-level", o->level};
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[j] = (char *)a[j];
     }
     /* "cuda" spreads the workers over the GPUs: worker w gets cuda:w. */
-    char(*dev)[32] = calloc((size_t)workers, sizeof *dev);
+    char(*dev)[32] = calloc((size_t)o->workers, sizeof *dev);
     if (!dev) {
         free(ch);
         return 1;
     }
-    for (long long w = 0; w < workers; w++) {
-        if (!strcmp(device, "cuda"))
+    for (long long w = 0; w < o->workers; w++) {
+        if (!strcmp(o->device, "cuda"))
             snprintf(dev[w], sizeof dev[w], "cuda:%lld", w);
         else
-            snprintf(dev[w], sizeof dev[w], "%.31s", device);
+            snprintf(dev[w], sizeof dev[w], "%.31s", o->device);
         child *c = &ch[nc++];
         snprintf(c->name, sizeof c->name, "worker %lld", w);
-        const char *a[] = {bin[2],      "--router",    backend,   "--model",  model,
-                           "--threads", thr,           "--slots", sl,         "--ctx-size",
-                           cx,          "--log-level", level,     "--device", dev[w]};
+        const char *a[] = {o->bin[2],   "--router",    o->backend, "--model",  o->model,
+                           "--threads", o->thr,        "--slots",  o->sl,      "--ctx-size",
+                           o->cx,       "--log-level", o->level,   "--device", dev[w]};
         size_t k = 0;
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
-        for (int j = 0; j < n_wpass; j++) c->argv[k++] = (char *)worker_pass[j];
+        for (int j = 0; j < o->n_wpass; j++) c->argv[k++] = (char *)o->worker_pass[j];
     }
+    *ch_out = ch;
+    *nc_out = nc;
+    *dev_out = dev;
+    return GO_ON;
+}
+
+/* One child has exited (status as waitpid gives it): log it and schedule
+ * its restart after its backoff; the fifth fast failure in a row stops the
+ * server with status 1 (*exit_status). */
+static void child_exited(const zi_logger *lg, child *c, int status, int *exit_status) {
+    pid_t pid = c->pid;
+    c->pid = 0;
+    int64_t now = zi_now_ms();
+    if (now - c->started_ms > 30000) c->backoff_ms = 500;
+    c->fast_failures = now - c->started_ms < FAST_FAIL_MS ? c->fast_failures + 1 : 0;
+    if (c->fast_failures >= FAST_FAIL_LIMIT) {
+        zi_log(lg, ZI_LOG_ERROR,
+               "%s failed %d times in a row right after starting; giving up "
+               "(see its messages above)",
+               c->name, c->fast_failures);
+        *exit_status = 1;
+        zi_stop_request();
+    }
+    char how[64];
+    if (WIFEXITED(status))
+        snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
+    else
+        snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
+    if (zi_stop_requested())
+        zi_log(lg, ZI_LOG_WARN, "%s (pid %d) %s", c->name, (int)pid, how);
+    else
+        zi_log(lg, ZI_LOG_WARN, "%s (pid %d) %s; restarting in %lld ms", c->name, (int)pid, how,
+               (long long)c->backoff_ms);
+    c->restart_at_ms = now + c->backoff_ms;
+    c->backoff_ms = c->backoff_ms * 2 > 8000 ? 8000 : c->backoff_ms * 2;
+}
+
+/* Phase 4: start every child, then reap and restart them until a stop is
+ * requested (a signal, or a child that cannot start). Returns the exit
+ * status: 0, or 1 when a child could not start. */
+static int supervise(const zi_logger *lg, child *ch, int nc) {
     int exit_status = 0;
-    zi_stop_signals_install();
-    zi_log(&lg, ZI_LOG_INFO,
-           "serving %s on %s (backends %s): %lld tokenizer(s), %lld worker(s) "
-           "x %lld threads",
-           model, bind, backend, tokenizers, workers, threads);
     for (int i = 0; i < nc; i++) {
         ch[i].backoff_ms = 500;
-        spawn(&lg, &ch[i]);
+        spawn(lg, &ch[i]);
     }
     while (!zi_stop_requested()) {
         int status;
         pid_t pid;
-        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-            for (int i = 0; i < nc; i++) {
-                if (ch[i].pid != pid) continue;
-                child *c = &ch[i];
-                c->pid = 0;
-                int64_t now = zi_now_ms();
-                if (now - c->started_ms > 30000) c->backoff_ms = 500;
-                c->fast_failures = now - c->started_ms < FAST_FAIL_MS ? c->fast_failures + 1 : 0;
-                if (c->fast_failures >= FAST_FAIL_LIMIT) {
-                    zi_log(&lg, ZI_LOG_ERROR,
-                           "%s failed %d times in a row right after starting; giving up "
-                           "(see its messages above)",
-                           c->name, c->fast_failures);
-                    exit_status = 1;
-                    zi_stop_request();
-                }
-                char how[64];
-                if (WIFEXITED(status))
-                    snprintf(how, sizeof how, "exited with status %d", WEXITSTATUS(status));
-                else
-                    snprintf(how, sizeof how, "was killed by signal %d", WTERMSIG(status));
-                if (zi_stop_requested())
-                    zi_log(&lg, ZI_LOG_WARN, "%s (pid %d) %s", c->name, (int)pid, how);
-                else
-                    zi_log(&lg, ZI_LOG_WARN, "%s (pid %d) %s; restarting in %lld ms", c->name,
-                           (int)pid, how, (long long)c->backoff_ms);
-                c->restart_at_ms = now + c->backoff_ms;
-                c->backoff_ms = c->backoff_ms * 2 > 8000 ? 8000 : c->backoff_ms * 2;
-            }
-        }
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+            for (int i = 0; i < nc; i++)
+                if (ch[i].pid == pid) child_exited(lg, &ch[i], status, &exit_status);
         int64_t now = zi_now_ms();
         for (int i = 0; i < nc && !zi_stop_requested(); i++)
-            if (ch[i].pid == 0 && now >= ch[i].restart_at_ms) spawn(&lg, &ch[i]);
+            if (ch[i].pid == 0 && now >= ch[i].restart_at_ms) spawn(lg, &ch[i]);
         sleep_ms(50);
     }
-    zi_log(&lg, exit_status ? ZI_LOG_ERROR : ZI_LOG_INFO, "stopping");
+    return exit_status;
+}
+
+/* Phase 5: SIGTERM to every child, up to 5 s for them to exit, then
+ * SIGKILL for what is left. */
+static void stop_children(const zi_logger *lg, child *ch, int nc) {
     for (int i = 0; i < nc; i++)
         if (ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
     int64_t deadline = zi_now_ms() + 5000;
@@ -348,7 +403,7 @@ int zi_serve_main(int argc, char **argv) {
             int status;
             pid_t r = waitpid(ch[i].pid, &status, WNOHANG);
             if (r == ch[i].pid || (r < 0 && errno == ECHILD)) {
-                zi_log(&lg, ZI_LOG_INFO, "%s (pid %d) stopped", ch[i].name, (int)ch[i].pid);
+                zi_log(lg, ZI_LOG_INFO, "%s (pid %d) stopped", ch[i].name, (int)ch[i].pid);
                 ch[i].pid = 0;
             } else {
                 left++;
@@ -358,7 +413,7 @@ int zi_serve_main(int argc, char **argv) {
         if (zi_now_ms() > deadline) {
             for (int i = 0; i < nc; i++)
                 if (ch[i].pid > 0) {
-                    zi_log(&lg, ZI_LOG_WARN, "%s (pid %d) did not stop; killing it", ch[i].name,
+                    zi_log(lg, ZI_LOG_WARN, "%s (pid %d) did not stop; killing it", ch[i].name,
                            (int)ch[i].pid);
                     kill(ch[i].pid, SIGKILL);
                     waitpid(ch[i].pid, NULL, 0);
@@ -368,6 +423,28 @@ int zi_serve_main(int argc, char **argv) {
         }
         sleep_ms(50);
     }
+}
+
+int zi_serve_main(int argc, char **argv) {
+    zi_logger lg = {.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-serve"};
+    serve_opts o;
+    memset(&o, 0, sizeof o);
+    int rc = parse_options(argc, argv, &o, &lg);
+    if (rc == GO_ON) rc = validate_options(&o);
+    if (rc == GO_ON) rc = find_binaries(&o);
+    child *ch = NULL;
+    int nc = 0;
+    char(*dev)[32] = NULL;
+    if (rc == GO_ON) rc = plan_children(&o, &ch, &nc, &dev);
+    if (rc != GO_ON) return rc;
+    zi_stop_signals_install();
+    zi_log(&lg, ZI_LOG_INFO,
+           "serving %s on %s (backends %s): %lld tokenizer(s), %lld worker(s) "
+           "x %lld threads",
+           o.model, o.bind, o.backend, o.tokenizers, o.workers, o.threads);
+    int exit_status = supervise(&lg, ch, nc);
+    zi_log(&lg, exit_status ? ZI_LOG_ERROR : ZI_LOG_INFO, "stopping");
+    stop_children(&lg, ch, nc);
     free(ch);
     free(dev);
     return exit_status;
