@@ -6,9 +6,16 @@
  * lets a prefix match take a block out of the middle in O(1). Registered
  * blocks are found through an open-addressing hash table (linear probing,
  * backward-shift deletion) keyed by their chained prefix hash.
+ *
+ * Debug builds (meson's b_ndebug=if-release keeps assert() in every build
+ * but release) assert the invariant's cheap parts at each operation, O(1)
+ * each: a block leaves a list in the state that list holds, refcounts never
+ * go below 1 while used, and the table and the registered flags agree.
+ * zi_kv_blocks_check is the whole walk, for the tests.
  */
 #include "kv_blocks.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,6 +95,9 @@ void zi_kv_blocks_free(zi_kv_blocks *kb) {
 
 static void lru_remove(zi_kv_blocks *kb, int32_t id) {
     int32_t p = kb->prev[id], q = kb->next[id];
+    assert(kb->state[id] == ST_CACHED && kb->ref[id] == 0 && kb->reg[id] && kb->n_cached > 0);
+    assert(p >= 0 ? kb->next[p] == id : kb->lru_head == id);
+    assert(q >= 0 ? kb->prev[q] == id : kb->lru_tail == id);
     if (p >= 0)
         kb->next[p] = q;
     else
@@ -100,6 +110,8 @@ static void lru_remove(zi_kv_blocks *kb, int32_t id) {
 }
 
 static void lru_append(zi_kv_blocks *kb, int32_t id) {
+    assert(kb->state[id] == ST_CACHED && kb->ref[id] == 0 && kb->reg[id]);
+    assert(kb->n_cached + kb->n_free < kb->n);
     kb->prev[id] = kb->lru_tail;
     kb->next[id] = -1;
     if (kb->lru_tail >= 0)
@@ -133,8 +145,10 @@ static uint32_t table_find(const zi_kv_blocks *kb, uint64_t h) {
 }
 
 static void unregister(zi_kv_blocks *kb, int32_t id) {
+    assert(kb->reg[id]);
     uint32_t i = table_find(kb, kb->hash[id]);
     kb->reg[id] = 0;
+    assert(kb->table[i] == id);
     if (kb->table[i] != id) return; /* not reachable: registered blocks are in the table */
     /* Backward-shift deletion keeps every probe chain unbroken. */
     uint32_t j = i;
@@ -158,12 +172,14 @@ int32_t zi_kv_blocks_alloc(zi_kv_blocks *kb) {
     int32_t id;
     if (kb->n_free > 0) {
         id = kb->free_stack[--kb->n_free];
+        assert(kb->state[id] == ST_FREE && kb->ref[id] == 0 && !kb->reg[id]);
     } else if (kb->lru_head >= 0) {
         id = kb->lru_head;
         lru_remove(kb, id);
         unregister(kb, id);
         kb->st.evictions++;
     } else {
+        assert(kb->n_cached == 0);
         return -1;
     }
     kb->state[id] = ST_USED;
@@ -177,11 +193,13 @@ int32_t zi_kv_blocks_available(const zi_kv_blocks *kb) {
 
 void zi_kv_blocks_release(zi_kv_blocks *kb, int32_t id) {
     if (id < 0 || id >= kb->n || kb->state[id] != ST_USED) return;
+    assert(kb->ref[id] > 0); /* used means referenced */
     if (--kb->ref[id] > 0) return;
     if (kb->reg[id]) {
         kb->state[id] = ST_CACHED;
         lru_append(kb, id);
     } else {
+        assert(kb->n_free + kb->n_cached < kb->n);
         kb->state[id] = ST_FREE;
         kb->free_stack[kb->n_free++] = id;
     }
@@ -193,6 +211,7 @@ uint64_t zi_kv_blocks_register(zi_kv_blocks *kb, int32_t id, uint64_t parent,
     if (id < 0 || id >= kb->n || kb->state[id] != ST_USED || kb->reg[id]) return h;
     uint32_t i = table_find(kb, h);
     if (kb->table[i] >= 0) return h; /* this prefix already has a block */
+    assert(kb->ref[id] > 0);
     kb->reg[id] = 1;
     kb->hash[id] = h;
     kb->parent[id] = parent;
@@ -214,6 +233,8 @@ int32_t zi_kv_blocks_match(zi_kv_blocks *kb, const int32_t *tokens, int64_t n_to
             memcmp(kb->tokens + (size_t)id * kb->bs, tk, (size_t)kb->bs * sizeof *tk))
             break;
         kb->st.match_hits++;
+        /* Only registered blocks are in the table, and never free ones. */
+        assert(kb->reg[id] && kb->hash[id] == h && kb->state[id] != ST_FREE);
         if (kb->state[id] == ST_CACHED) {
             lru_remove(kb, id);
             kb->state[id] = ST_USED;

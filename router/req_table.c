@@ -1,8 +1,14 @@
 /*
  * req_table.c - open-addressing hash map of request ids (see req_table.h).
+ *
+ * Debug builds assert the table's invariants where they are cheap (O(1)
+ * per operation, O(n) only inside a growth that is O(n) anyway): the
+ * capacity is a power of two, the load stays at most 1/2 (so every probe
+ * run ends at an empty slot), count matches the occupied slots.
  */
 #include "req_table.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +32,7 @@ void zi_req_table_free(zi_req_table *t) {
 }
 
 static void insert_raw(zi_req_slot *slots, size_t cap, uint64_t key, void *val) {
+    assert(key != 0 && cap > 0 && (cap & (cap - 1)) == 0);
     size_t i = hash(key) & (cap - 1);
     while (slots[i].key) i = (i + 1) & (cap - 1);
     slots[i].key = key;
@@ -36,8 +43,11 @@ static int grow(zi_req_table *t, zi_error *err) {
     size_t cap = t->cap ? t->cap * 2 : 64;
     zi_req_slot *s = calloc(cap, sizeof *s);
     if (!s) return zi_error_set(err, ZI_ENOMEM, "out of memory growing the request table");
+    size_t moved = 0;
     for (size_t i = 0; i < t->cap; i++)
-        if (t->slots[i].key) insert_raw(s, cap, t->slots[i].key, t->slots[i].val);
+        if (t->slots[i].key) insert_raw(s, cap, t->slots[i].key, t->slots[i].val), moved++;
+    assert(moved == t->count);
+    (void)moved;
     free(t->slots);
     t->slots = s;
     t->cap = cap;
@@ -65,6 +75,7 @@ int zi_req_table_put(zi_req_table *t, uint64_t key, void *val, zi_error *err) {
     }
     insert_raw(t->slots, t->cap, key, val);
     t->count++;
+    assert(t->count * 2 <= t->cap);
     return ZI_OK;
 }
 
@@ -76,6 +87,7 @@ void *zi_req_table_get(const zi_req_table *t, uint64_t key) {
 void *zi_req_table_del(zi_req_table *t, uint64_t key) {
     long at = find(t, key);
     if (at < 0) return NULL;
+    assert(t->count > 0 && t->count * 2 <= t->cap);
     void *val = t->slots[at].val;
     size_t mask = t->cap - 1, i = (size_t)at;
     /* Backward-shift deletion: move later members of the probe run into the
@@ -87,6 +99,7 @@ void *zi_req_table_del(zi_req_table *t, uint64_t key) {
         size_t home = hash(t->slots[j].key) & mask;
         int between = i <= j ? (home <= i || home > j) : (home <= i && home > j);
         if (between) {
+            assert(t->slots[j].key != key); /* keys are unique */
             t->slots[i] = t->slots[j];
             i = j;
         }
