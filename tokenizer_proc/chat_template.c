@@ -59,12 +59,6 @@ typedef struct rt {
     const ct_value *block_input; /* operand of a {% set %}/{% filter %} block's filters */
 } rt;
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_) return rc_;                                                                       \
-    } while (0)
-
 static frame *frame_new(rt *r, frame *parent) {
     frame *f = ct_calloc(&r->c.arena, 1, sizeof *f);
     if (f) f->parent = parent;

@@ -920,11 +920,6 @@ static int nvec_push(parser *p, nvec *v, ct_node *x) {
     return ZI_OK;
 }
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_) return rc_;                                                                       \
-    } while (0)
 #define MK(var, p, kind, off)                                                                      \
     do {                                                                                           \
         var = mk(p, kind, off);                                                                    \

@@ -21,6 +21,17 @@
 
 #include "zi_error.h"
 
+/* ---- error propagation ------------------------------------------------ */
+
+/* Every function of the engine returns ZI_OK or an error code (the message
+ * already recorded); TRY(x) returns x's code from the enclosing function
+ * when it is not ZI_OK. Shared by the lexer, parser, evaluator and values. */
+#define TRY(x)                                                                                     \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
+
 /* ---- arena ------------------------------------------------------------ */
 
 /* A bump allocator: everything a template's tree or one render needs is

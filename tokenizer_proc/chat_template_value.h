@@ -94,7 +94,7 @@ struct ct_dict {
 };
 
 struct ct_func {
-    int id;        /* CT_F_* in chat_template_value.c */
+    int id;        /* CT_F_* in chat_template_value_impl.h */
     ct_value self; /* the bound object of a method */
 };
 
