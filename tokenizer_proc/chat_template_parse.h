@@ -5,7 +5,10 @@
  *
  * chat_template.c (the public API and the evaluator) compiles a template by
  * calling ct_parse, keeps the tree for the template's lifetime and walks it
- * on every render. Nothing here is visible outside tokenizer_proc/.
+ * on every render. Nothing here is visible outside tokenizer_proc/. The
+ * arena is chat_template_arena.c, the lexer and the text helpers
+ * chat_template_lex.c (tokens: chat_template_lex.h), the parser
+ * chat_template_parse.c.
  *
  * The lexer reproduces jinja2's with trim_blocks=True and lstrip_blocks=True
  * (the environment Hugging Face's apply_chat_template uses): newlines are
