@@ -50,6 +50,7 @@ enum {
     F_TOJSON,
     F_TRIM,
     F_UPPER,
+    F_COUNT /* the number of filters */
 };
 
 static const struct {
@@ -525,221 +526,301 @@ static int as_generator(ct_ctx *c, int rc, ct_value *out) {
     return ZI_OK;
 }
 
+/* ---- one function per filter ------------------------------------------- */
+
+/* One application of a filter: the operand, the arguments as given, and
+ * (for a filter with a parameter list) those arguments bound to it, a[i]
+ * NULL for a parameter that was not given. */
+typedef struct filter_call {
+    int id;
+    const char *name; /* as the template wrote it */
+    size_t nlen;
+    const ct_value *v;
+    const ct_value *args;
+    size_t nargs;
+    const ct_kwarg *kw;
+    size_t nkw;
+    const ct_value *a[4];
+} filter_call;
+
+static int f_abs(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *v = f->v;
+    if (v->t == CT_V_FLOAT)
+        *out = ct_float(fabs(v->u.f));
+    else if (ct_is_intlike(v)) {
+        if (v->u.i == INT64_MIN) return ct_int_overflow(c, off);
+        *out = ct_int(v->u.i < 0 ? -v->u.i : v->u.i);
+    } else if (v->t == CT_V_UNDEF)
+        return ct_undefined_error(c, off, v);
+    else
+        return ct_fail(c, off, ZI_EINVAL, "bad operand type for abs(): '%s'", ct_tname(v));
+    return ZI_OK;
+}
+
+/* capitalize, lower, upper, title */
+static int f_case(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    ct_value s;
+    TRY(ct_str_of(c, off, f->v, &s));
+    return ct_change_case(c, &s,
+                          f->id == F_LOWER   ? CT_CASE_LOWER
+                          : f->id == F_UPPER ? CT_CASE_UPPER
+                          : f->id == F_TITLE ? CT_CASE_JINJATITLE
+                                             : CT_CASE_CAPITALIZE,
+                          out);
+}
+
+static int f_default(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    (void)c, (void)off;
+    const ct_value *v = f->v, *const *a = f->a;
+    int use = v->t == CT_V_UNDEF || (a[1] && ct_truthy(a[1]) && !ct_truthy(v));
+    *out = use ? (a[0] ? *a[0] : ct_str_ref("", 0)) : *v;
+    return ZI_OK;
+}
+
+static int f_escape(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    return html_escape(c, off, f->v, out);
+}
+
+/* first, last */
+static int f_first_last(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *v = f->v;
+    if (f->id == F_LAST && ct_is_iter(v)) /* last() needs reversed() */
+        return ct_fail(c, off, ZI_EINVAL, "'%s' object is not reversible", ct_tname(v));
+    const ct_value *items;
+    size_t n;
+    TRY(ct_iterate(c, off, v, &items, &n));
+    *out = n ? items[f->id == F_FIRST ? 0 : n - 1] : ct_undef();
+    return ZI_OK;
+}
+
+static int f_float(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *v = f->v;
+    if (v->t == CT_V_UNDEF) return ct_undefined_error(c, off, v);
+    double x;
+    if (ct_is_num(v))
+        *out = ct_float(ct_as_double(v));
+    else if (v->t == CT_V_STR && parse_float(v, &x) == 0)
+        *out = ct_float(x);
+    else
+        *out = f->a[0] ? *f->a[0] : ct_float(0.0);
+    return ZI_OK;
+}
+
+static int f_int(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    if (f->v->t == CT_V_UNDEF) return ct_undefined_error(c, off, f->v);
+    return int_filter(c, off, f->v, f->a[0], f->a[1], out);
+}
+
+static int f_indent(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    return indent_filter(c, off, f->v, f->a[0], f->a[1], f->a[2], out);
+}
+
+/* items binds its own arguments: jinja2 raises their errors lazily. */
+static int f_items(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *v = f->v;
+    int rc = ct_bind(c, off, "items", NULL, 0, f->args, f->nargs, f->kw, f->nkw, f->a);
+    if (!rc && v->t == CT_V_UNDEF) {
+        ct_list *l = ct_list_new(c, 0);
+        if (!l) return ct_oom(c, off);
+        *out = ct_seq_value(CT_V_LIST, l);
+    } else if (!rc && v->t != CT_V_DICT) {
+        rc = ct_fail(c, off, ZI_EINVAL, "Can only get item pairs from a mapping.");
+    } else if (!rc) {
+        rc = ct_items_of(c, off, v->u.d, out);
+    }
+    return as_generator(c, rc, out);
+}
+
+static int f_join(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *v = f->v, *const *a = f->a;
+    ct_value sep = ct_str_ref("", 0), seq = *v;
+    if (a[0]) TRY(ct_str_of(c, off, a[0], &sep));
+    if (a[1] && a[1]->t != CT_V_NONE) {
+        ct_kwarg k = {"attribute", 9, *a[1]};
+        TRY(map_filter(c, off, v, NULL, 0, &k, 1, &seq));
+    }
+    const ct_value *items;
+    size_t n;
+    TRY(ct_iterate(c, off, &seq, &items, &n));
+    return ct_join_items(c, off, items, n, sep.u.s.p, sep.u.s.n, out);
+}
+
+static int f_length(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *v = f->v;
+    switch (v->t) {
+    case CT_V_STR:
+        TRY(ct_charge(c, off, v->u.s.n / 64 + 1));
+        *out = ct_int((int64_t)ct_u8_count(v->u.s.p, v->u.s.n));
+        return ZI_OK;
+    case CT_V_LIST:
+    case CT_V_TUPLE:
+        if (ct_is_iter(v))
+            return ct_fail(c, off, ZI_EINVAL, "object of type '%s' has no len()", ct_tname(v));
+        *out = ct_int((int64_t)v->u.l->n);
+        return ZI_OK;
+    case CT_V_DICT:
+        *out = ct_int((int64_t)v->u.d->n);
+        return ZI_OK;
+    case CT_V_UNDEF:
+        *out = ct_int(0);
+        return ZI_OK;
+    case CT_V_LOOP:
+        *out = ct_int((int64_t)v->u.loop->n);
+        return ZI_OK;
+    default:
+        return ct_fail(c, off, ZI_EINVAL, "object of type '%s' has no len()", ct_tname(v));
+    }
+}
+
+static int f_list(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    return ct_list_of(c, off, f->v, out);
+}
+
+/* map binds its own arguments; jinja2 looks at neither them nor the items
+ * of a falsy value. */
+static int f_map(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    if (!ct_truthy(f->v)) return empty_generator(c, off, out);
+    return as_generator(c, map_filter(c, off, f->v, f->args, f->nargs, f->kw, f->nkw, out), out);
+}
+
+/* select, reject, selectattr, rejectattr: as map. */
+static int f_select(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    if (!ct_truthy(f->v)) return empty_generator(c, off, out);
+    int id = f->id;
+    return as_generator(c,
+                        select_filter(c, off, f->v, f->args, f->nargs, f->kw, f->nkw,
+                                      id == F_SELECTATTR || id == F_REJECTATTR,
+                                      id == F_SELECT || id == F_SELECTATTR, out),
+                        out);
+}
+
+static int f_replace(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *const *a = f->a;
+    if (!a[0] || !a[1]) return ct_fail(c, off, ZI_EINVAL, "replace needs old and new");
+    ct_value s, o, nw;
+    TRY(ct_str_of(c, off, f->v, &s));
+    TRY(ct_str_of(c, off, a[0], &o));
+    TRY(ct_str_of(c, off, a[1], &nw));
+    if (a[2] && a[2]->t != CT_V_NONE) TRY(ct_need_int(c, off, "replace count", a[2]));
+    return ct_replace(c, off, &s, &o, &nw, a[2] && a[2]->t != CT_V_NONE ? a[2]->u.i : -1, out);
+}
+
+static int f_reverse(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *v = f->v;
+    if (v->t == CT_V_STR) {
+        ct_value step = ct_int(-1);
+        return ct_slice(c, off, v, NULL, NULL, &step, out);
+    }
+    /* reversed(x) where Python has it (an iterator), else a list. */
+    int reversible = ct_is_plain_seq(v) || v->t == CT_V_DICT || v->t == CT_V_UNDEF ||
+                     (v->t == CT_V_LIST && v->uk >= CT_SEQ_ITEMS && v->uk <= CT_SEQ_VALUES);
+    const ct_value *items;
+    size_t n;
+    TRY(ct_iterate(c, off, v, &items, &n));
+    ct_list *l = ct_list_new(c, n);
+    if (!l) return ct_oom(c, off);
+    for (size_t i = 0; i < n; i++) l->v[l->n++] = items[n - 1 - i];
+    *out = ct_gen_value(l, reversible ? CT_SEQ_REVERSED : CT_SEQ_LIST);
+    return ZI_OK;
+}
+
+/* safe, string */
+static int f_string(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    return ct_str_of(c, off, f->v, out);
+}
+
+static int f_sort(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    return sort_filter(c, off, f->v, f->a[0], f->a[1], f->a[2], out);
+}
+
+static int f_sum(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *const *a = f->a;
+    const ct_value *items;
+    size_t n;
+    TRY(ct_iterate(c, off, f->v, &items, &n));
+    ct_value acc = a[1] ? *a[1] : ct_int(0);
+    for (size_t i = 0; i < n; i++) {
+        ct_value x = items[i];
+        if (a[0] && a[0]->t != CT_V_NONE) TRY(attr_path(c, off, &items[i], a[0], &x));
+        TRY(ct_binop(c, off, CT_OP_ADD, &acc, &x, &acc));
+    }
+    *out = acc;
+    return ZI_OK;
+}
+
+static int f_tojson(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    return tojson_filter(c, off, f->v, f->a, out);
+}
+
+static int f_trim(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    ct_value s;
+    TRY(ct_str_of(c, off, f->v, &s));
+    const ct_value *chars = f->a[0] && f->a[0]->t != CT_V_NONE ? f->a[0] : NULL;
+    if (chars) TRY(ct_need_str(c, off, "trim chars", chars));
+    *out = ct_strip(&s, chars, 1, 1);
+    return ZI_OK;
+}
+
+/* ---- dispatch -------------------------------------------------------------- */
+
+/* A parameter list for filter_defs: the names and their count. */
+#define PARAMS(...)                                                                                \
+    (const char *const[]){__VA_ARGS__},                                                            \
+        sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)
+
+/* Every filter by id: the name its argument errors use and its parameters
+ * (ct_apply_filter binds the arguments to them first), or a NULL name for
+ * a filter that checks its own arguments, and the function. */
+static const struct filter_def {
+    const char *fname;
+    const char *const *params;
+    size_t np;
+    uint8_t call_name; /* argument errors name the filter as the call wrote it (not
+                          NUL-terminated: they show the source that follows it) */
+    int (*fn)(ct_ctx *c, size_t off, filter_call *f, ct_value *out);
+} filter_defs[F_COUNT] = {
+    [F_ABS] = {"abs", NULL, 0, 0, f_abs},
+    [F_CAPITALIZE] = {"capitalize", NULL, 0, 1, f_case},
+    [F_DEFAULT] = {"default", PARAMS("default_value", "boolean"), 0, f_default},
+    [F_ESCAPE] = {"escape", NULL, 0, 0, f_escape},
+    [F_FIRST] = {"first", NULL, 0, 1, f_first_last},
+    [F_FLOAT] = {"float", PARAMS("default"), 0, f_float},
+    [F_INDENT] = {"indent", PARAMS("width", "first", "blank"), 0, f_indent},
+    [F_INT] = {"int", PARAMS("default", "base"), 0, f_int},
+    [F_ITEMS] = {NULL, NULL, 0, 0, f_items},
+    [F_JOIN] = {"join", PARAMS("d", "attribute"), 0, f_join},
+    [F_LAST] = {"last", NULL, 0, 1, f_first_last},
+    [F_LENGTH] = {"length", NULL, 0, 0, f_length},
+    [F_LIST] = {"list", NULL, 0, 0, f_list},
+    [F_LOWER] = {"lower", NULL, 0, 1, f_case},
+    [F_MAP] = {NULL, NULL, 0, 0, f_map},
+    [F_REJECT] = {NULL, NULL, 0, 0, f_select},
+    [F_REJECTATTR] = {NULL, NULL, 0, 0, f_select},
+    [F_REPLACE] = {"replace", PARAMS("old", "new", "count"), 0, f_replace},
+    [F_REVERSE] = {"reverse", NULL, 0, 0, f_reverse},
+    [F_SAFE] = {"safe", NULL, 0, 0, f_string},
+    [F_SELECT] = {NULL, NULL, 0, 0, f_select},
+    [F_SELECTATTR] = {NULL, NULL, 0, 0, f_select},
+    [F_SORT] = {"sort", PARAMS("reverse", "case_sensitive", "attribute"), 0, f_sort},
+    [F_STRING] = {"string", NULL, 0, 0, f_string},
+    [F_SUM] = {"sum", PARAMS("attribute", "start"), 0, f_sum},
+    [F_TITLE] = {"title", NULL, 0, 1, f_case},
+    [F_TOJSON] = {"tojson", PARAMS("ensure_ascii", "indent", "separators", "sort_keys"), 0,
+                  f_tojson},
+    [F_TRIM] = {"trim", PARAMS("chars"), 0, f_trim},
+    [F_UPPER] = {"upper", NULL, 0, 1, f_case},
+};
+
 int ct_apply_filter(ct_ctx *c, size_t off, int id, const char *name, size_t nlen, const ct_value *v,
                     const ct_value *args, size_t nargs, const ct_kwarg *kw, size_t nkw,
                     ct_value *out) {
-    const ct_value *a[4] = {NULL, NULL, NULL, NULL};
-    ct_value s;
-    switch (id) {
-    case F_ABS:
-        TRY(ct_bind(c, off, "abs", NULL, 0, args, nargs, kw, nkw, a));
-        if (v->t == CT_V_FLOAT)
-            *out = ct_float(fabs(v->u.f));
-        else if (ct_is_intlike(v)) {
-            if (v->u.i == INT64_MIN) return ct_int_overflow(c, off);
-            *out = ct_int(v->u.i < 0 ? -v->u.i : v->u.i);
-        } else if (v->t == CT_V_UNDEF)
-            return ct_undefined_error(c, off, v);
-        else
-            return ct_fail(c, off, ZI_EINVAL, "bad operand type for abs(): '%s'", ct_tname(v));
-        return ZI_OK;
-    case F_CAPITALIZE:
-    case F_LOWER:
-    case F_UPPER:
-    case F_TITLE:
-        TRY(ct_bind(c, off, name, NULL, 0, args, nargs, kw, nkw, a));
-        TRY(ct_str_of(c, off, v, &s));
-        return ct_change_case(c, &s,
-                              id == F_LOWER   ? CT_CASE_LOWER
-                              : id == F_UPPER ? CT_CASE_UPPER
-                              : id == F_TITLE ? CT_CASE_JINJATITLE
-                                              : CT_CASE_CAPITALIZE,
-                              out);
-    case F_DEFAULT: {
-        static const char *const p[] = {"default_value", "boolean"};
-        TRY(ct_bind(c, off, "default", p, 2, args, nargs, kw, nkw, a));
-        int use = v->t == CT_V_UNDEF || (a[1] && ct_truthy(a[1]) && !ct_truthy(v));
-        *out = use ? (a[0] ? *a[0] : ct_str_ref("", 0)) : *v;
-        return ZI_OK;
-    }
-    case F_ESCAPE:
-        TRY(ct_bind(c, off, "escape", NULL, 0, args, nargs, kw, nkw, a));
-        return html_escape(c, off, v, out);
-    case F_FIRST:
-    case F_LAST: {
-        TRY(ct_bind(c, off, name, NULL, 0, args, nargs, kw, nkw, a));
-        if (id == F_LAST && ct_is_iter(v)) /* last() needs reversed() */
-            return ct_fail(c, off, ZI_EINVAL, "'%s' object is not reversible", ct_tname(v));
-        const ct_value *items;
-        size_t n;
-        TRY(ct_iterate(c, off, v, &items, &n));
-        *out = n ? items[id == F_FIRST ? 0 : n - 1] : ct_undef();
-        return ZI_OK;
-    }
-    case F_FLOAT: {
-        static const char *const p[] = {"default"};
-        TRY(ct_bind(c, off, "float", p, 1, args, nargs, kw, nkw, a));
-        if (v->t == CT_V_UNDEF) return ct_undefined_error(c, off, v);
-        double f;
-        if (ct_is_num(v))
-            *out = ct_float(ct_as_double(v));
-        else if (v->t == CT_V_STR && parse_float(v, &f) == 0)
-            *out = ct_float(f);
-        else
-            *out = a[0] ? *a[0] : ct_float(0.0);
-        return ZI_OK;
-    }
-    case F_INT: {
-        static const char *const p[] = {"default", "base"};
-        TRY(ct_bind(c, off, "int", p, 2, args, nargs, kw, nkw, a));
-        if (v->t == CT_V_UNDEF) return ct_undefined_error(c, off, v);
-        return int_filter(c, off, v, a[0], a[1], out);
-    }
-    case F_INDENT: {
-        static const char *const p[] = {"width", "first", "blank"};
-        TRY(ct_bind(c, off, "indent", p, 3, args, nargs, kw, nkw, a));
-        return indent_filter(c, off, v, a[0], a[1], a[2], out);
-    }
-    case F_ITEMS: {
-        int rc = ct_bind(c, off, "items", NULL, 0, args, nargs, kw, nkw, a);
-        if (!rc && v->t == CT_V_UNDEF) {
-            ct_list *l = ct_list_new(c, 0);
-            if (!l) return ct_oom(c, off);
-            *out = ct_seq_value(CT_V_LIST, l);
-        } else if (!rc && v->t != CT_V_DICT) {
-            rc = ct_fail(c, off, ZI_EINVAL, "Can only get item pairs from a mapping.");
-        } else if (!rc) {
-            rc = ct_items_of(c, off, v->u.d, out);
-        }
-        return as_generator(c, rc, out);
-    }
-    case F_JOIN: {
-        static const char *const p[] = {"d", "attribute"};
-        TRY(ct_bind(c, off, "join", p, 2, args, nargs, kw, nkw, a));
-        ct_value sep = ct_str_ref("", 0), seq = *v;
-        if (a[0]) TRY(ct_str_of(c, off, a[0], &sep));
-        if (a[1] && a[1]->t != CT_V_NONE) {
-            ct_kwarg k = {"attribute", 9, *a[1]};
-            TRY(map_filter(c, off, v, NULL, 0, &k, 1, &seq));
-        }
-        const ct_value *items;
-        size_t n;
-        TRY(ct_iterate(c, off, &seq, &items, &n));
-        return ct_join_items(c, off, items, n, sep.u.s.p, sep.u.s.n, out);
-    }
-    case F_LENGTH:
-        TRY(ct_bind(c, off, "length", NULL, 0, args, nargs, kw, nkw, a));
-        switch (v->t) {
-        case CT_V_STR:
-            TRY(ct_charge(c, off, v->u.s.n / 64 + 1));
-            *out = ct_int((int64_t)ct_u8_count(v->u.s.p, v->u.s.n));
-            return ZI_OK;
-        case CT_V_LIST:
-        case CT_V_TUPLE:
-            if (ct_is_iter(v))
-                return ct_fail(c, off, ZI_EINVAL, "object of type '%s' has no len()", ct_tname(v));
-            *out = ct_int((int64_t)v->u.l->n);
-            return ZI_OK;
-        case CT_V_DICT:
-            *out = ct_int((int64_t)v->u.d->n);
-            return ZI_OK;
-        case CT_V_UNDEF:
-            *out = ct_int(0);
-            return ZI_OK;
-        case CT_V_LOOP:
-            *out = ct_int((int64_t)v->u.loop->n);
-            return ZI_OK;
-        default:
-            return ct_fail(c, off, ZI_EINVAL, "object of type '%s' has no len()", ct_tname(v));
-        }
-    case F_LIST:
-        TRY(ct_bind(c, off, "list", NULL, 0, args, nargs, kw, nkw, a));
-        return ct_list_of(c, off, v, out);
-    case F_MAP:
-        /* jinja2 looks at neither the arguments nor the items of a falsy value. */
-        if (!ct_truthy(v)) return empty_generator(c, off, out);
-        return as_generator(c, map_filter(c, off, v, args, nargs, kw, nkw, out), out);
-    case F_SELECT:
-    case F_REJECT:
-    case F_SELECTATTR:
-    case F_REJECTATTR:
-        if (!ct_truthy(v)) return empty_generator(c, off, out);
-        return as_generator(c,
-                            select_filter(c, off, v, args, nargs, kw, nkw,
-                                          id == F_SELECTATTR || id == F_REJECTATTR,
-                                          id == F_SELECT || id == F_SELECTATTR, out),
-                            out);
-    case F_REPLACE: {
-        static const char *const p[] = {"old", "new", "count"};
-        TRY(ct_bind(c, off, "replace", p, 3, args, nargs, kw, nkw, a));
-        if (!a[0] || !a[1]) return ct_fail(c, off, ZI_EINVAL, "replace needs old and new");
-        ct_value o, nw;
-        TRY(ct_str_of(c, off, v, &s));
-        TRY(ct_str_of(c, off, a[0], &o));
-        TRY(ct_str_of(c, off, a[1], &nw));
-        if (a[2] && a[2]->t != CT_V_NONE) TRY(ct_need_int(c, off, "replace count", a[2]));
-        return ct_replace(c, off, &s, &o, &nw, a[2] && a[2]->t != CT_V_NONE ? a[2]->u.i : -1, out);
-    }
-    case F_REVERSE:
-        TRY(ct_bind(c, off, "reverse", NULL, 0, args, nargs, kw, nkw, a));
-        if (v->t == CT_V_STR) {
-            ct_value step = ct_int(-1);
-            return ct_slice(c, off, v, NULL, NULL, &step, out);
-        } else {
-            /* reversed(x) where Python has it (an iterator), else a list. */
-            int reversible = ct_is_plain_seq(v) || v->t == CT_V_DICT || v->t == CT_V_UNDEF ||
-                             (v->t == CT_V_LIST && v->uk >= CT_SEQ_ITEMS && v->uk <= CT_SEQ_VALUES);
-            const ct_value *items;
-            size_t n;
-            TRY(ct_iterate(c, off, v, &items, &n));
-            ct_list *l = ct_list_new(c, n);
-            if (!l) return ct_oom(c, off);
-            for (size_t i = 0; i < n; i++) l->v[l->n++] = items[n - 1 - i];
-            *out = ct_gen_value(l, reversible ? CT_SEQ_REVERSED : CT_SEQ_LIST);
-            return ZI_OK;
-        }
-    case F_SAFE:
-        TRY(ct_bind(c, off, "safe", NULL, 0, args, nargs, kw, nkw, a));
-        return ct_str_of(c, off, v, out);
-    case F_SORT: {
-        static const char *const p[] = {"reverse", "case_sensitive", "attribute"};
-        TRY(ct_bind(c, off, "sort", p, 3, args, nargs, kw, nkw, a));
-        return sort_filter(c, off, v, a[0], a[1], a[2], out);
-    }
-    case F_STRING:
-        TRY(ct_bind(c, off, "string", NULL, 0, args, nargs, kw, nkw, a));
-        return ct_str_of(c, off, v, out);
-    case F_SUM: {
-        static const char *const p[] = {"attribute", "start"};
-        TRY(ct_bind(c, off, "sum", p, 2, args, nargs, kw, nkw, a));
-        const ct_value *items;
-        size_t n;
-        TRY(ct_iterate(c, off, v, &items, &n));
-        ct_value acc = a[1] ? *a[1] : ct_int(0);
-        for (size_t i = 0; i < n; i++) {
-            ct_value x = items[i];
-            if (a[0] && a[0]->t != CT_V_NONE) TRY(attr_path(c, off, &items[i], a[0], &x));
-            TRY(ct_binop(c, off, CT_OP_ADD, &acc, &x, &acc));
-        }
-        *out = acc;
-        return ZI_OK;
-    }
-    case F_TOJSON: {
-        static const char *const p[] = {"ensure_ascii", "indent", "separators", "sort_keys"};
-        TRY(ct_bind(c, off, "tojson", p, 4, args, nargs, kw, nkw, a));
-        return tojson_filter(c, off, v, a, out);
-    }
-    case F_TRIM: {
-        static const char *const p[] = {"chars"};
-        TRY(ct_bind(c, off, "trim", p, 1, args, nargs, kw, nkw, a));
-        TRY(ct_str_of(c, off, v, &s));
-        const ct_value *chars = a[0] && a[0]->t != CT_V_NONE ? a[0] : NULL;
-        if (chars) TRY(ct_need_str(c, off, "trim chars", chars));
-        *out = ct_strip(&s, chars, 1, 1);
-        return ZI_OK;
-    }
-    default:
+    if (id < 0 || id >= F_COUNT)
         return ct_fail(c, off, ZI_EUNSUPPORTED, "no filter named '%.*s'",
                        (int)(nlen > 60 ? 60 : nlen), name);
-    }
+    const struct filter_def *d = &filter_defs[id];
+    filter_call f = {id, name, nlen, v, args, nargs, kw, nkw, {NULL, NULL, NULL, NULL}};
+    if (d->fname)
+        TRY(ct_bind(c, off, d->call_name ? name : d->fname, d->params, d->np, args, nargs, kw, nkw,
+                    f.a));
+    return d->fn(c, off, &f, out);
 }
