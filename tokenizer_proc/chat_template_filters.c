@@ -775,40 +775,38 @@ static const struct filter_def {
     const char *fname;
     const char *const *params;
     size_t np;
-    uint8_t call_name; /* argument errors name the filter as the call wrote it (not
-                          NUL-terminated: they show the source that follows it) */
     int (*fn)(ct_ctx *c, size_t off, filter_call *f, ct_value *out);
 } filter_defs[F_COUNT] = {
-    [F_ABS] = {"abs", NULL, 0, 0, f_abs},
-    [F_CAPITALIZE] = {"capitalize", NULL, 0, 1, f_case},
-    [F_DEFAULT] = {"default", PARAMS("default_value", "boolean"), 0, f_default},
-    [F_ESCAPE] = {"escape", NULL, 0, 0, f_escape},
-    [F_FIRST] = {"first", NULL, 0, 1, f_first_last},
-    [F_FLOAT] = {"float", PARAMS("default"), 0, f_float},
-    [F_INDENT] = {"indent", PARAMS("width", "first", "blank"), 0, f_indent},
-    [F_INT] = {"int", PARAMS("default", "base"), 0, f_int},
-    [F_ITEMS] = {NULL, NULL, 0, 0, f_items},
-    [F_JOIN] = {"join", PARAMS("d", "attribute"), 0, f_join},
-    [F_LAST] = {"last", NULL, 0, 1, f_first_last},
-    [F_LENGTH] = {"length", NULL, 0, 0, f_length},
-    [F_LIST] = {"list", NULL, 0, 0, f_list},
-    [F_LOWER] = {"lower", NULL, 0, 1, f_case},
-    [F_MAP] = {NULL, NULL, 0, 0, f_map},
-    [F_REJECT] = {NULL, NULL, 0, 0, f_select},
-    [F_REJECTATTR] = {NULL, NULL, 0, 0, f_select},
-    [F_REPLACE] = {"replace", PARAMS("old", "new", "count"), 0, f_replace},
-    [F_REVERSE] = {"reverse", NULL, 0, 0, f_reverse},
-    [F_SAFE] = {"safe", NULL, 0, 0, f_string},
-    [F_SELECT] = {NULL, NULL, 0, 0, f_select},
-    [F_SELECTATTR] = {NULL, NULL, 0, 0, f_select},
-    [F_SORT] = {"sort", PARAMS("reverse", "case_sensitive", "attribute"), 0, f_sort},
-    [F_STRING] = {"string", NULL, 0, 0, f_string},
-    [F_SUM] = {"sum", PARAMS("attribute", "start"), 0, f_sum},
-    [F_TITLE] = {"title", NULL, 0, 1, f_case},
-    [F_TOJSON] = {"tojson", PARAMS("ensure_ascii", "indent", "separators", "sort_keys"), 0,
+    [F_ABS] = {"abs", NULL, 0, f_abs},
+    [F_CAPITALIZE] = {"capitalize", NULL, 0, f_case},
+    [F_DEFAULT] = {"default", PARAMS("default_value", "boolean"), f_default},
+    [F_ESCAPE] = {"escape", NULL, 0, f_escape},
+    [F_FIRST] = {"first", NULL, 0, f_first_last},
+    [F_FLOAT] = {"float", PARAMS("default"), f_float},
+    [F_INDENT] = {"indent", PARAMS("width", "first", "blank"), f_indent},
+    [F_INT] = {"int", PARAMS("default", "base"), f_int},
+    [F_ITEMS] = {NULL, NULL, 0, f_items},
+    [F_JOIN] = {"join", PARAMS("d", "attribute"), f_join},
+    [F_LAST] = {"last", NULL, 0, f_first_last},
+    [F_LENGTH] = {"length", NULL, 0, f_length},
+    [F_LIST] = {"list", NULL, 0, f_list},
+    [F_LOWER] = {"lower", NULL, 0, f_case},
+    [F_MAP] = {NULL, NULL, 0, f_map},
+    [F_REJECT] = {NULL, NULL, 0, f_select},
+    [F_REJECTATTR] = {NULL, NULL, 0, f_select},
+    [F_REPLACE] = {"replace", PARAMS("old", "new", "count"), f_replace},
+    [F_REVERSE] = {"reverse", NULL, 0, f_reverse},
+    [F_SAFE] = {"safe", NULL, 0, f_string},
+    [F_SELECT] = {NULL, NULL, 0, f_select},
+    [F_SELECTATTR] = {NULL, NULL, 0, f_select},
+    [F_SORT] = {"sort", PARAMS("reverse", "case_sensitive", "attribute"), f_sort},
+    [F_STRING] = {"string", NULL, 0, f_string},
+    [F_SUM] = {"sum", PARAMS("attribute", "start"), f_sum},
+    [F_TITLE] = {"title", NULL, 0, f_case},
+    [F_TOJSON] = {"tojson", PARAMS("ensure_ascii", "indent", "separators", "sort_keys"),
                   f_tojson},
-    [F_TRIM] = {"trim", PARAMS("chars"), 0, f_trim},
-    [F_UPPER] = {"upper", NULL, 0, 1, f_case},
+    [F_TRIM] = {"trim", PARAMS("chars"), f_trim},
+    [F_UPPER] = {"upper", NULL, 0, f_case},
 };
 
 int ct_apply_filter(ct_ctx *c, size_t off, int id, const char *name, size_t nlen, const ct_value *v,
@@ -820,7 +818,7 @@ int ct_apply_filter(ct_ctx *c, size_t off, int id, const char *name, size_t nlen
     const struct filter_def *d = &filter_defs[id];
     filter_call f = {id, name, nlen, v, args, nargs, kw, nkw, {NULL, NULL, NULL, NULL}};
     if (d->fname)
-        TRY(ct_bind(c, off, d->call_name ? name : d->fname, d->params, d->np, args, nargs, kw, nkw,
+        TRY(ct_bind(c, off, d->fname, d->params, d->np, args, nargs, kw, nkw,
                     f.a));
     return d->fn(c, off, &f, out);
 }

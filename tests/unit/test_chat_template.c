@@ -448,6 +448,11 @@ static void test_runtime_errors(void **state) {
     expect_render("{% for a, b in messages %}{{ a }}{{ b }}{% endfor %}", "rolecontentrolecontent");
     expect_error("{{ 'x' | frobnicate }}", NULL, ZI_EUNSUPPORTED,
                  "line 1 col 10: no filter named 'frobnicate'");
+    /* Argument errors name the filter, not the source text after it. */
+    expect_error("{{ 'a' | upper(1) }}", NULL, ZI_EINVAL,
+                 "upper() takes at most 0 arguments (1 given)");
+    expect_error("{{ ['a'] | map('first', 2) | list }}", NULL, ZI_EINVAL,
+                 "first() takes at most 0 arguments (1 given)");
     expect_error("{{ 1 is frobnicated }}", NULL, ZI_EUNSUPPORTED, "no test named 'frobnicated'");
     expect_error("{{ '%s' % 1 }}", NULL, ZI_EUNSUPPORTED, "formatting");
     expect_error("{{ 9223372036854775807 + 1 }}", NULL, ZI_EUNSUPPORTED, "64 bits");
