@@ -39,6 +39,9 @@
 
 #include "types.h"
 #include "zi_error.h"
+/* zi_response_format_kind moved to its own module; included here only so
+ * callers that found it in codec.h still build. */
+#include "response_format.h"
 
 /* msgpack-c's own parser stops at 32 nested containers; stay below it. */
 #define ZI_CODEC_DEPTH_CAP 30
@@ -136,20 +139,6 @@ int zi_codec_decode_text_generation_response(const msgpack_object *o, const zi_c
 int zi_codec_request_to_bytes(const zi_request *r, char **buf, size_t *len, zi_error *err);
 int zi_codec_text_context_to_bytes(const zi_text_context *ctx, char **buf, size_t *len,
                                    zi_error *err);
-/* What a request's response_format (opaque msgpack, types.h) asks for. */
-enum { ZI_RF_NONE = 0, ZI_RF_JSON_OBJECT = 1, ZI_RF_JSON_SCHEMA = 2 };
-/* *kind = ZI_RF_NONE when rf is absent or {"type": "text"},
- * ZI_RF_JSON_OBJECT for {"type": "json_object"}, ZI_RF_JSON_SCHEMA for
- * {"type": "json_schema", "json_schema": S}, where S is the schema or, as
- * OpenAI sends it, {"name", "schema": the schema, "strict"}; then, when
- * schema is not NULL, *schema is the schema's JSON text (malloc'd; the
- * caller frees it). ZI_EINVAL when rf is not a map with a string "type"
- * or the schema is missing, not a map, or has no JSON form (bin, ext, NaN);
- * ZI_EUNSUPPORTED for another type. Messages name the field
- * (response_format...). Whether the schema can be held to is the worker's
- * to say (model_worker/json_constraint.h). */
-int zi_response_format_kind(const zi_bytes *rf, int *kind, char **schema, zi_error *err);
-
 /* zi_msgpack_parse + decode. lim may be NULL (defaults). */
 int zi_codec_request_from_bytes(const void *buf, size_t len, const zi_codec_limits *lim,
                                 zi_request *out, zi_error *err);

@@ -2,7 +2,7 @@
  * keypath.h - the place in a nested value that an error message names,
  * e.g. "tools[0].function.name": pushed as a walk goes down a tree and
  * popped as it comes back up. Used where client data is checked field by
- * field (common/codec.c, tokenizer_proc/chat_vars.c,
+ * field (common/codec_fields.c, tokenizer_proc/chat_vars.c,
  * tokenizer_proc/chat_template.c).
  *
  * The text is always NUL-terminated; one that would not fit is cut short

@@ -5,7 +5,6 @@
 #include "wire.h"
 
 #include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <zmq.h>
@@ -115,54 +114,6 @@ void zi_error_field(const char *msg, char *out, size_t cap) {
     if (msg[i] != ':' || i == 0 || i >= cap) return;
     memcpy(out, msg, i);
     out[i] = '\0';
-}
-
-/* Length of the well-formed UTF-8 sequence at s[0..n), or 0. */
-static size_t utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (len == 0 || len > n) return 0;
-    if (len == 1) return 1;
-    unsigned cp = c & (0x7fu >> len);
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] >> 6) != 2) return 0;
-        cp = (cp << 6) | (s[k] & 0x3fu);
-    }
-    static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min_cp[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
-bool zi_utf8_valid(const char *s, size_t n) {
-    const unsigned char *u = (const unsigned char *)s;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(u + i, n - i);
-        if (!l) return false;
-        i += l;
-    }
-    return true;
-}
-
-char *zi_utf8_clean(const char *s, size_t n, size_t *out_len) {
-    const unsigned char *u = (const unsigned char *)s;
-    char *o = malloc(n * 3 + 1);
-    if (!o) return NULL;
-    size_t j = 0;
-    for (size_t i = 0; i < n;) {
-        size_t l = utf8_seq(u + i, n - i);
-        if (l) {
-            memcpy(o + j, s + i, l);
-            j += l;
-            i += l;
-        } else {
-            memcpy(o + j, "\xef\xbf\xbd", 3);
-            j += 3;
-            i++;
-        }
-    }
-    o[j] = '\0';
-    if (out_len) *out_len = j;
-    return o;
 }
 
 const char *const zi_kv_stat_names[ZI_N_KV_STATS] = {"blocks",

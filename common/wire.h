@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "codec.h" /* zi_map_get */
+#include "utf8.h"  /* zi_utf8_valid, zi_utf8_clean: the processes validate and clean text */
 #include "zi_error.h"
 
 /* A message being built: a growing buffer and a packer writing into it. */
@@ -54,15 +55,6 @@ int zi_send(void *sock, const void *ident, size_t ident_len, bool delim, const v
             size_t len);
 /* zi_send of a built message. */
 int zi_send_msg(void *sock, const void *ident, size_t ident_len, bool delim, const zi_msg *m);
-
-/* True when s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or
- * code points above U+10FFFF). */
-bool zi_utf8_valid(const char *s, size_t n);
-/* A malloc'd, NUL-terminated copy of s[0..n) in which every byte that does
- * not start a well-formed UTF-8 sequence is replaced by U+FFFD, so it can
- * travel as a msgpack str; *out_len gets its length. NULL when out of
- * memory. */
-char *zi_utf8_clean(const char *s, size_t n, size_t *out_len);
 
 /* Milliseconds of CLOCK_MONOTONIC. */
 int64_t zi_now_ms(void);

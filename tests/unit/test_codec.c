@@ -1,5 +1,6 @@
 /*
- * test_codec.c - cmocka tests for common/codec.c.
+ * test_codec.c - cmocka tests for the codec (common/codec.h: codec_scan.c,
+ * codec_fields.c, codec_decode.c, codec_encode.c) and response_format.c.
  *
  * Round trips of every type with non-default values; the exact bytes of the
  * numpy-style arrays; decoding of what a Python peer sends (int32 arrays,
@@ -23,6 +24,7 @@
 
 #include "codec.h"
 #include "keypath.h"
+#include "response_format.h"
 
 #define ERR_HAS(e, s)                                                                              \
     do {                                                                                           \
@@ -1357,6 +1359,95 @@ static void test_keypath(void **state) {
     assert_string_equal(out, "abcd"); /* cut to fit the buffer */
 }
 
+/* rf_case: packs what build writes into a zi_bytes and asks
+ * zi_response_format_kind about it. */
+static int rf_case(void (*build)(msgpack_packer *), int *kind, char **schema, zi_error *err) {
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    build(&pk);
+    zi_bytes b = {(uint8_t *)sb.data, sb.size};
+    int rc = zi_response_format_kind(&b, kind, schema, err);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+static void pk_str(msgpack_packer *pk, const char *s) {
+    msgpack_pack_str_with_body(pk, s, strlen(s));
+}
+static void rf_text(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1), pk_str(pk, "type"), pk_str(pk, "text");
+}
+static void rf_object(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1), pk_str(pk, "type"), pk_str(pk, "json_object");
+}
+/* OpenAI's wrapper, with a string that needs escaping and numbers. */
+static void rf_wrapped(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 2), pk_str(pk, "type"), pk_str(pk, "json_schema");
+    pk_str(pk, "json_schema"), msgpack_pack_map(pk, 3);
+    pk_str(pk, "name"), pk_str(pk, "n"), pk_str(pk, "strict"), msgpack_pack_true(pk);
+    pk_str(pk, "schema"), msgpack_pack_map(pk, 3);
+    pk_str(pk, "type"), pk_str(pk, "object");
+    pk_str(pk, "enum"), msgpack_pack_array(pk, 4), pk_str(pk, "a\"\\\n"),
+        msgpack_pack_int64(pk, -3), msgpack_pack_double(pk, 0.5), msgpack_pack_nil(pk);
+    pk_str(pk, "required"), msgpack_pack_array(pk, 0);
+}
+static void rf_bare(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 2), pk_str(pk, "type"), pk_str(pk, "json_schema");
+    pk_str(pk, "json_schema"), msgpack_pack_map(pk, 1), pk_str(pk, "type"), pk_str(pk, "string");
+}
+static void rf_no_schema(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1), pk_str(pk, "type"), pk_str(pk, "json_schema");
+}
+static void rf_nan(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 2), pk_str(pk, "type"), pk_str(pk, "json_schema");
+    pk_str(pk, "json_schema"), msgpack_pack_map(pk, 1), pk_str(pk, "maximum"),
+        msgpack_pack_double(pk, NAN);
+}
+static void rf_other(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1), pk_str(pk, "type"), pk_str(pk, "grammar");
+}
+static void rf_no_type(msgpack_packer *pk) {
+    msgpack_pack_map(pk, 1), pk_str(pk, "kind"), pk_str(pk, "text");
+}
+
+static void test_response_format(void **state) {
+    (void)state;
+    zi_error err = {0};
+    int kind = -1;
+    char *schema = NULL;
+    zi_bytes none = {NULL, 0};
+    assert_int_equal(zi_response_format_kind(&none, &kind, &schema, &err), ZI_OK);
+    assert_int_equal(kind, ZI_RF_NONE);
+    assert_null(schema);
+    assert_int_equal(rf_case(rf_text, &kind, &schema, &err), ZI_OK);
+    assert_int_equal(kind, ZI_RF_NONE);
+    assert_int_equal(rf_case(rf_object, &kind, &schema, &err), ZI_OK);
+    assert_int_equal(kind, ZI_RF_JSON_OBJECT);
+    assert_null(schema);
+    assert_int_equal(rf_case(rf_wrapped, &kind, &schema, &err), ZI_OK);
+    assert_int_equal(kind, ZI_RF_JSON_SCHEMA);
+    assert_string_equal(schema, "{\"type\":\"object\",\"enum\":[\"a\\\"\\\\\\u000a\",-3,0.5,null],"
+                                "\"required\":[]}");
+    free(schema);
+    assert_int_equal(rf_case(rf_bare, &kind, NULL, &err), ZI_OK);
+    assert_int_equal(kind, ZI_RF_JSON_SCHEMA);
+    assert_int_equal(rf_case(rf_bare, &kind, &schema, &err), ZI_OK);
+    assert_string_equal(schema, "{\"type\":\"string\"}");
+    free(schema);
+    assert_int_equal(rf_case(rf_no_schema, &kind, &schema, &err), ZI_EINVAL);
+    assert_string_equal(err.msg, "response_format.json_schema: missing or not a map");
+    assert_int_equal(rf_case(rf_nan, &kind, &schema, &err), ZI_EINVAL);
+    assert_string_equal(err.msg, "response_format.json_schema: NaN or infinity");
+    assert_null(schema);
+    assert_int_equal(rf_case(rf_other, &kind, &schema, &err), ZI_EUNSUPPORTED);
+    assert_string_equal(err.msg, "response_format: type 'grammar' is not supported (text, "
+                                 "json_object or json_schema)");
+    assert_int_equal(rf_case(rf_no_type, &kind, &schema, &err), ZI_EINVAL);
+    assert_string_equal(err.msg, "response_format.type: missing or not a string");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_sampling),
@@ -1374,6 +1465,7 @@ int main(void) {
         cmocka_unit_test(test_truncation_and_mutation),
         cmocka_unit_test(test_keypath),
         cmocka_unit_test(test_peek_str),
+        cmocka_unit_test(test_response_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

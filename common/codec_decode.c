@@ -1,0 +1,866 @@
+/*
+ * codec_decode.c - the type decoders of codec.h (sampling parameters,
+ * requests, log probabilities, responses, contexts), built from the field
+ * readers of codec_fields.c, and decoding from bytes.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec_internal.h"
+
+/* ---- decoders -------------------------------------------------------------- */
+
+/* A present value of the wanted type at d's path + "." + name, or an
+ * error; optional ones may be absent. */
+static int need_field(zi_dec *d, const msgpack_object *o, const char *name, msgpack_object_type t,
+                      const char *what, bool optional) {
+    if (!o) return optional ? ZI_OK : zi_dec_missing(d, name);
+    if (o->type == t) return ZI_OK;
+    size_t old = zi_dec_push_key(d, name);
+    int rc = zi_dec_wrong_type(d, o, what);
+    zi_dec_pop(d, old);
+    return rc;
+}
+
+/* The seed's TokenGeneratorRequestTool list: [{"type": str, "function":
+ * {"name": non-empty str, "description": str, "parameters": map}}], no
+ * other keys. Checked here, at admission, so that the tokenizer turns a
+ * list it can trust into the template's `tools`. */
+static int dec_tools(zi_dec *d, const msgpack_object *o) {
+    static const char *const tool_keys[] = {"type", "function"};
+    static const char *const fn_keys[] = {"name", "description", "parameters"};
+    if (o->type != MSGPACK_OBJECT_ARRAY) return zi_dec_wrong_type(d, o, "an array");
+    int rc = ZI_OK;
+    for (uint32_t i = 0; i < o->via.array.size && !rc; i++) {
+        size_t old = zi_dec_push_idx(d, i);
+        const msgpack_object *tv[2], *fv[3];
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], tool_keys, 2, tv);
+        if (!rc) rc = need_field(d, tv[0], "type", MSGPACK_OBJECT_STR, "a string", false);
+        if (!rc) rc = need_field(d, tv[1], "function", MSGPACK_OBJECT_MAP, "a map", false);
+        if (!rc) {
+            size_t fold = zi_dec_push_key(d, "function");
+            rc = zi_dec_read_map(d, tv[1], fn_keys, 3, fv);
+            if (!rc) rc = need_field(d, fv[0], "name", MSGPACK_OBJECT_STR, "a string", false);
+            if (!rc && fv[0]->via.str.size == 0) {
+                size_t nold = zi_dec_push_key(d, "name");
+                rc = zi_dec_fail(d, ZI_EINVAL, "must not be empty");
+                zi_dec_pop(d, nold);
+            }
+            if (!rc) rc = need_field(d, fv[1], "description", MSGPACK_OBJECT_STR, "a string", true);
+            if (!rc) rc = need_field(d, fv[2], "parameters", MSGPACK_OBJECT_MAP, "a map", true);
+            zi_dec_pop(d, fold);
+        }
+        zi_dec_pop(d, old);
+    }
+    return rc;
+}
+
+/* Runs a getter with the field name pushed onto the path. */
+#define AT(d, name, expr)                                                                          \
+    do {                                                                                           \
+        size_t at_old_ = zi_dec_push_key((d), (name));                                             \
+        rc = (expr);                                                                               \
+        zi_dec_pop((d), at_old_);                                                                  \
+        if (rc) goto fail;                                                                         \
+    } while (0)
+
+static int dec_sampling(zi_dec *d, const msgpack_object *o, zi_sampling_params *sp) {
+    static const char *const names[] = {"top_k",
+                                        "top_p",
+                                        "min_p",
+                                        "temperature",
+                                        "frequency_penalty",
+                                        "presence_penalty",
+                                        "repetition_penalty",
+                                        "max_new_tokens",
+                                        "min_new_tokens",
+                                        "ignore_eos",
+                                        "stop",
+                                        "stop_token_ids",
+                                        "detokenize",
+                                        "seed"};
+    enum { N = sizeof names / sizeof names[0] };
+    const msgpack_object *v[N];
+    zi_sampling_params_init(sp);
+    int rc = zi_dec_read_map(d, o, names, N, v);
+    if (rc) return rc;
+    int64_t i;
+    if (v[0]) {
+        AT(d, "top_k", zi_dec_i64(d, v[0], INT32_MIN, INT32_MAX, &i));
+        sp->top_k = (int32_t)i;
+    }
+    if (v[1]) AT(d, "top_p", zi_dec_f64(d, v[1], &sp->top_p));
+    if (v[2]) AT(d, "min_p", zi_dec_f64(d, v[2], &sp->min_p));
+    if (v[3]) AT(d, "temperature", zi_dec_f64(d, v[3], &sp->temperature));
+    if (v[4]) AT(d, "frequency_penalty", zi_dec_f64(d, v[4], &sp->frequency_penalty));
+    if (v[5]) AT(d, "presence_penalty", zi_dec_f64(d, v[5], &sp->presence_penalty));
+    if (v[6]) AT(d, "repetition_penalty", zi_dec_f64(d, v[6], &sp->repetition_penalty));
+    if (!zi_dec_is_nil(v[7]))
+        AT(d, "max_new_tokens", zi_dec_i64(d, v[7], -1, INT32_MAX, &sp->max_new_tokens));
+    if (v[8]) AT(d, "min_new_tokens", zi_dec_i64(d, v[8], 0, INT32_MAX, &sp->min_new_tokens));
+    if (v[9]) AT(d, "ignore_eos", zi_dec_bool(d, v[9], &sp->ignore_eos));
+    if (!zi_dec_is_nil(v[10]))
+        AT(d, "stop", zi_dec_str_list(d, v[10], ZI_STR_NONEMPTY, false, &sp->stop));
+    if (!zi_dec_is_nil(v[11]))
+        AT(d, "stop_token_ids", zi_dec_i32_list(d, v[11], &sp->stop_token_ids));
+    if (v[12]) AT(d, "detokenize", zi_dec_bool(d, v[12], &sp->detokenize));
+    if (v[13]) {
+        size_t old = zi_dec_push_key(d, "seed");
+        if (v[13]->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            sp->seed = v[13]->via.u64;
+        else if (v[13]->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+            rc = zi_dec_fail(d, ZI_EINVAL, "%lld is negative", (long long)v[13]->via.i64);
+        else
+            rc = zi_dec_wrong_type(d, v[13], "an integer");
+        zi_dec_pop(d, old);
+        if (rc) goto fail;
+    }
+    if ((rc = zi_sampling_params_validate(sp, d->path.s, d->err))) goto fail;
+    return ZI_OK;
+fail:
+    zi_sampling_params_free(sp);
+    return rc;
+}
+
+int zi_codec_decode_sampling_params(const msgpack_object *o, const zi_codec_limits *lim,
+                                    const char *path, zi_sampling_params *out, zi_error *err) {
+    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "sampling_params: NULL pointer");
+    zi_codec_limits tmp;
+    zi_dec d;
+    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "sampling_params", err);
+    return dec_sampling(&d, o, out);
+}
+
+/* Appends text to s (joining message parts). */
+static int str_append(zi_string *s, const char *p, size_t n, const char *sep) {
+    size_t sl = (s->len && sep) ? strlen(sep) : 0;
+    char *q = realloc(s->p, s->len + sl + n + 1);
+    if (!q) return ZI_ENOMEM;
+    memcpy(q + s->len, sep ? sep : "", sl);
+    if (n) memcpy(q + s->len + sl, p, n);
+    s->len += sl + n;
+    q[s->len] = '\0';
+    s->p = q;
+    return ZI_OK;
+}
+
+/* A message's content: a string, or a list of text parts
+ * {"type": "text", "text" | "content": str}, joined with "\n". */
+static int dec_content(zi_dec *d, const msgpack_object *o, zi_string *out) {
+    if (o->type == MSGPACK_OBJECT_STR) return zi_dec_str(d, o, 0, out);
+    if (o->type != MSGPACK_OBJECT_ARRAY)
+        return zi_dec_wrong_type(d, o, "a string or an array of parts");
+    if (o->via.array.size > d->lim->max_items)
+        return zi_dec_fail(d, ZI_EINVAL, "%u parts exceed the limit of %zu", o->via.array.size,
+                           d->lim->max_items);
+    if (zi_string_set(out, "", 0, NULL)) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < o->via.array.size; i++) {
+        static const char *const names[] = {"type", "text", "content"};
+        const msgpack_object *v[3];
+        size_t old = zi_dec_push_idx(d, i);
+        int rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 3, v);
+        if (!rc && !v[0]) rc = zi_dec_missing(d, "type");
+        if (!rc) {
+            size_t o2 = zi_dec_push_key(d, "type");
+            rc = zi_dec_check_str(d, v[0], ZI_STR_ID);
+            if (!rc && !zi_dec_is_key(v[0], "text")) {
+                char nm[80];
+                zi_printable(nm, sizeof nm, v[0]->via.str.ptr, v[0]->via.str.size);
+                rc = zi_dec_fail(d, ZI_EUNSUPPORTED,
+                                 "part type \"%s\" is not supported (text only)", nm);
+            }
+            zi_dec_pop(d, o2);
+        }
+        if (!rc && !!v[1] == !!v[2])
+            rc = zi_dec_fail(d, ZI_EINVAL, "a text part needs exactly one of text or content");
+        if (!rc) {
+            const msgpack_object *t = v[1] ? v[1] : v[2];
+            size_t o2 = zi_dec_push_key(d, v[1] ? "text" : "content");
+            rc = zi_dec_check_str(d, t, 0);
+            if (!rc && str_append(out, t->via.str.ptr, t->via.str.size, "\n"))
+                rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+            if (!rc && out->len > d->lim->max_string_bytes)
+                rc = zi_dec_fail(d, ZI_EINVAL, "content exceeds the limit of %zu bytes",
+                                 d->lim->max_string_bytes);
+            zi_dec_pop(d, o2);
+        }
+        zi_dec_pop(d, old);
+        if (rc) return rc;
+    }
+    return ZI_OK;
+}
+
+static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
+    if (o->type != MSGPACK_OBJECT_ARRAY) return zi_dec_wrong_type(d, o, "an array of messages");
+    uint32_t n = o->via.array.size;
+    if (n == 0) return zi_dec_fail(d, ZI_EINVAL, "must not be empty");
+    if (n > d->lim->max_items)
+        return zi_dec_fail(d, ZI_EINVAL, "%u messages exceed the limit of %zu", n,
+                           d->lim->max_items);
+    r->messages = calloc(n, sizeof *r->messages);
+    if (!r->messages) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < n; i++) {
+        static const char *const names[] = {"role", "content"};
+        const msgpack_object *v[2];
+        zi_message *m = &r->messages[i];
+        r->n_messages = i + 1; /* so a failure frees what was filled */
+        size_t old = zi_dec_push_idx(d, i);
+        int rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 2, v);
+        if (!rc && !v[0]) rc = zi_dec_missing(d, "role");
+        if (!rc && !v[1]) rc = zi_dec_missing(d, "content");
+        if (!rc) {
+            size_t o2 = zi_dec_push_key(d, "role");
+            rc = zi_dec_str(d, v[0], ZI_STR_ID, &m->role);
+            if (!rc && strcmp(m->role.p, "system") && strcmp(m->role.p, "user") &&
+                strcmp(m->role.p, "assistant")) {
+                char nm[80];
+                zi_printable(nm, sizeof nm, m->role.p, m->role.len);
+                rc = zi_dec_fail(d, ZI_EINVAL, "\"%s\" is not a role (system, user or assistant)",
+                                 nm);
+            }
+            zi_dec_pop(d, o2);
+        }
+        if (!rc) {
+            size_t o2 = zi_dec_push_key(d, "content");
+            rc = dec_content(d, v[1], &m->content);
+            zi_dec_pop(d, o2);
+        }
+        zi_dec_pop(d, old);
+        if (rc) return rc;
+    }
+    return ZI_OK;
+}
+
+static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
+    static const char *const names[] = {"op",
+                                        "id",
+                                        "index",
+                                        "model_name",
+                                        "prompt",
+                                        "messages",
+                                        "images",
+                                        "tools",
+                                        "response_format",
+                                        "timestamp_ns",
+                                        "request_path",
+                                        "logprobs",
+                                        "echo",
+                                        "stop",
+                                        "chat_template_options",
+                                        "sampling_params",
+                                        "stream"};
+    enum { N = sizeof names / sizeof names[0] };
+    enum {
+        OP,
+        ID,
+        INDEX,
+        MODEL,
+        PROMPT,
+        MESSAGES,
+        IMAGES,
+        TOOLS,
+        RFMT,
+        TS,
+        PATH,
+        LOGPROBS,
+        ECHO,
+        STOP,
+        CTO,
+        SP,
+        STREAM
+    };
+    const msgpack_object *v[N];
+    zi_request_init(r);
+    int rc = zi_dec_read_map(d, o, names, N, v);
+    if (rc) return rc;
+    if (v[OP]) {
+        size_t old = zi_dec_push_key(d, "op");
+        rc = zi_dec_check_str(d, v[OP], ZI_STR_ID);
+        if (!rc && !zi_dec_is_key(v[OP], "generate"))
+            rc = zi_dec_fail(d, ZI_EINVAL, "a request's op must be \"generate\"");
+        zi_dec_pop(d, old);
+        if (rc) goto fail;
+    }
+    if (!v[ID]) {
+        rc = zi_dec_missing(d, "id");
+        goto fail;
+    }
+    AT(d, "id", zi_dec_str(d, v[ID], ZI_STR_ID | ZI_STR_NO_NUL | ZI_STR_NONEMPTY, &r->id));
+    if (v[INDEX]) AT(d, "index", zi_dec_i64(d, v[INDEX], 0, INT64_MAX, &r->index));
+    if (!zi_dec_is_nil(v[MODEL]))
+        AT(d, "model_name", zi_dec_str(d, v[MODEL], ZI_STR_ID | ZI_STR_NO_NUL, &r->model_name));
+    if (!zi_dec_is_nil(v[PROMPT])) {
+        if (v[PROMPT]->type == MSGPACK_OBJECT_STR) {
+            AT(d, "prompt", zi_dec_str(d, v[PROMPT], ZI_STR_NONEMPTY, &r->prompt_text));
+            r->prompt_kind = ZI_PROMPT_TEXT;
+        } else {
+            AT(d, "prompt", zi_dec_i32_list(d, v[PROMPT], &r->prompt_tokens));
+            r->prompt_kind = ZI_PROMPT_TOKENS;
+            if (r->prompt_tokens.n == 0) {
+                size_t old = zi_dec_push_key(d, "prompt");
+                rc = zi_dec_fail(d, ZI_EINVAL, "must not be empty");
+                zi_dec_pop(d, old);
+                goto fail;
+            }
+        }
+    }
+    if (!zi_dec_is_nil(v[MESSAGES])) AT(d, "messages", dec_messages(d, v[MESSAGES], r));
+    if (!zi_dec_is_nil(v[IMAGES])) {
+        size_t old = zi_dec_push_key(d, "images");
+        rc = zi_dec_fail(d, ZI_EUNSUPPORTED, "image inputs are not supported");
+        zi_dec_pop(d, old);
+        goto fail;
+    }
+    if ((r->prompt_kind != ZI_PROMPT_NONE) == (r->n_messages > 0)) {
+        size_t old = zi_dec_push_key(d, "prompt");
+        rc = zi_dec_fail(d, ZI_EINVAL, "exactly one of prompt and messages is required");
+        zi_dec_pop(d, old);
+        goto fail;
+    }
+    if (!zi_dec_is_nil(v[TOOLS])) {
+        AT(d, "tools", dec_tools(d, v[TOOLS]));
+        AT(d, "tools", zi_dec_opaque(d, v[TOOLS], MSGPACK_OBJECT_ARRAY, "an array", 2, &r->tools));
+    }
+    if (!zi_dec_is_nil(v[RFMT]))
+        AT(d, "response_format",
+           zi_dec_opaque(d, v[RFMT], MSGPACK_OBJECT_MAP, "a map", 2, &r->response_format));
+    if (v[TS]) AT(d, "timestamp_ns", zi_dec_i64(d, v[TS], 0, INT64_MAX, &r->timestamp_ns));
+    if (v[PATH])
+        AT(d, "request_path", zi_dec_str(d, v[PATH], ZI_STR_ID | ZI_STR_NO_NUL, &r->request_path));
+    if (v[LOGPROBS])
+        AT(d, "logprobs", zi_dec_i64(d, v[LOGPROBS], 0, d->lim->max_logprobs, &r->logprobs));
+    if (v[ECHO]) AT(d, "echo", zi_dec_bool(d, v[ECHO], &r->echo));
+    if (!zi_dec_is_nil(v[STOP]))
+        AT(d, "stop", zi_dec_str_list(d, v[STOP], ZI_STR_NONEMPTY, true, &r->stop));
+    if (!zi_dec_is_nil(v[CTO]))
+        AT(d, "chat_template_options",
+           zi_dec_opaque(d, v[CTO], MSGPACK_OBJECT_MAP, "a map", 2, &r->chat_template_options));
+    if (!zi_dec_is_nil(v[SP]))
+        AT(d, "sampling_params", dec_sampling(d, v[SP], &r->sampling_params));
+    if (v[STREAM]) AT(d, "stream", zi_dec_bool(d, v[STREAM], &r->stream));
+    /* Only the chat template reads tools and options: with a prompt they
+     * would be ignored, so they are refused (empty ones are nothing). */
+    if (r->prompt_kind != ZI_PROMPT_NONE) {
+        const char *which = !zi_dec_is_nil(v[TOOLS]) && v[TOOLS]->via.array.size ? "tools"
+                            : !zi_dec_is_nil(v[CTO]) && v[CTO]->via.map.size
+                                ? "chat_template_options"
+                                : NULL;
+        if (which) {
+            size_t old = zi_dec_push_key(d, which);
+            rc = zi_dec_fail(
+                d, ZI_EINVAL,
+                "only used with messages (the chat template renders them); this request "
+                "has a prompt");
+            zi_dec_pop(d, old);
+            goto fail;
+        }
+    }
+    return ZI_OK;
+fail:
+    zi_request_free(r);
+    return rc;
+}
+
+int zi_codec_decode_request(const msgpack_object *o, const zi_codec_limits *lim, const char *path,
+                            zi_request *out, zi_error *err) {
+    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "request: NULL pointer");
+    zi_codec_limits tmp;
+    zi_dec d;
+    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "request", err);
+    return dec_request(&d, o, out);
+}
+
+static int dec_logprobs(zi_dec *d, const msgpack_object *o, zi_logprobs *lp) {
+    static const char *const names[] = {"token_log_probabilities", "top_log_probabilities"};
+    const msgpack_object *v[2];
+    zi_logprobs_init(lp);
+    float *tl = NULL;
+    size_t n = 0;
+    int rc = zi_dec_read_map(d, o, names, 2, v);
+    if (rc) return rc;
+    if (!v[0]) return zi_dec_missing(d, names[0]);
+    if (!v[1]) return zi_dec_missing(d, names[1]);
+    AT(d, names[0], zi_dec_f32(d, v[0], &tl, &n));
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(tl[i]) || (isinf(tl[i]) && tl[i] > 0)) {
+            size_t old = zi_dec_push_key(d, names[0]);
+            size_t o2 = zi_dec_push_idx(d, i);
+            rc = zi_dec_fail(d, ZI_EINVAL, "%g is not a log probability", (double)tl[i]);
+            zi_dec_pop(d, o2);
+            zi_dec_pop(d, old);
+            goto fail;
+        }
+    }
+    {
+        size_t old = zi_dec_push_key(d, names[1]);
+        const msgpack_object *t = v[1];
+        if (t->type != MSGPACK_OBJECT_ARRAY)
+            rc = zi_dec_wrong_type(d, t, "an array of maps");
+        else if (t->via.array.size != n)
+            rc = zi_dec_fail(d, ZI_EINVAL, "%u entries, but token_log_probabilities has %zu",
+                             t->via.array.size, n);
+        for (size_t i = 0; i < n && !rc; i++) {
+            size_t o2 = zi_dec_push_idx(d, i);
+            const msgpack_object *m = &t->via.array.ptr[i];
+            int32_t *ids = NULL;
+            float *lps = NULL;
+            uint32_t k = 0;
+            if (m->type != MSGPACK_OBJECT_MAP)
+                rc = zi_dec_wrong_type(d, m, "a map of token id to log probability");
+            else if (m->via.map.size > d->lim->max_items)
+                rc = zi_dec_fail(d, ZI_EINVAL, "%u entries exceed the limit of %zu",
+                                 m->via.map.size, d->lim->max_items);
+            else if (m->via.map.size) {
+                ids = malloc(m->via.map.size * sizeof *ids);
+                lps = malloc(m->via.map.size * sizeof *lps);
+                if (!ids || !lps) rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+            }
+            for (; !rc && k < m->via.map.size; k++) {
+                int64_t id;
+                double x = 0;
+                if ((rc = zi_dec_i64(d, &m->via.map.ptr[k].key, 0, INT32_MAX, &id))) break;
+                for (uint32_t j = 0; j < k && !rc; j++)
+                    if (ids[j] == (int32_t)id)
+                        rc =
+                            zi_dec_fail(d, ZI_EINVAL, "token id %lld appears twice", (long long)id);
+                if (rc) break;
+                char key[32];
+                snprintf(key, sizeof key, "%lld", (long long)id);
+                size_t o3 = zi_dec_push_key(d, key);
+                rc = zi_dec_f64(d, &m->via.map.ptr[k].val, &x);
+                if (!rc && (isnan(x) || (isinf(x) && x > 0)))
+                    rc = zi_dec_fail(d, ZI_EINVAL, "%g is not a log probability", x);
+                zi_dec_pop(d, o3);
+                ids[k] = (int32_t)id;
+                lps[k] = (float)x;
+            }
+            if (!rc && zi_logprobs_push(lp, tl[i], ids, lps, k, NULL))
+                rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+            zi_dec_pop(d, o2);
+            free(ids);
+            free(lps);
+        }
+        zi_dec_pop(d, old);
+        if (rc) goto fail;
+    }
+    free(tl);
+    return ZI_OK;
+fail:
+    free(tl);
+    zi_logprobs_free(lp);
+    return rc;
+}
+
+int zi_codec_decode_logprobs(const msgpack_object *o, const zi_codec_limits *lim, const char *path,
+                             zi_logprobs *out, zi_error *err) {
+    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "log_probabilities: NULL pointer");
+    zi_codec_limits tmp;
+    zi_dec d;
+    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "log_probabilities", err);
+    return dec_logprobs(&d, o, out);
+}
+
+/* A LogProbabilities map or nil into a fresh heap object (*out NULL for nil). */
+static int dec_logprobs_opt(zi_dec *d, const msgpack_object *o, zi_logprobs **out) {
+    *out = NULL;
+    if (zi_dec_is_nil(o)) return ZI_OK;
+    zi_logprobs *lp = malloc(sizeof *lp);
+    if (!lp) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+    int rc = dec_logprobs(d, o, lp);
+    if (rc) {
+        free(lp);
+        return rc;
+    }
+    *out = lp;
+    return ZI_OK;
+}
+
+static int dec_text_response(zi_dec *d, const msgpack_object *o, zi_text_response *r) {
+    static const char *const names[] = {"next_token", "log_probabilities"};
+    const msgpack_object *v[2];
+    zi_text_response_init(r);
+    int rc = zi_dec_read_map(d, o, names, 2, v);
+    if (rc) return rc;
+    if (!v[0]) return zi_dec_missing(d, "next_token");
+    if (v[0]->type == MSGPACK_OBJECT_STR) {
+        AT(d, "next_token", zi_dec_str(d, v[0], 0, &r->text));
+        r->is_text = true;
+    } else {
+        int64_t t = 0;
+        size_t old = zi_dec_push_key(d, "next_token");
+        if (v[0]->type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
+            v[0]->type != MSGPACK_OBJECT_NEGATIVE_INTEGER)
+            rc = zi_dec_wrong_type(d, v[0], "a token id or a string");
+        else
+            rc = zi_dec_i64(d, v[0], 0, INT32_MAX, &t);
+        zi_dec_pop(d, old);
+        if (rc) goto fail;
+        r->token = (int32_t)t;
+    }
+    if (v[1]) AT(d, "log_probabilities", dec_logprobs_opt(d, v[1], &r->logprobs));
+    return ZI_OK;
+fail:
+    zi_text_response_free(r);
+    return rc;
+}
+
+int zi_codec_decode_text_response(const msgpack_object *o, const zi_codec_limits *lim,
+                                  const char *path, zi_text_response *out, zi_error *err) {
+    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "text_response: NULL pointer");
+    zi_codec_limits tmp;
+    zi_dec d;
+    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "text_response", err);
+    return dec_text_response(&d, o, out);
+}
+
+static int get_status(zi_dec *d, const msgpack_object *o, zi_gen_status *out) {
+    int rc = zi_dec_check_str(d, o, ZI_STR_ID);
+    if (rc) return rc;
+    if (zi_gen_status_parse(o->via.str.ptr, o->via.str.size, out, NULL)) {
+        char nm[80];
+        zi_printable(nm, sizeof nm, o->via.str.ptr, o->via.str.size);
+        return zi_dec_fail(
+            d, ZI_EINVAL,
+            "\"%s\" is not a status (active, end_of_sequence, maximum_length, stop, cancelled)",
+            nm);
+    }
+    return ZI_OK;
+}
+
+static int dec_tgr(zi_dec *d, const msgpack_object *o, zi_text_generation_response *r) {
+    static const char *const names[] = {"tokens", "final_status"};
+    const msgpack_object *v[2];
+    zi_text_generation_response_init(r);
+    int rc = zi_dec_read_map(d, o, names, 2, v);
+    if (rc) return rc;
+    if (!v[0]) return zi_dec_missing(d, "tokens");
+    if (!v[1]) return zi_dec_missing(d, "final_status");
+    AT(d, "final_status", get_status(d, v[1], &r->final_status));
+    {
+        size_t old = zi_dec_push_key(d, "tokens");
+        const msgpack_object *t = v[0];
+        if (t->type != MSGPACK_OBJECT_ARRAY)
+            rc = zi_dec_wrong_type(d, t, "an array");
+        else if (t->via.array.size > d->lim->max_tokens)
+            rc = zi_dec_fail(d, ZI_EINVAL, "%u responses exceed the limit of %zu",
+                             t->via.array.size, d->lim->max_tokens);
+        else if (t->via.array.size && !(r->tokens = calloc(t->via.array.size, sizeof *r->tokens)))
+            rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+        for (uint32_t i = 0; !rc && i < t->via.array.size; i++) {
+            size_t o2 = zi_dec_push_idx(d, i);
+            rc = dec_text_response(d, &t->via.array.ptr[i], &r->tokens[i]);
+            if (!rc) r->n = i + 1;
+            zi_dec_pop(d, o2);
+        }
+        zi_dec_pop(d, old);
+        if (rc) goto fail;
+    }
+    return ZI_OK;
+fail:
+    zi_text_generation_response_free(r);
+    return rc;
+}
+
+int zi_codec_decode_text_generation_response(const msgpack_object *o, const zi_codec_limits *lim,
+                                             const char *path, zi_text_generation_response *out,
+                                             zi_error *err) {
+    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "text_generation_response: NULL pointer");
+    zi_codec_limits tmp;
+    zi_dec d;
+    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "text_generation_response", err);
+    return dec_tgr(&d, o, out);
+}
+
+/* The TextContext keys, in the order of the C_ indices (codec_internal.h):
+ * the seed dataclass's field names (private ones keep their underscore),
+ * plus request_id. */
+static const char *const ctx_names[C_N] = {"request_id",
+                                           "prompt",
+                                           "max_length",
+                                           "tokens",
+                                           "eos_token_ids",
+                                           "eos_sequences",
+                                           "log_probabilities",
+                                           "log_probabilities_echo",
+                                           "ignore_eos",
+                                           "json_schema",
+                                           "sampling_params",
+                                           "_matcher",
+                                           "_status",
+                                           "_cache_seq_id",
+                                           "_size",
+                                           "_start_idx",
+                                           "_active_idx",
+                                           "_end_idx",
+                                           "_completion_start_idx",
+                                           "_completion_end_idx",
+                                           "_prompt_len",
+                                           "_committed_idx",
+                                           "_log_probabilities_data",
+                                           "_is_initial_prompt",
+                                           "_draft_offset"};
+
+/* An index field: absent or -1 means "derive" (returned as -1). */
+static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t *out) {
+    *out = -1;
+    if (!o) return ZI_OK;
+    size_t old = zi_dec_push_key(d, name);
+    int rc = zi_dec_i64(d, o, -1, INT32_MAX, out);
+    zi_dec_pop(d, old);
+    return rc;
+}
+
+/* dec_context's phases, in the order the fields are read (so the first
+ * error a context holds is the one reported). v is read_map's value array,
+ * indexed by the C_ names; on failure the caller frees the context. */
+
+/* request_id, the original prompt, max_length, and the tokens sent
+ * (*toks, malloc'd, copied into the context by ctx_window). */
+static int ctx_tokens(zi_dec *d, const msgpack_object *const *v, zi_text_context *c, int32_t **toks,
+                      size_t *ntok) {
+    int rc = ZI_OK;
+    if (!zi_dec_is_nil(v[C_RID]))
+        AT(d, "request_id", zi_dec_str(d, v[C_RID], ZI_STR_ID | ZI_STR_NO_NUL, &c->request_id));
+    if (!zi_dec_is_nil(v[C_PROMPT])) {
+        /* The original prompt: text is kept; token ids are already the
+         * start of `tokens`, so they are only checked. */
+        if (v[C_PROMPT]->type == MSGPACK_OBJECT_STR)
+            AT(d, "prompt", zi_dec_str(d, v[C_PROMPT], 0, &c->prompt));
+        else {
+            int32_t *p = NULL;
+            size_t pn = 0;
+            AT(d, "prompt", zi_dec_tokens(d, v[C_PROMPT], &p, &pn));
+            free(p);
+        }
+    }
+    AT(d, "max_length", zi_dec_i64(d, v[C_MAXLEN], 1, INT32_MAX, &c->max_length));
+    AT(d, "tokens", zi_dec_tokens(d, v[C_TOKENS], toks, ntok));
+fail:
+    return rc;
+}
+
+/* What ends generation besides the length: eos_token_ids and
+ * eos_sequences. */
+static int ctx_eos(zi_dec *d, const msgpack_object *const *v, zi_text_context *c) {
+    int rc = ZI_OK;
+    if (!zi_dec_is_nil(v[C_EOS])) {
+        zi_i32_list l = {NULL, 0};
+        AT(d, "eos_token_ids", zi_dec_i32_list(d, v[C_EOS], &l));
+        rc = zi_text_context_set_eos(c, l.v, l.n, NULL);
+        zi_i32_list_free(&l);
+        if (rc) {
+            size_t old = zi_dec_push_key(d, "eos_token_ids");
+            rc = zi_dec_fail(d, rc, "out of memory");
+            zi_dec_pop(d, old);
+            return rc;
+        }
+    }
+    if (!zi_dec_is_nil(v[C_EOSSEQ])) {
+        size_t old = zi_dec_push_key(d, "eos_sequences");
+        const msgpack_object *s = v[C_EOSSEQ];
+        if (s->type != MSGPACK_OBJECT_ARRAY)
+            rc = zi_dec_wrong_type(d, s, "an array of token id arrays");
+        else if (s->via.array.size > d->lim->max_items)
+            rc = zi_dec_fail(d, ZI_EINVAL, "%u sequences exceed the limit of %zu",
+                             s->via.array.size, d->lim->max_items);
+        for (uint32_t i = 0; !rc && i < s->via.array.size; i++) {
+            size_t o2 = zi_dec_push_idx(d, i);
+            int32_t *q = NULL;
+            size_t qn = 0;
+            rc = zi_dec_tokens(d, &s->via.array.ptr[i], &q, &qn);
+            if (!rc && qn == 0) rc = zi_dec_fail(d, ZI_EINVAL, "empty sequence");
+            if (!rc && zi_text_context_add_eos_sequence(c, q, qn, NULL))
+                rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+            free(q);
+            zi_dec_pop(d, o2);
+        }
+        zi_dec_pop(d, old);
+    }
+fail:
+    return rc;
+}
+
+/* The request's options: log probabilities, ignore_eos, the JSON schema,
+ * the sampling parameters, and the state that travels with them (no
+ * matcher; the status; the cache sequence). */
+static int ctx_options(zi_dec *d, const msgpack_object *const *v, zi_text_context *c) {
+    int rc = ZI_OK;
+    if (!zi_dec_is_nil(v[C_LP]))
+        AT(d, "log_probabilities",
+           zi_dec_i64(d, v[C_LP], 0, d->lim->max_logprobs, &c->log_probabilities));
+    if (v[C_LPECHO])
+        AT(d, "log_probabilities_echo", zi_dec_bool(d, v[C_LPECHO], &c->log_probabilities_echo));
+    if (v[C_IGNEOS]) AT(d, "ignore_eos", zi_dec_bool(d, v[C_IGNEOS], &c->ignore_eos));
+    if (!zi_dec_is_nil(v[C_SCHEMA])) {
+        AT(d, "json_schema", zi_dec_str(d, v[C_SCHEMA], 0, &c->json_schema));
+        c->has_json_schema = true;
+    }
+    if (!zi_dec_is_nil(v[C_SP]))
+        AT(d, "sampling_params", dec_sampling(d, v[C_SP], &c->sampling_params));
+    if (!zi_dec_is_nil(v[C_MATCHER])) {
+        size_t old = zi_dec_push_key(d, "_matcher");
+        rc = zi_dec_fail(d, ZI_EINVAL, "a grammar matcher cannot travel (must be nil)");
+        zi_dec_pop(d, old);
+        return rc;
+    }
+    if (v[C_STATUS]) AT(d, "_status", get_status(d, v[C_STATUS], &c->status));
+    if (!zi_dec_is_nil(v[C_CACHE]))
+        AT(d, "_cache_seq_id", zi_dec_i64(d, v[C_CACHE], 0, INT64_MAX, &c->cache_seq_id));
+fail:
+    return rc;
+}
+
+/* The index fields, derived where absent as the seed's __post_init__ does
+ * and checked against the ntok tokens sent; then toks[0, _end_idx) copied
+ * into room for whole chunks (padding beyond _end_idx is dropped). */
+static int ctx_window(zi_dec *d, const msgpack_object *const *v, zi_text_context *c,
+                      const int32_t *toks, size_t ntok) {
+    int64_t size = -1, start, active, end, cstart, cend, plen, commit;
+    int rc;
+    if ((rc = get_idx(d, v[C_SIZE], "_size", &size))) return rc;
+    if ((rc = get_idx(d, v[C_START], "_start_idx", &start))) return rc;
+    if ((rc = get_idx(d, v[C_ACTIVE], "_active_idx", &active))) return rc;
+    if ((rc = get_idx(d, v[C_END], "_end_idx", &end))) return rc;
+    if ((rc = get_idx(d, v[C_CSTART], "_completion_start_idx", &cstart))) return rc;
+    if ((rc = get_idx(d, v[C_CEND], "_completion_end_idx", &cend))) return rc;
+    if ((rc = get_idx(d, v[C_PLEN], "_prompt_len", &plen))) return rc;
+    if ((rc = get_idx(d, v[C_COMMIT], "_committed_idx", &commit))) return rc;
+    if (start < 0) start = 0;
+    if (commit < 0) commit = 0;
+    if (active < 0) active = (int64_t)ntok;
+    if (end < 0) end = active;
+    if (cstart < 0) cstart = active;
+    if (cend < 0) cend = active;
+    if (plen < 0) plen = active;
+    if (end > (int64_t)ntok) {
+        size_t old = zi_dec_push_key(d, "_end_idx");
+        rc = zi_dec_fail(d, ZI_EINVAL, "%lld is beyond the %zu tokens sent", (long long)end, ntok);
+        zi_dec_pop(d, old);
+        return rc;
+    }
+    if (size >= 0 && size < end) {
+        size_t old = zi_dec_push_key(d, "_size");
+        rc = zi_dec_fail(d, ZI_EINVAL, "%lld is below _end_idx %lld", (long long)size,
+                         (long long)end);
+        zi_dec_pop(d, old);
+        return rc;
+    }
+    if (end < 1) {
+        size_t old = zi_dec_push_key(d, "tokens");
+        rc = zi_dec_fail(d, ZI_EINVAL, "a context needs at least one token");
+        zi_dec_pop(d, old);
+        return rc;
+    }
+    int64_t cap = (end + ZI_CTX_CHUNK - 1) / ZI_CTX_CHUNK * ZI_CTX_CHUNK;
+    c->tokens = calloc((size_t)cap, sizeof *c->tokens);
+    c->lp_data = calloc((size_t)cap, sizeof *c->lp_data);
+    if (!c->tokens || !c->lp_data) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+    c->size = cap;
+    memcpy(c->tokens, toks, (size_t)end * sizeof *toks);
+    c->start_idx = start;
+    c->active_idx = active;
+    c->end_idx = end;
+    c->completion_start_idx = cstart;
+    c->completion_end_idx = cend;
+    c->prompt_len = plen;
+    c->committed_idx = commit;
+    return ZI_OK;
+}
+
+/* _log_probabilities_data: token index (below _end_idx, each once) to
+ * that token's log probabilities or nil. */
+static int ctx_lp_data(zi_dec *d, const msgpack_object *const *v, zi_text_context *c) {
+    if (zi_dec_is_nil(v[C_LPDATA])) return ZI_OK;
+    int rc = ZI_OK;
+    size_t old = zi_dec_push_key(d, "_log_probabilities_data");
+    const msgpack_object *m = v[C_LPDATA];
+    if (m->type != MSGPACK_OBJECT_MAP)
+        rc = zi_dec_wrong_type(d, m, "a map of token index to log probabilities");
+    for (uint32_t i = 0; !rc && i < m->via.map.size; i++) {
+        int64_t idx;
+        rc = zi_dec_i64(d, &m->via.map.ptr[i].key, 0, c->end_idx - 1, &idx);
+        if (rc) break;
+        char key[32];
+        snprintf(key, sizeof key, "%lld", (long long)idx);
+        size_t o2 = zi_dec_push_key(d, key);
+        if (c->lp_data[idx])
+            rc = zi_dec_fail(d, ZI_EINVAL, "index appears twice");
+        else
+            rc = dec_logprobs_opt(d, &m->via.map.ptr[i].val, &c->lp_data[idx]);
+        zi_dec_pop(d, o2);
+    }
+    zi_dec_pop(d, old);
+    return rc;
+}
+
+/* The prompt flag and the draft offset (speculative decoding's state). */
+static int ctx_state(zi_dec *d, const msgpack_object *const *v, zi_text_context *c) {
+    int rc = ZI_OK;
+    if (v[C_INIT]) AT(d, "_is_initial_prompt", zi_dec_bool(d, v[C_INIT], &c->is_initial_prompt));
+    if (v[C_DRAFT])
+        AT(d, "_draft_offset", zi_dec_i64(d, v[C_DRAFT], 0, INT32_MAX, &c->draft_offset));
+fail:
+    return rc;
+}
+
+/* A TextContext: the fields phase by phase, then the context's own
+ * invariants (zi_text_context_check, prefixed with the path). */
+static int dec_context(zi_dec *d, const msgpack_object *o, zi_text_context *c) {
+    const msgpack_object *v[C_N];
+    zi_text_context_zero(c);
+    int32_t *toks = NULL;
+    size_t ntok = 0;
+    int rc = zi_dec_read_map(d, o, ctx_names, C_N, v);
+    if (rc) return rc;
+    if (!v[C_TOKENS]) return zi_dec_missing(d, "tokens");
+    if (!v[C_MAXLEN]) return zi_dec_missing(d, "max_length");
+    if ((rc = ctx_tokens(d, v, c, &toks, &ntok)) || (rc = ctx_eos(d, v, c)) ||
+        (rc = ctx_options(d, v, c)) || (rc = ctx_window(d, v, c, toks, ntok)) ||
+        (rc = ctx_lp_data(d, v, c)) || (rc = ctx_state(d, v, c)))
+        goto fail;
+    if ((rc = zi_text_context_check(c, d->err))) {
+        if (d->path.n) zi_error_prefix(d->err, "%s", d->path.s);
+        goto fail;
+    }
+    free(toks);
+    return ZI_OK;
+fail:
+    free(toks);
+    zi_text_context_free(c);
+    return rc;
+}
+
+int zi_codec_decode_text_context(const msgpack_object *o, const zi_codec_limits *lim,
+                                 const char *path, zi_text_context *out, zi_error *err) {
+    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "context: NULL pointer");
+    zi_codec_limits tmp;
+    zi_dec d;
+    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "context", err);
+    return dec_context(&d, o, out);
+}
+
+int zi_codec_request_from_bytes(const void *buf, size_t len, const zi_codec_limits *lim,
+                                zi_request *out, zi_error *err) {
+    if (!out) return zi_error_set(err, ZI_EINVAL, "request: NULL output");
+    zi_request_init(out);
+    msgpack_unpacked u;
+    int rc = zi_msgpack_parse(buf, len, lim, &u, err);
+    if (rc) return rc;
+    rc = zi_codec_decode_request(&u.data, lim, NULL, out, err);
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+int zi_codec_text_context_from_bytes(const void *buf, size_t len, const zi_codec_limits *lim,
+                                     zi_text_context *out, zi_error *err) {
+    if (!out) return zi_error_set(err, ZI_EINVAL, "context: NULL output");
+    zi_text_context_zero(out);
+    msgpack_unpacked u;
+    int rc = zi_msgpack_parse(buf, len, lim, &u, err);
+    if (rc) return rc;
+    rc = zi_codec_decode_text_context(&u.data, lim, NULL, out, err);
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}

@@ -1,0 +1,365 @@
+/*
+ * codec_encode.c - the encoders of codec.h, and encoding to bytes. An
+ * encoder refuses what its own decoder would refuse, so a bad value fails
+ * where it was made rather than at the peer.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "codec_internal.h"
+#include "utf8.h"
+
+/* ---- encoders -------------------------------------------------------------- */
+
+/* Encoders refuse strings their own decoder would refuse, so a bad string
+ * fails where it was made rather than at the peer. */
+static int enc_str_ok(const zi_string *s, const char *name, size_t i, zi_error *err) {
+    if (!s->p || zi_utf8_bad_at(s->p, s->len) == s->len) return ZI_OK;
+    if (i == SIZE_MAX) return zi_error_set(err, ZI_EINVAL, "%s: not valid UTF-8", name);
+    return zi_error_set(err, ZI_EINVAL, "%s[%zu]: not valid UTF-8", name, i);
+}
+
+/* Identifiers: also short and free of NUL bytes, as the decoder wants. */
+static int enc_id_ok(const zi_string *s, const char *name, zi_error *err) {
+    if (s->len > ZI_CODEC_ID_MAX_BYTES)
+        return zi_error_set(err, ZI_EINVAL, "%s: %zu bytes exceed the limit of %d", name, s->len,
+                            ZI_CODEC_ID_MAX_BYTES);
+    if (s->len && memchr(s->p, 0, s->len))
+        return zi_error_set(err, ZI_EINVAL, "%s: contains a NUL byte", name);
+    return enc_str_ok(s, name, SIZE_MAX, err);
+}
+
+static int enc_list_ok(const zi_str_list *l, const char *name, zi_error *err) {
+    for (size_t i = 0; i < l->n; i++) {
+        int rc = enc_str_ok(&l->v[i], name, i, err);
+        if (rc) return rc;
+    }
+    return ZI_OK;
+}
+
+#define P(expr)                                                                                    \
+    do {                                                                                           \
+        if ((expr) != 0) return zi_error_set(err, ZI_ENOMEM, "encode: out of memory");             \
+    } while (0)
+
+static int pack_key(msgpack_packer *pk, const char *k) {
+    return msgpack_pack_str_with_body(pk, k, strlen(k));
+}
+
+/* Never hands msgpack a NULL source, even for zero bytes. */
+static int pack_str(msgpack_packer *pk, const char *p, size_t n) {
+    return msgpack_pack_str_with_body(pk, p ? p : "", p ? n : 0);
+}
+
+static int pack_np_header(msgpack_packer *pk, const char *dtype, size_t n, size_t bytes) {
+    if (msgpack_pack_map(pk, 4) || pack_key(pk, "__np__") || msgpack_pack_true(pk) ||
+        pack_key(pk, "dtype") || pack_key(pk, dtype) || pack_key(pk, "shape") ||
+        msgpack_pack_array(pk, 1) || msgpack_pack_uint64(pk, n) || pack_key(pk, "data") ||
+        msgpack_pack_bin(pk, bytes))
+        return -1;
+    return 0;
+}
+
+int zi_codec_pack_tokens(msgpack_packer *pk, const int32_t *ids, size_t n, zi_error *err) {
+    if (!pk || (!ids && n)) return zi_error_set(err, ZI_EINVAL, "tokens: NULL pointer");
+    if (n > UINT32_MAX / 8)
+        return zi_error_set(err, ZI_ERANGE, "tokens: %zu is too many to encode", n);
+    P(pack_np_header(pk, "int64", n, n * 8));
+    uint8_t buf[512];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t v = (uint64_t)(int64_t)ids[i];
+        for (int b = 0; b < 8; b++) buf[k++] = (uint8_t)(v >> (8 * b));
+        if (k == sizeof buf) {
+            P(msgpack_pack_bin_body(pk, buf, k));
+            k = 0;
+        }
+    }
+    if (k) P(msgpack_pack_bin_body(pk, buf, k));
+    return ZI_OK;
+}
+
+int zi_codec_pack_f32(msgpack_packer *pk, const float *v, size_t n, zi_error *err) {
+    if (!pk || (!v && n)) return zi_error_set(err, ZI_EINVAL, "values: NULL pointer");
+    if (n > UINT32_MAX / 4)
+        return zi_error_set(err, ZI_ERANGE, "values: %zu is too many to encode", n);
+    P(pack_np_header(pk, "float32", n, n * 4));
+    uint8_t buf[512];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &v[i], 4);
+        for (int b = 0; b < 4; b++) buf[k++] = (uint8_t)(bits >> (8 * b));
+        if (k == sizeof buf) {
+            P(msgpack_pack_bin_body(pk, buf, k));
+            k = 0;
+        }
+    }
+    if (k) P(msgpack_pack_bin_body(pk, buf, k));
+    return ZI_OK;
+}
+
+static int pack_i32_array(msgpack_packer *pk, const zi_i32_list *l) {
+    if (msgpack_pack_array(pk, l->n)) return -1;
+    for (size_t i = 0; i < l->n; i++)
+        if (msgpack_pack_int32(pk, l->v[i])) return -1;
+    return 0;
+}
+
+static int pack_str_list(msgpack_packer *pk, const zi_str_list *l) {
+    if (msgpack_pack_array(pk, l->n)) return -1;
+    for (size_t i = 0; i < l->n; i++)
+        if (pack_str(pk, l->v[i].p, l->v[i].len)) return -1;
+    return 0;
+}
+
+int zi_codec_pack_sampling_params(msgpack_packer *pk, const zi_sampling_params *sp, zi_error *err) {
+    if (!pk || !sp) return zi_error_set(err, ZI_EINVAL, "sampling_params: NULL pointer");
+    int rc = zi_sampling_params_validate(sp, "sampling_params", err);
+    if (!rc) rc = enc_list_ok(&sp->stop, "sampling_params.stop", err);
+    if (rc) return rc;
+    P(msgpack_pack_map(pk, 14));
+    P(pack_key(pk, "top_k") || msgpack_pack_int32(pk, sp->top_k));
+    P(pack_key(pk, "top_p") || msgpack_pack_double(pk, sp->top_p));
+    P(pack_key(pk, "min_p") || msgpack_pack_double(pk, sp->min_p));
+    P(pack_key(pk, "temperature") || msgpack_pack_double(pk, sp->temperature));
+    P(pack_key(pk, "frequency_penalty") || msgpack_pack_double(pk, sp->frequency_penalty));
+    P(pack_key(pk, "presence_penalty") || msgpack_pack_double(pk, sp->presence_penalty));
+    P(pack_key(pk, "repetition_penalty") || msgpack_pack_double(pk, sp->repetition_penalty));
+    P(pack_key(pk, "max_new_tokens") ||
+      (sp->max_new_tokens < 0 ? msgpack_pack_nil(pk) : msgpack_pack_int64(pk, sp->max_new_tokens)));
+    P(pack_key(pk, "min_new_tokens") || msgpack_pack_int64(pk, sp->min_new_tokens));
+    P(pack_key(pk, "ignore_eos") ||
+      (sp->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    P(pack_key(pk, "stop") || (sp->stop.n ? pack_str_list(pk, &sp->stop) : msgpack_pack_nil(pk)));
+    P(pack_key(pk, "stop_token_ids") ||
+      (sp->stop_token_ids.n ? pack_i32_array(pk, &sp->stop_token_ids) : msgpack_pack_nil(pk)));
+    P(pack_key(pk, "detokenize") ||
+      (sp->detokenize ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    P(pack_key(pk, "seed") || msgpack_pack_uint64(pk, sp->seed));
+    return ZI_OK;
+}
+
+/* Writes pre-encoded msgpack bytes, after checking they hold one object. */
+static int pack_raw(msgpack_packer *pk, const zi_bytes *b, const char *name, zi_error *err) {
+    int rc = zi_msgpack_check(b->p, b->len, NULL, err);
+    if (rc) return zi_error_prefix(err, "%s", name);
+    P(pk->callback(pk->data, (const char *)b->p, b->len));
+    return ZI_OK;
+}
+
+int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err) {
+    if (!pk || !r) return zi_error_set(err, ZI_EINVAL, "request: NULL pointer");
+    if (!r->id.len) return zi_error_set(err, ZI_EINVAL, "id: must not be empty");
+    bool has_prompt = r->prompt_kind == ZI_PROMPT_TEXT || r->prompt_kind == ZI_PROMPT_TOKENS;
+    if (has_prompt == (r->n_messages > 0))
+        return zi_error_set(err, ZI_EINVAL,
+                            "prompt: exactly one of prompt and messages is required");
+    int rc;
+    if ((rc = enc_id_ok(&r->id, "id", err)) ||
+        (rc = enc_id_ok(&r->model_name, "model_name", err)) ||
+        (rc = enc_str_ok(&r->prompt_text, "prompt", SIZE_MAX, err)) ||
+        (rc = enc_id_ok(&r->request_path, "request_path", err)) ||
+        (rc = enc_list_ok(&r->stop, "stop", err)))
+        return rc;
+    for (size_t i = 0; i < r->n_messages; i++) {
+        if ((rc = enc_str_ok(&r->messages[i].role, "messages.role", i, err)) ||
+            (rc = enc_str_ok(&r->messages[i].content, "messages.content", i, err)))
+            return rc;
+    }
+    if ((rc = zi_sampling_params_validate(&r->sampling_params, "sampling_params", err))) return rc;
+    /* Nine keys always, the rest when set. */
+    size_t n = 9 + (has_prompt ? 1 : 0) + (r->n_messages ? 1 : 0) + (r->stop.n ? 1 : 0) +
+               (r->response_format.len ? 1 : 0) + (r->tools.len ? 1 : 0) +
+               (r->chat_template_options.len ? 1 : 0);
+    P(msgpack_pack_map(pk, n));
+    P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
+    P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
+    P(pack_key(pk, "model_name") || pack_str(pk, r->model_name.p, r->model_name.len));
+    if (r->prompt_kind == ZI_PROMPT_TEXT)
+        P(pack_key(pk, "prompt") || pack_str(pk, r->prompt_text.p, r->prompt_text.len));
+    if (r->prompt_kind == ZI_PROMPT_TOKENS) {
+        P(pack_key(pk, "prompt"));
+        if ((rc = zi_codec_pack_tokens(pk, r->prompt_tokens.v, r->prompt_tokens.n, err))) return rc;
+    }
+    if (r->n_messages) {
+        P(pack_key(pk, "messages") || msgpack_pack_array(pk, r->n_messages));
+        for (size_t i = 0; i < r->n_messages; i++) {
+            const zi_message *m = &r->messages[i];
+            P(msgpack_pack_map(pk, 2) || pack_key(pk, "role") ||
+              pack_str(pk, m->role.p, m->role.len) || pack_key(pk, "content") ||
+              pack_str(pk, m->content.p, m->content.len));
+        }
+    }
+    if (r->tools.len) {
+        P(pack_key(pk, "tools"));
+        if ((rc = pack_raw(pk, &r->tools, "tools", err))) return rc;
+    }
+    if (r->response_format.len) {
+        P(pack_key(pk, "response_format"));
+        if ((rc = pack_raw(pk, &r->response_format, "response_format", err))) return rc;
+    }
+    P(pack_key(pk, "timestamp_ns") || msgpack_pack_int64(pk, r->timestamp_ns));
+    P(pack_key(pk, "request_path") ||
+      (r->request_path.len ? pack_str(pk, r->request_path.p, r->request_path.len)
+                           : pack_str(pk, "/", 1)));
+    P(pack_key(pk, "logprobs") || msgpack_pack_int64(pk, r->logprobs));
+    P(pack_key(pk, "echo") || (r->echo ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    if (r->stop.n) P(pack_key(pk, "stop") || pack_str_list(pk, &r->stop));
+    if (r->chat_template_options.len) {
+        P(pack_key(pk, "chat_template_options"));
+        if ((rc = pack_raw(pk, &r->chat_template_options, "chat_template_options", err))) return rc;
+    }
+    P(pack_key(pk, "sampling_params"));
+    if ((rc = zi_codec_pack_sampling_params(pk, &r->sampling_params, err))) return rc;
+    P(pack_key(pk, "stream") || (r->stream ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    return ZI_OK;
+}
+
+int zi_codec_pack_logprobs(msgpack_packer *pk, const zi_logprobs *lp, zi_error *err) {
+    if (!pk || !lp) return zi_error_set(err, ZI_EINVAL, "log_probabilities: NULL pointer");
+    for (size_t i = 0; i < lp->n; i++) {
+        float t = lp->token_logprobs[i];
+        if (isnan(t) || (isinf(t) && t > 0))
+            return zi_error_set(err, ZI_EINVAL,
+                                "token_log_probabilities[%zu]: %g is not a log probability", i,
+                                (double)t);
+        for (size_t j = 0; j < lp->top[i].n; j++) {
+            float x = lp->top[i].logprobs[j];
+            if (lp->top[i].ids[j] < 0 || isnan(x) || (isinf(x) && x > 0))
+                return zi_error_set(err, ZI_EINVAL,
+                                    "top_log_probabilities[%zu]: entry %zu is invalid", i, j);
+        }
+    }
+    P(msgpack_pack_map(pk, 2) || pack_key(pk, "token_log_probabilities"));
+    int rc = zi_codec_pack_f32(pk, lp->token_logprobs, lp->n, err);
+    if (rc) return rc;
+    P(pack_key(pk, "top_log_probabilities") || msgpack_pack_array(pk, lp->n));
+    for (size_t i = 0; i < lp->n; i++) {
+        P(msgpack_pack_map(pk, lp->top[i].n));
+        for (size_t j = 0; j < lp->top[i].n; j++)
+            P(msgpack_pack_int32(pk, lp->top[i].ids[j]) ||
+              msgpack_pack_float(pk, lp->top[i].logprobs[j]));
+    }
+    return ZI_OK;
+}
+
+int zi_codec_pack_text_response(msgpack_packer *pk, const zi_text_response *r, zi_error *err) {
+    if (!pk || !r) return zi_error_set(err, ZI_EINVAL, "text_response: NULL pointer");
+    if (r->is_text) {
+        int rc = enc_str_ok(&r->text, "next_token", SIZE_MAX, err);
+        if (rc) return rc;
+    } else if (r->token < 0) {
+        return zi_error_set(err, ZI_EINVAL, "next_token: %d is not a token id", (int)r->token);
+    }
+    P(msgpack_pack_map(pk, 2) || pack_key(pk, "next_token"));
+    P(r->is_text ? pack_str(pk, r->text.p, r->text.len) : msgpack_pack_int32(pk, r->token));
+    P(pack_key(pk, "log_probabilities"));
+    if (!r->logprobs)
+        P(msgpack_pack_nil(pk));
+    else
+        return zi_codec_pack_logprobs(pk, r->logprobs, err);
+    return ZI_OK;
+}
+
+int zi_codec_pack_text_generation_response(msgpack_packer *pk, const zi_text_generation_response *r,
+                                           zi_error *err) {
+    if (!pk || !r) return zi_error_set(err, ZI_EINVAL, "text_generation_response: NULL pointer");
+    const char *st = zi_gen_status_name(r->final_status);
+    if (!st)
+        return zi_error_set(err, ZI_EINVAL, "final_status: %d is not a status",
+                            (int)r->final_status);
+    P(msgpack_pack_map(pk, 2) || pack_key(pk, "tokens") || msgpack_pack_array(pk, r->n));
+    for (size_t i = 0; i < r->n; i++) {
+        int rc = zi_codec_pack_text_response(pk, &r->tokens[i], err);
+        if (rc) return rc;
+    }
+    P(pack_key(pk, "final_status") || pack_key(pk, st));
+    return ZI_OK;
+}
+
+int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_error *err) {
+    if (!pk || !c) return zi_error_set(err, ZI_EINVAL, "context: NULL pointer");
+    int rc = zi_text_context_check(c, err);
+    if (!rc) rc = enc_id_ok(&c->request_id, "request_id", err);
+    if (!rc) rc = enc_str_ok(&c->prompt, "prompt", SIZE_MAX, err);
+    if (!rc) rc = enc_str_ok(&c->json_schema, "json_schema", SIZE_MAX, err);
+    if (rc) return rc;
+    size_t n_lp = 0;
+    for (int64_t i = 0; i < c->end_idx; i++) n_lp += c->lp_data[i] != NULL;
+    P(msgpack_pack_map(pk, C_N));
+    P(pack_key(pk, "request_id") || pack_str(pk, c->request_id.p, c->request_id.len));
+    P(pack_key(pk, "prompt") ||
+      (c->prompt.len ? pack_str(pk, c->prompt.p, c->prompt.len) : msgpack_pack_nil(pk)));
+    P(pack_key(pk, "max_length") || msgpack_pack_int64(pk, c->max_length));
+    P(pack_key(pk, "tokens"));
+    if ((rc = zi_codec_pack_tokens(pk, c->tokens, (size_t)c->end_idx, err))) return rc;
+    P(pack_key(pk, "eos_token_ids") || pack_i32_array(pk, &c->eos_token_ids));
+    P(pack_key(pk, "eos_sequences") || msgpack_pack_array(pk, c->n_eos_sequences));
+    for (size_t i = 0; i < c->n_eos_sequences; i++) P(pack_i32_array(pk, &c->eos_sequences[i]));
+    P(pack_key(pk, "log_probabilities") ||
+      (c->log_probabilities ? msgpack_pack_int64(pk, c->log_probabilities) : msgpack_pack_nil(pk)));
+    P(pack_key(pk, "log_probabilities_echo") ||
+      (c->log_probabilities_echo ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    P(pack_key(pk, "ignore_eos") ||
+      (c->ignore_eos ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    P(pack_key(pk, "json_schema") ||
+      (c->has_json_schema ? pack_str(pk, c->json_schema.p, c->json_schema.len)
+                          : msgpack_pack_nil(pk)));
+    P(pack_key(pk, "sampling_params"));
+    if ((rc = zi_codec_pack_sampling_params(pk, &c->sampling_params, err))) return rc;
+    P(pack_key(pk, "_matcher") || msgpack_pack_nil(pk));
+    P(pack_key(pk, "_status") || pack_key(pk, zi_gen_status_name(c->status)));
+    P(pack_key(pk, "_cache_seq_id") ||
+      (c->cache_seq_id >= 0 ? msgpack_pack_int64(pk, c->cache_seq_id) : msgpack_pack_nil(pk)));
+    /* Only [0, end_idx) is sent, so the receiver's array is that long. */
+    P(pack_key(pk, "_size") || msgpack_pack_int64(pk, c->end_idx));
+    P(pack_key(pk, "_start_idx") || msgpack_pack_int64(pk, c->start_idx));
+    P(pack_key(pk, "_active_idx") || msgpack_pack_int64(pk, c->active_idx));
+    P(pack_key(pk, "_end_idx") || msgpack_pack_int64(pk, c->end_idx));
+    P(pack_key(pk, "_completion_start_idx") || msgpack_pack_int64(pk, c->completion_start_idx));
+    P(pack_key(pk, "_completion_end_idx") || msgpack_pack_int64(pk, c->completion_end_idx));
+    P(pack_key(pk, "_prompt_len") || msgpack_pack_int64(pk, c->prompt_len));
+    P(pack_key(pk, "_committed_idx") || msgpack_pack_int64(pk, c->committed_idx));
+    P(pack_key(pk, "_log_probabilities_data") || msgpack_pack_map(pk, n_lp));
+    for (int64_t i = 0; i < c->end_idx; i++) {
+        if (!c->lp_data[i]) continue;
+        P(msgpack_pack_int64(pk, i));
+        if ((rc = zi_codec_pack_logprobs(pk, c->lp_data[i], err))) return rc;
+    }
+    P(pack_key(pk, "_is_initial_prompt") ||
+      (c->is_initial_prompt ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    P(pack_key(pk, "_draft_offset") || msgpack_pack_int64(pk, c->draft_offset));
+    return ZI_OK;
+}
+
+/* ---- to and from bytes ----------------------------------------------------- */
+
+static int finish_bytes(msgpack_sbuffer *sb, int rc, char **buf, size_t *len) {
+    if (rc) {
+        msgpack_sbuffer_destroy(sb);
+        return rc;
+    }
+    *len = sb->size;
+    *buf = msgpack_sbuffer_release(sb);
+    return ZI_OK;
+}
+
+int zi_codec_request_to_bytes(const zi_request *r, char **buf, size_t *len, zi_error *err) {
+    if (!buf || !len) return zi_error_set(err, ZI_EINVAL, "request: NULL output");
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    return finish_bytes(&sb, zi_codec_pack_request(&pk, r, err), buf, len);
+}
+
+int zi_codec_text_context_to_bytes(const zi_text_context *ctx, char **buf, size_t *len,
+                                   zi_error *err) {
+    if (!buf || !len) return zi_error_set(err, ZI_EINVAL, "context: NULL output");
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+    return finish_bytes(&sb, zi_codec_pack_text_context(&pk, ctx, err), buf, len);
+}
