@@ -2,7 +2,8 @@
  * test_utf8.c - cmocka tests for common/utf8.c, the one strict UTF-8
  * validator: valid 1-4 byte forms, overlong forms, surrogates, code points
  * above U+10FFFF, stray and missing continuation bytes, the offset of the
- * first bad byte, and the cleaner. The exhaustive cases check zi_utf8_next
+ * first bad byte, and the cleaner (what the router relies on to never send
+ * a client an invalid msgpack str). The exhaustive cases check zi_utf8_next
  * against the definition (decode the bits, then refuse overlong values,
  * surrogates and values above U+10FFFF) over every 1-3 byte sequence and
  * every code point.
@@ -212,6 +213,10 @@ static void test_clean(void **state) {
                            "\xc3\xa9");
     assert_int_equal(n, strlen(c));
     assert_true(zi_utf8_valid(c, n));
+    free(c);
+    c = zi_utf8_clean("ok \xc3\xa9", 5, &n); /* a clean string comes back as it was */
+    assert_string_equal(c, "ok \xc3\xa9");
+    assert_int_equal(n, 5);
     free(c);
     c = zi_utf8_clean("", 0, &n);
     assert_string_equal(c, "");

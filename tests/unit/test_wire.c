@@ -1,8 +1,8 @@
 /*
  * test_wire.c - cmocka tests for common/wire.c: reading fields out of a
- * msgpack map (present, absent, wrong type, out of range), the field path
- * taken from an error message, and UTF-8 validation and cleaning (what the
- * router relies on to never send a client an invalid msgpack str).
+ * msgpack map (present, absent, wrong type, out of range) and the field
+ * path taken from an error message. UTF-8 validation and cleaning, which
+ * wire.h passes on from common/utf8.h, are tested in test_utf8.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -74,35 +74,10 @@ static void test_error_field(void **state) {
     assert_string_equal(f, "");
 }
 
-static void test_utf8(void **state) {
-    (void)state;
-    assert_true(zi_utf8_valid("", 0));
-    assert_true(zi_utf8_valid("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80", 14));
-    assert_false(zi_utf8_valid("\xc3", 1));             /* truncated */
-    assert_false(zi_utf8_valid("\xc0\xaf", 2));         /* overlong '/' */
-    assert_false(zi_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
-    assert_false(zi_utf8_valid("\xf4\x90\x80\x80", 4)); /* above U+10FFFF */
-    assert_false(zi_utf8_valid("\x98", 1));             /* lone continuation */
-    size_t n = 0;
-    char *c = zi_utf8_clean("a\x98"
-                            "b\xc3",
-                            4, &n);
-    assert_string_equal(c, "a\xef\xbf\xbd"
-                           "b\xef\xbf\xbd");
-    assert_int_equal(n, 8);
-    assert_true(zi_utf8_valid(c, n));
-    free(c);
-    c = zi_utf8_clean("ok \xc3\xa9", 5, &n);
-    assert_string_equal(c, "ok \xc3\xa9");
-    assert_int_equal(n, 5);
-    free(c);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_map_fields),
         cmocka_unit_test(test_error_field),
-        cmocka_unit_test(test_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
