@@ -29,6 +29,11 @@
  * Encoders write into a msgpack_packer (so a type can be one field of a
  * larger message) and fail only with ZI_ENOMEM (the buffer could not grow)
  * or ZI_EINVAL (a struct that breaks its own invariants).
+ *
+ * Implemented in codec_scan.c (the pre-scan), codec_fields.c (field
+ * readers), codec_decode.c and codec_encode.c; codec_internal.h says what
+ * they share. What a request's response_format asks for is read by
+ * response_format.h, not here.
  */
 #ifndef ZI_CODEC_H
 #define ZI_CODEC_H
