@@ -28,6 +28,7 @@
 
 #include "chat_template_parse.h"
 #include "chat_template_value.h"
+#include "utf8.h"
 
 struct zi_chat_template {
     ct_arena arena;
@@ -582,24 +583,13 @@ static int exec_body(rt *r, const ct_nodes *body) {
 
 /* ---- API ------------------------------------------------------------------ */
 
-/* Offset of the first byte that is not part of well-formed UTF-8, or n. */
-static size_t utf8_bad(const char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        uint32_t cp;
-        size_t k = ct_utf8_next((const unsigned char *)s + i, n - i, &cp);
-        if (!k) return i;
-        i += k;
-    }
-    return n;
-}
-
 int zi_chat_template_compile(const char *src, size_t len, zi_chat_template **out, zi_error *err) {
     if (out) *out = NULL;
     if (!out || (!src && len)) return zi_error_set(err, ZI_EINVAL, "chat template: NULL argument");
     if (len > ZI_CHAT_TEMPLATE_MAX_SOURCE)
         return zi_error_set(err, ZI_ERANGE, "chat template: %zu bytes, more than the limit of %zu",
                             len, ZI_CHAT_TEMPLATE_MAX_SOURCE);
-    size_t bad = utf8_bad(src ? src : "", len);
+    size_t bad = zi_utf8_bad_at(src ? src : "", len);
     if (bad < len) {
         unsigned line, col;
         ct_location(src, len, bad, &line, &col);
@@ -630,7 +620,7 @@ void zi_chat_template_free(zi_chat_template *t) {
 static int text_arg(rt *r, const char *what, size_t idx, const char *s, size_t len, ct_value *out) {
     if (!s) return zi_error_set(r->c.err, ZI_EINVAL, "chat message %zu: %s is NULL", idx, what);
     if (!len) len = strlen(s);
-    size_t bad = utf8_bad(s, len);
+    size_t bad = zi_utf8_bad_at(s, len);
     if (bad < len)
         return zi_error_set(r->c.err, ZI_EINVAL,
                             "chat message %zu: %s is not valid UTF-8 at byte %zu", idx, what, bad);
@@ -671,7 +661,7 @@ static int setup_globals(rt *r, const zi_chat_message *msgs, size_t n,
     for (int k = 0; k < 2; k++) {
         if (!tok[k]) continue;
         size_t len = strlen(tok[k]);
-        if (utf8_bad(tok[k], len) < len)
+        if (zi_utf8_bad_at(tok[k], len) < len)
             return zi_error_set(c->err, ZI_EINVAL, "chat template: %s is not valid UTF-8",
                                 names[k]);
         TRY(frame_set(r, 0, r->root, names[k], 9, ct_str_ref(tok[k], len)));
@@ -705,7 +695,7 @@ static int check_value(const zi_chat_value *v, zi_keypath *p, int depth, zi_erro
         return ZI_OK;
     case ZI_CHAT_STR: {
         if (!v->u.s.p && v->u.s.len) return zi_error_set(err, ZI_EINVAL, "%s: NULL string", p->s);
-        size_t bad = utf8_bad(v->u.s.p ? v->u.s.p : "", v->u.s.len);
+        size_t bad = zi_utf8_bad_at(v->u.s.p ? v->u.s.p : "", v->u.s.len);
         if (bad < v->u.s.len)
             return zi_error_set(err, ZI_EINVAL, "%s: not valid UTF-8 at byte %zu", p->s, bad);
         return ZI_OK;
@@ -727,7 +717,7 @@ static int check_value(const zi_chat_value *v, zi_keypath *p, int depth, zi_erro
             const zi_chat_pair *kv = &v->u.dict.v[i];
             if (!kv->key && kv->key_len)
                 return zi_error_set(err, ZI_EINVAL, "%s: key #%zu is NULL", p->s, i);
-            size_t bad = utf8_bad(kv->key ? kv->key : "", kv->key_len);
+            size_t bad = zi_utf8_bad_at(kv->key ? kv->key : "", kv->key_len);
             if (bad < kv->key_len)
                 return zi_error_set(err, ZI_EINVAL, "%s: key #%zu is not valid UTF-8 at byte %zu",
                                     p->s, i, bad);
@@ -820,7 +810,7 @@ static int setup_vars(rt *r, const zi_chat_render_opts *o) {
         if (!v->name && v->name_len)
             return zi_error_set(c->err, ZI_EINVAL, "chat template: variable #%zu: NULL name", i);
         const char *name = v->name ? v->name : "";
-        size_t bad = utf8_bad(name, v->name_len);
+        size_t bad = zi_utf8_bad_at(name, v->name_len);
         if (bad < v->name_len)
             return zi_error_set(c->err, ZI_EINVAL,
                                 "chat template: variable #%zu: name not valid UTF-8 at byte %zu", i,

@@ -15,6 +15,7 @@
  *  - inside a tag, an end marker only counts while brackets are balanced.
  */
 #include "chat_template_lex.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -41,33 +42,6 @@ int ct_is_space(uint32_t cp) {
     }
 }
 
-size_t ct_utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
-    if (n == 0) return 0;
-    unsigned char b = s[0];
-    if (b < 0x80) {
-        *cp = b;
-        return 1;
-    }
-    size_t len;
-    uint32_t v, min;
-    if (b >= 0xC2 && b <= 0xDF)
-        len = 2, v = b & 0x1F, min = 0x80;
-    else if (b >= 0xE0 && b <= 0xEF)
-        len = 3, v = b & 0x0F, min = 0x800;
-    else if (b >= 0xF0 && b <= 0xF4)
-        len = 4, v = b & 0x07, min = 0x10000;
-    else
-        return 0;
-    if (n < len) return 0;
-    for (size_t k = 1; k < len; k++) {
-        if ((s[k] & 0xC0) != 0x80) return 0;
-        v = (v << 6) | (s[k] & 0x3F);
-    }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-    *cp = v;
-    return len;
-}
-
 /* Start of the codepoint ending just before s[n] (n > 0; text is valid). */
 static size_t utf8_prev(const char *s, size_t n) {
     size_t k = n - 1;
@@ -80,7 +54,7 @@ size_t ct_space_suffix(const char *s, size_t n) {
     while (e > 0) {
         size_t b = utf8_prev(s, e);
         uint32_t cp;
-        if (!ct_utf8_next((const unsigned char *)s + b, e - b, &cp) || !ct_is_space(cp)) break;
+        if (!zi_utf8_next((const unsigned char *)s + b, e - b, &cp) || !ct_is_space(cp)) break;
         e = b;
     }
     return n - e;
@@ -91,7 +65,7 @@ static size_t space_prefix(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint32_t cp;
-        size_t k = ct_utf8_next((const unsigned char *)s + i, n - i, &cp);
+        size_t k = zi_utf8_next((const unsigned char *)s + i, n - i, &cp);
         if (!k || !ct_is_space(cp)) break;
         i += k;
     }
@@ -468,7 +442,7 @@ static int lex_string(lexer *lx) {
                  * before decoding; the backslash escapes that backslash. */
                 uint32_t cp = 0;
                 size_t cl =
-                    ct_utf8_next((const unsigned char *)lx->src + j - 1, end - (j - 1), &cp);
+                    zi_utf8_next((const unsigned char *)lx->src + j - 1, end - (j - 1), &cp);
                 j = j - 1 + (cl ? cl : 1);
                 o[k++] = '\\';
                 k += (size_t)sprintf(o + k,

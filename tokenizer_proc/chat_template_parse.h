@@ -145,10 +145,6 @@ void ct_location(const char *src, size_t len, size_t off, unsigned *line, unsign
 
 /* Python's str.isspace for one codepoint (what jinja2's \s and strip use). */
 int ct_is_space(uint32_t cp);
-/* Strict UTF-8 decode of one codepoint from s[0..n): returns its length
- * (1..4) or 0 when the bytes are not well-formed UTF-8 (overlong forms,
- * surrogates and truncation included). */
-size_t ct_utf8_next(const unsigned char *s, size_t n, uint32_t *cp);
 /* Length of the whitespace suffix of s[0..n) in bytes (Python rstrip). */
 size_t ct_space_suffix(const char *s, size_t n);
 

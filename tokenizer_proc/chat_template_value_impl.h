@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "chat_template_value.h"
+#include "utf8.h"
 
 /* ---- small predicates and constructors ---------------------------------- */
 
@@ -83,7 +84,7 @@ static inline size_t ct_u8_len(unsigned char b) {
 /* The codepoint at s (a lone byte's value if s is not well-formed). */
 static inline uint32_t ct_u8_get(const char *s, size_t n, size_t *len) {
     uint32_t cp = 0;
-    size_t k = ct_utf8_next((const unsigned char *)s, n, &cp);
+    size_t k = zi_utf8_next((const unsigned char *)s, n, &cp);
     if (!k) {
         k = 1;
         cp = (unsigned char)s[0];
