@@ -16,7 +16,7 @@
  * that arrives anyway, or that the generator cannot run (bad sampling
  * parameters, too long for a slot), is answered with an "error" message for
  * that request alone, so one bad request never stops the batch. Messages are
- * described in docs/protocol.md.
+ * described in docs/protocol.md and encoded and decoded by common/imsg.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,6 +30,7 @@
 #include "codec.h"
 #include "cpu_backend.h"
 #include "generator.h"
+#include "imsg.h"
 #include "log.h"
 #include "model.h"
 #include "json_constraint.h"
@@ -86,17 +87,14 @@ typedef struct worker {
 } worker;
 
 static void send_register(worker *w) {
+    zi_im_register reg = {.worker = true,
+                          .slots = w->slots,
+                          .max_length = w->ctx_size,
+                          .model = {w->model_name, strlen(w->model_name)},
+                          .vocab = w->vocab};
     zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 6);
-    zi_pack_kv_str(&m.pk, "type", "register");
-    zi_pack_kv_str(&m.pk, "role", "worker");
-    zi_pack_kv_int(&m.pk, "slots", w->slots);
-    zi_pack_kv_int(&m.pk, "max_length", w->ctx_size);
-    zi_pack_kv_str(&m.pk, "model", w->model_name);
-    zi_pack_kv_int(&m.pk, "vocab", w->vocab);
-    zi_send_msg(w->sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
+    zi_im_register_pack(&reg, &m);
+    zi_im_send(w->sock, &m);
 }
 
 /* A heartbeat with the load and the KV cache's counters (the router sums
@@ -104,18 +102,22 @@ static void send_register(worker *w) {
 static void send_heartbeat(worker *w) {
     zi_generator_stats st;
     zi_generator_get_stats(w->gen, &st);
-    int64_t kv[ZI_N_KV_STATS] = {
-        [ZI_KV_BLOCKS] = st.kv_blocks,
-        [ZI_KV_BLOCK_SIZE] = st.block_size,
-        [ZI_KV_USED] = st.kv_used,
-        [ZI_KV_CACHED] = st.kv_cached,
-        [ZI_KV_FREE] = st.kv_free,
-        [ZI_KV_PREFIX_QUERY_TOKENS] = (int64_t)st.prefix_query_tokens,
-        [ZI_KV_PREFIX_HIT_TOKENS] = (int64_t)st.prefix_hit_tokens,
-        [ZI_KV_PREEMPTIONS] = (int64_t)st.preemptions,
-        [ZI_KV_EVICTIONS] = (int64_t)st.evictions,
-    };
-    zi_send_heartbeat(w->sock, w->n_live, kv);
+    zi_im_heartbeat hb = {.load = w->n_live,
+                          .has_kv = true,
+                          .kv = {
+                              [ZI_KV_BLOCKS] = st.kv_blocks,
+                              [ZI_KV_BLOCK_SIZE] = st.block_size,
+                              [ZI_KV_USED] = st.kv_used,
+                              [ZI_KV_CACHED] = st.kv_cached,
+                              [ZI_KV_FREE] = st.kv_free,
+                              [ZI_KV_PREFIX_QUERY_TOKENS] = (int64_t)st.prefix_query_tokens,
+                              [ZI_KV_PREFIX_HIT_TOKENS] = (int64_t)st.prefix_hit_tokens,
+                              [ZI_KV_PREEMPTIONS] = (int64_t)st.preemptions,
+                              [ZI_KV_EVICTIONS] = (int64_t)st.evictions,
+                          }};
+    zi_msg m;
+    zi_im_heartbeat_pack(&hb, &m);
+    zi_im_send(w->sock, &m);
 }
 
 /* Called after every layer of a forward pass: a pass over a long prompt
@@ -143,8 +145,11 @@ static uint64_t default_budget(void) {
     return avail && avail / 4 < cap ? avail / 4 : cap;
 }
 
+/* An error ending request rid (its field: the path msg starts with). */
 static void send_error(worker *w, uint64_t rid, const char *code, const char *msg) {
-    zi_send_backend_error(w->sock, rid, code, msg);
+    zi_msg m;
+    zi_im_error_pack(&(zi_im_error){.rid = (int64_t)rid, .code = code, .message = msg}, &m);
+    zi_im_send(w->sock, &m);
 }
 
 static void drop_live(worker *w, int i) {
@@ -170,9 +175,8 @@ static int check_ids(const worker *w, const char *field, const int32_t *ids, siz
     return ZI_OK;
 }
 
-static void on_start(worker *w, const msgpack_object *o, uint64_t rid) {
+static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
     zi_error err = {0};
-    const msgpack_object *c = zi_map_get(o, "context");
     if (w->n_live >= w->slots) {
         send_error(w, rid, "overloaded", "every slot of this worker is in use");
         return;
@@ -272,17 +276,19 @@ static void on_message(worker *w, const void *buf, size_t len) {
     }
     const msgpack_object *o = &u.data;
     int64_t rid = 0;
-    if (zi_map_str_is(o, "type", "start")) {
-        if (zi_map_int(o, "rid", &rid, &err) == ZI_OK) on_start(w, o, (uint64_t)rid);
-    } else if (zi_map_str_is(o, "type", "cancel")) {
-        if (zi_map_int(o, "rid", &rid, &err) == ZI_OK)
+    zi_im_type type = zi_im_type_of(o);
+    if (type == ZI_IM_START) {
+        zi_im_start sm;
+        if (zi_im_start_unpack(o, &sm, &err) == ZI_OK) on_start(w, sm.context, (uint64_t)sm.rid);
+    } else if (type == ZI_IM_CANCEL) {
+        if (zi_im_rid(o, &rid, &err) == ZI_OK)
             for (int i = 0; i < w->n_live; i++)
                 if (w->live[i].rid == (uint64_t)rid) {
                     drop_live(w, i);
                     zi_log(&w->log, ZI_LOG_DEBUG, "request %lld cancelled", (long long)rid);
                     break;
                 }
-    } else if (zi_map_str_is(o, "type", "reregister")) {
+    } else if (type == ZI_IM_REREGISTER) {
         /* A restarted router knows none of our requests: drop them. */
         zi_log(&w->log, ZI_LOG_INFO, "router asks to register again; dropping %d requests",
                w->n_live);
@@ -331,31 +337,20 @@ static void send_outputs(worker *w) {
             bool echo = c->log_probabilities_echo && !l->echo_sent;
             bool has_plp =
                 echo && c->log_probabilities > 0 && gather_logprobs(c, 1, c->prompt_len - 1, &plp);
+            const char *status = zi_gen_status_name(c->status);
+            zi_im_tokens tm = {
+                .rid = (int64_t)l->rid,
+                .token_ids = {.set = true, .v = c->tokens + first, .n = (size_t)count},
+                .status = {status, strlen(status)},
+                .logprobs = {.lp = has_lp ? &lp : NULL},
+                .prompt_token_ids = {.set = echo, .v = c->tokens, .n = (size_t)c->prompt_len},
+                .prompt_logprobs = {.lp = has_plp ? &plp : NULL}};
             zi_msg m;
-            zi_msg_init(&m);
-            msgpack_pack_map(&m.pk, 4 + has_lp + echo + has_plp);
-            zi_pack_kv_str(&m.pk, "type", "tokens");
-            zi_pack_kv_int(&m.pk, "rid", (int64_t)l->rid);
-            zi_pack_str(&m.pk, "token_ids");
-            zi_codec_pack_tokens(&m.pk, c->tokens + first, (size_t)count, NULL);
-            zi_pack_kv_str(&m.pk, "status", zi_gen_status_name(c->status));
-            if (has_lp) {
-                zi_pack_str(&m.pk, "logprobs");
-                zi_codec_pack_logprobs(&m.pk, &lp, NULL);
-                zi_logprobs_free(&lp);
-            }
-            if (echo) {
-                zi_pack_str(&m.pk, "prompt_token_ids");
-                zi_codec_pack_tokens(&m.pk, c->tokens, (size_t)c->prompt_len, NULL);
-                l->echo_sent = true;
-            }
-            if (has_plp) {
-                zi_pack_str(&m.pk, "prompt_logprobs");
-                zi_codec_pack_logprobs(&m.pk, &plp, NULL);
-                zi_logprobs_free(&plp);
-            }
-            zi_send_msg(w->sock, NULL, 0, false, &m);
-            zi_msg_free(&m);
+            zi_im_tokens_pack(&tm, &m, NULL);
+            zi_im_send(w->sock, &m);
+            if (has_lp) zi_logprobs_free(&lp);
+            if (has_plp) zi_logprobs_free(&plp);
+            if (echo) l->echo_sent = true;
         }
         if (done)
             drop_live(w, i);

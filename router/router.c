@@ -23,6 +23,9 @@
  * retried elsewhere: tokens may already have been streamed to the client,
  * and a re-run would repeat or (with sampling) contradict them, so the
  * client, which knows what it received, decides whether to resubmit.
+ *
+ * Every message, to a backend or to a client, is encoded and decoded by
+ * common/imsg.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -33,6 +36,7 @@
 
 #include "args.h"
 #include "codec.h"
+#include "imsg.h"
 #include "keypath.h"
 #include "log.h"
 #include "req_table.h"
@@ -105,9 +109,8 @@ typedef struct rreq {
     /* Not streamed: what the final frame carries besides the text. */
     zi_logprobs lp; /* the completion's log probabilities, when asked for */
     bool has_lp;
-    char *echo; /* packed "prompt_token_ids"/"prompt_logprobs" pairs */
+    char *echo; /* a packed map: the echoed prompt's keys of the first decoded message */
     size_t echo_len;
-    int echo_keys;
 } rreq;
 
 /* Prefix affinity: which worker last took a request whose prompt began
@@ -137,11 +140,6 @@ typedef struct router {
 
 /* ---- sending to clients ---------------------------------------------------- */
 
-static void pack_header(msgpack_packer *pk, const rreq *r, const char *event) {
-    zi_pack_kv_strn(pk, "id", r->id, r->id_len);
-    zi_pack_kv_str(pk, "event", event);
-}
-
 /* Sends to a request's client; false when the client is gone. */
 static bool to_client(router *rt, const rreq *r, const zi_msg *m) {
     if (zi_send_msg(rt->front, r->client, r->client_len, r->delim, m) == 0) return true;
@@ -154,19 +152,17 @@ static bool to_client(router *rt, const rreq *r, const zi_msg *m) {
 static void send_error_raw(router *rt, const unsigned char *client, size_t client_len, bool delim,
                            const char *id, size_t id_len, const char *code, const char *msg,
                            const char *field) {
-    zi_msg m;
-    zi_msg_init(&m);
     bool f = field && field[0];
     /* Messages may quote client bytes: send them as valid UTF-8 only. */
     size_t ml = 0, fl = 0;
     char *mc = zi_utf8_clean(msg, strlen(msg), &ml);
     char *fc = f ? zi_utf8_clean(field, strlen(field), &fl) : NULL;
-    msgpack_pack_map(&m.pk, f ? 5 : 4);
-    zi_pack_kv_strn(&m.pk, "id", id, id_len);
-    zi_pack_kv_str(&m.pk, "event", "error");
-    zi_pack_kv_str(&m.pk, "code", code);
-    zi_pack_kv_strn(&m.pk, "message", mc ? mc : "out of memory", mc ? ml : 13);
-    if (f) zi_pack_kv_strn(&m.pk, "field", fc ? fc : "", fc ? fl : 0);
+    zi_im_client_error e = {.id = {id, id_len},
+                            .code = {code, strlen(code)},
+                            .message = {mc ? mc : "out of memory", mc ? ml : 13}};
+    if (f) e.field = (zi_im_str){fc ? fc : "", fc ? fl : 0};
+    zi_msg m;
+    zi_im_client_error_pack(&e, &m);
     zi_send_msg(rt->front, client, client_len, delim, &m);
     zi_msg_free(&m);
     free(mc);
@@ -181,12 +177,13 @@ static void to_backend(router *rt, int b, const zi_msg *m) {
         zi_log(&rt->log, ZI_LOG_WARN, "backend %d unreachable: %s", b, zmq_strerror(errno));
 }
 
-static void backend_rid_msg(router *rt, int b, const char *type, uint64_t rid) {
+/* "cancel" to a worker, or "release" to a tokenizer, for request rid. */
+static void backend_rid_msg(router *rt, int b, zi_im_type type, uint64_t rid) {
     zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 2);
-    zi_pack_kv_str(&m.pk, "type", type);
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
+    if (type == ZI_IM_CANCEL)
+        zi_im_cancel_pack((int64_t)rid, &m);
+    else
+        zi_im_release_pack((int64_t)rid, &m);
     to_backend(rt, b, &m);
     zi_msg_free(&m);
 }
@@ -236,11 +233,11 @@ static void end_request(router *rt, rreq *r) {
     if (r->state == RS_ENCODING || r->state == RS_QUEUED || r->state == RS_UTIL) rt->n_waiting--;
     if (r->state == RS_QUEUED) queue_remove(rt, r->rid);
     if (r->state == RS_RUNNING && !r->worker_done && r->wrk >= 0) {
-        backend_rid_msg(rt, r->wrk, "cancel", r->rid);
+        backend_rid_msg(rt, r->wrk, ZI_IM_CANCEL, r->rid);
         rt->be[r->wrk].assigned--;
     }
     if (r->tok >= 0) {
-        if (r->tok_has_state) backend_rid_msg(rt, r->tok, "release", r->rid);
+        if (r->tok_has_state) backend_rid_msg(rt, r->tok, ZI_IM_RELEASE, r->rid);
         rt->be[r->tok].assigned--;
     }
     zi_req_table_del(&rt->reqs, r->rid);
@@ -275,24 +272,27 @@ static void send_final(router *rt, rreq *r, const char *status) {
            (long long)r->completion_tokens,
            (long long)(r->t_first_ms ? r->t_first_ms - r->t_recv_ms : -1),
            (long long)(now - r->t_recv_ms));
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, r->stream ? 5 : 6 + r->has_lp + r->echo_keys);
-    pack_header(&m.pk, r, "final");
-    zi_pack_kv_str(&m.pk, "status", status);
-    zi_pack_kv_int(&m.pk, "index", r->index);
-    zi_pack_str(&m.pk, "usage");
-    msgpack_pack_map(&m.pk, 2);
-    zi_pack_kv_int(&m.pk, "prompt_tokens", r->prompt_tokens);
-    zi_pack_kv_int(&m.pk, "completion_tokens", r->completion_tokens);
-    if (!r->stream) {
-        zi_pack_kv_strn(&m.pk, "text", r->text ? r->text : "", r->text_len);
-        if (r->has_lp) {
-            zi_pack_str(&m.pk, "logprobs");
-            zi_codec_pack_logprobs(&m.pk, &r->lp, NULL);
-        }
-        if (r->echo_len) msgpack_sbuffer_write(&m.sb, r->echo, r->echo_len);
+    zi_im_final f = {.id = {r->id, r->id_len},
+                     .status = status,
+                     .status_len = strlen(status),
+                     .index = r->index,
+                     .prompt_tokens = r->prompt_tokens,
+                     .completion_tokens = r->completion_tokens,
+                     .has_text = !r->stream,
+                     .text = {r->text ? r->text : "", r->text_len},
+                     .logprobs = {.lp = r->has_lp ? &r->lp : NULL}};
+    /* The echoed prompt kept from the first decoded message (a map). */
+    msgpack_unpacked eu;
+    msgpack_unpacked_init(&eu);
+    if (!r->stream && r->echo_len &&
+        msgpack_unpack_next(&eu, r->echo, r->echo_len, NULL) == MSGPACK_UNPACK_SUCCESS) {
+        f.prompt_token_ids = zi_map_get(&eu.data, "prompt_token_ids");
+        f.prompt_logprobs = zi_map_get(&eu.data, "prompt_logprobs");
+        f.prompt_text = zi_map_get(&eu.data, "prompt_text");
     }
+    zi_msg m;
+    zi_im_final_pack(&f, &m, NULL);
+    msgpack_unpacked_destroy(&eu);
     to_client(rt, r, &m);
     zi_msg_free(&m);
     end_request(rt, r);
@@ -538,14 +538,12 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     r->tok_has_state = true;
     rt->be[tk].assigned++;
     rt->n_waiting++;
+    zi_im_encode em = {.rid = (int64_t)r->rid,
+                       .has_max_length = true,
+                       .max_length = worker_max_length(rt),
+                       .request = &req};
     zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 4);
-    zi_pack_kv_str(&m.pk, "type", "encode");
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
-    zi_pack_kv_int(&m.pk, "max_length", worker_max_length(rt));
-    zi_pack_str(&m.pk, "request");
-    int rc = zi_codec_pack_request(&m.pk, &req, &err);
+    int rc = zi_im_encode_pack(&em, &m, &err);
     zi_request_free(&req);
     if (rc)
         fail_request(rt, r, "internal", err.msg, NULL);
@@ -566,58 +564,47 @@ static void op_cancel(router *rt, const client_ctx *c) {
 static void op_health(router *rt, const client_ctx *c) {
     int nw = count_alive(rt, ROLE_WORKER), nt = count_alive(rt, ROLE_TOKENIZER);
     size_t running = zi_req_table_count(&rt->reqs) - rt->n_waiting;
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 8);
-    zi_pack_kv_strn(&m.pk, "id", c->id, c->id_len);
-    zi_pack_kv_str(&m.pk, "event", "result");
-    zi_pack_kv_str(&m.pk, "status", nw > 0 && nt > 0 ? "ok" : "unavailable");
-    zi_pack_kv_int(&m.pk, "workers", nw);
-    zi_pack_kv_int(&m.pk, "tokenizers", nt);
-    zi_pack_kv_int(&m.pk, "waiting", (int64_t)rt->n_waiting);
-    zi_pack_kv_int(&m.pk, "running", (int64_t)running);
+    const char *status = nw > 0 && nt > 0 ? "ok" : "unavailable";
+    zi_im_health h = {.id = {c->id, c->id_len},
+                      .status = status,
+                      .status_len = strlen(status),
+                      .workers = nw,
+                      .tokenizers = nt,
+                      .waiting = (int64_t)rt->n_waiting,
+                      .running = (int64_t)running};
     /* The KV caches of the live workers, summed (block_size: the largest),
      * as their last heartbeats reported them, with the prefix-cache hit
      * rate: prompt tokens found cached / prompt tokens looked up. */
-    int64_t sum[ZI_N_KV_STATS] = {0};
+    int64_t *sum = h.kv;
     for (size_t i = 0; i < rt->n_be; i++) {
         if (!rt->be[i].alive || rt->be[i].role != ROLE_WORKER) continue;
         for (int k = 0; k < ZI_N_KV_STATS; k++)
             sum[k] = k == ZI_KV_BLOCK_SIZE ? (rt->be[i].kv[k] > sum[k] ? rt->be[i].kv[k] : sum[k])
                                            : sum[k] + rt->be[i].kv[k];
     }
-    zi_pack_str(&m.pk, "kv");
-    msgpack_pack_map(&m.pk, ZI_N_KV_STATS + 1);
-    for (int k = 0; k < ZI_N_KV_STATS; k++) zi_pack_kv_int(&m.pk, zi_kv_stat_names[k], sum[k]);
-    zi_pack_str(&m.pk, "prefix_hit_rate");
     int64_t looked = sum[ZI_KV_PREFIX_QUERY_TOKENS], hit = sum[ZI_KV_PREFIX_HIT_TOKENS];
-    msgpack_pack_double(&m.pk, looked > 0 ? (double)hit / (double)looked : 0.0);
+    h.prefix_hit_rate = looked > 0 ? (double)hit / (double)looked : 0.0;
+    zi_msg m;
+    zi_im_health_pack(&h, &m);
     zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
     zi_msg_free(&m);
 }
 
 static void op_models(router *rt, const client_ctx *c) {
-    int idx[64], n = 0;
-    for (size_t i = 0; i < rt->n_be && n < 64; i++) {
+    int idx[ZI_IM_MAX_MODELS], n = 0;
+    for (size_t i = 0; i < rt->n_be && n < ZI_IM_MAX_MODELS; i++) {
         if (!rt->be[i].alive || rt->be[i].role != ROLE_WORKER) continue;
         bool dup = false;
         for (int k = 0; k < n; k++) dup |= !strcmp(rt->be[idx[k]].model, rt->be[i].model);
         if (!dup) idx[n++] = (int)i;
     }
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 3);
-    zi_pack_kv_strn(&m.pk, "id", c->id, c->id_len);
-    zi_pack_kv_str(&m.pk, "event", "result");
-    zi_pack_str(&m.pk, "models");
-    msgpack_pack_array(&m.pk, (size_t)n);
+    zi_im_models ms = {.id = {c->id, c->id_len}, .n = (size_t)n};
     for (int k = 0; k < n; k++) {
         const backend *b = &rt->be[idx[k]];
-        msgpack_pack_map(&m.pk, 3);
-        zi_pack_kv_str(&m.pk, "name", b->model);
-        zi_pack_kv_int(&m.pk, "max_length", b->max_length);
-        zi_pack_kv_int(&m.pk, "vocab", b->vocab);
+        ms.v[k] = (zi_im_model_entry){{b->model, strlen(b->model)}, b->max_length, b->vocab};
     }
+    zi_msg m;
+    zi_im_models_pack(&ms, &m);
     zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
     zi_msg_free(&m);
 }
@@ -681,21 +668,16 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
     rt->be[tk].assigned++;
     rt->n_waiting++;
     zi_msg m;
-    zi_msg_init(&m);
-    const msgpack_object *as = zi_map_get(o, "add_special");
-    msgpack_pack_map(&m.pk, kind == K_TOKENIZE && as ? 4 : 3);
-    zi_pack_kv_str(&m.pk, "type", kind == K_TOKENIZE ? "tokenize" : "detokenize");
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
     if (kind == K_TOKENIZE) {
-        zi_pack_str(&m.pk, "text");
-        msgpack_pack_object(&m.pk, *v);
-        if (as) {
-            zi_pack_str(&m.pk, "add_special");
-            msgpack_pack_object(&m.pk, *as);
-        }
+        const msgpack_object *as = zi_map_get(o, "add_special"); /* a bool, checked above */
+        zi_im_tokenize tm = {.rid = (int64_t)r->rid,
+                             .text = {v->via.str.ptr, v->via.str.size},
+                             .has_add_special = as != NULL,
+                             .add_special = as && as->via.boolean};
+        zi_im_tokenize_pack(&tm, &m);
     } else {
-        zi_pack_str(&m.pk, "token_ids");
-        zi_codec_pack_tokens(&m.pk, ids, n, NULL);
+        zi_im_detokenize dm = {.rid = (int64_t)r->rid, .token_ids = {.v = ids, .n = n}};
+        zi_im_detokenize_pack(&dm, &m);
     }
     to_backend(rt, tk, &m);
     zi_msg_free(&m);
@@ -794,15 +776,15 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     backend *be = &rt->be[b];
     memcpy(be->ident, ident, len);
     be->ident_len = len;
-    be->role = zi_map_str_is(o, "role", "worker") ? ROLE_WORKER : ROLE_TOKENIZER;
-    int64_t v = 0;
-    be->slots = zi_map_int(o, "slots", &v, NULL) == ZI_OK && v > 0 && v < 65536 ? (int)v : 1;
-    be->max_length = zi_map_int(o, "max_length", &v, NULL) == ZI_OK && v > 1 ? v : 2048;
-    be->vocab = zi_map_int(o, "vocab", &v, NULL) == ZI_OK ? v : 0;
-    const char *s;
-    size_t n;
-    if (zi_map_str(o, "model", &s, &n, NULL) == ZI_OK)
-        snprintf(be->model, sizeof be->model, "%.*s", (int)(n > 120 ? 120 : n), s);
+    zi_im_register reg;
+    zi_im_register_unpack(o, &reg);
+    be->role = reg.worker ? ROLE_WORKER : ROLE_TOKENIZER;
+    be->slots = (int)reg.slots;
+    be->max_length = reg.max_length;
+    be->vocab = reg.vocab;
+    if (reg.model.p)
+        snprintf(be->model, sizeof be->model, "%.*s", (int)(reg.model.n > 120 ? 120 : reg.model.n),
+                 reg.model.p);
     be->alive = true;
     be->last_seen = zi_now_ms();
     if (be->role == ROLE_WORKER)
@@ -813,26 +795,26 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     dispatch(rt);
 }
 
-/* Looks up the request a backend message is about; it must belong to that
- * backend in the given role. */
-static rreq *backend_req(router *rt, int b, const msgpack_object *o) {
-    int64_t rid = 0;
-    if (zi_map_int(o, "rid", &rid, NULL) != ZI_OK || rid <= 0) return NULL;
+/* Looks up the request a backend message is about (rid: the message's,
+ * 0 when it had none); it must belong to that backend. */
+static rreq *backend_req(router *rt, int b, int64_t rid) {
+    if (rid <= 0) return NULL;
     rreq *r = zi_req_table_get(&rt->reqs, (uint64_t)rid);
     if (!r || (r->tok != b && r->wrk != b)) return NULL;
     return r;
 }
 
 static void on_encoded(router *rt, int b, const msgpack_object *o) {
-    int64_t rid = 0;
-    zi_map_int(o, "rid", &rid, NULL);
-    rreq *r = backend_req(rt, b, o);
+    zi_im_encoded em;
+    zi_im_encoded_unpack(o, &em);
+    int64_t rid = em.rid;
+    rreq *r = backend_req(rt, b, rid);
     if (!r || r->state != RS_ENCODING) {
-        if (rid > 0) backend_rid_msg(rt, b, "release", (uint64_t)rid); /* ended meanwhile */
+        if (rid > 0) backend_rid_msg(rt, b, ZI_IM_RELEASE, (uint64_t)rid); /* ended meanwhile */
         return;
     }
-    const msgpack_object *ctx = zi_map_get(o, "context");
-    zi_map_int(o, "prompt_tokens", &r->prompt_tokens, NULL);
+    const msgpack_object *ctx = em.context_obj;
+    if (em.has_prompt_tokens) r->prompt_tokens = em.prompt_tokens;
     if (!ctx) {
         fail_request(rt, r, "internal", "the tokenizer sent no context", NULL);
         return;
@@ -846,12 +828,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
     }
     r->prefix_key = prefix_key(ctx);
     zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 3);
-    zi_pack_kv_str(&m.pk, "type", "start");
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
-    zi_pack_str(&m.pk, "context");
-    msgpack_pack_object(&m.pk, *ctx);
+    zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = ctx}, &m);
     /* Keep the bytes: the sbuffer's storage becomes the request's. */
     r->start_len = m.sb.size;
     r->start_msg = msgpack_sbuffer_release(&m.sb);
@@ -871,20 +848,19 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
 }
 
 static void on_tokens(router *rt, int b, const msgpack_object *o) {
-    rreq *r = backend_req(rt, b, o);
+    zi_im_tokens tm;
+    int bad = zi_im_tokens_unpack(o, &tm, NULL);
+    rreq *r = backend_req(rt, b, tm.rid);
     if (!r || r->wrk != b || r->worker_done) return;
-    const msgpack_object *ids = zi_map_get(o, "token_ids");
-    const msgpack_object *st = zi_map_get(o, "status");
-    zi_gen_status status;
-    if (!ids || !st || st->type != MSGPACK_OBJECT_STR ||
-        zi_gen_status_parse(st->via.str.ptr, st->via.str.size, &status, NULL) != ZI_OK) {
+    zi_gen_status status = tm.gstatus;
+    if (bad) {
         fail_request(rt, r, "internal", "the worker sent a malformed tokens message", NULL);
         return;
     }
     zi_codec_limits lim = zi_codec_limits_default();
     int32_t *v = NULL;
     size_t n = 0;
-    if (zi_codec_decode_tokens(ids, &lim, "token_ids", &v, &n, NULL) == ZI_OK)
+    if (zi_codec_decode_tokens(tm.token_ids.raw, &lim, "token_ids", &v, &n, NULL) == ZI_OK)
         r->completion_tokens += (int64_t)n;
     free(v);
     if (zi_gen_status_is_done(status)) {
@@ -893,45 +869,24 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
         rt->be[b].assigned--;
     }
     /* Log probabilities and the echoed prompt ride along through the
-     * tokenizer, so they reach the client in the same frame as their text. */
-    static const char *const extra[] = {"logprobs", "prompt_token_ids", "prompt_logprobs"};
-    const msgpack_object *ev[3];
-    int n_extra = 0;
-    for (int i = 0; i < 3; i++) n_extra += (ev[i] = zi_map_get(o, extra[i])) != NULL;
+     * tokenizer, so they reach the client in the same frame as their text:
+     * the decode message carries the tokens message's fields as they came. */
     zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 4 + n_extra);
-    zi_pack_kv_str(&m.pk, "type", "decode");
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)r->rid);
-    zi_pack_str(&m.pk, "token_ids");
-    msgpack_pack_object(&m.pk, *ids);
-    zi_pack_str(&m.pk, "status");
-    msgpack_pack_object(&m.pk, *st);
-    for (int i = 0; i < 3; i++)
-        if (ev[i]) {
-            zi_pack_str(&m.pk, extra[i]);
-            msgpack_pack_object(&m.pk, *ev[i]);
-        }
+    tm.rid = (int64_t)r->rid;
+    zi_im_decode_pack(&tm, &m, NULL);
     to_backend(rt, r->tok, &m);
     zi_msg_free(&m);
     if (r->worker_done) dispatch(rt);
 }
 
-/* What rides along with a decoded message to the client: the tokens' log
- * probabilities, and the echoed prompt (its ids, their log probabilities,
- * its text). */
-static const char *const DECODED_EXTRA[] = {"logprobs", "prompt_token_ids", "prompt_logprobs",
-                                            "prompt_text"};
-#define N_DECODED_EXTRA (int)(sizeof DECODED_EXTRA / sizeof DECODED_EXTRA[0])
-
 /* Not streamed: appends a decoded message's log probabilities to the
- * request's and keeps the echoed prompt (ev: DECODED_EXTRA's, each may be
- * NULL) for the final frame. */
-static int keep_extras(rreq *r, const msgpack_object *const *ev) {
+ * request's and keeps its echoed prompt (ids, their log probabilities,
+ * text: a packed map) for the final frame. */
+static int keep_extras(rreq *r, const zi_im_decoded *d) {
     zi_codec_limits lim = zi_codec_limits_default();
-    if (ev[0]) {
+    if (d->logprobs.raw) {
         zi_logprobs lp;
-        int rc = zi_codec_decode_logprobs(ev[0], &lim, "logprobs", &lp, NULL);
+        int rc = zi_codec_decode_logprobs(d->logprobs.raw, &lim, "logprobs", &lp, NULL);
         if (rc) return rc; /* the final frame would carry fewer than the tokens */
         for (size_t i = 0; i < lp.n && !rc; i++)
             rc = zi_logprobs_push(&r->lp, lp.token_logprobs[i], lp.top[i].ids, lp.top[i].logprobs,
@@ -940,33 +895,31 @@ static int keep_extras(rreq *r, const msgpack_object *const *ev) {
         if (rc) return rc;
         r->has_lp = true;
     }
-    if ((ev[1] || ev[2] || ev[3]) && !r->echo) {
-        msgpack_sbuffer sb;
-        msgpack_sbuffer_init(&sb);
-        msgpack_packer pk;
-        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
-        for (int i = 1; i < N_DECODED_EXTRA; i++)
-            if (ev[i]) {
-                zi_pack_str(&pk, DECODED_EXTRA[i]);
-                msgpack_pack_object(&pk, *ev[i]);
-                r->echo_keys++;
-            }
-        r->echo_len = sb.size;
-        r->echo = msgpack_sbuffer_release(&sb);
-        if (!r->echo) return ZI_ENOMEM;
+    const msgpack_object *pids = d->prompt_token_ids.raw;
+    if ((pids || d->prompt_logprobs.raw || d->prompt_text_obj) && !r->echo) {
+        zi_imap e;
+        zi_imap_init(&e);
+        zi_imap_object(&e, "prompt_token_ids", pids);
+        zi_imap_object(&e, "prompt_logprobs", d->prompt_logprobs.raw);
+        zi_imap_object(&e, "prompt_text", d->prompt_text_obj);
+        zi_msg m;
+        zi_msg_init(&m);
+        int rc = zi_imap_close(&e, &m.pk);
+        r->echo_len = m.sb.size;
+        r->echo = msgpack_sbuffer_release(&m.sb);
+        if (rc || !r->echo) return ZI_ENOMEM;
     }
     return ZI_OK;
 }
 
 static void on_decoded(router *rt, int b, const msgpack_object *o) {
-    rreq *r = backend_req(rt, b, o);
+    zi_im_decoded d;
+    int bad = zi_im_decoded_unpack(o, &d, NULL);
+    rreq *r = backend_req(rt, b, d.rid);
     if (!r || r->tok != b || r->kind != K_GENERATE) return;
-    const msgpack_object *text = zi_map_get(o, "text"), *ids = zi_map_get(o, "token_ids");
-    const msgpack_object *st = zi_map_get(o, "status");
-    zi_gen_status status;
-    if (!text || text->type != MSGPACK_OBJECT_STR || !ids || !st ||
-        st->type != MSGPACK_OBJECT_STR ||
-        zi_gen_status_parse(st->via.str.ptr, st->via.str.size, &status, NULL) != ZI_OK) {
+    const msgpack_object *ids = d.token_ids.raw;
+    zi_gen_status status = d.gstatus;
+    if (bad) {
         fail_request(rt, r, "internal", "the tokenizer sent a malformed decoded message", NULL);
         return;
     }
@@ -975,41 +928,37 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                     zi_map_get(ids, "data")->type == MSGPACK_OBJECT_BIN &&
                     zi_map_get(ids, "data")->via.bin.size > 0);
     if (has_ids && !r->t_first_ms) r->t_first_ms = zi_now_ms();
-    const msgpack_object *ev[N_DECODED_EXTRA];
-    int n_extra = 0;
-    for (int i = 0; i < N_DECODED_EXTRA; i++)
-        n_extra += (ev[i] = zi_map_get(o, DECODED_EXTRA[i])) != NULL;
-    if (r->stream && (text->via.str.size > 0 || has_ids || n_extra)) {
+    /* What rides along to the client: the tokens' log probabilities, and
+     * the echoed prompt (its ids, their log probabilities, its text). */
+    zi_im_chunk ch = {.id = {r->id, r->id_len},
+                      .text = d.text,
+                      .token_ids = ids,
+                      .logprobs = d.logprobs.raw,
+                      .prompt_token_ids = d.prompt_token_ids.raw,
+                      .prompt_logprobs = d.prompt_logprobs.raw,
+                      .prompt_text = d.prompt_text_obj};
+    bool extras = ch.logprobs || ch.prompt_token_ids || ch.prompt_logprobs || ch.prompt_text;
+    if (r->stream && (d.text.n > 0 || has_ids || extras)) {
         zi_msg m;
-        zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 4 + n_extra);
-        pack_header(&m.pk, r, "chunk");
-        zi_pack_kv_strn(&m.pk, "text", text->via.str.ptr, text->via.str.size);
-        zi_pack_str(&m.pk, "token_ids");
-        msgpack_pack_object(&m.pk, *ids);
-        for (int i = 0; i < N_DECODED_EXTRA; i++)
-            if (ev[i]) {
-                zi_pack_str(&m.pk, DECODED_EXTRA[i]);
-                msgpack_pack_object(&m.pk, *ev[i]);
-            }
+        zi_im_chunk_pack(&ch, &m);
         bool ok = to_client(rt, r, &m);
         zi_msg_free(&m);
         if (!ok) {
             end_request(rt, r);
             return;
         }
-    } else if (!r->stream && n_extra && keep_extras(r, ev) != ZI_OK) {
+    } else if (!r->stream && extras && keep_extras(r, &d) != ZI_OK) {
         fail_request(rt, r, "internal", "cannot keep the log probabilities", NULL);
         return;
     }
-    if (!r->stream && text->via.str.size > 0) {
-        char *p = realloc(r->text, r->text_len + text->via.str.size + 1);
+    if (!r->stream && d.text.n > 0) {
+        char *p = realloc(r->text, r->text_len + d.text.n + 1);
         if (!p) {
             fail_request(rt, r, "internal", "out of memory for the completion text", NULL);
             return;
         }
-        memcpy(p + r->text_len, text->via.str.ptr, text->via.str.size);
-        r->text_len += text->via.str.size;
+        memcpy(p + r->text_len, d.text.p, d.text.n);
+        r->text_len += d.text.n;
         p[r->text_len] = '\0';
         r->text = p;
     }
@@ -1020,56 +969,42 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
 }
 
 static void on_util_result(router *rt, int b, const msgpack_object *o, const char *key) {
-    rreq *r = backend_req(rt, b, o);
+    zi_im_util_reply u;
+    int bad = zi_im_util_reply_unpack(o, key, &u, NULL);
+    rreq *r = backend_req(rt, b, u.rid);
     if (!r || r->state != RS_UTIL) return;
-    const msgpack_object *v = zi_map_get(o, key);
-    if (!v) {
+    if (bad) {
         fail_request(rt, r, "internal", "the tokenizer sent a malformed reply", NULL);
         return;
     }
     zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 3);
-    pack_header(&m.pk, r, "result");
-    zi_pack_str(&m.pk, key);
-    msgpack_pack_object(&m.pk, *v);
+    zi_im_result_pack(&(zi_im_result){.id = {r->id, r->id_len}, .key = key, .value = u.value_obj},
+                      &m);
     to_client(rt, r, &m);
     zi_msg_free(&m);
     end_request(rt, r);
 }
 
 static void on_heartbeat(router *rt, int b, const msgpack_object *o) {
-    const msgpack_object *kv = zi_map_get(o, "kv");
-    if (!kv || kv->type != MSGPACK_OBJECT_MAP) return;
-    for (int i = 0; i < ZI_N_KV_STATS; i++) {
-        int64_t v;
-        if (zi_map_int(kv, zi_kv_stat_names[i], &v, NULL) == ZI_OK) rt->be[b].kv[i] = v;
-    }
+    zi_im_heartbeat hb;
+    zi_im_heartbeat_unpack(o, &hb);
+    for (int i = 0; i < ZI_N_KV_STATS; i++)
+        if (hb.kv_set[i]) rt->be[b].kv[i] = hb.kv[i];
 }
 
 static void on_backend_error(router *rt, int b, const msgpack_object *o) {
-    rreq *r = backend_req(rt, b, o);
+    zi_im_error e;
+    zi_im_error_unpack(o, &e);
+    rreq *r = backend_req(rt, b, e.rid);
     if (!r) return;
-    const char *code = "internal", *msg = "backend error", *field = NULL;
-    char cbuf[64], mbuf[ZI_ERROR_MSG_MAX], fbuf[128];
-    const char *s;
-    size_t n;
-    if (zi_map_str(o, "code", &s, &n, NULL) == ZI_OK && n < sizeof cbuf) {
-        memcpy(cbuf, s, n), cbuf[n] = '\0', code = cbuf;
-    }
-    if (zi_map_str(o, "message", &s, &n, NULL) == ZI_OK) {
-        snprintf(mbuf, sizeof mbuf, "%.*s", (int)(n < sizeof mbuf ? n : sizeof mbuf - 1), s);
-        msg = mbuf;
-    }
-    if (zi_map_str(o, "field", &s, &n, NULL) == ZI_OK && n < sizeof fbuf) {
-        memcpy(fbuf, s, n), fbuf[n] = '\0', field = fbuf;
-    }
+    const char *code = e.code ? e.code : "internal";
+    const char *msg = e.message ? e.message : "backend error";
     if (b == r->tok) r->tok_has_state = false; /* a tokenizer error drops its state */
     if (b == r->wrk && !r->worker_done) {
         r->worker_done = true; /* the worker dropped it */
         rt->be[b].assigned--;
     }
-    fail_request(rt, r, code, msg, field);
+    fail_request(rt, r, code, msg, e.field);
     dispatch(rt);
 }
 
@@ -1083,31 +1018,30 @@ static void on_backend_frame(router *rt, const unsigned char *ident, size_t iden
     }
     const msgpack_object *o = &u.data;
     int b = find_backend(rt, ident, ident_len);
-    if (zi_map_str_is(o, "type", "register")) {
+    zi_im_type type = zi_im_type_of(o);
+    if (type == ZI_IM_REGISTER) {
         on_register(rt, ident, ident_len, o);
     } else if (b < 0) {
         /* Unknown (e.g. this router restarted): ask it to register again. */
         zi_msg m;
-        zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 1);
-        zi_pack_kv_str(&m.pk, "type", "reregister");
+        zi_im_reregister_pack(&m);
         zi_send_msg(rt->back, ident, ident_len, false, &m);
         zi_msg_free(&m);
     } else {
         rt->be[b].last_seen = zi_now_ms();
-        if (zi_map_str_is(o, "type", "heartbeat")) {
+        if (type == ZI_IM_HEARTBEAT)
             on_heartbeat(rt, b, o);
-        } else if (zi_map_str_is(o, "type", "encoded"))
+        else if (type == ZI_IM_ENCODED)
             on_encoded(rt, b, o);
-        else if (zi_map_str_is(o, "type", "tokens"))
+        else if (type == ZI_IM_TOKENS)
             on_tokens(rt, b, o);
-        else if (zi_map_str_is(o, "type", "decoded"))
+        else if (type == ZI_IM_DECODED)
             on_decoded(rt, b, o);
-        else if (zi_map_str_is(o, "type", "tokenized"))
+        else if (type == ZI_IM_TOKENIZED)
             on_util_result(rt, b, o, "token_ids");
-        else if (zi_map_str_is(o, "type", "detokenized"))
+        else if (type == ZI_IM_DETOKENIZED)
             on_util_result(rt, b, o, "text");
-        else if (zi_map_str_is(o, "type", "error"))
+        else if (type == ZI_IM_ERROR)
             on_backend_error(rt, b, o);
         else
             zi_log(&rt->log, ZI_LOG_WARN, "backend %d: unknown message type", b);

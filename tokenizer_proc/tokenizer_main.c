@@ -7,8 +7,8 @@
  *
  *   encode      a validated request -> the prompt's token ids (text is
  *               encoded, token ids checked against the vocabulary, chat
- *               messages rendered with the model's template when this build
- *               has the renderer) -> a zi_text_context (limits, sampling
+ *               messages rendered with the model's template) -> a
+ *               zi_text_context (limits, sampling
  *               parameters, the model's end-of-generation ids) sent back as
  *               "encoded"; per-request decode state is created here.
  *   decode      a request's new token ids and the worker's status -> the new
@@ -20,7 +20,8 @@
  *
  * The only state is the per-request decode state, so any number of these
  * processes can run; the router keeps each request on one of them.
- * Messages are described in docs/protocol.md.
+ * Messages are described in docs/protocol.md and encoded and decoded by
+ * common/imsg.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -29,18 +30,17 @@
 #include <zmq.h>
 
 #include "args.h"
+#include "chat_template.h"
+#include "chat_vars.h"
 #include "codec.h"
 #include "gguf.h"
+#include "imsg.h"
 #include "log.h"
 #include "stop_match.h"
 #include "stop_signal.h"
 #include "tokenizer.h"
 #include "types.h"
 #include "wire.h"
-#ifdef ZI_HAVE_CHAT_TEMPLATE
-#include "chat_template.h"
-#include "chat_vars.h"
-#endif
 
 static const char USAGE[] =
     "usage: zinfer-tokenizer [options]\n"
@@ -70,31 +70,29 @@ typedef struct tproc {
     int32_t vocab;
     int64_t ctx_train;
     zi_i32_list eog; /* every end-of-generation id */
-#ifdef ZI_HAVE_CHAT_TEMPLATE
     zi_chat_template *tmpl;
     char *bos_text, *eos_text;
-#endif
     dstate *st;
     size_t n_st, cap_st;
 } tproc;
 
 static void send_register(tproc *t) {
     zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 3);
-    zi_pack_kv_str(&m.pk, "type", "register");
-    zi_pack_kv_str(&m.pk, "role", "tokenizer");
-    zi_pack_kv_int(&m.pk, "vocab", t->vocab);
-    zi_send_msg(t->sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
+    zi_im_register_pack(&(zi_im_register){.worker = false, .vocab = t->vocab}, &m);
+    zi_im_send(t->sock, &m);
 }
 
 static void send_heartbeat(tproc *t) {
-    zi_send_heartbeat(t->sock, (int64_t)t->n_st, NULL);
+    zi_msg m;
+    zi_im_heartbeat_pack(&(zi_im_heartbeat){.load = (int64_t)t->n_st}, &m);
+    zi_im_send(t->sock, &m);
 }
 
+/* An error ending request rid (its field: the path msg starts with). */
 static void send_error(tproc *t, uint64_t rid, const char *code, const char *msg) {
-    zi_send_backend_error(t->sock, rid, code, msg);
+    zi_msg m;
+    zi_im_error_pack(&(zi_im_error){.rid = (int64_t)rid, .code = code, .message = msg}, &m);
+    zi_im_send(t->sock, &m);
 }
 
 static dstate *find_state(tproc *t, uint64_t rid) {
@@ -131,7 +129,6 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
     if (r->prompt_kind == ZI_PROMPT_TEXT)
         return zi_tokenizer_encode(t->tok, r->prompt_text.p ? r->prompt_text.p : "",
                                    r->prompt_text.len, 1, 1, ids, n, err);
-#ifdef ZI_HAVE_CHAT_TEMPLATE
     if (!t->tmpl)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "messages: the model has no chat template; send a prompt instead");
@@ -169,12 +166,6 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
     rc = zi_tokenizer_encode(t->tok, text, len, 0, 1, ids, n, err);
     free(text);
     return rc;
-#else
-    (void)req;
-    return zi_error_set(err, ZI_EUNSUPPORTED,
-                        "messages: chat templates are not supported by this build yet; send a "
-                        "prompt instead");
-#endif
 }
 
 static int add_stops(const zi_str_list *l, const char **v, size_t *lens, size_t *n) {
@@ -186,6 +177,7 @@ static int add_stops(const zi_str_list *l, const char **v, size_t *lens, size_t 
 }
 
 static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
+    zi_im_encode em;
     zi_error err = {0};
     zi_request r;
     zi_request_init(&r);
@@ -199,12 +191,11 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     int64_t max_length = t->ctx_train;
     /* The router sends the smallest worker's context; without one (no
      * worker connected) the model's own limit applies. */
-    if (zi_map_int(o, "max_length", &max_length, NULL) != ZI_OK || max_length < 2)
-        max_length = t->ctx_train;
+    int rc = zi_im_encode_unpack(o, &em, &err);
+    if (em.has_max_length && em.max_length >= 2) max_length = em.max_length;
     zi_codec_limits lim = zi_codec_limits_default();
-    const msgpack_object *ro = zi_map_get(o, "request");
-    int rc = ro ? zi_codec_decode_request(ro, &lim, "", &r, &err)
-                : zi_error_set(&err, ZI_EINVAL, "request: missing");
+    const msgpack_object *ro = em.request_obj;
+    if (!rc) rc = zi_codec_decode_request(ro, &lim, "", &r, &err);
     /* A stop id outside the vocabulary could never stop anything: refuse it
      * here, with a message for the client (the worker refuses it too, for
      * this request alone, and the generator ignores such ids). */
@@ -287,19 +278,17 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         send_error(t, rid, rc == ZI_ENOMEM ? "internal" : code, err.msg);
     } else {
         zi_msg m;
-        zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 4);
-        zi_pack_kv_str(&m.pk, "type", "encoded");
-        zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
-        zi_pack_kv_int(&m.pk, "prompt_tokens", (int64_t)n);
-        zi_pack_str(&m.pk, "context");
-        if (zi_codec_pack_text_context(&m.pk, &ctx, &err)) {
+        zi_im_encoded em2 = {.rid = (int64_t)rid,
+                             .has_prompt_tokens = true,
+                             .prompt_tokens = (int64_t)n,
+                             .context = &ctx};
+        if (zi_im_encoded_pack(&em2, &m, &err)) {
+            zi_msg_free(&m);
             drop_state(t, rid);
             send_error(t, rid, "internal", err.msg);
         } else {
-            zi_send_msg(t->sock, NULL, 0, false, &m);
+            zi_im_send(t->sock, &m);
         }
-        zi_msg_free(&m);
     }
     free(sv);
     free(sl);
@@ -313,16 +302,11 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
     dstate *d = find_state(t, rid);
     if (!d) return; /* released meanwhile */
     zi_codec_limits lim = zi_codec_limits_default();
-    int32_t *ids = NULL;
-    size_t n = 0;
-    const char *st = NULL;
-    size_t st_len = 0;
-    zi_gen_status status = ZI_GEN_ACTIVE;
-    const msgpack_object *to = zi_map_get(o, "token_ids");
-    int rc = to ? zi_codec_decode_tokens(to, &lim, "token_ids", &ids, &n, &err)
-                : zi_error_set(&err, ZI_EINVAL, "token_ids: missing");
-    if (!rc) rc = zi_map_str(o, "status", &st, &st_len, &err);
-    if (!rc) rc = zi_gen_status_parse(st, st_len, &status, &err);
+    zi_im_tokens dm;
+    int rc = zi_im_decode_unpack(o, &dm, &err);
+    const int32_t *ids = dm.token_ids.v;
+    size_t n = dm.token_ids.n;
+    zi_gen_status status = rc ? ZI_GEN_ACTIVE : dm.gstatus;
     char *out = NULL;
     size_t out_len = 0;
     bool stopped = false;
@@ -364,9 +348,8 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         if (stopped) status = ZI_GEN_STOP;
         /* Log probabilities and the echoed prompt pass through to the
          * router; the log probabilities of tokens cut by a stop string go. */
-        const msgpack_object *lpo = zi_map_get(o, "logprobs");
-        const msgpack_object *pids = zi_map_get(o, "prompt_token_ids");
-        const msgpack_object *plp = zi_map_get(o, "prompt_logprobs");
+        const msgpack_object *lpo = dm.logprobs.raw;
+        const msgpack_object *pids = dm.prompt_token_ids.raw;
         zi_logprobs cut;
         zi_logprobs_init(&cut);
         bool use_cut = false;
@@ -384,7 +367,7 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
                 send_error(t, rid, "internal", "logprobs: cannot cut them at the stop string");
                 drop_state(t, rid);
                 free(out);
-                free(ids);
+                zi_im_tokens_free(&dm);
                 return;
             }
         }
@@ -400,109 +383,80 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
                 ptext = NULL;
             free(pv);
         }
-        zi_msg m;
-        zi_msg_init(&m);
-        msgpack_pack_map(&m.pk,
-                         5 + (lpo != NULL) + (pids != NULL) + (ptext != NULL) + (plp != NULL));
-        if (lpo) {
-            zi_pack_str(&m.pk, "logprobs");
-            if (use_cut)
-                zi_codec_pack_logprobs(&m.pk, &cut, NULL);
-            else
-                msgpack_pack_object(&m.pk, *lpo);
-        }
-        zi_logprobs_free(&cut);
-        if (pids) {
-            zi_pack_str(&m.pk, "prompt_token_ids");
-            msgpack_pack_object(&m.pk, *pids);
-        }
+        zi_im_decoded dd = {.rid = (int64_t)rid,
+                            .logprobs = {.raw = use_cut ? NULL : lpo, .lp = use_cut ? &cut : NULL},
+                            .prompt_token_ids = dm.prompt_token_ids,
+                            .prompt_logprobs = dm.prompt_logprobs};
+        char *pclean = NULL;
         if (ptext) {
             size_t pl = 0;
-            char *clean = zi_utf8_clean(ptext, plen, &pl);
-            zi_pack_kv_strn(&m.pk, "prompt_text", clean ? clean : "", clean ? pl : 0);
-            free(clean);
+            pclean = zi_utf8_clean(ptext, plen, &pl);
+            dd.prompt_text = (zi_im_str){pclean ? pclean : "", pclean ? pl : 0};
             free(ptext);
         }
-        if (plp) {
-            zi_pack_str(&m.pk, "prompt_logprobs");
-            msgpack_pack_object(&m.pk, *plp);
-        }
-        zi_pack_kv_str(&m.pk, "type", "decoded");
-        zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
         /* With detokenize false the text was decoded only to find stop
          * strings: none goes out. */
         if (!d->detokenize) out_len = 0;
         /* Only a flush at the end can leave a partial character. */
         size_t cl = 0;
         char *clean = zi_utf8_clean(out ? out : "", out_len, &cl);
-        zi_pack_kv_strn(&m.pk, "text", clean ? clean : "", clean ? cl : 0);
+        dd.text = (zi_im_str){clean ? clean : "", clean ? cl : 0};
+        dd.token_ids = (zi_im_ids){.set = true, .v = ids, .n = stopped ? used : n};
+        const char *sname = zi_gen_status_name(status);
+        dd.status = (zi_im_str){sname, strlen(sname)};
+        zi_msg m;
+        zi_im_decoded_pack(&dd, &m, NULL);
+        zi_im_send(t->sock, &m);
         free(clean);
-        zi_pack_str(&m.pk, "token_ids");
-        zi_codec_pack_tokens(&m.pk, ids, stopped ? used : n, NULL);
-        zi_pack_kv_str(&m.pk, "status", zi_gen_status_name(status));
-        zi_send_msg(t->sock, NULL, 0, false, &m);
-        zi_msg_free(&m);
+        free(pclean);
+        zi_logprobs_free(&cut);
         if (zi_gen_status_is_done(status)) drop_state(t, rid);
     }
     free(out);
-    free(ids);
+    zi_im_tokens_free(&dm);
 }
 
 static void on_tokenize(tproc *t, const msgpack_object *o, uint64_t rid) {
     zi_error err = {0};
-    const char *s = NULL;
-    size_t len = 0;
     int32_t *ids = NULL;
     size_t n = 0;
-    const msgpack_object *as = zi_map_get(o, "add_special");
-    int add_special = as && as->type == MSGPACK_OBJECT_BOOLEAN ? as->via.boolean : 1;
-    int rc = zi_map_str(o, "text", &s, &len, &err);
-    if (!rc) rc = zi_tokenizer_encode(t->tok, s, len, add_special, 1, &ids, &n, &err);
+    zi_im_tokenize tm;
+    int rc = zi_im_tokenize_unpack(o, &tm, &err);
+    if (!rc)
+        rc = zi_tokenizer_encode(t->tok, tm.text.p, tm.text.n, tm.add_special, 1, &ids, &n, &err);
     if (rc) {
         send_error(t, rid, "invalid_request", err.msg);
         return;
     }
     zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 3);
-    zi_pack_kv_str(&m.pk, "type", "tokenized");
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
-    zi_pack_str(&m.pk, "token_ids");
-    zi_codec_pack_tokens(&m.pk, ids, n, NULL);
-    zi_send_msg(t->sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
+    zi_im_tokenized_pack(
+        &(zi_im_util_reply){.rid = (int64_t)rid, .token_ids = {.set = true, .v = ids, .n = n}}, &m);
+    zi_im_send(t->sock, &m);
     free(ids);
 }
 
 static void on_detokenize(tproc *t, const msgpack_object *o, uint64_t rid) {
     zi_error err = {0};
-    zi_codec_limits lim = zi_codec_limits_default();
-    int32_t *ids = NULL;
-    size_t n = 0;
     char *text = NULL;
     size_t len = 0;
-    const msgpack_object *to = zi_map_get(o, "token_ids");
-    int rc = to ? zi_codec_decode_tokens(to, &lim, "token_ids", &ids, &n, &err)
-                : zi_error_set(&err, ZI_EINVAL, "token_ids: missing");
-    if (!rc) rc = zi_tokenizer_decode(t->tok, ids, n, 0, &text, &len, &err);
+    zi_im_detokenize dm;
+    int rc = zi_im_detokenize_unpack(o, &dm, &err);
+    if (!rc) rc = zi_tokenizer_decode(t->tok, dm.token_ids.v, dm.token_ids.n, 0, &text, &len, &err);
     if (rc) {
         if (strncmp(err.msg, "token_ids", 9) != 0) zi_error_prefix(&err, "token_ids");
         send_error(t, rid, "invalid_request", err.msg);
     } else {
-        zi_msg m;
-        zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 3);
-        zi_pack_kv_str(&m.pk, "type", "detokenized");
-        zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
         size_t cl = 0;
         char *clean = zi_utf8_clean(text, len, &cl); /* ids may end mid-character */
-        zi_pack_kv_strn(&m.pk, "text", clean ? clean : "", clean ? cl : 0);
+        zi_msg m;
+        zi_im_detokenized_pack(
+            &(zi_im_util_reply){.rid = (int64_t)rid, .text = {clean ? clean : "", clean ? cl : 0}},
+            &m);
+        zi_im_send(t->sock, &m);
         free(clean);
-        zi_send_msg(t->sock, NULL, 0, false, &m);
-        zi_msg_free(&m);
     }
     free(text);
-    free(ids);
+    zi_im_ids_free(&dm.token_ids);
 }
 
 static void on_message(tproc *t, const void *buf, size_t len) {
@@ -514,20 +468,21 @@ static void on_message(tproc *t, const void *buf, size_t len) {
     }
     const msgpack_object *o = &u.data;
     int64_t rid = 0;
-    if (zi_map_str_is(o, "type", "reregister")) {
+    zi_im_type type = zi_im_type_of(o);
+    if (type == ZI_IM_REREGISTER) {
         while (t->n_st) drop_state(t, t->st[0].rid);
         send_register(t);
-    } else if (zi_map_int(o, "rid", &rid, &err) != ZI_OK) {
+    } else if (zi_im_rid(o, &rid, &err) != ZI_OK) {
         zi_log(&t->log, ZI_LOG_WARN, "message from the router without rid");
-    } else if (zi_map_str_is(o, "type", "encode")) {
+    } else if (type == ZI_IM_ENCODE) {
         on_encode(t, o, (uint64_t)rid);
-    } else if (zi_map_str_is(o, "type", "decode")) {
+    } else if (type == ZI_IM_DECODE) {
         on_decode(t, o, (uint64_t)rid);
-    } else if (zi_map_str_is(o, "type", "release")) {
+    } else if (type == ZI_IM_RELEASE) {
         drop_state(t, (uint64_t)rid);
-    } else if (zi_map_str_is(o, "type", "tokenize")) {
+    } else if (type == ZI_IM_TOKENIZE) {
         on_tokenize(t, o, (uint64_t)rid);
-    } else if (zi_map_str_is(o, "type", "detokenize")) {
+    } else if (type == ZI_IM_DETOKENIZE) {
         on_detokenize(t, o, (uint64_t)rid);
     } else {
         zi_log(&t->log, ZI_LOG_WARN, "unknown message type from the router");
@@ -547,7 +502,6 @@ static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
     }
     for (int32_t id = 0; id < t->vocab; id++)
         if (zi_tokenizer_is_eog(t->tok, id) && zi_i32_list_push(&t->eog, id, err)) return err->code;
-#ifdef ZI_HAVE_CHAT_TEMPLATE
     zi_str tmpl = {0};
     if (zi_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) == ZI_OK) {
         zi_error e2 = {0};
@@ -564,7 +518,6 @@ static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
         buf[n] = '\0';
         *dst[i] = strdup(buf);
     }
-#endif
     return ZI_OK;
 }
 
@@ -653,10 +606,8 @@ int main(int argc, char **argv) {
     zmq_ctx_term(zctx);
     zi_tokenizer_free(t.tok);
     zi_i32_list_free(&t.eog);
-#ifdef ZI_HAVE_CHAT_TEMPLATE
     zi_chat_template_free(t.tmpl);
     free(t.bos_text);
     free(t.eos_text);
-#endif
     return rc;
 }

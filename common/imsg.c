@@ -1,0 +1,690 @@
+/*
+ * imsg.c - the server's messages: the counting map builder and one encoder
+ * and decoder per message (see imsg.h; keys in docs/protocol.md).
+ *
+ * Every encoder lists its keys in the order the processes always wrote
+ * them, so the frames are byte for byte those of the hand-counted code this
+ * replaced.
+ */
+#include "imsg.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+
+/* ---- the map builder ------------------------------------------------------- */
+
+void zi_imap_init(zi_imap *b) {
+    msgpack_sbuffer_init(&b->sb);
+    msgpack_packer_init(&b->pk, &b->sb, msgpack_sbuffer_write);
+    b->n = 0;
+    b->oom = false;
+}
+
+void zi_imap_free(zi_imap *b) {
+    msgpack_sbuffer_destroy(&b->sb);
+    msgpack_sbuffer_init(&b->sb);
+}
+
+msgpack_packer *zi_imap_key(zi_imap *b, const char *key) {
+    b->n++;
+    zi_pack_str(&b->pk, key);
+    return &b->pk;
+}
+
+void zi_imap_strn(zi_imap *b, const char *key, const char *val, size_t n) {
+    zi_pack_strn(zi_imap_key(b, key), val, n);
+}
+
+void zi_imap_str(zi_imap *b, const char *key, const char *val) {
+    zi_pack_str(zi_imap_key(b, key), val);
+}
+
+void zi_imap_int(zi_imap *b, const char *key, int64_t val) {
+    msgpack_pack_int64(zi_imap_key(b, key), val);
+}
+
+void zi_imap_bool(zi_imap *b, const char *key, bool val) {
+    msgpack_packer *pk = zi_imap_key(b, key);
+    if (val)
+        msgpack_pack_true(pk);
+    else
+        msgpack_pack_false(pk);
+}
+
+void zi_imap_double(zi_imap *b, const char *key, double val) {
+    msgpack_pack_double(zi_imap_key(b, key), val);
+}
+
+void zi_imap_object(zi_imap *b, const char *key, const msgpack_object *o) {
+    if (o && msgpack_pack_object(zi_imap_key(b, key), *o) != 0) b->oom = true;
+}
+
+void zi_imap_map(zi_imap *b, const char *key, zi_imap *child) {
+    if (zi_imap_close(child, zi_imap_key(b, key)) != ZI_OK) b->oom = true;
+}
+
+uint32_t zi_imap_count(const zi_imap *b) {
+    return b->n;
+}
+
+int zi_imap_close(zi_imap *b, msgpack_packer *out) {
+    /* sbuffer writes report a failed grow; so does the final copy. */
+    bool bad = b->oom;
+    if (msgpack_pack_map(out, b->n) != 0) bad = true;
+    if (b->sb.size && out->callback(out->data, b->sb.data, b->sb.size) != 0) bad = true;
+    zi_imap_free(b);
+    return bad ? ZI_ENOMEM : ZI_OK;
+}
+
+/* Closes the message map b into out (initialised here). */
+static int close_msg(zi_imap *b, zi_msg *out) {
+    zi_msg_init(out);
+    return zi_imap_close(b, &out->pk);
+}
+
+int zi_im_send(void *sock, zi_msg *m) {
+    int rc = zi_send_msg(sock, NULL, 0, false, m);
+    zi_msg_free(m);
+    return rc;
+}
+
+/* ---- typed or passed-through values ---------------------------------------- */
+
+void zi_im_ids_free(zi_im_ids *ids) {
+    free(ids->own);
+    ids->own = NULL;
+    ids->v = NULL;
+    ids->n = 0;
+}
+
+/* Packs ids under key when set. */
+static int put_ids(zi_imap *b, const char *key, const zi_im_ids *ids, zi_error *err) {
+    if (!ids->set) return ZI_OK;
+    if (ids->raw) {
+        zi_imap_object(b, key, ids->raw);
+        return ZI_OK;
+    }
+    return zi_codec_pack_tokens(zi_imap_key(b, key), ids->v, ids->n, err);
+}
+
+/* Packs log probabilities under key when present. */
+static int put_lps(zi_imap *b, const char *key, const zi_im_lps *lps, zi_error *err) {
+    if (lps->raw) {
+        zi_imap_object(b, key, lps->raw);
+        return ZI_OK;
+    }
+    return lps->lp ? zi_codec_pack_logprobs(zi_imap_key(b, key), lps->lp, err) : ZI_OK;
+}
+
+static void put_str(zi_imap *b, const char *key, zi_im_str s) {
+    zi_imap_strn(b, key, s.p ? s.p : "", s.p ? s.n : 0);
+}
+
+/* A raw ids value (present when o is not NULL). */
+static zi_im_ids raw_ids(const msgpack_object *o) {
+    return (zi_im_ids){.set = o != NULL, .raw = o};
+}
+
+/* The string under key, or absent (p NULL) when missing or not a string. */
+static zi_im_str get_str(const msgpack_object *o, const char *key) {
+    const msgpack_object *v = zi_map_get(o, key);
+    if (!v || v->type != MSGPACK_OBJECT_STR) return (zi_im_str){0};
+    return (zi_im_str){v->via.str.size ? v->via.str.ptr : "", v->via.str.size};
+}
+
+/* The int64 under key, or dflt. */
+static int64_t get_int(const msgpack_object *o, const char *key, int64_t dflt) {
+    int64_t v;
+    return zi_map_int(o, key, &v, NULL) == ZI_OK ? v : dflt;
+}
+
+/* The status string under key, parsed; ZI_EINVAL when it is not one. */
+static int get_status(const msgpack_object *o, zi_im_str *s, zi_gen_status *g) {
+    *s = get_str(o, "status");
+    if (!s->p) return ZI_EINVAL;
+    return zi_gen_status_parse(s->p, s->n, g, NULL);
+}
+
+/* ---- message types ---------------------------------------------------------- */
+
+static const char *const TYPE_NAMES[ZI_IM_N_TYPES] = {
+    [ZI_IM_UNKNOWN] = "",
+    [ZI_IM_REGISTER] = "register",
+    [ZI_IM_HEARTBEAT] = "heartbeat",
+    [ZI_IM_ERROR] = "error",
+    [ZI_IM_REREGISTER] = "reregister",
+    [ZI_IM_ENCODE] = "encode",
+    [ZI_IM_ENCODED] = "encoded",
+    [ZI_IM_DECODE] = "decode",
+    [ZI_IM_DECODED] = "decoded",
+    [ZI_IM_RELEASE] = "release",
+    [ZI_IM_TOKENIZE] = "tokenize",
+    [ZI_IM_TOKENIZED] = "tokenized",
+    [ZI_IM_DETOKENIZE] = "detokenize",
+    [ZI_IM_DETOKENIZED] = "detokenized",
+    [ZI_IM_START] = "start",
+    [ZI_IM_CANCEL] = "cancel",
+    [ZI_IM_TOKENS] = "tokens",
+};
+
+const char *zi_im_type_name(zi_im_type t) {
+    return t > ZI_IM_UNKNOWN && t < ZI_IM_N_TYPES ? TYPE_NAMES[t] : "";
+}
+
+zi_im_type zi_im_type_of(const msgpack_object *o) {
+    for (int t = ZI_IM_UNKNOWN + 1; t < ZI_IM_N_TYPES; t++)
+        if (zi_map_str_is(o, "type", TYPE_NAMES[t])) return (zi_im_type)t;
+    return ZI_IM_UNKNOWN;
+}
+
+int zi_im_rid(const msgpack_object *o, int64_t *rid, zi_error *err) {
+    return zi_map_int(o, "rid", rid, err);
+}
+
+/* A message map begun with its type (and rid when has_rid). */
+static void begin(zi_imap *b, zi_im_type t, bool has_rid, int64_t rid) {
+    zi_imap_init(b);
+    zi_imap_str(b, "type", TYPE_NAMES[t]);
+    if (has_rid) zi_imap_int(b, "rid", rid);
+}
+
+/* ---- registration and liveness ---------------------------------------------- */
+
+int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_REGISTER, false, 0);
+    zi_imap_str(&b, "role", m->worker ? "worker" : "tokenizer");
+    if (m->worker) {
+        zi_imap_int(&b, "slots", m->slots);
+        zi_imap_int(&b, "max_length", m->max_length);
+        put_str(&b, "model", m->model);
+    }
+    zi_imap_int(&b, "vocab", m->vocab);
+    return close_msg(&b, out);
+}
+
+void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m) {
+    memset(m, 0, sizeof *m);
+    m->worker = zi_map_str_is(o, "role", "worker");
+    int64_t v = get_int(o, "slots", 0);
+    m->slots = v > 0 && v < 65536 ? v : 1;
+    v = get_int(o, "max_length", 0);
+    m->max_length = v > 1 ? v : 2048;
+    m->vocab = get_int(o, "vocab", 0);
+    m->model = get_str(o, "model");
+}
+
+int zi_im_reregister_pack(zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_REREGISTER, false, 0);
+    return close_msg(&b, out);
+}
+
+int zi_im_heartbeat_pack(const zi_im_heartbeat *m, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_HEARTBEAT, false, 0);
+    zi_imap_int(&b, "load", m->load);
+    if (m->has_kv) {
+        zi_imap kv;
+        zi_imap_init(&kv);
+        for (int i = 0; i < ZI_N_KV_STATS; i++) zi_imap_int(&kv, zi_kv_stat_names[i], m->kv[i]);
+        zi_imap_map(&b, "kv", &kv);
+    }
+    return close_msg(&b, out);
+}
+
+void zi_im_heartbeat_unpack(const msgpack_object *o, zi_im_heartbeat *m) {
+    memset(m, 0, sizeof *m);
+    m->load = get_int(o, "load", 0);
+    const msgpack_object *kv = zi_map_get(o, "kv");
+    if (!kv || kv->type != MSGPACK_OBJECT_MAP) return;
+    m->has_kv = true;
+    for (int i = 0; i < ZI_N_KV_STATS; i++)
+        m->kv_set[i] = zi_map_int(kv, zi_kv_stat_names[i], &m->kv[i], NULL) == ZI_OK;
+}
+
+int zi_im_error_pack(const zi_im_error *m, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_ERROR, true, m->rid);
+    zi_imap_str(&b, "code", m->code);
+    zi_imap_str(&b, "message", m->message);
+    char field[128];
+    const char *f = m->field;
+    if (!f) {
+        zi_error_field(m->message, field, sizeof field);
+        f = field;
+    }
+    if (f[0]) zi_imap_str(&b, "field", f);
+    return close_msg(&b, out);
+}
+
+void zi_im_error_unpack(const msgpack_object *o, zi_im_error *m) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    zi_im_str s = get_str(o, "code");
+    if (s.p && s.n < sizeof m->code_buf) {
+        memcpy(m->code_buf, s.p, s.n);
+        m->code = m->code_buf;
+    }
+    s = get_str(o, "message");
+    if (s.p) {
+        size_t n = s.n < sizeof m->message_buf ? s.n : sizeof m->message_buf - 1;
+        memcpy(m->message_buf, s.p, n);
+        m->message = m->message_buf;
+    }
+    s = get_str(o, "field");
+    if (s.p && s.n < sizeof m->field_buf) {
+        memcpy(m->field_buf, s.p, s.n);
+        m->field = m->field_buf;
+    }
+}
+
+/* ---- router <-> tokenizer --------------------------------------------------- */
+
+int zi_im_encode_pack(const zi_im_encode *m, zi_msg *out, zi_error *err) {
+    zi_imap b;
+    begin(&b, ZI_IM_ENCODE, true, m->rid);
+    if (m->has_max_length) zi_imap_int(&b, "max_length", m->max_length);
+    int rc = zi_codec_pack_request(zi_imap_key(&b, "request"), m->request, err);
+    int rc2 = close_msg(&b, out);
+    return rc ? rc : rc2;
+}
+
+int zi_im_encode_unpack(const msgpack_object *o, zi_im_encode *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    m->has_max_length = zi_map_int(o, "max_length", &m->max_length, NULL) == ZI_OK;
+    m->request_obj = zi_map_get(o, "request");
+    return m->request_obj ? ZI_OK : zi_error_set(err, ZI_EINVAL, "request: missing");
+}
+
+int zi_im_encoded_pack(const zi_im_encoded *m, zi_msg *out, zi_error *err) {
+    zi_imap b;
+    begin(&b, ZI_IM_ENCODED, true, m->rid);
+    if (m->has_prompt_tokens) zi_imap_int(&b, "prompt_tokens", m->prompt_tokens);
+    int rc = zi_codec_pack_text_context(zi_imap_key(&b, "context"), m->context, err);
+    int rc2 = close_msg(&b, out);
+    return rc ? rc : rc2;
+}
+
+void zi_im_encoded_unpack(const msgpack_object *o, zi_im_encoded *m) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    m->has_prompt_tokens = zi_map_int(o, "prompt_tokens", &m->prompt_tokens, NULL) == ZI_OK;
+    m->context_obj = zi_map_get(o, "context");
+}
+
+/* tokens and decode: the same keys under another type. */
+static int tokens_pack(zi_im_type t, const zi_im_tokens *m, zi_msg *out, zi_error *err) {
+    zi_imap b;
+    begin(&b, t, true, m->rid);
+    zi_im_ids ids = m->token_ids;
+    ids.set = true; /* required */
+    int rc = put_ids(&b, "token_ids", &ids, err);
+    put_str(&b, "status", m->status);
+    if (!rc) rc = put_lps(&b, "logprobs", &m->logprobs, err);
+    if (!rc) rc = put_ids(&b, "prompt_token_ids", &m->prompt_token_ids, err);
+    if (!rc) rc = put_lps(&b, "prompt_logprobs", &m->prompt_logprobs, err);
+    int rc2 = close_msg(&b, out);
+    return rc ? rc : rc2;
+}
+
+/* The fields of tokens and decode that ride along, as they came. */
+static void tokens_extras(const msgpack_object *o, zi_im_tokens *m) {
+    m->logprobs.raw = zi_map_get(o, "logprobs");
+    m->prompt_token_ids = raw_ids(zi_map_get(o, "prompt_token_ids"));
+    m->prompt_logprobs.raw = zi_map_get(o, "prompt_logprobs");
+}
+
+int zi_im_tokens_pack(const zi_im_tokens *m, zi_msg *out, zi_error *err) {
+    return tokens_pack(ZI_IM_TOKENS, m, out, err);
+}
+
+int zi_im_tokens_unpack(const msgpack_object *o, zi_im_tokens *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    m->token_ids = raw_ids(zi_map_get(o, "token_ids"));
+    tokens_extras(o, m);
+    if (!m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
+        return zi_error_set(err, ZI_EINVAL, "malformed tokens message");
+    return ZI_OK;
+}
+
+int zi_im_decode_pack(const zi_im_tokens *m, zi_msg *out, zi_error *err) {
+    return tokens_pack(ZI_IM_DECODE, m, out, err);
+}
+
+int zi_im_decode_unpack(const msgpack_object *o, zi_im_tokens *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    const msgpack_object *to = zi_map_get(o, "token_ids");
+    m->token_ids = raw_ids(to);
+    tokens_extras(o, m);
+    zi_codec_limits lim = zi_codec_limits_default();
+    int rc =
+        to ? zi_codec_decode_tokens(to, &lim, "token_ids", &m->token_ids.own, &m->token_ids.n, err)
+           : zi_error_set(err, ZI_EINVAL, "token_ids: missing");
+    m->token_ids.v = m->token_ids.own;
+    if (!rc) rc = zi_map_str(o, "status", &m->status.p, &m->status.n, err);
+    if (!rc) rc = zi_gen_status_parse(m->status.p, m->status.n, &m->gstatus, err);
+    return rc;
+}
+
+void zi_im_tokens_free(zi_im_tokens *m) {
+    zi_im_ids_free(&m->token_ids);
+    zi_im_ids_free(&m->prompt_token_ids);
+}
+
+int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err) {
+    /* What rides along first, then the message's own keys: the order the
+     * tokenizer always wrote. */
+    zi_imap b;
+    zi_imap_init(&b);
+    int rc = put_lps(&b, "logprobs", &m->logprobs, err);
+    if (!rc) rc = put_ids(&b, "prompt_token_ids", &m->prompt_token_ids, err);
+    if (m->prompt_text.p) put_str(&b, "prompt_text", m->prompt_text);
+    if (!rc) rc = put_lps(&b, "prompt_logprobs", &m->prompt_logprobs, err);
+    zi_imap_str(&b, "type", TYPE_NAMES[ZI_IM_DECODED]);
+    zi_imap_int(&b, "rid", m->rid);
+    put_str(&b, "text", m->text);
+    zi_im_ids ids = m->token_ids;
+    ids.set = true;
+    if (!rc) rc = put_ids(&b, "token_ids", &ids, err);
+    put_str(&b, "status", m->status);
+    int rc2 = close_msg(&b, out);
+    return rc ? rc : rc2;
+}
+
+int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    m->text = get_str(o, "text");
+    m->token_ids = raw_ids(zi_map_get(o, "token_ids"));
+    m->logprobs.raw = zi_map_get(o, "logprobs");
+    m->prompt_token_ids = raw_ids(zi_map_get(o, "prompt_token_ids"));
+    m->prompt_logprobs.raw = zi_map_get(o, "prompt_logprobs");
+    m->prompt_text_obj = zi_map_get(o, "prompt_text");
+    if (!m->text.p || !m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
+        return zi_error_set(err, ZI_EINVAL, "malformed decoded message");
+    return ZI_OK;
+}
+
+int zi_im_cancel_pack(int64_t rid, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_CANCEL, true, rid);
+    return close_msg(&b, out);
+}
+
+int zi_im_release_pack(int64_t rid, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_RELEASE, true, rid);
+    return close_msg(&b, out);
+}
+
+int zi_im_tokenize_pack(const zi_im_tokenize *m, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_TOKENIZE, true, m->rid);
+    put_str(&b, "text", m->text);
+    if (m->has_add_special) zi_imap_bool(&b, "add_special", m->add_special);
+    return close_msg(&b, out);
+}
+
+int zi_im_tokenize_unpack(const msgpack_object *o, zi_im_tokenize *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    const msgpack_object *as = zi_map_get(o, "add_special");
+    m->has_add_special = as && as->type == MSGPACK_OBJECT_BOOLEAN;
+    m->add_special = m->has_add_special ? as->via.boolean : true;
+    return zi_map_str(o, "text", &m->text.p, &m->text.n, err);
+}
+
+int zi_im_detokenize_pack(const zi_im_detokenize *m, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_DETOKENIZE, true, m->rid);
+    zi_im_ids ids = m->token_ids;
+    ids.set = true;
+    put_ids(&b, "token_ids", &ids, NULL);
+    return close_msg(&b, out);
+}
+
+int zi_im_detokenize_unpack(const msgpack_object *o, zi_im_detokenize *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    const msgpack_object *to = zi_map_get(o, "token_ids");
+    m->token_ids = raw_ids(to);
+    zi_codec_limits lim = zi_codec_limits_default();
+    int rc =
+        to ? zi_codec_decode_tokens(to, &lim, "token_ids", &m->token_ids.own, &m->token_ids.n, err)
+           : zi_error_set(err, ZI_EINVAL, "token_ids: missing");
+    m->token_ids.v = m->token_ids.own;
+    return rc;
+}
+
+int zi_im_tokenized_pack(const zi_im_util_reply *m, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_TOKENIZED, true, m->rid);
+    zi_im_ids ids = m->token_ids;
+    ids.set = true;
+    put_ids(&b, "token_ids", &ids, NULL);
+    return close_msg(&b, out);
+}
+
+int zi_im_detokenized_pack(const zi_im_util_reply *m, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_DETOKENIZED, true, m->rid);
+    put_str(&b, "text", m->text);
+    return close_msg(&b, out);
+}
+
+int zi_im_util_reply_unpack(const msgpack_object *o, const char *key, zi_im_util_reply *m,
+                            zi_error *err) {
+    memset(m, 0, sizeof *m);
+    m->rid = get_int(o, "rid", 0);
+    m->value_obj = zi_map_get(o, key);
+    if (!m->value_obj) return zi_error_set(err, ZI_EINVAL, "%s: missing", key);
+    if (!strcmp(key, "text"))
+        m->text = get_str(o, "text");
+    else
+        m->token_ids = raw_ids(m->value_obj);
+    return ZI_OK;
+}
+
+/* ---- router -> worker ------------------------------------------------------- */
+
+int zi_im_start_pack(const zi_im_start *m, zi_msg *out) {
+    zi_imap b;
+    begin(&b, ZI_IM_START, true, m->rid);
+    zi_imap_object(&b, "context", m->context);
+    return close_msg(&b, out);
+}
+
+int zi_im_start_unpack(const msgpack_object *o, zi_im_start *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    m->context = zi_map_get(o, "context");
+    return zi_im_rid(o, &m->rid, err);
+}
+
+/* ---- router -> client ------------------------------------------------------- */
+
+/* A reply map begun with the request's id and the event. */
+static void begin_reply(zi_imap *b, zi_im_str id, const char *event) {
+    zi_imap_init(b);
+    put_str(b, "id", id);
+    zi_imap_str(b, "event", event);
+}
+
+/* The id of a reply whose event must be `event`. */
+static int reply_head(const msgpack_object *o, const char *event, zi_im_str *id, zi_error *err) {
+    if (!zi_map_str_is(o, "event", event))
+        return zi_error_set(err, ZI_EINVAL, "event: not \"%s\"", event);
+    return zi_map_str(o, "id", &id->p, &id->n, err);
+}
+
+int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out) {
+    zi_imap b;
+    begin_reply(&b, m->id, "chunk");
+    put_str(&b, "text", m->text);
+    zi_imap_object(&b, "token_ids", m->token_ids);
+    zi_imap_object(&b, "logprobs", m->logprobs);
+    zi_imap_object(&b, "prompt_token_ids", m->prompt_token_ids);
+    zi_imap_object(&b, "prompt_logprobs", m->prompt_logprobs);
+    zi_imap_object(&b, "prompt_text", m->prompt_text);
+    return close_msg(&b, out);
+}
+
+int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    int rc = reply_head(o, "chunk", &m->id, err);
+    if (!rc) rc = zi_map_str(o, "text", &m->text.p, &m->text.n, err);
+    m->token_ids = zi_map_get(o, "token_ids");
+    if (!rc && !m->token_ids) rc = zi_error_set(err, ZI_EINVAL, "token_ids: missing");
+    m->logprobs = zi_map_get(o, "logprobs");
+    m->prompt_token_ids = zi_map_get(o, "prompt_token_ids");
+    m->prompt_logprobs = zi_map_get(o, "prompt_logprobs");
+    m->prompt_text = zi_map_get(o, "prompt_text");
+    return rc;
+}
+
+int zi_im_final_pack(const zi_im_final *m, zi_msg *out, zi_error *err) {
+    zi_imap b, usage;
+    begin_reply(&b, m->id, "final");
+    zi_imap_strn(&b, "status", m->status, m->status_len);
+    zi_imap_int(&b, "index", m->index);
+    zi_imap_init(&usage);
+    zi_imap_int(&usage, "prompt_tokens", m->prompt_tokens);
+    zi_imap_int(&usage, "completion_tokens", m->completion_tokens);
+    zi_imap_map(&b, "usage", &usage);
+    int rc = ZI_OK;
+    if (m->has_text) {
+        put_str(&b, "text", m->text);
+        rc = put_lps(&b, "logprobs", &m->logprobs, err);
+        zi_imap_object(&b, "prompt_token_ids", m->prompt_token_ids);
+        zi_imap_object(&b, "prompt_logprobs", m->prompt_logprobs);
+        zi_imap_object(&b, "prompt_text", m->prompt_text);
+    }
+    int rc2 = close_msg(&b, out);
+    return rc ? rc : rc2;
+}
+
+int zi_im_final_unpack(const msgpack_object *o, zi_im_final *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    int rc = reply_head(o, "final", &m->id, err);
+    if (!rc) rc = zi_map_str(o, "status", &m->status, &m->status_len, err);
+    if (!rc) rc = zi_map_int(o, "index", &m->index, err);
+    const msgpack_object *usage = zi_map_get(o, "usage");
+    if (!rc && !usage) rc = zi_error_set(err, ZI_EINVAL, "usage: missing");
+    if (!rc) rc = zi_map_int(usage, "prompt_tokens", &m->prompt_tokens, err);
+    if (!rc) rc = zi_map_int(usage, "completion_tokens", &m->completion_tokens, err);
+    m->text = get_str(o, "text");
+    m->has_text = m->text.p != NULL;
+    m->logprobs.raw = zi_map_get(o, "logprobs");
+    m->prompt_token_ids = zi_map_get(o, "prompt_token_ids");
+    m->prompt_logprobs = zi_map_get(o, "prompt_logprobs");
+    m->prompt_text = zi_map_get(o, "prompt_text");
+    return rc;
+}
+
+int zi_im_client_error_pack(const zi_im_client_error *m, zi_msg *out) {
+    zi_imap b;
+    begin_reply(&b, m->id, "error");
+    put_str(&b, "code", m->code);
+    put_str(&b, "message", m->message);
+    if (m->field.p) put_str(&b, "field", m->field);
+    return close_msg(&b, out);
+}
+
+int zi_im_client_error_unpack(const msgpack_object *o, zi_im_client_error *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    int rc = reply_head(o, "error", &m->id, err);
+    if (!rc) rc = zi_map_str(o, "code", &m->code.p, &m->code.n, err);
+    if (!rc) rc = zi_map_str(o, "message", &m->message.p, &m->message.n, err);
+    m->field = get_str(o, "field");
+    return rc;
+}
+
+int zi_im_health_pack(const zi_im_health *m, zi_msg *out) {
+    zi_imap b, kv;
+    begin_reply(&b, m->id, "result");
+    zi_imap_strn(&b, "status", m->status, m->status_len);
+    zi_imap_int(&b, "workers", m->workers);
+    zi_imap_int(&b, "tokenizers", m->tokenizers);
+    zi_imap_int(&b, "waiting", m->waiting);
+    zi_imap_int(&b, "running", m->running);
+    zi_imap_init(&kv);
+    for (int k = 0; k < ZI_N_KV_STATS; k++) zi_imap_int(&kv, zi_kv_stat_names[k], m->kv[k]);
+    zi_imap_double(&kv, "prefix_hit_rate", m->prefix_hit_rate);
+    zi_imap_map(&b, "kv", &kv);
+    return close_msg(&b, out);
+}
+
+int zi_im_health_unpack(const msgpack_object *o, zi_im_health *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    int rc = reply_head(o, "result", &m->id, err);
+    if (!rc) rc = zi_map_str(o, "status", &m->status, &m->status_len, err);
+    if (!rc) rc = zi_map_int(o, "workers", &m->workers, err);
+    if (!rc) rc = zi_map_int(o, "tokenizers", &m->tokenizers, err);
+    if (!rc) rc = zi_map_int(o, "waiting", &m->waiting, err);
+    if (!rc) rc = zi_map_int(o, "running", &m->running, err);
+    const msgpack_object *kv = zi_map_get(o, "kv");
+    if (!rc && !kv) rc = zi_error_set(err, ZI_EINVAL, "kv: missing");
+    for (int k = 0; !rc && k < ZI_N_KV_STATS; k++)
+        rc = zi_map_int(kv, zi_kv_stat_names[k], &m->kv[k], err);
+    const msgpack_object *hr = rc ? NULL : zi_map_get(kv, "prefix_hit_rate");
+    if (!rc && (!hr || (hr->type != MSGPACK_OBJECT_FLOAT64 && hr->type != MSGPACK_OBJECT_FLOAT32)))
+        rc = zi_error_set(err, ZI_EINVAL, "kv.prefix_hit_rate: not a float");
+    if (!rc) m->prefix_hit_rate = hr->via.f64;
+    return rc;
+}
+
+int zi_im_models_pack(const zi_im_models *m, zi_msg *out) {
+    zi_imap b;
+    begin_reply(&b, m->id, "result");
+    msgpack_packer *pk = zi_imap_key(&b, "models");
+    size_t n = m->n < ZI_IM_MAX_MODELS ? m->n : ZI_IM_MAX_MODELS;
+    msgpack_pack_array(pk, n);
+    for (size_t k = 0; k < n; k++) {
+        zi_imap e;
+        zi_imap_init(&e);
+        put_str(&e, "name", m->v[k].name);
+        zi_imap_int(&e, "max_length", m->v[k].max_length);
+        zi_imap_int(&e, "vocab", m->v[k].vocab);
+        if (zi_imap_close(&e, pk) != ZI_OK) b.oom = true;
+    }
+    return close_msg(&b, out);
+}
+
+int zi_im_models_unpack(const msgpack_object *o, zi_im_models *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    int rc = reply_head(o, "result", &m->id, err);
+    const msgpack_object *a = rc ? NULL : zi_map_get(o, "models");
+    if (!rc && (!a || a->type != MSGPACK_OBJECT_ARRAY || a->via.array.size > ZI_IM_MAX_MODELS))
+        rc = zi_error_set(err, ZI_EINVAL, "models: not an array of up to %d", ZI_IM_MAX_MODELS);
+    for (size_t k = 0; !rc && k < a->via.array.size; k++) {
+        const msgpack_object *e = &a->via.array.ptr[k];
+        zi_im_model_entry *d = &m->v[m->n++];
+        rc = zi_map_str(e, "name", &d->name.p, &d->name.n, err);
+        if (!rc) rc = zi_map_int(e, "max_length", &d->max_length, err);
+        if (!rc) rc = zi_map_int(e, "vocab", &d->vocab, err);
+    }
+    return rc;
+}
+
+int zi_im_result_pack(const zi_im_result *m, zi_msg *out) {
+    zi_imap b;
+    begin_reply(&b, m->id, "result");
+    zi_imap_object(&b, m->key, m->value);
+    return close_msg(&b, out);
+}
+
+int zi_im_result_unpack(const msgpack_object *o, zi_im_result *m, zi_error *err) {
+    const char *key = m->key;
+    memset(m, 0, sizeof *m);
+    m->key = key;
+    int rc = reply_head(o, "result", &m->id, err);
+    m->value = zi_map_get(o, key);
+    if (!rc && !m->value) rc = zi_error_set(err, ZI_EINVAL, "%s: missing", key);
+    return rc;
+}

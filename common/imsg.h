@@ -1,0 +1,398 @@
+/*
+ * imsg.h - the server's messages, one struct, one encoder and one decoder
+ * each: the internal protocol between zinfer-router and its backends
+ * (register, heartbeat, encode, encoded, start, tokens, decode, decoded,
+ * ...) and the router's replies to clients (chunk, final, error, result).
+ * docs/protocol.md describes every message and its keys.
+ *
+ * Why a module: every message is one msgpack map, and a map's header holds
+ * its entry count. Counting entries by hand beside a run of optional keys
+ * is easy to get wrong, and a wrong count silently corrupts the frame. So
+ * every map here is written by a zi_imap, a builder that counts the entries
+ * it is given and writes the (smallest) map header when it closes: the
+ * bytes are those a correct hand count would give, in the same key order.
+ *
+ * Encoders (zi_im_*_pack) initialise *out (a zi_msg, wire.h) and fill it;
+ * the caller sends it and calls zi_msg_free, also on failure (ZI_ENOMEM, or
+ * an error of a codec.h encoder). Decoders (zi_im_*_unpack) read a parsed
+ * map without copying: string and passed-through fields point into the
+ * msgpack object, so it must outlive the struct. Each decoder accepts and
+ * refuses exactly what the processes' own checks did before this module
+ * (the refusal messages are the same), and says in its comment what the
+ * receiver does with a missing field.
+ *
+ * Fields a process only passes on (log probabilities, the echoed prompt)
+ * travel as the msgpack objects they arrived as (zi_im_ids.raw,
+ * zi_im_lps.raw), so the router forwards bytes it never decodes; the
+ * process that makes them gives typed values instead.
+ */
+#ifndef ZI_IMSG_H
+#define ZI_IMSG_H
+
+#include <msgpack.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "types.h"
+#include "wire.h"
+#include "zi_error.h"
+
+/* ---- the map builder ------------------------------------------------------- */
+
+/* A msgpack map being built: entries go to a scratch buffer and are
+ * counted; zi_imap_close writes the header with that count, then the
+ * entries. */
+typedef struct zi_imap {
+    msgpack_sbuffer sb;
+    msgpack_packer pk;
+    uint32_t n; /* entries so far */
+    bool oom;   /* a write failed: close reports ZI_ENOMEM */
+} zi_imap;
+
+void zi_imap_init(zi_imap *b);
+/* Frees the scratch buffer of a map that will not be closed. */
+void zi_imap_free(zi_imap *b);
+/* Counts one entry and packs its key; the caller packs exactly one value
+ * with the packer returned. */
+msgpack_packer *zi_imap_key(zi_imap *b, const char *key);
+void zi_imap_str(zi_imap *b, const char *key, const char *val);
+void zi_imap_strn(zi_imap *b, const char *key, const char *val, size_t n);
+void zi_imap_int(zi_imap *b, const char *key, int64_t val);
+void zi_imap_bool(zi_imap *b, const char *key, bool val);
+void zi_imap_double(zi_imap *b, const char *key, double val);
+/* Packs a parsed msgpack object as the value (when o is NULL, nothing). */
+void zi_imap_object(zi_imap *b, const char *key, const msgpack_object *o);
+/* Closes child and packs it as the value of key. */
+void zi_imap_map(zi_imap *b, const char *key, zi_imap *child);
+/* The entries counted so far. */
+uint32_t zi_imap_count(const zi_imap *b);
+/* Writes the map (header, then entries) to out and frees b. ZI_OK, or
+ * ZI_ENOMEM when a write failed. */
+int zi_imap_close(zi_imap *b, msgpack_packer *out);
+
+/* Sends a built message to a backend's router (a DEALER socket: no
+ * routing frames) and frees it; zi_send's result. */
+int zi_im_send(void *sock, zi_msg *m);
+
+/* ---- values that are typed on one side and passed through on another ------- */
+
+/* A string: p NULL means absent. */
+typedef struct zi_im_str {
+    const char *p;
+    size_t n;
+} zi_im_str;
+
+/* Token ids: the msgpack object they arrived as (raw), or v[0..n) to be
+ * packed numpy-style. set: present (an optional field). own: what a
+ * decoder allocated for v (freed by zi_im_ids_free). */
+typedef struct zi_im_ids {
+    bool set;
+    const msgpack_object *raw;
+    const int32_t *v;
+    size_t n;
+    int32_t *own;
+} zi_im_ids;
+
+void zi_im_ids_free(zi_im_ids *ids);
+
+/* Log probabilities: the object they arrived as (raw), or typed (lp);
+ * absent when both are NULL. */
+typedef struct zi_im_lps {
+    const msgpack_object *raw;
+    const zi_logprobs *lp;
+} zi_im_lps;
+
+/* ---- message types ---------------------------------------------------------- */
+
+typedef enum zi_im_type {
+    ZI_IM_UNKNOWN,
+    ZI_IM_REGISTER,    /* backend -> router */
+    ZI_IM_HEARTBEAT,   /* backend -> router */
+    ZI_IM_ERROR,       /* backend -> router */
+    ZI_IM_REREGISTER,  /* router -> backend */
+    ZI_IM_ENCODE,      /* router -> tokenizer */
+    ZI_IM_ENCODED,     /* tokenizer -> router */
+    ZI_IM_DECODE,      /* router -> tokenizer */
+    ZI_IM_DECODED,     /* tokenizer -> router */
+    ZI_IM_RELEASE,     /* router -> tokenizer */
+    ZI_IM_TOKENIZE,    /* router -> tokenizer */
+    ZI_IM_TOKENIZED,   /* tokenizer -> router */
+    ZI_IM_DETOKENIZE,  /* router -> tokenizer */
+    ZI_IM_DETOKENIZED, /* tokenizer -> router */
+    ZI_IM_START,       /* router -> worker */
+    ZI_IM_CANCEL,      /* router -> worker */
+    ZI_IM_TOKENS,      /* worker -> router */
+    ZI_IM_N_TYPES
+} zi_im_type;
+
+/* The "type" string of t ("register", ...). */
+const char *zi_im_type_name(zi_im_type t);
+/* The type of a parsed internal message (ZI_IM_UNKNOWN when its "type" is
+ * missing, not a string or not one of these). */
+zi_im_type zi_im_type_of(const msgpack_object *o);
+/* The "rid" of a message: ZI_EINVAL ("rid: missing", "rid: not an
+ * integer", "rid: out of range") when it is not an int64. */
+int zi_im_rid(const msgpack_object *o, int64_t *rid, zi_error *err);
+
+/* ---- registration and liveness ---------------------------------------------- */
+
+/* register: a tokenizer sends role and vocab; a worker also slots,
+ * max_length and model. */
+typedef struct zi_im_register {
+    bool worker;
+    int64_t slots, max_length, vocab;
+    zi_im_str model;
+} zi_im_register;
+
+int zi_im_register_pack(const zi_im_register *m, zi_msg *out);
+/* Never fails: a role other than "worker" is a tokenizer; slots outside
+ * 1..65535 is 1, max_length under 2 is 2048, vocab absent is 0, model
+ * absent stays absent (p NULL). */
+void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m);
+
+/* reregister: no fields. */
+int zi_im_reregister_pack(zi_msg *out);
+
+/* heartbeat: load, and from a worker its KV counters (wire.h's ZI_KV_*). */
+typedef struct zi_im_heartbeat {
+    int64_t load;
+    bool has_kv;
+    int64_t kv[ZI_N_KV_STATS];
+    bool kv_set[ZI_N_KV_STATS]; /* unpack: the counters present as integers */
+} zi_im_heartbeat;
+
+int zi_im_heartbeat_pack(const zi_im_heartbeat *m, zi_msg *out);
+/* Never fails: load absent is 0; has_kv when "kv" is a map, and then each
+ * counter that is an integer is set (a receiver keeps its last value of
+ * the others). */
+void zi_im_heartbeat_unpack(const msgpack_object *o, zi_im_heartbeat *m);
+
+/* error (backend -> router): the request rid ends with code and message;
+ * field (optional) names the request's key at fault. */
+typedef struct zi_im_error {
+    int64_t rid;
+    /* pack: field NULL takes the path the message starts with
+     * (zi_error_field), "" leaves it out */
+    const char *code, *message, *field;
+    /* unpack: copies, each set only when a string that fits (a longer code
+     * or field is left unset, a longer message is cut) */
+    char code_buf[64], message_buf[ZI_ERROR_MSG_MAX], field_buf[128];
+} zi_im_error;
+
+int zi_im_error_pack(const zi_im_error *m, zi_msg *out);
+/* Never fails: rid 0 when not an int64; code, message and field point at
+ * the buffers or are NULL. */
+void zi_im_error_unpack(const msgpack_object *o, zi_im_error *m);
+
+/* ---- router <-> tokenizer --------------------------------------------------- */
+
+/* encode: rid, max_length (the smallest worker's), the validated request. */
+typedef struct zi_im_encode {
+    int64_t rid;
+    bool has_max_length;
+    int64_t max_length;
+    const zi_request *request;         /* pack */
+    const msgpack_object *request_obj; /* unpack (NULL: absent) */
+} zi_im_encode;
+
+int zi_im_encode_pack(const zi_im_encode *m, zi_msg *out, zi_error *err);
+/* ZI_EINVAL "request: missing"; a max_length that is not an int64 is
+ * absent (the receiver uses its model's). */
+int zi_im_encode_unpack(const msgpack_object *o, zi_im_encode *m, zi_error *err);
+
+/* encoded: rid, prompt_tokens, context (a zi_text_context). */
+typedef struct zi_im_encoded {
+    int64_t rid;
+    bool has_prompt_tokens;
+    int64_t prompt_tokens;
+    const zi_text_context *context;    /* pack */
+    const msgpack_object *context_obj; /* unpack (NULL: absent) */
+} zi_im_encoded;
+
+int zi_im_encoded_pack(const zi_im_encoded *m, zi_msg *out, zi_error *err);
+/* Never fails: rid 0 when not an int64, context_obj NULL when absent. */
+void zi_im_encoded_unpack(const msgpack_object *o, zi_im_encoded *m);
+
+/* tokens (worker -> router) and decode (router -> tokenizer): a request's
+ * new token ids and status, with its log probabilities and, once, the
+ * echoed prompt. */
+typedef struct zi_im_tokens {
+    int64_t rid;
+    zi_im_ids token_ids;
+    zi_im_str status;      /* the zi_gen_status name */
+    zi_gen_status gstatus; /* unpack: status parsed */
+    zi_im_lps logprobs;
+    zi_im_ids prompt_token_ids;
+    zi_im_lps prompt_logprobs;
+} zi_im_tokens;
+
+int zi_im_tokens_pack(const zi_im_tokens *m, zi_msg *out, zi_error *err);
+/* ZI_EINVAL when token_ids is missing or status is not a known status
+ * string (the router's "malformed tokens message"); token_ids stays raw.
+ * rid is read first (0 when not an int64). */
+int zi_im_tokens_unpack(const msgpack_object *o, zi_im_tokens *m, zi_error *err);
+int zi_im_decode_pack(const zi_im_tokens *m, zi_msg *out, zi_error *err);
+/* The tokenizer's checks, in its order: "token_ids: missing", the
+ * codec's token errors (token_ids decoded into own: zi_im_tokens_free),
+ * then status ("status: missing", "status: not a string", unknown). */
+int zi_im_decode_unpack(const msgpack_object *o, zi_im_tokens *m, zi_error *err);
+void zi_im_tokens_free(zi_im_tokens *m);
+
+/* decoded: new text, the token ids consumed, the status, and what rides
+ * along (log probabilities, the echoed prompt's ids, text and log
+ * probabilities). */
+typedef struct zi_im_decoded {
+    int64_t rid;
+    zi_im_str text;
+    zi_im_ids token_ids;
+    zi_im_str status;
+    zi_gen_status gstatus; /* unpack: status parsed */
+    zi_im_lps logprobs;
+    zi_im_ids prompt_token_ids;
+    zi_im_str prompt_text;                 /* pack */
+    const msgpack_object *prompt_text_obj; /* unpack: passed on as it came */
+    zi_im_lps prompt_logprobs;
+} zi_im_decoded;
+
+int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err);
+/* ZI_EINVAL (the router's "malformed decoded message") when text is not a
+ * string, token_ids is missing or status is not a known status string;
+ * rid is read first. */
+int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *err);
+
+/* cancel (router -> worker) and release (router -> tokenizer): rid only. */
+int zi_im_cancel_pack(int64_t rid, zi_msg *out);
+int zi_im_release_pack(int64_t rid, zi_msg *out);
+
+/* tokenize: rid, text, add_special (optional bool). */
+typedef struct zi_im_tokenize {
+    int64_t rid;
+    zi_im_str text;
+    bool has_add_special;
+    bool add_special;
+} zi_im_tokenize;
+
+int zi_im_tokenize_pack(const zi_im_tokenize *m, zi_msg *out);
+/* The tokenizer's: an add_special that is not a bool is absent (true);
+ * then text: "text: missing" / "text: not a string". */
+int zi_im_tokenize_unpack(const msgpack_object *o, zi_im_tokenize *m, zi_error *err);
+
+/* detokenize: rid, token_ids. */
+typedef struct zi_im_detokenize {
+    int64_t rid;
+    zi_im_ids token_ids;
+} zi_im_detokenize;
+
+int zi_im_detokenize_pack(const zi_im_detokenize *m, zi_msg *out);
+/* "token_ids: missing" or the codec's token errors; token_ids decoded
+ * into own (zi_im_ids_free). */
+int zi_im_detokenize_unpack(const msgpack_object *o, zi_im_detokenize *m, zi_error *err);
+
+/* tokenized / detokenized: rid and the answer (token_ids / text). */
+typedef struct zi_im_util_reply {
+    int64_t rid;
+    zi_im_ids token_ids;             /* tokenized */
+    zi_im_str text;                  /* detokenized */
+    const msgpack_object *value_obj; /* unpack: the answer as it came */
+} zi_im_util_reply;
+
+int zi_im_tokenized_pack(const zi_im_util_reply *m, zi_msg *out);
+int zi_im_detokenized_pack(const zi_im_util_reply *m, zi_msg *out);
+/* key: "token_ids" or "text". ZI_EINVAL when it is missing (any type is
+ * passed on to the client); rid is read first. */
+int zi_im_util_reply_unpack(const msgpack_object *o, const char *key, zi_im_util_reply *m,
+                            zi_error *err);
+
+/* ---- router -> worker ------------------------------------------------------- */
+
+/* start: rid and the context as the tokenizer made it (passed through). */
+typedef struct zi_im_start {
+    int64_t rid;
+    const msgpack_object *context; /* NULL: absent */
+} zi_im_start;
+
+int zi_im_start_pack(const zi_im_start *m, zi_msg *out);
+/* The rid: zi_im_rid's errors; context NULL when absent (the worker
+ * answers that with an error of its own). */
+int zi_im_start_unpack(const msgpack_object *o, zi_im_start *m, zi_error *err);
+
+/* ---- router -> client (docs/protocol.md, "Replies") ------------------------- */
+
+/* chunk: new text and token ids, and what rides along. */
+typedef struct zi_im_chunk {
+    zi_im_str id;
+    zi_im_str text;
+    const msgpack_object *token_ids;
+    const msgpack_object *logprobs, *prompt_token_ids, *prompt_logprobs, *prompt_text;
+} zi_im_chunk;
+
+int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out);
+int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err);
+
+/* final: status, index, usage; not streamed, also the whole text, the log
+ * probabilities and the echoed prompt. */
+typedef struct zi_im_final {
+    zi_im_str id;
+    const char *status;
+    size_t status_len;
+    int64_t index, prompt_tokens, completion_tokens;
+    bool has_text; /* not streamed */
+    zi_im_str text;
+    zi_im_lps logprobs;
+    const msgpack_object *prompt_token_ids, *prompt_logprobs, *prompt_text;
+} zi_im_final;
+
+int zi_im_final_pack(const zi_im_final *m, zi_msg *out, zi_error *err);
+int zi_im_final_unpack(const msgpack_object *o, zi_im_final *m, zi_error *err);
+
+/* error (router -> client): code, message, field (optional). */
+typedef struct zi_im_client_error {
+    zi_im_str id, code, message, field; /* field.p NULL: absent */
+} zi_im_client_error;
+
+int zi_im_client_error_pack(const zi_im_client_error *m, zi_msg *out);
+int zi_im_client_error_unpack(const msgpack_object *o, zi_im_client_error *m, zi_error *err);
+
+/* result of health. */
+typedef struct zi_im_health {
+    zi_im_str id;
+    const char *status;
+    size_t status_len;
+    int64_t workers, tokenizers, waiting, running;
+    int64_t kv[ZI_N_KV_STATS];
+    double prefix_hit_rate;
+} zi_im_health;
+
+int zi_im_health_pack(const zi_im_health *m, zi_msg *out);
+int zi_im_health_unpack(const msgpack_object *o, zi_im_health *m, zi_error *err);
+
+/* result of models: one entry per served model. */
+#define ZI_IM_MAX_MODELS 64
+typedef struct zi_im_model_entry {
+    zi_im_str name;
+    int64_t max_length, vocab;
+} zi_im_model_entry;
+
+typedef struct zi_im_models {
+    zi_im_str id;
+    size_t n;
+    zi_im_model_entry v[ZI_IM_MAX_MODELS];
+} zi_im_models;
+
+int zi_im_models_pack(const zi_im_models *m, zi_msg *out);
+int zi_im_models_unpack(const msgpack_object *o, zi_im_models *m, zi_error *err);
+
+/* result of tokenize / detokenize: key ("token_ids" / "text") and the
+ * tokenizer's answer, passed on. */
+typedef struct zi_im_result {
+    zi_im_str id;
+    const char *key;
+    const msgpack_object *value;
+} zi_im_result;
+
+int zi_im_result_pack(const zi_im_result *m, zi_msg *out);
+/* key must be given in *m. */
+int zi_im_result_unpack(const msgpack_object *o, zi_im_result *m, zi_error *err);
+
+#endif
