@@ -439,6 +439,215 @@ static int parse_args(int argc, char **argv, wopts *o) {
     return 0;
 }
 
+/* ---- the process's phases ------------------------------------------------------ */
+
+/* What the phases share besides the worker: the device, the model, the
+ * structured-output vocabulary, and the KV cache's sizing (for the log). */
+typedef struct wres {
+    zi_backend *be;
+    zi_model *model;
+    zi_json_vocab *jv;
+    uint64_t per_tok, kv_blocks;
+    char kv_why[96];
+} wres;
+
+/* Load: the device backend and the model; the worker's slots, context and
+ * name follow from the options and the model. Logs and returns nonzero on
+ * failure (nothing left to free). */
+static int load(worker *w, const wopts *o, wres *r) {
+    zi_error err = {0};
+    int rc;
+    if ((rc = zi_backend_create_for_device(o->device, (int)o->threads, (int)o->act_bits, &r->be,
+                                           &err)) ||
+        (rc = zi_model_load(o->model, r->be, &r->model, &err))) {
+        zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
+        if (r->be) r->be->ops->destroy(r->be);
+        return 1;
+    }
+    const zi_model_config *mc = zi_model_get_config(r->model);
+    w->slots = (int)o->slots;
+    w->ctx_size = (int)(o->ctx < mc->ctx_train ? o->ctx : mc->ctx_train);
+    w->vocab = mc->n_vocab;
+    const char *base = strrchr(o->model, '/');
+    snprintf(w->model_name, sizeof w->model_name, "%.200s", base ? base + 1 : o->model);
+    char *dot = strstr(w->model_name, ".gguf");
+    if (dot) *dot = '\0';
+    return 0;
+}
+
+/* Sizes the KV cache (the size asked for, or what the memory budget
+ * leaves: the seeds' estimate_memory_footprint and
+ * estimate_kv_cache_size), then creates the generator and reads the
+ * vocabulary for structured output. Logs and returns nonzero on failure
+ * (the model and backend are left to the caller). */
+static int create_generator(worker *w, const wopts *o, wres *r) {
+    zi_error err = {0};
+    uint64_t per_tok = zi_model_kv_bytes_per_token(r->model), budget = 0, kv_bytes;
+    if (o->kv_tokens > 0) {
+        kv_bytes = (uint64_t)o->kv_tokens * per_tok;
+    } else if (o->kv_bytes > 0) {
+        kv_bytes = (uint64_t)o->kv_bytes;
+    } else {
+        budget = o->budget > 0 ? (uint64_t)o->budget : default_budget();
+        kv_bytes = zi_model_estimate_memory_footprint(r->model, budget, (int)o->batch, w->slots);
+    }
+    kv_bytes = zi_model_estimate_kv_cache_size(r->model, kv_bytes, (int)o->block);
+    if (budget)
+        snprintf(r->kv_why, sizeof r->kv_why, "what a %.0f MiB memory budget leaves",
+                 (double)budget / (1 << 20));
+    else
+        snprintf(r->kv_why, sizeof r->kv_why, "%s",
+                 o->kv_tokens ? "--kv-cache-tokens" : "--kv-cache-bytes");
+    uint64_t kv_blocks = kv_bytes / (per_tok * (uint64_t)o->block);
+    if (kv_blocks > (1u << 26)) kv_blocks = 1u << 26;
+    if (kv_blocks < 1) {
+        zi_log(&w->log, ZI_LOG_ERROR,
+               "the KV cache would hold no block of %lld tokens (%llu bytes per token; give "
+               "--kv-cache-tokens or a larger --memory-budget)",
+               o->block, (unsigned long long)per_tok);
+        return 1;
+    }
+    if ((int64_t)kv_blocks * o->block < w->ctx_size) {
+        zi_log(&w->log, ZI_LOG_WARN, "--ctx-size %d reduced to %lld: the KV cache holds no more",
+               w->ctx_size, (long long)kv_blocks * o->block);
+        w->ctx_size = (int)(kv_blocks * (uint64_t)o->block);
+    }
+    r->per_tok = per_tok;
+    r->kv_blocks = kv_blocks;
+    zi_generator_config gc = {.n_slots = w->slots,
+                              .ctx = w->ctx_size,
+                              .max_batch_tokens = (int)o->batch,
+                              .kv_blocks = (int)kv_blocks,
+                              .block_size = (int)o->block,
+                              .prefill_chunk = (int)o->chunk,
+                              .prefix_cache = !o->no_prefix_cache};
+    w->live = calloc((size_t)w->slots, sizeof *w->live);
+    if (!w->live || zi_generator_create(r->model, &gc, &w->gen, &err)) {
+        zi_log(&w->log, ZI_LOG_ERROR, "%s", w->live ? err.msg : "out of memory");
+        free(w->live);
+        w->live = NULL;
+        return 1;
+    }
+    /* Structured output needs the tokens' bytes: the model file's
+     * tokenizer, read once into a trie. Without one, such requests are
+     * refused and everything else is served. */
+    r->jv = load_json_vocab(w, r->model);
+    if (r->jv && zi_generator_set_json_vocab(w->gen, r->jv, &err)) {
+        zi_log(&w->log, ZI_LOG_WARN, "structured output off: %s", err.msg);
+        zi_json_vocab_free(r->jv);
+        r->jv = NULL;
+    }
+    return 0;
+}
+
+/* Connect and register: the socket to the router, the startup log lines,
+ * the register message; heartbeats start from here (also from inside
+ * forward passes). Nonzero when the router address is bad. */
+static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
+    zi_error err = {0};
+    w->sock = zi_backend_socket(zctx, o->router, &err);
+    if (!w->sock) {
+        zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
+        return 1;
+    }
+    char dev[96];
+    if (!strcmp(r->be->ops->name, "cpu"))
+        snprintf(dev, sizeof dev, "cpu, %s x %d threads, %d-bit activations",
+                 zi_cpu_backend_isa(r->be), zi_cpu_backend_threads(r->be),
+                 zi_cpu_backend_act_bits(r->be));
+    else
+        snprintf(dev, sizeof dev, "%s", o->device);
+    zi_log(&w->log, ZI_LOG_INFO, "model %s (%s), %d slots x up to %d positions; router %s",
+           w->model_name, dev, w->slots, w->ctx_size, o->router);
+    zi_log(&w->log, ZI_LOG_INFO,
+           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s); prefix cache %s",
+           (unsigned long long)r->kv_blocks, o->block, (unsigned long long)r->kv_blocks * o->block,
+           (double)(r->kv_blocks * o->block * r->per_tok) / (1 << 20), r->kv_why,
+           o->no_prefix_cache ? "off" : "on");
+    send_register(w);
+    w->last_hb = zi_now_ms();
+    zi_model_set_progress(r->model, on_progress, w);
+    return 0;
+}
+
+/* One generator step over every live context; a failed step ends each of
+ * its requests with an error. Nonzero when the device is in error for
+ * good (the worker exits and zinfer serve starts a fresh one). */
+static int step(worker *w, const wopts *o, zi_backend *be, zi_text_context **batch,
+                uint64_t *last_preempt) {
+    zi_error err = {0};
+    for (int i = 0; i < w->n_live; i++) batch[i] = &w->live[i].ctx;
+    if (zi_generator_next_token(w->gen, batch, (size_t)w->n_live, (int)o->steps, &err)) {
+        /* A failure of the step itself (not of one request): every
+         * request in it ends with an error, the worker keeps serving. */
+        zi_log(&w->log, ZI_LOG_ERROR, "step failed: %s", err.msg);
+        for (int i = 0; i < w->n_live; i++) send_error(w, w->live[i].rid, "internal", err.msg);
+        drop_all(w);
+        /* A device error stays (sync reports the first one for good):
+         * every later step would fail too. */
+        zi_error dev = {0};
+        if (be->ops->sync(be, &dev) != ZI_OK) {
+            zi_log(&w->log, ZI_LOG_ERROR, "the device is in error (%s): exiting", dev.msg);
+            return 1;
+        }
+        return 0;
+    }
+    zi_generator_stats st;
+    zi_generator_get_stats(w->gen, &st);
+    if (st.preemptions > *last_preempt) {
+        zi_log(&w->log, ZI_LOG_INFO,
+               "preempted %llu sequence(s): the KV cache is full (%d of %d blocks in use); "
+               "%llu so far",
+               (unsigned long long)(st.preemptions - *last_preempt), st.kv_used, st.kv_blocks,
+               (unsigned long long)st.preemptions);
+        *last_preempt = st.preemptions;
+    }
+    send_outputs(w);
+    return 0;
+}
+
+/* The loop: drain the router's messages (waiting up to 100 ms when idle),
+ * heartbeat once a second, step the live contexts, until a stop signal.
+ * Returns the process's exit status. */
+static int serve(worker *w, const wopts *o, zi_backend *be) {
+    uint64_t last_preempt = 0;
+    zi_text_context **batch = calloc((size_t)w->slots, sizeof *batch);
+    if (!batch) return 1;
+    int rc = 0;
+    while (!zi_stop_requested()) {
+        zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
+        int pr = zmq_poll(&it, 1, w->n_live ? 0 : 100);
+        if (pr < 0 && errno != EINTR) {
+            zi_log(&w->log, ZI_LOG_ERROR, "poll: %s", zmq_strerror(errno));
+            break;
+        }
+        /* Drain everything waiting before the next step. */
+        for (;;) {
+            zmq_msg_t msg;
+            zmq_msg_init(&msg);
+            if (zmq_msg_recv(&msg, w->sock, ZMQ_DONTWAIT) < 0) {
+                zmq_msg_close(&msg);
+                break;
+            }
+            on_message(w, zmq_msg_data(&msg), zmq_msg_size(&msg));
+            zmq_msg_close(&msg);
+        }
+        int64_t now = zi_now_ms();
+        if (now - w->last_hb >= 1000) {
+            send_heartbeat(w);
+            w->last_hb = now;
+        }
+        if (w->n_live == 0) continue;
+        if (step(w, o, be, batch, &last_preempt)) {
+            rc = 1;
+            break;
+        }
+    }
+    free(batch);
+    zi_log(&w->log, ZI_LOG_INFO, "shutting down");
+    return rc;
+}
+
 int main(int argc, char **argv) {
     wopts o = {.router = "tcp://127.0.0.1:5556",
                .device = "cpu",
@@ -457,176 +666,26 @@ int main(int argc, char **argv) {
     w.log = (zi_logger){.out = stderr, .level = o.log_level, .tag = "zinfer-worker"};
     zi_stop_signals_install();
 
-    zi_error err = {0};
-    zi_backend *be = NULL;
-    zi_model *model = NULL;
-    if ((rc = zi_backend_create_for_device(o.device, (int)o.threads, (int)o.act_bits, &be, &err)) ||
-        (rc = zi_model_load(o.model, be, &model, &err))) {
-        zi_log(&w.log, ZI_LOG_ERROR, "%s", err.msg);
-        if (be) be->ops->destroy(be);
+    wres r = {0};
+    if (load(&w, &o, &r)) return 1;
+    if (create_generator(&w, &o, &r)) {
+        zi_model_free(r.model);
+        r.be->ops->destroy(r.be);
         return 1;
-    }
-    const zi_model_config *mc = zi_model_get_config(model);
-    w.slots = (int)o.slots;
-    w.ctx_size = (int)(o.ctx < mc->ctx_train ? o.ctx : mc->ctx_train);
-    w.vocab = mc->n_vocab;
-    const char *base = strrchr(o.model, '/');
-    snprintf(w.model_name, sizeof w.model_name, "%.200s", base ? base + 1 : o.model);
-    char *dot = strstr(w.model_name, ".gguf");
-    if (dot) *dot = '\0';
-    /* The KV cache: the size asked for, or what the memory budget leaves
-     * (the seeds' estimate_memory_footprint and estimate_kv_cache_size). */
-    uint64_t per_tok = zi_model_kv_bytes_per_token(model), budget = 0, kv_bytes;
-    if (o.kv_tokens > 0) {
-        kv_bytes = (uint64_t)o.kv_tokens * per_tok;
-    } else if (o.kv_bytes > 0) {
-        kv_bytes = (uint64_t)o.kv_bytes;
-    } else {
-        budget = o.budget > 0 ? (uint64_t)o.budget : default_budget();
-        kv_bytes = zi_model_estimate_memory_footprint(model, budget, (int)o.batch, w.slots);
-    }
-    kv_bytes = zi_model_estimate_kv_cache_size(model, kv_bytes, (int)o.block);
-    char kv_why[96];
-    if (budget)
-        snprintf(kv_why, sizeof kv_why, "what a %.0f MiB memory budget leaves",
-                 (double)budget / (1 << 20));
-    else
-        snprintf(kv_why, sizeof kv_why, "%s",
-                 o.kv_tokens ? "--kv-cache-tokens" : "--kv-cache-bytes");
-    uint64_t kv_blocks = kv_bytes / (per_tok * (uint64_t)o.block);
-    if (kv_blocks > (1u << 26)) kv_blocks = 1u << 26;
-    if (kv_blocks < 1) {
-        zi_log(&w.log, ZI_LOG_ERROR,
-               "the KV cache would hold no block of %lld tokens (%llu bytes per token; give "
-               "--kv-cache-tokens or a larger --memory-budget)",
-               o.block, (unsigned long long)per_tok);
-        free(w.live);
-        zi_model_free(model);
-        be->ops->destroy(be);
-        return 1;
-    }
-    if ((int64_t)kv_blocks * o.block < w.ctx_size) {
-        zi_log(&w.log, ZI_LOG_WARN, "--ctx-size %d reduced to %lld: the KV cache holds no more",
-               w.ctx_size, (long long)kv_blocks * o.block);
-        w.ctx_size = (int)(kv_blocks * (uint64_t)o.block);
-    }
-    zi_generator_config gc = {.n_slots = w.slots,
-                              .ctx = w.ctx_size,
-                              .max_batch_tokens = (int)o.batch,
-                              .kv_blocks = (int)kv_blocks,
-                              .block_size = (int)o.block,
-                              .prefill_chunk = (int)o.chunk,
-                              .prefix_cache = !o.no_prefix_cache};
-    w.live = calloc((size_t)w.slots, sizeof *w.live);
-    if (!w.live || (rc = zi_generator_create(model, &gc, &w.gen, &err))) {
-        zi_log(&w.log, ZI_LOG_ERROR, "%s", w.live ? err.msg : "out of memory");
-        free(w.live);
-        zi_model_free(model);
-        be->ops->destroy(be);
-        return 1;
-    }
-    /* Structured output needs the tokens' bytes: the model file's
-     * tokenizer, read once into a trie. Without one, such requests are
-     * refused and everything else is served. */
-    zi_json_vocab *jv = load_json_vocab(&w, model);
-    if (jv && zi_generator_set_json_vocab(w.gen, jv, &err)) {
-        zi_log(&w.log, ZI_LOG_WARN, "structured output off: %s", err.msg);
-        zi_json_vocab_free(jv);
-        jv = NULL;
     }
     void *zctx = zmq_ctx_new();
-    w.sock = zi_backend_socket(zctx, o.router, &err);
-    if (!w.sock) {
-        zi_log(&w.log, ZI_LOG_ERROR, "%s", err.msg);
-        rc = 1;
-        goto out;
-    }
-    char dev[96];
-    if (!strcmp(be->ops->name, "cpu"))
-        snprintf(dev, sizeof dev, "cpu, %s x %d threads, %d-bit activations",
-                 zi_cpu_backend_isa(be), zi_cpu_backend_threads(be), zi_cpu_backend_act_bits(be));
-    else
-        snprintf(dev, sizeof dev, "%s", o.device);
-    zi_log(&w.log, ZI_LOG_INFO, "model %s (%s), %d slots x up to %d positions; router %s",
-           w.model_name, dev, w.slots, w.ctx_size, o.router);
-    zi_log(&w.log, ZI_LOG_INFO,
-           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s); prefix cache %s",
-           (unsigned long long)kv_blocks, o.block, (unsigned long long)kv_blocks * o.block,
-           (double)(kv_blocks * o.block * per_tok) / (1 << 20), kv_why,
-           o.no_prefix_cache ? "off" : "on");
-    send_register(&w);
-    w.last_hb = zi_now_ms();
-    zi_model_set_progress(model, on_progress, &w);
-    uint64_t last_preempt = 0;
-    zi_text_context **batch = calloc((size_t)w.slots, sizeof *batch);
-    if (!batch) {
-        rc = 1;
-        goto out;
-    }
-    while (!zi_stop_requested()) {
-        zmq_pollitem_t it = {w.sock, 0, ZMQ_POLLIN, 0};
-        int pr = zmq_poll(&it, 1, w.n_live ? 0 : 100);
-        if (pr < 0 && errno != EINTR) {
-            zi_log(&w.log, ZI_LOG_ERROR, "poll: %s", zmq_strerror(errno));
-            break;
-        }
-        /* Drain everything waiting before the next step. */
-        for (;;) {
-            zmq_msg_t msg;
-            zmq_msg_init(&msg);
-            if (zmq_msg_recv(&msg, w.sock, ZMQ_DONTWAIT) < 0) {
-                zmq_msg_close(&msg);
-                break;
-            }
-            on_message(&w, zmq_msg_data(&msg), zmq_msg_size(&msg));
-            zmq_msg_close(&msg);
-        }
-        int64_t now = zi_now_ms();
-        if (now - w.last_hb >= 1000) {
-            send_heartbeat(&w);
-            w.last_hb = now;
-        }
-        if (w.n_live == 0) continue;
-        for (int i = 0; i < w.n_live; i++) batch[i] = &w.live[i].ctx;
-        if (zi_generator_next_token(w.gen, batch, (size_t)w.n_live, (int)o.steps, &err)) {
-            /* A failure of the step itself (not of one request): every
-             * request in it ends with an error, the worker keeps serving. */
-            zi_log(&w.log, ZI_LOG_ERROR, "step failed: %s", err.msg);
-            for (int i = 0; i < w.n_live; i++) send_error(&w, w.live[i].rid, "internal", err.msg);
-            drop_all(&w);
-            /* A device error stays (sync reports the first one for good):
-             * every later step would fail too, so the worker exits and
-             * zinfer serve starts a fresh one. */
-            zi_error dev = {0};
-            if (be->ops->sync(be, &dev) != ZI_OK) {
-                zi_log(&w.log, ZI_LOG_ERROR, "the device is in error (%s): exiting", dev.msg);
-                rc = 1;
-                break;
-            }
-            continue;
-        }
-        zi_generator_stats st;
-        zi_generator_get_stats(w.gen, &st);
-        if (st.preemptions > last_preempt) {
-            zi_log(&w.log, ZI_LOG_INFO,
-                   "preempted %llu sequence(s): the KV cache is full (%d of %d blocks in use); "
-                   "%llu so far",
-                   (unsigned long long)(st.preemptions - last_preempt), st.kv_used, st.kv_blocks,
-                   (unsigned long long)st.preemptions);
-            last_preempt = st.preemptions;
-        }
-        send_outputs(&w);
-    }
-    free(batch);
-    zi_log(&w.log, ZI_LOG_INFO, "shutting down");
-out:
+    rc = connect_router(&w, &o, &r, zctx);
+    if (!rc) rc = serve(&w, &o, r.be);
+
+    /* Shutdown: every context released, then the socket, the generator,
+     * the model and the device. */
     drop_all(&w);
     zmq_close(w.sock);
     zmq_ctx_term(zctx);
     zi_generator_free(w.gen);
-    zi_json_vocab_free(jv);
+    zi_json_vocab_free(r.jv);
     free(w.live);
-    zi_model_free(model);
-    be->ops->destroy(be);
+    zi_model_free(r.model);
+    r.be->ops->destroy(r.be);
     return rc;
 }
