@@ -44,9 +44,6 @@
 
 #include "types.h"
 #include "zi_error.h"
-/* zi_response_format_kind moved to its own module; included here only so
- * callers that found it in codec.h still build. */
-#include "response_format.h"
 
 /* msgpack-c's own parser stops at 32 nested containers; stay below it. */
 #define ZI_CODEC_DEPTH_CAP 30

@@ -126,38 +126,6 @@ const char *const zi_kv_stat_names[ZI_N_KV_STATS] = {"blocks",
                                                      "preemptions",
                                                      "evictions"};
 
-int zi_send_heartbeat(void *sock, int64_t load, const int64_t *kv) {
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, kv ? 3 : 2);
-    zi_pack_kv_str(&m.pk, "type", "heartbeat");
-    zi_pack_kv_int(&m.pk, "load", load);
-    if (kv) {
-        zi_pack_str(&m.pk, "kv");
-        msgpack_pack_map(&m.pk, ZI_N_KV_STATS);
-        for (int i = 0; i < ZI_N_KV_STATS; i++) zi_pack_kv_int(&m.pk, zi_kv_stat_names[i], kv[i]);
-    }
-    int rc = zi_send_msg(sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
-    return rc;
-}
-
-int zi_send_backend_error(void *sock, uint64_t rid, const char *code, const char *msg) {
-    char field[128];
-    zi_error_field(msg, field, sizeof field);
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, field[0] ? 5 : 4);
-    zi_pack_kv_str(&m.pk, "type", "error");
-    zi_pack_kv_int(&m.pk, "rid", (int64_t)rid);
-    zi_pack_kv_str(&m.pk, "code", code);
-    zi_pack_kv_str(&m.pk, "message", msg);
-    if (field[0]) zi_pack_kv_str(&m.pk, "field", field);
-    int rc = zi_send_msg(sock, NULL, 0, false, &m);
-    zi_msg_free(&m);
-    return rc;
-}
-
 void *zi_backend_socket(void *zctx, const char *router, zi_error *err) {
     void *sock = zmq_socket(zctx, ZMQ_DEALER);
     if (!sock) {

@@ -4,9 +4,9 @@
  * sending a (routed) frame, and a monotonic clock for heartbeats.
  *
  * The router, tokenizer and worker processes (router/, tokenizer_proc/,
- * model_worker/) all speak the messages of docs/protocol.md with these
- * helpers; the message types themselves (requests, contexts) are encoded by
- * common/codec.h.
+ * model_worker/) send and receive with these helpers; each internal message
+ * is encoded and decoded by common/imsg.h, and the types it carries
+ * (requests, contexts) by common/codec.h.
  */
 #ifndef ZI_WIRE_H
 #define ZI_WIRE_H
@@ -85,12 +85,5 @@ enum {
     ZI_N_KV_STATS
 };
 extern const char *const zi_kv_stat_names[ZI_N_KV_STATS];
-
-/* Backend -> router messages both backends send (docs/protocol.md): a
- * heartbeat with the backend's load (and, from a worker, kv: its
- * ZI_N_KV_STATS counters; NULL from a tokenizer), and an error ending
- * request rid (the field is taken from the message with zi_error_field). */
-int zi_send_heartbeat(void *sock, int64_t load, const int64_t *kv);
-int zi_send_backend_error(void *sock, uint64_t rid, const char *code, const char *msg);
 
 #endif

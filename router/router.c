@@ -40,8 +40,10 @@
 #include "keypath.h"
 #include "log.h"
 #include "req_table.h"
+#include "response_format.h"
 #include "stop_signal.h"
 #include "types.h"
+#include "utf8.h"
 #include "wire.h"
 
 static const char USAGE[] =

@@ -36,10 +36,12 @@
 #include "gguf.h"
 #include "imsg.h"
 #include "log.h"
+#include "response_format.h"
 #include "stop_match.h"
 #include "stop_signal.h"
 #include "tokenizer.h"
 #include "types.h"
+#include "utf8.h"
 #include "wire.h"
 
 static const char USAGE[] =

@@ -207,7 +207,7 @@ static void test_heartbeat(void **state) {
     zi_im_heartbeat hb = {.load = 3, .has_kv = true}, d;
     for (int i = 0; i < ZI_N_KV_STATS; i++) hb.kv[i] = 100 + i;
     assert_int_equal(zi_im_heartbeat_pack(&hb, &m), ZI_OK);
-    /* The frame wire.c's zi_send_heartbeat wrote. */
+    /* The frame the hand-counted heartbeat sender (wire.c, before imsg) wrote. */
     zi_msg_init(&h);
     msgpack_pack_map(&h.pk, 3);
     zi_pack_kv_str(&h.pk, "type", "heartbeat");
@@ -242,7 +242,7 @@ static void test_backend_error(void **state) {
     zi_msg m, h;
     msgpack_unpacked u;
     zi_im_error e;
-    /* The field taken from the message, as wire.c's zi_send_backend_error. */
+    /* The field taken from the message, as the old hand-counted error sender did. */
     const char *msg = "sampling_params.top_p: 1.5 is outside (0, 1]";
     assert_int_equal(
         zi_im_error_pack(&(zi_im_error){.rid = 7, .code = "invalid_request", .message = msg}, &m),
