@@ -25,6 +25,8 @@
 #include "args.h"
 #include "backend_select.h"
 #include "cpu_backend.h"
+#include "generator.h"
+#include "kv_blocks.h"
 #include "log.h"
 #include "model.h"
 #include "sampler.h"
@@ -167,10 +169,11 @@ static int prompt_ids(const opts *o, engine *e, int32_t **ids, size_t *n, zi_err
     return ZI_OK;
 }
 
-/* Runs the prompt through the model in chunks of o->batch tokens; the last
- * chunk's last logits land in `logits`. With all_logits, every position's
- * logits are written to `all` ([n][vocab]). */
-static int prefill(const opts *o, engine *e, zi_kv_cache *kv, int slot, const int32_t *ids,
+/* Runs the prompt through sequence `seq` of a fixed cache in chunks of
+ * o->batch tokens, for `logits` and `bench` (generate goes through the
+ * generator); the last chunk's last logits land in `logits`. With
+ * all_logits, every position's logits are written to `all` ([n][vocab]). */
+static int prefill(const opts *o, engine *e, const zi_kv_fixed *kv, int seq_id, const int32_t *ids,
                    size_t n, float *logits, float *all, zi_error *err) {
     size_t B = (size_t)o->batch;
     int32_t *pos = malloc(B * sizeof *pos), *seq = malloc(B * sizeof *seq);
@@ -181,18 +184,19 @@ static int prefill(const opts *o, engine *e, zi_kv_cache *kv, int slot, const in
         size_t m = n - start < B ? n - start : B;
         for (size_t i = 0; i < m; i++) {
             pos[i] = (int32_t)(start + i);
-            seq[i] = slot;
+            seq[i] = seq_id;
             want[i] = all != NULL || start + i == n - 1;
         }
         zi_batch b = {
             .n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
+        zi_kv_fixed_use(kv, &b);
         float *dst = all ? all + start * (size_t)V : logits;
         int last_chunk = start + m == n;
         if (!all && !last_chunk) {
             memset(want, 0, m); /* no logits needed from a middle chunk */
             want[m - 1] = 1;
         }
-        rc = zi_model_forward(e->model, kv, &b, dst, err);
+        rc = zi_model_forward(e->model, kv->kv, &b, dst, err);
         if (!rc && all && last_chunk) memcpy(logits, all + (n - 1) * (size_t)V, V * sizeof(float));
     }
     free(pos);
@@ -234,86 +238,105 @@ static int check_ctx(const opts *o, engine *e, size_t n_prompt, size_t room, int
     return ZI_OK;
 }
 
+/* The end-of-generation ids (zi_tokenizer_is_eog), listed as the tokenizer
+ * process lists them for a served request's context. */
+static int eog_ids(const zi_tokenizer *tok, zi_i32_list *out, zi_error *err) {
+    for (int32_t id = 0; id < zi_tokenizer_vocab_size(tok); id++)
+        if (zi_tokenizer_is_eog(tok, id) && zi_i32_list_push(out, id, err)) return err->code;
+    return ZI_OK;
+}
+
+/* Generated text, kept for --json and streamed to stdout without it. */
+typedef struct out_text {
+    zi_detok dt;
+    char *p;
+    size_t len, cap;
+} out_text;
+
+/* Appends token tok's text (held back while it ends in a partial UTF-8
+ * character, tokenizer.h). */
+static int out_text_push(const opts *o, const engine *e, out_text *t, int32_t tok, zi_error *err) {
+    if (t->len + ZI_TOKEN_MAX_BYTES + 16 > t->cap) {
+        char *nt = realloc(t->p, t->cap * 2);
+        if (!nt) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        t->p = nt;
+        t->cap *= 2;
+    }
+    int w = zi_detok_push(&t->dt, e->tok, tok, 0, t->p + t->len, t->cap - t->len);
+    if (w < 0) return zi_error_set(err, ZI_EINVAL, "token %d has no text in the tokenizer", tok);
+    if (w > 0) {
+        if (!o->json) fwrite(t->p + t->len, 1, (size_t)w, stdout), fflush(stdout);
+        t->len += (size_t)w;
+    }
+    return ZI_OK;
+}
+
+/*
+ * zinfer generate: the prompt as one context through the generator, the
+ * worker's path, one step at a time so that each token is printed as it
+ * comes. The context is built as the tokenizer process builds a served
+ * request's (the end-of-generation ids, the sampling flags as
+ * SamplingParams), so the same values and seed give the same tokens. Its
+ * length limit is ctx + 1: the last token is sampled from position ctx - 1
+ * and never fed, and stopping there is reported as context_full. The EOS
+ * token that ends generation is not part of the output.
+ */
 static int cmd_generate(const opts *o) {
     zi_error err = {0};
     engine e;
     if (engine_load(o, &e, 1, &err)) return fail(&err);
-    int32_t *ids = NULL, *out_ids = NULL;
+    int32_t *ids = NULL;
     size_t n = 0, n_out = 0;
-    zi_kv_cache *kv = NULL;
-    float *logits = NULL;
-    char *text = NULL;
-    size_t text_len = 0, text_cap = 4 * ZI_TOKEN_MAX_BYTES;
-    const char *reason = "maximum_length";
+    zi_generator *gen = NULL;
+    zi_text_context c;
+    zi_text_context_zero(&c);
+    zi_sampling_params sp;
+    zi_sampling_params_init(&sp);
+    zi_i32_list eog = {0};
+    out_text t = {.cap = 4 * ZI_TOKEN_MAX_BYTES};
+    zi_detok_init(&t.dt);
     int ctx = 0, rc = prompt_ids(o, &e, &ids, &n, &err);
     if (!rc) rc = check_ctx(o, &e, n, 1, &ctx, &err);
-    if (!rc) rc = zi_kv_cache_create(e.model, 1, ctx, &kv, &err);
-    int V = zi_model_get_config(e.model)->n_vocab;
+    if (!rc && !(t.p = malloc(t.cap))) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+    if (!rc) rc = cli_sampling_params(o, &sp, &err);
     /* Sample among the ids the tokenizer can decode (a model may pad its
      * vocabulary beyond them; engine_load checks it is not smaller). */
-    int n_sample = zi_tokenizer_vocab_size(e.tok);
-    if (!rc) {
-        logits = malloc((size_t)V * sizeof(float));
-        out_ids = malloc(((size_t)o->max_tokens + 1) * sizeof(int32_t));
-        text = malloc(text_cap);
-        if (!logits || !out_ids || !text) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+    zi_generator_config gc = {.n_slots = 1,
+                              .ctx = ctx,
+                              .max_batch_tokens = (int)o->batch,
+                              .sample_vocab = zi_tokenizer_vocab_size(e.tok)};
+    if (!rc) rc = zi_generator_create(e.model, &gc, &gen, &err);
+    if (!rc && o->max_tokens > 0) {
+        sp.max_new_tokens = o->max_tokens;
+        sp.ignore_eos = o->ignore_eos;
+        rc = zi_text_context_init(&c, ids, n, (int64_t)ctx + 1, &sp, &err);
+        if (!rc) rc = eog_ids(e.tok, &eog, &err);
+        if (!rc) rc = zi_text_context_set_eos(&c, eog.v, eog.n, &err);
     }
-    zi_sampling_params sp;
-    zi_sampler *smp = NULL;
-    if (!rc) rc = cli_sampling_params(o, &sp, &err);
-    if (!rc) rc = zi_sampler_create(&smp, n_sample, &err);
-    double t0 = now_s(), t1 = t0;
-    if (!rc) rc = prefill(o, &e, kv, 0, ids, n, logits, NULL, &err);
-    t1 = now_s();
-    zi_detok dt;
-    zi_detok_init(&dt);
-    for (long long i = 0; !rc && i < o->max_tokens; i++) {
-        zi_sampler_row row = {.logits = logits,
-                              .params = &sp,
-                              .prompt_ids = ids,
-                              .n_prompt = n,
-                              .generated_ids = out_ids,
-                              .n_generated = n_out,
-                              .step = n_out};
-        int32_t tok = 0;
-        if ((rc = zi_sampler_sample(smp, &row, 1, &tok, &err))) break;
-        if (!o->ignore_eos && zi_tokenizer_is_eog(e.tok, tok)) {
-            reason = "end_of_sequence";
-            break;
-        }
-        out_ids[n_out++] = tok;
-        if (text_len + ZI_TOKEN_MAX_BYTES + 16 > text_cap) {
-            char *nt = realloc(text, text_cap *= 2);
-            if (!nt) {
-                rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
-                break;
-            }
-            text = nt;
-        }
-        int w = zi_detok_push(&dt, e.tok, tok, 0, text + text_len, text_cap - text_len);
-        if (w < 0) {
-            rc = zi_error_set(&err, ZI_EINVAL, "token %d has no text in the tokenizer", tok);
-            break;
-        }
-        if (w > 0) {
-            if (!o->json) fwrite(text + text_len, 1, (size_t)w, stdout), fflush(stdout);
-            text_len += (size_t)w;
-        }
-        if (i + 1 == o->max_tokens) break;
-        int32_t pos = (int32_t)(n + n_out - 1), seq = 0;
-        if (pos >= ctx) {
-            reason = "context_full";
-            break;
-        }
-        zi_batch b = {.n_tokens = 1, .tokens = &tok, .pos = &pos, .seq = &seq};
-        rc = zi_model_forward(e.model, kv, &b, logits, &err);
+    double t0 = now_s(), t1 = 0;
+    zi_text_context *batch[1] = {&c};
+    while (!rc && o->max_tokens > 0 && !zi_text_context_is_done(&c)) {
+        /* A step feeds the prompt (a chunk of it when longer than
+         * --batch-size) or the last token, and samples the next one. */
+        rc = zi_generator_next_token(gen, batch, 1, 1, &err);
+        if (!rc && !t1 && !c.is_initial_prompt) t1 = now_s();
+        size_t n_gen = (size_t)zi_text_context_generated_count(&c);
+        if (c.status == ZI_GEN_END_OF_SEQUENCE) n_gen--;
+        for (; !rc && n_out < n_gen; n_out++)
+            rc = out_text_push(o, &e, &t, zi_text_context_generated_tokens(&c)[n_out], &err);
     }
     double t2 = now_s();
+    if (!t1) t1 = t2;
+    const char *reason = "maximum_length";
+    if (c.status == ZI_GEN_END_OF_SEQUENCE)
+        reason = "end_of_sequence";
+    else if (c.status == ZI_GEN_MAXIMUM_LENGTH && (long long)n_out < o->max_tokens)
+        reason = "context_full";
     if (!rc) {
-        int w = zi_detok_flush(&dt, text + text_len, 16);
+        int w = zi_detok_flush(&t.dt, t.p + t.len, 16);
         if (w > 0) {
-            if (!o->json) fwrite(text + text_len, 1, (size_t)w, stdout);
-            text_len += (size_t)w;
+            if (!o->json) fwrite(t.p + t.len, 1, (size_t)w, stdout);
+            t.len += (size_t)w;
         }
         if (!o->json) printf("\n");
         zi_log(&o->log, ZI_LOG_INFO,
@@ -324,8 +347,10 @@ static int cmd_generate(const opts *o) {
         if (o->json) {
             json_t *j = json_object();
             json_object_set_new(j, "prompt_token_ids", json_ids(ids, n));
-            json_object_set_new(j, "token_ids", json_ids(out_ids, n_out));
-            json_object_set_new(j, "text", json_text(text, text_len));
+            json_object_set_new(
+                j, "token_ids",
+                json_ids(n_out ? zi_text_context_generated_tokens(&c) : NULL, n_out));
+            json_object_set_new(j, "text", json_text(t.p, t.len));
             json_object_set_new(j, "finish_reason", json_string(reason));
             json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)n));
             json_object_set_new(j, "completion_tokens", json_integer((json_int_t)n_out));
@@ -334,11 +359,12 @@ static int cmd_generate(const opts *o) {
         }
     }
     free(ids);
-    free(out_ids);
-    free(logits);
-    free(text);
-    zi_sampler_destroy(smp);
-    zi_kv_cache_free(kv);
+    free(t.p);
+    zi_i32_list_free(&eog);
+    zi_sampling_params_free(&sp);
+    if (gen) zi_generator_release(gen, &c);
+    zi_text_context_free(&c);
+    zi_generator_free(gen);
     engine_free(&e);
     return rc ? fail(&err) : 0;
 }
@@ -350,19 +376,19 @@ static int cmd_logits(const opts *o) {
     if (engine_load(o, &e, 1, &err)) return fail(&err);
     int32_t *ids = NULL;
     size_t n = 0;
-    zi_kv_cache *kv = NULL;
+    zi_kv_fixed kv = {0};
     float *all = NULL, *last = NULL;
     int V = zi_model_get_config(e.model)->n_vocab;
     int ctx = 0, rc = prompt_ids(o, &e, &ids, &n, &err);
     if (!rc) rc = check_ctx(o, &e, n, 0, &ctx, &err);
-    if (!rc) rc = zi_kv_cache_create(e.model, 1, ctx, &kv, &err);
+    if (!rc) rc = zi_kv_fixed_create(e.model, 1, ctx, &kv, &err);
     if (!rc) {
         all = malloc(n * (size_t)V * sizeof(float));
         last = malloc((size_t)V * sizeof(float));
         if (!all || !last)
             rc = zi_error_set(&err, ZI_ENOMEM, "out of memory for %zu x %d logits", n, V);
     }
-    if (!rc) rc = prefill(o, &e, kv, 0, ids, n, last, all, &err);
+    if (!rc) rc = prefill(o, &e, &kv, 0, ids, n, last, all, &err);
     if (!rc) {
         FILE *f = fopen(o->out, "wb");
         if (!f)
@@ -384,7 +410,7 @@ static int cmd_logits(const opts *o) {
     free(ids);
     free(all);
     free(last);
-    zi_kv_cache_free(kv);
+    zi_kv_fixed_free(&kv);
     engine_free(&e);
     return rc ? fail(&err) : 0;
 }
@@ -538,7 +564,7 @@ static int cmd_bench(const opts *o) {
     size_t P = (size_t)o->prompt_tokens;
     int S = (int)o->streams;
     int ctx = (int)(P + (size_t)o->gen_tokens + 8);
-    zi_kv_cache *kv = NULL;
+    zi_kv_fixed kv = {0};
     int32_t *ids = malloc(P * sizeof *ids);
     int32_t *tok = malloc((size_t)S * sizeof *tok), *pos = malloc((size_t)S * sizeof *pos);
     int32_t *seq = malloc((size_t)S * sizeof *seq);
@@ -547,7 +573,7 @@ static int cmd_bench(const opts *o) {
     int rc = (!ids || !tok || !pos || !seq || !logits || !want)
                  ? zi_error_set(&err, ZI_ENOMEM, "out of memory")
                  : ZI_OK;
-    if (!rc) rc = zi_kv_cache_create(e.model, S, ctx, &kv, &err);
+    if (!rc) rc = zi_kv_fixed_create(e.model, S, ctx, &kv, &err);
     /* Tokens are chosen as the server chooses them: the fused sampler's
      * greedy path over the S rows (the same ids as a scalar argmax). */
     zi_sampler *smp = NULL;
@@ -563,10 +589,10 @@ static int cmd_bench(const opts *o) {
     for (size_t i = 0; !rc && i < P; i++)
         ids[i] = (int32_t)(zi_sampler_uniform(12345, i) * (double)V);
     /* Warm-up: touch the weights and start the threads. */
-    if (!rc) rc = prefill(o, &e, kv, 0, ids, P < 16 ? P : 16, logits, NULL, &err);
+    if (!rc) rc = prefill(o, &e, &kv, 0, ids, P < 16 ? P : 16, logits, NULL, &err);
     double t0 = now_s();
     for (int s = 0; !rc && s < S; s++)
-        rc = prefill(o, &e, kv, s, ids, P, logits + (size_t)s * V, NULL, &err);
+        rc = prefill(o, &e, &kv, s, ids, P, logits + (size_t)s * V, NULL, &err);
     double t1 = now_s();
     /* S streams decode together: one forward pass of S tokens per step. */
     for (long long i = 0; !rc && i < o->gen_tokens; i++) {
@@ -577,7 +603,8 @@ static int cmd_bench(const opts *o) {
             want[s] = 1;
         }
         zi_batch b = {.n_tokens = S, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
-        if (!rc) rc = zi_model_forward(e.model, kv, &b, logits, &err);
+        zi_kv_fixed_use(&kv, &b);
+        if (!rc) rc = zi_model_forward(e.model, kv.kv, &b, logits, &err);
     }
     double t2 = now_s();
     /* The fused sampler's cost per step over the S rows of the last step,
@@ -622,7 +649,7 @@ static int cmd_bench(const opts *o) {
     free(logits);
     free(rows);
     zi_sampler_destroy(smp);
-    zi_kv_cache_free(kv);
+    zi_kv_fixed_free(&kv);
     engine_free(&e);
     return rc ? fail(&err) : 0;
 }

@@ -13,6 +13,7 @@
  */
 #include "generator.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,7 +47,8 @@ struct zi_generator {
     zi_kv_cache *kv;
     zi_kv_blocks *kb;
     zi_generator_config cfg;
-    int n_vocab;
+    int n_vocab;        /* the model's: a logits row */
+    int n_sample_vocab; /* ids a draw may give (cfg.sample_vocab, 0: n_vocab) */
     int32_t max_blocks; /* block table entries per sequence */
     uint8_t *slot_used; /* [n_slots] */
     gseq *seqs;         /* [n_slots] */
@@ -86,13 +88,14 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     if (cfg.block_size == 0) cfg.block_size = 16;
     if (cfg.n_slots < 1 || cfg.n_slots > 65536 || cfg.ctx < 2 || cfg.max_batch_tokens < 1 ||
         cfg.max_batch_tokens > (1 << 20) || cfg.block_size < 1 || cfg.block_size > 4096 ||
-        cfg.kv_blocks < 0 || cfg.prefill_chunk < 0)
+        cfg.kv_blocks < 0 || cfg.prefill_chunk < 0 || cfg.sample_vocab < 0 ||
+        cfg.sample_vocab > zi_model_get_config(m)->n_vocab)
         return zi_error_set(err, ZI_EINVAL,
                             "generator: n_slots %d (1..65536), ctx %d (>= 2), max_batch_tokens %d "
                             "(1..1048576), block_size %d (1..4096), kv_blocks %d, prefill_chunk "
-                            "%d out of range",
+                            "%d, sample_vocab %d out of range",
                             cfg.n_slots, cfg.ctx, cfg.max_batch_tokens, cfg.block_size,
-                            cfg.kv_blocks, cfg.prefill_chunk);
+                            cfg.kv_blocks, cfg.prefill_chunk, cfg.sample_vocab);
     int64_t max_blocks = (cfg.ctx + cfg.block_size - 1) / cfg.block_size;
     if (cfg.kv_blocks == 0) {
         int64_t all = max_blocks * cfg.n_slots;
@@ -111,6 +114,7 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->cfg = cfg;
     g->max_blocks = (int32_t)max_blocks;
     g->n_vocab = zi_model_get_config(m)->n_vocab;
+    g->n_sample_vocab = cfg.sample_vocab ? cfg.sample_vocab : g->n_vocab;
     int rc = zi_kv_cache_create_paged(m, cfg.kv_blocks, cfg.block_size, cfg.ctx, &g->kv, err);
     if (!rc) rc = zi_kv_blocks_create(cfg.kv_blocks, cfg.block_size, &g->kb, err);
     if (rc) {
@@ -144,7 +148,7 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
         return zi_error_set(err, ZI_ENOMEM, "out of memory for a generator of %d slots",
                             cfg.n_slots);
     }
-    if ((rc = zi_sampler_create(&g->sampler, g->n_vocab, err))) {
+    if ((rc = zi_sampler_create(&g->sampler, g->n_sample_vocab, err))) {
         zi_generator_free(g);
         return rc;
     }
@@ -512,13 +516,28 @@ static int by_arrival(zi_generator *g, const zi_text_context *a, const zi_text_c
     return seq_of(g, a)->arrival < seq_of(g, b)->arrival;
 }
 
-/* One step over the live contexts; *any_live is set when something ran. */
-static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *any_live,
-                zi_error *err) {
-    /* Oldest first: the budget and the memory go to the oldest sequences,
-     * and preemption takes the newest, so every request finishes. */
+/* What schedule_batch put in this step's batch, for the phases after it. */
+typedef struct step_plan {
+    int n_tokens;              /* tokens in the batch (g->tokens, pos, seq, want) */
+    int n_stepped;             /* contexts in it (g->stepped, g->first_row) */
+    int n_rows;                /* logits rows wanted */
+    int n_prompt, n_decode;    /* its prompt and decode tokens, for time_step */
+    int n_waiting, n_decoding; /* live contexts waiting for a first token / decoding */
+} step_plan;
+
+/* The logits row of stepped context i's last token (its window's end). */
+static int last_row(const zi_generator *g, const step_plan *p, int i) {
+    return i + 1 < p->n_stepped ? g->first_row[i + 1] - 1 : p->n_rows - 1;
+}
+
+/* Phase 1, schedule the batch: the live contexts oldest first (the budget
+ * and the memory go to the oldest sequences, and preemption takes the
+ * newest, so every request finishes), each one's window cut to the step's
+ * budget and to the KV blocks it can get, gathered with its block table. */
+static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t n, step_plan *p,
+                          zi_error *err) {
+    memset(p, 0, sizeof *p);
     size_t n_live = 0;
-    int decoding = 0, n_waiting = 0;
     for (size_t i = 0; i < n; i++) {
         zi_text_context *c = batch[i];
         if (zi_text_context_is_done(c)) continue;
@@ -528,14 +547,13 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
             j--;
         }
         g->order[j] = c;
-        decoding += !c->is_initial_prompt;
-        n_waiting += c->is_initial_prompt;
+        p->n_decoding += !c->is_initial_prompt;
+        p->n_waiting += c->is_initial_prompt;
     }
     /* While some sequence decodes, prompts get at most prefill_chunk
      * tokens per step, so that the decodes beside them keep their pace. */
-    int budget = g->cfg.max_batch_tokens, T = 0, n_stepped = 0, n_rows = 0;
-    int prompt_budget = decoding ? prompt_chunk(g, n_waiting, decoding) : budget, n_prompt = 0,
-        n_decode = 0;
+    int budget = g->cfg.max_batch_tokens;
+    int prompt_budget = p->n_decoding ? prompt_chunk(g, p->n_waiting, p->n_decoding) : budget;
     for (size_t i = 0; i < n_live && budget > 0; i++) {
         zi_text_context *c = g->order[i];
         gseq *q = seq_of(g, c);
@@ -554,67 +572,58 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
             int rc = zi_text_context_limit_active(c, len, err);
             if (rc) return rc;
         }
+        /* The window fits the step's budget and the blocks the sequence holds. */
+        assert(len <= budget && c->start_idx + len <= (int64_t)q->n_blocks * g->cfg.block_size);
         int echo = wants_echo(c);
-        int32_t row = (int32_t)n_stepped;
+        int32_t row = (int32_t)p->n_stepped;
         memcpy(g->tables + (size_t)row * g->max_blocks, q->blocks,
                (size_t)q->n_blocks * sizeof *q->blocks);
-        g->first_row[n_stepped] = n_rows;
+        g->first_row[p->n_stepped] = p->n_rows;
         for (int64_t j = 0; j < len; j++) {
+            int T = p->n_tokens++;
             g->tokens[T] = c->tokens[c->start_idx + j];
             g->pos[T] = (int32_t)(c->start_idx + j);
             g->seq[T] = row;
             g->want[T] = echo || j == len - 1;
-            n_rows += g->want[T];
-            T++;
+            p->n_rows += g->want[T];
         }
         budget -= (int)len;
         if (prompt)
-            prompt_budget -= (int)len, n_prompt += (int)len;
+            prompt_budget -= (int)len, p->n_prompt += (int)len;
         else
-            n_decode += (int)len;
-        g->stepped[n_stepped++] = c;
+            p->n_decode += (int)len;
+        g->stepped[p->n_stepped++] = c;
     }
-    *any_live = n_stepped > 0;
-    if (!n_stepped) return ZI_OK;
-    int rc = grow((void **)&g->logits, &g->logit_rows, (size_t)n_rows,
-                  (size_t)g->n_vocab * sizeof *g->logits, err);
-    if (rc) return rc;
-    zi_batch b = {.n_tokens = T,
-                  .tokens = g->tokens,
-                  .pos = g->pos,
-                  .seq = g->seq,
-                  .want_logits = g->want,
-                  .block_tables = g->tables,
-                  .n_table_rows = n_stepped,
-                  .table_stride = g->max_blocks};
-    double t0 = now_s();
-    if ((rc = zi_model_forward(g->model, g->kv, &b, g->logits, err))) return rc;
-    time_step(g, n_decode, n_prompt, now_s() - t0);
-    g->stats.prefill_chunk = prompt_chunk(g, n_waiting, decoding);
+    assert(p->n_tokens <= g->cfg.max_batch_tokens && p->n_stepped <= g->cfg.n_slots);
+    assert(p->n_rows >= p->n_stepped && p->n_rows <= p->n_tokens);
+    return ZI_OK;
+}
 
-    /* Sample every context whose window reached the end of its tokens (a
-     * chunk in the middle of a prompt has nothing to sample). */
+/* Phase 2, the sampler rows: one for every stepped context whose window
+ * reached the end of its tokens (a chunk in the middle of a prompt has
+ * nothing to sample), with its parameters, history, EOS mask
+ * (min_new_tokens) and structured-output mask; *n_sample gets how many. */
+static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample, zi_error *err) {
     size_t n_forbid = 0;
-    for (int i = 0; i < n_stepped; i++) {
+    for (int i = 0; i < p->n_stepped; i++) {
         const zi_text_context *c = g->stepped[i];
         n_forbid += c->eos_token_ids.n + c->sampling_params.stop_token_ids.n;
     }
-    if ((rc = grow((void **)&g->forbid, &g->forbid_cap, n_forbid, sizeof *g->forbid, err)))
-        return rc;
-    int n_sample = 0;
+    int rc = grow((void **)&g->forbid, &g->forbid_cap, n_forbid, sizeof *g->forbid, err);
+    if (rc) return rc;
+    *n_sample = 0;
     size_t used = 0;
-    for (int i = 0; i < n_stepped; i++) {
+    for (int i = 0; i < p->n_stepped; i++) {
         zi_text_context *c = g->stepped[i];
         g->sample_tok[i] = 0;
         if (c->active_idx < c->end_idx) continue;
-        zi_sampler_row *r = &g->rows[n_sample];
-        g->row_ctx[n_sample++] = i;
-        int last = i + 1 < n_stepped ? g->first_row[i + 1] - 1 : n_rows - 1;
+        zi_sampler_row *r = &g->rows[*n_sample];
+        g->row_ctx[(*n_sample)++] = i;
         int64_t n_gen = c->end_idx - c->prompt_len;
         uint8_t mask = 0;
         zi_text_context_min_token_mask(c, 1, &mask, NULL);
         *r = (zi_sampler_row){
-            .logits = g->logits + (size_t)last * g->n_vocab,
+            .logits = g->logits + (size_t)last_row(g, p, i) * g->n_vocab,
             .params = &c->sampling_params,
             .prompt_ids = c->tokens,
             .n_prompt = (size_t)c->prompt_len,
@@ -623,20 +632,27 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
             .step = (uint64_t)n_gen,
             .eos_forbid = g->forbid ? g->forbid + used : NULL,
         };
-        if (c->has_json_schema && g->json) r->bitmask = json_mask(g, c, n_sample - 1);
+        if (c->has_json_schema && g->json) r->bitmask = json_mask(g, c, *n_sample - 1);
         if (mask) { /* ids outside the vocabulary cannot be sampled anyway */
             const zi_i32_list *lists[2] = {&c->eos_token_ids, &c->sampling_params.stop_token_ids};
             size_t k = 0;
             for (int l = 0; l < 2; l++)
                 for (size_t j = 0; j < lists[l]->n; j++)
-                    if (lists[l]->v[j] >= 0 && lists[l]->v[j] < g->n_vocab)
+                    if (lists[l]->v[j] >= 0 && lists[l]->v[j] < g->n_sample_vocab)
                         g->forbid[used + k++] = lists[l]->v[j];
             r->n_eos_forbid = k;
             used += k;
         }
     }
-    rc = n_sample ? zi_sampler_sample(g->sampler, g->rows, (size_t)n_sample, g->out_tok, err)
-                  : ZI_OK;
+    assert(used <= n_forbid && *n_sample <= p->n_stepped);
+    return ZI_OK;
+}
+
+/* Phase 3, the draw: the fused sampler over the rows, each token landing
+ * in its context's g->sample_tok entry. */
+static int sample_rows(zi_generator *g, int n_sample, zi_error *err) {
+    int rc = n_sample ? zi_sampler_sample(g->sampler, g->rows, (size_t)n_sample, g->out_tok, err)
+                      : ZI_OK;
     if (rc == ZI_ERANGE) {
         /* A row with every token masked: its EOS mask (min_new_tokens)
          * covered the whole vocabulary. Drop that mask for the row rather
@@ -649,22 +665,33 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
         }
     }
     if (rc) return rc;
-    for (int k = 0; k < n_sample; k++) g->sample_tok[g->row_ctx[k]] = g->out_tok[k];
+    for (int k = 0; k < n_sample; k++) {
+        assert(g->out_tok[k] >= 0 && g->out_tok[k] < g->n_sample_vocab);
+        g->sample_tok[g->row_ctx[k]] = g->out_tok[k];
+    }
+    return ZI_OK;
+}
 
-    for (int i = 0; i < n_stepped; i++) {
+/* Phase 4, record the outputs: echoed prompt log probabilities, then each
+ * context's token (with its log probabilities when asked) through
+ * zi_text_context_update, which also moves a chunked prompt's window on;
+ * blocks that became full are registered for prefix sharing. */
+static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
+    int rc = ZI_OK;
+    for (int i = 0; i < p->n_stepped; i++) {
         zi_text_context *c = g->stepped[i];
-        int first = g->first_row[i];
-        int last = i + 1 < n_stepped ? g->first_row[i + 1] - 1 : n_rows - 1;
+        int first = g->first_row[i], last = last_row(g, p, i);
+        assert(first <= last);
         if (c->log_probabilities > 0 && c->log_probabilities_echo) {
             /* echo: prompt token p+1 given positions 0..p (a window that
              * wanted no echo has one row, at a position past the prompt). */
             for (int row = first; row <= last; row++) {
-                int64_t p = c->start_idx + (row - first);
-                if (p + 1 >= c->prompt_len) break;
+                int64_t at = c->start_idx + (row - first);
+                if (at + 1 >= c->prompt_len) break;
                 zi_logprobs *lp = NULL;
-                rc = make_logprobs(g, g->logits + (size_t)row * g->n_vocab, c->tokens[p + 1],
+                rc = make_logprobs(g, g->logits + (size_t)row * g->n_vocab, c->tokens[at + 1],
                                    c->log_probabilities, &lp, err);
-                if (!rc) rc = zi_text_context_set_prompt_logprobs(c, p + 1, lp, err);
+                if (!rc) rc = zi_text_context_set_prompt_logprobs(c, at + 1, lp, err);
                 if (rc) return rc;
             }
         }
@@ -678,6 +705,36 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
         register_full_blocks(g, c);
     }
     return ZI_OK;
+}
+
+/* One step over the live contexts: schedule, one forward pass, sample,
+ * record. *any_live is set when something ran. */
+static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *any_live,
+                zi_error *err) {
+    step_plan p;
+    int rc = schedule_batch(g, batch, n, &p, err);
+    if (rc) return rc;
+    *any_live = p.n_stepped > 0;
+    if (!p.n_stepped) return ZI_OK;
+    if ((rc = grow((void **)&g->logits, &g->logit_rows, (size_t)p.n_rows,
+                   (size_t)g->n_vocab * sizeof *g->logits, err)))
+        return rc;
+    zi_batch b = {.n_tokens = p.n_tokens,
+                  .tokens = g->tokens,
+                  .pos = g->pos,
+                  .seq = g->seq,
+                  .want_logits = g->want,
+                  .block_tables = g->tables,
+                  .n_table_rows = p.n_stepped,
+                  .table_stride = g->max_blocks};
+    double t0 = now_s();
+    if ((rc = zi_model_forward(g->model, g->kv, &b, g->logits, err))) return rc;
+    time_step(g, p.n_decode, p.n_prompt, now_s() - t0);
+    g->stats.prefill_chunk = prompt_chunk(g, p.n_waiting, p.n_decoding);
+    int n_sample = 0;
+    if ((rc = build_sampler_rows(g, &p, &n_sample, err))) return rc;
+    if ((rc = sample_rows(g, n_sample, err))) return rc;
+    return record_outputs(g, &p, err);
 }
 
 int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size_t n, int num_steps,

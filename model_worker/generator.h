@@ -59,6 +59,10 @@ typedef struct zi_generator_config {
     int prefill_chunk;    /* prompt tokens per step while some sequence decodes; 0: adapt
                            * it so such a step takes ~2x a decode-only step */
     int prefix_cache;     /* share full blocks between sequences with equal prefixes */
+    int sample_vocab;     /* tokens are drawn from ids 0..sample_vocab-1, which must hold every
+                           * id of a context too (the sampler's vocabulary); 0: the model's
+                           * whole vocabulary. `zinfer generate` passes the tokenizer's, as a
+                           * model may pad its output rows beyond the ids that have text. */
 } zi_generator_config;
 
 /* Counters, for logs and the router's metrics. */

@@ -296,3 +296,44 @@ int zi_kv_blocks_check(const zi_kv_blocks *kb, zi_error *err) {
                             (int)n_reg, (int)in_table);
     return ZI_OK;
 }
+
+/* ---- fixed sequences ---- */
+
+int zi_kv_fixed_create(zi_model *m, int32_t n_seqs, int32_t ctx, zi_kv_fixed *out, zi_error *err) {
+    memset(out, 0, sizeof *out);
+    if (n_seqs < 1 || ctx < 1)
+        return zi_error_set(err, ZI_EINVAL, "KV cache needs at least 1 sequence and 1 position");
+    int64_t stride = ((int64_t)ctx + ZI_KV_FIXED_BLOCK - 1) / ZI_KV_FIXED_BLOCK;
+    if (stride * n_seqs > (1 << 26))
+        return zi_error_set(err, ZI_ERANGE,
+                            "a KV cache of %d sequences x %d positions is too large", (int)n_seqs,
+                            (int)ctx);
+    int32_t n_blocks = (int32_t)(stride * n_seqs);
+    zi_kv_blocks *kb = NULL;
+    int rc = zi_kv_cache_create_paged(m, n_blocks, ZI_KV_FIXED_BLOCK, ctx, &out->kv, err);
+    if (!rc) rc = zi_kv_blocks_create(n_blocks, ZI_KV_FIXED_BLOCK, &kb, err);
+    if (!rc && !(out->tables = malloc((size_t)n_blocks * sizeof *out->tables)))
+        rc = zi_error_set(err, ZI_ENOMEM, "out of memory for the KV cache's block tables");
+    /* A fresh pool hands out 0, 1, 2, ...: sequence s gets a run of blocks. */
+    for (int32_t i = 0; !rc && i < n_blocks; i++) out->tables[i] = zi_kv_blocks_alloc(kb);
+    zi_kv_blocks_free(kb); /* the blocks stay taken for the cache's life */
+    if (rc) {
+        zi_kv_fixed_free(out);
+        return rc;
+    }
+    out->n_seqs = n_seqs;
+    out->stride = (int32_t)stride;
+    return ZI_OK;
+}
+
+void zi_kv_fixed_free(zi_kv_fixed *f) {
+    zi_kv_cache_free(f->kv);
+    free(f->tables);
+    memset(f, 0, sizeof *f);
+}
+
+void zi_kv_fixed_use(const zi_kv_fixed *f, zi_batch *b) {
+    b->block_tables = f->tables;
+    b->n_table_rows = f->n_seqs;
+    b->table_stride = f->stride;
+}

@@ -38,9 +38,7 @@ struct zi_model {
 struct zi_kv_cache {
     zi_model *m;
     int n_blocks, block_size, max_ctx;
-    int n_slots;         /* slot mode (zi_kv_cache_create): slot s owns a run of blocks */
-    int32_t *slot_table; /* slot mode: [n_slots][blocks per slot], the identity */
-    void **k, **v;       /* per layer: n_blocks blocks, the backend's layout (backend.h) */
+    void **k, **v; /* per layer: n_blocks blocks, the backend's layout (backend.h) */
 };
 
 /* ---- loading ---- */
@@ -343,31 +341,6 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
     return ZI_OK;
 }
 
-/* Slot mode: slot s owns blocks [s * bps, (s + 1) * bps), blocks of
- * ZI_KV_SLOT_BLOCK positions. */
-#define ZI_KV_SLOT_BLOCK 16
-
-int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err) {
-    if (n_slots < 1 || ctx < 1)
-        return zi_error_set(err, ZI_EINVAL, "KV cache needs at least 1 slot and 1 position");
-    int64_t bps = (ctx + ZI_KV_SLOT_BLOCK - 1) / ZI_KV_SLOT_BLOCK;
-    if (bps * n_slots > (1 << 30))
-        return zi_error_set(err, ZI_ERANGE, "a KV cache of %d slots x %d positions is too large",
-                            n_slots, ctx);
-    int rc = zi_kv_cache_create_paged(m, (int)(bps * n_slots), ZI_KV_SLOT_BLOCK, ctx, out, err);
-    if (rc) return rc;
-    zi_kv_cache *kv = *out;
-    kv->n_slots = n_slots;
-    kv->slot_table = malloc((size_t)(bps * n_slots) * sizeof *kv->slot_table);
-    if (!kv->slot_table) {
-        zi_kv_cache_free(kv);
-        *out = NULL;
-        return zi_error_set(err, ZI_ENOMEM, "out of memory for the KV cache's slot table");
-    }
-    for (int64_t i = 0; i < bps * n_slots; i++) kv->slot_table[i] = (int32_t)i;
-    return ZI_OK;
-}
-
 void zi_kv_cache_free(zi_kv_cache *kv) {
     if (!kv) return;
     zi_backend *be = kv->m->be;
@@ -377,15 +350,11 @@ void zi_kv_cache_free(zi_kv_cache *kv) {
     }
     free(kv->k);
     free(kv->v);
-    free(kv->slot_table);
     free(kv);
 }
 
 int zi_kv_cache_ctx(const zi_kv_cache *kv) {
     return kv->max_ctx;
-}
-int zi_kv_cache_slots(const zi_kv_cache *kv) {
-    return kv->n_slots;
 }
 int zi_kv_cache_blocks(const zi_kv_cache *kv) {
     return kv->n_blocks;
@@ -432,32 +401,16 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, zi_error *err
     return ZI_OK;
 }
 
-/* The block tables the pass reads: the batch's, or in slot mode the
- * identity table (row s = slot s). */
-static void batch_tables(const zi_kv_cache *kv, const zi_batch *b, const int32_t **tables,
-                         int *stride, int *rows) {
-    if (b->block_tables) {
-        *tables = b->block_tables;
-        *stride = b->table_stride;
-        *rows = b->n_table_rows;
-    } else {
-        *tables = kv->slot_table;
-        *stride = kv->n_slots ? kv->n_blocks / kv->n_slots : 0;
-        *rows = kv->n_slots;
-    }
-}
-
 static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_batch *b,
                           zi_error *err) {
     if (b->n_tokens < 1) return zi_error_set(err, ZI_EINVAL, "empty batch");
-    if (!b->block_tables && !kv->slot_table)
+    if (!b->block_tables)
         return zi_error_set(err, ZI_EINVAL, "a paged KV cache needs the batch's block tables");
-    if (b->block_tables && (b->n_table_rows < 1 || b->table_stride < 1))
+    if (b->n_table_rows < 1 || b->table_stride < 1)
         return zi_error_set(err, ZI_EINVAL, "block tables of %d rows x %d entries", b->n_table_rows,
                             b->table_stride);
-    const int32_t *tables;
-    int stride, rows;
-    batch_tables(kv, b, &tables, &stride, &rows);
+    const int32_t *tables = b->block_tables;
+    int stride = b->table_stride, rows = b->n_table_rows;
     int bs = kv->block_size;
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab)
@@ -477,15 +430,14 @@ static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_bat
     }
     /* Every block a token reads or writes exists: check each row once, up
      * to the furthest position any token of the pass reaches in it. */
-    if (b->block_tables)
-        for (int i = 0; i < b->n_tokens; i++) {
-            const int32_t *row = tables + (size_t)b->seq[i] * stride;
-            for (int j = 0; j <= b->pos[i] / bs; j++)
-                if (row[j] < 0 || row[j] >= kv->n_blocks)
-                    return zi_error_set(err, ZI_EINVAL,
-                                        "block table row %d entry %d is %d, outside 0..%d",
-                                        b->seq[i], j, row[j], kv->n_blocks - 1);
-        }
+    for (int i = 0; i < b->n_tokens; i++) {
+        const int32_t *row = tables + (size_t)b->seq[i] * stride;
+        for (int j = 0; j <= b->pos[i] / bs; j++)
+            if (row[j] < 0 || row[j] >= kv->n_blocks)
+                return zi_error_set(err, ZI_EINVAL,
+                                    "block table row %d entry %d is %d, outside 0..%d", b->seq[i],
+                                    j, row[j], kv->n_blocks - 1);
+    }
     return ZI_OK;
 }
 
@@ -510,9 +462,7 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     zi_backend *be = m->be;
     const zi_backend_ops *op = be->ops;
     const zi_model_config *c = &m->cfg;
-    zi_batch_view view = {T, b->pos, b->seq, NULL, 0};
-    int rows;
-    batch_tables(kv, b, &view.block_tables, &view.table_stride, &rows);
+    zi_batch_view view = {T, b->pos, b->seq, b->block_tables, b->table_stride};
     zi_attn_shape shape = {c->n_heads,     c->n_kv_heads, c->head_dim,
                            kv->block_size, kv->max_ctx,   1.0f / sqrtf((float)c->head_dim)};
 

@@ -58,18 +58,15 @@ uint64_t zi_model_weight_bytes(const zi_model *m);
  * the backend's: kernels/backend.h). Memory is n_blocks * block_size * zi_model_kv_bytes_per_token
  * bytes, allocated once: it never grows.
  *
- * Paged (zi_kv_cache_create_paged): the caller owns the blocks (the
- * generator, with model_worker/kv_blocks.h) and passes block tables with
- * every batch. Slot mode (zi_kv_cache_create): n_slots fixed sequences of up
- * to ctx positions; the batch's seq[i] is a slot and no tables are passed.
+ * The caller owns the blocks and passes block tables with every batch: the
+ * generator, with model_worker/kv_blocks.h, or code that feeds the model
+ * directly with fixed tables (zi_kv_fixed, kv_blocks.h).
  */
 typedef struct zi_kv_cache zi_kv_cache;
 int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_ctx,
                              zi_kv_cache **out, zi_error *err);
-int zi_kv_cache_create(zi_model *m, int n_slots, int ctx, zi_kv_cache **out, zi_error *err);
-void zi_kv_cache_free(zi_kv_cache *kv);       /* before the model it belongs to */
-int zi_kv_cache_ctx(const zi_kv_cache *kv);   /* positions per sequence at most */
-int zi_kv_cache_slots(const zi_kv_cache *kv); /* 0 for a paged cache */
+void zi_kv_cache_free(zi_kv_cache *kv);     /* before the model it belongs to */
+int zi_kv_cache_ctx(const zi_kv_cache *kv); /* positions per sequence at most */
 int zi_kv_cache_blocks(const zi_kv_cache *kv);
 int zi_kv_cache_block_size(const zi_kv_cache *kv);
 uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv);
@@ -88,8 +85,8 @@ uint64_t zi_model_estimate_memory_footprint(const zi_model *m, uint64_t memory_b
                                             int max_batch_tokens, int max_logit_rows);
 
 /* One forward pass. Token i has id tokens[i] at position pos[i] of
- * sequence seq[i]: a slot in slot mode, else a row of block_tables (rows of
- * table_stride block ids; n_table_rows of them). Positions 0..pos[i]-1 of
+ * sequence seq[i], a row of block_tables (rows of table_stride block ids;
+ * n_table_rows of them). Positions 0..pos[i]-1 of
  * that sequence must already be in the cache (written by earlier passes or
  * earlier in this batch). When want_logits is NULL only the last token's
  * logits are returned; otherwise those of every token i with
@@ -100,12 +97,13 @@ typedef struct zi_batch {
     const int32_t *pos;
     const int32_t *seq;
     const uint8_t *want_logits;
-    const int32_t *block_tables; /* NULL in slot mode */
+    const int32_t *block_tables;
     int n_table_rows, table_stride;
 } zi_batch;
 
-/* Validates the batch (ids inside the vocabulary, slots and positions
- * inside the cache) and runs it; buffers grow to the largest batch seen.
+/* Validates the batch (ids inside the vocabulary, sequences inside the
+ * tables, positions inside the cache, table entries inside the pool) and
+ * runs it; buffers grow to the largest batch seen.
  * logits gets n_wanted * n_vocab floats (host memory). */
 int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits, zi_error *err);
 

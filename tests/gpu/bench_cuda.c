@@ -24,6 +24,7 @@
 
 #include "args.h"
 #include "backend_select.h"
+#include "kv_blocks.h"
 #include "model.h"
 #include "sampler.h"
 
@@ -102,31 +103,34 @@ int main(int argc, char **argv) {
         ids[i] = (int32_t)(zi_sampler_uniform(12345, (uint64_t)i) * (double)V);
 
     /* one sequence: warm-up, prefill, greedy decode */
-    zi_kv_cache *kv = NULL;
-    if (zi_kv_cache_create(m, 1, ctx, &kv, &err)) return die("KV cache", &err);
+    zi_kv_fixed kv;
+    if (zi_kv_fixed_create(m, 1, ctx, &kv, &err)) return die("KV cache", &err);
     for (int i = 0; i < P; i++) pos[i] = i, seq[i] = 0;
     zi_batch b = {.n_tokens = (int)P, .tokens = ids, .pos = pos, .seq = seq};
-    if (zi_model_forward(m, kv, &b, logits, &err)) return die("warm-up", &err);
+    zi_kv_fixed_use(&kv, &b);
+    if (zi_model_forward(m, kv.kv, &b, logits, &err)) return die("warm-up", &err);
     double t0 = now_s();
-    if (zi_model_forward(m, kv, &b, logits, &err)) return die("prefill", &err);
+    if (zi_model_forward(m, kv.kv, &b, logits, &err)) return die("prefill", &err);
     double t_prefill = now_s() - t0;
     int32_t t1 = argmax(logits, V), p1;
     t0 = now_s();
     for (int g = 0; g < G; g++) {
         p1 = (int32_t)(P + g);
         zi_batch d = {.n_tokens = 1, .tokens = &t1, .pos = &p1, .seq = seq};
-        if (zi_model_forward(m, kv, &d, logits, &err)) return die("decode", &err);
+        zi_kv_fixed_use(&kv, &d);
+        if (zi_model_forward(m, kv.kv, &d, logits, &err)) return die("decode", &err);
         t1 = argmax(logits, V);
     }
     double t_b1 = now_s() - t0;
-    zi_kv_cache_free(kv);
+    zi_kv_fixed_free(&kv);
 
     /* S sequences decoding together */
-    if (zi_kv_cache_create(m, (int)S, sctx, &kv, &err)) return die("KV cache (streams)", &err);
+    if (zi_kv_fixed_create(m, (int)S, sctx, &kv, &err)) return die("KV cache (streams)", &err);
     for (int s = 0; s < S; s++) {
         for (int i = 0; i < SP; i++) pos[i] = i, seq[i] = s;
         zi_batch pb = {.n_tokens = (int)SP, .tokens = ids + (size_t)s * SP, .pos = pos, .seq = seq};
-        if (zi_model_forward(m, kv, &pb, logits, &err)) return die("stream prefill", &err);
+        zi_kv_fixed_use(&kv, &pb);
+        if (zi_model_forward(m, kv.kv, &pb, logits, &err)) return die("stream prefill", &err);
         tok[s] = argmax(logits, V);
         want[s] = 1;
     }
@@ -135,12 +139,13 @@ int main(int argc, char **argv) {
         for (int s = 0; s < S; s++) pos[s] = (int32_t)(SP + g), seq[s] = s;
         zi_batch d = {
             .n_tokens = (int)S, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
+        zi_kv_fixed_use(&kv, &d);
         double ts = now_s();
-        if (zi_model_forward(m, kv, &d, logits, &err)) return die("batched decode", &err);
+        if (zi_model_forward(m, kv.kv, &d, logits, &err)) return die("batched decode", &err);
         t_bs += now_s() - ts;
         for (int s = 0; s < S; s++) tok[s] = argmax(logits + (size_t)s * V, V);
     }
-    zi_kv_cache_free(kv);
+    zi_kv_fixed_free(&kv);
     if (be->ops->sync(be, &err)) return die("device", &err);
 
     printf("{\"device\": \"%s\", \"backend\": \"%s\", \"prompt_tokens\": %lld, "

@@ -42,6 +42,7 @@
 #include "cpu_backend.h"
 #include "cuda_backend.h"
 #include "gguf.h"
+#include "kv_blocks.h"
 #include "model.h"
 #include "quant.h"
 #include "sampling.h"
@@ -506,17 +507,18 @@ static int have_models(void) {
 /* logits [n][V] of ids (all positions) on model m, in a fresh cache */
 static float *all_logits(zi_model *m, const int32_t *ids, int n) {
     int V = zi_model_get_config(m)->n_vocab;
-    zi_kv_cache *kv = NULL;
+    zi_kv_fixed kv;
     zi_error err = {0};
-    assert_int_equal(zi_kv_cache_create(m, 1, 512, &kv, &err), ZI_OK);
+    assert_int_equal(zi_kv_fixed_create(m, 1, 512, &kv, &err), ZI_OK);
     int32_t *pos = malloc(sizeof(int32_t) * n), *seq = calloc((size_t)n, sizeof(int32_t));
     uint8_t *want = malloc((size_t)n);
     for (int i = 0; i < n; i++) pos[i] = i, want[i] = 1;
     float *lg = malloc(sizeof(float) * (size_t)n * V);
     zi_batch b = {.n_tokens = n, .tokens = ids, .pos = pos, .seq = seq, .want_logits = want};
-    int rc = zi_model_forward(m, kv, &b, lg, &err);
+    zi_kv_fixed_use(&kv, &b);
+    int rc = zi_model_forward(m, kv.kv, &b, lg, &err);
     if (rc) fail_msg("forward: %s", err.msg);
-    zi_kv_cache_free(kv);
+    zi_kv_fixed_free(&kv);
     free(pos);
     free(seq);
     free(want);
@@ -590,14 +592,15 @@ static int32_t argmax(const float *x, int n) {
 /* greedy continuation: prefill in one pass, then one token per pass */
 static void greedy(zi_model *m, const int32_t *ids, int n, int gen, int32_t *out, float *gap) {
     int V = zi_model_get_config(m)->n_vocab;
-    zi_kv_cache *kv = NULL;
+    zi_kv_fixed kv;
     zi_error err = {0};
-    assert_int_equal(zi_kv_cache_create(m, 1, 512, &kv, &err), ZI_OK);
+    assert_int_equal(zi_kv_fixed_create(m, 1, 512, &kv, &err), ZI_OK);
     int32_t pos[512], seq[512] = {0};
     for (int i = 0; i < n; i++) pos[i] = i;
     float *lg = malloc(sizeof(float) * V);
     zi_batch b = {.n_tokens = n, .tokens = ids, .pos = pos, .seq = seq};
-    assert_int_equal(zi_model_forward(m, kv, &b, lg, &err), ZI_OK);
+    zi_kv_fixed_use(&kv, &b);
+    assert_int_equal(zi_model_forward(m, kv.kv, &b, lg, &err), ZI_OK);
     for (int g = 0; g < gen; g++) {
         out[g] = argmax(lg, V);
         float best = lg[out[g]], second = -INFINITY;
@@ -606,9 +609,10 @@ static void greedy(zi_model *m, const int32_t *ids, int n, int gen, int32_t *out
         gap[g] = best - second;
         int32_t p = n + g;
         zi_batch d = {.n_tokens = 1, .tokens = &out[g], .pos = &p, .seq = seq};
-        if (g + 1 < gen) assert_int_equal(zi_model_forward(m, kv, &d, lg, &err), ZI_OK);
+        zi_kv_fixed_use(&kv, &d);
+        if (g + 1 < gen) assert_int_equal(zi_model_forward(m, kv.kv, &d, lg, &err), ZI_OK);
     }
-    zi_kv_cache_free(kv);
+    zi_kv_fixed_free(&kv);
     free(lg);
 }
 
@@ -638,35 +642,38 @@ static void test_model_batched_decode(void **state) {
     zi_model *m = g_models.gpu;
     int V = zi_model_get_config(m)->n_vocab;
     zi_error err = {0};
-    zi_kv_cache *kv = NULL;
-    assert_int_equal(zi_kv_cache_create(m, 4, 256, &kv, &err), ZI_OK);
+    zi_kv_fixed kv;
+    assert_int_equal(zi_kv_fixed_create(m, 4, 256, &kv, &err), ZI_OK);
     int32_t *ids[3];
     int n[3];
     for (int p = 0; p < 3; p++) prompt_ids(p, &ids[p], &n[p]);
     float *alone = malloc(sizeof(float) * 4 * V), *together = malloc(sizeof(float) * 4 * V);
     int32_t tok[4] = {42, 1000, 7, 999}, pos[4], seq[4] = {0, 1, 2, 3};
-    /* prefill slots 0..2 with the prompts and slot 3 with prompt 0 again */
+    /* prefill sequences 0..2 with the prompts and sequence 3 with prompt 0 again */
     for (int s = 0; s < 4; s++) {
         const int32_t *pi = ids[s % 3];
         int pn = n[s % 3];
         int32_t pp[512], ps[512];
         for (int i = 0; i < pn; i++) pp[i] = i, ps[i] = s;
         zi_batch b = {.n_tokens = pn, .tokens = pi, .pos = pp, .seq = ps};
-        assert_int_equal(zi_model_forward(m, kv, &b, together, &err), ZI_OK);
+        zi_kv_fixed_use(&kv, &b);
+        assert_int_equal(zi_model_forward(m, kv.kv, &b, together, &err), ZI_OK);
         pos[s] = pn;
     }
     for (int s = 0; s < 4; s++) { /* alone: one token per pass */
         zi_batch b = {.n_tokens = 1, .tokens = &tok[s], .pos = &pos[s], .seq = &seq[s]};
-        assert_int_equal(zi_model_forward(m, kv, &b, alone + (size_t)s * V, &err), ZI_OK);
+        zi_kv_fixed_use(&kv, &b);
+        assert_int_equal(zi_model_forward(m, kv.kv, &b, alone + (size_t)s * V, &err), ZI_OK);
     }
     uint8_t want[4] = {1, 1, 1, 1}; /* together: rewrite the same positions in one pass */
     zi_batch b = {.n_tokens = 4, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
-    assert_int_equal(zi_model_forward(m, kv, &b, together, &err), ZI_OK);
+    zi_kv_fixed_use(&kv, &b);
+    assert_int_equal(zi_model_forward(m, kv.kv, &b, together, &err), ZI_OK);
     check_status();
     double e = rel_err(together, alone, (size_t)4 * V);
     print_message("batched decode vs alone: rel err %.2e\n", e);
     assert_true(e < 1e-4);
-    zi_kv_cache_free(kv);
+    zi_kv_fixed_free(&kv);
     for (int p = 0; p < 3; p++) free(ids[p]);
     free(alone);
     free(together);

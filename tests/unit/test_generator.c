@@ -3,10 +3,11 @@
  *
  * Every prompt generated alone (greedy, or sampled with a seed and
  * penalties; one with echoed log probabilities) must give exactly the tokens
- * and log probabilities it gets when it
- * shares steps with others that join and leave at different times, under a
- * step budget small enough to force chunked prefill. Needs the default model
- * ($ZINFER_MODEL or the downloaded one); skipped without it.
+ * and log probabilities it gets when it shares steps with others that join
+ * and leave at different times, under a step budget small enough to force
+ * chunked prefill; direct forward passes over a fixed cache (zi_kv_fixed)
+ * give the same greedy tokens. Needs the default model ($ZINFER_MODEL or
+ * the downloaded one); skipped without it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +23,7 @@
 #include "args.h"
 #include "cpu_backend.h"
 #include "generator.h"
+#include "kv_blocks.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -307,12 +309,86 @@ static void test_multi_step(void **state) {
     zi_generator_free(g);
 }
 
+/* The one KV mode from outside the generator: direct forward passes over a
+ * fixed cache (zi_kv_fixed, what `zinfer logits` and `bench` use), greedy
+ * by argmax, give the generator's greedy tokens. */
+static void test_fixed_cache_equals_generator(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    if (g_alone[0][0] == 0 && g_alone[0][1] == 0) skip(); /* needs the first test */
+    zi_error err = {0};
+    int V = zi_model_get_config(f->model)->n_vocab;
+    zi_kv_fixed kv;
+    assert_int_equal(zi_kv_fixed_create(f->model, 2, 256, &kv, &err), ZI_OK);
+    assert_int_equal(kv.n_seqs, 2);
+    assert_int_equal(kv.stride, 256 / ZI_KV_FIXED_BLOCK);
+    int n = (int)f->n_ids[0];
+    int32_t pos[256], seq[256];
+    float *lg = malloc(sizeof(float) * (size_t)V);
+    for (int i = 0; i < n; i++) pos[i] = i, seq[i] = 1; /* the second sequence's blocks */
+    zi_batch b = {.n_tokens = n, .tokens = f->ids[0], .pos = pos, .seq = seq};
+    zi_kv_fixed_use(&kv, &b);
+    assert_int_equal(zi_model_forward(f->model, kv.kv, &b, lg, &err), ZI_OK);
+    for (int g = 0; g < GEN; g++) {
+        int32_t best = 0;
+        for (int i = 1; i < V; i++)
+            if (lg[i] > lg[best]) best = i;
+        assert_int_equal(best, g_alone[0][g]);
+        int32_t p = n + g;
+        zi_batch d = {.n_tokens = 1, .tokens = &best, .pos = &p, .seq = seq};
+        zi_kv_fixed_use(&kv, &d);
+        assert_int_equal(zi_model_forward(f->model, kv.kv, &d, lg, &err), ZI_OK);
+    }
+    b.block_tables = NULL; /* every batch carries its tables */
+    assert_int_equal(zi_model_forward(f->model, kv.kv, &b, lg, &err), ZI_EINVAL);
+    free(lg);
+    zi_kv_fixed_free(&kv);
+}
+
+/* sample_vocab: draws stay below it (a model's padded rows are never
+ * drawn), and it cannot exceed the model's vocabulary. Like the sampler's
+ * vocabulary, it bounds the prompt's ids too (the penalties index them). */
+static void test_sample_vocab(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    zi_error err = {0};
+    int V = zi_model_get_config(f->model)->n_vocab;
+    zi_generator *g;
+    zi_generator_config cfg = {
+        .n_slots = 1, .ctx = 256, .max_batch_tokens = 64, .sample_vocab = V + 1};
+    assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_EINVAL);
+    cfg.sample_vocab = 300;
+    assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_OK);
+    int32_t prompt[8] = {1, 42, 7, 250, 13, 99, 5, 200}; /* ids below it too (penalties) */
+    for (int i = 0; i < 2; i++) {                        /* greedy and sampled */
+        zi_sampling_params sp;
+        zi_sampling_params_init(&sp);
+        sp.max_new_tokens = GEN;
+        sp.ignore_eos = true;
+        sp.temperature = i ? 1.5 : 0.0;
+        sp.top_k = 0;
+        sp.seed = 9;
+        zi_text_context c;
+        assert_int_equal(zi_text_context_init(&c, prompt, 8, 256, &sp, &err), ZI_OK);
+        zi_sampling_params_free(&sp);
+        zi_text_context *one[1] = {&c};
+        assert_int_equal(zi_generator_next_token(g, one, 1, GEN, &err), ZI_OK);
+        assert_int_equal(zi_text_context_generated_count(&c), GEN);
+        for (int k = 0; k < GEN; k++) assert_true(zi_text_context_generated_tokens(&c)[k] < 300);
+        zi_generator_release(g, &c);
+        zi_text_context_free(&c);
+    }
+    zi_generator_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_paged_preemption_and_prefix),
         cmocka_unit_test(test_slots),
         cmocka_unit_test(test_multi_step),
+        cmocka_unit_test(test_fixed_cache_equals_generator),
+        cmocka_unit_test(test_sample_vocab),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
