@@ -89,7 +89,7 @@ static int usage_error(const char *cmd, const char *msg) {
 static void engine_free(engine *e) {
     zi_tokenizer_free(e->tok);
     zi_model_free(e->model);
-    if (e->be) e->be->ops->destroy(e->be);
+    zi_backend_free(e->be);
     memset(e, 0, sizeof *e);
 }
 
@@ -648,7 +648,7 @@ static int cmd_bench(const opts *o) {
     free(want);
     free(logits);
     free(rows);
-    zi_sampler_destroy(smp);
+    zi_sampler_free(smp);
     zi_kv_fixed_free(&kv);
     engine_free(&e);
     return rc ? fail(&err) : 0;

@@ -74,7 +74,7 @@ typedef struct zi_attn_shape {
 
 typedef struct zi_backend_ops {
     const char *name;
-    void (*destroy)(zi_backend *be);
+    void (*free_backend)(zi_backend *be); /* zi_backend_free() calls it */
 
     /* Prepares a 2-D tensor from the file as a weight (map, repack or
      * upload). ZI_EUNSUPPORTED when the backend cannot use its type. */
@@ -144,5 +144,10 @@ struct zi_backend {
      * 3 MiB a step). */
     bool host_memory;
 };
+
+/* Frees a backend and everything it allocated (NULL: nothing). */
+static inline void zi_backend_free(zi_backend *be) {
+    if (be) be->ops->free_backend(be);
+}
 
 #endif

@@ -187,7 +187,7 @@ void zi_generator_free(zi_generator *g) {
     free(g->json_masks);
     free(g->top_ids);
     free(g->top_lps);
-    zi_sampler_destroy(g->sampler);
+    zi_sampler_free(g->sampler);
     free(g);
 }
 

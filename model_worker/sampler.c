@@ -59,14 +59,14 @@ int zi_sampler_create(zi_sampler **out, int32_t n_vocab, zi_error *err) {
     s->blk = malloc((n / ZI_SAMPLER_BLOCK + 1) * sizeof *s->blk);
     if (!s->stamp || !s->adj || !s->count || !s->touched || !s->cand || !s->w || !s->rowbuf ||
         !s->ids || !s->blk) {
-        zi_sampler_destroy(s);
+        zi_sampler_free(s);
         return zi_error_set(err, ZI_ENOMEM, "sampler: out of memory for n_vocab %d", (int)n_vocab);
     }
     *out = s;
     return ZI_OK;
 }
 
-void zi_sampler_destroy(zi_sampler *s) {
+void zi_sampler_free(zi_sampler *s) {
     if (!s) return;
     free(s->stamp);
     free(s->adj);

@@ -82,7 +82,7 @@ typedef struct zi_sampler_row {
 
 /* Creates a sampler for vocabularies of n_vocab tokens (1 .. 2^28). */
 int zi_sampler_create(zi_sampler **out, int32_t n_vocab, zi_error *err);
-void zi_sampler_destroy(zi_sampler *s);
+void zi_sampler_free(zi_sampler *s);
 
 /*
  * Chooses out_tokens[r] for each of n_rows rows. ZI_EINVAL (nothing written)

@@ -461,7 +461,7 @@ static int load(worker *w, const wopts *o, wres *r) {
                                            &err)) ||
         (rc = zi_model_load(o->model, r->be, &r->model, &err))) {
         zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
-        if (r->be) r->be->ops->destroy(r->be);
+        zi_backend_free(r->be);
         return 1;
     }
     const zi_model_config *mc = zi_model_get_config(r->model);
@@ -489,7 +489,7 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
         kv_bytes = (uint64_t)o->kv_bytes;
     } else {
         budget = o->budget > 0 ? (uint64_t)o->budget : default_budget();
-        kv_bytes = zi_model_estimate_memory_footprint(r->model, budget, (int)o->batch, w->slots);
+        kv_bytes = zi_model_memory_left_for_kv(r->model, budget, (int)o->batch, w->slots);
     }
     kv_bytes = zi_model_estimate_kv_cache_size(r->model, kv_bytes, (int)o->block);
     if (budget)
@@ -670,7 +670,7 @@ int main(int argc, char **argv) {
     if (load(&w, &o, &r)) return 1;
     if (create_generator(&w, &o, &r)) {
         zi_model_free(r.model);
-        r.be->ops->destroy(r.be);
+        zi_backend_free(r.be);
         return 1;
     }
     void *zctx = zmq_ctx_new();
@@ -686,6 +686,6 @@ int main(int argc, char **argv) {
     zi_json_vocab_free(r.jv);
     free(w.live);
     zi_model_free(r.model);
-    r.be->ops->destroy(r.be);
+    zi_backend_free(r.be);
     return rc;
 }

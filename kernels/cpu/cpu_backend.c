@@ -653,10 +653,10 @@ static void cpu_add(zi_backend *be, float *x, const float *y, size_t n) {
     ew_run(be, &a, (int64_t)n);
 }
 
-static void cpu_destroy(zi_backend *be) {
+static void cpu_backend_free(zi_backend *be) {
     cpu_backend *c = cb(be);
     if (!c) return;
-    zi_pool_destroy(c->pool);
+    zi_pool_free(c->pool);
     free(c->act.q);
     free(c->act.d);
     free(c->act.s);
@@ -669,7 +669,7 @@ static void cpu_destroy(zi_backend *be) {
 
 static const zi_backend_ops cpu_ops = {
     .name = "cpu",
-    .destroy = cpu_destroy,
+    .free_backend = cpu_backend_free,
     .weight_init = cpu_weight_init,
     .weight_free = cpu_weight_free,
     .vector_init = cpu_vector_init,
@@ -722,7 +722,7 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     c->pool = zi_pool_create(n);
     c->mm_next = aligned_alloc(64, (size_t)n * sizeof *c->mm_next);
     if (!c->pool || !c->mm_next) {
-        zi_pool_destroy(c->pool);
+        zi_pool_free(c->pool);
         free(c->mm_next);
         free(c);
         return zi_error_set(err, ZI_ENOMEM, "cannot start %d CPU threads", n);

@@ -99,14 +99,14 @@ zi_pool *zi_pool_create(int n_threads) {
         pool->args[i].index = i;
         if (pthread_create(&pool->threads[i], NULL, worker_main, &pool->args[i]) != 0) {
             pool->n = i; /* shut down the ones that did start */
-            zi_pool_destroy(pool);
+            zi_pool_free(pool);
             return NULL;
         }
     }
     return pool;
 }
 
-void zi_pool_destroy(zi_pool *pool) {
+void zi_pool_free(zi_pool *pool) {
     if (!pool) return;
     pthread_mutex_lock(&pool->mu);
     atomic_store(&pool->stop, 1);

@@ -16,7 +16,7 @@ typedef void (*zi_pool_fn)(void *ctx, int ith, int nth);
 
 /* n_threads >= 1; returns NULL when threads cannot be created. */
 zi_pool *zi_pool_create(int n_threads);
-void zi_pool_destroy(zi_pool *pool);
+void zi_pool_free(zi_pool *pool);
 int zi_pool_size(const zi_pool *pool);
 void zi_pool_run(zi_pool *pool, zi_pool_fn fn, void *ctx);
 

@@ -584,7 +584,7 @@ static void cuda_add(zi_backend *be, float *x, const float *y, size_t n) {
     failed(c, zi_cuda_add(x, y, n, c->stream), "add kernel");
 }
 
-static void cuda_destroy(zi_backend *be) {
+static void cuda_backend_free(zi_backend *be) {
     cuda_backend *c = cb(be);
     if (!c) return;
     if (c->stream) cudaStreamSynchronize(c->stream);
@@ -599,13 +599,13 @@ static void cuda_destroy(zi_backend *be) {
         if (c->meta[i].ev) cudaEventDestroy(c->meta[i].ev);
     }
     if (c->stream) cudaStreamDestroy(c->stream);
-    zi_tp_destroy(c->own_tp);
+    zi_tp_free(c->own_tp);
     free(c);
 }
 
 static const zi_backend_ops cuda_ops = {
     .name = "cuda",
-    .destroy = cuda_destroy,
+    .free_backend = cuda_backend_free,
     .weight_init = cuda_weight_init,
     .weight_free = cuda_weight_free,
     .vector_init = cuda_vector_init,
@@ -674,7 +674,7 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
         (void)cudaGetLastError();
         zi_error_set(err, ZI_EUNSUPPORTED, "CUDA device %d: %s: %s: %s", dev, what,
                      cudaGetErrorName(e), cudaGetErrorString(e));
-        cuda_destroy(&c->base);
+        cuda_backend_free(&c->base);
         return ZI_EUNSUPPORTED;
     }
     cublasStatus_t s = blas.create(&c->blas);
@@ -690,7 +690,7 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
     }
     if (s != CUBLAS_STATUS_SUCCESS) {
         zi_error_set(err, ZI_EUNSUPPORTED, "CUDA device %d: %s: %s", dev, bwhat, blas_status(s));
-        cuda_destroy(&c->base);
+        cuda_backend_free(&c->base);
         return ZI_EUNSUPPORTED;
     }
     if (o && o->tp) {
@@ -699,7 +699,7 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
         /* one rank: the same all-reduce calls, answered without NCCL */
         zi_tp_options to = {.world_size = 1, .rank = 0, .device = dev};
         if ((rc = zi_tp_create(&to, &c->own_tp, err))) {
-            cuda_destroy(&c->base);
+            cuda_backend_free(&c->base);
             return rc;
         }
         c->tp = c->own_tp;

@@ -325,14 +325,14 @@ extern "C" int zi_cuda_sampler_create(zi_backend *be, int32_t n_vocab, int max_r
     }
     if (e != cudaSuccess) {
         int rc = cuda_fail(err, what, e);
-        zi_cuda_sampler_destroy(s);
+        zi_cuda_sampler_free(s);
         return rc;
     }
     *out = s;
     return ZI_OK;
 }
 
-extern "C" void zi_cuda_sampler_destroy(zi_cuda_sampler *s) {
+extern "C" void zi_cuda_sampler_free(zi_cuda_sampler *s) {
     if (!s) return;
     if (s->pending) cudaEventSynchronize(s->done);
     if (s->done) cudaEventDestroy(s->done);

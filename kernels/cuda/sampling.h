@@ -43,7 +43,7 @@ typedef struct zi_cuda_sample_row {
  * the stream of CUDA backend be (zi_cuda_backend_create). */
 int zi_cuda_sampler_create(zi_backend *be, int32_t n_vocab, int max_rows, zi_cuda_sampler **out,
                            zi_error *err);
-void zi_cuda_sampler_destroy(zi_cuda_sampler *s);
+void zi_cuda_sampler_free(zi_cuda_sampler *s);
 
 /*
  * Queues the sampling of n_rows rows, row r at d_logits + r * ld (device

@@ -204,7 +204,7 @@ int zi_tp_create(const zi_tp_options *o, zi_tp **out, zi_error *err) {
     return ZI_OK;
 }
 
-void zi_tp_destroy(zi_tp *tp) {
+void zi_tp_free(zi_tp *tp) {
     if (!tp) return;
 #ifdef ZI_HAVE_NCCL
     if (tp->nccl) nccl.comm_destroy(tp->comm);

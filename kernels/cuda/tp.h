@@ -78,7 +78,7 @@ int zi_tp_new_id(zi_tp_id *id, zi_error *err);
  * has joined). World size 1 without force_nccl touches neither NCCL nor
  * the GPU. */
 int zi_tp_create(const zi_tp_options *o, zi_tp **out, zi_error *err);
-void zi_tp_destroy(zi_tp *tp);
+void zi_tp_free(zi_tp *tp);
 
 int zi_tp_world_size(const zi_tp *tp);
 int zi_tp_rank(const zi_tp *tp);

@@ -154,7 +154,7 @@ int main(int argc, char **argv) {
            device, be->ops->name, P, (double)P / t_prefill, G, (double)G / t_b1, S,
            (double)(S * G) / t_bs);
     zi_model_free(m);
-    be->ops->destroy(be);
+    zi_backend_free(be);
     free(ids);
     free(pos);
     free(seq);

@@ -422,7 +422,7 @@ static void test_bad_id_reported(void **state) {
     assert_non_null(strstr(err.msg, "token id 10 at index 1"));
     be->ops->free(be, dy);
     be->ops->weight_free(be, &w);
-    be->ops->destroy(be);
+    zi_backend_free(be);
     free(wd);
 }
 
@@ -714,8 +714,8 @@ static void test_tp_nccl_one_rank(void **state) {
     free(b);
     free(ids);
     zi_model_free(m);
-    be->ops->destroy(be);
-    zi_tp_destroy(tp);
+    zi_backend_free(be);
+    zi_tp_free(tp);
 }
 
 /* ---- the GPU sampler ---- */
@@ -783,7 +783,7 @@ static void test_sampler_vs_reference(void **state) {
         assert_true(diff <= 1); /* expf's last bits may move a boundary */
         zi_sampling_params_free(&sp);
     }
-    zi_cuda_sampler_destroy(s);
+    zi_cuda_sampler_free(s);
     g_gpu->ops->free(g_gpu, d);
     free(lg);
     free(rows);
@@ -836,7 +836,7 @@ static void test_sampler_chi2(void **state) {
         assert_true(stat < CHI2_999[df - 1]);
         zi_sampling_params_free(&sp);
     }
-    zi_cuda_sampler_destroy(s);
+    zi_cuda_sampler_free(s);
     g_gpu->ops->free(g_gpu, d);
     free(rows);
 }
@@ -865,7 +865,7 @@ static void test_sampler_odd_rows(void **state) {
     zi_cuda_sample_row rp = {&pen, 0};
     assert_int_equal(zi_cuda_sampler_sample_async(s, d, NV, &rp, 1, &err), ZI_EUNSUPPORTED);
     assert_int_equal(zi_cuda_sampler_sample_async(s, d, NV - 1, r, 1, &err), ZI_EINVAL);
-    zi_cuda_sampler_destroy(s);
+    zi_cuda_sampler_free(s);
     g_gpu->ops->free(g_gpu, d);
     zi_sampling_params_free(&greedy);
     zi_sampling_params_free(&pen);
@@ -904,8 +904,8 @@ static int teardown(void **state) {
     zi_tokenizer_free(g_models.tok);
     zi_model_free(g_models.cpu);
     zi_model_free(g_models.gpu);
-    if (g_gpu) g_gpu->ops->destroy(g_gpu);
-    if (g_cpu) g_cpu->ops->destroy(g_cpu);
+    zi_backend_free(g_gpu);
+    zi_backend_free(g_cpu);
     return 0;
 }
 

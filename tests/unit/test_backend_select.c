@@ -94,11 +94,11 @@ static void test_create_cpu(void **state) {
     assert_int_equal(be->ops->sync(be, NULL), ZI_OK);
     assert_true(z[3] == 8.0f);
     be->ops->free(be, x);
-    be->ops->destroy(be);
+    zi_backend_free(be);
     be = NULL;
     assert_int_equal(zi_backend_create_for_device(NULL, 0, 0, &be, &err), ZI_OK);
     assert_string_equal(be->ops->name, "cpu");
-    be->ops->destroy(be);
+    zi_backend_free(be);
 }
 
 static void test_create_errors(void **state) {
@@ -117,7 +117,7 @@ static void test_create_errors(void **state) {
         if (rc == ZI_OK) { /* a GPU is here: only cuda:1023 cannot exist */
             assert_true(i < 2);
             assert_string_equal(be->ops->name, "cuda");
-            be->ops->destroy(be);
+            zi_backend_free(be);
             be = NULL;
             continue;
         }
@@ -253,7 +253,7 @@ static void test_tp_one_rank(void **state) {
     float buf[3] = {1, 2, 3};
     assert_int_equal(zi_tp_all_reduce_sum(tp, buf, 3, NULL, &err), ZI_OK);
     assert_true(buf[0] == 1 && buf[1] == 2 && buf[2] == 3);
-    zi_tp_destroy(tp);
+    zi_tp_free(tp);
     assert_int_equal(zi_tp_all_reduce_sum(NULL, buf, 3, NULL, &err), ZI_OK);
 
     zi_tp_options bad[] = {{.world_size = 0},

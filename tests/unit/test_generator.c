@@ -77,7 +77,7 @@ static int teardown(void **state) {
     for (int i = 0; i < N_PROMPTS; i++) free(f->ids[i]);
     zi_tokenizer_free(f->tok);
     zi_model_free(f->model);
-    f->be->ops->destroy(f->be);
+    zi_backend_free(f->be);
     free(f);
     return 0;
 }

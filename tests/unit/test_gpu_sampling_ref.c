@@ -316,7 +316,7 @@ static void test_plain_draws_match_cpu(void **state) {
         }
         zi_sampling_params_free(&sp);
     }
-    zi_sampler_destroy(cpu);
+    zi_sampler_free(cpu);
     print_message("%d of %d draws differ from the CPU sampler\n", mismatches, total);
     assert_true(mismatches <= 3); /* only rounding ties at a boundary may differ */
 }

@@ -316,7 +316,7 @@ static void test_threadpool(void **state) {
     int hits[3] = {0};
     for (int i = 0; i < 1000; i++) zi_pool_run(p, count_worker, hits);
     for (int i = 0; i < 3; i++) assert_int_equal(hits[i], 1000);
-    zi_pool_destroy(p);
+    zi_pool_free(p);
 }
 
 /* The backend's threaded matmul must equal a single-threaded one exactly
@@ -357,8 +357,8 @@ static void test_backend_threads_agree(void **state) {
     free(yb);
     b1->ops->weight_free(b1, &w1); /* the repacked copy, on VNNI machines */
     b3->ops->weight_free(b3, &w3);
-    b1->ops->destroy(b1);
-    b3->ops->destroy(b3);
+    zi_backend_free(b1);
+    zi_backend_free(b3);
     free(w);
     free(x);
     free(y1);
@@ -396,7 +396,7 @@ static void test_backend_act_bits(void **state) {
         y[b] = malloc(sizeof(float) * T * rows);
         be->ops->matmul(be, y[b], &wt, x, T);
         be->ops->weight_free(be, &wt);
-        be->ops->destroy(be);
+        zi_backend_free(be);
     }
     assert_memory_equal(y[0], y[1], sizeof(float) * T * rows);
     double diff = 0, mag = 0;
@@ -476,7 +476,7 @@ static void test_attention_paged_cache(void **state) {
                             }
                         }
                     }
-                    be->ops->destroy(be);
+                    zi_backend_free(be);
                     free(kc);
                     free(vc);
                 }

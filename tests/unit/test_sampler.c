@@ -105,7 +105,7 @@ static void draw_counts(const float *lg, int n, const zi_sampling_params *sp, lo
             counts[out[r]]++;
         }
     }
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
 }
 
 /* Samples with sp and checks against the reference built from ref_*; returns
@@ -198,7 +198,7 @@ static void draw_row(const float *lg, int V, const zi_sampling_params *sp, int n
         assert_int_equal(zi_sampler_sample(s, &r, 1, &tok, &e), ZI_OK);
         counts[tok]++;
     }
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
 }
 
 /* The top_p cut on either side of a boundary: the crossing token is kept,
@@ -279,7 +279,7 @@ static void processed(const zi_sampling_params *sp, float *out) {
     for (int i = 1; i < 6; i++)
         if (out[i] > out[best]) best = i;
     assert_int_equal(tok, best);
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
 }
 
 static void expect6(const float *got, const double *want) {
@@ -370,8 +370,8 @@ static void test_greedy(void **state) {
     assert_int_equal(zi_sampler_create(&s4, 4, &e), ZI_OK);
     assert_int_equal(zi_sampler_sample(s4, &r, 1, &tok, &e), ZI_OK);
     assert_int_equal(tok, 1);
-    zi_sampler_destroy(s4);
-    zi_sampler_destroy(s);
+    zi_sampler_free(s4);
+    zi_sampler_free(s);
 }
 
 static void test_bitmask(void **state) {
@@ -414,7 +414,7 @@ static void test_bitmask(void **state) {
     assert_int_equal(zi_sampler_sample(s, &r, 1, &tok, &e), ZI_ERANGE);
     assert_int_equal(tok, -1);
     assert_non_null(strstr(e.msg, "row 0"));
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
 }
 
 static void test_eos_mask(void **state) {
@@ -442,7 +442,7 @@ static void test_eos_mask(void **state) {
         assert_int_equal(zi_sampler_sample(s, &r, 1, &tok, &e), ZI_OK);
         assert_true(tok != top && tok != 0);
     }
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
 }
 
 static void test_repeatable_and_batch_independent(void **state) {
@@ -494,7 +494,7 @@ static void test_repeatable_and_batch_independent(void **state) {
     assert_true(zi_sampler_uniform(1, 2) == zi_sampler_uniform(1, 2));
     assert_true(zi_sampler_uniform(1, 2) != zi_sampler_uniform(1, 3));
     assert_true(zi_sampler_uniform(1, 2) != zi_sampler_uniform(2, 2));
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
 }
 
 /* ---- log probabilities ----------------------------------------------------- */
@@ -603,7 +603,7 @@ static void test_nan_and_inf_rows(void **state) {
     int32_t tok;
     assert_int_equal(zi_sampler_sample(s, &r, 1, &tok, &e), ZI_OK);
     assert_true(tok == 1 || tok == 3 || tok == 5);
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
 }
 
 static void test_bad_input(void **state) {
@@ -638,8 +638,8 @@ static void test_bad_input(void **state) {
     assert_int_equal(zi_sampler_sample(s, rows, 2, out, &e), ZI_EINVAL);
     assert_int_equal(zi_sampler_sample(s, rows, 0, NULL, &e), ZI_OK);
     assert_int_equal(zi_sampler_sample(NULL, rows, 1, out, &e), ZI_EINVAL);
-    zi_sampler_destroy(s);
-    zi_sampler_destroy(NULL);
+    zi_sampler_free(s);
+    zi_sampler_free(NULL);
 }
 
 /* Limits of the valid ranges behave as their limits: a denormal
@@ -671,7 +671,7 @@ static void test_extreme_params(void **state) {
         distinct += !seen[tok]++;
     }
     assert_int_equal(distinct, NV);
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
 }
 
 /* ---- timing (printed, not asserted) -------------------------------------- */
@@ -718,7 +718,7 @@ static void test_timing(void **state) {
     time_config(s, lg, V, R, &b, "top_k off top_p=0.9");
     time_config(s, lg, V, R, &d, "top_k off top_p=1");
     time_config(s, lg, V, R, &c, "greedy");
-    zi_sampler_destroy(s);
+    zi_sampler_free(s);
     free(lg);
 }
 
