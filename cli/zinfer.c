@@ -32,7 +32,7 @@
 #include "sampler.h"
 #include "serve.h"
 #include "tokenizer.h"
-#include "wire.h"
+#include "utf8.h"
 
 #define ZI_VERSION "0.1.0"
 

@@ -17,7 +17,6 @@
 #include <stdint.h>
 
 #include "codec.h" /* zi_map_get */
-#include "utf8.h"  /* zi_utf8_valid, zi_utf8_clean: the processes validate and clean text */
 #include "zi_error.h"
 
 /* A message being built: a growing buffer and a packer writing into it. */
