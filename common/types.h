@@ -1,6 +1,7 @@
 /*
  * types.h - the request, sampling, context and response types every zinfer
- * process shares, re-expressed in C after the seed documents' Python types.
+ * process shares, re-expressed in C after the seed documents' Python types
+ * (docs/types.md says what the seeds are and maps every seed name).
  *
  * | seed type                       | here                          |
  * | ------------------------------- | ----------------------------- |

@@ -1,6 +1,7 @@
 /*
  * generator.h - the worker's token generator: the seeds' TokenGenerator /
- * TextGenerationPipeline, next_token(batch, num_steps) and release(context).
+ * TextGenerationPipeline, next_token(batch, num_steps) and release(context)
+ * (seed names: docs/types.md).
  *
  * A zi_generator owns one paged KV cache (a fixed pool of blocks, never
  * more memory than configured) over one model, and up to n_slots sequences.

@@ -1,8 +1,9 @@
 /*
  * kv_blocks.h - the block allocator of the paged KV cache, with prefix
- * caching (the bookkeeping half of the seeds' KVCacheMixin; the memory
- * itself is the model's zi_kv_cache, zi_kv_cache_create_paged), and fixed
- * block tables for callers without a scheduler (zi_kv_fixed, below).
+ * caching (the bookkeeping half of the seeds' KVCacheMixin, docs/types.md;
+ * the memory itself is the model's zi_kv_cache, zi_kv_cache_create_paged),
+ * and fixed block tables for callers without a scheduler (zi_kv_fixed,
+ * below).
  *
  * The cache is a fixed pool of n_blocks blocks of block_size token
  * positions, sized once from the memory budget, so KV memory can never
