@@ -26,7 +26,7 @@
 #include "backend_select.h"
 #include "cpu_backend.h"
 #include "generator.h"
-#include "kv_blocks.h"
+#include "kv_fixed.h"
 #include "log.h"
 #include "model.h"
 #include "sampler.h"
@@ -339,11 +339,14 @@ static int cmd_generate(const opts *o) {
             t.len += (size_t)w;
         }
         if (!o->json) printf("\n");
-        zi_log(&o->log, ZI_LOG_INFO,
-               "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu "
-               "tokens in %.3f s (%.1f tok/s); stop: %s",
-               n, t1 - t0, n / (t1 - t0 + 1e-9), n_out, t2 - t1,
-               n_out > 1 ? (n_out - 1) / (t2 - t1 + 1e-9) : 0.0, reason);
+        if (o->max_tokens == 0) /* nothing to generate: the prompt is not run */
+            zi_log(&o->log, ZI_LOG_INFO, "prompt %zu tokens, not run (--max-tokens 0)", n);
+        else
+            zi_log(&o->log, ZI_LOG_INFO,
+                   "prompt %zu tokens in %.3f s (%.1f tok/s); generated %zu "
+                   "tokens in %.3f s (%.1f tok/s); stop: %s",
+                   n, t1 - t0, n / (t1 - t0 + 1e-9), n_out, t2 - t1,
+                   n_out > 1 ? (n_out - 1) / (t2 - t1 + 1e-9) : 0.0, reason);
         if (o->json) {
             json_t *j = json_object();
             json_object_set_new(j, "prompt_token_ids", json_ids(ids, n));

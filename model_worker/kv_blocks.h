@@ -1,9 +1,7 @@
 /*
  * kv_blocks.h - the block allocator of the paged KV cache, with prefix
  * caching (the bookkeeping half of the seeds' KVCacheMixin, docs/types.md;
- * the memory itself is the model's zi_kv_cache, zi_kv_cache_create_paged),
- * and fixed block tables for callers without a scheduler (zi_kv_fixed,
- * below).
+ * the memory itself is the model's zi_kv_cache, zi_kv_cache_create_paged).
  *
  * The cache is a fixed pool of n_blocks blocks of block_size token
  * positions, sized once from the memory budget, so KV memory can never
@@ -35,7 +33,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model.h"
 #include "zi_error.h"
 
 typedef struct zi_kv_blocks zi_kv_blocks;
@@ -87,27 +84,5 @@ int32_t zi_kv_blocks_match(zi_kv_blocks *kb, const int32_t *tokens, int64_t n_to
 void zi_kv_blocks_get_stats(const zi_kv_blocks *kb, zi_kv_blocks_stats *out);
 /* Checks the invariant above; ZI_EINVAL naming the first violation. */
 int zi_kv_blocks_check(const zi_kv_blocks *kb, zi_error *err);
-
-/*
- * Fixed sequences, for code that feeds zi_model_forward directly with no
- * scheduler (`zinfer logits` and `zinfer bench`, the GPU tests): n_seqs
- * sequences of up to ctx positions each in a paged KV cache of exactly the
- * blocks they can need (ceil(ctx / ZI_KV_FIXED_BLOCK) each), every one
- * taken from a zi_kv_blocks pool up front, sequence 0's first. A batch's
- * seq[i] is then a sequence number, 0..n_seqs-1; zi_kv_fixed_use gives the
- * batch the tables.
- */
-#define ZI_KV_FIXED_BLOCK 16
-typedef struct zi_kv_fixed {
-    zi_kv_cache *kv;
-    int32_t *tables; /* [n_seqs][stride] block ids */
-    int32_t n_seqs, stride;
-} zi_kv_fixed;
-
-int zi_kv_fixed_create(zi_model *m, int32_t n_seqs, int32_t ctx, zi_kv_fixed *out, zi_error *err);
-/* Frees the cache (before the model) and the tables; a zeroed one is a no-op. */
-void zi_kv_fixed_free(zi_kv_fixed *f);
-/* Points b's block tables at f's. */
-void zi_kv_fixed_use(const zi_kv_fixed *f, zi_batch *b);
 
 #endif

@@ -24,7 +24,7 @@
 
 #include "args.h"
 #include "backend_select.h"
-#include "kv_blocks.h"
+#include "kv_fixed.h"
 #include "model.h"
 #include "sampler.h"
 

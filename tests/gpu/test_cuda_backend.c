@@ -42,7 +42,7 @@
 #include "cpu_backend.h"
 #include "cuda_backend.h"
 #include "gguf.h"
-#include "kv_blocks.h"
+#include "kv_fixed.h"
 #include "model.h"
 #include "quant.h"
 #include "sampling.h"

@@ -23,7 +23,7 @@
 #include "args.h"
 #include "cpu_backend.h"
 #include "generator.h"
-#include "kv_blocks.h"
+#include "kv_fixed.h"
 #include "model.h"
 #include "tokenizer.h"
 
