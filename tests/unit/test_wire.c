@@ -1,8 +1,8 @@
 /*
  * test_wire.c - cmocka tests for common/wire.c: reading fields out of a
  * msgpack map (present, absent, wrong type, out of range) and the field
- * path taken from an error message. UTF-8 validation and cleaning, which
- * wire.h passes on from common/utf8.h, are tested in test_utf8.c.
+ * path taken from an error message. UTF-8 validation and cleaning
+ * (common/utf8.h) are tested in test_utf8.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
