@@ -590,13 +590,9 @@ int zi_chat_template_compile(const char *src, size_t len, zi_chat_template **out
         return zi_error_set(err, ZI_ERANGE, "chat template: %zu bytes, more than the limit of %zu",
                             len, ZI_CHAT_TEMPLATE_MAX_SOURCE);
     size_t bad = zi_utf8_bad_at(src ? src : "", len);
-    if (bad < len) {
-        unsigned line, col;
-        ct_location(src, len, bad, &line, &col);
-        return zi_error_set(err, ZI_EINVAL,
-                            "chat template line %u col %u: not valid UTF-8 (byte %zu)", line, col,
-                            bad);
-    }
+    if (bad < len)
+        return ct_error_at(err, ZI_EINVAL, src, len, bad, "chat template ",
+                           "not valid UTF-8 (byte %zu)", bad);
     zi_chat_template *t = calloc(1, sizeof *t);
     if (!t) return zi_error_set(err, ZI_ENOMEM, "chat template: out of memory");
     ct_arena_init(&t->arena, 0);

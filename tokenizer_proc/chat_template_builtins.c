@@ -320,12 +320,18 @@ static int affix(ct_ctx *c, size_t off, const ct_value *s, const ct_value *arg, 
     return ZI_OK;
 }
 
+int ct_iterate_new_list(ct_ctx *c, size_t off, const ct_value *v, const ct_value **items, size_t *n,
+                        ct_list **l) {
+    TRY(ct_iterate(c, off, v, items, n));
+    *l = ct_list_new(c, *n);
+    return *l ? ZI_OK : ct_oom(c, off);
+}
+
 int ct_list_of(ct_ctx *c, size_t off, const ct_value *v, ct_value *out) {
     const ct_value *items;
     size_t n;
-    TRY(ct_iterate(c, off, v, &items, &n));
-    ct_list *l = ct_list_new(c, n);
-    if (!l) return ct_oom(c, off);
+    ct_list *l;
+    TRY(ct_iterate_new_list(c, off, v, &items, &n, &l));
     if (n) memcpy(l->v, items, n * sizeof *items);
     l->n = n;
     *out = ct_seq_value(CT_V_LIST, l);
@@ -612,10 +618,7 @@ enum {
     T_UPPER,
 };
 
-static const struct {
-    const char *name;
-    int id;
-} tests[] = {
+static const ct_named tests[] = {
     {"boolean", T_BOOLEAN},
     {"callable", T_CALLABLE},
     {"defined", T_DEFINED},
@@ -655,9 +658,7 @@ static const struct {
 };
 
 int ct_test_id(const char *name, size_t n) {
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++)
-        if (ct_name_eq(name, n, tests[i].name)) return tests[i].id;
-    return -1;
+    return CT_NAMED_ID(tests, name, n);
 }
 
 /* str.islower / str.isupper: some cased character, none of the other case. */
@@ -673,6 +674,17 @@ static int case_test(ct_ctx *c, const ct_value *s, int upper) {
     return cased;
 }
 
+/* The comparison (CT_CMP_*) a comparison test stands for, -1 for the others. */
+static int test_cmp(int id) {
+    static const struct {
+        int test, cmp;
+    } map[] = {{T_EQ, CT_CMP_EQ}, {T_NE, CT_CMP_NE}, {T_LT, CT_CMP_LT}, {T_LE, CT_CMP_LE},
+               {T_GT, CT_CMP_GT}, {T_GE, CT_CMP_GE}, {T_IN, CT_CMP_IN}};
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (map[i].test == id) return map[i].cmp;
+    return -1;
+}
+
 int ct_apply_test(ct_ctx *c, size_t off, int id, const char *name, size_t nlen, const ct_value *v,
                   const ct_value *args, size_t nargs, const ct_kwarg *kw, size_t nkw, int *result) {
     static const char *const p1[] = {"other"};
@@ -680,10 +692,11 @@ int ct_apply_test(ct_ctx *c, size_t off, int id, const char *name, size_t nlen, 
     if (id < 0)
         return ct_fail(c, off, ZI_EUNSUPPORTED, "no test named '%.*s'",
                        (int)(nlen > 60 ? 60 : nlen), name);
-    int takes_arg = id == T_DIVISIBLEBY || id == T_EQ || id == T_NE || id == T_LT || id == T_LE ||
-                    id == T_GT || id == T_GE || id == T_IN || id == T_SAMEAS;
+    int cmp = test_cmp(id);
+    int takes_arg = cmp >= 0 || id == T_DIVISIBLEBY || id == T_SAMEAS;
     TRY(ct_bind(c, off, "test", p1, takes_arg ? 1 : 0, args, nargs, kw, nkw, a));
     if (takes_arg && !a[0]) return ct_fail(c, off, ZI_EINVAL, "this test needs an argument");
+    if (cmp >= 0) return ct_compare(c, off, cmp, v, a[0], result);
     int r = 0;
     switch (id) {
     case T_BOOLEAN:
@@ -712,27 +725,6 @@ int ct_apply_test(ct_ctx *c, size_t off, int id, const char *name, size_t nlen, 
         r = ct_equal(c, &m, &want);
         break;
     }
-    case T_EQ:
-        TRY(ct_compare(c, off, CT_CMP_EQ, v, a[0], &r));
-        break;
-    case T_NE:
-        TRY(ct_compare(c, off, CT_CMP_NE, v, a[0], &r));
-        break;
-    case T_LT:
-        TRY(ct_compare(c, off, CT_CMP_LT, v, a[0], &r));
-        break;
-    case T_LE:
-        TRY(ct_compare(c, off, CT_CMP_LE, v, a[0], &r));
-        break;
-    case T_GT:
-        TRY(ct_compare(c, off, CT_CMP_GT, v, a[0], &r));
-        break;
-    case T_GE:
-        TRY(ct_compare(c, off, CT_CMP_GE, v, a[0], &r));
-        break;
-    case T_IN:
-        TRY(ct_compare(c, off, CT_CMP_IN, v, a[0], &r));
-        break;
     case T_FALSE:
         r = v->t == CT_V_BOOL && !v->u.i;
         break;

@@ -53,10 +53,7 @@ enum {
     F_COUNT /* the number of filters */
 };
 
-static const struct {
-    const char *name;
-    int id;
-} filters[] = {
+static const ct_named filters[] = {
     {"abs", F_ABS},
     {"capitalize", F_CAPITALIZE},
     {"count", F_LENGTH},
@@ -92,9 +89,7 @@ static const struct {
 };
 
 int ct_filter_id(const char *name, size_t n) {
-    for (size_t i = 0; i < sizeof filters / sizeof filters[0]; i++)
-        if (ct_name_eq(name, n, filters[i].name)) return filters[i].id;
-    return -1;
+    return CT_NAMED_ID(filters, name, n);
 }
 
 /* item[attr] along a dotted path ("a.b", "0"), as jinja2's attrgetter. */
@@ -124,92 +119,101 @@ static int attr_path(ct_ctx *c, size_t off, const ct_value *item, const ct_value
     return ZI_OK;
 }
 
+/* What map or select does to each item of a sequence: follow the
+ * attribute path `attr` (map: falling back to `dflt` when undefined), then
+ * map applies filter `id` when there is no attribute path, and select keeps
+ * the items whose test `id` (-2: truthiness) gives `keep`. */
+typedef struct item_op {
+    int is_map;
+    const ct_value *attr, *dflt;
+    int id;
+    const char *name; /* the filter's or test's name as written */
+    size_t nlen;
+    const ct_value *args; /* its arguments */
+    size_t nargs;
+    int keep;
+} item_op;
+
+/* Takes the string naming the filter or test (a type error naming `what`
+ * otherwise) off the front of op's arguments; *id is its builtin id. */
+static int shift_name(ct_ctx *c, size_t off, const char *what, item_op *op,
+                      int (*lookup)(const char *, size_t)) {
+    TRY(ct_need_str(c, off, what, &op->args[0]));
+    op->name = op->args[0].u.s.p;
+    op->nlen = op->args[0].u.s.n;
+    op->id = lookup(op->name, op->nlen);
+    op->args++;
+    op->nargs--;
+    return ZI_OK;
+}
+
+/* The list map or select makes of seq. */
+static int map_or_select(ct_ctx *c, size_t off, const ct_value *seq, const item_op *op,
+                         ct_value *out) {
+    const ct_value *items;
+    size_t n;
+    ct_list *l;
+    TRY(ct_iterate_new_list(c, off, seq, &items, &n, &l));
+    for (size_t i = 0; i < n; i++) {
+        TRY(ct_charge(c, off, 1));
+        ct_value x = items[i];
+        if (op->attr) {
+            TRY(attr_path(c, off, &items[i], op->attr, &x));
+            if (x.t == CT_V_UNDEF && op->dflt) x = *op->dflt;
+        }
+        if (op->is_map) {
+            if (!op->attr)
+                TRY(ct_apply_filter(c, off, op->id, op->name, op->nlen, &items[i], op->args,
+                                    op->nargs, NULL, 0, &x));
+            l->v[l->n++] = x;
+            continue;
+        }
+        int r;
+        if (op->id == -2)
+            r = ct_truthy(&x);
+        else
+            TRY(ct_apply_test(c, off, op->id, op->name, op->nlen, &x, op->args, op->nargs, NULL, 0,
+                              &r));
+        if (r == op->keep) l->v[l->n++] = items[i];
+    }
+    *out = ct_seq_value(CT_V_LIST, l);
+    return ZI_OK;
+}
+
 /* select / reject / selectattr / rejectattr. */
 static int select_filter(ct_ctx *c, size_t off, const ct_value *seq, const ct_value *args,
                          size_t nargs, const ct_kwarg *kw, size_t nkw, int by_attr, int keep,
                          ct_value *out) {
     (void)kw;
     if (nkw) return ct_fail(c, off, ZI_EUNSUPPORTED, "keyword arguments to select/reject");
-    const ct_value *attr = NULL;
+    item_op op = {.id = -2, .name = "", .args = args, .nargs = nargs, .keep = keep};
     if (by_attr) {
-        if (nargs < 1) return ct_fail(c, off, ZI_EINVAL, "missing parameter for attribute name");
-        attr = &args[0];
-        args++;
-        nargs--;
+        if (op.nargs < 1) return ct_fail(c, off, ZI_EINVAL, "missing parameter for attribute name");
+        op.attr = &op.args[0];
+        op.args++;
+        op.nargs--;
     }
-    int test = -2; /* -2: truthiness */
-    const char *ct_tname = "";
-    size_t tlen = 0;
-    if (nargs) {
-        TRY(ct_need_str(c, off, "test name", &args[0]));
-        ct_tname = args[0].u.s.p;
-        tlen = args[0].u.s.n;
-        test = ct_test_id(ct_tname, tlen);
-        args++;
-        nargs--;
-    }
-    const ct_value *items;
-    size_t n;
-    TRY(ct_iterate(c, off, seq, &items, &n));
-    ct_list *l = ct_list_new(c, n);
-    if (!l) return ct_oom(c, off);
-    for (size_t i = 0; i < n; i++) {
-        TRY(ct_charge(c, off, 1));
-        ct_value x = items[i];
-        if (attr) TRY(attr_path(c, off, &items[i], attr, &x));
-        int r;
-        if (test == -2)
-            r = ct_truthy(&x);
-        else
-            TRY(ct_apply_test(c, off, test, ct_tname, tlen, &x, args, nargs, NULL, 0, &r));
-        if (r == keep) l->v[l->n++] = items[i];
-    }
-    *out = ct_seq_value(CT_V_LIST, l);
-    return ZI_OK;
+    if (op.nargs) TRY(shift_name(c, off, "test name", &op, ct_test_id));
+    return map_or_select(c, off, seq, &op, out);
 }
 
 static int map_filter(ct_ctx *c, size_t off, const ct_value *seq, const ct_value *args,
                       size_t nargs, const ct_kwarg *kw, size_t nkw, ct_value *out) {
-    const ct_value *attr = NULL, *dflt = NULL;
+    item_op op = {.is_map = 1, .id = -1, .args = args, .nargs = nargs};
     for (size_t k = 0; k < nkw; k++) {
         if (ct_name_eq(kw[k].name, kw[k].len, "attribute"))
-            attr = &kw[k].v;
+            op.attr = &kw[k].v;
         else if (ct_name_eq(kw[k].name, kw[k].len, "default"))
-            dflt = &kw[k].v;
+            op.dflt = &kw[k].v;
         else
             return ct_fail(c, off, ZI_EINVAL, "map: unexpected keyword argument '%.*s'",
                            (int)kw[k].len, kw[k].name);
     }
-    int fid = -1;
-    const char *fname = NULL;
-    size_t flen = 0;
-    if (!attr) {
-        if (nargs < 1) return ct_fail(c, off, ZI_EINVAL, "map requires a filter argument");
-        TRY(ct_need_str(c, off, "filter name", &args[0]));
-        fname = args[0].u.s.p;
-        flen = args[0].u.s.n;
-        fid = ct_filter_id(fname, flen);
-        args++;
-        nargs--;
+    if (!op.attr) {
+        if (op.nargs < 1) return ct_fail(c, off, ZI_EINVAL, "map requires a filter argument");
+        TRY(shift_name(c, off, "filter name", &op, ct_filter_id));
     }
-    const ct_value *items;
-    size_t n;
-    TRY(ct_iterate(c, off, seq, &items, &n));
-    ct_list *l = ct_list_new(c, n);
-    if (!l) return ct_oom(c, off);
-    for (size_t i = 0; i < n; i++) {
-        TRY(ct_charge(c, off, 1));
-        ct_value x;
-        if (attr) {
-            TRY(attr_path(c, off, &items[i], attr, &x));
-            if (x.t == CT_V_UNDEF && dflt) x = *dflt;
-        } else {
-            TRY(ct_apply_filter(c, off, fid, fname, flen, &items[i], args, nargs, NULL, 0, &x));
-        }
-        l->v[l->n++] = x;
-    }
-    *out = ct_seq_value(CT_V_LIST, l);
-    return ZI_OK;
+    return map_or_select(c, off, seq, &op, out);
 }
 
 static int is_digit_c(char ch) {
@@ -716,9 +720,8 @@ static int f_reverse(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
                      (v->t == CT_V_LIST && v->uk >= CT_SEQ_ITEMS && v->uk <= CT_SEQ_VALUES);
     const ct_value *items;
     size_t n;
-    TRY(ct_iterate(c, off, v, &items, &n));
-    ct_list *l = ct_list_new(c, n);
-    if (!l) return ct_oom(c, off);
+    ct_list *l;
+    TRY(ct_iterate_new_list(c, off, v, &items, &n, &l));
     for (size_t i = 0; i < n; i++) l->v[l->n++] = items[n - 1 - i];
     *out = ct_gen_value(l, reversible ? CT_SEQ_REVERSED : CT_SEQ_LIST);
     return ZI_OK;

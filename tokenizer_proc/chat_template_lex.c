@@ -15,6 +15,7 @@
  *  - inside a tag, an end marker only counts while brackets are balanced.
  */
 #include "chat_template_lex.h"
+#include "unicode.h"
 #include "utf8.h"
 
 #include <errno.h>
@@ -85,6 +86,18 @@ void ct_location(const char *src, size_t len, size_t off, unsigned *line, unsign
     *col = c;
 }
 
+int ct_error_at(zi_error *err, int code, const char *src, size_t len, size_t off,
+                const char *prefix, const char *fmt, ...) {
+    char msg[ZI_ERROR_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    unsigned line, col;
+    ct_location(src, len, off, &line, &col);
+    return zi_error_set(err, code, "%sline %u col %u: %s", prefix, line, col, msg);
+}
+
 /* ---- tokens ------------------------------------------------------------ */
 
 /* Operators, longest first so that "//" wins over "/". */
@@ -119,18 +132,9 @@ typedef struct lexer {
     int line_starting; /* the previous match ended with a newline */
 } lexer;
 
-static int lerr(lexer *lx, int code, size_t off, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int lerr(lexer *lx, int code, size_t off, const char *fmt, ...) {
-    char msg[ZI_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    unsigned line, col;
-    ct_location(lx->src, lx->n, off, &line, &col);
-    return zi_error_set(lx->err, code, "line %u col %u: %s", line, col, msg);
-}
+/* Records a syntax error at source offset `off` ("line L col C: ..."). */
+#define lerr(lx, code, off, ...)                                                                   \
+    ct_error_at((lx)->err, code, (lx)->src, (lx)->n, off, "", __VA_ARGS__)
 
 static ct_token *push_tok(lexer *lx, int type, size_t off) {
     if (lx->ntok == lx->cap) {
@@ -331,29 +335,6 @@ static int hexval(int c) {
     return c - 'A' + 10;
 }
 
-static size_t put_utf8(char *o, uint32_t cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xC0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xE0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        o[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    o[0] = (char)(0xF0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    o[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* A string literal, unescaped the way jinja2 does it (Python's
  * "unicode-escape" codec applied after backslash-replacing non-ASCII). */
 static int lex_string(lexer *lx) {
@@ -426,7 +407,7 @@ static int lex_string(lexer *lx) {
             if (v > 0x10FFFF) return lerr(lx, ZI_EFORMAT, at, "illegal Unicode character escape");
             if (v >= 0xD800 && v <= 0xDFFF)
                 return lerr(lx, ZI_EUNSUPPORTED, at, "surrogate escape in string literal");
-            k += put_utf8(o + k, v);
+            k += zi_utf8_encode(v, (unsigned char *)o + k);
             break;
         }
         case 'N':
@@ -436,7 +417,7 @@ static int lex_string(lexer *lx) {
                 uint32_t v = (uint32_t)(e - '0');
                 for (int h = 0; h < 2 && j < end && is_oct((unsigned char)lx->src[j]); h++, j++)
                     v = v * 8 + (uint32_t)(lx->src[j] - '0');
-                k += put_utf8(o + k, v);
+                k += zi_utf8_encode(v, (unsigned char *)o + k);
             } else if ((unsigned char)e >= 0x80) {
                 /* Python turned the character into \xNN/\uNNNN/\UNNNNNNNN
                  * before decoding; the backslash escapes that backslash. */
@@ -467,6 +448,16 @@ static int lex_string(lexer *lx) {
 
 /* Lexes the inside of a {{ }} or {% %} tag opened at tag_off, up to and
  * including its end marker. */
+/* A block tag's end marker at i: where the text after it starts ("+%}"
+ * eats nothing, "-%}" all following whitespace, "%}" one newline), or 0
+ * when there is none. */
+static size_t block_end_at(const lexer *lx, size_t i) {
+    if (starts(lx, i, "+%}")) return i + 3;
+    if (starts(lx, i, "-%}")) return i + 3 + space_prefix(lx->src + i + 3, lx->n - i - 3);
+    if (starts(lx, i, "%}")) return i + 2 + (starts(lx, i + 2, "\n") ? 1 : 0);
+    return 0;
+}
+
 static int lex_tag(lexer *lx, int is_block, size_t tag_off) {
     char stack[CT_MAX_NESTING];
     size_t depth = 0;
@@ -479,12 +470,7 @@ static int lex_tag(lexer *lx, int is_block, size_t tag_off) {
         if (depth == 0) {
             size_t end = 0;
             if (is_block) {
-                if (starts(lx, i, "+%}"))
-                    end = i + 3;
-                else if (starts(lx, i, "-%}"))
-                    end = i + 3 + space_prefix(lx->src + i + 3, lx->n - i - 3);
-                else if (starts(lx, i, "%}"))
-                    end = i + 2 + (starts(lx, i + 2, "\n") ? 1 : 0);
+                end = block_end_at(lx, i);
             } else {
                 if (starts(lx, i, "-}}"))
                     end = i + 3 + space_prefix(lx->src + i + 3, lx->n - i - 3);
@@ -572,13 +558,7 @@ static int lex_raw_body(lexer *lx, size_t tag_off) {
         if (!starts(lx, j, "endraw")) continue;
         j += 6;
         j += space_prefix(lx->src + j, lx->n - j);
-        size_t end = 0;
-        if (starts(lx, j, "+%}"))
-            end = j + 3;
-        else if (starts(lx, j, "-%}"))
-            end = j + 3 + space_prefix(lx->src + j + 3, lx->n - j - 3);
-        else if (starts(lx, j, "%}"))
-            end = j + 2 + (starts(lx, j + 2, "\n") ? 1 : 0);
+        size_t end = block_end_at(lx, j);
         if (!end) continue;
         int rc = emit_text(lx, lx->pos, i, sign, 0);
         if (rc) return rc;

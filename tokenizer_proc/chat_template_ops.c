@@ -336,6 +336,10 @@ static int contains(ct_ctx *c, size_t off, const ct_value *item, const ct_value 
     }
 }
 
+static int is_nan(const ct_value *v) {
+    return v->t == CT_V_FLOAT && isnan(v->u.f);
+}
+
 int ct_compare(ct_ctx *c, size_t off, int op, const ct_value *a, const ct_value *b, int *result) {
     int r = 0;
     switch (op) {
@@ -351,19 +355,15 @@ int ct_compare(ct_ctx *c, size_t off, int op, const ct_value *a, const ct_value 
     case CT_CMP_GT:
         TRY(ct_less(c, off, b, a, ">", &r));
         break;
+    /* a <= b is not (b < a) only for totally ordered values; NaN aside
+     * that holds for numbers and strings, and lists compare the same way. */
     case CT_CMP_LE:
         TRY(ct_less(c, off, b, a, "<=", &r));
-        r = !r;
-        /* a <= b is not (b < a) only for totally ordered values; NaN aside
-         * that holds for numbers and strings, and lists compare the same way. */
-        if (a->t == CT_V_FLOAT && isnan(a->u.f)) r = 0;
-        if (b->t == CT_V_FLOAT && isnan(b->u.f)) r = 0;
+        r = !r && !is_nan(a) && !is_nan(b);
         break;
     case CT_CMP_GE:
         TRY(ct_less(c, off, a, b, ">=", &r));
-        r = !r;
-        if (a->t == CT_V_FLOAT && isnan(a->u.f)) r = 0;
-        if (b->t == CT_V_FLOAT && isnan(b->u.f)) r = 0;
+        r = !r && !is_nan(a) && !is_nan(b);
         break;
     case CT_CMP_IN:
         TRY(contains(c, off, a, b, &r));
@@ -429,35 +429,33 @@ int ct_iterate(ct_ctx *c, size_t off, const ct_value *v, const ct_value **items,
     }
 }
 
-static const struct {
-    const char *name;
-    int id;
-} str_methods[] =
-    {
-        {"strip", CT_F_STRIP},
-        {"lstrip", CT_F_LSTRIP},
-        {"rstrip", CT_F_RSTRIP},
-        {"lower", CT_F_LOWER},
-        {"upper", CT_F_UPPER},
-        {"title", CT_F_TITLE},
-        {"capitalize", CT_F_CAPITALIZE},
-        {"startswith", CT_F_STARTSWITH},
-        {"endswith", CT_F_ENDSWITH},
-        {"replace", CT_F_REPLACE},
-        {"split", CT_F_SPLIT},
-        {"join", CT_F_JOIN},
-        {"find", CT_F_FIND},
-        {"count", CT_F_COUNT},
-},
-  dict_methods[] = {{"items", CT_F_ITEMS},
-                    {"keys", CT_F_KEYS},
-                    {"values", CT_F_VALUES},
-                    {"get", CT_F_GET}},
-  globals[] = {{"range", CT_F_RANGE},
-               {"namespace", CT_F_NAMESPACE},
-               {"dict", CT_F_DICT},
-               {"raise_exception", CT_F_RAISE},
-               {"strftime_now", CT_F_STRFTIME}};
+/* The methods of str and dict values, and the global functions. */
+static const ct_named str_methods[] = {
+    {"strip", CT_F_STRIP},
+    {"lstrip", CT_F_LSTRIP},
+    {"rstrip", CT_F_RSTRIP},
+    {"lower", CT_F_LOWER},
+    {"upper", CT_F_UPPER},
+    {"title", CT_F_TITLE},
+    {"capitalize", CT_F_CAPITALIZE},
+    {"startswith", CT_F_STARTSWITH},
+    {"endswith", CT_F_ENDSWITH},
+    {"replace", CT_F_REPLACE},
+    {"split", CT_F_SPLIT},
+    {"join", CT_F_JOIN},
+    {"find", CT_F_FIND},
+    {"count", CT_F_COUNT},
+};
+static const ct_named dict_methods[] = {
+    {"items", CT_F_ITEMS},
+    {"keys", CT_F_KEYS},
+    {"values", CT_F_VALUES},
+    {"get", CT_F_GET},
+};
+static const ct_named globals[] = {
+    {"range", CT_F_RANGE},           {"namespace", CT_F_NAMESPACE},   {"dict", CT_F_DICT},
+    {"raise_exception", CT_F_RAISE}, {"strftime_now", CT_F_STRFTIME},
+};
 
 static int func_value(ct_ctx *c, size_t off, int id, const ct_value *self, ct_value *out) {
     ct_func *f = ct_alloc(&c->arena, sizeof *f);
@@ -472,19 +470,13 @@ static int func_value(ct_ctx *c, size_t off, int id, const ct_value *self, ct_va
 }
 
 int ct_is_global(const char *name, size_t n) {
-    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
-        if (ct_name_eq(name, n, globals[i].name)) return 1;
-    return 0;
+    return CT_NAMED_ID(globals, name, n) >= 0;
 }
 
 int ct_global(ct_ctx *c, size_t off, const char *name, size_t n, ct_value *out, int *found) {
-    *found = 0;
-    for (size_t i = 0; i < sizeof globals / sizeof globals[0]; i++)
-        if (ct_name_eq(name, n, globals[i].name)) {
-            *found = 1;
-            return func_value(c, off, globals[i].id, NULL, out);
-        }
-    return ZI_OK;
+    int id = CT_NAMED_ID(globals, name, n);
+    *found = id >= 0;
+    return *found ? func_value(c, off, id, NULL, out) : ZI_OK;
 }
 
 static int loop_attr(ct_ctx *c, size_t off, const ct_value *obj, const char *name, size_t n,
@@ -526,15 +518,14 @@ int ct_getattr(ct_ctx *c, size_t off, const ct_value *obj, const char *name, siz
         return ct_undefined_error(c, off, obj);
     case CT_V_LOOP:
         return loop_attr(c, off, obj, name, n, out);
-    case CT_V_STR:
-        for (size_t i = 0; i < sizeof str_methods / sizeof str_methods[0]; i++)
-            if (ct_name_eq(name, n, str_methods[i].name))
-                return func_value(c, off, str_methods[i].id, obj, out);
+    case CT_V_STR: {
+        int id = CT_NAMED_ID(str_methods, name, n);
+        if (id >= 0) return func_value(c, off, id, obj, out);
         break;
+    }
     case CT_V_DICT: {
-        for (size_t i = 0; i < sizeof dict_methods / sizeof dict_methods[0]; i++)
-            if (ct_name_eq(name, n, dict_methods[i].name))
-                return func_value(c, off, dict_methods[i].id, obj, out);
+        int id = CT_NAMED_ID(dict_methods, name, n);
+        if (id >= 0) return func_value(c, off, id, obj, out);
         ct_value *v = ct_dict_get_str(obj->u.d, name, n);
         if (v) {
             *out = *v;

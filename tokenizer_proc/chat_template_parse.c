@@ -10,7 +10,6 @@
  */
 #include "chat_template_parse.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,18 +31,8 @@ typedef struct parser {
     int (*resolve_test)(const char *, size_t);
 } parser;
 
-static int perr(parser *p, int code, size_t off, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int perr(parser *p, int code, size_t off, const char *fmt, ...) {
-    char msg[ZI_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    unsigned line, col;
-    ct_location(p->src, p->n, off, &line, &col);
-    return zi_error_set(p->err, code, "line %u col %u: %s", line, col, msg);
-}
+/* Records a syntax error at source offset `off` ("line L col C: ..."). */
+#define perr(p, code, off, ...) ct_error_at((p)->err, code, (p)->src, (p)->n, off, "", __VA_ARGS__)
 
 static ct_token *cur(parser *p) {
     return &p->t[p->i];
@@ -1020,14 +1009,13 @@ int ct_parse(ct_arena *a, const char *src, size_t len, int (*resolve_filter)(con
     ct_token *toks = NULL;
     int rc = ct_lex(a, s, n, err, &toks);
     if (rc == ZI_OK) {
-        parser p = {0};
-        p.t = toks;
-        p.a = a;
-        p.err = err;
-        p.src = s;
-        p.n = n;
-        p.resolve_filter = resolve_filter;
-        p.resolve_test = resolve_test;
+        parser p = {.t = toks,
+                    .a = a,
+                    .err = err,
+                    .src = s,
+                    .n = n,
+                    .resolve_filter = resolve_filter,
+                    .resolve_test = resolve_test};
         rc = subparse(&p, NULL, out);
         if (rc == ZI_OK && cur(&p)->type != TK_EOF) rc = unexpected(&p, NULL);
     }

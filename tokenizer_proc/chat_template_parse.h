@@ -143,6 +143,14 @@ int ct_parse(ct_arena *a, const char *src, size_t len, int (*resolve_filter)(con
  * normalised source. */
 void ct_location(const char *src, size_t len, size_t off, unsigned *line, unsigned *col);
 
+/* Records "<prefix>line L col C: <message>" in err and returns code: L and C
+ * locate byte `off` of src[0..len) (ct_location), the message is fmt's. The
+ * one place the engine's located errors are worded: the lexer and the
+ * parser pass prefix "" (zi_chat_template_compile adds "chat template "),
+ * the evaluator "chat template " (ct_fail). */
+int ct_error_at(zi_error *err, int code, const char *src, size_t len, size_t off,
+                const char *prefix, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
 /* Python's str.isspace for one codepoint (what jinja2's \s and strip use). */
 int ct_is_space(uint32_t cp);
 /* Length of the whitespace suffix of s[0..n) in bytes (Python rstrip). */

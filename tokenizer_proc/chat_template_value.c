@@ -27,17 +27,6 @@
 
 /* ---- context ------------------------------------------------------------ */
 
-int ct_fail(ct_ctx *c, size_t off, int code, const char *fmt, ...) {
-    char msg[ZI_ERROR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    unsigned line, col;
-    ct_location(c->src, c->src_len, off, &line, &col);
-    return zi_error_set(c->err, code, "chat template line %u col %u: %s", line, col, msg);
-}
-
 int ct_charge(ct_ctx *c, size_t off, size_t n) {
     c->steps += n;
     if (c->steps > c->max_steps)
@@ -655,21 +644,16 @@ static int json_newline(ct_buf *b, const ct_json_opts *o, int level) {
 
 /* The JSON text of a dict key (json.dumps converts scalar keys). */
 static int json_key(ct_ctx *c, size_t off, const ct_value *k, ct_buf *b, const ct_json_opts *o) {
-    char num[64];
     switch (k->t) {
     case CT_V_STR:
         return json_str(b, k->u.s.p, k->u.s.n, o->ensure_ascii);
     case CT_V_NONE:
-        return ct_buf_addz(b, "\"null\"");
     case CT_V_BOOL:
-        return ct_buf_addz(b, k->u.i ? "\"true\"" : "\"false\"");
     case CT_V_INT:
-        return buf_printf(b, "\"%lld\"", (long long)k->u.i);
-    case CT_V_FLOAT:
-        if (isnan(k->u.f)) return ct_buf_addz(b, "\"NaN\"");
-        if (isinf(k->u.f)) return ct_buf_addz(b, k->u.f < 0 ? "\"-Infinity\"" : "\"Infinity\"");
-        format_float(k->u.f, num, sizeof num);
-        return buf_printf(b, "\"%s\"", num);
+    case CT_V_FLOAT: /* the scalar's own JSON text, quoted */
+        TRY(ct_buf_addc(b, '"'));
+        TRY(ct_json_dump(c, off, k, b, o, 0));
+        return ct_buf_addc(b, '"');
     default:
         return ct_fail(c, off, ZI_EINVAL,
                        "tojson: keys must be str, int, float, bool or None, not %s", ct_tname(k));

@@ -127,9 +127,10 @@ typedef struct ct_ctx {
 void ct_ctx_release(ct_ctx *c);
 
 /* Records "chat template line L col C: ..." for source offset `off` and
- * returns code. */
-int ct_fail(ct_ctx *c, size_t off, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+ * returns code (a macro over ct_error_at, so that printf-style arguments
+ * are still checked against the format). */
+#define ct_fail(c, off, code, ...)                                                                 \
+    ct_error_at((c)->err, code, (c)->src, (c)->src_len, off, "chat template ", __VA_ARGS__)
 /* Counts n units of work against max_steps. */
 int ct_charge(ct_ctx *c, size_t off, size_t n);
 /* Enters / leaves one level of nesting (ZI_ERANGE past the limit). */

@@ -73,6 +73,21 @@ static inline int ct_name_eq(const char *a, size_t n, const char *z) {
     return strlen(z) == n && memcmp(a, z, n) == 0;
 }
 
+/* One entry of a table of names a template may use (filters, tests,
+ * globals, methods) and the builtin id each stands for. */
+typedef struct ct_named {
+    const char *name;
+    int id;
+} ct_named;
+
+/* The id of name[0..n) in table[0..count), -1 when absent. */
+static inline int ct_named_id(const ct_named *table, size_t count, const char *name, size_t n) {
+    for (size_t i = 0; i < count; i++)
+        if (ct_name_eq(name, n, table[i].name)) return table[i].id;
+    return -1;
+}
+#define CT_NAMED_ID(table, name, n) ct_named_id(table, sizeof table / sizeof table[0], name, n)
+
 /* ---- UTF-8 -------------------------------------------------------------- */
 
 /* Strings inside a render are always valid UTF-8 (inputs are validated and
@@ -199,6 +214,10 @@ int ct_replace(ct_ctx *c, size_t off, const ct_value *s, const ct_value *old, co
 /* Joins str() of every item with sep. */
 int ct_join_items(ct_ctx *c, size_t off, const ct_value *items, size_t n, const char *sep,
                   size_t seplen, ct_value *out);
+/* The items of iterable v (ct_iterate) and an empty list *l with room for
+ * all of them: how list(), reverse, map and select start. */
+int ct_iterate_new_list(ct_ctx *c, size_t off, const ct_value *v, const ct_value **items, size_t *n,
+                        ct_list **l);
 /* list(v). */
 int ct_list_of(ct_ctx *c, size_t off, const ct_value *v, ct_value *out);
 /* dict.items() of d. */
