@@ -537,8 +537,6 @@ static int as_generator(ct_ctx *c, int rc, ct_value *out) {
  * NULL for a parameter that was not given. */
 typedef struct filter_call {
     int id;
-    const char *name; /* as the template wrote it */
-    size_t nlen;
     const ct_value *v;
     const ct_value *args;
     size_t nargs;
@@ -819,7 +817,7 @@ int ct_apply_filter(ct_ctx *c, size_t off, int id, const char *name, size_t nlen
         return ct_fail(c, off, ZI_EUNSUPPORTED, "no filter named '%.*s'",
                        (int)(nlen > 60 ? 60 : nlen), name);
     const struct filter_def *d = &filter_defs[id];
-    filter_call f = {id, name, nlen, v, args, nargs, kw, nkw, {NULL, NULL, NULL, NULL}};
+    filter_call f = {id, v, args, nargs, kw, nkw, {NULL, NULL, NULL, NULL}};
     if (d->fname)
         TRY(ct_bind(c, off, d->fname, d->params, d->np, args, nargs, kw, nkw,
                     f.a));
