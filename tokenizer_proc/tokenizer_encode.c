@@ -1,0 +1,164 @@
+/*
+ * tokenizer_encode.c - zi_tokenizer_encode: text to token ids, driving the
+ * stages in llama.cpp's order.
+ *
+ *  1. Special-token partition. Control/unknown tokens (only when
+ *     parse_special is set) and user-defined tokens (always) are searched
+ *     for in the raw text, longest text first; every occurrence in the
+ *     still-raw fragments becomes that token, splitting the fragment.
+ *  2. Normalisation of each raw fragment: bytes that are not valid UTF-8
+ *     become U+FFFD and odd-but-structurally-valid sequences (overlong forms)
+ *     are re-encoded, because llama.cpp decodes to codepoints and re-encodes
+ *     before BPE. Ordinary valid text is left untouched (and not copied).
+ *  3. Pre-tokenization of the clean text (tokenizer_pretok.c), and
+ *  4. BPE on each piece (tokenizer_bpe.c).
+ *
+ * BOS/EOS are added around the result as the file says.
+ */
+#include "tokenizer.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer_impl.h"
+#include "unicode.h"
+
+/* A stretch of the input text: raw text still to encode, or the text of one
+ * special token found by the partition. */
+typedef struct tok_fragment {
+    size_t off, len;
+    int32_t token; /* -1: raw text */
+} fragment;
+
+/* Encodes one raw fragment: normalises it first when it holds bytes that
+ * do not survive llama.cpp's decode/re-encode round trip unchanged. */
+static int encode_raw(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idvec *out) {
+    size_t i = 0;
+    int clean = 1;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        uint32_t cp;
+        size_t l = zi_utf8_decode(s + i, n - i, &cp);
+        unsigned char u[4];
+        /* Same length means same bytes; an invalid byte decodes to U+FFFD
+         * from one byte and an overlong form to a shorter encoding. */
+        if (zi_utf8_encode(cp, u) != l) {
+            clean = 0;
+            break;
+        }
+        i += l;
+    }
+    if (clean) return tok_pretok_encode(t, s, n, out);
+
+    /* Every input byte yields at most 3 output bytes (U+FFFD). */
+    if (n > (SIZE_MAX - 16) / 3) return ZI_ERANGE;
+    if (3 * n > t->norm_cap) {
+        unsigned char *b = realloc(t->norm, 3 * n);
+        if (!b) return ZI_ENOMEM;
+        t->norm = b;
+        t->norm_cap = 3 * n;
+    }
+    size_t m = 0;
+    for (i = 0; i < n;) {
+        uint32_t cp;
+        size_t l = zi_utf8_decode(s + i, n - i, &cp);
+        m += zi_utf8_encode(cp, t->norm + m);
+        i += l;
+    }
+    return tok_pretok_encode(t, t->norm, m, out);
+}
+
+static int frag_reserve(zi_tokenizer *t, size_t need) {
+    if (need <= t->frag_cap) return ZI_OK;
+    size_t cap = t->frag_cap ? t->frag_cap : 16;
+    while (cap < need) cap *= 2;
+    fragment *a = realloc(t->frag_a, sizeof *a * cap);
+    if (!a) return ZI_ENOMEM;
+    t->frag_a = a;
+    fragment *b = realloc(t->frag_b, sizeof *b * cap);
+    if (!b) return ZI_ENOMEM;
+    t->frag_b = b;
+    t->frag_cap = cap;
+    return ZI_OK;
+}
+
+/* Special-token partition; returns the fragment count (in t->frag_a) or a
+ * negative status. */
+static long partition(zi_tokenizer *t, const char *text, size_t len, int parse_special) {
+    if (frag_reserve(t, 1)) return ZI_ENOMEM;
+    t->frag_a[0] = (fragment){0, len, -1};
+    size_t nf = 1;
+    for (size_t k = 0; k < t->n_special; k++) {
+        int32_t id = t->special[k];
+        if (!parse_special && (t->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
+        const char *tt = t->arena + t->str_off[id];
+        size_t tl = t->str_len[id];
+        size_t nb = 0;
+        for (size_t f = 0; f < nf; f++) {
+            fragment fr = t->frag_a[f];
+            if (fr.token >= 0 || fr.len < tl) {
+                if (frag_reserve(t, nb + 1)) return ZI_ENOMEM;
+                t->frag_b[nb++] = fr;
+                continue;
+            }
+            size_t pos = fr.off, end = fr.off + fr.len;
+            for (;;) {
+                const char *hit = memmem(text + pos, end - pos, tt, tl);
+                if (!hit) break;
+                size_t at = (size_t)(hit - text);
+                if (frag_reserve(t, nb + 2)) return ZI_ENOMEM;
+                if (at > pos) t->frag_b[nb++] = (fragment){pos, at - pos, -1};
+                t->frag_b[nb++] = (fragment){at, tl, id};
+                pos = at + tl;
+            }
+            if (pos < end) {
+                if (frag_reserve(t, nb + 1)) return ZI_ENOMEM;
+                t->frag_b[nb++] = (fragment){pos, end - pos, -1};
+            }
+        }
+        fragment *tmp = t->frag_a;
+        t->frag_a = t->frag_b;
+        t->frag_b = tmp;
+        nf = nb;
+    }
+    return (long)nf;
+}
+
+int zi_tokenizer_encode(zi_tokenizer *t, const char *text, size_t len, int add_special,
+                        int parse_special, int32_t **ids, size_t *n, zi_error *err) {
+    *ids = NULL;
+    *n = 0;
+    if (!text && len > 0) return zi_error_set(err, ZI_EINVAL, "encode: text is NULL");
+    if (len > ((size_t)1 << 31))
+        return zi_error_set(err, ZI_ERANGE, "encode: text of %zu bytes exceeds 2 GiB", len);
+    tok_idvec out = {NULL, 0, 0};
+    int rc = ZI_OK;
+    if (add_special && t->add_bos) rc = tok_idvec_push(&out, t->bos);
+    if (!rc && len > 0) {
+        long nf = partition(t, text, len, parse_special);
+        if (nf < 0) rc = (int)nf;
+        for (long f = 0; !rc && f < nf; f++) {
+            fragment fr = t->frag_a[f];
+            if (fr.token >= 0)
+                rc = tok_idvec_push(&out, fr.token);
+            else
+                rc = encode_raw(t, (const unsigned char *)text + fr.off, fr.len, &out);
+        }
+    }
+    if (!rc && add_special && t->add_eos) rc = tok_idvec_push(&out, t->eos);
+    if (rc) {
+        free(out.v);
+        return zi_error_set(err, rc, "encode: %s while encoding %zu bytes", zi_status_name(rc),
+                            len);
+    }
+    if (!out.v) { /* an empty result is still a valid allocation */
+        out.v = malloc(sizeof(int32_t));
+        if (!out.v) return zi_error_set(err, ZI_ENOMEM, "encode: out of memory");
+    }
+    *ids = out.v;
+    *n = out.n;
+    return ZI_OK;
+}

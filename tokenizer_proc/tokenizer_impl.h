@@ -1,0 +1,190 @@
+/*
+ * tokenizer_impl.h - what the tokenizer's source files share (internal: the
+ * interface is tokenizer.h, and nothing outside tokenizer_proc/tokenizer*.c
+ * includes this).
+ *
+ * The tokenizer is one module split by stage, in the order text meets them:
+ *
+ *   tokenizer.c         loading: tokens, their attributes, the string table,
+ *                       the GPT-2 byte mapping; zi_tokenizer_load / _free
+ *   tokenizer_encode.c  zi_tokenizer_encode: special-token partition and
+ *                       normalisation, then pre-tokenizer and BPE
+ *   tokenizer_pretok.c  pre-tokenizers: tokenizer.ggml.pre names, the
+ *                       scanner, the loop over the pieces and their cache
+ *   tokenizer_bpe.c     the merge table, loaded and applied to one piece
+ *   tokenizer_decode.c  what each token decodes to; decode and streaming
+ *
+ * This header holds the struct all of them read, the limits a file is held
+ * to, and the few functions one file provides to another (tok_ prefix).
+ * Structs only one file looks inside are declared here by tag alone.
+ */
+#ifndef ZI_TOKENIZER_IMPL_H
+#define ZI_TOKENIZER_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "gguf.h"
+#include "tokenizer.h"
+#include "zi_error.h"
+
+/* Token attributes, derived from the GGUF token type plus the by-name fixups
+ * llama.cpp applies (end-of-turn and FIM tokens are treated as control). */
+enum {
+    TOK_ATTR_NORMAL = 1 << 0,
+    TOK_ATTR_UNKNOWN = 1 << 1,
+    TOK_ATTR_CONTROL = 1 << 2,
+    TOK_ATTR_USER = 1 << 3,
+    TOK_ATTR_UNUSED = 1 << 4,
+    TOK_ATTR_BYTE = 1 << 5,
+};
+
+/* Pre-tokenizers (see tokenizer_pretok.c, which maps names to them). */
+typedef enum tok_pretok_kind {
+    TOK_PRETOK_GPT2,        /* the GPT-2 pattern alone */
+    TOK_PRETOK_DIGITS_GPT2, /* \p{N} isolated first, then the GPT-2 pattern */
+} tok_pretok_kind;
+
+/* Limits on what a file may hold. They keep every sid (tokens plus at most
+ * three strings per merge) below 2^27, so 32-bit indices and the hash
+ * tables never overflow, and bound what one token may decode to. Real
+ * vocabularies are far inside them (SmolLM2: 49152 tokens of at most 162
+ * bytes, 48900 merges). */
+#define TOK_MAX_VOCAB (1u << 24)
+#define TOK_MAX_MERGES (1u << 24)
+#define TOK_MAX_TOKEN_BYTES ((unsigned)ZI_TOKEN_MAX_BYTES)
+#define TOK_MAX_PIECE_BYTES 65536u
+
+/* Direct-mapped cache of BPE results for short pieces (tokenizer_pretok.c). */
+#define TOK_CACHE_SLOTS (1u << 15)
+#define TOK_CACHE_KEY_MAX 26
+#define TOK_CACHE_IDS_MAX 12
+
+typedef struct tok_cache_slot {
+    uint32_t hash;
+    uint8_t klen; /* 0: empty (pieces are never empty) */
+    uint8_t nids;
+    char key[TOK_CACHE_KEY_MAX];
+    int32_t ids[TOK_CACHE_IDS_MAX];
+} tok_cache_slot;
+
+/* A growable int32 vector for the output ids. */
+typedef struct tok_idvec {
+    int32_t *v;
+    size_t n, cap;
+} tok_idvec;
+
+/* Appends id to v; ZI_ENOMEM when it cannot grow. Inline because it runs
+ * for every id encoded. */
+static inline int tok_idvec_push(tok_idvec *v, int32_t id) {
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 64;
+        int32_t *p = realloc(v->v, sizeof *p * cap);
+        if (!p) return ZI_ENOMEM;
+        v->v = p;
+        v->cap = cap;
+    }
+    v->v[v->n++] = id;
+    return ZI_OK;
+}
+
+/* Defined where they are used: the merge table's entries and BPE's working
+ * symbols and candidates in tokenizer_bpe.c, the partition's fragments in
+ * tokenizer_encode.c. */
+struct tok_merge_entry;
+struct tok_bpe_sym;
+struct tok_bpe_cand;
+struct tok_fragment;
+
+/* Every string BPE can produce has a string id (sid): sids below n_vocab
+ * are token ids, the others are merge parts or results that are not
+ * tokens. */
+struct zi_tokenizer {
+    int32_t n_vocab;
+    int32_t n_strings; /* tokens plus strings only merges name */
+    uint32_t cap_strings;
+    char *arena; /* texts of all strings */
+    size_t arena_len, arena_cap;
+    uint64_t *str_off; /* per sid */
+    uint32_t *str_len; /* per sid */
+    int32_t *str_hash; /* open addressing over sids, -1 empty */
+    uint32_t str_hash_mask;
+
+    uint8_t *type; /* token type from the file */
+    uint8_t *attr;
+    uint8_t *eog;
+    char *piece_arena; /* decoded bytes of each token */
+    uint64_t *piece_off;
+    uint32_t *piece_len;
+
+    struct tok_merge_entry *merges;
+    uint64_t merge_mask;
+    int merge_shift;
+
+    int32_t byte_sid[256];        /* sid of each byte's GPT-2 character */
+    int32_t single_byte_tok[256]; /* token whose text is exactly that byte, or -1 */
+
+    int32_t *special; /* special-token candidates, longest text first */
+    size_t n_special;
+
+    int32_t bos, eos, unk, pad;
+    int add_bos, add_eos;
+    tok_pretok_kind pretok;
+
+    tok_cache_slot *cache;
+
+    /* Scratch reused across encode calls (the tokenizer is single-threaded). */
+    unsigned char *norm;
+    size_t norm_cap;
+    struct tok_fragment *frag_a, *frag_b;
+    size_t frag_cap;
+    struct tok_bpe_sym *syms;
+    struct tok_bpe_cand *heap;
+    size_t sym_cap, heap_cap;
+};
+
+/* FNV-1a over n bytes: the string table's and the piece cache's hash.
+ * Inline because the cache hashes every piece it is asked for. */
+static inline uint32_t tok_hash_bytes(const void *p, size_t n) {
+    const unsigned char *s = p;
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 16777619u;
+    return h;
+}
+
+/* tokenizer.c */
+
+/* The sid of the string s[0..n), added with the next sid when it is new.
+ * ZI_ENOMEM when the table cannot grow. */
+int tok_str_find_or_add(zi_tokenizer *t, const char *s, size_t n, int32_t *sid);
+/* The byte a GPT-2-mapped codepoint stands for, or -1. */
+int tok_cp_to_byte(uint32_t cp);
+
+/* tokenizer_pretok.c */
+
+/* The pre-tokenizer tokenizer.ggml.pre names ("" when the key is missing),
+ * or -1 when it is not one zinfer implements. */
+int tok_pretok_lookup(zi_str name);
+/* Splits the clean UTF-8 text s[0..n) into pre-token pieces and appends
+ * each piece's ids (from the cache or tok_bpe_piece). ZI_ENOMEM when
+ * scratch or out cannot grow. */
+int tok_pretok_encode(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idvec *out);
+
+/* tokenizer_bpe.c */
+
+/* Reads tokenizer.ggml.merges into t->merges (the vocabulary is already
+ * loaded); errors as zi_tokenizer_load documents them. */
+int tok_load_merges(zi_tokenizer *t, const zi_gguf *g, zi_error *err);
+/* Runs BPE over one pre-token piece p[0..n) (n > 0) and appends its ids.
+ * ZI_ENOMEM when scratch or out cannot grow. */
+int tok_bpe_piece(zi_tokenizer *t, const unsigned char *p, size_t n, tok_idvec *out);
+
+/* tokenizer_decode.c */
+
+/* Precomputes what each token decodes to (t->piece_*), once the
+ * vocabulary and attributes are loaded. ZI_EFORMAT naming the token for one
+ * that decodes to too much, ZI_ENOMEM. */
+int tok_build_pieces(zi_tokenizer *t, zi_error *err);
+
+#endif
