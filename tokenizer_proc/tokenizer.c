@@ -150,6 +150,17 @@ static int str_rehash(zi_tokenizer *t, uint32_t cap) {
     return ZI_OK;
 }
 
+int tok_reserve_bytes(char **p, size_t *cap, size_t need) {
+    if (need <= *cap) return ZI_OK;
+    size_t c = *cap ? *cap : 65536;
+    while (c < need) c *= 2;
+    char *q = realloc(*p, c);
+    if (!q) return ZI_ENOMEM;
+    *p = q;
+    *cap = c;
+    return ZI_OK;
+}
+
 /* Appends a string with the next sid (*sid_out); see str_insert for
  * duplicate texts. */
 static int str_add(zi_tokenizer *t, const char *s, size_t n, int32_t *sid_out) {
@@ -167,14 +178,7 @@ static int str_add(zi_tokenizer *t, const char *s, size_t n, int32_t *sid_out) {
         int rc = str_rehash(t, (t->str_hash_mask + 1) * 2);
         if (rc) return rc;
     }
-    if (t->arena_len + n > t->arena_cap) {
-        size_t cap = t->arena_cap ? t->arena_cap : 65536;
-        while (cap < t->arena_len + n) cap *= 2;
-        char *a = realloc(t->arena, cap);
-        if (!a) return ZI_ENOMEM;
-        t->arena = a;
-        t->arena_cap = cap;
-    }
+    if (tok_reserve_bytes(&t->arena, &t->arena_cap, t->arena_len + n)) return ZI_ENOMEM;
     memcpy(t->arena + t->arena_len, s, n);
     int32_t sid = t->n_strings++;
     t->str_off[sid] = t->arena_len;

@@ -27,14 +27,7 @@ typedef struct bytebuf {
 } bytebuf;
 
 static int bb_put(bytebuf *b, const void *src, size_t n) {
-    if (b->len + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 65536;
-        while (cap < b->len + n) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) return ZI_ENOMEM;
-        b->p = p;
-        b->cap = cap;
-    }
+    if (tok_reserve_bytes(&b->p, &b->cap, b->len + n)) return ZI_ENOMEM;
     if (n) memcpy(b->p + b->len, src, n);
     b->len += n;
     return ZI_OK;

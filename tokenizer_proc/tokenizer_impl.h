@@ -158,6 +158,10 @@ static inline uint32_t tok_hash_bytes(const void *p, size_t n) {
 /* The sid of the string s[0..n), added with the next sid when it is new.
  * ZI_ENOMEM when the table cannot grow. */
 int tok_str_find_or_add(zi_tokenizer *t, const char *s, size_t n, int32_t *sid);
+/* Grows the byte buffer *p (capacity *cap) to hold at least need bytes:
+ * 64 KiB first, then doubling, as the string arena and the decoded pieces
+ * both grow. ZI_ENOMEM (the buffer is left as it was). */
+int tok_reserve_bytes(char **p, size_t *cap, size_t need);
 /* The byte a GPT-2-mapped codepoint stands for, or -1. */
 int tok_cp_to_byte(uint32_t cp);
 
