@@ -238,14 +238,6 @@ static int check_ctx(const opts *o, engine *e, size_t n_prompt, size_t room, int
     return ZI_OK;
 }
 
-/* The end-of-generation ids (zi_tokenizer_is_eog), listed as the tokenizer
- * process lists them for a served request's context. */
-static int eog_ids(const zi_tokenizer *tok, zi_i32_list *out, zi_error *err) {
-    for (int32_t id = 0; id < zi_tokenizer_vocab_size(tok); id++)
-        if (zi_tokenizer_is_eog(tok, id) && zi_i32_list_push(out, id, err)) return err->code;
-    return ZI_OK;
-}
-
 /* Generated text, kept for --json and streamed to stdout without it. */
 typedef struct out_text {
     zi_detok dt;
@@ -310,7 +302,7 @@ static int cmd_generate(const opts *o) {
         sp.max_new_tokens = o->max_tokens;
         sp.ignore_eos = o->ignore_eos;
         rc = zi_text_context_init(&c, ids, n, (int64_t)ctx + 1, &sp, &err);
-        if (!rc) rc = eog_ids(e.tok, &eog, &err);
+        if (!rc) rc = zi_tokenizer_eog_ids(e.tok, &eog, &err);
         if (!rc) rc = zi_text_context_set_eos(&c, eog.v, eog.n, &err);
     }
     double t0 = now_s(), t1 = 0;

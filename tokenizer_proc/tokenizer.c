@@ -437,3 +437,9 @@ int zi_tokenizer_token_type(const zi_tokenizer *t, int32_t id) {
 int zi_tokenizer_is_eog(const zi_tokenizer *t, int32_t id) {
     return id >= 0 && id < t->n_vocab && t->eog[id];
 }
+
+int zi_tokenizer_eog_ids(const zi_tokenizer *t, zi_i32_list *out, zi_error *err) {
+    for (int32_t id = 0; id < t->n_vocab; id++)
+        if (t->eog[id] && zi_i32_list_push(out, id, err)) return err->code;
+    return ZI_OK;
+}

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "gguf.h"
+#include "types.h"
 #include "zi_error.h"
 
 typedef struct zi_tokenizer zi_tokenizer;
@@ -65,6 +66,9 @@ int zi_tokenizer_token_type(const zi_tokenizer *tok, int32_t id);
  * recognises as end-of-turn by their text ("<|im_end|>", "<|endoftext|>",
  * "<|eot_id|>", ...). */
 int zi_tokenizer_is_eog(const zi_tokenizer *tok, int32_t id);
+/* Appends every end-of-generation id (zi_tokenizer_is_eog), ascending, to
+ * out: the eos_token_ids of a context for this model. */
+int zi_tokenizer_eog_ids(const zi_tokenizer *tok, zi_i32_list *out, zi_error *err);
 
 /*
  * Encodes text[0..len) (UTF-8; never rejected for its content: as in

@@ -502,8 +502,7 @@ static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
         int64_t v;
         if (zi_gguf_get_i64(g, key, &v, NULL) == ZI_OK && v > 1) t->ctx_train = v;
     }
-    for (int32_t id = 0; id < t->vocab; id++)
-        if (zi_tokenizer_is_eog(t->tok, id) && zi_i32_list_push(&t->eog, id, err)) return err->code;
+    if (zi_tokenizer_eog_ids(t->tok, &t->eog, err)) return err->code;
     zi_str tmpl = {0};
     if (zi_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) == ZI_OK) {
         zi_error e2 = {0};
