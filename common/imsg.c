@@ -85,6 +85,13 @@ static int close_msg(zi_imap *b, zi_msg *out) {
     return zi_imap_close(b, &out->pk);
 }
 
+/* Closes b into out also when a field failed (rc): the caller frees out
+ * either way. The field's error comes first. */
+static int finish(zi_imap *b, int rc, zi_msg *out) {
+    int rc2 = close_msg(b, out);
+    return rc ? rc : rc2;
+}
+
 int zi_im_send(void *sock, zi_msg *m) {
     int rc = zi_send_msg(sock, NULL, 0, false, m);
     zi_msg_free(m);
@@ -110,6 +117,13 @@ static int put_ids(zi_imap *b, const char *key, const zi_im_ids *ids, zi_error *
     return zi_codec_pack_tokens(zi_imap_key(b, key), ids->v, ids->n, err);
 }
 
+/* Packs ids under key, set or not: a field every sender writes. */
+static int put_req_ids(zi_imap *b, const char *key, const zi_im_ids *ids, zi_error *err) {
+    zi_im_ids req = *ids;
+    req.set = true;
+    return put_ids(b, key, &req, err);
+}
+
 /* Packs log probabilities under key when present. */
 static int put_lps(zi_imap *b, const char *key, const zi_im_lps *lps, zi_error *err) {
     if (lps->raw) {
@@ -126,6 +140,18 @@ static void put_str(zi_imap *b, const char *key, zi_im_str s) {
 /* A raw ids value (present when o is not NULL). */
 static zi_im_ids raw_ids(const msgpack_object *o) {
     return (zi_im_ids){.set = o != NULL, .raw = o};
+}
+
+/* The token ids under "token_ids", decoded into ids->own for a process
+ * that reads them: "token_ids: missing" or the codec's token errors. */
+static int get_tokens(const msgpack_object *o, zi_im_ids *ids, zi_error *err) {
+    const msgpack_object *to = zi_map_get(o, "token_ids");
+    *ids = raw_ids(to);
+    zi_codec_limits lim = zi_codec_limits_default();
+    int rc = to ? zi_codec_decode_tokens(to, &lim, "token_ids", &ids->own, &ids->n, err)
+                : zi_error_set(err, ZI_EINVAL, "token_ids: missing");
+    ids->v = ids->own;
+    return rc;
 }
 
 /* The string under key, or absent (p NULL) when missing or not a string. */
@@ -284,59 +310,83 @@ void zi_im_error_unpack(const msgpack_object *o, zi_im_error *m) {
 
 /* ---- router <-> tokenizer --------------------------------------------------- */
 
+/* encode and encoded have one shape: rid, an optional integer (max_length,
+ * prompt_tokens), then a value the codec packs (the request, the context).
+ * Begins such a message in b and returns the packer for that value. */
+static msgpack_packer *begin_counted(zi_imap *b, zi_im_type t, int64_t rid, const char *key,
+                                     bool has, int64_t v, const char *value_key) {
+    begin(b, t, true, rid);
+    if (has) zi_imap_int(b, key, v);
+    return zi_imap_key(b, value_key);
+}
+
+/* Reads that shape: the rid (0 when not an int64), the integer (*has when
+ * it is an int64) and the value, returned (NULL: absent). */
+static const msgpack_object *get_counted(const msgpack_object *o, int64_t *rid, const char *key,
+                                         bool *has, int64_t *v, const char *value_key) {
+    *rid = get_int(o, "rid", 0);
+    *has = zi_map_int(o, key, v, NULL) == ZI_OK;
+    return zi_map_get(o, value_key);
+}
+
 int zi_im_encode_pack(const zi_im_encode *m, zi_msg *out, zi_error *err) {
     zi_imap b;
-    begin(&b, ZI_IM_ENCODE, true, m->rid);
-    if (m->has_max_length) zi_imap_int(&b, "max_length", m->max_length);
-    int rc = zi_codec_pack_request(zi_imap_key(&b, "request"), m->request, err);
-    int rc2 = close_msg(&b, out);
-    return rc ? rc : rc2;
+    msgpack_packer *pk = begin_counted(&b, ZI_IM_ENCODE, m->rid, "max_length", m->has_max_length,
+                                       m->max_length, "request");
+    return finish(&b, zi_codec_pack_request(pk, m->request, err), out);
 }
 
 int zi_im_encode_unpack(const msgpack_object *o, zi_im_encode *m, zi_error *err) {
     memset(m, 0, sizeof *m);
-    m->rid = get_int(o, "rid", 0);
-    m->has_max_length = zi_map_int(o, "max_length", &m->max_length, NULL) == ZI_OK;
-    m->request_obj = zi_map_get(o, "request");
+    m->request_obj =
+        get_counted(o, &m->rid, "max_length", &m->has_max_length, &m->max_length, "request");
     return m->request_obj ? ZI_OK : zi_error_set(err, ZI_EINVAL, "request: missing");
 }
 
 int zi_im_encoded_pack(const zi_im_encoded *m, zi_msg *out, zi_error *err) {
     zi_imap b;
-    begin(&b, ZI_IM_ENCODED, true, m->rid);
-    if (m->has_prompt_tokens) zi_imap_int(&b, "prompt_tokens", m->prompt_tokens);
-    int rc = zi_codec_pack_text_context(zi_imap_key(&b, "context"), m->context, err);
-    int rc2 = close_msg(&b, out);
-    return rc ? rc : rc2;
+    msgpack_packer *pk = begin_counted(&b, ZI_IM_ENCODED, m->rid, "prompt_tokens",
+                                       m->has_prompt_tokens, m->prompt_tokens, "context");
+    return finish(&b, zi_codec_pack_text_context(pk, m->context, err), out);
 }
 
 void zi_im_encoded_unpack(const msgpack_object *o, zi_im_encoded *m) {
     memset(m, 0, sizeof *m);
-    m->rid = get_int(o, "rid", 0);
-    m->has_prompt_tokens = zi_map_int(o, "prompt_tokens", &m->prompt_tokens, NULL) == ZI_OK;
-    m->context_obj = zi_map_get(o, "context");
+    m->context_obj = get_counted(o, &m->rid, "prompt_tokens", &m->has_prompt_tokens,
+                                 &m->prompt_tokens, "context");
+}
+
+/* What rides along with tokens, decode and decoded, each when present, in
+ * the order every sender wrote them: log probabilities, the echoed
+ * prompt's ids, its text (decoded only) and its log probabilities. The
+ * text is packed also after an error: the field packers stop at one. */
+static int put_extras(zi_imap *b, const zi_im_lps *lps, const zi_im_ids *prompt_ids,
+                      zi_im_str prompt_text, const zi_im_lps *prompt_lps, zi_error *err) {
+    int rc = put_lps(b, "logprobs", lps, err);
+    if (!rc) rc = put_ids(b, "prompt_token_ids", prompt_ids, err);
+    if (prompt_text.p) put_str(b, "prompt_text", prompt_text);
+    if (!rc) rc = put_lps(b, "prompt_logprobs", prompt_lps, err);
+    return rc;
+}
+
+/* Those fields as they came, to pass on (prompt_text apart: its own field). */
+static void get_extras(const msgpack_object *o, zi_im_lps *lps, zi_im_ids *prompt_ids,
+                       zi_im_lps *prompt_lps) {
+    lps->raw = zi_map_get(o, "logprobs");
+    *prompt_ids = raw_ids(zi_map_get(o, "prompt_token_ids"));
+    prompt_lps->raw = zi_map_get(o, "prompt_logprobs");
 }
 
 /* tokens and decode: the same keys under another type. */
 static int tokens_pack(zi_im_type t, const zi_im_tokens *m, zi_msg *out, zi_error *err) {
     zi_imap b;
     begin(&b, t, true, m->rid);
-    zi_im_ids ids = m->token_ids;
-    ids.set = true; /* required */
-    int rc = put_ids(&b, "token_ids", &ids, err);
+    int rc = put_req_ids(&b, "token_ids", &m->token_ids, err);
     put_str(&b, "status", m->status);
-    if (!rc) rc = put_lps(&b, "logprobs", &m->logprobs, err);
-    if (!rc) rc = put_ids(&b, "prompt_token_ids", &m->prompt_token_ids, err);
-    if (!rc) rc = put_lps(&b, "prompt_logprobs", &m->prompt_logprobs, err);
-    int rc2 = close_msg(&b, out);
-    return rc ? rc : rc2;
-}
-
-/* The fields of tokens and decode that ride along, as they came. */
-static void tokens_extras(const msgpack_object *o, zi_im_tokens *m) {
-    m->logprobs.raw = zi_map_get(o, "logprobs");
-    m->prompt_token_ids = raw_ids(zi_map_get(o, "prompt_token_ids"));
-    m->prompt_logprobs.raw = zi_map_get(o, "prompt_logprobs");
+    if (!rc)
+        rc = put_extras(&b, &m->logprobs, &m->prompt_token_ids, (zi_im_str){0}, &m->prompt_logprobs,
+                        err);
+    return finish(&b, rc, out);
 }
 
 int zi_im_tokens_pack(const zi_im_tokens *m, zi_msg *out, zi_error *err) {
@@ -347,7 +397,7 @@ int zi_im_tokens_unpack(const msgpack_object *o, zi_im_tokens *m, zi_error *err)
     memset(m, 0, sizeof *m);
     m->rid = get_int(o, "rid", 0);
     m->token_ids = raw_ids(zi_map_get(o, "token_ids"));
-    tokens_extras(o, m);
+    get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
     if (!m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
         return zi_error_set(err, ZI_EINVAL, "malformed tokens message");
     return ZI_OK;
@@ -360,14 +410,8 @@ int zi_im_decode_pack(const zi_im_tokens *m, zi_msg *out, zi_error *err) {
 int zi_im_decode_unpack(const msgpack_object *o, zi_im_tokens *m, zi_error *err) {
     memset(m, 0, sizeof *m);
     m->rid = get_int(o, "rid", 0);
-    const msgpack_object *to = zi_map_get(o, "token_ids");
-    m->token_ids = raw_ids(to);
-    tokens_extras(o, m);
-    zi_codec_limits lim = zi_codec_limits_default();
-    int rc =
-        to ? zi_codec_decode_tokens(to, &lim, "token_ids", &m->token_ids.own, &m->token_ids.n, err)
-           : zi_error_set(err, ZI_EINVAL, "token_ids: missing");
-    m->token_ids.v = m->token_ids.own;
+    get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
+    int rc = get_tokens(o, &m->token_ids, err);
     if (!rc) rc = zi_map_str(o, "status", &m->status.p, &m->status.n, err);
     if (!rc) rc = zi_gen_status_parse(m->status.p, m->status.n, &m->gstatus, err);
     return rc;
@@ -383,19 +427,14 @@ int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err) {
      * tokenizer always wrote. */
     zi_imap b;
     zi_imap_init(&b);
-    int rc = put_lps(&b, "logprobs", &m->logprobs, err);
-    if (!rc) rc = put_ids(&b, "prompt_token_ids", &m->prompt_token_ids, err);
-    if (m->prompt_text.p) put_str(&b, "prompt_text", m->prompt_text);
-    if (!rc) rc = put_lps(&b, "prompt_logprobs", &m->prompt_logprobs, err);
+    int rc = put_extras(&b, &m->logprobs, &m->prompt_token_ids, m->prompt_text, &m->prompt_logprobs,
+                        err);
     zi_imap_str(&b, "type", TYPE_NAMES[ZI_IM_DECODED]);
     zi_imap_int(&b, "rid", m->rid);
     put_str(&b, "text", m->text);
-    zi_im_ids ids = m->token_ids;
-    ids.set = true;
-    if (!rc) rc = put_ids(&b, "token_ids", &ids, err);
+    if (!rc) rc = put_req_ids(&b, "token_ids", &m->token_ids, err);
     put_str(&b, "status", m->status);
-    int rc2 = close_msg(&b, out);
-    return rc ? rc : rc2;
+    return finish(&b, rc, out);
 }
 
 int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *err) {
@@ -403,24 +442,34 @@ int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *er
     m->rid = get_int(o, "rid", 0);
     m->text = get_str(o, "text");
     m->token_ids = raw_ids(zi_map_get(o, "token_ids"));
-    m->logprobs.raw = zi_map_get(o, "logprobs");
-    m->prompt_token_ids = raw_ids(zi_map_get(o, "prompt_token_ids"));
-    m->prompt_logprobs.raw = zi_map_get(o, "prompt_logprobs");
+    get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
     m->prompt_text_obj = zi_map_get(o, "prompt_text");
     if (!m->text.p || !m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
         return zi_error_set(err, ZI_EINVAL, "malformed decoded message");
     return ZI_OK;
 }
 
-int zi_im_cancel_pack(int64_t rid, zi_msg *out) {
+/* A message of type t with the rid alone (cancel, release). */
+static int rid_only_pack(zi_im_type t, int64_t rid, zi_msg *out) {
     zi_imap b;
-    begin(&b, ZI_IM_CANCEL, true, rid);
+    begin(&b, t, true, rid);
     return close_msg(&b, out);
 }
 
+int zi_im_cancel_pack(int64_t rid, zi_msg *out) {
+    return rid_only_pack(ZI_IM_CANCEL, rid, out);
+}
+
 int zi_im_release_pack(int64_t rid, zi_msg *out) {
+    return rid_only_pack(ZI_IM_RELEASE, rid, out);
+}
+
+/* A message of type t with rid and token ids (detokenize, tokenized). As
+ * the processes always did, a failure to pack the ids is not reported. */
+static int ids_only_pack(zi_im_type t, int64_t rid, const zi_im_ids *ids, zi_msg *out) {
     zi_imap b;
-    begin(&b, ZI_IM_RELEASE, true, rid);
+    begin(&b, t, true, rid);
+    put_req_ids(&b, "token_ids", ids, NULL);
     return close_msg(&b, out);
 }
 
@@ -442,34 +491,17 @@ int zi_im_tokenize_unpack(const msgpack_object *o, zi_im_tokenize *m, zi_error *
 }
 
 int zi_im_detokenize_pack(const zi_im_detokenize *m, zi_msg *out) {
-    zi_imap b;
-    begin(&b, ZI_IM_DETOKENIZE, true, m->rid);
-    zi_im_ids ids = m->token_ids;
-    ids.set = true;
-    put_ids(&b, "token_ids", &ids, NULL);
-    return close_msg(&b, out);
+    return ids_only_pack(ZI_IM_DETOKENIZE, m->rid, &m->token_ids, out);
 }
 
 int zi_im_detokenize_unpack(const msgpack_object *o, zi_im_detokenize *m, zi_error *err) {
     memset(m, 0, sizeof *m);
     m->rid = get_int(o, "rid", 0);
-    const msgpack_object *to = zi_map_get(o, "token_ids");
-    m->token_ids = raw_ids(to);
-    zi_codec_limits lim = zi_codec_limits_default();
-    int rc =
-        to ? zi_codec_decode_tokens(to, &lim, "token_ids", &m->token_ids.own, &m->token_ids.n, err)
-           : zi_error_set(err, ZI_EINVAL, "token_ids: missing");
-    m->token_ids.v = m->token_ids.own;
-    return rc;
+    return get_tokens(o, &m->token_ids, err);
 }
 
 int zi_im_tokenized_pack(const zi_im_util_reply *m, zi_msg *out) {
-    zi_imap b;
-    begin(&b, ZI_IM_TOKENIZED, true, m->rid);
-    zi_im_ids ids = m->token_ids;
-    ids.set = true;
-    put_ids(&b, "token_ids", &ids, NULL);
-    return close_msg(&b, out);
+    return ids_only_pack(ZI_IM_TOKENIZED, m->rid, &m->token_ids, out);
 }
 
 int zi_im_detokenized_pack(const zi_im_util_reply *m, zi_msg *out) {
@@ -565,8 +597,7 @@ int zi_im_final_pack(const zi_im_final *m, zi_msg *out, zi_error *err) {
         zi_imap_object(&b, "prompt_logprobs", m->prompt_logprobs);
         zi_imap_object(&b, "prompt_text", m->prompt_text);
     }
-    int rc2 = close_msg(&b, out);
-    return rc ? rc : rc2;
+    return finish(&b, rc, out);
 }
 
 int zi_im_final_unpack(const msgpack_object *o, zi_im_final *m, zi_error *err) {
