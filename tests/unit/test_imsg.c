@@ -60,6 +60,15 @@ static msgpack_packer *by_hand(frame *f, uint32_t n) {
     return &f->m.pk;
 }
 
+/* Begins an internal message written by hand: type and rid, then n more
+ * entries. */
+static msgpack_packer *by_hand_msg(frame *f, const char *type, int64_t rid, uint32_t n) {
+    msgpack_packer *pk = by_hand(f, 2 + n);
+    zi_pack_kv_str(pk, "type", type);
+    zi_pack_kv_int(pk, "rid", rid);
+    return pk;
+}
+
 /* Closes a builder into a fresh frame. */
 static void closed(frame *f, zi_imap *b) {
     zi_msg_init(&f->m);
@@ -78,6 +87,13 @@ static void assert_wrote(const frame *f, frame *old) {
     assert_int_equal(f->m.sb.size, old->m.sb.size);
     assert_memory_equal(f->m.sb.data, old->m.sb.data, f->m.sb.size);
     frame_free(old);
+}
+
+/* The rid of a message is want. */
+static void assert_rid(const msgpack_object *o, int64_t want) {
+    int64_t rid = 0;
+    assert_int_equal(zi_im_rid(o, &rid, NULL), ZI_OK);
+    assert_int_equal(rid, want);
 }
 
 /* A decoder refused with ZI_EINVAL and this message. */
@@ -323,10 +339,7 @@ static void test_encode(void **state) {
     frame_free(&f);
     zi_request_free(&req);
     /* Without request and max_length. */
-    msgpack_packer *pk = by_hand(&f, 3);
-    zi_pack_kv_str(pk, "type", "encode");
-    zi_pack_kv_int(pk, "rid", 6);
-    zi_pack_kv_str(pk, "max_length", "x");
+    zi_pack_kv_str(by_hand_msg(&f, "encode", 6, 1), "max_length", "x");
     assert_refused(zi_im_encode_unpack(parsed(&f), &d, &err), &err, "request: missing");
     assert_false(d.has_max_length);
     frame_free(&f);
@@ -356,9 +369,7 @@ static void test_encoded(void **state) {
     zi_text_context_free(&ctx);
     zi_sampling_params_free(&sp);
     /* Neither prompt_tokens nor context. */
-    msgpack_packer *pk = by_hand(&f, 2);
-    zi_pack_kv_str(pk, "type", "encoded");
-    zi_pack_kv_int(pk, "rid", 9);
+    by_hand_msg(&f, "encoded", 9, 0);
     zi_im_encoded_unpack(parsed(&f), &d);
     assert_int_equal(d.rid, 9);
     assert_false(d.has_prompt_tokens);
@@ -443,10 +454,7 @@ static void test_tokens_decode(void **state) {
     frame_free(&f);
 
     /* Refusals: the router's malformed tokens, the tokenizer's messages. */
-    pk = by_hand(&f, 3);
-    zi_pack_kv_str(pk, "type", "decode");
-    zi_pack_kv_int(pk, "rid", 5);
-    zi_pack_kv_str(pk, "status", "bogus");
+    zi_pack_kv_str(by_hand_msg(&f, "decode", 5, 1), "status", "bogus");
     const msgpack_object *o = parsed(&f);
     assert_int_equal(zi_im_tokens_unpack(o, &r, NULL), ZI_EINVAL);
     assert_int_equal(r.rid, 5); /* read first */
@@ -462,23 +470,34 @@ static void test_tokens_decode(void **state) {
     frame_free(&f);
 }
 
+/* The token ids and the echoed prompt's ids of full_decoded. */
+static const int32_t DEC_IDS[2] = {7, 8}, DEC_PIDS[2] = {1, 2};
+
+/* A decoded message with every field set (lp: make_lp's) packed into f
+ * and read back, as the router reads it, into *d. */
+static void full_decoded(frame *f, const zi_logprobs *lp, zi_im_decoded *d) {
+    zi_error err = {0};
+    zi_im_decoded t = {.rid = 3,
+                       .text = {"hi", 2},
+                       .token_ids = {.v = DEC_IDS, .n = 2},
+                       .status = {"stop", 4},
+                       .logprobs = {.lp = lp},
+                       .prompt_token_ids = {.set = true, .v = DEC_PIDS, .n = 2},
+                       .prompt_text = {"ab", 2},
+                       .prompt_logprobs = {.lp = lp}};
+    const msgpack_object *o = packed(f, zi_im_decoded_pack(&t, &f->m, &err), 9, ZI_IM_DECODED);
+    assert_int_equal(zi_im_decoded_unpack(o, d, &err), ZI_OK);
+}
+
 static void test_decoded(void **state) {
     (void)state;
     zi_error err = {0};
     frame f, h;
-    int32_t ids[2] = {7, 8}, pids[2] = {1, 2};
+    const int32_t *ids = DEC_IDS, *pids = DEC_PIDS;
     zi_logprobs lp;
     make_lp(&lp);
-    zi_im_decoded t = {.rid = 3,
-                       .text = {"hi", 2},
-                       .token_ids = {.v = ids, .n = 2},
-                       .status = {"stop", 4},
-                       .logprobs = {.lp = &lp},
-                       .prompt_token_ids = {.set = true, .v = pids, .n = 2},
-                       .prompt_text = {"ab", 2},
-                       .prompt_logprobs = {.lp = &lp}},
-                  d;
-    const msgpack_object *o = packed(&f, zi_im_decoded_pack(&t, &f.m, &err), 9, ZI_IM_DECODED);
+    zi_im_decoded d;
+    full_decoded(&f, &lp, &d);
     /* The tokenizer's hand-counted frame: what rides along first. */
     msgpack_packer *pk = by_hand(&h, 9);
     zi_pack_str(pk, "logprobs");
@@ -495,7 +514,6 @@ static void test_decoded(void **state) {
     zi_codec_pack_tokens(pk, ids, 2, NULL);
     zi_pack_kv_str(pk, "status", "stop");
     assert_wrote(&f, &h);
-    assert_int_equal(zi_im_decoded_unpack(o, &d, &err), ZI_OK);
     assert_int_equal(d.rid, 3);
     assert_str(d.text, "hi");
     assert_ids(d.token_ids.raw, ids, 2);
@@ -509,7 +527,7 @@ static void test_decoded(void **state) {
     zi_logprobs_free(&lp);
     /* The plain one: five keys; then a text that is not a string. */
     zi_im_decoded t2 = {.rid = 3, .text = {"", 0}, .status = {"active", 6}};
-    o = packed(&f, zi_im_decoded_pack(&t2, &f.m, &err), 5, ZI_IM_DECODED);
+    const msgpack_object *o = packed(&f, zi_im_decoded_pack(&t2, &f.m, &err), 5, ZI_IM_DECODED);
     assert_int_equal(zi_im_decoded_unpack(o, &d, &err), ZI_OK);
     assert_str(d.text, "");
     assert_null(d.logprobs.raw);
@@ -528,15 +546,11 @@ static void test_decoded(void **state) {
 
 static void test_rid_only(void **state) {
     (void)state;
-    frame f;
-    int64_t rid = 0;
-    for (int k = 0; k < 2; k++) {
-        int rc = k ? zi_im_release_pack(77, &f.m) : zi_im_cancel_pack(77, &f.m);
-        const msgpack_object *o = packed(&f, rc, 2, k ? ZI_IM_RELEASE : ZI_IM_CANCEL);
-        assert_int_equal(zi_im_rid(o, &rid, NULL), ZI_OK);
-        assert_int_equal(rid, 77);
-        frame_free(&f);
-    }
+    frame c, r;
+    assert_rid(packed(&c, zi_im_cancel_pack(77, &c.m), 2, ZI_IM_CANCEL), 77);
+    assert_rid(packed(&r, zi_im_release_pack(78, &r.m), 2, ZI_IM_RELEASE), 78);
+    frame_free(&c);
+    frame_free(&r);
 }
 
 /* tokenize, with and without add_special. */
@@ -577,26 +591,48 @@ static void test_detokenize(void **state) {
     frame_free(&f);
 }
 
-/* tokenized / detokenized: the answer passed on under its key. */
+/* A tokenizer's answer o (tokenized / detokenized, under key) as the
+ * router reads it into *r and passes it on to the client in a result (in
+ * f): returns the value the client reads. Neither has the other key. */
+static const msgpack_object *pass_on(const msgpack_object *o, const char *key, zi_im_util_reply *r,
+                                     frame *f) {
+    zi_error err = {0};
+    const char *other = strcmp(key, "text") ? "text" : "token_ids";
+    char missing[32];
+    snprintf(missing, sizeof missing, "%s: missing", other);
+    assert_refused(zi_im_util_reply_unpack(o, other, r, &err), &err, missing);
+    assert_int_equal(zi_im_util_reply_unpack(o, key, r, &err), ZI_OK);
+    zi_im_result t = {.id = {"t", 1}, .key = key, .value = r->value_obj}, d = {.key = key},
+                 wrong = {.key = other};
+    o = packed(f, zi_im_result_pack(&t, &f->m), 3, ZI_IM_UNKNOWN);
+    assert_int_equal(zi_im_result_unpack(o, &d, &err), ZI_OK);
+    assert_str(d.id, "t");
+    assert_refused(zi_im_result_unpack(o, &wrong, &err), &err, missing);
+    return d.value;
+}
+
+/* tokenized / detokenized, and the results of tokenize / detokenize that
+ * pass their answers on. */
 static void test_util_replies(void **state) {
     (void)state;
-    zi_error err = {0};
-    frame f;
+    frame src, f;
+    zi_im_util_reply r;
     int32_t ids[3] = {4, 5, 6};
-    zi_im_util_reply t = {.rid = 9, .token_ids = {.v = ids, .n = 3}}, r;
-    const msgpack_object *o = packed(&f, zi_im_tokenized_pack(&t, &f.m), 3, ZI_IM_TOKENIZED);
-    assert_int_equal(zi_im_util_reply_unpack(o, "token_ids", &r, &err), ZI_OK);
+    zi_im_util_reply tk = {.rid = 9, .token_ids = {.v = ids, .n = 3}};
+    const msgpack_object *o = packed(&src, zi_im_tokenized_pack(&tk, &src.m), 3, ZI_IM_TOKENIZED);
+    assert_ids(pass_on(o, "token_ids", &r, &f), ids, 3);
     assert_int_equal(r.rid, 9);
-    assert_ids(r.value_obj, ids, 3);
     assert_ids(r.token_ids.raw, ids, 3);
-    assert_refused(zi_im_util_reply_unpack(o, "text", &r, &err), &err, "text: missing");
     frame_free(&f);
-    zi_im_util_reply dt = {.rid = 9, .text = {"abc", 3}};
-    o = packed(&f, zi_im_detokenized_pack(&dt, &f.m), 3, ZI_IM_DETOKENIZED);
-    assert_int_equal(zi_im_util_reply_unpack(o, "text", &r, &err), ZI_OK);
+    frame_free(&src);
+    zi_im_util_reply dt = {.rid = 8, .text = {"abc", 3}};
+    o = packed(&src, zi_im_detokenized_pack(&dt, &src.m), 3, ZI_IM_DETOKENIZED);
+    assert_int_equal(pass_on(o, "text", &r, &f)->type, MSGPACK_OBJECT_STR);
+    assert_int_equal(r.rid, 8);
     assert_str(r.text, "abc");
     assert_int_equal(r.value_obj->type, MSGPACK_OBJECT_STR);
     frame_free(&f);
+    frame_free(&src);
 }
 
 static void test_start(void **state) {
@@ -630,21 +666,11 @@ static void test_chunk(void **state) {
     (void)state;
     zi_error err = {0};
     frame src, f;
-    int32_t ids[2] = {3, 4};
     zi_logprobs lp;
     make_lp(&lp);
     /* The decoded message whose fields the chunk carries. */
-    zi_im_decoded dd = {.rid = 1,
-                        .text = {"t", 1},
-                        .token_ids = {.v = ids, .n = 2},
-                        .status = {"active", 6},
-                        .logprobs = {.lp = &lp},
-                        .prompt_token_ids = {.set = true, .v = ids, .n = 2},
-                        .prompt_text = {"p", 1},
-                        .prompt_logprobs = {.lp = &lp}},
-                  d;
-    const msgpack_object *o = packed(&src, zi_im_decoded_pack(&dd, &src.m, &err), 9, ZI_IM_DECODED);
-    assert_int_equal(zi_im_decoded_unpack(o, &d, &err), ZI_OK);
+    zi_im_decoded d;
+    full_decoded(&src, &lp, &d);
     for (int full = 0; full < 2; full++) {
         zi_im_chunk c = {.id = {"req-1", 5}, .text = d.text, .token_ids = d.token_ids.raw}, back;
         if (full) {
@@ -653,15 +679,16 @@ static void test_chunk(void **state) {
             c.prompt_logprobs = d.prompt_logprobs.raw;
             c.prompt_text = d.prompt_text_obj;
         }
-        o = packed(&f, zi_im_chunk_pack(&c, &f.m), full ? 8 : 4, ZI_IM_UNKNOWN);
+        const msgpack_object *o =
+            packed(&f, zi_im_chunk_pack(&c, &f.m), full ? 8 : 4, ZI_IM_UNKNOWN);
         assert_int_equal(zi_im_chunk_unpack(o, &back, &err), ZI_OK);
         assert_str(back.id, "req-1");
-        assert_str(back.text, "t");
-        assert_ids(back.token_ids, ids, 2);
+        assert_str(back.text, "hi");
+        assert_ids(back.token_ids, DEC_IDS, 2);
         if (full) {
             assert_lp(back.logprobs);
             assert_lp(back.prompt_logprobs);
-            assert_ids(back.prompt_token_ids, ids, 2);
+            assert_ids(back.prompt_token_ids, DEC_PIDS, 2);
             assert_int_equal(back.prompt_text->type, MSGPACK_OBJECT_STR);
         } else {
             assert_null(back.logprobs);
@@ -815,26 +842,6 @@ static void test_models(void **state) {
     }
 }
 
-/* tokenize's result: the tokenizer's answer passed on. */
-static void test_result(void **state) {
-    (void)state;
-    zi_error err = {0};
-    frame src, f;
-    int32_t ids[2] = {1, 2};
-    zi_im_util_reply ans = {.rid = 1, .token_ids = {.v = ids, .n = 2}}, ur;
-    const msgpack_object *o = packed(&src, zi_im_tokenized_pack(&ans, &src.m), 3, ZI_IM_TOKENIZED);
-    assert_int_equal(zi_im_util_reply_unpack(o, "token_ids", &ur, &err), ZI_OK);
-    zi_im_result t = {.id = {"t", 1}, .key = "token_ids", .value = ur.value_obj},
-                 d = {.key = "token_ids"}, wrong = {.key = "text"};
-    o = packed(&f, zi_im_result_pack(&t, &f.m), 3, ZI_IM_UNKNOWN);
-    assert_int_equal(zi_im_result_unpack(o, &d, &err), ZI_OK);
-    assert_str(d.id, "t");
-    assert_ids(d.value, ids, 2);
-    assert_refused(zi_im_result_unpack(o, &wrong, &err), &err, "text: missing");
-    frame_free(&f);
-    frame_free(&src);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builder_counts), cmocka_unit_test(test_types),
@@ -846,7 +853,7 @@ int main(void) {
         cmocka_unit_test(test_util_replies),   cmocka_unit_test(test_start),
         cmocka_unit_test(test_chunk),          cmocka_unit_test(test_final),
         cmocka_unit_test(test_client_error),   cmocka_unit_test(test_health),
-        cmocka_unit_test(test_models),         cmocka_unit_test(test_result),
+        cmocka_unit_test(test_models),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
