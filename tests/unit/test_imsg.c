@@ -317,59 +317,57 @@ static void test_backend_error(void **state) {
 
 /* ---- router <-> tokenizer ------------------------------------------------- */
 
-static void test_encode(void **state) {
+/* encode -> the tokenizer, which reads the request and answers with
+ * encoded -> the router; then both bare (a count that is not an integer,
+ * no value). */
+static void test_encode_encoded(void **state) {
     (void)state;
     zi_error err = {0};
-    frame f;
-    zi_request req, back;
+    zi_codec_limits lim = zi_codec_limits_default();
+    frame f, g;
+    zi_request req, got;
     zi_request_init(&req);
     assert_int_equal(zi_string_set(&req.id, "abc", 3, &err), ZI_OK);
     req.prompt_kind = ZI_PROMPT_TEXT;
     assert_int_equal(zi_string_set(&req.prompt_text, "hello", 5, &err), ZI_OK);
-    zi_im_encode e = {.rid = 5, .has_max_length = true, .max_length = 512, .request = &req}, d;
+    zi_im_encode e = {.rid = 5, .has_max_length = true, .max_length = 512, .request = &req}, ed;
     const msgpack_object *o = packed(&f, zi_im_encode_pack(&e, &f.m, &err), 4, ZI_IM_ENCODE);
-    assert_int_equal(zi_im_encode_unpack(o, &d, &err), ZI_OK);
-    assert_int_equal(d.rid, 5);
-    assert_true(d.has_max_length);
-    assert_int_equal(d.max_length, 512);
-    zi_codec_limits lim = zi_codec_limits_default();
-    assert_int_equal(zi_codec_decode_request(d.request_obj, &lim, "", &back, &err), ZI_OK);
-    assert_string_equal(back.prompt_text.p, "hello");
-    zi_request_free(&back);
-    frame_free(&f);
-    zi_request_free(&req);
-    /* Without request and max_length. */
-    zi_pack_kv_str(by_hand_msg(&f, "encode", 6, 1), "max_length", "x");
-    assert_refused(zi_im_encode_unpack(parsed(&f), &d, &err), &err, "request: missing");
-    assert_false(d.has_max_length);
-    frame_free(&f);
-}
-
-static void test_encoded(void **state) {
-    (void)state;
-    zi_error err = {0};
-    frame f;
+    assert_int_equal(zi_im_encode_unpack(o, &ed, &err), ZI_OK);
+    assert_int_equal(ed.rid, 5);
+    assert_true(ed.has_max_length);
+    assert_int_equal(ed.max_length, 512);
+    assert_int_equal(zi_codec_decode_request(ed.request_obj, &lim, "", &got, &err), ZI_OK);
+    assert_string_equal(got.prompt_text.p, "hello");
+    /* The tokenizer's answer: the prompt's tokens in a context. */
     zi_text_context ctx, back;
-    zi_sampling_params sp;
-    zi_sampling_params_init(&sp);
     int32_t prompt[3] = {1, 2, 3};
-    assert_int_equal(zi_text_context_init(&ctx, prompt, 3, 64, &sp, &err), ZI_OK);
-    zi_im_encoded e = {.rid = 5, .has_prompt_tokens = true, .prompt_tokens = 3, .context = &ctx}, d;
-    zi_im_encoded_unpack(packed(&f, zi_im_encoded_pack(&e, &f.m, &err), 4, ZI_IM_ENCODED), &d);
+    assert_int_equal(
+        zi_text_context_init(&ctx, prompt, 3, ed.max_length, &got.sampling_params, &err), ZI_OK);
+    zi_im_encoded en = {.rid = ed.rid,
+                        .has_prompt_tokens = true,
+                        .prompt_tokens = 3,
+                        .context = &ctx},
+                  d;
+    zi_im_encoded_unpack(packed(&g, zi_im_encoded_pack(&en, &g.m, &err), 4, ZI_IM_ENCODED), &d);
     assert_int_equal(d.rid, 5);
     assert_true(d.has_prompt_tokens);
     assert_int_equal(d.prompt_tokens, 3);
-    zi_codec_limits lim = zi_codec_limits_default();
     assert_int_equal(zi_codec_decode_text_context(d.context_obj, &lim, "context", &back, &err),
                      ZI_OK);
     assert_int_equal(back.prompt_len, 3);
-    assert_int_equal(back.max_length, 64);
+    assert_int_equal(back.max_length, 512);
     zi_text_context_free(&back);
-    frame_free(&f);
     zi_text_context_free(&ctx);
-    zi_sampling_params_free(&sp);
-    /* Neither prompt_tokens nor context. */
-    by_hand_msg(&f, "encoded", 9, 0);
+    zi_request_free(&got);
+    zi_request_free(&req);
+    frame_free(&g);
+    frame_free(&f);
+
+    zi_pack_kv_str(by_hand_msg(&f, "encode", 6, 1), "max_length", "x");
+    assert_refused(zi_im_encode_unpack(parsed(&f), &ed, &err), &err, "request: missing");
+    assert_false(ed.has_max_length);
+    frame_free(&f);
+    zi_pack_kv_str(by_hand_msg(&f, "encoded", 9, 1), "prompt_tokens", "x");
     zi_im_encoded_unpack(parsed(&f), &d);
     assert_int_equal(d.rid, 9);
     assert_false(d.has_prompt_tokens);
@@ -846,14 +844,13 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_builder_counts), cmocka_unit_test(test_types),
         cmocka_unit_test(test_register),       cmocka_unit_test(test_heartbeat),
-        cmocka_unit_test(test_backend_error),  cmocka_unit_test(test_encode),
-        cmocka_unit_test(test_encoded),        cmocka_unit_test(test_tokens_decode),
-        cmocka_unit_test(test_decoded),        cmocka_unit_test(test_rid_only),
-        cmocka_unit_test(test_tokenize),       cmocka_unit_test(test_detokenize),
-        cmocka_unit_test(test_util_replies),   cmocka_unit_test(test_start),
-        cmocka_unit_test(test_chunk),          cmocka_unit_test(test_final),
-        cmocka_unit_test(test_client_error),   cmocka_unit_test(test_health),
-        cmocka_unit_test(test_models),
+        cmocka_unit_test(test_backend_error),  cmocka_unit_test(test_encode_encoded),
+        cmocka_unit_test(test_tokens_decode),  cmocka_unit_test(test_decoded),
+        cmocka_unit_test(test_rid_only),       cmocka_unit_test(test_tokenize),
+        cmocka_unit_test(test_detokenize),     cmocka_unit_test(test_util_replies),
+        cmocka_unit_test(test_start),          cmocka_unit_test(test_chunk),
+        cmocka_unit_test(test_final),          cmocka_unit_test(test_client_error),
+        cmocka_unit_test(test_health),         cmocka_unit_test(test_models),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
