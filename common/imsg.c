@@ -8,6 +8,7 @@
  */
 #include "imsg.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +17,17 @@
 
 /* ---- the map builder ------------------------------------------------------- */
 
+/* Room for the largest map header (0xdf and 4 bytes of count) ahead of the
+ * entries: closing writes the smallest header that fits the count just
+ * before them, so a message's entries are never copied to put it first. */
+#define HDR_ROOM 5
+
 void zi_imap_init(zi_imap *b) {
+    static const char room[HDR_ROOM];
     msgpack_sbuffer_init(&b->sb);
     msgpack_packer_init(&b->pk, &b->sb, msgpack_sbuffer_write);
     b->n = 0;
-    b->oom = false;
+    b->bad = msgpack_sbuffer_write(&b->sb, room, HDR_ROOM) != 0;
 }
 
 void zi_imap_free(zi_imap *b) {
@@ -28,71 +35,119 @@ void zi_imap_free(zi_imap *b) {
     msgpack_sbuffer_init(&b->sb);
 }
 
+void zi_imap_fail(zi_imap *b) {
+    b->bad = true;
+}
+
+static void pack_strn(zi_imap *b, const char *s, size_t n) {
+    if (msgpack_pack_str(&b->pk, n) != 0 || (n && msgpack_pack_str_body(&b->pk, s, n) != 0))
+        b->bad = true;
+}
+
 msgpack_packer *zi_imap_key(zi_imap *b, const char *key) {
     b->n++;
-    zi_pack_str(&b->pk, key);
+    pack_strn(b, key, strlen(key));
     return &b->pk;
 }
 
 void zi_imap_strn(zi_imap *b, const char *key, const char *val, size_t n) {
-    zi_pack_strn(zi_imap_key(b, key), val, n);
+    zi_imap_key(b, key);
+    pack_strn(b, val, n);
 }
 
 void zi_imap_str(zi_imap *b, const char *key, const char *val) {
-    zi_pack_str(zi_imap_key(b, key), val);
+    zi_imap_strn(b, key, val, strlen(val));
 }
 
 void zi_imap_int(zi_imap *b, const char *key, int64_t val) {
-    msgpack_pack_int64(zi_imap_key(b, key), val);
+    if (msgpack_pack_int64(zi_imap_key(b, key), val) != 0) b->bad = true;
 }
 
 void zi_imap_bool(zi_imap *b, const char *key, bool val) {
     msgpack_packer *pk = zi_imap_key(b, key);
-    if (val)
-        msgpack_pack_true(pk);
-    else
-        msgpack_pack_false(pk);
+    if ((val ? msgpack_pack_true(pk) : msgpack_pack_false(pk)) != 0) b->bad = true;
 }
 
 void zi_imap_double(zi_imap *b, const char *key, double val) {
-    msgpack_pack_double(zi_imap_key(b, key), val);
+    if (msgpack_pack_double(zi_imap_key(b, key), val) != 0) b->bad = true;
 }
 
 void zi_imap_object(zi_imap *b, const char *key, const msgpack_object *o) {
-    if (o && msgpack_pack_object(zi_imap_key(b, key), *o) != 0) b->oom = true;
+    if (o && msgpack_pack_object(zi_imap_key(b, key), *o) != 0) b->bad = true;
 }
 
 void zi_imap_map(zi_imap *b, const char *key, zi_imap *child) {
-    if (zi_imap_close(child, zi_imap_key(b, key)) != ZI_OK) b->oom = true;
+    if (zi_imap_close(child, zi_imap_key(b, key)) != ZI_OK) b->bad = true;
 }
 
 uint32_t zi_imap_count(const zi_imap *b) {
     return b->n;
 }
 
-int zi_imap_close(zi_imap *b, msgpack_packer *out) {
-    /* sbuffer writes report a failed grow; so does the final copy. */
-    bool bad = b->oom;
-    if (msgpack_pack_map(out, b->n) != 0) bad = true;
-    if (b->sb.size && out->callback(out->data, b->sb.data, b->sb.size) != 0) bad = true;
-    zi_imap_free(b);
-    return bad ? ZI_ENOMEM : ZI_OK;
+/* Writes the header for b's count just before its entries; returns the
+ * offset in b->sb where the map begins. */
+static size_t put_header(zi_imap *b) {
+    uint32_t n = b->n;
+    unsigned char h[HDR_ROOM];
+    size_t len;
+    if (n < 16) {
+        h[0] = (unsigned char)(0x80 | n); /* fixmap */
+        len = 1;
+    } else if (n < 65536) {
+        h[0] = 0xde; /* map 16 */
+        h[1] = (unsigned char)(n >> 8), h[2] = (unsigned char)n;
+        len = 3;
+    } else {
+        h[0] = 0xdf; /* map 32 */
+        for (int k = 0; k < 4; k++) h[1 + k] = (unsigned char)(n >> (24 - 8 * k));
+        len = 5;
+    }
+    memcpy(b->sb.data + HDR_ROOM - len, h, len);
+    return HDR_ROOM - len;
 }
 
-/* Closes the message map b into out (initialised here). */
+int zi_imap_close(zi_imap *b, msgpack_packer *out) {
+    int rc = b->bad ? ZI_ENOMEM : ZI_OK;
+    if (!rc) {
+        size_t at = put_header(b);
+        if (out->callback(out->data, b->sb.data + at, b->sb.size - at) != 0) rc = ZI_ENOMEM;
+    }
+    zi_imap_free(b);
+    return rc;
+}
+
+/* Closes the message map b into out (initialised here): the header goes in
+ * place and out takes over b's buffer. */
 static int close_msg(zi_imap *b, zi_msg *out) {
     zi_msg_init(out);
-    return zi_imap_close(b, &out->pk);
+    if (b->bad) {
+        zi_imap_free(b);
+        return ZI_ENOMEM;
+    }
+    size_t at = put_header(b);
+    memmove(b->sb.data, b->sb.data + at, b->sb.size - at);
+    out->sb = b->sb;
+    out->sb.size -= at;
+    msgpack_packer_init(&out->pk, &out->sb, msgpack_sbuffer_write);
+    msgpack_sbuffer_init(&b->sb); /* given to out */
+    return ZI_OK;
 }
 
-/* Closes b into out also when a field failed (rc): the caller frees out
- * either way. The field's error comes first. */
+/* Closes b into out, unless a field failed (rc): then out stays empty, as
+ * the failed field's key may be counted with no value. The caller frees
+ * out either way. The field's error comes first. */
 static int finish(zi_imap *b, int rc, zi_msg *out) {
+    if (rc) zi_imap_fail(b);
     int rc2 = close_msg(b, out);
     return rc ? rc : rc2;
 }
 
 int zi_im_send(void *sock, zi_msg *m) {
+    if (m->sb.size == 0) { /* a failed encoder's: nothing to send */
+        zi_msg_free(m);
+        errno = EINVAL;
+        return -1;
+    }
     int rc = zi_send_msg(sock, NULL, 0, false, m);
     zi_msg_free(m);
     return rc;
@@ -114,7 +169,9 @@ static int put_ids(zi_imap *b, const char *key, const zi_im_ids *ids, zi_error *
         zi_imap_object(b, key, ids->raw);
         return ZI_OK;
     }
-    return zi_codec_pack_tokens(zi_imap_key(b, key), ids->v, ids->n, err);
+    int rc = zi_codec_pack_tokens(zi_imap_key(b, key), ids->v, ids->n, err);
+    if (rc) zi_imap_fail(b); /* its key is counted: the map must not go out */
+    return rc;
 }
 
 /* Packs ids under key, set or not: a field every sender writes. */
@@ -130,7 +187,9 @@ static int put_lps(zi_imap *b, const char *key, const zi_im_lps *lps, zi_error *
         zi_imap_object(b, key, lps->raw);
         return ZI_OK;
     }
-    return lps->lp ? zi_codec_pack_logprobs(zi_imap_key(b, key), lps->lp, err) : ZI_OK;
+    int rc = lps->lp ? zi_codec_pack_logprobs(zi_imap_key(b, key), lps->lp, err) : ZI_OK;
+    if (rc) zi_imap_fail(b); /* its key is counted: the map must not go out */
+    return rc;
 }
 
 static void put_str(zi_imap *b, const char *key, zi_im_str s) {
@@ -464,8 +523,8 @@ int zi_im_release_pack(int64_t rid, zi_msg *out) {
     return rid_only_pack(ZI_IM_RELEASE, rid, out);
 }
 
-/* A message of type t with rid and token ids (detokenize, tokenized). As
- * the processes always did, a failure to pack the ids is not reported. */
+/* A message of type t with rid and token ids (detokenize, tokenized). A
+ * failure to pack the ids fails the message (close_msg: ZI_ENOMEM). */
 static int ids_only_pack(zi_im_type t, int64_t rid, const zi_im_ids *ids, zi_msg *out) {
     zi_imap b;
     begin(&b, t, true, rid);
@@ -682,7 +741,7 @@ int zi_im_models_pack(const zi_im_models *m, zi_msg *out) {
         put_str(&e, "name", m->v[k].name);
         zi_imap_int(&e, "max_length", m->v[k].max_length);
         zi_imap_int(&e, "vocab", m->v[k].vocab);
-        if (zi_imap_close(&e, pk) != ZI_OK) b.oom = true;
+        if (zi_imap_close(&e, pk) != ZI_OK) zi_imap_fail(&b);
     }
     return close_msg(&b, out);
 }

@@ -13,8 +13,10 @@
  * bytes are those a correct hand count would give, in the same key order.
  *
  * Encoders (zi_im_*_pack) initialise *out (a zi_msg, wire.h) and fill it;
- * the caller sends it and calls zi_msg_free, also on failure (ZI_ENOMEM, or
- * an error of a codec.h encoder). Decoders (zi_im_*_unpack) read a parsed
+ * the caller sends it only on ZI_OK, and calls zi_msg_free either way. On
+ * failure (ZI_ENOMEM, or an error of a codec.h encoder such as a NaN log
+ * probability) *out is empty: a map with a counted key and no value never
+ * leaves the builder. Decoders (zi_im_*_unpack) read a parsed
  * map without copying: string and passed-through fields point into the
  * msgpack object, so it must outlive the struct. Each decoder accepts and
  * refuses exactly what the processes' own checks did before this module
@@ -40,21 +42,24 @@
 
 /* ---- the map builder ------------------------------------------------------- */
 
-/* A msgpack map being built: entries go to a scratch buffer and are
- * counted; zi_imap_close writes the header with that count, then the
- * entries. */
+/* A msgpack map being built: entries go to a buffer, after room for the
+ * largest map header, and are counted; zi_imap_close writes the smallest
+ * header for that count just before them, so no count is ever written by
+ * hand. A map in which any write failed is never written out. */
 typedef struct zi_imap {
-    msgpack_sbuffer sb;
+    msgpack_sbuffer sb; /* 5 bytes of header room, then the entries */
     msgpack_packer pk;
     uint32_t n; /* entries so far */
-    bool oom;   /* a write failed: close reports ZI_ENOMEM */
+    bool bad;   /* a write failed or a value was not packed: close fails */
 } zi_imap;
 
 void zi_imap_init(zi_imap *b);
 /* Frees the scratch buffer of a map that will not be closed. */
 void zi_imap_free(zi_imap *b);
+/* Marks b failed: a caller that took a key and could not pack its value. */
+void zi_imap_fail(zi_imap *b);
 /* Counts one entry and packs its key; the caller packs exactly one value
- * with the packer returned. */
+ * with the packer returned, or calls zi_imap_fail. */
 msgpack_packer *zi_imap_key(zi_imap *b, const char *key);
 void zi_imap_str(zi_imap *b, const char *key, const char *val);
 void zi_imap_strn(zi_imap *b, const char *key, const char *val, size_t n);
@@ -68,11 +73,13 @@ void zi_imap_map(zi_imap *b, const char *key, zi_imap *child);
 /* The entries counted so far. */
 uint32_t zi_imap_count(const zi_imap *b);
 /* Writes the map (header, then entries) to out and frees b. ZI_OK, or
- * ZI_ENOMEM when a write failed. */
+ * ZI_ENOMEM, writing nothing, when b failed; ZI_ENOMEM also when the write
+ * to out failed. */
 int zi_imap_close(zi_imap *b, msgpack_packer *out);
 
 /* Sends a built message to a backend's router (a DEALER socket: no
- * routing frames) and frees it; zi_send's result. */
+ * routing frames) and frees it; zi_send's result. A failed encoder's empty
+ * message is not sent: -1 with errno EINVAL. */
 int zi_im_send(void *sock, zi_msg *m);
 
 /* ---- values that are typed on one side and passed through on another ------- */

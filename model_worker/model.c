@@ -283,7 +283,7 @@ uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_c
 }
 
 uint64_t zi_model_memory_left_for_kv(const zi_model *m, uint64_t memory_budget,
-                                            int max_batch_tokens, int max_logit_rows) {
+                                     int max_batch_tokens, int max_logit_rows) {
     const zi_model_config *c = &m->cfg;
     /* Activations of one pass (model.c's buffers, floats), the logits rows,
      * and the weights as the backend holds them. */

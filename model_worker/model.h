@@ -82,7 +82,7 @@ uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_c
  * max_batch_tokens tokens and max_logit_rows rows of logits (twice: the
  * model's and the caller's) are counted (0 when nothing is). */
 uint64_t zi_model_memory_left_for_kv(const zi_model *m, uint64_t memory_budget,
-                                            int max_batch_tokens, int max_logit_rows);
+                                     int max_batch_tokens, int max_logit_rows);
 
 /* One forward pass. Token i has id tokens[i] at position pos[i] of
  * sequence seq[i], a row of block_tables (rows of table_stride block ids;

@@ -346,8 +346,18 @@ static void send_outputs(worker *w) {
                 .prompt_token_ids = {.set = echo, .v = c->tokens, .n = (size_t)c->prompt_len},
                 .prompt_logprobs = {.lp = has_plp ? &plp : NULL}};
             zi_msg m;
-            zi_im_tokens_pack(&tm, &m, NULL);
-            zi_im_send(w->sock, &m);
+            zi_error err = {0};
+            if (zi_im_tokens_pack(&tm, &m, &err) == ZI_OK) {
+                zi_im_send(w->sock, &m);
+            } else {
+                /* Nothing to send (a log probability that is not finite,
+                 * or out of memory): end the request with an error, which
+                 * the router sends on as its one final reply. */
+                zi_msg_free(&m);
+                send_error(w, l->rid, "internal",
+                           err.msg[0] ? err.msg : "out of memory for a tokens message");
+                done = true;
+            }
             if (has_lp) zi_logprobs_free(&lp);
             if (has_plp) zi_logprobs_free(&plp);
             if (echo) l->echo_sent = true;

@@ -804,8 +804,7 @@ static const struct filter_def {
     [F_STRING] = {"string", NULL, 0, f_string},
     [F_SUM] = {"sum", PARAMS("attribute", "start"), f_sum},
     [F_TITLE] = {"title", NULL, 0, f_case},
-    [F_TOJSON] = {"tojson", PARAMS("ensure_ascii", "indent", "separators", "sort_keys"),
-                  f_tojson},
+    [F_TOJSON] = {"tojson", PARAMS("ensure_ascii", "indent", "separators", "sort_keys"), f_tojson},
     [F_TRIM] = {"trim", PARAMS("chars"), f_trim},
     [F_UPPER] = {"upper", NULL, 0, f_case},
 };
@@ -818,8 +817,6 @@ int ct_apply_filter(ct_ctx *c, size_t off, int id, const char *name, size_t nlen
                        (int)(nlen > 60 ? 60 : nlen), name);
     const struct filter_def *d = &filter_defs[id];
     filter_call f = {id, v, args, nargs, kw, nkw, {NULL, NULL, NULL, NULL}};
-    if (d->fname)
-        TRY(ct_bind(c, off, d->fname, d->params, d->np, args, nargs, kw, nkw,
-                    f.a));
+    if (d->fname) TRY(ct_bind(c, off, d->fname, d->params, d->np, args, nargs, kw, nkw, f.a));
     return d->fn(c, off, &f, out);
 }

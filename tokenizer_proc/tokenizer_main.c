@@ -97,6 +97,18 @@ static void send_error(tproc *t, uint64_t rid, const char *code, const char *msg
     zi_im_send(t->sock, &m);
 }
 
+/* Sends a message an encoder built (rc: the encoder's result) or, when it
+ * could not be built, an error ending request rid instead. Returns rc. */
+static int send_built(tproc *t, uint64_t rid, int rc, zi_msg *m, const zi_error *err) {
+    if (!rc) {
+        zi_im_send(t->sock, m);
+        return ZI_OK;
+    }
+    zi_msg_free(m);
+    send_error(t, rid, "internal", err && err->msg[0] ? err->msg : "out of memory for a message");
+    return rc;
+}
+
 static dstate *find_state(tproc *t, uint64_t rid) {
     for (size_t i = 0; i < t->n_st; i++)
         if (t->st[i].rid == rid) return &t->st[i];
@@ -407,12 +419,12 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         const char *sname = zi_gen_status_name(status);
         dd.status = (zi_im_str){sname, strlen(sname)};
         zi_msg m;
-        zi_im_decoded_pack(&dd, &m, NULL);
-        zi_im_send(t->sock, &m);
+        zi_error perr = {0};
+        int prc = send_built(t, rid, zi_im_decoded_pack(&dd, &m, &perr), &m, &perr);
         free(clean);
         free(pclean);
         zi_logprobs_free(&cut);
-        if (zi_gen_status_is_done(status)) drop_state(t, rid);
+        if (prc || zi_gen_status_is_done(status)) drop_state(t, rid);
     }
     free(out);
     zi_im_tokens_free(&dm);
@@ -431,9 +443,9 @@ static void on_tokenize(tproc *t, const msgpack_object *o, uint64_t rid) {
         return;
     }
     zi_msg m;
-    zi_im_tokenized_pack(
+    int prc = zi_im_tokenized_pack(
         &(zi_im_util_reply){.rid = (int64_t)rid, .token_ids = {.set = true, .v = ids, .n = n}}, &m);
-    zi_im_send(t->sock, &m);
+    send_built(t, rid, prc, &m, NULL);
     free(ids);
 }
 
@@ -451,10 +463,10 @@ static void on_detokenize(tproc *t, const msgpack_object *o, uint64_t rid) {
         size_t cl = 0;
         char *clean = zi_utf8_clean(text, len, &cl); /* ids may end mid-character */
         zi_msg m;
-        zi_im_detokenized_pack(
+        int prc = zi_im_detokenized_pack(
             &(zi_im_util_reply){.rid = (int64_t)rid, .text = {clean ? clean : "", clean ? cl : 0}},
             &m);
-        zi_im_send(t->sock, &m);
+        send_built(t, rid, prc, &m, NULL);
         free(clean);
     }
     free(text);

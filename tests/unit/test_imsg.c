@@ -10,6 +10,7 @@
  * hand) wrote, parsed. packed() takes an encoder's result and checks the
  * frame's entry count and type, so a test reads as "pack, decode, compare".
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -197,6 +198,53 @@ static void test_builder_counts(void **state) {
     zi_imap_init(&b);
     zi_imap_str(&b, "a", "b");
     zi_imap_free(&b);
+}
+
+/* A map of 2^16 entries takes the map32 header; its entries follow it
+ * exactly as written. */
+static void test_builder_map32(void **state) {
+    (void)state;
+    frame f;
+    zi_imap b;
+    zi_imap_init(&b);
+    for (int i = 0; i < 65536; i++) zi_imap_int(&b, "k", i & 127);
+    closed(&f, &b);
+    const unsigned char want[5] = {0xdf, 0x00, 0x01, 0x00, 0x00};
+    assert_memory_equal(f.m.sb.data, want, 5);
+    assert_int_equal(f.m.sb.size, 5 + 65536 * 3); /* fixstr "k", positive fixint */
+    frame_free(&f);
+}
+
+/* A map whose value could not be packed never leaves the builder: close
+ * fails and writes nothing; an encoder given a NaN log probability fails
+ * with the codec's error and an empty message, which zi_im_send refuses. */
+static void test_failed_message(void **state) {
+    (void)state;
+    zi_imap b;
+    zi_msg m;
+    zi_imap_init(&b);
+    zi_imap_int(&b, "a", 1);
+    zi_imap_key(&b, "b"); /* a key whose value could not be packed */
+    zi_imap_fail(&b);
+    zi_msg_init(&m);
+    assert_int_equal(zi_imap_close(&b, &m.pk), ZI_ENOMEM);
+    assert_int_equal(m.sb.size, 0);
+    zi_msg_free(&m);
+
+    zi_logprobs lp;
+    make_lp(&lp);
+    lp.token_logprobs[1] = NAN;
+    int32_t ids[2] = {7, 8};
+    zi_im_tokens t = {.rid = 4,
+                      .token_ids = {.set = true, .v = ids, .n = 2},
+                      .status = {"active", 6},
+                      .logprobs = {.lp = &lp}};
+    zi_error err = {0};
+    assert_int_equal(zi_im_tokens_pack(&t, &m, &err), ZI_EINVAL);
+    assert_true(err.msg[0] != 0);
+    assert_int_equal(m.sb.size, 0);
+    assert_int_equal(zi_im_send(NULL, &m), -1); /* frees m */
+    zi_logprobs_free(&lp);
 }
 
 static void test_types(void **state) {
@@ -842,7 +890,8 @@ static void test_models(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_builder_counts), cmocka_unit_test(test_types),
+        cmocka_unit_test(test_builder_counts), cmocka_unit_test(test_builder_map32),
+        cmocka_unit_test(test_failed_message), cmocka_unit_test(test_types),
         cmocka_unit_test(test_register),       cmocka_unit_test(test_heartbeat),
         cmocka_unit_test(test_backend_error),  cmocka_unit_test(test_encode_encoded),
         cmocka_unit_test(test_tokens_decode),  cmocka_unit_test(test_decoded),
