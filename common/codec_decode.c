@@ -24,6 +24,19 @@ static int need_field(zi_dec *d, const msgpack_object *o, const char *name, msgp
     return rc;
 }
 
+/* Defines fn, a public decoder of codec.h: it refuses NULL pointers
+ * (naming root), then runs dec, a static decoder of `type` below, on a
+ * decoder rooted at path with lim or the defaults. */
+#define PUBLIC_DECODER(fn, type, root, dec)                                                        \
+    int fn(const msgpack_object *o, const zi_codec_limits *lim, const char *path, type *out,       \
+           zi_error *err) {                                                                        \
+        if (!o || !out) return zi_error_set(err, ZI_EINVAL, root ": NULL pointer");                \
+        zi_codec_limits tmp;                                                                       \
+        zi_dec d;                                                                                  \
+        zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, root, err);                   \
+        return dec(&d, o, out);                                                                    \
+    }
+
 /* The seed's TokenGeneratorRequestTool list: [{"type": str, "function":
  * {"name": non-empty str, "description": str, "parameters": map}}], no
  * other keys. Checked here, at admission, so that the tokenizer turns a
@@ -36,18 +49,15 @@ static int dec_tools(zi_dec *d, const msgpack_object *o) {
     for (uint32_t i = 0; i < o->via.array.size && !rc; i++) {
         size_t old = zi_dec_push_idx(d, i);
         const msgpack_object *tv[2], *fv[3];
-        rc = zi_dec_read_map(d, &o->via.array.ptr[i], tool_keys, 2, tv);
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], tool_keys, 2, 0, tv);
         if (!rc) rc = need_field(d, tv[0], "type", MSGPACK_OBJECT_STR, "a string", false);
         if (!rc) rc = need_field(d, tv[1], "function", MSGPACK_OBJECT_MAP, "a map", false);
         if (!rc) {
             size_t fold = zi_dec_push_key(d, "function");
-            rc = zi_dec_read_map(d, tv[1], fn_keys, 3, fv);
+            rc = zi_dec_read_map(d, tv[1], fn_keys, 3, 0, fv);
             if (!rc) rc = need_field(d, fv[0], "name", MSGPACK_OBJECT_STR, "a string", false);
-            if (!rc && fv[0]->via.str.size == 0) {
-                size_t nold = zi_dec_push_key(d, "name");
-                rc = zi_dec_fail(d, ZI_EINVAL, "must not be empty");
-                zi_dec_pop(d, nold);
-            }
+            if (!rc && fv[0]->via.str.size == 0)
+                rc = zi_dec_fail_at(d, "name", ZI_EINVAL, "must not be empty");
             if (!rc) rc = need_field(d, fv[1], "description", MSGPACK_OBJECT_STR, "a string", true);
             if (!rc) rc = need_field(d, fv[2], "parameters", MSGPACK_OBJECT_MAP, "a map", true);
             zi_dec_pop(d, fold);
@@ -84,7 +94,7 @@ static int dec_sampling(zi_dec *d, const msgpack_object *o, zi_sampling_params *
     enum { N = sizeof names / sizeof names[0] };
     const msgpack_object *v[N];
     zi_sampling_params_init(sp);
-    int rc = zi_dec_read_map(d, o, names, N, v);
+    int rc = zi_dec_read_map(d, o, names, N, 0, v);
     if (rc) return rc;
     int64_t i;
     if (v[0]) {
@@ -124,14 +134,7 @@ fail:
     return rc;
 }
 
-int zi_codec_decode_sampling_params(const msgpack_object *o, const zi_codec_limits *lim,
-                                    const char *path, zi_sampling_params *out, zi_error *err) {
-    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "sampling_params: NULL pointer");
-    zi_codec_limits tmp;
-    zi_dec d;
-    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "sampling_params", err);
-    return dec_sampling(&d, o, out);
-}
+PUBLIC_DECODER(zi_codec_decode_sampling_params, zi_sampling_params, "sampling_params", dec_sampling)
 
 /* Appends text to s (joining message parts). */
 static int str_append(zi_string *s, const char *p, size_t n, const char *sep) {
@@ -150,18 +153,15 @@ static int str_append(zi_string *s, const char *p, size_t n, const char *sep) {
  * {"type": "text", "text" | "content": str}, joined with "\n". */
 static int dec_content(zi_dec *d, const msgpack_object *o, zi_string *out) {
     if (o->type == MSGPACK_OBJECT_STR) return zi_dec_str(d, o, 0, out);
-    if (o->type != MSGPACK_OBJECT_ARRAY)
-        return zi_dec_wrong_type(d, o, "a string or an array of parts");
-    if (o->via.array.size > d->lim->max_items)
-        return zi_dec_fail(d, ZI_EINVAL, "%u parts exceed the limit of %zu", o->via.array.size,
-                           d->lim->max_items);
+    int rc = zi_dec_sized(d, o, MSGPACK_OBJECT_ARRAY, "a string or an array of parts", "parts",
+                          d->lim->max_items);
+    if (rc) return rc;
     if (zi_string_set(out, "", 0, NULL)) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < o->via.array.size; i++) {
         static const char *const names[] = {"type", "text", "content"};
         const msgpack_object *v[3];
         size_t old = zi_dec_push_idx(d, i);
-        int rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 3, v);
-        if (!rc && !v[0]) rc = zi_dec_missing(d, "type");
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 3, 1, v);
         if (!rc) {
             size_t o2 = zi_dec_push_key(d, "type");
             rc = zi_dec_check_str(d, v[0], ZI_STR_ID);
@@ -193,12 +193,11 @@ static int dec_content(zi_dec *d, const msgpack_object *o, zi_string *out) {
 }
 
 static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
-    if (o->type != MSGPACK_OBJECT_ARRAY) return zi_dec_wrong_type(d, o, "an array of messages");
+    int rc = zi_dec_sized(d, o, MSGPACK_OBJECT_ARRAY, "an array of messages", "messages",
+                          d->lim->max_items);
+    if (rc) return rc;
     uint32_t n = o->via.array.size;
     if (n == 0) return zi_dec_fail(d, ZI_EINVAL, "must not be empty");
-    if (n > d->lim->max_items)
-        return zi_dec_fail(d, ZI_EINVAL, "%u messages exceed the limit of %zu", n,
-                           d->lim->max_items);
     r->messages = calloc(n, sizeof *r->messages);
     if (!r->messages) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < n; i++) {
@@ -207,9 +206,7 @@ static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
         zi_message *m = &r->messages[i];
         r->n_messages = i + 1; /* so a failure frees what was filled */
         size_t old = zi_dec_push_idx(d, i);
-        int rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 2, v);
-        if (!rc && !v[0]) rc = zi_dec_missing(d, "role");
-        if (!rc && !v[1]) rc = zi_dec_missing(d, "content");
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 2, 2, v);
         if (!rc) {
             size_t o2 = zi_dec_push_key(d, "role");
             rc = zi_dec_str(d, v[0], ZI_STR_ID, &m->role);
@@ -273,7 +270,7 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
     };
     const msgpack_object *v[N];
     zi_request_init(r);
-    int rc = zi_dec_read_map(d, o, names, N, v);
+    int rc = zi_dec_read_map(d, o, names, N, 0, v);
     if (rc) return rc;
     if (v[OP]) {
         size_t old = zi_dec_push_key(d, "op");
@@ -299,24 +296,19 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
             AT(d, "prompt", zi_dec_i32_list(d, v[PROMPT], &r->prompt_tokens));
             r->prompt_kind = ZI_PROMPT_TOKENS;
             if (r->prompt_tokens.n == 0) {
-                size_t old = zi_dec_push_key(d, "prompt");
-                rc = zi_dec_fail(d, ZI_EINVAL, "must not be empty");
-                zi_dec_pop(d, old);
+                rc = zi_dec_fail_at(d, "prompt", ZI_EINVAL, "must not be empty");
                 goto fail;
             }
         }
     }
     if (!zi_dec_is_nil(v[MESSAGES])) AT(d, "messages", dec_messages(d, v[MESSAGES], r));
     if (!zi_dec_is_nil(v[IMAGES])) {
-        size_t old = zi_dec_push_key(d, "images");
-        rc = zi_dec_fail(d, ZI_EUNSUPPORTED, "image inputs are not supported");
-        zi_dec_pop(d, old);
+        rc = zi_dec_fail_at(d, "images", ZI_EUNSUPPORTED, "image inputs are not supported");
         goto fail;
     }
     if ((r->prompt_kind != ZI_PROMPT_NONE) == (r->n_messages > 0)) {
-        size_t old = zi_dec_push_key(d, "prompt");
-        rc = zi_dec_fail(d, ZI_EINVAL, "exactly one of prompt and messages is required");
-        zi_dec_pop(d, old);
+        rc = zi_dec_fail_at(d, "prompt", ZI_EINVAL,
+                            "exactly one of prompt and messages is required");
         goto fail;
     }
     if (!zi_dec_is_nil(v[TOOLS])) {
@@ -348,12 +340,9 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                 ? "chat_template_options"
                                 : NULL;
         if (which) {
-            size_t old = zi_dec_push_key(d, which);
-            rc = zi_dec_fail(
-                d, ZI_EINVAL,
-                "only used with messages (the chat template renders them); this request "
-                "has a prompt");
-            zi_dec_pop(d, old);
+            rc = zi_dec_fail_at(d, which, ZI_EINVAL,
+                                "only used with messages (the chat template renders them); "
+                                "this request has a prompt");
             goto fail;
         }
     }
@@ -363,14 +352,7 @@ fail:
     return rc;
 }
 
-int zi_codec_decode_request(const msgpack_object *o, const zi_codec_limits *lim, const char *path,
-                            zi_request *out, zi_error *err) {
-    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "request: NULL pointer");
-    zi_codec_limits tmp;
-    zi_dec d;
-    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "request", err);
-    return dec_request(&d, o, out);
-}
+PUBLIC_DECODER(zi_codec_decode_request, zi_request, "request", dec_request)
 
 static int dec_logprobs(zi_dec *d, const msgpack_object *o, zi_logprobs *lp) {
     static const char *const names[] = {"token_log_probabilities", "top_log_probabilities"};
@@ -378,10 +360,8 @@ static int dec_logprobs(zi_dec *d, const msgpack_object *o, zi_logprobs *lp) {
     zi_logprobs_init(lp);
     float *tl = NULL;
     size_t n = 0;
-    int rc = zi_dec_read_map(d, o, names, 2, v);
+    int rc = zi_dec_read_map(d, o, names, 2, 2, v);
     if (rc) return rc;
-    if (!v[0]) return zi_dec_missing(d, names[0]);
-    if (!v[1]) return zi_dec_missing(d, names[1]);
     AT(d, names[0], zi_dec_f32(d, v[0], &tl, &n));
     for (size_t i = 0; i < n; i++) {
         if (isnan(tl[i]) || (isinf(tl[i]) && tl[i] > 0)) {
@@ -407,12 +387,9 @@ static int dec_logprobs(zi_dec *d, const msgpack_object *o, zi_logprobs *lp) {
             int32_t *ids = NULL;
             float *lps = NULL;
             uint32_t k = 0;
-            if (m->type != MSGPACK_OBJECT_MAP)
-                rc = zi_dec_wrong_type(d, m, "a map of token id to log probability");
-            else if (m->via.map.size > d->lim->max_items)
-                rc = zi_dec_fail(d, ZI_EINVAL, "%u entries exceed the limit of %zu",
-                                 m->via.map.size, d->lim->max_items);
-            else if (m->via.map.size) {
+            rc = zi_dec_sized(d, m, MSGPACK_OBJECT_MAP, "a map of token id to log probability",
+                              "entries", d->lim->max_items);
+            if (!rc && m->via.map.size) {
                 ids = malloc(m->via.map.size * sizeof *ids);
                 lps = malloc(m->via.map.size * sizeof *lps);
                 if (!ids || !lps) rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
@@ -453,14 +430,7 @@ fail:
     return rc;
 }
 
-int zi_codec_decode_logprobs(const msgpack_object *o, const zi_codec_limits *lim, const char *path,
-                             zi_logprobs *out, zi_error *err) {
-    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "log_probabilities: NULL pointer");
-    zi_codec_limits tmp;
-    zi_dec d;
-    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "log_probabilities", err);
-    return dec_logprobs(&d, o, out);
-}
+PUBLIC_DECODER(zi_codec_decode_logprobs, zi_logprobs, "log_probabilities", dec_logprobs)
 
 /* A LogProbabilities map or nil into a fresh heap object (*out NULL for nil). */
 static int dec_logprobs_opt(zi_dec *d, const msgpack_object *o, zi_logprobs **out) {
@@ -481,9 +451,8 @@ static int dec_text_response(zi_dec *d, const msgpack_object *o, zi_text_respons
     static const char *const names[] = {"next_token", "log_probabilities"};
     const msgpack_object *v[2];
     zi_text_response_init(r);
-    int rc = zi_dec_read_map(d, o, names, 2, v);
+    int rc = zi_dec_read_map(d, o, names, 2, 1, v);
     if (rc) return rc;
-    if (!v[0]) return zi_dec_missing(d, "next_token");
     if (v[0]->type == MSGPACK_OBJECT_STR) {
         AT(d, "next_token", zi_dec_str(d, v[0], 0, &r->text));
         r->is_text = true;
@@ -506,14 +475,7 @@ fail:
     return rc;
 }
 
-int zi_codec_decode_text_response(const msgpack_object *o, const zi_codec_limits *lim,
-                                  const char *path, zi_text_response *out, zi_error *err) {
-    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "text_response: NULL pointer");
-    zi_codec_limits tmp;
-    zi_dec d;
-    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "text_response", err);
-    return dec_text_response(&d, o, out);
-}
+PUBLIC_DECODER(zi_codec_decode_text_response, zi_text_response, "text_response", dec_text_response)
 
 static int get_status(zi_dec *d, const msgpack_object *o, zi_gen_status *out) {
     int rc = zi_dec_check_str(d, o, ZI_STR_ID);
@@ -533,20 +495,14 @@ static int dec_tgr(zi_dec *d, const msgpack_object *o, zi_text_generation_respon
     static const char *const names[] = {"tokens", "final_status"};
     const msgpack_object *v[2];
     zi_text_generation_response_init(r);
-    int rc = zi_dec_read_map(d, o, names, 2, v);
+    int rc = zi_dec_read_map(d, o, names, 2, 2, v);
     if (rc) return rc;
-    if (!v[0]) return zi_dec_missing(d, "tokens");
-    if (!v[1]) return zi_dec_missing(d, "final_status");
     AT(d, "final_status", get_status(d, v[1], &r->final_status));
     {
         size_t old = zi_dec_push_key(d, "tokens");
         const msgpack_object *t = v[0];
-        if (t->type != MSGPACK_OBJECT_ARRAY)
-            rc = zi_dec_wrong_type(d, t, "an array");
-        else if (t->via.array.size > d->lim->max_tokens)
-            rc = zi_dec_fail(d, ZI_EINVAL, "%u responses exceed the limit of %zu",
-                             t->via.array.size, d->lim->max_tokens);
-        else if (t->via.array.size && !(r->tokens = calloc(t->via.array.size, sizeof *r->tokens)))
+        rc = zi_dec_sized(d, t, MSGPACK_OBJECT_ARRAY, "an array", "responses", d->lim->max_tokens);
+        if (!rc && t->via.array.size && !(r->tokens = calloc(t->via.array.size, sizeof *r->tokens)))
             rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
         for (uint32_t i = 0; !rc && i < t->via.array.size; i++) {
             size_t o2 = zi_dec_push_idx(d, i);
@@ -563,15 +519,8 @@ fail:
     return rc;
 }
 
-int zi_codec_decode_text_generation_response(const msgpack_object *o, const zi_codec_limits *lim,
-                                             const char *path, zi_text_generation_response *out,
-                                             zi_error *err) {
-    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "text_generation_response: NULL pointer");
-    zi_codec_limits tmp;
-    zi_dec d;
-    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "text_generation_response", err);
-    return dec_tgr(&d, o, out);
-}
+PUBLIC_DECODER(zi_codec_decode_text_generation_response, zi_text_generation_response,
+               "text_generation_response", dec_tgr)
 
 /* The TextContext keys, in the order of the C_ indices (codec_internal.h):
  * the seed dataclass's field names (private ones keep their underscore),
@@ -650,21 +599,13 @@ static int ctx_eos(zi_dec *d, const msgpack_object *const *v, zi_text_context *c
         AT(d, "eos_token_ids", zi_dec_i32_list(d, v[C_EOS], &l));
         rc = zi_text_context_set_eos(c, l.v, l.n, NULL);
         zi_i32_list_free(&l);
-        if (rc) {
-            size_t old = zi_dec_push_key(d, "eos_token_ids");
-            rc = zi_dec_fail(d, rc, "out of memory");
-            zi_dec_pop(d, old);
-            return rc;
-        }
+        if (rc) return zi_dec_fail_at(d, "eos_token_ids", rc, "out of memory");
     }
     if (!zi_dec_is_nil(v[C_EOSSEQ])) {
         size_t old = zi_dec_push_key(d, "eos_sequences");
         const msgpack_object *s = v[C_EOSSEQ];
-        if (s->type != MSGPACK_OBJECT_ARRAY)
-            rc = zi_dec_wrong_type(d, s, "an array of token id arrays");
-        else if (s->via.array.size > d->lim->max_items)
-            rc = zi_dec_fail(d, ZI_EINVAL, "%u sequences exceed the limit of %zu",
-                             s->via.array.size, d->lim->max_items);
+        rc = zi_dec_sized(d, s, MSGPACK_OBJECT_ARRAY, "an array of token id arrays", "sequences",
+                          d->lim->max_items);
         for (uint32_t i = 0; !rc && i < s->via.array.size; i++) {
             size_t o2 = zi_dec_push_idx(d, i);
             int32_t *q = NULL;
@@ -699,12 +640,9 @@ static int ctx_options(zi_dec *d, const msgpack_object *const *v, zi_text_contex
     }
     if (!zi_dec_is_nil(v[C_SP]))
         AT(d, "sampling_params", dec_sampling(d, v[C_SP], &c->sampling_params));
-    if (!zi_dec_is_nil(v[C_MATCHER])) {
-        size_t old = zi_dec_push_key(d, "_matcher");
-        rc = zi_dec_fail(d, ZI_EINVAL, "a grammar matcher cannot travel (must be nil)");
-        zi_dec_pop(d, old);
-        return rc;
-    }
+    if (!zi_dec_is_nil(v[C_MATCHER]))
+        return zi_dec_fail_at(d, "_matcher", ZI_EINVAL,
+                              "a grammar matcher cannot travel (must be nil)");
     if (v[C_STATUS]) AT(d, "_status", get_status(d, v[C_STATUS], &c->status));
     if (!zi_dec_is_nil(v[C_CACHE]))
         AT(d, "_cache_seq_id", zi_dec_i64(d, v[C_CACHE], 0, INT64_MAX, &c->cache_seq_id));
@@ -734,25 +672,14 @@ static int ctx_window(zi_dec *d, const msgpack_object *const *v, zi_text_context
     if (cstart < 0) cstart = active;
     if (cend < 0) cend = active;
     if (plen < 0) plen = active;
-    if (end > (int64_t)ntok) {
-        size_t old = zi_dec_push_key(d, "_end_idx");
-        rc = zi_dec_fail(d, ZI_EINVAL, "%lld is beyond the %zu tokens sent", (long long)end, ntok);
-        zi_dec_pop(d, old);
-        return rc;
-    }
-    if (size >= 0 && size < end) {
-        size_t old = zi_dec_push_key(d, "_size");
-        rc = zi_dec_fail(d, ZI_EINVAL, "%lld is below _end_idx %lld", (long long)size,
-                         (long long)end);
-        zi_dec_pop(d, old);
-        return rc;
-    }
-    if (end < 1) {
-        size_t old = zi_dec_push_key(d, "tokens");
-        rc = zi_dec_fail(d, ZI_EINVAL, "a context needs at least one token");
-        zi_dec_pop(d, old);
-        return rc;
-    }
+    if (end > (int64_t)ntok)
+        return zi_dec_fail_at(d, "_end_idx", ZI_EINVAL, "%lld is beyond the %zu tokens sent",
+                              (long long)end, ntok);
+    if (size >= 0 && size < end)
+        return zi_dec_fail_at(d, "_size", ZI_EINVAL, "%lld is below _end_idx %lld", (long long)size,
+                              (long long)end);
+    if (end < 1)
+        return zi_dec_fail_at(d, "tokens", ZI_EINVAL, "a context needs at least one token");
     int64_t cap = (end + ZI_CTX_CHUNK - 1) / ZI_CTX_CHUNK * ZI_CTX_CHUNK;
     c->tokens = calloc((size_t)cap, sizeof *c->tokens);
     c->lp_data = calloc((size_t)cap, sizeof *c->lp_data);
@@ -812,8 +739,9 @@ static int dec_context(zi_dec *d, const msgpack_object *o, zi_text_context *c) {
     zi_text_context_zero(c);
     int32_t *toks = NULL;
     size_t ntok = 0;
-    int rc = zi_dec_read_map(d, o, ctx_names, C_N, v);
+    int rc = zi_dec_read_map(d, o, ctx_names, C_N, 0, v);
     if (rc) return rc;
+    /* Both required, tokens named first when neither is given. */
     if (!v[C_TOKENS]) return zi_dec_missing(d, "tokens");
     if (!v[C_MAXLEN]) return zi_dec_missing(d, "max_length");
     if ((rc = ctx_tokens(d, v, c, &toks, &ntok)) || (rc = ctx_eos(d, v, c)) ||
@@ -832,35 +760,23 @@ fail:
     return rc;
 }
 
-int zi_codec_decode_text_context(const msgpack_object *o, const zi_codec_limits *lim,
-                                 const char *path, zi_text_context *out, zi_error *err) {
-    if (!o || !out) return zi_error_set(err, ZI_EINVAL, "context: NULL pointer");
-    zi_codec_limits tmp;
-    zi_dec d;
-    zi_dec_init(&d, zi_codec_limits_or_default(lim, &tmp), path, "context", err);
-    return dec_context(&d, o, out);
-}
+PUBLIC_DECODER(zi_codec_decode_text_context, zi_text_context, "context", dec_context)
 
-int zi_codec_request_from_bytes(const void *buf, size_t len, const zi_codec_limits *lim,
-                                zi_request *out, zi_error *err) {
-    if (!out) return zi_error_set(err, ZI_EINVAL, "request: NULL output");
-    zi_request_init(out);
-    msgpack_unpacked u;
-    int rc = zi_msgpack_parse(buf, len, lim, &u, err);
-    if (rc) return rc;
-    rc = zi_codec_decode_request(&u.data, lim, NULL, out, err);
-    msgpack_unpacked_destroy(&u);
-    return rc;
-}
+/* Defines fn, a from-bytes decoder of codec.h: out starts empty (init),
+ * then the bytes are pre-scanned and parsed and the one object decoded. */
+#define FROM_BYTES(fn, type, root, init, decode)                                                   \
+    int fn(const void *buf, size_t len, const zi_codec_limits *lim, type *out, zi_error *err) {    \
+        if (!out) return zi_error_set(err, ZI_EINVAL, root ": NULL output");                       \
+        init(out);                                                                                 \
+        msgpack_unpacked u;                                                                        \
+        int rc = zi_msgpack_parse(buf, len, lim, &u, err);                                         \
+        if (rc) return rc;                                                                         \
+        rc = decode(&u.data, lim, NULL, out, err);                                                 \
+        msgpack_unpacked_destroy(&u);                                                              \
+        return rc;                                                                                 \
+    }
 
-int zi_codec_text_context_from_bytes(const void *buf, size_t len, const zi_codec_limits *lim,
-                                     zi_text_context *out, zi_error *err) {
-    if (!out) return zi_error_set(err, ZI_EINVAL, "context: NULL output");
-    zi_text_context_zero(out);
-    msgpack_unpacked u;
-    int rc = zi_msgpack_parse(buf, len, lim, &u, err);
-    if (rc) return rc;
-    rc = zi_codec_decode_text_context(&u.data, lim, NULL, out, err);
-    msgpack_unpacked_destroy(&u);
-    return rc;
-}
+FROM_BYTES(zi_codec_request_from_bytes, zi_request, "request", zi_request_init,
+           zi_codec_decode_request)
+FROM_BYTES(zi_codec_text_context_from_bytes, zi_text_context, "context", zi_text_context_zero,
+           zi_codec_decode_text_context)

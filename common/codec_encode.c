@@ -60,16 +60,31 @@ static int pack_np_header(msgpack_packer *pk, const char *dtype, size_t n, size_
     return 0;
 }
 
-int zi_codec_pack_tokens(msgpack_packer *pk, const int32_t *ids, size_t n, zi_error *err) {
-    if (!pk || (!ids && n)) return zi_error_set(err, ZI_EINVAL, "tokens: NULL pointer");
-    if (n > UINT32_MAX / 8)
-        return zi_error_set(err, ZI_ERANGE, "tokens: %zu is too many to encode", n);
-    P(pack_np_header(pk, "int64", n, n * 8));
-    uint8_t buf[512];
+/* One element's bits, widened to 64: token ids go out as int64 (sign
+ * extended), floats as their float32 bits. */
+static uint64_t id_bits(const void *v, size_t i) {
+    return (uint64_t)(int64_t)((const int32_t *)v)[i];
+}
+
+static uint64_t f32_bits(const void *v, size_t i) {
+    uint32_t bits;
+    memcpy(&bits, (const float *)v + i, 4);
+    return bits;
+}
+
+/* A numpy array of n items of `item` bytes (bits(v, i), little-endian),
+ * written through a small buffer; `what` names the value in errors. */
+static int pack_np(msgpack_packer *pk, const char *what, const char *dtype, size_t item,
+                   const void *v, size_t n, uint64_t (*bits)(const void *, size_t), zi_error *err) {
+    if (!pk || (!v && n)) return zi_error_set(err, ZI_EINVAL, "%s: NULL pointer", what);
+    if (n > UINT32_MAX / item)
+        return zi_error_set(err, ZI_ERANGE, "%s: %zu is too many to encode", what, n);
+    P(pack_np_header(pk, dtype, n, n * item));
+    uint8_t buf[512]; /* a whole number of items of 4 or 8 bytes */
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t v = (uint64_t)(int64_t)ids[i];
-        for (int b = 0; b < 8; b++) buf[k++] = (uint8_t)(v >> (8 * b));
+        uint64_t x = bits(v, i);
+        for (size_t b = 0; b < item; b++) buf[k++] = (uint8_t)(x >> (8 * b));
         if (k == sizeof buf) {
             P(msgpack_pack_bin_body(pk, buf, k));
             k = 0;
@@ -79,24 +94,12 @@ int zi_codec_pack_tokens(msgpack_packer *pk, const int32_t *ids, size_t n, zi_er
     return ZI_OK;
 }
 
+int zi_codec_pack_tokens(msgpack_packer *pk, const int32_t *ids, size_t n, zi_error *err) {
+    return pack_np(pk, "tokens", "int64", 8, ids, n, id_bits, err);
+}
+
 int zi_codec_pack_f32(msgpack_packer *pk, const float *v, size_t n, zi_error *err) {
-    if (!pk || (!v && n)) return zi_error_set(err, ZI_EINVAL, "values: NULL pointer");
-    if (n > UINT32_MAX / 4)
-        return zi_error_set(err, ZI_ERANGE, "values: %zu is too many to encode", n);
-    P(pack_np_header(pk, "float32", n, n * 4));
-    uint8_t buf[512];
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t bits;
-        memcpy(&bits, &v[i], 4);
-        for (int b = 0; b < 4; b++) buf[k++] = (uint8_t)(bits >> (8 * b));
-        if (k == sizeof buf) {
-            P(msgpack_pack_bin_body(pk, buf, k));
-            k = 0;
-        }
-    }
-    if (k) P(msgpack_pack_bin_body(pk, buf, k));
-    return ZI_OK;
+    return pack_np(pk, "values", "float32", 4, v, n, f32_bits, err);
 }
 
 static int pack_i32_array(msgpack_packer *pk, const zi_i32_list *l) {

@@ -39,24 +39,36 @@ void zi_dec_pop(zi_dec *d, size_t old) {
     zi_keypath_pop(&d->path, old);
 }
 
-int zi_dec_fail(zi_dec *d, int code, const char *fmt, ...) {
+static int vfail(zi_dec *d, int code, const char *fmt, va_list ap) {
     char msg[ZI_ERROR_MSG_MAX];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return zi_error_set(d->err, code, "%s: %s", d->path.n ? d->path.s : d->root, msg);
+}
+
+int zi_dec_fail(zi_dec *d, int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    int rc = vfail(d, code, fmt, ap);
     va_end(ap);
-    return zi_error_set(d->err, code, "%s: %s", d->path.n ? d->path.s : d->root, msg);
+    return rc;
+}
+
+int zi_dec_fail_at(zi_dec *d, const char *name, int code, const char *fmt, ...) {
+    size_t old = zi_dec_push_key(d, name);
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vfail(d, code, fmt, ap);
+    va_end(ap);
+    zi_dec_pop(d, old);
+    return rc;
 }
 
 int zi_dec_wrong_type(zi_dec *d, const msgpack_object *o, const char *want) {
     return zi_dec_fail(d, ZI_EINVAL, "expected %s, got %s", want, zi_msgpack_type_name(o));
 }
 
-/* Matches the keys of map o against names[0..nf): vals[i] is the value of
- * names[i] or NULL. Refuses non-string keys, unknown keys (naming them) and
- * repeated keys. */
 int zi_dec_read_map(zi_dec *d, const msgpack_object *o, const char *const *names, size_t nf,
-                    const msgpack_object **vals) {
+                    size_t nreq, const msgpack_object **vals) {
     if (o->type != MSGPACK_OBJECT_MAP) return zi_dec_wrong_type(d, o, "a map");
     for (size_t i = 0; i < nf; i++) vals[i] = NULL;
     for (uint32_t i = 0; i < o->via.map.size; i++) {
@@ -72,22 +84,24 @@ int zi_dec_read_map(zi_dec *d, const msgpack_object *o, const char *const *names
             zi_dec_pop(d, old);
             return rc;
         }
-        if (vals[f]) {
-            size_t old = zi_dec_push_key(d, names[f]);
-            int rc = zi_dec_fail(d, ZI_EINVAL, "duplicate field");
-            zi_dec_pop(d, old);
-            return rc;
-        }
+        if (vals[f]) return zi_dec_fail_at(d, names[f], ZI_EINVAL, "duplicate field");
         vals[f] = &o->via.map.ptr[i].val;
     }
+    for (size_t i = 0; i < nreq; i++)
+        if (!vals[i]) return zi_dec_missing(d, names[i]);
     return ZI_OK;
 }
 
 int zi_dec_missing(zi_dec *d, const char *name) {
-    size_t old = zi_dec_push_key(d, name);
-    int rc = zi_dec_fail(d, ZI_EINVAL, "missing required field");
-    zi_dec_pop(d, old);
-    return rc;
+    return zi_dec_fail_at(d, name, ZI_EINVAL, "missing required field");
+}
+
+int zi_dec_sized(zi_dec *d, const msgpack_object *o, msgpack_object_type t, const char *want,
+                 const char *noun, size_t max) {
+    if (o->type != t) return zi_dec_wrong_type(d, o, want);
+    uint32_t n = t == MSGPACK_OBJECT_MAP ? o->via.map.size : o->via.array.size;
+    if (n > max) return zi_dec_fail(d, ZI_EINVAL, "%u %s exceed the limit of %zu", n, noun, max);
+    return ZI_OK;
 }
 
 int zi_dec_bool(zi_dec *d, const msgpack_object *o, bool *out) {
@@ -166,16 +180,14 @@ int zi_dec_str_list(zi_dec *d, const msgpack_object *o, int flags, bool single, 
             return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
         return ZI_OK;
     }
-    if (o->type != MSGPACK_OBJECT_ARRAY)
-        return zi_dec_wrong_type(
-            d, o, single ? "a string or an array of strings" : "an array of strings");
-    if (o->via.array.size > d->lim->max_items)
-        return zi_dec_fail(d, ZI_EINVAL, "%u entries exceed the limit of %zu", o->via.array.size,
-                           d->lim->max_items);
+    int rc = zi_dec_sized(d, o, MSGPACK_OBJECT_ARRAY,
+                          single ? "a string or an array of strings" : "an array of strings",
+                          "entries", d->lim->max_items);
+    if (rc) return rc;
     for (uint32_t i = 0; i < o->via.array.size; i++) {
         size_t old = zi_dec_push_idx(d, i);
         const msgpack_object *e = &o->via.array.ptr[i];
-        int rc = zi_dec_check_str(d, e, flags);
+        rc = zi_dec_check_str(d, e, flags);
         if (!rc && zi_str_list_push(out, e->via.str.ptr, e->via.str.size, NULL))
             rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
         zi_dec_pop(d, old);
@@ -191,16 +203,11 @@ static int get_np(zi_dec *d, const msgpack_object *o, int allowed, size_t limit,
                   const uint8_t **data, size_t *n) {
     static const char *const names[] = {"__np__", "dtype", "shape", "data"};
     const msgpack_object *v[4];
-    int rc = zi_dec_read_map(d, o, names, 4, v);
+    int rc = zi_dec_read_map(d, o, names, 4, 4, v);
     if (rc) return rc;
-    for (int i = 0; i < 4; i++)
-        if (!v[i]) return zi_dec_missing(d, names[i]);
-    size_t old = zi_dec_push_key(d, "__np__");
     if (v[0]->type != MSGPACK_OBJECT_BOOLEAN || !v[0]->via.boolean)
-        rc = zi_dec_fail(d, ZI_EINVAL, "must be true");
-    zi_dec_pop(d, old);
-    if (rc) return rc;
-    old = zi_dec_push_key(d, "dtype");
+        return zi_dec_fail_at(d, "__np__", ZI_EINVAL, "must be true");
+    size_t old = zi_dec_push_key(d, "dtype");
     size_t item = 0;
     if (!(rc = zi_dec_check_str(d, v[1], ZI_STR_ID))) {
         const char *s = v[1]->via.str.ptr;
@@ -261,37 +268,45 @@ static uint64_t le(const uint8_t *p, size_t n) {
     return v;
 }
 
-static bool is_np(const msgpack_object *o) {
-    return o->type == MSGPACK_OBJECT_MAP;
+/* A number array's head, numpy or plain, and room for its results. */
+typedef struct numbers {
+    int dtype;           /* DT_*, or 0 for a plain msgpack array */
+    const uint8_t *data; /* numpy's little-endian bytes (dtype != 0) */
+    size_t n;
+    void *buf; /* room for the n results, malloc'd; NULL when n is 0 */
+} numbers;
+
+/* A number array, numpy (a map; dtypes in `allowed`) or plain, of at
+ * most max_tokens entries, with room for n results of `size` bytes each.
+ * noun names the entries in the messages, want the expected type. */
+static int get_numbers(zi_dec *d, const msgpack_object *o, int allowed, const char *noun,
+                       const char *want, size_t size, numbers *a) {
+    memset(a, 0, sizeof *a);
+    int rc;
+    if (o->type == MSGPACK_OBJECT_MAP)
+        rc = get_np(d, o, allowed, d->lim->max_tokens, &a->dtype, &a->data, &a->n);
+    else if (!(rc = zi_dec_sized(d, o, MSGPACK_OBJECT_ARRAY, want, noun, d->lim->max_tokens)))
+        a->n = o->via.array.size;
+    if (rc || a->n == 0) return rc;
+    if (!(a->buf = malloc(a->n * size)))
+        return zi_dec_fail(d, ZI_ENOMEM, "out of memory (%zu %s)", a->n, noun);
+    return ZI_OK;
 }
 
 int zi_dec_tokens(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t *n_out) {
     *ids_out = NULL;
     *n_out = 0;
-    size_t n;
-    int dtype = 0;
-    const uint8_t *data = NULL;
-    int rc;
-    if (is_np(o)) {
-        if ((rc = get_np(d, o, DT_INT64 | DT_INT32, d->lim->max_tokens, &dtype, &data, &n)))
-            return rc;
-    } else if (o->type == MSGPACK_OBJECT_ARRAY) {
-        n = o->via.array.size;
-        if (n > d->lim->max_tokens)
-            return zi_dec_fail(d, ZI_EINVAL, "%zu tokens exceed the limit of %zu", n,
-                               d->lim->max_tokens);
-    } else {
-        return zi_dec_wrong_type(d, o, "an array of token ids");
-    }
-    if (n == 0) return ZI_OK;
-    int32_t *ids = malloc(n * sizeof *ids);
-    if (!ids) return zi_dec_fail(d, ZI_ENOMEM, "out of memory (%zu tokens)", n);
-    for (size_t i = 0; i < n; i++) {
+    numbers a;
+    int rc = get_numbers(d, o, DT_INT64 | DT_INT32, "tokens", "an array of token ids",
+                         sizeof(int32_t), &a);
+    if (rc) return rc;
+    int32_t *ids = a.buf;
+    for (size_t i = 0; i < a.n; i++) {
         int64_t v;
-        if (dtype == DT_INT64)
-            v = (int64_t)le(data + 8 * i, 8);
-        else if (dtype == DT_INT32)
-            v = (int32_t)(uint32_t)le(data + 4 * i, 4);
+        if (a.dtype == DT_INT64)
+            v = (int64_t)le(a.data + 8 * i, 8);
+        else if (a.dtype == DT_INT32)
+            v = (int32_t)(uint32_t)le(a.data + 4 * i, 4);
         else {
             size_t old = zi_dec_push_idx(d, i);
             rc = zi_dec_i64(d, &o->via.array.ptr[i], 0, INT32_MAX, &v);
@@ -312,7 +327,7 @@ int zi_dec_tokens(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t 
         ids[i] = (int32_t)v;
     }
     *ids_out = ids;
-    *n_out = n;
+    *n_out = a.n;
     return ZI_OK;
 }
 
@@ -340,26 +355,13 @@ int zi_dec_i32_list(zi_dec *d, const msgpack_object *o, zi_i32_list *out) {
 int zi_dec_f32(zi_dec *d, const msgpack_object *o, float **out, size_t *n_out) {
     *out = NULL;
     *n_out = 0;
-    size_t n;
-    int dtype = 0;
-    const uint8_t *data = NULL;
-    int rc;
-    if (is_np(o)) {
-        if ((rc = get_np(d, o, DT_FLOAT32, d->lim->max_tokens, &dtype, &data, &n))) return rc;
-    } else if (o->type == MSGPACK_OBJECT_ARRAY) {
-        n = o->via.array.size;
-        if (n > d->lim->max_tokens)
-            return zi_dec_fail(d, ZI_EINVAL, "%zu values exceed the limit of %zu", n,
-                               d->lim->max_tokens);
-    } else {
-        return zi_dec_wrong_type(d, o, "an array of numbers");
-    }
-    if (n == 0) return ZI_OK;
-    float *v = malloc(n * sizeof *v);
-    if (!v) return zi_dec_fail(d, ZI_ENOMEM, "out of memory (%zu values)", n);
-    for (size_t i = 0; i < n; i++) {
-        if (dtype) {
-            uint32_t bits = (uint32_t)le(data + 4 * i, 4);
+    numbers a;
+    int rc = get_numbers(d, o, DT_FLOAT32, "values", "an array of numbers", sizeof(float), &a);
+    if (rc) return rc;
+    float *v = a.buf;
+    for (size_t i = 0; i < a.n; i++) {
+        if (a.dtype) {
+            uint32_t bits = (uint32_t)le(a.data + 4 * i, 4);
             memcpy(&v[i], &bits, 4);
         } else {
             double x = 0.0;
@@ -374,7 +376,7 @@ int zi_dec_f32(zi_dec *d, const msgpack_object *o, float **out, size_t *n_out) {
         }
     }
     *out = v;
-    *n_out = n;
+    *n_out = a.n;
     return ZI_OK;
 }
 
@@ -396,9 +398,8 @@ static int check_opaque(zi_dec *d, const msgpack_object *o, size_t depth) {
         if (isnan(o->via.f64)) return zi_dec_fail(d, ZI_EINVAL, "NaN is not allowed");
         return ZI_OK;
     case MSGPACK_OBJECT_ARRAY:
-        if (o->via.array.size > d->lim->max_items)
-            return zi_dec_fail(d, ZI_EINVAL, "%u entries exceed the limit of %zu",
-                               o->via.array.size, d->lim->max_items);
+        if ((rc = zi_dec_sized(d, o, o->type, "", "entries", d->lim->max_items))) /* type: ok */
+            return rc;
         for (uint32_t i = 0; i < o->via.array.size && !rc; i++) {
             size_t old = zi_dec_push_idx(d, i);
             rc = check_opaque(d, &o->via.array.ptr[i], depth + 1);
@@ -406,9 +407,8 @@ static int check_opaque(zi_dec *d, const msgpack_object *o, size_t depth) {
         }
         return rc;
     case MSGPACK_OBJECT_MAP:
-        if (o->via.map.size > d->lim->max_items)
-            return zi_dec_fail(d, ZI_EINVAL, "%u entries exceed the limit of %zu", o->via.map.size,
-                               d->lim->max_items);
+        if ((rc = zi_dec_sized(d, o, o->type, "", "entries", d->lim->max_items))) /* type: ok */
+            return rc;
         for (uint32_t i = 0; i < o->via.map.size && !rc; i++) {
             const msgpack_object *k = &o->via.map.ptr[i].key;
             if (k->type != MSGPACK_OBJECT_STR)

@@ -95,8 +95,16 @@ void zi_dec_pop(zi_dec *d, size_t old);
 __attribute__((format(printf, 3, 4))) int zi_dec_fail(zi_dec *d, int code, const char *fmt, ...);
 /* "expected <want>, got <o's type>" at the current path. */
 int zi_dec_wrong_type(zi_dec *d, const msgpack_object *o, const char *want);
+/* zi_dec_fail with the field name pushed onto the path for the message:
+ * "<path>.name: <message>". */
+__attribute__((format(printf, 4, 5))) int zi_dec_fail_at(zi_dec *d, const char *name, int code,
+                                                         const char *fmt, ...);
 /* "<path>.name: missing required field". */
 int zi_dec_missing(zi_dec *d, const char *name);
+/* o is a container of type t (an array or a map; else "expected <want>")
+ * with at most max entries (else "<n> <noun> exceed the limit of <max>"). */
+int zi_dec_sized(zi_dec *d, const msgpack_object *o, msgpack_object_type t, const char *want,
+                 const char *noun, size_t max);
 
 /* Absent (NULL) or nil: optional fields treat both as "not given". */
 static inline bool zi_dec_is_nil(const msgpack_object *o) {
@@ -112,9 +120,10 @@ static inline bool zi_dec_is_key(const msgpack_object *k, const char *name) {
 
 /* Matches the keys of map o against names[0..nf): vals[i] is the value of
  * names[i] or NULL. Refuses non-string keys, unknown keys (naming them) and
- * repeated keys. */
+ * repeated keys; then, in order, a missing names[0..nreq) (the required
+ * fields a type lists first). */
 int zi_dec_read_map(zi_dec *d, const msgpack_object *o, const char *const *names, size_t nf,
-                    const msgpack_object **vals);
+                    size_t nreq, const msgpack_object **vals);
 
 /* ---- field readers: each checks o's type and range at the current path --- */
 

@@ -98,17 +98,15 @@ static int scan_header(const uint8_t *p, size_t len, size_t *off, scan_item *it)
         case 0xcb:
             it->payload = 8;
             break;
-        case 0xcc:
+        case 0xcc: /* uint 8, 16, 32, 64 */
         case 0xcd:
         case 0xce:
         case 0xcf:
-            it->payload = (uint64_t)1 << (b - 0xcc);
-            break;
-        case 0xd0:
+        case 0xd0: /* int 8, 16, 32, 64: the same widths, in the same low bits */
         case 0xd1:
         case 0xd2:
         case 0xd3:
-            it->payload = (uint64_t)1 << (b - 0xd0);
+            it->payload = (uint64_t)1 << (b & 3);
             break;
         case 0xd4:
         case 0xd5:
