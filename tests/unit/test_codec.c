@@ -213,12 +213,9 @@ static void assert_lp_equal(const zi_logprobs *a, const zi_logprobs *b) {
 static void test_roundtrip_context(void **state) {
     (void)state;
     zi_error e = {0};
-    zi_sampling_params sp = odd_sampling();
-    sp.max_new_tokens = 100;
-    sp.min_new_tokens = 0;
     zi_text_context c, back;
     const int32_t prompt[6] = {1, 2, 3, 4, 5, 6};
-    assert_int_equal(zi_text_context_init(&c, prompt, 6, 4096, &sp, &e), ZI_OK);
+    odd_context(&c, prompt, 6, 4096);
     zi_string_set(&c.request_id, "ctx-1", 5, NULL);
     zi_string_set(&c.prompt, "one two", 7, NULL);
     int32_t eos[2] = {0, 49152 - 1};
@@ -292,7 +289,6 @@ static void test_roundtrip_context(void **state) {
     free(buf);
     zi_text_context_free(&back);
     zi_text_context_free(&c);
-    zi_sampling_params_free(&sp);
 }
 
 static void test_roundtrip_responses(void **state) {

@@ -464,13 +464,9 @@ static void test_prescan(void **state) {
 static void test_truncation_and_mutation(void **state) {
     (void)state;
     zi_error e = {0};
-    zi_sampling_params sp = odd_sampling();
-    sp.max_new_tokens = 100;
-    sp.min_new_tokens = 0;
     zi_text_context c;
     const int32_t prompt[4] = {1, 2, 3, 4};
-    assert_int_equal(zi_text_context_init(&c, prompt, 4, 512, &sp, &e), ZI_OK);
-    zi_sampling_params_free(&sp);
+    odd_context(&c, prompt, 4, 512);
     assert_int_equal(zi_text_context_update(&c, 9, make_lp(-1.0f), &e), ZI_OK);
     char *buf;
     size_t len;

@@ -157,6 +157,18 @@ static inline zi_sampling_params odd_sampling(void) {
     return sp;
 }
 
+/* A context over prompt[0..n) with odd_sampling's parameters, with room
+ * to grow (max_new_tokens 100, min_new_tokens 0). */
+static inline void odd_context(zi_text_context *c, const int32_t *prompt, size_t n,
+                               int64_t max_length) {
+    zi_error e = {0};
+    zi_sampling_params sp = odd_sampling();
+    sp.max_new_tokens = 100;
+    sp.min_new_tokens = 0;
+    assert_int_equal(zi_text_context_init(c, prompt, n, max_length, &sp, &e), ZI_OK);
+    zi_sampling_params_free(&sp);
+}
+
 /* A heap LogProbabilities of two tokens (one with a -inf alternative). */
 static inline zi_logprobs *make_lp(float base) {
     zi_logprobs *lp = malloc(sizeof *lp);
