@@ -598,10 +598,16 @@ static void test_context_derived(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_roundtrip_sampling), cmocka_unit_test(test_roundtrip_request),
-        cmocka_unit_test(test_roundtrip_context),  cmocka_unit_test(test_roundtrip_responses),
-        cmocka_unit_test(test_encode_refusals),    cmocka_unit_test(test_numpy_layout),
-        cmocka_unit_test(test_numpy_variants),     cmocka_unit_test(test_context_derived),
+        /* round trips, and what the encoders refuse */
+        cmocka_unit_test(test_roundtrip_sampling),
+        cmocka_unit_test(test_roundtrip_request),
+        cmocka_unit_test(test_roundtrip_context),
+        cmocka_unit_test(test_roundtrip_responses),
+        cmocka_unit_test(test_encode_refusals),
+        /* numpy arrays, and what a Python peer sends */
+        cmocka_unit_test(test_numpy_layout),
+        cmocka_unit_test(test_numpy_variants),
+        cmocka_unit_test(test_context_derived),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
