@@ -683,7 +683,7 @@ static void test_vars_request(void **state) {
                            "chat_template_options.tools: send tools in the request's tools field");
     expect_vars_json_error(NULL, "[1]", "chat_template_options: must be a map, not an array");
     expect_vars_json_error("{}", NULL, "tools: must be an array, not a map");
-    /* (the tools' entries are the request decoder's to check: test_codec) */
+    /* (the tools' entries are the request decoder's to check: test_codec_malformed) */
     /* A failure after some variables were made frees them (ASan checks). */
     expect_vars_json_error("[{\"type\": \"function\", \"function\": {\"name\": \"f\"}}]",
                            "{\"a\": \"x\", \"messages\": 1}",
