@@ -1,0 +1,365 @@
+/*
+ * router_backend.c - the router's backend side (router_impl.h lists the
+ * router's files): tokenizers and workers register, send heartbeats, and
+ * answer with encoded contexts, tokens, decoded text, tokenize and
+ * detokenize results, and errors; each is matched to its request and moved
+ * on (to the queue, the tokenizer, or the client). A backend the router
+ * does not know is asked to register again. A backend that misses
+ * heartbeats is dead: each request it held ends with "worker_lost" and is
+ * not retried (tokens may already have reached the client; the client
+ * decides whether to resubmit).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "codec.h"
+#include "router_impl.h"
+
+void to_backend(router *rt, int b, const zi_msg *m) {
+    if (b < 0 || !rt->be[b].alive) return;
+    if (zi_send_msg(rt->back, rt->be[b].ident, rt->be[b].ident_len, false, m) != 0)
+        zi_log(&rt->log, ZI_LOG_WARN, "backend %d unreachable: %s", b, zmq_strerror(errno));
+}
+
+/* "cancel" to a worker, or "release" to a tokenizer, for request rid. */
+void backend_rid_msg(router *rt, int b, zi_im_type type, uint64_t rid) {
+    zi_msg m;
+    if (type == ZI_IM_CANCEL)
+        zi_im_cancel_pack((int64_t)rid, &m);
+    else
+        zi_im_release_pack((int64_t)rid, &m);
+    to_backend(rt, b, &m);
+    zi_msg_free(&m);
+}
+
+static int find_backend(const router *rt, const unsigned char *ident, size_t len) {
+    for (size_t i = 0; i < rt->n_be; i++)
+        if (rt->be[i].alive && rt->be[i].ident_len == len && !memcmp(rt->be[i].ident, ident, len))
+            return (int)i;
+    return -1;
+}
+
+static void on_register(router *rt, const unsigned char *ident, size_t len,
+                        const msgpack_object *o) {
+    int b = find_backend(rt, ident, len);
+    if (b < 0) {
+        /* Reuse a dead slot: its requests were all ended when it died. */
+        for (size_t i = 0; i < rt->n_be && b < 0; i++)
+            if (!rt->be[i].alive) b = (int)i;
+        if (b < 0) {
+            backend *p = realloc(rt->be, (rt->n_be + 1) * sizeof *p);
+            if (!p) return;
+            rt->be = p;
+            b = (int)rt->n_be++;
+        }
+        memset(&rt->be[b], 0, sizeof rt->be[b]);
+    }
+    backend *be = &rt->be[b];
+    memcpy(be->ident, ident, len);
+    be->ident_len = len;
+    zi_im_register reg;
+    zi_im_register_unpack(o, &reg);
+    be->role = reg.worker ? ROLE_WORKER : ROLE_TOKENIZER;
+    be->slots = (int)reg.slots;
+    be->max_length = reg.max_length;
+    be->vocab = reg.vocab;
+    if (reg.model.p)
+        snprintf(be->model, sizeof be->model, "%.*s", (int)(reg.model.n > 120 ? 120 : reg.model.n),
+                 reg.model.p);
+    be->alive = true;
+    be->last_seen = zi_now_ms();
+    if (be->role == ROLE_WORKER)
+        zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld", b,
+               be->model, be->slots, (long long)be->max_length);
+    else
+        zi_log(&rt->log, ZI_LOG_INFO, "tokenizer %d registered", b);
+    dispatch(rt);
+}
+
+/* Looks up the request a backend message is about (rid: the message's,
+ * 0 when it had none); it must belong to that backend. */
+static rreq *backend_req(router *rt, int b, int64_t rid) {
+    if (rid <= 0) return NULL;
+    rreq *r = zi_req_table_get(&rt->reqs, (uint64_t)rid);
+    if (!r || (r->tok != b && r->wrk != b)) return NULL;
+    return r;
+}
+
+static void on_encoded(router *rt, int b, const msgpack_object *o) {
+    zi_im_encoded em;
+    zi_im_encoded_unpack(o, &em);
+    int64_t rid = em.rid;
+    rreq *r = backend_req(rt, b, rid);
+    if (!r || r->state != RS_ENCODING) {
+        if (rid > 0) backend_rid_msg(rt, b, ZI_IM_RELEASE, (uint64_t)rid); /* ended meanwhile */
+        return;
+    }
+    const msgpack_object *ctx = em.context_obj;
+    if (em.has_prompt_tokens) r->prompt_tokens = em.prompt_tokens;
+    if (!ctx) {
+        fail_request(rt, r, "internal", "the tokenizer sent no context", NULL);
+        return;
+    }
+    if (r->prompt_tokens > rt->max_prompt) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "prompt: %lld tokens exceed this server's limit of %lld",
+                 (long long)r->prompt_tokens, rt->max_prompt);
+        fail_request(rt, r, "invalid_request", msg, "prompt");
+        return;
+    }
+    r->prefix_key = prefix_key(ctx);
+    zi_msg m;
+    zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = ctx}, &m);
+    /* Keep the bytes: the sbuffer's storage becomes the request's. */
+    r->start_len = m.sb.size;
+    r->start_msg = msgpack_sbuffer_release(&m.sb);
+    if (queue_push(rt, r->rid) != ZI_OK) {
+        fail_request(rt, r, "internal", "out of memory", NULL);
+        return;
+    }
+    r->state = RS_QUEUED;
+    dispatch(rt);
+}
+
+static void on_tokens(router *rt, int b, const msgpack_object *o) {
+    zi_im_tokens tm;
+    int bad = zi_im_tokens_unpack(o, &tm, NULL);
+    rreq *r = backend_req(rt, b, tm.rid);
+    if (!r || r->wrk != b || r->worker_done) return;
+    zi_gen_status status = tm.gstatus;
+    if (bad) {
+        fail_request(rt, r, "internal", "the worker sent a malformed tokens message", NULL);
+        return;
+    }
+    zi_codec_limits lim = zi_codec_limits_default();
+    int32_t *v = NULL;
+    size_t n = 0;
+    if (zi_codec_decode_tokens(tm.token_ids.raw, &lim, "token_ids", &v, &n, NULL) == ZI_OK)
+        r->completion_tokens += (int64_t)n;
+    free(v);
+    if (zi_gen_status_is_done(status)) {
+        r->worker_done = true;
+        r->state = RS_DECODING;
+        rt->be[b].assigned--;
+    }
+    /* Log probabilities and the echoed prompt ride along through the
+     * tokenizer, so they reach the client in the same frame as their text:
+     * the decode message carries the tokens message's fields as they came. */
+    zi_msg m;
+    tm.rid = (int64_t)r->rid;
+    zi_im_decode_pack(&tm, &m, NULL);
+    to_backend(rt, r->tok, &m);
+    zi_msg_free(&m);
+    if (r->worker_done) dispatch(rt);
+}
+
+/* Not streamed: appends a decoded message's log probabilities to the
+ * request's and keeps its echoed prompt (ids, their log probabilities,
+ * text: a packed map) for the final frame. */
+static int keep_extras(rreq *r, const zi_im_decoded *d) {
+    zi_codec_limits lim = zi_codec_limits_default();
+    if (d->logprobs.raw) {
+        zi_logprobs lp;
+        int rc = zi_codec_decode_logprobs(d->logprobs.raw, &lim, "logprobs", &lp, NULL);
+        if (rc) return rc; /* the final frame would carry fewer than the tokens */
+        for (size_t i = 0; i < lp.n && !rc; i++)
+            rc = zi_logprobs_push(&r->lp, lp.token_logprobs[i], lp.top[i].ids, lp.top[i].logprobs,
+                                  lp.top[i].n, NULL);
+        zi_logprobs_free(&lp);
+        if (rc) return rc;
+        r->has_lp = true;
+    }
+    const msgpack_object *pids = d->prompt_token_ids.raw;
+    if ((pids || d->prompt_logprobs.raw || d->prompt_text_obj) && !r->echo) {
+        zi_imap e;
+        zi_imap_init(&e);
+        zi_imap_object(&e, "prompt_token_ids", pids);
+        zi_imap_object(&e, "prompt_logprobs", d->prompt_logprobs.raw);
+        zi_imap_object(&e, "prompt_text", d->prompt_text_obj);
+        zi_msg m;
+        zi_msg_init(&m);
+        int rc = zi_imap_close(&e, &m.pk);
+        r->echo_len = m.sb.size;
+        r->echo = msgpack_sbuffer_release(&m.sb);
+        if (rc || !r->echo) return ZI_ENOMEM;
+    }
+    return ZI_OK;
+}
+
+static void on_decoded(router *rt, int b, const msgpack_object *o) {
+    zi_im_decoded d;
+    int bad = zi_im_decoded_unpack(o, &d, NULL);
+    rreq *r = backend_req(rt, b, d.rid);
+    if (!r || r->tok != b || r->kind != K_GENERATE) return;
+    const msgpack_object *ids = d.token_ids.raw;
+    zi_gen_status status = d.gstatus;
+    if (bad) {
+        fail_request(rt, r, "internal", "the tokenizer sent a malformed decoded message", NULL);
+        return;
+    }
+    bool has_ids = (ids->type == MSGPACK_OBJECT_ARRAY && ids->via.array.size > 0) ||
+                   (ids->type == MSGPACK_OBJECT_MAP && zi_map_get(ids, "data") &&
+                    zi_map_get(ids, "data")->type == MSGPACK_OBJECT_BIN &&
+                    zi_map_get(ids, "data")->via.bin.size > 0);
+    if (has_ids && !r->t_first_ms) r->t_first_ms = zi_now_ms();
+    /* What rides along to the client: the tokens' log probabilities, and
+     * the echoed prompt (its ids, their log probabilities, its text). */
+    zi_im_chunk ch = {.id = {r->id, r->id_len},
+                      .text = d.text,
+                      .token_ids = ids,
+                      .logprobs = d.logprobs.raw,
+                      .prompt_token_ids = d.prompt_token_ids.raw,
+                      .prompt_logprobs = d.prompt_logprobs.raw,
+                      .prompt_text = d.prompt_text_obj};
+    bool extras = ch.logprobs || ch.prompt_token_ids || ch.prompt_logprobs || ch.prompt_text;
+    if (r->stream && (d.text.n > 0 || has_ids || extras)) {
+        zi_msg m;
+        zi_im_chunk_pack(&ch, &m);
+        bool ok = to_client(rt, r, &m);
+        zi_msg_free(&m);
+        if (!ok) {
+            end_request(rt, r);
+            return;
+        }
+    } else if (!r->stream && extras && keep_extras(r, &d) != ZI_OK) {
+        fail_request(rt, r, "internal", "cannot keep the log probabilities", NULL);
+        return;
+    }
+    if (!r->stream && d.text.n > 0) {
+        char *p = realloc(r->text, r->text_len + d.text.n + 1);
+        if (!p) {
+            fail_request(rt, r, "internal", "out of memory for the completion text", NULL);
+            return;
+        }
+        memcpy(p + r->text_len, d.text.p, d.text.n);
+        r->text_len += d.text.n;
+        p[r->text_len] = '\0';
+        r->text = p;
+    }
+    if (zi_gen_status_is_done(status)) {
+        r->tok_has_state = false;                      /* the tokenizer dropped it */
+        send_final(rt, r, zi_gen_status_name(status)); /* cancels the worker on a stop string */
+    }
+}
+
+static void on_util_result(router *rt, int b, const msgpack_object *o, const char *key) {
+    zi_im_util_reply u;
+    int bad = zi_im_util_reply_unpack(o, key, &u, NULL);
+    rreq *r = backend_req(rt, b, u.rid);
+    if (!r || r->state != RS_UTIL) return;
+    if (bad) {
+        fail_request(rt, r, "internal", "the tokenizer sent a malformed reply", NULL);
+        return;
+    }
+    zi_msg m;
+    zi_im_result_pack(&(zi_im_result){.id = {r->id, r->id_len}, .key = key, .value = u.value_obj},
+                      &m);
+    to_client(rt, r, &m);
+    zi_msg_free(&m);
+    end_request(rt, r);
+}
+
+static void on_heartbeat(router *rt, int b, const msgpack_object *o) {
+    zi_im_heartbeat hb;
+    zi_im_heartbeat_unpack(o, &hb);
+    for (int i = 0; i < ZI_N_KV_STATS; i++)
+        if (hb.kv_set[i]) rt->be[b].kv[i] = hb.kv[i];
+}
+
+static void on_backend_error(router *rt, int b, const msgpack_object *o) {
+    zi_im_error e;
+    zi_im_error_unpack(o, &e);
+    rreq *r = backend_req(rt, b, e.rid);
+    if (!r) return;
+    const char *code = e.code ? e.code : "internal";
+    const char *msg = e.message ? e.message : "backend error";
+    if (b == r->tok) r->tok_has_state = false; /* a tokenizer error drops its state */
+    if (b == r->wrk && !r->worker_done) {
+        r->worker_done = true; /* the worker dropped it */
+        rt->be[b].assigned--;
+    }
+    fail_request(rt, r, code, msg, e.field);
+    dispatch(rt);
+}
+
+void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, const void *buf,
+                      size_t len) {
+    zi_error err = {0};
+    msgpack_unpacked u;
+    if (zi_msgpack_parse(buf, len, NULL, &u, &err) != ZI_OK) {
+        zi_log(&rt->log, ZI_LOG_WARN, "malformed backend message: %s", err.msg);
+        return;
+    }
+    const msgpack_object *o = &u.data;
+    int b = find_backend(rt, ident, ident_len);
+    zi_im_type type = zi_im_type_of(o);
+    if (type == ZI_IM_REGISTER) {
+        on_register(rt, ident, ident_len, o);
+    } else if (b < 0) {
+        /* Unknown (e.g. this router restarted): ask it to register again. */
+        zi_msg m;
+        zi_im_reregister_pack(&m);
+        zi_send_msg(rt->back, ident, ident_len, false, &m);
+        zi_msg_free(&m);
+    } else {
+        rt->be[b].last_seen = zi_now_ms();
+        if (type == ZI_IM_HEARTBEAT)
+            on_heartbeat(rt, b, o);
+        else if (type == ZI_IM_ENCODED)
+            on_encoded(rt, b, o);
+        else if (type == ZI_IM_TOKENS)
+            on_tokens(rt, b, o);
+        else if (type == ZI_IM_DECODED)
+            on_decoded(rt, b, o);
+        else if (type == ZI_IM_TOKENIZED)
+            on_util_result(rt, b, o, "token_ids");
+        else if (type == ZI_IM_DETOKENIZED)
+            on_util_result(rt, b, o, "text");
+        else if (type == ZI_IM_ERROR)
+            on_backend_error(rt, b, o);
+        else
+            zi_log(&rt->log, ZI_LOG_WARN, "backend %d: unknown message type", b);
+    }
+    msgpack_unpacked_destroy(&u);
+}
+
+/* A request that backend *arg (an int) holds: its tokenizer, or the
+ * worker still running it. */
+static bool held_by(const void *val, const void *arg) {
+    const rreq *r = val;
+    int b = *(const int *)arg;
+    return r->tok == b || (r->wrk == b && !r->worker_done);
+}
+
+/* Every request the backend held ends with worker_lost (found in one
+ * walk of the table that allocates nothing, so none is left without its
+ * frame). */
+void backend_died(router *rt, int b) {
+    backend *be = &rt->be[b];
+    rreq *r;
+    size_t pos = 0;
+    zi_log(&rt->log, ZI_LOG_WARN, "%s %d missed heartbeats for %lld ms: declared dead",
+           be->role == ROLE_WORKER ? "worker" : "tokenizer", b, rt->hb_timeout);
+    be->alive = false;
+    /* Its cache is gone, and a new worker may register in its place. */
+    affinity_forget(rt, b);
+    while ((r = zi_req_table_find(&rt->reqs, &pos, held_by, &b))) {
+        bool on_worker = r->wrk == b && !r->worker_done;
+        if (r->tok == b) r->tok_has_state = false;
+        if (on_worker) {
+            r->worker_done = true;
+            be->assigned--;
+        }
+        fail_request(rt, r, "worker_lost",
+                     r->tok == b ? "the tokenizer process handling this request stopped "
+                                   "responding; the request was not retried"
+                                 : "the model worker running this request stopped responding; "
+                                   "the request was not retried",
+                     NULL);
+    }
+    be->assigned = 0;
+    dispatch(rt);
+}

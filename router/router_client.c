@@ -1,0 +1,399 @@
+/*
+ * router_client.c - the router's client side (router_impl.h lists the
+ * router's files): one client frame (client protocol v1,
+ * docs/protocol.md) is parsed, its id and op read, and the op run:
+ * generate (validated, admitted, given a rid and sent to a tokenizer as
+ * "encode"), cancel, health and models (answered here from the backend
+ * records), tokenize and detokenize (checked here, answered by a
+ * tokenizer). A frame that cannot be read gets one "error" frame.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codec.h"
+#include "response_format.h"
+#include "router_impl.h"
+#include "utf8.h"
+
+typedef struct client_ctx {
+    const unsigned char *ident;
+    size_t ident_len;
+    bool delim;
+    const char *id;
+    size_t id_len;
+} client_ctx;
+
+static void client_error(router *rt, const client_ctx *c, const char *code, const char *msg,
+                         const char *field) {
+    send_error_raw(rt, c->ident, c->ident_len, c->delim, c->id, c->id_len, code, msg, field);
+}
+
+/* An error whose message starts with the field path (codec messages). */
+static void client_error_msg(router *rt, const client_ctx *c, const char *code, const char *msg) {
+    char field[128];
+    zi_error_field(msg, field, sizeof field);
+    client_error(rt, c, code, msg, field);
+}
+
+static bool is_client_req(const void *val, const void *arg) {
+    const rreq *r = val;
+    const client_ctx *c = arg;
+    return r->client_len == c->ident_len && !memcmp(r->client, c->ident, c->ident_len) &&
+           r->id_len == c->id_len && !memcmp(r->id, c->id, c->id_len);
+}
+
+static rreq *find_client_req(router *rt, const client_ctx *c) {
+    size_t pos = 0;
+    return zi_req_table_find(&rt->reqs, &pos, is_client_req, c);
+}
+
+static rreq *new_request(router *rt, const client_ctx *c, int kind) {
+    rreq *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->id = malloc(c->id_len + 1);
+    if (!r->id) {
+        free(r);
+        return NULL;
+    }
+    memcpy(r->id, c->id, c->id_len);
+    r->id[c->id_len] = '\0';
+    r->id_len = c->id_len;
+    memcpy(r->client, c->ident, c->ident_len);
+    r->client_len = c->ident_len;
+    r->delim = c->delim;
+    r->rid = ++rt->next_rid;
+    r->kind = kind;
+    r->tok = r->wrk = -1;
+    r->stream = true;
+    zi_logprobs_init(&r->lp);
+    if (zi_req_table_put(&rt->reqs, r->rid, r, NULL) != ZI_OK) {
+        free(r->id);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+/* The request's response_format: what it asks for must be something this
+ * version can hold decoding to (a JSON object), and a JSON object needs
+ * the end-of-sequence token. Returns the error code (msg filled in), or
+ * NULL when the request may go. */
+static const char *response_format_error(const zi_request *req, char *msg, size_t cap) {
+    zi_error err = {0};
+    int kind = ZI_RF_NONE;
+    int rc = zi_response_format_kind(&req->response_format, &kind, NULL, &err);
+    if (rc) {
+        snprintf(msg, cap, "%.200s", err.msg);
+        return rc == ZI_EUNSUPPORTED ? "unsupported" : "invalid_request";
+    }
+    if (kind != ZI_RF_NONE && req->sampling_params.ignore_eos) {
+        snprintf(msg, cap,
+                 "response_format: a JSON object ends with the end-of-sequence token, which "
+                 "sampling_params.ignore_eos turns off");
+        return "invalid_request";
+    }
+    return NULL;
+}
+
+static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o) {
+    zi_error err = {0};
+    zi_request req;
+    zi_codec_limits lim = zi_codec_limits_default();
+    if (find_client_req(rt, c)) {
+        client_error(rt, c, "invalid_request", "id: a request with this id is already in flight",
+                     "id");
+        return;
+    }
+    if (zi_codec_decode_request(o, &lim, "", &req, &err) != ZI_OK) {
+        client_error_msg(rt, c, err.code == ZI_EUNSUPPORTED ? "unsupported" : "invalid_request",
+                         err.msg);
+        return;
+    }
+    char msg[256], rf_field[128];
+    const char *code = NULL, *field = NULL;
+    if (req.sampling_params.max_new_tokens > rt->max_new) {
+        code = "invalid_request", field = "sampling_params.max_new_tokens";
+        snprintf(msg, sizeof msg,
+                 "sampling_params.max_new_tokens: %lld exceeds this server's "
+                 "limit of %lld",
+                 (long long)req.sampling_params.max_new_tokens, rt->max_new);
+    } else if (req.sampling_params.max_new_tokens < 0 &&
+               req.sampling_params.min_new_tokens > rt->max_new) {
+        /* No max_new_tokens means "up to this server's limit", which the
+         * minimum must fit under too. */
+        code = "invalid_request", field = "sampling_params.min_new_tokens";
+        snprintf(msg, sizeof msg,
+                 "sampling_params.min_new_tokens: %lld exceeds this server's limit of %lld new "
+                 "tokens",
+                 (long long)req.sampling_params.min_new_tokens, rt->max_new);
+    } else if ((code = response_format_error(&req, msg, sizeof msg))) {
+        zi_error_field(msg, rf_field, sizeof rf_field); /* the path the message starts with */
+        field = rf_field;
+    } else if (req.prompt_kind == ZI_PROMPT_TOKENS &&
+               req.prompt_tokens.n > (size_t)rt->max_prompt) {
+        code = "invalid_request", field = "prompt";
+        snprintf(msg, sizeof msg, "prompt: %zu tokens exceed this server's limit of %lld",
+                 req.prompt_tokens.n, rt->max_prompt);
+    } else if (req.model_name.len > 0) {
+        bool known = false;
+        for (size_t i = 0; i < rt->n_be; i++)
+            known |= rt->be[i].alive && rt->be[i].role == ROLE_WORKER &&
+                     !strcmp(rt->be[i].model, req.model_name.p);
+        if (!known) {
+            code = "invalid_request", field = "model_name";
+            snprintf(msg, sizeof msg,
+                     "model_name: no model named '%.100s' is served (see op "
+                     "\"models\")",
+                     req.model_name.p);
+        }
+    }
+    int tk = pick_backend(rt, ROLE_TOKENIZER);
+    if (!code && (tk < 0 || count_alive(rt, ROLE_WORKER) == 0)) {
+        code = "unavailable";
+        snprintf(msg, sizeof msg, "no %s is connected yet; retry shortly",
+                 tk < 0 ? "tokenizer process" : "model worker");
+    } else if (!code && rt->n_waiting >= (size_t)rt->max_queue) {
+        code = "overloaded";
+        snprintf(msg, sizeof msg,
+                 "%zu requests are already waiting (--max-queue %lld); retry "
+                 "later",
+                 rt->n_waiting, rt->max_queue);
+    }
+    rreq *r = NULL;
+    if (!code && !(r = new_request(rt, c, K_GENERATE))) {
+        code = "internal";
+        snprintf(msg, sizeof msg, "out of memory");
+    }
+    if (code) {
+        client_error(rt, c, code, msg, field);
+        zi_request_free(&req);
+        return;
+    }
+    if (req.sampling_params.max_new_tokens < 0) req.sampling_params.max_new_tokens = rt->max_new;
+    /* The seed's timestamp_ns: when the server received the request, unless
+     * the client set it (then it travels on as given). */
+    if (req.timestamp_ns == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        req.timestamp_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    }
+    r->index = req.index;
+    r->t_recv_ms = zi_now_ms();
+    r->stream = req.stream;
+    r->state = RS_ENCODING;
+    r->tok = tk;
+    r->tok_has_state = true;
+    rt->be[tk].assigned++;
+    rt->n_waiting++;
+    zi_im_encode em = {.rid = (int64_t)r->rid,
+                       .has_max_length = true,
+                       .max_length = worker_max_length(rt),
+                       .request = &req};
+    zi_msg m;
+    int rc = zi_im_encode_pack(&em, &m, &err);
+    zi_request_free(&req);
+    if (rc)
+        fail_request(rt, r, "internal", err.msg, NULL);
+    else
+        to_backend(rt, tk, &m);
+    zi_msg_free(&m);
+}
+
+static void op_cancel(router *rt, const client_ctx *c) {
+    rreq *r = find_client_req(rt, c);
+    /* Cancelling a request that already ended is the usual race: ignore. */
+    if (!r || r->kind != K_GENERATE) return;
+    zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu cancelled by the client",
+           (unsigned long long)r->rid);
+    send_final(rt, r, "cancelled");
+}
+
+static void op_health(router *rt, const client_ctx *c) {
+    int nw = count_alive(rt, ROLE_WORKER), nt = count_alive(rt, ROLE_TOKENIZER);
+    size_t running = zi_req_table_count(&rt->reqs) - rt->n_waiting;
+    const char *status = nw > 0 && nt > 0 ? "ok" : "unavailable";
+    zi_im_health h = {.id = {c->id, c->id_len},
+                      .status = status,
+                      .status_len = strlen(status),
+                      .workers = nw,
+                      .tokenizers = nt,
+                      .waiting = (int64_t)rt->n_waiting,
+                      .running = (int64_t)running};
+    /* The KV caches of the live workers, summed (block_size: the largest),
+     * as their last heartbeats reported them, with the prefix-cache hit
+     * rate: prompt tokens found cached / prompt tokens looked up. */
+    int64_t *sum = h.kv;
+    for (size_t i = 0; i < rt->n_be; i++) {
+        if (!rt->be[i].alive || rt->be[i].role != ROLE_WORKER) continue;
+        for (int k = 0; k < ZI_N_KV_STATS; k++)
+            sum[k] = k == ZI_KV_BLOCK_SIZE ? (rt->be[i].kv[k] > sum[k] ? rt->be[i].kv[k] : sum[k])
+                                           : sum[k] + rt->be[i].kv[k];
+    }
+    int64_t looked = sum[ZI_KV_PREFIX_QUERY_TOKENS], hit = sum[ZI_KV_PREFIX_HIT_TOKENS];
+    h.prefix_hit_rate = looked > 0 ? (double)hit / (double)looked : 0.0;
+    zi_msg m;
+    zi_im_health_pack(&h, &m);
+    zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
+    zi_msg_free(&m);
+}
+
+static void op_models(router *rt, const client_ctx *c) {
+    int idx[ZI_IM_MAX_MODELS], n = 0;
+    for (size_t i = 0; i < rt->n_be && n < ZI_IM_MAX_MODELS; i++) {
+        if (!rt->be[i].alive || rt->be[i].role != ROLE_WORKER) continue;
+        bool dup = false;
+        for (int k = 0; k < n; k++) dup |= !strcmp(rt->be[idx[k]].model, rt->be[i].model);
+        if (!dup) idx[n++] = (int)i;
+    }
+    zi_im_models ms = {.id = {c->id, c->id_len}, .n = (size_t)n};
+    for (int k = 0; k < n; k++) {
+        const backend *b = &rt->be[idx[k]];
+        ms.v[k] = (zi_im_model_entry){{b->model, strlen(b->model)}, b->max_length, b->vocab};
+    }
+    zi_msg m;
+    zi_im_models_pack(&ms, &m);
+    zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
+    zi_msg_free(&m);
+}
+
+/* tokenize / detokenize: checked here, answered by a tokenizer process. */
+static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, int kind) {
+    zi_error err = {0};
+    zi_codec_limits lim = zi_codec_limits_default();
+    const msgpack_object *v = zi_map_get(o, kind == K_TOKENIZE ? "text" : "token_ids");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (kind == K_TOKENIZE) {
+        if (!v || v->type != MSGPACK_OBJECT_STR) {
+            client_error(rt, c, "invalid_request", v ? "text: not a string" : "text: missing",
+                         "text");
+            return;
+        }
+        const msgpack_object *as = zi_map_get(o, "add_special");
+        if (as && as->type != MSGPACK_OBJECT_BOOLEAN) {
+            client_error(rt, c, "invalid_request", "add_special: not a bool", "add_special");
+            return;
+        }
+    } else {
+        int rc = v ? zi_codec_decode_tokens(v, &lim, "token_ids", &ids, &n, &err)
+                   : zi_error_set(&err, ZI_EINVAL, "token_ids: missing");
+        if (rc) {
+            client_error_msg(rt, c, "invalid_request", err.msg);
+            return;
+        }
+    }
+    if (find_client_req(rt, c)) {
+        free(ids);
+        client_error(rt, c, "invalid_request", "id: a request with this id is already in flight",
+                     "id");
+        return;
+    }
+    int tk = pick_backend(rt, ROLE_TOKENIZER);
+    if (tk >= 0 && rt->n_waiting >= (size_t)rt->max_queue) {
+        /* tokenize/detokenize wait on the tokenizers as generate's encoding
+         * does: the same bound keeps a flood of them (up to a frame of text
+         * each) from queueing without end. */
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "%zu requests are already waiting (--max-queue %lld); retry later", rt->n_waiting,
+                 rt->max_queue);
+        free(ids);
+        client_error(rt, c, "overloaded", msg, NULL);
+        return;
+    }
+    rreq *r = tk < 0 ? NULL : new_request(rt, c, kind);
+    if (!r) {
+        free(ids);
+        client_error(rt, c, tk < 0 ? "unavailable" : "internal",
+                     tk < 0 ? "no tokenizer process is connected yet; retry shortly"
+                            : "out of memory",
+                     NULL);
+        return;
+    }
+    r->state = RS_UTIL;
+    r->tok = tk;
+    rt->be[tk].assigned++;
+    rt->n_waiting++;
+    zi_msg m;
+    if (kind == K_TOKENIZE) {
+        const msgpack_object *as = zi_map_get(o, "add_special"); /* a bool, checked above */
+        zi_im_tokenize tm = {.rid = (int64_t)r->rid,
+                             .text = {v->via.str.ptr, v->via.str.size},
+                             .has_add_special = as != NULL,
+                             .add_special = as && as->via.boolean};
+        zi_im_tokenize_pack(&tm, &m);
+    } else {
+        zi_im_detokenize dm = {.rid = (int64_t)r->rid, .token_ids = {.v = ids, .n = n}};
+        zi_im_detokenize_pack(&dm, &m);
+    }
+    to_backend(rt, tk, &m);
+    zi_msg_free(&m);
+    free(ids);
+}
+
+void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, bool delim,
+                     const void *buf, size_t len) {
+    zi_error err = {0};
+    client_ctx c = {ident, ident_len, delim, "", 0};
+    char msg[ZI_ERROR_MSG_MAX + 64];
+    zi_codec_limits lim = zi_codec_limits_default();
+    msgpack_unpacked u;
+    bool oversize = len > (size_t)rt->max_frame;
+    if (oversize || zi_msgpack_parse(buf, len, &lim, &u, &err) != ZI_OK) {
+        if (oversize)
+            snprintf(msg, sizeof msg, "the frame of %zu bytes exceeds the limit of %lld bytes", len,
+                     rt->max_frame);
+        else
+            snprintf(msg, sizeof msg, "the frame is not one msgpack object: %s", err.msg);
+        /* Refused whole, but its id may still be read (a client with many
+         * requests in flight then knows which one failed). */
+        const char *id;
+        size_t n;
+        if (zi_msgpack_peek_str(buf, len, "id", &id, &n) && n > 0 && n <= 256 &&
+            zi_utf8_valid(id, n)) {
+            c.id = id, c.id_len = n;
+            /* Not when a request of that id is in flight: its client would
+             * take this error for that request's end. */
+            if (find_client_req(rt, &c)) c.id = "", c.id_len = 0;
+        }
+        client_error(rt, &c, "invalid_request", msg, NULL);
+        return;
+    }
+    const msgpack_object *o = &u.data;
+    const char *op = NULL;
+    size_t op_len = 0;
+    if (o->type != MSGPACK_OBJECT_MAP) {
+        client_error(rt, &c, "invalid_request", "the frame is not a msgpack map", NULL);
+    } else if (zi_map_str(o, "id", &c.id, &c.id_len, &err) != ZI_OK) {
+        c.id = "", c.id_len = 0;
+        client_error(rt, &c, "invalid_request", err.msg, "id");
+    } else if (c.id_len == 0 || c.id_len > 256 || !zi_utf8_valid(c.id, c.id_len)) {
+        bool utf8 = zi_utf8_valid(c.id, c.id_len);
+        c.id = "", c.id_len = 0; /* it cannot be echoed back as a str */
+        client_error(rt, &c, "invalid_request",
+                     utf8 ? "id: must be 1 to 256 bytes" : "id: not valid UTF-8", "id");
+    } else if (zi_map_str(o, "op", &op, &op_len, &err) != ZI_OK) {
+        client_error(rt, &c, "invalid_request", err.msg, "op");
+    } else if (op_len == 8 && !memcmp(op, "generate", 8)) {
+        op_generate(rt, &c, o);
+    } else if (op_len == 6 && !memcmp(op, "cancel", 6)) {
+        op_cancel(rt, &c);
+    } else if (op_len == 6 && !memcmp(op, "health", 6)) {
+        op_health(rt, &c);
+    } else if (op_len == 6 && !memcmp(op, "models", 6)) {
+        op_models(rt, &c);
+    } else if (op_len == 8 && !memcmp(op, "tokenize", 8)) {
+        op_util(rt, &c, o, K_TOKENIZE);
+    } else if (op_len == 10 && !memcmp(op, "detokenize", 10)) {
+        op_util(rt, &c, o, K_DETOKENIZE);
+    } else {
+        snprintf(msg, sizeof msg,
+                 "op: unknown operation '%.*s' (generate, cancel, health, "
+                 "models, tokenize, detokenize)",
+                 (int)(op_len > 64 ? 64 : op_len), op);
+        client_error(rt, &c, "invalid_request", msg, "op");
+    }
+    msgpack_unpacked_destroy(&u);
+}

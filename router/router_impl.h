@@ -1,0 +1,200 @@
+/*
+ * router_impl.h - the state of the `zinfer-router` process and what its
+ * files share; included by them and nothing else. The router is split
+ * along its seams:
+ *
+ *   router.c           main: options, the two sockets, the poll loop,
+ *                      heartbeat checks, shutdown
+ *   router_client.c    the client side: client frames, the ops (generate,
+ *                      cancel, health, models, tokenize, detokenize),
+ *                      validation and admission
+ *   router_backend.c   the backend side: register, heartbeats, encoded,
+ *                      tokens, decoded, results and errors from backends,
+ *                      dead backends; sending to a backend
+ *   router_schedule.c  scheduling: the queue, choosing a tokenizer and a
+ *                      worker (least loaded, prefix affinity), dispatch
+ *   router_request.c   a request's end: replies to clients, the terminal
+ *                      frames ("final", "error") and end_request
+ *
+ * There is no global state: every function takes the router. What one
+ * file defines and another uses is declared here; everything else stays
+ * static in its file. The names carry no prefix: they are linked into this
+ * one executable only.
+ */
+#ifndef ZI_ROUTER_IMPL_H
+#define ZI_ROUTER_IMPL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "imsg.h"
+#include "log.h"
+#include "req_table.h"
+#include "types.h"
+#include "wire.h"
+
+/* A backend's role, from its "register" message. */
+enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
+
+/* What a request asked for (its client op). */
+enum { K_GENERATE, K_TOKENIZE, K_DETOKENIZE };
+
+/* Where a request is: a generate request goes ENCODING (at its tokenizer)
+ * -> QUEUED (waiting for a worker slot) -> RUNNING (on a worker) ->
+ * DECODING (the worker is done, the tokenizer still decodes); tokenize and
+ * detokenize stay UTIL (at the tokenizer) until their result. */
+enum { RS_ENCODING, RS_QUEUED, RS_RUNNING, RS_DECODING, RS_UTIL };
+
+/* The longest ZeroMQ routing identity kept (longer envelopes are dropped). */
+#define IDENT_MAX 256
+
+typedef struct backend {
+    unsigned char ident[IDENT_MAX];
+    size_t ident_len;
+    int role;
+    bool alive;
+    int slots;
+    int64_t max_length;
+    int64_t vocab;
+    char model[128];
+    int assigned; /* workers: requests running; tokenizers: requests with state */
+    int64_t last_seen;
+    int64_t kv[ZI_N_KV_STATS]; /* workers: the KV counters of the last heartbeat */
+} backend;
+
+typedef struct rreq {
+    uint64_t rid;
+    unsigned char client[IDENT_MAX];
+    size_t client_len;
+    bool delim;
+    char *id;
+    size_t id_len;
+    int kind, state;
+    bool stream;
+    int tok, wrk;       /* backend indices, -1 when none */
+    bool tok_has_state; /* the tokenizer holds decode state for it */
+    bool worker_done;
+    int64_t prompt_tokens, completion_tokens;
+    char *text; /* the completion so far, when not streamed */
+    size_t text_len;
+    char *start_msg; /* the worker's "start" message while queued */
+    size_t start_len;
+    uint64_t prefix_key; /* a hash of the prompt's first tokens (0: too short) */
+    int64_t index;       /* the request's index, echoed in its final frame */
+    int64_t t_recv_ms;   /* zi_now_ms() at admission */
+    int64_t t_first_ms;  /* zi_now_ms() at its first token (0: none yet) */
+    /* Not streamed: what the final frame carries besides the text. */
+    zi_logprobs lp; /* the completion's log probabilities, when asked for */
+    bool has_lp;
+    char *echo; /* a packed map: the echoed prompt's keys of the first decoded message */
+    size_t echo_len;
+} rreq;
+
+/* Prefix affinity: which worker last took a request whose prompt began
+ * with a given key, so that the next one goes where its prefix is cached. */
+#define ZI_AFFINITY_SLOTS 1024
+typedef struct affinity {
+    uint64_t key;
+    int worker;
+} affinity;
+
+/* Keys are odd (0 means none): their low bit carries nothing. */
+#define ZI_AFFINITY_SLOT(key) (((key) >> 1) % ZI_AFFINITY_SLOTS)
+
+typedef struct router {
+    zi_logger log;
+    affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
+    void *front, *back;
+    zi_req_table reqs;
+    backend *be;
+    size_t n_be;
+    uint64_t *queue;
+    size_t q_len, q_cap;
+    uint64_t next_rid;
+    size_t n_waiting; /* admitted and not yet running */
+    long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
+} router;
+
+/* ---- router_client.c ------------------------------------------------------ */
+
+/* One frame from a client (ident: its routing id; delim: it came with an
+ * empty delimiter frame, as from a REQ socket, and replies get one too).
+ * Every frame that is not a cancel gets exactly one reply or starts a
+ * request. */
+void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, bool delim,
+                     const void *buf, size_t len);
+
+/* ---- router_backend.c ----------------------------------------------------- */
+
+/* One frame from a tokenizer or worker (ident: its routing id). */
+void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, const void *buf,
+                      size_t len);
+
+/* Backend b missed its heartbeats: it is no longer used, and every request
+ * it held ends with a "worker_lost" error. */
+void backend_died(router *rt, int b);
+
+/* Sends m to backend b; nothing when b is -1 or dead (a failed send is
+ * logged). */
+void to_backend(router *rt, int b, const zi_msg *m);
+
+/* "cancel" to a worker, or "release" to a tokenizer (type says which),
+ * for request rid. */
+void backend_rid_msg(router *rt, int b, zi_im_type type, uint64_t rid);
+
+/* ---- router_schedule.c ---------------------------------------------------- */
+
+/* The least-loaded live backend of a role (-1: none); workers must have a
+ * free slot. */
+int pick_backend(const router *rt, int role);
+
+/* How many live backends have the role. */
+int count_alive(const router *rt, int role);
+
+/* The context limit for new requests: the smallest live worker's (0: no
+ * worker). */
+int64_t worker_max_length(const router *rt);
+
+/* Appends rid to the queue of requests waiting for a worker: ZI_OK, or
+ * ZI_ENOMEM (the queue is unchanged). */
+int queue_push(router *rt, uint64_t rid);
+
+/* Takes rid out of the queue, if it is there. */
+void queue_remove(router *rt, uint64_t rid);
+
+/* The prompt-prefix key of an encoded context (0: too short to share). */
+uint64_t prefix_key(const msgpack_object *ctx);
+
+/* Starts queued requests on workers with free slots, oldest first; call
+ * after anything that may free a slot or add a worker. */
+void dispatch(router *rt);
+
+/* Worker b is gone: no prefix stays bound to it. */
+void affinity_forget(router *rt, int b);
+
+/* ---- router_request.c ----------------------------------------------------- */
+
+/* Sends m to a request's client; false (logged) when the client is gone. */
+bool to_client(router *rt, const rreq *r, const zi_msg *m);
+
+/* An "error" frame to a client that may have no request record (id: the
+ * frame's id, may be empty; field: NULL or "" for none). msg and field may
+ * quote client bytes: they are sent as valid UTF-8. */
+void send_error_raw(router *rt, const unsigned char *client, size_t client_len, bool delim,
+                    const char *id, size_t id_len, const char *code, const char *msg,
+                    const char *field);
+
+/* Removes r from the table, frees it, and releases what it holds on
+ * backends (queue place, worker slot, tokenizer state): the one way a
+ * request ends. The terminal frame (if any) has been sent by the caller. */
+void end_request(router *rt, rreq *r);
+
+/* Ends r with an "error" frame (logged). */
+void fail_request(router *rt, rreq *r, const char *code, const char *msg, const char *field);
+
+/* Ends r with its "final" frame (status: the finish reason; logged with
+ * its token counts and times). */
+void send_final(router *rt, rreq *r, const char *status);
+
+#endif
