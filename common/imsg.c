@@ -8,7 +8,6 @@
  */
 #include "imsg.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,11 +142,6 @@ static int finish(zi_imap *b, int rc, zi_msg *out) {
 }
 
 int zi_im_send(void *sock, zi_msg *m) {
-    if (m->sb.size == 0) { /* a failed encoder's: nothing to send */
-        zi_msg_free(m);
-        errno = EINVAL;
-        return -1;
-    }
     int rc = zi_send_msg(sock, NULL, 0, false, m);
     zi_msg_free(m);
     return rc;

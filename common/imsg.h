@@ -78,8 +78,8 @@ uint32_t zi_imap_count(const zi_imap *b);
 int zi_imap_close(zi_imap *b, msgpack_packer *out);
 
 /* Sends a built message to a backend's router (a DEALER socket: no
- * routing frames) and frees it; zi_send's result. A failed encoder's empty
- * message is not sent: -1 with errno EINVAL. */
+ * routing frames) and frees it; zi_send_msg's result (a failed encoder's
+ * empty message is not sent: -1). */
 int zi_im_send(void *sock, zi_msg *m);
 
 /* ---- values that are typed on one side and passed through on another ------- */

@@ -91,6 +91,10 @@ int zi_send(void *sock, const void *ident, size_t ident_len, bool delim, const v
 }
 
 int zi_send_msg(void *sock, const void *ident, size_t ident_len, bool delim, const zi_msg *m) {
+    if (m->sb.size == 0) { /* what a failed imsg encoder leaves: never a frame */
+        errno = EINVAL;
+        return -1;
+    }
     return zi_send(sock, ident, ident_len, delim, m->sb.data, m->sb.size);
 }
 

@@ -52,7 +52,8 @@ bool zi_map_str_is(const msgpack_object *o, const char *key, const char *s);
  * than the socket's send timeout. */
 int zi_send(void *sock, const void *ident, size_t ident_len, bool delim, const void *data,
             size_t len);
-/* zi_send of a built message. */
+/* zi_send of a built message; an empty one (a failed encoder's) is not
+ * sent: -1 with errno EINVAL. */
 int zi_send_msg(void *sock, const void *ident, size_t ident_len, bool delim, const zi_msg *m);
 
 /* Milliseconds of CLOCK_MONOTONIC. */

@@ -112,7 +112,8 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
     }
     r->prefix_key = prefix_key(ctx);
     zi_msg m;
-    zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = ctx}, &m);
+    int rc = zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = ctx}, &m);
+    if (!built_or_fail(rt, r, rc, &m, NULL)) return;
     /* Keep the bytes: the sbuffer's storage becomes the request's. */
     r->start_len = m.sb.size;
     r->start_msg = msgpack_sbuffer_release(&m.sb);
@@ -150,7 +151,7 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
      * the decode message carries the tokens message's fields as they came. */
     zi_msg m;
     tm.rid = (int64_t)r->rid;
-    zi_im_decode_pack(&tm, &m, NULL);
+    if (!built_or_fail(rt, r, zi_im_decode_pack(&tm, &m, NULL), &m, NULL)) return;
     to_backend(rt, r->tok, &m);
     zi_msg_free(&m);
     if (r->worker_done) dispatch(rt);
@@ -217,7 +218,7 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
     bool extras = ch.logprobs || ch.prompt_token_ids || ch.prompt_logprobs || ch.prompt_text;
     if (r->stream && (d.text.n > 0 || has_ids || extras)) {
         zi_msg m;
-        zi_im_chunk_pack(&ch, &m);
+        if (!built_or_fail(rt, r, zi_im_chunk_pack(&ch, &m), &m, NULL)) return;
         bool ok = to_client(rt, r, &m);
         zi_msg_free(&m);
         if (!ok) {
@@ -255,8 +256,9 @@ static void on_util_result(router *rt, int b, const msgpack_object *o, const cha
         return;
     }
     zi_msg m;
-    zi_im_result_pack(&(zi_im_result){.id = {r->id, r->id_len}, .key = key, .value = u.value_obj},
-                      &m);
+    int rc = zi_im_result_pack(
+        &(zi_im_result){.id = {r->id, r->id_len}, .key = key, .value = u.value_obj}, &m);
+    if (!built_or_fail(rt, r, rc, &m, NULL)) return;
     to_client(rt, r, &m);
     zi_msg_free(&m);
     end_request(rt, r);

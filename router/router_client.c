@@ -317,19 +317,22 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
     rt->be[tk].assigned++;
     rt->n_waiting++;
     zi_msg m;
+    int rc;
     if (kind == K_TOKENIZE) {
         const msgpack_object *as = zi_map_get(o, "add_special"); /* a bool, checked above */
         zi_im_tokenize tm = {.rid = (int64_t)r->rid,
                              .text = {v->via.str.ptr, v->via.str.size},
                              .has_add_special = as != NULL,
                              .add_special = as && as->via.boolean};
-        zi_im_tokenize_pack(&tm, &m);
+        rc = zi_im_tokenize_pack(&tm, &m);
     } else {
         zi_im_detokenize dm = {.rid = (int64_t)r->rid, .token_ids = {.v = ids, .n = n}};
-        zi_im_detokenize_pack(&dm, &m);
+        rc = zi_im_detokenize_pack(&dm, &m);
     }
-    to_backend(rt, tk, &m);
-    zi_msg_free(&m);
+    if (built_or_fail(rt, r, rc, &m, NULL)) {
+        to_backend(rt, tk, &m);
+        zi_msg_free(&m);
+    }
     free(ids);
 }
 

@@ -193,6 +193,11 @@ void end_request(router *rt, rreq *r);
 /* Ends r with an "error" frame (logged). */
 void fail_request(router *rt, rreq *r, const char *code, const char *msg, const char *field);
 
+/* rc is an imsg encoder's result for m: true when m was built; else frees
+ * m and ends r with an "internal" error (so r still gets its one terminal
+ * frame) and returns false. err (may be NULL) is the encoder's error. */
+bool built_or_fail(router *rt, rreq *r, int rc, zi_msg *m, const zi_error *err);
+
 /* Ends r with its "final" frame (status: the finish reason; logged with
  * its token counts and times). */
 void send_final(router *rt, rreq *r, const char *status);

@@ -78,6 +78,14 @@ void fail_request(router *rt, rreq *r, const char *code, const char *msg, const 
     end_request(rt, r);
 }
 
+bool built_or_fail(router *rt, rreq *r, int rc, zi_msg *m, const zi_error *err) {
+    if (rc == ZI_OK) return true;
+    zi_msg_free(m);
+    fail_request(rt, r, "internal", err && err->msg[0] ? err->msg : "out of memory for a message",
+                 NULL);
+    return false;
+}
+
 void send_final(router *rt, rreq *r, const char *status) {
     int64_t now = zi_now_ms();
     char id[80]; /* the client's id as one line of ASCII */
@@ -108,8 +116,10 @@ void send_final(router *rt, rreq *r, const char *status) {
         f.prompt_text = zi_map_get(&eu.data, "prompt_text");
     }
     zi_msg m;
-    zi_im_final_pack(&f, &m, NULL);
+    zi_error err = {0};
+    int rc = zi_im_final_pack(&f, &m, &err);
     msgpack_unpacked_destroy(&eu);
+    if (!built_or_fail(rt, r, rc, &m, &err)) return;
     to_client(rt, r, &m);
     zi_msg_free(&m);
     end_request(rt, r);
