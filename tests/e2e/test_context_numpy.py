@@ -4,8 +4,9 @@ and numpy alone (docs/protocol.md "Internal protocol", docs/types.md
 
 The test plays the router: it binds a ROUTER socket on a free port, starts
 one zinfer-tokenizer pointed at it, waits for its `register`, and sends it
-`encode` messages shaped as router.c sends them (`rid`, `max_length`, and
-the validated request with `max_new_tokens` filled in). The `encoded`
+`encode` messages shaped as the router sends them (op_generate in
+router/router_client.c: `rid`, `max_length`, and the validated request
+with `max_new_tokens` filled in). The `encoded`
 reply's context must decode without any zinfer code: the token array is
 numpy-style int64 (`np.frombuffer`), equal to `zinfer tokenize
 --parse-special` for the same text, and the indices have the initial
@@ -74,7 +75,7 @@ class FakeRouter:
         self.sock.send_multipart([self.ident, msgpack.packb(msg, use_bin_type=True)])
 
     def encode(self, rid, prompt, max_new=MAX_NEW, max_length=MAX_LENGTH, **sampling):
-        """An encode exactly as router.c packs it (zi_codec_pack_request)."""
+        """An encode exactly as the router packs it (zi_im_encode_pack)."""
         sp = {"max_new_tokens": max_new, **sampling}
         self.send({"type": "encode", "rid": rid, "max_length": max_length,
                    "request": {"id": f"client-{rid}", "index": 0, "model_name": "",
