@@ -10,6 +10,8 @@
 
 #include <jansson.h>
 
+#include "grow.h"
+
 /* Lexer modes. "After a value" is decided by the innermost container. */
 enum {
     J_VALUE,     /* a value (after ':' or ',' in an array, or at the top) */
@@ -452,10 +454,9 @@ static int add_node(compiler *c, uint16_t *id) {
     zi_json_schema *sc = c->sc;
     if (sc->n_nodes == MAX_NODES) return cfail(c, ZI_EUNSUPPORTED, "more than 1024 schemas");
     if (sc->n_nodes == c->cap_nodes) {
-        size_t cap = c->cap_nodes ? c->cap_nodes * 2 : 16;
-        snode *p = realloc(sc->nodes, cap * sizeof *p);
+        snode *p = zi_grow(sc->nodes, &c->cap_nodes, sizeof *p, 16);
         if (!p) return cfail(c, ZI_ENOMEM, "out of memory");
-        sc->nodes = p, c->cap_nodes = cap;
+        sc->nodes = p;
     }
     memset(&sc->nodes[sc->n_nodes], 0, sizeof *sc->nodes);
     *id = (uint16_t)sc->n_nodes++;
@@ -482,13 +483,12 @@ static int add_members(compiler *c, size_t n, uint32_t *first) {
 static int keep_str(compiler *c, char *str) {
     zi_json_schema *sc = c->sc;
     if (sc->n_strs == c->cap_strs) {
-        size_t cap = c->cap_strs ? c->cap_strs * 2 : 16;
-        char **p = realloc(sc->strs, cap * sizeof *p);
+        char **p = zi_grow(sc->strs, &c->cap_strs, sizeof *p, 16);
         if (!p) {
             free(str);
             return cfail(c, ZI_ENOMEM, "out of memory");
         }
-        sc->strs = p, c->cap_strs = cap;
+        sc->strs = p;
     }
     sc->strs[sc->n_strs++] = str;
     return ZI_OK;

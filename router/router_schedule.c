@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "grow.h"
 #include "router_impl.h"
 
 /* The least-loaded live backend of a role; workers must have a free slot. */
@@ -41,11 +42,9 @@ int64_t worker_max_length(const router *rt) {
 
 int queue_push(router *rt, uint64_t rid) {
     if (rt->q_len == rt->q_cap) {
-        size_t cap = rt->q_cap ? rt->q_cap * 2 : 64;
-        uint64_t *q = realloc(rt->queue, cap * sizeof *q);
+        uint64_t *q = zi_grow(rt->queue, &rt->q_cap, sizeof *q, 64);
         if (!q) return ZI_ENOMEM;
         rt->queue = q;
-        rt->q_cap = cap;
     }
     rt->queue[rt->q_len++] = rid;
     return ZI_OK;

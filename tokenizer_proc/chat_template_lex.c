@@ -15,6 +15,7 @@
  *  - inside a tag, an end marker only counts while brackets are balanced.
  */
 #include "chat_template_lex.h"
+#include "grow.h"
 #include "unicode.h"
 #include "utf8.h"
 
@@ -138,11 +139,9 @@ typedef struct lexer {
 
 static ct_token *push_tok(lexer *lx, int type, size_t off) {
     if (lx->ntok == lx->cap) {
-        size_t cap = lx->cap ? lx->cap * 2 : 256;
-        ct_token *t = realloc(lx->toks, cap * sizeof *t);
+        ct_token *t = zi_grow(lx->toks, &lx->cap, sizeof *t, 256);
         if (!t) return NULL;
         lx->toks = t;
-        lx->cap = cap;
     }
     ct_token *t = &lx->toks[lx->ntok++];
     memset(t, 0, sizeof *t);

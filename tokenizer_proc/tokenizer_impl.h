@@ -26,6 +26,7 @@
 #include <stdlib.h>
 
 #include "gguf.h"
+#include "grow.h"
 #include "tokenizer.h"
 #include "zi_error.h"
 
@@ -79,11 +80,9 @@ typedef struct tok_idvec {
  * for every id encoded. */
 static inline int tok_idvec_push(tok_idvec *v, int32_t id) {
     if (v->n == v->cap) {
-        size_t cap = v->cap ? v->cap * 2 : 64;
-        int32_t *p = realloc(v->v, sizeof *p * cap);
+        int32_t *p = zi_grow(v->v, &v->cap, sizeof *p, 64);
         if (!p) return ZI_ENOMEM;
         v->v = p;
-        v->cap = cap;
     }
     v->v[v->n++] = id;
     return ZI_OK;

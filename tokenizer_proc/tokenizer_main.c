@@ -34,6 +34,7 @@
 #include "chat_vars.h"
 #include "codec.h"
 #include "gguf.h"
+#include "grow.h"
 #include "imsg.h"
 #include "log.h"
 #include "response_format.h"
@@ -270,12 +271,11 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         add_stops(&r.sampling_params.stop, sv, sl, &k);
         drop_state(t, rid);
         if (t->n_st == t->cap_st) {
-            size_t c = t->cap_st ? t->cap_st * 2 : 16;
-            dstate *p = realloc(t->st, c * sizeof *p);
+            dstate *p = zi_grow(t->st, &t->cap_st, sizeof *p, 16);
             if (!p)
                 rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
             else
-                t->st = p, t->cap_st = c;
+                t->st = p;
         }
     }
     if (!rc) {

@@ -4,7 +4,8 @@
  * seed's description with exact index values after each sequence of
  * operations (context encoding, token generation, chunked prefill,
  * jump_ahead, rollback, reset for eviction, available steps, the
- * min_new_tokens EOS mask, cache slots), plus the misuse errors.
+ * min_new_tokens EOS mask, cache slots), plus the misuse errors; and
+ * common/grow.h, by which the lists grow.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "grow.h"
 #include "types.h"
 
 /* The four indices at once, so a failure shows which sequence broke. */
@@ -954,8 +956,32 @@ static void test_ctx_check(void **state) {
     zi_text_context_free(&c);
 }
 
+/* zi_grow: first size, then doubling with the contents kept; a size that
+ * would overflow leaves the array and its capacity as they were. */
+static void test_grow(void **state) {
+    (void)state;
+    size_t cap = 0;
+    int32_t *v = zi_grow(NULL, &cap, sizeof *v, 4);
+    assert_non_null(v);
+    assert_int_equal(cap, 4);
+    for (int i = 0; i < 4; i++) v[i] = 10 + i;
+    int32_t *w = zi_grow(v, &cap, sizeof *w, 4);
+    assert_non_null(w);
+    assert_int_equal(cap, 8);
+    for (int i = 0; i < 4; i++) assert_int_equal(w[i], 10 + i);
+    size_t huge = SIZE_MAX / 2 + 1;
+    assert_null(zi_grow(w, &huge, 1, 4)); /* doubling overflows */
+    assert_true(huge == SIZE_MAX / 2 + 1);
+    size_t big = SIZE_MAX / 16;
+    assert_null(zi_grow(w, &big, 16, 4)); /* bytes overflow */
+    assert_true(big == SIZE_MAX / 16);
+    assert_int_equal(w[3], 13); /* still the caller's */
+    free(w);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_grow),
         cmocka_unit_test(test_sampling_defaults),
         cmocka_unit_test(test_sampling_validate),
         cmocka_unit_test(test_sampling_copy),
