@@ -562,7 +562,7 @@ static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t
 }
 
 /* dec_context's phases, in the order the fields are read (so the first
- * error a context holds is the one reported). v is read_map's value array,
+ * error a context holds is the one reported). v is zi_dec_read_map's value array,
  * indexed by the C_ names; on failure the caller frees the context. */
 
 /* request_id, the original prompt, max_length, and the tokens sent

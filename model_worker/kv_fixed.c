@@ -8,7 +8,7 @@
 
 int zi_kv_fixed_create(zi_model *m, int32_t n_seqs, int32_t ctx, zi_kv_fixed *out, zi_error *err) {
     memset(out, 0, sizeof *out);
-    /* The messages say "slot" as the in-model slot mode that this replaces did. */
+    /* The messages call a sequence a "slot", as the worker's --slots does. */
     if (n_seqs < 1 || ctx < 1)
         return zi_error_set(err, ZI_EINVAL, "KV cache needs at least 1 slot and 1 position");
     int64_t stride = ((int64_t)ctx + ZI_KV_FIXED_BLOCK - 1) / ZI_KV_FIXED_BLOCK;

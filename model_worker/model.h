@@ -60,7 +60,7 @@ uint64_t zi_model_weight_bytes(const zi_model *m);
  *
  * The caller owns the blocks and passes block tables with every batch: the
  * generator, with model_worker/kv_blocks.h, or code that feeds the model
- * directly with fixed tables (zi_kv_fixed, kv_blocks.h).
+ * directly with fixed tables (zi_kv_fixed, model_worker/kv_fixed.h).
  */
 typedef struct zi_kv_cache zi_kv_cache;
 int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_ctx,

@@ -7,8 +7,10 @@
  * walks that tree with a fresh per-render context: an arena with a byte
  * limit for every value the render creates, an output buffer with a size
  * limit, counters for loop iterations and evaluation steps, and a depth
- * counter that every recursive call passes through. Values and builtins
- * are in chat_template_value.c.
+ * counter that every recursive call passes through. Values are in
+ * chat_template_value.c, operators in chat_template_ops.c, functions,
+ * methods and tests in chat_template_builtins.c, filters in
+ * chat_template_filters.c (chat_template_value_impl.h lists them).
  *
  * Extra variables (zi_chat_render_opts.vars) are checked with
  * zi_chat_value_check and converted into the render's values before the

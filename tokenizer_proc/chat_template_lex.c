@@ -1,7 +1,9 @@
 /*
  * chat_template_lex.c - the lexer of the chat-template engine (see
- * chat_template_lex.h), and the UTF-8 and whitespace helpers every phase
- * uses (declared in chat_template_parse.h).
+ * chat_template_lex.h), and the whitespace and error-position helpers
+ * every phase uses (ct_is_space, ct_space_suffix, ct_location,
+ * ct_error_at; declared in chat_template_parse.h). UTF-8 decoding is
+ * common/utf8.h's zi_utf8_next.
  *
  * Lexing follows jinja2 3.x's Lexer with trim_blocks and lstrip_blocks on,
  * rule for rule, because the rendered prompt must match Hugging Face's

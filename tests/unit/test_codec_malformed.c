@@ -22,7 +22,7 @@
 
 static int n_bad_cases;
 
-/* Builds a message, decodes it with decode_what ('r' request, 'c' context,
+/* Builds a message, decodes it as `what` says ('r' request, 'c' context,
  * 'l' logprobs, 't' text_generation_response) and checks the status and
  * that the message contains `field`. */
 static void bad_case(char what, const zi_codec_limits *lim, int want_rc, const char *field,

@@ -776,7 +776,8 @@ static void test_final(void **state) {
                      .prompt_text = zi_map_get(eo, "prompt_text")},
                 d;
     const msgpack_object *o = packed(&f, zi_im_final_pack(&t, &f.m, &err), 9, ZI_IM_UNKNOWN);
-    /* The router's hand-counted frame (6 + has_lp + echo_keys). */
+    /* The final frame the router counted by hand before imsg: 6 entries,
+     * plus logprobs, plus the echoed prompt's keys. */
     pk = by_hand(&h, 9);
     zi_pack_kv_str(pk, "id", "x");
     zi_pack_kv_str(pk, "event", "final");
