@@ -14,7 +14,7 @@
  *   AVX2     (#if __AVX2__, #elif __AVX2__, #if __AVX2__ && !ZI_HAVE_VNNI)
  *            codes256, dot_u8s8 with vpmaddubsw, hsum256, dot_row's
  *            8-lane loop, mm_r16_avx2 (r16_decode, r16_isum,
- *            r16_avx2_rows), dot_f32, dot_f16_row and dot_bf16_row 8 lanes
+ *            r16_avx2_rows), dot_f32, dot_half_avx2 (f16 and bf16) 8 lanes
  *            at a time.
  *   AVX-512  (#if ZI_HAVE_VNNI && __AVX512F__) dot_u8s8 with vpdpbusd,
  *            codes512, isum512, dot_row's 16-block groups, dot_row4
@@ -652,40 +652,53 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
 #endif
 }
 
-static float dot_f16_row(const uint16_t *w, const float *x, int64_t n) {
-#if defined(__AVX2__) && defined(__F16C__)
+/* One 16-bit weight as a float: IEEE half (bf16 0) or bfloat16 (1). */
+static inline float half_to_f32(uint16_t h, int bf16) {
+    return bf16 ? zi_bf16_to_f32(h) : zi_f16_to_f32(h);
+}
+
+#if defined(__AVX2__)
+/* 8 16-bit weights as floats. f16 needs F16C: its callers check. */
+static inline __m256 half8_to_f32(const uint16_t *w, int bf16) {
+    __m128i h = _mm_loadu_si128((const __m128i *)w);
+#if defined(__F16C__)
+    if (!bf16) return _mm256_cvtph_ps(h);
+#endif
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* dot(w, x) over n 16-bit weights, 8 lanes at a time (bf16 a constant:
+ * each caller inlines its own loop). */
+static inline float dot_half_avx2(const uint16_t *w, const float *x, int64_t n, int bf16) {
     __m256 acc = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 wv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i)));
-        acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), acc);
-    }
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(half8_to_f32(w + i, bf16), _mm256_loadu_ps(x + i), acc);
     float s = hsum256(acc);
-    for (; i < n; i++) s += zi_f16_to_f32(w[i]) * x[i];
+    for (; i < n; i++) s += half_to_f32(w[i], bf16) * x[i];
     return s;
-#else
+}
+#endif
+
+static inline float dot_half_scalar(const uint16_t *w, const float *x, int64_t n, int bf16) {
     float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += zi_f16_to_f32(w[i]) * x[i];
+    for (int64_t i = 0; i < n; i++) s += half_to_f32(w[i], bf16) * x[i];
     return s;
+}
+
+static float dot_f16_row(const uint16_t *w, const float *x, int64_t n) {
+#if defined(__AVX2__) && defined(__F16C__)
+    return dot_half_avx2(w, x, n, 0);
+#else
+    return dot_half_scalar(w, x, n, 0);
 #endif
 }
 
 static float dot_bf16_row(const uint16_t *w, const float *x, int64_t n) {
 #if defined(__AVX2__)
-    __m256 acc = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(w + i)));
-        __m256 wv = _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-        acc = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + i), acc);
-    }
-    float s = hsum256(acc);
-    for (; i < n; i++) s += zi_bf16_to_f32(w[i]) * x[i];
-    return s;
+    return dot_half_avx2(w, x, n, 1);
 #else
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++) s += zi_bf16_to_f32(w[i]) * x[i];
-    return s;
+    return dot_half_scalar(w, x, n, 1);
 #endif
 }
 
