@@ -254,8 +254,11 @@ const char *zi_im_type_name(zi_im_type t) {
 }
 
 zi_im_type zi_im_type_of(const msgpack_object *o) {
+    const char *s;
+    size_t n;
+    if (zi_map_str(o, "type", &s, &n, NULL) != ZI_OK) return ZI_IM_UNKNOWN;
     for (int t = ZI_IM_UNKNOWN + 1; t < ZI_IM_N_TYPES; t++)
-        if (zi_map_str_is(o, "type", TYPE_NAMES[t])) return (zi_im_type)t;
+        if (strlen(TYPE_NAMES[t]) == n && !memcmp(s, TYPE_NAMES[t], n)) return (zi_im_type)t;
     return ZI_IM_UNKNOWN;
 }
 
@@ -636,7 +639,7 @@ int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
 int zi_im_final_pack(const zi_im_final *m, zi_msg *out, zi_error *err) {
     zi_imap b, usage;
     begin_reply(&b, m->id, "final");
-    zi_imap_strn(&b, "status", m->status, m->status_len);
+    put_str(&b, "status", m->status);
     zi_imap_int(&b, "index", m->index);
     zi_imap_init(&usage);
     zi_imap_int(&usage, "prompt_tokens", m->prompt_tokens);
@@ -656,7 +659,7 @@ int zi_im_final_pack(const zi_im_final *m, zi_msg *out, zi_error *err) {
 int zi_im_final_unpack(const msgpack_object *o, zi_im_final *m, zi_error *err) {
     memset(m, 0, sizeof *m);
     int rc = reply_head(o, "final", &m->id, err);
-    if (!rc) rc = zi_map_str(o, "status", &m->status, &m->status_len, err);
+    if (!rc) rc = zi_map_str(o, "status", &m->status.p, &m->status.n, err);
     if (!rc) rc = zi_map_int(o, "index", &m->index, err);
     const msgpack_object *usage = zi_map_get(o, "usage");
     if (!rc && !usage) rc = zi_error_set(err, ZI_EINVAL, "usage: missing");
@@ -692,7 +695,7 @@ int zi_im_client_error_unpack(const msgpack_object *o, zi_im_client_error *m, zi
 int zi_im_health_pack(const zi_im_health *m, zi_msg *out) {
     zi_imap b, kv;
     begin_reply(&b, m->id, "result");
-    zi_imap_strn(&b, "status", m->status, m->status_len);
+    put_str(&b, "status", m->status);
     zi_imap_int(&b, "workers", m->workers);
     zi_imap_int(&b, "tokenizers", m->tokenizers);
     zi_imap_int(&b, "waiting", m->waiting);
@@ -707,7 +710,7 @@ int zi_im_health_pack(const zi_im_health *m, zi_msg *out) {
 int zi_im_health_unpack(const msgpack_object *o, zi_im_health *m, zi_error *err) {
     memset(m, 0, sizeof *m);
     int rc = reply_head(o, "result", &m->id, err);
-    if (!rc) rc = zi_map_str(o, "status", &m->status, &m->status_len, err);
+    if (!rc) rc = zi_map_str(o, "status", &m->status.p, &m->status.n, err);
     if (!rc) rc = zi_map_int(o, "workers", &m->workers, err);
     if (!rc) rc = zi_map_int(o, "tokenizers", &m->tokenizers, err);
     if (!rc) rc = zi_map_int(o, "waiting", &m->waiting, err);
@@ -763,8 +766,7 @@ int zi_im_result_pack(const zi_im_result *m, zi_msg *out) {
     return close_msg(&b, out);
 }
 
-int zi_im_result_unpack(const msgpack_object *o, zi_im_result *m, zi_error *err) {
-    const char *key = m->key;
+int zi_im_result_unpack(const msgpack_object *o, const char *key, zi_im_result *m, zi_error *err) {
     memset(m, 0, sizeof *m);
     m->key = key;
     int rc = reply_head(o, "result", &m->id, err);

@@ -341,8 +341,7 @@ int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err);
  * probabilities and the echoed prompt. */
 typedef struct zi_im_final {
     zi_im_str id;
-    const char *status;
-    size_t status_len;
+    zi_im_str status;
     int64_t index, prompt_tokens, completion_tokens;
     bool has_text; /* not streamed */
     zi_im_str text;
@@ -364,8 +363,7 @@ int zi_im_client_error_unpack(const msgpack_object *o, zi_im_client_error *m, zi
 /* result of health. */
 typedef struct zi_im_health {
     zi_im_str id;
-    const char *status;
-    size_t status_len;
+    zi_im_str status;
     int64_t workers, tokenizers, waiting, running;
     int64_t kv[ZI_N_KV_STATS];
     double prefix_hit_rate;
@@ -399,7 +397,7 @@ typedef struct zi_im_result {
 } zi_im_result;
 
 int zi_im_result_pack(const zi_im_result *m, zi_msg *out);
-/* key must be given in *m. */
-int zi_im_result_unpack(const msgpack_object *o, zi_im_result *m, zi_error *err);
+/* key: the result's key ("token_ids" or "text"), as the caller expects it. */
+int zi_im_result_unpack(const msgpack_object *o, const char *key, zi_im_result *m, zi_error *err);
 
 #endif

@@ -215,8 +215,7 @@ static void op_health(router *rt, const client_ctx *c) {
     size_t running = zi_req_table_count(&rt->reqs) - rt->n_waiting;
     const char *status = nw > 0 && nt > 0 ? "ok" : "unavailable";
     zi_im_health h = {.id = {c->id, c->id_len},
-                      .status = status,
-                      .status_len = strlen(status),
+                      .status = {status, strlen(status)},
                       .workers = nw,
                       .tokenizers = nt,
                       .waiting = (int64_t)rt->n_waiting,

@@ -98,8 +98,7 @@ void send_final(router *rt, rreq *r, const char *status) {
            (long long)(r->t_first_ms ? r->t_first_ms - r->t_recv_ms : -1),
            (long long)(now - r->t_recv_ms));
     zi_im_final f = {.id = {r->id, r->id_len},
-                     .status = status,
-                     .status_len = strlen(status),
+                     .status = {status, strlen(status)},
                      .index = r->index,
                      .prompt_tokens = r->prompt_tokens,
                      .completion_tokens = r->completion_tokens,
