@@ -9,6 +9,7 @@
  *   zinfer bench      prefill and decode speed
  *   zinfer serve      start and supervise the server processes (cli/serve.c)
  *   zinfer devices    list the compute backends built in and the devices found
+ *   zinfer info       describe a GGUF file and the memory serving it takes (cli/info.c)
  *
  * Everything here is glue: flags -> model/tokenizer/backend calls -> output.
  * Errors print one line on stderr ("zinfer: <what is wrong>") and exit 1;
@@ -26,6 +27,7 @@
 #include "backend_select.h"
 #include "cpu_backend.h"
 #include "generator.h"
+#include "info.h"
 #include "kv_fixed.h"
 #include "log.h"
 #include "model.h"
@@ -662,6 +664,7 @@ static const char *USAGE_MAIN =
     "  bench       measure prefill and decode speed\n"
     "  serve       run the server (router, tokenizers, workers; see zinfer serve --help)\n"
     "  devices     list the compute backends built in and the devices found\n"
+    "  info        describe a GGUF file (types, tokenizer, context) and the memory to serve it\n"
     "\n"
     "common options:\n"
     "  --model PATH       GGUF model (default: $ZINFER_MODEL, else\n"
@@ -854,6 +857,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "serve")) return zi_serve_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 2, argv + 2);
+    if (!strcmp(cmd, "info")) return zi_info_main(argc - 1, argv + 1);
     struct {
         const char *name;
         const char *usage;

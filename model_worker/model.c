@@ -255,6 +255,10 @@ void zi_model_free(zi_model *m) {
 const zi_model_config *zi_model_get_config(const zi_model *m) {
     return &m->cfg;
 }
+int zi_model_read_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
+    memset(c, 0, sizeof *c);
+    return load_config(g, c, err);
+}
 const zi_gguf *zi_model_gguf(const zi_model *m) {
     return m->gguf;
 }
@@ -269,10 +273,14 @@ void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
 
 /* ---- KV cache ---- */
 
+uint64_t zi_model_config_kv_bytes_per_token(const zi_model_config *c, const zi_backend *be) {
+    return (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads *
+           ((uint64_t)c->head_dim * (uint64_t)(be->kv_k_bytes + be->kv_v_bytes) +
+            (uint64_t)be->kv_k_row_extra);
+}
+
 uint64_t zi_model_kv_bytes_per_token(const zi_model *m) {
-    return (uint64_t)m->cfg.n_layers * (uint64_t)m->cfg.n_kv_heads *
-           ((uint64_t)m->cfg.head_dim * (uint64_t)(m->be->kv_k_bytes + m->be->kv_v_bytes) +
-            (uint64_t)m->be->kv_k_row_extra);
+    return zi_model_config_kv_bytes_per_token(&m->cfg, m->be);
 }
 
 uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_cache_memory,

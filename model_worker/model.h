@@ -48,6 +48,12 @@ typedef struct zi_model zi_model;
 int zi_model_load(const char *path, zi_backend *be, zi_model **out, zi_error *err);
 void zi_model_free(zi_model *m);
 const zi_model_config *zi_model_get_config(const zi_model *m);
+/* The hyper-parameters from the file's metadata alone, with the checks
+ * zi_model_load makes on them (an unsupported architecture or rope scaling
+ * is ZI_EUNSUPPORTED), for describing a file without loading its weights
+ * (`zinfer info`). n_vocab and tied_output come from the tensors and are
+ * left 0. */
+int zi_model_read_config(const zi_gguf *g, zi_model_config *c, zi_error *err);
 const zi_gguf *zi_model_gguf(const zi_model *m);
 /* Bytes of weight data the model reads per token (for bandwidth estimates). */
 uint64_t zi_model_weight_bytes(const zi_model *m);
@@ -73,6 +79,9 @@ uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv);
 
 /* KV bytes per cached token (all layers, K and V). */
 uint64_t zi_model_kv_bytes_per_token(const zi_model *m);
+/* The same for a model of config c (zi_model_read_config) on backend be,
+ * without loading it: zi_model_kv_bytes_per_token is this function. */
+uint64_t zi_model_config_kv_bytes_per_token(const zi_model_config *c, const zi_backend *be);
 /* The seeds' estimate_kv_cache_size: the bytes of KV cache, in whole blocks
  * of block_size positions, that fit in available_cache_memory. */
 uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_cache_memory,
