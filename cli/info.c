@@ -254,7 +254,8 @@ static const char *show(char *buf, size_t cap, const void *p, uint64_t len) {
 }
 
 typedef struct tensor_ref {
-    uint64_t offset, nbytes;
+    const uint8_t *name; /* into the mapping */
+    uint64_t name_len, offset, nbytes;
     int known;
 } tensor_ref;
 
@@ -294,6 +295,8 @@ static int scan_tensors(info *in, const uint8_t *b, size_t size, uint64_t n_kv, 
         uint32_t n_dims = 0, type = 0;
         int ok = rd_str(&r, &name, &nlen) && rd_u32(&r, &n_dims);
         show(nm, sizeof nm, name, name ? nlen : 0);
+        refs[i].name = name;
+        refs[i].name_len = nlen;
         if (ok && (n_dims < 1 || n_dims > ZI_GGUF_MAX_DIMS)) {
             rc =
                 zi_error_set(err, ZI_EFORMAT, "%s: tensor #%llu '%s': n_dims is %u, expected 1..%d",
@@ -338,19 +341,18 @@ static int scan_tensors(info *in, const uint8_t *b, size_t size, uint64_t n_kv, 
     uint64_t data = ((uint64_t)r.pos + alignment - 1) / alignment * alignment;
     for (uint64_t i = 0; !rc && i < n_tensors; i++) {
         const tensor_ref *t = &refs[i];
+        show(nm, sizeof nm, t->name, t->name_len);
         if (t->offset % alignment != 0)
             rc = zi_error_set(err, ZI_EFORMAT,
-                              "%s: tensor #%llu: offset %llu is not a multiple of the alignment %u",
-                              in->path, (unsigned long long)i, (unsigned long long)t->offset,
-                              alignment);
+                              "%s: tensor '%s': offset %llu is not a multiple of the alignment %u",
+                              in->path, nm, (unsigned long long)t->offset, alignment);
         else if (t->known && (t->offset > size || data > size - t->offset ||
                               t->nbytes > size - data - t->offset))
             rc = zi_error_set(err, ZI_EFORMAT,
-                              "%s: tensor #%llu: data [offset %llu, %llu bytes] extends past end "
+                              "%s: tensor '%s': data [offset %llu, %llu bytes] extends past end "
                               "of file (size %zu)",
-                              in->path, (unsigned long long)i,
-                              (unsigned long long)(data + t->offset), (unsigned long long)t->nbytes,
-                              size);
+                              in->path, nm, (unsigned long long)(data + t->offset),
+                              (unsigned long long)t->nbytes, size);
     }
     free(refs);
     return rc;
@@ -561,9 +563,14 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
         printf(": %d layers, embedding %d, %d heads (%d KV heads) of %d, feed-forward %d",
                c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim);
     printf("\n");
+    double p = (double)in->params;
     printf(ROW "%llu (%.1f %s)\n", "parameters", (unsigned long long)in->params,
-           in->params >= 1000000000 ? in->params / 1e9 : in->params / 1e6,
-           in->params >= 1000000000 ? "B" : "M");
+           p >= 1e9   ? p / 1e9
+           : p >= 1e6 ? p / 1e6
+                      : p / 1e3,
+           p >= 1e9   ? "B"
+           : p >= 1e6 ? "M"
+                      : "K");
     printf(ROW "%llu", "tensors", (unsigned long long)in->n_tensors);
     if (in->bytes_known)
         printf(", %.1f MiB (%llu bytes)", mib(in->bytes), (unsigned long long)in->bytes);
@@ -610,9 +617,12 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
                "", in->kv_k_bytes, in->kv_v_bytes, in->kv_k_row_extra);
         printf(ROW "model's own formula, zi_model_kv_bytes_per_token); activations not counted\n",
                "");
+    } else if (in->bytes_known) {
+        printf(ROW "%.1f MiB (%llu bytes) of weights; the KV cache's size is unknown (the\n",
+               "worker memory", mib(in->bytes), (unsigned long long)in->bytes);
+        printf(ROW "hyper-parameters cannot be read: see below)\n", "");
     } else {
-        printf(ROW "unknown (%s)\n", "worker memory",
-               in->have_cfg ? "a tensor type has no known size" : "see below");
+        printf(ROW "unknown (a tensor type has no known size)\n", "worker memory");
     }
     if (in->load_error[0])
         printf(ROW "no: %s\n", "zinfer runs it", in->load_error);
@@ -658,8 +668,8 @@ int zi_info_main(int argc, char **argv) {
          * header says, if it can be read; else the reader's reason. */
         snprintf(in.load_error, sizeof in.load_error, "%s", why.msg);
         int meta_failed = 0;
-        if (header_only(&in, &g, &map, &map_size, &meta_failed, &err) != ZI_OK && meta_failed)
-            err = why;
+        rc = header_only(&in, &g, &map, &map_size, &meta_failed, &err);
+        if (rc && meta_failed) err = why;
     } else if (rc == ZI_OK) {
         in.version = zi_gguf_version(g);
         in.n_tensors = zi_gguf_tensor_count(g);
