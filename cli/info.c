@@ -77,7 +77,7 @@ static const char USAGE[] =
     "    runnable (true/false), load_error (why zinfer cannot load the file, or null)\n";
 
 typedef struct type_stat {
-    int type;
+    uint32_t type; /* ggml's number, as in the file */
     uint64_t tensors, elements, bytes;
     int bytes_known; /* 0 for a type number ggml does not define */
 } type_stat;
@@ -121,19 +121,19 @@ static const struct {
 
 /* A type zinfer can run is one the reader opens (gguf.h: it accepts
  * exactly the types the kernels implement). */
-static int type_runnable(int t) {
-    return zi_ggml_type_block_bytes(t) != 0;
+static int type_runnable(uint32_t t) {
+    return t <= INT32_MAX && zi_ggml_type_block_bytes((int)t) != 0;
 }
 
 /* Block geometry of type t: the reader's, else ggml's; 0 when unknown. */
-static int type_block(int t, uint64_t *elems, uint64_t *bytes) {
+static int type_block(uint32_t t, uint64_t *elems, uint64_t *bytes) {
     if (type_runnable(t)) {
-        *elems = zi_ggml_type_block_elems(t);
-        *bytes = zi_ggml_type_block_bytes(t);
+        *elems = zi_ggml_type_block_elems((int)t);
+        *bytes = zi_ggml_type_block_bytes((int)t);
         return 1;
     }
     for (size_t i = 0; i < sizeof ggml_blocks / sizeof ggml_blocks[0]; i++)
-        if (ggml_blocks[i].type == t) {
+        if ((uint32_t)ggml_blocks[i].type == t) {
             *elems = ggml_blocks[i].elems;
             *bytes = ggml_blocks[i].bytes;
             return 1;
@@ -141,16 +141,17 @@ static int type_block(int t, uint64_t *elems, uint64_t *bytes) {
     return 0;
 }
 
-static void type_name(int t, char *buf, size_t cap) {
-    const char *n = zi_ggml_type_name(t);
+static void type_name(uint32_t t, char *buf, size_t cap) {
+    const char *n = t <= INT32_MAX ? zi_ggml_type_name((int)t) : "?";
     if (n[0] == '?')
-        snprintf(buf, cap, "type %d", t);
+        snprintf(buf, cap, "type %u", t);
     else
         snprintf(buf, cap, "%s", n);
 }
 
 /* Counts one tensor of type t, nelem elements and nbytes bytes (known). */
-static int add_tensor(info *in, int t, uint64_t nelem, uint64_t nbytes, int known, zi_error *err) {
+static int add_tensor(info *in, uint32_t t, uint64_t nelem, uint64_t nbytes, int known,
+                      zi_error *err) {
     type_stat *s = NULL;
     for (int i = 0; i < in->n_types; i++)
         if (in->types[i].type == t) s = &in->types[i];
@@ -175,7 +176,8 @@ static int add_tensor(info *in, int t, uint64_t nelem, uint64_t nbytes, int know
 }
 
 static int cmp_type(const void *a, const void *b) {
-    return ((const type_stat *)a)->type - ((const type_stat *)b)->type;
+    uint32_t x = ((const type_stat *)a)->type, y = ((const type_stat *)b)->type;
+    return (x > y) - (x < y);
 }
 
 /* ---- the tensor table of a file the reader refuses ----------------------------------- */
@@ -315,11 +317,11 @@ static int scan_tensors(info *in, const uint8_t *b, size_t size, uint64_t n_kv, 
             overflow |= ne[d] > INT64_MAX || __builtin_mul_overflow(nelem, ne[d], &nelem);
             if (d > 0) overflow |= __builtin_mul_overflow(rows, ne[d], &rows);
         }
-        refs[i].known = type_block((int)type, &eb, &bb);
+        refs[i].known = type_block(type, &eb, &bb);
         if (!overflow && refs[i].known) {
             if (ne[0] % eb != 0) {
                 char tn[32];
-                type_name((int)type, tn, sizeof tn);
+                type_name(type, tn, sizeof tn);
                 rc = zi_error_set(err, ZI_EFORMAT,
                                   "%s: tensor '%s': ne[0] = %llu is not a multiple of %s's block "
                                   "size %llu",
@@ -335,7 +337,7 @@ static int scan_tensors(info *in, const uint8_t *b, size_t size, uint64_t n_kv, 
                               in->path, nm);
             break;
         }
-        rc = add_tensor(in, (int)type, nelem, refs[i].nbytes, refs[i].known, err);
+        rc = add_tensor(in, type, nelem, refs[i].nbytes, refs[i].known, err);
     }
     /* The data section starts at the next multiple of the alignment. */
     uint64_t data = ((uint64_t)r.pos + alignment - 1) / alignment * alignment;
@@ -677,7 +679,7 @@ int zi_info_main(int argc, char **argv) {
             const zi_gguf_tensor *t = zi_gguf_tensor_at(g, i);
             uint64_t n = 1;
             for (uint32_t d = 0; d < t->n_dims; d++) n *= (uint64_t)t->ne[d]; /* fits: reader */
-            rc = add_tensor(&in, (int)t->type, n, t->nbytes, 1, &err);
+            rc = add_tensor(&in, (uint32_t)t->type, n, t->nbytes, 1, &err);
         }
     } else {
         err = why;

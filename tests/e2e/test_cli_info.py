@@ -246,6 +246,29 @@ def test_unsupported_types_are_described(run_zinfer, odd_models):
     assert re.search(r"^zinfer runs it\s+no: .*token_embd\.weight.*IQ2_XXS", out, re.M), out
 
 
+def test_unknown_type_number(run_zinfer, odd_models, tmp_path):
+    """A type number ggml does not define is named by its number; its bytes,
+    and so the weights' total, are unknown (null), the rest still counted."""
+    src = odd_models["iq_small"]
+    r = gguf.GGUFReader(str(src))
+    t = r.tensors[2]  # blk.0.attn_q.weight, IQ3_S
+    type_at = t.field.offset + 8 + len(t.name.encode()) + 4 + 8 * len(t.shape)
+    data = bytearray(src.read_bytes())
+    assert int.from_bytes(data[type_at:type_at + 4], "little") == gguf.GGMLQuantizationType.IQ3_S
+    data[type_at:type_at + 4] = (200).to_bytes(4, "little")
+    path = tmp_path / "type200.gguf"
+    path.write_bytes(data)
+    j = info_json(run_zinfer, path)
+    assert j["tensor_types"]["type 200"] == {"tensors": 1, "elements": 768, "bytes": None,
+                                             "runnable": False}
+    assert j["unsupported_types"] == ["IQ2_XXS", "type 200"]
+    assert j["parameters"] == 576 + 1024 + 768
+    assert j["tensor_bytes"] is None and j["memory"]["weights_bytes"] is None
+    assert "IQ2_XXS" in j["load_error"]  # the reader stops at the first
+    out = run_zinfer("info", "--model", path).stdout
+    assert re.search(r"^  type 200 +1 tensor; zinfer cannot run this type yet$", out, re.M), out
+
+
 def test_unsupported_types_truncated(run_zinfer, odd_models):
     """The tensor table of a file the reader refuses is checked as the reader
     checks it: data past the end of the file is an error."""
