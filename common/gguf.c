@@ -91,8 +91,26 @@ size_t zi_ggml_type_block_bytes(int t) {
         return 18; /* f16 scale + 32 4-bit values */
     case ZI_TYPE_Q4_1:
         return 20; /* f16 scale + f16 min + 32 4-bit values */
+    case ZI_TYPE_Q5_0:
+        return 22; /* Q4_0 + 32 high bits */
+    case ZI_TYPE_Q5_1:
+        return 24; /* Q4_1 + 32 high bits */
     case ZI_TYPE_Q8_0:
         return 34; /* f16 scale + 32 int8 values */
+    case ZI_TYPE_Q2_K:
+        return 84; /* 16 4+4-bit scales/mins, 256 2-bit values, 2 f16 */
+    case ZI_TYPE_Q3_K:
+        return 110; /* 256 high bits, 256 2-bit values, 16 6-bit scales, f16 */
+    case ZI_TYPE_Q4_K:
+        return 144; /* 2 f16, 8 6-bit scales and mins, 256 4-bit values */
+    case ZI_TYPE_Q5_K:
+        return 176; /* Q4_K + 256 high bits */
+    case ZI_TYPE_Q6_K:
+        return 210; /* 256 4-bit + 2-bit values, 16 int8 scales, f16 */
+    case ZI_TYPE_IQ4_NL:
+        return 18; /* f16 scale + 32 4-bit codes */
+    case ZI_TYPE_IQ4_XS:
+        return 136; /* f16, 8 6-bit scales, 256 4-bit codes */
     default:
         return 0;
     }
@@ -106,8 +124,18 @@ size_t zi_ggml_type_block_elems(int t) {
         return 1;
     case ZI_TYPE_Q4_0:
     case ZI_TYPE_Q4_1:
+    case ZI_TYPE_Q5_0:
+    case ZI_TYPE_Q5_1:
     case ZI_TYPE_Q8_0:
+    case ZI_TYPE_IQ4_NL:
         return 32;
+    case ZI_TYPE_Q2_K:
+    case ZI_TYPE_Q3_K:
+    case ZI_TYPE_Q4_K:
+    case ZI_TYPE_Q5_K:
+    case ZI_TYPE_Q6_K:
+    case ZI_TYPE_IQ4_XS:
+        return 256;
     default:
         return 0;
     }

@@ -40,14 +40,24 @@ typedef enum zi_gguf_type {
 } zi_gguf_type;
 
 /* Tensor element types, numbered as ggml numbers them in GGUF files. Only
- * the types listed here can be opened; zi_gguf_open rejects any other tensor
- * type with ZI_EUNSUPPORTED naming the tensor and the type number. */
+ * the types listed here can be opened (any mix in one file); zi_gguf_open
+ * rejects any other tensor type with ZI_EUNSUPPORTED naming the tensor and
+ * the type. Block layouts: docs/gguf.md and kernels/cpu/dequant.c. */
 typedef enum zi_ggml_type {
     ZI_TYPE_F32 = 0,
     ZI_TYPE_F16 = 1,
     ZI_TYPE_Q4_0 = 2,
     ZI_TYPE_Q4_1 = 3,
+    ZI_TYPE_Q5_0 = 6,
+    ZI_TYPE_Q5_1 = 7,
     ZI_TYPE_Q8_0 = 8,
+    ZI_TYPE_Q2_K = 10,
+    ZI_TYPE_Q3_K = 11,
+    ZI_TYPE_Q4_K = 12,
+    ZI_TYPE_Q5_K = 13,
+    ZI_TYPE_Q6_K = 14,
+    ZI_TYPE_IQ4_NL = 20,
+    ZI_TYPE_IQ4_XS = 23,
     ZI_TYPE_BF16 = 30,
 } zi_ggml_type;
 
@@ -141,7 +151,8 @@ void zi_gguf_drop_pages(const zi_gguf *g, const zi_gguf_tensor *t);
 /* Name of a metadata type / tensor type ("uint32", "Q4_1"); "?" if unknown. */
 const char *zi_gguf_type_name(zi_gguf_type t);
 const char *zi_ggml_type_name(int t);
-/* Bytes per block and elements per block of a tensor type (0 if unknown). */
+/* Bytes per block and elements per block of a tensor type: 0 for a type
+ * zinfer cannot open, so a nonzero value means the type is supported. */
 size_t zi_ggml_type_block_bytes(int t);
 size_t zi_ggml_type_block_elems(int t);
 

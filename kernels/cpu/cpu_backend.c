@@ -10,6 +10,7 @@
  */
 #include "cpu_backend.h"
 
+#include <assert.h>
 #include <math.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -38,6 +39,11 @@ typedef struct cpu_backend {
     int rope_cap, rope_n, rope_dim;
     float rope_base;
     struct zi_counter *mm_next; /* per thread: the next chunk of its slice (mm_worker) */
+    /* Per thread, one weight row dequantized to float32 for the products of
+     * types without a fast kernel (mm_rows_dequant): deq_stride floats each,
+     * sized by weight_init for the longest such row. */
+    float *deq_rows;
+    int64_t deq_stride;
 } cpu_backend;
 
 static cpu_backend *cb(zi_backend *be) { return (cpu_backend *)be; }
@@ -63,10 +69,40 @@ static void split_range(int64_t n, int ith, int nth, int64_t align, int64_t *lo,
 
 /* ---- weights ---- */
 
+/* Types with their own matrix-product kernels (the table's mm_*); every
+ * other type the reader accepts goes through mm_rows_dequant. */
+static int has_fast_kernel(int type) {
+    switch (type) {
+    case ZI_TYPE_Q4_0:
+    case ZI_TYPE_Q4_1:
+    case ZI_TYPE_Q8_0:
+    case ZI_TYPE_F32:
+    case ZI_TYPE_F16:
+    case ZI_TYPE_BF16:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err) {
     cpu_backend *c = cb(be);
     int rc = zi_weight_describe(t, w, err);
     if (rc) return rc;
+    if (!has_fast_kernel(w->type) && w->cols > c->deq_stride) {
+        /* Grown here, at load, so that products never allocate; rows 64
+         * bytes apart so that no two threads write one cache line. */
+        int64_t stride = (w->cols + 15) / 16 * 16;
+        size_t bytes = (size_t)stride * (size_t)zi_pool_size(c->pool) * sizeof(float);
+        void *rows = NULL;
+        if (posix_memalign(&rows, 64, bytes) != 0)
+            return zi_error_set(err, ZI_ENOMEM,
+                                "out of memory for dequantizing rows of tensor '%.*s'",
+                                (int)t->name.len, t->name.ptr);
+        free(c->deq_rows);
+        c->deq_rows = rows;
+        c->deq_stride = stride;
+    }
     /* With VNNI, quantized matrices with a multiple of 16 rows are repacked
      * (repack.h): same size, a copy made once at load (the model then lets
      * the file's pages go: zi_gguf_drop_pages). */
@@ -155,13 +191,34 @@ typedef struct mm_args {
     const float *x;
     const zi_q8_act *q;
     int n_tokens;
+    /* Per thread, a row for mm_rows_dequant: deq_stride floats apart. */
+    float *deq_rows;
+    int64_t deq_stride;
     int64_t total_rows;         /* sum of the products' rows */
     int64_t chunk;              /* rows per chunk (batches); 0: one slice per thread */
     zi_counter *next;           /* per thread: its next chunk (batches) */
 } mm_args;
 
-/* Rows [r0, r1) of one product. */
-static void mm_rows(const mm_args *a, const zi_weight *w, float *y, int64_t r0, int64_t r1) {
+/* Rows [r0, r1) of a product whose weight type has no kernel of its own
+ * (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS): each row is dequantized
+ * exactly (dequant.h) into this thread's scratch row, then multiplied with
+ * the float32 activations by the table's mm_f32, so every kernel table
+ * serves these types. Correct, but it dequantizes every row again for every
+ * pass: the memory traffic is the quantized row's, the arithmetic is not. */
+static void mm_rows_dequant(const mm_args *a, const zi_weight *w, float *y, int64_t r0, int64_t r1,
+                            int ith) {
+    assert(a->deq_rows && w->cols <= a->deq_stride);
+    float *row = a->deq_rows + (size_t)ith * (size_t)a->deq_stride;
+    const uint8_t *wd = w->data;
+    for (int64_t r = r0; r < r1; r++) {
+        zi_dequantize_row(w->type, wd + (size_t)r * w->row_bytes, row, w->cols);
+        a->k->mm_f32((const uint8_t *)row, 0, 0, 1, a->x, w->cols, a->n_tokens, y + r, w->rows);
+    }
+}
+
+/* Rows [r0, r1) of one product, on thread ith. */
+static void mm_rows(const mm_args *a, const zi_weight *w, float *y, int64_t r0, int64_t r1,
+                    int ith) {
     const uint8_t *wd = w->data;
     if (w->layout == 1) {
         a->k->mm_r16(w->type, wd, w->row_bytes, r0, r1, a->q, a->n_tokens, y, w->rows);
@@ -180,17 +237,20 @@ static void mm_rows(const mm_args *a, const zi_weight *w, float *y, int64_t r0, 
     case ZI_TYPE_BF16:
         a->k->mm_bf16(wd, w->row_bytes, r0, r1, a->x, w->cols, a->n_tokens, y, w->rows);
         break;
+    default:
+        mm_rows_dequant(a, w, y, r0, r1, ith);
+        break;
     }
 }
 
-/* Rows [lo, hi) of the products laid end to end. */
-static void mm_span(const mm_args *a, int64_t lo, int64_t hi) {
+/* Rows [lo, hi) of the products laid end to end, on thread ith. */
+static void mm_span(const mm_args *a, int64_t lo, int64_t hi, int ith) {
     int64_t base = 0;
     for (int i = 0; i < a->n && lo < hi; i++) {
         int64_t rows = a->ws[i]->rows;
         int64_t r0 = lo - base, r1 = hi - base;
         if (r0 < rows && r1 > 0)
-            mm_rows(a, a->ws[i], a->ys[i], r0 < 0 ? 0 : r0, r1 > rows ? rows : r1);
+            mm_rows(a, a->ws[i], a->ys[i], r0 < 0 ? 0 : r0, r1 > rows ? rows : r1, ith);
         base += rows;
     }
 }
@@ -208,7 +268,7 @@ static void mm_worker(void *p, int ith, int nth) {
     if (!a->chunk) {
         int64_t lo, hi;
         split_range(a->total_rows, ith, nth, 16, &lo, &hi);
-        mm_span(a, lo, hi);
+        mm_span(a, lo, hi, ith);
         return;
     }
     const int64_t chunks = (a->total_rows + a->chunk - 1) / a->chunk;
@@ -219,7 +279,7 @@ static void mm_worker(void *p, int ith, int nth) {
         for (int64_t c; (c = c0 + atomic_fetch_add_explicit(&a->next[owner].v, 1,
                                                             memory_order_relaxed)) < c1;) {
             int64_t lo = c * a->chunk;
-            mm_span(a, lo, lo + a->chunk < a->total_rows ? lo + a->chunk : a->total_rows);
+            mm_span(a, lo, lo + a->chunk < a->total_rows ? lo + a->chunk : a->total_rows, ith);
         }
     }
 }
@@ -249,7 +309,14 @@ static int is_quantized(int type) {
 static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
                          const float *x, int n_tokens) {
     cpu_backend *c = cb(be);
-    mm_args a = {.k = c->k, .n = n, .ys = ys, .ws = ws, .x = x, .n_tokens = n_tokens};
+    mm_args a = {.k = c->k,
+                 .n = n,
+                 .ys = ys,
+                 .ws = ws,
+                 .x = x,
+                 .n_tokens = n_tokens,
+                 .deq_rows = c->deq_rows,
+                 .deq_stride = c->deq_stride};
     int any_quant = 0;
     for (int i = 0; i < n; i++) {
         a.total_rows += ws[i]->rows;
@@ -664,6 +731,7 @@ static void cpu_backend_free(zi_backend *be) {
     free(c->rope_cs);
     free(c->rope_pos);
     free(c->mm_next);
+    free(c->deq_rows);
     free(c);
 }
 

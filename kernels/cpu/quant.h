@@ -23,6 +23,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dequant.h" /* zi_dequantize_row, for the users of the kernels */
+
 #define ZI_QK 32
 
 typedef struct {
@@ -148,9 +150,5 @@ static inline float zi_bf16_to_f32(uint16_t h) {
 /* Row `row` of a, as quantize_act left it, to int8 activations: q2 := 0
  * and s recomputed from q1 (exactly, as an integer sum). */
 void zi_act_drop_residual(const zi_q8_act *a, int64_t row);
-
-/* Dequantizes n values (n a multiple of the block size for block types) of a
- * row of `type` into y. */
-void zi_dequantize_row(int type, const void *row, float *y, int64_t n);
 
 #endif

@@ -183,6 +183,22 @@ static int cuda_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *
     cuda_backend *c = cb(be);
     int rc = zi_weight_describe(t, w, err);
     if (rc) return rc;
+    /* The device kernels (cuda_kernels.cu) know the file types zinfer read
+     * before the K-quants; the CPU backend reads every type. */
+    switch (w->type) {
+    case ZI_TYPE_F32:
+    case ZI_TYPE_F16:
+    case ZI_TYPE_BF16:
+    case ZI_TYPE_Q4_0:
+    case ZI_TYPE_Q4_1:
+    case ZI_TYPE_Q8_0:
+        break;
+    default:
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "tensor '%.*s' has type %s, which the CUDA backend does not support "
+                            "yet (--device cpu does)",
+                            (int)t->name.len, t->name.ptr, zi_ggml_type_name(w->type));
+    }
     /* cuBLAS takes int dimensions */
     if (t->ne[0] > INT32_MAX || t->ne[1] > INT32_MAX)
         return zi_error_set(err, ZI_ERANGE, "tensor '%.*s' is too large (%lld x %lld)",

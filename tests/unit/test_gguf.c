@@ -42,6 +42,15 @@ static const struct tspec TENSORS[] = {
     {"q4_0.weight", 2, {64, 2, 1, 1}, ZI_TYPE_Q4_0, 72},
     {"q4_1.weight", 4, {32, 1, 2, 1}, ZI_TYPE_Q4_1, 40},
     {"q8_0.weight", 2, {32, 3, 1, 1}, ZI_TYPE_Q8_0, 102},
+    {"q5_0.weight", 2, {32, 2, 1, 1}, ZI_TYPE_Q5_0, 44},
+    {"q5_1.weight", 1, {64, 1, 1, 1}, ZI_TYPE_Q5_1, 48},
+    {"q2_k.weight", 2, {256, 1, 1, 1}, ZI_TYPE_Q2_K, 84},
+    {"q3_k.weight", 2, {256, 2, 1, 1}, ZI_TYPE_Q3_K, 220},
+    {"q4_k.weight", 2, {512, 1, 1, 1}, ZI_TYPE_Q4_K, 288},
+    {"q5_k.weight", 4, {256, 1, 1, 2}, ZI_TYPE_Q5_K, 352},
+    {"q6_k.weight", 2, {256, 1, 1, 1}, ZI_TYPE_Q6_K, 210},
+    {"iq4_nl.weight", 2, {32, 3, 1, 1}, ZI_TYPE_IQ4_NL, 54},
+    {"iq4_xs.weight", 3, {256, 1, 2, 1}, ZI_TYPE_IQ4_XS, 272},
 };
 #define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
 
@@ -435,7 +444,7 @@ static void test_open_file(void **state) {
     assert_int_equal(zi_gguf_open(path, &g, &err), ZI_EFORMAT);
     assert_null(g);
     char want[128];
-    snprintf(want, sizeof want, "%s: tensor 'q8_0.weight': data [offset ", path);
+    snprintf(want, sizeof want, "%s: tensor 'iq4_xs.weight': data [offset ", path);
     if (strncmp(err.msg, want, strlen(want)) != 0) fail_msg("got \"%s\"", err.msg);
     assert_non_null(strstr(err.msg, "extends past end of file"));
 
@@ -735,6 +744,34 @@ static void test_tensor_shapes(void **state) {
     uint64_t q1[1] = {16};
     one_tensor(&b, "t", 1, q1, ZI_TYPE_Q4_1, 0, 256);
     expect_fail(&b, ZI_EFORMAT, "ne[0] = 16 is not a multiple of Q4_1's block size 32");
+    /* The newer block types: 32 values for Q5_0, Q5_1 and IQ4_NL, 256 for
+     * the K-quants and IQ4_XS, whatever the row's other factors. */
+    const struct {
+        uint32_t type;
+        uint64_t ne0;
+        const char *msg;
+    } rows[] = {
+        {ZI_TYPE_Q5_0, 48, "tensor 't': ne[0] = 48 is not a multiple of Q5_0's block size 32"},
+        {ZI_TYPE_Q5_1, 16, "ne[0] = 16 is not a multiple of Q5_1's block size 32"},
+        {ZI_TYPE_IQ4_NL, 40, "ne[0] = 40 is not a multiple of IQ4_NL's block size 32"},
+        {ZI_TYPE_Q2_K, 128, "ne[0] = 128 is not a multiple of Q2_K's block size 256"},
+        {ZI_TYPE_Q3_K, 288, "ne[0] = 288 is not a multiple of Q3_K's block size 256"},
+        {ZI_TYPE_Q4_K, 384, "tensor 't': ne[0] = 384 is not a multiple of Q4_K's block size 256"},
+        {ZI_TYPE_Q5_K, 32, "ne[0] = 32 is not a multiple of Q5_K's block size 256"},
+        {ZI_TYPE_Q6_K, 576, "ne[0] = 576 is not a multiple of Q6_K's block size 256"},
+        {ZI_TYPE_IQ4_XS, 64, "ne[0] = 64 is not a multiple of IQ4_XS's block size 256"},
+    };
+    for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
+        uint64_t shape[2] = {rows[k].ne0, 2};
+        one_tensor(&b, "t", 2, shape, rows[k].type, 0, 4096);
+        expect_fail(&b, ZI_EFORMAT, rows[k].msg);
+    }
+    /* A whole number of blocks, but fewer bytes than they need. */
+    uint64_t q4k[2] = {512, 2}; /* 4 blocks of 144 bytes */
+    one_tensor(&b, "blk.0.ffn_down.weight", 2, q4k, ZI_TYPE_Q4_K, 0, 575);
+    expect_fail(&b, ZI_EFORMAT,
+                "tensor 'blk.0.ffn_down.weight': data [offset 96, 576 bytes] extends past end of "
+                "file (size 671)");
 
     /* A zero-sized dimension is allowed: no bytes. */
     uint64_t z[2] = {0, 5};
@@ -864,9 +901,16 @@ static void test_unsupported_type(void **state) {
     (void)state;
     wbuf b = {0};
     uint64_t ne[1] = {256};
-    one_tensor(&b, "x", 1, ne, 14, 0, 1024);
+    one_tensor(&b, "x", 1, ne, 16, 0, 1024);
     expect_fail(&b, ZI_EUNSUPPORTED,
-                "tensor 'x' has type Q6_K (14), which zinfer does not support");
+                "tensor 'x' has type IQ2_XXS (16), which zinfer does not support");
+    one_tensor(&b, "blk.3.ffn_up.weight", 1, ne, 15, 0, 1024);
+    expect_fail(&b, ZI_EUNSUPPORTED,
+                "tensor 'blk.3.ffn_up.weight' has type Q8_K (15), which zinfer does not support");
+    one_tensor(&b, "x", 1, ne, 19, 0, 1024);
+    expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type IQ1_S (19)");
+    one_tensor(&b, "x", 1, ne, 39, 0, 1024);
+    expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type MXFP4 (39)");
     one_tensor(&b, "x", 1, ne, 24, 0, 1024);
     expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type I8 (24)");
     one_tensor(&b, "x", 1, ne, 28, 0, 2048);
@@ -1023,6 +1067,14 @@ static void test_type_tables(void **state) {
     assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q8_0), "Q8_0");
     assert_string_equal(zi_ggml_type_name(ZI_TYPE_BF16), "BF16");
     assert_string_equal(zi_ggml_type_name(6), "Q5_0");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q5_1), "Q5_1");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q2_K), "Q2_K");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q3_K), "Q3_K");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q4_K), "Q4_K");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q5_K), "Q5_K");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q6_K), "Q6_K");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_IQ4_NL), "IQ4_NL");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_IQ4_XS), "IQ4_XS");
     assert_string_equal(zi_ggml_type_name(15), "Q8_K");
     assert_string_equal(zi_ggml_type_name(27), "I64");
     assert_string_equal(zi_ggml_type_name(4), "?");
@@ -1037,7 +1089,19 @@ static void test_type_tables(void **state) {
                  {ZI_TYPE_Q4_0, 32, 18},
                  {ZI_TYPE_Q4_1, 32, 20},
                  {ZI_TYPE_Q8_0, 32, 34},
-                 {14, 0, 0},
+                 {ZI_TYPE_Q5_0, 32, 22},
+                 {ZI_TYPE_Q5_1, 32, 24},
+                 {ZI_TYPE_Q2_K, 256, 84},
+                 {ZI_TYPE_Q3_K, 256, 110},
+                 {ZI_TYPE_Q4_K, 256, 144},
+                 {ZI_TYPE_Q5_K, 256, 176},
+                 {ZI_TYPE_Q6_K, 256, 210},
+                 {ZI_TYPE_IQ4_NL, 32, 18},
+                 {ZI_TYPE_IQ4_XS, 256, 136},
+                 {9, 0, 0},  /* Q8_1 */
+                 {15, 0, 0}, /* Q8_K */
+                 {16, 0, 0}, /* IQ2_XXS */
+                 {4, 0, 0},
                  {-3, 0, 0}};
     for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
         assert_int_equal(zi_ggml_type_block_elems(sizes[k].t), sizes[k].elems);
