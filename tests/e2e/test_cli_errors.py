@@ -74,10 +74,10 @@ def bad_models(model_path, tmp_path_factory):
     tiny = np.zeros((4, 8), dtype=np.float32)
     out["gpt9"] = write_gguf(d / "gpt9.gguf", "gpt9", reader,
                              [("token_embd.weight", tiny, None)], rename_arch="gpt9")
-    # Q6_K: 256 elements in a 210-byte block; shape given in bytes.
-    q6k = np.zeros((1, 210), dtype=np.uint8)
-    out["q6_k"] = write_gguf(d / "q6k.gguf", "llama", reader,
-                             [("token_embd.weight", q6k, gguf.GGMLQuantizationType.Q6_K)])
+    # IQ2_XXS: 256 elements in a 66-byte block; shape given in bytes.
+    iq2 = np.zeros((1, 66), dtype=np.uint8)
+    out["iq2_xxs"] = write_gguf(d / "iq2_xxs.gguf", "llama", reader,
+                                [("token_embd.weight", iq2, gguf.GGMLQuantizationType.IQ2_XXS)])
     i8 = np.zeros((2, 32), dtype=np.int8)
     out["i8"] = write_gguf(d / "i8.gguf", "llama", reader,
                            [("token_embd.weight", i8, gguf.GGMLQuantizationType.I8)])
@@ -112,7 +112,7 @@ def test_unsupported_architecture(bad_models, run_zinfer, tmp_path):
     assert_one_line_error(res, "gpt9", "architecture")
 
 
-@pytest.mark.parametrize("which,type_re", [("q6_k", r"Q6_K|\b14\b"), ("i8", r"\bI8\b|\b24\b")])
+@pytest.mark.parametrize("which,type_re", [("iq2_xxs", r"IQ2_XXS|\b16\b"), ("i8", r"\bI8\b|\b24\b")])
 def test_unsupported_tensor_type(which, type_re, bad_models, run_zinfer, tmp_path):
     res = run_zinfer(*MODEL_CMDS["generate"](bad_models[which], tmp_path / "o"))
     assert_one_line_error(res, "token_embd.weight", type_re)
