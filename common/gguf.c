@@ -38,7 +38,8 @@
 struct zi_gguf {
     const uint8_t *base;
     size_t size;
-    int mapped; /* base came from mmap and must be unmapped */
+    int mapped;     /* base came from mmap and must be unmapped */
+    unsigned flags; /* ZI_GGUF_* open options */
     uint32_t version;
     uint32_t alignment;
     uint64_t data_offset; /* start of the data section, from base */
@@ -64,81 +65,83 @@ const char *zi_gguf_type_name(zi_gguf_type t) {
     return "?";
 }
 
+/* Every tensor type ggml defines, by its number: name, values and bytes per
+ * block (ggml.c's type_traits, gguf-py's GGML_QUANT_SIZES), and whether
+ * zinfer reads it. The gaps (4, 5, 31..33) are types ggml removed. Block
+ * sizes are facts of the format even where zinfer has no kernel, so the
+ * reader checks a tensor of any of these types the same way; the layouts of
+ * the supported ones are in docs/gguf.md and kernels/cpu/dequant.c. */
+static const struct ggml_type_info {
+    const char *name; /* NULL: not a type ggml defines */
+    uint16_t elems, bytes;
+    uint8_t supported;
+} ggml_types[] = {
+    [0] = {"F32", 1, 4, 1},
+    [1] = {"F16", 1, 2, 1},
+    [2] = {"Q4_0", 32, 18, 1}, /* f16 scale + 32 4-bit values */
+    [3] = {"Q4_1", 32, 20, 1}, /* f16 scale + f16 min + 32 4-bit values */
+    [6] = {"Q5_0", 32, 22, 1}, /* Q4_0 + 32 high bits */
+    [7] = {"Q5_1", 32, 24, 1}, /* Q4_1 + 32 high bits */
+    [8] = {"Q8_0", 32, 34, 1}, /* f16 scale + 32 int8 values */
+    [9] = {"Q8_1", 32, 40, 0},
+    [10] = {"Q2_K", 256, 84, 1},  /* 16 4+4-bit scales/mins, 256 2-bit values, 2 f16 */
+    [11] = {"Q3_K", 256, 110, 1}, /* 256 high bits, 256 2-bit values, 16 6-bit scales, f16 */
+    [12] = {"Q4_K", 256, 144, 1}, /* 2 f16, 8 6-bit scales and mins, 256 4-bit values */
+    [13] = {"Q5_K", 256, 176, 1}, /* Q4_K + 256 high bits */
+    [14] = {"Q6_K", 256, 210, 1}, /* 256 4-bit + 2-bit values, 16 int8 scales, f16 */
+    [15] = {"Q8_K", 256, 292, 0},
+    [16] = {"IQ2_XXS", 256, 66, 0},
+    [17] = {"IQ2_XS", 256, 74, 0},
+    [18] = {"IQ3_XXS", 256, 98, 0},
+    [19] = {"IQ1_S", 256, 50, 0},
+    [20] = {"IQ4_NL", 32, 18, 1}, /* f16 scale + 32 4-bit codes */
+    [21] = {"IQ3_S", 256, 110, 0},
+    [22] = {"IQ2_S", 256, 82, 0},
+    [23] = {"IQ4_XS", 256, 136, 1}, /* f16, 8 6-bit scales, 256 4-bit codes */
+    [24] = {"I8", 1, 1, 0},
+    [25] = {"I16", 1, 2, 0},
+    [26] = {"I32", 1, 4, 0},
+    [27] = {"I64", 1, 8, 0},
+    [28] = {"F64", 1, 8, 0},
+    [29] = {"IQ1_M", 256, 56, 0},
+    [30] = {"BF16", 1, 2, 1},
+    [34] = {"TQ1_0", 256, 54, 0},
+    [35] = {"TQ2_0", 256, 66, 0},
+    [39] = {"MXFP4", 32, 17, 0},
+    [40] = {"NVFP4", 64, 36, 0},
+    [41] = {"Q1_0", 128, 18, 0},
+};
+
+/* The entry for type t, NULL for a number ggml does not define. */
+static const struct ggml_type_info *ggml_type(int t) {
+    if (t < 0 || (size_t)t >= sizeof ggml_types / sizeof ggml_types[0] || !ggml_types[t].name)
+        return NULL;
+    return &ggml_types[t];
+}
+
 const char *zi_ggml_type_name(int t) {
-    /* ggml's numbering; the gaps (4, 5, 31..33) are types ggml removed. */
-    static const char *const names[] = {
-        [0] = "F32",     [1] = "F16",      [2] = "Q4_0",   [3] = "Q4_1",    [6] = "Q5_0",
-        [7] = "Q5_1",    [8] = "Q8_0",     [9] = "Q8_1",   [10] = "Q2_K",   [11] = "Q3_K",
-        [12] = "Q4_K",   [13] = "Q5_K",    [14] = "Q6_K",  [15] = "Q8_K",   [16] = "IQ2_XXS",
-        [17] = "IQ2_XS", [18] = "IQ3_XXS", [19] = "IQ1_S", [20] = "IQ4_NL", [21] = "IQ3_S",
-        [22] = "IQ2_S",  [23] = "IQ4_XS",  [24] = "I8",    [25] = "I16",    [26] = "I32",
-        [27] = "I64",    [28] = "F64",     [29] = "IQ1_M", [30] = "BF16",   [34] = "TQ1_0",
-        [35] = "TQ2_0",  [39] = "MXFP4",
-    };
-    if (t >= 0 && (size_t)t < sizeof names / sizeof names[0] && names[t]) return names[t];
-    return "?";
+    const struct ggml_type_info *ti = ggml_type(t);
+    return ti ? ti->name : "?";
+}
+
+int zi_ggml_type_supported(int t) {
+    const struct ggml_type_info *ti = ggml_type(t);
+    return ti && ti->supported;
+}
+
+int zi_ggml_type_block(int t, size_t *elems, size_t *bytes) {
+    const struct ggml_type_info *ti = ggml_type(t);
+    if (elems) *elems = ti ? ti->elems : 0;
+    if (bytes) *bytes = ti ? ti->bytes : 0;
+    return ti != NULL;
 }
 
 size_t zi_ggml_type_block_bytes(int t) {
-    switch (t) {
-    case ZI_TYPE_F32:
-        return 4;
-    case ZI_TYPE_F16:
-        return 2;
-    case ZI_TYPE_BF16:
-        return 2;
-    case ZI_TYPE_Q4_0:
-        return 18; /* f16 scale + 32 4-bit values */
-    case ZI_TYPE_Q4_1:
-        return 20; /* f16 scale + f16 min + 32 4-bit values */
-    case ZI_TYPE_Q5_0:
-        return 22; /* Q4_0 + 32 high bits */
-    case ZI_TYPE_Q5_1:
-        return 24; /* Q4_1 + 32 high bits */
-    case ZI_TYPE_Q8_0:
-        return 34; /* f16 scale + 32 int8 values */
-    case ZI_TYPE_Q2_K:
-        return 84; /* 16 4+4-bit scales/mins, 256 2-bit values, 2 f16 */
-    case ZI_TYPE_Q3_K:
-        return 110; /* 256 high bits, 256 2-bit values, 16 6-bit scales, f16 */
-    case ZI_TYPE_Q4_K:
-        return 144; /* 2 f16, 8 6-bit scales and mins, 256 4-bit values */
-    case ZI_TYPE_Q5_K:
-        return 176; /* Q4_K + 256 high bits */
-    case ZI_TYPE_Q6_K:
-        return 210; /* 256 4-bit + 2-bit values, 16 int8 scales, f16 */
-    case ZI_TYPE_IQ4_NL:
-        return 18; /* f16 scale + 32 4-bit codes */
-    case ZI_TYPE_IQ4_XS:
-        return 136; /* f16, 8 6-bit scales, 256 4-bit codes */
-    default:
-        return 0;
-    }
+    return zi_ggml_type_supported(t) ? ggml_types[t].bytes : 0;
 }
 
 size_t zi_ggml_type_block_elems(int t) {
-    switch (t) {
-    case ZI_TYPE_F32:
-    case ZI_TYPE_F16:
-    case ZI_TYPE_BF16:
-        return 1;
-    case ZI_TYPE_Q4_0:
-    case ZI_TYPE_Q4_1:
-    case ZI_TYPE_Q5_0:
-    case ZI_TYPE_Q5_1:
-    case ZI_TYPE_Q8_0:
-    case ZI_TYPE_IQ4_NL:
-        return 32;
-    case ZI_TYPE_Q2_K:
-    case ZI_TYPE_Q3_K:
-    case ZI_TYPE_Q4_K:
-    case ZI_TYPE_Q5_K:
-    case ZI_TYPE_Q6_K:
-    case ZI_TYPE_IQ4_XS:
-        return 256;
-    default:
-        return 0;
-    }
+    return zi_ggml_type_supported(t) ? ggml_types[t].elems : 0;
 }
 
 /* Size of a fixed-size metadata value, 0 for string/array/invalid tags. */
@@ -481,9 +484,11 @@ static int parse_tensor_info(zi_gguf *g, struct rd *r, uint64_t i) {
     rc = rd_u64(r, &t->offset, "offset");
     if (rc) return rc;
 
-    size_t be = zi_ggml_type_block_elems((int)type);
-    size_t bb = zi_ggml_type_block_bytes((int)type);
-    if (be == 0) {
+    /* A type number beyond INT32_MAX is no type ggml defines: as int it
+     * reads negative, which every lookup below rejects. */
+    size_t be, bb;
+    int known = zi_ggml_type_block((int)type, &be, &bb);
+    if (!zi_ggml_type_supported((int)type) && !(g->flags & ZI_GGUF_ANY_TYPE)) {
         char w[GGUF_NAME_SHOW + 64];
         const char *tn = zi_ggml_type_name((int)type);
         where_str(r, w, sizeof w);
@@ -504,6 +509,13 @@ static int parse_tensor_info(zi_gguf *g, struct rd *r, uint64_t i) {
             return fail(r, ZI_EFORMAT, "element count overflows (shape %lld x %lld x %lld x %lld)",
                         (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2],
                         (long long)t->ne[3]);
+    }
+    if (!known) {
+        /* ZI_GGUF_ANY_TYPE, a number ggml does not define: no block size,
+         * so no byte size and no data range to check (gguf.h). */
+        t->size_unknown = 1;
+        t->nbytes = 0;
+        return ZI_OK;
     }
     if ((uint64_t)t->ne[0] % be != 0)
         return fail(r, ZI_EFORMAT, "ne[0] = %lld is not a multiple of %s's block size %zu",
@@ -547,6 +559,7 @@ static int place_tensors(zi_gguf *g, zi_error *err) {
             return zi_error_set(err, ZI_EFORMAT,
                                 "tensor '%s': offset %llu is not a multiple of the alignment %u",
                                 nm, (unsigned long long)t->offset, g->alignment);
+        if (t->size_unknown) continue; /* data stays NULL: its extent is unknown */
         uint64_t start = g->data_offset + t->offset;
         if (start < t->offset || start > g->size || t->nbytes > g->size - start)
             return zi_error_set(err, ZI_EFORMAT,
@@ -597,7 +610,8 @@ static int parse(zi_gguf *g, const char *path, int *named, zi_error *err) {
     if (g->n_kv > left / GGUF_MIN_KV_BYTES || g->n_tensors > left / GGUF_MIN_TENSOR_BYTES ||
         g->n_kv * GGUF_MIN_KV_BYTES + g->n_tensors * GGUF_MIN_TENSOR_BYTES > left)
         return zi_error_set(err, ZI_EFORMAT,
-                            "truncated or corrupt: header claims %llu metadata keys and %llu tensors, which need at "
+                            "truncated or corrupt: header claims %llu metadata keys and %llu "
+                            "tensors, which need at "
                             "least %u and %u bytes each, but the file has %zu bytes after the "
                             "header",
                             (unsigned long long)g->n_kv, (unsigned long long)g->n_tensors,
@@ -645,21 +659,31 @@ static int open_common(zi_gguf *g, const char *path, zi_gguf **out, zi_error *er
     return ZI_OK;
 }
 
-int zi_gguf_open_memory(const void *buf, size_t len, zi_gguf **out, zi_error *err) {
+int zi_gguf_open_memory_flags(const void *buf, size_t len, unsigned flags, zi_gguf **out,
+                              zi_error *err) {
     if (!out) return zi_error_set(err, ZI_EINVAL, "zi_gguf_open_memory: out is NULL");
     *out = NULL;
     if (!buf && len) return zi_error_set(err, ZI_EINVAL, "zi_gguf_open_memory: buffer is NULL");
+    if (flags & ~ZI_GGUF_ANY_TYPE)
+        return zi_error_set(err, ZI_EINVAL, "zi_gguf_open_memory: unknown flags %#x", flags);
     zi_gguf *g = calloc(1, sizeof *g);
     if (!g) return zi_error_set(err, ZI_ENOMEM, "out of memory");
     g->base = buf ? buf : empty_buf;
     g->size = len;
+    g->flags = flags;
     return open_common(g, NULL, out, err);
 }
 
-int zi_gguf_open(const char *path, zi_gguf **out, zi_error *err) {
+int zi_gguf_open_memory(const void *buf, size_t len, zi_gguf **out, zi_error *err) {
+    return zi_gguf_open_memory_flags(buf, len, 0, out, err);
+}
+
+int zi_gguf_open_flags(const char *path, unsigned flags, zi_gguf **out, zi_error *err) {
     if (!out) return zi_error_set(err, ZI_EINVAL, "zi_gguf_open: out is NULL");
     *out = NULL;
     if (!path) return zi_error_set(err, ZI_EINVAL, "zi_gguf_open: path is NULL");
+    if (flags & ~ZI_GGUF_ANY_TYPE)
+        return zi_error_set(err, ZI_EINVAL, "zi_gguf_open: unknown flags %#x", flags);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return zi_error_set(err, ZI_EIO, "cannot open %s: %s", path, strerror(errno));
     struct stat st;
@@ -697,7 +721,12 @@ int zi_gguf_open(const char *path, zi_gguf **out, zi_error *err) {
     g->base = map ? map : empty_buf;
     g->size = size;
     g->mapped = map != NULL;
+    g->flags = flags;
     return open_common(g, path, out, err);
+}
+
+int zi_gguf_open(const char *path, zi_gguf **out, zi_error *err) {
+    return zi_gguf_open_flags(path, 0, out, err);
 }
 
 void zi_gguf_close(zi_gguf *g) {

@@ -9,7 +9,9 @@
  * so later accessors never read out of bounds. A truncated, corrupt or
  * hostile file yields ZI_EFORMAT (or ZI_EUNSUPPORTED for a version or tensor
  * type zinfer cannot use) with a message naming the offending key, tensor or
- * byte offset; it never crashes the process.
+ * byte offset; it never crashes the process. zi_gguf_open_flags with
+ * ZI_GGUF_ANY_TYPE opens a file whatever its tensor types, for tools that
+ * describe a file rather than run it (`zinfer info`).
  *
  * Strings in a GGUF file are not NUL-terminated; zi_str points into the
  * mapping and carries a length. All pointers stay valid until zi_gguf_close.
@@ -40,9 +42,11 @@ typedef enum zi_gguf_type {
 } zi_gguf_type;
 
 /* Tensor element types, numbered as ggml numbers them in GGUF files. Only
- * the types listed here can be opened (any mix in one file); zi_gguf_open
- * rejects any other tensor type with ZI_EUNSUPPORTED naming the tensor and
- * the type. Block layouts: docs/gguf.md and kernels/cpu/dequant.c. */
+ * the types listed here can be opened by default (any mix in one file;
+ * zi_ggml_type_supported); zi_gguf_open rejects any other tensor type with
+ * ZI_EUNSUPPORTED naming the tensor and the type. With ZI_GGUF_ANY_TYPE a
+ * tensor's type may be any number the file holds (read it as uint32_t).
+ * Block layouts: docs/gguf.md and kernels/cpu/dequant.c. */
 typedef enum zi_ggml_type {
     ZI_TYPE_F32 = 0,
     ZI_TYPE_F16 = 1,
@@ -85,9 +89,14 @@ typedef struct zi_gguf_tensor {
     uint32_t n_dims;
     int64_t ne[ZI_GGUF_MAX_DIMS]; /* ne[0] is the innermost (row length); unused dims are 1 */
     zi_ggml_type type;
-    uint64_t offset;    /* relative to the start of the data section */
-    uint64_t nbytes;    /* size of the tensor's data */
-    const void *data;   /* into the mapping; aligned to the file's alignment */
+    uint64_t offset;  /* relative to the start of the data section */
+    uint64_t nbytes;  /* size of the tensor's data */
+    const void *data; /* into the mapping; aligned to the file's alignment */
+    /* 1 only under ZI_GGUF_ANY_TYPE, for a type number ggml does not define
+     * (zi_ggml_type_block returns 0): the byte size is unknown, so nbytes
+     * is 0, data is NULL and the data range was not checked (the offset's
+     * alignment was). 0 otherwise. */
+    int size_unknown;
 } zi_gguf_tensor;
 
 typedef struct zi_gguf zi_gguf;
@@ -97,6 +106,26 @@ int zi_gguf_open(const char *path, zi_gguf **out, zi_error *err);
 
 /* Same, over a caller-owned buffer (tests, fuzzing); buf must outlive *out. */
 int zi_gguf_open_memory(const void *buf, size_t len, zi_gguf **out, zi_error *err);
+
+/*
+ * Open options, or-ed into `flags` (0 is zi_gguf_open's behaviour; another
+ * bit gives ZI_EINVAL):
+ *
+ * ZI_GGUF_ANY_TYPE keeps tensors of every type with the type the file
+ * gives, instead of failing on the first one zinfer cannot run. A type
+ * whose block geometry ggml defines (zi_ggml_type_block) is checked as a
+ * supported one is: whole blocks per row, sizes, aligned offset, data
+ * inside the file. A type number ggml does not define has no known size:
+ * the tensor is kept with size_unknown set (see zi_gguf_tensor); its shape
+ * and offset alignment are still checked. Every other check, and every
+ * message, is as without the flag. The caller must test each tensor with
+ * zi_ggml_type_supported before handing it to anything that computes with
+ * it; zi_model_load opens without the flag, so it refuses such files.
+ */
+#define ZI_GGUF_ANY_TYPE 1u
+int zi_gguf_open_flags(const char *path, unsigned flags, zi_gguf **out, zi_error *err);
+int zi_gguf_open_memory_flags(const void *buf, size_t len, unsigned flags, zi_gguf **out,
+                              zi_error *err);
 
 void zi_gguf_close(zi_gguf *g);
 
@@ -148,9 +177,17 @@ const zi_gguf_tensor *zi_gguf_find_tensor(const zi_gguf *g, const char *name);
  * zi_gguf_open_memory buffers. */
 void zi_gguf_drop_pages(const zi_gguf *g, const zi_gguf_tensor *t);
 
-/* Name of a metadata type / tensor type ("uint32", "Q4_1"); "?" if unknown. */
+/* Name of a metadata type / tensor type ("uint32", "Q4_1", "IQ2_XXS");
+ * "?" if unknown (for a tensor type: a number ggml does not define). */
 const char *zi_gguf_type_name(zi_gguf_type t);
 const char *zi_ggml_type_name(int t);
+/* True when zinfer reads and computes with tensor type t: the types of
+ * zi_ggml_type, which zi_gguf_open accepts without ZI_GGUF_ANY_TYPE. */
+int zi_ggml_type_supported(int t);
+/* Block geometry of any type ggml defines, supported or not: values per
+ * block in *elems and bytes per block in *bytes (either may be NULL).
+ * Returns 1, or 0 (and zeros) for a number ggml does not define. */
+int zi_ggml_type_block(int t, size_t *elems, size_t *bytes);
 /* Bytes per block and elements per block of a tensor type: 0 for a type
  * zinfer cannot open, so a nonzero value means the type is supported. */
 size_t zi_ggml_type_block_bytes(int t);

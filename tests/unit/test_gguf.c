@@ -5,7 +5,8 @@
  * with every metadata value type (nested and string arrays included) and a
  * tensor of each supported type, whose every field is then read back through
  * the accessors; and crafted bad files, each of which must fail with the
- * right status and a message naming the fault. Inputs are copied into
+ * right status and a message naming the fault. Tensor types (the tables,
+ * unsupported types, ZI_GGUF_ANY_TYPE) are tested in test_gguf_types.c. Inputs are copied into
  * exact-size heap buffers so that, under -fsanitize=address, any read past
  * the end is caught. The real model file, when present (ZINFER_MODEL or the
  * default path), is opened and checked against facts known about it.
@@ -897,30 +898,6 @@ static void test_duplicates(void **state) {
     free(b.p);
 }
 
-static void test_unsupported_type(void **state) {
-    (void)state;
-    wbuf b = {0};
-    uint64_t ne[1] = {256};
-    one_tensor(&b, "x", 1, ne, 16, 0, 1024);
-    expect_fail(&b, ZI_EUNSUPPORTED,
-                "tensor 'x' has type IQ2_XXS (16), which zinfer does not support");
-    one_tensor(&b, "blk.3.ffn_up.weight", 1, ne, 15, 0, 1024);
-    expect_fail(&b, ZI_EUNSUPPORTED,
-                "tensor 'blk.3.ffn_up.weight' has type Q8_K (15), which zinfer does not support");
-    one_tensor(&b, "x", 1, ne, 19, 0, 1024);
-    expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type IQ1_S (19)");
-    one_tensor(&b, "x", 1, ne, 39, 0, 1024);
-    expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type MXFP4 (39)");
-    one_tensor(&b, "x", 1, ne, 24, 0, 1024);
-    expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type I8 (24)");
-    one_tensor(&b, "x", 1, ne, 28, 0, 2048);
-    expect_fail(&b, ZI_EUNSUPPORTED, "has type F64 (28)");
-    one_tensor(&b, "x", 1, ne, 4, 0, 1024);
-    expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has unknown type 4, which zinfer does not");
-    one_tensor(&b, "x", 1, ne, 9999, 0, 1024);
-    expect_fail(&b, ZI_EUNSUPPORTED, "has unknown type 9999");
-}
-
 /* Long or binary names are shortened and made printable in messages. */
 static void test_message_names(void **state) {
     (void)state;
@@ -1056,66 +1033,6 @@ static void test_getters(void **state) {
     free(b.p);
 }
 
-static void test_type_tables(void **state) {
-    (void)state;
-    assert_string_equal(zi_gguf_type_name(ZI_GGUF_UINT8), "uint8");
-    assert_string_equal(zi_gguf_type_name(ZI_GGUF_FLOAT64), "float64");
-    assert_string_equal(zi_gguf_type_name(ZI_GGUF_ARRAY), "array");
-    assert_string_equal(zi_gguf_type_name((zi_gguf_type)13), "?");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_F32), "F32");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q4_1), "Q4_1");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q8_0), "Q8_0");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_BF16), "BF16");
-    assert_string_equal(zi_ggml_type_name(6), "Q5_0");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q5_1), "Q5_1");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q2_K), "Q2_K");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q3_K), "Q3_K");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q4_K), "Q4_K");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q5_K), "Q5_K");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q6_K), "Q6_K");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_IQ4_NL), "IQ4_NL");
-    assert_string_equal(zi_ggml_type_name(ZI_TYPE_IQ4_XS), "IQ4_XS");
-    assert_string_equal(zi_ggml_type_name(15), "Q8_K");
-    assert_string_equal(zi_ggml_type_name(27), "I64");
-    assert_string_equal(zi_ggml_type_name(4), "?");
-    assert_string_equal(zi_ggml_type_name(-1), "?");
-    assert_string_equal(zi_ggml_type_name(1000), "?");
-    const struct {
-        int t;
-        size_t elems, bytes;
-    } sizes[] = {{ZI_TYPE_F32, 1, 4},
-                 {ZI_TYPE_F16, 1, 2},
-                 {ZI_TYPE_BF16, 1, 2},
-                 {ZI_TYPE_Q4_0, 32, 18},
-                 {ZI_TYPE_Q4_1, 32, 20},
-                 {ZI_TYPE_Q8_0, 32, 34},
-                 {ZI_TYPE_Q5_0, 32, 22},
-                 {ZI_TYPE_Q5_1, 32, 24},
-                 {ZI_TYPE_Q2_K, 256, 84},
-                 {ZI_TYPE_Q3_K, 256, 110},
-                 {ZI_TYPE_Q4_K, 256, 144},
-                 {ZI_TYPE_Q5_K, 256, 176},
-                 {ZI_TYPE_Q6_K, 256, 210},
-                 {ZI_TYPE_IQ4_NL, 32, 18},
-                 {ZI_TYPE_IQ4_XS, 256, 136},
-                 {9, 0, 0},  /* Q8_1 */
-                 {15, 0, 0}, /* Q8_K */
-                 {16, 0, 0}, /* IQ2_XXS */
-                 {4, 0, 0},
-                 {-3, 0, 0}};
-    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-        assert_int_equal(zi_ggml_type_block_elems(sizes[k].t), sizes[k].elems);
-        assert_int_equal(zi_ggml_type_block_bytes(sizes[k].t), sizes[k].bytes);
-    }
-    zi_str s = {"abc", 3};
-    assert_true(zi_str_eq(s, "abc"));
-    assert_false(zi_str_eq(s, "ab"));
-    assert_false(zi_str_eq(s, "abcd"));
-    assert_false(zi_str_eq(s, NULL));
-    zi_str e = {NULL, 0};
-    assert_true(zi_str_eq(e, ""));
-}
-
 /* ---- the real model ------------------------------------------------------------ */
 
 static void test_real_model(void **state) {
@@ -1209,10 +1126,8 @@ int main(void) {
         cmocka_unit_test(test_tensor_placement),
         cmocka_unit_test(test_bad_alignment),
         cmocka_unit_test(test_duplicates),
-        cmocka_unit_test(test_unsupported_type),
         cmocka_unit_test(test_message_names),
         cmocka_unit_test(test_getters),
-        cmocka_unit_test(test_type_tables),
         cmocka_unit_test(test_real_model),
     };
     return cmocka_run_group_tests_name("gguf", tests, NULL, NULL);
