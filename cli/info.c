@@ -2,17 +2,12 @@
  * info.c - `zinfer info`: describes a GGUF file from its header alone
  * (metadata and tensor table); no weight is read or handed to a backend.
  *
- * The GGUF reader (common/gguf.h) refuses at open a file holding a tensor
- * type zinfer cannot run, and gives back nothing else. So that such a file
- * is still described, info then reads it in two parts (header_only):
- *  - the metadata through the reader itself, over a private copy-on-write
- *    mapping of the file whose header says 0 tensors (only the first page
- *    is copied), so every key is validated as for any open;
- *  - the tensor table with its own walk (scan_tensors), which makes the
- *    reader's checks on every field and data range, with the block sizes
- *    of every type ggml defines (ggml_blocks), run or not.
- * A reader option that keeps tensors of types it cannot run (flagged, so
- * that zi_model_load still refuses them) would make this second path go.
+ * The file is opened with the GGUF reader's ZI_GGUF_ANY_TYPE option, so
+ * that a file holding tensor types zinfer cannot run is still read, and
+ * checked, in full by the one parser: the reader keeps such tensors with
+ * their type (and their size, for every type ggml defines). Which types
+ * zinfer runs is zi_ggml_type_supported; why such a file cannot be loaded
+ * is the reader's own message, from opening it as zi_model_load does.
  *
  * The memory estimate counts the weights (all tensor bytes) and a KV cache
  * holding every slot's full context at the defaults of `zinfer serve` and
@@ -22,15 +17,10 @@
  */
 #include "info.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "args.h"
 #include "cpu_backend.h"
@@ -103,42 +93,9 @@ typedef struct info {
 
 /* ---- ggml's tensor types -------------------------------------------------------------- */
 
-/* Elements and bytes per block of every type ggml defines (ggml.c's
- * type_traits; gguf-py's GGML_QUANT_SIZES), for the types the reader does
- * not know: their sizes are facts of the format even where zinfer has no
- * kernel. */
-static const struct {
-    int type;
-    unsigned elems, bytes;
-} ggml_blocks[] = {
-    {0, 1, 4},      {1, 1, 2},      {2, 32, 18},   {3, 32, 20},    {6, 32, 22},    {7, 32, 24},
-    {8, 32, 34},    {9, 32, 40},    {10, 256, 84}, {11, 256, 110}, {12, 256, 144}, {13, 256, 176},
-    {14, 256, 210}, {15, 256, 292}, {16, 256, 66}, {17, 256, 74},  {18, 256, 98},  {19, 256, 50},
-    {20, 32, 18},   {21, 256, 110}, {22, 256, 82}, {23, 256, 136}, {24, 1, 1},     {25, 1, 2},
-    {26, 1, 4},     {27, 1, 8},     {28, 1, 8},    {29, 256, 56},  {30, 1, 2},     {34, 256, 54},
-    {35, 256, 66},  {39, 32, 17},
-};
-
-/* A type zinfer can run is one the reader opens (gguf.h: it accepts
- * exactly the types the kernels implement). */
+/* A type zinfer can run: one the reader opens without ZI_GGUF_ANY_TYPE. */
 static int type_runnable(uint32_t t) {
-    return t <= INT32_MAX && zi_ggml_type_block_bytes((int)t) != 0;
-}
-
-/* Block geometry of type t: the reader's, else ggml's; 0 when unknown. */
-static int type_block(uint32_t t, uint64_t *elems, uint64_t *bytes) {
-    if (type_runnable(t)) {
-        *elems = zi_ggml_type_block_elems((int)t);
-        *bytes = zi_ggml_type_block_bytes((int)t);
-        return 1;
-    }
-    for (size_t i = 0; i < sizeof ggml_blocks / sizeof ggml_blocks[0]; i++)
-        if ((uint32_t)ggml_blocks[i].type == t) {
-            *elems = ggml_blocks[i].elems;
-            *bytes = ggml_blocks[i].bytes;
-            return 1;
-        }
-    return 0;
+    return t <= INT32_MAX && zi_ggml_type_supported((int)t);
 }
 
 static void type_name(uint32_t t, char *buf, size_t cap) {
@@ -180,69 +137,7 @@ static int cmp_type(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* ---- the tensor table of a file the reader refuses ----------------------------------- */
-
-typedef struct rd {
-    const uint8_t *b;
-    size_t size, pos;
-} rd;
-
-static uint64_t ld_le(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
-static int rd_u32(rd *r, uint32_t *v) {
-    if (r->size - r->pos < 4) return 0;
-    *v = (uint32_t)ld_le(r->b + r->pos, 4);
-    r->pos += 4;
-    return 1;
-}
-
-static int rd_u64(rd *r, uint64_t *v) {
-    if (r->size - r->pos < 8) return 0;
-    *v = ld_le(r->b + r->pos, 8);
-    r->pos += 8;
-    return 1;
-}
-
-/* A length-prefixed string: its bytes in *s, *len. */
-static int rd_str(rd *r, const uint8_t **s, uint64_t *len) {
-    if (!rd_u64(r, len) || *len > r->size - r->pos) return 0;
-    *s = r->b + r->pos;
-    r->pos += (size_t)*len;
-    return 1;
-}
-
-/* Skips one metadata value of GGUF type t. The reader has validated the
- * metadata already; the bounds are checked again all the same. */
-static int skip_value(rd *r, uint32_t t, int depth) {
-    static const uint8_t scalar[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    if (t < 13 && scalar[t]) {
-        if (r->size - r->pos < scalar[t]) return 0;
-        r->pos += scalar[t];
-        return 1;
-    }
-    if (t == ZI_GGUF_STRING) {
-        const uint8_t *s;
-        uint64_t len;
-        return rd_str(r, &s, &len);
-    }
-    uint32_t et;
-    uint64_t n;
-    if (t != ZI_GGUF_ARRAY || depth > 8 || !rd_u32(r, &et) || !rd_u64(r, &n)) return 0;
-    if (et < 13 && scalar[et]) {
-        if (n > (r->size - r->pos) / scalar[et]) return 0;
-        r->pos += (size_t)(n * scalar[et]);
-        return 1;
-    }
-    /* Strings and arrays take at least 8 bytes each: n is bounded by the
-     * file, and so is the work. */
-    for (uint64_t i = 0; i < n; i++)
-        if (!skip_value(r, et, depth + 1)) return 0;
-    return 1;
-}
+/* ---- names from the file ---------------------------------------------------------- */
 
 /* Printable copy of a name from the file for messages and text output. */
 static const char *show(char *buf, size_t cap, const void *p, uint64_t len) {
@@ -255,153 +150,20 @@ static const char *show(char *buf, size_t cap, const void *p, uint64_t len) {
     return buf;
 }
 
-typedef struct tensor_ref {
-    const uint8_t *name; /* into the mapping */
-    uint64_t name_len, offset, nbytes;
-    int known;
-} tensor_ref;
-
-/*
- * Walks the metadata (n_kv entries) and the tensor table of the file in
- * b[0..size) and counts its tensors into in, checking what the reader
- * checks: the table's fields, shapes that fit, rows that are whole blocks,
- * aligned offsets and data inside the file (for every type whose block
- * size ggml defines; a type number it does not define has no known size).
- */
-static int scan_tensors(info *in, const uint8_t *b, size_t size, uint64_t n_kv, uint64_t n_tensors,
-                        uint32_t alignment, zi_error *err) {
-    rd r = {.b = b, .size = size, .pos = 24}; /* magic, version, two counts */
-    for (uint64_t i = 0; i < n_kv; i++) {
-        const uint8_t *key;
-        uint64_t klen;
-        uint32_t t;
-        if (!rd_str(&r, &key, &klen) || !rd_u32(&r, &t) || !skip_value(&r, t, 0))
-            return zi_error_set(err, ZI_EFORMAT, "%s: metadata key #%llu runs past end of file",
-                                in->path, (unsigned long long)i);
+/* Why zinfer cannot load the file: the reader's own message, got by opening
+ * it as zi_model_load does (without ZI_GGUF_ANY_TYPE), so that the wording
+ * has one source. */
+static void reader_refusal(info *in) {
+    zi_gguf *g = NULL;
+    zi_error e = {0};
+    if (zi_gguf_open(in->path, &g, &e) == ZI_OK) {
+        /* Only if the file was replaced between the two opens. */
+        zi_gguf_close(g);
+        snprintf(in->load_error, sizeof in->load_error, "%s: the file changed while being read",
+                 in->path);
+        return;
     }
-    /* name length, n_dims, one dim, type, offset: 32 bytes at least */
-    if (n_tensors > (size - r.pos) / 32)
-        return zi_error_set(err, ZI_EFORMAT,
-                            "%s: truncated or corrupt: the header claims %llu tensors, more than "
-                            "the %zu bytes after the metadata can describe",
-                            in->path, (unsigned long long)n_tensors, size - r.pos);
-    tensor_ref *refs = calloc(n_tensors ? (size_t)n_tensors : 1, sizeof *refs);
-    if (!refs)
-        return zi_error_set(err, ZI_ENOMEM, "out of memory for %llu tensors",
-                            (unsigned long long)n_tensors);
-    int rc = ZI_OK;
-    char nm[72];
-    for (uint64_t i = 0; !rc && i < n_tensors; i++) {
-        const uint8_t *name = NULL;
-        uint64_t nlen = 0, ne[ZI_GGUF_MAX_DIMS] = {1, 1, 1, 1}, nelem = 1, rows = 1, eb, bb;
-        uint32_t n_dims = 0, type = 0;
-        int ok = rd_str(&r, &name, &nlen) && rd_u32(&r, &n_dims);
-        show(nm, sizeof nm, name, name ? nlen : 0);
-        refs[i].name = name;
-        refs[i].name_len = nlen;
-        if (ok && (n_dims < 1 || n_dims > ZI_GGUF_MAX_DIMS)) {
-            rc =
-                zi_error_set(err, ZI_EFORMAT, "%s: tensor #%llu '%s': n_dims is %u, expected 1..%d",
-                             in->path, (unsigned long long)i, nm, n_dims, ZI_GGUF_MAX_DIMS);
-            break;
-        }
-        for (uint32_t d = 0; ok && d < n_dims; d++) ok = rd_u64(&r, &ne[d]);
-        ok = ok && rd_u32(&r, &type) && rd_u64(&r, &refs[i].offset);
-        if (!ok) {
-            rc = zi_error_set(err, ZI_EFORMAT, "%s: tensor #%llu '%s': table runs past end of file",
-                              in->path, (unsigned long long)i, nm);
-            break;
-        }
-        int overflow = 0;
-        for (uint32_t d = 0; d < n_dims; d++) {
-            overflow |= ne[d] > INT64_MAX || __builtin_mul_overflow(nelem, ne[d], &nelem);
-            if (d > 0) overflow |= __builtin_mul_overflow(rows, ne[d], &rows);
-        }
-        refs[i].known = type_block(type, &eb, &bb);
-        if (!overflow && refs[i].known) {
-            if (ne[0] % eb != 0) {
-                char tn[32];
-                type_name(type, tn, sizeof tn);
-                rc = zi_error_set(err, ZI_EFORMAT,
-                                  "%s: tensor '%s': ne[0] = %llu is not a multiple of %s's block "
-                                  "size %llu",
-                                  in->path, nm, (unsigned long long)ne[0], tn,
-                                  (unsigned long long)eb);
-                break;
-            }
-            overflow |= __builtin_mul_overflow(ne[0] / eb, bb, &refs[i].nbytes) ||
-                        __builtin_mul_overflow(refs[i].nbytes, rows, &refs[i].nbytes);
-        }
-        if (overflow || nelem > INT64_MAX) {
-            rc = zi_error_set(err, ZI_EFORMAT, "%s: tensor '%s': element or byte count overflows",
-                              in->path, nm);
-            break;
-        }
-        rc = add_tensor(in, type, nelem, refs[i].nbytes, refs[i].known, err);
-    }
-    /* The data section starts at the next multiple of the alignment. */
-    uint64_t data = ((uint64_t)r.pos + alignment - 1) / alignment * alignment;
-    for (uint64_t i = 0; !rc && i < n_tensors; i++) {
-        const tensor_ref *t = &refs[i];
-        show(nm, sizeof nm, t->name, t->name_len);
-        if (t->offset % alignment != 0)
-            rc = zi_error_set(err, ZI_EFORMAT,
-                              "%s: tensor '%s': offset %llu is not a multiple of the alignment %u",
-                              in->path, nm, (unsigned long long)t->offset, alignment);
-        else if (t->known && (t->offset > size || data > size - t->offset ||
-                              t->nbytes > size - data - t->offset))
-            rc = zi_error_set(err, ZI_EFORMAT,
-                              "%s: tensor '%s': data [offset %llu, %llu bytes] extends past end "
-                              "of file (size %zu)",
-                              in->path, nm, (unsigned long long)(data + t->offset),
-                              (unsigned long long)t->nbytes, size);
-    }
-    free(refs);
-    return rc;
-}
-
-/* The part of a refused file that can be read (see the top of the file):
- * *meta over *map, a private mapping of *map_size bytes the caller unmaps
- * after closing *meta. *meta_failed tells a failure of the reader on the
- * metadata (the caller then has the reader's first word) from one of the
- * tensor table. */
-static int header_only(info *in, zi_gguf **meta, void **map, size_t *map_size, int *meta_failed,
-                       zi_error *err) {
-    int fd = open(in->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return zi_error_set(err, ZI_EIO, "cannot open %s: %s", in->path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size < 24) {
-        close(fd);
-        *meta_failed = 1;
-        return zi_error_set(err, ZI_EFORMAT, "%s: no room for a GGUF header", in->path);
-    }
-    size_t size = (size_t)st.st_size;
-    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    close(fd);
-    if (m == MAP_FAILED)
-        return zi_error_set(err, ZI_EIO, "cannot map %s: %s", in->path, strerror(errno));
-    uint8_t *b = m;
-    uint64_t n_tensors = ld_le(b + 8, 8), n_kv = ld_le(b + 16, 8);
-    memset(b + 8, 0, 8); /* tensor count 0: the reader reads the metadata only */
-    int rc = zi_gguf_open_memory(b, size, meta, err);
-    if (rc) {
-        *meta_failed = 1;
-    } else {
-        in->version = zi_gguf_version(*meta);
-        in->n_tensors = n_tensors;
-        rc = scan_tensors(in, b, size, n_kv, n_tensors, zi_gguf_alignment(*meta), err);
-        if (rc) {
-            zi_gguf_close(*meta);
-            *meta = NULL;
-        }
-    }
-    if (rc) {
-        munmap(m, size);
-        return rc;
-    }
-    *map = m;
-    *map_size = size;
-    return ZI_OK;
+    memcpy(in->load_error, e.msg, sizeof in->load_error);
 }
 
 /* ---- metadata ------------------------------------------------------------------------ */
@@ -660,34 +422,24 @@ int zi_info_main(int argc, char **argv) {
         }
     }
     info in = {.path = path, .bytes_known = 1};
-    zi_error err = {0}, why = {0};
+    zi_error err = {0};
     zi_gguf *g = NULL;
-    void *map = NULL;
-    size_t map_size = 0;
-    int rc = zi_gguf_open(path, &g, &why);
-    if (rc == ZI_EUNSUPPORTED) {
-        /* A version or tensor type zinfer does not read: describe what the
-         * header says, if it can be read; else the reader's reason. */
-        snprintf(in.load_error, sizeof in.load_error, "%s", why.msg);
-        int meta_failed = 0;
-        rc = header_only(&in, &g, &map, &map_size, &meta_failed, &err);
-        if (rc && meta_failed) err = why;
-    } else if (rc == ZI_OK) {
-        in.version = zi_gguf_version(g);
-        in.n_tensors = zi_gguf_tensor_count(g);
-        for (uint64_t i = 0; !rc && i < in.n_tensors; i++) {
-            const zi_gguf_tensor *t = zi_gguf_tensor_at(g, i);
-            uint64_t n = 1;
-            for (uint32_t d = 0; d < t->n_dims; d++) n *= (uint64_t)t->ne[d]; /* fits: reader */
-            rc = add_tensor(&in, (uint32_t)t->type, n, t->nbytes, 1, &err);
-        }
-    } else {
-        err = why;
-    }
-    if (!g) {
+    int rc = zi_gguf_open_flags(path, ZI_GGUF_ANY_TYPE, &g, &err);
+    if (rc) {
         fprintf(stderr, "zinfer: %s\n", err.msg);
         return 1;
     }
+    in.version = zi_gguf_version(g);
+    in.n_tensors = zi_gguf_tensor_count(g);
+    int runnable = 1;
+    for (uint64_t i = 0; !rc && i < in.n_tensors; i++) {
+        const zi_gguf_tensor *t = zi_gguf_tensor_at(g, i);
+        uint64_t n = 1;
+        for (uint32_t d = 0; d < t->n_dims; d++) n *= (uint64_t)t->ne[d]; /* fits: reader */
+        rc = add_tensor(&in, (uint32_t)t->type, n, t->nbytes, !t->size_unknown, &err);
+        runnable &= type_runnable((uint32_t)t->type);
+    }
+    if (!runnable) reader_refusal(&in);
     in.file_bytes = zi_gguf_file_size(g);
     qsort(in.types, (size_t)in.n_types, sizeof in.types[0], cmp_type);
     tokinfo t;
@@ -706,7 +458,6 @@ int zi_info_main(int argc, char **argv) {
     }
     free(t.tokens);
     zi_gguf_close(g);
-    if (map) munmap(map, map_size);
     if (rc) fprintf(stderr, "zinfer: %s\n", err.msg);
     return rc ? 1 : 0;
 }
