@@ -21,8 +21,9 @@ writes tests/fixtures/quant_llamacpp_kl.json:
 tests/e2e/test_quant_types.py holds zinfer to these numbers. llama.cpp runs
 as in make_fixtures.py (n_ctx 2048, 2 threads, otherwise its defaults).
 Needs llama-cpp-python and the files (scripts/setup --with-llamacpp).
-Deterministic for a given llama-cpp-python build: re-running gives the same
-file. CPU heavy: about a minute per model file on 2 cores.
+Both sides are deterministic for a given llama-cpp-python build and machine,
+so a re-run should give the same file (not re-checked). CPU heavy: 1 to 3
+minutes per model file on 2 shared cores, 19 minutes for all 11.
 """
 
 import argparse
