@@ -143,39 +143,31 @@ static void scale_min_k4(const uint8_t *p, int sc[8], int mn[8]) {
     }
 }
 
-/* Q4_K: 8 sub-blocks of 32. Value j = 64 c + 32 h + l (sub-block 2c + h)
- * is nibble h of qs[32 c + l]; x = (d * sc) * q - (dmin * mn). */
-static void block_q4_k(const uint8_t *b, float *y) {
+/* Q4_K and Q5_K: 8 sub-blocks of 32. Value j = 64 c + 32 h + l (sub-block
+ * s = 2c + h) is nibble h of qs[32 c + l], and for Q5_K (qh not NULL) has
+ * as its fifth bit bit s of qh[l]; x = (d * sc) * q - (dmin * mn). */
+static void block_q45_k(const uint8_t *b, const uint8_t *qs, const uint8_t *qh, float *y) {
     const float d = f16_at(b), dmin = f16_at(b + 2);
-    const uint8_t *qs = b + 16;
     int sc[8], mn[8];
     scale_min_k4(b + 4, sc, mn);
     for (int s = 0; s < 8; s++) {
         const float dl = d * (float)sc[s], ml = dmin * (float)mn[s];
         const int c = s / 2, h = s % 2;
         for (int l = 0; l < 32; l++) {
-            const float dq = dl * (float)((qs[32 * c + l] >> (4 * h)) & 0x0f);
+            int q = (qs[32 * c + l] >> (4 * h)) & 0x0f;
+            if (qh) q |= ((qh[l] >> s) & 1) << 4;
+            const float dq = dl * (float)q;
             y[32 * s + l] = dq - ml;
         }
     }
 }
 
-/* Q5_K: Q4_K's low 4 bits, and as the fifth bit of value 32 s + l bit s of
- * qh[l]. */
+static void block_q4_k(const uint8_t *b, float *y) {
+    block_q45_k(b, b + 16, NULL, y);
+}
+
 static void block_q5_k(const uint8_t *b, float *y) {
-    const float d = f16_at(b), dmin = f16_at(b + 2);
-    const uint8_t *qh = b + 16, *qs = b + 48;
-    int sc[8], mn[8];
-    scale_min_k4(b + 4, sc, mn);
-    for (int s = 0; s < 8; s++) {
-        const float dl = d * (float)sc[s], ml = dmin * (float)mn[s];
-        const int c = s / 2, h = s % 2;
-        for (int l = 0; l < 32; l++) {
-            const int q = ((qs[32 * c + l] >> (4 * h)) & 0x0f) | ((qh[l] >> s) & 1) << 4;
-            const float dq = dl * (float)q;
-            y[32 * s + l] = dq - ml;
-        }
-    }
+    block_q45_k(b, b + 48, b + 16, y);
 }
 
 /* Q6_K: 16 sub-blocks of 16 with int8 scales. Value j = 128 h + r

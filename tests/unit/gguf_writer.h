@@ -115,4 +115,14 @@ static inline void kv_i32s(wbuf *b, const char *k, const int32_t *v, size_t n) {
     for (size_t i = 0; i < n; i++) w_u32(b, (uint32_t)v[i]);
 }
 
+/* A version-3 file of one tensor with the given shape, type and offset,
+ * its data padded to cover data_bytes. */
+static inline void one_tensor(wbuf *b, const char *name, uint32_t n_dims, const uint64_t *ne,
+                              uint32_t type, uint64_t offset, size_t data_bytes) {
+    w_header(b, 3, 1, 0);
+    w_tinfo(b, name, n_dims, ne, type, offset);
+    w_pad(b, 32);
+    w_zeros(b, data_bytes);
+}
+
 #endif

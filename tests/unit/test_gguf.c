@@ -700,15 +700,6 @@ static void test_deep_arrays(void **state) {
     expect_fail(&b, ZI_EFORMAT, "arrays nested more than 8 deep");
 }
 
-/* One tensor with the given shape/type/offset, data padded to cover it. */
-static void one_tensor(wbuf *b, const char *name, uint32_t n_dims, const uint64_t *ne,
-                       uint32_t type, uint64_t offset, size_t data_bytes) {
-    w_header(b, 3, 1, 0);
-    w_tinfo(b, name, n_dims, ne, type, offset);
-    w_pad(b, 32);
-    w_zeros(b, data_bytes);
-}
-
 static void test_tensor_shapes(void **state) {
     (void)state;
     wbuf b = {0};
