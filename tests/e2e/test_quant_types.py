@@ -15,10 +15,9 @@ model, with issue 20's acceptance:
   - mean KL < MAX_MEAN_KL and below llama.cpp's on the same file,
   - 64-token greedy output equal to the reference's, except where the first
     divergence is at a near-tie of the reference.
-A file is skipped only when absent (CI has no llama.cpp). While zinfer
-refuses a file's tensor types with its unsupported-type error, that file's
-tests are xfailed; any other failure fails. The fixture's own consistency is
-checked always. Under the sanitizers (ZINFER_SANITIZED=1) only the logits
+A file is skipped only when absent (CI has no llama.cpp); zinfer reads
+every type these files hold, so any failure to run one fails the test. The
+fixture's own consistency is checked always. Under the sanitizers (ZINFER_SANITIZED=1) only the logits
 test runs.
 
 Time: until the new types have fast kernels they run on the CPU's
@@ -58,9 +57,6 @@ FILES = {f["type"]: f for f in FIXTURE["files"]}
 NEAR_TIE = FIXTURE["meta"]["near_tie_gap"]
 GEN_TOKENS = FIXTURE["meta"]["gen_tokens"]
 MAX_MEAN_KL = 1e-4
-# zinfer's one-line refusal of a tensor type it cannot read (common/gguf.c).
-UNSUPPORTED = re.compile(r"tensor '[^']+' has type \S+ \(\d+\), which zinfer does not support")
-XFAIL_REASON = "issue 20: tensor types not yet supported"
 
 
 def test_fixture_consistent(prompts):
@@ -99,7 +95,7 @@ def test_fixture_consistent(prompts):
 @pytest.fixture(scope="module", params=list(FILES), ids=str)
 def qfile(request):
     """One model file with its fixture entry and ref(), its float64 reference
-    model, loaded on first use (not at all while zinfer refuses the file).
+    model, loaded on first use.
     Module-scoped and parametrized, so that pytest runs each file's tests
     together: one file's ~1 GB of float64 weights in memory at a time."""
     t = request.param
@@ -122,11 +118,9 @@ def qfile(request):
     return {"type": t, "path": path, "entry": entry, "ref": ref}
 
 
-def run_or_xfail(run_zinfer, *args):
-    """run_zinfer(*args); xfails the test when zinfer refuses a tensor type."""
+def run_ok(run_zinfer, *args):
+    """run_zinfer(*args), which must succeed."""
     res = run_zinfer(*args)
-    if res.returncode != 0 and UNSUPPORTED.search(res.stderr):
-        pytest.xfail(f"{XFAIL_REASON}: {res.stderr.strip()}")
     assert res.returncode == 0, f"zinfer {args[0]} failed: {res.stderr.strip()}"
     return res
 
@@ -139,7 +133,7 @@ def test_logits_match_reference(qfile, prompts, run_zinfer, tmp_path):
     for p in entry["prompts"]:
         ids = prompts[p["name"]]["ids"]
         out = tmp_path / f"{p['name']}.f32"
-        res = run_or_xfail(run_zinfer, "logits", "--model", qfile["path"], "--prompt-ids",
+        res = run_ok(run_zinfer, "logits", "--model", qfile["path"], "--prompt-ids",
                            ids_arg(ids), "--out", out)
         assert last_json(res.stdout)["n_tokens"] == len(ids)
         ref_model = qfile["ref"]()
@@ -185,7 +179,7 @@ def test_greedy_matches_reference(qfile, prompts, run_zinfer):
     diverged = {}
     for p in entry["prompts"]:
         ids = prompts[p["name"]]["ids"]
-        res = run_or_xfail(run_zinfer, "generate", "--model", qfile["path"], "--prompt-ids",
+        res = run_ok(run_zinfer, "generate", "--model", qfile["path"], "--prompt-ids",
                            ids_arg(ids), "--max-tokens", GEN_TOKENS, "--temperature", "0",
                            "--ignore-eos", "--json")
         got = last_json(res.stdout)["token_ids"]
