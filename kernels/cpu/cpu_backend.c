@@ -21,6 +21,7 @@
 #include "cpu_kernels.h"
 #include "quant.h"
 #include "repack.h"
+#include "repack_x.h"
 #include "threadpool.h"
 #include "weights.h"
 
@@ -85,10 +86,43 @@ static int has_fast_kernel(int type) {
     }
 }
 
+/* Bytes of one row of w as the kernels read it: the file's, or in the
+ * extended layout (layout 2) a sixteenth of a group of 16 rows. */
+static size_t layout_row_bytes(const zi_weight *w) {
+    return w->layout == 2 ? zi_r16x_group_bytes(w->type) / ZI_R16 * (size_t)(w->cols / ZI_QK)
+                          : w->row_bytes;
+}
+
 static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err) {
     cpu_backend *c = cb(be);
     int rc = zi_weight_describe(t, w, err);
     if (rc) return rc;
+    /* Quantized matrices with a multiple of 16 rows are repacked, a copy
+     * made once at load (the model then lets the file's pages go:
+     * zi_gguf_drop_pages): Q4_0, Q4_1 and Q8_0 into the 16-row layout
+     * (repack.h, same size), the other quantized types into its extended
+     * layout (repack_x.h, a little larger than the file). */
+    int64_t nb = w->cols / ZI_QK;
+    int layout = 0;
+    if (c->k->mm_r16 && w->rows % ZI_R16 == 0)
+        layout = zi_r16_group_bytes(w->type) ? 1 : zi_r16x_group_bytes(w->type) ? 2 : 0;
+    if (layout) {
+        size_t bytes = layout == 1 ? w->row_bytes * (size_t)w->rows
+                                   : zi_r16x_group_bytes(w->type) * (size_t)(w->rows / ZI_R16) *
+                                         (size_t)nb;
+        void *dst = NULL;
+        if (posix_memalign(&dst, 64, bytes ? bytes : 64) != 0)
+            return zi_error_set(err, ZI_ENOMEM, "out of memory repacking tensor '%.*s'",
+                                (int)t->name.len, t->name.ptr);
+        if (layout == 1)
+            zi_r16_repack(w->type, t->data, dst, w->rows, nb, w->row_bytes);
+        else
+            zi_r16x_repack(w->type, t->data, dst, w->rows, nb, w->row_bytes);
+        w->owned = dst;
+        w->data = dst;
+        w->layout = layout;
+        return ZI_OK;
+    }
     if (!has_fast_kernel(w->type) && w->cols > c->deq_stride) {
         /* Grown here, at load, so that products never allocate; rows 64
          * bytes apart so that no two threads write one cache line. */
@@ -102,21 +136,6 @@ static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t
         free(c->deq_rows);
         c->deq_rows = rows;
         c->deq_stride = stride;
-    }
-    /* With VNNI, quantized matrices with a multiple of 16 rows are repacked
-     * (repack.h): same size, a copy made once at load (the model then lets
-     * the file's pages go: zi_gguf_drop_pages). */
-    int64_t nb = w->cols / ZI_QK;
-    if (c->k->mm_r16 && zi_r16_group_bytes(w->type) && w->rows % ZI_R16 == 0) {
-        size_t bytes = w->row_bytes * (size_t)w->rows;
-        void *dst = NULL;
-        if (posix_memalign(&dst, 64, bytes ? bytes : 64) != 0)
-            return zi_error_set(err, ZI_ENOMEM, "out of memory repacking tensor '%.*s'",
-                                (int)t->name.len, t->name.ptr);
-        zi_r16_repack(w->type, t->data, dst, w->rows, nb, w->row_bytes);
-        w->owned = dst;
-        w->data = dst;
-        w->layout = 1;
     }
     return ZI_OK;
 }
@@ -200,7 +219,8 @@ typedef struct mm_args {
 } mm_args;
 
 /* Rows [r0, r1) of a product whose weight type has no kernel of its own
- * (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS): each row is dequantized
+ * (the K-quants, Q5_0, Q5_1, IQ4_NL, IQ4_XS) where it is not repacked (the
+ * scalar table, or a row count not a multiple of 16): each row is dequantized
  * exactly (dequant.h) into this thread's scratch row, then multiplied with
  * the float32 activations by the table's mm_f32, so every kernel table
  * serves these types. Correct, but it dequantizes every row again for every
@@ -220,8 +240,8 @@ static void mm_rows_dequant(const mm_args *a, const zi_weight *w, float *y, int6
 static void mm_rows(const mm_args *a, const zi_weight *w, float *y, int64_t r0, int64_t r1,
                     int ith) {
     const uint8_t *wd = w->data;
-    if (w->layout == 1) {
-        a->k->mm_r16(w->type, wd, w->row_bytes, r0, r1, a->q, a->n_tokens, y, w->rows);
+    if (w->layout) {
+        a->k->mm_r16(w->type, wd, layout_row_bytes(w), r0, r1, a->q, a->n_tokens, y, w->rows);
         return;
     }
     switch (w->type) {
@@ -320,7 +340,7 @@ static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weigh
     int any_quant = 0;
     for (int i = 0; i < n; i++) {
         a.total_rows += ws[i]->rows;
-        any_quant |= is_quantized(ws[i]->type);
+        any_quant |= is_quantized(ws[i]->type) || ws[i]->layout;
     }
     if (any_quant) { /* one quantization of x serves every product */
         /* reserve() sized act for this product (the model's contract). */

@@ -52,9 +52,10 @@ typedef struct zi_cpu_kernels {
     void (*mm_q8_0)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
                     int n_tokens, float *y, int64_t ldy);
     /*
-     * The same products for weights in the 16-row layout (repack.h); r0 and
-     * r1 multiples of 16. NULL in tables without AVX-512 VNNI, whose weights
-     * stay in GGUF layout. Batches of 4 or more tokens run on the AMX tile
+     * The same products for weights in the 16-row layout (repack.h) or, for
+     * the types repack_x.h lists, its extended layout; r0 and r1 multiples
+     * of 16. NULL in the scalar table, whose weights stay in GGUF layout.
+     * Batches of 4 or more tokens of Q4_0/Q4_1/Q8_0 run on the AMX tile
      * unit where the CPU has AMX-INT8 and Linux grants it (bit-identical
      * results; ZINFER_CPU_AMX=0 keeps them on VNNI).
      */

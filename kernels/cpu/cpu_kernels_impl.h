@@ -23,6 +23,7 @@
 #include "cpu_kernels_quantize.h"    /* quantize_act */
 #include "cpu_kernels_matmul.h"      /* quantized and float products, dot_f32 */
 #include "cpu_kernels_amx.h"         /* mm_r16_amx, mm_r16 */
+#include "cpu_kernels_r16x.h"        /* mm_r16x, mm_r16_any: the extended layout */
 #include "cpu_kernels_elementwise.h" /* axpy, scale, to_f16, SwiGLU, vector expf */
 #include "cpu_kernels_attention.h"   /* attend */
 
@@ -36,10 +37,8 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
     .attend = attend,
-#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
-    .mm_r16 = mm_r16,
-#elif defined(__AVX2__)
-    .mm_r16 = mm_r16_avx2,
+#if defined(__AVX2__)
+    .mm_r16 = mm_r16_any,
 #endif
     .dot = dot_f32,
     .axpy = axpy_f32,

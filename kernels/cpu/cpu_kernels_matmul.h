@@ -412,23 +412,28 @@ static inline __m256i bcast4_ps(const int8_t *p) {
  * is elements 4j..4j+3). Q8_0: per half and chunk, two vectors of the
  * codes as int16, rows 0, 1, 4, 5 in the first and 2, 3, 6, 7 in the
  * second (vphaddd of the two puts rows 0-7 in order). */
+/* Q8_0's part of r16_decode: the 512 code bytes of a column in the 16-row
+ * layout (byte 64c + 4i + e) as int16, in the order r16_isum reads. */
+static inline void r16_widen_u8(const uint8_t *G, uint8_t *code) {
+    for (int h = 0; h < 2; h++) {
+        uint8_t *d = code + h * 512;
+        for (int c = 0; c < 8; c++) {
+            __m128i lo = _mm_loadu_si128((const __m128i *)(G + 64 * c + 32 * h));
+            __m128i hi = _mm_loadu_si128((const __m128i *)(G + 64 * c + 32 * h + 16));
+            _mm256_store_si256((__m256i *)(d + 64 * c),
+                               _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(lo, hi)));
+            _mm256_store_si256((__m256i *)(d + 64 * c + 32),
+                               _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(lo, hi)));
+        }
+    }
+}
+
 static inline void r16_decode(int kind, const uint8_t *G, size_t gb, uint8_t *code, float *sc) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (size_t off = 0; off < gb; off += 64) /* the stream ahead */
         _mm_prefetch((const char *)(G + 8 * gb + off), _MM_HINT_T0);
-    for (int h = 0; h < 2; h++) {
-        if (kind == KQ8_0) {
-            uint8_t *d = code + h * 512;
-            for (int c = 0; c < 8; c++) {
-                __m128i lo = _mm_loadu_si128((const __m128i *)(G + 64 * c + 32 * h));
-                __m128i hi = _mm_loadu_si128((const __m128i *)(G + 64 * c + 32 * h + 16));
-                _mm256_store_si256((__m256i *)(d + 64 * c),
-                                   _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(lo, hi)));
-                _mm256_store_si256((__m256i *)(d + 64 * c + 32),
-                                   _mm256_cvtepu8_epi16(_mm_unpackhi_epi64(lo, hi)));
-            }
-            continue;
-        }
+    if (kind == KQ8_0) r16_widen_u8(G, code);
+    for (int h = 0; kind != KQ8_0 && h < 2; h++) {
         uint8_t *d = code + h * 256;
         for (int p = 0; p < 4; p++) {
             __m256i x = _mm256_loadu_si256((const __m256i *)(G + 64 * p + 32 * h));

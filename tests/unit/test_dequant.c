@@ -175,46 +175,9 @@ static zi_gguf_tensor tensor(const char *name, int type, int64_t rows, int64_t c
     return t;
 }
 
-/* Byte offsets of each block type's f16 fields (its scale, and its min). */
-static void f16_fields(int type, int off[2], int *n) {
-    *n = 1;
-    switch (type) {
-    case ZI_TYPE_Q5_1:
-    case ZI_TYPE_Q4_K:
-    case ZI_TYPE_Q5_K:
-        off[0] = 0, off[1] = 2, *n = 2;
-        break;
-    case ZI_TYPE_Q2_K:
-        off[0] = 80, off[1] = 82, *n = 2;
-        break;
-    case ZI_TYPE_Q3_K:
-        off[0] = 108;
-        break;
-    case ZI_TYPE_Q6_K:
-        off[0] = 208;
-        break;
-    default:
-        off[0] = 0;
-        break;
-    }
-}
-
-/* rows x cols of a block type: random quant bytes, f16 scales and mins of
- * a small model's size (random bytes there could be inf or NaN). */
 static uint8_t *random_rows(int type, int64_t rows, int64_t cols, size_t *row_bytes) {
-    size_t be = zi_ggml_type_block_elems(type), bb = zi_ggml_type_block_bytes(type);
-    size_t rb = (size_t)cols / be * bb, nb = (size_t)rows * (size_t)cols / be;
-    uint8_t *w = malloc(rb * (size_t)rows);
+    uint8_t *w = zi_test_random_blocks(&rng, type, rows, cols, row_bytes);
     assert_non_null(w);
-    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)(zi_test_urand(&rng) * 256);
-    int off[2], n;
-    f16_fields(type, off, &n);
-    for (size_t k = 0; k < nb; k++)
-        for (int f = 0; f < n; f++) {
-            uint16_t h = zi_f32_to_f16(zi_test_frand(&rng, f ? -0.01f : 0.0005f, 0.01f));
-            memcpy(w + k * bb + off[f], &h, 2);
-        }
-    *row_bytes = rb;
     return w;
 }
 

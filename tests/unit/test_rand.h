@@ -91,4 +91,50 @@ static inline void *zi_test_make_rows(zi_test_rng *r, int type, int rows, int co
     return w;
 }
 
+/* Byte offsets of each block type's f16 fields (its scale, and its min). */
+static inline void zi_test_f16_fields(int type, int off[2], int *n) {
+    *n = 1;
+    switch (type) {
+    case ZI_TYPE_Q5_1:
+    case ZI_TYPE_Q4_K:
+    case ZI_TYPE_Q5_K:
+        off[0] = 0, off[1] = 2, *n = 2;
+        break;
+    case ZI_TYPE_Q2_K:
+        off[0] = 80, off[1] = 82, *n = 2;
+        break;
+    case ZI_TYPE_Q3_K:
+        off[0] = 108;
+        break;
+    case ZI_TYPE_Q6_K:
+        off[0] = 208;
+        break;
+    default:
+        off[0] = 0;
+        break;
+    }
+}
+
+/* rows x cols values of any quantized GGUF type as random bytes, but for
+ * the f16 scales (in [0.0005, 0.01]) and mins (in [-0.01, 0.01]), so that
+ * every value is finite and every code, sub-scale and bit plane takes
+ * random values; malloc'd (NULL when out of memory). */
+static inline uint8_t *zi_test_random_blocks(zi_test_rng *r, int type, int64_t rows, int64_t cols,
+                                             size_t *row_bytes) {
+    size_t be = zi_ggml_type_block_elems(type), bb = zi_ggml_type_block_bytes(type);
+    size_t rb = (size_t)cols / be * bb, nb = (size_t)rows * (size_t)cols / be;
+    *row_bytes = rb;
+    uint8_t *w = malloc(rb * (size_t)rows);
+    if (!w) return NULL;
+    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)(zi_test_urand(r) * 256);
+    int off[2], n;
+    zi_test_f16_fields(type, off, &n);
+    for (size_t k = 0; k < nb; k++)
+        for (int f = 0; f < n; f++) {
+            uint16_t h = zi_f32_to_f16(zi_test_frand(r, f ? -0.01f : 0.0005f, 0.01f));
+            memcpy(w + k * bb + off[f], &h, 2);
+        }
+    return w;
+}
+
 #endif

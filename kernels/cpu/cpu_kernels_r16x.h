@@ -1,0 +1,321 @@
+/*
+ * cpu_kernels_r16x.h - the products of weights in the extended 16-row
+ * layout (repack_x.h: Q5_0, Q5_1, IQ4_NL, IQ4_XS and the K-quants), and
+ * mm_r16_any, the 16-row entry of the avx2 and avx512 tables, which sends
+ * those types here and the others to mm_r16 / mm_r16_avx2. One of the
+ * units that cpu_kernels_impl.h includes, in its order, once per
+ * instruction set.
+ *
+ * What each table compiles here:
+ *   scalar   nothing (it has no 16-row entry: these types run on the
+ *            dequantizing path, cpu_backend.c's mm_rows_dequant).
+ *   AVX2     (#if __AVX2__ && !ZI_HAVE_VNNI) r16x_avx2_rows: each block
+ *            column decoded to bytes, widened to int16 and multiplied by
+ *            the int16 activation 256*q1 + q2 with vpmaddwd (Q8_0's path
+ *            of mm_r16_avx2, whose pieces it shares).
+ *   AVX-512  (#if ZI_HAVE_VNNI && __AVX512F__) r16x_vnni_rows: the codes
+ *            of a column decoded in registers (nibbles, code book by
+ *            vpshufb, bit planes by masked byte adds), then vpdpbusd as in
+ *            mm_r16_vnni.
+ *
+ * Per block column k and token t, with u the codes, q = 256*q1 + q2 the
+ * activation and da its scale (quant.h):
+ *   32-value scales: acc += (sum u*q) * (dw * da);  off += cw * s[k]
+ *   16-value scales: acc += (sum_0 u*q) * (dw0 * da) + (sum_1 u*q) * (dw1 * da);
+ *                    off += cw0 * (da * sum_0 q) + cw1 * (da * sum_1 q)
+ * (sum_h over values 16h..16h+15), and y = acc + off. The integer sums are
+ * exact, so both tables do the same float operations in the same order on
+ * the same numbers: their outputs are bit-identical, and a token's never
+ * depend on the rest of its batch.
+ */
+#if defined(__AVX2__)
+#include "repack_x.h"
+
+/* sum_{e < 16} (256*q1[e] + q2[e]) of one half block, exactly. */
+static inline int32_t r16x_half_sum(const int8_t *q1, const int8_t *q2) {
+    const __m128i flip = _mm_set1_epi8((char)0x80), z = _mm_setzero_si128();
+    /* vpsadbw sums unsigned bytes: flip the sign bit, subtract 16 * 128. */
+    __m128i s1 = _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i *)q1), flip), z);
+    __m128i s2 = _mm_sad_epu8(_mm_xor_si128(_mm_loadu_si128((const __m128i *)q2), flip), z);
+    const int32_t a1 = _mm_cvtsi128_si32(s1) + _mm_extract_epi32(s1, 2) - 2048;
+    const int32_t a2 = _mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2) - 2048;
+    return 256 * a1 + a2;
+}
+#endif
+
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+/* Rows [r0, r1) (multiples of 16) of one type in the extended layout; the
+ * format's fields are constants once inlined into r16x_vnni. */
+static inline __attribute__((always_inline)) void
+r16x_vnni_rows(const int planes, const int lut, const int halves, const int cws, const float zp,
+               const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
+               int n_tokens, float *y, int64_t ldy) {
+    const int64_t nb = a->nb;
+    const size_t gb = 256 + 64 * (size_t)planes + 64 * (size_t)(1 + halves) * (size_t)(1 + cws);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i book = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)zi_r16x_iq4_u));
+    for (int64_t R = r0 / 16; R < r1 / 16; R++) {
+        const uint8_t *base = w + (size_t)R * 16 * row_bytes;
+        for (int t0 = 0; t0 < n_tokens; t0 += 4) {
+            const int nt = n_tokens - t0 < 4 ? n_tokens - t0 : 4;
+            __m512 acc[4], offv[4];
+            for (int i = 0; i < 4; i++) acc[i] = offv[i] = _mm512_setzero_ps();
+            for (int64_t k = 0; k < nb; k++) {
+                const uint8_t *G = base + (size_t)k * gb;
+                for (size_t off = 0; off < gb; off += 64)
+                    _mm_prefetch((const char *)(G + 8 * gb + off), _MM_HINT_T0);
+                __m512i c[8];
+                for (int p = 0; p < 4; p++) {
+                    __m512i x = _mm512_loadu_si512((const void *)(G + 64 * p));
+                    c[2 * p] = _mm512_and_si512(x, m4);
+                    c[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+                }
+                for (int v = 0; lut && v < 8; v++) c[v] = _mm512_shuffle_epi8(book, c[v]);
+                for (int b = 0; b < planes; b++)
+                    for (int v = 0; v < 8; v++) {
+                        uint64_t m;
+                        memcpy(&m, G + 256 + 64 * b + 8 * v, 8);
+                        c[v] = _mm512_mask_add_epi8(c[v], (__mmask64)m, c[v],
+                                                    _mm512_set1_epi8((char)(16 << b)));
+                    }
+                const float *sc = (const float *)(const void *)(G + 256 + 64 * planes);
+                const __m512 dw0 = _mm512_loadu_ps(sc);
+                const __m512 dw1 = halves ? _mm512_loadu_ps(sc + 16) : dw0;
+                const __m512 cw0 = cws ? _mm512_loadu_ps(sc + 16 * (1 + halves))
+                                       : _mm512_mul_ps(dw0, _mm512_set1_ps(zp));
+                const __m512 cw1 = !halves ? cw0
+                                   : cws   ? _mm512_loadu_ps(sc + 48)
+                                           : _mm512_mul_ps(dw1, _mm512_set1_ps(zp));
+                for (int i = 0; i < nt; i++) {
+                    const int64_t t = t0 + i;
+                    const int8_t *q1 = a->q + t * nb * 2 * ZI_QK + k * ZI_QK;
+                    const int8_t *q2 = q1 + nb * ZI_QK;
+                    const float da = a->d[t * nb + k];
+                    /* Values 0-15 (vectors 0-3) and 16-31 (4-7) apart. */
+                    __m512i h0 = _mm512_setzero_si512(), h1 = h0, l0 = h0, l1 = h0;
+                    for (int j = 0; j < 4; j++) {
+                        h0 = _mm512_dpbusd_epi32(h0, c[j], bcast4(q1 + 4 * j));
+                        h1 = _mm512_dpbusd_epi32(h1, c[j + 4], bcast4(q1 + 16 + 4 * j));
+                        l0 = _mm512_dpbusd_epi32(l0, c[j], bcast4(q2 + 4 * j));
+                        l1 = _mm512_dpbusd_epi32(l1, c[j + 4], bcast4(q2 + 16 + 4 * j));
+                    }
+                    const __m512i s0 = _mm512_add_epi32(_mm512_slli_epi32(h0, 8), l0);
+                    const __m512i s1 = _mm512_add_epi32(_mm512_slli_epi32(h1, 8), l1);
+                    if (!halves) {
+                        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                                                 _mm512_mul_ps(dw0, _mm512_set1_ps(da)), acc[i]);
+                        offv[i] = _mm512_fmadd_ps(cw0, _mm512_set1_ps(a->s[t * nb + k]), offv[i]);
+                        continue;
+                    }
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
+                                             _mm512_mul_ps(dw0, _mm512_set1_ps(da)), acc[i]);
+                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1),
+                                             _mm512_mul_ps(dw1, _mm512_set1_ps(da)), acc[i]);
+                    const float sa0 = da * (float)r16x_half_sum(q1, q2);
+                    const float sa1 = da * (float)r16x_half_sum(q1 + 16, q2 + 16);
+                    offv[i] = _mm512_fmadd_ps(cw0, _mm512_set1_ps(sa0), offv[i]);
+                    offv[i] = _mm512_fmadd_ps(cw1, _mm512_set1_ps(sa1), offv[i]);
+                }
+            }
+            for (int i = 0; i < nt; i++)
+                _mm512_storeu_ps(y + (t0 + i) * ldy + R * 16, _mm512_add_ps(acc[i], offv[i]));
+        }
+    }
+}
+#define R16X_ROWS r16x_vnni_rows
+#endif
+
+#if defined(__AVX2__) && !defined(ZI_HAVE_VNNI)
+/* 32 bytes, 0xff where bit i of m is set. */
+static inline __m256i r16x_bits_to_bytes(uint32_t m) {
+    const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
+                                          2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)m), pick);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bit), bit);
+}
+
+/* Block column G's codes as bytes in Q8_0's 16-row order (byte 64v + 4i +
+ * e = u of element 4v + e of row i), to u8[512]. */
+static inline __attribute__((always_inline)) void r16x_decode_avx2(const int planes, const int lut,
+                                                                   const uint8_t *G, uint8_t *u8) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i book =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)zi_r16x_iq4_u));
+    for (int p = 0; p < 4; p++)
+        for (int hh = 0; hh < 2; hh++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(G + 64 * p + 32 * hh));
+            __m256i c[2] = {_mm256_and_si256(x, m4), _mm256_and_si256(_mm256_srli_epi16(x, 4), m4)};
+            for (int n = 0; n < 2; n++) {
+                const int v = 2 * p + n;
+                if (lut) c[n] = _mm256_shuffle_epi8(book, c[n]);
+                for (int b = 0; b < planes; b++) {
+                    uint32_t m;
+                    memcpy(&m, G + 256 + 64 * b + 8 * v + 4 * hh, 4);
+                    c[n] =
+                        _mm256_add_epi8(c[n], _mm256_and_si256(r16x_bits_to_bytes(m),
+                                                               _mm256_set1_epi8((char)(16 << b))));
+                }
+                _mm256_store_si256((__m256i *)(u8 + 64 * v + 32 * hh), c[n]);
+            }
+        }
+}
+
+/* The integer sums of one token over one decoded column (int16 codes c, in
+ * r16_widen_u8's order, and the token's int16 activation q16): s[h][g] is
+ * rows 8g..8g+7's sum over values 16h..16h+15. */
+static inline __attribute__((always_inline)) void
+r16x_isum_avx2(const uint8_t *c, const int16_t *q16, __m256i s[2][2]) {
+    const __m256i z = _mm256_setzero_si256();
+    for (int g = 0; g < 2; g++)
+        for (int h = 0; h < 2; h++) {
+            __m256i a0 = z, a1 = z;
+            for (int j = 4 * h; j < 4 * h + 4; j++) {
+                const __m256i b = _mm256_castpd_si256(
+                    _mm256_broadcast_sd((const double *)(const void *)(q16 + 4 * j)));
+                a0 = _mm256_add_epi32(
+                    a0, _mm256_madd_epi16(
+                            _mm256_load_si256((const __m256i *)(c + 512 * g + 64 * j)), b));
+                a1 = _mm256_add_epi32(
+                    a1, _mm256_madd_epi16(
+                            _mm256_load_si256((const __m256i *)(c + 512 * g + 64 * j + 32)), b));
+            }
+            s[h][g] = _mm256_hadd_epi32(a0, a1);
+        }
+}
+
+/* mm_r16_avx2's loop structure (columns decoded chunk by chunk into L1,
+ * tokens in passes) for the extended layout. */
+static inline __attribute__((always_inline)) void
+r16x_avx2_rows(const int planes, const int lut, const int halves, const int cws, const float zp,
+               const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
+               int n_tokens, float *y, int64_t ldy) {
+    enum { KC = ZI_R16_CODE_BYTES / 1024 }; /* columns per decoded chunk */
+    const int64_t nb = a->nb;
+    const size_t gb = 256 + 64 * (size_t)planes + 64 * (size_t)(1 + halves) * (size_t)(1 + cws);
+    _Alignas(32) uint8_t u8[512];
+    _Alignas(32) uint8_t code[KC][1024];
+    _Alignas(32) float sc[KC][4][16];           /* per column: dw0, dw1, cw0, cw1 of the 16 rows */
+    _Alignas(32) float sums[ZI_R16_PASS][4][8]; /* per token: acc rows 0-7, 8-15, off 0-7, 8-15 */
+    _Alignas(32) int16_t q16[KC][ZI_QK];
+    for (int64_t R = r0 / 16; R < r1 / 16; R++) {
+        const uint8_t *base = w + (size_t)R * 16 * row_bytes;
+        for (int t0 = 0; t0 < n_tokens; t0 += ZI_R16_PASS) {
+            const int nt = n_tokens - t0 < ZI_R16_PASS ? n_tokens - t0 : ZI_R16_PASS;
+            memset(sums, 0, sizeof sums[0] * (size_t)nt);
+            for (int64_t k0 = 0; k0 < nb; k0 += KC) {
+                const int64_t kn = nb - k0 < KC ? nb - k0 : KC;
+                for (int64_t k = 0; k < kn; k++) {
+                    const uint8_t *G = base + (size_t)(k0 + k) * gb;
+                    for (size_t off = 0; off < gb; off += 64)
+                        _mm_prefetch((const char *)(G + 8 * gb + off), _MM_HINT_T0);
+                    r16x_decode_avx2(planes, lut, G, u8);
+                    r16_widen_u8(u8, code[k]);
+                    const float *s = (const float *)(const void *)(G + 256 + 64 * planes);
+                    for (int i = 0; i < 16; i++) {
+                        const float d0 = s[i], d1 = halves ? s[16 + i] : d0;
+                        sc[k][0][i] = d0;
+                        sc[k][1][i] = d1;
+                        sc[k][2][i] = cws ? s[16 * (1 + halves) + i] : zp * d0;
+                        sc[k][3][i] = !halves ? sc[k][2][i] : cws ? s[48 + i] : zp * d1;
+                    }
+                }
+                for (int i = 0; i < nt; i++) {
+                    const int64_t t = t0 + i;
+                    const int8_t *q1 = a->q + t * nb * 2 * ZI_QK, *q2 = q1 + nb * ZI_QK;
+                    __m256 acc[2] = {_mm256_load_ps(sums[i][0]), _mm256_load_ps(sums[i][1])};
+                    __m256 off[2] = {_mm256_load_ps(sums[i][2]), _mm256_load_ps(sums[i][3])};
+                    for (int64_t k = 0; k < kn; k++) /* q16 = 256*q1 + q2 */
+                        for (int e = 0; e < ZI_QK; e += 16) {
+                            const int64_t o = (k0 + k) * ZI_QK + e;
+                            __m256i v1 =
+                                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q1 + o)));
+                            __m256i v2 =
+                                _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(q2 + o)));
+                            _mm256_store_si256((__m256i *)(q16[k] + e),
+                                               _mm256_add_epi16(_mm256_slli_epi16(v1, 8), v2));
+                        }
+                    for (int64_t k = 0; k < kn; k++) {
+                        const int64_t kk = k0 + k;
+                        const float daf = a->d[t * nb + kk];
+                        const __m256 da = _mm256_set1_ps(daf);
+                        __m256i s[2][2];
+                        r16x_isum_avx2(code[k], q16[k], s);
+                        if (!halves) {
+                            const __m256 sa = _mm256_set1_ps(a->s[t * nb + kk]);
+                            for (int g = 0; g < 2; g++) {
+                                acc[g] = _mm256_fmadd_ps(
+                                    _mm256_cvtepi32_ps(_mm256_add_epi32(s[0][g], s[1][g])),
+                                    _mm256_mul_ps(_mm256_load_ps(sc[k][0] + 8 * g), da), acc[g]);
+                                off[g] =
+                                    _mm256_fmadd_ps(_mm256_load_ps(sc[k][2] + 8 * g), sa, off[g]);
+                            }
+                            continue;
+                        }
+                        const __m256 sa0 = _mm256_set1_ps(
+                            daf * (float)r16x_half_sum(q1 + kk * ZI_QK, q2 + kk * ZI_QK));
+                        const __m256 sa1 = _mm256_set1_ps(
+                            daf * (float)r16x_half_sum(q1 + kk * ZI_QK + 16, q2 + kk * ZI_QK + 16));
+                        for (int g = 0; g < 2; g++) {
+                            acc[g] = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(s[0][g]),
+                                _mm256_mul_ps(_mm256_load_ps(sc[k][0] + 8 * g), da), acc[g]);
+                            acc[g] = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(s[1][g]),
+                                _mm256_mul_ps(_mm256_load_ps(sc[k][1] + 8 * g), da), acc[g]);
+                            off[g] = _mm256_fmadd_ps(_mm256_load_ps(sc[k][2] + 8 * g), sa0, off[g]);
+                            off[g] = _mm256_fmadd_ps(_mm256_load_ps(sc[k][3] + 8 * g), sa1, off[g]);
+                        }
+                    }
+                    for (int g = 0; g < 2; g++) {
+                        _mm256_store_ps(sums[i][g], acc[g]);
+                        _mm256_store_ps(sums[i][2 + g], off[g]);
+                    }
+                }
+            }
+            for (int i = 0; i < nt; i++)
+                for (int g = 0; g < 2; g++)
+                    _mm256_storeu_ps(
+                        y + (t0 + i) * ldy + R * 16 + 8 * g,
+                        _mm256_add_ps(_mm256_load_ps(sums[i][g]), _mm256_load_ps(sums[i][2 + g])));
+        }
+    }
+}
+#define R16X_ROWS r16x_avx2_rows
+#endif
+
+#if defined(R16X_ROWS)
+/* One copy of the loops per type, its format's fields constants. Returns 0
+ * for a type not in the extended layout. */
+static int mm_r16x(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                   const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+#define R16X_CASE(T, P, L, H, C, Z)                                                                \
+    case T:                                                                                        \
+        R16X_ROWS(P, L, H, C, Z, w, row_bytes, r0, r1, a, n_tokens, y, ldy);                       \
+        return 1;
+    switch (type) {
+        ZI_R16X_TYPES(R16X_CASE)
+    default:
+        return 0;
+    }
+#undef R16X_CASE
+}
+#endif
+
+#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+/* The avx512 table's 16-row entry: the extended layout here, the rest to
+ * mm_r16 (VNNI or AMX). */
+static void mm_r16_any(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                       const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+    if (!mm_r16x(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy))
+        mm_r16(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
+}
+#elif defined(__AVX2__)
+/* The avx2 table's 16-row entry: the extended layout here, the rest to
+ * mm_r16_avx2. */
+static void mm_r16_any(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                       const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+    if (!mm_r16x(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy))
+        mm_r16_avx2(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
+}
+#endif

@@ -1,0 +1,115 @@
+/*
+ * repack_x.h - the "16-row extended" weight layout: how the CPU backend
+ * runs the GGUF types that have no block kernel of their own (Q5_0, Q5_1,
+ * IQ4_NL, the K-quants Q2_K..Q6_K and IQ4_XS) on integer kernels.
+ *
+ * Every one of those types can be written exactly, per half block of 16
+ * values (h = 0 for values 0-15 of a 32-value block, 1 for 16-31), as
+ *   value = dw[h] * u + cw[h]
+ * with u an integer in 0..255 and dw, cw float32 numbers that are exact
+ * products of the file's f16 scales and small integers (an f16 has 11
+ * significant bits, a sub-scale at most 8: the product fits float32's 24).
+ * So a product with an activation block is one integer dot product per half
+ * (the kernels' vpdpbusd of unsigned codes by signed activation bytes) and
+ * two float steps, with no rounding of the weights at all: the kernels keep
+ * the dequantizing path's accuracy (~1e-7 KL from float64 on the default
+ * model) at integer speed.
+ *
+ * The codes are stored as in the 16-row layout of repack.h (16 rows' block
+ * column k together), as a nibble plus 0, 1 or 2 bit planes, and for the
+ * IQ4 types the nibble indexes the code book (u = kvalues[nibble] + 128).
+ * For rows 16R..16R+15 and block column k, at offset (R * nb + k) *
+ * zi_r16x_group_bytes(type):
+ *   nib[256]  byte 64p + 4i + e: low nibble = code of element 8p + e of
+ *             row i, high nibble = code of element 8p + 4 + e (as Q4_0's
+ *             16-row layout); so the nibbles split into 8 vectors v of 64
+ *             bytes, lane 4i + e = element 4v + e of row i.
+ *   planes    fmt.planes x 64 bytes: plane b's uint64 v (at 8v) has bit
+ *             4i + e set when bit 4 + b of element 4v + e of row i's code is.
+ *   dw        float32 [1 + fmt.halves][16]: half h's scale of row i.
+ *   cw        float32 [1 + fmt.halves][16], only if fmt.cw_stored; else
+ *             cw = fmt.zp * dw (zp a power of two: exact).
+ * Types whose scales cover 32 values (fmt.halves == 0) store one dw (and
+ * cw) per block: both halves share it.
+ *
+ * Sizes against the file's bits per weight: Q5_0 6 (5.5), Q5_1 7 (6),
+ * IQ4_NL 5 (4.5), IQ4_XS 5 (4.25), Q4_K 6 (4.5), Q5_K 7 (5.5), Q6_K 8
+ * (6.56), Q3_K 6 (3.44), Q2_K 8 (2.63).
+ */
+#ifndef ZI_REPACK_X_H
+#define ZI_REPACK_X_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+
+/* How one type is stored in the extended layout (see above). */
+typedef struct zi_r16x_format {
+    int planes;    /* bit planes above the nibble: 0, 1 or 2 */
+    int lut;       /* 1: u = zi_r16x_iq4_u[nibble] (IQ4_NL, IQ4_XS) */
+    int halves;    /* 1: a dw (and cw) per 16 values; 0: per 32 */
+    int cw_stored; /* 1: cw stored; 0: cw = zp * dw */
+    float zp;
+} zi_r16x_format;
+
+/* The IQ4 code book plus 128: u of each nibble. */
+static const uint8_t zi_r16x_iq4_u[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                          129, 141, 153, 166, 181, 197, 217, 241};
+
+/* Each type's format, as X(type, planes, lut, halves, cw_stored, zp): the
+ * one list that both the repacking and the kernels' per-type copies
+ * (cpu_kernels_r16x.h) are made from. */
+#define ZI_R16X_TYPES(X)                                                                           \
+    X(ZI_TYPE_Q5_0, 1, 0, 0, 0, -16.0f)                                                            \
+    X(ZI_TYPE_Q5_1, 1, 0, 0, 1, 0.0f)                                                              \
+    X(ZI_TYPE_IQ4_NL, 0, 1, 0, 0, -128.0f)                                                         \
+    X(ZI_TYPE_IQ4_XS, 0, 1, 0, 0, -128.0f)                                                         \
+    X(ZI_TYPE_Q4_K, 0, 0, 0, 1, 0.0f)                                                              \
+    X(ZI_TYPE_Q5_K, 1, 0, 0, 1, 0.0f)                                                              \
+    X(ZI_TYPE_Q6_K, 2, 0, 1, 0, -32.0f)                                                            \
+    X(ZI_TYPE_Q3_K, 0, 0, 1, 0, -4.0f)                                                             \
+    X(ZI_TYPE_Q2_K, 0, 0, 1, 1, 0.0f)
+
+/* The format of `type`; returns 0 (and leaves *f alone) for a type that is
+ * not stored this way. */
+static inline int zi_r16x_format_of(int type, zi_r16x_format *f) {
+#define ZI_R16X_FORMAT_CASE(T, P, L, H, C, Z)                                                      \
+    case T:                                                                                        \
+        *f = (zi_r16x_format){P, L, H, C, Z};                                                      \
+        return 1;
+    switch (type) {
+        ZI_R16X_TYPES(ZI_R16X_FORMAT_CASE)
+    default:
+        return 0;
+    }
+#undef ZI_R16X_FORMAT_CASE
+}
+
+/* Bytes of one block column of 16 rows in the format's layout. */
+static inline size_t zi_r16x_format_bytes(const zi_r16x_format *f) {
+    return 256 + 64 * (size_t)f->planes + 64 * (size_t)(1 + f->halves) * (size_t)(1 + f->cw_stored);
+}
+
+/* Bytes of one block column of 16 rows of `type` (0 if it is not stored
+ * this way). A multiple of 64. */
+size_t zi_r16x_group_bytes(int type);
+
+/*
+ * One 32-value block of a GGUF row as codes and scales: block k (values
+ * 32k..32k+31) of the row at `row` of `type`. code[i] is what the layout
+ * stores (the nibble in bits 0-3, the planes in bits 4-5); u is code[i], or
+ * zi_r16x_iq4_u[code[i]] for the IQ4 types. dw[1], cw[1] equal dw[0], cw[0]
+ * for types with 32-value scales; cw is filled whether stored or not.
+ * Returns 0 for a type that is not stored this way.
+ */
+int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32], float dw[2],
+                      float cw[2]);
+
+/* Repacks rows (a multiple of 16) x nb blocks of 32 of `type` from GGUF
+ * layout (src, row_bytes apart) into dst (rows / 16 * nb *
+ * zi_r16x_group_bytes(type) bytes). */
+void zi_r16x_repack(int type, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t nb,
+                    size_t row_bytes);
+
+#endif

@@ -1,0 +1,215 @@
+/*
+ * test_repack_x.c - the extended 16-row layout (kernels/cpu/repack_x.h) and
+ * its kernels: the decomposition of every type into codes and per-half
+ * scales is exact, and the 16-row products of the avx2 and avx512 tables
+ * equal the float64 product of the dequantized weights and activations to
+ * float32 accuracy, bit-identical between the two tables, for one token
+ * and for batches, with and without the activations' residual.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cpu_backend.h"
+#include "cpu_kernels.h"
+#include "gguf.h"
+#include "quant.h"
+#include "repack_x.h"
+#include "test_rand.h"
+
+static zi_test_rng rng = {0x7e9ac4a1u};
+
+#define LIST_TYPE(T, P, L, H, C, Z) T,
+static const int TYPES[] = {ZI_R16X_TYPES(LIST_TYPE)};
+#undef LIST_TYPE
+#define N_TYPES (sizeof TYPES / sizeof TYPES[0])
+
+/* Checks that dw * u + cw, exactly, rounds to what zi_dequantize_row gives
+ * for every value of rows x cols of w. */
+static void check_decomposition(int type, const uint8_t *w, size_t rb, int rows, int cols) {
+    zi_r16x_format f = {0, 0, 0, 0, 0.0f};
+    assert_true(zi_r16x_format_of(type, &f));
+    float *y = malloc(sizeof(float) * (size_t)cols);
+    for (int r = 0; r < rows; r++) {
+        const uint8_t *row = w + rb * (size_t)r;
+        assert_int_equal(zi_dequantize_row(type, row, y, cols), ZI_OK);
+        for (int k = 0; k < cols / 32; k++) {
+            uint8_t code[32];
+            float dw[2], cw[2];
+            assert_true(zi_r16x_decompose(type, row, k, code, dw, cw));
+            if (!f.halves) assert_true(dw[0] == dw[1] && cw[0] == cw[1]);
+            for (int i = 0; i < 32; i++) {
+                assert_true(code[i] < (f.lut ? 16 : 16 << f.planes));
+                const int u = f.lut ? zi_r16x_iq4_u[code[i]] : code[i];
+                const double v = (double)dw[i / 16] * u + cw[i / 16];
+                const float want = y[32 * k + i];
+                /* The dequantizer rounds the same real number once (or,
+                 * where its product rounds too, within an ulp). */
+                if ((float)v != want && nextafterf((float)v, INFINITY) != want &&
+                    nextafterf((float)v, -INFINITY) != want)
+                    fail_msg("%s row %d value %d: %.9g * %d + %.9g = %.9g, dequantized %.9g",
+                             zi_ggml_type_name(type), r, 32 * k + i, dw[i / 16], u, cw[i / 16], v,
+                             want);
+            }
+        }
+    }
+    free(y);
+}
+
+/* Random blocks, then the edge cases: zero scales, and the largest f16
+ * scales with every other bit set. */
+static void test_decompose_exact(void **state) {
+    (void)state;
+    const int rows = 4, cols = 1024;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const int type = TYPES[ti];
+        size_t rb;
+        uint8_t *w = zi_test_random_blocks(&rng, type, rows, cols, &rb);
+        assert_non_null(w);
+        check_decomposition(type, w, rb, rows, cols);
+        const size_t bb = zi_ggml_type_block_bytes(type);
+        int off[2], n;
+        zi_test_f16_fields(type, off, &n);
+        for (int edge = 0; edge < 2; edge++) {
+            memset(w, edge ? 0xff : 0x5a, rb * (size_t)rows);
+            for (size_t b = 0; b < rb * (size_t)rows / bb; b++)
+                for (int fi = 0; fi < n; fi++) {
+                    const uint16_t h = edge ? (fi ? 0xfbff : 0x7bff) : 0; /* -+65504, or 0 */
+                    memcpy(w + b * bb + off[fi], &h, 2);
+                }
+            check_decomposition(type, w, rb, rows, cols);
+        }
+        uint8_t code[32];
+        float dw[2], cw[2];
+        assert_int_equal(zi_r16x_decompose(ZI_TYPE_Q4_0, w, 0, code, dw, cw), 0);
+        free(w);
+    }
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q8_0), 0);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q4_K), 384);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q6_K), 512);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_IQ4_XS), 320);
+}
+
+/* One table's 16-row product of every type against float64, one token at
+ * a time equal to the batch; returns the batch's outputs (T x rows). */
+static float *check_products(const zi_cpu_kernels *k, int type, const uint8_t *w, size_t rb,
+                             int rows, int cols, const float *x, int T, int int8) {
+    const int nb = cols / 32;
+    zi_q8_act qa = {malloc((size_t)T * cols * 2 + 64), malloc(sizeof(float) * T * nb),
+                    malloc(sizeof(float) * T * nb), nb, int8};
+    for (int t = 0; t < T; t++) {
+        k->quantize_act(x + (size_t)t * cols, &qa, t);
+        if (int8) zi_act_drop_residual(&qa, t);
+    }
+    const size_t gb = zi_r16x_group_bytes(type), prb = gb / 16 * (size_t)nb;
+    uint8_t *p = malloc(prb * (size_t)rows);
+    zi_r16x_repack(type, w, p, rows, nb, rb);
+    float *y = malloc(sizeof(float) * (size_t)T * rows), *y1 = malloc(sizeof(float) * rows);
+    k->mm_r16(type, p, prb, 0, 16, &qa, T, y, rows); /* in two row ranges */
+    k->mm_r16(type, p, prb, 16, rows, &qa, T, y, rows);
+    float *wd = malloc(sizeof(float) * (size_t)cols);
+    for (int r = 0; r < rows; r++) {
+        zi_dequantize_row(type, w + rb * (size_t)r, wd, cols);
+        for (int t = 0; t < T; t++) {
+            const int8_t *q1 = qa.q + (size_t)t * cols * 2, *q2 = q1 + cols;
+            double ref = 0, mag = 0;
+            for (int i = 0; i < cols; i++) {
+                const double xv = (256.0 * q1[i] + q2[i]) * qa.d[t * nb + i / 32];
+                ref += (double)wd[i] * xv;
+                mag += fabs((double)wd[i] * xv);
+            }
+            const double got = y[t * rows + r];
+            if (!(fabs(got - ref) <= 1e-5 * mag + 1e-30))
+                fail_msg("%s %s%s row %d token %d: %.9g, float64 gives %.9g (terms %.3g)", k->isa,
+                         zi_ggml_type_name(type), int8 ? " int8" : "", r, t, got, ref, mag);
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        zi_q8_act one = qa;
+        one.q = qa.q + (size_t)t * cols * 2;
+        one.d = qa.d + t * nb;
+        one.s = qa.s + t * nb;
+        k->mm_r16(type, p, prb, 0, rows, &one, 1, y1, rows);
+        if (memcmp(y1, y + (size_t)t * rows, sizeof(float) * rows) != 0)
+            fail_msg("%s %s token %d: alone differs from batched", k->isa, zi_ggml_type_name(type),
+                     t);
+    }
+    free(wd);
+    free(y1);
+    free(p);
+    free(qa.q);
+    free(qa.d);
+    free(qa.s);
+    return y;
+}
+
+static void test_products(void **state) {
+    (void)state;
+    const int rows = 48, cols = 768, T = 6; /* 3 super-blocks; 4 + 2 tokens */
+    const zi_cpu_kernels *avx2 = zi_cpu_kernels_by_name("avx2");
+    const zi_cpu_kernels *avx512 = zi_cpu_kernels_by_name("avx512");
+    if (!avx2) skip(); /* no 16-row kernels on this CPU */
+    float *x = malloc(sizeof(float) * T * cols);
+    for (int i = 0; i < T * cols; i++) x[i] = zi_test_frand(&rng, -2, 2);
+    for (size_t ti = 0; ti < N_TYPES; ti++)
+        for (int int8 = 0; int8 < 2; int8++) {
+            const int type = TYPES[ti];
+            size_t rb;
+            uint8_t *w = zi_test_random_blocks(&rng, type, rows, cols, &rb);
+            float *a = check_products(avx2, type, w, rb, rows, cols, x, T, int8);
+            if (avx512) { /* the same integers, the same float steps */
+                float *b = check_products(avx512, type, w, rb, rows, cols, x, T, int8);
+                assert_memory_equal(a, b, sizeof(float) * (size_t)T * rows);
+                free(b);
+            }
+            free(a);
+            free(w);
+        }
+    free(x);
+}
+
+/* The backend repacks these types when it has 16-row kernels and the row
+ * count allows, and leaves them in the file's layout otherwise. */
+static void test_backend_layout(void **state) {
+    (void)state;
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    size_t rb;
+    uint8_t *w = zi_test_random_blocks(&rng, ZI_TYPE_Q6_K, 48, 256, &rb);
+    for (size_t i = 0; i < 3; i++) {
+        if (!zi_cpu_kernels_by_name(isas[i])) continue;
+        for (int rows = 40; rows <= 48; rows += 8) {
+            zi_cpu_options o = {.n_threads = 1, .isa = isas[i]};
+            zi_backend *be;
+            zi_error err = {0};
+            zi_weight wt;
+            zi_gguf_tensor t = {.n_dims = 2,
+                                .ne = {256, rows, 1, 1},
+                                .type = ZI_TYPE_Q6_K,
+                                .nbytes = rb * (uint64_t)rows,
+                                .data = w};
+            t.name.ptr = "blk.0.ffn_down.weight";
+            t.name.len = strlen(t.name.ptr);
+            assert_int_equal(zi_cpu_backend_create(&o, &be, &err), ZI_OK);
+            assert_int_equal(be->ops->weight_init(be, &wt, &t, &err), ZI_OK);
+            assert_int_equal(wt.layout, i > 0 && rows % 16 == 0 ? 2 : 0);
+            be->ops->weight_free(be, &wt);
+            zi_backend_free(be);
+        }
+    }
+    free(w);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decompose_exact),
+        cmocka_unit_test(test_products),
+        cmocka_unit_test(test_backend_layout),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
