@@ -52,6 +52,7 @@ typedef struct opts {
     const char *prompt;
     const char *prompt_ids;
     int parse_special;
+    int no_add_special; /* tokenize: no BOS/EOS even where the file adds them */
     long long max_tokens;
     double temperature, top_p, min_p, rep_pen, freq_pen, pres_pen;
     long long seed, top_k;
@@ -446,8 +447,8 @@ static int tokenize_one(engine *e, const opts *o, json_t *j, zi_error *err) {
     if (!json_is_string(j)) return zi_error_set(err, ZI_EINVAL, "expected a JSON string");
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = zi_tokenizer_encode(e->tok, json_string_value(j), json_string_length(j), 1,
-                                 o->parse_special, &ids, &n, err);
+    int rc = zi_tokenizer_encode(e->tok, json_string_value(j), json_string_length(j),
+                                 !o->no_add_special, o->parse_special, &ids, &n, err);
     if (rc) return rc;
     json_t *a = json_ids(ids, n);
     print_json_line(a);
@@ -702,9 +703,10 @@ static const char *USAGE_GENERATE =
     "  plus the common options of `zinfer --help`\n";
 
 static const char *USAGE_TOKENIZE =
-    "usage: zinfer tokenize [--parse-special] [--model PATH] < strings.jsonl\n"
+    "usage: zinfer tokenize [--parse-special] [--no-add-special] [--model PATH] < strings.jsonl\n"
     "  Reads one JSON string per line; writes one JSON array of token ids per line.\n"
-    "  --parse-special   text spelling a control token (e.g. <|im_end|>) becomes that token\n";
+    "  --parse-special   text spelling a control token (e.g. <|im_end|>) becomes that token\n"
+    "  --no-add-special  no BOS/EOS, even where the file's add_bos_token/add_eos_token ask\n";
 
 static const char *USAGE_DETOKENIZE =
     "usage: zinfer detokenize [--special] [--model PATH] < ids.jsonl\n"
@@ -815,6 +817,8 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
                 o->parse_special = 1;
             else if (!strcmp(a, "--no-parse-special"))
                 o->parse_special = 0;
+            else if (!strcmp(a, "--no-add-special"))
+                o->no_add_special = 1;
             else if (!strcmp(a, "--special"))
                 o->special = 1;
             else {
