@@ -44,14 +44,21 @@ static inline int32_t r16x_half_sum(const int8_t *q1, const int8_t *q2) {
 #endif
 
 #if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
+/* 16 scales at p: f16 or float32. */
+static inline __m512 r16x_scales16(const uint8_t *p, int f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))
+               : _mm512_loadu_ps((const float *)(const void *)p);
+}
+
 /* Rows [r0, r1) (multiples of 16) of one type in the extended layout; the
  * format's fields are constants once inlined into r16x_vnni. */
 static inline __attribute__((always_inline)) void
-r16x_vnni_rows(const int planes, const int lut, const int halves, const int cws, const float zp,
-               const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
-               int n_tokens, float *y, int64_t ldy) {
+r16x_vnni_rows(const int res, const int planes, const int lut, const int halves, const int cws,
+               const int f16, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+               const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     const int64_t nb = a->nb;
-    const size_t gb = 256 + 64 * (size_t)planes + 64 * (size_t)(1 + halves) * (size_t)(1 + cws);
+    const size_t es = f16 ? 2 : 4; /* bytes of a scale */
+    const size_t gb = 256 + 64 * (size_t)planes + 16 * es * (size_t)(1 + halves) * (size_t)(1 + cws);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     const __m512i book = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)zi_r16x_iq4_u));
     for (int64_t R = r0 / 16; R < r1 / 16; R++) {
@@ -78,13 +85,13 @@ r16x_vnni_rows(const int planes, const int lut, const int halves, const int cws,
                         c[v] = _mm512_mask_add_epi8(c[v], (__mmask64)m, c[v],
                                                     _mm512_set1_epi8((char)(16 << b)));
                     }
-                const float *sc = (const float *)(const void *)(G + 256 + 64 * planes);
-                const __m512 dw0 = _mm512_loadu_ps(sc);
-                const __m512 dw1 = halves ? _mm512_loadu_ps(sc + 16) : dw0;
-                const __m512 cw0 = cws ? _mm512_loadu_ps(sc + 16 * (1 + halves))
+                const uint8_t *sc = G + 256 + 64 * planes;
+                const __m512 dw0 = r16x_scales16(sc, f16);
+                const __m512 dw1 = halves ? r16x_scales16(sc + 16 * es, f16) : dw0;
+                const __m512 cw0 = cws ? r16x_scales16(sc + 16 * es * (1 + halves), f16)
                                        : _mm512_mul_ps(dw0, _mm512_set1_ps(zp));
                 const __m512 cw1 = !halves ? cw0
-                                   : cws   ? _mm512_loadu_ps(sc + 48)
+                                   : cws   ? r16x_scales16(sc + 48 * es, f16)
                                            : _mm512_mul_ps(dw1, _mm512_set1_ps(zp));
                 for (int i = 0; i < nt; i++) {
                     const int64_t t = t0 + i;
@@ -96,6 +103,7 @@ r16x_vnni_rows(const int planes, const int lut, const int halves, const int cws,
                     for (int j = 0; j < 4; j++) {
                         h0 = _mm512_dpbusd_epi32(h0, c[j], bcast4(q1 + 4 * j));
                         h1 = _mm512_dpbusd_epi32(h1, c[j + 4], bcast4(q1 + 16 + 4 * j));
+                        if (!res) continue; /* int8 activations: q2 is all zero */
                         l0 = _mm512_dpbusd_epi32(l0, c[j], bcast4(q2 + 4 * j));
                         l1 = _mm512_dpbusd_epi32(l1, c[j + 4], bcast4(q2 + 16 + 4 * j));
                     }
@@ -126,6 +134,18 @@ r16x_vnni_rows(const int planes, const int lut, const int halves, const int cws,
 #endif
 
 #if defined(__AVX2__) && !defined(ZI_HAVE_VNNI)
+/* Scale i of a column's scales at s: f16 or float32. */
+static inline float r16x_scale(const uint8_t *s, int i, int f16) {
+    if (f16) {
+        uint16_t h;
+        memcpy(&h, s + 2 * i, 2);
+        return load_f16(h);
+    }
+    float f;
+    memcpy(&f, s + 4 * i, 4);
+    return f;
+}
+
 /* 32 bytes, 0xff where bit i of m is set. */
 static inline __m256i r16x_bits_to_bytes(uint32_t m) {
     const __m256i pick = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2,
@@ -187,12 +207,14 @@ r16x_isum_avx2(const uint8_t *c, const int16_t *q16, __m256i s[2][2]) {
 /* mm_r16_avx2's loop structure (columns decoded chunk by chunk into L1,
  * tokens in passes) for the extended layout. */
 static inline __attribute__((always_inline)) void
-r16x_avx2_rows(const int planes, const int lut, const int halves, const int cws, const float zp,
-               const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const zi_q8_act *a,
-               int n_tokens, float *y, int64_t ldy) {
+r16x_avx2_rows(const int res, const int planes, const int lut, const int halves, const int cws,
+               const int f16, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+               const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+    (void)res; /* the int16 activation holds a zero q2 anyway */
     enum { KC = ZI_R16_CODE_BYTES / 1024 }; /* columns per decoded chunk */
     const int64_t nb = a->nb;
-    const size_t gb = 256 + 64 * (size_t)planes + 64 * (size_t)(1 + halves) * (size_t)(1 + cws);
+    const size_t es = f16 ? 2 : 4; /* bytes of a scale */
+    const size_t gb = 256 + 64 * (size_t)planes + 16 * es * (size_t)(1 + halves) * (size_t)(1 + cws);
     _Alignas(32) uint8_t u8[512];
     _Alignas(32) uint8_t code[KC][1024];
     _Alignas(32) float sc[KC][4][16];           /* per column: dw0, dw1, cw0, cw1 of the 16 rows */
@@ -211,13 +233,16 @@ r16x_avx2_rows(const int planes, const int lut, const int halves, const int cws,
                         _mm_prefetch((const char *)(G + 8 * gb + off), _MM_HINT_T0);
                     r16x_decode_avx2(planes, lut, G, u8);
                     r16_widen_u8(u8, code[k]);
-                    const float *s = (const float *)(const void *)(G + 256 + 64 * planes);
+                    const uint8_t *s = G + 256 + 64 * planes;
                     for (int i = 0; i < 16; i++) {
-                        const float d0 = s[i], d1 = halves ? s[16 + i] : d0;
+                        const float d0 = r16x_scale(s, i, f16);
+                        const float d1 = halves ? r16x_scale(s, 16 + i, f16) : d0;
                         sc[k][0][i] = d0;
                         sc[k][1][i] = d1;
-                        sc[k][2][i] = cws ? s[16 * (1 + halves) + i] : zp * d0;
-                        sc[k][3][i] = !halves ? sc[k][2][i] : cws ? s[48 + i] : zp * d1;
+                        sc[k][2][i] = cws ? r16x_scale(s, 16 * (1 + halves) + i, f16) : zp * d0;
+                        sc[k][3][i] = !halves ? sc[k][2][i]
+                                      : cws   ? r16x_scale(s, 48 + i, f16)
+                                              : zp * d1;
                     }
                 }
                 for (int i = 0; i < nt; i++) {
@@ -285,13 +310,17 @@ r16x_avx2_rows(const int planes, const int lut, const int halves, const int cws,
 #endif
 
 #if defined(R16X_ROWS)
-/* One copy of the loops per type, its format's fields constants. Returns 0
+/* One copy of the loops per type and activation kind (with or without the
+ * residual q2), its format's fields constants. Returns 0
  * for a type not in the extended layout. */
 static int mm_r16x(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                    const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
-#define R16X_CASE(T, P, L, H, C, Z)                                                                \
+#define R16X_CASE(T, P, L, H, C, F, Z)                                                                \
     case T:                                                                                        \
-        R16X_ROWS(P, L, H, C, Z, w, row_bytes, r0, r1, a, n_tokens, y, ldy);                       \
+        if (a->no_residual)                                                                        \
+            R16X_ROWS(0, P, L, H, C, F, Z, w, row_bytes, r0, r1, a, n_tokens, y, ldy);                \
+        else                                                                                       \
+            R16X_ROWS(1, P, L, H, C, F, Z, w, row_bytes, r0, r1, a, n_tokens, y, ldy);                \
         return 1;
     switch (type) {
         ZI_R16X_TYPES(R16X_CASE)

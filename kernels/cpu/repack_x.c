@@ -147,8 +147,8 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
 static void repack_group(int type, const zi_r16x_format *f, const uint8_t *const rows[16],
                          int64_t k, uint8_t *dst) {
     const int nh = 1 + f->halves;
-    float *dws = (float *)(void *)(dst + 256 + 64 * f->planes);
-    float *cws = dws + 16 * nh;
+    uint8_t *dws = dst + 256 + 64 * f->planes; /* then cw, if stored */
+    const size_t es = f->f16 ? 2 : 4;
     memset(dst, 0, 256 + 64 * (size_t)f->planes);
     for (int i = 0; i < 16; i++) {
         uint8_t code[32];
@@ -168,10 +168,17 @@ static void repack_group(int type, const zi_r16x_format *f, const uint8_t *const
                         memcpy(at, &m, 8);
                     }
             }
-        for (int h = 0; h < nh; h++) {
-            dws[16 * h + i] = dw[h];
-            if (f->cw_stored) cws[16 * h + i] = cw[h];
-        }
+        for (int h = 0; h < nh; h++)
+            for (int s = 0; s < 1 + f->cw_stored; s++) {
+                const float v = s ? cw[h] : dw[h];
+                uint8_t *at = dws + es * (size_t)(16 * nh * s + 16 * h + i);
+                if (f->f16) {
+                    const uint16_t x = zi_f32_to_f16(v); /* exact: v came from an f16 */
+                    memcpy(at, &x, 2);
+                } else {
+                    memcpy(at, &v, 4);
+                }
+            }
     }
 }
 

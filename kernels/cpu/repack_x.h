@@ -26,15 +26,17 @@
  *             bytes, lane 4i + e = element 4v + e of row i.
  *   planes    fmt.planes x 64 bytes: plane b's uint64 v (at 8v) has bit
  *             4i + e set when bit 4 + b of element 4v + e of row i's code is.
- *   dw        float32 [1 + fmt.halves][16]: half h's scale of row i.
- *   cw        float32 [1 + fmt.halves][16], only if fmt.cw_stored; else
- *             cw = fmt.zp * dw (zp a power of two: exact).
+ *   dw        [1 + fmt.halves][16]: half h's scale of row i, float32, or
+ *             for the types whose scales are the file's f16 (fmt.f16:
+ *             Q5_0, Q5_1, IQ4_NL) that f16.
+ *   cw        the same, only if fmt.cw_stored; else cw = fmt.zp * dw (zp a
+ *             power of two: exact).
  * Types whose scales cover 32 values (fmt.halves == 0) store one dw (and
  * cw) per block: both halves share it.
  *
- * Sizes against the file's bits per weight: Q5_0 6 (5.5), Q5_1 7 (6),
- * IQ4_NL 5 (4.5), IQ4_XS 5 (4.25), Q4_K 6 (4.5), Q5_K 7 (5.5), Q6_K 8
- * (6.56), Q3_K 6 (3.44), Q2_K 8 (2.63).
+ * Bits per weight against the file's: Q5_0, Q5_1 and IQ4_NL the file's
+ * (5.5, 6, 4.5: the same bytes, regrouped), IQ4_XS 5 (4.25), Q4_K 6 (4.5),
+ * Q5_K 7 (5.5), Q6_K 8 (6.56), Q3_K 6 (3.44), Q2_K 8 (2.63).
  */
 #ifndef ZI_REPACK_X_H
 #define ZI_REPACK_X_H
@@ -50,6 +52,7 @@ typedef struct zi_r16x_format {
     int lut;       /* 1: u = zi_r16x_iq4_u[nibble] (IQ4_NL, IQ4_XS) */
     int halves;    /* 1: a dw (and cw) per 16 values; 0: per 32 */
     int cw_stored; /* 1: cw stored; 0: cw = zp * dw */
+    int f16;       /* 1: dw and cw stored as f16 (exact: the file's own) */
     float zp;
 } zi_r16x_format;
 
@@ -57,26 +60,26 @@ typedef struct zi_r16x_format {
 static const uint8_t zi_r16x_iq4_u[16] = {1,   24,  45,  63,  79,  93,  106, 118,
                                           129, 141, 153, 166, 181, 197, 217, 241};
 
-/* Each type's format, as X(type, planes, lut, halves, cw_stored, zp): the
+/* Each type's format, as X(type, planes, lut, halves, cw_stored, f16, zp): the
  * one list that both the repacking and the kernels' per-type copies
  * (cpu_kernels_r16x.h) are made from. */
 #define ZI_R16X_TYPES(X)                                                                           \
-    X(ZI_TYPE_Q5_0, 1, 0, 0, 0, -16.0f)                                                            \
-    X(ZI_TYPE_Q5_1, 1, 0, 0, 1, 0.0f)                                                              \
-    X(ZI_TYPE_IQ4_NL, 0, 1, 0, 0, -128.0f)                                                         \
-    X(ZI_TYPE_IQ4_XS, 0, 1, 0, 0, -128.0f)                                                         \
-    X(ZI_TYPE_Q4_K, 0, 0, 0, 1, 0.0f)                                                              \
-    X(ZI_TYPE_Q5_K, 1, 0, 0, 1, 0.0f)                                                              \
-    X(ZI_TYPE_Q6_K, 2, 0, 1, 0, -32.0f)                                                            \
-    X(ZI_TYPE_Q3_K, 0, 0, 1, 0, -4.0f)                                                             \
-    X(ZI_TYPE_Q2_K, 0, 0, 1, 1, 0.0f)
+    X(ZI_TYPE_Q5_0, 1, 0, 0, 0, 1, -16.0f)                                                         \
+    X(ZI_TYPE_Q5_1, 1, 0, 0, 1, 1, 0.0f)                                                           \
+    X(ZI_TYPE_IQ4_NL, 0, 1, 0, 0, 1, -128.0f)                                                      \
+    X(ZI_TYPE_IQ4_XS, 0, 1, 0, 0, 0, -128.0f)                                                      \
+    X(ZI_TYPE_Q4_K, 0, 0, 0, 1, 0, 0.0f)                                                           \
+    X(ZI_TYPE_Q5_K, 1, 0, 0, 1, 0, 0.0f)                                                           \
+    X(ZI_TYPE_Q6_K, 2, 0, 1, 0, 0, -32.0f)                                                         \
+    X(ZI_TYPE_Q3_K, 0, 0, 1, 0, 0, -4.0f)                                                          \
+    X(ZI_TYPE_Q2_K, 0, 0, 1, 1, 0, 0.0f)
 
 /* The format of `type`; returns 0 (and leaves *f alone) for a type that is
  * not stored this way. */
 static inline int zi_r16x_format_of(int type, zi_r16x_format *f) {
-#define ZI_R16X_FORMAT_CASE(T, P, L, H, C, Z)                                                      \
+#define ZI_R16X_FORMAT_CASE(T, P, L, H, C, F, Z)                                                      \
     case T:                                                                                        \
-        *f = (zi_r16x_format){P, L, H, C, Z};                                                      \
+        *f = (zi_r16x_format){P, L, H, C, F, Z};                                                      \
         return 1;
     switch (type) {
         ZI_R16X_TYPES(ZI_R16X_FORMAT_CASE)
@@ -88,11 +91,12 @@ static inline int zi_r16x_format_of(int type, zi_r16x_format *f) {
 
 /* Bytes of one block column of 16 rows in the format's layout. */
 static inline size_t zi_r16x_format_bytes(const zi_r16x_format *f) {
-    return 256 + 64 * (size_t)f->planes + 64 * (size_t)(1 + f->halves) * (size_t)(1 + f->cw_stored);
+    return 256 + 64 * (size_t)f->planes +
+           (f->f16 ? 32 : 64) * (size_t)(1 + f->halves) * (size_t)(1 + f->cw_stored);
 }
 
 /* Bytes of one block column of 16 rows of `type` (0 if it is not stored
- * this way). A multiple of 64. */
+ * this way). A multiple of 32. */
 size_t zi_r16x_group_bytes(int type);
 
 /*

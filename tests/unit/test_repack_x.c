@@ -25,7 +25,7 @@
 
 static zi_test_rng rng = {0x7e9ac4a1u};
 
-#define LIST_TYPE(T, P, L, H, C, Z) T,
+#define LIST_TYPE(T, P, L, H, C, F, Z) T,
 static const int TYPES[] = {ZI_R16X_TYPES(LIST_TYPE)};
 #undef LIST_TYPE
 #define N_TYPES (sizeof TYPES / sizeof TYPES[0])
@@ -33,7 +33,7 @@ static const int TYPES[] = {ZI_R16X_TYPES(LIST_TYPE)};
 /* Checks that dw * u + cw, exactly, rounds to what zi_dequantize_row gives
  * for every value of rows x cols of w. */
 static void check_decomposition(int type, const uint8_t *w, size_t rb, int rows, int cols) {
-    zi_r16x_format f = {0, 0, 0, 0, 0.0f};
+    zi_r16x_format f = {0, 0, 0, 0, 0, 0.0f};
     assert_true(zi_r16x_format_of(type, &f));
     float *y = malloc(sizeof(float) * (size_t)cols);
     for (int r = 0; r < rows; r++) {
@@ -94,6 +94,10 @@ static void test_decompose_exact(void **state) {
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q4_K), 384);
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q6_K), 512);
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_IQ4_XS), 320);
+    /* The types with f16 scales keep the file's size. */
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q5_0), 16 * 22);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q5_1), 16 * 24);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_IQ4_NL), 16 * 18);
 }
 
 /* One table's 16-row product of every type against float64, one token at
