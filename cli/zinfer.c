@@ -120,7 +120,7 @@ static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) 
     if (need_model)
         zi_log(&o->log, ZI_LOG_INFO,
                "model %s: %d layers, dim %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d; "
-               "%.1f MiB of weights mapped; cpu %s x %d threads, %d-bit activations; "
+               "%.1f MiB of weights; cpu %s x %d threads, %d-bit activations; "
                "loaded in %.2f s",
                c->arch, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab,
                c->ctx_train, zi_model_weight_bytes(e->model) / 1048576.0, zi_cpu_backend_isa(e->be),

@@ -49,6 +49,7 @@ typedef struct zi_weight {
     const void *data; /* as the backend lays it out (see layout) */
     size_t row_bytes;
     int layout;            /* 0: the file's; else a backend-specific repacking */
+    size_t data_bytes;     /* bytes of `data` (the memory the weight holds) */
     const void *file_data; /* the rows in the file's layout (get_rows reads these) */
     void *owned;           /* non-NULL when the backend allocated a copy */
 } zi_weight;

@@ -31,6 +31,7 @@ int zi_weight_describe(const zi_gguf_tensor *t, zi_weight *w, zi_error *err) {
     w->row_bytes =
         (size_t)t->ne[0] / zi_ggml_type_block_elems(t->type) * zi_ggml_type_block_bytes(t->type);
     w->data = w->file_data = t->data;
+    w->data_bytes = w->row_bytes * (size_t)w->rows;
     return ZI_OK;
 }
 

@@ -135,7 +135,7 @@ static int load_matrix(zi_model *m, const char *name, int64_t cols, int64_t rows
     /* A backend that copied the weight (repacked or uploaded it) no longer
      * needs the file's pages; the embedding's come back for get_rows. */
     if (w->owned) zi_gguf_drop_pages(m->gguf, t);
-    m->weight_bytes += t->nbytes;
+    m->weight_bytes += w->data_bytes; /* as the backend holds it */
     return ZI_OK;
 }
 

@@ -55,7 +55,9 @@ const zi_model_config *zi_model_get_config(const zi_model *m);
  * left 0. */
 int zi_model_read_config(const zi_gguf *g, zi_model_config *c, zi_error *err);
 const zi_gguf *zi_model_gguf(const zi_model *m);
-/* Bytes of weight data the model reads per token (for bandwidth estimates). */
+/* Bytes of weight data the model reads per token, as the backend holds it
+ * (zi_weight.data_bytes: a repacked copy may be larger than the file's; for
+ * bandwidth estimates and the memory budget). */
 uint64_t zi_model_weight_bytes(const zi_model *m);
 
 /*

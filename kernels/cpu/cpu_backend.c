@@ -120,6 +120,7 @@ static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t
             zi_r16x_repack(w->type, t->data, dst, w->rows, nb, w->row_bytes);
         w->owned = dst;
         w->data = dst;
+        w->data_bytes = bytes;
         w->layout = layout;
         return ZI_OK;
     }
