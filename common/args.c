@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int zi_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out,
                  zi_error *err) {
@@ -150,6 +151,47 @@ int zi_parse_id_list(const char *flag, const char *s, int32_t max, int32_t **ids
     }
     *ids = v;
     *n = len;
+    return ZI_OK;
+}
+
+/* $ZINFER_HOME, else ~/.cache/zinfer, into buf. */
+static void zinfer_home(char *buf, size_t cap) {
+    const char *home = getenv("ZINFER_HOME");
+    if (home && *home) {
+        snprintf(buf, cap, "%s", home);
+        return;
+    }
+    const char *h = getenv("HOME");
+    snprintf(buf, cap, "%s/.cache/zinfer", h ? h : ".");
+}
+
+/* The packaged models, by name: keep in step with scripts/fetch-model. */
+static const struct {
+    const char *name, *file;
+} packaged_models[] = {
+    {"smollm2-135m", "SmolLM2-135M-Instruct.Q4_1.gguf"},
+    {"gemma3-270m", "gemma-3-270m-q4_k_m.gguf"},
+};
+
+int zi_resolve_model_arg(const char *v, char *buf, size_t cap, zi_error *err) {
+    for (size_t i = 0; i < sizeof packaged_models / sizeof packaged_models[0]; i++) {
+        if (strcmp(v, packaged_models[i].name) != 0) continue;
+        char home[3072];
+        zinfer_home(home, sizeof home);
+        int n = snprintf(buf, cap, "%s/models/%s", home, packaged_models[i].file);
+        if (n < 0 || (size_t)n >= cap)
+            return zi_error_set(err, ZI_ERANGE, "--model %s: the path is too long", v);
+        if (access(buf, R_OK) != 0)
+            return zi_error_set(err, ZI_EIO,
+                                "--model %s: %s is not there (fetch it with scripts/fetch-model "
+                                "%s)",
+                                v, buf, v);
+        return ZI_OK;
+    }
+    int n = snprintf(buf, cap, "%s", v);
+    if (n < 0 || (size_t)n >= cap)
+        return zi_error_set(err, ZI_ERANGE, "--model: a path of %zu bytes is too long",
+                            strlen(v));
     return ZI_OK;
 }
 

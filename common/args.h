@@ -39,4 +39,11 @@ int zi_parse_id_list(const char *flag, const char *s, int32_t max, int32_t **ids
  * ~/.cache/zinfer) + /models/SmolLM2-135M-Instruct.Q4_1.gguf. */
 void zi_default_model_path(char *buf, size_t cap);
 
+/* The value of --model: a packaged model's name (smollm2-135m,
+ * gemma3-270m: the names scripts/fetch-model knows, cached in
+ * $ZINFER_HOME/models) becomes that file's path, anything else is a path
+ * and stays as it is. An error for a name whose file is not there yet,
+ * saying which command fetches it (ZI_EIO); ZI_ERANGE for a value over cap. */
+int zi_resolve_model_arg(const char *v, char *buf, size_t cap, zi_error *err);
+
 #endif

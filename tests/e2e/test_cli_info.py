@@ -141,6 +141,31 @@ def test_default_model_is_the_other_commands(zinfer_bin, model_path):
     assert json.loads(res.stdout)["file"] == str(model_path)
 
 
+@pytest.mark.parametrize("cmd", [["info", "--json"], ["generate", "--prompt", "hi"],
+                                 ["serve"]])
+def test_packaged_model_names(zinfer_bin, model_path, tmp_path, cmd):
+    """--model NAME is a packaged model's file under $ZINFER_HOME/models
+    (scripts/fetch-model NAME); a name not fetched yet is one line naming
+    the command that fetches it, from every command."""
+    home = tmp_path / "home"
+    (home / "models").mkdir(parents=True)
+    os.symlink(model_path, home / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf")
+    env = dict(os.environ, ZINFER_HOME=str(home))
+    env.pop("ZINFER_MODEL", None)
+    if cmd[0] == "info":
+        res = subprocess.run([str(zinfer_bin)] + cmd + ["--model", "smollm2-135m"],
+                             capture_output=True, text=True, env=env, timeout=60)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["file"] == str(home / "models" /
+                                                     "SmolLM2-135M-Instruct.Q4_1.gguf")
+    res = subprocess.run([str(zinfer_bin)] + cmd + ["--model", "gemma3-270m"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode != 0
+    assert_one_line_error(res, re.escape(f"--model gemma3-270m: {home}/models/"
+                                         "gemma-3-270m-q4_k_m.gguf is not there (fetch it "
+                                         "with scripts/fetch-model gemma3-270m)"))
+
+
 def mib(b):
     return f"{b / 1048576:.1f} MiB"
 
