@@ -114,7 +114,7 @@ int tok_cp_to_byte(uint32_t cp) {
 /* ------------------------------------------------------------------------ */
 /* string table */
 
-static int str_find(const zi_tokenizer *t, const char *s, size_t n) {
+int32_t tok_str_find(const zi_tokenizer *t, const char *s, size_t n) {
     uint32_t i = tok_hash_bytes(s, n) & t->str_hash_mask;
     for (;;) {
         int32_t sid = t->str_hash[i];
@@ -191,7 +191,7 @@ static int str_add(zi_tokenizer *t, const char *s, size_t n, int32_t *sid_out) {
 }
 
 int tok_str_find_or_add(zi_tokenizer *t, const char *s, size_t n, int32_t *sid) {
-    int found = str_find(t, s, n);
+    int32_t found = tok_str_find(t, s, n);
     if (found >= 0) {
         *sid = found;
         return ZI_OK;
@@ -209,9 +209,11 @@ static int in_list(const char *s, size_t n, const char *const *list, size_t coun
     return 0;
 }
 
-static int read_token_id(const zi_gguf *g, const char *key, int32_t n_vocab, int32_t *out,
-                         zi_error *err) {
-    *out = -1;
+/* A token id the file may give (*out = dflt when the key is absent, or -1
+ * when dflt is outside the vocabulary, as llama.cpp drops such a default). */
+static int read_token_id(const zi_gguf *g, const char *key, int32_t n_vocab, int32_t dflt,
+                         int32_t *out, zi_error *err) {
+    *out = dflt < n_vocab ? dflt : -1;
     if (!zi_gguf_find_kv(g, key)) return ZI_OK;
     uint32_t v;
     int rc = zi_gguf_get_u32(g, key, &v, err);
@@ -311,33 +313,76 @@ static int load_vocab(zi_tokenizer *t, const zi_gguf *g, zi_error *err) {
     return ZI_OK;
 }
 
+/* Sets the attribute bit on the token whose text is s (if any) or clears
+ * it. */
+static void set_attr_by_text(zi_tokenizer *t, const char *s, uint8_t bit, int on) {
+    int32_t id = tok_str_find(t, s, strlen(s));
+    if (id < 0 || id >= t->n_vocab) return;
+    t->attr[id] = on ? (uint8_t)(t->attr[id] | bit) : (uint8_t)(t->attr[id] & ~bit);
+}
+
+/* llama.cpp's per-model token attributes, chosen by general.name: for a
+ * name containing "phi-3" or "phi3" (case-insensitive), whitespace after a
+ * special token is dropped (RSTRIP), except after <unk>, <s> and
+ * <|endoftext|>; </s> is RSTRIP too. (The LSTRIP rules are for BERT-style
+ * models, which zinfer does not load.) */
+static void set_strip_attrs(zi_tokenizer *t, const zi_gguf *g) {
+    const zi_gguf_kv *kv = zi_gguf_find_kv(g, "general.name");
+    if (!kv || kv->type != ZI_GGUF_STRING) return; /* optional, as in llama.cpp */
+    const char *s = kv->str.ptr;
+    size_t n = (size_t)kv->str.len;
+    int phi3 = 0;
+    for (size_t i = 0; i + 4 <= n && !phi3; i++) {
+        if ((s[i] | 32) != 'p' || (s[i + 1] | 32) != 'h' || (s[i + 2] | 32) != 'i') continue;
+        phi3 = s[i + 3] == '3' || (s[i + 3] == '-' && i + 5 <= n && s[i + 4] == '3');
+    }
+    if (!phi3) return;
+    for (size_t k = 0; k < t->n_special; k++) t->attr[t->special[k]] |= TOK_ATTR_RSTRIP;
+    set_attr_by_text(t, "</s>", TOK_ATTR_RSTRIP, 1);
+    set_attr_by_text(t, "<unk>", TOK_ATTR_RSTRIP, 0);
+    set_attr_by_text(t, "<s>", TOK_ATTR_RSTRIP, 0);
+    set_attr_by_text(t, "<|endoftext|>", TOK_ATTR_RSTRIP, 0);
+}
+
 int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
     *out = NULL;
     zi_str model, pre = {"", 0};
     int rc = zi_gguf_get_str(g, "tokenizer.ggml.model", &model, err);
     if (rc) return rc;
-    if (!zi_str_eq(model, "gpt2"))
+    tok_model mk;
+    if (zi_str_eq(model, "gpt2"))
+        mk = TOK_MODEL_BPE;
+    else if (zi_str_eq(model, "llama"))
+        mk = TOK_MODEL_SPM;
+    else
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "tokenizer.ggml.model \"%.*s\" is not supported (only \"gpt2\", "
-                            "byte-level BPE)",
+                            "byte-level BPE, and \"llama\", SentencePiece-style)",
                             (int)(model.len > 64 ? 64 : model.len), model.ptr);
-    if (zi_gguf_find_kv(g, "tokenizer.ggml.pre")) {
-        rc = zi_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
-        if (rc) return rc;
+    int kind = 0;
+    if (mk == TOK_MODEL_BPE) { /* llama.cpp ignores the key for SPM */
+        if (zi_gguf_find_kv(g, "tokenizer.ggml.pre")) {
+            rc = zi_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
+            if (rc) return rc;
+        }
+        kind = tok_pretok_lookup(pre);
+        if (kind < 0)
+            return zi_error_set(err, ZI_EUNSUPPORTED,
+                                "tokenizer.ggml.pre \"%.*s\" is not a supported pre-tokenizer",
+                                (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
     }
-    int kind = tok_pretok_lookup(pre);
-    if (kind < 0)
-        return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "tokenizer.ggml.pre \"%.*s\" is not a supported pre-tokenizer",
-                            (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
 
     zi_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return zi_error_set(err, ZI_ENOMEM, "out of memory for the tokenizer");
+    t->model = mk;
     t->pretok = (tok_pretok_kind)kind;
 
-    if ((rc = load_vocab(t, g, err)) || (rc = tok_load_merges(t, g, err))) goto fail;
+    if ((rc = load_vocab(t, g, err))) goto fail;
+    if ((rc = mk == TOK_MODEL_SPM ? tok_spm_load(t, g, err) : tok_load_merges(t, g, err)))
+        goto fail;
 
-    for (unsigned b = 0; b < 256; b++) {
+    /* SPM needs no GPT-2 byte strings (and must not look them up). */
+    for (unsigned b = 0; b < 256 && mk == TOK_MODEL_BPE; b++) {
         unsigned char u[4];
         size_t ul = zi_utf8_encode(byte_to_cp(b), u);
         if ((rc = tok_str_find_or_add(t, (const char *)u, ul, &t->byte_sid[b]))) {
@@ -345,17 +390,25 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
             goto fail;
         }
         char c = (char)b;
-        int s = str_find(t, &c, 1);
+        int32_t s = tok_str_find(t, &c, 1);
         t->single_byte_tok[b] = s >= 0 && s < t->n_vocab ? s : -1;
     }
 
-    if ((rc = read_token_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, &t->bos, err)) ||
-        (rc = read_token_id(g, "tokenizer.ggml.eos_token_id", t->n_vocab, &t->eos, err)) ||
-        (rc = read_token_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, &t->unk, err)) ||
-        (rc = read_token_id(g, "tokenizer.ggml.padding_token_id", t->n_vocab, &t->pad, err)))
+    /* llama.cpp's defaults: SPM files have <unk> <s> </s> as ids 0 1 2, add
+     * BOS and put a space before the text. */
+    int spm = mk == TOK_MODEL_SPM;
+    if ((rc = read_token_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, spm ? 1 : -1, &t->bos,
+                            err)) ||
+        (rc = read_token_id(g, "tokenizer.ggml.eos_token_id", t->n_vocab, spm ? 2 : -1, &t->eos,
+                            err)) ||
+        (rc = read_token_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, spm ? 0 : -1, &t->unk,
+                            err)) ||
+        (rc = read_token_id(g, "tokenizer.ggml.padding_token_id", t->n_vocab, -1, &t->pad, err)))
         goto fail;
-    if ((rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", 0, &t->add_bos, err)) ||
-        (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", 0, &t->add_eos, err)))
+    if ((rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &t->add_bos, err)) ||
+        (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", 0, &t->add_eos, err)) ||
+        (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix,
+                                  err)))
         goto fail;
     if (t->add_bos && t->bos < 0) {
         rc = zi_error_set(err, ZI_EFORMAT,
@@ -388,6 +441,7 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
     /* Longest text first, as llama.cpp tries them; ties by id for a stable
      * order. */
     qsort_r(t->special, t->n_special, sizeof *t->special, cmp_special, t);
+    set_strip_attrs(t, g);
 
     *out = t;
     return ZI_OK;
@@ -416,6 +470,10 @@ void zi_tokenizer_free(zi_tokenizer *t) {
     free(t->frag_b);
     free(t->syms);
     free(t->heap);
+    free(t->score);
+    free(t->spm_text);
+    free(t->spm_syms);
+    free(t->spm_heap);
     free(t);
 }
 

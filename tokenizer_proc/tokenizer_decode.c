@@ -5,7 +5,8 @@
  *
  * A normal token's text is in the GPT-2 byte-to-unicode mapping, so each of
  * its characters maps back to one byte (a character outside the mapping is
- * spelled out as llama.cpp does); a byte token "<0xAB>" is that byte;
+ * spelled out as llama.cpp does), or, for SentencePiece-style vocabularies,
+ * its text with U+2581 turned back into ' '; a byte token "<0xAB>" is that byte;
  * control, unknown and user-defined tokens are their raw text, and control
  * and unknown ones are hidden at lookup time unless `special` is set.
  */
@@ -88,6 +89,9 @@ int tok_build_pieces(zi_tokenizer *t, zi_error *err) {
         int rc = ZI_OK;
         if (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN | TOK_ATTR_USER)) {
             rc = bb_put(&b, txt, tl); /* the raw text */
+        } else if ((a & TOK_ATTR_NORMAL) && t->model == TOK_MODEL_SPM) {
+            rc = tok_reserve_bytes(&b.p, &b.cap, b.len + tl);
+            if (!rc) b.len += tok_spm_unescape(txt, tl, b.p + b.len);
         } else if (a & TOK_ATTR_NORMAL) {
             rc = build_normal_piece(t, id, &b);
         } else if ((a & TOK_ATTR_BYTE) && tl == 6 && memcmp(txt, "<0x", 3) == 0 && txt[5] == '>' &&
@@ -157,6 +161,13 @@ int zi_tokenizer_decode(const zi_tokenizer *t, const int32_t *ids, size_t n, int
         const char *p = "";
         size_t l = 0;
         piece_of(t, ids[i], special, &p, &l);
+        /* llama.cpp's detokenize drops one leading space of the first
+         * token when the file adds a space prefix (even when that token is
+         * BOS, whose text has none, so then nothing is dropped). */
+        if (i == 0 && t->add_space_prefix && l > 0 && p[0] == ' ') {
+            p++;
+            l--;
+        }
         memcpy(s + k, p, l);
         k += l;
     }

@@ -12,6 +12,8 @@
  *     before BPE. Ordinary valid text is left untouched (and not copied).
  *  3. Pre-tokenization of the clean text (tokenizer_pretok.c), and
  *  4. BPE on each piece (tokenizer_bpe.c).
+ * SentencePiece-style vocabularies skip 2-4: each raw fragment goes, as it
+ * is, to tokenizer_spm.c.
  *
  * BOS/EOS are added around the result as the file says.
  */
@@ -85,6 +87,12 @@ static int frag_reserve(zi_tokenizer *t, size_t need) {
     return ZI_OK;
 }
 
+/* isspace() in the C locale, as llama.cpp strips around LSTRIP/RSTRIP
+ * tokens. */
+static int c_space(char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
 /* Special-token partition; returns the fragment count (in t->frag_a) or a
  * negative status. */
 static long partition(zi_tokenizer *t, const char *text, size_t len, int parse_special) {
@@ -108,11 +116,15 @@ static long partition(zi_tokenizer *t, const char *text, size_t len, int parse_s
             for (;;) {
                 const char *hit = memmem(text + pos, end - pos, tt, tl);
                 if (!hit) break;
-                size_t at = (size_t)(hit - text);
+                size_t at = (size_t)(hit - text), left = at;
+                if (t->attr[id] & TOK_ATTR_LSTRIP)
+                    while (left > pos && c_space(text[left - 1])) left--;
                 if (frag_reserve(t, nb + 2)) return ZI_ENOMEM;
-                if (at > pos) t->frag_b[nb++] = (fragment){pos, at - pos, -1};
+                if (left > pos) t->frag_b[nb++] = (fragment){pos, left - pos, -1};
                 t->frag_b[nb++] = (fragment){at, tl, id};
                 pos = at + tl;
+                if (t->attr[id] & TOK_ATTR_RSTRIP)
+                    while (pos < end && c_space(text[pos])) pos++;
             }
             if (pos < end) {
                 if (frag_reserve(t, nb + 1)) return ZI_ENOMEM;
@@ -140,15 +152,29 @@ int zi_tokenizer_encode(zi_tokenizer *t, const char *text, size_t len, int add_s
     if (!rc && len > 0) {
         long nf = partition(t, text, len, parse_special);
         if (nf < 0) rc = (int)nf;
+        int after_special = 1; /* SPM: the text start counts as one */
         for (long f = 0; !rc && f < nf; f++) {
             fragment fr = t->frag_a[f];
-            if (fr.token >= 0)
+            if (fr.token >= 0) {
                 rc = tok_idvec_push(&out, fr.token);
-            else
+                after_special = 1;
+            } else if (t->model == TOK_MODEL_SPM) {
+                rc = tok_spm_encode(t, text + fr.off, fr.len, t->add_space_prefix && after_special,
+                                    &out);
+                after_special = 0;
+            } else {
                 rc = encode_raw(t, (const unsigned char *)text + fr.off, fr.len, &out);
+            }
         }
     }
     if (!rc && add_special && t->add_eos) rc = tok_idvec_push(&out, t->eos);
+    if (rc == ZI_EFORMAT) {
+        free(out.v);
+        return zi_error_set(err, rc,
+                            "encode: the vocabulary has no token for byte 0x%02X (no "
+                            "<0x%02X> token)",
+                            t->spm_missing_byte, t->spm_missing_byte);
+    }
     if (rc) {
         free(out.v);
         return zi_error_set(err, rc, "encode: %s while encoding %zu bytes", zi_status_name(rc),

@@ -12,6 +12,8 @@
  *   tokenizer_pretok.c  pre-tokenizers: tokenizer.ggml.pre names, the
  *                       scanner, the loop over the pieces and their cache
  *   tokenizer_bpe.c     the merge table, loaded and applied to one piece
+ *   tokenizer_spm.c     SentencePiece-style ("llama") vocabularies: scores,
+ *                       the merge by score, byte fallback, U+2581 escaping
  *   tokenizer_decode.c  what each token decodes to; decode and streaming
  *
  * This header holds the struct all of them read, the limits a file is held
@@ -39,7 +41,18 @@ enum {
     TOK_ATTR_USER = 1 << 3,
     TOK_ATTR_UNUSED = 1 << 4,
     TOK_ATTR_BYTE = 1 << 5,
+    /* Whitespace before (LSTRIP) / after (RSTRIP) the token's text is
+     * dropped when the partition finds it (llama.cpp sets these by model
+     * name: Phi-3's special tokens are RSTRIP). */
+    TOK_ATTR_LSTRIP = 1 << 6,
+    TOK_ATTR_RSTRIP = 1 << 7,
 };
+
+/* Tokenizer models (tokenizer.ggml.model). */
+typedef enum tok_model {
+    TOK_MODEL_BPE, /* "gpt2": byte-level BPE (tokenizer_pretok.c, tokenizer_bpe.c) */
+    TOK_MODEL_SPM, /* "llama": SentencePiece-style (tokenizer_spm.c) */
+} tok_model;
 
 /* Pre-tokenizers (see tokenizer_pretok.c, which maps names to them). */
 typedef enum tok_pretok_kind {
@@ -95,6 +108,8 @@ struct tok_merge_entry;
 struct tok_bpe_sym;
 struct tok_bpe_cand;
 struct tok_fragment;
+struct tok_spm_sym;
+struct tok_spm_bigram;
 
 /* Every string BPE can produce has a string id (sid): sids below n_vocab
  * are token ids, the others are merge parts or results that are not
@@ -129,7 +144,20 @@ struct zi_tokenizer {
 
     int32_t bos, eos, unk, pad;
     int add_bos, add_eos;
+    /* tokenizer.ggml.add_space_prefix (default: true for SPM, false for
+     * BPE): SPM encoding puts a space before the text, and decoding drops
+     * one leading space of the first token, for every model (llama.cpp). */
+    int add_space_prefix;
+    tok_model model;
     tok_pretok_kind pretok;
+
+    /* SPM only (tokenizer_spm.c): each token's score, the longest token
+     * text, the token each byte falls back to (-1: none), and the byte that
+     * had none when encoding failed with ZI_EFORMAT. */
+    float *score;
+    uint32_t max_token_len;
+    int32_t spm_byte_tok[256];
+    unsigned spm_missing_byte;
 
     tok_cache_slot *cache;
 
@@ -141,6 +169,10 @@ struct zi_tokenizer {
     struct tok_bpe_sym *syms;
     struct tok_bpe_cand *heap;
     size_t sym_cap, heap_cap;
+    char *spm_text;
+    struct tok_spm_sym *spm_syms;
+    struct tok_spm_bigram *spm_heap;
+    size_t spm_text_cap, spm_sym_cap, spm_heap_cap;
 };
 
 /* FNV-1a over n bytes: the string table's and the piece cache's hash.
@@ -157,6 +189,8 @@ static inline uint32_t tok_hash_bytes(const void *p, size_t n) {
 /* The sid of the string s[0..n), added with the next sid when it is new.
  * ZI_ENOMEM when the table cannot grow. */
 int tok_str_find_or_add(zi_tokenizer *t, const char *s, size_t n, int32_t *sid);
+/* The sid of the string s[0..n), or -1 when it is not in the table. */
+int32_t tok_str_find(const zi_tokenizer *t, const char *s, size_t n);
 /* Grows the byte buffer *p (capacity *cap) to hold at least need bytes:
  * 64 KiB first, then doubling, as the string arena and the decoded pieces
  * both grow. ZI_ENOMEM (the buffer is left as it was). */
@@ -182,6 +216,22 @@ int tok_load_merges(zi_tokenizer *t, const zi_gguf *g, zi_error *err);
 /* Runs BPE over one pre-token piece p[0..n) (n > 0) and appends its ids.
  * ZI_ENOMEM when scratch or out cannot grow. */
 int tok_bpe_piece(zi_tokenizer *t, const unsigned char *p, size_t n, tok_idvec *out);
+
+/* tokenizer_spm.c */
+
+/* Reads tokenizer.ggml.scores (float32 or int32, at least one per token;
+ * absent: all 0) and finds each byte's fallback token, once the
+ * vocabulary is loaded. ZI_EFORMAT naming the key, ZI_ENOMEM. */
+int tok_spm_load(zi_tokenizer *t, const zi_gguf *g, zi_error *err);
+/* Encodes one raw fragment s[0..n) (raw bytes, not validated), with a
+ * space put in front when prefix_space is set, and appends its ids.
+ * ZI_EFORMAT when a byte that must fall back has no token (the byte is
+ * left in t->spm_missing_byte), ZI_ERANGE for a fragment over ~700 MB,
+ * ZI_ENOMEM. */
+int tok_spm_encode(zi_tokenizer *t, const char *s, size_t n, int prefix_space, tok_idvec *out);
+/* Writes s[0..n) to out with each U+2581 turned back into ' ' (out needs n
+ * bytes) and returns the length written. */
+size_t tok_spm_unescape(const char *s, size_t n, char *out);
 
 /* tokenizer_decode.c */
 

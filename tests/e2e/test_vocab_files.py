@@ -27,9 +27,9 @@ VOCAB_DIR = ZINFER_HOME / "llama.cpp-vendor" / "models"
 SEP = "\n__ggml_vocab_test__\n"
 
 # The vocabulary files zinfer tokenizes: each must pass every string.
-FAMILIES = ["gpt-2", "starcoder", "refact", "command-r"]
+FAMILIES = ["gpt-2", "starcoder", "refact", "command-r", "llama-spm", "phi-3"]
 # Those whose decode(encode(s)) gives s back for every test string.
-DETOK_EXACT = ["gpt-2", "starcoder", "refact", "command-r"]
+DETOK_EXACT = ["gpt-2", "starcoder", "refact", "command-r", "llama-spm", "phi-3"]
 
 
 def load_cases(name):
