@@ -44,6 +44,7 @@ static const char *const k_eog_texts[] = {
     "<|calls|>",
     "<end_of_turn>",
     "<|endoftext|>",
+    "</s>", /* unless <|tool_response> or <|plamo:eos|> is one too (fix_eog) */
     "<|eom_id|>",
     "<EOT>",
     "_<EOT>",
@@ -63,6 +64,9 @@ static const char *const k_eog_texts[] = {
     "<REPO>",
     "<reponame>",
     "<|file_sep|>",
+    "<\xef\xbd\x9c"
+    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
+    "[e~[",
 };
 
 /* FIM tokens llama.cpp marks as control by their text. */
@@ -313,6 +317,31 @@ static int load_vocab(zi_tokenizer *t, const zi_gguf *g, zi_error *err) {
     return ZI_OK;
 }
 
+/* The end-of-generation token whose text is s, or -1. */
+static int32_t eog_by_text(const zi_tokenizer *t, const char *s) {
+    int32_t id = tok_str_find(t, s, strlen(s));
+    return id >= 0 && id < t->n_vocab && t->eog[id] ? id : -1;
+}
+
+/* llama.cpp's exceptions to its end-of-generation list: with <|return|>
+ * and <|call|> (gpt-oss) or <|call|>/<|calls|> and <|flush|> (solar-open)
+ * also in it, <|end|> is only user-defined; with <|tool_response> (Gemma 4)
+ * or <|plamo:eos|> in it, </s> is a normal token. */
+static void fix_eog(zi_tokenizer *t) {
+    int32_t end = eog_by_text(t, "<|end|>"), s = eog_by_text(t, "</s>");
+    int call = eog_by_text(t, "<|call|>") >= 0 || eog_by_text(t, "<|calls|>") >= 0;
+    if (end >= 0 && call &&
+        (eog_by_text(t, "<|return|>") >= 0 || eog_by_text(t, "<|flush|>") >= 0)) {
+        t->eog[end] = 0;
+        t->attr[end] = TOK_ATTR_USER;
+    }
+    if (s >= 0 &&
+        (eog_by_text(t, "<|tool_response>") >= 0 || eog_by_text(t, "<|plamo:eos|>") >= 0)) {
+        t->eog[s] = 0;
+        t->attr[s] = TOK_ATTR_NORMAL;
+    }
+}
+
 /* Sets the attribute bit on the token whose text is s (if any) or clears
  * it. */
 static void set_attr_by_text(zi_tokenizer *t, const char *s, uint8_t bit, int on) {
@@ -421,6 +450,7 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
         goto fail;
     }
     if (t->eos >= 0) t->eog[t->eos] = 1;
+    fix_eog(t);
 
     if ((rc = tok_build_pieces(t, err))) goto fail;
 
