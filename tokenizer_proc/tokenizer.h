@@ -1,13 +1,17 @@
 /*
- * tokenizer.h - byte-level BPE tokenizer built from a GGUF file's metadata.
+ * tokenizer.h - the tokenizer built from a GGUF file's metadata: byte-level
+ * BPE ("gpt2") and SentencePiece-style ("llama") vocabularies.
  *
  * A library: the tokenizer process links it, and so does the `zinfer`
  * command for in-process use. It reads tokenizer.ggml.{model, pre, tokens,
- * token_type, merges, bos/eos/unknown/padding ids, add_bos_token,
- * add_eos_token} and reproduces llama.cpp's tokenization of the same file
- * exactly: special-token partitioning, the pre-tokenizer the file names
- * (tokenizer.ggml.pre), then BPE merges by rank over the GPT-2 byte-to-
- * unicode mapping.
+ * token_type, merges, scores, bos/eos/unknown/padding ids, add_bos_token,
+ * add_eos_token, add_space_prefix} (and general.name, for llama.cpp's
+ * per-model token attributes) and reproduces llama.cpp's tokenization of
+ * the same file exactly: special-token partitioning, then for "gpt2" the
+ * pre-tokenizer the file names (tokenizer.ggml.pre) and BPE merges by rank
+ * over the GPT-2 byte-to-unicode mapping; for "llama" the whole fragment,
+ * spaces escaped as U+2581, merged pairwise by token score with byte
+ * fallback to <0xXX> tokens.
  *
  * A zi_tokenizer is immutable after loading except for an internal cache of
  * pre-token results; it is NOT safe to call encode from several threads on
@@ -41,18 +45,21 @@ enum {
 };
 
 /* Builds the tokenizer. ZI_EUNSUPPORTED (naming the value) for a tokenizer
- * model other than "gpt2" (byte-level BPE) or a pre-tokenizer it does not
- * implement. Implemented tokenizer.ggml.pre values, as llama.cpp defines
- * them: "gpt-2" (the GPT-2 pattern; "gpt2" is accepted as an alias) and
- * "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
- * "minerva-7b" (each \p{N} codepoint split off first, then the GPT-2
- * pattern). A missing key or "default" means llama.cpp's four-pattern
- * default set, which is not implemented. ZI_EFORMAT for inconsistent
- * metadata (a merge without a space separating two parts, special token ids
- * out of range, token_type and tokens of different lengths, add_bos_token
- * without a bos id). Merge parts or results that are not tokens are
- * accepted, as llama.cpp accepts them (such a leftover symbol becomes
- * single-byte tokens). */
+ * model other than "gpt2" (byte-level BPE) and "llama" (SentencePiece-style;
+ * tokenizer.ggml.pre is not read for it), or a pre-tokenizer it does not
+ * implement. "llama" files get llama.cpp's defaults for keys they lack: bos
+ * 1, eos 2, unknown 0 (each only when inside the vocabulary), add_bos_token
+ * and add_space_prefix true; scores 0 when tokenizer.ggml.scores is absent
+ * (float32 or int32, at least one per token, else ZI_EFORMAT). A byte with
+ * neither a <0xXX> token nor a one-byte token is not refused at load, as
+ * llama.cpp does not refuse it: encoding text that needs it fails. Implemented tokenizer.ggml.pre
+ * values, as llama.cpp defines them: "gpt-2" (the GPT-2 pattern; "gpt2" is accepted as an alias)
+ * and "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b" (each \p{N}
+ * codepoint split off first, then the GPT-2 pattern). A missing key or "default" means llama.cpp's
+ * four-pattern default set, which is not implemented. ZI_EFORMAT for inconsistent metadata (a merge
+ * without a space separating two parts, special token ids out of range, token_type and tokens of
+ * different lengths, add_bos_token without a bos id). Merge parts or results that are not tokens
+ * are accepted, as llama.cpp accepts them (such a leftover symbol becomes single-byte tokens). */
 int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err);
 void zi_tokenizer_free(zi_tokenizer *tok);
 
@@ -79,14 +86,20 @@ int zi_tokenizer_eog_ids(const zi_tokenizer *tok, zi_i32_list *out, zi_error *er
  * "<|im_end|>") becomes that token; otherwise it is ordinary text.
  * (User-defined tokens are always matched, as llama.cpp does.) On success
  * *ids is malloc'd (free() it, even when *n is 0) and holds *n ids.
- * ZI_ERANGE for text over 2 GiB, ZI_ENOMEM when allocation fails.
+ * ZI_ERANGE for text over 2 GiB, ZI_ENOMEM when allocation fails,
+ * ZI_EFORMAT (naming the byte) when a "llama" vocabulary has no token for a
+ * byte the text falls back to. "llama" vocabularies: the bytes are not
+ * validated nor replaced (invalid UTF-8 falls back to byte tokens), and a
+ * space is put before the text and after each special token when the file's
+ * add_space_prefix is set.
  */
 int zi_tokenizer_encode(zi_tokenizer *tok, const char *text, size_t len, int add_special,
                         int parse_special, int32_t **ids, size_t *n, zi_error *err);
 
 /*
- * The bytes of one token (after undoing the byte-to-unicode mapping). Control
- * tokens yield their text only when `special` is set, otherwise nothing.
+ * The bytes of one token (after undoing the byte-to-unicode mapping, or
+ * U+2581 as ' ' for "llama" vocabularies). Control and unknown tokens yield
+ * their text only when `special` is set, otherwise nothing.
  * Writes at most cap bytes and returns the full length (call again with a
  * larger buffer when the return exceeds cap), or -1 for an id outside the
  * vocabulary.
@@ -94,16 +107,22 @@ int zi_tokenizer_encode(zi_tokenizer *tok, const char *text, size_t len, int add
 int zi_tokenizer_token_bytes(const zi_tokenizer *tok, int32_t id, int special, char *buf,
                              size_t cap);
 
-/* Decodes ids into one malloc'd NUL-terminated byte string (*out, *len).
- * ZI_EINVAL naming the index for an id outside the vocabulary. */
+/* Decodes ids into one malloc'd NUL-terminated byte string (*out, *len):
+ * the tokens' bytes, except that one leading space of the first token is
+ * dropped when the file's add_space_prefix is set (as llama.cpp's
+ * detokenize does; when the first token is BOS nothing is dropped, so
+ * [BOS, "\u2581Hi"] gives " Hi"). "llama" vocabularies: U+2581 decodes to
+ * ' ', a byte token to its byte. ZI_EINVAL naming the index for an id
+ * outside the vocabulary. */
 int zi_tokenizer_decode(const zi_tokenizer *tok, const int32_t *ids, size_t n, int special,
                         char **out, size_t *len, zi_error *err);
 
 /*
  * Incremental decoding for streaming: feed ids one at a time and get back
- * only complete UTF-8 characters; an incomplete multi-byte sequence at the
- * end is held until the bytes that complete it arrive. zi_detok_flush emits
- * whatever is held (as raw bytes) at the end of a stream.
+ * only complete UTF-8 characters (a character spelled by byte tokens comes
+ * out once its last byte arrives); no leading space is dropped; an incomplete multi-byte sequence
+ * at the end is held until the bytes that complete it arrive. zi_detok_flush emits whatever is held
+ * (as raw bytes) at the end of a stream.
  */
 typedef struct zi_detok {
     unsigned char pending[8];
