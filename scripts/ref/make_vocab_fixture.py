@@ -110,17 +110,32 @@ def detokenize(vocab, ids, special):
         cap = -n + 1
 
 
+# Whole model files whose vocabulary is checked too, by their
+# scripts/fetch-model name.
+PACKAGED = {"gemma3-270m": "gemma-3-270m-q4_k_m.gguf"}
+
+
+def vocab_file(name):
+    """The GGUF file of vocabulary NAME: a packaged model (PACKAGED), or
+    llama.cpp's ggml-vocab-NAME.gguf."""
+    if name in PACKAGED:
+        return ZINFER_HOME / "models" / PACKAGED[name]
+    return VOCAB_DIR / f"ggml-vocab-{name}.gguf"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("name", help="vocabulary name: ggml-vocab-NAME.gguf")
+    ap.add_argument("name", help="vocabulary name: ggml-vocab-NAME.gguf, or a packaged "
+                    "model's (" + ", ".join(PACKAGED) + ")")
     ap.add_argument("--count", type=int, default=None, help="only the first N corpus texts")
     ap.add_argument("--out", type=Path, default=None, help="default tests/fixtures/vocab/NAME.jsonl.gz")
     args = ap.parse_args()
 
     import llama_cpp
-    path = VOCAB_DIR / f"ggml-vocab-{args.name}.gguf"
+    path = vocab_file(args.name)
     if not path.is_file():
-        sys.exit(f"{path} not found (run scripts/fetch-llamacpp-vendor)")
+        sys.exit(f"{path} not found (run scripts/fetch-llamacpp-vendor, or "
+                 f"scripts/fetch-model for a packaged model)")
     llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
 

@@ -29,15 +29,21 @@ from conftest import FIXTURES, report
 ZINFER_HOME = Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer"))
 VOCAB_DIR = ZINFER_HOME / "llama.cpp-vendor" / "models"
 CORPUS = FIXTURES / "tokenizer_corpus.jsonl"
+# Whole model files checked too, by their scripts/fetch-model name.
+PACKAGED = {"gemma3-270m": "gemma-3-270m-q4_k_m.gguf"}
 NAMES = sorted(p.name[: -len(".jsonl.gz")] for p in (FIXTURES / "vocab").glob("*.jsonl.gz"))
 
 
 def load(name):
     """(vocab file, texts, records) for one fixture; the header's hash must
     match the corpus it was made from."""
-    model = VOCAB_DIR / f"ggml-vocab-{name}.gguf"
+    if name in PACKAGED:
+        model = ZINFER_HOME / "models" / PACKAGED[name]
+    else:
+        model = VOCAB_DIR / f"ggml-vocab-{name}.gguf"
     if not model.is_file():
-        pytest.skip(f"{model} not found (run scripts/fetch-llamacpp-vendor)")
+        pytest.skip(f"{model} not found (run scripts/fetch-llamacpp-vendor or "
+                    "scripts/fetch-model)")
     with gzip.open(FIXTURES / "vocab" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         lines = [json.loads(line) for line in f if line.strip()]
     head, recs = lines[0], lines[1:]
