@@ -32,12 +32,6 @@
 #include "quant.h"
 #include "zi_error.h"
 
-static inline float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return zi_f16_to_f32(h);
-}
-
 /* The 4-bit quant of value i (< 32) of a block whose 16 bytes are qs. */
 static inline int nibble(const uint8_t *qs, int i) {
     return i < 16 ? qs[i] & 0x0f : qs[i - 16] >> 4;
@@ -48,12 +42,12 @@ static const int8_t kvalues_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                        1,    13,   25,  38,  53,  69,  89,  113};
 
 static void block_q4_0(const uint8_t *b, float *y) {
-    const float d = f16_at(b);
+    const float d = zi_f16_at(b);
     for (int i = 0; i < 32; i++) y[i] = d * (float)(nibble(b + 2, i) - 8);
 }
 
 static void block_q4_1(const uint8_t *b, float *y) {
-    const float d = f16_at(b), m = f16_at(b + 2);
+    const float d = zi_f16_at(b), m = zi_f16_at(b + 2);
     for (int i = 0; i < 32; i++) {
         const float dq = d * (float)nibble(b + 4, i);
         y[i] = dq + m;
@@ -61,7 +55,7 @@ static void block_q4_1(const uint8_t *b, float *y) {
 }
 
 static void block_q5_0(const uint8_t *b, float *y) {
-    const float d = f16_at(b);
+    const float d = zi_f16_at(b);
     uint32_t qh;
     memcpy(&qh, b + 2, 4);
     for (int i = 0; i < 32; i++) {
@@ -71,7 +65,7 @@ static void block_q5_0(const uint8_t *b, float *y) {
 }
 
 static void block_q5_1(const uint8_t *b, float *y) {
-    const float d = f16_at(b), m = f16_at(b + 2);
+    const float d = zi_f16_at(b), m = zi_f16_at(b + 2);
     uint32_t qh;
     memcpy(&qh, b + 4, 4);
     for (int i = 0; i < 32; i++) {
@@ -82,12 +76,12 @@ static void block_q5_1(const uint8_t *b, float *y) {
 }
 
 static void block_q8_0(const uint8_t *b, float *y) {
-    const float d = f16_at(b);
+    const float d = zi_f16_at(b);
     for (int i = 0; i < 32; i++) y[i] = (float)(int8_t)b[2 + i] * d;
 }
 
 static void block_iq4_nl(const uint8_t *b, float *y) {
-    const float d = f16_at(b);
+    const float d = zi_f16_at(b);
     for (int i = 0; i < 32; i++) y[i] = d * (float)kvalues_iq4[nibble(b + 2, i)];
 }
 
@@ -97,7 +91,7 @@ static void block_iq4_nl(const uint8_t *b, float *y) {
  * (dmin * mn). */
 static void block_q2_k(const uint8_t *b, float *y) {
     const uint8_t *scales = b, *qs = b + 16;
-    const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+    const float d = zi_f16_at(b + 80), dmin = zi_f16_at(b + 82);
     for (int j = 0; j < ZI_QK_K; j++) {
         const int h = j / 128, k = (j % 128) / 32, l = j % 32, s = j / 16;
         const float dl = d * (float)(scales[s] & 0x0f);
@@ -115,7 +109,7 @@ static void block_q2_k(const uint8_t *b, float *y) {
  * is set: q in -4..3; x = (d * (scale - 32)) * q. */
 static void block_q3_k(const uint8_t *b, float *y) {
     const uint8_t *hmask = b, *qs = b + 32, *sc = b + 96;
-    const float d = f16_at(b + 108);
+    const float d = zi_f16_at(b + 108);
     float dl[16];
     for (int s = 0; s < 16; s++) {
         const int lo = s < 8 ? sc[s] & 0x0f : sc[s - 8] >> 4;
@@ -147,7 +141,7 @@ static void scale_min_k4(const uint8_t *p, int sc[8], int mn[8]) {
  * s = 2c + h) is nibble h of qs[32 c + l], and for Q5_K (qh not NULL) has
  * as its fifth bit bit s of qh[l]; x = (d * sc) * q - (dmin * mn). */
 static void block_q45_k(const uint8_t *b, const uint8_t *qs, const uint8_t *qh, float *y) {
-    const float d = f16_at(b), dmin = f16_at(b + 2);
+    const float d = zi_f16_at(b), dmin = zi_f16_at(b + 2);
     int sc[8], mn[8];
     scale_min_k4(b + 4, sc, mn);
     for (int s = 0; s < 8; s++) {
@@ -177,7 +171,7 @@ static void block_q5_k(const uint8_t *b, float *y) {
 static void block_q6_k(const uint8_t *b, float *y) {
     const uint8_t *ql = b, *qh = b + 128;
     const int8_t *scales = (const int8_t *)(b + 192);
-    const float d = f16_at(b + 208);
+    const float d = zi_f16_at(b + 208);
     float dl[16];
     for (int s = 0; s < 16; s++) dl[s] = d * (float)scales[s];
     for (int j = 0; j < ZI_QK_K; j++) {
@@ -193,7 +187,7 @@ static void block_q6_k(const uint8_t *b, float *y) {
  * bits 2s.. of scales_h. Sub-block s's 32 values are IQ4_NL's nibbles of
  * qs[16 s .. 16 s + 16); x = (d * (scale - 32)) * kvalues[nibble]. */
 static void block_iq4_xs(const uint8_t *b, float *y) {
-    const float d = f16_at(b);
+    const float d = zi_f16_at(b);
     uint16_t sh;
     memcpy(&sh, b + 2, 2);
     const uint8_t *sl = b + 4, *qs = b + 8;

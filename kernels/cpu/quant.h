@@ -140,6 +140,14 @@ static inline uint16_t zi_f32_to_f16(float f) {
     return (uint16_t)h;
 }
 
+/* The IEEE half at p (any alignment, little-endian as GGUF stores it), as
+ * a float. */
+static inline float zi_f16_at(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return zi_f16_to_f32(h);
+}
+
 static inline float zi_bf16_to_f32(uint16_t h) {
     uint32_t bits = (uint32_t)h << 16;
     float f;

@@ -17,12 +17,6 @@ size_t zi_r16x_group_bytes(int type) {
     return zi_r16x_format_of(type, &f) ? zi_r16x_format_bytes(&f) : 0;
 }
 
-static inline float f16_at(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return zi_f16_to_f32(h);
-}
-
 /* Nibble i (< 32) of a run of 16 bytes: low nibbles first. */
 static inline uint8_t nib(const uint8_t *qs, int i) {
     return i < 16 ? qs[i] & 0x0f : qs[i - 16] >> 4;
@@ -62,13 +56,13 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
         memcpy(&qh, b + 2 + 2 * m, 4);
         for (int i = 0; i < 32; i++)
             code[i] = (uint8_t)(nib(b + 6 + 2 * m, i) | ((qh >> i) & 1) << 4);
-        dw[0] = f16_at(b);
-        cw[0] = m ? f16_at(b + 2) : f.zp * dw[0];
+        dw[0] = zi_f16_at(b);
+        cw[0] = m ? zi_f16_at(b + 2) : f.zp * dw[0];
         break;
     }
     case ZI_TYPE_IQ4_NL:
         for (int i = 0; i < 32; i++) code[i] = nib(b + 2, i);
-        dw[0] = f16_at(b);
+        dw[0] = zi_f16_at(b);
         cw[0] = f.zp * dw[0];
         break;
     case ZI_TYPE_IQ4_XS: {
@@ -76,7 +70,7 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
         memcpy(&sh, b + 2, 2);
         const int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0x0f) | ((sh >> (2 * j)) & 3) << 4;
         for (int i = 0; i < 32; i++) code[i] = nib(b + 8 + 16 * j, i);
-        dw[0] = f16_at(b) * (float)(ls - 32);
+        dw[0] = zi_f16_at(b) * (float)(ls - 32);
         cw[0] = f.zp * dw[0];
         break;
     }
@@ -91,8 +85,8 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
             if (five) q |= ((qh[l] >> j) & 1) << 4;
             code[l] = (uint8_t)q;
         }
-        dw[0] = f16_at(b) * (float)sc;
-        cw[0] = -(f16_at(b + 2) * (float)mn);
+        dw[0] = zi_f16_at(b) * (float)sc;
+        cw[0] = -(zi_f16_at(b + 2) * (float)mn);
         break;
     }
     case ZI_TYPE_Q6_K: {
@@ -106,7 +100,7 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
             code[l] = (uint8_t)(lo | hi << 4);
         }
         for (int s = 0; s < 2; s++) {
-            dw[s] = f16_at(b + 208) * (float)scales[2 * j + s];
+            dw[s] = zi_f16_at(b + 208) * (float)scales[2 * j + s];
             cw[s] = f.zp * dw[s];
         }
         break;
@@ -120,7 +114,7 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
             code[l] = (uint8_t)(lo - ((high ^ 1) << 2) + 4); /* q + 4, in 0..7 */
         }
         for (int s = 0; s < 2; s++) {
-            dw[s] = f16_at(b + 108) * (float)(scale_q3_k(b + 96, 2 * j + s) - 32);
+            dw[s] = zi_f16_at(b + 108) * (float)(scale_q3_k(b + 96, 2 * j + s) - 32);
             cw[s] = f.zp * dw[s];
         }
         break;
@@ -130,8 +124,8 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
         const int h = j / 4, k4 = j % 4;
         for (int l = 0; l < 32; l++) code[l] = (qs[32 * h + l] >> (2 * k4)) & 3;
         for (int s = 0; s < 2; s++) {
-            dw[s] = f16_at(b + 80) * (float)(scales[2 * j + s] & 0x0f);
-            cw[s] = -(f16_at(b + 82) * (float)(scales[2 * j + s] >> 4));
+            dw[s] = zi_f16_at(b + 80) * (float)(scales[2 * j + s] & 0x0f);
+            cw[s] = -(zi_f16_at(b + 82) * (float)(scales[2 * j + s] >> 4));
         }
         break;
     }

@@ -58,6 +58,20 @@ def pytest_sessionfinish(session, exitstatus):
     REPORT.write_text(json.dumps(old, indent=1, sort_keys=True) + "\n")
 
 
+def run_zinfer_lines(zinfer_bin, model, args, lines, timeout=300):
+    """Runs `zinfer ARGS --model MODEL` with LINES on stdin (one per line) and
+    returns its stdout lines parsed as JSON: one per input line (tokenize,
+    detokenize)."""
+    res = subprocess.run([str(zinfer_bin)] + list(args) + ["--model", str(model)],
+                         input="".join(line + "\n" for line in lines).encode("utf-8"),
+                         capture_output=True, timeout=timeout)
+    err = res.stderr.decode("utf-8", "replace")
+    assert res.returncode == 0, f"zinfer {' '.join(args)} exited {res.returncode}: {err}"
+    out = res.stdout.decode("utf-8").splitlines()
+    assert len(out) == len(lines), f"{len(lines)} lines in, {len(out)} out; stderr: {err}"
+    return [json.loads(o) for o in out]
+
+
 @pytest.fixture(scope="session")
 def repo_root():
     return REPO

@@ -11,10 +11,9 @@ Run from the repo root: ~/.cache/zinfer/venv/bin/python -m pytest tests/e2e
 """
 
 import json
-import subprocess
 
 import pytest
-from conftest import FIXTURES, report
+from conftest import run_zinfer_lines, FIXTURES, report
 
 CORPUS = FIXTURES / "tokenizer_corpus.jsonl"
 
@@ -27,15 +26,6 @@ def corpus():
     return recs
 
 
-def run_lines(zinfer_bin, model_path, args, lines):
-    res = subprocess.run([str(zinfer_bin)] + args + ["--model", str(model_path)],
-                         input="".join(line + "\n" for line in lines).encode("utf-8"),
-                         capture_output=True, timeout=300)
-    err = res.stderr.decode("utf-8", "replace")
-    assert res.returncode == 0, f"zinfer {' '.join(args)} exited {res.returncode}: {err}"
-    out = res.stdout.decode("utf-8").splitlines()
-    assert len(out) == len(lines), f"{len(lines)} lines in, {len(out)} out; stderr: {err}"
-    return [json.loads(o) for o in out]
 
 
 def first_mismatches(corpus, key, got, limit=5):
@@ -46,7 +36,7 @@ def first_mismatches(corpus, key, got, limit=5):
 @pytest.mark.parametrize("mode", ["plain", "special"])
 def test_ids_match_llamacpp(zinfer_bin, model_path, corpus, mode):
     args = ["tokenize"] + (["--parse-special"] if mode == "special" else [])
-    got = run_lines(zinfer_bin, model_path, args, [json.dumps(r["text"]) for r in corpus])
+    got = run_zinfer_lines(zinfer_bin, model_path, args, [json.dumps(r["text"]) for r in corpus])
     n_bad, examples = first_mismatches(corpus, mode, got)
     report("tokenizer", f"{mode}_strings", len(corpus))
     report("tokenizer", f"{mode}_mismatches", n_bad)
@@ -57,7 +47,7 @@ def test_ids_match_llamacpp(zinfer_bin, model_path, corpus, mode):
 @pytest.mark.parametrize("mode", ["plain", "special"])
 def test_decode_round_trip(zinfer_bin, model_path, corpus, mode):
     args = ["detokenize"] + (["--special"] if mode == "special" else [])
-    got = run_lines(zinfer_bin, model_path, args, [json.dumps(r[mode]) for r in corpus])
+    got = run_zinfer_lines(zinfer_bin, model_path, args, [json.dumps(r[mode]) for r in corpus])
     bad = [(r["text"], g) for r, g in zip(corpus, got) if r["text"] != g]
     report("tokenizer", f"{mode}_roundtrip_failures", len(bad))
     assert not bad, f"{len(bad)} of {len(corpus)} strings do not decode back, e.g. " + \

@@ -16,11 +16,10 @@ Run from the repo root: ~/.cache/zinfer/venv/bin/python -m pytest tests/e2e
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import report
+from conftest import run_zinfer_lines, report
 
 ZINFER_HOME = Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer"))
 VOCAB_DIR = ZINFER_HOME / "llama.cpp-vendor" / "models"
@@ -46,21 +45,12 @@ def load_cases(name):
     return base, strings, ids
 
 
-def run_lines(zinfer_bin, model, args, lines):
-    res = subprocess.run([str(zinfer_bin)] + args + ["--model", str(model)],
-                         input="".join(line + "\n" for line in lines).encode("utf-8"),
-                         capture_output=True, timeout=300)
-    err = res.stderr.decode("utf-8", "replace")
-    assert res.returncode == 0, f"zinfer {' '.join(args)} exited {res.returncode}: {err}"
-    out = res.stdout.decode("utf-8").splitlines()
-    assert len(out) == len(lines), f"{len(lines)} lines in, {len(out)} out; stderr: {err}"
-    return [json.loads(o) for o in out]
 
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_vocab_file_ids(zinfer_bin, name):
     model, strings, want = load_cases(name)
-    got = run_lines(zinfer_bin, model, ["tokenize", "--no-add-special"],
+    got = run_zinfer_lines(zinfer_bin, model, ["tokenize", "--no-add-special"],
                    [json.dumps(s) for s in strings])
     bad = [(s, w, g) for s, w, g in zip(strings, want, got) if w != g]
     report("vocab_files", name, f"{len(strings) - len(bad)}/{len(strings)}")
@@ -71,7 +61,7 @@ def test_vocab_file_ids(zinfer_bin, name):
 @pytest.mark.parametrize("name", DETOK_EXACT)
 def test_vocab_file_round_trip(zinfer_bin, name):
     model, strings, want = load_cases(name)
-    got = run_lines(zinfer_bin, model, ["detokenize"], [json.dumps(w) for w in want])
+    got = run_zinfer_lines(zinfer_bin, model, ["detokenize"], [json.dumps(w) for w in want])
     bad = [(s, g) for s, g in zip(strings, got) if s != g]
     assert not bad, f"{name}: {len(bad)} of {len(strings)} strings do not round-trip, e.g. " + \
         "; ".join(f"{s!r} -> {g!r}" for s, g in bad[:3])

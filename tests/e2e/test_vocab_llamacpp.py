@@ -20,11 +20,10 @@ import gzip
 import hashlib
 import json
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, report
+from conftest import run_zinfer_lines, FIXTURES, report
 
 ZINFER_HOME = Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer"))
 VOCAB_DIR = ZINFER_HOME / "llama.cpp-vendor" / "models"
@@ -61,15 +60,6 @@ def load(name):
     return model, texts, recs
 
 
-def run_lines(zinfer_bin, model, args, lines):
-    res = subprocess.run([str(zinfer_bin)] + args + ["--model", str(model)],
-                         input="".join(line + "\n" for line in lines).encode("utf-8"),
-                         capture_output=True, timeout=300)
-    err = res.stderr.decode("utf-8", "replace")
-    assert res.returncode == 0, f"zinfer {' '.join(args)} exited {res.returncode}: {err}"
-    out = res.stdout.decode("utf-8").splitlines()
-    assert len(out) == len(lines), f"{len(lines)} lines in, {len(out)} out; stderr: {err}"
-    return [json.loads(o) for o in out]
 
 
 def bos_ids(model, plain):
@@ -108,7 +98,7 @@ def test_ids_match_llamacpp(zinfer_bin, name, mode):
     else:
         add = bos_ids(model, None)
         want = [r.get("bos", add(r["plain"])) for r in recs]
-    got = run_lines(zinfer_bin, model, ["tokenize"] + MODES[mode], [json.dumps(t) for t in texts])
+    got = run_zinfer_lines(zinfer_bin, model, ["tokenize"] + MODES[mode], [json.dumps(t) for t in texts])
     bad = [(t, w, g) for t, w, g in zip(texts, want, got) if w != g]
     report("vocab_llamacpp", f"{name}_{mode}", f"{len(texts) - len(bad)}/{len(texts)}")
     assert not bad, f"{name} {mode}: {len(bad)} of {len(texts)} texts differ from llama.cpp, " \
@@ -123,7 +113,7 @@ def test_detokenize_matches_llamacpp(zinfer_bin, name, special):
     dkey = "detok_special" if special else "detok"
     ids = [r.get(key, r["plain"]) for r in recs]
     want = [r.get(dkey, t) for r, t in zip(recs, texts)]
-    got = run_lines(zinfer_bin, model, ["detokenize"] + (["--special"] if special else []),
+    got = run_zinfer_lines(zinfer_bin, model, ["detokenize"] + (["--special"] if special else []),
                     [json.dumps(i) for i in ids])
     bad = [(i, w, g) for i, w, g in zip(ids, want, got) if w != g]
     exact = sum(1 for w, t in zip(want, texts) if w == t)
