@@ -10,6 +10,7 @@
  *   zinfer serve      start and supervise the server processes (cli/serve.c)
  *   zinfer devices    list the compute backends built in and the devices found
  *   zinfer info       describe a GGUF file and the memory serving it takes (cli/info.c)
+ *   zinfer chat-template  render a Jinja chat template with JSON messages (cli/chat_template_cmd.c)
  *
  * Everything here is glue: flags -> model/tokenizer/backend calls -> output.
  * Errors print one line on stderr ("zinfer: <what is wrong>") and exit 1;
@@ -25,6 +26,7 @@
 
 #include "args.h"
 #include "backend_select.h"
+#include "chat_template_cmd.h"
 #include "cpu_backend.h"
 #include "generator.h"
 #include "info.h"
@@ -666,6 +668,7 @@ static const char *USAGE_MAIN =
     "  serve       run the server (router, tokenizers, workers; see zinfer serve --help)\n"
     "  devices     list the compute backends built in and the devices found\n"
     "  info        describe a GGUF file (types, tokenizer, context) and the memory to serve it\n"
+    "  chat-template  render a Jinja chat template file with JSON messages, tools, variables\n"
     "\n"
     "common options:\n"
     "  --model PATH       GGUF model, or a packaged model's name (smollm2-135m,\n"
@@ -863,6 +866,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return zi_serve_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return zi_info_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat-template")) return zi_chat_template_main(argc - 1, argv + 1);
     struct {
         const char *name;
         const char *usage;

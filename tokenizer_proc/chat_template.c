@@ -626,8 +626,7 @@ static int text_arg(rt *r, const char *what, size_t idx, const char *s, size_t l
     return ZI_OK;
 }
 
-static int setup_globals(rt *r, const zi_chat_message *msgs, size_t n,
-                         const zi_chat_render_opts *o) {
+static int setup_message_list(rt *r, const zi_chat_message *msgs, size_t n) {
     ct_ctx *c = &r->c;
     ct_list *l = ct_list_new(c, n);
     if (!l) return ct_oom(c, 0);
@@ -651,7 +650,51 @@ static int setup_globals(rt *r, const zi_chat_message *msgs, size_t n,
     ct_value lv = {0};
     lv.t = CT_V_LIST;
     lv.u.l = l;
-    TRY(frame_set(r, 0, r->root, "messages", 8, lv));
+    return frame_set(r, 0, r->root, "messages", 8, lv);
+}
+
+static int convert_value(rt *r, const zi_chat_value *v, ct_value *out);
+static int check_value(const zi_chat_value *v, zi_keypath *p, int depth, zi_error *err);
+
+/* opts.messages: checked like an extra variable, and each item must be a
+ * dict with a string role, as a message list from the client is. */
+static int setup_message_values(rt *r, const zi_chat_value *m) {
+    ct_ctx *c = &r->c;
+    zi_keypath p = {{0}, 0};
+    zi_keypath_push(&p, "%s", "messages");
+    int rc = check_value(m, &p, 1, c->err);
+    if (rc) {
+        zi_error_prefix(c->err, "chat template");
+        return rc;
+    }
+    if (m->kind != ZI_CHAT_LIST)
+        return zi_error_set(c->err, ZI_EINVAL, "chat template: messages: not a list");
+    for (size_t i = 0; i < m->u.list.n; i++) {
+        const zi_chat_value *it = &m->u.list.v[i];
+        int has_role = 0;
+        if (it->kind == ZI_CHAT_DICT)
+            for (size_t j = 0; j < it->u.dict.n; j++)
+                if (it->u.dict.v[j].key_len == 4 && !memcmp(it->u.dict.v[j].key, "role", 4))
+                    has_role = it->u.dict.v[j].value.kind == ZI_CHAT_STR;
+        if (!has_role)
+            return zi_error_set(c->err, ZI_EINVAL,
+                                "chat template: messages[%zu]: not a dict with a string role", i);
+    }
+    ct_value lv;
+    TRY(convert_value(r, m, &lv));
+    return frame_set(r, 0, r->root, "messages", 8, lv);
+}
+
+static int setup_globals(rt *r, const zi_chat_message *msgs, size_t n,
+                         const zi_chat_render_opts *o) {
+    ct_ctx *c = &r->c;
+    if (o && o->messages) {
+        if (n)
+            return zi_error_set(c->err, ZI_EINVAL,
+                                "chat template render: both msgs and opts.messages given");
+        TRY(setup_message_values(r, o->messages));
+    } else
+        TRY(setup_message_list(r, msgs, n));
     TRY(frame_set(r, 0, r->root, "add_generation_prompt", 21,
                   ct_bool(o && o->add_generation_prompt)));
     const char *tok[2] = {o ? o->bos_token : NULL, o ? o->eos_token : NULL};
@@ -849,6 +892,7 @@ int zi_chat_template_render(const zi_chat_template *t, const zi_chat_message *ms
     r.c.err = err;
     r.c.src = t->src;
     r.c.src_len = t->src_len;
+    r.c.now = o.now;
     r.c.max_steps = o.max_steps ? o.max_steps : ZI_CHAT_TEMPLATE_DEFAULT_MAX_STEPS;
     r.c.max_iterations =
         o.max_iterations ? o.max_iterations : ZI_CHAT_TEMPLATE_DEFAULT_MAX_ITERATIONS;

@@ -133,6 +133,16 @@ typedef struct zi_chat_render_opts {
      * max_steps like everything else the render makes. */
     const zi_chat_var *vars;
     size_t n_vars;
+    /* When not NULL, the template's `messages`: a list (zi_chat_value_check
+     * must pass) whose items are dicts with a string "role" (and whatever
+     * else the client sent: content, tool_calls, tool_call_id, name,
+     * reasoning_content, ...). It replaces the msgs argument of render,
+     * which must then be empty. */
+    const zi_chat_value *messages;
+    /* strftime_now's moment: 0 is the current local time; any other value
+     * is that many seconds since the epoch, formatted as UTC (for
+     * reproducible renderings). */
+    int64_t now;
     /* Limits; 0 selects the default above. Exceeding one fails the render
      * with ZI_ERANGE (ZI_ENOMEM for max_memory). */
     size_t max_output;

@@ -361,9 +361,12 @@ static int strftime_now(ct_ctx *c, size_t off, const ct_value *fmt, ct_value *ou
         return ct_fail(c, off, ZI_EINVAL, "strftime_now: unusable format");
     memcpy(f, fmt->u.s.p, fmt->u.s.n);
     f[fmt->u.s.n] = '\0';
-    time_t now = time(NULL);
+    /* A fixed moment (tests, reproducible prompts) is formatted as UTC, the
+     * current one as local time, which is what Python's datetime.now() does. */
+    time_t now = c->now ? (time_t)c->now : time(NULL);
     struct tm tm;
-    if (!localtime_r(&now, &tm)) return ct_fail(c, off, ZI_EINVAL, "strftime_now: no local time");
+    if (!(c->now ? gmtime_r(&now, &tm) : localtime_r(&now, &tm)))
+        return ct_fail(c, off, ZI_EINVAL, "strftime_now: no local time");
     size_t k = strftime(res, sizeof res, f, &tm);
     char *p = ct_alloc(&c->arena, k + 1);
     if (!p) return ct_oom(c, off);

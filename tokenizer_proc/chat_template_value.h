@@ -119,6 +119,7 @@ typedef struct ct_ctx {
     size_t steps, max_steps;
     size_t iterations, max_iterations;
     int depth;
+    int64_t now;       /* strftime_now's moment (seconds since the epoch, UTC); 0: local time now */
     void *case_locale; /* locale_t for case mapping, made on first use */
     int case_locale_tried;
 } ct_ctx;

@@ -1,0 +1,120 @@
+"""llama.cpp's vendored chat templates rendered by zinfer against jinja2.
+
+$ZINFER_HOME/llama.cpp-vendor/models/templates/*.jinja holds 70 real chat
+templates (Llama 3.x, Qwen, Mistral, Gemma, DeepSeek, Hermes, Functionary,
+Granite, gpt-oss, ...). tests/fixtures/chat_template_corpus.json.gz holds
+jinja2's renderings of each on the conversations of
+tests/fixtures/chat_template_conversations.json (made by
+scripts/ref/make_template_corpus_fixture.py, in Hugging Face's
+apply_chat_template environment). Each template goes through
+`zinfer chat-template --template FILE --jsonl` with every case, and must
+either
+
+- render equal: every rendering byte for byte jinja2's, and every case
+  where jinja2 fails fails in zinfer too (with raise_exception's exact
+  message where the template raised), or
+- be refused at load (exit 3) with one line naming the construct and its
+  line and column.
+
+A rendering that differs, a render that fails where jinja2 rendered, or a
+render that succeeds where jinja2 failed is a mismatch, and any mismatch
+fails the test (a wrong prompt is worse than a refusal), as does fewer
+than MIN_EQUAL templates rendering equal. Skipped when the vendored
+templates are absent.
+
+Run from the repo root: ~/.cache/zinfer/venv/bin/python -m pytest tests/e2e
+"""
+
+import calendar
+import gzip
+import hashlib
+import json
+import os
+import re
+import subprocess
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from conftest import FIXTURES, ZINFER_BIN, report
+
+ZINFER_HOME = Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer"))
+TEMPLATE_DIR = ZINFER_HOME / "llama.cpp-vendor" / "models" / "templates"
+CORPUS = FIXTURES / "chat_template_corpus.json.gz"
+CONVERSATIONS = FIXTURES / "chat_template_conversations.json"
+MIN_EQUAL = 60
+
+
+def requests():
+    """(key, request) pairs: the same cases, in the same order, as
+    make_template_corpus_fixture.case_requests, plus the fixed `now`."""
+    conv = json.loads(CONVERSATIONS.read_text(encoding="utf-8"))
+    now = calendar.timegm(datetime.fromisoformat(conv["now"]).timetuple())
+    out = []
+    for case in conv["cases"]:
+        for agp in (False, True):
+            req = {"messages": case["messages"], "add_generation_prompt": agp,
+                   "bos_token": conv["bos_token"], "eos_token": conv["eos_token"],
+                   "variables": case.get("variables", {}), "now": now}
+            if case.get("tools") == "TOOLS":
+                req["tools"] = conv["tools"]
+            out.append((f"{case['name']}/agp{int(agp)}", req))
+    return out
+
+
+def check_template(path, fixture, reqs):
+    """("equal", None) | ("refused", message) | ("mismatch", what)."""
+    data = path.read_bytes()
+    if fixture is None:
+        return "mismatch", "not in the fixture (rerun make_template_corpus_fixture.py)"
+    if hashlib.sha256(data).hexdigest() != fixture["sha256"]:
+        return "mismatch", "sha256 differs from the fixture's (rerun make_template_corpus_fixture.py)"
+    stdin = "".join(json.dumps(r, ensure_ascii=False) + "\n" for _, r in reqs)
+    p = subprocess.run([str(ZINFER_BIN), "chat-template", "--template", str(path), "--jsonl"],
+                       input=stdin.encode(), capture_output=True, timeout=60)
+    err = p.stderr.decode("utf-8", "replace")
+    if p.returncode == 3:
+        lines = err.strip().split("\n")
+        assert len(lines) == 1, f"{path.name}: refusal is not one line: {err!r}"
+        assert re.search(r"chat template line \d+ col \d+: ", lines[0]), \
+            f"{path.name}: refusal does not say where: {lines[0]}"
+        return "refused", lines[0].split(": ", 2)[-1]
+    assert p.returncode == 0, f"{path.name}: exit {p.returncode}: {err}"
+    outs = [json.loads(line) for line in p.stdout.decode("utf-8").splitlines()]
+    assert len(outs) == len(reqs), f"{path.name}: {len(outs)} results for {len(reqs)} requests"
+    for (key, _), got in zip(reqs, outs):
+        exp = fixture["cases"][key]
+        if "expected" in exp:
+            if "prompt" not in got:
+                return "mismatch", f"{key}: jinja2 rendered, zinfer: {got['message']}"
+            if got["prompt"] != exp["expected"]:
+                a, b = got["prompt"], exp["expected"]
+                i = next((k for k in range(min(len(a), len(b))) if a[k] != b[k]), min(len(a), len(b)))
+                return "mismatch", (f"{key}: differs at char {i}: zinfer {a[max(0, i - 40):i + 40]!r} "
+                                    f"jinja2 {b[max(0, i - 40):i + 40]!r}")
+        else:
+            if "prompt" in got:
+                return "mismatch", f"{key}: jinja2 failed ({exp['error']}: {exp['message']}), zinfer rendered"
+            if exp["error"] == "raise_exception" and got["message"] != exp["message"]:
+                return "mismatch", f"{key}: raise_exception {exp['message']!r}, zinfer {got['message']!r}"
+    return "equal", None
+
+
+def test_template_corpus():
+    if not TEMPLATE_DIR.is_dir():
+        pytest.skip(f"{TEMPLATE_DIR} not found (run scripts/fetch-llamacpp-vendor)")
+    corpus = json.loads(gzip.decompress(CORPUS.read_bytes()))
+    reqs = requests()
+    results = {}
+    for path in sorted(TEMPLATE_DIR.glob("*.jinja")):
+        results[path.name] = check_template(path, corpus["templates"].get(path.name), reqs)
+    equal = sorted(n for n, (k, _) in results.items() if k == "equal")
+    refused = {n: m for n, (k, m) in results.items() if k == "refused"}
+    mismatch = {n: m for n, (k, m) in results.items() if k == "mismatch"}
+    summary = {"templates": len(results), "cases_each": len(reqs), "equal": len(equal),
+               "refused": refused, "mismatch": mismatch}
+    report("template_corpus", "summary", summary)
+    print(json.dumps(summary, indent=1, ensure_ascii=False))
+    assert not mismatch, f"{len(mismatch)} templates render differently from jinja2: " + \
+        json.dumps(mismatch, indent=1, ensure_ascii=False)
+    assert len(equal) >= MIN_EQUAL, f"only {len(equal)} of {len(results)} templates render equal"
