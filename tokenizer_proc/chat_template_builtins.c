@@ -434,6 +434,89 @@ static int range_fn(ct_ctx *c, size_t off, const ct_value *args, size_t nargs, c
     return ZI_OK;
 }
 
+/* Python's str.format for plain replacement fields: "{}", "{0}", "{name}",
+ * and "{{" / "}}". A conversion (!r), a format spec (:>10) or an index or
+ * attribute in a field ({0.x}, {a[1]}) is ZI_EUNSUPPORTED; what Python
+ * refuses (a lone brace, a missing argument, mixing automatic and manual
+ * numbering) is ZI_EINVAL with Python's message. */
+static int str_format(ct_ctx *c, size_t off, const ct_value *self, const ct_value *args,
+                      size_t nargs, const ct_kwarg *kw, size_t nkw, ct_value *out) {
+    const char *p = self->u.s.p;
+    size_t n = self->u.s.n;
+    TRY(ct_charge(c, off, n / 64 + 1));
+    ct_buf b;
+    ct_buf_init(&b, c, 0, 0);
+    int automatic = -1; /* -1: not known yet, 1: "{}", 0: "{N}" */
+    size_t next = 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        if (ch == '}') {
+            if (i + 1 < n && p[i + 1] == '}') {
+                TRY(ct_buf_addc(&b, '}'));
+                i++;
+                continue;
+            }
+            return ct_fail(c, off, ZI_EINVAL, "Single '}' encountered in format string");
+        }
+        if (ch != '{') {
+            TRY(ct_buf_addc(&b, ch));
+            continue;
+        }
+        if (i + 1 < n && p[i + 1] == '{') {
+            TRY(ct_buf_addc(&b, '{'));
+            i++;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < n && p[j] != '}' && p[j] != '{') j++;
+        if (j >= n || p[j] != '}')
+            return ct_fail(c, off, ZI_EINVAL, "Single '{' encountered in format string");
+        const char *f = p + i + 1;
+        size_t fn = j - i - 1;
+        int digits = fn > 0 && fn < 10;
+        for (size_t k = 0; k < fn; k++) {
+            if (strchr("!:[.", f[k]))
+                return ct_fail(c, off, ZI_EUNSUPPORTED,
+                               "str.format field '{%.*s}' is not supported (only {}, {N} and "
+                               "{name})",
+                               (int)(fn > 40 ? 40 : fn), f);
+            digits &= f[k] >= '0' && f[k] <= '9';
+        }
+        const ct_value *arg = NULL;
+        if (fn == 0 || digits) {
+            size_t idx = 0;
+            if (fn == 0) {
+                if (automatic == 0)
+                    return ct_fail(c, off, ZI_EINVAL,
+                                   "cannot switch from manual field specification to automatic "
+                                   "field numbering");
+                automatic = 1;
+                idx = next++;
+            } else {
+                if (automatic == 1)
+                    return ct_fail(c, off, ZI_EINVAL,
+                                   "cannot switch from automatic field numbering to manual field "
+                                   "specification");
+                automatic = 0;
+                for (size_t k = 0; k < fn; k++) idx = idx * 10 + (size_t)(f[k] - '0');
+            }
+            if (idx >= nargs)
+                return ct_fail(c, off, ZI_EINVAL,
+                               "Replacement index %zu out of range for positional args tuple", idx);
+            arg = &args[idx];
+        } else {
+            for (size_t k = 0; k < nkw && !arg; k++)
+                if (kw[k].len == fn && memcmp(kw[k].name, f, fn) == 0) arg = &kw[k].v;
+            if (!arg) return ct_fail(c, off, ZI_EINVAL, "KeyError: '%.*s'", (int)fn, f);
+        }
+        ct_value s;
+        TRY(ct_str_of(c, off, arg, &s));
+        TRY(ct_buf_add(&b, s.u.s.p, s.u.s.n));
+        i = j;
+    }
+    return ct_buf_value(&b, out);
+}
+
 int ct_call_func(ct_ctx *c, size_t off, const ct_func *f, const ct_value *args, size_t nargs,
                  const ct_kwarg *kw, size_t nkw, ct_value *out) {
     const ct_value *self = &f->self;
@@ -557,6 +640,8 @@ int ct_call_func(ct_ctx *c, size_t off, const ct_func *f, const ct_value *args, 
         *out = ct_int(cnt);
         return ZI_OK;
     }
+    case CT_F_FORMAT:
+        return str_format(c, off, self, args, nargs, kw, nkw, out);
     case CT_F_ITEMS:
         TRY(ct_bind(c, off, "items", NULL, 0, args, nargs, kw, nkw, a));
         TRY(ct_items_of(c, off, self->u.d, out));

@@ -24,6 +24,7 @@ enum {
     F_ABS,
     F_CAPITALIZE,
     F_DEFAULT,
+    F_DICTSORT,
     F_ESCAPE,
     F_FIRST,
     F_FLOAT,
@@ -36,6 +37,8 @@ enum {
     F_LIST,
     F_LOWER,
     F_MAP,
+    F_MAX,
+    F_MIN,
     F_REJECT,
     F_REJECTATTR,
     F_REPLACE,
@@ -59,6 +62,7 @@ static const ct_named filters[] = {
     {"count", F_LENGTH},
     {"d", F_DEFAULT},
     {"default", F_DEFAULT},
+    {"dictsort", F_DICTSORT},
     {"e", F_ESCAPE},
     {"escape", F_ESCAPE},
     {"first", F_FIRST},
@@ -72,6 +76,8 @@ static const ct_named filters[] = {
     {"list", F_LIST},
     {"lower", F_LOWER},
     {"map", F_MAP},
+    {"max", F_MAX},
+    {"min", F_MIN},
     {"reject", F_REJECT},
     {"rejectattr", F_REJECTATTR},
     {"replace", F_REPLACE},
@@ -308,7 +314,11 @@ static int int_filter(ct_ctx *c, size_t off, const ct_value *v, const ct_value *
     return ZI_OK;
 }
 
-static int html_escape(ct_ctx *c, size_t off, const ct_value *v, ct_value *out) {
+int ct_html_escape(ct_ctx *c, size_t off, const ct_value *v, ct_value *out) {
+    if (v->t == CT_V_STR && v->ut == CT_STR_MARKUP) {
+        *out = *v;
+        return ZI_OK;
+    }
     ct_value s;
     TRY(ct_str_of(c, off, v, &s));
     ct_buf b;
@@ -335,7 +345,9 @@ static int html_escape(ct_ctx *c, size_t off, const ct_value *v, ct_value *out) 
             TRY(ct_buf_addc(&b, ch));
         }
     }
-    return ct_buf_value(&b, out);
+    TRY(ct_buf_value(&b, out));
+    out->ut = CT_STR_MARKUP;
+    return ZI_OK;
 }
 
 /* Python's str.splitlines boundaries. */
@@ -580,7 +592,14 @@ static int f_default(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
 }
 
 static int f_escape(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
-    return html_escape(c, off, f->v, out);
+    return ct_html_escape(c, off, f->v, out);
+}
+
+/* Markup(v): the text of str(v), marked safe. */
+static int f_safe(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    TRY(ct_str_of(c, off, f->v, out));
+    out->ut = CT_STR_MARKUP;
+    return ZI_OK;
 }
 
 /* first, last */
@@ -730,6 +749,74 @@ static int f_string(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
     return ct_str_of(c, off, f->v, out);
 }
 
+/* dictsort(case_sensitive=False, by='key', reverse=False): the (key,
+ * value) pairs sorted by key or value, as a list. */
+static int f_dictsort(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *const *a = f->a;
+    if (f->v->t == CT_V_UNDEF) return ct_undefined_error(c, off, f->v);
+    if (f->v->t != CT_V_DICT)
+        return ct_fail(c, off, ZI_EINVAL, "'%s' object has no attribute 'items'", ct_tname(f->v));
+    int pos = 0;
+    if (a[1]) {
+        TRY(ct_need_str(c, off, "dictsort by", a[1]));
+        if (ct_name_eq(a[1]->u.s.p, a[1]->u.s.n, "value"))
+            pos = 1;
+        else if (!ct_name_eq(a[1]->u.s.p, a[1]->u.s.n, "key"))
+            return ct_fail(c, off, ZI_EINVAL, "You can only sort by either \"key\" or \"value\"");
+    }
+    ct_value pairs;
+    TRY(ct_items_of(c, off, f->v->u.d, &pairs));
+    const ct_value *items;
+    size_t n;
+    TRY(ct_iterate(c, off, &pairs, &items, &n));
+    ct_value *v = ct_alloc(&c->arena, (n ? n : 1) * 4 * sizeof *v);
+    if (!v) return ct_oom(c, off);
+    ct_value *keys = v + n, *tv = v + 2 * n, *tk = v + 3 * n;
+    for (size_t i = 0; i < n; i++) {
+        v[i] = items[i];
+        keys[i] = items[i].u.l->v[pos];
+    }
+    sort_ctx s = {c, off, a[0] && ct_truthy(a[0])};
+    TRY(ct_enter(c, off));
+    TRY(merge_sort(&s, v, keys, tv, tk, n, a[2] && ct_truthy(a[2])));
+    ct_leave(c);
+    ct_list *l = ct_list_new(c, 0);
+    if (!l) return ct_oom(c, off);
+    l->v = v;
+    l->n = l->cap = n;
+    *out = ct_seq_value(CT_V_LIST, l);
+    return ZI_OK;
+}
+
+/* min / max(case_sensitive=False, attribute=None): the first smallest
+ * (largest) item; undefined for an empty sequence. */
+static int f_min_max(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *const *a = f->a;
+    const ct_value *items;
+    size_t n;
+    TRY(ct_iterate(c, off, f->v, &items, &n));
+    if (!n) {
+        *out = ct_undef();
+        return ZI_OK;
+    }
+    sort_ctx s = {c, off, a[0] && ct_truthy(a[0])};
+    int has_attr = a[1] && a[1]->t != CT_V_NONE;
+    size_t best = 0;
+    ct_value bk = items[0];
+    if (has_attr) TRY(attr_path(c, off, &items[0], a[1], &bk));
+    for (size_t i = 1; i < n; i++) {
+        ct_value k = items[i];
+        if (has_attr) TRY(attr_path(c, off, &items[i], a[1], &k));
+        TRY(ct_charge(c, off, 1));
+        int better;
+        TRY(f->id == F_MIN ? sort_key_less(&s, &k, &bk, &better)
+                           : sort_key_less(&s, &bk, &k, &better));
+        if (better) best = i, bk = k;
+    }
+    *out = items[best];
+    return ZI_OK;
+}
+
 static int f_sort(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
     return sort_filter(c, off, f->v, f->a[0], f->a[1], f->a[2], out);
 }
@@ -781,6 +868,7 @@ static const struct filter_def {
     [F_ABS] = {"abs", NULL, 0, f_abs},
     [F_CAPITALIZE] = {"capitalize", NULL, 0, f_case},
     [F_DEFAULT] = {"default", PARAMS("default_value", "boolean"), f_default},
+    [F_DICTSORT] = {"dictsort", PARAMS("case_sensitive", "by", "reverse"), f_dictsort},
     [F_ESCAPE] = {"escape", NULL, 0, f_escape},
     [F_FIRST] = {"first", NULL, 0, f_first_last},
     [F_FLOAT] = {"float", PARAMS("default"), f_float},
@@ -793,11 +881,13 @@ static const struct filter_def {
     [F_LIST] = {"list", NULL, 0, f_list},
     [F_LOWER] = {"lower", NULL, 0, f_case},
     [F_MAP] = {NULL, NULL, 0, f_map},
+    [F_MAX] = {"max", PARAMS("case_sensitive", "attribute"), f_min_max},
+    [F_MIN] = {"min", PARAMS("case_sensitive", "attribute"), f_min_max},
     [F_REJECT] = {NULL, NULL, 0, f_select},
     [F_REJECTATTR] = {NULL, NULL, 0, f_select},
     [F_REPLACE] = {"replace", PARAMS("old", "new", "count"), f_replace},
     [F_REVERSE] = {"reverse", NULL, 0, f_reverse},
-    [F_SAFE] = {"safe", NULL, 0, f_string},
+    [F_SAFE] = {"safe", NULL, 0, f_safe},
     [F_SELECT] = {NULL, NULL, 0, f_select},
     [F_SELECTATTR] = {NULL, NULL, 0, f_select},
     [F_SORT] = {"sort", PARAMS("reverse", "case_sensitive", "attribute"), f_sort},

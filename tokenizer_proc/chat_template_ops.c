@@ -226,8 +226,18 @@ int ct_binop(ct_ctx *c, size_t off, int op, const ct_value *a, const ct_value *b
         return ZI_OK;
     }
     if (op == CT_OP_ADD) {
-        if (a->t == CT_V_STR && b->t == CT_V_STR)
-            return ct_str_concat(c, off, a, b->u.s.p, b->u.s.n, out);
+        if (a->t == CT_V_STR && b->t == CT_V_STR) {
+            if (a->ut != CT_STR_MARKUP && b->ut != CT_STR_MARKUP)
+                return ct_str_concat(c, off, a, b->u.s.p, b->u.s.n, out);
+            /* markupsafe: Markup + str and str + Markup escape the str */
+            ct_value ea, eb;
+            TRY(ct_html_escape(c, off, a, &ea));
+            TRY(ct_html_escape(c, off, b, &eb));
+            ea.uk = 0; /* a new string, never grown in place */
+            TRY(ct_str_concat(c, off, &ea, eb.u.s.p, eb.u.s.n, out));
+            out->ut = CT_STR_MARKUP;
+            return ZI_OK;
+        }
         if (ct_is_plain_list(a) && a->t == b->t && ct_is_plain_list(b))
             return list_concat(c, off, a, b, out);
         if (a->t == CT_V_STR || ((a->t == CT_V_LIST || a->t == CT_V_TUPLE) && a->uk == 0))
@@ -445,6 +455,7 @@ static const ct_named str_methods[] = {
     {"join", CT_F_JOIN},
     {"find", CT_F_FIND},
     {"count", CT_F_COUNT},
+    {"format", CT_F_FORMAT},
 };
 static const ct_named dict_methods[] = {
     {"items", CT_F_ITEMS},

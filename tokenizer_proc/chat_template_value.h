@@ -55,6 +55,11 @@ enum ct_seq_kind {
 /* A string made by concatenation, which later concatenations may extend in
  * place (see ct_str_concat). */
 #define CT_STR_GROWABLE 1
+/* ct_value.ut of a STR: a markupsafe Markup string (made by the safe and
+ * escape filters). Only `+` treats it differently: Markup + str escapes
+ * the str and gives Markup, as markupsafe does; everything else sees a
+ * plain string. */
+#define CT_STR_MARKUP 1
 
 typedef struct ct_value {
     uint8_t t;  /* CT_V_* */

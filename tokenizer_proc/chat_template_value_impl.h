@@ -183,6 +183,7 @@ enum {
     CT_F_JOIN,
     CT_F_FIND,
     CT_F_COUNT,
+    CT_F_FORMAT,
     /* dict methods */
     CT_F_ITEMS,
     CT_F_KEYS,
@@ -222,5 +223,10 @@ int ct_iterate_new_list(ct_ctx *c, size_t off, const ct_value *v, const ct_value
 int ct_list_of(ct_ctx *c, size_t off, const ct_value *v, ct_value *out);
 /* dict.items() of d. */
 int ct_items_of(ct_ctx *c, size_t off, const ct_dict *d, ct_value *out);
+
+/* markupsafe's escape(): str(v) with & < > " ' replaced by entities, as a
+ * Markup string (ct_value.ut == CT_STR_MARKUP); a Markup v is returned as
+ * it is. */
+int ct_html_escape(ct_ctx *c, size_t off, const ct_value *v, ct_value *out);
 
 #endif

@@ -186,6 +186,21 @@ SNIPPETS = [
     "{% set x = 5 %}{{ x[1:] }}",
     "{{ messages[0][1:] }}",
     "{{ {'a': 1} in {'b': 2} }}",
+    # dictsort, min, max, str.format, Markup (safe / escape) with +
+    "{% for k, v in {'b': 1, 'A': 2, 'c': 0, 'a': 3} | dictsort %}{{ k }}={{ v }};{% endfor %}|"
+    "{{ {'b': 1, 'A': 2, 'a': 3} | dictsort(true) }}|{{ {'x': 2, 'y': 1, 'z': 2} | dictsort(by='value') }}|"
+    "{{ {'x': 2, 'y': 1} | dictsort(reverse=true) }}|{{ {} | dictsort }}",
+    "{{ [3, 1, 2] | min }} {{ [3, 1, 2] | max }} {{ ['b', 'A', 'a'] | min }} {{ ['b', 'A', 'a'] | max }} "
+    "{{ ['b', 'A', 'a'] | min(case_sensitive=true) }} {{ messages | max(attribute='content') }} "
+    "{{ messages | min(attribute='role') }} [{{ [] | min }}] {{ [1, 1.0] | max }} {{ [2, 1] | min is number }}",
+    "{{ '<a{}b{}>'.format(1, 'x') }}|{{ '{1}{0}{1}'.format('a', 'b') }}|{{ '{x}-{y}'.format(x=1, y=[2]) }}|"
+    "{{ '{{}}{}'.format(none) }}|{{ 'é{}ü'.format('中') }}",
+    "{{ '{}{0}'.format(1) }}",
+    "{{ '{'.format(1) }}",
+    "{{ '{} {}'.format(1) }}",
+    "{{ \"a'\" | safe + \"<b>&'\" + 'c\"' }}|{{ 'x<' + '&y' | safe }}|{{ 'p' | e + '<' }}|"
+    "{{ ('<' | e) + ('<' | e) }}|{{ '<' | safe ~ '<' }}|{{ ('a' | safe + 'b') | length }}|"
+    "{{ ('\\'' | safe + {'k': \"v'\"} | tojson) }}",
     # errors (the test checks that the engine fails too; raise_exception also its message)
     "{{ raise_exception('Custom failure: ' ~ messages | length) }}",
     "{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}",
