@@ -52,6 +52,7 @@ enum {
     F_TITLE,
     F_TOJSON,
     F_TRIM,
+    F_UNIQUE,
     F_UPPER,
     F_COUNT /* the number of filters */
 };
@@ -91,6 +92,7 @@ static const ct_named filters[] = {
     {"title", F_TITLE},
     {"tojson", F_TOJSON},
     {"trim", F_TRIM},
+    {"unique", F_UNIQUE},
     {"upper", F_UPPER},
 };
 
@@ -849,6 +851,40 @@ static int f_trim(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
     return ZI_OK;
 }
 
+/* unique(case_sensitive=False, attribute=None): the items in order, each
+ * key (lower-cased strings unless case_sensitive) once; a generator. The
+ * keys must be hashable, as in Python's set. Quadratic, but charged. */
+static int unique_items(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    const ct_value *const *a = f->a;
+    const ct_value *items;
+    size_t n;
+    TRY(ct_iterate(c, off, f->v, &items, &n));
+    ct_list *l = ct_list_new(c, n);
+    ct_value *keys = ct_alloc(&c->arena, (n ? n : 1) * sizeof *keys);
+    if (!l || !keys) return ct_oom(c, off);
+    int cs = a[0] && ct_truthy(a[0]);
+    size_t nk = 0;
+    for (size_t i = 0; i < n; i++) {
+        ct_value k = items[i];
+        if (a[1] && a[1]->t != CT_V_NONE) TRY(attr_path(c, off, &items[i], a[1], &k));
+        if (!cs && k.t == CT_V_STR) TRY(ct_change_case(c, &k, CT_CASE_LOWER, &k));
+        if (ct_unhashable(&k))
+            return ct_fail(c, off, ZI_EINVAL, "unhashable type: '%s'", ct_tname(&k));
+        TRY(ct_charge(c, off, nk / 8 + 1));
+        int seen = 0;
+        for (size_t j = 0; j < nk && !seen; j++) seen = ct_equal(c, &keys[j], &k);
+        if (seen) continue;
+        keys[nk++] = k;
+        l->v[l->n++] = items[i];
+    }
+    *out = ct_seq_value(CT_V_LIST, l);
+    return ZI_OK;
+}
+
+static int f_unique(ct_ctx *c, size_t off, filter_call *f, ct_value *out) {
+    return as_generator(c, unique_items(c, off, f, out), out);
+}
+
 /* ---- dispatch -------------------------------------------------------------- */
 
 /* A parameter list for filter_defs: the names and their count. */
@@ -896,6 +932,7 @@ static const struct filter_def {
     [F_TITLE] = {"title", NULL, 0, f_case},
     [F_TOJSON] = {"tojson", PARAMS("ensure_ascii", "indent", "separators", "sort_keys"), f_tojson},
     [F_TRIM] = {"trim", PARAMS("chars"), f_trim},
+    [F_UNIQUE] = {"unique", PARAMS("case_sensitive", "attribute"), f_unique},
     [F_UPPER] = {"upper", NULL, 0, f_case},
 };
 

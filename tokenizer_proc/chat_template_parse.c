@@ -27,6 +27,14 @@ typedef struct parser {
     size_t n;
     int depth;      /* recursion depth of the parser itself */
     int loop_depth; /* enclosing for loops, for break/continue */
+    /* jinja2's "soft frame": inside an if statement or a conditional
+     * expression (but not in a for, macro, filter or set block nested in
+     * one), an unknown filter or test fails only if it is reached. */
+    int soft;
+    /* the FILTER and TEST nodes of unknown names outside a soft frame: the
+     * first one refuses the template once it has parsed, as jinja2's
+     * compiler does after its parser */
+    struct nvec *unknown;
     int (*resolve_filter)(const char *, size_t);
     int (*resolve_test)(const char *, size_t);
 } parser;
@@ -325,6 +333,7 @@ static int parse_filter(parser *p, ct_node *node, int start_inline, ct_node **ou
         MK(f, p, CT_N_FILTER, cur(p)->off);
         TRY(parse_dotted_name(p, &f->s, &f->slen));
         f->i = p->resolve_filter(f->s, f->slen);
+        if (f->i < 0 && !p->soft) TRY(nvec_push(p, p->unknown, f));
         f->a = node;
         if (cur(p)->type == TK_LPAREN) TRY(parse_call_args(p, &f->l1, &f->l2));
         node = f;
@@ -347,6 +356,7 @@ static int parse_test(parser *p, ct_node *node, ct_node **out) {
     t->a = node;
     TRY(parse_dotted_name(p, &t->s, &t->slen));
     t->i = p->resolve_test(t->s, t->slen);
+    if (t->i < 0 && !p->soft) TRY(nvec_push(p, p->unknown, t));
     int ty = cur(p)->type;
     if (ty == TK_LPAREN) {
         TRY(parse_call_args(p, &t->l1, &t->l2));
@@ -647,8 +657,14 @@ static int parse_binary(parser *p, int level, ct_node **out) {
 static int parse_condexpr(parser *p, ct_node **out) {
     TRY(enter(p));
     ct_node *expr1;
+    size_t n_unknown = p->unknown->l.n;
+    int soft = p->soft;
     TRY(parse_binary(p, L_OR, &expr1));
     while (tok_is_name(cur(p), "if")) {
+        /* all of a conditional expression is a soft frame, the value
+         * before its `if` included */
+        p->unknown->l.n = n_unknown;
+        p->soft = 1;
         ct_node *c;
         MK(c, p, CT_N_COND, cur(p)->off);
         adv(p);
@@ -660,6 +676,7 @@ static int parse_condexpr(parser *p, ct_node **out) {
         }
         expr1 = c;
     }
+    p->soft = soft;
     p->depth--;
     *out = expr1;
     return ZI_OK;
@@ -773,6 +790,8 @@ static int parse_for(parser *p, ct_node **out) {
     TRY(parse_assign_target(p, "in", 0, &f->a));
     TRY(expect_name(p, "in"));
     TRY(parse_tuple(p, 0, 0, "recursive", 0, 0, &f->b));
+    int soft = p->soft;
+    p->soft = 0; /* the loop's filter and bodies are an inner frame */
     if (tok_is_name(cur(p), "if")) {
         adv(p);
         TRY(parse_expression(p, 1, &f->c));
@@ -785,6 +804,7 @@ static int parse_for(parser *p, ct_node **out) {
     int is_else = tok_is_name(cur(p), "else");
     adv(p);
     if (is_else) TRY(parse_statements(p, &o, else_end, 1, &f->l2));
+    p->soft = soft;
     *out = f;
     return ZI_OK;
 }
@@ -798,6 +818,8 @@ static int parse_if(parser *p, ct_node **out) {
     MK(result, p, CT_N_IF, cur(p)->off);
     adv(p);
     node = result;
+    int soft = p->soft;
+    p->soft = 1;
     for (;;) {
         TRY(parse_tuple(p, 0, 0, NULL, 0, 0, &node->a));
         TRY(parse_statements(p, &o, body_end, 0, &node->l1));
@@ -815,6 +837,7 @@ static int parse_if(parser *p, ct_node **out) {
         if (tok_is_name(t, "else")) TRY(parse_statements(p, &o, else_end, 1, &node->l2));
         break;
     }
+    p->soft = soft;
     *out = result;
     return ZI_OK;
 }
@@ -836,14 +859,28 @@ static int parse_set(parser *p, ct_node **out) {
     } else {
         MK(s, p, CT_N_SETBLOCK, off);
         s->a = target;
+        int soft = p->soft;
+        p->soft = 0;
         TRY(parse_filter(p, NULL, 0, &s->b));
         TRY(parse_statements(p, &o, ends, 1, &s->l1));
+        p->soft = soft;
     }
     *out = s;
     return ZI_OK;
 }
 
+static int parse_macro_inner(parser *p, ct_node **out);
+
+/* A macro's defaults and body are an inner frame: never soft. */
 static int parse_macro(parser *p, ct_node **out) {
+    int soft = p->soft;
+    p->soft = 0;
+    TRY(parse_macro_inner(p, out));
+    p->soft = soft;
+    return ZI_OK;
+}
+
+static int parse_macro_inner(parser *p, ct_node **out) {
     static const char *const ends[] = {"endmacro", NULL};
     /* the "{%" of the tag */
     opener o = {"macro", p->t[p->i - 1].off};
@@ -921,8 +958,11 @@ static int parse_statement(parser *p, nvec *body) {
         opener o = {"filter", p->t[p->i - 1].off};
         MK(n, p, CT_N_FILTERBLOCK, t->off);
         adv(p);
+        int soft = p->soft;
+        p->soft = 0;
         TRY(parse_filter(p, NULL, 1, &n->b));
         TRY(parse_statements(p, &o, ends, 1, &n->l1));
+        p->soft = soft;
     } else if (tok_is_name(t, "generation")) {
         /* Hugging Face's AssistantTracker tag: the body renders in place. */
         static const char *const ends[] = {"endgeneration", NULL};
@@ -1009,15 +1049,26 @@ int ct_parse(ct_arena *a, const char *src, size_t len, int (*resolve_filter)(con
     ct_token *toks = NULL;
     int rc = ct_lex(a, s, n, err, &toks);
     if (rc == ZI_OK) {
+        nvec unknown = {{NULL, 0}, 0};
         parser p = {.t = toks,
                     .a = a,
                     .err = err,
                     .src = s,
                     .n = n,
                     .resolve_filter = resolve_filter,
-                    .resolve_test = resolve_test};
+                    .resolve_test = resolve_test,
+                    .unknown = &unknown};
         rc = subparse(&p, NULL, out);
         if (rc == ZI_OK && cur(&p)->type != TK_EOF) rc = unexpected(&p, NULL);
+        /* Refused at load, as jinja2 refuses them when it compiles: an
+         * unknown filter or test outside an if statement or conditional
+         * expression. */
+        if (rc == ZI_OK && unknown.l.n) {
+            const ct_node *u = unknown.l.v[0];
+            rc = perr(&p, ZI_EUNSUPPORTED, u->off, "%s '%.*s' is not supported",
+                      u->kind == CT_N_FILTER ? "filter" : "test",
+                      (int)(u->slen > 60 ? 60 : u->slen), u->s);
+        }
     }
     free(toks);
     *norm = s;

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <dirent.h>
 #include <jansson.h>
 
 #include "chat_template.h"
@@ -342,14 +343,28 @@ static void test_runtime_errors(void **state) {
     expect_error("{% for a, b, c in messages %}{% endfor %}", NULL, ZI_EINVAL,
                  "not enough values to unpack (expected 3, got 2)");
     expect_render("{% for a, b in messages %}{{ a }}{{ b }}{% endfor %}", "rolecontentrolecontent");
-    expect_error("{{ 'x' | frobnicate }}", NULL, ZI_EUNSUPPORTED,
-                 "line 1 col 10: no filter named 'frobnicate'");
+    /* Unknown filters and tests are refused at load, as jinja2's compiler
+     * refuses them, except inside an if statement or a conditional
+     * expression (not in a loop or macro nested there), where they fail
+     * only when reached. */
+    expect_compile_error("{{ 'x' | frobnicate }}", ZI_EUNSUPPORTED,
+                         "line 1 col 10: filter 'frobnicate' is not supported");
+    expect_render("{% if false %}\n  {{ x | wordwrap(3) }}{% endif %}ok", "ok");
+    expect_error("{% if true %}\n  {{ x | wordwrap(3) }}{% endif %}ok", NULL, ZI_EUNSUPPORTED,
+                 "line 2 col 10: no filter named 'wordwrap'");
+    expect_render("{{ x | frob if false else 1 }}", "1");
+    expect_render("{% macro m() %}{% if 0 %}{{ 1 | frob }}{% endif %}{% endmacro %}ok", "ok");
+    expect_compile_error("{% if true %}{% for m in [1] %}{{ m | frob }}{% endfor %}{% endif %}",
+                         ZI_EUNSUPPORTED, "line 1 col 39: filter 'frob' is not supported");
+    expect_compile_error("{% if x %}{% set y | frob %}{% endset %}{% endif %}", ZI_EUNSUPPORTED,
+                         "filter 'frob' is not supported");
     /* Argument errors name the filter, not the source text after it. */
     expect_error("{{ 'a' | upper(1) }}", NULL, ZI_EINVAL,
                  "upper() takes at most 0 arguments (1 given)");
     expect_error("{{ ['a'] | map('first', 2) | list }}", NULL, ZI_EINVAL,
                  "first() takes at most 0 arguments (1 given)");
-    expect_error("{{ 1 is frobnicated }}", NULL, ZI_EUNSUPPORTED, "no test named 'frobnicated'");
+    expect_compile_error("{{ 1 is frobnicated }}", ZI_EUNSUPPORTED,
+                         "line 1 col 6: test 'frobnicated' is not supported");
     expect_error("{{ '%s' % 1 }}", NULL, ZI_EUNSUPPORTED, "formatting");
     expect_error("{{ 9223372036854775807 + 1 }}", NULL, ZI_EUNSUPPORTED, "64 bits");
     expect_error("{{ undefined_fn() }}", NULL, ZI_EINVAL, "'undefined_fn' is undefined");
@@ -358,8 +373,9 @@ static void test_runtime_errors(void **state) {
                  "takes not more than 1");
     expect_error("{{ messages | tojson }}{{ nope | tojson }}", NULL, ZI_EINVAL,
                  "not JSON serializable");
-    /* An unknown filter in a branch never taken is not an error. */
-    expect_render("{% if false %}{{ x | frobnicate }}{% endif %}ok", "ok");
+    /* An unknown method is only known at render: it fails there. */
+    expect_render("{% for m in [] %}{{ x.frobnicate() }}{% endfor %}ok", "ok");
+    expect_error("{{ 'x'.frobnicate() }}", NULL, ZI_EINVAL, "has no attribute 'frobnicate'");
 
     /* Bad arguments and bad message text. */
     zi_chat_template *t;
@@ -499,18 +515,82 @@ static uint64_t rng_next(uint64_t *s) {
     return *s;
 }
 
-static void test_mutations(void **state) {
-    (void)state;
-    static const char *const pieces[] = {
-        "{{", "}}", "{%", "%}", "{#", "#}", "-",    "+",          "(",       ")",      "[",
-        "]",  "'",  "\"", "\\", "|",  "~",  " if ", " for x in ", " endfor", " endif", "loop.",
-        ".",  ",",  "\n", " ",  "é",  "0",  "9",    "raw",        "set ",    "*",      "%"};
-    json_t *j = load_fixture();
-    json_t *templates = json_object_get(j, "templates");
-    uint64_t seed = 0x9E3779B97F4A7C15ull;
-    size_t runs = 0, compiled = 0, rendered = 0;
-    zi_chat_message m[3] = {
-        {"system", "s", 0, 0}, {"user", "u {{ x }}", 0, 0}, {"assistant", "a", 0, 0}};
+static const char *const mutation_pieces[] = {
+    "{{", "}}", "{%", "%}", "{#", "#}", "-",    "+",          "(",       ")",      "[",
+    "]",  "'",  "\"", "\\", "|",  "~",  " if ", " for x in ", " endfor", " endif", "loop.",
+    ".",  ",",  "\n", " ",  "é",  "0",  "9",    "raw",        "set ",    "*",      "%"};
+
+typedef struct mutation_stats {
+    size_t runs, compiled, rendered;
+} mutation_stats;
+
+/* `count` seeded mutations of src[0..len) (pieces inserted, runs deleted or
+ * duplicated): each must compile and render within the limits of o, or
+ * fail cleanly with a located message. */
+static void mutate_and_run(const char *src, size_t len, int count, uint64_t *seed,
+                           const zi_chat_message *m, size_t nm, const zi_chat_render_opts *o,
+                           mutation_stats *st) {
+    const size_t npieces = sizeof mutation_pieces / sizeof mutation_pieces[0];
+    for (int k = 0; k < count; k++) {
+        char *buf = malloc(len * 2 + 64);
+        assert_non_null(buf);
+        memcpy(buf, src, len);
+        size_t n = len;
+        int edits = 1 + (int)(rng_next(seed) % 4);
+        for (int e = 0; e < edits; e++) {
+            size_t at = n ? rng_next(seed) % n : 0;
+            uint64_t op = rng_next(seed) % 3;
+            if (op == 0) { /* insert a piece */
+                const char *p = mutation_pieces[rng_next(seed) % npieces];
+                size_t pl = strlen(p);
+                if (n + pl > len * 2 + 60) continue;
+                memmove(buf + at + pl, buf + at, n - at);
+                memcpy(buf + at, p, pl);
+                n += pl;
+            } else if (op == 1) { /* delete a run */
+                size_t dl = 1 + rng_next(seed) % 8;
+                if (at + dl > n) dl = n - at;
+                memmove(buf + at, buf + at + dl, n - at - dl);
+                n -= dl;
+            } else { /* duplicate a run */
+                size_t dl = 1 + rng_next(seed) % 16;
+                if (at + dl > n) dl = n - at;
+                if (n + dl > len * 2 + 60) continue;
+                memmove(buf + at + dl, buf + at, n - at);
+                n += dl;
+            }
+        }
+        zi_chat_template *t = NULL;
+        zi_error err = {0};
+        st->runs++;
+        int rc = zi_chat_template_compile(buf, n, &t, &err);
+        if (rc == ZI_OK) {
+            st->compiled++;
+            char *out = NULL;
+            size_t out_len;
+            rc = zi_chat_template_render(t, m, nm, o, &out, &out_len, &err);
+            if (rc == ZI_OK) {
+                st->rendered++;
+                assert_non_null(out);
+                assert_int_equal(strlen(out) <= out_len, 1);
+                free(out);
+            } else {
+                assert_null(out);
+                assert_true(rc == ZI_EINVAL || rc == ZI_EUNSUPPORTED || rc == ZI_ERANGE ||
+                            rc == ZI_ENOMEM || rc == ZI_EFORMAT);
+                assert_true(err.msg[0] != '\0');
+            }
+            zi_chat_template_free(t);
+        } else {
+            assert_null(t);
+            assert_true(rc == ZI_EFORMAT || rc == ZI_EUNSUPPORTED || rc == ZI_EINVAL);
+            assert_non_null(strstr(err.msg, "chat template line "));
+        }
+        free(buf);
+    }
+}
+
+static zi_chat_render_opts mutation_opts(void) {
     zi_chat_render_opts o = {0};
     o.add_generation_prompt = 1;
     o.bos_token = "<s>";
@@ -518,6 +598,18 @@ static void test_mutations(void **state) {
     o.max_memory = 8 << 20;
     o.max_iterations = 20000;
     o.max_steps = 200000;
+    return o;
+}
+
+static void test_mutations(void **state) {
+    (void)state;
+    json_t *j = load_fixture();
+    json_t *templates = json_object_get(j, "templates");
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    mutation_stats st = {0, 0, 0};
+    zi_chat_message m[3] = {
+        {"system", "s", 0, 0}, {"user", "u {{ x }}", 0, 0}, {"assistant", "a", 0, 0}};
+    zi_chat_render_opts o = mutation_opts();
     for (size_t ti = 0; ti < json_array_size(templates); ti++) {
         char path[512];
         snprintf(path, sizeof path, FIXTURE_DIR "%s",
@@ -525,68 +617,90 @@ static void test_mutations(void **state) {
         size_t len;
         char *src = read_file(path, &len);
         assert_non_null(src);
-        for (int k = 0; k < 150; k++) {
-            char *buf = malloc(len * 2 + 64);
-            memcpy(buf, src, len);
-            size_t n = len;
-            int edits = 1 + (int)(rng_next(&seed) % 4);
-            for (int e = 0; e < edits; e++) {
-                size_t at = n ? rng_next(&seed) % n : 0;
-                uint64_t op = rng_next(&seed) % 3;
-                if (op == 0) { /* insert a piece */
-                    const char *p = pieces[rng_next(&seed) % (sizeof pieces / sizeof pieces[0])];
-                    size_t pl = strlen(p);
-                    if (n + pl > len * 2 + 60) continue;
-                    memmove(buf + at + pl, buf + at, n - at);
-                    memcpy(buf + at, p, pl);
-                    n += pl;
-                } else if (op == 1) { /* delete a run */
-                    size_t dl = 1 + rng_next(&seed) % 8;
-                    if (at + dl > n) dl = n - at;
-                    memmove(buf + at, buf + at + dl, n - at - dl);
-                    n -= dl;
-                } else { /* duplicate a run */
-                    size_t dl = 1 + rng_next(&seed) % 16;
-                    if (at + dl > n) dl = n - at;
-                    if (n + dl > len * 2 + 60) continue;
-                    memmove(buf + at + dl, buf + at, n - at);
-                    n += dl;
-                }
-            }
-            zi_chat_template *t = NULL;
-            zi_error err = {0};
-            runs++;
-            int rc = zi_chat_template_compile(buf, n, &t, &err);
-            if (rc == ZI_OK) {
-                compiled++;
-                char *out = NULL;
-                size_t out_len;
-                rc = zi_chat_template_render(t, m, 3, &o, &out, &out_len, &err);
-                if (rc == ZI_OK) {
-                    rendered++;
-                    assert_non_null(out);
-                    assert_int_equal(strlen(out) <= out_len, 1);
-                    free(out);
-                } else {
-                    assert_null(out);
-                    assert_true(rc == ZI_EINVAL || rc == ZI_EUNSUPPORTED || rc == ZI_ERANGE ||
-                                rc == ZI_ENOMEM || rc == ZI_EFORMAT);
-                    assert_true(err.msg[0] != '\0');
-                }
-                zi_chat_template_free(t);
-            } else {
-                assert_null(t);
-                assert_true(rc == ZI_EFORMAT || rc == ZI_EUNSUPPORTED || rc == ZI_EINVAL);
-                assert_non_null(strstr(err.msg, "chat template line "));
-            }
-            free(buf);
-        }
+        mutate_and_run(src, len, 150, &seed, m, 3, &o, &st);
         free(src);
     }
-    print_message("chat templates: %zu mutated templates, %zu compiled, %zu rendered\n", runs,
-                  compiled, rendered);
+    print_message("chat templates: %zu mutated templates, %zu compiled, %zu rendered\n", st.runs,
+                  st.compiled, st.rendered);
     json_decref(j);
-    assert_true(compiled > runs / 10);
+    assert_true(st.compiled > st.runs / 10);
+}
+
+/* The same on llama.cpp's 70 vendored templates ($ZINFER_HOME/llama.cpp-
+ * vendor/models/templates; skipped when absent), rendered with tools and
+ * a tool-call round trip, the shapes that reach their largest branches. */
+static void test_mutations_vendored(void **state) {
+    (void)state;
+    const char *home = getenv("ZINFER_HOME");
+    char dir[1024];
+    if (home && *home)
+        snprintf(dir, sizeof dir, "%s/llama.cpp-vendor/models/templates", home);
+    else
+        snprintf(dir, sizeof dir, "%s/.cache/zinfer/llama.cpp-vendor/models/templates",
+                 getenv("HOME") ? getenv("HOME") : "");
+    DIR *d = opendir(dir);
+    if (!d) {
+        print_message("chat templates: %s absent, vendored mutations skipped\n", dir);
+        skip();
+    }
+    /* [{"role": "user", ...}, {"role": "assistant", "content": "", "tool_calls": [...]},
+     *  {"role": "tool", "tool_call_id": ..., "content": ...}] and one tool. */
+    static const zi_chat_pair args[] = {{"city", 4, {ZI_CHAT_STR, {.s = {"Oslo", 4}}}}};
+    static const zi_chat_pair fn[] = {{"name", 4, {ZI_CHAT_STR, {.s = {"get_weather", 11}}}},
+                                      {"arguments", 9, {ZI_CHAT_DICT, {.dict = {args, 1}}}}};
+    static const zi_chat_pair call[] = {{"id", 2, {ZI_CHAT_STR, {.s = {"c1", 2}}}},
+                                        {"type", 4, {ZI_CHAT_STR, {.s = {"function", 8}}}},
+                                        {"function", 8, {ZI_CHAT_DICT, {.dict = {fn, 2}}}}};
+    static const zi_chat_value calls[] = {{ZI_CHAT_DICT, {.dict = {call, 3}}}};
+    static const zi_chat_pair m0[] = {{"role", 4, {ZI_CHAT_STR, {.s = {"user", 4}}}},
+                                      {"content", 7, {ZI_CHAT_STR, {.s = {"Weather?", 8}}}}};
+    static const zi_chat_pair m1[] = {{"role", 4, {ZI_CHAT_STR, {.s = {"assistant", 9}}}},
+                                      {"content", 7, {ZI_CHAT_STR, {.s = {"", 0}}}},
+                                      {"tool_calls", 10, {ZI_CHAT_LIST, {.list = {calls, 1}}}}};
+    static const zi_chat_pair m2[] = {{"role", 4, {ZI_CHAT_STR, {.s = {"tool", 4}}}},
+                                      {"tool_call_id", 12, {ZI_CHAT_STR, {.s = {"c1", 2}}}},
+                                      {"content", 7, {ZI_CHAT_STR, {.s = {"{\"t\": 3}", 8}}}}};
+    static const zi_chat_value msgs[] = {{ZI_CHAT_DICT, {.dict = {m0, 2}}},
+                                         {ZI_CHAT_DICT, {.dict = {m1, 3}}},
+                                         {ZI_CHAT_DICT, {.dict = {m2, 3}}}};
+    static const zi_chat_value messages = {ZI_CHAT_LIST, {.list = {msgs, 3}}};
+    static const zi_chat_pair tfn[] = {{"name", 4, {ZI_CHAT_STR, {.s = {"get_weather", 11}}}},
+                                       {"description", 11, {ZI_CHAT_STR, {.s = {"Weather.", 8}}}}};
+    static const zi_chat_pair tool[] = {{"type", 4, {ZI_CHAT_STR, {.s = {"function", 8}}}},
+                                        {"function", 8, {ZI_CHAT_DICT, {.dict = {tfn, 2}}}}};
+    static const zi_chat_value tools[] = {{ZI_CHAT_DICT, {.dict = {tool, 2}}}};
+    zi_chat_var var = {"tools", 5, {ZI_CHAT_LIST, {.list = {tools, 1}}}};
+    zi_chat_render_opts o = mutation_opts();
+    o.messages = &messages;
+    o.vars = &var;
+    o.n_vars = 1;
+    uint64_t seed = 0x2545F4914F6CDD1Dull;
+    mutation_stats st = {0, 0, 0};
+    size_t files = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 7 || strcmp(e->d_name + nl - 6, ".jinja")) continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t len;
+        char *src = read_file(path, &len);
+        assert_non_null(src);
+        /* the unmutated template renders */
+        zi_chat_template *t = NULL;
+        zi_error err = {0};
+        if (zi_chat_template_compile(src, len, &t, &err)) fail_msg("%s: %s", path, err.msg);
+        zi_chat_template_free(t);
+        mutate_and_run(src, len, 30, &seed, NULL, 0, &o, &st);
+        free(src);
+        files++;
+    }
+    closedir(d);
+    print_message("chat templates: %zu vendored templates, %zu mutations, %zu compiled, "
+                  "%zu rendered\n",
+                  files, st.runs, st.compiled, st.rendered);
+    assert_true(files > 0);
+    assert_true(st.compiled > st.runs / 10);
 }
 
 int main(void) {
@@ -601,6 +715,7 @@ int main(void) {
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_nesting_limits),
         cmocka_unit_test(test_mutations),
+        cmocka_unit_test(test_mutations_vendored),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
