@@ -192,6 +192,56 @@ static int dec_content(zi_dec *d, const msgpack_object *o, zi_string *out) {
     return ZI_OK;
 }
 
+/* An assistant message's tool_calls: [{"id": str, "type": "function",
+ * "function": {"name": non-empty str, "arguments": map or str}}], 1 to
+ * max_items calls, no other keys; id and type may be left out (Hugging
+ * Face's examples do). Kept as msgpack for the chat template. */
+static int dec_tool_calls(zi_dec *d, const msgpack_object *o, zi_bytes *out) {
+    static const char *const call_keys[] = {"id", "type", "function"};
+    static const char *const fn_keys[] = {"name", "arguments"};
+    int rc =
+        zi_dec_sized(d, o, MSGPACK_OBJECT_ARRAY, "an array of calls", "calls", d->lim->max_items);
+    if (rc) return rc;
+    if (o->via.array.size == 0) return zi_dec_fail(d, ZI_EINVAL, "must not be empty");
+    for (uint32_t i = 0; i < o->via.array.size && !rc; i++) {
+        size_t old = zi_dec_push_idx(d, i);
+        const msgpack_object *cv[3], *fv[2];
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], call_keys, 3, 0, cv);
+        if (!rc && cv[0]) {
+            size_t o2 = zi_dec_push_key(d, "id");
+            rc = zi_dec_check_str(d, cv[0], ZI_STR_ID);
+            zi_dec_pop(d, o2);
+        }
+        if (!rc && cv[1]) {
+            size_t o2 = zi_dec_push_key(d, "type");
+            rc = zi_dec_check_str(d, cv[1], 0);
+            if (!rc && !zi_dec_is_key(cv[1], "function"))
+                rc = zi_dec_fail(d, ZI_EINVAL, "must be \"function\"");
+            zi_dec_pop(d, o2);
+        }
+        if (!rc) rc = need_field(d, cv[2], "function", MSGPACK_OBJECT_MAP, "a map", false);
+        if (!rc) {
+            size_t fold = zi_dec_push_key(d, "function");
+            rc = zi_dec_read_map(d, cv[2], fn_keys, 2, 2, fv);
+            if (!rc) {
+                size_t o2 = zi_dec_push_key(d, "name");
+                rc = zi_dec_check_str(d, fv[0], ZI_STR_ID | ZI_STR_NONEMPTY);
+                zi_dec_pop(d, o2);
+            }
+            if (!rc && fv[1]->type != MSGPACK_OBJECT_MAP && fv[1]->type != MSGPACK_OBJECT_STR) {
+                size_t o2 = zi_dec_push_key(d, "arguments");
+                rc = zi_dec_wrong_type(d, fv[1], "a map or a JSON string");
+                zi_dec_pop(d, o2);
+            }
+            zi_dec_pop(d, fold);
+        }
+        zi_dec_pop(d, old);
+    }
+    /* request (1) > messages (2) > message (3) > tool_calls (4) */
+    if (!rc) rc = zi_dec_opaque(d, o, MSGPACK_OBJECT_ARRAY, "an array", 4, out);
+    return rc;
+}
+
 static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
     int rc = zi_dec_sized(d, o, MSGPACK_OBJECT_ARRAY, "an array of messages", "messages",
                           d->lim->max_items);
@@ -201,25 +251,52 @@ static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
     r->messages = calloc(n, sizeof *r->messages);
     if (!r->messages) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < n; i++) {
-        static const char *const names[] = {"role", "content"};
-        const msgpack_object *v[2];
+        static const char *const names[] = {"role", "content", "tool_calls", "tool_call_id"};
+        const msgpack_object *v[4];
         zi_message *m = &r->messages[i];
         r->n_messages = i + 1; /* so a failure frees what was filled */
         size_t old = zi_dec_push_idx(d, i);
-        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 2, 2, v);
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 4, 1, v);
+        bool assistant = false, tool = false;
         if (!rc) {
             size_t o2 = zi_dec_push_key(d, "role");
             rc = zi_dec_str(d, v[0], ZI_STR_ID, &m->role);
-            if (!rc && strcmp(m->role.p, "system") && strcmp(m->role.p, "user") &&
-                strcmp(m->role.p, "assistant")) {
+            assistant = !rc && !strcmp(m->role.p, "assistant");
+            tool = !rc && !strcmp(m->role.p, "tool");
+            if (!rc && !assistant && !tool && strcmp(m->role.p, "system") &&
+                strcmp(m->role.p, "user")) {
                 char nm[80];
                 zi_printable(nm, sizeof nm, m->role.p, m->role.len);
-                rc = zi_dec_fail(d, ZI_EINVAL, "\"%s\" is not a role (system, user or assistant)",
-                                 nm);
+                rc = zi_dec_fail(d, ZI_EINVAL,
+                                 "\"%s\" is not a role (system, user, assistant or tool)", nm);
             }
             zi_dec_pop(d, o2);
         }
-        if (!rc) {
+        if (!rc && v[2] && !zi_dec_is_nil(v[2])) {
+            size_t o2 = zi_dec_push_key(d, "tool_calls");
+            rc = assistant
+                     ? dec_tool_calls(d, v[2], &m->tool_calls)
+                     : zi_dec_fail(d, ZI_EINVAL, "only an assistant message makes tool calls");
+            zi_dec_pop(d, o2);
+        }
+        if (!rc && v[3] && !zi_dec_is_nil(v[3])) {
+            size_t o2 = zi_dec_push_key(d, "tool_call_id");
+            rc = tool ? zi_dec_str(d, v[3], ZI_STR_ID, &m->tool_call_id)
+                      : zi_dec_fail(d, ZI_EINVAL, "only a tool message answers a tool call");
+            zi_dec_pop(d, o2);
+        }
+        if (!rc && zi_dec_is_nil(v[1])) { /* absent or nil */
+            if (m->tool_calls.len) {
+                m->content_null = true;
+                if (zi_string_set(&m->content, "", 0, NULL))
+                    rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+            } else {
+                rc = v[1] ? zi_dec_fail_at(d, "content", ZI_EINVAL,
+                                           "may be null only in an assistant message with "
+                                           "tool_calls")
+                          : zi_dec_missing(d, "content");
+            }
+        } else if (!rc) {
             size_t o2 = zi_dec_push_key(d, "content");
             rc = dec_content(d, v[1], &m->content);
             zi_dec_pop(d, o2);

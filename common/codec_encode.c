@@ -167,7 +167,8 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
         return rc;
     for (size_t i = 0; i < r->n_messages; i++) {
         if ((rc = enc_str_ok(&r->messages[i].role, "messages.role", i, err)) ||
-            (rc = enc_str_ok(&r->messages[i].content, "messages.content", i, err)))
+            (rc = enc_str_ok(&r->messages[i].content, "messages.content", i, err)) ||
+            (rc = enc_str_ok(&r->messages[i].tool_call_id, "messages.tool_call_id", i, err)))
             return rc;
     }
     if ((rc = zi_sampling_params_validate(&r->sampling_params, "sampling_params", err))) return rc;
@@ -189,9 +190,19 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
         P(pack_key(pk, "messages") || msgpack_pack_array(pk, r->n_messages));
         for (size_t i = 0; i < r->n_messages; i++) {
             const zi_message *m = &r->messages[i];
-            P(msgpack_pack_map(pk, 2) || pack_key(pk, "role") ||
-              pack_str(pk, m->role.p, m->role.len) || pack_key(pk, "content") ||
-              pack_str(pk, m->content.p, m->content.len));
+            P(msgpack_pack_map(pk,
+                               2 + (m->tool_calls.len ? 1 : 0) + (m->tool_call_id.len ? 1 : 0)) ||
+              pack_key(pk, "role") || pack_str(pk, m->role.p, m->role.len) ||
+              pack_key(pk, "content") ||
+              (m->content_null ? msgpack_pack_nil(pk)
+                               : pack_str(pk, m->content.p, m->content.len)));
+            if (m->tool_calls.len) {
+                P(pack_key(pk, "tool_calls"));
+                if ((rc = pack_raw(pk, &m->tool_calls, "messages.tool_calls", err))) return rc;
+            }
+            if (m->tool_call_id.len)
+                P(pack_key(pk, "tool_call_id") ||
+                  pack_str(pk, m->tool_call_id.p, m->tool_call_id.len));
         }
     }
     if (r->tools.len) {

@@ -264,6 +264,8 @@ void zi_request_free(zi_request *r) {
     for (size_t i = 0; i < r->n_messages; i++) {
         zi_string_free(&r->messages[i].role);
         zi_string_free(&r->messages[i].content);
+        zi_string_free(&r->messages[i].tool_call_id);
+        zi_bytes_free(&r->messages[i].tool_calls);
     }
     free(r->messages);
     zi_sampling_params_free(&r->sampling_params);

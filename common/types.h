@@ -153,8 +153,17 @@ int zi_sampling_params_validate(const zi_sampling_params *sp, const char *path, 
 /* ---- TokenGeneratorRequest ------------------------------------------------- */
 
 typedef struct zi_message {
-    zi_string role;    /* "system", "user" or "assistant" (the seed's Literal) */
+    zi_string role;    /* "system", "user", "assistant" (the seed's Literal) or "tool" */
     zi_string content; /* text; a list of text parts is joined with "\n" */
+    /* content was nil or absent (empty string above): allowed only for an
+     * assistant message with tool_calls; the template sees None */
+    bool content_null;
+    /* role "tool": the id of the call this result answers (empty: none) */
+    zi_string tool_call_id;
+    /* role "assistant": the calls it made, the msgpack array as sent, its
+     * shape checked by the decoder ([{"id", "type": "function", "function":
+     * {"name", "arguments"}}]); len 0: none */
+    zi_bytes tool_calls;
 } zi_message;
 
 typedef enum zi_prompt_kind {

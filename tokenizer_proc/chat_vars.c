@@ -307,3 +307,57 @@ void zi_chat_vars_free(zi_chat_vars *v) {
     v->v = NULL;
     v->n = 0;
 }
+
+/* ---- messages ------------------------------------------------------------ */
+
+/* A string value referring to s[0..n) (the request outlives the render). */
+static zi_chat_value str_value(const char *s, size_t n) {
+    zi_chat_value v = {.kind = ZI_CHAT_STR};
+    v.u.s.p = n ? s : "";
+    v.u.s.len = n;
+    return v;
+}
+
+int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat_value *out,
+                                  zi_error *err) {
+    *out = (zi_chat_value){.kind = ZI_CHAT_NONE};
+    if (!r || !a) return zi_error_set(err, ZI_EINVAL, "messages: NULL pointer");
+    size_t n = r->n_messages;
+    zi_chat_value *items = arena_alloc(a, (n ? n : 1) * sizeof *items);
+    if (!items) return zi_error_set(err, ZI_ENOMEM, "messages: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const zi_message *m = &r->messages[i];
+        zi_chat_pair *kv = arena_alloc(a, 4 * sizeof *kv);
+        if (!kv) return zi_error_set(err, ZI_ENOMEM, "messages: out of memory");
+        size_t k = 0;
+        kv[k++] = (zi_chat_pair){"role", 4, str_value(m->role.p, m->role.len)};
+        kv[k] = (zi_chat_pair){"content", 7, str_value(m->content.p, m->content.len)};
+        if (m->content_null) kv[k].value = (zi_chat_value){.kind = ZI_CHAT_NONE};
+        k++;
+        if (m->tool_calls.len) {
+            msgpack_unpacked u;
+            msgpack_unpacked_init(&u);
+            size_t off = 0;
+            int ok = msgpack_unpack_next(&u, (const char *)m->tool_calls.p, m->tool_calls.len,
+                                         &off) == MSGPACK_UNPACK_SUCCESS;
+            char path[64];
+            snprintf(path, sizeof path, "messages[%zu].tool_calls", i);
+            int rc = ok ? zi_chat_value_from_msgpack(&u.data, path, a, &kv[k].value, err)
+                        : zi_error_set(err, ZI_EFORMAT, "%s: not msgpack", path);
+            msgpack_unpacked_destroy(&u);
+            if (rc) return rc;
+            kv[k].key = "tool_calls";
+            kv[k++].key_len = 10;
+        }
+        if (m->tool_call_id.len)
+            kv[k++] = (zi_chat_pair){"tool_call_id", 12,
+                                     str_value(m->tool_call_id.p, m->tool_call_id.len)};
+        items[i] = (zi_chat_value){.kind = ZI_CHAT_DICT};
+        items[i].u.dict.v = kv;
+        items[i].u.dict.n = k;
+    }
+    out->kind = ZI_CHAT_LIST;
+    out->u.list.v = items;
+    out->u.list.n = n;
+    return ZI_OK;
+}

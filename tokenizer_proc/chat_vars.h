@@ -79,4 +79,16 @@ int zi_chat_vars_from_msgpack(const msgpack_object *tools, const msgpack_object 
 
 void zi_chat_vars_free(zi_chat_vars *v);
 
+/*
+ * A request's messages as the template's `messages`
+ * (zi_chat_render_opts.messages): a list of dicts with "role", "content"
+ * (None where the message's content_null is set), "tool_calls" (the
+ * assistant's calls, converted from their msgpack with
+ * zi_chat_value_from_msgpack) and "tool_call_id" where given, in that
+ * order. Role, content and tool_call_id strings refer to r's, which must
+ * outlive the render; the rest comes from a.
+ */
+int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat_value *out,
+                                  zi_error *err);
+
 #endif

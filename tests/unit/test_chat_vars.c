@@ -30,6 +30,7 @@
 #include "chat_template_fixture.h"
 #include "chat_vars.h"
 #include "codec.h"
+#include "test_codec_util.h"
 
 /* A zi_chat_value tree for a JSON value; strings stay owned by the JSON. */
 static void json_to_value(json_t *j, zi_chat_value *out) {
@@ -641,6 +642,54 @@ static void expect_vars_json_error(const char *tools, const char *options, const
     zi_chat_vars_free(&cv);
 }
 
+/* A decoded request's tool-call messages reach the template as sent. */
+static void test_request_messages(void **state) {
+    (void)state;
+    msgpack_sbuffer sb = sb_new();
+    build(&sb,
+          "M s s s A M s s s s  M s s s n s A M s s s s s M s s s M s s"
+          "  M s s s s s s",
+          2, "id", "t", "messages", 3, 2, "role", "user", "content", "Weather in Paris?", 3, "role",
+          "assistant", "content", "tool_calls", 1, 3, "id", "call_1", "type", "function",
+          "function", 2, "name", "get_weather", "arguments", 1, "city", "Paris", 3, "role", "tool",
+          "tool_call_id", "call_1", "content", "21 C");
+    zi_request r;
+    zi_error err = {0};
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &err), ZI_OK);
+    msgpack_sbuffer_destroy(&sb);
+    zi_chat_arena a = {0};
+    zi_chat_value mv;
+    assert_int_equal(zi_chat_messages_from_request(&r, &a, &mv, &err), ZI_OK);
+    assert_int_equal(zi_chat_value_check(&mv, "messages", &err), ZI_OK);
+    zi_chat_template *t;
+    const char *src = "{% for m in messages %}{{ m.role }}|{{ m.content is none }}|{{ m.content }}|"
+                      "{% if m.tool_calls %}{{ m.tool_calls | tojson }}"
+                      "{{ m.tool_calls[0].function.arguments.city }}{% endif %}|"
+                      "{{ m.tool_call_id }}|{{ m | length }}\n{% endfor %}";
+    assert_int_equal(zi_chat_template_compile(src, strlen(src), &t, &err), ZI_OK);
+    zi_chat_render_opts o = {.messages = &mv};
+    char *out = NULL;
+    assert_int_equal(zi_chat_template_render(t, NULL, 0, &o, &out, NULL, &err), ZI_OK);
+    assert_string_equal(out, "user|False|Weather in Paris?|||2\n"
+                             "assistant|True|None|[{\"id\": \"call_1\", \"type\": \"function\", "
+                             "\"function\": {\"name\": \"get_weather\", \"arguments\": "
+                             "{\"city\": \"Paris\"}}}]Paris||3\n"
+                             "tool|False|21 C||call_1|3\n");
+    free(out);
+    /* msgs and opts.messages exclude each other; a message must have a role */
+    zi_chat_message one = {"user", "x", 0, 0};
+    assert_int_equal(zi_chat_template_render(t, &one, 1, &o, &out, NULL, &err), ZI_EINVAL);
+    assert_non_null(strstr(err.msg, "both msgs and opts.messages"));
+    zi_chat_value bad_items[] = {{.kind = ZI_CHAT_INT}};
+    zi_chat_value bad = {.kind = ZI_CHAT_LIST, .u.list = {bad_items, 1}};
+    o.messages = &bad;
+    assert_int_equal(zi_chat_template_render(t, NULL, 0, &o, &out, NULL, &err), ZI_EINVAL);
+    assert_string_equal(err.msg, "chat template: messages[0]: not a dict with a string role");
+    zi_chat_template_free(t);
+    zi_chat_arena_free(&a);
+    zi_request_free(&r);
+}
+
 static void test_vars_request(void **state) {
     (void)state;
     zi_chat_vars cv;
@@ -751,6 +800,7 @@ int main(void) {
         cmocka_unit_test(test_fixture_vars),         cmocka_unit_test(test_vars_render),
         cmocka_unit_test(test_vars_refused),         cmocka_unit_test(test_vars_msgpack),
         cmocka_unit_test(test_vars_msgpack_refused), cmocka_unit_test(test_vars_request),
+        cmocka_unit_test(test_request_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -198,6 +198,67 @@ static void test_roundtrip_request(void **state) {
     ERR_HAS(e, "exactly one of prompt and messages");
     zi_request_free(&r);
 }
+/* A tool-call round trip: an assistant message with tool_calls and no
+ * content, then the tool's result, decoded, encoded and decoded again. */
+static void test_tool_messages(void **state) {
+    (void)state;
+    msgpack_sbuffer sb = sb_new();
+    build(&sb,
+          "M s s s A M s s s s  M s s s n s A M s s s s s M s s s M s s"
+          "  M s s s s s s",
+          2, "id", "t", "messages", 3, 2, "role", "user", "content", "Weather in Paris?", 3, "role",
+          "assistant", "content", "tool_calls", 1, 3, "id", "call_1", "type", "function",
+          "function", 2, "name", "get_weather", "arguments", 1, "city", "Paris", 3, "role", "tool",
+          "tool_call_id", "call_1", "content", "21 C");
+    zi_request r, back;
+    zi_error e = {0};
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_int_equal(r.n_messages, 3);
+    assert_false(r.messages[0].content_null);
+    assert_int_equal(r.messages[0].tool_calls.len, 0);
+    assert_true(r.messages[1].content_null);
+    assert_string_equal(r.messages[1].content.p, "");
+    assert_true(r.messages[1].tool_calls.len > 0);
+    assert_string_equal(r.messages[2].role.p, "tool");
+    assert_string_equal(r.messages[2].tool_call_id.p, "call_1");
+    assert_string_equal(r.messages[2].content.p, "21 C");
+    /* tool_calls are kept as the msgpack the client sent */
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    assert_int_equal(msgpack_unpack_next(&u, (const char *)r.messages[1].tool_calls.p,
+                                         r.messages[1].tool_calls.len, NULL),
+                     MSGPACK_UNPACK_SUCCESS);
+    assert_int_equal(u.data.type, MSGPACK_OBJECT_ARRAY);
+    assert_int_equal(u.data.via.array.size, 1);
+    msgpack_unpacked_destroy(&u);
+    char *buf;
+    size_t len;
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_int_equal(back.n_messages, 3);
+    assert_true(back.messages[1].content_null);
+    assert_int_equal(back.messages[1].tool_calls.len, r.messages[1].tool_calls.len);
+    assert_memory_equal(back.messages[1].tool_calls.p, r.messages[1].tool_calls.p,
+                        r.messages[1].tool_calls.len);
+    assert_string_equal(back.messages[2].tool_call_id.p, "call_1");
+    assert_false(back.messages[2].content_null);
+    free(buf);
+    zi_request_free(&back);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+
+    /* String arguments (OpenAI's JSON text) and content given alongside. */
+    sb = sb_new();
+    build(&sb, "M s s s A M s s s s s A M s M s s s s", 2, "id", "t", "messages", 1, 3, "role",
+          "assistant", "content", "Checking.", "tool_calls", 1, 1, "function", 2, "name", "f",
+          "arguments", "{\"x\": 1}");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_false(r.messages[0].content_null);
+    assert_string_equal(r.messages[0].content.p, "Checking.");
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 static void assert_lp_equal(const zi_logprobs *a, const zi_logprobs *b) {
     assert_int_equal(a->n, b->n);
     for (size_t i = 0; i < a->n; i++) {
@@ -601,6 +662,7 @@ int main(void) {
         /* round trips, and what the encoders refuse */
         cmocka_unit_test(test_roundtrip_sampling),
         cmocka_unit_test(test_roundtrip_request),
+        cmocka_unit_test(test_tool_messages),
         cmocka_unit_test(test_roundtrip_context),
         cmocka_unit_test(test_roundtrip_responses),
         cmocka_unit_test(test_encode_refusals),

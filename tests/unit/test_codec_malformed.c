@@ -152,6 +152,46 @@ static void test_malformed_requests(void **state) {
     bad_case('r', NULL, I,
              "messages[0].content: expected a string or an array of parts, got an integer",
              "M s s s A M s s s i", 2, "id", "a", "messages", 1, 2, "role", "user", "content", 3ll);
+    /* tool and assistant tool-call messages */
+    bad_case('r', NULL, I, "messages[0].tool_calls: only an assistant message makes tool calls",
+             "M s s s A M s s s s s A", 2, "id", "a", "messages", 1, 3, "role", "user", "content",
+             "x", "tool_calls", 0);
+    bad_case('r', NULL, I, "messages[0].tool_call_id: only a tool message answers a tool call",
+             "M s s s A M s s s s s s", 2, "id", "a", "messages", 1, 3, "role", "assistant",
+             "content", "x", "tool_call_id", "c1");
+    bad_case('r', NULL, I,
+             "messages[0].content: may be null only in an assistant message with tool_calls",
+             "M s s s A M s s s n", 2, "id", "a", "messages", 1, 2, "role", "assistant", "content");
+    bad_case('r', NULL, I, "messages[0].content: missing required field", "M s s s A M s s s s", 2,
+             "id", "a", "messages", 1, 2, "role", "tool", "tool_call_id", "c1");
+    bad_case('r', NULL, I, "messages[0].tool_calls: must not be empty", "M s s s A M s s s A", 2,
+             "id", "a", "messages", 1, 2, "role", "assistant", "tool_calls", 0);
+    bad_case('r', NULL, I, "messages[0].tool_calls: expected an array of calls, got a string",
+             "M s s s A M s s s s", 2, "id", "a", "messages", 1, 2, "role", "assistant",
+             "tool_calls", "f()");
+#define CALL1 "M s s s A M s s s A "
+#define CALL1_ARGS 2, "id", "a", "messages", 1, 2, "role", "assistant", "tool_calls", 1
+    bad_case('r', NULL, I, "messages[0].tool_calls[0].type: must be \"function\"",
+             CALL1 "M s s s M s s s M", CALL1_ARGS, 2, "type", "other", "function", 2, "name", "f",
+             "arguments", 0);
+    bad_case('r', NULL, I, "messages[0].tool_calls[0].function: missing required field",
+             CALL1 "M s s", CALL1_ARGS, 1, "id", "c1");
+    bad_case('r', NULL, I, "messages[0].tool_calls[0].function.name: must not be empty",
+             CALL1 "M s M s s s M", CALL1_ARGS, 1, "function", 2, "name", "", "arguments", 0);
+    bad_case('r', NULL, I,
+             "messages[0].tool_calls[0].function.arguments: expected a map or a JSON string, got "
+             "an integer",
+             CALL1 "M s M s s s i", CALL1_ARGS, 1, "function", 2, "name", "f", "arguments", 3ll);
+    bad_case('r', NULL, I, "messages[0].tool_calls[0].function.arguments: missing required field",
+             CALL1 "M s M s s", CALL1_ARGS, 1, "function", 1, "name", "f");
+    bad_case('r', NULL, I, "messages[0].tool_calls[0].idx: unknown field",
+             CALL1 "M s s s M s s s M", CALL1_ARGS, 2, "idx", "c", "function", 2, "name", "f",
+             "arguments", 0);
+    bad_case('r', NULL, I, "messages[0].tool_calls[0].id: expected a string, got an integer",
+             CALL1 "M s i s M s s s M", CALL1_ARGS, 2, "id", 7ll, "function", 2, "name", "f",
+             "arguments", 0);
+#undef CALL1
+#undef CALL1_ARGS
     bad_case('r', NULL, I, "sampling_params.top_p: 1.5 is outside (0, 1]", "M s s s s s M s d", 3,
              "id", "a", "prompt", "hi", "sampling_params", 1, "top_p", 1.5);
     bad_case('r', NULL, I, "sampling_params.temperature: NaN is not allowed", "M s s s s s M s d",
