@@ -1,6 +1,8 @@
 /*
  * chat_template_lex.c - the lexer of the chat-template engine (see
- * chat_template_lex.h), and the whitespace and error-position helpers
+ * chat_template_lex.h) with the source normalisation before it and the
+ * token descriptions the parser's messages use, and the whitespace and
+ * error-position helpers
  * every phase uses (ct_is_space, ct_space_suffix, ct_location,
  * ct_error_at; declared in chat_template_parse.h). UTF-8 decoding is
  * common/utf8.h's zi_utf8_next.
@@ -631,4 +633,66 @@ int ct_lex(ct_arena *a, const char *src, size_t n, zi_error *err, ct_token **tok
     int rc = lex(&lx);
     *toks = lx.toks;
     return rc;
+}
+
+/* What a token is, for "expected X, got Y" messages. */
+void ct_token_describe(const ct_token *t, char *buf, size_t cap) {
+    switch (t->type) {
+    case TK_EOF:
+        snprintf(buf, cap, "end of template");
+        break;
+    case TK_DATA:
+        snprintf(buf, cap, "template data");
+        break;
+    case TK_VAR_BEGIN:
+        snprintf(buf, cap, "begin of print statement");
+        break;
+    case TK_VAR_END:
+        snprintf(buf, cap, "end of print statement");
+        break;
+    case TK_BLOCK_BEGIN:
+        snprintf(buf, cap, "begin of statement block");
+        break;
+    case TK_BLOCK_END:
+        snprintf(buf, cap, "end of statement block");
+        break;
+    case TK_NAME:
+        if (t->s)
+            snprintf(buf, cap, "'%.*s'", (int)(t->len > 40 ? 40 : t->len), t->s);
+        else
+            snprintf(buf, cap, "a name");
+        break;
+    case TK_STRING:
+        snprintf(buf, cap, "string");
+        break;
+    case TK_INT:
+        snprintf(buf, cap, "integer");
+        break;
+    case TK_FLOAT:
+        snprintf(buf, cap, "float");
+        break;
+    default:
+        snprintf(buf, cap, "'%s'", ct_op_text(t->type));
+        break;
+    }
+}
+
+/* Newlines (\r\n, \r) become \n and one trailing newline is dropped, as
+ * jinja2 does to the whole source before lexing (keep_trailing_newline off). */
+char *ct_normalise(ct_arena *a, const char *src, size_t len, size_t *out_len) {
+    char *o = ct_alloc(a, len + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (src[i] == '\r') {
+            o[k++] = '\n';
+            if (i + 1 < len && src[i + 1] == '\n') i++;
+        } else {
+            o[k++] = src[i];
+        }
+    }
+    if (k && o[k - 1] == '\n') k--;
+    o[k] = '\0';
+    *out_len = k;
+    return o;
 }

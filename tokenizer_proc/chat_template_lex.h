@@ -68,6 +68,16 @@ typedef struct ct_token {
 /* The text of an operator token ("//", "(", ...), "?" for other types. */
 const char *ct_op_text(int type);
 
+/* What a token is, for "expected X, got Y" messages: "end of template",
+ * "'name'", "string", "'+'", ... (cut to fit buf[0..cap)). */
+void ct_token_describe(const ct_token *t, char *buf, size_t cap);
+
+/* A copy of src[0..len) from `a` with newlines (\r\n, \r) made \n and one
+ * trailing newline dropped, as jinja2 treats the whole source before
+ * lexing (keep_trailing_newline off); *out_len receives its length. NULL
+ * when `a` refuses the allocation. */
+char *ct_normalise(ct_arena *a, const char *src, size_t len, size_t *out_len);
+
 /*
  * Splits the normalised source src[0..n) into tokens ending with TK_EOF.
  * *toks receives a malloc'd array the caller frees, on success and on

@@ -56,51 +56,9 @@ static int tok_is_name(const ct_token *t, const char *name) {
     return t->type == TK_NAME && t->len == strlen(name) && memcmp(t->s, name, t->len) == 0;
 }
 
-/* What a token is, for "expected X, got Y" messages. */
-static void describe(const ct_token *t, char *buf, size_t cap) {
-    switch (t->type) {
-    case TK_EOF:
-        snprintf(buf, cap, "end of template");
-        break;
-    case TK_DATA:
-        snprintf(buf, cap, "template data");
-        break;
-    case TK_VAR_BEGIN:
-        snprintf(buf, cap, "begin of print statement");
-        break;
-    case TK_VAR_END:
-        snprintf(buf, cap, "end of print statement");
-        break;
-    case TK_BLOCK_BEGIN:
-        snprintf(buf, cap, "begin of statement block");
-        break;
-    case TK_BLOCK_END:
-        snprintf(buf, cap, "end of statement block");
-        break;
-    case TK_NAME:
-        if (t->s)
-            snprintf(buf, cap, "'%.*s'", (int)(t->len > 40 ? 40 : t->len), t->s);
-        else
-            snprintf(buf, cap, "a name");
-        break;
-    case TK_STRING:
-        snprintf(buf, cap, "string");
-        break;
-    case TK_INT:
-        snprintf(buf, cap, "integer");
-        break;
-    case TK_FLOAT:
-        snprintf(buf, cap, "float");
-        break;
-    default:
-        snprintf(buf, cap, "'%s'", ct_op_text(t->type));
-        break;
-    }
-}
-
 static int unexpected(parser *p, const char *expected) {
     char got[64];
-    describe(cur(p), got, sizeof got);
+    ct_token_describe(cur(p), got, sizeof got);
     if (expected) return perr(p, ZI_EFORMAT, cur(p)->off, "expected %s, got %s", expected, got);
     return perr(p, ZI_EFORMAT, cur(p)->off, "unexpected %s", got);
 }
@@ -113,7 +71,7 @@ static int expect(parser *p, int type) {
     ct_token want = {0};
     want.type = (uint8_t)type;
     char w[64];
-    describe(&want, w, sizeof w);
+    ct_token_describe(&want, w, sizeof w);
     return unexpected(p, w);
 }
 
@@ -1020,31 +978,11 @@ static int subparse(parser *p, const char *const *ends, ct_nodes *out) {
 
 /* ---- entry point ------------------------------------------------------- */
 
-/* Newlines (\r\n, \r) become \n and one trailing newline is dropped, as
- * jinja2 does to the whole source before lexing (keep_trailing_newline off). */
-static char *normalise(ct_arena *a, const char *src, size_t len, size_t *out_len) {
-    char *o = ct_alloc(a, len + 1);
-    if (!o) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (src[i] == '\r') {
-            o[k++] = '\n';
-            if (i + 1 < len && src[i + 1] == '\n') i++;
-        } else {
-            o[k++] = src[i];
-        }
-    }
-    if (k && o[k - 1] == '\n') k--;
-    o[k] = '\0';
-    *out_len = k;
-    return o;
-}
-
 int ct_parse(ct_arena *a, const char *src, size_t len, int (*resolve_filter)(const char *, size_t),
              int (*resolve_test)(const char *, size_t), ct_nodes *out, const char **norm,
              size_t *norm_len, zi_error *err) {
     size_t n;
-    char *s = normalise(a, src, len, &n);
+    char *s = ct_normalise(a, src, len, &n);
     if (!s) return zi_error_set(err, ZI_ENOMEM, "out of memory reading template");
     ct_token *toks = NULL;
     int rc = ct_lex(a, s, n, err, &toks);
