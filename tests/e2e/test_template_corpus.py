@@ -118,3 +118,54 @@ def test_template_corpus():
     assert not mismatch, f"{len(mismatch)} templates render differently from jinja2: " + \
         json.dumps(mismatch, indent=1, ensure_ascii=False)
     assert len(equal) >= MIN_EQUAL, f"only {len(equal)} of {len(results)} templates render equal"
+
+
+def run_cli(tmp_path, template, request, *flags):
+    path = tmp_path / "t.jinja"
+    path.write_text(template, encoding="utf-8")
+    stdin = request if isinstance(request, str) else json.dumps(request)
+    return subprocess.run([str(ZINFER_BIN), "chat-template", "--template", str(path), *flags],
+                          input=stdin.encode(), capture_output=True, timeout=30)
+
+
+def test_cli_renders_and_refuses(tmp_path):
+    """`zinfer chat-template` without the vendored files: a rendering with
+    tool calls, a refusal at load (exit 3, one located line), a render
+    failure (exit 1), and --jsonl's per-line results."""
+    tmpl = ("{% for m in messages %}{{ m.role }}:{{ m.content if m.content is not none else '-' }}"
+            "{% for c in m.tool_calls or [] %}[{{ c.function.name }}({{ c.function.arguments | tojson }})]"
+            "{% endfor %}{% if m.tool_call_id %}<{{ m.tool_call_id }}>{% endif %}\n{% endfor %}"
+            "{{ tools | map(attribute='function.name') | join(',') if tools is defined else 'no tools' }}"
+            "|{{ strftime_now('%Y-%m-%d') }}|{{ x }}{% if add_generation_prompt %}>{% endif %}")
+    req = {"messages": [{"role": "user", "content": "Hi"},
+                        {"role": "assistant", "content": None, "tool_calls": [
+                            {"id": "c1", "type": "function",
+                             "function": {"name": "f", "arguments": {"b": 1, "a": [True, None]}}}]},
+                        {"role": "tool", "tool_call_id": "c1", "content": "ok"}],
+           "tools": [{"type": "function", "function": {"name": "f"}}],
+           "add_generation_prompt": True, "variables": {"x": 1.5}, "now": 86400 * 365}
+    p = run_cli(tmp_path, tmpl, req)
+    assert p.returncode == 0, p.stderr
+    # (what jinja2 renders: trim_blocks eats the newline after each endif)
+    assert p.stdout.decode() == ('user:Hiassistant:-[f({"b": 1, "a": [true, null]})]'
+                                 'tool:ok<c1>f|1971-01-01|1.5>')
+
+    p = run_cli(tmp_path, "a\n{{ x | frobnicate }}", {"messages": []})
+    assert p.returncode == 3
+    assert p.stderr.decode().strip().endswith(
+        "chat template line 2 col 8: filter 'frobnicate' is not supported")
+    assert len(p.stderr.decode().strip().split("\n")) == 1
+
+    p = run_cli(tmp_path, "{{ raise_exception('no ' ~ messages | length) }}", {"messages": []})
+    assert p.returncode == 1
+    assert p.stderr.decode() == "zinfer: chat-template: no 0\n"
+
+    lines = "\n".join([json.dumps({"messages": [{"role": "user", "content": "a"}]}), "[1]",
+                       json.dumps({"messages": [{"content": "no role"}]}), "{bad json"]) + "\n"
+    p = run_cli(tmp_path, "{{ messages[0].content }}", lines, "--jsonl")
+    assert p.returncode == 0, p.stderr
+    out = [json.loads(x) for x in p.stdout.decode().splitlines()]
+    assert out[0] == {"prompt": "a"}
+    assert out[1]["error"] == "error" and "not a JSON object" in out[1]["message"]
+    assert out[2]["message"] == "chat template: messages[0]: not a dict with a string role"
+    assert out[3]["error"] == "error" and out[3]["message"].startswith("bad JSON")
