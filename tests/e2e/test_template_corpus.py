@@ -12,7 +12,8 @@ either
 
 - render equal: every rendering byte for byte jinja2's, and every case
   where jinja2 fails fails in zinfer too (with raise_exception's exact
-  message where the template raised), or
+  message where the template raised, and not for want of a feature unless
+  jinja2 also lacked a filter or test), or
 - be refused at load (exit 3) with one line naming the construct and its
   line and column.
 
@@ -97,6 +98,12 @@ def check_template(path, fixture, reqs):
                 return "mismatch", f"{key}: jinja2 failed ({exp['error']}: {exp['message']}), zinfer rendered"
             if exp["error"] == "raise_exception" and got["message"] != exp["message"]:
                 return "mismatch", f"{key}: raise_exception {exp['message']!r}, zinfer {got['message']!r}"
+            # zinfer failing for want of a feature where jinja2 failed for
+            # another reason would hide that feature's absence
+            if got["error"] == "unsupported" and "No filter named" not in exp["message"] \
+                    and "No test named" not in exp["message"]:
+                return "mismatch", (f"{key}: jinja2 failed ({exp['error']}: {exp['message']}), "
+                                    f"zinfer lacks a feature: {got['message']}")
     return "equal", None
 
 
