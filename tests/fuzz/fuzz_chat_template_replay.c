@@ -1,0 +1,133 @@
+/*
+ * fuzz_chat_template_replay.c - runs the chat-template fuzz entry point
+ * (fuzz_chat_template.c) without libFuzzer, as a test: on every template
+ * of tests/fixtures/chat_templates/ and of llama.cpp's vendored corpus
+ * ($ZINFER_HOME/llama.cpp-vendor/models/templates, when present), whole,
+ * cut short at 64 seeded places, and with 64 seeded byte-level mutations
+ * each (bytes flipped, a byte set to one of the template syntax's
+ * characters, a run deleted or repeated). tests/unit/test_chat_template.c
+ * mutates by inserting syntax pieces; this covers truncation and raw byte
+ * damage (invalid UTF-8 included). A broken promise traps.
+ */
+#include <dirent.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static uint64_t rng(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0, got;
+    do {
+        if (n == cap) {
+            char *p = realloc(buf, cap = cap ? cap * 2 : 65536);
+            if (!p) break;
+            buf = p;
+        }
+        got = fread(buf + n, 1, cap - n, f);
+        n += got;
+    } while (got > 0);
+    fclose(f);
+    *len = n;
+    return buf;
+}
+
+static size_t run_file(const char *path, uint64_t *seed) {
+    size_t len;
+    char *src = slurp(path, &len);
+    if (!src) {
+        fprintf(stderr, "fuzz_chat_template_replay: cannot read %s\n", path);
+        exit(1);
+    }
+    size_t runs = 0;
+    LLVMFuzzerTestOneInput((const uint8_t *)src, len), runs++;
+    uint8_t *buf = malloc(len * 2 + 16);
+    if (!buf) exit(1);
+    for (int k = 0; k < 64 && len; k++) /* truncations */
+        LLVMFuzzerTestOneInput((const uint8_t *)src, rng(seed) % len), runs++;
+    static const char syntax[] = "{}%#-+()[]'\"|~.,\n \\\x80\xff";
+    for (int k = 0; k < 64 && len; k++) {
+        memcpy(buf, src, len);
+        size_t n = len;
+        for (int e = 1 + (int)(rng(seed) % 4); e > 0; e--) {
+            size_t at = rng(seed) % n;
+            switch (rng(seed) % 4) {
+            case 0:
+                buf[at] ^= (uint8_t)(1u << (rng(seed) % 8));
+                break;
+            case 1:
+                buf[at] = (uint8_t)syntax[rng(seed) % (sizeof syntax - 1)];
+                break;
+            case 2: { /* delete a run */
+                size_t dl = 1 + rng(seed) % 32;
+                if (at + dl > n) dl = n - at;
+                memmove(buf + at, buf + at + dl, n - at - dl);
+                n -= dl;
+                break;
+            }
+            default: { /* repeat a run */
+                size_t dl = 1 + rng(seed) % 64;
+                if (at + dl > n) dl = n - at;
+                if (n + dl > len * 2 + 16) break;
+                memmove(buf + at + dl, buf + at, n - at);
+                n += dl;
+            }
+            }
+            if (n == 0) break;
+        }
+        LLVMFuzzerTestOneInput(buf, n), runs++;
+    }
+    free(buf);
+    free(src);
+    return runs;
+}
+
+static size_t run_dir(const char *dir, uint64_t *seed, size_t *files) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    size_t runs = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t nl = strlen(e->d_name);
+        if (nl < 7 || strcmp(e->d_name + nl - 6, ".jinja")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        runs += run_file(path, seed);
+        (*files)++;
+    }
+    closedir(d);
+    return runs;
+}
+
+int main(void) {
+    uint64_t seed = 0x9E3779B97F4A7C15ull;
+    size_t files = 0, runs = run_dir("tests/fixtures/chat_templates", &seed, &files);
+    if (!files) {
+        fprintf(stderr, "fuzz_chat_template_replay: no templates in tests/fixtures/chat_templates "
+                        "(run from the repository root)\n");
+        return 1;
+    }
+    const char *home = getenv("ZINFER_HOME");
+    char dir[2048];
+    if (home && *home)
+        snprintf(dir, sizeof dir, "%s/llama.cpp-vendor/models/templates", home);
+    else
+        snprintf(dir, sizeof dir, "%s/.cache/zinfer/llama.cpp-vendor/models/templates",
+                 getenv("HOME") ? getenv("HOME") : "");
+    size_t vendored = 0;
+    runs += run_dir(dir, &seed, &vendored);
+    printf("fuzz_chat_template_replay: %zu inputs from %zu templates (%zu vendored%s)\n", runs,
+           files + vendored, vendored, vendored ? "" : ": not found, skipped");
+    return 0;
+}
