@@ -361,3 +361,27 @@ int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat
     out->u.list.n = n;
     return ZI_OK;
 }
+
+int zi_chat_render_request(const zi_chat_template *t, const zi_request *r,
+                           const msgpack_object *tools, const msgpack_object *options,
+                           const char *bos_token, const char *eos_token, char **out,
+                           size_t *out_len, zi_error *err) {
+    if (out) *out = NULL;
+    if (out_len) *out_len = 0;
+    if (!t || !r || !out) return zi_error_set(err, ZI_EINVAL, "messages: NULL pointer");
+    zi_chat_vars cv;
+    int rc = zi_chat_vars_from_msgpack(tools, options, &cv, err);
+    zi_chat_value mv;
+    if (!rc) rc = zi_chat_messages_from_request(r, &cv.arena, &mv, err);
+    if (!rc) {
+        zi_chat_render_opts ro = {.add_generation_prompt = 1,
+                                  .bos_token = bos_token,
+                                  .eos_token = eos_token,
+                                  .vars = cv.v,
+                                  .n_vars = cv.n,
+                                  .messages = &mv};
+        rc = zi_chat_template_render(t, NULL, 0, &ro, out, out_len, err);
+    }
+    zi_chat_vars_free(&cv);
+    return rc;
+}

@@ -91,4 +91,17 @@ void zi_chat_vars_free(zi_chat_vars *v);
 int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat_value *out,
                                   zi_error *err);
 
+/*
+ * What the tokenizer process renders for a request: r's messages
+ * (zi_chat_messages_from_request) with its tools and chat_template_options
+ * (the request's msgpack objects, either may be NULL: see
+ * zi_chat_vars_from_msgpack), add_generation_prompt true, and the model's
+ * BOS / EOS texts (NULL: undefined). *out as zi_chat_template_render
+ * gives it (free() it); errors are theirs.
+ */
+int zi_chat_render_request(const zi_chat_template *t, const zi_request *r,
+                           const msgpack_object *tools, const msgpack_object *options,
+                           const char *bos_token, const char *eos_token, char **out,
+                           size_t *out_len, zi_error *err);
+
 #endif

@@ -687,6 +687,41 @@ static void test_request_messages(void **state) {
     assert_string_equal(err.msg, "chat template: messages[0]: not a dict with a string role");
     zi_chat_template_free(t);
     zi_chat_arena_free(&a);
+
+    /* All of it as the tokenizer process renders a request. */
+    msgpack_sbuffer tb = sb_new();
+    build(&tb, "A M s s s M s s", 1, 2, "type", "function", "function", 1, "name", "get_weather");
+    msgpack_unpacked tu;
+    msgpack_unpacked_init(&tu);
+    assert_int_equal(msgpack_unpack_next(&tu, tb.data, tb.size, NULL), MSGPACK_UNPACK_SUCCESS);
+    const char *src2 =
+        "{{ bos_token }}{{ tools[0].function.name }}|{{ messages[1].tool_calls[0].id }}|"
+        "{{ messages[1].content }}|{{ messages[2].tool_call_id }}|"
+        "{{ add_generation_prompt }}|{{ enable_thinking is defined }}";
+    assert_int_equal(zi_chat_template_compile(src2, strlen(src2), &t, &err), ZI_OK);
+    size_t len = 0;
+    assert_int_equal(zi_chat_render_request(t, &r, &tu.data, NULL, "<s>", NULL, &out, &len, &err),
+                     ZI_OK);
+    assert_string_equal(out, "<s>get_weather|call_1|None|call_1|True|False");
+    assert_int_equal(len, strlen(out));
+    free(out);
+    /* a refused option fails the render, nothing leaks (ASan) */
+    msgpack_sbuffer ob = sb_new();
+    build(&ob, "M s i", 1, "messages", 1ll);
+    msgpack_unpacked ou;
+    msgpack_unpacked_init(&ou);
+    assert_int_equal(msgpack_unpack_next(&ou, ob.data, ob.size, NULL), MSGPACK_UNPACK_SUCCESS);
+    out = (char *)1;
+    assert_int_equal(
+        zi_chat_render_request(t, &r, &tu.data, &ou.data, "<s>", NULL, &out, &len, &err),
+        ZI_EINVAL);
+    assert_null(out);
+    assert_string_equal(err.msg, "chat_template_options.messages: a name the renderer sets itself");
+    msgpack_unpacked_destroy(&ou);
+    msgpack_sbuffer_destroy(&ob);
+    msgpack_unpacked_destroy(&tu);
+    msgpack_sbuffer_destroy(&tb);
+    zi_chat_template_free(t);
     zi_request_free(&r);
 }
 
