@@ -371,8 +371,12 @@ int zi_chat_render_request(const zi_chat_template *t, const zi_request *r,
     if (!t || !r || !out) return zi_error_set(err, ZI_EINVAL, "messages: NULL pointer");
     zi_chat_vars cv;
     int rc = zi_chat_vars_from_msgpack(tools, options, &cv, err);
+    if (rc) { /* its messages name their own paths (tools[0]..., chat_template_options.x) */
+        zi_chat_vars_free(&cv);
+        return rc;
+    }
     zi_chat_value mv;
-    if (!rc) rc = zi_chat_messages_from_request(r, &cv.arena, &mv, err);
+    rc = zi_chat_messages_from_request(r, &cv.arena, &mv, err);
     if (!rc) {
         zi_chat_render_opts ro = {.add_generation_prompt = 1,
                                   .bos_token = bos_token,
@@ -381,6 +385,7 @@ int zi_chat_render_request(const zi_chat_template *t, const zi_request *r,
                                   .n_vars = cv.n,
                                   .messages = &mv};
         rc = zi_chat_template_render(t, NULL, 0, &ro, out, out_len, err);
+        if (rc) zi_error_prefix(err, "messages");
     }
     zi_chat_vars_free(&cv);
     return rc;

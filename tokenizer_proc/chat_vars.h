@@ -97,7 +97,10 @@ int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat
  * (the request's msgpack objects, either may be NULL: see
  * zi_chat_vars_from_msgpack), add_generation_prompt true, and the model's
  * BOS / EOS texts (NULL: undefined). *out as zi_chat_template_render
- * gives it (free() it); errors are theirs.
+ * gives it (free() it). Errors: those of zi_chat_vars_from_msgpack as they
+ * are (their messages start with the tools / chat_template_options path),
+ * and those of the render prefixed "messages: " (e.g. "messages: Conversation
+ * roles must alternate ...", "messages: chat template line 3 col 5: ...").
  */
 int zi_chat_render_request(const zi_chat_template *t, const zi_request *r,
                            const msgpack_object *tools, const msgpack_object *options,
