@@ -147,36 +147,15 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
     if (!t->tmpl)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "messages: the model has no chat template; send a prompt instead");
-    zi_chat_message *msgs = calloc(r->n_messages ? r->n_messages : 1, sizeof *msgs);
-    if (!msgs) return zi_error_set(err, ZI_ENOMEM, "out of memory");
-    for (size_t i = 0; i < r->n_messages; i++) {
-        msgs[i].role = r->messages[i].role.p ? r->messages[i].role.p : "";
-        msgs[i].role_len = r->messages[i].role.len;
-        msgs[i].content = r->messages[i].content.p ? r->messages[i].content.p : "";
-        msgs[i].content_len = r->messages[i].content.len;
-    }
-    /* tools and chat_template_options reach the template as variables, as
-     * in apply_chat_template(messages, tools=tools, **options). Their
-     * errors name their own paths. Made from the request's own msgpack,
-     * not from the bytes the codec kept (no second parse). */
-    zi_chat_vars cv;
-    int rc = zi_chat_vars_from_msgpack(zi_map_get(req, "tools"),
-                                       zi_map_get(req, "chat_template_options"), &cv, err);
-    if (rc) {
-        free(msgs);
-        return rc;
-    }
-    zi_chat_render_opts ro = {.add_generation_prompt = 1,
-                              .bos_token = t->bos_text,
-                              .eos_token = t->eos_text,
-                              .vars = cv.v,
-                              .n_vars = cv.n};
+    /* Messages (with tool calls and tool results), tools and
+     * chat_template_options, rendered as apply_chat_template(messages,
+     * tools=tools, **options) would; made from the request's own msgpack. */
     char *text = NULL;
     size_t len = 0;
-    rc = zi_chat_template_render(t->tmpl, msgs, r->n_messages, &ro, &text, &len, err);
-    free(msgs);
-    zi_chat_vars_free(&cv);
-    if (rc) return zi_error_prefix(err, "messages");
+    int rc = zi_chat_render_request(t->tmpl, r, zi_map_get(req, "tools"),
+                                    zi_map_get(req, "chat_template_options"), t->bos_text,
+                                    t->eos_text, &text, &len, err);
+    if (rc) return rc;
     /* The template writes its own special tokens (BOS included). */
     rc = zi_tokenizer_encode(t->tok, text, len, 0, 1, ids, n, err);
     free(text);

@@ -497,6 +497,33 @@ def test_messages_use_the_chat_template(client):
     assert by_msgs["text"] == by_text["text"]
 
 
+def test_tool_messages_reach_the_template(client):
+    """A tool-call round trip (assistant tool_calls, then a tool result)
+    renders through the served path: the default model's template writes
+    each message's role and content, so the prompt the server echoes is
+    exactly that text; a null content reaches the template as None, which
+    this template cannot concatenate: an error naming messages, as jinja2
+    fails."""
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}
+    msgs = [{"role": "system", "content": "Use tools."},
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "c1", "content": "22 C, sunny"}]
+    _, m = client.generate("tm1", messages=msgs, stream=False, echo=True,
+                           sampling_params={"max_new_tokens": 1})
+    assert m["event"] == "final", m
+    want = ("<|im_start|>system\nUse tools.<|im_end|>\n<|im_start|>user\nWeather in "
+            "Paris?<|im_end|>\n<|im_start|>assistant\n<|im_end|>\n<|im_start|>tool\n"
+            "22 C, sunny<|im_end|>\n<|im_start|>assistant\n")
+    assert m["prompt_text"] == want, m["prompt_text"]
+    msgs[2] = {"role": "assistant", "content": None, "tool_calls": [call]}
+    _, m = client.generate("tm2", messages=msgs, stream=False,
+                           sampling_params={"max_new_tokens": 1})
+    assert m["event"] == "error" and m["message"].startswith("messages"), m
+    assert client.quiet(0.05)
+
+
 BAD_INPUTS = [
     # (name, raw frame bytes or message, expected id, expected field or None, message regex)
     ("not msgpack", b"\xc1\x00garbage", "", None, r"not one msgpack object"),
