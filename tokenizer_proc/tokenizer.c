@@ -404,7 +404,7 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
     zi_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return zi_error_set(err, ZI_ENOMEM, "out of memory for the tokenizer");
     t->model = mk;
-    t->pretok = (tok_pretok_kind)kind;
+    if (mk == TOK_MODEL_BPE && (rc = tok_pretok_init(t, pre, err))) goto fail;
 
     if ((rc = load_vocab(t, g, err))) goto fail;
     if ((rc = mk == TOK_MODEL_SPM ? tok_spm_load(t, g, err) : tok_load_merges(t, g, err)))
@@ -504,6 +504,7 @@ void zi_tokenizer_free(zi_tokenizer *t) {
     free(t->spm_text);
     free(t->spm_syms);
     free(t->spm_heap);
+    tok_pretok_free(t);
     free(t);
 }
 

@@ -10,7 +10,10 @@
  *   tokenizer_encode.c  zi_tokenizer_encode: special-token partition and
  *                       normalisation, then pre-tokenizer and BPE
  *   tokenizer_pretok.c  pre-tokenizers: tokenizer.ggml.pre names, the
- *                       scanner, the loop over the pieces and their cache
+ *                       hand-written scanners, the loop over the pieces
+ *                       and their cache
+ *   tokenizer_regex.c   the pre-tokenizers that are a list of regexes,
+ *                       applied one after another with PCRE2
  *   tokenizer_bpe.c     the merge table, loaded and applied to one piece
  *   tokenizer_spm.c     SentencePiece-style ("llama") vocabularies: scores,
  *                       the merge by score, byte fallback, U+2581 escaping
@@ -54,11 +57,23 @@ typedef enum tok_model {
     TOK_MODEL_SPM, /* "llama": SentencePiece-style (tokenizer_spm.c) */
 } tok_model;
 
-/* Pre-tokenizers (see tokenizer_pretok.c, which maps names to them). */
+/* Pre-tokenizers (see tokenizer_pretok.c, which maps names to them). The
+ * first five are hand-written scanners; the others are lists of regexes
+ * (tokenizer_regex.c). */
 typedef enum tok_pretok_kind {
     TOK_PRETOK_GPT2,        /* the GPT-2 pattern alone */
     TOK_PRETOK_DIGITS_GPT2, /* \p{N} isolated first, then the GPT-2 pattern */
+    TOK_PRETOK_LLAMA3,      /* Llama 3: [^\r\n\p{L}\p{N}]?\p{L}+, \p{N}{1,3}, ... */
+    TOK_PRETOK_QWEN2,       /* as LLAMA3 with single \p{N} */
+    TOK_PRETOK_QWEN35,      /* as QWEN2 with \p{M} joining letter runs */
+    TOK_PRETOK_FALCON,      /* punctuation runs, GPT-2, [0-9]{3} */
+    TOK_PRETOK_DEFAULT,     /* llama.cpp's default: as FALCON plus \p{N}+ */
+    TOK_PRETOK_DEEPSEEK_LLM,
+    TOK_PRETOK_DEEPSEEK_CODER,
 } tok_pretok_kind;
+
+/* The first kind that tokenizer_regex.c runs. */
+#define TOK_PRETOK_FIRST_REGEX TOK_PRETOK_FALCON
 
 /* Limits on what a file may hold. They keep every sid (tokens plus at most
  * three strings per merge) below 2^27, so 32-bit indices and the hash
@@ -110,6 +125,7 @@ struct tok_bpe_cand;
 struct tok_fragment;
 struct tok_spm_sym;
 struct tok_spm_bigram;
+struct tok_regex;
 
 /* Every string BPE can produce has a string id (sid): sids below n_vocab
  * are token ids, the others are merge parts or results that are not
@@ -150,6 +166,10 @@ struct zi_tokenizer {
     int add_space_prefix;
     tok_model model;
     tok_pretok_kind pretok;
+    int ignore_merges;       /* a piece that is a token is that token (Llama 3) */
+    struct tok_regex *regex; /* the regex list of a regex kind, else NULL */
+    unsigned char *map_buf;  /* scratch for ignore_merges: a piece's mapped text */
+    size_t map_cap;
 
     /* SPM only (tokenizer_spm.c): each token's score, the longest token
      * text, the token each byte falls back to (-1: none), and the byte that
@@ -203,10 +223,32 @@ int tok_cp_to_byte(uint32_t cp);
 /* The pre-tokenizer tokenizer.ggml.pre names ("" when the key is missing),
  * or -1 when it is not one zinfer implements. */
 int tok_pretok_lookup(zi_str name);
+/* Sets t->pretok and what it needs (its regexes, ignore_merges) for the
+ * tokenizer.ggml.pre value name. ZI_EUNSUPPORTED naming a value zinfer does
+ * not implement (or a pattern PCRE2 refuses), ZI_ENOMEM. tok_pretok_free
+ * releases it (safe on a tokenizer whose init failed or never ran). */
+int tok_pretok_init(zi_tokenizer *t, zi_str name, zi_error *err);
+void tok_pretok_free(zi_tokenizer *t);
+/* Where the GPT-2 pattern's match starting at byte pos of the clean UTF-8
+ * text s[0..n) ends; with digits_split, every \p{N} codepoint is a piece
+ * of its own and ends the runs around it. */
+size_t tok_gpt2_next(const unsigned char *s, size_t n, size_t pos, int digits_split);
+/* Encodes one piece p[0..n) (n > 0) through the cache and BPE. */
+int tok_pretok_piece(zi_tokenizer *t, const unsigned char *p, size_t n, tok_idvec *out);
 /* Splits the clean UTF-8 text s[0..n) into pre-token pieces and appends
  * each piece's ids (from the cache or tok_bpe_piece). ZI_ENOMEM when
  * scratch or out cannot grow. */
 int tok_pretok_encode(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idvec *out);
+
+/* tokenizer_regex.c */
+
+/* Compiles the regex list of kind (>= TOK_PRETOK_FIRST_REGEX) into *out.
+ * ZI_ENOMEM, ZI_EUNSUPPORTED naming the pattern PCRE2 refused. */
+int tok_regex_new(tok_pretok_kind kind, struct tok_regex **out, zi_error *err);
+void tok_regex_free(struct tok_regex *r);
+/* Splits the clean UTF-8 text s[0..n) with the list and encodes each piece
+ * (tok_pretok_piece). ZI_ENOMEM; ZI_ERANGE if a match exceeds PCRE2's limit. */
+int tok_regex_encode(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idvec *out);
 
 /* tokenizer_bpe.c */
 

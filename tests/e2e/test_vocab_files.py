@@ -26,9 +26,13 @@ VOCAB_DIR = ZINFER_HOME / "llama.cpp-vendor" / "models"
 SEP = "\n__ggml_vocab_test__\n"
 
 # The vocabulary files zinfer tokenizes: each must pass every string.
-FAMILIES = ["gpt-2", "starcoder", "refact", "command-r", "llama-spm", "phi-3"]
+# (gpt-neox and aquila, llama.cpp's default pre-tokenizer, come without
+# test strings: tests/e2e/test_vocab_corpus_bpe.py covers them.)
+FAMILIES = ["gpt-2", "starcoder", "refact", "command-r", "llama-bpe", "qwen2", "qwen35",
+            "deepseek-llm", "deepseek-coder", "falcon", "mpt", "llama-spm", "phi-3"]
 # Those whose decode(encode(s)) gives s back for every test string.
-DETOK_EXACT = ["gpt-2", "starcoder", "refact", "command-r", "llama-spm", "phi-3"]
+DETOK_EXACT = ["gpt-2", "starcoder", "refact", "command-r", "llama-bpe", "qwen2", "qwen35",
+               "deepseek-llm", "deepseek-coder", "falcon", "mpt", "llama-spm", "phi-3"]
 
 
 def load_cases(name):
