@@ -170,6 +170,7 @@ struct zi_tokenizer {
     struct tok_regex *regex; /* the regex list of a regex kind, else NULL */
     unsigned char *map_buf;  /* scratch for ignore_merges: a piece's mapped text */
     size_t map_cap;
+    tok_idvec *split_lens; /* set only by tok_pretok_split: record, do not encode */
 
     /* SPM only (tokenizer_spm.c): each token's score, the longest token
      * text, the token each byte falls back to (-1: none), and the byte that
@@ -233,6 +234,10 @@ void tok_pretok_free(zi_tokenizer *t);
  * text s[0..n) ends; with digits_split, every \p{N} codepoint is a piece
  * of its own and ends the runs around it. */
 size_t tok_gpt2_next(const unsigned char *s, size_t n, size_t pos, int digits_split);
+/* The lengths in bytes of the pieces the pre-tokenizer splits the clean
+ * text s[0..n) into, appended to lens (nothing is encoded): a test hook
+ * (tests/unit/test_pretok.c). ZI_ENOMEM. */
+int tok_pretok_split(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idvec *lens);
 /* Encodes one piece p[0..n) (n > 0) through the cache and BPE. */
 int tok_pretok_piece(zi_tokenizer *t, const unsigned char *p, size_t n, tok_idvec *out);
 /* Splits the clean UTF-8 text s[0..n) into pre-token pieces and appends

@@ -355,6 +355,7 @@ static int bpe_or_whole(zi_tokenizer *t, const unsigned char *p, size_t n, tok_i
 /* Encodes one piece through the cache: a short piece seen before costs a
  * hash and a compare instead of a BPE run. */
 static inline int encode_piece(zi_tokenizer *t, const unsigned char *p, size_t n, tok_idvec *out) {
+    if (t->split_lens) return tok_idvec_push(t->split_lens, (int32_t)n);
     if (n > TOK_CACHE_KEY_MAX) return bpe_or_whole(t, p, n, out);
     uint32_t h = tok_hash_bytes(p, n);
     tok_cache_slot *slot = &t->cache[h & (TOK_CACHE_SLOTS - 1)];
@@ -410,6 +411,13 @@ int tok_pretok_encode(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idv
         pos = end;
     }
     return ZI_OK;
+}
+
+int tok_pretok_split(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idvec *lens) {
+    t->split_lens = lens;
+    int rc = tok_pretok_encode(t, s, n, lens);
+    t->split_lens = NULL;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -359,10 +359,10 @@ static void test_synth_load_errors(void **state) {
     o.model = "t5"; /* llama.cpp's UGM: not implemented */
     expect_load_error(&o, ZI_EUNSUPPORTED, "\"t5\"");
     o = k_default_opts;
-    o.pre = "default";
-    expect_load_error(&o, ZI_EUNSUPPORTED, "\"default\"");
-    o.pre = "qwen2";
-    expect_load_error(&o, ZI_EUNSUPPORTED, "\"qwen2\"");
+    o.pre = "tekken";
+    expect_load_error(&o, ZI_EUNSUPPORTED, "\"tekken\"");
+    o.pre = "no-such-pre";
+    expect_load_error(&o, ZI_EUNSUPPORTED, "\"no-such-pre\"");
     o = k_default_opts;
     o.bad_merge = "abc";
     expect_load_error(&o, ZI_EFORMAT, "merges[9]");

@@ -1,0 +1,283 @@
+/*
+ * test_pretok.c - cmocka tests for the pre-tokenizers (tokenizer_pretok.c,
+ * tokenizer_regex.c), white-box: through tok_pretok_split, the hook that
+ * returns the pieces instead of encoding them.
+ *
+ * A synthetic byte-level vocabulary is written as a GGUF file in memory
+ * with each tokenizer.ggml.pre value under test; the pieces do not depend
+ * on the vocabulary. The expected splits are worked out by hand from the
+ * regexes llama.cpp lists for each name (src/llama-vocab.cpp) and its rules
+ * for running them (unicode.cpp), including its quirks: non-ASCII
+ * whitespace is U+000B to its regexes, so U+3000 leaves the deepseek-llm
+ * punctuation class that names it. Also: names refused with a one-line
+ * error, and hostile text (long runs of one class, invalid UTF-8) that must
+ * split in linear time without a crash.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "gguf.h"
+#include "gguf_writer.h"
+#include "tokenizer.h"
+#include "tokenizer_impl.h"
+#include "unicode.h"
+
+/* The GPT-2 character standing for byte b, as UTF-8. */
+static void byte_char(unsigned b, char out[4]) {
+    uint32_t cp = b;
+    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    if (!printable) {
+        cp = 256;
+        for (unsigned c = 0; c < b; c++) {
+            if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) cp++;
+        }
+    }
+    unsigned char u[4];
+    size_t l = zi_utf8_encode(cp, u);
+    memcpy(out, u, l);
+    out[l] = '\0';
+}
+
+/* 256 byte tokens and "ab"; pre NULL leaves the key out. */
+static wbuf make_vocab(const char *pre) {
+    static char chars[256][4];
+    const char *toks[257];
+    int32_t types[257];
+    for (unsigned b = 0; b < 256; b++) {
+        byte_char(b, chars[b]);
+        toks[b] = chars[b];
+        types[b] = ZI_TOKEN_NORMAL;
+    }
+    toks[256] = "ab";
+    types[256] = ZI_TOKEN_NORMAL;
+    static const char *const merges[] = {"a b"};
+    wbuf b = {0};
+    w_bytes(&b, "GGUF", 4);
+    w_u32(&b, 3);
+    w_u64(&b, 0);
+    w_u64(&b, 4 + (pre != NULL));
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    if (pre) kv_str(&b, "tokenizer.ggml.pre", pre);
+    kv_strs(&b, "tokenizer.ggml.tokens", toks, 257);
+    kv_i32s(&b, "tokenizer.ggml.token_type", types, 257);
+    kv_strs(&b, "tokenizer.ggml.merges", merges, 1);
+    return b;
+}
+
+typedef struct loaded {
+    wbuf b;
+    zi_gguf *g;
+    zi_tokenizer *t;
+} loaded;
+
+static loaded load(const char *pre) {
+    loaded l = {make_vocab(pre), NULL, NULL};
+    zi_error err = {0};
+    assert_int_equal(zi_gguf_open_memory(l.b.p, l.b.n, &l.g, &err), ZI_OK);
+    int rc = zi_tokenizer_load(l.g, &l.t, &err);
+    if (rc) fprintf(stderr, "pre %s: %s\n", pre ? pre : "(none)", err.msg);
+    assert_int_equal(rc, ZI_OK);
+    return l;
+}
+
+static void unload(loaded *l) {
+    zi_tokenizer_free(l->t);
+    zi_gguf_close(l->g);
+    free(l->b.p);
+}
+
+/* Splits text and compares with the NULL-terminated list of pieces. */
+static void expect_split(zi_tokenizer *t, const char *pre, const char *text,
+                         const char *const *want) {
+    tok_idvec lens = {NULL, 0, 0};
+    size_t n = strlen(text);
+    assert_int_equal(tok_pretok_split(t, (const unsigned char *)text, n, &lens), ZI_OK);
+    size_t nw = 0, off = 0;
+    int ok = 1;
+    for (; want[nw]; nw++) {
+        size_t wl = strlen(want[nw]);
+        if (nw >= lens.n || (size_t)lens.v[nw] != wl || memcmp(text + off, want[nw], wl) != 0)
+            ok = 0;
+        off += wl;
+    }
+    if (!ok || nw != lens.n) {
+        fprintf(stderr, "%s: split of \"%s\":", pre, text);
+        off = 0;
+        for (size_t i = 0; i < lens.n; i++) {
+            fprintf(stderr, " [%.*s]", (int)lens.v[i], text + off);
+            off += (size_t)lens.v[i];
+        }
+        fprintf(stderr, "\n");
+    }
+    assert_true(ok);
+    assert_int_equal(nw, lens.n);
+    free(lens.v);
+}
+
+#define SPLIT(t, pre, text, ...)                                                                   \
+    do {                                                                                           \
+        static const char *const want_[] = {__VA_ARGS__, NULL};                                    \
+        expect_split(t, pre, text, want_);                                                         \
+    } while (0)
+
+static void test_gpt2(void **state) {
+    (void)state;
+    loaded l = load("gpt-2");
+    SPLIT(l.t, "gpt-2", "Hello world's  end\n\n x", "Hello", " world", "'s", " ", " end", "\n\n",
+          " x");
+    SPLIT(l.t, "gpt-2", "a 12345!? ", "a", " 12345", "!?", " ");
+    unload(&l);
+    l = load("starcoder");
+    SPLIT(l.t, "starcoder", "a 123b", "a", " ", "1", "2", "3", "b");
+    unload(&l);
+}
+
+static void test_llama3(void **state) {
+    (void)state;
+    loaded l = load("llama-bpe");
+    SPLIT(l.t, "llama-bpe", "I'M 12345 ok!!\n\nx", "I", "'M", " ", "123", "45", " ok", "!!\n\n",
+          "x");
+    SPLIT(l.t, "llama-bpe", "  \n  hi", "  \n", " ", " hi");
+    SPLIT(l.t, "llama-bpe", "(foo) \xe4\xb8\xad\xe6\x96\x87", "(foo", ")",
+          " \xe4\xb8\xad\xe6\x96\x87");
+    SPLIT(l.t, "llama-bpe", "x  ", "x", "  ");
+    SPLIT(l.t, "llama-bpe", "don'T", "don", "'T");
+    unload(&l);
+}
+
+static void test_qwen(void **state) {
+    (void)state;
+    loaded l = load("qwen2");
+    SPLIT(l.t, "qwen2", "abc123", "abc", "1", "2", "3");
+    /* a combining mark ends a qwen2 letter run, and starts the next */
+    SPLIT(l.t, "qwen2", "e\xcc\x81x", "e", "\xcc\x81x");
+    unload(&l);
+    l = load("qwen35");
+    SPLIT(l.t, "qwen35", "e\xcc\x81x", "e\xcc\x81x");
+    SPLIT(l.t, "qwen35", "a 12", "a", " ", "1", "2");
+    unload(&l);
+}
+
+static void test_deepseek(void **state) {
+    (void)state;
+    loaded l = load("deepseek-coder");
+    SPLIT(l.t, "deepseek-coder", "ab 12!!\xe4\xb8\xad\xe6\x96\x87\nx", "ab", " ", "1", "2", "!!",
+          "\xe4\xb8\xad\xe6\x96\x87", "\n", "x");
+    unload(&l);
+    l = load("deepseek-llm");
+    /* U+3000 is whitespace (U+000B) to the regex, so the class that names
+     * it does not take it */
+    SPLIT(l.t, "deepseek-llm", "x\xe3\x80\x82\xe3\x80\x80\xe3\x80\x80", "x", "\xe3\x80\x82",
+          "\xe3\x80\x80\xe3\x80\x80");
+    SPLIT(l.t, "deepseek-llm", "1  ", "1", "  ");       /* \s+$ */
+    SPLIT(l.t, "deepseek-llm", "1  2", "1", "  ", "2"); /* no trailing run */
+    SPLIT(l.t, "deepseek-llm", "Hi there, 2024", "Hi", " there", ",", " ", "2024");
+    unload(&l);
+}
+
+static void test_falcon_default(void **state) {
+    (void)state;
+    loaded l = load("falcon");
+    SPLIT(l.t, "falcon", "a+=b 1234!!", "a", "+=", "b", " ", "123", "4", "!!");
+    unload(&l);
+    l = load(NULL); /* no tokenizer.ggml.pre: llama.cpp's default list */
+    SPLIT(l.t, "default", "a  12345", "a", " ", " ", "123", "45");
+    SPLIT(l.t, "default", "x.y", "x", ".", "y");
+    unload(&l);
+    l = load("default");
+    SPLIT(l.t, "default", "a  12345", "a", " ", " ", "123", "45");
+    unload(&l);
+}
+
+static void expect_refused(const char *pre) {
+    wbuf b = make_vocab(pre);
+    zi_gguf *g;
+    zi_tokenizer *t = (zi_tokenizer *)&b;
+    zi_error err = {0};
+    assert_int_equal(zi_gguf_open_memory(b.p, b.n, &g, &err), ZI_OK);
+    assert_int_equal(zi_tokenizer_load(g, &t, &err), ZI_EUNSUPPORTED);
+    assert_null(t);
+    assert_non_null(strstr(err.msg, "tokenizer.ggml.pre"));
+    assert_null(strchr(err.msg, '\n'));
+    char head[80];
+    snprintf(head, sizeof head, "\"%.20s", pre);
+    assert_non_null(strstr(err.msg, head));
+    zi_gguf_close(g);
+    free(b.p);
+}
+
+static void test_refused(void **state) {
+    (void)state;
+    expect_refused("tekken");      /* a llama.cpp name zinfer does not implement */
+    expect_refused("no-such-pre"); /* not a name at all */
+    expect_refused("Gpt-2");       /* names are case-sensitive, as in llama.cpp */
+    char longname[300];
+    memset(longname, 'x', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    expect_refused(longname);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Hostile text: 1 MiB runs of one class, and invalid UTF-8 (which encode
+ * replaces with U+FFFD), through every kind; each must take well under the
+ * bound (a quadratic split would take minutes) and encode must succeed. */
+static void test_hostile(void **state) {
+    (void)state;
+    static const char *const pres[] = {"gpt-2",        "smollm",         "llama-bpe", "qwen2",
+                                       "qwen35",       "falcon",         "default",   "mpt",
+                                       "deepseek-llm", "deepseek-coder", "command-r"};
+    static const char *const units[] = {
+        " ",   "\n",           "1",        "a", "!",    "\xe3\x80\x80",
+        " \n", "\xe4\xb8\xad", "\xcc\x81", "'", "\xff", "\xc0\x80"};
+    const size_t size = 1 << 20;
+    char *text = malloc(size + 8);
+    assert_non_null(text);
+    for (size_t p = 0; p < sizeof pres / sizeof *pres; p++) {
+        loaded l = load(pres[p]);
+        for (size_t u = 0; u < sizeof units / sizeof *units; u++) {
+            size_t ul = strlen(units[u]), n = 0;
+            while (n + ul <= size) {
+                memcpy(text + n, units[u], ul);
+                n += ul;
+            }
+            text[n++] = 'z'; /* so that a whitespace run is not at the end */
+            double t0 = now_s();
+            int32_t *ids = NULL;
+            size_t nids = 0;
+            zi_error err = {0};
+            int rc = zi_tokenizer_encode(l.t, text, n, 0, 1, &ids, &nids, &err);
+            double dt = now_s() - t0;
+            if (rc || dt > 10.0)
+                fprintf(stderr, "%s, run of \"%s\": rc %d, %.2f s\n", pres[p], units[u], rc, dt);
+            assert_int_equal(rc, ZI_OK);
+            assert_true(nids > 0);
+            assert_true(dt < 10.0);
+            free(ids);
+        }
+        unload(&l);
+    }
+    free(text);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpt2),           cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_qwen),           cmocka_unit_test(test_deepseek),
+        cmocka_unit_test(test_falcon_default), cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_hostile),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
