@@ -52,14 +52,33 @@ enum {
  * and add_space_prefix true; scores 0 when tokenizer.ggml.scores is absent
  * (float32 or int32, at least one per token, else ZI_EFORMAT). A byte with
  * neither a <0xXX> token nor a one-byte token is not refused at load, as
- * llama.cpp does not refuse it: encoding text that needs it fails. Implemented tokenizer.ggml.pre
- * values, as llama.cpp defines them: "gpt-2" (the GPT-2 pattern; "gpt2" is accepted as an alias)
- * and "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b" (each \p{N}
- * codepoint split off first, then the GPT-2 pattern). A missing key or "default" means llama.cpp's
- * four-pattern default set, which is not implemented. ZI_EFORMAT for inconsistent metadata (a merge
- * without a space separating two parts, special token ids out of range, token_type and tokens of
- * different lengths, add_bos_token without a bos id). Merge parts or results that are not tokens
- * are accepted, as llama.cpp accepts them (such a leftover symbol becomes single-byte tokens). */
+ * llama.cpp does not refuse it: encoding text that needs it fails.
+ * Implemented tokenizer.ggml.pre values of "gpt2" files, as llama.cpp
+ * defines them (names are case-sensitive):
+ *  - the GPT-2 pattern: "gpt-2" ("gpt2" is accepted as an alias), "mpt",
+ *    "olmo", "phi-2", "jais", "trillion", "granite-docling", "exaone4",
+ *    "gigachat", "a.x-4.0", "mellum", "modern-bert", "jina-es", "jina-de",
+ *    "jina-v2-es", "jina-v2-de";
+ *  - each \p{N} codepoint split off first, then the GPT-2 pattern:
+ *    "smollm", "starcoder", "refact", "command-r", "codeshell", "exaone",
+ *    "minerva-7b", "mellum2";
+ *  - Llama 3's pattern: "llama-bpe", "llama3", "llama-v3", "falcon3",
+ *    "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano" (with
+ *    llama.cpp's ignore_merges: a piece that is a token is that token) and
+ *    "dbrx", "smaug-bpe" (without);
+ *  - Qwen 2's (Llama 3's with single digits): "qwen2", "deepseek-r1-qwen",
+ *    "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open";
+ *    and "qwen35" (combining marks join letter runs);
+ *  - regex lists: "falcon", "deepseek-llm", "deepseek-coder", and
+ *    llama.cpp's default set for "default" or a missing key (GPT-NeoX,
+ *    Aquila files).
+ * Other llama.cpp names (e.g. "tekken", "chatglm-bpe", "gpt-4o", "bloom")
+ * are refused. ZI_EFORMAT for inconsistent
+ * metadata (a merge without a space separating two parts, special token ids
+ * out of range, token_type and tokens of different lengths, add_bos_token
+ * without a bos id). Merge parts or results that are not tokens are
+ * accepted, as llama.cpp accepts them (such a leftover symbol becomes
+ * single-byte tokens). */
 int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err);
 void zi_tokenizer_free(zi_tokenizer *tok);
 

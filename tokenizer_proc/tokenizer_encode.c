@@ -94,15 +94,25 @@ static int c_space(char c) {
 }
 
 /* Marks in map (65536 bits) each pair of adjacent bytes of s[0..n). A
- * special token whose first two bytes are not such a pair cannot occur, so
- * the partition skips its pass: vocabularies with thousands of user tokens
- * ("[PAD123]") would otherwise spend most of encode in memmem. */
+ * special token with a byte pair (among its first 32) that is not in the
+ * map cannot occur, so the partition skips its pass: vocabularies with
+ * hundreds or thousands of special tokens ("[PAD123]",
+ * "<|reserved_special_token_12|>") would otherwise spend most of encode in
+ * memmem. */
 static void byte_pairs(uint64_t *map, const char *s, size_t n) {
     memset(map, 0, 65536 / 8);
     for (size_t i = 0; i + 1 < n; i++) {
         unsigned k = (unsigned char)s[i] << 8 | (unsigned char)s[i + 1];
         map[k >> 6] |= 1ull << (k & 63);
     }
+}
+
+static int may_occur(const uint64_t *map, const char *s, size_t n) {
+    for (size_t i = 0; i + 1 < n && i < 32; i++) {
+        unsigned k = (unsigned char)s[i] << 8 | (unsigned char)s[i + 1];
+        if (!(map[k >> 6] >> (k & 63) & 1)) return 0;
+    }
+    return 1;
 }
 
 /* Special-token partition; returns the fragment count (in t->frag_a) or a
@@ -118,8 +128,7 @@ static long partition(zi_tokenizer *t, const char *text, size_t len, int parse_s
         if (!parse_special && (t->attr[id] & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN))) continue;
         const char *tt = t->arena + t->str_off[id];
         size_t tl = t->str_len[id];
-        unsigned k0 = tl >= 2 ? (unsigned char)tt[0] << 8 | (unsigned char)tt[1] : 0;
-        if (tl >= 2 && !(pairs[k0 >> 6] >> (k0 & 63) & 1)) continue;
+        if (!may_occur(pairs, tt, tl)) continue;
         size_t nb = 0;
         for (size_t f = 0; f < nf; f++) {
             fragment fr = t->frag_a[f];

@@ -122,6 +122,7 @@ static const struct {
 typedef struct {
     int kind;
     int collapsed; /* sees the collapsed text */
+    int jit;       /* JIT-compiled: matched by pcre2_jit_match (fewer checks) */
     pcre2_code *code;
 } stage;
 
@@ -217,7 +218,7 @@ int tok_regex_new(tok_pretok_kind kind, struct tok_regex **out, zi_error *err) {
         }
         /* JIT where the platform has it; the interpreter gives the same
          * matches, slower. */
-        (void)pcre2_jit_compile(st->code, PCRE2_JIT_COMPLETE);
+        st->jit = pcre2_jit_compile(st->code, PCRE2_JIT_COMPLETE) == 0;
     }
     r->md = pcre2_match_data_create(1, NULL);
     r->mctx = pcre2_match_context_create(NULL);
@@ -312,7 +313,8 @@ static int split_pcre(struct tok_regex *r, const stage *st, size_t a, size_t b) 
     size_t len = b - a, start = 0, prev = 0;
     int rc;
     while (start < len) {
-        int m = pcre2_match(st->code, subj, len, start, 0, r->md, r->mctx);
+        int m = st->jit ? pcre2_jit_match(st->code, subj, len, start, 0, r->md, r->mctx)
+                        : pcre2_match(st->code, subj, len, start, 0, r->md, r->mctx);
         if (m == PCRE2_ERROR_NOMATCH) break;
         if (m < 0) return m == PCRE2_ERROR_NOMEMORY ? ZI_ENOMEM : ZI_ERANGE;
         const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(r->md);

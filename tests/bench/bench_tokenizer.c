@@ -10,7 +10,10 @@
  * in a long-running server); first_pass_mb_s is the cold first pass.
  *
  * Usage: bench_tokenizer [model.gguf] [megabytes]
- *   model defaults to $ZINFER_MODEL, then the default SmolLM2 path.
+ *   model defaults to $ZINFER_MODEL, then the default SmolLM2 path; a
+ *   vocabulary-only file (llama.cpp's ggml-vocab-NAME.gguf) works as well,
+ *   so each pre-tokenizer family can be measured on its own vocabulary.
+ *   The JSON names the file and its tokenizer.ggml.pre.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -115,6 +118,11 @@ int main(int argc, char **argv) {
         zi_gguf_close(g);
         return 1;
     }
+    zi_str pre = {"", 0};
+    if (zi_gguf_find_kv(g, "tokenizer.ggml.pre"))
+        (void)zi_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &err);
+    const char *base = strrchr(model, '/');
+    base = base ? base + 1 : model;
     size_t len;
     char *text = make_text(mb << 20, &len);
     if (!text) {
@@ -147,9 +155,10 @@ int main(int argc, char **argv) {
         n_tokens = count;
     }
     double mib = (double)len / (1024.0 * 1024.0);
-    printf("{\"encode_mb_s\": %.2f, \"first_pass_mb_s\": %.2f, \"bytes\": %zu, \"tokens\": %zu, "
-           "\"seconds\": %.4f}\n",
-           mib / best, mib / first, len, n_tokens, best);
+    printf("{\"model\": \"%s\", \"pre\": \"%.*s\", \"encode_mb_s\": %.2f, "
+           "\"first_pass_mb_s\": %.2f, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.4f}\n",
+           base, (int)(pre.len > 64 ? 64 : pre.len), pre.ptr, mib / best, mib / first, len,
+           n_tokens, best);
     free(text);
     zi_tokenizer_free(tok);
     zi_gguf_close(g);
