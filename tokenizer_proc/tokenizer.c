@@ -434,7 +434,10 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
                             err)) ||
         (rc = read_token_id(g, "tokenizer.ggml.padding_token_id", t->n_vocab, -1, &t->pad, err)))
         goto fail;
-    if ((rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token", spm, &t->add_bos, err)) ||
+    /* The default of add_bos_token: SPM files add BOS; for BPE, what the
+     * pre-tokenizer set (tok_pretok_init: the Llama 3 group adds it). */
+    if ((rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token",
+                                  spm || (t->add_bos && t->bos >= 0), &t->add_bos, err)) ||
         (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", 0, &t->add_eos, err)) ||
         (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix,
                                   err)))

@@ -64,8 +64,9 @@ enum {
  *    "minerva-7b", "mellum2";
  *  - Llama 3's pattern: "llama-bpe", "llama3", "llama-v3", "falcon3",
  *    "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano" (with
- *    llama.cpp's ignore_merges: a piece that is a token is that token) and
- *    "dbrx", "smaug-bpe" (without);
+ *    llama.cpp's ignore_merges: a piece that is a token is that token; and,
+ *    as there, add_bos_token defaults to true when the file has a BOS id
+ *    but no such key) and "dbrx", "smaug-bpe" (without either);
  *  - Qwen 2's (Llama 3's with single digits): "qwen2", "deepseek-r1-qwen",
  *    "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open";
  *    and "qwen35" (combining marks join letter runs);

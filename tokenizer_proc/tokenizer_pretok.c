@@ -431,6 +431,10 @@ int tok_pretok_init(zi_tokenizer *t, zi_str name, zi_error *err) {
                             (int)(name.len > 64 ? 64 : name.len), name.ptr);
     t->pretok = k_pretoks[i].kind;
     t->ignore_merges = k_pretoks[i].ignore_merges;
+    /* llama.cpp's default for add_bos_token when the file has no such key:
+     * true for the Llama 3 names that also ignore merges (tokenizer.c
+     * reads the key over this, where the file has a BOS token). */
+    t->add_bos = t->pretok == TOK_PRETOK_LLAMA3 && t->ignore_merges;
     if (t->pretok >= TOK_PRETOK_FIRST_REGEX) return tok_regex_new(t->pretok, &t->regex, err);
     return ZI_OK;
 }

@@ -46,8 +46,9 @@ static void byte_char(unsigned b, char out[4]) {
     out[l] = '\0';
 }
 
-/* 256 byte tokens and "ab"; pre NULL leaves the key out. */
-static wbuf make_vocab(const char *pre) {
+/* 256 byte tokens and "ab" (id 256, also the BOS id when with_bos); pre
+ * NULL leaves the key out. */
+static wbuf make_vocab_bos(const char *pre, int with_bos) {
     static char chars[256][4];
     const char *toks[257];
     int32_t types[257];
@@ -63,13 +64,18 @@ static wbuf make_vocab(const char *pre) {
     w_bytes(&b, "GGUF", 4);
     w_u32(&b, 3);
     w_u64(&b, 0);
-    w_u64(&b, 4 + (pre != NULL));
+    w_u64(&b, 4 + (pre != NULL) + (with_bos != 0));
     kv_str(&b, "tokenizer.ggml.model", "gpt2");
     if (pre) kv_str(&b, "tokenizer.ggml.pre", pre);
     kv_strs(&b, "tokenizer.ggml.tokens", toks, 257);
     kv_i32s(&b, "tokenizer.ggml.token_type", types, 257);
     kv_strs(&b, "tokenizer.ggml.merges", merges, 1);
+    if (with_bos) kv_u32(&b, "tokenizer.ggml.bos_token_id", 256);
     return b;
+}
+
+static wbuf make_vocab(const char *pre) {
+    return make_vocab_bos(pre, 0);
 }
 
 typedef struct loaded {
@@ -225,6 +231,35 @@ static void test_refused(void **state) {
     expect_refused(longname);
 }
 
+/* Without an add_bos_token key, llama.cpp adds BOS for the Llama 3 names
+ * that ignore merges, and not for the others (dbrx, qwen2, ...). */
+static void check_default_bos(const char *pre, int want_bos) {
+    wbuf b = make_vocab_bos(pre, 1);
+    zi_gguf *g;
+    zi_tokenizer *t;
+    zi_error err = {0};
+    assert_int_equal(zi_gguf_open_memory(b.p, b.n, &g, &err), ZI_OK);
+    assert_int_equal(zi_tokenizer_load(g, &t, &err), ZI_OK);
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(zi_tokenizer_encode(t, "x", 1, 1, 0, &ids, &n, &err), ZI_OK);
+    assert_int_equal(n, want_bos ? 2 : 1);
+    if (want_bos) assert_int_equal(ids[0], 256);
+    free(ids);
+    zi_tokenizer_free(t);
+    zi_gguf_close(g);
+    free(b.p);
+}
+
+static void test_default_bos(void **state) {
+    (void)state;
+    check_default_bos("llama-bpe", 1);
+    check_default_bos("llama3", 1);
+    check_default_bos("dbrx", 0);
+    check_default_bos("qwen2", 0);
+    check_default_bos("gpt-2", 0);
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -277,7 +312,7 @@ int main(void) {
         cmocka_unit_test(test_gpt2),           cmocka_unit_test(test_llama3),
         cmocka_unit_test(test_qwen),           cmocka_unit_test(test_deepseek),
         cmocka_unit_test(test_falcon_default), cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_default_bos),    cmocka_unit_test(test_hostile),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
