@@ -2,7 +2,9 @@
 llama.cpp's vendored BPE vocabulary files.
 
 tests/fixtures/vocab/NAME.jsonl.gz (scripts/ref/make_vocab_fixture_bpe.py)
-holds, for every string of tests/fixtures/tokenizer_corpus.jsonl, the ids
+holds, for every string of tests/fixtures/tokenizer_corpus.jsonl (2,500)
+and tests/fixtures/tokenizer_corpus_pretok.jsonl (400 short mixes of the
+character classes the pre-tokenizers tell apart), the ids
 llama-cpp-python gives on ggml-vocab-NAME.gguf without and with special-token
 parsing, and whether llama.cpp's detokenize gives the string back. zinfer
 must give the same ids both ways, and decode the plain ids back to the
