@@ -1,7 +1,7 @@
 /*
  * tokenizer_impl.h - what the tokenizer's source files share (internal: the
  * interface is tokenizer.h, and nothing outside tokenizer_proc/tokenizer*.c
- * includes this).
+ * includes this but the white-box test tests/unit/test_pretok.c).
  *
  * The tokenizer is one module split by stage, in the order text meets them:
  *
