@@ -5,7 +5,8 @@ checks zinfer against.
 
 For NAME it loads $ZINFER_HOME/llama.cpp-vendor/models/ggml-vocab-NAME.gguf
 with llama-cpp-python (`Llama(model_path, vocab_only=True)`) and runs every
-"text" of tests/fixtures/tokenizer_corpus.jsonl (the first --count of them,
+"text" of tests/fixtures/tokenizer_corpus.jsonl and tokenizer_corpus_pretok.jsonl
+(the pre-tokenizers' edge cases; the first --count of them all,
 when given) through it in three modes:
 
     "plain"   tokenize(text.encode(), add_bos=False, special=False)
@@ -13,13 +14,19 @@ when given) through it in three modes:
     "bos"     tokenize(text.encode(), add_bos=True,  special=False)
               (add_bos is llama.cpp's add_special: BOS/EOS as the file says)
 
-and decodes the plain and special ids back with llama.cpp's own
-llama_detokenize (remove_special=False; unparse_special False / True).
+and decodes the plain and special ids back as llama.cpp does: for
+SentencePiece vocabularies with its own llama_detokenize (remove_special
+False; unparse_special False / True); for BPE ones as the concatenation of
+llama_token_to_piece, which is what llama-server streams, because
+llama_detokenize also applies Hugging Face's clean_up_tokenization_spaces
+to most BPE vocabularies ("word !" -> "word!", " 's" -> "'s"), a lossy
+clean-up zinfer does not make.
 
 Then the same for the EXTRA strings below (special-token spellings of many
 families, which the corpus lacks). It writes tests/fixtures/vocab/NAME.jsonl.gz:
 a header line
-    {"vocab": NAME, "count": N, "corpus_sha256": ..., "llama_cpp_python": ...}
+    {"vocab": NAME, "count": N, "corpus_sha256": ..., "llama_cpp_python": ...,
+     "add": [BOS id or null, EOS id or null]}  (what llama.cpp adds with add_special)
 (N corpus texts, which the hash covers, so a changed corpus shows as a stale
 fixture), then one line per text, the N corpus texts in order and then the
 EXTRA ones (these carry their "text"), with the ids of each mode. To stay
@@ -70,9 +77,16 @@ EXTRA = [
 ]
 
 
+# The texts: the project's tokenizer corpus, then the pre-tokenizers' edge
+# cases (short mixes of scripts, categories and whitespace).
+CORPORA = [CORPUS, CORPUS.parent / "tokenizer_corpus_pretok.jsonl"]
+
+
 def corpus_texts(count=None):
-    with open(CORPUS, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f if line.strip()]
+    texts = []
+    for path in CORPORA:
+        with open(path, encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f if line.strip()]
     return texts[:count] if count else texts
 
 
@@ -98,8 +112,18 @@ def with_specials(vocab, ids):
 
 
 def detokenize(vocab, ids, special):
-    """llama.cpp's llama_detokenize (remove_special False), as text."""
+    """llama.cpp's decoding of ids (module docstring), as text."""
     import llama_cpp
+    if llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_BPE:
+        out = b""
+        for i in ids:
+            buf = ctypes.create_string_buffer(256)
+            n = llama_cpp.llama_token_to_piece(vocab, i, buf, 256, 0, special)
+            if n < 0:
+                buf = ctypes.create_string_buffer(-n)
+                n = llama_cpp.llama_token_to_piece(vocab, i, buf, -n, 0, special)
+            out += buf.raw[:n]
+        return out.decode("utf-8", "replace")
     arr = (llama_cpp.llama_token * max(1, len(ids)))(*ids)
     cap = 64 + 16 * len(ids)
     while True:
@@ -146,7 +170,12 @@ def main():
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = [json.dumps({"vocab": args.name, "count": n_corpus_texts,
                          "corpus_sha256": corpus_hash(texts[:n_corpus_texts]),
-                         "llama_cpp_python": llama_cpp.__version__})]
+                         "llama_cpp_python": llama_cpp.__version__,
+                         # what llama.cpp adds with add_special (with_specials)
+                         "add": [llama_cpp.llama_vocab_bos(vocab)
+                                 if llama_cpp.llama_vocab_get_add_bos(vocab) else None,
+                                 llama_cpp.llama_vocab_eos(vocab)
+                                 if llama_cpp.llama_vocab_get_add_eos(vocab) else None]})]
     n_corpus = len(texts) - len(EXTRA)
     for i, t in enumerate(texts):
         b = t.encode("utf-8")

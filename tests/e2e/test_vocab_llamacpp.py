@@ -3,11 +3,15 @@ project's tokenizer corpus.
 
 Each tests/fixtures/vocab/NAME.jsonl.gz (made by
 scripts/ref/make_vocab_fixture.py NAME with llama-cpp-python) holds the ids
-llama.cpp gives every text of tests/fixtures/tokenizer_corpus.jsonl (its
-first `count` texts), plus some special-token strings, for
-ggml-vocab-NAME.gguf: without special tokens ("plain"), with special-token
-parsing ("special"), with BOS/EOS added as the file says ("bos"), and what
-llama.cpp's llama_detokenize makes of the plain and special ids. Every text
+llama.cpp gives every text of tests/fixtures/tokenizer_corpus.jsonl and
+tokenizer_corpus_pretok.jsonl (their first `count` texts), plus some
+special-token strings, for ggml-vocab-NAME.gguf (or a packaged model's
+file): without special tokens ("plain"), with special-token parsing
+("special"), with BOS/EOS added as llama.cpp adds them ("bos"), and what
+llama.cpp decodes the plain and special ids to (llama_detokenize for
+SentencePiece files; for BPE ones the token pieces, as llama-server
+streams them, without the Hugging Face space clean-up llama_detokenize
+adds: scripts/ref/make_vocab_fixture.py says why). Every text
 goes through `zinfer tokenize` in each mode, and the ids back through
 `zinfer detokenize` (`--special` for the parsed ones); all must equal
 llama.cpp's. Any fixture present is tested: adding a vocabulary is adding
@@ -46,8 +50,11 @@ def load(name):
     with gzip.open(FIXTURES / "vocab" / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
         lines = [json.loads(line) for line in f if line.strip()]
     head, recs = lines[0], lines[1:]
-    with open(CORPUS, encoding="utf-8") as f:
-        texts = [json.loads(line)["text"] for line in f if line.strip()][: head["count"]]
+    texts = []
+    for path in (CORPUS, FIXTURES / "tokenizer_corpus_pretok.jsonl"):
+        with open(path, encoding="utf-8") as f:
+            texts += [json.loads(line)["text"] for line in f if line.strip()]
+    texts = texts[: head["count"]]
     h = hashlib.sha256()
     for t in texts:
         h.update(t.encode("utf-8") + b"\0")
@@ -57,27 +64,9 @@ def load(name):
     texts += [r["text"] for r in recs[len(texts):]]
     assert len(texts) == len(recs)
     assert len(texts) >= 2000, f"{name}: only {len(texts)} texts"
-    return model, texts, recs
+    return model, texts, recs, head
 
 
-
-
-def bos_ids(model, plain):
-    """The plain ids with BOS/EOS as the file's add_bos/add_eos say, read by
-    gguf (the fixture leaves "bos" out when it is this)."""
-    import gguf
-    r = gguf.GGUFReader(str(model))
-
-    def get(key, dflt):
-        f = r.fields.get(key)
-        return f.contents() if f is not None else dflt
-
-    spm = get("tokenizer.ggml.model", "") == "llama"
-    add_bos = get("tokenizer.ggml.add_bos_token", spm)
-    add_eos = get("tokenizer.ggml.add_eos_token", False)
-    bos = get("tokenizer.ggml.bos_token_id", 1 if spm else None)
-    eos = get("tokenizer.ggml.eos_token_id", 2 if spm else None)
-    return lambda ids: ([bos] if add_bos else []) + ids + ([eos] if add_eos else [])
 
 
 MODES = {  # mode: (zinfer tokenize flags, record key)
@@ -90,14 +79,15 @@ MODES = {  # mode: (zinfer tokenize flags, record key)
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("name", NAMES)
 def test_ids_match_llamacpp(zinfer_bin, name, mode):
-    model, texts, recs = load(name)
+    model, texts, recs, head = load(name)
     if mode == "plain":
         want = [r["plain"] for r in recs]
     elif mode == "special":
         want = [r.get("special", r["plain"]) for r in recs]
     else:
-        add = bos_ids(model, None)
-        want = [r.get("bos", add(r["plain"])) for r in recs]
+        bos, eos = head["add"]  # as llama.cpp adds them, from the fixture
+        want = [r.get("bos", ([bos] if bos is not None else []) + r["plain"] +
+                      ([eos] if eos is not None else [])) for r in recs]
     got = run_zinfer_lines(zinfer_bin, model, ["tokenize"] + MODES[mode], [json.dumps(t) for t in texts])
     bad = [(t, w, g) for t, w, g in zip(texts, want, got) if w != g]
     report("vocab_llamacpp", f"{name}_{mode}", f"{len(texts) - len(bad)}/{len(texts)}")
@@ -108,7 +98,7 @@ def test_ids_match_llamacpp(zinfer_bin, name, mode):
 @pytest.mark.parametrize("special", [False, True], ids=["plain", "special"])
 @pytest.mark.parametrize("name", NAMES)
 def test_detokenize_matches_llamacpp(zinfer_bin, name, special):
-    model, texts, recs = load(name)
+    model, texts, recs, _ = load(name)
     key = "special" if special else "plain"
     dkey = "detok_special" if special else "detok"
     ids = [r.get(key, r["plain"]) for r in recs]
