@@ -28,6 +28,7 @@
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "tokenizer.h"
+#include "tokenizer_expect.h"
 #include "unicode.h"
 
 #define DEFAULT_MODEL "/root/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -229,29 +230,10 @@ static int load_synth(wbuf *b, zi_gguf **g, zi_tokenizer **t, zi_error *err) {
     return zi_tokenizer_load(*g, t, err);
 }
 
-static void expect_ids(zi_tokenizer *t, const char *text, size_t len, int add_special,
-                       int parse_special, const int32_t *want, size_t n_want) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    zi_error err = {0};
-    assert_int_equal(zi_tokenizer_encode(t, text, len, add_special, parse_special, &ids, &n, &err),
-                     ZI_OK);
-    if (n != n_want || memcmp(ids, want, n * sizeof *ids) != 0) {
-        fprintf(stderr, "text %.*s: got", (int)len, text);
-        for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
-        fprintf(stderr, ", want");
-        for (size_t i = 0; i < n_want; i++) fprintf(stderr, " %d", want[i]);
-        fprintf(stderr, "\n");
-    }
-    assert_int_equal(n, n_want);
-    assert_memory_equal(ids, want, n * sizeof *ids);
-    free(ids);
-}
-
 #define EXPECT(t, s, addsp, parsesp, ...)                                                          \
     do {                                                                                           \
         static const int32_t want_[] = {__VA_ARGS__};                                              \
-        expect_ids(t, s, sizeof(s) - 1, addsp, parsesp, want_, sizeof want_ / sizeof *want_);      \
+        zi_expect_ids(t, s, sizeof(s) - 1, addsp, parsesp, want_, sizeof want_ / sizeof *want_);   \
     } while (0)
 
 static void test_synth_bpe(void **state) {

@@ -20,6 +20,7 @@
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "tokenizer.h"
+#include "tokenizer_expect.h"
 
 /* The vocabulary: <unk> <s> </s>, the 256 byte tokens, then these. */
 #define BYTE(b) (3 + (b))
@@ -131,29 +132,10 @@ static void unload(loaded *l) {
     free(l->b.p);
 }
 
-static void expect_ids(zi_tokenizer *t, const char *s, int add_special, int parse_special,
-                       const int32_t *want, size_t n_want) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    zi_error err = {0};
-    assert_int_equal(
-        zi_tokenizer_encode(t, s, strlen(s), add_special, parse_special, &ids, &n, &err), ZI_OK);
-    if (n != n_want || memcmp(ids, want, n * sizeof *ids) != 0) {
-        fprintf(stderr, "%s: got", s);
-        for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
-        fprintf(stderr, ", want");
-        for (size_t i = 0; i < n_want; i++) fprintf(stderr, " %d", want[i]);
-        fprintf(stderr, "\n");
-    }
-    assert_int_equal(n, n_want);
-    assert_memory_equal(ids, want, n * sizeof *ids);
-    free(ids);
-}
-
 #define EXPECT(t, s, addsp, parsesp, ...)                                                          \
     do {                                                                                           \
         static const int32_t want_[] = {__VA_ARGS__};                                              \
-        expect_ids(t, s, addsp, parsesp, want_, sizeof want_ / sizeof *want_);                     \
+        zi_expect_ids(t, s, strlen(s), addsp, parsesp, want_, sizeof want_ / sizeof *want_);       \
     } while (0)
 
 static void expect_decode(zi_tokenizer *t, const int32_t *ids, size_t n, int special,
