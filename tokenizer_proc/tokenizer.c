@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keypath.h" /* zi_printable */
 #include "tokenizer_impl.h"
 #include "unicode.h"
 
@@ -383,11 +384,17 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
         mk = TOK_MODEL_BPE;
     else if (zi_str_eq(model, "llama"))
         mk = TOK_MODEL_SPM;
-    else
+    else {
+        /* The value is the file's: quoted as printable ASCII so that a
+         * newline or invalid UTF-8 in it cannot break the one-line message
+         * (found by tests/fuzz/fuzz_tokenizer.c). */
+        char shown[80];
+        zi_printable(shown, sizeof shown, model.ptr, model.len);
         return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "tokenizer.ggml.model \"%.*s\" is not supported (only \"gpt2\", "
+                            "tokenizer.ggml.model \"%s\" is not supported (only \"gpt2\", "
                             "byte-level BPE, and \"llama\", SentencePiece-style)",
-                            (int)(model.len > 64 ? 64 : model.len), model.ptr);
+                            shown);
+    }
     int kind = 0;
     if (mk == TOK_MODEL_BPE) { /* llama.cpp ignores the key for SPM */
         if (zi_gguf_find_kv(g, "tokenizer.ggml.pre")) {
@@ -395,10 +402,13 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
             if (rc) return rc;
         }
         kind = tok_pretok_lookup(pre);
-        if (kind < 0)
+        if (kind < 0) {
+            char shown[80]; /* printable, one line (as for the model above) */
+            zi_printable(shown, sizeof shown, pre.ptr, pre.len);
             return zi_error_set(err, ZI_EUNSUPPORTED,
-                                "tokenizer.ggml.pre \"%.*s\" is not a supported pre-tokenizer",
-                                (int)(pre.len > 64 ? 64 : pre.len), pre.ptr);
+                                "tokenizer.ggml.pre \"%s\" is not a supported pre-tokenizer",
+                                shown);
+        }
     }
 
     zi_tokenizer *t = calloc(1, sizeof *t);

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "keypath.h" /* zi_printable */
 #include "tokenizer_impl.h"
 #include "unicode.h"
 
@@ -425,10 +426,12 @@ int tok_pretok_split(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idve
 
 int tok_pretok_init(zi_tokenizer *t, zi_str name, zi_error *err) {
     int i = pretok_index(name);
-    if (i < 0)
+    if (i < 0) {
+        char shown[80]; /* the file's text, printable and on one line */
+        zi_printable(shown, sizeof shown, name.ptr, name.len);
         return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "tokenizer.ggml.pre \"%.*s\" is not a supported pre-tokenizer",
-                            (int)(name.len > 64 ? 64 : name.len), name.ptr);
+                            "tokenizer.ggml.pre \"%s\" is not a supported pre-tokenizer", shown);
+    }
     t->pretok = k_pretoks[i].kind;
     t->ignore_merges = k_pretoks[i].ignore_merges;
     /* llama.cpp's default for add_bos_token when the file has no such key:
