@@ -65,8 +65,10 @@ static const char *const k_eog_texts[] = {
     "<REPO>",
     "<reponame>",
     "<|file_sep|>",
-    "<\xef\xbd\x9c"
-    "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", /* DeepSeek */
+    /* DeepSeek's; parenthesised so that clang's -Wstring-concatenation
+     * sees the split literal is one element (the -Dfuzz=true build) */
+    ("<\xef\xbd\x9c"
+     "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>"),
     "[e~[",
 };
 
