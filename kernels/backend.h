@@ -71,6 +71,11 @@ typedef struct zi_attn_shape {
     int block_size; /* positions per KV block */
     int max_ctx;    /* positions per sequence at most (sizes attention scratch) */
     float scale;    /* usually 1/sqrt(head_dim) */
+    /* Sliding-window attention: a token at position p attends to positions
+     * max(0, p - window + 1)..p only (llama.cpp's standard SWA mask: key
+     * position k is hidden when p - k >= window). 0: all of 0..p. Only a
+     * backend with attn_window set honours it (the model checks). */
+    int window;
 } zi_attn_shape;
 
 typedef struct zi_backend_ops {
@@ -111,6 +116,12 @@ typedef struct zi_backend_ops {
      * head by pos * base^(-2i/rope_dim), in place. x is [n_tokens][n_heads][head_dim]. */
     void (*rope)(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
                  int head_dim, int rope_dim, float base);
+    /* The same rotation in the NEOX layout (pair i is (x[i], x[i +
+     * rope_dim/2])), as llama.cpp's LLAMA_ROPE_TYPE_NEOX families (gemma,
+     * qwen2, phi3, ...) are stored. Optional: NULL where a backend lacks it,
+     * and the model refuses such a family on that backend. */
+    void (*rope_neox)(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
+                      int head_dim, int rope_dim, float base);
     /* Writes k and v ([n_tokens][n_kv_heads*head_dim]) into the layer's
      * block pools at each token's position (through its block table). */
     void (*kv_store)(zi_backend *be, void *kcache, void *vcache, const float *k, const float *v,
@@ -122,6 +133,15 @@ typedef struct zi_backend_ops {
                       const void *vcache, const zi_batch_view *b, const zi_attn_shape *s);
     /* out[i] = silu(gate[i]) * up[i]; out may alias gate. */
     void (*swiglu)(zi_backend *be, float *out, const float *gate, const float *up, size_t n);
+    /* out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation
+     * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (GeGLU, the gemma
+     * feed-forward); out may alias gate. Optional (as rope_neox). */
+    void (*geglu)(zi_backend *be, float *out, const float *gate, const float *up, size_t n);
+    /* x[i] *= s (gemma's embedding scale). Optional (as rope_neox). */
+    void (*scale)(zi_backend *be, float *x, float s, size_t n);
+    /* x[i] = cap * tanh(x[i] / cap) (gemma2/3's final logit soft-capping).
+     * Optional (as rope_neox). */
+    void (*softcap)(zi_backend *be, float *x, float cap, size_t n);
     /* x[i] += y[i] */
     void (*add)(zi_backend *be, float *x, const float *y, size_t n);
     /* Waits until all queued work is done (nothing to wait for on the CPU)
@@ -144,6 +164,8 @@ struct zi_backend {
      * product fill the caller's logits instead of copying them (16 rows:
      * 3 MiB a step). */
     bool host_memory;
+    /* Its attention honours zi_attn_shape.window (sliding-window layers). */
+    bool attn_window;
 };
 
 /* Frees a backend and everything it allocated (NULL: nothing). */

@@ -7,6 +7,8 @@
  */
 #include "model.h"
 
+#include "family.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,9 @@
 
 typedef struct zi_layer {
     float *attn_norm, *ffn_norm;
+    float *q_norm, *k_norm;                /* family qk_norm, else NULL */
+    float *post_attn_norm, *post_ffn_norm; /* family post_norms, else NULL */
+    int local;                             /* a sliding-window layer */
     zi_weight wq, wk, wv, wo, w_gate, w_up, w_down;
 } zi_layer;
 
@@ -50,16 +55,63 @@ static int meta_u32(const zi_gguf *g, const char *arch, const char *key, uint32_
     return zi_gguf_get_u32(g, full, out, err);
 }
 
+/* The keys only some families use, with the family's defaults (family.h). */
+static int load_family_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
+    const zi_family *f = c->family;
+    char key[128];
+    int rc;
+    c->attn_scale = 1.0f / sqrtf((float)c->head_dim);
+    if (f->scale_by_dim_layers && c->n_layers == f->scale_by_dim_layers)
+        c->attn_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
+    snprintf(key, sizeof key, "%s.final_logit_softcapping", c->arch);
+    if ((rc = zi_gguf_get_f32_or(g, key, 0.0f, &c->final_softcap, err))) return rc;
+    if (!(c->final_softcap >= 0.0f) || !isfinite(c->final_softcap))
+        return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, c->final_softcap);
+    uint32_t v;
+    snprintf(key, sizeof key, "%s.attention.sliding_window", c->arch);
+    if ((rc = zi_gguf_get_u32_or(g, key, 0, &v, err))) return rc;
+    if (v > (1u << 30)) return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range", key, v);
+    c->sliding_window = f->swa_pattern ? (int)v : 0;
+    if (c->sliding_window) {
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", c->arch);
+        const zi_gguf_kv *pat = zi_gguf_find_kv(g, key);
+        if (pat && pat->type == ZI_GGUF_ARRAY) { /* per layer: read by load_weights */
+            if (pat->arr_type != ZI_GGUF_BOOL || pat->arr_len != (uint64_t)c->n_layers)
+                return zi_error_set(err, ZI_EFORMAT, "%s must be %d bools", key, c->n_layers);
+            c->swa_pattern = -1;
+        } else {
+            if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)f->swa_pattern, &v, err))) return rc;
+            if (v > (1u << 24))
+                return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range", key, v);
+            c->swa_pattern = (int)v;
+        }
+        snprintf(key, sizeof key, "%s.rope.freq_base_swa", c->arch);
+        if ((rc = zi_gguf_get_f32_or(g, key, f->rope_base_swa, &c->rope_base_swa, err))) return rc;
+        if (!(c->rope_base_swa > 0.0f) || !isfinite(c->rope_base_swa))
+            return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, c->rope_base_swa);
+    }
+    return ZI_OK;
+}
+
+/* Whether layer l is a local (sliding-window) layer: llama.cpp's
+ * set_swa_pattern without dense_first (n = 0: every layer). */
+static int layer_is_local(const zi_model_config *c, int l) {
+    if (!c->sliding_window || c->swa_pattern < 0) return 0;
+    return c->swa_pattern == 0 || l % c->swa_pattern < c->swa_pattern - 1;
+}
+
 static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     zi_str arch;
     int rc = zi_gguf_get_str(g, "general.architecture", &arch, err);
     if (rc) return rc;
-    if (!zi_str_eq(arch, "llama"))
+    const zi_family *fam = zi_family_find(arch.ptr, arch.len);
+    if (!fam)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "unsupported architecture '%.*s' (general.architecture); zinfer "
-                            "supports: llama",
-                            (int)(arch.len > 64 ? 64 : arch.len), arch.ptr);
-    snprintf(c->arch, sizeof c->arch, "llama");
+                            "supports: %s",
+                            (int)(arch.len > 64 ? 64 : arch.len), arch.ptr, zi_family_names());
+    snprintf(c->arch, sizeof c->arch, "%s", fam->arch);
+    c->family = fam;
     uint32_t v;
     struct {
         const char *key;
@@ -72,7 +124,8 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     for (size_t i = 0; i < sizeof req / sizeof req[0]; i++) {
         if ((rc = meta_u32(g, c->arch, req[i].key, &v, err))) return rc;
         if (v == 0 || v > (1u << 24))
-            return zi_error_set(err, ZI_EFORMAT, "llama.%s = %u is out of range", req[i].key, v);
+            return zi_error_set(err, ZI_EFORMAT, "%s.%s = %u is out of range", c->arch, req[i].key,
+                                v);
         *req[i].dst = (int)v;
     }
     char key[128];
@@ -89,6 +142,11 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
      * product of dimensions far from overflow; real models use 64..256. */
     if (c->head_dim <= 0 || c->head_dim % 2 || c->head_dim > 1024)
         return zi_error_set(err, ZI_EFORMAT, "head dimension %d is not an even number <= 1024",
+                            c->head_dim);
+    snprintf(key, sizeof key, "%s.attention.value_length", c->arch);
+    if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)c->head_dim, &v, err))) return rc;
+    if ((int)v != c->head_dim)
+        return zi_error_set(err, ZI_EUNSUPPORTED, "%s = %u differs from key_length %d", key, v,
                             c->head_dim);
     snprintf(key, sizeof key, "%s.rope.dimension_count", c->arch);
     if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)c->head_dim, &v, err))) return rc;
@@ -108,7 +166,7 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     if (scaling && scaling->type == ZI_GGUF_STRING && !zi_str_eq(scaling->str, "none"))
         return zi_error_set(err, ZI_EUNSUPPORTED, "%s = '%.*s' is not supported", key,
                             (int)scaling->str.len, scaling->str.ptr);
-    return ZI_OK;
+    return load_family_config(g, c, err);
 }
 
 /* Finds tensor `name` and checks its shape is exactly (ne0, ne1). */
@@ -183,10 +241,35 @@ static int load_weights(zi_model *m, zi_error *err) {
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return zi_error_set(err, ZI_ENOMEM, "out of memory for %d layers", c->n_layers);
+    const zi_family *f = c->family;
+    const uint8_t *local_arr = NULL; /* an array-valued sliding_window_pattern */
+    if (c->swa_pattern < 0) {
+        const void *d;
+        uint64_t n;
+        snprintf(key, sizeof key, "%s.attention.sliding_window_pattern", c->arch);
+        if ((rc = zi_gguf_get_array(m->gguf, key, ZI_GGUF_BOOL, &d, &n, err))) return rc;
+        local_arr = d;
+    }
+    int any_local = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        m->layers[l].local = local_arr ? local_arr[l] != 0 : layer_is_local(c, l);
+        any_local |= m->layers[l].local;
+    }
+    if ((rc = zi_family_check_backend(f, m->be, any_local, c->final_softcap > 0.0f, err)))
+        return rc;
     for (int l = 0; l < c->n_layers; l++) {
         zi_layer *L = &m->layers[l];
         char n[96];
 #define ZI_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
+        if (f->qk_norm &&
+            ((rc = load_vector(m, ZI_NAME("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
+             (rc = load_vector(m, ZI_NAME("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
+            return rc;
+        if (f->post_norms && ((rc = load_vector(m, ZI_NAME("post_attention_norm.weight"), c->dim,
+                                                &L->post_attn_norm, err)) ||
+                              (rc = load_vector(m, ZI_NAME("post_ffw_norm.weight"), c->dim,
+                                                &L->post_ffn_norm, err))))
+            return rc;
         if ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
             (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)) ||
             (rc = load_matrix(m, ZI_NAME("attn_q.weight"), c->dim, qd, &L->wq, err)) ||
@@ -240,8 +323,9 @@ void zi_model_free(zi_model *m) {
             zi_layer *L = &m->layers[l];
             zi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
-            be->ops->free(be, L->attn_norm);
-            be->ops->free(be, L->ffn_norm);
+            float *vecs[] = {L->attn_norm, L->ffn_norm,       L->q_norm,
+                             L->k_norm,    L->post_attn_norm, L->post_ffn_norm};
+            for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) be->ops->free(be, vecs[i]);
         }
         free(m->layers);
     }
@@ -471,30 +555,49 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     const zi_backend_ops *op = be->ops;
     const zi_model_config *c = &m->cfg;
     zi_batch_view view = {T, b->pos, b->seq, b->block_tables, b->table_stride};
-    zi_attn_shape shape = {c->n_heads,     c->n_kv_heads, c->head_dim,
-                           kv->block_size, kv->max_ctx,   1.0f / sqrtf((float)c->head_dim)};
+    zi_attn_shape shape = {
+        c->n_heads, c->n_kv_heads, c->head_dim, kv->block_size, kv->max_ctx, c->attn_scale,
+        0}; /* window: per layer */
+    const zi_family *f = c->family;
+    const size_t xn = (size_t)T * c->dim;
+    /* The family's variants of the same steps (family.h). */
+    void (*rope)(zi_backend *, float *, const int32_t *, int, int, int, int, float) =
+        f->rope_neox ? op->rope_neox : op->rope;
+    void (*glu)(zi_backend *, float *, const float *, const float *, size_t) =
+        f->geglu ? op->geglu : op->swiglu;
 
     op->get_rows(be, m->x, &m->tok_embd, b->tokens, T);
+    if (f->embd_scale) op->scale(be, m->x, sqrtf((float)c->dim), xn);
     for (int l = 0; l < c->n_layers; l++) {
         const zi_layer *L = &m->layers[l];
         op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, c->dim, c->norm_eps);
         float *qkv_out[3] = {m->q, m->k, m->v};
         const zi_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
         op->matmul_n(be, 3, qkv_out, qkv_w, m->xn, T);
-        op->rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, c->rope_base);
-        op->rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, c->rope_base);
+        if (L->q_norm) { /* per head: rows of head_dim */
+            op->rmsnorm(be, m->q, m->q, L->q_norm, T * c->n_heads, c->head_dim, c->norm_eps);
+            op->rmsnorm(be, m->k, m->k, L->k_norm, T * c->n_kv_heads, c->head_dim, c->norm_eps);
+        }
+        const float base = L->local ? c->rope_base_swa : c->rope_base;
+        rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, base);
+        rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, base);
+        shape.window = L->local ? c->sliding_window : 0;
         op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
         op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &view, &shape);
         op->matmul(be, m->tmp, &L->wo, m->att, T);
-        op->add(be, m->x, m->tmp, (size_t)T * c->dim);
+        if (L->post_attn_norm)
+            op->rmsnorm(be, m->tmp, m->tmp, L->post_attn_norm, T, c->dim, c->norm_eps);
+        op->add(be, m->x, m->tmp, xn);
 
         op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, c->dim, c->norm_eps);
         float *ffn_out[2] = {m->gate, m->up};
         const zi_weight *ffn_w[2] = {&L->w_gate, &L->w_up};
         op->matmul_n(be, 2, ffn_out, ffn_w, m->xn, T);
-        op->swiglu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
+        glu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
         op->matmul(be, m->tmp, &L->w_down, m->gate, T);
-        op->add(be, m->x, m->tmp, (size_t)T * c->dim);
+        if (L->post_ffn_norm)
+            op->rmsnorm(be, m->tmp, m->tmp, L->post_ffn_norm, T, c->dim, c->norm_eps);
+        op->add(be, m->x, m->tmp, xn);
         if (m->progress) m->progress(m->progress_arg);
     }
     /* Normalize only the rows whose logits are wanted, packed together. */
@@ -508,11 +611,11 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     }
     if (n_wanted == 0) /* a pass that only fills the cache */
         return op->sync(be, err);
-    if (be->host_memory) {
-        op->matmul(be, logits, &m->output, m->xn, n_wanted);
-    } else {
-        op->matmul(be, m->logits, &m->output, m->xn, n_wanted);
+    float *out = be->host_memory ? logits : m->logits;
+    op->matmul(be, out, &m->output, m->xn, n_wanted);
+    if (c->final_softcap > 0.0f)
+        op->softcap(be, out, c->final_softcap, (size_t)n_wanted * c->n_vocab);
+    if (!be->host_memory)
         op->download(be, logits, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));
-    }
     return op->sync(be, err);
 }

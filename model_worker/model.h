@@ -13,7 +13,10 @@
  * Q,K,V projections -> RoPE (adjacent-pair layout, as GGUF llama files are
  * stored) -> causal grouped-query attention -> output projection ->
  * residual; RMSNorm -> SwiGLU feed-forward -> residual; final RMSNorm and the
- * output head (output.weight, or the tied token embedding).
+ * output head (output.weight, or the tied token embedding). Other families
+ * (family.h: "gemma3") switch on small differences in the same pass: NEOX
+ * RoPE, Q/K norms, post-block norms, GeGLU, an embedding scale,
+ * sliding-window layers with their own RoPE base, final logit soft-capping.
  */
 #ifndef ZI_MODEL_H
 #define ZI_MODEL_H
@@ -38,6 +41,13 @@ typedef struct zi_model_config {
     float rope_base;
     float norm_eps;
     int tied_output; /* 1 when the output head is token_embd.weight */
+    /* Family options (family.h): from the file, else the family's defaults. */
+    const struct zi_family *family;
+    float attn_scale;    /* softmax(q.k * attn_scale) */
+    int sliding_window;  /* attention.sliding_window: local layers' span, 0: none */
+    int swa_pattern;     /* attention.sliding_window_pattern (an array: -1, per layer) */
+    float rope_base_swa; /* rope.freq_base_swa: the local layers' RoPE base */
+    float final_softcap; /* final_logit_softcapping, 0: none */
 } zi_model_config;
 
 typedef struct zi_model zi_model;

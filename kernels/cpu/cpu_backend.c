@@ -33,12 +33,18 @@ typedef struct cpu_backend {
     size_t act_cap; /* blocks */
     float *scratch; /* attention scores: ZI_ATTN_GROUP_MAX ctx-sized rows per thread */
     size_t scratch_per_thread;
-    /* cos and sin of the last rope call's angles (rope_n tokens at rope_pos):
-     * the two calls of every layer in a forward pass have the same ones. */
-    float *rope_cs;
-    int32_t *rope_pos;
-    int rope_cap, rope_n, rope_dim;
-    float rope_base;
+    /* cos and sin of the last rope calls' angles (n tokens at pos), for two
+     * bases: the two calls of every layer in a forward pass have the same
+     * ones, and a model with local and global layers (gemma3) alternates
+     * between two bases. */
+    struct rope_cache {
+        float *cs;
+        int32_t *pos;
+        int cap, n, dim;
+        float base;
+        unsigned long long used; /* when last used (rope_clock) */
+    } rope[2];
+    unsigned long long rope_clock;
     struct zi_counter *mm_next; /* per thread: the next chunk of its slice (mm_worker) */
     /* Per thread, one weight row dequantized to float32 for the products of
      * types without a fast kernel (mm_rows_dequant): deq_stride floats each,
@@ -381,18 +387,19 @@ static void cpu_get_rows(zi_backend *be, float *y, const zi_weight *table, const
 
 /* Element-wise ops share one parallel job: each thread takes a slice of
  * the tokens (or elements) when the batch is big enough to split. */
-enum { EW_RMSNORM, EW_ROPE, EW_SWIGLU, EW_ADD };
+enum { EW_RMSNORM, EW_ROPE, EW_SWIGLU, EW_GEGLU, EW_ADD, EW_SCALE, EW_SOFTCAP };
 
 typedef struct ew_args {
     int op;
     const zi_cpu_kernels *k;
     float *y;
-    const float *x, *w; /* rmsnorm: x, w; swiglu: x = gate, w = up; add: x */
+    const float *x, *w; /* rmsnorm: x, w; swiglu, geglu: x = gate, w = up; add: x */
     const int32_t *pos;
     const float *cs; /* rope: cos, sin per token and pair, or NULL */
     int64_t n; /* tokens (rmsnorm, rope) or elements (swiglu, add) */
     int dim, n_heads, head_dim, rope_dim;
-    float eps, base;
+    int neox;        /* rope: pairs (i, i + rope_dim/2) instead of (2i, 2i+1) */
+    float eps, base; /* scale, softcap: base is the factor or the cap */
 } ew_args;
 
 /* The element-wise loops read the arguments into locals first: the build
@@ -447,6 +454,15 @@ static void rope_rows(const ew_args *a, int64_t t0, int64_t t1) {
         float *row = a->y + t * n_heads * head_dim;
         for (int h = 0; h < n_heads; h++) { /* each head's row in order */
             float *v = row + (size_t)h * head_dim;
+            if (a->neox) { /* pair i: (v[i], v[i + half]), angle of table entry 2i */
+                const int half = rope_dim / 2;
+                for (int i = 0; i < half; i++) {
+                    float c = cs[2 * i], s = cs[2 * i + 1], x0 = v[i], x1 = v[i + half];
+                    v[i] = x0 * c - x1 * s;
+                    v[i + half] = x0 * s + x1 * c;
+                }
+                continue;
+            }
             for (int i = 0; i < rope_dim; i += 2) {
                 float c = cs[i], s = cs[i + 1], x0 = v[i], x1 = v[i + 1];
                 v[i] = x0 * c - x1 * s;
@@ -459,11 +475,26 @@ static void rope_rows(const ew_args *a, int64_t t0, int64_t t1) {
 static void ew_worker(void *p, int ith, int nth) {
     const ew_args *a = p;
     int64_t lo, hi;
-    split_range(a->n, ith, nth, a->op == EW_SWIGLU || a->op == EW_ADD ? 64 : 1, &lo, &hi);
+    split_range(a->n, ith, nth, a->op == EW_RMSNORM || a->op == EW_ROPE ? 1 : 64, &lo, &hi);
     switch (a->op) {
     case EW_RMSNORM: rmsnorm_rows(a, lo, hi); break;
     case EW_ROPE: rope_rows(a, lo, hi); break;
     case EW_SWIGLU: a->k->swiglu(a->y + lo, a->x + lo, a->w + lo, hi - lo); break;
+    case EW_GEGLU:
+        a->k->geglu(a->y + lo, a->x + lo, a->w + lo, hi - lo);
+        break;
+    case EW_SCALE: {
+        float *y = a->y;
+        const float f = a->base;
+        for (int64_t i = lo; i < hi; i++) y[i] *= f;
+        break;
+    }
+    case EW_SOFTCAP: { /* in double: tanhf's error would be scaled by the cap */
+        float *y = a->y;
+        const double cap = a->base;
+        for (int64_t i = lo; i < hi; i++) y[i] = (float)(cap * tanh(y[i] / cap));
+        break;
+    }
     case EW_ADD: {
         float *y = a->y;
         const float *x = a->x;
@@ -489,40 +520,66 @@ static void cpu_rmsnorm(zi_backend *be, float *y, const float *x, const float *w
     ew_run(be, &a, (int64_t)n_tokens * dim * 4);
 }
 
-/* The cos/sin table for these positions: kept from the previous call when
- * it had the same ones (60 calls per forward pass of a 30-layer model share
- * one table); NULL if it cannot be allocated (rope_rows then computes). */
+/* The cos/sin table for these positions: kept from an earlier call with
+ * the same ones (60 calls per forward pass of a 30-layer model share one
+ * table; a model with two RoPE bases keeps one per base); NULL if it
+ * cannot be allocated (rope_rows then computes). */
 static const float *rope_table(cpu_backend *c, const int32_t *pos, int n_tokens, int rope_dim,
                                float base) {
-    if (c->rope_n == n_tokens && c->rope_dim == rope_dim && c->rope_base == base &&
-        memcmp(c->rope_pos, pos, (size_t)n_tokens * sizeof *pos) == 0)
-        return c->rope_cs;
-    if ((int64_t)n_tokens * rope_dim > c->rope_cap) {
-        float *cs = realloc(c->rope_cs, (size_t)n_tokens * rope_dim * sizeof *cs);
-        if (cs) c->rope_cs = cs;
-        int32_t *p = realloc(c->rope_pos, (size_t)n_tokens * sizeof *p);
-        if (p) c->rope_pos = p;
-        c->rope_n = 0;
+    c->rope_clock++;
+    for (int e = 0; e < 2; e++) {
+        struct rope_cache *r = &c->rope[e];
+        if (r->n == n_tokens && r->dim == rope_dim && r->base == base &&
+            memcmp(r->pos, pos, (size_t)n_tokens * sizeof *pos) == 0) {
+            r->used = c->rope_clock;
+            return r->cs;
+        }
+    }
+    struct rope_cache *r = &c->rope[c->rope[0].used <= c->rope[1].used ? 0 : 1];
+    r->used = c->rope_clock;
+    if ((int64_t)n_tokens * rope_dim > r->cap) {
+        float *cs = realloc(r->cs, (size_t)n_tokens * rope_dim * sizeof *cs);
+        if (cs) r->cs = cs;
+        int32_t *p = realloc(r->pos, (size_t)n_tokens * sizeof *p);
+        if (p) r->pos = p;
+        r->n = 0;
         if (!cs || !p) return NULL;
-        c->rope_cap = n_tokens * rope_dim;
+        r->cap = n_tokens * rope_dim;
     }
     for (int t = 0; t < n_tokens; t++)
         for (int i = 0; i < rope_dim; i += 2)
-            rope_angle(pos[t], i, rope_dim, base, &c->rope_cs[t * rope_dim + i],
-                       &c->rope_cs[t * rope_dim + i + 1]);
-    memcpy(c->rope_pos, pos, (size_t)n_tokens * sizeof *pos);
-    c->rope_n = n_tokens;
-    c->rope_dim = rope_dim;
-    c->rope_base = base;
-    return c->rope_cs;
+            rope_angle(pos[t], i, rope_dim, base, &r->cs[t * rope_dim + i],
+                       &r->cs[t * rope_dim + i + 1]);
+    memcpy(r->pos, pos, (size_t)n_tokens * sizeof *pos);
+    r->n = n_tokens;
+    r->dim = rope_dim;
+    r->base = base;
+    return r->cs;
+}
+
+static void rope_run(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
+                     int head_dim, int rope_dim, float base, int neox) {
+    ew_args a = {.op = EW_ROPE,
+                 .y = x,
+                 .pos = pos,
+                 .n = n_tokens,
+                 .n_heads = n_heads,
+                 .head_dim = head_dim,
+                 .rope_dim = rope_dim,
+                 .base = base,
+                 .neox = neox,
+                 .cs = rope_table(cb(be), pos, n_tokens, rope_dim, base)};
+    ew_run(be, &a, (int64_t)n_tokens * n_heads * rope_dim * 4);
 }
 
 static void cpu_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
                      int head_dim, int rope_dim, float base) {
-    ew_args a = {.op = EW_ROPE, .y = x, .pos = pos, .n = n_tokens, .n_heads = n_heads,
-                 .head_dim = head_dim, .rope_dim = rope_dim, .base = base,
-                 .cs = rope_table(cb(be), pos, n_tokens, rope_dim, base)};
-    ew_run(be, &a, (int64_t)n_tokens * n_heads * rope_dim * 4);
+    rope_run(be, x, pos, n_tokens, n_heads, head_dim, rope_dim, base, 0);
+}
+
+static void cpu_rope_neox(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
+                          int head_dim, int rope_dim, float base) {
+    rope_run(be, x, pos, n_tokens, n_heads, head_dim, rope_dim, base, 1);
 }
 
 /*
@@ -647,12 +704,18 @@ static zi_kv_head task_view(const attn_args *a, const k_layout *kl, int64_t task
     const int kvh =
         (int)(task % tasks_per_token) * a->heads_per_task / (s->n_heads / s->n_kv_heads);
     const size_t head = (size_t)kvh * bs * hd; /* its part of block 0 */
-    *n = a->b->pos[t] + 1;
+    /* A sliding window starts at position p - window + 1: whole blocks
+     * before it are skipped through the table, the rest by `first`. */
+    const int p = a->b->pos[t];
+    const int start = s->window > 0 && p >= s->window ? p - s->window + 1 : 0;
+    *n = p + 1 - start;
     return (zi_kv_head){
         .k = (const int16_t *)a->kc + head,
         .ks = (const float *)(a->kc + kl->scales) + (size_t)kvh * bs,
         .v = a->vc + head,
-        .blocks = a->b->block_tables + (size_t)a->b->seq[t] * a->b->table_stride,
+        .blocks =
+            a->b->block_tables + (size_t)a->b->seq[t] * a->b->table_stride + start / s->block_size,
+        .first = start % s->block_size,
         .bs = s->block_size,
         .kstride = kl->block / sizeof(int16_t),
         .sstride = kl->block / sizeof(float),
@@ -665,9 +728,10 @@ static zi_kv_head task_view(const attn_args *a, const k_layout *kl, int64_t task
  * would otherwise come from memory while the core waits (16 streams of
  * 64-128 positions: attention 3.3 -> 3.1 ms a step on one core). */
 static void prefetch_task_start(const zi_kv_head *kv, int n, int hd) {
-    int rows = n < kv->bs ? n : kv->bs;
+    int rows = n < kv->bs - kv->first ? n : kv->bs - kv->first;
     rows = rows < 16 ? rows : 16;
-    const char *p = (const char *)(kv->k + (size_t)kv->blocks[0] * kv->kstride);
+    const char *p = (const char *)(kv->k + (size_t)kv->blocks[0] * kv->kstride +
+                                   (size_t)kv->first * (size_t)hd);
     for (size_t i = 0; i < (size_t)rows * (size_t)hd * sizeof(int16_t); i += 64)
         __builtin_prefetch(p + i, 0, 3);
 }
@@ -736,6 +800,21 @@ static void cpu_swiglu(zi_backend *be, float *out, const float *gate, const floa
     ew_run(be, &a, (int64_t)n * 4);
 }
 
+static void cpu_geglu(zi_backend *be, float *out, const float *gate, const float *up, size_t n) {
+    ew_args a = {.op = EW_GEGLU, .k = cb(be)->k, .y = out, .x = gate, .w = up, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n * 4);
+}
+
+static void cpu_scale(zi_backend *be, float *x, float s, size_t n) {
+    ew_args a = {.op = EW_SCALE, .y = x, .base = s, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n);
+}
+
+static void cpu_softcap(zi_backend *be, float *x, float cap, size_t n) {
+    ew_args a = {.op = EW_SOFTCAP, .y = x, .base = cap, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n * 16);
+}
+
 static void cpu_add(zi_backend *be, float *x, const float *y, size_t n) {
     ew_args a = {.op = EW_ADD, .y = x, .x = y, .n = (int64_t)n};
     ew_run(be, &a, (int64_t)n);
@@ -749,8 +828,10 @@ static void cpu_backend_free(zi_backend *be) {
     free(c->act.d);
     free(c->act.s);
     free(c->scratch);
-    free(c->rope_cs);
-    free(c->rope_pos);
+    for (int e = 0; e < 2; e++) {
+        free(c->rope[e].cs);
+        free(c->rope[e].pos);
+    }
     free(c->mm_next);
     free(c->deq_rows);
     free(c);
@@ -772,9 +853,13 @@ static const zi_backend_ops cpu_ops = {
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
+    .rope_neox = cpu_rope_neox,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
     .swiglu = cpu_swiglu,
+    .geglu = cpu_geglu,
+    .scale = cpu_scale,
+    .softcap = cpu_softcap,
     .add = cpu_add,
     .sync = cpu_sync,
 };
@@ -806,6 +891,7 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     c->base.kv_k_row_extra = sizeof(float);
     c->base.kv_v_bytes = 2;
     c->base.host_memory = true;
+    c->base.attn_window = true; /* task_view */
     c->k = k;
     c->act.no_residual = act_bits == 8;
     c->pool = zi_pool_create(n);

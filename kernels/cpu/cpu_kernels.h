@@ -22,9 +22,9 @@
 
 /*
  * One KV head's part of a paged cache, as attend reads it (the layout is
- * cpu_backend.c's). Position j lives in block b = blocks[j / bs], row
- * r = j % bs: its K row is hd int16 codes at k + b * kstride + r * hd, to be
- * multiplied by the float at ks + b * sstride + r; its V row is hd float16
+ * cpu_backend.c's). Position j (counted from `first`, below) lives in block
+ * b = blocks[(first + j) / bs], row r = (first + j) % bs: its K row is hd int16 codes at k + b *
+ * kstride + r * hd, to be multiplied by the float at ks + b * sstride + r; its V row is hd float16
  * values at v + b * vstride + r * hd.
  */
 typedef struct zi_kv_head {
@@ -34,6 +34,9 @@ typedef struct zi_kv_head {
     const int32_t *blocks;
     int bs;
     size_t kstride, sstride, vstride;
+    /* The kernel's position j is the cache's position first + j (a sliding
+     * window starts past 0); 0 <= first < bs, blocks already advanced. */
+    int first;
 } zi_kv_head;
 
 typedef struct zi_cpu_kernels {
@@ -86,6 +89,9 @@ typedef struct zi_cpu_kernels {
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
     /* out[i] = g[i] / (1 + expf(-g[i])) * u[i] (SwiGLU); out may be g. */
     void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
+    /* out[i] = gelu_tanh(g[i]) * u[i] (GeGLU, GELU's tanh approximation);
+     * out may be g. The SIMD tables give the scalar loop's bits. */
+    void (*geglu)(float *out, const float *g, const float *u, int64_t n);
 } zi_cpu_kernels;
 
 extern const zi_cpu_kernels zi_cpu_kernels_scalar;

@@ -16,11 +16,14 @@
  *            positions at a time; the plain loop for the rest.
  */
 /* The offset of position j's row (of hd values) in a paged cache whose
- * blocks lie `stride` apart, and of its K scale (cpu_kernels.h). */
+ * blocks lie `stride` apart, and of its K scale (cpu_kernels.h; j counts
+ * from kv->first). */
 #define ZI_KV_ROW(kv, j, stride, hd)                                                               \
-    ((size_t)(kv)->blocks[(j) / (kv)->bs] * (kv)->stride + (size_t)((j) % (kv)->bs) * (size_t)(hd))
+    ((size_t)(kv)->blocks[((kv)->first + (j)) / (kv)->bs] * (kv)->stride +                         \
+     (size_t)(((kv)->first + (j)) % (kv)->bs) * (size_t)(hd))
 #define ZI_KV_SCALE(kv, j)                                                                         \
-    ((kv)->ks[(size_t)(kv)->blocks[(j) / (kv)->bs] * (kv)->sstride + (j) % (kv)->bs])
+    ((kv)->ks[(size_t)(kv)->blocks[((kv)->first + (j)) / (kv)->bs] * (kv)->sstride +               \
+              ((kv)->first + (j)) % (kv)->bs])
 
 #if defined(__AVX2__) && !defined(__AVX512F__)
 /* The 8 sums of v[0..7]'s lanes, in order (a tree of vhaddps). */
@@ -191,9 +194,10 @@ attend_pv(const float *p, int n, const zi_kv_head *kv, int nc, int NG, float *ou
     __m512 o[4][8];
     for (int g = 0; g < NG; g++)
         for (int c = 0; c < nc; c++) o[g][c] = _mm512_setzero_ps();
-    const uint16_t *vj = kv->v + (size_t)blocks[0] * kv->vstride;
-    const int last = (n - 1) / bs;
-    for (int j = 0, jb = 0, jr = 0; j < n; j++, jr++, vj += 16 * nc) {
+    const int f = kv->first; /* the window's first row, in block 0 */
+    const uint16_t *vj = kv->v + (size_t)blocks[0] * kv->vstride + (size_t)f * 16 * nc;
+    const int last = (f + n - 1) / bs;
+    for (int j = 0, jb = 0, jr = f; j < n; j++, jr++, vj += 16 * nc) {
         if (jr == bs) /* the next cache block */
             jr = 0, vj = kv->v + (size_t)blocks[++jb] * kv->vstride;
         if (jr == 0 && jb < last) { /* and the one after it, while this one is read */
@@ -238,7 +242,7 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
         const int left = n - j0 < 16 ? n - j0 : 16;
         const __mmask16 live = (__mmask16)((1u << left) - 1);
         /* Usually the 16 rows lie in one cache block, back to back. */
-        const int jr0 = j0 % bs;
+        const int jr0 = (kv->first + j0) % bs;
         __m512 ksv;
         /* The next 16 rows' K, and in attend_pv the next block's V, are
          * asked for while these are read: the cache's runs are short (2 KiB
@@ -259,7 +263,7 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
                 _mm_prefetch((const char *)vr + i, _MM_HINT_T0);
         }
         if (left == 16 && jr0 + 16 <= bs) {
-            const size_t b = (size_t)kv->blocks[j0 / bs];
+            const size_t b = (size_t)kv->blocks[(kv->first + j0) / bs];
             const int16_t *kb = kv->k + b * kv->kstride + (size_t)jr0 * hd;
             for (int i = 0; i < 16 * nc; i++) _mm512_store_ps(kf + 16 * i, ld_i16x16(kb + 16 * i));
             ksv = _mm512_loadu_ps(kv->ks + b * kv->sstride + jr0);

@@ -1,7 +1,8 @@
 /*
  * cpu_kernels_elementwise.h - the element-wise kernels: axpy_f32,
- * scale_f32, to_f16, swiglu_f32, and the vector expf (glibc's algorithm,
- * bit-identical to expf) that SwiGLU and attention's softmax use. One of
+ * scale_f32, to_f16, swiglu_f32, geglu_f32, and the vector expf (glibc's
+ * algorithm, bit-identical to expf) that SwiGLU, GeGLU and attention's
+ * softmax use. One of
  * the units that cpu_kernels_impl.h includes, in its order, once per
  * instruction set.
  *
@@ -9,9 +10,9 @@
  *   scalar   the plain loops (expf from libm, zi_f32_to_f16).
  *   AVX2     (#if __AVX2__) the expf table and constants; (#if __AVX2__ &&
  *            !__AVX512F__) exp4_avx2, exp8_avx2, SwiGLU 8 lanes at a
- *            time; (#if __F16C__) to_f16 8 values at a time.
+ *            time, GeGLU likewise; (#if __F16C__) to_f16 8 values at a time.
  *   AVX-512  the expf table and constants, exp8_core and exp16 (#if
- *            __AVX512F__), SwiGLU 16 lanes at a time, to_f16 as AVX2.
+ *            __AVX512F__), SwiGLU and GeGLU 16 lanes at a time, to_f16 as AVX2.
  */
 static void axpy_f32(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
@@ -170,5 +171,44 @@ static void swiglu_f32(float *out, const float *g, const float *u, int64_t n) {
     for (; i < n; i++) {
         float gi = g[i];
         out[i] = gi / (1.0f + expf(-gi)) * u[i];
+    }
+}
+
+/* GELU's tanh approximation, 0.5 g (1 + tanh(y)) with y = sqrt(2/pi) (g +
+ * 0.044715 g^3), written as g / (1 + exp(-2y)) (the same function: 1 +
+ * tanh(y) = 2 / (1 + exp(-2y))), so that it shares SwiGLU's expf; times u
+ * (GeGLU). The constants are 2 sqrt(2/pi) and 2 sqrt(2/pi) 0.044715. */
+#define GELU_K1 1.5957691216057308f
+#define GELU_K3 0.0713548162726009f
+
+static void geglu_f32(float *out, const float *g, const float *u, int64_t n) {
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i + 16 <= n; i += 16) { /* the loop below's operations, 16 at a time */
+        __m512 gv = _mm512_loadu_ps(g + i);
+        __m512 g3 = _mm512_mul_ps(_mm512_mul_ps(gv, gv), gv);
+        __m512 z = _mm512_add_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_K1), gv),
+                                 _mm512_mul_ps(_mm512_set1_ps(GELU_K3), g3));
+        __m512 e = exp16(_mm512_castsi512_ps(
+            _mm512_xor_si512(_mm512_castps_si512(z), _mm512_set1_epi32((int)0x80000000))));
+        __m512 r = _mm512_div_ps(gv, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(r, _mm512_loadu_ps(u + i)));
+    }
+#endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    for (; i + 8 <= n; i += 8) { /* the same, 8 at a time */
+        __m256 gv = _mm256_loadu_ps(g + i);
+        __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(gv, gv), gv);
+        __m256 z = _mm256_add_ps(_mm256_mul_ps(_mm256_set1_ps(GELU_K1), gv),
+                                 _mm256_mul_ps(_mm256_set1_ps(GELU_K3), g3));
+        __m256 e = exp8_avx2(_mm256_xor_ps(z, _mm256_set1_ps(-0.0f)));
+        __m256 r = _mm256_div_ps(gv, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(r, _mm256_loadu_ps(u + i)));
+    }
+#endif
+    for (; i < n; i++) {
+        float gi = g[i];
+        float z = GELU_K1 * gi + GELU_K3 * (gi * gi * gi);
+        out[i] = gi / (1.0f + expf(-z)) * u[i];
     }
 }

@@ -44,5 +44,6 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .axpy = axpy_f32,
     .scale = scale_f32,
     .swiglu = swiglu_f32,
+    .geglu = geglu_f32,
     .to_f16 = to_f16,
 };

@@ -322,7 +322,7 @@ static void test_elementwise(void **state) {
 static void run_attention(zi_backend *be, const float *kv_src, const float *q_host, float *out,
                           const int32_t *tables, int stride, int n_blocks) {
     const int nh = 9, nkv = 3, hd = 64, bs = 16, kvd = nkv * hd;
-    zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f};
+    zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f, 0};
     zi_error err = {0};
     assert_int_equal(be->ops->reserve(be, 64, 1536, 1024, &err), ZI_OK);
     size_t pool = (size_t)n_blocks * bs * kvd;
@@ -447,7 +447,7 @@ static void test_graph_capture(void **state) {
     int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0, 0, 0, 0}, tab[16];
     for (int i = 0; i < 16; i++) tab[i] = 15 - i;
     zi_batch_view v = {T, pos, seq, tab, 16};
-    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f};
+    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0};
     float *eager = malloc(sizeof(float) * T * dim), *replay = malloc(sizeof(float) * T * dim);
 #define ZI_LAYER()                                                                                 \
     do {                                                                                           \

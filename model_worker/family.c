@@ -1,0 +1,55 @@
+/*
+ * family.c - the table of supported model families (see family.h).
+ *
+ * Each row is what llama.cpp does for that architecture
+ * (src/models/<arch>.cpp and llama-model.cpp), recorded as facts: the
+ * forward pass itself is model.c's, shared by all rows.
+ */
+#include "family.h"
+
+#include <string.h>
+
+static const zi_family families[] = {
+    /* Llama 2/3 and the files that reuse its architecture name (SmolLM2). */
+    {.arch = "llama"},
+    /* Gemma 3: NEOX RoPE, Q/K norms, post-norms, GeGLU, embedding scale,
+     * five local layers of every six with RoPE base 10000 (llama.cpp:
+     * load_swa_pattern(ml, 6), rope_freq_base_train_swa = 10000), the 27B's
+     * attention scale from embedding_length / head_count. */
+    {.arch = "gemma3",
+     .rope_neox = 1,
+     .qk_norm = 1,
+     .post_norms = 1,
+     .geglu = 1,
+     .embd_scale = 1,
+     .swa_pattern = 6,
+     .rope_base_swa = 10000.0f,
+     .scale_by_dim_layers = 62},
+};
+
+const zi_family *zi_family_find(const char *arch, size_t len) {
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strlen(families[i].arch) == len && memcmp(families[i].arch, arch, len) == 0)
+            return &families[i];
+    return NULL;
+}
+
+const char *zi_family_names(void) {
+    return "llama, gemma3";
+}
+
+int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
+                            int softcap, zi_error *err) {
+    const zi_backend_ops *op = be->ops;
+    const char *missing = f->rope_neox && !op->rope_neox         ? "NEOX RoPE"
+                          : f->geglu && !op->geglu               ? "GeGLU"
+                          : f->embd_scale && !op->scale          ? "scale"
+                          : softcap && !op->softcap              ? "logit soft-capping"
+                          : has_local_layers && !be->attn_window ? "sliding-window attention"
+                                                                 : NULL;
+    if (missing)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "the %s backend cannot run architecture '%s' yet (no %s)", op->name,
+                            f->arch, missing);
+    return ZI_OK;
+}

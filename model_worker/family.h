@@ -1,0 +1,56 @@
+/*
+ * family.h - what each supported model family (GGUF general.architecture)
+ * changes in the one forward pass of model.c, as data.
+ *
+ * model.c is written once: the Llama block (RMSNorm -> attention -> residual
+ * -> RMSNorm -> gated feed-forward -> residual). A family is a row of the
+ * table in family.c that switches the small differences on: the RoPE pair
+ * layout, per-head Q/K norms, norms after the attention and feed-forward
+ * blocks, GeGLU instead of SwiGLU, an embedding scale, local
+ * (sliding-window) layers with their own RoPE base, and the defaults of the
+ * keys a family's files may leave out. docs/models.md says how to add one.
+ */
+#ifndef ZI_FAMILY_H
+#define ZI_FAMILY_H
+
+#include "backend.h"
+#include "zi_error.h"
+
+typedef struct zi_family {
+    const char *arch; /* general.architecture */
+    /* RoPE pairs (x[i], x[i + rope_dim/2]) (llama.cpp's NEOX type) instead of
+     * (x[2i], x[2i+1]) (its NORM type, which llama files use). */
+    int rope_neox;
+    /* Per-head RMSNorm of Q and K before RoPE: blk.N.attn_q_norm.weight and
+     * attn_k_norm.weight, head_dim long. */
+    int qk_norm;
+    /* RMSNorm of the attention and feed-forward outputs before each residual
+     * add: blk.N.post_attention_norm.weight, blk.N.post_ffw_norm.weight. */
+    int post_norms;
+    /* Feed-forward gelu_tanh(gate) * up instead of silu(gate) * up. */
+    int geglu;
+    /* The token embedding times sqrt(embedding_length). */
+    int embd_scale;
+    /* Local layers when the file has attention.sliding_window: the default
+     * of attention.sliding_window_pattern n (layer l is local when
+     * l % n < n - 1; llama.cpp's set_swa_pattern), 0 for none. */
+    int swa_pattern;
+    /* The default of rope.freq_base_swa, the local layers' RoPE base. */
+    float rope_base_swa;
+    /* The attention scale when no key gives it: 0 for 1/sqrt(key_length);
+     * n: for files of n layers, 1/sqrt(embedding_length / head_count)
+     * (gemma3 27B, whose query_pre_attn_scalar the file does not carry;
+     * llama.cpp's rule). */
+    int scale_by_dim_layers;
+} zi_family;
+
+/* The family of general.architecture `arch` (len bytes), or NULL. */
+const zi_family *zi_family_find(const char *arch, size_t len);
+/* The supported architectures, comma-separated, for error messages. */
+const char *zi_family_names(void);
+/* ZI_EUNSUPPORTED, naming the family and the missing op, when backend be
+ * lacks an op the family (with these options) needs. */
+int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
+                            int softcap, zi_error *err);
+
+#endif
