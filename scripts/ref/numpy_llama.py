@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent float64 reference forward pass of a GGUF Llama model.
+"""Independent float64 reference forward pass of a GGUF Llama or Gemma 3 model.
 
 Used only by tests and fixture generation (never linked into zinfer): it reads
 the GGUF with the PyPI `gguf` package, dequantizes every tensor to float64 and
@@ -14,6 +14,27 @@ RoPE is llama.cpp's "normal" mode, which GGUF llama files use (the converter
 permutes Q/K so that adjacent pairs rotate): pair (x[2i], x[2i+1]) turns by
 pos * base^(-2i/rope_dim).  Attention is grouped-query with a causal mask and
 1/sqrt(head_dim) scale.  Every hyper-parameter comes from the metadata.
+
+Gemma 3 (general.architecture "gemma3"), as llama.cpp runs it
+(src/models/gemma3.cpp):
+
+  x = token_embd[ids] * sqrt(n_embd)
+  per layer:  q, k, v = Wq, Wk, Wv . rms(x)     (attn_norm)
+              q, k = rms_head(q), rms_head(k)     (attn_q_norm, attn_k_norm)
+              q, k = RoPE_neox(q), RoPE_neox(k)   (base: freq_base_swa on local
+                                                   layers, default 10000)
+              h = x + rms(Wo . attn(q, k, v))     (post_attention_norm)
+              x = h + rms(Wdown . (gelu_tanh(Wgate . rms(h)) * Wup . rms(h)))
+                                                  (ffn_norm, post_ffw_norm)
+  logits = cap * tanh((token_embd . rms(x)) / cap)  (only when the file has
+                                                   final_logit_softcapping)
+
+NEOX RoPE rotates the pairs (x[i], x[i + rope_dim/2]).  A layer is local
+(sliding window) when l % p < p - 1 for attention.sliding_window_pattern p
+(default 6); a local layer's query at position i sees keys i-w+1..i for
+w = attention.sliding_window.  Attention scale 1/sqrt(key_length), or
+1/sqrt(n_embd/n_head) for the 62-layer 27B (llama.cpp's rule).  The norm
+weights are used as stored (the converter already added Gemma's +1).
 
 Module use:   import numpy_llama; numpy_llama.logits(path, [1, 2, 3])
 CLI use:      numpy_llama.py --model M --ids 1,2,3 --out logits.npy
@@ -56,8 +77,10 @@ class Model:
         self.path = path
         r = gguf.GGUFReader(path)
         arch = _field(r, "general.architecture")
-        if arch != "llama":
-            raise ValueError(f"{path}: architecture {arch!r} is not llama")
+        if arch not in ("llama", "gemma3"):
+            raise ValueError(f"{path}: architecture {arch!r} is not llama or gemma3")
+        self.arch = arch
+        gemma = arch == "gemma3"
 
         def hp(name, default=None):
             return _field(r, f"{arch}.{name}", default)
@@ -67,12 +90,33 @@ class Model:
         self.n_ff = int(hp("feed_forward_length"))
         self.n_head = int(hp("attention.head_count"))
         self.n_head_kv = int(hp("attention.head_count_kv", self.n_head))
-        self.head_dim = self.n_embd // self.n_head
+        self.head_dim = int(hp("attention.key_length", self.n_embd // self.n_head))
+        if int(hp("attention.value_length", self.head_dim)) != self.head_dim:
+            raise ValueError("value_length != key_length")
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         self.eps = float(hp("attention.layer_norm_rms_epsilon"))
         self.n_ctx = int(hp("context_length"))
         self.n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
+        # Family switches (the C side's model_worker/family.c, derived here
+        # independently from llama.cpp's model code).
+        self.neox = self.qk_norm = self.post_norms = self.geglu = gemma
+        self.embd_scale = np.sqrt(self.n_embd) if gemma else 1.0
+        self.softcap = float(hp("final_logit_softcapping", 0.0)) if gemma else 0.0
+        self.scale = 1.0 / np.sqrt(self.head_dim)
+        if gemma and self.n_layer == 62:
+            self.scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
+        self.window = int(hp("attention.sliding_window", 0)) if gemma else 0
+        self.local = [False] * self.n_layer
+        self.rope_base_swa = self.rope_base
+        if self.window:
+            pat = hp("attention.sliding_window_pattern", 6)
+            if isinstance(pat, list):
+                self.local = [bool(b) for b in pat]
+            else:
+                pat = int(pat)
+                self.local = [pat == 0 or L % pat < pat - 1 for L in range(self.n_layer)]
+            self.rope_base_swa = float(hp("rope.freq_base_swa", 10000.0))
 
         self.w = {}
         for t in r.tensors:
@@ -80,7 +124,11 @@ class Model:
             # GGUF shape lists ne0 (the contiguous dim) first; numpy wants
             # rows first, so [in, out] in GGUF becomes [out, in] here.
             shape = tuple(int(d) for d in reversed(t.shape))
-            self.w[t.name] = np.asarray(a, dtype=np.float64).reshape(shape)
+            # Huge tables (Gemma's 262144-row embedding) stay float32: their
+            # dequantized values are float32 already (exact), and products
+            # with them are computed in float64 in chunks (_head).
+            big = a.size > 50_000_000
+            self.w[t.name] = np.asarray(a, dtype=np.float32 if big else np.float64).reshape(shape)
         self.out_w = self.w.get("output.weight", self.w["token_embd.weight"])
         if self.out_w.shape[0] != self.n_vocab:
             raise ValueError("output head rows != vocabulary size")
@@ -88,28 +136,45 @@ class Model:
         # RoPE inverse frequencies for the rotated part of each head.
         i = np.arange(0, self.rope_dim, 2, dtype=np.float64)
         self.inv_freq = self.rope_base ** (-i / self.rope_dim)
+        self.inv_freq_swa = self.rope_base_swa ** (-i / self.rope_dim)
 
     def rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
 
-    def rope(self, x, pos):
-        """x: [n, heads, head_dim]; rotates adjacent pairs of the first rope_dim."""
-        ang = pos[:, None] * self.inv_freq[None, :]  # [n, rope_dim/2]
+    def rope(self, x, pos, local=False):
+        """x: [n, heads, head_dim]; rotates adjacent pairs of the first
+        rope_dim (NEOX: pairs i, i + rope_dim/2)."""
+        inv = self.inv_freq_swa if local else self.inv_freq
+        ang = pos[:, None] * inv[None, :]  # [n, rope_dim/2]
         c = np.cos(ang)[:, None, :]
         s = np.sin(ang)[:, None, :]
         y = x.copy()
-        x0 = x[..., 0 : self.rope_dim : 2]
-        x1 = x[..., 1 : self.rope_dim : 2]
-        y[..., 0 : self.rope_dim : 2] = x0 * c - x1 * s
-        y[..., 1 : self.rope_dim : 2] = x0 * s + x1 * c
+        if self.neox:
+            h = self.rope_dim // 2
+            i0, i1 = slice(0, h), slice(h, self.rope_dim)
+        else:
+            i0, i1 = slice(0, self.rope_dim, 2), slice(1, self.rope_dim, 2)
+        x0, x1 = x[..., i0], x[..., i1]
+        y[..., i0] = x0 * c - x1 * s
+        y[..., i1] = x0 * s + x1 * c
         return y
 
-    def forward(self, ids, cache=None, last_only=False):
+    def _head(self, x):
+        """x . out_w^T in float64, in chunks of the vocabulary (out_w may be a
+        float32 table too large to copy whole)."""
+        out = np.empty((x.shape[0], self.n_vocab))
+        for r0 in range(0, self.n_vocab, 16384):
+            out[:, r0 : r0 + 16384] = x @ self.out_w[r0 : r0 + 16384].astype(np.float64).T
+        return out
+
+    def forward(self, ids, cache=None, last_only=False, rows=None):
         """Logits [n, n_vocab] for ids appended after the cache's tokens.
 
         cache: None for a fresh sequence, or a dict from new_cache() that
         holds the keys/values of the earlier tokens and is extended here.
         last_only: compute the output head for the last position only.
+        rows: compute it for these positions (indices into ids) only; the
+        head is most of the work with a 262144-token vocabulary.
         """
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or len(ids) == 0:
@@ -126,40 +191,63 @@ class Model:
         pos = np.arange(past, past + n, dtype=np.float64)
         # Query i (absolute position past+i) sees keys 0..past+i.
         mask = np.triu(np.full((n, past + n), -np.inf), k=past + 1)
-        scale = 1.0 / np.sqrt(hd)
+        if self.window:  # local layers: key j hidden when i - j >= window
+            qpos = np.arange(past, past + n)[:, None]
+            kpos = np.arange(past + n)[None, :]
+            mask_local = np.where(qpos - kpos >= self.window, -np.inf, mask)
+        scale = self.scale
 
-        x = self.w["token_embd.weight"][ids]  # [n, n_embd]
+        x = self.w["token_embd.weight"][ids].astype(np.float64) * self.embd_scale
         for L in range(self.n_layer):
             p = f"blk.{L}."
             h = self.rms(x, self.w[p + "attn_norm.weight"])
             q = (h @ self.w[p + "attn_q.weight"].T).reshape(n, nh, hd)
             k = (h @ self.w[p + "attn_k.weight"].T).reshape(n, nkv, hd)
             v = (h @ self.w[p + "attn_v.weight"].T).reshape(n, nkv, hd)
-            q = self.rope(q, pos)
-            k = self.rope(k, pos)
+            if self.qk_norm:
+                q = self.rms(q, self.w[p + "attn_q_norm.weight"])
+                k = self.rms(k, self.w[p + "attn_k_norm.weight"])
+            q = self.rope(q, pos, self.local[L])
+            k = self.rope(k, pos, self.local[L])
             k = np.concatenate([cache["k"][L], k]) if past else k
             v = np.concatenate([cache["v"][L], v]) if past else v
             cache["k"][L], cache["v"][L] = k, v
             # Query head j uses kv head j // group (llama.cpp's GQA mapping).
             kr = np.repeat(k, group, axis=1)
             vr = np.repeat(v, group, axis=1)
-            att = np.einsum("qhd,khd->hqk", q, kr) * scale + mask
+            att = np.einsum("qhd,khd->hqk", q, kr) * scale
+            att = att + (mask_local if self.local[L] else mask)
             att -= att.max(axis=-1, keepdims=True)
             att = np.exp(att)
             att /= att.sum(axis=-1, keepdims=True)
             o = np.einsum("hqk,khd->qhd", att, vr).reshape(n, nh * hd)
-            x = x + o @ self.w[p + "attn_output.weight"].T
+            o = o @ self.w[p + "attn_output.weight"].T
+            if self.post_norms:
+                o = self.rms(o, self.w[p + "post_attention_norm.weight"])
+            x = x + o
 
             h = self.rms(x, self.w[p + "ffn_norm.weight"])
             g = h @ self.w[p + "ffn_gate.weight"].T
             u = h @ self.w[p + "ffn_up.weight"].T
-            x = x + ((g / (1.0 + np.exp(-g))) * u) @ self.w[p + "ffn_down.weight"].T
+            if self.geglu:  # GELU, tanh approximation
+                a = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g**3)))
+            else:
+                a = g / (1.0 + np.exp(-g))
+            f = (a * u) @ self.w[p + "ffn_down.weight"].T
+            if self.post_norms:
+                f = self.rms(f, self.w[p + "post_ffw_norm.weight"])
+            x = x + f
         cache["n"] = past + n
 
         if last_only:
             x = x[-1:]
+        elif rows is not None:
+            x = x[np.asarray(rows, dtype=np.int64)]
         x = self.rms(x, self.w["output_norm.weight"])
-        return x @ self.out_w.T  # [n or 1, n_vocab]
+        z = self._head(x)  # [n or 1, n_vocab]
+        if self.softcap:
+            z = self.softcap * np.tanh(z / self.softcap)
+        return z
 
     def new_cache(self):
         return {"n": 0, "k": [None] * self.n_layer, "v": [None] * self.n_layer}
