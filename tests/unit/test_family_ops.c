@@ -1,0 +1,300 @@
+/*
+ * test_family_ops.c - the backend ops that model families beyond llama use
+ * (model_worker/family.h), against plain double arithmetic, on every CPU
+ * kernel table this machine runs (scalar, avx2, avx512):
+ *   - GeGLU with GELU's tanh approximation (the kernel tables' geglu, and
+ *     the backend op), the tables bit-identical to the scalar one;
+ *   - per-head RMSNorm (rmsnorm over n_tokens * n_heads rows of head_dim,
+ *     as model.c calls it for attn_q_norm / attn_k_norm);
+ *   - NEOX RoPE (pairs i, i + rope_dim/2), two bases alternating;
+ *   - sliding-window attention over a paged cache: a token at position p
+ *     sees positions p - window + 1..p only, windows that start inside a
+ *     block and on a block edge, head sizes 256 (gemma3), 64 and 40;
+ *   - scale and logit soft-capping;
+ *   - a backend without these ops (CUDA today) refuses gemma3 by name.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend.h"
+#include "cpu_backend.h"
+#include "cpu_kernels.h"
+#include "family.h"
+#include "test_rand.h"
+
+static zi_test_rng rng = {0x9e3779b97f4a7c15ull};
+static float frand(float lo, float hi) {
+    return zi_test_frand(&rng, lo, hi);
+}
+
+static const char *isas[] = {"scalar", "avx2", "avx512"};
+
+static zi_backend *make_backend(const char *isa, int threads) {
+    zi_backend *be = NULL;
+    zi_error err = {0};
+    zi_cpu_options o = {.n_threads = threads, .isa = isa};
+    assert_int_equal(zi_cpu_backend_create(&o, &be, &err), ZI_OK);
+    return be;
+}
+
+static double gelu_tanh(double g) {
+    return 0.5 * g * (1.0 + tanh(sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)));
+}
+
+/* GeGLU in every table: within float rounding of the double formula, and
+ * the same bits as the scalar table (including infinities, NaN, and a
+ * tail shorter than a vector). */
+static void test_geglu(void **state) {
+    (void)state;
+    enum { N = 4099 };
+    float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    float *want = malloc(sizeof(float) * N), *got = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+        g[i] = i < 4000 ? frand(-8, 8) * (i % 7 == 0 ? 4.0f : 1.0f) : frand(-60, 60);
+        u[i] = frand(-3, 3);
+    }
+    g[0] = INFINITY, g[1] = -INFINITY, g[2] = NAN, g[3] = 0.0f, g[4] = -0.0f, g[5] = 1e20f;
+    zi_cpu_kernels_scalar.geglu(want, g, u, N);
+    for (int i = 3; i < N; i++) {
+        double r = gelu_tanh(g[i]) * u[i];
+        if (!(fabs(want[i] - r) <= 2e-6 * fabs(g[i] * u[i]) + 1e-30))
+            fail_msg("scalar geglu(%.9g, %.9g) = %.9g, want %.9g", g[i], u[i], want[i], r);
+    }
+    assert_true(isinf(want[0]) && isnan(want[2])); /* gelu(-inf) is NaN, as in double */
+    for (int t = 0; t < 3; t++) {
+        const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[t]);
+        if (!k) continue;
+        k->geglu(got, g, u, N);
+        for (int i = 0; i < N; i++)
+            if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+                fail_msg("%s geglu(%.9g, %.9g) = %.9g, want %.9g", isas[t], g[i], u[i], got[i],
+                         want[i]);
+        /* the backend op, large enough to run on the pool, in place */
+        zi_backend *be = make_backend(isas[t], 2);
+        memcpy(got, g, sizeof(float) * N);
+        be->ops->geglu(be, got, got, u, N);
+        assert_memory_equal(got, want, sizeof(float) * N);
+        zi_backend_free(be);
+    }
+    free(g), free(u), free(want), free(got);
+}
+
+/* rmsnorm over T * H rows of hd: each head normalized on its own with the
+ * one hd-long weight (attn_q_norm), in place. */
+static void test_per_head_norm(void **state) {
+    (void)state;
+    const int T = 37, H = 4, hd = 256;
+    const float eps = 1e-6f;
+    float *x = malloc(sizeof(float) * T * H * hd), *y = malloc(sizeof(float) * T * H * hd);
+    float w[256];
+    for (int i = 0; i < T * H * hd; i++) x[i] = frand(-3, 3) * (i % 256 < 8 ? 20.0f : 1.0f);
+    for (int i = 0; i < hd; i++) w[i] = frand(-2, 4);
+    for (int t = 0; t < 3; t++) {
+        if (!zi_cpu_kernels_by_name(isas[t])) continue;
+        zi_backend *be = make_backend(isas[t], 2);
+        memcpy(y, x, sizeof(float) * T * H * hd);
+        be->ops->rmsnorm(be, y, y, w, T * H, hd, eps);
+        for (int r = 0; r < T * H; r++) {
+            double ss = 0;
+            for (int i = 0; i < hd; i++) ss += (double)x[r * hd + i] * x[r * hd + i];
+            double inv = 1.0 / sqrt(ss / hd + eps);
+            for (int i = 0; i < hd; i++) {
+                double want = x[r * hd + i] * inv * w[i];
+                if (fabs(y[r * hd + i] - want) > 1e-5 * (1 + fabs(want)))
+                    fail_msg("%s: row %d [%d] = %.9g, want %.9g", isas[t], r, i, y[r * hd + i],
+                             want);
+            }
+        }
+        zi_backend_free(be);
+    }
+    free(x), free(y);
+}
+
+/* NEOX RoPE: pair i is (x[i], x[i + rope_dim/2]), turned by pos *
+ * base^(-2i/rope_dim); dims past rope_dim untouched. Bases alternate as a
+ * gemma3 model's local and global layers do (the backend caches both). */
+static void test_rope_neox(void **state) {
+    (void)state;
+    const int T = 9, H = 3, hd = 64;
+    const int rope_dims[2] = {64, 32};
+    const float bases[3] = {10000.0f, 1e6f, 10000.0f};
+    int32_t pos[9] = {0, 1, 2, 511, 512, 513, 4000, 7, 30000};
+    float *x = malloc(sizeof(float) * T * H * hd), *y = malloc(sizeof(float) * T * H * hd);
+    for (int i = 0; i < T * H * hd; i++) x[i] = frand(-2, 2);
+    zi_backend *be = make_backend(NULL, 1);
+    for (int rd = 0; rd < 2; rd++)
+        for (int b = 0; b < 3; b++) {
+            const int rope_dim = rope_dims[rd];
+            memcpy(y, x, sizeof(float) * T * H * hd);
+            be->ops->rope_neox(be, y, pos, T, H, hd, rope_dim, bases[b]);
+            for (int t = 0; t < T; t++)
+                for (int h = 0; h < H; h++) {
+                    const float *xr = x + ((size_t)t * H + h) * hd;
+                    const float *yr = y + ((size_t)t * H + h) * hd;
+                    const int half = rope_dim / 2;
+                    for (int i = 0; i < half; i++) {
+                        double th = pos[t] * pow(bases[b], -2.0 * i / rope_dim);
+                        double a = xr[i] * cos(th) - xr[i + half] * sin(th);
+                        double c = xr[i] * sin(th) + xr[i + half] * cos(th);
+                        assert_true(fabs(yr[i] - a) < 2e-5);
+                        assert_true(fabs(yr[i + half] - c) < 2e-5);
+                    }
+                    for (int i = rope_dim; i < hd; i++) assert_true(yr[i] == xr[i]);
+                }
+        }
+    zi_backend_free(be);
+    free(x), free(y);
+}
+
+/* Windowed attention through the backend, for a batch of every position at
+ * once and for single decode tokens, against softmax(q.K * scale) V in
+ * double over the window only (on the unrounded K and V: within the
+ * cache's rounding). Windows of 1, 7 and the block size (edges on block
+ * boundaries), 33, and one longer than the sequence (= no window); blocks
+ * out of order; 1 and 3 threads must agree bit for bit. */
+static void test_window_attention(void **state) {
+    (void)state;
+    const int heads = 4, kvh = 1, npos = 70;
+    const int hds[3] = {256, 64, 40};
+    for (int ii = 0; ii < 3; ii++) {
+        if (!zi_cpu_kernels_by_name(isas[ii])) continue;
+        for (int hi = 0; hi < 3; hi++)
+            for (int bs = 5; bs <= 16; bs += 11) {
+                const int hd = hds[hi], kvd = kvh * hd, nblk = (npos + bs - 1) / bs + 1;
+                const int windows[5] = {1, 7, bs, 33, 1000};
+                float *k = malloc(sizeof(float) * npos * kvd);
+                float *v = malloc(sizeof(float) * npos * kvd);
+                float *q = malloc(sizeof(float) * npos * heads * hd);
+                float *out[2] = {malloc(sizeof(float) * npos * heads * hd),
+                                 malloc(sizeof(float) * npos * heads * hd)};
+                for (int i = 0; i < npos * kvd; i++) k[i] = frand(-2, 2), v[i] = frand(-1, 1);
+                for (int i = 0; i < npos * heads * hd; i++) q[i] = frand(-0.5f, 0.5f);
+                int32_t table[32], pos[70], seq[70];
+                for (int b = 0; b < nblk; b++) table[b] = nblk - 1 - b; /* reversed */
+                for (int t = 0; t < npos; t++) pos[t] = t, seq[t] = 0;
+                for (int wi = 0; wi < 5; wi++) {
+                    const int window = windows[wi];
+                    for (int nt = 1; nt <= 3; nt += 2) {
+                        zi_backend *be = make_backend(isas[ii], nt);
+                        zi_error err = {0};
+                        assert_true(be->attn_window);
+                        assert_int_equal(be->ops->reserve(be, npos, heads * hd, npos, &err), ZI_OK);
+                        size_t rows = (size_t)nblk * bs * kvh;
+                        void *kc =
+                            calloc(1, rows * ((size_t)hd * be->kv_k_bytes + be->kv_k_row_extra));
+                        void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
+                        zi_attn_shape sh = {heads, kvh, hd, bs, npos, 1.0f / sqrtf((float)hd),
+                                            window};
+                        zi_batch_view all = {npos, pos, seq, table, 32};
+                        be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
+                        float *o = out[nt / 2];
+                        be->ops->attention(be, o, q, kc, vc, &all, &sh);
+                        /* a decode token alone gives the same as in the batch */
+                        float one_out[4 * 256];
+                        for (int p = 3; p < npos; p += 29) {
+                            zi_batch_view one = {1, &pos[p], seq, table, 32};
+                            be->ops->attention(be, one_out, q + (size_t)p * heads * hd, kc, vc,
+                                               &one, &sh);
+                            assert_memory_equal(one_out, o + (size_t)p * heads * hd,
+                                                sizeof(float) * heads * hd);
+                        }
+                        for (int p = 0; p < npos; p++) {
+                            const int start = p - window + 1 > 0 ? p - window + 1 : 0;
+                            for (int h = 0; h < heads; h++) {
+                                const int g = h / (heads / kvh);
+                                const float *qh = q + ((size_t)p * heads + h) * hd;
+                                double w[70], sum = 0, mx = -1e300;
+                                for (int j = start; j <= p; j++) {
+                                    double d = 0;
+                                    for (int i = 0; i < hd; i++)
+                                        d += (double)qh[i] * k[j * kvd + g * hd + i];
+                                    w[j] = d * sh.scale;
+                                    mx = w[j] > mx ? w[j] : mx;
+                                }
+                                for (int j = start; j <= p; j++) sum += w[j] = exp(w[j] - mx);
+                                for (int i = 0; i < hd; i++) {
+                                    double r = 0;
+                                    for (int j = start; j <= p; j++)
+                                        r += w[j] / sum * v[j * kvd + g * hd + i];
+                                    double got = o[((size_t)p * heads + h) * hd + i];
+                                    if (fabs(got - r) > 2e-3)
+                                        fail_msg("%s hd %d bs %d window %d pos %d head %d [%d]: "
+                                                 "%.6f, want %.6f",
+                                                 isas[ii], hd, bs, window, p, h, i, got, r);
+                                }
+                            }
+                        }
+                        zi_backend_free(be);
+                        free(kc), free(vc);
+                    }
+                    assert_memory_equal(out[0], out[1], sizeof(float) * npos * heads * hd);
+                }
+                free(k), free(v), free(q), free(out[0]), free(out[1]);
+            }
+    }
+}
+
+/* scale and softcap: x * s, and cap * tanh(x / cap) in double. */
+static void test_scale_softcap(void **state) {
+    (void)state;
+    enum { N = 70000 }; /* enough to run on the pool */
+    float *x = malloc(sizeof(float) * N), *y = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) x[i] = frand(-100, 100);
+    zi_backend *be = make_backend(NULL, 2);
+    memcpy(y, x, sizeof(float) * N);
+    be->ops->scale(be, y, sqrtf(640.0f), N);
+    for (int i = 0; i < N; i++) assert_true(y[i] == x[i] * sqrtf(640.0f));
+    memcpy(y, x, sizeof(float) * N);
+    be->ops->softcap(be, y, 30.0f, N);
+    for (int i = 0; i < N; i++) {
+        double want = 30.0 * tanh(x[i] / 30.0);
+        assert_true(fabs(y[i] - want) <= 4e-6 * fabs(want) + 1e-30);
+    }
+    zi_backend_free(be);
+    free(x), free(y);
+}
+
+/* A backend without the new ops (the CUDA backend today) refuses gemma3 by
+ * name and still runs llama; the CPU backend runs both. */
+static void test_backend_without_ops_refuses(void **state) {
+    (void)state;
+    zi_backend *cpu = make_backend(NULL, 1);
+    const zi_family *llama = zi_family_find("llama", 5), *g3 = zi_family_find("gemma3", 6);
+    assert_non_null(llama);
+    assert_non_null(g3);
+    assert_null(zi_family_find("gemma", 5));
+    zi_error err = {0};
+    assert_int_equal(zi_family_check_backend(g3, cpu, 1, 1, &err), ZI_OK);
+    zi_backend_ops ops = *cpu->ops;
+    ops.name = "cuda";
+    ops.rope_neox = NULL, ops.geglu = NULL, ops.scale = NULL, ops.softcap = NULL;
+    zi_backend bare = *cpu;
+    bare.ops = &ops;
+    bare.attn_window = false;
+    assert_int_equal(zi_family_check_backend(llama, &bare, 0, 0, &err), ZI_OK);
+    assert_int_equal(zi_family_check_backend(g3, &bare, 1, 0, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "gemma3"));
+    assert_non_null(strstr(err.msg, "cuda"));
+    ops.rope_neox = cpu->ops->rope_neox, ops.geglu = cpu->ops->geglu, ops.scale = cpu->ops->scale;
+    err = (zi_error){0};
+    assert_int_equal(zi_family_check_backend(g3, &bare, 1, 0, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "sliding-window"));
+    assert_int_equal(zi_family_check_backend(g3, &bare, 0, 0, &err), ZI_OK);
+    zi_backend_free(cpu);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_geglu),         cmocka_unit_test(test_per_head_norm),
+        cmocka_unit_test(test_rope_neox),     cmocka_unit_test(test_window_attention),
+        cmocka_unit_test(test_scale_softcap), cmocka_unit_test(test_backend_without_ops_refuses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
