@@ -17,7 +17,8 @@
  * Batches: one forward pass carries any mix of tokens from any sequences
  * (prefill chunks and decode steps together). zi_batch_view tells the
  * attention op, for each token, its position and which block table it
- * reads; a token attends to positions 0..pos of its own sequence.
+ * reads; a token attends to positions 0..pos of its own sequence (or, on a
+ * sliding-window layer, the last zi_attn_shape.window of them).
  *
  * The KV cache is paged: per layer, one K and one V pool of fixed-size
  * blocks of block_size positions x n_kv_heads * head_dim values, of

@@ -12,7 +12,7 @@
  *   AVX2     (#if __AVX2__ && !__AVX512F__) attend_avx2, 8 positions at a
  *            time, for head sizes that are multiples of 8; the plain loop
  *            for the rest.
- *   AVX-512  (#if __AVX512F__) attend16 for head sizes 64 and 128, 16
+ *   AVX-512  (#if __AVX512F__) attend16 for head sizes 64, 128 and 256, 16
  *            positions at a time; the plain loop for the rest.
  */
 /* The offset of position j's row (of hd values) in a paged cache whose
@@ -191,7 +191,7 @@ attend_pv(const float *p, int n, const zi_kv_head *kv, int nc, int NG, float *ou
     double sum[4] = {0.0, 0.0, 0.0, 0.0};
     for (int j = 0; j < n; j++)
         for (int g = 0; g < NG; g++) sum[g] += p[(size_t)g * n + j];
-    __m512 o[4][8];
+    __m512 o[4][16]; /* NG * nc <= 16 used (attend16's hg) */
     for (int g = 0; g < NG; g++)
         for (int c = 0; c < nc; c++) o[g][c] = _mm512_setzero_ps();
     const int f = kv->first; /* the window's first row, in block 0 */
@@ -223,7 +223,7 @@ static inline __m512 ld_i16x16(const int16_t *p) {
 }
 
 /*
- * attend for head sizes of 64 and 128 (nc = hd / 16 constant): the same
+ * attend for head sizes of 64, 128 and 256 (nc = hd / 16 constant): the same
  * float operations per head as the generic version below (dot_f32's FMA
  * chain and reduction over the codes as floats, times the row's scale, times
  * `scale`; glibc's expf, a double sum in position order, then the sum of
@@ -237,7 +237,7 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
                                                            float scale, float *scores, float *out) {
     const int hd = 16 * nc, bs = kv->bs;
     const __m512 vscale = _mm512_set1_ps(scale);
-    _Alignas(64) float kf[16 * 128], ksr[16];
+    _Alignas(64) float kf[16 * 256], ksr[16];
     for (int j0 = 0; j0 < n; j0 += 16) {
         const int left = n - j0 < 16 ? n - j0 : 16;
         const __mmask16 live = (__mmask16)((1u << left) - 1);
@@ -278,7 +278,7 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
         }
         for (int g = 0; g < G; g++) {
             const float *qg = q + (size_t)g * hd;
-            __m512 qv[8], acc[16];
+            __m512 qv[16], acc[16]; /* nc = 16: q is partly reloaded from L1 */
             for (int c = 0; c < nc; c++) qv[c] = _mm512_loadu_ps(qg + 16 * c);
             for (int s = 0; s < 16; s++) { /* s: hsum16's lane order */
                 const int j = 4 * (s & 3) + (s >> 2);
@@ -339,6 +339,10 @@ static void attend(const float *q, int G, const zi_kv_head *kv, int n, int hd, f
     }
     if (hd == 128) {
         attend16(q, G, kv, n, 8, scale, scores, out);
+        return;
+    }
+    if (hd == 256) { /* gemma3 */
+        attend16(q, G, kv, n, 16, scale, scores, out);
         return;
     }
 #endif
