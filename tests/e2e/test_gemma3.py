@@ -16,8 +16,10 @@ starts at a near-tie.
 Also: a gemma3 file with a tensor missing or mis-shaped names that tensor.
 
 Skipped when the model file is absent ($ZINFER_HOME/models/, `scripts/fetch-model
-gemma3-270m`). About 1.5 minutes on a quiet 2-core machine, most of it the
-reference (20 s to dequantize the file, then the 262144-row output head).
+gemma3-270m`). 2.5 minutes on a shared 2-core machine at load average 7,
+most of it the reference (20 s to dequantize the file, then the
+262144-row output head) and reading the file's metadata for the tiny
+files (the reference's greedy tokens are the fixture's, made once).
 """
 
 import os
