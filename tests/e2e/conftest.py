@@ -164,6 +164,8 @@ def serve_process(zinfer_bin, model_path, log_path, *args, workers=1):
     proc = subprocess.Popen(
         [str(zinfer_bin), "serve", "--model", str(model_path), "--bind", addr,
          "--backend", f"tcp://127.0.0.1:{bport}", "--workers", str(workers), "--tokenizers", "1",
+         # no HTTP front end unless asked: servers of parallel tests would share port 8080
+         *([] if "--http" in args else ["--http", "off"]),
          *[str(a) for a in args]],
         stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
     srv = ServeProcess(proc, addr, log_path)

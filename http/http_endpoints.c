@@ -1,0 +1,441 @@
+/*
+ * http_endpoints.c - the paths of zinfer-http (http_endpoints.h): request
+ * in, router calls, OpenAI-shaped answer out.
+ */
+#include "http_endpoints.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "http_reply.h"
+#include "http_request.h"
+#include "http_router.h"
+#include "stop_signal.h"
+
+static zi_http_limits g_lim = {300000, 5000};
+
+void zi_http_endpoints_setup(const zi_http_limits *lim) {
+    g_lim = *lim;
+}
+
+static void answer_error(zi_http_answer *a, const zi_http_error *e) {
+    a->status = e->status;
+    a->json = zi_http_error_json(e);
+}
+
+/* ---- the served model ------------------------------------------------- */
+
+/* The router's models op, remembered once it answered (the model of a
+ * running server does not change). */
+static pthread_mutex_t g_model_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_model[256];
+static long long g_max_length;
+
+static int served_model(zi_http_conn *c, char *name, size_t cap, long long *max_length,
+                        zi_http_error *e) {
+    pthread_mutex_lock(&g_model_mu);
+    int known = g_model[0] != 0;
+    if (known) snprintf(name, cap, "%s", g_model);
+    if (max_length) *max_length = g_max_length;
+    pthread_mutex_unlock(&g_model_mu);
+    if (known) return 0;
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    zi_pack_kv_str(&m.pk, "op", "models");
+    zi_pack_kv_str(&m.pk, "id", "m");
+    zi_http_frame f;
+    int rc = zi_http_call(c, &m, "m", g_lim.health_timeout_ms, &f, e);
+    zi_msg_free(&m);
+    if (rc) return -1;
+    const msgpack_object *ms = zi_map_get(f.root, "models");
+    if (!ms || ms->type != MSGPACK_OBJECT_ARRAY || !ms->via.array.size) {
+        zi_http_frame_free(&f);
+        return zi_http_fail(e, 503, "unavailable", NULL, "no model is being served yet");
+    }
+    const msgpack_object *m0 = &ms->via.array.ptr[0];
+    int64_t ml = 0;
+    zi_map_int(m0, "max_length", &ml, NULL);
+    pthread_mutex_lock(&g_model_mu);
+    zi_http_frame_str(m0, "name", g_model, sizeof g_model);
+    g_max_length = ml;
+    snprintf(name, cap, "%s", g_model);
+    if (max_length) *max_length = ml;
+    pthread_mutex_unlock(&g_model_mu);
+    zi_http_frame_free(&f);
+    return 0;
+}
+
+static json_t *model_json(const char *name, long long max_length) {
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(name));
+    json_object_set_new(o, "object", json_string("model"));
+    json_object_set_new(o, "created", json_integer(0));
+    json_object_set_new(o, "owned_by", json_string("zinfer"));
+    json_object_set_new(o, "max_model_len", json_integer(max_length));
+    return o;
+}
+
+/* A "model" field that names another model than the served one: 404. */
+static int check_model(json_t *body, const char *served, zi_http_error *e) {
+    json_t *m = json_object_get(body, "model");
+    if (!m || json_is_null(m)) return 0;
+    if (!json_is_string(m))
+        return zi_http_fail(e, 400, "invalid_type", "model", "model: expected a string");
+    if (strcmp(json_string_value(m), served))
+        return zi_http_fail(e, 404, "model_not_found", "model",
+                            "model: '%s' is not served here (this server serves '%s')",
+                            json_string_value(m), served);
+    return 0;
+}
+
+static void models(const char *id, zi_http_answer *a) {
+    zi_http_conn *c;
+    zi_http_error e;
+    char name[256];
+    long long ml;
+    if (zi_http_conn_open(&c, &e) || served_model(c, name, sizeof name, &ml, &e)) {
+        zi_http_conn_close(c);
+        answer_error(a, &e);
+        return;
+    }
+    zi_http_conn_close(c);
+    a->status = 200;
+    if (id) {
+        if (strcmp(id, name)) {
+            zi_http_fail(&e, 404, "model_not_found", "model", "model '%s' is not served here", id);
+            answer_error(a, &e);
+            return;
+        }
+        a->json = model_json(name, ml);
+        return;
+    }
+    a->json = json_object();
+    json_t *data = json_array();
+    json_array_append_new(data, model_json(name, ml));
+    json_object_set_new(a->json, "object", json_string("list"));
+    json_object_set_new(a->json, "data", data);
+}
+
+/* ---- health, tokenize, detokenize -------------------------------------- */
+
+static void health(zi_http_answer *a) {
+    zi_http_conn *c;
+    zi_http_error e;
+    if (zi_http_conn_open(&c, &e)) {
+        answer_error(a, &e);
+        return;
+    }
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    zi_pack_kv_str(&m.pk, "op", "health");
+    zi_pack_kv_str(&m.pk, "id", "h");
+    zi_http_frame f;
+    int rc = zi_http_call(c, &m, "h", g_lim.health_timeout_ms, &f, &e);
+    zi_msg_free(&m);
+    zi_http_conn_close(c);
+    if (rc) {
+        answer_error(a, &e);
+        return;
+    }
+    char status[32];
+    zi_http_frame_str(f.root, "status", status, sizeof status);
+    a->json = json_object();
+    json_object_set_new(a->json, "status", json_string(status));
+    static const char *const keys[] = {"workers", "tokenizers", "waiting", "running", NULL};
+    for (int i = 0; keys[i]; i++) {
+        int64_t v;
+        if (!zi_map_int(f.root, keys[i], &v, NULL))
+            json_object_set_new(a->json, keys[i], json_integer(v));
+    }
+    a->status = strcmp(status, "ok") ? 503 : 200;
+    zi_http_frame_free(&f);
+}
+
+static void tokenize(const char *body, size_t len, int detok, zi_http_answer *a) {
+    zi_http_error e;
+    json_t *o = zi_http_parse_object(body, len, &e);
+    zi_http_conn *c = NULL;
+    char name[256];
+    long long ml;
+    if (!o) goto fail;
+    if (zi_http_conn_open(&c, &e) || served_model(c, name, sizeof name, &ml, &e) ||
+        check_model(o, name, &e))
+        goto fail;
+    zi_msg m;
+    zi_msg_init(&m);
+    if (!detok) {
+        json_t *p = json_object_get(o, "prompt"), *as = json_object_get(o, "add_special_tokens");
+        if (json_object_get(o, "messages")) {
+            zi_http_fail(&e, 400, "unsupported_value", "messages",
+                         "messages: tokenizing a chat is not supported yet (send prompt)");
+            goto fail_msg;
+        }
+        if (!p) {
+            zi_http_fail(&e, 400, "missing", "prompt", "prompt is missing");
+            goto fail_msg;
+        }
+        if (!json_is_string(p)) {
+            zi_http_fail(&e, 400, "invalid_type", "prompt", "prompt: expected a string");
+            goto fail_msg;
+        }
+        if (as && !json_is_boolean(as)) {
+            zi_http_fail(&e, 400, "invalid_type", "add_special_tokens",
+                         "add_special_tokens: expected a boolean");
+            goto fail_msg;
+        }
+        msgpack_pack_map(&m.pk, 4);
+        zi_pack_kv_str(&m.pk, "op", "tokenize");
+        zi_pack_kv_str(&m.pk, "id", "k");
+        zi_pack_kv_strn(&m.pk, "text", json_string_value(p), json_string_length(p));
+        zi_pack_kv_bool(&m.pk, "add_special", !as || json_is_true(as));
+    } else {
+        json_t *t = json_object_get(o, "tokens"), *x;
+        size_t i;
+        if (!t) {
+            zi_http_fail(&e, 400, "missing", "tokens", "tokens is missing");
+            goto fail_msg;
+        }
+        if (!json_is_array(t)) {
+            zi_http_fail(&e, 400, "invalid_type", "tokens",
+                         "tokens: expected an array of token ids");
+            goto fail_msg;
+        }
+        json_array_foreach(t, i, x) if (!json_is_integer(x) || json_integer_value(x) < 0 ||
+                                        json_integer_value(x) > INT32_MAX) {
+            char f[32];
+            snprintf(f, sizeof f, "tokens[%zu]", i);
+            zi_http_fail(&e, 400, "invalid_value", f, "%s: expected a token id", f);
+            goto fail_msg;
+        }
+        msgpack_pack_map(&m.pk, 3);
+        zi_pack_kv_str(&m.pk, "op", "detokenize");
+        zi_pack_kv_str(&m.pk, "id", "k");
+        zi_pack_str(&m.pk, "token_ids");
+        msgpack_pack_array(&m.pk, json_array_size(t));
+        json_array_foreach(t, i, x) msgpack_pack_int64(&m.pk, json_integer_value(x));
+    }
+    zi_http_frame f;
+    int rc = zi_http_call(c, &m, "k", g_lim.router_timeout_ms, &f, &e);
+    zi_msg_free(&m);
+    if (rc) goto fail;
+    a->status = 200;
+    a->json = json_object();
+    if (!detok) {
+        const msgpack_object *ids = zi_map_get(f.root, "token_ids");
+        int64_t *v = NULL;
+        size_t n = 0;
+        if (ids) zi_http_decode_ids(ids, &v, &n);
+        json_t *arr = json_array();
+        for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(v[i]));
+        free(v);
+        json_object_set_new(a->json, "count", json_integer((json_int_t)n));
+        json_object_set_new(a->json, "max_model_len", json_integer(ml));
+        json_object_set_new(a->json, "tokens", arr);
+    } else {
+        const msgpack_object *t = zi_map_get(f.root, "text");
+        json_t *s = t && t->type == MSGPACK_OBJECT_STR
+                        ? json_stringn(t->via.str.ptr, t->via.str.size)
+                        : NULL;
+        json_object_set_new(a->json, "prompt", s ? s : json_string(""));
+    }
+    zi_http_frame_free(&f);
+    zi_http_conn_close(c);
+    json_decref(o);
+    return;
+fail_msg:
+    zi_msg_free(&m);
+fail:
+    zi_http_conn_close(c);
+    json_decref(o);
+    answer_error(a, &e);
+}
+
+/* ---- generation ------------------------------------------------------- */
+
+struct zi_http_stream {
+    zi_http_conn *conn;
+    zi_http_gen g;
+    zi_http_result r;
+    int client_fd;
+    char *out;
+    size_t len, cap, pos;
+    int ended; /* [DONE] is in out */
+};
+
+/* Cancels every choice not yet final (no reply of its own; the router
+ * frees the worker slot). */
+static void cancel_running(zi_http_conn *c, const zi_http_result *r) {
+    zi_http_error e;
+    for (int i = 0; i < r->g->n; i++) {
+        if (r->ch[i].status[0]) continue;
+        char id[16];
+        snprintf(id, sizeof id, "g%d", i);
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 2);
+        zi_pack_kv_str(&m.pk, "op", "cancel");
+        zi_pack_kv_str(&m.pk, "id", id);
+        zi_http_conn_send(c, &m, &e);
+        zi_msg_free(&m);
+    }
+}
+
+/* The next frame of this generation applied to r: 0 with *d, -1 with e
+ * set (router error, timeout), -2 when the client went away. */
+static int next_delta(zi_http_conn *c, zi_http_result *r, int client_fd, zi_http_delta *d,
+                      zi_http_error *e) {
+    for (;;) {
+        zi_http_frame f;
+        int rc = zi_http_conn_recv(c, client_fd, g_lim.router_timeout_ms, &f);
+        if (rc == ZI_HTTP_RECV_GONE) return -2;
+        if (rc == ZI_HTTP_RECV_TIMEOUT)
+            return zi_http_fail(e, 503, "unavailable", NULL, "the router sent nothing for %d ms",
+                                g_lim.router_timeout_ms);
+        rc = zi_http_result_apply(r, f.root, d, e);
+        zi_http_frame_free(&f);
+        if (rc <= 0) return rc;
+    }
+}
+
+static void generate(const char *body, size_t len, zi_http_kind kind, int client_fd,
+                     zi_http_answer *a) {
+    zi_http_stream *s = calloc(1, sizeof *s);
+    zi_http_error e;
+    char model[256];
+    if (!s) {
+        zi_http_fail(&e, 500, "internal", NULL, "out of memory");
+        answer_error(a, &e);
+        return;
+    }
+    s->client_fd = client_fd;
+    if (zi_http_parse_generate(body, len, kind, &s->g, &e) || zi_http_conn_open(&s->conn, &e))
+        goto fail;
+    if (s->g.model[0])
+        snprintf(model, sizeof model, "%s", s->g.model);
+    else if (served_model(s->conn, model, sizeof model, NULL, &e))
+        goto fail;
+    zi_http_result_init(&s->r, &s->g, model);
+    for (int i = 0; i < s->g.n; i++)
+        if (zi_http_conn_send(s->conn, &s->g.req[i], &e)) goto fail;
+    /* The first frame decides between an error status and 200: a request
+     * the router refuses (a bad value, overloaded, starting) is answered
+     * with its status even when streamed. */
+    zi_http_delta d;
+    int rc = next_delta(s->conn, &s->r, client_fd, &d, &e);
+    if (rc == -2) {
+        zi_http_fail(&e, 499, "client_closed", NULL, "the client went away");
+        goto fail;
+    }
+    if (rc) goto fail;
+    if (s->g.stream) {
+        if (zi_http_render_delta(&s->r, &d, s->conn, &s->out, &s->len, &s->cap, &e)) goto fail;
+        a->status = 200;
+        a->stream = s;
+        return;
+    }
+    while (s->r.n_done < s->g.n) {
+        rc = next_delta(s->conn, &s->r, client_fd, &d, &e);
+        if (rc == -2) zi_http_fail(&e, 499, "client_closed", NULL, "the client went away");
+        if (rc) goto fail;
+    }
+    a->json = zi_http_render_full(&s->r, s->conn, &e);
+    if (!a->json) goto fail;
+    a->status = 200;
+    zi_http_stream_free(s);
+    return;
+fail:
+    answer_error(a, &e);
+    zi_http_stream_free(s);
+}
+
+ssize_t zi_http_stream_read(zi_http_stream *s, char *buf, size_t max) {
+    while (s->pos == s->len) {
+        if (s->ended) return 0;
+        s->pos = s->len = 0;
+        zi_http_error e;
+        if (s->r.n_done == s->g.n) {
+            if (zi_http_render_end(&s->r, &s->out, &s->len, &s->cap)) return -1;
+            s->ended = 1;
+            continue;
+        }
+        if (zi_stop_requested()) return -1;
+        zi_http_delta d;
+        int rc = next_delta(s->conn, &s->r, s->client_fd, &d, &e);
+        if (rc == -2) return -1;
+        if (!rc) rc = zi_http_render_delta(&s->r, &d, s->conn, &s->out, &s->len, &s->cap, &e);
+        if (rc) { /* an error mid-stream: said in the stream, which then ends */
+            cancel_running(s->conn, &s->r);
+            for (int i = 0; i < s->g.n; i++)
+                if (!s->r.ch[i].status[0]) snprintf(s->r.ch[i].status, 32, "cancelled");
+            s->r.n_done = s->g.n;
+            if (zi_http_render_stream_error(&e, &s->out, &s->len, &s->cap) ||
+                zi_http_buf_add(&s->out, &s->len, &s->cap, "data: [DONE]\n\n", 14))
+                return -1;
+            s->ended = 1;
+        }
+    }
+    size_t n = s->len - s->pos < max ? s->len - s->pos : max;
+    memcpy(buf, s->out + s->pos, n);
+    s->pos += n;
+    return (ssize_t)n;
+}
+
+void zi_http_stream_free(zi_http_stream *s) {
+    if (!s) return;
+    if (s->conn && s->r.g) cancel_running(s->conn, &s->r);
+    zi_http_conn_close(s->conn);
+    zi_http_result_free(&s->r);
+    zi_http_gen_free(&s->g);
+    free(s->out);
+    free(s);
+}
+
+/* ---- routing ---------------------------------------------------------- */
+
+void zi_http_handle(const char *method, const char *path, const char *body, size_t len,
+                    int client_fd, zi_http_answer *a) {
+    memset(a, 0, sizeof *a);
+    zi_http_error e;
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    const char *want = NULL;
+    if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
+        if (post) {
+            generate(body, len,
+                     path[4] == 'c' && path[5] == 'h' ? ZI_HTTP_CHAT : ZI_HTTP_COMPLETION,
+                     client_fd, a);
+            return;
+        }
+        want = "POST";
+    } else if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) {
+        if (get) {
+            models(path[10] == '/' ? path + 11 : NULL, a);
+            return;
+        }
+        want = "GET";
+    } else if (!strcmp(path, "/health")) {
+        if (get) {
+            health(a);
+            return;
+        }
+        want = "GET";
+    } else if (!strcmp(path, "/tokenize") || !strcmp(path, "/detokenize")) {
+        if (post) {
+            tokenize(body, len, path[1] == 'd', a);
+            return;
+        }
+        want = "POST";
+    } else {
+        zi_http_fail(&e, 404, "not_found", NULL, "%s %s: no such path", method, path);
+        answer_error(a, &e);
+        return;
+    }
+    zi_http_fail(&e, 405, "method_not_allowed", NULL, "%s %s: the method is not allowed (use %s)",
+                 method, path, want);
+    answer_error(a, &e);
+    a->allow = want;
+}

@@ -1,0 +1,52 @@
+/*
+ * http_endpoints.h - what each path of zinfer-http answers (docs/http.md),
+ * apart from the HTTP library: a request (method, path, whole body) in, a
+ * status with a JSON body or a stream of Server-Sent Events out.
+ *
+ *   POST /v1/chat/completions, POST /v1/completions   generation
+ *   GET  /v1/models, GET /v1/models/{id}              the served model
+ *   GET  /health                                      200 / 503
+ *   POST /tokenize, POST /detokenize                  vLLM's shapes
+ *
+ * http_server.c does the HTTP part (connections, limits, the API key) and
+ * calls zi_http_handle once a request's body is complete.
+ */
+#ifndef ZI_HTTP_ENDPOINTS_H
+#define ZI_HTTP_ENDPOINTS_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+/* The settings the endpoints need. */
+typedef struct zi_http_limits {
+    int router_timeout_ms; /* the longest wait for the router's next reply */
+    int health_timeout_ms; /* the longest wait for health / models */
+} zi_http_limits;
+
+void zi_http_endpoints_setup(const zi_http_limits *lim);
+
+typedef struct zi_http_stream zi_http_stream;
+
+typedef struct zi_http_answer {
+    int status;
+    json_t *json;           /* the body; NULL for a stream */
+    zi_http_stream *stream; /* an SSE stream to read with zi_http_stream_read */
+    const char *allow;      /* 405: the methods the path takes (the Allow header) */
+} zi_http_answer;
+
+/* Answers one request. client_fd is the client's socket (watched while
+ * waiting, so a client that goes away cancels its generation), -1 if
+ * unknown. Never fails: an error is an answer too. */
+void zi_http_handle(const char *method, const char *path, const char *body, size_t len,
+                    int client_fd, zi_http_answer *a);
+
+/* The next bytes of a stream into buf (at most max): > 0 bytes, 0 at its
+ * end, -1 when the client went away or the stream broke (its requests are
+ * cancelled). Blocks until the router sends something. */
+ssize_t zi_http_stream_read(zi_http_stream *s, char *buf, size_t max);
+/* Frees the stream; a generation still running is cancelled (the router's
+ * cancel op, so its worker slots are freed at once). */
+void zi_http_stream_free(zi_http_stream *s);
+
+#endif

@@ -1,0 +1,522 @@
+/*
+ * http_request.c - OpenAI request JSON -> the router's generate requests
+ * (http_request.h). parse_* functions check one field each and say which;
+ * pack_request writes one choice's msgpack request from the checked values.
+ */
+#include "http_request.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+/* The checked values of one request, shared by its choices. */
+typedef struct checked {
+    json_t *root;
+    json_t *messages;   /* chat: checked array */
+    json_t *prompt_ids; /* completions: array of ints, or NULL */
+    const char *prompt; /* completions: text prompt, or NULL */
+    size_t prompt_len;
+    json_t *stop;            /* string or array of strings, or NULL */
+    json_t *response_format; /* an object of a type other than "text", or NULL */
+    double num[7];
+    int has_num[7];
+    long long max_tokens, min_tokens, top_k;
+    int has_max, has_min, has_top_k, ignore_eos, has_ignore_eos;
+    unsigned long long seed;
+} checked;
+
+/* The float sampling fields, in the order of checked.num. */
+static const char *const NUM_FIELDS[7] = {
+    "temperature",        "top_p", "min_p", "frequency_penalty", "presence_penalty",
+    "repetition_penalty", NULL};
+
+static const char *type_name(const json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
+
+/* The value of key, or NULL when absent or null (OpenAI treats null as
+ * "not given"). */
+static json_t *get(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+static int want(zi_http_error *e, const char *field, const char *what, const json_t *v) {
+    return zi_http_fail(e, 400, "invalid_type", field, "%s: expected %s, got %s", field, what,
+                        type_name(v));
+}
+
+static int get_number(json_t *o, const char *key, double *out, int *has, zi_http_error *e) {
+    json_t *v = get(o, key);
+    *has = 0;
+    if (!v) return 0;
+    if (!json_is_number(v)) return want(e, key, "a number", v);
+    *out = json_number_value(v);
+    *has = 1;
+    return 0;
+}
+
+static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, int *has,
+                   zi_http_error *e) {
+    json_t *v = get(o, key);
+    *has = 0;
+    if (!v) return 0;
+    if (!json_is_integer(v)) return want(e, key, "an integer", v);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return zi_http_fail(e, 400, "invalid_value", key, "%s: %lld is outside [%lld, %lld]", key,
+                            x, lo, hi);
+    *out = x;
+    *has = 1;
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *key, int *out, zi_http_error *e) {
+    json_t *v = get(o, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return want(e, key, "a boolean", v);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int unsupported(zi_http_error *e, const char *field, const char *why) {
+    return zi_http_fail(e, 400, "unsupported_value", field, "%s: %s", field, why);
+}
+
+/* Fields zinfer knows and does not serve yet: refused when they ask for
+ * something (an empty list or map, or null, asks for nothing). */
+static int refuse_unserved(json_t *o, zi_http_kind kind, zi_http_error *e) {
+    json_t *v;
+    static const char *const lists[] = {"tools", "functions", NULL};
+    for (int i = 0; lists[i]; i++)
+        if ((v = get(o, lists[i])) && !(json_is_array(v) && json_array_size(v) == 0))
+            return unsupported(e, lists[i], "tool calls are not supported yet");
+    if ((v = get(o, "tool_choice")) &&
+        !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+        return unsupported(e, "tool_choice", "tool calls are not supported yet (only \"none\")");
+    if ((v = get(o, "function_call")) &&
+        !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
+        return unsupported(e, "function_call", "function calls are not supported");
+    if ((v = get(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
+        return unsupported(e, "logit_bias", "logit biases are not supported");
+    if ((v = get(o, "audio"))) return unsupported(e, "audio", "audio output is not supported");
+    if ((v = get(o, "prediction")))
+        return unsupported(e, "prediction", "predicted outputs are not supported");
+    if ((v = get(o, "web_search_options")))
+        return unsupported(e, "web_search_options", "web search is not supported");
+    if ((v = get(o, "modalities"))) {
+        if (!json_is_array(v)) return want(e, "modalities", "an array", v);
+        size_t i;
+        json_t *m;
+        json_array_foreach(
+            v, i, m) if (!json_is_string(m) ||
+                         strcmp(json_string_value(m),
+                                "text")) return unsupported(e, "modalities",
+                                                            "only [\"text\"] is supported");
+    }
+    if (kind == ZI_HTTP_COMPLETION) {
+        if ((v = get(o, "suffix")) && !(json_is_string(v) && !json_string_length(v)))
+            return unsupported(e, "suffix", "suffixes (insertion) are not supported");
+        if ((v = get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+            return unsupported(e, "best_of", "only 1 is supported (use n for several choices)");
+    }
+    return 0;
+}
+
+/* One message's content as text: a string, or text parts joined with
+ * "\n" (as vLLM joins them); NULL content only for an assistant. */
+static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_http_error *e) {
+    char f[96];
+    json_t *c = get(msg, "content");
+    snprintf(f, sizeof f, "messages[%zu].content", i);
+    if (!c) {
+        if (strcmp(role, "assistant"))
+            return zi_http_fail(e, 400, "missing", f, "%s is missing", f);
+        *out = strdup("");
+        return *out ? 0 : zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    }
+    if (json_is_string(c)) {
+        *out = strndup(json_string_value(c), json_string_length(c));
+        return *out ? 0 : zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    }
+    if (!json_is_array(c)) return want(e, f, "a string or an array of content parts", c);
+    size_t total = 0, j;
+    json_t *part;
+    json_array_foreach(c, j, part) {
+        char pf[128];
+        snprintf(pf, sizeof pf, "%s[%zu]", f, j);
+        if (!json_is_object(part)) return want(e, pf, "a content part object", part);
+        json_t *t = json_object_get(part, "type");
+        snprintf(pf, sizeof pf, "%s[%zu].type", f, j);
+        if (!json_is_string(t)) return want(e, pf, "a string", t ? t : json_null());
+        if (strcmp(json_string_value(t), "text"))
+            return zi_http_fail(e, 400, "unsupported_value", pf,
+                                "%s: '%s' parts are not supported (only \"text\")", pf,
+                                json_string_value(t));
+        json_t *tx = json_object_get(part, "text");
+        snprintf(pf, sizeof pf, "%s[%zu].text", f, j);
+        if (!json_is_string(tx)) return want(e, pf, "a string", tx ? tx : json_null());
+        total += json_string_length(tx) + 1;
+    }
+    char *s = malloc(total + 1), *p = s;
+    if (!s) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    json_array_foreach(c, j, part) {
+        json_t *tx = json_object_get(part, "text");
+        if (j) *p++ = '\n';
+        memcpy(p, json_string_value(tx), json_string_length(tx));
+        p += json_string_length(tx);
+    }
+    *p = '\0';
+    *out = s;
+    return 0;
+}
+
+/* messages -> a new array of {"role", "content": string}. */
+static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
+    json_t *ms = get(o, "messages");
+    if (!ms) return zi_http_fail(e, 400, "missing", "messages", "messages is missing");
+    if (!json_is_array(ms)) return want(e, "messages", "an array", ms);
+    if (!json_array_size(ms))
+        return zi_http_fail(e, 400, "invalid_value", "messages", "messages is empty");
+    k->messages = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(ms, i, m) {
+        char f[96];
+        snprintf(f, sizeof f, "messages[%zu]", i);
+        if (!json_is_object(m)) return want(e, f, "an object", m);
+        json_t *r = json_object_get(m, "role");
+        snprintf(f, sizeof f, "messages[%zu].role", i);
+        if (!json_is_string(r)) return want(e, f, "a string", r ? r : json_null());
+        const char *role = json_string_value(r);
+        if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name for it */
+        if (!strcmp(role, "tool") || !strcmp(role, "function"))
+            return zi_http_fail(e, 400, "unsupported_value", f,
+                                "%s: '%s' messages are not supported yet", f, role);
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+            return zi_http_fail(e, 400, "invalid_value", f,
+                                "%s: '%s' is not one of system, developer, user, assistant", f,
+                                role);
+        json_t *tc = get(m, "tool_calls");
+        snprintf(f, sizeof f, "messages[%zu].tool_calls", i);
+        if (tc && !(json_is_array(tc) && !json_array_size(tc)))
+            return unsupported(e, f, "tool calls are not supported yet");
+        char *text;
+        if (message_text(m, i, role, &text, e)) return -1;
+        json_t *content = json_string(text);
+        free(text);
+        if (!content) { /* jansson checked the body's UTF-8; a NUL inside is the one way here */
+            snprintf(f, sizeof f, "messages[%zu].content", i);
+            return zi_http_fail(e, 400, "invalid_value", f, "%s holds a NUL character", f);
+        }
+        json_t *nm = json_object();
+        json_object_set_new(nm, "role", json_string(role));
+        json_object_set_new(nm, "content", content);
+        json_array_append_new(k->messages, nm);
+    }
+    return 0;
+}
+
+/* prompt: a string, token ids, or a list of one of those. */
+static int parse_prompt(json_t *o, checked *k, zi_http_error *e) {
+    json_t *p = get(o, "prompt");
+    if (!p) return zi_http_fail(e, 400, "missing", "prompt", "prompt is missing");
+    if (json_is_array(p) && json_array_size(p) == 1 &&
+        (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
+        p = json_array_get(p, 0); /* a batch of one */
+    if (json_is_string(p)) {
+        k->prompt = json_string_value(p);
+        k->prompt_len = json_string_length(p);
+        return 0;
+    }
+    if (!json_is_array(p)) return want(e, "prompt", "a string or an array of token ids", p);
+    if (!json_array_size(p))
+        return zi_http_fail(e, 400, "invalid_value", "prompt", "prompt is empty");
+    size_t i;
+    json_t *t;
+    json_array_foreach(p, i, t) {
+        if (json_is_string(t) || json_is_array(t))
+            return unsupported(e, "prompt",
+                               "a batch of several prompts is not supported; send "
+                               "one request per prompt");
+        char f[64];
+        snprintf(f, sizeof f, "prompt[%zu]", i);
+        if (!json_is_integer(t)) return want(e, f, "a token id (an integer)", t);
+        if (json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+            return zi_http_fail(e, 400, "invalid_value", f, "%s: %lld is not a token id", f,
+                                (long long)json_integer_value(t));
+    }
+    k->prompt_ids = p;
+    return 0;
+}
+
+static int parse_stop(json_t *o, checked *k, zi_http_error *e) {
+    json_t *s = get(o, "stop");
+    if (!s) return 0;
+    if (json_is_string(s)) {
+        k->stop = s;
+        return 0;
+    }
+    if (!json_is_array(s)) return want(e, "stop", "a string or an array of strings", s);
+    if (json_array_size(s) > ZI_HTTP_MAX_STOP)
+        return zi_http_fail(e, 400, "invalid_value", "stop", "stop: at most %d strings",
+                            ZI_HTTP_MAX_STOP);
+    size_t i;
+    json_t *x;
+    json_array_foreach(s, i, x) if (!json_is_string(x)) {
+        char f[32];
+        snprintf(f, sizeof f, "stop[%zu]", i);
+        return want(e, f, "a string", x);
+    }
+    k->stop = json_array_size(s) ? s : NULL;
+    return 0;
+}
+
+static int parse_response_format(json_t *o, checked *k, zi_http_error *e) {
+    json_t *rf = get(o, "response_format");
+    if (!rf) return 0;
+    if (!json_is_object(rf)) return want(e, "response_format", "an object", rf);
+    json_t *t = json_object_get(rf, "type");
+    if (!json_is_string(t)) return want(e, "response_format.type", "a string", t ? t : json_null());
+    if (strcmp(json_string_value(t), "text")) k->response_format = rf; /* the router checks it */
+    return 0;
+}
+
+/* The sampling fields, logprobs, n, stream. */
+static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *g,
+                         zi_http_error *e) {
+    for (int i = 0; NUM_FIELDS[i]; i++) {
+        if (get_number(o, NUM_FIELDS[i], &k->num[i], &k->has_num[i], e)) return -1;
+        if (k->has_num[i] && !isfinite(k->num[i]))
+            return zi_http_fail(e, 400, "invalid_value", NUM_FIELDS[i], "%s is not finite",
+                                NUM_FIELDS[i]);
+    }
+    const char *max_name = "max_tokens";
+    if (kind == ZI_HTTP_CHAT && get(o, "max_completion_tokens")) max_name = "max_completion_tokens";
+    if (get_int(o, max_name, 1, INT32_MAX, &k->max_tokens, &k->has_max, e)) return -1;
+    if (!k->has_max && kind == ZI_HTTP_COMPLETION)
+        k->max_tokens = 16, k->has_max = 1; /* OpenAI's */
+    if (get_int(o, "min_tokens", 0, INT32_MAX, &k->min_tokens, &k->has_min, e)) return -1;
+    if (get_int(o, "top_k", -1, INT32_MAX, &k->top_k, &k->has_top_k, e)) return -1;
+    k->has_ignore_eos = get(o, "ignore_eos") != NULL;
+    if (get_bool(o, "ignore_eos", &k->ignore_eos, e)) return -1;
+    long long x;
+    int has;
+    if (get_int(o, "n", 1, ZI_HTTP_MAX_N, &x, &has, e)) return -1;
+    g->n = has ? (int)x : 1;
+    json_t *sv = get(o, "seed");
+    if (sv) {
+        if (!json_is_integer(sv)) return want(e, "seed", "an integer", sv);
+        k->seed = (unsigned long long)json_integer_value(sv);
+    } else if (getrandom(&k->seed, sizeof k->seed, 0) != sizeof k->seed) {
+        k->seed = (unsigned long long)zi_now_ms() * 0x9E3779B97F4A7C15ull;
+    }
+    if (get_bool(o, "stream", &g->stream, e)) return -1;
+    json_t *so = get(o, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) return want(e, "stream_options", "an object", so);
+        json_t *iu = get(so, "include_usage");
+        if (iu && !json_is_boolean(iu))
+            return want(e, "stream_options.include_usage", "a boolean", iu);
+        g->include_usage = iu && json_is_true(iu);
+    }
+    g->logprobs = -1;
+    if (kind == ZI_HTTP_CHAT) {
+        int lp = 0;
+        if (get_bool(o, "logprobs", &lp, e)) return -1;
+        if (get_int(o, "top_logprobs", 0, 20, &x, &has, e)) return -1;
+        if (has && !lp)
+            return zi_http_fail(e, 400, "invalid_value", "top_logprobs",
+                                "top_logprobs needs logprobs set to true");
+        if (lp) g->logprobs = has ? (int)x : 0;
+    } else {
+        if (get_int(o, "logprobs", 0, 20, &x, &has, e)) return -1;
+        if (has) g->logprobs = (int)x;
+        if (get_bool(o, "echo", &g->echo, e)) return -1;
+    }
+    json_t *m = get(o, "model");
+    if (m && !json_is_string(m)) return want(e, "model", "a string", m);
+    if (m && json_string_length(m) >= sizeof g->model)
+        return zi_http_fail(e, 404, "model_not_found", "model", "model: the name is too long");
+    if (m) snprintf(g->model, sizeof g->model, "%s", json_string_value(m));
+    /* The router's names for what failed, back to the request's. */
+    const char *map[] = {"sampling_params.max_new_tokens",
+                         max_name,
+                         "sampling_params.min_new_tokens",
+                         "min_tokens",
+                         "sampling_params.stop",
+                         "stop",
+                         "sampling_params.",
+                         "",
+                         "model_name",
+                         "model",
+                         "logprobs",
+                         kind == ZI_HTTP_CHAT ? "top_logprobs" : "logprobs",
+                         NULL};
+    memcpy(g->field_map, map, sizeof map);
+    return 0;
+}
+
+/* A JSON value as msgpack (response_format's schema). */
+static void pack_json(msgpack_packer *pk, json_t *v) {
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: {
+        msgpack_pack_map(pk, json_object_size(v));
+        const char *key;
+        json_t *x;
+        json_object_foreach(v, key, x) {
+            zi_pack_str(pk, key);
+            pack_json(pk, x);
+        }
+        break;
+    }
+    case JSON_ARRAY: {
+        msgpack_pack_array(pk, json_array_size(v));
+        size_t i;
+        json_t *x;
+        json_array_foreach(v, i, x) pack_json(pk, x);
+        break;
+    }
+    case JSON_STRING:
+        zi_pack_strn(pk, json_string_value(v), json_string_length(v));
+        break;
+    case JSON_INTEGER:
+        msgpack_pack_int64(pk, json_integer_value(v));
+        break;
+    case JSON_REAL:
+        msgpack_pack_double(pk, json_real_value(v));
+        break;
+    case JSON_TRUE:
+        msgpack_pack_true(pk);
+        break;
+    case JSON_FALSE:
+        msgpack_pack_false(pk);
+        break;
+    default:
+        msgpack_pack_nil(pk);
+        break;
+    }
+}
+
+/* Choice i's router request. Choice i samples with seed + i, so the
+ * choices differ and a seeded request still repeats as a whole. */
+static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_packer *pk) {
+    int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
+                 (k->response_format != NULL);
+    msgpack_pack_map(pk, n_keys);
+    char id[16];
+    snprintf(id, sizeof id, "g%d", i);
+    zi_pack_kv_str(pk, "op", "generate");
+    zi_pack_kv_str(pk, "id", id);
+    zi_pack_kv_int(pk, "index", i);
+    zi_pack_kv_bool(pk, "stream", true);
+    if (k->messages) {
+        zi_pack_str(pk, "messages");
+        pack_json(pk, k->messages);
+    } else if (k->prompt) {
+        zi_pack_kv_strn(pk, "prompt", k->prompt, k->prompt_len);
+    } else {
+        zi_pack_str(pk, "prompt");
+        pack_json(pk, k->prompt_ids);
+    }
+    int n_sp = 3 + k->has_max + k->has_min + k->has_ignore_eos;
+    for (int j = 1; NUM_FIELDS[j]; j++) n_sp += k->has_num[j];
+    zi_pack_str(pk, "sampling_params");
+    msgpack_pack_map(pk, n_sp);
+    /* OpenAI samples by default (temperature 1, no top-k); the router's
+     * own default is greedy (top_k 1). */
+    zi_pack_kv_int(pk, "top_k", k->has_top_k ? k->top_k : 0);
+    zi_pack_str(pk, "temperature");
+    msgpack_pack_double(pk, k->has_num[0] ? k->num[0] : 1.0);
+    for (int j = 1; NUM_FIELDS[j]; j++)
+        if (k->has_num[j]) {
+            zi_pack_str(pk, NUM_FIELDS[j]);
+            msgpack_pack_double(pk, k->num[j]);
+        }
+    if (k->has_max) zi_pack_kv_int(pk, "max_new_tokens", k->max_tokens);
+    if (k->has_min) zi_pack_kv_int(pk, "min_new_tokens", k->min_tokens);
+    if (k->has_ignore_eos) zi_pack_kv_bool(pk, "ignore_eos", k->ignore_eos);
+    zi_pack_str(pk, "seed");
+    msgpack_pack_uint64(pk, k->seed + (unsigned long long)i);
+    /* 1 at least: the sampled token's own log probability comes with it. */
+    if (g->logprobs >= 0) zi_pack_kv_int(pk, "logprobs", g->logprobs ? g->logprobs : 1);
+    if (g->echo) zi_pack_kv_bool(pk, "echo", true);
+    if (k->stop) {
+        zi_pack_str(pk, "stop");
+        pack_json(pk, k->stop);
+    }
+    if (g->model[0]) zi_pack_kv_str(pk, "model_name", g->model);
+    if (k->response_format) {
+        zi_pack_str(pk, "response_format");
+        pack_json(pk, k->response_format);
+    }
+}
+
+json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        zi_http_fail(e, 400, "invalid_json", NULL,
+                     "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,
+                     je.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        zi_http_fail(e, 400, "invalid_json", NULL, "the body must be a JSON object, not %s",
+                     type_name(root));
+        json_decref(root);
+        return NULL;
+    }
+    return root;
+}
+
+int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_http_gen *g,
+                           zi_http_error *e) {
+    memset(g, 0, sizeof *g);
+    g->kind = kind;
+    checked k;
+    memset(&k, 0, sizeof k);
+    if (!(k.root = zi_http_parse_object(body, len, e))) return -1;
+    int rc = refuse_unserved(k.root, kind, e);
+    if (!rc)
+        rc = kind == ZI_HTTP_CHAT ? parse_messages(k.root, &k, e) : parse_prompt(k.root, &k, e);
+    if (!rc) rc = parse_stop(k.root, &k, e);
+    if (!rc) rc = parse_response_format(k.root, &k, e);
+    if (!rc) rc = parse_options(k.root, kind, &k, g, e);
+    if (!rc && k.prompt && g->echo && !(g->prompt = strndup(k.prompt, k.prompt_len)))
+        rc = zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    if (!rc)
+        for (int i = 0; i < g->n; i++) {
+            zi_msg_init(&g->req[i]);
+            pack_request(&k, g, i, &g->req[i].pk);
+        }
+    if (rc) g->n = 0;
+    json_decref(k.messages);
+    json_decref(k.root);
+    return rc;
+}
+
+void zi_http_gen_free(zi_http_gen *g) {
+    for (int i = 0; i < g->n; i++) zi_msg_free(&g->req[i]);
+    free(g->prompt);
+    g->n = 0;
+    g->prompt = NULL;
+}

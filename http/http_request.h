@@ -1,0 +1,53 @@
+/*
+ * http_request.h - an OpenAI request body (POST /v1/chat/completions or
+ * /v1/completions, JSON) checked field by field and turned into the
+ * router's msgpack `generate` requests (docs/protocol.md), one per choice.
+ *
+ * Every field zinfer serves is translated (docs/http.md has the table);
+ * unknown fields are ignored, as OpenAI's server does; a known field whose
+ * value zinfer does not implement (tools, logit_bias, image parts, ...) is
+ * refused with a 400 naming it, never silently dropped. Value ranges the
+ * router checks (temperature, top_p, ...) are left to it: its error names
+ * its own field, which zi_http_field_map translates back.
+ */
+#ifndef ZI_HTTP_REQUEST_H
+#define ZI_HTTP_REQUEST_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "http_error.h"
+#include "wire.h"
+
+typedef enum zi_http_kind { ZI_HTTP_CHAT, ZI_HTTP_COMPLETION } zi_http_kind;
+
+/* The most choices (n) one request may ask for. */
+#define ZI_HTTP_MAX_N 16
+/* The most stop strings. */
+#define ZI_HTTP_MAX_STOP 16
+
+typedef struct zi_http_gen {
+    zi_http_kind kind;
+    int n;                     /* choices: router requests "g0" .. "g<n-1>" */
+    int stream;                /* answer with Server-Sent Events */
+    int include_usage;         /* stream_options.include_usage */
+    int logprobs;              /* -1: none; else the top alternatives per token (0..20) */
+    int echo;                  /* completions: the prompt before the completion */
+    char model[256];           /* as the request named it; "" when it named none */
+    char *prompt;              /* completions with a text prompt: that text (for echo) */
+    zi_msg req[ZI_HTTP_MAX_N]; /* the router requests, built */
+    const char *field_map[40]; /* router field -> request field pairs, NULL-ended */
+} zi_http_gen;
+
+/* Parses body (len bytes, not NUL-terminated) into g. 0, or -1 with e set
+ * (400 naming the field: malformed JSON, a wrong type, an unsupported
+ * value). On success the caller frees g with zi_http_gen_free. */
+int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_http_gen *g,
+                           zi_http_error *e);
+void zi_http_gen_free(zi_http_gen *g);
+
+/* Parses a JSON body that must be an object (tokenize, detokenize):
+ * a new reference, or NULL with e set (400). */
+json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e);
+
+#endif

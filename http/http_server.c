@@ -1,0 +1,210 @@
+/*
+ * http_server.c - the libmicrohttpd daemon of zinfer-http (http_server.h).
+ *
+ * A request's body is gathered (up to max_body; a larger Content-Length is
+ * refused before any of it is read) and the API key checked; then
+ * zi_http_handle answers, and its JSON or its SSE stream is sent. MHD's
+ * connection timeout closes a connection idle for timeout_s, whether it
+ * stalls in its headers, its body, or reading a stream; a stream whose
+ * connection closes is freed, which cancels its generation.
+ */
+#include "http_server.h"
+
+#include <netdb.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <microhttpd.h>
+
+#include "http_endpoints.h"
+#include "http_error.h"
+#include "stop_signal.h"
+
+#if MHD_VERSION < 0x00097002
+typedef int MHD_Result_t;
+#else
+typedef enum MHD_Result MHD_Result_t;
+#endif
+
+static const zi_http_config *g_cfg;
+
+typedef struct req_state {
+    char *body;
+    size_t len, cap;
+    int too_large;
+} req_state;
+
+static MHD_Result_t queue_json(struct MHD_Connection *conn, int status, json_t *o,
+                               const char *allow) {
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!s) return MHD_NO;
+    size_t n = strlen(s);
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, s, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(s);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (allow) MHD_add_response_header(r, "Allow", allow);
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    MHD_Result_t rc = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static MHD_Result_t queue_error(struct MHD_Connection *conn, const zi_http_error *e) {
+    return queue_json(conn, e->status, zi_http_error_json(e), NULL);
+}
+
+static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    ssize_t n = zi_http_stream_read(cls, buf, max);
+    if (n > 0) return n;
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void free_stream(void *cls) {
+    zi_http_stream_free(cls);
+}
+
+/* The Bearer token against the key, in time independent of where they
+ * differ. */
+static int authorized(struct MHD_Connection *conn) {
+    const char *key = g_cfg->api_key;
+    if (!key || !key[0]) return 1;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
+    h += 7;
+    size_t n = strlen(h), k = strlen(key);
+    unsigned char diff = n != k;
+    for (size_t i = 0; i < n && i < k; i++) diff |= (unsigned char)(h[i] ^ key[i]);
+    return !diff;
+}
+
+static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                               const char *method, const char *version, const char *upload,
+                               size_t *upload_size, void **con_cls) {
+    (void)cls, (void)version;
+    req_state *st = *con_cls;
+    zi_http_error e;
+    if (!st) {
+        if (!(st = calloc(1, sizeof *st))) return MHD_NO;
+        *con_cls = st;
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > g_cfg->max_body) {
+            zi_http_fail(&e, 413, "body_too_large", NULL,
+                         "the body (%s bytes) is larger than the limit of %zu bytes", cl,
+                         g_cfg->max_body);
+            return queue_error(conn, &e);
+        }
+        return MHD_YES;
+    }
+    if (*upload_size) { /* more of the body: kept up to the limit, then dropped */
+        if (st->len + *upload_size > g_cfg->max_body) st->too_large = 1;
+        if (!st->too_large) {
+            if (st->len + *upload_size > st->cap) {
+                size_t c = st->cap ? st->cap : 4096;
+                while (c < st->len + *upload_size) c *= 2;
+                char *b = realloc(st->body, c);
+                if (!b) return MHD_NO;
+                st->body = b, st->cap = c;
+            }
+            memcpy(st->body + st->len, upload, *upload_size);
+            st->len += *upload_size;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (st->too_large) {
+        zi_http_fail(&e, 413, "body_too_large", NULL,
+                     "the body is larger than the limit of %zu bytes", g_cfg->max_body);
+        return queue_error(conn, &e);
+    }
+    if (strcmp(url, "/health") && !authorized(conn)) {
+        zi_http_fail(&e, 401, "invalid_api_key", NULL,
+                     "a valid API key is needed: send 'Authorization: Bearer KEY'");
+        return queue_error(conn, &e);
+    }
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    int fd = ci ? (int)ci->connect_fd : -1;
+    zi_http_answer a;
+    zi_http_handle(method, url, st->body ? st->body : "", st->len, fd, &a);
+    zi_log(g_cfg->lg, ZI_LOG_DEBUG, "%s %s -> %d%s", method, url, a.status,
+           a.stream ? " (stream)" : "");
+    if (!a.stream) return queue_json(conn, a.status, a.json, a.allow);
+    struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, read_stream,
+                                                               a.stream, free_stream);
+    if (!r) {
+        zi_http_stream_free(a.stream);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "text/event-stream");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_Result_t rc = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls, (void)conn, (void)toe;
+    req_state *st = *con_cls;
+    if (st) {
+        free(st->body);
+        free(st);
+    }
+    *con_cls = NULL;
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    size_t n = strlen(msg);
+    while (n && msg[n - 1] == '\n') msg[--n] = '\0';
+    zi_log(g_cfg->lg, ZI_LOG_DEBUG, "libmicrohttpd: %s", msg);
+}
+
+int zi_http_serve(const zi_http_config *cfg) {
+    g_cfg = cfg;
+    signal(SIGPIPE, SIG_IGN);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    char port[16];
+    snprintf(port, sizeof port, "%d", cfg->port);
+    int gai = getaddrinfo(cfg->host, port, &hints, &ai);
+    if (gai) {
+        zi_log(cfg->lg, ZI_LOG_ERROR, "cannot resolve %s: %s", cfg->host, gai_strerror(gai));
+        return 1;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ERROR_LOG;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    struct MHD_Daemon *d = MHD_start_daemon(
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!d) {
+        zi_log(cfg->lg, ZI_LOG_ERROR, "cannot listen on %s:%d (in use, or not an address here)",
+               cfg->host, cfg->port);
+        return 1;
+    }
+    zi_log(cfg->lg, ZI_LOG_INFO, "serving OpenAI HTTP on http://%s:%d", cfg->host, cfg->port);
+    while (!zi_stop_requested()) {
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    zi_log(cfg->lg, ZI_LOG_INFO, "stopping");
+    MHD_stop_daemon(d);
+    return 0;
+}
