@@ -203,15 +203,19 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
                      : 0;
         else if (!strcmp(a, "--http-max-body-bytes") || !strcmp(a, "--http-max-connections") ||
                  !strcmp(a, "--http-timeout")) {
+            /* checked with zinfer-http's ranges, passed on under its names */
             long long x;
-            rc = a[7] == 'b'   ? zi_parse_size(a, v, 64, 1LL << 30, &x, &err)
-                 : a[7] == 'c' ? zi_parse_int(a, v, 1, 65536, &x, &err)
-                               : zi_parse_int(a, v, 1, 86400, &x, &err);
-            /* zinfer-http's own names: --max-body-bytes, --max-connections, --timeout */
-            static const char *const names[] = {"--max-body-bytes", "--max-connections",
-                                                "--timeout"};
+            int body = !strcmp(a, "--http-max-body-bytes");
+            int conns = !strcmp(a, "--http-max-connections");
+            rc = body    ? zi_parse_size(a, v, 64, 1LL << 30, &x, &err)
+                 : conns ? zi_parse_int(a, v, 1, 65536, &x, &err)
+                         : zi_parse_int(a, v, 1, 86400, &x, &err);
             if (!rc)
-                pass_on(o->http_pass, &o->n_hpass, names[a[7] == 'b' ? 0 : a[7] == 'c' ? 1 : 2], v);
+                pass_on(o->http_pass, &o->n_hpass,
+                        body    ? "--max-body-bytes"
+                        : conns ? "--max-connections"
+                                : "--timeout",
+                        v);
         } else if (!strcmp(a, "--device")) {
             zi_device_spec spec;
             o->device = v;

@@ -472,7 +472,7 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
 
 json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
     json_error_t je;
-    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
     if (!root) {
         zi_http_fail(e, 400, "invalid_json", NULL,
                      "the body is not valid JSON: %s (line %d, column %d)", je.text, je.line,

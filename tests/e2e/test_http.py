@@ -1,0 +1,454 @@
+"""End-to-end tests of zinfer-http, the OpenAI HTTP front end (docs/http.md).
+
+One `zinfer serve --http` is started for the module on free ports, with an
+API key and a small body limit, on the real default model. It is driven by
+the official `openai` SDK and by raw HTTP (http.client, sockets): chat and
+completions, streamed and not, n = 3, stop strings, seeds, logprobs against
+the msgpack protocol's, json_schema output against `jsonschema`, usage
+counts, a client that disconnects mid-stream, and a table of bad inputs,
+each with its status and an OpenAI error naming the problem, after which
+the server still serves.
+"""
+
+import http.client as httpc
+import json
+import socket
+import time
+
+import jsonschema
+import openai
+import pytest
+
+from conftest import serve_process
+from zinfer_client import Client, decode_array
+
+KEY = "sk-test-zinfer"
+MAX_BODY = 64 * 1024
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Http:
+    """Raw HTTP to the front end: (status, headers, parsed JSON or text)."""
+
+    def __init__(self, port):
+        self.port = port
+
+    def req(self, method, path, body=None, headers=None, key=KEY, timeout=60):
+        c = httpc.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        h = {"Content-Type": "application/json"}
+        if key:
+            h["Authorization"] = f"Bearer {key}"
+        h.update(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+        try:
+            return r.status, dict(r.getheaders()), json.loads(data)
+        except ValueError:
+            return r.status, dict(r.getheaders()), data.decode("utf-8", "replace")
+
+
+@pytest.fixture(scope="module")
+def server(zinfer_bin, model_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("http") / "serve.log"
+    hport = free_port()
+    with serve_process(zinfer_bin, model_path, log, "--threads-per-worker", 2, "--slots", 8,
+                       "--http", f"127.0.0.1:{hport}", "--api-key", KEY,
+                       "--http-max-body-bytes", MAX_BODY) as srv:
+        h = Http(hport)
+        deadline = time.time() + 30
+        while True:
+            try:
+                if h.req("GET", "/health", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        srv.http = h
+        srv.port = hport
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def web(server):
+    return server.http
+
+
+@pytest.fixture(scope="module")
+def sdk(server):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=KEY,
+                         max_retries=0, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def model(web):
+    st, _, body = web.req("GET", "/v1/models")
+    assert st == 200 and body["object"] == "list" and len(body["data"]) == 1, body
+    return body["data"][0]["id"]
+
+
+@pytest.fixture(scope="module")
+def zc(server):
+    with Client(server.addr, timeout_s=60) as c:
+        yield c
+
+
+MSGS = [{"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Name three colors."}]
+
+
+def test_health_models_tokenize(web, model, zc, sdk):
+    st, _, body = web.req("GET", "/health", key=None)  # no key needed
+    assert st == 200 and body["status"] == "ok" and body["workers"] == 1, body
+    assert model == "SmolLM2-135M-Instruct.Q4_1"
+    assert [m.id for m in sdk.models.list().data] == [model]
+    st, _, m = web.req("GET", f"/v1/models/{model}")
+    assert st == 200 and m["id"] == model and m["max_model_len"] > 0
+    text = "The capital of France is Paris."
+    st, _, tok = web.req("POST", "/tokenize", {"prompt": text, "model": model})
+    assert st == 200, tok
+    want = list(decode_array(zc.call("tokenize", text=text)["token_ids"]))
+    assert tok["tokens"] == want and tok["count"] == len(want)
+    st, _, de = web.req("POST", "/detokenize", {"tokens": want})
+    assert st == 200 and de["prompt"] == text, de
+
+
+def test_chat_matches_msgpack_and_usage(sdk, model, zc):
+    r = sdk.chat.completions.create(model=model, messages=MSGS, max_tokens=24, temperature=0)
+    c = r.choices[0]
+    assert r.object == "chat.completion" and r.id.startswith("chatcmpl-")
+    assert c.message.role == "assistant" and c.message.content
+    assert c.finish_reason in ("stop", "length")
+    text, ids, final = zc.complete(messages=MSGS, sampling_params={
+        "top_k": 0, "temperature": 0.0, "max_new_tokens": 24})
+    assert c.message.content == text
+    assert r.usage.completion_tokens == len(ids) == final["usage"]["completion_tokens"]
+    assert r.usage.prompt_tokens == final["usage"]["prompt_tokens"]
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert c.finish_reason == ("length" if final["status"] == "maximum_length" else "stop")
+
+
+def test_chat_stream_sdk_and_raw(sdk, model, server):
+    full = sdk.chat.completions.create(model=model, messages=MSGS, max_tokens=20, temperature=0)
+    chunks = list(sdk.chat.completions.create(
+        model=model, messages=MSGS, max_tokens=20, temperature=0, stream=True,
+        stream_options={"include_usage": True}))
+    choice_chunks = [ch for ch in chunks if ch.choices]
+    assert choice_chunks[0].choices[0].delta.role == "assistant"
+    assert all(ch.object == "chat.completion.chunk" for ch in chunks)
+    assert len({ch.id for ch in chunks}) == 1
+    text = "".join(ch.choices[0].delta.content or "" for ch in choice_chunks)
+    assert text == full.choices[0].message.content
+    finishes = [ch.choices[0].finish_reason for ch in choice_chunks]
+    assert finishes[-1] == full.choices[0].finish_reason and not any(finishes[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None
+    assert chunks[-1].usage.completion_tokens == full.usage.completion_tokens
+    assert chunks[-1].usage.prompt_tokens == full.usage.prompt_tokens
+    # Raw: SSE framing exactly, ending with data: [DONE].
+    c = httpc.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    c.request("POST", "/v1/chat/completions", json.dumps(
+        {"model": model, "messages": MSGS, "max_tokens": 8, "stream": True}),
+        {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
+    raw = r.read().decode()
+    events = [e for e in raw.split("\n\n") if e]
+    assert all(e.startswith("data: ") for e in events), raw
+    assert events[-1] == "data: [DONE]"
+    assert "usage" not in json.loads(events[0][6:])  # not asked for
+
+
+def test_completions_n3_seed_repeats(sdk, model):
+    kw = dict(model=model, prompt="Once upon a time", max_tokens=12, temperature=1.0, n=3,
+              seed=1234)
+    a = sdk.completions.create(**kw)
+    b = sdk.completions.create(**kw)
+    ta = [c.text for c in sorted(a.choices, key=lambda c: c.index)]
+    tb = [c.text for c in sorted(b.choices, key=lambda c: c.index)]
+    assert [c.index for c in sorted(a.choices, key=lambda c: c.index)] == [0, 1, 2]
+    assert ta == tb  # a seed repeats
+    assert len(set(ta)) >= 2, ta  # the choices are drawn apart
+    # vLLM's ignore_eos: every choice runs to max_tokens; usage counts the
+    # prompt once and the three completions together
+    u = sdk.completions.create(**kw, extra_body={"ignore_eos": True}).usage
+    assert u.completion_tokens == 36 and u.prompt_tokens == 4 and u.total_tokens == 40, u
+    c = sdk.completions.create(**{**kw, "seed": 99})
+    assert [x.text for x in sorted(c.choices, key=lambda c: c.index)] != ta
+    # streamed n = 3: each choice's chunks carry its index; each ends once
+    chunks = list(sdk.completions.create(**kw, stream=True))
+    texts = {0: "", 1: "", 2: ""}
+    ends = {}
+    for ch in chunks:
+        for c in ch.choices:
+            texts[c.index] += c.text
+            if c.finish_reason:
+                ends[c.index] = ends.get(c.index, 0) + 1
+    assert [texts[i] for i in range(3)] == ta and ends == {0: 1, 1: 1, 2: 1}
+
+
+def test_stop_strings(sdk, model):
+    kw = dict(model=model, messages=MSGS, max_tokens=30, temperature=0)
+    full = sdk.chat.completions.create(**kw).choices[0].message.content
+    words = full.split()
+    assert len(words) >= 4, full
+    stop = words[2]
+    cut = full[:full.index(stop)]
+    r = sdk.chat.completions.create(**kw, stop=[stop, "zzzqqq"])
+    assert r.choices[0].message.content == cut
+    assert r.choices[0].finish_reason == "stop"
+    r = sdk.chat.completions.create(**kw, stop=stop, stream=True)
+    assert "".join(c.choices[0].delta.content or "" for c in r if c.choices) == cut
+
+
+def test_logprobs_equal_msgpack(web, model, zc):
+    prompt = "The capital of France is"
+    st, _, body = web.req("POST", "/v1/completions", {
+        "model": model, "prompt": prompt, "max_tokens": 6, "temperature": 0, "logprobs": 3})
+    assert st == 200, body
+    lp = body["choices"][0]["logprobs"]
+    text, ids, final = zc.complete(prompt=prompt, logprobs=3, sampling_params={
+        "top_k": 0, "temperature": 0.0, "max_new_tokens": 6})
+    want = final["logprobs"]
+    assert body["choices"][0]["text"] == text
+    assert len(lp["token_logprobs"]) == len(ids) == len(want["token_log_probabilities"])
+    for got, w in zip(lp["token_logprobs"], want["token_log_probabilities"]):
+        assert got == pytest.approx(float(w), abs=1e-6)
+    for got, w in zip(lp["top_logprobs"], want["top_log_probabilities"]):
+        assert sorted(got.values()) == pytest.approx(sorted(float(v) for v in w.values()),
+                                                     abs=1e-6)
+    assert "".join(lp["tokens"]) == text
+    assert lp["text_offset"][0] == 0
+    # chat: the same numbers in chat's shape
+    st, _, chat = web.req("POST", "/v1/chat/completions", {
+        "messages": MSGS, "max_tokens": 5, "temperature": 0, "logprobs": True,
+        "top_logprobs": 2})
+    assert st == 200, chat
+    content = chat["choices"][0]["logprobs"]["content"]
+    text, ids, final = zc.complete(messages=MSGS, logprobs=2, sampling_params={
+        "top_k": 0, "temperature": 0.0, "max_new_tokens": 5})
+    assert [c["logprob"] for c in content] == pytest.approx(
+        [float(x) for x in final["logprobs"]["token_log_probabilities"]], abs=1e-6)
+    assert all(len(c["top_logprobs"]) == 2 for c in content)
+    assert "".join(c["token"] for c in content) == chat["choices"][0]["message"]["content"]
+    assert all(bytes(c["bytes"]).decode() == c["token"] for c in content)
+
+
+def test_echo_completion(web, model):
+    st, _, body = web.req("POST", "/v1/completions", {
+        "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0, "echo": True,
+        "logprobs": 1})
+    assert st == 200, body
+    ch = body["choices"][0]
+    assert ch["text"].startswith("The capital of France is")
+    assert ch["logprobs"]["token_logprobs"][0] is None
+    assert "".join(ch["logprobs"]["tokens"]) == ch["text"]
+
+
+def test_json_schema_validates(sdk, model):
+    schema = {"type": "object",
+              "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                             "color": {"enum": ["red", "green", "blue"]}},
+              "required": ["name", "age", "color"]}
+    r = sdk.chat.completions.create(
+        model=model, max_tokens=80, temperature=0,
+        messages=[{"role": "user", "content": "Describe a person as JSON."}],
+        response_format={"type": "json_schema",
+                         "json_schema": {"name": "person", "schema": schema, "strict": True}})
+    c = r.choices[0]
+    assert c.finish_reason == "stop", c
+    jsonschema.validate(json.loads(c.message.content), schema)
+    r = sdk.chat.completions.create(
+        model=model, max_tokens=80, temperature=0,
+        messages=[{"role": "user", "content": "What is the capital of France? Answer in JSON."}],
+        response_format={"type": "json_object"})
+    assert r.choices[0].finish_reason == "stop", r
+    assert json.loads(r.choices[0].message.content) == {"city": "Paris"}
+
+
+def test_disconnect_cancels(server, model, zc):
+    s = socket.create_connection(("127.0.0.1", server.port))
+    body = json.dumps({"prompt": "Count:", "max_tokens": 4000, "ignore_eos": True,
+                       "stream": True}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " +
+              KEY.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: " +
+              str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = s.recv(4096)
+    assert b"200" in got.split(b"\r\n")[0], got
+    assert zc.call("health")["running"] >= 1
+    s.close()
+    deadline = time.time() + 5
+    while zc.call("health")["running"] and time.time() < deadline:
+        time.sleep(0.05)
+    assert zc.call("health")["running"] == 0
+
+
+CHAT = "/v1/chat/completions"
+COMP = "/v1/completions"
+U = [{"role": "user", "content": "hi"}]
+
+
+def chat(**kw):
+    return json.dumps({"messages": U, "max_tokens": 2, **kw})
+
+
+def comp(**kw):
+    return json.dumps({"prompt": "hi", "max_tokens": 2, **kw})
+
+
+# (method, path, body, headers/key, status, what the error must name)
+BAD = [
+    ("POST", CHAT, '{"messages": [', None, 400, "not valid JSON"),
+    ("POST", CHAT, "[]", None, 400, "JSON object"),
+    ("POST", CHAT, '"x"', None, 400, "JSON object"),
+    ("POST", CHAT, "", None, 400, "not valid JSON"),
+    ("POST", CHAT, b'{"messages":[{"role":"user","content":"\xff\xfe"}]}', None, 400, "JSON"),
+    ("POST", CHAT, '{"messages":[{"role":"user","content":"a\\u0000b"}]}', None, 400, "JSON"),
+    ("POST", CHAT, '{"messages": [], "messages": []}', None, 400, "duplicate"),
+    ("POST", CHAT, "[" * 5000 + "]" * 5000, None, 400, "JSON"),
+    ("POST", CHAT, '{"max_tokens": 2}', None, 400, "messages"),
+    ("POST", CHAT, '{"messages": "hi"}', None, 400, "messages"),
+    ("POST", CHAT, '{"messages": []}', None, 400, "messages"),
+    ("POST", CHAT, '{"messages": [5]}', None, 400, "messages[0]"),
+    ("POST", CHAT, '{"messages": [{"content": "x"}]}', None, 400, "messages[0].role"),
+    ("POST", CHAT, '{"messages": [{"role": "wizard", "content": "x"}]}', None, 400,
+     "messages[0].role"),
+    ("POST", CHAT, '{"messages": [{"role": "tool", "content": "x"}]}', None, 400,
+     "messages[0].role"),
+    ("POST", CHAT, '{"messages": [{"role": "user", "content": 5}]}', None, 400,
+     "messages[0].content"),
+    ("POST", CHAT, '{"messages": [{"role": "user"}]}', None, 400, "messages[0].content"),
+    ("POST", CHAT, json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "http://x"}}]}]}), None, 400,
+     "messages[0].content[0].type"),
+    ("POST", CHAT, json.dumps({"messages": [{"role": "user", "content": [
+        {"type": "text", "text": 3}]}]}), None, 400, "messages[0].content[0].text"),
+    ("POST", CHAT, json.dumps({"messages": [{"role": "assistant", "content": None,
+                                             "tool_calls": [{"id": "1"}]}]}), None, 400,
+     "messages[0].tool_calls"),
+    ("POST", CHAT, chat(temperature="hot"), None, 400, "temperature"),
+    ("POST", CHAT, chat(temperature=-1), None, 400, "temperature"),
+    ("POST", CHAT, chat(top_p=0), None, 400, "top_p"),
+    ("POST", CHAT, chat(top_p=2), None, 400, "top_p"),
+    ("POST", CHAT, chat(max_tokens=0), None, 400, "max_tokens"),
+    ("POST", CHAT, chat(max_tokens="10"), None, 400, "max_tokens"),
+    ("POST", CHAT, chat(max_completion_tokens=-5), None, 400, "max_completion_tokens"),
+    ("POST", CHAT, chat(n=0), None, 400, "n"),
+    ("POST", CHAT, chat(n=17), None, 400, "n"),
+    ("POST", CHAT, chat(stop=5), None, 400, "stop"),
+    ("POST", CHAT, chat(stop=[1]), None, 400, "stop[0]"),
+    ("POST", CHAT, chat(stop=["a"] * 20), None, 400, "stop"),
+    ("POST", CHAT, chat(seed="x"), None, 400, "seed"),
+    ("POST", CHAT, chat(logprobs="yes"), None, 400, "logprobs"),
+    ("POST", CHAT, chat(logprobs=True, top_logprobs=21), None, 400, "top_logprobs"),
+    ("POST", CHAT, chat(top_logprobs=2), None, 400, "top_logprobs"),
+    ("POST", CHAT, chat(logit_bias={"50": 5}), None, 400, "logit_bias"),
+    ("POST", CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), None, 400,
+     "tools"),
+    ("POST", CHAT, chat(tool_choice="required"), None, 400, "tool_choice"),
+    ("POST", CHAT, chat(response_format="json"), None, 400, "response_format"),
+    ("POST", CHAT, chat(response_format={"type": "xml"}), None, 400, "response_format"),
+    ("POST", CHAT, chat(response_format={"type": "json_schema", "json_schema": {
+        "schema": {"type": "object", "properties": {"z": {"type": "string",
+                                                          "pattern": "a+"}}}}}), None, 400,
+     "pattern"),
+    ("POST", CHAT, chat(response_format={"type": "json_object"}, ignore_eos=True), None, 400,
+     "ignore_eos"),
+    ("POST", CHAT, chat(model="gpt-4o"), None, 404, "model"),
+    ("POST", CHAT, chat(model=5), None, 400, "model"),
+    ("POST", CHAT, chat(frequency_penalty=3), None, 400, "frequency_penalty"),
+    ("POST", CHAT, chat(stream="yes"), None, 400, "stream"),
+    ("POST", CHAT, chat(stream=True, stream_options={"include_usage": "x"}), None, 400,
+     "stream_options.include_usage"),
+    ("POST", CHAT, chat(min_tokens=-1), None, 400, "min_tokens"),
+    ("POST", CHAT, chat(top_k=-5), None, 400, "top_k"),
+    ("POST", CHAT, chat(repetition_penalty=0), None, 400, "repetition_penalty"),
+    ("POST", CHAT, chat(ignore_eos="x"), None, 400, "ignore_eos"),
+    ("POST", CHAT, chat(modalities=["text", "audio"]), None, 400, "modalities"),
+    ("POST", COMP, '{"max_tokens": 2}', None, 400, "prompt"),
+    ("POST", COMP, comp(prompt=[-1]), None, 400, "prompt[0]"),
+    ("POST", COMP, comp(prompt=[99999999]), None, 400, "prompt"),
+    ("POST", COMP, comp(prompt=["a", "b"]), None, 400, "prompt"),
+    ("POST", COMP, comp(prompt={}), None, 400, "prompt"),
+    ("POST", COMP, comp(suffix="end"), None, 400, "suffix"),
+    ("POST", COMP, comp(best_of=3), None, 400, "best_of"),
+    ("POST", COMP, comp(logprobs=30), None, 400, "logprobs"),
+    ("POST", COMP, comp(echo="x"), None, 400, "echo"),
+    ("POST", "/tokenize", '{"prompt": 5}', None, 400, "prompt"),
+    ("POST", "/tokenize", '{"messages": []}', None, 400, "messages"),
+    ("POST", "/detokenize", '{"tokens": "x"}', None, 400, "tokens"),
+    ("POST", "/detokenize", '{"tokens": [-1]}', None, 400, "tokens[0]"),
+    ("POST", CHAT, chat(), {"key": None}, 401, "API key"),
+    ("POST", CHAT, chat(), {"key": "sk-wrong"}, 401, "API key"),
+    ("POST", CHAT, chat(), {"key": None, "Authorization": "Basic " + KEY}, 401, "API key"),
+    ("GET", "/v1/models", None, {"key": KEY + "x"}, 401, "API key"),
+    ("GET", "/v2/everything", None, None, 404, "/v2/everything"),
+    ("GET", "/v1/models/nope", None, None, 404, "nope"),
+    ("GET", CHAT, None, None, 405, "POST"),
+    ("DELETE", "/v1/models", None, None, 405, "GET"),
+    ("POST", "/health", "{}", None, 405, "GET"),
+    ("POST", CHAT, '{"messages": [{"role": "user", "content": "' + "a" * MAX_BODY + '"}]}',
+     None, 413, "limit"),
+]
+
+
+def test_bad_inputs(web, sdk, model):
+    assert len(BAD) >= 40
+    for method, path, body, hd, status, names in BAD:
+        hd = dict(hd or {})
+        key = hd.pop("key", KEY)
+        st, _, out = web.req(method, path, body, headers=hd, key=key)
+        case = f"{method} {path} {str(body)[:80]!r}"
+        assert st == status, (case, st, out)
+        assert isinstance(out, dict) and set(out) == {"error"}, (case, out)
+        e = out["error"]
+        assert set(e) == {"message", "type", "param", "code"}, (case, e)
+        assert names in e["message"] or names == e["param"], (case, e)
+    # the server still serves
+    r = sdk.chat.completions.create(model=model, messages=MSGS, max_tokens=4)
+    assert r.choices[0].message.content
+
+
+def test_chunked_too_large_truncated_and_sdk_errors(web, server, sdk, model):
+    # a chunked body over the limit: 413 once it passes it
+    c = httpc.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    c.putrequest("POST", CHAT)
+    c.putheader("Authorization", f"Bearer {KEY}")
+    c.putheader("Transfer-Encoding", "chunked")
+    c.endheaders()
+    piece = b"x" * 8192
+    for _ in range(MAX_BODY // len(piece) + 2):
+        c.send(b"%x\r\n%s\r\n" % (len(piece), piece))
+    c.send(b"0\r\n\r\n")
+    r = c.getresponse()
+    assert r.status == 413 and "limit" in json.loads(r.read())["error"]["message"]
+    c.close()
+    # a body cut short: the connection closes without an answer being owed
+    s = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    s.sendall(b"POST " + CHAT.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+              b"Authorization: Bearer " + KEY.encode() + b"\r\n\r\n{\"messages\":")
+    s.shutdown(socket.SHUT_WR)
+    try:
+        s.recv(100)
+    except OSError:
+        pass
+    s.close()
+    # the SDK raises the status's exception, with OpenAI's error body
+    with pytest.raises(openai.NotFoundError):
+        sdk.chat.completions.create(model="nope", messages=MSGS)
+    with pytest.raises(openai.BadRequestError) as ei:
+        sdk.chat.completions.create(model=model, messages=MSGS, temperature=-3)
+    assert ei.value.body["param"] == "temperature"
+    bad = openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key="nope",
+                        max_retries=0)
+    with pytest.raises(openai.AuthenticationError):
+        bad.models.list()
+    assert web.req("GET", "/health")[0] == 200
