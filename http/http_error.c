@@ -30,7 +30,7 @@ int zi_http_fail(zi_http_error *e, int status, const char *code, const char *par
                  ...) {
     e->status = status;
     e->type = type_of(status);
-    e->code = code;
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
     snprintf(e->param, sizeof e->param, "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
@@ -48,7 +48,7 @@ json_t *zi_http_error_json(const zi_http_error *e) {
     json_object_set_new(in, "type", json_string(e->type));
     json_t *param = e->param[0] ? json_string(e->param) : NULL;
     json_object_set_new(in, "param", param ? param : json_null());
-    json_object_set_new(in, "code", e->code ? json_string(e->code) : json_null());
+    json_object_set_new(in, "code", e->code[0] ? json_string(e->code) : json_null());
     json_t *o = json_object();
     json_object_set_new(o, "error", in);
     return o;

@@ -452,3 +452,146 @@ def test_chunked_too_large_truncated_and_sdk_errors(web, server, sdk, model):
     with pytest.raises(openai.AuthenticationError):
         bad.models.list()
     assert web.req("GET", "/health")[0] == 200
+
+
+# ---- zinfer-http alone, against a scripted router ---------------------------
+# The statuses that a healthy server cannot be made to give on demand (429,
+# 503, an error mid-stream) and the connection limits, against a fake
+# router (a pyzmq ROUTER socket answering as docs/protocol.md says).
+
+def fake_router(addr, stop):
+    import msgpack
+    import zmq
+    ctx = zmq.Context.instance()
+    s = ctx.socket(zmq.ROUTER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.bind(addr)
+    try:
+        while not stop.is_set():
+            if not s.poll(50):
+                continue
+            ident, data = s.recv_multipart()
+            m = msgpack.unpackb(data, raw=False)
+
+            def send(**kw):
+                s.send_multipart([ident, msgpack.packb({"id": m["id"], **kw})])
+
+            op = m.get("op")
+            if op == "health":
+                send(event="result", status="unavailable", workers=0, tokenizers=1,
+                     waiting=0, running=0)
+            elif op == "models":
+                send(event="result", models=[{"name": "fake", "max_length": 128, "vocab": 10}])
+            elif op == "generate":
+                what = m["messages"][-1]["content"] if "messages" in m else m["prompt"]
+                if what in ("overloaded", "unavailable", "internal"):
+                    send(event="error", code=what, message=f"{what}: scripted")
+                elif what == "lost":
+                    send(event="chunk", text="Hel", token_ids=[1])
+                    send(event="error", code="worker_lost", message="the worker stopped")
+                else:
+                    send(event="chunk", text="ok", token_ids=[2])
+                    send(event="final", status="end_of_sequence", index=m.get("index", 0),
+                         usage={"prompt_tokens": 3, "completion_tokens": 1})
+    finally:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def lone(zinfer_bin, tmp_path_factory):
+    import subprocess
+    import threading
+    rport, hport = free_port(), free_port()
+    stop = threading.Event()
+    t = threading.Thread(target=fake_router, args=(f"tcp://127.0.0.1:{rport}", stop),
+                         daemon=True)
+    t.start()
+    log = open(tmp_path_factory.mktemp("lone") / "http.log", "w")
+    p = subprocess.Popen([str(zinfer_bin.parent / "zinfer-http"), "--listen",
+                          f"127.0.0.1:{hport}", "--router", f"tcp://127.0.0.1:{rport}",
+                          "--timeout", "1", "--max-connections", "4"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    h = Http(hport)
+    deadline = time.time() + 10
+    while True:
+        try:
+            h.req("GET", "/health", timeout=2)
+            break
+        except OSError:
+            assert p.poll() is None and time.time() < deadline
+            time.sleep(0.1)
+    yield h
+    p.terminate()
+    p.wait(timeout=10)
+    stop.set()
+    t.join()
+    log.close()
+
+
+def test_lone_statuses(lone):
+    st, _, b = lone.req("GET", "/health")
+    assert st == 503 and b["status"] == "unavailable", b
+    for what, status, typ in [("overloaded", 429, "rate_limit_error"),
+                              ("unavailable", 503, "service_unavailable_error"),
+                              ("internal", 500, "server_error")]:
+        st, _, b = lone.req("POST", CHAT, {"messages": [{"role": "user", "content": what}]})
+        assert st == status and b["error"]["type"] == typ and what in b["error"]["message"], b
+        st, _, b = lone.req("POST", COMP, {"prompt": what, "stream": True})
+        assert st == status, b  # refused at once: the status, even for a stream
+    st, _, b = lone.req("POST", CHAT, {"messages": [{"role": "user", "content": "hi"}]})
+    assert st == 200 and b["model"] == "fake" and b["choices"][0]["message"]["content"] == "ok"
+    assert b["usage"] == {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+    # an error after the stream began: an error event, then [DONE]
+    st, h, raw = lone.req("POST", CHAT, {"messages": [{"role": "user", "content": "lost"}],
+                                         "stream": True})
+    assert st == 200 and h["Content-Type"] == "text/event-stream"
+    ev = [e[6:] for e in raw.split("\n\n") if e]
+    assert json.loads(ev[0])["choices"][0]["delta"]["role"] == "assistant"
+    assert json.loads(ev[1])["choices"][0]["delta"]["content"] == "Hel"
+    assert json.loads(ev[2])["error"]["code"] == "worker_lost"
+    assert ev[3:] == ["[DONE]"]
+
+
+def test_lone_limits(lone, zinfer_bin):
+    import subprocess
+
+    def raw(data, wait=5):
+        s = socket.create_connection(("127.0.0.1", lone.port), timeout=wait)
+        s.sendall(data)
+        out = b""
+        try:
+            while (b := s.recv(4096)):
+                out += b
+        except OSError:
+            pass
+        s.close()
+        return out
+
+    # a header over the per-connection memory: 431
+    assert raw(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 40000 + b"\r\n\r\n"
+               ).startswith(b"HTTP/1.1 431")
+    # a stalled header is closed after --timeout (1 s)
+    t = time.time()
+    assert raw(b"GET /health HTTP/1.1\r\nHost: x\r\n", wait=10) == b""
+    assert time.time() - t < 5
+    # a header dribbled byte by byte (within the timeout) is served
+    s = socket.create_connection(("127.0.0.1", lone.port), timeout=5)
+    for ch in b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n":
+        s.send(bytes([ch]))
+        time.sleep(0.005)
+    assert s.recv(100).startswith(b"HTTP/1.1 503")
+    s.close()
+    # --max-connections 4: a fifth is closed at once, and served again once they go
+    held = [socket.create_connection(("127.0.0.1", lone.port)) for _ in range(4)]
+    time.sleep(0.2)
+    assert raw(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n") == b""
+    for h in held:
+        h.close()
+    time.sleep(0.3)
+    assert lone.req("GET", "/health")[0] == 503
+    # --help, and a bad option
+    exe = str(zinfer_bin.parent / "zinfer-http")
+    r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 0 and "--max-body-bytes" in r.stdout
+    r = subprocess.run([exe, "--listen", "nope"], capture_output=True, text=True, timeout=10)
+    assert r.returncode == 2 and "--listen" in r.stderr
