@@ -315,10 +315,14 @@ static void generate(const char *body, size_t len, zi_http_kind kind, int client
     s->client_fd = client_fd;
     if (zi_http_parse_generate(body, len, kind, &s->g, &e) || zi_http_conn_open(&s->conn, &e))
         goto fail;
-    if (s->g.model[0])
-        snprintf(model, sizeof model, "%s", s->g.model);
-    else if (served_model(s->conn, model, sizeof model, NULL, &e))
+    /* The served model names the answer; another name is a 404 here (the
+     * router would refuse it too, in its own protocol's words). */
+    if (served_model(s->conn, model, sizeof model, NULL, &e)) goto fail;
+    if (s->g.model[0] && strcmp(s->g.model, model)) {
+        zi_http_fail(&e, 404, "model_not_found", "model",
+                     "model: '%s' is not served here (this server serves '%s')", s->g.model, model);
         goto fail;
+    }
     zi_http_result_init(&s->r, &s->g, model);
     for (int i = 0; i < s->g.n; i++)
         if (zi_http_conn_send(s->conn, &s->g.req[i], &e)) goto fail;
