@@ -492,6 +492,12 @@ def fake_router(addr, stop):
                 what = m["messages"][-1]["content"] if "messages" in m else m["prompt"]
                 if what in ("overloaded", "unavailable", "internal"):
                     send(event="error", code=what, message=f"{what}: scripted")
+                elif what == "slow":  # a token, a pause, a token
+                    for i, t in enumerate("ABC"):
+                        time.sleep(0.5 if i else 0)
+                        send(event="chunk", text=t, token_ids=[i])
+                    send(event="final", status="maximum_length", index=m.get("index", 0),
+                         usage={"prompt_tokens": 3, "completion_tokens": 3})
                 elif what == "lost":
                     send(event="chunk", text="Hel", token_ids=[1])
                     send(event="error", code="worker_lost", message="the worker stopped")
@@ -556,6 +562,27 @@ def test_lone_statuses(lone):
     assert json.loads(ev[1])["choices"][0]["delta"]["content"] == "Hel"
     assert json.loads(ev[2])["error"]["code"] == "worker_lost"
     assert ev[3:] == ["[DONE]"]
+
+
+def test_lone_stream_not_held_back(lone):
+    """Each chunk reaches the client when the router sends it, not with the
+    next one (libmicrohttpd corks a response's chunks unless pushed)."""
+    s = socket.create_connection(("127.0.0.1", lone.port), timeout=10)
+    body = json.dumps({"prompt": "slow", "stream": True}).encode()
+    t0 = time.perf_counter()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+              % len(body) + body)
+    buf, seen = b"", {}
+    while b"[DONE]" not in buf:
+        b = s.recv(65536)
+        assert b, buf
+        buf += b
+        for t in "ABC":
+            if t not in seen and b'"text":"%s"' % t.encode() in buf:
+                seen[t] = time.perf_counter() - t0
+    s.close()
+    # sent at 0, 0.5 and 1.0 s
+    assert seen["A"] < 0.4 and seen["B"] < 0.9 and seen["C"] >= 0.9, seen
 
 
 def test_lone_limits(lone, zinfer_bin):
