@@ -726,6 +726,102 @@ int zi_im_health_unpack(const msgpack_object *o, zi_im_health *m, zi_error *err)
     return rc;
 }
 
+const double zi_im_hist_bounds[ZI_IM_HIST_BUCKETS] = {
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+const char *const zi_im_hist_names[ZI_IM_N_HIST] = {"time_to_first_token", "inter_token_latency",
+                                                    "e2e_latency", "queue_time"};
+const char *const zi_im_finish_names[ZI_IM_N_FIN] = {"end_of_sequence", "maximum_length", "stop",
+                                                     "cancelled", "error"};
+
+void zi_im_hist_observe(zi_im_hist *h, double seconds) {
+    int k = 0;
+    while (k < ZI_IM_HIST_BUCKETS && seconds > zi_im_hist_bounds[k]) k++;
+    h->count[k]++;
+    h->sum += seconds;
+}
+
+int zi_im_metrics_pack(const zi_im_metrics *m, zi_msg *out) {
+    zi_imap b, fin, hists;
+    begin_reply(&b, m->id, "result");
+    zi_imap_int(&b, "running", m->running);
+    zi_imap_int(&b, "waiting", m->waiting);
+    zi_imap_int(&b, "prompt_tokens", m->prompt_tokens);
+    zi_imap_int(&b, "generation_tokens", m->generation_tokens);
+    zi_imap_init(&fin);
+    for (int k = 0; k < ZI_IM_N_FIN; k++) zi_imap_int(&fin, zi_im_finish_names[k], m->finished[k]);
+    zi_imap_map(&b, "finished", &fin);
+    msgpack_packer *pk = zi_imap_key(&b, "le");
+    msgpack_pack_array(pk, ZI_IM_HIST_BUCKETS);
+    for (int k = 0; k < ZI_IM_HIST_BUCKETS; k++) msgpack_pack_double(pk, zi_im_hist_bounds[k]);
+    zi_imap_init(&hists);
+    for (int h = 0; h < ZI_IM_N_HIST; h++) {
+        zi_imap one;
+        zi_imap_init(&one);
+        msgpack_packer *c = zi_imap_key(&one, "counts");
+        msgpack_pack_array(c, ZI_IM_HIST_BUCKETS + 1);
+        for (int k = 0; k <= ZI_IM_HIST_BUCKETS; k++) msgpack_pack_int64(c, m->hist[h].count[k]);
+        zi_imap_double(&one, "sum", m->hist[h].sum);
+        zi_imap_map(&hists, zi_im_hist_names[h], &one);
+    }
+    zi_imap_map(&b, "histograms", &hists);
+    pk = zi_imap_key(&b, "workers");
+    size_t n = m->n_workers < ZI_IM_MAX_WORKERS ? m->n_workers : ZI_IM_MAX_WORKERS;
+    msgpack_pack_array(pk, n);
+    for (size_t w = 0; w < n; w++) {
+        zi_imap e;
+        zi_imap_init(&e);
+        for (int k = 0; k < ZI_N_KV_STATS; k++)
+            zi_imap_int(&e, zi_kv_stat_names[k], m->worker_kv[w][k]);
+        if (zi_imap_close(&e, pk) != ZI_OK) zi_imap_fail(&b);
+    }
+    return close_msg(&b, out);
+}
+
+int zi_im_metrics_unpack(const msgpack_object *o, zi_im_metrics *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    int rc = reply_head(o, "result", &m->id, err);
+    if (!rc) rc = zi_map_int(o, "running", &m->running, err);
+    if (!rc) rc = zi_map_int(o, "waiting", &m->waiting, err);
+    if (!rc) rc = zi_map_int(o, "prompt_tokens", &m->prompt_tokens, err);
+    if (!rc) rc = zi_map_int(o, "generation_tokens", &m->generation_tokens, err);
+    const msgpack_object *fin = rc ? NULL : zi_map_get(o, "finished");
+    if (!rc && !fin) rc = zi_error_set(err, ZI_EINVAL, "finished: missing");
+    for (int k = 0; !rc && k < ZI_IM_N_FIN; k++)
+        rc = zi_map_int(fin, zi_im_finish_names[k], &m->finished[k], err);
+    const msgpack_object *hs = rc ? NULL : zi_map_get(o, "histograms");
+    if (!rc && !hs) rc = zi_error_set(err, ZI_EINVAL, "histograms: missing");
+    for (int h = 0; !rc && h < ZI_IM_N_HIST; h++) {
+        const msgpack_object *one = zi_map_get(hs, zi_im_hist_names[h]);
+        const msgpack_object *c = one ? zi_map_get(one, "counts") : NULL;
+        const msgpack_object *sum = one ? zi_map_get(one, "sum") : NULL;
+        if (!c || c->type != MSGPACK_OBJECT_ARRAY || c->via.array.size != ZI_IM_HIST_BUCKETS + 1 ||
+            !sum || (sum->type != MSGPACK_OBJECT_FLOAT64 && sum->type != MSGPACK_OBJECT_FLOAT32)) {
+            rc = zi_error_set(err, ZI_EINVAL, "histograms.%s: not {counts[%d], sum}",
+                              zi_im_hist_names[h], ZI_IM_HIST_BUCKETS + 1);
+            break;
+        }
+        for (int k = 0; k <= ZI_IM_HIST_BUCKETS; k++) {
+            const msgpack_object *x = &c->via.array.ptr[k];
+            if (x->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+                rc = zi_error_set(err, ZI_EINVAL, "histograms.%s.counts[%d]: not a count",
+                                  zi_im_hist_names[h], k);
+                break;
+            }
+            m->hist[h].count[k] = (int64_t)x->via.u64;
+        }
+        m->hist[h].sum = sum->via.f64;
+    }
+    const msgpack_object *ws = rc ? NULL : zi_map_get(o, "workers");
+    if (!rc && (!ws || ws->type != MSGPACK_OBJECT_ARRAY || ws->via.array.size > ZI_IM_MAX_WORKERS))
+        rc = zi_error_set(err, ZI_EINVAL, "workers: not an array of up to %d", ZI_IM_MAX_WORKERS);
+    for (size_t w = 0; !rc && w < ws->via.array.size; w++) {
+        for (int k = 0; !rc && k < ZI_N_KV_STATS; k++)
+            rc = zi_map_int(&ws->via.array.ptr[w], zi_kv_stat_names[k], &m->worker_kv[w][k], err);
+        m->n_workers = w + 1;
+    }
+    return rc;
+}
+
 int zi_im_models_pack(const zi_im_models *m, zi_msg *out) {
     zi_imap b;
     begin_reply(&b, m->id, "result");

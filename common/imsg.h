@@ -372,6 +372,48 @@ typedef struct zi_im_health {
 int zi_im_health_pack(const zi_im_health *m, zi_msg *out);
 int zi_im_health_unpack(const msgpack_object *o, zi_im_health *m, zi_error *err);
 
+/* result of metrics: the router's counters since it started, for
+ * Prometheus (zinfer-http's GET /metrics, docs/http.md). Histograms keep
+ * a count per bucket (not cumulative; the last is above every bound) and
+ * the sum of the observations, in seconds. */
+#define ZI_IM_HIST_BUCKETS 16
+extern const double zi_im_hist_bounds[ZI_IM_HIST_BUCKETS]; /* upper bounds, ascending */
+enum { ZI_IM_HIST_TTFT, ZI_IM_HIST_ITL, ZI_IM_HIST_E2E, ZI_IM_HIST_QUEUE, ZI_IM_N_HIST };
+/* "time_to_first_token", "inter_token_latency", "e2e_latency", "queue_time" */
+extern const char *const zi_im_hist_names[ZI_IM_N_HIST];
+enum {
+    ZI_IM_FIN_EOS,
+    ZI_IM_FIN_LENGTH,
+    ZI_IM_FIN_STOP,
+    ZI_IM_FIN_CANCELLED,
+    ZI_IM_FIN_ERROR,
+    ZI_IM_N_FIN
+};
+/* "end_of_sequence", "maximum_length", "stop", "cancelled", "error" */
+extern const char *const zi_im_finish_names[ZI_IM_N_FIN];
+
+typedef struct zi_im_hist {
+    int64_t count[ZI_IM_HIST_BUCKETS + 1];
+    double sum;
+} zi_im_hist;
+
+/* Adds one observation of `seconds` to h. */
+void zi_im_hist_observe(zi_im_hist *h, double seconds);
+
+#define ZI_IM_MAX_WORKERS 64
+typedef struct zi_im_metrics {
+    zi_im_str id;
+    int64_t running, waiting;
+    int64_t finished[ZI_IM_N_FIN]; /* generate requests ended, by how */
+    int64_t prompt_tokens, generation_tokens;
+    zi_im_hist hist[ZI_IM_N_HIST];
+    size_t n_workers; /* the live workers' KV counters, as in health */
+    int64_t worker_kv[ZI_IM_MAX_WORKERS][ZI_N_KV_STATS];
+} zi_im_metrics;
+
+int zi_im_metrics_pack(const zi_im_metrics *m, zi_msg *out);
+int zi_im_metrics_unpack(const msgpack_object *o, zi_im_metrics *m, zi_error *err);
+
 /* result of models: one entry per served model. */
 #define ZI_IM_MAX_MODELS 64
 typedef struct zi_im_model_entry {

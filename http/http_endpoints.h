@@ -6,6 +6,7 @@
  *   POST /v1/chat/completions, POST /v1/completions   generation
  *   GET  /v1/models, GET /v1/models/{id}              the served model
  *   GET  /health                                      200 / 503
+ *   GET  /metrics                                     Prometheus text (the router's counters)
  *   POST /tokenize, POST /detokenize                  vLLM's shapes
  *
  * http_server.c does the HTTP part (connections, limits, the API key) and
@@ -30,7 +31,9 @@ typedef struct zi_http_stream zi_http_stream;
 
 typedef struct zi_http_answer {
     int status;
-    json_t *json;           /* the body; NULL for a stream */
+    json_t *json; /* the body; NULL for a stream or text */
+    char *text;   /* a text/plain body (malloc'd; /metrics), or NULL */
+    size_t text_len;
     zi_http_stream *stream; /* an SSE stream to read with zi_http_stream_read */
     const char *allow;      /* 405: the methods the path takes (the Allow header) */
 } zi_http_answer;

@@ -136,6 +136,18 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
     zi_http_handle(method, url, st->body ? st->body : "", st->len, fd, &a);
     zi_log(g_cfg->lg, ZI_LOG_DEBUG, "%s %s -> %d%s", method, url, a.status,
            a.stream ? " (stream)" : "");
+    if (a.text) {
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(a.text_len, a.text, MHD_RESPMEM_MUST_FREE);
+        if (!r) {
+            free(a.text);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+        MHD_Result_t rc = MHD_queue_response(conn, (unsigned)a.status, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
     if (!a.stream) return queue_json(conn, a.status, a.json, a.allow);
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, read_stream,
                                                                a.stream, free_stream);

@@ -205,7 +205,26 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                    (ids->type == MSGPACK_OBJECT_MAP && zi_map_get(ids, "data") &&
                     zi_map_get(ids, "data")->type == MSGPACK_OBJECT_BIN &&
                     zi_map_get(ids, "data")->via.bin.size > 0);
-    if (has_ids && !r->t_first_ms) r->t_first_ms = zi_now_ms();
+    if (has_ids) {
+        /* Inter-token latency: the time since the last tokens, shared by
+         * this message's tokens. */
+        int64_t now = zi_now_ms(), n = 1;
+        if (ids->type == MSGPACK_OBJECT_ARRAY)
+            n = ids->via.array.size;
+        else if (zi_map_get(ids, "dtype") && zi_map_get(ids, "dtype")->type == MSGPACK_OBJECT_STR)
+            n = zi_map_get(ids, "data")->via.bin.size /
+                (zi_map_get(ids, "dtype")->via.str.size == 5 &&
+                         !memcmp(zi_map_get(ids, "dtype")->via.str.ptr, "int32", 5)
+                     ? 4
+                     : 8);
+        if (n < 1) n = 1;
+        if (r->t_last_ms)
+            for (int64_t k = 0; k < n && k < 256; k++)
+                zi_im_hist_observe(&rt->metrics.hist[ZI_IM_HIST_ITL],
+                                   (double)(now - r->t_last_ms) / 1e3 / (double)n);
+        if (!r->t_first_ms) r->t_first_ms = now;
+        r->t_last_ms = now;
+    }
     /* What rides along to the client: the tokens' log probabilities, and
      * the echoed prompt (its ids, their log probabilities, its text). */
     zi_im_chunk ch = {.id = {r->id, r->id_len},

@@ -238,6 +238,23 @@ static void op_health(router *rt, const client_ctx *c) {
     zi_msg_free(&m);
 }
 
+/* metrics: the counters kept since start, with what is in flight now and
+ * each live worker's KV counters. */
+static void op_metrics(router *rt, const client_ctx *c) {
+    zi_im_metrics *m = &rt->metrics;
+    m->id = (zi_im_str){c->id, c->id_len};
+    m->waiting = (int64_t)rt->n_waiting;
+    m->running = (int64_t)(zi_req_table_count(&rt->reqs) - rt->n_waiting);
+    m->n_workers = 0;
+    for (size_t i = 0; i < rt->n_be && m->n_workers < ZI_IM_MAX_WORKERS; i++)
+        if (rt->be[i].alive && rt->be[i].role == ROLE_WORKER)
+            memcpy(m->worker_kv[m->n_workers++], rt->be[i].kv, sizeof rt->be[i].kv);
+    zi_msg out;
+    zi_im_metrics_pack(m, &out);
+    zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &out);
+    zi_msg_free(&out);
+}
+
 static void op_models(router *rt, const client_ctx *c) {
     int idx[ZI_IM_MAX_MODELS], n = 0;
     for (size_t i = 0; i < rt->n_be && n < ZI_IM_MAX_MODELS; i++) {
@@ -386,6 +403,8 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         op_health(rt, &c);
     } else if (op_len == 6 && !memcmp(op, "models", 6)) {
         op_models(rt, &c);
+    } else if (op_len == 7 && !memcmp(op, "metrics", 7)) {
+        op_metrics(rt, &c);
     } else if (op_len == 8 && !memcmp(op, "tokenize", 8)) {
         op_util(rt, &c, o, K_TOKENIZE);
     } else if (op_len == 10 && !memcmp(op, "detokenize", 10)) {
@@ -393,7 +412,7 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
     } else {
         snprintf(msg, sizeof msg,
                  "op: unknown operation '%.*s' (generate, cancel, health, "
-                 "models, tokenize, detokenize)",
+                 "models, metrics, tokenize, detokenize)",
                  (int)(op_len > 64 ? 64 : op_len), op);
         client_error(rt, &c, "invalid_request", msg, "op");
     }

@@ -84,6 +84,7 @@ typedef struct rreq {
     int64_t index;       /* the request's index, echoed in its final frame */
     int64_t t_recv_ms;   /* zi_now_ms() at admission */
     int64_t t_first_ms;  /* zi_now_ms() at its first token (0: none yet) */
+    int64_t t_last_ms;   /* zi_now_ms() at its latest tokens (inter-token latency) */
     /* Not streamed: what the final frame carries besides the text. */
     zi_logprobs lp; /* the completion's log probabilities, when asked for */
     bool has_lp;
@@ -114,6 +115,10 @@ typedef struct router {
     uint64_t next_rid;
     size_t n_waiting; /* admitted and not yet running */
     long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
+    /* Counters and histograms since start (the metrics op): finished
+     * requests, tokens, latencies; running, waiting and the workers' KV
+     * counters are filled in when asked. */
+    zi_im_metrics metrics;
 } router;
 
 /* ---- router_client.c ------------------------------------------------------ */

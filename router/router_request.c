@@ -70,6 +70,7 @@ void end_request(router *rt, rreq *r) {
 
 void fail_request(router *rt, rreq *r, const char *code, const char *msg, const char *field) {
     char id[80], why[200]; /* as one line: the message may quote client text */
+    if (r->kind == K_GENERATE) rt->metrics.finished[ZI_IM_FIN_ERROR]++;
     zi_printable(id, sizeof id, r->id, r->id_len);
     zi_printable_max(why, sizeof why, msg, strlen(msg), 180);
     zi_log(&rt->log, ZI_LOG_INFO, "request %llu (id '%s') ended with %s: %s",
@@ -97,6 +98,15 @@ void send_final(router *rt, rreq *r, const char *status) {
            (long long)r->completion_tokens,
            (long long)(r->t_first_ms ? r->t_first_ms - r->t_recv_ms : -1),
            (long long)(now - r->t_recv_ms));
+    zi_im_metrics *mt = &rt->metrics;
+    for (int k = 0; k < ZI_IM_N_FIN; k++)
+        if (!strcmp(status, zi_im_finish_names[k])) mt->finished[k]++;
+    mt->prompt_tokens += r->prompt_tokens;
+    mt->generation_tokens += r->completion_tokens;
+    zi_im_hist_observe(&mt->hist[ZI_IM_HIST_E2E], (double)(now - r->t_recv_ms) / 1e3);
+    if (r->t_first_ms)
+        zi_im_hist_observe(&mt->hist[ZI_IM_HIST_TTFT],
+                           (double)(r->t_first_ms - r->t_recv_ms) / 1e3);
     zi_im_final f = {.id = {r->id, r->id_len},
                      .status = {status, strlen(status)},
                      .index = r->index,

@@ -114,6 +114,8 @@ void dispatch(router *rt) {
         free(r->start_msg);
         r->start_msg = NULL;
         r->state = RS_RUNNING;
+        zi_im_hist_observe(&rt->metrics.hist[ZI_IM_HIST_QUEUE],
+                           (double)(zi_now_ms() - r->t_recv_ms) / 1e3);
         r->wrk = w;
         rt->be[w].assigned++;
         rt->n_waiting--;

@@ -297,6 +297,58 @@ def test_disconnect_cancels(server, model, zc, stream):
     assert zc.call("health")["running"] == 0
 
 
+def scrape(web):
+    """GET /metrics parsed with prometheus_client's text parser: a function
+    (sample name, **labels) -> value."""
+    from prometheus_client.parser import text_string_to_metric_families
+    st, h, text = web.req("GET", "/metrics")
+    assert st == 200 and h["Content-Type"].startswith("text/plain"), text
+    samples = {}
+    for fam in text_string_to_metric_families(text):
+        for smp in fam.samples:
+            samples[(smp.name, tuple(sorted(smp.labels.items())))] = smp.value
+
+    def val(name, **labels):
+        return samples[(name, tuple(sorted(labels.items())))]
+    val.samples = samples
+    return val
+
+
+def test_metrics_count_what_was_sent(web, sdk, model):
+    b = scrape(web)
+    r1 = sdk.completions.create(model=model, prompt="Once upon a time", max_tokens=6,
+                                extra_body={"ignore_eos": True})
+    r2 = sdk.chat.completions.create(model=model, messages=MSGS, max_tokens=5, n=2,
+                                     temperature=0)
+    assert web.req("POST", COMP, comp(temperature=-1))[0] == 400  # refused at admission
+    a = scrape(web)
+
+    def d(name, **labels):
+        return a(name, **labels) - b(name, **labels)
+    choices = r1.choices + r2.choices  # three router requests
+    fin = [c.finish_reason for c in choices]
+    assert d("zinfer_requests_finished_total", reason="maximum_length") == fin.count("length")
+    assert (d("zinfer_requests_finished_total", reason="end_of_sequence")
+            + d("zinfer_requests_finished_total", reason="stop")) == fin.count("stop")
+    assert d("zinfer_requests_finished_total", reason="error") == 0
+    assert d("zinfer_generation_tokens_total") == (r1.usage.completion_tokens
+                                                   + r2.usage.completion_tokens)
+    # the router counts each choice's prompt
+    assert d("zinfer_prompt_tokens_total") == r1.usage.prompt_tokens + 2 * r2.usage.prompt_tokens
+    for h in ("time_to_first_token", "e2e_request_latency", "request_queue_time"):
+        assert d(f"zinfer_{h}_seconds_count") == 3, h
+        assert a(f"zinfer_{h}_seconds_bucket", le="+Inf") == a(f"zinfer_{h}_seconds_count")
+    itl = d("zinfer_inter_token_latency_seconds_count")
+    assert 1 <= itl <= r1.usage.completion_tokens + r2.usage.completion_tokens - 3
+    buckets = sorted((float(dict(k[1])["le"]), v) for k, v in a.samples.items()
+                     if k[0] == "zinfer_e2e_request_latency_seconds_bucket")
+    assert all(x[1] <= y[1] for x, y in zip(buckets, buckets[1:]))  # cumulative
+    assert a("zinfer_requests_running") == 0 and a("zinfer_requests_waiting") == 0
+    assert a("zinfer_kv_cache_blocks", worker="0") > 0
+    assert 0 <= a("zinfer_kv_cache_usage_ratio", worker="0") <= 1
+    assert d("zinfer_prefix_cache_queries_total", worker="0") >= 0
+
+
 CHAT = "/v1/chat/completions"
 COMP = "/v1/completions"
 U = [{"role": "user", "content": "hi"}]
@@ -401,6 +453,8 @@ BAD = [
     ("GET", CHAT, None, None, 405, "POST"),
     ("DELETE", "/v1/models", None, None, 405, "GET"),
     ("POST", "/health", "{}", None, 405, "GET"),
+    ("POST", "/metrics", "{}", None, 405, "GET"),
+    ("GET", "/metrics", None, {"key": None}, 401, "API key"),
     ("POST", CHAT, '{"messages": [{"role": "user", "content": "' + "a" * MAX_BODY + '"}]}',
      None, 413, "limit"),
 ]

@@ -860,6 +860,40 @@ static void test_health(void **state) {
     frame_free(&f);
 }
 
+/* metrics: every counter, histogram and worker comes back; observations
+ * land in the first bucket whose bound is not below them. */
+static void test_metrics(void **state) {
+    (void)state;
+    zi_error err = {0};
+    frame f;
+    zi_im_metrics t, d;
+    memset(&t, 0, sizeof t);
+    t.id = (zi_im_str){"x", 1};
+    t.running = 1, t.waiting = 2, t.prompt_tokens = 30, t.generation_tokens = 40;
+    for (int k = 0; k < ZI_IM_N_FIN; k++) t.finished[k] = 100 + k;
+    zi_im_hist_observe(&t.hist[ZI_IM_HIST_TTFT], 0.001);  /* on the first bound */
+    zi_im_hist_observe(&t.hist[ZI_IM_HIST_TTFT], 0.0011); /* just above it */
+    zi_im_hist_observe(&t.hist[ZI_IM_HIST_E2E], 1e9);     /* above every bound */
+    t.n_workers = 2;
+    for (int w = 0; w < 2; w++)
+        for (int k = 0; k < ZI_N_KV_STATS; k++) t.worker_kv[w][k] = 1000 * w + k;
+    const msgpack_object *o = packed(&f, zi_im_metrics_pack(&t, &f.m), 10, ZI_IM_UNKNOWN);
+    assert_int_equal(zi_im_metrics_unpack(o, &d, &err), ZI_OK);
+    assert_str(d.id, "x");
+    assert_int_equal(d.running, 1);
+    assert_int_equal(d.waiting, 2);
+    assert_int_equal(d.prompt_tokens, 30);
+    assert_int_equal(d.generation_tokens, 40);
+    for (int k = 0; k < ZI_IM_N_FIN; k++) assert_int_equal(d.finished[k], 100 + k);
+    assert_int_equal(d.hist[ZI_IM_HIST_TTFT].count[0], 1);
+    assert_int_equal(d.hist[ZI_IM_HIST_TTFT].count[1], 1);
+    assert_int_equal(d.hist[ZI_IM_HIST_E2E].count[ZI_IM_HIST_BUCKETS], 1);
+    assert_true(d.hist[ZI_IM_HIST_TTFT].sum == 0.001 + 0.0011);
+    assert_int_equal(d.n_workers, 2);
+    assert_int_equal(d.worker_kv[1][ZI_KV_USED], 1000 + ZI_KV_USED);
+    frame_free(&f);
+}
+
 /* models: none, then two. */
 static void test_models(void **state) {
     (void)state;
@@ -898,6 +932,7 @@ int main(void) {
         cmocka_unit_test(test_start),          cmocka_unit_test(test_chunk),
         cmocka_unit_test(test_final),          cmocka_unit_test(test_client_error),
         cmocka_unit_test(test_health),         cmocka_unit_test(test_models),
+        cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
