@@ -343,10 +343,21 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
                 return NULL;
             }
         }
+        const char *finish = finish_reason(c->status);
         if (chat) {
             json_t *m = json_object();
             json_object_set_new(m, "role", json_string("assistant"));
-            json_object_set_new(m, "content", jstr(c->text ? c->text : "", c->len));
+            char *rest = NULL;
+            json_t *calls =
+                zi_http_tools_extract(&r->g->tools, c->text ? c->text : "", c->len, &rest);
+            if (calls) {
+                json_object_set_new(m, "content", rest ? jstr(rest, strlen(rest)) : json_null());
+                json_object_set_new(m, "tool_calls", calls);
+                finish = "tool_calls";
+            } else {
+                json_object_set_new(m, "content", jstr(c->text ? c->text : "", c->len));
+            }
+            free(rest);
             json_object_set_new(m, "refusal", json_null());
             json_object_set_new(ch, "message", m);
         } else {
@@ -358,7 +369,7 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
             free(all);
         }
         json_object_set_new(ch, "logprobs", lp);
-        json_object_set_new(ch, "finish_reason", json_string(finish_reason(c->status)));
+        json_object_set_new(ch, "finish_reason", json_string(finish));
         json_array_append_new(choices, ch);
     }
     json_object_set_new(o, "usage", usage_json(r));
@@ -400,46 +411,73 @@ int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn
     const char *es = "";
     size_t en = 0;
     if (!chat && r->g->echo && d->first) echo_text(r, c, &es, &en);
-    size_t nt = c->len - d->text_from, nl = c->n_lp - d->lp_from;
+    size_t text_from = d->text_from, lp_from = d->lp_from;
+    size_t nt = c->len - text_from, nl = c->n_lp - lp_from;
     if (chat && d->first) {
         json_t *delta = json_object();
         json_object_set_new(delta, "role", json_string("assistant"));
         json_object_set_new(delta, "content", json_string(""));
         if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
     }
+    /* With tools the text may be a call: it is held until the choice ends,
+     * then sent as tool_calls or as content (docs/http.md). */
+    int hold = chat && r->g->tools.choice != ZI_TOOLS_OFF;
+    const char *finish = d->final ? finish_reason(c->status) : NULL;
+    if (hold && !d->final) {
+        nt = nl = 0;
+    } else if (hold) {
+        char *rest = NULL;
+        json_t *calls = zi_http_tools_extract(&r->g->tools, c->text ? c->text : "", c->len, &rest);
+        if (calls) {
+            size_t k;
+            json_t *call;
+            json_array_foreach(calls, k, call)
+                json_object_set_new(call, "index", json_integer((json_int_t)k));
+            json_t *delta = json_object();
+            if (rest) json_object_set_new(delta, "content", jstr(rest, strlen(rest)));
+            json_object_set_new(delta, "tool_calls", calls);
+            free(rest);
+            if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
+            if (add_event(chunk(r, d->index, json_object(), NULL, "tool_calls"), out, len, cap))
+                goto oom;
+            return 0;
+        }
+        free(rest);
+        text_from = lp_from = 0; /* the whole text, now */
+        nt = c->len, nl = c->n_lp;
+    }
     int has_prompt_lp = !chat && d->first && c->n_prompt_lp;
     if (nt || nl || en || has_prompt_lp) {
         json_t *lp = NULL;
         if (r->g->logprobs >= 0) {
-            size_t offset = d->text_from + (r->g->echo ? strlen(r->g->prompt     ? r->g->prompt
-                                                                : c->prompt_text ? c->prompt_text
-                                                                                 : "")
-                                                       : 0);
+            size_t offset = text_from + (r->g->echo ? strlen(r->g->prompt     ? r->g->prompt
+                                                             : c->prompt_text ? c->prompt_text
+                                                                              : "")
+                                                    : 0);
             if (has_prompt_lp) offset = 0;
-            lp = chat ? chat_logprobs(r, c->lp + d->lp_from, nl, conn, e)
+            lp = chat ? chat_logprobs(r, c->lp + lp_from, nl, conn, e)
                       : completion_logprobs(r, has_prompt_lp ? c->prompt_lp : NULL,
-                                            has_prompt_lp ? c->n_prompt_lp : 0, c->lp + d->lp_from,
-                                            nl, offset, conn, e);
+                                            has_prompt_lp ? c->n_prompt_lp : 0, c->lp + lp_from, nl,
+                                            offset, conn, e);
             if (!lp) return -1;
         }
         json_t *body;
         if (chat) {
             body = json_object();
-            json_object_set_new(body, "content", jstr(c->text + d->text_from, nt));
+            json_object_set_new(body, "content", jstr(c->text + text_from, nt));
         } else {
             char *s = NULL;
             size_t sl = 0, sc = 0;
             zi_http_buf_add(&s, &sl, &sc, es, en);
-            zi_http_buf_add(&s, &sl, &sc, c->text ? c->text + d->text_from : "", nt);
+            zi_http_buf_add(&s, &sl, &sc, c->text ? c->text + text_from : "", nt);
             body = jstr(s ? s : "", sl);
             free(s);
         }
         if (add_event(chunk(r, d->index, body, lp, NULL), out, len, cap)) goto oom;
     }
-    if (d->final) {
+    if (finish) {
         json_t *body = chat ? json_object() : json_string("");
-        if (add_event(chunk(r, d->index, body, NULL, finish_reason(c->status)), out, len, cap))
-            goto oom;
+        if (add_event(chunk(r, d->index, body, NULL, finish), out, len, cap)) goto oom;
     }
     return 0;
 oom:

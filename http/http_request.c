@@ -20,6 +20,7 @@ typedef struct checked {
     size_t prompt_len;
     json_t *stop;            /* string or array of strings, or NULL */
     json_t *response_format; /* an object of a type other than "text", or NULL */
+    json_t *tool_format;     /* tool_choice required / named: the constraint (owned) */
     double num[7];
     int has_num[7];
     long long max_tokens, min_tokens, top_k;
@@ -105,13 +106,11 @@ static int unsupported(zi_http_error *e, const char *field, const char *why) {
  * something (an empty list or map, or null, asks for nothing). */
 static int refuse_unserved(json_t *o, zi_http_kind kind, zi_http_error *e) {
     json_t *v;
-    static const char *const lists[] = {"tools", "functions", NULL};
-    for (int i = 0; lists[i]; i++)
-        if ((v = get(o, lists[i])) && !(json_is_array(v) && json_array_size(v) == 0))
-            return unsupported(e, lists[i], "tool calls are not supported yet");
-    if ((v = get(o, "tool_choice")) &&
-        !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
-        return unsupported(e, "tool_choice", "tool calls are not supported yet (only \"none\")");
+    if ((v = get(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return unsupported(e, "functions", "the legacy functions are not supported (use tools)");
+    if (kind == ZI_HTTP_COMPLETION && (v = get(o, "tools")) &&
+        !(json_is_array(v) && json_array_size(v) == 0))
+        return unsupported(e, "tools", "tools need /v1/chat/completions");
     if ((v = get(o, "function_call")) &&
         !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
         return unsupported(e, "function_call", "function calls are not supported");
@@ -208,19 +207,34 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
         if (!json_is_string(r)) return want(e, f, "a string", r ? r : json_null());
         const char *role = json_string_value(r);
         if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name for it */
-        if (!strcmp(role, "tool") || !strcmp(role, "function"))
+        if (!strcmp(role, "function"))
             return zi_http_fail(e, 400, "unsupported_value", f,
-                                "%s: '%s' messages are not supported yet", f, role);
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+                                "%s: 'function' messages are not supported (use tool)", f);
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+            strcmp(role, "tool"))
             return zi_http_fail(e, 400, "invalid_value", f,
-                                "%s: '%s' is not one of system, developer, user, assistant", f,
-                                role);
+                                "%s: '%s' is not one of system, developer, user, assistant, tool",
+                                f, role);
         json_t *tc = get(m, "tool_calls");
         snprintf(f, sizeof f, "messages[%zu].tool_calls", i);
-        if (tc && !(json_is_array(tc) && !json_array_size(tc)))
-            return unsupported(e, f, "tool calls are not supported yet");
+        if (tc && !json_is_array(tc)) return want(e, f, "an array", tc);
+        if (tc && strcmp(role, "assistant"))
+            return zi_http_fail(e, 400, "invalid_value", f, "%s: only assistant messages have them",
+                                f);
+        int calls = tc && json_array_size(tc);
         char *text;
-        if (message_text(m, i, role, &text, e)) return -1;
+        /* An assistant's tool calls may come without content. */
+        if (message_text(m, i, calls ? "assistant" : role, &text, e)) return -1;
+        /* Tool results and earlier calls become text turns: the router's
+         * messages take system, user and assistant (docs/http.md). */
+        if (!strcmp(role, "tool") || calls) {
+            char *t2;
+            int rc = zi_http_tools_message_text(m, i, text, &t2, e);
+            free(text);
+            if (rc) return -1;
+            text = t2;
+            if (!strcmp(role, "tool")) role = "user";
+        }
         json_t *content = json_string(text);
         free(text);
         if (!content) { /* jansson checked the body's UTF-8; a NUL inside is the one way here */
@@ -419,8 +433,9 @@ static void pack_json(msgpack_packer *pk, json_t *v) {
 /* Choice i's router request. Choice i samples with seed + i, so the
  * choices differ and a seeded request still repeats as a whole. */
 static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_packer *pk) {
+    int tools = g->tools.choice != ZI_TOOLS_OFF;
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
-                 (k->response_format != NULL);
+                 (k->response_format != NULL) + tools;
     msgpack_pack_map(pk, n_keys);
     char id[16];
     snprintf(id, sizeof id, "g%d", i);
@@ -468,6 +483,10 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
         zi_pack_str(pk, "response_format");
         pack_json(pk, k->response_format);
     }
+    if (tools) { /* for the chat template */
+        zi_pack_str(pk, "tools");
+        pack_json(pk, g->tools.tools);
+    }
 }
 
 json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
@@ -501,6 +520,22 @@ int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_h
     if (!rc) rc = parse_stop(k.root, &k, e);
     if (!rc) rc = parse_response_format(k.root, &k, e);
     if (!rc) rc = parse_options(k.root, kind, &k, g, e);
+    if (!rc && kind == ZI_HTTP_CHAT) rc = zi_http_tools_parse(k.root, &g->tools, e);
+    if (!rc && (k.tool_format = zi_http_tools_response_format(&g->tools))) {
+        if (k.response_format)
+            rc = zi_http_fail(e, 400, "invalid_value", "response_format",
+                              "response_format: cannot be combined with a tool_choice that "
+                              "forces a call");
+        k.response_format = k.tool_format;
+        /* The constraint's errors are about the tools' parameters. */
+        int j = 0;
+        while (g->field_map[j]) j += 2;
+        g->field_map[j++] = "response_format.json_schema.schema.properties.arguments";
+        g->field_map[j++] = "tools.function.parameters";
+        g->field_map[j++] = "response_format";
+        g->field_map[j++] = "tool_choice";
+        g->field_map[j] = NULL;
+    }
     if (!rc && k.prompt && g->echo && !(g->prompt = strndup(k.prompt, k.prompt_len)))
         rc = zi_http_fail(e, 500, "internal", NULL, "out of memory");
     if (!rc)
@@ -510,12 +545,15 @@ int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_h
         }
     if (rc) g->n = 0;
     json_decref(k.messages);
+    json_decref(k.tool_format);
     json_decref(k.root);
+    if (rc) zi_http_tools_free(&g->tools);
     return rc;
 }
 
 void zi_http_gen_free(zi_http_gen *g) {
     for (int i = 0; i < g->n; i++) zi_msg_free(&g->req[i]);
+    zi_http_tools_free(&g->tools);
     free(g->prompt);
     g->n = 0;
     g->prompt = NULL;

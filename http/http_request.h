@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "http_error.h"
+#include "http_tools.h"
 #include "wire.h"
 
 typedef enum zi_http_kind { ZI_HTTP_CHAT, ZI_HTTP_COMPLETION } zi_http_kind;
@@ -37,6 +38,7 @@ typedef struct zi_http_gen {
     char *prompt;              /* completions with a text prompt: that text (for echo) */
     zi_msg req[ZI_HTTP_MAX_N]; /* the router requests, built */
     const char *field_map[40]; /* router field -> request field pairs, NULL-ended */
+    zi_http_tools tools;       /* chat: tools and tool_choice (choice OFF without) */
 } zi_http_gen;
 
 /* Parses body (len bytes, not NUL-terminated) into g. 0, or -1 with e set

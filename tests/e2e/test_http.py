@@ -274,6 +274,47 @@ def test_json_schema_validates(sdk, model):
     assert json.loads(r.choices[0].message.content) == {"city": "Paris"}
 
 
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city now",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def test_tool_call_round_trip(sdk, model):
+    """A forced call (named, then required) decodes to a valid call of the
+    tool's schema; streamed, it arrives as tool_calls deltas; then the tool's
+    result goes back and the model answers in text."""
+    msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+    for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
+        r = sdk.chat.completions.create(model=model, messages=msgs, tools=WEATHER,
+                                        tool_choice=choice, temperature=0, max_tokens=40)
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls" and c.message.content is None, c
+        (call,) = c.message.tool_calls
+        assert call.type == "function" and call.id.startswith("call_")
+        assert call.function.name == "get_weather"
+        args = json.loads(call.function.arguments)
+        jsonschema.validate(args, WEATHER[0]["function"]["parameters"])
+    chunks = [x for x in sdk.chat.completions.create(
+        model=model, messages=msgs, tools=WEATHER, tool_choice="required", temperature=0,
+        max_tokens=40, stream=True) if x.choices]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    deltas = [t for x in chunks for t in (x.choices[0].delta.tool_calls or [])]
+    assert len(deltas) == 1 and deltas[0].index == 0
+    assert deltas[0].function.name == "get_weather"
+    assert json.loads(deltas[0].function.arguments) == args
+    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    follow = msgs + [
+        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+        {"role": "tool", "tool_call_id": call.id,
+         "content": json.dumps({"temperature_c": 21, "sky": "sunny"})}]
+    r = sdk.chat.completions.create(model=model, messages=follow, tools=WEATHER, temperature=0,
+                                    max_tokens=40)
+    c = r.choices[0]
+    assert c.finish_reason in ("stop", "length") and not c.message.tool_calls
+    assert c.message.content and r.usage.prompt_tokens > 40  # the call and result were sent
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_disconnect_cancels(server, model, zc, stream):
     s = socket.create_connection(("127.0.0.1", server.port))
@@ -379,7 +420,7 @@ BAD = [
     ("POST", CHAT, '{"messages": [{"content": "x"}]}', None, 400, "messages[0].role"),
     ("POST", CHAT, '{"messages": [{"role": "wizard", "content": "x"}]}', None, 400,
      "messages[0].role"),
-    ("POST", CHAT, '{"messages": [{"role": "tool", "content": "x"}]}', None, 400,
+    ("POST", CHAT, '{"messages": [{"role": "function", "content": "x"}]}', None, 400,
      "messages[0].role"),
     ("POST", CHAT, '{"messages": [{"role": "user", "content": 5}]}', None, 400,
      "messages[0].content"),
@@ -409,7 +450,16 @@ BAD = [
     ("POST", CHAT, chat(logprobs=True, top_logprobs=21), None, 400, "top_logprobs"),
     ("POST", CHAT, chat(top_logprobs=2), None, 400, "top_logprobs"),
     ("POST", CHAT, chat(logit_bias={"50": 5}), None, 400, "logit_bias"),
-    ("POST", CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}]), None, 400,
+    ("POST", CHAT, chat(tools=[{"type": "function", "function": {"name": ""}}]), None, 400,
+     "tools[0].function"),
+    ("POST", CHAT, chat(tools={"f": 1}), None, 400, "tools"),
+    ("POST", CHAT, chat(tools=[{"type": "function", "function": {"name": "f"}}],
+                        tool_choice={"type": "function", "function": {"name": "g"}}), None, 400,
+     "tool_choice"),
+    ("POST", CHAT, json.dumps({"messages": [{"role": "assistant", "tool_calls": [
+        {"id": "1", "type": "function", "function": {"name": "f", "arguments": "{not json"}}]}]}),
+     None, 400, "messages[0].tool_calls[0]"),
+    ("POST", COMP, comp(tools=[{"type": "function", "function": {"name": "f"}}]), None, 400,
      "tools"),
     ("POST", CHAT, chat(tool_choice="required"), None, 400, "tool_choice"),
     ("POST", CHAT, chat(response_format="json"), None, 400, "response_format"),

@@ -112,7 +112,7 @@ static void test_refusals_name_the_field(void **state) {
         const char *body, *param;
     } cases[] = {
         {ZI_HTTP_CHAT, "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"n\": 0}", "n"},
-        {ZI_HTTP_CHAT, "{\"messages\": [{\"role\": \"tool\", \"content\": \"x\"}]}",
+        {ZI_HTTP_CHAT, "{\"messages\": [{\"role\": \"function\", \"content\": \"x\"}]}",
          "messages[0].role"},
         {ZI_HTTP_CHAT,
          "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
@@ -187,12 +187,96 @@ static void test_router_errors(void **state) {
     zi_http_gen_free(&g);
 }
 
+static json_t *calls_of(const zi_http_tools *t, const char *text, char **rest) {
+    return zi_http_tools_extract(t, text, strlen(text), rest);
+}
+
+/* The formats of the families zinfer runs, parsed into OpenAI tool calls;
+ * text that is not a call (or calls an unknown function) stays text. */
+static void test_tool_call_parsing(void **state) {
+    (void)state;
+    zi_http_error e;
+    zi_http_tools t;
+    json_t *root = json_loads("{\"tools\": [{\"type\": \"function\", \"function\": {\"name\": "
+                              "\"f\", \"strict\": true}}, {\"type\": \"function\", "
+                              "\"function\": {\"name\": \"g\"}}]}",
+                              0, NULL);
+    assert_int_equal(zi_http_tools_parse(root, &t, &e), 0);
+    assert_int_equal(t.choice, ZI_TOOLS_AUTO);
+    /* the router's shape: no "strict" */
+    assert_null(json_object_get(json_object_get(json_array_get(t.tools, 0), "function"), "strict"));
+    static const struct {
+        const char *text;
+        int n;
+        const char *first_args, *rest;
+    } cases[] = {
+        {"Sure. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>", 1,
+         "{\"a\":1}", "Sure."},
+        {"<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call><tool_call>{\"name\": "
+         "\"g\", \"arguments\": {\"b\": \"x\"}}</tool_call>",
+         2, "{}", NULL},
+        {"[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {\"c\": true}}]", 1, "{\"c\":true}", NULL},
+        {"{\"name\": \"f\", \"parameters\": {\"d\": 2}}", 1, "{\"d\":2}", NULL}, /* Llama 3 */
+        {"  {\"name\": \"g\", \"arguments\": {}}  ", 1, "{}", NULL},
+        {"The answer is 4.", 0, NULL, NULL},
+        {"{\"name\": \"unknown\", \"arguments\": {}}", 0, NULL, NULL},
+        {"<tool_call>not json</tool_call>", 0, NULL, NULL},
+        {"{\"name\": \"f\"}", 0, NULL, NULL}, /* no arguments */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *rest = NULL;
+        json_t *calls = calls_of(&t, cases[i].text, &rest);
+        if (!cases[i].n) {
+            assert_null(calls);
+            continue;
+        }
+        assert_non_null(calls);
+        assert_int_equal(json_array_size(calls), cases[i].n);
+        json_t *c0 = json_array_get(calls, 0);
+        assert_string_equal(json_string_value(json_object_get(c0, "type")), "function");
+        assert_memory_equal(json_string_value(json_object_get(c0, "id")), "call_", 5);
+        json_t *fn = json_object_get(c0, "function");
+        assert_string_equal(json_string_value(json_object_get(fn, "arguments")),
+                            cases[i].first_args);
+        if (cases[i].rest)
+            assert_string_equal(rest, cases[i].rest);
+        else
+            assert_null(rest);
+        free(rest);
+        json_decref(calls);
+    }
+    zi_http_tools_free(&t);
+    /* a named choice must name a tool; required gets the one tool's schema */
+    json_object_set_new(root, "tool_choice",
+                        json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", "h"));
+    assert_int_equal(zi_http_tools_parse(root, &t, &e), -1);
+    assert_string_equal(e.param, "tool_choice");
+    json_object_set_new(root, "tool_choice", json_string("none"));
+    assert_int_equal(zi_http_tools_parse(root, &t, &e), 0);
+    assert_int_equal(t.choice, ZI_TOOLS_OFF);
+    assert_null(calls_of(&t, "{\"name\": \"f\", \"arguments\": {}}", &(char *){NULL}));
+    zi_http_tools_free(&t);
+    json_decref(root);
+    root = json_loads("{\"tool_choice\": \"required\", \"tools\": [{\"type\": \"function\", "
+                      "\"function\": {\"name\": \"f\", \"parameters\": {\"type\": "
+                      "\"object\"}}}]}",
+                      0, NULL);
+    assert_int_equal(zi_http_tools_parse(root, &t, &e), 0);
+    json_t *rf = zi_http_tools_response_format(&t);
+    json_t *props = json_object_get(json_object_get(json_object_get(rf, "json_schema"), "schema"),
+                                    "properties");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(props, "name"), "const")),
+                        "f");
+    json_decref(rf);
+    zi_http_tools_free(&t);
+    json_decref(root);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_defaults_and_choices),
-        cmocka_unit_test(test_completion_fields),
-        cmocka_unit_test(test_refusals_name_the_field),
-        cmocka_unit_test(test_router_errors),
+        cmocka_unit_test(test_chat_defaults_and_choices), cmocka_unit_test(test_completion_fields),
+        cmocka_unit_test(test_refusals_name_the_field),   cmocka_unit_test(test_router_errors),
+        cmocka_unit_test(test_tool_call_parsing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

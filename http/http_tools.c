@@ -1,0 +1,270 @@
+/*
+ * http_tools.c - tool calls: request side and output parsing
+ * (http_tools.h).
+ */
+#include "http_tools.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+static int bad(zi_http_error *e, const char *field, const char *why) {
+    return zi_http_fail(e, 400, "invalid_value", field, "%s: %s", field, why);
+}
+
+void zi_http_tools_free(zi_http_tools *t) {
+    json_decref(t->tools);
+    json_decref(t->names);
+    memset(t, 0, sizeof *t);
+}
+
+int zi_http_tools_parse(json_t *root, zi_http_tools *t, zi_http_error *e) {
+    memset(t, 0, sizeof *t);
+    json_t *tools = json_object_get(root, "tools");
+    json_t *choice = json_object_get(root, "tool_choice");
+    if (tools && json_is_null(tools)) tools = NULL;
+    if (choice && json_is_null(choice)) choice = NULL;
+    if (tools && !json_is_array(tools)) return bad(e, "tools", "expected an array of tools");
+    if (!tools || !json_array_size(tools)) {
+        if (choice && !(json_is_string(choice) && (!strcmp(json_string_value(choice), "none") ||
+                                                   !strcmp(json_string_value(choice), "auto"))))
+            return bad(e, "tool_choice", "needs tools");
+        return 0;
+    }
+    t->tools = json_array();
+    t->names = json_array();
+    size_t i;
+    json_t *tool;
+    json_array_foreach(tools, i, tool) {
+        char f[64];
+        snprintf(f, sizeof f, "tools[%zu]", i);
+        json_t *type = json_object_get(tool, "type"), *fn = json_object_get(tool, "function");
+        if (!json_is_object(tool) || !json_is_string(type) ||
+            strcmp(json_string_value(type), "function") || !json_is_object(fn)) {
+            zi_http_tools_free(t);
+            return bad(e, f, "expected {\"type\": \"function\", \"function\": {...}}");
+        }
+        json_t *name = json_object_get(fn, "name"), *desc = json_object_get(fn, "description"),
+               *params = json_object_get(fn, "parameters");
+        snprintf(f, sizeof f, "tools[%zu].function", i);
+        if (!json_is_string(name) || !json_string_length(name) || json_string_length(name) > 128 ||
+            (desc && !json_is_null(desc) && !json_is_string(desc)) ||
+            (params && !json_is_null(params) && !json_is_object(params))) {
+            zi_http_tools_free(t);
+            return bad(e, f,
+                       "needs a name (1..128 bytes), and a string description and an "
+                       "object of parameters when given");
+        }
+        /* Only the keys the router takes ("strict" and others dropped). */
+        json_t *nf = json_object();
+        json_object_set(nf, "name", name);
+        if (json_is_string(desc)) json_object_set(nf, "description", desc);
+        if (json_is_object(params)) json_object_set(nf, "parameters", params);
+        json_t *nt = json_object();
+        json_object_set_new(nt, "type", json_string("function"));
+        json_object_set_new(nt, "function", nf);
+        json_array_append_new(t->tools, nt);
+        json_array_append(t->names, name);
+    }
+    t->choice = ZI_TOOLS_AUTO;
+    if (!choice) return 0;
+    if (json_is_string(choice)) {
+        const char *c = json_string_value(choice);
+        if (!strcmp(c, "none"))
+            t->choice = ZI_TOOLS_OFF;
+        else if (!strcmp(c, "required"))
+            t->choice = ZI_TOOLS_REQUIRED;
+        else if (strcmp(c, "auto")) {
+            zi_http_tools_free(t);
+            return bad(e, "tool_choice", "expected none, auto, required or a named function");
+        }
+        return 0;
+    }
+    json_t *fn = json_object_get(choice, "function");
+    json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+    if (!json_is_string(name)) {
+        zi_http_tools_free(t);
+        return bad(e, "tool_choice",
+                   "expected none, auto, required or {\"type\": \"function\", "
+                   "\"function\": {\"name\": ...}}");
+    }
+    json_t *x;
+    int found = 0;
+    json_array_foreach(t->names, i, x) found |= json_equal(x, name);
+    if (!found) {
+        zi_http_tools_free(t);
+        return zi_http_fail(e, 400, "invalid_value", "tool_choice",
+                            "tool_choice: '%s' is not one of the tools", json_string_value(name));
+    }
+    t->choice = ZI_TOOLS_NAMED;
+    snprintf(t->named, sizeof t->named, "%s", json_string_value(name));
+    return 0;
+}
+
+json_t *zi_http_tools_response_format(const zi_http_tools *t) {
+    if (t->choice != ZI_TOOLS_REQUIRED && t->choice != ZI_TOOLS_NAMED) return NULL;
+    json_t *props = json_object(), *args = NULL;
+    const char *one = t->choice == ZI_TOOLS_NAMED ? t->named
+                      : json_array_size(t->names) == 1
+                          ? json_string_value(json_array_get(t->names, 0))
+                          : NULL; /* required, and only one tool to call */
+    if (one) {
+        json_object_set_new(props, "name", json_pack("{s:s}", "const", one));
+        size_t i;
+        json_t *tool;
+        json_array_foreach(t->tools, i, tool) {
+            json_t *fn = json_object_get(tool, "function");
+            if (!strcmp(json_string_value(json_object_get(fn, "name")), one))
+                args = json_deep_copy(json_object_get(fn, "parameters"));
+        }
+    } else {
+        json_object_set_new(props, "name", json_pack("{s:O}", "enum", t->names));
+    }
+    /* Several tools' parameters cannot be told apart without anyOf (which
+     * the constraint does not take): any object then. */
+    json_object_set_new(props, "arguments", args ? args : json_pack("{s:s}", "type", "object"));
+    json_t *schema = json_pack("{s:s, s:o, s:[s,s]}", "type", "object", "properties", props,
+                               "required", "name", "arguments");
+    return json_pack("{s:s, s:{s:s, s:o}}", "type", "json_schema", "json_schema", "name",
+                     "tool_call", "schema", schema);
+}
+
+int zi_http_tools_message_text(json_t *msg, size_t i, const char *content, char **text,
+                               zi_http_error *e) {
+    const char *role = json_string_value(json_object_get(msg, "role"));
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!f) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    if (role && !strcmp(role, "tool")) {
+        fprintf(f, "<tool_response>\n%s\n</tool_response>", content);
+    } else {
+        fputs(content, f);
+        json_t *calls = json_object_get(msg, "tool_calls"), *c;
+        size_t j;
+        json_array_foreach(calls, j, c) {
+            json_t *fn = json_object_get(c, "function");
+            json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+            json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+            json_t *parsed =
+                json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
+            if (!json_is_string(name) || !parsed) {
+                json_decref(parsed);
+                fclose(f);
+                free(out);
+                char fld[96];
+                snprintf(fld, sizeof fld, "messages[%zu].tool_calls[%zu]", i, j);
+                return bad(e, fld,
+                           "expected {\"function\": {\"name\": str, \"arguments\": a JSON "
+                           "text}}");
+            }
+            json_t *call = json_pack("{s:O, s:o}", "name", name, "arguments", parsed);
+            char *s = json_dumps(call, JSON_COMPACT);
+            json_decref(call);
+            fprintf(f, "%s<tool_call>\n%s\n</tool_call>", (ftell(f) > 0) ? "\n" : "", s ? s : "");
+            free(s);
+        }
+    }
+    fclose(f);
+    *text = out;
+    return 0;
+}
+
+/* ---- parsing the model's calls ------------------------------------------ */
+
+/* {"name": known, "arguments" | "parameters": object} as an OpenAI call. */
+static json_t *as_call(const zi_http_tools *t, json_t *o) {
+    json_t *name = json_object_get(o, "name");
+    json_t *args = json_object_get(o, "arguments");
+    if (!args) args = json_object_get(o, "parameters");
+    if (!json_is_string(name) || !json_is_object(args)) return NULL;
+    int known = 0;
+    size_t i;
+    json_t *x;
+    json_array_foreach(t->names, i, x) known |= json_equal(x, name);
+    if (!known) return NULL;
+    unsigned char r[12];
+    if (getrandom(r, sizeof r, 0) != sizeof r) memset(r, 0, sizeof r);
+    char id[40];
+    int k = snprintf(id, sizeof id, "call_");
+    for (size_t j = 0; j < sizeof r; j++) k += snprintf(id + k, sizeof id - k, "%02x", r[j]);
+    char *a = json_dumps(args, JSON_COMPACT);
+    json_t *call = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function",
+                             "name", name, "arguments", a ? a : "{}");
+    free(a);
+    return call;
+}
+
+/* Appends the calls in v (one call object, or an array of them) to calls;
+ * false when v holds anything else. */
+static int add_calls(const zi_http_tools *t, json_t *v, json_t *calls) {
+    json_t *one;
+    size_t i;
+    if (json_is_object(v)) {
+        if (!(one = as_call(t, v))) return 0;
+        json_array_append_new(calls, one);
+        return 1;
+    }
+    if (!json_is_array(v) || !json_array_size(v)) return 0;
+    json_t *x;
+    json_array_foreach(v, i, x) {
+        if (!(one = as_call(t, x))) return 0;
+        json_array_append_new(calls, one);
+    }
+    return 1;
+}
+
+static char *trimmed(const char *s, size_t n) {
+    while (n && isspace((unsigned char)*s)) s++, n--;
+    while (n && isspace((unsigned char)s[n - 1])) n--;
+    return n ? strndup(s, n) : NULL;
+}
+
+json_t *zi_http_tools_extract(const zi_http_tools *t, const char *text, size_t len,
+                              char **content) {
+    *content = NULL;
+    if (t->choice == ZI_TOOLS_OFF || !t->names) return NULL;
+    json_t *calls = json_array();
+    char *s = strndup(text, len), *rest = NULL;
+    size_t rest_len = 0;
+    FILE *f = s ? open_memstream(&rest, &rest_len) : NULL;
+    int ok = 0;
+    if (f && strstr(s, "<tool_call>")) { /* Hermes / Qwen */
+        const char *p = s;
+        ok = 1;
+        for (;;) {
+            const char *a = strstr(p, "<tool_call>");
+            if (!a) break;
+            fwrite(p, 1, (size_t)(a - p), f);
+            a += strlen("<tool_call>");
+            const char *b = strstr(a, "</tool_call>");
+            size_t n = b ? (size_t)(b - a) : strlen(a); /* an unclosed last call: to the end */
+            json_t *v = json_loadb(a, n, 0, NULL);
+            ok = ok && v && add_calls(t, v, calls);
+            json_decref(v);
+            p = b ? b + strlen("</tool_call>") : a + n;
+        }
+        fputs(p, f);
+    } else if (f) {
+        const char *p = s;
+        while (isspace((unsigned char)*p)) p++;
+        if (!strncmp(p, "[TOOL_CALLS]", 12)) p += 12;   /* Mistral */
+        if (!strncmp(p, "<|python_tag|>", 14)) p += 14; /* Llama 3 */
+        json_t *v = json_loads(p, JSON_DISABLE_EOF_CHECK, NULL);
+        ok = v && add_calls(t, v, calls);
+        json_decref(v);
+    }
+    if (f) fclose(f);
+    if (!ok || !json_array_size(calls)) {
+        json_decref(calls);
+        free(s);
+        free(rest);
+        return NULL;
+    }
+    *content = rest ? trimmed(rest, rest_len) : NULL;
+    free(rest);
+    free(s);
+    return calls;
+}

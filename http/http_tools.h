@@ -1,0 +1,60 @@
+/*
+ * http_tools.h - OpenAI tool calls for zinfer-http (docs/http.md, "Tool
+ * calls"): the request's `tools` and `tool_choice` checked and turned into
+ * what the router takes (its `tools` for the chat template; for
+ * `tool_choice` "required" or a named function, a json_schema response
+ * format that holds decoding to a valid call), tool results and earlier
+ * calls in `messages` rendered as text turns, and the model's text parsed
+ * back into `tool_calls`: Hermes/Qwen `<tool_call>{...}</tool_call>`,
+ * Mistral `[TOOL_CALLS][...]`, and a bare JSON call (Llama 3's
+ * `{"name", "parameters"}`, or `{"name", "arguments"}`) as the fallback.
+ */
+#ifndef ZI_HTTP_TOOLS_H
+#define ZI_HTTP_TOOLS_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "http_error.h"
+
+typedef enum zi_http_tool_choice {
+    ZI_TOOLS_OFF,      /* no tools, or tool_choice "none" */
+    ZI_TOOLS_AUTO,     /* the model may call one */
+    ZI_TOOLS_REQUIRED, /* it must call one (decoding constrained) */
+    ZI_TOOLS_NAMED,    /* it must call this one (decoding constrained) */
+} zi_http_tool_choice;
+
+typedef struct zi_http_tools {
+    zi_http_tool_choice choice;
+    json_t
+        *tools; /* the router's shape: [{"type", "function": {name, description?, parameters?}}] */
+    json_t *names; /* the functions' names (strings) */
+    char named[256];
+} zi_http_tools;
+
+/* Reads `tools` and `tool_choice` of root into t (zeroed first). 0, or -1
+ * with e set naming the field. Free with zi_http_tools_free. */
+int zi_http_tools_parse(json_t *root, zi_http_tools *t, zi_http_error *e);
+void zi_http_tools_free(zi_http_tools *t);
+
+/* For REQUIRED / NAMED: the response_format that makes the completion a
+ * call, {"type": "json_schema", "json_schema": {"name": "tool_call",
+ * "schema": {"type": "object", "properties": {"name": ..., "arguments":
+ * ...}, "required": [...]}}} (a new reference); else NULL. */
+json_t *zi_http_tools_response_format(const zi_http_tools *t);
+
+/* A `tool` message's content as the user turn the chat template gets
+ * ("<tool_response>\n...\n</tool_response>"), or an assistant message's
+ * tool_calls appended to its content as Hermes `<tool_call>` blocks.
+ * *text is malloc'd. -1 with e set (naming messages[i]...) when malformed. */
+int zi_http_tools_message_text(json_t *msg, size_t i, const char *content, char **text,
+                               zi_http_error *e);
+
+/* The tool calls in a completion's text: a new array of OpenAI tool_calls
+ * ({"id", "type": "function", "function": {"name", "arguments": JSON
+ * text}}), or NULL when the text holds none (or names no known function).
+ * *content gets the text outside the calls (malloc'd; NULL when only
+ * whitespace). */
+json_t *zi_http_tools_extract(const zi_http_tools *t, const char *text, size_t len, char **content);
+
+#endif
