@@ -17,42 +17,50 @@
 #include "imsg.h"
 #include "stop_signal.h"
 
-static zi_http_limits g_lim = {300000, 5000};
-
-void zi_http_endpoints_setup(const zi_http_limits *lim) {
-    g_lim = *lim;
-}
-
 static void answer_error(zi_http_answer *a, const zi_http_error *e) {
     a->status = e->status;
     a->json = zi_http_error_json(e);
 }
 
-/* ---- the served model ------------------------------------------------- */
+/* ---- one-shot router ops ------------------------------------------------ */
 
-/* The router's models op, remembered once it answered (the model of a
- * running server does not change). */
-static pthread_mutex_t g_model_mu = PTHREAD_MUTEX_INITIALIZER;
-static char g_model[256];
-static long long g_max_length;
-
-static int served_model(zi_http_conn *c, char *name, size_t cap, long long *max_length,
-                        zi_http_error *e) {
-    pthread_mutex_lock(&g_model_mu);
-    int known = g_model[0] != 0;
-    if (known) snprintf(name, cap, "%s", g_model);
-    if (max_length) *max_length = g_max_length;
-    pthread_mutex_unlock(&g_model_mu);
-    if (known) return 0;
+/* Sends {op, id} on c (or, when c is NULL, on a connection opened and closed
+ * here) and waits up to health_timeout_ms for its result: 0 with *f to free,
+ * or -1 with e set. */
+static int router_op(zi_http_ctx *ctx, zi_http_conn *c, const char *op, const char *id,
+                     zi_http_frame *f, zi_http_error *e) {
+    zi_http_conn *own = NULL;
+    if (!c) {
+        if (zi_http_conn_open(ctx, &own, e)) return -1;
+        c = own;
+    }
     zi_msg m;
     zi_msg_init(&m);
     msgpack_pack_map(&m.pk, 2);
-    zi_pack_kv_str(&m.pk, "op", "models");
-    zi_pack_kv_str(&m.pk, "id", "m");
-    zi_http_frame f;
-    int rc = zi_http_call(c, &m, "m", g_lim.health_timeout_ms, &f, e);
+    zi_pack_kv_str(&m.pk, "op", op);
+    zi_pack_kv_str(&m.pk, "id", id);
+    int rc = zi_http_call(c, &m, id, ctx->lim.health_timeout_ms, f, e);
     zi_msg_free(&m);
-    if (rc) return -1;
+    zi_http_conn_close(own);
+    return rc;
+}
+
+/* ---- the served model ------------------------------------------------- */
+
+/* The router's models op, remembered in ctx->model once it answered (the
+ * model of a running server does not change). c: a connection to ask on,
+ * or NULL for one of its own. */
+static int served_model(zi_http_ctx *ctx, zi_http_conn *c, char *name, size_t cap,
+                        long long *max_length, zi_http_error *e) {
+    zi_http_model *sm = &ctx->model;
+    pthread_mutex_lock(&sm->mu);
+    int known = sm->name[0] != 0;
+    if (known) snprintf(name, cap, "%s", sm->name);
+    if (max_length) *max_length = sm->max_length;
+    pthread_mutex_unlock(&sm->mu);
+    if (known) return 0;
+    zi_http_frame f;
+    if (router_op(ctx, c, "models", "m", &f, e)) return -1;
     const msgpack_object *ms = zi_map_get(f.root, "models");
     if (!ms || ms->type != MSGPACK_OBJECT_ARRAY || !ms->via.array.size) {
         zi_http_frame_free(&f);
@@ -61,12 +69,12 @@ static int served_model(zi_http_conn *c, char *name, size_t cap, long long *max_
     const msgpack_object *m0 = &ms->via.array.ptr[0];
     int64_t ml = 0;
     zi_map_int(m0, "max_length", &ml, NULL);
-    pthread_mutex_lock(&g_model_mu);
-    zi_http_frame_str(m0, "name", g_model, sizeof g_model);
-    g_max_length = ml;
-    snprintf(name, cap, "%s", g_model);
+    pthread_mutex_lock(&sm->mu);
+    zi_http_frame_str(m0, "name", sm->name, sizeof sm->name);
+    sm->max_length = ml;
+    snprintf(name, cap, "%s", sm->name);
     if (max_length) *max_length = ml;
-    pthread_mutex_unlock(&g_model_mu);
+    pthread_mutex_unlock(&sm->mu);
     zi_http_frame_free(&f);
     return 0;
 }
@@ -94,17 +102,14 @@ static int check_model(json_t *body, const char *served, zi_http_error *e) {
     return 0;
 }
 
-static void models(const char *id, zi_http_answer *a) {
-    zi_http_conn *c;
+static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
     zi_http_error e;
     char name[256];
     long long ml;
-    if (zi_http_conn_open(&c, &e) || served_model(c, name, sizeof name, &ml, &e)) {
-        zi_http_conn_close(c);
+    if (served_model(ctx, NULL, name, sizeof name, &ml, &e)) {
         answer_error(a, &e);
         return;
     }
-    zi_http_conn_close(c);
     a->status = 200;
     if (id) {
         if (strcmp(id, name)) {
@@ -139,23 +144,10 @@ static int addf(char **b, size_t *len, size_t *cap, const char *fmt, ...) {
 }
 
 /* The router's metrics op in Prometheus' text format (version 0.0.4). */
-static void metrics(zi_http_answer *a) {
-    zi_http_conn *c;
+static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
     zi_http_error e;
-    if (zi_http_conn_open(&c, &e)) {
-        answer_error(a, &e);
-        return;
-    }
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 2);
-    zi_pack_kv_str(&m.pk, "op", "metrics");
-    zi_pack_kv_str(&m.pk, "id", "x");
     zi_http_frame f;
-    int rc = zi_http_call(c, &m, "x", g_lim.health_timeout_ms, &f, &e);
-    zi_msg_free(&m);
-    zi_http_conn_close(c);
-    if (rc) {
+    if (router_op(ctx, NULL, "metrics", "x", &f, &e)) {
         answer_error(a, &e);
         return;
     }
@@ -252,23 +244,10 @@ static void metrics(zi_http_answer *a) {
 
 /* ---- health, tokenize, detokenize -------------------------------------- */
 
-static void health(zi_http_answer *a) {
-    zi_http_conn *c;
+static void health(zi_http_ctx *ctx, zi_http_answer *a) {
     zi_http_error e;
-    if (zi_http_conn_open(&c, &e)) {
-        answer_error(a, &e);
-        return;
-    }
-    zi_msg m;
-    zi_msg_init(&m);
-    msgpack_pack_map(&m.pk, 2);
-    zi_pack_kv_str(&m.pk, "op", "health");
-    zi_pack_kv_str(&m.pk, "id", "h");
     zi_http_frame f;
-    int rc = zi_http_call(c, &m, "h", g_lim.health_timeout_ms, &f, &e);
-    zi_msg_free(&m);
-    zi_http_conn_close(c);
-    if (rc) {
+    if (router_op(ctx, NULL, "health", "h", &f, &e)) {
         answer_error(a, &e);
         return;
     }
@@ -286,14 +265,14 @@ static void health(zi_http_answer *a) {
     zi_http_frame_free(&f);
 }
 
-static void tokenize(const char *body, size_t len, int detok, zi_http_answer *a) {
+static void tokenize(zi_http_ctx *ctx, const char *body, size_t len, int detok, zi_http_answer *a) {
     zi_http_error e;
     json_t *o = zi_http_parse_object(body, len, &e);
     zi_http_conn *c = NULL;
     char name[256];
     long long ml;
     if (!o) goto fail;
-    if (zi_http_conn_open(&c, &e) || served_model(c, name, sizeof name, &ml, &e) ||
+    if (zi_http_conn_open(ctx, &c, &e) || served_model(ctx, c, name, sizeof name, &ml, &e) ||
         check_model(o, name, &e))
         goto fail;
     zi_msg m;
@@ -350,7 +329,7 @@ static void tokenize(const char *body, size_t len, int detok, zi_http_answer *a)
         json_array_foreach(t, i, x) msgpack_pack_int64(&m.pk, json_integer_value(x));
     }
     zi_http_frame f;
-    int rc = zi_http_call(c, &m, "k", g_lim.router_timeout_ms, &f, &e);
+    int rc = zi_http_call(c, &m, "k", ctx->lim.router_timeout_ms, &f, &e);
     zi_msg_free(&m);
     if (rc) goto fail;
     a->status = 200;
@@ -388,6 +367,7 @@ fail:
 /* ---- generation ------------------------------------------------------- */
 
 struct zi_http_stream {
+    zi_http_ctx *ctx;
     zi_http_conn *conn;
     zi_http_gen g;
     zi_http_result r;
@@ -417,23 +397,23 @@ static void cancel_running(zi_http_conn *c, const zi_http_result *r) {
 
 /* The next frame of this generation applied to r: 0 with *d, -1 with e
  * set (router error, timeout), -2 when the client went away. */
-static int next_delta(zi_http_conn *c, zi_http_result *r, int client_fd, zi_http_delta *d,
-                      zi_http_error *e) {
+static int next_delta(const zi_http_ctx *ctx, zi_http_conn *c, zi_http_result *r, int client_fd,
+                      zi_http_delta *d, zi_http_error *e) {
     for (;;) {
         zi_http_frame f;
-        int rc = zi_http_conn_recv(c, client_fd, g_lim.router_timeout_ms, &f);
+        int rc = zi_http_conn_recv(c, client_fd, ctx->lim.router_timeout_ms, &f);
         if (rc == ZI_HTTP_RECV_GONE) return -2;
         if (rc == ZI_HTTP_RECV_TIMEOUT)
             return zi_http_fail(e, 503, "unavailable", NULL, "the router sent nothing for %d ms",
-                                g_lim.router_timeout_ms);
+                                ctx->lim.router_timeout_ms);
         rc = zi_http_result_apply(r, f.root, d, e);
         zi_http_frame_free(&f);
         if (rc <= 0) return rc;
     }
 }
 
-static void generate(const char *body, size_t len, zi_http_kind kind, int client_fd,
-                     zi_http_answer *a) {
+static void generate(zi_http_ctx *ctx, const char *body, size_t len, zi_http_kind kind,
+                     int client_fd, zi_http_answer *a) {
     zi_http_stream *s = calloc(1, sizeof *s);
     zi_http_error e;
     char model[256];
@@ -442,12 +422,13 @@ static void generate(const char *body, size_t len, zi_http_kind kind, int client
         answer_error(a, &e);
         return;
     }
+    s->ctx = ctx;
     s->client_fd = client_fd;
-    if (zi_http_parse_generate(body, len, kind, &s->g, &e) || zi_http_conn_open(&s->conn, &e))
+    if (zi_http_parse_generate(body, len, kind, &s->g, &e) || zi_http_conn_open(ctx, &s->conn, &e))
         goto fail;
     /* The served model names the answer; another name is a 404 here (the
      * router would refuse it too, in its own protocol's words). */
-    if (served_model(s->conn, model, sizeof model, NULL, &e)) goto fail;
+    if (served_model(ctx, s->conn, model, sizeof model, NULL, &e)) goto fail;
     if (s->g.model[0] && strcmp(s->g.model, model)) {
         zi_http_fail(&e, 404, "model_not_found", "model",
                      "model: '%s' is not served here (this server serves '%s')", s->g.model, model);
@@ -460,7 +441,7 @@ static void generate(const char *body, size_t len, zi_http_kind kind, int client
      * the router refuses (a bad value, overloaded, starting) is answered
      * with its status even when streamed. */
     zi_http_delta d;
-    int rc = next_delta(s->conn, &s->r, client_fd, &d, &e);
+    int rc = next_delta(s->ctx, s->conn, &s->r, client_fd, &d, &e);
     if (rc == -2) {
         zi_http_fail(&e, 499, "client_closed", NULL, "the client went away");
         goto fail;
@@ -473,7 +454,7 @@ static void generate(const char *body, size_t len, zi_http_kind kind, int client
         return;
     }
     while (s->r.n_done < s->g.n) {
-        rc = next_delta(s->conn, &s->r, client_fd, &d, &e);
+        rc = next_delta(s->ctx, s->conn, &s->r, client_fd, &d, &e);
         if (rc == -2) zi_http_fail(&e, 499, "client_closed", NULL, "the client went away");
         if (rc) goto fail;
     }
@@ -499,7 +480,7 @@ ssize_t zi_http_stream_read(zi_http_stream *s, char *buf, size_t max) {
         }
         if (zi_stop_requested()) return -1;
         zi_http_delta d;
-        int rc = next_delta(s->conn, &s->r, s->client_fd, &d, &e);
+        int rc = next_delta(s->ctx, s->conn, &s->r, s->client_fd, &d, &e);
         if (rc == -2) return -1;
         if (!rc) rc = zi_http_render_delta(&s->r, &d, s->conn, &s->out, &s->len, &s->cap, &e);
         if (rc) { /* an error mid-stream: said in the stream, which then ends */
@@ -531,15 +512,15 @@ void zi_http_stream_free(zi_http_stream *s) {
 
 /* ---- routing ---------------------------------------------------------- */
 
-void zi_http_handle(const char *method, const char *path, const char *body, size_t len,
-                    int client_fd, zi_http_answer *a) {
+void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, const char *body,
+                    size_t len, int client_fd, zi_http_answer *a) {
     memset(a, 0, sizeof *a);
     zi_http_error e;
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     const char *want = NULL;
     if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
         if (post) {
-            generate(body, len,
+            generate(ctx, body, len,
                      path[4] == 'c' && path[5] == 'h' ? ZI_HTTP_CHAT : ZI_HTTP_COMPLETION,
                      client_fd, a);
             return;
@@ -547,25 +528,25 @@ void zi_http_handle(const char *method, const char *path, const char *body, size
         want = "POST";
     } else if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) {
         if (get) {
-            models(path[10] == '/' ? path + 11 : NULL, a);
+            models(ctx, path[10] == '/' ? path + 11 : NULL, a);
             return;
         }
         want = "GET";
     } else if (!strcmp(path, "/metrics")) {
         if (get) {
-            metrics(a);
+            metrics(ctx, a);
             return;
         }
         want = "GET";
     } else if (!strcmp(path, "/health")) {
         if (get) {
-            health(a);
+            health(ctx, a);
             return;
         }
         want = "GET";
     } else if (!strcmp(path, "/tokenize") || !strcmp(path, "/detokenize")) {
         if (post) {
-            tokenize(body, len, path[1] == 'd', a);
+            tokenize(ctx, body, len, path[1] == 'd', a);
             return;
         }
         want = "POST";

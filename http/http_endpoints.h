@@ -19,13 +19,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-/* The settings the endpoints need. */
-typedef struct zi_http_limits {
-    int router_timeout_ms; /* the longest wait for the router's next reply */
-    int health_timeout_ms; /* the longest wait for health / models */
-} zi_http_limits;
-
-void zi_http_endpoints_setup(const zi_http_limits *lim);
+#include "http_ctx.h"
 
 typedef struct zi_http_stream zi_http_stream;
 
@@ -38,11 +32,12 @@ typedef struct zi_http_answer {
     const char *allow;      /* 405: the methods the path takes (the Allow header) */
 } zi_http_answer;
 
-/* Answers one request. client_fd is the client's socket (watched while
+/* Answers one request, with ctx's waits (ctx->lim), router and cached
+ * model; a stream keeps ctx until freed. client_fd is the client's socket (watched while
  * waiting, so a client that goes away cancels its generation), -1 if
  * unknown. Never fails: an error is an answer too. */
-void zi_http_handle(const char *method, const char *path, const char *body, size_t len,
-                    int client_fd, zi_http_answer *a);
+void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, const char *body,
+                    size_t len, int client_fd, zi_http_answer *a);
 
 /* The next bytes of a stream into buf (at most max): > 0 bytes, 0 at its
  * end, -1 when the client went away or the stream broke (its requests are

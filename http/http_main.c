@@ -10,8 +10,7 @@
 #include <zmq.h>
 
 #include "args.h"
-#include "http_endpoints.h"
-#include "http_router.h"
+#include "http_ctx.h"
 #include "http_server.h"
 #include "log.h"
 #include "stop_signal.h"
@@ -111,11 +110,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "zinfer-http: cannot start ZeroMQ\n");
         return 1;
     }
-    zi_http_router_setup(zctx, router);
     zi_http_limits lim = {(int)(router_timeout * 1000), 5000};
-    zi_http_endpoints_setup(&lim);
+    zi_http_ctx ctx;
+    if (zi_http_ctx_init(&ctx, &cfg, &lim, zctx, router)) {
+        fprintf(stderr, "zinfer-http: cannot set up the server's state\n");
+        zmq_ctx_term(zctx);
+        return 1;
+    }
     zi_stop_signals_install();
-    int rc = zi_http_serve(&cfg);
+    int rc = zi_http_serve(&ctx);
     zmq_ctx_term(zctx);
+    zi_http_ctx_destroy(&ctx);
     return rc;
 }

@@ -15,36 +15,29 @@
 #include "codec.h"
 #include "stop_signal.h"
 
-static void *g_zctx;
-static const char *g_addr;
-
-void zi_http_router_setup(void *zctx, const char *addr) {
-    g_zctx = zctx;
-    g_addr = addr;
-}
-
 struct zi_http_conn {
+    zi_http_ctx *ctx;
     void *sock;
     void *lookup; /* for token texts, so their replies never mix with a generation's */
     int watch_client;
 };
 
-static void *open_socket(void) {
-    void *s = zmq_socket(g_zctx, ZMQ_DEALER);
+static void *open_socket(const zi_http_ctx *ctx) {
+    void *s = zmq_socket(ctx->zctx, ZMQ_DEALER);
     if (!s) return NULL;
     int linger = 1000, sndtimeo = 1000;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(s, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
-    if (zmq_connect(s, g_addr) != 0) {
+    if (zmq_connect(s, ctx->router_addr) != 0) {
         zmq_close(s);
         return NULL;
     }
     return s;
 }
 
-int zi_http_conn_open(zi_http_conn **out, zi_http_error *e) {
+int zi_http_conn_open(zi_http_ctx *ctx, zi_http_conn **out, zi_http_error *e) {
     zi_http_conn *c = calloc(1, sizeof *c);
-    if (c) c->sock = open_socket();
+    if (c) c->ctx = ctx, c->sock = open_socket(ctx);
     if (!c || !c->sock) {
         free(c);
         return zi_http_fail(e, 500, "internal", NULL, "cannot open a socket to the router: %s",
@@ -192,28 +185,24 @@ int zi_http_call(zi_http_conn *c, const zi_msg *m, const char *id, int timeout_m
 
 /* ---- token texts ------------------------------------------------------ */
 
-/* An open-addressing table id -> text, grown at half full; entries are
- * never removed (a vocabulary is finite, and the router's ids are in it). */
-static pthread_mutex_t g_tok_mu = PTHREAD_MUTEX_INITIALIZER;
-static int64_t *g_tok_ids;
-static char **g_tok_text;
-static size_t g_tok_cap, g_tok_n;
+/* The table is the context's zi_http_tok_cache (http_ctx.h); t->mu is
+ * held by the caller of these. */
 
-static size_t slot_of(int64_t id, size_t cap) {
+static size_t slot_of(const zi_http_tok_cache *t, int64_t id, size_t cap) {
     uint64_t h = (uint64_t)id * 0x9E3779B97F4A7C15ull;
     size_t i = (size_t)(h >> 20) & (cap - 1);
-    while (g_tok_text[i] && g_tok_ids[i] != id) i = (i + 1) & (cap - 1);
+    while (t->text[i] && t->ids[i] != id) i = (i + 1) & (cap - 1);
     return i;
 }
 
-static const char *tok_get(int64_t id) {
-    if (!g_tok_cap) return NULL;
-    return g_tok_text[slot_of(id, g_tok_cap)];
+static const char *tok_get(const zi_http_tok_cache *t, int64_t id) {
+    if (!t->cap) return NULL;
+    return t->text[slot_of(t, id, t->cap)];
 }
 
-static void tok_put(int64_t id, char *text) {
-    if ((g_tok_n + 1) * 2 > g_tok_cap) {
-        size_t cap = g_tok_cap ? g_tok_cap * 2 : 1024;
+static void tok_put(zi_http_tok_cache *t, int64_t id, char *text) {
+    if ((t->n + 1) * 2 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 1024;
         int64_t *ids = calloc(cap, sizeof *ids);
         char **texts = calloc(cap, sizeof *texts);
         if (!ids || !texts) {
@@ -222,35 +211,36 @@ static void tok_put(int64_t id, char *text) {
             free(text);
             return;
         }
-        int64_t *old_ids = g_tok_ids;
-        char **old_text = g_tok_text;
-        size_t old_cap = g_tok_cap;
-        g_tok_ids = ids, g_tok_text = texts, g_tok_cap = cap;
+        int64_t *old_ids = t->ids;
+        char **old_text = t->text;
+        size_t old_cap = t->cap;
+        t->ids = ids, t->text = texts, t->cap = cap;
         for (size_t i = 0; i < old_cap; i++)
             if (old_text[i]) {
-                size_t s = slot_of(old_ids[i], cap);
-                g_tok_ids[s] = old_ids[i], g_tok_text[s] = old_text[i];
+                size_t s = slot_of(t, old_ids[i], cap);
+                t->ids[s] = old_ids[i], t->text[s] = old_text[i];
             }
         free(old_ids);
         free(old_text);
     }
-    size_t s = slot_of(id, g_tok_cap);
-    if (g_tok_text[s]) {
+    size_t s = slot_of(t, id, t->cap);
+    if (t->text[s]) {
         free(text);
         return;
     }
-    g_tok_ids[s] = id, g_tok_text[s] = text;
-    g_tok_n++;
+    t->ids[s] = id, t->text[s] = text;
+    t->n++;
 }
 
 int zi_http_token_texts(zi_http_conn *c, const int64_t *ids, size_t n, const char **out,
                         zi_http_error *e) {
+    zi_http_tok_cache *t = &c->ctx->tok;
     size_t missing = 0;
-    pthread_mutex_lock(&g_tok_mu);
-    for (size_t i = 0; i < n; i++) missing += !(out[i] = tok_get(ids[i]));
-    pthread_mutex_unlock(&g_tok_mu);
+    pthread_mutex_lock(&t->mu);
+    for (size_t i = 0; i < n; i++) missing += !(out[i] = tok_get(t, ids[i]));
+    pthread_mutex_unlock(&t->mu);
     if (!missing) return 0;
-    if (!c->lookup && !(c->lookup = open_socket()))
+    if (!c->lookup && !(c->lookup = open_socket(c->ctx)))
         return zi_http_fail(e, 500, "internal", NULL, "cannot open a socket to the router");
     /* Ask for every missing id at once (the router answers them in any
      * order), then wait for all. */
@@ -295,24 +285,24 @@ int zi_http_token_texts(zi_http_conn *c, const int64_t *ids, size_t n, const cha
             zi_http_frame_free(&f);
             return rc;
         }
-        const msgpack_object *t = zi_map_get(f.root, "text");
+        const msgpack_object *tx = zi_map_get(f.root, "text");
         char *text = NULL;
-        if (t && t->type == MSGPACK_OBJECT_STR && (text = malloc(t->via.str.size + 1))) {
-            memcpy(text, t->via.str.ptr, t->via.str.size);
-            text[t->via.str.size] = '\0';
+        if (tx && tx->type == MSGPACK_OBJECT_STR && (text = malloc(tx->via.str.size + 1))) {
+            memcpy(text, tx->via.str.ptr, tx->via.str.size);
+            text[tx->via.str.size] = '\0';
         }
         if (text) {
-            pthread_mutex_lock(&g_tok_mu);
-            tok_put(strtoll(fid + 1, NULL, 10), text);
-            pthread_mutex_unlock(&g_tok_mu);
+            pthread_mutex_lock(&t->mu);
+            tok_put(t, strtoll(fid + 1, NULL, 10), text);
+            pthread_mutex_unlock(&t->mu);
         }
         zi_http_frame_free(&f);
         asked--;
     }
-    pthread_mutex_lock(&g_tok_mu);
+    pthread_mutex_lock(&t->mu);
     for (size_t i = 0; i < n; i++)
-        if (!out[i]) out[i] = tok_get(ids[i]);
-    pthread_mutex_unlock(&g_tok_mu);
+        if (!out[i]) out[i] = tok_get(t, ids[i]);
+    pthread_mutex_unlock(&t->mu);
     for (size_t i = 0; i < n; i++)
         if (!out[i]) out[i] = ""; /* out of memory: an empty text rather than a crash */
     return 0;

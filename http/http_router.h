@@ -4,7 +4,7 @@
  * request, frames in and out, waits that also watch the HTTP client's
  * socket (so a client that goes away is noticed while its request waits
  * for tokens), and the text of single token ids (for log probabilities),
- * cached for the process's life.
+ * cached in the context (http_ctx.h) for its life.
  */
 #ifndef ZI_HTTP_ROUTER_H
 #define ZI_HTTP_ROUTER_H
@@ -13,18 +13,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http_ctx.h"
 #include "http_error.h"
 #include "wire.h"
 
-/* Where the router is and how long to wait for it; set once at start. */
-void zi_http_router_setup(void *zctx, const char *addr);
-
 /* One connection (a DEALER socket, plus a second one opened when token
- * texts are needed). Not thread-safe: one HTTP request's thread uses it. */
+ * texts are needed) to ctx's router; it keeps ctx (for the token texts),
+ * which must outlive it. Not thread-safe: one HTTP request's thread uses
+ * it. */
 typedef struct zi_http_conn zi_http_conn;
 
 /* 0, or -1 with e set (500). */
-int zi_http_conn_open(zi_http_conn **out, zi_http_error *e);
+int zi_http_conn_open(zi_http_ctx *ctx, zi_http_conn **out, zi_http_error *e);
 /* Closes the sockets; frames queued for sending (a cancel) still go out
  * (1 s linger in the ZeroMQ context's I/O thread). NULL is fine. */
 void zi_http_conn_close(zi_http_conn *c);
@@ -62,8 +62,8 @@ int zi_http_call(zi_http_conn *c, const zi_msg *m, const char *id, int timeout_m
                  zi_http_error *e);
 
 /* The text of each of ids[0..n) (the router's detokenize of that id alone:
- * special tokens give ""), as pointers that stay valid for the process's
- * life. 0, or -1 with e set. */
+ * special tokens give ""), as pointers that stay valid for the life of
+ * the connection's context (its token cache). 0, or -1 with e set. */
 int zi_http_token_texts(zi_http_conn *c, const int64_t *ids, size_t n, const char **out,
                         zi_http_error *e);
 

@@ -29,8 +29,6 @@ typedef int MHD_Result_t;
 typedef enum MHD_Result MHD_Result_t;
 #endif
 
-static const zi_http_config *g_cfg;
-
 typedef struct req_state {
     char *body;
     size_t len, cap;
@@ -73,8 +71,8 @@ static void free_stream(void *cls) {
 
 /* The Bearer token against the key, in time independent of where they
  * differ. */
-static int authorized(struct MHD_Connection *conn) {
-    const char *key = g_cfg->api_key;
+static int authorized(const zi_http_config *cfg, struct MHD_Connection *conn) {
+    const char *key = cfg->api_key;
     if (!key || !key[0]) return 1;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
@@ -88,23 +86,25 @@ static int authorized(struct MHD_Connection *conn) {
 static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                const char *method, const char *version, const char *upload,
                                size_t *upload_size, void **con_cls) {
-    (void)cls, (void)version;
+    (void)version;
+    zi_http_ctx *ctx = cls;
+    const zi_http_config *cfg = &ctx->cfg;
     req_state *st = *con_cls;
     zi_http_error e;
     if (!st) {
         if (!(st = calloc(1, sizeof *st))) return MHD_NO;
         *con_cls = st;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > g_cfg->max_body) {
+        if (cl && strtoull(cl, NULL, 10) > cfg->max_body) {
             zi_http_fail(&e, 413, "body_too_large", NULL,
                          "the body (%s bytes) is larger than the limit of %zu bytes", cl,
-                         g_cfg->max_body);
+                         cfg->max_body);
             return queue_error(conn, &e);
         }
         return MHD_YES;
     }
     if (*upload_size) { /* more of the body: kept up to the limit, then dropped */
-        if (st->len + *upload_size > g_cfg->max_body) st->too_large = 1;
+        if (st->len + *upload_size > cfg->max_body) st->too_large = 1;
         if (!st->too_large) {
             if (st->len + *upload_size > st->cap) {
                 size_t c = st->cap ? st->cap : 4096;
@@ -121,10 +121,10 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
     }
     if (st->too_large) {
         zi_http_fail(&e, 413, "body_too_large", NULL,
-                     "the body is larger than the limit of %zu bytes", g_cfg->max_body);
+                     "the body is larger than the limit of %zu bytes", cfg->max_body);
         return queue_error(conn, &e);
     }
-    if (strcmp(url, "/health") && !authorized(conn)) {
+    if (strcmp(url, "/health") && !authorized(cfg, conn)) {
         zi_http_fail(&e, 401, "invalid_api_key", NULL,
                      "a valid API key is needed: send 'Authorization: Bearer KEY'");
         return queue_error(conn, &e);
@@ -133,8 +133,8 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     int fd = ci ? (int)ci->connect_fd : -1;
     zi_http_answer a;
-    zi_http_handle(method, url, st->body ? st->body : "", st->len, fd, &a);
-    zi_log(g_cfg->lg, ZI_LOG_DEBUG, "%s %s -> %d%s", method, url, a.status,
+    zi_http_handle(ctx, method, url, st->body ? st->body : "", st->len, fd, &a);
+    zi_log(cfg->lg, ZI_LOG_DEBUG, "%s %s -> %d%s", method, url, a.status,
            a.stream ? " (stream)" : "");
     if (a.text) {
         struct MHD_Response *r =
@@ -174,16 +174,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
+    const zi_http_ctx *ctx = cls;
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
     size_t n = strlen(msg);
     while (n && msg[n - 1] == '\n') msg[--n] = '\0';
-    zi_log(g_cfg->lg, ZI_LOG_DEBUG, "libmicrohttpd: %s", msg);
+    zi_log(ctx->cfg.lg, ZI_LOG_DEBUG, "libmicrohttpd: %s", msg);
 }
 
-int zi_http_serve(const zi_http_config *cfg) {
-    g_cfg = cfg;
+int zi_http_serve(zi_http_ctx *ctx) {
+    const zi_http_config *cfg = &ctx->cfg;
     signal(SIGPIPE, SIG_IGN);
     struct addrinfo hints = {0}, *ai = NULL;
     hints.ai_family = AF_UNSPEC;
@@ -200,10 +200,10 @@ int zi_http_serve(const zi_http_config *cfg) {
                      MHD_USE_POLL | MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)cfg->port, NULL, NULL, on_request, NULL, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        flags, (uint16_t)cfg->port, NULL, NULL, on_request, ctx, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, ctx,
         MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {

@@ -10,23 +10,11 @@
 #ifndef ZI_HTTP_SERVER_H
 #define ZI_HTTP_SERVER_H
 
-#include <stddef.h>
-
-#include "log.h"
-
-typedef struct zi_http_config {
-    char host[256]; /* listen address (name or IP) */
-    int port;
-    const char *api_key;      /* NULL or "": no key needed */
-    size_t max_body;          /* bytes of one request body (else 413) */
-    size_t max_header;        /* bytes of one request's header (MHD's per-connection memory) */
-    unsigned max_connections; /* open connections at once (more are refused) */
-    unsigned timeout_s;       /* a connection idle this long is closed */
-    const zi_logger *lg;
-} zi_http_config;
+#include "http_ctx.h"
 
 /* Serves until SIGINT/SIGTERM (zi_stop_requested). 0, or 1 when the
- * address cannot be listened on (the message is logged). */
-int zi_http_serve(const zi_http_config *cfg);
+ * address cannot be listened on (the message is logged). The settings are
+ * ctx->cfg; ctx is what every callback and endpoint gets. */
+int zi_http_serve(zi_http_ctx *ctx);
 
 #endif
