@@ -41,6 +41,7 @@
 
 #include "gguf.h"
 #include "gguf_writer.h"
+#include "gpt2_bytes.h"
 #include "tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -116,22 +117,6 @@ typedef struct vocab {
 
 static char g_bytes[256][8]; /* the GPT-2 characters or <0xXX> names */
 
-/* The GPT-2 character standing for byte b, as UTF-8. */
-static void gpt2_char(unsigned b, char *out) {
-    uint32_t cp = b;
-    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    if (!printable) {
-        cp = 256;
-        for (unsigned c = 0; c < b; c++)
-            if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) cp++;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp, out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | cp >> 6), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
-    }
-}
-
 static void add_tok(vocab *v, const char *s, int32_t type, float score) {
     assert_true(v->n < MAX_TOK);
     v->tok[v->n] = s, v->type[v->n] = type, v->score[v->n] = score;
@@ -144,7 +129,7 @@ static void make_bpe(vocab *v, const char *pre) {
     memset(v, 0, sizeof *v);
     v->model = "gpt2", v->pre = pre;
     for (unsigned b = 0; b < 256; b++) {
-        gpt2_char(b, g_bytes[b]);
+        zi_test_gpt2_byte_char(b, g_bytes[b]);
         add_tok(v, g_bytes[b], ZI_TOKEN_NORMAL, 0);
     }
     /* merge "x y" makes token "xy"; U+0120 (\xc4\xa0) is the space's
@@ -428,7 +413,7 @@ static wbuf build_big(void) {
     for (size_t i = 0; i < n; i++) {
         char s[16];
         if (i < 256)
-            gpt2_char((unsigned)i, s);
+            zi_test_gpt2_byte_char((unsigned)i, s);
         else
             snprintf(s, sizeof s, "t%zu", i);
         w_str(&kv, s);

@@ -26,25 +26,10 @@
 
 #include "gguf.h"
 #include "gguf_writer.h"
+#include "gpt2_bytes.h"
 #include "tokenizer.h"
 #include "tokenizer_impl.h"
 #include "unicode.h"
-
-/* The GPT-2 character standing for byte b, as UTF-8. */
-static void byte_char(unsigned b, char out[4]) {
-    uint32_t cp = b;
-    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    if (!printable) {
-        cp = 256;
-        for (unsigned c = 0; c < b; c++) {
-            if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) cp++;
-        }
-    }
-    unsigned char u[4];
-    size_t l = zi_utf8_encode(cp, u);
-    memcpy(out, u, l);
-    out[l] = '\0';
-}
 
 /* 256 byte tokens and "ab" (id 256, also the BOS id when with_bos); pre
  * NULL leaves the key out. */
@@ -53,7 +38,7 @@ static wbuf make_vocab_bos(const char *pre, int with_bos) {
     const char *toks[257];
     int32_t types[257];
     for (unsigned b = 0; b < 256; b++) {
-        byte_char(b, chars[b]);
+        zi_test_gpt2_byte_char(b, chars[b]);
         toks[b] = chars[b];
         types[b] = ZI_TOKEN_NORMAL;
     }

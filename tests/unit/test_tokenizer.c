@@ -27,6 +27,7 @@
 
 #include "gguf.h"
 #include "gguf_writer.h"
+#include "gpt2_bytes.h"
 #include "tokenizer.h"
 #include "tokenizer_expect.h"
 #include "unicode.h"
@@ -114,22 +115,6 @@ static void test_utf8_encode(void **state) {
     assert_int_equal(zi_utf8_lead_len(0xFF), 0);
 }
 
-/* The GPT-2 character standing for byte b, as UTF-8. */
-static void byte_char(unsigned b, char out[4]) {
-    uint32_t cp = b;
-    int printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    if (!printable) {
-        cp = 256;
-        for (unsigned c = 0; c < b; c++) {
-            if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) cp++;
-        }
-    }
-    unsigned char u[4];
-    size_t l = zi_utf8_encode(cp, u);
-    memcpy(out, u, l);
-    out[l] = '\0';
-}
-
 /* Synthetic vocabulary: ids 0..255 are the byte characters (id == byte),
  * then the tokens below. */
 enum {
@@ -179,7 +164,7 @@ static wbuf make_synth(const synth_opts *o) {
     const char *toks[T_EXTRA_END];
     int32_t types[T_EXTRA_END];
     for (unsigned b = 0; b < 256; b++) {
-        byte_char(b, chars[b]);
+        zi_test_gpt2_byte_char(b, chars[b]);
         toks[b] = chars[b];
         types[b] = ZI_TOKEN_NORMAL;
     }
