@@ -460,7 +460,9 @@ uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv) {
 
 /* ---- forward ---- */
 
-static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, zi_error *err) {
+/* own_logits: the pass writes its logits into m->logits (backend memory)
+ * rather than the caller's host buffer. */
+static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, bool own_logits, zi_error *err) {
     zi_backend *be = m->be;
     const zi_model_config *c = &m->cfg;
     if (n_tokens > m->cap) {
@@ -483,7 +485,7 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, zi_error *err
         }
         m->cap = n_tokens;
     }
-    if (n_wanted > m->logits_cap && !be->host_memory) { /* else forward writes the caller's */
+    if (n_wanted > m->logits_cap && (own_logits || !be->host_memory)) {
         be->ops->free(be, m->logits);
         m->logits = be->ops->alloc(be, (size_t)n_wanted * c->n_vocab * sizeof(float));
         m->logits_cap = m->logits ? n_wanted : 0;
@@ -533,13 +535,20 @@ static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_bat
     return ZI_OK;
 }
 
-int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits,
-                     zi_error *err) {
+/*
+ * Queues one pass on the backend. The logits go to host_out when it is not
+ * NULL (directly when the backend's memory is the host's, else into
+ * m->logits and then a download), and stay in m->logits when it is NULL.
+ * Nothing waits for the backend here: the caller syncs.
+ */
+static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *host_out,
+                           int *rows_out, zi_error *err) {
     int rc = validate_batch(m, kv, b, err);
     if (rc) return rc;
     int T = b->n_tokens, n_wanted = 0;
     for (int i = 0; i < T; i++) n_wanted += b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
-    if ((rc = ensure_buffers(m, T, n_wanted, err))) return rc;
+    *rows_out = n_wanted;
+    if ((rc = ensure_buffers(m, T, n_wanted, host_out == NULL, err))) return rc;
     if (T > m->reserved_tokens || kv->max_ctx > m->reserved_ctx) {
         int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
         int64_t qd = (int64_t)m->cfg.n_heads * m->cfg.head_dim;
@@ -609,13 +618,29 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
                     c->dim, c->norm_eps);
         j++;
     }
-    if (n_wanted == 0) /* a pass that only fills the cache */
-        return op->sync(be, err);
-    float *out = be->host_memory ? logits : m->logits;
+    if (n_wanted == 0) return ZI_OK; /* a pass that only fills the cache */
+    float *out = host_out && be->host_memory ? host_out : m->logits;
     op->matmul(be, out, &m->output, m->xn, n_wanted);
     if (c->final_softcap > 0.0f)
         op->softcap(be, out, c->final_softcap, (size_t)n_wanted * c->n_vocab);
-    if (!be->host_memory)
-        op->download(be, logits, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));
-    return op->sync(be, err);
+    if (host_out && !be->host_memory)
+        op->download(be, host_out, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));
+    return ZI_OK;
+}
+
+int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits,
+                     zi_error *err) {
+    int rows;
+    int rc = forward_enqueue(m, kv, b, logits, &rows, err);
+    return rc ? rc : m->be->ops->sync(m->be, err);
+}
+
+int zi_model_forward_async(zi_model *m, zi_kv_cache *kv, const zi_batch *b, const float **logits,
+                           int *n_rows, zi_error *err) {
+    int rows = 0;
+    int rc = forward_enqueue(m, kv, b, NULL, &rows, err);
+    if (rc) return rc;
+    if (logits) *logits = m->logits;
+    if (n_rows) *n_rows = rows;
+    return ZI_OK;
 }

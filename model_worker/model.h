@@ -128,6 +128,17 @@ typedef struct zi_batch {
  * logits gets n_wanted * n_vocab floats (host memory). */
 int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits, zi_error *err);
 
+/* The same pass, queued on the backend and not waited for: the logits of
+ * the wanted rows (*n_rows of them, n_vocab floats each) stay in backend
+ * memory at *logits (device memory on a GPU), for work queued behind the
+ * pass (the GPU sampler) to read; valid until the next pass. The caller
+ * calls the backend's sync() before it reads anything the pass wrote, and
+ * errors of the queued ops are seen there. The batch is validated and the
+ * buffers are sized here, so a pass of a shape run once before allocates
+ * nothing and can be captured in a CUDA graph. */
+int zi_model_forward_async(zi_model *m, zi_kv_cache *kv, const zi_batch *b, const float **logits,
+                           int *n_rows, zi_error *err);
+
 /* A function zi_model_forward calls after every layer (NULL: none), so that
  * a caller stays responsive during a long pass: the worker sends its
  * heartbeats from it. It must not call into the model. */
