@@ -635,6 +635,10 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
     return rc ? rc : m->be->ops->sync(m->be, err);
 }
 
+const float *zi_model_device_logits(const zi_model *m) {
+    return m->logits;
+}
+
 int zi_model_forward_async(zi_model *m, zi_kv_cache *kv, const zi_batch *b, const float **logits,
                            int *n_rows, zi_error *err) {
     int rows = 0;

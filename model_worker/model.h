@@ -139,6 +139,11 @@ int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *log
 int zi_model_forward_async(zi_model *m, zi_kv_cache *kv, const zi_batch *b, const float **logits,
                            int *n_rows, zi_error *err);
 
+/* Where zi_model_forward_async leaves the logits (backend memory; NULL
+ * before the first pass that kept any): a CUDA graph replaying a captured
+ * pass writes them there too. */
+const float *zi_model_device_logits(const zi_model *m);
+
 /* A function zi_model_forward calls after every layer (NULL: none), so that
  * a caller stays responsive during a long pass: the worker sends its
  * heartbeats from it. It must not call into the model. */

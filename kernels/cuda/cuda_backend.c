@@ -45,6 +45,11 @@ typedef struct stage_slot {
     size_t cap;     /* entries */
     int64_t n;      /* entries staged, -1 for none */
     cudaEvent_t ev; /* marks the last copy out of h */
+    /* Graph capture (zi_cuda_graph_capture): the capture that last copied
+     * this slot, how many copies it captured and of how many entries. */
+    uint64_t cap_epoch;
+    int cap_copies;
+    int64_t cap_n;
 } stage_slot;
 
 /* cuBLAS, loaded on first use. */
@@ -77,6 +82,8 @@ typedef struct cuda_backend {
     size_t w16_cap, x16_cap; /* halves */
     size_t max_w16;          /* largest weight that needs converting, in elements */
     float *attn_scratch;
+    uint64_t capture_epoch; /* counts captures; nonzero while capturing */
+    int capturing;
     int status;
     zi_error err;
 } cuda_backend;
@@ -383,7 +390,17 @@ static const int32_t *stage(cuda_backend *c, int slot, const int32_t *src, size_
         }
         if (failed(c, stage_grow(c, slot, n), "growing the block-table staging")) return NULL;
     }
-    if (m->n == (int64_t)n && memcmp(m->h, src, n * sizeof *src) == 0) return m->d;
+    /* A capture must copy each slot once, whatever the slot held before:
+     * the graph's copy is what brings a replay's metadata to the device. */
+    int captured_here = c->capturing && m->cap_epoch == c->capture_epoch;
+    if ((!c->capturing || captured_here) && m->n == (int64_t)n &&
+        memcmp(m->h, src, n * sizeof *src) == 0)
+        return m->d;
+    if (c->capturing) {
+        m->cap_copies = captured_here ? m->cap_copies + 1 : 1;
+        m->cap_epoch = c->capture_epoch;
+        m->cap_n = (int64_t)n;
+    }
     /* while capturing nothing runs; the graph's copy reads the staging at replay */
     if (cap == cudaStreamCaptureStatusNone && m->n >= 0 &&
         failed(c, cudaEventSynchronize(m->ev), "cudaEventSynchronize (staging)"))
@@ -736,4 +753,140 @@ int zi_cuda_backend_device(const zi_backend *be) {
 
 void *zi_cuda_backend_stream(const zi_backend *be) {
     return (void *)((const cuda_backend *)be)->stream;
+}
+
+/* ---- CUDA graphs ---- */
+
+struct zi_cuda_graph {
+    cuda_backend *c;
+    cudaGraphExec_t exec;
+    size_t nodes;
+    uint64_t epoch;   /* the capture's: which slots it copied */
+    cudaEvent_t done; /* after the last launch: its copies have read the staging */
+    int launched;
+};
+
+int zi_cuda_graph_capture(zi_backend *be, zi_cuda_enqueue_fn fn, void *arg, zi_cuda_graph **out,
+                          zi_error *err) {
+    cuda_backend *c = cb(be);
+    *out = NULL;
+    if (c->status) {
+        if (err) *err = c->err;
+        return c->status;
+    }
+    zi_cuda_graph *g = calloc(1, sizeof *g);
+    if (!g) return zi_error_set(err, ZI_ENOMEM, "out of memory for a CUDA graph");
+    g->c = c;
+    /* the staging is rewritten below: earlier copies out of it must be done */
+    cudaError_t e = cudaStreamSynchronize(c->stream);
+    const char *what = "cudaStreamSynchronize";
+    if (e == cudaSuccess) {
+        what = "cudaStreamBeginCapture";
+        e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    }
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(g);
+        return zi_error_set(err, ZI_EIO, "CUDA device %d: %s: %s", c->device, what,
+                            cudaGetErrorString(e));
+    }
+    g->epoch = ++c->capture_epoch;
+    c->capturing = 1;
+    zi_error ferr = {0};
+    int rc = fn(arg, &ferr);
+    c->capturing = 0;
+    cudaGraph_t graph = NULL;
+    e = cudaStreamEndCapture(c->stream, &graph);
+    for (int i = 0; i < META_N && !rc; i++)
+        if (c->meta[i].cap_epoch == g->epoch && c->meta[i].cap_copies > 1)
+            rc = zi_error_set(&ferr, ZI_EUNSUPPORTED,
+                              "the captured pass staged metadata slot %d %d times with different "
+                              "contents: a replay cannot restage it",
+                              i, c->meta[i].cap_copies);
+    if (!rc && c->status) rc = c->status, ferr = c->err;
+    if (!rc && e != cudaSuccess)
+        rc = zi_error_set(&ferr, ZI_EIO, "CUDA device %d: cudaStreamEndCapture: %s", c->device,
+                          cudaGetErrorString(e));
+    if (!rc && (e = cudaGraphGetNodes(graph, NULL, &g->nodes)) != cudaSuccess)
+        rc = zi_error_set(&ferr, ZI_EIO, "cudaGraphGetNodes: %s", cudaGetErrorString(e));
+    if (!rc && (e = cudaGraphInstantiate(&g->exec, graph, 0)) != cudaSuccess)
+        rc = zi_error_set(&ferr, ZI_EIO, "cudaGraphInstantiate: %s", cudaGetErrorString(e));
+    if (!rc && (e = cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming)) != cudaSuccess)
+        rc = zi_error_set(&ferr, ZI_EIO, "cudaEventCreate: %s", cudaGetErrorString(e));
+    if (graph) cudaGraphDestroy(graph);
+    if (rc) {
+        (void)cudaGetLastError();
+        if (err) *err = ferr;
+        zi_cuda_graph_free(g);
+        return rc;
+    }
+    *out = g;
+    return ZI_OK;
+}
+
+/* Writes n entries into a slot the graph copies (it must copy exactly n). */
+static int restage(zi_cuda_graph *g, int slot, const int32_t *src, size_t n, zi_error *err) {
+    stage_slot *m = &g->c->meta[slot];
+    if (m->cap_epoch != g->epoch) return ZI_OK; /* the captured pass never read it */
+    if (m->cap_n != (int64_t)n)
+        return zi_error_set(err, ZI_EINVAL,
+                            "graph launch: metadata slot %d has %zu entries, the captured pass "
+                            "%lld (replay only passes of the captured shape)",
+                            slot, n, (long long)m->cap_n);
+    memcpy(m->h, src, n * sizeof *src);
+    m->n = (int64_t)n; /* the device copy holds these once the graph ran */
+    return ZI_OK;
+}
+
+int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_view *v,
+                         const zi_attn_shape *s, zi_error *err) {
+    cuda_backend *c = g->c;
+    if (c->status) {
+        if (err) *err = c->err;
+        return c->status;
+    }
+    if (g->launched && cudaEventSynchronize(g->done) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return zi_error_set(err, ZI_EIO, "CUDA device %d: graph launch: waiting for the last one",
+                            c->device);
+    }
+    /* the same host checks as the ops make on their metadata */
+    int max_seq = 0;
+    int64_t limit = (int64_t)v->table_stride * s->block_size;
+    if (s->max_ctx < limit) limit = s->max_ctx;
+    for (int i = 0; i < v->n_tokens; i++) {
+        if (v->pos[i] < 0 || v->pos[i] >= limit || v->seq[i] < 0)
+            return zi_error_set(err, ZI_ERANGE,
+                                "graph launch: token %d: position %d of sequence %d is outside "
+                                "0..%lld",
+                                i, v->pos[i], v->seq[i], (long long)limit - 1);
+        if (v->seq[i] > max_seq) max_seq = v->seq[i];
+    }
+    size_t T = (size_t)v->n_tokens;
+    int rc = restage(g, META_IDS, ids, T, err);
+    if (!rc) rc = restage(g, META_POS, v->pos, T, err);
+    if (!rc) rc = restage(g, META_SEQ, v->seq, T, err);
+    if (!rc)
+        rc = restage(g, META_TAB, v->block_tables, ((size_t)max_seq + 1) * (size_t)v->table_stride,
+                     err);
+    if (rc) return rc;
+    if (failed(c, cudaGraphLaunch(g->exec, c->stream), "cudaGraphLaunch") ||
+        failed(c, cudaEventRecord(g->done, c->stream), "cudaEventRecord (graph)")) {
+        if (err) *err = c->err;
+        return c->status;
+    }
+    g->launched = 1;
+    return ZI_OK;
+}
+
+size_t zi_cuda_graph_nodes(const zi_cuda_graph *g) {
+    return g->nodes;
+}
+
+void zi_cuda_graph_free(zi_cuda_graph *g) {
+    if (!g) return;
+    if (g->launched) cudaEventSynchronize(g->done);
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    if (g->done) cudaEventDestroy(g->done);
+    free(g);
 }

@@ -83,6 +83,36 @@ int zi_cuda_backend_status(zi_backend *be, zi_error *err);
 int zi_cuda_backend_device(const zi_backend *be);
 void *zi_cuda_backend_stream(const zi_backend *be);
 
+/*
+ * CUDA graphs: a decode step of one shape captured once and replayed, so
+ * its few hundred small kernels cost one launch.
+ *
+ * zi_cuda_graph_capture() runs fn(arg), which must queue exactly one pass
+ * on the backend (zi_model_forward_async, say) of a shape that has run
+ * before (so nothing allocates), and captures what it queues. The pass's
+ * metadata (token ids, positions, sequence rows, block-table rows) reach
+ * the device by copies out of the backend's pinned staging, captured with
+ * the kernels; zi_cuda_graph_launch() writes a new pass's metadata into
+ * that staging and launches the graph. The new pass must have the captured
+ * shape: as many tokens, the same sequence rows in use (the table prefix
+ * the pass reads) and positions inside the cache; what the kernels do is
+ * fixed at capture (for the attention, only its split across blocks, which
+ * changes speed, never results). The caller waits for the stream (sync())
+ * before reading what a launch wrote, as for any pass.
+ */
+typedef struct zi_cuda_graph zi_cuda_graph;
+typedef int (*zi_cuda_enqueue_fn)(void *arg, zi_error *err);
+int zi_cuda_graph_capture(zi_backend *be, zi_cuda_enqueue_fn fn, void *arg, zi_cuda_graph **out,
+                          zi_error *err);
+/* ids: the pass's token ids (v->n_tokens of them, inside the vocabulary:
+ * the model's batch checks do not run on a replay); v: the pass's
+ * positions, sequence rows and block tables as the model's zi_batch has
+ * them; s: block_size and max_ctx of the cache (the rest is not read). */
+int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_view *v,
+                         const zi_attn_shape *s, zi_error *err);
+size_t zi_cuda_graph_nodes(const zi_cuda_graph *g); /* kernels and copies in it */
+void zi_cuda_graph_free(zi_cuda_graph *g);
+
 #ifdef __cplusplus
 }
 #endif

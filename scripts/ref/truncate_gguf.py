@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Writes a copy of a GGUF model with only its first N layers.
+
+The GPU bundle (scripts/gpu-bundle) carries the default model to a machine
+that can receive only a few tens of MiB: this keeps every tensor of layers
+0..N-1 and every tensor outside the layers (embedding, output norm, output
+head) byte for byte, in the file's own types, and every metadata key, with
+`<arch>.block_count` set to N. The result is a real model of the same
+family, shapes and tensor types, only shallower.
+
+  truncate_gguf.py --layers 4 IN.gguf OUT.gguf
+"""
+
+import argparse
+import re
+import sys
+
+import gguf
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layers", type=int, required=True, help="layers to keep (from 0)")
+    ap.add_argument("src")
+    ap.add_argument("dst")
+    a = ap.parse_args()
+    r = gguf.GGUFReader(a.src)
+    arch = r.fields["general.architecture"].contents()
+    n_layers = r.fields[f"{arch}.block_count"].contents()
+    if not 1 <= a.layers <= n_layers:
+        sys.exit(f"truncate_gguf: --layers must be 1..{n_layers}")
+    w = gguf.GGUFWriter(a.dst, arch)
+    for key, field in r.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if key == f"{arch}.block_count":
+            value = a.layers
+        elif vtype == gguf.GGUFValueType.ARRAY and isinstance(value, list) and \
+                len(value) == n_layers and key.startswith(arch + "."):
+            value = value[: a.layers]  # per-layer arrays (e.g. a sliding-window pattern)
+        w.add_key_value(key, value, vtype, sub_type=sub)
+    layer = re.compile(r"^blk\.(\d+)\.")
+    kept = 0
+    for t in r.tensors:
+        m = layer.match(t.name)
+        if m and int(m.group(1)) >= a.layers:
+            continue
+        # the raw blocks in the file's type (the reader gives quantized
+        # tensors as rows of bytes, from which the writer recovers the shape)
+        w.add_tensor(t.name, t.data, raw_dtype=t.tensor_type)
+        kept += 1
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    print(f"truncate_gguf: {a.dst}: {a.layers} of {n_layers} layers, {kept} tensors")
+
+
+if __name__ == "__main__":
+    main()
