@@ -563,6 +563,16 @@ static void cuda_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens
            "rope kernel");
 }
 
+static void cuda_rope_neox(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
+                           int head_dim, int rope_dim, float base) {
+    cuda_backend *c = cb(be);
+    if (c->status || n_tokens <= 0) return;
+    const int32_t *d_pos = stage(c, META_POS, pos, (size_t)n_tokens);
+    if (!d_pos) return;
+    failed(c, zi_cuda_rope_neox(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, base, c->stream),
+           "rope_neox kernel");
+}
+
 static void cuda_kv_store(zi_backend *be, void *kcache, void *vcache, const float *k,
                           const float *v, const zi_batch_view *b, const zi_attn_shape *s) {
     cuda_backend *c = cb(be);
@@ -583,7 +593,13 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
     const int32_t *d_pos, *d_seq, *d_tab;
     int max_len;
     if (!stage_view(c, b, s, &d_pos, &d_seq, &d_tab, &max_len)) return;
-    /* Few (token, head) blocks and long contexts leave most of the GPU idle:
+    if (s->window < 0) {
+        fail_msg(c, ZI_EINVAL, "attention window %d is negative", s->window);
+        return;
+    }
+    /* The longest span a token reads: a sliding window bounds it. */
+    if (s->window > 0 && max_len > s->window) max_len = s->window;
+    /* Few (token, head) blocks and long spans leave most of the GPU idle:
      * split the positions (flash-decoding), about two blocks per SM. The
      * split changes only the speed, never which positions are read. */
     int64_t blocks = (int64_t)b->n_tokens * s->n_heads;
@@ -601,7 +617,7 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
     failed(c,
            zi_cuda_attention(out, q, kcache, vcache, d_pos, d_seq, d_tab, b->table_stride,
                              s->block_size, b->n_tokens, s->n_heads, s->n_kv_heads, s->head_dim,
-                             s->scale, n_split, c->attn_scratch, c->stream),
+                             s->scale, s->window, n_split, c->attn_scratch, c->stream),
            "attention kernel");
 }
 
@@ -609,6 +625,24 @@ static void cuda_swiglu(zi_backend *be, float *out, const float *gate, const flo
     cuda_backend *c = cb(be);
     if (c->status) return;
     failed(c, zi_cuda_swiglu(out, gate, up, n, c->stream), "swiglu kernel");
+}
+
+static void cuda_geglu(zi_backend *be, float *out, const float *gate, const float *up, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_geglu(out, gate, up, n, c->stream), "geglu kernel");
+}
+
+static void cuda_scale(zi_backend *be, float *x, float s, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_scale(x, s, n, c->stream), "scale kernel");
+}
+
+static void cuda_softcap(zi_backend *be, float *x, float cap, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_softcap(x, cap, n, c->stream), "softcap kernel");
 }
 
 static void cuda_add(zi_backend *be, float *x, const float *y, size_t n) {
@@ -652,9 +686,13 @@ static const zi_backend_ops cuda_ops = {
     .get_rows = cuda_get_rows,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
+    .rope_neox = cuda_rope_neox,
     .kv_store = cuda_kv_store,
     .attention = cuda_attention,
     .swiglu = cuda_swiglu,
+    .geglu = cuda_geglu,
+    .scale = cuda_scale,
+    .softcap = cuda_softcap,
     .add = cuda_add,
     .sync = cuda_sync,
 };
@@ -678,6 +716,7 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
     if (!c) return zi_error_set(err, ZI_ENOMEM, "out of memory creating the CUDA backend");
     c->base.ops = &cuda_ops;
     c->base.kv_k_bytes = c->base.kv_v_bytes = 4; /* float32 K and V: the kernels read floats */
+    c->base.attn_window = true;                  /* the attention kernel reads the window only */
     c->device = dev;
     for (int i = 0; i < META_N; i++) c->meta[i].n = -1;
     const char *what = "cudaSetDevice";

@@ -403,6 +403,26 @@ __global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_hea
     }
 }
 
+/* The NEOX layout of the same rotation: pair i is (v[i], v[i + rope_dim/2])
+ * and takes the angle of rope_kernel's pair starting at 2i (the CPU
+ * backend's rope_rows, neox case). */
+__global__ void rope_neox_kernel(float *x, const int32_t *__restrict__ pos, int n_heads,
+                                 int head_dim, int rope_dim, float base) {
+    const int t = blockIdx.x, half = rope_dim / 2;
+    const double p = static_cast<double>(pos[t]);
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const double theta =
+            p * pow(static_cast<double>(base), -static_cast<double>(2 * i) / rope_dim);
+        const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
+            const float x0 = v[i], x1 = v[i + half];
+            v[i] = x0 * c - x1 * s;
+            v[i + half] = x0 * s + x1 * c;
+        }
+    }
+}
+
 __global__ void kv_store_kernel(float *kc, float *vc, const float *__restrict__ k,
                                 const float *__restrict__ v, const int32_t *__restrict__ pos,
                                 const int32_t *__restrict__ seq, const int32_t *__restrict__ tables,
@@ -430,16 +450,20 @@ __global__ void __launch_bounds__(kAttnWarps *kWarp)
     attn_kernel(float *__restrict__ out, const float *__restrict__ q, const float *__restrict__ kc,
                 const float *__restrict__ vc, const int32_t *__restrict__ pos,
                 const int32_t *__restrict__ seq, const int32_t *__restrict__ tables, int stride,
-                int bs, int n_heads, int n_kv_heads, int hd, float scale, int n_split,
+                int bs, int n_heads, int n_kv_heads, int hd, float scale, int window, int n_split,
                 float *__restrict__ scratch) {
     extern __shared__ float smem[]; /* [kAttnWarps][hd] acc, then m[], l[] */
     const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
     const int kvd = n_kv_heads * hd;
     const int kvh = h / (n_heads / n_kv_heads);
-    const int n = pos[t] + 1;
+    /* positions start..pos[t]: all of them, or the last `window` (the CPU
+     * backend's task_view); the splits divide that span */
+    const int end = pos[t] + 1;
+    const int start = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0;
+    const int n = end - start;
     const int chunk = (n + n_split - 1) / n_split;
-    const int p0 = split * chunk, p1 = min(n, p0 + chunk);
+    const int p0 = start + split * chunk, p1 = min(end, p0 + chunk);
     const float *qr = q + (static_cast<int64_t>(t) * n_heads + h) * hd;
     const int32_t *blocks = tables + static_cast<int64_t>(seq[t]) * stride;
     const size_t head = static_cast<size_t>(kvh) * hd;
@@ -547,13 +571,13 @@ template <int DPL>
 cudaError_t launch_attn(float *out, const float *q, const float *kc, const float *vc,
                         const int32_t *pos, const int32_t *seq, const int32_t *tables, int stride,
                         int bs, int n_tokens, int n_heads, int n_kv_heads, int hd, float scale,
-                        int n_split, float *scratch, cudaStream_t s) {
+                        int window, int n_split, float *scratch, cudaStream_t s) {
     const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads),
                     static_cast<unsigned>(n_split));
     const size_t shmem = (static_cast<size_t>(kAttnWarps) * hd + 2 * kAttnWarps) * sizeof(float);
     attn_kernel<DPL><<<grid, kAttnWarps * kWarp, shmem, s>>>(out, q, kc, vc, pos, seq, tables,
                                                              stride, bs, n_heads, n_kv_heads, hd,
-                                                             scale, n_split, scratch);
+                                                             scale, window, n_split, scratch);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1) return e;
     const dim3 mgrid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
@@ -570,6 +594,36 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *__rest
         const float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+/* GELU's tanh approximation written as g / (1 + exp(-2y)), y = sqrt(2/pi)
+ * (g + 0.044715 g^3): the CPU backend's geglu_f32, constant for constant,
+ * with expf (not __expf) for agreement. */
+__global__ void geglu_kernel(float *out, const float *gate, const float *__restrict__ up,
+                             size_t n) {
+    const float k1 = 1.5957691216057308f, k3 = 0.0713548162726009f;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += stride) {
+        const float g = gate[i];
+        const float z = k1 * g + k3 * (g * g * g);
+        out[i] = g / (1.0f + expf(-z)) * up[i];
+    }
+}
+
+__global__ void scale_kernel(float *x, float f, size_t n) {
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] *= f;
+}
+
+/* In double, as the CPU backend: tanhf's error would be multiplied by the
+ * cap (30 for gemma2's logits). */
+__global__ void softcap_kernel(float *x, float cap, size_t n) {
+    const double c = cap;
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] = static_cast<float>(c * tanh(x[i] / c));
 }
 
 __global__ void add_kernel(float *x, const float *__restrict__ y, size_t n) {
@@ -688,6 +742,16 @@ cudaError_t zi_cuda_rope(float *x, const int32_t *pos, int n_tokens, int n_heads
     return cudaGetLastError();
 }
 
+cudaError_t zi_cuda_rope_neox(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
+                              int rope_dim, float base, cudaStream_t stream) {
+    if (n_tokens <= 0 || rope_dim <= 0) return cudaSuccess;
+    if (rope_dim % 2 || rope_dim > head_dim) return cudaErrorInvalidValue;
+    const int threads = rope_dim / 2 < 128 ? (rope_dim / 2 + 31) / 32 * 32 : 128;
+    rope_neox_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(
+        x, pos, n_heads, head_dim, rope_dim, base);
+    return cudaGetLastError();
+}
+
 cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *v,
                              const int32_t *pos, const int32_t *seq, const int32_t *tables,
                              int stride, int block_size, int n_tokens, int kvd,
@@ -703,16 +767,16 @@ cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *
 cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const float *vc,
                               const int32_t *pos, const int32_t *seq, const int32_t *tables,
                               int stride, int block_size, int n_tokens, int n_heads, int n_kv_heads,
-                              int head_dim, float scale, int n_split, float *scratch,
+                              int head_dim, float scale, int window, int n_split, float *scratch,
                               cudaStream_t stream) {
     if (n_tokens <= 0) return cudaSuccess;
-    if (head_dim <= 0 || head_dim > ZI_CUDA_MAX_HEAD_DIM || n_kv_heads <= 0 ||
+    if (head_dim <= 0 || head_dim > ZI_CUDA_MAX_HEAD_DIM || n_kv_heads <= 0 || window < 0 ||
         n_heads % n_kv_heads != 0 || n_split < 1 || n_split > ZI_CUDA_ATTN_MAX_SPLIT ||
         (n_split > 1 && !scratch) || block_size < 1 || stride < 1)
         return cudaErrorInvalidValue;
 #define ZI_ATTN(DPL)                                                                               \
     launch_attn<DPL>(out, q, kc, vc, pos, seq, tables, stride, block_size, n_tokens, n_heads,      \
-                     n_kv_heads, head_dim, scale, n_split, scratch, stream)
+                     n_kv_heads, head_dim, scale, window, n_split, scratch, stream)
     if (head_dim <= 64) return ZI_ATTN(2);
     if (head_dim <= 128) return ZI_ATTN(4);
     if (head_dim <= 256) return ZI_ATTN(8);
@@ -725,6 +789,25 @@ cudaError_t zi_cuda_swiglu(float *out, const float *gate, const float *up, size_
                            cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     swiglu_kernel<<<ew_blocks(n), kThreads, 0, stream>>>(out, gate, up, n);
+    return cudaGetLastError();
+}
+
+cudaError_t zi_cuda_geglu(float *out, const float *gate, const float *up, size_t n,
+                          cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    geglu_kernel<<<ew_blocks(n), kThreads, 0, stream>>>(out, gate, up, n);
+    return cudaGetLastError();
+}
+
+cudaError_t zi_cuda_scale(float *x, float s, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    scale_kernel<<<ew_blocks(n), kThreads, 0, stream>>>(x, s, n);
+    return cudaGetLastError();
+}
+
+cudaError_t zi_cuda_softcap(float *x, float cap, size_t n, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    softcap_kernel<<<ew_blocks(n), kThreads, 0, stream>>>(x, cap, n);
     return cudaGetLastError();
 }
 

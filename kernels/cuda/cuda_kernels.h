@@ -67,6 +67,12 @@ cudaError_t zi_cuda_rmsnorm(float *y, const float *x, const float *w, int n_toke
 cudaError_t zi_cuda_rope(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
                          int rope_dim, float base, cudaStream_t stream);
 
+/* The same rotation in the NEOX layout: pair i is (x[i], x[i + rope_dim/2])
+ * with the angle of the adjacent layout's pair 2i (gemma, qwen2, ...).
+ * rope_dim even and <= head_dim, else cudaErrorInvalidValue. */
+cudaError_t zi_cuda_rope_neox(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
+                              int rope_dim, float base, cudaStream_t stream);
+
 /*
  * The paged KV cache (backend.h): per layer a pool [n_blocks][block_size]
  * [kvd] floats; token t's sequence is row seq[t] of `tables` (rows of
@@ -81,22 +87,35 @@ cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *
                              cudaStream_t stream);
 
 /*
- * out[t][h] = softmax(q[t][h] . K[0..pos[t]] * scale) V over token t's
- * sequence; head h reads KV head h / (n_heads / n_kv_heads). n_split > 1
- * splits the positions of each (token, head) over n_split blocks whose
- * partial results go to scratch (n_tokens * n_heads * n_split *
+ * out[t][h] = softmax(q[t][h] . K[start..pos[t]] * scale) V over token t's
+ * sequence, where start = 0, or with window > 0 (a sliding-window layer)
+ * max(0, pos[t] - window + 1); head h reads KV head h / (n_heads /
+ * n_kv_heads). Only blocks holding positions start..pos[t] are looked up.
+ * n_split > 1 splits those positions of each (token, head) over n_split
+ * blocks whose partial results go to scratch (n_tokens * n_heads * n_split *
  * (head_dim + 2) floats) and are merged by a second kernel; n_split == 1
  * needs no scratch.
  */
 cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const float *vc,
                               const int32_t *pos, const int32_t *seq, const int32_t *tables,
                               int stride, int block_size, int n_tokens, int n_heads, int n_kv_heads,
-                              int head_dim, float scale, int n_split, float *scratch,
+                              int head_dim, float scale, int window, int n_split, float *scratch,
                               cudaStream_t stream);
 
 /* out[i] = silu(gate[i]) * up[i] (out may alias gate). */
 cudaError_t zi_cuda_swiglu(float *out, const float *gate, const float *up, size_t n,
                            cudaStream_t stream);
+
+/* out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation computed as the
+ * CPU backend does (out may alias gate). */
+cudaError_t zi_cuda_geglu(float *out, const float *gate, const float *up, size_t n,
+                          cudaStream_t stream);
+
+/* x[i] *= s */
+cudaError_t zi_cuda_scale(float *x, float s, size_t n, cudaStream_t stream);
+
+/* x[i] = cap * tanh(x[i] / cap), in double (cap > 0). */
+cudaError_t zi_cuda_softcap(float *x, float cap, size_t n, cudaStream_t stream);
 
 /* x[i] += y[i] */
 cudaError_t zi_cuda_add(float *x, const float *y, size_t n, cudaStream_t stream);
