@@ -9,6 +9,9 @@
  *            cuBLAS above), matmul_n, get_rows, rmsnorm, rope, kv_store and
  *            attention on a shuffled paged cache (split and unsplit),
  *            swiglu, add; a bad token id is reported, not a device fault
+ *   gemma    rope_neox, geglu, scale, softcap and per-head rmsnorm vs the
+ *            CPU; sliding-window attention (windows 1..past the context,
+ *            split and unsplit) vs the CPU and a double reference
  *   graph    a layer's ops captured in a CUDA graph and replayed give the
  *            eager results (no allocation or host sync inside the ops)
  *   model    the real model's logits on CUDA vs CPU: mean KL < 1e-3 over a
@@ -400,6 +403,291 @@ static void test_attention_paged(void **state) {
     free(q);
     free(oc);
     free(og);
+}
+
+/* ---- the optional ops of the gemma families ---- */
+
+/* rope_neox, geglu (separate and in place), scale, softcap and the per-head
+ * Q/K rmsnorm (rows of head_dim, 16 up to 256, odd ones too) against the
+ * CPU backend on the same inputs, several shapes each. */
+static void test_gemma_ops(void **state) {
+    (void)state;
+    zi_error err = {0};
+    zi_backend *bes[2] = {g_cpu, g_gpu};
+    assert_int_equal(g_gpu->ops->reserve(g_gpu, 64, 4096, 64, &err), ZI_OK);
+    assert_int_equal(g_cpu->ops->reserve(g_cpu, 64, 4096, 64, &err), ZI_OK);
+    /* rope_neox: tokens, heads, head_dim, rope_dim (half of 46 is odd) */
+    const int rs[][4] = {{1, 4, 256, 256}, {7, 3, 64, 32}, {37, 9, 64, 64},
+                         {5, 1, 256, 128}, {3, 5, 64, 46}, {2, 2, 16, 16}};
+    for (size_t si = 0; si < sizeof rs / sizeof rs[0]; si++) {
+        const int T = rs[si][0], nh = rs[si][1], hd = rs[si][2], rd = rs[si][3];
+        size_t n = (size_t)T * nh * hd;
+        float *x = frandom(n, -2, 2),
+              *o[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+        int32_t pos[64];
+        for (int i = 0; i < T; i++) pos[i] = (int32_t)(urand() * 32768); /* gemma3's context */
+        for (int k = 0; k < 2; k++) {
+            float *d = put(bes[k], x, n);
+            bes[k]->ops->rope_neox(bes[k], d, pos, T, nh, hd, rd, si % 2 ? 10000.0f : 1e6f);
+            get(bes[k], o[k], d, n);
+            bes[k]->ops->free(bes[k], d);
+        }
+        check_status();
+        double e = rel_err(o[1], o[0], n);
+        print_message("rope_neox %d tokens x %d heads of %d, rope_dim %d: rel err vs CPU %.2e\n", T,
+                      nh, hd, rd, e);
+        assert_true(e < 1e-6);
+        /* the dims past rope_dim are untouched */
+        for (size_t i = 0; i < n; i++)
+            if ((int)(i % (size_t)hd) >= rd) assert_true(o[1][i] == x[i]);
+        free(x);
+        free(o[0]);
+        free(o[1]);
+    }
+    /* element-wise ops over odd lengths, one past a grid-stride chunk too */
+    const size_t lens[] = {1, 17, 1000, 4097, 2048 * 37, 65536 * 256 + 3};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li];
+        float *g = frandom(n, -6, 6), *u = frandom(n, -2, 2), *lg = frandom(n, -100, 100);
+        float *o[2][4];
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            for (int j = 0; j < 4; j++) o[k][j] = malloc(n * sizeof(float));
+            float *dg = put(be, g, n), *du = put(be, u, n), *dy = put(be, NULL, n),
+                  *dl = put(be, lg, n);
+            be->ops->geglu(be, dy, dg, du, n); /* separate output */
+            get(be, o[k][0], dy, n);
+            be->ops->geglu(be, dg, dg, du, n); /* in place, as the model */
+            get(be, o[k][1], dg, n);
+            be->ops->scale(be, du, 25.298221f, n); /* sqrt(640) */
+            get(be, o[k][2], du, n);
+            be->ops->softcap(be, dl, li % 2 ? 30.0f : 50.0f, n);
+            get(be, o[k][3], dl, n);
+            float *bufs[] = {dg, du, dy, dl};
+            for (int j = 0; j < 4; j++) be->ops->free(be, bufs[j]);
+        }
+        check_status();
+        static const char *names[] = {"geglu", "geglu in place", "scale", "softcap"};
+        for (int j = 0; j < 4; j++) {
+            double e = rel_err(o[1][j], o[0][j], n);
+            print_message("%s over %zu: rel err vs CPU %.2e\n", names[j], n, e);
+            assert_true(e < 1e-6);
+        }
+        assert_memory_equal(o[1][0], o[1][1], n * sizeof(float));
+        for (int k = 0; k < 2; k++)
+            for (int j = 0; j < 4; j++) free(o[k][j]);
+        free(g);
+        free(u);
+        free(lg);
+    }
+    /* per-head rmsnorm: rows of head_dim, in place */
+    const int rn[][2] = {{1, 16}, {36, 16}, {36, 256}, {1000, 256}, {9, 17}, {4, 1}, {3, 1024}};
+    for (size_t si = 0; si < sizeof rn / sizeof rn[0]; si++) {
+        const int rows = rn[si][0], dim = rn[si][1];
+        size_t n = (size_t)rows * dim;
+        float *x = frandom(n, -3, 3), *w = frandom((size_t)dim, 0.5f, 1.5f);
+        float *o[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+        for (int k = 0; k < 2; k++) {
+            float *dx = put(bes[k], x, n), *dw = put(bes[k], w, (size_t)dim);
+            bes[k]->ops->rmsnorm(bes[k], dx, dx, dw, rows, dim, 1e-6f);
+            get(bes[k], o[k], dx, n);
+            bes[k]->ops->free(bes[k], dx);
+            bes[k]->ops->free(bes[k], dw);
+        }
+        check_status();
+        double e = rel_err(o[1], o[0], n);
+        print_message("rmsnorm %d rows of %d (in place): rel err vs CPU %.2e\n", rows, dim, e);
+        assert_true(e < 1e-6);
+        free(x);
+        free(w);
+        free(o[0]);
+        free(o[1]);
+    }
+}
+
+/*
+ * Sliding-window attention. Three sequences of 40, 75 and 1500 positions on
+ * a shuffled paged cache (block size 16); two batches per window:
+ *   A  75 tokens (the whole of sequence 1) plus decode tokens of sequences
+ *      0 and 2 at several positions: n_tokens * n_heads blocks, unsplit;
+ *   B  three decode tokens, at 1499 and 1234 of sequence 2 and 5 of
+ *      sequence 0: few blocks and (window 0, 700, 5000) a long span, so the
+ *      split path, with empty splits for the short token.
+ * Windows 1, 3, 17, 700, and 5000 (more than the context: the same as 0).
+ * K values are multiples of 1/32767 with one +-1 a row, which the CPU's
+ * int16 rows hold (nearly) exactly, and V values float16 holds: the CPU and
+ * the GPU then attend over the same numbers, and both are checked against a
+ * double-precision reference that applies the window itself.
+ */
+enum { WA_SEQS = 3, WA_MAXQ = 96 };
+static const int wa_lens[WA_SEQS] = {40, 75, 1500};
+
+typedef struct wa_case {
+    int nh, nkv, hd, window;
+} wa_case;
+
+static int wa_batch(int which, int32_t *qp, int32_t *qs) {
+    int nq = 0;
+    if (which == 0) {
+        for (int i = 0; i < wa_lens[1]; i++) qp[nq] = i, qs[nq++] = 1;
+        const int dec[][2] = {{0, 39}, {0, 0}, {0, 16}, {2, 1499}, {2, 17}, {2, 700}, {2, 1023}};
+        for (int i = 0; i < 7; i++) qs[nq] = dec[i][0], qp[nq++] = dec[i][1];
+    } else {
+        qp[nq] = 1499, qs[nq++] = 2;
+        qp[nq] = 1234, qs[nq++] = 2;
+        qp[nq] = 5, qs[nq++] = 0;
+    }
+    return nq;
+}
+
+/* K/V of sequence sq at position p: rows [sq][p][kvd] of kv (K), then V. */
+static size_t wa_row(int sq, int p, int kvd) {
+    size_t off = 0;
+    for (int i = 0; i < sq; i++) off += (size_t)wa_lens[i];
+    return (off + (size_t)p) * (size_t)kvd;
+}
+
+static void run_window_attention(zi_backend *be, const wa_case *wc, const float *k, const float *v,
+                                 const float *q, float *out, const int32_t *tables, int stride,
+                                 int n_blocks) {
+    const int bs = 16, kvd = wc->nkv * wc->hd, qd = wc->nh * wc->hd;
+    zi_attn_shape s = {wc->nh, wc->nkv, wc->hd, bs, 2048, 1.0f / sqrtf((float)wc->hd), wc->window};
+    zi_error err = {0};
+    assert_int_equal(be->ops->reserve(be, WA_MAXQ, 4096, 2048, &err), ZI_OK);
+    size_t pool = (size_t)n_blocks * bs * kvd;
+    float *kc = put(be, NULL, pool), *vc = put(be, NULL, pool);
+    int32_t pos[64], seq[64];
+    float *dk = put(be, NULL, 64 * (size_t)kvd), *dv = put(be, NULL, 64 * (size_t)kvd);
+    for (int sq = 0; sq < WA_SEQS; sq++)
+        for (int p0 = 0; p0 < wa_lens[sq]; p0 += 64) {
+            int m = wa_lens[sq] - p0 < 64 ? wa_lens[sq] - p0 : 64;
+            for (int i = 0; i < m; i++) pos[i] = p0 + i, seq[i] = sq;
+            be->ops->upload(be, dk, k + wa_row(sq, p0, kvd), (size_t)m * kvd * sizeof(float));
+            be->ops->upload(be, dv, v + wa_row(sq, p0, kvd), (size_t)m * kvd * sizeof(float));
+            zi_batch_view bv = {m, pos, seq, tables, stride};
+            be->ops->kv_store(be, kc, vc, dk, dv, &bv, &s);
+        }
+    float *dq = put(be, q, (size_t)WA_MAXQ * qd), *dout = put(be, NULL, (size_t)WA_MAXQ * qd);
+    size_t done = 0;
+    for (int which = 0; which < 2; which++) {
+        int32_t qp[WA_MAXQ], qs[WA_MAXQ];
+        int nq = wa_batch(which, qp, qs);
+        zi_batch_view bv = {nq, qp, qs, tables, stride};
+        be->ops->attention(be, dout, dq, kc, vc, &bv, &s);
+        get(be, out + done, dout, (size_t)nq * qd);
+        done += (size_t)nq * qd;
+    }
+    float *bufs[] = {kc, vc, dk, dv, dq, dout};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
+}
+
+/* The double-precision reference of the same batches. */
+static void window_reference(const wa_case *wc, const float *k, const float *v, const float *q,
+                             double *out) {
+    const int kvd = wc->nkv * wc->hd, hd = wc->hd;
+    const double scale = 1.0f / sqrtf((float)hd); /* the float the backends get */
+    double *sc = malloc(sizeof(double) * 2048);
+    size_t done = 0;
+    for (int which = 0; which < 2; which++) {
+        int32_t qp[WA_MAXQ], qs[WA_MAXQ];
+        int nq = wa_batch(which, qp, qs);
+        for (int t = 0; t < nq; t++)
+            for (int h = 0; h < wc->nh; h++) {
+                const int kvh = h / (wc->nh / wc->nkv), p = qp[t];
+                const int start = wc->window > 0 && p >= wc->window ? p - wc->window + 1 : 0;
+                const float *qr = q + ((size_t)t * wc->nh + h) * hd;
+                double mx = -INFINITY, sum = 0;
+                for (int j = start; j <= p; j++) {
+                    const float *kr = k + wa_row(qs[t], j, kvd) + (size_t)kvh * hd;
+                    double d = 0;
+                    for (int e = 0; e < hd; e++) d += (double)qr[e] * kr[e];
+                    sc[j] = d * scale;
+                    if (sc[j] > mx) mx = sc[j];
+                }
+                for (int j = start; j <= p; j++) sum += sc[j] = exp(sc[j] - mx);
+                double *o = out + done + ((size_t)t * wc->nh + h) * hd;
+                for (int e = 0; e < hd; e++) o[e] = 0;
+                for (int j = start; j <= p; j++) {
+                    const float *vr = v + wa_row(qs[t], j, kvd) + (size_t)kvh * hd;
+                    for (int e = 0; e < hd; e++) o[e] += sc[j] / sum * vr[e];
+                }
+            }
+        done += (size_t)nq * wc->nh * hd;
+    }
+    free(sc);
+}
+
+static double rel_err_d(const float *a, const double *b, size_t n) {
+    double d = 0, m = 1e-30;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (e > d || e != e) d = e;
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return d / m;
+}
+
+static void test_attention_window(void **state) {
+    (void)state;
+    const int bs = 16, stride = 128, n_blocks = 128;
+    /* blocks: 3 + 5 + 94 = 102 of 128, in a shuffled order */
+    int32_t perm[128], tables[WA_SEQS * 128];
+    for (int i = 0; i < n_blocks; i++) perm[i] = i;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = (int)(urand() * (i + 1));
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int next = 0;
+    for (int s = 0; s < WA_SEQS; s++) {
+        int need = (wa_lens[s] + bs - 1) / bs;
+        for (int j = 0; j < stride; j++) tables[s * stride + j] = j < need ? perm[next++] : -1;
+    }
+    const wa_case shapes[] = {{8, 2, 64, 0}, {4, 1, 256, 0}};
+    const int windows[] = {0, 1, 3, 17, 700, 5000};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        wa_case wc = shapes[si];
+        const int kvd = wc.nkv * wc.hd, qd = wc.nh * wc.hd;
+        size_t rows = (size_t)wa_lens[0] + wa_lens[1] + wa_lens[2];
+        float *k = malloc(rows * kvd * sizeof(float)), *v = frandom(rows * kvd, -1, 1);
+        for (size_t r = 0; r < rows * (size_t)wc.nkv; r++) {
+            float *kr = k + r * (size_t)wc.hd;
+            for (int e = 0; e < wc.hd; e++) kr[e] = (float)((int)(urand() * 65535) - 32767) / 32767;
+            kr[(int)(urand() * wc.hd)] = urand() < 0.5 ? -1.0f : 1.0f; /* the row's max |k| */
+        }
+        for (size_t i = 0; i < rows * kvd; i++) v[i] = zi_f16_to_f32(zi_f32_to_f16(v[i]));
+        float *q = frandom((size_t)WA_MAXQ * qd, -2, 2);
+        size_t nout = (size_t)(wa_lens[1] + 7 + 3) * qd;
+        float *oc = malloc(nout * sizeof(float)), *og = malloc(nout * sizeof(float));
+        float *og0 = malloc(nout * sizeof(float));
+        double *ref = malloc(nout * sizeof(double));
+        for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
+            wc.window = windows[wi];
+            run_window_attention(g_cpu, &wc, k, v, q, oc, tables, stride, n_blocks);
+            run_window_attention(g_gpu, &wc, k, v, q, og, tables, stride, n_blocks);
+            check_status();
+            window_reference(&wc, k, v, q, ref);
+            double eg = rel_err_d(og, ref, nout), ec = rel_err_d(oc, ref, nout);
+            double e = rel_err(og, oc, nout);
+            print_message("attention %d heads (%d KV) of %d, window %d: rel err GPU vs double "
+                          "%.2e, CPU vs double %.2e, GPU vs CPU %.2e\n",
+                          wc.nh, wc.nkv, wc.hd, wc.window, eg, ec, e);
+            assert_true(eg < 1e-5);
+            assert_true(e < 2e-5);
+            if (wc.window == 0) memcpy(og0, og, nout * sizeof(float));
+            /* a window past the context reads what no window reads: the
+             * same positions, the same split, the same floats */
+            if (wc.window == 5000) assert_memory_equal(og, og0, nout * sizeof(float));
+        }
+        free(k);
+        free(v);
+        free(q);
+        free(oc);
+        free(og);
+        free(og0);
+        free(ref);
+    }
 }
 
 /* A bad id is an error with a message, and the backend says so. */
@@ -930,6 +1218,8 @@ int main(void) {
         cmocka_unit_test(test_get_rows),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_gemma_ops),
+        cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_bad_id_reported),
         cmocka_unit_test(test_graph_capture),
         cmocka_unit_test(test_sampler_vs_reference),
