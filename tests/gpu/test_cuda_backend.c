@@ -44,6 +44,7 @@
 #include "args.h"
 #include "cpu_backend.h"
 #include "cuda_backend.h"
+#include "family.h"
 #include "gguf.h"
 #include "kv_fixed.h"
 #include "model.h"
@@ -414,6 +415,10 @@ static void test_gemma_ops(void **state) {
     (void)state;
     zi_error err = {0};
     zi_backend *bes[2] = {g_cpu, g_gpu};
+    /* every op and capability the gemma3 row asks for: it loads on CUDA */
+    const zi_family *g3 = zi_family_find("gemma3", 6);
+    assert_non_null(g3);
+    if (zi_family_check_backend(g3, g_gpu, 1, 1, &err)) fail_msg("gemma3 on CUDA: %s", err.msg);
     assert_int_equal(g_gpu->ops->reserve(g_gpu, 64, 4096, 64, &err), ZI_OK);
     assert_int_equal(g_cpu->ops->reserve(g_cpu, 64, 4096, 64, &err), ZI_OK);
     /* rope_neox: tokens, heads, head_dim, rope_dim (half of 46 is odd) */
