@@ -97,7 +97,11 @@ class Model:
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         self.eps = float(hp("attention.layer_norm_rms_epsilon"))
         self.n_ctx = int(hp("context_length"))
-        self.n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
+        if "tokenizer.ggml.tokens" in r.fields:
+            self.n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
+        else:  # a file without a tokenizer (scripts/ref/random_gguf.py): the embedding's rows
+            emb = next(t for t in r.tensors if t.name == "token_embd.weight")
+            self.n_vocab = int(emb.shape[1])
         # Family switches (the C side's model_worker/family.c, derived here
         # independently from llama.cpp's model code).
         self.neox = self.qk_norm = self.post_norms = self.geglu = gemma

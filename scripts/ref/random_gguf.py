@@ -10,7 +10,8 @@ from --seed. Weight scales give each product unit variance and logits with
 a standard deviation near 2, so greedy decoding has real gaps to compare.
 No tokenizer: feed token ids.
 
-  random_gguf.py --shape smollm2-135m|gemma3-270m [--type Q4_1] [--seed 1] OUT.gguf
+  random_gguf.py --shape smollm2-135m|gemma3-270m [--type Q4_1] [--layers N]
+                 [--window N] [--tokenizer-from GGUF] [--seed 1] OUT.gguf
 """
 
 import argparse
@@ -64,6 +65,11 @@ def main():
     ap.add_argument("--type", default="Q4_1", choices=["Q4_0", "Q4_1", "Q8_0", "F16"],
                     help="the matrices' type (default Q4_1)")
     ap.add_argument("--layers", type=int, default=0, help="fewer layers than the shape's")
+    ap.add_argument("--window", type=int, default=0,
+                    help="a smaller sliding window than the shape's (gemma3), so short tests reach it")
+    ap.add_argument("--tokenizer-from", metavar="GGUF",
+                    help="copy the tokenizer.* keys of this file (same vocabulary size), so the "
+                         "file can be served")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("out")
     a = ap.parse_args()
@@ -85,7 +91,14 @@ def main():
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", s["eps"])
     w.add_float32(f"{arch}.rope.freq_base", s["rope"])
     if "window" in s:
-        w.add_uint32(f"{arch}.attention.sliding_window", s["window"])
+        w.add_uint32(f"{arch}.attention.sliding_window", a.window or s["window"])
+    if a.tokenizer_from:
+        r = gguf.GGUFReader(a.tokenizer_from)
+        for key, field in r.fields.items():
+            if key.startswith("tokenizer."):
+                vtype = field.types[0]
+                sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+                w.add_key_value(key, field.contents(), vtype, sub_type=sub)
     qt = Q[a.type]
     one = lambda n: (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
     # the embedding doubles as the output head (tied, as in both real files)
