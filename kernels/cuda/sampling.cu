@@ -133,12 +133,46 @@ __device__ int32_t first_cross(int32_t n, F f, double target, bool strict, Share
     return -1;
 }
 
+/* The row r reads: its rewrite (steps 1-4) when it has one, else the
+ * model's logits. */
+__device__ const float *row_logits(const float *logits, size_t ld, const float *work, int32_t n,
+                                   const zi_gpu_sample_params &p) {
+    if (p.flags & ZI_GS_PREP) return work + static_cast<size_t>(blockIdx.x) * n;
+    return p.src ? p.src : logits + static_cast<size_t>(blockIdx.x) * ld;
+}
+
+/* Steps 1-4 (zi_gpu_prepare_ref): row r's logits with the bitmask applied
+ * into work row r, then its listed tokens penalised (or forbidden). The
+ * entries name distinct tokens (zi_gpu_pen_build), so the second pass has
+ * no two threads on one token; __syncthreads orders it after the copy. */
 __global__ void __launch_bounds__(kT)
-    sample_kernel(const float *__restrict__ logits, size_t ld, int32_t n,
-                  const zi_gpu_sample_params *__restrict__ params, int32_t *__restrict__ out) {
-    __shared__ Shared sh;
-    const float *lg = logits + static_cast<size_t>(blockIdx.x) * ld;
+    prep_kernel(const float *__restrict__ logits, size_t ld, float *__restrict__ work, int32_t n,
+                const zi_gpu_sample_params *__restrict__ params,
+                const zi_gpu_pen *__restrict__ ents, const uint32_t *__restrict__ masks,
+                size_t words) {
     const zi_gpu_sample_params p = params[blockIdx.x];
+    if (!(p.flags & ZI_GS_PREP)) return; /* uniform over the block */
+    const float *src = p.src ? p.src : logits + static_cast<size_t>(blockIdx.x) * ld;
+    float *dst = work + static_cast<size_t>(blockIdx.x) * n;
+    const uint32_t *mask =
+        p.mask_row >= 0 ? masks + static_cast<size_t>(p.mask_row) * words : nullptr;
+    for (int32_t t = static_cast<int32_t>(threadIdx.x); t < n; t += kT)
+        dst[t] = zi_gs_allowed(mask, t) ? src[t] : -INFINITY;
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < p.n_ent; i += kT) {
+        const zi_gpu_pen e = ents[p.ent_off + i];
+        if (e.id < 0 || e.id >= n) continue; /* checked on the host; never trusted */
+        dst[e.id] = zi_gs_allowed(mask, e.id) ? zi_gs_penalised(src[e.id], &p, e.count) : -INFINITY;
+    }
+}
+
+__global__ void __launch_bounds__(kT)
+    sample_kernel(const float *__restrict__ logits, size_t ld, const float *__restrict__ work,
+                  int32_t n, const zi_gpu_sample_params *__restrict__ params,
+                  int32_t *__restrict__ out) {
+    __shared__ Shared sh;
+    const zi_gpu_sample_params p = params[blockIdx.x];
+    const float *lg = row_logits(logits, ld, work, n, p);
     const int32_t tid = static_cast<int32_t>(threadIdx.x);
 
     /* pass 1: the best token and the candidate count */
@@ -278,8 +312,15 @@ struct zi_cuda_sampler {
     int device;
     int32_t n_vocab;
     int max_rows;
-    zi_gpu_sample_params *h_params, *d_params; /* pinned host / device */
+    size_t words; /* bitmask words per row: ceil(n_vocab / 32) */
+    /* One call's parameters, entries and bitmasks, packed: pinned host and
+     * device copies of stage_cap bytes, sent in one transfer. */
+    unsigned char *h_stage, *d_stage;
+    size_t stage_cap;
+    float *d_work; /* [max_rows][n_vocab] rewritten rows (steps 1-4); on first need */
     int32_t *h_tokens, *d_tokens;
+    zi_gpu_pen_scratch pen;
+    zi_cuda_sample_row_full *full; /* [max_rows] plain rows converted */
     cudaEvent_t done;
     int pending, n_rows;
 };
@@ -287,6 +328,30 @@ struct zi_cuda_sampler {
 static int cuda_fail(zi_error *err, const char *what, cudaError_t e) {
     return zi_error_set(err, ZI_EIO, "GPU sampler: %s: %s: %s", what, cudaGetErrorName(e),
                         cudaGetErrorString(e));
+}
+
+static size_t align16(size_t x) {
+    return (x + 15) & ~static_cast<size_t>(15);
+}
+
+/* Room for need bytes in both staging buffers (nothing is in flight). */
+static int stage_reserve(zi_cuda_sampler *s, size_t need, zi_error *err) {
+    if (need <= s->stage_cap) return ZI_OK;
+    size_t cap = s->stage_cap * 2 > need ? s->stage_cap * 2 : need;
+    cudaFreeHost(s->h_stage);
+    cudaFree(s->d_stage);
+    s->h_stage = s->d_stage = nullptr;
+    s->stage_cap = 0;
+    cudaError_t e = cudaMallocHost(reinterpret_cast<void **>(&s->h_stage), cap);
+    if (e != cudaSuccess) return cuda_fail(err, "cudaMallocHost (staging)", e);
+    e = cudaMalloc(reinterpret_cast<void **>(&s->d_stage), cap);
+    if (e != cudaSuccess) {
+        cudaFreeHost(s->h_stage);
+        s->h_stage = nullptr;
+        return cuda_fail(err, "cudaMalloc (staging)", e);
+    }
+    s->stage_cap = cap;
+    return ZI_OK;
 }
 
 extern "C" int zi_cuda_sampler_create(zi_backend *be, int32_t n_vocab, int max_rows,
@@ -303,28 +368,39 @@ extern "C" int zi_cuda_sampler_create(zi_backend *be, int32_t n_vocab, int max_r
     s->device = zi_cuda_backend_device(be);
     s->n_vocab = n_vocab;
     s->max_rows = max_rows;
+    s->words = (static_cast<size_t>(n_vocab) + 31) / 32;
+    int rc = zi_gpu_pen_scratch_init(&s->pen, n_vocab, err);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    s->full = static_cast<zi_cuda_sample_row_full *>(calloc(max_rows, sizeof *s->full));
+    if (!s->full) {
+        zi_cuda_sampler_free(s);
+        return zi_error_set(err, ZI_ENOMEM, "GPU sampler: out of memory");
+    }
     cudaError_t e = cudaSetDevice(s->device);
     const char *what = "cudaSetDevice";
     if (e == cudaSuccess) {
         what = "cudaMallocHost";
-        e = cudaMallocHost(reinterpret_cast<void **>(&s->h_params),
-                           sizeof(zi_gpu_sample_params) * max_rows);
-    }
-    if (e == cudaSuccess)
         e = cudaMallocHost(reinterpret_cast<void **>(&s->h_tokens), sizeof(int32_t) * max_rows);
+    }
     if (e == cudaSuccess) {
         what = "cudaMalloc";
-        e = cudaMalloc(reinterpret_cast<void **>(&s->d_params),
-                       sizeof(zi_gpu_sample_params) * max_rows);
-    }
-    if (e == cudaSuccess)
         e = cudaMalloc(reinterpret_cast<void **>(&s->d_tokens), sizeof(int32_t) * max_rows);
+    }
     if (e == cudaSuccess) {
         what = "cudaEventCreate";
         e = cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming);
     }
     if (e != cudaSuccess) {
-        int rc = cuda_fail(err, what, e);
+        rc = cuda_fail(err, what, e);
+        zi_cuda_sampler_free(s);
+        return rc;
+    }
+    /* parameters for max_rows rows and some history: most calls never grow it */
+    if ((rc = stage_reserve(s, align16(sizeof(zi_gpu_sample_params) * max_rows) + (64u << 10),
+                            err))) {
         zi_cuda_sampler_free(s);
         return rc;
     }
@@ -336,16 +412,24 @@ extern "C" void zi_cuda_sampler_free(zi_cuda_sampler *s) {
     if (!s) return;
     if (s->pending) cudaEventSynchronize(s->done);
     if (s->done) cudaEventDestroy(s->done);
-    cudaFree(s->d_params);
+    cudaFree(s->d_stage);
+    cudaFree(s->d_work);
     cudaFree(s->d_tokens);
-    cudaFreeHost(s->h_params);
+    cudaFreeHost(s->h_stage);
     cudaFreeHost(s->h_tokens);
+    zi_gpu_pen_scratch_free(&s->pen);
+    free(s->full);
     free(s);
 }
 
-extern "C" int zi_cuda_sampler_sample_async(zi_cuda_sampler *s, const float *d_logits, size_t ld,
-                                            const zi_cuda_sample_row *rows, int n_rows,
-                                            zi_error *err) {
+/* What a row puts in the staging buffer, at most (entries before dedup). */
+static size_t row_entries_max(const zi_cuda_sample_row_full *r) {
+    return r->n_prompt + r->n_generated + r->n_eos_forbid;
+}
+
+extern "C" int zi_cuda_sampler_sample_full_async(zi_cuda_sampler *s, const float *d_logits,
+                                                 size_t ld, const zi_cuda_sample_row_full *rows,
+                                                 int n_rows, zi_error *err) {
     if (s) s->n_rows = 0; /* until this call is queued: a wait after a failure finds nothing */
     if (!s || !d_logits || !rows || n_rows < 1 || n_rows > s->max_rows ||
         ld < static_cast<size_t>(s->n_vocab))
@@ -359,19 +443,82 @@ extern "C" int zi_cuda_sampler_sample_async(zi_cuda_sampler *s, const float *d_l
         if (e != cudaSuccess) return cuda_fail(err, "cudaEventSynchronize", e);
         s->pending = 0;
     }
+    /* the layout of this call's staging: parameters, entries, bitmasks */
+    size_t max_ent = 0, n_masks = 0;
     for (int r = 0; r < n_rows; r++) {
         if (!rows[r].params)
             return zi_error_set(err, ZI_EINVAL, "GPU sampler: row %d: params is NULL", r);
-        int rc = zi_gpu_sample_params_set(&s->h_params[r], rows[r].params, rows[r].step, err);
+        max_ent += row_entries_max(&rows[r]);
+        n_masks += rows[r].bitmask != NULL;
+    }
+    if (max_ent > UINT32_MAX)
+        return zi_error_set(err, ZI_EINVAL, "GPU sampler: %zu history entries in one call",
+                            max_ent);
+    const size_t off_ent = align16(sizeof(zi_gpu_sample_params) * n_rows);
+    const size_t off_mask = align16(off_ent + sizeof(zi_gpu_pen) * max_ent);
+    int rc = stage_reserve(s, off_mask + sizeof(uint32_t) * s->words * n_masks, err);
+    if (rc) return rc;
+    zi_gpu_sample_params *hp = reinterpret_cast<zi_gpu_sample_params *>(s->h_stage);
+    zi_gpu_pen *he = reinterpret_cast<zi_gpu_pen *>(s->h_stage + off_ent);
+    uint32_t *hm = reinterpret_cast<uint32_t *>(s->h_stage + off_mask);
+    uint32_t n_ent = 0;
+    int32_t mask_rows = 0;
+    int any_prep = 0;
+    for (int r = 0; r < n_rows; r++) {
+        const zi_cuda_sample_row_full *row = &rows[r];
+        zi_gpu_sample_params *p = &hp[r];
+        if ((rc = zi_gpu_sample_params_set(p, row->params, row->step, err))) {
+            zi_error_prefix(err, "row %d", r);
+            return rc;
+        }
+        if ((p->flags & (ZI_GS_REP | ZI_GS_FP)) && !row->prompt_ids && !row->generated_ids)
+            return zi_error_set(err, ZI_EUNSUPPORTED,
+                                "GPU sampler: row %d asks for penalties but carries no token "
+                                "history (prompt_ids and generated_ids are NULL)",
+                                r);
+        p->src = row->logits;
+        uint32_t k = 0;
+        rc = zi_gpu_pen_build(&s->pen, p, row->prompt_ids, row->n_prompt, row->generated_ids,
+                              row->n_generated, row->eos_forbid, row->n_eos_forbid, he + n_ent, &k,
+                              err);
         if (rc) {
             zi_error_prefix(err, "row %d", r);
             return rc;
         }
+        p->ent_off = n_ent;
+        p->n_ent = k;
+        n_ent += k;
+        if (row->bitmask) {
+            memcpy(hm + static_cast<size_t>(mask_rows) * s->words, row->bitmask,
+                   sizeof(uint32_t) * s->words);
+            p->mask_row = mask_rows++;
+        }
+        if (k > 0 || row->bitmask) p->flags |= ZI_GS_PREP, any_prep = 1;
     }
-    cudaError_t e = cudaMemcpyAsync(s->d_params, s->h_params, sizeof(zi_gpu_sample_params) * n_rows,
-                                    cudaMemcpyHostToDevice, s->stream);
+    cudaError_t e;
+    if (any_prep && !s->d_work) {
+        e = cudaMalloc(reinterpret_cast<void **>(&s->d_work),
+                       sizeof(float) * static_cast<size_t>(s->n_vocab) * s->max_rows);
+        if (e != cudaSuccess) {
+            s->d_work = nullptr;
+            return cuda_fail(err, "cudaMalloc (rewritten rows)", e);
+        }
+    }
+    /* one transfer: the used prefix of each section (the layout keeps offsets) */
+    const size_t bytes = mask_rows > 0 ? off_mask + sizeof(uint32_t) * s->words * mask_rows
+                                       : off_ent + sizeof(zi_gpu_pen) * n_ent;
+    e = cudaMemcpyAsync(s->d_stage, s->h_stage, bytes, cudaMemcpyHostToDevice, s->stream);
     if (e != cudaSuccess) return cuda_fail(err, "cudaMemcpyAsync (parameters)", e);
-    sample_kernel<<<n_rows, kT, 0, s->stream>>>(d_logits, ld, s->n_vocab, s->d_params, s->d_tokens);
+    const zi_gpu_sample_params *dp = reinterpret_cast<const zi_gpu_sample_params *>(s->d_stage);
+    if (any_prep) {
+        prep_kernel<<<n_rows, kT, 0, s->stream>>>(
+            d_logits, ld, s->d_work, s->n_vocab, dp,
+            reinterpret_cast<const zi_gpu_pen *>(s->d_stage + off_ent),
+            reinterpret_cast<const uint32_t *>(s->d_stage + off_mask), s->words);
+        if ((e = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "prep_kernel launch", e);
+    }
+    sample_kernel<<<n_rows, kT, 0, s->stream>>>(d_logits, ld, s->d_work, s->n_vocab, dp,
+                                                s->d_tokens);
     if ((e = cudaGetLastError()) != cudaSuccess) return cuda_fail(err, "sample_kernel launch", e);
     e = cudaMemcpyAsync(s->h_tokens, s->d_tokens, sizeof(int32_t) * n_rows, cudaMemcpyDeviceToHost,
                         s->stream);
@@ -381,6 +528,19 @@ extern "C" int zi_cuda_sampler_sample_async(zi_cuda_sampler *s, const float *d_l
     s->pending = 1;
     s->n_rows = n_rows;
     return ZI_OK;
+}
+
+extern "C" int zi_cuda_sampler_sample_async(zi_cuda_sampler *s, const float *d_logits, size_t ld,
+                                            const zi_cuda_sample_row *rows, int n_rows,
+                                            zi_error *err) {
+    if (!s || !rows || n_rows < 1 || n_rows > s->max_rows)
+        return zi_cuda_sampler_sample_full_async(s, d_logits, ld, nullptr, n_rows, err);
+    for (int r = 0; r < n_rows; r++) {
+        memset(&s->full[r], 0, sizeof s->full[r]);
+        s->full[r].params = rows[r].params;
+        s->full[r].step = rows[r].step;
+    }
+    return zi_cuda_sampler_sample_full_async(s, d_logits, ld, s->full, n_rows, err);
 }
 
 extern "C" int zi_cuda_sampler_ready(zi_cuda_sampler *s) {
@@ -399,6 +559,8 @@ extern "C" int zi_cuda_sampler_wait(zi_cuda_sampler *s, const int32_t **tokens, 
     for (int r = 0; r < s->n_rows; r++)
         if (s->h_tokens[r] < 0)
             return zi_error_set(err, ZI_ERANGE,
-                                "GPU sampler: row %d: no eligible token (all logits -inf/NaN)", r);
+                                "GPU sampler: row %d: no eligible token (all logits -inf/NaN or "
+                                "masked)",
+                                r);
     return ZI_OK;
 }

@@ -8,20 +8,13 @@
  */
 #include "sampling_ref.h"
 
+#include <stdlib.h>
+
 #include "types.h"
 
 int zi_gpu_sample_params_set(zi_gpu_sample_params *out, const struct zi_sampling_params *sp,
                              uint64_t step, zi_error *err) {
     if (!out || !sp) return zi_error_set(err, ZI_EINVAL, "GPU sampler: NULL params");
-    if (sp->repetition_penalty != 1.0)
-        return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "GPU sampler: repetition_penalty %g is not applied on the GPU (use "
-                            "the CPU sampler)",
-                            sp->repetition_penalty);
-    if (sp->frequency_penalty != 0.0 || sp->presence_penalty != 0.0)
-        return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "GPU sampler: frequency/presence penalties are not applied on the "
-                            "GPU (use the CPU sampler)");
     memset(out, 0, sizeof *out);
     out->temperature = sp->temperature;
     out->top_p = sp->top_p;
@@ -29,7 +22,92 @@ int zi_gpu_sample_params_set(zi_gpu_sample_params *out, const struct zi_sampling
     out->seed = sp->seed;
     out->step = step;
     out->top_k = sp->top_k;
+    out->rep = sp->repetition_penalty;
+    out->freq = sp->frequency_penalty;
+    out->pres = sp->presence_penalty;
+    /* the CPU sampler's conditions (sampler.c, prepare_row) */
+    if (out->rep != 1.0 && out->rep > 0.0) out->flags |= ZI_GS_REP;
+    if (out->freq != 0.0 || out->pres != 0.0) out->flags |= ZI_GS_FP;
+    out->mask_row = -1;
     return ZI_OK;
+}
+
+int zi_gpu_pen_scratch_init(zi_gpu_pen_scratch *s, int32_t n_vocab, zi_error *err) {
+    memset(s, 0, sizeof *s);
+    if (n_vocab < 1) return zi_error_set(err, ZI_EINVAL, "GPU sampler: n_vocab %d", (int)n_vocab);
+    s->n_vocab = n_vocab;
+    s->stamp = calloc((size_t)n_vocab, sizeof *s->stamp);
+    s->slot = malloc((size_t)n_vocab * sizeof *s->slot);
+    if (!s->stamp || !s->slot) {
+        zi_gpu_pen_scratch_free(s);
+        return zi_error_set(err, ZI_ENOMEM, "GPU sampler: out of memory for n_vocab %d",
+                            (int)n_vocab);
+    }
+    return ZI_OK;
+}
+
+void zi_gpu_pen_scratch_free(zi_gpu_pen_scratch *s) {
+    free(s->stamp);
+    free(s->slot);
+    memset(s, 0, sizeof *s);
+}
+
+static int check_ids(const int32_t *ids, size_t n, int32_t n_vocab, const char *field,
+                     zi_error *err) {
+    if (n && !ids) return zi_error_set(err, ZI_EINVAL, "GPU sampler: %s is NULL", field);
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return zi_error_set(err, ZI_EINVAL, "GPU sampler: %s[%zu] = %d outside [0, %d)", field,
+                                i, (int)ids[i], (int)n_vocab);
+    return ZI_OK;
+}
+
+/* The entry of token t in this row, appended on first sight (count 0). */
+static zi_gpu_pen *entry(zi_gpu_pen_scratch *s, int32_t t, zi_gpu_pen *out, uint32_t *n) {
+    if (s->stamp[t] != s->now) {
+        s->stamp[t] = s->now;
+        s->slot[t] = *n;
+        out[*n] = (zi_gpu_pen){t, 0};
+        ++*n;
+    }
+    return &out[s->slot[t]];
+}
+
+int zi_gpu_pen_build(zi_gpu_pen_scratch *s, const zi_gpu_sample_params *p, const int32_t *prompt,
+                     size_t n_prompt, const int32_t *generated, size_t n_generated,
+                     const int32_t *forbid, size_t n_forbid, zi_gpu_pen *out, uint32_t *n_out,
+                     zi_error *err) {
+    *n_out = 0;
+    int rc;
+    if ((rc = check_ids(prompt, n_prompt, s->n_vocab, "prompt_ids", err)) ||
+        (rc = check_ids(generated, n_generated, s->n_vocab, "generated_ids", err)) ||
+        (rc = check_ids(forbid, n_forbid, s->n_vocab, "eos_forbid", err)))
+        return rc;
+    /* a fresh stamp; on wrap-around clear so old stamps cannot match */
+    if (++s->now == 0) {
+        memset(s->stamp, 0, (size_t)s->n_vocab * sizeof *s->stamp);
+        s->now = 1;
+    }
+    uint32_t n = 0;
+    if (p->flags & (ZI_GS_REP | ZI_GS_FP)) {
+        if (p->flags & ZI_GS_REP)
+            for (size_t i = 0; i < n_prompt; i++) entry(s, prompt[i], out, &n);
+        for (size_t i = 0; i < n_generated; i++) entry(s, generated[i], out, &n)->count++;
+    }
+    for (size_t i = 0; i < n_forbid; i++) entry(s, forbid[i], out, &n)->count = ZI_GS_FORBID;
+    *n_out = n;
+    return ZI_OK;
+}
+
+void zi_gpu_prepare_ref(const float *logits, int32_t n, const zi_gpu_sample_params *p,
+                        const zi_gpu_pen *ents, uint32_t n_ent, const uint32_t *mask, float *out) {
+    /* the kernel's two passes: the masked copy, then the listed tokens */
+    for (int32_t t = 0; t < n; t++) out[t] = zi_gs_allowed(mask, t) ? logits[t] : -INFINITY;
+    for (uint32_t i = 0; i < n_ent; i++) {
+        int32_t t = ents[i].id;
+        if (t < 0 || t >= n) continue;
+        out[t] = zi_gs_allowed(mask, t) ? zi_gs_penalised(logits[t], p, ents[i].count) : -INFINITY;
+    }
 }
 
 /* Largest key K with count(candidates in cut, key >= K) >= k (F is

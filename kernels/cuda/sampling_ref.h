@@ -26,9 +26,14 @@
  * the CPU walks its heap/partition order, so the tokens are identically
  * distributed but not equal draw for draw.
  *
- * Penalties, EOS masks and the allowed-token bitmask (sampler.h steps 1-4)
- * are not part of the GPU sampler: zi_gpu_sample_params_set refuses
- * parameters that need them.
+ * Steps 1-4 (penalties, EOS mask, allowed-token bitmask) come first, as a
+ * rewrite of the row into the sampler's own buffer: the host reduces a
+ * row's history to a compact list of distinct tokens (zi_gpu_pen_build:
+ * each with its count among the generated tokens, or "forbidden" for the
+ * EOS mask), and the rewrite copies the row with masked tokens at -inf
+ * and then sets each listed token to zi_gs_penalised of its raw logit
+ * (the CPU sampler's double expression, bit for bit) unless the mask
+ * forbids it. zi_gpu_prepare_ref is that rewrite run sequentially.
  */
 #ifndef ZI_SAMPLING_REF_H
 #define ZI_SAMPLING_REF_H
@@ -51,16 +56,64 @@ extern "C" {
 
 struct zi_sampling_params;
 
+/* zi_gpu_sample_params.flags */
+#define ZI_GS_REP 1u  /* repetition penalty on (r != 1 and r > 0, as the CPU sampler) */
+#define ZI_GS_FP 2u   /* frequency/presence penalties on (either != 0) */
+#define ZI_GS_PREP 4u /* steps 1-4 rewrite the row (entries or a bitmask): read the copy */
+
 /* One row's parameters, flat, as the kernel reads them. */
 typedef struct zi_gpu_sample_params {
     double temperature;
     double top_p;
     double min_p;
+    double rep, freq, pres; /* repetition, frequency, presence penalties */
     uint64_t seed;
-    uint64_t step; /* draw counter: tokens the row has generated */
+    uint64_t step;    /* draw counter: tokens the row has generated */
+    const float *src; /* the row's logits (device); NULL: d_logits + r * ld. Not
+                         read by the reference. */
     int32_t top_k;
+    uint32_t flags;   /* ZI_GS_* */
+    uint32_t ent_off; /* the row's entries: ents[ent_off .. ent_off + n_ent) */
+    uint32_t n_ent;
+    int32_t mask_row; /* its bitmask: masks + mask_row * ceil(n_vocab / 32); -1: none */
     int32_t reserved;
 } zi_gpu_sample_params;
+
+/* A token the penalties or the EOS mask touch in one row (distinct ids). */
+typedef struct zi_gpu_pen {
+    int32_t id;
+    int32_t count; /* occurrences among the generated tokens; ZI_GS_FORBID: -inf */
+} zi_gpu_pen;
+#define ZI_GS_FORBID (-1)
+
+/* Host scratch for zi_gpu_pen_build: a stamp per token, as in sampler.c. */
+typedef struct zi_gpu_pen_scratch {
+    int32_t n_vocab;
+    uint32_t now;
+    uint32_t *stamp; /* [n_vocab] stamp[t] == now: t has an entry this row */
+    uint32_t *slot;  /* [n_vocab] its index in the row's entries */
+} zi_gpu_pen_scratch;
+
+int zi_gpu_pen_scratch_init(zi_gpu_pen_scratch *s, int32_t n_vocab, zi_error *err);
+void zi_gpu_pen_scratch_free(zi_gpu_pen_scratch *s);
+
+/* The entries of one row (sampler.h steps 1-3) into out, which has room
+ * for n_prompt + n_generated + n_forbid: the distinct prompt tokens when
+ * p asks for the repetition penalty, the distinct generated tokens with
+ * their counts when it asks for any penalty, the forbidden ids last
+ * (overriding). *n_out gets how many. ZI_EINVAL naming the field for an id
+ * outside [0, n_vocab) or a NULL list of nonzero length (nothing usable
+ * is written then). */
+int zi_gpu_pen_build(zi_gpu_pen_scratch *s, const zi_gpu_sample_params *p, const int32_t *prompt,
+                     size_t n_prompt, const int32_t *generated, size_t n_generated,
+                     const int32_t *forbid, size_t n_forbid, zi_gpu_pen *out, uint32_t *n_out,
+                     zi_error *err);
+
+/* Steps 1-4 on one row, sequentially, as the kernel's rewrite pass: out
+ * (n_vocab floats) gets the row with bitmask-forbidden tokens at -inf and
+ * each entry's token at zi_gs_penalised (or -inf). mask may be NULL. */
+void zi_gpu_prepare_ref(const float *logits, int32_t n_vocab, const zi_gpu_sample_params *p,
+                        const zi_gpu_pen *ents, uint32_t n_ent, const uint32_t *mask, float *out);
 
 /* A cut in the total order: tokens with key > key, or key == key and
  * id <= id, survive. */
@@ -69,8 +122,9 @@ typedef struct zi_gpu_cut {
     int32_t id;
 } zi_gpu_cut;
 
-/* Fills *out from sp and step. ZI_EUNSUPPORTED naming the field when sp
- * asks for a penalty (the GPU sampler does not apply them). */
+/* Fills *out from sp and step: the sampling parameters and the penalties
+ * (flags ZI_GS_REP / ZI_GS_FP); src, the entries and the mask are the
+ * caller's to set (none: 0 entries, mask_row -1). */
 int zi_gpu_sample_params_set(zi_gpu_sample_params *out, const struct zi_sampling_params *sp,
                              uint64_t step, zi_error *err);
 
@@ -153,6 +207,28 @@ static inline ZI_HD int64_t zi_gs_ties_needed(double target, double s_gt, double
     while (m > 1 && s_gt + (double)(m - 1) * w >= target) m--;
     while (m < n_eq && s_gt + (double)m * w < target) m++;
     return m;
+}
+
+/* Steps 1-2 for one listed token: the CPU sampler's prepare_row, in
+ * double, the penalty's product and sum rounded one by one (no fused
+ * multiply-add on the device, which would round once). */
+static inline ZI_HD float zi_gs_penalised(float raw, const zi_gpu_sample_params *p, int32_t count) {
+    if (count < 0) return -INFINITY; /* ZI_GS_FORBID */
+    double v = raw;
+    if (p->flags & ZI_GS_REP) v = v > 0 ? v / p->rep : v * p->rep;
+    if ((p->flags & ZI_GS_FP) && count > 0) {
+#ifdef __CUDA_ARCH__
+        v = __dsub_rn(v, __dadd_rn(__dmul_rn(p->freq, (double)count), p->pres));
+#else
+        v -= p->freq * count + p->pres;
+#endif
+    }
+    return (float)v;
+}
+
+/* Step 4: is token t allowed by the packed bitmask (NULL: all are)? */
+static inline ZI_HD int zi_gs_allowed(const uint32_t *mask, int32_t t) {
+    return !mask || ((mask[t >> 5] >> (t & 31)) & 1u);
 }
 
 #ifdef __cplusplus

@@ -13,7 +13,11 @@
  *     oracle's distribution, and a wrong distribution fails it;
  *   - with top_k and top_p off (temperature, min_p) the tokens equal the
  *     CPU sampler's draw for draw, up to a handful of rounding ties;
- *   - greedy, ties, NaN, -inf and +inf rows, and refused penalties.
+ *   - greedy, ties, NaN, -inf and +inf rows, the parameters' flags;
+ *   - steps 1-4 (penalties, EOS mask, bitmask): the entry list, and the
+ *     reference's rewritten row equal to the CPU sampler's processed
+ *     logits bit for bit on random rows, with greedy tokens equal and
+ *     seeded draws equal up to a handful of rounding ties.
  *
  * The GPU kernel itself runs the same passes in parallel; tests/gpu holds
  * it against this reference and the CPU sampler on a real device.
@@ -384,15 +388,155 @@ static void test_params_set(void **state) {
     assert_int_equal(zi_gpu_sample_params_set(&g, &sp, 17, &err), ZI_OK);
     assert_true(g.temperature == 0.8 && g.top_k == 40 && g.top_p == 0.9 && g.min_p == 0.05);
     assert_true(g.seed == 99 && g.step == 17);
+    assert_int_equal(g.flags, 0u);
+    assert_int_equal(g.mask_row, -1);
+    assert_int_equal(g.n_ent, 0u);
+    /* penalties are carried, with the CPU sampler's on/off conditions */
     sp.repetition_penalty = 1.2;
-    assert_int_equal(zi_gpu_sample_params_set(&g, &sp, 0, &err), ZI_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "repetition_penalty"));
-    sp.repetition_penalty = 1.0;
+    assert_int_equal(zi_gpu_sample_params_set(&g, &sp, 0, &err), ZI_OK);
+    assert_true(g.flags == ZI_GS_REP && g.rep == 1.2);
+    sp.repetition_penalty = 0.0; /* <= 0: off, as on the CPU */
     sp.presence_penalty = 0.5;
-    assert_int_equal(zi_gpu_sample_params_set(&g, &sp, 0, &err), ZI_EUNSUPPORTED);
-    assert_non_null(strstr(err.msg, "presence"));
+    assert_int_equal(zi_gpu_sample_params_set(&g, &sp, 0, &err), ZI_OK);
+    assert_true(g.flags == ZI_GS_FP && g.pres == 0.5 && g.freq == 0.0);
     assert_int_equal(zi_gpu_sample_params_set(&g, NULL, 0, &err), ZI_EINVAL);
     zi_sampling_params_free(&sp);
+}
+
+/* The entry list: distinct tokens, generated counts, forbidden ids last
+ * and overriding, prompt tokens only with the repetition penalty. */
+static void test_pen_build(void **state) {
+    (void)state;
+    zi_gpu_pen_scratch sc;
+    zi_error err = {0};
+    assert_int_equal(zi_gpu_pen_scratch_init(&sc, 100, &err), ZI_OK);
+    zi_gpu_sample_params p;
+    memset(&p, 0, sizeof p);
+    p.flags = ZI_GS_REP | ZI_GS_FP;
+    const int32_t prompt[] = {5, 7, 5, 9}, gen[] = {7, 3, 7, 7}, forbid[] = {9, 2, 2};
+    zi_gpu_pen e[11];
+    uint32_t n = 0;
+    assert_int_equal(zi_gpu_pen_build(&sc, &p, prompt, 4, gen, 4, forbid, 3, e, &n, &err), ZI_OK);
+    assert_int_equal(n, 5u); /* 5 7 9 3 2 */
+    const zi_gpu_pen want[] = {{5, 0}, {7, 3}, {9, ZI_GS_FORBID}, {3, 1}, {2, ZI_GS_FORBID}};
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(e[i].id, want[i].id);
+        assert_int_equal(e[i].count, want[i].count);
+    }
+    p.flags = ZI_GS_FP; /* no repetition penalty: the prompt is not listed */
+    assert_int_equal(zi_gpu_pen_build(&sc, &p, prompt, 4, gen, 4, NULL, 0, e, &n, &err), ZI_OK);
+    assert_int_equal(n, 2u);
+    assert_true(e[0].id == 7 && e[0].count == 3 && e[1].id == 3 && e[1].count == 1);
+    p.flags = 0; /* no penalty: only the forbidden ids */
+    assert_int_equal(zi_gpu_pen_build(&sc, &p, prompt, 4, gen, 4, forbid, 3, e, &n, &err), ZI_OK);
+    assert_int_equal(n, 2u);
+    const int32_t bad[] = {1, 100};
+    assert_int_equal(zi_gpu_pen_build(&sc, &p, NULL, 0, NULL, 0, bad, 2, e, &n, &err), ZI_EINVAL);
+    assert_non_null(strstr(err.msg, "eos_forbid[1]"));
+    assert_int_equal(zi_gpu_pen_build(&sc, &p, NULL, 3, NULL, 0, NULL, 0, e, &n, &err), ZI_EINVAL);
+    /* the stamp wraps around without stale matches */
+    sc.now = UINT32_MAX;
+    p.flags = ZI_GS_REP;
+    assert_int_equal(zi_gpu_pen_build(&sc, &p, prompt, 4, NULL, 0, NULL, 0, e, &n, &err), ZI_OK);
+    assert_int_equal(n, 3u);
+    zi_gpu_pen_scratch_free(&sc);
+}
+
+/* Steps 1-4 against the CPU sampler on many random rows: the processed
+ * logits bit for bit, greedy tokens equal, seeded draws (top_k, top_p
+ * off) equal up to a handful of rounding ties. */
+static void test_penalties_vs_cpu(void **state) {
+    (void)state;
+    enum { V = 3001, W = (V + 31) / 32, ROWS = 4000, HIST = 300 };
+    static float lg[V], a[V], b[V];
+    static int32_t hist[HIST], forbid[4], mask[W];
+    static zi_gpu_pen ents[HIST + 4];
+    zi_sampler *cpu = NULL;
+    zi_error err = {0};
+    zi_gpu_pen_scratch sc;
+    assert_int_equal(zi_sampler_create(&cpu, V, &err), ZI_OK);
+    assert_int_equal(zi_gpu_pen_scratch_init(&sc, V, &err), ZI_OK);
+    const double reps[] = {1.0, 1.3, 0.8, 0.0, 2.0};
+    const double freqs[] = {0.0, 0.5, -0.3, 1.7};
+    const double press[] = {0.0, 0.7, -1.1};
+    int draws = 0, differ = 0, greedy = 0, empty = 0;
+    for (int r = 0; r < ROWS; r++) {
+        random_row(lg, V, r % 3 ? 6.0 : 2.0, r % 5 == 0);
+        if (r % 7 == 0) lg[(r * 13) % V] = NAN, lg[(r * 31) % V] = -INFINITY;
+        if (r % 11 == 0) lg[(r * 17) % V] = 0.0f, lg[(r * 19) % V] = -0.0f;
+        zi_sampling_params sp;
+        zi_sampling_params_init(&sp);
+        sp.repetition_penalty = reps[r % 5];
+        sp.frequency_penalty = freqs[(r / 5) % 4];
+        sp.presence_penalty = press[(r / 20) % 3];
+        sp.temperature = r % 4 == 0 ? 0.0 : (r % 4 == 1 ? 1.0 : 0.7);
+        sp.top_k = 0;
+        sp.top_p = 1.0;
+        sp.min_p = r % 8 == 3 ? 0.05 : 0.0;
+        sp.seed = 1000 + (uint64_t)r;
+        /* history over a narrow id range (repeats) or the whole vocabulary */
+        size_t np = (size_t)(urand() * 120), ng = (size_t)(urand() * 120),
+               nf = (size_t)(urand() * 4);
+        int32_t span = r % 2 ? 40 : V;
+        for (size_t i = 0; i < np + ng; i++) hist[i] = (int32_t)(urand() * span);
+        for (size_t i = 0; i < nf; i++)
+            forbid[i] = i == 0 && ng ? hist[np] : (int32_t)(urand() * V);
+        int with_mask = r % 3 == 1;
+        for (int w = 0; w < W; w++) {
+            uint32_t bits = (uint32_t)(urand() * 4294967296.0);
+            if (r % 6 == 4) bits &= (uint32_t)(urand() * 4294967296.0); /* sparser */
+            mask[w] = (int32_t)bits;
+        }
+        if (with_mask && r % 50 == 1) memset(mask, 0, sizeof mask); /* nothing allowed */
+        zi_sampler_row row = {.logits = lg,
+                              .params = &sp,
+                              .prompt_ids = hist,
+                              .n_prompt = np,
+                              .generated_ids = hist + np,
+                              .n_generated = ng,
+                              .step = (uint64_t)r,
+                              .bitmask = with_mask ? mask : NULL,
+                              .eos_forbid = forbid,
+                              .n_eos_forbid = nf};
+        assert_int_equal(zi_sampler_processed_logits(cpu, &row, a, &err), ZI_OK);
+        zi_gpu_sample_params g;
+        uint32_t n_ent = 0;
+        assert_int_equal(zi_gpu_sample_params_set(&g, &sp, (uint64_t)r, &err), ZI_OK);
+        assert_int_equal(
+            zi_gpu_pen_build(&sc, &g, hist, np, hist + np, ng, forbid, nf, ents, &n_ent, &err),
+            ZI_OK);
+        zi_gpu_prepare_ref(lg, V, &g, ents, n_ent, with_mask ? (const uint32_t *)mask : NULL, b);
+        for (int t = 0; t < V; t++)
+            if (memcmp(&a[t], &b[t], sizeof a[t]) != 0 && !(isnan(a[t]) && isnan(b[t])))
+                fail_msg("row %d token %d: CPU %a, GPU reference %a (rep %g freq %g pres %g)", r, t,
+                         (double)a[t], (double)b[t], sp.repetition_penalty, sp.frequency_penalty,
+                         sp.presence_penalty);
+        int32_t want = -2;
+        int rc = zi_sampler_sample(cpu, &row, 1, &want, &err);
+        int32_t got = zi_gpu_sample_ref(b, V, &g);
+        if (rc == ZI_ERANGE) {
+            assert_int_equal(want, -1);
+            assert_int_equal(got, -1);
+            empty++;
+        } else {
+            assert_int_equal(rc, ZI_OK);
+            if (!(sp.temperature > 0.0)) {
+                greedy++;
+                if (got != want) fail_msg("row %d greedy: CPU %d, GPU reference %d", r, want, got);
+            } else {
+                draws++;
+                differ += got != want;
+            }
+        }
+        zi_sampling_params_free(&sp);
+    }
+    zi_gpu_pen_scratch_free(&sc);
+    zi_sampler_free(cpu);
+    print_message("%d rows: %d greedy equal, %d draws of which %d differ, %d with nothing "
+                  "eligible\n",
+                  ROWS, greedy, draws, differ, empty);
+    assert_true(empty > 0 && greedy > 500 && draws > 2000);
+    assert_true(differ <= 3); /* only rounding ties at a boundary may differ */
 }
 
 int main(void) {
@@ -405,6 +549,8 @@ int main(void) {
         cmocka_unit_test(test_plain_draws_match_cpu),
         cmocka_unit_test(test_greedy_and_odd_rows),
         cmocka_unit_test(test_params_set),
+        cmocka_unit_test(test_pen_build),
+        cmocka_unit_test(test_penalties_vs_cpu),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
