@@ -10,6 +10,12 @@
  * window reached its last token with the fused sampling processor
  * (sampler.h), record each token with its log probabilities when asked, and
  * register the blocks that became full for prefix sharing.
+ *
+ * On the CUDA backend (device_sampler.h) a step whose contexts want no log
+ * probabilities runs the pass and the sampling on the device: the logits
+ * stay there and only the token ids come back. Every other step, and every
+ * step on the CPU backend, takes the host path: the pass's logits are
+ * downloaded and sampled by sampler.h.
  */
 #include "generator.h"
 
@@ -19,6 +25,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "device_sampler.h"
 #include "json_constraint.h"
 #include "kv_blocks.h"
 #include "sampler.h"
@@ -80,6 +87,9 @@ struct zi_generator {
     int32_t *top_ids;          /* log-probability scratch */
     float *top_lps;
     size_t top_cap, top_lps_cap;
+    /* sampling on the device (NULL: the backend is not CUDA) */
+    zi_device_sampler *dev;
+    int *src_row; /* [n_slots] sampled row -> its logits row */
 };
 
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_generator **out,
@@ -138,9 +148,10 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->row_ctx = malloc(S * sizeof *g->row_ctx);
     g->out_tok = malloc(S * sizeof *g->out_tok);
     g->sample_tok = malloc(S * sizeof *g->sample_tok);
+    g->src_row = malloc(S * sizeof *g->src_row);
     int ok = g->slot_used && g->seqs && g->tokens && g->pos && g->seq && g->want && g->tables &&
              g->order && g->stepped && g->logits && g->first_row && g->rows && g->row_ctx &&
-             g->out_tok && g->sample_tok;
+             g->out_tok && g->sample_tok && g->src_row;
     for (size_t i = 0; ok && i < S; i++)
         ok = (g->seqs[i].blocks = malloc((size_t)max_blocks * sizeof(int32_t))) != NULL;
     if (!ok) {
@@ -148,7 +159,9 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
         return zi_error_set(err, ZI_ENOMEM, "out of memory for a generator of %d slots",
                             cfg.n_slots);
     }
-    if ((rc = zi_sampler_create(&g->sampler, g->n_sample_vocab, err))) {
+    if ((rc = zi_sampler_create(&g->sampler, g->n_sample_vocab, err)) ||
+        (cfg.n_slots <= 65535 &&
+         (rc = zi_device_sampler_create(m, g->n_sample_vocab, cfg.n_slots, &g->dev, err)))) {
         zi_generator_free(g);
         return rc;
     }
@@ -183,6 +196,8 @@ void zi_generator_free(zi_generator *g) {
     free(g->row_ctx);
     free(g->out_tok);
     free(g->sample_tok);
+    free(g->src_row);
+    zi_device_sampler_free(g->dev);
     free(g->forbid);
     free(g->json_masks);
     free(g->top_ids);
@@ -207,6 +222,7 @@ void zi_generator_get_stats(const zi_generator *g, zi_generator_stats *out) {
     out->kv_cached = ks.cached;
     out->kv_free = ks.free;
     out->evictions = ks.evictions;
+    out->device_sampled = zi_device_sampler_count(g->dev);
 }
 
 int zi_generator_check(const zi_generator *g, zi_error *err) {
@@ -648,11 +664,20 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
     return ZI_OK;
 }
 
-/* Phase 3, the draw: the fused sampler over the rows, each token landing
- * in its context's g->sample_tok entry. */
-static int sample_rows(zi_generator *g, int n_sample, zi_error *err) {
-    int rc = n_sample ? zi_sampler_sample(g->sampler, g->rows, (size_t)n_sample, g->out_tok, err)
-                      : ZI_OK;
+/* Samples rows [k, k + n) on the host, or on the device from the logits
+ * rows g->src_row names. */
+static int draw(zi_generator *g, int k, int n, int on_device, zi_error *err) {
+    if (on_device)
+        return zi_device_sampler_sample(g->dev, &g->rows[k], &g->src_row[k], n, &g->out_tok[k],
+                                        err);
+    return zi_sampler_sample(g->sampler, &g->rows[k], (size_t)n, &g->out_tok[k], err);
+}
+
+/* Phase 3, the draw: the fused sampler over the rows (on the host, or on
+ * the device with the same semantics), each token landing in its
+ * context's g->sample_tok entry. */
+static int sample_rows(zi_generator *g, int n_sample, int on_device, zi_error *err) {
+    int rc = n_sample ? draw(g, 0, n_sample, on_device, err) : ZI_OK;
     if (rc == ZI_ERANGE) {
         /* A row with every token masked: its EOS mask (min_new_tokens)
          * covered the whole vocabulary. Drop that mask for the row rather
@@ -661,7 +686,7 @@ static int sample_rows(zi_generator *g, int n_sample, zi_error *err) {
         for (int k = 0; k < n_sample && !rc; k++) {
             if (g->out_tok[k] >= 0) continue;
             g->rows[k].n_eos_forbid = 0;
-            rc = zi_sampler_sample(g->sampler, &g->rows[k], 1, &g->out_tok[k], err);
+            rc = draw(g, k, 1, on_device, err);
         }
     }
     if (rc) return rc;
@@ -707,6 +732,41 @@ static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
     return ZI_OK;
 }
 
+/* Can this step run on the device? Only when nothing in it reads the
+ * logits on the host: record_outputs reads them for log probabilities
+ * (the token's, and the echoed prompt's), and nothing else does. */
+static int device_step_ok(const zi_generator *g, const step_plan *p) {
+    if (!g->dev) return 0;
+    for (int i = 0; i < p->n_stepped; i++)
+        if (g->stepped[i]->log_probabilities > 0) return 0;
+    return 1;
+}
+
+/* The step's pass and sampling on the device (device_sampler.h): the rows
+ * are built first (they read only the contexts), the pass and the
+ * sampling are queued back to back, and only the token ids come back. */
+static int step_on_device(zi_generator *g, const step_plan *p, const zi_batch *b, zi_error *err) {
+    int n_sample = 0;
+    int rc = build_sampler_rows(g, p, &n_sample, err);
+    if (rc) return rc;
+    for (int k = 0; k < n_sample; k++) g->src_row[k] = last_row(g, p, g->row_ctx[k]);
+    double t0 = now_s();
+    if ((rc = zi_device_sampler_forward(g->dev, g->kv, b, err))) return rc;
+    rc = sample_rows(g, n_sample, 1, err);
+    /* the pass's own errors (seen at the sync) come first: its tokens are
+     * not to be trusted then */
+    zi_error ferr = {0};
+    int rf = zi_device_sampler_finish(g->dev, &ferr);
+    if (rf) {
+        if (err) *err = ferr;
+        return rf;
+    }
+    if (rc) return rc;
+    time_step(g, p->n_decode, p->n_prompt, now_s() - t0);
+    g->stats.prefill_chunk = prompt_chunk(g, p->n_waiting, p->n_decoding);
+    return record_outputs(g, p, err);
+}
+
 /* One step over the live contexts: schedule, one forward pass, sample,
  * record. *any_live is set when something ran. */
 static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *any_live,
@@ -727,13 +787,14 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
                   .block_tables = g->tables,
                   .n_table_rows = p.n_stepped,
                   .table_stride = g->max_blocks};
+    if (device_step_ok(g, &p)) return step_on_device(g, &p, &b, err);
     double t0 = now_s();
     if ((rc = zi_model_forward(g->model, g->kv, &b, g->logits, err))) return rc;
     time_step(g, p.n_decode, p.n_prompt, now_s() - t0);
     g->stats.prefill_chunk = prompt_chunk(g, p.n_waiting, p.n_decoding);
     int n_sample = 0;
     if ((rc = build_sampler_rows(g, &p, &n_sample, err))) return rc;
-    if ((rc = sample_rows(g, n_sample, err))) return rc;
+    if ((rc = sample_rows(g, n_sample, 0, err))) return rc;
     return record_outputs(g, &p, err);
 }
 

@@ -76,6 +76,7 @@ typedef struct zi_generator_stats {
     uint64_t preemptions;         /* sequences sent back to re-encoding */
     uint64_t evictions;           /* cached blocks reused for other K/V */
     int32_t prefill_chunk;        /* the prompt tokens per step beside decodes, now */
+    uint64_t device_sampled;      /* tokens sampled on the GPU (device_sampler.h) */
 } zi_generator_stats;
 
 typedef struct zi_generator zi_generator;

@@ -339,6 +339,10 @@ void zi_model_free(zi_model *m) {
 const zi_model_config *zi_model_get_config(const zi_model *m) {
     return &m->cfg;
 }
+
+zi_backend *zi_model_backend(const zi_model *m) {
+    return m->be;
+}
 int zi_model_read_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     memset(c, 0, sizeof *c);
     return load_config(g, c, err);

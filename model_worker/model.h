@@ -58,6 +58,8 @@ typedef struct zi_model zi_model;
 int zi_model_load(const char *path, zi_backend *be, zi_model **out, zi_error *err);
 void zi_model_free(zi_model *m);
 const zi_model_config *zi_model_get_config(const zi_model *m);
+/* The backend the model was loaded onto (zi_model_load's be). */
+zi_backend *zi_model_backend(const zi_model *m);
 /* The hyper-parameters from the file's metadata alone, with the checks
  * zi_model_load makes on them (an unsupported architecture or rope scaling
  * is ZI_EUNSUPPORTED), for describing a file without loading its weights
