@@ -36,6 +36,11 @@
 /* Scratch for split attention (partial softmax states), in floats. */
 #define ZI_ATTN_SCRATCH_FLOATS ((size_t)4 << 20)
 
+/* The attention split (cuda_attention): positions per split at least, and
+ * the blocks of 4 warps per multiprocessor it aims for (16 fill one). */
+#define ZI_ATTN_MIN_CHUNK 32
+#define ZI_ATTN_BLOCKS_PER_SM 16
+
 /* Host arrays the ops receive, staged to the device: token ids, positions,
  * sequence rows, and the rows of the block tables the pass reads. */
 enum { META_IDS, META_POS, META_SEQ, META_TAB, META_N };
@@ -599,14 +604,18 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
     }
     /* The longest span a token reads: a sliding window bounds it. */
     if (s->window > 0 && max_len > s->window) max_len = s->window;
-    /* Few (token, head) blocks and long spans leave most of the GPU idle:
-     * split the positions (flash-decoding), about two blocks per SM. The
-     * split changes only the speed, never which positions are read. */
+    /* A block's warps walk their positions one after another, each a wait
+     * on memory, and a decode step has few (token, head) blocks: split the
+     * positions (flash-decoding) into chunks of at least ZI_ATTN_MIN_CHUNK,
+     * towards ZI_ATTN_BLOCKS_PER_SM blocks per multiprocessor. The split
+     * changes only the speed (and the order of the final sums), never which
+     * positions are read. */
     int64_t blocks = (int64_t)b->n_tokens * s->n_heads;
+    int64_t target = (int64_t)ZI_ATTN_BLOCKS_PER_SM * c->sms;
     int n_split = 1;
-    if (blocks < 2 * (int64_t)c->sms && max_len >= 512 && c->attn_scratch) {
-        int64_t want = (2 * (int64_t)c->sms + blocks - 1) / blocks;
-        int64_t by_len = max_len / 256;
+    if (blocks < target && max_len >= 2 * ZI_ATTN_MIN_CHUNK && c->attn_scratch) {
+        int64_t want = (target + blocks - 1) / blocks;
+        int64_t by_len = max_len / ZI_ATTN_MIN_CHUNK;
         n_split = (int)(want < by_len ? want : by_len);
         if (n_split > ZI_CUDA_ATTN_MAX_SPLIT) n_split = ZI_CUDA_ATTN_MAX_SPLIT;
         while (n_split > 1 && (size_t)blocks * (size_t)n_split * (size_t)(s->head_dim + 2) >

@@ -437,6 +437,23 @@ __global__ void kv_store_kernel(float *kc, float *vc, const float *__restrict__ 
     }
 }
 
+/* One position of a warp's online softmax: score sc, V row values v
+ * (this lane's dims); m, l, acc are the running max, sum and weighted V. */
+template <int DPL>
+__device__ __forceinline__ void attn_step(float sc, const float *v, int lane, int hd, float &m,
+                                          float &l, float *acc) {
+    const float m_new = fmaxf(m, sc);
+    const float corr = expf(m - m_new); /* m = -inf at the first position: 0 */
+    const float e = expf(sc - m_new);
+    l = l * corr + e;
+#pragma unroll
+    for (int j = 0; j < DPL; j++) {
+        const int d = lane * DPL + j;
+        acc[j] = acc[j] * corr + (d < hd ? e * v[j] : 0.0f);
+    }
+    m = m_new;
+}
+
 /*
  * Attention, one block per (token, head, split): the block's warps take
  * positions round-robin (each looks its row up in the block table), each keeping an online softmax
@@ -476,28 +493,52 @@ __global__ void __launch_bounds__(kAttnWarps *kWarp)
         acc[j] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
-    for (int p = p0 + warp; p < p1; p += kAttnWarps) {
+    /* Each position is a chain of waits (its K and V rows, a warp sum), so
+     * a warp loads two positions' rows before it reduces either; the
+     * softmax still takes them in order (p, then p + kAttnWarps), so the
+     * arithmetic is the one-at-a-time loop's. */
+    int p = p0 + warp;
+    if constexpr (DPL <= 8) {
+        for (; p + kAttnWarps < p1; p += 2 * kAttnWarps) {
+            const size_t row0 = (static_cast<size_t>(blocks[p / bs]) * bs + p % bs) * kvd + head;
+            const int p2 = p + kAttnWarps;
+            const size_t row1 = (static_cast<size_t>(blocks[p2 / bs]) * bs + p2 % bs) * kvd + head;
+            float k0[DPL], k1[DPL], v0[DPL], v1[DPL];
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                const int d = lane * DPL + j;
+                k0[j] = d < hd ? kc[row0 + d] : 0.0f;
+                k1[j] = d < hd ? kc[row1 + d] : 0.0f;
+                v0[j] = d < hd ? vc[row0 + d] : 0.0f;
+                v1[j] = d < hd ? vc[row1 + d] : 0.0f;
+            }
+            float dot0 = 0.0f, dot1 = 0.0f;
+#pragma unroll
+            for (int j = 0; j < DPL; j++) {
+                const int d = lane * DPL + j;
+                if (d < hd) {
+                    dot0 = fmaf(qv[j], k0[j], dot0);
+                    dot1 = fmaf(qv[j], k1[j], dot1);
+                }
+            }
+            const float sc0 = warp_sum(dot0) * scale, sc1 = warp_sum(dot1) * scale;
+            attn_step<DPL>(sc0, v0, lane, hd, m, l, acc);
+            attn_step<DPL>(sc1, v1, lane, hd, m, l, acc);
+        }
+    }
+    for (; p < p1; p += kAttnWarps) {
         /* position p: block blocks[p / bs], row p % bs of the pool */
         const size_t row = (static_cast<size_t>(blocks[p / bs]) * bs + p % bs) * kvd + head;
         const float *kr = kc + row;
         const float *vr = vc + row;
-        float dot = 0.0f;
+        float dot = 0.0f, vv[DPL];
 #pragma unroll
         for (int j = 0; j < DPL; j++) {
             const int d = lane * DPL + j;
             if (d < hd) dot = fmaf(qv[j], kr[d], dot);
+            vv[j] = d < hd ? vr[d] : 0.0f;
         }
-        const float sc = warp_sum(dot) * scale;
-        const float m_new = fmaxf(m, sc);
-        const float corr = expf(m - m_new); /* m = -inf at the first position: 0 */
-        const float e = expf(sc - m_new);
-        l = l * corr + e;
-#pragma unroll
-        for (int j = 0; j < DPL; j++) {
-            const int d = lane * DPL + j;
-            acc[j] = acc[j] * corr + (d < hd ? e * vr[d] : 0.0f);
-        }
-        m = m_new;
+        attn_step<DPL>(warp_sum(dot) * scale, vv, lane, hd, m, l, acc);
     }
 
     /* merge the warps: weights exp(m_w - M); a warp that saw nothing has
