@@ -53,6 +53,10 @@ typedef struct zi_weight {
     size_t data_bytes;     /* bytes of `data` (the memory the weight holds) */
     const void *file_data; /* the rows in the file's layout (get_rows reads these) */
     void *owned;           /* non-NULL when the backend allocated a copy */
+    /* A second form the backend derived from the weight (the CUDA
+     * backend's fp16 copy for large batches), made lazily by its ops and
+     * released by weight_free; NULL: none. Not counted in data_bytes. */
+    void *aux;
 } zi_weight;
 
 /* What attention needs to know about the tokens of one forward pass. */

@@ -28,6 +28,8 @@
 /* The product of this weight is summed over tensor-parallel ranks
  * (a column-split weight, tp.h); the data is in the file's layout. */
 #define ZI_CUDA_LAYOUT_ALLREDUCE 0x100
+/* No fp16 copy will be made of this weight (the policy said no once). */
+#define ZI_CUDA_LAYOUT_NO_F16 0x200
 
 /* cuBLAS's workspace, set explicitly so cuBLAS never allocates inside a
  * graph capture (32 MiB is NVIDIA's recommendation for Hopper). */
@@ -87,6 +89,8 @@ typedef struct cuda_backend {
     size_t w16_cap, x16_cap; /* halves */
     size_t max_w16;          /* largest weight that needs converting, in elements */
     float *attn_scratch;
+    int f16_weights;        /* zi_cuda_options.f16_weights */
+    size_t f16_bytes;       /* held in fp16 weight copies */
     uint64_t capture_epoch; /* counts captures; nonzero while capturing */
     int capturing;
     int status;
@@ -239,9 +243,14 @@ static int cuda_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *
 }
 
 static void cuda_weight_free(zi_backend *be, zi_weight *w) {
-    (void)be;
+    cuda_backend *c = cb(be);
     if (w->owned) cudaFree(w->owned);
     w->owned = NULL;
+    if (w->aux) {
+        cudaFree(w->aux);
+        c->f16_bytes -= (size_t)w->rows * (size_t)w->cols * 2;
+    }
+    w->aux = NULL;
 }
 
 static float *cuda_vector_init(zi_backend *be, const zi_gguf_tensor *t, zi_error *err) {
@@ -476,6 +485,44 @@ static void mmv_chunks(cuda_backend *c, float *y, const zi_weight *w, const floa
     }
 }
 
+/*
+ * The weight in fp16 for cuBLAS, made on its first large product (not
+ * during a graph capture, where nothing may allocate: a warm-up pass of
+ * the captured shape has made it by then) when zi_cuda_options allows;
+ * NULL: dequantize per product. The copy is the backend's derived state
+ * (zi_weight.aux), hence the cast.
+ */
+static const void *f16_copy(cuda_backend *c, const zi_weight *cw) {
+    zi_weight *w = (zi_weight *)cw;
+    if (w->aux) return w->aux;
+    if (c->f16_weights < 0 || (w->layout & ZI_CUDA_LAYOUT_NO_F16)) return NULL;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(c->stream, &cap) != cudaSuccess ||
+        cap != cudaStreamCaptureStatusNone)
+        return NULL;
+    size_t bytes = (size_t)w->rows * (size_t)w->cols * 2, free_b = 0, total_b = 0;
+    if (c->f16_weights == 0 && (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess ||
+                                free_b < bytes + ZI_CUDA_F16_HEADROOM)) {
+        (void)cudaGetLastError();
+        w->layout |= ZI_CUDA_LAYOUT_NO_F16;
+        return NULL;
+    }
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no copy: the per-product path still works */
+        w->layout |= ZI_CUDA_LAYOUT_NO_F16;
+        return NULL;
+    }
+    if (failed(c, zi_cuda_to_f16(w->type, w->data, w->row_bytes, w->rows, w->cols, p, c->stream),
+               "dequantize to f16 (weight copy)")) {
+        cudaFree(p);
+        return NULL;
+    }
+    w->aux = p;
+    c->f16_bytes += bytes;
+    return p;
+}
+
 static void cuda_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
                           const float *x, int n_tokens) {
     cuda_backend *c = cb(be);
@@ -492,30 +539,33 @@ static void cuda_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weig
             if (s != CUBLAS_STATUS_SUCCESS)
                 fail_msg(c, ZI_EIO, "cublasGemmEx (f32, %lld x %lld, %d tokens): %s",
                          (long long)w->rows, (long long)w->cols, n_tokens, blas_status(s));
-        } else if (x_elems > c->x16_cap ||
-                   (w->type != ZI_TYPE_F16 && (size_t)w->rows * (size_t)w->cols > c->w16_cap)) {
-            /* scratch too small (a weight loaded after reserve): the
-             * matrix-vector kernel in chunks is slower but needs none */
-            mmv_chunks(c, ys[i], w, x, n_tokens);
         } else {
-            if (!x16_done) { /* one conversion of x serves every product */
-                if (failed(c, zi_cuda_f32_to_f16(x, c->x16, x_elems, c->stream), "f32 -> f16"))
-                    return;
-                x16_done = 1;
+            const void *a = w->type == ZI_TYPE_F16 ? w->data : f16_copy(c, w);
+            if (x_elems > c->x16_cap ||
+                (!a && (size_t)w->rows * (size_t)w->cols > c->w16_cap)) {
+                /* scratch too small (a weight loaded after reserve): the
+                 * matrix-vector kernel in chunks is slower but needs none */
+                mmv_chunks(c, ys[i], w, x, n_tokens);
+            } else {
+                if (!x16_done) { /* one conversion of x serves every product */
+                    if (failed(c, zi_cuda_f32_to_f16(x, c->x16, x_elems, c->stream),
+                               "f32 -> f16"))
+                        return;
+                    x16_done = 1;
+                }
+                if (!a) {
+                    if (failed(c,
+                               zi_cuda_to_f16(w->type, w->data, w->row_bytes, w->rows, w->cols,
+                                              c->w16, c->stream),
+                               "dequantize to f16"))
+                        return;
+                    a = c->w16; /* reused by the next product: stream order protects it */
+                }
+                cublasStatus_t s = gemm(c, w, a, CUDA_R_16F, c->x16, CUDA_R_16F, ys[i], n_tokens);
+                if (s != CUBLAS_STATUS_SUCCESS)
+                    fail_msg(c, ZI_EIO, "cublasGemmEx (f16, %lld x %lld, %d tokens): %s",
+                             (long long)w->rows, (long long)w->cols, n_tokens, blas_status(s));
             }
-            const void *a = w->data;
-            if (w->type != ZI_TYPE_F16) {
-                if (failed(c,
-                           zi_cuda_to_f16(w->type, w->data, w->row_bytes, w->rows, w->cols, c->w16,
-                                          c->stream),
-                           "dequantize to f16"))
-                    return;
-                a = c->w16; /* reused by the next product: stream order protects it */
-            }
-            cublasStatus_t s = gemm(c, w, a, CUDA_R_16F, c->x16, CUDA_R_16F, ys[i], n_tokens);
-            if (s != CUBLAS_STATUS_SUCCESS)
-                fail_msg(c, ZI_EIO, "cublasGemmEx (f16, %lld x %lld, %d tokens): %s",
-                         (long long)w->rows, (long long)w->cols, n_tokens, blas_status(s));
         }
         if (!c->status && (w->layout & ZI_CUDA_LAYOUT_ALLREDUCE)) {
             zi_error e = {0};
@@ -727,6 +777,7 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
     c->base.kv_k_bytes = c->base.kv_v_bytes = 4; /* float32 K and V: the kernels read floats */
     c->base.attn_window = true;                  /* the attention kernel reads the window only */
     c->device = dev;
+    c->f16_weights = o ? o->f16_weights : 0;
     for (int i = 0; i < META_N; i++) c->meta[i].n = -1;
     const char *what = "cudaSetDevice";
     cudaError_t e = cudaSetDevice(dev);
@@ -793,6 +844,10 @@ int zi_cuda_backend_status(zi_backend *be, zi_error *err) {
     cuda_backend *c = cb(be);
     if (c->status && err) *err = c->err;
     return c->status;
+}
+
+size_t zi_cuda_backend_f16_bytes(const zi_backend *be) {
+    return ((const cuda_backend *)be)->f16_bytes;
 }
 
 int zi_cuda_backend_device(const zi_backend *be) {

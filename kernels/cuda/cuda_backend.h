@@ -59,7 +59,17 @@ typedef struct zi_cuda_options {
      * through NCCL; world sizes above 1 are refused until the model shards
      * its attention (docs/cuda.md). Borrowed: must outlive the backend. */
     zi_tp *tp;
+    /* fp16 copies of quantized weights for products of more than
+     * ZI_CUDA_MMV_MAX_TOKENS tokens (cuBLAS reads fp16): 0, the default,
+     * makes one on a weight's first such product while the device keeps
+     * ZI_CUDA_F16_HEADROOM bytes free after it; 1 always; -1 never (each
+     * product then dequantizes the weight into a scratch buffer first:
+     * less memory, about three times the bytes moved per product). */
+    int f16_weights;
 } zi_cuda_options;
+
+/* Device memory the automatic fp16 weight copies leave free. */
+#define ZI_CUDA_F16_HEADROOM ((size_t)2 << 30)
 
 /* Creates a backend on device o->device (o may be NULL: device 0). Fails
  * with ZI_EUNSUPPORTED when there is no such device or the CUDA driver or
@@ -77,6 +87,9 @@ int zi_cuda_device_name(int dev, char *buf, size_t cap, zi_error *err);
 
 /* The first error an op hit (ZI_OK if none), with its message in err. */
 int zi_cuda_backend_status(zi_backend *be, zi_error *err);
+
+/* Bytes of fp16 weight copies the backend holds (zi_cuda_options). */
+size_t zi_cuda_backend_f16_bytes(const zi_backend *be);
 
 /* The backend's device and stream (a cudaStream_t), for modules that queue
  * work behind the model's (the GPU sampler, kernels/cuda/sampling.h). */

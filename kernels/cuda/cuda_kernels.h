@@ -39,6 +39,9 @@ extern "C" {
 /* cudaSuccess when this build holds code the current device can run, else
  * cudaFuncGetAttributes's error (cudaErrorNoKernelImageForDevice, ...). */
 cudaError_t zi_cuda_kernels_check(void);
+/* An empty kernel (one thread): what one kernel node of a graph costs,
+ * for the benchmark's floor. */
+cudaError_t zi_cuda_noop(cudaStream_t s);
 
 /* y[t * rows + r] = dot(W row r, x[t * cols ..]) for t < n_tokens
  * (1..ZI_CUDA_MMV_MAX_TOKENS). W has `type` (a zi_ggml_type) rows of

@@ -4,6 +4,7 @@
  *
  *   bench_cuda [--device cuda:0] [--model PATH] [--prompt-tokens 512]
  *              [--gen-tokens 128] [--streams 64] [--stream-prompt 64]
+ *              [--f16-weights auto|on|off]   (zi_cuda_options.f16_weights)
  *
  * Measures, after a warm-up pass:
  *   prefill   one sequence of --prompt-tokens tokens in one forward pass
@@ -18,7 +19,8 @@
  * a GPU it also measures the floor a decode step cannot beat: the bytes of
  * the weights over the device's copy bandwidth (a 1 GiB device-to-device
  * copy, bytes read plus written) plus the graph's nodes times the cost of
- * one node (a graph of 1,000 tiny copies). It prints one JSON line last:
+ * one node (the larger of a graph of 1,000 empty kernels' and of 1,000
+ * four-byte copies', per node). It prints one JSON line last:
  *   {"device", "backend", "prefill_tok_s", "decode_b1_tok_s",
  *    "decode_batch", "decode_batch_tok_s", ... "floor_b1_us", ...}
  * where decode_b1_tok_s / decode_batch_tok_s are the best way's.
@@ -39,6 +41,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_backend.h"
+#include "cuda_kernels.h"
 #include "sampling.h"
 #endif
 
@@ -96,7 +99,7 @@ static int enqueue_pass(void *arg, zi_error *err) {
 
 /* Copy bandwidth (bytes read + written per second) and the cost of one
  * node of a replayed graph (1,000 four-byte copies). */
-static int measure_device(double *bw, double *node_us, zi_error *err) {
+static int measure_device(double *bw, double *node_us, double *kernel_us, zi_error *err) {
     size_t bytes = (size_t)1 << 30;
     void *a = NULL, *b2 = NULL;
     cudaStream_t st = NULL;
@@ -135,6 +138,23 @@ static int measure_device(double *bw, double *node_us, zi_error *err) {
         if (!e && r > 0 && ms < best) best = ms;
     }
     if (!e) *node_us = best * 1e3 / 1000.0;
+    /* the same with 1,000 empty kernels: a kernel node's cost */
+    if (exec) cudaGraphExecDestroy(exec), exec = NULL;
+    if (graph) cudaGraphDestroy(graph), graph = NULL;
+    if (!e) e = cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal);
+    for (int i = 0; i < 1000 && !e; i++) e = zi_cuda_noop(st);
+    if (!e) e = cudaStreamEndCapture(st, &graph);
+    if (!e) e = cudaGraphInstantiate(&exec, graph, 0);
+    best = 1e30f;
+    for (int r = 0; r < 6 && !e; r++) {
+        e = cudaEventRecord(e0, st);
+        if (!e) e = cudaGraphLaunch(exec, st);
+        if (!e) e = cudaEventRecord(e1, st);
+        if (!e) e = cudaEventSynchronize(e1);
+        if (!e) e = cudaEventElapsedTime(&ms, e0, e1);
+        if (!e && r > 0 && ms < best) best = ms;
+    }
+    if (!e) *kernel_us = best * 1e3 / 1000.0;
     int rc = e ? zi_error_set(err, ZI_EIO, "%s", cudaGetErrorString(e)) : ZI_OK;
     if (exec) cudaGraphExecDestroy(exec);
     if (graph) cudaGraphDestroy(graph);
@@ -221,6 +241,7 @@ int main(int argc, char **argv) {
     char model[4096];
     zi_default_model_path(model, sizeof model);
     long long P = 512, G = 128, S = 64, SP = 64;
+    int f16 = 0; /* zi_cuda_options.f16_weights */
     zi_error err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -228,10 +249,16 @@ int main(int argc, char **argv) {
         int rc = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: bench_cuda [--device D] [--model PATH] [--prompt-tokens P] "
-                   "[--gen-tokens G] [--streams S] [--stream-prompt N]\n");
+                   "[--gen-tokens G] [--streams S] [--stream-prompt N] [--f16-weights auto|on|off]\n");
             return 0;
         } else if (!strcmp(a, "--device") && v) {
             device = v;
+        } else if (!strcmp(a, "--f16-weights") && v) {
+            f16 = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? -1 : 0;
+            if (f16 == 0 && strcmp(v, "auto")) {
+                fprintf(stderr, "bench_cuda: --f16-weights takes auto, on or off\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--model") && v) {
             snprintf(model, sizeof model, "%s", v);
         } else if (!strcmp(a, "--prompt-tokens")) {
@@ -254,7 +281,15 @@ int main(int argc, char **argv) {
     }
     zi_backend *be = NULL;
     zi_model *m = NULL;
-    if (zi_backend_create_for_device(device, 0, 0, &be, &err)) return die("backend", &err);
+#ifdef ZI_HAVE_CUDA
+    zi_device_spec spec;
+    if (f16 && zi_device_parse(device, &spec, &err) == ZI_OK && spec.kind != ZI_DEVICE_CPU) {
+        zi_cuda_options o = {.device = spec.index, .f16_weights = f16};
+        if (zi_cuda_backend_create(&o, &be, &err)) return die("backend", &err);
+    } else
+#endif
+        if (zi_backend_create_for_device(device, 0, 0, &be, &err))
+        return die("backend", &err);
     if (zi_model_load(model, be, &m, &err)) return die("model", &err);
     int V = zi_model_get_config(m)->n_vocab;
     int ctx = (int)(P + G + 8), sctx = (int)(SP + G + 8);
@@ -341,16 +376,21 @@ int main(int argc, char **argv) {
                rS[w].tok_s);
 #ifdef ZI_HAVE_CUDA
     if (gpu) {
-        double bw = 0, node_us = 0;
-        if (measure_device(&bw, &node_us, &err)) return die("device measurements", &err);
-        double wb = (double)zi_model_weight_bytes(m);
-        double f1 = wb / bw * 1e6 + (double)r1[2].nodes * node_us;
-        double fS = wb / bw * 1e6 + (double)rS[2].nodes * node_us;
+        double bw = 0, node_us = 0, kernel_us = 0;
+        if (measure_device(&bw, &node_us, &kernel_us, &err))
+            return die("device measurements", &err);
+        /* the floor: the weights read once at the copy bandwidth, plus one
+         * kernel node's cost per node (the larger of the two node costs) */
+        double wb = (double)zi_model_weight_bytes(m), nc = kernel_us > node_us ? kernel_us : node_us;
+        double f1 = wb / bw * 1e6 + (double)r1[2].nodes * nc;
+        double fS = wb / bw * 1e6 + (double)rS[2].nodes * nc;
+        printf(", \"copy_node_us\": %.3f, \"f16_weight_bytes\": %zu", node_us,
+               zi_cuda_backend_f16_bytes(be));
         printf(", \"copy_gb_s\": %.1f, \"graph_node_us\": %.3f, \"graph_nodes_b1\": %zu, "
                "\"graph_nodes_bS\": %zu, \"floor_b1_us\": %.1f, \"floor_bS_us\": %.1f, "
                "\"step_b1_us\": %.1f, \"step_bS_us\": %.1f, \"b1_over_floor\": %.2f, "
                "\"bS_over_floor\": %.2f",
-               bw / 1e9, node_us, r1[2].nodes, rS[2].nodes, f1, fS, 1e6 / r1[2].tok_s,
+               bw / 1e9, nc, r1[2].nodes, rS[2].nodes, f1, fS, 1e6 / r1[2].tok_s,
                1e6 * (double)S / rS[2].tok_s, 1e6 / r1[2].tok_s / f1,
                1e6 * (double)S / rS[2].tok_s / fS);
     }
