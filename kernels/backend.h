@@ -83,6 +83,21 @@ typedef struct zi_attn_shape {
     int window;
 } zi_attn_shape;
 
+/* The angles of a RoPE call (llama.cpp's ggml_rope_ext without YaRN):
+ * pair i (0 <= i < rope_dim/2) of a token at position pos turns by
+ *   pos * freq_scale * base^(-2i/rope_dim) / factors[i]
+ * and the rotated values are multiplied by mscale (cos and sin both).
+ * Plain RoPE is {base, 1, 1, NULL}. */
+typedef struct zi_rope_freqs {
+    float base;       /* rope.freq_base */
+    float freq_scale; /* 1 / rope.scaling.factor ("linear" scaling), else 1 */
+    float mscale;     /* rope.scaling.attn_factor (phi3's long-context files), else 1 */
+    /* rope_dim/2 divisors of each pair's frequency, in backend memory
+     * (vector_init): Llama 3's rope_freqs, phi3's rope_factors_long/short.
+     * NULL: all 1. */
+    const float *factors;
+} zi_rope_freqs;
+
 typedef struct zi_backend_ops {
     const char *name;
     void (*free_backend)(zi_backend *be); /* zi_backend_free() calls it */
@@ -118,15 +133,16 @@ typedef struct zi_backend_ops {
     void (*rmsnorm)(zi_backend *be, float *y, const float *x, const float *w, int n_tokens, int dim,
                     float eps);
     /* Rotates pairs (x[2i], x[2i+1]) of the first rope_dim dims of each
-     * head by pos * base^(-2i/rope_dim), in place. x is [n_tokens][n_heads][head_dim]. */
+     * head by pos * theta_i, theta_i as zi_rope_freqs says (plain RoPE:
+     * base^(-2i/rope_dim)), in place. x is [n_tokens][n_heads][head_dim]. */
     void (*rope)(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
-                 int head_dim, int rope_dim, float base);
+                 int head_dim, int rope_dim, const zi_rope_freqs *rf);
     /* The same rotation in the NEOX layout (pair i is (x[i], x[i +
      * rope_dim/2])), as llama.cpp's LLAMA_ROPE_TYPE_NEOX families (gemma,
      * qwen2, phi3, ...) are stored. Optional: NULL where a backend lacks it,
      * and the model refuses such a family on that backend. */
     void (*rope_neox)(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
-                      int head_dim, int rope_dim, float base);
+                      int head_dim, int rope_dim, const zi_rope_freqs *rf);
     /* Writes k and v ([n_tokens][n_kv_heads*head_dim]) into the layer's
      * block pools at each token's position (through its block table). */
     void (*kv_store)(zi_backend *be, void *kcache, void *vcache, const float *k, const float *v,

@@ -25,6 +25,11 @@ static const zi_family families[] = {
      .swa_pattern = 6,
      .rope_base_swa = 10000.0f,
      .scale_by_dim_layers = 62},
+    /* Phi-3: NEOX RoPE, fused QKV (attn_qkv, or separate tensors), fused
+     * gate and up (ffn_up of 2 x ffn rows), long-context files' RoPE
+     * factors rope_factors_long/short. Its files' attention.sliding_window
+     * is ignored, as llama.cpp does (phi3.cpp sets n_swa = 0). */
+    {.arch = "phi3", .rope_neox = 1, .rope_long_short = 1, .fused_qkv = 1, .fused_gate_up = 1},
 };
 
 const zi_family *zi_family_find(const char *arch, size_t len) {
@@ -35,7 +40,7 @@ const zi_family *zi_family_find(const char *arch, size_t len) {
 }
 
 const char *zi_family_names(void) {
-    return "llama, gemma3";
+    return "llama, gemma3, phi3";
 }
 
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,

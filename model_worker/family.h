@@ -42,6 +42,16 @@ typedef struct zi_family {
      * (gemma3 27B, whose query_pre_attn_scalar the file does not carry;
      * llama.cpp's rule). */
     int scale_by_dim_layers;
+    /* RoPE frequency factors from rope_factors_long / rope_factors_short
+     * (phi3; a llama file with rope.scaling.type "longrope" too) instead of
+     * rope_freqs (llama 3). */
+    int rope_long_short;
+    /* Q, K and V from one product when the file has blk.N.attn_qkv.weight
+     * ([dim] x [q + k + v rows], in that order), else three tensors. */
+    int fused_qkv;
+    /* Gate and up from one blk.N.ffn_up.weight of 2 * feed_forward_length
+     * rows (gate first: ggml_swiglu's halves), no ffn_gate. */
+    int fused_gate_up;
 } zi_family;
 
 /* The family of general.architecture `arch` (len bytes), or NULL. */

@@ -28,6 +28,10 @@ struct zi_model {
     zi_gguf *gguf;
     zi_weight tok_embd, output;
     float *output_norm;
+    /* RoPE frequency factors, rope_dim/2 each, or NULL: Llama 3's
+     * rope_freqs; phi3's long and short ones, picked per pass by the
+     * cache's context (llama.cpp's get_rope_factors). */
+    float *rope_freqs, *rope_long, *rope_short;
     zi_layer *layers;
     uint64_t weight_bytes;
     /* activation buffers, in backend memory, for up to `cap` tokens */
@@ -90,6 +94,51 @@ static int load_family_config(const zi_gguf *g, zi_model_config *c, zi_error *er
         if (!(c->rope_base_swa > 0.0f) || !isfinite(c->rope_base_swa))
             return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, c->rope_base_swa);
     }
+    return ZI_OK;
+}
+
+/* rope.scaling.*, as llama.cpp reads them (llama-model.cpp load_hparams,
+ * llama-context.cpp): the type defaults to "linear", whose factor (default
+ * 1) divides every angle; "none" never scales; "longrope" (phi3's
+ * long-context files) scales the same way and takes its per-pair factors
+ * from rope_factors_long/short; attn_factor (default 1) multiplies cos and
+ * sin whatever the type. YaRN and anything else are refused by name. */
+static int load_rope_scaling(const zi_gguf *g, zi_model_config *c, zi_error *err) {
+    char key[128];
+    int rc;
+    c->rope_freq_scale = c->rope_attn_factor = 1.0f;
+    c->rope_longrope = 0;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
+    const zi_gguf_kv *type = zi_gguf_find_kv(g, key);
+    int none = 0;
+    if (type) {
+        if (type->type != ZI_GGUF_STRING)
+            return zi_error_set(err, ZI_EFORMAT, "%s is not a string", key);
+        zi_str t = type->str;
+        none = zi_str_eq(t, "none");
+        c->rope_longrope = zi_str_eq(t, "longrope");
+        if (!none && !c->rope_longrope && !zi_str_eq(t, "linear"))
+            return zi_error_set(err, ZI_EUNSUPPORTED,
+                                "%s = '%.*s' is not supported (only none, linear, longrope)", key,
+                                (int)(t.len > 64 ? 64 : t.len), t.ptr);
+    }
+    float factor = 0.0f;
+    snprintf(key, sizeof key, "%s.rope.scaling.factor", c->arch);
+    if (!zi_gguf_find_kv(g, key)) snprintf(key, sizeof key, "%s.rope.scale_linear", c->arch);
+    if ((rc = zi_gguf_get_f32_or(g, key, 0.0f, &factor, err))) return rc;
+    if (!(factor >= 0.0f) || !isfinite(factor) || (factor > 0.0f && factor < 1e-6f))
+        return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, factor);
+    if (!none && factor > 0.0f) c->rope_freq_scale = 1.0f / factor;
+    snprintf(key, sizeof key, "%s.rope.scaling.attn_factor", c->arch);
+    if ((rc = zi_gguf_get_f32_or(g, key, 1.0f, &c->rope_attn_factor, err))) return rc;
+    if (!(c->rope_attn_factor > 0.0f) || !isfinite(c->rope_attn_factor))
+        return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, c->rope_attn_factor);
+    uint32_t v;
+    snprintf(key, sizeof key, "%s.rope.scaling.original_context_length", c->arch);
+    if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)c->ctx_train, &v, err))) return rc;
+    if (v == 0 || v > (1u << 24))
+        return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range", key, v);
+    c->rope_orig_ctx = (int)v;
     return ZI_OK;
 }
 
@@ -161,11 +210,7 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     if (!(c->rope_base > 0.0f) || !(c->norm_eps >= 0.0f) || !isfinite(c->rope_base))
         return zi_error_set(err, ZI_EFORMAT, "rope.freq_base %g / rms epsilon %g out of range",
                             c->rope_base, c->norm_eps);
-    snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
-    const zi_gguf_kv *scaling = zi_gguf_find_kv(g, key);
-    if (scaling && scaling->type == ZI_GGUF_STRING && !zi_str_eq(scaling->str, "none"))
-        return zi_error_set(err, ZI_EUNSUPPORTED, "%s = '%.*s' is not supported", key,
-                            (int)scaling->str.len, scaling->str.ptr);
+    if ((rc = load_rope_scaling(g, c, err))) return rc;
     return load_family_config(g, c, err);
 }
 
@@ -197,6 +242,30 @@ static int load_matrix(zi_model *m, const char *name, int64_t cols, int64_t rows
     return ZI_OK;
 }
 
+/* Rows r0 .. r0+n-1 of the [cols] x [total] matrix `name` as a weight of
+ * their own: a fused tensor (phi3's attn_qkv, ffn_up) split at load, so
+ * that the forward pass and the backends see ordinary weights. The rows of
+ * a GGUF matrix are contiguous, whole blocks each. */
+static int load_matrix_rows(zi_model *m, const char *name, int64_t cols, int64_t total, int64_t r0,
+                            int64_t n, zi_weight *w, zi_error *err) {
+    const zi_gguf_tensor *t = NULL;
+    int rc = find_tensor(m->gguf, name, cols, total, &t, err);
+    if (rc) return rc;
+    zi_gguf_tensor part = *t;
+    uint64_t row_bytes = t->nbytes / (uint64_t)total;
+    part.ne[1] = n;
+    part.offset += (uint64_t)r0 * row_bytes;
+    part.nbytes = (uint64_t)n * row_bytes;
+    if (t->data) part.data = (const char *)t->data + (uint64_t)r0 * row_bytes;
+    if ((rc = m->be->ops->weight_init(m->be, w, &part, err))) return rc;
+    if (w->owned) zi_gguf_drop_pages(m->gguf, &part);
+    m->weight_bytes += w->data_bytes;
+    return ZI_OK;
+}
+
+/* An optional 1-D tensor: *out stays NULL when the file has none. */
+static int load_vector_opt(zi_model *m, const char *name, int64_t n, float **out, zi_error *err);
+
 static int load_vector(zi_model *m, const char *name, int64_t n, float **out, zi_error *err) {
     const zi_gguf_tensor *t = NULL;
     int rc = find_tensor(m->gguf, name, n, 1, &t, err);
@@ -204,6 +273,10 @@ static int load_vector(zi_model *m, const char *name, int64_t n, float **out, zi
     *out = m->be->ops->vector_init(m->be, t, err);
     if (*out) return ZI_OK;
     return err && err->code ? err->code : zi_error_set(err, ZI_ENOMEM, "cannot load '%s'", name);
+}
+
+static int load_vector_opt(zi_model *m, const char *name, int64_t n, float **out, zi_error *err) {
+    return zi_gguf_find_tensor(m->gguf, name) ? load_vector(m, name, n, out, err) : ZI_OK;
 }
 
 static int load_weights(zi_model *m, zi_error *err) {
@@ -216,9 +289,11 @@ static int load_weights(zi_model *m, zi_error *err) {
         return zi_error_set(err, ZI_EFORMAT, "token_embd.weight has %lld rows; expected 1..%d",
                             (long long)emb->ne[1], 1 << 24);
     m->cfg.n_vocab = (int)emb->ne[1];
-    /* Nine tensors per layer: refuse a block_count the file cannot back
-     * before allocating for it. */
-    if ((uint64_t)c->n_layers * 9 > zi_gguf_tensor_count(m->gguf))
+    /* Nine tensors per layer (six with fused QKV and gate/up): refuse a
+     * block_count the file cannot back before allocating for it. */
+    const zi_family *f = c->family;
+    const uint64_t per_layer = f->fused_qkv && f->fused_gate_up ? 6 : 9;
+    if ((uint64_t)c->n_layers * per_layer > zi_gguf_tensor_count(m->gguf))
         return zi_error_set(err, ZI_EFORMAT,
                             "%s.block_count = %d, but the file has only %llu tensors", c->arch,
                             c->n_layers, (unsigned long long)zi_gguf_tensor_count(m->gguf));
@@ -241,7 +316,16 @@ static int load_weights(zi_model *m, zi_error *err) {
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return zi_error_set(err, ZI_ENOMEM, "out of memory for %d layers", c->n_layers);
-    const zi_family *f = c->family;
+    /* Optional RoPE factors, shared by all layers (llama.cpp: the tensors
+     * without a block number; TENSOR_NOT_REQUIRED). */
+    const int64_t half = c->rope_dim / 2;
+    if (f->rope_long_short || c->rope_longrope) {
+        if ((rc = load_vector_opt(m, "rope_factors_long.weight", half, &m->rope_long, err)) ||
+            (rc = load_vector_opt(m, "rope_factors_short.weight", half, &m->rope_short, err)))
+            return rc;
+    } else if ((rc = load_vector_opt(m, "rope_freqs.weight", half, &m->rope_freqs, err))) {
+        return rc;
+    }
     const uint8_t *local_arr = NULL; /* an array-valued sliding_window_pattern */
     if (c->swa_pattern < 0) {
         const void *d;
@@ -272,15 +356,32 @@ static int load_weights(zi_model *m, zi_error *err) {
             return rc;
         if ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
             (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)) ||
-            (rc = load_matrix(m, ZI_NAME("attn_q.weight"), c->dim, qd, &L->wq, err)) ||
-            (rc = load_matrix(m, ZI_NAME("attn_k.weight"), c->dim, kvd, &L->wk, err)) ||
-            (rc = load_matrix(m, ZI_NAME("attn_v.weight"), c->dim, kvd, &L->wv, err)) ||
             (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
-            (rc =
-                 load_matrix(m, ZI_NAME("ffn_gate.weight"), c->dim, c->ffn_dim, &L->w_gate, err)) ||
-            (rc = load_matrix(m, ZI_NAME("ffn_up.weight"), c->dim, c->ffn_dim, &L->w_up, err)) ||
             (rc = load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down, err)))
             return rc;
+        if (f->fused_qkv && zi_gguf_find_tensor(m->gguf, ZI_NAME("attn_qkv.weight"))) {
+            const int64_t all = qd + 2 * kvd;
+            if ((rc = load_matrix_rows(m, n, c->dim, all, 0, qd, &L->wq, err)) ||
+                (rc = load_matrix_rows(m, n, c->dim, all, qd, kvd, &L->wk, err)) ||
+                (rc = load_matrix_rows(m, n, c->dim, all, qd + kvd, kvd, &L->wv, err)))
+                return rc;
+        } else if ((rc = load_matrix(m, ZI_NAME("attn_q.weight"), c->dim, qd, &L->wq, err)) ||
+                   (rc = load_matrix(m, ZI_NAME("attn_k.weight"), c->dim, kvd, &L->wk, err)) ||
+                   (rc = load_matrix(m, ZI_NAME("attn_v.weight"), c->dim, kvd, &L->wv, err))) {
+            return rc;
+        }
+        if (f->fused_gate_up) {
+            const int64_t ff = c->ffn_dim;
+            if ((rc = load_matrix_rows(m, ZI_NAME("ffn_up.weight"), c->dim, 2 * ff, 0, ff,
+                                       &L->w_gate, err)) ||
+                (rc = load_matrix_rows(m, n, c->dim, 2 * ff, ff, ff, &L->w_up, err)))
+                return rc;
+        } else if ((rc = load_matrix(m, ZI_NAME("ffn_gate.weight"), c->dim, c->ffn_dim, &L->w_gate,
+                                     err)) ||
+                   (rc = load_matrix(m, ZI_NAME("ffn_up.weight"), c->dim, c->ffn_dim, &L->w_up,
+                                     err))) {
+            return rc;
+        }
 #undef ZI_NAME
     }
     return ZI_OK;
@@ -332,6 +433,9 @@ void zi_model_free(zi_model *m) {
     if (!m->cfg.tied_output) be->ops->weight_free(be, &m->output);
     be->ops->weight_free(be, &m->tok_embd);
     be->ops->free(be, m->output_norm);
+    be->ops->free(be, m->rope_freqs);
+    be->ops->free(be, m->rope_long);
+    be->ops->free(be, m->rope_short);
     zi_gguf_close(m->gguf);
     free(m);
 }
@@ -574,10 +678,21 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     const zi_family *f = c->family;
     const size_t xn = (size_t)T * c->dim;
     /* The family's variants of the same steps (family.h). */
-    void (*rope)(zi_backend *, float *, const int32_t *, int, int, int, int, float) =
-        f->rope_neox ? op->rope_neox : op->rope;
+    void (*rope)(zi_backend *, float *, const int32_t *, int, int, int, int,
+                 const zi_rope_freqs *) = f->rope_neox ? op->rope_neox : op->rope;
     void (*glu)(zi_backend *, float *, const float *, const float *, size_t) =
         f->geglu ? op->geglu : op->swiglu;
+
+    /* llama.cpp's get_rope_factors: rope_freqs when the file has it, else
+     * the long factors when a sequence may outgrow the original context,
+     * else the short ones. Local layers never scale their angles (its
+     * rope_freq_scale_train_swa = 1). */
+    const float *factors = m->rope_freqs                    ? m->rope_freqs
+                           : kv->max_ctx > c->rope_orig_ctx ? m->rope_long
+                                                            : m->rope_short;
+    const zi_rope_freqs rf_global = {c->rope_base, c->rope_freq_scale, c->rope_attn_factor,
+                                     factors};
+    const zi_rope_freqs rf_local = {c->rope_base_swa, 1.0f, c->rope_attn_factor, factors};
 
     op->get_rows(be, m->x, &m->tok_embd, b->tokens, T);
     if (f->embd_scale) op->scale(be, m->x, sqrtf((float)c->dim), xn);
@@ -591,9 +706,9 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             op->rmsnorm(be, m->q, m->q, L->q_norm, T * c->n_heads, c->head_dim, c->norm_eps);
             op->rmsnorm(be, m->k, m->k, L->k_norm, T * c->n_kv_heads, c->head_dim, c->norm_eps);
         }
-        const float base = L->local ? c->rope_base_swa : c->rope_base;
-        rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, base);
-        rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, base);
+        const zi_rope_freqs *rf = L->local ? &rf_local : &rf_global;
+        rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, rf);
+        rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, rf);
         shape.window = L->local ? c->sliding_window : 0;
         op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
         op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &view, &shape);

@@ -48,6 +48,11 @@ typedef struct zi_model_config {
     int swa_pattern;     /* attention.sliding_window_pattern (an array: -1, per layer) */
     float rope_base_swa; /* rope.freq_base_swa: the local layers' RoPE base */
     float final_softcap; /* final_logit_softcapping, 0: none */
+    /* RoPE scaling (llama.cpp's rope.scaling.* without YaRN). */
+    float rope_freq_scale;  /* 1 / rope.scaling.factor, 1 for type none */
+    float rope_attn_factor; /* rope.scaling.attn_factor: cos, sin times it */
+    int rope_longrope;      /* rope.scaling.type "longrope": rope_factors_long/short */
+    int rope_orig_ctx;      /* rope.scaling.original_context_length (context_length) */
 } zi_model_config;
 
 typedef struct zi_model zi_model;

@@ -41,7 +41,10 @@ typedef struct cpu_backend {
         float *cs;
         int32_t *pos;
         int cap, n, dim;
-        float base;
+        zi_rope_freqs rf; /* the angles' parameters; factors: fac or NULL */
+        /* A copy of the factors: compared by value, as a later model's
+         * vector may reuse a freed one's address. rope_dim <= 1024. */
+        float fac[512];
         unsigned long long used; /* when last used (rope_clock) */
     } rope[2];
     unsigned long long rope_clock;
@@ -396,6 +399,7 @@ typedef struct ew_args {
     const float *x, *w; /* rmsnorm: x, w; swiglu, geglu: x = gate, w = up; add: x */
     const int32_t *pos;
     const float *cs; /* rope: cos, sin per token and pair, or NULL */
+    const zi_rope_freqs *rf; /* rope: the angles (when cs is NULL) */
     int64_t n; /* tokens (rmsnorm, rope) or elements (swiglu, add) */
     int dim, n_heads, head_dim, rope_dim;
     int neox;        /* rope: pairs (i, i + rope_dim/2) instead of (2i, 2i+1) */
@@ -435,12 +439,16 @@ static void rmsnorm_rows(const ew_args *a, int64_t t0, int64_t t1) {
     }
 }
 
-/* cos and sin of position pos's angle for pair i. The angle in double:
+/* cos and sin of position pos's angle for the pair starting at dim i
+ * (backend.h's zi_rope_freqs), times mscale. The angle in double:
  * positions reach thousands and cos/sin of a float angle would lose digits. */
-static void rope_angle(int32_t pos, int i, int rope_dim, float base, float *c, float *s) {
-    double theta = (double)pos * pow((double)base, -(double)i / rope_dim);
-    *c = (float)cos(theta);
-    *s = (float)sin(theta);
+static void rope_angle(int32_t pos, int i, int rope_dim, const zi_rope_freqs *rf, float *c,
+                       float *s) {
+    double theta =
+        (double)pos * (double)rf->freq_scale * pow((double)rf->base, -(double)i / rope_dim);
+    if (rf->factors) theta /= (double)rf->factors[i / 2];
+    *c = (float)(cos(theta) * (double)rf->mscale);
+    *s = (float)(sin(theta) * (double)rf->mscale);
 }
 
 static void rope_rows(const ew_args *a, int64_t t0, int64_t t1) {
@@ -450,7 +458,7 @@ static void rope_rows(const ew_args *a, int64_t t0, int64_t t1) {
         const float *cs = a->cs ? a->cs + t * rope_dim : angles;
         if (!a->cs)
             for (int i = 0; i < rope_dim; i += 2)
-                rope_angle(a->pos[t], i, rope_dim, a->base, &angles[i], &angles[i + 1]);
+                rope_angle(a->pos[t], i, rope_dim, a->rf, &angles[i], &angles[i + 1]);
         float *row = a->y + t * n_heads * head_dim;
         for (int h = 0; h < n_heads; h++) { /* each head's row in order */
             float *v = row + (size_t)h * head_dim;
@@ -525,11 +533,15 @@ static void cpu_rmsnorm(zi_backend *be, float *y, const float *x, const float *w
  * table; a model with two RoPE bases keeps one per base); NULL if it
  * cannot be allocated (rope_rows then computes). */
 static const float *rope_table(cpu_backend *c, const int32_t *pos, int n_tokens, int rope_dim,
-                               float base) {
+                               const zi_rope_freqs *rf) {
     c->rope_clock++;
     for (int e = 0; e < 2; e++) {
         struct rope_cache *r = &c->rope[e];
-        if (r->n == n_tokens && r->dim == rope_dim && r->base == base &&
+        if (r->n == n_tokens && r->dim == rope_dim && r->rf.base == rf->base &&
+            r->rf.freq_scale == rf->freq_scale && r->rf.mscale == rf->mscale &&
+            !r->rf.factors == !rf->factors &&
+            (!rf->factors ||
+             memcmp(r->fac, rf->factors, (size_t)rope_dim / 2 * sizeof *r->fac) == 0) &&
             memcmp(r->pos, pos, (size_t)n_tokens * sizeof *pos) == 0) {
             r->used = c->rope_clock;
             return r->cs;
@@ -548,17 +560,21 @@ static const float *rope_table(cpu_backend *c, const int32_t *pos, int n_tokens,
     }
     for (int t = 0; t < n_tokens; t++)
         for (int i = 0; i < rope_dim; i += 2)
-            rope_angle(pos[t], i, rope_dim, base, &r->cs[t * rope_dim + i],
+            rope_angle(pos[t], i, rope_dim, rf, &r->cs[t * rope_dim + i],
                        &r->cs[t * rope_dim + i + 1]);
     memcpy(r->pos, pos, (size_t)n_tokens * sizeof *pos);
     r->n = n_tokens;
     r->dim = rope_dim;
-    r->base = base;
+    r->rf = *rf;
+    if (rf->factors) {
+        memcpy(r->fac, rf->factors, (size_t)rope_dim / 2 * sizeof *r->fac);
+        r->rf.factors = r->fac;
+    }
     return r->cs;
 }
 
 static void rope_run(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
-                     int head_dim, int rope_dim, float base, int neox) {
+                     int head_dim, int rope_dim, const zi_rope_freqs *rf, int neox) {
     ew_args a = {.op = EW_ROPE,
                  .y = x,
                  .pos = pos,
@@ -566,20 +582,20 @@ static void rope_run(zi_backend *be, float *x, const int32_t *pos, int n_tokens,
                  .n_heads = n_heads,
                  .head_dim = head_dim,
                  .rope_dim = rope_dim,
-                 .base = base,
+                 .rf = rf,
                  .neox = neox,
-                 .cs = rope_table(cb(be), pos, n_tokens, rope_dim, base)};
+                 .cs = rope_table(cb(be), pos, n_tokens, rope_dim, rf)};
     ew_run(be, &a, (int64_t)n_tokens * n_heads * rope_dim * 4);
 }
 
 static void cpu_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
-                     int head_dim, int rope_dim, float base) {
-    rope_run(be, x, pos, n_tokens, n_heads, head_dim, rope_dim, base, 0);
+                     int head_dim, int rope_dim, const zi_rope_freqs *rf) {
+    rope_run(be, x, pos, n_tokens, n_heads, head_dim, rope_dim, rf, 0);
 }
 
 static void cpu_rope_neox(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
-                          int head_dim, int rope_dim, float base) {
-    rope_run(be, x, pos, n_tokens, n_heads, head_dim, rope_dim, base, 1);
+                          int head_dim, int rope_dim, const zi_rope_freqs *rf) {
+    rope_run(be, x, pos, n_tokens, n_heads, head_dim, rope_dim, rf, 1);
 }
 
 /*

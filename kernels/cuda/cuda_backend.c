@@ -609,22 +609,26 @@ static void cuda_rmsnorm(zi_backend *be, float *y, const float *x, const float *
 }
 
 static void cuda_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
-                      int head_dim, int rope_dim, float base) {
+                      int head_dim, int rope_dim, const zi_rope_freqs *rf) {
     cuda_backend *c = cb(be);
     if (c->status || n_tokens <= 0) return;
     const int32_t *d_pos = stage(c, META_POS, pos, (size_t)n_tokens);
     if (!d_pos) return;
-    failed(c, zi_cuda_rope(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, base, c->stream),
+    failed(c,
+           zi_cuda_rope(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, rf->base, rf->freq_scale,
+                        rf->mscale, rf->factors, c->stream),
            "rope kernel");
 }
 
 static void cuda_rope_neox(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
-                           int head_dim, int rope_dim, float base) {
+                           int head_dim, int rope_dim, const zi_rope_freqs *rf) {
     cuda_backend *c = cb(be);
     if (c->status || n_tokens <= 0) return;
     const int32_t *d_pos = stage(c, META_POS, pos, (size_t)n_tokens);
     if (!d_pos) return;
-    failed(c, zi_cuda_rope_neox(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, base, c->stream),
+    failed(c,
+           zi_cuda_rope_neox(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, rf->base,
+                             rf->freq_scale, rf->mscale, rf->factors, c->stream),
            "rope_neox kernel");
 }
 

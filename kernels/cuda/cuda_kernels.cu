@@ -386,14 +386,27 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * r * w[i];
 }
 
+/* The angle of the pair starting at dim i (i even) at position p, as
+ * backend.h's zi_rope_freqs says, and its cos and sin times mscale (the CPU
+ * backend's rope_angle). */
+__device__ void rope_cs(double p, int i, int rope_dim, float base, float freq_scale, float mscale,
+                        const float *__restrict__ factors, float *c, float *s) {
+    double theta = p * static_cast<double>(freq_scale) *
+                   pow(static_cast<double>(base), -static_cast<double>(i) / rope_dim);
+    if (factors) theta /= static_cast<double>(factors[i / 2]);
+    *c = static_cast<float>(cos(theta) * static_cast<double>(mscale));
+    *s = static_cast<float>(sin(theta) * static_cast<double>(mscale));
+}
+
 /* One block per token; thread i handles pair i of every head. */
 __global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_heads, int head_dim,
-                            int rope_dim, float base) {
+                            int rope_dim, float base, float freq_scale, float mscale,
+                            const float *__restrict__ factors) {
     const int t = blockIdx.x;
     const double p = static_cast<double>(pos[t]);
     for (int i = 2 * threadIdx.x; i < rope_dim; i += 2 * blockDim.x) {
-        const double theta = p * pow(static_cast<double>(base), -static_cast<double>(i) / rope_dim);
-        const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
+        float c, s;
+        rope_cs(p, i, rope_dim, base, freq_scale, mscale, factors, &c, &s);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
             const float x0 = v[i], x1 = v[i + 1];
@@ -407,13 +420,13 @@ __global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_hea
  * and takes the angle of rope_kernel's pair starting at 2i (the CPU
  * backend's rope_rows, neox case). */
 __global__ void rope_neox_kernel(float *x, const int32_t *__restrict__ pos, int n_heads,
-                                 int head_dim, int rope_dim, float base) {
+                                 int head_dim, int rope_dim, float base, float freq_scale,
+                                 float mscale, const float *__restrict__ factors) {
     const int t = blockIdx.x, half = rope_dim / 2;
     const double p = static_cast<double>(pos[t]);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const double theta =
-            p * pow(static_cast<double>(base), -static_cast<double>(2 * i) / rope_dim);
-        const float c = static_cast<float>(cos(theta)), s = static_cast<float>(sin(theta));
+        float c, s;
+        rope_cs(p, 2 * i, rope_dim, base, freq_scale, mscale, factors, &c, &s);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
             const float x0 = v[i], x1 = v[i + half];
@@ -775,21 +788,23 @@ cudaError_t zi_cuda_rmsnorm(float *y, const float *x, const float *w, int n_toke
 }
 
 cudaError_t zi_cuda_rope(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
-                         int rope_dim, float base, cudaStream_t stream) {
+                         int rope_dim, float base, float freq_scale, float mscale,
+                         const float *factors, cudaStream_t stream) {
     if (n_tokens <= 0 || rope_dim <= 0) return cudaSuccess;
     const int threads = rope_dim / 2 < 128 ? (rope_dim / 2 + 31) / 32 * 32 : 128;
-    rope_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(x, pos, n_heads, head_dim,
-                                                                         rope_dim, base);
+    rope_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(
+        x, pos, n_heads, head_dim, rope_dim, base, freq_scale, mscale, factors);
     return cudaGetLastError();
 }
 
 cudaError_t zi_cuda_rope_neox(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
-                              int rope_dim, float base, cudaStream_t stream) {
+                              int rope_dim, float base, float freq_scale, float mscale,
+                              const float *factors, cudaStream_t stream) {
     if (n_tokens <= 0 || rope_dim <= 0) return cudaSuccess;
     if (rope_dim % 2 || rope_dim > head_dim) return cudaErrorInvalidValue;
     const int threads = rope_dim / 2 < 128 ? (rope_dim / 2 + 31) / 32 * 32 : 128;
     rope_neox_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(
-        x, pos, n_heads, head_dim, rope_dim, base);
+        x, pos, n_heads, head_dim, rope_dim, base, freq_scale, mscale, factors);
     return cudaGetLastError();
 }
 

@@ -66,15 +66,19 @@ cudaError_t zi_cuda_rmsnorm(float *y, const float *x, const float *w, int n_toke
                             float eps, cudaStream_t stream);
 
 /* Adjacent-pair RoPE in place, x [n_tokens][n_heads][head_dim]; the same
- * angles as the CPU backend (computed in double). */
+ * angles as the CPU backend (computed in double): pair i turns by
+ * pos * freq_scale * base^(-2i/rope_dim) / factors[i] (factors: rope_dim/2
+ * floats in device memory, or NULL for all 1), cos and sin times mscale. */
 cudaError_t zi_cuda_rope(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
-                         int rope_dim, float base, cudaStream_t stream);
+                         int rope_dim, float base, float freq_scale, float mscale,
+                         const float *factors, cudaStream_t stream);
 
 /* The same rotation in the NEOX layout: pair i is (x[i], x[i + rope_dim/2])
  * with the angle of the adjacent layout's pair 2i (gemma, qwen2, ...).
  * rope_dim even and <= head_dim, else cudaErrorInvalidValue. */
 cudaError_t zi_cuda_rope_neox(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
-                              int rope_dim, float base, cudaStream_t stream);
+                              int rope_dim, float base, float freq_scale, float mscale,
+                              const float *factors, cudaStream_t stream);
 
 /*
  * The paged KV cache (backend.h): per layer a pool [n_blocks][block_size]

@@ -298,8 +298,9 @@ static void test_elementwise(void **state) {
         be->ops->rmsnorm(be, dy, dx, dw, T, dim, 1e-5f);
         be->ops->rmsnorm(be, dx, dx, dw, T, dim, 1e-5f);
         be->ops->add(be, dy, dx, n);
-        be->ops->rope(be, dy, pos, T, nh, hd, hd, 10000.0f);
-        be->ops->rope(be, dy, pos, T, nh, hd, 32, 500000.0f);
+        const zi_rope_freqs r1 = {10000.0f, 1.0f, 1.0f, NULL}, r2 = {500000.0f, 1.0f, 1.0f, NULL};
+        be->ops->rope(be, dy, pos, T, nh, hd, hd, &r1);
+        be->ops->rope(be, dy, pos, T, nh, hd, 32, &r2);
         be->ops->swiglu(be, dy, dy, du, n);
         be->ops->add(be, dy, du, n);
         get(be, out[k], dy, n);
@@ -408,6 +409,50 @@ static void test_attention_paged(void **state) {
 
 /* ---- the optional ops of the gemma families ---- */
 
+/* rope and rope_neox with frequency factors (in device memory, as the
+ * model's rope_freqs / rope_factors_long), a linear scale and an attention
+ * factor (llama 3, phi3) against the CPU backend, several shapes each. */
+static void test_rope_factors_vs_cpu(void **state) {
+    (void)state;
+    zi_error err = {0};
+    zi_backend *bes[2] = {g_cpu, g_gpu};
+    assert_int_equal(g_gpu->ops->reserve(g_gpu, 64, 4096, 64, &err), ZI_OK);
+    assert_int_equal(g_cpu->ops->reserve(g_cpu, 64, 4096, 64, &err), ZI_OK);
+    /* tokens, heads, head_dim, rope_dim */
+    const int rs[][4] = {{1, 4, 128, 128}, {7, 3, 64, 32}, {37, 9, 96, 96}, {3, 5, 64, 46}};
+    for (size_t si = 0; si < sizeof rs / sizeof rs[0]; si++)
+        for (int neox = 0; neox < 2; neox++) {
+            const int T = rs[si][0], nh = rs[si][1], hd = rs[si][2], rd = rs[si][3];
+            size_t n = (size_t)T * nh * hd;
+            float *x = frandom(n, -2, 2), *fac = frandom((size_t)rd / 2, 1, 40),
+                  *o[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+            int32_t pos[64];
+            for (int i = 0; i < T; i++) pos[i] = (int32_t)(urand() * 131072); /* phi3 128k */
+            for (int k = 0; k < 2; k++) {
+                float *d = put(bes[k], x, n), *df = put(bes[k], fac, (size_t)rd / 2);
+                const zi_rope_freqs rf = {si % 2 ? 10000.0f : 500000.0f, si % 2 ? 0.25f : 1.0f,
+                                          si % 2 ? 1.0f : 1.19f, df};
+                (neox ? bes[k]->ops->rope_neox : bes[k]->ops->rope)(bes[k], d, pos, T, nh, hd, rd,
+                                                                    &rf);
+                get(bes[k], o[k], d, n);
+                bes[k]->ops->free(bes[k], d);
+                bes[k]->ops->free(bes[k], df);
+            }
+            check_status();
+            double e = rel_err(o[1], o[0], n);
+            print_message("rope%s with factors %d tokens x %d heads of %d, rope_dim %d: rel err "
+                          "vs CPU %.2e\n",
+                          neox ? "_neox" : "", T, nh, hd, rd, e);
+            assert_true(e < 1e-6);
+            for (size_t i = 0; i < n; i++)
+                if ((int)(i % (size_t)hd) >= rd) assert_true(o[1][i] == x[i]);
+            free(x);
+            free(fac);
+            free(o[0]);
+            free(o[1]);
+        }
+}
+
 /* rope_neox, geglu (separate and in place), scale, softcap and the per-head
  * Q/K rmsnorm (rows of head_dim, 16 up to 256, odd ones too) against the
  * CPU backend on the same inputs, several shapes each. */
@@ -433,7 +478,8 @@ static void test_gemma_ops(void **state) {
         for (int i = 0; i < T; i++) pos[i] = (int32_t)(urand() * 32768); /* gemma3's context */
         for (int k = 0; k < 2; k++) {
             float *d = put(bes[k], x, n);
-            bes[k]->ops->rope_neox(bes[k], d, pos, T, nh, hd, rd, si % 2 ? 10000.0f : 1e6f);
+            const zi_rope_freqs rf = {si % 2 ? 10000.0f : 1e6f, 1.0f, 1.0f, NULL};
+            bes[k]->ops->rope_neox(bes[k], d, pos, T, nh, hd, rd, &rf);
             get(bes[k], o[k], d, n);
             bes[k]->ops->free(bes[k], d);
         }
@@ -742,11 +788,12 @@ static void test_graph_capture(void **state) {
     zi_batch_view v = {T, pos, seq, tab, 16};
     zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0};
     float *eager = malloc(sizeof(float) * T * dim), *replay = malloc(sizeof(float) * T * dim);
+    const zi_rope_freqs rope_plain = {10000.0f, 1.0f, 1.0f, NULL};
 #define ZI_LAYER()                                                                                 \
     do {                                                                                           \
         g_gpu->ops->rmsnorm(g_gpu, dh, dx, dn, T, dim, 1e-5f);                                     \
         g_gpu->ops->matmul(g_gpu, dq, &w, dh, T);                                                  \
-        g_gpu->ops->rope(g_gpu, dq, pos, T, nh, hd, hd, 10000.0f);                                 \
+        g_gpu->ops->rope(g_gpu, dq, pos, T, nh, hd, hd, &rope_plain);                              \
         g_gpu->ops->kv_store(g_gpu, kc, vc, dq, dq, &v, &s);                                       \
         g_gpu->ops->attention(g_gpu, da, dq, kc, vc, &v, &s);                                      \
         g_gpu->ops->add(g_gpu, da, dh, (size_t)T *dim);                                            \
@@ -1224,6 +1271,7 @@ int main(void) {
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_gemma_ops),
+        cmocka_unit_test(test_rope_factors_vs_cpu),
         cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_bad_id_reported),
         cmocka_unit_test(test_graph_capture),

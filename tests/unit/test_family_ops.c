@@ -7,6 +7,9 @@
  *   - per-head RMSNorm (rmsnorm over n_tokens * n_heads rows of head_dim,
  *     as model.c calls it for attn_q_norm / attn_k_norm);
  *   - NEOX RoPE (pairs i, i + rope_dim/2), two bases alternating;
+ *   - RoPE with frequency factors, a linear scale and an attention factor
+ *     (Llama 3's rope_freqs, phi3's long/short factors), both layouts,
+ *     parameter sets alternating and a factor vector rewritten in place;
  *   - sliding-window attention over a paged cache: a token at position p
  *     sees positions p - window + 1..p only, windows that start inside a
  *     block and on a block edge, head sizes 256 (gemma3), 64 and 40;
@@ -133,7 +136,8 @@ static void test_rope_neox(void **state) {
         for (int b = 0; b < 3; b++) {
             const int rope_dim = rope_dims[rd];
             memcpy(y, x, sizeof(float) * T * H * hd);
-            be->ops->rope_neox(be, y, pos, T, H, hd, rope_dim, bases[b]);
+            const zi_rope_freqs rf = {bases[b], 1.0f, 1.0f, NULL};
+            be->ops->rope_neox(be, y, pos, T, H, hd, rope_dim, &rf);
             for (int t = 0; t < T; t++)
                 for (int h = 0; h < H; h++) {
                     const float *xr = x + ((size_t)t * H + h) * hd;
@@ -150,6 +154,58 @@ static void test_rope_neox(void **state) {
                 }
         }
     zi_backend_free(be);
+    free(x), free(y);
+}
+
+/* RoPE with llama.cpp's rope_ext parameters (no YaRN): pair i turns by
+ * pos * freq_scale * base^(-2i/rope_dim) / factors[i], cos and sin times
+ * mscale. Calls with the same positions and different parameters, and a
+ * factor vector changed in place between calls, must not reuse the CPU
+ * backend's cos/sin table. */
+static void test_rope_factors(void **state) {
+    (void)state;
+    enum { T = 7, H = 2, HD = 48 };
+    int32_t pos[T] = {0, 1, 5, 100, 4097, 8191, 131071};
+    float *x = malloc(sizeof(float) * T * H * HD), *y = malloc(sizeof(float) * T * H * HD);
+    for (int i = 0; i < T * H * HD; i++) x[i] = frand(-2, 2);
+    float fac_a[HD / 2], fac_b[HD / 2];
+    for (int i = 0; i < HD / 2; i++) fac_a[i] = 1.0f + (float)i * 1.7f, fac_b[i] = frand(0.5f, 40);
+    const zi_rope_freqs sets[] = {{500000.0f, 1.0f, 1.0f, fac_a}, {500000.0f, 1.0f, 1.0f, NULL},
+                                  {10000.0f, 0.25f, 1.0f, NULL},  {10000.0f, 1.0f, 1.19f, fac_b},
+                                  {500000.0f, 1.0f, 1.0f, fac_a}, {10000.0f, 0.5f, 0.9f, fac_b}};
+    const int rope_dims[2] = {HD, 32};
+    for (int threads = 1; threads <= 2; threads++) {
+        zi_backend *be = make_backend(NULL, threads);
+        for (int neox = 0; neox < 2; neox++)
+            for (int rd = 0; rd < 2; rd++)
+                for (size_t k = 0; k < sizeof sets / sizeof sets[0] + 1; k++) {
+                    const int rope_dim = rope_dims[rd], half = rope_dim / 2;
+                    zi_rope_freqs rf = sets[k % (sizeof sets / sizeof sets[0])];
+                    if (k == sizeof sets / sizeof sets[0]) fac_a[3] *= 3.0f; /* in place */
+                    memcpy(y, x, sizeof(float) * T * H * HD);
+                    (neox ? be->ops->rope_neox : be->ops->rope)(be, y, pos, T, H, HD, rope_dim,
+                                                                &rf);
+                    for (int t = 0; t < T; t++)
+                        for (int h = 0; h < H; h++) {
+                            const float *xr = x + ((size_t)t * H + h) * HD;
+                            const float *yr = y + ((size_t)t * H + h) * HD;
+                            for (int i = 0; i < half; i++) {
+                                double th = pos[t] * (double)rf.freq_scale *
+                                            pow(rf.base, -2.0 * i / rope_dim) /
+                                            (rf.factors ? rf.factors[i] : 1.0);
+                                int i0 = neox ? i : 2 * i, i1 = neox ? i + half : 2 * i + 1;
+                                double c = cos(th) * rf.mscale, s = sin(th) * rf.mscale;
+                                double a = xr[i0] * c - xr[i1] * s, b = xr[i0] * s + xr[i1] * c;
+                                if (fabs(yr[i0] - a) > 3e-5 || fabs(yr[i1] - b) > 3e-5)
+                                    fail_msg("neox %d set %zu t %d pair %d: %g %g, want %g %g",
+                                             neox, k, t, i, yr[i0], yr[i1], a, b);
+                            }
+                            for (int i = rope_dim; i < HD; i++) assert_true(yr[i] == xr[i]);
+                        }
+                    if (k == sizeof sets / sizeof sets[0]) fac_a[3] /= 3.0f;
+                }
+        zi_backend_free(be);
+    }
     free(x), free(y);
 }
 
@@ -292,9 +348,13 @@ static void test_backend_without_ops_refuses(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_geglu),         cmocka_unit_test(test_per_head_norm),
-        cmocka_unit_test(test_rope_neox),     cmocka_unit_test(test_window_attention),
-        cmocka_unit_test(test_scale_softcap), cmocka_unit_test(test_backend_without_ops_refuses),
+        cmocka_unit_test(test_geglu),
+        cmocka_unit_test(test_per_head_norm),
+        cmocka_unit_test(test_rope_neox),
+        cmocka_unit_test(test_rope_factors),
+        cmocka_unit_test(test_window_attention),
+        cmocka_unit_test(test_scale_softcap),
+        cmocka_unit_test(test_backend_without_ops_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
