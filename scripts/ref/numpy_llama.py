@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent float64 reference forward pass of a GGUF Llama or Gemma 3 model.
+"""Independent float64 reference forward pass of a GGUF Llama, Gemma 3 or Phi-3 model.
 
 Used only by tests and fixture generation (never linked into zinfer): it reads
 the GGUF with the PyPI `gguf` package, dequantizes every tensor to float64 and
@@ -36,6 +36,26 @@ w = attention.sliding_window.  Attention scale 1/sqrt(key_length), or
 1/sqrt(n_embd/n_head) for the 62-layer 27B (llama.cpp's rule).  The norm
 weights are used as stored (the converter already added Gemma's +1).
 
+RoPE scaling (llama.cpp's llama-model.cpp load_hparams, llama-context.cpp
+and ggml's rope with freq_factors), for every family: rope.scaling.type
+defaults to "linear"; its factor (rope.scaling.factor, else
+rope.scale_linear; 0 or absent: 1) divides every angle unless the type is
+"none"; "yarn" and unknown types are refused.  Pair i's angle is
+  pos * (1/factor) * base^(-2i/rope_dim) / ff[i]
+with ff the per-pair frequency factors: the file's rope_freqs (Llama 3),
+or for phi3 (and a "longrope" llama file) rope_factors_long when the
+sequence context (n_ctx_seq) exceeds rope.scaling.original_context_length
+(default context_length), else rope_factors_short; absent: all 1.  cos
+and sin are multiplied by rope.scaling.attn_factor (default 1).  Local
+(sliding-window) layers use no linear scale.
+
+Phi-3 (general.architecture "phi3", src/models/phi3.cpp): the llama block
+with NEOX RoPE; Q, K, V are rows [0, q), [q, q+kv), [q+kv, q+2kv) of the
+fused blk.N.attn_qkv.weight when present; the feed-forward's
+blk.N.ffn_up.weight holds 2*n_ff rows, gate first (silu(gate) * up, as
+ggml_swiglu splits it); attention.sliding_window is ignored (llama.cpp
+disables Phi SWA).
+
 Module use:   import numpy_llama; numpy_llama.logits(path, [1, 2, 3])
 CLI use:      numpy_llama.py --model M --ids 1,2,3 --out logits.npy
 """
@@ -70,15 +90,15 @@ def _field(reader, key, default=None):
 class Model:
     """Hyper-parameters plus float64 weights, dequantized once."""
 
-    def __init__(self, path):
+    def __init__(self, path, n_ctx_seq=None):
         import gguf
         from gguf.quants import dequantize
 
         self.path = path
         r = gguf.GGUFReader(path)
         arch = _field(r, "general.architecture")
-        if arch not in ("llama", "gemma3"):
-            raise ValueError(f"{path}: architecture {arch!r} is not llama or gemma3")
+        if arch not in ("llama", "gemma3", "phi3"):
+            raise ValueError(f"{path}: architecture {arch!r} is not llama, gemma3 or phi3")
         self.arch = arch
         gemma = arch == "gemma3"
 
@@ -104,13 +124,14 @@ class Model:
             self.n_vocab = int(emb.shape[1])
         # Family switches (the C side's model_worker/family.c, derived here
         # independently from llama.cpp's model code).
-        self.neox = self.qk_norm = self.post_norms = self.geglu = gemma
+        self.qk_norm = self.post_norms = self.geglu = gemma
+        self.neox = gemma or arch == "phi3"
         self.embd_scale = np.sqrt(self.n_embd) if gemma else 1.0
         self.softcap = float(hp("final_logit_softcapping", 0.0)) if gemma else 0.0
         self.scale = 1.0 / np.sqrt(self.head_dim)
         if gemma and self.n_layer == 62:
             self.scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
-        self.window = int(hp("attention.sliding_window", 0)) if gemma else 0
+        self.window = int(hp("attention.sliding_window", 0)) if gemma else 0  # phi3: ignored
         self.local = [False] * self.n_layer
         self.rope_base_swa = self.rope_base
         if self.window:
@@ -133,14 +154,50 @@ class Model:
             # with them are computed in float64 in chunks (_head).
             big = a.size > 50_000_000
             self.w[t.name] = np.asarray(a, dtype=np.float32 if big else np.float64).reshape(shape)
+        if arch == "phi3":  # split the fused tensors (see the module docstring)
+            qd, kvd = self.n_head * self.head_dim, self.n_head_kv * self.head_dim
+            for L in range(self.n_layer):
+                p = f"blk.{L}."
+                if p + "attn_qkv.weight" in self.w:
+                    qkv = self.w.pop(p + "attn_qkv.weight")
+                    if qkv.shape[0] != qd + 2 * kvd:
+                        raise ValueError(f"{p}attn_qkv.weight has {qkv.shape[0]} rows")
+                    self.w[p + "attn_q.weight"] = qkv[:qd]
+                    self.w[p + "attn_k.weight"] = qkv[qd : qd + kvd]
+                    self.w[p + "attn_v.weight"] = qkv[qd + kvd :]
+                up = self.w[p + "ffn_up.weight"]
+                if up.shape[0] != 2 * self.n_ff:
+                    raise ValueError(f"{p}ffn_up.weight has {up.shape[0]} rows")
+                self.w[p + "ffn_gate.weight"] = up[: self.n_ff]
+                self.w[p + "ffn_up.weight"] = up[self.n_ff :]
+
+        # RoPE scaling (see the module docstring).
+        stype = str(hp("rope.scaling.type", "linear"))
+        if stype not in ("none", "linear", "longrope"):
+            raise ValueError(f"rope.scaling.type {stype!r} is not supported")
+        factor = float(hp("rope.scaling.factor", hp("rope.scale_linear", 0.0)))
+        self.freq_scale = 1.0 if stype == "none" or factor == 0.0 else 1.0 / factor
+        self.attn_factor = float(hp("rope.scaling.attn_factor", 1.0))
+        self.n_ctx_orig = int(hp("rope.scaling.original_context_length", self.n_ctx))
+        self.n_ctx_seq = self.n_ctx if n_ctx_seq is None else int(n_ctx_seq)
+        ff = None
+        if arch == "phi3" or stype == "longrope":
+            name = "long" if self.n_ctx_seq > self.n_ctx_orig else "short"
+            ff = self.w.get(f"rope_factors_{name}.weight")
+        elif arch == "llama":
+            ff = self.w.get("rope_freqs.weight")
+        self.rope_ff = np.ones(self.rope_dim // 2) if ff is None else np.asarray(ff, np.float64)
+        if self.rope_ff.shape != (self.rope_dim // 2,):
+            raise ValueError(f"rope factors of shape {self.rope_ff.shape}")
+
         self.out_w = self.w.get("output.weight", self.w["token_embd.weight"])
         if self.out_w.shape[0] != self.n_vocab:
             raise ValueError("output head rows != vocabulary size")
 
         # RoPE inverse frequencies for the rotated part of each head.
         i = np.arange(0, self.rope_dim, 2, dtype=np.float64)
-        self.inv_freq = self.rope_base ** (-i / self.rope_dim)
-        self.inv_freq_swa = self.rope_base_swa ** (-i / self.rope_dim)
+        self.inv_freq = self.freq_scale * self.rope_base ** (-i / self.rope_dim) / self.rope_ff
+        self.inv_freq_swa = self.rope_base_swa ** (-i / self.rope_dim) / self.rope_ff
 
     def rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
@@ -150,8 +207,8 @@ class Model:
         rope_dim (NEOX: pairs i, i + rope_dim/2)."""
         inv = self.inv_freq_swa if local else self.inv_freq
         ang = pos[:, None] * inv[None, :]  # [n, rope_dim/2]
-        c = np.cos(ang)[:, None, :]
-        s = np.sin(ang)[:, None, :]
+        c = np.cos(ang)[:, None, :] * self.attn_factor
+        s = np.sin(ang)[:, None, :] * self.attn_factor
         y = x.copy()
         if self.neox:
             h = self.rope_dim // 2

@@ -1,0 +1,296 @@
+"""Random-weight files of the families whose RoPE or layout differs from
+plain llama: Llama 3 (rope_freqs), llama with linear RoPE scaling, a
+Mistral-style llama file (SentencePiece vocabulary), and phi3 (fused QKV
+and gate/up, NEOX RoPE, rope_factors_long/short with an attention factor).
+
+Each file is small (3 layers, embedding 64, 4 heads of 16, 2 KV heads, Q8_0
+matrices, an F16 embedding) and deterministic from a seed, with the
+tokenizer keys of one of llama.cpp's vendored vocabularies, so its
+vocabulary (and so the output head) is the real one. For several prompts,
+`zinfer logits` is compared with scripts/ref/numpy_llama.py (float64):
+argmax equal except near-ties (top-2 gap < 0.01), mean KL < 1e-4; and
+with llama.cpp on the same file (llama-cpp-python), mean KL < 1e-2. The
+RoPE variant must matter: the reference without it is far from zinfer.
+Errors: a missing or mis-shaped tensor is named, and so is an unsupported
+rope.scaling.type.
+
+Skipped without the vendored vocabularies ($ZINFER_HOME/llama.cpp-vendor).
+"""
+
+import math
+import os
+import re
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+from conftest import ids_arg, last_json, report
+
+import numpy_llama
+
+HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
+VOCABS = HOME / "llama.cpp-vendor" / "models"
+NEAR_TIE = 0.01
+MAX_KL_REF = 1e-4
+MAX_KL_LLAMACPP = 1e-2
+
+DIM, HEAD, NH, NKV, FF, LAYERS = 64, 16, 4, 2, 128, 3
+QD, KVD = NH * HEAD, NKV * HEAD
+
+pytestmark = pytest.mark.skipif(not (VOCABS / "ggml-vocab-phi-3.gguf").is_file(),
+                                reason=f"{VOCABS} absent (llama.cpp's vendored vocabularies)")
+
+
+def vocab_keys(name):
+    """The tokenizer.* keys of a vendored vocabulary as (key, value, type,
+    sub_type) rows, and its size."""
+    r = gguf.GGUFReader(str(VOCABS / f"ggml-vocab-{name}.gguf"))
+    rows = []
+    for key, field in r.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        rows.append((key, field.contents(), vtype, sub))
+    return rows, len(r.fields["tokenizer.ggml.tokens"].data)
+
+
+def llama3_factors(base, dim, factor=8.0, low=1.0, high=4.0, orig=64):
+    """Llama 3.1's per-pair divisors (its rope_scaling "llama3" as the
+    converter writes rope_freqs), for a small original context so that
+    the short test prompts see them."""
+    out = []
+    for i in range(0, dim, 2):
+        wavelen = 2 * math.pi * base ** (i / dim)
+        if wavelen < orig / high:
+            out.append(1.0)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, np.float32)
+
+
+def q8(a):
+    return gguf.quants.quantize(a.astype(np.float32), gguf.GGMLQuantizationType.Q8_0)
+
+
+def make_tensors(n_vocab, arch, seed):
+    """name -> (data, raw_type or None)."""
+    rng = np.random.default_rng(seed)
+    t = {"token_embd.weight": ((rng.standard_normal((n_vocab, DIM)) * 0.25).astype(np.float16),
+                               None),
+         "output_norm.weight": ((1 + 0.1 * rng.standard_normal(DIM)).astype(np.float32), None)}
+    for L in range(LAYERS):
+        p = f"blk.{L}."
+
+        def mat(rows, cols):
+            return q8(rng.standard_normal((rows, cols)) * 0.15), gguf.GGMLQuantizationType.Q8_0
+
+        t[p + "attn_norm.weight"] = ((1 + 0.1 * rng.standard_normal(DIM)).astype(np.float32), None)
+        t[p + "ffn_norm.weight"] = ((1 + 0.1 * rng.standard_normal(DIM)).astype(np.float32), None)
+        t[p + "attn_output.weight"] = mat(DIM, QD)
+        t[p + "ffn_down.weight"] = mat(DIM, FF)
+        if arch == "phi3":
+            t[p + "attn_qkv.weight"] = mat(QD + 2 * KVD, DIM)
+            t[p + "ffn_up.weight"] = mat(2 * FF, DIM)
+        else:
+            t[p + "attn_q.weight"] = mat(QD, DIM)
+            t[p + "attn_k.weight"] = mat(KVD, DIM)
+            t[p + "attn_v.weight"] = mat(KVD, DIM)
+            t[p + "ffn_gate.weight"] = mat(FF, DIM)
+            t[p + "ffn_up.weight"] = mat(FF, DIM)
+    return t
+
+
+# family name -> (arch, vocabulary, extra keys, extra tensors, ctx sizes)
+BASE_LLAMA3 = 500000.0
+SPECS = {
+    "llama3_rope_freqs": ("llama", "llama-bpe", {"rope.freq_base": BASE_LLAMA3},
+                          {"rope_freqs.weight": llama3_factors(BASE_LLAMA3, HEAD)}, [256]),
+    "llama_linear": ("llama", "llama-bpe",
+                     {"rope.freq_base": 10000.0, "rope.scaling.type": "linear",
+                      "rope.scaling.factor": 4.0}, {}, [256]),
+    "mistral_spm": ("llama", "llama-spm", {"rope.freq_base": 1000000.0}, {}, [256]),
+    # original context 300: llama.cpp (n_ctx padded to 256s) and zinfer use
+    # the short factors at a context of 256 and the long ones at 512.
+    "phi3_longrope": ("phi3", "phi-3",
+                      {"rope.freq_base": 10000.0, "rope.scaling.original_context_length": 300,
+                       "rope.scaling.attn_factor": 1.1902380714238083},
+                      {"rope_factors_long.weight":
+                           np.linspace(1.0, 12.0, HEAD // 2).astype(np.float32),
+                       "rope_factors_short.weight":
+                           np.linspace(1.0, 2.5, HEAD // 2).astype(np.float32)}, [256, 512]),
+}
+
+
+def write_file(path, spec_name, drop=(), replace=None, extra_keys=None):
+    arch, vocab, keys, extra_t, _ = SPECS[spec_name]
+    rows, n_vocab = vocab_keys(vocab)
+    w = gguf.GGUFWriter(str(path), arch)
+    hp = {"block_count": LAYERS, "context_length": 1024, "embedding_length": DIM,
+          "feed_forward_length": FF, "attention.head_count": NH, "attention.head_count_kv": NKV,
+          "attention.layer_norm_rms_epsilon": 1e-5, "rope.dimension_count": HEAD}
+    hp.update(keys)
+    hp.update(extra_keys or {})
+    for k, v in hp.items():
+        if isinstance(v, str):
+            w.add_string(f"{arch}.{k}", v)
+        elif isinstance(v, float):
+            w.add_float32(f"{arch}.{k}", v)
+        else:
+            w.add_uint32(f"{arch}.{k}", v)
+    for key, value, vtype, sub in rows:
+        w.add_key_value(key, value, vtype, sub_type=sub)
+    tensors = make_tensors(n_vocab, arch, seed=sum(map(ord, spec_name)))
+    tensors.update({k: (v, None) for k, v in extra_t.items()})
+    tensors.update(replace or {})
+    for name, (data, raw) in tensors.items():
+        if name in drop:
+            continue
+        if raw is None:
+            w.add_tensor(name, data)
+        else:
+            w.add_tensor(name, data, raw_dtype=raw)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("families_rope")
+    return {name: write_file(d / f"{name}.gguf", name) for name in SPECS}
+
+
+def prompts(n_vocab):
+    rng = np.random.default_rng(7)
+    return [[int(i) for i in rng.integers(1, n_vocab, size=n)] for n in (5, 17, 40, 100, 230)]
+
+
+def zinfer_logits(run_zinfer, path, ids, ctx, tmp_path):
+    out = tmp_path / "z.f32"
+    res = run_zinfer("logits", "--model", path, "--prompt-ids", ids_arg(ids), "--out", out,
+                     "--ctx-size", ctx, timeout=300)
+    assert res.returncode == 0, f"zinfer logits failed: {res.stderr.strip()}"
+    info = last_json(res.stdout)
+    return np.fromfile(out, dtype="<f4").reshape(len(ids), info["n_vocab"]).astype(np.float64)
+
+
+def compare(ref, got):
+    kl = numpy_llama.kl(ref, got)
+    top2 = np.sort(ref, axis=-1)[:, -2:]
+    gap = top2[:, 1] - top2[:, 0]
+    flips = np.nonzero(ref.argmax(-1) != got.argmax(-1))[0]
+    bad = [int(i) for i in flips if gap[i] >= NEAR_TIE]
+    return float(kl.mean()), len(flips), bad
+
+
+CASES = [(name, ctx) for name, spec in SPECS.items() for ctx in spec[4]]
+
+
+@pytest.mark.parametrize("name,ctx", CASES, ids=[f"{n}-ctx{c}" for n, c in CASES])
+def test_logits_match_reference_and_llamacpp(name, ctx, files, run_zinfer, tmp_path):
+    path = files[name]
+    m = numpy_llama.Model(str(path), n_ctx_seq=ctx)
+    llama_cpp = None
+    try:
+        import llama_cpp
+    except ImportError:
+        pass
+    llm = None
+    if llama_cpp is not None:
+        llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=ctx, n_batch=ctx,
+                              n_threads=2, verbose=False)
+    kls, kls_cpp, flips_total, positions = [], [], 0, 0
+    for ids in prompts(m.n_vocab):
+        got = zinfer_logits(run_zinfer, path, ids, ctx, tmp_path)
+        assert np.isfinite(got).all()
+        ref = m.forward(ids)
+        mean_kl, n_flips, bad = compare(ref, got)
+        assert not bad, f"{name}: argmax differs at {bad} (not near-ties)"
+        assert mean_kl < MAX_KL_REF, f"{name} {len(ids)} tokens: mean KL {mean_kl:.3e}"
+        kls.append(mean_kl)
+        flips_total += n_flips
+        positions += len(ids)
+        if llm is not None:
+            llm.reset()
+            llm.eval(ids)
+            cpp = np.array(llm.scores[: len(ids)], dtype=np.float64)
+            kl_cpp = float(numpy_llama.kl(ref, cpp).mean())
+            kl_zc = float(numpy_llama.kl(cpp, got).mean())
+            kls_cpp.append((kl_cpp, kl_zc))
+    res = {"zinfer_vs_ref_mean_kl": float(np.mean(kls)), "argmax_flips": flips_total,
+           "positions": positions}
+    if kls_cpp:
+        res["llamacpp_vs_ref_mean_kl"] = float(np.mean([a for a, _ in kls_cpp]))
+        res["zinfer_vs_llamacpp_mean_kl"] = float(np.mean([b for _, b in kls_cpp]))
+    report("families_rope", f"{name}-ctx{ctx}", res)
+    print(f"\n{name} ctx {ctx}: {res}")
+    if kls_cpp:  # over the family's prompts (llama.cpp's int8 activations: noisy per prompt)
+        assert res["llamacpp_vs_ref_mean_kl"] < MAX_KL_LLAMACPP, res
+        assert res["zinfer_vs_llamacpp_mean_kl"] < MAX_KL_LLAMACPP, res
+
+
+@pytest.mark.parametrize("name", ["llama3_rope_freqs", "llama_linear", "phi3_longrope"])
+def test_rope_variant_matters(name, files, run_zinfer, tmp_path):
+    """The reference without the file's RoPE scaling is far from zinfer:
+    the factors, the scale and the attention factor are really applied."""
+    ctx = SPECS[name][4][-1]
+    m = numpy_llama.Model(str(files[name]), n_ctx_seq=ctx)
+    ids = prompts(m.n_vocab)[3]
+    got = zinfer_logits(run_zinfer, files[name], ids, ctx, tmp_path)
+    kl = numpy_llama.kl(m.forward(ids), got).mean()
+    i = np.arange(0, m.rope_dim, 2, dtype=np.float64)
+    m.inv_freq = m.rope_base ** (-i / m.rope_dim)
+    m.attn_factor = 1.0
+    plain = numpy_llama.kl(m.forward(ids), got).mean()
+    assert plain > 100 * kl and plain > 1e-3, (plain, kl)
+
+
+def test_phi3_long_and_short_differ(files, run_zinfer, tmp_path):
+    """A context past the original one switches to the long factors."""
+    ids = prompts(32064)[2]
+    a = zinfer_logits(run_zinfer, files["phi3_longrope"], ids, 256, tmp_path)
+    b = zinfer_logits(run_zinfer, files["phi3_longrope"], ids, 512, tmp_path)
+    assert numpy_llama.kl(a, b).mean() > 1e-3
+
+
+def run_bad(run_zinfer, path, tmp_path):
+    res = run_zinfer("logits", "--model", path, "--prompt-ids", "1,2,3", "--out", tmp_path / "o")
+    err = res.stderr.strip()
+    assert 0 < res.returncode < 128, err
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+@pytest.mark.parametrize("name,tensor,shape", [
+    ("phi3_longrope", "blk.1.attn_qkv.weight", (QD + KVD, DIM)),
+    ("phi3_longrope", "blk.2.ffn_up.weight", (FF, DIM)),
+    ("phi3_longrope", "rope_factors_long.weight", (HEAD,)),
+    ("phi3_longrope", "blk.0.ffn_down.weight", None),
+    ("llama3_rope_freqs", "rope_freqs.weight", (HEAD // 2 + 1,)),
+    ("mistral_spm", "blk.2.attn_v.weight", None),
+])
+def test_missing_or_misshaped_tensor_named(name, tensor, shape, tmp_path, run_zinfer):
+    if shape is None:
+        path = write_file(tmp_path / "bad.gguf", name, drop=(tensor,))
+    else:
+        data = np.zeros(shape, np.float32)
+        path = write_file(tmp_path / "bad.gguf", name, replace={tensor: (data, None)})
+    err = run_bad(run_zinfer, path, tmp_path)
+    assert re.search(re.escape(tensor), err), err
+    msg = err.split("bad.gguf: ", 1)[1]  # the temporary path has "missing" in it
+    assert ("missing" in msg) == (shape is None), err
+
+
+@pytest.mark.parametrize("stype", ["yarn", "llama3-ish"])
+def test_unsupported_rope_scaling_named(stype, tmp_path, run_zinfer):
+    path = write_file(tmp_path / "bad.gguf", "llama_linear",
+                      extra_keys={"rope.scaling.type": stype})
+    err = run_bad(run_zinfer, path, tmp_path)
+    assert "llama.rope.scaling.type" in err and f"'{stype}'" in err, err
