@@ -81,6 +81,10 @@ typedef struct zi_attn_shape {
      * position k is hidden when p - k >= window). 0: all of 0..p. Only a
      * backend with attn_window set honours it (the model checks). */
     int window;
+    /* Attention logit soft-capping (gemma2): each score s = q.k * scale
+     * becomes softcap * tanh(s / softcap) before the softmax. 0: none. Only
+     * a backend with attn_softcap set honours it (the model checks). */
+    float softcap;
 } zi_attn_shape;
 
 /* The angles of a RoPE call (llama.cpp's ggml_rope_ext without YaRN):
@@ -165,6 +169,10 @@ typedef struct zi_backend_ops {
     void (*softcap)(zi_backend *be, float *x, float cap, size_t n);
     /* x[i] += y[i] */
     void (*add)(zi_backend *be, float *x, const float *y, size_t n);
+    /* x[r][i] += bias[i] for r < n_rows, i < dim: a bias vector (from
+     * vector_init) added to every row (qwen2's Q/K/V biases). Optional (as
+     * rope_neox). */
+    void (*add_bias)(zi_backend *be, float *x, const float *bias, int n_rows, int dim);
     /* Waits until all queued work is done (nothing to wait for on the CPU)
      * and returns the first error any op met since the backend was made,
      * with its message in *err (err may be NULL): ops return nothing, so a
@@ -187,6 +195,9 @@ struct zi_backend {
     bool host_memory;
     /* Its attention honours zi_attn_shape.window (sliding-window layers). */
     bool attn_window;
+    /* Its attention honours zi_attn_shape.softcap (attention logit
+     * soft-capping). */
+    bool attn_softcap;
 };
 
 /* Frees a backend and everything it allocated (NULL: nothing). */

@@ -30,6 +30,29 @@ static const zi_family families[] = {
      * factors rope_factors_long/short. Its files' attention.sliding_window
      * is ignored, as llama.cpp does (phi3.cpp sets n_swa = 0). */
     {.arch = "phi3", .rope_neox = 1, .rope_long_short = 1, .fused_qkv = 1, .fused_gate_up = 1},
+    /* Qwen 2 / 2.5: the llama block with NEOX RoPE; its Q/K/V biases (and an
+     * optional output.bias) are loaded whenever present (model.c). */
+    {.arch = "qwen2", .rope_neox = 1},
+    /* Qwen 3: NEOX RoPE and per-head Q/K RMSNorm before it, no biases. */
+    {.arch = "qwen3", .rope_neox = 1, .qk_norm = 1},
+    /* Gemma 2 (llama.cpp's llama_model_gemma2): NEOX RoPE, post-norms,
+     * GeGLU, embedding scale; attention.sliding_window defaults to 4096 and
+     * load_swa_pattern(ml, 2) makes the even layers local, with RoPE base
+     * rope.freq_base_swa defaulting to rope.freq_base; attention scores
+     * capped at attn_logit_softcapping (default 50) and logits at
+     * final_logit_softcapping (default 30); the 46-layer 27B's attention
+     * scale from embedding_length / head_count. No Q/K norms. */
+    {.arch = "gemma2",
+     .rope_neox = 1,
+     .post_norms = 1,
+     .geglu = 1,
+     .embd_scale = 1,
+     .swa_pattern = 2,
+     .swa_default = 4096,
+     .rope_base_swa = 0.0f,
+     .attn_softcap = 50.0f,
+     .final_softcap = 30.0f,
+     .scale_by_dim_layers = 46},
 };
 
 const zi_family *zi_family_find(const char *arch, size_t len) {
@@ -40,17 +63,19 @@ const zi_family *zi_family_find(const char *arch, size_t len) {
 }
 
 const char *zi_family_names(void) {
-    return "llama, gemma3, phi3";
+    return "llama, gemma3, phi3, qwen2, qwen3, gemma2";
 }
 
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
-                            int softcap, zi_error *err) {
+                            int softcap, int attn_softcap, int bias, zi_error *err) {
     const zi_backend_ops *op = be->ops;
     const char *missing = f->rope_neox && !op->rope_neox         ? "NEOX RoPE"
                           : f->geglu && !op->geglu               ? "GeGLU"
                           : f->embd_scale && !op->scale          ? "scale"
                           : softcap && !op->softcap              ? "logit soft-capping"
                           : has_local_layers && !be->attn_window ? "sliding-window attention"
+                          : attn_softcap && !be->attn_softcap    ? "attention logit soft-capping"
+                          : bias && !op->add_bias                ? "bias add"
                                                                  : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,

@@ -7,8 +7,11 @@
  * table in family.c that switches the small differences on: the RoPE pair
  * layout, per-head Q/K norms, norms after the attention and feed-forward
  * blocks, GeGLU instead of SwiGLU, an embedding scale, local
- * (sliding-window) layers with their own RoPE base, and the defaults of the
- * keys a family's files may leave out. docs/models.md says how to add one.
+ * (sliding-window) layers with their own RoPE base, attention and final
+ * logit soft-capping, and the defaults of the keys a family's files may
+ * leave out. Q/K/V biases (blk.N.attn_q.bias, ...) need no switch: every
+ * family loads them when the file has them (qwen2's do), as llama.cpp's
+ * create_tensor_qkv does. docs/models.md says how to add one.
  */
 #ifndef ZI_FAMILY_H
 #define ZI_FAMILY_H
@@ -35,8 +38,19 @@ typedef struct zi_family {
      * of attention.sliding_window_pattern n (layer l is local when
      * l % n < n - 1; llama.cpp's set_swa_pattern), 0 for none. */
     int swa_pattern;
-    /* The default of rope.freq_base_swa, the local layers' RoPE base. */
+    /* The default of attention.sliding_window when the file lacks it (gemma2:
+     * 4096); 0: no local layers without the key (gemma3). */
+    int swa_default;
+    /* The default of rope.freq_base_swa, the local layers' RoPE base; 0:
+     * rope.freq_base (gemma2). */
     float rope_base_swa;
+    /* Attention logit soft-capping: the default of attn_logit_softcapping
+     * (gemma2: 50); 0: the family never caps attention scores (the key is
+     * ignored, as llama.cpp's attn_soft_cap = false). */
+    float attn_softcap;
+    /* The default of final_logit_softcapping (gemma2: 30, always applied);
+     * 0: only when the file has the key. */
+    float final_softcap;
     /* The attention scale when no key gives it: 0 for 1/sqrt(key_length);
      * n: for files of n layers, 1/sqrt(embedding_length / head_count)
      * (gemma3 27B, whose query_pre_attn_scalar the file does not carry;
@@ -59,8 +73,10 @@ const zi_family *zi_family_find(const char *arch, size_t len);
 /* The supported architectures, comma-separated, for error messages. */
 const char *zi_family_names(void);
 /* ZI_EUNSUPPORTED, naming the family and the missing op, when backend be
- * lacks an op the family (with these options) needs. */
+ * lacks an op the family (with these options) needs: has_local_layers,
+ * softcap (final logits), attn_softcap (attention scores), bias (Q/K/V or
+ * output biases). */
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
-                            int softcap, zi_error *err);
+                            int softcap, int attn_softcap, int bias, zi_error *err);
 
 #endif

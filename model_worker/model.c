@@ -18,6 +18,7 @@ typedef struct zi_layer {
     float *attn_norm, *ffn_norm;
     float *q_norm, *k_norm;                /* family qk_norm, else NULL */
     float *post_attn_norm, *post_ffn_norm; /* family post_norms, else NULL */
+    float *bq, *bk, *bv;                   /* Q/K/V biases when the file has them */
     int local;                             /* a sliding-window layer */
     zi_weight wq, wk, wv, wo, w_gate, w_up, w_down;
 } zi_layer;
@@ -32,6 +33,7 @@ struct zi_model {
      * rope_freqs; phi3's long and short ones, picked per pass by the
      * cache's context (llama.cpp's get_rope_factors). */
     float *rope_freqs, *rope_long, *rope_short;
+    float *output_bias; /* output.bias when the file has it (qwen2 may) */
     zi_layer *layers;
     uint64_t weight_bytes;
     /* activation buffers, in backend memory, for up to `cap` tokens */
@@ -68,12 +70,19 @@ static int load_family_config(const zi_gguf *g, zi_model_config *c, zi_error *er
     if (f->scale_by_dim_layers && c->n_layers == f->scale_by_dim_layers)
         c->attn_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
     snprintf(key, sizeof key, "%s.final_logit_softcapping", c->arch);
-    if ((rc = zi_gguf_get_f32_or(g, key, 0.0f, &c->final_softcap, err))) return rc;
+    if ((rc = zi_gguf_get_f32_or(g, key, f->final_softcap, &c->final_softcap, err))) return rc;
     if (!(c->final_softcap >= 0.0f) || !isfinite(c->final_softcap))
         return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, c->final_softcap);
+    c->attn_softcap = 0.0f;
+    if (f->attn_softcap > 0.0f) { /* only families that cap attention read it */
+        snprintf(key, sizeof key, "%s.attn_logit_softcapping", c->arch);
+        if ((rc = zi_gguf_get_f32_or(g, key, f->attn_softcap, &c->attn_softcap, err))) return rc;
+        if (!(c->attn_softcap >= 0.0f) || !isfinite(c->attn_softcap))
+            return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, c->attn_softcap);
+    }
     uint32_t v;
     snprintf(key, sizeof key, "%s.attention.sliding_window", c->arch);
-    if ((rc = zi_gguf_get_u32_or(g, key, 0, &v, err))) return rc;
+    if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)f->swa_default, &v, err))) return rc;
     if (v > (1u << 30)) return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range", key, v);
     c->sliding_window = f->swa_pattern ? (int)v : 0;
     if (c->sliding_window) {
@@ -90,7 +99,8 @@ static int load_family_config(const zi_gguf *g, zi_model_config *c, zi_error *er
             c->swa_pattern = (int)v;
         }
         snprintf(key, sizeof key, "%s.rope.freq_base_swa", c->arch);
-        if ((rc = zi_gguf_get_f32_or(g, key, f->rope_base_swa, &c->rope_base_swa, err))) return rc;
+        const float base_swa = f->rope_base_swa > 0.0f ? f->rope_base_swa : c->rope_base;
+        if ((rc = zi_gguf_get_f32_or(g, key, base_swa, &c->rope_base_swa, err))) return rc;
         if (!(c->rope_base_swa > 0.0f) || !isfinite(c->rope_base_swa))
             return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, c->rope_base_swa);
     }
@@ -264,7 +274,7 @@ static int load_matrix_rows(zi_model *m, const char *name, int64_t cols, int64_t
 }
 
 /* An optional 1-D tensor: *out stays NULL when the file has none. */
-static int load_vector_opt(zi_model *m, const char *name, int64_t n, float **out, zi_error *err);
+static int load_opt_vector(zi_model *m, const char *name, int64_t n, float **out, zi_error *err);
 
 static int load_vector(zi_model *m, const char *name, int64_t n, float **out, zi_error *err) {
     const zi_gguf_tensor *t = NULL;
@@ -275,8 +285,25 @@ static int load_vector(zi_model *m, const char *name, int64_t n, float **out, zi
     return err && err->code ? err->code : zi_error_set(err, ZI_ENOMEM, "cannot load '%s'", name);
 }
 
-static int load_vector_opt(zi_model *m, const char *name, int64_t n, float **out, zi_error *err) {
+/* A vector the file may leave out (a bias): NULL when absent, else loaded
+ * and shape-checked as load_vector. */
+static int load_opt_vector(zi_model *m, const char *name, int64_t n, float **out, zi_error *err) {
+    *out = NULL;
     return zi_gguf_find_tensor(m->gguf, name) ? load_vector(m, name, n, out, err) : ZI_OK;
+}
+
+/* Whether the file has any Q/K/V bias or output.bias (the backend then
+ * needs add_bias). */
+static int has_biases(const zi_model *m) {
+    if (zi_gguf_find_tensor(m->gguf, "output.bias")) return 1;
+    char n[96];
+    static const char *const which[] = {"q", "k", "v"};
+    for (int l = 0; l < m->cfg.n_layers; l++)
+        for (int i = 0; i < 3; i++) {
+            snprintf(n, sizeof n, "blk.%d.attn_%s.bias", l, which[i]);
+            if (zi_gguf_find_tensor(m->gguf, n)) return 1;
+        }
+    return 0;
 }
 
 static int load_weights(zi_model *m, zi_error *err) {
@@ -320,10 +347,10 @@ static int load_weights(zi_model *m, zi_error *err) {
      * without a block number; TENSOR_NOT_REQUIRED). */
     const int64_t half = c->rope_dim / 2;
     if (f->rope_long_short || c->rope_longrope) {
-        if ((rc = load_vector_opt(m, "rope_factors_long.weight", half, &m->rope_long, err)) ||
-            (rc = load_vector_opt(m, "rope_factors_short.weight", half, &m->rope_short, err)))
+        if ((rc = load_opt_vector(m, "rope_factors_long.weight", half, &m->rope_long, err)) ||
+            (rc = load_opt_vector(m, "rope_factors_short.weight", half, &m->rope_short, err)))
             return rc;
-    } else if ((rc = load_vector_opt(m, "rope_freqs.weight", half, &m->rope_freqs, err))) {
+    } else if ((rc = load_opt_vector(m, "rope_freqs.weight", half, &m->rope_freqs, err))) {
         return rc;
     }
     const uint8_t *local_arr = NULL; /* an array-valued sliding_window_pattern */
@@ -339,8 +366,10 @@ static int load_weights(zi_model *m, zi_error *err) {
         m->layers[l].local = local_arr ? local_arr[l] != 0 : layer_is_local(c, l);
         any_local |= m->layers[l].local;
     }
-    if ((rc = zi_family_check_backend(f, m->be, any_local, c->final_softcap > 0.0f, err)))
+    if ((rc = zi_family_check_backend(f, m->be, any_local, c->final_softcap > 0.0f,
+                                      c->attn_softcap > 0.0f, has_biases(m), err)))
         return rc;
+    if ((rc = load_opt_vector(m, "output.bias", c->n_vocab, &m->output_bias, err))) return rc;
     for (int l = 0; l < c->n_layers; l++) {
         zi_layer *L = &m->layers[l];
         char n[96];
@@ -357,7 +386,10 @@ static int load_weights(zi_model *m, zi_error *err) {
         if ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
             (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)) ||
             (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
-            (rc = load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down, err)))
+            (rc = load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down, err)) ||
+            (rc = load_opt_vector(m, ZI_NAME("attn_q.bias"), qd, &L->bq, err)) ||
+            (rc = load_opt_vector(m, ZI_NAME("attn_k.bias"), kvd, &L->bk, err)) ||
+            (rc = load_opt_vector(m, ZI_NAME("attn_v.bias"), kvd, &L->bv, err)))
             return rc;
         if (f->fused_qkv && zi_gguf_find_tensor(m->gguf, ZI_NAME("attn_qkv.weight"))) {
             const int64_t all = qd + 2 * kvd;
@@ -424,8 +456,8 @@ void zi_model_free(zi_model *m) {
             zi_layer *L = &m->layers[l];
             zi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
-            float *vecs[] = {L->attn_norm, L->ffn_norm,       L->q_norm,
-                             L->k_norm,    L->post_attn_norm, L->post_ffn_norm};
+            float *vecs[] = {L->attn_norm,     L->ffn_norm, L->q_norm, L->k_norm, L->post_attn_norm,
+                             L->post_ffn_norm, L->bq,       L->bk,     L->bv};
             for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) be->ops->free(be, vecs[i]);
         }
         free(m->layers);
@@ -436,6 +468,7 @@ void zi_model_free(zi_model *m) {
     be->ops->free(be, m->rope_freqs);
     be->ops->free(be, m->rope_long);
     be->ops->free(be, m->rope_short);
+    be->ops->free(be, m->output_bias);
     zi_gguf_close(m->gguf);
     free(m);
 }
@@ -672,9 +705,14 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     const zi_backend_ops *op = be->ops;
     const zi_model_config *c = &m->cfg;
     zi_batch_view view = {T, b->pos, b->seq, b->block_tables, b->table_stride};
-    zi_attn_shape shape = {
-        c->n_heads, c->n_kv_heads, c->head_dim, kv->block_size, kv->max_ctx, c->attn_scale,
-        0}; /* window: per layer */
+    zi_attn_shape shape = {c->n_heads,
+                           c->n_kv_heads,
+                           c->head_dim,
+                           kv->block_size,
+                           kv->max_ctx,
+                           c->attn_scale,
+                           0 /* window: per layer */,
+                           c->attn_softcap};
     const zi_family *f = c->family;
     const size_t xn = (size_t)T * c->dim;
     /* The family's variants of the same steps (family.h). */
@@ -702,6 +740,9 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         float *qkv_out[3] = {m->q, m->k, m->v};
         const zi_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
         op->matmul_n(be, 3, qkv_out, qkv_w, m->xn, T);
+        if (L->bq) op->add_bias(be, m->q, L->bq, T, c->n_heads * c->head_dim);
+        if (L->bk) op->add_bias(be, m->k, L->bk, T, c->n_kv_heads * c->head_dim);
+        if (L->bv) op->add_bias(be, m->v, L->bv, T, c->n_kv_heads * c->head_dim);
         if (L->q_norm) { /* per head: rows of head_dim */
             op->rmsnorm(be, m->q, m->q, L->q_norm, T * c->n_heads, c->head_dim, c->norm_eps);
             op->rmsnorm(be, m->k, m->k, L->k_norm, T * c->n_kv_heads, c->head_dim, c->norm_eps);
@@ -740,6 +781,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     if (n_wanted == 0) return ZI_OK; /* a pass that only fills the cache */
     float *out = host_out && be->host_memory ? host_out : m->logits;
     op->matmul(be, out, &m->output, m->xn, n_wanted);
+    if (m->output_bias) op->add_bias(be, out, m->output_bias, n_wanted, c->n_vocab);
     if (c->final_softcap > 0.0f)
         op->softcap(be, out, c->final_softcap, (size_t)n_wanted * c->n_vocab);
     if (host_out && !be->host_memory)

@@ -53,6 +53,7 @@ typedef struct zi_model_config {
     float rope_attn_factor; /* rope.scaling.attn_factor: cos, sin times it */
     int rope_longrope;      /* rope.scaling.type "longrope": rope_factors_long/short */
     int rope_orig_ctx;      /* rope.scaling.original_context_length (context_length) */
+    float attn_softcap;  /* attn_logit_softcapping (families that cap), 0: none */
 } zi_model_config;
 
 typedef struct zi_model zi_model;

@@ -390,7 +390,7 @@ static void cpu_get_rows(zi_backend *be, float *y, const zi_weight *table, const
 
 /* Element-wise ops share one parallel job: each thread takes a slice of
  * the tokens (or elements) when the batch is big enough to split. */
-enum { EW_RMSNORM, EW_ROPE, EW_SWIGLU, EW_GEGLU, EW_ADD, EW_SCALE, EW_SOFTCAP };
+enum { EW_RMSNORM, EW_ROPE, EW_SWIGLU, EW_GEGLU, EW_ADD, EW_SCALE, EW_SOFTCAP, EW_BIAS };
 
 typedef struct ew_args {
     int op;
@@ -483,7 +483,8 @@ static void rope_rows(const ew_args *a, int64_t t0, int64_t t1) {
 static void ew_worker(void *p, int ith, int nth) {
     const ew_args *a = p;
     int64_t lo, hi;
-    split_range(a->n, ith, nth, a->op == EW_RMSNORM || a->op == EW_ROPE ? 1 : 64, &lo, &hi);
+    split_range(a->n, ith, nth,
+                a->op == EW_RMSNORM || a->op == EW_ROPE || a->op == EW_BIAS ? 1 : 64, &lo, &hi);
     switch (a->op) {
     case EW_RMSNORM: rmsnorm_rows(a, lo, hi); break;
     case EW_ROPE: rope_rows(a, lo, hi); break;
@@ -507,6 +508,15 @@ static void ew_worker(void *p, int ith, int nth) {
         float *y = a->y;
         const float *x = a->x;
         for (int64_t i = lo; i < hi; i++) y[i] += x[i];
+        break;
+    }
+    case EW_BIAS: { /* rows lo..hi of dim, each plus the vector w */
+        const int dim = a->dim;
+        const float *w = a->w;
+        for (int64_t t = lo; t < hi; t++) {
+            float *y = a->y + t * dim;
+            for (int i = 0; i < dim; i++) y[i] += w[i];
+        }
         break;
     }
     }
@@ -785,7 +795,7 @@ static void attn_worker(void *p, int ith, int nth) {
             }
             for (int g0 = 0; g0 < hpt; g0 += ZI_ATTN_GROUP_MAX) {
                 int G = hpt - g0 < ZI_ATTN_GROUP_MAX ? hpt - g0 : ZI_ATTN_GROUP_MAX;
-                k->attend(a->q + row + (size_t)g0 * hd, G, &kv, n, hd, s->scale, scores,
+                k->attend(a->q + row + (size_t)g0 * hd, G, &kv, n, hd, s->scale, s->softcap, scores,
                           a->out + row + (size_t)g0 * hd);
             }
             kv = next, n = n_next;
@@ -836,6 +846,11 @@ static void cpu_add(zi_backend *be, float *x, const float *y, size_t n) {
     ew_run(be, &a, (int64_t)n);
 }
 
+static void cpu_add_bias(zi_backend *be, float *x, const float *bias, int n_rows, int dim) {
+    ew_args a = {.op = EW_BIAS, .y = x, .w = bias, .n = n_rows, .dim = dim};
+    ew_run(be, &a, (int64_t)n_rows * dim);
+}
+
 static void cpu_backend_free(zi_backend *be) {
     cpu_backend *c = cb(be);
     if (!c) return;
@@ -877,6 +892,7 @@ static const zi_backend_ops cpu_ops = {
     .scale = cpu_scale,
     .softcap = cpu_softcap,
     .add = cpu_add,
+    .add_bias = cpu_add_bias,
     .sync = cpu_sync,
 };
 
@@ -908,6 +924,7 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     c->base.kv_v_bytes = 2;
     c->base.host_memory = true;
     c->base.attn_window = true; /* task_view */
+    c->base.attn_softcap = true; /* attend's softcap */
     c->k = k;
     c->act.no_residual = act_bits == 8;
     c->pool = zi_pool_create(n);

@@ -77,10 +77,12 @@ typedef struct zi_cpu_kernels {
      * attention) over positions 0..n-1 of kv (below): q and out are G rows
      * of hd floats, scores is scratch for G*n floats. out[g] =
      * softmax(q[g] . K^T * scale) V. Each K and V row is read once for all
-     * G heads.
+     * G heads. softcap > 0: each score s becomes softcap * tanh(s / softcap)
+     * before the softmax (attention logit soft-capping; the same loop in
+     * every table, softcap_scores).
      */
     void (*attend)(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,
-                   float *scores, float *out);
+                   float softcap, float *scores, float *out);
     /* dst[i] = x[i] rounded to float16 (to nearest, ties to even), i < n. */
     void (*to_f16)(uint16_t *dst, const float *x, int64_t n);
     /* Attention helpers over float vectors. */

@@ -25,6 +25,15 @@
     ((kv)->ks[(size_t)(kv)->blocks[((kv)->first + (j)) / (kv)->bs] * (kv)->sstride +               \
               ((kv)->first + (j)) % (kv)->bs])
 
+/* Attention logit soft-capping of m scores in place: s = cap * tanh(s /
+ * cap), in double (tanhf's error would be multiplied by the cap), the same
+ * loop in every table. Soft-capped scores lie in (-cap, cap), so the
+ * softmax's max and exponentials that follow need no change. */
+static void softcap_scores(float *s, size_t m, float cap) {
+    const double c = cap;
+    for (size_t i = 0; i < m; i++) s[i] = (float)(c * tanh(s[i] / c));
+}
+
 #if defined(__AVX2__) && !defined(__AVX512F__)
 /* The 8 sums of v[0..7]'s lanes, in order (a tree of vhaddps). */
 static inline __m256 hsum8x8(const __m256 *v) {
@@ -74,7 +83,7 @@ attend_pv_cols(const float *p, int n, const zi_kv_head *kv, int hd, int NG, floa
  * wide, so the results differ from the scalar table's in rounding only.
  */
 static void attend_avx2(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,
-                        float *scores, float *out) {
+                        float softcap, float *scores, float *out) {
     _Alignas(32) float rows[8][1024]; /* hd <= 1024 (model.c) */
     /* The cache is read from memory: K rows are requested 8 positions
      * ahead, and each V row while its K row is scored, for the last phase. */
@@ -117,6 +126,7 @@ static void attend_avx2(const float *q, int G, const zi_kv_head *kv, int n, int 
             memcpy(scores + (size_t)g * n + j0, sv, sizeof(float) * (size_t)jn);
         }
     }
+    if (softcap > 0.0f) softcap_scores(scores, (size_t)G * n, softcap);
     float inv[64]; /* G <= 64, checked by the caller */
     for (int g = 0; g < G; g++) {
         float *sg = scores + (size_t)g * n;
@@ -234,7 +244,8 @@ static inline __m512 ld_i16x16(const int16_t *p) {
  */
 static inline __attribute__((always_inline)) void attend16(const float *q, int G,
                                                            const zi_kv_head *kv, int n, int nc,
-                                                           float scale, float *scores, float *out) {
+                                                           float scale, float softcap,
+                                                           float *scores, float *out) {
     const int hd = 16 * nc, bs = kv->bs;
     const __m512 vscale = _mm512_set1_ps(scale);
     _Alignas(64) float kf[16 * 256], ksr[16];
@@ -293,6 +304,7 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
                                   _mm512_mul_ps(_mm512_mul_ps(hsum16(acc), ksv), vscale));
         }
     }
+    if (softcap > 0.0f) softcap_scores(scores, (size_t)G * n, softcap);
     for (int g = 0; g < G; g++) {
         float *sg = scores + (size_t)g * n;
         __m512 mv = _mm512_set1_ps(-INFINITY);
@@ -330,25 +342,25 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
 #endif
 
 static void attend(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,
-                   float *scores, float *out) {
+                   float softcap, float *scores, float *out) {
 #if defined(__AVX512F__)
     /* The common head sizes with constant trip counts (rows in registers). */
     if (hd == 64) {
-        attend16(q, G, kv, n, 4, scale, scores, out);
+        attend16(q, G, kv, n, 4, scale, softcap, scores, out);
         return;
     }
     if (hd == 128) {
-        attend16(q, G, kv, n, 8, scale, scores, out);
+        attend16(q, G, kv, n, 8, scale, softcap, scores, out);
         return;
     }
     if (hd == 256) { /* gemma3 */
-        attend16(q, G, kv, n, 16, scale, scores, out);
+        attend16(q, G, kv, n, 16, scale, softcap, scores, out);
         return;
     }
 #endif
 #if defined(__AVX2__) && !defined(__AVX512F__)
     if (hd % 8 == 0) {
-        attend_avx2(q, G, kv, n, hd, scale, scores, out);
+        attend_avx2(q, G, kv, n, hd, scale, softcap, scores, out);
         return;
     }
 #endif
@@ -360,6 +372,7 @@ static void attend(const float *q, int G, const zi_kv_head *kv, int n, int hd, f
         for (int g = 0; g < G; g++)
             scores[(size_t)g * n + j] = dot_f32(q + g * hd, row, hd) * ks * scale;
     }
+    if (softcap > 0.0f) softcap_scores(scores, (size_t)G * n, softcap);
     float inv[64]; /* G <= 64, checked by the caller */
     for (int g = 0; g < G; g++) {
         float *sg = scores + (size_t)g * n, mx = -INFINITY;

@@ -680,7 +680,7 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
     failed(c,
            zi_cuda_attention(out, q, kcache, vcache, d_pos, d_seq, d_tab, b->table_stride,
                              s->block_size, b->n_tokens, s->n_heads, s->n_kv_heads, s->head_dim,
-                             s->scale, s->window, n_split, c->attn_scratch, c->stream),
+                             s->scale, s->softcap, s->window, n_split, c->attn_scratch, c->stream),
            "attention kernel");
 }
 
@@ -712,6 +712,12 @@ static void cuda_add(zi_backend *be, float *x, const float *y, size_t n) {
     cuda_backend *c = cb(be);
     if (c->status) return;
     failed(c, zi_cuda_add(x, y, n, c->stream), "add kernel");
+}
+
+static void cuda_add_bias(zi_backend *be, float *x, const float *bias, int n_rows, int dim) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_add_bias(x, bias, n_rows, dim, c->stream), "add_bias kernel");
 }
 
 static void cuda_backend_free(zi_backend *be) {
@@ -756,6 +762,7 @@ static const zi_backend_ops cuda_ops = {
     .geglu = cuda_geglu,
     .scale = cuda_scale,
     .softcap = cuda_softcap,
+    .add_bias = cuda_add_bias,
     .add = cuda_add,
     .sync = cuda_sync,
 };
@@ -780,6 +787,7 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
     c->base.ops = &cuda_ops;
     c->base.kv_k_bytes = c->base.kv_v_bytes = 4; /* float32 K and V: the kernels read floats */
     c->base.attn_window = true;                  /* the attention kernel reads the window only */
+    c->base.attn_softcap = true;                 /* and caps its scores (cap_score) */
     c->device = dev;
     c->f16_weights = o ? o->f16_weights : 0;
     for (int i = 0; i < META_N; i++) c->meta[i].n = -1;

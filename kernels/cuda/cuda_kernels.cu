@@ -452,6 +452,12 @@ __global__ void kv_store_kernel(float *kc, float *vc, const float *__restrict__ 
 
 /* One position of a warp's online softmax: score sc, V row values v
  * (this lane's dims); m, l, acc are the running max, sum and weighted V. */
+/* A score after attention logit soft-capping (cap > 0; 0: unchanged),
+ * cap * tanh(sc / cap) as the CPU backend's attend (which uses double). */
+__device__ __forceinline__ float cap_score(float sc, float cap) {
+    return cap > 0.0f ? static_cast<float>(cap * tanh(static_cast<double>(sc) / cap)) : sc;
+}
+
 template <int DPL>
 __device__ __forceinline__ void attn_step(float sc, const float *v, int lane, int hd, float &m,
                                           float &l, float *acc) {
@@ -480,8 +486,8 @@ __global__ void __launch_bounds__(kAttnWarps *kWarp)
     attn_kernel(float *__restrict__ out, const float *__restrict__ q, const float *__restrict__ kc,
                 const float *__restrict__ vc, const int32_t *__restrict__ pos,
                 const int32_t *__restrict__ seq, const int32_t *__restrict__ tables, int stride,
-                int bs, int n_heads, int n_kv_heads, int hd, float scale, int window, int n_split,
-                float *__restrict__ scratch) {
+                int bs, int n_heads, int n_kv_heads, int hd, float scale, float softcap, int window,
+                int n_split, float *__restrict__ scratch) {
     extern __shared__ float smem[]; /* [kAttnWarps][hd] acc, then m[], l[] */
     const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
@@ -534,7 +540,8 @@ __global__ void __launch_bounds__(kAttnWarps *kWarp)
                     dot1 = fmaf(qv[j], k1[j], dot1);
                 }
             }
-            const float sc0 = warp_sum(dot0) * scale, sc1 = warp_sum(dot1) * scale;
+            const float sc0 = cap_score(warp_sum(dot0) * scale, softcap),
+                        sc1 = cap_score(warp_sum(dot1) * scale, softcap);
             attn_step<DPL>(sc0, v0, lane, hd, m, l, acc);
             attn_step<DPL>(sc1, v1, lane, hd, m, l, acc);
         }
@@ -551,7 +558,7 @@ __global__ void __launch_bounds__(kAttnWarps *kWarp)
             if (d < hd) dot = fmaf(qv[j], kr[d], dot);
             vv[j] = d < hd ? vr[d] : 0.0f;
         }
-        attn_step<DPL>(warp_sum(dot) * scale, vv, lane, hd, m, l, acc);
+        attn_step<DPL>(cap_score(warp_sum(dot) * scale, softcap), vv, lane, hd, m, l, acc);
     }
 
     /* merge the warps: weights exp(m_w - M); a warp that saw nothing has
@@ -625,13 +632,13 @@ template <int DPL>
 cudaError_t launch_attn(float *out, const float *q, const float *kc, const float *vc,
                         const int32_t *pos, const int32_t *seq, const int32_t *tables, int stride,
                         int bs, int n_tokens, int n_heads, int n_kv_heads, int hd, float scale,
-                        int window, int n_split, float *scratch, cudaStream_t s) {
+                        float softcap, int window, int n_split, float *scratch, cudaStream_t s) {
     const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads),
                     static_cast<unsigned>(n_split));
     const size_t shmem = (static_cast<size_t>(kAttnWarps) * hd + 2 * kAttnWarps) * sizeof(float);
-    attn_kernel<DPL><<<grid, kAttnWarps * kWarp, shmem, s>>>(out, q, kc, vc, pos, seq, tables,
-                                                             stride, bs, n_heads, n_kv_heads, hd,
-                                                             scale, window, n_split, scratch);
+    attn_kernel<DPL><<<grid, kAttnWarps * kWarp, shmem, s>>>(
+        out, q, kc, vc, pos, seq, tables, stride, bs, n_heads, n_kv_heads, hd, scale, softcap,
+        window, n_split, scratch);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1) return e;
     const dim3 mgrid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
@@ -684,6 +691,13 @@ __global__ void add_kernel(float *x, const float *__restrict__ y, size_t n) {
     const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
     for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
         x[i] += y[i];
+}
+
+/* x[r][i] += bias[i], rows of dim, n = rows * dim elements. */
+__global__ void add_bias_kernel(float *x, const float *__restrict__ bias, int dim, size_t n) {
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
+        x[i] += bias[i % static_cast<size_t>(dim)];
 }
 
 /* Blocks for n elements, grid-stride beyond 65536 blocks. */
@@ -823,16 +837,17 @@ cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *
 cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const float *vc,
                               const int32_t *pos, const int32_t *seq, const int32_t *tables,
                               int stride, int block_size, int n_tokens, int n_heads, int n_kv_heads,
-                              int head_dim, float scale, int window, int n_split, float *scratch,
-                              cudaStream_t stream) {
+                              int head_dim, float scale, float softcap, int window, int n_split,
+                              float *scratch, cudaStream_t stream) {
     if (n_tokens <= 0) return cudaSuccess;
     if (head_dim <= 0 || head_dim > ZI_CUDA_MAX_HEAD_DIM || n_kv_heads <= 0 || window < 0 ||
-        n_heads % n_kv_heads != 0 || n_split < 1 || n_split > ZI_CUDA_ATTN_MAX_SPLIT ||
-        (n_split > 1 && !scratch) || block_size < 1 || stride < 1)
+        !(softcap >= 0.0f) || n_heads % n_kv_heads != 0 || n_split < 1 ||
+        n_split > ZI_CUDA_ATTN_MAX_SPLIT || (n_split > 1 && !scratch) || block_size < 1 ||
+        stride < 1)
         return cudaErrorInvalidValue;
 #define ZI_ATTN(DPL)                                                                               \
     launch_attn<DPL>(out, q, kc, vc, pos, seq, tables, stride, block_size, n_tokens, n_heads,      \
-                     n_kv_heads, head_dim, scale, window, n_split, scratch, stream)
+                     n_kv_heads, head_dim, scale, softcap, window, n_split, scratch, stream)
     if (head_dim <= 64) return ZI_ATTN(2);
     if (head_dim <= 128) return ZI_ATTN(4);
     if (head_dim <= 256) return ZI_ATTN(8);
@@ -870,6 +885,14 @@ cudaError_t zi_cuda_softcap(float *x, float cap, size_t n, cudaStream_t stream) 
 cudaError_t zi_cuda_add(float *x, const float *y, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     add_kernel<<<ew_blocks(n), kThreads, 0, stream>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t zi_cuda_add_bias(float *x, const float *bias, int n_rows, int dim,
+                             cudaStream_t stream) {
+    if (n_rows <= 0 || dim <= 0) return cudaSuccess;
+    const size_t n = static_cast<size_t>(n_rows) * static_cast<size_t>(dim);
+    add_bias_kernel<<<ew_blocks(n), kThreads, 0, stream>>>(x, bias, dim, n);
     return cudaGetLastError();
 }
 

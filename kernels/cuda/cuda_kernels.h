@@ -95,19 +95,19 @@ cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *
 
 /*
  * out[t][h] = softmax(q[t][h] . K[start..pos[t]] * scale) V over token t's
- * sequence, where start = 0, or with window > 0 (a sliding-window layer)
- * max(0, pos[t] - window + 1); head h reads KV head h / (n_heads /
- * n_kv_heads). Only blocks holding positions start..pos[t] are looked up.
- * n_split > 1 splits those positions of each (token, head) over n_split
- * blocks whose partial results go to scratch (n_tokens * n_heads * n_split *
+ * sequence (with softcap > 0 each score s first becomes softcap * tanh(s /
+ * softcap), attention logit soft-capping), where start = 0, or with window > 0 (a sliding-window
+ * layer) max(0, pos[t] - window + 1); head h reads KV head h / (n_heads / n_kv_heads). Only blocks
+ * holding positions start..pos[t] are looked up. n_split > 1 splits those positions of each (token,
+ * head) over n_split blocks whose partial results go to scratch (n_tokens * n_heads * n_split *
  * (head_dim + 2) floats) and are merged by a second kernel; n_split == 1
  * needs no scratch.
  */
 cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const float *vc,
                               const int32_t *pos, const int32_t *seq, const int32_t *tables,
                               int stride, int block_size, int n_tokens, int n_heads, int n_kv_heads,
-                              int head_dim, float scale, int window, int n_split, float *scratch,
-                              cudaStream_t stream);
+                              int head_dim, float scale, float softcap, int window, int n_split,
+                              float *scratch, cudaStream_t stream);
 
 /* out[i] = silu(gate[i]) * up[i] (out may alias gate). */
 cudaError_t zi_cuda_swiglu(float *out, const float *gate, const float *up, size_t n,
@@ -126,6 +126,9 @@ cudaError_t zi_cuda_softcap(float *x, float cap, size_t n, cudaStream_t stream);
 
 /* x[i] += y[i] */
 cudaError_t zi_cuda_add(float *x, const float *y, size_t n, cudaStream_t stream);
+
+/* x[r][i] += bias[i] for r < n_rows, i < dim (a bias vector on every row). */
+cudaError_t zi_cuda_add_bias(float *x, const float *bias, int n_rows, int dim, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -327,7 +327,7 @@ static void test_elementwise(void **state) {
 static void run_attention(zi_backend *be, const float *kv_src, const float *q_host, float *out,
                           const int32_t *tables, int stride, int n_blocks) {
     const int nh = 9, nkv = 3, hd = 64, bs = 16, kvd = nkv * hd;
-    zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f, 0};
+    zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f, 0, 0};
     zi_error err = {0};
     assert_int_equal(be->ops->reserve(be, 64, 1536, 1024, &err), ZI_OK);
     size_t pool = (size_t)n_blocks * bs * kvd;
@@ -463,7 +463,8 @@ static void test_gemma_ops(void **state) {
     /* every op and capability the gemma3 row asks for: it loads on CUDA */
     const zi_family *g3 = zi_family_find("gemma3", 6);
     assert_non_null(g3);
-    if (zi_family_check_backend(g3, g_gpu, 1, 1, &err)) fail_msg("gemma3 on CUDA: %s", err.msg);
+    if (zi_family_check_backend(g3, g_gpu, 1, 1, 0, 0, &err))
+        fail_msg("gemma3 on CUDA: %s", err.msg);
     assert_int_equal(g_gpu->ops->reserve(g_gpu, 64, 4096, 64, &err), ZI_OK);
     assert_int_equal(g_cpu->ops->reserve(g_cpu, 64, 4096, 64, &err), ZI_OK);
     /* rope_neox: tokens, heads, head_dim, rope_dim (half of 46 is odd) */
@@ -575,6 +576,7 @@ static const int wa_lens[WA_SEQS] = {40, 75, 1500};
 
 typedef struct wa_case {
     int nh, nkv, hd, window;
+    float softcap; /* attention logit soft-capping (gemma2), 0: none */
 } wa_case;
 
 static int wa_batch(int which, int32_t *qp, int32_t *qs) {
@@ -602,7 +604,8 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
                                  const float *q, float *out, const int32_t *tables, int stride,
                                  int n_blocks) {
     const int bs = 16, kvd = wc->nkv * wc->hd, qd = wc->nh * wc->hd;
-    zi_attn_shape s = {wc->nh, wc->nkv, wc->hd, bs, 2048, 1.0f / sqrtf((float)wc->hd), wc->window};
+    zi_attn_shape s = {wc->nh,     wc->nkv,    wc->hd, bs, 2048, 1.0f / sqrtf((float)wc->hd),
+                       wc->window, wc->softcap};
     zi_error err = {0};
     assert_int_equal(be->ops->reserve(be, WA_MAXQ, 4096, 2048, &err), ZI_OK);
     size_t pool = (size_t)n_blocks * bs * kvd;
@@ -653,6 +656,7 @@ static void window_reference(const wa_case *wc, const float *k, const float *v, 
                     double d = 0;
                     for (int e = 0; e < hd; e++) d += (double)qr[e] * kr[e];
                     sc[j] = d * scale;
+                    if (wc->softcap > 0) sc[j] = wc->softcap * tanh(sc[j] / wc->softcap);
                     if (sc[j] > mx) mx = sc[j];
                 }
                 for (int j = start; j <= p; j++) sum += sc[j] = exp(sc[j] - mx);
@@ -695,8 +699,10 @@ static void test_attention_window(void **state) {
         int need = (wa_lens[s] + bs - 1) / bs;
         for (int j = 0; j < stride; j++) tables[s * stride + j] = j < need ? perm[next++] : -1;
     }
-    const wa_case shapes[] = {{8, 2, 64, 0}, {4, 1, 256, 0}};
-    const int windows[] = {0, 1, 3, 17, 700, 5000};
+    const wa_case shapes[] = {{8, 2, 64, 0, 0}, {4, 1, 256, 0, 0}};
+    /* (window, soft-cap): the last two cap scores of about +-0.7 at 0.5 */
+    const int windows[] = {0, 1, 3, 17, 700, 5000, 0, 17};
+    const float caps[] = {0, 0, 0, 0, 0, 0, 0.5f, 0.5f};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         wa_case wc = shapes[si];
         const int kvd = wc.nkv * wc.hd, qd = wc.nh * wc.hd;
@@ -715,21 +721,24 @@ static void test_attention_window(void **state) {
         double *ref = malloc(nout * sizeof(double));
         for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
             wc.window = windows[wi];
+            wc.softcap = caps[wi];
             run_window_attention(g_cpu, &wc, k, v, q, oc, tables, stride, n_blocks);
             run_window_attention(g_gpu, &wc, k, v, q, og, tables, stride, n_blocks);
             check_status();
             window_reference(&wc, k, v, q, ref);
             double eg = rel_err_d(og, ref, nout), ec = rel_err_d(oc, ref, nout);
             double e = rel_err(og, oc, nout);
-            print_message("attention %d heads (%d KV) of %d, window %d: rel err GPU vs double "
-                          "%.2e, CPU vs double %.2e, GPU vs CPU %.2e\n",
-                          wc.nh, wc.nkv, wc.hd, wc.window, eg, ec, e);
+            print_message("attention %d heads (%d KV) of %d, window %d, softcap %g: rel err GPU "
+                          "vs double %.2e, CPU vs double %.2e, GPU vs CPU %.2e\n",
+                          wc.nh, wc.nkv, wc.hd, wc.window, wc.softcap, eg, ec, e);
             assert_true(eg < 1e-5);
             assert_true(e < 2e-5);
-            if (wc.window == 0) memcpy(og0, og, nout * sizeof(float));
+            if (wc.window == 0 && wc.softcap == 0) memcpy(og0, og, nout * sizeof(float));
             /* a window past the context reads what no window reads: the
              * same positions, the same split, the same floats */
             if (wc.window == 5000) assert_memory_equal(og, og0, nout * sizeof(float));
+            /* the cap changed the result (not silently ignored) */
+            if (wc.softcap > 0 && wc.window == 0) assert_true(rel_err(og, og0, nout) > 1e-3);
         }
         free(k);
         free(v);
@@ -738,6 +747,40 @@ static void test_attention_window(void **state) {
         free(og);
         free(og0);
         free(ref);
+    }
+}
+
+/* add_bias (qwen2's Q/K/V and output biases) against the CPU backend:
+ * one float add per element, so equal bits; and the qwen2, qwen3 and
+ * gemma2 rows load on CUDA (every op and capability they ask for). */
+static void test_family_bias_ops(void **state) {
+    (void)state;
+    zi_error err = {0};
+    const char *fams[] = {"qwen2", "qwen3", "gemma2"};
+    for (int i = 0; i < 3; i++) {
+        const zi_family *f = zi_family_find(fams[i], strlen(fams[i]));
+        assert_non_null(f);
+        if (zi_family_check_backend(f, g_gpu, 1, 1, 1, 1, &err))
+            fail_msg("%s on CUDA: %s", fams[i], err.msg);
+    }
+    zi_backend *bes[2] = {g_cpu, g_gpu};
+    const int shapes[][2] = {{1, 896}, {7, 128}, {300, 64}, {5, 151936}, {3, 1}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int rows = shapes[si][0], dim = shapes[si][1];
+        size_t n = (size_t)rows * dim;
+        float *x = frandom(n, -10, 10), *b = frandom((size_t)dim, -3, 3);
+        float *o[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+        for (int k = 0; k < 2; k++) {
+            float *d = put(bes[k], x, n), *db = put(bes[k], b, (size_t)dim);
+            bes[k]->ops->add_bias(bes[k], d, db, rows, dim);
+            get(bes[k], o[k], d, n);
+            bes[k]->ops->free(bes[k], d);
+            bes[k]->ops->free(bes[k], db);
+        }
+        check_status();
+        assert_memory_equal(o[0], o[1], n * sizeof(float));
+        for (size_t i = 0; i < n; i++) assert_true(o[0][i] == x[i] + b[i % (size_t)dim]);
+        free(x), free(b), free(o[0]), free(o[1]);
     }
 }
 
@@ -786,7 +829,7 @@ static void test_graph_capture(void **state) {
     int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0, 0, 0, 0}, tab[16];
     for (int i = 0; i < 16; i++) tab[i] = 15 - i;
     zi_batch_view v = {T, pos, seq, tab, 16};
-    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0};
+    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0};
     float *eager = malloc(sizeof(float) * T * dim), *replay = malloc(sizeof(float) * T * dim);
     const zi_rope_freqs rope_plain = {10000.0f, 1.0f, 1.0f, NULL};
 #define ZI_LAYER()                                                                                 \
@@ -1273,6 +1316,7 @@ int main(void) {
         cmocka_unit_test(test_gemma_ops),
         cmocka_unit_test(test_rope_factors_vs_cpu),
         cmocka_unit_test(test_attention_window),
+        cmocka_unit_test(test_family_bias_ops),
         cmocka_unit_test(test_bad_id_reported),
         cmocka_unit_test(test_graph_capture),
         cmocka_unit_test(test_sampler_vs_reference),

@@ -13,8 +13,11 @@
  *   - sliding-window attention over a paged cache: a token at position p
  *     sees positions p - window + 1..p only, windows that start inside a
  *     block and on a block edge, head sizes 256 (gemma3), 64 and 40;
- *   - scale and logit soft-capping;
- *   - a backend without these ops (CUDA today) refuses gemma3 by name.
+ *   - the same attention with attention logit soft-capping (gemma2:
+ *     scores s -> cap * tanh(s / cap) before the softmax);
+ *   - scale and logit soft-capping; a bias vector added to every row;
+ *   - a backend without these ops refuses gemma3 / gemma2 / biased files
+ *     by name.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -235,8 +238,12 @@ static void test_window_attention(void **state) {
                 int32_t table[32], pos[70], seq[70];
                 for (int b = 0; b < nblk; b++) table[b] = nblk - 1 - b; /* reversed */
                 for (int t = 0; t < npos; t++) pos[t] = t, seq[t] = 0;
-                for (int wi = 0; wi < 5; wi++) {
+                for (int wc = 0; wc < 7; wc++) {
+                    /* 0..4: the windows; 5, 6: soft-capped scores (no window
+                     * and window 7) with a cap that bends most of them */
+                    const int wi = wc < 5 ? wc : (wc == 5 ? 4 : 1);
                     const int window = windows[wi];
+                    const float cap = wc < 5 ? 0.0f : 0.15f;
                     for (int nt = 1; nt <= 3; nt += 2) {
                         zi_backend *be = make_backend(isas[ii], nt);
                         zi_error err = {0};
@@ -246,8 +253,8 @@ static void test_window_attention(void **state) {
                         void *kc =
                             calloc(1, rows * ((size_t)hd * be->kv_k_bytes + be->kv_k_row_extra));
                         void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
-                        zi_attn_shape sh = {heads, kvh, hd, bs, npos, 1.0f / sqrtf((float)hd),
-                                            window};
+                        zi_attn_shape sh = {heads,  kvh, hd, bs, npos, 1.0f / sqrtf((float)hd),
+                                            window, cap};
                         zi_batch_view all = {npos, pos, seq, table, 32};
                         be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
                         float *o = out[nt / 2];
@@ -272,6 +279,7 @@ static void test_window_attention(void **state) {
                                     for (int i = 0; i < hd; i++)
                                         d += (double)qh[i] * k[j * kvd + g * hd + i];
                                     w[j] = d * sh.scale;
+                                    if (cap > 0) w[j] = cap * tanh(w[j] / cap);
                                     mx = w[j] > mx ? w[j] : mx;
                                 }
                                 for (int j = start; j <= p; j++) sum += w[j] = exp(w[j] - mx);
@@ -281,9 +289,9 @@ static void test_window_attention(void **state) {
                                         r += w[j] / sum * v[j * kvd + g * hd + i];
                                     double got = o[((size_t)p * heads + h) * hd + i];
                                     if (fabs(got - r) > 2e-3)
-                                        fail_msg("%s hd %d bs %d window %d pos %d head %d [%d]: "
-                                                 "%.6f, want %.6f",
-                                                 isas[ii], hd, bs, window, p, h, i, got, r);
+                                        fail_msg("%s hd %d bs %d window %d cap %g pos %d head %d "
+                                                 "[%d]: %.6f, want %.6f",
+                                                 isas[ii], hd, bs, window, cap, p, h, i, got, r);
                                 }
                             }
                         }
@@ -317,6 +325,47 @@ static void test_scale_softcap(void **state) {
     free(x), free(y);
 }
 
+/* add_bias: every row plus the vector, exactly (one float add), on 1 and
+ * 2 threads; rows of 1, 40 and 896 (a qwen2 Q width), 1 and 300 rows. */
+static void test_add_bias(void **state) {
+    (void)state;
+    const int dims[3] = {1, 40, 896}, rows[2] = {1, 300};
+    for (int di = 0; di < 3; di++)
+        for (int ri = 0; ri < 2; ri++)
+            for (int nt = 1; nt <= 2; nt++) {
+                const int dim = dims[di], n = rows[ri];
+                float *x = malloc(sizeof(float) * n * dim), *y = malloc(sizeof(float) * n * dim);
+                float *b = malloc(sizeof(float) * dim);
+                for (int i = 0; i < n * dim; i++) x[i] = frand(-10, 10);
+                for (int i = 0; i < dim; i++) b[i] = frand(-3, 3);
+                zi_backend *be = make_backend(NULL, nt);
+                memcpy(y, x, sizeof(float) * n * dim);
+                be->ops->add_bias(be, y, b, n, dim);
+                for (int r = 0; r < n; r++)
+                    for (int i = 0; i < dim; i++)
+                        assert_true(y[r * dim + i] == x[r * dim + i] + b[i]);
+                zi_backend_free(be);
+                free(x), free(y), free(b);
+            }
+}
+
+/* The qwen2 / qwen3 / gemma2 rows: what llama.cpp's loaders set. */
+static void test_family_rows(void **state) {
+    (void)state;
+    const zi_family *q2 = zi_family_find("qwen2", 5), *q3 = zi_family_find("qwen3", 5);
+    const zi_family *g2 = zi_family_find("gemma2", 6);
+    assert_non_null(q2), assert_non_null(q3), assert_non_null(g2);
+    assert_true(q2->rope_neox && !q2->qk_norm && !q2->post_norms && !q2->geglu);
+    assert_true(q3->rope_neox && q3->qk_norm && !q3->post_norms && !q3->geglu);
+    assert_true(g2->rope_neox && !g2->qk_norm && g2->post_norms && g2->geglu && g2->embd_scale);
+    assert_int_equal(g2->swa_pattern, 2);
+    assert_int_equal(g2->swa_default, 4096);
+    assert_true(g2->attn_softcap == 50.0f && g2->final_softcap == 30.0f);
+    assert_true(zi_family_find("gemma3", 6)->attn_softcap == 0.0f);
+    assert_non_null(strstr(zi_family_names(), "qwen2"));
+    assert_non_null(strstr(zi_family_names(), "gemma2"));
+}
+
 /* A backend without the new ops (the CUDA backend today) refuses gemma3 by
  * name and still runs llama; the CPU backend runs both. */
 static void test_backend_without_ops_refuses(void **state) {
@@ -327,22 +376,39 @@ static void test_backend_without_ops_refuses(void **state) {
     assert_non_null(g3);
     assert_null(zi_family_find("gemma", 5));
     zi_error err = {0};
-    assert_int_equal(zi_family_check_backend(g3, cpu, 1, 1, &err), ZI_OK);
+    assert_int_equal(zi_family_check_backend(g3, cpu, 1, 1, 0, 0, &err), ZI_OK);
     zi_backend_ops ops = *cpu->ops;
     ops.name = "cuda";
     ops.rope_neox = NULL, ops.geglu = NULL, ops.scale = NULL, ops.softcap = NULL;
     zi_backend bare = *cpu;
     bare.ops = &ops;
     bare.attn_window = false;
-    assert_int_equal(zi_family_check_backend(llama, &bare, 0, 0, &err), ZI_OK);
-    assert_int_equal(zi_family_check_backend(g3, &bare, 1, 0, &err), ZI_EUNSUPPORTED);
+    assert_int_equal(zi_family_check_backend(llama, &bare, 0, 0, 0, 0, &err), ZI_OK);
+    assert_int_equal(zi_family_check_backend(g3, &bare, 1, 0, 0, 0, &err), ZI_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "gemma3"));
     assert_non_null(strstr(err.msg, "cuda"));
     ops.rope_neox = cpu->ops->rope_neox, ops.geglu = cpu->ops->geglu, ops.scale = cpu->ops->scale;
     err = (zi_error){0};
-    assert_int_equal(zi_family_check_backend(g3, &bare, 1, 0, &err), ZI_EUNSUPPORTED);
+    assert_int_equal(zi_family_check_backend(g3, &bare, 1, 0, 0, 0, &err), ZI_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "sliding-window"));
-    assert_int_equal(zi_family_check_backend(g3, &bare, 0, 0, &err), ZI_OK);
+    assert_int_equal(zi_family_check_backend(g3, &bare, 0, 0, 0, 0, &err), ZI_OK);
+    /* attention soft-capping (gemma2) and biases (qwen2) are named */
+    const zi_family *g2 = zi_family_find("gemma2", 6), *q2 = zi_family_find("qwen2", 5);
+    ops.softcap = cpu->ops->softcap;
+    bare.attn_window = true;
+    bare.attn_softcap = false;
+    assert_int_equal(zi_family_check_backend(g2, &bare, 1, 1, 1, 0, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "attention logit soft-capping"));
+    assert_non_null(strstr(err.msg, "gemma2"));
+    bare.attn_softcap = true;
+    assert_int_equal(zi_family_check_backend(g2, &bare, 1, 1, 1, 0, &err), ZI_OK);
+    ops.add_bias = NULL;
+    assert_int_equal(zi_family_check_backend(q2, &bare, 0, 0, 0, 1, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "bias add"));
+    assert_non_null(strstr(err.msg, "qwen2"));
+    assert_int_equal(zi_family_check_backend(q2, &bare, 0, 0, 0, 0, &err), ZI_OK);
+    assert_true(cpu->attn_softcap);
+    assert_non_null(cpu->ops->add_bias);
     zi_backend_free(cpu);
 }
 
@@ -355,6 +421,8 @@ int main(void) {
         cmocka_unit_test(test_window_attention),
         cmocka_unit_test(test_scale_softcap),
         cmocka_unit_test(test_backend_without_ops_refuses),
+        cmocka_unit_test(test_add_bias),
+        cmocka_unit_test(test_family_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
