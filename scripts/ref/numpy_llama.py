@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent float64 reference forward pass of a GGUF Llama, Gemma 3 or Phi-3 model.
+"""Independent float64 reference forward pass of a GGUF Llama, Qwen 2/3, Gemma 2/3 or Phi-3 model.
 
 Used only by tests and fixture generation (never linked into zinfer): it reads
 the GGUF with the PyPI `gguf` package, dequantizes every tensor to float64 and
@@ -28,6 +28,24 @@ Gemma 3 (general.architecture "gemma3"), as llama.cpp runs it
                                                   (ffn_norm, post_ffw_norm)
   logits = cap * tanh((token_embd . rms(x)) / cap)  (only when the file has
                                                    final_logit_softcapping)
+
+Qwen 2 ("qwen2", src/models/qwen2.cpp): the llama block with NEOX RoPE and
+the biases the file has added to Q, K, V (blk.N.attn_q.bias, ...) right
+after their products, and output.bias to the logits when present.
+
+Qwen 3 ("qwen3", src/models/qwen3.cpp): NEOX RoPE, and RMSNorm of each
+head's Q and K (attn_q_norm, attn_k_norm) before RoPE; biases as qwen2's
+(llama.cpp's create_tensor_qkv loads them when present).
+
+Gemma 2 ("gemma2", src/models/gemma2.cpp): Gemma 3's block without the Q/K
+norms; attention scores capped, softmax(c * tanh(q.k * scale / c)) with
+c = attn_logit_softcapping (default 50); the logits capped at
+final_logit_softcapping (default 30, always); attention.sliding_window
+defaults to 4096 and layer l is local when l % p < p - 1 with p =
+attention.sliding_window_pattern, default 2 (the even layers); local
+layers' RoPE base rope.freq_base_swa, default rope.freq_base; the
+46-layer 27B's scale 1/sqrt(n_embd/n_head); the output head is always
+token_embd (llama.cpp never reads output.weight for gemma2).
 
 NEOX RoPE rotates the pairs (x[i], x[i + rope_dim/2]).  A layer is local
 (sliding window) when l % p < p - 1 for attention.sliding_window_pattern p
@@ -97,10 +115,10 @@ class Model:
         self.path = path
         r = gguf.GGUFReader(path)
         arch = _field(r, "general.architecture")
-        if arch not in ("llama", "gemma3", "phi3"):
-            raise ValueError(f"{path}: architecture {arch!r} is not llama, gemma3 or phi3")
+        if arch not in ("llama", "gemma3", "phi3", "qwen2", "qwen3", "gemma2"):
+            raise ValueError(f"{path}: architecture {arch!r} is not supported here")
         self.arch = arch
-        gemma = arch == "gemma3"
+        gemma = arch in ("gemma3", "gemma2")
 
         def hp(name, default=None):
             return _field(r, f"{arch}.{name}", default)
@@ -124,24 +142,31 @@ class Model:
             self.n_vocab = int(emb.shape[1])
         # Family switches (the C side's model_worker/family.c, derived here
         # independently from llama.cpp's model code).
-        self.qk_norm = self.post_norms = self.geglu = gemma
-        self.neox = gemma or arch == "phi3"
+        g2 = arch == "gemma2"
+        self.neox = arch != "llama"
+        self.qk_norm = arch in ("gemma3", "qwen3")
+        self.post_norms = self.geglu = gemma
         self.embd_scale = np.sqrt(self.n_embd) if gemma else 1.0
-        self.softcap = float(hp("final_logit_softcapping", 0.0)) if gemma else 0.0
+        self.softcap = float(hp("final_logit_softcapping", 30.0 if g2 else 0.0)) if gemma else 0.0
+        self.attn_softcap = float(hp("attn_logit_softcapping", 50.0)) if g2 else 0.0
         self.scale = 1.0 / np.sqrt(self.head_dim)
-        if gemma and self.n_layer == 62:
+        if gemma and self.n_layer == (46 if g2 else 62):
             self.scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
-        self.window = int(hp("attention.sliding_window", 0)) if gemma else 0  # phi3: ignored
+        self.window = int(hp("attention.sliding_window", 4096 if g2 else 0)) if gemma else 0  # phi3: ignored
         self.local = [False] * self.n_layer
         self.rope_base_swa = self.rope_base
         if self.window:
-            pat = hp("attention.sliding_window_pattern", 6)
+            # get_arr / get_key with _field's default: 0 is a real value
+            f = r.fields.get(f"{arch}.attention.sliding_window_pattern")
+            pat = f.contents() if f is not None else (2 if g2 else 6)
             if isinstance(pat, list):
                 self.local = [bool(b) for b in pat]
             else:
                 pat = int(pat)
                 self.local = [pat == 0 or L % pat < pat - 1 for L in range(self.n_layer)]
-            self.rope_base_swa = float(hp("rope.freq_base_swa", 10000.0))
+            f = r.fields.get(f"{arch}.rope.freq_base_swa")
+            self.rope_base_swa = float(f.contents()) if f is not None else (
+                self.rope_base if g2 else 10000.0)
 
         self.w = {}
         for t in r.tensors:
@@ -190,7 +215,9 @@ class Model:
         if self.rope_ff.shape != (self.rope_dim // 2,):
             raise ValueError(f"rope factors of shape {self.rope_ff.shape}")
 
-        self.out_w = self.w.get("output.weight", self.w["token_embd.weight"])
+        self.out_w = self.w["token_embd.weight"] if g2 else self.w.get(
+            "output.weight", self.w["token_embd.weight"])
+        self.out_b = self.w.get("output.bias")
         if self.out_w.shape[0] != self.n_vocab:
             raise ValueError("output head rows != vocabulary size")
 
@@ -265,6 +292,13 @@ class Model:
             q = (h @ self.w[p + "attn_q.weight"].T).reshape(n, nh, hd)
             k = (h @ self.w[p + "attn_k.weight"].T).reshape(n, nkv, hd)
             v = (h @ self.w[p + "attn_v.weight"].T).reshape(n, nkv, hd)
+            # biases (qwen2): added right after the products, before norms
+            if p + "attn_q.bias" in self.w:
+                q = q + self.w[p + "attn_q.bias"].reshape(nh, hd)
+            if p + "attn_k.bias" in self.w:
+                k = k + self.w[p + "attn_k.bias"].reshape(nkv, hd)
+            if p + "attn_v.bias" in self.w:
+                v = v + self.w[p + "attn_v.bias"].reshape(nkv, hd)
             if self.qk_norm:
                 q = self.rms(q, self.w[p + "attn_q_norm.weight"])
                 k = self.rms(k, self.w[p + "attn_k_norm.weight"])
@@ -277,6 +311,8 @@ class Model:
             kr = np.repeat(k, group, axis=1)
             vr = np.repeat(v, group, axis=1)
             att = np.einsum("qhd,khd->hqk", q, kr) * scale
+            if self.attn_softcap:  # gemma2: before the mask and softmax
+                att = self.attn_softcap * np.tanh(att / self.attn_softcap)
             att = att + (mask_local if self.local[L] else mask)
             att -= att.max(axis=-1, keepdims=True)
             att = np.exp(att)
@@ -306,6 +342,8 @@ class Model:
             x = x[np.asarray(rows, dtype=np.int64)]
         x = self.rms(x, self.w["output_norm.weight"])
         z = self._head(x)  # [n or 1, n_vocab]
+        if self.out_b is not None:
+            z = z + self.out_b
         if self.softcap:
             z = self.softcap * np.tanh(z / self.softcap)
         return z
