@@ -71,9 +71,12 @@ FAMILIES = [
                 "attn_q.bias": ((NH * HD,), Q.F32, "bias"),
                 "attn_k.bias": ((NKV * HD,), Q.F32, "bias"),
                 "attn_v.bias": ((NKV * HD,), Q.F32, "bias")},
+         # output.bias: optional in llama.cpp's qwen2 loader, so written here
          top={"token_embd.weight": ("vocab", Q.Q8_0, None),
-              "output_norm.weight": ((D,), Q.F32, "norm")},
+              "output_norm.weight": ((D,), Q.F32, "norm"),
+              "output.bias": ("vocab_row", Q.F32, "bias")},
          ablate={"biases": lambda m: [m.w.pop(k) for k in list(m.w) if k.endswith(".bias")],
+                 "no output bias": lambda m: setattr(m, "out_b", None),
                  "norm rope": lambda m: setattr(m, "neox", False)},
          bad=[("blk.2.ffn_up.weight", None), ("blk.0.attn_q.bias", (NH * HD + 1,))]),
     dict(arch="qwen3", vocab=VENDOR / "ggml-vocab-qwen2.gguf", seed=31, layers=3,
@@ -198,7 +201,7 @@ def family_tensors(spec, n_vocab):
     rng = np.random.default_rng(spec["seed"])
     out = {}
     for name, (shape, qtype, kind) in spec["top"].items():
-        shape = (n_vocab, D) if shape == "vocab" else shape
+        shape = {"vocab": (n_vocab, D), "vocab_row": (n_vocab,)}.get(shape, shape)
         out[name] = make_tensor(rng, shape, qtype, kind)
     for L in range(spec["layers"]):
         for name, (shape, qtype, kind) in spec["layer"].items():
