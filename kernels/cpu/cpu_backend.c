@@ -41,6 +41,7 @@ typedef struct cpu_backend {
         float *cs;
         int32_t *pos;
         int cap, n, dim;
+        int pos_cap; /* entries of pos (cap counts cs's floats) */
         zi_rope_freqs rf; /* the angles' parameters; factors: fac or NULL */
         /* A copy of the factors: compared by value, as a later model's
          * vector may reuse a freed one's address. rope_dim <= 1024. */
@@ -559,14 +560,21 @@ static const float *rope_table(cpu_backend *c, const int32_t *pos, int n_tokens,
     }
     struct rope_cache *r = &c->rope[c->rope[0].used <= c->rope[1].used ? 0 : 1];
     r->used = c->rope_clock;
+    /* cs and pos grow apart: fewer tokens of a wider rope_dim fit the
+     * table but not the positions */
     if ((int64_t)n_tokens * rope_dim > r->cap) {
-        float *cs = realloc(r->cs, (size_t)n_tokens * rope_dim * sizeof *cs);
-        if (cs) r->cs = cs;
-        int32_t *p = realloc(r->pos, (size_t)n_tokens * sizeof *p);
-        if (p) r->pos = p;
         r->n = 0;
-        if (!cs || !p) return NULL;
+        float *cs = realloc(r->cs, (size_t)n_tokens * rope_dim * sizeof *cs);
+        if (!cs) return NULL;
+        r->cs = cs;
         r->cap = n_tokens * rope_dim;
+    }
+    if (n_tokens > r->pos_cap) {
+        r->n = 0;
+        int32_t *p = realloc(r->pos, (size_t)n_tokens * sizeof *p);
+        if (!p) return NULL;
+        r->pos = p;
+        r->pos_cap = n_tokens;
     }
     for (int t = 0; t < n_tokens; t++)
         for (int i = 0; i < rope_dim; i += 2)

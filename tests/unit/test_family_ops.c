@@ -165,6 +165,39 @@ static void test_rope_neox(void **state) {
  * mscale. Calls with the same positions and different parameters, and a
  * factor vector changed in place between calls, must not reuse the CPU
  * backend's cos/sin table. */
+/* One backend, passes of different shapes in a row: fewer tokens of a
+ * wider rope_dim fit the cached cos/sin table but not its positions (the
+ * table and the positions must grow apart; ASan sees an overflow else). */
+static void test_rope_table_shapes(void **state) {
+    (void)state;
+    struct {
+        int T, hd, rope_dim;
+    } shapes[] = {/* the two cached tables (used in turn) both get 1 x 256 */
+                  {1, 256, 256}, {1, 256, 256}, {7, 64, 32}, {6, 64, 32},
+                  {9, 64, 64},   {2, 256, 128}, {40, 16, 16}};
+    zi_backend *be = make_backend(NULL, 1);
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        const int T = shapes[k].T, hd = shapes[k].hd, rope_dim = shapes[k].rope_dim;
+        int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
+        float *x = malloc(sizeof(float) * (size_t)T * hd), *y = malloc(sizeof(float) * (size_t)T * hd);
+        for (int t = 0; t < T; t++) pos[t] = 3 * t + (int)k;
+        for (int i = 0; i < T * hd; i++) x[i] = frand(-2, 2);
+        memcpy(y, x, sizeof(float) * (size_t)T * hd);
+        const zi_rope_freqs rf = {10000.0f, 1.0f, 1.0f, NULL};
+        be->ops->rope_neox(be, y, pos, T, 1, hd, rope_dim, &rf);
+        const int half = rope_dim / 2;
+        for (int t = 0; t < T; t++)
+            for (int i = 0; i < half; i++) {
+                const float *xr = x + (size_t)t * hd, *yr = y + (size_t)t * hd;
+                double th = pos[t] * pow(10000.0, -2.0 * i / rope_dim);
+                assert_true(fabs(yr[i] - (xr[i] * cos(th) - xr[i + half] * sin(th))) < 2e-5);
+                assert_true(fabs(yr[i + half] - (xr[i] * sin(th) + xr[i + half] * cos(th))) < 2e-5);
+            }
+        free(pos), free(x), free(y);
+    }
+    zi_backend_free(be);
+}
+
 static void test_rope_factors(void **state) {
     (void)state;
     enum { T = 7, H = 2, HD = 48 };
@@ -418,6 +451,7 @@ int main(void) {
         cmocka_unit_test(test_per_head_norm),
         cmocka_unit_test(test_rope_neox),
         cmocka_unit_test(test_rope_factors),
+        cmocka_unit_test(test_rope_table_shapes),
         cmocka_unit_test(test_window_attention),
         cmocka_unit_test(test_scale_softcap),
         cmocka_unit_test(test_backend_without_ops_refuses),
