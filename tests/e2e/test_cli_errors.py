@@ -10,6 +10,7 @@ zinfer does not implement.
 import re
 
 import gguf
+from gguf_files import write_gguf
 import numpy as np
 import pytest
 from conftest import free_port_pair, ids_arg
@@ -33,10 +34,11 @@ def assert_one_line_error(res, *patterns):
     return lines[0]
 
 
-def copy_metadata(reader, writer, rename_arch=None):
-    """Copies every metadata key of reader into writer (bar the header keys
+def metadata_of(reader, rename_arch=None):
+    """Every metadata key of reader as write_gguf rows (bar the header keys
     and general.architecture, which GGUFWriter writes itself); with
     rename_arch, 'llama.*' keys become '<rename_arch>.*'."""
+    rows = []
     for key, field in reader.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
             continue
@@ -44,19 +46,14 @@ def copy_metadata(reader, writer, rename_arch=None):
         sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
         if rename_arch and key.startswith("llama."):
             key = rename_arch + key[len("llama"):]
-        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+        rows.append((key, field.contents(), vtype, sub))
+    return rows
 
 
-def write_gguf(path, arch, reader, tensors, rename_arch=None):
-    w = gguf.GGUFWriter(str(path), arch)
-    copy_metadata(reader, w, rename_arch)
-    for name, data, raw_dtype in tensors:
-        w.add_tensor(name, data, raw_dtype=raw_dtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+def write_model(path, arch, reader, tensors, rename_arch=None):
+    """A GGUF of arch with reader's metadata and tensors ((name, data,
+    raw_dtype) triples)."""
+    return write_gguf(path, arch, metadata_of(reader, rename_arch), tensors=tensors)
 
 
 @pytest.fixture(scope="session")
@@ -72,14 +69,14 @@ def bad_models(model_path, tmp_path_factory):
     out["text"].write_text("This is a text file, not a model.\n" * 20)
     reader = gguf.GGUFReader(str(model_path))
     tiny = np.zeros((4, 8), dtype=np.float32)
-    out["gpt9"] = write_gguf(d / "gpt9.gguf", "gpt9", reader,
+    out["gpt9"] = write_model(d / "gpt9.gguf", "gpt9", reader,
                              [("token_embd.weight", tiny, None)], rename_arch="gpt9")
     # IQ2_XXS: 256 elements in a 66-byte block; shape given in bytes.
     iq2 = np.zeros((1, 66), dtype=np.uint8)
-    out["iq2_xxs"] = write_gguf(d / "iq2_xxs.gguf", "llama", reader,
+    out["iq2_xxs"] = write_model(d / "iq2_xxs.gguf", "llama", reader,
                                 [("token_embd.weight", iq2, gguf.GGMLQuantizationType.IQ2_XXS)])
     i8 = np.zeros((2, 32), dtype=np.int8)
-    out["i8"] = write_gguf(d / "i8.gguf", "llama", reader,
+    out["i8"] = write_model(d / "i8.gguf", "llama", reader,
                            [("token_embd.weight", i8, gguf.GGMLQuantizationType.I8)])
     return out
 

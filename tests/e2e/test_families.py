@@ -28,6 +28,7 @@ import gguf
 import numpy as np
 import pytest
 from conftest import ids_arg, last_json, report
+from gguf_files import tokenizer_rows, write_gguf
 
 import numpy_llama
 
@@ -135,25 +136,6 @@ def _skip_reason(spec):
 
 # ---- writing a file -------------------------------------------------------
 
-_TOKENIZERS = {}
-
-
-def tokenizer_rows(path):
-    """The tokenizer.* keys of a GGUF as (key, value, type, sub_type), read
-    once per session (262144 tokens take seconds)."""
-    key = str(path)
-    if key not in _TOKENIZERS:
-        r = gguf.GGUFReader(key)
-        rows = []
-        for k, f in r.fields.items():
-            if not k.startswith("tokenizer."):
-                continue
-            vtype = f.types[0]
-            sub = f.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-            rows.append((k, f.contents(), vtype, sub))
-        n_vocab = len(r.fields["tokenizer.ggml.tokens"].data)
-        _TOKENIZERS[key] = (rows, n_vocab)
-    return _TOKENIZERS[key]
 
 
 def kquant_bytes(rng, qtype, rows, cols, sigma):
@@ -217,27 +199,9 @@ def family_tensors(spec, n_vocab):
 
 
 def write_family(path, spec, tensors):
-    arch = spec["arch"]
     rows, _ = tokenizer_rows(spec["vocab"])
-    w = gguf.GGUFWriter(str(path), arch)
-    w.add_uint32(f"{arch}.block_count", spec["layers"])
-    for k, v in {**COMMON, **spec["hparams"]}.items():
-        if isinstance(v, float):
-            w.add_float32(f"{arch}.{k}", v)
-        else:
-            w.add_uint32(f"{arch}.{k}", v)
-    for key, value, vtype, sub in rows:
-        w.add_key_value(key, value, vtype, sub_type=sub)
-    for name, (data, raw) in tensors.items():
-        if raw is None:
-            w.add_tensor(name, data)
-        else:
-            w.add_tensor(name, data, raw_dtype=raw)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    hp = {"block_count": spec["layers"], **COMMON, **spec["hparams"]}
+    return write_gguf(path, spec["arch"], rows, hp, tensors)
 
 
 _BUILT = {}

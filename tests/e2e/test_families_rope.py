@@ -26,6 +26,7 @@ import gguf
 import numpy as np
 import pytest
 from conftest import ids_arg, last_json, report
+from gguf_files import tokenizer_rows, write_gguf
 
 import numpy_llama
 
@@ -48,17 +49,8 @@ pytestmark = pytest.mark.skipif(not (VOCABS / "ggml-vocab-phi-3.gguf").is_file()
 
 
 def vocab_keys(name):
-    """The tokenizer.* keys of a vendored vocabulary as (key, value, type,
-    sub_type) rows, and its size."""
-    r = gguf.GGUFReader(str(VOCABS / f"ggml-vocab-{name}.gguf"))
-    rows = []
-    for key, field in r.fields.items():
-        if not key.startswith("tokenizer."):
-            continue
-        vtype = field.types[0]
-        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-        rows.append((key, field.contents(), vtype, sub))
-    return rows, len(r.fields["tokenizer.ggml.tokens"].data)
+    """The tokenizer.* keys of a vendored vocabulary, and its size."""
+    return tokenizer_rows(VOCABS / f"ggml-vocab-{name}.gguf")
 
 
 def llama3_factors(base, dim, factor=8.0, low=1.0, high=4.0, orig=64):
@@ -134,36 +126,15 @@ SPECS = {
 def write_file(path, spec_name, drop=(), replace=None, extra_keys=None):
     arch, vocab, keys, extra_t, _ = SPECS[spec_name]
     rows, n_vocab = vocab_keys(vocab)
-    w = gguf.GGUFWriter(str(path), arch)
     hp = {"block_count": LAYERS, "context_length": 1024, "embedding_length": DIM,
           "feed_forward_length": FF, "attention.head_count": NH, "attention.head_count_kv": NKV,
           "attention.layer_norm_rms_epsilon": 1e-5, "rope.dimension_count": HEAD}
     hp.update(keys)
     hp.update(extra_keys or {})
-    for k, v in hp.items():
-        if isinstance(v, str):
-            w.add_string(f"{arch}.{k}", v)
-        elif isinstance(v, float):
-            w.add_float32(f"{arch}.{k}", v)
-        else:
-            w.add_uint32(f"{arch}.{k}", v)
-    for key, value, vtype, sub in rows:
-        w.add_key_value(key, value, vtype, sub_type=sub)
     tensors = make_tensors(n_vocab, arch, seed=sum(map(ord, spec_name)))
     tensors.update({k: (v, None) for k, v in extra_t.items()})
     tensors.update(replace or {})
-    for name, (data, raw) in tensors.items():
-        if name in drop:
-            continue
-        if raw is None:
-            w.add_tensor(name, data)
-        else:
-            w.add_tensor(name, data, raw_dtype=raw)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_gguf(path, arch, rows, hp, tensors, drop=drop)
 
 
 @pytest.fixture(scope="module")

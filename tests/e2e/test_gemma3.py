@@ -30,6 +30,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from gguf_files import write_gguf
 from conftest import (ids_arg, last_json, load_fixture, report, run_all, run_zinfer_lines,
                       serve_process)
 from zinfer_client import Client, ZinferError
@@ -177,16 +178,7 @@ def tiny_tensors(n_vocab):
 
 
 def write_tiny(path, meta, tensors):
-    w = gguf.GGUFWriter(str(path), "gemma3")
-    for key, value, vtype, sub in meta:
-        w.add_key_value(key, value, vtype, sub_type=sub)
-    for name, data in tensors.items():
-        w.add_tensor(name, data)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_gguf(path, "gemma3", meta, tensors={n: (d, None) for n, d in tensors.items()})
 
 
 @pytest.fixture(scope="module")
