@@ -18,7 +18,7 @@ from collections import defaultdict
 import gguf
 import numpy as np
 import pytest
-from test_cli_errors import assert_one_line_error, write_gguf
+from test_cli_errors import assert_one_line_error, write_model
 
 # zinfer serve's and zinfer-worker's defaults; test_defaults_match_serve
 # checks them against their --help.
@@ -211,7 +211,7 @@ def odd_models(model_path, tmp_path_factory):
     # (66-byte blocks of 256), 3 rows of 256 of IQ3_S (110 bytes a block).
     iq2 = np.zeros((2, 2 * 66), dtype=np.uint8)
     iq3 = np.full((3, 110), 7, dtype=np.uint8)
-    out = {"iq": write_gguf(d / "iq.gguf", "llama", reader, [
+    out = {"iq": write_model(d / "iq.gguf", "llama", reader, [
         ("token_embd.weight", iq2, Q.IQ2_XXS),
         ("output_norm.weight", norm, None),
         ("blk.0.attn_q.weight", iq3, Q.IQ3_S),
@@ -229,7 +229,7 @@ def odd_models(model_path, tmp_path_factory):
     data = out["iq"].read_bytes()
     out["iq_trunc"] = d / "iq_trunc.gguf"
     out["iq_trunc"].write_bytes(data[:-40])  # cuts into the last tensor's data
-    out["gpt9"] = write_gguf(d / "gpt9.gguf", "gpt9", reader,
+    out["gpt9"] = write_model(d / "gpt9.gguf", "gpt9", reader,
                              [("token_embd.weight", np.zeros((4, 8), dtype=np.float32), None)],
                              rename_arch="gpt9")
     return out
