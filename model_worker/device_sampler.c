@@ -1,8 +1,9 @@
 /*
  * device_sampler.c - see device_sampler.h. With CUDA: a zi_cuda_sampler on
  * the model's backend and a table of zi_cuda_sample_row_full rows filled
- * from the generator's zi_sampler_row rows. Without: stubs that never make
- * a bridge.
+ * from the generator's zi_sampler_row rows. A build without CUDA has no
+ * device to sample on: zi_device_sampler_create hands back no bridge and
+ * every step samples on the host (the complete behaviour there).
  */
 #include "device_sampler.h"
 
