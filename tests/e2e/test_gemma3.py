@@ -86,6 +86,9 @@ def test_fixture_covers_the_window():
 
 @pytest.mark.parametrize("entry", FIX["prompts"], ids=lambda e: e["name"])
 def test_logits_match_reference(entry, ref_logits, run_zinfer, tmp_path):
+    if os.environ.get("ZINFER_SANITIZED") == "1" and entry["name"] == "long_repeat":
+        pytest.skip("release build only: under the sanitizers the window path is "
+                    "checked by test_greedy_matches_reference[long_repeat]")
     got = zinfer_logits(run_zinfer, entry, tmp_path)
     assert np.isfinite(got).all(), "non-finite logits"
     ref = ref_logits(entry)
