@@ -8,6 +8,7 @@ either as arrays gguf stores as they are or as raw quantized blocks.
 """
 
 import gguf
+import numpy as np
 
 _ROWS = {}
 
@@ -66,3 +67,29 @@ def write_gguf(path, arch, rows=(), hparams=None, tensors=(), drop=()):
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def kquant_bytes(rng, qtype, rows, cols, sigma):
+    """rows x cols of Q4_K / Q6_K drawn as block bytes (gguf cannot quantize
+    K types): random codes and sub-block scales, the super-block scale d
+    chosen so that the weights' standard deviation is ~sigma."""
+    nb = rows * cols // 256
+
+    def draw(d):
+        dd = np.full((nb, 1), d, np.float16).view(np.uint8)
+        if qtype == gguf.GGMLQuantizationType.Q6_K:  # ql[128], qh[64], int8 scales[16], f16 d
+            ql = rng.integers(0, 256, (nb, 128), dtype=np.uint8)
+            qh = rng.integers(0, 256, (nb, 64), dtype=np.uint8)
+            sc = rng.integers(1, 32, (nb, 16), dtype=np.int8).view(np.uint8)
+            return np.concatenate([ql, qh, sc, dd], axis=1)
+        # Q4_K: f16 d, f16 dmin, 12 bytes of 6-bit scales/mins, qs[128]
+        dmin = np.full((nb, 1), 7.5 * d, np.float16).view(np.uint8)
+        sc = rng.integers(0, 256, (nb, 12), dtype=np.uint8)
+        qs = rng.integers(0, 256, (nb, 128), dtype=np.uint8)
+        return np.concatenate([dd, dmin, sc, qs], axis=1)
+
+    state = rng.bit_generator.state
+    probe = gguf.quants.dequantize(draw(1.0 / 1024), qtype)
+    rng.bit_generator.state = state  # the same codes, rescaled
+    d = sigma / (float(np.std(probe)) * 1024)
+    return draw(d).reshape(rows, -1)

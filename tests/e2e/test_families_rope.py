@@ -4,7 +4,9 @@ Mistral-style llama file (SentencePiece vocabulary), and phi3 (fused QKV
 and gate/up, NEOX RoPE, rope_factors_long/short with an attention factor).
 
 Each file is small (3 layers, embedding 64, 4 heads of 16, 2 KV heads, Q8_0
-matrices, an F16 embedding) and deterministic from a seed, with the
+matrices but for the FFN's down projections, Q6_K, Q4_K, Q6_K by layer as
+in a real Q4_K_M file (the only matrices whose rows are long enough for the
+256-value K blocks here), an F16 embedding) and deterministic from a seed, with the
 tokenizer keys of one of llama.cpp's vendored vocabularies, so its
 vocabulary (and so the output head) is the real one. For several prompts,
 `zinfer logits` is compared with scripts/ref/numpy_llama.py (float64):
@@ -26,7 +28,7 @@ import gguf
 import numpy as np
 import pytest
 from conftest import ids_arg, last_json, report
-from gguf_files import tokenizer_rows, write_gguf
+from gguf_files import kquant_bytes, tokenizer_rows, write_gguf
 
 import numpy_llama
 
@@ -41,7 +43,7 @@ NEAR_TIE = 0.01
 MAX_KL_REF = 1e-4
 MAX_KL_LLAMACPP = 1e-2
 
-DIM, HEAD, NH, NKV, FF, LAYERS = 64, 16, 4, 2, 128, 3
+DIM, HEAD, NH, NKV, FF, LAYERS = 64, 16, 4, 2, 256, 3
 QD, KVD = NH * HEAD, NKV * HEAD
 
 pytestmark = pytest.mark.skipif(not (VOCABS / "ggml-vocab-phi-3.gguf").is_file(),
@@ -89,7 +91,8 @@ def make_tensors(n_vocab, arch, seed):
         t[p + "attn_norm.weight"] = ((1 + 0.1 * rng.standard_normal(DIM)).astype(np.float32), None)
         t[p + "ffn_norm.weight"] = ((1 + 0.1 * rng.standard_normal(DIM)).astype(np.float32), None)
         t[p + "attn_output.weight"] = mat(DIM, QD)
-        t[p + "ffn_down.weight"] = mat(DIM, FF)
+        down = gguf.GGMLQuantizationType.Q4_K if L % 2 else gguf.GGMLQuantizationType.Q6_K
+        t[p + "ffn_down.weight"] = kquant_bytes(rng, down, DIM, FF, 0.15), down
         if arch == "phi3":
             t[p + "attn_qkv.weight"] = mat(QD + 2 * KVD, DIM)
             t[p + "ffn_up.weight"] = mat(2 * FF, DIM)
