@@ -76,6 +76,55 @@ static int dec_tools(zi_dec *d, const msgpack_object *o) {
         if (rc) goto fail;                                                                         \
     } while (0)
 
+/* logit_bias: a map token id -> bias. Keys are non-negative integers, or
+ * strings of decimal digits (JSON clients can only send strings); values
+ * numbers in [-100, 100]. The map's size is checked before anything is
+ * allocated. */
+static int dec_logit_bias(zi_dec *d, const msgpack_object *o, zi_logit_bias *out) {
+    int rc = zi_dec_sized(d, o, MSGPACK_OBJECT_MAP, "a map of token id to bias", "entries",
+                          ZI_LOGIT_BIAS_MAX);
+    if (rc || o->via.map.size == 0) return rc;
+    out->v = malloc(o->via.map.size * sizeof *out->v);
+    if (!out->v) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < o->via.map.size; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        int64_t id = -1;
+        if (k->type == MSGPACK_OBJECT_POSITIVE_INTEGER) {
+            id = k->via.u64 > INT32_MAX ? -1 : (int64_t)k->via.u64;
+            if (id < 0)
+                return zi_dec_fail(d, ZI_EINVAL, "key %llu is not a token id",
+                                   (unsigned long long)k->via.u64);
+        } else if (k->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) {
+            return zi_dec_fail(d, ZI_EINVAL, "key %lld is not a token id", (long long)k->via.i64);
+        } else if (k->type == MSGPACK_OBJECT_STR) {
+            const char *s = k->via.str.ptr;
+            size_t n = k->via.str.size;
+            id = 0;
+            for (size_t j = 0; j < n && id >= 0; j++)
+                id = s[j] >= '0' && s[j] <= '9' && j < 10 ? id * 10 + (s[j] - '0') : -1;
+            if (n == 0 || id < 0 || id > INT32_MAX) {
+                char nm[48];
+                zi_printable(nm, sizeof nm, s, n);
+                return zi_dec_fail(d, ZI_EINVAL, "key \"%s\" is not a token id", nm);
+            }
+        } else {
+            return zi_dec_fail(d, ZI_EINVAL, "key #%u is %s, not a token id", i,
+                               zi_msgpack_type_name(k));
+        }
+        double b;
+        char at[16];
+        snprintf(at, sizeof at, "%lld", (long long)id);
+        size_t old = zi_dec_push_key(d, at);
+        rc = zi_dec_f64(d, &o->via.map.ptr[i].val, &b);
+        if (!rc && !(b >= -ZI_LOGIT_BIAS_LIMIT && b <= ZI_LOGIT_BIAS_LIMIT))
+            rc = zi_dec_fail(d, ZI_EINVAL, "bias %g is outside [-100, 100]", b);
+        zi_dec_pop(d, old);
+        if (rc) return rc;
+        out->v[out->n++] = (zi_token_bias){(int32_t)id, (float)b};
+    }
+    return ZI_OK;
+}
+
 static int dec_sampling(zi_dec *d, const msgpack_object *o, zi_sampling_params *sp) {
     static const char *const names[] = {"top_k",
                                         "top_p",
@@ -90,7 +139,8 @@ static int dec_sampling(zi_dec *d, const msgpack_object *o, zi_sampling_params *
                                         "stop",
                                         "stop_token_ids",
                                         "detokenize",
-                                        "seed"};
+                                        "seed",
+                                        "logit_bias"};
     enum { N = sizeof names / sizeof names[0] };
     const msgpack_object *v[N];
     zi_sampling_params_init(sp);
@@ -127,6 +177,7 @@ static int dec_sampling(zi_dec *d, const msgpack_object *o, zi_sampling_params *
         zi_dec_pop(d, old);
         if (rc) goto fail;
     }
+    if (!zi_dec_is_nil(v[14])) AT(d, "logit_bias", dec_logit_bias(d, v[14], &sp->logit_bias));
     if ((rc = zi_sampling_params_validate(sp, d->path.s, d->err))) goto fail;
     return ZI_OK;
 fail:

@@ -161,6 +161,7 @@ void zi_sampling_params_free(zi_sampling_params *sp) {
     if (!sp) return;
     zi_str_list_free(&sp->stop);
     zi_i32_list_free(&sp->stop_token_ids);
+    free(sp->logit_bias.v);
     zi_sampling_params_init(sp);
 }
 
@@ -171,12 +172,24 @@ int zi_sampling_params_copy(zi_sampling_params *dst, const zi_sampling_params *s
     dst->stop.n = 0;
     dst->stop_token_ids.v = NULL;
     dst->stop_token_ids.n = 0;
+    dst->logit_bias.v = NULL;
+    dst->logit_bias.n = 0;
     int rc = ZI_OK;
     for (size_t i = 0; i < src->stop.n && !rc; i++)
         rc = zi_str_list_push(&dst->stop, src->stop.v[i].p, src->stop.v[i].len, err);
     if (!rc)
         rc = zi_i32_list_set(&dst->stop_token_ids, src->stop_token_ids.v, src->stop_token_ids.n,
                              err);
+    if (!rc && src->logit_bias.n) {
+        dst->logit_bias.v = malloc(src->logit_bias.n * sizeof *dst->logit_bias.v);
+        if (!dst->logit_bias.v)
+            rc = zi_error_set(err, ZI_ENOMEM, "sampling_params.logit_bias: out of memory");
+        else {
+            memcpy(dst->logit_bias.v, src->logit_bias.v,
+                   src->logit_bias.n * sizeof *dst->logit_bias.v);
+            dst->logit_bias.n = src->logit_bias.n;
+        }
+    }
     if (rc) zi_sampling_params_free(dst);
     return rc;
 }
@@ -195,6 +208,31 @@ static int check_real(const char *path, const char *name, double v, double lo, b
     if (below || !(v <= hi))
         return zi_error_set(err, ZI_EINVAL, "%s%s%s: %g is outside %c%g, %g]", p, pfx_dot(path),
                             name, v, lo_open ? '(' : '[', lo, hi);
+    return ZI_OK;
+}
+
+/* logit_bias: the limits of types.h. Duplicates are looked for pairwise
+ * (at most ZI_LOGIT_BIAS_MAX^2 / 2 comparisons, well under a millisecond). */
+static int validate_logit_bias(const zi_logit_bias *lb, const char *p, const char *d,
+                               zi_error *err) {
+    if (lb->n > ZI_LOGIT_BIAS_MAX)
+        return zi_error_set(err, ZI_EINVAL, "%s%slogit_bias: %zu entries exceed the limit of %d", p,
+                            d, lb->n, ZI_LOGIT_BIAS_MAX);
+    if (lb->n && !lb->v) return zi_error_set(err, ZI_EINVAL, "%s%slogit_bias: NULL entries", p, d);
+    for (size_t i = 0; i < lb->n; i++) {
+        const zi_token_bias *b = &lb->v[i];
+        if (b->id < 0)
+            return zi_error_set(err, ZI_EINVAL, "%s%slogit_bias: %d is not a token id", p, d,
+                                (int)b->id);
+        if (!(b->bias >= -ZI_LOGIT_BIAS_LIMIT && b->bias <= ZI_LOGIT_BIAS_LIMIT))
+            return zi_error_set(err, ZI_EINVAL,
+                                "%s%slogit_bias[%d]: bias %g is outside [-100, 100]", p, d,
+                                (int)b->id, (double)b->bias);
+        for (size_t j = 0; j < i; j++)
+            if (lb->v[j].id == b->id)
+                return zi_error_set(err, ZI_EINVAL, "%s%slogit_bias: token id %d is given twice", p,
+                                    d, (int)b->id);
+    }
     return ZI_OK;
 }
 
@@ -243,7 +281,7 @@ int zi_sampling_params_validate(const zi_sampling_params *sp, const char *path, 
             return zi_error_set(err, ZI_EINVAL, "%s%sstop_token_ids[%zu]: %d is not a token id", p,
                                 d, i, (int)sp->stop_token_ids.v[i]);
     }
-    return ZI_OK;
+    return validate_logit_bias(&sp->logit_bias, p, d, err);
 }
 
 /* ---- TokenGeneratorRequest ------------------------------------------------- */

@@ -120,10 +120,31 @@ bool zi_gen_status_is_done(zi_gen_status s);
  *   stop_token_ids      list of token ids >= 0. Default empty (None).
  *   detokenize          default true.
  *   seed                any uint64. Default 0.
+ *   logit_bias          (zinfer's, OpenAI's logit_bias) up to
+ *                       ZI_LOGIT_BIAS_MAX entries {token id >= 0, bias},
+ *                       each id at most once, each bias finite and in
+ *                       [-100, 100]; added to the token's logit before every
+ *                       other step of the sampler. Default empty. Whether an
+ *                       id is inside the vocabulary only a process that
+ *                       knows the model can say (the tokenizer and the
+ *                       worker check it).
  *
  * NaN is rejected in every float field. An empty list stands for the seed's
  * None.
  */
+#define ZI_LOGIT_BIAS_MAX 1024
+#define ZI_LOGIT_BIAS_LIMIT 100.0
+
+typedef struct zi_token_bias {
+    int32_t id;
+    float bias;
+} zi_token_bias;
+
+typedef struct zi_logit_bias {
+    zi_token_bias *v;
+    size_t n;
+} zi_logit_bias;
+
 typedef struct zi_sampling_params {
     int32_t top_k;
     double top_p;
@@ -139,6 +160,7 @@ typedef struct zi_sampling_params {
     zi_i32_list stop_token_ids;
     bool detokenize;
     uint64_t seed;
+    zi_logit_bias logit_bias;
 } zi_sampling_params;
 
 void zi_sampling_params_init(zi_sampling_params *sp);

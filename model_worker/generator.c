@@ -734,11 +734,14 @@ static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
 
 /* Can this step run on the device? Only when nothing in it reads the
  * logits on the host: record_outputs reads them for log probabilities
- * (the token's, and the echoed prompt's), and nothing else does. */
+ * (the token's, and the echoed prompt's), and nothing else does. The GPU
+ * sampler has no logit bias either: a step with a biased row samples on
+ * the host, so the bias is never skipped. */
 static int device_step_ok(const zi_generator *g, const step_plan *p) {
     if (!g->dev) return 0;
     for (int i = 0; i < p->n_stepped; i++)
-        if (g->stepped[i]->log_probabilities > 0) return 0;
+        if (g->stepped[i]->log_probabilities > 0 || g->stepped[i]->sampling_params.logit_bias.n)
+            return 0;
     return 1;
 }
 

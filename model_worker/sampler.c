@@ -207,12 +207,13 @@ static inline float block_max(const float *x, int32_t a, int32_t b) {
     return r;
 }
 
-/* Marks t as touched for this row (adj = raw logit, count = 0). */
+/* Marks t as touched for this row (adj = raw logit, count = -1: not in
+ * the history the penalties look at). */
 static inline void touch(zi_sampler *s, const float *logits, int32_t t, size_t *n_touched) {
     if (s->stamp[t] != s->stamp_now) {
         s->stamp[t] = s->stamp_now;
         s->adj[t] = logits[t];
-        s->count[t] = 0;
+        s->count[t] = -1;
         s->touched[(*n_touched)++] = t;
     }
 }
@@ -227,7 +228,7 @@ static int check_ids(const int32_t *ids, size_t n, int32_t n_vocab, size_t row, 
     return ZI_OK;
 }
 
-/* Steps 1-3 for one row: fills adj[] for the touched tokens under a fresh
+/* Steps 0-3 for one row: fills adj[] for the touched tokens under a fresh
  * stamp. Returns how many tokens were touched (0: read raw logits only). */
 static size_t prepare_row(zi_sampler *s, const zi_sampler_row *row) {
     const zi_sampling_params *sp = row->params;
@@ -240,18 +241,31 @@ static size_t prepare_row(zi_sampler *s, const zi_sampler_row *row) {
         s->stamp_now = 1;
     }
     size_t nt = 0;
+    /* Step 0, the logit bias (ids the sampler cannot draw are skipped:
+     * their logits are never read). */
+    for (size_t i = 0; i < sp->logit_bias.n; i++) {
+        int32_t t = sp->logit_bias.v[i].id;
+        if (t < 0 || t >= V) continue;
+        touch(s, lg, t, &nt);
+        s->adj[t] += sp->logit_bias.v[i].bias;
+    }
     double rep = sp->repetition_penalty, fq = sp->frequency_penalty, pr = sp->presence_penalty;
     int use_rep = rep != 1.0 && rep > 0.0, use_fp = fq != 0.0 || pr != 0.0;
     if (use_rep || use_fp) {
         if (use_rep)
-            for (size_t i = 0; i < row->n_prompt; i++) touch(s, lg, row->prompt_ids[i], &nt);
+            for (size_t i = 0; i < row->n_prompt; i++) {
+                int32_t t = row->prompt_ids[i];
+                touch(s, lg, t, &nt);
+                if (s->count[t] < 0) s->count[t] = 0;
+            }
         for (size_t i = 0; i < row->n_generated; i++) {
             int32_t t = row->generated_ids[i];
             touch(s, lg, t, &nt);
-            s->count[t]++;
+            s->count[t] = s->count[t] < 0 ? 1 : s->count[t] + 1;
         }
         for (size_t i = 0; i < nt; i++) {
             int32_t t = s->touched[i];
+            if (s->count[t] < 0) continue; /* biased only */
             double v = s->adj[t];
             if (use_rep) v = v > 0 ? v / rep : v * rep;
             int32_t c = s->count[t];

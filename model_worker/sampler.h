@@ -7,6 +7,11 @@
  * in a step (model_worker/generator.c). Each row is processed in this fixed
  * order:
  *
+ *   0. the logit bias (params->logit_bias, OpenAI's logit_bias): each
+ *      listed id's logit += its bias, before everything else, so the
+ *      penalties, masks, greedy argmax and temperature all see the biased
+ *      logit (vLLM's order). Ids outside [0, n_vocab) are skipped (the
+ *      worker refuses them before a request gets here).
  *   1. repetition penalty (CTRL form): for every distinct token seen in the
  *      prompt or the generated tokens, logit > 0 ? logit / r : logit * r.
  *   2. frequency and presence penalties (OpenAI form), over GENERATED tokens
@@ -93,8 +98,8 @@ void zi_sampler_free(zi_sampler *s);
 int zi_sampler_sample(zi_sampler *s, const zi_sampler_row *rows, size_t n_rows, int32_t *out_tokens,
                       zi_error *err);
 
-/* Writes into out (n_vocab floats) the row's logits after steps 1-4
- * (penalties, EOS mask, bitmask; masked tokens are -inf), i.e. what the
+/* Writes into out (n_vocab floats) the row's logits after steps 0-4 (bias,
+ * penalties, EOS mask, bitmask; masked tokens are -inf), i.e. what the
  * greedy argmax and the temperature see. For tests and debugging; the same
  * ZI_EINVAL checks as zi_sampler_sample (the message says row 0). */
 int zi_sampler_processed_logits(zi_sampler *s, const zi_sampler_row *row, float *out,
@@ -105,7 +110,8 @@ double zi_sampler_uniform(uint64_t seed, uint64_t step);
 
 /*
  * Log probabilities for the response: log-softmax of the RAW logits (before
- * penalties, masks and temperature - what the model predicted), computed in
+ * the logit bias, penalties, masks and temperature - what the model
+ * predicted; vLLM's default "raw_logprobs" does the same), computed in
  * double. *token_lp gets the chosen token's value; top_ids/top_lps (top_n
  * entries each, may be NULL when top_n is 0) the top_n tokens in descending
  * order, ties by lower id. NaN logits count as -inf. ZI_EINVAL for a token

@@ -210,6 +210,12 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
     if (!rc)
         rc = check_ids(w, "sampling_params.stop_token_ids", l->ctx.sampling_params.stop_token_ids.v,
                        l->ctx.sampling_params.stop_token_ids.n, &err);
+    for (size_t i = 0; !rc && i < l->ctx.sampling_params.logit_bias.n; i++)
+        if (l->ctx.sampling_params.logit_bias.v[i].id >= w->vocab)
+            rc = zi_error_set(&err, ZI_EINVAL,
+                              "sampling_params.logit_bias: token id %d is outside this model's "
+                              "vocabulary of %d",
+                              l->ctx.sampling_params.logit_bias.v[i].id, w->vocab);
     for (size_t i = 0; !rc && i < l->ctx.n_eos_sequences; i++)
         rc = check_ids(w, "context.eos_sequences", l->ctx.eos_sequences[i].v,
                        l->ctx.eos_sequences[i].n, &err);

@@ -215,6 +215,13 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
                               "sampling_params.stop_token_ids[%zu]: token id %d is outside the "
                               "vocabulary (0..%d)",
                               i, r.sampling_params.stop_token_ids.v[i], t->vocab - 1);
+    /* A biased id outside the vocabulary has no logit to move. */
+    for (size_t i = 0; !rc && i < r.sampling_params.logit_bias.n; i++)
+        if (r.sampling_params.logit_bias.v[i].id >= t->vocab)
+            rc = zi_error_set(&err, ZI_EINVAL,
+                              "sampling_params.logit_bias: token id %d is outside the "
+                              "vocabulary (0..%d)",
+                              r.sampling_params.logit_bias.v[i].id, t->vocab - 1);
     /* Structured output (the router refused what cannot be honoured): the
      * worker holds decoding to a JSON object, of the schema if one is given. */
     int rf = ZI_RF_NONE;

@@ -33,9 +33,114 @@ static void assert_sampling_equal(const zi_sampling_params *a, const zi_sampling
         assert_int_equal(a->stop_token_ids.v[i], b->stop_token_ids.v[i]);
     assert_int_equal(a->detokenize, b->detokenize);
     assert_true(a->seed == b->seed);
+    assert_int_equal(a->logit_bias.n, b->logit_bias.n);
+    for (size_t i = 0; i < a->logit_bias.n; i++) {
+        assert_int_equal(a->logit_bias.v[i].id, b->logit_bias.v[i].id);
+        assert_true(a->logit_bias.v[i].bias == b->logit_bias.v[i].bias);
+    }
 }
 
 /* ---- round trips ----------------------------------------------------------- */
+
+/* Decodes sampling parameters built from fmt; returns the status. */
+static int decode_sp(zi_sampling_params *out, zi_error *e, const char *fmt, ...) {
+    msgpack_sbuffer sb = sb_new();
+    va_list ap;
+    va_start(ap, fmt);
+    vbuild(&sb, fmt, ap);
+    va_end(ap);
+    msgpack_unpacked u;
+    parse_ok(&sb, &u);
+    int rc = zi_codec_decode_sampling_params(&u.data, NULL, "sampling_params", out, e);
+    msgpack_unpacked_destroy(&u);
+    msgpack_sbuffer_destroy(&sb);
+    return rc;
+}
+
+/* logit_bias: integer and decimal-string keys, numbers in [-100, 100], each
+ * id once, at most ZI_LOGIT_BIAS_MAX entries; nil and {} are none. */
+static void test_logit_bias(void **state) {
+    (void)state;
+    zi_sampling_params sp;
+    zi_error e = {0};
+    assert_int_equal(decode_sp(&sp, &e, "M s M i d s i s f", 1, "logit_bias", 3, 5ll, -100.0, "17",
+                               3ll, "0", 0.5),
+                     ZI_OK);
+    assert_int_equal(sp.logit_bias.n, 3);
+    assert_int_equal(sp.logit_bias.v[0].id, 5);
+    assert_true(sp.logit_bias.v[0].bias == -100.0f);
+    assert_int_equal(sp.logit_bias.v[1].id, 17);
+    assert_true(sp.logit_bias.v[1].bias == 3.0f);
+    assert_int_equal(sp.logit_bias.v[2].id, 0);
+    assert_true(sp.logit_bias.v[2].bias == 0.5f);
+    zi_sampling_params cp;
+    assert_int_equal(zi_sampling_params_copy(&cp, &sp, &e), ZI_OK);
+    assert_int_equal(cp.logit_bias.n, 3);
+    assert_int_equal(cp.logit_bias.v[1].id, 17);
+    zi_sampling_params_free(&cp);
+    zi_sampling_params_free(&sp);
+    assert_int_equal(decode_sp(&sp, &e, "M s n", 1, "logit_bias"), ZI_OK);
+    assert_int_equal(sp.logit_bias.n, 0);
+    assert_int_equal(decode_sp(&sp, &e, "M s M", 1, "logit_bias", 0), ZI_OK);
+    assert_int_equal(sp.logit_bias.n, 0);
+
+    static const struct {
+        const char *key; /* NULL: the integer below */
+        long long ikey;
+        double bias;
+        const char *want;
+    } bad[] = {
+        {NULL, -3, 1.0, "sampling_params.logit_bias: key -3 is not a token id"},
+        {NULL, 3000000000ll, 1.0, "sampling_params.logit_bias: key 3000000000 is not a token id"},
+        {"abc", 0, 1.0, "sampling_params.logit_bias: key \"abc\" is not a token id"},
+        {"-1", 0, 1.0, "sampling_params.logit_bias: key \"-1\" is not a token id"},
+        {"", 0, 1.0, "sampling_params.logit_bias: key \"\" is not a token id"},
+        {"12345678901", 0, 1.0, "key \"12345678901\" is not a token id"},
+        {"9", 0, 100.5, "sampling_params.logit_bias.9: bias 100.5 is outside [-100, 100]"},
+        {NULL, 9, -101.0, "sampling_params.logit_bias.9: bias -101 is outside [-100, 100]"},
+        {NULL, 9, NAN, "sampling_params.logit_bias.9: bias nan is outside [-100, 100]"},
+        {NULL, 9, -INFINITY, "sampling_params.logit_bias.9: bias -inf is outside [-100, 100]"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc =
+            bad[i].key
+                ? decode_sp(&sp, &e, "M s M s d", 1, "logit_bias", 1, bad[i].key, bad[i].bias)
+                : decode_sp(&sp, &e, "M s M i d", 1, "logit_bias", 1, bad[i].ikey, bad[i].bias);
+        assert_int_equal(rc, ZI_EINVAL);
+        ERR_HAS(e, bad[i].want);
+        assert_null(sp.logit_bias.v);
+    }
+    assert_int_equal(decode_sp(&sp, &e, "M s M i s", 1, "logit_bias", 1, 4ll, "x"), ZI_EINVAL);
+    ERR_HAS(e, "sampling_params.logit_bias.4: expected a number, got a string");
+    assert_int_equal(decode_sp(&sp, &e, "M s A", 1, "logit_bias", 0), ZI_EINVAL);
+    ERR_HAS(e, "sampling_params.logit_bias: expected a map of token id to bias, got an array");
+    assert_int_equal(decode_sp(&sp, &e, "M s M d d", 1, "logit_bias", 1, 1.0, 1.0), ZI_EINVAL);
+    ERR_HAS(e, "sampling_params.logit_bias: key #0 is a float, not a token id");
+    /* the same id as an integer and as a string */
+    assert_int_equal(decode_sp(&sp, &e, "M s M i d s d", 1, "logit_bias", 2, 5ll, 1.0, "5", 2.0),
+                     ZI_EINVAL);
+    ERR_HAS(e, "sampling_params.logit_bias: token id 5 is given twice");
+
+    /* the limit: 1024 entries pass, 1025 do not */
+    for (int n = ZI_LOGIT_BIAS_MAX; n <= ZI_LOGIT_BIAS_MAX + 1; n++) {
+        msgpack_sbuffer sb = sb_new();
+        build(&sb, "M s M", 1, "logit_bias", n);
+        for (int i = 0; i < n; i++) build(&sb, "i d", (long long)i, 1.0);
+        msgpack_unpacked u;
+        parse_ok(&sb, &u);
+        int rc = zi_codec_decode_sampling_params(&u.data, NULL, "sampling_params", &sp, &e);
+        if (n == ZI_LOGIT_BIAS_MAX) {
+            assert_int_equal(rc, ZI_OK);
+            assert_int_equal(sp.logit_bias.n, ZI_LOGIT_BIAS_MAX);
+            zi_sampling_params_free(&sp);
+        } else {
+            assert_int_equal(rc, ZI_EINVAL);
+            ERR_HAS(e, "sampling_params.logit_bias: 1025 entries exceed the limit of 1024");
+        }
+        msgpack_unpacked_destroy(&u);
+        msgpack_sbuffer_destroy(&sb);
+    }
+}
 
 static void test_roundtrip_sampling(void **state) {
     (void)state;
@@ -48,7 +153,7 @@ static void test_roundtrip_sampling(void **state) {
     msgpack_unpacked u;
     parse_ok(&sb, &u);
     assert_int_equal(u.data.type, MSGPACK_OBJECT_MAP);
-    assert_int_equal(u.data.via.map.size, 14);
+    assert_int_equal(u.data.via.map.size, 15); /* logit_bias only when set */
     assert_int_equal(zi_codec_decode_sampling_params(&u.data, NULL, NULL, &back, &e), ZI_OK);
     assert_sampling_equal(&sp, &back);
     msgpack_unpacked_destroy(&u);
@@ -661,6 +766,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         /* round trips, and what the encoders refuse */
         cmocka_unit_test(test_roundtrip_sampling),
+        cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_roundtrip_request),
         cmocka_unit_test(test_tool_messages),
         cmocka_unit_test(test_roundtrip_context),

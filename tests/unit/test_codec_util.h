@@ -154,6 +154,11 @@ static inline zi_sampling_params odd_sampling(void) {
     zi_i32_list_push(&sp.stop_token_ids, 49151, NULL);
     sp.detokenize = false;
     sp.seed = 0xfedcba9876543210ull;
+    sp.logit_bias.v = malloc(2 * sizeof *sp.logit_bias.v);
+    assert_non_null(sp.logit_bias.v);
+    sp.logit_bias.v[0] = (zi_token_bias){49151, -100.0f};
+    sp.logit_bias.v[1] = (zi_token_bias){7, 2.5f};
+    sp.logit_bias.n = 2;
     return sp;
 }
 

@@ -374,6 +374,68 @@ static void test_greedy(void **state) {
     zi_sampler_free(s);
 }
 
+/* logit_bias: added first, so the penalties see the biased logit; a token
+ * with only a bias gets no penalty. */
+static void test_logit_bias(void **state) {
+    (void)state;
+    zi_token_bias b[3] = {{2, 3.0f}, {4, -100.0f}, {5, 0.5f}};
+    zi_sampling_params sp = params(1.0, 1, 1.0, 0.0);
+    sp.logit_bias = (zi_logit_bias){b, 3};
+    float out[6];
+    processed(&sp, out); /* and greedy picks token 2 now, not 3 */
+    const double want[6] = {2.0, -1.0, 3.5, 3.0, -102.0, 1.5};
+    expect6(out, want);
+    zi_token_bias b2[4] = {{0, 1.0f}, {2, 1.0f}, {4, 1.0f}, {60, 5.0f}}; /* 60: past V, skipped */
+    sp.logit_bias = (zi_logit_bias){b2, 4};
+    sp.repetition_penalty = 1.5; /* seen: 0, 1, 3, 4; token 2 only biased */
+    processed(&sp, out);
+    const double want2[6] = {3.0 / 1.5, -1.0 * 1.5, 1.5, 3.0 / 1.5, -1.0 * 1.5, 1.0};
+    expect6(out, want2);
+}
+
+/* -100 on the argmax: greedy takes the runner-up, and sampling at
+ * temperature 1 never draws the banned token (its weight is below e^-87). */
+static void test_logit_bias_ban(void **state) {
+    (void)state;
+    enum { V = 1000 };
+    static float lg[V];
+    random_logits(lg, V, 77, 5.0);
+    int top = argmax(lg, V);
+    float keep = lg[top];
+    lg[top] = -INFINITY;
+    int second = argmax(lg, V);
+    lg[top] = keep;
+    zi_sampler *s = NULL;
+    zi_error e = {0};
+    assert_int_equal(zi_sampler_create(&s, V, &e), ZI_OK);
+    zi_token_bias ban = {top, -100.0f}, boost = {second, 100.0f};
+    zi_sampling_params g;
+    zi_sampling_params_init(&g);
+    g.logit_bias = (zi_logit_bias){&ban, 1};
+    zi_sampling_params t1 = params(1.0, 0, 1.0, 0.0), t2 = params(1.0, 40, 0.95, 0.0);
+    t1.logit_bias = t2.logit_bias = g.logit_bias;
+    int32_t tok;
+    zi_sampler_row row = {.logits = lg, .params = &g};
+    assert_int_equal(zi_sampler_sample(s, &row, 1, &tok, &e), ZI_OK);
+    assert_int_equal(tok, second);
+    for (int k = 0; k < 2000; k++) {
+        zi_sampler_row rows[2] = {{.logits = lg, .params = &t1, .step = (uint64_t)k},
+                                  {.logits = lg, .params = &t2, .step = (uint64_t)k}};
+        int32_t out[2];
+        assert_int_equal(zi_sampler_sample(s, rows, 2, out, &e), ZI_OK);
+        assert_int_not_equal(out[0], top);
+        assert_int_not_equal(out[1], top);
+    }
+    /* +100 on a token makes it all but certain, sampled too */
+    t1.logit_bias = (zi_logit_bias){&boost, 1};
+    for (int k = 0; k < 200; k++) {
+        row = (zi_sampler_row){.logits = lg, .params = &t1, .step = (uint64_t)k};
+        assert_int_equal(zi_sampler_sample(s, &row, 1, &tok, &e), ZI_OK);
+        assert_int_equal(tok, second);
+    }
+    zi_sampler_free(s);
+}
+
 static void test_bitmask(void **state) {
     (void)state;
     enum { V = 100, W = 4 }; /* ceil(100 / 32) = 4 words */
@@ -736,6 +798,8 @@ int main(void) {
         cmocka_unit_test(test_penalty_frequency_presence),
         cmocka_unit_test(test_penalty_combined_order),
         cmocka_unit_test(test_greedy),
+        cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_logit_bias_ban),
         cmocka_unit_test(test_bitmask),
         cmocka_unit_test(test_eos_mask),
         cmocka_unit_test(test_repeatable_and_batch_independent),
