@@ -11,6 +11,9 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "keypath.h"
+#include "types.h"
+
 /* The checked values of one request, shared by its choices. */
 typedef struct checked {
     json_t *root;
@@ -20,6 +23,7 @@ typedef struct checked {
     size_t prompt_len;
     json_t *stop;            /* string or array of strings, or NULL */
     json_t *response_format; /* an object of a type other than "text", or NULL */
+    json_t *logit_bias;      /* a checked, non-empty object, or NULL (borrowed) */
     json_t *tool_format;     /* tool_choice required / named: the constraint (owned) */
     double num[7];
     int has_num[7];
@@ -114,8 +118,6 @@ static int refuse_unserved(json_t *o, zi_http_kind kind, zi_http_error *e) {
     if ((v = get(o, "function_call")) &&
         !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
         return unsupported(e, "function_call", "function calls are not supported");
-    if ((v = get(o, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
-        return unsupported(e, "logit_bias", "logit biases are not supported");
     if ((v = get(o, "audio"))) return unsupported(e, "audio", "audio output is not supported");
     if ((v = get(o, "prediction")))
         return unsupported(e, "prediction", "predicted outputs are not supported");
@@ -314,6 +316,43 @@ static int parse_response_format(json_t *o, checked *k, zi_http_error *e) {
     return 0;
 }
 
+/* logit_bias: an object of token id (a string of decimal digits, as
+ * OpenAI's) -> a number in [-100, 100], at most ZI_LOGIT_BIAS_MAX entries.
+ * Whether the ids are in the vocabulary the tokenizer says (the router's
+ * sampling_params.logit_bias error comes back as logit_bias). */
+static int parse_logit_bias(json_t *o, checked *k, zi_http_error *e) {
+    json_t *v = get(o, "logit_bias");
+    if (!v) return 0;
+    if (!json_is_object(v)) return want(e, "logit_bias", "an object", v);
+    if (json_object_size(v) > ZI_LOGIT_BIAS_MAX)
+        return zi_http_fail(e, 400, "invalid_value", "logit_bias",
+                            "logit_bias: %zu entries exceed the limit of %d", json_object_size(v),
+                            ZI_LOGIT_BIAS_MAX);
+    const char *key;
+    json_t *b;
+    json_object_foreach(v, key, b) {
+        size_t n = strlen(key);
+        long long id = n && n <= 10 ? 0 : -1;
+        for (size_t i = 0; i < n && id >= 0; i++)
+            id = key[i] >= '0' && key[i] <= '9' ? id * 10 + (key[i] - '0') : -1;
+        if (id < 0 || id > INT32_MAX) {
+            char nm[48];
+            zi_printable(nm, sizeof nm, key, n);
+            return zi_http_fail(e, 400, "invalid_value", "logit_bias",
+                                "logit_bias: key \"%s\" is not a token id", nm);
+        }
+        if (!json_is_number(b))
+            return zi_http_fail(e, 400, "invalid_type", "logit_bias",
+                                "logit_bias.%s: expected a number, got %s", key, type_name(b));
+        double x = json_number_value(b);
+        if (!(x >= -ZI_LOGIT_BIAS_LIMIT && x <= ZI_LOGIT_BIAS_LIMIT))
+            return zi_http_fail(e, 400, "invalid_value", "logit_bias",
+                                "logit_bias.%s: %g is outside [-100, 100]", key, x);
+    }
+    if (json_object_size(v)) k->logit_bias = v;
+    return 0;
+}
+
 /* The sampling fields, logprobs, n, stream. */
 static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *g,
                          zi_http_error *e) {
@@ -452,7 +491,7 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
         zi_pack_str(pk, "prompt");
         pack_json(pk, k->prompt_ids);
     }
-    int n_sp = 3 + k->has_max + k->has_min + k->has_ignore_eos;
+    int n_sp = 3 + k->has_max + k->has_min + k->has_ignore_eos + (k->logit_bias != NULL);
     for (int j = 1; NUM_FIELDS[j]; j++) n_sp += k->has_num[j];
     zi_pack_str(pk, "sampling_params");
     msgpack_pack_map(pk, n_sp);
@@ -471,6 +510,16 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     if (k->has_ignore_eos) zi_pack_kv_bool(pk, "ignore_eos", k->ignore_eos);
     zi_pack_str(pk, "seed");
     msgpack_pack_uint64(pk, k->seed + (unsigned long long)i);
+    if (k->logit_bias) { /* parse_logit_bias checked every key and value */
+        zi_pack_str(pk, "logit_bias");
+        msgpack_pack_map(pk, json_object_size(k->logit_bias));
+        const char *key;
+        json_t *b;
+        json_object_foreach(k->logit_bias, key, b) {
+            msgpack_pack_int64(pk, strtoll(key, NULL, 10));
+            msgpack_pack_double(pk, json_number_value(b));
+        }
+    }
     /* 1 at least: the sampled token's own log probability comes with it. */
     if (g->logprobs >= 0) zi_pack_kv_int(pk, "logprobs", g->logprobs ? g->logprobs : 1);
     if (g->echo) zi_pack_kv_bool(pk, "echo", true);
@@ -520,6 +569,7 @@ int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_h
     if (!rc) rc = parse_stop(k.root, &k, e);
     if (!rc) rc = parse_response_format(k.root, &k, e);
     if (!rc) rc = parse_options(k.root, kind, &k, g, e);
+    if (!rc) rc = parse_logit_bias(k.root, &k, e);
     if (!rc && kind == ZI_HTTP_CHAT) rc = zi_http_tools_parse(k.root, &g->tools, e);
     if (!rc && (k.tool_format = zi_http_tools_response_format(&g->tools))) {
         if (k.response_format)

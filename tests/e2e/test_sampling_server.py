@@ -234,6 +234,12 @@ def test_stop_token_ids_eos_and_lengths(client):
     ({"logprobs": 21}, "logprobs"),
     ({"sampling_params": {"stop_token_ids": [5, 49152]}}, "sampling_params.stop_token_ids[1]"),
     ({"sampling_params": {"stop_token_ids": [5] * 49153}}, "sampling_params.stop_token_ids"),
+    ({"sampling_params": {"logit_bias": {49152: 1.0}}}, "sampling_params.logit_bias"),
+    ({"sampling_params": {"logit_bias": {5: 100.5}}}, "sampling_params.logit_bias.5"),
+    ({"sampling_params": {"logit_bias": {"x": 1}}}, "sampling_params.logit_bias"),
+    ({"sampling_params": {"logit_bias": {5: 1, "5": 2}}}, "sampling_params.logit_bias"),
+    ({"sampling_params": {"logit_bias": dict.fromkeys(range(1025), 1)}},
+     "sampling_params.logit_bias"),
 ])
 def test_bad_sampling_values_are_refused(client, extra, field):
     replies = list(client.generate(prompt="hi", **extra))
@@ -242,6 +248,27 @@ def test_bad_sampling_values_are_refused(client, extra, field):
     assert replies[0]["message"].startswith(field), replies
     _, _, f = client.complete(prompt="hi", sampling_params={"max_new_tokens": 1})
     assert f["status"] in ("maximum_length", "end_of_sequence")
+
+
+def test_logit_bias_moves_greedy(client):
+    """-100 on greedy's first token gives the runner-up that the unbiased
+    request's top log probabilities name; +100 on a token far down makes the
+    model emit it (a string key, as JSON clients send). The log
+    probabilities reported stay the model's own, before the bias."""
+    sp = {"max_new_tokens": 2, "ignore_eos": True}
+    _, free, lp = client.complete(prompt=STORY, sampling_params=sp, logprobs=2)
+    (best, best_lp), (second, second_lp) = sorted(
+        lp["logprobs"]["top_log_probabilities"][0].items(), key=lambda kv: -kv[1])
+    assert best == free[0] and second != best
+    _, banned, lp_b = client.complete(prompt=STORY, logprobs=2,
+                                      sampling_params={**sp, "logit_bias": {best: -100.0}})
+    assert banned[0] == second, (free, banned)
+    assert abs(lp_b["logprobs"]["token_log_probabilities"][0] - second_lp) < 1e-4
+    assert lp_b["logprobs"]["top_log_probabilities"][0] == lp["logprobs"][
+        "top_log_probabilities"][0]
+    _, forced, _ = client.complete(prompt=STORY,
+                                   sampling_params={**sp, "logit_bias": {"1000": 100}})
+    assert forced == [1000, 1000], forced
 
 
 def test_min_new_tokens_masking_everything_fails_no_one(client):

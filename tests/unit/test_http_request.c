@@ -101,6 +101,31 @@ static void test_completion_fields(void **state) {
     assert_int_equal(zi_map_get(sp, "min_new_tokens")->via.i64, 2);
     assert_true(zi_map_get(sp, "ignore_eos")->via.boolean);
     assert_str(zi_map_get(zi_map_get(r, "response_format"), "type"), "json_object");
+    assert_null(zi_map_get(sp, "logit_bias"));
+    msgpack_unpacked_destroy(&u);
+    zi_http_gen_free(&g);
+    /* logit_bias: OpenAI's string keys become the router's integer keys */
+    assert_int_equal(parse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -100, \"17\": 2.5}}",
+                           ZI_HTTP_COMPLETION, &g, &e),
+                     0);
+    r = unpack(&g, 0, &u);
+    const msgpack_object *lb = zi_map_get(zi_map_get(r, "sampling_params"), "logit_bias");
+    assert_non_null(lb);
+    assert_int_equal(lb->type, MSGPACK_OBJECT_MAP);
+    assert_int_equal(lb->via.map.size, 2);
+    for (uint32_t i = 0; i < 2; i++) {
+        const msgpack_object_kv *kv = &lb->via.map.ptr[i];
+        assert_int_equal(kv->key.type, MSGPACK_OBJECT_POSITIVE_INTEGER);
+        assert_true(kv->key.via.u64 == 5 ? kv->val.via.f64 == -100.0
+                                         : kv->key.via.u64 == 17 && kv->val.via.f64 == 2.5);
+    }
+    msgpack_unpacked_destroy(&u);
+    zi_http_gen_free(&g);
+    /* an empty object asks for nothing */
+    assert_int_equal(parse("{\"prompt\": \"x\", \"logit_bias\": {}}", ZI_HTTP_COMPLETION, &g, &e),
+                     0);
+    r = unpack(&g, 0, &u);
+    assert_null(zi_map_get(zi_map_get(r, "sampling_params"), "logit_bias"));
     msgpack_unpacked_destroy(&u);
     zi_http_gen_free(&g);
 }
@@ -119,7 +144,16 @@ static void test_refusals_name_the_field(void **state) {
          "messages[0].content[0].type"},
         {ZI_HTTP_CHAT,
          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
-         "\"logit_bias\": {\"1\": 1}}",
+         "\"logit_bias\": {\"x1\": 1}}",
+         "logit_bias"},
+        {ZI_HTTP_CHAT,
+         "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
+         "\"logit_bias\": {\"-1\": 1}}",
+         "logit_bias"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"3\": 100.5}}", "logit_bias"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"3\": \"ban\"}}", "logit_bias"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": [1]}", "logit_bias"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"logit_bias\": {\"99999999999\": 1}}",
          "logit_bias"},
         {ZI_HTTP_CHAT,
          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
@@ -169,6 +203,11 @@ static void test_router_errors(void **state) {
     zi_http_router_error(&e, "invalid_request", "sampling_params.top_p: 2 is outside (0, 1]",
                          "sampling_params.top_p", g.field_map);
     assert_string_equal(e.param, "top_p");
+    zi_http_router_error(&e, "invalid_request",
+                         "sampling_params.logit_bias: token id 99999 is outside the vocabulary",
+                         "sampling_params.logit_bias", g.field_map);
+    assert_string_equal(e.param, "logit_bias");
+    assert_string_equal(e.message, "logit_bias: token id 99999 is outside the vocabulary");
     zi_http_router_error(&e, "unsupported", "response_format.json_schema.properties.a: pattern",
                          "response_format.json_schema.properties.a", g.field_map);
     assert_int_equal(e.status, 400);
