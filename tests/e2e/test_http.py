@@ -242,6 +242,26 @@ def test_logprobs_equal_msgpack(web, model, zc):
     assert all(bytes(c["bytes"]).decode() == c["token"] for c in content)
 
 
+def test_logit_bias(web, model, zc):
+    """Greedy: -100 on the first token gives the unbiased runner-up; +100
+    on a token makes the model emit it."""
+    prompt = "The capital of France is"
+    body = {"model": model, "prompt": prompt, "max_tokens": 2, "temperature": 0, "logprobs": 2}
+    st, _, free = web.req("POST", COMP, body)
+    assert st == 200, free
+    lp = free["choices"][0]["logprobs"]
+    (best, _), (second, _) = sorted(lp["top_logprobs"][0].items(), key=lambda kv: -kv[1])
+    assert lp["tokens"][0] == best
+    _, ids, _ = zc.complete(prompt=prompt, sampling_params={"max_new_tokens": 1})
+    st, _, banned = web.req("POST", COMP, {**body, "logit_bias": {str(ids[0]): -100}})
+    assert st == 200, banned
+    assert banned["choices"][0]["logprobs"]["tokens"][0] == second, (lp, banned)
+    st, _, forced = web.req("POST", COMP, {**body, "logit_bias": {"1000": 100}})
+    st2, _, de = web.req("POST", "/detokenize", {"tokens": [1000, 1000]})
+    assert st == st2 == 200, (forced, de)
+    assert forced["choices"][0]["text"] == de["prompt"], (forced, de)
+
+
 def test_echo_completion(web, model):
     st, _, body = web.req("POST", "/v1/completions", {
         "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0, "echo": True,
@@ -449,7 +469,10 @@ BAD = [
     ("POST", CHAT, chat(logprobs="yes"), None, 400, "logprobs"),
     ("POST", CHAT, chat(logprobs=True, top_logprobs=21), None, 400, "top_logprobs"),
     ("POST", CHAT, chat(top_logprobs=2), None, 400, "top_logprobs"),
-    ("POST", CHAT, chat(logit_bias={"50": 5}), None, 400, "logit_bias"),
+    ("POST", CHAT, chat(logit_bias={"x50": 5}), None, 400, "logit_bias"),
+    ("POST", CHAT, chat(logit_bias={"50": 101}), None, 400, "logit_bias"),
+    ("POST", COMP, comp(logit_bias={"50": "ban"}), None, 400, "logit_bias"),
+    ("POST", COMP, comp(logit_bias={"99999": 1}), None, 400, "logit_bias"),  # past the vocabulary
     ("POST", CHAT, chat(tools=[{"type": "function", "function": {"name": ""}}]), None, 400,
      "tools[0].function"),
     ("POST", CHAT, chat(tools={"f": 1}), None, 400, "tools"),
