@@ -59,8 +59,8 @@ static const char USAGE_SERVE[] =
     "                            off: no HTTP front end\n"
     "  --api-key KEY             HTTP clients must send 'Authorization: Bearer KEY'\n"
     "                            (default: $ZINFER_API_KEY; none when unset)\n"
-    "  --http-max-body-bytes B, --http-max-connections N, --http-timeout S\n"
-    "                            passed to zinfer-http (see zinfer-http --help)\n"
+    "  --http-max-body-bytes B, --http-max-connections N, --http-timeout S,\n"
+    "  --http-header-timeout S   passed to zinfer-http (see zinfer-http --help)\n"
     "  --threads-per-worker K    compute threads per worker (default: CPUs / workers)\n"
     "  --device D                cpu (default), cuda:N, or cuda: worker i on GPU i\n"
     "  --act-bits B              CPU activation precision: 16 (default) or 8 (llama.cpp's:\n"
@@ -80,7 +80,7 @@ static const char USAGE_SERVE[] =
  * and --no-prefix-cache; the router's four limits with their values. */
 #define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 1)
 #define MAX_ROUTER_PASS 8
-#define MAX_HTTP_PASS 6
+#define MAX_HTTP_PASS 8
 #define MAX_ARGS (15 + MAX_WORKER_PASS + 1) /* the worker's fixed args, its options, NULL */
 #define MAX_CHILDREN 130
 
@@ -211,19 +211,21 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
                      ? zi_error_set(&err, ZI_EINVAL, "--api-key: %s", strerror(errno))
                      : 0;
         else if (!strcmp(a, "--http-max-body-bytes") || !strcmp(a, "--http-max-connections") ||
-                 !strcmp(a, "--http-timeout")) {
+                 !strcmp(a, "--http-timeout") || !strcmp(a, "--http-header-timeout")) {
             /* checked with zinfer-http's ranges, passed on under its names */
             long long x;
             int body = !strcmp(a, "--http-max-body-bytes");
             int conns = !strcmp(a, "--http-max-connections");
+            int header = !strcmp(a, "--http-header-timeout");
             rc = body    ? zi_parse_size(a, v, 64, 1LL << 30, &x, &err)
                  : conns ? zi_parse_int(a, v, 1, 65536, &x, &err)
                          : zi_parse_int(a, v, 1, 86400, &x, &err);
             if (!rc)
                 pass_on(o->http_pass, &o->n_hpass,
-                        body    ? "--max-body-bytes"
-                        : conns ? "--max-connections"
-                                : "--timeout",
+                        body     ? "--max-body-bytes"
+                        : conns  ? "--max-connections"
+                        : header ? "--header-timeout"
+                                 : "--timeout",
                         v);
         } else if (!strcmp(a, "--device")) {
             zi_device_spec spec;

@@ -18,6 +18,11 @@ int zi_http_ctx_init(zi_http_ctx *x, const zi_http_config *cfg, const zi_http_li
         pthread_mutex_destroy(&x->model.mu);
         return -1;
     }
+    if (pthread_mutex_init(&x->watch.mu, NULL)) {
+        pthread_mutex_destroy(&x->tok.mu);
+        pthread_mutex_destroy(&x->model.mu);
+        return -1;
+    }
     return 0;
 }
 
@@ -28,4 +33,6 @@ void zi_http_ctx_destroy(zi_http_ctx *x) {
     x->tok.ids = NULL, x->tok.text = NULL, x->tok.cap = x->tok.n = 0;
     pthread_mutex_destroy(&x->tok.mu);
     pthread_mutex_destroy(&x->model.mu);
+    /* the server stopped: libmicrohttpd said "closed" for every connection */
+    pthread_mutex_destroy(&x->watch.mu);
 }

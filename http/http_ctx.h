@@ -8,8 +8,8 @@
  * as a parameter (a zi_http_conn remembers the context it was opened on).
  *
  * Threads: one per HTTP connection, all sharing the context. cfg, lim,
- * zctx and router_addr are set before serving and only read after; model
- * and tok change while serving and are guarded by their own mutex.
+ * zctx and router_addr are set before serving and only read after; model,
+ * tok and watch change while serving and are guarded by their own mutex.
  */
 #ifndef ZI_HTTP_CTX_H
 #define ZI_HTTP_CTX_H
@@ -29,6 +29,9 @@ typedef struct zi_http_config {
     size_t max_header;        /* bytes of one request's header (MHD's per-connection memory) */
     unsigned max_connections; /* open connections at once (more are refused) */
     unsigned timeout_s;       /* a connection idle this long is closed */
+    unsigned header_timeout_s; /* a request's header must be whole this long after the
+                                  connection opened (after the previous answer, once
+                                  idle for timeout_s) */
     const zi_logger *lg;
 } zi_http_config;
 
@@ -56,6 +59,25 @@ typedef struct zi_http_tok_cache {
     size_t cap, n;
 } zi_http_tok_cache;
 
+/* One open connection, as the header watchdog sees it (http_server.c):
+ * its socket, and by when its request's header must be whole (waiting 0:
+ * a request is being read or answered). Linked into zi_http_watch while
+ * libmicrohttpd has the connection open; the socket is open as long as
+ * the node is linked (libmicrohttpd says "closed" before closing it). */
+typedef struct zi_http_watched {
+    struct zi_http_watched *prev, *next;
+    int fd;
+    int waiting;
+    int cut;             /* the watchdog shut the socket down already */
+    int64_t deadline_ms; /* CLOCK_MONOTONIC */
+} zi_http_watched;
+
+/* The connections open now; the mutex guards the list and every node. */
+typedef struct zi_http_watch {
+    pthread_mutex_t mu;
+    zi_http_watched *head;
+} zi_http_watch;
+
 typedef struct zi_http_ctx {
     zi_http_config cfg;
     zi_http_limits lim;
@@ -63,6 +85,7 @@ typedef struct zi_http_ctx {
     const char *router_addr; /* the router's client address (the caller's string) */
     zi_http_model model;
     zi_http_tok_cache tok;
+    zi_http_watch watch;
 } zi_http_ctx;
 
 /* Copies cfg and lim, keeps zctx and router_addr, and starts with no model

@@ -30,6 +30,10 @@ static const char USAGE[] =
     "  --max-header-bytes B      memory for one request's header, else 431 (default 32K)\n"
     "  --max-connections N       open connections at once (default 256)\n"
     "  --timeout S               close a connection idle for S seconds (default 60)\n"
+    "  --header-timeout S        close a connection whose request line and headers have\n"
+    "                            not all arrived S seconds after it was accepted (a kept-\n"
+    "                            alive connection: --timeout + S after its last answer)\n"
+    "                            (default 10)\n"
     "  --router-timeout S        the longest wait for the router's next reply (default 300)\n"
     "  --log-level L             debug|info|warn|error|off (default info)\n"
     "  -h, --help                this text\n";
@@ -56,6 +60,7 @@ int main(int argc, char **argv) {
                           .max_header = 32 << 10,
                           .max_connections = 256,
                           .timeout_s = 60,
+                          .header_timeout_s = 10,
                           .lg = &lg};
     snprintf(cfg.host, sizeof cfg.host, "127.0.0.1");
     cfg.api_key = getenv("ZINFER_API_KEY");
@@ -90,6 +95,8 @@ int main(int argc, char **argv) {
             if (!(rc = zi_parse_int(a, v, 1, 65536, &x, &err))) cfg.max_connections = (unsigned)x;
         } else if (!strcmp(a, "--timeout")) {
             if (!(rc = zi_parse_int(a, v, 1, 86400, &x, &err))) cfg.timeout_s = (unsigned)x;
+        } else if (!strcmp(a, "--header-timeout")) {
+            if (!(rc = zi_parse_int(a, v, 1, 86400, &x, &err))) cfg.header_timeout_s = (unsigned)x;
         } else if (!strcmp(a, "--router-timeout")) {
             rc = zi_parse_int(a, v, 1, 86400, &router_timeout, &err);
         } else if (!strcmp(a, "--log-level")) {

@@ -7,6 +7,19 @@
  * connection timeout closes a connection idle for timeout_s, whether it
  * stalls in its headers, its body, or reading a stream; a stream whose
  * connection closes is freed, which cancels its generation.
+ *
+ * A client that dribbles its header a byte at a time is never idle, so the
+ * header has a total limit too (header_timeout_s): MHD's connection
+ * notifications keep a list of the open connections (ctx->watch), each
+ * with the time by which its request's header must be whole: header_timeout_s
+ * after accept for the first request; timeout_s + header_timeout_s after
+ * the previous answer for a kept-alive connection's next one (it may idle
+ * as long as before, then has the header's time). The access handler's
+ * first call (made once the header is whole) stops that clock. The serving loop looks at the list
+ * every 100 ms and shuts down the socket of a connection waiting too long:
+ * MHD then sees the connection end, as if the client had closed it, and
+ * cleans it up in its own thread (the socket stays open until MHD's
+ * "closed" notification, which unlinks it under the same mutex first).
  */
 #include "http_server.h"
 
@@ -16,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <microhttpd.h>
 
@@ -34,6 +48,85 @@ typedef struct req_state {
     size_t len, cap;
     int too_large;
 } req_state;
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The connection's node in ctx->watch (NULL when it could not be made). */
+static zi_http_watched *watched_of(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Stops the header clock of conn's node (waiting 0), or starts it for a
+ * kept-alive connection's next request (waiting 1): that one may first idle
+ * for the idle timeout, as before, and then has the header's time. */
+static void header_clock(zi_http_ctx *ctx, struct MHD_Connection *conn, int waiting) {
+    zi_http_watched *w = watched_of(conn);
+    if (!w) return;
+    pthread_mutex_lock(&ctx->watch.mu);
+    w->waiting = waiting;
+    if (waiting)
+        w->deadline_ms =
+            mono_ms() + ((int64_t)ctx->cfg.timeout_s + ctx->cfg.header_timeout_s) * 1000;
+    pthread_mutex_unlock(&ctx->watch.mu);
+}
+
+/* MHD's connection notifications: link a node at accept, unlink it at
+ * close (before MHD closes the socket). */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    zi_http_ctx *ctx = cls;
+    zi_http_watch *wl = &ctx->watch;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        zi_http_watched *w = ci ? calloc(1, sizeof *w) : NULL;
+        *socket_context = w;
+        if (!w) return; /* not watched: the idle timeout still bounds it */
+        w->fd = (int)ci->connect_fd;
+        w->waiting = 1;
+        w->deadline_ms = mono_ms() + (int64_t)ctx->cfg.header_timeout_s * 1000;
+        pthread_mutex_lock(&wl->mu);
+        w->next = wl->head;
+        if (wl->head) wl->head->prev = w;
+        wl->head = w;
+        pthread_mutex_unlock(&wl->mu);
+        return;
+    }
+    zi_http_watched *w = *socket_context;
+    if (!w) return;
+    pthread_mutex_lock(&wl->mu);
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        wl->head = w->next;
+    if (w->next) w->next->prev = w->prev;
+    pthread_mutex_unlock(&wl->mu);
+    free(w);
+    *socket_context = NULL;
+}
+
+/* The watchdog's round: shuts down the socket of every connection whose
+ * header is overdue (once; MHD closes it). */
+static void cut_slow_headers(zi_http_ctx *ctx) {
+    int64_t now = mono_ms();
+    pthread_mutex_lock(&ctx->watch.mu);
+    for (zi_http_watched *w = ctx->watch.head; w; w = w->next)
+        if (w->waiting && !w->cut && now >= w->deadline_ms) {
+            w->cut = 1;
+            shutdown(w->fd, SHUT_RDWR);
+            zi_log(ctx->cfg.lg, ZI_LOG_DEBUG,
+                   "closing a connection: its request header was not whole in time "
+                   "(--header-timeout %u s)",
+                   ctx->cfg.header_timeout_s);
+        }
+    pthread_mutex_unlock(&ctx->watch.mu);
+}
 
 static MHD_Result_t queue_json(struct MHD_Connection *conn, int status, json_t *o,
                                const char *allow) {
@@ -92,6 +185,7 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
     req_state *st = *con_cls;
     zi_http_error e;
     if (!st) {
+        header_clock(ctx, conn, 0); /* the header is whole */
         if (!(st = calloc(1, sizeof *st))) return MHD_NO;
         *con_cls = st;
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
@@ -164,7 +258,8 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)conn, (void)toe;
+    (void)toe;
+    header_clock(cls, conn, 1); /* a kept-alive connection waits for the next header */
     req_state *st = *con_cls;
     if (st) {
         free(st->body);
@@ -203,8 +298,8 @@ int zi_http_serve(zi_http_ctx *ctx) {
         flags, (uint16_t)cfg->port, NULL, NULL, on_request, ctx, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
         MHD_OPTION_CONNECTION_LIMIT, cfg->max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         cfg->timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, cfg->max_header,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, ctx,
-        MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, ctx, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        ctx, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, ctx, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!d) {
         zi_log(cfg->lg, ZI_LOG_ERROR, "cannot listen on %s:%d (in use, or not an address here)",
@@ -215,6 +310,7 @@ int zi_http_serve(zi_http_ctx *ctx) {
     while (!zi_stop_requested()) {
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
+        cut_slow_headers(ctx);
     }
     zi_log(cfg->lg, ZI_LOG_INFO, "stopping");
     MHD_stop_daemon(d);

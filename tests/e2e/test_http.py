@@ -62,7 +62,7 @@ def server(zinfer_bin, model_path, tmp_path_factory):
     hport = free_port()
     with serve_process(zinfer_bin, model_path, log, "--threads-per-worker", 2, "--slots", 8,
                        "--http", f"127.0.0.1:{hport}", "--api-key", KEY,
-                       "--http-max-body-bytes", MAX_BODY) as srv:
+                       "--http-max-body-bytes", MAX_BODY, "--http-header-timeout", 30) as srv:
         h = Http(hport)
         deadline = time.time() + 30
         while True:
@@ -648,7 +648,7 @@ def lone(zinfer_bin, tmp_path_factory):
     log = open(tmp_path_factory.mktemp("lone") / "http.log", "w")
     p = subprocess.Popen([str(zinfer_bin.parent / "zinfer-http"), "--listen",
                           f"127.0.0.1:{hport}", "--router", f"tcp://127.0.0.1:{rport}",
-                          "--timeout", "1", "--max-connections", "4"],
+                          "--timeout", "1", "--header-timeout", "1", "--max-connections", "4"],
                          stdout=log, stderr=subprocess.STDOUT)
     h = Http(hport)
     deadline = time.time() + 10
@@ -710,6 +710,45 @@ def test_lone_stream_not_held_back(lone):
     s.close()
     # sent at 0, 0.5 and 1.0 s
     assert seen["A"] < 0.4 and seen["B"] < 0.9 and seen["C"] >= 0.9, seen
+
+
+def dribble(s, data, meanwhile=None):
+    """Sends data a byte every 0.2 s until the server closes s: (what came
+    back, seconds from the start to the close or None); meanwhile() runs
+    after the third byte."""
+    import select
+    t0 = time.time()
+    for i, ch in enumerate(data):
+        if select.select([s], [], [], 0.2)[0]:
+            try:
+                return s.recv(100), time.time() - t0
+            except ConnectionResetError:
+                return b"", time.time() - t0
+        s.send(bytes([ch]))
+        if i == 2 and meanwhile:
+            meanwhile()
+    return None, None
+
+
+def test_lone_header_time_limit(lone):
+    """--header-timeout 1: a header dribbled a byte every 0.2 s (so never
+    idle for --timeout 1) is cut about 1 s after the connection opened, with
+    no answer, while a request on another connection is served; a kept-alive
+    connection's next header must be whole --timeout + --header-timeout
+    (2 s) after the previous answer."""
+    header = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40 + b"\r\n\r\n"
+    served = []
+    s = socket.create_connection(("127.0.0.1", lone.port), timeout=10)
+    got, cut_at = dribble(s, header, lambda: served.append(lone.req("GET", "/health")[0]))
+    s.close()
+    assert served == [503]  # the fake router's health, answered during the dribble
+    assert got == b"" and 0.9 <= cut_at <= 2.5, (got, cut_at)
+    s = socket.create_connection(("127.0.0.1", lone.port), timeout=10)
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert s.recv(4096).startswith(b"HTTP/1.1 503")
+    got, cut_at = dribble(s, header)
+    s.close()
+    assert got == b"" and 1.9 <= cut_at <= 3.5, (got, cut_at)
 
 
 def test_lone_limits(lone, zinfer_bin):
