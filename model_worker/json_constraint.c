@@ -758,17 +758,8 @@ int zi_json_schema_compile(const char *text, size_t len, zi_json_schema **out, z
 
 /* ---- the vocabulary trie ---------------------------------------------- */
 
-typedef struct jnode {
-    int32_t child, sibling; /* -1: none */
-    int32_t tok;            /* first token whose bytes end here, -1: none */
-    uint8_t byte;
-} jnode;
-
-typedef struct jtrie {
-    jnode *nodes; /* nodes[0] is the root */
-    int32_t n, cap;
-    int32_t *tok_next; /* [n_vocab] the next token with the same bytes */
-} jtrie;
+typedef zi_trie_node jnode; /* vocab_trie.h, shared with grammar.c */
+typedef zi_vocab_trie jtrie;
 
 struct zi_json_vocab {
     int32_t n_vocab;
@@ -879,6 +870,17 @@ int zi_json_vocab_create(const zi_tokenizer *tok, zi_json_vocab **out, zi_error 
 
 int32_t zi_json_vocab_size(const zi_json_vocab *v) {
     return v->n_vocab;
+}
+
+const zi_vocab_trie *zi_json_vocab_trie(const zi_json_vocab *v) {
+    return &v->all;
+}
+
+const uint8_t *zi_json_vocab_token(const zi_json_vocab *v, int32_t id, size_t *n) {
+    *n = 0;
+    if (id < 0 || id >= v->n_vocab) return NULL;
+    *n = (size_t)(v->offset[id + 1] - v->offset[id]);
+    return v->bytes + v->offset[id];
 }
 
 static void walk(const jtrie *t, int32_t node, const zi_json_state *s, int32_t *mask) {

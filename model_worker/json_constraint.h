@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "tokenizer.h"
+#include "vocab_trie.h"
 #include "zi_error.h"
 
 #define ZI_JSON_MAX_DEPTH 16
@@ -102,6 +103,13 @@ typedef struct zi_json_vocab zi_json_vocab;
 int zi_json_vocab_create(const zi_tokenizer *tok, zi_json_vocab **out, zi_error *err);
 void zi_json_vocab_free(zi_json_vocab *v);
 int32_t zi_json_vocab_size(const zi_json_vocab *v);
+
+/* The trie of every token in v (for other constraints, grammar.h). */
+const zi_vocab_trie *zi_json_vocab_trie(const zi_json_vocab *v);
+
+/* Token id's bytes (*n of them; *n = 0 for a control token, a token of no
+ * bytes or an id outside the vocabulary). */
+const uint8_t *zi_json_vocab_token(const zi_json_vocab *v, int32_t id, size_t *n);
 
 /* Writes the tokens allowed after s into mask (ceil(n_vocab/32) words, bit
  * t%32 of word t/32 set = allowed; every word is written). After a

@@ -1,0 +1,407 @@
+/*
+ * grammar.c - the matcher of grammar.h: a set of parse stacks advanced
+ * byte by byte, and the allowed-token mask by a walk of the vocabulary
+ * trie from that set.
+ *
+ * A stack is a chain of arena nodes (position, parent): the position is an
+ * element of the compiled grammar still to match, the parent the stack
+ * below (-1: none). Nodes are hash-consed, so two equal stacks are one
+ * node id and a set of stacks needs no deeper comparison. Each advance
+ * stamps the nodes it visits, which removes duplicates in O(1). During a
+ * mask walk the nodes made below a trie node are released when the walk
+ * leaves it (the arena and the hash chains are LIFO); after a committed
+ * feed the arena is compacted to the nodes still reachable once it grows.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar_impl.h"
+
+typedef struct gnode {
+    int32_t pos, parent;
+    int32_t hnext; /* hash chain */
+    uint32_t stamp;
+    uint32_t depth;
+} gnode;
+
+typedef struct level { /* a set of stacks after some bytes */
+    int32_t *tops;     /* [ZI_GRAMMAR_MAX_STACKS] node ids, each at a G_CHAR */
+    int32_t n;
+    bool can_end;
+    uint8_t u8_need, u8_len; /* UTF-8 bytes still to come, and the character's length */
+    uint32_t u8_acc;         /* its bits so far */
+} level;
+
+/* A mask computed before, keyed by the stack set it was computed at: node
+ * ids name whole stacks (hash-consing) and committed nodes keep their ids
+ * until a compaction, which empties the cache. A completion inside a long
+ * string or list comes back to the same set at every step. */
+#define MASK_CACHE 4
+
+typedef struct mcached {
+    int32_t *tops, n; /* n < 0: empty */
+    bool can_end;
+    uint8_t u8_need, u8_len;
+    uint32_t u8_acc;
+    int32_t *mask;
+    uint64_t used; /* for least-recently-used replacement */
+} mcached;
+
+struct zi_grammar_state {
+    const zi_grammar *g;
+    gnode *nodes;
+    int32_t n, cap;
+    int32_t *bucket;
+    uint32_t n_bucket; /* a power of two */
+    uint32_t stamp;
+    int32_t compact_at;
+    level cur;
+    level **lv; /* scratch sets for feeds and the trie walk, by depth (each
+                 * allocated apart, so growing lv moves none) */
+    int32_t n_lv;
+    int32_t *work;
+    int32_t n_work, cap_work;
+    mcached cache[MASK_CACHE];
+    int32_t cache_words; /* the mask length the cache holds */
+    uint64_t clock;
+};
+
+static uint32_t hash(int32_t pos, int32_t parent) {
+    return ((uint32_t)pos * 0x9E3779B1u) ^ ((uint32_t)parent * 0x85EBCA77u);
+}
+
+static int rehash(zi_grammar_state *s, uint32_t n_bucket) {
+    int32_t *b = malloc(n_bucket * sizeof *b);
+    if (!b) return ZI_ENOMEM;
+    free(s->bucket);
+    s->bucket = b, s->n_bucket = n_bucket;
+    memset(b, 0xff, n_bucket * sizeof *b);
+    for (int32_t i = 0; i < s->n; i++) { /* in order: the newest heads each chain */
+        uint32_t h = hash(s->nodes[i].pos, s->nodes[i].parent) & (n_bucket - 1);
+        s->nodes[i].hnext = b[h], b[h] = i;
+    }
+    return ZI_OK;
+}
+
+/* The node (pos, parent), made if new; -2 when the arena cannot grow or
+ * the stack would be too deep (that stack is dropped). */
+static int32_t cons(zi_grammar_state *s, int32_t pos, int32_t parent) {
+    uint32_t h = hash(pos, parent) & (s->n_bucket - 1);
+    for (int32_t i = s->bucket[h]; i >= 0; i = s->nodes[i].hnext)
+        if (s->nodes[i].pos == pos && s->nodes[i].parent == parent) return i;
+    uint32_t depth = parent >= 0 ? s->nodes[parent].depth + 1 : 1;
+    if (depth > ZI_GRAMMAR_MAX_DEPTH) return -2;
+    if (s->n == s->cap) {
+        int32_t cap = s->cap * 2;
+        gnode *q = realloc(s->nodes, (size_t)cap * sizeof *q);
+        if (!q) return -2;
+        s->nodes = q, s->cap = cap;
+    }
+    if ((uint32_t)s->n >= s->n_bucket && rehash(s, s->n_bucket * 2) == ZI_OK)
+        h = hash(pos, parent) & (s->n_bucket - 1);
+    s->nodes[s->n] = (gnode){.pos = pos, .parent = parent, .hnext = s->bucket[h], .depth = depth};
+    s->bucket[h] = s->n;
+    return s->n++;
+}
+
+/* Drops the nodes made since mark (LIFO, so each is its chain's head). */
+static void release(zi_grammar_state *s, int32_t mark) {
+    while (s->n > mark) {
+        gnode *x = &s->nodes[--s->n];
+        s->bucket[hash(x->pos, x->parent) & (s->n_bucket - 1)] = x->hnext;
+    }
+}
+
+static bool push_work(zi_grammar_state *s, int32_t x) {
+    if (s->n_work == s->cap_work) {
+        int32_t cap = s->cap_work ? s->cap_work * 2 : 256;
+        int32_t *q = realloc(s->work, (size_t)cap * sizeof *q);
+        if (!q) return false;
+        s->work = q, s->cap_work = cap;
+    }
+    s->work[s->n_work++] = x;
+    return true;
+}
+
+/* Expands the stacks on the work list into out: a rule reference becomes
+ * its alternatives, a finished alternative returns to its parent, a class
+ * is a top. Visits at most ZI_GRAMMAR_MAX_EXPAND nodes. */
+static void expand(zi_grammar_state *s, level *out) {
+    const zi_grammar *g = s->g;
+    int32_t budget = ZI_GRAMMAR_MAX_EXPAND;
+    while (s->n_work > 0 && budget-- > 0) {
+        int32_t x = s->work[--s->n_work];
+        if (x == -1) {
+            out->can_end = true;
+            continue;
+        }
+        if (x < 0 || s->nodes[x].stamp == s->stamp) continue;
+        s->nodes[x].stamp = s->stamp;
+        gnode nd = s->nodes[x];
+        gelem e = g->elems[nd.pos];
+        if (e.type == G_CHAR) {
+            if (out->n < ZI_GRAMMAR_MAX_STACKS) out->tops[out->n++] = x;
+        } else if (e.type != G_REF) {
+            push_work(s, nd.parent);
+        } else {
+            /* a reference last in its alternative returns straight to the
+             * parent (a tail call), so right recursion such as x* keeps
+             * the stack flat */
+            int32_t ret =
+                g->elems[nd.pos + 1].type <= G_ALT ? nd.parent : cons(s, nd.pos + 1, nd.parent);
+            if (ret < -1) continue;
+            for (int32_t a = g->alt_off[e.v + 1] - 1; a >= g->alt_off[e.v]; a--)
+                push_work(s, cons(s, g->alt_start[a], ret));
+        }
+    }
+    s->n_work = 0;
+}
+
+static bool advance(zi_grammar_state *s, const level *in, uint8_t b, level *out) {
+    const zi_grammar *g = s->g;
+    out->n = 0, out->can_end = false;
+    uint32_t cp = 0;
+    if (in->u8_need == 0) {
+        if (b < 0x80) {
+            cp = b;
+            out->u8_need = out->u8_len = 0;
+        } else {
+            int need = b >= 0xC2 && b <= 0xDF   ? 1
+                       : b >= 0xE0 && b <= 0xEF ? 2
+                       : b >= 0xF0 && b <= 0xF4 ? 3
+                                                : 0;
+            if (!need) return false;
+            out->u8_need = out->u8_len = (uint8_t)need;
+            out->u8_acc = b & (0x3Fu >> need);
+        }
+    } else {
+        if ((b & 0xC0) != 0x80) return false;
+        out->u8_need = in->u8_need - 1, out->u8_len = in->u8_len;
+        out->u8_acc = in->u8_acc << 6 | (b & 0x3Fu);
+    }
+    if (out->u8_need > 0) {
+        /* a partial character: keep the stacks whose class meets the
+         * characters it can still become */
+        static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
+        int sh = 6 * out->u8_need;
+        uint32_t lo = out->u8_acc << sh, hi = lo | ((1u << sh) - 1);
+        if (lo < min[out->u8_len]) lo = min[out->u8_len];
+        if (hi > 0x10FFFF) hi = 0x10FFFF;
+        if (lo > hi) return false;
+        for (int32_t k = 0; k < in->n; k++)
+            if (zi_gclass_meets(g, &g->classes[g->elems[s->nodes[in->tops[k]].pos].v], lo, hi))
+                out->tops[out->n++] = in->tops[k];
+        return out->n > 0;
+    }
+    if (in->u8_need > 0) {
+        static const uint32_t min[4] = {0, 0x80, 0x800, 0x10000};
+        cp = out->u8_acc;
+        if (cp < min[out->u8_len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    }
+    s->stamp++;
+    for (int32_t k = 0; k < in->n; k++) {
+        const gnode *t = &s->nodes[in->tops[k]];
+        if (!zi_gclass_has(g, &g->classes[g->elems[t->pos].v], cp)) continue;
+        int32_t x = cons(s, t->pos + 1, t->parent);
+        if (x < 0 || !push_work(s, x)) continue;
+        expand(s, out);
+    }
+    return out->n > 0 || out->can_end;
+}
+
+static level *scratch(zi_grammar_state *s, int32_t d) {
+    if (d >= s->n_lv) {
+        int32_t n = d + 8;
+        level **q = realloc(s->lv, (size_t)n * sizeof *q);
+        if (!q) return NULL;
+        s->lv = q;
+        for (int32_t k = s->n_lv; k < n; k++) {
+            q[k] = calloc(1, sizeof **q);
+            if (q[k]) q[k]->tops = malloc(ZI_GRAMMAR_MAX_STACKS * sizeof(int32_t));
+            if (!q[k] || !q[k]->tops) {
+                if (q[k]) free(q[k]);
+                s->n_lv = k;
+                return NULL;
+            }
+        }
+        s->n_lv = n;
+    }
+    return s->lv[d];
+}
+
+static void copy_level(level *dst, const level *src) {
+    int32_t *t = dst->tops;
+    *dst = *src;
+    dst->tops = t;
+    memcpy(t, src->tops, (size_t)src->n * sizeof *t);
+}
+
+void zi_grammar_state_free(zi_grammar_state *s) {
+    if (!s) return;
+    for (int32_t k = 0; k < s->n_lv; k++) {
+        free(s->lv[k]->tops);
+        free(s->lv[k]);
+    }
+    free(s->lv);
+    free(s->nodes);
+    free(s->bucket);
+    free(s->work);
+    free(s->cur.tops);
+    for (int k = 0; k < MASK_CACHE; k++) {
+        free(s->cache[k].tops);
+        free(s->cache[k].mask);
+    }
+    free(s);
+}
+
+int zi_grammar_state_create(const zi_grammar *g, zi_grammar_state **out, zi_error *err) {
+    *out = NULL;
+    zi_grammar_state *s = calloc(1, sizeof *s);
+    if (!s) return zi_error_set(err, ZI_ENOMEM, "out of memory for a grammar state");
+    s->g = g;
+    s->cap = 1024;
+    s->compact_at = 1 << 15;
+    s->nodes = malloc((size_t)s->cap * sizeof *s->nodes);
+    s->cur.tops = malloc(ZI_GRAMMAR_MAX_STACKS * sizeof(int32_t));
+    if (!s->nodes || !s->cur.tops || rehash(s, 1024) || !scratch(s, 2)) {
+        zi_grammar_state_free(s);
+        return zi_error_set(err, ZI_ENOMEM, "out of memory for a grammar state");
+    }
+    s->stamp = 1;
+    for (int k = 0; k < MASK_CACHE; k++) s->cache[k].n = -1;
+    for (int32_t a = g->alt_off[g->root + 1] - 1; a >= g->alt_off[g->root]; a--)
+        push_work(s, cons(s, g->alt_start[a], -1));
+    expand(s, &s->cur);
+    *out = s;
+    return ZI_OK;
+}
+
+/* Rebuilds the arena from the nodes the current stacks reach. */
+static void compact(zi_grammar_state *s) {
+    int32_t *map = malloc((size_t)s->n * sizeof *map);
+    gnode *old = malloc((size_t)s->n * sizeof *old);
+    if (!map || !old) goto out;
+    memcpy(old, s->nodes, (size_t)s->n * sizeof *old);
+    memset(map, 0xff, (size_t)s->n * sizeof *map);
+    release(s, 0);
+    for (int32_t k = 0; k < s->cur.n; k++) {
+        /* the chain below this top, bottom first */
+        int32_t chain[ZI_GRAMMAR_MAX_DEPTH], d = 0;
+        for (int32_t x = s->cur.tops[k]; x >= 0 && map[x] < 0; x = old[x].parent) chain[d++] = x;
+        while (d > 0) {
+            int32_t x = chain[--d], p = old[x].parent;
+            map[x] = cons(s, old[x].pos, p >= 0 ? map[p] : -1);
+        }
+        s->cur.tops[k] = map[s->cur.tops[k]];
+    }
+out:
+    free(map);
+    free(old);
+    if (s->n * 2 > s->compact_at) s->compact_at *= 2;
+    for (int k = 0; k < MASK_CACHE; k++) s->cache[k].n = -1; /* ids renumbered */
+}
+
+bool zi_grammar_feed(zi_grammar_state *s, const uint8_t *p, size_t n) {
+    int32_t mark = s->n;
+    level *a = scratch(s, 0), *b = scratch(s, 1);
+    if (!a || !b) return false;
+    copy_level(a, &s->cur);
+    for (size_t i = 0; i < n; i++) {
+        if (!advance(s, a, p[i], b)) {
+            release(s, mark);
+            return false;
+        }
+        level t = *a;
+        *a = *b, *b = t;
+    }
+    copy_level(&s->cur, a);
+    if (s->n > s->compact_at) compact(s);
+    return true;
+}
+
+bool zi_grammar_accepts(zi_grammar_state *s, const uint8_t *p, size_t n) {
+    int32_t mark = s->n;
+    level *a = scratch(s, 0), *b = scratch(s, 1);
+    if (!a || !b) return false;
+    copy_level(a, &s->cur);
+    bool ok = true;
+    for (size_t i = 0; ok && i < n; i++) {
+        ok = advance(s, a, p[i], b);
+        level t = *a;
+        *a = *b, *b = t;
+    }
+    release(s, mark);
+    return ok;
+}
+
+bool zi_grammar_can_end(const zi_grammar_state *s) {
+    return s->cur.can_end && s->cur.u8_need == 0;
+}
+
+int zi_grammar_state_stacks(const zi_grammar_state *s) {
+    return s->cur.n;
+}
+
+static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, const level *in,
+                 int32_t d, int32_t *mask) {
+    level *out = scratch(s, d);
+    if (!out) return;
+    for (int32_t c = t->nodes[node].child; c >= 0; c = t->nodes[c].sibling) {
+        int32_t mark = s->n;
+        if (advance(s, in, t->nodes[c].byte, out)) {
+            for (int32_t id = t->nodes[c].tok; id >= 0; id = t->tok_next[id])
+                mask[id >> 5] |= (int32_t)(1u << (id & 31));
+            if (t->nodes[c].child >= 0 && out->n > 0) walk(s, t, c, out, d + 1, mask);
+        }
+        release(s, mark);
+    }
+}
+
+void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
+                        size_t n_eos, int32_t *mask) {
+    int32_t V = zi_json_vocab_size(v), words = (V + 31) / 32;
+    const level *c = &s->cur;
+    mcached *hit = NULL, *lru = &s->cache[0];
+    if (s->cache_words != words) {
+        for (int k = 0; k < MASK_CACHE; k++) s->cache[k].n = -1;
+        s->cache_words = words;
+    }
+    for (int k = 0; k < MASK_CACHE && !hit; k++) {
+        mcached *e = &s->cache[k];
+        if (e->n == c->n && e->can_end == c->can_end && e->u8_need == c->u8_need &&
+            e->u8_len == c->u8_len && e->u8_acc == c->u8_acc &&
+            !memcmp(e->tops, c->tops, (size_t)c->n * sizeof *c->tops))
+            hit = e;
+        if (e->used < lru->used) lru = e;
+    }
+    if (hit) {
+        memcpy(mask, hit->mask, (size_t)words * sizeof *mask);
+        hit->used = ++s->clock;
+    } else {
+        memset(mask, 0, (size_t)words * sizeof *mask);
+        if (c->n > 0) walk(s, zi_json_vocab_trie(v), 0, c, 0, mask);
+        if (!lru->mask) lru->mask = malloc((size_t)words * sizeof *mask);
+        if (!lru->tops) lru->tops = malloc(ZI_GRAMMAR_MAX_STACKS * sizeof *lru->tops);
+        if (lru->mask && lru->tops) { /* no room: just not cached */
+            memcpy(lru->mask, mask, (size_t)words * sizeof *mask);
+            memcpy(lru->tops, c->tops, (size_t)c->n * sizeof *c->tops);
+            lru->n = c->n, lru->can_end = c->can_end;
+            lru->u8_need = c->u8_need, lru->u8_len = c->u8_len, lru->u8_acc = c->u8_acc;
+            lru->used = ++s->clock;
+        }
+    }
+    bool end = zi_grammar_can_end(s);
+    for (size_t i = 0; i < n_eos; i++)
+        if (eos[i] >= 0 && eos[i] < V) {
+            if (end)
+                mask[eos[i] >> 5] |= (int32_t)(1u << (eos[i] & 31));
+            else
+                mask[eos[i] >> 5] &= ~(int32_t)(1u << (eos[i] & 31));
+        }
+}
+
+bool zi_grammar_feed_token(const zi_json_vocab *v, zi_grammar_state *s, int32_t id) {
+    size_t n;
+    const uint8_t *p = zi_json_vocab_token(v, id, &n);
+    return n > 0 && zi_grammar_feed(s, p, n);
+}
