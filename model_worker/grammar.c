@@ -47,6 +47,33 @@ typedef struct mcached {
     uint64_t used; /* for least-recently-used replacement */
 } mcached;
 
+/* The memo of one mask walk: the distinct stack sets it meets, interned
+ * (ids), and for each the set every byte leads to, so a byte from a set
+ * already seen costs a lookup instead of an advance. Inside a string most
+ * trie nodes lead back to the same set. */
+#define WALK_MAX_SETS 4096
+#define WALK_MAX_NODES (1 << 20) /* arena nodes one walk may keep */
+#define WM_UNKNOWN (-3)
+#define WM_DEAD (-2)
+
+typedef struct wset {
+    int32_t off, n; /* tops in pool[off .. off+n) */
+    bool can_end;
+    uint8_t u8_need, u8_len;
+    uint32_t u8_acc, hash;
+} wset;
+
+typedef struct wmemo {
+    wset *sets;
+    int32_t n_sets;
+    int32_t *pool;
+    int32_t n_pool, cap_pool;
+    int32_t *next;  /* [WALK_MAX_SETS * 256] */
+    int32_t *table; /* [2 * WALK_MAX_SETS] set ids by hash, -1: empty */
+    int32_t mark;   /* the arena before the walk */
+    bool full;      /* over WALK_MAX_NODES: nothing more kept */
+} wmemo;
+
 struct zi_grammar_state {
     const zi_grammar *g;
     gnode *nodes;
@@ -64,6 +91,7 @@ struct zi_grammar_state {
     mcached cache[MASK_CACHE];
     int32_t cache_words; /* the mask length the cache holds */
     uint64_t clock;
+    wmemo wm;
 };
 
 static uint32_t hash(int32_t pos, int32_t parent) {
@@ -247,6 +275,10 @@ void zi_grammar_state_free(zi_grammar_state *s) {
     free(s->bucket);
     free(s->work);
     free(s->cur.tops);
+    free(s->wm.sets);
+    free(s->wm.pool);
+    free(s->wm.next);
+    free(s->wm.table);
     for (int k = 0; k < MASK_CACHE; k++) {
         free(s->cache[k].tops);
         free(s->cache[k].mask);
@@ -342,19 +374,104 @@ int zi_grammar_state_stacks(const zi_grammar_state *s) {
     return s->cur.n;
 }
 
+static uint32_t set_hash(const level *l) {
+    uint32_t h = 2166136261u ^ ((uint32_t)l->can_end | (uint32_t)l->u8_need << 1 |
+                                (uint32_t)l->u8_len << 3 | l->u8_acc << 6);
+    for (int32_t k = 0; k < l->n; k++) h = (h ^ (uint32_t)l->tops[k]) * 16777619u;
+    return h;
+}
+
+/* The id of set l in the memo, added if new; -1 when the memo is full. */
+static int32_t intern(zi_grammar_state *s, const level *l) {
+    wmemo *m = &s->wm;
+    uint32_t h = set_hash(l), mask = 2 * WALK_MAX_SETS - 1;
+    for (uint32_t i = h & mask;; i = (i + 1) & mask) {
+        int32_t id = m->table[i];
+        if (id < 0) break;
+        const wset *w = &m->sets[id];
+        if (w->hash == h && w->n == l->n && w->can_end == l->can_end && w->u8_need == l->u8_need &&
+            w->u8_len == l->u8_len && w->u8_acc == l->u8_acc &&
+            !memcmp(m->pool + w->off, l->tops, (size_t)l->n * sizeof *l->tops))
+            return id;
+    }
+    if (m->n_sets >= WALK_MAX_SETS || m->full) return -1;
+    if (m->n_pool + l->n > m->cap_pool) {
+        int32_t cap = (m->cap_pool + l->n) * 2;
+        int32_t *q = realloc(m->pool, (size_t)cap * sizeof *q);
+        if (!q) return -1;
+        m->pool = q, m->cap_pool = cap;
+    }
+    int32_t id = m->n_sets++;
+    m->sets[id] = (wset){.off = m->n_pool,
+                         .n = l->n,
+                         .can_end = l->can_end,
+                         .u8_need = l->u8_need,
+                         .u8_len = l->u8_len,
+                         .u8_acc = l->u8_acc,
+                         .hash = h};
+    memcpy(m->pool + m->n_pool, l->tops, (size_t)l->n * sizeof *l->tops);
+    m->n_pool += l->n;
+    for (int k = 0; k < 256; k++) m->next[id * 256 + k] = WM_UNKNOWN;
+    uint32_t i = h & mask;
+    while (m->table[i] >= 0) i = (i + 1) & mask;
+    m->table[i] = id;
+    return id;
+}
+
+static void set_to_level(const wmemo *m, int32_t id, level *out) {
+    const wset *w = &m->sets[id];
+    memcpy(out->tops, m->pool + w->off, (size_t)w->n * sizeof *out->tops);
+    out->n = w->n, out->can_end = w->can_end;
+    out->u8_need = w->u8_need, out->u8_len = w->u8_len, out->u8_acc = w->u8_acc;
+}
+
+/* Sets the bits of the tokens below trie node `node` that set in (memo id
+ * in_id, -1: none) takes. */
 static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, const level *in,
-                 int32_t d, int32_t *mask) {
+                 int32_t in_id, int32_t d, int32_t *mask) {
     level *out = scratch(s, d);
+    wmemo *m = &s->wm;
     if (!out) return;
     for (int32_t c = t->nodes[node].child; c >= 0; c = t->nodes[c].sibling) {
-        int32_t mark = s->n;
-        if (advance(s, in, t->nodes[c].byte, out)) {
-            for (int32_t id = t->nodes[c].tok; id >= 0; id = t->tok_next[id])
-                mask[id >> 5] |= (int32_t)(1u << (id & 31));
-            if (t->nodes[c].child >= 0 && out->n > 0) walk(s, t, c, out, d + 1, mask);
+        uint8_t b = t->nodes[c].byte;
+        int32_t r = in_id >= 0 ? m->next[in_id * 256 + b] : WM_UNKNOWN, mark = s->n;
+        if (r == WM_DEAD) continue;
+        if (r >= 0) {
+            set_to_level(m, r, out);
+        } else if (!advance(s, in, b, out)) {
+            if (in_id >= 0) m->next[in_id * 256 + b] = WM_DEAD;
+            release(s, mark);
+            continue;
+        } else {
+            if (s->n - m->mark > WALK_MAX_NODES) m->full = true;
+            r = intern(s, out);
+            if (in_id >= 0 && r >= 0) m->next[in_id * 256 + b] = r;
         }
-        release(s, mark);
+        for (int32_t id = t->nodes[c].tok; id >= 0; id = t->tok_next[id])
+            mask[id >> 5] |= (int32_t)(1u << (id & 31));
+        if (t->nodes[c].child >= 0 && out->n > 0) walk(s, t, c, out, r, d + 1, mask);
+        if (r < 0) release(s, mark); /* not interned: nothing refers to its nodes */
     }
+}
+
+/* Walks the whole trie from the current set with a fresh memo. */
+static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask) {
+    wmemo *m = &s->wm;
+    if (!m->sets) {
+        m->sets = malloc(WALK_MAX_SETS * sizeof *m->sets);
+        m->next = malloc((size_t)WALK_MAX_SETS * 256 * sizeof *m->next);
+        m->table = malloc(2 * WALK_MAX_SETS * sizeof *m->table);
+        if (!m->sets || !m->next || !m->table) { /* no memo: every byte advanced */
+            free(m->sets), free(m->next), free(m->table);
+            m->sets = NULL, m->next = NULL, m->table = NULL;
+            walk(s, t, 0, &s->cur, -1, 0, mask);
+            return;
+        }
+    }
+    m->n_sets = 0, m->n_pool = 0, m->mark = s->n, m->full = false;
+    memset(m->table, 0xff, 2 * WALK_MAX_SETS * sizeof *m->table);
+    walk(s, t, 0, &s->cur, intern(s, &s->cur), 0, mask);
+    release(s, m->mark);
 }
 
 void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
@@ -379,7 +496,7 @@ void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32
         hit->used = ++s->clock;
     } else {
         memset(mask, 0, (size_t)words * sizeof *mask);
-        if (c->n > 0) walk(s, zi_json_vocab_trie(v), 0, c, 0, mask);
+        if (c->n > 0) walk_all(s, zi_json_vocab_trie(v), mask);
         if (!lru->mask) lru->mask = malloc((size_t)words * sizeof *mask);
         if (!lru->tops) lru->tops = malloc(ZI_GRAMMAR_MAX_STACKS * sizeof *lru->tops);
         if (lru->mask && lru->tops) { /* no room: just not cached */

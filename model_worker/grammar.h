@@ -22,6 +22,11 @@
  * end there). A partial UTF-8 character keeps the stacks and prunes by the
  * range of characters it can still become.
  *
+ * The mask walk memoizes, for each distinct stack set it meets, the set
+ * each byte leads to (a trie node reached again from a set already seen
+ * costs a lookup), and each state keeps its last four masks keyed by its
+ * stack set, which repeats at every step inside a long string or list.
+ *
  * Limits (all explicit, so a hostile grammar or a looping model costs
  * bounded time and memory): the text, rules, elements after expanding
  * repetitions, repetition counts and parenthesis nesting are refused
