@@ -375,7 +375,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "stop",
                                         "chat_template_options",
                                         "sampling_params",
-                                        "stream"};
+                                        "stream",
+                                        "grammar"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -394,7 +395,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         STOP,
         CTO,
         SP,
-        STREAM
+        STREAM,
+        GRAMMAR
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -446,6 +448,14 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
     if (!zi_dec_is_nil(v[RFMT]))
         AT(d, "response_format",
            zi_dec_opaque(d, v[RFMT], MSGPACK_OBJECT_MAP, "a map", 2, &r->response_format));
+    if (!zi_dec_is_nil(v[GRAMMAR])) {
+        AT(d, "grammar", zi_dec_str(d, v[GRAMMAR], ZI_STR_NONEMPTY, &r->grammar));
+        if (r->response_format.len) {
+            rc = zi_dec_fail_at(d, "grammar", ZI_EINVAL,
+                                "cannot be combined with response_format (give one of them)");
+            goto fail;
+        }
+    }
     if (v[TS]) AT(d, "timestamp_ns", zi_dec_i64(d, v[TS], 0, INT64_MAX, &r->timestamp_ns));
     if (v[PATH])
         AT(d, "request_path", zi_dec_str(d, v[PATH], ZI_STR_ID | ZI_STR_NO_NUL, &r->request_path));
@@ -677,7 +687,8 @@ static const char *const ctx_names[C_N] = {"request_id",
                                            "_committed_idx",
                                            "_log_probabilities_data",
                                            "_is_initial_prompt",
-                                           "_draft_offset"};
+                                           "_draft_offset",
+                                           "grammar"};
 
 /* An index field: absent or -1 means "derive" (returned as -1). */
 static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t *out) {
@@ -765,6 +776,11 @@ static int ctx_options(zi_dec *d, const msgpack_object *const *v, zi_text_contex
     if (!zi_dec_is_nil(v[C_SCHEMA])) {
         AT(d, "json_schema", zi_dec_str(d, v[C_SCHEMA], 0, &c->json_schema));
         c->has_json_schema = true;
+    }
+    if (!zi_dec_is_nil(v[C_GRAMMAR])) {
+        AT(d, "grammar", zi_dec_str(d, v[C_GRAMMAR], ZI_STR_NONEMPTY, &c->grammar));
+        if (c->has_json_schema)
+            return zi_dec_fail_at(d, "grammar", ZI_EINVAL, "cannot be combined with json_schema");
     }
     if (!zi_dec_is_nil(v[C_SP]))
         AT(d, "sampling_params", dec_sampling(d, v[C_SP], &c->sampling_params));

@@ -181,7 +181,7 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     /* Nine keys always, the rest when set. */
     size_t n = 9 + (has_prompt ? 1 : 0) + (r->n_messages ? 1 : 0) + (r->stop.n ? 1 : 0) +
                (r->response_format.len ? 1 : 0) + (r->tools.len ? 1 : 0) +
-               (r->chat_template_options.len ? 1 : 0);
+               (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0);
     P(msgpack_pack_map(pk, n));
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
@@ -219,6 +219,7 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
         P(pack_key(pk, "response_format"));
         if ((rc = pack_raw(pk, &r->response_format, "response_format", err))) return rc;
     }
+    if (r->grammar.len) P(pack_key(pk, "grammar") || pack_str(pk, r->grammar.p, r->grammar.len));
     P(pack_key(pk, "timestamp_ns") || msgpack_pack_int64(pk, r->timestamp_ns));
     P(pack_key(pk, "request_path") ||
       (r->request_path.len ? pack_str(pk, r->request_path.p, r->request_path.len)
@@ -304,10 +305,11 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     if (!rc) rc = enc_id_ok(&c->request_id, "request_id", err);
     if (!rc) rc = enc_str_ok(&c->prompt, "prompt", SIZE_MAX, err);
     if (!rc) rc = enc_str_ok(&c->json_schema, "json_schema", SIZE_MAX, err);
+    if (!rc) rc = enc_str_ok(&c->grammar, "grammar", SIZE_MAX, err);
     if (rc) return rc;
     size_t n_lp = 0;
     for (int64_t i = 0; i < c->end_idx; i++) n_lp += c->lp_data[i] != NULL;
-    P(msgpack_pack_map(pk, C_N));
+    P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1)));
     P(pack_key(pk, "request_id") || pack_str(pk, c->request_id.p, c->request_id.len));
     P(pack_key(pk, "prompt") ||
       (c->prompt.len ? pack_str(pk, c->prompt.p, c->prompt.len) : msgpack_pack_nil(pk)));
@@ -326,6 +328,7 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     P(pack_key(pk, "json_schema") ||
       (c->has_json_schema ? pack_str(pk, c->json_schema.p, c->json_schema.len)
                           : msgpack_pack_nil(pk)));
+    if (c->grammar.len) P(pack_key(pk, "grammar") || pack_str(pk, c->grammar.p, c->grammar.len));
     P(pack_key(pk, "sampling_params"));
     if ((rc = zi_codec_pack_sampling_params(pk, &c->sampling_params, err))) return rc;
     P(pack_key(pk, "_matcher") || msgpack_pack_nil(pk));

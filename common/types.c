@@ -310,6 +310,7 @@ void zi_request_free(zi_request *r) {
     zi_str_list_free(&r->stop);
     zi_string_free(&r->request_path);
     zi_bytes_free(&r->response_format);
+    zi_string_free(&r->grammar);
     zi_bytes_free(&r->tools);
     zi_bytes_free(&r->chat_template_options);
     zi_request_init(r);
@@ -500,6 +501,7 @@ void zi_text_context_free(zi_text_context *ctx) {
     for (size_t i = 0; i < ctx->n_eos_sequences; i++) zi_i32_list_free(&ctx->eos_sequences[i]);
     free(ctx->eos_sequences);
     zi_string_free(&ctx->json_schema);
+    zi_string_free(&ctx->grammar);
     zi_sampling_params_free(&ctx->sampling_params);
     zi_text_context_zero(ctx);
 }

@@ -214,6 +214,7 @@ typedef struct zi_request {
     int64_t timestamp_ns;           /* default 0 */
     zi_string request_path;         /* default "/" */
     zi_bytes response_format;       /* opaque msgpack map, when present */
+    zi_string grammar;              /* GBNF text, when present (non-empty) */
     zi_bytes tools;                 /* opaque msgpack array, when present */
     zi_bytes chat_template_options; /* opaque msgpack map, when present */
 } zi_request;
@@ -333,6 +334,8 @@ typedef struct zi_text_context {
     bool ignore_eos;
     bool has_json_schema;
     zi_string json_schema; /* JSON text of the schema (ZI_JSON_OBJECT_SCHEMA: any object) */
+    zi_string grammar;     /* GBNF text the completion must match (len 0: none; never
+                            * together with json_schema) */
     zi_sampling_params sampling_params;
     zi_gen_status status;
     int64_t cache_seq_id; /* -1 when not assigned */

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "device_sampler.h"
+#include "grammar.h"
 #include "json_constraint.h"
 #include "kv_blocks.h"
 #include "sampler.h"
@@ -47,6 +48,10 @@ typedef struct gseq {
     int64_t js_fed;
     uint64_t js_hash; /* of those tokens: a rollback and other tokens is seen */
     int js_bad;
+    /* or, with a grammar (the context's grammar), its compiled form and
+     * state, fed the same way (js_fed, js_hash, js_bad) */
+    zi_grammar *gram;
+    zi_grammar_state *gs;
 } gseq;
 
 struct zi_generator {
@@ -180,6 +185,8 @@ void zi_generator_free(zi_generator *g) {
         for (int i = 0; i < g->cfg.n_slots; i++) {
             free(g->seqs[i].blocks);
             zi_json_schema_free(g->seqs[i].schema);
+            zi_grammar_state_free(g->seqs[i].gs);
+            zi_grammar_free(g->seqs[i].gram);
         }
     free(g->seqs);
     free(g->slot_used);
@@ -292,6 +299,9 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         q->js_fed = -1;
         zi_json_schema_free(q->schema);
         q->schema = NULL;
+        zi_grammar_state_free(q->gs);
+        zi_grammar_free(q->gram);
+        q->gs = NULL, q->gram = NULL;
         q->arrival = ++g->arrivals;
         zi_text_context_assign_to_cache(c, next, NULL);
     }
@@ -334,6 +344,37 @@ static const int32_t *json_mask(zi_generator *g, const zi_text_context *c, int r
          * the automaton always leaves a way on, but should it not, the
          * completion ends here. */
         size_t w = 0;
+        while (w < words && m[w] == 0) w++;
+        if (w == words) q->js_bad = 1;
+    }
+    if (q->js_bad) zi_json_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
+    return m;
+}
+
+/* As json_mask, for a context with a grammar (grammar.h). */
+static const int32_t *grammar_mask(zi_generator *g, const zi_text_context *c, int row) {
+    gseq *q = seq_of(g, c);
+    const int32_t *gen = c->tokens + c->prompt_len;
+    int64_t n_gen = c->end_idx - c->prompt_len;
+    if (q->js_fed >= 0 &&
+        (q->js_fed > n_gen || token_hash(TOKEN_HASH_SEED, gen, q->js_fed) != q->js_hash))
+        q->js_fed = -1;
+    if (q->js_fed < 0) { /* (the worker compiled it once, to refuse a bad one) */
+        zi_grammar_state_free(q->gs);
+        q->gs = NULL;
+        q->js_bad = (!q->gram &&
+                     zi_grammar_compile(c->grammar.p, c->grammar.len, &q->gram, NULL) != ZI_OK) ||
+                    zi_grammar_state_create(q->gram, &q->gs, NULL) != ZI_OK;
+        q->js_fed = 0, q->js_hash = TOKEN_HASH_SEED;
+    }
+    q->js_hash = token_hash(q->js_hash, gen + q->js_fed, n_gen - q->js_fed);
+    for (; q->js_fed < n_gen; q->js_fed++)
+        if (!q->js_bad && !zi_grammar_feed_token(g->json, q->gs, gen[q->js_fed])) q->js_bad = 1;
+    size_t words = ((size_t)g->n_vocab + 31) / 32;
+    int32_t *m = g->json_masks + (size_t)row * words;
+    if (!q->js_bad) {
+        zi_grammar_allowed(g->json, q->gs, c->eos_token_ids.v, c->eos_token_ids.n, m);
+        size_t w = 0; /* never a row with nothing to draw */
         while (w < words && m[w] == 0) w++;
         if (w == words) q->js_bad = 1;
     }
@@ -649,6 +690,7 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
             .eos_forbid = g->forbid ? g->forbid + used : NULL,
         };
         if (c->has_json_schema && g->json) r->bitmask = json_mask(g, c, *n_sample - 1);
+        if (c->grammar.len && g->json) r->bitmask = grammar_mask(g, c, *n_sample - 1);
         if (mask) { /* ids outside the vocabulary cannot be sampled anyway */
             const zi_i32_list *lists[2] = {&c->eos_token_ids, &c->sampling_params.stop_token_ids};
             size_t k = 0;

@@ -59,7 +59,7 @@
 typedef struct zi_grammar zi_grammar;
 
 /* Compiles GBNF text (len bytes, not NUL-terminated). ZI_EINVAL with
- * "grammar line L:C: what" for a bad grammar (syntax, bad escape,
+ * "grammar: line L:C: what" for a bad grammar (syntax, bad escape,
  * unbalanced parentheses, undefined or duplicate rule, no root, empty
  * grammar, left recursion, a limit exceeded); ZI_ENOMEM on allocation
  * failure. */

@@ -62,7 +62,7 @@ static int perr(parser *p, size_t at, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return zi_error_set(p->err, ZI_EINVAL, "grammar line %d:%d: %s", line, col, what);
+    return zi_error_set(p->err, ZI_EINVAL, "grammar: line %d:%d: %s", line, col, what);
 }
 
 static int oom(parser *p) {

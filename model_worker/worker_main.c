@@ -30,6 +30,7 @@
 #include "codec.h"
 #include "cpu_backend.h"
 #include "generator.h"
+#include "grammar.h"
 #include "imsg.h"
 #include "log.h"
 #include "model.h"
@@ -231,6 +232,21 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
         rc = zi_json_schema_compile(l->ctx.json_schema.p, l->ctx.json_schema.len, &sc, &err);
         zi_json_schema_free(sc);
     }
+    /* A grammar (GBNF, grammar.h): compiled here to refuse a bad one with
+     * its line:column; the generator compiles it again for the slot. */
+    if (!rc && l->ctx.grammar.len && !zi_generator_has_json(w->gen))
+        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
+                          "grammar: this worker cannot constrain decoding (no tokenizer in its "
+                          "model file)");
+    if (!rc && l->ctx.grammar.len) {
+        zi_grammar *gr = NULL;
+        rc = zi_grammar_compile(l->ctx.grammar.p, l->ctx.grammar.len, &gr, &err);
+        zi_grammar_free(gr);
+    }
+    if (!rc && l->ctx.grammar.len && l->ctx.eos_token_ids.n == 0)
+        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
+                          "grammar: the model has no end-of-sequence token to end the completion "
+                          "with");
     /* The object must be able to end (check_ids refused EOS ids outside
      * the vocabulary above). */
     if (!rc && l->ctx.has_json_schema && l->ctx.eos_token_ids.n == 0)

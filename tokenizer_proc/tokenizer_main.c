@@ -247,6 +247,8 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         rc = zi_string_set(&ctx.json_schema, sj, strlen(sj), &err);
     }
     free(schema);
+    if (!rc && r.grammar.len) /* the worker compiles it (and refuses a bad one) */
+        rc = zi_string_set(&ctx.grammar, r.grammar.p, r.grammar.len, &err);
     if (!rc) {
         char rs[32];
         int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);

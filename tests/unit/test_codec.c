@@ -457,6 +457,55 @@ static void test_roundtrip_context(void **state) {
     zi_text_context_free(&c);
 }
 
+/* The grammar key (GBNF text): on a request, alone or refused by name
+ * beside response_format; on a context, written only when set. */
+static void test_roundtrip_grammar(void **state) {
+    (void)state;
+    zi_error e = {0};
+    zi_request r, back;
+    zi_request_init(&r);
+    zi_string_set(&r.id, "g", 1, NULL);
+    r.prompt_kind = ZI_PROMPT_TEXT;
+    zi_string_set(&r.prompt_text, "Hi", 2, NULL);
+    const char *gr = "root ::= \"yes\" | \"no\"\n";
+    zi_string_set(&r.grammar, gr, strlen(gr), NULL);
+    char *buf;
+    size_t len;
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_string_equal(back.grammar.p, gr);
+    free(buf);
+    zi_request_free(&back);
+    msgpack_sbuffer o1 = sb_new();
+    build(&o1, "M s s", 1, "type", "json_object");
+    zi_bytes_set(&r.response_format, o1.data, o1.size, NULL);
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_EINVAL);
+    ERR_HAS(e, "grammar: cannot be combined with response_format");
+    free(buf);
+    msgpack_sbuffer_destroy(&o1);
+    zi_request_free(&r);
+
+    zi_text_context c;
+    const int32_t prompt[3] = {1, 2, 3};
+    odd_context(&c, prompt, 3, 4096);
+    zi_string_set(&c.request_id, "ctx-g", 5, NULL);
+    zi_text_context back_c;
+    for (int with = 1; with >= 0; with--) {
+        if (with)
+            zi_string_set(&c.grammar, gr, strlen(gr), NULL);
+        else
+            zi_string_free(&c.grammar);
+        assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
+        assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_OK);
+        assert_int_equal(back_c.grammar.len, with ? strlen(gr) : 0);
+        if (with) assert_string_equal(back_c.grammar.p, gr);
+        free(buf);
+        zi_text_context_free(&back_c);
+    }
+    zi_text_context_free(&c);
+}
+
 static void test_roundtrip_responses(void **state) {
     (void)state;
     zi_error e = {0};
@@ -770,6 +819,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_request),
         cmocka_unit_test(test_tool_messages),
         cmocka_unit_test(test_roundtrip_context),
+        cmocka_unit_test(test_roundtrip_grammar),
         cmocka_unit_test(test_roundtrip_responses),
         cmocka_unit_test(test_encode_refusals),
         /* numpy arrays, and what a Python peer sends */
