@@ -32,6 +32,7 @@
 #include "args.h"
 #include "backend_select.h"
 #include "chat_template_source.h"
+#include "curve.h"
 #include "log.h"
 #include "stop_signal.h"
 #include "wire.h"
@@ -73,6 +74,12 @@ static const char USAGE_SERVE[] =
     "                            passed to zinfer-worker (see zinfer-worker --help)\n"
     "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS\n"
     "                            passed to zinfer-router (see zinfer-router --help)\n"
+    "  --keys DIR                CURVE keys (docs/security.md): DIR/router.key and\n"
+    "                            .pub, DIR/worker.key and .pub (`zinfer keygen DIR/router`,\n"
+    "                            `zinfer keygen DIR/worker`); DIR/backend-keys lists the\n"
+    "                            workers and tokenizers let in (default DIR/worker.pub);\n"
+    "                            with DIR/client-keys clients must use CURVE and a listed key\n"
+    "  --insecure                allow a non-loopback --backend without --keys\n"
     "  --log-level L             debug|info|warn|error|off (default info)\n"
     "  -h, --help                this text\n";
 
@@ -81,7 +88,8 @@ static const char USAGE_SERVE[] =
 #define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 1)
 #define MAX_ROUTER_PASS 8
 #define MAX_HTTP_PASS 8
-#define MAX_ARGS (15 + MAX_WORKER_PASS + 1) /* the worker's fixed args, its options, NULL */
+/* the worker's fixed args, its key options, its options, NULL */
+#define MAX_ARGS (15 + 4 + MAX_WORKER_PASS + 1)
 #define MAX_CHILDREN 130
 
 typedef struct child {
@@ -170,6 +178,12 @@ typedef struct serve_opts {
     char bin[4][PATH_MAX + 32]; /* zinfer-router, -tokenizer, -worker, -http */
     char router_addr[512];      /* where zinfer-http reaches the router */
     char thr[32], sl[32], cx[32];
+    const char *keys; /* --keys DIR, or NULL */
+    int insecure;     /* --insecure */
+    /* With --keys: the key files each child gets (validate_options). */
+    char k_router[PATH_MAX + 16], k_router_pub[PATH_MAX + 16], k_worker[PATH_MAX + 16],
+        k_backend[PATH_MAX + 16], k_client[PATH_MAX + 16];
+    int client_keys; /* DIR/client-keys exists */
 } serve_opts;
 
 /* Phase 1: the options, each checked with its own range as it is read. */
@@ -189,6 +203,10 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             pass_on(o->worker_pass, &o->n_wpass, a, NULL);
             continue;
         }
+        if (!strcmp(a, "--insecure")) {
+            o->insecure = 1;
+            continue;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr,
                     "zinfer serve: unknown option or missing value '%s' (see zinfer serve "
@@ -204,6 +222,8 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             o->tmpl = v;
         else if (!strcmp(a, "--bind"))
             o->bind = v;
+        else if (!strcmp(a, "--keys"))
+            o->keys = v;
         else if (!strcmp(a, "--http"))
             o->http = v;
         else if (!strcmp(a, "--api-key")) /* to zinfer-http by the environment, not argv (ps) */
@@ -270,6 +290,61 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
     return GO_ON;
 }
 
+/* Phase 2a: --keys DIR's files, each read and checked once here (a bad one
+ * stops the server at once instead of failing every child's start), and
+ * the non-loopback backend rule. */
+static int validate_keys(serve_opts *o) {
+    if (!o->keys) {
+        if (zi_addr_is_loopback(o->backend) || o->insecure) return GO_ON;
+        fprintf(stderr,
+                "zinfer serve: --backend %s is not a loopback address: anyone who reaches it "
+                "could register as a worker and read prompts. Give --keys DIR "
+                "(docs/security.md), or --insecure\n",
+                o->backend);
+        return 2;
+    }
+    if (zi_curve_is_key_text(o->keys)) {
+        fprintf(stderr, "zinfer serve: --keys takes a directory, not a key\n");
+        return 2;
+    }
+    snprintf(o->k_router, sizeof o->k_router, "%s/router.key", o->keys);
+    snprintf(o->k_router_pub, sizeof o->k_router_pub, "%s/router.pub", o->keys);
+    snprintf(o->k_worker, sizeof o->k_worker, "%s/worker.key", o->keys);
+    snprintf(o->k_backend, sizeof o->k_backend, "%s/backend-keys", o->keys);
+    if (access(o->k_backend, F_OK) != 0)
+        snprintf(o->k_backend, sizeof o->k_backend, "%s/worker.pub", o->keys);
+    snprintf(o->k_client, sizeof o->k_client, "%s/client-keys", o->keys);
+    o->client_keys = access(o->k_client, F_OK) == 0;
+    zi_error err = {0};
+    zi_curve_key k, pub;
+    zi_curve_keys list = {0};
+    int rc = zi_curve_load_key("--keys", o->k_router, true, &k, &err);
+    if (!rc) rc = zi_curve_public(&k, &pub, &err);
+    zi_curve_key rpub;
+    if (!rc) rc = zi_curve_load_key("--keys", o->k_router_pub, false, &rpub, &err);
+    if (!rc && strcmp(rpub.z85, pub.z85))
+        rc = zi_error_set(&err, ZI_EINVAL, "--keys: %s is not the public key of %s",
+                          o->k_router_pub, o->k_router);
+    if (!rc) rc = zi_curve_load_key("--keys", o->k_worker, true, &k, &err);
+    if (!rc) rc = zi_curve_load_list("--keys", o->k_backend, &list, &err);
+    zi_curve_keys_free(&list);
+    if (!rc && o->client_keys) rc = zi_curve_load_list("--keys", o->k_client, &list, &err);
+    zi_curve_keys_free(&list);
+    memset(&k, 0, sizeof k);
+    if (rc) {
+        fprintf(stderr, "zinfer serve: %s\n", err.msg);
+        return 2;
+    }
+    if (o->client_keys && o->http) {
+        fprintf(stderr,
+                "zinfer serve: %s turns on client keys, and zinfer-http does not hold a CURVE "
+                "key: give --http off (docs/security.md)\n",
+                o->k_client);
+        return 2;
+    }
+    return GO_ON;
+}
+
 /* Phase 2: what the options say together (refused at once, as a child
  * would refuse it later), the backend address, the model file. */
 static int validate_options(serve_opts *o) {
@@ -316,6 +391,8 @@ static int validate_options(serve_opts *o) {
         else
             snprintf(o->router_addr, sizeof o->router_addr, "%s", o->bind);
     }
+    int krc = validate_keys(o);
+    if (krc != GO_ON) return krc;
     if (access(o->model, R_OK) != 0) {
         fprintf(stderr, "zinfer serve: --model %s: %s\n", o->model, strerror(errno));
         return 1;
@@ -360,6 +437,15 @@ static int find_binaries(serve_opts *o) {
     return GO_ON;
 }
 
+/* A tokenizer's or worker's key options (with --keys), from argv[k]; the
+ * next free index. */
+static size_t add_backend_keys(const serve_opts *o, child *c, size_t k) {
+    if (!o->keys) return k;
+    const char *a[] = {"--curve-secret", o->k_worker, "--router-key", o->k_router_pub};
+    for (size_t j = 0; j < 4; j++) c->argv[k++] = (char *)a[j];
+    return k;
+}
+
 /* Phase 3b: every child's name and argument vector: the router, then the
  * tokenizers, then the workers. *ch and *dev (each worker's device string)
  * are the caller's to free; 1 when out of memory. */
@@ -383,6 +469,15 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
                            o->backend, "--log-level", o->level};
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
         for (int j = 0; j < o->n_pass; j++) c->argv[k++] = (char *)o->router_pass[j];
+        if (o->keys) {
+            const char *ka[] = {"--curve-secret", o->k_router, "--backend-keys", o->k_backend};
+            for (size_t j = 0; j < 4; j++) c->argv[k++] = (char *)ka[j];
+        }
+        if (o->keys && o->client_keys) {
+            c->argv[k++] = "--client-keys";
+            c->argv[k++] = o->k_client;
+        }
+        if (o->insecure) c->argv[k++] = "--insecure";
     }
     for (long long t = 0; t < o->tokenizers; t++) {
         child *c = &ch[nc++];
@@ -395,6 +490,7 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             c->argv[k++] = "--chat-template";
             c->argv[k++] = o->tmpl_arg;
         }
+        k = add_backend_keys(o, c, k);
     }
     /* "cuda" spreads the workers over the GPUs: worker w gets cuda:w. */
     char(*dev)[32] = calloc((size_t)o->workers, sizeof *dev);
@@ -415,6 +511,7 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
         size_t k = 0;
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
         for (int j = 0; j < o->n_wpass; j++) c->argv[k++] = (char *)o->worker_pass[j];
+        k = add_backend_keys(o, c, k);
     }
     if (o->http) {
         child *c = &ch[nc++];

@@ -8,6 +8,7 @@
  *   zinfer logits     write the logits of every prompt position to a file
  *   zinfer bench      prefill and decode speed
  *   zinfer serve      start and supervise the server processes (cli/serve.c)
+ *   zinfer keygen     write a CURVE key pair for the server (cli/keygen.c)
  *   zinfer devices    list the compute backends built in and the devices found
  *   zinfer info       describe a GGUF file and the memory serving it takes (cli/info.c)
  *   zinfer chat-template  render a Jinja chat template with JSON messages (cli/chat_template_cmd.c)
@@ -34,6 +35,7 @@
 #include "log.h"
 #include "model.h"
 #include "sampler.h"
+#include "keygen.h"
 #include "serve.h"
 #include "tokenizer.h"
 #include "utf8.h"
@@ -666,6 +668,7 @@ static const char *USAGE_MAIN =
     "  logits      write every prompt position's logits (float32) to a file\n"
     "  bench       measure prefill and decode speed\n"
     "  serve       run the server (router, tokenizers, workers; see zinfer serve --help)\n"
+    "  keygen      write a CURVE key pair (OUT.key, OUT.pub) for the server's sockets\n"
     "  devices     list the compute backends built in and the devices found\n"
     "  info        describe a GGUF file (types, tokenizer, context) and the memory to serve it\n"
     "  chat-template  render a chat template (a Jinja file or a built-in: gemma, chatml, ...)\n"
@@ -865,6 +868,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "serve")) return zi_serve_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "keygen")) return zi_keygen_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return zi_info_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat-template")) return zi_chat_template_main(argc - 1, argv + 1);

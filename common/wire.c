@@ -3,6 +3,7 @@
  * zinfer processes (see wire.h).
  */
 #include "wire.h"
+#include "curve.h"
 
 #include <errno.h>
 #include <string.h>
@@ -130,7 +131,8 @@ const char *const zi_kv_stat_names[ZI_N_KV_STATS] = {"blocks",
                                                      "preemptions",
                                                      "evictions"};
 
-void *zi_backend_socket(void *zctx, const char *router, zi_error *err) {
+void *zi_backend_socket(void *zctx, const char *router, const zi_curve_client *curve,
+                        zi_error *err) {
     void *sock = zmq_socket(zctx, ZMQ_DEALER);
     if (!sock) {
         zi_error_set(err, ZI_EIO, "cannot create a socket: %s", zmq_strerror(errno));
@@ -141,6 +143,10 @@ void *zi_backend_socket(void *zctx, const char *router, zi_error *err) {
     zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+    if (zi_curve_set_client(sock, curve, err) != ZI_OK) {
+        zmq_close(sock);
+        return NULL;
+    }
     if (zmq_connect(sock, router) != 0) {
         zi_error_set(err, ZI_EINVAL, "--router %s: %s", router, zmq_strerror(errno));
         zmq_close(sock);

@@ -66,9 +66,12 @@ void zi_error_field(const char *msg, char *out, size_t cap);
 
 /* A backend's DEALER socket connected to the router at `router`: no linger,
  * deep queues, and a 1 s send timeout, so a long-gone router cannot freeze
- * the process (its successor asks backends to register again). NULL with err
- * set when the address is bad. */
-void *zi_backend_socket(void *zctx, const char *router, zi_error *err);
+ * the process (its successor asks backends to register again); a CURVE
+ * client when curve is on (NULL: plain; common/curve.h). NULL with err set
+ * when the address is bad. */
+struct zi_curve_client;
+void *zi_backend_socket(void *zctx, const char *router, const struct zi_curve_client *curve,
+                        zi_error *err);
 
 /* The KV-cache counters a worker's heartbeat carries in its "kv" map, and
  * that `health` sums (docs/protocol.md): indices into zi_kv_stat_names. */

@@ -28,6 +28,7 @@
 #include "args.h"
 #include "backend_select.h"
 #include "codec.h"
+#include "curve.h"
 #include "cpu_backend.h"
 #include "generator.h"
 #include "grammar.h"
@@ -46,6 +47,9 @@ static const char USAGE[] =
     "for the requests the router assigns (continuous batching).\n"
     "\n"
     "  --router ADDR      the router's backend address (default tcp://127.0.0.1:5556)\n"
+    "  --curve-secret FILE   this worker's CURVE secret key (`zinfer keygen`; its\n"
+    "                     public key is derived); with --router-key FILE, the\n"
+    "                     router's public key (docs/security.md)\n"
     "  --model PATH       the GGUF model (default $ZINFER_MODEL or the downloaded default)\n"
     "  --device D         cpu (default), cuda (GPU 0) or cuda:N (see `zinfer devices`)\n"
     "  --threads N        CPU compute threads (default: all CPUs)\n"
@@ -85,6 +89,8 @@ typedef struct worker {
     char model_name[256];
     int vocab;
     int64_t last_hb; /* when the last heartbeat went out (ms) */
+    zi_curve_client curve; /* --curve-secret, --router-key */
+    zi_curve_watch watch;  /* logs a refused CURVE handshake */
 } worker;
 
 static void send_register(worker *w) {
@@ -394,6 +400,7 @@ static void send_outputs(worker *w) {
 typedef struct wopts {
     char model[4096];
     const char *router, *device;
+    const char *curve_secret, *router_key; /* key files, or NULL */
     long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
     long long act_bits;
     int no_prefix_cache;
@@ -422,6 +429,10 @@ static int parse_args(int argc, char **argv, wopts *o) {
         int rc = 0;
         if (!strcmp(a, "--router"))
             o->router = v;
+        else if (!strcmp(a, "--curve-secret"))
+            o->curve_secret = v;
+        else if (!strcmp(a, "--router-key"))
+            o->router_key = v;
         else if (!strcmp(a, "--device")) {
             zi_device_spec spec;
             o->device = v;
@@ -577,7 +588,12 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
  * forward passes). Nonzero when the router address is bad. */
 static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
     zi_error err = {0};
-    w->sock = zi_backend_socket(zctx, o->router, &err);
+    w->sock = zi_backend_socket(zctx, o->router, &w->curve, &err);
+    if (w->sock && zi_curve_watch_start(&w->watch, zctx, w->sock, "the router", &w->curve, &w->log,
+                                        &err) != ZI_OK) {
+        zmq_close(w->sock);
+        w->sock = NULL;
+    }
     if (!w->sock) {
         zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
         return 1;
@@ -664,6 +680,7 @@ static int serve(worker *w, const wopts *o, zi_backend *be) {
             on_message(w, zmq_msg_data(&msg), zmq_msg_size(&msg));
             zmq_msg_close(&msg);
         }
+        zi_curve_watch_poll(&w->watch);
         int64_t now = zi_now_ms();
         if (now - w->last_hb >= 1000) {
             send_heartbeat(w);
@@ -697,6 +714,12 @@ int main(int argc, char **argv) {
     memset(&w, 0, sizeof w);
     w.log = (zi_logger){.out = stderr, .level = o.log_level, .tag = "zinfer-worker"};
     zi_stop_signals_install();
+    /* Keys before the model: a bad key file fails in a moment. */
+    zi_error kerr = {0};
+    if (zi_curve_client_load(o.curve_secret, o.router_key, &w.curve, &kerr) != ZI_OK) {
+        zi_log(&w.log, ZI_LOG_ERROR, "%s", kerr.msg);
+        return 2;
+    }
 
     wres r = {0};
     if (load(&w, &o, &r)) return 1;
@@ -712,6 +735,7 @@ int main(int argc, char **argv) {
     /* Shutdown: every context released, then the socket, the generator,
      * the model and the device. */
     drop_all(&w);
+    zi_curve_watch_stop(&w.watch);
     zmq_close(w.sock);
     zmq_ctx_term(zctx);
     zi_generator_free(w.gen);

@@ -27,6 +27,11 @@
  * Every message, to a backend or to a client, is encoded and decoded by
  * common/imsg.h.
  *
+ * With --curve-secret both sockets can be CURVE servers: the backend one
+ * always (only --backend-keys may connect), the client one when
+ * --client-keys is given; the ZAP handler thread (router_zap.h) decides.
+ * docs/security.md.
+ *
  * This file is main: the options, the two sockets, the poll loop with its
  * heartbeat checks, and shutdown. The client side, the backend side,
  * scheduling and a request's end are in router_client.c,
@@ -41,7 +46,9 @@
 
 #include "args.h"
 #include "log.h"
+#include "curve.h"
 #include "router_impl.h"
+#include "router_zap.h"
 #include "stop_signal.h"
 
 static const char USAGE[] =
@@ -61,6 +68,14 @@ static const char USAGE[] =
     "  --max-frame-bytes N         largest client frame read (default 8388608); up to 4x\n"
     "                              that gets an error reply, a larger one closes the\n"
     "                              client's connection\n"
+    "  --curve-secret FILE         the router's CURVE secret key (`zinfer keygen`);\n"
+    "                              turns on CURVE on the backend socket\n"
+    "  --backend-keys FILE         public keys of the workers and tokenizers allowed\n"
+    "                              (one Z85 key per line, # comments); with --curve-secret\n"
+    "  --client-keys FILE          clients must use CURVE with one of these keys; without\n"
+    "                              it the client socket stays plain\n"
+    "  --insecure                  allow a non-loopback --backend without keys\n"
+    "                              (docs/security.md)\n"
     "  --log-level L               debug|info|warn|error|off (default info)\n"
     "  -h, --help                  this text\n";
 
@@ -109,13 +124,24 @@ static void drain(router *rt, void *sock, bool front) {
     }
 }
 
-static int parse_args(int argc, char **argv, router *rt, const char **bind, const char **back) {
+/* The security options (docs/security.md): key files, or NULL. */
+typedef struct sec_opts {
+    const char *secret, *backend_keys, *client_keys;
+    bool insecure;
+} sec_opts;
+
+static int parse_args(int argc, char **argv, router *rt, const char **bind, const char **back,
+                      sec_opts *sec) {
     zi_error err = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(USAGE, stdout);
             exit(0);
+        }
+        if (!strcmp(a, "--insecure")) {
+            sec->insecure = true;
+            continue;
         }
         if (i + 1 >= argc) {
             fprintf(stderr, "zinfer-router: unknown option or missing value '%s' (see --help)\n",
@@ -128,6 +154,12 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
             *bind = v;
         else if (!strcmp(a, "--backend"))
             *back = v;
+        else if (!strcmp(a, "--curve-secret"))
+            sec->secret = v;
+        else if (!strcmp(a, "--backend-keys"))
+            sec->backend_keys = v;
+        else if (!strcmp(a, "--client-keys"))
+            sec->client_keys = v;
         else if (!strcmp(a, "--max-queue"))
             rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_queue, &err);
         else if (!strcmp(a, "--max-prompt-tokens"))
@@ -158,8 +190,14 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
  * larger closes that peer's connection without a reply, and is never held
  * in memory whole. */
 static void *make_router_socket(router *rt, void *zctx, const char *addr, const char *what,
-                                int64_t max_msg) {
+                                int64_t max_msg, const zi_curve_key *secret) {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
+    zi_error err = {0};
+    if (secret && zi_curve_set_server(s, secret, what, &err) != ZI_OK) {
+        zi_log(&rt->log, ZI_LOG_ERROR, "the %s socket: %s", what, err.msg);
+        zmq_close(s);
+        return NULL;
+    }
     int one = 1, zero = 0;
     zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
     /* Unroutable sends fail (EHOSTUNREACH) instead of vanishing: that is
@@ -176,6 +214,63 @@ static void *make_router_socket(router *rt, void *zctx, const char *addr, const 
         return NULL;
     }
     return s;
+}
+
+/* The keys the router runs with (docs/security.md). */
+typedef struct router_keys {
+    bool on; /* --curve-secret given */
+    zi_curve_key secret, pub;
+    zi_curve_keys backend, client;
+} router_keys;
+
+static void free_keys(router_keys *k) {
+    memset(&k->secret, 0, sizeof k->secret);
+    zi_curve_keys_free(&k->backend);
+    zi_curve_keys_free(&k->client);
+}
+
+/* Checks the security options together and reads the key files. Nonzero
+ * (logged) when they do not fit: a list without a secret key, a secret
+ * without a backend list, a non-loopback backend without keys and without
+ * --insecure, a bad key file. */
+static int load_keys(router *rt, const sec_opts *sec, const char *back, router_keys *k) {
+    zi_error err = {0};
+    if (!sec->secret && (sec->backend_keys || sec->client_keys)) {
+        zi_log(&rt->log, ZI_LOG_ERROR, "%s needs --curve-secret (the router's own key)",
+               sec->backend_keys ? "--backend-keys" : "--client-keys");
+        return 2;
+    }
+    if (sec->secret && !sec->backend_keys) {
+        zi_log(&rt->log, ZI_LOG_ERROR,
+               "--curve-secret needs --backend-keys: the workers' and tokenizers' public keys");
+        return 2;
+    }
+    if (!sec->secret) {
+        if (zi_addr_is_loopback(back)) return 0;
+        if (!sec->insecure) {
+            zi_log(&rt->log, ZI_LOG_ERROR,
+                   "--backend %s is not a loopback address: anyone who reaches it could "
+                   "register as a worker and read prompts. Give --curve-secret and "
+                   "--backend-keys (docs/security.md), or --insecure",
+                   back);
+            return 2;
+        }
+        zi_log(&rt->log, ZI_LOG_WARN,
+               "--insecure: backend socket %s accepts any worker or tokenizer", back);
+        return 0;
+    }
+    int rc = zi_curve_load_key("--curve-secret", sec->secret, true, &k->secret, &err);
+    if (!rc) rc = zi_curve_public(&k->secret, &k->pub, &err);
+    if (!rc) rc = zi_curve_load_list("--backend-keys", sec->backend_keys, &k->backend, &err);
+    if (!rc && sec->client_keys)
+        rc = zi_curve_load_list("--client-keys", sec->client_keys, &k->client, &err);
+    if (rc) {
+        zi_log(&rt->log, ZI_LOG_ERROR, "%s", err.msg);
+        free_keys(k);
+        return 2;
+    }
+    k->on = true;
+    return 0;
 }
 
 /* Matches every request (the shutdown walk). */
@@ -195,22 +290,46 @@ int main(int argc, char **argv) {
     rt.hb_timeout = 5000;
     rt.max_frame = 8 << 20;
     const char *bind = "tcp://127.0.0.1:5555", *back = "tcp://127.0.0.1:5556";
-    int rc = parse_args(argc, argv, &rt, &bind, &back);
+    sec_opts sec = {0};
+    int rc = parse_args(argc, argv, &rt, &bind, &back, &sec);
     if (rc) return rc;
+    router_keys keys = {0};
+    if (load_keys(&rt, &sec, back, &keys)) return 2;
     zi_stop_signals_install();
     zi_req_table_init(&rt.reqs);
     void *zctx = zmq_ctx_new();
+    /* The ZAP handler is bound before any CURVE socket, so that no
+     * handshake happens without it. */
+    zi_zap zap = {0};
+    zi_error err = {0};
+    if (keys.on && zi_zap_start(&zap, zctx, &keys.backend, sec.client_keys ? &keys.client : NULL,
+                                &rt.log, &err)) {
+        zi_log(&rt.log, ZI_LOG_ERROR, "%s", err.msg);
+        zmq_ctx_term(zctx);
+        free_keys(&keys);
+        return 1;
+    }
     /* Frames up to --max-frame-bytes are read, larger ones up to 4x that
      * are answered with an error, anything larger drops the connection:
      * one client cannot make the router hold an unbounded frame. */
-    rt.front = make_router_socket(&rt, zctx, bind, "client", 4 * (int64_t)rt.max_frame);
-    rt.back = rt.front ? make_router_socket(&rt, zctx, back, "backend", -1) : NULL;
+    rt.front = make_router_socket(&rt, zctx, bind, ZI_ZAP_DOMAIN_CLIENT, 4 * (int64_t)rt.max_frame,
+                                  sec.client_keys ? &keys.secret : NULL);
+    rt.back = rt.front ? make_router_socket(&rt, zctx, back, ZI_ZAP_DOMAIN_BACKEND, -1,
+                                            keys.on ? &keys.secret : NULL)
+                       : NULL;
     if (!rt.front || !rt.back) {
         if (rt.front) zmq_close(rt.front);
+        zi_zap_stop(&zap);
         zmq_ctx_term(zctx);
+        free_keys(&keys);
         return 1;
     }
-    zi_log(&rt.log, ZI_LOG_INFO, "clients on %s, backends on %s", bind, back);
+    zi_log(&rt.log, ZI_LOG_INFO, "clients on %s%s, backends on %s%s", bind,
+           sec.client_keys ? " (CURVE, listed keys only)" : "", back,
+           keys.on ? " (CURVE, listed keys only)" : "");
+    if (keys.on)
+        zi_log(&rt.log, ZI_LOG_INFO, "router public key %s; %zu backend key(s)%s", keys.pub.z85,
+               keys.backend.n, sec.client_keys ? ", client keys on" : "");
     int64_t last_check = zi_now_ms();
     while (!zi_stop_requested()) {
         zmq_pollitem_t it[2] = {{rt.front, 0, ZMQ_POLLIN, 0}, {rt.back, 0, ZMQ_POLLIN, 0}};
@@ -247,6 +366,8 @@ int main(int argc, char **argv) {
     zmq_setsockopt(rt.front, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
     zmq_close(rt.front);
     zmq_close(rt.back);
+    zi_zap_stop(&zap);
     zmq_ctx_term(zctx);
+    free_keys(&keys);
     return 0;
 }

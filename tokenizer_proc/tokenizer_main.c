@@ -34,6 +34,7 @@
 #include "chat_template_source.h"
 #include "chat_vars.h"
 #include "codec.h"
+#include "curve.h"
 #include "gguf.h"
 #include "grow.h"
 #include "imsg.h"
@@ -53,6 +54,9 @@ static const char USAGE[] =
     "into contexts and decodes generated tokens into text (stop strings).\n"
     "\n"
     "  --router ADDR      the router's backend address (default tcp://127.0.0.1:5556)\n"
+    "  --curve-secret FILE   this process's CURVE secret key (`zinfer keygen`; its\n"
+    "                     public key is derived); with --router-key FILE, the\n"
+    "                     router's public key (docs/security.md)\n"
     "  --model PATH       the GGUF file whose tokenizer to use (default as zinfer)\n"
     "  --chat-template FILE|NAME\n"
     "                     render messages with this template instead of the file's\n"
@@ -545,6 +549,7 @@ int main(int argc, char **argv) {
     const char *router = "tcp://127.0.0.1:5556";
     int level = ZI_LOG_INFO;
     const char *tmpl_arg = NULL;
+    const char *curve_secret = NULL, *router_key = NULL; /* key files */
     zi_default_model_path(model, sizeof model);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -560,6 +565,10 @@ int main(int argc, char **argv) {
         const char *v = argv[++i];
         if (!strcmp(a, "--router"))
             router = v;
+        else if (!strcmp(a, "--curve-secret"))
+            curve_secret = v;
+        else if (!strcmp(a, "--router-key"))
+            router_key = v;
         else if (!strcmp(a, "--model"))
             snprintf(model, sizeof model, "%s", v);
         else if (!strcmp(a, "--chat-template"))
@@ -577,6 +586,13 @@ int main(int argc, char **argv) {
     zi_stop_signals_install();
 
     zi_error err = {0};
+    /* Keys before the vocabulary: a bad key file fails in a moment. */
+    zi_curve_client curve;
+    zi_curve_watch watch = {0};
+    if (zi_curve_client_load(curve_secret, router_key, &curve, &err) != ZI_OK) {
+        zi_log(&t.log, ZI_LOG_ERROR, "%s", err.msg);
+        return 2;
+    }
     zi_gguf *g = NULL;
     int rc = zi_gguf_open(model, &g, &err);
     if (!rc && (rc = zi_tokenizer_load(g, &t.tok, &err))) zi_error_prefix(&err, "%s", model);
@@ -592,7 +608,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     void *zctx = zmq_ctx_new();
-    t.sock = zi_backend_socket(zctx, router, &err);
+    t.sock = zi_backend_socket(zctx, router, &curve, &err);
+    if (t.sock &&
+        zi_curve_watch_start(&watch, zctx, t.sock, "the router", &curve, &t.log, &err) != ZI_OK) {
+        zmq_close(t.sock);
+        t.sock = NULL;
+    }
     if (!t.sock) {
         zi_log(&t.log, ZI_LOG_ERROR, "%s", err.msg);
         rc = 1;
@@ -617,6 +638,7 @@ int main(int argc, char **argv) {
             zmq_msg_close(&msg);
             if (zi_now_ms() - last_hb >= 1000) break; /* keep heartbeating under load */
         }
+        zi_curve_watch_poll(&watch);
         if (zi_now_ms() - last_hb >= 1000) {
             send_heartbeat(&t);
             last_hb = zi_now_ms();
@@ -625,6 +647,7 @@ int main(int argc, char **argv) {
     zi_log(&t.log, ZI_LOG_INFO, "shutting down");
     while (t.n_st) drop_state(&t, t.st[0].rid);
     free(t.st);
+    zi_curve_watch_stop(&watch);
     zmq_close(t.sock);
     zmq_ctx_term(zctx);
     zi_tokenizer_free(t.tok);

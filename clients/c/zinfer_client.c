@@ -38,6 +38,30 @@ struct zi_client {
 /* ---- connection ---- */
 
 int zi_client_connect(zi_client **out, const char *addr, int timeout_ms, zi_error *err) {
+    return zi_client_connect_curve(out, addr, timeout_ms, NULL, NULL, err);
+}
+
+/* Sets the CURVE client options: the secret key, its public key (derived)
+ * and the router's. */
+static int set_curve(void *sock, const char *secret_z85, const char *router_z85, zi_error *err) {
+    char pub[41];
+    if (!secret_z85 || !router_z85)
+        return zi_error_set(err, ZI_EINVAL, "%s: missing (CURVE needs both keys)",
+                            secret_z85 ? "router_public_z85" : "secret_z85");
+    if (strlen(secret_z85) != 40 || zmq_curve_public(pub, secret_z85) != 0)
+        return zi_error_set(err, ZI_EINVAL, "secret_z85: not a 40-character Z85 key");
+    if (strlen(router_z85) != 40)
+        return zi_error_set(err, ZI_EINVAL, "router_public_z85: not a 40-character Z85 key");
+    /* 41 bytes (with the NUL): ZeroMQ reads the option as Z85 text. */
+    if (zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, secret_z85, 41) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 41) != 0 ||
+        zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, router_z85, 41) != 0)
+        return zi_error_set(err, ZI_EINVAL, "CURVE keys: %s", zmq_strerror(zmq_errno()));
+    return ZI_OK;
+}
+
+int zi_client_connect_curve(zi_client **out, const char *addr, int timeout_ms,
+                            const char *secret_z85, const char *router_public_z85, zi_error *err) {
     if (!out || !addr) return zi_error_set(err, ZI_EINVAL, "connect: NULL argument");
     *out = NULL;
     if (timeout_ms <= 0)
@@ -58,6 +82,13 @@ int zi_client_connect(zi_client **out, const char *addr, int timeout_ms, zi_erro
     int linger = 0;
     zmq_setsockopt(c->sock, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(c->sock, ZMQ_SNDTIMEO, &timeout_ms, sizeof timeout_ms);
+    if (secret_z85 || router_public_z85) {
+        int rc = set_curve(c->sock, secret_z85, router_public_z85, err);
+        if (rc) {
+            zi_client_close(c);
+            return rc;
+        }
+    }
     if (zmq_connect(c->sock, addr) != 0) {
         int rc = zi_error_set(err, ZI_EINVAL, "router address '%.200s': %s", addr,
                               zmq_strerror(zmq_errno()));

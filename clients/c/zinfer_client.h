@@ -96,6 +96,15 @@ typedef struct zi_client_event {
  * reply, while a malformed address fails here. */
 int zi_client_connect(zi_client **out, const char *addr, int timeout_ms, zi_error *err);
 
+/* zi_client_connect with CURVE (docs/security.md): secret_z85 is this
+ * client's secret key (its public key is derived), router_public_z85 the
+ * router's public key, each 40 Z85 characters (read them from files, as
+ * `zinfer keygen` writes them; zinfer-client --curve-secret does). Both NULL:
+ * plain, as zi_client_connect. A router that refuses the key, or whose key
+ * is not router_public_z85, never answers: a timeout on the first reply. */
+int zi_client_connect_curve(zi_client **out, const char *addr, int timeout_ms,
+                            const char *secret_z85, const char *router_public_z85, zi_error *err);
+
 /* Closes the socket (pending requests are abandoned: the router cancels
  * them when it next tries to reply) and frees everything. NULL is fine. */
 void zi_client_close(zi_client *c);

@@ -4,7 +4,8 @@
  * and streams the completion to stdout.
  *
  *   zinfer-client [--router ADDR] [--max-tokens N] [--ignore-eos]
- *                 [--no-stream] [--json] [--timeout MS] PROMPT
+ *                 [--no-stream] [--json] [--timeout MS]
+ *                 [--curve-secret FILE --router-key FILE] PROMPT
  *
  * It is both a usable tool and the C library's end-to-end test driver
  * (tests/e2e/test_server_load.py). Errors print one line on stderr
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "curve.h"
 #include "zinfer_client.h"
 
 static const char USAGE[] =
@@ -31,6 +33,8 @@ static const char USAGE[] =
     "  --json            print only, on one line, a JSON object with id, text,\n"
     "                    token_ids, finish_reason, prompt_tokens, completion_tokens\n"
     "  --timeout MS      longest wait for any reply (default 120000)\n"
+    "  --curve-secret FILE  this client's CURVE secret key (`zinfer keygen`), with\n"
+    "  --router-key FILE    the router's public key (docs/security.md)\n"
     "  -h, --help        this text\n";
 
 /* A positive integer flag value, or -1. */
@@ -95,6 +99,7 @@ static int print_json(const char *id, const out_buf *o, const zi_client_event *f
 
 int main(int argc, char **argv) {
     const char *router = "tcp://127.0.0.1:5555", *prompt = NULL;
+    const char *curve_secret = NULL, *router_key = NULL;
     long long max_tokens = -1, timeout = 120000;
     int json = 0, stream = 1, ignore_eos = 0;
     for (int i = 1; i < argc; i++) {
@@ -109,7 +114,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = 1;
         } else if (!strcmp(a, "--router") || !strcmp(a, "--max-tokens") ||
-                   !strcmp(a, "--timeout")) {
+                   !strcmp(a, "--timeout") || !strcmp(a, "--curve-secret") ||
+                   !strcmp(a, "--router-key")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "zinfer-client: %s needs a value (see --help)\n", a);
                 return 2;
@@ -117,6 +123,10 @@ int main(int argc, char **argv) {
             const char *v = argv[++i];
             if (!strcmp(a, "--router")) {
                 router = v;
+            } else if (!strcmp(a, "--curve-secret")) {
+                curve_secret = v;
+            } else if (!strcmp(a, "--router-key")) {
+                router_key = v;
             } else {
                 long long n = parse_pos(v);
                 if (n < 0 || (!strcmp(a, "--timeout") && n > 2147483647LL)) {
@@ -152,7 +162,15 @@ int main(int argc, char **argv) {
     r.ignore_eos = ignore_eos;
     r.stream = stream;
     char id[ZI_CLIENT_ID_MAX + 1];
-    int rc = zi_client_connect(&c, router, (int)timeout, &err);
+    zi_curve_client keys;
+    int rc = zi_curve_client_load(curve_secret, router_key, &keys, &err);
+    if (rc) {
+        fprintf(stderr, "zinfer-client: %s\n", err.msg);
+        return 2;
+    }
+    rc = zi_client_connect_curve(&c, router, (int)timeout, keys.on ? keys.secret.z85 : NULL,
+                                 keys.on ? keys.server.z85 : NULL, &err);
+    memset(&keys, 0, sizeof keys);
     if (!rc) rc = zi_client_generate(c, &r, id, sizeof id, &err);
     out_buf o = {0};
     zi_client_event ev;

@@ -12,6 +12,9 @@ socket; replies are routed to the right request by id.
             if ev["event"] == "chunk":
                 print(ev["text"], end="", flush=True)
 
+With CURVE keys (docs/security.md): Client(address, curve_secret="me.key",
+router_key="router.pub"), key files as `zinfer keygen` writes them.
+
 Needs pyzmq and msgpack. Arrays may arrive numpy-style
 ({"__np__": True, "dtype", "shape", "data"}); decode_array() turns them into
 Python lists (or numpy arrays, when numpy is installed and asked for).
@@ -51,6 +54,33 @@ def decode_logprobs(obj):
             "top_log_probabilities": [dict(m) for m in obj["top_log_probabilities"]]}
 
 
+_Z85 = set("0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#")
+
+
+def read_key(path, secret=False):
+    """The one Z85 key (bytes) of a key file: '#' comment lines and blank
+    lines skipped (a line that is exactly one key may start with '#').
+    secret: the file must not be accessible by group or others."""
+    if secret:
+        mode = os.stat(path).st_mode & 0o777
+        if mode & 0o077:
+            raise ValueError(f"{path}: a secret key readable by others (mode {mode:03o}): "
+                             f"run chmod 600 {path}")
+    keys = []
+    with open(path, encoding="ascii") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip(" \t\r\n")
+            is_key = len(line) == 40 and set(line) <= _Z85
+            if not line or (line.startswith("#") and not is_key):
+                continue
+            if not is_key:
+                raise ValueError(f"{path}:{n}: not a key: a Z85 key has 40 characters")
+            keys.append(line.encode())
+    if len(keys) != 1:
+        raise ValueError(f"{path}: {len(keys)} keys in the file, expected one")
+    return keys[0]
+
+
 class ZinferError(Exception):
     """An "error" reply: .code ("invalid_request", "overloaded", ...), .field."""
 
@@ -62,10 +92,21 @@ class ZinferError(Exception):
 
 
 class Client:
-    def __init__(self, address="tcp://127.0.0.1:5555", timeout_s=120.0):
+    def __init__(self, address="tcp://127.0.0.1:5555", timeout_s=120.0,
+                 curve_secret=None, router_key=None):
+        """curve_secret: this client's secret key file (its public key is
+        derived); router_key: the router's public key file. Both or
+        neither; with them the connection is CURVE (docs/security.md)."""
+        if (curve_secret is None) != (router_key is None):
+            raise ValueError("curve_secret and router_key go together")
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        if curve_secret is not None:
+            secret = read_key(curve_secret, secret=True)
+            self.sock.curve_secretkey = secret
+            self.sock.curve_publickey = zmq.curve_public(secret)
+            self.sock.curve_serverkey = read_key(router_key)
         self.sock.connect(address)
         self.timeout_ms = int(timeout_s * 1000)
         self._ids = itertools.count()
