@@ -16,11 +16,14 @@
  * socket having taken the envelope); CURVE sends one credential. */
 enum { ZAP_FRAMES_MAX = 8 };
 
-static bool already_logged(zi_zap *z, const uint8_t *key) {
+static bool already_logged(zi_zap *z, char sock, const uint8_t *key) {
+    uint8_t k[33];
+    k[0] = (uint8_t)sock;
+    memcpy(k + 1, key, 32);
     for (size_t i = 0; i < z->n_logged; i++)
-        if (!memcmp(z->logged[i], key, 32)) return true;
+        if (!memcmp(z->logged[i], k, sizeof k)) return true;
     if (z->n_logged < ZI_ZAP_LOGGED_MAX) {
-        memcpy(z->logged[z->n_logged++], key, 32);
+        memcpy(z->logged[z->n_logged++], k, sizeof k);
         return false;
     }
     if (!z->logged_full) {
@@ -42,13 +45,13 @@ bool zi_zap_allow(zi_zap *z, const char *domain, size_t domain_len, const char *
     if (key_len != 32 || (!backend && !client)) return false;
     const zi_curve_keys *list = backend ? z->backend : z->client;
     if (!list || zi_curve_keys_has(list, key)) return true;
-    if (!already_logged(z, key)) {
+    if (!already_logged(z, backend ? 'b' : 'c', key)) {
         char z85[ZI_CURVE_Z85_LEN + 1];
         if (!zmq_z85_encode(z85, key, 32)) snprintf(z85, sizeof z85, "?");
         int alen = address_len > 64 ? 64 : (int)address_len;
         zi_log(z->log, ZI_LOG_WARN,
                "refused a %s connection from %.*s: key %.8s... is not in %s (logged once per "
-               "key)",
+               "key and socket)",
                backend ? "backend" : "client", alen, address, z85,
                backend ? "--backend-keys" : "--client-keys");
     }

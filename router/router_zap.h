@@ -7,7 +7,8 @@
  * the router's ZeroMQ context; libzmq asks it about every CURVE handshake.
  * The socket's ZAP domain says which list applies: "backend" (workers and
  * tokenizers, --backend-keys) or "client" (--client-keys). A key not
- * listed is refused (status 400); each refused key is logged once, with
+ * listed is refused (status 400); each refused key is logged once per
+ * socket, with
  * its first characters and the peer's address. Everything the thread uses
  * is in its zi_zap struct: the lists are read-only after start, the
  * "already logged" set is the thread's alone.
@@ -34,7 +35,9 @@ typedef struct zi_zap {
     pthread_t thread;
     bool running;
     atomic_bool stop;
-    uint8_t (*logged)[32]; /* refused keys already logged [ZI_ZAP_LOGGED_MAX] */
+    uint8_t (*logged)[33]; /* refused (socket, key) pairs already logged: the
+                              socket's byte ('b' or 'c'), then the key
+                              [ZI_ZAP_LOGGED_MAX] */
     size_t n_logged;
     bool logged_full; /* said that further refusals go unlogged */
 } zi_zap;
@@ -47,7 +50,8 @@ int zi_zap_start(zi_zap *z, void *zctx, const zi_curve_keys *backend, const zi_c
  * zmq_ctx_term. Safe on a handler never started. */
 void zi_zap_stop(zi_zap *z);
 
-/* The decision on one handshake, logging a refusal (once per key): true
+/* The decision on one handshake, logging a refusal (once per key and
+ * socket): true
  * when the key may connect. Exposed for tests; the thread calls it. */
 bool zi_zap_allow(zi_zap *z, const char *domain, size_t domain_len, const char *address,
                   size_t address_len, const uint8_t *key, size_t key_len);

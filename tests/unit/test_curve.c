@@ -180,11 +180,12 @@ static void test_zap_decision(void **state) {
     z.client = NULL; /* no client list: any key */
     assert_true(zi_zap_allow(&z, "client", 6, "5.6.7.8", 7, k1, 32));
     fclose(logf);
-    /* One line for the backend refusal of K2, one for the client refusal
-     * of K1 (a different list, but the same key: logged once per key). */
+    /* One line for the backend refusal of K2 (refused twice), one for the
+     * client refusal of K1: once per key and socket. */
     assert_non_null(strstr(buf, "refused a backend connection from 1.2.3.4: key JTKVSB%%"));
     assert_null(strstr(strstr(buf, "JTKVSB") + 1, "JTKVSB"));
     assert_non_null(strstr(buf, "refused a client connection from 5.6.7.8: key rq:rM>}U"));
+    assert_null(strstr(buf, "backend connection from 1.2.3.4: key rq:rM"));
     free(buf);
     free(z.logged);
     zi_curve_keys_free(&backend);
