@@ -12,6 +12,7 @@
 
 #include "codec.h"
 #include "grow.h"
+#include "tool_stream.h"
 #include "utf8.h"
 
 int zi_http_buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n) {
@@ -57,6 +58,8 @@ void zi_http_result_free(zi_http_result *r) {
         free(r->ch[i].lp);
         free(r->ch[i].prompt_lp);
         free(r->ch[i].prompt_text);
+        if (r->ch[i].ts) zi_tool_stream_free(r->ch[i].ts);
+        free(r->ch[i].ts);
     }
     memset(r->ch, 0, sizeof r->ch);
 }
@@ -404,6 +407,93 @@ static json_t *chunk(const zi_http_result *r, int index, json_t *delta_or_text, 
     return o;
 }
 
+/* A JSON string's value with n more bytes (s may hold invalid UTF-8). */
+static json_t *str_cat(json_t *old, const char *s, size_t n) {
+    size_t m = json_string_length(old);
+    char *b = malloc(m + n + 1);
+    if (!b) return NULL;
+    if (m) memcpy(b, json_string_value(old), m);
+    if (n) memcpy(b + m, s, n);
+    json_t *j = jstr(b, m + n);
+    free(b);
+    return j;
+}
+
+/* tool_stream's events as chat deltas (tool_stream.h): content text joined,
+ * a call's start as its own delta, its argument fragments joined. */
+static int tool_event(void *arg, const zi_ts_event *ev) {
+    json_t *deltas = arg, *d = NULL;
+    size_t n = json_array_size(deltas);
+    json_t *last = n ? json_array_get(deltas, n - 1) : NULL;
+    json_t *lc = json_object_get(last, "content");
+    json_t *lt = json_array_get(json_object_get(last, "tool_calls"), 0);
+    json_t *lfn = json_object_get(lt, "function");
+    switch (ev->kind) {
+    case ZI_TS_CONTENT:
+        if (lc) return json_object_set_new(last, "content", str_cat(lc, ev->text, ev->len));
+        d = json_pack("{s:o}", "content", jstr(ev->text, ev->len));
+        break;
+    case ZI_TS_CALL:
+        d = json_pack("{s:[{s:i, s:s, s:s, s:{s:o, s:s}}]}", "tool_calls", "index", ev->index, "id",
+                      ev->id, "type", "function", "function", "name", jstr(ev->text, ev->len),
+                      "arguments", "");
+        break;
+    case ZI_TS_ARGS:
+        if (lt && !json_object_get(lt, "id") &&
+            json_integer_value(json_object_get(lt, "index")) == ev->index)
+            return json_object_set_new(
+                lfn, "arguments", str_cat(json_object_get(lfn, "arguments"), ev->text, ev->len));
+        d = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", ev->index, "function",
+                      "arguments", jstr(ev->text, ev->len));
+        break;
+    }
+    return json_array_append_new(deltas, d);
+}
+
+/* A chat choice's delta with tools on: its new text through the choice's
+ * tool_stream, so content streams as usual, a call starts once its name
+ * is known and its arguments stream as they come (docs/http.md). The log
+ * probabilities ride with the next chunk sent. */
+static int render_tool_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn *conn,
+                             char **out, size_t *len, size_t *cap, zi_http_error *e) {
+    zi_http_choice *c = &r->ch[d->index];
+    if (!c->ts) {
+        if (!(c->ts = malloc(sizeof *c->ts))) goto oom;
+        zi_tool_stream_init(c->ts, r->g->tools.names);
+    }
+    json_t *deltas = json_array(), *delta;
+    if (!deltas) goto oom;
+    int rc = zi_tool_stream_feed(c->ts, c->text ? c->text + d->text_from : "",
+                                 c->len - d->text_from, tool_event, deltas);
+    if (!rc && d->final) rc = zi_tool_stream_finish(c->ts, tool_event, deltas);
+    size_t k;
+    json_array_foreach(deltas, k, delta) {
+        if (rc) break;
+        json_t *lp = NULL;
+        if (r->g->logprobs >= 0 && c->lp_sent < c->n_lp) {
+            if (!(lp = chat_logprobs(r, c->lp + c->lp_sent, c->n_lp - c->lp_sent, conn, e))) {
+                json_decref(deltas);
+                return -1;
+            }
+            c->lp_sent = c->n_lp;
+        }
+        rc = add_event(chunk(r, d->index, json_incref(delta), lp, NULL), out, len, cap);
+    }
+    json_decref(deltas);
+    if (rc) goto oom;
+    if (!d->final) return 0;
+    json_t *lp = NULL;
+    if (r->g->logprobs >= 0 && c->lp_sent < c->n_lp) {
+        if (!(lp = chat_logprobs(r, c->lp + c->lp_sent, c->n_lp - c->lp_sent, conn, e))) return -1;
+        c->lp_sent = c->n_lp;
+    }
+    const char *finish = zi_tool_stream_calls_ok(c->ts) ? "tool_calls" : finish_reason(c->status);
+    if (add_event(chunk(r, d->index, json_object(), lp, finish), out, len, cap)) goto oom;
+    return 0;
+oom:
+    return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+}
+
 int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn *conn, char **out,
                          size_t *len, size_t *cap, zi_http_error *e) {
     int chat = r->g->kind == ZI_HTTP_CHAT;
@@ -419,33 +509,9 @@ int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn
         json_object_set_new(delta, "content", json_string(""));
         if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
     }
-    /* With tools the text may be a call: it is held until the choice ends,
-     * then sent as tool_calls or as content (docs/http.md). */
-    int hold = chat && r->g->tools.choice != ZI_TOOLS_OFF;
+    if (chat && r->g->tools.choice != ZI_TOOLS_OFF)
+        return render_tool_delta(r, d, conn, out, len, cap, e);
     const char *finish = d->final ? finish_reason(c->status) : NULL;
-    if (hold && !d->final) {
-        nt = nl = 0;
-    } else if (hold) {
-        char *rest = NULL;
-        json_t *calls = zi_http_tools_extract(&r->g->tools, c->text ? c->text : "", c->len, &rest);
-        if (calls) {
-            size_t k;
-            json_t *call;
-            json_array_foreach(calls, k, call)
-                json_object_set_new(call, "index", json_integer((json_int_t)k));
-            json_t *delta = json_object();
-            if (rest) json_object_set_new(delta, "content", jstr(rest, strlen(rest)));
-            json_object_set_new(delta, "tool_calls", calls);
-            free(rest);
-            if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
-            if (add_event(chunk(r, d->index, json_object(), NULL, "tool_calls"), out, len, cap))
-                goto oom;
-            return 0;
-        }
-        free(rest);
-        text_from = lp_from = 0; /* the whole text, now */
-        nt = c->len, nl = c->n_lp;
-    }
     int has_prompt_lp = !chat && d->first && c->n_prompt_lp;
     if (nt || nl || en || has_prompt_lp) {
         json_t *lp = NULL;

@@ -39,6 +39,8 @@ typedef struct zi_http_choice {
     char status[32]; /* the router's final status, "" while running */
     long long prompt_tokens, completion_tokens;
     int started; /* a stream sent this choice's first chunk */
+    struct zi_tool_stream *ts; /* a streamed chat with tools: its calls parsed so far */
+    size_t lp_sent;            /* ... and the log probabilities sent */
 } zi_http_choice;
 
 typedef struct zi_http_result {

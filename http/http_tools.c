@@ -4,11 +4,11 @@
  */
 #include "http_tools.h"
 
-#include <ctype.h>
+#include "tool_stream.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 static int bad(zi_http_error *e, const char *field, const char *why) {
     return zi_http_fail(e, 400, "invalid_value", field, "%s: %s", field, why);
@@ -174,97 +174,12 @@ int zi_http_tools_message_text(json_t *msg, size_t i, const char *content, char 
 
 /* ---- parsing the model's calls ------------------------------------------ */
 
-/* {"name": known, "arguments" | "parameters": object} as an OpenAI call. */
-static json_t *as_call(const zi_http_tools *t, json_t *o) {
-    json_t *name = json_object_get(o, "name");
-    json_t *args = json_object_get(o, "arguments");
-    if (!args) args = json_object_get(o, "parameters");
-    if (!json_is_string(name) || !json_is_object(args)) return NULL;
-    int known = 0;
-    size_t i;
-    json_t *x;
-    json_array_foreach(t->names, i, x) known |= json_equal(x, name);
-    if (!known) return NULL;
-    unsigned char r[12];
-    if (getrandom(r, sizeof r, 0) != sizeof r) memset(r, 0, sizeof r);
-    char id[40];
-    int k = snprintf(id, sizeof id, "call_");
-    for (size_t j = 0; j < sizeof r; j++) k += snprintf(id + k, sizeof id - k, "%02x", r[j]);
-    char *a = json_dumps(args, JSON_COMPACT);
-    json_t *call = json_pack("{s:s, s:s, s:{s:O, s:s}}", "id", id, "type", "function", "function",
-                             "name", name, "arguments", a ? a : "{}");
-    free(a);
-    return call;
-}
-
-/* Appends the calls in v (one call object, or an array of them) to calls;
- * false when v holds anything else. */
-static int add_calls(const zi_http_tools *t, json_t *v, json_t *calls) {
-    json_t *one;
-    size_t i;
-    if (json_is_object(v)) {
-        if (!(one = as_call(t, v))) return 0;
-        json_array_append_new(calls, one);
-        return 1;
-    }
-    if (!json_is_array(v) || !json_array_size(v)) return 0;
-    json_t *x;
-    json_array_foreach(v, i, x) {
-        if (!(one = as_call(t, x))) return 0;
-        json_array_append_new(calls, one);
-    }
-    return 1;
-}
-
-static char *trimmed(const char *s, size_t n) {
-    while (n && isspace((unsigned char)*s)) s++, n--;
-    while (n && isspace((unsigned char)s[n - 1])) n--;
-    return n ? strndup(s, n) : NULL;
-}
-
 json_t *zi_http_tools_extract(const zi_http_tools *t, const char *text, size_t len,
                               char **content) {
     *content = NULL;
     if (t->choice == ZI_TOOLS_OFF || !t->names) return NULL;
-    json_t *calls = json_array();
-    char *s = strndup(text, len), *rest = NULL;
-    size_t rest_len = 0;
-    FILE *f = s ? open_memstream(&rest, &rest_len) : NULL;
-    int ok = 0;
-    if (f && strstr(s, "<tool_call>")) { /* Hermes / Qwen */
-        const char *p = s;
-        ok = 1;
-        for (;;) {
-            const char *a = strstr(p, "<tool_call>");
-            if (!a) break;
-            fwrite(p, 1, (size_t)(a - p), f);
-            a += strlen("<tool_call>");
-            const char *b = strstr(a, "</tool_call>");
-            size_t n = b ? (size_t)(b - a) : strlen(a); /* an unclosed last call: to the end */
-            json_t *v = json_loadb(a, n, 0, NULL);
-            ok = ok && v && add_calls(t, v, calls);
-            json_decref(v);
-            p = b ? b + strlen("</tool_call>") : a + n;
-        }
-        fputs(p, f);
-    } else if (f) {
-        const char *p = s;
-        while (isspace((unsigned char)*p)) p++;
-        if (!strncmp(p, "[TOOL_CALLS]", 12)) p += 12;   /* Mistral */
-        if (!strncmp(p, "<|python_tag|>", 14)) p += 14; /* Llama 3 */
-        json_t *v = json_loads(p, JSON_DISABLE_EOF_CHECK, NULL);
-        ok = v && add_calls(t, v, calls);
-        json_decref(v);
-    }
-    if (f) fclose(f);
-    if (!ok || !json_array_size(calls)) {
-        json_decref(calls);
-        free(s);
-        free(rest);
-        return NULL;
-    }
-    *content = rest ? trimmed(rest, rest_len) : NULL;
-    free(rest);
-    free(s);
+    json_t *calls = NULL;
+    /* Out of memory reads as no calls: the text is then sent as it is. */
+    if (zi_tool_stream_parse_all(t->names, text, len, &calls, content)) return NULL;
     return calls;
 }

@@ -50,11 +50,12 @@ json_t *zi_http_tools_response_format(const zi_http_tools *t);
 int zi_http_tools_message_text(json_t *msg, size_t i, const char *content, char **text,
                                zi_http_error *e);
 
-/* The tool calls in a completion's text: a new array of OpenAI tool_calls
- * ({"id", "type": "function", "function": {"name", "arguments": JSON
- * text}}), or NULL when the text holds none (or names no known function).
- * *content gets the text outside the calls (malloc'd; NULL when only
- * whitespace). */
+/* The tool calls in a completion's whole text (tool_stream.h, which the
+ * streamed reply uses too, so both say the same): a new array of OpenAI
+ * tool_calls ({"id", "type": "function", "function": {"name", "arguments":
+ * the model's text of the arguments object}}), or NULL when the text holds
+ * none, names no known function, or a call is malformed or cut short.
+ * *content gets the text outside the calls (malloc'd; NULL when none). */
 json_t *zi_http_tools_extract(const zi_http_tools *t, const char *text, size_t len, char **content);
 
 #endif

@@ -320,9 +320,13 @@ def test_tool_call_round_trip(sdk, model):
         max_tokens=40, stream=True) if x.choices]
     assert chunks[0].choices[0].delta.role == "assistant"
     deltas = [t for x in chunks for t in (x.choices[0].delta.tool_calls or [])]
-    assert len(deltas) == 1 and deltas[0].index == 0
-    assert deltas[0].function.name == "get_weather"
-    assert json.loads(deltas[0].function.arguments) == args
+    # the call starts with its name, then its arguments arrive piece by piece
+    # and join to exactly the unstreamed reply's arguments
+    assert deltas[0].index == 0 and deltas[0].id.startswith("call_")
+    assert deltas[0].function.name == "get_weather" and deltas[0].function.arguments == ""
+    assert len(deltas) > 2 and all(t.index == 0 and t.id is None for t in deltas[1:])
+    assert "".join(t.function.arguments for t in deltas[1:]) == call.function.arguments
+    assert not any(x.choices[0].delta.content for x in chunks)
     assert chunks[-1].choices[0].finish_reason == "tool_calls"
     follow = msgs + [
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
@@ -333,6 +337,19 @@ def test_tool_call_round_trip(sdk, model):
     c = r.choices[0]
     assert c.finish_reason in ("stop", "length") and not c.message.tool_calls
     assert c.message.content and r.usage.prompt_tokens > 40  # the call and result were sent
+
+
+def test_tools_auto_streams_text(sdk, model):
+    """With tools on and no call made, the text streams token by token (not
+    held to the end) and says what the unstreamed reply says."""
+    kw = dict(model=model, messages=[{"role": "user", "content": "Say hello to Anna."}],
+              tools=WEATHER, temperature=0, max_tokens=12)
+    whole = sdk.chat.completions.create(**kw).choices[0]
+    chunks = [x for x in sdk.chat.completions.create(stream=True, **kw) if x.choices]
+    texts = [x.choices[0].delta.content for x in chunks if x.choices[0].delta.content]
+    assert not whole.message.tool_calls and len(texts) > 3, texts
+    assert "".join(texts) == whole.message.content
+    assert chunks[-1].choices[0].finish_reason == whole.finish_reason
 
 
 @pytest.mark.parametrize("stream", [True, False])

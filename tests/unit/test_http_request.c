@@ -230,8 +230,9 @@ static json_t *calls_of(const zi_http_tools *t, const char *text, char **rest) {
     return zi_http_tools_extract(t, text, strlen(text), rest);
 }
 
-/* The formats of the families zinfer runs, parsed into OpenAI tool calls;
- * text that is not a call (or calls an unknown function) stays text. */
+/* The formats of the families zinfer runs, parsed into OpenAI tool calls
+ * (arguments: the model's own text); text that is not a call (or calls an
+ * unknown function) stays text. tests/unit/test_tool_stream.c has more. */
 static void test_tool_call_parsing(void **state) {
     (void)state;
     zi_http_error e;
@@ -250,12 +251,12 @@ static void test_tool_call_parsing(void **state) {
         const char *first_args, *rest;
     } cases[] = {
         {"Sure. <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>", 1,
-         "{\"a\":1}", "Sure."},
+         "{\"a\": 1}", "Sure."},
         {"<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call><tool_call>{\"name\": "
          "\"g\", \"arguments\": {\"b\": \"x\"}}</tool_call>",
          2, "{}", NULL},
-        {"[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {\"c\": true}}]", 1, "{\"c\":true}", NULL},
-        {"{\"name\": \"f\", \"parameters\": {\"d\": 2}}", 1, "{\"d\":2}", NULL}, /* Llama 3 */
+        {"[TOOL_CALLS][{\"name\": \"g\", \"arguments\": {\"c\": true}}]", 1, "{\"c\": true}", NULL},
+        {"{\"name\": \"f\", \"parameters\": {\"d\": 2}}", 1, "{\"d\": 2}", NULL}, /* Llama 3 */
         {"  {\"name\": \"g\", \"arguments\": {}}  ", 1, "{}", NULL},
         {"The answer is 4.", 0, NULL, NULL},
         {"{\"name\": \"unknown\", \"arguments\": {}}", 0, NULL, NULL},
