@@ -182,6 +182,9 @@ typedef struct zi_message {
     bool content_null;
     /* role "tool": the id of the call this result answers (empty: none) */
     zi_string tool_call_id;
+    /* role "tool": the name of the function that gave the result (empty:
+     * none) */
+    zi_string name;
     /* role "assistant": the calls it made, the msgpack array as sent, its
      * shape checked by the decoder ([{"id", "type": "function", "function":
      * {"name", "arguments"}}]); len 0: none */

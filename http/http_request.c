@@ -190,7 +190,8 @@ static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_
     return 0;
 }
 
-/* messages -> a new array of {"role", "content": string}. */
+/* messages -> a new array of the router's messages ({"role", "content"},
+ * tool_calls, tool_call_id, name). */
 static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
     json_t *ms = get(o, "messages");
     if (!ms) return zi_http_fail(e, 400, "missing", "messages", "messages is missing");
@@ -227,17 +228,7 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
         char *text;
         /* An assistant's tool calls may come without content. */
         if (message_text(m, i, calls ? "assistant" : role, &text, e)) return -1;
-        /* Tool results and earlier calls become text turns: the router's
-         * messages take system, user and assistant (docs/http.md). */
-        if (!strcmp(role, "tool") || calls) {
-            char *t2;
-            int rc = zi_http_tools_message_text(m, i, text, &t2, e);
-            free(text);
-            if (rc) return -1;
-            text = t2;
-            if (!strcmp(role, "tool")) role = "user";
-        }
-        json_t *content = json_string(text);
+        json_t *content = calls && !get(m, "content") ? json_null() : json_string(text);
         free(text);
         if (!content) { /* jansson checked the body's UTF-8; a NUL inside is the one way here */
             snprintf(f, sizeof f, "messages[%zu].content", i);
@@ -246,6 +237,13 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
         json_t *nm = json_object();
         json_object_set_new(nm, "role", json_string(role));
         json_object_set_new(nm, "content", content);
+        /* Tool results and calls go as they are; the router's tokenizer
+         * renders them with the template, or as text turns for a template
+         * without tool support (docs/protocol.md). */
+        if ((!strcmp(role, "tool") || calls) && zi_http_tools_message(m, i, nm, e)) {
+            json_decref(nm);
+            return -1;
+        }
         json_array_append_new(k->messages, nm);
     }
     return 0;

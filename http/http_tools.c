@@ -131,44 +131,47 @@ json_t *zi_http_tools_response_format(const zi_http_tools *t) {
                      "tool_call", "schema", schema);
 }
 
-int zi_http_tools_message_text(json_t *msg, size_t i, const char *content, char **text,
-                               zi_http_error *e) {
+int zi_http_tools_message(json_t *msg, size_t i, json_t *nm, zi_http_error *e) {
     const char *role = json_string_value(json_object_get(msg, "role"));
-    char *out = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&out, &len);
-    if (!f) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    char fld[96];
     if (role && !strcmp(role, "tool")) {
-        fprintf(f, "<tool_response>\n%s\n</tool_response>", content);
-    } else {
-        fputs(content, f);
-        json_t *calls = json_object_get(msg, "tool_calls"), *c;
-        size_t j;
-        json_array_foreach(calls, j, c) {
-            json_t *fn = json_object_get(c, "function");
-            json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
-            json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
-            json_t *parsed =
-                json_is_string(args) ? json_loads(json_string_value(args), 0, NULL) : NULL;
-            if (!json_is_string(name) || !parsed) {
-                json_decref(parsed);
-                fclose(f);
-                free(out);
-                char fld[96];
-                snprintf(fld, sizeof fld, "messages[%zu].tool_calls[%zu]", i, j);
-                return bad(e, fld,
-                           "expected {\"function\": {\"name\": str, \"arguments\": a JSON "
-                           "text}}");
-            }
-            json_t *call = json_pack("{s:O, s:o}", "name", name, "arguments", parsed);
-            char *s = json_dumps(call, JSON_COMPACT);
-            json_decref(call);
-            fprintf(f, "%s<tool_call>\n%s\n</tool_call>", (ftell(f) > 0) ? "\n" : "", s ? s : "");
-            free(s);
+        static const char *const keys[] = {"tool_call_id", "name"};
+        for (int k = 0; k < 2; k++) {
+            json_t *v = json_object_get(msg, keys[k]);
+            if (!v || json_is_null(v)) continue;
+            snprintf(fld, sizeof fld, "messages[%zu].%s", i, keys[k]);
+            if (!json_is_string(v)) return bad(e, fld, "expected a string");
+            json_object_set(nm, keys[k], v);
         }
+        return 0;
     }
-    fclose(f);
-    *text = out;
+    json_t *calls = json_object_get(msg, "tool_calls"), *c, *out = json_array();
+    size_t j;
+    json_array_foreach(calls, j, c) {
+        json_t *fn = json_object_get(c, "function"), *id = json_object_get(c, "id");
+        json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+        json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+        json_t *parsed = json_is_string(args)
+                             ? json_loads(json_string_value(args), JSON_DECODE_ANY, NULL)
+                             : NULL;
+        if (!json_is_string(name) || !json_string_length(name) || !parsed ||
+            (id && !json_is_null(id) && !json_is_string(id))) {
+            json_decref(parsed);
+            json_decref(out);
+            snprintf(fld, sizeof fld, "messages[%zu].tool_calls[%zu]", i, j);
+            return bad(e, fld,
+                       "expected {\"id\"?: str, \"function\": {\"name\": str, \"arguments\": a "
+                       "JSON text}}");
+        }
+        /* Object arguments go as a map, which is what chat templates read
+         * (arguments.city, arguments | tojson); any other JSON as its text. */
+        json_t *call = json_pack("{s:s, s:{s:O, s:O}}", "type", "function", "function", "name",
+                                 name, "arguments", json_is_object(parsed) ? parsed : args);
+        if (json_is_string(id)) json_object_set(call, "id", id);
+        json_decref(parsed);
+        json_array_append_new(out, call);
+    }
+    json_object_set_new(nm, "tool_calls", out);
     return 0;
 }
 

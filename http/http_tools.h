@@ -4,7 +4,7 @@
  * what the router takes (its `tools` for the chat template; for
  * `tool_choice` "required" or a named function, a json_schema response
  * format that holds decoding to a valid call), tool results and earlier
- * calls in `messages` rendered as text turns, and the model's text parsed
+ * calls in `messages` in the router's shape, and the model's text parsed
  * back into `tool_calls`: Hermes/Qwen `<tool_call>{...}</tool_call>`,
  * Mistral `[TOOL_CALLS][...]`, and a bare JSON call (Llama 3's
  * `{"name", "parameters"}`, or `{"name", "arguments"}`) as the fallback.
@@ -43,12 +43,15 @@ void zi_http_tools_free(zi_http_tools *t);
  * ...}, "required": [...]}}} (a new reference); else NULL. */
 json_t *zi_http_tools_response_format(const zi_http_tools *t);
 
-/* A `tool` message's content as the user turn the chat template gets
- * ("<tool_response>\n...\n</tool_response>"), or an assistant message's
- * tool_calls appended to its content as Hermes `<tool_call>` blocks.
- * *text is malloc'd. -1 with e set (naming messages[i]...) when malformed. */
-int zi_http_tools_message_text(json_t *msg, size_t i, const char *content, char **text,
-                               zi_http_error *e);
+/* The tool parts of message i, msg (a `tool` message, or an assistant
+ * message with tool_calls), added to nm, the router's message (role and
+ * content set): a tool message's "tool_call_id" and "name", an assistant's
+ * "tool_calls" ([{"id"?, "type": "function", "function": {"name",
+ * "arguments"}}], arguments as a map when their JSON text is an object).
+ * The router's tokenizer renders them with the template, or as text turns
+ * for a template without tool support (docs/protocol.md). -1 with e set
+ * (naming messages[i]...) when malformed. */
+int zi_http_tools_message(json_t *msg, size_t i, json_t *nm, zi_http_error *e);
 
 /* The tool calls in a completion's whole text (tool_stream.h, which the
  * streamed reply uses too, so both say the same): a new array of OpenAI

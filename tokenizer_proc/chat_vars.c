@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chat_tools.h"
 #include "codec.h"
 #include "keypath.h"
 
@@ -318,8 +319,31 @@ static zi_chat_value str_value(const char *s, size_t n) {
     return v;
 }
 
-int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat_value *out,
-                                  zi_error *err) {
+/* A tool message or an assistant's calls as a plain turn's text
+ * (chat_tools.h), copied into a. */
+static int hermes_message(const zi_message *m, size_t i, zi_chat_arena *a, zi_chat_pair *kv,
+                          zi_error *err) {
+    char *txt;
+    size_t tl;
+    int rc = zi_chat_tools_hermes_text(m, i, &txt, &tl, err);
+    if (rc) return rc;
+    char *copy = arena_alloc(a, tl + 1);
+    if (!copy) {
+        free(txt);
+        return zi_error_set(err, ZI_ENOMEM, "messages: out of memory");
+    }
+    memcpy(copy, txt, tl);
+    copy[tl] = '\0';
+    free(txt);
+    int tool = m->role.len == 4 && !memcmp(m->role.p, "tool", 4);
+    kv[0] =
+        (zi_chat_pair){"role", 4, tool ? str_value("user", 4) : str_value(m->role.p, m->role.len)};
+    kv[1] = (zi_chat_pair){"content", 7, str_value(copy, tl)};
+    return ZI_OK;
+}
+
+int zi_chat_messages_from_request(const zi_request *r, int tool_caps, zi_chat_arena *a,
+                                  zi_chat_value *out, zi_error *err) {
     *out = (zi_chat_value){.kind = ZI_CHAT_NONE};
     if (!r || !a) return zi_error_set(err, ZI_EINVAL, "messages: NULL pointer");
     size_t n = r->n_messages;
@@ -327,12 +351,22 @@ int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat
     if (!items) return zi_error_set(err, ZI_ENOMEM, "messages: out of memory");
     for (size_t i = 0; i < n; i++) {
         const zi_message *m = &r->messages[i];
-        zi_chat_pair *kv = arena_alloc(a, 4 * sizeof *kv);
+        zi_chat_pair *kv = arena_alloc(a, 5 * sizeof *kv);
         if (!kv) return zi_error_set(err, ZI_ENOMEM, "messages: out of memory");
         size_t k = 0;
+        if (!(tool_caps & ZI_CHAT_TOOLS_NATIVE) &&
+            (m->tool_calls.len || (m->role.len == 4 && !memcmp(m->role.p, "tool", 4)))) {
+            int rc = hermes_message(m, i, a, kv, err);
+            if (rc) return rc;
+            items[i] = (zi_chat_value){.kind = ZI_CHAT_DICT};
+            items[i].u.dict.v = kv;
+            items[i].u.dict.n = 2;
+            continue;
+        }
         kv[k++] = (zi_chat_pair){"role", 4, str_value(m->role.p, m->role.len)};
         kv[k] = (zi_chat_pair){"content", 7, str_value(m->content.p, m->content.len)};
-        if (m->content_null) kv[k].value = (zi_chat_value){.kind = ZI_CHAT_NONE};
+        if (m->content_null && !(tool_caps & ZI_CHAT_TOOLS_EMPTY_CONTENT))
+            kv[k].value = (zi_chat_value){.kind = ZI_CHAT_NONE};
         k++;
         if (m->tool_calls.len) {
             msgpack_unpacked u;
@@ -352,6 +386,7 @@ int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat
         if (m->tool_call_id.len)
             kv[k++] = (zi_chat_pair){"tool_call_id", 12,
                                      str_value(m->tool_call_id.p, m->tool_call_id.len)};
+        if (m->name.len) kv[k++] = (zi_chat_pair){"name", 4, str_value(m->name.p, m->name.len)};
         items[i] = (zi_chat_value){.kind = ZI_CHAT_DICT};
         items[i].u.dict.v = kv;
         items[i].u.dict.n = k;
@@ -362,7 +397,7 @@ int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat
     return ZI_OK;
 }
 
-int zi_chat_render_request(const zi_chat_template *t, const zi_request *r,
+int zi_chat_render_request(const zi_chat_template *t, int tool_caps, const zi_request *r,
                            const msgpack_object *tools, const msgpack_object *options,
                            const char *bos_token, const char *eos_token, char **out,
                            size_t *out_len, zi_error *err) {
@@ -376,7 +411,7 @@ int zi_chat_render_request(const zi_chat_template *t, const zi_request *r,
         return rc;
     }
     zi_chat_value mv;
-    rc = zi_chat_messages_from_request(r, &cv.arena, &mv, err);
+    rc = zi_chat_messages_from_request(r, tool_caps, &cv.arena, &mv, err);
     if (!rc) {
         zi_chat_render_opts ro = {.add_generation_prompt = 1,
                                   .bos_token = bos_token,

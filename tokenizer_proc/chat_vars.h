@@ -84,16 +84,20 @@ void zi_chat_vars_free(zi_chat_vars *v);
  * (zi_chat_render_opts.messages): a list of dicts with "role", "content"
  * (None where the message's content_null is set), "tool_calls" (the
  * assistant's calls, converted from their msgpack with
- * zi_chat_value_from_msgpack) and "tool_call_id" where given, in that
- * order. Role, content and tool_call_id strings refer to r's, which must
- * outlive the render; the rest comes from a.
+ * zi_chat_value_from_msgpack), "tool_call_id" and "name" where given, in
+ * that order. tool_caps is what zi_chat_tools_native said of the
+ * template (chat_tools.h): without ZI_CHAT_TOOLS_NATIVE a tool message
+ * and an assistant's calls become {"role", "content"} text turns instead
+ * (a tool message then a "user" turn); with ZI_CHAT_TOOLS_EMPTY_CONTENT a
+ * null content is "" rather than None. Role, content, tool_call_id and name strings refer
+ * to r's, which must outlive the render; the rest comes from a.
  */
-int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat_value *out,
-                                  zi_error *err);
+int zi_chat_messages_from_request(const zi_request *r, int tool_caps, zi_chat_arena *a,
+                                  zi_chat_value *out, zi_error *err);
 
 /*
  * What the tokenizer process renders for a request: r's messages
- * (zi_chat_messages_from_request) with its tools and chat_template_options
+ * (zi_chat_messages_from_request, tool_caps as there) with its tools and chat_template_options
  * (the request's msgpack objects, either may be NULL: see
  * zi_chat_vars_from_msgpack), add_generation_prompt true, and the model's
  * BOS / EOS texts (NULL: undefined). *out as zi_chat_template_render
@@ -102,7 +106,7 @@ int zi_chat_messages_from_request(const zi_request *r, zi_chat_arena *a, zi_chat
  * and those of the render prefixed "messages: " (e.g. "messages: Conversation
  * roles must alternate ...", "messages: chat template line 3 col 5: ...").
  */
-int zi_chat_render_request(const zi_chat_template *t, const zi_request *r,
+int zi_chat_render_request(const zi_chat_template *t, int tool_caps, const zi_request *r,
                            const msgpack_object *tools, const msgpack_object *options,
                            const char *bos_token, const char *eos_token, char **out,
                            size_t *out_len, zi_error *err);

@@ -32,6 +32,7 @@
 #include "args.h"
 #include "chat_template.h"
 #include "chat_template_source.h"
+#include "chat_tools.h"
 #include "chat_vars.h"
 #include "codec.h"
 #include "curve.h"
@@ -83,6 +84,7 @@ typedef struct tproc {
     int64_t ctx_train;
     zi_i32_list eog; /* every end-of-generation id */
     zi_chat_template *tmpl;
+    int tool_caps;        /* what tmpl does with tool messages (chat_tools.h) */
     const char *tmpl_arg; /* --chat-template, or NULL: the file's template */
     bool file_tmpl_bad;   /* the file has a template, but it does not compile */
     char *bos_text, *eos_text;
@@ -168,7 +170,7 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
      * tools=tools, **options) would; made from the request's own msgpack. */
     char *text = NULL;
     size_t len = 0;
-    int rc = zi_chat_render_request(t->tmpl, r, zi_map_get(req, "tools"),
+    int rc = zi_chat_render_request(t->tmpl, t->tool_caps, r, zi_map_get(req, "tools"),
                                     zi_map_get(req, "chat_template_options"), t->bos_text,
                                     t->eos_text, &text, &len, err);
     if (rc) return rc;
@@ -540,6 +542,14 @@ static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
         if (n < 0 || n >= (int)sizeof buf) continue;
         buf[n] = '\0';
         *dst[i] = strdup(buf);
+    }
+    if (t->tmpl) {
+        t->tool_caps = zi_chat_tools_native(t->tmpl, t->bos_text, t->eos_text);
+        zi_log(&t->log, ZI_LOG_INFO, "chat template: tool messages %s",
+               !t->tool_caps ? "sent as text turns (the template does not render them)"
+               : t->tool_caps & ZI_CHAT_TOOLS_EMPTY_CONTENT
+                   ? "rendered by the template (a null content as \"\")"
+                   : "rendered by the template");
     }
     return ZI_OK;
 }

@@ -12,8 +12,11 @@ the server still serves.
 
 import http.client as httpc
 import json
+import os
 import socket
+import subprocess
 import time
+from pathlib import Path
 
 import jsonschema
 import openai
@@ -350,6 +353,92 @@ def test_tools_auto_streams_text(sdk, model):
     assert not whole.message.tool_calls and len(texts) > 3, texts
     assert "".join(texts) == whole.message.content
     assert chunks[-1].choices[0].finish_reason == whole.finish_reason
+
+
+HERMES3 = (Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer"))
+           / "llama.cpp-vendor" / "models" / "templates"
+           / "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")
+
+
+def bos_eos(zinfer_bin, model_path):
+    """The model's BOS and EOS token texts, which the server's templates get."""
+    info = json.loads(subprocess.run([str(zinfer_bin), "info", "--model", str(model_path),
+                                      "--json"], capture_output=True, text=True,
+                                     check=True).stdout)
+    return info["tokenizer"]["bos_token"], info["tokenizer"]["eos_token"]
+
+
+def hf_render(template, messages, tools, bos, eos):
+    """jinja2 as Hugging Face's apply_chat_template renders (its tojson)."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def tojson(x, indent=None, separators=None, sort_keys=False, ensure_ascii=False):
+        return json.dumps(x, indent=indent, separators=separators, sort_keys=sort_keys,
+                          ensure_ascii=ensure_ascii)
+
+    def raise_exception(msg):
+        raise TemplateError(msg)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    return env.from_string(template).render(messages=messages, tools=tools, bos_token=bos,
+                                            eos_token=eos, add_generation_prompt=True)
+
+
+@pytest.mark.skipif(not HERMES3.is_file(), reason=f"{HERMES3} absent")
+def test_tool_messages_in_template_roles(zinfer_bin, model_path, tmp_path):
+    """With a template that renders tools (Hermes 3's), a tool-call round
+    trip over HTTP reaches it natively: the assistant's tool_calls (their
+    arguments as a map) and the `tool` message in its own role, the tools
+    listed by the template; the prompt is jinja2's rendering of exactly
+    that, token for token in number, and not the text-turn fallback's."""
+    port = free_port()
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
+                       "--slots", 2, "--chat-template", HERMES3,
+                       "--http", f"127.0.0.1:{port}") as srv:
+        h = Http(port)
+        deadline = time.time() + 30
+        while h.req("GET", "/health", key=None, timeout=5)[0] != 200:
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        assert "tool messages rendered by the template" in srv.log()
+        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
+                            timeout=60)
+        model = sdk.models.list().data[0].id
+        msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+        r = sdk.chat.completions.create(model=model, messages=msgs, tools=WEATHER, tool_choice="required",
+                                        temperature=0, max_tokens=40)
+        (call,) = r.choices[0].message.tool_calls
+        follow = msgs + [
+            {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "name": "get_weather",
+             "content": json.dumps({"temperature_c": 21})}]
+        r = sdk.chat.completions.create(model=model, messages=follow,
+                                        tools=WEATHER, temperature=0, max_tokens=2)
+        template = HERMES3.read_text(encoding="utf-8")
+        special = bos_eos(zinfer_bin, model_path)
+        native = [dict(m) for m in follow]
+        native[1]["tool_calls"] = [{"id": call.id, "type": "function", "function": {
+            "name": call.function.name, "arguments": json.loads(call.function.arguments)}}]
+        text = hf_render(template, native, WEATHER, *special)
+        assert "<|im_start|>tool\n<tool_response>" in text and "temperature_c" in text
+        st, _, tok = h.req("POST", "/tokenize", {"prompt": text, "add_special_tokens": False},
+                           key=None)
+        assert st == 200, tok
+        assert r.usage.prompt_tokens == tok["count"], (r.usage, tok["count"], text)
+        # the text-turn fallback would have given another prompt
+        args = json.dumps(json.loads(call.function.arguments))
+        fallback = [msgs[0], {"role": "assistant", "content": "<tool_call>\n{\"name\": "
+                              f"\"get_weather\", \"arguments\": {args}}}\n</tool_call>"},
+                    {"role": "user", "content": "<tool_response>\n" + follow[2]["content"]
+                     + "\n</tool_response>"}]
+        other = hf_render(template, fallback, WEATHER, *special)
+        assert other != text
+        st, _, tok2 = h.req("POST", "/tokenize", {"prompt": other, "add_special_tokens": False},
+                            key=None)
+        assert tok2["count"] != tok["count"]
 
 
 @pytest.mark.parametrize("stream", [True, False])

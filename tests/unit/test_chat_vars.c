@@ -28,6 +28,7 @@
 
 #include "chat_template.h"
 #include "chat_template_fixture.h"
+#include "chat_tools.h"
 #include "chat_vars.h"
 #include "codec.h"
 #include "test_codec_util.h"
@@ -659,7 +660,7 @@ static void test_request_messages(void **state) {
     msgpack_sbuffer_destroy(&sb);
     zi_chat_arena a = {0};
     zi_chat_value mv;
-    assert_int_equal(zi_chat_messages_from_request(&r, &a, &mv, &err), ZI_OK);
+    assert_int_equal(zi_chat_messages_from_request(&r, 1, &a, &mv, &err), ZI_OK);
     assert_int_equal(zi_chat_value_check(&mv, "messages", &err), ZI_OK);
     zi_chat_template *t;
     const char *src = "{% for m in messages %}{{ m.role }}|{{ m.content is none }}|{{ m.content }}|"
@@ -700,8 +701,8 @@ static void test_request_messages(void **state) {
         "{{ add_generation_prompt }}|{{ enable_thinking is defined }}";
     assert_int_equal(zi_chat_template_compile(src2, strlen(src2), &t, &err), ZI_OK);
     size_t len = 0;
-    assert_int_equal(zi_chat_render_request(t, &r, &tu.data, NULL, "<s>", NULL, &out, &len, &err),
-                     ZI_OK);
+    assert_int_equal(
+        zi_chat_render_request(t, 1, &r, &tu.data, NULL, "<s>", NULL, &out, &len, &err), ZI_OK);
     assert_string_equal(out, "<s>get_weather|call_1|None|call_1|True|False");
     assert_int_equal(len, strlen(out));
     free(out);
@@ -713,7 +714,7 @@ static void test_request_messages(void **state) {
     assert_int_equal(msgpack_unpack_next(&ou, ob.data, ob.size, NULL), MSGPACK_UNPACK_SUCCESS);
     out = (char *)1;
     assert_int_equal(
-        zi_chat_render_request(t, &r, &tu.data, &ou.data, "<s>", NULL, &out, &len, &err),
+        zi_chat_render_request(t, 1, &r, &tu.data, &ou.data, "<s>", NULL, &out, &len, &err),
         ZI_EINVAL);
     assert_null(out);
     assert_string_equal(err.msg, "chat_template_options.messages: a name the renderer sets itself");
@@ -722,6 +723,82 @@ static void test_request_messages(void **state) {
     msgpack_unpacked_destroy(&tu);
     msgpack_sbuffer_destroy(&tb);
     zi_chat_template_free(t);
+    zi_request_free(&r);
+}
+
+/* A template that does not render tools gets the Hermes text turns; the
+ * probe tells the two kinds of template apart. */
+static void test_tool_fallback(void **state) {
+    (void)state;
+    msgpack_sbuffer sb = sb_new();
+    build(&sb,
+          "M s s s A M s s s s  M s s s n s A M s s s s s M s s s M s s"
+          "  M s s s s s s s s  M s s s s s A M s M s s s s",
+          2, "id", "t", "messages", 4, 2, "role", "user", "content", "Weather in Paris?", 3, "role",
+          "assistant", "content", "tool_calls", 1, 3, "id", "call_1", "type", "function",
+          "function", 2, "name", "get_weather", "arguments", 1, "city", "Paris", 4, "role", "tool",
+          "tool_call_id", "call_1", "content", "21 C", "name", "get_weather", 3, "role",
+          "assistant", "content", "Let me look.", "tool_calls", 1, 1, "function", 2, "name", "f",
+          "arguments", "{\"a\": [1, \"\\u00e9\\n\"]}");
+    zi_request r;
+    zi_error err = {0};
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &err), ZI_OK);
+    msgpack_sbuffer_destroy(&sb);
+    zi_chat_template *t;
+    const char *src = "{% for m in messages %}{{ m.role }}|{{ m.content }}|{{ m | length }}\n"
+                      "{% endfor %}";
+    assert_int_equal(zi_chat_template_compile(src, strlen(src), &t, &err), ZI_OK);
+    char *out = NULL;
+    assert_int_equal(zi_chat_render_request(t, 0, &r, NULL, NULL, NULL, NULL, &out, NULL, &err),
+                     ZI_OK);
+    assert_string_equal(out,
+                        "user|Weather in Paris?|2\n"
+                        "assistant|<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                        "{\"city\": \"Paris\"}}\n</tool_call>|2\n"
+                        "user|<tool_response>\n21 C\n</tool_response>|2\n"
+                        "assistant|Let me look.\n<tool_call>\n{\"name\": \"f\", \"arguments\": "
+                        "{\"a\": [1, \"\\u00e9\\n\"]}}\n</tool_call>|2\n");
+    free(out);
+    /* natively, the tool message keeps its name */
+    assert_int_equal(zi_chat_render_request(t, 1, &r, NULL, NULL, NULL, NULL, &out, NULL, &err),
+                     ZI_OK);
+    assert_non_null(strstr(out, "tool|21 C|4\n"));
+    assert_non_null(strstr(out, "assistant|None|3\n"));
+    free(out);
+    assert_int_equal(zi_chat_render_request(t, ZI_CHAT_TOOLS_NATIVE | ZI_CHAT_TOOLS_EMPTY_CONTENT,
+                                            &r, NULL, NULL, NULL, NULL, &out, NULL, &err),
+                     ZI_OK);
+    assert_non_null(strstr(out, "assistant||3\n"));
+    free(out);
+    assert_int_equal(zi_chat_tools_native(t, NULL, NULL), 0); /* shows neither marker */
+    zi_chat_template_free(t);
+    static const struct {
+        const char *src;
+        int native;
+    } probes[] = {
+        {"{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls[0].function.arguments | "
+         "tojson }}{% endif %}{% if m.role == 'tool' %}{{ m.content }}{% endif %}{% endfor %}",
+         1},
+        /* calls but no results, results but no calls */
+        {"{% for m in messages %}{% if m.tool_calls %}{{ m.tool_calls | tojson }}{% endif %}"
+         "{% endfor %}",
+         0},
+        {"{% for m in messages %}{{ m.content }}{% endfor %}", 0},
+        /* one that fails on a None content gets "" (Qwen 3's '</think>' in content) */
+        {"{% for m in messages %}{{ m.content + '|' }}{% if m.tool_calls %}{{ m.tool_calls[0]."
+         "function.arguments | tojson }}{% endif %}{% endfor %}",
+         ZI_CHAT_TOOLS_NATIVE | ZI_CHAT_TOOLS_EMPTY_CONTENT},
+        /* a template that refuses the tool role */
+        {"{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools') }}"
+         "{% endif %}{{ m.tool_calls | tojson }}{{ m.content }}{% endfor %}",
+         0},
+    };
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
+        assert_int_equal(zi_chat_template_compile(probes[i].src, strlen(probes[i].src), &t, &err),
+                         ZI_OK);
+        assert_int_equal(zi_chat_tools_native(t, "<s>", "</s>"), probes[i].native);
+        zi_chat_template_free(t);
+    }
     zi_request_free(&r);
 }
 
@@ -835,7 +912,7 @@ int main(void) {
         cmocka_unit_test(test_fixture_vars),         cmocka_unit_test(test_vars_render),
         cmocka_unit_test(test_vars_refused),         cmocka_unit_test(test_vars_msgpack),
         cmocka_unit_test(test_vars_msgpack_refused), cmocka_unit_test(test_vars_request),
-        cmocka_unit_test(test_request_messages),
+        cmocka_unit_test(test_request_messages),     cmocka_unit_test(test_tool_fallback),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

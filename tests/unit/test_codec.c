@@ -310,11 +310,11 @@ static void test_tool_messages(void **state) {
     msgpack_sbuffer sb = sb_new();
     build(&sb,
           "M s s s A M s s s s  M s s s n s A M s s s s s M s s s M s s"
-          "  M s s s s s s",
+          "  M s s s s s s s s",
           2, "id", "t", "messages", 3, 2, "role", "user", "content", "Weather in Paris?", 3, "role",
           "assistant", "content", "tool_calls", 1, 3, "id", "call_1", "type", "function",
-          "function", 2, "name", "get_weather", "arguments", 1, "city", "Paris", 3, "role", "tool",
-          "tool_call_id", "call_1", "content", "21 C");
+          "function", 2, "name", "get_weather", "arguments", 1, "city", "Paris", 4, "role", "tool",
+          "tool_call_id", "call_1", "content", "21 C", "name", "get_weather");
     zi_request r, back;
     zi_error e = {0};
     assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
@@ -326,6 +326,7 @@ static void test_tool_messages(void **state) {
     assert_true(r.messages[1].tool_calls.len > 0);
     assert_string_equal(r.messages[2].role.p, "tool");
     assert_string_equal(r.messages[2].tool_call_id.p, "call_1");
+    assert_string_equal(r.messages[2].name.p, "get_weather");
     assert_string_equal(r.messages[2].content.p, "21 C");
     /* tool_calls are kept as the msgpack the client sent */
     msgpack_unpacked u;
@@ -346,6 +347,7 @@ static void test_tool_messages(void **state) {
     assert_memory_equal(back.messages[1].tool_calls.p, r.messages[1].tool_calls.p,
                         r.messages[1].tool_calls.len);
     assert_string_equal(back.messages[2].tool_call_id.p, "call_1");
+    assert_string_equal(back.messages[2].name.p, "get_weather");
     assert_false(back.messages[2].content_null);
     free(buf);
     zi_request_free(&back);

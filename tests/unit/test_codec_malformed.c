@@ -143,8 +143,11 @@ static void test_malformed_requests(void **state) {
              "content", "x", 2, "role", "robot", "content", "y");
     bad_case('r', NULL, I, "messages[0].content: missing required field", "M s s s A M s s", 2,
              "id", "a", "messages", 1, 1, "role", "user");
-    bad_case('r', NULL, I, "messages[0].name: unknown field", "M s s s A M s s s s s s", 2, "id",
-             "a", "messages", 1, 3, "role", "user", "content", "x", "name", "bob");
+    bad_case('r', NULL, I, "messages[0].speaker: unknown field", "M s s s A M s s s s s s", 2, "id",
+             "a", "messages", 1, 3, "role", "user", "content", "x", "speaker", "bob");
+    bad_case('r', NULL, I, "messages[0].name: only a tool message names its function",
+             "M s s s A M s s s s s s", 2, "id", "a", "messages", 1, 3, "role", "user", "content",
+             "x", "name", "bob");
     bad_case('r', NULL, ZI_EUNSUPPORTED,
              "messages[0].content[1].type: part type \"image_url\" is not supported",
              "M s s s A M s s s A M s s s s M s s", 2, "id", "a", "messages", 1, 2, "role", "user",
