@@ -71,6 +71,7 @@ static const char USAGE_SERVE[] =
     "  --kv-cache-tokens N, --kv-cache-bytes B, --memory-budget B\n"
     "                            each worker's KV cache (default: from the memory budget)\n"
     "  --batch-size N, --num-steps N, --prefill-chunk N, --block-size N, --no-prefix-cache\n"
+    "  --spec-lookup, --no-spec-lookup\n"
     "                            passed to zinfer-worker (see zinfer-worker --help)\n"
     "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS\n"
     "                            passed to zinfer-router (see zinfer-router --help)\n"
@@ -84,8 +85,9 @@ static const char USAGE_SERVE[] =
     "  -h, --help                this text\n";
 
 /* The most pass-through options: each worker sizing flag with its value,
- * and --no-prefix-cache; the router's four limits with their values. */
-#define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 1)
+ * --no-prefix-cache and one of --spec-lookup / --no-spec-lookup; the
+ * router's four limits with their values. */
+#define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 2)
 #define MAX_ROUTER_PASS 8
 #define MAX_HTTP_PASS 8
 /* the worker's fixed args, its key options, its options, NULL */
@@ -149,7 +151,9 @@ static int next_port_addr(const char *addr, char *out, size_t cap) {
  * once, so they never overflow. */
 static void pass_on(const char **list, int *n, const char *flag, const char *value) {
     for (int i = 0; i < *n; i++)
-        if (!strcmp(list[i], flag)) {
+        if (!strcmp(list[i], flag) ||
+            (strstr(list[i], "spec-lookup") && strstr(flag, "spec-lookup"))) {
+            list[i] = flag; /* the last of --spec-lookup / --no-spec-lookup wins */
             if (value) list[i + 1] = value;
             return;
         }
@@ -199,7 +203,8 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             fputs(USAGE_SERVE, stdout);
             return 0;
         }
-        if (!strcmp(a, "--no-prefix-cache")) {
+        if (!strcmp(a, "--no-prefix-cache") || !strcmp(a, "--spec-lookup") ||
+            !strcmp(a, "--no-spec-lookup")) {
             pass_on(o->worker_pass, &o->n_wpass, a, NULL);
             continue;
         }

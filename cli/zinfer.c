@@ -61,6 +61,7 @@ typedef struct opts {
     double temperature, top_p, min_p, rep_pen, freq_pen, pres_pen;
     long long seed, top_k;
     int ignore_eos;
+    int spec_lookup; /* generate: prompt-lookup speculation (greedy only) */
     int json;
     /* logits */
     const char *out;
@@ -303,7 +304,8 @@ static int cmd_generate(const opts *o) {
     zi_generator_config gc = {.n_slots = 1,
                               .ctx = ctx,
                               .max_batch_tokens = (int)o->batch,
-                              .sample_vocab = zi_tokenizer_vocab_size(e.tok)};
+                              .sample_vocab = zi_tokenizer_vocab_size(e.tok),
+                              .spec_lookup = o->spec_lookup};
     if (!rc) rc = zi_generator_create(e.model, &gc, &gen, &err);
     if (!rc && o->max_tokens > 0) {
         sp.max_new_tokens = o->max_tokens;
@@ -346,6 +348,16 @@ static int cmd_generate(const opts *o) {
                    "tokens in %.3f s (%.1f tok/s); stop: %s",
                    n, t1 - t0, n / (t1 - t0 + 1e-9), n_out, t2 - t1,
                    n_out > 1 ? (n_out - 1) / (t2 - t1 + 1e-9) : 0.0, reason);
+        if (o->spec_lookup && gen) {
+            zi_generator_stats st;
+            zi_generator_get_stats(gen, &st);
+            zi_log(&o->log, ZI_LOG_INFO,
+                   "speculation: %llu verifications, %llu draft tokens, %llu accepted (%.0f%%)",
+                   (unsigned long long)st.spec_steps, (unsigned long long)st.spec_drafted,
+                   (unsigned long long)st.spec_accepted,
+                   st.spec_drafted ? 100.0 * (double)st.spec_accepted / (double)st.spec_drafted
+                                   : 0.0);
+        }
         if (o->json) {
             json_t *j = json_object();
             json_object_set_new(j, "prompt_token_ids", json_ids(ids, n));
@@ -706,6 +718,8 @@ static const char *USAGE_GENERATE =
     "  --seed N             seed of the draw (default 0); the same seed and values give\n"
     "                       the same tokens as a served request (docs/sampling.md)\n"
     "  --ignore-eos         do not stop at end-of-sequence tokens\n"
+    "  --spec-lookup        prompt-lookup speculation (greedy only; the same tokens,\n"
+    "                       fewer steps on text that repeats its input; default off)\n"
     "  --json               print, as the last line, a JSON object with prompt_token_ids,\n"
     "                       token_ids, text, finish_reason (instead of streaming text)\n"
     "  plus the common options of `zinfer --help`\n";
@@ -819,6 +833,8 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
             takes = 0;
             if (!strcmp(a, "--ignore-eos"))
                 o->ignore_eos = 1;
+            else if (!strcmp(a, "--spec-lookup") || !strcmp(a, "--no-spec-lookup"))
+                o->spec_lookup = !strcmp(a, "--spec-lookup");
             else if (!strcmp(a, "--json"))
                 o->json = 1;
             else if (!strcmp(a, "--parse-special"))

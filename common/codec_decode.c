@@ -140,7 +140,8 @@ static int dec_sampling(zi_dec *d, const msgpack_object *o, zi_sampling_params *
                                         "stop_token_ids",
                                         "detokenize",
                                         "seed",
-                                        "logit_bias"};
+                                        "logit_bias",
+                                        "speculate"};
     enum { N = sizeof names / sizeof names[0] };
     const msgpack_object *v[N];
     zi_sampling_params_init(sp);
@@ -178,6 +179,7 @@ static int dec_sampling(zi_dec *d, const msgpack_object *o, zi_sampling_params *
         if (rc) goto fail;
     }
     if (!zi_dec_is_nil(v[14])) AT(d, "logit_bias", dec_logit_bias(d, v[14], &sp->logit_bias));
+    if (v[15]) AT(d, "speculate", zi_dec_bool(d, v[15], &sp->speculate));
     if ((rc = zi_sampling_params_validate(sp, d->path.s, d->err))) goto fail;
     return ZI_OK;
 fail:

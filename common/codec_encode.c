@@ -121,7 +121,7 @@ int zi_codec_pack_sampling_params(msgpack_packer *pk, const zi_sampling_params *
     int rc = zi_sampling_params_validate(sp, "sampling_params", err);
     if (!rc) rc = enc_list_ok(&sp->stop, "sampling_params.stop", err);
     if (rc) return rc;
-    P(msgpack_pack_map(pk, 14 + (sp->logit_bias.n > 0)));
+    P(msgpack_pack_map(pk, 14 + (sp->logit_bias.n > 0) + !sp->speculate));
     P(pack_key(pk, "top_k") || msgpack_pack_int32(pk, sp->top_k));
     P(pack_key(pk, "top_p") || msgpack_pack_double(pk, sp->top_p));
     P(pack_key(pk, "min_p") || msgpack_pack_double(pk, sp->min_p));
@@ -146,6 +146,7 @@ int zi_codec_pack_sampling_params(msgpack_packer *pk, const zi_sampling_params *
             P(msgpack_pack_int32(pk, sp->logit_bias.v[i].id) ||
               msgpack_pack_float(pk, sp->logit_bias.v[i].bias));
     }
+    if (!sp->speculate) P(pack_key(pk, "speculate") || msgpack_pack_false(pk));
     return ZI_OK;
 }
 

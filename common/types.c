@@ -155,6 +155,7 @@ void zi_sampling_params_init(zi_sampling_params *sp) {
     sp->ignore_eos = false;
     sp->detokenize = true;
     sp->seed = 0;
+    sp->speculate = true;
 }
 
 void zi_sampling_params_free(zi_sampling_params *sp) {

@@ -161,6 +161,7 @@ typedef struct zi_sampling_params {
     bool detokenize;
     uint64_t seed;
     zi_logit_bias logit_bias;
+    bool speculate; /* may the worker speculate this request (when its server does); default true */
 } zi_sampling_params;
 
 void zi_sampling_params_init(zi_sampling_params *sp);

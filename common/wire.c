@@ -129,7 +129,10 @@ const char *const zi_kv_stat_names[ZI_N_KV_STATS] = {"blocks",
                                                      "prefix_query_tokens",
                                                      "prefix_hit_tokens",
                                                      "preemptions",
-                                                     "evictions"};
+                                                     "evictions",
+                                                     "spec_steps",
+                                                     "spec_drafted",
+                                                     "spec_accepted"};
 
 void *zi_backend_socket(void *zctx, const char *router, const zi_curve_client *curve,
                         zi_error *err) {

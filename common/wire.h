@@ -85,6 +85,9 @@ enum {
     ZI_KV_PREFIX_HIT_TOKENS,
     ZI_KV_PREEMPTIONS,
     ZI_KV_EVICTIONS,
+    ZI_KV_SPEC_STEPS,    /* speculation (docs/speculative.md): verifications, */
+    ZI_KV_SPEC_DRAFTED,  /* draft tokens fed, */
+    ZI_KV_SPEC_ACCEPTED, /* and accepted */
     ZI_N_KV_STATS
 };
 extern const char *const zi_kv_stat_names[ZI_N_KV_STATS];

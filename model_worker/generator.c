@@ -30,6 +30,11 @@
 #include "json_constraint.h"
 #include "kv_blocks.h"
 #include "sampler.h"
+#include "spec_lookup.h"
+
+/* Sampler rows a context may have in one step: its token's, and one after
+ * each draft. */
+#define ZI_SPEC_ROWS (1 + ZI_SPEC_MAX_DRAFT)
 
 /* One sequence slot. A context holds a slot from its first step until it
  * is released; preemption takes its blocks, not its slot, so `arrival`
@@ -52,6 +57,12 @@ typedef struct gseq {
      * state, fed the same way (js_fed, js_hash, js_bad) */
     zi_grammar *gram;
     zi_grammar_state *gs;
+    /* Prompt-lookup speculation (spec_lookup.h): the adaptive draft
+     * length, and this step's drafts, fed behind the sequence's last token
+     * (n_draft 0: none). */
+    zi_spec_state spec;
+    int32_t n_draft;
+    int32_t draft[ZI_SPEC_MAX_DRAFT];
 } gseq;
 
 struct zi_generator {
@@ -84,7 +95,8 @@ struct zi_generator {
     zi_sampler *sampler;
     zi_sampler_row *rows;          /* [n_slots] */
     int *row_ctx;                  /* [n_slots] sampled row -> stepped index */
-    int32_t *out_tok, *sample_tok; /* [n_slots] */
+    int32_t *out_tok, *sample_tok; /* [n_slots] (rows and out_tok: [n_slots * ZI_SPEC_ROWS]) */
+    int32_t *spec_tok;             /* [n_slots][ZI_SPEC_MAX_DRAFT] the tokens after each draft */
     int32_t *forbid;               /* EOS ids masked by min_new_tokens */
     size_t forbid_cap;
     const zi_json_vocab *json; /* structured output (NULL: refused) */
@@ -136,7 +148,7 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
         zi_generator_free(g);
         return rc;
     }
-    size_t B = (size_t)cfg.max_batch_tokens, S = (size_t)cfg.n_slots;
+    size_t B = (size_t)cfg.max_batch_tokens, S = (size_t)cfg.n_slots, R = S * ZI_SPEC_ROWS;
     g->slot_used = calloc(S, 1);
     g->seqs = calloc(S, sizeof *g->seqs);
     g->tokens = malloc(B * sizeof *g->tokens);
@@ -149,14 +161,15 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->logits = malloc(S * (size_t)g->n_vocab * sizeof *g->logits);
     g->logit_rows = S;
     g->first_row = malloc(S * sizeof *g->first_row);
-    g->rows = malloc(S * sizeof *g->rows);
-    g->row_ctx = malloc(S * sizeof *g->row_ctx);
-    g->out_tok = malloc(S * sizeof *g->out_tok);
+    g->rows = malloc(R * sizeof *g->rows);
+    g->row_ctx = malloc(R * sizeof *g->row_ctx);
+    g->out_tok = malloc(R * sizeof *g->out_tok);
     g->sample_tok = malloc(S * sizeof *g->sample_tok);
-    g->src_row = malloc(S * sizeof *g->src_row);
+    g->spec_tok = malloc(S * ZI_SPEC_MAX_DRAFT * sizeof *g->spec_tok);
+    g->src_row = malloc(R * sizeof *g->src_row);
     int ok = g->slot_used && g->seqs && g->tokens && g->pos && g->seq && g->want && g->tables &&
              g->order && g->stepped && g->logits && g->first_row && g->rows && g->row_ctx &&
-             g->out_tok && g->sample_tok && g->src_row;
+             g->out_tok && g->sample_tok && g->spec_tok && g->src_row;
     for (size_t i = 0; ok && i < S; i++)
         ok = (g->seqs[i].blocks = malloc((size_t)max_blocks * sizeof(int32_t))) != NULL;
     if (!ok) {
@@ -203,6 +216,7 @@ void zi_generator_free(zi_generator *g) {
     free(g->row_ctx);
     free(g->out_tok);
     free(g->sample_tok);
+    free(g->spec_tok);
     free(g->src_row);
     zi_device_sampler_free(g->dev);
     free(g->forbid);
@@ -297,6 +311,8 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         q->last_hash = 0;
         q->looked_up = 0;
         q->js_fed = -1;
+        zi_spec_state_init(&q->spec);
+        q->n_draft = 0;
         zi_json_schema_free(q->schema);
         q->schema = NULL;
         zi_grammar_state_free(q->gs);
@@ -528,6 +544,44 @@ static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int6
     return have < upto ? have : upto;
 }
 
+/* Can c's next token be speculated? Only a greedy decode step whose
+ * token depends on nothing but the logits of its row: no penalties, logit
+ * bias, EOS mask (min_new_tokens reached), structured-output mask (JSON
+ * schema or grammar) or log probabilities (those are not supported with speculation yet). */
+static int spec_eligible(const zi_generator *g, const zi_text_context *c) {
+    const zi_sampling_params *sp = &c->sampling_params;
+    return g->cfg.spec_lookup && sp->speculate && (sp->temperature == 0 || sp->top_k == 1) &&
+           sp->frequency_penalty == 0 && sp->presence_penalty == 0 && sp->repetition_penalty == 1 &&
+           sp->logit_bias.n == 0 && c->log_probabilities == 0 && !c->has_json_schema &&
+           c->grammar.len == 0 && !c->is_initial_prompt && c->active_idx == c->end_idx &&
+           c->start_idx + 1 == c->end_idx && c->end_idx - c->prompt_len >= sp->min_new_tokens;
+}
+
+/* Drafts for a decoding context whose last token is scheduled: at most cap
+ * of them (the step's budget left), never more than could be emitted
+ * before max_length (the model's token after the last draft is emitted
+ * too) or fed within the sequence's positions, and only with KV blocks got
+ * without preempting anyone. They go in q->draft / q->n_draft. */
+static void propose_drafts(zi_generator *g, zi_text_context *c, gseq *q, int cap) {
+    int64_t room = c->max_length - c->end_idx - 1, pos_room = g->cfg.ctx - c->end_idx;
+    if (room < cap) cap = (int)room;
+    if (pos_room < cap) cap = (int)pos_room;
+    if (cap > ZI_SPEC_MAX_DRAFT) cap = ZI_SPEC_MAX_DRAFT;
+    if (cap <= 0) return;
+    int k = zi_spec_draft_len(&q->spec, cap);
+    int n = k > 0 ? zi_spec_propose(c->tokens, c->end_idx, k, q->draft) : 0;
+    int bs = g->cfg.block_size;
+    while (n > 0 && (int64_t)q->n_blocks * bs < c->end_idx + n) {
+        if (q->n_blocks >= g->max_blocks || zi_kv_blocks_available(g->kb) == 0) {
+            n = (int)((int64_t)q->n_blocks * bs - c->end_idx);
+            break;
+        }
+        q->blocks[q->n_blocks++] = zi_kv_blocks_alloc(g->kb);
+    }
+    q->n_draft = n > 0 ? n : 0;
+    assert(q->n_draft <= cap && c->end_idx + q->n_draft <= (int64_t)q->n_blocks * bs);
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -604,6 +658,7 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
             j--;
         }
         g->order[j] = c;
+        seq_of(g, c)->n_draft = 0;
         p->n_decoding += !c->is_initial_prompt;
         p->n_waiting += c->is_initial_prompt;
     }
@@ -631,6 +686,7 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
         }
         /* The window fits the step's budget and the blocks the sequence holds. */
         assert(len <= budget && c->start_idx + len <= (int64_t)q->n_blocks * g->cfg.block_size);
+        if (len == 1 && spec_eligible(g, c)) propose_drafts(g, c, q, budget - 1);
         int echo = wants_echo(c);
         int32_t row = (int32_t)p->n_stepped;
         memcpy(g->tables + (size_t)row * g->max_blocks, q->blocks,
@@ -644,6 +700,15 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
             g->want[T] = echo || j == len - 1;
             p->n_rows += g->want[T];
         }
+        for (int32_t j = 0; j < q->n_draft; j++) { /* behind the last token, every row wanted */
+            int T = p->n_tokens++;
+            g->tokens[T] = q->draft[j];
+            g->pos[T] = (int32_t)(c->end_idx + j);
+            g->seq[T] = row;
+            g->want[T] = 1;
+            p->n_rows++;
+        }
+        len += q->n_draft;
         budget -= (int)len;
         if (prompt)
             prompt_budget -= (int)len, p->n_prompt += (int)len;
@@ -679,8 +744,9 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
         int64_t n_gen = c->end_idx - c->prompt_len;
         uint8_t mask = 0;
         zi_text_context_min_token_mask(c, 1, &mask, NULL);
+        int n_draft = seq_of(g, c)->n_draft; /* its rows follow its token's */
         *r = (zi_sampler_row){
-            .logits = g->logits + (size_t)last_row(g, p, i) * g->n_vocab,
+            .logits = g->logits + (size_t)(last_row(g, p, i) - n_draft) * g->n_vocab,
             .params = &c->sampling_params,
             .prompt_ids = c->tokens,
             .n_prompt = (size_t)c->prompt_len,
@@ -703,6 +769,21 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
         }
     }
     assert(used <= n_forbid && *n_sample <= p->n_stepped);
+    /* Speculation: a row after each draft, as the context's own row (a
+     * greedy row reads nothing but its logits), its token into spec_tok. */
+    int n_own = *n_sample;
+    for (int k = 0; k < n_own; k++) {
+        int i = g->row_ctx[k];
+        const gseq *q = seq_of(g, g->stepped[i]);
+        int first = last_row(g, p, i) - q->n_draft;
+        for (int j = 0; j < q->n_draft; j++) {
+            zi_sampler_row *r = &g->rows[*n_sample];
+            *r = g->rows[k];
+            r->logits = g->logits + (size_t)(first + 1 + j) * g->n_vocab;
+            r->step += 1 + (uint64_t)j;
+            g->row_ctx[(*n_sample)++] = -1 - (i * ZI_SPEC_MAX_DRAFT + j);
+        }
+    }
     return ZI_OK;
 }
 
@@ -734,7 +815,36 @@ static int sample_rows(zi_generator *g, int n_sample, int on_device, zi_error *e
     if (rc) return rc;
     for (int k = 0; k < n_sample; k++) {
         assert(g->out_tok[k] >= 0 && g->out_tok[k] < g->n_sample_vocab);
-        g->sample_tok[g->row_ctx[k]] = g->out_tok[k];
+        if (g->row_ctx[k] >= 0)
+            g->sample_tok[g->row_ctx[k]] = g->out_tok[k];
+        else
+            g->spec_tok[-1 - g->row_ctx[k]] = g->out_tok[k];
+    }
+    return ZI_OK;
+}
+
+/* Speculation, after c's own token was recorded: the drafts the model
+ * agrees with, then the model's token after the last of them, each
+ * recorded as if it had been its own step (zi_text_context_update checks
+ * EOS, stop ids, EOS sequences and max_length after every one, and the
+ * tokens after one that ends the sequence are dropped). The K/V of the
+ * rejected drafts stay in the blocks past the accepted length, where no
+ * attention reads them before the next steps write those positions again;
+ * start_idx stops at the first position not verified, so the prefix cache
+ * never registers a block that holds one. */
+static int accept_drafts(zi_generator *g, zi_text_context *c, gseq *q, int i, zi_error *err) {
+    int32_t target[ZI_SPEC_ROWS];
+    target[0] = c->tokens[c->end_idx - 1];
+    memcpy(target + 1, g->spec_tok + (size_t)i * ZI_SPEC_MAX_DRAFT,
+           (size_t)q->n_draft * sizeof *target);
+    int a = zi_spec_accept(q->draft, q->n_draft, target);
+    zi_spec_record(&q->spec, q->n_draft, a);
+    g->stats.spec_steps++;
+    g->stats.spec_drafted += (uint64_t)q->n_draft;
+    for (int j = 1; j <= a && !zi_text_context_is_done(c); j++) {
+        int rc = zi_text_context_update(c, target[j], NULL, err);
+        if (rc) return rc;
+        g->stats.spec_accepted++;
     }
     return ZI_OK;
 }
@@ -769,6 +879,8 @@ static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
                                 &lp, err)))
             return rc;
         if ((rc = zi_text_context_update(c, tok, lp, err))) return rc;
+        gseq *q = seq_of(g, c);
+        if (q->n_draft > 0 && (rc = accept_drafts(g, c, q, i, err))) return rc;
         register_full_blocks(g, c);
     }
     return ZI_OK;
@@ -782,7 +894,8 @@ static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
 static int device_step_ok(const zi_generator *g, const step_plan *p) {
     if (!g->dev) return 0;
     for (int i = 0; i < p->n_stepped; i++)
-        if (g->stepped[i]->log_probabilities > 0 || g->stepped[i]->sampling_params.logit_bias.n)
+        if (g->stepped[i]->log_probabilities > 0 || g->stepped[i]->sampling_params.logit_bias.n ||
+            seq_of((zi_generator *)g, g->stepped[i])->n_draft > 0)
             return 0;
     return 1;
 }

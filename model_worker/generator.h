@@ -33,6 +33,14 @@
  * or batched, and the draw is counter based, so a seeded request repeats
  * exactly whatever runs beside it.
  *
+ * Prompt-lookup speculation (cfg.spec_lookup; spec_lookup.h,
+ * docs/speculative.md): a greedy decoding context without penalties, bias,
+ * masks or log probabilities may feed, behind its last token, up to
+ * ZI_SPEC_MAX_DRAFT tokens guessed from its own earlier tokens, in the same
+ * pass as everything else; the drafts the model's own argmax agrees with
+ * are emitted, then the model's token after the last of them, so one step
+ * can emit several tokens and the output is the non-speculative one.
+ *
  * Log probabilities (ctx->log_probabilities > 0) come from the raw logits
  * and are recorded with each token (zi_text_context_update); with
  * log_probabilities_echo the prompt's tokens 1..prompt_len-1 get theirs too
@@ -64,6 +72,8 @@ typedef struct zi_generator_config {
                            * id of a context too (the sampler's vocabulary); 0: the model's
                            * whole vocabulary. `zinfer generate` passes the tokenizer's, as a
                            * model may pad its output rows beyond the ids that have text. */
+    int spec_lookup;      /* prompt-lookup speculation for the greedy requests that allow it
+                           * (sampling_params.speculate; docs/speculative.md) */
 } zi_generator_config;
 
 /* Counters, for logs and the router's metrics. */
@@ -77,6 +87,9 @@ typedef struct zi_generator_stats {
     uint64_t evictions;           /* cached blocks reused for other K/V */
     int32_t prefill_chunk;        /* the prompt tokens per step beside decodes, now */
     uint64_t device_sampled;      /* tokens sampled on the GPU (device_sampler.h) */
+    uint64_t spec_steps;          /* speculation: verifications (a sequence's drafts in a step) */
+    uint64_t spec_drafted;        /* draft tokens fed for verification */
+    uint64_t spec_accepted;       /* of those, accepted (emitted without a step of their own) */
 } zi_generator_stats;
 
 typedef struct zi_generator zi_generator;

@@ -67,6 +67,8 @@ static const char USAGE[] =
     "                     (default min(1G, a quarter of the available memory))\n"
     "  --block-size N     positions per KV block (default 16)\n"
     "  --no-prefix-cache  do not share cached prompt prefixes between requests\n"
+    "  --spec-lookup, --no-spec-lookup  prompt-lookup speculation for greedy\n"
+    "                     requests (sampling_params.speculate; default off)\n"
     "  --num-steps N      decode steps per scheduling round (default 1): more\n"
     "                     means fewer trips through the message loop, but new\n"
     "                     requests and cancellations wait up to N steps\n"
@@ -121,6 +123,9 @@ static void send_heartbeat(worker *w) {
                               [ZI_KV_PREFIX_HIT_TOKENS] = (int64_t)st.prefix_hit_tokens,
                               [ZI_KV_PREEMPTIONS] = (int64_t)st.preemptions,
                               [ZI_KV_EVICTIONS] = (int64_t)st.evictions,
+                              [ZI_KV_SPEC_STEPS] = (int64_t)st.spec_steps,
+                              [ZI_KV_SPEC_DRAFTED] = (int64_t)st.spec_drafted,
+                              [ZI_KV_SPEC_ACCEPTED] = (int64_t)st.spec_accepted,
                           }};
     zi_msg m;
     zi_im_heartbeat_pack(&hb, &m);
@@ -404,6 +409,7 @@ typedef struct wopts {
     long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
     long long act_bits;
     int no_prefix_cache;
+    int spec_lookup;
     int log_level;
 } wopts;
 
@@ -417,6 +423,10 @@ static int parse_args(int argc, char **argv, wopts *o) {
         }
         if (!strcmp(a, "--no-prefix-cache")) {
             o->no_prefix_cache = 1;
+            continue;
+        }
+        if (!strcmp(a, "--spec-lookup") || !strcmp(a, "--no-spec-lookup")) {
+            o->spec_lookup = !strcmp(a, "--spec-lookup");
             continue;
         }
         if (i + 1 >= argc) {
@@ -563,7 +573,8 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                               .kv_blocks = (int)kv_blocks,
                               .block_size = (int)o->block,
                               .prefill_chunk = (int)o->chunk,
-                              .prefix_cache = !o->no_prefix_cache};
+                              .prefix_cache = !o->no_prefix_cache,
+                              .spec_lookup = o->spec_lookup};
     w->live = calloc((size_t)w->slots, sizeof *w->live);
     if (!w->live || zi_generator_create(r->model, &gc, &w->gen, &err)) {
         zi_log(&w->log, ZI_LOG_ERROR, "%s", w->live ? err.msg : "out of memory");
@@ -608,10 +619,11 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
     zi_log(&w->log, ZI_LOG_INFO, "model %s (%s), %d slots x up to %d positions; router %s",
            w->model_name, dev, w->slots, w->ctx_size, o->router);
     zi_log(&w->log, ZI_LOG_INFO,
-           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s); prefix cache %s",
+           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s); prefix cache %s; "
+           "prompt-lookup speculation %s",
            (unsigned long long)r->kv_blocks, o->block, (unsigned long long)r->kv_blocks * o->block,
            (double)(r->kv_blocks * o->block * r->per_tok) / (1 << 20), r->kv_why,
-           o->no_prefix_cache ? "off" : "on");
+           o->no_prefix_cache ? "off" : "on", o->spec_lookup ? "on" : "off");
     send_register(w);
     w->last_hb = zi_now_ms();
     zi_model_set_progress(r->model, on_progress, w);

@@ -1,0 +1,325 @@
+/*
+ * test_spec_lookup.c - prompt-lookup speculation (model_worker/spec_lookup.h
+ * and its use in generator.c).
+ *
+ * The proposer's n-gram match (longest suffix first, most recent
+ * occurrence, draft cut at k and at the end of the tokens), the greedy
+ * acceptance rule, and the adaptive draft length (grow, shrink, pause,
+ * re-probe). Then, over the real model (skipped without it): greedy
+ * contexts batched with speculation on give token for token what they give
+ * with it off, in a roomy cache and in a tight one that forces chunked
+ * prefill, preemption and prefix sharing, with max_new_tokens and stop ids
+ * cut exactly; a second round whose prompts are the first round's whole
+ * sequences reuses the blocks registered during speculation (a block with
+ * an unverified draft's K/V would change its tokens).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "args.h"
+#include "cpu_backend.h"
+#include "generator.h"
+#include "model.h"
+#include "spec_lookup.h"
+#include "tokenizer.h"
+
+#define LEN(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
+
+static void test_propose(void **state) {
+    (void)state;
+    int32_t out[ZI_SPEC_MAX_DRAFT];
+    /* no earlier occurrence of the last token */
+    int32_t t0[] = {1, 2, 3, 4};
+    assert_int_equal(zi_spec_propose(t0, LEN(t0), 4, out), 0);
+    assert_int_equal(zi_spec_propose(t0, 1, 4, out), 0);
+    assert_int_equal(zi_spec_propose(t0, LEN(t0), 0, out), 0);
+    /* suffix "7 8" occurs at 1..2 (followed by 9 10 11) and "8" alone at 5
+     * (followed by 5): the longer match wins */
+    int32_t t1[] = {5, 7, 8, 9, 10, 8, 5, 11, 7, 8};
+    assert_int_equal(zi_spec_propose(t1, LEN(t1), 3, out), 3);
+    assert_int_equal(out[0], 9);
+    assert_int_equal(out[1], 10);
+    assert_int_equal(out[2], 8);
+    /* the draft stops at the end of the tokens */
+    int32_t t2[] = {1, 2, 3, 1, 2};
+    assert_int_equal(zi_spec_propose(t2, LEN(t2), 8, out), 3);
+    assert_int_equal(out[0], 3);
+    assert_int_equal(out[1], 1);
+    assert_int_equal(out[2], 2);
+    /* equally long matches: the most recent occurrence */
+    int32_t t3[] = {4, 1, 4, 2, 4};
+    assert_int_equal(zi_spec_propose(t3, LEN(t3), 1, out), 1);
+    assert_int_equal(out[0], 2);
+    /* a run: the suffix overlaps its earlier occurrence */
+    int32_t t4[] = {6, 6, 6, 6, 6, 6};
+    assert_int_equal(zi_spec_propose(t4, LEN(t4), 8, out), 1);
+    assert_int_equal(out[0], 6);
+    /* k is capped at ZI_SPEC_MAX_DRAFT */
+    int32_t t5[40];
+    for (int i = 0; i < 20; i++) t5[i] = t5[20 + i] = 100 + i;
+    assert_int_equal(zi_spec_propose(t5, 21, 100, out), ZI_SPEC_MAX_DRAFT);
+    for (int i = 0; i < ZI_SPEC_MAX_DRAFT; i++) assert_int_equal(out[i], 101 + i);
+}
+
+static void test_accept(void **state) {
+    (void)state;
+    int32_t draft[] = {5, 6, 7};
+    int32_t all[] = {5, 6, 7, 8}, none[] = {9, 6, 7, 8}, two[] = {5, 6, 1, 8};
+    assert_int_equal(zi_spec_accept(draft, 3, all), 3);  /* emits 5 6 7 8 */
+    assert_int_equal(zi_spec_accept(draft, 3, none), 0); /* emits 9 */
+    assert_int_equal(zi_spec_accept(draft, 3, two), 2);  /* emits 5 6 1 */
+    assert_int_equal(zi_spec_accept(draft, 0, all), 0);
+}
+
+static void test_adaptive_length(void **state) {
+    (void)state;
+    zi_spec_state s;
+    zi_spec_state_init(&s);
+    assert_int_equal(zi_spec_draft_len(&s, 100), ZI_SPEC_START_DRAFT);
+    assert_int_equal(zi_spec_draft_len(&s, 2), 2); /* capped by the caller */
+    zi_spec_record(&s, 3, 3);                      /* all kept: grows */
+    assert_int_equal(zi_spec_draft_len(&s, 100), ZI_SPEC_START_DRAFT + 2);
+    for (int i = 0; i < 10; i++) zi_spec_record(&s, s.k, s.k);
+    assert_int_equal(zi_spec_draft_len(&s, 100), ZI_SPEC_MAX_DRAFT);
+    zi_spec_record(&s, 8, 2); /* some kept: accepted + 1 */
+    assert_int_equal(zi_spec_draft_len(&s, 100), 3);
+    zi_spec_record(&s, 3, 0); /* none kept: halves */
+    assert_int_equal(zi_spec_draft_len(&s, 100), 1);
+    zi_spec_record(&s, 1, 0);
+    zi_spec_record(&s, 1, 0); /* the third failure in a row: a pause */
+    for (int i = 0; i < ZI_SPEC_MIN_PAUSE; i++) assert_int_equal(zi_spec_draft_len(&s, 100), 0);
+    assert_int_equal(zi_spec_draft_len(&s, 100), ZI_SPEC_START_DRAFT); /* re-probe */
+    zi_spec_record(&s, 3, 0); /* a failed re-probe: twice the pause */
+    for (int i = 0; i < 2 * ZI_SPEC_MIN_PAUSE; i++) assert_int_equal(zi_spec_draft_len(&s, 100), 0);
+    assert_true(zi_spec_draft_len(&s, 100) > 0);
+    zi_spec_record(&s, 3, 1); /* an acceptance resets the pauses */
+    assert_int_equal(s.fails, 0);
+    assert_int_equal(s.next_pause, ZI_SPEC_MIN_PAUSE);
+    for (int i = 0; i < 100; i++) zi_spec_record(&s, 1, 0);
+    assert_true(s.next_pause <= ZI_SPEC_MAX_PAUSE && s.pause <= ZI_SPEC_MAX_PAUSE);
+}
+
+/* ---- over the real model ------------------------------------------------ */
+
+#define N_PROMPTS 5
+#define GEN 40
+
+static const char *texts[N_PROMPTS] = {
+    "<|im_start|>user\nRepeat this text exactly: The quick brown fox jumps over the lazy dog. "
+    "A journey of a thousand miles begins with a single step.<|im_end|>\n"
+    "<|im_start|>assistant\n",
+    "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
+    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+    "<|im_start|>user\nFix the bug: def add(a, b):\n    return a - b\n<|im_end|>\n"
+    "<|im_start|>assistant\n",
+    "def fibonacci(n):",
+};
+
+typedef struct fixture {
+    zi_backend *be;
+    zi_model *model;
+    zi_tokenizer *tok;
+} fixture;
+
+static int setup(void **state) {
+    char path[4096];
+    zi_default_model_path(path, sizeof path);
+    *state = NULL;
+    if (access(path, R_OK) != 0) return 0;
+    fixture *f = calloc(1, sizeof *f);
+    zi_error err = {0};
+    zi_cpu_options o = {.n_threads = 2};
+    if (zi_cpu_backend_create(&o, &f->be, &err) || zi_model_load(path, f->be, &f->model, &err) ||
+        zi_tokenizer_load(zi_model_gguf(f->model), &f->tok, &err)) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    if (!f) return 0;
+    zi_tokenizer_free(f->tok);
+    zi_model_free(f->model);
+    zi_backend_free(f->be);
+    free(f);
+    return 0;
+}
+
+typedef struct run_out {
+    int32_t tok[N_PROMPTS][GEN];
+    int64_t n[N_PROMPTS];
+    int status[N_PROMPTS];
+} run_out;
+
+/* Runs the n prompts batched to the end (prompt i gets max_new_tokens
+ * GEN - i, and stop id `stop` when >= 0 for odd i), checking the block
+ * pool after every step. */
+static void run(fixture *f, const zi_generator_config *cfg, int32_t *const *ids,
+                const size_t *n_ids, int n, int32_t stop, run_out *out, zi_generator_stats *st) {
+    zi_error err = {0};
+    zi_generator *g;
+    assert_int_equal(zi_generator_create(f->model, cfg, &g, &err), ZI_OK);
+    zi_text_context ctx[N_PROMPTS], *live[N_PROMPTS];
+    for (int i = 0; i < n; i++) {
+        zi_sampling_params sp;
+        zi_sampling_params_init(&sp); /* greedy (top_k 1) */
+        sp.max_new_tokens = GEN - i;
+        assert_int_equal(zi_text_context_init(&ctx[i], ids[i], n_ids[i], 512, &sp, &err), ZI_OK);
+        zi_sampling_params_free(&sp);
+        if (stop >= 0 && i % 2)
+            assert_int_equal(
+                zi_i32_list_set(&ctx[i].sampling_params.stop_token_ids, &stop, 1, &err), ZI_OK);
+        live[i] = &ctx[i];
+    }
+    size_t n_live = (size_t)n;
+    for (int rounds = 0; n_live > 0 && rounds < 4000; rounds++) {
+        if (zi_generator_next_token(g, live, n_live, 1, &err)) fail_msg("%s", err.msg);
+        if (zi_generator_check(g, &err)) fail_msg("%s", err.msg);
+        size_t k = 0;
+        for (size_t i = 0; i < n_live; i++) {
+            if (zi_text_context_is_done(live[i]))
+                zi_generator_release(g, live[i]);
+            else
+                live[k++] = live[i];
+        }
+        n_live = k;
+    }
+    assert_int_equal(n_live, 0);
+    for (int i = 0; i < n; i++) {
+        out->n[i] = zi_text_context_generated_count(&ctx[i]);
+        assert_true(out->n[i] <= GEN - i); /* max_new_tokens, never more */
+        memset(out->tok[i], 0, sizeof out->tok[i]);
+        memcpy(out->tok[i], zi_text_context_generated_tokens(&ctx[i]),
+               (size_t)out->n[i] * sizeof(int32_t));
+        out->status[i] = ctx[i].status;
+        zi_text_context_free(&ctx[i]);
+    }
+    zi_generator_get_stats(g, st);
+    assert_int_equal(st->kv_used, 0);
+    zi_generator_free(g);
+}
+
+static void compare(const run_out *a, const run_out *b, int n) {
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(a->n[i], b->n[i]);
+        assert_int_equal(a->status[i], b->status[i]);
+        assert_memory_equal(a->tok[i], b->tok[i], sizeof a->tok[i]);
+    }
+}
+
+static void test_same_tokens_on_and_off(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    zi_error err = {0};
+    int32_t *ids[N_PROMPTS];
+    size_t n_ids[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++)
+        assert_int_equal(
+            zi_tokenizer_encode(f->tok, texts[i], strlen(texts[i]), 1, 1, &ids[i], &n_ids[i], &err),
+            ZI_OK);
+    zi_generator_config roomy = {
+        .n_slots = N_PROMPTS, .ctx = 512, .max_batch_tokens = 256, .prefix_cache = 1};
+    /* 16 blocks of 8 positions for 5 sequences of up to ~80: preemption,
+     * chunked prefill and a step budget that cuts drafts */
+    zi_generator_config tight = {.n_slots = N_PROMPTS,
+                                 .ctx = 128,
+                                 .max_batch_tokens = 20,
+                                 .kv_blocks = 16,
+                                 .block_size = 8,
+                                 .prefill_chunk = 8,
+                                 .prefix_cache = 1};
+    static run_out off, on;
+    zi_generator_stats st;
+    run(f, &roomy, ids, n_ids, N_PROMPTS, -1, &off, &st);
+    assert_int_equal(st.spec_steps, 0);
+    roomy.spec_lookup = 1;
+    run(f, &roomy, ids, n_ids, N_PROMPTS, -1, &on, &st);
+    compare(&off, &on, N_PROMPTS);
+    printf("roomy: %llu verifications, %llu drafted, %llu accepted\n",
+           (unsigned long long)st.spec_steps, (unsigned long long)st.spec_drafted,
+           (unsigned long long)st.spec_accepted);
+    assert_true(st.spec_accepted > 0);
+    for (int i = 0; i < N_PROMPTS; i++) assert_int_equal(off.n[i], GEN - i); /* no EOS here */
+
+    tight.spec_lookup = 1;
+    run(f, &tight, ids, n_ids, N_PROMPTS, -1, &on, &st);
+    compare(&off, &on, N_PROMPTS);
+    printf("tight: %llu verifications, %llu accepted, %llu preemptions\n",
+           (unsigned long long)st.spec_steps, (unsigned long long)st.spec_accepted,
+           (unsigned long long)st.preemptions);
+    assert_true(st.spec_accepted > 0 && st.preemptions > 0);
+
+    /* a stop id: the first occurrence ends the sequence either way */
+    int32_t stop = off.tok[1][7];
+    roomy.spec_lookup = 0;
+    run(f, &roomy, ids, n_ids, N_PROMPTS, stop, &off, &st);
+    roomy.spec_lookup = 1;
+    run(f, &roomy, ids, n_ids, N_PROMPTS, stop, &on, &st);
+    compare(&off, &on, N_PROMPTS);
+    assert_int_equal(on.status[1], ZI_GEN_STOP);
+    assert_true(on.n[1] <= 8 && on.tok[1][on.n[1] - 1] == stop);
+
+    /* Round 2 over one generator: the prompts are round 1's sequences, so
+     * a prefix match takes blocks registered while drafts were verified. */
+    zi_generator_config shared = roomy;
+    shared.block_size = 4;
+    for (int s = 0; s < 2; s++) {
+        shared.spec_lookup = s;
+        zi_generator *g;
+        assert_int_equal(zi_generator_create(f->model, &shared, &g, &err), ZI_OK);
+        int32_t toks[2][GEN * 3];
+        for (int r = 0; r < 2; r++) {
+            zi_text_context c;
+            zi_sampling_params sp;
+            zi_sampling_params_init(&sp);
+            sp.max_new_tokens = GEN;
+            int32_t *p = r ? toks[0] : ids[0];
+            size_t np = r ? n_ids[0] + GEN : n_ids[0];
+            if (r)
+                memcpy(toks[0], ids[0], n_ids[0] * sizeof(int32_t)),
+                    memcpy(toks[0] + n_ids[0], toks[1], GEN * sizeof(int32_t));
+            assert_int_equal(zi_text_context_init(&c, p, np, 512, &sp, &err), ZI_OK);
+            zi_text_context *one[1] = {&c};
+            while (!zi_text_context_is_done(&c))
+                assert_int_equal(zi_generator_next_token(g, one, 1, 1, &err), ZI_OK);
+            assert_int_equal(zi_text_context_generated_count(&c), GEN);
+            if (!r)
+                memcpy(toks[1], zi_text_context_generated_tokens(&c), GEN * sizeof(int32_t));
+            else {
+                static int32_t second[2][GEN];
+                memcpy(second[s], zi_text_context_generated_tokens(&c), GEN * sizeof(int32_t));
+                if (s) assert_memory_equal(second[0], second[1], sizeof second[0]);
+            }
+            zi_generator_release(g, &c);
+            zi_text_context_free(&c);
+            zi_sampling_params_free(&sp);
+        }
+        zi_generator_stats gs;
+        zi_generator_get_stats(g, &gs);
+        assert_true(gs.prefix_hit_tokens >= (uint64_t)n_ids[0]); /* round 2 found round 1's */
+        if (s) assert_true(gs.spec_accepted > 0);
+        zi_generator_free(g);
+    }
+    for (int i = 0; i < N_PROMPTS; i++) free(ids[i]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_propose),
+        cmocka_unit_test(test_accept),
+        cmocka_unit_test(test_adaptive_length),
+        cmocka_unit_test(test_same_tokens_on_and_off),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
