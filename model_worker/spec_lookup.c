@@ -23,7 +23,7 @@ int zi_spec_propose(const int32_t *tokens, int64_t n, int k, int32_t *out) {
             if (best == ZI_SPEC_MAX_NGRAM) break;
         }
     }
-    if (best_e < 0) return 0;
+    if (best < ZI_SPEC_MIN_NGRAM) return 0;
     int m = 0;
     for (int64_t i = best_e + 1; i < n && m < k; i++) out[m++] = tokens[i];
     assert(m >= 1); /* best_e <= n - 2 */
@@ -53,13 +53,19 @@ void zi_spec_record(zi_spec_state *s, int proposed, int accepted) {
     assert(accepted >= 0 && accepted <= proposed);
     if (proposed <= 0) return;
     if (accepted > 0) {
-        s->fails = 0;
-        s->next_pause = ZI_SPEC_MIN_PAUSE;
         s->k = accepted == proposed ? s->k + 2 : accepted + 1;
         if (s->k > ZI_SPEC_MAX_DRAFT) s->k = ZI_SPEC_MAX_DRAFT;
+    } else {
+        s->k = s->k / 2 > 1 ? s->k / 2 : 1;
+    }
+    /* A verification that kept at least half its drafts paid for its rows
+     * (a row costs a CPU step a good part of a token); one that kept less
+     * is a failure. */
+    if (2 * accepted >= proposed) {
+        s->fails = 0;
+        s->next_pause = ZI_SPEC_MIN_PAUSE;
         return;
     }
-    s->k = s->k / 2 > 1 ? s->k / 2 : 1;
     if (++s->fails >= ZI_SPEC_MAX_FAILS) {
         /* re-probe later with a short draft; a failed re-probe (one
          * more fail) pauses twice as long */

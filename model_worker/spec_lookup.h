@@ -21,19 +21,25 @@
 
 /* Draft tokens per step at most (the verification rows are 1 + this). */
 #define ZI_SPEC_MAX_DRAFT 8
-/* Longest suffix looked up; shorter ones down to 1 token are tried too. */
+/* Longest suffix looked up; shorter ones down to ZI_SPEC_MIN_NGRAM tokens
+ * are tried too. A single recurring token (a space, "the") predicts little:
+ * on free-form text its drafts are mostly rejected, and a rejected row
+ * costs a CPU step a good part of a token's compute. */
 #define ZI_SPEC_MAX_NGRAM 4
+#define ZI_SPEC_MIN_NGRAM 2
 /* Draft length a sequence starts with, and returns to after a pause. */
-#define ZI_SPEC_START_DRAFT 3
-/* Steps without any accepted draft before drafting pauses. */
-#define ZI_SPEC_MAX_FAILS 3
+#define ZI_SPEC_START_DRAFT 2
+/* Failed verifications in a row (less than half the drafts kept) before
+ * drafting pauses. */
+#define ZI_SPEC_MAX_FAILS 2
 /* The pause, in steps: doubles on each failed re-probe up to the maximum. */
 #define ZI_SPEC_MIN_PAUSE 8
 #define ZI_SPEC_MAX_PAUSE 256
 
 /*
  * Proposes up to k (<= ZI_SPEC_MAX_DRAFT) tokens to follow tokens[0..n):
- * finds the longest suffix of 1..ZI_SPEC_MAX_NGRAM tokens that occurs
+ * finds the longest suffix of ZI_SPEC_MIN_NGRAM..ZI_SPEC_MAX_NGRAM tokens
+ * that occurs
  * earlier (its most recent occurrence wins among equally long ones) and
  * copies the tokens that followed it into out. Returns how many (0: no
  * suffix recurs, or k <= 0). Cost: one backward scan, O(n * ngram) at
@@ -65,9 +71,10 @@ void zi_spec_state_init(zi_spec_state *s);
 int zi_spec_draft_len(zi_spec_state *s, int cap);
 /* After a verification of `proposed` drafts of which `accepted` were kept:
  * all kept grows k by 2 (to ZI_SPEC_MAX_DRAFT), some kept sets it to
- * accepted + 1, none halves it; ZI_SPEC_MAX_FAILS verifications in a row
- * with none kept pause drafting (8 steps, doubling to 256 on each failed
- * re-probe; any acceptance resets the pause). */
+ * accepted + 1, none halves it. A verification that kept less than half
+ * its drafts is a failure; ZI_SPEC_MAX_FAILS failures in a row pause
+ * drafting (8 steps, doubling to 256 on each failed re-probe; a
+ * verification that kept half or more resets the pause). */
 void zi_spec_record(zi_spec_state *s, int proposed, int accepted);
 
 #endif

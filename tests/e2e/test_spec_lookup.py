@@ -1,0 +1,123 @@
+"""End-to-end tests of prompt-lookup speculation (docs/speculative.md):
+one `zinfer serve --spec-lookup` with the default model; each request runs
+once with speculation and once opted out (sampling_params.speculate
+false, the non-speculative path), all at once, so speculating and plain
+streams share the worker's steps.
+
+ * Greedy outputs are the same token for token, for input-grounded prompts
+   (repeat, fix, extract, quote: drafts get accepted, health says so) and
+   free-form ones; max_new_tokens is met exactly (ignore_eos).
+ * A stop string cuts the text, and the token ids, where it cuts without
+   speculation, though one step may now emit several tokens past it.
+"""
+
+import sys
+import time
+
+import pytest
+
+from conftest import REPO, serve_process
+
+sys.path.insert(0, str(REPO / "clients" / "python"))
+from zinfer_client import Client  # noqa: E402
+
+PASSAGE = ("The lighthouse at Pointe Noire was built in 1874 by a team of forty masons. "
+           "Its lamp burned whale oil until 1902, when kerosene replaced it. "
+           "The keeper, Marguerite Olsen, kept a log of every ship that passed for "
+           "thirty-one years.")
+CODE = ("def mean(values):\n    total = 0\n    for v in values:\n        total += v\n"
+        "    return total / len(values) + 1\n")
+
+# (messages text, max_new_tokens, ignore_eos)
+PROMPTS = [
+    ("Repeat this text exactly, word for word:\n" + PASSAGE, 72, False),
+    ("Fix the bug in this function and print the whole corrected function:\n" + CODE, 64, False),
+    ("Extract the keeper's name, the year the lighthouse was built and the number of masons "
+     "from this passage, as JSON with keys name, year, masons:\n" + PASSAGE, 48, False),
+    ("Quote the sentence about the lamp from this passage:\n" + PASSAGE, 40, False),
+    ("Write a short poem about the sea.", 37, True),
+    ("What is the capital of France? Answer in two sentences.", 29, True),
+]
+
+
+@pytest.fixture(scope="module")
+def server(zinfer_bin, model_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("spec") / "serve.log"
+    with serve_process(zinfer_bin, model_path, log, "--spec-lookup", "--threads-per-worker", 1,
+                       "--slots", 16) as srv:
+        yield srv
+
+
+def spec_counts(client):
+    time.sleep(1.2)  # a heartbeat carries the counters
+    kv = client.call("health")["kv"]
+    return kv["spec_steps"], kv["spec_drafted"], kv["spec_accepted"]
+
+
+def run_both(client, requests):
+    """Sends every (messages, sampling_params) twice at once, speculating
+    and opted out; returns [(spec tokens, plain tokens, spec final, plain
+    final)]."""
+    rids = []
+    for messages, sp in requests:
+        for spec in (True, False):
+            rids.append(client.send({"op": "generate", "messages": messages,
+                                     "sampling_params": {**sp, "speculate": spec}}))
+    out = []
+    for rid in rids:
+        ids, text, final = [], [], None
+        for ev in client.events(rid):
+            assert ev["event"] in ("chunk", "final"), ev
+            ids.extend(ev.get("token_ids", []))
+            text.append(ev.get("text", ""))
+            if ev["event"] == "final":
+                final = ev
+        out.append((ids, "".join(text), final))
+    return [(out[i], out[i + 1]) for i in range(0, len(out), 2)]
+
+
+def test_greedy_same_tokens_with_and_without(server):
+    with Client(server.addr, timeout_s=300) as c:
+        before = spec_counts(c)
+        reqs = [([{"role": "user", "content": text}],
+                 {"temperature": 0, "max_new_tokens": n, "ignore_eos": ign})
+                for text, n, ign in PROMPTS]
+        pairs = run_both(c, reqs)
+        after = spec_counts(c)
+    for (text, n, ign), (spec, plain) in zip(PROMPTS, pairs):
+        assert spec[0] == plain[0], text
+        assert spec[1] == plain[1], text
+        assert spec[2]["status"] == plain[2]["status"], text
+        assert len(spec[0]) <= n
+        if ign:
+            assert len(spec[0]) == n  # max_new_tokens exactly, never more
+    # the repeat prompt copies the passage (the model does so, with or without)
+    assert "Marguerite Olsen" in pairs[0][0][1]
+    steps, drafted, accepted = (a - b for a, b in zip(after, before))
+    print(f"speculation: {steps} verifications, {drafted} drafted, {accepted} accepted")
+    assert accepted > 0 and drafted >= accepted and steps > 0
+
+
+def test_stop_string_cuts_where_it_cuts_without(server):
+    messages = [{"role": "user", "content": "Repeat this text exactly, word for word:\n" + PASSAGE}]
+    with Client(server.addr, timeout_s=300) as c:
+        pairs = run_both(c, [(messages, {"temperature": 0, "max_new_tokens": 72,
+                                         "stop": ["whale oil"]}),
+                             (messages, {"temperature": 0, "max_new_tokens": 72,
+                                         "stop": ["kerosene"]})])
+    for spec, plain in pairs:
+        assert spec[1] == plain[1]
+        assert spec[0] == plain[0]
+        assert spec[2]["status"] == plain[2]["status"] == "stop"
+    assert pairs[0][0][1].rstrip().endswith("burned")
+
+
+def test_opt_out_does_not_speculate(server):
+    messages = [{"role": "user", "content": "Repeat this text exactly, word for word:\n" + PASSAGE}]
+    with Client(server.addr, timeout_s=300) as c:
+        before = spec_counts(c)
+        _, ids, _ = c.complete(messages=messages, sampling_params={
+            "temperature": 0, "max_new_tokens": 40, "speculate": False})
+        after = spec_counts(c)
+    assert len(ids) > 20
+    assert after == before  # no draft was fed for it
