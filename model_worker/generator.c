@@ -93,9 +93,11 @@ struct zi_generator {
     size_t logit_rows;
     /* sampling */
     zi_sampler *sampler;
-    zi_sampler_row *rows;          /* [n_slots] */
-    int *row_ctx;                  /* [n_slots] sampled row -> stepped index */
-    int32_t *out_tok, *sample_tok; /* [n_slots] (rows and out_tok: [n_slots * ZI_SPEC_ROWS]) */
+    zi_sampler_row *rows; /* [n_slots * ZI_SPEC_ROWS] */
+    int *row_ctx;         /* [n_slots * ZI_SPEC_ROWS] sampled row -> stepped index, or for a
+                           * row after a draft -1 - its spec_tok index */
+    int32_t *out_tok;     /* [n_slots * ZI_SPEC_ROWS] */
+    int32_t *sample_tok;  /* [n_slots] each stepped context's own token */
     int32_t *spec_tok;             /* [n_slots][ZI_SPEC_MAX_DRAFT] the tokens after each draft */
     int32_t *forbid;               /* EOS ids masked by min_new_tokens */
     size_t forbid_cap;
@@ -106,7 +108,7 @@ struct zi_generator {
     size_t top_cap, top_lps_cap;
     /* sampling on the device (NULL: the backend is not CUDA) */
     zi_device_sampler *dev;
-    int *src_row; /* [n_slots] sampled row -> its logits row */
+    int *src_row; /* [n_slots * ZI_SPEC_ROWS] sampled row -> its logits row */
 };
 
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_generator **out,

@@ -292,9 +292,10 @@ static void test_same_tokens_on_and_off(void **state) {
             sp.max_new_tokens = GEN;
             int32_t *p = r ? toks[0] : ids[0];
             size_t np = r ? n_ids[0] + GEN : n_ids[0];
-            if (r)
-                memcpy(toks[0], ids[0], n_ids[0] * sizeof(int32_t)),
-                    memcpy(toks[0] + n_ids[0], toks[1], GEN * sizeof(int32_t));
+            if (r) { /* round 1's whole sequence */
+                memcpy(toks[0], ids[0], n_ids[0] * sizeof(int32_t));
+                memcpy(toks[0] + n_ids[0], toks[1], GEN * sizeof(int32_t));
+            }
             assert_int_equal(zi_text_context_init(&c, p, np, 512, &sp, &err), ZI_OK);
             zi_text_context *one[1] = {&c};
             while (!zi_text_context_is_done(&c))
