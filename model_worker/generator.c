@@ -27,7 +27,8 @@
 
 #include "device_sampler.h"
 #include "grammar.h"
-#include "json_constraint.h"
+#include "grammar_cache.h"
+#include "vocab_trie.h"
 #include "kv_blocks.h"
 #include "sampler.h"
 #include "spec_lookup.h"
@@ -46,17 +47,14 @@ typedef struct gseq {
     uint64_t last_hash;   /* the chained hash of block n_registered - 1 */
     uint64_t arrival;
     int looked_up; /* the prefix cache was asked since the last (re)start */
-    /* Structured output: the JSON automaton after the first js_fed
+    /* Structured output: the context's grammar (from its json_schema or
+     * grammar, held from the cache) and its state after the first js_fed
      * generated tokens (-1: not started; js_bad: they broke it). */
-    zi_json_schema *schema; /* compiled from the context's json_schema (NULL: any object) */
-    zi_json_state js;
+    const zi_grammar *gram;
+    zi_grammar_state *gs;
     int64_t js_fed;
     uint64_t js_hash; /* of those tokens: a rollback and other tokens is seen */
     int js_bad;
-    /* or, with a grammar (the context's grammar), its compiled form and
-     * state, fed the same way (js_fed, js_hash, js_bad) */
-    zi_grammar *gram;
-    zi_grammar_state *gs;
     /* Prompt-lookup speculation (spec_lookup.h): the adaptive draft
      * length, and this step's drafts, fed behind the sequence's last token
      * (n_draft 0: none). */
@@ -102,6 +100,7 @@ struct zi_generator {
     int32_t *forbid;               /* EOS ids masked by min_new_tokens */
     size_t forbid_cap;
     const zi_json_vocab *json; /* structured output (NULL: refused) */
+    zi_grammar_cache *grammars; /* compiled constraints, by their text */
     int32_t *json_masks;       /* [n_slots][ceil(n_vocab / 32)] allowed tokens */
     int32_t *top_ids;          /* log-probability scratch */
     float *top_lps;
@@ -199,10 +198,10 @@ void zi_generator_free(zi_generator *g) {
     if (g->seqs)
         for (int i = 0; i < g->cfg.n_slots; i++) {
             free(g->seqs[i].blocks);
-            zi_json_schema_free(g->seqs[i].schema);
             zi_grammar_state_free(g->seqs[i].gs);
-            zi_grammar_free(g->seqs[i].gram);
+            zi_grammar_cache_put(g->grammars, g->seqs[i].gram);
         }
+    zi_grammar_cache_free(g->grammars);
     free(g->seqs);
     free(g->slot_used);
     free(g->tokens);
@@ -315,10 +314,8 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         q->js_fed = -1;
         zi_spec_state_init(&q->spec);
         q->n_draft = 0;
-        zi_json_schema_free(q->schema);
-        q->schema = NULL;
         zi_grammar_state_free(q->gs);
-        zi_grammar_free(q->gram);
+        zi_grammar_cache_put(g->grammars, q->gram);
         q->gs = NULL, q->gram = NULL;
         q->arrival = ++g->arrivals;
         zi_text_context_assign_to_cache(c, next, NULL);
@@ -333,43 +330,12 @@ static uint64_t token_hash(uint64_t h, const int32_t *t, int64_t n) {
     return h;
 }
 
-/* Structured output: the tokens that keep context c's completion a JSON
- * object, into mask row `row`. The automaton catches up with the tokens
- * generated since the last step (all of them again after a rollback);
- * tokens that do not continue it (none should: each was drawn under this
- * mask) leave only the end-of-sequence ids. */
-static const int32_t *json_mask(zi_generator *g, const zi_text_context *c, int row) {
-    gseq *q = seq_of(g, c);
-    const int32_t *gen = c->tokens + c->prompt_len;
-    int64_t n_gen = c->end_idx - c->prompt_len;
-    if (q->js_fed >= 0 &&
-        (q->js_fed > n_gen || token_hash(TOKEN_HASH_SEED, gen, q->js_fed) != q->js_hash))
-        q->js_fed = -1; /* the tokens fed before are not these (rolled back, redrawn) */
-    if (q->js_fed < 0) { /* (the worker compiled the schema once, to refuse a bad one) */
-        q->js_bad = !q->schema && zi_json_schema_compile(c->json_schema.p, c->json_schema.len,
-                                                         &q->schema, NULL) != ZI_OK;
-        zi_json_state_init(&q->js, q->schema);
-        q->js_fed = 0, q->js_hash = TOKEN_HASH_SEED;
-    }
-    q->js_hash = token_hash(q->js_hash, gen + q->js_fed, n_gen - q->js_fed);
-    for (; q->js_fed < n_gen; q->js_fed++)
-        if (!q->js_bad && !zi_json_feed_token(g->json, &q->js, gen[q->js_fed])) q->js_bad = 1;
-    size_t words = ((size_t)g->n_vocab + 31) / 32;
-    int32_t *m = g->json_masks + (size_t)row * words;
-    if (!q->js_bad) {
-        zi_json_allowed(g->json, &q->js, c->eos_token_ids.v, c->eos_token_ids.n, m);
-        /* Never a row with nothing to draw, which would fail the whole step:
-         * the automaton always leaves a way on, but should it not, the
-         * completion ends here. */
-        size_t w = 0;
-        while (w < words && m[w] == 0) w++;
-        if (w == words) q->js_bad = 1;
-    }
-    if (q->js_bad) zi_json_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
-    return m;
-}
-
-/* As json_mask, for a context with a grammar (grammar.h). */
+/* Structured output: the tokens that keep context c's completion a
+ * prefix of its grammar's (grammar.h; a JSON schema compiled to one), into
+ * mask row `row`. The state catches up with the tokens generated since the
+ * last step (all of them again after a rollback); tokens that do not
+ * continue it (none should: each was drawn under this mask) leave only the
+ * end-of-sequence ids. */
 static const int32_t *grammar_mask(zi_generator *g, const zi_text_context *c, int row) {
     gseq *q = seq_of(g, c);
     const int32_t *gen = c->tokens + c->prompt_len;
@@ -377,11 +343,10 @@ static const int32_t *grammar_mask(zi_generator *g, const zi_text_context *c, in
     if (q->js_fed >= 0 &&
         (q->js_fed > n_gen || token_hash(TOKEN_HASH_SEED, gen, q->js_fed) != q->js_hash))
         q->js_fed = -1;
-    if (q->js_fed < 0) { /* (the worker compiled it once, to refuse a bad one) */
+    if (q->js_fed < 0) { /* (the worker compiled it at admission: a cache hit) */
         zi_grammar_state_free(q->gs);
         q->gs = NULL;
-        q->js_bad = (!q->gram &&
-                     zi_grammar_compile(c->grammar.p, c->grammar.len, &q->gram, NULL) != ZI_OK) ||
+        q->js_bad = (!q->gram && zi_grammar_cache_get(g->grammars, c, &q->gram, NULL) != ZI_OK) ||
                     zi_grammar_state_create(q->gram, &q->gs, NULL) != ZI_OK;
         q->js_fed = 0, q->js_hash = TOKEN_HASH_SEED;
     }
@@ -405,6 +370,7 @@ int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_erro
         return zi_error_set(err, ZI_EINVAL,
                             "structured output: the tokenizer has %d tokens, the model %d",
                             (int)zi_json_vocab_size(v), g->n_vocab);
+    if (v && !g->grammars && zi_grammar_cache_create(&g->grammars, err)) return ZI_ENOMEM;
     if (v && !g->json_masks) {
         size_t words = ((size_t)g->n_vocab + 31) / 32;
         g->json_masks = malloc((size_t)g->cfg.n_slots * words * sizeof *g->json_masks);
@@ -416,6 +382,19 @@ int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_erro
 
 bool zi_generator_has_json(const zi_generator *g) {
     return g->json != NULL;
+}
+
+int zi_generator_check_constraint(zi_generator *g, const zi_text_context *c, zi_error *err) {
+    const zi_grammar *gr = NULL;
+    if (!c->has_json_schema && !c->grammar.len) return ZI_OK;
+    if (!g->grammars)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "%s: this worker cannot constrain decoding (no tokenizer in its model "
+                            "file)",
+                            c->has_json_schema ? "response_format" : "grammar");
+    int rc = zi_grammar_cache_get(g->grammars, c, &gr, err);
+    zi_grammar_cache_put(g->grammars, gr);
+    return rc;
 }
 
 /* Grows a scratch array to hold n elements of size sz. */
@@ -757,8 +736,8 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
             .step = (uint64_t)n_gen,
             .eos_forbid = g->forbid ? g->forbid + used : NULL,
         };
-        if (c->has_json_schema && g->json) r->bitmask = json_mask(g, c, *n_sample - 1);
-        if (c->grammar.len && g->json) r->bitmask = grammar_mask(g, c, *n_sample - 1);
+        if ((c->has_json_schema || c->grammar.len) && g->json)
+            r->bitmask = grammar_mask(g, c, *n_sample - 1);
         if (mask) { /* ids outside the vocabulary cannot be sampled anyway */
             const zi_i32_list *lists[2] = {&c->eos_token_ids, &c->sampling_params.stop_token_ids};
             size_t k = 0;

@@ -120,19 +120,26 @@ int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size
 void zi_generator_release(zi_generator *g, zi_text_context *ctx);
 
 /*
- * Structured output (json_constraint.h): with a vocabulary set, a context
- * with has_json_schema (response_format json_object or json_schema; its
+ * Structured output (grammar.h): with a vocabulary set, a context with
+ * has_json_schema (response_format json_object or json_schema; its
  * json_schema is the schema's JSON text, ZI_JSON_OBJECT_SCHEMA for any
- * object) draws each token from those that keep its completion a JSON
- * object of that schema, and only an end-of-sequence id once the object is
- * closed. The schema is compiled once per slot; one that does not compile
- * (the worker refuses those first) allows only end-of-sequence. v (NULL:
- * none) must outlive the generator and
- * have the model's vocabulary size (ZI_EINVAL otherwise).
+ * object) or a grammar (GBNF) draws each token from those that keep its
+ * completion a prefix of a sentence of that grammar (schemas are compiled
+ * to grammars, schema_grammar.h), and an end-of-sequence id only where the
+ * grammar can end. Compiled grammars are kept in a cache by their text
+ * (grammar_cache.h), so a schema sent again is not compiled again. One
+ * that does not compile (the worker refuses those first) allows only
+ * end-of-sequence. v (NULL: none) must outlive the generator and have the
+ * model's vocabulary size (ZI_EINVAL otherwise).
  */
 typedef struct zi_json_vocab zi_json_vocab;
 int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_error *err);
 bool zi_generator_has_json(const zi_generator *g);
+/* Compiles context c's constraint (json_schema or grammar; none: ZI_OK)
+ * into the cache, to refuse a bad one at admission: ZI_EUNSUPPORTED
+ * without a vocabulary set or for unsupported schema keywords, ZI_EINVAL
+ * for a bad schema or grammar (message naming the field). */
+int zi_generator_check_constraint(zi_generator *g, const zi_text_context *c, zi_error *err);
 
 /* Slots in use, for load reporting. */
 int zi_generator_slots_used(const zi_generator *g);

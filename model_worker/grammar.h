@@ -43,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "json_constraint.h"
+#include "vocab_trie.h"
 #include "zi_error.h"
 
 #define ZI_GRAMMAR_MAX_TEXT (256 * 1024) /* bytes of grammar text */

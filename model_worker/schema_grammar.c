@@ -103,10 +103,19 @@ static bool in_list(const char *const *l, const char *k) {
     return false;
 }
 
+/* An error, its message led by the field as a dotted path (the
+ * protocol's "field") and ending with the JSON pointer. */
 static int sfail(sgen *g, int code, const char *fmt, const char *arg) {
-    char what[1024];
+    char what[1024], dotted[MAX_PTR];
     snprintf(what, sizeof what, fmt, arg);
-    return zi_error_set(g->err, code, PFX ": %s at #%s", what, g->ptr);
+    size_t n = 0;
+    for (const char *p = g->ptr; *p && n + 1 < sizeof dotted; p++) {
+        if (*p == '/') dotted[n++] = '.';
+        else if (*p == '~' && (p[1] == '0' || p[1] == '1')) dotted[n++] = *++p == '0' ? '~' : '/';
+        else dotted[n++] = *p;
+    }
+    dotted[n] = 0;
+    return zi_error_set(g->err, code, PFX "%s: %s (at #%s)", dotted, what, g->ptr);
 }
 
 /* Appends "/seg" (escaped) to the pointer; returns the old length. */
@@ -517,12 +526,7 @@ static int visit(sgen *g, const json_t *s, int *id) {
     const json_t *v;
     json_object_foreach((json_t *)s, k, v) {
         if (in_list(ANNOTATIONS, k)) continue;
-        if (!in_list(KEYWORDS, k)) {
-            size_t old = ptr_push(g, k);
-            int rc = sfail(g, ZI_EUNSUPPORTED, "keyword '%s' is not supported", k);
-            ptr_pop(g, old);
-            return rc;
-        }
+        if (!in_list(KEYWORDS, k)) return sfail(g, ZI_EUNSUPPORTED, "keyword '%s' is not supported", k);
     }
     const json_t *u = json_object_get(s, "uniqueItems");
     if (u && !json_is_false(u))

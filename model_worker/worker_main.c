@@ -31,11 +31,10 @@
 #include "curve.h"
 #include "cpu_backend.h"
 #include "generator.h"
-#include "grammar.h"
 #include "imsg.h"
 #include "log.h"
 #include "model.h"
-#include "json_constraint.h"
+#include "vocab_trie.h"
 #include "stop_signal.h"
 #include "tokenizer.h"
 #include "wire.h"
@@ -232,28 +231,9 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
         rc = check_ids(w, "context.eos_sequences", l->ctx.eos_sequences[i].v,
                        l->ctx.eos_sequences[i].n, &err);
     /* Structured output: a worker that can constrain decoding, and a
-     * schema it can hold to (refused here with its reason; the generator
-     * compiles it again for the slot). */
-    if (!rc && l->ctx.has_json_schema && !zi_generator_has_json(w->gen))
-        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
-                          "response_format: this worker cannot constrain decoding (no "
-                          "tokenizer in its model file)");
-    if (!rc && l->ctx.has_json_schema) {
-        zi_json_schema *sc = NULL;
-        rc = zi_json_schema_compile(l->ctx.json_schema.p, l->ctx.json_schema.len, &sc, &err);
-        zi_json_schema_free(sc);
-    }
-    /* A grammar (GBNF, grammar.h): compiled here to refuse a bad one with
-     * its line:column; the generator compiles it again for the slot. */
-    if (!rc && l->ctx.grammar.len && !zi_generator_has_json(w->gen))
-        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
-                          "grammar: this worker cannot constrain decoding (no tokenizer in its "
-                          "model file)");
-    if (!rc && l->ctx.grammar.len) {
-        zi_grammar *gr = NULL;
-        rc = zi_grammar_compile(l->ctx.grammar.p, l->ctx.grammar.len, &gr, &err);
-        zi_grammar_free(gr);
-    }
+     * schema or grammar it can hold to (refused here with its reason; the
+     * compiled grammar stays cached for the slot). */
+    if (!rc) rc = zi_generator_check_constraint(w->gen, &l->ctx, &err);
     if (!rc && l->ctx.grammar.len && l->ctx.eos_token_ids.n == 0)
         rc = zi_error_set(&err, ZI_EUNSUPPORTED,
                           "grammar: the model has no end-of-sequence token to end the completion "

@@ -51,7 +51,7 @@
 #include "cuda_backend.h"
 #include "device_sampler.h"
 #include "generator.h"
-#include "json_constraint.h"
+#include "vocab_trie.h"
 #include "kv_fixed.h"
 #include "model.h"
 #include "sampling.h"

@@ -23,7 +23,7 @@
 
 #include "gguf.h"
 #include "grammar.h"
-#include "json_constraint.h"
+#include "vocab_trie.h"
 #include "tokenizer.h"
 
 #define DEFAULT_MODEL "/root/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf"

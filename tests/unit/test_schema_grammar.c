@@ -26,7 +26,7 @@
 #include "gguf.h"
 #include "grammar.h"
 #include "grammar_cache.h"
-#include "json_constraint.h"
+#include "vocab_trie.h"
 #include "regex_grammar.h"
 #include "schema_grammar.h"
 #include "tokenizer.h"
@@ -242,9 +242,9 @@ static void test_schema_refusals(void **st) {
         const char *msg;
     } R[] = {
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{\"type\":\"null\"}}}}",
-         ZI_EUNSUPPORTED, "keyword 'not' is not supported at #/properties/a/not"},
+         ZI_EUNSUPPORTED, "json_schema.properties.a: keyword 'not' is not supported (at #/properties/a)"},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"multipleOf\":3}}", ZI_EUNSUPPORTED,
-         "keyword 'multipleOf' is not supported at #/items/multipleOf"},
+         "json_schema.items: keyword 'multipleOf' is not supported (at #/items)"},
         {"{\"type\":\"string\",\"format\":\"uri\"}", ZI_EUNSUPPORTED,
          "format 'uri' is not supported"},
         {"{\"type\":\"array\",\"uniqueItems\":true}", ZI_EUNSUPPORTED, "uniqueItems"},
