@@ -385,7 +385,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "chat_template_options",
                                         "sampling_params",
                                         "stream",
-                                        "grammar"};
+                                        "grammar",
+                                        "regex"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -405,7 +406,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         CTO,
         SP,
         STREAM,
-        GRAMMAR
+        GRAMMAR,
+        REGEX
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -462,6 +464,15 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         if (r->response_format.len) {
             rc = zi_dec_fail_at(d, "grammar", ZI_EINVAL,
                                 "cannot be combined with response_format (give one of them)");
+            goto fail;
+        }
+    }
+    if (!zi_dec_is_nil(v[REGEX])) {
+        AT(d, "regex", zi_dec_str(d, v[REGEX], ZI_STR_NONEMPTY, &r->regex));
+        if (r->response_format.len || r->grammar.len) {
+            rc = zi_dec_fail_at(d, "regex", ZI_EINVAL,
+                                "cannot be combined with response_format or grammar (give one of "
+                                "them)");
             goto fail;
         }
     }

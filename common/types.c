@@ -313,6 +313,7 @@ void zi_request_free(zi_request *r) {
     zi_string_free(&r->request_path);
     zi_bytes_free(&r->response_format);
     zi_string_free(&r->grammar);
+    zi_string_free(&r->regex);
     zi_bytes_free(&r->tools);
     zi_bytes_free(&r->chat_template_options);
     zi_request_init(r);

@@ -219,6 +219,8 @@ typedef struct zi_request {
     zi_string request_path;         /* default "/" */
     zi_bytes response_format;       /* opaque msgpack map, when present */
     zi_string grammar;              /* GBNF text, when present (non-empty) */
+    zi_string regex;                /* a regular expression the whole completion matches,
+                                     * when present (non-empty; regex_grammar.h) */
     zi_bytes tools;                 /* opaque msgpack array, when present */
     zi_bytes chat_template_options; /* opaque msgpack map, when present */
 } zi_request;

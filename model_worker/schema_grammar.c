@@ -45,8 +45,8 @@ static const char PRELUDE[] =
     "octet ::= \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9]\n"
     "ipv4 ::= octet \".\" octet \".\" octet \".\" octet\n"
     "atext ::= [A-Za-z0-9!#$%&'*+/=?^_`{|}~-]\n"
-    "label ::= [A-Za-z0-9] ( [A-Za-z0-9-]* [A-Za-z0-9] )?\n"
-    "email ::= atext+ ( \".\" atext+ )* \"@\" label ( \".\" label )+\n";
+    "label ::= [A-Za-z0-9] ( [A-Za-z0-9-]{0,30} [A-Za-z0-9] )?\n"
+    "email ::= atext{1,32} ( \".\" atext{1,32} ){0,2} \"@\" label ( \".\" label ){1,3}\n";
 
 static const char *const ANNOTATIONS[] = {
     "title",    "description",   "default",         "examples",

@@ -94,6 +94,12 @@ static const char *response_format_error(const zi_request *req, char *msg, size_
                  "sampling_params.ignore_eos turns off");
         return "invalid_request";
     }
+    if (req->regex.len && req->sampling_params.ignore_eos) {
+        snprintf(msg, cap,
+                 "regex: a regex's completion ends with the end-of-sequence token, which "
+                 "sampling_params.ignore_eos turns off");
+        return "invalid_request";
+    }
     if (kind != ZI_RF_NONE && req->sampling_params.ignore_eos) {
         snprintf(msg, cap,
                  "response_format: a JSON object ends with the end-of-sequence token, which "

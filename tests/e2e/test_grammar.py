@@ -3,11 +3,17 @@ docs/structured_output.md): one `zinfer serve` with the default model for
 the module; each completion is checked against its grammar in Python (a
 regular expression for these regular grammars), greedy and sampled; a bad
 grammar is a request error naming line:column, and `grammar` with
-`response_format` is refused by name. The matcher itself is tested in
-detail by tests/unit/test_grammar.c."""
+`response_format` is refused by name. Also JSON schemas of the shapes
+pydantic exports (response_format json_schema: optional fields, $ref,
+enums, bounds, patterns, formats), validated with the `jsonschema`
+package, and the `regex` key, checked with re.fullmatch. The matcher
+itself is tested in detail by tests/unit/test_grammar.c, the schema and
+regex translation by tests/unit/test_schema_grammar.c."""
 
+import json
 import re
 
+import jsonschema
 import pytest
 
 from conftest import Client, ZinferError, serve_process
@@ -74,3 +80,74 @@ def test_bad_grammar_is_a_request_error(server):
     # the server still serves
     text, final = complete(server, "Is water wet? Answer yes or no.", YES_NO)
     assert text in ("yes", "no") and final["status"] == "end_of_sequence"
+
+
+# Schemas as pydantic writes them (model_json_schema()), by hand.
+SCHEMAS = {
+    "user": ("Describe a user as JSON.", {
+        "title": "User", "type": "object",
+        "properties": {
+            "name": {"title": "Name", "type": "string", "maxLength": 20},
+            "age": {"title": "Age", "type": "integer", "minimum": 0, "maximum": 120},
+            "email": {"anyOf": [{"type": "string", "format": "email"}, {"type": "null"}],
+                      "default": None, "title": "Email"}},
+        "required": ["name", "age"]}),
+    "order": ("Write one order as JSON.", {
+        "$defs": {
+            "Status": {"enum": ["new", "paid", "shipped"], "title": "Status", "type": "string"},
+            "Line": {"title": "Line", "type": "object",
+                     "properties": {"sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{3}$"},
+                                    "qty": {"type": "integer", "exclusiveMinimum": 0,
+                                            "maximum": 9}},
+                     "required": ["sku", "qty"]}},
+        "title": "Order", "type": "object",
+        "properties": {"status": {"$ref": "#/$defs/Status"},
+                       "lines": {"type": "array", "items": {"$ref": "#/$defs/Line"},
+                                 "minItems": 1, "maxItems": 2},
+                       "date": {"type": "string", "format": "date"}},
+        "required": ["status", "lines", "date"]}),
+    "point": ("Give a point on a map as JSON.", {
+        "title": "Point", "type": "object",
+        "properties": {"lat": {"type": "number", "minimum": -90, "maximum": 90},
+                       "lon": {"type": "number", "minimum": -180, "maximum": 180},
+                       "label": {"type": ["string", "null"], "maxLength": 12}},
+        "required": ["lat", "lon", "label"], "additionalProperties": False}),
+}
+
+
+def test_schemas_validate(server):
+    """Greedy and sampled completions under each schema are JSON that the
+    jsonschema package validates (formats included) and end with EOS."""
+    checker = jsonschema.FormatChecker()
+    for name, (question, schema) in SCHEMAS.items():
+        rf = {"type": "json_schema", "json_schema": {"name": name, "schema": schema}}
+        for sp in ({}, {"temperature": 1.0, "top_k": 0, "seed": 1},
+                   {"temperature": 0.8, "seed": 7}):
+            text, _, final = server.complete(prompt=PROMPT.format(question), response_format=rf,
+                                             sampling_params={"max_new_tokens": 128, **sp})
+            assert final["status"] == "end_of_sequence", (name, sp, text, final)
+            jsonschema.validate(json.loads(text), schema, format_checker=checker)
+
+
+def test_regex_key(server):
+    """The `regex` key: the whole completion matches (re.fullmatch), greedy
+    and sampled; a bad or unsupported pattern is refused naming `regex`."""
+    cases = [("What is a phone number? Make one up.", r"\d{3}-\d{4}"),
+             ("Name a color and a vehicle.", r"(red|green|blue) (car|bike|boat)"),
+             ("What is an email address? Make one up.", r"[a-z]{1,8}@[a-z]{1,8}\.(com|org)")]
+    for question, pattern in cases:
+        for sp in ({}, {"temperature": 1.0, "top_k": 0, "seed": 3}):
+            text, _, final = server.complete(prompt=PROMPT.format(question), regex=pattern,
+                                             sampling_params={"max_new_tokens": 32, **sp})
+            assert final["status"] == "end_of_sequence", (pattern, text, final)
+            assert re.fullmatch(pattern, text), (pattern, text)
+    with pytest.raises(ZinferError) as e:
+        server.complete(prompt=PROMPT.format("Hi"), regex="a(?=b)")
+    assert e.value.code == "unsupported" and e.value.field == "regex", e.value.reply
+    assert "lookaround" in str(e.value)
+    with pytest.raises(ZinferError) as e:
+        server.complete(prompt=PROMPT.format("Hi"), regex="(ab")
+    assert e.value.code == "invalid_request" and e.value.field == "regex", e.value.reply
+    with pytest.raises(ZinferError) as e:
+        server.complete(prompt=PROMPT.format("Hi"), regex="a", grammar=YES_NO)
+    assert e.value.code == "invalid_request" and e.value.field == "regex", e.value.reply
