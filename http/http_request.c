@@ -25,6 +25,9 @@ typedef struct checked {
     json_t *response_format; /* an object of a type other than "text", or NULL */
     json_t *logit_bias;      /* a checked, non-empty object, or NULL (borrowed) */
     json_t *tool_format;     /* tool_choice required / named: the constraint (owned) */
+    json_t *so_format;       /* structured_outputs.json as a response_format (owned) */
+    const char *grammar;     /* GBNF (grammar, structured_outputs.grammar), or NULL */
+    char *regex;             /* structured_outputs.regex or .choice (owned), or NULL */
     double num[7];
     int has_num[7];
     long long max_tokens, min_tokens, top_k;
@@ -314,6 +317,82 @@ static int parse_response_format(json_t *o, checked *k, zi_http_error *e) {
     return 0;
 }
 
+/* One choice of structured_outputs.choice as a regular expression
+ * matching it literally (ASCII punctuation escaped). */
+static void regex_literal(const char *s, char *out, size_t *n) {
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c < 0x7F && !(c >= '0' && c <= '9') && !((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))
+            out[(*n)++] = '\\';
+        out[(*n)++] = (char)c;
+    }
+}
+
+/* Structured output besides response_format: llama.cpp's `grammar`
+ * (GBNF) and vLLM's `structured_outputs`, one of {"json": a schema,
+ * "regex": a pattern, "grammar": GBNF, "choice": [strings]}. At most one
+ * constraint per request (the router refuses a bad one, by field). */
+static int parse_structured(json_t *o, checked *k, zi_http_error *e) {
+    json_t *gr = get(o, "grammar"), *so = get(o, "structured_outputs");
+    if (!gr && !so) return 0;
+    const char *f = gr ? "grammar" : "structured_outputs";
+    if ((gr && so) || k->response_format)
+        return zi_http_fail(e, 400, "invalid_value", f,
+                            "%s: give one of response_format, grammar and structured_outputs", f);
+    if (gr) {
+        if (!json_is_string(gr) || !json_string_length(gr))
+            return want(e, "grammar", "a non-empty string", gr);
+        k->grammar = json_string_value(gr);
+        return 0;
+    }
+    if (!json_is_object(so)) return want(e, "structured_outputs", "an object", so);
+    if (json_object_size(so) != 1)
+        return zi_http_fail(e, 400, "invalid_value", "structured_outputs",
+                            "structured_outputs: give exactly one of json, regex, grammar, choice");
+    json_t *v;
+    if ((v = json_object_get(so, "json"))) {
+        json_t *schema = json_is_string(v) ? json_loads(json_string_value(v), JSON_DECODE_ANY, NULL)
+                                           : json_incref(v);
+        if (!schema || !(json_is_object(schema) || json_is_boolean(schema))) {
+            json_decref(schema);
+            return want(e, "structured_outputs.json", "a JSON schema", v);
+        }
+        k->so_format = json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", schema);
+        if (!k->so_format) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+        k->response_format = k->so_format;
+    } else if ((v = json_object_get(so, "regex"))) {
+        if (!json_is_string(v) || !json_string_length(v))
+            return want(e, "structured_outputs.regex", "a non-empty string", v);
+        if (!(k->regex = strdup(json_string_value(v))))
+            return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    } else if ((v = json_object_get(so, "grammar"))) {
+        if (!json_is_string(v) || !json_string_length(v))
+            return want(e, "structured_outputs.grammar", "a non-empty string", v);
+        k->grammar = json_string_value(v);
+    } else if ((v = json_object_get(so, "choice"))) {
+        size_t i, len = 4;
+        json_t *c;
+        if (!json_is_array(v) || !json_array_size(v))
+            return want(e, "structured_outputs.choice", "a non-empty array of strings", v);
+        json_array_foreach(v, i, c) {
+            if (!json_is_string(c) || !json_string_length(c))
+                return want(e, "structured_outputs.choice", "a non-empty array of strings", v);
+            len += 2 * json_string_length(c) + 1;
+        }
+        if (!(k->regex = malloc(len))) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+        size_t n = 0;
+        json_array_foreach(v, i, c) {
+            if (i) k->regex[n++] = '|';
+            regex_literal(json_string_value(c), k->regex, &n);
+        }
+        k->regex[n] = 0;
+    } else {
+        return unsupported(e, "structured_outputs",
+                           "structured_outputs: only json, regex, grammar and choice are supported");
+    }
+    return 0;
+}
+
 /* logit_bias: an object of token id (a string of decimal digits, as
  * OpenAI's) -> a number in [-100, 100], at most ZI_LOGIT_BIAS_MAX entries.
  * Whether the ids are in the vocabulary the tokenizer says (the router's
@@ -472,7 +551,7 @@ static void pack_json(msgpack_packer *pk, json_t *v) {
 static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_packer *pk) {
     int tools = g->tools.choice != ZI_TOOLS_OFF;
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
-                 (k->response_format != NULL) + tools;
+                 (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL);
     msgpack_pack_map(pk, n_keys);
     char id[16];
     snprintf(id, sizeof id, "g%d", i);
@@ -534,6 +613,8 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
         zi_pack_str(pk, "tools");
         pack_json(pk, g->tools.tools);
     }
+    if (k->grammar) zi_pack_kv_str(pk, "grammar", k->grammar);
+    if (k->regex) zi_pack_kv_str(pk, "regex", k->regex);
 }
 
 json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
@@ -566,11 +647,12 @@ int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_h
         rc = kind == ZI_HTTP_CHAT ? parse_messages(k.root, &k, e) : parse_prompt(k.root, &k, e);
     if (!rc) rc = parse_stop(k.root, &k, e);
     if (!rc) rc = parse_response_format(k.root, &k, e);
+    if (!rc) rc = parse_structured(k.root, &k, e);
     if (!rc) rc = parse_options(k.root, kind, &k, g, e);
     if (!rc) rc = parse_logit_bias(k.root, &k, e);
     if (!rc && kind == ZI_HTTP_CHAT) rc = zi_http_tools_parse(k.root, &g->tools, e);
     if (!rc && (k.tool_format = zi_http_tools_response_format(&g->tools))) {
-        if (k.response_format)
+        if (k.response_format || k.grammar || k.regex)
             rc = zi_http_fail(e, 400, "invalid_value", "response_format",
                               "response_format: cannot be combined with a tool_choice that "
                               "forces a call");
@@ -594,6 +676,8 @@ int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_h
     if (rc) g->n = 0;
     json_decref(k.messages);
     json_decref(k.tool_format);
+    json_decref(k.so_format);
+    free(k.regex);
     json_decref(k.root);
     if (rc) zi_http_tools_free(&g->tools);
     return rc;
