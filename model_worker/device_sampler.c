@@ -82,6 +82,8 @@ int zi_device_sampler_sample(zi_device_sampler *d, const zi_sampler_row *rows, c
             return zi_error_set(err, ZI_EINVAL, "GPU sampling: logits row %d of %d", src_row[k],
                                 d->n_logit_rows);
         const zi_sampler_row *r = &rows[k];
+        if (r->n_more_generated) /* speculation's rows sample on the host */
+            return zi_error_set(err, ZI_EINVAL, "GPU sampling: row %d has more_generated_ids", k);
         d->rows[k] = (zi_cuda_sample_row_full){
             .params = r->params,
             .step = r->step,

@@ -525,17 +525,15 @@ static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int6
     return have < upto ? have : upto;
 }
 
-/* Can c's next token be speculated? Only a greedy decode step whose
- * token depends on nothing but the logits of its row: no penalties, logit
- * bias, EOS mask (min_new_tokens reached), structured-output mask (JSON
- * schema or grammar) or log probabilities (those are not supported with speculation yet). */
+/* Can c's next token be speculated? A decode step of one token, greedy
+ * or sampled, with penalties, logit bias, min_new_tokens and log
+ * probabilities (each verification row is processed as if the drafts
+ * before it had been generated), but no structured-output mask (JSON
+ * schema or grammar: its automaton would have to follow the drafts). */
 static int spec_eligible(const zi_generator *g, const zi_text_context *c) {
     const zi_sampling_params *sp = &c->sampling_params;
-    return g->cfg.spec_lookup && sp->speculate && (sp->temperature == 0 || sp->top_k == 1) &&
-           sp->frequency_penalty == 0 && sp->presence_penalty == 0 && sp->repetition_penalty == 1 &&
-           sp->logit_bias.n == 0 && c->log_probabilities == 0 && !c->has_json_schema &&
-           c->grammar.len == 0 && !c->is_initial_prompt && c->active_idx == c->end_idx &&
-           c->start_idx + 1 == c->end_idx && c->end_idx - c->prompt_len >= sp->min_new_tokens;
+    return g->cfg.spec_lookup && sp->speculate && !c->has_json_schema && c->grammar.len == 0 &&
+           !c->is_initial_prompt && c->active_idx == c->end_idx && c->start_idx + 1 == c->end_idx;
 }
 
 /* Drafts for a decoding context whose last token is scheduled: at most cap
@@ -750,18 +748,26 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
         }
     }
     assert(used <= n_forbid && *n_sample <= p->n_stepped);
-    /* Speculation: a row after each draft, as the context's own row (a
-     * greedy row reads nothing but its logits), its token into spec_tok. */
+    /* Speculation: a row after each draft, as the context's own row but in
+     * the state the token after that draft would be drawn in without
+     * speculation: the drafts up to it count as generated (penalties), the
+     * EOS mask holds while min_new_tokens is not reached, and the step is
+     * that token's (so a sampled row uses the same uniform: see
+     * accept_drafts). Its token goes into spec_tok. */
     int n_own = *n_sample;
     for (int k = 0; k < n_own; k++) {
         int i = g->row_ctx[k];
-        const gseq *q = seq_of(g, g->stepped[i]);
+        const zi_text_context *c = g->stepped[i];
+        const gseq *q = seq_of(g, c);
         int first = last_row(g, p, i) - q->n_draft;
         for (int j = 0; j < q->n_draft; j++) {
             zi_sampler_row *r = &g->rows[*n_sample];
             *r = g->rows[k];
             r->logits = g->logits + (size_t)(first + 1 + j) * g->n_vocab;
             r->step += 1 + (uint64_t)j;
+            r->more_generated_ids = q->draft;
+            r->n_more_generated = (size_t)j + 1;
+            if (r->step >= (uint64_t)c->sampling_params.min_new_tokens) r->n_eos_forbid = 0;
             g->row_ctx[(*n_sample)++] = -1 - (i * ZI_SPEC_MAX_DRAFT + j);
         }
     }
@@ -812,8 +818,19 @@ static int sample_rows(zi_generator *g, int n_sample, int on_device, zi_error *e
  * rejected drafts stay in the blocks past the accepted length, where no
  * attention reads them before the next steps write those positions again;
  * start_idx stops at the first position not verified, so the prefix cache
- * never registers a block that holds one. */
-static int accept_drafts(zi_generator *g, zi_text_context *c, gseq *q, int i, zi_error *err) {
+ * never registers a block that holds one.
+ *
+ * The same rule serves sampled rows. A prompt-lookup draft x is a point
+ * mass, so the standard rule accepts it with probability p(x) (p: the
+ * row's distribution after temperature, top_k, top_p, min_p) and on
+ * rejection draws from p without x, renormalised. Drawing y from p with
+ * the row's own uniform (zi_sampler_uniform(seed, step), the draw the
+ * token would get without speculation) and accepting x iff y == x does
+ * exactly that: P(y == x) = p(x), and given y != x, y follows p without
+ * x. So the output follows the target's distribution, and a seeded
+ * request gets the very tokens it gets without speculation. */
+static int accept_drafts(zi_generator *g, zi_text_context *c, gseq *q, int i, int row0,
+                         zi_error *err) {
     int32_t target[ZI_SPEC_ROWS];
     target[0] = c->tokens[c->end_idx - 1];
     memcpy(target + 1, g->spec_tok + (size_t)i * ZI_SPEC_MAX_DRAFT,
@@ -823,7 +840,13 @@ static int accept_drafts(zi_generator *g, zi_text_context *c, gseq *q, int i, zi
     g->stats.spec_steps++;
     g->stats.spec_drafted += (uint64_t)q->n_draft;
     for (int j = 1; j <= a && !zi_text_context_is_done(c); j++) {
-        int rc = zi_text_context_update(c, target[j], NULL, err);
+        /* its log probabilities: the row after draft j - 1 (row0: c's own) */
+        zi_logprobs *lp = NULL;
+        int rc = c->log_probabilities > 0
+                     ? make_logprobs(g, g->logits + (size_t)(row0 + j) * g->n_vocab, target[j],
+                                     c->log_probabilities, &lp, err)
+                     : ZI_OK;
+        if (!rc) rc = zi_text_context_update(c, target[j], lp, err);
         if (rc) return rc;
         g->stats.spec_accepted++;
     }
@@ -855,13 +878,14 @@ static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
         }
         int32_t tok = g->sample_tok[i];
         zi_logprobs *lp = NULL;
+        gseq *q = seq_of(g, c);
+        int own = last - q->n_draft; /* c's own row; the drafts' follow it */
         if (c->log_probabilities > 0 && c->active_idx == c->end_idx &&
-            (rc = make_logprobs(g, g->logits + (size_t)last * g->n_vocab, tok, c->log_probabilities,
+            (rc = make_logprobs(g, g->logits + (size_t)own * g->n_vocab, tok, c->log_probabilities,
                                 &lp, err)))
             return rc;
         if ((rc = zi_text_context_update(c, tok, lp, err))) return rc;
-        gseq *q = seq_of(g, c);
-        if (q->n_draft > 0 && (rc = accept_drafts(g, c, q, i, err))) return rc;
+        if (q->n_draft > 0 && (rc = accept_drafts(g, c, q, i, own, err))) return rc;
         register_full_blocks(g, c);
     }
     return ZI_OK;

@@ -258,8 +258,10 @@ static size_t prepare_row(zi_sampler *s, const zi_sampler_row *row) {
                 touch(s, lg, t, &nt);
                 if (s->count[t] < 0) s->count[t] = 0;
             }
-        for (size_t i = 0; i < row->n_generated; i++) {
-            int32_t t = row->generated_ids[i];
+        size_t n_all = row->n_generated + row->n_more_generated;
+        for (size_t i = 0; i < n_all; i++) {
+            int32_t t = i < row->n_generated ? row->generated_ids[i]
+                                             : row->more_generated_ids[i - row->n_generated];
             touch(s, lg, t, &nt);
             s->count[t] = s->count[t] < 0 ? 1 : s->count[t] + 1;
         }
@@ -557,6 +559,8 @@ static int check_row(const zi_sampler *s, const zi_sampler_row *row, size_t r, z
     if ((rc = check_ids(row->prompt_ids, row->n_prompt, s->n_vocab, r, "prompt_ids", err)) ||
         (rc = check_ids(row->generated_ids, row->n_generated, s->n_vocab, r, "generated_ids",
                         err)) ||
+        (rc = check_ids(row->more_generated_ids, row->n_more_generated, s->n_vocab, r,
+                        "more_generated_ids", err)) ||
         (rc = check_ids(row->eos_forbid, row->n_eos_forbid, s->n_vocab, r, "eos_forbid", err)))
         return rc;
     return ZI_OK;

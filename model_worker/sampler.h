@@ -83,6 +83,11 @@ typedef struct zi_sampler_row {
     const int32_t *bitmask;    /* NULL = all allowed; else ceil(n_vocab/32) words */
     const int32_t *eos_forbid; /* ids forbidden this step (min_new_tokens) */
     size_t n_eos_forbid;
+    /* Tokens generated after generated_ids, counted with them by the
+     * penalties (speculation: the drafts before a verification row, which
+     * is processed as if they had been generated). May be NULL if n is 0. */
+    const int32_t *more_generated_ids;
+    size_t n_more_generated;
 } zi_sampler_row;
 
 /* Creates a sampler for vocabularies of n_vocab tokens (1 .. 2^28). */
@@ -92,7 +97,7 @@ void zi_sampler_free(zi_sampler *s);
 /*
  * Chooses out_tokens[r] for each of n_rows rows. ZI_EINVAL (nothing written)
  * for a NULL row field that is needed or a token id in prompt_ids,
- * generated_ids or eos_forbid outside [0, n_vocab); the message names the row
+ * generated_ids, more_generated_ids or eos_forbid outside [0, n_vocab); the message names the row
  * and field. ZI_ERANGE when some row had no eligible token (see above).
  */
 int zi_sampler_sample(zi_sampler *s, const zi_sampler_row *rows, size_t n_rows, int32_t *out_tokens,

@@ -9,6 +9,10 @@ streams share the worker's steps.
    free-form ones; max_new_tokens is met exactly (ignore_eos).
  * A stop string cuts the text, and the token ids, where it cuts without
    speculation, though one step may now emit several tokens past it.
+ * Seeded sampled requests give the same tokens (the acceptance test uses
+   the draw the token gets without speculation), and drafts are accepted.
+ * Greedy with penalties, a logit bias, min_new_tokens and log
+   probabilities: the same tokens, log probabilities within 1e-5.
 """
 
 import sys
@@ -54,25 +58,29 @@ def spec_counts(client):
     return kv["spec_steps"], kv["spec_drafted"], kv["spec_accepted"]
 
 
-def run_both(client, requests):
+def run_both(client, requests, **extra):
     """Sends every (messages, sampling_params) twice at once, speculating
-    and opted out; returns [(spec tokens, plain tokens, spec final, plain
-    final)]."""
+    and opted out; returns [((tokens, text, final, logprobs) speculating,
+    (the same) plain)]; logprobs: [(token's, {top id: value})] gathered
+    from the chunks."""
     rids = []
     for messages, sp in requests:
         for spec in (True, False):
             rids.append(client.send({"op": "generate", "messages": messages,
-                                     "sampling_params": {**sp, "speculate": spec}}))
+                                     "sampling_params": {**sp, "speculate": spec}, **extra}))
     out = []
     for rid in rids:
-        ids, text, final = [], [], None
+        ids, text, final, lps = [], [], None, []
         for ev in client.events(rid):
             assert ev["event"] in ("chunk", "final"), ev
             ids.extend(ev.get("token_ids", []))
             text.append(ev.get("text", ""))
+            if ev.get("logprobs") and ev["event"] == "chunk":
+                lp = ev["logprobs"]
+                lps.extend(zip(lp["token_log_probabilities"], lp["top_log_probabilities"]))
             if ev["event"] == "final":
                 final = ev
-        out.append((ids, "".join(text), final))
+        out.append((ids, "".join(text), final, lps))
     return [(out[i], out[i + 1]) for i in range(0, len(out), 2)]
 
 
@@ -121,3 +129,44 @@ def test_opt_out_does_not_speculate(server):
         after = spec_counts(c)
     assert len(ids) > 20
     assert after == before  # no draft was fed for it
+
+
+GROUNDED = [p for p in PROMPTS if not p[2]]
+
+
+def test_sampled_seeded_same_tokens_and_accepted(server):
+    with Client(server.addr, timeout_s=300) as c:
+        before = spec_counts(c)
+        reqs = [([{"role": "user", "content": text}],
+                 {"temperature": 0.7, "top_p": 0.95, "top_k": 0, "seed": 11 + i,
+                  "max_new_tokens": n}) for i, (text, n, _) in enumerate(GROUNDED)]
+        pairs = run_both(c, reqs)
+        after = spec_counts(c)
+    for (text, _, _), (spec, plain) in zip(GROUNDED, pairs):
+        assert spec[0] == plain[0], text
+        assert spec[1] == plain[1] and spec[2]["status"] == plain[2]["status"], text
+        assert len(spec[0]) > 5
+    steps, drafted, accepted = (a - b for a, b in zip(after, before))
+    print(f"sampled: {steps} verifications, {drafted} drafted, {accepted} accepted")
+    assert accepted > 0 and drafted >= accepted
+
+
+def test_penalties_bias_logprobs_same_as_without(server):
+    sp = {"temperature": 0, "repetition_penalty": 1.1, "frequency_penalty": 0.2,
+          "presence_penalty": 0.1, "logit_bias": {13: 1.0, 28: -3.0}, "min_new_tokens": 12}
+    with Client(server.addr, timeout_s=300) as c:
+        before = spec_counts(c)
+        pairs = run_both(c, [([{"role": "user", "content": text}], {**sp, "max_new_tokens": n})
+                             for text, n, _ in GROUNDED], logprobs=3)
+        after = spec_counts(c)
+    for (text, _, _), (spec, plain) in zip(GROUNDED, pairs):
+        assert spec[0] == plain[0], text
+        assert len(spec[3]) == len(plain[3]) == len(spec[0]) >= 12, text
+        for (a, atop), (b, btop) in zip(spec[3], plain[3]):
+            assert a == pytest.approx(b, abs=1e-5)
+            assert set(atop) == set(btop)
+            for t in atop:
+                assert atop[t] == pytest.approx(btop[t], abs=1e-5)
+    steps, drafted, accepted = (a - b for a, b in zip(after, before))
+    print(f"penalised: {steps} verifications, {drafted} drafted, {accepted} accepted")
+    assert accepted > 0

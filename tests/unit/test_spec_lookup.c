@@ -13,6 +13,7 @@
  * sequences reuses the blocks registered during speculation (a block with
  * an unverified draft's K/V would change its tokens).
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,13 +26,30 @@
 #include <cmocka.h>
 
 #include "args.h"
+#include "chi2.h"
 #include "cpu_backend.h"
 #include "generator.h"
 #include "model.h"
+#include "sampler.h"
 #include "spec_lookup.h"
 #include "tokenizer.h"
 
 #define LEN(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
+
+static void check_chi2(const long *counts, const double *p, int n, long total, int pass) {
+    int df;
+    double stat = chi2(counts, p, n, total, &df);
+    assert_true(df >= 1 && df <= 60);
+    double crit = CHI2_999[df - 1];
+    print_message("chi2 = %.2f, df = %d, critical(0.001) = %.3f\n", stat, df, crit);
+    if (pass) {
+        for (int i = 0; i < n; i++)
+            if (p[i] == 0 && counts[i] != 0) fail_msg("cell %d has p = 0 but was drawn", i);
+        if (!(stat < crit)) fail_msg("chi2 %.2f >= %.3f (df %d)", stat, crit, df);
+    } else if (!(stat > crit)) {
+        fail_msg("wrong reference not rejected: chi2 %.2f <= %.3f", stat, crit);
+    }
+}
 
 static void test_propose(void **state) {
     (void)state;
@@ -113,6 +131,92 @@ static void test_adaptive_length(void **state) {
     assert_true(s.next_pause <= ZI_SPEC_MAX_PAUSE && s.pause <= ZI_SPEC_MAX_PAUSE);
 }
 
+/* ---- sampled acceptance: the distribution is the target's -------------- */
+
+#define SV 6         /* a toy vocabulary */
+#define NTRIAL 60000 /* seeds */
+
+/* Sampled speculation, driven through the real pieces (zi_sampler_sample
+ * draws each row with the uniform of (seed, step), zi_spec_accept keeps
+ * what agrees) on a toy two-token "model": p1 for the first token, p2(.|a)
+ * after a. The draft is x then y. Over many seeds the pairs emitted match
+ * p1(a) p2(b|a) (chi-square), the draft x is accepted with probability
+ * p1(x), a rejected first token follows p1 without x renormalised (the
+ * residual), and every seed gives the very tokens of plain sampling. A
+ * wrong rule (keep the draft always) fails the same test. */
+static void test_sampled_distribution(void **state) {
+    (void)state;
+    zi_error err = {0};
+    zi_sampler *s;
+    assert_int_equal(zi_sampler_create(&s, SV, &err), ZI_OK);
+    zi_sampling_params sp;
+    zi_sampling_params_init(&sp);
+    sp.temperature = 1.0;
+    sp.top_k = 5; /* token 5, the least likely, is never drawn */
+    static float l1[SV] = {0.5f, 1.2f, 0.9f, -0.3f, 0.1f, -1.0f}, l2[SV][SV];
+    for (int a = 0; a < SV; a++)
+        for (int b = 0; b < SV; b++)
+            l2[a][b] = (float)((a * 7 + b * 3) % 5) * 0.4f - (float)b * 0.05f;
+    /* the reference: softmax over the top 5 of each row */
+    double p1[SV], p2[SV][SV], joint[SV * SV];
+    const float *rowsl[SV + 1] = {l1, l2[0], l2[1], l2[2], l2[3], l2[4], l2[5]};
+    double *rowsp[SV + 1] = {p1, p2[0], p2[1], p2[2], p2[3], p2[4], p2[5]};
+    for (int r = 0; r <= SV; r++) {
+        const float *l = rowsl[r];
+        int worst = 0; /* the lowest logit, ties: the higher id */
+        for (int t = 1; t < SV; t++)
+            if (l[t] <= l[worst]) worst = t;
+        double z = 0;
+        for (int t = 0; t < SV; t++) z += rowsp[r][t] = t == worst ? 0 : exp(l[t]);
+        for (int t = 0; t < SV; t++) rowsp[r][t] /= z;
+    }
+    for (int a = 0; a < SV; a++)
+        for (int b = 0; b < SV; b++) joint[a * SV + b] = p1[a] * p2[a][b];
+    const int32_t draft[2] = {2, 1}; /* x = 2, y = 1 */
+    static long pairs[SV * SV], always[SV * SV], resid[SV];
+    long accepted = 0, rejected = 0;
+    for (long n = 0; n < NTRIAL; n++) {
+        sp.seed = (uint64_t)n * 2654435761u;
+        /* the verification: the token's row and the row after draft x */
+        zi_sampler_row rows[2] = {{.logits = l1, .params = &sp, .step = 0},
+                                  {.logits = l2[draft[0]], .params = &sp, .step = 1}};
+        int32_t target[2];
+        assert_int_equal(zi_sampler_sample(s, rows, 2, target, &err), ZI_OK);
+        int a = zi_spec_accept(draft, 1, target);
+        int32_t e0 = target[0], e1;
+        if (a == 1) {
+            accepted++;
+            e1 = target[1];
+        } else { /* the next step samples after the emitted token */
+            rejected++;
+            resid[e0]++;
+            zi_sampler_row r1 = {.logits = l2[e0], .params = &sp, .step = 1};
+            assert_int_equal(zi_sampler_sample(s, &r1, 1, &e1, &err), ZI_OK);
+        }
+        pairs[e0 * SV + e1]++;
+        always[draft[0] * SV + target[1]]++;
+        /* plain sampling, the same seed: the same tokens */
+        int32_t plain0, plain1;
+        assert_int_equal(zi_sampler_sample(s, &rows[0], 1, &plain0, &err), ZI_OK);
+        zi_sampler_row r1 = {.logits = l2[plain0], .params = &sp, .step = 1};
+        assert_int_equal(zi_sampler_sample(s, &r1, 1, &plain1, &err), ZI_OK);
+        assert_int_equal(plain0, e0);
+        assert_int_equal(plain1, e1);
+    }
+    check_chi2(pairs, joint, SV * SV, NTRIAL, 1);
+    check_chi2(always, joint, SV * SV, NTRIAL, 0);
+    /* acceptance: p1(x) within 4 standard deviations */
+    double px = p1[draft[0]], sd = sqrt(px * (1 - px) / NTRIAL);
+    print_message("accepted %.4f, p1(x) %.4f\n", (double)accepted / NTRIAL, px);
+    assert_true(fabs((double)accepted / NTRIAL - px) < 4 * sd);
+    /* the residual: p1 without x, renormalised */
+    double pr[SV];
+    for (int t = 0; t < SV; t++) pr[t] = t == draft[0] ? 0 : p1[t] / (1 - px);
+    check_chi2(resid, pr, SV, rejected, 1);
+    zi_sampling_params_free(&sp);
+    zi_sampler_free(s);
+}
+
 /* ---- over the real model ------------------------------------------------ */
 
 #define N_PROMPTS 5
@@ -168,11 +272,15 @@ typedef struct run_out {
     int status[N_PROMPTS];
 } run_out;
 
+/* Sets prompt i's sampling parameters beyond the greedy defaults. */
+typedef void (*tweak_fn)(zi_sampling_params *sp, int i);
+
 /* Runs the n prompts batched to the end (prompt i gets max_new_tokens
- * GEN - i, and stop id `stop` when >= 0 for odd i), checking the block
- * pool after every step. */
-static void run(fixture *f, const zi_generator_config *cfg, int32_t *const *ids,
-                const size_t *n_ids, int n, int32_t stop, run_out *out, zi_generator_stats *st) {
+ * GEN - i, and stop id `stop` when >= 0 for odd i, and what tweak sets
+ * when not NULL), checking the block pool after every step. */
+static void run_with(fixture *f, const zi_generator_config *cfg, int32_t *const *ids,
+                     const size_t *n_ids, int n, int32_t stop, tweak_fn tweak, run_out *out,
+                     zi_generator_stats *st) {
     zi_error err = {0};
     zi_generator *g;
     assert_int_equal(zi_generator_create(f->model, cfg, &g, &err), ZI_OK);
@@ -181,6 +289,7 @@ static void run(fixture *f, const zi_generator_config *cfg, int32_t *const *ids,
         zi_sampling_params sp;
         zi_sampling_params_init(&sp); /* greedy (top_k 1) */
         sp.max_new_tokens = GEN - i;
+        if (tweak) tweak(&sp, i);
         assert_int_equal(zi_text_context_init(&ctx[i], ids[i], n_ids[i], 512, &sp, &err), ZI_OK);
         zi_sampling_params_free(&sp);
         if (stop >= 0 && i % 2)
@@ -214,6 +323,11 @@ static void run(fixture *f, const zi_generator_config *cfg, int32_t *const *ids,
     zi_generator_get_stats(g, st);
     assert_int_equal(st->kv_used, 0);
     zi_generator_free(g);
+}
+
+static void run(fixture *f, const zi_generator_config *cfg, int32_t *const *ids,
+                const size_t *n_ids, int n, int32_t stop, run_out *out, zi_generator_stats *st) {
+    run_with(f, cfg, ids, n_ids, n, stop, NULL, out, st);
 }
 
 static void compare(const run_out *a, const run_out *b, int n) {
@@ -321,12 +435,98 @@ static void test_same_tokens_on_and_off(void **state) {
     for (int i = 0; i < N_PROMPTS; i++) free(ids[i]);
 }
 
+/* Seeded sampling: temperature, top_p, min_p; the rows after each draft
+ * draw with the uniform the token would get without speculation. */
+static void tweak_sampled(zi_sampling_params *sp, int i) {
+    sp->top_k = 0;
+    sp->temperature = 0.3 + 0.2 * i;
+    sp->top_p = i % 2 ? 0.9 : 1.0;
+    sp->min_p = i == 2 ? 0.05 : 0.0;
+    sp->seed = 1234 + (uint64_t)i;
+}
+
+/* Sampled requests batched with speculation on give, seed for seed, the
+ * tokens they give with it off (the acceptance rule uses the same draws:
+ * test_sampled_distribution), and drafts get accepted. */
+static void test_sampled_same_tokens_on_and_off(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    zi_error err = {0};
+    int32_t *ids[N_PROMPTS];
+    size_t n_ids[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++)
+        assert_int_equal(
+            zi_tokenizer_encode(f->tok, texts[i], strlen(texts[i]), 1, 1, &ids[i], &n_ids[i], &err),
+            ZI_OK);
+    zi_generator_config cfg = {
+        .n_slots = N_PROMPTS, .ctx = 512, .max_batch_tokens = 256, .prefix_cache = 1};
+    static run_out off, on;
+    zi_generator_stats st;
+    run_with(f, &cfg, ids, n_ids, N_PROMPTS, -1, tweak_sampled, &off, &st);
+    cfg.spec_lookup = 1;
+    run_with(f, &cfg, ids, n_ids, N_PROMPTS, -1, tweak_sampled, &on, &st);
+    compare(&off, &on, N_PROMPTS);
+    printf("sampled: %llu verifications, %llu drafted, %llu accepted\n",
+           (unsigned long long)st.spec_steps, (unsigned long long)st.spec_drafted,
+           (unsigned long long)st.spec_accepted);
+    assert_true(st.spec_accepted > 0);
+    for (int i = 0; i < N_PROMPTS; i++) free(ids[i]);
+}
+
+/* Penalties, a logit bias and min_new_tokens, greedy (even i) and
+ * sampled (odd i): each verification row sees the drafts before it as
+ * generated, and the EOS mask while min_new_tokens is not reached. */
+static void tweak_penalised(zi_sampling_params *sp, int i) {
+    if (i % 2) {
+        sp->top_k = 40;
+        sp->temperature = 0.5;
+        sp->seed = 99 + (uint64_t)i;
+    }
+    sp->repetition_penalty = 1.05 + 0.05 * (i % 3);
+    sp->frequency_penalty = i == 1 ? 0.0 : 0.1 * i;
+    sp->presence_penalty = i == 3 ? 0.3 : 0.0;
+    sp->min_new_tokens = 5 * i;
+    sp->logit_bias.v = calloc(2, sizeof *sp->logit_bias.v);
+    assert_non_null(sp->logit_bias.v);
+    sp->logit_bias.v[0] = (zi_token_bias){.id = 13, .bias = 1.5f}; /* a newline */
+    sp->logit_bias.v[1] = (zi_token_bias){.id = 30, .bias = -2.0f};
+    sp->logit_bias.n = 2;
+}
+
+static void test_penalised_same_tokens_on_and_off(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    zi_error err = {0};
+    int32_t *ids[N_PROMPTS];
+    size_t n_ids[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++)
+        assert_int_equal(
+            zi_tokenizer_encode(f->tok, texts[i], strlen(texts[i]), 1, 1, &ids[i], &n_ids[i], &err),
+            ZI_OK);
+    zi_generator_config cfg = {
+        .n_slots = N_PROMPTS, .ctx = 512, .max_batch_tokens = 256, .prefix_cache = 1};
+    static run_out off, on;
+    zi_generator_stats st;
+    run_with(f, &cfg, ids, n_ids, N_PROMPTS, -1, tweak_penalised, &off, &st);
+    cfg.spec_lookup = 1;
+    run_with(f, &cfg, ids, n_ids, N_PROMPTS, -1, tweak_penalised, &on, &st);
+    compare(&off, &on, N_PROMPTS);
+    printf("penalised: %llu verifications, %llu drafted, %llu accepted\n",
+           (unsigned long long)st.spec_steps, (unsigned long long)st.spec_drafted,
+           (unsigned long long)st.spec_accepted);
+    assert_true(st.spec_accepted > 0);
+    for (int i = 0; i < N_PROMPTS; i++) free(ids[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_propose),
         cmocka_unit_test(test_accept),
         cmocka_unit_test(test_adaptive_length),
+        cmocka_unit_test(test_sampled_distribution),
         cmocka_unit_test(test_same_tokens_on_and_off),
+        cmocka_unit_test(test_sampled_same_tokens_on_and_off),
+        cmocka_unit_test(test_penalised_same_tokens_on_and_off),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
