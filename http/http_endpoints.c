@@ -183,7 +183,8 @@ static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
         (long long)mt.generation_tokens);
     static const struct {
         const char *name, *type, *help;
-        int stat; /* a zi_kv_stat index, or -1: used / blocks, -2: hit / query tokens */
+        int stat; /* a zi_kv_stat index, or -1: used / blocks, -2: hit / query tokens,
+                   * -3: speculation's accepted / drafted tokens */
     } kv[] = {
         {"zinfer_kv_cache_blocks", "gauge", "KV cache blocks of the worker.", ZI_KV_BLOCKS},
         {"zinfer_kv_cache_blocks_used", "gauge", "KV cache blocks in use.", ZI_KV_USED},
@@ -197,6 +198,13 @@ static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
         {"zinfer_prefix_cache_hit_rate", "gauge", "Prefix cache hits / queries.", -2},
         {"zinfer_preemptions_total", "counter", "Requests preempted for KV cache room.",
          ZI_KV_PREEMPTIONS},
+        {"zinfer_spec_verifications_total", "counter",
+         "Speculation: a sequence's drafts checked in a step.", ZI_KV_SPEC_STEPS},
+        {"zinfer_spec_draft_tokens_total", "counter", "Speculation: draft tokens fed.",
+         ZI_KV_SPEC_DRAFTED},
+        {"zinfer_spec_accepted_tokens_total", "counter", "Speculation: draft tokens accepted.",
+         ZI_KV_SPEC_ACCEPTED},
+        {"zinfer_spec_acceptance_rate", "gauge", "Speculation: accepted / draft tokens.", -3},
     };
     for (size_t j = 0; j < sizeof kv / sizeof kv[0]; j++) {
         ADD("# HELP %s %s\n# TYPE %s %s\n", kv[j].name, kv[j].help, kv[j].name, kv[j].type);
@@ -205,8 +213,11 @@ static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
             if (kv[j].stat >= 0)
                 ADD("%s{worker=\"%zu\"} %lld\n", kv[j].name, w, (long long)s[kv[j].stat]);
             else {
-                int64_t num = kv[j].stat == -1 ? s[ZI_KV_USED] : s[ZI_KV_PREFIX_HIT_TOKENS];
-                int64_t den = kv[j].stat == -1 ? s[ZI_KV_BLOCKS] : s[ZI_KV_PREFIX_QUERY_TOKENS];
+                static const int ratio[3][2] = {
+                    {ZI_KV_USED, ZI_KV_BLOCKS},
+                    {ZI_KV_PREFIX_HIT_TOKENS, ZI_KV_PREFIX_QUERY_TOKENS},
+                    {ZI_KV_SPEC_ACCEPTED, ZI_KV_SPEC_DRAFTED}};
+                int64_t num = s[ratio[-1 - kv[j].stat][0]], den = s[ratio[-1 - kv[j].stat][1]];
                 ADD("%s{worker=\"%zu\"} %.6g\n", kv[j].name, w,
                     den > 0 ? (double)num / (double)den : 0.0);
             }

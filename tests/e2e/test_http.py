@@ -547,6 +547,10 @@ def test_metrics_count_what_was_sent(web, sdk, model):
     assert a("zinfer_kv_cache_blocks", worker="0") > 0
     assert 0 <= a("zinfer_kv_cache_usage_ratio", worker="0") <= 1
     assert d("zinfer_prefix_cache_queries_total", worker="0") >= 0
+    # speculation's counters (this server does not speculate: docs/speculative.md)
+    for name in ("verifications", "draft_tokens", "accepted_tokens"):
+        assert d(f"zinfer_spec_{name}_total", worker="0") == 0, name
+    assert a("zinfer_spec_acceptance_rate", worker="0") == 0
 
 
 CHAT = "/v1/chat/completions"

@@ -104,6 +104,11 @@ def test_greedy_same_tokens_with_and_without(server):
     steps, drafted, accepted = (a - b for a, b in zip(after, before))
     print(f"speculation: {steps} verifications, {drafted} drafted, {accepted} accepted")
     assert accepted > 0 and drafted >= accepted and steps > 0
+    # the metrics op (zinfer-http's /metrics) has each worker's counters
+    with Client(server.addr, timeout_s=60) as c:
+        w = c.call("metrics")["workers"]
+    assert sum(x["spec_accepted"] for x in w) >= accepted
+    assert sum(x["spec_drafted"] for x in w) >= drafted
 
 
 def test_stop_string_cuts_where_it_cuts_without(server):
