@@ -61,7 +61,7 @@ typedef struct opts {
     double temperature, top_p, min_p, rep_pen, freq_pen, pres_pen;
     long long seed, top_k;
     int ignore_eos;
-    int spec_lookup; /* generate: prompt-lookup speculation (greedy only) */
+    int spec_lookup; /* generate: prompt-lookup speculation */
     int json;
     /* logits */
     const char *out;
@@ -718,7 +718,7 @@ static const char *USAGE_GENERATE =
     "  --seed N             seed of the draw (default 0); the same seed and values give\n"
     "                       the same tokens as a served request (docs/sampling.md)\n"
     "  --ignore-eos         do not stop at end-of-sequence tokens\n"
-    "  --spec-lookup        prompt-lookup speculation (greedy only; the same tokens,\n"
+    "  --spec-lookup        prompt-lookup speculation (the same tokens, seeded too,\n"
     "                       fewer steps on text that repeats its input; default off)\n"
     "  --json               print, as the last line, a JSON object with prompt_token_ids,\n"
     "                       token_ids, text, finish_reason (instead of streaming text)\n"

@@ -72,8 +72,9 @@ typedef struct zi_generator_config {
                            * id of a context too (the sampler's vocabulary); 0: the model's
                            * whole vocabulary. `zinfer generate` passes the tokenizer's, as a
                            * model may pad its output rows beyond the ids that have text. */
-    int spec_lookup;      /* prompt-lookup speculation for the greedy requests that allow it
-                           * (sampling_params.speculate; docs/speculative.md) */
+    int spec_lookup;      /* prompt-lookup speculation for the requests that allow it
+                           * (sampling_params.speculate; no structured output;
+                           * docs/speculative.md) */
 } zi_generator_config;
 
 /* Counters, for logs and the router's metrics. */
