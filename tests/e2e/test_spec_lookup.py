@@ -175,3 +175,16 @@ def test_penalties_bias_logprobs_same_as_without(server):
     steps, drafted, accepted = (a - b for a, b in zip(after, before))
     print(f"penalised: {steps} verifications, {drafted} drafted, {accepted} accepted")
     assert accepted > 0
+
+
+def test_workload_fixture():
+    """The input-grounded set scripts/bench-spec measures (issue 27: at
+    least 12 prompts: code edits, quotes, JSON extraction)."""
+    import json
+    d = json.loads((REPO / "tests" / "fixtures" / "spec_prompts.json").read_text())
+    ps = d["prompts"]
+    assert len(ps) >= 12 and len({p["name"] for p in ps}) == len(ps)
+    assert {p["kind"] for p in ps} == {"code", "quote", "json"}
+    for p in ps:
+        assert 16 <= p["max_new_tokens"] <= 512
+        assert p["messages"][0]["role"] == "user" and len(p["messages"][0]["content"]) > 300
