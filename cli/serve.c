@@ -73,7 +73,8 @@ static const char USAGE_SERVE[] =
     "  --batch-size N, --num-steps N, --prefill-chunk N, --block-size N, --no-prefix-cache\n"
     "  --spec-lookup, --no-spec-lookup\n"
     "                            passed to zinfer-worker (see zinfer-worker --help)\n"
-    "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS\n"
+    "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS,\n"
+    "  --failover-timeout MS\n"
     "                            passed to zinfer-router (see zinfer-router --help)\n"
     "  --keys DIR                CURVE keys (docs/security.md): DIR/router.key and\n"
     "                            .pub, DIR/worker.key and .pub (`zinfer keygen DIR/router`,\n"
@@ -275,7 +276,8 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             else
                 o->level = v, lg->level = l;
         } else if (!strcmp(a, "--max-queue") || !strcmp(a, "--max-prompt-tokens") ||
-                   !strcmp(a, "--max-new-tokens") || !strcmp(a, "--heartbeat-timeout")) {
+                   !strcmp(a, "--max-new-tokens") || !strcmp(a, "--heartbeat-timeout") ||
+                   !strcmp(a, "--failover-timeout")) {
             long long x;
             rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
             if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);

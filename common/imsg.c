@@ -620,6 +620,7 @@ int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out) {
     zi_imap_object(&b, "prompt_token_ids", m->prompt_token_ids);
     zi_imap_object(&b, "prompt_logprobs", m->prompt_logprobs);
     zi_imap_object(&b, "prompt_text", m->prompt_text);
+    if (m->resumed) zi_imap_bool(&b, "resumed", true);
     return close_msg(&b, out);
 }
 
@@ -633,6 +634,8 @@ int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
     m->prompt_token_ids = zi_map_get(o, "prompt_token_ids");
     m->prompt_logprobs = zi_map_get(o, "prompt_logprobs");
     m->prompt_text = zi_map_get(o, "prompt_text");
+    const msgpack_object *res = zi_map_get(o, "resumed");
+    m->resumed = res && res->type == MSGPACK_OBJECT_BOOLEAN && res->via.boolean;
     return rc;
 }
 

@@ -332,6 +332,7 @@ typedef struct zi_im_chunk {
     zi_im_str text;
     const msgpack_object *token_ids;
     const msgpack_object *logprobs, *prompt_token_ids, *prompt_logprobs, *prompt_text;
+    bool resumed; /* "resumed": true (the first chunk after a failover) */
 } zi_im_chunk;
 
 int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out);

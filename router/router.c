@@ -18,11 +18,12 @@
  * request's claims on backends (queue place, worker slot, tokenizer
  * decode state).
  *
- * A backend that misses heartbeats for --heartbeat-timeout ms is dead; each
- * request it held ends with a "worker_lost" error. Such requests are not
- * retried elsewhere: tokens may already have been streamed to the client,
- * and a re-run would repeat or (with sampling) contradict them, so the
- * client, which knows what it received, decides whether to resubmit.
+ * A backend that misses heartbeats for --heartbeat-timeout ms is dead. The
+ * requests a dead worker ran resume on another worker from the token they
+ * had reached (router_failover.c), so the client sees each token once; a
+ * request waits for a worker at most --failover-timeout ms after the last
+ * one died, then ends with "worker_lost". A dead tokenizer's requests end
+ * with "worker_lost" (their decode state is gone).
  *
  * Every message, to a backend or to a client, is encoded and decoded by
  * common/imsg.h.
@@ -65,6 +66,9 @@ static const char USAGE[] =
     "  --max-prompt-tokens N       longest prompt accepted (default 4096)\n"
     "  --max-new-tokens N          largest max_new_tokens; also the default (default 4096)\n"
     "  --heartbeat-timeout MS      a backend silent this long is dead (default 5000)\n"
+    "  --failover-timeout MS       how long requests wait for a worker when none is\n"
+    "                              alive (a dead worker's requests resume on another;\n"
+    "                              default 30000), then worker_lost\n"
     "  --max-frame-bytes N         largest client frame read (default 8388608); up to 4x\n"
     "                              that gets an error reply, a larger one closes the\n"
     "                              client's connection\n"
@@ -168,6 +172,8 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
             rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_new, &err);
         else if (!strcmp(a, "--heartbeat-timeout"))
             rc = zi_parse_int(a, v, 100, 3600000, &rt->hb_timeout, &err);
+        else if (!strcmp(a, "--failover-timeout"))
+            rc = zi_parse_int(a, v, 0, 3600000, &rt->failover_timeout, &err);
         else if (!strcmp(a, "--max-frame-bytes"))
             rc = zi_parse_int(a, v, 1024, 1LL << 31, &rt->max_frame, &err);
         else if (!strcmp(a, "--log-level")) {
@@ -288,6 +294,7 @@ int main(int argc, char **argv) {
     rt.max_prompt = 4096;
     rt.max_new = 4096;
     rt.hb_timeout = 5000;
+    rt.failover_timeout = 30000;
     rt.max_frame = 8 << 20;
     const char *bind = "tcp://127.0.0.1:5555", *back = "tcp://127.0.0.1:5556";
     sec_opts sec = {0};
@@ -347,6 +354,7 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < rt.n_be; i++)
                 if (rt.be[i].alive && now - rt.be[i].last_seen > rt.hb_timeout)
                     backend_died(&rt, (int)i);
+            failover_check(&rt, now);
         }
     }
     /* Shutting down: every request still in flight gets its terminal frame

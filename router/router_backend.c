@@ -5,9 +5,9 @@
  * detokenize results, and errors; each is matched to its request and moved
  * on (to the queue, the tokenizer, or the client). A backend the router
  * does not know is asked to register again. A backend that misses
- * heartbeats is dead: each request it held ends with "worker_lost" and is
- * not retried (tokens may already have reached the client; the client
- * decides whether to resubmit).
+ * heartbeats is dead: the requests a dead worker ran resume on another
+ * worker (router_failover.c); those a dead tokenizer held end with
+ * "worker_lost" (its decode state is gone).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -71,6 +71,7 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
                  reg.model.p);
     be->alive = true;
     be->last_seen = zi_now_ms();
+    if (be->role == ROLE_WORKER) rt->no_worker_since = 0;
     if (be->role == ROLE_WORKER)
         zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld", b,
                be->model, be->slots, (long long)be->max_length);
@@ -138,9 +139,14 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
     zi_codec_limits lim = zi_codec_limits_default();
     int32_t *v = NULL;
     size_t n = 0;
-    if (zi_codec_decode_tokens(tm.token_ids.raw, &lim, "token_ids", &v, &n, NULL) == ZI_OK)
+    if (zi_codec_decode_tokens(tm.token_ids.raw, &lim, "token_ids", &v, &n, NULL) == ZI_OK) {
         r->completion_tokens += (int64_t)n;
+        failover_keep(r, v, n);
+    } else {
+        r->gen_broken = true; /* the ids are not known: no resume */
+    }
     free(v);
+    r->echo_seen = true;
     if (zi_gen_status_is_done(status)) {
         r->worker_done = true;
         r->state = RS_DECODING;
@@ -233,13 +239,15 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                       .logprobs = d.logprobs.raw,
                       .prompt_token_ids = d.prompt_token_ids.raw,
                       .prompt_logprobs = d.prompt_logprobs.raw,
-                      .prompt_text = d.prompt_text_obj};
+                      .prompt_text = d.prompt_text_obj,
+                      .resumed = r->note_resume};
     bool extras = ch.logprobs || ch.prompt_token_ids || ch.prompt_logprobs || ch.prompt_text;
     if (r->stream && (d.text.n > 0 || has_ids || extras)) {
         zi_msg m;
         if (!built_or_fail(rt, r, zi_im_chunk_pack(&ch, &m), &m, NULL)) return;
         bool ok = to_client(rt, r, &m);
         zi_msg_free(&m);
+        r->note_resume = false;
         if (!ok) {
             end_request(rt, r);
             return;
@@ -355,9 +363,10 @@ static bool held_by(const void *val, const void *arg) {
     return r->tok == b || (r->wrk == b && !r->worker_done);
 }
 
-/* Every request the backend held ends with worker_lost (found in one
- * walk of the table that allocates nothing, so none is left without its
- * frame). */
+/* Every request a dead worker ran resumes elsewhere; every request a dead
+ * tokenizer held ends with worker_lost (found in one walk of the table:
+ * a request leaves the walk's match as it is handled, so none is missed
+ * or handled twice). */
 void backend_died(router *rt, int b) {
     backend *be = &rt->be[b];
     rreq *r;
@@ -371,16 +380,17 @@ void backend_died(router *rt, int b) {
         bool on_worker = r->wrk == b && !r->worker_done;
         if (r->tok == b) r->tok_has_state = false;
         if (on_worker) {
-            r->worker_done = true;
             be->assigned--;
+            failover_resume(rt, r); /* r->wrk is -1 after: it leaves the match */
+            continue;
         }
         fail_request(rt, r, "worker_lost",
-                     r->tok == b ? "the tokenizer process handling this request stopped "
-                                   "responding; the request was not retried"
-                                 : "the model worker running this request stopped responding; "
-                                   "the request was not retried",
+                     "the tokenizer process handling this request stopped responding; the "
+                     "request was not retried",
                      NULL);
     }
     be->assigned = 0;
+    if (be->role == ROLE_WORKER && count_alive(rt, ROLE_WORKER) == 0)
+        rt->no_worker_since = zi_now_ms();
     dispatch(rt);
 }

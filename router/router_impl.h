@@ -78,8 +78,19 @@ typedef struct rreq {
     int64_t prompt_tokens, completion_tokens;
     char *text; /* the completion so far, when not streamed */
     size_t text_len;
-    char *start_msg; /* the worker's "start" message while queued */
+    char *start_msg; /* the worker's "start" message, kept for failover */
     size_t start_len;
+    /* Failover (router_failover.c): the ids the worker has sent so far
+     * (the completion, the ending EOS left out), and the "start" message
+     * that resumes from them while the request waits for a new worker. */
+    int32_t *gen;
+    size_t n_gen, gen_cap;
+    bool gen_broken;  /* an id list could not be kept: no resume possible */
+    bool echo_seen;   /* a worker's tokens arrived (the echo, if any, with them) */
+    int resumes;      /* how many times it moved to another worker */
+    bool note_resume; /* the next chunk says "resumed" */
+    char *resume_msg;
+    size_t resume_len;
     uint64_t prefix_key; /* a hash of the prompt's first tokens (0: too short) */
     int64_t index;       /* the request's index, echoed in its final frame */
     int64_t t_recv_ms;   /* zi_now_ms() at admission */
@@ -115,6 +126,8 @@ typedef struct router {
     uint64_t next_rid;
     size_t n_waiting; /* admitted and not yet running */
     long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
+    long long failover_timeout; /* ms a request waits for a worker after the last died */
+    int64_t no_worker_since;    /* zi_now_ms() when the last worker died (0: one is up) */
     /* Counters and histograms since start (the metrics op): finished
      * requests, tokens, latencies; running, waiting and the workers' KV
      * counters are filled in when asked. */
@@ -136,8 +149,9 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
 void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, const void *buf,
                       size_t len);
 
-/* Backend b missed its heartbeats: it is no longer used, and every request
- * it held ends with a "worker_lost" error. */
+/* Backend b missed its heartbeats: it is no longer used. A worker's
+ * requests are resumed on another worker (router_failover.c); a
+ * tokenizer's end with a "worker_lost" error. */
 void backend_died(router *rt, int b);
 
 /* Sends m to backend b; nothing when b is -1 or dead (a failed send is
@@ -177,6 +191,26 @@ void dispatch(router *rt);
 
 /* Worker b is gone: no prefix stays bound to it. */
 void affinity_forget(router *rt, int b);
+
+/* ---- router_failover.c --------------------------------------------------- */
+
+/* Keeps the ids of a worker's tokens message (n of them) for r's resume;
+ * on failure r can no longer be resumed (gen_broken), nothing else. */
+void failover_keep(rreq *r, const int32_t *ids, size_t n);
+
+/* r's worker died while running it: r goes back to the front of the
+ * queue with a "start" message whose context is its prompt and the ids
+ * generated so far, or, when that cannot be built, ends with
+ * "worker_lost". The caller has released r's worker slot. */
+void failover_resume(router *rt, rreq *r);
+
+/* The heartbeat tick: while no worker is alive for --failover-timeout,
+ * the requests waiting for one end (resumed ones with "worker_lost",
+ * the others with "unavailable"). */
+void failover_check(router *rt, int64_t now);
+
+/* Adds rid at the front of the queue: ZI_OK or ZI_ENOMEM. */
+int queue_push_front(router *rt, uint64_t rid);
 
 /* ---- router_request.c ----------------------------------------------------- */
 

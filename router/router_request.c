@@ -63,6 +63,8 @@ void end_request(router *rt, rreq *r) {
     free(r->id);
     free(r->text);
     free(r->start_msg);
+    free(r->resume_msg);
+    free(r->gen);
     zi_logprobs_free(&r->lp);
     free(r->echo);
     free(r);

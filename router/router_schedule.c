@@ -50,6 +50,14 @@ int queue_push(router *rt, uint64_t rid) {
     return ZI_OK;
 }
 
+int queue_push_front(router *rt, uint64_t rid) {
+    int rc = queue_push(rt, rid);
+    if (rc) return rc;
+    memmove(rt->queue + 1, rt->queue, (rt->q_len - 1) * sizeof *rt->queue);
+    rt->queue[0] = rid;
+    return ZI_OK;
+}
+
 void queue_remove(router *rt, uint64_t rid) {
     for (size_t i = 0; i < rt->q_len; i++)
         if (rt->queue[i] == rid) {
@@ -106,16 +114,20 @@ void dispatch(router *rt) {
         rt->q_len--;
         if (!r) continue;
         if (r->prefix_key) rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)] = (affinity){r->prefix_key, w};
-        if (zi_send(rt->back, rt->be[w].ident, rt->be[w].ident_len, false, r->start_msg,
-                    r->start_len) != 0) {
+        /* A resumed request starts from its resume message; the first
+         * start message stays kept for the next failover. */
+        const char *msg = r->resume_msg ? r->resume_msg : r->start_msg;
+        size_t len = r->resume_msg ? r->resume_len : r->start_len;
+        if (zi_send(rt->back, rt->be[w].ident, rt->be[w].ident_len, false, msg, len) != 0) {
             fail_request(rt, r, "worker_lost", "the chosen worker is unreachable", NULL);
             continue;
         }
-        free(r->start_msg);
-        r->start_msg = NULL;
+        free(r->resume_msg);
+        r->resume_msg = NULL;
         r->state = RS_RUNNING;
-        zi_im_hist_observe(&rt->metrics.hist[ZI_IM_HIST_QUEUE],
-                           (double)(zi_now_ms() - r->t_recv_ms) / 1e3);
+        if (!r->resumes) /* queue time: admission to its first worker */
+            zi_im_hist_observe(&rt->metrics.hist[ZI_IM_HIST_QUEUE],
+                               (double)(zi_now_ms() - r->t_recv_ms) / 1e3);
         r->wrk = w;
         rt->be[w].assigned++;
         rt->n_waiting--;

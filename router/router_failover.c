@@ -1,0 +1,170 @@
+/*
+ * router_failover.c - requests that outlive their worker (router_impl.h
+ * lists the router's files; docs/protocol.md, "Failover").
+ *
+ * The router sees every token id a worker generates pass on its way to
+ * the tokenizer, and keeps them (failover_keep). When the worker dies, each
+ * request it ran is started again on another worker from exactly where it
+ * was (failover_resume): the context the tokenizer made, with the ids
+ * generated so far appended after the prompt and `_prompt_len` still the
+ * prompt's, so that the new worker
+ *
+ *   - prefills prompt + generated (its prefix cache may hold most of it),
+ *   - counts those ids as generated: max_length (prompt + max_new_tokens)
+ *     leaves exactly the tokens still due, min_new_tokens and the
+ *     presence / frequency / repetition penalties see them, a JSON schema
+ *     or grammar replays them, and the seeded draw of the next token is
+ *     number n_gen (zi_sampler_uniform(seed, step) is counter based),
+ *   - returns none of them again (the completion window starts after
+ *     them), and sends no second echo.
+ *
+ * The tokenizer keeps its decode state (incremental decoder, stop-string
+ * matcher) meanwhile: the new worker's ids follow the old one's into it,
+ * so the client sees each token once. Requests without a seed use seed 0
+ * (the default), so every request's draws are reproducible and a resumed
+ * output equals an uninterrupted one.
+ *
+ * A resumed request waits at the front of the queue. While no worker at
+ * all is alive for --failover-timeout, the waiting requests end
+ * (failover_check): those that had run with "worker_lost", the others with
+ * "unavailable".
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "router_impl.h"
+
+void failover_keep(rreq *r, const int32_t *ids, size_t n) {
+    if (r->gen_broken || n == 0) return;
+    if (r->n_gen + n > r->gen_cap) {
+        size_t cap = r->gen_cap ? r->gen_cap : 64;
+        while (cap < r->n_gen + n) cap *= 2;
+        int32_t *p = realloc(r->gen, cap * sizeof *p);
+        if (!p) {
+            r->gen_broken = true; /* it runs on; only a resume is off */
+            return;
+        }
+        r->gen = p;
+        r->gen_cap = cap;
+    }
+    memcpy(r->gen + r->n_gen, ids, n * sizeof *ids);
+    r->n_gen += n;
+}
+
+/* c (a fresh context: the prompt only) continues after the n ids gen:
+ * they are appended and counted as generated, not returned again. */
+static int extend_context(zi_text_context *c, const int32_t *gen, size_t n, bool no_echo,
+                          zi_error *err) {
+    if (c->end_idx != c->prompt_len || c->start_idx != 0)
+        return zi_error_set(err, ZI_EINVAL, "context: not a fresh prompt");
+    int64_t end = c->end_idx + (int64_t)n;
+    if (end >= c->max_length)
+        return zi_error_set(err, ZI_ERANGE, "context: no room left after %zu generated tokens", n);
+    int64_t cap = (end + ZI_CTX_CHUNK - 1) / ZI_CTX_CHUNK * ZI_CTX_CHUNK;
+    if (cap > c->size) {
+        int32_t *t = realloc(c->tokens, (size_t)cap * sizeof *t);
+        if (!t) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        c->tokens = t;
+        zi_logprobs **l = realloc(c->lp_data, (size_t)cap * sizeof *l);
+        if (!l) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        c->lp_data = l;
+        memset(l + c->size, 0, (size_t)(cap - c->size) * sizeof *l);
+        c->size = cap;
+    }
+    memcpy(c->tokens + c->end_idx, gen, n * sizeof *gen);
+    c->active_idx = c->end_idx = c->completion_start_idx = c->completion_end_idx = end;
+    c->committed_idx = 0;
+    c->is_initial_prompt = true;
+    if (no_echo) c->log_probabilities_echo = false; /* the client has it already */
+    return zi_text_context_check(c, err);
+}
+
+/* The "start" message that resumes r (into *out, malloc'd). */
+static int build_resume(const rreq *r, char **out, size_t *out_len, zi_error *err) {
+    if (!r->start_msg) return zi_error_set(err, ZI_EINVAL, "no start message kept");
+    if (r->gen_broken) return zi_error_set(err, ZI_ENOMEM, "the generated ids were not kept");
+    msgpack_unpacked u;
+    int rc = zi_msgpack_parse(r->start_msg, r->start_len, NULL, &u, err);
+    if (rc) return rc;
+    zi_im_start sm;
+    zi_text_context c;
+    zi_text_context_zero(&c);
+    zi_codec_limits lim = zi_codec_limits_default();
+    char *bytes = NULL;
+    size_t len = 0;
+    rc = zi_im_start_unpack(&u.data, &sm, err);
+    if (!rc && !sm.context) rc = zi_error_set(err, ZI_EINVAL, "start: no context");
+    if (!rc) rc = zi_codec_decode_text_context(sm.context, &lim, "context", &c, err);
+    if (!rc) rc = extend_context(&c, r->gen, r->n_gen, r->echo_seen, err);
+    if (!rc) rc = zi_codec_text_context_to_bytes(&c, &bytes, &len, err);
+    zi_text_context_free(&c);
+    msgpack_unpacked_destroy(&u);
+    if (rc) return rc;
+    msgpack_unpacked cu;
+    rc = zi_msgpack_parse(bytes, len, NULL, &cu, err); /* cu points into bytes */
+    if (rc) {
+        free(bytes);
+        return rc;
+    }
+    zi_msg m;
+    rc = zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = &cu.data}, &m);
+    msgpack_unpacked_destroy(&cu);
+    free(bytes);
+    if (rc) {
+        zi_msg_free(&m);
+        return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    }
+    *out_len = m.sb.size;
+    *out = msgpack_sbuffer_release(&m.sb);
+    return *out ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
+}
+
+void failover_resume(router *rt, rreq *r) {
+    zi_error err = {0};
+    r->wrk = -1;
+    free(r->resume_msg);
+    r->resume_msg = NULL;
+    int rc = build_resume(r, &r->resume_msg, &r->resume_len, &err);
+    if (!rc) rc = queue_push_front(rt, r->rid);
+    if (rc) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "the model worker running this request stopped responding and the request "
+                 "could not be resumed (%.100s)",
+                 err.msg[0] ? err.msg : "out of memory");
+        r->worker_done = true; /* no slot to give back */
+        fail_request(rt, r, "worker_lost", msg, NULL);
+        return;
+    }
+    r->state = RS_QUEUED;
+    rt->n_waiting++;
+    r->resumes++;
+    r->note_resume = true;
+    zi_log(&rt->log, ZI_LOG_INFO, "request %llu: its worker died after %zu tokens; resuming",
+           (unsigned long long)r->rid, r->n_gen);
+}
+
+static bool is_queued(const void *val, const void *arg) {
+    (void)arg;
+    return ((const rreq *)val)->state == RS_QUEUED;
+}
+
+void failover_check(router *rt, int64_t now) {
+    if (!rt->no_worker_since || now - rt->no_worker_since < rt->failover_timeout) return;
+    if (rt->q_len == 0) return;
+    size_t pos = 0;
+    for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, is_queued, NULL));) {
+        if (r->resumes)
+            fail_request(rt, r, "worker_lost",
+                         "the model worker running this request stopped responding and no "
+                         "worker came back within --failover-timeout",
+                         NULL);
+        else
+            fail_request(rt, r, "unavailable",
+                         "no model worker has been connected for --failover-timeout; retry "
+                         "shortly",
+                         NULL);
+    }
+}
