@@ -15,6 +15,7 @@
  *                      worker (least loaded, prefix affinity), dispatch
  *   router_request.c   a request's end: replies to clients, the terminal
  *                      frames ("final", "error") and end_request
+ *   router_failover.c  a dead worker's requests resumed on another worker
  *
  * There is no global state: every function takes the router. What one
  * file defines and another uses is declared here; everything else stays

@@ -11,8 +11,10 @@ through the clients: clients/python/zinfer_client.py and the C client's
 - `zinfer-client` prints the same text as the Python client, --json a
   final JSON line, and fails with one stderr line on bad input.
 - With two workers, kill -9 of one while 8 requests stream: every request
-  ends with exactly one final or error frame ("worker_lost" for the dead
-  worker's), and the server serves a new request afterwards.
+  ends with exactly one final frame, the dead worker's resumed elsewhere
+  with every token streamed once (tests/e2e/test_failover.py compares the
+  tokens with a no-fault run), and the server serves a new request
+  afterwards.
 
 Servers run on free 127.0.0.1 ports, as in test_server.py, and are always
 stopped in the fixtures' teardown.
@@ -284,11 +286,12 @@ def test_kill_one_of_two_workers(two_workers):
                 terminal[m["id"]] = m
         t_end = time.time() - t_kill
         assert c.sock.poll(500) == 0  # exactly one terminal frame each, nothing after
-        lost = [m for m in terminal.values() if m["event"] == "error"]
         done = [m for m in terminal.values() if m["event"] == "final"]
-        assert lost, "no request was on the killed worker"
-        assert all(m["code"] == "worker_lost" for m in lost), lost
-        # The survivor's requests ran to the end, every token there.
+        assert len(done) == n, [m for m in terminal.values() if m["event"] != "final"]
+        resumed = [rid for rid in frames if any(f.get("resumed") for f in frames[rid])]
+        assert resumed, "no request was on the killed worker"
+        # Every request ran to the end, every token there once, the dead
+        # worker's resumed on the survivor or the restarted worker.
         for m in done:
             assert m["status"] == "maximum_length", m
             got = sum(len(decode_array(f["token_ids"])) for f in frames[m["id"]][:-1])
@@ -297,6 +300,6 @@ def test_kill_one_of_two_workers(two_workers):
         text, ids, final = c.complete(prompt=[1, 2, 3], sampling_params={"max_new_tokens": 3})
         assert final["status"] == "maximum_length" and len(ids) == 3
     report("server_load", "kill_worker", {
-        "requests": n, "worker_lost": len(lost), "completed": len(done),
+        "requests": n, "resumed": len(resumed), "completed": len(done),
         "seconds_to_last_terminal": round(t_end, 2)})
 

@@ -723,9 +723,10 @@ static void test_chunk(void **state) {
             c.prompt_token_ids = d.prompt_token_ids.raw;
             c.prompt_logprobs = d.prompt_logprobs.raw;
             c.prompt_text = d.prompt_text_obj;
+            c.resumed = true; /* the first chunk after a failover */
         }
         const msgpack_object *o =
-            packed(&f, zi_im_chunk_pack(&c, &f.m), full ? 8 : 4, ZI_IM_UNKNOWN);
+            packed(&f, zi_im_chunk_pack(&c, &f.m), full ? 9 : 4, ZI_IM_UNKNOWN);
         assert_int_equal(zi_im_chunk_unpack(o, &back, &err), ZI_OK);
         assert_str(back.id, "req-1");
         assert_str(back.text, "hi");
@@ -735,7 +736,9 @@ static void test_chunk(void **state) {
             assert_lp(back.prompt_logprobs);
             assert_ids(back.prompt_token_ids, DEC_PIDS, 2);
             assert_int_equal(back.prompt_text->type, MSGPACK_OBJECT_STR);
+            assert_true(back.resumed);
         } else {
+            assert_false(back.resumed); /* absent unless true */
             assert_null(back.logprobs);
             assert_null(back.prompt_token_ids);
             assert_null(back.prompt_logprobs);
