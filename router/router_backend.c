@@ -72,6 +72,10 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     be->alive = true;
     be->last_seen = zi_now_ms();
     if (be->role == ROLE_WORKER) rt->no_worker_since = 0;
+    if (be->role == ROLE_TOKENIZER) {
+        rt->no_tok_since = 0;
+        failover_attach(rt); /* requests whose tokenizer died */
+    }
     if (be->role == ROLE_WORKER)
         zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld", b,
                be->model, be->slots, (long long)be->max_length);
@@ -147,6 +151,7 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
     }
     free(v);
     r->echo_seen = true;
+    size_t n_ids = n;
     if (zi_gen_status_is_done(status)) {
         r->worker_done = true;
         r->state = RS_DECODING;
@@ -158,7 +163,7 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
     zi_msg m;
     tm.rid = (int64_t)r->rid;
     if (!built_or_fail(rt, r, zi_im_decode_pack(&tm, &m, NULL), &m, NULL)) return;
-    to_backend(rt, r->tok, &m);
+    failover_decode(rt, r, &m, n_ids); /* kept until decoded, for a tokenizer failover */
     zi_msg_free(&m);
     if (r->worker_done) dispatch(rt);
 }
@@ -201,6 +206,7 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
     int bad = zi_im_decoded_unpack(o, &d, NULL);
     rreq *r = backend_req(rt, b, d.rid);
     if (!r || r->tok != b || r->kind != K_GENERATE) return;
+    failover_decoded(r);
     const msgpack_object *ids = d.token_ids.raw;
     zi_gen_status status = d.gstatus;
     if (bad) {
@@ -384,6 +390,10 @@ void backend_died(router *rt, int b) {
             failover_resume(rt, r); /* r->wrk is -1 after: it leaves the match */
             continue;
         }
+        if (r->kind == K_GENERATE) {
+            failover_tokenizer(rt, r); /* r->tok is -1 after */
+            continue;
+        }
         fail_request(rt, r, "worker_lost",
                      "the tokenizer process handling this request stopped responding; the "
                      "request was not retried",
@@ -392,5 +402,8 @@ void backend_died(router *rt, int b) {
     be->assigned = 0;
     if (be->role == ROLE_WORKER && count_alive(rt, ROLE_WORKER) == 0)
         rt->no_worker_since = zi_now_ms();
+    if (be->role == ROLE_TOKENIZER && count_alive(rt, ROLE_TOKENIZER) == 0)
+        rt->no_tok_since = zi_now_ms();
+    failover_attach(rt); /* to another tokenizer, if one is alive */
     dispatch(rt);
 }

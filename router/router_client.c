@@ -206,6 +206,12 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     zi_msg m;
     int rc = zi_im_encode_pack(&em, &m, &err);
     zi_request_free(&req);
+    /* Kept for a tokenizer failover (router_failover.c); without it (out
+     * of memory) the request runs, only that failover is off. */
+    if (!rc && (r->encode_msg = malloc(m.sb.size ? m.sb.size : 1))) {
+        memcpy(r->encode_msg, m.sb.data, m.sb.size);
+        r->encode_len = m.sb.size;
+    }
     if (rc)
         fail_request(rt, r, "internal", err.msg, NULL);
     else

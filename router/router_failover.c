@@ -24,6 +24,15 @@
  * (the default), so every request's draws are reproducible and a resumed
  * output equals an uninterrupted one.
  *
+ * A tokenizer that dies is replaced the same way (failover_tokenizer,
+ * failover_attach): the router keeps each request's "encode" and the
+ * "decode" messages its tokenizer has not answered yet. A request still
+ * being encoded is encoded again elsewhere; one that was encoded gets, on
+ * another tokenizer, its "encode" with "replay" (the ids the dead one had
+ * answered for: the new one rebuilds the incremental decoder and the
+ * stop-string matcher from them, sending nothing) and then the unanswered
+ * "decode" messages again, so no text is lost or repeated.
+ *
  * A resumed request waits at the front of the queue. While no worker at
  * all is alive for --failover-timeout, the waiting requests end
  * (failover_check): those that had run with "worker_lost", the others with
@@ -151,10 +160,22 @@ static bool is_queued(const void *val, const void *arg) {
     return ((const rreq *)val)->state == RS_QUEUED;
 }
 
+static bool needs_tok(const void *val, const void *arg) {
+    (void)arg;
+    return ((const rreq *)val)->need_tok;
+}
+
 void failover_check(router *rt, int64_t now) {
+    size_t pos = 0;
+    if (rt->no_tok_since && now - rt->no_tok_since >= rt->failover_timeout)
+        for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, needs_tok, NULL));)
+            fail_request(rt, r, "worker_lost",
+                         "the tokenizer process handling this request stopped responding and no "
+                         "tokenizer came back within --failover-timeout",
+                         NULL);
     if (!rt->no_worker_since || now - rt->no_worker_since < rt->failover_timeout) return;
     if (rt->q_len == 0) return;
-    size_t pos = 0;
+    pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, is_queued, NULL));) {
         if (r->resumes)
             fail_request(rt, r, "worker_lost",
@@ -166,5 +187,114 @@ void failover_check(router *rt, int64_t now) {
                          "no model worker has been connected for --failover-timeout; retry "
                          "shortly",
                          NULL);
+    }
+}
+
+/* ---- tokenizer failover ------------------------------------------------- */
+
+void failover_decode(router *rt, rreq *r, const zi_msg *m, size_t n_ids) {
+    if (!r->pend_broken && r->n_pend == r->pend_cap) {
+        size_t cap = r->pend_cap ? r->pend_cap * 2 : 4;
+        pend_msg *p = realloc(r->pend, cap * sizeof *p);
+        if (p)
+            r->pend = p, r->pend_cap = cap;
+        else
+            r->pend_broken = true;
+    }
+    char *copy = r->pend_broken ? NULL : malloc(m->sb.size ? m->sb.size : 1);
+    if (copy) {
+        memcpy(copy, m->sb.data, m->sb.size);
+        r->pend[r->n_pend++] = (pend_msg){copy, m->sb.size, n_ids};
+    } else {
+        r->pend_broken = true; /* it decodes on; only a tokenizer failover is off */
+    }
+    to_backend(rt, r->tok, m);
+}
+
+void failover_decoded(rreq *r) {
+    if (r->pend_broken || r->n_pend == 0) return;
+    free(r->pend[0].buf);
+    memmove(r->pend, r->pend + 1, (r->n_pend - 1) * sizeof *r->pend);
+    r->n_pend--;
+}
+
+void failover_tokenizer(router *rt, rreq *r) {
+    r->tok = -1;
+    r->tok_has_state = false;
+    if (!r->encode_msg || r->pend_broken || (r->state != RS_ENCODING && r->gen_broken)) {
+        fail_request(rt, r, "worker_lost",
+                     "the tokenizer process handling this request stopped responding and the "
+                     "request could not be moved (out of memory)",
+                     NULL);
+        return;
+    }
+    r->need_tok = true;
+    if (r->state != RS_ENCODING) r->note_resume = true;
+    zi_log(&rt->log, ZI_LOG_INFO, "request %llu: its tokenizer died; moving it",
+           (unsigned long long)r->rid);
+}
+
+/* The "encode" that rebuilds r's decode state: the kept one with
+ * "replay", the ids the dead tokenizer had answered for. */
+static int build_replay(const rreq *r, zi_msg *m) {
+    size_t pending = 0;
+    for (size_t i = 0; i < r->n_pend; i++) pending += r->pend[i].n_ids;
+    if (pending > r->n_gen) return ZI_EINVAL;
+    msgpack_unpacked u;
+    zi_error err = {0};
+    if (zi_msgpack_parse(r->encode_msg, r->encode_len, NULL, &u, &err)) return ZI_EINVAL;
+    const msgpack_object *o = &u.data;
+    int rc = o->type == MSGPACK_OBJECT_MAP ? ZI_OK : ZI_EINVAL;
+    if (!rc) {
+        zi_msg_init(m);
+        msgpack_pack_map(&m->pk, o->via.map.size + 1);
+        for (uint32_t i = 0; i < o->via.map.size; i++) {
+            msgpack_pack_object(&m->pk, o->via.map.ptr[i].key);
+            msgpack_pack_object(&m->pk, o->via.map.ptr[i].val);
+        }
+        zi_pack_str(&m->pk, "replay");
+        size_t n = r->n_gen - pending;
+        msgpack_pack_array(&m->pk, (uint32_t)n);
+        for (size_t i = 0; i < n; i++) msgpack_pack_int32(&m->pk, r->gen[i]);
+        if (!m->sb.data) rc = ZI_ENOMEM;
+    }
+    msgpack_unpacked_destroy(&u);
+    return rc;
+}
+
+void failover_attach(router *rt) {
+    size_t pos = 0;
+    for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, needs_tok, NULL));) {
+        int t = pick_backend(rt, ROLE_TOKENIZER);
+        if (t < 0) return;
+        int rc = ZI_OK;
+        if (r->state == RS_ENCODING) {
+            rc = zi_send(rt->back, rt->be[t].ident, rt->be[t].ident_len, false, r->encode_msg,
+                         r->encode_len);
+        } else {
+            zi_msg m;
+            rc = build_replay(r, &m);
+            if (!rc) {
+                rc = zi_send_msg(rt->back, rt->be[t].ident, rt->be[t].ident_len, false, &m);
+                zi_msg_free(&m);
+            }
+            for (size_t i = 0; !rc && i < r->n_pend; i++)
+                rc = zi_send(rt->back, rt->be[t].ident, rt->be[t].ident_len, false, r->pend[i].buf,
+                             r->pend[i].len);
+        }
+        r->need_tok = false; /* (it leaves the walk's match) */
+        r->tok = t;
+        r->tok_has_state = true;
+        rt->be[t].assigned++;
+        if (rc) {
+            fail_request(rt, r, "worker_lost",
+                         "the tokenizer process handling this request stopped responding and "
+                         "the request could not be moved to another",
+                         NULL);
+            continue;
+        }
+        zi_log(&rt->log, ZI_LOG_INFO, "request %llu: moved to tokenizer %d (%s)",
+               (unsigned long long)r->rid, t,
+               r->state == RS_ENCODING ? "encoded again" : "decode state replayed");
     }
 }

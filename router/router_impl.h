@@ -64,6 +64,12 @@ typedef struct backend {
     int64_t kv[ZI_N_KV_STATS]; /* workers: the KV counters of the last heartbeat */
 } backend;
 
+/* A message kept for a resend (failover), with the token ids it carries. */
+typedef struct pend_msg {
+    char *buf;
+    size_t len, n_ids;
+} pend_msg;
+
 typedef struct rreq {
     uint64_t rid;
     unsigned char client[IDENT_MAX];
@@ -92,6 +98,15 @@ typedef struct rreq {
     bool note_resume; /* the next chunk says "resumed" */
     char *resume_msg;
     size_t resume_len;
+    /* Tokenizer failover: the "encode" message, and the "decode" messages
+     * the tokenizer has not answered yet (oldest first), kept to rebuild
+     * the decode state on another tokenizer. */
+    char *encode_msg;
+    size_t encode_len;
+    struct pend_msg *pend;
+    size_t n_pend, pend_cap;
+    bool pend_broken;    /* a decode message could not be kept */
+    bool need_tok;       /* its tokenizer died: waiting for another */
     uint64_t prefix_key; /* a hash of the prompt's first tokens (0: too short) */
     int64_t index;       /* the request's index, echoed in its final frame */
     int64_t t_recv_ms;   /* zi_now_ms() at admission */
@@ -129,6 +144,7 @@ typedef struct router {
     long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
     long long failover_timeout; /* ms a request waits for a worker after the last died */
     int64_t no_worker_since;    /* zi_now_ms() when the last worker died (0: one is up) */
+    int64_t no_tok_since;       /* the same for tokenizers */
     /* Counters and histograms since start (the metrics op): finished
      * requests, tokens, latencies; running, waiting and the workers' KV
      * counters are filled in when asked. */
@@ -207,8 +223,28 @@ void failover_resume(router *rt, rreq *r);
 
 /* The heartbeat tick: while no worker is alive for --failover-timeout,
  * the requests waiting for one end (resumed ones with "worker_lost",
- * the others with "unavailable"). */
+ * the others with "unavailable"); the same for requests waiting for a
+ * tokenizer ("worker_lost"). */
 void failover_check(router *rt, int64_t now);
+
+/* Sends a "decode" message (m, carrying n_ids ids) to r's tokenizer and
+ * keeps a copy until its answer (failover_decoded); with no tokenizer
+ * (it died) the copy waits for the next one. */
+void failover_decode(router *rt, rreq *r, const zi_msg *m, size_t n_ids);
+
+/* r's tokenizer answered its oldest "decode". */
+void failover_decoded(rreq *r);
+
+/* r's tokenizer died (the caller releases its count): r waits for another
+ * one (failover_attach), or ends with "worker_lost" when it cannot be
+ * moved. */
+void failover_tokenizer(router *rt, rreq *r);
+
+/* Gives every request waiting for a tokenizer to a live one: its
+ * "encode" again, or, once it was encoded, an "encode" with "replay" (the
+ * ids the dead tokenizer had decoded) and then the unanswered "decode"
+ * messages. Call when a tokenizer registers or a request starts waiting. */
+void failover_attach(router *rt);
 
 /* Adds rid at the front of the queue: ZI_OK or ZI_ENOMEM. */
 int queue_push_front(router *rt, uint64_t rid);

@@ -65,6 +65,9 @@ void end_request(router *rt, rreq *r) {
     free(r->start_msg);
     free(r->resume_msg);
     free(r->gen);
+    free(r->encode_msg);
+    for (size_t i = 0; i < r->n_pend; i++) free(r->pend[i].buf);
+    free(r->pend);
     zi_logprobs_free(&r->lp);
     free(r->echo);
     free(r);

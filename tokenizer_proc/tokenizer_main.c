@@ -189,6 +189,99 @@ static int add_stops(const zi_str_list *l, const char **v, size_t *lens, size_t 
     return 0;
 }
 
+/* A fresh decode state for request rid (any old one dropped): its stop
+ * strings (the request's and its sampling parameters'), detokenize and
+ * min_new_tokens. */
+static int new_state(tproc *t, uint64_t rid, const zi_request *r, zi_error *err) {
+    size_t ns = r->stop.n + r->sampling_params.stop.n, k = 0;
+    const char **sv = calloc(ns + 1, sizeof *sv);
+    size_t *sl = calloc(ns + 1, sizeof *sl);
+    int rc = ZI_OK;
+    if (!sv || !sl) rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+    if (!rc) {
+        add_stops(&r->stop, sv, sl, &k);
+        add_stops(&r->sampling_params.stop, sv, sl, &k);
+        drop_state(t, rid);
+        if (t->n_st == t->cap_st) {
+            dstate *p = zi_grow(t->st, &t->cap_st, sizeof *p, 16);
+            if (!p)
+                rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+            else
+                t->st = p;
+        }
+    }
+    if (!rc) {
+        dstate *d = &t->st[t->n_st];
+        d->rid = rid;
+        d->detokenize = r->sampling_params.detokenize;
+        d->min_new = r->sampling_params.min_new_tokens;
+        d->n_gen = 0;
+        zi_detok_init(&d->dt);
+        rc = zi_stop_init(&d->stop, sv, sl, k, err);
+        if (!rc) t->n_st++;
+    }
+    free(sv);
+    free(sl);
+    return rc;
+}
+
+/* Feeds ids to a request's decode state: the text they complete, through
+ * the stop matcher, is appended to *out; *used counts the ids consumed (a
+ * stop string ends the feed, *stopped). */
+static int feed_ids(tproc *t, dstate *d, const int32_t *ids, size_t n, char **out, size_t *out_len,
+                    bool *stopped, size_t *used, zi_error *err) {
+    char piece[ZI_TOKEN_MAX_BYTES + 16];
+    int rc = ZI_OK;
+    for (size_t i = 0; !rc && i < n && !*stopped; i++) {
+        if (ids[i] < 0 || ids[i] >= t->vocab)
+            return zi_error_set(err, ZI_EINVAL, "token_ids: id %d is outside the vocabulary",
+                                ids[i]);
+        *used = i + 1;
+        d->n_gen++;
+        if (!d->detokenize && d->stop.n == 0) continue; /* stop strings need the text */
+        int w = zi_detok_push(&d->dt, t->tok, ids[i], 0, piece, sizeof piece);
+        if (w < 0)
+            return zi_error_set(err, ZI_EINVAL, "token_ids: id %d is outside the vocabulary",
+                                ids[i]);
+        /* A stop string must lie in text of the tokens after the first
+         * min_new_tokens (the EOS and stop ids are masked until then too). */
+        if (d->n_gen <= d->min_new)
+            rc = zi_stop_pass(&d->stop, piece, (size_t)w, out, out_len, err);
+        else
+            rc = zi_stop_feed(&d->stop, piece, (size_t)w, out, out_len, stopped, err);
+    }
+    return rc;
+}
+
+/* An encode with "replay" (the router's failover, docs/protocol.md): the
+ * request's decode state is rebuilt from the ids another tokenizer had
+ * decoded, their text discarded (the client has it), so that the ids that
+ * follow decode as they would have there. Nothing is sent on success. */
+static void on_replay(tproc *t, const zi_request *r, const msgpack_object *replay, uint64_t rid) {
+    zi_error err = {0};
+    zi_codec_limits lim = zi_codec_limits_default();
+    int32_t *ids = NULL;
+    size_t n = 0, used = 0;
+    char *out = NULL;
+    size_t out_len = 0;
+    bool stopped = false;
+    int rc = zi_codec_decode_tokens(replay, &lim, "replay", &ids, &n, &err);
+    if (!rc) rc = new_state(t, rid, r, &err);
+    dstate *d = rc ? NULL : find_state(t, rid);
+    if (!rc) rc = feed_ids(t, d, ids, n, &out, &out_len, &stopped, &used, &err);
+    if (!rc && stopped)
+        rc = zi_error_set(&err, ZI_EINVAL, "replay: a stop string ends within the replayed ids");
+    if (rc) {
+        send_error(t, rid, rc == ZI_ENOMEM ? "internal" : "invalid_request", err.msg);
+        drop_state(t, rid);
+    } else {
+        zi_log(&t->log, ZI_LOG_DEBUG, "request %llu: decode state rebuilt from %zu ids",
+               (unsigned long long)rid, n);
+    }
+    free(out);
+    free(ids);
+}
+
 static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     zi_im_encode em;
     zi_error err = {0};
@@ -198,8 +291,6 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     zi_text_context_zero(&ctx);
     int32_t *ids = NULL;
     size_t n = 0;
-    const char **sv = NULL;
-    size_t *sl = NULL;
     const char *code = "invalid_request";
     int64_t max_length = t->ctx_train;
     /* The router sends the smallest worker's context; without one (no
@@ -209,6 +300,12 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     zi_codec_limits lim = zi_codec_limits_default();
     const msgpack_object *ro = em.request_obj;
     if (!rc) rc = zi_codec_decode_request(ro, &lim, "", &r, &err);
+    const msgpack_object *replay = zi_map_get(o, "replay");
+    if (!rc && replay) { /* a failover: the state, not the prompt */
+        on_replay(t, &r, replay, rid);
+        zi_request_free(&r);
+        return;
+    }
     /* A stop id outside the vocabulary could never stop anything: refuse it
      * here, with a message for the client (the worker refuses it too, for
      * this request alone, and the generator ignores such ids). */
@@ -275,34 +372,7 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         code = "internal";
     /* Decode state: the stop strings of the request and of its sampling
      * parameters both apply. */
-    size_t ns = r.stop.n + r.sampling_params.stop.n, k = 0;
-    if (!rc) {
-        sv = calloc(ns + 1, sizeof *sv);
-        sl = calloc(ns + 1, sizeof *sl);
-        if (!sv || !sl) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
-    }
-    if (!rc) {
-        add_stops(&r.stop, sv, sl, &k);
-        add_stops(&r.sampling_params.stop, sv, sl, &k);
-        drop_state(t, rid);
-        if (t->n_st == t->cap_st) {
-            dstate *p = zi_grow(t->st, &t->cap_st, sizeof *p, 16);
-            if (!p)
-                rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
-            else
-                t->st = p;
-        }
-    }
-    if (!rc) {
-        dstate *d = &t->st[t->n_st];
-        d->rid = rid;
-        d->detokenize = r.sampling_params.detokenize;
-        d->min_new = r.sampling_params.min_new_tokens;
-        d->n_gen = 0;
-        zi_detok_init(&d->dt);
-        rc = zi_stop_init(&d->stop, sv, sl, k, &err);
-        if (!rc) t->n_st++;
-    }
+    if (!rc) rc = new_state(t, rid, &r, &err);
     if (rc) {
         send_error(t, rid, rc == ZI_ENOMEM ? "internal" : code, err.msg);
     } else {
@@ -319,8 +389,6 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
             zi_im_send(t->sock, &m);
         }
     }
-    free(sv);
-    free(sl);
     free(ids);
     zi_text_context_free(&ctx);
     zi_request_free(&r);
@@ -341,28 +409,7 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
     bool stopped = false;
     char piece[ZI_TOKEN_MAX_BYTES + 16];
     size_t used = 0;
-    for (size_t i = 0; !rc && i < n && !stopped; i++) {
-        if (ids[i] < 0 || ids[i] >= t->vocab) {
-            rc =
-                zi_error_set(&err, ZI_EINVAL, "token_ids: id %d is outside the vocabulary", ids[i]);
-            break;
-        }
-        used = i + 1;
-        d->n_gen++;
-        if (!d->detokenize && d->stop.n == 0) continue; /* stop strings need the text */
-        int w = zi_detok_push(&d->dt, t->tok, ids[i], 0, piece, sizeof piece);
-        if (w < 0) {
-            rc =
-                zi_error_set(&err, ZI_EINVAL, "token_ids: id %d is outside the vocabulary", ids[i]);
-            break;
-        }
-        /* A stop string must lie in text of the tokens after the first
-         * min_new_tokens (the EOS and stop ids are masked until then too). */
-        if (d->n_gen <= d->min_new)
-            rc = zi_stop_pass(&d->stop, piece, (size_t)w, &out, &out_len, &err);
-        else
-            rc = zi_stop_feed(&d->stop, piece, (size_t)w, &out, &out_len, &stopped, &err);
-    }
+    if (!rc) rc = feed_ids(t, d, ids, n, &out, &out_len, &stopped, &used, &err);
     if (!rc && (d->detokenize || d->stop.n > 0) && !stopped && zi_gen_status_is_done(status)) {
         int w = zi_detok_flush(&d->dt, piece, sizeof piece);
         bool s2 = false;

@@ -9,6 +9,8 @@ client sees every token once and the same tokens as without the fault.
   no duplicate or gap (ids streamed = completion_tokens = max_new_tokens),
   and the resumed ones say "resumed" once. Release builds only (16
   sampled streams twice is slow under the sanitizers).
+- The same with the only tokenizer killed (some requests with stop
+  strings): ids and text equal the no-fault run's (release only).
 - One worker started by hand: killed mid-stream and replaced within
   --failover-timeout, the request completes with the no-fault ids
   (release only); killed with no replacement, a request cancelled while
@@ -40,9 +42,12 @@ def prompt(i):
     return [1] + [(1000 + 37 * i + 13 * k) % 40000 + 200 for k in range(127)]
 
 
-def sampling(i):
-    """Greedy, seeded with penalties, or sampled without a seed (seed 0)."""
+def sampling(i, stops=False):
+    """Greedy, seeded with penalties, or sampled without a seed (seed 0);
+    with stops, every fourth has stop strings (held-back text)."""
     sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
+    if stops and i % 4 == 0:
+        sp["stop"] = [" the", "ing", ".\n"]
     if i % 3 == 1:
         sp.update(temperature=0.9, top_k=0, top_p=0.95, seed=1000 + i, presence_penalty=0.4,
                   frequency_penalty=0.3, repetition_penalty=1.1)
@@ -77,9 +82,13 @@ def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
     return {r: (ids[r], chunks[r], term[r]) for r in rids}
 
 
-def send_all(c):
-    return [c.send({"op": "generate", "prompt": prompt(i), "sampling_params": sampling(i)})
-            for i in range(N)]
+def send_all(c, stops=False):
+    return [c.send({"op": "generate", "prompt": prompt(i),
+                    "sampling_params": sampling(i, stops)}) for i in range(N)]
+
+
+def text_of(chunks):
+    return "".join(ch["text"] for ch in chunks)
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +130,37 @@ def test_kill_worker_mid_stream_resumes(two_workers):
     assert resumed > 0, "no request was on the killed worker"
     log = srv.log()
     assert "resuming" in log, log[-2000:]
+
+
+@release_only
+def test_kill_tokenizer_mid_stream_resumes(two_workers):
+    """The only tokenizer dies while 16 requests stream (some with stop
+    strings, whose held-back text lives in it): the supervisor restarts it,
+    the router replays each request's decode state into the new one, and
+    every stream's ids and text equal the no-fault run's."""
+    srv = two_workers
+    with Client(srv.addr, timeout_s=120.0) as c:
+        clean_rids = send_all(c, stops=True)
+        clean = collect(c, clean_rids)
+        ref = [clean[r] for r in clean_rids]
+        assert any(r[2]["status"] == "stop" for r in ref)  # a stop string matters
+        toks = children(srv).get("tokenizer", [])
+        assert len(toks) == 1, children(srv)
+        rids = send_all(c, stops=True)
+        got = collect(c, rids, on_streaming=lambda: os.kill(toks[0], signal.SIGKILL),
+                      min_tokens=1)
+    notes = 0
+    for i, rid in enumerate(rids):
+        ids, chunks, fin = got[rid]
+        rids_, rchunks, rfin = ref[i]
+        assert fin["event"] == "final" and fin["status"] == rfin["status"], (fin, rfin)
+        assert ids == rids_, f"request {i} ({sampling(i, True)}): ids differ"
+        assert text_of(chunks) == text_of(rchunks), f"request {i}: text differs"
+        if fin["status"] == "maximum_length":
+            assert len(ids) == fin["usage"]["completion_tokens"] == MAX_NEW
+        notes += sum(1 for ch in chunks if ch.get("resumed"))
+    assert notes > 0, "no request noticed the tokenizer's failover"
+    assert "decode state replayed" in srv.log()
 
 
 # ---- one worker, started by hand --------------------------------------------
