@@ -22,8 +22,9 @@
  * requests a dead worker ran resume on another worker from the token they
  * had reached (router_failover.c), so the client sees each token once; a
  * request waits for a worker at most --failover-timeout ms after the last
- * one died, then ends with "worker_lost". A dead tokenizer's requests end
- * with "worker_lost" (their decode state is gone).
+ * one died, then ends with "worker_lost". A dead tokenizer's requests
+ * move to another tokenizer, which rebuilds their decode state from the
+ * ids already decoded.
  *
  * Every message, to a backend or to a client, is encoded and decoded by
  * common/imsg.h.

@@ -6,8 +6,8 @@
  * on (to the queue, the tokenizer, or the client). A backend the router
  * does not know is asked to register again. A backend that misses
  * heartbeats is dead: the requests a dead worker ran resume on another
- * worker (router_failover.c); those a dead tokenizer held end with
- * "worker_lost" (its decode state is gone).
+ * worker, those a dead tokenizer held move to another tokenizer
+ * (router_failover.c).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -369,8 +369,9 @@ static bool held_by(const void *val, const void *arg) {
     return r->tok == b || (r->wrk == b && !r->worker_done);
 }
 
-/* Every request a dead worker ran resumes elsewhere; every request a dead
- * tokenizer held ends with worker_lost (found in one walk of the table:
+/* Every request a dead worker ran resumes elsewhere; every generate
+ * request a dead tokenizer held waits for another, its tokenize and
+ * detokenize requests end with worker_lost (found in one walk of the table:
  * a request leaves the walk's match as it is handled, so none is missed
  * or handled twice). */
 void backend_died(router *rt, int b) {

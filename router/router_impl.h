@@ -15,7 +15,8 @@
  *                      worker (least loaded, prefix affinity), dispatch
  *   router_request.c   a request's end: replies to clients, the terminal
  *                      frames ("final", "error") and end_request
- *   router_failover.c  a dead worker's requests resumed on another worker
+ *   router_failover.c  a dead worker's (tokenizer's) requests resumed on
+ *                      another
  *
  * There is no global state: every function takes the router. What one
  * file defines and another uses is declared here; everything else stays
@@ -167,8 +168,9 @@ void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, 
                       size_t len);
 
 /* Backend b missed its heartbeats: it is no longer used. A worker's
- * requests are resumed on another worker (router_failover.c); a
- * tokenizer's end with a "worker_lost" error. */
+ * requests are resumed on another worker, a tokenizer's generate
+ * requests on another tokenizer (router_failover.c); its tokenize and
+ * detokenize requests end with a "worker_lost" error. */
 void backend_died(router *rt, int b);
 
 /* Sends m to backend b; nothing when b is -1 or dead (a failed send is

@@ -11,6 +11,8 @@
  *               zi_text_context (limits, sampling
  *               parameters, the model's end-of-generation ids) sent back as
  *               "encoded"; per-request decode state is created here.
+ *               With "replay" (the router's tokenizer failover) only the
+ *               decode state is made, fed those ids, and nothing sent.
  *   decode      a request's new token ids and the worker's status -> the new
  *               text (incremental detokenization, never splitting a UTF-8
  *               character; stop strings matched across token boundaries,
