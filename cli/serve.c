@@ -71,7 +71,7 @@ static const char USAGE_SERVE[] =
     "  --kv-cache-tokens N, --kv-cache-bytes B, --memory-budget B\n"
     "                            each worker's KV cache (default: from the memory budget)\n"
     "  --batch-size N, --num-steps N, --prefill-chunk N, --block-size N, --no-prefix-cache\n"
-    "  --spec-lookup, --no-spec-lookup\n"
+    "  --spec-lookup, --no-spec-lookup, --draft-model FILE\n"
     "                            passed to zinfer-worker (see zinfer-worker --help)\n"
     "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS,\n"
     "  --failover-timeout MS\n"
@@ -86,9 +86,10 @@ static const char USAGE_SERVE[] =
     "  -h, --help                this text\n";
 
 /* The most pass-through options: each worker sizing flag with its value,
- * --no-prefix-cache and one of --spec-lookup / --no-spec-lookup; the
+ * --no-prefix-cache, one of --spec-lookup / --no-spec-lookup and
+ * --draft-model with its file; the
  * router's four limits with their values. */
-#define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 2)
+#define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 4)
 #define MAX_ROUTER_PASS 8
 #define MAX_HTTP_PASS 8
 /* the worker's fixed args, its key options, its options, NULL */
@@ -173,6 +174,7 @@ static void pass_on(const char **list, int *n, const char *flag, const char *val
  * (so it lives until the children are stopped). */
 typedef struct serve_opts {
     char model[4096], backend[512];
+    char draft[4096]; /* --draft-model, resolved as --model is */
     const char *bind, *level, *device, *http;
     const char *tmpl;        /* --chat-template as given, or NULL */
     char tmpl_arg[PATH_MAX]; /* what the tokenizers get: the name, or the file's real path */
@@ -224,7 +226,10 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
         int rc = 0;
         if (!strcmp(a, "--model"))
             rc = zi_resolve_model_arg(v, o->model, sizeof o->model, &err);
-        else if (!strcmp(a, "--chat-template"))
+        else if (!strcmp(a, "--draft-model")) {
+            rc = zi_resolve_model_arg(v, o->draft, sizeof o->draft, &err);
+            if (!rc) pass_on(o->worker_pass, &o->n_wpass, a, o->draft);
+        } else if (!strcmp(a, "--chat-template"))
             o->tmpl = v;
         else if (!strcmp(a, "--bind"))
             o->bind = v;

@@ -37,6 +37,7 @@
 #include "sampler.h"
 #include "keygen.h"
 #include "serve.h"
+#include "spec_draft.h"
 #include "tokenizer.h"
 #include "utf8.h"
 
@@ -61,7 +62,8 @@ typedef struct opts {
     double temperature, top_p, min_p, rep_pen, freq_pen, pres_pen;
     long long seed, top_k;
     int ignore_eos;
-    int spec_lookup; /* generate: prompt-lookup speculation */
+    int spec_lookup;         /* generate: prompt-lookup speculation */
+    const char *draft_model; /* generate: draft-model speculation (NULL: none) */
     int json;
     /* logits */
     const char *out;
@@ -288,6 +290,7 @@ static int cmd_generate(const opts *o) {
     int32_t *ids = NULL;
     size_t n = 0, n_out = 0;
     zi_generator *gen = NULL;
+    zi_model *draft = NULL;
     zi_text_context c;
     zi_text_context_zero(&c);
     zi_sampling_params sp;
@@ -306,6 +309,11 @@ static int cmd_generate(const opts *o) {
                               .max_batch_tokens = (int)o->batch,
                               .sample_vocab = zi_tokenizer_vocab_size(e.tok),
                               .spec_lookup = o->spec_lookup};
+    if (!rc && o->draft_model) { /* on the same backend, checked against the model */
+        rc = zi_model_load(o->draft_model, e.be, &draft, &err);
+        if (!rc) rc = zi_spec_draft_check_vocab(e.model, o->model, draft, o->draft_model, &err);
+        gc.draft_model = draft;
+    }
     if (!rc) rc = zi_generator_create(e.model, &gc, &gen, &err);
     if (!rc && o->max_tokens > 0) {
         sp.max_new_tokens = o->max_tokens;
@@ -348,15 +356,18 @@ static int cmd_generate(const opts *o) {
                    "tokens in %.3f s (%.1f tok/s); stop: %s",
                    n, t1 - t0, n / (t1 - t0 + 1e-9), n_out, t2 - t1,
                    n_out > 1 ? (n_out - 1) / (t2 - t1 + 1e-9) : 0.0, reason);
-        if (o->spec_lookup && gen) {
+        if ((o->spec_lookup || draft) && gen) {
             zi_generator_stats st;
             zi_generator_get_stats(gen, &st);
             zi_log(&o->log, ZI_LOG_INFO,
-                   "speculation: %llu verifications, %llu draft tokens, %llu accepted (%.0f%%)",
+                   "speculation: %llu verifications, %llu draft tokens, %llu accepted (%.0f%%); "
+                   "of them by the draft model %llu, %llu accepted",
                    (unsigned long long)st.spec_steps, (unsigned long long)st.spec_drafted,
                    (unsigned long long)st.spec_accepted,
                    st.spec_drafted ? 100.0 * (double)st.spec_accepted / (double)st.spec_drafted
-                                   : 0.0);
+                                   : 0.0,
+                   (unsigned long long)st.draft_model_drafted,
+                   (unsigned long long)st.draft_model_accepted);
         }
         if (o->json) {
             json_t *j = json_object();
@@ -379,6 +390,7 @@ static int cmd_generate(const opts *o) {
     if (gen) zi_generator_release(gen, &c);
     zi_text_context_free(&c);
     zi_generator_free(gen);
+    zi_model_free(draft);
     engine_free(&e);
     return rc ? fail(&err) : 0;
 }
@@ -720,6 +732,9 @@ static const char *USAGE_GENERATE =
     "  --ignore-eos         do not stop at end-of-sequence tokens\n"
     "  --spec-lookup        prompt-lookup speculation (the same tokens, seeded too,\n"
     "                       fewer steps on text that repeats its input; default off)\n"
+    "  --draft-model FILE   draft-model speculation: a smaller GGUF with the same\n"
+    "                       vocabulary proposes tokens greedily (the same tokens;\n"
+    "                       after prompt lookup when both are on)\n"
     "  --json               print, as the last line, a JSON object with prompt_token_ids,\n"
     "                       token_ids, text, finish_reason (instead of streaming text)\n"
     "  plus the common options of `zinfer --help`\n";
@@ -820,6 +835,9 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
             if (!(rc = zi_parse_float(a, v, -2.0, 2.0, &dv, &err))) o->pres_pen = dv;
         } else if (!strcmp(a, "--seed")) {
             if (!(rc = zi_parse_int(a, v, 0, INT64_MAX, &iv, &err))) o->seed = iv;
+        } else if (!strcmp(a, "--draft-model")) {
+            if (!v) return usage_error(cmd, "--draft-model needs a file");
+            o->draft_model = v;
         } else if (!strcmp(a, "--out")) {
             if (!v) return usage_error(cmd, "--out needs a file");
             o->out = v;

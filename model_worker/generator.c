@@ -31,6 +31,7 @@
 #include "vocab_trie.h"
 #include "kv_blocks.h"
 #include "sampler.h"
+#include "spec_draft.h"
 #include "spec_lookup.h"
 
 /* Sampler rows a context may have in one step: its token's, and one after
@@ -61,6 +62,11 @@ typedef struct gseq {
     zi_spec_state spec;
     int32_t n_draft;
     int32_t draft[ZI_SPEC_MAX_DRAFT];
+    /* Draft-model speculation (spec_draft.h): its own adaptive length;
+     * by_model: this step's drafts are the draft model's, proposed after
+     * scheduling into the batch from index draft_at. */
+    zi_spec_state dspec;
+    int32_t by_model, draft_at;
 } gseq;
 
 struct zi_generator {
@@ -108,6 +114,9 @@ struct zi_generator {
     /* sampling on the device (NULL: the backend is not CUDA) */
     zi_device_sampler *dev;
     int *src_row; /* [n_slots * ZI_SPEC_ROWS] sampled row -> its logits row */
+    /* draft-model speculation (NULL: cfg.draft_model is NULL) */
+    zi_spec_draft *drafter;
+    zi_spec_draft_req *dreqs; /* [n_slots] */
 };
 
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_generator **out,
@@ -184,6 +193,23 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
         zi_generator_free(g);
         return rc;
     }
+    if (cfg.draft_model) {
+        if (zi_model_get_config(cfg.draft_model)->n_vocab != g->n_vocab) {
+            zi_generator_free(g);
+            return zi_error_set(err, ZI_EINVAL, "draft model: %d vocabulary rows, the model %d",
+                                zi_model_get_config(cfg.draft_model)->n_vocab, g->n_vocab);
+        }
+        /* as many positions as the target's pool, and room for drafts */
+        rc = zi_spec_draft_create(cfg.draft_model, cfg.n_slots, cfg.ctx,
+                                  cfg.kv_blocks + cfg.n_slots, cfg.block_size, cfg.max_batch_tokens,
+                                  g->n_sample_vocab, &g->drafter, err);
+        if (!rc && !(g->dreqs = malloc(S * sizeof *g->dreqs)))
+            rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+        if (rc) {
+            zi_generator_free(g);
+            return rc;
+        }
+    }
     g->stats.kv_blocks = cfg.kv_blocks;
     g->stats.block_size = cfg.block_size;
     g->stats.kv_bytes = zi_kv_cache_bytes(g->kv);
@@ -220,6 +246,8 @@ void zi_generator_free(zi_generator *g) {
     free(g->spec_tok);
     free(g->src_row);
     zi_device_sampler_free(g->dev);
+    zi_spec_draft_free(g->drafter);
+    free(g->dreqs);
     free(g->forbid);
     free(g->json_masks);
     free(g->top_ids);
@@ -259,6 +287,7 @@ static void drop_blocks(zi_generator *g, gseq *q) {
     for (int32_t i = q->n_blocks; i-- > 0;) zi_kv_blocks_release(g->kb, q->blocks[i]);
     q->n_blocks = q->n_registered = 0;
     q->last_hash = 0;
+    if (g->drafter) zi_spec_draft_reset(g->drafter, (int)(q - g->seqs));
 }
 
 void zi_generator_release(zi_generator *g, zi_text_context *ctx) {
@@ -313,6 +342,7 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         q->looked_up = 0;
         q->js_fed = -1;
         zi_spec_state_init(&q->spec);
+        zi_spec_state_init(&q->dspec);
         q->n_draft = 0;
         zi_grammar_state_free(q->gs);
         zi_grammar_cache_put(g->grammars, q->gram);
@@ -532,8 +562,9 @@ static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int6
  * schema or grammar: its automaton would have to follow the drafts). */
 static int spec_eligible(const zi_generator *g, const zi_text_context *c) {
     const zi_sampling_params *sp = &c->sampling_params;
-    return g->cfg.spec_lookup && sp->speculate && !c->has_json_schema && c->grammar.len == 0 &&
-           !c->is_initial_prompt && c->active_idx == c->end_idx && c->start_idx + 1 == c->end_idx;
+    return (g->cfg.spec_lookup || g->drafter) && sp->speculate && !c->has_json_schema &&
+           c->grammar.len == 0 && !c->is_initial_prompt && c->active_idx == c->end_idx &&
+           c->start_idx + 1 == c->end_idx;
 }
 
 /* Drafts for a decoding context whose last token is scheduled: at most cap
@@ -547,8 +578,19 @@ static void propose_drafts(zi_generator *g, zi_text_context *c, gseq *q, int cap
     if (pos_room < cap) cap = (int)pos_room;
     if (cap > ZI_SPEC_MAX_DRAFT) cap = ZI_SPEC_MAX_DRAFT;
     if (cap <= 0) return;
-    int k = zi_spec_draft_len(&q->spec, cap);
-    int n = k > 0 ? zi_spec_propose(c->tokens, c->end_idx, k, q->draft) : 0;
+    int n = 0;
+    if (g->cfg.spec_lookup) {
+        int k = zi_spec_draft_len(&q->spec, cap);
+        n = k > 0 ? zi_spec_propose(c->tokens, c->end_idx, k, q->draft) : 0;
+    }
+    /* No lookup draft: the draft model's, proposed once the step is
+     * scheduled (propose_by_model); here its length and room. */
+    q->by_model = n == 0 && g->drafter;
+    if (q->by_model) {
+        int k = zi_spec_draft_len(&q->dspec, cap);
+        n = k > 0 ? zi_spec_draft_reserve(g->drafter, (int)(q - g->seqs), c->end_idx, k) : 0;
+        q->by_model = n > 0;
+    }
     int bs = g->cfg.block_size;
     while (n > 0 && (int64_t)q->n_blocks * bs < c->end_idx + n) {
         if (q->n_blocks >= g->max_blocks || zi_kv_blocks_available(g->kb) == 0) {
@@ -679,6 +721,7 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
             g->want[T] = echo || j == len - 1;
             p->n_rows += g->want[T];
         }
+        q->draft_at = p->n_tokens;
         for (int32_t j = 0; j < q->n_draft; j++) { /* behind the last token, every row wanted */
             int T = p->n_tokens++;
             g->tokens[T] = q->draft[j];
@@ -698,6 +741,33 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
     assert(p->n_tokens <= g->cfg.max_batch_tokens && p->n_stepped <= g->cfg.n_slots);
     assert(p->n_rows >= p->n_stepped && p->n_rows <= p->n_tokens);
     return ZI_OK;
+}
+
+/* Phase 1b, draft-model speculation: the drafts of the scheduled
+ * sequences that reserved some (propose_drafts), all in one run of the
+ * draft model (spec_draft.h), written into the batch where their rows
+ * are. Greedy: the proposals are deterministic tokens, which the accept
+ * rule (accept_drafts) needs for sampled requests to stay exact. */
+static int propose_by_model(zi_generator *g, const step_plan *p, zi_error *err) {
+    int n = 0;
+    for (int i = 0; i < p->n_stepped; i++) {
+        zi_text_context *c = g->stepped[i];
+        gseq *q = seq_of(g, c);
+        if (!q->by_model || q->n_draft == 0) continue;
+        g->dreqs[n++] = (zi_spec_draft_req){.slot = (int)(q - g->seqs),
+                                            .tokens = c->tokens,
+                                            .n_tokens = c->end_idx,
+                                            .k = q->n_draft,
+                                            .out = q->draft};
+    }
+    if (n == 0) return ZI_OK;
+    int rc = zi_spec_draft_propose(g->drafter, g->dreqs, n, err);
+    for (int i = 0; !rc && i < p->n_stepped; i++) {
+        gseq *q = seq_of(g, g->stepped[i]);
+        if (q->by_model && q->n_draft > 0)
+            memcpy(g->tokens + q->draft_at, q->draft, (size_t)q->n_draft * sizeof *q->draft);
+    }
+    return rc;
 }
 
 /* Phase 2, the sampler rows: one for every stepped context whose window
@@ -836,7 +906,9 @@ static int accept_drafts(zi_generator *g, zi_text_context *c, gseq *q, int i, in
     memcpy(target + 1, g->spec_tok + (size_t)i * ZI_SPEC_MAX_DRAFT,
            (size_t)q->n_draft * sizeof *target);
     int a = zi_spec_accept(q->draft, q->n_draft, target);
-    zi_spec_record(&q->spec, q->n_draft, a);
+    zi_spec_record(q->by_model ? &q->dspec : &q->spec, q->n_draft, a);
+    if (q->by_model) g->stats.draft_model_drafted += (uint64_t)q->n_draft;
+    if (q->by_model) g->stats.draft_model_accepted += (uint64_t)a;
     g->stats.spec_steps++;
     g->stats.spec_drafted += (uint64_t)q->n_draft;
     for (int j = 1; j <= a && !zi_text_context_is_done(c); j++) {
@@ -936,6 +1008,7 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
                 zi_error *err) {
     step_plan p;
     int rc = schedule_batch(g, batch, n, &p, err);
+    if (!rc) rc = propose_by_model(g, &p, err);
     if (rc) return rc;
     *any_live = p.n_stepped > 0;
     if (!p.n_stepped) return ZI_OK;

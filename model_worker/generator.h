@@ -75,6 +75,10 @@ typedef struct zi_generator_config {
     int spec_lookup;      /* prompt-lookup speculation for the requests that allow it
                            * (sampling_params.speculate; no structured output;
                            * docs/speculative.md) */
+    zi_model *draft_model; /* draft-model speculation (spec_draft.h): a model with the same
+                            * vocabulary (zi_spec_draft_check_vocab), on the same backend,
+                            * outliving the generator; it proposes where prompt lookup has
+                            * nothing (or is off). NULL: none */
 } zi_generator_config;
 
 /* Counters, for logs and the router's metrics. */
@@ -91,6 +95,8 @@ typedef struct zi_generator_stats {
     uint64_t spec_steps;          /* speculation: verifications (a sequence's drafts in a step) */
     uint64_t spec_drafted;        /* draft tokens fed for verification */
     uint64_t spec_accepted;       /* of those, accepted (emitted without a step of their own) */
+    uint64_t draft_model_drafted; /* of spec_drafted, proposed by the draft model */
+    uint64_t draft_model_accepted; /* of those, accepted */
 } zi_generator_stats;
 
 typedef struct zi_generator zi_generator;

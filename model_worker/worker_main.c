@@ -34,6 +34,7 @@
 #include "imsg.h"
 #include "log.h"
 #include "model.h"
+#include "spec_draft.h"
 #include "vocab_trie.h"
 #include "stop_signal.h"
 #include "tokenizer.h"
@@ -68,6 +69,10 @@ static const char USAGE[] =
     "  --no-prefix-cache  do not share cached prompt prefixes between requests\n"
     "  --spec-lookup, --no-spec-lookup  prompt-lookup speculation (greedy or\n"
     "                     sampled; sampling_params.speculate; default off)\n"
+    "  --draft-model PATH draft-model speculation: a smaller GGUF with the same\n"
+    "                     vocabulary proposes tokens greedily, verified by the\n"
+    "                     model (the same output; after prompt lookup when both\n"
+    "                     are on; docs/speculative.md)\n"
     "  --num-steps N      decode steps per scheduling round (default 1): more\n"
     "                     means fewer trips through the message loop, but new\n"
     "                     requests and cancellations wait up to N steps\n"
@@ -384,6 +389,7 @@ static void send_outputs(worker *w) {
 
 typedef struct wopts {
     char model[4096];
+    const char *draft; /* --draft-model, or NULL */
     const char *router, *device;
     const char *curve_secret, *router_key; /* key files, or NULL */
     long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
@@ -419,6 +425,8 @@ static int parse_args(int argc, char **argv, wopts *o) {
         int rc = 0;
         if (!strcmp(a, "--router"))
             o->router = v;
+        else if (!strcmp(a, "--draft-model"))
+            o->draft = v;
         else if (!strcmp(a, "--curve-secret"))
             o->curve_secret = v;
         else if (!strcmp(a, "--router-key"))
@@ -479,6 +487,7 @@ static int parse_args(int argc, char **argv, wopts *o) {
 typedef struct wres {
     zi_backend *be;
     zi_model *model;
+    zi_model *draft; /* --draft-model (NULL: none), on the same backend */
     zi_json_vocab *jv;
     uint64_t per_tok, kv_blocks;
     char kv_why[96];
@@ -494,6 +503,15 @@ static int load(worker *w, const wopts *o, wres *r) {
                                            &err)) ||
         (rc = zi_model_load(o->model, r->be, &r->model, &err))) {
         zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
+        zi_backend_free(r->be);
+        return 1;
+    }
+    if (o->draft &&
+        ((rc = zi_model_load(o->draft, r->be, &r->draft, &err)) ||
+         (rc = zi_spec_draft_check_vocab(r->model, o->model, r->draft, o->draft, &err)))) {
+        zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
+        zi_model_free(r->draft);
+        zi_model_free(r->model);
         zi_backend_free(r->be);
         return 1;
     }
@@ -554,7 +572,8 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                               .block_size = (int)o->block,
                               .prefill_chunk = (int)o->chunk,
                               .prefix_cache = !o->no_prefix_cache,
-                              .spec_lookup = o->spec_lookup};
+                              .spec_lookup = o->spec_lookup,
+                              .draft_model = r->draft};
     w->live = calloc((size_t)w->slots, sizeof *w->live);
     if (!w->live || zi_generator_create(r->model, &gc, &w->gen, &err)) {
         zi_log(&w->log, ZI_LOG_ERROR, "%s", w->live ? err.msg : "out of memory");
@@ -600,13 +619,15 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
            w->model_name, dev, w->slots, w->ctx_size, o->router);
     zi_log(&w->log, ZI_LOG_INFO,
            "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s); prefix cache %s; "
-           "prompt-lookup speculation %s",
+           "prompt-lookup speculation %s; draft model %s",
            (unsigned long long)r->kv_blocks, o->block, (unsigned long long)r->kv_blocks * o->block,
            (double)(r->kv_blocks * o->block * r->per_tok) / (1 << 20), r->kv_why,
-           o->no_prefix_cache ? "off" : "on", o->spec_lookup ? "on" : "off");
+           o->no_prefix_cache ? "off" : "on", o->spec_lookup ? "on" : "off",
+           o->draft ? o->draft : "none");
     send_register(w);
     w->last_hb = zi_now_ms();
     zi_model_set_progress(r->model, on_progress, w);
+    if (r->draft) zi_model_set_progress(r->draft, on_progress, w);
     return 0;
 }
 
@@ -716,6 +737,7 @@ int main(int argc, char **argv) {
     wres r = {0};
     if (load(&w, &o, &r)) return 1;
     if (create_generator(&w, &o, &r)) {
+        zi_model_free(r.draft);
         zi_model_free(r.model);
         zi_backend_free(r.be);
         return 1;
@@ -733,6 +755,7 @@ int main(int argc, char **argv) {
     zi_generator_free(w.gen);
     zi_json_vocab_free(r.jv);
     free(w.live);
+    zi_model_free(r.draft);
     zi_model_free(r.model);
     zi_backend_free(r.be);
     return rc;
