@@ -40,6 +40,10 @@
  * pass as everything else; the drafts the model's own argmax agrees with
  * are emitted, then the model's token after the last of them, so one step
  * can emit several tokens and the output is the non-speculative one.
+ * Draft-model speculation (cfg.draft_model; spec_draft.h): where lookup
+ * has no draft, a smaller model with the same vocabulary proposes them
+ * greedily, for all such contexts in one run before the pass; they are
+ * verified the same way.
  *
  * Log probabilities (ctx->log_probabilities > 0) come from the raw logits
  * and are recorded with each token (zi_text_context_update); with
