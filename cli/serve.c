@@ -33,6 +33,7 @@
 #include "backend_select.h"
 #include "chat_template_source.h"
 #include "curve.h"
+#include "types.h"
 #include "log.h"
 #include "stop_signal.h"
 #include "wire.h"
@@ -74,7 +75,7 @@ static const char USAGE_SERVE[] =
     "  --spec-lookup, --no-spec-lookup, --draft-model FILE\n"
     "                            passed to zinfer-worker (see zinfer-worker --help)\n"
     "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS,\n"
-    "  --failover-timeout MS\n"
+    "  --failover-timeout MS, --request-timeout MS (0: none), --client-heartbeat MS\n"
     "                            passed to zinfer-router (see zinfer-router --help)\n"
     "  --keys DIR                CURVE keys (docs/security.md): DIR/router.key and\n"
     "                            .pub, DIR/worker.key and .pub (`zinfer keygen DIR/router`,\n"
@@ -88,9 +89,9 @@ static const char USAGE_SERVE[] =
 /* The most pass-through options: each worker sizing flag with its value,
  * --no-prefix-cache, one of --spec-lookup / --no-spec-lookup and
  * --draft-model with its file; the
- * router's four limits with their values. */
+ * router's options with their values. */
 #define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 4)
-#define MAX_ROUTER_PASS 8
+#define MAX_ROUTER_PASS 14 /* 7 router options with their values */
 #define MAX_HTTP_PASS 8
 /* the worker's fixed args, its key options, its options, NULL */
 #define MAX_ARGS (15 + 4 + MAX_WORKER_PASS + 1)
@@ -285,6 +286,11 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
                    !strcmp(a, "--failover-timeout")) {
             long long x;
             rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
+            if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);
+        } else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--client-heartbeat")) {
+            long long x; /* 0 turns them off */
+            rc = zi_parse_int(a, v, 0, !strcmp(a, "--request-timeout") ? ZI_MAX_TIMEOUT_MS : 3600000,
+                              &x, &err);
             if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);
         } else if (zi_is_worker_flag(a)) { /* checked here with the worker's own ranges */
             long long x;

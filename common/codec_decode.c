@@ -386,7 +386,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "sampling_params",
                                         "stream",
                                         "grammar",
-                                        "regex"};
+                                        "regex",
+                                        "timeout_ms"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -407,7 +408,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         SP,
         STREAM,
         GRAMMAR,
-        REGEX
+        REGEX,
+        TIMEOUT
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -477,6 +479,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         }
     }
     if (v[TS]) AT(d, "timestamp_ns", zi_dec_i64(d, v[TS], 0, INT64_MAX, &r->timestamp_ns));
+    if (!zi_dec_is_nil(v[TIMEOUT]))
+        AT(d, "timeout_ms", zi_dec_i64(d, v[TIMEOUT], 1, ZI_MAX_TIMEOUT_MS, &r->timeout_ms));
     if (v[PATH])
         AT(d, "request_path", zi_dec_str(d, v[PATH], ZI_STR_ID | ZI_STR_NO_NUL, &r->request_path));
     if (v[LOGPROBS])
@@ -643,7 +647,8 @@ static int get_status(zi_dec *d, const msgpack_object *o, zi_gen_status *out) {
         zi_printable(nm, sizeof nm, o->via.str.ptr, o->via.str.size);
         return zi_dec_fail(
             d, ZI_EINVAL,
-            "\"%s\" is not a status (active, end_of_sequence, maximum_length, stop, cancelled)",
+            "\"%s\" is not a status (active, end_of_sequence, maximum_length, stop, cancelled, "
+            "deadline_exceeded)",
             nm);
     }
     return ZI_OK;

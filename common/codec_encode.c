@@ -184,7 +184,7 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     size_t n = 9 + (has_prompt ? 1 : 0) + (r->n_messages ? 1 : 0) + (r->stop.n ? 1 : 0) +
                (r->response_format.len ? 1 : 0) + (r->tools.len ? 1 : 0) +
                (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0) +
-               (r->regex.len ? 1 : 0);
+               (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0);
     P(msgpack_pack_map(pk, n));
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
@@ -226,6 +226,7 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     if (r->grammar.len) P(pack_key(pk, "grammar") || pack_str(pk, r->grammar.p, r->grammar.len));
     if (r->regex.len) P(pack_key(pk, "regex") || pack_str(pk, r->regex.p, r->regex.len));
     P(pack_key(pk, "timestamp_ns") || msgpack_pack_int64(pk, r->timestamp_ns));
+    if (r->timeout_ms) P(pack_key(pk, "timeout_ms") || msgpack_pack_int64(pk, r->timeout_ms));
     P(pack_key(pk, "request_path") ||
       (r->request_path.len ? pack_str(pk, r->request_path.p, r->request_path.len)
                            : pack_str(pk, "/", 1)));

@@ -734,7 +734,7 @@ const double zi_im_hist_bounds[ZI_IM_HIST_BUCKETS] = {
 const char *const zi_im_hist_names[ZI_IM_N_HIST] = {"time_to_first_token", "inter_token_latency",
                                                     "e2e_latency", "queue_time"};
 const char *const zi_im_finish_names[ZI_IM_N_FIN] = {"end_of_sequence", "maximum_length", "stop",
-                                                     "cancelled", "error"};
+                                                     "cancelled", "deadline_exceeded", "error"};
 
 void zi_im_hist_observe(zi_im_hist *h, double seconds) {
     int k = 0;

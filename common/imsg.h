@@ -387,10 +387,12 @@ enum {
     ZI_IM_FIN_LENGTH,
     ZI_IM_FIN_STOP,
     ZI_IM_FIN_CANCELLED,
+    ZI_IM_FIN_DEADLINE,
     ZI_IM_FIN_ERROR,
     ZI_IM_N_FIN
 };
-/* "end_of_sequence", "maximum_length", "stop", "cancelled", "error" */
+/* "end_of_sequence", "maximum_length", "stop", "cancelled", "deadline_exceeded",
+ * "error" */
 extern const char *const zi_im_finish_names[ZI_IM_N_FIN];
 
 typedef struct zi_im_hist {

@@ -113,7 +113,7 @@ void zi_bytes_free(zi_bytes *b) {
 /* ---- TextGenerationStatus -------------------------------------------------- */
 
 static const char *const status_names[ZI_GEN_STATUS_COUNT] = {
-    "active", "end_of_sequence", "maximum_length", "stop", "cancelled",
+    "active", "end_of_sequence", "maximum_length", "stop", "cancelled", "deadline_exceeded",
 };
 
 const char *zi_gen_status_name(int status) {

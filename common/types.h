@@ -87,11 +87,12 @@ typedef enum zi_gen_status {
     ZI_GEN_MAXIMUM_LENGTH = 2,
     ZI_GEN_STOP = 3,
     ZI_GEN_CANCELLED = 4,
+    ZI_GEN_DEADLINE_EXCEEDED = 5, /* the request's timeout_ms passed (router) */
 } zi_gen_status;
-#define ZI_GEN_STATUS_COUNT 5
+#define ZI_GEN_STATUS_COUNT 6
 
 /* The wire name ("active", "end_of_sequence", "maximum_length", "stop",
- * "cancelled"); NULL for a value outside the enum. */
+ * "cancelled", "deadline_exceeded"); NULL for a value outside the enum. */
 const char *zi_gen_status_name(int status);
 /* Parses a wire name (exact, case-sensitive); ZI_EINVAL when unknown. */
 int zi_gen_status_parse(const char *s, size_t len, zi_gen_status *out, zi_error *err);
@@ -223,7 +224,12 @@ typedef struct zi_request {
                                      * when present (non-empty; regex_grammar.h) */
     zi_bytes tools;                 /* opaque msgpack array, when present */
     zi_bytes chat_template_options; /* opaque msgpack map, when present */
+    int64_t timeout_ms;             /* the router ends it after this long; 0 = none
+                                     * (then the server's --request-timeout) */
 } zi_request;
+
+/* The largest timeout_ms (and --request-timeout): one day. */
+#define ZI_MAX_TIMEOUT_MS 86400000
 
 /* Defaults: everything empty/0, stream = true, request_path = "/" (set
  * lazily: an empty request_path means "/"), sampling defaults. */

@@ -70,6 +70,12 @@ static const char USAGE[] =
     "  --failover-timeout MS       how long requests wait for a worker when none is\n"
     "                              alive (a dead worker's requests resume on another;\n"
     "                              default 30000), then worker_lost\n"
+    "  --request-timeout MS        a generate request still in flight this long after\n"
+    "                              it arrived ends with final \"deadline_exceeded\" (its\n"
+    "                              own timeout_ms wins; default 0: none)\n"
+    "  --client-heartbeat MS       ZeroMQ heartbeats to clients every MS; a client\n"
+    "                              silent for 3x that is disconnected and its requests\n"
+    "                              cancelled (default 2000; 0: off)\n"
     "  --max-frame-bytes N         largest client frame read (default 8388608); up to 4x\n"
     "                              that gets an error reply, a larger one closes the\n"
     "                              client's connection\n"
@@ -105,6 +111,8 @@ static void recv_routed(router *rt, void *sock, bool front) {
     bool ok = n == 2 || (n == 3 && zmq_msg_size(&parts[1]) == 0);
     if (ok && zmq_msg_size(&parts[0]) <= IDENT_MAX) {
         zmq_msg_t *id = &parts[0], *pl = &parts[n - 1];
+        /* The connection's fd: how a disconnect finds its peer (router_watch.c). */
+        watch_frame(rt, zmq_msg_get(pl, ZMQ_SRCFD), front, zmq_msg_data(id), zmq_msg_size(id));
         if (front)
             on_client_frame(rt, zmq_msg_data(id), zmq_msg_size(id), n == 3, zmq_msg_data(pl),
                             zmq_msg_size(pl));
@@ -175,6 +183,10 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
             rc = zi_parse_int(a, v, 100, 3600000, &rt->hb_timeout, &err);
         else if (!strcmp(a, "--failover-timeout"))
             rc = zi_parse_int(a, v, 0, 3600000, &rt->failover_timeout, &err);
+        else if (!strcmp(a, "--request-timeout"))
+            rc = zi_parse_int(a, v, 0, ZI_MAX_TIMEOUT_MS, &rt->req_timeout, &err);
+        else if (!strcmp(a, "--client-heartbeat"))
+            rc = zi_parse_int(a, v, 0, 3600000, &rt->client_hb, &err);
         else if (!strcmp(a, "--max-frame-bytes"))
             rc = zi_parse_int(a, v, 1024, 1LL << 31, &rt->max_frame, &err);
         else if (!strcmp(a, "--log-level")) {
@@ -193,11 +205,12 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
     return 0;
 }
 
-/* max_msg: the largest message ZeroMQ takes from a peer (-1: any); one
+/* hb_ms: ZMTP heartbeat interval (0: none). max_msg: the largest message
+ * ZeroMQ takes from a peer (-1: any); one
  * larger closes that peer's connection without a reply, and is never held
  * in memory whole. */
 static void *make_router_socket(router *rt, void *zctx, const char *addr, const char *what,
-                                int64_t max_msg, const zi_curve_key *secret) {
+                                int64_t max_msg, const zi_curve_key *secret, long long hb_ms) {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     zi_error err = {0};
     if (secret && zi_curve_set_server(s, secret, what, &err) != ZI_OK) {
@@ -214,6 +227,12 @@ static void *make_router_socket(router *rt, void *zctx, const char *addr, const 
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    if (hb_ms > 0) { /* ZMTP heartbeats: a silent peer's connection is closed */
+        int ivl = (int)hb_ms, timeout = 3 * ivl;
+        zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+        zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
+        zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &timeout, sizeof timeout);
+    }
     if (zmq_bind(s, addr) != 0) {
         zi_log(&rt->log, ZI_LOG_ERROR, "cannot bind the %s socket to %s: %s", what, addr,
                zmq_strerror(errno));
@@ -297,6 +316,8 @@ int main(int argc, char **argv) {
     rt.hb_timeout = 5000;
     rt.failover_timeout = 30000;
     rt.max_frame = 8 << 20;
+    rt.client_hb = 2000;
+    rt.cur_fd = -1;
     const char *bind = "tcp://127.0.0.1:5555", *back = "tcp://127.0.0.1:5556";
     sec_opts sec = {0};
     int rc = parse_args(argc, argv, &rt, &bind, &back, &sec);
@@ -321,9 +342,9 @@ int main(int argc, char **argv) {
      * are answered with an error, anything larger drops the connection:
      * one client cannot make the router hold an unbounded frame. */
     rt.front = make_router_socket(&rt, zctx, bind, ZI_ZAP_DOMAIN_CLIENT, 4 * (int64_t)rt.max_frame,
-                                  sec.client_keys ? &keys.secret : NULL);
+                                  sec.client_keys ? &keys.secret : NULL, rt.client_hb);
     rt.back = rt.front ? make_router_socket(&rt, zctx, back, ZI_ZAP_DOMAIN_BACKEND, -1,
-                                            keys.on ? &keys.secret : NULL)
+                                            keys.on ? &keys.secret : NULL, 0)
                        : NULL;
     if (!rt.front || !rt.back) {
         if (rt.front) zmq_close(rt.front);
@@ -338,10 +359,15 @@ int main(int argc, char **argv) {
     if (keys.on)
         zi_log(&rt.log, ZI_LOG_INFO, "router public key %s; %zu backend key(s)%s", keys.pub.z85,
                keys.backend.n, sec.client_keys ? ", client keys on" : "");
+    void *mon_front = watch_start(&rt, zctx, rt.front, "client");
+    void *mon_back = watch_start(&rt, zctx, rt.back, "backend");
     int64_t last_check = zi_now_ms();
     while (!zi_stop_requested()) {
-        zmq_pollitem_t it[2] = {{rt.front, 0, ZMQ_POLLIN, 0}, {rt.back, 0, ZMQ_POLLIN, 0}};
-        int pr = zmq_poll(it, 2, 100);
+        zmq_pollitem_t it[4] = {{rt.front, 0, ZMQ_POLLIN, 0}, {rt.back, 0, ZMQ_POLLIN, 0}};
+        int n_it = 2;
+        if (mon_front) it[n_it++] = (zmq_pollitem_t){mon_front, 0, ZMQ_POLLIN, 0};
+        if (mon_back) it[n_it++] = (zmq_pollitem_t){mon_back, 0, ZMQ_POLLIN, 0};
+        int pr = zmq_poll(it, n_it, 100);
         if (pr < 0 && errno != EINTR) {
             zi_log(&rt.log, ZI_LOG_ERROR, "poll: %s", zmq_strerror(errno));
             break;
@@ -349,13 +375,21 @@ int main(int argc, char **argv) {
         /* Backends first: their replies free capacity for new requests. */
         if (pr > 0 && (it[1].revents & ZMQ_POLLIN)) drain(&rt, rt.back, false);
         if (pr > 0 && (it[0].revents & ZMQ_POLLIN)) drain(&rt, rt.front, true);
+        /* Disconnects after the frames: a frame read before its peer's
+         * disconnect event is still handled (and, for a request, cancelled
+         * by the event). */
+        if (mon_back) watch_drain(&rt, mon_back);
+        if (mon_front) watch_drain(&rt, mon_front);
         int64_t now = zi_now_ms();
         if (now - last_check >= 100) {
             last_check = now;
+            char why[64];
+            snprintf(why, sizeof why, "missed heartbeats for %lld ms", rt.hb_timeout);
             for (size_t i = 0; i < rt.n_be; i++)
                 if (rt.be[i].alive && now - rt.be[i].last_seen > rt.hb_timeout)
-                    backend_died(&rt, (int)i);
+                    backend_died(&rt, (int)i, why);
             failover_check(&rt, now);
+            deadline_check(&rt, now);
         }
     }
     /* Shutting down: every request still in flight gets its terminal frame
@@ -375,6 +409,9 @@ int main(int argc, char **argv) {
     zmq_setsockopt(rt.front, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
     zmq_close(rt.front);
     zmq_close(rt.back);
+    if (mon_front) zmq_close(mon_front);
+    if (mon_back) zmq_close(mon_back);
+    free(rt.conns);
     zi_zap_stop(&zap);
     zmq_ctx_term(zctx);
     free_keys(&keys);

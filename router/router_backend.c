@@ -70,6 +70,7 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
         snprintf(be->model, sizeof be->model, "%.*s", (int)(reg.model.n > 120 ? 120 : reg.model.n),
                  reg.model.p);
     be->alive = true;
+    be->fd = rt->cur_fd;
     be->last_seen = zi_now_ms();
     if (be->role == ROLE_WORKER) rt->no_worker_since = 0;
     if (be->role == ROLE_TOKENIZER) {
@@ -374,12 +375,12 @@ static bool held_by(const void *val, const void *arg) {
  * detokenize requests end with worker_lost (found in one walk of the table:
  * a request leaves the walk's match as it is handled, so none is missed
  * or handled twice). */
-void backend_died(router *rt, int b) {
+void backend_died(router *rt, int b, const char *why) {
     backend *be = &rt->be[b];
     rreq *r;
     size_t pos = 0;
-    zi_log(&rt->log, ZI_LOG_WARN, "%s %d missed heartbeats for %lld ms: declared dead",
-           be->role == ROLE_WORKER ? "worker" : "tokenizer", b, rt->hb_timeout);
+    zi_log(&rt->log, ZI_LOG_WARN, "%s %d %s: declared dead",
+           be->role == ROLE_WORKER ? "worker" : "tokenizer", b, why);
     be->alive = false;
     /* Its cache is gone, and a new worker may register in its place. */
     affinity_forget(rt, b);

@@ -66,6 +66,7 @@ static rreq *new_request(router *rt, const client_ctx *c, int kind) {
     r->rid = ++rt->next_rid;
     r->kind = kind;
     r->tok = r->wrk = -1;
+    r->client_fd = rt->cur_fd;
     r->stream = true;
     zi_logprobs_init(&r->lp);
     if (zi_req_table_put(&rt->reqs, r->rid, r, NULL) != ZI_OK) {
@@ -193,6 +194,8 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     }
     r->index = req.index;
     r->t_recv_ms = zi_now_ms();
+    long long timeout = req.timeout_ms ? req.timeout_ms : rt->req_timeout;
+    if (timeout > 0) r->deadline_ms = r->t_recv_ms + timeout;
     r->stream = req.stream;
     r->state = RS_ENCODING;
     r->tok = tk;

@@ -17,6 +17,8 @@
  *                      frames ("final", "error") and end_request
  *   router_failover.c  a dead worker's (tokenizer's) requests resumed on
  *                      another
+ *   router_watch.c     deadlines (timeout_ms, --request-timeout) and
+ *                      disconnects (socket monitors)
  *
  * There is no global state: every function takes the router. What one
  * file defines and another uses is declared here; everything else stays
@@ -63,6 +65,7 @@ typedef struct backend {
     int assigned; /* workers: requests running; tokenizers: requests with state */
     int64_t last_seen;
     int64_t kv[ZI_N_KV_STATS]; /* workers: the KV counters of the last heartbeat */
+    int fd;                    /* its connection's fd when it registered (router_watch.c) */
 } backend;
 
 /* A message kept for a resend (failover), with the token ids it carries. */
@@ -118,7 +121,16 @@ typedef struct rreq {
     bool has_lp;
     char *echo; /* a packed map: the echoed prompt's keys of the first decoded message */
     size_t echo_len;
+    int client_fd;       /* the client connection's fd (-1: unknown; router_watch.c) */
+    int64_t deadline_ms; /* zi_now_ms() past which it ends "deadline_exceeded" (0: none) */
 } rreq;
+
+/* What the router knows of one connection fd (router_watch.c). */
+typedef struct conn_rec {
+    uint64_t hash; /* of the routing id last seen on it (0: none) */
+    bool front;    /* on the client socket */
+    int skip;      /* disconnect events still to come for peers already handled */
+} conn_rec;
 
 /* Prefix affinity: which worker last took a request whose prompt began
  * with a given key, so that the next one goes where its prefix is cached. */
@@ -146,6 +158,11 @@ typedef struct router {
     long long failover_timeout; /* ms a request waits for a worker after the last died */
     int64_t no_worker_since;    /* zi_now_ms() when the last worker died (0: one is up) */
     int64_t no_tok_since;       /* the same for tokenizers */
+    long long req_timeout;      /* --request-timeout: ms, 0 = none */
+    long long client_hb;        /* --client-heartbeat: ms, 0 = none */
+    int cur_fd;                 /* the fd of the frame being handled (-1: unknown) */
+    conn_rec *conns;            /* indexed by fd */
+    size_t n_conns;
     /* Counters and histograms since start (the metrics op): finished
      * requests, tokens, latencies; running, waiting and the workers' KV
      * counters are filled in when asked. */
@@ -167,11 +184,12 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
 void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, const void *buf,
                       size_t len);
 
-/* Backend b missed its heartbeats: it is no longer used. A worker's
+/* Backend b missed its heartbeats or its connection closed (why says
+ * which, for the log): it is no longer used. A worker's
  * requests are resumed on another worker, a tokenizer's generate
  * requests on another tokenizer (router_failover.c); its tokenize and
  * detokenize requests end with a "worker_lost" error. */
-void backend_died(router *rt, int b);
+void backend_died(router *rt, int b, const char *why);
 
 /* Sends m to backend b; nothing when b is -1 or dead (a failed send is
  * logged). */
@@ -250,6 +268,24 @@ void failover_attach(router *rt);
 
 /* Adds rid at the front of the queue: ZI_OK or ZI_ENOMEM. */
 int queue_push_front(router *rt, uint64_t rid);
+
+/* ---- router_watch.c ------------------------------------------------------ */
+
+/* A frame arrived on connection fd (-1: unknown) of the client (front) or
+ * backend socket from routing id ident; sets rt->cur_fd. A peer found to
+ * be gone (its fd reused) is handled first. */
+void watch_frame(router *rt, int fd, bool front, const unsigned char *ident, size_t len);
+
+/* A PAIR socket receiving sock's ZMQ_EVENT_DISCONNECTED events, or NULL
+ * (logged: disconnects are then noticed the other ways). */
+void *watch_start(router *rt, void *zctx, void *sock, const char *name);
+
+/* Handles the events ready on a monitor socket: a client's requests are
+ * cancelled without a reply, a backend dies (backend_died). */
+void watch_drain(router *rt, void *mon);
+
+/* Ends every request past its deadline with "deadline_exceeded". */
+void deadline_check(router *rt, int64_t now);
 
 /* ---- router_request.c ----------------------------------------------------- */
 

@@ -216,7 +216,8 @@ static void test_sampling_copy(void **state) {
 
 static void test_status_names(void **state) {
     (void)state;
-    const char *names[] = {"active", "end_of_sequence", "maximum_length", "stop", "cancelled"};
+    const char *names[] = {"active", "end_of_sequence", "maximum_length", "stop", "cancelled",
+                           "deadline_exceeded"};
     for (int i = 0; i < ZI_GEN_STATUS_COUNT; i++) {
         assert_string_equal(zi_gen_status_name(i), names[i]);
         zi_gen_status s;
@@ -224,7 +225,7 @@ static void test_status_names(void **state) {
         assert_int_equal(s, i);
         assert_int_equal(zi_gen_status_is_done(s), i != ZI_GEN_ACTIVE);
     }
-    assert_null(zi_gen_status_name(5));
+    assert_null(zi_gen_status_name(6));
     assert_null(zi_gen_status_name(-1));
     zi_gen_status s;
     zi_error e = {0};
