@@ -289,8 +289,8 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);
         } else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--client-heartbeat")) {
             long long x; /* 0 turns them off */
-            rc = zi_parse_int(a, v, 0, !strcmp(a, "--request-timeout") ? ZI_MAX_TIMEOUT_MS : 3600000,
-                              &x, &err);
+            rc = zi_parse_int(
+                a, v, 0, !strcmp(a, "--request-timeout") ? ZI_MAX_TIMEOUT_MS : 3600000, &x, &err);
             if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);
         } else if (zi_is_worker_flag(a)) { /* checked here with the worker's own ranges */
             long long x;

@@ -733,8 +733,8 @@ const double zi_im_hist_bounds[ZI_IM_HIST_BUCKETS] = {
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
 const char *const zi_im_hist_names[ZI_IM_N_HIST] = {"time_to_first_token", "inter_token_latency",
                                                     "e2e_latency", "queue_time"};
-const char *const zi_im_finish_names[ZI_IM_N_FIN] = {"end_of_sequence", "maximum_length", "stop",
-                                                     "cancelled", "deadline_exceeded", "error"};
+const char *const zi_im_finish_names[ZI_IM_N_FIN] = {
+    "end_of_sequence", "maximum_length", "stop", "cancelled", "deadline_exceeded", "error"};
 
 void zi_im_hist_observe(zi_im_hist *h, double seconds) {
     int k = 0;

@@ -64,7 +64,8 @@ static void peer_gone(router *rt, int fd, bool front) {
         return;
     }
     for (size_t i = 0; i < rt->n_be; i++)
-        if (rt->be[i].alive && rt->be[i].fd == fd) backend_died(rt, (int)i, "its connection closed");
+        if (rt->be[i].alive && rt->be[i].fd == fd)
+            backend_died(rt, (int)i, "its connection closed");
 }
 
 void watch_frame(router *rt, int fd, bool front, const unsigned char *ident, size_t len) {

@@ -216,8 +216,8 @@ static void test_sampling_copy(void **state) {
 
 static void test_status_names(void **state) {
     (void)state;
-    const char *names[] = {"active", "end_of_sequence", "maximum_length", "stop", "cancelled",
-                           "deadline_exceeded"};
+    const char *names[] = {"active", "end_of_sequence", "maximum_length",
+                           "stop",   "cancelled",       "deadline_exceeded"};
     for (int i = 0; i < ZI_GEN_STATUS_COUNT; i++) {
         assert_string_equal(zi_gen_status_name(i), names[i]);
         zi_gen_status s;
