@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "class_mask.h"
 #include "grammar_impl.h"
 
 typedef struct gnode {
@@ -153,11 +154,13 @@ static bool push_work(zi_grammar_state *s, int32_t x) {
 
 /* Expands the stacks on the work list into out: a rule reference becomes
  * its alternatives, a finished alternative returns to its parent, a class
- * is a top. Visits at most ZI_GRAMMAR_MAX_EXPAND nodes. */
-static void expand(zi_grammar_state *s, level *out) {
+ * is a top. Visits at most ZI_GRAMMAR_MAX_EXPAND nodes; false when that
+ * bound or ZI_GRAMMAR_MAX_STACKS cut the expansion short. */
+static bool expand(zi_grammar_state *s, level *out) {
     const zi_grammar *g = s->g;
     int32_t budget = ZI_GRAMMAR_MAX_EXPAND;
-    while (s->n_work > 0 && budget-- > 0) {
+    bool whole = true;
+    while (s->n_work > 0 && (budget-- > 0 || (whole = false))) {
         int32_t x = s->work[--s->n_work];
         if (x == -1) {
             out->can_end = true;
@@ -168,7 +171,10 @@ static void expand(zi_grammar_state *s, level *out) {
         gnode nd = s->nodes[x];
         gelem e = g->elems[nd.pos];
         if (e.type == G_CHAR) {
-            if (out->n < ZI_GRAMMAR_MAX_STACKS) out->tops[out->n++] = x;
+            if (out->n < ZI_GRAMMAR_MAX_STACKS)
+                out->tops[out->n++] = x;
+            else
+                whole = false;
         } else if (e.type != G_REF) {
             push_work(s, nd.parent);
         } else {
@@ -183,6 +189,7 @@ static void expand(zi_grammar_state *s, level *out) {
         }
     }
     s->n_work = 0;
+    return whole;
 }
 
 static bool advance(zi_grammar_state *s, const level *in, uint8_t b, level *out) {
@@ -428,11 +435,12 @@ static void set_to_level(const wmemo *m, int32_t id, level *out) {
 /* Sets the bits of the tokens below trie node `node` that set in (memo id
  * in_id, -1: none) takes. */
 static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, const level *in,
-                 int32_t in_id, int32_t d, int32_t *mask) {
+                 int32_t in_id, int32_t d, int32_t *mask, const uint64_t *outside) {
     level *out = scratch(s, d);
     wmemo *m = &s->wm;
     if (!out) return;
     for (int32_t c = t->nodes[node].child; c >= 0; c = t->nodes[c].sibling) {
+        if (outside && !(outside[c >> 6] >> (c & 63) & 1)) continue; /* allowed already */
         uint8_t b = t->nodes[c].byte;
         int32_t r = in_id >= 0 ? m->next[in_id * 256 + b] : WM_UNKNOWN, mark = s->n;
         if (r == WM_DEAD) continue;
@@ -449,13 +457,15 @@ static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, cons
         }
         for (int32_t id = t->nodes[c].tok; id >= 0; id = t->tok_next[id])
             mask[id >> 5] |= (int32_t)(1u << (id & 31));
-        if (t->nodes[c].child >= 0 && out->n > 0) walk(s, t, c, out, r, d + 1, mask);
+        if (t->nodes[c].child >= 0 && out->n > 0) walk(s, t, c, out, r, d + 1, mask, outside);
         if (r < 0) release(s, mark); /* not interned: nothing refers to its nodes */
     }
 }
 
-/* Walks the whole trie from the current set with a fresh memo. */
-static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask) {
+/* Walks the trie from the current set with a fresh memo (skipping the
+ * subtrees outside does not mark, when not NULL). */
+static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask,
+                     const uint64_t *outside) {
     wmemo *m = &s->wm;
     if (!m->sets) {
         m->sets = malloc(WALK_MAX_SETS * sizeof *m->sets);
@@ -464,14 +474,91 @@ static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask)
         if (!m->sets || !m->next || !m->table) { /* no memo: every byte advanced */
             free(m->sets), free(m->next), free(m->table);
             m->sets = NULL, m->next = NULL, m->table = NULL;
-            walk(s, t, 0, &s->cur, -1, 0, mask);
+            walk(s, t, 0, &s->cur, -1, 0, mask, outside);
             return;
         }
     }
     m->n_sets = 0, m->n_pool = 0, m->mark = s->n, m->full = false;
     memset(m->table, 0xff, 2 * WALK_MAX_SETS * sizeof *m->table);
-    walk(s, t, 0, &s->cur, intern(s, &s->cur), 0, mask);
+    walk(s, t, 0, &s->cur, intern(s, &s->cur), 0, mask, outside);
     release(s, m->mark);
+}
+
+/* ---- the fast path (class_mask.h) --------------------------------------- */
+
+/* Sets larger than this are walked whole (the check below costs one
+ * expansion per top). */
+#define FAST_MAX_TOPS 64
+
+static bool classes_meet(const zi_grammar *g, const gclass *a, const gclass *b) {
+    if ((a->ascii[0] & b->ascii[0]) | (a->ascii[1] & b->ascii[1])) return true;
+    uint32_t i = a->off, j = b->off, ie = a->off + a->n, je = b->off + b->n;
+    while (i < ie && j < je) {
+        if (g->ranges[i][1] < g->ranges[j][0])
+            i++;
+        else if (g->ranges[j][1] < g->ranges[i][0])
+            j++;
+        else
+            return true;
+    }
+    return false;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The set that a character of top's class leads to from top alone; false
+ * when the expansion was cut short by a limit. */
+static bool step_one(zi_grammar_state *s, int32_t top, level *out) {
+    out->n = 0, out->can_end = false, out->u8_need = out->u8_len = 0, out->u8_acc = 0;
+    s->stamp++;
+    int32_t x = cons(s, s->nodes[top].pos + 1, s->nodes[top].parent);
+    if (x < 0 || !push_work(s, x)) {
+        s->n_work = 0;
+        return false;
+    }
+    return expand(s, out);
+}
+
+static bool subset(const level *l, const int32_t *sorted, int32_t n) {
+    for (int32_t k = 0; k < l->n; k++)
+        if (!bsearch(&l->tops[k], sorted, (size_t)n, sizeof *sorted, cmp_i32)) return false;
+    return true;
+}
+
+/* A class C of a top of the current set S such that every character of C
+ * leads from S to S exactly: the top's own step gives S back, and every
+ * other top whose class meets C steps into S. Then a token made of whole
+ * characters all in C is allowed (S stays S, never empty), and only the
+ * other tokens need the walk. NULL when none (or no memory). */
+static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab *v) {
+    const zi_grammar *g = s->g;
+    const level *c = &s->cur;
+    zi_class_masks *cm = zi_json_vocab_class_masks(v);
+    if (!cm || c->u8_need || c->n == 0 || c->n > FAST_MAX_TOPS) return NULL;
+    level *e = scratch(s, 0), *srt = scratch(s, 1);
+    if (!e || !srt) return NULL;
+    memcpy(srt->tops, c->tops, (size_t)c->n * sizeof *c->tops);
+    qsort(srt->tops, (size_t)c->n, sizeof *srt->tops, cmp_i32);
+    int32_t mark = s->n;
+    for (int32_t k = 0; k < c->n; k++) {
+        const gclass *C = &g->classes[g->elems[s->nodes[c->tops[k]].pos].v];
+        /* e's tops are distinct: as many as S's, all in S, is S */
+        bool ok = step_one(s, c->tops[k], e) && e->n == c->n && subset(e, srt->tops, c->n);
+        for (int32_t u = 0; ok && u < c->n; u++)
+            if (u != k && classes_meet(g, C, &g->classes[g->elems[s->nodes[c->tops[u]].pos].v]))
+                ok = step_one(s, c->tops[u], e) && subset(e, srt->tops, c->n);
+        release(s, mark);
+        if (ok) {
+            zi_class_key key = {.ascii = {C->ascii[0], C->ascii[1]},
+                                .ranges = (const uint32_t(*)[2])(g->ranges + C->off),
+                                .n = C->n};
+            return zi_class_masks_get(cm, zi_json_vocab_trie(v), zi_json_vocab_size(v), &key);
+        }
+    }
+    return NULL;
 }
 
 void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
@@ -496,7 +583,11 @@ void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32
         hit->used = ++s->clock;
     } else {
         memset(mask, 0, (size_t)words * sizeof *mask);
-        if (c->n > 0) walk_all(s, zi_json_vocab_trie(v), mask);
+        if (c->n > 0) {
+            const zi_class_mask *fm = fast_class(s, v);
+            if (fm) memcpy(mask, fm->mask, (size_t)words * sizeof *mask);
+            walk_all(s, zi_json_vocab_trie(v), mask, fm ? fm->outside : NULL);
+        }
         if (!lru->mask) lru->mask = malloc((size_t)words * sizeof *mask);
         if (!lru->tops) lru->tops = malloc(ZI_GRAMMAR_MAX_STACKS * sizeof *lru->tops);
         if (lru->mask && lru->tops) { /* no room: just not cached */

@@ -5,6 +5,8 @@
  */
 #include "vocab_trie.h"
 
+#include "class_mask.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,7 @@ struct zi_json_vocab {
     uint8_t *bytes;   /* every token's bytes back to back */
     int64_t *offset;  /* [n_vocab + 1]; a control token has none */
     jtrie all;        /* every token */
+    zi_class_masks *classes; /* the grammar fast path's masks (NULL: off) */
 };
 
 static int32_t trie_node(jtrie *t, uint8_t byte) {
@@ -52,6 +55,7 @@ void zi_json_vocab_free(zi_json_vocab *v) {
     free(v->offset);
     free(v->all.nodes);
     free(v->all.tok_next);
+    zi_class_masks_free(v->classes);
     free(v);
 }
 
@@ -88,6 +92,7 @@ int zi_json_vocab_create(const zi_tokenizer *tok, zi_json_vocab **out, zi_error 
         rc = trie_add(&v->all, p, (size_t)n, id);
     }
     if (!rc) v->offset[V] = (int64_t)used;
+    v->classes = zi_class_masks_create(); /* NULL only turns the fast path off */
     if (rc) {
         zi_json_vocab_free(v);
         return zi_error_set(err, ZI_ENOMEM, "out of memory for the structured-output vocabulary");
@@ -102,6 +107,10 @@ int32_t zi_json_vocab_size(const zi_json_vocab *v) {
 
 const zi_vocab_trie *zi_json_vocab_trie(const zi_json_vocab *v) {
     return &v->all;
+}
+
+zi_class_masks *zi_json_vocab_class_masks(const zi_json_vocab *v) {
+    return v->classes;
 }
 
 const uint8_t *zi_json_vocab_token(const zi_json_vocab *v, int32_t id, size_t *n) {

@@ -38,6 +38,12 @@ int32_t zi_json_vocab_size(const zi_json_vocab *v);
 /* The trie of every token in v. */
 const zi_vocab_trie *zi_json_vocab_trie(const zi_json_vocab *v);
 
+/* The cache of per-class token masks the grammar's fast path keeps
+ * (class_mask.h; NULL: none). Mutable through a const vocabulary: a
+ * cache, used by one worker thread. */
+struct zi_class_masks;
+struct zi_class_masks *zi_json_vocab_class_masks(const zi_json_vocab *v);
+
 /* Token id's bytes (*n of them; *n = 0 for a control token, a token of no
  * bytes or an id outside the vocabulary). */
 const uint8_t *zi_json_vocab_token(const zi_json_vocab *v, int32_t id, size_t *n);

@@ -313,6 +313,20 @@ static void test_mask_is_exact(void **state) {
     mask_is_exact(f, "root ::= [α-ω]+ \"\\u00e9\" [\\U0001F600-\\U0001F64F]?\n",
                   "αβé\xf0\x9f\x98\x80");
     mask_is_exact(f, "root ::= \"yes\" | \"no\"\n", "yes");
+    /* states inside repeated classes, where the mask takes the tokens of
+     * the class at once (class_mask.h) and walks only the rest: a string
+     * body with multi-byte characters, a class with holes above ASCII, a
+     * class that another top overlaps (that top steps back into the set,
+     * or does not), a class that can end the text, a bounded repetition */
+    mask_is_exact(f, JSON_G,
+                  "{\"k\": \"a b\\n\\u00e9 caf\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80 \\\"q\\\" \", "
+                  "\"long key with spaces\": \"\"}");
+    mask_is_exact(f, "root ::= \"<\" [^>\\u00e9\\u4e00-\\u4e0f\\n]* \">\"\n",
+                  "<ab c\xc3\xa8\xe4\xb8\x90 \xe4\xb8\xad>");
+    mask_is_exact(f, "root ::= ([a-z] | \"q\" | \" \")* \".\"\n", "the quick fox.");
+    mask_is_exact(f, "root ::= [a-z ]* \"x\" [0-9]\n", "ab xa x1");
+    mask_is_exact(f, "root ::= [a-zA-Z ]*\n", "Hello world");
+    mask_is_exact(f, "root ::= [0-9]{0,12} \";\" [^;]+\n", "123;abc def");
 }
 
 /* Feeding a token through the vocabulary equals feeding its bytes; a
