@@ -32,6 +32,8 @@ static void entry_clear(entry *x) {
     free(x->ranges);
     free(x->m.mask);
     free(x->m.outside);
+    free(x->m.by_len);
+    free(x->m.max_len);
     memset(x, 0, sizeof *x);
 }
 
@@ -65,14 +67,21 @@ static int compute(zi_class_mask *m, const zi_vocab_trie *t, int32_t n_vocab,
     size_t words = ((size_t)n_vocab + 31) / 32, owords = ((size_t)n + 63) / 64;
     uint8_t *need = malloc((size_t)n), *len = malloc((size_t)n);
     uint32_t *acc = malloc((size_t)n * sizeof *acc);
+    uint8_t *chars = malloc((size_t)n); /* whole characters on the path, saturating */
     int32_t *parent = malloc((size_t)n * sizeof *parent);
     m->mask = calloc(words, sizeof *m->mask);
     m->outside = calloc(owords, sizeof *m->outside);
-    int rc = need && len && acc && parent && m->mask && m->outside ? 0 : -1;
+    m->max_len = calloc((size_t)n, 1);
+    m->by_len = malloc((size_t)n_vocab * sizeof *m->by_len);
+    int64_t count[ZI_CLASS_MASK_LEN + 1] = {0};
+    int rc =
+        need && len && acc && chars && parent && m->mask && m->outside && m->max_len && m->by_len
+            ? 0
+            : -1;
     if (rc) goto out;
     /* children are made after their parent (vocab_trie.c appends), so one
      * pass in index order sees each parent first */
-    need[0] = 0, len[0] = 0, acc[0] = 0, parent[0] = -1;
+    need[0] = 0, len[0] = 0, acc[0] = 0, parent[0] = -1, chars[0] = 0;
     m->n_allowed = 0;
     for (int32_t i = 0; i < n; i++) {
         for (int32_t c = t->nodes[i].child; c >= 0; c = t->nodes[c].sibling) {
@@ -97,6 +106,7 @@ static int compute(zi_class_mask *m, const zi_vocab_trie *t, int32_t n_vocab,
                     nd = BAD;
             }
             need[c] = nd, len[c] = ln, acc[c] = a;
+            chars[c] = chars[i] + (nd == 0 && chars[i] < ZI_CLASS_MASK_LEN);
         }
     }
     for (int32_t i = n - 1; i > 0; i--) {
@@ -105,17 +115,31 @@ static int compute(zi_class_mask *m, const zi_vocab_trie *t, int32_t n_vocab,
             if (whole && id < n_vocab) {
                 m->mask[id >> 5] |= (int32_t)(1u << (id & 31));
                 m->n_allowed++;
+                count[chars[i]]++;
+                if (chars[i] > m->max_len[i]) m->max_len[i] = chars[i];
             } else {
                 out = true;
             }
         }
+        if (m->max_len[i] > m->max_len[parent[i]]) m->max_len[parent[i]] = m->max_len[i];
         if (out || (m->outside[i >> 6] >> (i & 63) & 1)) {
             m->outside[i >> 6] |= 1ull << (i & 63);
             m->outside[parent[i] >> 6] |= 1ull << (parent[i] & 63);
         }
     }
+    /* the tokens by length: a counting sort */
+    int64_t at = 0;
+    for (int k = 0; k <= ZI_CLASS_MASK_LEN; k++) {
+        int64_t c = count[k];
+        count[k] = at, at += c;
+        m->len_end[k] = (int32_t)at;
+    }
+    for (int32_t i = 1; i < n; i++)
+        if (need[i] == 0)
+            for (int32_t id = t->nodes[i].tok; id >= 0; id = t->tok_next[id])
+                if (id < n_vocab) m->by_len[count[chars[i]]++] = id;
 out:
-    free(need), free(len), free(acc), free(parent);
+    free(need), free(len), free(acc), free(chars), free(parent);
     return rc;
 }
 

@@ -8,11 +8,15 @@
  * class (inside a JSON string body [^"\\\x00-\x1F]*, say), every such
  * token is allowed at once, and the trie walk visits only the subtrees
  * holding some other token (the `outside` bits): a few thousand tokens
- * instead of the whole vocabulary.
+ * instead of the whole vocabulary. In a bounded repetition ([^"]{0,40})
+ * the set changes with each character but in the same way for every
+ * character of the class for R more characters: the tokens wholly in the
+ * class of at most R characters are allowed at once (by_len), and a
+ * subtree is skipped when it holds only such tokens (outside, max_len).
  *
  * Limits: at most ZI_CLASS_MASK_MAX classes are kept per vocabulary (the
- * least recently used is replaced); one entry costs ceil(n_vocab/8) +
- * ceil(n_trie_nodes/8) bytes. Not thread-safe: one worker thread uses a
+ * least recently used is replaced); one entry costs about n_vocab * 4.1
+ * + n_trie_nodes * 1.1 bytes. Not thread-safe: one worker thread uses a
  * vocabulary's cache (as it uses the grammar states).
  */
 #ifndef ZI_CLASS_MASK_H
@@ -22,10 +26,16 @@
 
 #include "vocab_trie.h"
 
-#define ZI_CLASS_MASK_MAX 32
+#define ZI_CLASS_MASK_MAX 16
+#define ZI_CLASS_MASK_LEN 64 /* token lengths (characters) told apart */
 
 typedef struct zi_class_mask {
     int32_t *mask;     /* [ceil(n_vocab/32)] bit set: token wholly in the class */
+    int32_t *by_len;   /* the tokens wholly in the class, fewest characters first */
+    int32_t len_end[ZI_CLASS_MASK_LEN + 1]; /* by_len[0 .. len_end[k]): those of <= k
+                                             * characters (the last: all of them) */
+    uint8_t *max_len;  /* [n_nodes] the most characters of a token wholly in the class
+                        * at or below the node (ZI_CLASS_MASK_LEN: that many or more) */
     uint64_t *outside; /* [ceil(n_nodes/64)] bit set: some token at or below the trie
                         * node is not wholly in the class (its subtree must be walked) */
     int64_t n_allowed; /* bits set in mask */

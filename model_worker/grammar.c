@@ -432,15 +432,24 @@ static void set_to_level(const wmemo *m, int32_t id, level *out) {
     out->u8_need = w->u8_need, out->u8_len = w->u8_len, out->u8_acc = w->u8_acc;
 }
 
+/* What a walk may skip: a subtree whose tokens are all wholly in the fast
+ * path's class (not outside) and of at most r characters. */
+typedef struct skipper {
+    const uint64_t *outside;
+    const uint8_t *max_len;
+    int32_t r;
+} skipper;
+
 /* Sets the bits of the tokens below trie node `node` that set in (memo id
  * in_id, -1: none) takes. */
 static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, const level *in,
-                 int32_t in_id, int32_t d, int32_t *mask, const uint64_t *outside) {
+                 int32_t in_id, int32_t d, int32_t *mask, const skipper *sk) {
     level *out = scratch(s, d);
     wmemo *m = &s->wm;
     if (!out) return;
     for (int32_t c = t->nodes[node].child; c >= 0; c = t->nodes[c].sibling) {
-        if (outside && !(outside[c >> 6] >> (c & 63) & 1)) continue; /* allowed already */
+        if (sk && !(sk->outside[c >> 6] >> (c & 63) & 1) && sk->max_len[c] <= sk->r)
+            continue; /* allowed already */
         uint8_t b = t->nodes[c].byte;
         int32_t r = in_id >= 0 ? m->next[in_id * 256 + b] : WM_UNKNOWN, mark = s->n;
         if (r == WM_DEAD) continue;
@@ -457,7 +466,7 @@ static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, cons
         }
         for (int32_t id = t->nodes[c].tok; id >= 0; id = t->tok_next[id])
             mask[id >> 5] |= (int32_t)(1u << (id & 31));
-        if (t->nodes[c].child >= 0 && out->n > 0) walk(s, t, c, out, r, d + 1, mask, outside);
+        if (t->nodes[c].child >= 0 && out->n > 0) walk(s, t, c, out, r, d + 1, mask, sk);
         if (r < 0) release(s, mark); /* not interned: nothing refers to its nodes */
     }
 }
@@ -465,7 +474,7 @@ static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, cons
 /* Walks the trie from the current set with a fresh memo (skipping the
  * subtrees outside does not mark, when not NULL). */
 static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask,
-                     const uint64_t *outside) {
+                     const skipper *sk) {
     wmemo *m = &s->wm;
     if (!m->sets) {
         m->sets = malloc(WALK_MAX_SETS * sizeof *m->sets);
@@ -474,13 +483,13 @@ static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask,
         if (!m->sets || !m->next || !m->table) { /* no memo: every byte advanced */
             free(m->sets), free(m->next), free(m->table);
             m->sets = NULL, m->next = NULL, m->table = NULL;
-            walk(s, t, 0, &s->cur, -1, 0, mask, outside);
+            walk(s, t, 0, &s->cur, -1, 0, mask, sk);
             return;
         }
     }
     m->n_sets = 0, m->n_pool = 0, m->mark = s->n, m->full = false;
     memset(m->table, 0xff, 2 * WALK_MAX_SETS * sizeof *m->table);
-    walk(s, t, 0, &s->cur, intern(s, &s->cur), 0, mask, outside);
+    walk(s, t, 0, &s->cur, intern(s, &s->cur), 0, mask, sk);
     release(s, m->mark);
 }
 
@@ -489,6 +498,15 @@ static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask,
 /* Sets larger than this are walked whole (the check below costs one
  * expansion per top). */
 #define FAST_MAX_TOPS 64
+/* Classes of fewer code points are walked (a walk that few tokens survive
+ * is cheap, and each class's masks cost a pass over the trie once). */
+#define FAST_MIN_CLASS 1024
+
+static bool big_class(const zi_grammar *g, const gclass *c) {
+    uint64_t n = 0;
+    for (uint32_t i = c->off; i < c->off + c->n; i++) n += g->ranges[i][1] - g->ranges[i][0] + 1;
+    return n >= FAST_MIN_CLASS;
+}
 
 static bool classes_meet(const zi_grammar *g, const gclass *a, const gclass *b) {
     if ((a->ascii[0] & b->ascii[0]) | (a->ascii[1] & b->ascii[1])) return true;
@@ -528,35 +546,72 @@ static bool subset(const level *l, const int32_t *sorted, int32_t n) {
     return true;
 }
 
-/* A class C of a top of the current set S such that every character of C
- * leads from S to S exactly: the top's own step gives S back, and every
- * other top whose class meets C steps into S. Then a token made of whole
- * characters all in C is allowed (S stays S, never empty), and only the
- * other tokens need the walk. NULL when none (or no memory). */
-static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab *v) {
+static bool same_class(const zi_grammar *g, const gclass *a, const gclass *b) {
+    return a == b || (a->n == b->n && a->ascii[0] == b->ascii[0] && a->ascii[1] == b->ascii[1] &&
+                      !memcmp(g->ranges + a->off, g->ranges + b->off, a->n * sizeof *g->ranges));
+}
+
+static const gclass *top_class(const zi_grammar_state *s, const level *l, int32_t k) {
+    return &s->g->classes[s->g->elems[s->nodes[l->tops[k]].pos].v];
+}
+
+/* Whether every character of C (the class of in's top t) leads from in to
+ * exactly one set, then in out (its tops sorted): t's own step gives out,
+ * and every other top whose class meets C steps into out. tmp: scratch. */
+static bool class_step(zi_grammar_state *s, const level *in, int32_t t, const gclass *C, level *out,
+                       level *tmp) {
+    if (!step_one(s, in->tops[t], out) || out->n == 0) return false;
+    qsort(out->tops, (size_t)out->n, sizeof *out->tops, cmp_i32);
+    for (int32_t u = 0; u < in->n; u++)
+        if (u != t && classes_meet(s->g, C, top_class(s, in, u)) &&
+            !(step_one(s, in->tops[u], tmp) && subset(tmp, out->tops, out->n)))
+            return false;
+    return true;
+}
+
+/* A class C of a top of the current set S_0 such that every character of
+ * C leads from S_i to one S_i+1 for i < *r (S_1 = S_0: for ever, *r =
+ * ZI_CLASS_MASK_LEN): then a token of at most *r whole characters all in
+ * C is allowed (the sets are never empty), and only the other tokens need
+ * the walk. A string body [^"]* is a fixed point; [^"]{0,40} a chain of
+ * up to 40 sets. NULL when none (or no memory). */
+static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab *v, int32_t *r) {
     const zi_grammar *g = s->g;
     const level *c = &s->cur;
     zi_class_masks *cm = zi_json_vocab_class_masks(v);
     if (!cm || c->u8_need || c->n == 0 || c->n > FAST_MAX_TOPS) return NULL;
-    level *e = scratch(s, 0), *srt = scratch(s, 1);
-    if (!e || !srt) return NULL;
-    memcpy(srt->tops, c->tops, (size_t)c->n * sizeof *c->tops);
-    qsort(srt->tops, (size_t)c->n, sizeof *srt->tops, cmp_i32);
+    level *L[3] = {scratch(s, 0), scratch(s, 1), scratch(s, 2)}, *s0 = scratch(s, 3),
+          *tmp = scratch(s, 4);
+    if (!L[0] || !L[1] || !L[2] || !s0 || !tmp) return NULL;
+    copy_level(s0, c);
+    qsort(s0->tops, (size_t)s0->n, sizeof *s0->tops, cmp_i32);
     int32_t mark = s->n;
     for (int32_t k = 0; k < c->n; k++) {
-        const gclass *C = &g->classes[g->elems[s->nodes[c->tops[k]].pos].v];
-        /* e's tops are distinct: as many as S's, all in S, is S */
-        bool ok = step_one(s, c->tops[k], e) && e->n == c->n && subset(e, srt->tops, c->n);
-        for (int32_t u = 0; ok && u < c->n; u++)
-            if (u != k && classes_meet(g, C, &g->classes[g->elems[s->nodes[c->tops[u]].pos].v]))
-                ok = step_one(s, c->tops[u], e) && subset(e, srt->tops, c->n);
-        release(s, mark);
-        if (ok) {
-            zi_class_key key = {.ascii = {C->ascii[0], C->ascii[1]},
-                                .ranges = (const uint32_t(*)[2])(g->ranges + C->off),
-                                .n = C->n};
-            return zi_class_masks_get(cm, zi_json_vocab_trie(v), zi_json_vocab_size(v), &key);
+        const gclass *C = top_class(s, c, k);
+        if (!big_class(g, C) || !class_step(s, c, k, C, L[0], tmp)) {
+            release(s, mark);
+            continue;
         }
+        int32_t steps = 1;
+        for (;;) {
+            const level *prev = steps == 1 ? s0 : L[(steps - 2) % 3], *cur = L[(steps - 1) % 3];
+            if (cur->n == prev->n &&
+                !memcmp(cur->tops, prev->tops, (size_t)cur->n * sizeof *cur->tops)) {
+                steps = ZI_CLASS_MASK_LEN; /* a fixed point */
+                break;
+            }
+            if (steps == ZI_CLASS_MASK_LEN - 1) break; /* longer tokens are told apart no more */
+            int32_t t = 0;
+            while (t < cur->n && !same_class(g, top_class(s, cur, t), C)) t++;
+            if (t == cur->n || !class_step(s, cur, t, C, L[steps % 3], tmp)) break;
+            steps++;
+        }
+        release(s, mark);
+        zi_class_key key = {.ascii = {C->ascii[0], C->ascii[1]},
+                            .ranges = (const uint32_t(*)[2])(g->ranges + C->off),
+                            .n = C->n};
+        *r = steps;
+        return zi_class_masks_get(cm, zi_json_vocab_trie(v), zi_json_vocab_size(v), &key);
     }
     return NULL;
 }
@@ -584,9 +639,17 @@ void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32
     } else {
         memset(mask, 0, (size_t)words * sizeof *mask);
         if (c->n > 0) {
-            const zi_class_mask *fm = fast_class(s, v);
-            if (fm) memcpy(mask, fm->mask, (size_t)words * sizeof *mask);
-            walk_all(s, zi_json_vocab_trie(v), mask, fm ? fm->outside : NULL);
+            int32_t r = 0;
+            const zi_class_mask *fm = fast_class(s, v, &r);
+            skipper sk = {0};
+            if (fm && r >= ZI_CLASS_MASK_LEN) {
+                memcpy(mask, fm->mask, (size_t)words * sizeof *mask);
+            } else if (fm) {
+                for (int32_t i = 0; i < fm->len_end[r]; i++)
+                    mask[fm->by_len[i] >> 5] |= (int32_t)(1u << (fm->by_len[i] & 31));
+            }
+            if (fm) sk = (skipper){.outside = fm->outside, .max_len = fm->max_len, .r = r};
+            walk_all(s, zi_json_vocab_trie(v), mask, fm ? &sk : NULL);
         }
         if (!lru->mask) lru->mask = malloc((size_t)words * sizeof *mask);
         if (!lru->tops) lru->tops = malloc(ZI_GRAMMAR_MAX_STACKS * sizeof *lru->tops);

@@ -26,6 +26,9 @@
  * each byte leads to (a trie node reached again from a set already seen
  * costs a lookup), and each state keeps its last four masks keyed by its
  * stack set, which repeats at every step inside a long string or list.
+ * Inside a repeated character class (a string body) the tokens the class
+ * takes whole are allowed from a per-class mask and only the rest are
+ * walked (class_mask.h).
  *
  * Limits (all explicit, so a hostile grammar or a looping model costs
  * bounded time and memory): the text, rules, elements after expanding

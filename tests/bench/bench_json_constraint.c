@@ -4,7 +4,9 @@
  * costs the worker per generated token: zi_grammar_allowed over the
  * model's whole vocabulary at typical points of a JSON text, the first
  * time at that point (a fresh state each time; later steps at the same
- * parse stacks hit the state's mask cache).
+ * parse stacks hit the state's mask cache). The vocabulary is one for the
+ * run, as in a worker: its per-class masks (class_mask.h) are computed at
+ * the first timing that needs them and reused after.
  *
  * Not a test: prints one JSON object, {"vocab_build_ms": x, "states":
  * [{"after": text, "us": mean microseconds per mask, "allowed": tokens},
@@ -125,7 +127,9 @@ int main(int argc, char **argv) {
         "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}, \"age\": "
         "{\"type\": \"integer\"}, \"color\": {\"enum\": [\"red\", \"green\", \"blue\"]}}, "
         "\"required\": [\"name\", \"age\"]}";
-    static const char *const under[] = {"{", "{\"na", "{\"age\": ", "{\"color\": \"gr"};
+    static const char *const under[] = {
+        "{", "{\"na", "{\"name\": \"Jo",
+        "{\"name\": \"x\", \"age\": ", "{\"name\": \"x\", \"age\": 3, \"color\": \"gr"};
     printf(", \"schema\": ");
     print_str(schema_text);
     printf(", \"schema_states\": ");

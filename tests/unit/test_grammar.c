@@ -327,6 +327,13 @@ static void test_mask_is_exact(void **state) {
     mask_is_exact(f, "root ::= [a-z ]* \"x\" [0-9]\n", "ab xa x1");
     mask_is_exact(f, "root ::= [a-zA-Z ]*\n", "Hello world");
     mask_is_exact(f, "root ::= [0-9]{0,12} \";\" [^;]+\n", "123;abc def");
+    /* bounded repetitions of a large class: tokens of at most the
+     * characters left */
+    mask_is_exact(f, "root ::= \"'\" [^']{0,6} \"'\" [^']{2,3} \"'\"\n",
+                  "'ab c\xc3\xa9"
+                  "d'xyz'");
+    mask_is_exact(f, "root ::= \"\\\"\" c{0,9} \"\\\"\"\nc ::= [^\"\\\\] | \"\\\\\" [nt]\n",
+                  "\"the cat\\n\"");
 }
 
 /* Feeding a token through the vocabulary equals feeding its bytes; a
