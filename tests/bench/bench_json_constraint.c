@@ -16,6 +16,13 @@
  *
  * Usage: bench_json_constraint [model.gguf]
  *   model defaults to $ZINFER_MODEL, then the default SmolLM2 path.
+ *
+ * Replay (scripts/bench-structured): bench_json_constraint --replay
+ * SCHEMA_FILE IDS_FILE [model.gguf] times the mask at every step of real
+ * completions: IDS_FILE has one completion a line (its token ids, spaces
+ * between), each replayed from a fresh state under the schema (one
+ * vocabulary for all, as in a worker), and prints {"masks": n,
+ * "median_us": x, "p99_us": y, "mean_us": z, "max_us": w}.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -87,7 +94,91 @@ static int time_states(const zi_json_vocab *v, const char *schema, const char *c
     return 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Reads a whole file into a NUL-terminated buffer (NULL on failure). */
+static char *read_all(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *p = malloc(cap);
+    for (size_t got; p && (got = fread(p + n, 1, cap - n - 1, f)) > 0;) {
+        n += got;
+        if (n + 1 == cap) {
+            char *q = realloc(p, cap *= 2);
+            if (!q) free(p);
+            p = q;
+        }
+    }
+    fclose(f);
+    if (p) p[n] = 0;
+    *len = n;
+    return p;
+}
+
+/* The --replay mode (see the top of the file). */
+static int replay(const zi_json_vocab *v, int32_t eos, const char *schema_path,
+                  const char *ids_path) {
+    size_t sn, in;
+    char *schema = read_all(schema_path, &sn), *ids = read_all(ids_path, &in);
+    zi_gbnf_buf b = {0};
+    zi_grammar *gr = NULL;
+    zi_error err = {0};
+    if (!schema || !ids) {
+        fprintf(stderr, "bench_json_constraint: cannot read %s or %s\n", schema_path, ids_path);
+        return 1;
+    }
+    if (zi_schema_to_gbnf(schema, sn, &b, &err) || zi_grammar_compile(b.p, b.n, &gr, &err)) {
+        fprintf(stderr, "bench_json_constraint: %s\n", err.msg);
+        return 1;
+    }
+    int32_t V = zi_json_vocab_size(v);
+    int32_t *mask = malloc(((size_t)V + 31) / 32 * sizeof *mask);
+    size_t n = 0, cap = 1024;
+    double *us = malloc(cap * sizeof *us), total = 0;
+    for (char *line = ids; mask && us && line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        zi_grammar_state *s = NULL;
+        if (zi_grammar_state_create(gr, &s, &err)) return 1;
+        for (char *p = line, *q;; p = q) {
+            long id = strtol(p, &q, 10);
+            if (q == p) break;
+            if (n == cap) {
+                double *t = realloc(us, (cap *= 2) * sizeof *us);
+                if (!t) return 1;
+                us = t;
+            }
+            double a = now_s();
+            zi_grammar_allowed(v, s, &eos, 1, mask);
+            us[n] = (now_s() - a) * 1e6, total += us[n++];
+            if (!zi_grammar_feed_token(v, s, (int32_t)id)) break; /* eos or a cut */
+        }
+        zi_grammar_state_free(s);
+        line = end ? end + 1 : NULL;
+    }
+    if (!mask || !us || n == 0) {
+        fprintf(stderr, "bench_json_constraint: no masks replayed\n");
+        return 1;
+    }
+    qsort(us, n, sizeof *us, cmp_double);
+    printf("{\"masks\": %zu, \"median_us\": %.1f, \"p99_us\": %.1f, \"mean_us\": %.1f, "
+           "\"max_us\": %.1f}\n",
+           n, us[n / 2], us[(size_t)((double)(n - 1) * 0.99)], total / (double)n, us[n - 1]);
+    free(us), free(mask), free(schema), free(ids), free(b.p);
+    zi_grammar_free(gr);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    const char *schema_path = NULL, *ids_path = NULL;
+    if (argc > 3 && !strcmp(argv[1], "--replay")) {
+        schema_path = argv[2], ids_path = argv[3];
+        argv += 3, argc -= 3;
+    }
     const char *path = argc > 1                 ? argv[1]
                        : getenv("ZINFER_MODEL") ? getenv("ZINFER_MODEL")
                                                 : DEFAULT_MODEL;
@@ -106,6 +197,13 @@ int main(int argc, char **argv) {
     }
     double build_ms = (now_s() - t0) * 1e3;
     int32_t V = zi_tokenizer_vocab_size(tok), eos = zi_tokenizer_eos(tok);
+    if (schema_path) {
+        int rc = replay(v, eos, schema_path, ids_path);
+        zi_json_vocab_free(v);
+        zi_tokenizer_free(tok);
+        zi_gguf_close(g);
+        return rc;
+    }
     int32_t *mask = malloc(((size_t)V + 31) / 32 * sizeof *mask);
     if (!mask) return 1;
     /* Points of a text: between values, inside keys and strings, in a
