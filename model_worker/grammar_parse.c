@@ -8,7 +8,8 @@
  * optional rules (x (x (x)?)?)?, x{m,} is m copies then a rule
  * `r ::= x r | ` . The buffers are then laid out in one array and checked:
  * every referenced rule defined, a root, and no left recursion (which the
- * stack matcher of grammar.c could not take).
+ * stack matcher of grammar.c could not take; a repetition of something
+ * that can be empty is not refused: see left_rec).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -489,27 +490,70 @@ static const prule *named_of(const parser *p, int32_t r) {
     return &p->rules[r];
 }
 
-/* Depth-first over the left corners (the references a rule can reach
- * before any character); color 1 = on the path, 2 = done. */
-static int left_rec(parser *p, const zi_grammar *g, const bool *nullable, uint8_t *color,
-                    int32_t r) {
-    color[r] = 1;
+/* Left recursion, found on the graph of left corners (an edge r -> s when
+ * rule r can reach a reference to s before any character). An edge is a
+ * tail edge when the reference ends its alternative: grammar.c's matcher
+ * returns from it straight to the caller's parent, so a cycle of tail
+ * edges only (the repetition of something nullable, as `(a*)*` makes)
+ * revisits the same stack nodes and stops. A cycle with any other edge
+ * grows the stack at each turn: that is refused. The cycles are found as
+ * strongly connected components (Tarjan). */
+typedef struct sccs {
+    int32_t *index, *low, *stack, *comp;
+    bool *on;
+    int32_t n_index, sp, n_comp;
+} sccs;
+
+static void strong(const zi_grammar *g, const bool *nullable, sccs *c, int32_t r) {
+    c->index[r] = c->low[r] = c->n_index++;
+    c->stack[c->sp++] = r, c->on[r] = true;
     for (int32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++)
-        for (int32_t k = g->alt_start[a]; g->elems[k].type >= G_CHAR; k++) {
-            if (g->elems[k].type == G_CHAR) break;
+        for (int32_t k = g->alt_start[a]; g->elems[k].type == G_REF; k++) {
             int32_t s = (int32_t)g->elems[k].v;
-            if (color[s] == 1) {
-                const prule *n = named_of(p, s);
-                return perr(p, n->def_at,
-                            "left recursion: rule '%.*s' can reach itself before any character",
-                            (int)n->name_len, n->name);
+            if (c->index[s] < 0) {
+                strong(g, nullable, c, s);
+                if (c->low[s] < c->low[r]) c->low[r] = c->low[s];
+            } else if (c->on[s] && c->index[s] < c->low[r]) {
+                c->low[r] = c->index[s];
             }
-            int rc;
-            if (!color[s] && (rc = left_rec(p, g, nullable, color, s))) return rc;
             if (!nullable[s]) break;
         }
-    color[r] = 2;
-    return ZI_OK;
+    if (c->low[r] == c->index[r]) {
+        int32_t x;
+        do {
+            x = c->stack[--c->sp];
+            c->on[x] = false, c->comp[x] = c->n_comp;
+        } while (x != r);
+        c->n_comp++;
+    }
+}
+
+static int left_rec(parser *p, const zi_grammar *g, const bool *nullable) {
+    int32_t R = g->n_rules;
+    sccs c = {.index = malloc((size_t)R * sizeof(int32_t)),
+              .low = malloc((size_t)R * sizeof(int32_t)),
+              .stack = malloc((size_t)R * sizeof(int32_t)),
+              .comp = malloc((size_t)R * sizeof(int32_t)),
+              .on = calloc((size_t)R, sizeof(bool))};
+    int rc = c.index && c.low && c.stack && c.comp && c.on ? ZI_OK : oom(p);
+    if (!rc) memset(c.index, 0xff, (size_t)R * sizeof(int32_t));
+    for (int32_t r = 0; !rc && r < R; r++)
+        if (c.index[r] < 0) strong(g, nullable, &c, r);
+    for (int32_t r = 0; !rc && r < R; r++)
+        for (int32_t a = g->alt_off[r]; !rc && a < g->alt_off[r + 1]; a++)
+            for (int32_t k = g->alt_start[a]; g->elems[k].type == G_REF; k++) {
+                int32_t s = (int32_t)g->elems[k].v;
+                if (c.comp[s] == c.comp[r] && g->elems[k + 1].type > G_ALT) {
+                    const prule *n = named_of(p, r);
+                    rc = perr(p, n->def_at,
+                              "left recursion: rule '%.*s' can reach itself before any character",
+                              (int)n->name_len, n->name);
+                    break;
+                }
+                if (!nullable[s]) break;
+            }
+    free(c.index), free(c.low), free(c.stack), free(c.comp), free(c.on);
+    return rc;
 }
 
 static int layout(parser *p, zi_grammar *g) {
@@ -519,8 +563,7 @@ static int layout(parser *p, zi_grammar *g) {
     g->alt_off = malloc(((size_t)R + 1) * sizeof *g->alt_off);
     g->alt_start = malloc((size_t)(p->total + 1) * sizeof *g->alt_start);
     bool *nullable = calloc((size_t)R, sizeof *nullable);
-    uint8_t *color = calloc((size_t)R, 1);
-    int rc = start && g->elems && g->alt_off && g->alt_start && nullable && color ? ZI_OK : oom(p);
+    int rc = start && g->elems && g->alt_off && g->alt_start && nullable ? ZI_OK : oom(p);
     g->n_rules = R;
     int32_t n = 0, na = 0;
     for (int32_t r = 0; !rc && r < R; r++) {
@@ -545,11 +588,35 @@ static int layout(parser *p, zi_grammar *g) {
             }
         }
     }
-    for (int32_t r = 0; !rc && r < R; r++)
-        if (!color[r]) rc = left_rec(p, g, nullable, color, r);
+    if (!rc) rc = left_rec(p, g, nullable);
     free(start);
     free(nullable);
-    free(color);
+    return rc;
+}
+
+/* Refuses a grammar whose root matches no text at all: every way through
+ * it loops on references without end (`root ::= a`, `a ::= a`), which
+ * the tail cycles left_rec lets through would otherwise leave as a state
+ * that takes nothing. A rule is productive when one alternative has only
+ * classes and productive references; found to a fixed point. */
+static int productive(parser *p, const zi_grammar *g, int32_t root) {
+    bool *ok = calloc((size_t)g->n_rules, sizeof *ok);
+    if (!ok) return oom(p);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t r = 0; r < g->n_rules; r++)
+            for (int32_t a = g->alt_off[r]; !ok[r] && a < g->alt_off[r + 1]; a++) {
+                int32_t k = g->alt_start[a];
+                while (g->elems[k].type == G_CHAR ||
+                       (g->elems[k].type == G_REF && ok[g->elems[k].v]))
+                    k++;
+                if (g->elems[k].type <= G_ALT) ok[r] = changed = true;
+            }
+    }
+    int rc = ok[root] ? ZI_OK
+                      : perr(p, p->rules[root].def_at,
+                             "rule 'root' matches no text: its references loop without end");
+    free(ok);
     return rc;
 }
 
@@ -588,6 +655,7 @@ int zi_grammar_compile(const char *text, size_t len, zi_grammar **out, zi_error 
     zi_grammar *g = rc ? NULL : calloc(1, sizeof *g);
     if (!rc && !g) rc = oom(&p);
     if (!rc) rc = layout(&p, g);
+    if (!rc) rc = productive(&p, g, root);
     if (!rc) {
         g->root = root;
         g->classes = p.classes, g->n_classes = p.n_classes;

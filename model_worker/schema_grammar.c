@@ -373,6 +373,46 @@ static int literal_value(sgen *g, const json_t *v, zi_gbnf_buf *b) {
     return ZI_OK;
 }
 
+static int cmp_cstr(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The sorted, distinct texts v[lo..hi), all sharing their first `at`
+ * bytes, as a trie of alternatives: the common prefix once, then a group
+ * per next character. An enum of many values is then a few parse stacks
+ * at each byte rather than one per value (grammar.h keeps at most
+ * ZI_GRAMMAR_MAX_STACKS). */
+static void enum_trie(zi_gbnf_buf *b, char **v, size_t lo, size_t hi, size_t at) {
+    if (hi - lo == 1) {
+        zi_gbnf_literal(b, v[lo] + at, strlen(v[lo] + at));
+        return;
+    }
+    size_t end = at; /* the common prefix, cut back to a character boundary */
+    while (v[lo][end] && v[lo][end] == v[hi - 1][end]) end++;
+    while (end > at && ((unsigned char)v[lo][end] & 0xC0) == 0x80) end--;
+    if (end > at) {
+        zi_gbnf_literal(b, v[lo] + at, end - at);
+        APPEND(b, " ");
+    }
+    APPEND(b, "(");
+    size_t i = lo;
+    if (!v[i][end]) i++; /* one value ends here: an empty alternative first */
+    if (i > lo) APPEND(b, " ");
+    for (bool first = i == lo; i < hi; first = false) {
+        size_t n = 1; /* the next character's bytes */
+        while (((unsigned char)v[i][end + n] & 0xC0) == 0x80) n++;
+        size_t j = i + 1;
+        while (j < hi && !strncmp(v[j] + end, v[i] + end, n)) j++;
+        if (first)
+            APPEND(b, " ");
+        else
+            APPEND(b, " | ");
+        enum_trie(b, v, i, j, end);
+        i = j;
+    }
+    APPEND(b, " )");
+}
+
 static int enum_rule(sgen *g, const json_t *s, zi_gbnf_buf *b) {
     const json_t *c = json_object_get(s, "const"), *e = json_object_get(s, "enum");
     if (c && e) return sfail(g, ZI_EUNSUPPORTED, "%senum with const is not supported", "");
@@ -381,14 +421,31 @@ static int enum_rule(sgen *g, const json_t *s, zi_gbnf_buf *b) {
         return sfail(g, ZI_EINVAL, "%s'enum' must be a non-empty array", "");
     if (json_array_size(e) > ZI_SCHEMA_MAX_ENUM)
         return sfail(g, ZI_EUNSUPPORTED, "%san enum of over 1024 values is not supported", "");
-    APPEND(b, "( ");
-    for (size_t i = 0; i < json_array_size(e); i++) {
-        if (i) APPEND(b, " | ");
-        int rc = literal_value(g, json_array_get(e, i), b);
-        if (rc) return rc;
+    size_t n = json_array_size(e), k = 0;
+    char **v = calloc(n, sizeof *v);
+    int rc = v ? ZI_OK : zi_error_set(g->err, ZI_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < n; i++) {
+        v[i] = json_dumps(json_array_get(e, i),
+                          JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
+        if (!v[i]) rc = zi_error_set(g->err, ZI_ENOMEM, "out of memory");
     }
-    APPEND(b, " )");
-    return ZI_OK;
+    if (!rc) {
+        qsort(v, n, sizeof *v, cmp_cstr);
+        for (size_t i = 0; i < n; i++) { /* distinct */
+            char *t = v[i];
+            v[i] = NULL;
+            if (k == 0 || strcmp(v[k - 1], t))
+                v[k++] = t;
+            else
+                free(t);
+        }
+        APPEND(b, "( ");
+        enum_trie(b, v, 0, k, 0);
+        APPEND(b, " )");
+    }
+    for (size_t i = 0; v && i < n; i++) free(v[i]);
+    free(v);
+    return rc;
 }
 
 /* The rule for one type name. */

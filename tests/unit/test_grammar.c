@@ -93,8 +93,10 @@ static void test_bad_grammars(void **state) {
          "line 2:1: left recursion: rule 'expr'"},
         {"root ::= a\na ::= b? a \"x\" | \"y\"\nb ::= \"z\"\n",
          "line 2:1: left recursion: rule 'a'"},
-        {"root ::= (\"a\"?)*\n", "line 1:1: left recursion: rule 'root'"},
+        {"root ::= x\nx ::= y? x \"c\" | \"d\"\ny ::= \"a\"*\n",
+         "line 2:1: left recursion: rule 'x'"},
         {"start ::= \"a\"\n", "line 1:1: no rule named 'root'"},
+        {"root ::= a\na ::= a | b\nb ::= \"x\"? a\n", "line 1:1: rule 'root' matches no text"},
         {"root = \"a\"\n", "line 1:6: expected '::=' after rule name 'root'"},
         {"root ::= * \"a\"\n", "line 1:10: repetition '*' with nothing before it"},
         {"root ::= \"a\"{3,2}\n", "line 1:13: bad repetition: {3,2} has max < min"},
@@ -169,6 +171,11 @@ static void test_matching(void **state) {
           {"{\"a\": \"\x01\"}", -1}, {"{\"a\": \"caf\xc3\xa9\"", 0}, {"[1]", -1},
           {"{\"k\": \"\\q\"}", -1});
     /* bounded lists with separators */
+    /* a repetition of something that can be empty: a cycle of tail calls,
+     * taken (not left recursion) */
+    CHECK("root ::= (\"a\"?)* \"b\"\n", {"b", 1}, {"aab", 1}, {"ac", -1}, {"aa", 0});
+    CHECK("root ::= ((\"a\"* | \"c\")* \"x\"?)+ \".\"\n", {".", 1}, {"aacxa.", 1}, {"xx.", 1},
+          {"ab", -1});
     CHECK("root ::= \"[\" item (\", \" item){1,2} \"]\"\nitem ::= [a-z]+\n", {"[a, b]", 1},
           {"[a, bc, d]", 1}, {"[a]", -1}, {"[a, b, c, d]", -1}, {"[a, b, c", 0});
     CHECK("root ::= \"x\"{3}\n", {"xxx", 1}, {"xx", 0}, {"xxxx", -1});
@@ -327,6 +334,7 @@ static void test_mask_is_exact(void **state) {
     mask_is_exact(f, "root ::= [a-z ]* \"x\" [0-9]\n", "ab xa x1");
     mask_is_exact(f, "root ::= [a-zA-Z ]*\n", "Hello world");
     mask_is_exact(f, "root ::= [0-9]{0,12} \";\" [^;]+\n", "123;abc def");
+    mask_is_exact(f, "root ::= ([a-z ]* | \"-\")* \".\"\n", "ab -cd.");
     /* bounded repetitions of a large class: tokens of at most the
      * characters left */
     mask_is_exact(f, "root ::= \"'\" [^']{0,6} \"'\" [^']{2,3} \"'\"\n",
