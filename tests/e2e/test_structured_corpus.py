@@ -15,14 +15,17 @@ GBNF grammars, run through one `zinfer serve` with the default model.
     apart from zinfer's). Completions cut off by max_new_tokens are
     counted, not validated (a cut text is only a prefix).
 
-Hostile inputs (huge enums, exponential regexes, deep nesting, left
-recursion, huge bounds, $ref cycles) are in test_structured_hostile.py."""
+  * Hostile inputs: huge enums, exponential regexes, deep nesting, left
+    recursion, huge bounds and $ref cycles sent together with an ordinary
+    request are refused at admission or run bounded, and the ordinary one
+    is served (the detail of each case: tests/unit/test_grammar_hostile.c)."""
 
 import copy
 import datetime
 import json
 import os
 import re
+import time
 from pathlib import Path
 
 import jsonschema
@@ -215,3 +218,55 @@ def test_corpus_outputs_validate(server):
     # the entries give room enough: nearly every completion finishes (in
     # the release run the recursive and open-ended ones may not)
     assert finished >= (0.8 if ALL else 0.9) * len(jobs), cut
+
+
+def test_hostile_inputs_keep_the_worker_serving(server):
+    """Hostile constraints beside an ordinary request: each is refused
+    within 2 s or generates to its max_new_tokens, and the ordinary
+    request still ends normally."""
+    enum5000 = {"enum": list(range(5000))}
+    deep = "root ::= " + "(" * 100000 + '"a"' + ")" * 100000 + "\n"
+    sp = {"max_new_tokens": 24}
+    cases = [  # (name, extra request keys, refused?)
+        ("enum of 5000", {"response_format": {"type": "json_schema",
+                                              "json_schema": {"schema": enum5000}}}, True),
+        ("$ref to itself", {"response_format": {"type": "json_schema", "json_schema": {
+            "schema": {"$defs": {"A": {"$ref": "#/$defs/A"}}, "$ref": "#/$defs/A"}}}}, True),
+        ("maxLength 10^9", {"response_format": {"type": "json_schema", "json_schema": {
+            "schema": {"type": "string", "maxLength": 1000000000}}}}, True),
+        ("100k parentheses", {"grammar": deep}, True),
+        ("left recursion", {"grammar": 'root ::= root "a" | "b"\n'}, True),
+        ("(a|a)*b", {"regex": "(a|a)*b"}, False),
+        ("((a+)+)+b", {"regex": "((a+)+)+b"}, False),
+        ("10^9 a's", {"grammar": 'root ::= (("a"{1000}){1000}){1000}\n'}, False),
+        ("doubling ambiguity", {"grammar": 'root ::= (a | b)*\na ::= "x" | "xx"\nb ::= "x"+\n'},
+         False),
+    ]
+    ordinary = {"op": "generate", "prompt": PROMPT.format("Is the sky blue? Answer yes or no."),
+                "grammar": 'root ::= "yes" | "no"\n', "sampling_params": {"max_new_tokens": 8}}
+    t0 = time.monotonic()
+    rids = [server.send({"op": "generate", "prompt": PROMPT.format("Write something."),
+                         "sampling_params": sp, **extra}) for _, extra, _ in cases]
+    rid_ok = server.send(ordinary)
+    took = {}
+    for (name, _, refused), rid in zip(cases, rids):
+        last = None
+        for ev in server.events(rid):
+            last = ev
+        took[name] = round(time.monotonic() - t0, 3)
+        if refused:
+            assert last["event"] == "error", (name, last)
+            assert last["code"] in ("invalid_request", "unsupported"), (name, last)
+            assert took[name] < 2.0, (name, took[name])
+        else:
+            assert last["event"] == "final", (name, last)
+            assert last["status"] in ("maximum_length", "end_of_sequence"), (name, last)
+    text = ""
+    for ev in server.events(rid_ok):
+        text += ev.get("text", "")
+        last = ev
+    assert last["event"] == "final" and last["status"] == "end_of_sequence", last
+    assert text in ("yes", "no"), text
+    took["ordinary"] = round(time.monotonic() - t0, 3)
+    report("structured_corpus", "hostile_seconds", took)
+    assert took["ordinary"] < 60, took
