@@ -144,7 +144,8 @@ static int cmp_range(const void *a, const void *b) {
  * negated when neg: sorts, merges, complements in place. */
 static int add_class(parser *p, int32_t from, bool neg, uint32_t *out) {
     int32_t n = p->n_ranges - from;
-    qsort(p->ranges + from, (size_t)n, sizeof *p->ranges, cmp_range);
+    /* (an empty class [] has no ranges yet: p->ranges may be NULL) */
+    if (n > 1) qsort(p->ranges + from, (size_t)n, sizeof *p->ranges, cmp_range);
     int32_t m = 0;
     for (int32_t k = 0; k < n; k++) {
         uint32_t *r = p->ranges[from + k];
