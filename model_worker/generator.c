@@ -117,6 +117,19 @@ struct zi_generator {
     /* draft-model speculation (NULL: cfg.draft_model is NULL) */
     zi_spec_draft *drafter;
     zi_spec_draft_req *dreqs; /* [n_slots] */
+    /* embeddings (zi_generator_next_token_embed): this call's inputs, the
+     * ones in this step (their table rows follow the text contexts'), and
+     * the step's hidden-state rows */
+    zi_embed_input *const *emb;
+    size_t n_emb;
+    zi_embed_input **emb_stepped; /* [emb_cap] */
+    size_t emb_cap;
+    zi_embed_step es;      /* this step's (es.n_stepped 0: none) */
+    size_t table_rows_cap; /* rows g->tables holds (n_slots at first) */
+    uint8_t *want_hidden;  /* [max_batch_tokens] */
+    size_t want_hidden_cap;
+    float *hidden; /* [n_hidden][dim] */
+    size_t hidden_cap;
 };
 
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_generator **out,
@@ -170,6 +183,7 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->stepped = malloc(S * sizeof *g->stepped);
     g->logits = malloc(S * (size_t)g->n_vocab * sizeof *g->logits);
     g->logit_rows = S;
+    g->table_rows_cap = S;
     g->first_row = malloc(S * sizeof *g->first_row);
     g->rows = malloc(R * sizeof *g->rows);
     g->row_ctx = malloc(R * sizeof *g->row_ctx);
@@ -245,6 +259,9 @@ void zi_generator_free(zi_generator *g) {
     free(g->sample_tok);
     free(g->spec_tok);
     free(g->src_row);
+    free(g->emb_stepped);
+    free(g->want_hidden);
+    free(g->hidden);
     zi_device_sampler_free(g->dev);
     zi_spec_draft_free(g->drafter);
     free(g->dreqs);
@@ -1002,6 +1019,50 @@ static int step_on_device(zi_generator *g, const step_plan *p, const zi_batch *b
     return record_outputs(g, p, err);
 }
 
+/* Embeddings, phase 1b (embedder.h): the unfinished inputs after the text
+ * contexts, in the step's remaining budget (beside decodes, what the
+ * prompt chunk leaves); their table rows follow the contexts'. */
+static int schedule_embeds(zi_generator *g, step_plan *p, zi_error *err) {
+    g->es.n_stepped = g->es.n_hidden = 0;
+    if (!g->n_emb) return ZI_OK;
+    size_t rows = (size_t)p->n_stepped + g->n_emb;
+    int rc = grow((void **)&g->tables, &g->table_rows_cap, rows,
+                  (size_t)g->max_blocks * sizeof *g->tables, err);
+    if (!rc)
+        rc = grow((void **)&g->emb_stepped, &g->emb_cap, g->n_emb, sizeof *g->emb_stepped, err);
+    if (!rc)
+        rc = grow((void **)&g->want_hidden, &g->want_hidden_cap, (size_t)g->cfg.max_batch_tokens, 1,
+                  err);
+    if (rc) return rc;
+    memset(g->want_hidden, 0, (size_t)p->n_tokens);
+    int budget = g->cfg.max_batch_tokens - p->n_tokens;
+    if (p->n_decoding) {
+        int chunk = prompt_chunk(g, p->n_waiting + 1, p->n_decoding) - p->n_prompt;
+        if (chunk < budget) budget = chunk;
+    }
+    g->es = (zi_embed_step){.tokens = g->tokens,
+                            .pos = g->pos,
+                            .seq = g->seq,
+                            .want_logits = g->want,
+                            .want_hidden = g->want_hidden,
+                            .tables = g->tables,
+                            .table_stride = g->max_blocks,
+                            .block_size = g->cfg.block_size,
+                            .n_tokens = p->n_tokens,
+                            .first_row = p->n_stepped,
+                            .stepped = g->emb_stepped};
+    zi_embed_schedule(g->emb, g->n_emb, g->kb, budget, &g->es);
+    p->n_prompt += g->es.n_tokens - p->n_tokens;
+    p->n_tokens = g->es.n_tokens;
+    assert(p->n_tokens <= g->cfg.max_batch_tokens);
+    return grow((void **)&g->hidden, &g->hidden_cap, (size_t)g->es.n_hidden,
+                (size_t)zi_model_get_config(g->model)->dim * sizeof *g->hidden, err);
+}
+
+void zi_generator_release_embed(zi_generator *g, zi_embed_input *e) {
+    zi_embed_release(e, g->kb);
+}
+
 /* One step over the live contexts: schedule, one forward pass, sample,
  * record. *any_live is set when something ran. */
 static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *any_live,
@@ -1009,9 +1070,10 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
     step_plan p;
     int rc = schedule_batch(g, batch, n, &p, err);
     if (!rc) rc = propose_by_model(g, &p, err);
+    if (!rc) rc = schedule_embeds(g, &p, err);
     if (rc) return rc;
-    *any_live = p.n_stepped > 0;
-    if (!p.n_stepped) return ZI_OK;
+    *any_live = p.n_stepped > 0 || g->es.n_stepped > 0;
+    if (!*any_live) return ZI_OK;
     if ((rc = grow((void **)&g->logits, &g->logit_rows, (size_t)p.n_rows,
                    (size_t)g->n_vocab * sizeof *g->logits, err)))
         return rc;
@@ -1021,11 +1083,14 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
                   .seq = g->seq,
                   .want_logits = g->want,
                   .block_tables = g->tables,
-                  .n_table_rows = p.n_stepped,
-                  .table_stride = g->max_blocks};
-    if (device_step_ok(g, &p)) return step_on_device(g, &p, &b, err);
+                  .n_table_rows = p.n_stepped + g->es.n_stepped,
+                  .table_stride = g->max_blocks,
+                  .want_hidden = g->es.n_stepped ? g->want_hidden : NULL,
+                  .hidden = g->hidden};
+    if (!g->es.n_stepped && device_step_ok(g, &p)) return step_on_device(g, &p, &b, err);
     double t0 = now_s();
     if ((rc = zi_model_forward(g->model, g->kv, &b, g->logits, err))) return rc;
+    if (g->es.n_stepped) zi_embed_collect(&g->es, g->hidden, g->kb);
     time_step(g, p.n_decode, p.n_prompt, now_s() - t0);
     g->stats.prefill_chunk = prompt_chunk(g, p.n_waiting, p.n_decoding);
     int n_sample = 0;
@@ -1036,14 +1101,31 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
 
 int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size_t n, int num_steps,
                             zi_error *err) {
+    return zi_generator_next_token_embed(g, batch, n, NULL, 0, num_steps, err);
+}
+
+int zi_generator_next_token_embed(zi_generator *g, zi_text_context *const *batch, size_t n,
+                                  zi_embed_input *const *embeds, size_t n_embeds, int num_steps,
+                                  zi_error *err) {
     if (n > (size_t)g->cfg.n_slots)
         return zi_error_set(err, ZI_EINVAL, "a batch of %zu contexts exceeds the %d slots", n,
                             g->cfg.n_slots);
+    for (size_t k = 0; k < n_embeds; k++)
+        if (embeds[k]->n_tokens > g->cfg.ctx || embeds[k]->max_blocks < g->max_blocks)
+            return zi_error_set(err, ZI_ERANGE,
+                                "an embedding input of %d tokens exceeds the %d positions "
+                                "of a sequence",
+                                embeds[k]->n_tokens, g->cfg.ctx);
+    g->emb = embeds;
+    g->n_emb = n_embeds;
     int rc = assign_slots(g, batch, n, err);
     for (int s = 0; !rc && s < num_steps; s++) {
         int live = 0;
         rc = step(g, batch, n, &live, err);
         if (!live) break;
     }
+    g->emb = NULL;
+    g->n_emb = 0;
+    g->es.n_stepped = 0;
     return rc;
 }

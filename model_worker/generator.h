@@ -58,6 +58,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "embedder.h"
 #include "model.h"
 #include "types.h"
 #include "zi_error.h"
@@ -125,6 +126,25 @@ void zi_generator_free(zi_generator *g);
  */
 int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size_t n, int num_steps,
                             zi_error *err);
+
+/*
+ * Embeddings (embedder.h): zi_generator_next_token with n_embeds embedding
+ * inputs beside the text contexts. Each step, after the text contexts have
+ * their windows, the inputs that are not done get the step's remaining
+ * token budget (at most the prompt chunk while some sequence decodes),
+ * oldest first: an input takes the KV blocks of its whole length when it
+ * starts (it waits while the pool has too few free or cached ones; it never
+ * preempts a text context), runs in one or more chunks, takes the final
+ * hidden states its pooling wants, and at its last token is finished
+ * (zi_embed_finish), its blocks given back at once (never registered for
+ * prefix sharing), and `done` set. Steps with embeddings run on the host
+ * path (zi_model_forward). An input longer than the context is ZI_ERANGE.
+ */
+int zi_generator_next_token_embed(zi_generator *g, zi_text_context *const *batch, size_t n,
+                                  zi_embed_input *const *embeds, size_t n_embeds, int num_steps,
+                                  zi_error *err);
+/* Gives an unfinished input's blocks back (a cancelled request). */
+void zi_generator_release_embed(zi_generator *g, zi_embed_input *e);
 
 /* Frees ctx's cache slot (the seeds' release); a no-op for a context
  * without one. */

@@ -676,6 +676,24 @@ static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_bat
     return ZI_OK;
 }
 
+/* Embeddings: the final-normed hidden state of every token the batch wants
+ * it for, packed, into b->hidden. m->tmp (T rows) is free once the layers
+ * are done; on a host-memory backend the norm writes b->hidden directly. */
+static void collect_hidden(zi_model *m, const zi_batch *b) {
+    zi_backend *be = m->be;
+    const zi_model_config *c = &m->cfg;
+    float *dst = be->host_memory ? b->hidden : m->tmp;
+    int j = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        if (!b->want_hidden[i]) continue;
+        be->ops->rmsnorm(be, dst + (size_t)j * c->dim, m->x + (size_t)i * c->dim, m->output_norm, 1,
+                         c->dim, c->norm_eps);
+        j++;
+    }
+    if (!be->host_memory && j > 0)
+        be->ops->download(be, b->hidden, m->tmp, (size_t)j * c->dim * sizeof(float));
+}
+
 /*
  * Queues one pass on the backend. The logits go to host_out when it is not
  * NULL (directly when the backend's memory is the host's, else into
@@ -686,6 +704,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                            int *rows_out, zi_error *err) {
     int rc = validate_batch(m, kv, b, err);
     if (rc) return rc;
+    if (b->want_hidden && !b->hidden)
+        return zi_error_set(err, ZI_EINVAL, "want_hidden without a hidden buffer");
     int T = b->n_tokens, n_wanted = 0;
     for (int i = 0; i < T; i++) n_wanted += b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
     *rows_out = n_wanted;
@@ -778,6 +798,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                     c->dim, c->norm_eps);
         j++;
     }
+    if (b->want_hidden) collect_hidden(m, b);
     if (n_wanted == 0) return ZI_OK; /* a pass that only fills the cache */
     float *out = host_out && be->host_memory ? host_out : m->logits;
     op->matmul(be, out, &m->output, m->xn, n_wanted);
@@ -803,6 +824,8 @@ const float *zi_model_device_logits(const zi_model *m) {
 int zi_model_forward_async(zi_model *m, zi_kv_cache *kv, const zi_batch *b, const float **logits,
                            int *n_rows, zi_error *err) {
     int rows = 0;
+    if (b->want_hidden)
+        return zi_error_set(err, ZI_EINVAL, "an asynchronous pass returns no hidden states");
     int rc = forward_enqueue(m, kv, b, NULL, &rows, err);
     if (rc) return rc;
     if (logits) *logits = m->logits;

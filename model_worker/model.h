@@ -128,6 +128,12 @@ typedef struct zi_batch {
     const uint8_t *want_logits;
     const int32_t *block_tables;
     int n_table_rows, table_stride;
+    /* Embeddings (optional): the final hidden state (after the output norm,
+     * before the output head, as llama.cpp's embedding mode pools it) of
+     * every token i with want_hidden[i] != 0, in order, into hidden
+     * (n_hidden_wanted * dim floats, host memory). NULL: none. */
+    const uint8_t *want_hidden;
+    float *hidden;
 } zi_batch;
 
 /* Validates the batch (ids inside the vocabulary, sequences inside the
@@ -136,7 +142,8 @@ typedef struct zi_batch {
  * logits gets n_wanted * n_vocab floats (host memory). */
 int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits, zi_error *err);
 
-/* The same pass, queued on the backend and not waited for: the logits of
+/* The same pass, queued on the backend and not waited for (a batch that
+ * wants hidden states is refused, ZI_EINVAL: zi_model_forward returns them): the logits of
  * the wanted rows (*n_rows of them, n_vocab floats each) stay in backend
  * memory at *logits (device memory on a GPU), for work queued behind the
  * pass (the GPU sampler) to read; valid until the next pass. The caller
