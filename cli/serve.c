@@ -76,6 +76,7 @@ static const char USAGE_SERVE[] =
     "                            passed to zinfer-worker (see zinfer-worker --help)\n"
     "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS,\n"
     "  --failover-timeout MS, --request-timeout MS (0: none), --client-heartbeat MS\n"
+    "  --max-embed-inputs N, --max-embed-tokens N\n"
     "                            passed to zinfer-router (see zinfer-router --help)\n"
     "  --keys DIR                CURVE keys (docs/security.md): DIR/router.key and\n"
     "                            .pub, DIR/worker.key and .pub (`zinfer keygen DIR/router`,\n"
@@ -91,7 +92,7 @@ static const char USAGE_SERVE[] =
  * --draft-model with its file; the
  * router's options with their values. */
 #define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 4)
-#define MAX_ROUTER_PASS 14 /* 7 router options with their values */
+#define MAX_ROUTER_PASS 18 /* 9 router options with their values */
 #define MAX_HTTP_PASS 8
 /* the worker's fixed args, its key options, its options, NULL */
 #define MAX_ARGS (15 + 4 + MAX_WORKER_PASS + 1)
@@ -283,7 +284,8 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
                 o->level = v, lg->level = l;
         } else if (!strcmp(a, "--max-queue") || !strcmp(a, "--max-prompt-tokens") ||
                    !strcmp(a, "--max-new-tokens") || !strcmp(a, "--heartbeat-timeout") ||
-                   !strcmp(a, "--failover-timeout")) {
+                   !strcmp(a, "--failover-timeout") ||
+                   !strcmp(a, "--max-embed-inputs") || !strcmp(a, "--max-embed-tokens")) {
             long long x;
             rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
             if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);

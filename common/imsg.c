@@ -247,6 +247,10 @@ static const char *const TYPE_NAMES[ZI_IM_N_TYPES] = {
     [ZI_IM_START] = "start",
     [ZI_IM_CANCEL] = "cancel",
     [ZI_IM_TOKENS] = "tokens",
+    [ZI_IM_EMBED_ENCODE] = "embed_encode",
+    [ZI_IM_EMBED_ENCODED] = "embed_encoded",
+    [ZI_IM_EMBED] = "embed",
+    [ZI_IM_EMBEDDED] = "embedded",
 };
 
 const char *zi_im_type_name(zi_im_type t) {

@@ -130,6 +130,11 @@ typedef enum zi_im_type {
     ZI_IM_START,       /* router -> worker */
     ZI_IM_CANCEL,      /* router -> worker */
     ZI_IM_TOKENS,      /* worker -> router */
+    /* the embed op's (imsg_embed.h) */
+    ZI_IM_EMBED_ENCODE,  /* router -> tokenizer */
+    ZI_IM_EMBED_ENCODED, /* tokenizer -> router */
+    ZI_IM_EMBED,         /* router -> worker */
+    ZI_IM_EMBEDDED,      /* worker -> router */
     ZI_IM_N_TYPES
 } zi_im_type;
 

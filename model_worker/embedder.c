@@ -10,21 +10,6 @@
 
 #include "kv_blocks.h"
 
-static const char *const POOLING_NAMES[] = {"none", "mean", "cls", "last"};
-
-int zi_pooling_parse(const char *name, size_t len, zi_pooling *out) {
-    for (int i = 0; i < 4; i++)
-        if (strlen(POOLING_NAMES[i]) == len && !memcmp(POOLING_NAMES[i], name, len)) {
-            *out = (zi_pooling)i;
-            return ZI_OK;
-        }
-    return ZI_EINVAL;
-}
-
-const char *zi_pooling_name(zi_pooling p) {
-    return (unsigned)p < 4 ? POOLING_NAMES[p] : "?";
-}
-
 int32_t zi_embed_out_rows(zi_pooling p, int32_t n_tokens) {
     return p == ZI_POOLING_NONE ? n_tokens : 1;
 }

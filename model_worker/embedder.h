@@ -16,7 +16,7 @@
  *   cls   the first token's;
  *   last  the last token's.
  *
- * The values are llama.cpp's enum llama_pooling_type. With normalize each
+ * (zi_pooling, common/embeddings.h: llama.cpp's values). With normalize each
  * vector (each token's, for none) is scaled to unit L2 norm (a zero vector
  * stays zero), as llama-cpp-python's embed(normalize=True).
  */
@@ -27,18 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "embeddings.h"
 #include "zi_error.h"
-
-typedef enum zi_pooling {
-    ZI_POOLING_NONE = 0,
-    ZI_POOLING_MEAN = 1,
-    ZI_POOLING_CLS = 2,
-    ZI_POOLING_LAST = 3,
-} zi_pooling;
-
-/* "none", "mean", "cls", "last" -> *out; ZI_EINVAL for any other name. */
-int zi_pooling_parse(const char *name, size_t len, zi_pooling *out);
-const char *zi_pooling_name(zi_pooling p);
 
 typedef struct zi_embed_input {
     /* set by zi_embed_input_init */

@@ -1111,7 +1111,9 @@ int zi_generator_next_token_embed(zi_generator *g, zi_text_context *const *batch
         return zi_error_set(err, ZI_EINVAL, "a batch of %zu contexts exceeds the %d slots", n,
                             g->cfg.n_slots);
     for (size_t k = 0; k < n_embeds; k++)
-        if (embeds[k]->n_tokens > g->cfg.ctx || embeds[k]->max_blocks < g->max_blocks)
+        if (embeds[k]->n_tokens > g->cfg.ctx ||
+            embeds[k]->max_blocks <
+                (embeds[k]->n_tokens + g->cfg.block_size - 1) / g->cfg.block_size)
             return zi_error_set(err, ZI_ERANGE,
                                 "an embedding input of %d tokens exceeds the %d positions "
                                 "of a sequence",

@@ -138,7 +138,8 @@ int zi_generator_next_token(zi_generator *g, zi_text_context *const *batch, size
  * hidden states its pooling wants, and at its last token is finished
  * (zi_embed_finish), its blocks given back at once (never registered for
  * prefix sharing), and `done` set. Steps with embeddings run on the host
- * path (zi_model_forward). An input longer than the context is ZI_ERANGE.
+ * path (zi_model_forward). An input longer than the context, or whose
+ * block table (max_blocks) cannot hold its length, is ZI_ERANGE.
  */
 int zi_generator_next_token_embed(zi_generator *g, zi_text_context *const *batch, size_t n,
                                   zi_embed_input *const *embeds, size_t n_embeds, int num_steps,

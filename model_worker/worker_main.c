@@ -39,6 +39,7 @@
 #include "stop_signal.h"
 #include "tokenizer.h"
 #include "wire.h"
+#include "worker_embed.h"
 
 static const char USAGE[] =
     "usage: zinfer-worker [options]\n"
@@ -92,6 +93,12 @@ typedef struct worker {
     int slots, ctx_size;
     live_ctx *live; /* [slots] */
     int n_live;
+    /* embed requests (worker_embed.h): each takes one of the slots too */
+    zi_embed_job *jobs; /* [slots] */
+    int n_jobs;
+    zi_embed_model emodel;
+    zi_embed_input **emb; /* the unfinished inputs of a step */
+    size_t emb_cap;
     char model_name[256];
     int vocab;
     int64_t last_hb; /* when the last heartbeat went out (ms) */
@@ -115,7 +122,7 @@ static void send_register(worker *w) {
 static void send_heartbeat(worker *w) {
     zi_generator_stats st;
     zi_generator_get_stats(w->gen, &st);
-    zi_im_heartbeat hb = {.load = w->n_live,
+    zi_im_heartbeat hb = {.load = w->n_live + w->n_jobs,
                           .has_kv = true,
                           .kv = {
                               [ZI_KV_BLOCKS] = st.kv_blocks,
@@ -175,8 +182,68 @@ static void drop_live(worker *w, int i) {
     w->n_live--;
 }
 
+static void drop_job(worker *w, int i) {
+    zi_embed_job_free(&w->jobs[i], w->gen);
+    w->jobs[i] = w->jobs[--w->n_jobs];
+}
+
 static void drop_all(worker *w) {
     while (w->n_live > 0) drop_live(w, w->n_live - 1);
+    while (w->n_jobs > 0) drop_job(w, w->n_jobs - 1);
+}
+
+/* embed: a job of the request's inputs (worker_embed.h), run from the
+ * next step on; a bad one is answered with an error naming the input. */
+static void on_embed(worker *w, const msgpack_object *o, uint64_t rid) {
+    zi_error err = {0};
+    if (w->n_live + w->n_jobs >= w->slots) {
+        send_error(w, rid, "overloaded", "every slot of this worker is in use");
+        return;
+    }
+    int rc = zi_embed_job_start(&w->jobs[w->n_jobs], rid, o, &w->emodel, &err);
+    if (rc) {
+        send_error(w, rid,
+                   rc == ZI_EUNSUPPORTED ? "unsupported"
+                   : rc == ZI_ENOMEM     ? "internal"
+                                         : "invalid_request",
+                   err.msg);
+        return;
+    }
+    w->n_jobs++;
+}
+
+/* After a step: every job whose inputs are all done is answered and
+ * dropped. */
+static void send_embeddings(worker *w) {
+    for (int i = w->n_jobs; i-- > 0;) {
+        if (!zi_embed_job_done(&w->jobs[i])) continue;
+        zi_error err = {0};
+        zi_msg m;
+        if (zi_embed_job_pack(&w->jobs[i], &m, &err) == ZI_OK) {
+            zi_im_send(w->sock, &m); /* frees m */
+        } else {
+            zi_msg_free(&m);
+            send_error(w, w->jobs[i].rid, "internal", err.msg);
+        }
+        drop_job(w, i);
+    }
+}
+
+/* The unfinished inputs of every job, oldest job first, into w->emb. */
+static int gather_inputs(worker *w, size_t *n, zi_error *err) {
+    size_t need = 0;
+    for (int i = 0; i < w->n_jobs; i++) need += w->jobs[i].req.n_inputs;
+    if (need > w->emb_cap) {
+        zi_embed_input **p = realloc(w->emb, need * sizeof *p);
+        if (!p) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        w->emb = p;
+        w->emb_cap = need;
+    }
+    *n = 0;
+    for (int i = 0; i < w->n_jobs; i++)
+        for (size_t k = 0; k < w->jobs[i].req.n_inputs; k++)
+            if (!w->jobs[i].in[k].done) w->emb[(*n)++] = &w->jobs[i].in[k];
+    return ZI_OK;
 }
 
 /* ZI_EINVAL naming `field` when an id of ids[0..n) is outside [0, vocab). */
@@ -298,18 +365,26 @@ static void on_message(worker *w, const void *buf, size_t len) {
     if (type == ZI_IM_START) {
         zi_im_start sm;
         if (zi_im_start_unpack(o, &sm, &err) == ZI_OK) on_start(w, sm.context, (uint64_t)sm.rid);
+    } else if (type == ZI_IM_EMBED) {
+        if (zi_im_rid(o, &rid, &err) == ZI_OK) on_embed(w, o, (uint64_t)rid);
     } else if (type == ZI_IM_CANCEL) {
-        if (zi_im_rid(o, &rid, &err) == ZI_OK)
+        if (zi_im_rid(o, &rid, &err) == ZI_OK) {
             for (int i = 0; i < w->n_live; i++)
                 if (w->live[i].rid == (uint64_t)rid) {
                     drop_live(w, i);
                     zi_log(&w->log, ZI_LOG_DEBUG, "request %lld cancelled", (long long)rid);
                     break;
                 }
+            for (int i = 0; i < w->n_jobs; i++)
+                if (w->jobs[i].rid == (uint64_t)rid) {
+                    drop_job(w, i);
+                    break;
+                }
+        }
     } else if (type == ZI_IM_REREGISTER) {
         /* A restarted router knows none of our requests: drop them. */
         zi_log(&w->log, ZI_LOG_INFO, "router asks to register again; dropping %d requests",
-               w->n_live);
+               w->n_live + w->n_jobs);
         drop_all(w);
         send_register(w);
     } else {
@@ -575,12 +650,27 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                               .spec_lookup = o->spec_lookup,
                               .draft_model = r->draft};
     w->live = calloc((size_t)w->slots, sizeof *w->live);
-    if (!w->live || zi_generator_create(r->model, &gc, &w->gen, &err)) {
-        zi_log(&w->log, ZI_LOG_ERROR, "%s", w->live ? err.msg : "out of memory");
+    w->jobs = calloc((size_t)w->slots, sizeof *w->jobs);
+    if (!w->live || !w->jobs || zi_generator_create(r->model, &gc, &w->gen, &err)) {
+        zi_log(&w->log, ZI_LOG_ERROR, "%s", w->live && w->jobs ? err.msg : "out of memory");
         free(w->live);
-        w->live = NULL;
+        free(w->jobs);
+        w->live = NULL, w->jobs = NULL;
         return 1;
     }
+    /* Embeddings: the file's pooling (llama.cpp's {arch}.pooling_type),
+     * else mean; rank (a classifier head) is not run. */
+    const zi_model_config *mc = zi_model_get_config(r->model);
+    char pkey[64];
+    uint32_t pt = ZI_POOLING_MEAN;
+    snprintf(pkey, sizeof pkey, "%s.pooling_type", mc->arch);
+    if (zi_gguf_get_u32_or(zi_model_gguf(r->model), pkey, ZI_POOLING_MEAN, &pt, NULL) != ZI_OK)
+        pt = ZI_POOLING_MEAN;
+    w->emodel = (zi_embed_model){.dim = mc->dim,
+                                 .ctx = w->ctx_size,
+                                 .vocab = w->vocab,
+                                 .block_size = zi_generator_get_config(w->gen)->block_size,
+                                 .pooling = pt <= ZI_POOLING_LAST ? (int)pt : -2};
     /* Structured output needs the tokens' bytes: the model file's
      * tokenizer, read once into a trie. Without one, such requests are
      * refused and everything else is served. */
@@ -638,11 +728,15 @@ static int step(worker *w, const wopts *o, zi_backend *be, zi_text_context **bat
                 uint64_t *last_preempt) {
     zi_error err = {0};
     for (int i = 0; i < w->n_live; i++) batch[i] = &w->live[i].ctx;
-    if (zi_generator_next_token(w->gen, batch, (size_t)w->n_live, (int)o->steps, &err)) {
+    size_t n_emb = 0;
+    if (gather_inputs(w, &n_emb, &err) ||
+        zi_generator_next_token_embed(w->gen, batch, (size_t)w->n_live, w->emb, n_emb,
+                                      (int)o->steps, &err)) {
         /* A failure of the step itself (not of one request): every
          * request in it ends with an error, the worker keeps serving. */
         zi_log(&w->log, ZI_LOG_ERROR, "step failed: %s", err.msg);
         for (int i = 0; i < w->n_live; i++) send_error(w, w->live[i].rid, "internal", err.msg);
+        for (int i = 0; i < w->n_jobs; i++) send_error(w, w->jobs[i].rid, "internal", err.msg);
         drop_all(w);
         /* A device error stays (sync reports the first one for good):
          * every later step would fail too. */
@@ -664,6 +758,7 @@ static int step(worker *w, const wopts *o, zi_backend *be, zi_text_context **bat
         *last_preempt = st.preemptions;
     }
     send_outputs(w);
+    send_embeddings(w);
     return 0;
 }
 
@@ -677,7 +772,7 @@ static int serve(worker *w, const wopts *o, zi_backend *be) {
     int rc = 0;
     while (!zi_stop_requested()) {
         zmq_pollitem_t it = {w->sock, 0, ZMQ_POLLIN, 0};
-        int pr = zmq_poll(&it, 1, w->n_live ? 0 : 100);
+        int pr = zmq_poll(&it, 1, w->n_live + w->n_jobs ? 0 : 100);
         if (pr < 0 && errno != EINTR) {
             zi_log(&w->log, ZI_LOG_ERROR, "poll: %s", zmq_strerror(errno));
             break;
@@ -699,7 +794,7 @@ static int serve(worker *w, const wopts *o, zi_backend *be) {
             send_heartbeat(w);
             w->last_hb = now;
         }
-        if (w->n_live == 0) continue;
+        if (w->n_live + w->n_jobs == 0) continue;
         if (step(w, o, be, batch, &last_preempt)) {
             rc = 1;
             break;
@@ -756,6 +851,8 @@ int main(int argc, char **argv) {
     zi_json_vocab_free(r.jv);
     free(w.live);
     zi_model_free(r.draft);
+    free(w.jobs);
+    free(w.emb);
     zi_model_free(r.model);
     zi_backend_free(r.be);
     return rc;

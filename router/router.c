@@ -66,6 +66,8 @@ static const char USAGE[] =
     "                              detokenize included (default 256)\n"
     "  --max-prompt-tokens N       longest prompt accepted (default 4096)\n"
     "  --max-new-tokens N          largest max_new_tokens; also the default (default 4096)\n"
+    "  --max-embed-inputs N        inputs of one embed request at most (default 2048)\n"
+    "  --max-embed-tokens N        tokens of one embed request at most (default 65536)\n"
     "  --heartbeat-timeout MS      a backend silent this long is dead (default 5000)\n"
     "  --failover-timeout MS       how long requests wait for a worker when none is\n"
     "                              alive (a dead worker's requests resume on another;\n"
@@ -179,6 +181,10 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
             rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_prompt, &err);
         else if (!strcmp(a, "--max-new-tokens"))
             rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_new, &err);
+        else if (!strcmp(a, "--max-embed-inputs"))
+            rc = zi_parse_int(a, v, 1, ZI_EMBED_MAX_INPUTS_CAP, &rt->max_embed_inputs, &err);
+        else if (!strcmp(a, "--max-embed-tokens"))
+            rc = zi_parse_int(a, v, 1, ZI_EMBED_MAX_TOKENS_CAP, &rt->max_embed_tokens, &err);
         else if (!strcmp(a, "--heartbeat-timeout"))
             rc = zi_parse_int(a, v, 100, 3600000, &rt->hb_timeout, &err);
         else if (!strcmp(a, "--failover-timeout"))
@@ -313,6 +319,8 @@ int main(int argc, char **argv) {
     rt.max_queue = 256;
     rt.max_prompt = 4096;
     rt.max_new = 4096;
+    rt.max_embed_inputs = ZI_EMBED_MAX_INPUTS_DEFAULT;
+    rt.max_embed_tokens = ZI_EMBED_MAX_TOKENS_DEFAULT;
     rt.hb_timeout = 5000;
     rt.failover_timeout = 30000;
     rt.max_frame = 8 << 20;

@@ -298,6 +298,19 @@ static void on_util_result(router *rt, int b, const msgpack_object *o, const cha
     end_request(rt, r);
 }
 
+/* embed_encoded from r's tokenizer, embedded from r's worker
+ * (router_embed.c); anything else is stale and dropped. */
+static void on_embed_msg(router *rt, int b, const msgpack_object *o, zi_im_type type) {
+    int64_t rid = 0;
+    zi_im_rid(o, &rid, NULL);
+    rreq *r = backend_req(rt, b, rid);
+    if (!r || r->kind != K_EMBED) return;
+    if (type == ZI_IM_EMBED_ENCODED && r->tok == b && r->state == RS_ENCODING)
+        on_embed_encoded(rt, r, o);
+    else if (type == ZI_IM_EMBEDDED && r->wrk == b && r->state == RS_RUNNING && !r->worker_done)
+        on_embedded(rt, r, o);
+}
+
 static void on_heartbeat(router *rt, int b, const msgpack_object *o) {
     zi_im_heartbeat hb;
     zi_im_heartbeat_unpack(o, &hb);
@@ -356,6 +369,8 @@ void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, 
             on_util_result(rt, b, o, "text");
         else if (type == ZI_IM_ERROR)
             on_backend_error(rt, b, o);
+        else if (type == ZI_IM_EMBED_ENCODED || type == ZI_IM_EMBEDDED)
+            on_embed_msg(rt, b, o, type);
         else
             zi_log(&rt->log, ZI_LOG_WARN, "backend %d: unknown message type", b);
     }

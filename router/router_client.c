@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "codec.h"
+#include "imsg_embed.h"
 #include "response_format.h"
 #include "router_impl.h"
 #include "utf8.h"
@@ -222,10 +223,110 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     zi_msg_free(&m);
 }
 
+/* embed: checked here (shape, options, the input count); its tokenizer
+ * encodes and bounds the inputs (router_embed.c takes it from there). */
+static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
+    static const char *const keys[] = {"op",        "id",       "input",     "pooling",
+                                       "normalize", "truncate", "model_name"};
+    char msg[256];
+    const char *code = "invalid_request", *field = NULL;
+    msg[0] = '\0';
+    for (uint32_t i = 0; i < o->via.map.size && !msg[0]; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        bool known = false;
+        for (size_t j = 0; k->type == MSGPACK_OBJECT_STR && j < sizeof keys / sizeof *keys; j++)
+            known |= strlen(keys[j]) == k->via.str.size &&
+                     !memcmp(keys[j], k->via.str.ptr, k->via.str.size);
+        if (!known)
+            snprintf(msg, sizeof msg, "unknown key '%.*s' in an embed request",
+                     k->type == MSGPACK_OBJECT_STR
+                         ? (int)(k->via.str.size > 64 ? 64 : k->via.str.size)
+                         : 1,
+                     k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : "?");
+    }
+    const msgpack_object *in = zi_map_get(o, "input"), *po = zi_map_get(o, "pooling");
+    const msgpack_object *no = zi_map_get(o, "normalize"), *tr = zi_map_get(o, "truncate");
+    const msgpack_object *mn = zi_map_get(o, "model_name");
+    zi_pooling pooling;
+    if (msg[0]) {
+    } else if (!in) {
+        field = "input", snprintf(msg, sizeof msg, "input: missing");
+    } else if (in->type != MSGPACK_OBJECT_STR && in->type != MSGPACK_OBJECT_ARRAY &&
+               in->type != MSGPACK_OBJECT_MAP) {
+        field = "input";
+        snprintf(msg, sizeof msg, "input: a string, a list of strings or token ids expected");
+    } else if (in->type == MSGPACK_OBJECT_ARRAY && in->via.array.size > 0 &&
+               in->via.array.ptr[0].type != MSGPACK_OBJECT_POSITIVE_INTEGER &&
+               in->via.array.ptr[0].type != MSGPACK_OBJECT_NEGATIVE_INTEGER &&
+               in->via.array.size > (uint64_t)rt->max_embed_inputs) {
+        field = "input";
+        snprintf(msg, sizeof msg, "input: %u inputs exceed this server's limit of %lld",
+                 in->via.array.size, rt->max_embed_inputs);
+    } else if (po && (po->type != MSGPACK_OBJECT_STR ||
+                      zi_pooling_parse(po->via.str.ptr, po->via.str.size, &pooling) != ZI_OK)) {
+        field = "pooling", snprintf(msg, sizeof msg, "pooling: one of none, mean, cls, last");
+    } else if (no && no->type != MSGPACK_OBJECT_BOOLEAN) {
+        field = "normalize", snprintf(msg, sizeof msg, "normalize: not a bool");
+    } else if (tr && tr->type != MSGPACK_OBJECT_BOOLEAN) {
+        field = "truncate", snprintf(msg, sizeof msg, "truncate: not a bool");
+    } else if (mn && mn->type != MSGPACK_OBJECT_STR) {
+        field = "model_name", snprintf(msg, sizeof msg, "model_name: not a string");
+    } else if (mn) {
+        bool known = false;
+        for (size_t i = 0; i < rt->n_be; i++)
+            known |= rt->be[i].alive && rt->be[i].role == ROLE_WORKER &&
+                     strlen(rt->be[i].model) == mn->via.str.size &&
+                     !memcmp(rt->be[i].model, mn->via.str.ptr, mn->via.str.size);
+        if (!known)
+            field = "model_name",
+            snprintf(msg, sizeof msg,
+                     "model_name: no model named '%.*s' is served (see op "
+                     "\"models\")",
+                     (int)(mn->via.str.size > 100 ? 100 : mn->via.str.size), mn->via.str.ptr);
+    }
+    if (!msg[0] && find_client_req(rt, c))
+        field = "id", snprintf(msg, sizeof msg, "id: a request with this id is already in flight");
+    int tk = pick_backend(rt, ROLE_TOKENIZER);
+    if (!msg[0] && (tk < 0 || count_alive(rt, ROLE_WORKER) == 0)) {
+        code = "unavailable";
+        snprintf(msg, sizeof msg, "no %s is connected yet; retry shortly",
+                 tk < 0 ? "tokenizer process" : "model worker");
+    } else if (!msg[0] && rt->n_waiting >= (size_t)rt->max_queue) {
+        code = "overloaded";
+        snprintf(msg, sizeof msg,
+                 "%zu requests are already waiting (--max-queue %lld); retry later", rt->n_waiting,
+                 rt->max_queue);
+    }
+    rreq *r = NULL;
+    if (!msg[0] && !(r = new_request(rt, c, K_EMBED)))
+        code = "internal", snprintf(msg, sizeof msg, "out of memory");
+    if (msg[0]) {
+        client_error(rt, c, code, msg, field);
+        return;
+    }
+    r->t_recv_ms = zi_now_ms();
+    r->state = RS_ENCODING;
+    r->tok = tk;
+    rt->be[tk].assigned++;
+    rt->n_waiting++;
+    zi_im_embed_encode em = {.rid = (int64_t)r->rid,
+                             .max_length = worker_max_length(rt),
+                             .max_tokens = rt->max_embed_tokens,
+                             .truncate = tr && tr->via.boolean,
+                             .normalize = no && no->via.boolean,
+                             .input = in};
+    if (po) em.pooling = (zi_im_str){po->via.str.ptr, po->via.str.size};
+    zi_msg m;
+    if (built_or_fail(rt, r, zi_im_embed_encode_pack(&em, &m), &m, NULL)) {
+        to_backend(rt, tk, &m);
+        zi_msg_free(&m);
+    }
+}
+
 static void op_cancel(router *rt, const client_ctx *c) {
     rreq *r = find_client_req(rt, c);
     /* Cancelling a request that already ended is the usual race: ignore. */
-    if (!r || r->kind != K_GENERATE) return;
+    if (!r || (r->kind != K_GENERATE && r->kind != K_EMBED)) return;
     zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu cancelled by the client",
            (unsigned long long)r->rid);
     send_final(rt, r, "cancelled");
@@ -430,10 +531,12 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         op_util(rt, &c, o, K_TOKENIZE);
     } else if (op_len == 10 && !memcmp(op, "detokenize", 10)) {
         op_util(rt, &c, o, K_DETOKENIZE);
+    } else if (op_len == 5 && !memcmp(op, "embed", 5)) {
+        op_embed(rt, &c, o);
     } else {
         snprintf(msg, sizeof msg,
                  "op: unknown operation '%.*s' (generate, cancel, health, "
-                 "models, metrics, tokenize, detokenize)",
+                 "models, metrics, tokenize, detokenize, embed)",
                  (int)(op_len > 64 ? 64 : op_len), op);
         client_error(rt, &c, "invalid_request", msg, "op");
     }

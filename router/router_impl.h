@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "embeddings.h"
 #include "imsg.h"
 #include "log.h"
 #include "req_table.h"
@@ -42,7 +43,7 @@
 enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
 
 /* What a request asked for (its client op). */
-enum { K_GENERATE, K_TOKENIZE, K_DETOKENIZE };
+enum { K_GENERATE, K_TOKENIZE, K_DETOKENIZE, K_EMBED };
 
 /* Where a request is: a generate request goes ENCODING (at its tokenizer)
  * -> QUEUED (waiting for a worker slot) -> RUNNING (on a worker) ->
@@ -163,6 +164,7 @@ typedef struct router {
     int cur_fd;                 /* the fd of the frame being handled (-1: unknown) */
     conn_rec *conns;            /* indexed by fd */
     size_t n_conns;
+    long long max_embed_inputs, max_embed_tokens; /* per embed request */
     /* Counters and histograms since start (the metrics op): finished
      * requests, tokens, latencies; running, waiting and the workers' KV
      * counters are filled in when asked. */
@@ -198,6 +200,14 @@ void to_backend(router *rt, int b, const zi_msg *m);
 /* "cancel" to a worker, or "release" to a tokenizer (type says which),
  * for request rid. */
 void backend_rid_msg(router *rt, int b, zi_im_type type, uint64_t rid);
+
+/* ---- router_embed.c ------------------------------------------------------- */
+
+/* The embed op's backend messages: a tokenizer's embed_encoded (queued for
+ * a worker as an embed message) and a worker's embedded (the client's
+ * result). */
+void on_embed_encoded(router *rt, rreq *r, const msgpack_object *o);
+void on_embedded(router *rt, rreq *r, const msgpack_object *o);
 
 /* ---- router_schedule.c ---------------------------------------------------- */
 

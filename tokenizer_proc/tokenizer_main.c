@@ -39,6 +39,7 @@
 #include "codec.h"
 #include "curve.h"
 #include "gguf.h"
+#include "embed_encode.h"
 #include "grow.h"
 #include "imsg.h"
 #include "log.h"
@@ -537,6 +538,34 @@ static void on_detokenize(tproc *t, const msgpack_object *o, uint64_t rid) {
     zi_im_ids_free(&dm.token_ids);
 }
 
+/* embed_encode: the inputs' token ids back as embed_encoded (the router
+ * passes them to a worker), or an error naming the input. */
+static void on_embed_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
+    zi_error err = {0};
+    zi_im_embed_encode em;
+    zi_embeddings_request req;
+    int64_t n_trunc = 0;
+    int rc = zi_im_embed_encode_unpack(o, &em, &err);
+    if (!rc) rc = zi_embed_encode(t->tok, t->vocab, &em, &req, &n_trunc, &err);
+    if (rc) {
+        send_error(t, rid, rc == ZI_ENOMEM ? "internal" : "invalid_request", err.msg);
+        return;
+    }
+    if (n_trunc)
+        zi_log(&t->log, ZI_LOG_INFO, "request %llu: %lld embedding inputs truncated",
+               (unsigned long long)rid, (long long)n_trunc);
+    zi_msg m;
+    zi_im_embed e = {.rid = (int64_t)rid,
+                     .prompt_tokens = (int64_t)req.start[req.n_inputs],
+                     .truncated = n_trunc,
+                     .pooling = em.pooling,
+                     .normalize = em.normalize,
+                     .req = &req};
+    int prc = zi_im_embed_pack(ZI_IM_EMBED_ENCODED, &e, &m, &err);
+    send_built(t, rid, prc, &m, &err);
+    zi_embeddings_request_free(&req);
+}
+
 static void on_message(tproc *t, const void *buf, size_t len) {
     zi_error err = {0};
     msgpack_unpacked u;
@@ -562,6 +591,8 @@ static void on_message(tproc *t, const void *buf, size_t len) {
         on_tokenize(t, o, (uint64_t)rid);
     } else if (type == ZI_IM_DETOKENIZE) {
         on_detokenize(t, o, (uint64_t)rid);
+    } else if (type == ZI_IM_EMBED_ENCODE) {
+        on_embed_encode(t, o, (uint64_t)rid);
     } else {
         zi_log(&t->log, ZI_LOG_WARN, "unknown message type from the router");
     }

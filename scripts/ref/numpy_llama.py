@@ -255,8 +255,12 @@ class Model:
             out[:, r0 : r0 + 16384] = x @ self.out_w[r0 : r0 + 16384].astype(np.float64).T
         return out
 
-    def forward(self, ids, cache=None, last_only=False, rows=None):
+    def forward(self, ids, cache=None, last_only=False, rows=None, hidden=False):
         """Logits [n, n_vocab] for ids appended after the cache's tokens.
+
+        hidden: return the final hidden state instead [n, dim] (after the
+        output norm, before the output head: what llama.cpp's embedding
+        mode pools for decoder models).
 
         cache: None for a fresh sequence, or a dict from new_cache() that
         holds the keys/values of the earlier tokens and is extended here.
@@ -341,6 +345,8 @@ class Model:
         elif rows is not None:
             x = x[np.asarray(rows, dtype=np.int64)]
         x = self.rms(x, self.w["output_norm.weight"])
+        if hidden:
+            return x
         z = self._head(x)  # [n or 1, n_vocab]
         if self.out_b is not None:
             z = z + self.out_b

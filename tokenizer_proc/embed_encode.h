@@ -1,0 +1,27 @@
+/*
+ * embed_encode.h - the tokenizer process's half of the `embed` op
+ * (docs/protocol.md): the client's `input` (a string, a list of strings,
+ * token ids, or a list of token-id lists) into one token-id list per
+ * input, with the request's limits applied.
+ */
+#ifndef ZI_EMBED_ENCODE_H
+#define ZI_EMBED_ENCODE_H
+
+#include <stdint.h>
+
+#include "embeddings.h"
+#include "imsg_embed.h"
+#include "tokenizer.h"
+
+/*
+ * Encodes m->input into out (zeroed first): a string is encoded as a
+ * generate prompt is (BOS as the model says, special-token text parsed);
+ * token ids must lie in 0..vocab-1. An input of more than m->max_length
+ * tokens is cut to its first max_length when m->truncate (counted in
+ * *n_truncated), else refused; more than m->max_tokens tokens in all is
+ * refused. Errors (ZI_EINVAL) name the field: "input", "input[i]".
+ */
+int zi_embed_encode(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode *m,
+                    zi_embeddings_request *out, int64_t *n_truncated, zi_error *err);
+
+#endif
