@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "http_embed.h"
 #include "http_reply.h"
 #include "http_request.h"
 #include "http_router.h"
@@ -375,6 +376,37 @@ fail:
     answer_error(a, &e);
 }
 
+/* POST /v1/embeddings (http_embed.h): the router's embed op. */
+static void embeddings(zi_http_ctx *ctx, const char *body, size_t len, zi_http_answer *a) {
+    zi_http_error e;
+    json_t *o = zi_http_parse_object(body, len, &e);
+    zi_http_conn *c = NULL;
+    char name[256];
+    int base64 = 0;
+    zi_msg m;
+    zi_http_frame f;
+    if (!o || zi_http_embed_request(o, &m, &base64, &e)) goto fail;
+    if (zi_http_conn_open(ctx, &c, &e) || served_model(ctx, c, name, sizeof name, NULL, &e) ||
+        check_model(o, name, &e)) {
+        zi_msg_free(&m);
+        goto fail;
+    }
+    int rc = zi_http_call(c, &m, "e", ctx->lim.router_timeout_ms, &f, &e);
+    zi_msg_free(&m);
+    if (rc) goto fail;
+    a->json = zi_http_embed_answer(f.root, name, base64, &e);
+    zi_http_frame_free(&f);
+    if (!a->json) goto fail;
+    a->status = 200;
+    zi_http_conn_close(c);
+    json_decref(o);
+    return;
+fail:
+    zi_http_conn_close(c);
+    json_decref(o);
+    answer_error(a, &e);
+}
+
 /* ---- generation ------------------------------------------------------- */
 
 struct zi_http_stream {
@@ -555,6 +587,12 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
             return;
         }
         want = "GET";
+    } else if (!strcmp(path, "/v1/embeddings")) {
+        if (post) {
+            embeddings(ctx, body, len, a);
+            return;
+        }
+        want = "POST";
     } else if (!strcmp(path, "/tokenize") || !strcmp(path, "/detokenize")) {
         if (post) {
             tokenize(ctx, body, len, path[1] == 'd', a);

@@ -8,6 +8,7 @@
  *   GET  /health                                      200 / 503
  *   GET  /metrics                                     Prometheus text (the router's counters)
  *   POST /tokenize, POST /detokenize                  vLLM's shapes
+ *   POST /v1/embeddings                               OpenAI's (http_embed.h)
  *
  * http_server.c does the HTTP part (connections, limits, the API key) and
  * calls zi_http_handle once a request's body is complete.

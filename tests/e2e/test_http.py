@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import jsonschema
+import numpy as np
 import openai
 import pytest
 
@@ -124,6 +125,33 @@ def test_health_models_tokenize(web, model, zc, sdk):
     assert tok["tokens"] == want and tok["count"] == len(want)
     st, _, de = web.req("POST", "/detokenize", {"tokens": want})
     assert st == 200 and de["prompt"] == text, de
+
+
+def test_embeddings(web, sdk, model, zc):
+    texts = ["The cat sleeps all day.", "Paris is in France."]
+    want = decode_array(zc.call("embed", input=texts, normalize=True)["embeddings"], as_numpy=True)
+    # the SDK asks for base64 (and decodes it) unless told float
+    r = sdk.embeddings.create(model=model, input=texts)
+    assert [d.index for d in r.data] == [0, 1] and r.model == model
+    assert r.usage.prompt_tokens == r.usage.total_tokens > 0
+    for d, w in zip(r.data, want):
+        assert len(d.embedding) == 576 and np.allclose(d.embedding, w, rtol=0, atol=1e-7)
+    rf = sdk.embeddings.create(model=model, input=texts[0], encoding_format="float")
+    assert np.array_equal(np.float32(rf.data[0].embedding), want[0])  # JSON keeps float32 exact
+    ids = list(decode_array(zc.call("tokenize", text=texts[1])["token_ids"]))
+    st, _, b = web.req("POST", "/v1/embeddings", {"input": [ids], "normalize": False,
+                                                  "pooling": "last"})
+    assert st == 200, b
+    raw = decode_array(zc.call("embed", input=[ids], pooling="last")["embeddings"], as_numpy=True)
+    assert np.array_equal(np.float32(b["data"][0]["embedding"]), raw[0])
+    for body, param in [({}, "input"), ({"input": []}, "input"), ({"input": [1.5]}, "input[0]"),
+                        ({"input": "x", "encoding_format": "hex"}, "encoding_format"),
+                        ({"input": "x", "dimensions": 8}, "dimensions"),
+                        ({"input": "x", "colour": 1}, "colour"),
+                        ({"input": ["a", [2, -1]]}, "input[1]"),
+                        ({"input": "word " * 5000}, "input")]:
+        st, _, b = web.req("POST", "/v1/embeddings", body)
+        assert st == 400 and b["error"]["param"] == param, (body, b)
 
 
 def test_chat_matches_msgpack_and_usage(sdk, model, zc):
