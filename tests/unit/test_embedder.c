@@ -198,6 +198,7 @@ static void test_embed_alone_equals_batched(void **state) {
     memcpy(gen_alone, zi_text_context_generated_tokens(&c), sizeof gen_alone);
     zi_generator_release(g1, &c);
     zi_text_context_free(&c);
+    free(gids);
     zi_generator_free(g1);
 
     /* together: a generation decoding while the inputs run in chunks of a
