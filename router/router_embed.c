@@ -22,6 +22,10 @@ void on_embed_encoded(router *rt, rreq *r, const msgpack_object *o) {
         return;
     }
     r->prompt_tokens = e.prompt_tokens;
+    /* The tokenizer's part is done (it keeps no state for an embed): a
+     * tokenizer that dies now does not take this request with it. */
+    rt->be[r->tok].assigned--;
+    r->tok = -1;
     zi_msg m;
     e.rid = (int64_t)r->rid;
     int rc = zi_im_embed_pack(ZI_IM_EMBED, &e, &m, &err);

@@ -190,6 +190,16 @@ def test_concurrent_beside_generation(client):
     assert tokens == alone_tokens
 
 
+def test_cancel(client):
+    rid = client.send({"op": "embed", "input": TEXTS * 8})  # 400 inputs: still running
+    client.cancel(rid)
+    r = client.next_reply(rid)
+    assert r["event"] == "final" and r["status"] == "cancelled", r
+    z, _ = embed(client, input=TEXTS[:2])  # the worker serves on
+    assert z.shape == (2, 576)
+    assert client.call("health")["running"] == 0
+
+
 @pytest.mark.parametrize("req, field", [
     ({}, "input"),
     ({"input": []}, None),
