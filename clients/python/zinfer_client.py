@@ -208,8 +208,15 @@ class Client:
     def cancel(self, rid):
         self.sock.send(msgpack.packb({"op": "cancel", "id": rid}, use_bin_type=True))
 
+    def embed(self, input, **fields):
+        """Embeddings of input (a string, token ids, or a list of them;
+        fields: pooling, normalize, truncate): (a numpy float32 array of
+        [rows, dim], the result frame). Needs numpy."""
+        r = self.call("embed", input=input, **fields)
+        return decode_array(r["embeddings"], as_numpy=True), r
+
     def call(self, op, **fields):
-        """A one-reply request (health, models, tokenize, detokenize)."""
+        """A one-reply request (health, models, tokenize, detokenize, embed)."""
         rid = self.send(dict(op=op, **fields))
         ev = self.next_reply(rid)
         self._pending.pop(rid, None)
