@@ -96,6 +96,8 @@ static const char USAGE_SERVE[] =
 #define MAX_HTTP_PASS 8
 /* the worker's fixed args, its key options, its options, NULL */
 #define MAX_ARGS (15 + 4 + MAX_WORKER_PASS + 1)
+/* the router's: 7 fixed, its options, 6 for keys and --insecure, NULL */
+_Static_assert(7 + MAX_ROUTER_PASS + 6 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
 #define MAX_CHILDREN 130
 
 typedef struct child {
