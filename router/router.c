@@ -114,11 +114,12 @@ static void recv_routed(router *rt, void *sock, bool front) {
     if (ok && zmq_msg_size(&parts[0]) <= IDENT_MAX) {
         zmq_msg_t *id = &parts[0], *pl = &parts[n - 1];
         /* The connection's fd: how a disconnect finds its peer (router_watch.c). */
-        watch_frame(rt, zmq_msg_get(pl, ZMQ_SRCFD), front, zmq_msg_data(id), zmq_msg_size(id));
-        if (front)
+        watch_frame(rt, zmq_msg_get(pl, ZMQ_SRCFD), front);
+        if (front) {
             on_client_frame(rt, zmq_msg_data(id), zmq_msg_size(id), n == 3, zmq_msg_data(pl),
                             zmq_msg_size(pl));
-        else
+            watch_stale_frame(rt);
+        } else
             on_backend_frame(rt, zmq_msg_data(id), zmq_msg_size(id), zmq_msg_data(pl),
                              zmq_msg_size(pl));
     } else if (n > 0) {
@@ -367,14 +368,14 @@ int main(int argc, char **argv) {
     if (keys.on)
         zi_log(&rt.log, ZI_LOG_INFO, "router public key %s; %zu backend key(s)%s", keys.pub.z85,
                keys.backend.n, sec.client_keys ? ", client keys on" : "");
-    void *mon_front = watch_start(&rt, zctx, rt.front, "client");
-    void *mon_back = watch_start(&rt, zctx, rt.back, "backend");
+    watch_start(&rt, zctx, rt.front, true);
+    watch_start(&rt, zctx, rt.back, false);
     int64_t last_check = zi_now_ms();
     while (!zi_stop_requested()) {
         zmq_pollitem_t it[4] = {{rt.front, 0, ZMQ_POLLIN, 0}, {rt.back, 0, ZMQ_POLLIN, 0}};
         int n_it = 2;
-        if (mon_front) it[n_it++] = (zmq_pollitem_t){mon_front, 0, ZMQ_POLLIN, 0};
-        if (mon_back) it[n_it++] = (zmq_pollitem_t){mon_back, 0, ZMQ_POLLIN, 0};
+        for (int m = 0; m < 2; m++)
+            if (rt.mon[m]) it[n_it++] = (zmq_pollitem_t){rt.mon[m], 0, ZMQ_POLLIN, 0};
         int pr = zmq_poll(it, n_it, 100);
         if (pr < 0 && errno != EINTR) {
             zi_log(&rt.log, ZI_LOG_ERROR, "poll: %s", zmq_strerror(errno));
@@ -383,11 +384,10 @@ int main(int argc, char **argv) {
         /* Backends first: their replies free capacity for new requests. */
         if (pr > 0 && (it[1].revents & ZMQ_POLLIN)) drain(&rt, rt.back, false);
         if (pr > 0 && (it[0].revents & ZMQ_POLLIN)) drain(&rt, rt.front, true);
-        /* Disconnects after the frames: a frame read before its peer's
-         * disconnect event is still handled (and, for a request, cancelled
-         * by the event). */
-        if (mon_back) watch_drain(&rt, mon_back);
-        if (mon_front) watch_drain(&rt, mon_front);
+        /* Connections accepted and closed (each frame read also reads its
+         * socket's monitor first: router_watch.c). */
+        watch_drain(&rt, false);
+        watch_drain(&rt, true);
         int64_t now = zi_now_ms();
         if (now - last_check >= 100) {
             last_check = now;
@@ -417,9 +417,7 @@ int main(int argc, char **argv) {
     zmq_setsockopt(rt.front, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
     zmq_close(rt.front);
     zmq_close(rt.back);
-    if (mon_front) zmq_close(mon_front);
-    if (mon_back) zmq_close(mon_back);
-    free(rt.conns);
+    watch_stop(&rt);
     zi_zap_stop(&zap);
     zmq_ctx_term(zctx);
     free_keys(&keys);

@@ -71,6 +71,7 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
                  reg.model.p);
     be->alive = true;
     be->fd = rt->cur_fd;
+    be->epoch = rt->cur_epoch;
     be->last_seen = zi_now_ms();
     if (be->role == ROLE_WORKER) rt->no_worker_since = 0;
     if (be->role == ROLE_TOKENIZER) {

@@ -68,6 +68,7 @@ static rreq *new_request(router *rt, const client_ctx *c, int kind) {
     r->kind = kind;
     r->tok = r->wrk = -1;
     r->client_fd = rt->cur_fd;
+    r->client_epoch = rt->cur_epoch;
     r->stream = true;
     zi_logprobs_init(&r->lp);
     if (zi_req_table_put(&rt->reqs, r->rid, r, NULL) != ZI_OK) {

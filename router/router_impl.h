@@ -67,6 +67,7 @@ typedef struct backend {
     int64_t last_seen;
     int64_t kv[ZI_N_KV_STATS]; /* workers: the KV counters of the last heartbeat */
     int fd;                    /* its connection's fd when it registered (router_watch.c) */
+    uint32_t epoch;            /* and its number on that fd */
 } backend;
 
 /* A message kept for a resend (failover), with the token ids it carries. */
@@ -123,14 +124,15 @@ typedef struct rreq {
     char *echo; /* a packed map: the echoed prompt's keys of the first decoded message */
     size_t echo_len;
     int client_fd;       /* the client connection's fd (-1: unknown; router_watch.c) */
+    uint32_t client_epoch; /* and its number on that fd */
     int64_t deadline_ms; /* zi_now_ms() past which it ends "deadline_exceeded" (0: none) */
 } rreq;
 
-/* What the router knows of one connection fd (router_watch.c). */
+/* What the router knows of one connection fd of one socket, from its
+ * monitor's events (router_watch.c): the connections accepted and closed
+ * on it so far. Connection number acc is open while acc > disc. */
 typedef struct conn_rec {
-    uint64_t hash; /* of the routing id last seen on it (0: none) */
-    bool front;    /* on the client socket */
-    int skip;      /* disconnect events still to come for peers already handled */
+    uint32_t acc, disc;
 } conn_rec;
 
 /* Prefix affinity: which worker last took a request whose prompt began
@@ -162,8 +164,11 @@ typedef struct router {
     long long req_timeout;      /* --request-timeout: ms, 0 = none */
     long long client_hb;        /* --client-heartbeat: ms, 0 = none */
     int cur_fd;                 /* the fd of the frame being handled (-1: unknown) */
-    conn_rec *conns;            /* indexed by fd */
-    size_t n_conns;
+    uint32_t cur_epoch;         /* its connection's number on that fd (conn_rec.acc) */
+    bool cur_stale;             /* that connection had closed before the frame was read */
+    void *mon[2];               /* the monitors of the backend [0] and client [1] sockets */
+    conn_rec *conns[2];         /* indexed by fd, per socket as mon */
+    size_t n_conns[2];
     long long max_embed_inputs, max_embed_tokens; /* per embed request */
     /* Counters and histograms since start (the metrics op): finished
      * requests, tokens, latencies; running, waiting and the workers' KV
@@ -282,17 +287,26 @@ int queue_push_front(router *rt, uint64_t rid);
 /* ---- router_watch.c ------------------------------------------------------ */
 
 /* A frame arrived on connection fd (-1: unknown) of the client (front) or
- * backend socket from routing id ident; sets rt->cur_fd. A peer found to
- * be gone (its fd reused) is handled first. */
-void watch_frame(router *rt, int fd, bool front, const unsigned char *ident, size_t len);
+ * backend socket: reads that socket's monitor first, then sets rt->cur_fd,
+ * cur_epoch and cur_stale. */
+void watch_frame(router *rt, int fd, bool front);
 
-/* A PAIR socket receiving sock's ZMQ_EVENT_DISCONNECTED events, or NULL
- * (logged: disconnects are then noticed the other ways). */
-void *watch_start(router *rt, void *zctx, void *sock, const char *name);
+/* After a client frame from a connection that had already closed
+ * (rt->cur_stale): cancels what it started, without a reply. */
+void watch_stale_frame(router *rt);
 
-/* Handles the events ready on a monitor socket: a client's requests are
- * cancelled without a reply, a backend dies (backend_died). */
-void watch_drain(router *rt, void *mon);
+/* Starts the monitor of sock (rt->mon[front]), which reports its
+ * connections accepted and closed; on failure it is NULL (logged:
+ * disconnects are then noticed the other ways). */
+void watch_start(router *rt, void *zctx, void *sock, bool front);
+
+/* Handles the events ready on the monitor of the client (front) or
+ * backend socket: a client's requests are cancelled without a reply, a
+ * backend dies (backend_died). */
+void watch_drain(router *rt, bool front);
+
+/* Closes the monitors and frees the tables. */
+void watch_stop(router *rt);
 
 /* Ends every request past its deadline with "deadline_exceeded". */
 void deadline_check(router *rt, int64_t now);
