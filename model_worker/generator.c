@@ -16,6 +16,9 @@
  * stay there and only the token ids come back. Every other step, and every
  * step on the CPU backend, takes the host path: the pass's logits are
  * downloaded and sampled by sampler.h.
+ *
+ * The structures are in generator_impl.h; structured output's masks are in
+ * generator_constraint.c.
  */
 #include "generator.h"
 
@@ -25,112 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "device_sampler.h"
-#include "grammar.h"
-#include "grammar_cache.h"
-#include "vocab_trie.h"
-#include "kv_blocks.h"
-#include "sampler.h"
-#include "spec_draft.h"
-#include "spec_lookup.h"
-
-/* Sampler rows a context may have in one step: its token's, and one after
- * each draft. */
-#define ZI_SPEC_ROWS (1 + ZI_SPEC_MAX_DRAFT)
-
-/* One sequence slot. A context holds a slot from its first step until it
- * is released; preemption takes its blocks, not its slot, so `arrival`
- * (admission order: higher is newer) survives it. */
-typedef struct gseq {
-    int32_t *blocks; /* [max_blocks] its block table */
-    int32_t n_blocks;
-    int32_t n_registered; /* leading blocks registered for prefix sharing */
-    uint64_t last_hash;   /* the chained hash of block n_registered - 1 */
-    uint64_t arrival;
-    int looked_up; /* the prefix cache was asked since the last (re)start */
-    /* Structured output: the context's grammar (from its json_schema or
-     * grammar, held from the cache) and its state after the first js_fed
-     * generated tokens (-1: not started; js_bad: they broke it). */
-    const zi_grammar *gram;
-    zi_grammar_state *gs;
-    int64_t js_fed;
-    uint64_t js_hash; /* of those tokens: a rollback and other tokens is seen */
-    int js_bad;
-    /* Prompt-lookup speculation (spec_lookup.h): the adaptive draft
-     * length, and this step's drafts, fed behind the sequence's last token
-     * (n_draft 0: none). */
-    zi_spec_state spec;
-    int32_t n_draft;
-    int32_t draft[ZI_SPEC_MAX_DRAFT];
-    /* Draft-model speculation (spec_draft.h): its own adaptive length;
-     * by_model: this step's drafts are the draft model's, proposed after
-     * scheduling into the batch from index draft_at. */
-    zi_spec_state dspec;
-    int32_t by_model, draft_at;
-} gseq;
-
-struct zi_generator {
-    zi_model *model;
-    zi_kv_cache *kv;
-    zi_kv_blocks *kb;
-    zi_generator_config cfg;
-    int n_vocab;        /* the model's: a logits row */
-    int n_sample_vocab; /* ids a draw may give (cfg.sample_vocab, 0: n_vocab) */
-    int32_t max_blocks; /* block table entries per sequence */
-    uint8_t *slot_used; /* [n_slots] */
-    gseq *seqs;         /* [n_slots] */
-    int slots_used;
-    uint64_t arrivals;
-    zi_generator_stats stats;
-    /* Adaptive prefill chunk (cfg.prefill_chunk == 0): moving averages of a
-     * decode-only step's time and of the extra time per prompt token in a
-     * mixed step, in seconds (0: not measured yet). */
-    double t_decode, t_prompt_token;
-    /* step buffers, max_batch_tokens long */
-    int32_t *tokens, *pos, *seq;
-    uint8_t *want;
-    int32_t *tables;           /* [n_slots][max_blocks] this step's block tables */
-    zi_text_context **order;   /* [n_slots] the call's contexts, oldest first */
-    zi_text_context **stepped; /* contexts in this step, in batch order */
-    int *first_row;            /* [n_slots] each stepped context's first logits row */
-    float *logits;             /* [logit_rows][n_vocab]: one per context, more for echo */
-    size_t logit_rows;
-    /* sampling */
-    zi_sampler *sampler;
-    zi_sampler_row *rows; /* [n_slots * ZI_SPEC_ROWS] */
-    int *row_ctx;         /* [n_slots * ZI_SPEC_ROWS] sampled row -> stepped index, or for a
-                           * row after a draft -1 - its spec_tok index */
-    int32_t *out_tok;     /* [n_slots * ZI_SPEC_ROWS] */
-    int32_t *sample_tok;  /* [n_slots] each stepped context's own token */
-    int32_t *spec_tok;             /* [n_slots][ZI_SPEC_MAX_DRAFT] the tokens after each draft */
-    int32_t *forbid;               /* EOS ids masked by min_new_tokens */
-    size_t forbid_cap;
-    const zi_json_vocab *json; /* structured output (NULL: refused) */
-    zi_grammar_cache *grammars; /* compiled constraints, by their text */
-    int32_t *json_masks;       /* [n_slots][ceil(n_vocab / 32)] allowed tokens */
-    int32_t *top_ids;          /* log-probability scratch */
-    float *top_lps;
-    size_t top_cap, top_lps_cap;
-    /* sampling on the device (NULL: the backend is not CUDA) */
-    zi_device_sampler *dev;
-    int *src_row; /* [n_slots * ZI_SPEC_ROWS] sampled row -> its logits row */
-    /* draft-model speculation (NULL: cfg.draft_model is NULL) */
-    zi_spec_draft *drafter;
-    zi_spec_draft_req *dreqs; /* [n_slots] */
-    /* embeddings (zi_generator_next_token_embed): this call's inputs, the
-     * ones in this step (their table rows follow the text contexts'), and
-     * the step's hidden-state rows */
-    zi_embed_input *const *emb;
-    size_t n_emb;
-    zi_embed_input **emb_stepped; /* [emb_cap] */
-    size_t emb_cap;
-    zi_embed_step es;      /* this step's (es.n_stepped 0: none) */
-    size_t table_rows_cap; /* rows g->tables holds (n_slots at first) */
-    uint8_t *want_hidden;  /* [max_batch_tokens] */
-    size_t want_hidden_cap;
-    float *hidden; /* [n_hidden][dim] */
-    size_t hidden_cap;
-};
+#include "generator_impl.h"
 
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_generator **out,
                         zi_error *err) {
@@ -318,13 +216,6 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx) {
     zi_text_context_unassign_from_cache(ctx, NULL);
 }
 
-/* The slot of an assigned context. */
-static gseq *seq_of(zi_generator *g, const zi_text_context *c) {
-    int64_t slot = -1;
-    zi_text_context_cache_seq_id(c, &slot, NULL);
-    return &g->seqs[slot];
-}
-
 /* Gives every context in the batch a slot, or fails without changing any. */
 static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n, zi_error *err) {
     size_t need = 0;
@@ -370,80 +261,6 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
     return ZI_OK;
 }
 
-/* FNV-1a over token ids, continuing from h (TOKEN_HASH_SEED: none yet). */
-#define TOKEN_HASH_SEED 0xcbf29ce484222325ull
-static uint64_t token_hash(uint64_t h, const int32_t *t, int64_t n) {
-    for (int64_t i = 0; i < n; i++) h = (h ^ (uint32_t)t[i]) * 0x100000001b3ull;
-    return h;
-}
-
-/* Structured output: the tokens that keep context c's completion a
- * prefix of its grammar's (grammar.h; a JSON schema compiled to one), into
- * mask row `row`. The state catches up with the tokens generated since the
- * last step (all of them again after a rollback); tokens that do not
- * continue it (none should: each was drawn under this mask) leave only the
- * end-of-sequence ids. */
-static const int32_t *grammar_mask(zi_generator *g, const zi_text_context *c, int row) {
-    gseq *q = seq_of(g, c);
-    const int32_t *gen = c->tokens + c->prompt_len;
-    int64_t n_gen = c->end_idx - c->prompt_len;
-    if (q->js_fed >= 0 &&
-        (q->js_fed > n_gen || token_hash(TOKEN_HASH_SEED, gen, q->js_fed) != q->js_hash))
-        q->js_fed = -1;
-    if (q->js_fed < 0) { /* (the worker compiled it at admission: a cache hit) */
-        zi_grammar_state_free(q->gs);
-        q->gs = NULL;
-        q->js_bad = (!q->gram && zi_grammar_cache_get(g->grammars, c, &q->gram, NULL) != ZI_OK) ||
-                    zi_grammar_state_create(q->gram, &q->gs, NULL) != ZI_OK;
-        q->js_fed = 0, q->js_hash = TOKEN_HASH_SEED;
-    }
-    q->js_hash = token_hash(q->js_hash, gen + q->js_fed, n_gen - q->js_fed);
-    for (; q->js_fed < n_gen; q->js_fed++)
-        if (!q->js_bad && !zi_grammar_feed_token(g->json, q->gs, gen[q->js_fed])) q->js_bad = 1;
-    size_t words = ((size_t)g->n_vocab + 31) / 32;
-    int32_t *m = g->json_masks + (size_t)row * words;
-    if (!q->js_bad) {
-        zi_grammar_allowed(g->json, q->gs, c->eos_token_ids.v, c->eos_token_ids.n, m);
-        size_t w = 0; /* never a row with nothing to draw */
-        while (w < words && m[w] == 0) w++;
-        if (w == words) q->js_bad = 1;
-    }
-    if (q->js_bad) zi_json_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
-    return m;
-}
-
-int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_error *err) {
-    if (v && zi_json_vocab_size(v) != g->n_vocab)
-        return zi_error_set(err, ZI_EINVAL,
-                            "structured output: the tokenizer has %d tokens, the model %d",
-                            (int)zi_json_vocab_size(v), g->n_vocab);
-    if (v && !g->grammars && zi_grammar_cache_create(&g->grammars, err)) return ZI_ENOMEM;
-    if (v && !g->json_masks) {
-        size_t words = ((size_t)g->n_vocab + 31) / 32;
-        g->json_masks = malloc((size_t)g->cfg.n_slots * words * sizeof *g->json_masks);
-        if (!g->json_masks) return zi_error_set(err, ZI_ENOMEM, "out of memory");
-    }
-    g->json = v;
-    return ZI_OK;
-}
-
-bool zi_generator_has_json(const zi_generator *g) {
-    return g->json != NULL;
-}
-
-int zi_generator_check_constraint(zi_generator *g, const zi_text_context *c, zi_error *err) {
-    const zi_grammar *gr = NULL;
-    if (!c->has_json_schema && !c->grammar.len) return ZI_OK;
-    if (!g->grammars)
-        return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "%s: this worker cannot constrain decoding (no tokenizer in its model "
-                            "file)",
-                            c->has_json_schema ? "response_format" : "grammar");
-    int rc = zi_grammar_cache_get(g->grammars, c, &gr, err);
-    zi_grammar_cache_put(g->grammars, gr);
-    return rc;
-}
-
 /* Grows a scratch array to hold n elements of size sz. */
 static int grow(void **p, size_t *cap, size_t n, size_t sz, zi_error *err) {
     if (n <= *cap) return ZI_OK;
@@ -484,7 +301,7 @@ static int make_logprobs(zi_generator *g, const float *row, int32_t token, int64
  * prefix sharing, and marks them committed (the seeds' committed_idx). */
 static void register_full_blocks(zi_generator *g, zi_text_context *c) {
     if (!g->cfg.prefix_cache) return;
-    gseq *q = seq_of(g, c);
+    gseq *q = zi_gen_seq_of(g, c);
     int bs = g->cfg.block_size;
     int32_t full = (int32_t)(c->start_idx / bs);
     if (full > q->n_blocks) full = q->n_blocks;
@@ -513,7 +330,7 @@ static int wants_echo(const zi_text_context *c) {
  * generated tokens stand, and with prefix caching its own registered
  * blocks may still be found then. */
 static void preempt(zi_generator *g, zi_text_context *c) {
-    gseq *q = seq_of(g, c);
+    gseq *q = zi_gen_seq_of(g, c);
     drop_blocks(g, q);
     q->looked_up = 0;
     zi_text_context_reset(c);
@@ -545,7 +362,7 @@ static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
  * empty. Returns how many positions are covered (< upto when even that did
  * not free enough). */
 static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int64_t upto) {
-    gseq *q = seq_of(g, c);
+    gseq *q = zi_gen_seq_of(g, c);
     int bs = g->cfg.block_size;
     if (upto > (int64_t)g->max_blocks * bs)
         upto = (int64_t)g->max_blocks * bs; /* q->blocks' size */
@@ -556,7 +373,7 @@ static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int6
             zi_text_context *victim = NULL;
             for (size_t i = n; i-- > 0;) {
                 zi_text_context *o = g->order[i];
-                gseq *oq = seq_of(g, o);
+                gseq *oq = zi_gen_seq_of(g, o);
                 if (oq->arrival > q->arrival && oq->n_blocks > 0) {
                     victim = o;
                     break;
@@ -662,7 +479,7 @@ static void time_step(zi_generator *g, int n_decode, int n_prompt, double dt) {
 }
 
 static int by_arrival(zi_generator *g, const zi_text_context *a, const zi_text_context *b) {
-    return seq_of(g, a)->arrival < seq_of(g, b)->arrival;
+    return zi_gen_seq_of(g, a)->arrival < zi_gen_seq_of(g, b)->arrival;
 }
 
 /* What schedule_batch put in this step's batch, for the phases after it. */
@@ -696,7 +513,7 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
             j--;
         }
         g->order[j] = c;
-        seq_of(g, c)->n_draft = 0;
+        zi_gen_seq_of(g, c)->n_draft = 0;
         p->n_decoding += !c->is_initial_prompt;
         p->n_waiting += c->is_initial_prompt;
     }
@@ -706,7 +523,7 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
     int prompt_budget = p->n_decoding ? prompt_chunk(g, p->n_waiting, p->n_decoding) : budget;
     for (size_t i = 0; i < n_live && budget > 0; i++) {
         zi_text_context *c = g->order[i];
-        gseq *q = seq_of(g, c);
+        gseq *q = zi_gen_seq_of(g, c);
         if (zi_text_context_is_done(c)) continue; /* cannot happen: kept for clarity */
         match_prefix(g, c, q);
         int64_t len = zi_text_context_active_length(c);
@@ -769,7 +586,7 @@ static int propose_by_model(zi_generator *g, const step_plan *p, zi_error *err) 
     int n = 0;
     for (int i = 0; i < p->n_stepped; i++) {
         zi_text_context *c = g->stepped[i];
-        gseq *q = seq_of(g, c);
+        gseq *q = zi_gen_seq_of(g, c);
         if (!q->by_model || q->n_draft == 0) continue;
         g->dreqs[n++] = (zi_spec_draft_req){.slot = (int)(q - g->seqs),
                                             .tokens = c->tokens,
@@ -780,7 +597,7 @@ static int propose_by_model(zi_generator *g, const step_plan *p, zi_error *err) 
     if (n == 0) return ZI_OK;
     int rc = zi_spec_draft_propose(g->drafter, g->dreqs, n, err);
     for (int i = 0; !rc && i < p->n_stepped; i++) {
-        gseq *q = seq_of(g, g->stepped[i]);
+        gseq *q = zi_gen_seq_of(g, g->stepped[i]);
         if (q->by_model && q->n_draft > 0)
             memcpy(g->tokens + q->draft_at, q->draft, (size_t)q->n_draft * sizeof *q->draft);
     }
@@ -810,7 +627,7 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
         int64_t n_gen = c->end_idx - c->prompt_len;
         uint8_t mask = 0;
         zi_text_context_min_token_mask(c, 1, &mask, NULL);
-        int n_draft = seq_of(g, c)->n_draft; /* its rows follow its token's */
+        int n_draft = zi_gen_seq_of(g, c)->n_draft; /* its rows follow its token's */
         *r = (zi_sampler_row){
             .logits = g->logits + (size_t)(last_row(g, p, i) - n_draft) * g->n_vocab,
             .params = &c->sampling_params,
@@ -822,7 +639,7 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
             .eos_forbid = g->forbid ? g->forbid + used : NULL,
         };
         if ((c->has_json_schema || c->grammar.len) && g->json)
-            r->bitmask = grammar_mask(g, c, *n_sample - 1);
+            r->bitmask = zi_gen_grammar_mask(g, c, *n_sample - 1);
         if (mask) { /* ids outside the vocabulary cannot be sampled anyway */
             const zi_i32_list *lists[2] = {&c->eos_token_ids, &c->sampling_params.stop_token_ids};
             size_t k = 0;
@@ -845,7 +662,7 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
     for (int k = 0; k < n_own; k++) {
         int i = g->row_ctx[k];
         const zi_text_context *c = g->stepped[i];
-        const gseq *q = seq_of(g, c);
+        const gseq *q = zi_gen_seq_of(g, c);
         int first = last_row(g, p, i) - q->n_draft;
         for (int j = 0; j < q->n_draft; j++) {
             zi_sampler_row *r = &g->rows[*n_sample];
@@ -967,7 +784,7 @@ static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
         }
         int32_t tok = g->sample_tok[i];
         zi_logprobs *lp = NULL;
-        gseq *q = seq_of(g, c);
+        gseq *q = zi_gen_seq_of(g, c);
         int own = last - q->n_draft; /* c's own row; the drafts' follow it */
         if (c->log_probabilities > 0 && c->active_idx == c->end_idx &&
             (rc = make_logprobs(g, g->logits + (size_t)own * g->n_vocab, tok, c->log_probabilities,
@@ -989,7 +806,7 @@ static int device_step_ok(const zi_generator *g, const step_plan *p) {
     if (!g->dev) return 0;
     for (int i = 0; i < p->n_stepped; i++)
         if (g->stepped[i]->log_probabilities > 0 || g->stepped[i]->sampling_params.logit_bias.n ||
-            seq_of((zi_generator *)g, g->stepped[i])->n_draft > 0)
+            zi_gen_seq_of((zi_generator *)g, g->stepped[i])->n_draft > 0)
             return 0;
     return 1;
 }
