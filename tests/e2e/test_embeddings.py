@@ -18,6 +18,7 @@ alone, bit for bit, and the generation's tokens are unchanged. Errors name
 their field.
 """
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,11 @@ SUBJECTS = ["The cat", "A small robot", "My neighbour", "The old train", "Quantu
 ENDINGS = ["sleeps all day.", "was built in 1990.", "makes everyone laugh.",
            "is hard to explain to children.", "changed the way we think about time."]
 TEXTS = [f"{s} {e}" for s in SUBJECTS for e in ENDINGS]  # 50 inputs
-GEMMA = Path.home() / ".cache" / "zinfer" / "models" / "gemma-3-270m-q4_k_m.gguf"
+GEMMA = (Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer")) / "models"
+         / "gemma-3-270m-q4_k_m.gguf")
+# Under the sanitizers (ZINFER_SANITIZED=1) the comparisons run for mean
+# pooling on the default model only (README): the rest is reference work.
+SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"
 CTX = 512  # the servers' context (a short one keeps the truncation test quick)
 POOLINGS = {"mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN, "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
             "last": llama_cpp.LLAMA_POOLING_TYPE_LAST}
@@ -119,6 +124,8 @@ def compare(client, model_path, hidden, pooling, dim, name):
 
 @pytest.mark.parametrize("pooling", ["mean", "cls", "last"])
 def test_against_llama_cpp_and_float64(client, hidden, pooling):
+    if SANITIZED and pooling != "mean":
+        pytest.skip("release build only (the sanitizer build compares mean pooling)")
     compare(client, ZINFER_MODEL, hidden, pooling, 576, "smollm2")
 
 
@@ -126,6 +133,8 @@ def test_against_llama_cpp_and_float64(client, hidden, pooling):
 def gemma(tmp_path_factory):
     """A server of Gemma 3 270M and the float64 hidden states of every 5th
     text (None for the others)."""
+    if SANITIZED:
+        pytest.skip("release build only (the sanitizer build compares the default model)")
     if not GEMMA.exists():
         pytest.skip(f"{GEMMA} is not here")
     log = tmp_path_factory.mktemp("embed_gemma") / "serve.log"
