@@ -20,6 +20,7 @@ Skipped when the vendored vocab files (or, for gemma2, the Gemma 3 file)
 are absent. Numbers go to the e2e report (section families_logits).
 """
 
+import copy
 import os
 import re
 from pathlib import Path
@@ -262,7 +263,7 @@ def test_family_matches_reference_and_llamacpp(spec, run_zinfer, tmp_path, tmp_p
     # each difference of the family matters on this file: without it the
     # reference is far from zinfer (on the longest prompt, past the window)
     for what, change in spec["ablate"].items():
-        m = numpy_llama.Model(str(path))
+        m = copy.copy(ref_model)  # the weights shared; each change is a setattr
         change(m)
         far = float(numpy_llama.kl(m.forward(ids), got).mean())
         print(f"{spec['arch']} reference with {what}: mean KL from zinfer {far:.3e}")

@@ -15,6 +15,7 @@ streams share the worker's steps.
    probabilities: the same tokens, log probabilities within 1e-5.
 """
 
+import os
 import sys
 import time
 
@@ -24,6 +25,12 @@ from conftest import REPO, serve_process
 
 sys.path.insert(0, str(REPO / "clients" / "python"))
 from zinfer_client import Client  # noqa: E402
+
+# Under the sanitizers (ZINFER_SANITIZED=1) the cmocka tests test_spec_lookup
+# and test_spec_draft check these paths; here the release build only.
+release_only = pytest.mark.skipif(os.environ.get("ZINFER_SANITIZED") == "1",
+                                  reason="release build only (the unit tests run under the "
+                                         "sanitizers)")
 
 PASSAGE = ("The lighthouse at Pointe Noire was built in 1874 by a team of forty masons. "
            "Its lamp burned whale oil until 1902, when kerosene replaced it. "
@@ -111,6 +118,7 @@ def test_greedy_same_tokens_with_and_without(server):
     assert sum(x["spec_drafted"] for x in w) >= drafted
 
 
+@release_only
 def test_stop_string_cuts_where_it_cuts_without(server):
     messages = [{"role": "user", "content": "Repeat this text exactly, word for word:\n" + PASSAGE}]
     with Client(server.addr, timeout_s=300) as c:
@@ -139,6 +147,7 @@ def test_opt_out_does_not_speculate(server):
 GROUNDED = [p for p in PROMPTS if not p[2]]
 
 
+@release_only
 def test_sampled_seeded_same_tokens_and_accepted(server):
     with Client(server.addr, timeout_s=300) as c:
         before = spec_counts(c)
@@ -156,6 +165,7 @@ def test_sampled_seeded_same_tokens_and_accepted(server):
     assert accepted > 0 and drafted >= accepted
 
 
+@release_only
 def test_penalties_bias_logprobs_same_as_without(server):
     sp = {"temperature": 0, "repetition_penalty": 1.1, "frequency_penalty": 0.2,
           "presence_penalty": 0.1, "logit_bias": {13: 1.0, 28: -3.0}, "min_new_tokens": 12}
