@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "model_fixture.h"
+
 #include "args.h"
 #include "cpu_backend.h"
 #include "generator.h"
@@ -53,34 +55,18 @@ typedef struct fixture {
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
-    zi_default_model_path(f->path, sizeof f->path);
-    *state = NULL;
-    if (access(f->path, R_OK) != 0) {
-        free(f);
-        return 0;
-    }
-    zi_error err = {0};
-    zi_cpu_options o = {.n_threads = 2};
-    if (zi_cpu_backend_create(&o, &f->be, &err) || zi_model_load(f->path, f->be, &f->model, &err) ||
-        zi_tokenizer_load(zi_model_gguf(f->model), &f->tok, &err)) {
-        fprintf(stderr, "setup: %s\n", err.msg);
-        return -1;
-    }
-    for (int i = 0; i < N_PROMPTS; i++)
-        if (zi_tokenizer_encode(f->tok, texts[i], strlen(texts[i]), 1, 1, &f->ids[i], &f->n_ids[i],
-                                &err))
-            return -1;
-    *state = f;
-    return 0;
+    int rc = zi_test_model_open(&f->be, &f->model, &f->tok, f->path, sizeof f->path);
+    if (rc == 1 && zi_test_encode_all(f->tok, texts, N_PROMPTS, f->ids, f->n_ids)) rc = -1;
+    if (rc <= 0) free(f);
+    *state = rc > 0 ? f : NULL;
+    return rc < 0 ? -1 : 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
     if (!f) return 0;
     for (int i = 0; i < N_PROMPTS; i++) free(f->ids[i]);
-    zi_tokenizer_free(f->tok);
-    zi_model_free(f->model);
-    zi_backend_free(f->be);
+    zi_test_model_close(f->be, f->model, f->tok);
     free(f);
     return 0;
 }

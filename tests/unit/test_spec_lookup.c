@@ -25,6 +25,8 @@
 
 #include <cmocka.h>
 
+#include "model_fixture.h"
+
 #include "args.h"
 #include "chi2.h"
 #include "cpu_backend.h"
@@ -240,28 +242,18 @@ typedef struct fixture {
 } fixture;
 
 static int setup(void **state) {
-    char path[4096];
-    zi_default_model_path(path, sizeof path);
-    *state = NULL;
-    if (access(path, R_OK) != 0) return 0;
     fixture *f = calloc(1, sizeof *f);
-    zi_error err = {0};
-    zi_cpu_options o = {.n_threads = 2};
-    if (zi_cpu_backend_create(&o, &f->be, &err) || zi_model_load(path, f->be, &f->model, &err) ||
-        zi_tokenizer_load(zi_model_gguf(f->model), &f->tok, &err)) {
-        fprintf(stderr, "setup: %s\n", err.msg);
-        return -1;
-    }
-    *state = f;
-    return 0;
+    char path[4096];
+    int rc = zi_test_model_open(&f->be, &f->model, &f->tok, path, sizeof path);
+    if (rc <= 0) free(f);
+    *state = rc > 0 ? f : NULL;
+    return rc < 0 ? -1 : 0;
 }
 
 static int teardown(void **state) {
     fixture *f = *state;
     if (!f) return 0;
-    zi_tokenizer_free(f->tok);
-    zi_model_free(f->model);
-    zi_backend_free(f->be);
+    zi_test_model_close(f->be, f->model, f->tok);
     free(f);
     return 0;
 }
