@@ -135,7 +135,9 @@ void failover_resume(router *rt, rreq *r) {
     r->wrk = -1;
     free(r->resume_msg);
     r->resume_msg = NULL;
-    int rc = build_resume(r, &r->resume_msg, &r->resume_len, &err);
+    /* An embed request keeps no state on its worker: its kept "embed"
+     * message goes again as it is (dispatch sends start_msg). */
+    int rc = r->kind == K_EMBED ? ZI_OK : build_resume(r, &r->resume_msg, &r->resume_len, &err);
     if (!rc) rc = queue_push_front(rt, r->rid);
     if (rc) {
         char msg[200];
@@ -150,7 +152,7 @@ void failover_resume(router *rt, rreq *r) {
     r->state = RS_QUEUED;
     rt->n_waiting++;
     r->resumes++;
-    r->note_resume = true;
+    r->note_resume = r->kind == K_GENERATE;
     zi_log(&rt->log, ZI_LOG_INFO, "request %llu: its worker died after %zu tokens; resuming",
            (unsigned long long)r->rid, r->n_gen);
 }

@@ -289,3 +289,33 @@ def test_no_worker_back_gives_one_worker_lost(backend):
         assert h["workers"] == 0 and h["waiting"] == 0 and h["running"] == 0, h
     log = backend.router_log.read_text()
     assert log.count("resuming") == 2 and "worker_lost" in log, log
+
+
+@release_only
+@pytest.mark.parametrize("backend", [20000], indirect=True)
+def test_embed_on_a_dead_worker_runs_again(backend):
+    """An embed request keeps no state on its worker: when that worker dies
+    the router sends the same embed message to the next one, and the
+    result equals the one computed before the kill."""
+    import numpy as np
+    from zinfer_client import decode_array
+    texts = [f"Note {i}: the weather in town {i % 7} was mild, with rain after noon."
+             for i in range(192)]
+    w = backend.worker()
+    backend.wait_workers(1)
+    with Client(backend.addr, timeout_s=60.0) as c:
+        want, _ = c.embed(texts, pooling="mean")
+        rid = c.send({"op": "embed", "input": texts, "pooling": "mean"})
+        with Client(backend.addr, timeout_s=5.0) as h:  # until it runs on w
+            deadline = time.time() + 10
+            while h.call("health")["running"] == 0:
+                assert time.time() < deadline, "the embed request never ran"
+                time.sleep(0.02)
+        os.kill(w.pid, signal.SIGKILL)
+        backend.worker()
+        ev = c.next_reply(rid)
+    assert ev.get("event") == "result", ev
+    got = decode_array(ev["embeddings"], as_numpy=True)
+    assert got.shape == want.shape
+    assert np.array_equal(got, want)
+    assert "resuming" in backend.router_log.read_text()
