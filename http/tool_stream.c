@@ -237,6 +237,23 @@ static int valid_args(const char *s, size_t n) {
     return ok;
 }
 
+void zi_tool_call_id(char out[ZI_TS_ID_LEN + 1], unsigned salt) {
+    static const char ALNUM[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    unsigned char rnd[32];
+    int k = 0;
+    /* Bytes under 248 (= 4 * 62) map evenly onto the 62 characters. */
+    while (k < ZI_TS_ID_LEN) {
+        if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd) {
+            /* No entropy (never on Linux >= 3.17 with a seeded pool): still
+             * distinct ids within a text, which is what templates match. */
+            for (size_t b = 0; b < sizeof rnd; b++) rnd[b] = (unsigned char)((salt + 1) * 37 + b);
+        }
+        for (size_t b = 0; b < sizeof rnd && k < ZI_TS_ID_LEN; b++)
+            if (rnd[b] < 248) out[k++] = ALNUM[rnd[b] % 62];
+    }
+    out[ZI_TS_ID_LEN] = '\0';
+}
+
 /* Scans the current region and reports its progress; *more when it waits
  * for text. */
 static int step_region(zi_tool_stream *ts, zi_ts_emit emit, void *arg, int *more) {
@@ -248,12 +265,8 @@ static int step_region(zi_tool_stream *ts, zi_ts_emit emit, void *arg, int *more
         scall *c = &sc->calls[k];
         if (!c->has_name || !c->has_args) break;
         if (k == ts->region_started) {
-            unsigned char rnd[12];
-            if (getrandom(rnd, sizeof rnd, 0) != sizeof rnd) memset(rnd, 0, sizeof rnd);
-            char id[40];
-            int m = snprintf(id, sizeof id, "call_");
-            for (size_t b = 0; b < sizeof rnd; b++)
-                m += snprintf(id + m, sizeof id - m, "%02x", rnd[b]);
+            char id[ZI_TS_ID_LEN + 1];
+            zi_tool_call_id(id, (unsigned)ts->n_calls);
             ts->region_started++, ts->n_calls++;
             ts->args_sent = c->args_from;
             rc = emit_ev(emit, arg, ZI_TS_CALL, ts->region_base + k, id, c->name, strlen(c->name));

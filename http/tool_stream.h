@@ -32,6 +32,9 @@
 #define ZI_TS_MAX_CALLS 64 /* calls in one region (array); more: a malformed region */
 #define ZI_TS_MAX_DEPTH 64 /* nesting of an arguments object */
 #define ZI_TS_NAME_MAX 128 /* bytes of a tool's name, as zi_http_tools_parse bounds it */
+/* A generated tool-call id's length: 9, the only length Mistral's chat
+ * templates accept (they raise on any other; docs/http.md). */
+#define ZI_TS_ID_LEN 9
 
 typedef enum zi_ts_kind {
     ZI_TS_CONTENT, /* text: content */
@@ -42,7 +45,7 @@ typedef enum zi_ts_kind {
 typedef struct zi_ts_event {
     zi_ts_kind kind;
     int index;        /* CALL, ARGS: the call's index, 0, 1, ... over the whole text */
-    const char *id;   /* CALL: "call_" + 24 hex digits */
+    const char *id;   /* CALL: ZI_TS_ID_LEN letters and digits (zi_tool_call_id) */
     const char *text; /* not NUL-terminated; valid during the callback */
     size_t len;
 } zi_ts_event;
@@ -90,5 +93,12 @@ int zi_tool_stream_calls_ok(const zi_tool_stream *ts);
  * both NULL (the text is all content). -1 out of memory. */
 int zi_tool_stream_parse_all(const json_t *names, const char *text, size_t len, json_t **calls,
                              char **content);
+
+/* A new tool-call id into out: ZI_TS_ID_LEN random letters and digits
+ * (getrandom). Not OpenAI's "call_" + 24 characters: ids are opaque to
+ * clients, and Mistral's templates refuse every length but 9, so an id of
+ * this length can be sent back with any template (docs/http.md). salt
+ * (the call's number) keeps ids distinct should getrandom fail. */
+void zi_tool_call_id(char out[ZI_TS_ID_LEN + 1], unsigned salt);
 
 #endif

@@ -358,6 +358,8 @@ def test_structured_outputs_and_grammar(sdk, model):
                                     extra_body={"structured_outputs": {"regex": "a(?=b)"}})
     assert "regex" in str(e.value) and "lookaround" in str(e.value)
 
+# zinfer's tool-call ids: 9 letters and digits, which Mistral's templates demand
+CALL_ID = re.compile(r"[A-Za-z0-9]{9}")
 WEATHER = [{"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city now",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
@@ -375,7 +377,7 @@ def test_tool_call_round_trip(sdk, model):
         c = r.choices[0]
         assert c.finish_reason == "tool_calls" and c.message.content is None, c
         (call,) = c.message.tool_calls
-        assert call.type == "function" and call.id.startswith("call_")
+        assert call.type == "function" and CALL_ID.fullmatch(call.id), call.id
         assert call.function.name == "get_weather"
         args = json.loads(call.function.arguments)
         jsonschema.validate(args, WEATHER[0]["function"]["parameters"])
@@ -386,7 +388,7 @@ def test_tool_call_round_trip(sdk, model):
     deltas = [t for x in chunks for t in (x.choices[0].delta.tool_calls or [])]
     # the call starts with its name, then its arguments arrive piece by piece
     # and join to exactly the unstreamed reply's arguments
-    assert deltas[0].index == 0 and deltas[0].id.startswith("call_")
+    assert deltas[0].index == 0 and CALL_ID.fullmatch(deltas[0].id), deltas[0].id
     assert deltas[0].function.name == "get_weather" and deltas[0].function.arguments == ""
     assert len(deltas) > 2 and all(t.index == 0 and t.id is None for t in deltas[1:])
     assert "".join(t.function.arguments for t in deltas[1:]) == call.function.arguments
@@ -500,6 +502,44 @@ def test_tool_messages_in_template_roles(zinfer_bin, model_path, tmp_path):
         st, _, tok2 = h.req("POST", "/tokenize", {"prompt": other, "add_special_tokens": False},
                             key=None)
         assert tok2["count"] != tok["count"]
+
+
+MISTRAL = Path(__file__).resolve().parents[1] / "fixtures" / "chat_templates" / "mistral_v0_3.jinja"
+
+
+def test_tool_call_ids_fit_mistral_templates(zinfer_bin, model_path, tmp_path):
+    """Mistral's templates raise on a tool-call id that is not 9 long:
+    zinfer's generated ids go back through Mistral v0.3's template (the
+    call and its result rendered natively), and OpenAI's "call_" + 24
+    characters is refused by the template, naming the rule."""
+    port = free_port()
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
+                       "--slots", 2, "--chat-template", MISTRAL,
+                       "--http", f"127.0.0.1:{port}") as srv:
+        h = Http(port)
+        deadline = time.time() + 30
+        while h.req("GET", "/health", key=None, timeout=5)[0] != 200:
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        assert "tool messages rendered by the template" in srv.log()
+        msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
+        st, _, r = h.req("POST", CHAT, {"messages": msgs, "tools": WEATHER, "max_tokens": 30,
+                                        "tool_choice": "required", "temperature": 0}, key=None)
+        assert st == 200, r
+        (call,) = r["choices"][0]["message"]["tool_calls"]
+        assert CALL_ID.fullmatch(call["id"]), call
+
+        def follow(call_id):
+            c = dict(call, id=call_id)
+            return {"messages": msgs + [
+                {"role": "assistant", "content": None, "tool_calls": [c]},
+                {"role": "tool", "tool_call_id": call_id, "content": "{\"temperature_c\": 21}"}],
+                "tools": WEATHER, "max_tokens": 2, "temperature": 0}
+        st, _, r = h.req("POST", CHAT, follow(call["id"]), key=None)
+        assert st == 200, r
+        assert r["usage"]["prompt_tokens"] > 60  # the call and its result were rendered
+        st, _, r = h.req("POST", CHAT, follow("call_" + "a1" * 12), key=None)
+        assert st == 400 and "length 9" in r["error"]["message"], r
 
 
 @pytest.mark.parametrize("stream", [True, False])
