@@ -21,6 +21,8 @@ static const char *type_of(int status) {
         return "rate_limit_error";
     case 503:
         return "service_unavailable_error";
+    case 504:
+        return "timeout_error";
     default:
         return "server_error";
     }

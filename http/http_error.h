@@ -23,8 +23,8 @@ typedef struct zi_http_error {
 
 /* Fills e; status decides the type (400/404/405/413 invalid_request_error,
  * 401 authentication_error, 429 rate_limit_error, 503 service_unavailable,
- * others server_error). code and param may be NULL (copied). Returns -1 (so parsers can write
- * `return zi_http_fail(...)`). */
+ * 504 timeout_error, others server_error). code and param may be NULL (copied). Returns -1 (so
+ * parsers can write `return zi_http_fail(...)`). */
 int zi_http_fail(zi_http_error *e, int status, const char *code, const char *param, const char *fmt,
                  ...) __attribute__((format(printf, 5, 6)));
 

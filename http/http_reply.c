@@ -163,6 +163,19 @@ int zi_http_result_apply(zi_http_result *r, const msgpack_object *f, zi_http_del
         c->prompt_tokens = pt, c->completion_tokens = ct;
         d->final = 1;
         r->n_done++;
+        /* A deadline is no normal finish: OpenAI has no finish_reason for
+         * it, so it is an error an SDK raises (docs/http.md, "Deadlines"). */
+        if (!strcmp(c->status, "deadline_exceeded")) {
+            if (r->g->timeout_ms)
+                return zi_http_fail(e, 504, "deadline_exceeded", "timeout_ms",
+                                    "timeout_ms: the request's deadline (%lld ms) passed after "
+                                    "%lld generated tokens",
+                                    r->g->timeout_ms, (long long)ct);
+            return zi_http_fail(e, 504, "deadline_exceeded", NULL,
+                                "the server's deadline for a request (--request-timeout) passed "
+                                "after %lld generated tokens",
+                                (long long)ct);
+        }
         return 0;
     }
     if (strcmp(ev, "chunk")) return 1;

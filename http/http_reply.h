@@ -66,8 +66,9 @@ typedef struct zi_http_delta {
 } zi_http_delta;
 
 /* Applies one frame of request "g<i>". 0 with *d set; 1 for a frame of no
- * choice of this request (ignored); -1 with e set for an "error" frame or
- * a malformed one. */
+ * choice of this request (ignored); -1 with e set for an "error" frame, a
+ * malformed one, or a final "deadline_exceeded" (504 deadline_exceeded:
+ * OpenAI has no finish_reason for it; the choice is final all the same). */
 int zi_http_result_apply(zi_http_result *r, const msgpack_object *frame, zi_http_delta *d,
                          zi_http_error *e);
 

@@ -30,8 +30,8 @@ typedef struct checked {
     char *regex;             /* structured_outputs.regex or .choice (owned), or NULL */
     double num[7];
     int has_num[7];
-    long long max_tokens, min_tokens, top_k;
-    int has_max, has_min, has_top_k, ignore_eos, has_ignore_eos;
+    long long max_tokens, min_tokens, top_k, timeout_ms;
+    int has_max, has_min, has_top_k, ignore_eos, has_ignore_eos, has_timeout;
     unsigned long long seed;
 } checked;
 
@@ -448,6 +448,10 @@ static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *
     if (get_int(o, "top_k", -1, INT32_MAX, &k->top_k, &k->has_top_k, e)) return -1;
     k->has_ignore_eos = get(o, "ignore_eos") != NULL;
     if (get_bool(o, "ignore_eos", &k->ignore_eos, e)) return -1;
+    /* zinfer's extension: the router's deadline (docs/http.md, "Deadlines") */
+    if (get_int(o, "timeout_ms", 1, ZI_MAX_TIMEOUT_MS, &k->timeout_ms, &k->has_timeout, e))
+        return -1;
+    g->timeout_ms = k->has_timeout ? k->timeout_ms : 0;
     long long x;
     int has;
     if (get_int(o, "n", 1, ZI_HTTP_MAX_N, &x, &has, e)) return -1;
@@ -551,7 +555,8 @@ static void pack_json(msgpack_packer *pk, json_t *v) {
 static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_packer *pk) {
     int tools = g->tools.choice != ZI_TOOLS_OFF;
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
-                 (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL);
+                 (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL) +
+                 k->has_timeout;
     msgpack_pack_map(pk, n_keys);
     char id[16];
     snprintf(id, sizeof id, "g%d", i);
@@ -615,6 +620,7 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     }
     if (k->grammar) zi_pack_kv_str(pk, "grammar", k->grammar);
     if (k->regex) zi_pack_kv_str(pk, "regex", k->regex);
+    if (k->has_timeout) zi_pack_kv_int(pk, "timeout_ms", k->timeout_ms);
 }
 
 json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {

@@ -39,6 +39,7 @@ typedef struct zi_http_gen {
     zi_msg req[ZI_HTTP_MAX_N]; /* the router requests, built */
     const char *field_map[40]; /* router field -> request field pairs, NULL-ended */
     zi_http_tools tools;       /* chat: tools and tool_choice (choice OFF without) */
+    long long timeout_ms;      /* the request's timeout_ms; 0: the router's default */
 } zi_http_gen;
 
 /* Parses body (len bytes, not NUL-terminated) into g. 0, or -1 with e set

@@ -142,6 +142,9 @@ static MHD_Result_t queue_json(struct MHD_Connection *conn, int status, json_t *
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (allow) MHD_add_response_header(r, "Allow", allow);
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    /* 504 is a passed deadline: the same request would time out again, so
+     * the OpenAI SDKs (which retry 408 and 5xx) are told not to. */
+    if (status == 504) MHD_add_response_header(r, "x-should-retry", "false");
     MHD_Result_t rc = MHD_queue_response(conn, (unsigned)status, r);
     MHD_destroy_response(r);
     return rc;

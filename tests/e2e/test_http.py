@@ -542,6 +542,39 @@ def test_tool_call_ids_fit_mistral_templates(zinfer_bin, model_path, tmp_path):
         assert st == 400 and "length 9" in r["error"]["message"], r
 
 
+def test_deadline_is_an_error(web, sdk, model):
+    """timeout_ms (zinfer's extension) reaches the router; a request that
+    passes it is no normal finish: non-streamed a 504 "deadline_exceeded"
+    (x-should-retry: false), streamed the tokens so far then an error
+    event, which the openai SDK raises; a generous deadline changes
+    nothing."""
+    long = {"prompt": "Count:", "max_tokens": 4000, "ignore_eos": True, "temperature": 0}
+    t0 = time.time()
+    st, h, r = web.req("POST", COMP, dict(long, timeout_ms=300))
+    assert st == 504 and time.time() - t0 < 5, (st, r)
+    assert r["error"]["code"] == "deadline_exceeded" and r["error"]["type"] == "timeout_error", r
+    assert r["error"]["param"] == "timeout_ms" and "300 ms" in r["error"]["message"], r
+    assert h.get("x-should-retry") == "false", h
+    with pytest.raises(openai.APIStatusError) as ei:
+        sdk.completions.create(model=model, prompt="Hi", max_tokens=4000, temperature=0,
+                               extra_body={"ignore_eos": True, "timeout_ms": 1})
+    assert ei.value.status_code == 504 and ei.value.code == "deadline_exceeded"
+    got = []
+    with pytest.raises(openai.APIError) as ei:
+        for x in sdk.chat.completions.create(
+                model=model, messages=MSGS, max_tokens=4000, temperature=0, stream=True,
+                extra_body={"ignore_eos": True, "timeout_ms": 1500}):
+            got += [x.choices[0].delta.content or ""] if x.choices else []
+            assert x.choices[0].finish_reason is None  # never a normal end
+    assert ei.value.code == "deadline_exceeded" and "1500 ms" in ei.value.message, ei.value
+    assert len(got) > 2, got  # the tokens before the deadline were streamed
+    r = sdk.completions.create(model=model, prompt="Hi", max_tokens=3,
+                               extra_body={"timeout_ms": 60000})
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 3
+    st, _, r = web.req("POST", COMP, {"prompt": "Hi", "timeout_ms": 0})
+    assert st == 400 and r["error"]["param"] == "timeout_ms", r
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_disconnect_cancels(server, model, zc, stream):
     s = socket.create_connection(("127.0.0.1", server.port))

@@ -83,6 +83,7 @@ static void test_completion_fields(void **state) {
     zi_http_error e;
     assert_int_equal(parse("{\"prompt\": [[1, 2, 3]], \"logprobs\": 0, \"echo\": true, "
                            "\"top_k\": 5, \"min_tokens\": 2, \"ignore_eos\": true, "
+                           "\"timeout_ms\": 250, "
                            "\"response_format\": {\"type\": \"json_object\"}}",
                            ZI_HTTP_COMPLETION, &g, &e),
                      0);
@@ -103,6 +104,9 @@ static void test_completion_fields(void **state) {
     assert_true(zi_map_get(sp, "ignore_eos")->via.boolean);
     assert_str(zi_map_get(zi_map_get(r, "response_format"), "type"), "json_object");
     assert_null(zi_map_get(sp, "logit_bias"));
+    /* zinfer's extension: the router's per-request deadline, as given */
+    assert_int_equal(zi_map_get(r, "timeout_ms")->via.i64, 250);
+    assert_int_equal(g.timeout_ms, 250);
     msgpack_unpacked_destroy(&u);
     zi_http_gen_free(&g);
     /* logit_bias: OpenAI's string keys become the router's integer keys */
@@ -171,6 +175,9 @@ static void test_refusals_name_the_field(void **state) {
         {ZI_HTTP_COMPLETION, "{\"prompt\": [1, -2]}", "prompt[1]"},
         {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"stop\": [\"a\", 3]}", "stop[1]"},
         {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"best_of\": 2}", "best_of"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"timeout_ms\": 0}", "timeout_ms"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"timeout_ms\": 86400001}", "timeout_ms"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"timeout_ms\": 1.5}", "timeout_ms"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zi_http_gen g;
