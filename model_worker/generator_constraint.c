@@ -21,7 +21,8 @@ static uint64_t token_hash(uint64_t h, const int32_t *t, int64_t n) {
  * mask row `row`. The state catches up with the tokens generated since the
  * last step (all of them again after a rollback); tokens that do not
  * continue it (none should: each was drawn under this mask) leave only the
- * end-of-sequence ids. */
+ * end-of-sequence ids. Near the request's length limit only the tokens
+ * after which the text can still be finished are allowed. */
 const int32_t *zi_gen_grammar_mask(zi_generator *g, const zi_text_context *c, int row) {
     gseq *q = zi_gen_seq_of(g, c);
     const int32_t *gen = c->tokens + c->prompt_len;
@@ -42,7 +43,12 @@ const int32_t *zi_gen_grammar_mask(zi_generator *g, const zi_text_context *c, in
     size_t words = ((size_t)g->n_vocab + 31) / 32;
     int32_t *m = g->json_masks + (size_t)row * words;
     if (!q->js_bad) {
-        zi_grammar_allowed(g->json, q->gs, c->eos_token_ids.v, c->eos_token_ids.n, m);
+        /* the tokens this completion may still take, this one included:
+         * near the limit the mask closes the text instead of letting it
+         * be cut (grammar.h) */
+        int64_t budget = c->max_length - c->end_idx;
+        zi_grammar_allowed_within(g->json, q->gs, c->eos_token_ids.v, c->eos_token_ids.n, budget,
+                                  m);
         size_t w = 0; /* never a row with nothing to draw */
         while (w < words && m[w] == 0) w++;
         if (w == words) q->js_bad = 1;

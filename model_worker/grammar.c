@@ -11,6 +11,12 @@
  * mask walk the nodes made below a trie node are released when the walk
  * leaves it (the arena and the hash chains are LIFO); after a committed
  * feed the arena is compacted to the nodes still reachable once it grows.
+ *
+ * Each node also holds its stack's shortest way to the end of the grammar
+ * in bytes (grammar_impl.h's rest_min summed down the chain), so the mask
+ * walk knows, for every token, the least text still owed after it: the
+ * budget check of zi_grammar_allowed_within costs one minimum per trie
+ * node.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +29,7 @@ typedef struct gnode {
     int32_t hnext; /* hash chain */
     uint32_t stamp;
     uint32_t depth;
+    uint32_t minb; /* the fewest bytes that finish this stack */
 } gnode;
 
 typedef struct level { /* a set of stacks after some bytes */
@@ -45,7 +52,8 @@ typedef struct mcached {
     uint8_t u8_need, u8_len;
     uint32_t u8_acc;
     int32_t *mask;
-    uint64_t used; /* for least-recently-used replacement */
+    uint32_t max_after; /* the most bytes a token of mask leaves owed */
+    uint64_t used;      /* for least-recently-used replacement */
 } mcached;
 
 /* The memo of one mask walk: the distinct stack sets it meets, interned
@@ -62,6 +70,7 @@ typedef struct wset {
     bool can_end;
     uint8_t u8_need, u8_len;
     uint32_t u8_acc, hash;
+    uint32_t minb; /* level_min of the set */
 } wset;
 
 typedef struct wmemo {
@@ -73,6 +82,9 @@ typedef struct wmemo {
     int32_t *table; /* [2 * WALK_MAX_SETS] set ids by hash, -1: empty */
     int32_t mark;   /* the arena before the walk */
     bool full;      /* over WALK_MAX_NODES: nothing more kept */
+    uint32_t limit; /* a token leaving more bytes owed is not set */
+    uint32_t max_set, least_over; /* the most owed of a token set, the
+                                   * least owed of one over limit */
 } wmemo;
 
 struct zi_grammar_state {
@@ -120,6 +132,7 @@ static int32_t cons(zi_grammar_state *s, int32_t pos, int32_t parent) {
         if (s->nodes[i].pos == pos && s->nodes[i].parent == parent) return i;
     uint32_t depth = parent >= 0 ? s->nodes[parent].depth + 1 : 1;
     if (depth > ZI_GRAMMAR_MAX_DEPTH) return -2;
+    uint32_t minb = zi_gmin_add(s->g->rest_min[pos], parent >= 0 ? s->nodes[parent].minb : 0);
     if (s->n == s->cap) {
         int32_t cap = s->cap * 2;
         gnode *q = realloc(s->nodes, (size_t)cap * sizeof *q);
@@ -128,7 +141,8 @@ static int32_t cons(zi_grammar_state *s, int32_t pos, int32_t parent) {
     }
     if ((uint32_t)s->n >= s->n_bucket && rehash(s, s->n_bucket * 2) == ZI_OK)
         h = hash(pos, parent) & (s->n_bucket - 1);
-    s->nodes[s->n] = (gnode){.pos = pos, .parent = parent, .hnext = s->bucket[h], .depth = depth};
+    s->nodes[s->n] =
+        (gnode){.pos = pos, .parent = parent, .hnext = s->bucket[h], .depth = depth, .minb = minb};
     s->bucket[h] = s->n;
     return s->n++;
 }
@@ -269,6 +283,23 @@ static void copy_level(level *dst, const level *src) {
     *dst = *src;
     dst->tops = t;
     memcpy(t, src->tops, (size_t)src->n * sizeof *t);
+}
+
+/* The fewest bytes that finish some stack of l (0: it can end now); a
+ * character begun counts its missing bytes instead of its class's
+ * shortest. */
+static uint32_t level_min(const zi_grammar_state *s, const level *l) {
+    if (l->can_end && l->u8_need == 0) return 0;
+    const uint32_t *rest = s->g->rest_min;
+    uint32_t m = ZI_GMIN_INF;
+    for (int32_t k = 0; k < l->n; k++) {
+        const gnode *t = &s->nodes[l->tops[k]];
+        uint32_t v = t->minb;
+        if (l->u8_need && v < ZI_GMIN_INF) /* the class's share is rest[pos] - rest[pos + 1] */
+            v = v - (rest[t->pos] - rest[t->pos + 1]) + l->u8_need;
+        if (v < m) m = v;
+    }
+    return m;
 }
 
 void zi_grammar_state_free(zi_grammar_state *s) {
@@ -415,7 +446,8 @@ static int32_t intern(zi_grammar_state *s, const level *l) {
                          .u8_need = l->u8_need,
                          .u8_len = l->u8_len,
                          .u8_acc = l->u8_acc,
-                         .hash = h};
+                         .hash = h,
+                         .minb = level_min(s, l)};
     memcpy(m->pool + m->n_pool, l->tops, (size_t)l->n * sizeof *l->tops);
     m->n_pool += l->n;
     for (int k = 0; k < 256; k++) m->next[id * 256 + k] = WM_UNKNOWN;
@@ -464,18 +496,29 @@ static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, cons
             r = intern(s, out);
             if (in_id >= 0 && r >= 0) m->next[in_id * 256 + b] = r;
         }
-        for (int32_t id = t->nodes[c].tok; id >= 0; id = t->tok_next[id])
-            mask[id >> 5] |= (int32_t)(1u << (id & 31));
+        if (t->nodes[c].tok >= 0) {
+            uint32_t owed = r >= 0 ? m->sets[r].minb : level_min(s, out);
+            if (owed <= m->limit) {
+                for (int32_t id = t->nodes[c].tok; id >= 0; id = t->tok_next[id])
+                    mask[id >> 5] |= (int32_t)(1u << (id & 31));
+                if (owed > m->max_set) m->max_set = owed;
+            } else if (owed < m->least_over) {
+                m->least_over = owed;
+            }
+        }
         if (t->nodes[c].child >= 0 && out->n > 0) walk(s, t, c, out, r, d + 1, mask, sk);
         if (r < 0) release(s, mark); /* not interned: nothing refers to its nodes */
     }
 }
 
 /* Walks the trie from the current set with a fresh memo (skipping the
- * subtrees outside does not mark, when not NULL). */
-static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask,
-                     const skipper *sk) {
+ * subtrees sk says are set already, when not NULL), setting the tokens
+ * that leave at most limit bytes owed; m->max_set and m->least_over say
+ * what the walk saw. */
+static void walk_all(zi_grammar_state *s, const zi_vocab_trie *t, int32_t *mask, const skipper *sk,
+                     uint32_t limit) {
     wmemo *m = &s->wm;
+    m->limit = limit, m->max_set = 0, m->least_over = ZI_GMIN_INF;
     if (!m->sets) {
         m->sets = malloc(WALK_MAX_SETS * sizeof *m->sets);
         m->next = malloc((size_t)WALK_MAX_SETS * 256 * sizeof *m->next);
@@ -574,8 +617,10 @@ static bool class_step(zi_grammar_state *s, const level *in, int32_t t, const gc
  * ZI_CLASS_MASK_LEN): then a token of at most *r whole characters all in
  * C is allowed (the sets are never empty), and only the other tokens need
  * the walk. A string body [^"]* is a fixed point; [^"]{0,40} a chain of
- * up to 40 sets. NULL when none (or no memory). */
-static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab *v, int32_t *r) {
+ * up to 40 sets. NULL when none (or no memory). *owed: the most bytes
+ * owed after such a token (the largest level_min of S_1 .. S_r). */
+static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab *v, int32_t *r,
+                                       uint32_t *owed) {
     const zi_grammar *g = s->g;
     const level *c = &s->cur;
     zi_class_masks *cm = zi_json_vocab_class_masks(v);
@@ -593,8 +638,11 @@ static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab 
             continue;
         }
         int32_t steps = 1;
+        *owed = 0;
         for (;;) {
             const level *prev = steps == 1 ? s0 : L[(steps - 2) % 3], *cur = L[(steps - 1) % 3];
+            uint32_t o = level_min(s, cur);
+            if (o > *owed) *owed = o;
             if (cur->n == prev->n &&
                 !memcmp(cur->tops, prev->tops, (size_t)cur->n * sizeof *cur->tops)) {
                 steps = ZI_CLASS_MASK_LEN; /* a fixed point */
@@ -616,9 +664,11 @@ static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab 
     return NULL;
 }
 
-void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
-                        size_t n_eos, int32_t *mask) {
-    int32_t V = zi_json_vocab_size(v), words = (V + 31) / 32;
+/* The mask of every token s takes, from the cache or by a walk (cached
+ * then), EOS ids not yet touched; *max_after: the most bytes a token of it
+ * leaves owed. */
+static void mask_all(const zi_json_vocab *v, zi_grammar_state *s, int32_t words, int32_t *mask,
+                     uint32_t *max_after) {
     const level *c = &s->cur;
     mcached *hit = NULL, *lru = &s->cache[0];
     if (s->cache_words != words) {
@@ -636,32 +686,63 @@ void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32
     if (hit) {
         memcpy(mask, hit->mask, (size_t)words * sizeof *mask);
         hit->used = ++s->clock;
-    } else {
-        memset(mask, 0, (size_t)words * sizeof *mask);
-        if (c->n > 0) {
-            int32_t r = 0;
-            const zi_class_mask *fm = fast_class(s, v, &r);
-            skipper sk = {0};
-            if (fm && r >= ZI_CLASS_MASK_LEN) {
-                memcpy(mask, fm->mask, (size_t)words * sizeof *mask);
-            } else if (fm) {
-                for (int32_t i = 0; i < fm->len_end[r]; i++)
-                    mask[fm->by_len[i] >> 5] |= (int32_t)(1u << (fm->by_len[i] & 31));
-            }
-            if (fm) sk = (skipper){.outside = fm->outside, .max_len = fm->max_len, .r = r};
-            walk_all(s, zi_json_vocab_trie(v), mask, fm ? &sk : NULL);
-        }
-        if (!lru->mask) lru->mask = malloc((size_t)words * sizeof *mask);
-        if (!lru->tops) lru->tops = malloc(ZI_GRAMMAR_MAX_STACKS * sizeof *lru->tops);
-        if (lru->mask && lru->tops) { /* no room: just not cached */
-            memcpy(lru->mask, mask, (size_t)words * sizeof *mask);
-            memcpy(lru->tops, c->tops, (size_t)c->n * sizeof *c->tops);
-            lru->n = c->n, lru->can_end = c->can_end;
-            lru->u8_need = c->u8_need, lru->u8_len = c->u8_len, lru->u8_acc = c->u8_acc;
-            lru->used = ++s->clock;
-        }
+        *max_after = hit->max_after;
+        return;
     }
+    memset(mask, 0, (size_t)words * sizeof *mask);
+    *max_after = 0;
+    if (c->n > 0) {
+        int32_t r = 0;
+        uint32_t owed = 0;
+        const zi_class_mask *fm = fast_class(s, v, &r, &owed);
+        skipper sk = {0};
+        if (fm && r >= ZI_CLASS_MASK_LEN) {
+            memcpy(mask, fm->mask, (size_t)words * sizeof *mask);
+        } else if (fm) {
+            for (int32_t i = 0; i < fm->len_end[r]; i++)
+                mask[fm->by_len[i] >> 5] |= (int32_t)(1u << (fm->by_len[i] & 31));
+        }
+        if (fm) sk = (skipper){.outside = fm->outside, .max_len = fm->max_len, .r = r};
+        walk_all(s, zi_json_vocab_trie(v), mask, fm ? &sk : NULL, ZI_GMIN_INF);
+        *max_after = s->wm.max_set > owed || !fm ? s->wm.max_set : owed;
+    }
+    if (!lru->mask) lru->mask = malloc((size_t)words * sizeof *mask);
+    if (!lru->tops) lru->tops = malloc(ZI_GRAMMAR_MAX_STACKS * sizeof *lru->tops);
+    if (lru->mask && lru->tops) { /* no room: just not cached */
+        memcpy(lru->mask, mask, (size_t)words * sizeof *mask);
+        memcpy(lru->tops, c->tops, (size_t)c->n * sizeof *c->tops);
+        lru->n = c->n, lru->can_end = c->can_end;
+        lru->u8_need = c->u8_need, lru->u8_len = c->u8_len, lru->u8_acc = c->u8_acc;
+        lru->max_after = *max_after;
+        lru->used = ++s->clock;
+    }
+}
+
+void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
+                        size_t n_eos, int32_t *mask) {
+    zi_grammar_allowed_within(v, s, eos, n_eos, -1, mask);
+}
+
+void zi_grammar_allowed_within(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
+                               size_t n_eos, int64_t budget, int32_t *mask) {
+    int32_t V = zi_json_vocab_size(v), words = (V + 31) / 32;
+    uint32_t max_after = 0;
     bool end = zi_grammar_can_end(s);
+    mask_all(v, s, words, mask, &max_after);
+    /* After this token, budget - 1 tokens remain, one of them the EOS: a
+     * token may leave at most budget - 2 bytes owed (a byte is at most a
+     * token). Over that, the walk again with the limit and no fast path. */
+    if (budget >= 0 && s->cur.n > 0 && (int64_t)max_after > budget - 2) {
+        uint32_t limit = budget < 2                 ? 0
+                         : budget - 2 < ZI_GMIN_INF ? (uint32_t)(budget - 2)
+                                                    : ZI_GMIN_INF;
+        memset(mask, 0, (size_t)words * sizeof *mask);
+        walk_all(s, zi_json_vocab_trie(v), mask, NULL, limit);
+        bool any = false;
+        for (int32_t w = 0; w < words && !any; w++) any = mask[w] != 0;
+        if (!any && !end) /* nothing fits: the tokens that leave the least owed */
+            walk_all(s, zi_json_vocab_trie(v), mask, NULL, s->wm.least_over);
+    }
     for (size_t i = 0; i < n_eos; i++)
         if (eos[i] >= 0 && eos[i] < V) {
             if (end)

@@ -99,6 +99,18 @@ int zi_grammar_state_stacks(const zi_grammar_state *s);
 void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
                         size_t n_eos, int32_t *mask);
 
+/* zi_grammar_allowed for a completion that may take at most budget more
+ * tokens, this one included (< 0: no limit). A token is allowed only when
+ * the text can still be finished after it, end-of-sequence included,
+ * within the budget, counting the fewest bytes that finish it as tokens
+ * (every vocabulary zinfer runs has a token for each byte: the count is
+ * never short). So a completion that would be cut by its length limit
+ * closes its brackets and strings instead, and ends validating. When no
+ * token fits (a budget smaller than the grammar's shortest text), the
+ * tokens that leave the fewest bytes owed; end-of-sequence as above. */
+void zi_grammar_allowed_within(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
+                               size_t n_eos, int64_t budget, int32_t *mask);
+
 /* Feeds token id's bytes (false and s unchanged when not allowed, or id
  * is unknown or a control token). */
 bool zi_grammar_feed_token(const zi_json_vocab *v, zi_grammar_state *s, int32_t id);

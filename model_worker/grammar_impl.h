@@ -8,6 +8,13 @@
  * character class (G_CHAR, v = class index) or a rule reference (G_REF,
  * v = rule index). Classes are sorted, merged code point ranges (negation
  * and '.' are resolved at compile time), with a bitmap for ASCII.
+ *
+ * rest_min[i] is the fewest UTF-8 bytes of text that take the grammar from
+ * element i to the end of i's alternative (0 at its G_ALT / G_END; a class
+ * counts its shortest character, a reference its rule's shortest text;
+ * ZI_GMIN_INF where no finite text does): a stack's shortest way to the end
+ * of the grammar is the sum over its positions (grammar.c keeps it in each
+ * stack node), which is what lets a completion close within its budget.
  */
 #ifndef ZI_GRAMMAR_IMPL_H
 #define ZI_GRAMMAR_IMPL_H
@@ -39,7 +46,16 @@ struct zi_grammar {
     int32_t n_classes;
     uint32_t (*ranges)[2]; /* [lo, hi] inclusive */
     int32_t n_ranges;
+    uint32_t *rest_min; /* [n_elems], see above */
 };
+
+/* "No finite text": sums saturate here (two of them still fit 32 bits). */
+#define ZI_GMIN_INF 0x3fffffffu
+
+static inline uint32_t zi_gmin_add(uint32_t a, uint32_t b) {
+    uint32_t s = a + b;
+    return s > ZI_GMIN_INF ? ZI_GMIN_INF : s;
+}
 
 /* Whether class c holds code point cp. */
 static inline bool zi_gclass_has(const zi_grammar *g, const gclass *c, uint32_t cp) {

@@ -621,6 +621,53 @@ static int productive(parser *p, const zi_grammar *g, int32_t root) {
     return rc;
 }
 
+/* The shortest character of class c in UTF-8 bytes (ZI_GMIN_INF: empty). */
+static uint32_t class_min_bytes(const zi_grammar *g, const gclass *c) {
+    if (c->ascii[0] | c->ascii[1]) return 1;
+    if (c->n == 0) return ZI_GMIN_INF;
+    uint32_t lo = g->ranges[c->off][0];
+    return lo < 0x80 ? 1 : lo < 0x800 ? 2 : lo < 0x10000 ? 3 : 4;
+}
+
+static uint32_t elem_min(const zi_grammar *g, const uint32_t *rule_min, int32_t k) {
+    gelem e = g->elems[k];
+    return e.type == G_CHAR ? class_min_bytes(g, &g->classes[e.v]) : rule_min[e.v];
+}
+
+/* g->rest_min (grammar_impl.h). The rules' shortest texts to a fixed point
+ * first: a round can only lower them, and a shortest derivation uses no
+ * rule twice on a path, so n_rules + 1 rounds suffice; the rounds go from
+ * the last rule (helper rules come after their users) to settle sooner. */
+static int min_lengths(parser *p, zi_grammar *g) {
+    int32_t R = g->n_rules;
+    uint32_t *rule_min = malloc((size_t)R * sizeof *rule_min);
+    g->rest_min = malloc((size_t)g->n_elems * sizeof *g->rest_min);
+    if (!rule_min || !g->rest_min) {
+        free(rule_min);
+        return oom(p);
+    }
+    for (int32_t r = 0; r < R; r++) rule_min[r] = ZI_GMIN_INF;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t r = R - 1; r >= 0; r--)
+            for (int32_t a = g->alt_off[r]; a < g->alt_off[r + 1]; a++) {
+                uint32_t sum = 0;
+                for (int32_t k = g->alt_start[a]; g->elems[k].type > G_ALT; k++)
+                    sum = zi_gmin_add(sum, elem_min(g, rule_min, k));
+                if (sum < rule_min[r]) rule_min[r] = sum, changed = true;
+            }
+    }
+    for (int32_t a = 0; a < g->alt_off[R]; a++) {
+        int32_t end = g->alt_start[a];
+        while (g->elems[end].type > G_ALT) end++;
+        g->rest_min[end] = 0;
+        for (int32_t k = end - 1; k >= g->alt_start[a]; k--)
+            g->rest_min[k] = zi_gmin_add(elem_min(g, rule_min, k), g->rest_min[k + 1]);
+    }
+    free(rule_min);
+    return ZI_OK;
+}
+
 void zi_grammar_free(zi_grammar *g) {
     if (!g) return;
     free(g->elems);
@@ -628,6 +675,7 @@ void zi_grammar_free(zi_grammar *g) {
     free(g->alt_start);
     free(g->classes);
     free(g->ranges);
+    free(g->rest_min);
     free(g);
 }
 
@@ -662,6 +710,9 @@ int zi_grammar_compile(const char *text, size_t len, zi_grammar **out, zi_error 
         g->classes = p.classes, g->n_classes = p.n_classes;
         g->ranges = p.ranges, g->n_ranges = p.n_ranges;
         p.classes = NULL, p.ranges = NULL;
+        rc = min_lengths(&p, g);
+    }
+    if (!rc) {
         *out = g;
     } else {
         zi_grammar_free(g);

@@ -8,7 +8,10 @@
  *    by one (a brute force over the whole vocabulary), and a timing of the
  *    mask for the JSON-like grammar;
  *  - bounds: deep nesting and very ambiguous grammars stay within the
- *    stack limits and a time limit.
+ *    stack limits and a time limit;
+ *  - budgets: a completion that never takes end-of-sequence by choice, and
+ *    prefers the longest tokens, still ends a whole sentence within the
+ *    budget the budgeted mask is given.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -391,11 +394,78 @@ static void test_feed_token_and_cost(void **state) {
     free(mask);
 }
 
+/* Drives a completion of grammar with at most budget tokens through
+ * zi_grammar_allowed_within: at each step a token of the mask, never EOS
+ * unless it is all the mask holds, and half the time the longest one (the
+ * tokens that open most); the text must end whole within the budget. */
+static void budget_closes(vocab_fixture *f, const char *grammar, int64_t budget, uint64_t seed) {
+    zi_grammar *g = compile_ok(grammar);
+    int32_t V = zi_tokenizer_vocab_size(f->tok), eos = zi_tokenizer_eos(f->tok);
+    size_t words = ((size_t)V + 31) / 32;
+    int32_t *mask = malloc(words * sizeof *mask), *ids = malloc((size_t)V * sizeof *ids);
+    char buf[ZI_TOKEN_MAX_BYTES + 16];
+    zi_grammar_state *s;
+    zi_error err = {0};
+    assert_int_equal(zi_grammar_state_create(g, &s, &err), ZI_OK);
+    bool ended = false;
+    int64_t used = 0;
+    while (used < budget && !ended) {
+        zi_grammar_allowed_within(f->v, s, &eos, 1, budget - used, mask);
+        int32_t n = 0, longest = -1, longest_len = 0;
+        bool eos_ok = (uint32_t)mask[eos >> 5] >> (eos & 31) & 1u;
+        for (int32_t id = 0; id < V; id++)
+            if (id != eos && (uint32_t)mask[id >> 5] >> (id & 31) & 1u) {
+                ids[n++] = id;
+                int nb = zi_tokenizer_token_bytes(f->tok, id, 0, buf, sizeof buf);
+                if (nb > longest_len) longest = id, longest_len = nb;
+            }
+        used++;
+        if (n == 0) {
+            if (!eos_ok)
+                fail_msg("%s, budget %lld: empty mask at token %lld", grammar, (long long)budget,
+                         (long long)used);
+            ended = true;
+            break;
+        }
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t pick = (seed >> 33) & 1 ? longest : ids[(seed >> 34) % (uint64_t)n];
+        assert_true(zi_grammar_feed_token(f->v, s, pick));
+    }
+    if (!zi_grammar_can_end(s))
+        fail_msg("%s, budget %lld: the text is not whole after %lld tokens", grammar,
+                 (long long)budget, (long long)used);
+    zi_grammar_state_free(s);
+    zi_grammar_free(g);
+    free(mask);
+    free(ids);
+}
+
+static void test_budget_closes(void **state) {
+    vocab_fixture *f = *state;
+    if (!f->v) skip();
+    /* an object with required keys, nested lists of them, recursion */
+    const char *tree = "root ::= node\n"
+                       "node ::= \"{\\\"name\\\": \\\"\" [a-z ]* \"\\\", \\\"kids\\\": [\" "
+                       "(node (\", \" node)*)? \"]}\"\n";
+    const char *grammars[] = {JSON_G, ARITH_G, tree,
+                              "root ::= \"<\" [^>]{3,} \">\" [0-9]{4} \"!\"\n"};
+    const int64_t budgets[] = {3, 6, 13, 40};
+    double t0 = now_s();
+    for (size_t k = 0; k < sizeof grammars / sizeof *grammars; k++)
+        for (size_t b = 0; b < sizeof budgets / sizeof *budgets; b++)
+            for (uint64_t seed = 1; seed <= 3; seed++) {
+                /* the tree's shortest text is 24 bytes, the last one's 9 */
+                if ((k == 2 && budgets[b] < 26) || (k == 3 && budgets[b] < 11)) continue;
+                budget_closes(f, grammars[k], budgets[b], seed);
+            }
+    print_message("budgeted completions: %.2f s\n", now_s() - t0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_grammars),        cmocka_unit_test(test_matching),
         cmocka_unit_test(test_pathological),        cmocka_unit_test(test_mask_is_exact),
-        cmocka_unit_test(test_feed_token_and_cost),
+        cmocka_unit_test(test_feed_token_and_cost), cmocka_unit_test(test_budget_closes),
     };
     return cmocka_run_group_tests(tests, setup_vocab, teardown_vocab);
 }
