@@ -169,6 +169,14 @@ typedef struct zi_backend_ops {
     void (*softcap)(zi_backend *be, float *x, float cap, size_t n);
     /* x[i] += y[i] */
     void (*add)(zi_backend *be, float *x, const float *y, size_t n);
+    /* y = (x - mean(x)) / sqrt(var(x) + eps) * w + b, per row of length
+     * dim (LayerNorm with a bias, the bert encoders'); y may be x.
+     * Optional (as rope_neox). */
+    void (*layernorm)(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                      int n_tokens, int dim, float eps);
+    /* x[i] = gelu(x[i]), the tanh approximation of geglu (the bert
+     * encoders' ungated feed-forward). Optional (as rope_neox). */
+    void (*gelu)(zi_backend *be, float *x, size_t n);
     /* x[r][i] += bias[i] for r < n_rows, i < dim: a bias vector (from
      * vector_init) added to every row (qwen2's Q/K/V biases). Optional (as
      * rope_neox). */

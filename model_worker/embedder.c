@@ -90,6 +90,7 @@ void zi_embed_schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, in
     for (size_t k = 0; k < n && budget > 0; k++) {
         zi_embed_input *e = in[k];
         if (e->done) continue;
+        if (e->whole && e->n_tokens - e->n_fed > budget) continue; /* never cut */
         if (e->n_blocks == 0) {
             int32_t need = (e->n_tokens + bs - 1) / bs;
             assert(need <= e->max_blocks && need <= s->table_stride);

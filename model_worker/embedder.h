@@ -37,6 +37,7 @@ typedef struct zi_embed_input {
     int dim;
     zi_pooling pooling;
     bool normalize;
+    bool whole;  /* run in one step, never cut into chunks (an encoder's) */
     float *out;  /* [zi_embed_out_rows][dim], the result once done */
     double *acc; /* [dim] mean pooling's running sum */
     /* the generator's (generator.c) */
@@ -88,7 +89,8 @@ typedef struct zi_embed_step {
 /* Appends the unfinished inputs of in[0..n), in order, to the step while
  * budget tokens remain: an input takes the blocks of its whole length from
  * kb when it starts, or waits when too few are available (it never takes
- * another sequence's); a window is cut to the budget (chunks). s->stepped
+ * another sequence's); a window is cut to the budget (chunks), except that
+ * a whole input (an encoder's) waits for a step with room for all of it. s->stepped
  * has room for n. */
 void zi_embed_schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, int budget,
                        zi_embed_step *s);

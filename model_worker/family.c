@@ -53,6 +53,13 @@ static const zi_family families[] = {
      .attn_softcap = 50.0f,
      .final_softcap = 30.0f,
      .scale_by_dim_layers = 46},
+    /* BERT encoders (bge, MiniLM; llama.cpp's bert graph): learned
+     * absolute positions, token type 0, post-norm LayerNorms, biases, GELU
+     * feed-forward, bidirectional attention, no RoPE. */
+    {.arch = "bert", .encoder = 1, .abs_pos = 1, .gelu_ffn = 1},
+    /* nomic-embed-text (llama.cpp's nomic-bert): the bert block with NEOX
+     * RoPE instead of positions, fused QKV and a SwiGLU feed-forward. */
+    {.arch = "nomic-bert", .encoder = 1, .rope_neox = 1, .fused_qkv = 1},
 };
 
 const zi_family *zi_family_find(const char *arch, size_t len) {
@@ -63,20 +70,22 @@ const zi_family *zi_family_find(const char *arch, size_t len) {
 }
 
 const char *zi_family_names(void) {
-    return "llama, gemma3, phi3, qwen2, qwen3, gemma2";
+    return "llama, gemma3, phi3, qwen2, qwen3, gemma2, bert, nomic-bert";
 }
 
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
                             int softcap, int attn_softcap, int bias, zi_error *err) {
     const zi_backend_ops *op = be->ops;
-    const char *missing = f->rope_neox && !op->rope_neox         ? "NEOX RoPE"
-                          : f->geglu && !op->geglu               ? "GeGLU"
-                          : f->embd_scale && !op->scale          ? "scale"
-                          : softcap && !op->softcap              ? "logit soft-capping"
-                          : has_local_layers && !be->attn_window ? "sliding-window attention"
-                          : attn_softcap && !be->attn_softcap    ? "attention logit soft-capping"
-                          : bias && !op->add_bias                ? "bias add"
-                                                                 : NULL;
+    const char *missing = f->rope_neox && !op->rope_neox          ? "NEOX RoPE"
+                          : f->geglu && !op->geglu                ? "GeGLU"
+                          : f->embd_scale && !op->scale           ? "scale"
+                          : softcap && !op->softcap               ? "logit soft-capping"
+                          : has_local_layers && !be->attn_window  ? "sliding-window attention"
+                          : attn_softcap && !be->attn_softcap     ? "attention logit soft-capping"
+                          : (bias || f->encoder) && !op->add_bias ? "bias add"
+                          : f->encoder && !op->layernorm          ? "LayerNorm"
+                          : f->gelu_ffn && !op->gelu              ? "GELU"
+                                                                  : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "the %s backend cannot run architecture '%s' yet (no %s)", op->name,

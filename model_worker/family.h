@@ -11,7 +11,9 @@
  * logit soft-capping, and the defaults of the keys a family's files may
  * leave out. Q/K/V biases (blk.N.attn_q.bias, ...) need no switch: every
  * family loads them when the file has them (qwen2's do), as llama.cpp's
- * create_tensor_qkv does. docs/models.md says how to add one.
+ * create_tensor_qkv does. The bert encoders are rows too (encoder): the
+ * same pass with post-norm LayerNorms, biases, bidirectional attention
+ * and no output head. docs/models.md says how to add one.
  */
 #ifndef ZI_FAMILY_H
 #define ZI_FAMILY_H
@@ -66,6 +68,21 @@ typedef struct zi_family {
     /* Gate and up from one blk.N.ffn_up.weight of 2 * feed_forward_length
      * rows (gate first: ggml_swiglu's halves), no ffn_gate. */
     int fused_gate_up;
+    /* A bert-style encoder (llama.cpp's bert and nomic-bert graphs): the
+     * embedding plus token_types.weight's row 0 (type 0 for every token,
+     * when the file has the tensor), LayerNorm with bias (token_embd_norm)
+     * before the first layer; no pre-norms; after each residual add a
+     * LayerNorm with bias (attn_output_norm, layer_output_norm); optional
+     * biases of attn_output, ffn_up and ffn_down; bidirectional attention
+     * within one input (each input runs whole in one pass); eps from
+     * attention.layer_norm_epsilon; no output norm or head: embeddings
+     * only, generation is refused. */
+    int encoder;
+    /* Learned absolute positions (position_embd.weight, context_length
+     * rows) added to the embedding, and no RoPE (bert). */
+    int abs_pos;
+    /* Feed-forward down(gelu(up x)) without a gate (bert). */
+    int gelu_ffn;
 } zi_family;
 
 /* The family of general.architecture `arch` (len bytes), or NULL. */
@@ -75,7 +92,7 @@ const char *zi_family_names(void);
 /* ZI_EUNSUPPORTED, naming the family and the missing op, when backend be
  * lacks an op the family (with these options) needs: has_local_layers,
  * softcap (final logits), attn_softcap (attention scores), bias (Q/K/V or
- * output biases). */
+ * output biases); an encoder needs LayerNorm and bias add, gelu_ffn GELU. */
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
                             int softcap, int attn_softcap, int bias, zi_error *err);
 

@@ -7,6 +7,7 @@
  */
 #include "model.h"
 
+#include "encoder_span.h"
 #include "family.h"
 
 #include <math.h>
@@ -19,6 +20,9 @@ typedef struct zi_layer {
     float *q_norm, *k_norm;                /* family qk_norm, else NULL */
     float *post_attn_norm, *post_ffn_norm; /* family post_norms, else NULL */
     float *bq, *bk, *bv;                   /* Q/K/V biases when the file has them */
+    /* encoders (family.h): the LayerNorms after the attention and the
+     * feed-forward residuals, and the optional biases */
+    float *ln_attn, *ln_attn_b, *ln_out, *ln_out_b, *bo, *b_up, *b_down;
     int local;                             /* a sliding-window layer */
     zi_weight wq, wk, wv, wo, w_gate, w_up, w_down;
 } zi_layer;
@@ -34,6 +38,13 @@ struct zi_model {
      * cache's context (llama.cpp's get_rope_factors). */
     float *rope_freqs, *rope_long, *rope_short;
     float *output_bias; /* output.bias when the file has it (qwen2 may) */
+    /* encoders: position_embd (abs_pos), token_types row 0 (NULL: none),
+     * token_embd_norm; and, per pass, each token's attention span (the
+     * last position of its input) with the per-row counts behind it */
+    zi_weight pos_embd;
+    float *type0, *embd_norm, *embd_norm_b;
+    int32_t *span, *row_n;
+    int span_cap, row_cap;
     zi_layer *layers;
     uint64_t weight_bytes;
     /* activation buffers, in backend memory, for up to `cap` tokens */
@@ -215,7 +226,11 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
                             key, c->rope_dim, c->head_dim);
     snprintf(key, sizeof key, "%s.rope.freq_base", c->arch);
     if ((rc = zi_gguf_get_f32_or(g, key, 10000.0f, &c->rope_base, err))) return rc;
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", c->arch);
+    c->encoder = fam->encoder;
+    snprintf(key, sizeof key,
+             fam->encoder ? "%s.attention.layer_norm_epsilon"
+                          : "%s.attention.layer_norm_rms_epsilon",
+             c->arch);
     if ((rc = zi_gguf_get_f32_or(g, key, 1e-5f, &c->norm_eps, err))) return rc;
     if (!(c->rope_base > 0.0f) || !(c->norm_eps >= 0.0f) || !isfinite(c->rope_base))
         return zi_error_set(err, ZI_EFORMAT, "rope.freq_base %g / rms epsilon %g out of range",
@@ -306,6 +321,54 @@ static int has_biases(const zi_model *m) {
     return 0;
 }
 
+/* An encoder's embedding tensors (family.h): position_embd (abs_pos),
+ * token_types' row 0 as a vector (every token is type 0; the table itself
+ * is not kept), token_embd_norm and its bias. */
+static int load_encoder_embd(zi_model *m, zi_error *err) {
+    const zi_model_config *c = &m->cfg;
+    int rc;
+    if (c->family->abs_pos &&
+        (rc = load_matrix(m, "position_embd.weight", c->dim, c->ctx_train, &m->pos_embd, err)))
+        return rc;
+    const zi_gguf_tensor *tt = zi_gguf_find_tensor(m->gguf, "token_types.weight");
+    if (tt) {
+        if (tt->ne[0] != c->dim || tt->ne[1] < 1 || tt->ne[1] > 1024)
+            return zi_error_set(err, ZI_EFORMAT,
+                                "tensor 'token_types.weight' has shape [%lld, %lld], expected "
+                                "[%d, 1..1024]",
+                                (long long)tt->ne[0], (long long)tt->ne[1], c->dim);
+        zi_weight types = {0};
+        const int32_t type0 = 0;
+        if ((rc = m->be->ops->weight_init(m->be, &types, tt, err))) return rc;
+        m->type0 = m->be->ops->alloc(m->be, (size_t)c->dim * sizeof(float));
+        if (m->type0) m->be->ops->get_rows(m->be, m->type0, &types, &type0, 1);
+        m->be->ops->weight_free(m->be, &types);
+        if (!m->type0) return zi_error_set(err, ZI_ENOMEM, "out of memory for token_types");
+    }
+    if ((rc = load_vector(m, "token_embd_norm.weight", c->dim, &m->embd_norm, err)) ||
+        (rc = load_vector(m, "token_embd_norm.bias", c->dim, &m->embd_norm_b, err)))
+        return rc;
+    return ZI_OK;
+}
+
+/* An encoder layer's LayerNorms and optional output/feed-forward biases. */
+static int load_encoder_layer(zi_model *m, int l, zi_layer *L, zi_error *err) {
+    const zi_model_config *c = &m->cfg;
+    char n[96];
+    int rc;
+#define ZI_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
+    if ((rc = load_vector(m, ZI_NAME("attn_output_norm.weight"), c->dim, &L->ln_attn, err)) ||
+        (rc = load_vector(m, ZI_NAME("attn_output_norm.bias"), c->dim, &L->ln_attn_b, err)) ||
+        (rc = load_vector(m, ZI_NAME("layer_output_norm.weight"), c->dim, &L->ln_out, err)) ||
+        (rc = load_vector(m, ZI_NAME("layer_output_norm.bias"), c->dim, &L->ln_out_b, err)) ||
+        (rc = load_opt_vector(m, ZI_NAME("attn_output.bias"), c->dim, &L->bo, err)) ||
+        (rc = load_opt_vector(m, ZI_NAME("ffn_up.bias"), c->ffn_dim, &L->b_up, err)) ||
+        (rc = load_opt_vector(m, ZI_NAME("ffn_down.bias"), c->dim, &L->b_down, err)))
+        return rc;
+#undef ZI_NAME
+    return ZI_OK;
+}
+
 static int load_weights(zi_model *m, zi_error *err) {
     const zi_model_config *c = &m->cfg;
     int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
@@ -333,7 +396,8 @@ static int load_weights(zi_model *m, zi_error *err) {
                             vocab, (long long)emb->ne[1]);
     if ((rc = load_matrix(m, "token_embd.weight", c->dim, c->n_vocab, &m->tok_embd, err)))
         return rc;
-    if ((rc = load_vector(m, "output_norm.weight", c->dim, &m->output_norm, err))) return rc;
+    if (!f->encoder && (rc = load_vector(m, "output_norm.weight", c->dim, &m->output_norm, err)))
+        return rc;
     if (zi_gguf_find_tensor(m->gguf, "output.weight")) {
         if ((rc = load_matrix(m, "output.weight", c->dim, c->n_vocab, &m->output, err))) return rc;
     } else {
@@ -370,6 +434,7 @@ static int load_weights(zi_model *m, zi_error *err) {
                                       c->attn_softcap > 0.0f, has_biases(m), err)))
         return rc;
     if ((rc = load_opt_vector(m, "output.bias", c->n_vocab, &m->output_bias, err))) return rc;
+    if (f->encoder && (rc = load_encoder_embd(m, err))) return rc;
     for (int l = 0; l < c->n_layers; l++) {
         zi_layer *L = &m->layers[l];
         char n[96];
@@ -383,10 +448,13 @@ static int load_weights(zi_model *m, zi_error *err) {
                               (rc = load_vector(m, ZI_NAME("post_ffw_norm.weight"), c->dim,
                                                 &L->post_ffn_norm, err))))
             return rc;
-        if ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
-            (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)) ||
+        if (f->encoder && (rc = load_encoder_layer(m, l, L, err))) return rc;
+        if ((!f->encoder &&
+             ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
+              (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)))) ||
             (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
-            (rc = load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down, err)) ||
+            (rc =
+                 load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down, err)) ||
             (rc = load_opt_vector(m, ZI_NAME("attn_q.bias"), qd, &L->bq, err)) ||
             (rc = load_opt_vector(m, ZI_NAME("attn_k.bias"), kvd, &L->bk, err)) ||
             (rc = load_opt_vector(m, ZI_NAME("attn_v.bias"), kvd, &L->bv, err)))
@@ -407,6 +475,9 @@ static int load_weights(zi_model *m, zi_error *err) {
             if ((rc = load_matrix_rows(m, ZI_NAME("ffn_up.weight"), c->dim, 2 * ff, 0, ff,
                                        &L->w_gate, err)) ||
                 (rc = load_matrix_rows(m, n, c->dim, 2 * ff, ff, ff, &L->w_up, err)))
+                return rc;
+        } else if (f->gelu_ffn) {
+            if ((rc = load_matrix(m, ZI_NAME("ffn_up.weight"), c->dim, c->ffn_dim, &L->w_up, err)))
                 return rc;
         } else if ((rc = load_matrix(m, ZI_NAME("ffn_gate.weight"), c->dim, c->ffn_dim, &L->w_gate,
                                      err)) ||
@@ -456,8 +527,11 @@ void zi_model_free(zi_model *m) {
             zi_layer *L = &m->layers[l];
             zi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
-            float *vecs[] = {L->attn_norm,     L->ffn_norm, L->q_norm, L->k_norm, L->post_attn_norm,
-                             L->post_ffn_norm, L->bq,       L->bk,     L->bv};
+            float *vecs[] = {
+                L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm, L->post_attn_norm,
+                L->post_ffn_norm, L->bq,       L->bk,       L->bv,     L->ln_attn,
+                L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,     L->b_up,
+                L->b_down};
             for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) be->ops->free(be, vecs[i]);
         }
         free(m->layers);
@@ -469,6 +543,12 @@ void zi_model_free(zi_model *m) {
     be->ops->free(be, m->rope_long);
     be->ops->free(be, m->rope_short);
     be->ops->free(be, m->output_bias);
+    be->ops->weight_free(be, &m->pos_embd);
+    be->ops->free(be, m->type0);
+    be->ops->free(be, m->embd_norm);
+    be->ops->free(be, m->embd_norm_b);
+    free(m->span);
+    free(m->row_n);
     zi_gguf_close(m->gguf);
     free(m);
 }
@@ -682,6 +762,14 @@ static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_bat
 static void collect_hidden(zi_model *m, const zi_batch *b) {
     zi_backend *be = m->be;
     const zi_model_config *c = &m->cfg;
+    if (c->encoder) { /* no output norm: the last layer's rows as they are */
+        size_t row = (size_t)c->dim * sizeof(float);
+        for (int i = 0, j = 0; i < b->n_tokens; i++)
+            if (b->want_hidden[i])
+                be->ops->download(be, (char *)b->hidden + row * j++, m->x + (size_t)i * c->dim,
+                                  row);
+        return;
+    }
     float *dst = be->host_memory ? b->hidden : m->tmp;
     int j = 0;
     for (int i = 0; i < b->n_tokens; i++) {
@@ -692,6 +780,42 @@ static void collect_hidden(zi_model *m, const zi_batch *b) {
     }
     if (!be->host_memory && j > 0)
         be->ops->download(be, b->hidden, m->tmp, (size_t)j * c->dim * sizeof(float));
+}
+
+/* An encoder's attention spans (encoder_span.h) into m->span; a position
+ * past the learned ones is refused (abs_pos). */
+static int encoder_spans(zi_model *m, const zi_batch *b, zi_error *err) {
+    const int T = b->n_tokens, rows = b->n_table_rows;
+    if (T > m->span_cap) {
+        int32_t *p = realloc(m->span, (size_t)T * sizeof *p);
+        if (!p) return zi_error_set(err, ZI_ENOMEM, "out of memory for a batch of %d tokens", T);
+        m->span = p, m->span_cap = T;
+    }
+    if (rows > m->row_cap) {
+        int32_t *p = realloc(m->row_n, (size_t)rows * 2 * sizeof *p);
+        if (!p) return zi_error_set(err, ZI_ENOMEM, "out of memory for %d sequences", rows);
+        m->row_n = p, m->row_cap = rows;
+    }
+    for (int i = 0; m->cfg.family->abs_pos && i < T; i++)
+        if (b->pos[i] >= m->cfg.ctx_train)
+            return zi_error_set(err, ZI_ERANGE,
+                                "position %d at index %d is outside the %d learned positions",
+                                b->pos[i], i, m->cfg.ctx_train);
+    return zi_encoder_spans(b->pos, b->seq, T, rows, m->span, m->row_n, err);
+}
+
+/* An encoder's input embedding (family.h): token + type 0 (+ position),
+ * then the embedding LayerNorm. */
+static void encoder_embed(zi_model *m, const zi_batch *b) {
+    zi_backend *be = m->be;
+    const zi_model_config *c = &m->cfg;
+    const int T = b->n_tokens;
+    if (m->type0) be->ops->add_bias(be, m->x, m->type0, T, c->dim);
+    if (c->family->abs_pos) {
+        be->ops->get_rows(be, m->tmp, &m->pos_embd, b->pos, T);
+        be->ops->add(be, m->x, m->tmp, (size_t)T * c->dim);
+    }
+    be->ops->layernorm(be, m->x, m->x, m->embd_norm, m->embd_norm_b, T, c->dim, c->norm_eps);
 }
 
 /*
@@ -709,6 +833,10 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     int T = b->n_tokens, n_wanted = 0;
     for (int i = 0; i < T; i++) n_wanted += b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
     *rows_out = n_wanted;
+    if (m->cfg.encoder && n_wanted > 0)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "'%s' is an encoder: it returns embeddings, not logits", m->cfg.arch);
+    if (m->cfg.encoder && (rc = encoder_spans(m, b, err))) return rc;
     if ((rc = ensure_buffers(m, T, n_wanted, host_out == NULL, err))) return rc;
     if (T > m->reserved_tokens || kv->max_ctx > m->reserved_ctx) {
         int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
@@ -725,6 +853,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     const zi_backend_ops *op = be->ops;
     const zi_model_config *c = &m->cfg;
     zi_batch_view view = {T, b->pos, b->seq, b->block_tables, b->table_stride};
+    zi_batch_view att_view = view; /* an encoder's tokens see their whole input */
+    if (c->encoder) att_view.pos = m->span;
     zi_attn_shape shape = {c->n_heads,
                            c->n_kv_heads,
                            c->head_dim,
@@ -754,12 +884,15 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
 
     op->get_rows(be, m->x, &m->tok_embd, b->tokens, T);
     if (f->embd_scale) op->scale(be, m->x, sqrtf((float)c->dim), xn);
+    if (f->encoder) encoder_embed(m, b);
+    /* An encoder's blocks read the residual stream itself (post-norm). */
+    const float *in = f->encoder ? m->x : m->xn;
     for (int l = 0; l < c->n_layers; l++) {
         const zi_layer *L = &m->layers[l];
-        op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, c->dim, c->norm_eps);
+        if (!f->encoder) op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, c->dim, c->norm_eps);
         float *qkv_out[3] = {m->q, m->k, m->v};
         const zi_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
-        op->matmul_n(be, 3, qkv_out, qkv_w, m->xn, T);
+        op->matmul_n(be, 3, qkv_out, qkv_w, in, T);
         if (L->bq) op->add_bias(be, m->q, L->bq, T, c->n_heads * c->head_dim);
         if (L->bk) op->add_bias(be, m->k, L->bk, T, c->n_kv_heads * c->head_dim);
         if (L->bv) op->add_bias(be, m->v, L->bv, T, c->n_kv_heads * c->head_dim);
@@ -768,25 +901,39 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             op->rmsnorm(be, m->k, m->k, L->k_norm, T * c->n_kv_heads, c->head_dim, c->norm_eps);
         }
         const zi_rope_freqs *rf = L->local ? &rf_local : &rf_global;
-        rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, rf);
-        rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, rf);
+        if (!f->abs_pos) {
+            rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, rf);
+            rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, rf);
+        }
         shape.window = L->local ? c->sliding_window : 0;
         op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
-        op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &view, &shape);
+        op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &att_view, &shape);
         op->matmul(be, m->tmp, &L->wo, m->att, T);
+        if (L->bo) op->add_bias(be, m->tmp, L->bo, T, c->dim);
         if (L->post_attn_norm)
             op->rmsnorm(be, m->tmp, m->tmp, L->post_attn_norm, T, c->dim, c->norm_eps);
         op->add(be, m->x, m->tmp, xn);
+        if (f->encoder)
+            op->layernorm(be, m->x, m->x, L->ln_attn, L->ln_attn_b, T, c->dim, c->norm_eps);
 
-        op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, c->dim, c->norm_eps);
-        float *ffn_out[2] = {m->gate, m->up};
-        const zi_weight *ffn_w[2] = {&L->w_gate, &L->w_up};
-        op->matmul_n(be, 2, ffn_out, ffn_w, m->xn, T);
-        glu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
+        if (!f->encoder) op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, c->dim, c->norm_eps);
+        if (f->gelu_ffn) { /* down(gelu(up x + b)), no gate */
+            op->matmul(be, m->gate, &L->w_up, in, T);
+            if (L->b_up) op->add_bias(be, m->gate, L->b_up, T, c->ffn_dim);
+            op->gelu(be, m->gate, (size_t)T * c->ffn_dim);
+        } else {
+            float *ffn_out[2] = {m->gate, m->up};
+            const zi_weight *ffn_w[2] = {&L->w_gate, &L->w_up};
+            op->matmul_n(be, 2, ffn_out, ffn_w, in, T);
+            glu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
+        }
         op->matmul(be, m->tmp, &L->w_down, m->gate, T);
+        if (L->b_down) op->add_bias(be, m->tmp, L->b_down, T, c->dim);
         if (L->post_ffn_norm)
             op->rmsnorm(be, m->tmp, m->tmp, L->post_ffn_norm, T, c->dim, c->norm_eps);
         op->add(be, m->x, m->tmp, xn);
+        if (f->encoder)
+            op->layernorm(be, m->x, m->x, L->ln_out, L->ln_out_b, T, c->dim, c->norm_eps);
         if (m->progress) m->progress(m->progress_arg);
     }
     /* Normalize only the rows whose logits are wanted, packed together. */
@@ -824,7 +971,7 @@ const float *zi_model_device_logits(const zi_model *m) {
 int zi_model_forward_async(zi_model *m, zi_kv_cache *kv, const zi_batch *b, const float **logits,
                            int *n_rows, zi_error *err) {
     int rows = 0;
-    if (b->want_hidden)
+    if (b->want_hidden || m->cfg.encoder)
         return zi_error_set(err, ZI_EINVAL, "an asynchronous pass returns no hidden states");
     int rc = forward_enqueue(m, kv, b, NULL, &rows, err);
     if (rc) return rc;

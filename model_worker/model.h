@@ -16,7 +16,9 @@
  * output head (output.weight, or the tied token embedding). Other families
  * (family.h: "gemma3") switch on small differences in the same pass: NEOX
  * RoPE, Q/K norms, post-block norms, GeGLU, an embedding scale,
- * sliding-window layers with their own RoPE base, final logit soft-capping.
+ * sliding-window layers with their own RoPE base, final logit soft-capping;
+ * and the bert encoders (post-norm LayerNorms, biases, absolute positions,
+ * bidirectional attention, no output head).
  */
 #ifndef ZI_MODEL_H
 #define ZI_MODEL_H
@@ -54,6 +56,11 @@ typedef struct zi_model_config {
     int rope_longrope;      /* rope.scaling.type "longrope": rope_factors_long/short */
     int rope_orig_ctx;      /* rope.scaling.original_context_length (context_length) */
     float attn_softcap;  /* attn_logit_softcapping (families that cap), 0: none */
+    /* An encoder (family.h: bert, nomic-bert): it returns hidden states
+     * only (a pass that wants logits is ZI_EUNSUPPORTED), each input runs
+     * whole in one pass and attends to all of itself; norm_eps is its
+     * attention.layer_norm_epsilon. */
+    int encoder;
 } zi_model_config;
 
 typedef struct zi_model zi_model;
@@ -131,6 +138,7 @@ typedef struct zi_batch {
     /* Embeddings (optional): the final hidden state (after the output norm,
      * before the output head, as llama.cpp's embedding mode pools it) of
      * every token i with want_hidden[i] != 0, in order, into hidden
+     * (an encoder's: the last layer's output, it has no output norm)
      * (n_hidden_wanted * dim floats, host memory). NULL: none. */
     const uint8_t *want_hidden;
     float *hidden;

@@ -27,6 +27,7 @@ typedef struct zi_embed_job {
 typedef struct zi_embed_model {
     int dim, ctx, vocab, block_size;
     int pooling;
+    bool whole; /* an encoder's inputs run whole (zi_embed_input.whole) */
 } zi_embed_model;
 
 /* Reads the job from an embed message: the inputs (every id inside the

@@ -101,6 +101,7 @@ typedef struct worker {
     size_t emb_cap;
     char model_name[256];
     int vocab;
+    bool encoder;    /* an encoder-only model (bert): embeddings, no generation */
     int64_t last_hb; /* when the last heartbeat went out (ms) */
     zi_curve_client curve; /* --curve-secret, --router-key */
     zi_curve_watch watch;  /* logs a refused CURVE handshake */
@@ -283,7 +284,12 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
      * this request alone. A context arrives fresh: the worker assigns the
      * cache slot and runs every position. */
     int rc = ZI_OK;
-    if (l->ctx.cache_seq_id >= 0 || l->ctx.start_idx != 0)
+    if (w->encoder)
+        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
+                          "this model (%s) is an encoder: it serves embeddings (the embed op), "
+                          "not generation",
+                          w->model_name);
+    if (!rc && (l->ctx.cache_seq_id >= 0 || l->ctx.start_idx != 0))
         rc = zi_error_set(&err, ZI_EINVAL, "context: already started (cache slot %lld, start %lld)",
                           (long long)l->ctx.cache_seq_id, (long long)l->ctx.start_idx);
     if (!rc) rc = check_ids(w, "context.tokens", l->ctx.tokens, (size_t)l->ctx.end_idx, &err);
@@ -594,6 +600,9 @@ static int load(worker *w, const wopts *o, wres *r) {
     w->slots = (int)o->slots;
     w->ctx_size = (int)(o->ctx < mc->ctx_train ? o->ctx : mc->ctx_train);
     w->vocab = mc->n_vocab;
+    w->encoder = mc->encoder != 0;
+    /* An encoder runs each input whole in one pass: at most a batch long. */
+    if (w->encoder && w->ctx_size > o->batch) w->ctx_size = (int)o->batch;
     const char *base = strrchr(o->model, '/');
     snprintf(w->model_name, sizeof w->model_name, "%.200s", base ? base + 1 : o->model);
     char *dot = strstr(w->model_name, ".gguf");
@@ -670,6 +679,7 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                                  .ctx = w->ctx_size,
                                  .vocab = w->vocab,
                                  .block_size = zi_generator_get_config(w->gen)->block_size,
+                                 .whole = mc->encoder != 0,
                                  .pooling = pt <= ZI_POOLING_LAST ? (int)pt : -2};
     /* Structured output needs the tokens' bytes: the model file's
      * tokenizer, read once into a trie. Without one, such requests are

@@ -20,7 +20,10 @@ static int one_input(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode 
     int32_t *ids = NULL;
     size_t n = 0;
     int rc;
-    if (v->type == MSGPACK_OBJECT_STR) {
+    if (v->type == MSGPACK_OBJECT_STR && !tok) {
+        rc = zi_error_set(err, ZI_EUNSUPPORTED,
+                          "%s: this model's tokenizer is not supported: send token ids", path);
+    } else if (v->type == MSGPACK_OBJECT_STR) {
         rc = zi_tokenizer_encode(tok, v->via.str.ptr, v->via.str.size, 1, 1, &ids, &n, err);
         if (rc) zi_error_prefix(err, "%s", path);
     } else if (v->type == MSGPACK_OBJECT_ARRAY || v->type == MSGPACK_OBJECT_MAP) {

@@ -19,7 +19,9 @@
  * token ids must lie in 0..vocab-1. An input of more than m->max_length
  * tokens is cut to its first max_length when m->truncate (counted in
  * *n_truncated), else refused; more than m->max_tokens tokens in all is
- * refused. Errors (ZI_EINVAL) name the field: "input", "input[i]".
+ * refused. Errors (ZI_EINVAL) name the field: "input", "input[i]". tok
+ * may be NULL (a vocabulary zinfer cannot tokenize): a string input is then
+ * ZI_EUNSUPPORTED, token ids are served.
  */
 int zi_embed_encode(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode *m,
                     zi_embeddings_request *out, int64_t *n_truncated, zi_error *err);

@@ -83,7 +83,11 @@ typedef struct dstate {
 typedef struct tproc {
     zi_logger log;
     void *sock;
-    zi_tokenizer *tok;
+    zi_tokenizer *tok; /* NULL in ids-only mode (no_tok) */
+    /* Why text is refused when the file's tokenizer is not supported (a
+     * bert WPM vocabulary): the process then serves token-id requests
+     * (embed with ids) and answers the text ones "unsupported". */
+    char no_tok[600];
     int32_t vocab;
     int64_t ctx_train;
     zi_i32_list eog; /* every end-of-generation id */
@@ -548,7 +552,11 @@ static void on_embed_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     int rc = zi_im_embed_encode_unpack(o, &em, &err);
     if (!rc) rc = zi_embed_encode(t->tok, t->vocab, &em, &req, &n_trunc, &err);
     if (rc) {
-        send_error(t, rid, rc == ZI_ENOMEM ? "internal" : "invalid_request", err.msg);
+        send_error(t, rid,
+                   rc == ZI_ENOMEM         ? "internal"
+                   : rc == ZI_EUNSUPPORTED ? "unsupported"
+                                           : "invalid_request",
+                   err.msg);
         return;
     }
     if (n_trunc)
@@ -581,6 +589,9 @@ static void on_message(tproc *t, const void *buf, size_t len) {
         send_register(t);
     } else if (zi_im_rid(o, &rid, &err) != ZI_OK) {
         zi_log(&t->log, ZI_LOG_WARN, "message from the router without rid");
+    } else if (!t->tok && (type == ZI_IM_ENCODE || type == ZI_IM_TOKENIZE ||
+                           type == ZI_IM_DETOKENIZE || type == ZI_IM_DECODE)) {
+        send_error(t, (uint64_t)rid, "unsupported", t->no_tok);
     } else if (type == ZI_IM_ENCODE) {
         on_encode(t, o, (uint64_t)rid);
     } else if (type == ZI_IM_DECODE) {
@@ -610,6 +621,7 @@ static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
         int64_t v;
         if (zi_gguf_get_i64(g, key, &v, NULL) == ZI_OK && v > 1) t->ctx_train = v;
     }
+    if (!t->tok) return ZI_OK; /* ids only: no text, no template */
     if (zi_tokenizer_eog_ids(t->tok, &t->eog, err)) return err->code;
     zi_str tmpl = {0};
     if (t->tmpl_arg) {
@@ -640,6 +652,20 @@ static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
                    ? "rendered by the template (a null content as \"\")"
                    : "rendered by the template");
     }
+    return ZI_OK;
+}
+
+/* A file whose tokenizer zinfer does not implement (err: why) still
+ * serves token ids: the vocabulary size comes from tokenizer.ggml.tokens,
+ * and text requests get err's message. */
+static int ids_only(tproc *t, const zi_gguf *g, zi_error *err) {
+    const zi_gguf_kv *toks = zi_gguf_find_kv(g, "tokenizer.ggml.tokens");
+    if (!toks || toks->type != ZI_GGUF_ARRAY || toks->arr_len < 1 || toks->arr_len > (1u << 24))
+        return err->code;
+    snprintf(t->no_tok, sizeof t->no_tok, "%s; token ids only", err->msg);
+    zi_log(&t->log, ZI_LOG_WARN, "text requests refused: %s", t->no_tok);
+    t->vocab = (int32_t)toks->arr_len;
+    memset(err, 0, sizeof *err);
     return ZI_OK;
 }
 
@@ -695,8 +721,9 @@ int main(int argc, char **argv) {
     zi_gguf *g = NULL;
     int rc = zi_gguf_open(model, &g, &err);
     if (!rc && (rc = zi_tokenizer_load(g, &t.tok, &err))) zi_error_prefix(&err, "%s", model);
+    if (rc == ZI_EUNSUPPORTED) rc = ids_only(&t, g, &err);
     if (!rc) {
-        t.vocab = zi_tokenizer_vocab_size(t.tok);
+        if (t.tok) t.vocab = zi_tokenizer_vocab_size(t.tok);
         rc = load_meta(&t, g, &err);
     }
     zi_gguf_close(g);

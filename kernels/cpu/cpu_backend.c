@@ -391,13 +391,25 @@ static void cpu_get_rows(zi_backend *be, float *y, const zi_weight *table, const
 
 /* Element-wise ops share one parallel job: each thread takes a slice of
  * the tokens (or elements) when the batch is big enough to split. */
-enum { EW_RMSNORM, EW_ROPE, EW_SWIGLU, EW_GEGLU, EW_ADD, EW_SCALE, EW_SOFTCAP, EW_BIAS };
+enum {
+    EW_RMSNORM,
+    EW_ROPE,
+    EW_SWIGLU,
+    EW_GEGLU,
+    EW_ADD,
+    EW_SCALE,
+    EW_SOFTCAP,
+    EW_BIAS,
+    EW_LAYERNORM,
+    EW_GELU
+};
 
 typedef struct ew_args {
     int op;
     const zi_cpu_kernels *k;
     float *y;
     const float *x, *w; /* rmsnorm: x, w; swiglu, geglu: x = gate, w = up; add: x */
+    const float *b;     /* layernorm: the bias */
     const int32_t *pos;
     const float *cs; /* rope: cos, sin per token and pair, or NULL */
     const zi_rope_freqs *rf; /* rope: the angles (when cs is NULL) */
@@ -437,6 +449,34 @@ static void rmsnorm_rows(const ew_args *a, int64_t t0, int64_t t1) {
             float r = (float)(1.0 / sqrt(ss[j] / dim + eps));
             for (int i = 0; i < dim; i++) yr[i] = xj[i] * r * w[i];
         }
+    }
+}
+
+/* LayerNorm: the mean and the variance of each row summed in double (as
+ * ggml_norm does), then (x - mean) / sqrt(var + eps) * w + b. */
+static void layernorm_rows(const ew_args *a, int64_t t0, int64_t t1) {
+    const int dim = a->dim;
+    const float *w = a->w, *b = a->b;
+    for (int64_t t = t0; t < t1; t++) {
+        const float *x = a->x + t * dim;
+        float *y = a->y + t * dim;
+        double mean = 0.0, var = 0.0;
+        for (int i = 0; i < dim; i++) mean += x[i];
+        mean /= dim;
+        for (int i = 0; i < dim; i++) var += ((double)x[i] - mean) * ((double)x[i] - mean);
+        const double r = 1.0 / sqrt(var / dim + (double)a->eps);
+        for (int i = 0; i < dim; i++) y[i] = (float)(((double)x[i] - mean) * r) * w[i] + b[i];
+    }
+}
+
+/* GELU as the kernels' GeGLU with an up of ones (the same vector code and
+ * accuracy), in slices of a stack buffer of ones. */
+static void gelu_range(const ew_args *a, int64_t lo, int64_t hi) {
+    float ones[256];
+    for (int i = 0; i < 256; i++) ones[i] = 1.0f;
+    for (int64_t i = lo; i < hi; i += 256) {
+        int64_t n = hi - i < 256 ? hi - i : 256;
+        a->k->geglu(a->y + i, a->y + i, ones, n);
     }
 }
 
@@ -485,9 +525,18 @@ static void ew_worker(void *p, int ith, int nth) {
     const ew_args *a = p;
     int64_t lo, hi;
     split_range(a->n, ith, nth,
-                a->op == EW_RMSNORM || a->op == EW_ROPE || a->op == EW_BIAS ? 1 : 64, &lo, &hi);
+                a->op == EW_RMSNORM || a->op == EW_ROPE || a->op == EW_BIAS || a->op == EW_LAYERNORM
+                    ? 1
+                    : 64,
+                &lo, &hi);
     switch (a->op) {
     case EW_RMSNORM: rmsnorm_rows(a, lo, hi); break;
+    case EW_LAYERNORM:
+        layernorm_rows(a, lo, hi);
+        break;
+    case EW_GELU:
+        gelu_range(a, lo, hi);
+        break;
     case EW_ROPE: rope_rows(a, lo, hi); break;
     case EW_SWIGLU: a->k->swiglu(a->y + lo, a->x + lo, a->w + lo, hi - lo); break;
     case EW_GEGLU:
@@ -859,6 +908,18 @@ static void cpu_add_bias(zi_backend *be, float *x, const float *bias, int n_rows
     ew_run(be, &a, (int64_t)n_rows * dim);
 }
 
+static void cpu_layernorm(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                          int n_tokens, int dim, float eps) {
+    ew_args a = {
+        .op = EW_LAYERNORM, .y = y, .x = x, .w = w, .b = b, .n = n_tokens, .dim = dim, .eps = eps};
+    ew_run(be, &a, (int64_t)n_tokens * dim * 8);
+}
+
+static void cpu_gelu(zi_backend *be, float *x, size_t n) {
+    ew_args a = {.op = EW_GELU, .k = cb(be)->k, .y = x, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n * 4);
+}
+
 static void cpu_backend_free(zi_backend *be) {
     cpu_backend *c = cb(be);
     if (!c) return;
@@ -901,6 +962,8 @@ static const zi_backend_ops cpu_ops = {
     .softcap = cpu_softcap,
     .add = cpu_add,
     .add_bias = cpu_add_bias,
+    .layernorm = cpu_layernorm,
+    .gelu = cpu_gelu,
     .sync = cpu_sync,
 };
 
