@@ -93,3 +93,61 @@ def kquant_bytes(rng, qtype, rows, cols, sigma):
     rng.bit_generator.state = state  # the same codes, rescaled
     d = sigma / (float(np.std(probe)) * 1024)
     return draw(d).reshape(rows, -1)
+
+
+
+def encoder_tensors(rng, arch, n_vocab, n_embd, n_ff, n_layer, n_ctx, n_types=2):
+    """Random float32 tensors of a llama.cpp encoder, `bert` or `nomic-bert`
+    (name -> array, numpy shape [rows, cols] = GGUF [cols, rows]):
+    matrices of scale 1/sqrt(cols) so that activations stay O(1),
+    LayerNorm weights near 1, small biases. bert: separate Q/K/V, learned
+    positions, biases, an ungated feed-forward; nomic-bert: fused QKV, no
+    positions (RoPE), no biases, gate and up."""
+    def mat(rows, cols):
+        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
+    def vec(n, centre=0.0, sigma=0.1):
+        return (centre + sigma * rng.standard_normal(n)).astype(np.float32)
+
+    bert = arch == "bert"
+    t = {"token_embd.weight": (0.5 * rng.standard_normal((n_vocab, n_embd))).astype(np.float32),
+         "token_types.weight": (0.5 * rng.standard_normal((n_types, n_embd))).astype(np.float32),
+         "token_embd_norm.weight": vec(n_embd, 1.0), "token_embd_norm.bias": vec(n_embd)}
+    if bert:
+        t["position_embd.weight"] = (0.5 * rng.standard_normal((n_ctx, n_embd))).astype(np.float32)
+    for i in range(n_layer):
+        b = f"blk.{i}."
+        if bert:
+            for w in ("attn_q", "attn_k", "attn_v"):
+                t[b + w + ".weight"], t[b + w + ".bias"] = mat(n_embd, n_embd), vec(n_embd)
+            t[b + "attn_output.bias"] = vec(n_embd)
+            t[b + "ffn_up.bias"], t[b + "ffn_down.bias"] = vec(n_ff), vec(n_embd)
+        else:
+            t[b + "attn_qkv.weight"] = mat(3 * n_embd, n_embd)
+            t[b + "ffn_gate.weight"] = mat(n_ff, n_embd)
+        t[b + "attn_output.weight"] = mat(n_embd, n_embd)
+        t[b + "ffn_up.weight"], t[b + "ffn_down.weight"] = mat(n_ff, n_embd), mat(n_embd, n_ff)
+        for n in ("attn_output_norm", "layer_output_norm"):
+            t[b + n + ".weight"], t[b + n + ".bias"] = vec(n_embd, 1.0), vec(n_embd)
+    return t
+
+
+def write_encoder(path, vocab_path, arch="bert", n_embd=128, n_ff=256, n_layer=3, n_head=4,
+                  n_ctx=512, pooling=2, eps=1e-12, rope_base=1000.0, seed=0):
+    """A random-weight encoder GGUF (`bert` or `nomic-bert`) with the
+    tokenizer of vocab_path (e.g. llama.cpp's ggml-vocab-bert-bge.gguf);
+    pooling is {arch}.pooling_type (llama.cpp's values: 1 mean, 2 cls).
+    Returns (path, tensors)."""
+    rows, n_vocab = tokenizer_rows(vocab_path)
+    tensors = encoder_tensors(np.random.default_rng(seed), arch, n_vocab, n_embd, n_ff, n_layer,
+                              n_ctx)
+    hp = {"context_length": n_ctx, "embedding_length": n_embd, "feed_forward_length": n_ff,
+          "block_count": n_layer, "attention.head_count": n_head,
+          "attention.layer_norm_epsilon": float(eps), "pooling_type": pooling}
+    if arch != "bert":
+        hp["rope.freq_base"] = float(rope_base)
+    w_rows = list(rows) + [(f"{arch}.attention.causal", False, gguf.GGUFValueType.BOOL, None)]
+    if not any(r[0] == "tokenizer.ggml.token_type_count" for r in rows):
+        w_rows.append(("tokenizer.ggml.token_type_count", 2, gguf.GGUFValueType.UINT32, None))
+    write_gguf(path, arch, w_rows, hp, {k: (v, None) for k, v in tensors.items()})
+    return path, tensors
