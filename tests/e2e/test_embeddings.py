@@ -12,10 +12,11 @@ float64 as llama.cpp, and within 1 - 0.9999 of llama.cpp, or within
 llama.cpp's own distance from float64 where that is larger (llama.cpp is
 1e-4..8e-4 from it on the default model and up to 3e-3 on Gemma, zinfer
 under 1e-6: no implementation near the truth can be within 1e-4 of it). Pooling none
-is compared token by token for one input. Then several embed requests run
-at once beside a streaming generation: each result equals the one computed
-alone, bit for bit, and the generation's tokens are unchanged. Errors name
-their field.
+is compared token by token for one input. Then 32 embed requests (1..4
+inputs each, 3..50 tokens, every pooling) run at once beside 8 streamed
+greedy generations (8 beside 2 under the sanitizers): each result equals
+the one computed alone, bit for bit, and the generations' tokens are
+unchanged. Errors name their field.
 """
 
 import os
@@ -56,7 +57,8 @@ def pool(h, pooling):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     log = tmp_path_factory.mktemp("embed") / "serve.log"
-    with serve_process(ZINFER_BIN, ZINFER_MODEL, log, "--ctx-size", CTX) as srv:
+    # a slot for each request of test_concurrent_beside_generation
+    with serve_process(ZINFER_BIN, ZINFER_MODEL, log, "--ctx-size", CTX, "--slots", 40) as srv:
         yield srv
 
 
@@ -176,26 +178,84 @@ def test_pooling_none_and_normalize(client, hidden):
     assert zl.shape == (2, 576) and r2["token_counts"][0] == n
 
 
+# The served acceptance size: 32 embed requests beside 8 streamed greedy
+# generations (under the sanitizers 8 beside 2: ~20x slower there).
+N_EMBED, N_GEN, GEN_TOKENS = (8, 2, 8) if SANITIZED else (32, 8, 24)
+GEN_PROMPTS = ["Once upon a time, in a village by the sea,", "The three rules of chess are",
+               "Dear diary, today I", "def fibonacci(n):", "The capital of France is",
+               "Water boils at", "A haiku about autumn:", "Step 1: preheat the oven"]
+
+
+def embed_requests(client):
+    """N_EMBED embed requests: 1..4 inputs each, of 3 to ~50 tokens (short
+    texts, several joined, token ids), every pooling, normalize on every
+    other one (~2,000 tokens in all: the test takes ~3x their time)."""
+    ids = decode_array(client.call("tokenize", text=" ".join(TEXTS[10:30]))["token_ids"])
+    out = []
+    for k in range(N_EMBED):
+        n_in = 1 + k % 4
+        inputs = []
+        for j in range(n_in):
+            t = (k * 7 + j * 3) % len(TEXTS)
+            kind = (k + j) % 3
+            if kind == 0:
+                inputs.append(TEXTS[t])
+            elif kind == 1:
+                inputs.append(" ".join(TEXTS[t:t + 1 + (k + j) % 4]))
+            else:
+                inputs.append([int(x) for x in ids[t:t + 3 + (k * 13 + j * 29) % 45]])
+        out.append({"op": "embed", "input": inputs,
+                    "pooling": ["mean", "cls", "last", "none"][k % 4], "normalize": k % 2 == 1})
+    return out
+
+
 def test_concurrent_beside_generation(client):
-    prompt = "Once upon a time, in a village by the sea,"
-    sp = {"max_new_tokens": 24, "ignore_eos": True}
-    _, alone_tokens, _ = client.complete(prompt, sampling_params=sp)
-    batches = [TEXTS[i:i + 6] for i in range(0, 24, 6)]
-    poolings = ["mean", "cls", "last", "mean"]
-    alone = [embed(client, input=b, pooling=p, normalize=k % 2 == 1)[0]
-             for k, (b, p) in enumerate(zip(batches, poolings))]
-    gen = client.send({"op": "generate", "prompt": prompt, "sampling_params": sp, "stream": True})
-    rids = [client.send({"op": "embed", "input": b, "pooling": p, "normalize": k % 2 == 1})
-            for k, (b, p) in enumerate(zip(batches, poolings))]
+    """N_EMBED embed requests at once beside N_GEN streamed greedy
+    generations, on a server with a slot for each: every embedding is bit
+    for bit the one computed alone (each row's arithmetic does not depend
+    on what else shares its step, nor on how its input is cut into chunks:
+    the worker pools in its own order, in double, per input), and every
+    generation's tokens are the ones it gets alone."""
+    sp = {"max_new_tokens": GEN_TOKENS, "ignore_eos": True}
+    prompts = GEN_PROMPTS[:N_GEN]
+    alone_tokens = [client.complete(p, sampling_params=sp)[1] for p in prompts]
+    reqs = embed_requests(client)
+    alone = [embed(client, **{k: v for k, v in r.items() if k != "op"})[0] for r in reqs]
+    assert sum(len(a) for a in alone) > 2 * N_EMBED  # pooling none: a row per token
+    # half the generations, the embeds, the other half: every request is in
+    # flight at once, the embeds' rows chunked beside the decodes (the
+    # scheduler gives text contexts the batch first, embeds what is left)
+    def gen(p):
+        return client.send({"op": "generate", "prompt": p, "sampling_params": sp, "stream": True})
+    gens = [gen(p) for p in prompts[:N_GEN // 2]]
+    rids = [client.send(r) for r in reqs]
+    gens += [gen(p) for p in prompts[N_GEN // 2:]]
+    order = []  # (rid, event) in arrival order
+    pending, tokens, results = set(gens) | set(rids), {g: [] for g in gens}, {}
+    while pending:
+        ev = client._recv_one()  # every reply, as it arrives
+        rid = ev.get("id")
+        assert rid in pending and ev["event"] != "error", ev
+        order.append((rid, ev["event"]))
+        if rid in tokens:
+            tokens[rid] += decode_array(ev.get("token_ids", []))
+            if ev["event"] == "final":
+                assert ev["status"] == "maximum_length", ev
+                pending.discard(rid)
+        else:
+            assert ev["event"] == "result", ev
+            results[rid] = decode_array(ev["embeddings"], as_numpy=True)
+            pending.discard(rid)
     for k, rid in enumerate(rids):
-        r = client.next_reply(rid)
-        assert r["event"] == "result", r
-        assert np.array_equal(decode_array(r["embeddings"], as_numpy=True), alone[k]), k
-    tokens = []
-    for ev in client.events(gen):
-        assert ev["event"] != "error", ev
-        tokens += ev.get("token_ids", [])
-    assert tokens == alone_tokens
+        assert results[rid].dtype == np.float32 and results[rid].shape == alone[k].shape, k
+        assert np.array_equal(results[rid], alone[k]), (k, reqs[k]["pooling"])
+    for g, want in zip(gens, alone_tokens):
+        assert tokens[g] == want
+    # they were in flight together: embed results came before the last
+    # generation ended (the first embed requests are short, the last
+    # generations were sent after every embed request)
+    last_gen_final = max(i for i, (r, e) in enumerate(order) if r in tokens and e == "final")
+    assert any(r in results for r, _ in order[:last_gen_final]), order
 
 
 def test_cancel(client):
