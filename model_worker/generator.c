@@ -136,6 +136,7 @@ void zi_generator_free(zi_generator *g) {
     if (g->seqs)
         for (int i = 0; i < g->cfg.n_slots; i++) {
             free(g->seqs[i].blocks);
+            free(g->seqs[i].masks);
             zi_grammar_state_free(g->seqs[i].gs);
             zi_grammar_cache_put(g->grammars, g->seqs[i].gram);
         }
@@ -164,7 +165,6 @@ void zi_generator_free(zi_generator *g) {
     zi_spec_draft_free(g->drafter);
     free(g->dreqs);
     free(g->forbid);
-    free(g->json_masks);
     free(g->top_ids);
     free(g->top_lps);
     zi_sampler_free(g->sampler);
@@ -390,15 +390,14 @@ static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int6
 }
 
 /* Can c's next token be speculated? A decode step of one token, greedy
- * or sampled, with penalties, logit bias, min_new_tokens and log
- * probabilities (each verification row is processed as if the drafts
- * before it had been generated), but no structured-output mask (JSON
- * schema or grammar: its automaton would have to follow the drafts). */
+ * or sampled, with penalties, logit bias, min_new_tokens, log
+ * probabilities and structured-output masks (each verification row is
+ * processed as if the drafts before it had been generated: its mask is the
+ * grammar's after them, zi_gen_grammar_masks). */
 static int spec_eligible(const zi_generator *g, const zi_text_context *c) {
     const zi_sampling_params *sp = &c->sampling_params;
-    return (g->cfg.spec_lookup || g->drafter) && sp->speculate && !c->has_json_schema &&
-           c->grammar.len == 0 && !c->is_initial_prompt && c->active_idx == c->end_idx &&
-           c->start_idx + 1 == c->end_idx;
+    return (g->cfg.spec_lookup || g->drafter) && sp->speculate && !c->is_initial_prompt &&
+           c->active_idx == c->end_idx && c->start_idx + 1 == c->end_idx;
 }
 
 /* Drafts for a decoding context whose last token is scheduled: at most cap
@@ -513,7 +512,8 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
             j--;
         }
         g->order[j] = c;
-        zi_gen_seq_of(g, c)->n_draft = 0;
+        gseq *q = zi_gen_seq_of(g, c);
+        q->n_draft = q->n_verify = q->masked = 0;
         p->n_decoding += !c->is_initial_prompt;
         p->n_waiting += c->is_initial_prompt;
     }
@@ -542,6 +542,14 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
         /* The window fits the step's budget and the blocks the sequence holds. */
         assert(len <= budget && c->start_idx + len <= (int64_t)q->n_blocks * g->cfg.block_size);
         if (len == 1 && spec_eligible(g, c)) propose_drafts(g, c, q, budget - 1);
+        if (q->n_draft > 0 && !q->by_model && zi_gen_constrained(g, c)) {
+            /* cut the lookup draft at the first token its grammar refuses
+             * before it takes rows (a draft model's drafts come after the
+             * pass is laid out: build_sampler_rows cuts them) */
+            int kept = zi_gen_grammar_masks(g, c, q->draft, q->n_draft, err);
+            if (kept < 0) return ZI_ENOMEM;
+            q->n_draft = kept;
+        }
         int echo = wants_echo(c);
         int32_t row = (int32_t)p->n_stepped;
         memcpy(g->tables + (size_t)row * g->max_blocks, q->blocks,
@@ -627,7 +635,8 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
         int64_t n_gen = c->end_idx - c->prompt_len;
         uint8_t mask = 0;
         zi_text_context_min_token_mask(c, 1, &mask, NULL);
-        int n_draft = zi_gen_seq_of(g, c)->n_draft; /* its rows follow its token's */
+        gseq *q = zi_gen_seq_of(g, c);
+        int n_draft = q->n_draft; /* its rows follow its token's */
         *r = (zi_sampler_row){
             .logits = g->logits + (size_t)(last_row(g, p, i) - n_draft) * g->n_vocab,
             .params = &c->sampling_params,
@@ -638,8 +647,18 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
             .step = (uint64_t)n_gen,
             .eos_forbid = g->forbid ? g->forbid + used : NULL,
         };
-        if ((c->has_json_schema || c->grammar.len) && g->json)
-            r->bitmask = zi_gen_grammar_mask(g, c, *n_sample - 1);
+        q->n_verify = n_draft;
+        if (zi_gen_constrained(g, c)) {
+            /* its masks (scheduling made them when it cut a lookup draft);
+             * a draft model's drafts are cut here, their rows past the
+             * first refused one left unsampled */
+            if (!q->masked) {
+                int kept = zi_gen_grammar_masks(g, c, q->draft, n_draft, err);
+                if (kept < 0) return ZI_ENOMEM;
+                q->n_verify = kept;
+            }
+            r->bitmask = q->masks;
+        }
         if (mask) { /* ids outside the vocabulary cannot be sampled anyway */
             const zi_i32_list *lists[2] = {&c->eos_token_ids, &c->sampling_params.stop_token_ids};
             size_t k = 0;
@@ -657,14 +676,16 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
      * speculation: the drafts up to it count as generated (penalties), the
      * EOS mask holds while min_new_tokens is not reached, and the step is
      * that token's (so a sampled row uses the same uniform: see
-     * accept_drafts). Its token goes into spec_tok. */
+     * accept_drafts), and with structured output the grammar's mask after
+     * it. Its token goes into spec_tok. */
     int n_own = *n_sample;
+    size_t words = ((size_t)g->n_vocab + 31) / 32;
     for (int k = 0; k < n_own; k++) {
         int i = g->row_ctx[k];
         const zi_text_context *c = g->stepped[i];
         const gseq *q = zi_gen_seq_of(g, c);
         int first = last_row(g, p, i) - q->n_draft;
-        for (int j = 0; j < q->n_draft; j++) {
+        for (int j = 0; j < q->n_verify; j++) {
             zi_sampler_row *r = &g->rows[*n_sample];
             *r = g->rows[k];
             r->logits = g->logits + (size_t)(first + 1 + j) * g->n_vocab;
@@ -672,6 +693,7 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
             r->more_generated_ids = q->draft;
             r->n_more_generated = (size_t)j + 1;
             if (r->step >= (uint64_t)c->sampling_params.min_new_tokens) r->n_eos_forbid = 0;
+            if (r->bitmask) r->bitmask = q->masks + (size_t)(j + 1) * words;
             g->row_ctx[(*n_sample)++] = -1 - (i * ZI_SPEC_MAX_DRAFT + j);
         }
     }
@@ -738,8 +760,10 @@ static int accept_drafts(zi_generator *g, zi_text_context *c, gseq *q, int i, in
     int32_t target[ZI_SPEC_ROWS];
     target[0] = c->tokens[c->end_idx - 1];
     memcpy(target + 1, g->spec_tok + (size_t)i * ZI_SPEC_MAX_DRAFT,
-           (size_t)q->n_draft * sizeof *target);
-    int a = zi_spec_accept(q->draft, q->n_draft, target);
+           (size_t)q->n_verify * sizeof *target);
+    /* (drafts past n_verify, refused by the grammar, are never accepted;
+     * they count as drafted: their rows were fed) */
+    int a = zi_spec_accept(q->draft, q->n_verify, target);
     zi_spec_record(q->by_model ? &q->dspec : &q->spec, q->n_draft, a);
     if (q->by_model) g->stats.draft_model_drafted += (uint64_t)q->n_draft;
     if (q->by_model) g->stats.draft_model_accepted += (uint64_t)a;

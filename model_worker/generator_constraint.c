@@ -2,9 +2,11 @@
  * generator_constraint.c - structured output in the generator: each
  * constrained sequence's grammar state (a JSON schema compiled to a grammar,
  * or a grammar; grammar.h), caught up with its generated tokens before each
- * draw, and the mask of the tokens allowed next (generator_impl.h; the
+ * draw, and the mask of the tokens allowed next, for its own row and for
+ * the row after each draft when it speculates (generator_impl.h; the
  * public calls are in generator.h).
  */
+#include <assert.h>
 #include <stdlib.h>
 
 #include "generator_impl.h"
@@ -16,15 +18,11 @@ static uint64_t token_hash(uint64_t h, const int32_t *t, int64_t n) {
     return h;
 }
 
-/* Structured output: the tokens that keep context c's completion a
- * prefix of its grammar's (grammar.h; a JSON schema compiled to one), into
- * mask row `row`. The state catches up with the tokens generated since the
- * last step (all of them again after a rollback); tokens that do not
- * continue it (none should: each was drawn under this mask) leave only the
- * end-of-sequence ids. Near the request's length limit only the tokens
- * after which the text can still be finished are allowed. */
-const int32_t *zi_gen_grammar_mask(zi_generator *g, const zi_text_context *c, int row) {
-    gseq *q = zi_gen_seq_of(g, c);
+/* Catches q's grammar state up with c's generated tokens: it follows on
+ * from the tokens fed last step when they are still a prefix of them (the
+ * hash), else (a rollback: a preemption's reset, drafts fed last step and
+ * rejected) it starts over from the first generated token. */
+static void catch_up(zi_generator *g, const zi_text_context *c, gseq *q) {
     const int32_t *gen = c->tokens + c->prompt_len;
     int64_t n_gen = c->end_idx - c->prompt_len;
     if (q->js_fed >= 0 &&
@@ -40,13 +38,18 @@ const int32_t *zi_gen_grammar_mask(zi_generator *g, const zi_text_context *c, in
     q->js_hash = token_hash(q->js_hash, gen + q->js_fed, n_gen - q->js_fed);
     for (; q->js_fed < n_gen; q->js_fed++)
         if (!q->js_bad && !zi_grammar_feed_token(g->json, q->gs, gen[q->js_fed])) q->js_bad = 1;
+}
+
+/* The tokens that keep the completion a prefix of its grammar's after
+ * the state's text, into m, for a completion that may take `budget` more
+ * tokens, this one included: near the limit the mask closes the text
+ * instead of letting it be cut (grammar.h). A state that broke (no token
+ * should: each was drawn under this mask) leaves only the end-of-sequence
+ * ids. */
+static void mask_row(zi_generator *g, const zi_text_context *c, gseq *q, int64_t budget,
+                     int32_t *m) {
     size_t words = ((size_t)g->n_vocab + 31) / 32;
-    int32_t *m = g->json_masks + (size_t)row * words;
     if (!q->js_bad) {
-        /* the tokens this completion may still take, this one included:
-         * near the limit the mask closes the text instead of letting it
-         * be cut (grammar.h) */
-        int64_t budget = c->max_length - c->end_idx;
         zi_grammar_allowed_within(g->json, q->gs, c->eos_token_ids.v, c->eos_token_ids.n, budget,
                                   m);
         size_t w = 0; /* never a row with nothing to draw */
@@ -54,7 +57,49 @@ const int32_t *zi_gen_grammar_mask(zi_generator *g, const zi_text_context *c, in
         if (w == words) q->js_bad = 1;
     }
     if (q->js_bad) zi_json_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
-    return m;
+}
+
+int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_t *draft,
+                         int n_draft, zi_error *err) {
+    gseq *q = zi_gen_seq_of(g, c);
+    size_t words = ((size_t)g->n_vocab + 31) / 32;
+    if (!q->masks && !(q->masks = malloc(ZI_SPEC_ROWS * words * sizeof *q->masks))) {
+        zi_error_set(err, ZI_ENOMEM, "out of memory for structured-output masks");
+        return -1;
+    }
+    assert(n_draft >= 0 && n_draft <= ZI_SPEC_MAX_DRAFT);
+    catch_up(g, c, q);
+    q->masked = 1;
+    mask_row(g, c, q, c->max_length - c->end_idx, q->masks);
+    int kept = 0;
+    while (kept < n_draft) {
+        /* draft `kept` is fed at position end_idx + kept: the row before
+         * it must allow it, or no draw there can give it */
+        int32_t t = draft[kept];
+        const int32_t *m = q->masks + (size_t)kept * words;
+        if (t < 0 || t >= g->n_vocab || !((uint32_t)m[t >> 5] >> (t & 31) & 1u)) break;
+        int32_t *next = q->masks + (size_t)(kept + 1) * words;
+        if (!q->js_bad && zi_grammar_feed_token(g->json, q->gs, t)) {
+            q->js_hash = token_hash(q->js_hash, &t, 1);
+            q->js_fed++;
+            mask_row(g, c, q, c->max_length - (c->end_idx + kept + 1), next);
+            kept++;
+            continue;
+        }
+        /* Not fed: an end-of-sequence id (allowed: the text is whole) ends
+         * the completion, so it is kept and the row after it, never
+         * emitted, gets a mask that still has something to draw; any other
+         * token (none should be: the mask holds what the grammar takes)
+         * is cut. */
+        for (size_t e = 0; e < c->eos_token_ids.n; e++)
+            if (c->eos_token_ids.v[e] == t) {
+                zi_json_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, next);
+                kept++;
+                break;
+            }
+        break;
+    }
+    return kept;
 }
 
 int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_error *err) {
@@ -63,11 +108,6 @@ int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_erro
                             "structured output: the tokenizer has %d tokens, the model %d",
                             (int)zi_json_vocab_size(v), g->n_vocab);
     if (v && !g->grammars && zi_grammar_cache_create(&g->grammars, err)) return ZI_ENOMEM;
-    if (v && !g->json_masks) {
-        size_t words = ((size_t)g->n_vocab + 31) / 32;
-        g->json_masks = malloc((size_t)g->cfg.n_slots * words * sizeof *g->json_masks);
-        if (!g->json_masks) return zi_error_set(err, ZI_ENOMEM, "out of memory");
-    }
     g->json = v;
     return ZI_OK;
 }

@@ -40,12 +40,22 @@ typedef struct gseq {
     int64_t js_fed;
     uint64_t js_hash; /* of those tokens: a rollback and other tokens is seen */
     int js_bad;
+    /* This step's masks (generator_constraint.c): row 0 for the
+     * sequence's own token, row j + 1 for the token after draft j;
+     * [ZI_SPEC_ROWS][ceil(n_vocab / 32)], allocated at its first
+     * constrained step. masked: computed this step. */
+    int32_t *masks;
+    int masked;
     /* Prompt-lookup speculation (spec_lookup.h): the adaptive draft
      * length, and this step's drafts, fed behind the sequence's last token
      * (n_draft 0: none). */
     zi_spec_state spec;
     int32_t n_draft;
     int32_t draft[ZI_SPEC_MAX_DRAFT];
+    /* Of those, the drafts verified: all but those from the first one the
+     * grammar refuses (a constrained draft-model draft is cut only after
+     * the pass; its rows past n_verify are fed but not sampled). */
+    int32_t n_verify;
     /* Draft-model speculation (spec_draft.h): its own adaptive length;
      * by_model: this step's drafts are the draft model's, proposed after
      * scheduling into the batch from index draft_at. */
@@ -91,7 +101,6 @@ struct zi_generator {
     size_t forbid_cap;
     const zi_json_vocab *json;  /* structured output (NULL: refused) */
     zi_grammar_cache *grammars; /* compiled constraints, by their text */
-    int32_t *json_masks;        /* [n_slots][ceil(n_vocab / 32)] allowed tokens */
     int32_t *top_ids;           /* log-probability scratch */
     float *top_lps;
     size_t top_cap, top_lps_cap;
@@ -123,9 +132,24 @@ static inline gseq *zi_gen_seq_of(zi_generator *g, const zi_text_context *c) {
     return &g->seqs[slot];
 }
 
-/* Structured output (generator_constraint.c): the tokens that keep context
- * c's completion a prefix of its grammar's, into mask row `row` of
- * g->json_masks, which it returns. */
-const int32_t *zi_gen_grammar_mask(zi_generator *g, const zi_text_context *c, int row);
+/* Is context c's decoding constrained by a grammar (a JSON schema, a
+ * grammar or a regex compiled to one)? */
+static inline int zi_gen_constrained(const zi_generator *g, const zi_text_context *c) {
+    return (c->has_json_schema || c->grammar.len) && g->json;
+}
+
+/* Structured output (generator_constraint.c): the masks of constrained
+ * context c's rows this step, into q->masks: row 0 the tokens that keep
+ * its completion a prefix of its grammar's; then, for each of the n_draft
+ * drafts in turn, while the draft is in the mask of the row before it,
+ * the mask after it (row j + 1: the grammar fed drafts 0..j, the budget
+ * one token less). Stops at the first draft the grammar refuses (it can
+ * never be accepted) and after an end-of-sequence draft. Returns the
+ * drafts kept (0..n_draft), or -1 with err set when memory runs out. The
+ * grammar state is left after the kept drafts: the next step's catch-up
+ * sees by the token hash whether they were accepted, and starts over from
+ * the verified tokens when not. */
+int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_t *draft,
+                         int n_draft, zi_error *err);
 
 #endif

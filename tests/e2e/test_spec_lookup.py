@@ -13,6 +13,9 @@ streams share the worker's steps.
    the draw the token gets without speculation), and drafts are accepted.
  * Greedy with penalties, a logit bias, min_new_tokens and log
    probabilities: the same tokens, log probabilities within 1e-5.
+ * Structured output: a JSON schema extracting fields from a JSON document
+   in the prompt, and a GBNF grammar quoting a sentence: the same tokens,
+   valid output, and drafts accepted for these constrained requests.
 """
 
 import os
@@ -66,15 +69,16 @@ def spec_counts(client):
 
 
 def run_both(client, requests, **extra):
-    """Sends every (messages, sampling_params) twice at once, speculating
-    and opted out; returns [((tokens, text, final, logprobs) speculating,
+    """Sends every (messages, sampling_params[, extra fields]) twice at
+    once, speculating and opted out; returns [((tokens, text, final, logprobs) speculating,
     (the same) plain)]; logprobs: [(token's, {top id: value})] gathered
     from the chunks."""
     rids = []
-    for messages, sp in requests:
+    for messages, sp, *more in requests:
         for spec in (True, False):
             rids.append(client.send({"op": "generate", "messages": messages,
-                                     "sampling_params": {**sp, "speculate": spec}, **extra}))
+                                     "sampling_params": {**sp, "speculate": spec}, **extra,
+                                     **(more[0] if more else {})}))
     out = []
     for rid in rids:
         ids, text, final, lps = [], [], None, []
@@ -198,3 +202,45 @@ def test_workload_fixture():
     for p in ps:
         assert 16 <= p["max_new_tokens"] <= 512
         assert p["messages"][0]["role"] == "user" and len(p["messages"][0]["content"]) > 300
+
+
+ORDER = ('{"order_id": "A-7731", "customer": {"name": "Ingrid Halvorsen", "city": "Bergen"}, '
+         '"items": [{"sku": "LMP-204", "qty": 3}], "status": "shipped", '
+         '"carrier": "Nordlys Freight"}')
+ORDER_SCHEMA = {"type": "object",
+                "properties": {"order_id": {"type": "string"},
+                               "customer_name": {"type": "string"},
+                               "city": {"type": "string"},
+                               "carrier": {"type": "string"}},
+                "required": ["order_id", "customer_name", "city", "carrier"]}
+QUOTE_GRAMMAR = 'root ::= "\\"" [^"\\n]+ "\\""'
+
+
+def test_structured_output_speculates_same_tokens(server):
+    """Each verification row is masked by the grammar after the drafts
+    before it (docs/speculative.md): the same tokens as without, and the
+    constrained requests get drafts accepted."""
+    import json
+    reqs = [([{"role": "user", "content": "Extract the order id, the customer's name, the city "
+                                          "and the carrier from this JSON document:\n" + ORDER}],
+             {"temperature": 0, "max_new_tokens": 64},
+             {"response_format": {"type": "json_schema",
+                                  "json_schema": {"name": "order", "schema": ORDER_SCHEMA}}}),
+            ([{"role": "user", "content": "Quote the sentence about the lamp from this "
+                                          "passage:\n" + PASSAGE}],
+             {"temperature": 0, "max_new_tokens": 48}, {"grammar": QUOTE_GRAMMAR})]
+    with Client(server.addr, timeout_s=300) as c:
+        before = spec_counts(c)
+        pairs = run_both(c, reqs)
+        after = spec_counts(c)
+    for (spec, plain) in pairs:
+        assert spec[0] == plain[0] and spec[1] == plain[1]
+        assert spec[2]["status"] == plain[2]["status"]
+    doc = json.loads(pairs[0][0][1])
+    assert set(ORDER_SCHEMA["required"]) <= set(doc)
+    assert doc["order_id"] == "A-7731" and doc["city"] == "Bergen", doc
+    quote = pairs[1][0][1]
+    assert quote.startswith('"') and quote.endswith('"') and "lamp" in quote, quote
+    steps, drafted, accepted = (a - b for a, b in zip(after, before))
+    print(f"constrained: {steps} verifications, {drafted} drafted, {accepted} accepted")
+    assert accepted > 0 and drafted >= accepted

@@ -35,6 +35,7 @@
 #include "sampler.h"
 #include "spec_lookup.h"
 #include "tokenizer.h"
+#include "vocab_trie.h"
 
 #define LEN(a) ((int64_t)(sizeof(a) / sizeof((a)[0])))
 
@@ -239,6 +240,11 @@ typedef struct fixture {
     zi_backend *be;
     zi_model *model;
     zi_tokenizer *tok;
+    /* structured output (test_constrained_same_tokens_on_and_off): when
+     * grammars is set, run_with constrains prompt i by grammars[i] (NULL:
+     * none), with the tokenizer's EOS */
+    zi_json_vocab *vocab;
+    const char *const *grammars;
 } fixture;
 
 static int setup(void **state) {
@@ -253,6 +259,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fixture *f = *state;
     if (!f) return 0;
+    zi_json_vocab_free(f->vocab);
     zi_test_model_close(f->be, f->model, f->tok);
     free(f);
     return 0;
@@ -276,6 +283,7 @@ static void run_with(fixture *f, const zi_generator_config *cfg, int32_t *const 
     zi_error err = {0};
     zi_generator *g;
     assert_int_equal(zi_generator_create(f->model, cfg, &g, &err), ZI_OK);
+    if (f->grammars) assert_int_equal(zi_generator_set_json_vocab(g, f->vocab, &err), ZI_OK);
     zi_text_context ctx[N_PROMPTS], *live[N_PROMPTS];
     for (int i = 0; i < n; i++) {
         zi_sampling_params sp;
@@ -287,6 +295,14 @@ static void run_with(fixture *f, const zi_generator_config *cfg, int32_t *const 
         if (stop >= 0 && i % 2)
             assert_int_equal(
                 zi_i32_list_set(&ctx[i].sampling_params.stop_token_ids, &stop, 1, &err), ZI_OK);
+        if (f->grammars && f->grammars[i]) {
+            int32_t eos = zi_tokenizer_eos(f->tok);
+            assert_int_equal(
+                zi_string_set(&ctx[i].grammar, f->grammars[i], strlen(f->grammars[i]), &err),
+                ZI_OK);
+            assert_int_equal(zi_i32_list_set(&ctx[i].eos_token_ids, &eos, 1, &err), ZI_OK);
+            if (zi_generator_check_constraint(g, &ctx[i], &err)) fail_msg("%s", err.msg);
+        }
         live[i] = &ctx[i];
     }
     size_t n_live = (size_t)n;
@@ -510,6 +526,53 @@ static void test_penalised_same_tokens_on_and_off(void **state) {
     for (int i = 0; i < N_PROMPTS; i++) free(ids[i]);
 }
 
+/* Structured output: each verification row is masked by the grammar after
+ * the drafts before it, and drafts the grammar refuses are cut before they
+ * are fed. Grammars that refuse some of what the prompts repeat (a letter,
+ * a digit, a minus sign: the lookup drafts copy them), one that must end
+ * (EOS), one that cuts the text short of max_new_tokens (the budget of
+ * each row); greedy and seeded sampled: the same tokens on and off. */
+static const char *const grammars[N_PROMPTS] = {
+    "root ::= [^qz]*",
+    "root ::= ([0-9]+ \", \")* [0-9] [0-9]?",
+    "root ::= \"The capital of France is \" [A-Z] [a-z]+ \".\"",
+    "root ::= [^-]*",
+    NULL,
+};
+
+static void test_constrained_same_tokens_on_and_off(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    zi_error err = {0};
+    if (!f->vocab) assert_int_equal(zi_json_vocab_create(f->tok, &f->vocab, &err), ZI_OK);
+    int32_t *ids[N_PROMPTS];
+    size_t n_ids[N_PROMPTS];
+    for (int i = 0; i < N_PROMPTS; i++)
+        assert_int_equal(
+            zi_tokenizer_encode(f->tok, texts[i], strlen(texts[i]), 1, 1, &ids[i], &n_ids[i], &err),
+            ZI_OK);
+    f->grammars = grammars;
+    for (int sampled = 0; sampled < 2; sampled++) {
+        zi_generator_config cfg = {
+            .n_slots = N_PROMPTS, .ctx = 512, .max_batch_tokens = 256, .prefix_cache = 1};
+        static run_out off, on;
+        zi_generator_stats st;
+        tweak_fn tw = sampled ? tweak_sampled : NULL;
+        run_with(f, &cfg, ids, n_ids, N_PROMPTS, -1, tw, &off, &st);
+        cfg.spec_lookup = 1;
+        run_with(f, &cfg, ids, n_ids, N_PROMPTS, -1, tw, &on, &st);
+        compare(&off, &on, N_PROMPTS);
+        printf("constrained%s: %llu verifications, %llu drafted, %llu accepted\n",
+               sampled ? ", sampled" : "", (unsigned long long)st.spec_steps,
+               (unsigned long long)st.spec_drafted, (unsigned long long)st.spec_accepted);
+        assert_true(st.spec_accepted > 0);
+        /* the grammar's sentence, then EOS */
+        assert_int_equal(off.status[2], ZI_GEN_END_OF_SEQUENCE);
+    }
+    f->grammars = NULL;
+    for (int i = 0; i < N_PROMPTS; i++) free(ids[i]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_propose),
@@ -519,6 +582,7 @@ int main(void) {
         cmocka_unit_test(test_same_tokens_on_and_off),
         cmocka_unit_test(test_sampled_same_tokens_on_and_off),
         cmocka_unit_test(test_penalised_same_tokens_on_and_off),
+        cmocka_unit_test(test_constrained_same_tokens_on_and_off),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
