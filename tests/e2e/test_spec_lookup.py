@@ -216,6 +216,7 @@ ORDER_SCHEMA = {"type": "object",
 QUOTE_GRAMMAR = 'root ::= "\\"" [^"\\n]+ "\\""'
 
 
+@release_only
 def test_structured_output_speculates_same_tokens(server):
     """Each verification row is masked by the grammar after the drafts
     before it (docs/speculative.md): the same tokens as without, and the
