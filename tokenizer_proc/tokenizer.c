@@ -122,7 +122,11 @@ int tok_cp_to_byte(uint32_t cp) {
 /* string table */
 
 int32_t tok_str_find(const zi_tokenizer *t, const char *s, size_t n) {
-    uint32_t i = tok_hash_bytes(s, n) & t->str_hash_mask;
+    return tok_str_find_hashed(t, s, n, tok_hash_bytes(s, n));
+}
+
+int32_t tok_str_find_hashed(const zi_tokenizer *t, const char *s, size_t n, uint32_t h) {
+    uint32_t i = h & t->str_hash_mask;
     for (;;) {
         int32_t sid = t->str_hash[i];
         if (sid < 0) return -1;
@@ -353,27 +357,51 @@ static void set_attr_by_text(zi_tokenizer *t, const char *s, uint8_t bit, int on
     t->attr[id] = on ? (uint8_t)(t->attr[id] | bit) : (uint8_t)(t->attr[id] & ~bit);
 }
 
-/* llama.cpp's per-model token attributes, chosen by general.name: for a
- * name containing "phi-3" or "phi3" (case-insensitive), whitespace after a
- * special token is dropped (RSTRIP), except after <unk>, <s> and
- * <|endoftext|>; </s> is RSTRIP too. (The LSTRIP rules are for BERT-style
- * models, which zinfer does not load.) */
-static void set_strip_attrs(zi_tokenizer *t, const zi_gguf *g) {
-    const zi_gguf_kv *kv = zi_gguf_find_kv(g, "general.name");
-    if (!kv || kv->type != ZI_GGUF_STRING) return; /* optional, as in llama.cpp */
-    const char *s = kv->str.ptr;
-    size_t n = (size_t)kv->str.len;
-    int phi3 = 0;
-    for (size_t i = 0; i + 4 <= n && !phi3; i++) {
-        if ((s[i] | 32) != 'p' || (s[i + 1] | 32) != 'h' || (s[i + 2] | 32) != 'i') continue;
-        phi3 = s[i + 3] == '3' || (s[i + 3] == '-' && i + 5 <= n && s[i + 4] == '3');
+static char lower_ascii(char c) {
+    return c >= 'A' && c <= 'Z' ? (char)(c + 32) : c;
+}
+
+/* True when the string value of key contains needle (lowercase ASCII);
+ * with fold, the value's ASCII letters are lowercased first, as llama.cpp
+ * lowercases general.name (only). */
+static int kv_contains(const zi_gguf *g, const char *key, const char *needle, int fold) {
+    const zi_gguf_kv *kv = zi_gguf_find_kv(g, key);
+    if (!kv || kv->type != ZI_GGUF_STRING) return 0; /* optional, as in llama.cpp */
+    size_t n = (size_t)kv->str.len, m = strlen(needle);
+    for (size_t i = 0; i + m <= n; i++) {
+        size_t k = 0;
+        while (k < m && (fold ? lower_ascii(kv->str.ptr[i + k]) : kv->str.ptr[i + k]) == needle[k])
+            k++;
+        if (k == m) return 1;
     }
-    if (!phi3) return;
-    for (size_t k = 0; k < t->n_special; k++) t->attr[t->special[k]] |= TOK_ATTR_RSTRIP;
-    set_attr_by_text(t, "</s>", TOK_ATTR_RSTRIP, 1);
-    set_attr_by_text(t, "<unk>", TOK_ATTR_RSTRIP, 0);
-    set_attr_by_text(t, "<s>", TOK_ATTR_RSTRIP, 0);
-    set_attr_by_text(t, "<|endoftext|>", TOK_ATTR_RSTRIP, 0);
+    return 0;
+}
+
+/* llama.cpp's per-model token attributes, in its order (the first rule
+ * that applies): the mask token drops whitespace before it (LSTRIP) for
+ * tokenizer.ggml.pre jina-v2-de/-es/-code and general.architecture
+ * nomic-bert-moe/jina-bert-v3 ("<mask>") and for a general.name containing
+ * "modern-bert" ("[MASK]"); for a name containing "phi-3" or "phi3"
+ * (case-insensitive), whitespace after a special token is dropped
+ * (RSTRIP), except after <unk>, <s> and <|endoftext|>; </s> is RSTRIP too. */
+static void set_strip_attrs(zi_tokenizer *t, const zi_gguf *g) {
+    static const char *const mask_pre[] = {"jina-v2-de", "jina-v2-es", "jina-v2-code"};
+    int mask = kv_contains(g, "general.architecture", "nomic-bert-moe", 0) ||
+               kv_contains(g, "general.architecture", "jina-bert-v3", 0);
+    for (size_t i = 0; i < 3; i++) mask |= kv_contains(g, "tokenizer.ggml.pre", mask_pre[i], 0);
+    if (mask) {
+        set_attr_by_text(t, "<mask>", TOK_ATTR_LSTRIP, 1);
+        return;
+    }
+    if (kv_contains(g, "general.name", "phi-3", 1) || kv_contains(g, "general.name", "phi3", 1)) {
+        for (size_t k = 0; k < t->n_special; k++) t->attr[t->special[k]] |= TOK_ATTR_RSTRIP;
+        set_attr_by_text(t, "</s>", TOK_ATTR_RSTRIP, 1);
+        set_attr_by_text(t, "<unk>", TOK_ATTR_RSTRIP, 0);
+        set_attr_by_text(t, "<s>", TOK_ATTR_RSTRIP, 0);
+        set_attr_by_text(t, "<|endoftext|>", TOK_ATTR_RSTRIP, 0);
+    } else if (kv_contains(g, "general.name", "modern-bert", 1)) {
+        set_attr_by_text(t, "[MASK]", TOK_ATTR_LSTRIP, 1);
+    }
 }
 
 int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
@@ -386,6 +414,8 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
         mk = TOK_MODEL_BPE;
     else if (zi_str_eq(model, "llama"))
         mk = TOK_MODEL_SPM;
+    else if (zi_str_eq(model, "bert"))
+        mk = TOK_MODEL_WPM;
     else {
         /* The value is the file's: quoted as printable ASCII so that a
          * newline or invalid UTF-8 in it cannot break the one-line message
@@ -394,7 +424,8 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
         zi_printable(shown, sizeof shown, model.ptr, model.len);
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "tokenizer.ggml.model \"%s\" is not supported (only \"gpt2\", "
-                            "byte-level BPE, and \"llama\", SentencePiece-style)",
+                            "byte-level BPE, \"llama\", SentencePiece-style, and \"bert\", "
+                            "WordPiece)",
                             shown);
     }
     int kind = 0;
@@ -419,7 +450,9 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
     if (mk == TOK_MODEL_BPE && (rc = tok_pretok_init(t, pre, err))) goto fail;
 
     if ((rc = load_vocab(t, g, err))) goto fail;
-    if ((rc = mk == TOK_MODEL_SPM ? tok_spm_load(t, g, err) : tok_load_merges(t, g, err)))
+    if ((rc = mk == TOK_MODEL_SPM   ? tok_spm_load(t, g, err)
+              : mk == TOK_MODEL_WPM ? tok_wpm_load(t, g, err)
+                                    : tok_load_merges(t, g, err)))
         goto fail;
 
     /* SPM needs no GPT-2 byte strings (and must not look them up). */
@@ -436,24 +469,42 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
     }
 
     /* llama.cpp's defaults: SPM files have <unk> <s> </s> as ids 0 1 2, add
-     * BOS and put a space before the text. */
-    int spm = mk == TOK_MODEL_SPM;
-    if ((rc = read_token_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab, spm ? 1 : -1, &t->bos,
-                            err)) ||
+     * BOS and put a space before the text; WPM ("bert") files have [PAD]
+     * [UNK] [CLS] [SEP] as 0 100 101 102, [CLS] being BOS, and no EOS. */
+    int spm = mk == TOK_MODEL_SPM, wpm = mk == TOK_MODEL_WPM;
+    if ((rc = read_token_id(g, "tokenizer.ggml.bos_token_id", t->n_vocab,
+                            spm   ? 1
+                            : wpm ? 101
+                                  : -1,
+                            &t->bos, err)) ||
         (rc = read_token_id(g, "tokenizer.ggml.eos_token_id", t->n_vocab, spm ? 2 : -1, &t->eos,
                             err)) ||
-        (rc = read_token_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab, spm ? 0 : -1, &t->unk,
-                            err)) ||
-        (rc = read_token_id(g, "tokenizer.ggml.padding_token_id", t->n_vocab, -1, &t->pad, err)))
+        (rc = read_token_id(g, "tokenizer.ggml.unknown_token_id", t->n_vocab,
+                            spm   ? 0
+                            : wpm ? 100
+                                  : -1,
+                            &t->unk, err)) ||
+        (rc = read_token_id(g, "tokenizer.ggml.seperator_token_id", t->n_vocab, wpm ? 102 : -1,
+                            &t->sep, err)) ||
+        (rc = read_token_id(g, "tokenizer.ggml.padding_token_id", t->n_vocab, wpm ? 0 : -1, &t->pad,
+                            err)))
         goto fail;
-    /* The default of add_bos_token: SPM files add BOS; for BPE, what the
-     * pre-tokenizer set (tok_pretok_init: the Llama 3 group adds it). */
+    /* The default of add_bos_token: SPM and WPM files add BOS; for BPE,
+     * what the pre-tokenizer set (tok_pretok_init: the Llama 3 group adds
+     * it). (WPM encoding adds BOS and SEP whatever the keys say.) */
     if ((rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token",
-                                  spm || (t->add_bos && t->bos >= 0), &t->add_bos, err)) ||
+                                  spm || wpm || (t->add_bos && t->bos >= 0), &t->add_bos, err)) ||
         (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", 0, &t->add_eos, err)) ||
         (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix,
                                   err)))
         goto fail;
+    if (wpm && (t->bos < 0 || t->sep < 0)) {
+        rc = zi_error_set(err, ZI_EFORMAT,
+                          "a \"bert\" vocabulary needs tokenizer.ggml.bos_token_id and "
+                          "seperator_token_id (defaults 101 and 102 are outside its %d tokens)",
+                          t->n_vocab);
+        goto fail;
+    }
     if (t->add_bos && t->bos < 0) {
         rc = zi_error_set(err, ZI_EFORMAT,
                           "tokenizer.ggml.add_bos_token is true but there is no bos_token_id");
@@ -519,6 +570,8 @@ void zi_tokenizer_free(zi_tokenizer *t) {
     free(t->spm_text);
     free(t->spm_syms);
     free(t->spm_heap);
+    free(t->wpm_word);
+    free(t->wpm_hash);
     tok_pretok_free(t);
     free(t);
 }

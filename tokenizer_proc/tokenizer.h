@@ -1,6 +1,7 @@
 /*
  * tokenizer.h - the tokenizer built from a GGUF file's metadata: byte-level
- * BPE ("gpt2") and SentencePiece-style ("llama") vocabularies.
+ * BPE ("gpt2"), SentencePiece-style ("llama") and WordPiece ("bert")
+ * vocabularies.
  *
  * A library: the tokenizer process links it, and so does the `zinfer`
  * command for in-process use. It reads tokenizer.ggml.{model, pre, tokens,
@@ -11,7 +12,9 @@
  * pre-tokenizer the file names (tokenizer.ggml.pre) and BPE merges by rank
  * over the GPT-2 byte-to-unicode mapping; for "llama" the whole fragment,
  * spaces escaped as U+2581, merged pairwise by token score with byte
- * fallback to <0xXX> tokens.
+ * fallback to <0xXX> tokens; for "bert" the BERT normaliser (lowercase,
+ * accents stripped, punctuation and CJK split off) and greedy
+ * longest-token words with [UNK] (tokenizer_wpm.c).
  *
  * A zi_tokenizer is immutable after loading except for an internal cache of
  * pre-token results; it is NOT safe to call encode from several threads on
@@ -45,12 +48,18 @@ enum {
 };
 
 /* Builds the tokenizer. ZI_EUNSUPPORTED (naming the value) for a tokenizer
- * model other than "gpt2" (byte-level BPE) and "llama" (SentencePiece-style;
- * tokenizer.ggml.pre is not read for it), or a pre-tokenizer it does not
+ * model other than "gpt2" (byte-level BPE), "llama" (SentencePiece-style)
+ * and "bert" (WordPiece; tokenizer.ggml.pre is read for neither of the
+ * last two), or a pre-tokenizer it does not
  * implement. "llama" files get llama.cpp's defaults for keys they lack: bos
  * 1, eos 2, unknown 0 (each only when inside the vocabulary), add_bos_token
  * and add_space_prefix true; scores 0 when tokenizer.ggml.scores is absent
- * (float32 or int32, at least one per token, else ZI_EFORMAT). A byte with
+ * (float32 or int32, at least one per token, else ZI_EFORMAT). "bert"
+ * files get [PAD] 0, [UNK] 100, [CLS] 101 as BOS and [SEP] 102
+ * (tokenizer.ggml.seperator_token_id, llama.cpp's spelling), and
+ * tokenizer.ggml.normalizer.lowercase (default true) and .strip_accents
+ * (default: as lowercase); ZI_EFORMAT when BOS or SEP is outside the
+ * vocabulary. A byte with
  * neither a <0xXX> token nor a one-byte token is not refused at load, as
  * llama.cpp does not refuse it: encoding text that needs it fails.
  * Implemented tokenizer.ggml.pre values of "gpt2" files, as llama.cpp
@@ -102,13 +111,15 @@ int zi_tokenizer_eog_ids(const zi_tokenizer *tok, zi_i32_list *out, zi_error *er
  * llama.cpp, each byte that does not start a well-formed sequence is encoded
  * as U+FFFD, and overlong forms as the character they spell; NUL bytes are
  * ordinary text). add_special: add BOS/EOS as the file's add_bos_token /
- * add_eos_token say. parse_special: text spelling a control token (e.g.
+ * add_eos_token say ("bert": BOS and SEP always, as llama.cpp adds them). parse_special: text
+ * spelling a control token (e.g.
  * "<|im_end|>") becomes that token; otherwise it is ordinary text.
  * (User-defined tokens are always matched, as llama.cpp does.) On success
  * *ids is malloc'd (free() it, even when *n is 0) and holds *n ids.
  * ZI_ERANGE for text over 2 GiB, ZI_ENOMEM when allocation fails,
  * ZI_EFORMAT (naming the byte) when a "llama" vocabulary has no token for a
- * byte the text falls back to. "llama" vocabularies: the bytes are not
+ * byte the text falls back to, or when a "bert" word needs the unknown
+ * token and the file has none. "llama" vocabularies: the bytes are not
  * validated nor replaced (invalid UTF-8 falls back to byte tokens), and a
  * space is put before the text and after each special token when the file's
  * add_space_prefix is set.
@@ -132,7 +143,10 @@ int zi_tokenizer_token_bytes(const zi_tokenizer *tok, int32_t id, int special, c
  * dropped when the file's add_space_prefix is set (as llama.cpp's
  * detokenize does; when the first token is BOS nothing is dropped, so
  * [BOS, "\u2581Hi"] gives " Hi"). "llama" vocabularies: U+2581 decodes to
- * ' ', a byte token to its byte. ZI_EINVAL naming the index for an id
+ * ' ', a byte token to its byte. "bert": U+2581 decodes to ' ' (so the
+ * text starts with a space, as in llama.cpp), then llama.cpp's clean-up of
+ * spaces: none before ? ! . , or 's 'm 're 've, and " ' " becomes "'"
+ * (zi_detok_push does not clean up). ZI_EINVAL naming the index for an id
  * outside the vocabulary. */
 int zi_tokenizer_decode(const zi_tokenizer *tok, const int32_t *ids, size_t n, int special,
                         char **out, size_t *len, zi_error *err);

@@ -6,7 +6,8 @@
  * A normal token's text is in the GPT-2 byte-to-unicode mapping, so each of
  * its characters maps back to one byte (a character outside the mapping is
  * spelled out as llama.cpp does), or, for SentencePiece-style vocabularies,
- * its text with U+2581 turned back into ' '; a byte token "<0xAB>" is that byte;
+ * its text with U+2581 turned back into ' ' (WordPiece too, whose decode
+ * then cleans up spaces as llama.cpp does); a byte token "<0xAB>" is that byte;
  * control, unknown and user-defined tokens are their raw text, and control
  * and unknown ones are hidden at lookup time unless `special` is set.
  */
@@ -89,7 +90,8 @@ int tok_build_pieces(zi_tokenizer *t, zi_error *err) {
         int rc = ZI_OK;
         if (a & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN | TOK_ATTR_USER)) {
             rc = bb_put(&b, txt, tl); /* the raw text */
-        } else if ((a & TOK_ATTR_NORMAL) && t->model == TOK_MODEL_SPM) {
+        } else if ((a & TOK_ATTR_NORMAL) &&
+                   (t->model == TOK_MODEL_SPM || t->model == TOK_MODEL_WPM)) {
             rc = tok_reserve_bytes(&b.p, &b.cap, b.len + tl);
             if (!rc) b.len += tok_spm_unescape(txt, tl, b.p + b.len);
         } else if (a & TOK_ATTR_NORMAL) {
@@ -171,6 +173,8 @@ int zi_tokenizer_decode(const zi_tokenizer *t, const int32_t *ids, size_t n, int
         memcpy(s + k, p, l);
         k += l;
     }
+    /* WordPiece: llama.cpp's clean-up of spaces before punctuation. */
+    if (t->model == TOK_MODEL_WPM) k = tok_wpm_clean_spaces(s, k);
     s[k] = '\0';
     *out = s;
     *len = k;

@@ -13,9 +13,11 @@
  *  3. Pre-tokenization of the clean text (tokenizer_pretok.c), and
  *  4. BPE on each piece (tokenizer_bpe.c).
  * SentencePiece-style vocabularies skip 2-4: each raw fragment goes, as it
- * is, to tokenizer_spm.c.
+ * is, to tokenizer_spm.c; WordPiece ones to tokenizer_wpm.c, which
+ * normalises and splits it itself.
  *
- * BOS/EOS are added around the result as the file says.
+ * BOS/EOS are added around the result as the file says (WordPiece: BOS
+ * and SEP).
  */
 #include "tokenizer.h"
 
@@ -173,7 +175,9 @@ int zi_tokenizer_encode(zi_tokenizer *t, const char *text, size_t len, int add_s
         return zi_error_set(err, ZI_ERANGE, "encode: text of %zu bytes exceeds 2 GiB", len);
     tok_idvec out = {NULL, 0, 0};
     int rc = ZI_OK;
-    if (add_special && t->add_bos) rc = tok_idvec_push(&out, t->bos);
+    /* WPM: llama.cpp adds [CLS] and [SEP] whatever add_bos/eos say. */
+    int wpm = t->model == TOK_MODEL_WPM;
+    if (add_special && (t->add_bos || wpm)) rc = tok_idvec_push(&out, t->bos);
     if (!rc && len > 0) {
         long nf = partition(t, text, len, parse_special);
         if (nf < 0) rc = (int)nf;
@@ -183,6 +187,8 @@ int zi_tokenizer_encode(zi_tokenizer *t, const char *text, size_t len, int add_s
             if (fr.token >= 0) {
                 rc = tok_idvec_push(&out, fr.token);
                 after_special = 1;
+            } else if (wpm) {
+                rc = tok_wpm_encode(t, (const unsigned char *)text + fr.off, fr.len, &out);
             } else if (t->model == TOK_MODEL_SPM) {
                 rc = tok_spm_encode(t, text + fr.off, fr.len, t->add_space_prefix && after_special,
                                     &out);
@@ -192,7 +198,14 @@ int zi_tokenizer_encode(zi_tokenizer *t, const char *text, size_t len, int add_s
             }
         }
     }
-    if (!rc && add_special && t->add_eos) rc = tok_idvec_push(&out, t->eos);
+    if (!rc && add_special && wpm) rc = tok_idvec_push(&out, t->sep);
+    if (!rc && add_special && t->add_eos && !wpm) rc = tok_idvec_push(&out, t->eos);
+    if (rc == ZI_EFORMAT && wpm) {
+        free(out.v);
+        return zi_error_set(err, rc,
+                            "encode: a word has no WordPiece tokens and the vocabulary has no "
+                            "unknown token (tokenizer.ggml.unknown_token_id)");
+    }
     if (rc == ZI_EFORMAT) {
         free(out.v);
         return zi_error_set(err, rc,

@@ -17,6 +17,8 @@
  *   tokenizer_bpe.c     the merge table, loaded and applied to one piece
  *   tokenizer_spm.c     SentencePiece-style ("llama") vocabularies: scores,
  *                       the merge by score, byte fallback, U+2581 escaping
+ *   tokenizer_wpm.c     WordPiece ("bert") vocabularies: the BERT
+ *                       normaliser, greedy longest-token words, [UNK]
  *   tokenizer_decode.c  what each token decodes to; decode and streaming
  *
  * This header holds the struct all of them read, the limits a file is held
@@ -55,6 +57,7 @@ enum {
 typedef enum tok_model {
     TOK_MODEL_BPE, /* "gpt2": byte-level BPE (tokenizer_pretok.c, tokenizer_bpe.c) */
     TOK_MODEL_SPM, /* "llama": SentencePiece-style (tokenizer_spm.c) */
+    TOK_MODEL_WPM, /* "bert": WordPiece (tokenizer_wpm.c) */
 } tok_model;
 
 /* Pre-tokenizers (see tokenizer_pretok.c, which maps names to them). The
@@ -159,6 +162,7 @@ struct zi_tokenizer {
     size_t n_special;
 
     int32_t bos, eos, unk, pad;
+    int32_t sep; /* WPM: added after the ids with add_special, -1: none */
     int add_bos, add_eos;
     /* tokenizer.ggml.add_space_prefix (default: true for SPM, false for
      * BPE): SPM encoding puts a space before the text, and decoding drops
@@ -179,6 +183,13 @@ struct zi_tokenizer {
     uint32_t max_token_len;
     int32_t spm_byte_tok[256];
     unsigned spm_missing_byte;
+
+    /* WPM only (tokenizer_wpm.c): the normaliser's options, and scratch:
+     * the word being built, the prefix hashes of one position. */
+    int wpm_lower, wpm_strip;
+    char *wpm_word;
+    size_t wpm_word_cap;
+    uint32_t *wpm_hash; /* max_token_len + 1 entries */
 
     tok_cache_slot *cache;
 
@@ -212,6 +223,8 @@ static inline uint32_t tok_hash_bytes(const void *p, size_t n) {
 int tok_str_find_or_add(zi_tokenizer *t, const char *s, size_t n, int32_t *sid);
 /* The sid of the string s[0..n), or -1 when it is not in the table. */
 int32_t tok_str_find(const zi_tokenizer *t, const char *s, size_t n);
+/* tok_str_find with h = tok_hash_bytes(s, n) already computed. */
+int32_t tok_str_find_hashed(const zi_tokenizer *t, const char *s, size_t n, uint32_t h);
 /* Grows the byte buffer *p (capacity *cap) to hold at least need bytes:
  * 64 KiB first, then doubling, as the string arena and the decoded pieces
  * both grow. ZI_ENOMEM (the buffer is left as it was). */
@@ -279,6 +292,20 @@ int tok_spm_encode(zi_tokenizer *t, const char *s, size_t n, int prefix_space, t
 /* Writes s[0..n) to out with each U+2581 turned back into ' ' (out needs n
  * bytes) and returns the length written. */
 size_t tok_spm_unescape(const char *s, size_t n, char *out);
+
+/* tokenizer_wpm.c */
+
+/* Reads tokenizer.ggml.normalizer.{lowercase, strip_accents} and sizes the
+ * scratch, once the vocabulary is loaded. ZI_EFORMAT naming the key,
+ * ZI_ENOMEM. */
+int tok_wpm_load(zi_tokenizer *t, const zi_gguf *g, zi_error *err);
+/* Normalises and encodes one raw fragment s[0..n) (any bytes) and appends
+ * its ids. ZI_EFORMAT when a word needs the unknown token and the file has
+ * none, ZI_ENOMEM. */
+int tok_wpm_encode(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idvec *out);
+/* llama.cpp's clean_up_tokenization_spaces over decoded text s[0..n), in
+ * place; returns the new length. */
+size_t tok_wpm_clean_spaces(char *s, size_t n);
 
 /* tokenizer_decode.c */
 

@@ -1,7 +1,7 @@
 /*
  * unicode.c - UTF-8 decoding/encoding and codepoint flag lookup for the
- * tokenizer (see unicode.h). The flag data itself is generated into
- * unicode_data.c; this file only searches it.
+ * tokenizer (see unicode.h), and the NFD / lowercase mappings. The data
+ * itself is generated into unicode_data.c; this file only searches it.
  */
 #include "unicode.h"
 
@@ -18,6 +18,32 @@ uint16_t zi_unicode_flags(uint32_t cp) {
             hi = mid;
     }
     return zi_unicode_range_flags[lo];
+}
+
+/* The index of the last entry of the sorted keys[0..n) that is <= cp, or
+ * n when there is none. */
+static size_t last_le(const uint32_t *keys, size_t n, uint32_t cp) {
+    size_t lo = 0, hi = n; /* answer in [lo - 1, hi - 1] */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (keys[mid] <= cp)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo == 0 ? n : lo - 1;
+}
+
+uint32_t zi_unicode_nfd_first(uint32_t cp) {
+    size_t i = last_le(zi_unicode_nfd_start, zi_unicode_nfd_count, cp);
+    return i < zi_unicode_nfd_count && cp <= zi_unicode_nfd_last[i] ? zi_unicode_nfd_value[i] : cp;
+}
+
+uint32_t zi_unicode_tolower(uint32_t cp) {
+    if (cp < 128) return cp >= 'A' && cp <= 'Z' ? cp + 32 : cp;
+    size_t i = last_le(zi_unicode_lower_from, zi_unicode_lower_count, cp);
+    return i < zi_unicode_lower_count && zi_unicode_lower_from[i] == cp ? zi_unicode_lower_to[i]
+                                                                        : cp;
 }
 
 static int is_cont(unsigned char b) {

@@ -1,6 +1,7 @@
 /*
  * unicode.h - the small amount of Unicode the tokenizer needs: UTF-8
- * decoding/encoding and per-codepoint property flags.
+ * decoding/encoding, per-codepoint property flags, and the NFD and lowercase
+ * mappings of the WordPiece normaliser.
  *
  * The flags are the general-category classes the pre-tokenizer patterns use
  * (\p{L}, \p{N}, ...) plus the White_Space property (\s). They come from the
@@ -56,10 +57,24 @@ size_t zi_utf8_encode(uint32_t cp, unsigned char out[4]);
  * an ASCII byte, 0 for a continuation byte or a byte that never starts one. */
 size_t zi_utf8_lead_len(unsigned char b);
 
-/* Generated tables (unicode_data.c); use zi_unicode_flags instead. */
+/* The first codepoint of cp's canonical decomposition (NFD), cp itself
+ * when it has none: llama.cpp's one-to-one "NFD", which drops the marks a
+ * precomposed character decomposes into (so "\u00e9" gives 'e' and a Hangul
+ * syllable its leading jamo). The WordPiece normaliser uses it. */
+uint32_t zi_unicode_nfd_first(uint32_t cp);
+
+/* The first codepoint of cp's lowercase form (Python's str.lower), cp
+ * itself when it has none. */
+uint32_t zi_unicode_tolower(uint32_t cp);
+
+/* Generated tables (unicode_data.c); use the functions above instead. */
 extern const uint16_t zi_unicode_ascii_flags[128];
 extern const size_t zi_unicode_range_count;
 extern const uint32_t zi_unicode_range_start[];
 extern const uint16_t zi_unicode_range_flags[];
+extern const size_t zi_unicode_nfd_count;
+extern const uint32_t zi_unicode_nfd_start[], zi_unicode_nfd_last[], zi_unicode_nfd_value[];
+extern const size_t zi_unicode_lower_count;
+extern const uint32_t zi_unicode_lower_from[], zi_unicode_lower_to[];
 
 #endif

@@ -56,7 +56,8 @@ VOCAB_DIR = ZINFER_HOME / "llama.cpp-vendor" / "models"
 
 
 # Appended to the corpus for every vocabulary: the special-token spellings
-# and chat markup of the families llama.cpp's vocab files cover (the corpus
+# and chat markup of the families llama.cpp's vocab files cover (BERT's
+# [CLS] [SEP] [UNK] [MASK] and the WordPiece normaliser's cases among them) (the corpus
 # itself spells SmolLM's), with whitespace around them (Phi-3 strips it
 # after its special tokens), and SentencePiece's own escape character.
 EXTRA = [
@@ -74,6 +75,10 @@ EXTRA = [
     "<|START_OF_TURN_TOKEN|><|USER_TOKEN|>hi<|END_OF_TURN_TOKEN|>",
     "<0x0A>", "<0x41>B", "\u2581Hello", "\u2581", "Hello\u2581world", "a \u2581 b",
     "  leading", "trailing  ", "\n\n", " \n ", "\t<s>\t",
+    "[CLS] hi [SEP]", "[MASK]", "a [UNK] b", "Caf\u00e9 na\u00efve \u00c5NGSTR\u00d6M", "e\u0301t\u00e9",
+    "\ud55c\uad6d\uc5b4 \u4e2d\u6587\u5b57 \u65e5\u672c\u8a9e", "\u0130stanbul \u01d6 \uff21 \ufb01",
+    "x\u200by\u00adz\x00w\ufffdv", "don't he's we're I'll ' x ' , . ! ?", "a$b^c`d~e|f",
+    "supercalifragilisticexpialidocious" * 4, "\u00bfQu\u00e9?\u00a1S\u00ed!", "HeLLo\u00a0W\u00f6rld",
 ]
 
 
@@ -103,12 +108,19 @@ def with_specials(vocab, ids):
     """The plain ids with BOS/EOS added as the file says (llama.cpp's usual
     add_special result)."""
     import llama_cpp
-    out = list(ids)
-    if llama_cpp.llama_vocab_get_add_bos(vocab):
-        out.insert(0, llama_cpp.llama_vocab_bos(vocab))
-    if llama_cpp.llama_vocab_get_add_eos(vocab):
-        out.append(llama_cpp.llama_vocab_eos(vocab))
-    return out
+    bos, eos = added(vocab)
+    return ([bos] if bos is not None else []) + list(ids) + ([eos] if eos is not None else [])
+
+
+def added(vocab):
+    """[BOS or None, EOS or None]: what llama.cpp puts around the ids with
+    add_special. WordPiece ("bert") files get BOS ([CLS]) and SEP ([SEP])
+    whatever add_bos/add_eos say; SEP is recorded in the EOS place."""
+    import llama_cpp
+    if llama_cpp.llama_vocab_type(vocab) == llama_cpp.LLAMA_VOCAB_TYPE_WPM:
+        return [llama_cpp.llama_vocab_bos(vocab), llama_cpp.llama_vocab_sep(vocab)]
+    return [llama_cpp.llama_vocab_bos(vocab) if llama_cpp.llama_vocab_get_add_bos(vocab) else None,
+            llama_cpp.llama_vocab_eos(vocab) if llama_cpp.llama_vocab_get_add_eos(vocab) else None]
 
 
 def detokenize(vocab, ids, special):
@@ -172,10 +184,7 @@ def main():
                          "corpus_sha256": corpus_hash(texts[:n_corpus_texts]),
                          "llama_cpp_python": llama_cpp.__version__,
                          # what llama.cpp adds with add_special (with_specials)
-                         "add": [llama_cpp.llama_vocab_bos(vocab)
-                                 if llama_cpp.llama_vocab_get_add_bos(vocab) else None,
-                                 llama_cpp.llama_vocab_eos(vocab)
-                                 if llama_cpp.llama_vocab_get_add_eos(vocab) else None]})]
+                         "add": added(vocab)})]
     n_corpus = len(texts) - len(EXTRA)
     for i, t in enumerate(texts):
         b = t.encode("utf-8")
