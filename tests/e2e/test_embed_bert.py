@@ -3,10 +3,10 @@ against llama.cpp's embedding mode and a float64 numpy reference.
 
 Random-weight encoders (gguf_files.write_encoder: n_embd 128, 3 layers,
 float32 tensors) with llama.cpp's bert-bge vocabulary, one per family and
-one server each. zinfer does not tokenize that vocabulary (WPM): its
-tokenizer process serves token ids only, so the inputs are llama.cpp's
-token ids of 55 texts ([CLS] ... [SEP], 9 to 154 tokens), sent as ids in
-one embed request. Per input, the pooled embedding (bert: the file's cls
+one server each. The inputs are 55 texts (9 to 154 tokens with [CLS] ...
+[SEP]), sent as text in one embed request (zinfer's WordPiece tokenizer
+must give llama.cpp's ids: the token counts match and the embeddings are
+bit for bit those of llama.cpp's ids sent as ids). Per input, the pooled embedding (bert: the file's cls
 pooling; nomic-bert: the file's mean) has cosine similarity at least
 0.99999 with llama-cpp-python's (`Llama(embedding=True)`, `.embed()` of the
 same text), and its relative L2 distance to the float64 reference of the
@@ -22,9 +22,9 @@ nomic-bert (no GELU) llama.cpp, whose encoder attention reads float32 K/V,
 is closer: zinfer's attention reads its KV cache (float16 V, int16 K). An
 encoder attention over float32 K/V is docs/engine.md's open item.
 
-Also: a text input and a generate request are refused `unsupported`, by
-the tokenizer for this vocabulary, and by the worker (an encoder) for a
-bert file with a vocabulary zinfer reads.
+Also: a generate request is refused `unsupported` by the worker (an
+encoder), for the bert-bge vocabulary and for a bert file with a
+SentencePiece vocabulary.
 """
 
 import os
@@ -153,8 +153,10 @@ def test_agrees_with_llamacpp_and_float64(model):
     ids = [llm.tokenize(s.encode()) for s in TEXTS]
     assert ids[0][0] == 101 and ids[0][-1] == 102 and max(map(len, ids)) > 100  # [CLS] .. [SEP]
     req = {"pooling": requested} if requested else {}
-    z, frame = model["client"].embed(ids, **req)
+    z, frame = model["client"].embed(TEXTS, **req)
     assert frame["pooling"] == pooling and frame["token_counts"] == [len(i) for i in ids]
+    z_ids, _ = model["client"].embed(ids, **req)  # llama.cpp's ids: the same rows
+    assert np.array_equal(z, z_ids)
     assert z.shape == (len(TEXTS), 128)
     coss, dz, dl = [], [], []
     for k, s in enumerate(TEXTS):
@@ -176,14 +178,11 @@ def test_agrees_with_llamacpp_and_float64(model):
     assert np.array_equal(alone[0], z[7])
 
 
-def test_text_and_generation_refused(model):
+def test_generation_refused(model):
     c = model["client"]
     with pytest.raises(ZinferError) as e:
-        c.embed("some text")
-    assert e.value.code == "unsupported" and "send token ids" in str(e.value)
-    with pytest.raises(ZinferError) as e:
-        c.call("generate", prompt=[101, 7592, 102], sampling_params={"max_new_tokens": 2})
-    assert e.value.code == "unsupported" and '"bert" is not supported' in str(e.value)
+        c.call("generate", prompt="Hello", sampling_params={"max_new_tokens": 2})
+    assert e.value.code == "unsupported" and "is an encoder" in str(e.value)
 
 
 @pytest.mark.skipif(not SPM.exists(), reason=f"{SPM} is missing")
