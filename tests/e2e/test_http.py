@@ -10,6 +10,7 @@ each with its status and an OpenAI error naming the problem, after which
 the server still serves.
 """
 
+import contextlib
 import http.client as httpc
 import json
 import os
@@ -423,6 +424,23 @@ HERMES3 = (Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer")
            / "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")
 
 
+@contextlib.contextmanager
+def serve_with_template(zinfer_bin, model_path, tmp_path, template):
+    """A small server of its own with --chat-template template and HTTP,
+    healthy and rendering tool messages by the template: (srv, Http, port)."""
+    port = free_port()
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
+                       "--slots", 2, "--chat-template", template,
+                       "--http", f"127.0.0.1:{port}") as srv:
+        h = Http(port)
+        deadline = time.time() + 30
+        while h.req("GET", "/health", key=None, timeout=5)[0] != 200:
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        assert "tool messages rendered by the template" in srv.log()
+        yield srv, h, port
+
+
 def bos_eos(zinfer_bin, model_path):
     """The model's BOS and EOS token texts, which the server's templates get."""
     info = json.loads(subprocess.run([str(zinfer_bin), "info", "--model", str(model_path),
@@ -457,16 +475,7 @@ def test_tool_messages_in_template_roles(zinfer_bin, model_path, tmp_path):
     arguments as a map) and the `tool` message in its own role, the tools
     listed by the template; the prompt is jinja2's rendering of exactly
     that, token for token in number, and not the text-turn fallback's."""
-    port = free_port()
-    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
-                       "--slots", 2, "--chat-template", HERMES3,
-                       "--http", f"127.0.0.1:{port}") as srv:
-        h = Http(port)
-        deadline = time.time() + 30
-        while h.req("GET", "/health", key=None, timeout=5)[0] != 200:
-            assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
-        assert "tool messages rendered by the template" in srv.log()
+    with serve_with_template(zinfer_bin, model_path, tmp_path, HERMES3) as (srv, h, port):
         sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
                             timeout=60)
         model = sdk.models.list().data[0].id
@@ -512,16 +521,7 @@ def test_tool_call_ids_fit_mistral_templates(zinfer_bin, model_path, tmp_path):
     zinfer's generated ids go back through Mistral v0.3's template (the
     call and its result rendered natively), and OpenAI's "call_" + 24
     characters is refused by the template, naming the rule."""
-    port = free_port()
-    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
-                       "--slots", 2, "--chat-template", MISTRAL,
-                       "--http", f"127.0.0.1:{port}") as srv:
-        h = Http(port)
-        deadline = time.time() + 30
-        while h.req("GET", "/health", key=None, timeout=5)[0] != 200:
-            assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
-        assert "tool messages rendered by the template" in srv.log()
+    with serve_with_template(zinfer_bin, model_path, tmp_path, MISTRAL) as (srv, h, port):
         msgs = [{"role": "user", "content": "What is the weather in Paris?"}]
         st, _, r = h.req("POST", CHAT, {"messages": msgs, "tools": WEATHER, "max_tokens": 30,
                                         "tool_choice": "required", "temperature": 0}, key=None)
