@@ -85,23 +85,14 @@ static wbuf make_wpm(const wpm_opts *o) {
     return b;
 }
 
-typedef struct loaded {
-    wbuf b;
-    zi_gguf *g;
-    zi_tokenizer *t;
-} loaded;
+typedef zi_loaded_tokenizer loaded;
 
 static int load(const wpm_opts *o, loaded *l, zi_error *err) {
-    l->b = make_wpm(o);
-    l->t = NULL;
-    assert_int_equal(zi_gguf_open_memory(l->b.p, l->b.n, &l->g, err), ZI_OK);
-    return zi_tokenizer_load(l->g, &l->t, err);
+    return zi_load_tokenizer(make_wpm(o), l, err);
 }
 
 static void unload(loaded *l) {
-    zi_tokenizer_free(l->t);
-    zi_gguf_close(l->g);
-    free(l->b.p);
+    zi_unload_tokenizer(l);
 }
 
 #define EXPECT(t, s, addsp, parsesp, ...)                                                          \
