@@ -156,6 +156,19 @@ typedef struct zi_backend_ops {
      * (n_heads/n_kv)). */
     void (*attention)(zi_backend *be, float *out, const float *q, const void *kcache,
                       const void *vcache, const zi_batch_view *b, const zi_attn_shape *s);
+    /* Bidirectional attention over the pass's own float32 rows, for the
+     * encoders (model_worker/encoder_span.h): span r < n_spans is rows
+     * order[starts[r]] .. order[starts[r+1] - 1] of q [.][n_heads*head_dim]
+     * and k, v [.][n_kv_heads*head_dim]; out[t] = softmax(q[t] K^T * scale)
+     * V over the rows of t's span, per head (GQA as attention), nothing
+     * cached; order and starts are host memory, s's window and softcap 0.
+     * Accumulates in double where a backend can (the CPU's does): within
+     * float rounding of exact. Optional (NULL: the model runs encoders
+     * through kv_store and attention, every token given its input's last
+     * position; the CUDA backend does so). */
+    void (*span_attention)(zi_backend *be, float *out, const float *q, const float *k,
+                           const float *v, const int32_t *order, const int32_t *starts, int n_spans,
+                           const zi_attn_shape *s);
     /* out[i] = silu(gate[i]) * up[i]; out may alias gate. */
     void (*swiglu)(zi_backend *be, float *out, const float *gate, const float *up, size_t n);
     /* out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation

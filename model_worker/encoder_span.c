@@ -25,3 +25,22 @@ int zi_encoder_spans(const int32_t *pos, const int32_t *seq, int n_tokens, int n
     }
     return ZI_OK;
 }
+
+void zi_encoder_groups(const int32_t *seq, int n_tokens, int n_rows, int32_t *order,
+                       int32_t *starts, int *n_groups, int32_t *scratch) {
+    int32_t *next = scratch; /* tokens per row, then where its next one goes */
+    for (int r = 0; r < n_rows; r++) next[r] = 0;
+    for (int i = 0; i < n_tokens; i++) {
+        assert(seq[i] >= 0 && seq[i] < n_rows);
+        next[seq[i]]++;
+    }
+    int g = 0, off = 0;
+    for (int r = 0; r < n_rows; r++) {
+        if (next[r] == 0) continue;
+        int n = next[r];
+        starts[g++] = off, next[r] = off, off += n;
+    }
+    starts[g] = off;
+    *n_groups = g;
+    for (int i = 0; i < n_tokens; i++) order[next[seq[i]]++] = i;
+}

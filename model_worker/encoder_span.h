@@ -10,6 +10,10 @@
  * those positions, and checks that each input really is whole in the pass
  * (its tokens are positions 0..n-1 of its sequence), since a part of an
  * input would attend to stale cache rows.
+ *
+ * A backend with span_attention (kernels/backend.h) does better: it attends
+ * within each input over the pass's own float32 K/V, no cache between, and
+ * model.c hands it the tokens grouped by input (zi_encoder_groups).
  */
 #ifndef ZI_ENCODER_SPAN_H
 #define ZI_ENCODER_SPAN_H
@@ -24,5 +28,13 @@
  * sequence's token count is not its last position + 1 (not whole). */
 int zi_encoder_spans(const int32_t *pos, const int32_t *seq, int n_tokens, int n_rows,
                      int32_t *span, int32_t *scratch, zi_error *err);
+
+/* Groups tokens i < n_tokens by sequence seq[i] (in 0..n_rows-1) for
+ * span_attention: order lists the token indices sequence by sequence, in
+ * ascending sequence and, within one, in batch order; group g < *n_groups
+ * is order[starts[g]] .. order[starts[g+1] - 1]. order holds n_tokens
+ * ints, starts n_rows + 1, scratch n_rows. */
+void zi_encoder_groups(const int32_t *seq, int n_tokens, int n_rows, int32_t *order,
+                       int32_t *starts, int *n_groups, int32_t *scratch);
 
 #endif

@@ -40,10 +40,12 @@ struct zi_model {
     float *output_bias; /* output.bias when the file has it (qwen2 may) */
     /* encoders: position_embd (abs_pos), token_types row 0 (NULL: none),
      * token_embd_norm; and, per pass, each token's attention span (the
-     * last position of its input) with the per-row counts behind it */
+     * last position of its input) with the per-row counts behind it, and
+     * the tokens grouped by input for span_attention (encoder_span.h):
+     * order lives after span's span_cap ints, starts after row_n's 2 * row_cap */
     zi_weight pos_embd;
     float *type0, *embd_norm, *embd_norm_b;
-    int32_t *span, *row_n;
+    int32_t *span, *row_n, *order, *starts;
     int span_cap, row_cap;
     zi_layer *layers;
     uint64_t weight_bytes;
@@ -782,26 +784,32 @@ static void collect_hidden(zi_model *m, const zi_batch *b) {
         be->ops->download(be, b->hidden, m->tmp, (size_t)j * c->dim * sizeof(float));
 }
 
-/* An encoder's attention spans (encoder_span.h) into m->span; a position
- * past the learned ones is refused (abs_pos). */
-static int encoder_spans(zi_model *m, const zi_batch *b, zi_error *err) {
+/* An encoder's attention spans (encoder_span.h) into m->span, and when
+ * the backend has span_attention, its tokens grouped by input into
+ * m->order / m->starts (*n_spans groups; else 0); a position past the
+ * learned ones is refused (abs_pos). */
+static int encoder_spans(zi_model *m, const zi_batch *b, int *n_spans, zi_error *err) {
     const int T = b->n_tokens, rows = b->n_table_rows;
     if (T > m->span_cap) {
-        int32_t *p = realloc(m->span, (size_t)T * sizeof *p);
+        int32_t *p = realloc(m->span, (size_t)T * 2 * sizeof *p);
         if (!p) return zi_error_set(err, ZI_ENOMEM, "out of memory for a batch of %d tokens", T);
-        m->span = p, m->span_cap = T;
+        m->span = p, m->order = p + T, m->span_cap = T;
     }
     if (rows > m->row_cap) {
-        int32_t *p = realloc(m->row_n, (size_t)rows * 2 * sizeof *p);
+        int32_t *p = realloc(m->row_n, ((size_t)rows * 3 + 1) * sizeof *p);
         if (!p) return zi_error_set(err, ZI_ENOMEM, "out of memory for %d sequences", rows);
-        m->row_n = p, m->row_cap = rows;
+        m->row_n = p, m->starts = p + 2 * rows, m->row_cap = rows;
     }
+    *n_spans = 0;
     for (int i = 0; m->cfg.family->abs_pos && i < T; i++)
         if (b->pos[i] >= m->cfg.ctx_train)
             return zi_error_set(err, ZI_ERANGE,
                                 "position %d at index %d is outside the %d learned positions",
                                 b->pos[i], i, m->cfg.ctx_train);
-    return zi_encoder_spans(b->pos, b->seq, T, rows, m->span, m->row_n, err);
+    int rc = zi_encoder_spans(b->pos, b->seq, T, rows, m->span, m->row_n, err);
+    if (rc == ZI_OK && m->be->ops->span_attention)
+        zi_encoder_groups(b->seq, T, rows, m->order, m->starts, n_spans, m->row_n);
+    return rc;
 }
 
 /* An encoder's input embedding (family.h): token + type 0 (+ position),
@@ -830,13 +838,13 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     if (rc) return rc;
     if (b->want_hidden && !b->hidden)
         return zi_error_set(err, ZI_EINVAL, "want_hidden without a hidden buffer");
-    int T = b->n_tokens, n_wanted = 0;
+    int T = b->n_tokens, n_wanted = 0, n_spans = 0;
     for (int i = 0; i < T; i++) n_wanted += b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
     *rows_out = n_wanted;
     if (m->cfg.encoder && n_wanted > 0)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "'%s' is an encoder: it returns embeddings, not logits", m->cfg.arch);
-    if (m->cfg.encoder && (rc = encoder_spans(m, b, err))) return rc;
+    if (m->cfg.encoder && (rc = encoder_spans(m, b, &n_spans, err))) return rc;
     if ((rc = ensure_buffers(m, T, n_wanted, host_out == NULL, err))) return rc;
     if (T > m->reserved_tokens || kv->max_ctx > m->reserved_ctx) {
         int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
@@ -906,8 +914,12 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, rf);
         }
         shape.window = L->local ? c->sliding_window : 0;
-        op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
-        op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &att_view, &shape);
+        if (n_spans > 0) { /* an encoder's inputs, each over its own float32 K/V */
+            op->span_attention(be, m->att, m->q, m->k, m->v, m->order, m->starts, n_spans, &shape);
+        } else {
+            op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
+            op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &att_view, &shape);
+        }
         op->matmul(be, m->tmp, &L->wo, m->att, T);
         if (L->bo) op->add_bias(be, m->tmp, L->bo, T, c->dim);
         if (L->post_attn_norm)

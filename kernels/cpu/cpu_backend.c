@@ -22,6 +22,7 @@
 #include "quant.h"
 #include "repack.h"
 #include "repack_x.h"
+#include "span_attention.h"
 #include "threadpool.h"
 #include "weights.h"
 
@@ -878,6 +879,12 @@ static void cpu_attention(zi_backend *be, float *out, const float *q, const void
         zi_pool_run(c->pool, attn_worker, &a);
 }
 
+static void cpu_span_attention(zi_backend *be, float *out, const float *q, const float *k,
+                               const float *v, const int32_t *order, const int32_t *starts,
+                               int n_spans, const zi_attn_shape *s) {
+    zi_cpu_span_attention(cb(be)->pool, out, q, k, v, order, starts, n_spans, s);
+}
+
 static void cpu_swiglu(zi_backend *be, float *out, const float *gate, const float *up, size_t n) {
     ew_args a = {.op = EW_SWIGLU, .k = cb(be)->k, .y = out, .x = gate, .w = up, .n = (int64_t)n};
     ew_run(be, &a, (int64_t)n * 4);
@@ -956,6 +963,7 @@ static const zi_backend_ops cpu_ops = {
     .rope_neox = cpu_rope_neox,
     .kv_store = cpu_kv_store,
     .attention = cpu_attention,
+    .span_attention = cpu_span_attention,
     .swiglu = cpu_swiglu,
     .geglu = cpu_geglu,
     .scale = cpu_scale,

@@ -45,10 +45,9 @@ SPM = VOCABS / "ggml-vocab-llama-spm.gguf"
 pytestmark = pytest.mark.skipif(not BGE.exists(), reason=f"{BGE} is missing")
 
 N_HEAD, EPS, ROPE_BASE = 4, 1e-12, 1000.0
-# zinfer's distance to float64 is bounded by its KV cache (the CPU
-# backend's float16 V and int16 K rows, kernels/cpu/cpu_backend.c), which an
-# encoder's attention reads as a decoder's does: measured 3e-5..1.9e-4.
-F16_V_BOUND = 3e-4
+# zinfer's encoder attention reads the pass's float32 K/V in double
+# (span_attention, kernels/cpu/span_attention.h): measured 6e-8..2.3e-7.
+F32_BOUND = 5e-7
 SUBJECTS = ["The cat", "A small robot", "My neighbour", "The old train", "Quantum physics",
             "This recipe", "The stock market", "A red balloon", "Our team", "The library"]
 ENDINGS = ["sleeps all day.", "was built in 1990.", "makes everyone laugh!",
@@ -148,7 +147,13 @@ def llama(path, pooling):
 
 
 def test_agrees_with_llamacpp_and_float64(model):
-    pooling, requested = model["pooling"], None
+    # bert: the file's cls pooling and mean asked for; nomic-bert: its mean.
+    poolings = [(model["pooling"], None)] + ([("mean", "mean")] if model["arch"] == "bert" else [])
+    for pooling, requested in poolings:
+        check_pooling(model, pooling, requested)
+
+
+def check_pooling(model, pooling, requested):
     llm = llama(model["path"], pooling)
     ids = [llm.tokenize(s.encode()) for s in TEXTS]
     assert ids[0][0] == 101 and ids[0][-1] == 102 and max(map(len, ids)) > 100  # [CLS] .. [SEP]
@@ -166,13 +171,15 @@ def test_agrees_with_llamacpp_and_float64(model):
         coss.append(cos(z[k], lc))
         dz.append(rel(z[k], ref))
         dl.append(rel(lc, ref))
-        assert coss[-1] >= 0.99999, (k, s, coss[-1])
-        assert dz[-1] <= F16_V_BOUND, (k, s, dz[-1])
-        if model["arch"] == "bert":  # llama.cpp's fp16 GELU table: zinfer is closer
-            assert dz[-1] <= dl[-1], (k, s, dz[-1], dl[-1])
     report("embed_bert", f"{model['arch']}_{pooling}",
            {"inputs": len(TEXTS), "min_cos_vs_llamacpp": min(coss),
-            "zinfer_rel_l2_vs_f64_max": max(dz), "llamacpp_rel_l2_vs_f64": [min(dl), max(dl)]})
+            "zinfer_rel_l2_vs_f64": [min(dz), max(dz)], "llamacpp_rel_l2_vs_f64": [min(dl), max(dl)],
+            "zinfer_closer": sum(a <= b for a, b in zip(dz, dl))})
+    for k, s in enumerate(TEXTS):
+        assert coss[k] >= 0.99999, (k, s, coss[k])
+        assert dz[k] <= F32_BOUND, (k, s, dz[k])
+        if model["arch"] == "bert":  # at least as close to float64 as llama.cpp
+            assert dz[k] <= dl[k], (k, s, dz[k], dl[k])
     # An input embedded alone: bit for bit what it was beside the others.
     alone, _ = model["client"].embed([ids[7]], **req)
     assert np.array_equal(alone[0], z[7])

@@ -25,6 +25,15 @@ static void test_spans(void **state) {
     assert_int_equal(zi_encoder_spans(pos, seq, 5, 3, span, scratch, &err), ZI_OK);
     const int32_t want[] = {2, 1, 2, 2, 1};
     assert_memory_equal(span, want, sizeof want);
+    /* The same tokens grouped by input for span_attention: row 0's, then
+     * row 2's, each in batch order; row 1 (no tokens) gives no group. */
+    int32_t order[5], starts[4];
+    int n_groups = -1;
+    zi_encoder_groups(seq, 5, 3, order, starts, &n_groups, scratch);
+    const int32_t want_order[] = {0, 2, 3, 1, 4}, want_starts[] = {0, 3, 5};
+    assert_int_equal(n_groups, 2);
+    assert_memory_equal(order, want_order, sizeof want_order);
+    assert_memory_equal(starts, want_starts, sizeof want_starts);
     /* A part of an input (positions 1..2 without 0) is refused by row. */
     const int32_t pos2[] = {1, 2}, seq2[] = {1, 1};
     assert_int_equal(zi_encoder_spans(pos2, seq2, 2, 2, span, scratch, &err), ZI_EINVAL);
