@@ -6,21 +6,26 @@ float32 tensors) with llama.cpp's bert-bge vocabulary, one per family and
 one server each. The inputs are 55 texts (9 to 154 tokens with [CLS] ...
 [SEP]), sent as text in one embed request (zinfer's WordPiece tokenizer
 must give llama.cpp's ids: the token counts match and the embeddings are
-bit for bit those of llama.cpp's ids sent as ids). Per input, the pooled embedding (bert: the file's cls
-pooling; nomic-bert: the file's mean) has cosine similarity at least
-0.99999 with llama-cpp-python's (`Llama(embedding=True)`, `.embed()` of the
-same text), and its relative L2 distance to the float64 reference of the
-same graph (numpy below: post-norm LayerNorms, biases, GELU or SwiGLU,
-bidirectional attention, learned positions or NEOX RoPE) is under
-F16_V_BOUND; for bert it is also at most llama.cpp's on every input.
+bit for bit those of llama.cpp's ids sent as ids). Per input, the pooled
+embedding (bert: the file's cls pooling, and mean asked for; nomic-bert:
+the file's mean) has cosine similarity at least 0.99999 with
+llama-cpp-python's (`Llama(embedding=True)`, `.embed()` of the same text),
+and its relative L2 distance to the float64 reference of the same graph
+(numpy below: post-norm LayerNorms, biases, GELU or SwiGLU, bidirectional
+attention, learned positions or NEOX RoPE) is under F32_BOUND; for bert it
+is also at most llama.cpp's on every input, for nomic-bert within
+NOMIC_RATIO of it, at most it on 2/3 of the inputs and in the median.
 
-Measured (release build, CPU): cosine vs llama.cpp >= 0.99999994 (bert),
->= 0.99999998 (nomic-bert). Distance to float64: bert cls zinfer
-3.0e-5..1.5e-4, llama.cpp 2.1e-4..3.3e-4 (its GELU goes through an fp16
-table); nomic-bert zinfer 5.7e-5..1.8e-4, llama.cpp 1.1e-7..2.0e-7. So on
-nomic-bert (no GELU) llama.cpp, whose encoder attention reads float32 K/V,
-is closer: zinfer's attention reads its KV cache (float16 V, int16 K). An
-encoder attention over float32 K/V is docs/engine.md's open item.
+Measured (release build, CPU, AVX-512): encoders attend over the pass's
+float32 Q/K/V in double (span_attention), so what is left is float32
+rounding. Distance to float64: bert cls zinfer 1.6e-7..2.3e-7, llama.cpp
+2.1e-4..3.3e-4 (its GELU goes through an fp16 table); bert mean zinfer
+6.2e-8..1.4e-7, llama.cpp 3.2e-5..1.6e-4; nomic-bert (no GELU) zinfer
+6.6e-8..1.8e-7, llama.cpp 1.1e-7..2.0e-7: both at float32 rounding, zinfer
+closer on 45 of 55 inputs and never more than 1.3x llama.cpp's. What
+separates them there is the float32 matrix products (float accumulation in
+both; zinfer closer on all 55 when its F32 products add in double, which
+is not done). Cosine vs llama.cpp >= 0.99999994.
 
 Also: a generate request is refused `unsupported` by the worker (an
 encoder), for the bert-bge vocabulary and for a bert file with a
@@ -48,6 +53,10 @@ N_HEAD, EPS, ROPE_BASE = 4, 1e-12, 1000.0
 # zinfer's encoder attention reads the pass's float32 K/V in double
 # (span_attention, kernels/cpu/span_attention.h): measured 6e-8..2.3e-7.
 F32_BOUND = 5e-7
+# nomic-bert: zinfer and llama.cpp both at float32 rounding (their float32
+# matrix products): per input zinfer within this factor of llama.cpp (1.3
+# measured), and closer on most inputs (45 of 55 measured).
+NOMIC_RATIO = 2.0
 SUBJECTS = ["The cat", "A small robot", "My neighbour", "The old train", "Quantum physics",
             "This recipe", "The stock market", "A red balloon", "Our team", "The library"]
 ENDINGS = ["sleeps all day.", "was built in 1990.", "makes everyone laugh!",
@@ -174,12 +183,18 @@ def check_pooling(model, pooling, requested):
     report("embed_bert", f"{model['arch']}_{pooling}",
            {"inputs": len(TEXTS), "min_cos_vs_llamacpp": min(coss),
             "zinfer_rel_l2_vs_f64": [min(dz), max(dz)], "llamacpp_rel_l2_vs_f64": [min(dl), max(dl)],
-            "zinfer_closer": sum(a <= b for a, b in zip(dz, dl))})
+            "zinfer_closer": sum(a <= b for a, b in zip(dz, dl)),
+            "max_zinfer_over_llamacpp": max(a / b for a, b in zip(dz, dl))})
     for k, s in enumerate(TEXTS):
         assert coss[k] >= 0.99999, (k, s, coss[k])
         assert dz[k] <= F32_BOUND, (k, s, dz[k])
         if model["arch"] == "bert":  # at least as close to float64 as llama.cpp
             assert dz[k] <= dl[k], (k, s, dz[k], dl[k])
+        else:
+            assert dz[k] <= NOMIC_RATIO * dl[k], (k, s, dz[k], dl[k])
+    if model["arch"] != "bert":
+        assert sum(a <= b for a, b in zip(dz, dl)) >= len(TEXTS) * 2 // 3, (dz, dl)
+        assert np.median(dz) <= np.median(dl), (np.median(dz), np.median(dl))
     # An input embedded alone: bit for bit what it was beside the others.
     alone, _ = model["client"].embed([ids[7]], **req)
     assert np.array_equal(alone[0], z[7])
