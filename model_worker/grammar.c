@@ -731,8 +731,11 @@ void zi_grammar_allowed_within(const zi_json_vocab *v, zi_grammar_state *s, cons
     mask_all(v, s, words, mask, &max_after);
     /* After this token, budget - 1 tokens remain, one of them the EOS: a
      * token may leave at most budget - 2 bytes owed (a byte is at most a
-     * token). Over that, the walk again with the limit and no fast path. */
-    if (budget >= 0 && s->cur.n > 0 && (int64_t)max_after > budget - 2) {
+     * token). Over that, the walk again with the limit and no fast path;
+     * but not when the text cannot be finished in the budget anyway (its
+     * shortest end is longer): a walk per step would buy nothing. */
+    if (budget >= 0 && s->cur.n > 0 && (int64_t)max_after > budget - 2 &&
+        (int64_t)level_min(s, &s->cur) <= budget - 1) {
         uint32_t limit = budget < 2                 ? 0
                          : budget - 2 < ZI_GMIN_INF ? (uint32_t)(budget - 2)
                                                     : ZI_GMIN_INF;

@@ -105,9 +105,9 @@ void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32
  * within the budget, counting the fewest bytes that finish it as tokens
  * (every vocabulary zinfer runs has a token for each byte: the count is
  * never short). So a completion that would be cut by its length limit
- * closes its brackets and strings instead, and ends validating. When no
- * token fits (a budget smaller than the grammar's shortest text), the
- * tokens that leave the fewest bytes owed; end-of-sequence as above. */
+ * closes its brackets and strings instead, and ends validating. A text
+ * whose shortest end no longer fits the budget gets the plain mask (it
+ * will be cut whatever it takes). End-of-sequence as above. */
 void zi_grammar_allowed_within(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
                                size_t n_eos, int64_t budget, int32_t *mask);
 
