@@ -115,7 +115,13 @@ static int sfail(sgen *g, int code, const char *fmt, const char *arg) {
         else dotted[n++] = *p;
     }
     dotted[n] = 0;
-    return zi_error_set(g->err, code, PFX "%s: %s (at #%s)", dotted, what, g->ptr);
+    int rc = zi_error_set(g->err, code, PFX "%s: %s (at #%s)", dotted, what, g->ptr);
+    /* keys quoted from the schema may hold control characters: the
+     * message stays one line */
+    if (g->err)
+        for (char *q = g->err->msg; *q; q++)
+            if ((unsigned char)*q < 0x20) *q = ' ';
+    return rc;
 }
 
 /* Appends "/seg" (escaped) to the pointer; returns the old length. */
