@@ -7,6 +7,13 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The message is one line whatever it quotes (a key, a name, a parser's
+ * excerpt of the input): control characters become spaces. */
+static void one_line(char *msg) {
+    for (char *q = msg; *q; q++)
+        if ((unsigned char)*q < 0x20) *q = ' ';
+}
+
 int zi_error_set(zi_error *err, int code, const char *fmt, ...) {
     if (!err) return code;
     err->code = code;
@@ -14,6 +21,7 @@ int zi_error_set(zi_error *err, int code, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(err->msg, sizeof err->msg, fmt, ap);
     va_end(ap);
+    one_line(err->msg);
     return code;
 }
 
@@ -36,6 +44,7 @@ int zi_error_prefix(zi_error *err, const char *fmt, ...) {
     size_t m = strnlen(old, room);
     memcpy(err->msg + n + 2, old, m);
     err->msg[n + 2 + m] = '\0';
+    one_line(err->msg);
     return err->code;
 }
 

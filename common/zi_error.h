@@ -30,11 +30,14 @@ typedef struct zi_error {
 } zi_error;
 
 /* Records code and a printf-style message in err (which may be NULL) and
- * returns code, so callers write `return zi_error_set(err, ZI_EINVAL, ...)`. */
+ * returns code, so callers write `return zi_error_set(err, ZI_EINVAL, ...)`.
+ * The message is cut to ZI_ERROR_MSG_MAX - 1 bytes and kept one line: any
+ * control character it quotes (a newline in a client's key) becomes a space. */
 int zi_error_set(zi_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Prefixes an already-set message with more context ("loading X: ..."). */
+/* Prefixes an already-set message with more context ("loading X: ..."),
+ * kept one line as above. */
 int zi_error_prefix(zi_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Resets err to ZI_OK with an empty message. */

@@ -115,13 +115,9 @@ static int sfail(sgen *g, int code, const char *fmt, const char *arg) {
         else dotted[n++] = *p;
     }
     dotted[n] = 0;
-    int rc = zi_error_set(g->err, code, PFX "%s: %s (at #%s)", dotted, what, g->ptr);
-    /* keys quoted from the schema may hold control characters: the
-     * message stays one line */
-    if (g->err)
-        for (char *q = g->err->msg; *q; q++)
-            if ((unsigned char)*q < 0x20) *q = ' ';
-    return rc;
+    /* a key quoted from the schema may hold a newline: zi_error_set keeps
+     * the message one line */
+    return zi_error_set(g->err, code, PFX "%s: %s (at #%s)", dotted, what, g->ptr);
 }
 
 /* Appends "/seg" (escaped) to the pointer; returns the old length. */

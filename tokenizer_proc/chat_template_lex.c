@@ -99,9 +99,7 @@ int ct_error_at(zi_error *err, int code, const char *src, size_t len, size_t off
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     /* a name quoted from a string (`select("a\nb")`) may hold control
-     * characters: the message stays one line */
-    for (char *q = msg; *q; q++)
-        if ((unsigned char)*q < 0x20) *q = ' ';
+     * characters: zi_error_set keeps the message one line */
     unsigned line, col;
     ct_location(src, len, off, &line, &col);
     return zi_error_set(err, code, "%sline %u col %u: %s", prefix, line, col, msg);
