@@ -140,10 +140,22 @@ def write_file(path, spec_name, drop=(), replace=None, extra_keys=None):
     return write_gguf(path, arch, rows, hp, tensors, drop=drop)
 
 
+class LazyFiles(dict):
+    """name -> the family's file, written on first use (the sanitizer
+    build uses one of them; writing the K-quant ones takes seconds)."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.d = d
+
+    def __missing__(self, name):
+        self[name] = write_file(self.d / f"{name}.gguf", name)
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    d = tmp_path_factory.mktemp("families_rope")
-    return {name: write_file(d / f"{name}.gguf", name) for name in SPECS}
+    return LazyFiles(tmp_path_factory.mktemp("families_rope"))
 
 
 def prompts(n_vocab):

@@ -239,8 +239,9 @@ def test_missing_or_misshaped_tensor_named(tensor, shape, tiny, run_zinfer, tmp_
                            "(the served batching path runs under the sanitizers elsewhere)")
 def test_served_32_streams_equal_generate(zinfer_bin, run_zinfer, tmp_path):
     """Gemma 3 through `zinfer serve`: 32 streaming requests sent at once,
-    among them the 702-token prompt that crosses the sliding window, each
-    give the tokens `zinfer generate` gives for that prompt alone."""
+    among them the 702-token prompt that crosses the sliding window; nine
+    of them (every fourth and the long one) give the tokens `zinfer
+    generate` gives for that prompt alone."""
     texts = [f"Question {i}: name a colour, a city and the number {i * 7}." for i in range(31)]
     ids = run_zinfer_lines(zinfer_bin, GEMMA3, ["tokenize"], [json.dumps(t) for t in texts])
     long_ids = next(e["ids"] for e in FIX["prompts"] if e["name"] == "long_repeat")
@@ -255,7 +256,11 @@ def test_served_32_streams_equal_generate(zinfer_bin, run_zinfer, tmp_path):
             # by name (a --chat-template option is issue 22's open item).
             with pytest.raises(ZinferError, match="the model has no chat template"):
                 c.complete(messages=[{"role": "user", "content": "Hi"}])
-    for p, got in zip(prompts, together):
+    # Every fourth short prompt and the long one alone through the CLI (each
+    # run loads the 262,144-token vocabulary): the batch is the same.
+    for k, (p, got) in enumerate(zip(prompts, together)):
+        if k % 4 and p is not long_ids:
+            continue
         res = run_zinfer("generate", "--model", GEMMA3, "--prompt-ids", ids_arg(p),
                          "--max-tokens", n, "--temperature", "0", "--ignore-eos", "--json",
                          "--ctx-size", "1024", timeout=300)
