@@ -442,38 +442,62 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The time of a decode-only step of n rows, from the measured ones
+ * (t_decode over d_decode rows): each row more or fewer costs about what a
+ * prompt token costs (both are one row of every product; attention and
+ * sampling aside), and a step never costs less than its share of the
+ * measured one. Before any decode-only step is measured (a burst of
+ * requests keeps every step mixed), a step's fixed cost is taken as 16
+ * prompt tokens (the chunk before anything is measured). 0: nothing
+ * known. */
+static double decode_time(const zi_generator *g, int n) {
+    if (g->t_decode <= 0) return (n > 16 ? n : 16) * g->t_prompt_token;
+    double t = g->t_decode + (n - g->d_decode) * g->t_prompt_token;
+    double floor = g->t_decode * n / g->d_decode;
+    return t > floor ? t : floor;
+}
+
 /* Prompt tokens allowed in a step beside n_decoding running decodes while
  * n_waiting prompts wait for their first token. Fixed when configured; else
- * sized so that the step takes about `stretch` times a decode-only step:
- * (stretch - 1) * t_decode / (time per prompt token), both measured on the
- * last steps, so it follows the context length (whose attention makes long
- * prompts dearer per token) and the machine. The prompts get one decode
- * step's time (stretch 2: one long prompt beside running streams keeps
- * their inter-token latency near 2x), or, when more prompts wait than
- * streams decode, a share per waiting prompt as large as the decodes'
- * share per stream: a burst of requests then fills the batch at the pace
- * of a prompt-only step instead of a few tokens per step (32 requests at
- * once against one stream in decode: 5 -> ~150 prompt tokens a step). */
+ * sized so that the step takes about `stretch` times a decode-only step of
+ * today's decodes: (stretch - 1) * decode_time / (time per prompt token),
+ * both measured on the last steps, so it follows the context length (whose
+ * attention makes long prompts dearer per token), the number of streams
+ * and the machine. Each waiting prompt gets one decode step's time
+ * (stretch 2: one long prompt beside running streams keeps their
+ * inter-token latency near 2x): a burst of W requests gets W times that,
+ * so it fills the batch at the pace of prompt-only steps instead of a few
+ * tokens per step, and the streams beside it slow down for as long as the
+ * burst's prompts take (their first tokens count as much as the streams'
+ * next ones; 32 requests at once on a 2-core machine: most of the
+ * --batch-size budget, 256 tokens, goes to prompts until they are in). */
 #define ZI_ITL_STRETCH 2.0
 static int prompt_chunk(const zi_generator *g, int n_waiting, int n_decoding) {
     if (g->cfg.prefill_chunk > 0) return g->cfg.prefill_chunk;
-    if (g->t_decode <= 0 || g->t_prompt_token <= 0) return 16; /* until measured */
-    double share = n_decoding > 0 && n_waiting > n_decoding ? (double)n_waiting / n_decoding : 1.0;
-    double c = (ZI_ITL_STRETCH - 1.0) * share * g->t_decode / g->t_prompt_token;
+    double t = decode_time(g, n_decoding);
+    double share = n_waiting > 1 ? (double)n_waiting : 1.0;
+    double c = t > 0 && g->t_prompt_token > 0
+                   ? (ZI_ITL_STRETCH - 1.0) * share * t / g->t_prompt_token
+                   : 16 * share; /* nothing measured yet */
     if (c < 1) return 1;
     return c > g->cfg.max_batch_tokens ? g->cfg.max_batch_tokens : (int)c;
 }
 
 /* Updates the averages behind prompt_chunk with a step of n_decode decode
- * tokens and n_prompt prompt tokens that took dt seconds. */
+ * tokens and n_prompt prompt tokens that took dt seconds. A prompt-only
+ * step seeds the time per prompt token (its fixed cost included: an upper
+ * estimate, replaced by mixed steps' marginal cost). */
 static void time_step(zi_generator *g, int n_decode, int n_prompt, double dt) {
     const double a = 0.25; /* weight of the newest step */
     if (n_decode > 0 && n_prompt == 0) {
         g->t_decode = g->t_decode > 0 ? (1 - a) * g->t_decode + a * dt : dt;
-    } else if (n_decode > 0 && g->t_decode > 0) {
-        double per = (dt - g->t_decode) / n_prompt;
+        g->d_decode = g->d_decode > 0 ? (1 - a) * g->d_decode + a * n_decode : n_decode;
+    } else if (n_decode > 0 && g->t_prompt_token > 0) {
+        double per = (dt - decode_time(g, n_decode)) / n_prompt;
         if (per <= 0) per = 1e-6;
-        g->t_prompt_token = g->t_prompt_token > 0 ? (1 - a) * g->t_prompt_token + a * per : per;
+        g->t_prompt_token = (1 - a) * g->t_prompt_token + a * per;
+    } else if (n_prompt > 0 && g->t_prompt_token <= 0) {
+        g->t_prompt_token = dt / (n_prompt + n_decode);
     }
 }
 

@@ -77,9 +77,10 @@ struct zi_generator {
     uint64_t arrivals;
     zi_generator_stats stats;
     /* Adaptive prefill chunk (cfg.prefill_chunk == 0): moving averages of a
-     * decode-only step's time and of the extra time per prompt token in a
-     * mixed step, in seconds (0: not measured yet). */
-    double t_decode, t_prompt_token;
+     * decode-only step's time and of its decode rows (t_decode, d_decode),
+     * and of the extra time per prompt token in a mixed step (0: not
+     * measured yet); times in seconds. */
+    double t_decode, d_decode, t_prompt_token;
     /* step buffers, max_batch_tokens long */
     int32_t *tokens, *pos, *seq;
     uint8_t *want;

@@ -296,6 +296,52 @@ static void test_multi_step(void **state) {
     zi_generator_free(g);
 }
 
+/* A burst of prompts beside one running decode is fed at the pace of
+ * prompt-only steps: with the adaptive chunk (prefill_chunk 0) each waiting
+ * prompt gets a decode step's time, and before any decode-only step is
+ * measured that is 16 prompt tokens each, so 8 waiting prompts get 128
+ * tokens in the first step beside the decode (16 in all, before: they
+ * trickled in). Oldest first: the first prompts enter whole. */
+static void test_burst_prefill(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    zi_error err = {0};
+    zi_generator *g;
+    zi_generator_config cfg = {.n_slots = 9, .ctx = 256, .max_batch_tokens = 256};
+    assert_true(8 * f->n_ids[3] > 16 * 8);
+    assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_OK);
+    zi_text_context c[9], *live[9];
+    zi_sampling_params sp;
+    zi_sampling_params_init(&sp); /* greedy */
+    sp.max_new_tokens = GEN;
+    for (int i = 0; i < 9; i++) { /* the longest prompt (~40 tokens): 8 of them exceed 128 */
+        assert_int_equal(zi_text_context_init(&c[i], f->ids[3], f->n_ids[3], 256, &sp, &err),
+                         ZI_OK);
+        live[i] = &c[i];
+    }
+    zi_sampling_params_free(&sp);
+    assert_int_equal(zi_generator_next_token(g, live, 1, 1, &err), ZI_OK); /* prompt-only */
+    assert_int_equal(zi_text_context_generated_count(&c[0]), 1);
+    assert_int_equal(zi_generator_next_token(g, live, 9, 1, &err), ZI_OK);
+    zi_generator_stats st;
+    zi_generator_get_stats(g, &st);
+    assert_int_equal(st.prefill_chunk, 16 * 8);
+    int64_t fed = 0, left = 16 * 8;
+    for (int i = 1; i < 9; i++) {
+        int64_t n = (int64_t)c[i].start_idx, want = (int64_t)f->n_ids[3];
+        fed += n;
+        assert_int_equal(n, want < left ? want : left); /* oldest first, whole while it lasts */
+        left -= n;
+    }
+    assert_int_equal(fed, 16 * 8);
+    assert_int_equal(zi_text_context_generated_count(&c[0]), 2);
+    for (int i = 0; i < 9; i++) {
+        zi_generator_release(g, &c[i]);
+        zi_text_context_free(&c[i]);
+    }
+    zi_generator_free(g);
+}
+
 /* The one KV mode from outside the generator: direct forward passes over a
  * fixed cache (zi_kv_fixed, what `zinfer logits` and `bench` use), greedy
  * by argmax, give the generator's greedy tokens. */
@@ -374,6 +420,7 @@ int main(void) {
         cmocka_unit_test(test_paged_preemption_and_prefix),
         cmocka_unit_test(test_slots),
         cmocka_unit_test(test_multi_step),
+        cmocka_unit_test(test_burst_prefill),
         cmocka_unit_test(test_fixed_cache_equals_generator),
         cmocka_unit_test(test_sample_vocab),
     };
