@@ -8,6 +8,7 @@ either as arrays gguf stores as they are or as raw quantized blocks.
 """
 
 import gguf
+import gguf_meta  # scripts/ref (conftest puts it on the path)
 import numpy as np
 
 _ROWS = {}
@@ -17,18 +18,15 @@ def metadata_rows(path, prefix=None, skip=("GGUF.", "general.architecture")):
     """The metadata of the GGUF at path as (key, value, type, sub_type)
     rows, GGUFWriter.add_key_value's arguments: the keys starting with
     prefix (all when None) but not with any of skip. Read once per session
-    per (path, prefix) (a 262144-token vocabulary takes seconds)."""
+    per (path, prefix) with gguf_meta (GGUFReader takes seconds on a
+    large vocabulary)."""
     cache_key = (str(path), prefix, skip)
     if cache_key not in _ROWS:
-        r = gguf.GGUFReader(str(path))
-        rows = []
-        for key, field in r.fields.items():
-            if key.startswith(tuple(skip)) or (prefix and not key.startswith(prefix)):
-                continue
-            vtype = field.types[0]
-            sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-            rows.append((key, field.contents(), vtype, sub))
-        tokens = r.fields.get("tokenizer.ggml.tokens")
+        fields = gguf_meta.read(str(path), tensors=False).fields
+        rows = [(k, f.contents(), f.types[0], f.types[1] if len(f.types) > 1 else None)
+                for k, f in fields.items()
+                if not k.startswith(tuple(skip)) and (not prefix or k.startswith(prefix))]
+        tokens = fields.get("tokenizer.ggml.tokens")
         _ROWS[cache_key] = (rows, len(tokens.data) if tokens is not None else 0)
     return _ROWS[cache_key]
 
