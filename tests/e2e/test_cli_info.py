@@ -16,6 +16,7 @@ import subprocess
 from collections import defaultdict
 
 import gguf
+import gguf_meta
 import numpy as np
 import pytest
 from test_cli_errors import assert_one_line_error, write_model
@@ -204,7 +205,7 @@ def odd_models(model_path, tmp_path_factory):
     """GGUF files with the real model's metadata that zinfer cannot run:
     tensor types it has no kernel for, and an unknown architecture."""
     d = tmp_path_factory.mktemp("info_models")
-    reader = gguf.GGUFReader(str(model_path))
+    reader = gguf_meta.read(str(model_path), tensors=False)  # metadata only, fast
     Q = gguf.GGMLQuantizationType
     norm = np.ones(576, dtype=np.float32)
     # Raw blocks, shape given in bytes: 2 rows of 512 elements of IQ2_XXS
