@@ -460,10 +460,10 @@ static double decode_time(const zi_generator *g, int n) {
 /* Prompt tokens allowed in a step beside n_decoding running decodes while
  * n_waiting prompts wait for their first token. Fixed when configured; else
  * sized so that the step takes about `stretch` times a decode-only step of
- * today's decodes: (stretch - 1) * decode_time / (time per prompt token),
- * both measured on the last steps, so it follows the context length (whose
- * attention makes long prompts dearer per token), the number of streams
- * and the machine. Each waiting prompt gets one decode step's time
+ * the decodes running now: (stretch - 1) * decode_time / (time per prompt
+ * token), both measured on the last steps, so it follows the context
+ * length (whose attention makes long prompts dearer per token), the number
+ * of streams and the machine. Each waiting prompt gets one decode step's time
  * (stretch 2: one long prompt beside running streams keeps their
  * inter-token latency near 2x): a burst of W requests gets W times that,
  * so it fills the batch at the pace of prompt-only steps instead of a few
