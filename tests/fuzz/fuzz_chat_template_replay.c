@@ -17,80 +17,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-static uint64_t rng(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0, got;
-    do {
-        if (n == cap) {
-            char *p = realloc(buf, cap = cap ? cap * 2 : 65536);
-            if (!p) break;
-            buf = p;
-        }
-        got = fread(buf + n, 1, cap - n, f);
-        n += got;
-    } while (got > 0);
-    fclose(f);
-    *len = n;
-    return buf;
-}
+#include "replay_util.h"
 
 static size_t run_file(const char *path, uint64_t *seed) {
+    static const char syntax[] = "{}%#-+()[]'\"|~.,\n \\\x80\xff";
+    const zi_replay_plan plan = {64, 64, (const uint8_t *)syntax, sizeof syntax - 1, 32, 64};
     size_t len;
-    char *src = slurp(path, &len);
+    uint8_t *src = zi_replay_slurp(path, &len);
     if (!src) {
         fprintf(stderr, "fuzz_chat_template_replay: cannot read %s\n", path);
         exit(1);
     }
-    size_t runs = 0;
-    LLVMFuzzerTestOneInput((const uint8_t *)src, len), runs++;
-    uint8_t *buf = malloc(len * 2 + 16);
-    if (!buf) exit(1);
-    for (int k = 0; k < 64 && len; k++) /* truncations */
-        LLVMFuzzerTestOneInput((const uint8_t *)src, rng(seed) % len), runs++;
-    static const char syntax[] = "{}%#-+()[]'\"|~.,\n \\\x80\xff";
-    for (int k = 0; k < 64 && len; k++) {
-        memcpy(buf, src, len);
-        size_t n = len;
-        for (int e = 1 + (int)(rng(seed) % 4); e > 0; e--) {
-            size_t at = rng(seed) % n;
-            switch (rng(seed) % 4) {
-            case 0:
-                buf[at] ^= (uint8_t)(1u << (rng(seed) % 8));
-                break;
-            case 1:
-                buf[at] = (uint8_t)syntax[rng(seed) % (sizeof syntax - 1)];
-                break;
-            case 2: { /* delete a run */
-                size_t dl = 1 + rng(seed) % 32;
-                if (at + dl > n) dl = n - at;
-                memmove(buf + at, buf + at + dl, n - at - dl);
-                n -= dl;
-                break;
-            }
-            default: { /* repeat a run */
-                size_t dl = 1 + rng(seed) % 64;
-                if (at + dl > n) dl = n - at;
-                if (n + dl > len * 2 + 16) break;
-                memmove(buf + at + dl, buf + at, n - at);
-                n += dl;
-            }
-            }
-            if (n == 0) break;
-        }
-        LLVMFuzzerTestOneInput(buf, n), runs++;
-    }
-    free(buf);
+    size_t runs = zi_replay_damage(src, len, seed, &plan);
     free(src);
     return runs;
 }

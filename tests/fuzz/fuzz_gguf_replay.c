@@ -27,8 +27,7 @@
 
 #include "gguf.h"
 #include "gguf_writer.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "replay_util.h"
 
 #define CORPUS_DIR "tests/fuzz/corpus"
 #define N_MUTATIONS 20000
@@ -143,12 +142,10 @@ static void test_corpus(void **state) {
     assert_true(opened >= 5); /* the ok_ seeds */
 }
 
-/* splitmix64: a fixed seed gives the same mutations on every run. */
+/* The mutations' random numbers (replay_util.h: splitmix64, so a fixed seed
+ * gives the same mutations on every run). */
 static uint64_t next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return zi_replay_splitmix(s);
 }
 
 static void mutate(wbuf *m, uint64_t *rng) {

@@ -42,9 +42,8 @@
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "gpt2_bytes.h"
+#include "replay_util.h"
 #include "tokenizer.h"
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define CORPUS_DIR "tests/fuzz/corpus_tokenizer"
 #define N_TRUNC 24
@@ -447,12 +446,10 @@ static int run_one(const uint8_t *d, size_t n) {
     return ok;
 }
 
-/* splitmix64: a fixed seed gives the same mutations on every run. */
+/* The mutations' random numbers (replay_util.h: splitmix64, so a fixed seed
+ * gives the same mutations on every run). */
 static uint64_t next(uint64_t *s) {
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+    return zi_replay_splitmix(s);
 }
 
 /* Byte-level damage, as fuzz_gguf_replay.c does it, plus token-text-minded
@@ -584,18 +581,6 @@ static void test_families(void **state) {
     assert_true(loaded < runs * 9 / 10);
 }
 
-static uint8_t *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    wbuf b = {0};
-    uint8_t chunk[65536];
-    size_t got;
-    while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) w_bytes(&b, chunk, got);
-    fclose(f);
-    *len = b.n;
-    return b.p;
-}
-
 static void test_corpus(void **state) {
     (void)state;
     DIR *dir = opendir(CORPUS_DIR);
@@ -608,8 +593,8 @@ static void test_corpus(void **state) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", CORPUS_DIR, e->d_name);
         size_t n = 0;
-        uint8_t *d = slurp(path, &n);
-        if (!d && n) fail_msg("cannot read %s", path);
+        uint8_t *d = zi_replay_slurp(path, &n);
+        if (!d) fail_msg("cannot read %s", path);
         run_one(d, n);
         free(d);
         files++;
@@ -645,7 +630,7 @@ static void test_vendored(void **state) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         size_t n = 0;
-        uint8_t *p = slurp(path, &n);
+        uint8_t *p = zi_replay_slurp(path, &n);
         if (!p) fail_msg("cannot read %s", path);
         clock_t t0 = clock();
         loaded += (size_t)run_one(p, n), runs++;
