@@ -3,13 +3,20 @@
  */
 #include "cpu_kernels.h"
 
+#include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* F16C from CPUID leaf 1 (ECX bit 29) rather than __builtin_cpu_supports:
+ * clang before 15 does not know the name "f16c" and refuses to compile. */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 static int cpu_has_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 static int cpu_has_avx512(void) {

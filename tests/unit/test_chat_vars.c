@@ -885,8 +885,8 @@ static void test_vars_request(void **state) {
         "chat_template_options: map keys must be strings (key #0 is an integer)",
         "chat_template_options key #0: not valid UTF-8 at byte 0",
         "chat_template_options.x: given twice",
-        "chat_template_options.deep[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]: nested deeper "
-        "than 16 levels",
+        ("chat_template_options.deep[0][0][0][0][0][0][0][0][0][0][0][0][0][0][0]: nested deeper "
+         "than 16 levels"),
         "chat_template_options.x.y[1].k: not valid UTF-8 at byte 0",
     };
     msgpack_unpacker *up = msgpack_unpacker_new(64);

@@ -37,8 +37,8 @@ static const char *texts[N_PROMPTS] = {
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
     "def fibonacci(n):",
     "The quick brown fox",
-    "<|im_start|>user\nList three colors, one per line, and explain why the sky looks blue "
-    "during the day but red at sunset.<|im_end|>\n<|im_start|>assistant\n",
+    ("<|im_start|>user\nList three colors, one per line, and explain why the sky looks blue "
+     "during the day but red at sunset.<|im_end|>\n<|im_start|>assistant\n"),
     "1, 2, 3, 4,",
 };
 

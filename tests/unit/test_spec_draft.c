@@ -39,8 +39,8 @@
 #define GEN 24
 
 static const char *texts[N_PROMPTS] = {
-    "<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n"
-    "<|im_start|>assistant\n",
+    ("<|im_start|>user\nWrite a short story about a robot who learns to paint.<|im_end|>\n"
+     "<|im_start|>assistant\n"),
     "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
 };

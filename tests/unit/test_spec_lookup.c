@@ -226,13 +226,13 @@ static void test_sampled_distribution(void **state) {
 #define GEN 40
 
 static const char *texts[N_PROMPTS] = {
-    "<|im_start|>user\nRepeat this text exactly: The quick brown fox jumps over the lazy dog. "
-    "A journey of a thousand miles begins with a single step.<|im_end|>\n"
-    "<|im_start|>assistant\n",
+    ("<|im_start|>user\nRepeat this text exactly: The quick brown fox jumps over the lazy dog. "
+     "A journey of a thousand miles begins with a single step.<|im_end|>\n"
+     "<|im_start|>assistant\n"),
     "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,",
     "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
-    "<|im_start|>user\nFix the bug: def add(a, b):\n    return a - b\n<|im_end|>\n"
-    "<|im_start|>assistant\n",
+    ("<|im_start|>user\nFix the bug: def add(a, b):\n    return a - b\n<|im_end|>\n"
+     "<|im_start|>assistant\n"),
     "def fibonacci(n):",
 };
 

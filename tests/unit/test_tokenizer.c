@@ -138,8 +138,8 @@ static const char *const k_extra[] = {"ab",
                                       "aa",
                                       "aaaa",
                                       "xyz",
-                                      "\xc4\xa0"
-                                      "a",
+                                      ("\xc4\xa0" /* the escape ends here */
+                                       "a"),
                                       "12",
                                       "<s>",
                                       "<u>",
