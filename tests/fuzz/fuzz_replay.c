@@ -21,6 +21,7 @@
 static const uint8_t telling[] = {0x00, 0xff, 0x7f, 0x80, 0xc0, 0xc1, 0xd9, 0xdc, 0xdd,
                                   0xde, 0xdf, 0x90, 0x9f, 0xa0, 0xbf, '"',  '\\', '[',
                                   ']',  '{',  '}',  '(',  ')',  '*',  '|',  '?'};
+static const zi_replay_plan plan = {16, 48, telling, sizeof telling, 16, 32};
 
 int main(int argc, char **argv) {
     if (argc != 2) {
@@ -46,7 +47,6 @@ int main(int argc, char **argv) {
             closedir(d);
             return 1;
         }
-        const zi_replay_plan plan = {16, 48, telling, sizeof telling, 16, 32};
         runs += zi_replay_damage(src, len, &seed, &plan);
         free(src);
         files++;

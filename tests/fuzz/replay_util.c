@@ -3,6 +3,7 @@
  */
 #include "replay_util.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ void zi_replay_run(const uint8_t *data, size_t size) {
 
 size_t zi_replay_damage(const uint8_t *src, size_t len, uint64_t *seed,
                         const zi_replay_plan *plan) {
+    assert(plan->n_bytes > 0 && plan->max_delete > 0 && plan->max_repeat > 0);
     size_t runs = 0;
     zi_replay_run(src, len), runs++;
     for (int k = 0; k < plan->truncations && len; k++)
