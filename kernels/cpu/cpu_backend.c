@@ -176,7 +176,9 @@ static int cpu_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, 
         if (d) c->act.d = d;
         float *s = realloc(c->act.s, need * sizeof(float));
         if (s) c->act.s = s;
-        if (!q || !d || !s)
+        float *s16 = realloc(c->act.s16, need * 2 * sizeof(float));
+        if (s16) c->act.s16 = s16;
+        if (!q || !d || !s || !s16)
             return zi_error_set(err, ZI_ENOMEM, "out of memory for the activations of %d tokens",
                                 n_tokens);
         c->act_cap = need;
@@ -331,6 +333,7 @@ static void quant_worker(void *p, int ith, int nth) {
     for (int64_t t = t0; t < t1; t++) {
         a->k->quantize_act(a->x + t * a->cols, a->q, t);
         if (a->q->no_residual) zi_act_drop_residual(a->q, t);
+        zi_act_half_sums(a->q, t);
     }
 }
 
@@ -934,6 +937,7 @@ static void cpu_backend_free(zi_backend *be) {
     free(c->act.q);
     free(c->act.d);
     free(c->act.s);
+    free(c->act.s16);
     free(c->scratch);
     for (int e = 0; e < 2; e++) {
         free(c->rope[e].cs);

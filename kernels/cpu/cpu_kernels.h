@@ -58,12 +58,16 @@ typedef struct zi_cpu_kernels {
      * The same products for weights in the 16-row layout (repack.h) or, for
      * the types repack_x.h lists, its extended layout; r0 and r1 multiples
      * of 16. NULL in the scalar table, whose weights stay in GGUF layout.
-     * Batches of 4 or more tokens of Q4_0/Q4_1/Q8_0 run on the AMX tile
-     * unit where the CPU has AMX-INT8 and Linux grants it (bit-identical
-     * results; ZINFER_CPU_AMX=0 keeps them on VNNI).
+     * Batches of 4 or more tokens run on the AMX tile unit where the CPU
+     * has AMX-INT8 and Linux grants it (bit-identical results;
+     * ZINFER_CPU_AMX=0 keeps them on VNNI).
      */
     void (*mm_r16)(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                    const zi_q8_act *a, int n_tokens, float *y, int64_t ldy);
+    /* 1 if this table's mm_r16 runs batches on AMX tiles on this machine
+     * (asks Linux for the tile state the first time). NULL where the table
+     * has no AMX kernel (scalar, avx2, or a compiler without AMX). */
+    int (*amx)(void);
     /* Float-weight products (F32/F16/BF16 rows) with float activations of
      * length n, n apart. */
     void (*mm_f32)(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,

@@ -22,8 +22,8 @@
 #include "cpu_kernels_common.h"      /* includes, ZI_HAVE_VNNI, load_f16, tree16 */
 #include "cpu_kernels_quantize.h"    /* quantize_act */
 #include "cpu_kernels_matmul.h"      /* quantized and float products, dot_f32 */
-#include "cpu_kernels_amx.h"         /* mm_r16_amx, mm_r16 */
-#include "cpu_kernels_r16x.h"        /* mm_r16x, mm_r16_any: the extended layout */
+#include "cpu_kernels_r16x.h"        /* mm_r16x (the extended layout), avx2's mm_r16_any */
+#include "cpu_kernels_amx.h"         /* mm_r16_amx, avx512's mm_r16_any */
 #include "cpu_kernels_elementwise.h" /* axpy, scale, to_f16, SwiGLU, vector expf */
 #include "cpu_kernels_attention.h"   /* attend */
 
@@ -39,6 +39,9 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .attend = attend,
 #if defined(__AVX2__)
     .mm_r16 = mm_r16_any,
+#endif
+#if defined(ZI_HAVE_AMX)
+    .amx = amx_usable,
 #endif
     .dot = dot_f32,
     .axpy = axpy_f32,

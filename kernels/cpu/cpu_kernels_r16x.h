@@ -1,8 +1,9 @@
 /*
  * cpu_kernels_r16x.h - the products of weights in the extended 16-row
- * layout (repack_x.h: Q5_0, Q5_1, IQ4_NL, IQ4_XS and the K-quants), and
- * mm_r16_any, the 16-row entry of the avx2 and avx512 tables, which sends
- * those types here and the others to mm_r16 / mm_r16_avx2. One of the
+ * layout (repack_x.h: Q5_0, Q5_1, IQ4_NL, IQ4_XS and the K-quants) on the
+ * vector units, and mm_r16_any, the 16-row entry of the avx2 table, which
+ * sends those types here and the others to mm_r16_avx2 (the avx512 table's
+ * entry follows in cpu_kernels_amx.h, which adds the AMX tiles). One of the
  * units that cpu_kernels_impl.h includes, in its order, once per
  * instruction set.
  *
@@ -14,9 +15,9 @@
  *            the int16 activation 256*q1 + q2 with vpmaddwd (Q8_0's path
  *            of mm_r16_avx2, whose pieces it shares).
  *   AVX-512  (#if ZI_HAVE_VNNI && __AVX512F__) r16x_vnni_rows: the codes
- *            of a column decoded in registers (nibbles, code book by
- *            vpshufb, bit planes by masked byte adds), then vpdpbusd as in
- *            mm_r16_vnni.
+ *            of a column decoded in registers (r16x_decode512: nibbles,
+ *            code book by vpshufb, bit planes by masked byte adds), then
+ *            vpdpbusd as in mm_r16_vnni.
  *
  * Per block column k and token t, with u the codes, q = 256*q1 + q2 the
  * activation and da its scale (quant.h):
@@ -41,6 +42,22 @@ static inline int32_t r16x_half_sum(const int8_t *q1, const int8_t *q2) {
     const int32_t a2 = _mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2) - 2048;
     return 256 * a1 + a2;
 }
+
+/* da * each half's sum of token t's block k: zi_q8_act.s16 where the caller
+ * filled it, else summed here (the same integers, the same float product). */
+static inline void r16x_half_sums(const zi_q8_act *a, int64_t t, int64_t k, float *sa0,
+                                  float *sa1) {
+    const int64_t nb = a->nb;
+    if (a->s16) {
+        *sa0 = a->s16[(t * nb + k) * 2];
+        *sa1 = a->s16[(t * nb + k) * 2 + 1];
+        return;
+    }
+    const int8_t *q1 = a->q + t * nb * 2 * ZI_QK + k * ZI_QK, *q2 = q1 + nb * ZI_QK;
+    const float da = a->d[t * nb + k];
+    *sa0 = da * (float)r16x_half_sum(q1, q2);
+    *sa1 = da * (float)r16x_half_sum(q1 + 16, q2 + 16);
+}
 #endif
 
 #if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
@@ -48,6 +65,31 @@ static inline int32_t r16x_half_sum(const int8_t *q1, const int8_t *q2) {
 static inline __m512 r16x_scales16(const uint8_t *p, int f16) {
     return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))
                : _mm512_loadu_ps((const float *)(const void *)p);
+}
+
+/* The codes of block column G as 8 vectors of unsigned bytes, c[v] lane 4i
+ * + e = u of element 4v + e of row i (the nibbles, through the IQ4 code
+ * book where lut, plus the bit planes): the order vpdpbusd and the AMX B
+ * tile both take. */
+static inline __attribute__((always_inline)) void r16x_decode512(const int planes, const int lut,
+                                                                 const uint8_t *G, __m512i c[8]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int p = 0; p < 4; p++) {
+        __m512i x = _mm512_loadu_si512((const void *)(G + 64 * p));
+        c[2 * p] = _mm512_and_si512(x, m4);
+        c[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
+    }
+    if (lut) {
+        const __m512i book =
+            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)zi_r16x_iq4_u));
+        for (int v = 0; v < 8; v++) c[v] = _mm512_shuffle_epi8(book, c[v]);
+    }
+    for (int b = 0; b < planes; b++)
+        for (int v = 0; v < 8; v++) {
+            uint64_t m;
+            memcpy(&m, G + 256 + 64 * b + 8 * v, 8);
+            c[v] = _mm512_mask_add_epi8(c[v], (__mmask64)m, c[v], _mm512_set1_epi8((char)(16 << b)));
+        }
 }
 
 /* Rows [r0, r1) (multiples of 16) of one type in the extended layout; the
@@ -59,8 +101,6 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
     const int64_t nb = a->nb;
     const size_t es = f16 ? 2 : 4; /* bytes of a scale */
     const size_t gb = 256 + 64 * (size_t)planes + 16 * es * (size_t)(1 + halves) * (size_t)(1 + cws);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i book = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)zi_r16x_iq4_u));
     for (int64_t R = r0 / 16; R < r1 / 16; R++) {
         const uint8_t *base = w + (size_t)R * 16 * row_bytes;
         for (int t0 = 0; t0 < n_tokens; t0 += 4) {
@@ -72,19 +112,7 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
                 for (size_t off = 0; off < gb; off += 64)
                     _mm_prefetch((const char *)(G + 8 * gb + off), _MM_HINT_T0);
                 __m512i c[8];
-                for (int p = 0; p < 4; p++) {
-                    __m512i x = _mm512_loadu_si512((const void *)(G + 64 * p));
-                    c[2 * p] = _mm512_and_si512(x, m4);
-                    c[2 * p + 1] = _mm512_and_si512(_mm512_srli_epi16(x, 4), m4);
-                }
-                for (int v = 0; lut && v < 8; v++) c[v] = _mm512_shuffle_epi8(book, c[v]);
-                for (int b = 0; b < planes; b++)
-                    for (int v = 0; v < 8; v++) {
-                        uint64_t m;
-                        memcpy(&m, G + 256 + 64 * b + 8 * v, 8);
-                        c[v] = _mm512_mask_add_epi8(c[v], (__mmask64)m, c[v],
-                                                    _mm512_set1_epi8((char)(16 << b)));
-                    }
+                r16x_decode512(planes, lut, G, c);
                 const uint8_t *sc = G + 256 + 64 * planes;
                 const __m512 dw0 = r16x_scales16(sc, f16);
                 const __m512 dw1 = halves ? r16x_scales16(sc + 16 * es, f16) : dw0;
@@ -119,8 +147,8 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
                                              _mm512_mul_ps(dw0, _mm512_set1_ps(da)), acc[i]);
                     acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1),
                                              _mm512_mul_ps(dw1, _mm512_set1_ps(da)), acc[i]);
-                    const float sa0 = da * (float)r16x_half_sum(q1, q2);
-                    const float sa1 = da * (float)r16x_half_sum(q1 + 16, q2 + 16);
+                    float sa0, sa1;
+                    r16x_half_sums(a, t, k, &sa0, &sa1);
                     offv[i] = _mm512_fmadd_ps(cw0, _mm512_set1_ps(sa0), offv[i]);
                     offv[i] = _mm512_fmadd_ps(cw1, _mm512_set1_ps(sa1), offv[i]);
                 }
@@ -277,10 +305,9 @@ r16x_avx2_rows(const int res, const int planes, const int lut, const int halves,
                             }
                             continue;
                         }
-                        const __m256 sa0 = _mm256_set1_ps(
-                            daf * (float)r16x_half_sum(q1 + kk * ZI_QK, q2 + kk * ZI_QK));
-                        const __m256 sa1 = _mm256_set1_ps(
-                            daf * (float)r16x_half_sum(q1 + kk * ZI_QK + 16, q2 + kk * ZI_QK + 16));
+                        float h0, h1;
+                        r16x_half_sums(a, t, kk, &h0, &h1);
+                        const __m256 sa0 = _mm256_set1_ps(h0), sa1 = _mm256_set1_ps(h1);
                         for (int g = 0; g < 2; g++) {
                             acc[g] = _mm256_fmadd_ps(
                                 _mm256_cvtepi32_ps(s[0][g]),
@@ -331,17 +358,9 @@ static int mm_r16x(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int
 }
 #endif
 
-#if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
-/* The avx512 table's 16-row entry: the extended layout here, the rest to
- * mm_r16 (VNNI or AMX). */
-static void mm_r16_any(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-                       const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
-    if (!mm_r16x(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy))
-        mm_r16(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy);
-}
-#elif defined(__AVX2__)
+#if defined(__AVX2__) && !defined(ZI_HAVE_VNNI)
 /* The avx2 table's 16-row entry: the extended layout here, the rest to
- * mm_r16_avx2. */
+ * mm_r16_avx2. (The avx512 table's, mm_r16_any, is in cpu_kernels_amx.h.) */
 static void mm_r16_any(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                        const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     if (!mm_r16x(type, w, row_bytes, r0, r1, a, n_tokens, y, ldy))

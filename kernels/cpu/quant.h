@@ -68,6 +68,11 @@ typedef struct zi_q8_act {
     float *s;
     int64_t nb;
     int no_residual;
+    /* Optional (NULL: the kernels sum for themselves): s16[row * nb * 2 +
+     * 2k + h] = d[k] * the integer sum of half h (values 16h..16h+15) of
+     * block k's 256*q1 + q2, which the types with 16-value scales (Q2_K,
+     * Q3_K, Q6_K) need per token and block (zi_act_half_sums). */
+    float *s16;
 } zi_q8_act;
 
 _Static_assert(sizeof(zi_block_q4_0) == 18, "Q4_0 block is 18 bytes");
@@ -158,5 +163,9 @@ static inline float zi_bf16_to_f32(uint16_t h) {
 /* Row `row` of a, as quantize_act left it, to int8 activations: q2 := 0
  * and s recomputed from q1 (exactly, as an integer sum). */
 void zi_act_drop_residual(const zi_q8_act *a, int64_t row);
+
+/* Fills row `row` of a->s16 (non-NULL) from q1, q2 and d as they are now:
+ * after quantize_act, and after zi_act_drop_residual where that is used. */
+void zi_act_half_sums(const zi_q8_act *a, int64_t row);
 
 #endif

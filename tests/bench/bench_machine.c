@@ -7,7 +7,17 @@
  *   int8_gops     int8 dot-product throughput: T threads of AVX-512 VNNI
  *                 vpdpbusd (64 multiply-adds = 128 ops each) on independent
  *                 register accumulators, best of 5 (0 without VNNI);
- *   f32_gflops    float32 FMA throughput, AVX-512 (or AVX2) the same way.
+ *   f32_gflops    float32 FMA throughput, AVX-512 (or AVX2) the same way;
+ *   amx_int8_gops AMX-INT8 tile throughput: T threads each repeating four
+ *                 independent TDPBSSD of 16 x 64 by 64 x 16 bytes (16,384
+ *                 multiply-adds = 32,768 ops each) on tiles loaded once,
+ *                 best of 5 (0 without AMX, or where Linux refuses the
+ *                 tile state);
+ *   amx_bf16_gflops the same with TDPBF16PS (16 x 32 by 32 x 16 bf16 pairs:
+ *                 8,192 multiply-adds each), where AMX-BF16 is present.
+ * The AMX figures are the peak of the full tile shape (K = 64 bytes); a
+ * kernel whose blocks are 32 values long (GGUF's) issues K = 32 and can
+ * reach at most half of it.
  *
  * Usage: bench_machine [threads] (default 2). Prints one JSON object.
  */
@@ -28,7 +38,7 @@ static double now_s(void) {
 typedef struct job {
     const uint64_t *p;
     size_t n;
-    int kind; /* 0 read, 1 int8, 2 f32 */
+    int kind; /* 0 read, 1 int8, 2 f32, 3 AMX int8, 4 AMX bf16 */
     long iters;
     uint64_t out;
 } job;
@@ -65,6 +75,78 @@ __attribute__((target("avx2,fma"))) static uint64_t fma256_loop(long iters) {
     return (uint64_t)v[0];
 }
 
+#if defined(__x86_64__) && defined(__linux__) &&                                                  \
+    (defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11)
+#define HAVE_AMX 1
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* CPUID leaf 7 EDX bit (22 AMX-BF16, 24 AMX-TILE, 25 AMX-INT8), and Linux's
+ * permission for the tile state (ARCH_REQ_XCOMP_PERM, XTILEDATA). */
+static int amx_feature(int bit) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d >> 24 & 1) || !(d >> bit & 1)) return 0;
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+}
+
+typedef struct tile_cfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_cfg;
+
+/* Tiles 0-3 C (16 x 64 bytes), 4-5 A, 6-7 B, all full size. */
+__attribute__((target("amx-tile"))) static void amx_setup(void) {
+    _Alignas(64) tile_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+    /* GCC does not see that ldtilecfg reads the struct: keep its stores. */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+    _Alignas(64) static const uint8_t ones[16 * 64] = {1};
+    for (int i = 0; i < 4; i++) { /* constant tile numbers */
+        if (i == 0) _tile_loadd(4, ones, 64);
+        if (i == 1) _tile_loadd(5, ones, 64);
+        if (i == 2) _tile_loadd(6, ones, 64);
+        if (i == 3) _tile_loadd(7, ones, 64);
+    }
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+}
+
+__attribute__((target("amx-tile,amx-int8"))) static uint64_t amx_int8_loop(long iters) {
+    amx_setup();
+    for (long k = 0; k < iters; k++) {
+        _tile_dpbssd(0, 4, 6);
+        _tile_dpbssd(1, 4, 7);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _Alignas(64) int32_t c[16][16];
+    _tile_stored(0, c, 64);
+    _tile_release();
+    return (uint64_t)c[0][0];
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static uint64_t amx_bf16_loop(long iters) {
+    amx_setup();
+    for (long k = 0; k < iters; k++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _Alignas(64) float c[16][16];
+    _tile_stored(0, c, 64);
+    _tile_release();
+    return (uint64_t)c[0][0];
+}
+#endif
+
 static void *run(void *arg) {
     job *j = arg;
     if (j->kind == 0) {
@@ -78,6 +160,12 @@ static void *run(void *arg) {
         j->out = s0 + s1 + s2 + s3;
     } else if (j->kind == 1) {
         j->out = vnni_loop(j->iters);
+#if defined(HAVE_AMX)
+    } else if (j->kind == 3) {
+        j->out = amx_int8_loop(j->iters);
+    } else if (j->kind == 4) {
+        j->out = amx_bf16_loop(j->iters);
+#endif
     } else if (__builtin_cpu_supports("avx512f")) {
         j->out = fma512_loop(j->iters);
     } else {
@@ -127,10 +215,18 @@ int main(int argc, char **argv) {
     int w512 = __builtin_cpu_supports("avx512f");
     double int8_ops = (double)T * iters * 12 * 64 * 2; /* 64 MACs per vpdpbusd */
     double f32_ops = (double)T * iters * 12 * (w512 ? 16 : 8) * 2;
+    double amx_int8 = 0, amx_bf16 = 0;
+#if defined(HAVE_AMX)
+    const long amx_iters = 2000000; /* x 4 tile products */
+    if (amx_feature(25))
+        amx_int8 = (double)T * amx_iters * 4 * 16384 * 2 / best_time(T, 3, buf, n, amx_iters) / 1e9;
+    if (amx_feature(22))
+        amx_bf16 = (double)T * amx_iters * 4 * 8192 * 2 / best_time(T, 4, buf, n, amx_iters) / 1e9;
+#endif
     printf("{\"threads\": %d, \"read_gb_s\": %.2f, \"int8_gops\": %.1f, \"f32_gflops\": %.1f, "
-           "\"f32_width\": %d}\n",
+           "\"f32_width\": %d, \"amx_int8_gops\": %.1f, \"amx_bf16_gflops\": %.1f}\n",
            T, (double)bytes / t_read / 1e9, vnni ? int8_ops / t_int8 / 1e9 : 0.0,
-           f32_ops / t_f32 / 1e9, w512 ? 512 : 256);
+           f32_ops / t_f32 / 1e9, w512 ? 512 : 256, amx_int8, amx_bf16);
     free(buf);
     return 0;
 }

@@ -3,8 +3,9 @@
  * its kernels: the decomposition of every type into codes and per-half
  * scales is exact, and the 16-row products of the avx2 and avx512 tables
  * equal the float64 product of the dequantized weights and activations to
- * float32 accuracy, bit-identical between the two tables, for one token
- * and for batches, with and without the activations' residual.
+ * float32 accuracy, bit-identical between the two tables (and the AMX
+ * tiles, where the CPU has them), for one token and for batches, with and
+ * without the activations' residual.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -105,11 +106,14 @@ static void test_decompose_exact(void **state) {
 static float *check_products(const zi_cpu_kernels *k, int type, const uint8_t *w, size_t rb,
                              int rows, int cols, const float *x, int T, int int8) {
     const int nb = cols / 32;
+    /* The batch with the half sums filled in (as the backend does), each
+     * token alone without them (the kernels sum for themselves). */
     zi_q8_act qa = {malloc((size_t)T * cols * 2 + 64), malloc(sizeof(float) * T * nb),
-                    malloc(sizeof(float) * T * nb), nb, int8};
+                    malloc(sizeof(float) * T * nb), nb, int8, malloc(sizeof(float) * T * nb * 2)};
     for (int t = 0; t < T; t++) {
         k->quantize_act(x + (size_t)t * cols, &qa, t);
         if (int8) zi_act_drop_residual(&qa, t);
+        zi_act_half_sums(&qa, t);
     }
     const size_t gb = zi_r16x_group_bytes(type), prb = gb / 16 * (size_t)nb;
     uint8_t *p = malloc(prb * (size_t)rows);
@@ -139,6 +143,7 @@ static float *check_products(const zi_cpu_kernels *k, int type, const uint8_t *w
         one.q = qa.q + (size_t)t * cols * 2;
         one.d = qa.d + t * nb;
         one.s = qa.s + t * nb;
+        one.s16 = NULL;
         k->mm_r16(type, p, prb, 0, rows, &one, 1, y1, rows);
         if (memcmp(y1, y + (size_t)t * rows, sizeof(float) * rows) != 0)
             fail_msg("%s %s token %d: alone differs from batched", k->isa, zi_ggml_type_name(type),
@@ -150,6 +155,7 @@ static float *check_products(const zi_cpu_kernels *k, int type, const uint8_t *w
     free(qa.q);
     free(qa.d);
     free(qa.s);
+    free(qa.s16);
     return y;
 }
 
@@ -176,6 +182,44 @@ static void test_products(void **state) {
             free(w);
         }
     free(x);
+}
+
+/* On the AMX tiles (batches of 4 tokens and more on the avx512 table, where
+ * the CPU has AMX): shapes that cross the driver's loops, block columns in
+ * windows of 64 (72 = 64 + 8) and tokens in passes of 32 chunks of 8 (260),
+ * with chunks whose last overlaps the one before (13 = 7 + 6). Each checked
+ * against float64, against each token alone (on VNNI) and bit for bit
+ * against the avx2 table. */
+static void test_products_amx(void **state) {
+    (void)state;
+    const zi_cpu_kernels *avx2 = zi_cpu_kernels_by_name("avx2");
+    const zi_cpu_kernels *avx512 = zi_cpu_kernels_by_name("avx512");
+    if (!avx512 || !avx512->amx || !avx512->amx()) {
+        print_message("no AMX-INT8 on this CPU (or not granted by the kernel): "
+                      "the tile kernels are not compared here\n");
+        skip();
+    }
+    const struct {
+        int cols, T;
+    } shapes[] = {{2304, 13}, {768, 260}};
+    const int rows = 32;
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int cols = shapes[si].cols, T = shapes[si].T;
+        float *x = malloc(sizeof(float) * (size_t)T * cols);
+        for (int i = 0; i < T * cols; i++) x[i] = zi_test_frand(&rng, -2, 2);
+        for (size_t ti = 0; ti < N_TYPES; ti++)
+            for (int int8 = 0; int8 < 2; int8++) {
+                size_t rb;
+                uint8_t *w = zi_test_random_blocks(&rng, TYPES[ti], rows, cols, &rb);
+                float *a = check_products(avx2, TYPES[ti], w, rb, rows, cols, x, T, int8);
+                float *b = check_products(avx512, TYPES[ti], w, rb, rows, cols, x, T, int8);
+                assert_memory_equal(a, b, sizeof(float) * (size_t)T * rows);
+                free(a);
+                free(b);
+                free(w);
+            }
+        free(x);
+    }
 }
 
 /* The backend repacks these types when it has 16-row kernels and the row
@@ -213,6 +257,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decompose_exact),
         cmocka_unit_test(test_products),
+        cmocka_unit_test(test_products_amx),
         cmocka_unit_test(test_backend_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
