@@ -32,8 +32,13 @@ typedef struct cpu_backend {
     zi_pool *pool;
     zi_q8_act act; /* quantized activations for the current matmul */
     size_t act_cap; /* blocks */
-    float *scratch; /* attention scores: ZI_ATTN_GROUP_MAX ctx-sized rows per thread */
+    float *scratch; /* attention scores: ZI_ATTN_ROWS ctx-sized rows per thread */
     size_t scratch_per_thread;
+    /* The batch's blocks of tokens for attention (cpu_attention): block i
+     * is tokens attn_blocks[i] .. attn_blocks[i + 1] - 1; room for
+     * attn_blocks_cap + 1 entries. */
+    int32_t *attn_blocks;
+    int attn_blocks_cap;
     /* cos and sin of the last rope calls' angles (n tokens at pos), for two
      * bases: the two calls of every layer in a forward pass have the same
      * ones, and a model with local and global layers (gemma3) alternates
@@ -68,6 +73,10 @@ typedef struct zi_counter {
 /* Query heads per kernel call in grouped-query attention (the kernel's
  * limit is 64; 8 covers common models in one call). */
 #define ZI_ATTN_GROUP_MAX 8
+/* Query rows (heads x tokens) of one attend_block call: consecutive tokens
+ * of a prompt attend together, reading each cached K and V row once for
+ * all of them; each row needs a ctx-sized row of scores in the scratch. */
+#define ZI_ATTN_ROWS 32
 
 /* Splits [0, n) into nth nearly equal ranges, each a multiple of `align`. */
 static void split_range(int64_t n, int ith, int nth, int64_t align, int64_t *lo, int64_t *hi) {
@@ -183,8 +192,16 @@ static int cpu_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, 
                                 n_tokens);
         c->act_cap = need;
     }
-    /* Scores for up to ZI_ATTN_GROUP_MAX heads at a time. */
-    size_t per_thread = (size_t)ctx * ZI_ATTN_GROUP_MAX;
+    if (n_tokens > c->attn_blocks_cap) {
+        int32_t *ab = realloc(c->attn_blocks, ((size_t)n_tokens + 1) * sizeof *ab);
+        if (!ab)
+            return zi_error_set(err, ZI_ENOMEM, "out of memory for the attention of %d tokens",
+                                n_tokens);
+        c->attn_blocks = ab;
+        c->attn_blocks_cap = n_tokens;
+    }
+    /* Scores for up to ZI_ATTN_ROWS query rows at a time. */
+    size_t per_thread = (size_t)ctx * ZI_ATTN_ROWS;
     if (per_thread > c->scratch_per_thread) {
         float *ns = realloc(c->scratch, per_thread * (size_t)zi_pool_size(c->pool) * sizeof(float));
         if (!ns)
@@ -778,16 +795,33 @@ typedef struct attn_args {
     const zi_batch_view *b;
     const zi_attn_shape *s;
     int heads_per_task; /* the GQA group, or 1 when that leaves threads idle */
-    atomic_llong next;  /* the next token to take (attn_worker) */
+    /* Blocks of tokens that attend together: block i is tokens blocks[i] ..
+     * blocks[i + 1] - 1 (consecutive positions of one sequence); NULL: a
+     * block per token. */
+    const int32_t *blocks;
+    int n_blocks;
+    atomic_llong next; /* the next block to take (attn_worker) */
 } attn_args;
 
-/* Task `task`'s part of the cache (the layout above kv_args): token
- * task / tasks_per_token, KV head kvh, over n positions. */
+/* The first token of block i, and the block's token count in *B. */
+static int block_tokens(const attn_args *a, int64_t i, int *B) {
+    if (!a->blocks) {
+        *B = 1;
+        return (int)i;
+    }
+    *B = a->blocks[i + 1] - a->blocks[i];
+    return a->blocks[i];
+}
+
+/* Task `task`'s part of the cache (the layout above kv_args): block task /
+ * tasks_per_token (from its first token), KV head kvh, over n positions
+ * (the first token's). */
 static zi_kv_head task_view(const attn_args *a, const k_layout *kl, int64_t task, int *n) {
     const zi_attn_shape *s = a->s;
     const size_t bs = (size_t)s->block_size, hd = (size_t)s->head_dim;
     const int tasks_per_token = s->n_heads / a->heads_per_task;
-    const int t = (int)(task / tasks_per_token);
+    int B;
+    const int t = block_tokens(a, task / tasks_per_token, &B);
     const int kvh =
         (int)(task % tasks_per_token) * a->heads_per_task / (s->n_heads / s->n_kv_heads);
     const size_t head = (size_t)kvh * bs * hd; /* its part of block 0 */
@@ -823,8 +857,9 @@ static void prefetch_task_start(const zi_kv_head *kv, int n, int hd) {
         __builtin_prefetch(p + i, 0, 3);
 }
 
-/* One task per (token, KV head): the query heads that share a KV head are
- * done together, so each cached K/V row is read once for the group. */
+/* One task per (block of tokens, KV head): the query heads that share a KV
+ * head are done together, and the tokens of a block too, so each cached
+ * K/V row is read once for them all. */
 static void attn_worker(void *p, int ith, int nth) {
     attn_args *a = p;
     const zi_attn_shape *s = a->s;
@@ -834,30 +869,39 @@ static void attn_worker(void *p, int ith, int nth) {
     const k_layout kl = k_layout_of(s);
     int hpt = a->heads_per_task;
     int tasks_per_token = s->n_heads / hpt;
-    int64_t total = (int64_t)a->b->n_tokens * tasks_per_token;
+    int64_t total = (int64_t)a->n_blocks * tasks_per_token;
+    const size_t ts = (size_t)s->n_heads * (size_t)hd; /* floats from a token's q to the next's */
     /* With a token or more per thread, a thread takes whole tokens (all its
      * tasks), in turn from a shared counter (a late thread takes fewer): each
      * cached row then comes from memory to one core, the KV heads' parts back
      * to back, rather than a part to each core at once (attention over a
      * 16-sequence, 30-layer cache: 21 -> 16 ns per score on one core). With
      * fewer tokens, single tasks alternate. */
-    const int64_t run = a->b->n_tokens >= nth ? tasks_per_token : 1; /* tasks taken together */
+    const int64_t run = a->n_blocks >= nth ? tasks_per_token : 1; /* tasks taken together */
     int64_t r = run > 1 ? atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed) : ith;
     while (r * run < total) {
         int n;
         zi_kv_head kv = task_view(a, &kl, r * run, &n);
         for (int64_t task = r * run; task < (r + 1) * run; task++) {
-            size_t row = (size_t)(task * hpt) * (size_t)hd; /* its first query head */
+            int B;
+            const int t = block_tokens(a, task / tasks_per_token, &B);
+            /* its first token's first query head */
+            size_t row = (size_t)t * ts + (size_t)(task % tasks_per_token * hpt) * (size_t)hd;
             int n_next = 0;
             zi_kv_head next = {0};
             if (task + 1 < (r + 1) * run) {
                 next = task_view(a, &kl, task + 1, &n_next);
                 prefetch_task_start(&next, n_next, hd);
             }
-            for (int g0 = 0; g0 < hpt; g0 += ZI_ATTN_GROUP_MAX) {
-                int G = hpt - g0 < ZI_ATTN_GROUP_MAX ? hpt - g0 : ZI_ATTN_GROUP_MAX;
-                k->attend(a->q + row + (size_t)g0 * hd, G, &kv, n, hd, s->scale, s->softcap, scores,
-                          a->out + row + (size_t)g0 * hd);
+            if (B > 1) { /* hpt <= ZI_ATTN_GROUP_MAX, hpt * B <= ZI_ATTN_ROWS */
+                k->attend_block(a->q + row, ts, hpt, B, &kv, n, hd, s->scale, s->softcap, scores,
+                                a->out + row, ts);
+            } else {
+                for (int g0 = 0; g0 < hpt; g0 += ZI_ATTN_GROUP_MAX) {
+                    int G = hpt - g0 < ZI_ATTN_GROUP_MAX ? hpt - g0 : ZI_ATTN_GROUP_MAX;
+                    k->attend(a->q + row + (size_t)g0 * hd, G, &kv, n, hd, s->scale, s->softcap,
+                              scores, a->out + row + (size_t)g0 * hd);
+                }
             }
             kv = next, n = n_next;
         }
@@ -874,9 +918,28 @@ static void cpu_attention(zi_backend *be, float *out, const float *q, const void
     int group = s->n_heads / s->n_kv_heads;
     int hpt = (int64_t)b->n_tokens * s->n_kv_heads >= 4 * (int64_t)zi_pool_size(c->pool) ? group : 1;
     attn_args a = {.c = c, .out = out, .q = q, .kc = kcache, .vc = vcache, .b = b, .s = s,
-                   .heads_per_task = hpt};
+                   .heads_per_task = hpt, .n_blocks = b->n_tokens};
+    /* A prompt's consecutive tokens attend in blocks (each token's result
+     * is the same as alone): up to ZI_ATTN_ROWS query rows, whole blocks
+     * per thread while there are enough of them. Not within a sliding
+     * window's reach, where each token's first position differs. */
+    const int bmax = ZI_ATTN_ROWS / hpt;
+    if (hpt == group && hpt <= ZI_ATTN_GROUP_MAX && bmax > 1 && b->n_tokens > 1 &&
+        b->n_tokens <= c->attn_blocks_cap) {
+        int nb = 0;
+        for (int t = 0; t < b->n_tokens;) {
+            int B = 1;
+            while (t + B < b->n_tokens && B < bmax && b->seq[t + B] == b->seq[t] &&
+                   b->pos[t + B] == b->pos[t] + B && (s->window <= 0 || b->pos[t + B] < s->window))
+                B++;
+            c->attn_blocks[nb++] = t;
+            t += B;
+        }
+        c->attn_blocks[nb] = b->n_tokens;
+        if (nb < b->n_tokens) a.blocks = c->attn_blocks, a.n_blocks = nb;
+    }
     atomic_init(&a.next, 0);
-    if ((int64_t)b->n_tokens * (s->n_heads / hpt) == 1)
+    if ((int64_t)a.n_blocks * (s->n_heads / hpt) == 1)
         attn_worker(&a, 0, 1);
     else
         zi_pool_run(c->pool, attn_worker, &a);
@@ -939,6 +1002,7 @@ static void cpu_backend_free(zi_backend *be) {
     free(c->act.s);
     free(c->act.s16);
     free(c->scratch);
+    free(c->attn_blocks);
     for (int e = 0; e < 2; e++) {
         free(c->rope[e].cs);
         free(c->rope[e].pos);

@@ -87,6 +87,16 @@ typedef struct zi_cpu_kernels {
      */
     void (*attend)(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,
                    float softcap, float *scores, float *out);
+    /*
+     * attend for B consecutive tokens of one sequence (a prompt's): token b
+     * has its G query rows at q + b * qs and attends to positions 0..n+b-1
+     * (n for the first token); its output goes to out + b * os; scores is
+     * scratch for G * B * (n + B - 1) floats; G * B <= 64. Each token's
+     * output is bit-identical to attend's for it alone; the AVX-512 table
+     * reads each cached K and V row once for the whole block.
+     */
+    void (*attend_block)(const float *q, size_t qs, int G, int B, const zi_kv_head *kv, int n,
+                         int hd, float scale, float softcap, float *scores, float *out, size_t os);
     /* dst[i] = x[i] rounded to float16 (to nearest, ties to even), i < n. */
     void (*to_f16)(uint16_t *dst, const float *x, int64_t n);
     /* Attention helpers over float vectors. */

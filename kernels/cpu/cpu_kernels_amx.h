@@ -248,15 +248,20 @@ amx_window(const amx_type ty, const uint8_t *base, const uint8_t *ub, const zi_q
     /* Block j's products go ZI_AMX_AHEAD blocks before its float steps, its
      * store right after block j + 1's products (or, for the window's last
      * block, just before its float steps). */
+#define AMX_TDP_NEXT()                                                                             \
+    do {                                                                                           \
+        amx_tdp(ty, (int)(next & 1), qa + (size_t)next * ZI_QK, astride, AMX_B(next));             \
+        if (next > k0) AMX_STORE(next - 1);                                                        \
+        next++;                                                                                    \
+    } while (0)
     int64_t next = k0;
+    while (next < k1 && next < k0 + ZI_AMX_AHEAD) AMX_TDP_NEXT();
     for (int64_t k = k0; k < k1; k++) {
-        for (; next < k1 && next <= k + ZI_AMX_AHEAD; next++) {
-            amx_tdp(ty, (int)(next & 1), qa + (size_t)next * ZI_QK, astride, AMX_B(next));
-            if (next > k0) AMX_STORE(next - 1);
-        }
-        if (k == k1 - 1) AMX_STORE(k);
+        if (next == k + 1) AMX_STORE(k); /* the window's last block */
         amx_finish(ty, base + (size_t)k * gb, sc->c[k & 3], a, t0, NT, k, acc, offv);
+        if (next < k1) AMX_TDP_NEXT();
     }
+#undef AMX_TDP_NEXT
 #undef AMX_STORE
 #undef AMX_B
 }

@@ -188,42 +188,57 @@ static inline __m512 hsum16(const __m512 *v) {
     return tree16(v, op_add_ps);
 }
 
-/* Softmax sums and sum of p*V for NG heads (a constant, so the sums and the
- * output rows stay in registers): p holds their exponentials, n apart. The
- * heads' double sums run side by side, each in position order. Each p*v is
- * added by one fused multiply-add: half the vector operations of a multiply
- * and an add, so more V rows are in flight from memory at once (16 streams
- * of 384-448 positions: 28.5 -> 27.4 ms a step), and one rounding, not two. */
-static inline __attribute__((always_inline)) void
-attend_pv(const float *p, int n, const zi_kv_head *kv, int nc, int NG, float *out) {
+/* Softmax sums and sum of p*V for NG query rows (a constant, so the sums
+ * and the output rows stay in registers): row g's exponentials at p + g *
+ * ps, over its nr[g] positions, its output row at outs[g]. The rows' double
+ * sums run side by side, each in position order. Each p*v is added by one
+ * fused multiply-add: half the vector operations of a multiply and an add,
+ * so more V rows are in flight from memory at once (16 streams of 384-448
+ * positions: 28.5 -> 27.4 ms a step), and one rounding, not two. Rows of
+ * one token (the heads of a GQA group) share nr; a block of tokens
+ * (attend_block) has rows whose nr differ, each stopping at its own. */
+static inline __attribute__((always_inline)) void attend_pv(const float *p, size_t ps,
+                                                            const int *nr, const zi_kv_head *kv,
+                                                            int nc, int NG, float *const *outs) {
     const int32_t *blocks = kv->blocks;
     const int bs = kv->bs;
+    int nmin = nr[0], nmax = nr[0];
+    for (int g = 1; g < NG; g++) {
+        nmin = nr[g] < nmin ? nr[g] : nmin;
+        nmax = nr[g] > nmax ? nr[g] : nmax;
+    }
     double sum[4] = {0.0, 0.0, 0.0, 0.0};
-    for (int j = 0; j < n; j++)
-        for (int g = 0; g < NG; g++) sum[g] += p[(size_t)g * n + j];
+    for (int g = 0; g < NG; g++)
+        for (int j = 0; j < nr[g]; j++) sum[g] += p[(size_t)g * ps + j];
     __m512 o[4][16]; /* NG * nc <= 16 used (attend16's hg) */
     for (int g = 0; g < NG; g++)
         for (int c = 0; c < nc; c++) o[g][c] = _mm512_setzero_ps();
     const int f = kv->first; /* the window's first row, in block 0 */
     const uint16_t *vj = kv->v + (size_t)blocks[0] * kv->vstride + (size_t)f * 16 * nc;
-    const int last = (f + n - 1) / bs;
-    for (int j = 0, jb = 0, jr = f; j < n; j++, jr++, vj += 16 * nc) {
-        if (jr == bs) /* the next cache block */
-            jr = 0, vj = kv->v + (size_t)blocks[++jb] * kv->vstride;
-        if (jr == 0 && jb < last) { /* and the one after it, while this one is read */
-            const char *nv = (const char *)(kv->v + (size_t)blocks[jb + 1] * kv->vstride);
-            for (int i = 0; i < bs * 32 * nc; i += 64) _mm_prefetch(nv + i, _MM_HINT_T0);
-        }
-        for (int g = 0; g < NG; g++) {
-            __m512 pg = _mm512_set1_ps(p[(size_t)g * n + j]);
-            for (int c = 0; c < nc; c++)
-                o[g][c] = _mm512_fmadd_ps(pg, ld_f16x16(vj + 16 * c), o[g][c]);
-        }
-    }
+    const int last = (f + nmax - 1) / bs;
+    int j = 0, jb = 0, jr = f;
+    /* Rows j < nmin are every row's; past it, each row's own. */
+#define ATTEND_PV_ROW(CHECK)                                                                       \
+    do {                                                                                           \
+        if (jr == bs) /* the next cache block */                                                   \
+            jr = 0, vj = kv->v + (size_t)blocks[++jb] * kv->vstride;                               \
+        if (jr == 0 && jb < last) { /* and the one after it, while this one is read */             \
+            const char *nv = (const char *)(kv->v + (size_t)blocks[jb + 1] * kv->vstride);         \
+            for (int i = 0; i < bs * 32 * nc; i += 64) _mm_prefetch(nv + i, _MM_HINT_T0);         \
+        }                                                                                          \
+        for (int g = 0; g < NG; g++) {                                                             \
+            if (CHECK && j >= nr[g]) continue;                                                     \
+            __m512 pg = _mm512_set1_ps(p[(size_t)g * ps + j]);                                     \
+            for (int c = 0; c < nc; c++)                                                           \
+                o[g][c] = _mm512_fmadd_ps(pg, ld_f16x16(vj + 16 * c), o[g][c]);                    \
+        }                                                                                          \
+    } while (0)
+    for (; j < nmin; j++, jr++, vj += 16 * nc) ATTEND_PV_ROW(0);
+    for (; j < nmax; j++, jr++, vj += 16 * nc) ATTEND_PV_ROW(1);
+#undef ATTEND_PV_ROW
     for (int g = 0; g < NG; g++) {
         __m512 iv = _mm512_set1_ps((float)(1.0 / sum[g]));
-        for (int c = 0; c < nc; c++)
-            _mm512_storeu_ps(out + (size_t)g * 16 * nc + 16 * c, _mm512_mul_ps(o[g][c], iv));
+        for (int c = 0; c < nc; c++) _mm512_storeu_ps(outs[g] + 16 * c, _mm512_mul_ps(o[g][c], iv));
     }
 }
 
@@ -233,24 +248,29 @@ static inline __m512 ld_i16x16(const int16_t *p) {
 }
 
 /*
- * attend for head sizes of 64, 128 and 256 (nc = hd / 16 constant): the same
- * float operations per head as the generic version below (dot_f32's FMA
- * chain and reduction over the codes as floats, times the row's scale, times
- * `scale`; glibc's expf, a double sum in position order, then the sum of
- * p*v by fused multiply-adds, in position order), so a head's output is
- * identical to it and never depends on G. Faster by doing 16 scores'
- * reductions and exponentials at once, converting 16 K rows once for the G
- * heads, and keeping the output rows in registers instead of memory.
+ * attend for head sizes of 64, 128 and 256 (nc = hd / 16 constant), for a
+ * block of B consecutive tokens of one sequence (B = 1: one token): row r
+ * = b * G + g is query head g of token b, at q + b * qs + g * hd, over the
+ * first n + b positions (causal), its output at out + b * os + g * hd, its
+ * scores at scores + r * (n + B - 1). Per row, the same float operations as
+ * the generic version below (dot_f32's FMA chain and reduction over the
+ * codes as floats, times the row's scale, times `scale`; glibc's expf, a
+ * double sum in position order, then the sum of p*v by fused
+ * multiply-adds, in position order), so a row's output is identical to it
+ * and never depends on G or B. Faster by doing 16 scores' reductions and
+ * exponentials at once, converting 16 K rows once for all the rows, and
+ * keeping the output rows in registers instead of memory; a block of tokens
+ * reads each K and V row once for all its tokens (prefill of long prompts:
+ * the cache's rows come from memory once per block, not once per token).
  */
-static inline __attribute__((always_inline)) void attend16(const float *q, int G,
-                                                           const zi_kv_head *kv, int n, int nc,
-                                                           float scale, float softcap,
-                                                           float *scores, float *out) {
-    const int hd = 16 * nc, bs = kv->bs;
+static inline __attribute__((always_inline)) void
+attend16(const float *q, size_t qs, int G, int B, const zi_kv_head *kv, int n, int nc, float scale,
+         float softcap, float *scores, float *out, size_t os) {
+    const int hd = 16 * nc, bs = kv->bs, R = G * B, nmax = n + B - 1;
     const __m512 vscale = _mm512_set1_ps(scale);
     _Alignas(64) float kf[16 * 256], ksr[16];
-    for (int j0 = 0; j0 < n; j0 += 16) {
-        const int left = n - j0 < 16 ? n - j0 : 16;
+    for (int j0 = 0; j0 < nmax; j0 += 16) {
+        const int left = nmax - j0 < 16 ? nmax - j0 : 16;
         const __mmask16 live = (__mmask16)((1u << left) - 1);
         /* Usually the 16 rows lie in one cache block, back to back. */
         const int jr0 = (kv->first + j0) % bs;
@@ -260,7 +280,7 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
          * a block and KV head) and scattered, too short for the hardware's
          * prefetchers (16 streams of 384-448 positions: 27.1 -> 24.2 ms a
          * step, both together). */
-        if (j0 + 16 < n) {
+        if (j0 + 16 < nmax) {
             const int16_t *nk = kv->k + ZI_KV_ROW(kv, j0 + 16, kstride, hd);
             for (int i = 0; i < 16 * hd * 2; i += 64)
                 _mm_prefetch((const char *)nk + i, _MM_HINT_T0);
@@ -287,54 +307,63 @@ static inline __attribute__((always_inline)) void attend16(const float *q, int G
             }
             ksv = _mm512_maskz_loadu_ps(live, ksr);
         }
-        for (int g = 0; g < G; g++) {
-            const float *qg = q + (size_t)g * hd;
+        for (int r = 0; r < R; r++) {
+            /* This row's positions in the 16: as if it were alone (B = 1). */
+            const int nr = n + r / G, lr = nr - j0 < 16 ? nr - j0 : 16;
+            if (lr <= 0) continue;
+            const float *qg = q + (size_t)(r / G) * qs + (size_t)(r % G) * hd;
             __m512 qv[16], acc[16]; /* nc = 16: q is partly reloaded from L1 */
             for (int c = 0; c < nc; c++) qv[c] = _mm512_loadu_ps(qg + 16 * c);
             for (int s = 0; s < 16; s++) { /* s: hsum16's lane order */
                 const int j = 4 * (s & 3) + (s >> 2);
                 acc[s] = _mm512_setzero_ps();
-                if (j >= left) continue; /* rows past the end: zero sums, not stored */
+                if (j >= lr) continue; /* rows past the end: zero sums, not stored */
                 const float *kj = kf + (size_t)j * hd;
                 acc[s] = _mm512_fmadd_ps(qv[0], _mm512_load_ps(kj), acc[s]);
                 for (int c = 1; c < nc; c++)
                     acc[s] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kj + 16 * c), acc[s]);
             }
-            _mm512_mask_storeu_ps(scores + (size_t)g * n + j0, live,
+            _mm512_mask_storeu_ps(scores + (size_t)r * nmax + j0, (__mmask16)((1u << lr) - 1),
                                   _mm512_mul_ps(_mm512_mul_ps(hsum16(acc), ksv), vscale));
         }
     }
-    if (softcap > 0.0f) softcap_scores(scores, (size_t)G * n, softcap);
-    for (int g = 0; g < G; g++) {
-        float *sg = scores + (size_t)g * n;
+    int nrow[64]; /* R <= 64, checked by attend_block's callers */
+    float *orow[64];
+    for (int r = 0; r < R; r++) {
+        nrow[r] = n + r / G;
+        orow[r] = out + (size_t)(r / G) * os + (size_t)(r % G) * hd;
+    }
+    for (int r = 0; r < R; r++) {
+        float *sg = scores + (size_t)r * nmax;
+        const int nr = nrow[r];
+        if (softcap > 0.0f) softcap_scores(sg, (size_t)nr, softcap);
         __m512 mv = _mm512_set1_ps(-INFINITY);
-        for (int j = 0; j < n; j += 16) { /* NaN scores are skipped, as in the scalar loop */
-            __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+        for (int j = 0; j < nr; j += 16) { /* NaN scores are skipped, as in the scalar loop */
+            __mmask16 m = nr - j >= 16 ? 0xffff : (__mmask16)((1u << (nr - j)) - 1);
             mv = _mm512_mask_max_ps(mv, m, _mm512_maskz_loadu_ps(m, sg + j), mv);
         }
         __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
-        for (int j = 0; j < n; j += 16) {
-            __mmask16 m = n - j >= 16 ? 0xffff : (__mmask16)((1u << (n - j)) - 1);
+        for (int j = 0; j < nr; j += 16) {
+            __mmask16 m = nr - j >= 16 ? 0xffff : (__mmask16)((1u << (nr - j)) - 1);
             __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, sg + j), mx);
             _mm512_mask_storeu_ps(sg + j, m, exp16(x));
         }
     }
-    const int hg = 16 / nc; /* heads whose output rows fit in 16 registers */
-    for (int g0 = 0; g0 < G; g0 += hg) {
-        const float *sg = scores + (size_t)g0 * n;
-        float *og = out + (size_t)g0 * hd;
-        switch (G - g0 < hg ? G - g0 : hg) {
+    const int hg = 16 / nc; /* rows whose output fits in 16 registers */
+    for (int r0 = 0; r0 < R; r0 += hg) {
+        const float *sg = scores + (size_t)r0 * nmax;
+        switch (R - r0 < hg ? R - r0 : hg) {
         case 1:
-            attend_pv(sg, n, kv, nc, 1, og);
+            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 1, orow + r0);
             break;
         case 2:
-            attend_pv(sg, n, kv, nc, 2, og);
+            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 2, orow + r0);
             break;
         case 3:
-            attend_pv(sg, n, kv, nc, 3, og);
+            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 3, orow + r0);
             break;
         default:
-            attend_pv(sg, n, kv, nc, 4, og);
+            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 4, orow + r0);
             break;
         }
     }
@@ -346,15 +375,15 @@ static void attend(const float *q, int G, const zi_kv_head *kv, int n, int hd, f
 #if defined(__AVX512F__)
     /* The common head sizes with constant trip counts (rows in registers). */
     if (hd == 64) {
-        attend16(q, G, kv, n, 4, scale, softcap, scores, out);
+        attend16(q, 0, G, 1, kv, n, 4, scale, softcap, scores, out, 0);
         return;
     }
     if (hd == 128) {
-        attend16(q, G, kv, n, 8, scale, softcap, scores, out);
+        attend16(q, 0, G, 1, kv, n, 8, scale, softcap, scores, out, 0);
         return;
     }
     if (hd == 256) { /* gemma3 */
-        attend16(q, G, kv, n, 16, scale, softcap, scores, out);
+        attend16(q, 0, G, 1, kv, n, 16, scale, softcap, scores, out, 0);
         return;
     }
 #endif
@@ -394,4 +423,25 @@ static void attend(const float *q, int G, const zi_kv_head *kv, int n, int hd, f
         }
     }
     for (int g = 0; g < G; g++) scale_f32(out + g * hd, inv[g], hd);
+}
+
+/* attend for B consecutive tokens of one sequence at once (cpu_kernels.h);
+ * a token's output is bit-identical to attend's for it alone. The AVX-512
+ * table reads the cache once for the block (attend16); the others, and
+ * other head sizes, run attend token by token. */
+static void attend_block(const float *q, size_t qs, int G, int B, const zi_kv_head *kv, int n,
+                         int hd, float scale, float softcap, float *scores, float *out,
+                         size_t os) {
+#if defined(__AVX512F__)
+    if (hd == 64 || hd == 128 || hd == 256) {
+        switch (hd) { /* constant trip counts */
+        case 64: attend16(q, qs, G, B, kv, n, 4, scale, softcap, scores, out, os); break;
+        case 128: attend16(q, qs, G, B, kv, n, 8, scale, softcap, scores, out, os); break;
+        default: attend16(q, qs, G, B, kv, n, 16, scale, softcap, scores, out, os); break;
+        }
+        return;
+    }
+#endif
+    for (int b = 0; b < B; b++)
+        attend(q + (size_t)b * qs, G, kv, n + b, hd, scale, softcap, scores, out + (size_t)b * os);
 }

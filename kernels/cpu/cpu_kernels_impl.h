@@ -37,6 +37,7 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
     .attend = attend,
+    .attend_block = attend_block,
 #if defined(__AVX2__)
     .mm_r16 = mm_r16_any,
 #endif
