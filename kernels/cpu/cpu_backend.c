@@ -31,6 +31,7 @@ typedef struct cpu_backend {
     const zi_cpu_kernels *k;
     zi_pool *pool;
     zi_q8_act act; /* quantized activations for the current matmul */
+    float *act_s16; /* act.s16's room, lent to act when a product needs it */
     size_t act_cap; /* blocks */
     float *scratch; /* attention scores: ZI_ATTN_ROWS ctx-sized rows per thread */
     size_t scratch_per_thread;
@@ -185,8 +186,8 @@ static int cpu_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx, 
         if (d) c->act.d = d;
         float *s = realloc(c->act.s, need * sizeof(float));
         if (s) c->act.s = s;
-        float *s16 = realloc(c->act.s16, need * 2 * sizeof(float));
-        if (s16) c->act.s16 = s16;
+        float *s16 = realloc(c->act_s16, need * 2 * sizeof(float));
+        if (s16) c->act_s16 = s16;
         if (!q || !d || !s || !s16)
             return zi_error_set(err, ZI_ENOMEM, "out of memory for the activations of %d tokens",
                                 n_tokens);
@@ -350,7 +351,7 @@ static void quant_worker(void *p, int ith, int nth) {
     for (int64_t t = t0; t < t1; t++) {
         a->k->quantize_act(a->x + t * a->cols, a->q, t);
         if (a->q->no_residual) zi_act_drop_residual(a->q, t);
-        zi_act_half_sums(a->q, t);
+        if (a->q->s16) zi_act_half_sums(a->q, t);
     }
 }
 
@@ -369,11 +370,15 @@ static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weigh
                  .n_tokens = n_tokens,
                  .deq_rows = c->deq_rows,
                  .deq_stride = c->deq_stride};
-    int any_quant = 0;
+    int any_quant = 0, half_sums = 0;
     for (int i = 0; i < n; i++) {
         a.total_rows += ws[i]->rows;
         any_quant |= is_quantized(ws[i]->type) || ws[i]->layout;
+        zi_r16x_format f;
+        half_sums |= ws[i]->layout && zi_r16x_format_of(ws[i]->type, &f) && f.halves;
     }
+    /* The per-half sums, only for the types with 16-value scales. */
+    c->act.s16 = half_sums ? c->act_s16 : NULL;
     if (any_quant) { /* one quantization of x serves every product */
         /* reserve() sized act for this product (the model's contract). */
         c->act.nb = ws[0]->cols / ZI_QK;
@@ -1000,7 +1005,7 @@ static void cpu_backend_free(zi_backend *be) {
     free(c->act.q);
     free(c->act.d);
     free(c->act.s);
-    free(c->act.s16);
+    free(c->act_s16);
     free(c->scratch);
     free(c->attn_blocks);
     for (int e = 0; e < 2; e++) {
