@@ -110,8 +110,7 @@ static int has_fast_kernel(int type) {
 /* Bytes of one row of w as the kernels read it: the file's, or in the
  * extended layout (layout 2) a sixteenth of a group of 16 rows. */
 static size_t layout_row_bytes(const zi_weight *w) {
-    return w->layout == 2 ? zi_r16x_group_bytes(w->type) / ZI_R16 * (size_t)(w->cols / ZI_QK)
-                          : w->row_bytes;
+    return w->layout == 2 ? zi_r16x_row_bytes(w->type, w->cols / ZI_QK) : w->row_bytes;
 }
 
 static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err) {
@@ -126,11 +125,10 @@ static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t
     int64_t nb = w->cols / ZI_QK;
     int layout = 0;
     if (c->k->mm_r16 && w->rows % ZI_R16 == 0)
-        layout = zi_r16_group_bytes(w->type) ? 1 : zi_r16x_group_bytes(w->type) ? 2 : 0;
+        layout = zi_r16_group_bytes(w->type) ? 1 : zi_r16x_row_bytes(w->type, nb) ? 2 : 0;
     if (layout) {
         size_t bytes = layout == 1 ? w->row_bytes * (size_t)w->rows
-                                   : zi_r16x_group_bytes(w->type) * (size_t)(w->rows / ZI_R16) *
-                                         (size_t)nb;
+                                   : zi_r16x_row_bytes(w->type, nb) * (size_t)w->rows;
         void *dst = NULL;
         if (posix_memalign(&dst, 64, bytes ? bytes : 64) != 0)
             return zi_error_set(err, ZI_ENOMEM, "out of memory repacking tensor '%.*s'",

@@ -82,7 +82,7 @@ typedef struct amx_cfg {
 /* A type as the driver sees it; every field a constant once inlined. */
 typedef struct amx_type {
     int kind; /* KQ4_0, KQ4_1, KQ8_0 (repack.h), or AMX_X (repack_x.h) */
-    int planes, lut, halves, cws, f16; /* the extended format (repack_x.h) */
+    int planes, lut, halves, cws, sub; /* the extended format (repack_x.h) */
     float zp;
 } amx_type;
 #define AMX_X 3
@@ -101,7 +101,7 @@ typedef struct amx_scratch {
 
 static inline size_t amx_group_bytes(const amx_type ty) {
     if (ty.kind != AMX_X) return 16 * block_bytes(ty.kind);
-    const size_t es = ty.f16 ? 2 : 4;
+    const size_t es = ty.sub ? 1 : 2;
     return 256 + 64 * (size_t)ty.planes + 16 * es * (size_t)(1 + ty.halves) * (size_t)(1 + ty.cws);
 }
 
@@ -181,12 +181,12 @@ static inline __m512i amx_sums(const int32_t *c, int i) {
 }
 
 /* The float steps of the VNNI kernel (mm_r16_vnni, r16x_vnni_rows) for
- * block column k (at G) of NT tokens from t0, from ring slot c. */
-static inline __attribute__((always_inline)) void amx_finish(const amx_type ty, const uint8_t *G,
-                                                             int32_t (*c)[16][16],
-                                                             const zi_q8_act *a, int t0, int NT,
-                                                             int64_t k, __m512 *acc, __m512 *offv) {
+ * block column k of the group at base, NT tokens from t0, from ring slot c. */
+static inline __attribute__((always_inline)) void
+amx_finish(const amx_type ty, const uint8_t *base, int32_t (*c)[16][16], const zi_q8_act *a, int t0,
+           int NT, int64_t k, __m512 *acc, __m512 *offv) {
     const int64_t nb = a->nb;
+    const uint8_t *G = base + (size_t)k * amx_group_bytes(ty);
     if (ty.kind != AMX_X) {
         const uint8_t *scp = G + (ty.kind == KQ8_0 ? 512 : 256);
         __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)scp));
@@ -202,15 +202,9 @@ static inline __attribute__((always_inline)) void amx_finish(const amx_type ty, 
         }
         return;
     }
-    const size_t es = ty.f16 ? 2 : 4;
-    const uint8_t *sc = G + 256 + 64 * ty.planes;
-    const __m512 dw0 = r16x_scales16(sc, ty.f16);
-    const __m512 dw1 = ty.halves ? r16x_scales16(sc + 16 * es, ty.f16) : dw0;
-    const __m512 cw0 = ty.cws ? r16x_scales16(sc + 16 * es * (1 + ty.halves), ty.f16)
-                              : _mm512_mul_ps(dw0, _mm512_set1_ps(ty.zp));
-    const __m512 cw1 = !ty.halves ? cw0
-                       : ty.cws   ? r16x_scales16(sc + 48 * es, ty.f16)
-                                  : _mm512_mul_ps(dw1, _mm512_set1_ps(ty.zp));
+    __m512 dw0, dw1, cw0, cw1;
+    r16x_col_scales(ty.planes, ty.halves, ty.cws, ty.sub, ty.zp, base, amx_group_bytes(ty), nb, k,
+                    &dw0, &dw1, &cw0, &cw1);
 #pragma GCC unroll 8 /* accumulators in registers, not on the stack */
     for (int i = 0; i < NT; i++) {
         const int64_t t = t0 + i;
@@ -258,7 +252,7 @@ amx_window(const amx_type ty, const uint8_t *base, const uint8_t *ub, const zi_q
     while (next < k1 && next < k0 + ZI_AMX_AHEAD) AMX_TDP_NEXT();
     for (int64_t k = k0; k < k1; k++) {
         if (next == k + 1) AMX_STORE(k); /* the window's last block */
-        amx_finish(ty, base + (size_t)k * gb, sc->c[k & 3], a, t0, NT, k, acc, offv);
+        amx_finish(ty, base, sc->c[k & 3], a, t0, NT, k, acc, offv);
         if (next < k1) AMX_TDP_NEXT();
     }
 #undef AMX_TDP_NEXT

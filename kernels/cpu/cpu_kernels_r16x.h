@@ -61,10 +61,45 @@ static inline void r16x_half_sums(const zi_q8_act *a, int64_t t, int64_t k, floa
 #endif
 
 #if defined(ZI_HAVE_VNNI) && defined(__AVX512F__)
-/* 16 scales at p: f16 or float32. */
-static inline __m512 r16x_scales16(const uint8_t *p, int f16) {
-    return f16 ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p))
-               : _mm512_loadu_ps((const float *)(const void *)p);
+/* 16 int8 sub-scales at p as floats (exact). */
+static inline __m512 r16x_i8x16(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+/* The 16 rows' dw and cw of each half of block column k (at G) of the
+ * group at base (repack_x.h): the file's f16 scales, or d * sub-scale and
+ * dneg * min from the column's int8 and its run's f16 super-scales (exact
+ * float32 products: the values the repacking decomposed). Format fields
+ * constants once inlined. */
+static inline __attribute__((always_inline)) void
+r16x_col_scales(const int planes, const int halves, const int cws, const int sub, const float zp,
+                const uint8_t *base, size_t gb, int64_t nb, int64_t k, __m512 *dw0, __m512 *dw1,
+                __m512 *cw0, __m512 *cw1) {
+    const uint8_t *sc = base + (size_t)k * gb + 256 + 64 * planes;
+    const size_t nh = 1 + (size_t)halves;
+    if (sub) {
+        const uint8_t *sup = base + (size_t)nb * gb + (size_t)(k / 8) * 32 * (1 + (size_t)cws);
+        const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
+        *dw0 = _mm512_mul_ps(d, r16x_i8x16(sc));
+        *dw1 = halves ? _mm512_mul_ps(d, r16x_i8x16(sc + 16)) : *dw0;
+        if (cws) {
+            const __m512 dn = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sup + 32)));
+            *cw0 = _mm512_mul_ps(dn, r16x_i8x16(sc + 16 * nh));
+            *cw1 = halves ? _mm512_mul_ps(dn, r16x_i8x16(sc + 16 * nh + 16)) : *cw0;
+            return;
+        }
+    } else {
+        *dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
+        *dw1 = halves ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32))) : *dw0;
+        if (cws) {
+            *cw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32 * nh)));
+            *cw1 = halves ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32 * nh + 32)))
+                          : *cw0;
+            return;
+        }
+    }
+    *cw0 = _mm512_mul_ps(*dw0, _mm512_set1_ps(zp));
+    *cw1 = halves ? _mm512_mul_ps(*dw1, _mm512_set1_ps(zp)) : *cw0;
 }
 
 /* The codes of block column G as 8 vectors of unsigned bytes, c[v] lane 4i
@@ -96,10 +131,10 @@ static inline __attribute__((always_inline)) void r16x_decode512(const int plane
  * format's fields are constants once inlined into r16x_vnni. */
 static inline __attribute__((always_inline)) void
 r16x_vnni_rows(const int res, const int planes, const int lut, const int halves, const int cws,
-               const int f16, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+               const int sub, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     const int64_t nb = a->nb;
-    const size_t es = f16 ? 2 : 4; /* bytes of a scale */
+    const size_t es = sub ? 1 : 2; /* bytes of a scale */
     const size_t gb = 256 + 64 * (size_t)planes + 16 * es * (size_t)(1 + halves) * (size_t)(1 + cws);
     for (int64_t R = r0 / 16; R < r1 / 16; R++) {
         const uint8_t *base = w + (size_t)R * 16 * row_bytes;
@@ -113,14 +148,9 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
                     _mm_prefetch((const char *)(G + 8 * gb + off), _MM_HINT_T0);
                 __m512i c[8];
                 r16x_decode512(planes, lut, G, c);
-                const uint8_t *sc = G + 256 + 64 * planes;
-                const __m512 dw0 = r16x_scales16(sc, f16);
-                const __m512 dw1 = halves ? r16x_scales16(sc + 16 * es, f16) : dw0;
-                const __m512 cw0 = cws ? r16x_scales16(sc + 16 * es * (1 + halves), f16)
-                                       : _mm512_mul_ps(dw0, _mm512_set1_ps(zp));
-                const __m512 cw1 = !halves ? cw0
-                                   : cws   ? r16x_scales16(sc + 48 * es, f16)
-                                           : _mm512_mul_ps(dw1, _mm512_set1_ps(zp));
+                __m512 dw0, dw1, cw0, cw1;
+                r16x_col_scales(planes, halves, cws, sub, zp, base, gb, nb, k, &dw0, &dw1, &cw0,
+                                &cw1);
                 for (int i = 0; i < nt; i++) {
                     const int64_t t = t0 + i;
                     const int8_t *q1 = a->q + t * nb * 2 * ZI_QK + k * ZI_QK;
@@ -162,16 +192,16 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
 #endif
 
 #if defined(__AVX2__) && !defined(ZI_HAVE_VNNI)
-/* Scale i of a column's scales at s: f16 or float32. */
-static inline float r16x_scale(const uint8_t *s, int i, int f16) {
-    if (f16) {
-        uint16_t h;
-        memcpy(&h, s + 2 * i, 2);
-        return load_f16(h);
+/* Scale i of a column's scales at s: an f16, or (sub) the int8 sub-scale
+ * times the f16 super-scale i at sup (exact). */
+static inline float r16x_scale(const uint8_t *s, int i, int sub, const uint8_t *sup) {
+    uint16_t h;
+    if (sub) {
+        memcpy(&h, sup + 2 * (i % 16), 2);
+        return load_f16(h) * (float)(int8_t)s[i];
     }
-    float f;
-    memcpy(&f, s + 4 * i, 4);
-    return f;
+    memcpy(&h, s + 2 * i, 2);
+    return load_f16(h);
 }
 
 /* 32 bytes, 0xff where bit i of m is set. */
@@ -236,12 +266,12 @@ r16x_isum_avx2(const uint8_t *c, const int16_t *q16, __m256i s[2][2]) {
  * tokens in passes) for the extended layout. */
 static inline __attribute__((always_inline)) void
 r16x_avx2_rows(const int res, const int planes, const int lut, const int halves, const int cws,
-               const int f16, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+               const int sub, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     (void)res; /* the int16 activation holds a zero q2 anyway */
     enum { KC = ZI_R16_CODE_BYTES / 1024 }; /* columns per decoded chunk */
     const int64_t nb = a->nb;
-    const size_t es = f16 ? 2 : 4; /* bytes of a scale */
+    const size_t es = sub ? 1 : 2; /* bytes of a scale */
     const size_t gb = 256 + 64 * (size_t)planes + 16 * es * (size_t)(1 + halves) * (size_t)(1 + cws);
     _Alignas(32) uint8_t u8[512];
     _Alignas(32) uint8_t code[KC][1024];
@@ -262,14 +292,17 @@ r16x_avx2_rows(const int res, const int planes, const int lut, const int halves,
                     r16x_decode_avx2(planes, lut, G, u8);
                     r16_widen_u8(u8, code[k]);
                     const uint8_t *s = G + 256 + 64 * planes;
+                    const uint8_t *sup = base + (size_t)nb * gb +
+                                         (size_t)((k0 + k) / 8) * 32 * (1 + (size_t)cws);
                     for (int i = 0; i < 16; i++) {
-                        const float d0 = r16x_scale(s, i, f16);
-                        const float d1 = halves ? r16x_scale(s, 16 + i, f16) : d0;
+                        const float d0 = r16x_scale(s, i, sub, sup);
+                        const float d1 = halves ? r16x_scale(s, 16 + i, sub, sup) : d0;
                         sc[k][0][i] = d0;
                         sc[k][1][i] = d1;
-                        sc[k][2][i] = cws ? r16x_scale(s, 16 * (1 + halves) + i, f16) : zp * d0;
+                        sc[k][2][i] =
+                            cws ? r16x_scale(s, 16 * (1 + halves) + i, sub, sup + 32) : zp * d0;
                         sc[k][3][i] = !halves ? sc[k][2][i]
-                                      : cws   ? r16x_scale(s, 48 + i, f16)
+                                      : cws   ? r16x_scale(s, 48 + i, sub, sup + 32)
                                               : zp * d1;
                     }
                 }

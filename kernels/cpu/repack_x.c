@@ -17,6 +17,27 @@ size_t zi_r16x_group_bytes(int type) {
     return zi_r16x_format_of(type, &f) ? zi_r16x_format_bytes(&f) : 0;
 }
 
+size_t zi_r16x_row_bytes(int type, int64_t nb) {
+    zi_r16x_format f;
+    if (!zi_r16x_format_of(type, &f) || nb < 1 || (f.sub && nb % 8)) return 0;
+    return (zi_r16x_format_bytes(&f) * (size_t)nb + zi_r16x_format_super_bytes(&f) * (size_t)(nb / 8)) /
+           16;
+}
+
+/* What the sub-scale types store of one row's block (repack_x.h): the f16
+ * super-scale d and negated super-min dneg, and each half's integer
+ * sub-scale and min, so that dw = d * sc and cw = dneg * m exactly. */
+typedef struct r16x_sub {
+    uint16_t d, dneg;
+    int sc[2], m[2];
+} r16x_sub;
+
+static uint16_t f16_bits(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return h;
+}
+
 /* Nibble i (< 32) of a run of 16 bytes: low nibbles first. */
 static inline uint8_t nib(const uint8_t *qs, int i) {
     return i < 16 ? qs[i] & 0x0f : qs[i - 16] >> 4;
@@ -40,10 +61,13 @@ static int scale_q3_k(const uint8_t *sc, int s) {
     return lo | hi << 4;
 }
 
-int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32], float dw[2],
-                      float cw[2]) {
+/* zi_r16x_decompose, and for the sub-scale types what the layout stores
+ * of the scales (*sub). */
+static int decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32], float dw[2],
+                     float cw[2], r16x_sub *sub) {
     zi_r16x_format f;
     if (!zi_r16x_format_of(type, &f)) return 0;
+    *sub = (r16x_sub){0, 0, {0, 0}, {0, 0}};
     const size_t bb = zi_ggml_type_block_bytes(type);
     const int per = (int)(zi_ggml_type_block_elems(type) / 32); /* 32-blocks per GGUF block */
     const uint8_t *b = row + (size_t)(k / per) * bb;
@@ -72,6 +96,7 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
         for (int i = 0; i < 32; i++) code[i] = nib(b + 8 + 16 * j, i);
         dw[0] = zi_f16_at(b) * (float)(ls - 32);
         cw[0] = f.zp * dw[0];
+        *sub = (r16x_sub){f16_bits(b), 0, {ls - 32, ls - 32}, {0, 0}};
         break;
     }
     case ZI_TYPE_Q4_K:
@@ -87,6 +112,7 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
         }
         dw[0] = zi_f16_at(b) * (float)sc;
         cw[0] = -(zi_f16_at(b + 2) * (float)mn);
+        *sub = (r16x_sub){f16_bits(b), (uint16_t)(f16_bits(b + 2) ^ 0x8000), {sc, sc}, {mn, mn}};
         break;
     }
     case ZI_TYPE_Q6_K: {
@@ -102,7 +128,9 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
         for (int s = 0; s < 2; s++) {
             dw[s] = zi_f16_at(b + 208) * (float)scales[2 * j + s];
             cw[s] = f.zp * dw[s];
+            sub->sc[s] = scales[2 * j + s];
         }
+        sub->d = f16_bits(b + 208);
         break;
     }
     case ZI_TYPE_Q3_K: {
@@ -114,9 +142,11 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
             code[l] = (uint8_t)(lo - ((high ^ 1) << 2) + 4); /* q + 4, in 0..7 */
         }
         for (int s = 0; s < 2; s++) {
-            dw[s] = zi_f16_at(b + 108) * (float)(scale_q3_k(b + 96, 2 * j + s) - 32);
+            sub->sc[s] = scale_q3_k(b + 96, 2 * j + s) - 32;
+            dw[s] = zi_f16_at(b + 108) * (float)sub->sc[s];
             cw[s] = f.zp * dw[s];
         }
+        sub->d = f16_bits(b + 108);
         break;
     }
     case ZI_TYPE_Q2_K: {
@@ -126,7 +156,11 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
         for (int s = 0; s < 2; s++) {
             dw[s] = zi_f16_at(b + 80) * (float)(scales[2 * j + s] & 0x0f);
             cw[s] = -(zi_f16_at(b + 82) * (float)(scales[2 * j + s] >> 4));
+            sub->sc[s] = scales[2 * j + s] & 0x0f;
+            sub->m[s] = scales[2 * j + s] >> 4;
         }
+        sub->d = f16_bits(b + 80);
+        sub->dneg = (uint16_t)(f16_bits(b + 82) ^ 0x8000);
         break;
     }
     }
@@ -137,17 +171,25 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
     return 1;
 }
 
-/* One block column of 16 rows: row i's block k starts at rows[i]. */
+int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32], float dw[2],
+                      float cw[2]) {
+    r16x_sub sub;
+    return decompose(type, row, k, code, dw, cw, &sub);
+}
+
+/* One block column of 16 rows: row i's block k starts at rows[i]. The
+ * sub-scale types' super-scales go to sup (the column's 8-column run). */
 static void repack_group(int type, const zi_r16x_format *f, const uint8_t *const rows[16],
-                         int64_t k, uint8_t *dst) {
+                         int64_t k, uint8_t *dst, uint8_t *sup) {
     const int nh = 1 + f->halves;
     uint8_t *dws = dst + 256 + 64 * f->planes; /* then cw, if stored */
-    const size_t es = f->f16 ? 2 : 4;
+    const size_t es = f->sub ? 1 : 2;
     memset(dst, 0, 256 + 64 * (size_t)f->planes);
     for (int i = 0; i < 16; i++) {
         uint8_t code[32];
         float dw[2], cw[2];
-        zi_r16x_decompose(type, rows[i], k, code, dw, cw);
+        r16x_sub sb;
+        decompose(type, rows[i], k, code, dw, cw, &sb);
         for (int v = 0; v < 8; v++)
             for (int e = 0; e < 4; e++) {
                 const uint8_t c = code[4 * v + e];
@@ -164,27 +206,33 @@ static void repack_group(int type, const zi_r16x_format *f, const uint8_t *const
             }
         for (int h = 0; h < nh; h++)
             for (int s = 0; s < 1 + f->cw_stored; s++) {
-                const float v = s ? cw[h] : dw[h];
                 uint8_t *at = dws + es * (size_t)(16 * nh * s + 16 * h + i);
-                if (f->f16) {
-                    const uint16_t x = zi_f32_to_f16(v); /* exact: v came from an f16 */
-                    memcpy(at, &x, 2);
+                if (f->sub) { /* -32..63: an int8 */
+                    const int8_t x = (int8_t)(s ? sb.m[h] : sb.sc[h]);
+                    memcpy(at, &x, 1);
                 } else {
-                    memcpy(at, &v, 4);
+                    const uint16_t x = zi_f32_to_f16(s ? cw[h] : dw[h]); /* exact: an f16 */
+                    memcpy(at, &x, 2);
                 }
             }
+        if (f->sub) {
+            memcpy(sup + 2 * i, &sb.d, 2);
+            if (f->cw_stored) memcpy(sup + 32 + 2 * i, &sb.dneg, 2);
+        }
     }
 }
 
 void zi_r16x_repack(int type, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t nb,
                     size_t row_bytes) {
     zi_r16x_format f;
-    if (!zi_r16x_format_of(type, &f)) return;
-    const size_t gb = zi_r16x_format_bytes(&f);
+    const size_t rb = zi_r16x_row_bytes(type, nb);
+    if (!zi_r16x_format_of(type, &f) || !rb) return;
+    const size_t gb = zi_r16x_format_bytes(&f), sb = zi_r16x_format_super_bytes(&f);
     for (int64_t R = 0; R < rows / 16; R++) {
         const uint8_t *r[16];
+        uint8_t *g = dst + (size_t)R * 16 * rb;
         for (int i = 0; i < 16; i++) r[i] = src + (size_t)(R * 16 + i) * row_bytes;
         for (int64_t k = 0; k < nb; k++)
-            repack_group(type, &f, r, k, dst + (size_t)(R * nb + k) * gb);
+            repack_group(type, &f, r, k, g + (size_t)k * gb, g + (size_t)nb * gb + (size_t)(k / 8) * sb);
     }
 }

@@ -18,25 +18,35 @@
  * The codes are stored as in the 16-row layout of repack.h (16 rows' block
  * column k together), as a nibble plus 0, 1 or 2 bit planes, and for the
  * IQ4 types the nibble indexes the code book (u = kvalues[nibble] + 128).
- * For rows 16R..16R+15 and block column k, at offset (R * nb + k) *
- * zi_r16x_group_bytes(type):
+ * The 16 rows of group R take zi_r16x_row_bytes(type, nb) * 16 bytes, from
+ * offset R * 16 * zi_r16x_row_bytes(type, nb): first the nb block columns,
+ * each of zi_r16x_group_bytes(type) bytes, then (fmt.sub) the super-scales.
+ * Block column k:
  *   nib[256]  byte 64p + 4i + e: low nibble = code of element 8p + e of
  *             row i, high nibble = code of element 8p + 4 + e (as Q4_0's
  *             16-row layout); so the nibbles split into 8 vectors v of 64
  *             bytes, lane 4i + e = element 4v + e of row i.
  *   planes    fmt.planes x 64 bytes: plane b's uint64 v (at 8v) has bit
  *             4i + e set when bit 4 + b of element 4v + e of row i's code is.
- *   dw        [1 + fmt.halves][16]: half h's scale of row i, float32, or
- *             for the types whose scales are the file's f16 (fmt.f16:
- *             Q5_0, Q5_1, IQ4_NL) that f16.
- *   cw        the same, only if fmt.cw_stored; else cw = fmt.zp * dw (zp a
- *             power of two: exact).
- * Types whose scales cover 32 values (fmt.halves == 0) store one dw (and
- * cw) per block: both halves share it.
+ *   dw        [1 + fmt.halves][16]: half h's scale of row i: the file's f16
+ *             (Q5_0, Q5_1, IQ4_NL), or (fmt.sub: the K-quants and IQ4_XS)
+ *             the file's integer sub-scale as an int8, dw = d * sub-scale.
+ *   cw        the same, only if fmt.cw_stored (the file's f16 m of Q5_1;
+ *             the K-quants' integer mins, cw = dneg * min); else cw =
+ *             fmt.zp * dw (zp a power of two: exact).
+ * Super-scales (fmt.sub), per 8 block columns j (a 256-value super-block):
+ *   d[16]     row i's f16 d, then, if fmt.cw_stored, dneg[16]: its f16
+ *             dmin negated; 32 * (1 + cw_stored) bytes at offset nb *
+ *             group_bytes + j * zi_r16x_super_bytes(type).
+ * Every dw and cw is an exact float32 (an f16 times an integer of at most 8
+ * bits), computed by the kernels as it was at repacking. Types whose scales
+ * cover 32 values (fmt.halves == 0) store one dw (and cw) per block: both
+ * halves share it.
  *
  * Bits per weight against the file's: Q5_0, Q5_1 and IQ4_NL the file's
- * (5.5, 6, 4.5: the same bytes, regrouped), IQ4_XS 5 (4.25), Q4_K 6 (4.5),
- * Q5_K 7 (5.5), Q6_K 8 (6.56), Q3_K 6 (3.44), Q2_K 8 (2.63).
+ * (5.5, 6, 4.5: the same bytes, regrouped), IQ4_XS 4.31 (4.25), Q4_K 4.63
+ * (4.5), Q5_K 5.63 (5.5), Q6_K 6.56 (6.56), Q3_K 4.56 (3.44), Q2_K 5.13
+ * (2.63): the codes take 4, 5 or 6 bits whatever the file's width.
  */
 #ifndef ZI_REPACK_X_H
 #define ZI_REPACK_X_H
@@ -52,7 +62,7 @@ typedef struct zi_r16x_format {
     int lut;       /* 1: u = zi_r16x_iq4_u[nibble] (IQ4_NL, IQ4_XS) */
     int halves;    /* 1: a dw (and cw) per 16 values; 0: per 32 */
     int cw_stored; /* 1: cw stored; 0: cw = zp * dw */
-    int f16;       /* 1: dw and cw stored as f16 (exact: the file's own) */
+    int sub;       /* 1: int8 sub-scales and f16 super-scales; 0: f16 scales */
     float zp;
 } zi_r16x_format;
 
@@ -60,19 +70,19 @@ typedef struct zi_r16x_format {
 static const uint8_t zi_r16x_iq4_u[16] = {1,   24,  45,  63,  79,  93,  106, 118,
                                           129, 141, 153, 166, 181, 197, 217, 241};
 
-/* Each type's format, as X(type, planes, lut, halves, cw_stored, f16, zp): the
+/* Each type's format, as X(type, planes, lut, halves, cw_stored, sub, zp): the
  * one list that both the repacking and the kernels' per-type copies
  * (cpu_kernels_r16x.h) are made from. */
 #define ZI_R16X_TYPES(X)                                                                           \
-    X(ZI_TYPE_Q5_0, 1, 0, 0, 0, 1, -16.0f)                                                         \
-    X(ZI_TYPE_Q5_1, 1, 0, 0, 1, 1, 0.0f)                                                           \
-    X(ZI_TYPE_IQ4_NL, 0, 1, 0, 0, 1, -128.0f)                                                      \
-    X(ZI_TYPE_IQ4_XS, 0, 1, 0, 0, 0, -128.0f)                                                      \
-    X(ZI_TYPE_Q4_K, 0, 0, 0, 1, 0, 0.0f)                                                           \
-    X(ZI_TYPE_Q5_K, 1, 0, 0, 1, 0, 0.0f)                                                           \
-    X(ZI_TYPE_Q6_K, 2, 0, 1, 0, 0, -32.0f)                                                         \
-    X(ZI_TYPE_Q3_K, 0, 0, 1, 0, 0, -4.0f)                                                          \
-    X(ZI_TYPE_Q2_K, 0, 0, 1, 1, 0, 0.0f)
+    X(ZI_TYPE_Q5_0, 1, 0, 0, 0, 0, -16.0f)                                                         \
+    X(ZI_TYPE_Q5_1, 1, 0, 0, 1, 0, 0.0f)                                                           \
+    X(ZI_TYPE_IQ4_NL, 0, 1, 0, 0, 0, -128.0f)                                                      \
+    X(ZI_TYPE_IQ4_XS, 0, 1, 0, 0, 1, -128.0f)                                                      \
+    X(ZI_TYPE_Q4_K, 0, 0, 0, 1, 1, 0.0f)                                                           \
+    X(ZI_TYPE_Q5_K, 1, 0, 0, 1, 1, 0.0f)                                                           \
+    X(ZI_TYPE_Q6_K, 2, 0, 1, 0, 1, -32.0f)                                                         \
+    X(ZI_TYPE_Q3_K, 0, 0, 1, 0, 1, -4.0f)                                                          \
+    X(ZI_TYPE_Q2_K, 0, 0, 1, 1, 1, 0.0f)
 
 /* The format of `type`; returns 0 (and leaves *f alone) for a type that is
  * not stored this way. */
@@ -92,12 +102,22 @@ static inline int zi_r16x_format_of(int type, zi_r16x_format *f) {
 /* Bytes of one block column of 16 rows in the format's layout. */
 static inline size_t zi_r16x_format_bytes(const zi_r16x_format *f) {
     return 256 + 64 * (size_t)f->planes +
-           (f->f16 ? 32 : 64) * (size_t)(1 + f->halves) * (size_t)(1 + f->cw_stored);
+           (f->sub ? 16 : 32) * (size_t)(1 + f->halves) * (size_t)(1 + f->cw_stored);
+}
+
+/* Bytes of one 8-column run's super-scales of 16 rows (0 without them). */
+static inline size_t zi_r16x_format_super_bytes(const zi_r16x_format *f) {
+    return f->sub ? 32 * (size_t)(1 + f->cw_stored) : 0;
 }
 
 /* Bytes of one block column of 16 rows of `type` (0 if it is not stored
- * this way). A multiple of 32. */
+ * this way). A multiple of 16. */
 size_t zi_r16x_group_bytes(int type);
+
+/* Bytes of a row of nb blocks of `type` in the layout: a sixteenth of its
+ * group of 16 rows, super-scales included (0 if it is not stored this way,
+ * or nb is not a whole number of super-blocks where it has them). */
+size_t zi_r16x_row_bytes(int type, int64_t nb);
 
 /*
  * One 32-value block of a GGUF row as codes and scales: block k (values
@@ -111,8 +131,8 @@ int zi_r16x_decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32],
                       float cw[2]);
 
 /* Repacks rows (a multiple of 16) x nb blocks of 32 of `type` from GGUF
- * layout (src, row_bytes apart) into dst (rows / 16 * nb *
- * zi_r16x_group_bytes(type) bytes). */
+ * layout (src, row_bytes apart) into dst (rows * zi_r16x_row_bytes(type,
+ * nb) bytes). */
 void zi_r16x_repack(int type, const uint8_t *src, uint8_t *dst, int64_t rows, int64_t nb,
                     size_t row_bytes);
 

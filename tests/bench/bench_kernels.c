@@ -87,17 +87,16 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < n_names; i++) {
         int type = type_from_name(names[i]);
-        size_t gb = type < 0 ? 0 : zi_r16x_group_bytes(type);
-        if (!gb && type >= 0) gb = zi_r16_group_bytes(type);
-        if (!gb) {
+        const size_t xrb = type < 0 ? 0 : zi_r16x_row_bytes(type, nb);
+        if (!xrb && (type < 0 || !zi_r16_group_bytes(type))) {
             fprintf(stderr, "bench_kernels: %s has no 16-row layout\n", names[i]);
             return 2;
         }
         size_t rb;
         uint8_t *w = zi_test_random_blocks(&rng, type, rows, cols, &rb);
-        const size_t prb = gb / 16 * (size_t)nb;
+        const size_t prb = xrb ? xrb : rb; /* the 16-row layout keeps the file's size */
         uint8_t *p = malloc(prb * (size_t)rows);
-        if (zi_r16x_group_bytes(type))
+        if (xrb)
             zi_r16x_repack(type, w, p, rows, nb, rb);
         else
             zi_r16_repack(type, w, p, rows, nb, rb);

@@ -92,9 +92,15 @@ static void test_decompose_exact(void **state) {
         free(w);
     }
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q8_0), 0);
-    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q4_K), 384);
-    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q6_K), 512);
-    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_IQ4_XS), 320);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q4_K), 288);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q6_K), 416);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_IQ4_XS), 272);
+    /* with the super-scales: 16 rows of 8 columns (one super-block) */
+    assert_int_equal(zi_r16x_row_bytes(ZI_TYPE_Q4_K, 8) * 16, 8 * 288 + 64);
+    assert_int_equal(zi_r16x_row_bytes(ZI_TYPE_Q6_K, 8) * 16, 8 * 416 + 32);
+    assert_int_equal(zi_r16x_row_bytes(ZI_TYPE_Q2_K, 16) * 16, 16 * 320 + 2 * 64);
+    assert_int_equal(zi_r16x_row_bytes(ZI_TYPE_Q4_K, 12), 0); /* not whole super-blocks */
+    assert_int_equal(zi_r16x_row_bytes(ZI_TYPE_Q5_0, 3) * 16, 3 * 16 * 22);
     /* The types with f16 scales keep the file's size. */
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q5_0), 16 * 22);
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q5_1), 16 * 24);
@@ -115,7 +121,7 @@ static float *check_products(const zi_cpu_kernels *k, int type, const uint8_t *w
         if (int8) zi_act_drop_residual(&qa, t);
         zi_act_half_sums(&qa, t);
     }
-    const size_t gb = zi_r16x_group_bytes(type), prb = gb / 16 * (size_t)nb;
+    const size_t prb = zi_r16x_row_bytes(type, nb);
     uint8_t *p = malloc(prb * (size_t)rows);
     zi_r16x_repack(type, w, p, rows, nb, rb);
     float *y = malloc(sizeof(float) * (size_t)T * rows), *y1 = malloc(sizeof(float) * rows);
