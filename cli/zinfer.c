@@ -642,6 +642,17 @@ static int cmd_bench(const opts *o) {
     double step_ms = o->gen_tokens > 0 ? (t2 - t1) * 1e3 / (double)o->gen_tokens : 0;
     if (!rc) {
         double pf = (double)P * S / (t1 - t0), dc = (double)o->gen_tokens * S / (t2 - t1);
+        /* Against the machine's limits (tests/bench/bench_machine): prefill
+         * as int8 operations a second, 2 per multiply-add and 2 int8
+         * products per weight with 16-bit activations (q1 and q2, quant.h);
+         * decode as weight bytes read a second (each step reads them once,
+         * whatever the number of streams). */
+        const double macs = (double)zi_model_weight_macs(e.model);
+        const int act_bits = zi_cpu_backend_act_bits(e.be);
+        const double pf_gops = pf * macs * 2.0 * (act_bits == 16 ? 2.0 : 1.0) / 1e9;
+        const double dc_gb_s = o->gen_tokens > 0 ? (double)zi_model_weight_bytes(e.model) *
+                                                       (double)o->gen_tokens / (t2 - t1) / 1e9
+                                                 : 0.0;
         if (o->json) {
             json_t *j = json_object();
             json_object_set_new(j, "prefill_tok_s", json_real(pf));
@@ -653,14 +664,20 @@ static int cmd_bench(const opts *o) {
             json_object_set_new(j, "isa", json_string(zi_cpu_backend_isa(e.be)));
             json_object_set_new(j, "act_bits", json_integer(zi_cpu_backend_act_bits(e.be)));
             json_object_set_new(j, "decode_step_ms", json_real(step_ms));
+            json_object_set_new(j, "weight_macs_per_token", json_integer((json_int_t)macs));
+            json_object_set_new(j, "weight_bytes",
+                                json_integer((json_int_t)zi_model_weight_bytes(e.model)));
+            json_object_set_new(j, "prefill_int8_gops", json_real(pf_gops));
+            json_object_set_new(j, "decode_weight_gb_s", json_real(dc_gb_s));
             json_object_set_new(j, "sample_ms_typical", json_real(samp_ms[0]));
             json_object_set_new(j, "sample_ms_full_vocab", json_real(samp_ms[1]));
             print_json_line(j);
             json_decref(j);
         } else {
-            printf("prefill: %zu tokens in %.3f s = %.1f tok/s\n", P, t1 - t0, pf);
-            printf("decode:  %d x %lld tokens in %.3f s = %.1f tok/s\n", S, o->gen_tokens, t2 - t1,
-                   dc);
+            printf("prefill: %zu tokens in %.3f s = %.1f tok/s (%.1f int8 Gop/s)\n", P, t1 - t0,
+                   pf, pf_gops);
+            printf("decode:  %d x %lld tokens in %.3f s = %.1f tok/s (weights read at %.1f GB/s)\n",
+                   S, o->gen_tokens, t2 - t1, dc, dc_gb_s);
             printf("sampling %d rows: %.3f ms typical (top_k 40, top_p 0.95, min_p 0.05, "
                    "penalties), %.3f ms top_p 0.9 over the whole vocabulary; a decode step "
                    "takes %.3f ms\n",
@@ -761,7 +778,10 @@ static const char *USAGE_BENCH =
     "  Prefills a fixed pseudo-random prompt of P tokens (default 512) into each of S\n"
     "  sequences (default 1), then decodes G tokens (default 128) in every sequence, one\n"
     "  forward pass of S tokens per step. With --json the last line is JSON with\n"
-    "  prefill_tok_s and decode_tok_s (aggregate over the streams).\n";
+    "  prefill_tok_s and decode_tok_s (aggregate over the streams), and the yardsticks\n"
+    "  against the machine's limits (tests/bench/bench_machine): prefill_int8_gops (2 ops\n"
+    "  per multiply-add of the weight products, 2 int8 products per weight with 16-bit\n"
+    "  activations) and decode_weight_gb_s (weight bytes read per second).\n";
 
 /* zinfer devices: what --device can name on this build and machine. */
 static int cmd_devices(int argc, char **argv) {

@@ -49,6 +49,7 @@ struct zi_model {
     int span_cap, row_cap;
     zi_layer *layers;
     uint64_t weight_bytes;
+    uint64_t weight_macs; /* multiply-adds of the products per token */
     /* activation buffers, in backend memory, for up to `cap` tokens */
     int cap;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
@@ -266,6 +267,7 @@ static int load_matrix(zi_model *m, const char *name, int64_t cols, int64_t rows
      * needs the file's pages; the embedding's come back for get_rows. */
     if (w->owned) zi_gguf_drop_pages(m->gguf, t);
     m->weight_bytes += w->data_bytes; /* as the backend holds it */
+    m->weight_macs += (uint64_t)rows * (uint64_t)cols;
     return ZI_OK;
 }
 
@@ -287,6 +289,7 @@ static int load_matrix_rows(zi_model *m, const char *name, int64_t cols, int64_t
     if ((rc = m->be->ops->weight_init(m->be, w, &part, err))) return rc;
     if (w->owned) zi_gguf_drop_pages(m->gguf, &part);
     m->weight_bytes += w->data_bytes;
+    m->weight_macs += (uint64_t)n * (uint64_t)cols;
     return ZI_OK;
 }
 
@@ -332,6 +335,8 @@ static int load_encoder_embd(zi_model *m, zi_error *err) {
     if (c->family->abs_pos &&
         (rc = load_matrix(m, "position_embd.weight", c->dim, c->ctx_train, &m->pos_embd, err)))
         return rc;
+    if (c->family->abs_pos) /* rows looked up, not multiplied */
+        m->weight_macs -= (uint64_t)c->dim * (uint64_t)c->ctx_train;
     const zi_gguf_tensor *tt = zi_gguf_find_tensor(m->gguf, "token_types.weight");
     if (tt) {
         if (tt->ne[0] != c->dim || tt->ne[1] < 1 || tt->ne[1] > 1024)
@@ -407,6 +412,9 @@ static int load_weights(zi_model *m, zi_error *err) {
         m->output.owned = NULL; /* shared, freed once with tok_embd */
         m->cfg.tied_output = 1;
     }
+    /* The embedding's rows are looked up; only an output head multiplies. */
+    if (!m->cfg.tied_output || f->encoder)
+        m->weight_macs -= (uint64_t)c->dim * (uint64_t)c->n_vocab;
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers) return zi_error_set(err, ZI_ENOMEM, "out of memory for %d layers", c->n_layers);
     /* Optional RoPE factors, shared by all layers (llama.cpp: the tensors
@@ -573,6 +581,10 @@ uint64_t zi_model_weight_bytes(const zi_model *m) {
     return m->weight_bytes;
 }
 
+uint64_t zi_model_weight_macs(const zi_model *m) {
+    return m->weight_macs;
+}
+
 void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
     m->progress = fn;
     m->progress_arg = arg;
@@ -597,17 +609,25 @@ uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_c
     return available_cache_memory / per_block * per_block;
 }
 
-uint64_t zi_model_memory_left_for_kv(const zi_model *m, uint64_t memory_budget,
-                                     int max_batch_tokens, int max_logit_rows) {
-    const zi_model_config *c = &m->cfg;
-    /* Activations of one pass (model.c's buffers, floats), the logits rows,
-     * and the weights as the backend holds them. */
+uint64_t zi_model_config_work_bytes(const zi_model_config *c, int max_batch_tokens,
+                                    int max_logit_rows) {
+    /* Activations of one pass (model.c's buffers, floats) and the logits
+     * rows. */
     uint64_t T = (uint64_t)(max_batch_tokens > 0 ? max_batch_tokens : 1);
     uint64_t R = (uint64_t)(max_logit_rows > 0 ? max_logit_rows : 1);
     uint64_t act = T * 4u *
-                   (uint64_t)(4 * c->dim + 2 * c->n_heads * c->head_dim +
-                              2 * c->n_kv_heads * c->head_dim + 2 * c->ffn_dim);
-    uint64_t used = m->weight_bytes + act + 2 * R * 4u * (uint64_t)c->n_vocab;
+                   ((uint64_t)4 * (uint64_t)c->dim +
+                    (uint64_t)2 * (uint64_t)c->n_heads * (uint64_t)c->head_dim +
+                    (uint64_t)2 * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim +
+                    (uint64_t)2 * (uint64_t)c->ffn_dim);
+    return act + 2 * R * 4u * (uint64_t)(c->n_vocab > 0 ? c->n_vocab : 0);
+}
+
+uint64_t zi_model_memory_left_for_kv(const zi_model *m, uint64_t memory_budget,
+                                     int max_batch_tokens, int max_logit_rows) {
+    /* The working buffers and the weights as the backend holds them. */
+    uint64_t used =
+        m->weight_bytes + zi_model_config_work_bytes(&m->cfg, max_batch_tokens, max_logit_rows);
     return memory_budget > used ? memory_budget - used : 0;
 }
 

@@ -84,6 +84,11 @@ const zi_gguf *zi_model_gguf(const zi_model *m);
  * (zi_weight.data_bytes: a repacked copy may be larger than the file's; for
  * bandwidth estimates and the memory budget). */
 uint64_t zi_model_weight_bytes(const zi_model *m);
+/* Multiply-adds of the weight products per token: every matrix the forward
+ * pass multiplies a token's activations by, the output head included
+ * (embedding lookups are not products). The yardstick of prefill speed
+ * against the machine's int8 peak (`zinfer bench --json`). */
+uint64_t zi_model_weight_macs(const zi_model *m);
 
 /*
  * The KV cache: K and V for every layer, in backend memory, as a pool of
@@ -119,6 +124,13 @@ uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_c
  * model's and the caller's) are counted (0 when nothing is). */
 uint64_t zi_model_memory_left_for_kv(const zi_model *m, uint64_t memory_budget,
                                      int max_batch_tokens, int max_logit_rows);
+/* The working buffers zi_model_memory_left_for_kv counts besides the
+ * weights (the activations of a max_batch_tokens pass and max_logit_rows
+ * rows of logits, twice), for a model of config c with c->n_vocab rows of
+ * output (zi_model_read_config leaves n_vocab 0: the caller fills it in
+ * from the tensors to count a file it has not loaded). */
+uint64_t zi_model_config_work_bytes(const zi_model_config *c, int max_batch_tokens,
+                                    int max_logit_rows);
 
 /* One forward pass. Token i has id tokens[i] at position pos[i] of
  * sequence seq[i], a row of block_tables (rows of table_stride block ids;

@@ -12,6 +12,12 @@
  *   batching) -> send each request's new token ids, log probabilities and
  *   final status -> release finished contexts -> heartbeat once a second.
  *
+ * A worker that cannot start with its options and files (the model does
+ * not load, its weights and KV cache do not fit in memory) exits with
+ * ZI_EXIT_CONFIG, its error handed to `zinfer serve` (common/startup.h),
+ * which stops instead of restarting it; a failure after it has started
+ * keeps status 1, and serve restarts it.
+ *
  * The router never sends more contexts than the worker has slots; a context
  * that arrives anyway, or that the generator cannot run (bad sampling
  * parameters, too long for a slot), is answered with an "error" message for
@@ -33,8 +39,10 @@
 #include "generator.h"
 #include "imsg.h"
 #include "log.h"
+#include "mem_plan.h"
 #include "model.h"
 #include "spec_draft.h"
+#include "startup.h"
 #include "vocab_trie.h"
 #include "stop_signal.h"
 #include "tokenizer.h"
@@ -63,9 +71,12 @@ static const char USAGE[] =
     "  --prefill-chunk N  prompt tokens per pass while other sequences decode (default\n"
     "                     0: adapted so such a pass takes ~2x a decode-only pass)\n"
     "  --kv-cache-tokens N   the KV cache's size in tokens, or\n"
-    "  --kv-cache-bytes B    in bytes (K, M, G suffixes); default: what\n"
-    "  --memory-budget B     leaves for it after the weights and activations\n"
-    "                     (default min(1G, a quarter of the available memory))\n"
+    "  --kv-cache-bytes B    in bytes (K, M, G suffixes), or what\n"
+    "  --memory-budget B     leaves for it after the weights and working buffers.\n"
+    "                     Default budget: the weights + the working buffers + a KV\n"
+    "                     cache of --slots x --ctx-size positions, which must fit in\n"
+    "                     90% of MemAvailable (else the worker does not start, and\n"
+    "                     says what it needs; docs/engine.md)\n"
     "  --block-size N     positions per KV block (default 16)\n"
     "  --no-prefix-cache  do not share cached prompt prefixes between requests\n"
     "  --spec-lookup, --no-spec-lookup  prompt-lookup speculation (greedy or\n"
@@ -155,18 +166,12 @@ static void on_progress(void *arg) {
     w->last_hb = now;
 }
 
-/* min(1 GiB, a quarter of MemAvailable): a default that leaves room for
- * other workers and processes on the host. */
-static uint64_t default_budget(void) {
-    uint64_t cap = 1ull << 30, avail = 0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    char line[256];
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long long kb;
-        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) avail = kb * 1024ull;
-    }
-    if (f) fclose(f);
-    return avail && avail / 4 < cap ? avail / 4 : cap;
+/* The worker cannot start with its options and files: the error goes to
+ * `zinfer serve` when it started this worker (which reports it once and
+ * stops), else to the log. Returns the exit status for it. */
+static int start_failed(worker *w, const char *msg) {
+    if (!zi_startup_report(msg)) zi_log(&w->log, ZI_LOG_ERROR, "%s", msg);
+    return ZI_EXIT_CONFIG;
 }
 
 /* An error ending request rid (its field: the path msg starts with). */
@@ -571,30 +576,33 @@ typedef struct wres {
     zi_model *draft; /* --draft-model (NULL: none), on the same backend */
     zi_json_vocab *jv;
     uint64_t per_tok, kv_blocks;
-    char kv_why[96];
+    char kv_why[128];
+    /* MemAvailable before the weights were loaded (0: unknown): what the
+     * default budget must fit in. */
+    uint64_t mem_avail;
 } wres;
 
 /* Load: the device backend and the model; the worker's slots, context and
- * name follow from the options and the model. Logs and returns nonzero on
- * failure (nothing left to free). */
+ * name follow from the options and the model. Reports and returns the
+ * exit status on failure (nothing left to free). */
 static int load(worker *w, const wopts *o, wres *r) {
     zi_error err = {0};
     int rc;
+    /* Before the weights take their share of it. */
+    r->mem_avail = zi_mem_available();
     if ((rc = zi_backend_create_for_device(o->device, (int)o->threads, (int)o->act_bits, &r->be,
                                            &err)) ||
         (rc = zi_model_load(o->model, r->be, &r->model, &err))) {
-        zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
         zi_backend_free(r->be);
-        return 1;
+        return start_failed(w, err.msg);
     }
     if (o->draft &&
         ((rc = zi_model_load(o->draft, r->be, &r->draft, &err)) ||
          (rc = zi_spec_draft_check_vocab(r->model, o->model, r->draft, o->draft, &err)))) {
-        zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
         zi_model_free(r->draft);
         zi_model_free(r->model);
         zi_backend_free(r->be);
-        return 1;
+        return start_failed(w, err.msg);
     }
     const zi_model_config *mc = zi_model_get_config(r->model);
     w->slots = (int)o->slots;
@@ -610,38 +618,79 @@ static int load(worker *w, const wopts *o, wres *r) {
     return 0;
 }
 
-/* Sizes the KV cache (the size asked for, or what the memory budget
- * leaves: the seeds' estimate_memory_footprint and
- * estimate_kv_cache_size), then creates the generator and reads the
- * vocabulary for structured output. Logs and returns nonzero on failure
- * (the model and backend are left to the caller). */
+/* The KV cache's size in bytes: the size asked for, what an explicit
+ * memory budget leaves (the seeds' estimate_memory_footprint), or by
+ * default every slot's full context, which with the weights must fit in
+ * memory (mem_plan.h). r->kv_why says which, for the log. */
+static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes, zi_error *err) {
+    uint64_t per_tok = zi_model_kv_bytes_per_token(r->model);
+    zi_mem_model mm, dm;
+    zi_mem_model_of(r->model, (int)o->batch, w->slots, &mm);
+    if (r->draft) zi_mem_model_of(r->draft, (int)o->batch, w->slots, &dm);
+    zi_mem_plan plan;
+    int rc = zi_mem_plan_make(&mm, r->draft ? &dm : NULL, w->slots, w->ctx_size, (int)o->block,
+                              &plan, err);
+    if (rc) return rc;
+    if (o->kv_tokens > 0) {
+        *kv_bytes = (uint64_t)o->kv_tokens * per_tok;
+        snprintf(r->kv_why, sizeof r->kv_why, "--kv-cache-tokens");
+        if ((uint64_t)o->kv_tokens < (uint64_t)o->block)
+            return zi_error_set(err, ZI_EINVAL,
+                                "--kv-cache-tokens %lld is less than one KV block of %lld tokens",
+                                o->kv_tokens, o->block);
+    } else if (o->kv_bytes > 0) {
+        *kv_bytes = (uint64_t)o->kv_bytes;
+        snprintf(r->kv_why, sizeof r->kv_why, "--kv-cache-bytes");
+        if (*kv_bytes / per_tok < (uint64_t)o->block)
+            return zi_error_set(err, ZI_EINVAL,
+                                "--kv-cache-bytes %lld holds no KV block of %lld tokens (%llu "
+                                "bytes per token)",
+                                o->kv_bytes, o->block, (unsigned long long)per_tok);
+    } else if (o->budget > 0) {
+        /* An explicit budget wins: the cache is what it leaves (and the
+         * context is cut to it below). */
+        uint64_t budget = (uint64_t)o->budget;
+        *kv_bytes = zi_model_memory_left_for_kv(r->model, budget, (int)o->batch, w->slots);
+        snprintf(r->kv_why, sizeof r->kv_why, "what a %.0f MiB --memory-budget leaves",
+                 (double)budget / (1 << 20));
+        if (*kv_bytes / per_tok < (uint64_t)o->block)
+            return zi_error_set(
+                err, ZI_ENOMEM,
+                "a %.1f MiB --memory-budget leaves no room for a KV block of %lld tokens: the "
+                "weights take %.1f MiB and the working buffers %.1f MiB, the KV cache %llu bytes "
+                "per token; %d slots x %d positions need a budget of %.1f MiB. Give a larger "
+                "--memory-budget (or none: the default fits the configuration), or "
+                "--kv-cache-tokens N",
+                (double)budget / 1048576.0, o->block, (double)mm.weight_bytes / 1048576.0,
+                (double)mm.work_bytes / 1048576.0, (unsigned long long)per_tok, w->slots,
+                w->ctx_size, (double)plan.total_bytes / 1048576.0);
+    } else {
+        /* The default: the configuration's own need, checked against the
+         * host's memory where the weights and cache live in it (a GPU's
+         * allocations report their own failure). */
+        if (!strcmp(r->be->ops->name, "cpu") &&
+            (rc = zi_mem_plan_check(&plan, 1, r->mem_avail, err)))
+            return rc;
+        *kv_bytes = plan.kv_tokens * per_tok;
+        snprintf(r->kv_why, sizeof r->kv_why,
+                 "%d slots x %d positions: the default budget, %.0f MiB with the weights", w->slots,
+                 w->ctx_size, (double)plan.total_bytes / (1 << 20));
+    }
+    return ZI_OK;
+}
+
+/* Sizes the KV cache (size_kv_cache), then creates the generator and reads
+ * the vocabulary for structured output. Reports and returns the exit
+ * status on failure (the model and backend are left to the caller). */
 static int create_generator(worker *w, const wopts *o, wres *r) {
     zi_error err = {0};
-    uint64_t per_tok = zi_model_kv_bytes_per_token(r->model), budget = 0, kv_bytes;
-    if (o->kv_tokens > 0) {
-        kv_bytes = (uint64_t)o->kv_tokens * per_tok;
-    } else if (o->kv_bytes > 0) {
-        kv_bytes = (uint64_t)o->kv_bytes;
-    } else {
-        budget = o->budget > 0 ? (uint64_t)o->budget : default_budget();
-        kv_bytes = zi_model_memory_left_for_kv(r->model, budget, (int)o->batch, w->slots);
-    }
+    uint64_t per_tok = zi_model_kv_bytes_per_token(r->model), kv_bytes = 0;
+    if (size_kv_cache(w, o, r, &kv_bytes, &err)) return start_failed(w, err.msg);
     kv_bytes = zi_model_estimate_kv_cache_size(r->model, kv_bytes, (int)o->block);
-    if (budget)
-        snprintf(r->kv_why, sizeof r->kv_why, "what a %.0f MiB memory budget leaves",
-                 (double)budget / (1 << 20));
-    else
-        snprintf(r->kv_why, sizeof r->kv_why, "%s",
-                 o->kv_tokens ? "--kv-cache-tokens" : "--kv-cache-bytes");
     uint64_t kv_blocks = kv_bytes / (per_tok * (uint64_t)o->block);
     if (kv_blocks > (1u << 26)) kv_blocks = 1u << 26;
-    if (kv_blocks < 1) {
-        zi_log(&w->log, ZI_LOG_ERROR,
-               "the KV cache would hold no block of %lld tokens (%llu bytes per token; give "
-               "--kv-cache-tokens or a larger --memory-budget)",
-               o->block, (unsigned long long)per_tok);
-        return 1;
-    }
+    if (kv_blocks < 1) /* size_kv_cache refuses each way of getting here */
+        return start_failed(w, "the KV cache would hold no block");
     if ((int64_t)kv_blocks * o->block < w->ctx_size) {
         zi_log(&w->log, ZI_LOG_WARN, "--ctx-size %d reduced to %lld: the KV cache holds no more",
                w->ctx_size, (long long)kv_blocks * o->block);
@@ -661,11 +710,11 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
     w->live = calloc((size_t)w->slots, sizeof *w->live);
     w->jobs = calloc((size_t)w->slots, sizeof *w->jobs);
     if (!w->live || !w->jobs || zi_generator_create(r->model, &gc, &w->gen, &err)) {
-        zi_log(&w->log, ZI_LOG_ERROR, "%s", w->live && w->jobs ? err.msg : "out of memory");
+        if (!w->live || !w->jobs) zi_error_set(&err, ZI_ENOMEM, "out of memory");
         free(w->live);
         free(w->jobs);
         w->live = NULL, w->jobs = NULL;
-        return 1;
+        return start_failed(w, err.msg);
     }
     /* Embeddings: the file's pooling (llama.cpp's {arch}.pooling_type),
      * else mean; rank (a classifier head) is not run. */
@@ -695,7 +744,8 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
 
 /* Connect and register: the socket to the router, the startup log lines,
  * the register message; heartbeats start from here (also from inside
- * forward passes). Nonzero when the router address is bad. */
+ * forward passes). Reports and returns the exit status when the router
+ * address is bad. */
 static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
     zi_error err = {0};
     w->sock = zi_backend_socket(zctx, o->router, &w->curve, &err);
@@ -704,10 +754,7 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
         zmq_close(w->sock);
         w->sock = NULL;
     }
-    if (!w->sock) {
-        zi_log(&w->log, ZI_LOG_ERROR, "%s", err.msg);
-        return 1;
-    }
+    if (!w->sock) return start_failed(w, err.msg);
     char dev[96];
     if (!strcmp(r->be->ops->name, "cpu"))
         snprintf(dev, sizeof dev, "cpu, %s x %d threads, %d-bit activations",
@@ -834,18 +881,16 @@ int main(int argc, char **argv) {
     zi_stop_signals_install();
     /* Keys before the model: a bad key file fails in a moment. */
     zi_error kerr = {0};
-    if (zi_curve_client_load(o.curve_secret, o.router_key, &w.curve, &kerr) != ZI_OK) {
-        zi_log(&w.log, ZI_LOG_ERROR, "%s", kerr.msg);
-        return 2;
-    }
+    if (zi_curve_client_load(o.curve_secret, o.router_key, &w.curve, &kerr) != ZI_OK)
+        return start_failed(&w, kerr.msg);
 
     wres r = {0};
-    if (load(&w, &o, &r)) return 1;
-    if (create_generator(&w, &o, &r)) {
+    if ((rc = load(&w, &o, &r))) return rc;
+    if ((rc = create_generator(&w, &o, &r))) {
         zi_model_free(r.draft);
         zi_model_free(r.model);
         zi_backend_free(r.be);
-        return 1;
+        return rc;
     }
     void *zctx = zmq_ctx_new();
     rc = connect_router(&w, &o, &r, zctx);

@@ -46,6 +46,7 @@
 #include "regex_grammar.h"
 #include "response_format.h"
 #include "stop_match.h"
+#include "startup.h"
 #include "stop_signal.h"
 #include "tokenizer.h"
 #include "types.h"
@@ -728,10 +729,13 @@ int main(int argc, char **argv) {
     }
     zi_gguf_close(g);
     if (rc) {
-        zi_log(&t.log, ZI_LOG_ERROR, "%s", err.msg);
+        /* The same file fails the same way on every start: `zinfer serve`
+         * reports it once and stops instead of restarting this process
+         * (common/startup.h). */
+        if (!zi_startup_report(err.msg)) zi_log(&t.log, ZI_LOG_ERROR, "%s", err.msg);
         zi_tokenizer_free(t.tok);
         zi_i32_list_free(&t.eog);
-        return 1;
+        return ZI_EXIT_CONFIG;
     }
     void *zctx = zmq_ctx_new();
     t.sock = zi_backend_socket(zctx, router, &curve, &err);

@@ -23,7 +23,10 @@ from test_cli_errors import assert_one_line_error, write_model
 
 # zinfer serve's and zinfer-worker's defaults; test_defaults_match_serve
 # checks them against their --help.
-SLOTS, CTX = 8, 4096
+SLOTS, CTX, BATCH, BLOCK = 8, 4096, 256, 16
+# The share of MemAvailable the default memory budget may take
+# (model_worker/mem_plan.h).
+SHARE_PCT = 90
 
 # The CPU backend's KV cache (kernels/cpu/cpu_backend.c): int16 K values
 # with a float scale per row, float16 V values.
@@ -77,6 +80,24 @@ def kv_bytes_per_token(r, arch):
     return layers * kv_heads * (head_dim * (K_BYTES + V_BYTES) + K_ROW_EXTRA)
 
 
+def work_bytes(r, arch):
+    """The working buffers the default budget counts (model.c,
+    zi_model_config_work_bytes): the activations of a --batch-size pass
+    and --slots rows of logits, twice."""
+    dim = field(r, f"{arch}.embedding_length")
+    heads = field(r, f"{arch}.attention.head_count")
+    kv_heads = field(r, f"{arch}.attention.head_count_kv") or heads
+    head_dim = field(r, f"{arch}.attention.key_length") or dim // heads
+    ffn = field(r, f"{arch}.feed_forward_length")
+    vocab = next(int(t.shape[1]) for t in r.tensors if t.name == "token_embd.weight")
+    act = BATCH * 4 * (4 * dim + 2 * heads * head_dim + 2 * kv_heads * head_dim + 2 * ffn)
+    return act + 2 * SLOTS * 4 * vocab
+
+
+def usable(avail):
+    return avail // 100 * SHARE_PCT + avail % 100 * SHARE_PCT // 100
+
+
 def info_json(run_zinfer, path):
     res = run_zinfer("info", "--model", path, "--json")
     assert res.returncode == 0, res.stderr
@@ -119,15 +140,28 @@ def test_json_default_model(run_zinfer, model_path, expected):
     assert j["tokenizer"] == expected["tokenizer"]
     per_tok = kv_bytes_per_token(r, "llama")
     ctx = min(CTX, expected["context_length"])
-    assert j["memory"] == {
+    mem = dict(j["memory"])
+    avail = mem.pop("available_bytes")
+    assert isinstance(avail, int) and avail > 0
+    assert mem.pop("usable_bytes") == usable(avail)
+    work = work_bytes(r, "llama")
+    total = expected["tensor_bytes"] + per_tok * ctx * SLOTS + work
+    assert mem.pop("fits") is (total <= usable(avail))
+    assert mem == {
         "backend": "cpu",
         "slots": SLOTS,
         "ctx_size": ctx,
+        "block_size": BLOCK,
         "kv_bytes_per_token": per_tok,
         "kv_bytes_per_token_from": "metadata",
+        "kv_layout": {"k_value_bytes": K_BYTES, "k_row_scale_bytes": K_ROW_EXTRA,
+                      "v_value_bytes": V_BYTES},
         "kv_bytes": per_tok * ctx * SLOTS,
         "weights_bytes": expected["tensor_bytes"],
-        "total_bytes": expected["tensor_bytes"] + per_tok * ctx * SLOTS,
+        # Q4_1 and Q8_0 repack at the file's size (a Q4_K_M file's a little more)
+        "weights_held_bytes": expected["tensor_bytes"],
+        "work_bytes": work,
+        "total_bytes": total,
     }
     assert j["runnable"] is True
     assert j["load_error"] is None
@@ -192,10 +226,23 @@ def test_text_default_model(run_zinfer, model_path, expected):
     assert re.search(rf"^context length\s+{expected['context_length']} \(trained\)", out, re.M)
     per_tok = kv_bytes_per_token(expected["reader"], "llama")
     kv = per_tok * CTX * SLOTS
-    total = expected["tensor_bytes"] + kv
-    assert (f"{mib(total)} ({total} bytes): {mib(expected['tensor_bytes'])} weights + "
-            f"{mib(kv)} KV cache") in out
-    assert f"{SLOTS} slots x {CTX} positions x {per_tok} bytes per token" in out
+    work = work_bytes(expected["reader"], "llama")
+    total = expected["tensor_bytes"] + kv + work
+    # What the file needs: the weights, the KV cache per token in the CPU
+    # cache's layout, the default budget at the defaults, and whether it
+    # fits this machine.
+    weights = expected["tensor_bytes"]
+    assert re.search(rf"^weights\s+{re.escape(mib(weights))} \({weights} bytes\)$", out, re.M), out
+    assert re.search(rf"^KV cache\s+{per_tok} bytes per token \({per_tok / 1024:.1f} KiB\): 30 "
+                     r"layers x 3 KV heads x \(64 K values\n\s+as int16 \+ a float scale, 64 V "
+                     r"values as float16\) on the CPU backend$", out, re.M), out
+    assert (f"{SLOTS} slots x {CTX} positions x {per_tok} bytes per token = {mib(kv)}") in out
+    assert re.search(rf"^worker memory\s+{re.escape(mib(total))} \({total} bytes\): "
+                     rf"{re.escape(mib(weights))} weights \+ {re.escape(mib(kv))} KV cache\n"
+                     rf"\s+\+ {re.escape(mib(work))} working buffers \(the default memory "
+                     r"budget, at the defaults\)$", out, re.M), out
+    assert re.search(rf"^this machine\s+fits: {re.escape(mib(total))} of \d+\.\d MiB usable "
+                     rf"\({SHARE_PCT}% of MemAvailable \d+\.\d MiB\)$", out, re.M), out
     assert re.search(r"^zinfer runs it\s+yes", out, re.M), out
     assert "cannot run" not in out
 
@@ -383,7 +430,10 @@ def test_help(run_zinfer):
     for key in ["file_bytes", "gguf_version", "architecture", "hyperparameters", "parameters",
                 "tensor_bytes", "tensor_types", "runnable", "unsupported_types",
                 "context_length", "chat_template_bytes", "vocab_size", "bos_token_id",
-                "kv_bytes_per_token_from", "total_bytes", "load_error"]:
+                "kv_bytes_per_token_from", "total_bytes", "load_error", "kv_layout",
+                "k_value_bytes", "k_row_scale_bytes", "v_value_bytes", "work_bytes",
+                "available_bytes", "usable_bytes", "fits", "block_size",
+                "weights_held_bytes"]:
         assert key in res.stdout, key
     main = run_zinfer("--help")
     assert re.search(r"^  info\s+describe a GGUF file", main.stdout, re.M), main.stdout
@@ -398,3 +448,25 @@ def test_defaults_match_serve(run_zinfer, zinfer_bin):
     for text in (serve, worker):
         assert re.search(rf"--slots N .*\(default {SLOTS}\)", text), text
         assert re.search(rf"--ctx-size N .*\(default {CTX}", text), text
+
+
+def test_memory_that_does_not_fit(run_zinfer, model_path, tmp_path):
+    """A file whose KV cache alone exceeds any machine (the default
+    model's metadata with 16,000,000 layers, one small tensor): info says
+    it does not fit, with the numbers and the flags to change."""
+    from gguf_files import write_gguf
+    from test_cli_errors import metadata_of
+    reader = gguf_meta.read(str(model_path), tensors=False)
+    rows = [(k, 16_000_000 if k == "llama.block_count" else v, t, s)
+            for k, v, t, s in metadata_of(reader)]
+    path = write_gguf(tmp_path / "deep.gguf", "llama", rows, tensors=[
+        ("token_embd.weight", np.zeros((4, 576), dtype=np.float32), None)])
+    j = info_json(run_zinfer, path)
+    per_tok = 16_000_000 * 3 * (64 * (K_BYTES + V_BYTES) + K_ROW_EXTRA)
+    assert j["memory"]["kv_bytes_per_token"] == per_tok
+    assert j["memory"]["total_bytes"] > j["memory"]["usable_bytes"]
+    assert j["memory"]["fits"] is False
+    out = run_zinfer("info", "--model", path).stdout
+    assert re.search(rf"^this machine\s+does not fit: needs {re.escape(mib(j['memory']['total_bytes']))}"
+                     rf", \d+\.\d MiB usable \({SHARE_PCT}% of MemAvailable\n\s+\d+\.\d MiB\); "
+                     r"serve it with a smaller --ctx-size or --slots$", out, re.M), out
