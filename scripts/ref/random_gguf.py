@@ -2,16 +2,27 @@
 """Writes a random-weight GGUF model with a real model's shapes.
 
 For checking a backend on full-size shapes where the real weights cannot
-travel (scripts/gpu-check runs this on the GPU machine): the metadata of
-the named shape, and every tensor filled with random blocks of the chosen
-type, drawn straight as block bytes (scales and integer codes), so a 270 M
-parameter file is written in seconds and needs no quantizer. Deterministic
-from --seed. Weight scales give each product unit variance and logits with
-a standard deviation near 2, so greedy decoding has real gaps to compare.
-No tokenizer: feed token ids.
+travel (scripts/gpu-check runs this on the GPU machine), and as the base
+file that scripts/make-bench-models quantizes with llama.cpp into the
+benchmark models: the metadata of the named shape, and every tensor filled
+with random blocks of the chosen type, drawn straight as block bytes (scales
+and integer codes), so a 270 M parameter file is written in seconds and
+needs no quantizer. Tensors are drawn and written one at a time (a 4 B
+parameter Q8_0 file needs well under 1 GB of memory). Deterministic from
+--seed. Weight scales give each product unit variance and logits with a
+standard deviation near 2, so greedy decoding has real gaps to compare.
 
-  random_gguf.py --shape smollm2-135m|gemma3-270m [--type Q4_1] [--layers N]
-                 [--window N] [--tokenizer-from GGUF] [--seed 1] OUT.gguf
+No tokenizer unless --tokenizer-from names a GGUF whose tokenizer.* keys
+are copied (feed token ids otherwise). A vocabulary smaller than the
+shape's is padded with "[PAD<id>]" tokens of type UNUSED, as llama.cpp's
+converter pads Qwen's 151643 tokens to the model's 151936 rows.
+
+Shapes: smollm2-135m and gemma3-270m (tied heads, as both real files);
+llama3.2-1b (tied, Llama 3 rope_freqs), qwen3-4b (tied) and qwen3-8b
+(untied: output.weight), from the models' HF config.json files.
+
+  random_gguf.py --shape NAME [--type Q4_1] [--layers N] [--window N]
+                 [--tokenizer-from GGUF] [--seed 1] OUT.gguf
 """
 
 import argparse
@@ -23,15 +34,38 @@ import gguf
 
 Q = gguf.GGMLQuantizationType
 
-# The real files' hyper-parameters (read from SmolLM2-135M-Instruct.Q4_1.gguf
-# and gemma-3-270m-q4_k_m.gguf with `zinfer info` and gguf's reader).
+# The real files' hyper-parameters (smollm2-135m and gemma3-270m read from
+# SmolLM2-135M-Instruct.Q4_1.gguf and gemma-3-270m-q4_k_m.gguf with `zinfer
+# info` and gguf's reader; the others from the HF config.json of
+# meta-llama/Llama-3.2-1B, Qwen/Qwen3-4B and Qwen/Qwen3-8B). embd: the
+# token embedding's type. Optional: window (gemma3's sliding window),
+# qk_norm (per-head attn_q_norm / attn_k_norm), untied (an output.weight),
+# llama3_rope (rope_scaling "llama3": factor, low, high, original context,
+# written as the converter does, a rope_freqs.weight of head/2 factors),
+# extra ("<arch>." keys the real GGUF files carry), vocab_file (the
+# llama.cpp vendored vocabulary, ggml-vocab-<name>.gguf, that
+# scripts/make-bench-models copies the tokenizer of).
 SHAPES = {
     "smollm2-135m": dict(arch="llama", dim=576, layers=30, ffn=1536, heads=9, kv=3, head=64,
                          vocab=49152, ctx=8192, eps=1e-5, rope=100000.0, embd=Q.Q8_0),
     "gemma3-270m": dict(arch="gemma3", dim=640, layers=18, ffn=2048, heads=4, kv=1, head=256,
                         vocab=262144, ctx=32768, eps=1e-6, rope=1000000.0, embd=Q.Q8_0,
                         window=512),
+    "llama3.2-1b": dict(arch="llama", dim=2048, layers=16, ffn=8192, heads=32, kv=8, head=64,
+                        vocab=128256, ctx=131072, eps=1e-5, rope=500000.0, embd=Q.Q8_0,
+                        llama3_rope=(32.0, 1.0, 4.0, 8192),
+                        extra={"vocab_size": 128256, "rope.dimension_count": 64},
+                        vocab_file="llama-bpe"),
+    "qwen3-4b": dict(arch="qwen3", dim=2560, layers=36, ffn=9728, heads=32, kv=8, head=128,
+                     vocab=151936, ctx=40960, eps=1e-6, rope=1000000.0, embd=Q.Q8_0,
+                     qk_norm=True, vocab_file="qwen2"),
+    "qwen3-8b": dict(arch="qwen3", dim=4096, layers=36, ffn=12288, heads=32, kv=8, head=128,
+                     vocab=151936, ctx=40960, eps=1e-6, rope=1000000.0, embd=Q.Q8_0,
+                     qk_norm=True, untied=True, vocab_file="qwen2"),
 }
+
+# The matrices' types drawn here (--type).
+TYPES = ["Q4_0", "Q4_1", "Q8_0", "F16"]
 
 
 def blocks(rng, qtype, rows, cols, sigma):
@@ -59,31 +93,115 @@ def blocks(rng, qtype, rows, cols, sigma):
     return b.reshape(rows, -1)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
-    ap.add_argument("--type", default="Q4_1", choices=["Q4_0", "Q4_1", "Q8_0", "F16"],
-                    help="the matrices' type (default Q4_1)")
-    ap.add_argument("--layers", type=int, default=0, help="fewer layers than the shape's")
-    ap.add_argument("--window", type=int, default=0,
-                    help="a smaller sliding window than the shape's (gemma3), so short tests reach it")
-    ap.add_argument("--tokenizer-from", metavar="GGUF",
-                    help="copy the tokenizer.* keys of this file (same vocabulary size), so the "
-                         "file can be served")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("out")
-    a = ap.parse_args()
-    s = SHAPES[a.shape]
-    arch, dim, ffn, head = s["arch"], s["dim"], s["ffn"], s["head"]
-    layers = a.layers or s["layers"]
+def llama3_rope_factors(base, head, factor, low, high, orig):
+    """rope_freqs.weight as llama.cpp's converter writes it for rope_scaling
+    "llama3": one divisor per rotated pair (head / 2)."""
+    out = []
+    for i in range(0, head, 2):
+        wavelen = 2 * math.pi * base ** (i / head)
+        if wavelen < orig / high:
+            out.append(1.0)
+        elif wavelen > orig / low:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, np.float32)
+
+
+def tokenizer_rows(path, n_vocab):
+    """(key, value, type, sub type) of the tokenizer.* keys of the GGUF at
+    path, the per-token arrays padded to n_vocab rows. Returns (rows, the
+    file's own vocabulary size)."""
+    r = gguf.GGUFReader(path)
+    tokens = r.fields.get("tokenizer.ggml.tokens")
+    have = len(tokens.data) if tokens is not None else 0
+    if have > n_vocab:
+        raise SystemExit(f"random_gguf: {path} has {have} tokens, more than the shape's "
+                         f"{n_vocab} rows")
+    pad = n_vocab - have
+    rows = []
+    for key, field in r.fields.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if pad and key == "tokenizer.ggml.tokens":
+            value = value + [f"[PAD{i}]" for i in range(have, n_vocab)]
+        elif pad and key == "tokenizer.ggml.token_type":
+            value = value + [int(gguf.TokenType.UNUSED)] * pad
+        elif pad and key == "tokenizer.ggml.scores":
+            value = value + [-1000.0] * pad
+        rows.append((key, value, vtype, sub))
+    return rows, have
+
+
+def tensor_plan(s, qt, layers, rng):
+    """The file's tensors in order: (name, shape for the header as numpy
+    sees the data, numpy dtype, raw GGML type or None, nbytes, a function
+    drawing the data). Drawing happens when the tensor is written, in this
+    order, so the file is the same for a seed whether written at once or
+    tensor by tensor."""
+    dim, ffn, head = s["dim"], s["ffn"], s["head"]
     qd, kvd = s["heads"] * head, s["kv"] * head
-    rng = np.random.default_rng(a.seed)
-    w = gguf.GGUFWriter(a.out, arch)
-    w.add_name(f"random {a.shape} ({a.type}, seed {a.seed})")
+    plan = []
+
+    def matrix(name, rows, cols, t, sigma):
+        if t == Q.F16:
+            plan.append((name, (rows, cols), np.float16, None, rows * cols * 2,
+                         lambda: blocks(rng, t, rows, cols, sigma)))
+            return
+        bs, ts = gguf.GGML_QUANT_SIZES[t]
+        rb = cols // bs * ts
+        plan.append((name, (rows, rb), np.uint8, t, rows * rb,
+                     lambda: blocks(rng, t, rows, cols, sigma)))
+
+    def vector(name, n, make=None):
+        make = make or (lambda: (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+        plan.append((name, (n,), np.float32, None, n * 4, make))
+
+    # the embedding doubles as the output head when tied (as in the real
+    # files but qwen3-8b); logits std ~2 either way
+    emb_sigma = 2.0 / math.sqrt(dim)
+    matrix("token_embd.weight", s["vocab"], dim, s["embd"], emb_sigma)
+    vector("output_norm.weight", dim)
+    if s.get("untied"):
+        matrix("output.weight", s["vocab"], dim, s["embd"], emb_sigma)
+    if s.get("llama3_rope"):
+        f = llama3_rope_factors(s["rope"], head, *s["llama3_rope"])
+        vector("rope_freqs.weight", head // 2, lambda: f)
+    for L in range(layers):
+        p = f"blk.{L}."
+        mats = [("attn_q", qd, dim), ("attn_k", kvd, dim), ("attn_v", kvd, dim),
+                ("attn_output", dim, qd), ("ffn_gate", ffn, dim), ("ffn_up", ffn, dim),
+                ("ffn_down", dim, ffn)]
+        for name, rows, cols in mats:
+            matrix(p + name + ".weight", rows, cols, qt, 1.0 / math.sqrt(cols))
+        vector(p + "attn_norm.weight", dim)
+        vector(p + "ffn_norm.weight", dim)
+        if s["arch"] == "gemma3" or s.get("qk_norm"):
+            vector(p + "attn_q_norm.weight", head)
+            vector(p + "attn_k_norm.weight", head)
+        if s["arch"] == "gemma3":
+            vector(p + "post_attention_norm.weight", dim)
+            vector(p + "post_ffw_norm.weight", dim)
+    return plan
+
+
+def write(out, shape, qtype="Q4_1", layers=0, window=0, tokenizer_from=None, seed=1):
+    """Writes the random file of shape (a SHAPES key) to out; returns the
+    number of bytes of tensor data."""
+    s = SHAPES[shape]
+    arch, dim, head = s["arch"], s["dim"], s["head"]
+    layers = layers or s["layers"]
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(out, arch)
+    w.add_name(f"random {shape} ({qtype}, seed {seed})")
     w.add_uint32(f"{arch}.context_length", s["ctx"])
     w.add_uint32(f"{arch}.embedding_length", dim)
     w.add_uint32(f"{arch}.block_count", layers)
-    w.add_uint32(f"{arch}.feed_forward_length", ffn)
+    w.add_uint32(f"{arch}.feed_forward_length", s["ffn"])
     w.add_uint32(f"{arch}.attention.head_count", s["heads"])
     w.add_uint32(f"{arch}.attention.head_count_kv", s["kv"])
     w.add_uint32(f"{arch}.attention.key_length", head)
@@ -91,39 +209,46 @@ def main():
     w.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", s["eps"])
     w.add_float32(f"{arch}.rope.freq_base", s["rope"])
     if "window" in s:
-        w.add_uint32(f"{arch}.attention.sliding_window", a.window or s["window"])
-    if a.tokenizer_from:
-        r = gguf.GGUFReader(a.tokenizer_from)
-        for key, field in r.fields.items():
-            if key.startswith("tokenizer."):
-                vtype = field.types[0]
-                sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-                w.add_key_value(key, field.contents(), vtype, sub_type=sub)
-    qt = Q[a.type]
-    one = lambda n: (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32)
-    # the embedding doubles as the output head (tied, as in both real files)
-    w.add_tensor("token_embd.weight", blocks(rng, s["embd"], s["vocab"], dim, 2.0 / math.sqrt(dim)),
-                 raw_dtype=s["embd"])
-    w.add_tensor("output_norm.weight", one(dim))
-    for L in range(layers):
-        p = f"blk.{L}."
-        mats = [("attn_q", qd, dim), ("attn_k", kvd, dim), ("attn_v", kvd, dim),
-                ("attn_output", dim, qd), ("ffn_gate", ffn, dim), ("ffn_up", ffn, dim),
-                ("ffn_down", dim, ffn)]
-        for name, rows, cols in mats:
-            data = blocks(rng, qt, rows, cols, 1.0 / math.sqrt(cols))
-            w.add_tensor(p + name + ".weight", data, raw_dtype=None if qt == Q.F16 else qt)
-        w.add_tensor(p + "attn_norm.weight", one(dim))
-        w.add_tensor(p + "ffn_norm.weight", one(dim))
-        if arch == "gemma3":
-            w.add_tensor(p + "attn_q_norm.weight", one(head))
-            w.add_tensor(p + "attn_k_norm.weight", one(head))
-            w.add_tensor(p + "post_attention_norm.weight", one(dim))
-            w.add_tensor(p + "post_ffw_norm.weight", one(dim))
+        w.add_uint32(f"{arch}.attention.sliding_window", window or s["window"])
+    for k, v in s.get("extra", {}).items():
+        w.add_uint32(f"{arch}.{k}", v)
+    if tokenizer_from:
+        rows, _ = tokenizer_rows(tokenizer_from, s["vocab"])
+        for key, value, vtype, sub in rows:
+            w.add_key_value(key, value, vtype, sub_type=sub)
+    plan = tensor_plan(s, Q[qtype], layers, rng)
+    for name, tshape, dtype, raw, nbytes, _ in plan:
+        w.add_tensor_info(name, tshape, np.dtype(dtype), nbytes, raw_dtype=raw)
     w.write_header_to_file()
     w.write_kv_data_to_file()
-    w.write_tensors_to_file()
+    w.write_ti_data_to_file()
+    total = 0
+    for name, tshape, dtype, raw, nbytes, make in plan:
+        data = make()
+        assert data.nbytes == nbytes and data.dtype == dtype, name
+        w.write_tensor_data(data)
+        total += nbytes
+        del data
     w.close()
+    return total
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
+    ap.add_argument("--type", default="Q4_1", choices=TYPES,
+                    help="the matrices' type (default Q4_1)")
+    ap.add_argument("--layers", type=int, default=0, help="fewer layers than the shape's")
+    ap.add_argument("--window", type=int, default=0,
+                    help="a smaller sliding window than the shape's (gemma3), so short tests reach it")
+    ap.add_argument("--tokenizer-from", metavar="GGUF",
+                    help="copy the tokenizer.* keys of this file (its vocabulary padded to the "
+                         "shape's with [PAD] tokens when smaller), so the file can be served")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("out")
+    a = ap.parse_args()
+    write(a.out, a.shape, a.type, a.layers, a.window, a.tokenizer_from, a.seed)
+    layers = a.layers or SHAPES[a.shape]["layers"]
     print(f"random_gguf: {a.out}: {a.shape}, {layers} layers, {a.type}, seed {a.seed}")
 
 
