@@ -92,10 +92,12 @@ typedef struct amx_type {
 #define AMX_SPAN 32   /* token chunks per pass over a window: 256 tokens */
 
 /* Scratch of one call: a ring of 4 blocks' C results (each half's), the
- * decoded window, and the accumulators that wait between windows. */
+ * decoded window (codes, and the extended layout's scales as float32),
+ * and the accumulators that wait between windows. */
 typedef struct amx_scratch {
     _Alignas(64) int32_t c[4][2][16][16];
     _Alignas(64) uint8_t ub[AMX_KC][512];
+    _Alignas(64) float xs[AMX_KC][4][16]; /* the extended layout's dw0, dw1, cw0, cw1 */
     _Alignas(64) float spill[AMX_SPAN][2][8][16];
 } amx_scratch;
 
@@ -183,8 +185,8 @@ static inline __m512i amx_sums(const int32_t *c, int i) {
 /* The float steps of the VNNI kernel (mm_r16_vnni, r16x_vnni_rows) for
  * block column k of the group at base, NT tokens from t0, from ring slot c. */
 static inline __attribute__((always_inline)) void
-amx_finish(const amx_type ty, const uint8_t *base, int32_t (*c)[16][16], const zi_q8_act *a, int t0,
-           int NT, int64_t k, __m512 *acc, __m512 *offv) {
+amx_finish(const amx_type ty, const uint8_t *base, int32_t (*c)[16][16], const float (*xs)[16],
+           const zi_q8_act *a, int t0, int NT, int64_t k, __m512 *acc, __m512 *offv) {
     const int64_t nb = a->nb;
     const uint8_t *G = base + (size_t)k * amx_group_bytes(ty);
     if (ty.kind != AMX_X) {
@@ -202,9 +204,9 @@ amx_finish(const amx_type ty, const uint8_t *base, int32_t (*c)[16][16], const z
         }
         return;
     }
-    __m512 dw0, dw1, cw0, cw1;
-    r16x_col_scales(ty.planes, ty.halves, ty.cws, ty.sub, ty.zp, base, amx_group_bytes(ty), nb, k,
-                    &dw0, &dw1, &cw0, &cw1);
+    /* The column's scales, made once for the window (amx_rows). */
+    const __m512 dw0 = _mm512_load_ps(xs[0]), dw1 = _mm512_load_ps(xs[1]);
+    const __m512 cw0 = _mm512_load_ps(xs[2]), cw1 = _mm512_load_ps(xs[3]);
 #pragma GCC unroll 8 /* accumulators in registers, not on the stack */
     for (int i = 0; i < NT; i++) {
         const int64_t t = t0 + i;
@@ -252,7 +254,7 @@ amx_window(const amx_type ty, const uint8_t *base, const uint8_t *ub, const zi_q
     while (next < k1 && next < k0 + ZI_AMX_AHEAD) AMX_TDP_NEXT();
     for (int64_t k = k0; k < k1; k++) {
         if (next == k + 1) AMX_STORE(k); /* the window's last block */
-        amx_finish(ty, base, sc->c[k & 3], a, t0, NT, k, acc, offv);
+        amx_finish(ty, base, sc->c[k & 3], sc->xs[k - k0], a, t0, NT, k, acc, offv);
         if (next < k1) AMX_TDP_NEXT();
     }
 #undef AMX_TDP_NEXT
@@ -321,6 +323,12 @@ amx_rows(const amx_type ty, const uint8_t *w, size_t row_bytes, int64_t r0, int6
                         for (size_t o = 0; o < gb; o += 64)
                             _mm_prefetch((const char *)(G + 8 * gb + o), _MM_HINT_T0);
                         amx_decode(ty, G, sc.ub[k - k0]);
+                        if (ty.kind == AMX_X) {
+                            __m512 v[4];
+                            r16x_col_scales(ty.planes, ty.halves, ty.cws, ty.sub, ty.zp, base, gb,
+                                            nb, k, &v[0], &v[1], &v[2], &v[3]);
+                            for (int j = 0; j < 4; j++) _mm512_store_ps(sc.xs[k - k0][j], v[j]);
+                        }
                     }
                     decoded = k0;
                 }
