@@ -127,6 +127,9 @@ static inline __attribute__((always_inline)) void r16x_decode512(const int plane
         }
 }
 
+/* Block columns whose scales r16x_vnni_rows keeps for a batch (64 KiB). */
+#define R16X_XS_COLS 256
+
 /* Rows [r0, r1) (multiples of 16) of one type in the extended layout; the
  * format's fields are constants once inlined into r16x_vnni. */
 static inline __attribute__((always_inline)) void
@@ -136,8 +139,18 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
     const int64_t nb = a->nb;
     const size_t es = sub ? 1 : 2; /* bytes of a scale */
     const size_t gb = 256 + 64 * (size_t)planes + 16 * es * (size_t)(1 + halves) * (size_t)(1 + cws);
+    /* With more than one pass of 4 tokens over a group, its columns' scales
+     * are made once (the sub-scale types' are products) and kept here. */
+    _Alignas(64) float xs[R16X_XS_COLS][4][16];
+    const int pre = sub && n_tokens > 4 && nb <= R16X_XS_COLS;
     for (int64_t R = r0 / 16; R < r1 / 16; R++) {
         const uint8_t *base = w + (size_t)R * 16 * row_bytes;
+        for (int64_t k = 0; pre && k < nb; k++) {
+            __m512 v[4];
+            r16x_col_scales(planes, halves, cws, sub, zp, base, gb, nb, k, &v[0], &v[1], &v[2],
+                            &v[3]);
+            for (int j = 0; j < 4; j++) _mm512_store_ps(xs[k][j], v[j]);
+        }
         for (int t0 = 0; t0 < n_tokens; t0 += 4) {
             const int nt = n_tokens - t0 < 4 ? n_tokens - t0 : 4;
             __m512 acc[4], offv[4];
@@ -149,8 +162,13 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
                 __m512i c[8];
                 r16x_decode512(planes, lut, G, c);
                 __m512 dw0, dw1, cw0, cw1;
-                r16x_col_scales(planes, halves, cws, sub, zp, base, gb, nb, k, &dw0, &dw1, &cw0,
-                                &cw1);
+                if (pre) {
+                    dw0 = _mm512_load_ps(xs[k][0]), dw1 = _mm512_load_ps(xs[k][1]);
+                    cw0 = _mm512_load_ps(xs[k][2]), cw1 = _mm512_load_ps(xs[k][3]);
+                } else {
+                    r16x_col_scales(planes, halves, cws, sub, zp, base, gb, nb, k, &dw0, &dw1,
+                                    &cw0, &cw1);
+                }
                 for (int i = 0; i < nt; i++) {
                     const int64_t t = t0 + i;
                     const int8_t *q1 = a->q + t * nb * 2 * ZI_QK + k * ZI_QK;
