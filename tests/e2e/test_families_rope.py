@@ -31,6 +31,7 @@ from conftest import ids_arg, last_json, report
 from gguf_files import kquant_bytes, tokenizer_rows, write_gguf
 
 import numpy_llama
+import random_gguf
 
 # Under the sanitizers (ZINFER_SANITIZED=1) only phi3's comparison at its
 # short context and the error cases run; the rest, mostly Python
@@ -55,21 +56,11 @@ def vocab_keys(name):
     return tokenizer_rows(VOCABS / f"ggml-vocab-{name}.gguf")
 
 
-def llama3_factors(base, dim, factor=8.0, low=1.0, high=4.0, orig=64):
+def llama3_factors(base, dim):
     """Llama 3.1's per-pair divisors (its rope_scaling "llama3" as the
     converter writes rope_freqs), for a small original context so that
     the short test prompts see them."""
-    out = []
-    for i in range(0, dim, 2):
-        wavelen = 2 * math.pi * base ** (i / dim)
-        if wavelen < orig / high:
-            out.append(1.0)
-        elif wavelen > orig / low:
-            out.append(factor)
-        else:
-            smooth = (orig / wavelen - low) / (high - low)
-            out.append(1.0 / ((1 - smooth) / factor + smooth))
-    return np.array(out, np.float32)
+    return random_gguf.llama3_rope_factors(base, dim, 8.0, 1.0, 4.0, 64)
 
 
 def q8(a):
