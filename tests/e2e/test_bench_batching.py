@@ -5,13 +5,17 @@ here is that it runs the real binary with the real model, alternates its
 rounds, and reports each stream count against one stream: a table row per
 activation precision (--act-bits 16,8) and stream count, one stream at
 exactly 1.00x, and 4 streams decoding more tokens per second in all than
-one (a loop that ran the sequences one after another would give about 1x).
+one (a loop that ran the sequences one after another would give about 1x;
+in a release build only).
 """
+import os
 import re
 import subprocess
 import sys
 
 from conftest import REPO
+
+SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"
 
 
 def test_bench_batching_table(zinfer_bin, model_path, tmp_path):
@@ -30,7 +34,11 @@ def test_bench_batching_table(zinfer_bin, model_path, tmp_path):
     for bits in (8, 16):
         assert rows[bits, 1].group(6) == "1.00"
         assert len(rows[bits, 4].group(4).split(", ")) == 2  # one step time per round
-        assert float(rows[bits, 4].group(6)) > 1.3, res.stdout
+        # Not under the sanitizers: AddressSanitizer checks each AMX tile
+        # load's whole strided region (16 rows x a row of activations), so
+        # there 4 streams on the tiles run slower than 1 on VNNI.
+        if not SANITIZED:
+            assert float(rows[bits, 4].group(6)) > 1.3, res.stdout
     text = out_md.read_text()
     assert "scripts/bench-batching" in text and "| 8-bit | 4 |" in text, text
 
