@@ -6,8 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "repack.h"
-#include "repack_x.h"
+#include "cpu_backend.h"
 
 void zi_mem_model_of(const zi_model *m, int max_batch_tokens, int max_logit_rows,
                      zi_mem_model *out) {
@@ -17,18 +16,12 @@ void zi_mem_model_of(const zi_model *m, int max_batch_tokens, int max_logit_rows
         zi_model_config_work_bytes(zi_model_get_config(m), max_batch_tokens, max_logit_rows);
 }
 
-/* The bytes backend be holds for tensor t once loaded. The CPU backend
- * repacks every quantized matrix of a multiple of 16 rows into its 16-row
- * layouts (kernels/cpu/cpu_backend.c, cpu_weight_init, whose sizes these
- * are): Q4_0, Q4_1 and Q8_0 at the file's size, the other types in the
- * extended layout (zi_r16x_row_bytes a row, a little more than the
- * file's); anything else is held at the file's size. */
+/* The bytes backend be holds for tensor t once loaded: the CPU backend's
+ * repacked layout where it repacks a matrix (its own decision), anything
+ * else at the file's size. */
 static uint64_t held_bytes(const zi_backend *be, const zi_gguf_tensor *t) {
-    if (strcmp(be->ops->name, "cpu") || t->n_dims != 2 || t->ne[1] % ZI_R16 || t->ne[0] % ZI_QK ||
-        zi_r16_group_bytes((int)t->type))
-        return t->nbytes;
-    uint64_t row = zi_r16x_row_bytes((int)t->type, t->ne[0] / ZI_QK);
-    return row ? row * (uint64_t)t->ne[1] : t->nbytes;
+    if (strcmp(be->ops->name, "cpu") || t->n_dims != 2) return t->nbytes;
+    return zi_cpu_backend_held_bytes(be, (int)t->type, t->ne[1], t->ne[0], t->nbytes);
 }
 
 int zi_mem_model_of_file(const zi_gguf *g, const zi_backend *be, int max_batch_tokens,

@@ -136,22 +136,39 @@ static void repack_worker(void *p, int ith, int nth) {
                        nb, w->row_bytes);
 }
 
+/* The layout the backend keeps a rows x cols matrix of `type` in: 0 the
+ * file's, 1 the 16-row layout (repack.h), 2 the extended one (repack_x.h).
+ * Quantized matrices with a multiple of 16 rows are repacked, a copy made
+ * once at load (the model then lets the file's pages go:
+ * zi_gguf_drop_pages): Q4_0, Q4_1 and Q8_0 into the 16-row layout (same
+ * size), the other quantized types into its extended layout (a little
+ * larger than the file), where the table has 16-row kernels. */
+static int weight_layout(const cpu_backend *c, int type, int64_t rows, int64_t cols) {
+    if (!c->k->mm_r16 || rows % ZI_R16 || cols % ZI_QK) return 0;
+    return zi_r16_group_bytes(type) ? 1 : zi_r16x_row_bytes(type, cols / ZI_QK) ? 2 : 0;
+}
+
+/* Bytes of the matrix in `layout`; file_bytes in the file's. */
+static uint64_t layout_bytes(int layout, int type, int64_t rows, int64_t cols,
+                             uint64_t file_bytes) {
+    return layout == 2 ? (uint64_t)zi_r16x_row_bytes(type, cols / ZI_QK) * (uint64_t)rows
+                       : file_bytes;
+}
+
+uint64_t zi_cpu_backend_held_bytes(const zi_backend *be, int type, int64_t rows, int64_t cols,
+                                   uint64_t file_bytes) {
+    const cpu_backend *c = (const cpu_backend *)be;
+    return layout_bytes(weight_layout(c, type, rows, cols), type, rows, cols, file_bytes);
+}
+
 static int cpu_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err) {
     cpu_backend *c = cb(be);
     int rc = zi_weight_describe(t, w, err);
     if (rc) return rc;
-    /* Quantized matrices with a multiple of 16 rows are repacked, a copy
-     * made once at load (the model then lets the file's pages go:
-     * zi_gguf_drop_pages): Q4_0, Q4_1 and Q8_0 into the 16-row layout
-     * (repack.h, same size), the other quantized types into its extended
-     * layout (repack_x.h, a little larger than the file). */
-    int64_t nb = w->cols / ZI_QK;
-    int layout = 0;
-    if (c->k->mm_r16 && w->rows % ZI_R16 == 0)
-        layout = zi_r16_group_bytes(w->type) ? 1 : zi_r16x_row_bytes(w->type, nb) ? 2 : 0;
+    const int layout = weight_layout(c, w->type, w->rows, w->cols);
     if (layout) {
-        size_t bytes = layout == 1 ? w->row_bytes * (size_t)w->rows
-                                   : zi_r16x_row_bytes(w->type, nb) * (size_t)w->rows;
+        size_t bytes = (size_t)layout_bytes(layout, w->type, w->rows, w->cols,
+                                            (uint64_t)w->row_bytes * (uint64_t)w->rows);
         void *dst = NULL;
         if (posix_memalign(&dst, 64, bytes ? bytes : 64) != 0)
             return zi_error_set(err, ZI_ENOMEM, "out of memory repacking tensor '%.*s'",

@@ -9,6 +9,8 @@
 #ifndef ZI_CPU_BACKEND_H
 #define ZI_CPU_BACKEND_H
 
+#include <stdint.h>
+
 #include "backend.h"
 
 typedef struct zi_cpu_options {
@@ -28,5 +30,12 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
 const char *zi_cpu_backend_isa(const zi_backend *be);
 int zi_cpu_backend_threads(const zi_backend *be);
 int zi_cpu_backend_act_bits(const zi_backend *be);
+
+/* Bytes a CPU backend `be` holds for a rows x cols matrix of GGUF `type`
+ * (file_bytes in the file) once weight_init has it: its repacked layout's
+ * size where it repacks that matrix, else the file's. The same decision
+ * as weight_init's, for sizing a model from its file's header. */
+uint64_t zi_cpu_backend_held_bytes(const zi_backend *be, int type, int64_t rows, int64_t cols,
+                                   uint64_t file_bytes);
 
 #endif
