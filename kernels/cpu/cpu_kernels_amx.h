@@ -102,9 +102,8 @@ typedef struct amx_scratch {
 } amx_scratch;
 
 static inline size_t amx_group_bytes(const amx_type ty) {
-    if (ty.kind != AMX_X) return 16 * block_bytes(ty.kind);
-    const size_t es = ty.sub ? 1 : 2;
-    return 256 + 64 * (size_t)ty.planes + 16 * es * (size_t)(1 + ty.halves) * (size_t)(1 + ty.cws);
+    return ty.kind != AMX_X ? 16 * block_bytes(ty.kind)
+                            : r16x_col_bytes(ty.planes, ty.halves, ty.cws, ty.sub);
 }
 
 /* The codes of block column G as B-tile bytes at d (Q8_0's need none: the
@@ -229,17 +228,17 @@ amx_finish(const amx_type ty, const uint8_t *base, int32_t (*c)[16][16], const f
 }
 
 /* Block columns [k0, k1) of group `base` for tokens t0..t0+NT-1 (NT <= 8),
- * onto their accumulators; ub holds the window's decoded columns (unused
- * for Q8_0). */
+ * onto their accumulators; sc->ub holds the window's decoded columns
+ * (unused for Q8_0). */
 static inline __attribute__((always_inline)) ZI_AMX_FN void
-amx_window(const amx_type ty, const uint8_t *base, const uint8_t *ub, const zi_q8_act *a, int t0,
-           int NT, int64_t k0, int64_t k1, __m512 *acc, __m512 *offv, amx_scratch *sc) {
+amx_window(const amx_type ty, const uint8_t *base, const zi_q8_act *a, int t0, int NT, int64_t k0,
+           int64_t k1, __m512 *acc, __m512 *offv, amx_scratch *sc) {
     const int64_t nb = a->nb;
     const size_t gb = amx_group_bytes(ty);
     const size_t astride = (size_t)nb * ZI_QK; /* q1 t, q2 t, q1 t+1, ... */
     const int8_t *qa = a->q + (size_t)t0 * nb * 2 * ZI_QK;
 #define AMX_B(kk)                                                                                  \
-    (ty.kind == KQ8_0 ? base + (size_t)(kk) * gb : ub + (size_t)((kk) - k0) * 512)
+    (ty.kind == KQ8_0 ? base + (size_t)(kk) * gb : sc->ub[(kk) - k0])
 #define AMX_STORE(kk) amx_store(ty, (int)((kk) & 1), sc->c[(kk) & 3])
     /* Block j's products go ZI_AMX_AHEAD blocks before its float steps, its
      * store right after block j + 1's products (or, for the window's last
@@ -265,15 +264,15 @@ amx_window(const amx_type ty, const uint8_t *base, const uint8_t *ub, const zi_q
 /* One token chunk's pass over a window, its accumulators from (or to) the
  * spill slot s unless the window is the row's first (last). */
 static inline __attribute__((always_inline)) ZI_AMX_FN void
-amx_chunk(const amx_type ty, const uint8_t *base, const uint8_t *ub, const zi_q8_act *a, int t0,
-          int NT, int64_t k0, int64_t k1, float (*s)[8][16], float *y, int64_t ldy, int64_t row0,
+amx_chunk(const amx_type ty, const uint8_t *base, const zi_q8_act *a, int t0, int NT, int64_t k0,
+          int64_t k1, float (*s)[8][16], float *y, int64_t ldy, int64_t row0,
           amx_scratch *sc) {
     __m512 acc[8], offv[8];
     for (int i = 0; i < NT; i++) {
         acc[i] = k0 ? _mm512_load_ps(s[0][i]) : _mm512_setzero_ps();
         offv[i] = k0 ? _mm512_load_ps(s[1][i]) : _mm512_setzero_ps();
     }
-    amx_window(ty, base, ub, a, t0, NT, k0, k1, acc, offv, sc);
+    amx_window(ty, base, a, t0, NT, k0, k1, acc, offv, sc);
     for (int i = 0; i < NT; i++) {
         if (k1 < a->nb) {
             _mm512_store_ps(s[0][i], acc[i]);
@@ -336,7 +335,7 @@ amx_rows(const amx_type ty, const uint8_t *w, size_t row_bytes, int64_t r0, int6
                     const int t0 = c == chunks - 1 ? n_tokens - NT : c * NT;
                     float(*s)[8][16] = sc.spill[c - c0];
 #define AMX_CHUNK(N)                                                                               \
-    amx_chunk(ty, base, sc.ub[0], a, t0, N, k0, k1, s, y, ldy, R * 16, &sc)
+    amx_chunk(ty, base, a, t0, N, k0, k1, s, y, ldy, R * 16, &sc)
                     switch (NT) { /* constant token counts: accumulators stay in registers */
                     case 1: AMX_CHUNK(1); break;
                     case 2: AMX_CHUNK(2); break;

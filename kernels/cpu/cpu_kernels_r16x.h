@@ -32,6 +32,17 @@
 #if defined(__AVX2__)
 #include "repack_x.h"
 
+/* zi_r16x_format_bytes and _super_bytes of a format given by its fields
+ * (constants in the kernels' per-type copies). */
+static inline size_t r16x_col_bytes(int planes, int halves, int cws, int sub) {
+    const zi_r16x_format f = {planes, 0, halves, cws, sub, 0.0f};
+    return zi_r16x_format_bytes(&f);
+}
+static inline size_t r16x_super_bytes(int cws, int sub) {
+    const zi_r16x_format f = {0, 0, 0, cws, sub, 0.0f};
+    return zi_r16x_format_super_bytes(&f);
+}
+
 /* sum_{e < 16} (256*q1[e] + q2[e]) of one half block, exactly. */
 static inline int32_t r16x_half_sum(const int8_t *q1, const int8_t *q2) {
     const __m128i flip = _mm_set1_epi8((char)0x80), z = _mm_setzero_si128();
@@ -78,7 +89,7 @@ r16x_col_scales(const int planes, const int halves, const int cws, const int sub
     const uint8_t *sc = base + (size_t)k * gb + 256 + 64 * planes;
     const size_t nh = 1 + (size_t)halves;
     if (sub) {
-        const uint8_t *sup = base + (size_t)nb * gb + (size_t)(k / 8) * 32 * (1 + (size_t)cws);
+        const uint8_t *sup = base + (size_t)nb * gb + (size_t)(k / 8) * r16x_super_bytes(cws, sub);
         const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sup));
         *dw0 = _mm512_mul_ps(d, r16x_i8x16(sc));
         *dw1 = halves ? _mm512_mul_ps(d, r16x_i8x16(sc + 16)) : *dw0;
@@ -137,8 +148,7 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
                const int sub, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     const int64_t nb = a->nb;
-    const size_t es = sub ? 1 : 2; /* bytes of a scale */
-    const size_t gb = 256 + 64 * (size_t)planes + 16 * es * (size_t)(1 + halves) * (size_t)(1 + cws);
+    const size_t gb = r16x_col_bytes(planes, halves, cws, sub);
     /* With more than one pass of 4 tokens over a group, its columns' scales
      * are made once (the sub-scale types' are products) and kept here. */
     _Alignas(64) float xs[R16X_XS_COLS][4][16];
@@ -289,8 +299,7 @@ r16x_avx2_rows(const int res, const int planes, const int lut, const int halves,
     (void)res; /* the int16 activation holds a zero q2 anyway */
     enum { KC = ZI_R16_CODE_BYTES / 1024 }; /* columns per decoded chunk */
     const int64_t nb = a->nb;
-    const size_t es = sub ? 1 : 2; /* bytes of a scale */
-    const size_t gb = 256 + 64 * (size_t)planes + 16 * es * (size_t)(1 + halves) * (size_t)(1 + cws);
+    const size_t gb = r16x_col_bytes(planes, halves, cws, sub);
     _Alignas(32) uint8_t u8[512];
     _Alignas(32) uint8_t code[KC][1024];
     _Alignas(32) float sc[KC][4][16];           /* per column: dw0, dw1, cw0, cw1 of the 16 rows */
@@ -310,8 +319,8 @@ r16x_avx2_rows(const int res, const int planes, const int lut, const int halves,
                     r16x_decode_avx2(planes, lut, G, u8);
                     r16_widen_u8(u8, code[k]);
                     const uint8_t *s = G + 256 + 64 * planes;
-                    const uint8_t *sup = base + (size_t)nb * gb +
-                                         (size_t)((k0 + k) / 8) * 32 * (1 + (size_t)cws);
+                    const uint8_t *sup =
+                        base + (size_t)nb * gb + (size_t)((k0 + k) / 8) * r16x_super_bytes(cws, sub);
                     for (int i = 0; i < 16; i++) {
                         const float d0 = r16x_scale(s, i, sub, sup);
                         const float d1 = halves ? r16x_scale(s, 16 + i, sub, sup) : d0;
