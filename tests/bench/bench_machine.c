@@ -123,33 +123,24 @@ __attribute__((target("amx-tile"))) static void amx_setup(void) {
     _tile_zero(3);
 }
 
-__attribute__((target("amx-tile,amx-int8"))) static uint64_t amx_int8_loop(long iters) {
-    amx_setup();
-    for (long k = 0; k < iters; k++) {
-        _tile_dpbssd(0, 4, 6);
-        _tile_dpbssd(1, 4, 7);
-        _tile_dpbssd(2, 5, 6);
-        _tile_dpbssd(3, 5, 7);
+/* iters x four independent tile products DP (C 0-3 from A 4-5, B 6-7),
+ * then tile 0's first value, as a result the compiler must keep. */
+#define AMX_LOOP(NAME, TARGET, DP, CT)                                                             \
+    __attribute__((target(TARGET))) static uint64_t NAME(long iters) {                             \
+        amx_setup();                                                                               \
+        for (long k = 0; k < iters; k++) {                                                         \
+            DP(0, 4, 6);                                                                           \
+            DP(1, 4, 7);                                                                           \
+            DP(2, 5, 6);                                                                           \
+            DP(3, 5, 7);                                                                           \
+        }                                                                                          \
+        _Alignas(64) CT c[16][16];                                                                 \
+        _tile_stored(0, c, 64);                                                                    \
+        _tile_release();                                                                           \
+        return (uint64_t)c[0][0];                                                                  \
     }
-    _Alignas(64) int32_t c[16][16];
-    _tile_stored(0, c, 64);
-    _tile_release();
-    return (uint64_t)c[0][0];
-}
-
-__attribute__((target("amx-tile,amx-bf16"))) static uint64_t amx_bf16_loop(long iters) {
-    amx_setup();
-    for (long k = 0; k < iters; k++) {
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
-    _Alignas(64) float c[16][16];
-    _tile_stored(0, c, 64);
-    _tile_release();
-    return (uint64_t)c[0][0];
-}
+AMX_LOOP(amx_int8_loop, "amx-tile,amx-int8", _tile_dpbssd, int32_t)
+AMX_LOOP(amx_bf16_loop, "amx-tile,amx-bf16", _tile_dpbf16ps, float)
 #endif
 
 /* Sums n 64-bit words at p (n a multiple of 32) in 512-bit vectors. */
