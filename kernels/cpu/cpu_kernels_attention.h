@@ -327,7 +327,8 @@ attend16(const float *q, size_t qs, int G, int B, const zi_kv_head *kv, int n, i
                                   _mm512_mul_ps(_mm512_mul_ps(hsum16(acc), ksv), vscale));
         }
     }
-    int nrow[64]; /* R <= 64, checked by attend_block's callers */
+    assert(R <= 64); /* attend_block's contract (the backend passes at most 32) */
+    int nrow[64];
     float *orow[64];
     for (int r = 0; r < R; r++) {
         nrow[r] = n + r / G;

@@ -12,6 +12,7 @@
  *            table's flags always give it), and tree16 with its ops
  *            (op_add_ps, op_max_ps, op_add_epi32).
  */
+#include <assert.h>
 #include <math.h>
 
 #include "cpu_kernels.h"
