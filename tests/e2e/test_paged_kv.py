@@ -12,9 +12,13 @@ prefix-aware routing, over real sockets with the real model.
    in its log and in `health`). Under the sanitizers (ZINFER_SANITIZED=1),
    where a token costs ~6x as much, the same test at half the size: a
    1,024-token cache and 8 requests of 300 + 32 tokens.
- * While a 2,000-token prompt is prefilled, running streams keep their pace
-   (inter-token latency within 3x of the usual). A timing test: not run
-   under the sanitizers, whose cost it would measure.
+ * While a 2,000-token prompt is prefilled, running streams keep flowing:
+   their median inter-token latency stays within 12x of their own usual one,
+   measured in the same run just before. The adaptive chunk aims at ~2x
+   (measured 2.2x quiet, ~6x on a busy or just-started server); a chunk of
+   the whole step budget (--prefill-chunk 256), which this guards against,
+   measured 49x. A timing test: not run under the sanitizers, whose cost it
+   would measure.
  * With two workers, a request goes to the worker holding its prefix even
    when load alone would send it to the other (and gets its first token 3x
    sooner for it; without the affinity this test fails). Release build
@@ -203,7 +207,10 @@ def test_long_prefill_keeps_streams_flowing(zinfer_bin, model_path, tmp_path, co
     print(f"inter-token latency: usual {usual * 1e3:.1f} ms, during a 2,000-token prefill "
           f"{busy * 1e3:.1f} ms median, {p90 * 1e3:.1f} ms p90 "
           f"(prefill took {t_first - t_submit:.2f} s)")
-    assert busy <= 3 * usual
+    # Streams were served all through the prefill, not after it...
+    assert max(during) < (t_first - t_submit) / 3, (max(during), t_first - t_submit)
+    # ...at a pace near their own (the margin: docs/testing.md, Timing).
+    assert busy <= 12 * usual, (busy, usual)
 
 
 @pytest.mark.skipif(os.environ.get("ZINFER_SANITIZED") == "1",
