@@ -2,7 +2,7 @@
  * chat_template_cmd.h - `zinfer chat-template`: renders a Jinja chat
  * template file (or a model's tokenizer.chat_template) with messages,
  * tools and variables given as JSON, with the engine the tokenizer process
- * uses (tokenizer_proc/chat_template.h). For people checking a template
+ * uses (chat_template/chat_template.h). For people checking a template
  * and for the tests that compare the engine with jinja2
  * (tests/e2e/test_template_corpus.py). `zinfer chat-template --help`
  * documents the request and the output.

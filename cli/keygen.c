@@ -1,6 +1,6 @@
 /*
  * keygen.c - `zinfer keygen`: a new ZeroMQ CURVE key pair in two files
- * (keygen.h; the file format is common/curve.h's).
+ * (keygen.h; the file format is protocol/curve.h's).
  */
 #include "keygen.h"
 

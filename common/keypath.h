@@ -2,8 +2,8 @@
  * keypath.h - the place in a nested value that an error message names,
  * e.g. "tools[0].function.name": pushed as a walk goes down a tree and
  * popped as it comes back up. Used where client data is checked field by
- * field (common/codec_fields.c, tokenizer_proc/chat_vars.c,
- * tokenizer_proc/chat_template.c).
+ * field (protocol/codec_fields.c, chat_template/chat_vars.c,
+ * chat_template/chat_template.c).
  *
  * The text is always NUL-terminated; one that would not fit is cut short
  * and ends in "...", so a message stays readable whatever the input.

@@ -6,7 +6,7 @@
  * no stray continuation bytes and no sequence cut short. The message codec
  * checks every string a peer sends with it, the router checks request ids
  * and cleans error text with it, and the chat template checks its inputs
- * with it. (The tokenizer's own decoder in tokenizer_proc/unicode.h is
+ * with it. (The tokenizer's own decoder in common/unicode.h is
  * lenient on purpose, as llama.cpp is, and is not this one.)
  */
 #ifndef ZI_UTF8_H

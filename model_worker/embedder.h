@@ -16,7 +16,7 @@
  *   cls   the first token's;
  *   last  the last token's.
  *
- * (zi_pooling, common/embeddings.h: llama.cpp's values). With normalize each
+ * (zi_pooling, protocol/embeddings.h: llama.cpp's values). With normalize each
  * vector (each token's, for none) is scaled to unit L2 norm (a zero vector
  * stays zero), as llama-cpp-python's embed(normalize=True).
  */

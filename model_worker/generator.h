@@ -164,8 +164,8 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx);
  * end-of-sequence. v (NULL: none) must outlive the generator and have the
  * model's vocabulary size (ZI_EINVAL otherwise).
  */
-typedef struct zi_json_vocab zi_json_vocab;
-int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_error *err);
+typedef struct zi_grammar_vocab zi_grammar_vocab;
+int zi_generator_set_grammar_vocab(zi_generator *g, const zi_grammar_vocab *v, zi_error *err);
 bool zi_generator_has_json(const zi_generator *g);
 /* Compiles context c's constraint (json_schema or grammar; none: ZI_OK)
  * into the cache, to refuse a bad one at admission: ZI_EUNSUPPORTED

@@ -56,7 +56,7 @@ static void mask_row(zi_generator *g, const zi_text_context *c, gseq *q, int64_t
         while (w < words && m[w] == 0) w++;
         if (w == words) q->js_bad = 1;
     }
-    if (q->js_bad) zi_json_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
+    if (q->js_bad) zi_grammar_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
 }
 
 int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_t *draft,
@@ -93,7 +93,7 @@ int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_
          * is cut. */
         for (size_t e = 0; e < c->eos_token_ids.n; e++)
             if (c->eos_token_ids.v[e] == t) {
-                zi_json_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, next);
+                zi_grammar_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, next);
                 kept++;
                 break;
             }
@@ -102,11 +102,11 @@ int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_
     return kept;
 }
 
-int zi_generator_set_json_vocab(zi_generator *g, const zi_json_vocab *v, zi_error *err) {
-    if (v && zi_json_vocab_size(v) != g->n_vocab)
+int zi_generator_set_grammar_vocab(zi_generator *g, const zi_grammar_vocab *v, zi_error *err) {
+    if (v && zi_grammar_vocab_size(v) != g->n_vocab)
         return zi_error_set(err, ZI_EINVAL,
                             "structured output: the tokenizer has %d tokens, the model %d",
-                            (int)zi_json_vocab_size(v), g->n_vocab);
+                            (int)zi_grammar_vocab_size(v), g->n_vocab);
     if (v && !g->grammars && zi_grammar_cache_create(&g->grammars, err)) return ZI_ENOMEM;
     g->json = v;
     return ZI_OK;

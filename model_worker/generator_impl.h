@@ -100,7 +100,7 @@ struct zi_generator {
     int32_t *spec_tok;    /* [n_slots][ZI_SPEC_MAX_DRAFT] the tokens after each draft */
     int32_t *forbid;      /* EOS ids masked by min_new_tokens */
     size_t forbid_cap;
-    const zi_json_vocab *json;  /* structured output (NULL: refused) */
+    const zi_grammar_vocab *json;  /* structured output (NULL: refused) */
     zi_grammar_cache *grammars; /* compiled constraints, by their text */
     int32_t *top_ids;           /* log-probability scratch */
     float *top_lps;

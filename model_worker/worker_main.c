@@ -22,7 +22,7 @@
  * that arrives anyway, or that the generator cannot run (bad sampling
  * parameters, too long for a slot), is answered with an "error" message for
  * that request alone, so one bad request never stops the batch. Messages are
- * described in docs/protocol.md and encoded and decoded by common/imsg.h.
+ * described in docs/protocol.md and encoded and decoded by protocol/imsg.h.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -349,16 +349,18 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
 
 /* The vocabulary as byte strings for structured output, read from the
  * model's own (already mapped) file, or NULL (logged). */
-static zi_json_vocab *load_json_vocab(worker *w, const zi_model *model) {
+static zi_grammar_vocab *load_grammar_vocab(worker *w, const zi_model *model) {
     zi_error err = {0};
     zi_tokenizer *tok = NULL;
-    zi_json_vocab *v = NULL;
+    zi_grammar_vocab *v = NULL;
     double t0 = (double)zi_now_ms();
-    if (zi_tokenizer_load(zi_model_gguf(model), &tok, &err) || zi_json_vocab_create(tok, &v, &err))
+    if (zi_tokenizer_load_vocab(zi_model_gguf(model), &tok, &err) ||
+        zi_grammar_vocab_create(zi_tokenizer_vocab_size(tok), zi_tokenizer_constraint_bytes, tok, &v,
+                                &err))
         zi_log(&w->log, ZI_LOG_WARN, "structured output off: %s", err.msg);
     else
         zi_log(&w->log, ZI_LOG_INFO, "structured output: %d tokens read in %.0f ms",
-               (int)zi_json_vocab_size(v), (double)zi_now_ms() - t0);
+               (int)zi_grammar_vocab_size(v), (double)zi_now_ms() - t0);
     zi_tokenizer_free(tok);
     return v;
 }
@@ -574,7 +576,7 @@ typedef struct wres {
     zi_backend *be;
     zi_model *model;
     zi_model *draft; /* --draft-model (NULL: none), on the same backend */
-    zi_json_vocab *jv;
+    zi_grammar_vocab *jv;
     uint64_t per_tok, kv_blocks;
     char kv_why[128];
     /* MemAvailable before the weights were loaded (0: unknown): what the
@@ -733,10 +735,10 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
     /* Structured output needs the tokens' bytes: the model file's
      * tokenizer, read once into a trie. Without one, such requests are
      * refused and everything else is served. */
-    r->jv = load_json_vocab(w, r->model);
-    if (r->jv && zi_generator_set_json_vocab(w->gen, r->jv, &err)) {
+    r->jv = load_grammar_vocab(w, r->model);
+    if (r->jv && zi_generator_set_grammar_vocab(w->gen, r->jv, &err)) {
         zi_log(&w->log, ZI_LOG_WARN, "structured output off: %s", err.msg);
-        zi_json_vocab_free(r->jv);
+        zi_grammar_vocab_free(r->jv);
         r->jv = NULL;
     }
     return 0;
@@ -903,7 +905,7 @@ int main(int argc, char **argv) {
     zmq_close(w.sock);
     zmq_ctx_term(zctx);
     zi_generator_free(w.gen);
-    zi_json_vocab_free(r.jv);
+    zi_grammar_vocab_free(r.jv);
     free(w.live);
     zi_model_free(r.draft);
     free(w.jobs);

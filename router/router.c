@@ -27,7 +27,7 @@
  * ids already decoded.
  *
  * Every message, to a backend or to a client, is encoded and decoded by
- * common/imsg.h.
+ * protocol/imsg.h.
  *
  * With --curve-secret both sockets can be CURVE servers: the backend one
  * always (only --backend-keys may connect), the client one when

@@ -404,7 +404,12 @@ static void set_strip_attrs(zi_tokenizer *t, const zi_gguf *g) {
     }
 }
 
-int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
+int zi_tokenizer_load_vocab(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
+    return tok_load(g, NULL, out, err);
+}
+
+int tok_load(const zi_gguf *g, const tok_pretok_ops *pretok_ops, zi_tokenizer **out,
+             zi_error *err) {
     *out = NULL;
     zi_str model, pre = {"", 0};
     int rc = zi_gguf_get_str(g, "tokenizer.ggml.model", &model, err);
@@ -429,12 +434,12 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
                             shown);
     }
     int kind = 0;
-    if (mk == TOK_MODEL_BPE) { /* llama.cpp ignores the key for SPM */
+    if (mk == TOK_MODEL_BPE && pretok_ops) { /* llama.cpp ignores the key for SPM */
         if (zi_gguf_find_kv(g, "tokenizer.ggml.pre")) {
             rc = zi_gguf_get_str(g, "tokenizer.ggml.pre", &pre, err);
             if (rc) return rc;
         }
-        kind = tok_pretok_lookup(pre);
+        kind = pretok_ops->lookup(pre);
         if (kind < 0) {
             char shown[80]; /* printable, one line (as for the model above) */
             zi_printable(shown, sizeof shown, pre.ptr, pre.len);
@@ -447,7 +452,8 @@ int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
     zi_tokenizer *t = calloc(1, sizeof *t);
     if (!t) return zi_error_set(err, ZI_ENOMEM, "out of memory for the tokenizer");
     t->model = mk;
-    if (mk == TOK_MODEL_BPE && (rc = tok_pretok_init(t, pre, err))) goto fail;
+    t->pretok_ops = pretok_ops;
+    if (mk == TOK_MODEL_BPE && pretok_ops && (rc = pretok_ops->init(t, pre, err))) goto fail;
 
     if ((rc = load_vocab(t, g, err))) goto fail;
     if ((rc = mk == TOK_MODEL_SPM   ? tok_spm_load(t, g, err)
@@ -572,7 +578,7 @@ void zi_tokenizer_free(zi_tokenizer *t) {
     free(t->spm_heap);
     free(t->wpm_word);
     free(t->wpm_hash);
-    tok_pretok_free(t);
+    if (t->pretok_ops) t->pretok_ops->free(t);
     free(t);
 }
 

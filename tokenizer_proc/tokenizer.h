@@ -90,6 +90,13 @@ enum {
  * accepted, as llama.cpp accepts them (such a leftover symbol becomes
  * single-byte tokens). */
 int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err);
+/* The vocabulary half alone: every token's text, type, bytes and the
+ * special ids, as zi_tokenizer_load reads them, without the pre-tokenizer
+ * (tokenizer.ggml.pre is not read, no regex is compiled). Enough to decode
+ * and to give token bytes (the worker's structured output); encoding
+ * refuses (ZI_EINVAL). Built from the library zi_vocab, which links no
+ * regex engine. */
+int zi_tokenizer_load_vocab(const zi_gguf *g, zi_tokenizer **out, zi_error *err);
 void zi_tokenizer_free(zi_tokenizer *tok);
 
 int32_t zi_tokenizer_vocab_size(const zi_tokenizer *tok);
@@ -137,6 +144,12 @@ int zi_tokenizer_encode(zi_tokenizer *tok, const char *text, size_t len, int add
  */
 int zi_tokenizer_token_bytes(const zi_tokenizer *tok, int32_t id, int special, char *buf,
                              size_t cap);
+
+/* Token id's bytes as structured output matches them (the shape of
+ * zi_token_bytes_fn, structured/vocab_trie.h; ctx is the tokenizer): the
+ * token's bytes without special handling, and 0 for a control token, which
+ * no constraint allows. */
+int zi_tokenizer_constraint_bytes(const void *tok, int32_t id, char *buf, size_t cap);
 
 /* Decodes ids into one malloc'd NUL-terminated byte string (*out, *len):
  * the tokens' bytes, except that one leading space of the first token is

@@ -143,6 +143,13 @@ int zi_tokenizer_token_bytes(const zi_tokenizer *t, int32_t id, int special, cha
     return (int)n;
 }
 
+int zi_tokenizer_constraint_bytes(const void *tok, int32_t id, char *buf, size_t cap) {
+    const zi_tokenizer *t = tok;
+    if (zi_tokenizer_token_type(t, id) == ZI_TOKEN_CONTROL) return 0;
+    int n = zi_tokenizer_token_bytes(t, id, 0, buf, cap);
+    return n < 0 ? 0 : n;
+}
+
 int zi_tokenizer_decode(const zi_tokenizer *t, const int32_t *ids, size_t n, int special,
                         char **out, size_t *len, zi_error *err) {
     *out = NULL;

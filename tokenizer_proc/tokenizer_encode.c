@@ -166,10 +166,21 @@ static long partition(zi_tokenizer *t, const char *text, size_t len, int parse_s
     return (long)nf;
 }
 
+/* The pre-tokenizer a full load wires in (see tok_pretok_ops). */
+static const tok_pretok_ops k_pretok_ops = {tok_pretok_lookup, tok_pretok_init, tok_pretok_free};
+
+int zi_tokenizer_load(const zi_gguf *g, zi_tokenizer **out, zi_error *err) {
+    return tok_load(g, &k_pretok_ops, out, err);
+}
+
 int zi_tokenizer_encode(zi_tokenizer *t, const char *text, size_t len, int add_special,
                         int parse_special, int32_t **ids, size_t *n, zi_error *err) {
     *ids = NULL;
     *n = 0;
+    if (!t->pretok_ops)
+        return zi_error_set(err, ZI_EINVAL,
+                            "encode: this tokenizer was loaded for its vocabulary only "
+                            "(zi_tokenizer_load_vocab)");
     if (!text && len > 0) return zi_error_set(err, ZI_EINVAL, "encode: text is NULL");
     if (len > ((size_t)1 << 31))
         return zi_error_set(err, ZI_ERANGE, "encode: text of %zu bytes exceeds 2 GiB", len);

@@ -169,6 +169,7 @@ struct zi_tokenizer {
      * one leading space of the first token, for every model (llama.cpp). */
     int add_space_prefix;
     tok_model model;
+    const struct tok_pretok_ops *pretok_ops; /* NULL: loaded for the vocabulary only */
     tok_pretok_kind pretok;
     int ignore_merges;       /* a piece that is a token is that token (Llama 3) */
     struct tok_regex *regex; /* the regex list of a regex kind, else NULL */
@@ -231,6 +232,20 @@ int32_t tok_str_find_hashed(const zi_tokenizer *t, const char *s, size_t n, uint
 int tok_reserve_bytes(char **p, size_t *cap, size_t need);
 /* The byte a GPT-2-mapped codepoint stands for, or -1. */
 int tok_cp_to_byte(uint32_t cp);
+
+/* The pre-tokenizer as loading and freeing reach it, through pointers so
+ * that the vocabulary half (tokenizer.c, tokenizer_decode.c and the model
+ * loaders: library zi_vocab) links no regex engine. zi_tokenizer_load
+ * (tokenizer_encode.c) passes tok_pretok_lookup/init/free; a
+ * vocabulary-only load passes NULL and gets a tokenizer that cannot
+ * encode. */
+typedef struct tok_pretok_ops {
+    int (*lookup)(zi_str name);
+    int (*init)(zi_tokenizer *t, zi_str name, zi_error *err);
+    void (*free)(zi_tokenizer *t);
+} tok_pretok_ops;
+/* zi_tokenizer_load with the pre-tokenizer ops (NULL: vocabulary only). */
+int tok_load(const zi_gguf *g, const tok_pretok_ops *pretok, zi_tokenizer **out, zi_error *err);
 
 /* tokenizer_pretok.c */
 

@@ -23,7 +23,7 @@
  * The only state is the per-request decode state, so any number of these
  * processes can run; the router keeps each request on one of them.
  * Messages are described in docs/protocol.md and encoded and decoded by
- * common/imsg.h.
+ * protocol/imsg.h.
  */
 #include <errno.h>
 #include <stdio.h>

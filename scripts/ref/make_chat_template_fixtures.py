@@ -16,7 +16,7 @@ apply_chat_template(messages, tools=tools, **chat_template_options) passes
 them: `tools` (only when the list is not empty: zinfer leaves it undefined
 otherwise, as tools=None does) and one variable per option. The C test feeds
 each case to the renderer twice: as a zi_chat_value tree built from the JSON,
-and as msgpack through tokenizer_proc/chat_vars.h.
+and as msgpack through chat_template/chat_vars.h.
 
 smollm2.jinja is the default model's own template, read from its GGUF
 metadata (tokenizer.chat_template) when the model file is present; the other

@@ -54,9 +54,9 @@ static void print_str(const char *p) {
 /* Times the mask after each text of after[0..n) under schema sc (NULL:
  * json_object) and prints the JSON list of results; 1 when a text is not
  * a valid prefix. */
-static int time_states(const zi_json_vocab *v, const char *schema, const char *const *after,
+static int time_states(const zi_grammar_vocab *v, const char *schema, const char *const *after,
                        size_t n, int32_t eos, int32_t *mask) {
-    int32_t V = zi_json_vocab_size(v);
+    int32_t V = zi_grammar_vocab_size(v);
     zi_gbnf_buf b = {0};
     zi_grammar *gr = NULL;
     zi_error err = {0};
@@ -120,7 +120,7 @@ static char *read_all(const char *path, size_t *len) {
 }
 
 /* The --replay mode (see the top of the file). */
-static int replay(const zi_json_vocab *v, int32_t eos, const char *schema_path,
+static int replay(const zi_grammar_vocab *v, int32_t eos, const char *schema_path,
                   const char *ids_path) {
     size_t sn, in;
     char *schema = read_all(schema_path, &sn), *ids = read_all(ids_path, &in);
@@ -135,7 +135,7 @@ static int replay(const zi_json_vocab *v, int32_t eos, const char *schema_path,
         fprintf(stderr, "bench_json_constraint: %s\n", err.msg);
         return 1;
     }
-    int32_t V = zi_json_vocab_size(v);
+    int32_t V = zi_grammar_vocab_size(v);
     int32_t *mask = malloc(((size_t)V + 31) / 32 * sizeof *mask);
     size_t n = 0, cap = 1024;
     double *us = malloc(cap * sizeof *us), total = 0;
@@ -185,13 +185,14 @@ int main(int argc, char **argv) {
     zi_error err = {0};
     zi_gguf *g = NULL;
     zi_tokenizer *tok = NULL;
-    zi_json_vocab *v = NULL;
+    zi_grammar_vocab *v = NULL;
     if (zi_gguf_open(path, &g, &err) || zi_tokenizer_load(g, &tok, &err)) {
         fprintf(stderr, "bench_json_constraint: %s\n", err.msg);
         return 1;
     }
     double t0 = now_s();
-    if (zi_json_vocab_create(tok, &v, &err)) {
+    if (zi_grammar_vocab_create(zi_tokenizer_vocab_size(tok), zi_tokenizer_constraint_bytes, tok,
+                                &v, &err)) {
         fprintf(stderr, "bench_json_constraint: %s\n", err.msg);
         return 1;
     }
@@ -199,7 +200,7 @@ int main(int argc, char **argv) {
     int32_t V = zi_tokenizer_vocab_size(tok), eos = zi_tokenizer_eos(tok);
     if (schema_path) {
         int rc = replay(v, eos, schema_path, ids_path);
-        zi_json_vocab_free(v);
+        zi_grammar_vocab_free(v);
         zi_tokenizer_free(tok);
         zi_gguf_close(g);
         return rc;
@@ -234,7 +235,7 @@ int main(int argc, char **argv) {
     if (time_states(v, schema_text, under, sizeof under / sizeof under[0], eos, mask)) return 1;
     printf("}\n");
     free(mask);
-    zi_json_vocab_free(v);
+    zi_grammar_vocab_free(v);
     zi_tokenizer_free(tok);
     zi_gguf_close(g);
     return 0;

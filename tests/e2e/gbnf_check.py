@@ -1,7 +1,7 @@
 """An independent GBNF matcher for the e2e tests: parses llama.cpp's GBNF
 format (docs/structured_output.md, "The format") in Python and decides
 whether a whole text is a sentence of the grammar, so that outputs that
-zinfer's C matcher (model_worker/grammar.c) produced are checked by other
+zinfer's C matcher (structured/grammar.c) produced are checked by other
 code. Written from the format's rules, not from either implementation.
 
 match(grammar_text, text) -> bool. The matcher computes, for each grammar

@@ -1,6 +1,6 @@
 /*
  * fuzz_chat_template.c - libFuzzer entry point for the chat-template engine
- * (tokenizer_proc/chat_template.h).
+ * (chat_template/chat_template.h).
  *
  * The input is a template source. It is compiled and, when it compiles,
  * rendered twice with small limits: with plain {role, content} messages

@@ -1,6 +1,6 @@
 /*
  * fuzz_gbnf.c - libFuzzer entry point for the GBNF grammar parser and
- * compiler (model_worker/grammar.h, grammar_parse.c) alone: the input is
+ * compiler (structured/grammar.h, grammar_parse.c) alone: the input is
  * grammar text. A refused grammar leaves no grammar and a one-line
  * message "grammar: ..."; a compiled one is matched over a few bytes
  * (fuzz_grammar_probe.h) and freed. A broken promise calls

@@ -1,6 +1,6 @@
 /*
  * fuzz_imsg.c - libFuzzer entry point for the internal message decoders
- * (common/imsg.h): every zi_im_*_unpack, as the router, tokenizer and
+ * (protocol/imsg.h): every zi_im_*_unpack, as the router, tokenizer and
  * worker run them on a frame from a backend or the router.
  *
  * The input is one frame. It is parsed as the processes do

@@ -1,6 +1,6 @@
 /*
  * fuzz_regex.c - libFuzzer entry point for the regex translator
- * (common/regex_grammar.h): the input is a pattern, translated in both
+ * (structured/regex_grammar.h): the input is a pattern, translated in both
  * modes (ZI_REGEX_TEXT, a request's `regex`; ZI_REGEX_JSON, a schema's
  * `pattern`). A refusal leaves a non-empty one-line message ("offset N:
  * ..." for a fault at a place; "invalid UTF-8" and the length limit are

@@ -1,6 +1,6 @@
 /*
  * fuzz_schema.c - libFuzzer entry point for the JSON Schema compiler
- * (model_worker/schema_grammar.h) and the grammar compiler behind it:
+ * (structured/schema_grammar.h) and the grammar compiler behind it:
  * the input is a schema's JSON text. It is written as GBNF
  * (zi_schema_to_gbnf); a refusal leaves a one-line message starting with
  * "response_format.json_schema" and the code ZI_EINVAL or

@@ -80,7 +80,7 @@ static struct {
     zi_backend *cpu, *gpu;
     zi_model *m_cpu, *m_gpu;
     zi_tokenizer *tok;
-    zi_json_vocab *jv; /* NULL when the tokenizer's size is not the model's */
+    zi_grammar_vocab *jv; /* NULL when the tokenizer's size is not the model's */
     int32_t *ids[N_CASES];
     size_t n_ids[N_CASES];
     int32_t mintok_eos[2]; /* set from the plain run */
@@ -134,7 +134,8 @@ static void new_context(int i, zi_text_context *c) {
 
 /* Runs the cases in mask together through a generator on model m (7-token
  * steps: prompts are chunked beside decodes). */
-static void run(zi_model *m, const zi_json_vocab *jv, unsigned mask, int logprobs, run_out *out) {
+static void run(zi_model *m, const zi_grammar_vocab *jv, unsigned mask, int logprobs,
+                run_out *out) {
     zi_error err = {0};
     zi_generator *g = NULL;
     zi_generator_config cfg = {.n_slots = N_CASES,
@@ -143,7 +144,7 @@ static void run(zi_model *m, const zi_json_vocab *jv, unsigned mask, int logprob
                                .sample_vocab = zi_tokenizer_vocab_size(F.tok)};
     if (cfg.sample_vocab > zi_model_get_config(m)->n_vocab) cfg.sample_vocab = 0;
     if (zi_generator_create(m, &cfg, &g, &err)) fail_msg("generator: %s", err.msg);
-    if (jv) assert_int_equal(zi_generator_set_json_vocab(g, jv, &err), ZI_OK);
+    if (jv) assert_int_equal(zi_generator_set_grammar_vocab(g, jv, &err), ZI_OK);
     zi_text_context ctx[N_CASES];
     zi_text_context *live[N_CASES];
     size_t n_live = 0;
@@ -442,7 +443,8 @@ static int setup(void **state) {
     if (zi_cpu_backend_create(&co, &F.cpu, &err) || zi_model_load(path, F.cpu, &F.m_cpu, &err) ||
         zi_model_load(path, F.gpu, &F.m_gpu, &err) ||
         zi_tokenizer_load(zi_model_gguf(F.m_cpu), &F.tok, &err) ||
-        zi_json_vocab_create(F.tok, &F.jv, &err) || zi_json_vocab_create(F.tok, &F.jv, &err)) {
+        zi_grammar_vocab_create(zi_tokenizer_vocab_size(F.tok), zi_tokenizer_constraint_bytes,
+                                F.tok, &F.jv, &err)) {
         fprintf(stderr, "setup (%s): %s\n", path, err.msg);
         return -1;
     }
@@ -458,7 +460,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     (void)state;
     for (int i = 0; i < N_CASES; i++) free(F.ids[i]);
-    zi_json_vocab_free(F.jv);
+    zi_grammar_vocab_free(F.jv);
     zi_tokenizer_free(F.tok);
     zi_model_free(F.m_cpu);
     zi_model_free(F.m_gpu);

@@ -1,6 +1,6 @@
 /*
  * test_chat_template.c - cmocka tests for the chat-template engine
- * (tokenizer_proc/chat_template.h): the language, its errors and limits.
+ * (chat_template/chat_template.h): the language, its errors and limits.
  *
  * Four layers:
  *  - the committed fixture tests/fixtures/chat_templates/expected.json

@@ -1,7 +1,7 @@
 /*
  * test_chat_vars.c - cmocka tests for the extra variables a chat template
  * sees beside messages: tools and chat_template_options
- * (tokenizer_proc/chat_template.h's zi_chat_var, tokenizer_proc/chat_vars.h).
+ * (chat_template/chat_template.h's zi_chat_var, chat_template/chat_vars.h).
  *
  *  - the fixture's var_cases (tests/fixtures/chat_templates/expected.json,
  *    made with jinja2) rendered with trees built from the JSON and again

@@ -1,5 +1,5 @@
 /*
- * test_codec.c - cmocka tests for the codec (common/codec.h: codec_scan.c,
+ * test_codec.c - cmocka tests for the codec (protocol/codec.h: codec_scan.c,
  * codec_fields.c, codec_decode.c, codec_encode.c): what it must accept.
  *
  * Round trips of every type with non-default values; what the encoders

@@ -1,5 +1,5 @@
 /*
- * test_codec_malformed.c - cmocka tests for what the codec (common/codec.h)
+ * test_codec_malformed.c - cmocka tests for what the codec (protocol/codec.h)
  * and response_format.c must refuse, and how.
  *
  * A table of malformed messages, each of which must be refused with the

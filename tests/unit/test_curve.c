@@ -1,5 +1,5 @@
 /*
- * test_curve.c - cmocka tests for common/curve.c (key files and lists,
+ * test_curve.c - cmocka tests for protocol/curve.c (key files and lists,
  * key generation, loopback addresses) and the router's ZAP decision
  * (router/router_zap.c): good files with comments, malformed lines named
  * with file and line, wrong lengths, a secret key readable by others, a

@@ -1,5 +1,5 @@
 /*
- * test_grammar.c - cmocka tests for model_worker/grammar.h (GBNF grammars):
+ * test_grammar.c - cmocka tests for structured/grammar.h (GBNF grammars):
  *  - refusals: bad grammars are ZI_EINVAL naming line:column and the fault;
  *  - matching: whole strings taken or refused by ten grammars (JSON-like,
  *    arithmetic, bounded repetitions, classes, Unicode, partial UTF-8);
@@ -256,7 +256,7 @@ static void test_pathological(void **state) {
 typedef struct vocab_fixture {
     zi_gguf *g;
     zi_tokenizer *tok;
-    zi_json_vocab *v;
+    zi_grammar_vocab *v;
 } vocab_fixture;
 
 static int setup_vocab(void **state) {
@@ -265,14 +265,16 @@ static int setup_vocab(void **state) {
     const char *path = getenv("ZINFER_MODEL") ? getenv("ZINFER_MODEL") : DEFAULT_MODEL;
     zi_error err = {0};
     if (zi_gguf_open(path, &f.g, &err) == ZI_OK && zi_tokenizer_load(f.g, &f.tok, &err) == ZI_OK)
-        assert_int_equal(zi_json_vocab_create(f.tok, &f.v, &err), ZI_OK);
+        assert_int_equal(zi_grammar_vocab_create(zi_tokenizer_vocab_size(f.tok),
+                                                 zi_tokenizer_constraint_bytes, f.tok, &f.v, &err),
+                         ZI_OK);
     *state = &f;
     return 0;
 }
 
 static int teardown_vocab(void **state) {
     vocab_fixture *f = *state;
-    zi_json_vocab_free(f->v);
+    zi_grammar_vocab_free(f->v);
     zi_tokenizer_free(f->tok);
     zi_gguf_close(f->g);
     return 0;

@@ -50,7 +50,7 @@ static long peak_kib(void) {
 typedef struct fixture {
     zi_gguf *g;
     zi_tokenizer *tok;
-    zi_json_vocab *v;
+    zi_grammar_vocab *v;
     int32_t *mask;
 } fixture;
 
@@ -59,8 +59,9 @@ static int setup(void **state) {
     memset(&f, 0, sizeof f);
     const char *path = getenv("ZINFER_MODEL") ? getenv("ZINFER_MODEL") : DEFAULT_MODEL;
     if (zi_gguf_open(path, &f.g, NULL) == ZI_OK && zi_tokenizer_load(f.g, &f.tok, NULL) == ZI_OK &&
-        zi_json_vocab_create(f.tok, &f.v, NULL) == ZI_OK)
-        f.mask = malloc(((size_t)zi_json_vocab_size(f.v) + 31) / 32 * sizeof *f.mask);
+        zi_grammar_vocab_create(zi_tokenizer_vocab_size(f.tok), zi_tokenizer_constraint_bytes,
+                                f.tok, &f.v, NULL) == ZI_OK)
+        f.mask = malloc(((size_t)zi_grammar_vocab_size(f.v) + 31) / 32 * sizeof *f.mask);
     *state = &f;
     return 0;
 }
@@ -68,7 +69,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fixture *f = *state;
     free(f->mask);
-    zi_json_vocab_free(f->v);
+    zi_grammar_vocab_free(f->v);
     zi_tokenizer_free(f->tok);
     zi_gguf_close(f->g);
     return 0;

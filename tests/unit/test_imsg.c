@@ -1,5 +1,5 @@
 /*
- * test_imsg.c - cmocka tests for common/imsg.c: the map builder counts its
+ * test_imsg.c - cmocka tests for protocol/imsg.c: the map builder counts its
  * own entries (nested maps, skipped NULL objects, the smallest header), and
  * every message type round-trips (encode -> msgpack unpack -> decode ->
  * compare every field, optional fields present and absent). A few frames

@@ -1,6 +1,6 @@
 /*
- * test_imsg_embed.c - the embed op's messages (common/imsg_embed.h) and
- * request type (common/embeddings.h): each packs and unpacks to the same
+ * test_imsg_embed.c - the embed op's messages (protocol/imsg_embed.h) and
+ * request type (protocol/embeddings.h): each packs and unpacks to the same
  * values, the float32 matrix is numpy's layout, and bad inputs are
  * refused naming the field.
  */

@@ -1,8 +1,8 @@
 /*
  * test_schema_grammar.c - cmocka tests for JSON Schema compiled to
- * grammars (model_worker/schema_grammar.h), regular expressions
- * (common/regex_grammar.h) and the worker's grammar cache
- * (model_worker/grammar_cache.h):
+ * grammars (structured/schema_grammar.h), regular expressions
+ * (structured/regex_grammar.h) and the worker's grammar cache
+ * (structured/grammar_cache.h):
  *  - ~25 schemas of the shapes pydantic and zod export, each with JSON
  *    texts that must be accepted (fed byte by byte, then able to end) and
  *    texts that must be refused;
@@ -242,7 +242,8 @@ static void test_schema_refusals(void **st) {
         const char *msg;
     } R[] = {
         {"{\"type\":\"object\",\"properties\":{\"a\":{\"not\":{\"type\":\"null\"}}}}",
-         ZI_EUNSUPPORTED, "json_schema.properties.a: keyword 'not' is not supported (at #/properties/a)"},
+         ZI_EUNSUPPORTED,
+         "json_schema.properties.a: keyword 'not' is not supported (at #/properties/a)"},
         {"{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"multipleOf\":3}}", ZI_EUNSUPPORTED,
          "json_schema.items: keyword 'multipleOf' is not supported (at #/items)"},
         {"{\"type\":\"string\",\"format\":\"uri\"}", ZI_EUNSUPPORTED,
@@ -381,10 +382,12 @@ static void test_mask_timing(void **st) {
     fclose(f);
     zi_gguf *gg = NULL;
     zi_tokenizer *tok = NULL;
-    zi_json_vocab *v = NULL;
+    zi_grammar_vocab *v = NULL;
     assert_int_equal(zi_gguf_open(DEFAULT_MODEL, &gg, NULL), ZI_OK);
     assert_int_equal(zi_tokenizer_load(gg, &tok, NULL), ZI_OK);
-    assert_int_equal(zi_json_vocab_create(tok, &v, NULL), ZI_OK);
+    assert_int_equal(zi_grammar_vocab_create(zi_tokenizer_vocab_size(tok),
+                                             zi_tokenizer_constraint_bytes, tok, &v, NULL),
+                     ZI_OK);
     const char *schema =
         "{\"$defs\":{\"Item\":{\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":40},"
         "\"price\":{\"type\":\"number\",\"minimum\":0},\"qty\":{\"type\":\"integer\",\"minimum\":1,"
@@ -397,7 +400,7 @@ static void test_mask_timing(void **st) {
     const char *text = "{\"id\":\"123e4567-e89b-12d3-a456-426614174000\",\"items\":[{\"name\":"
                        "\"Blue widget\",\"price\":3.5,\"qty\":2,\"sku\":\"ABC-1234\"}],\"note\":"
                        "\"Leave at the door\"}";
-    int32_t n_vocab = zi_json_vocab_size(v);
+    int32_t n_vocab = zi_grammar_vocab_size(v);
     int32_t *mask = malloc(((size_t)n_vocab + 31) / 32 * sizeof *mask);
     int32_t eos = 0;
     /* twice, a fresh state each time: the first pass also fills the
@@ -428,7 +431,7 @@ static void test_mask_timing(void **st) {
     }
     free(mask);
     zi_grammar_free(g);
-    zi_json_vocab_free(v);
+    zi_grammar_vocab_free(v);
     zi_tokenizer_free(tok);
     zi_gguf_close(gg);
 }

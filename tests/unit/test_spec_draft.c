@@ -54,7 +54,7 @@ typedef struct fixture {
     size_t n_ids[N_PROMPTS];
     /* when set, run() constrains every prompt by this grammar */
     const char *grammar;
-    zi_json_vocab *vocab;
+    zi_grammar_vocab *vocab;
 } fixture;
 
 static int setup(void **state) {
@@ -70,7 +70,7 @@ static int teardown(void **state) {
     fixture *f = *state;
     if (!f) return 0;
     for (int i = 0; i < N_PROMPTS; i++) free(f->ids[i]);
-    zi_json_vocab_free(f->vocab);
+    zi_grammar_vocab_free(f->vocab);
     zi_test_model_close(f->be, f->model, f->tok);
     free(f);
     return 0;
@@ -87,7 +87,7 @@ static void run(fixture *f, const zi_generator_config *cfg, uint64_t seed, run_o
     zi_error err = {0};
     zi_generator *g;
     assert_int_equal(zi_generator_create(f->model, cfg, &g, &err), ZI_OK);
-    if (f->grammar) assert_int_equal(zi_generator_set_json_vocab(g, f->vocab, &err), ZI_OK);
+    if (f->grammar) assert_int_equal(zi_generator_set_grammar_vocab(g, f->vocab, &err), ZI_OK);
     zi_text_context ctx[N_PROMPTS], *live[N_PROMPTS];
     for (int i = 0; i < N_PROMPTS; i++) {
         zi_sampling_params sp;
@@ -246,7 +246,11 @@ static void test_constrained_same_tokens(void **state) {
     fixture *f = *state;
     if (!f) skip();
     zi_error err = {0};
-    if (!f->vocab) assert_int_equal(zi_json_vocab_create(f->tok, &f->vocab, &err), ZI_OK);
+    if (!f->vocab)
+        assert_int_equal(zi_grammar_vocab_create(zi_tokenizer_vocab_size(f->tok),
+                                                 zi_tokenizer_constraint_bytes, f->tok, &f->vocab,
+                                                 &err),
+                         ZI_OK);
     f->grammar = "root ::= ([A-Za-z0-9]+ [ ,.]?)+";
     zi_generator_config cfg = {.n_slots = N_PROMPTS, .ctx = 256, .max_batch_tokens = 64};
     for (uint64_t seed = 0; seed <= 7; seed += 7) {

@@ -243,7 +243,7 @@ typedef struct fixture {
     /* structured output (test_constrained_same_tokens_on_and_off): when
      * grammars is set, run_with constrains prompt i by grammars[i] (NULL:
      * none), with the tokenizer's EOS */
-    zi_json_vocab *vocab;
+    zi_grammar_vocab *vocab;
     const char *const *grammars;
 } fixture;
 
@@ -259,7 +259,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     fixture *f = *state;
     if (!f) return 0;
-    zi_json_vocab_free(f->vocab);
+    zi_grammar_vocab_free(f->vocab);
     zi_test_model_close(f->be, f->model, f->tok);
     free(f);
     return 0;
@@ -283,7 +283,7 @@ static void run_with(fixture *f, const zi_generator_config *cfg, int32_t *const 
     zi_error err = {0};
     zi_generator *g;
     assert_int_equal(zi_generator_create(f->model, cfg, &g, &err), ZI_OK);
-    if (f->grammars) assert_int_equal(zi_generator_set_json_vocab(g, f->vocab, &err), ZI_OK);
+    if (f->grammars) assert_int_equal(zi_generator_set_grammar_vocab(g, f->vocab, &err), ZI_OK);
     zi_text_context ctx[N_PROMPTS], *live[N_PROMPTS];
     for (int i = 0; i < n; i++) {
         zi_sampling_params sp;
@@ -544,7 +544,11 @@ static void test_constrained_same_tokens_on_and_off(void **state) {
     fixture *f = *state;
     if (!f) skip();
     zi_error err = {0};
-    if (!f->vocab) assert_int_equal(zi_json_vocab_create(f->tok, &f->vocab, &err), ZI_OK);
+    if (!f->vocab)
+        assert_int_equal(zi_grammar_vocab_create(zi_tokenizer_vocab_size(f->tok),
+                                                 zi_tokenizer_constraint_bytes, f->tok, &f->vocab,
+                                                 &err),
+                         ZI_OK);
     int32_t *ids[N_PROMPTS];
     size_t n_ids[N_PROMPTS];
     for (int i = 0; i < N_PROMPTS; i++)

@@ -783,6 +783,70 @@ static void test_real_corpus(void **state) {
     assert_int_equal(stream_fail, 0);
 }
 
+/* The vocabulary-only load (the worker's, which links no regex engine)
+ * gives every token the same type and bytes as the full load, and the
+ * same special ids; it refuses to encode. Checked on the default model and
+ * on llama.cpp's vendored vocabularies when present (SentencePiece and
+ * WordPiece among them). */
+static void check_vocab_only(const char *path) {
+    zi_error err = {0};
+    zi_gguf *g = NULL;
+    if (zi_gguf_open(path, &g, &err) != ZI_OK) return;
+    zi_tokenizer *full = NULL, *voc = NULL;
+    if (zi_tokenizer_load(g, &full, &err) != ZI_OK) { /* a family zinfer refuses */
+        zi_gguf_close(g);
+        return;
+    }
+    assert_int_equal(zi_tokenizer_load_vocab(g, &voc, &err), ZI_OK);
+    int32_t V = zi_tokenizer_vocab_size(full);
+    assert_int_equal(zi_tokenizer_vocab_size(voc), V);
+    assert_int_equal(zi_tokenizer_bos(voc), zi_tokenizer_bos(full));
+    assert_int_equal(zi_tokenizer_eos(voc), zi_tokenizer_eos(full));
+    static char a[ZI_TOKEN_MAX_BYTES + 16], b[ZI_TOKEN_MAX_BYTES + 16];
+    for (int32_t id = 0; id < V; id++) {
+        assert_int_equal(zi_tokenizer_token_type(voc, id), zi_tokenizer_token_type(full, id));
+        assert_int_equal(zi_tokenizer_is_eog(voc, id), zi_tokenizer_is_eog(full, id));
+        for (int special = 0; special < 2; special++) {
+            int na = zi_tokenizer_token_bytes(full, id, special, a, sizeof a);
+            int nb = zi_tokenizer_token_bytes(voc, id, special, b, sizeof b);
+            assert_int_equal(na, nb);
+            if (na > 0) assert_memory_equal(a, b, (size_t)na);
+        }
+        assert_int_equal(zi_tokenizer_constraint_bytes(voc, id, b, sizeof b),
+                         zi_tokenizer_token_type(full, id) == ZI_TOKEN_CONTROL
+                             ? 0
+                             : zi_tokenizer_token_bytes(full, id, 0, a, sizeof a));
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    assert_int_equal(zi_tokenizer_encode(voc, "hi", 2, 0, 0, &ids, &n, &err), ZI_EINVAL);
+    assert_non_null(strstr(err.msg, "vocabulary only"));
+    assert_null(ids);
+    zi_tokenizer_free(voc);
+    zi_tokenizer_free(full);
+    zi_gguf_close(g);
+}
+
+static void test_real_vocab_only(void **state) {
+    real_tok(state);
+    const char *path = getenv("ZINFER_MODEL");
+    check_vocab_only(path && *path ? path : DEFAULT_MODEL);
+    const char *home = getenv("ZINFER_HOME");
+    char dir[512];
+    if (home && *home)
+        snprintf(dir, sizeof dir, "%s/llama.cpp-vendor/models", home);
+    else
+        snprintf(dir, sizeof dir, "%s/.cache/zinfer/llama.cpp-vendor/models",
+                 getenv("HOME") ? getenv("HOME") : "");
+    static const char *const names[] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-bert-bge.gguf",
+                                        "ggml-vocab-falcon.gguf", "ggml-vocab-qwen2.gguf"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char p[700];
+        snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+        check_vocab_only(p);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest unit[] = {
         cmocka_unit_test(test_unicode_flags),     cmocka_unit_test(test_utf8_decode),
@@ -792,7 +856,7 @@ int main(void) {
     const struct CMUnitTest real[] = {
         cmocka_unit_test(test_real_known_ids), cmocka_unit_test(test_real_invalid_utf8),
         cmocka_unit_test(test_real_decode),    cmocka_unit_test(test_real_detok_stream),
-        cmocka_unit_test(test_real_corpus),
+        cmocka_unit_test(test_real_corpus),    cmocka_unit_test(test_real_vocab_only),
     };
     int rc = cmocka_run_group_tests_name("tokenizer", unit, NULL, NULL);
     rc |= cmocka_run_group_tests_name("tokenizer_real_model", real, real_setup, real_teardown);

@@ -1,5 +1,5 @@
 /*
- * test_types.c - cmocka tests for common/types.c: SamplingParams defaults
+ * test_types.c - cmocka tests for protocol/types.c: SamplingParams defaults
  * and validation, and every TextContext index operation checked against the
  * seed's description with exact index values after each sequence of
  * operations (context encoding, token generation, chunked prefill,

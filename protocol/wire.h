@@ -5,8 +5,8 @@
  *
  * The router, tokenizer and worker processes (router/, tokenizer_proc/,
  * model_worker/) send and receive with these helpers; each internal message
- * is encoded and decoded by common/imsg.h, and the types it carries
- * (requests, contexts) by common/codec.h.
+ * is encoded and decoded by protocol/imsg.h, and the types it carries
+ * (requests, contexts) by protocol/codec.h.
  */
 #ifndef ZI_WIRE_H
 #define ZI_WIRE_H
@@ -67,7 +67,7 @@ void zi_error_field(const char *msg, char *out, size_t cap);
 /* A backend's DEALER socket connected to the router at `router`: no linger,
  * deep queues, and a 1 s send timeout, so a long-gone router cannot freeze
  * the process (its successor asks backends to register again); a CURVE
- * client when curve is on (NULL: plain; common/curve.h). NULL with err set
+ * client when curve is on (NULL: plain; protocol/curve.h). NULL with err set
  * when the address is bad. */
 struct zi_curve_client;
 void *zi_backend_socket(void *zctx, const char *router, const struct zi_curve_client *curve,

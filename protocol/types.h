@@ -17,7 +17,7 @@
  * process turns it into a zi_text_context (prompt tokens, limits, sampling
  * parameters) that travels to a model worker, whose scheduler then drives
  * the context with the index operations below (chunked prefill, update,
- * jump_ahead, rollback, reset on eviction). common/codec.h moves every one
+ * jump_ahead, rollback, reset on eviction). protocol/codec.h moves every one
  * of these types over the wire as msgpack.
  *
  * Ownership: each struct owns its heap memory (strings, arrays, nested

@@ -1,7 +1,7 @@
 /*
  * types.c - see types.h. The containers, defaults, validation and the
  * TextContext index operations; the wire format lives in the codec
- * (codec.h, common/codec_*.c).
+ * (codec.h, protocol/codec_*.c).
  */
 #include "types.h"
 

@@ -1,13 +1,13 @@
 /*
  * chat_vars.h - a request's `tools` and `chat_template_options` as extra
- * chat-template variables (zi_chat_var, tokenizer_proc/chat_template.h).
+ * chat-template variables (zi_chat_var, chat_template/chat_template.h).
  *
  * Hugging Face renders apply_chat_template(messages, tools=tools,
  * add_generation_prompt=True, **chat_template_options): the tool list
  * becomes the template variable `tools` and each option a variable of its
  * own. The codec keeps both fields as opaque msgpack bytes (zi_request's
  * tools and chat_template_options), having checked the tools' shape (the
- * seed's TokenGeneratorRequestTool, common/codec.h); this module checks
+ * seed's TokenGeneratorRequestTool, protocol/codec.h); this module checks
  * the option names and converts both into zi_chat_value trees that own
  * copies of their strings, so the msgpack buffers may go away before the
  * render.

@@ -110,9 +110,12 @@ static int sfail(sgen *g, int code, const char *fmt, const char *arg) {
     snprintf(what, sizeof what, fmt, arg);
     size_t n = 0;
     for (const char *p = g->ptr; *p && n + 1 < sizeof dotted; p++) {
-        if (*p == '/') dotted[n++] = '.';
-        else if (*p == '~' && (p[1] == '0' || p[1] == '1')) dotted[n++] = *++p == '0' ? '~' : '/';
-        else dotted[n++] = *p;
+        if (*p == '/')
+            dotted[n++] = '.';
+        else if (*p == '~' && (p[1] == '0' || p[1] == '1'))
+            dotted[n++] = *++p == '0' ? '~' : '/';
+        else
+            dotted[n++] = *p;
     }
     dotted[n] = 0;
     /* a key quoted from the schema may hold a newline: zi_error_set keeps
@@ -585,7 +588,8 @@ static int visit(sgen *g, const json_t *s, int *id) {
     const json_t *v;
     json_object_foreach((json_t *)s, k, v) {
         if (in_list(ANNOTATIONS, k)) continue;
-        if (!in_list(KEYWORDS, k)) return sfail(g, ZI_EUNSUPPORTED, "keyword '%s' is not supported", k);
+        if (!in_list(KEYWORDS, k))
+            return sfail(g, ZI_EUNSUPPORTED, "keyword '%s' is not supported", k);
     }
     const json_t *u = json_object_get(s, "uniqueItems");
     if (u && !json_is_false(u))

@@ -1,6 +1,6 @@
 /*
  * imsg_embed.h - the messages of the `embed` op (docs/protocol.md), one
- * struct, encoder and decoder each, as common/imsg.h does for the others
+ * struct, encoder and decoder each, as protocol/imsg.h does for the others
  * (built with its zi_imap, so no map count is written by hand):
  *
  *   router -> tokenizer  embed_encode   the client's inputs, to encode

@@ -5,7 +5,7 @@
  * The codec carries response_format as opaque msgpack (zi_request in
  * types.h), checked only for clean strings and depth; this module reads
  * what it asks for. Whether a schema can be held to is the worker's to say
- * (model_worker/schema_grammar.h).
+ * (structured/schema_grammar.h).
  */
 #ifndef ZI_RESPONSE_FORMAT_H
 #define ZI_RESPONSE_FORMAT_H

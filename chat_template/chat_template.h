@@ -16,7 +16,7 @@
  * apply_chat_template(messages, tools=tools, **chat_template_options)
  * does: each is a zi_chat_value tree (None, bool, int, float, str, list,
  * dict), which the template sees as the Python value jinja2 would.
- * tokenizer_proc/chat_vars.h builds them from a request's msgpack.
+ * chat_template/chat_vars.h builds them from a request's msgpack.
  *
  * Templates are untrusted input: compile and render never abort or read
  * outside their buffers, and a render is bounded in output size, memory,

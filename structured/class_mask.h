@@ -2,7 +2,7 @@
  * class_mask.h - the fast path of the grammar mask (grammar.h): for a
  * character class, the tokens of the vocabulary whose bytes are whole
  * UTF-8 characters that the class all takes, computed once per (class,
- * vocabulary) and kept by the vocabulary (zi_json_vocab_class_masks).
+ * vocabulary) and kept by the vocabulary (zi_grammar_vocab_class_masks).
  *
  * When the stack set of a state maps to itself on every character of a
  * class (inside a JSON string body [^"\\\x00-\x1F]*, say), every such
@@ -30,8 +30,8 @@
 #define ZI_CLASS_MASK_LEN 64 /* token lengths (characters) told apart */
 
 typedef struct zi_class_mask {
-    int32_t *mask;     /* [ceil(n_vocab/32)] bit set: token wholly in the class */
-    int32_t *by_len;   /* the tokens wholly in the class, fewest characters first */
+    int32_t *mask;   /* [ceil(n_vocab/32)] bit set: token wholly in the class */
+    int32_t *by_len; /* the tokens wholly in the class, fewest characters first */
     int32_t len_end[ZI_CLASS_MASK_LEN + 1]; /* by_len[0 .. len_end[k]): those of <= k
                                              * characters (the last: all of them) */
     uint8_t *max_len;  /* [n_nodes] the most characters of a token wholly in the class

@@ -78,11 +78,11 @@ typedef struct wmemo {
     int32_t n_sets;
     int32_t *pool;
     int32_t n_pool, cap_pool;
-    int32_t *next;  /* [WALK_MAX_SETS * 256] */
-    int32_t *table; /* [2 * WALK_MAX_SETS] set ids by hash, -1: empty */
-    int32_t mark;   /* the arena before the walk */
-    bool full;      /* over WALK_MAX_NODES: nothing more kept */
-    uint32_t limit; /* a token leaving more bytes owed is not set */
+    int32_t *next;                /* [WALK_MAX_SETS * 256] */
+    int32_t *table;               /* [2 * WALK_MAX_SETS] set ids by hash, -1: empty */
+    int32_t mark;                 /* the arena before the walk */
+    bool full;                    /* over WALK_MAX_NODES: nothing more kept */
+    uint32_t limit;               /* a token leaving more bytes owed is not set */
     uint32_t max_set, least_over; /* the most owed of a token set, the
                                    * least owed of one over limit */
 } wmemo;
@@ -619,11 +619,11 @@ static bool class_step(zi_grammar_state *s, const level *in, int32_t t, const gc
  * the walk. A string body [^"]* is a fixed point; [^"]{0,40} a chain of
  * up to 40 sets. NULL when none (or no memory). *owed: the most bytes
  * owed after such a token (the largest level_min of S_1 .. S_r). */
-static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab *v, int32_t *r,
+static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_grammar_vocab *v, int32_t *r,
                                        uint32_t *owed) {
     const zi_grammar *g = s->g;
     const level *c = &s->cur;
-    zi_class_masks *cm = zi_json_vocab_class_masks(v);
+    zi_class_masks *cm = zi_grammar_vocab_class_masks(v);
     if (!cm || c->u8_need || c->n == 0 || c->n > FAST_MAX_TOPS) return NULL;
     level *L[3] = {scratch(s, 0), scratch(s, 1), scratch(s, 2)}, *s0 = scratch(s, 3),
           *tmp = scratch(s, 4);
@@ -659,7 +659,7 @@ static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab 
                             .ranges = (const uint32_t(*)[2])(g->ranges + C->off),
                             .n = C->n};
         *r = steps;
-        return zi_class_masks_get(cm, zi_json_vocab_trie(v), zi_json_vocab_size(v), &key);
+        return zi_class_masks_get(cm, zi_grammar_vocab_trie(v), zi_grammar_vocab_size(v), &key);
     }
     return NULL;
 }
@@ -667,7 +667,7 @@ static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_json_vocab 
 /* The mask of every token s takes, from the cache or by a walk (cached
  * then), EOS ids not yet touched; *max_after: the most bytes a token of it
  * leaves owed. */
-static void mask_all(const zi_json_vocab *v, zi_grammar_state *s, int32_t words, int32_t *mask,
+static void mask_all(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t words, int32_t *mask,
                      uint32_t *max_after) {
     const level *c = &s->cur;
     mcached *hit = NULL, *lru = &s->cache[0];
@@ -703,7 +703,7 @@ static void mask_all(const zi_json_vocab *v, zi_grammar_state *s, int32_t words,
                 mask[fm->by_len[i] >> 5] |= (int32_t)(1u << (fm->by_len[i] & 31));
         }
         if (fm) sk = (skipper){.outside = fm->outside, .max_len = fm->max_len, .r = r};
-        walk_all(s, zi_json_vocab_trie(v), mask, fm ? &sk : NULL, ZI_GMIN_INF);
+        walk_all(s, zi_grammar_vocab_trie(v), mask, fm ? &sk : NULL, ZI_GMIN_INF);
         *max_after = s->wm.max_set > owed || !fm ? s->wm.max_set : owed;
     }
     if (!lru->mask) lru->mask = malloc((size_t)words * sizeof *mask);
@@ -718,14 +718,14 @@ static void mask_all(const zi_json_vocab *v, zi_grammar_state *s, int32_t words,
     }
 }
 
-void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
+void zi_grammar_allowed(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
                         size_t n_eos, int32_t *mask) {
     zi_grammar_allowed_within(v, s, eos, n_eos, -1, mask);
 }
 
-void zi_grammar_allowed_within(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
+void zi_grammar_allowed_within(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
                                size_t n_eos, int64_t budget, int32_t *mask) {
-    int32_t V = zi_json_vocab_size(v), words = (V + 31) / 32;
+    int32_t V = zi_grammar_vocab_size(v), words = (V + 31) / 32;
     uint32_t max_after = 0;
     bool end = zi_grammar_can_end(s);
     mask_all(v, s, words, mask, &max_after);
@@ -740,11 +740,11 @@ void zi_grammar_allowed_within(const zi_json_vocab *v, zi_grammar_state *s, cons
                          : budget - 2 < ZI_GMIN_INF ? (uint32_t)(budget - 2)
                                                     : ZI_GMIN_INF;
         memset(mask, 0, (size_t)words * sizeof *mask);
-        walk_all(s, zi_json_vocab_trie(v), mask, NULL, limit);
+        walk_all(s, zi_grammar_vocab_trie(v), mask, NULL, limit);
         bool any = false;
         for (int32_t w = 0; w < words && !any; w++) any = mask[w] != 0;
         if (!any && !end) /* nothing fits: the tokens that leave the least owed */
-            walk_all(s, zi_json_vocab_trie(v), mask, NULL, s->wm.least_over);
+            walk_all(s, zi_grammar_vocab_trie(v), mask, NULL, s->wm.least_over);
     }
     for (size_t i = 0; i < n_eos; i++)
         if (eos[i] >= 0 && eos[i] < V) {
@@ -755,8 +755,8 @@ void zi_grammar_allowed_within(const zi_json_vocab *v, zi_grammar_state *s, cons
         }
 }
 
-bool zi_grammar_feed_token(const zi_json_vocab *v, zi_grammar_state *s, int32_t id) {
+bool zi_grammar_feed_token(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t id) {
     size_t n;
-    const uint8_t *p = zi_json_vocab_token(v, id, &n);
+    const uint8_t *p = zi_grammar_vocab_token(v, id, &n);
     return n > 0 && zi_grammar_feed(s, p, n);
 }

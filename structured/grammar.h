@@ -96,7 +96,7 @@ int zi_grammar_state_stacks(const zi_grammar_state *s);
  * token whose bytes s takes, and the n_eos ids in eos exactly when the
  * grammar can end (an eos id with bytes of its own is not allowed as text).
  * s is used as scratch and left as it was. */
-void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
+void zi_grammar_allowed(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
                         size_t n_eos, int32_t *mask);
 
 /* zi_grammar_allowed for a completion that may take at most budget more
@@ -108,11 +108,11 @@ void zi_grammar_allowed(const zi_json_vocab *v, zi_grammar_state *s, const int32
  * closes its brackets and strings instead, and ends validating. A text
  * whose shortest end no longer fits the budget gets the plain mask (it
  * will be cut whatever it takes). End-of-sequence as above. */
-void zi_grammar_allowed_within(const zi_json_vocab *v, zi_grammar_state *s, const int32_t *eos,
+void zi_grammar_allowed_within(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
                                size_t n_eos, int64_t budget, int32_t *mask);
 
 /* Feeds token id's bytes (false and s unchanged when not allowed, or id
  * is unknown or a control token). */
-bool zi_grammar_feed_token(const zi_json_vocab *v, zi_grammar_state *s, int32_t id);
+bool zi_grammar_feed_token(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t id);
 
 #endif

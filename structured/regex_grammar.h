@@ -1,6 +1,6 @@
 /*
  * regex_grammar.h - regular expressions translated to GBNF (the grammar
- * text model_worker/grammar.h compiles), for a request's `regex`
+ * text structured/grammar.h compiles), for a request's `regex`
  * constraint and a JSON schema's `pattern`; and the small text buffer the
  * grammar writers share.
  *
