@@ -254,7 +254,7 @@ def test_served_32_streams_equal_generate(zinfer_bin, run_zinfer, tmp_path):
         with Client(srv.addr, timeout_s=600) as c:
             together = run_all(c, prompts, sp)
             # The PyPI file carries no chat template: messages are refused
-            # by name (a --chat-template option is issue 22's open item).
+            # by name (--chat-template supplies one: test_chat_template_option.py).
             with pytest.raises(ZinferError, match="the model has no chat template"):
                 c.complete(messages=[{"role": "user", "content": "Hi"}])
     # Every fourth short prompt and the long one alone through the CLI (each

@@ -1,4 +1,4 @@
-"""zinfer on every common GGUF tensor type (issue 20) against float64 and llama.cpp.
+"""zinfer on every common GGUF tensor type against float64 and llama.cpp.
 
 scripts/make-quant-models (run by `scripts/setup --with-llamacpp`) requantizes
 the default model with llama.cpp's own quantizer into Q4_K_M, Q5_K_M, Q6_K,
@@ -9,7 +9,7 @@ float64 reference on its prompts, the reference's top-1 id at every position
 and its 64-token greedy continuations. For each file present, this checks
 zinfer against the float64 reference computed live (numpy_llama reads every
 type through the `gguf` package), as test_logits.py does for the default
-model, with issue 20's acceptance:
+model, with these acceptance criteria:
   - argmax equal to the reference's at every position except near-ties
     (reference top-2 gap < NEAR_TIE),
   - mean KL < MAX_MEAN_KL and below llama.cpp's on the same file,
@@ -25,7 +25,7 @@ files (ZINFER_QUANT_ALL=1: all ten everywhere).
 Time: until the new types have fast kernels they run on the CPU's
 dequantizing path (docs/engine.md), and the greedy tests of all eleven
 files take ~8 minutes in the release build. So by default the greedy test
-runs on CI_FILES (the three files the issue benchmarks) and, under the
+runs on CI_FILES (the three files BENCHMARKS.md measures) and, under the
 sanitizers, so does the logits test; ZINFER_QUANT_ALL=1 runs every test on
 every file.
 """

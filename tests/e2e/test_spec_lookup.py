@@ -192,8 +192,8 @@ def test_penalties_bias_logprobs_same_as_without(server):
 
 
 def test_workload_fixture():
-    """The input-grounded set scripts/bench-spec measures (issue 27: at
-    least 12 prompts: code edits, quotes, JSON extraction)."""
+    """The input-grounded set scripts/bench-spec measures (at least 12
+    prompts: code edits, quotes, JSON extraction)."""
     import json
     d = json.loads((REPO / "tests" / "fixtures" / "spec_prompts.json").read_text())
     ps = d["prompts"]
