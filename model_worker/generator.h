@@ -155,7 +155,8 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx);
  * Structured output (grammar.h): with a vocabulary set, a context with
  * has_json_schema (response_format json_object or json_schema; its
  * json_schema is the schema's JSON text, ZI_JSON_OBJECT_SCHEMA for any
- * object) or a grammar (GBNF) draws each token from those that keep its
+ * object), a grammar (GBNF) or a regex (compiled to GBNF,
+ * regex_grammar.h) draws each token from those that keep its
  * completion a prefix of a sentence of that grammar (schemas are compiled
  * to grammars, schema_grammar.h), and an end-of-sequence id only where the
  * grammar can end. Compiled grammars are kept in a cache by their text
@@ -167,7 +168,7 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx);
 typedef struct zi_grammar_vocab zi_grammar_vocab;
 int zi_generator_set_grammar_vocab(zi_generator *g, const zi_grammar_vocab *v, zi_error *err);
 bool zi_generator_has_json(const zi_generator *g);
-/* Compiles context c's constraint (json_schema or grammar; none: ZI_OK)
+/* Compiles context c's constraint (json_schema, grammar or regex; none: ZI_OK)
  * into the cache, to refuse a bad one at admission: ZI_EUNSUPPORTED
  * without a vocabulary set or for unsupported schema keywords, ZI_EINVAL
  * for a bad schema or grammar (message naming the field). */

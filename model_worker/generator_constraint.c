@@ -118,12 +118,14 @@ bool zi_generator_has_json(const zi_generator *g) {
 
 int zi_generator_check_constraint(zi_generator *g, const zi_text_context *c, zi_error *err) {
     const zi_grammar *gr = NULL;
-    if (!c->has_json_schema && !c->grammar.len) return ZI_OK;
+    if (!zi_text_context_constrained(c)) return ZI_OK;
     if (!g->grammars)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "%s: this worker cannot constrain decoding (no tokenizer in its model "
                             "file)",
-                            c->has_json_schema ? "response_format" : "grammar");
+                            c->has_json_schema ? "response_format"
+                            : c->regex.len     ? "regex"
+                                               : "grammar");
     int rc = zi_grammar_cache_get(g->grammars, c, &gr, err);
     zi_grammar_cache_put(g->grammars, gr);
     return rc;

@@ -136,7 +136,7 @@ static inline gseq *zi_gen_seq_of(zi_generator *g, const zi_text_context *c) {
 /* Is context c's decoding constrained by a grammar (a JSON schema, a
  * grammar or a regex compiled to one)? */
 static inline int zi_gen_constrained(const zi_generator *g, const zi_text_context *c) {
-    return (c->has_json_schema || c->grammar.len) && g->json;
+    return zi_text_context_constrained(c) && g->json;
 }
 
 /* Structured output (generator_constraint.c): the masks of constrained

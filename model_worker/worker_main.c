@@ -317,10 +317,10 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
      * schema or grammar it can hold to (refused here with its reason; the
      * compiled grammar stays cached for the slot). */
     if (!rc) rc = zi_generator_check_constraint(w->gen, &l->ctx, &err);
-    if (!rc && l->ctx.grammar.len && l->ctx.eos_token_ids.n == 0)
+    if (!rc && (l->ctx.grammar.len || l->ctx.regex.len) && l->ctx.eos_token_ids.n == 0)
         rc = zi_error_set(&err, ZI_EUNSUPPORTED,
-                          "grammar: the model has no end-of-sequence token to end the completion "
-                          "with");
+                          "%s: the model has no end-of-sequence token to end the completion with",
+                          l->ctx.regex.len ? "regex" : "grammar");
     /* The object must be able to end (check_ids refused EOS ids outside
      * the vocabulary above). */
     if (!rc && l->ctx.has_json_schema && l->ctx.eos_token_ids.n == 0)

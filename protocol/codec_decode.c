@@ -713,7 +713,8 @@ static const char *const ctx_names[C_N] = {"request_id",
                                            "_log_probabilities_data",
                                            "_is_initial_prompt",
                                            "_draft_offset",
-                                           "grammar"};
+                                           "grammar",
+                                           "regex"};
 
 /* An index field: absent or -1 means "derive" (returned as -1). */
 static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t *out) {
@@ -806,6 +807,12 @@ static int ctx_options(zi_dec *d, const msgpack_object *const *v, zi_text_contex
         AT(d, "grammar", zi_dec_str(d, v[C_GRAMMAR], ZI_STR_NONEMPTY, &c->grammar));
         if (c->has_json_schema)
             return zi_dec_fail_at(d, "grammar", ZI_EINVAL, "cannot be combined with json_schema");
+    }
+    if (!zi_dec_is_nil(v[C_REGEX])) {
+        AT(d, "regex", zi_dec_str(d, v[C_REGEX], ZI_STR_NONEMPTY, &c->regex));
+        if (c->has_json_schema || c->grammar.len)
+            return zi_dec_fail_at(d, "regex", ZI_EINVAL,
+                                  "cannot be combined with json_schema or grammar");
     }
     if (!zi_dec_is_nil(v[C_SP]))
         AT(d, "sampling_params", dec_sampling(d, v[C_SP], &c->sampling_params));

@@ -312,10 +312,11 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     if (!rc) rc = enc_str_ok(&c->prompt, "prompt", SIZE_MAX, err);
     if (!rc) rc = enc_str_ok(&c->json_schema, "json_schema", SIZE_MAX, err);
     if (!rc) rc = enc_str_ok(&c->grammar, "grammar", SIZE_MAX, err);
+    if (!rc) rc = enc_str_ok(&c->regex, "regex", SIZE_MAX, err);
     if (rc) return rc;
     size_t n_lp = 0;
     for (int64_t i = 0; i < c->end_idx; i++) n_lp += c->lp_data[i] != NULL;
-    P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1)));
+    P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1) - (c->regex.len ? 0 : 1)));
     P(pack_key(pk, "request_id") || pack_str(pk, c->request_id.p, c->request_id.len));
     P(pack_key(pk, "prompt") ||
       (c->prompt.len ? pack_str(pk, c->prompt.p, c->prompt.len) : msgpack_pack_nil(pk)));
@@ -335,6 +336,7 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
       (c->has_json_schema ? pack_str(pk, c->json_schema.p, c->json_schema.len)
                           : msgpack_pack_nil(pk)));
     if (c->grammar.len) P(pack_key(pk, "grammar") || pack_str(pk, c->grammar.p, c->grammar.len));
+    if (c->regex.len) P(pack_key(pk, "regex") || pack_str(pk, c->regex.p, c->regex.len));
     P(pack_key(pk, "sampling_params"));
     if ((rc = zi_codec_pack_sampling_params(pk, &c->sampling_params, err))) return rc;
     P(pack_key(pk, "_matcher") || msgpack_pack_nil(pk));

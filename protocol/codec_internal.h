@@ -42,8 +42,8 @@ static inline size_t zi_codec_depth_cap(const zi_codec_limits *lim) {
 }
 
 /* The TextContext's fields, indices into the decoder's key list
- * (codec_decode.c); the encoder writes all C_N of them (but C_GRAMMAR only
- * when set). */
+ * (codec_decode.c); the encoder writes all C_N of them (but C_GRAMMAR and
+ * C_REGEX only when set). */
 enum {
     C_RID,
     C_PROMPT,
@@ -71,6 +71,7 @@ enum {
     C_INIT,
     C_DRAFT,
     C_GRAMMAR, /* written only when the context has a grammar */
+    C_REGEX,   /* written only when the context has a regex */
     C_N
 };
 

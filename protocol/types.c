@@ -486,6 +486,10 @@ void zi_text_context_zero(zi_text_context *ctx) {
     ctx->is_initial_prompt = true;
 }
 
+bool zi_text_context_constrained(const zi_text_context *ctx) {
+    return ctx->has_json_schema || ctx->grammar.len || ctx->regex.len;
+}
+
 void zi_text_context_free(zi_text_context *ctx) {
     if (!ctx) return;
     zi_string_free(&ctx->request_id);
@@ -505,6 +509,7 @@ void zi_text_context_free(zi_text_context *ctx) {
     free(ctx->eos_sequences);
     zi_string_free(&ctx->json_schema);
     zi_string_free(&ctx->grammar);
+    zi_string_free(&ctx->regex);
     zi_sampling_params_free(&ctx->sampling_params);
     zi_text_context_zero(ctx);
 }

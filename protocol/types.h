@@ -348,6 +348,10 @@ typedef struct zi_text_context {
     zi_string json_schema; /* JSON text of the schema (ZI_JSON_OBJECT_SCHEMA: any object) */
     zi_string grammar;     /* GBNF text the completion must match (len 0: none; never
                             * together with json_schema) */
+    zi_string regex;       /* a regular expression the whole completion must match
+                            * (structured/regex_grammar.h; len 0: none; never together
+                            * with json_schema or grammar). The worker compiles it, as
+                            * it compiles the other two. */
     zi_sampling_params sampling_params;
     zi_gen_status status;
     int64_t cache_seq_id; /* -1 when not assigned */
@@ -374,6 +378,9 @@ int zi_text_context_init(zi_text_context *ctx, const int32_t *prompt, size_t n, 
 /* Zeroes a context without allocating (the state before init/decode). */
 void zi_text_context_zero(zi_text_context *ctx);
 void zi_text_context_free(zi_text_context *ctx);
+/* Whether ctx's completion is constrained: a json_schema, a grammar or a
+ * regex (it has at most one). */
+bool zi_text_context_constrained(const zi_text_context *ctx);
 /* Replaces the EOS id set (ids >= 0; duplicates kept once). */
 int zi_text_context_set_eos(zi_text_context *ctx, const int32_t *ids, size_t n, zi_error *err);
 /* Adds one multi-token EOS sequence (n >= 1 ids >= 0). */

@@ -55,15 +55,27 @@ void zi_grammar_cache_free(zi_grammar_cache *c) {
     free(c);
 }
 
+/* The constraint kinds a context carries: its source text, compiled as
+ * kind says. */
+enum { K_SCHEMA = 1, K_GBNF = 2, K_REGEX = 3 };
+
 static int compile(int kind, const char *text, size_t len, zi_grammar **g, zi_error *err) {
-    if (kind == 2) return zi_grammar_compile(text, len, g, err);
+    if (kind == K_GBNF) return zi_grammar_compile(text, len, g, err);
     zi_gbnf_buf b = {0};
-    int rc = len == strlen(ZI_JSON_OBJECT_SCHEMA) && !memcmp(text, ZI_JSON_OBJECT_SCHEMA, len)
+    int rc;
+    if (kind == K_REGEX) { /* the regex becomes the grammar of its texts */
+        zi_gbnf_printf(&b, "root ::= ");
+        rc = zi_regex_to_gbnf(text, len, ZI_REGEX_TEXT, &b, err);
+        if (!rc) rc = zi_grammar_compile(b.p, b.n, g, err);
+        if (rc) zi_error_prefix(err, "regex");
+    } else { /* the schema's own errors name their place in it already */
+        rc = len == strlen(ZI_JSON_OBJECT_SCHEMA) && !memcmp(text, ZI_JSON_OBJECT_SCHEMA, len)
                  ? zi_schema_any_object_gbnf(&b, err)
                  : zi_schema_to_gbnf(text, len, &b, err);
-    if (!rc) {
-        rc = zi_grammar_compile(b.p, b.n, g, err);
-        if (rc) zi_error_prefix(err, "response_format.json_schema");
+        if (!rc) {
+            rc = zi_grammar_compile(b.p, b.n, g, err);
+            if (rc) zi_error_prefix(err, "response_format.json_schema");
+        }
     }
     free(b.p);
     return rc;
@@ -71,9 +83,11 @@ static int compile(int kind, const char *text, size_t len, zi_grammar **g, zi_er
 
 int zi_grammar_cache_get(zi_grammar_cache *c, const zi_text_context *ctx, const zi_grammar **out,
                          zi_error *err) {
-    int kind = ctx->has_json_schema ? 1 : 2;
-    const zi_string *src = ctx->has_json_schema ? &ctx->json_schema : &ctx->grammar;
-    assert(ctx->has_json_schema || ctx->grammar.len);
+    int kind = ctx->has_json_schema ? K_SCHEMA : ctx->regex.len ? K_REGEX : K_GBNF;
+    const zi_string *src = kind == K_SCHEMA  ? &ctx->json_schema
+                           : kind == K_REGEX ? &ctx->regex
+                                             : &ctx->grammar;
+    assert(zi_text_context_constrained(ctx));
     c->tick++;
     int victim = -1;
     for (int i = 0; i < ZI_GRAMMAR_CACHE_ENTRIES; i++) {

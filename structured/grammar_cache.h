@@ -6,9 +6,9 @@
  *
  * A source is a context's constraint: a JSON schema's text
  * (response_format json_schema; ZI_JSON_OBJECT_SCHEMA for json_object,
- * any object), or GBNF text (the grammar key; a regex arrives as GBNF,
- * translated by the tokenizer process). Schemas become GBNF
- * (schema_grammar.h), then a zi_grammar (grammar.h).
+ * any object), GBNF text (the grammar key) or a regular expression (the
+ * regex key). Schemas and regexes become GBNF (schema_grammar.h,
+ * regex_grammar.h), then a zi_grammar (grammar.h).
  *
  * A bounded LRU of ZI_GRAMMAR_CACHE_ENTRIES grammars: a grammar in use is
  * counted (zi_grammar_cache_get / _put) and never evicted; when every
@@ -31,8 +31,8 @@ typedef struct zi_grammar_cache zi_grammar_cache;
 int zi_grammar_cache_create(zi_grammar_cache **out, zi_error *err);
 void zi_grammar_cache_free(zi_grammar_cache *c); /* every grammar must have been put back */
 
-/* The compiled constraint of context ctx (its json_schema or grammar; the
- * context has one), from the cache or compiled now, counted in use until
+/* The compiled constraint of context ctx (its json_schema, grammar or
+ * regex; the context has one), from the cache or compiled now, counted in use until
  * zi_grammar_cache_put. Errors as zi_schema_to_gbnf and zi_grammar_compile
  * give them (a grammar made from a schema that grammar.h refuses is
  * prefixed "response_format.json_schema: "). */

@@ -43,7 +43,6 @@
 #include "grow.h"
 #include "imsg.h"
 #include "log.h"
-#include "regex_grammar.h"
 #include "response_format.h"
 #include "stop_match.h"
 #include "startup.h"
@@ -361,14 +360,8 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     free(schema);
     if (!rc && r.grammar.len) /* the worker compiles it (and refuses a bad one) */
         rc = zi_string_set(&ctx.grammar, r.grammar.p, r.grammar.len, &err);
-    if (!rc && r.regex.len) { /* a regex travels on as the grammar of its texts */
-        zi_gbnf_buf b = {0};
-        zi_gbnf_printf(&b, "root ::= ");
-        rc = zi_regex_to_gbnf(r.regex.p, r.regex.len, ZI_REGEX_TEXT, &b, &err);
-        if (rc) zi_error_prefix(&err, "regex");
-        if (!rc) rc = zi_string_set(&ctx.grammar, b.p, b.n, &err);
-        free(b.p);
-    }
+    if (!rc && r.regex.len) /* the worker compiles it too */
+        rc = zi_string_set(&ctx.regex, r.regex.p, r.regex.len, &err);
     if (!rc) {
         char rs[32];
         int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);

@@ -505,6 +505,23 @@ static void test_roundtrip_grammar(void **state) {
         free(buf);
         zi_text_context_free(&back_c);
     }
+    /* A regex travels in the context as it came (the worker compiles it);
+     * a context with a regex and a grammar is refused naming regex. */
+    zi_string_free(&c.grammar);
+    const char *rx = "[0-9]{3}-[a-z]+";
+    zi_string_set(&c.regex, rx, strlen(rx), NULL);
+    assert_true(zi_text_context_constrained(&c));
+    assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_OK);
+    assert_string_equal(back_c.regex.p, rx);
+    assert_int_equal(back_c.grammar.len, 0);
+    free(buf);
+    zi_text_context_free(&back_c);
+    zi_string_set(&c.grammar, gr, strlen(gr), NULL);
+    assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_EINVAL);
+    ERR_HAS(e, "regex: cannot be combined with json_schema or grammar");
+    free(buf);
     zi_text_context_free(&c);
 }
 
