@@ -47,6 +47,7 @@
 #include "gguf.h"
 #include "log.h"
 #include "mem_plan.h"
+#include "options.h"
 #include "startup.h"
 #include "stop_signal.h"
 #include "types.h"
@@ -58,65 +59,37 @@ static const char USAGE_SERVE[] =
     "Starts the server: zinfer-router, tokenizer processes and model workers\n"
     "(binaries next to this one), restarts any that dies, stops them all on\n"
     "SIGINT/SIGTERM. Clients speak msgpack over ZeroMQ (docs/protocol.md), or\n"
-    "the OpenAI HTTP API to zinfer-http (docs/http.md).\n"
-    "\n"
-    "  --model PATH              GGUF model, or a packaged model's name (smollm2-135m,\n"
-    "                            gemma3-270m; scripts/fetch-model NAME) (default\n"
-    "                            $ZINFER_MODEL or the default model)\n"
-    "  --chat-template FILE|NAME the chat template for requests with messages, instead of\n"
-    "                            the model file's (tokenizer.chat_template; needed when the\n"
-    "                            file has none): a Jinja FILE, or a built-in NAME: chatml,\n"
-    "                            gemma, llama3, mistral, phi3 (docs/chat_template.md)\n"
-    "  --workers N               model workers (default 1)\n"
-    "  --tokenizers T            tokenizer processes (default 1)\n"
-    "  --bind ADDR               client address (default tcp://127.0.0.1:5555)\n"
-    "  --backend ADDR            backend address (default: the --bind port + 1)\n"
-    "  --http HOST:PORT|off      the OpenAI HTTP API's address (default 127.0.0.1:8080);\n"
-    "                            off: no HTTP front end\n"
-    "  --api-key KEY             HTTP clients must send 'Authorization: Bearer KEY'\n"
-    "                            (default: $ZINFER_API_KEY; none when unset)\n"
-    "  --http-max-body-bytes B, --http-max-connections N, --http-timeout S,\n"
-    "  --http-header-timeout S   passed to zinfer-http (see zinfer-http --help)\n"
-    "  --threads-per-worker K    compute threads per worker (default: CPUs / workers)\n"
-    "  --device D                cpu (default), cuda:N, or cuda: worker i on GPU i\n"
-    "  --act-bits B              CPU activation precision: 16 (default) or 8 (llama.cpp's:\n"
-    "                            faster batches, logits further from the float model)\n"
-    "  --slots N                 sequences per worker (default 8)\n"
-    "  --ctx-size N              positions per sequence (default 4096, at most the model's)\n"
-    "  --kv-cache-tokens N, --kv-cache-bytes B, --memory-budget B\n"
-    "                            each worker's KV cache, or the memory budget that sizes\n"
-    "                            it. Default budget: the weights + working buffers + a KV\n"
-    "                            cache of --slots x --ctx-size positions, for every worker\n"
-    "                            together within 90% of MemAvailable; when that does not\n"
-    "                            fit, serve does not start and says what it needs\n"
-    "                            (`zinfer info` shows it; docs/engine.md)\n"
-    "  --batch-size N, --num-steps N, --prefill-chunk N, --block-size N, --no-prefix-cache\n"
-    "  --spec-lookup, --no-spec-lookup, --draft-model FILE\n"
-    "                            passed to zinfer-worker (see zinfer-worker --help)\n"
-    "  --max-queue N, --max-prompt-tokens N, --max-new-tokens N, --heartbeat-timeout MS,\n"
-    "  --failover-timeout MS, --request-timeout MS (0: none), --client-heartbeat MS\n"
-    "  --max-embed-inputs N, --max-embed-tokens N\n"
-    "                            passed to zinfer-router (see zinfer-router --help)\n"
-    "  --keys DIR                CURVE keys (docs/security.md): DIR/router.key and\n"
-    "                            .pub, DIR/worker.key and .pub (`zinfer keygen DIR/router`,\n"
-    "                            `zinfer keygen DIR/worker`); DIR/backend-keys lists the\n"
-    "                            workers and tokenizers let in (default DIR/worker.pub);\n"
-    "                            with DIR/client-keys clients must use CURVE and a listed key\n"
-    "  --insecure                allow a non-loopback --backend without --keys\n"
-    "  --log-level L             debug|info|warn|error|off (default info)\n"
-    "  -h, --help                this text\n";
+    "the OpenAI HTTP API to zinfer-http (docs/http.md). Every option is checked\n"
+    "here as the child it is for checks it (the ranges and defaults are\n"
+    "common/options.c's), before anything starts.\n"
+    "\n";
 
-/* The most pass-through options: each worker sizing flag with its value,
- * --no-prefix-cache, one of --spec-lookup / --no-spec-lookup and
- * --draft-model with its file; the
- * router's options with their values. */
-#define MAX_WORKER_PASS (2 * ZI_N_WORKER_FLAGS + 4)
-#define MAX_ROUTER_PASS 18 /* 9 router options with their values */
-#define MAX_HTTP_PASS 8
+/* --help: the text above, then the options of the table (options.h):
+ * serve's own, then those it passes on, by the child that takes them. */
+static void print_usage(void) {
+    fputs(USAGE_SERVE, stdout);
+    zi_options_usage(stdout, ZI_OWN_SERVE, 28);
+    static const struct {
+        unsigned owner;
+        const char *title;
+    } groups[] = {
+        {ZI_OWN_WORKER, "Passed to every worker (zinfer-worker --help):"},
+        {ZI_OWN_ROUTER, "Passed to zinfer-router (zinfer-router --help):"},
+        {ZI_OWN_HTTP, "Passed to zinfer-http, named there without http- (zinfer-http --help):"},
+    };
+    for (size_t g = 0; g < sizeof groups / sizeof groups[0]; g++) {
+        printf("\n%s\n", groups[g].title);
+        zi_options_usage(stdout, ZI_OWN_SERVE_PASS | groups[g].owner, 28);
+    }
+}
+
+/* The most pass-through arguments for one child: every option of the
+ * table with its value (pass_on keeps each option once). */
+#define MAX_PASS (2 * ZI_O_COUNT)
 /* the worker's fixed args, its key options, its options, NULL */
-#define MAX_ARGS (15 + 4 + MAX_WORKER_PASS + 1)
-/* the router's: 7 fixed, its options, 6 for keys and --insecure, NULL */
-_Static_assert(7 + MAX_ROUTER_PASS + 6 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
+#define MAX_ARGS (15 + 4 + MAX_PASS + 1)
+/* the router's: 7 fixed, its options, 7 for keys and --insecure, NULL */
+_Static_assert(7 + MAX_PASS + 7 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
 #define MAX_CHILDREN 130
 
 typedef struct child {
@@ -212,9 +185,9 @@ typedef struct serve_opts {
     const char *tmpl;        /* --chat-template as given, or NULL */
     char tmpl_arg[PATH_MAX]; /* what the tokenizers get: the name, or the file's real path */
     long long workers, tokenizers, threads, slots, ctx;
-    const char *router_pass[MAX_ROUTER_PASS], *worker_pass[MAX_WORKER_PASS];
-    const char *http_pass[MAX_HTTP_PASS];
+    const char *router_pass[MAX_PASS], *worker_pass[MAX_PASS], *http_pass[MAX_PASS];
     int n_pass, n_wpass, n_hpass;
+    int check_only;             /* --check-args */
     char bin[4][PATH_MAX + 32]; /* zinfer-router, -tokenizer, -worker, -http */
     char router_addr[512];      /* where zinfer-http reaches the router */
     char thr[32], sl[32], cx[32];
@@ -226,116 +199,98 @@ typedef struct serve_opts {
     int client_keys; /* DIR/client-keys exists */
 } serve_opts;
 
-/* Phase 1: the options, each checked with its own range as it is read. */
+/* Phase 1: the options, each checked as it is read with the range of the
+ * table (options.h) that the child it is for checks it with. */
 static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
     zi_error err = {0};
     zi_default_model_path(o->model, sizeof o->model);
-    o->bind = "tcp://127.0.0.1:5555", o->level = "info", o->device = "cpu";
-    o->http = "127.0.0.1:8080";
-    o->workers = 1, o->tokenizers = 1, o->threads = 0, o->slots = 8, o->ctx = 4096;
+    o->bind = zi_option_get(ZI_O_BIND)->def_text, o->level = "info";
+    o->device = zi_option_get(ZI_O_DEVICE)->def_text;
+    o->http = zi_option_get(ZI_O_LISTEN)->def_text;
+    o->workers = zi_option_def(ZI_O_WORKERS), o->tokenizers = zi_option_def(ZI_O_TOKENIZERS);
+    o->threads = zi_option_def(ZI_O_THREADS), o->slots = zi_option_def(ZI_O_SLOTS);
+    o->ctx = zi_option_def(ZI_O_CTX_SIZE);
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(USAGE_SERVE, stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--no-prefix-cache") || !strcmp(a, "--spec-lookup") ||
-            !strcmp(a, "--no-spec-lookup")) {
-            pass_on(o->worker_pass, &o->n_wpass, a, NULL);
+        if (!strcmp(argv[i], "--http") && i + 1 < argc && !strcmp(argv[i + 1], "off")) {
+            o->http = argv[++i]; /* serve's own value: no zinfer-http */
             continue;
         }
-        if (!strcmp(a, "--insecure")) {
-            o->insecure = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr,
-                    "zinfer serve: unknown option or missing value '%s' (see zinfer serve "
-                    "--help)\n",
-                    a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int rc = 0;
-        if (!strcmp(a, "--model"))
-            rc = zi_resolve_model_arg(v, o->model, sizeof o->model, &err);
-        else if (!strcmp(a, "--draft-model")) {
+        zi_opt_id id;
+        long long x;
+        const char *v;
+        int rc =
+            zi_options_next(ZI_OWN_SERVE | ZI_OWN_SERVE_PASS, argc, argv, &i, &id, &x, &v, &err);
+        zi_device_spec spec;
+        if (!rc && id == ZI_O_DEVICE) rc = zi_device_parse(v, &spec, &err);
+        if (!rc && id == ZI_O_MODEL) rc = zi_resolve_model_arg(v, o->model, sizeof o->model, &err);
+        if (!rc && id == ZI_O_DRAFT_MODEL)
             rc = zi_resolve_model_arg(v, o->draft, sizeof o->draft, &err);
-            if (!rc) pass_on(o->worker_pass, &o->n_wpass, a, o->draft);
-        } else if (!strcmp(a, "--chat-template"))
-            o->tmpl = v;
-        else if (!strcmp(a, "--bind"))
-            o->bind = v;
-        else if (!strcmp(a, "--keys"))
-            o->keys = v;
-        else if (!strcmp(a, "--http"))
-            o->http = v;
-        else if (!strcmp(a, "--api-key")) /* to zinfer-http by the environment, not argv (ps) */
+        if (!rc && id == ZI_O_API_KEY) /* to zinfer-http by the environment, not argv (ps) */
             rc = setenv("ZINFER_API_KEY", v, 1)
                      ? zi_error_set(&err, ZI_EINVAL, "--api-key: %s", strerror(errno))
                      : 0;
-        else if (!strcmp(a, "--http-max-body-bytes") || !strcmp(a, "--http-max-connections") ||
-                 !strcmp(a, "--http-timeout") || !strcmp(a, "--http-header-timeout")) {
-            /* checked with zinfer-http's ranges, passed on under its names */
-            long long x;
-            int body = !strcmp(a, "--http-max-body-bytes");
-            int conns = !strcmp(a, "--http-max-connections");
-            int header = !strcmp(a, "--http-header-timeout");
-            rc = body    ? zi_parse_size(a, v, 64, 1LL << 30, &x, &err)
-                 : conns ? zi_parse_int(a, v, 1, 65536, &x, &err)
-                         : zi_parse_int(a, v, 1, 86400, &x, &err);
-            if (!rc)
-                pass_on(o->http_pass, &o->n_hpass,
-                        body     ? "--max-body-bytes"
-                        : conns  ? "--max-connections"
-                        : header ? "--header-timeout"
-                                 : "--timeout",
-                        v);
-        } else if (!strcmp(a, "--device")) {
-            zi_device_spec spec;
-            o->device = v;
-            rc = zi_device_parse(v, &spec, &err);
-        } else if (!strcmp(a, "--backend"))
-            snprintf(o->backend, sizeof o->backend, "%s", v);
-        else if (!strcmp(a, "--workers"))
-            rc = zi_parse_int(a, v, 1, 64, &o->workers, &err);
-        else if (!strcmp(a, "--tokenizers"))
-            rc = zi_parse_int(a, v, 1, 64, &o->tokenizers, &err);
-        else if (!strcmp(a, "--threads-per-worker"))
-            rc = zi_parse_int(a, v, 1, 1024, &o->threads, &err);
-        else if (!strcmp(a, "--slots"))
-            rc = zi_parse_int(a, v, 1, 1024, &o->slots, &err);
-        else if (!strcmp(a, "--ctx-size"))
-            rc = zi_parse_int(a, v, 16, 1 << 20, &o->ctx, &err);
-        else if (!strcmp(a, "--log-level")) {
-            int l = zi_log_level_parse(v);
-            if (l < 0)
-                rc = zi_error_set(&err, ZI_EINVAL, "--log-level: '%s' is unknown", v);
-            else
-                o->level = v, lg->level = l;
-        } else if (!strcmp(a, "--max-queue") || !strcmp(a, "--max-prompt-tokens") ||
-                   !strcmp(a, "--max-new-tokens") || !strcmp(a, "--heartbeat-timeout") ||
-                   !strcmp(a, "--failover-timeout") ||
-                   !strcmp(a, "--max-embed-inputs") || !strcmp(a, "--max-embed-tokens")) {
-            long long x;
-            rc = zi_parse_int(a, v, 1, 1LL << 31, &x, &err);
-            if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);
-        } else if (!strcmp(a, "--request-timeout") || !strcmp(a, "--client-heartbeat")) {
-            long long x; /* 0 turns them off */
-            rc = zi_parse_int(
-                a, v, 0, !strcmp(a, "--request-timeout") ? ZI_MAX_TIMEOUT_MS : 3600000, &x, &err);
-            if (!rc) pass_on(o->router_pass, &o->n_pass, a, v);
-        } else if (zi_is_worker_flag(a)) { /* checked here with the worker's own ranges */
-            long long x;
-            rc = zi_parse_worker_flag(a, v, &x, &err);
-            if (!rc) pass_on(o->worker_pass, &o->n_wpass, a, v);
-        } else {
-            fprintf(stderr, "zinfer serve: unknown option '%s' (see zinfer serve --help)\n", a);
-            return 2;
-        }
         if (rc) {
             fprintf(stderr, "zinfer serve: %s\n", err.msg);
             return 2;
+        }
+        const zi_option *opt = zi_option_get(id);
+        if (opt->owners & ZI_OWN_SERVE_PASS) { /* under the child's name, to each that takes it */
+            if (opt->owners & ZI_OWN_ROUTER) pass_on(o->router_pass, &o->n_pass, opt->name, v);
+            if (opt->owners & ZI_OWN_WORKER) pass_on(o->worker_pass, &o->n_wpass, opt->name, v);
+            if (opt->owners & ZI_OWN_HTTP) pass_on(o->http_pass, &o->n_hpass, opt->name, v);
+            continue;
+        }
+        switch (id) {
+        case ZI_O_HELP:
+            print_usage();
+            return 0;
+        case ZI_O_CHECK_ARGS:
+            o->check_only = 1;
+            break;
+        case ZI_O_DRAFT_MODEL:
+            pass_on(o->worker_pass, &o->n_wpass, opt->name, o->draft);
+            break;
+        case ZI_O_CHAT_TEMPLATE:
+            o->tmpl = v;
+            break;
+        case ZI_O_BIND:
+            o->bind = v;
+            break;
+        case ZI_O_BACKEND:
+            snprintf(o->backend, sizeof o->backend, "%s", v);
+            break;
+        case ZI_O_KEYS:
+            o->keys = v;
+            break;
+        case ZI_O_INSECURE:
+            o->insecure = 1;
+            break;
+        case ZI_O_LISTEN:
+            o->http = v;
+            break;
+        case ZI_O_DEVICE:
+            o->device = v;
+            break;
+        case ZI_O_WORKERS:
+            o->workers = x;
+            break;
+        case ZI_O_TOKENIZERS:
+            o->tokenizers = x;
+            break;
+        case ZI_O_THREADS: /* 0: CPUs / workers (plan_children) */
+            o->threads = x;
+            break;
+        case ZI_O_SLOTS:
+            o->slots = x;
+            break;
+        case ZI_O_CTX_SIZE:
+            o->ctx = x;
+            break;
+        case ZI_O_LOG_LEVEL:
+            o->level = v, lg->level = (int)x;
+            break;
+        default: /* --model and --api-key are done above */
+            break;
         }
     }
     return GO_ON;
@@ -424,14 +379,7 @@ static int validate_options(serve_opts *o) {
     }
     if (!strcmp(o->http, "off")) {
         o->http = NULL;
-    } else {
-        const char *colon = strrchr(o->http, ':');
-        char *end;
-        long port = colon ? strtol(colon + 1, &end, 10) : 0;
-        if (!colon || colon == o->http || *end || port < 1 || port > 65535) {
-            fprintf(stderr, "zinfer serve: --http: '%s' is not HOST:PORT or off\n", o->http);
-            return 2;
-        }
+    } else { /* HOST:PORT, checked by parse_options as zinfer-http checks it */
         /* The router binds --bind; zinfer-http connects to it, on this
          * host when it binds every interface. */
         const char *star = strstr(o->bind, "://*:");
@@ -503,8 +451,8 @@ static int check_memory(const serve_opts *o) {
     if (strcmp(o->device, "cpu") || worker_value(o, "--memory-budget", 0) > 0 ||
         worker_value(o, "--kv-cache-tokens", 0) > 0 || worker_value(o, "--kv-cache-bytes", 0) > 0)
         return GO_ON;
-    int batch = (int)worker_value(o, "--batch-size", 256);
-    int block = (int)worker_value(o, "--block-size", 16);
+    int batch = (int)worker_value(o, "--batch-size", zi_option_def(ZI_O_BATCH_SIZE));
+    int block = (int)worker_value(o, "--block-size", zi_option_def(ZI_O_BLOCK_SIZE));
     zi_error err = {0};
     zi_backend *be = NULL;
     zi_cpu_options co = {.n_threads = 1}; /* made only to ask its KV cache's layout */
@@ -780,6 +728,7 @@ int zi_serve_main(int argc, char **argv) {
     memset(&o, 0, sizeof o);
     int rc = parse_options(argc, argv, &o, &lg);
     if (rc == GO_ON) rc = validate_options(&o);
+    if (rc == GO_ON && o.check_only) rc = 0; /* --check-args: all is valid, start nothing */
     if (rc == GO_ON) rc = check_memory(&o);
     if (rc == GO_ON) rc = find_binaries(&o);
     child *ch = NULL;

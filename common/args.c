@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "options.h"
+
 int zi_parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out,
                  zi_error *err) {
     char *end;
@@ -63,39 +65,10 @@ int zi_parse_size(const char *flag, const char *s, long long lo, long long hi, l
     return ZI_OK;
 }
 
-typedef struct worker_flag {
-    const char *name;
-    long long lo, hi;
-    int is_size; /* a byte count (K/M/G/T suffixes) */
-} worker_flag;
-
-static const worker_flag WORKER_FLAGS[] = {
-    {"--batch-size", 1, 1 << 16, 0},      {"--num-steps", 1, 64, 0},
-    {"--prefill-chunk", 0, 1 << 16, 0},   {"--kv-cache-tokens", 1, 1LL << 30, 0},
-    {"--block-size", 1, 4096, 0},         {"--kv-cache-bytes", 1, 1LL << 50, 1},
-    {"--memory-budget", 1, 1LL << 50, 1}, {"--act-bits", 8, 16, 0},
-};
-_Static_assert(sizeof WORKER_FLAGS / sizeof WORKER_FLAGS[0] == ZI_N_WORKER_FLAGS,
-               "ZI_N_WORKER_FLAGS (args.h) counts the table");
-
-static const worker_flag *find_worker_flag(const char *flag) {
-    for (size_t i = 0; i < sizeof WORKER_FLAGS / sizeof WORKER_FLAGS[0]; i++)
-        if (!strcmp(flag, WORKER_FLAGS[i].name)) return &WORKER_FLAGS[i];
-    return NULL;
-}
-
-int zi_is_worker_flag(const char *flag) {
-    return find_worker_flag(flag) != NULL;
-}
-
 int zi_parse_worker_flag(const char *flag, const char *s, long long *out, zi_error *err) {
-    const worker_flag *f = find_worker_flag(flag);
-    if (!f) return zi_error_set(err, ZI_EINVAL, "%s: not a worker option", flag);
-    int rc = f->is_size ? zi_parse_size(flag, s, f->lo, f->hi, out, err)
-                        : zi_parse_int(flag, s, f->lo, f->hi, out, err);
-    if (!rc && !strcmp(flag, "--act-bits") && *out != 8 && *out != 16)
-        return zi_error_set(err, ZI_EINVAL, "--act-bits: '%s' is not 8 or 16", s);
-    return rc;
+    const zi_option *o = zi_option_find(ZI_OWN_WORKER, flag, NULL);
+    if (!o) return zi_error_set(err, ZI_EINVAL, "%s: not a worker option", flag);
+    return zi_option_parse(o, flag, s, out, err);
 }
 
 int zi_parse_float(const char *flag, const char *s, double lo, double hi, double *out,

@@ -4,6 +4,8 @@
  * Every zinfer binary parses its flags with these, so a bad value is always
  * refused the same way: a message that names the flag, the value and the
  * accepted range ("--max-tokens: '-1' is not an integer in 0..1000000").
+ * The server processes' options, with their ranges, are one table on top
+ * of these: options.h.
  */
 #ifndef ZI_ARGS_H
 #define ZI_ARGS_H
@@ -21,15 +23,10 @@ int zi_parse_float(const char *flag, const char *s, double lo, double hi, double
  * 1024; "512M", "2GiB" and "1g" all work). */
 int zi_parse_size(const char *flag, const char *s, long long lo, long long hi, long long *out,
                   zi_error *err);
-/* The sizing flags of zinfer-worker that `zinfer serve` passes on to its
- * workers (--batch-size, --num-steps, --prefill-chunk, --kv-cache-tokens,
- * --block-size, --kv-cache-bytes, --memory-budget) and --act-bits (8 or
- * 16, checked beyond the range), in one table so that
- * serve refuses exactly the values a worker would. zi_is_worker_flag says
- * whether `flag` is one; zi_parse_worker_flag parses its value with the
- * worker's range (sizes with zi_parse_size). */
-#define ZI_N_WORKER_FLAGS 8 /* the table's size, for callers that keep their values */
-int zi_is_worker_flag(const char *flag);
+/* The value of a zinfer-worker option, checked as the worker checks it
+ * (its range in options.h's table; sizes with zi_parse_size): for
+ * commands that take a worker option themselves (zinfer generate's
+ * --act-bits). ZI_EINVAL for a flag the worker does not take. */
 int zi_parse_worker_flag(const char *flag, const char *s, long long *out, zi_error *err);
 /* "1,2,3" (spaces allowed) -> malloc'd int32 array; every id in 0..max. */
 int zi_parse_id_list(const char *flag, const char *s, int32_t max, int32_t **ids, size_t *n,

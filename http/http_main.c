@@ -9,10 +9,10 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "args.h"
 #include "http_ctx.h"
 #include "http_server.h"
 #include "log.h"
+#include "options.h"
 #include "stop_signal.h"
 
 static const char USAGE[] =
@@ -21,97 +21,84 @@ static const char USAGE[] =
     "Serves the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions,\n"
     "GET /v1/models, /health, /metrics, POST /tokenize, /detokenize; docs/http.md)\n"
     "as a client of zinfer-router. `zinfer serve --http ADDR` starts it for you.\n"
-    "\n"
-    "  --listen HOST:PORT        HTTP address (default 127.0.0.1:8080)\n"
-    "  --router ADDR             the router's client address (default tcp://127.0.0.1:5555)\n"
-    "  --api-key KEY             require 'Authorization: Bearer KEY' (default: the\n"
-    "                            ZINFER_API_KEY environment variable; none when unset)\n"
-    "  --max-body-bytes B        largest request body, else 413 (default 4M)\n"
-    "  --max-header-bytes B      memory for one request's header, else 431 (default 32K)\n"
-    "  --max-connections N       open connections at once (default 256)\n"
-    "  --timeout S               close a connection idle for S seconds (default 60)\n"
-    "  --header-timeout S        close a connection whose request line and headers have\n"
-    "                            not all arrived S seconds after it was accepted (a kept-\n"
-    "                            alive connection: --timeout + S after its last answer)\n"
-    "                            (default 10)\n"
-    "  --router-timeout S        the longest wait for the router's next reply (default 300)\n"
-    "  --log-level L             debug|info|warn|error|off (default info)\n"
-    "  -h, --help                this text\n";
+    "Options (their ranges and defaults from common/options.c, as `zinfer serve`\n"
+    "checks them):\n"
+    "\n";
 
-static int split_listen(const char *v, zi_http_config *c) {
-    const char *colon = strrchr(v, ':');
-    if (!colon || colon == v) return -1;
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port < 1 || port > 65535) return -1;
-    size_t n = (size_t)(colon - v);
-    if (v[0] == '[' && n >= 2 && v[n - 1] == ']') v++, n -= 2; /* [::1]:8080 */
-    if (n >= sizeof c->host) return -1;
-    memcpy(c->host, v, n);
-    c->host[n] = '\0';
-    c->port = (int)port;
-    return 0;
-}
+_Static_assert(sizeof((zi_http_config *)0)->host >= ZI_OPT_HOST_MAX,
+               "zi_http_config.host holds any --listen host the table accepts");
 
 int main(int argc, char **argv) {
     zi_logger lg = {.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-http"};
-    zi_http_config cfg = {.port = 8080,
-                          .max_body = 4 << 20,
-                          .max_header = 32 << 10,
-                          .max_connections = 256,
-                          .timeout_s = 60,
-                          .header_timeout_s = 10,
+    /* The defaults, from the table (options.h); --listen's is its def_text. */
+    zi_http_config cfg = {.max_body = (size_t)zi_option_def(ZI_O_MAX_BODY_BYTES),
+                          .max_header = (size_t)zi_option_def(ZI_O_MAX_HEADER_BYTES),
+                          .max_connections = (unsigned)zi_option_def(ZI_O_MAX_CONNECTIONS),
+                          .timeout_s = (unsigned)zi_option_def(ZI_O_TIMEOUT),
+                          .header_timeout_s = (unsigned)zi_option_def(ZI_O_HEADER_TIMEOUT),
                           .lg = &lg};
-    snprintf(cfg.host, sizeof cfg.host, "127.0.0.1");
+    const zi_option *listen = zi_option_get(ZI_O_LISTEN);
+    zi_error err = {0};
+    zi_option_host_port(listen, "--listen", listen->def_text, cfg.host, sizeof cfg.host, &cfg.port,
+                        &err);
     cfg.api_key = getenv("ZINFER_API_KEY");
-    const char *router = "tcp://127.0.0.1:5555";
-    long long router_timeout = 300;
+    const char *router = zi_option_get(ZI_O_HTTP_ROUTER)->def_text;
+    long long router_timeout = zi_option_def(ZI_O_ROUTER_TIMEOUT);
+    int check_only = 0;
+    /* Each value checked against options.h's table, as `zinfer serve`
+     * checks what it passes on. */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(USAGE, stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "zinfer-http: unknown option or missing value '%s' (see --help)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        zi_error err = {0};
-        long long x = 0;
-        int rc = 0;
-        if (!strcmp(a, "--listen")) {
-            if (split_listen(v, &cfg))
-                rc = zi_error_set(&err, ZI_EINVAL, "--listen: '%s' is not HOST:PORT", v);
-        } else if (!strcmp(a, "--router"))
-            router = v;
-        else if (!strcmp(a, "--api-key"))
-            cfg.api_key = v;
-        else if (!strcmp(a, "--max-body-bytes")) {
-            if (!(rc = zi_parse_size(a, v, 64, 1LL << 30, &x, &err))) cfg.max_body = (size_t)x;
-        } else if (!strcmp(a, "--max-header-bytes")) {
-            if (!(rc = zi_parse_size(a, v, 1024, 1LL << 24, &x, &err))) cfg.max_header = (size_t)x;
-        } else if (!strcmp(a, "--max-connections")) {
-            if (!(rc = zi_parse_int(a, v, 1, 65536, &x, &err))) cfg.max_connections = (unsigned)x;
-        } else if (!strcmp(a, "--timeout")) {
-            if (!(rc = zi_parse_int(a, v, 1, 86400, &x, &err))) cfg.timeout_s = (unsigned)x;
-        } else if (!strcmp(a, "--header-timeout")) {
-            if (!(rc = zi_parse_int(a, v, 1, 86400, &x, &err))) cfg.header_timeout_s = (unsigned)x;
-        } else if (!strcmp(a, "--router-timeout")) {
-            rc = zi_parse_int(a, v, 1, 86400, &router_timeout, &err);
-        } else if (!strcmp(a, "--log-level")) {
-            int l = zi_log_level_parse(v);
-            if (l < 0) rc = zi_error_set(&err, ZI_EINVAL, "--log-level: '%s' is unknown", v);
-            lg.level = l;
-        } else {
-            fprintf(stderr, "zinfer-http: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
+        zi_opt_id id;
+        long long x;
+        const char *v;
+        int rc = zi_options_next(ZI_OWN_HTTP, argc, argv, &i, &id, &x, &v, &err);
+        if (!rc && id == ZI_O_LISTEN)
+            rc = zi_option_host_port(listen, "--listen", v, cfg.host, sizeof cfg.host, &cfg.port,
+                                     &err);
         if (rc) {
             fprintf(stderr, "zinfer-http: %s\n", err.msg);
             return 2;
         }
+        switch (id) {
+        case ZI_O_HELP:
+            fputs(USAGE, stdout);
+            zi_options_usage(stdout, ZI_OWN_HTTP, 28);
+            return 0;
+        case ZI_O_CHECK_ARGS:
+            check_only = 1;
+            break;
+        case ZI_O_HTTP_ROUTER:
+            router = v;
+            break;
+        case ZI_O_API_KEY:
+            cfg.api_key = v;
+            break;
+        case ZI_O_MAX_BODY_BYTES:
+            cfg.max_body = (size_t)x;
+            break;
+        case ZI_O_MAX_HEADER_BYTES:
+            cfg.max_header = (size_t)x;
+            break;
+        case ZI_O_MAX_CONNECTIONS:
+            cfg.max_connections = (unsigned)x;
+            break;
+        case ZI_O_TIMEOUT:
+            cfg.timeout_s = (unsigned)x;
+            break;
+        case ZI_O_HEADER_TIMEOUT:
+            cfg.header_timeout_s = (unsigned)x;
+            break;
+        case ZI_O_ROUTER_TIMEOUT:
+            router_timeout = x;
+            break;
+        case ZI_O_LOG_LEVEL:
+            lg.level = (int)x;
+            break;
+        default: /* --listen is read above; the table gives no other option */
+            break;
+        }
     }
+    if (check_only) return 0;
     void *zctx = zmq_ctx_new();
     if (!zctx) {
         fprintf(stderr, "zinfer-http: cannot start ZeroMQ\n");

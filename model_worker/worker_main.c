@@ -41,6 +41,7 @@
 #include "log.h"
 #include "mem_plan.h"
 #include "model.h"
+#include "options.h"
 #include "spec_draft.h"
 #include "startup.h"
 #include "vocab_trie.h"
@@ -53,43 +54,9 @@ static const char USAGE[] =
     "usage: zinfer-worker [options]\n"
     "\n"
     "A model worker: connects to the router, registers, and generates tokens\n"
-    "for the requests the router assigns (continuous batching).\n"
-    "\n"
-    "  --router ADDR      the router's backend address (default tcp://127.0.0.1:5556)\n"
-    "  --curve-secret FILE   this worker's CURVE secret key (`zinfer keygen`; its\n"
-    "                     public key is derived); with --router-key FILE, the\n"
-    "                     router's public key (docs/security.md)\n"
-    "  --model PATH       the GGUF model (default $ZINFER_MODEL or the downloaded default)\n"
-    "  --device D         cpu (default), cuda (GPU 0) or cuda:N (see `zinfer devices`)\n"
-    "  --threads N        CPU compute threads (default: all CPUs)\n"
-    "  --act-bits B       CPU activation precision: 16 (default) or 8 (llama.cpp's;\n"
-    "                     faster batches, logits further from the float model)\n"
-    "  --slots N          sequences generated at once (default 8)\n"
-    "  --ctx-size N       positions per sequence (default 4096, at most the model's and\n"
-    "                     the KV cache's)\n"
-    "  --batch-size N     tokens per forward pass (default 256)\n"
-    "  --prefill-chunk N  prompt tokens per pass while other sequences decode (default\n"
-    "                     0: adapted so such a pass takes ~2x a decode-only pass)\n"
-    "  --kv-cache-tokens N   the KV cache's size in tokens, or\n"
-    "  --kv-cache-bytes B    in bytes (K, M, G suffixes), or what\n"
-    "  --memory-budget B     leaves for it after the weights and working buffers.\n"
-    "                     Default budget: the weights + the working buffers + a KV\n"
-    "                     cache of --slots x --ctx-size positions, which must fit in\n"
-    "                     90% of MemAvailable (else the worker does not start, and\n"
-    "                     says what it needs; docs/engine.md)\n"
-    "  --block-size N     positions per KV block (default 16)\n"
-    "  --no-prefix-cache  do not share cached prompt prefixes between requests\n"
-    "  --spec-lookup, --no-spec-lookup  prompt-lookup speculation (greedy or\n"
-    "                     sampled; sampling_params.speculate; default off)\n"
-    "  --draft-model PATH draft-model speculation: a smaller GGUF with the same\n"
-    "                     vocabulary proposes tokens greedily, verified by the\n"
-    "                     model (the same output; after prompt lookup when both\n"
-    "                     are on; docs/speculative.md)\n"
-    "  --num-steps N      decode steps per scheduling round (default 1): more\n"
-    "                     means fewer trips through the message loop, but new\n"
-    "                     requests and cancellations wait up to N steps\n"
-    "  --log-level L      debug|info|warn|error|off (default info)\n"
-    "  -h, --help         this text\n";
+    "for the requests the router assigns (continuous batching). Options (their\n"
+    "ranges and defaults from common/options.c, as `zinfer serve` checks them):\n"
+    "\n";
 
 typedef struct live_ctx {
     uint64_t rid;
@@ -487,84 +454,103 @@ typedef struct wopts {
     int log_level;
 } wopts;
 
+/* The command line, each value checked against options.h's table (as
+ * `zinfer serve` checks what it passes on). 0 to go on, else the exit
+ * status: 0 for --help and --check-args, 2 for a bad option. */
 static int parse_args(int argc, char **argv, wopts *o) {
     zi_error err = {0};
+    int check_only = 0;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(USAGE, stdout);
-            exit(0);
-        }
-        if (!strcmp(a, "--no-prefix-cache")) {
-            o->no_prefix_cache = 1;
-            continue;
-        }
-        if (!strcmp(a, "--spec-lookup") || !strcmp(a, "--no-spec-lookup")) {
-            o->spec_lookup = !strcmp(a, "--spec-lookup");
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "zinfer-worker: unknown option or missing value '%s' (see --help)\n",
-                    a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        long long iv = 0;
-        int rc = 0;
-        if (!strcmp(a, "--router"))
-            o->router = v;
-        else if (!strcmp(a, "--draft-model"))
-            o->draft = v;
-        else if (!strcmp(a, "--curve-secret"))
-            o->curve_secret = v;
-        else if (!strcmp(a, "--router-key"))
-            o->router_key = v;
-        else if (!strcmp(a, "--device")) {
+        zi_opt_id id;
+        long long x;
+        const char *v;
+        int rc = zi_options_next(ZI_OWN_WORKER, argc, argv, &i, &id, &x, &v, &err);
+        if (!rc && id == ZI_O_DEVICE) {
             zi_device_spec spec;
-            o->device = v;
             rc = zi_device_parse(v, &spec, &err);
-        } else if (!strcmp(a, "--model"))
-            snprintf(o->model, sizeof o->model, "%s", v);
-        else if (!strcmp(a, "--threads"))
-            rc = zi_parse_int(a, v, 0, 1024, &o->threads, &err);
-        else if (!strcmp(a, "--slots"))
-            rc = zi_parse_int(a, v, 1, 1024, &o->slots, &err);
-        else if (!strcmp(a, "--ctx-size"))
-            rc = zi_parse_int(a, v, 16, 1 << 20, &o->ctx, &err);
-        else if (!strcmp(a, "--batch-size"))
-            rc = zi_parse_worker_flag(a, v, &o->batch, &err);
-        else if (!strcmp(a, "--num-steps"))
-            rc = zi_parse_worker_flag(a, v, &o->steps, &err);
-        else if (!strcmp(a, "--prefill-chunk"))
-            rc = zi_parse_worker_flag(a, v, &o->chunk, &err);
-        else if (!strcmp(a, "--kv-cache-tokens"))
-            rc = zi_parse_worker_flag(a, v, &o->kv_tokens, &err);
-        else if (!strcmp(a, "--kv-cache-bytes"))
-            rc = zi_parse_worker_flag(a, v, &o->kv_bytes, &err);
-        else if (!strcmp(a, "--memory-budget"))
-            rc = zi_parse_worker_flag(a, v, &o->budget, &err);
-        else if (!strcmp(a, "--block-size"))
-            rc = zi_parse_worker_flag(a, v, &o->block, &err);
-        else if (!strcmp(a, "--act-bits"))
-            rc = zi_parse_worker_flag(a, v, &o->act_bits, &err);
-        else if (!strcmp(a, "--log-level")) {
-            o->log_level = zi_log_level_parse(v);
-            if (o->log_level < 0)
-                rc = zi_error_set(&err, ZI_EINVAL, "--log-level: '%s' is unknown", v);
-        } else {
-            fprintf(stderr, "zinfer-worker: unknown option '%s' (see --help)\n", a);
-            return 2;
         }
-        (void)iv;
         if (rc) {
             fprintf(stderr, "zinfer-worker: %s\n", err.msg);
             return 2;
+        }
+        switch (id) {
+        case ZI_O_HELP:
+            fputs(USAGE, stdout);
+            zi_options_usage(stdout, ZI_OWN_WORKER, 21);
+            exit(0);
+        case ZI_O_CHECK_ARGS:
+            check_only = 1;
+            break;
+        case ZI_O_NO_PREFIX_CACHE:
+            o->no_prefix_cache = 1;
+            break;
+        case ZI_O_SPEC_LOOKUP:
+        case ZI_O_NO_SPEC_LOOKUP:
+            o->spec_lookup = id == ZI_O_SPEC_LOOKUP;
+            break;
+        case ZI_O_ROUTER:
+            o->router = v;
+            break;
+        case ZI_O_DRAFT_MODEL:
+            o->draft = v;
+            break;
+        case ZI_O_CURVE_SECRET:
+            o->curve_secret = v;
+            break;
+        case ZI_O_ROUTER_KEY:
+            o->router_key = v;
+            break;
+        case ZI_O_DEVICE:
+            o->device = v;
+            break;
+        case ZI_O_MODEL:
+            snprintf(o->model, sizeof o->model, "%s", v);
+            break;
+        case ZI_O_THREADS:
+            o->threads = x;
+            break;
+        case ZI_O_SLOTS:
+            o->slots = x;
+            break;
+        case ZI_O_CTX_SIZE:
+            o->ctx = x;
+            break;
+        case ZI_O_BATCH_SIZE:
+            o->batch = x;
+            break;
+        case ZI_O_NUM_STEPS:
+            o->steps = x;
+            break;
+        case ZI_O_PREFILL_CHUNK:
+            o->chunk = x;
+            break;
+        case ZI_O_KV_CACHE_TOKENS:
+            o->kv_tokens = x;
+            break;
+        case ZI_O_KV_CACHE_BYTES:
+            o->kv_bytes = x;
+            break;
+        case ZI_O_MEMORY_BUDGET:
+            o->budget = x;
+            break;
+        case ZI_O_BLOCK_SIZE:
+            o->block = x;
+            break;
+        case ZI_O_ACT_BITS:
+            o->act_bits = x;
+            break;
+        case ZI_O_LOG_LEVEL:
+            o->log_level = (int)x;
+            break;
+        default: /* the table gives the worker no other option */
+            break;
         }
     }
     if (o->kv_tokens > 0 && o->kv_bytes > 0) {
         fprintf(stderr, "zinfer-worker: give --kv-cache-tokens or --kv-cache-bytes, not both\n");
         return 2;
     }
+    if (check_only) exit(0);
     return 0;
 }
 
@@ -865,15 +851,18 @@ static int serve(worker *w, const wopts *o, zi_backend *be) {
 }
 
 int main(int argc, char **argv) {
-    wopts o = {.router = "tcp://127.0.0.1:5556",
-               .device = "cpu",
-               .slots = 8,
-               .ctx = 4096,
-               .batch = 256,
-               .steps = 1,
-               .chunk = 0,
-               .block = 16,
-               .log_level = ZI_LOG_INFO};
+    /* The defaults, from the table (options.h). */
+    wopts o = {.router = zi_option_get(ZI_O_ROUTER)->def_text,
+               .device = zi_option_get(ZI_O_DEVICE)->def_text,
+               .threads = zi_option_def(ZI_O_THREADS),
+               .act_bits = zi_option_def(ZI_O_ACT_BITS),
+               .slots = zi_option_def(ZI_O_SLOTS),
+               .ctx = zi_option_def(ZI_O_CTX_SIZE),
+               .batch = zi_option_def(ZI_O_BATCH_SIZE),
+               .steps = zi_option_def(ZI_O_NUM_STEPS),
+               .chunk = zi_option_def(ZI_O_PREFILL_CHUNK),
+               .block = zi_option_def(ZI_O_BLOCK_SIZE),
+               .log_level = (int)zi_option_def(ZI_O_LOG_LEVEL)};
     zi_default_model_path(o.model, sizeof o.model);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;

@@ -49,7 +49,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "args.h"
+#include "options.h"
 #include "log.h"
 #include "curve.h"
 #include "router_impl.h"
@@ -61,39 +61,9 @@ static const char USAGE[] =
     "\n"
     "The front door of the zinfer server: clients connect to --bind (msgpack\n"
     "over ZeroMQ, docs/protocol.md); tokenizer and worker processes connect\n"
-    "to --backend and register.\n"
-    "\n"
-    "  --bind ADDR                 client socket (default tcp://127.0.0.1:5555)\n"
-    "  --backend ADDR              backend socket (default tcp://127.0.0.1:5556)\n"
-    "  --max-queue N               admitted requests not yet on a worker, tokenize and\n"
-    "                              detokenize included (default 256)\n"
-    "  --max-prompt-tokens N       longest prompt accepted (default 4096)\n"
-    "  --max-new-tokens N          largest max_new_tokens; also the default (default 4096)\n"
-    "  --max-embed-inputs N        inputs of one embed request at most (default 2048)\n"
-    "  --max-embed-tokens N        tokens of one embed request at most (default 65536)\n"
-    "  --heartbeat-timeout MS      a backend silent this long is dead (default 5000)\n"
-    "  --failover-timeout MS       how long requests wait for a worker when none is\n"
-    "                              alive (a dead worker's requests resume on another;\n"
-    "                              default 30000), then worker_lost\n"
-    "  --request-timeout MS        a generate request still in flight this long after\n"
-    "                              it arrived ends with final \"deadline_exceeded\" (its\n"
-    "                              own timeout_ms wins; default 0: none)\n"
-    "  --client-heartbeat MS       ZeroMQ heartbeats to clients every MS; a client\n"
-    "                              silent for 3x that is disconnected and its requests\n"
-    "                              cancelled (default 2000; 0: off)\n"
-    "  --max-frame-bytes N         largest client frame read (default 8388608); up to 4x\n"
-    "                              that gets an error reply, a larger one closes the\n"
-    "                              client's connection\n"
-    "  --curve-secret FILE         the router's CURVE secret key (`zinfer keygen`);\n"
-    "                              turns on CURVE on the backend socket\n"
-    "  --backend-keys FILE         public keys of the workers and tokenizers allowed\n"
-    "                              (one Z85 key per line, # comments); with --curve-secret\n"
-    "  --client-keys FILE          clients must use CURVE with one of these keys; without\n"
-    "                              it the client socket stays plain\n"
-    "  --insecure                  allow a non-loopback --backend without keys\n"
-    "                              (docs/security.md)\n"
-    "  --log-level L               debug|info|warn|error|off (default info)\n"
-    "  -h, --help                  this text\n";
+    "to --backend and register. Options (their ranges and defaults from\n"
+    "common/options.c, as `zinfer serve` checks them):\n"
+    "\n";
 
 /* Reads one multipart message: the routing id, an optional empty delimiter
  * (REQ clients), then the payload. */
@@ -149,69 +119,98 @@ typedef struct sec_opts {
     bool insecure;
 } sec_opts;
 
+/* The command line, each value checked against options.h's table (as
+ * `zinfer serve` checks what it passes on). 0 to go on, else the exit
+ * status: 0 for --help and --check-args, 2 for a bad option. */
 static int parse_args(int argc, char **argv, router *rt, const char **bind, const char **back,
                       sec_opts *sec) {
     zi_error err = {0};
+    bool check_only = false;
+    /* The table's defaults, over any set before: --help says what runs. */
+    rt->max_queue = zi_option_def(ZI_O_MAX_QUEUE);
+    rt->max_prompt = zi_option_def(ZI_O_MAX_PROMPT_TOKENS);
+    rt->max_new = zi_option_def(ZI_O_MAX_NEW_TOKENS);
+    rt->max_embed_inputs = zi_option_def(ZI_O_MAX_EMBED_INPUTS);
+    rt->max_embed_tokens = zi_option_def(ZI_O_MAX_EMBED_TOKENS);
+    rt->hb_timeout = zi_option_def(ZI_O_HEARTBEAT_TIMEOUT);
+    rt->failover_timeout = zi_option_def(ZI_O_FAILOVER_TIMEOUT);
+    rt->req_timeout = zi_option_def(ZI_O_REQUEST_TIMEOUT);
+    rt->client_hb = zi_option_def(ZI_O_CLIENT_HEARTBEAT);
+    rt->max_frame = zi_option_def(ZI_O_MAX_FRAME_BYTES);
+    *bind = zi_option_get(ZI_O_BIND)->def_text;
+    *back = zi_option_get(ZI_O_BACKEND)->def_text;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(USAGE, stdout);
-            exit(0);
-        }
-        if (!strcmp(a, "--insecure")) {
-            sec->insecure = true;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "zinfer-router: unknown option or missing value '%s' (see --help)\n",
-                    a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        int rc = 0;
-        if (!strcmp(a, "--bind"))
-            *bind = v;
-        else if (!strcmp(a, "--backend"))
-            *back = v;
-        else if (!strcmp(a, "--curve-secret"))
-            sec->secret = v;
-        else if (!strcmp(a, "--backend-keys"))
-            sec->backend_keys = v;
-        else if (!strcmp(a, "--client-keys"))
-            sec->client_keys = v;
-        else if (!strcmp(a, "--max-queue"))
-            rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_queue, &err);
-        else if (!strcmp(a, "--max-prompt-tokens"))
-            rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_prompt, &err);
-        else if (!strcmp(a, "--max-new-tokens"))
-            rc = zi_parse_int(a, v, 1, 1 << 24, &rt->max_new, &err);
-        else if (!strcmp(a, "--max-embed-inputs"))
-            rc = zi_parse_int(a, v, 1, ZI_EMBED_MAX_INPUTS_CAP, &rt->max_embed_inputs, &err);
-        else if (!strcmp(a, "--max-embed-tokens"))
-            rc = zi_parse_int(a, v, 1, ZI_EMBED_MAX_TOKENS_CAP, &rt->max_embed_tokens, &err);
-        else if (!strcmp(a, "--heartbeat-timeout"))
-            rc = zi_parse_int(a, v, 100, 3600000, &rt->hb_timeout, &err);
-        else if (!strcmp(a, "--failover-timeout"))
-            rc = zi_parse_int(a, v, 0, 3600000, &rt->failover_timeout, &err);
-        else if (!strcmp(a, "--request-timeout"))
-            rc = zi_parse_int(a, v, 0, ZI_MAX_TIMEOUT_MS, &rt->req_timeout, &err);
-        else if (!strcmp(a, "--client-heartbeat"))
-            rc = zi_parse_int(a, v, 0, 3600000, &rt->client_hb, &err);
-        else if (!strcmp(a, "--max-frame-bytes"))
-            rc = zi_parse_int(a, v, 1024, 1LL << 31, &rt->max_frame, &err);
-        else if (!strcmp(a, "--log-level")) {
-            rt->log.level = zi_log_level_parse(v);
-            if (rt->log.level < 0)
-                rc = zi_error_set(&err, ZI_EINVAL, "--log-level: '%s' is unknown", v);
-        } else {
-            fprintf(stderr, "zinfer-router: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-        if (rc) {
+        zi_opt_id id;
+        long long x;
+        const char *v;
+        if (zi_options_next(ZI_OWN_ROUTER, argc, argv, &i, &id, &x, &v, &err)) {
             fprintf(stderr, "zinfer-router: %s\n", err.msg);
             return 2;
         }
+        switch (id) {
+        case ZI_O_HELP:
+            fputs(USAGE, stdout);
+            zi_options_usage(stdout, ZI_OWN_ROUTER, 30);
+            exit(0);
+        case ZI_O_CHECK_ARGS:
+            check_only = true;
+            break;
+        case ZI_O_INSECURE:
+            sec->insecure = true;
+            break;
+        case ZI_O_BIND:
+            *bind = v;
+            break;
+        case ZI_O_BACKEND:
+            *back = v;
+            break;
+        case ZI_O_ROUTER_CURVE_SECRET:
+            sec->secret = v;
+            break;
+        case ZI_O_BACKEND_KEYS:
+            sec->backend_keys = v;
+            break;
+        case ZI_O_CLIENT_KEYS:
+            sec->client_keys = v;
+            break;
+        case ZI_O_MAX_QUEUE:
+            rt->max_queue = x;
+            break;
+        case ZI_O_MAX_PROMPT_TOKENS:
+            rt->max_prompt = x;
+            break;
+        case ZI_O_MAX_NEW_TOKENS:
+            rt->max_new = x;
+            break;
+        case ZI_O_MAX_EMBED_INPUTS:
+            rt->max_embed_inputs = x;
+            break;
+        case ZI_O_MAX_EMBED_TOKENS:
+            rt->max_embed_tokens = x;
+            break;
+        case ZI_O_HEARTBEAT_TIMEOUT:
+            rt->hb_timeout = x;
+            break;
+        case ZI_O_FAILOVER_TIMEOUT:
+            rt->failover_timeout = x;
+            break;
+        case ZI_O_REQUEST_TIMEOUT:
+            rt->req_timeout = x;
+            break;
+        case ZI_O_CLIENT_HEARTBEAT:
+            rt->client_hb = x;
+            break;
+        case ZI_O_MAX_FRAME_BYTES:
+            rt->max_frame = x;
+            break;
+        case ZI_O_LOG_LEVEL:
+            rt->log.level = (int)x;
+            break;
+        default:
+            break; /* the table gives the router no other option */
+        }
     }
+    if (check_only) exit(0);
     return 0;
 }
 

@@ -43,6 +43,7 @@
 #include "grow.h"
 #include "imsg.h"
 #include "log.h"
+#include "options.h"
 #include "response_format.h"
 #include "stop_match.h"
 #include "startup.h"
@@ -57,18 +58,8 @@ static const char USAGE[] =
     "\n"
     "A tokenizer process: connects to the router, registers, encodes prompts\n"
     "into contexts and decodes generated tokens into text (stop strings).\n"
-    "\n"
-    "  --router ADDR      the router's backend address (default tcp://127.0.0.1:5556)\n"
-    "  --curve-secret FILE   this process's CURVE secret key (`zinfer keygen`; its\n"
-    "                     public key is derived); with --router-key FILE, the\n"
-    "                     router's public key (docs/security.md)\n"
-    "  --model PATH       the GGUF file whose tokenizer to use (default as zinfer)\n"
-    "  --chat-template FILE|NAME\n"
-    "                     render messages with this template instead of the file's\n"
-    "                     tokenizer.chat_template: a FILE, or a built-in NAME (chatml,\n"
-    "                     gemma, llama3, mistral, phi3; docs/chat_template.md)\n"
-    "  --log-level L      debug|info|warn|error|off (default info)\n"
-    "  -h, --help         this text\n";
+    "Options (from common/options.c, as `zinfer serve` checks them):\n"
+    "\n";
 
 typedef struct dstate {
     uint64_t rid;
@@ -665,39 +656,54 @@ static int ids_only(tproc *t, const zi_gguf *g, zi_error *err) {
 
 int main(int argc, char **argv) {
     char model[4096];
-    const char *router = "tcp://127.0.0.1:5556";
-    int level = ZI_LOG_INFO;
+    const char *router = zi_option_get(ZI_O_ROUTER)->def_text;
+    int level = (int)zi_option_def(ZI_O_LOG_LEVEL);
     const char *tmpl_arg = NULL;
     const char *curve_secret = NULL, *router_key = NULL; /* key files */
+    int check_only = 0;
     zi_default_model_path(model, sizeof model);
+    /* Each value checked against options.h's table, as `zinfer serve`
+     * checks what it passes on. */
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+        zi_opt_id id;
+        long long x;
+        const char *v;
+        zi_error aerr = {0};
+        if (zi_options_next(ZI_OWN_TOKENIZER, argc, argv, &i, &id, &x, &v, &aerr)) {
+            fprintf(stderr, "zinfer-tokenizer: %s\n", aerr.msg);
+            return 2;
+        }
+        switch (id) {
+        case ZI_O_HELP:
             fputs(USAGE, stdout);
+            zi_options_usage(stdout, ZI_OWN_TOKENIZER, 21);
             return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "zinfer-tokenizer: unknown option or missing value '%s' (see --help)\n",
-                    a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "--router"))
+        case ZI_O_CHECK_ARGS:
+            check_only = 1;
+            break;
+        case ZI_O_ROUTER:
             router = v;
-        else if (!strcmp(a, "--curve-secret"))
+            break;
+        case ZI_O_CURVE_SECRET:
             curve_secret = v;
-        else if (!strcmp(a, "--router-key"))
+            break;
+        case ZI_O_ROUTER_KEY:
             router_key = v;
-        else if (!strcmp(a, "--model"))
+            break;
+        case ZI_O_MODEL:
             snprintf(model, sizeof model, "%s", v);
-        else if (!strcmp(a, "--chat-template"))
+            break;
+        case ZI_O_CHAT_TEMPLATE:
             tmpl_arg = v;
-        else if (!strcmp(a, "--log-level") && (level = zi_log_level_parse(v)) >= 0) {
-        } else {
-            fprintf(stderr, "zinfer-tokenizer: bad option '%s %s' (see --help)\n", a, v);
-            return 2;
+            break;
+        case ZI_O_LOG_LEVEL:
+            level = (int)x;
+            break;
+        default: /* the table gives the tokenizer no other option */
+            break;
         }
     }
+    if (check_only) return 0;
     tproc t;
     memset(&t, 0, sizeof t);
     t.log = (zi_logger){.out = stderr, .level = level, .tag = "zinfer-tokenizer"};
