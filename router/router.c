@@ -34,11 +34,12 @@
  * --client-keys is given; the ZAP handler thread (router_zap.h) decides.
  * docs/security.md.
  *
- * This file is main: the options, the two sockets, the poll loop with its
- * heartbeat checks, and shutdown. The client side, the backend side,
- * scheduling and a request's end are in router_client.c,
- * router_backend.c, router_schedule.c and router_request.c; their shared
- * state, the router struct, is in router_impl.h.
+ * This file is main, the shell around the router core (router_core.h:
+ * the request state machine, driven by events, with no sockets): the
+ * options, the two sockets and the outbox that sends on them, the poll
+ * loop that turns frames, monitor events (router_watch.h) and its 100 ms
+ * tick into the core's events, and shutdown. router_impl.h lists the
+ * core's files and holds the router struct.
  */
 #include <errno.h>
 #ifdef __GLIBC__
@@ -47,12 +48,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "options.h"
 #include "log.h"
 #include "curve.h"
 #include "router_impl.h"
+#include "router_watch.h"
 #include "router_zap.h"
 #include "stop_signal.h"
 
@@ -65,9 +68,38 @@ static const char USAGE[] =
     "common/options.c, as `zinfer serve` checks them):\n"
     "\n";
 
+/* The shell's state: the core, the sockets, their monitors. */
+typedef struct shell {
+    router *rt;
+    void *front, *back; /* the client and backend ROUTER sockets */
+    router_watch watch;
+} shell;
+
+/* The core's outbox (zi_router_io.send): one frame on a socket. */
+static int shell_send(void *ctx, zi_router_side side, const unsigned char *ident,
+                      size_t ident_len, bool delim, const void *data, size_t len) {
+    shell *sh = ctx;
+    return zi_send(side == ZI_ROUTER_CLIENT ? sh->front : sh->back, ident, ident_len, delim, data,
+                   len);
+}
+
+/* The core's clocks. */
+static int64_t shell_now_ms(void *ctx) {
+    (void)ctx;
+    return zi_now_ms();
+}
+
+static int64_t shell_wall_ns(void *ctx) {
+    (void)ctx;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /* Reads one multipart message: the routing id, an optional empty delimiter
  * (REQ clients), then the payload. */
-static void recv_routed(router *rt, void *sock, bool front) {
+static void recv_routed(shell *sh, void *sock, bool front) {
+    router *rt = sh->rt;
     zmq_msg_t parts[4];
     int n = 0, more = 1;
     while (more) {
@@ -87,14 +119,18 @@ static void recv_routed(router *rt, void *sock, bool front) {
     if (ok && zmq_msg_size(&parts[0]) <= IDENT_MAX) {
         zmq_msg_t *id = &parts[0], *pl = &parts[n - 1];
         /* The connection's fd: how a disconnect finds its peer (router_watch.c). */
-        watch_frame(rt, zmq_msg_get(pl, ZMQ_SRCFD), front);
+        bool stale = false;
+        zi_router_conn conn =
+            watch_frame(&sh->watch, rt, zmq_msg_get(pl, ZMQ_SRCFD), front, &stale);
         if (front) {
-            on_client_frame(rt, zmq_msg_data(id), zmq_msg_size(id), n == 3, zmq_msg_data(pl),
-                            zmq_msg_size(pl));
-            watch_stale_frame(rt);
+            zi_router_client_frame(rt, conn, zmq_msg_data(id), zmq_msg_size(id), n == 3,
+                                   zmq_msg_data(pl), zmq_msg_size(pl));
+            /* Its connection had closed before it was read: what it
+             * started is cancelled at once, without a reply. */
+            if (stale) zi_router_client_gone(rt, conn);
         } else
-            on_backend_frame(rt, zmq_msg_data(id), zmq_msg_size(id), zmq_msg_data(pl),
-                             zmq_msg_size(pl));
+            zi_router_backend_frame(rt, conn, zmq_msg_data(id), zmq_msg_size(id),
+                                    zmq_msg_data(pl), zmq_msg_size(pl));
     } else if (n > 0) {
         zi_log(&rt->log, ZI_LOG_WARN, "dropped a message with %d frames (expected 2)", n);
     }
@@ -103,13 +139,13 @@ static void recv_routed(router *rt, void *sock, bool front) {
 
 /* Reads the messages ready on a socket, at most 256 in one turn of the
  * loop, so that the other socket and the heartbeat check keep their turn. */
-static void drain(router *rt, void *sock, bool front) {
+static void drain(shell *sh, void *sock, bool front) {
     for (int k = 0; k < 256; k++) {
         int ev = 0;
         size_t sz = sizeof ev;
         zmq_getsockopt(sock, ZMQ_EVENTS, &ev, &sz);
         if (!(ev & ZMQ_POLLIN)) break;
-        recv_routed(rt, sock, front);
+        recv_routed(sh, sock, front);
     }
 }
 
@@ -308,27 +344,16 @@ static int load_keys(router *rt, const sec_opts *sec, const char *back, router_k
     return 0;
 }
 
-/* Matches every request (the shutdown walk). */
-static bool any_req(const void *val, const void *arg) {
-    (void)val;
-    (void)arg;
-    return true;
-}
-
 int main(int argc, char **argv) {
     router rt;
-    memset(&rt, 0, sizeof rt);
-    rt.log = (zi_logger){.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-router"};
-    rt.max_queue = 256;
-    rt.max_prompt = 4096;
-    rt.max_new = 4096;
-    rt.max_embed_inputs = ZI_EMBED_MAX_INPUTS_DEFAULT;
-    rt.max_embed_tokens = ZI_EMBED_MAX_TOKENS_DEFAULT;
-    rt.hb_timeout = 5000;
-    rt.failover_timeout = 30000;
-    rt.max_frame = 8 << 20;
-    rt.client_hb = 2000;
-    rt.cur_fd = -1;
+    shell sh = {.rt = &rt};
+    /* The defaults are the core's (zi_router_init); options change them. */
+    zi_router_init(&rt,
+                   &(zi_router_io){.ctx = &sh,
+                                   .send = shell_send,
+                                   .now_ms = shell_now_ms,
+                                   .wall_ns = shell_wall_ns},
+                   (zi_logger){.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-router"});
     const char *bind = "tcp://127.0.0.1:5555", *back = "tcp://127.0.0.1:5556";
     sec_opts sec = {0};
     int rc = parse_args(argc, argv, &rt, &bind, &back, &sec);
@@ -336,7 +361,6 @@ int main(int argc, char **argv) {
     router_keys keys = {0};
     if (load_keys(&rt, &sec, back, &keys)) return 2;
     zi_stop_signals_install();
-    zi_req_table_init(&rt.reqs);
     void *zctx = zmq_ctx_new();
     /* The ZAP handler is bound before any CURVE socket, so that no
      * handshake happens without it. */
@@ -352,13 +376,13 @@ int main(int argc, char **argv) {
     /* Frames up to --max-frame-bytes are read, larger ones up to 4x that
      * are answered with an error, anything larger drops the connection:
      * one client cannot make the router hold an unbounded frame. */
-    rt.front = make_router_socket(&rt, zctx, bind, ZI_ZAP_DOMAIN_CLIENT, 4 * (int64_t)rt.max_frame,
+    sh.front = make_router_socket(&rt, zctx, bind, ZI_ZAP_DOMAIN_CLIENT, 4 * (int64_t)rt.max_frame,
                                   sec.client_keys ? &keys.secret : NULL, rt.client_hb);
-    rt.back = rt.front ? make_router_socket(&rt, zctx, back, ZI_ZAP_DOMAIN_BACKEND, -1,
+    sh.back = sh.front ? make_router_socket(&rt, zctx, back, ZI_ZAP_DOMAIN_BACKEND, -1,
                                             keys.on ? &keys.secret : NULL, 0)
                        : NULL;
-    if (!rt.front || !rt.back) {
-        if (rt.front) zmq_close(rt.front);
+    if (!sh.front || !sh.back) {
+        if (sh.front) zmq_close(sh.front);
         zi_zap_stop(&zap);
         zmq_ctx_term(zctx);
         free_keys(&keys);
@@ -370,36 +394,30 @@ int main(int argc, char **argv) {
     if (keys.on)
         zi_log(&rt.log, ZI_LOG_INFO, "router public key %s; %zu backend key(s)%s", keys.pub.z85,
                keys.backend.n, sec.client_keys ? ", client keys on" : "");
-    watch_start(&rt, zctx, rt.front, true);
-    watch_start(&rt, zctx, rt.back, false);
+    watch_start(&sh.watch, &rt.log, zctx, sh.front, true);
+    watch_start(&sh.watch, &rt.log, zctx, sh.back, false);
     int64_t last_check = zi_now_ms(), last_trim = last_check;
     while (!zi_stop_requested()) {
-        zmq_pollitem_t it[4] = {{rt.front, 0, ZMQ_POLLIN, 0}, {rt.back, 0, ZMQ_POLLIN, 0}};
+        zmq_pollitem_t it[4] = {{sh.front, 0, ZMQ_POLLIN, 0}, {sh.back, 0, ZMQ_POLLIN, 0}};
         int n_it = 2;
         for (int m = 0; m < 2; m++)
-            if (rt.mon[m]) it[n_it++] = (zmq_pollitem_t){rt.mon[m], 0, ZMQ_POLLIN, 0};
+            if (sh.watch.mon[m]) it[n_it++] = (zmq_pollitem_t){sh.watch.mon[m], 0, ZMQ_POLLIN, 0};
         int pr = zmq_poll(it, n_it, 100);
         if (pr < 0 && errno != EINTR) {
             zi_log(&rt.log, ZI_LOG_ERROR, "poll: %s", zmq_strerror(errno));
             break;
         }
         /* Backends first: their replies free capacity for new requests. */
-        if (pr > 0 && (it[1].revents & ZMQ_POLLIN)) drain(&rt, rt.back, false);
-        if (pr > 0 && (it[0].revents & ZMQ_POLLIN)) drain(&rt, rt.front, true);
+        if (pr > 0 && (it[1].revents & ZMQ_POLLIN)) drain(&sh, sh.back, false);
+        if (pr > 0 && (it[0].revents & ZMQ_POLLIN)) drain(&sh, sh.front, true);
         /* Connections accepted and closed (each frame read also reads its
          * socket's monitor first: router_watch.c). */
-        watch_drain(&rt, false);
-        watch_drain(&rt, true);
+        watch_drain(&sh.watch, &rt, false);
+        watch_drain(&sh.watch, &rt, true);
         int64_t now = zi_now_ms();
-        if (now - last_check >= 100) {
+        if (now - last_check >= 100) { /* heartbeats, failover timeouts, deadlines */
             last_check = now;
-            char why[64];
-            snprintf(why, sizeof why, "missed heartbeats for %lld ms", rt.hb_timeout);
-            for (size_t i = 0; i < rt.n_be; i++)
-                if (rt.be[i].alive && now - rt.be[i].last_seen > rt.hb_timeout)
-                    backend_died(&rt, (int)i, why);
-            failover_check(&rt, now);
-            deadline_check(&rt, now);
+            zi_router_tick(&rt);
         }
 #ifdef __GLIBC__
         /* The router's heap is a few MB that rise and fall with the load;
@@ -413,24 +431,18 @@ int main(int argc, char **argv) {
         }
 #endif
     }
-    /* Shutting down: every request still in flight gets its terminal frame
-     * (one walk of the table, allocating nothing). */
+    /* Shutting down: every request still in flight gets its terminal frame. */
     zi_log(&rt.log, ZI_LOG_INFO, "shutting down with %zu requests in flight",
            zi_req_table_count(&rt.reqs));
-    size_t pos = 0;
-    for (void *one; (one = zi_req_table_find(&rt.reqs, &pos, any_req, NULL));)
-        fail_request(&rt, one, "unavailable", "the server is shutting down", NULL);
-    zi_req_table_free(&rt.reqs);
-    free(rt.be);
-    free(rt.queue);
+    zi_router_shutdown(&rt);
     /* The sockets drop unsent frames on close (LINGER 0, so that a gone peer
      * never holds the router); the terminal frames just queued get a
      * second to leave. */
     int linger_ms = 1000;
-    zmq_setsockopt(rt.front, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
-    zmq_close(rt.front);
-    zmq_close(rt.back);
-    watch_stop(&rt);
+    zmq_setsockopt(sh.front, ZMQ_LINGER, &linger_ms, sizeof linger_ms);
+    zmq_close(sh.front);
+    zmq_close(sh.back);
+    watch_stop(&sh.watch);
     zi_zap_stop(&zap);
     zmq_ctx_term(zctx);
     free_keys(&keys);

@@ -9,19 +9,19 @@
  * worker, those a dead tokenizer held move to another tokenizer
  * (router_failover.c).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zmq.h>
 
 #include "codec.h"
 #include "router_impl.h"
 
 void to_backend(router *rt, int b, const zi_msg *m) {
     if (b < 0 || !rt->be[b].alive) return;
-    if (zi_send_msg(rt->back, rt->be[b].ident, rt->be[b].ident_len, false, m) != 0)
-        zi_log(&rt->log, ZI_LOG_WARN, "backend %d unreachable: %s", b, zmq_strerror(errno));
+    if (out_send_msg(rt, ZI_ROUTER_BACKEND, rt->be[b].ident, rt->be[b].ident_len, false, m) != 0)
+        zi_log(&rt->log, ZI_LOG_WARN, "backend %d unreachable: %s", b, strerror(errno));
 }
 
 /* "cancel" to a worker, or "release" to a tokenizer, for request rid. */
@@ -70,9 +70,8 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
         snprintf(be->model, sizeof be->model, "%.*s", (int)(reg.model.n > 120 ? 120 : reg.model.n),
                  reg.model.p);
     be->alive = true;
-    be->fd = rt->cur_fd;
-    be->epoch = rt->cur_epoch;
-    be->last_seen = zi_now_ms();
+    be->conn = rt->cur_conn;
+    be->last_seen = core_now(rt);
     if (be->role == ROLE_WORKER) rt->no_worker_since = 0;
     if (be->role == ROLE_TOKENIZER) {
         rt->no_tok_since = 0;
@@ -117,7 +116,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
         fail_request(rt, r, "invalid_request", msg, "prompt");
         return;
     }
-    r->prefix_key = prefix_key(ctx);
+    r->prefix_key = prefix_key(rt, ctx);
     zi_msg m;
     int rc = zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = ctx}, &m);
     if (!built_or_fail(rt, r, rc, &m, NULL)) return;
@@ -128,7 +127,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
         fail_request(rt, r, "internal", "out of memory", NULL);
         return;
     }
-    r->state = RS_QUEUED;
+    r->state = RS_QUEUED; /* ENCODING -> QUEUED: still counted in n_waiting */
     dispatch(rt);
 }
 
@@ -136,7 +135,7 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
     zi_im_tokens tm;
     int bad = zi_im_tokens_unpack(o, &tm, NULL);
     rreq *r = backend_req(rt, b, tm.rid);
-    if (!r || r->wrk != b || r->worker_done) return;
+    if (!r || r->wrk != b || r->state != RS_RUNNING) return; /* stale: ignored */
     zi_gen_status status = tm.gstatus;
     if (bad) {
         fail_request(rt, r, "internal", "the worker sent a malformed tokens message", NULL);
@@ -154,11 +153,8 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
     free(v);
     r->echo_seen = true;
     size_t n_ids = n;
-    if (zi_gen_status_is_done(status)) {
-        r->worker_done = true;
-        r->state = RS_DECODING;
-        rt->be[b].assigned--;
-    }
+    bool done = zi_gen_status_is_done(status);
+    if (done) wrk_release(rt, r); /* RUNNING -> DECODING: the worker dropped it */
     /* Log probabilities and the echoed prompt ride along through the
      * tokenizer, so they reach the client in the same frame as their text:
      * the decode message carries the tokens message's fields as they came. */
@@ -167,7 +163,7 @@ static void on_tokens(router *rt, int b, const msgpack_object *o) {
     if (!built_or_fail(rt, r, zi_im_decode_pack(&tm, &m, NULL), &m, NULL)) return;
     failover_decode(rt, r, &m, n_ids); /* kept until decoded, for a tokenizer failover */
     zi_msg_free(&m);
-    if (r->worker_done) dispatch(rt);
+    if (done) dispatch(rt);
 }
 
 /* Not streamed: appends a decoded message's log probabilities to the
@@ -222,7 +218,7 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
     if (has_ids) {
         /* Inter-token latency: the time since the last tokens, shared by
          * this message's tokens. */
-        int64_t now = zi_now_ms(), n = 1;
+        int64_t now = core_now(rt), n = 1;
         if (ids->type == MSGPACK_OBJECT_ARRAY)
             n = ids->via.array.size;
         else if (zi_map_get(ids, "dtype") && zi_map_get(ids, "dtype")->type == MSGPACK_OBJECT_STR)
@@ -276,7 +272,7 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
         r->text = p;
     }
     if (zi_gen_status_is_done(status)) {
-        r->tok_has_state = false;                      /* the tokenizer dropped it */
+        tok_dropped(r);                                /* the tokenizer dropped its state */
         send_final(rt, r, zi_gen_status_name(status)); /* cancels the worker on a stop string */
     }
 }
@@ -308,7 +304,7 @@ static void on_embed_msg(router *rt, int b, const msgpack_object *o, zi_im_type 
     if (!r || r->kind != K_EMBED) return;
     if (type == ZI_IM_EMBED_ENCODED && r->tok == b && r->state == RS_ENCODING)
         on_embed_encoded(rt, r, o);
-    else if (type == ZI_IM_EMBEDDED && r->wrk == b && r->state == RS_RUNNING && !r->worker_done)
+    else if (type == ZI_IM_EMBEDDED && r->wrk == b && r->state == RS_RUNNING)
         on_embedded(rt, r, o);
 }
 
@@ -326,11 +322,8 @@ static void on_backend_error(router *rt, int b, const msgpack_object *o) {
     if (!r) return;
     const char *code = e.code ? e.code : "internal";
     const char *msg = e.message ? e.message : "backend error";
-    if (b == r->tok) r->tok_has_state = false; /* a tokenizer error drops its state */
-    if (b == r->wrk && !r->worker_done) {
-        r->worker_done = true; /* the worker dropped it */
-        rt->be[b].assigned--;
-    }
+    if (b == r->tok) tok_dropped(r); /* a tokenizer error drops its state */
+    if (b == r->wrk && r->state == RS_RUNNING) wrk_release(rt, r); /* so does a worker's */
     fail_request(rt, r, code, msg, e.field);
     dispatch(rt);
 }
@@ -352,10 +345,10 @@ void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, 
         /* Unknown (e.g. this router restarted): ask it to register again. */
         zi_msg m;
         zi_im_reregister_pack(&m);
-        zi_send_msg(rt->back, ident, ident_len, false, &m);
+        out_send_msg(rt, ZI_ROUTER_BACKEND, ident, ident_len, false, &m);
         zi_msg_free(&m);
     } else {
-        rt->be[b].last_seen = zi_now_ms();
+        rt->be[b].last_seen = core_now(rt);
         if (type == ZI_IM_HEARTBEAT)
             on_heartbeat(rt, b, o);
         else if (type == ZI_IM_ENCODED)
@@ -383,7 +376,7 @@ void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, 
 static bool held_by(const void *val, const void *arg) {
     const rreq *r = val;
     int b = *(const int *)arg;
-    return r->tok == b || (r->wrk == b && !r->worker_done);
+    return r->tok == b || (r->wrk == b && r->state == RS_RUNNING);
 }
 
 /* Every request a dead worker ran resumes elsewhere; every generate
@@ -401,13 +394,13 @@ void backend_died(router *rt, int b, const char *why) {
     /* Its cache is gone, and a new worker may register in its place. */
     affinity_forget(rt, b);
     while ((r = zi_req_table_find(&rt->reqs, &pos, held_by, &b))) {
-        bool on_worker = r->wrk == b && !r->worker_done;
-        if (r->tok == b) r->tok_has_state = false;
-        if (on_worker) {
-            be->assigned--;
-            failover_resume(rt, r); /* r->wrk is -1 after: it leaves the match */
+        if (r->wrk == b && r->state == RS_RUNNING) {
+            wrk_release(rt, r);     /* RUNNING -> DECODING, the slot given back */
+            failover_resume(rt, r); /* -> QUEUED, r->wrk -1: it leaves the match */
             continue;
         }
+        /* Its tokenizer's state died with it: no "release" to send. */
+        tok_dropped(r);
         if (r->kind == K_GENERATE) {
             failover_tokenizer(rt, r); /* r->tok is -1 after */
             continue;
@@ -417,11 +410,12 @@ void backend_died(router *rt, int b, const char *why) {
                      "request was not retried",
                      NULL);
     }
+    assert(be->assigned == 0); /* every request on it has left it */
     be->assigned = 0;
     if (be->role == ROLE_WORKER && count_alive(rt, ROLE_WORKER) == 0)
-        rt->no_worker_since = zi_now_ms();
+        rt->no_worker_since = core_now(rt);
     if (be->role == ROLE_TOKENIZER && count_alive(rt, ROLE_TOKENIZER) == 0)
-        rt->no_tok_since = zi_now_ms();
+        rt->no_tok_since = core_now(rt);
     failover_attach(rt); /* to another tokenizer, if one is alive */
     dispatch(rt);
 }

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "codec.h"
 #include "imsg_embed.h"
@@ -67,8 +66,8 @@ static rreq *new_request(router *rt, const client_ctx *c, int kind) {
     r->rid = ++rt->next_rid;
     r->kind = kind;
     r->tok = r->wrk = -1;
-    r->client_fd = rt->cur_fd;
-    r->client_epoch = rt->cur_epoch;
+    r->tlink = TL_NONE;
+    r->client_conn = rt->cur_conn;
     r->stream = true;
     zi_logprobs_init(&r->lp);
     if (zi_req_table_put(&rt->reqs, r->rid, r, NULL) != ZI_OK) {
@@ -189,20 +188,14 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     if (req.sampling_params.max_new_tokens < 0) req.sampling_params.max_new_tokens = rt->max_new;
     /* The seed's timestamp_ns: when the server received the request, unless
      * the client set it (then it travels on as given). */
-    if (req.timestamp_ns == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        req.timestamp_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-    }
+    if (req.timestamp_ns == 0) req.timestamp_ns = rt->io.wall_ns(rt->io.ctx);
     r->index = req.index;
-    r->t_recv_ms = zi_now_ms();
+    r->t_recv_ms = core_now(rt);
     long long timeout = req.timeout_ms ? req.timeout_ms : rt->req_timeout;
     if (timeout > 0) r->deadline_ms = r->t_recv_ms + timeout;
     r->stream = req.stream;
-    r->state = RS_ENCODING;
-    r->tok = tk;
-    r->tok_has_state = true;
-    rt->be[tk].assigned++;
+    r->state = RS_ENCODING; /* the tokenizer keeps its decode state from here */
+    tok_attach(rt, r, tk, true);
     rt->n_waiting++;
     zi_im_encode em = {.rid = (int64_t)r->rid,
                        .has_max_length = true,
@@ -305,10 +298,9 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
         client_error(rt, c, code, msg, field);
         return;
     }
-    r->t_recv_ms = zi_now_ms();
-    r->state = RS_ENCODING;
-    r->tok = tk;
-    rt->be[tk].assigned++;
+    r->t_recv_ms = core_now(rt);
+    r->state = RS_ENCODING; /* the tokenizer keeps no state for an embed */
+    tok_attach(rt, r, tk, false);
     rt->n_waiting++;
     zi_im_embed_encode em = {.rid = (int64_t)r->rid,
                              .max_length = worker_max_length(rt),
@@ -357,7 +349,7 @@ static void op_health(router *rt, const client_ctx *c) {
     h.prefix_hit_rate = looked > 0 ? (double)hit / (double)looked : 0.0;
     zi_msg m;
     zi_im_health_pack(&h, &m);
-    zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
+    out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &m);
     zi_msg_free(&m);
 }
 
@@ -374,7 +366,7 @@ static void op_metrics(router *rt, const client_ctx *c) {
             memcpy(m->worker_kv[m->n_workers++], rt->be[i].kv, sizeof rt->be[i].kv);
     zi_msg out;
     zi_im_metrics_pack(m, &out);
-    zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &out);
+    out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &out);
     zi_msg_free(&out);
 }
 
@@ -393,7 +385,7 @@ static void op_models(router *rt, const client_ctx *c) {
     }
     zi_msg m;
     zi_im_models_pack(&ms, &m);
-    zi_send_msg(rt->front, c->ident, c->ident_len, c->delim, &m);
+    out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &m);
     zi_msg_free(&m);
 }
 
@@ -452,8 +444,7 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
         return;
     }
     r->state = RS_UTIL;
-    r->tok = tk;
-    rt->be[tk].assigned++;
+    tok_attach(rt, r, tk, false);
     rt->n_waiting++;
     zi_msg m;
     int rc;

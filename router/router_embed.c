@@ -24,8 +24,7 @@ void on_embed_encoded(router *rt, rreq *r, const msgpack_object *o) {
     r->prompt_tokens = e.prompt_tokens;
     /* The tokenizer's part is done (it keeps no state for an embed): a
      * tokenizer that dies now does not take this request with it. */
-    rt->be[r->tok].assigned--;
-    r->tok = -1;
+    tok_detach(rt, r, false); /* ON -> NONE */
     zi_msg m;
     e.rid = (int64_t)r->rid;
     int rc = zi_im_embed_pack(ZI_IM_EMBED, &e, &m, &err);
@@ -36,7 +35,7 @@ void on_embed_encoded(router *rt, rreq *r, const msgpack_object *o) {
         fail_request(rt, r, "internal", "out of memory", NULL);
         return;
     }
-    r->state = RS_QUEUED;
+    r->state = RS_QUEUED; /* ENCODING -> QUEUED */
     dispatch(rt);
 }
 
@@ -46,8 +45,7 @@ void on_embedded(router *rt, rreq *r, const msgpack_object *o) {
         fail_request(rt, r, "internal", "the worker sent a malformed embedded message", NULL);
         return;
     }
-    r->worker_done = true; /* the worker has dropped it */
-    rt->be[r->wrk].assigned--;
+    wrk_release(rt, r); /* RUNNING -> DECODING: the worker has dropped it */
     zi_msg m;
     int rc = zi_im_embed_result_pack(&(zi_im_embed_result){.id = {r->id, r->id_len},
                                                            .embeddings = em.embeddings,
@@ -61,7 +59,7 @@ void on_embedded(router *rt, rreq *r, const msgpack_object *o) {
         zi_printable(id, sizeof id, r->id, r->id_len);
         zi_log(&rt->log, ZI_LOG_INFO, "request %llu (id '%s') embedded: %lld tokens, %lld ms",
                (unsigned long long)r->rid, id, (long long)r->prompt_tokens,
-               (long long)(zi_now_ms() - r->t_recv_ms));
+               (long long)(core_now(rt) - r->t_recv_ms));
         to_client(rt, r, &m);
         zi_msg_free(&m);
         end_request(rt, r);

@@ -145,11 +145,10 @@ void failover_resume(router *rt, rreq *r) {
                  "the model worker running this request stopped responding and the request "
                  "could not be resumed (%.100s)",
                  err.msg[0] ? err.msg : "out of memory");
-        r->worker_done = true; /* no slot to give back */
-        fail_request(rt, r, "worker_lost", msg, NULL);
+        fail_request(rt, r, "worker_lost", msg, NULL); /* from DECODING: no slot to give back */
         return;
     }
-    r->state = RS_QUEUED;
+    r->state = RS_QUEUED; /* DECODING -> QUEUED: waiting again */
     rt->n_waiting++;
     r->resumes++;
     r->note_resume = r->kind == K_GENERATE;
@@ -164,7 +163,7 @@ static bool is_queued(const void *val, const void *arg) {
 
 static bool needs_tok(const void *val, const void *arg) {
     (void)arg;
-    return ((const rreq *)val)->need_tok;
+    return ((const rreq *)val)->tlink == TL_WAITING;
 }
 
 void failover_check(router *rt, int64_t now) {
@@ -221,8 +220,7 @@ void failover_decoded(rreq *r) {
 }
 
 void failover_tokenizer(router *rt, rreq *r) {
-    r->tok = -1;
-    r->tok_has_state = false;
+    tok_detach(rt, r, true); /* ON | STATE -> WAITING */
     if (!r->encode_msg || r->pend_broken || (r->state != RS_ENCODING && r->gen_broken)) {
         fail_request(rt, r, "worker_lost",
                      "the tokenizer process handling this request stopped responding and the "
@@ -230,7 +228,6 @@ void failover_tokenizer(router *rt, rreq *r) {
                      NULL);
         return;
     }
-    r->need_tok = true;
     if (r->state != RS_ENCODING) r->note_resume = true;
     zi_log(&rt->log, ZI_LOG_INFO, "request %llu: its tokenizer died; moving it",
            (unsigned long long)r->rid);
@@ -271,23 +268,21 @@ void failover_attach(router *rt) {
         if (t < 0) return;
         int rc = ZI_OK;
         if (r->state == RS_ENCODING) {
-            rc = zi_send(rt->back, rt->be[t].ident, rt->be[t].ident_len, false, r->encode_msg,
-                         r->encode_len);
+            rc = out_send(rt, ZI_ROUTER_BACKEND, rt->be[t].ident, rt->be[t].ident_len, false,
+                          r->encode_msg, r->encode_len);
         } else {
             zi_msg m;
             rc = build_replay(r, &m);
             if (!rc) {
-                rc = zi_send_msg(rt->back, rt->be[t].ident, rt->be[t].ident_len, false, &m);
+                rc = out_send_msg(rt, ZI_ROUTER_BACKEND, rt->be[t].ident, rt->be[t].ident_len,
+                                  false, &m);
                 zi_msg_free(&m);
             }
             for (size_t i = 0; !rc && i < r->n_pend; i++)
-                rc = zi_send(rt->back, rt->be[t].ident, rt->be[t].ident_len, false, r->pend[i].buf,
-                             r->pend[i].len);
+                rc = out_send(rt, ZI_ROUTER_BACKEND, rt->be[t].ident, rt->be[t].ident_len, false,
+                              r->pend[i].buf, r->pend[i].len);
         }
-        r->need_tok = false; /* (it leaves the walk's match) */
-        r->tok = t;
-        r->tok_has_state = true;
-        rt->be[t].assigned++;
+        tok_attach(rt, r, t, true); /* WAITING -> STATE (it leaves the walk's match) */
         if (rc) {
             fail_request(rt, r, "worker_lost",
                          "the tokenizer process handling this request stopped responding and "

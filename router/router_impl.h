@@ -1,10 +1,15 @@
 /*
- * router_impl.h - the state of the `zinfer-router` process and what its
- * files share; included by them and nothing else. The router is split
- * along its seams:
+ * router_impl.h - the router core's state and what its files share;
+ * included by the router's files and by white-box tests, nothing else.
+ * The core (router_core.h, the static library zi_router_core) is the
+ * request state machine without sockets; the shell around it is the
+ * executable's:
  *
- *   router.c           main: options, the two sockets, the poll loop,
- *                      heartbeat checks, shutdown
+ *   core (zi_router_core, no ZeroMQ):
+ *   router_core.c      the events (router_core.h), the outbox and clock,
+ *                      the state transitions shared by the files below,
+ *                      the counter check (zi_router_check), deadlines,
+ *                      a client's or backend's connection closing
  *   router_client.c    the client side: client frames, the ops (generate,
  *                      cancel, health, models, tokenize, detokenize),
  *                      validation and admission
@@ -17,13 +22,22 @@
  *                      frames ("final", "error") and end_request
  *   router_failover.c  a dead worker's (tokenizer's) requests resumed on
  *                      another
- *   router_watch.c     deadlines (timeout_ms, --request-timeout) and
- *                      disconnects (socket monitors)
+ *   router_embed.c     the embed op's backend messages
+ *   req_table.c        the request table
+ *
+ *   shell (zinfer-router only):
+ *   router.c           main: options, the two ZeroMQ sockets and the
+ *                      outbox that sends on them, the poll loop and its
+ *                      100 ms tick, shutdown
+ *   router_watch.c     the socket monitors: which connection a frame came
+ *                      on, and connections that close (router_watch.h)
+ *   router_zap.c       the CURVE key check (router_zap.h)
  *
  * There is no global state: every function takes the router. What one
- * file defines and another uses is declared here; everything else stays
- * static in its file. The names carry no prefix: they are linked into this
- * one executable only.
+ * core file defines and another uses is declared here; everything else
+ * stays static in its file. These names carry no prefix: they are the
+ * core library's internals (its API is router_core.h, zi_ prefixed), and
+ * no other library is linked beside it.
  */
 #ifndef ZI_ROUTER_IMPL_H
 #define ZI_ROUTER_IMPL_H
@@ -36,6 +50,7 @@
 #include "imsg.h"
 #include "log.h"
 #include "req_table.h"
+#include "router_core.h"
 #include "types.h"
 #include "wire.h"
 
@@ -45,14 +60,15 @@ enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
 /* What a request asked for (its client op). */
 enum { K_GENERATE, K_TOKENIZE, K_DETOKENIZE, K_EMBED };
 
-/* Where a request is: a generate request goes ENCODING (at its tokenizer)
- * -> QUEUED (waiting for a worker slot) -> RUNNING (on a worker) ->
- * DECODING (the worker is done, the tokenizer still decodes); tokenize and
- * detokenize stay UTIL (at the tokenizer) until their result. */
+/* A request's phase (rreq.state): where it is on its way to a worker.
+ * The states and their transitions are in router_core.h. */
 enum { RS_ENCODING, RS_QUEUED, RS_RUNNING, RS_DECODING, RS_UTIL };
 
-/* The longest ZeroMQ routing identity kept (longer envelopes are dropped). */
-#define IDENT_MAX 256
+/* What a request holds on a tokenizer (rreq.tlink; router_core.h). */
+enum { TL_NONE, TL_ON, TL_STATE, TL_WAITING };
+
+/* The longest routing identity kept (longer envelopes are dropped). */
+#define IDENT_MAX ZI_ROUTER_IDENT_MAX
 
 typedef struct backend {
     unsigned char ident[IDENT_MAX];
@@ -66,8 +82,7 @@ typedef struct backend {
     int assigned; /* workers: requests running; tokenizers: requests with state */
     int64_t last_seen;
     int64_t kv[ZI_N_KV_STATS]; /* workers: the KV counters of the last heartbeat */
-    int fd;                    /* its connection's fd when it registered (router_watch.c) */
-    uint32_t epoch;            /* and its number on that fd */
+    zi_router_conn conn;       /* its connection when it registered */
 } backend;
 
 /* A message kept for a resend (failover), with the token ids it carries. */
@@ -83,11 +98,11 @@ typedef struct rreq {
     bool delim;
     char *id;
     size_t id_len;
-    int kind, state;
+    int kind;
+    int state; /* its phase: RS_* */
+    int tlink; /* what it holds on a tokenizer: TL_* */
     bool stream;
-    int tok, wrk;       /* backend indices, -1 when none */
-    bool tok_has_state; /* the tokenizer holds decode state for it */
-    bool worker_done;
+    int tok, wrk; /* backend indices, -1 when none (wrk stays set in RS_DECODING) */
     int64_t prompt_tokens, completion_tokens;
     char *text; /* the completion so far, when not streamed */
     size_t text_len;
@@ -112,28 +127,19 @@ typedef struct rreq {
     struct pend_msg *pend;
     size_t n_pend, pend_cap;
     bool pend_broken;    /* a decode message could not be kept */
-    bool need_tok;       /* its tokenizer died: waiting for another */
     uint64_t prefix_key; /* a hash of the prompt's first tokens (0: too short) */
     int64_t index;       /* the request's index, echoed in its final frame */
-    int64_t t_recv_ms;   /* zi_now_ms() at admission */
-    int64_t t_first_ms;  /* zi_now_ms() at its first token (0: none yet) */
-    int64_t t_last_ms;   /* zi_now_ms() at its latest tokens (inter-token latency) */
+    int64_t t_recv_ms;   /* core_now() at admission */
+    int64_t t_first_ms;  /* core_now() at its first token (0: none yet) */
+    int64_t t_last_ms;   /* core_now() at its latest tokens (inter-token latency) */
     /* Not streamed: what the final frame carries besides the text. */
     zi_logprobs lp; /* the completion's log probabilities, when asked for */
     bool has_lp;
     char *echo; /* a packed map: the echoed prompt's keys of the first decoded message */
     size_t echo_len;
-    int client_fd;       /* the client connection's fd (-1: unknown; router_watch.c) */
-    uint32_t client_epoch; /* and its number on that fd */
-    int64_t deadline_ms; /* zi_now_ms() past which it ends "deadline_exceeded" (0: none) */
+    zi_router_conn client_conn; /* the client's connection (fd -1: unknown) */
+    int64_t deadline_ms; /* core_now() past which it ends "deadline_exceeded" (0: none) */
 } rreq;
-
-/* What the router knows of one connection fd of one socket, from its
- * monitor's events (router_watch.c): the connections accepted and closed
- * on it so far. Connection number acc is open while acc > disc. */
-typedef struct conn_rec {
-    uint32_t acc, disc;
-} conn_rec;
 
 /* Prefix affinity: which worker last took a request whose prompt began
  * with a given key, so that the next one goes where its prefix is cached. */
@@ -148,8 +154,8 @@ typedef struct affinity {
 
 typedef struct router {
     zi_logger log;
+    zi_router_io io; /* the outbox and the clock (router_core.h) */
     affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
-    void *front, *back;
     zi_req_table reqs;
     backend *be;
     size_t n_be;
@@ -159,22 +165,54 @@ typedef struct router {
     size_t n_waiting; /* admitted and not yet running */
     long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
     long long failover_timeout; /* ms a request waits for a worker after the last died */
-    int64_t no_worker_since;    /* zi_now_ms() when the last worker died (0: one is up) */
+    int64_t no_worker_since;    /* core_now() when the last worker died (0: one is up) */
     int64_t no_tok_since;       /* the same for tokenizers */
     long long req_timeout;      /* --request-timeout: ms, 0 = none */
     long long client_hb;        /* --client-heartbeat: ms, 0 = none */
-    int cur_fd;                 /* the fd of the frame being handled (-1: unknown) */
-    uint32_t cur_epoch;         /* its connection's number on that fd (conn_rec.acc) */
-    bool cur_stale;             /* that connection had closed before the frame was read */
-    void *mon[2];               /* the monitors of the backend [0] and client [1] sockets */
-    conn_rec *conns[2];         /* indexed by fd, per socket as mon */
-    size_t n_conns[2];
+    zi_router_conn cur_conn;    /* the connection of the frame being handled */
     long long max_embed_inputs, max_embed_tokens; /* per embed request */
     /* Counters and histograms since start (the metrics op): finished
      * requests, tokens, latencies; running, waiting and the workers' KV
      * counters are filled in when asked. */
     zi_im_metrics metrics;
 } router;
+
+/* ---- router_core.c -------------------------------------------------------- */
+
+/* The time now (io.now_ms), monotonic milliseconds. */
+int64_t core_now(const router *rt);
+
+/* Sends one frame through the outbox: 0, or -1 (errno set) when the peer
+ * cannot be reached. */
+int out_send(router *rt, zi_router_side side, const unsigned char *ident, size_t ident_len,
+             bool delim, const void *data, size_t len);
+
+/* out_send of a built message; an empty one (a failed encoder's) is not
+ * sent: -1 with errno EINVAL. */
+int out_send_msg(router *rt, zi_router_side side, const unsigned char *ident, size_t ident_len,
+                 bool delim, const zi_msg *m);
+
+/* The transitions of a request's tokenizer link and worker slot (the
+ * state machine is in router_core.h); each keeps the backends' `assigned`
+ * counts in step. */
+
+/* TL_NONE or TL_WAITING -> TL_STATE (keeps_state) or TL_ON, on tokenizer t. */
+void tok_attach(router *rt, rreq *r, int t, bool keeps_state);
+
+/* TL_STATE -> TL_ON: the tokenizer dropped r's decode state by itself (a
+ * final "decoded", its error), so r's end sends it no "release". */
+void tok_dropped(rreq *r);
+
+/* TL_ON or TL_STATE -> TL_NONE, or TL_WAITING when wait: r's tokenizer
+ * count is given back (no message is sent). */
+void tok_detach(router *rt, rreq *r, bool wait);
+
+/* RS_RUNNING -> RS_DECODING: the worker is done with r (a final status,
+ * its error, an embed's result) or gone; its slot is free. */
+void wrk_release(router *rt, rreq *r);
+
+/* Ends every request past its deadline with "deadline_exceeded". */
+void deadline_check(router *rt, int64_t now);
 
 /* ---- router_client.c ------------------------------------------------------ */
 
@@ -234,8 +272,13 @@ int queue_push(router *rt, uint64_t rid);
 /* Takes rid out of the queue, if it is there. */
 void queue_remove(router *rt, uint64_t rid);
 
+/* The KV block size prefix affinity counts in: the largest one the live
+ * workers' heartbeats report, ZI_ROUTER_BLOCK_DEFAULT before any has. */
+int64_t worker_block_size(const router *rt);
+#define ZI_ROUTER_BLOCK_DEFAULT 16 /* zinfer-worker's --block-size default */
+
 /* The prompt-prefix key of an encoded context (0: too short to share). */
-uint64_t prefix_key(const msgpack_object *ctx);
+uint64_t prefix_key(const router *rt, const msgpack_object *ctx);
 
 /* Starts queued requests on workers with free slots, oldest first; call
  * after anything that may free a slot or add a worker. */
@@ -253,7 +296,8 @@ void failover_keep(rreq *r, const int32_t *ids, size_t n);
 /* r's worker died while running it: r goes back to the front of the
  * queue with a "start" message whose context is its prompt and the ids
  * generated so far, or, when that cannot be built, ends with
- * "worker_lost". The caller has released r's worker slot. */
+ * "worker_lost". The caller has released r's worker slot (wrk_release: r
+ * is RS_DECODING). */
 void failover_resume(router *rt, rreq *r);
 
 /* The heartbeat tick: while no worker is alive for --failover-timeout,
@@ -270,9 +314,9 @@ void failover_decode(router *rt, rreq *r, const zi_msg *m, size_t n_ids);
 /* r's tokenizer answered its oldest "decode". */
 void failover_decoded(rreq *r);
 
-/* r's tokenizer died (the caller releases its count): r waits for another
- * one (failover_attach), or ends with "worker_lost" when it cannot be
- * moved. */
+/* r's tokenizer died (its decode state with it: tok_dropped): r waits
+ * for another one (TL_WAITING, failover_attach), or ends with
+ * "worker_lost" when it cannot be moved. */
 void failover_tokenizer(router *rt, rreq *r);
 
 /* Gives every request waiting for a tokenizer to a live one: its
@@ -283,33 +327,6 @@ void failover_attach(router *rt);
 
 /* Adds rid at the front of the queue: ZI_OK or ZI_ENOMEM. */
 int queue_push_front(router *rt, uint64_t rid);
-
-/* ---- router_watch.c ------------------------------------------------------ */
-
-/* A frame arrived on connection fd (-1: unknown) of the client (front) or
- * backend socket: reads that socket's monitor first, then sets rt->cur_fd,
- * cur_epoch and cur_stale. */
-void watch_frame(router *rt, int fd, bool front);
-
-/* After a client frame from a connection that had already closed
- * (rt->cur_stale): cancels what it started, without a reply. */
-void watch_stale_frame(router *rt);
-
-/* Starts the monitor of sock (rt->mon[front]), which reports its
- * connections accepted and closed; on failure it is NULL (logged:
- * disconnects are then noticed the other ways). */
-void watch_start(router *rt, void *zctx, void *sock, bool front);
-
-/* Handles the events ready on the monitor of the client (front) or
- * backend socket: a client's requests are cancelled without a reply, a
- * backend dies (backend_died). */
-void watch_drain(router *rt, bool front);
-
-/* Closes the monitors and frees the tables. */
-void watch_stop(router *rt);
-
-/* Ends every request past its deadline with "deadline_exceeded". */
-void deadline_check(router *rt, int64_t now);
 
 /* ---- router_request.c ----------------------------------------------------- */
 

@@ -7,10 +7,10 @@
  * to the client itself but undoes the request's claims on backends (queue
  * place, worker slot, tokenizer decode state).
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zmq.h>
 
 #include "keypath.h"
 #include "router_impl.h"
@@ -18,9 +18,10 @@
 
 /* Sends to a request's client; false when the client is gone. */
 bool to_client(router *rt, const rreq *r, const zi_msg *m) {
-    if (zi_send_msg(rt->front, r->client, r->client_len, r->delim, m) == 0) return true;
+    if (out_send_msg(rt, ZI_ROUTER_CLIENT, r->client, r->client_len, r->delim, m) == 0)
+        return true;
     zi_log(&rt->log, ZI_LOG_INFO, "request %llu: client unreachable (%s); cancelling",
-           (unsigned long long)r->rid, zmq_strerror(errno));
+           (unsigned long long)r->rid, strerror(errno));
     return false;
 }
 
@@ -39,7 +40,7 @@ void send_error_raw(router *rt, const unsigned char *client, size_t client_len, 
     if (f) e.field = (zi_im_str){fc ? fc : "", fc ? fl : 0};
     zi_msg m;
     zi_im_client_error_pack(&e, &m);
-    zi_send_msg(rt->front, client, client_len, delim, &m);
+    out_send_msg(rt, ZI_ROUTER_CLIENT, client, client_len, delim, &m);
     zi_msg_free(&m);
     free(mc);
     free(fc);
@@ -48,16 +49,21 @@ void send_error_raw(router *rt, const unsigned char *client, size_t client_len, 
 /* Removes r from the table and releases what it holds on backends. The
  * terminal frame (if any) has been sent by the caller. */
 void end_request(router *rt, rreq *r) {
-    if (r->state == RS_ENCODING || r->state == RS_QUEUED || r->state == RS_UTIL) rt->n_waiting--;
+    /* What each phase holds (router_core.h): a waiting one its n_waiting
+     * count (and, queued, its queue place), a running one its worker slot;
+     * what the tokenizer link holds, its tokenizer's count and, with
+     * TL_STATE, the decode state the tokenizer keeps. */
+    if (r->state == RS_ENCODING || r->state == RS_QUEUED || r->state == RS_UTIL) {
+        assert(rt->n_waiting > 0);
+        rt->n_waiting--;
+    }
     if (r->state == RS_QUEUED) queue_remove(rt, r->rid);
-    if (r->state == RS_RUNNING && !r->worker_done && r->wrk >= 0) {
+    if (r->state == RS_RUNNING) {
         backend_rid_msg(rt, r->wrk, ZI_IM_CANCEL, r->rid);
-        rt->be[r->wrk].assigned--;
+        wrk_release(rt, r);
     }
-    if (r->tok >= 0) {
-        if (r->tok_has_state) backend_rid_msg(rt, r->tok, ZI_IM_RELEASE, r->rid);
-        rt->be[r->tok].assigned--;
-    }
+    if (r->tlink == TL_STATE) backend_rid_msg(rt, r->tok, ZI_IM_RELEASE, r->rid);
+    tok_detach(rt, r, false);
     zi_req_table_del(&rt->reqs, r->rid);
     zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu ended", (unsigned long long)r->rid);
     free(r->id);
@@ -93,7 +99,7 @@ bool built_or_fail(router *rt, rreq *r, int rc, zi_msg *m, const zi_error *err) 
 }
 
 void send_final(router *rt, rreq *r, const char *status) {
-    int64_t now = zi_now_ms();
+    int64_t now = core_now(rt);
     char id[80]; /* the client's id as one line of ASCII */
     zi_printable(id, sizeof id, r->id, r->id_len);
     zi_log(&rt->log, ZI_LOG_INFO,

@@ -5,6 +5,7 @@
  * affinity that sends a request to the worker likely to have its prefix
  * cached, and dispatch(), which starts queued requests on workers.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -67,19 +68,43 @@ void queue_remove(router *rt, uint64_t rid) {
         }
 }
 
-/* The prompt-prefix key of a context: a hash of its first 64 tokens, or of
- * fewer (a multiple of 16, the usual KV block) when the prompt is shorter;
- * 0 under 17 tokens. Requests that share a long prefix share the key. */
-uint64_t prefix_key(const msgpack_object *ctx) {
+/* The workers' KV block size. The register message does not carry it,
+ * but each worker's heartbeat does (its "kv" map's "block_size", from its
+ * --block-size), and the first comes within a second of registering. The
+ * key is computed before a worker is chosen, so it has to fit every
+ * worker: the largest block size is a whole number of each smaller one
+ * (block sizes are powers of two in practice), so a prefix of whole large
+ * blocks is whole blocks on every worker. */
+int64_t worker_block_size(const router *rt) {
+    int64_t bs = 0;
+    for (size_t i = 0; i < rt->n_be; i++) {
+        int64_t v = rt->be[i].kv[ZI_KV_BLOCK_SIZE];
+        /* (a value no worker would send is not taken) */
+        if (rt->be[i].alive && rt->be[i].role == ROLE_WORKER && v > bs && v <= 65536) bs = v;
+    }
+    return bs > 0 ? bs : ZI_ROUTER_BLOCK_DEFAULT;
+}
+
+/* The prompt-prefix key of a context: a hash of its first tokens in whole
+ * KV blocks (B tokens each, worker_block_size), at most the blocks that
+ * cover 64 tokens, and short of the prompt's last token (which a worker
+ * always computes, so the blocks it could reuse end before it); 0 when
+ * that is not one whole block. A worker's prefix cache matches whole
+ * blocks only, so two prompts that share those blocks share the key, and
+ * a key over a part-block would tell apart prompts whose cached blocks
+ * are the same. With the default B = 16 this is the first 16..64 tokens. */
+uint64_t prefix_key(const router *rt, const msgpack_object *ctx) {
     const msgpack_object *t = ctx ? zi_map_get(ctx, "tokens") : NULL;
     zi_codec_limits lim = zi_codec_limits_default();
     int32_t *v = NULL;
     size_t n = 0;
     if (!t || zi_codec_decode_tokens(t, &lim, "tokens", &v, &n, NULL) != ZI_OK) return 0;
-    size_t k = n > 0 ? (n - 1) / 16 * 16 : 0;
-    if (k > 64) k = 64;
+    size_t bs = (size_t)worker_block_size(rt);
+    size_t cap = (64 + bs - 1) / bs * bs; /* the blocks that cover 64 tokens */
+    size_t k = n > 0 ? (n - 1) / bs * bs : 0;
+    if (k > cap) k = cap;
     uint64_t h = 0;
-    if (k >= 16) {
+    if (k >= bs) {
         h = 1469598103934665603ULL;
         for (size_t i = 0; i < k; i++) h = (h ^ (uint32_t)v[i]) * 1099511628211ULL;
         h |= 1; /* never 0 */
@@ -118,18 +143,21 @@ void dispatch(router *rt) {
          * start message stays kept for the next failover. */
         const char *msg = r->resume_msg ? r->resume_msg : r->start_msg;
         size_t len = r->resume_msg ? r->resume_len : r->start_len;
-        if (zi_send(rt->back, rt->be[w].ident, rt->be[w].ident_len, false, msg, len) != 0) {
+        if (out_send(rt, ZI_ROUTER_BACKEND, rt->be[w].ident, rt->be[w].ident_len, false, msg,
+                     len) != 0) {
             fail_request(rt, r, "worker_lost", "the chosen worker is unreachable", NULL);
             continue;
         }
         free(r->resume_msg);
         r->resume_msg = NULL;
+        /* RS_QUEUED -> RS_RUNNING: a worker slot instead of a queue place. */
         r->state = RS_RUNNING;
         if (!r->resumes) /* queue time: admission to its first worker */
             zi_im_hist_observe(&rt->metrics.hist[ZI_IM_HIST_QUEUE],
-                               (double)(zi_now_ms() - r->t_recv_ms) / 1e3);
+                               (double)(core_now(rt) - r->t_recv_ms) / 1e3);
         r->wrk = w;
         rt->be[w].assigned++;
+        assert(rt->n_waiting > 0);
         rt->n_waiting--;
         zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu -> worker %d", (unsigned long long)rid, w);
     }

@@ -1,28 +1,28 @@
 /*
- * fuzz_frame.c - libFuzzer entry point for the client frame decoder: what
- * the router does with one client frame (router_client.c's
- * on_client_frame) up to the point where it would touch its own state.
+ * fuzz_frame.c - libFuzzer entry point for the router's client side: the
+ * input is one client frame, handed to the real router core
+ * (router/router_core.h, zi_router_client_frame) with a tokenizer and a
+ * worker registered; the outbox records what the core sends.
  *
- * The input is the frame's bytes. They are checked and parsed
- * (zi_msgpack_parse with the default limits); a refused frame still has
- * its id peeked (zi_msgpack_peek_str). A parsed map has its "id" and "op"
- * read, and by op: generate decodes the whole request
- * (zi_codec_decode_request) and its response_format
- * (zi_response_format_kind, the JSON schema text included), then encodes
- * it again and decodes the bytes (a decoded request must survive its own
- * encoding); tokenize/detokenize read text / token_ids. The promises
- * checked: a failure leaves a one-line non-empty message, a success frees
- * cleanly (leaks are reported by libFuzzer's LeakSanitizer), and the
- * round trip succeeds. A broken promise calls __builtin_trap().
+ * The promises checked: the core takes the frame (ZI_OK) and its
+ * counters stay consistent (zi_router_check); the client gets at most
+ * one frame, and none only when the frame started a request (the
+ * tokenizer got its message) or was a cancel; an "error" frame decodes
+ * as one and has a one-line non-empty message; a generate request's
+ * "encode" message decodes on the tokenizer's side, its request included
+ * (zi_codec_decode_request: a request the router admitted must survive
+ * its own encoding); at shutdown every request still in flight gets
+ * exactly one "error" frame. Leaks are reported by libFuzzer's
+ * LeakSanitizer. A broken promise calls __builtin_trap().
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "codec.h"
-#include "response_format.h"
-#include "utf8.h"
-#include "wire.h"
+#include "imsg.h"
+#include "router_core.h"
+#include "router_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -31,78 +31,114 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         if (!(c)) __builtin_trap();                                                                \
     } while (0)
 
-static void check_err(const zi_error *err) {
-    CHECK(err->msg[0] != '\0');
-    CHECK(memchr(err->msg, '\0', sizeof err->msg) != NULL);
+/* What the core sent: counts per side, and the last frame to each. */
+typedef struct outbox {
+    int n_client, n_backend;
+    char *last[2];
+    size_t last_len[2];
+} outbox;
+
+static int fz_send(void *ctx, zi_router_side side, const unsigned char *ident, size_t ident_len,
+                   bool delim, const void *buf, size_t len) {
+    outbox *o = ctx;
+    (void)ident, (void)ident_len, (void)delim;
+    CHECK(len > 0);
+    if (side == ZI_ROUTER_CLIENT)
+        o->n_client++;
+    else
+        o->n_backend++;
+    free(o->last[side]);
+    o->last[side] = malloc(len);
+    CHECK(o->last[side] != NULL);
+    memcpy(o->last[side], buf, len);
+    o->last_len[side] = len;
+    return 0;
 }
 
-static void generate(const msgpack_object *o, const zi_codec_limits *lim) {
-    zi_request req;
+static int64_t fz_now(void *ctx) {
+    (void)ctx;
+    return 1000000;
+}
+
+static int64_t fz_wall(void *ctx) {
+    (void)ctx;
+    return 1;
+}
+
+static void add_backend(router *rt, const char *ident, bool worker) {
+    zi_msg m;
+    zi_im_register r = {.worker = worker, .slots = 2, .max_length = 4096, .vocab = 1000,
+                        .model = {"m", 1}};
+    CHECK(zi_im_register_pack(&r, &m) == ZI_OK);
+    CHECK(zi_router_backend_frame(rt, (zi_router_conn){worker ? 2 : 1, 1},
+                                  (const unsigned char *)ident, strlen(ident), m.sb.data,
+                                  m.sb.size) == ZI_OK);
+    zi_msg_free(&m);
+}
+
+/* An error frame the client got: it decodes, with a one-line message. */
+static void check_client_frame(const char *buf, size_t len) {
+    msgpack_unpacked u;
     zi_error err = {0};
-    if (zi_codec_decode_request(o, lim, "", &req, &err) != ZI_OK) {
-        check_err(&err);
-        return;
+    CHECK(zi_msgpack_parse(buf, len, NULL, &u, &err) == ZI_OK);
+    if (zi_map_str_is(&u.data, "event", "error")) {
+        zi_im_client_error e;
+        CHECK(zi_im_client_error_unpack(&u.data, &e, &err) == ZI_OK);
+        CHECK(e.message.n > 0 && !memchr(e.message.p, '\n', e.message.n));
     }
-    int kind = ZI_RF_NONE;
-    char *schema = NULL;
-    zi_error rerr = {0};
-    if (zi_response_format_kind(&req.response_format, &kind, &schema, &rerr) != ZI_OK)
-        check_err(&rerr);
-    free(schema);
-    /* The router re-encodes the request for the tokenizer: it must decode. */
-    char *buf = NULL;
-    size_t len = 0;
-    zi_error eerr = {0};
-    if (zi_codec_request_to_bytes(&req, &buf, &len, &eerr) == ZI_OK) {
-        zi_request back;
-        zi_error berr = {0};
-        int rc = zi_codec_request_from_bytes(buf, len, lim, &back, &berr);
-        CHECK(rc == ZI_OK);
-        zi_request_free(&back);
-        free(buf);
-    } else {
-        check_err(&eerr); /* e.g. a NaN that cannot be written */
+    msgpack_unpacked_destroy(&u);
+}
+
+/* The tokenizer's side of an "encode": it decodes, request and all. */
+static void check_encode(const char *buf, size_t len) {
+    msgpack_unpacked u;
+    zi_error err = {0};
+    CHECK(zi_msgpack_parse(buf, len, NULL, &u, &err) == ZI_OK);
+    if (zi_map_str_is(&u.data, "type", "encode")) {
+        zi_im_encode em;
+        CHECK(zi_im_encode_unpack(&u.data, &em, &err) == ZI_OK);
+        zi_codec_limits lim = zi_codec_limits_default();
+        zi_request req;
+        CHECK(zi_codec_decode_request(em.request_obj, &lim, "request", &req, &err) == ZI_OK);
+        zi_request_free(&req);
     }
-    zi_request_free(&req);
+    msgpack_unpacked_destroy(&u);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    zi_codec_limits lim = zi_codec_limits_default();
+    outbox o = {0};
+    router rt;
+    zi_router_io io = {.ctx = &o, .send = fz_send, .now_ms = fz_now, .wall_ns = fz_wall};
+    CHECK(zi_router_init(&rt, &io, (zi_logger){.level = ZI_LOG_OFF}) == ZI_OK);
+    add_backend(&rt, "t", false);
+    add_backend(&rt, "w", true);
+    int to_backends = o.n_backend;
+    CHECK(zi_router_client_frame(&rt, (zi_router_conn){3, 1}, (const unsigned char *)"c", 1,
+                                 size & 1, data, size) == ZI_OK);
     zi_error err = {0};
-    msgpack_unpacked u;
-    if (zi_msgpack_parse(data, size, &lim, &u, &err) != ZI_OK) {
-        check_err(&err);
-        const char *id;
-        size_t n;
-        if (zi_msgpack_peek_str(data, size, "id", &id, &n)) {
-            CHECK(id >= (const char *)data && id + n <= (const char *)data + size);
-            (void)zi_utf8_valid(id, n);
-        }
-        return 0;
+    CHECK(zi_router_check(&rt, &err) == ZI_OK);
+    size_t in_flight = zi_req_table_count(&rt.reqs);
+    CHECK(in_flight <= 1);
+    CHECK(o.n_client <= 1);
+    if (o.n_client == 1) {
+        CHECK(in_flight == 0); /* a reply means nothing was started */
+        check_client_frame(o.last[ZI_ROUTER_CLIENT], o.last_len[ZI_ROUTER_CLIENT]);
     }
-    const msgpack_object *o = &u.data;
-    const char *id = NULL, *op = NULL;
-    size_t id_len = 0, op_len = 0;
-    if (o->type == MSGPACK_OBJECT_MAP && zi_map_str(o, "id", &id, &id_len, &err) == ZI_OK &&
-        zi_map_str(o, "op", &op, &op_len, &err) == ZI_OK) {
-        (void)zi_utf8_valid(id, id_len);
-        if (op_len == 8 && !memcmp(op, "generate", 8)) {
-            generate(o, &lim);
-        } else if (op_len == 10 && !memcmp(op, "detokenize", 10)) {
-            const msgpack_object *v = zi_map_get(o, "token_ids");
-            int32_t *ids = NULL;
-            size_t n = 0;
-            if (v && zi_codec_decode_tokens(v, &lim, "token_ids", &ids, &n, &err) != ZI_OK)
-                check_err(&err);
-            free(ids);
-        } else if (op_len == 8 && !memcmp(op, "tokenize", 8)) {
-            const msgpack_object *v = zi_map_get(o, "text");
-            if (v && v->type == MSGPACK_OBJECT_STR)
-                (void)zi_utf8_valid(v->via.str.ptr, v->via.str.size);
-        }
-    } else if (o->type == MSGPACK_OBJECT_MAP) {
-        check_err(&err);
+    if (in_flight) { /* started: its tokenizer has its message */
+        CHECK(o.n_backend == to_backends + 1);
+        check_encode(o.last[ZI_ROUTER_BACKEND], o.last_len[ZI_ROUTER_BACKEND]);
     }
-    msgpack_unpacked_destroy(&u);
+    if (o.n_client == 0 && in_flight == 0) { /* only a cancel goes unanswered */
+        zi_codec_limits lim = zi_codec_limits_default();
+        msgpack_unpacked u;
+        CHECK(zi_msgpack_parse(data, size, &lim, &u, &err) == ZI_OK);
+        CHECK(zi_map_str_is(&u.data, "op", "cancel"));
+        msgpack_unpacked_destroy(&u);
+    }
+    int before = o.n_client;
+    CHECK(zi_router_shutdown(&rt) == ZI_OK);
+    CHECK(o.n_client == before + (int)in_flight);
+    free(o.last[0]);
+    free(o.last[1]);
     return 0;
 }

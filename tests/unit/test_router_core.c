@@ -1,0 +1,1206 @@
+/*
+ * test_router_core.c - cmocka tests for the router core (router/
+ * router_core.h): the request state machine driven by scripted events,
+ * with no sockets. The outbox records every frame the core sends, the
+ * clock is the test's, and every frame a backend or client "sends" is
+ * built with the real encoders (protocol/imsg.h, codec.h).
+ *
+ * Scripted paths: generate (streamed and not), tokenize, detokenize,
+ * embed, cancel while running and while decoding, a deadline, a client
+ * disconnect, a backend error, a worker death with a resume on another
+ * worker, a worker death with none left (--failover-timeout), a tokenizer
+ * death with its decode state replayed on another, prefix affinity's
+ * block size, and the counter check itself. Then randomized
+ * interleavings (seeded, thousands of runs) of requests, backends that
+ * answer in their own order, worker and tokenizer deaths (connection
+ * closed or silent), cancels, deadlines and client disconnects, checking
+ * the promise: every admitted request gets exactly one terminal frame
+ * ("final", "error" or "result"; none when its client is gone) and no
+ * frame after it, and once everything has ended the table is empty and
+ * every counter is back to zero.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "codec.h"
+#include "imsg.h"
+#include "imsg_embed.h"
+#include "router_core.h"
+#include "router_impl.h"
+
+/* ---- the simulated outbox ------------------------------------------------ */
+
+typedef struct sent {
+    zi_router_side side;
+    char ident[32];
+    bool delim;
+    char *data;
+    size_t len;
+} sent;
+
+#define MAX_GONE 64
+
+typedef struct sim {
+    router rt;
+    int64_t now;
+    sent *out;
+    size_t n_out, cap_out;
+    char gone[MAX_GONE][32]; /* clients whose sends fail (they left) */
+    int n_gone;
+} sim;
+
+static int sim_send(void *ctx, zi_router_side side, const unsigned char *ident, size_t ident_len,
+                    bool delim, const void *data, size_t len) {
+    sim *s = ctx;
+    char id[32];
+    snprintf(id, sizeof id, "%.*s", (int)(ident_len < 31 ? ident_len : 31), (const char *)ident);
+    for (int i = 0; side == ZI_ROUTER_CLIENT && i < s->n_gone; i++)
+        if (!strcmp(s->gone[i], id)) return -1; /* EHOSTUNREACH, as ROUTER_MANDATORY */
+    if (s->n_out == s->cap_out) {
+        s->cap_out = s->cap_out ? 2 * s->cap_out : 64;
+        s->out = realloc(s->out, s->cap_out * sizeof *s->out);
+        assert_non_null(s->out);
+    }
+    sent *f = &s->out[s->n_out++];
+    f->side = side;
+    memcpy(f->ident, id, sizeof id);
+    f->delim = delim;
+    f->data = malloc(len ? len : 1);
+    assert_non_null(f->data);
+    memcpy(f->data, data, len);
+    f->len = len;
+    return 0;
+}
+
+static int64_t sim_now(void *ctx) {
+    return ((sim *)ctx)->now;
+}
+
+static int64_t sim_wall(void *ctx) {
+    (void)ctx;
+    return 1700000000000000000LL;
+}
+
+static void sim_init(sim *s) {
+    memset(s, 0, sizeof *s);
+    s->now = 1000000;
+    zi_router_io io = {.ctx = s, .send = sim_send, .now_ms = sim_now, .wall_ns = sim_wall};
+    zi_logger lg = {.out = stderr, .level = ZI_LOG_OFF, .tag = "test"};
+    assert_int_equal(zi_router_init(&s->rt, &io, lg), ZI_OK);
+}
+
+static void sim_clear(sim *s) {
+    for (size_t i = 0; i < s->n_out; i++) free(s->out[i].data);
+    s->n_out = 0;
+}
+
+static void sim_free(sim *s) {
+    zi_router_shutdown(&s->rt);
+    sim_clear(s);
+    free(s->out);
+}
+
+/* A frame sent, parsed: its "type" (backend) or "event" (client), its
+ * rid, id, and for a final its status. */
+typedef struct parsed {
+    char kind[24];
+    int64_t rid;
+    char id[32];
+    char status[32];
+    bool resumed, replay;
+    char text[64];
+} parsed;
+
+static void copy_str(const msgpack_object *o, const char *key, char *dst, size_t cap) {
+    const msgpack_object *v = zi_map_get(o, key);
+    dst[0] = '\0';
+    if (v && v->type == MSGPACK_OBJECT_STR)
+        snprintf(dst, cap, "%.*s", (int)(v->via.str.size < cap - 1 ? v->via.str.size : cap - 1),
+                 v->via.str.ptr);
+}
+
+static parsed parse_sent(const sent *f) {
+    parsed p;
+    memset(&p, 0, sizeof p);
+    msgpack_unpacked u;
+    zi_error err = {0};
+    assert_int_equal(zi_msgpack_parse(f->data, f->len, NULL, &u, &err), ZI_OK);
+    const msgpack_object *o = &u.data;
+    assert_int_equal(o->type, MSGPACK_OBJECT_MAP);
+    copy_str(o, f->side == ZI_ROUTER_CLIENT ? "event" : "type", p.kind, sizeof p.kind);
+    copy_str(o, "id", p.id, sizeof p.id);
+    copy_str(o, "status", p.status, sizeof p.status);
+    copy_str(o, "text", p.text, sizeof p.text);
+    if (f->side == ZI_ROUTER_CLIENT && !strcmp(p.kind, "error")) copy_str(o, "code", p.status, sizeof p.status);
+    const msgpack_object *v = zi_map_get(o, "rid");
+    if (v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) p.rid = (int64_t)v->via.u64;
+    v = zi_map_get(o, "resumed");
+    p.resumed = v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
+    p.replay = zi_map_get(o, "replay") != NULL;
+    msgpack_unpacked_destroy(&u);
+    return p;
+}
+
+/* The index of the first frame sent from `from` on to ident of kind (NULL:
+ * any), or -1. */
+static int find_sent(const sim *s, size_t from, const char *ident, const char *kind) {
+    for (size_t i = from; i < s->n_out; i++) {
+        if (ident && strcmp(s->out[i].ident, ident)) continue;
+        parsed p = parse_sent(&s->out[i]);
+        if (!kind || !strcmp(p.kind, kind)) return (int)i;
+    }
+    return -1;
+}
+
+static int count_sent(const sim *s, const char *ident, const char *kind) {
+    int n = 0;
+    for (size_t i = 0; i < s->n_out; i++)
+        if (!strcmp(s->out[i].ident, ident) && !strcmp(parse_sent(&s->out[i]).kind, kind)) n++;
+    return n;
+}
+
+/* ---- frames from peers ----------------------------------------------------- */
+
+/* Each peer's connection: its fd is derived from its name, so a test can
+ * close it. */
+static zi_router_conn conn_of(const char *ident) {
+    int h = 3;
+    for (const char *p = ident; *p; p++) h = h * 31 + (unsigned char)*p;
+    return (zi_router_conn){(h & 0xffff) + 10, 1};
+}
+
+static void from_backend(sim *s, const char *ident, zi_msg *m) {
+    assert_true(m->sb.size > 0);
+    assert_int_equal(zi_router_backend_frame(&s->rt, conn_of(ident), (const unsigned char *)ident,
+                                             strlen(ident), m->sb.data, m->sb.size),
+                     ZI_OK);
+    zi_msg_free(m);
+}
+
+static void from_client_imap(sim *s, const char *client, zi_imap *b) {
+    zi_msg m;
+    zi_msg_init(&m);
+    assert_int_equal(zi_imap_close(b, &m.pk), ZI_OK);
+    assert_int_equal(zi_router_client_frame(&s->rt, conn_of(client), (const unsigned char *)client,
+                                            strlen(client), false, m.sb.data, m.sb.size),
+                     ZI_OK);
+    zi_msg_free(&m);
+}
+
+static void reg(sim *s, const char *ident, bool worker, int slots) {
+    zi_msg m;
+    zi_im_register r = {.worker = worker, .slots = slots, .max_length = 2048, .vocab = 1000,
+                        .model = {"m", 1}};
+    assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
+    from_backend(s, ident, &m);
+}
+
+static void heartbeat(sim *s, const char *ident, int64_t block_size) {
+    zi_msg m;
+    zi_im_heartbeat hb = {.load = 0, .has_kv = block_size > 0};
+    hb.kv[ZI_KV_BLOCK_SIZE] = block_size;
+    assert_int_equal(zi_im_heartbeat_pack(&hb, &m), ZI_OK);
+    from_backend(s, ident, &m);
+}
+
+typedef struct gen_opts {
+    bool no_stream;
+    int64_t timeout_ms;
+} gen_opts;
+
+static void generate(sim *s, const char *client, const char *id, gen_opts o) {
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "generate");
+    zi_imap_str(&b, "id", id);
+    zi_imap_str(&b, "prompt", "hello");
+    zi_imap_bool(&b, "stream", !o.no_stream);
+    if (o.timeout_ms) zi_imap_int(&b, "timeout_ms", o.timeout_ms);
+    from_client_imap(s, client, &b);
+}
+
+static void client_op(sim *s, const char *client, const char *id, const char *op) {
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", op);
+    zi_imap_str(&b, "id", id);
+    if (!strcmp(op, "tokenize")) zi_imap_str(&b, "text", "hi there");
+    if (!strcmp(op, "embed")) zi_imap_str(&b, "input", "hi there");
+    if (!strcmp(op, "detokenize")) {
+        msgpack_packer *pk = zi_imap_key(&b, "token_ids");
+        msgpack_pack_array(pk, 2);
+        msgpack_pack_int32(pk, 5);
+        msgpack_pack_int32(pk, 6);
+    }
+    from_client_imap(s, client, &b);
+}
+
+/* tokenizer -> router: encoded, the prompt being ids 1..n. */
+static void encoded(sim *s, const char *tok, int64_t rid, size_t n) {
+    int32_t prompt[128];
+    for (size_t i = 0; i < n; i++) prompt[i] = (int32_t)(i + 1);
+    zi_text_context c;
+    zi_error err = {0};
+    assert_int_equal(zi_text_context_init(&c, prompt, n, 2048, NULL, &err), ZI_OK);
+    zi_msg m;
+    zi_im_encoded e = {.rid = rid, .has_prompt_tokens = true, .prompt_tokens = (int64_t)n,
+                       .context = &c};
+    assert_int_equal(zi_im_encoded_pack(&e, &m, &err), ZI_OK);
+    zi_text_context_free(&c);
+    from_backend(s, tok, &m);
+}
+
+static void tokens(sim *s, const char *wrk, int64_t rid, const int32_t *ids, size_t n,
+                   const char *status) {
+    zi_msg m;
+    zi_error err = {0};
+    zi_im_tokens t = {.rid = rid, .token_ids = {.set = true, .v = ids, .n = n},
+                      .status = {status, strlen(status)}};
+    assert_int_equal(zi_im_tokens_pack(&t, &m, &err), ZI_OK);
+    from_backend(s, wrk, &m);
+}
+
+static void decoded(sim *s, const char *tok, int64_t rid, const char *text, const int32_t *ids,
+                    size_t n, const char *status) {
+    zi_msg m;
+    zi_error err = {0};
+    zi_im_decoded d = {.rid = rid, .text = {text, strlen(text)},
+                       .token_ids = {.set = true, .v = ids, .n = n},
+                       .status = {status, strlen(status)}};
+    assert_int_equal(zi_im_decoded_pack(&d, &m, &err), ZI_OK);
+    from_backend(s, tok, &m);
+}
+
+static void backend_error(sim *s, const char *ident, int64_t rid, const char *code) {
+    zi_msg m;
+    zi_im_error e = {.rid = rid, .code = code, .message = "it broke", .field = ""};
+    assert_int_equal(zi_im_error_pack(&e, &m), ZI_OK);
+    from_backend(s, ident, &m);
+}
+
+/* The rid of the last message of kind sent to ident. */
+static int64_t last_rid(const sim *s, const char *ident, const char *kind) {
+    int64_t rid = -1;
+    for (size_t i = 0; i < s->n_out; i++)
+        if (!strcmp(s->out[i].ident, ident)) {
+            parsed p = parse_sent(&s->out[i]);
+            if (!strcmp(p.kind, kind)) rid = p.rid;
+        }
+    assert_true(rid > 0);
+    return rid;
+}
+
+static void check_ok(const sim *s) {
+    zi_error err = {0};
+    int rc = zi_router_check(&s->rt, &err);
+    if (rc) fprintf(stderr, "zi_router_check: %s\n", err.msg);
+    assert_int_equal(rc, ZI_OK);
+}
+
+/* Nothing in flight, every counter back to zero. */
+static void check_idle(const sim *s) {
+    check_ok(s);
+    assert_int_equal(zi_req_table_count(&s->rt.reqs), 0);
+    assert_int_equal(s->rt.n_waiting, 0);
+    assert_int_equal(s->rt.q_len, 0);
+    for (size_t i = 0; i < s->rt.n_be; i++) assert_int_equal(s->rt.be[i].assigned, 0);
+}
+
+/* One tokenizer, one worker (2 slots). */
+static void sim_up(sim *s) {
+    sim_init(s);
+    reg(s, "tok0", false, 1);
+    reg(s, "wrk0", true, 2);
+    check_ok(s);
+}
+
+/* A streamed request up to RUNNING on wrk0, its rid returned. */
+static int64_t run_one(sim *s, const char *client, const char *id, gen_opts o) {
+    generate(s, client, id, o);
+    int64_t rid = last_rid(s, "tok0", "encode");
+    encoded(s, "tok0", rid, 20);
+    assert_int_equal(last_rid(s, "wrk0", "start"), rid);
+    return rid;
+}
+
+/* ---- scripted paths --------------------------------------------------------- */
+
+static void test_generate_streamed(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    const int32_t a[] = {5, 6}, b[] = {7};
+    tokens(&s, "wrk0", rid, a, 2, "active");
+    assert_int_equal(last_rid(&s, "tok0", "decode"), rid);
+    decoded(&s, "tok0", rid, "ab", a, 2, "active");
+    assert_int_equal(count_sent(&s, "c1", "chunk"), 1);
+    tokens(&s, "wrk0", rid, b, 1, "end_of_sequence");
+    assert_int_equal(s.rt.be[1].assigned, 0); /* the worker's slot is free at once */
+    assert_int_equal(s.rt.be[0].assigned, 1); /* the tokenizer still decodes */
+    decoded(&s, "tok0", rid, "c", b, 1, "end_of_sequence");
+    assert_int_equal(count_sent(&s, "c1", "chunk"), 2);
+    int f = find_sent(&s, 0, "c1", "final");
+    assert_true(f >= 0);
+    assert_string_equal(parse_sent(&s.out[f]).status, "end_of_sequence");
+    assert_int_equal(f, (int)s.n_out - 1); /* nothing after it */
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 0);
+    assert_int_equal(count_sent(&s, "tok0", "release"), 0);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_generate_not_streamed(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){.no_stream = true});
+    const int32_t a[] = {5, 6};
+    tokens(&s, "wrk0", rid, a, 2, "maximum_length");
+    decoded(&s, "tok0", rid, "xy", a, 2, "maximum_length");
+    assert_int_equal(count_sent(&s, "c1", "chunk"), 0);
+    int f = find_sent(&s, 0, "c1", "final");
+    parsed p = parse_sent(&s.out[f]);
+    assert_string_equal(p.status, "maximum_length");
+    assert_string_equal(p.text, "xy");
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_stop_string_cancels_worker(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    const int32_t a[] = {5};
+    tokens(&s, "wrk0", rid, a, 1, "active");
+    decoded(&s, "tok0", rid, "x", a, 1, "stop"); /* the tokenizer matched a stop string */
+    assert_string_equal(parse_sent(&s.out[find_sent(&s, 0, "c1", "final")]).status, "stop");
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 1);
+    assert_int_equal(count_sent(&s, "tok0", "release"), 0); /* it dropped its state */
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_tokenize_detokenize(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    client_op(&s, "c1", "t", "tokenize");
+    int64_t rid = last_rid(&s, "tok0", "tokenize");
+    assert_int_equal(s.rt.n_waiting, 1);
+    const int32_t ids[] = {3, 4};
+    zi_msg m;
+    assert_int_equal(zi_im_tokenized_pack(&(zi_im_util_reply){.rid = rid,
+                                                              .token_ids = {.set = true, .v = ids, .n = 2}},
+                                          &m),
+                     ZI_OK);
+    from_backend(&s, "tok0", &m);
+    assert_int_equal(count_sent(&s, "c1", "result"), 1);
+    client_op(&s, "c1", "d", "detokenize");
+    rid = last_rid(&s, "tok0", "detokenize");
+    assert_int_equal(
+        zi_im_detokenized_pack(&(zi_im_util_reply){.rid = rid, .text = {"ab", 2}}, &m), ZI_OK);
+    from_backend(&s, "tok0", &m);
+    assert_int_equal(count_sent(&s, "c1", "result"), 2);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+/* tokenizer -> router: an embed request's inputs as ids. */
+static void embed_encoded(sim *s, const char *tok, int64_t rid) {
+    zi_msg in, m;
+    zi_error err = {0};
+    zi_msg_init(&in);
+    msgpack_pack_array(&in.pk, 1);
+    msgpack_pack_array(&in.pk, 2);
+    msgpack_pack_int64(&in.pk, 1);
+    msgpack_pack_int64(&in.pk, 2);
+    msgpack_unpacked u;
+    assert_int_equal(zi_msgpack_parse(in.sb.data, in.sb.size, NULL, &u, &err), ZI_OK);
+    zi_im_embed e = {.rid = rid, .prompt_tokens = 2, .inputs = &u.data};
+    assert_int_equal(zi_im_embed_pack(ZI_IM_EMBED_ENCODED, &e, &m, &err), ZI_OK);
+    msgpack_unpacked_destroy(&u);
+    zi_msg_free(&in);
+    from_backend(s, tok, &m);
+}
+
+static void embedded(sim *s, const char *wrk, int64_t rid) {
+    float v[2] = {0.5f, 0.25f};
+    int64_t counts[1] = {2};
+    zi_embeddings_response resp = {.embeddings = v, .rows = 1, .dim = 2, .token_counts = counts,
+                                   .n_inputs = 1, .pooling = ZI_POOLING_MEAN};
+    zi_msg m;
+    zi_error err = {0};
+    assert_int_equal(zi_im_embedded_pack(&(zi_im_embedded){.rid = rid, .resp = &resp}, &m, &err),
+                     ZI_OK);
+    from_backend(s, wrk, &m);
+}
+
+static void test_embed(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    client_op(&s, "c1", "e", "embed");
+    int64_t rid = last_rid(&s, "tok0", "embed_encode");
+    embed_encoded(&s, "tok0", rid);
+    assert_int_equal(s.rt.be[0].assigned, 0); /* the tokenizer's part is done */
+    assert_int_equal(last_rid(&s, "wrk0", "embed"), rid);
+    embedded(&s, "wrk0", rid);
+    assert_int_equal(count_sent(&s, "c1", "result"), 1);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_cancel_running(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    client_op(&s, "c1", "a", "cancel");
+    int f = find_sent(&s, 0, "c1", "final");
+    assert_string_equal(parse_sent(&s.out[f]).status, "cancelled");
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 1);
+    assert_int_equal(count_sent(&s, "tok0", "release"), 1);
+    check_idle(&s);
+    /* The worker's tokens already on their way are dropped. */
+    size_t before = s.n_out;
+    const int32_t a[] = {5};
+    tokens(&s, "wrk0", rid, a, 1, "active");
+    assert_int_equal(s.n_out, before);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_cancel_decoding(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    const int32_t a[] = {5};
+    tokens(&s, "wrk0", rid, a, 1, "end_of_sequence"); /* RUNNING -> DECODING */
+    client_op(&s, "c1", "a", "cancel");
+    assert_int_equal(count_sent(&s, "c1", "final"), 1);
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 0); /* the worker is done with it */
+    assert_int_equal(count_sent(&s, "tok0", "release"), 1);
+    check_idle(&s);
+    size_t before = s.n_out;
+    decoded(&s, "tok0", rid, "x", a, 1, "end_of_sequence"); /* late: dropped */
+    assert_int_equal(s.n_out, before);
+    sim_free(&s);
+}
+
+static void test_cancel_queued(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    reg(&s, "tok0", false, 1);
+    reg(&s, "wrk0", true, 1);
+    run_one(&s, "c1", "a", (gen_opts){0});
+    generate(&s, "c1", "b", (gen_opts){0});
+    encoded(&s, "tok0", last_rid(&s, "tok0", "encode"), 20);
+    assert_int_equal(s.rt.q_len, 1); /* no free slot */
+    client_op(&s, "c1", "b", "cancel");
+    assert_int_equal(s.rt.q_len, 0);
+    assert_int_equal(count_sent(&s, "c1", "final"), 1);
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 0);
+    client_op(&s, "c1", "a", "cancel");
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_deadline(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    run_one(&s, "c1", "a", (gen_opts){.timeout_ms = 1000});
+    generate(&s, "c1", "b", (gen_opts){.timeout_ms = 1000}); /* still encoding */
+    s.now += 999;
+    heartbeat(&s, "tok0", 0);
+    heartbeat(&s, "wrk0", 16);
+    zi_router_tick(&s.rt);
+    assert_int_equal(count_sent(&s, "c1", "final"), 0);
+    s.now += 1;
+    zi_router_tick(&s.rt);
+    assert_int_equal(count_sent(&s, "c1", "final"), 2);
+    int f = find_sent(&s, 0, "c1", "final");
+    assert_string_equal(parse_sent(&s.out[f]).status, "deadline_exceeded");
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 1);
+    assert_int_equal(count_sent(&s, "tok0", "release"), 2);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_client_disconnect(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    run_one(&s, "c1", "a", (gen_opts){0});
+    generate(&s, "c1", "b", (gen_opts){0});
+    run_one(&s, "c2", "a", (gen_opts){0});
+    size_t before = s.n_out;
+    zi_router_client_gone(&s.rt, conn_of("c1"));
+    assert_int_equal(find_sent(&s, before, "c1", NULL), -1); /* no one to read it */
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 1);
+    assert_int_equal(count_sent(&s, "tok0", "release"), 2);
+    assert_int_equal(s.rt.metrics.finished[ZI_IM_FIN_CANCELLED], 2);
+    assert_int_equal(zi_req_table_count(&s.rt.reqs), 1); /* c2's goes on */
+    client_op(&s, "c2", "a", "cancel");
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_client_unreachable(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    snprintf(s.gone[s.n_gone++], 32, "c1"); /* gone without a monitor event */
+    const int32_t a[] = {5};
+    tokens(&s, "wrk0", rid, a, 1, "active");
+    decoded(&s, "tok0", rid, "x", a, 1, "active"); /* the chunk cannot be sent */
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 1);
+    assert_int_equal(count_sent(&s, "tok0", "release"), 1);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_backend_error(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    backend_error(&s, "wrk0", rid, "internal");
+    int f = find_sent(&s, 0, "c1", "error");
+    assert_true(f >= 0);
+    assert_string_equal(parse_sent(&s.out[f]).status, "internal");
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 0); /* it dropped it itself */
+    assert_int_equal(count_sent(&s, "tok0", "release"), 1);
+    check_idle(&s);
+    /* A tokenizer's refusal while encoding. */
+    generate(&s, "c1", "b", (gen_opts){0});
+    backend_error(&s, "tok0", last_rid(&s, "tok0", "encode"), "invalid_request");
+    assert_int_equal(count_sent(&s, "c1", "error"), 2);
+    assert_int_equal(count_sent(&s, "tok0", "release"), 1);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_worker_failover(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    reg(&s, "wrk1", true, 2);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    const int32_t a[] = {5, 6}, b[] = {7};
+    tokens(&s, "wrk0", rid, a, 2, "active");
+    decoded(&s, "tok0", rid, "ab", a, 2, "active");
+    zi_router_backend_gone(&s.rt, conn_of("wrk0"));
+    check_ok(&s);
+    assert_int_equal(last_rid(&s, "wrk1", "start"), rid); /* resumed on the other */
+    assert_int_equal(s.rt.be[2].assigned, 1);
+    assert_int_equal(count_sent(&s, "c1", "final"), 0);
+    /* The resume message's context holds prompt + the ids generated. */
+    int st = find_sent(&s, 0, "wrk1", "start");
+    msgpack_unpacked u;
+    zi_error err = {0};
+    assert_int_equal(zi_msgpack_parse(s.out[st].data, s.out[st].len, NULL, &u, &err), ZI_OK);
+    zi_text_context c;
+    zi_codec_limits lim = zi_codec_limits_default();
+    assert_int_equal(
+        zi_codec_decode_text_context(zi_map_get(&u.data, "context"), &lim, "context", &c, &err),
+        ZI_OK);
+    assert_int_equal(c.end_idx, 22);
+    assert_int_equal(c.prompt_len, 20);
+    assert_int_equal(c.tokens[20], 5);
+    assert_int_equal(c.tokens[21], 6);
+    zi_text_context_free(&c);
+    msgpack_unpacked_destroy(&u);
+    tokens(&s, "wrk1", rid, b, 1, "end_of_sequence");
+    decoded(&s, "tok0", rid, "c", b, 1, "end_of_sequence");
+    int ch = find_sent(&s, (size_t)find_sent(&s, 0, "c1", "chunk") + 1, "c1", "chunk");
+    assert_true(parse_sent(&s.out[ch]).resumed); /* the first chunk after says so */
+    assert_int_equal(count_sent(&s, "c1", "final"), 1);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_worker_lost(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    s.rt.failover_timeout = 2000;
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    const int32_t a[] = {5};
+    tokens(&s, "wrk0", rid, a, 1, "active");
+    zi_router_backend_gone(&s.rt, conn_of("wrk0"));
+    assert_int_equal(s.rt.q_len, 1); /* waiting for a worker */
+    s.now += 1999;
+    heartbeat(&s, "tok0", 0);
+    zi_router_tick(&s.rt);
+    assert_int_equal(count_sent(&s, "c1", "error"), 0);
+    s.now += 1;
+    zi_router_tick(&s.rt);
+    int f = find_sent(&s, 0, "c1", "error");
+    assert_string_equal(parse_sent(&s.out[f]).status, "worker_lost");
+    assert_int_equal(count_sent(&s, "tok0", "release"), 1);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_heartbeat_timeout(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    reg(&s, "wrk1", true, 2);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    s.now += s.rt.hb_timeout + 1; /* wrk0 went silent, the others did not */
+    heartbeat(&s, "tok0", 0);
+    heartbeat(&s, "wrk1", 16);
+    zi_router_tick(&s.rt);
+    assert_false(s.rt.be[1].alive);
+    assert_int_equal(last_rid(&s, "wrk1", "start"), rid);
+    check_ok(&s);
+    sim_free(&s);
+}
+
+static void test_tokenizer_failover(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    int64_t rid = run_one(&s, "c1", "a", (gen_opts){0});
+    const int32_t a[] = {5, 6}, b[] = {7};
+    tokens(&s, "wrk0", rid, a, 2, "active");
+    decoded(&s, "tok0", rid, "ab", a, 2, "active");
+    tokens(&s, "wrk0", rid, b, 1, "active"); /* a decode tok0 never answers */
+    zi_router_backend_gone(&s.rt, conn_of("tok0"));
+    check_ok(&s);
+    assert_int_equal(s.rt.be[0].assigned, 0);
+    reg(&s, "tok1", false, 1);
+    /* tok1 gets the encode with replay (ids 5, 6), then the decode of 7. */
+    int e = find_sent(&s, 0, "tok1", "encode");
+    assert_true(e >= 0);
+    assert_true(parse_sent(&s.out[e]).replay);
+    assert_true(find_sent(&s, (size_t)e, "tok1", "decode") > e);
+    decoded(&s, "tok1", rid, "c", b, 1, "active");
+    int ch = find_sent(&s, (size_t)find_sent(&s, 0, "c1", "chunk") + 1, "c1", "chunk");
+    assert_true(parse_sent(&s.out[ch]).resumed);
+    tokens(&s, "wrk0", rid, b, 1, "end_of_sequence");
+    decoded(&s, "tok1", rid, "c", b, 1, "end_of_sequence");
+    assert_int_equal(count_sent(&s, "c1", "final"), 1);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_util_tokenizer_dies(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    client_op(&s, "c1", "t", "tokenize");
+    zi_router_backend_gone(&s.rt, conn_of("tok0"));
+    int f = find_sent(&s, 0, "c1", "error");
+    assert_string_equal(parse_sent(&s.out[f]).status, "worker_lost");
+    check_idle(&s);
+    sim_free(&s);
+}
+
+static void test_shutdown_ends_all(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    run_one(&s, "c1", "a", (gen_opts){0});
+    generate(&s, "c1", "b", (gen_opts){0});
+    zi_router_shutdown(&s.rt);
+    assert_int_equal(count_sent(&s, "c1", "error"), 2);
+    assert_int_equal(count_sent(&s, "wrk0", "cancel"), 1);
+    sim_clear(&s);
+    free(s.out);
+}
+
+/* A context of n tokens: ids 1..n, then id x at position at (0: none). */
+static uint64_t key_of(const router *rt, size_t n, size_t at, int32_t x) {
+    int32_t p[128];
+    for (size_t i = 0; i < n; i++) p[i] = (int32_t)(i + 1);
+    if (at) p[at] = x;
+    zi_text_context c;
+    zi_error err = {0};
+    assert_int_equal(zi_text_context_init(&c, p, n, 2048, NULL, &err), ZI_OK);
+    char *buf = NULL;
+    size_t len = 0;
+    assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &err), ZI_OK);
+    msgpack_unpacked u;
+    assert_int_equal(zi_msgpack_parse(buf, len, NULL, &u, &err), ZI_OK);
+    uint64_t k = prefix_key(rt, &u.data);
+    msgpack_unpacked_destroy(&u);
+    free(buf);
+    zi_text_context_free(&c);
+    return k;
+}
+
+static void test_prefix_block_size(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    assert_int_equal(worker_block_size(&s.rt), 16); /* before any heartbeat */
+    /* 50 tokens: whole 16-blocks short of the last token = 48 tokens. */
+    assert_int_not_equal(key_of(&s.rt, 50, 0, 0), 0);
+    assert_int_not_equal(key_of(&s.rt, 50, 0, 0), key_of(&s.rt, 50, 40, 999));
+    assert_int_equal(key_of(&s.rt, 16, 0, 0), 0); /* no whole block before the last token */
+    assert_int_not_equal(key_of(&s.rt, 17, 0, 0), 0);
+    heartbeat(&s, "wrk0", 32);
+    assert_int_equal(worker_block_size(&s.rt), 32);
+    /* With 32-token blocks the key covers 32 tokens: token 40 is past it. */
+    assert_int_equal(key_of(&s.rt, 50, 0, 0), key_of(&s.rt, 50, 40, 999));
+    assert_int_not_equal(key_of(&s.rt, 50, 0, 0), key_of(&s.rt, 50, 20, 999));
+    assert_int_equal(key_of(&s.rt, 32, 0, 0), 0);
+    heartbeat(&s, "wrk0", 1 << 30); /* not a block size: ignored */
+    assert_int_equal(worker_block_size(&s.rt), 16);
+    sim_free(&s);
+}
+
+static void test_check_catches_drift(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    run_one(&s, "c1", "a", (gen_opts){0});
+    check_ok(&s);
+    zi_error err = {0};
+    s.rt.be[1].assigned++;
+    assert_int_equal(zi_router_check(&s.rt, &err), ZI_EINVAL);
+    s.rt.be[1].assigned--;
+    s.rt.n_waiting++;
+    assert_int_equal(zi_router_check(&s.rt, &err), ZI_EINVAL);
+    s.rt.n_waiting--;
+    check_ok(&s);
+    sim_free(&s);
+}
+
+/* ---- randomized interleavings ------------------------------------------------ */
+
+static uint64_t rng_next(uint64_t *st) { /* splitmix64 */
+    uint64_t z = (*st += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+static int rnd(uint64_t *st, int n) {
+    return (int)(rng_next(st) % (uint64_t)n);
+}
+
+#define MAX_BE 16
+#define MAX_CL 16
+#define MAX_REQ 512
+#define MAX_INBOX 256
+
+/* A message the router sent a simulated backend, kept in its inbox. */
+typedef struct job {
+    char type[16];
+    int64_t rid;
+    int32_t ids[8];
+    size_t n_ids;
+    char status[24];
+    bool replay;
+} job;
+
+typedef struct live {
+    int64_t rid;
+    int made, limit; /* tokens made, and after how many it ends */
+    bool embed;
+} live;
+
+typedef struct be_sim {
+    char ident[16];
+    bool worker, alive; /* alive: in the simulation (not necessarily to the router) */
+    bool silent;        /* hung: no heartbeats, answers nothing */
+    job inbox[MAX_INBOX];
+    int n_in;
+    live lv[MAX_INBOX];
+    int n_lv;
+} be_sim;
+
+typedef struct req_rec {
+    int client;
+    bool terminal_seen, after_terminal;
+    int terminals;
+} req_rec;
+
+typedef struct world {
+    sim s;
+    uint64_t rng;
+    be_sim be[MAX_BE];
+    int n_be, n_made_be;
+    char client[MAX_CL][16];
+    bool client_gone[MAX_CL], client_evented[MAX_CL];
+    int n_cl;
+    req_rec req[MAX_REQ];
+    int n_req;
+    size_t seen; /* frames of s.out handled */
+    int violations;
+    char why[160];
+} world;
+
+static void violation(world *w, const char *what, int r) {
+    if (!w->violations++) snprintf(w->why, sizeof w->why, "%s (request r%d)", what, r);
+}
+
+static be_sim *be_named(world *w, const char *ident) {
+    for (int i = 0; i < w->n_be; i++)
+        if (!strcmp(w->be[i].ident, ident)) return &w->be[i];
+    return NULL;
+}
+
+/* Reads the token ids of a decode message. */
+static void read_ids(const msgpack_object *o, job *j) {
+    zi_codec_limits lim = zi_codec_limits_default();
+    const msgpack_object *t = zi_map_get(o, "token_ids");
+    int32_t *v = NULL;
+    size_t n = 0;
+    j->n_ids = 0;
+    if (t && zi_codec_decode_tokens(t, &lim, "token_ids", &v, &n, NULL) == ZI_OK)
+        for (size_t i = 0; i < n && i < 8; i++) j->ids[j->n_ids++] = v[i];
+    free(v);
+}
+
+/* Hands every new frame of the outbox to its simulated peer. */
+static void route(world *w) {
+    for (; w->seen < w->s.n_out; w->seen++) {
+        sent *f = &w->s.out[w->seen];
+        if (f->side == ZI_ROUTER_BACKEND) {
+            be_sim *b = be_named(w, f->ident);
+            if (!b || !b->alive || b->silent) continue; /* lost on the way */
+            if (b->n_in == MAX_INBOX) continue;
+            msgpack_unpacked u;
+            zi_error err = {0};
+            assert_int_equal(zi_msgpack_parse(f->data, f->len, NULL, &u, &err), ZI_OK);
+            job *j = &b->inbox[b->n_in++];
+            memset(j, 0, sizeof *j);
+            copy_str(&u.data, "type", j->type, sizeof j->type);
+            copy_str(&u.data, "status", j->status, sizeof j->status);
+            const msgpack_object *v = zi_map_get(&u.data, "rid");
+            j->rid = v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (int64_t)v->via.u64 : 0;
+            j->replay = zi_map_get(&u.data, "replay") != NULL;
+            if (!strcmp(j->type, "decode")) read_ids(&u.data, j);
+            msgpack_unpacked_destroy(&u);
+            continue;
+        }
+        parsed p = parse_sent(f);
+        if (p.id[0] != 'r') continue; /* health and the like */
+        int r = atoi(p.id + 1);
+        assert_true(r >= 0 && r < w->n_req);
+        req_rec *q = &w->req[r];
+        int cl = -1;
+        for (int i = 0; i < w->n_cl; i++)
+            if (!strcmp(w->client[i], f->ident)) cl = i;
+        assert_int_equal(cl, q->client);
+        if (w->client_evented[cl]) violation(w, "a frame to a client after its disconnect", r);
+        if (q->terminal_seen) violation(w, "a frame after the terminal frame", r);
+        if (!strcmp(p.kind, "final") || !strcmp(p.kind, "error") || !strcmp(p.kind, "result")) {
+            q->terminal_seen = true;
+            q->terminals++;
+        }
+    }
+}
+
+static void be_add(world *w, bool worker) {
+    if (w->n_be == MAX_BE) return;
+    be_sim *b = &w->be[w->n_be++];
+    memset(b, 0, sizeof *b);
+    snprintf(b->ident, sizeof b->ident, "%s%d", worker ? "w" : "t", w->n_made_be++);
+    b->worker = worker;
+    b->alive = true;
+    reg(&w->s, b->ident, worker, 1 + rnd(&w->rng, 3));
+}
+
+static int count_be(const world *w, bool worker) {
+    int n = 0;
+    for (int i = 0; i < w->n_be; i++) n += w->be[i].alive && w->be[i].worker == worker;
+    return n;
+}
+
+static void be_remove(world *w, int i) {
+    w->be[i] = w->be[--w->n_be];
+}
+
+/* A simulated backend handles the oldest message in its inbox, or (a
+ * worker) makes tokens for one of its live requests. */
+static void be_act(world *w, be_sim *b) {
+    sim *s = &w->s;
+    bool from_inbox = b->n_in > 0 && (!b->worker || b->n_lv == 0 || rnd(&w->rng, 2));
+    if (from_inbox) {
+        job j = b->inbox[0];
+        memmove(b->inbox, b->inbox + 1, (size_t)(b->n_in - 1) * sizeof *b->inbox);
+        b->n_in--;
+        bool fail = rnd(&w->rng, 40) == 0;
+        if (!strcmp(j.type, "start") || !strcmp(j.type, "embed")) {
+            if (fail) {
+                backend_error(s, b->ident, j.rid, "internal");
+            } else if (b->n_lv < MAX_INBOX) {
+                b->lv[b->n_lv++] = (live){j.rid, 0, 1 + rnd(&w->rng, 5), j.type[1] == 'm'};
+            }
+        } else if (!strcmp(j.type, "cancel")) {
+            for (int i = 0; i < b->n_lv; i++)
+                if (b->lv[i].rid == j.rid) b->lv[i--] = b->lv[--b->n_lv];
+        } else if (!strcmp(j.type, "encode")) {
+            if (j.replay) return; /* the decode state is rebuilt, nothing is sent */
+            if (fail)
+                backend_error(s, b->ident, j.rid, "invalid_request");
+            else
+                encoded(s, b->ident, j.rid, 1 + (size_t)rnd(&w->rng, 40));
+        } else if (!strcmp(j.type, "decode")) {
+            /* Now and then a stop string ends it early. */
+            const char *st = !strcmp(j.status, "active") && rnd(&w->rng, 10) == 0 ? "stop" : j.status;
+            decoded(s, b->ident, j.rid, j.n_ids ? "x" : "", j.ids, j.n_ids, st);
+        } else if (!strcmp(j.type, "tokenize")) {
+            const int32_t ids[] = {1};
+            zi_msg m;
+            zi_im_tokenized_pack(
+                &(zi_im_util_reply){.rid = j.rid, .token_ids = {.set = true, .v = ids, .n = 1}}, &m);
+            from_backend(s, b->ident, &m);
+        } else if (!strcmp(j.type, "detokenize")) {
+            zi_msg m;
+            zi_im_detokenized_pack(&(zi_im_util_reply){.rid = j.rid, .text = {"a", 1}}, &m);
+            from_backend(s, b->ident, &m);
+        } else if (!strcmp(j.type, "embed_encode")) {
+            if (fail)
+                backend_error(s, b->ident, j.rid, "invalid_request");
+            else
+                embed_encoded(s, b->ident, j.rid);
+        }
+        return;
+    }
+    if (!b->worker || b->n_lv == 0) return;
+    int i = rnd(&w->rng, b->n_lv);
+    live *l = &b->lv[i];
+    int64_t rid = l->rid;
+    if (l->embed) {
+        b->lv[i] = b->lv[--b->n_lv];
+        embedded(s, b->ident, rid);
+        return;
+    }
+    int32_t ids[2] = {10 + l->made, 11 + l->made};
+    int n = 1 + rnd(&w->rng, 2);
+    l->made += n;
+    bool done = l->made >= l->limit;
+    if (done) b->lv[i] = b->lv[--b->n_lv];
+    tokens(s, b->ident, rid, ids, (size_t)n, done ? (rnd(&w->rng, 2) ? "end_of_sequence" : "maximum_length") : "active");
+}
+
+static void new_request(world *w) {
+    if (w->n_req == MAX_REQ) return;
+    int cl = rnd(&w->rng, w->n_cl);
+    if (w->client_gone[cl]) return;
+    int r = w->n_req++;
+    w->req[r] = (req_rec){.client = cl};
+    char id[16];
+    snprintf(id, sizeof id, "r%d", r);
+    int k = rnd(&w->rng, 10);
+    if (k < 6)
+        generate(&w->s, w->client[cl], id,
+                 (gen_opts){.no_stream = rnd(&w->rng, 3) == 0,
+                            .timeout_ms = rnd(&w->rng, 3) == 0 ? 200 + rnd(&w->rng, 3000) : 0});
+    else if (k == 6)
+        client_op(&w->s, w->client[cl], id, "tokenize");
+    else if (k == 7)
+        client_op(&w->s, w->client[cl], id, "detokenize");
+    else
+        client_op(&w->s, w->client[cl], id, "embed");
+}
+
+/* Heartbeats from every backend that is not silent, then the tick. */
+static void tick(world *w, int64_t dt) {
+    w->s.now += dt;
+    for (int i = 0; i < w->n_be; i++)
+        if (w->be[i].alive && !w->be[i].silent)
+            heartbeat(&w->s, w->be[i].ident, w->be[i].worker ? 16 : 0);
+    zi_router_tick(&w->s.rt);
+}
+
+static void step(world *w) {
+    sim *s = &w->s;
+    int a = rnd(&w->rng, 100);
+    if (a < 20) {
+        new_request(w);
+    } else if (a < 70) {
+        if (w->n_be) {
+            be_sim *b = &w->be[rnd(&w->rng, w->n_be)];
+            if (b->alive && !b->silent) be_act(w, b);
+        }
+    } else if (a < 76) {
+        if (w->n_req) { /* a client cancels one of its requests (maybe long over) */
+            int r = rnd(&w->rng, w->n_req);
+            char id[16];
+            snprintf(id, sizeof id, "r%d", r);
+            if (!w->client_gone[w->req[r].client]) client_op(s, w->client[w->req[r].client], id, "cancel");
+        }
+    } else if (a < 86) {
+        tick(w, rnd(&w->rng, 400));
+    } else if (a < 89) { /* a backend's connection closes */
+        if (w->n_be) {
+            int i = rnd(&w->rng, w->n_be);
+            zi_router_backend_gone(&s->rt, conn_of(w->be[i].ident));
+            be_remove(w, i);
+        }
+    } else if (a < 91) { /* a backend hangs: only missed heartbeats tell */
+        if (w->n_be) w->be[rnd(&w->rng, w->n_be)].silent = true;
+    } else if (a < 96) { /* a new backend */
+        be_add(w, rnd(&w->rng, 2));
+    } else if (a < 98) { /* a client's connection closes: the monitor says so, or not */
+        int cl = rnd(&w->rng, w->n_cl);
+        if (!w->client_gone[cl]) {
+            w->client_gone[cl] = true;
+            memcpy(s->gone[s->n_gone++], w->client[cl], sizeof w->client[cl]);
+            if (rnd(&w->rng, 4)) {
+                w->client_evented[cl] = true;
+                zi_router_client_gone(&s->rt, conn_of(w->client[cl]));
+            }
+        }
+        if (w->n_cl < MAX_CL && s->n_gone < MAX_GONE) { /* someone else connects */
+            snprintf(w->client[w->n_cl], 16, "c%d", w->n_cl);
+            w->n_cl++;
+        }
+    } else {
+        zi_imap b;
+        zi_imap_init(&b);
+        zi_imap_str(&b, "op", rnd(&w->rng, 2) ? "health" : "metrics");
+        zi_imap_str(&b, "id", "h");
+        from_client_imap(s, w->client[0], &b);
+    }
+    route(w);
+}
+
+/* Lets everything finish: live backends of both kinds, every inbox
+ * answered, time past every deadline and failover timeout. */
+static void drain(world *w) {
+    for (int i = 0; i < w->n_be; i++)
+        if (w->be[i].silent) { /* the silent ones die by heartbeat */
+            be_remove(w, i--);
+        }
+    tick(w, w->s.rt.hb_timeout + 1);
+    route(w);
+    if (!count_be(w, true)) be_add(w, true);
+    if (!count_be(w, false)) be_add(w, false);
+    route(w);
+    for (int round = 0; round < 100000; round++) {
+        bool busy = false;
+        for (int i = 0; i < w->n_be; i++) {
+            be_sim *b = &w->be[i];
+            if (b->n_in || b->n_lv) {
+                busy = true;
+                be_act(w, b);
+                route(w);
+            }
+        }
+        if (!busy) {
+            if (!zi_req_table_count(&w->s.rt.reqs)) break;
+            tick(w, 1000); /* what waits on time: deadlines, failover */
+            route(w);
+        }
+    }
+}
+
+static void run_world(uint64_t seed, int steps) {
+    world *w = calloc(1, sizeof *w);
+    assert_non_null(w);
+    w->rng = seed;
+    sim_init(&w->s);
+    w->s.rt.hb_timeout = 1000;
+    w->s.rt.failover_timeout = 3000;
+    w->s.rt.max_queue = 64;
+    w->n_cl = 3;
+    for (int i = 0; i < w->n_cl; i++) snprintf(w->client[i], 16, "c%d", i);
+    be_add(w, false);
+    be_add(w, true);
+    route(w);
+    for (int k = 0; k < steps; k++) step(w);
+    drain(w);
+    zi_error err = {0};
+    int rc = zi_router_check(&w->s.rt, &err);
+    if (rc) fprintf(stderr, "seed %llu: %s\n", (unsigned long long)seed, err.msg);
+    assert_int_equal(rc, ZI_OK);
+    if (w->violations) fprintf(stderr, "seed %llu: %s\n", (unsigned long long)seed, w->why);
+    assert_int_equal(w->violations, 0);
+    for (size_t i = 0; i < w->s.rt.reqs.cap; i++) {
+        const rreq *r = w->s.rt.reqs.slots[i].key ? w->s.rt.reqs.slots[i].val : NULL;
+        if (r)
+            fprintf(stderr, "seed %llu: request %s (rid %llu) left: kind %d phase %d link %d "
+                            "tok %d wrk %d\n",
+                    (unsigned long long)seed, r->id, (unsigned long long)r->rid, r->kind,
+                    r->state, r->tlink, r->tok, r->wrk);
+    }
+    if (zi_req_table_count(&w->s.rt.reqs))
+        for (size_t i = 0; i < w->s.rt.n_be; i++)
+            fprintf(stderr, "  backend %zu %s: role %d alive %d slots %d assigned %d\n", i,
+                    w->s.rt.be[i].ident, w->s.rt.be[i].role, w->s.rt.be[i].alive,
+                    w->s.rt.be[i].slots, w->s.rt.be[i].assigned);
+    assert_int_equal(zi_req_table_count(&w->s.rt.reqs), 0);
+    assert_int_equal(w->s.rt.n_waiting, 0);
+    assert_int_equal(w->s.rt.q_len, 0);
+    for (size_t i = 0; i < w->s.rt.n_be; i++) assert_int_equal(w->s.rt.be[i].assigned, 0);
+    /* Every request ended with one terminal frame, or none when its client
+     * left (then at most one, sent before it left). */
+    for (int r = 0; r < w->n_req; r++) {
+        const req_rec *q = &w->req[r];
+        if (q->terminals != 1 && !(w->client_gone[q->client] && q->terminals == 0)) {
+            fprintf(stderr, "seed %llu: request r%d got %d terminal frames\n",
+                    (unsigned long long)seed, r, q->terminals);
+            fail();
+        }
+    }
+    if (getenv("ZI_ROUTER_CORE_STATS")) {
+        const zi_im_metrics *m = &w->s.rt.metrics;
+        int resumed = 0;
+        for (size_t i = 0; i < w->s.n_out; i++)
+            if (w->s.out[i].side == ZI_ROUTER_CLIENT && parse_sent(&w->s.out[i]).resumed) resumed++;
+        fprintf(stderr, "seed %llu: %d requests, %d backends; finished eos %lld len %lld stop %lld "
+                "cancelled %lld deadline %lld error %lld; %d resumed chunks\n",
+                (unsigned long long)seed, w->n_req, w->n_made_be,
+                (long long)m->finished[ZI_IM_FIN_EOS], (long long)m->finished[ZI_IM_FIN_LENGTH],
+                (long long)m->finished[ZI_IM_FIN_STOP], (long long)m->finished[ZI_IM_FIN_CANCELLED],
+                (long long)m->finished[ZI_IM_FIN_DEADLINE], (long long)m->finished[ZI_IM_FIN_ERROR],
+                resumed);
+    }
+    sim_free(&w->s);
+    free(w);
+}
+
+static void test_random_interleavings(void **state) {
+    (void)state;
+    const char *env = getenv("ZI_ROUTER_CORE_RUNS");
+    int runs = env ? atoi(env) : 4000;
+    for (int i = 0; i < runs; i++) run_world(0x5eed0000ULL + (uint64_t)i, 150 + (i % 7) * 50);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_generate_streamed),
+        cmocka_unit_test(test_generate_not_streamed),
+        cmocka_unit_test(test_stop_string_cancels_worker),
+        cmocka_unit_test(test_tokenize_detokenize),
+        cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_cancel_running),
+        cmocka_unit_test(test_cancel_decoding),
+        cmocka_unit_test(test_cancel_queued),
+        cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_client_disconnect),
+        cmocka_unit_test(test_client_unreachable),
+        cmocka_unit_test(test_backend_error),
+        cmocka_unit_test(test_worker_failover),
+        cmocka_unit_test(test_worker_lost),
+        cmocka_unit_test(test_heartbeat_timeout),
+        cmocka_unit_test(test_tokenizer_failover),
+        cmocka_unit_test(test_util_tokenizer_dies),
+        cmocka_unit_test(test_shutdown_ends_all),
+        cmocka_unit_test(test_prefix_block_size),
+        cmocka_unit_test(test_check_catches_drift),
+        cmocka_unit_test(test_random_interleavings),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
