@@ -347,13 +347,14 @@ static int load_keys(router *rt, const sec_opts *sec, const char *back, router_k
 int main(int argc, char **argv) {
     router rt;
     shell sh = {.rt = &rt};
-    /* The defaults are the core's (zi_router_init); options change them. */
-    zi_router_init(&rt,
-                   &(zi_router_io){.ctx = &sh,
-                                   .send = shell_send,
-                                   .now_ms = shell_now_ms,
-                                   .wall_ns = shell_wall_ns},
-                   (zi_logger){.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-router"});
+    /* The core's defaults, then parse_args sets the option table's. */
+    if (zi_router_init(&rt,
+                       &(zi_router_io){.ctx = &sh,
+                                       .send = shell_send,
+                                       .now_ms = shell_now_ms,
+                                       .wall_ns = shell_wall_ns},
+                       (zi_logger){.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-router"}))
+        return 1; /* (an outbox without a function: never with the one above) */
     const char *bind = "tcp://127.0.0.1:5555", *back = "tcp://127.0.0.1:5556";
     sec_opts sec = {0};
     int rc = parse_args(argc, argv, &rt, &bind, &back, &sec);
