@@ -141,12 +141,6 @@ static int finish(zi_imap *b, int rc, zi_msg *out) {
     return rc ? rc : rc2;
 }
 
-int zi_im_send(void *sock, zi_msg *m) {
-    int rc = zi_send_msg(sock, NULL, 0, false, m);
-    zi_msg_free(m);
-    return rc;
-}
-
 /* ---- typed or passed-through values ---------------------------------------- */
 
 void zi_im_ids_free(zi_im_ids *ids) {

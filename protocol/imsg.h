@@ -37,7 +37,7 @@
 #include <stdint.h>
 
 #include "types.h"
-#include "wire.h"
+#include "msg.h"
 #include "zi_error.h"
 
 /* ---- the map builder ------------------------------------------------------- */
@@ -76,11 +76,6 @@ uint32_t zi_imap_count(const zi_imap *b);
  * ZI_ENOMEM, writing nothing, when b failed; ZI_ENOMEM also when the write
  * to out failed. */
 int zi_imap_close(zi_imap *b, msgpack_packer *out);
-
-/* Sends a built message to a backend's router (a DEALER socket: no
- * routing frames) and frees it; zi_send_msg's result (a failed encoder's
- * empty message is not sent: -1). */
-int zi_im_send(void *sock, zi_msg *m);
 
 /* ---- values that are typed on one side and passed through on another ------- */
 

@@ -58,6 +58,7 @@
 #include "router_watch.h"
 #include "router_zap.h"
 #include "stop_signal.h"
+#include "wire.h"
 
 static const char USAGE[] =
     "usage: zinfer-router [options]\n"
@@ -76,8 +77,8 @@ typedef struct shell {
 } shell;
 
 /* The core's outbox (zi_router_io.send): one frame on a socket. */
-static int shell_send(void *ctx, zi_router_side side, const unsigned char *ident,
-                      size_t ident_len, bool delim, const void *data, size_t len) {
+static int shell_send(void *ctx, zi_router_side side, const unsigned char *ident, size_t ident_len,
+                      bool delim, const void *data, size_t len) {
     shell *sh = ctx;
     return zi_send(side == ZI_ROUTER_CLIENT ? sh->front : sh->back, ident, ident_len, delim, data,
                    len);
@@ -129,8 +130,8 @@ static void recv_routed(shell *sh, void *sock, bool front) {
              * started is cancelled at once, without a reply. */
             if (stale) zi_router_client_gone(rt, conn);
         } else
-            zi_router_backend_frame(rt, conn, zmq_msg_data(id), zmq_msg_size(id),
-                                    zmq_msg_data(pl), zmq_msg_size(pl));
+            zi_router_backend_frame(rt, conn, zmq_msg_data(id), zmq_msg_size(id), zmq_msg_data(pl),
+                                    zmq_msg_size(pl));
     } else if (n > 0) {
         zi_log(&rt->log, ZI_LOG_WARN, "dropped a message with %d frames (expected 2)", n);
     }
@@ -162,17 +163,7 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
                       sec_opts *sec) {
     zi_error err = {0};
     bool check_only = false;
-    /* The table's defaults, over any set before: --help says what runs. */
-    rt->max_queue = zi_option_def(ZI_O_MAX_QUEUE);
-    rt->max_prompt = zi_option_def(ZI_O_MAX_PROMPT_TOKENS);
-    rt->max_new = zi_option_def(ZI_O_MAX_NEW_TOKENS);
-    rt->max_embed_inputs = zi_option_def(ZI_O_MAX_EMBED_INPUTS);
-    rt->max_embed_tokens = zi_option_def(ZI_O_MAX_EMBED_TOKENS);
-    rt->hb_timeout = zi_option_def(ZI_O_HEARTBEAT_TIMEOUT);
-    rt->failover_timeout = zi_option_def(ZI_O_FAILOVER_TIMEOUT);
-    rt->req_timeout = zi_option_def(ZI_O_REQUEST_TIMEOUT);
-    rt->client_hb = zi_option_def(ZI_O_CLIENT_HEARTBEAT);
-    rt->max_frame = zi_option_def(ZI_O_MAX_FRAME_BYTES);
+    /* The defaults are the table's, set by zi_router_init. */
     *bind = zi_option_get(ZI_O_BIND)->def_text;
     *back = zi_option_get(ZI_O_BACKEND)->def_text;
     for (int i = 1; i < argc; i++) {
@@ -348,12 +339,11 @@ int main(int argc, char **argv) {
     router rt;
     shell sh = {.rt = &rt};
     /* The core's defaults, then parse_args sets the option table's. */
-    if (zi_router_init(&rt,
-                       &(zi_router_io){.ctx = &sh,
-                                       .send = shell_send,
-                                       .now_ms = shell_now_ms,
-                                       .wall_ns = shell_wall_ns},
-                       (zi_logger){.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-router"}))
+    if (zi_router_init(
+            &rt,
+            &(zi_router_io){
+                .ctx = &sh, .send = shell_send, .now_ms = shell_now_ms, .wall_ns = shell_wall_ns},
+            (zi_logger){.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-router"}))
         return 1; /* (an outbox without a function: never with the one above) */
     const char *bind = "tcp://127.0.0.1:5555", *back = "tcp://127.0.0.1:5556";
     sec_opts sec = {0};

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "embeddings.h"
+#include "options.h"
 #include "router_impl.h"
 
 int64_t core_now(const router *rt) {
@@ -106,8 +107,8 @@ int zi_router_check(const zi_router *rt, zi_error *err) {
         queued += r->state == RS_QUEUED;
     }
     if (waiting != rt->n_waiting)
-        return zi_error_set(err, ZI_EINVAL, "n_waiting %zu, but %zu requests wait",
-                            rt->n_waiting, waiting);
+        return zi_error_set(err, ZI_EINVAL, "n_waiting %zu, but %zu requests wait", rt->n_waiting,
+                            waiting);
     if (queued != rt->q_len)
         return zi_error_set(err, ZI_EINVAL, "%zu requests in the queue, %zu queued", rt->q_len,
                             queued);
@@ -197,15 +198,17 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     if (!io || !io->send || !io->now_ms || !io->wall_ns) return ZI_EINVAL;
     rt->io = *io;
     rt->log = log;
-    rt->max_queue = 256;
-    rt->max_prompt = 4096;
-    rt->max_new = 4096;
-    rt->max_embed_inputs = ZI_EMBED_MAX_INPUTS_DEFAULT;
-    rt->max_embed_tokens = ZI_EMBED_MAX_TOKENS_DEFAULT;
-    rt->hb_timeout = 5000;
-    rt->failover_timeout = 30000;
-    rt->max_frame = 8 << 20;
-    rt->client_hb = 2000;
+    /* The option table's defaults (common/options.h), which --help shows. */
+    rt->max_queue = zi_option_def(ZI_O_MAX_QUEUE);
+    rt->max_prompt = zi_option_def(ZI_O_MAX_PROMPT_TOKENS);
+    rt->max_new = zi_option_def(ZI_O_MAX_NEW_TOKENS);
+    rt->max_embed_inputs = zi_option_def(ZI_O_MAX_EMBED_INPUTS);
+    rt->max_embed_tokens = zi_option_def(ZI_O_MAX_EMBED_TOKENS);
+    rt->hb_timeout = zi_option_def(ZI_O_HEARTBEAT_TIMEOUT);
+    rt->failover_timeout = zi_option_def(ZI_O_FAILOVER_TIMEOUT);
+    rt->req_timeout = zi_option_def(ZI_O_REQUEST_TIMEOUT);
+    rt->max_frame = zi_option_def(ZI_O_MAX_FRAME_BYTES);
+    rt->client_hb = zi_option_def(ZI_O_CLIENT_HEARTBEAT);
     rt->cur_conn = (zi_router_conn){-1, 0};
     zi_req_table_init(&rt->reqs);
     return ZI_OK;

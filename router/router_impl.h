@@ -52,7 +52,7 @@
 #include "req_table.h"
 #include "router_core.h"
 #include "types.h"
-#include "wire.h"
+#include "msg.h"
 
 /* A backend's role, from its "register" message. */
 enum { ROLE_NONE, ROLE_TOKENIZER, ROLE_WORKER };
@@ -138,7 +138,7 @@ typedef struct rreq {
     char *echo; /* a packed map: the echoed prompt's keys of the first decoded message */
     size_t echo_len;
     zi_router_conn client_conn; /* the client's connection (fd -1: unknown) */
-    int64_t deadline_ms; /* core_now() past which it ends "deadline_exceeded" (0: none) */
+    int64_t deadline_ms;        /* core_now() past which it ends "deadline_exceeded" (0: none) */
 } rreq;
 
 /* Prefix affinity: which worker last took a request whose prompt began
@@ -154,7 +154,7 @@ typedef struct affinity {
 
 typedef struct router {
     zi_logger log;
-    zi_router_io io; /* the outbox and the clock (router_core.h) */
+    zi_router_io io;                 /* the outbox and the clock (router_core.h) */
     affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
     zi_req_table reqs;
     backend *be;

@@ -18,8 +18,7 @@
 
 /* Sends to a request's client; false when the client is gone. */
 bool to_client(router *rt, const rreq *r, const zi_msg *m) {
-    if (out_send_msg(rt, ZI_ROUTER_CLIENT, r->client, r->client_len, r->delim, m) == 0)
-        return true;
+    if (out_send_msg(rt, ZI_ROUTER_CLIENT, r->client, r->client_len, r->delim, m) == 0) return true;
     zi_log(&rt->log, ZI_LOG_INFO, "request %llu: client unreachable (%s); cancelling",
            (unsigned long long)r->rid, strerror(errno));
     return false;

@@ -22,6 +22,7 @@
 
 #include "codec.h"
 #include "imsg.h"
+#include "wire.h"
 
 /* ---- frames and comparisons ---------------------------------------------- */
 
