@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "replay_util.h"
+#include "vendor_dir.h"
 
 static size_t run_file(const char *path, uint64_t *seed) {
     static const char syntax[] = "{}%#-+()[]'\"|~.,\n \\\x80\xff";
@@ -61,13 +62,8 @@ int main(void) {
                         "(run from the repository root)\n");
         return 1;
     }
-    const char *home = getenv("ZINFER_HOME");
     char dir[2048];
-    if (home && *home)
-        snprintf(dir, sizeof dir, "%s/llama.cpp-vendor/models/templates", home);
-    else
-        snprintf(dir, sizeof dir, "%s/.cache/zinfer/llama.cpp-vendor/models/templates",
-                 getenv("HOME") ? getenv("HOME") : "");
+    zi_test_vendor_dir(dir, sizeof dir, "templates");
     size_t vendored = 0;
     runs += run_dir(dir, false, &seed, &vendored);
     /* what fuzzing runs kept (scripts/fuzz-run merges into it) */

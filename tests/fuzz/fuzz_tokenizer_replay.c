@@ -44,6 +44,7 @@
 #include "gpt2_bytes.h"
 #include "replay_util.h"
 #include "tokenizer.h"
+#include "vendor_dir.h"
 
 #define CORPUS_DIR "tests/fuzz/corpus_tokenizer"
 #define N_TRUNC 24
@@ -607,13 +608,8 @@ static void test_corpus(void **state) {
  * table overwritten (the file stays well-formed GGUF; texts change). */
 static void test_vendored(void **state) {
     (void)state;
-    const char *home = getenv("ZINFER_HOME");
     char dir[2048];
-    if (home && *home)
-        snprintf(dir, sizeof dir, "%s/llama.cpp-vendor/models", home);
-    else
-        snprintf(dir, sizeof dir, "%s/.cache/zinfer/llama.cpp-vendor/models",
-                 getenv("HOME") ? getenv("HOME") : "");
+    zi_test_vendor_dir(dir, sizeof dir, "");
     DIR *d = opendir(dir);
     if (!d) {
         print_message("vendored vocabularies: %s not found, skipped\n", dir);

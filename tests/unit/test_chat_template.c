@@ -35,6 +35,7 @@
 #include "chat_template.h"
 #include "chat_template_fixture.h"
 #include "gguf.h"
+#include "vendor_dir.h"
 
 #define DEFAULT_MODEL "/root/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -631,13 +632,8 @@ static void test_mutations(void **state) {
  * a tool-call round trip, the shapes that reach their largest branches. */
 static void test_mutations_vendored(void **state) {
     (void)state;
-    const char *home = getenv("ZINFER_HOME");
     char dir[1024];
-    if (home && *home)
-        snprintf(dir, sizeof dir, "%s/llama.cpp-vendor/models/templates", home);
-    else
-        snprintf(dir, sizeof dir, "%s/.cache/zinfer/llama.cpp-vendor/models/templates",
-                 getenv("HOME") ? getenv("HOME") : "");
+    zi_test_vendor_dir(dir, sizeof dir, "templates");
     DIR *d = opendir(dir);
     if (!d) {
         print_message("chat templates: %s absent, vendored mutations skipped\n", dir);

@@ -31,6 +31,7 @@
 #include "tokenizer.h"
 #include "tokenizer_expect.h"
 #include "unicode.h"
+#include "vendor_dir.h"
 
 #define DEFAULT_MODEL "/root/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 #define CORPUS "tests/fixtures/tokenizer_corpus.jsonl"
@@ -831,13 +832,8 @@ static void test_real_vocab_only(void **state) {
     real_tok(state);
     const char *path = getenv("ZINFER_MODEL");
     check_vocab_only(path && *path ? path : DEFAULT_MODEL);
-    const char *home = getenv("ZINFER_HOME");
     char dir[512];
-    if (home && *home)
-        snprintf(dir, sizeof dir, "%s/llama.cpp-vendor/models", home);
-    else
-        snprintf(dir, sizeof dir, "%s/.cache/zinfer/llama.cpp-vendor/models",
-                 getenv("HOME") ? getenv("HOME") : "");
+    zi_test_vendor_dir(dir, sizeof dir, "");
     static const char *const names[] = {"ggml-vocab-llama-spm.gguf", "ggml-vocab-bert-bge.gguf",
                                         "ggml-vocab-falcon.gguf", "ggml-vocab-qwen2.gguf"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
