@@ -13,6 +13,7 @@
 
 #include "args.h"
 #include "cpu_backend.h"
+#include "generator.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -50,6 +51,20 @@ static inline int zi_test_encode_all(zi_tokenizer *tok, const char *const *texts
             return -1;
         }
     return 0;
+}
+
+/* Releases the finished contexts among live[0..n) from g and keeps the
+ * others, in order, at the front; returns how many are left (the loop
+ * every generator test runs after a step). */
+static inline size_t zi_test_drop_done(zi_generator *g, zi_text_context **live, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (zi_text_context_is_done(live[i]))
+            zi_generator_release(g, live[i]);
+        else
+            live[k++] = live[i];
+    }
+    return k;
 }
 
 #endif

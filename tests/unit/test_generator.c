@@ -147,14 +147,7 @@ static void test_batched_equals_alone(void **state) {
     int rounds = 0;
     while (n_live > 0 && rounds++ < 200) {
         assert_int_equal(zi_generator_next_token(g, live, n_live, 1, &err), ZI_OK);
-        size_t k = 0;
-        for (size_t i = 0; i < n_live; i++) {
-            if (zi_text_context_is_done(live[i]))
-                zi_generator_release(g, live[i]);
-            else
-                live[k++] = live[i];
-        }
-        n_live = k;
+        n_live = zi_test_drop_done(g, live, n_live);
     }
     assert_int_equal(n_live, 0);
     assert_int_equal(zi_generator_slots_used(g), 0);
@@ -231,14 +224,7 @@ static void test_paged_preemption_and_prefix(void **state) {
             if (zi_generator_check(g, &err)) fail_msg("%s", err.msg);
             zi_generator_get_stats(g, &st);
             assert_int_equal(st.kv_blocks, 8); /* the pool is the budget: it never grows */
-            size_t k = 0;
-            for (size_t i = 0; i < n_live; i++) {
-                if (zi_text_context_is_done(live[i]))
-                    zi_generator_release(g, live[i]);
-                else
-                    live[k++] = live[i];
-            }
-            n_live = k;
+            n_live = zi_test_drop_done(g, live, n_live);
         }
         assert_int_equal(n_live, 0);
         for (size_t j = 0; j < all; j++) {

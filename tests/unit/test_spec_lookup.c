@@ -309,14 +309,7 @@ static void run_with(fixture *f, const zi_generator_config *cfg, int32_t *const 
     for (int rounds = 0; n_live > 0 && rounds < 4000; rounds++) {
         if (zi_generator_next_token(g, live, n_live, 1, &err)) fail_msg("%s", err.msg);
         if (zi_generator_check(g, &err)) fail_msg("%s", err.msg);
-        size_t k = 0;
-        for (size_t i = 0; i < n_live; i++) {
-            if (zi_text_context_is_done(live[i]))
-                zi_generator_release(g, live[i]);
-            else
-                live[k++] = live[i];
-        }
-        n_live = k;
+        n_live = zi_test_drop_done(g, live, n_live);
     }
     assert_int_equal(n_live, 0);
     for (int i = 0; i < n; i++) {
