@@ -29,6 +29,7 @@
 #include <time.h>
 
 #include "generator_impl.h"
+#include "grow.h"
 
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_generator **out,
                         zi_error *err) {
@@ -47,7 +48,7 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     int64_t max_blocks = (cfg.ctx + cfg.block_size - 1) / cfg.block_size;
     if (cfg.kv_blocks == 0) {
         int64_t all = max_blocks * cfg.n_slots;
-        cfg.kv_blocks = all > (1 << 26) ? (1 << 26) : (int)all;
+        cfg.kv_blocks = all > ZI_KV_BLOCKS_MAX ? ZI_KV_BLOCKS_MAX : (int)all;
     }
     if (cfg.kv_blocks < max_blocks)
         return zi_error_set(err, ZI_EINVAL,
@@ -261,15 +262,10 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
     return ZI_OK;
 }
 
-/* Grows a scratch array to hold n elements of size sz. */
+/* Grows a scratch array to hold n elements of size sz (grow.h). */
 static int grow(void **p, size_t *cap, size_t n, size_t sz, zi_error *err) {
-    if (n <= *cap) return ZI_OK;
-    size_t c = *cap ? *cap : 16;
-    while (c < n) c *= 2;
-    void *q = realloc(*p, c * sz);
-    if (!q) return zi_error_set(err, ZI_ENOMEM, "out of memory for %zu sampling entries", n);
-    *p = q;
-    *cap = c;
+    if (zi_grow_to(p, cap, sz, n, 16))
+        return zi_error_set(err, ZI_ENOMEM, "out of memory for %zu sampling entries", n);
     return ZI_OK;
 }
 

@@ -35,9 +35,11 @@ struct zi_kv_blocks {
     zi_kv_blocks_stats st;
 };
 
+_Static_assert(ZI_KV_BLOCKS_MAX == 1 << 26, "the message below says 2^26");
+
 int zi_kv_blocks_create(int32_t n_blocks, int32_t block_size, zi_kv_blocks **out, zi_error *err) {
     *out = NULL;
-    if (n_blocks < 1 || n_blocks > (1 << 26) || block_size < 1 || block_size > 4096)
+    if (n_blocks < 1 || n_blocks > ZI_KV_BLOCKS_MAX || block_size < 1 || block_size > 4096)
         return zi_error_set(err, ZI_EINVAL,
                             "kv cache: %d blocks of %d tokens (need 1..2^26 blocks of 1..4096)",
                             (int)n_blocks, (int)block_size);

@@ -35,6 +35,14 @@
 
 #include "zi_error.h"
 
+/* The most blocks a pool may have (2^26: 2^30 positions at 16 tokens a
+ * block, more than any memory budget yields). It keeps the int32_t block
+ * ids and the prefix table's uint32_t size (a power of two, at least twice
+ * the blocks) well inside 32 bits, and the bookkeeping arrays bounded. A
+ * block count chosen from memory (the generator's default, the worker's
+ * sizing) is capped here; zi_kv_blocks_create refuses more. */
+#define ZI_KV_BLOCKS_MAX (1 << 26)
+
 typedef struct zi_kv_blocks zi_kv_blocks;
 
 typedef struct zi_kv_blocks_stats {
@@ -45,7 +53,7 @@ typedef struct zi_kv_blocks_stats {
     uint64_t evictions;     /* cached blocks reused for something else */
 } zi_kv_blocks_stats;
 
-/* n_blocks >= 1, block_size 1..4096. */
+/* n_blocks 1..ZI_KV_BLOCKS_MAX, block_size 1..4096. */
 int zi_kv_blocks_create(int32_t n_blocks, int32_t block_size, zi_kv_blocks **out, zi_error *err);
 void zi_kv_blocks_free(zi_kv_blocks *kb);
 

@@ -38,6 +38,7 @@
 #include "cpu_backend.h"
 #include "generator.h"
 #include "imsg.h"
+#include "kv_blocks.h"
 #include "log.h"
 #include "mem_plan.h"
 #include "model.h"
@@ -676,7 +677,7 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
     if (size_kv_cache(w, o, r, &kv_bytes, &err)) return start_failed(w, err.msg);
     kv_bytes = zi_model_estimate_kv_cache_size(r->model, kv_bytes, (int)o->block);
     uint64_t kv_blocks = kv_bytes / (per_tok * (uint64_t)o->block);
-    if (kv_blocks > (1u << 26)) kv_blocks = 1u << 26;
+    if (kv_blocks > ZI_KV_BLOCKS_MAX) kv_blocks = ZI_KV_BLOCKS_MAX;
     if (kv_blocks < 1) /* size_kv_cache refuses each way of getting here */
         return start_failed(w, "the KV cache would hold no block");
     if ((int64_t)kv_blocks * o->block < w->ctx_size) {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "grammar_impl.h"
+#include "grow.h"
 
 #define NO_AT ((size_t)-1)
 
@@ -26,18 +27,22 @@ typedef struct prule {
     int32_t parent;
     size_t def_at, ref_at; /* offsets of its definition and first reference */
     gelem *el;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
 } prule;
 
 typedef struct parser {
     const char *t;
     size_t len, i;
     prule *rules;
-    int32_t n_rules, cap_rules;
+    int32_t n_rules;
+    size_t cap_rules;
     uint32_t (*ranges)[2];
-    int32_t n_ranges, cap_ranges;
+    int32_t n_ranges;
+    size_t cap_ranges;
     gclass *classes;
-    int32_t n_classes, cap_classes;
+    int32_t n_classes;
+    size_t cap_classes;
     int32_t total; /* elements in all rules */
     int nesting;
     zi_error *err;
@@ -70,14 +75,9 @@ static int oom(parser *p) {
     return zi_error_set(p->err, ZI_ENOMEM, "out of memory compiling the grammar");
 }
 
-static int grow(void **ptr, int32_t *cap, int32_t need, size_t size) {
-    if (need <= *cap) return ZI_OK;
-    int32_t c = *cap ? *cap : 16;
-    while (c < need) c *= 2;
-    void *q = realloc(*ptr, (size_t)c * size);
-    if (!q) return ZI_ENOMEM;
-    *ptr = q, *cap = c;
-    return ZI_OK;
+/* Room for need (>= 0) elements of size bytes in *ptr (grow.h). */
+static int grow(void **ptr, size_t *cap, int32_t need, size_t size) {
+    return zi_grow_to(ptr, cap, size, (size_t)need, 16);
 }
 
 static int peek(const parser *p) {

@@ -13,21 +13,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "utf8.h"
 
 #define MAX_CP 0x10FFFFu
 
 void zi_gbnf_append(zi_gbnf_buf *b, const char *s, size_t n) {
     if (b->oom) return;
-    if (b->n + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n + 1) cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p, b->cap = cap;
+    if (n > SIZE_MAX - 1 - b->n || zi_grow_to((void **)&b->p, &b->cap, 1, b->n + n + 1, 256)) {
+        b->oom = true;
+        return;
     }
     memcpy(b->p + b->n, s, n);
     b->n += n;

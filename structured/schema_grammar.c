@@ -9,6 +9,7 @@
  */
 #include "schema_grammar.h"
 
+#include "grow.h"
 #include "utf8.h"
 
 #include <jansson.h>
@@ -533,10 +534,9 @@ static int visit_ref(sgen *g, const json_t *s, int *id) {
     for (size_t i = 0; i < g->n_refs; i++)
         if (g->refs[i].target == t) return *id = g->refs[i].id, ZI_OK;
     if (g->n_refs == g->cap_refs) {
-        size_t cap = g->cap_refs ? 2 * g->cap_refs : 16;
-        refmemo *r = realloc(g->refs, cap * sizeof *r);
+        refmemo *r = zi_grow(g->refs, &g->cap_refs, sizeof *r, 16);
         if (!r) return zi_error_set(g->err, ZI_ENOMEM, "out of memory");
-        g->refs = r, g->cap_refs = cap;
+        g->refs = r;
     }
     int me = new_rule(g), child;
     g->refs[g->n_refs++] = (refmemo){t, me};

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grow.h"
 #include "tokenizer_impl.h"
 
 /* One symbol: a stretch of the escaped text; n == 0 once merged away. */
@@ -134,16 +135,10 @@ static spm_bigram heap_pop(spm_bigram *h, size_t *n) {
 /* ------------------------------------------------------------------------ */
 /* encoding */
 
-/* Grows a scratch array *p of *cap elements of size sz to hold need. */
+/* Grows a scratch array *p of *cap elements of size sz to hold need
+ * (grow.h). */
 static int reserve(void **p, size_t *cap, size_t need, size_t sz) {
-    if (need <= *cap) return ZI_OK;
-    size_t c = *cap ? *cap : 256;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * sz);
-    if (!q) return ZI_ENOMEM;
-    *p = q;
-    *cap = c;
-    return ZI_OK;
+    return zi_grow_to(p, cap, sz, need, 256);
 }
 
 /* Adds the candidate (left, right) when their joined text is a token. */

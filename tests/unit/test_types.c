@@ -958,7 +958,8 @@ static void test_ctx_check(void **state) {
 }
 
 /* zi_grow: first size, then doubling with the contents kept; a size that
- * would overflow leaves the array and its capacity as they were. */
+ * would overflow leaves the array and its capacity as they were. zi_grow_to
+ * the same, doubling until a count fits. */
 static void test_grow(void **state) {
     (void)state;
     size_t cap = 0;
@@ -977,7 +978,22 @@ static void test_grow(void **state) {
     assert_null(zi_grow(w, &big, 16, 4)); /* bytes overflow */
     assert_true(big == SIZE_MAX / 16);
     assert_int_equal(w[3], 13); /* still the caller's */
-    free(w);
+    /* zi_grow_to: nothing when there is room; else doubled until enough */
+    void *p = w;
+    assert_int_equal(zi_grow_to(&p, &cap, sizeof *w, 8, 4), ZI_OK);
+    assert_true(p == w && cap == 8);
+    assert_int_equal(zi_grow_to(&p, &cap, sizeof *w, 20, 4), ZI_OK);
+    assert_int_equal(cap, 32);
+    assert_int_equal(((int32_t *)p)[3], 13);
+    assert_int_equal(zi_grow_to(&p, &cap, sizeof *w, SIZE_MAX / 2 + 2, 4), ZI_ENOMEM);
+    assert_int_equal(zi_grow_to(&p, &cap, 16, SIZE_MAX / 16 + 1, 4), ZI_ENOMEM);
+    assert_int_equal(cap, 32); /* unchanged, still the caller's */
+    free(p);
+    void *q = NULL;
+    size_t qcap = 0;
+    assert_int_equal(zi_grow_to(&q, &qcap, 1, 300, 256), ZI_OK); /* first, then doubled */
+    assert_true(q != NULL && qcap == 512);
+    free(q);
 }
 
 int main(void) {
