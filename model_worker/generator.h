@@ -162,8 +162,10 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx);
  * grammar can end. Compiled grammars are kept in a cache by their text
  * (grammar_cache.h), so a schema sent again is not compiled again. One
  * that does not compile (the worker refuses those first) allows only
- * end-of-sequence. v (NULL: none) must outlive the generator and have the
- * model's vocabulary size (ZI_EINVAL otherwise).
+ * end-of-sequence. A grammar that runs out of memory finding a mask fails
+ * the step (ZI_ENOMEM) rather than draw from a narrower one. v (NULL:
+ * none) must outlive the generator and have the model's vocabulary size
+ * (ZI_EINVAL otherwise).
  */
 typedef struct zi_grammar_vocab zi_grammar_vocab;
 int zi_generator_set_grammar_vocab(zi_generator *g, const zi_grammar_vocab *v, zi_error *err);

@@ -21,8 +21,11 @@ static uint64_t token_hash(uint64_t h, const int32_t *t, int64_t n) {
 /* Catches q's grammar state up with c's generated tokens: it follows on
  * from the tokens fed last step when they are still a prefix of them (the
  * hash), else (a rollback: a preemption's reset, drafts fed last step and
- * rejected) it starts over from the first generated token. */
-static void catch_up(zi_generator *g, const zi_text_context *c, gseq *q) {
+ * rejected) it starts over from the first generated token. ZI_ENOMEM
+ * when memory runs out (the grammar cannot say which tokens are allowed:
+ * the step fails rather than constrain the text wrongly); the state then
+ * starts over at the next step. */
+static int catch_up(zi_generator *g, const zi_text_context *c, gseq *q, zi_error *err) {
     const int32_t *gen = c->tokens + c->prompt_len;
     int64_t n_gen = c->end_idx - c->prompt_len;
     if (q->js_fed >= 0 &&
@@ -31,13 +34,24 @@ static void catch_up(zi_generator *g, const zi_text_context *c, gseq *q) {
     if (q->js_fed < 0) { /* (the worker compiled it at admission: a cache hit) */
         zi_grammar_state_free(q->gs);
         q->gs = NULL;
-        q->js_bad = (!q->gram && zi_grammar_cache_get(g->grammars, c, &q->gram, NULL) != ZI_OK) ||
-                    zi_grammar_state_create(q->gram, &q->gs, NULL) != ZI_OK;
+        zi_error e = {0};
+        int rc = q->gram ? ZI_OK : zi_grammar_cache_get(g->grammars, c, &q->gram, &e);
+        if (!rc) rc = zi_grammar_state_create(q->gram, &q->gs, &e);
+        if (rc == ZI_ENOMEM) return zi_error_set(err, rc, "structured output: %s", e.msg);
+        q->js_bad = rc != ZI_OK; /* a grammar that does not compile: only EOS */
         q->js_fed = 0, q->js_hash = TOKEN_HASH_SEED;
     }
+    for (int64_t i = q->js_fed; !q->js_bad && i < n_gen; i++) {
+        bool taken;
+        if (zi_grammar_feed_token(g->json, q->gs, gen[i], &taken, err)) {
+            q->js_fed = -1; /* fed in part: start over */
+            return ZI_ENOMEM;
+        }
+        if (!taken) q->js_bad = 1;
+    }
     q->js_hash = token_hash(q->js_hash, gen + q->js_fed, n_gen - q->js_fed);
-    for (; q->js_fed < n_gen; q->js_fed++)
-        if (!q->js_bad && !zi_grammar_feed_token(g->json, q->gs, gen[q->js_fed])) q->js_bad = 1;
+    q->js_fed = n_gen;
+    return ZI_OK;
 }
 
 /* The tokens that keep the completion a prefix of its grammar's after
@@ -45,18 +59,20 @@ static void catch_up(zi_generator *g, const zi_text_context *c, gseq *q) {
  * tokens, this one included: near the limit the mask closes the text
  * instead of letting it be cut (grammar.h). A state that broke (no token
  * should: each was drawn under this mask) leaves only the end-of-sequence
- * ids. */
-static void mask_row(zi_generator *g, const zi_text_context *c, gseq *q, int64_t budget,
-                     int32_t *m) {
+ * ids. ZI_ENOMEM when memory runs out. */
+static int mask_row(zi_generator *g, const zi_text_context *c, gseq *q, int64_t budget, int32_t *m,
+                    zi_error *err) {
     size_t words = ((size_t)g->n_vocab + 31) / 32;
     if (!q->js_bad) {
-        zi_grammar_allowed_within(g->json, q->gs, c->eos_token_ids.v, c->eos_token_ids.n, budget,
-                                  m);
+        int rc = zi_grammar_allowed_within(g->json, q->gs, c->eos_token_ids.v, c->eos_token_ids.n,
+                                           budget, m, err);
+        if (rc) return rc;
         size_t w = 0; /* never a row with nothing to draw */
         while (w < words && m[w] == 0) w++;
         if (w == words) q->js_bad = 1;
     }
     if (q->js_bad) zi_grammar_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
+    return ZI_OK;
 }
 
 int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_t *draft,
@@ -68,9 +84,9 @@ int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_
         return -1;
     }
     assert(n_draft >= 0 && n_draft <= ZI_SPEC_MAX_DRAFT);
-    catch_up(g, c, q);
+    if (catch_up(g, c, q, err) || mask_row(g, c, q, c->max_length - c->end_idx, q->masks, err))
+        return -1;
     q->masked = 1;
-    mask_row(g, c, q, c->max_length - c->end_idx, q->masks);
     int kept = 0;
     while (kept < n_draft) {
         /* draft `kept` is fed at position end_idx + kept: the row before
@@ -79,10 +95,12 @@ int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_
         const int32_t *m = q->masks + (size_t)kept * words;
         if (t < 0 || t >= g->n_vocab || !((uint32_t)m[t >> 5] >> (t & 31) & 1u)) break;
         int32_t *next = q->masks + (size_t)(kept + 1) * words;
-        if (!q->js_bad && zi_grammar_feed_token(g->json, q->gs, t)) {
+        bool taken = false;
+        if (!q->js_bad && zi_grammar_feed_token(g->json, q->gs, t, &taken, err)) return -1;
+        if (taken) {
             q->js_hash = token_hash(q->js_hash, &t, 1);
             q->js_fed++;
-            mask_row(g, c, q, c->max_length - (c->end_idx + kept + 1), next);
+            if (mask_row(g, c, q, c->max_length - (c->end_idx + kept + 1), next, err)) return -1;
             kept++;
             continue;
         }

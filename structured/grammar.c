@@ -17,12 +17,21 @@
  * walk knows, for every token, the least text still owed after it: the
  * budget check of zi_grammar_allowed_within costs one minimum per trie
  * node.
+ *
+ * Out of memory: a stack dropped for want of room would silently narrow
+ * what is allowed, so the allocations an answer depends on (the work list,
+ * the arena, the scratch sets) set s->oom when they fail, and the public
+ * call under way reports ZI_ENOMEM, leaving the state as it was. Memory
+ * that only speeds things up (the walk memo, the mask cache, a rehash, a
+ * compaction, the fast path) is done without when short.
  */
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "class_mask.h"
 #include "grammar_impl.h"
+#include "grow.h"
 
 typedef struct gnode {
     int32_t pos, parent;
@@ -77,7 +86,8 @@ typedef struct wmemo {
     wset *sets;
     int32_t n_sets;
     int32_t *pool;
-    int32_t n_pool, cap_pool;
+    int32_t n_pool;
+    size_t cap_pool;
     int32_t *next;                /* [WALK_MAX_SETS * 256] */
     int32_t *table;               /* [2 * WALK_MAX_SETS] set ids by hash, -1: empty */
     int32_t mark;                 /* the arena before the walk */
@@ -90,7 +100,8 @@ typedef struct wmemo {
 struct zi_grammar_state {
     const zi_grammar *g;
     gnode *nodes;
-    int32_t n, cap;
+    int32_t n;
+    size_t cap;
     int32_t *bucket;
     uint32_t n_bucket; /* a power of two */
     uint32_t stamp;
@@ -100,11 +111,15 @@ struct zi_grammar_state {
                  * allocated apart, so growing lv moves none) */
     int32_t n_lv;
     int32_t *work;
-    int32_t n_work, cap_work;
+    int32_t n_work;
+    size_t cap_work;
     mcached cache[MASK_CACHE];
     int32_t cache_words; /* the mask length the cache holds */
     uint64_t clock;
     wmemo wm;
+    bool oom;           /* an allocation an answer needs failed in this call */
+    int64_t fail_after; /* growths of the work list and arena left before they
+                         * fail (zi_grammar_state_fail_after; < 0: never) */
 };
 
 static uint32_t hash(int32_t pos, int32_t parent) {
@@ -124,20 +139,29 @@ static int rehash(zi_grammar_state *s, uint32_t n_bucket) {
     return ZI_OK;
 }
 
-/* The node (pos, parent), made if new; -2 when the arena cannot grow or
- * the stack would be too deep (that stack is dropped). */
+/* zi_grow for the arrays an answer needs, which fails once the test hook
+ * (fail_after) runs out, as memory would; s->oom set on failure. */
+static void *grow_needed(zi_grammar_state *s, void *p, size_t *cap, size_t elem, size_t first) {
+    void *q = s->fail_after == 0 ? NULL : zi_grow(p, cap, elem, first);
+    if (q && s->fail_after > 0) s->fail_after--;
+    if (!q) s->oom = true;
+    return q;
+}
+
+/* The node (pos, parent), made if new; -2 when the stack would be too
+ * deep (that stack is dropped) or the arena cannot grow (s->oom). */
 static int32_t cons(zi_grammar_state *s, int32_t pos, int32_t parent) {
+    assert(pos >= 0 && pos < s->g->n_elems && parent >= -1 && parent < s->n);
     uint32_t h = hash(pos, parent) & (s->n_bucket - 1);
     for (int32_t i = s->bucket[h]; i >= 0; i = s->nodes[i].hnext)
         if (s->nodes[i].pos == pos && s->nodes[i].parent == parent) return i;
     uint32_t depth = parent >= 0 ? s->nodes[parent].depth + 1 : 1;
     if (depth > ZI_GRAMMAR_MAX_DEPTH) return -2;
     uint32_t minb = zi_gmin_add(s->g->rest_min[pos], parent >= 0 ? s->nodes[parent].minb : 0);
-    if (s->n == s->cap) {
-        int32_t cap = s->cap * 2;
-        gnode *q = realloc(s->nodes, (size_t)cap * sizeof *q);
+    if ((size_t)s->n == s->cap) {
+        gnode *q = grow_needed(s, s->nodes, &s->cap, sizeof *q, 1024);
         if (!q) return -2;
-        s->nodes = q, s->cap = cap;
+        s->nodes = q;
     }
     if ((uint32_t)s->n >= s->n_bucket && rehash(s, s->n_bucket * 2) == ZI_OK)
         h = hash(pos, parent) & (s->n_bucket - 1);
@@ -149,18 +173,21 @@ static int32_t cons(zi_grammar_state *s, int32_t pos, int32_t parent) {
 
 /* Drops the nodes made since mark (LIFO, so each is its chain's head). */
 static void release(zi_grammar_state *s, int32_t mark) {
+    assert(mark >= 0 && mark <= s->n);
     while (s->n > mark) {
         gnode *x = &s->nodes[--s->n];
         s->bucket[hash(x->pos, x->parent) & (s->n_bucket - 1)] = x->hnext;
     }
 }
 
+/* Pushes node x (or -1: an empty stack) on the work list; false (s->oom)
+ * when it cannot grow. */
 static bool push_work(zi_grammar_state *s, int32_t x) {
-    if (s->n_work == s->cap_work) {
-        int32_t cap = s->cap_work ? s->cap_work * 2 : 256;
-        int32_t *q = realloc(s->work, (size_t)cap * sizeof *q);
+    assert(x >= -2 && x < s->n);
+    if ((size_t)s->n_work == s->cap_work) {
+        int32_t *q = grow_needed(s, s->work, &s->cap_work, sizeof *q, 256);
         if (!q) return false;
-        s->work = q, s->cap_work = cap;
+        s->work = q;
     }
     s->work[s->n_work++] = x;
     return true;
@@ -181,9 +208,13 @@ static bool expand(zi_grammar_state *s, level *out) {
             continue;
         }
         if (x < 0 || s->nodes[x].stamp == s->stamp) continue;
+        assert(x < s->n && (size_t)s->n_work < s->cap_work);
         s->nodes[x].stamp = s->stamp;
         gnode nd = s->nodes[x];
+        assert(nd.depth >= 1 && nd.depth <= ZI_GRAMMAR_MAX_DEPTH);
         gelem e = g->elems[nd.pos];
+        assert(e.type != G_CHAR || (int32_t)e.v < g->n_classes);
+        assert(e.type != G_REF || (int32_t)e.v < g->n_rules);
         if (e.type == G_CHAR) {
             if (out->n < ZI_GRAMMAR_MAX_STACKS)
                 out->tops[out->n++] = x;
@@ -203,6 +234,7 @@ static bool expand(zi_grammar_state *s, level *out) {
         }
     }
     s->n_work = 0;
+    assert(out->n <= ZI_GRAMMAR_MAX_STACKS);
     return whole;
 }
 
@@ -249,6 +281,7 @@ static bool advance(zi_grammar_state *s, const level *in, uint8_t b, level *out)
     }
     s->stamp++;
     for (int32_t k = 0; k < in->n; k++) {
+        assert(in->tops[k] >= 0 && in->tops[k] < s->n);
         const gnode *t = &s->nodes[in->tops[k]];
         if (!zi_gclass_has(g, &g->classes[g->elems[t->pos].v], cp)) continue;
         int32_t x = cons(s, t->pos + 1, t->parent);
@@ -338,12 +371,26 @@ int zi_grammar_state_create(const zi_grammar *g, zi_grammar_state **out, zi_erro
         return zi_error_set(err, ZI_ENOMEM, "out of memory for a grammar state");
     }
     s->stamp = 1;
+    s->fail_after = -1;
     for (int k = 0; k < MASK_CACHE; k++) s->cache[k].n = -1;
     for (int32_t a = g->alt_off[g->root + 1] - 1; a >= g->alt_off[g->root]; a--)
         push_work(s, cons(s, g->alt_start[a], -1));
     expand(s, &s->cur);
+    if (s->oom) { /* a root alternative dropped: the state would be wrong */
+        zi_grammar_state_free(s);
+        return zi_error_set(err, ZI_ENOMEM, "out of memory for a grammar state");
+    }
     *out = s;
     return ZI_OK;
+}
+
+void zi_grammar_state_fail_after(zi_grammar_state *s, int64_t n) {
+    s->fail_after = n < 0 ? -1 : n;
+}
+
+/* The report of a call that ran out of memory (s->oom). */
+static int oom_error(zi_error *err) {
+    return zi_error_set(err, ZI_ENOMEM, "grammar: out of memory matching the text");
 }
 
 /* Rebuilds the arena from the nodes the current stacks reach. */
@@ -357,7 +404,10 @@ static void compact(zi_grammar_state *s) {
     for (int32_t k = 0; k < s->cur.n; k++) {
         /* the chain below this top, bottom first */
         int32_t chain[ZI_GRAMMAR_MAX_DEPTH], d = 0;
-        for (int32_t x = s->cur.tops[k]; x >= 0 && map[x] < 0; x = old[x].parent) chain[d++] = x;
+        for (int32_t x = s->cur.tops[k]; x >= 0 && map[x] < 0; x = old[x].parent) {
+            assert(d < ZI_GRAMMAR_MAX_DEPTH);
+            chain[d++] = x;
+        }
         while (d > 0) {
             int32_t x = chain[--d], p = old[x].parent;
             map[x] = cons(s, old[x].pos, p >= 0 ? map[p] : -1);
@@ -371,37 +421,44 @@ out:
     for (int k = 0; k < MASK_CACHE; k++) s->cache[k].n = -1; /* ids renumbered */
 }
 
-bool zi_grammar_feed(zi_grammar_state *s, const uint8_t *p, size_t n) {
-    int32_t mark = s->n;
+/* Advances a copy of the current set over p[0..n): *ok says whether every
+ * byte was taken; the set reached is in scratch(s, 0). ZI_OK, or ZI_ENOMEM
+ * (s->oom). The nodes made stay: the caller keeps or releases them. */
+static int advance_all(zi_grammar_state *s, const uint8_t *p, size_t n, bool *ok) {
+    *ok = false;
+    s->oom = false;
     level *a = scratch(s, 0), *b = scratch(s, 1);
-    if (!a || !b) return false;
+    if (!a || !b) return ZI_ENOMEM;
     copy_level(a, &s->cur);
-    for (size_t i = 0; i < n; i++) {
-        if (!advance(s, a, p[i], b)) {
-            release(s, mark);
-            return false;
-        }
+    bool taken = true;
+    for (size_t i = 0; taken && i < n; i++) {
+        taken = advance(s, a, p[i], b);
+        if (s->oom) return ZI_ENOMEM; /* taken or not, some stack may be missing */
         level t = *a;
         *a = *b, *b = t;
     }
-    copy_level(&s->cur, a);
-    if (s->n > s->compact_at) compact(s);
-    return true;
+    *ok = taken;
+    return ZI_OK;
 }
 
-bool zi_grammar_accepts(zi_grammar_state *s, const uint8_t *p, size_t n) {
+int zi_grammar_feed(zi_grammar_state *s, const uint8_t *p, size_t n, bool *taken, zi_error *err) {
     int32_t mark = s->n;
-    level *a = scratch(s, 0), *b = scratch(s, 1);
-    if (!a || !b) return false;
-    copy_level(a, &s->cur);
-    bool ok = true;
-    for (size_t i = 0; ok && i < n; i++) {
-        ok = advance(s, a, p[i], b);
-        level t = *a;
-        *a = *b, *b = t;
+    int rc = advance_all(s, p, n, taken);
+    if (rc || !*taken) {
+        release(s, mark);
+        return rc ? oom_error(err) : ZI_OK;
     }
+    copy_level(&s->cur, s->lv[0]);
+    if (s->n > s->compact_at) compact(s);
+    return ZI_OK;
+}
+
+int zi_grammar_accepts(zi_grammar_state *s, const uint8_t *p, size_t n, bool *taken,
+                       zi_error *err) {
+    int32_t mark = s->n;
+    int rc = advance_all(s, p, n, taken);
     release(s, mark);
-    return ok;
+    return rc ? oom_error(err) : ZI_OK;
 }
 
 bool zi_grammar_can_end(const zi_grammar_state *s) {
@@ -433,12 +490,9 @@ static int32_t intern(zi_grammar_state *s, const level *l) {
             return id;
     }
     if (m->n_sets >= WALK_MAX_SETS || m->full) return -1;
-    if (m->n_pool + l->n > m->cap_pool) {
-        int32_t cap = (m->cap_pool + l->n) * 2;
-        int32_t *q = realloc(m->pool, (size_t)cap * sizeof *q);
-        if (!q) return -1;
-        m->pool = q, m->cap_pool = cap;
-    }
+    /* (no room: not memoized, which costs time only) */
+    if (zi_grow_to((void **)&m->pool, &m->cap_pool, sizeof *m->pool, (size_t)m->n_pool + l->n, 256))
+        return -1;
     int32_t id = m->n_sets++;
     m->sets[id] = (wset){.off = m->n_pool,
                          .n = l->n,
@@ -458,7 +512,9 @@ static int32_t intern(zi_grammar_state *s, const level *l) {
 }
 
 static void set_to_level(const wmemo *m, int32_t id, level *out) {
+    assert(id >= 0 && id < m->n_sets);
     const wset *w = &m->sets[id];
+    assert(w->n <= ZI_GRAMMAR_MAX_STACKS && w->off + w->n <= m->n_pool);
     memcpy(out->tops, m->pool + w->off, (size_t)w->n * sizeof *out->tops);
     out->n = w->n, out->can_end = w->can_end;
     out->u8_need = w->u8_need, out->u8_len = w->u8_len, out->u8_acc = w->u8_acc;
@@ -473,13 +529,17 @@ typedef struct skipper {
 } skipper;
 
 /* Sets the bits of the tokens below trie node `node` that set in (memo id
- * in_id, -1: none) takes. */
+ * in_id, -1: none) takes; stops at once when memory runs out (s->oom). */
 static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, const level *in,
                  int32_t in_id, int32_t d, int32_t *mask, const skipper *sk) {
     level *out = scratch(s, d);
     wmemo *m = &s->wm;
-    if (!out) return;
-    for (int32_t c = t->nodes[node].child; c >= 0; c = t->nodes[c].sibling) {
+    if (!out) {
+        s->oom = true;
+        return;
+    }
+    assert(in_id < m->n_sets && in->n <= ZI_GRAMMAR_MAX_STACKS);
+    for (int32_t c = t->nodes[node].child; c >= 0 && !s->oom; c = t->nodes[c].sibling) {
         if (sk && !(sk->outside[c >> 6] >> (c & 63) & 1) && sk->max_len[c] <= sk->r)
             continue; /* allowed already */
         uint8_t b = t->nodes[c].byte;
@@ -487,8 +547,8 @@ static void walk(zi_grammar_state *s, const zi_vocab_trie *t, int32_t node, cons
         if (r == WM_DEAD) continue;
         if (r >= 0) {
             set_to_level(m, r, out);
-        } else if (!advance(s, in, b, out)) {
-            if (in_id >= 0) m->next[in_id * 256 + b] = WM_DEAD;
+        } else if (!advance(s, in, b, out) || s->oom) {
+            if (in_id >= 0 && !s->oom) m->next[in_id * 256 + b] = WM_DEAD;
             release(s, mark);
             continue;
         } else {
@@ -666,8 +726,8 @@ static const zi_class_mask *fast_class(zi_grammar_state *s, const zi_grammar_voc
 
 /* The mask of every token s takes, from the cache or by a walk (cached
  * then), EOS ids not yet touched; *max_after: the most bytes a token of it
- * leaves owed. */
-static void mask_all(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t words, int32_t *mask,
+ * leaves owed. False when memory ran out (s->oom; nothing cached). */
+static bool mask_all(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t words, int32_t *mask,
                      uint32_t *max_after) {
     const level *c = &s->cur;
     mcached *hit = NULL, *lru = &s->cache[0];
@@ -687,7 +747,7 @@ static void mask_all(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t wor
         memcpy(mask, hit->mask, (size_t)words * sizeof *mask);
         hit->used = ++s->clock;
         *max_after = hit->max_after;
-        return;
+        return true;
     }
     memset(mask, 0, (size_t)words * sizeof *mask);
     *max_after = 0;
@@ -704,6 +764,7 @@ static void mask_all(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t wor
         }
         if (fm) sk = (skipper){.outside = fm->outside, .max_len = fm->max_len, .r = r};
         walk_all(s, zi_grammar_vocab_trie(v), mask, fm ? &sk : NULL, ZI_GMIN_INF);
+        if (s->oom) return false;
         *max_after = s->wm.max_set > owed || !fm ? s->wm.max_set : owed;
     }
     if (!lru->mask) lru->mask = malloc((size_t)words * sizeof *mask);
@@ -716,19 +777,21 @@ static void mask_all(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t wor
         lru->max_after = *max_after;
         lru->used = ++s->clock;
     }
+    return true;
 }
 
-void zi_grammar_allowed(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
-                        size_t n_eos, int32_t *mask) {
-    zi_grammar_allowed_within(v, s, eos, n_eos, -1, mask);
+int zi_grammar_allowed(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
+                       size_t n_eos, int32_t *mask, zi_error *err) {
+    return zi_grammar_allowed_within(v, s, eos, n_eos, -1, mask, err);
 }
 
-void zi_grammar_allowed_within(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
-                               size_t n_eos, int64_t budget, int32_t *mask) {
+int zi_grammar_allowed_within(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
+                              size_t n_eos, int64_t budget, int32_t *mask, zi_error *err) {
     int32_t V = zi_grammar_vocab_size(v), words = (V + 31) / 32;
     uint32_t max_after = 0;
     bool end = zi_grammar_can_end(s);
-    mask_all(v, s, words, mask, &max_after);
+    s->oom = false;
+    if (!mask_all(v, s, words, mask, &max_after)) return oom_error(err);
     /* After this token, budget - 1 tokens remain, one of them the EOS: a
      * token may leave at most budget - 2 bytes owed (a byte is at most a
      * token). Over that, the walk again with the limit and no fast path;
@@ -741,10 +804,12 @@ void zi_grammar_allowed_within(const zi_grammar_vocab *v, zi_grammar_state *s, c
                                                     : ZI_GMIN_INF;
         memset(mask, 0, (size_t)words * sizeof *mask);
         walk_all(s, zi_grammar_vocab_trie(v), mask, NULL, limit);
+        if (s->oom) return oom_error(err);
         bool any = false;
         for (int32_t w = 0; w < words && !any; w++) any = mask[w] != 0;
         if (!any && !end) /* nothing fits: the tokens that leave the least owed */
             walk_all(s, zi_grammar_vocab_trie(v), mask, NULL, s->wm.least_over);
+        if (s->oom) return oom_error(err);
     }
     for (size_t i = 0; i < n_eos; i++)
         if (eos[i] >= 0 && eos[i] < V) {
@@ -753,10 +818,13 @@ void zi_grammar_allowed_within(const zi_grammar_vocab *v, zi_grammar_state *s, c
             else
                 mask[eos[i] >> 5] &= ~(int32_t)(1u << (eos[i] & 31));
         }
+    return ZI_OK;
 }
 
-bool zi_grammar_feed_token(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t id) {
+int zi_grammar_feed_token(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t id, bool *taken,
+                          zi_error *err) {
     size_t n;
     const uint8_t *p = zi_grammar_vocab_token(v, id, &n);
-    return n > 0 && zi_grammar_feed(s, p, n);
+    *taken = false;
+    return n > 0 ? zi_grammar_feed(s, p, n, taken, err) : ZI_OK;
 }

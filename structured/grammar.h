@@ -38,6 +38,10 @@
  * ZI_GRAMMAR_MAX_DEPTH deep, and one character expands at most
  * ZI_GRAMMAR_MAX_EXPAND stack nodes: what lies beyond is dropped, which
  * only narrows what is allowed (every kept stack is a valid parse).
+ *
+ * Out of memory is never such a drop: a call whose answer would miss a
+ * stack for want of memory returns ZI_ENOMEM and leaves the state as it
+ * was (a later call may try again).
  */
 #ifndef ZI_GRAMMAR_H
 #define ZI_GRAMMAR_H
@@ -77,12 +81,14 @@ typedef struct zi_grammar_state zi_grammar_state;
 int zi_grammar_state_create(const zi_grammar *g, zi_grammar_state **out, zi_error *err);
 void zi_grammar_state_free(zi_grammar_state *s);
 
-/* Feeds bytes p[0..n): true and s advanced when they continue a valid
- * text; false and s unchanged otherwise. */
-bool zi_grammar_feed(zi_grammar_state *s, const uint8_t *p, size_t n);
+/* Feeds bytes p[0..n): *taken true and s advanced when they continue a
+ * valid text; false and s unchanged otherwise. ZI_OK, or ZI_ENOMEM (*taken
+ * false, s unchanged). */
+int zi_grammar_feed(zi_grammar_state *s, const uint8_t *p, size_t n, bool *taken, zi_error *err);
 
-/* Whether p[0..n) would be taken (s unchanged either way). */
-bool zi_grammar_accepts(zi_grammar_state *s, const uint8_t *p, size_t n);
+/* Whether p[0..n) would be taken, into *taken (s unchanged either way).
+ * ZI_OK, or ZI_ENOMEM (*taken false). */
+int zi_grammar_accepts(zi_grammar_state *s, const uint8_t *p, size_t n, bool *taken, zi_error *err);
 
 /* True when the text so far is a whole sentence of the grammar (and no
  * UTF-8 character is left open): end-of-sequence may come now. */
@@ -91,13 +97,19 @@ bool zi_grammar_can_end(const zi_grammar_state *s);
 /* The number of live parse stacks (for tests and limits). */
 int zi_grammar_state_stacks(const zi_grammar_state *s);
 
+/* For tests of the out-of-memory path: from now on s's work list and
+ * stack arena grow n more times, then fail as if memory were short (n < 0,
+ * the default: never). */
+void zi_grammar_state_fail_after(zi_grammar_state *s, int64_t n);
+
 /* Writes the tokens of v allowed after s into mask (ceil(n_vocab/32)
  * words, bit t%32 of word t/32 set = allowed; every word written): each
  * token whose bytes s takes, and the n_eos ids in eos exactly when the
  * grammar can end (an eos id with bytes of its own is not allowed as text).
- * s is used as scratch and left as it was. */
-void zi_grammar_allowed(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
-                        size_t n_eos, int32_t *mask);
+ * s is used as scratch and left as it was. ZI_OK, or ZI_ENOMEM (the mask
+ * is then not to be used). */
+int zi_grammar_allowed(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
+                       size_t n_eos, int32_t *mask, zi_error *err);
 
 /* zi_grammar_allowed for a completion that may take at most budget more
  * tokens, this one included (< 0: no limit). A token is allowed only when
@@ -107,12 +119,13 @@ void zi_grammar_allowed(const zi_grammar_vocab *v, zi_grammar_state *s, const in
  * never short). So a completion that would be cut by its length limit
  * closes its brackets and strings instead, and ends validating. A text
  * whose shortest end no longer fits the budget gets the plain mask (it
- * will be cut whatever it takes). End-of-sequence as above. */
-void zi_grammar_allowed_within(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
-                               size_t n_eos, int64_t budget, int32_t *mask);
+ * will be cut whatever it takes). End-of-sequence and errors as above. */
+int zi_grammar_allowed_within(const zi_grammar_vocab *v, zi_grammar_state *s, const int32_t *eos,
+                              size_t n_eos, int64_t budget, int32_t *mask, zi_error *err);
 
-/* Feeds token id's bytes (false and s unchanged when not allowed, or id
- * is unknown or a control token). */
-bool zi_grammar_feed_token(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t id);
+/* Feeds token id's bytes as zi_grammar_feed (*taken false and s unchanged
+ * when not allowed, or id is unknown or a control token). */
+int zi_grammar_feed_token(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t id, bool *taken,
+                          zi_error *err);
 
 #endif

@@ -73,11 +73,12 @@ static int time_states(const zi_grammar_vocab *v, const char *schema, const char
         double spent = 0, t0 = now_s(), t1;
         do {
             zi_grammar_state *s = NULL;
+            bool fed = false;
             if (zi_grammar_state_create(gr, &s, NULL) ||
-                !zi_grammar_feed(s, (const uint8_t *)after[i], strlen(after[i])))
+                zi_grammar_feed(s, (const uint8_t *)after[i], strlen(after[i]), &fed, NULL) || !fed)
                 return 1;
             double a = now_s();
-            zi_grammar_allowed(v, s, &eos, 1, mask);
+            if (zi_grammar_allowed(v, s, &eos, 1, mask, NULL)) return 1;
             spent += now_s() - a;
             zi_grammar_state_free(s);
             it++;
@@ -153,9 +154,11 @@ static int replay(const zi_grammar_vocab *v, int32_t eos, const char *schema_pat
                 us = t;
             }
             double a = now_s();
-            zi_grammar_allowed(v, s, &eos, 1, mask);
+            bool fed = false;
+            if (zi_grammar_allowed(v, s, &eos, 1, mask, NULL)) return 1;
             us[n] = (now_s() - a) * 1e6, total += us[n++];
-            if (!zi_grammar_feed_token(v, s, (int32_t)id)) break; /* eos or a cut */
+            if (zi_grammar_feed_token(v, s, (int32_t)id, &fed, NULL)) return 1;
+            if (!fed) break; /* eos or a cut */
         }
         zi_grammar_state_free(s);
         line = end ? end + 1 : NULL;

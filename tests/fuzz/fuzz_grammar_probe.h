@@ -7,7 +7,8 @@
  * first 48 bytes, whatever they are) and some fixed probes in JSON and
  * text. Promises checked: a refused feed leaves the state as it was (the
  * same accepts/can_end answers), a state never holds more than
- * ZI_GRAMMAR_MAX_STACKS stacks. A broken promise calls __builtin_trap().
+ * ZI_GRAMMAR_MAX_STACKS stacks, and (memory being there) no call reports
+ * an error. A broken promise calls __builtin_trap().
  */
 #ifndef FUZZ_GRAMMAR_PROBE_H
 #define FUZZ_GRAMMAR_PROBE_H
@@ -32,8 +33,9 @@ static inline void fuzz_probe_bytes(const zi_grammar *g, const uint8_t *p, size_
     for (size_t i = 0; i < n; i++) {
         bool end_before = zi_grammar_can_end(s);
         int stacks_before = zi_grammar_state_stacks(s);
-        bool acc = zi_grammar_accepts(s, p + i, 1);
-        bool fed = zi_grammar_feed(s, p + i, 1);
+        bool acc = false, fed = false;
+        CHECK(zi_grammar_accepts(s, p + i, 1, &acc, &err) == ZI_OK);
+        CHECK(zi_grammar_feed(s, p + i, 1, &fed, &err) == ZI_OK);
         CHECK(acc == fed);
         CHECK(zi_grammar_state_stacks(s) <= ZI_GRAMMAR_MAX_STACKS);
         if (!fed) { /* unchanged: try the next byte from the same place */

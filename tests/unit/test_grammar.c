@@ -11,7 +11,10 @@
  *    stack limits and a time limit;
  *  - budgets: a completion that never takes end-of-sequence by choice, and
  *    prefers the longest tokens, still ends a whole sentence within the
- *    budget the budgeted mask is given.
+ *    budget the budgeted mask is given;
+ *  - out of memory (zi_grammar_state_fail_after): a feed, a lookahead or a
+ *    mask that cannot grow its work list or arena reports ZI_ENOMEM and
+ *    leaves the state as it was, never a narrower answer.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -26,6 +29,7 @@
 
 #include "gguf.h"
 #include "grammar.h"
+#include "grammar_expect.h"
 #include "vocab_trie.h"
 #include "tokenizer.h"
 
@@ -67,7 +71,7 @@ static int run(const zi_grammar *g, const char *s) {
     zi_error err = {0};
     assert_int_equal(zi_grammar_state_create(g, &st, &err), ZI_OK);
     int r = -1;
-    if (zi_grammar_feed(st, (const uint8_t *)s, strlen(s))) r = zi_grammar_can_end(st) ? 1 : 0;
+    if (feed_bytes(st, s, strlen(s))) r = zi_grammar_can_end(st) ? 1 : 0;
     zi_grammar_state_free(st);
     return r;
 }
@@ -212,7 +216,7 @@ static void test_pathological(void **state) {
     assert_int_equal(zi_grammar_state_create(g, &st, &err), ZI_OK);
     int taken = 0;
     for (int k = 0; k < 5000; k++, taken++)
-        if (!zi_grammar_feed(st, (const uint8_t *)"(", 1)) break;
+        if (!feed_bytes(st, "(", 1)) break;
     assert_true(taken > 100 && taken < ZI_GRAMMAR_MAX_DEPTH);
     zi_grammar_state_free(st);
     zi_grammar_free(g);
@@ -221,10 +225,10 @@ static void test_pathological(void **state) {
                    "c ::= (\"x\" | \"x\" \"x\"?)+\n");
     assert_int_equal(zi_grammar_state_create(g, &st, &err), ZI_OK);
     for (int k = 0; k < 2000; k++) {
-        assert_true(zi_grammar_feed(st, (const uint8_t *)"x", 1));
+        assert_true(feed_bytes(st, "x", 1));
         assert_true(zi_grammar_state_stacks(st) <= ZI_GRAMMAR_MAX_STACKS);
     }
-    assert_true(zi_grammar_feed(st, (const uint8_t *)"!", 1));
+    assert_true(feed_bytes(st, "!", 1));
     assert_true(zi_grammar_can_end(st));
     zi_grammar_state_free(st);
     zi_grammar_free(g);
@@ -294,21 +298,20 @@ static void mask_is_exact(vocab_fixture *f, const char *grammar, const char *tex
     size_t len = strlen(text);
     long allowed = 0;
     for (size_t i = 0; i <= len; i++) {
-        zi_grammar_allowed(f->v, s, &eos, 1, mask);
+        allowed_mask(f->v, s, &eos, 1, -1, mask);
         for (int32_t id = 0; id < V; id++) {
             int bit = (int)((uint32_t)mask[id >> 5] >> (id & 31) & 1u), want;
             if (zi_tokenizer_token_type(f->tok, id) == ZI_TOKEN_CONTROL) {
                 want = id == eos && zi_grammar_can_end(s);
             } else {
                 int nb = zi_tokenizer_token_bytes(f->tok, id, 0, buf, sizeof buf);
-                want = nb > 0 && zi_grammar_accepts(s, (const uint8_t *)buf, (size_t)nb);
+                want = nb > 0 && accepts_bytes(s, buf, (size_t)nb);
             }
             if (bit != want)
                 fail_msg("prefix %zu of %s, token %d: mask %d, want %d", i, text, id, bit, want);
             allowed += bit;
         }
-        if (i < len && !zi_grammar_feed(s, (const uint8_t *)text + i, 1))
-            fail_msg("byte %zu of %s refused", i, text);
+        if (i < len && !feed_bytes(s, text + i, 1)) fail_msg("byte %zu of %s refused", i, text);
     }
     assert_true(zi_grammar_can_end(s));
     assert_true(allowed > 0);
@@ -360,18 +363,18 @@ static void test_feed_token_and_cost(void **state) {
     zi_grammar_state *s;
     zi_error err = {0};
     assert_int_equal(zi_grammar_state_create(g, &s, &err), ZI_OK);
-    assert_false(zi_grammar_feed_token(f->v, s, eos));
+    assert_false(feed_tok(f->v, s, eos));
     /* generate greedily-by-id: the lowest allowed token each step, timing
      * the mask at a few kinds of states */
     const char *pre[] = {"", "{\"key", "{\"key\": ", "{\"key\": 12", "{\"k\": [true, "};
     for (size_t k = 0; k < sizeof pre / sizeof *pre; k++) {
         zi_grammar_state *t;
         assert_int_equal(zi_grammar_state_create(g, &t, &err), ZI_OK);
-        assert_true(zi_grammar_feed(t, (const uint8_t *)pre[k], strlen(pre[k])));
+        assert_true(feed_bytes(t, pre[k], strlen(pre[k])));
         double t0 = now_s();
-        zi_grammar_allowed(f->v, t, &eos, 1, mask);
+        allowed_mask(f->v, t, &eos, 1, -1, mask);
         double us = (now_s() - t0) * 1e6, t1 = now_s();
-        zi_grammar_allowed(f->v, t, &eos, 1, mask); /* again: from the cache */
+        allowed_mask(f->v, t, &eos, 1, -1, mask); /* again: from the cache */
         double us_cached = (now_s() - t1) * 1e6;
         int n = 0;
         for (int32_t id = 0; id < V; id++) n += (int)((uint32_t)mask[id >> 5] >> (id & 31) & 1u);
@@ -383,13 +386,13 @@ static void test_feed_token_and_cost(void **state) {
     }
     /* walk 40 tokens, each the first allowed one, through feed_token */
     for (int step = 0; step < 40; step++) {
-        zi_grammar_allowed(f->v, s, &eos, 1, mask);
+        allowed_mask(f->v, s, &eos, 1, -1, mask);
         int32_t pick = -1;
         for (int32_t id = V - 1; id >= 0; id--)
             if ((uint32_t)mask[id >> 5] >> (id & 31) & 1u) pick = id;
         assert_true(pick >= 0);
         if (pick == eos) break;
-        assert_true(zi_grammar_feed_token(f->v, s, pick));
+        assert_true(feed_tok(f->v, s, pick));
     }
     zi_grammar_state_free(s);
     zi_grammar_free(g);
@@ -412,7 +415,7 @@ static void budget_closes(vocab_fixture *f, const char *grammar, int64_t budget,
     bool ended = false;
     int64_t used = 0;
     while (used < budget && !ended) {
-        zi_grammar_allowed_within(f->v, s, &eos, 1, budget - used, mask);
+        allowed_mask(f->v, s, &eos, 1, budget - used, mask);
         int32_t n = 0, longest = -1, longest_len = 0;
         bool eos_ok = (uint32_t)mask[eos >> 5] >> (eos & 31) & 1u;
         for (int32_t id = 0; id < V; id++)
@@ -431,7 +434,7 @@ static void budget_closes(vocab_fixture *f, const char *grammar, int64_t budget,
         }
         seed = seed * 6364136223846793005ull + 1442695040888963407ull;
         int32_t pick = (seed >> 33) & 1 ? longest : ids[(seed >> 34) % (uint64_t)n];
-        assert_true(zi_grammar_feed_token(f->v, s, pick));
+        assert_true(feed_tok(f->v, s, pick));
     }
     if (!zi_grammar_can_end(s))
         fail_msg("%s, budget %lld: the text is not whole after %lld tokens", grammar,
@@ -463,11 +466,131 @@ static void test_budget_closes(void **state) {
     print_message("budgeted completions: %.2f s\n", now_s() - t0);
 }
 
+/* ---- out of memory -------------------------------------------------------- */
+
+/* "root ::= <first> x" with x of 300 alternatives "k0" .. "k299": taking the
+ * first character puts 300 stacks on the work list, more than its first
+ * 256 entries, so it must grow there. */
+static zi_grammar *wide_grammar(const char *first) {
+    char *text = malloc(8192);
+    size_t n = (size_t)sprintf(text, "root ::= %s x\nx ::= \"k0\"", first);
+    for (int k = 1; k < 300; k++) n += (size_t)sprintf(text + n, " | \"k%d\"", k);
+    text[n++] = '\n';
+    zi_grammar *g = NULL;
+    zi_error err = {0};
+    if (zi_grammar_compile(text, n, &g, &err) != ZI_OK) fail_msg("%s", err.msg);
+    free(text);
+    return g;
+}
+
+/* Feeds text byte by byte into a fresh state of g whose growths fail after
+ * `after` of them: each byte is taken as the reference says, or reported
+ * ZI_ENOMEM with the state unchanged (and then taken after the hook is
+ * lifted). Returns how many calls reported ZI_ENOMEM. */
+static int feed_failing(const zi_grammar *g, const char *text, int64_t after) {
+    zi_grammar_state *s, *ref;
+    zi_error err = {0};
+    assert_int_equal(zi_grammar_state_create(g, &s, &err), ZI_OK);
+    assert_int_equal(zi_grammar_state_create(g, &ref, &err), ZI_OK);
+    zi_grammar_state_fail_after(s, after);
+    int ooms = 0;
+    for (size_t i = 0; text[i]; i++) {
+        bool want = feed_bytes(ref, text + i, 1), acc = true, taken = true;
+        int stacks = zi_grammar_state_stacks(s);
+        bool end = zi_grammar_can_end(s);
+        int rc = zi_grammar_accepts(s, (const uint8_t *)text + i, 1, &acc, &err);
+        if (rc == ZI_OK) assert_true(acc == want);
+        rc = zi_grammar_feed(s, (const uint8_t *)text + i, 1, &taken, &err);
+        if (rc == ZI_OK) {
+            assert_true(taken == want);
+        } else {
+            assert_int_equal(rc, ZI_ENOMEM);
+            assert_false(taken);
+            assert_non_null(strstr(err.msg, "out of memory"));
+            assert_int_equal(zi_grammar_state_stacks(s), stacks); /* as it was */
+            assert_true(zi_grammar_can_end(s) == end);
+            ooms++;
+            zi_grammar_state_fail_after(s, -1);
+            assert_true(feed_bytes(s, text + i, 1) == want);
+        }
+        assert_int_equal(zi_grammar_state_stacks(s), zi_grammar_state_stacks(ref));
+        if (!want) break;
+    }
+    zi_grammar_state_free(s);
+    zi_grammar_state_free(ref);
+    return ooms;
+}
+
+static void test_out_of_memory(void **state) {
+    vocab_fixture *f = *state;
+    /* the work list cannot grow: the feed is refused as out of memory, not
+     * taken with some of x's alternatives missing */
+    zi_grammar *g = wide_grammar("\"a\"");
+    zi_grammar_state *s;
+    zi_error err = {0};
+    assert_int_equal(zi_grammar_state_create(g, &s, &err), ZI_OK);
+    zi_grammar_state_fail_after(s, 0);
+    bool taken = true;
+    assert_int_equal(zi_grammar_accepts(s, (const uint8_t *)"a", 1, &taken, &err), ZI_ENOMEM);
+    assert_false(taken);
+    taken = true;
+    assert_int_equal(zi_grammar_feed(s, (const uint8_t *)"a", 1, &taken, &err), ZI_ENOMEM);
+    assert_false(taken);
+    assert_string_equal(err.msg, "grammar: out of memory matching the text");
+    assert_int_equal(zi_grammar_state_stacks(s), 1); /* unchanged */
+    zi_grammar_state_fail_after(s, -1);
+    assert_true(feed_bytes(s, "a", 1));
+    assert_int_equal(zi_grammar_state_stacks(s), 300);
+    assert_true(feed_bytes(s, "k299", 4)); /* the last alternative is there */
+    assert_true(zi_grammar_can_end(s));
+    zi_grammar_state_free(s);
+    assert_int_equal(feed_failing(g, "ak299", 0), 1);
+    zi_grammar_free(g);
+    /* the arena too, at each of its growths in turn: nested parentheses
+     * keep a few nodes per level alive */
+    g = compile_ok(ARITH_G);
+    char text[1024];
+    memset(text, '(', 300);
+    text[300] = '1';
+    memset(text + 301, ')', 300);
+    text[601] = 0;
+    int64_t after = 0;
+    while (feed_failing(g, text, after) > 0) after++;
+    print_message("out of memory met at each of %lld growths\n", (long long)after);
+    assert_true(after >= 3); /* the work list's and the arena's */
+    zi_grammar_free(g);
+    if (!f->v) return;
+    /* masks: each first character leads to x's 300 alternatives */
+    g = wide_grammar("[a-z]");
+    int32_t V = zi_tokenizer_vocab_size(f->tok), eos = zi_tokenizer_eos(f->tok);
+    size_t words = ((size_t)V + 31) / 32;
+    int32_t *mask = malloc(words * sizeof *mask), *want = malloc(words * sizeof *want);
+    assert_int_equal(zi_grammar_state_create(g, &s, &err), ZI_OK);
+    allowed_mask(f->v, s, &eos, 1, -1, want);
+    zi_grammar_state_free(s);
+    for (int64_t budget = -1; budget <= 4; budget += 5) {
+        assert_int_equal(zi_grammar_state_create(g, &s, &err), ZI_OK);
+        zi_grammar_state_fail_after(s, 0);
+        err.msg[0] = 0;
+        assert_int_equal(zi_grammar_allowed_within(f->v, s, &eos, 1, budget, mask, &err),
+                         ZI_ENOMEM);
+        assert_non_null(strstr(err.msg, "out of memory"));
+        zi_grammar_state_fail_after(s, -1); /* nothing cached by the failed call */
+        allowed_mask(f->v, s, &eos, 1, -1, mask);
+        assert_memory_equal(mask, want, words * sizeof *mask);
+        zi_grammar_state_free(s);
+    }
+    free(mask);
+    free(want);
+    zi_grammar_free(g);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bad_grammars),        cmocka_unit_test(test_matching),
         cmocka_unit_test(test_pathological),        cmocka_unit_test(test_mask_is_exact),
         cmocka_unit_test(test_feed_token_and_cost), cmocka_unit_test(test_budget_closes),
+        cmocka_unit_test(test_out_of_memory),
     };
     return cmocka_run_group_tests(tests, setup_vocab, teardown_vocab);
 }

@@ -26,6 +26,7 @@
 #include "gguf.h"
 #include "grammar.h"
 #include "grammar_cache.h"
+#include "grammar_expect.h"
 #include "vocab_trie.h"
 #include "regex_grammar.h"
 #include "schema_grammar.h"
@@ -52,7 +53,7 @@ static bool takes(const zi_grammar *g, const char *text) {
     zi_grammar_state *s = NULL;
     assert_int_equal(zi_grammar_state_create(g, &s, NULL), ZI_OK);
     bool ok = true;
-    for (size_t i = 0; ok && text[i]; i++) ok = zi_grammar_feed(s, (const uint8_t *)text + i, 1);
+    for (size_t i = 0; ok && text[i]; i++) ok = feed_bytes(s, text + i, 1);
     ok = ok && zi_grammar_can_end(s);
     zi_grammar_state_free(s);
     return ok;
@@ -415,13 +416,13 @@ static void test_mask_timing(void **st) {
         for (size_t i = 0; text[i]; i++) {
             struct timespec t0, t1;
             clock_gettime(CLOCK_MONOTONIC, &t0);
-            zi_grammar_allowed(v, s, &eos, 1, mask);
+            allowed_mask(v, s, &eos, 1, -1, mask);
             clock_gettime(CLOCK_MONOTONIC, &t1);
             double us =
                 (double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;
             total += us, steps++;
             if (us > worst) worst = us, worst_at = i;
-            assert_true(zi_grammar_feed(s, (const uint8_t *)text + i, 1));
+            assert_true(feed_bytes(s, text + i, 1));
         }
         assert_true(zi_grammar_can_end(s));
         printf("schema mask (%s pass): %d steps (one per byte), mean %.0f us, worst %.0f us "
