@@ -249,7 +249,7 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         q->n_blocks = q->n_registered = 0;
         q->last_hash = 0;
         q->looked_up = 0;
-        q->js_fed = -1;
+        q->gr_fed = -1;
         zi_spec_state_init(&q->spec);
         zi_spec_state_init(&q->dspec);
         q->n_draft = 0;

@@ -28,29 +28,29 @@ static uint64_t token_hash(uint64_t h, const int32_t *t, int64_t n) {
 static int catch_up(zi_generator *g, const zi_text_context *c, gseq *q, zi_error *err) {
     const int32_t *gen = c->tokens + c->prompt_len;
     int64_t n_gen = c->end_idx - c->prompt_len;
-    if (q->js_fed >= 0 &&
-        (q->js_fed > n_gen || token_hash(TOKEN_HASH_SEED, gen, q->js_fed) != q->js_hash))
-        q->js_fed = -1;
-    if (q->js_fed < 0) { /* (the worker compiled it at admission: a cache hit) */
+    if (q->gr_fed >= 0 &&
+        (q->gr_fed > n_gen || token_hash(TOKEN_HASH_SEED, gen, q->gr_fed) != q->gr_hash))
+        q->gr_fed = -1;
+    if (q->gr_fed < 0) { /* (the worker compiled it at admission: a cache hit) */
         zi_grammar_state_free(q->gs);
         q->gs = NULL;
         zi_error e = {0};
         int rc = q->gram ? ZI_OK : zi_grammar_cache_get(g->grammars, c, &q->gram, &e);
         if (!rc) rc = zi_grammar_state_create(q->gram, &q->gs, &e);
         if (rc == ZI_ENOMEM) return zi_error_set(err, rc, "structured output: %s", e.msg);
-        q->js_bad = rc != ZI_OK; /* a grammar that does not compile: only EOS */
-        q->js_fed = 0, q->js_hash = TOKEN_HASH_SEED;
+        q->gr_bad = rc != ZI_OK; /* a grammar that does not compile: only EOS */
+        q->gr_fed = 0, q->gr_hash = TOKEN_HASH_SEED;
     }
-    for (int64_t i = q->js_fed; !q->js_bad && i < n_gen; i++) {
+    for (int64_t i = q->gr_fed; !q->gr_bad && i < n_gen; i++) {
         bool taken;
-        if (zi_grammar_feed_token(g->json, q->gs, gen[i], &taken, err)) {
-            q->js_fed = -1; /* fed in part: start over */
+        if (zi_grammar_feed_token(g->gvocab, q->gs, gen[i], &taken, err)) {
+            q->gr_fed = -1; /* fed in part: start over */
             return ZI_ENOMEM;
         }
-        if (!taken) q->js_bad = 1;
+        if (!taken) q->gr_bad = 1;
     }
-    q->js_hash = token_hash(q->js_hash, gen + q->js_fed, n_gen - q->js_fed);
-    q->js_fed = n_gen;
+    q->gr_hash = token_hash(q->gr_hash, gen + q->gr_fed, n_gen - q->gr_fed);
+    q->gr_fed = n_gen;
     return ZI_OK;
 }
 
@@ -63,15 +63,15 @@ static int catch_up(zi_generator *g, const zi_text_context *c, gseq *q, zi_error
 static int mask_row(zi_generator *g, const zi_text_context *c, gseq *q, int64_t budget, int32_t *m,
                     zi_error *err) {
     size_t words = ((size_t)g->n_vocab + 31) / 32;
-    if (!q->js_bad) {
-        int rc = zi_grammar_allowed_within(g->json, q->gs, c->eos_token_ids.v, c->eos_token_ids.n,
+    if (!q->gr_bad) {
+        int rc = zi_grammar_allowed_within(g->gvocab, q->gs, c->eos_token_ids.v, c->eos_token_ids.n,
                                            budget, m, err);
         if (rc) return rc;
         size_t w = 0; /* never a row with nothing to draw */
         while (w < words && m[w] == 0) w++;
-        if (w == words) q->js_bad = 1;
+        if (w == words) q->gr_bad = 1;
     }
-    if (q->js_bad) zi_grammar_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
+    if (q->gr_bad) zi_grammar_eos_only(g->n_vocab, c->eos_token_ids.v, c->eos_token_ids.n, m);
     return ZI_OK;
 }
 
@@ -96,10 +96,10 @@ int zi_gen_grammar_masks(zi_generator *g, const zi_text_context *c, const int32_
         if (t < 0 || t >= g->n_vocab || !((uint32_t)m[t >> 5] >> (t & 31) & 1u)) break;
         int32_t *next = q->masks + (size_t)(kept + 1) * words;
         bool taken = false;
-        if (!q->js_bad && zi_grammar_feed_token(g->json, q->gs, t, &taken, err)) return -1;
+        if (!q->gr_bad && zi_grammar_feed_token(g->gvocab, q->gs, t, &taken, err)) return -1;
         if (taken) {
-            q->js_hash = token_hash(q->js_hash, &t, 1);
-            q->js_fed++;
+            q->gr_hash = token_hash(q->gr_hash, &t, 1);
+            q->gr_fed++;
             if (mask_row(g, c, q, c->max_length - (c->end_idx + kept + 1), next, err)) return -1;
             kept++;
             continue;
@@ -126,12 +126,12 @@ int zi_generator_set_grammar_vocab(zi_generator *g, const zi_grammar_vocab *v, z
                             "structured output: the tokenizer has %d tokens, the model %d",
                             (int)zi_grammar_vocab_size(v), g->n_vocab);
     if (v && !g->grammars && zi_grammar_cache_create(&g->grammars, err)) return ZI_ENOMEM;
-    g->json = v;
+    g->gvocab = v;
     return ZI_OK;
 }
 
-bool zi_generator_has_json(const zi_generator *g) {
-    return g->json != NULL;
+bool zi_generator_has_grammar_vocab(const zi_generator *g) {
+    return g->gvocab != NULL;
 }
 
 int zi_generator_check_constraint(zi_generator *g, const zi_text_context *c, zi_error *err) {

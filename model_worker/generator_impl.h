@@ -33,13 +33,13 @@ typedef struct gseq {
     uint64_t arrival;
     int looked_up; /* the prefix cache was asked since the last (re)start */
     /* Structured output: the context's grammar (from its json_schema or
-     * grammar, held from the cache) and its state after the first js_fed
-     * generated tokens (-1: not started; js_bad: they broke it). */
+     * grammar, held from the cache) and its state after the first gr_fed
+     * generated tokens (-1: not started; gr_bad: they broke it). */
     const zi_grammar *gram;
     zi_grammar_state *gs;
-    int64_t js_fed;
-    uint64_t js_hash; /* of those tokens: a rollback and other tokens is seen */
-    int js_bad;
+    int64_t gr_fed;
+    uint64_t gr_hash; /* of those tokens: a rollback and other tokens is seen */
+    int gr_bad;
     /* This step's masks (generator_constraint.c): row 0 for the
      * sequence's own token, row j + 1 for the token after draft j;
      * [ZI_SPEC_ROWS][ceil(n_vocab / 32)], allocated at its first
@@ -100,9 +100,9 @@ struct zi_generator {
     int32_t *spec_tok;    /* [n_slots][ZI_SPEC_MAX_DRAFT] the tokens after each draft */
     int32_t *forbid;      /* EOS ids masked by min_new_tokens */
     size_t forbid_cap;
-    const zi_grammar_vocab *json;  /* structured output (NULL: refused) */
-    zi_grammar_cache *grammars; /* compiled constraints, by their text */
-    int32_t *top_ids;           /* log-probability scratch */
+    const zi_grammar_vocab *gvocab; /* structured output (NULL: refused) */
+    zi_grammar_cache *grammars;     /* compiled constraints, by their text */
+    int32_t *top_ids;               /* log-probability scratch */
     float *top_lps;
     size_t top_cap, top_lps_cap;
     /* sampling on the device (NULL: the backend is not CUDA) */
@@ -136,7 +136,7 @@ static inline gseq *zi_gen_seq_of(zi_generator *g, const zi_text_context *c) {
 /* Is context c's decoding constrained by a grammar (a JSON schema, a
  * grammar or a regex compiled to one)? */
 static inline int zi_gen_constrained(const zi_generator *g, const zi_text_context *c) {
-    return zi_text_context_constrained(c) && g->json;
+    return zi_text_context_constrained(c) && g->gvocab;
 }
 
 /* Structured output (generator_constraint.c): the masks of constrained
