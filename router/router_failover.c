@@ -82,7 +82,7 @@ static int extend_context(zi_text_context *c, const int32_t *gen, size_t n, bool
         memset(l + c->size, 0, (size_t)(cap - c->size) * sizeof *l);
         c->size = cap;
     }
-    memcpy(c->tokens + c->end_idx, gen, n * sizeof *gen);
+    if (n) memcpy(c->tokens + c->end_idx, gen, n * sizeof *gen); /* gen is NULL when n = 0 */
     c->active_idx = c->end_idx = c->completion_start_idx = c->completion_end_idx = end;
     c->committed_idx = 0;
     c->is_initial_prompt = true;
