@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "cpu_kernels.h"
@@ -95,7 +96,12 @@ int main(int argc, char **argv) {
         size_t rb;
         uint8_t *w = zi_test_random_blocks(&rng, type, rows, cols, &rb);
         const size_t prb = xrb ? xrb : rb; /* the 16-row layout keeps the file's size */
-        uint8_t *p = malloc(prb * (size_t)rows);
+        /* In huge pages, as the CPU backend keeps repacked weights
+         * (cpu_backend.c, alloc_weight): 4 KiB pages would measure TLB
+         * misses, and vary with the kernel's luck in finding huge pages. */
+        uint8_t *p = NULL;
+        if (posix_memalign((void **)&p, (size_t)2 << 20, prb * (size_t)rows) != 0) return 2;
+        (void)madvise(p, prb * (size_t)rows, MADV_HUGEPAGE);
         if (xrb)
             zi_r16x_repack(type, w, p, rows, nb, rb);
         else
