@@ -157,14 +157,19 @@ static int next_port_addr(const char *addr, char *out, size_t cap) {
  * replaces the value of an earlier one: the last value counts, as when the
  * child parses its own command line. The lists have room for each option
  * once, so they never overflow. */
+static int is_spec_flag(const char *s) {
+    return !strcmp(s, "--spec-lookup") || !strcmp(s, "--no-spec-lookup");
+}
 static void pass_on(const char **list, int *n, const char *flag, const char *value) {
-    for (int i = 0; i < *n; i++)
-        if (!strcmp(list[i], flag) ||
-            (strstr(list[i], "spec-lookup") && strstr(flag, "spec-lookup"))) {
+    for (int i = 0; i < *n; i++) { /* flags only: a value is never compared */
+        const zi_option *o = zi_option_find(ZI_OWN_CHILDREN, list[i], NULL);
+        if (!strcmp(list[i], flag) || (is_spec_flag(flag) && is_spec_flag(list[i]))) {
             list[i] = flag; /* the last of --spec-lookup / --no-spec-lookup wins */
             if (value) list[i + 1] = value;
             return;
         }
+        if (o && o->type != ZI_OPT_FLAG) i++; /* over its value */
+    }
     list[(*n)++] = flag;
     if (value) list[(*n)++] = value;
 }

@@ -294,6 +294,7 @@ static int choice_index(const char *choices, const char *s) {
 
 int zi_option_host_port(const zi_option *o, const char *flag, const char *s, char *host, size_t cap,
                         int *port, zi_error *err) {
+    const char *given = s; /* the message quotes it whole */
     const char *colon = s ? strrchr(s, ':') : NULL;
     char *end = NULL;
     long p = colon ? strtol(colon + 1, &end, 10) : 0;
@@ -301,7 +302,8 @@ int zi_option_host_port(const zi_option *o, const char *flag, const char *s, cha
     if (n >= 2 && s[0] == '[' && s[n - 1] == ']') s++, n -= 2; /* [::1]:8080 */
     if (!colon || n == 0 || colon[1] == '\0' || *end || p < o->lo || p > o->hi ||
         n >= ZI_OPT_HOST_MAX || n >= cap)
-        return zi_error_set(err, ZI_EINVAL, "%s: '%s' is not HOST:PORT", flag, s ? s : "(missing)");
+        return zi_error_set(err, ZI_EINVAL, "%s: '%s' is not HOST:PORT", flag,
+                            given ? given : "(missing)");
     memcpy(host, s, n);
     host[n] = '\0';
     *port = (int)p;

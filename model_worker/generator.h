@@ -169,7 +169,6 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx);
  */
 typedef struct zi_grammar_vocab zi_grammar_vocab;
 int zi_generator_set_grammar_vocab(zi_generator *g, const zi_grammar_vocab *v, zi_error *err);
-bool zi_generator_has_grammar_vocab(const zi_generator *g);
 /* Compiles context c's constraint (json_schema, grammar or regex; none: ZI_OK)
  * into the cache, to refuse a bad one at admission: ZI_EUNSUPPORTED
  * without a vocabulary set or for unsupported schema keywords, ZI_EINVAL

@@ -130,10 +130,6 @@ int zi_generator_set_grammar_vocab(zi_generator *g, const zi_grammar_vocab *v, z
     return ZI_OK;
 }
 
-bool zi_generator_has_grammar_vocab(const zi_generator *g) {
-    return g->gvocab != NULL;
-}
-
 int zi_generator_check_constraint(zi_generator *g, const zi_text_context *c, zi_error *err) {
     const zi_grammar *gr = NULL;
     if (!zi_text_context_constrained(c)) return ZI_OK;

@@ -551,6 +551,12 @@ static int parse_args(int argc, char **argv, wopts *o) {
         fprintf(stderr, "zinfer-worker: give --kv-cache-tokens or --kv-cache-bytes, not both\n");
         return 2;
     }
+    /* What the backend would refuse at start, refused as serve refuses it. */
+    if (o->act_bits != 16 && strcmp(o->device, "cpu") != 0) {
+        fprintf(stderr, "zinfer-worker: --act-bits %lld is a CPU option (--device %s)\n",
+                o->act_bits, o->device);
+        return 2;
+    }
     if (check_only) exit(0);
     return 0;
 }

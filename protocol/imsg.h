@@ -12,7 +12,7 @@
  * it is given and writes the (smallest) map header when it closes: the
  * bytes are those a correct hand count would give, in the same key order.
  *
- * Encoders (zi_im_*_pack) initialise *out (a zi_msg, wire.h) and fill it;
+ * Encoders (zi_im_*_pack) initialise *out (a zi_msg, msg.h) and fill it;
  * the caller sends it only on ZI_OK, and calls zi_msg_free either way. On
  * failure (ZI_ENOMEM, or an error of a codec.h encoder such as a NaN log
  * probability) *out is empty: a map with a counted key and no value never
@@ -161,7 +161,7 @@ void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m);
 /* reregister: no fields. */
 int zi_im_reregister_pack(zi_msg *out);
 
-/* heartbeat: load, and from a worker its KV counters (wire.h's ZI_KV_*). */
+/* heartbeat: load, and from a worker its KV counters (msg.h's ZI_KV_*). */
 typedef struct zi_im_heartbeat {
     int64_t load;
     bool has_kv;

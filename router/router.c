@@ -156,6 +156,31 @@ typedef struct sec_opts {
     bool insecure;
 } sec_opts;
 
+/* The flag-only rules of the security options (no file read), checked by
+ * parse_args so that --check-args refuses what a start would: 2 (logged)
+ * when they conflict. */
+static int check_sec(router *rt, const sec_opts *sec, const char *back) {
+    if (!sec->secret && (sec->backend_keys || sec->client_keys)) {
+        zi_log(&rt->log, ZI_LOG_ERROR, "%s needs --curve-secret (the router's own key)",
+               sec->backend_keys ? "--backend-keys" : "--client-keys");
+        return 2;
+    }
+    if (sec->secret && !sec->backend_keys) {
+        zi_log(&rt->log, ZI_LOG_ERROR,
+               "--curve-secret needs --backend-keys: the workers' and tokenizers' public keys");
+        return 2;
+    }
+    if (!sec->secret && !zi_addr_is_loopback(back) && !sec->insecure) {
+        zi_log(&rt->log, ZI_LOG_ERROR,
+               "--backend %s is not a loopback address: anyone who reaches it could "
+               "register as a worker and read prompts. Give --curve-secret and "
+               "--backend-keys (docs/security.md), or --insecure",
+               back);
+        return 2;
+    }
+    return 0;
+}
+
 /* The command line, each value checked against options.h's table (as
  * `zinfer serve` checks what it passes on). 0 to go on, else the exit
  * status: 0 for --help and --check-args, 2 for a bad option. */
@@ -237,6 +262,8 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
             break; /* the table gives the router no other option */
         }
     }
+    int rc = check_sec(rt, sec, *back);
+    if (rc) return rc;
     if (check_only) exit(0);
     return 0;
 }
@@ -295,30 +322,14 @@ static void free_keys(router_keys *k) {
  * (logged) when they do not fit: a list without a secret key, a secret
  * without a backend list, a non-loopback backend without keys and without
  * --insecure, a bad key file. */
+/* The keys the security options name (check_sec has passed): 2 (logged)
+ * when a file cannot be read. */
 static int load_keys(router *rt, const sec_opts *sec, const char *back, router_keys *k) {
     zi_error err = {0};
-    if (!sec->secret && (sec->backend_keys || sec->client_keys)) {
-        zi_log(&rt->log, ZI_LOG_ERROR, "%s needs --curve-secret (the router's own key)",
-               sec->backend_keys ? "--backend-keys" : "--client-keys");
-        return 2;
-    }
-    if (sec->secret && !sec->backend_keys) {
-        zi_log(&rt->log, ZI_LOG_ERROR,
-               "--curve-secret needs --backend-keys: the workers' and tokenizers' public keys");
-        return 2;
-    }
     if (!sec->secret) {
-        if (zi_addr_is_loopback(back)) return 0;
-        if (!sec->insecure) {
-            zi_log(&rt->log, ZI_LOG_ERROR,
-                   "--backend %s is not a loopback address: anyone who reaches it could "
-                   "register as a worker and read prompts. Give --curve-secret and "
-                   "--backend-keys (docs/security.md), or --insecure",
-                   back);
-            return 2;
-        }
-        zi_log(&rt->log, ZI_LOG_WARN,
-               "--insecure: backend socket %s accepts any worker or tokenizer", back);
+        if (!zi_addr_is_loopback(back))
+            zi_log(&rt->log, ZI_LOG_WARN,
+                   "--insecure: backend socket %s accepts any worker or tokenizer", back);
         return 0;
     }
     int rc = zi_curve_load_key("--curve-secret", sec->secret, true, &k->secret, &err);

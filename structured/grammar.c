@@ -755,6 +755,10 @@ static bool mask_all(const zi_grammar_vocab *v, zi_grammar_state *s, int32_t wor
         int32_t r = 0;
         uint32_t owed = 0;
         const zi_class_mask *fm = fast_class(s, v, &r, &owed);
+        if (s->oom) { /* the fast path ran short: the full walk alone answers */
+            s->oom = false;
+            fm = NULL;
+        }
         skipper sk = {0};
         if (fm && r >= ZI_CLASS_MASK_LEN) {
             memcpy(mask, fm->mask, (size_t)words * sizeof *mask);

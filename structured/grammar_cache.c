@@ -13,10 +13,14 @@
 
 #include "schema_grammar.h"
 
+/* The constraint kinds a context carries: its source text, compiled as
+ * kind says. */
+enum { K_SCHEMA = 1, K_GBNF = 2, K_REGEX = 3 };
+
 typedef struct {
     char *text; /* NULL: a free entry */
     size_t len;
-    int kind; /* 1: JSON schema, 2: GBNF */
+    int kind; /* K_SCHEMA, K_GBNF or K_REGEX */
     zi_grammar *g;
     int refs;
     uint64_t used; /* the tick of its last get */
@@ -54,10 +58,6 @@ void zi_grammar_cache_free(zi_grammar_cache *c) {
     }
     free(c);
 }
-
-/* The constraint kinds a context carries: its source text, compiled as
- * kind says. */
-enum { K_SCHEMA = 1, K_GBNF = 2, K_REGEX = 3 };
 
 static int compile(int kind, const char *text, size_t len, zi_grammar **g, zi_error *err) {
     if (kind == K_GBNF) return zi_grammar_compile(text, len, g, err);

@@ -194,6 +194,26 @@ def test_serve_only_values(bins, placeholder_model):
         2, "--slots needs a value (see --help)")
 
 
+def test_check_args_refuses_what_a_start_refuses(bins, placeholder_model):
+    """Rules between options (not one option's range) are checked before
+    --check-args answers, so it refuses exactly what a start would."""
+    cases = [("router", ["--backend", "tcp://10.1.2.3:5556"], "is not a loopback address"),
+             ("router", ["--backend-keys", "/nonexistent"], "--backend-keys needs --curve-secret"),
+             ("router", ["--curve-secret", "/nonexistent"], "--curve-secret needs --backend-keys"),
+             ("worker", ["--device", "cuda", "--act-bits", "8"], "--act-bits 8 is a CPU option"),
+             ("serve", ["--device", "cuda", "--act-bits", "8"], "--act-bits 8 is a CPU option")]
+    for who, args, text in cases:
+        for check in (True, False):
+            cmd = [str(bins[who])]
+            if who == "serve":
+                cmd += ["serve", "--model", str(placeholder_model)]
+            cmd += (["--check-args"] if check else []) + args
+            res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+            assert res.returncode == 2 and text in res.stderr, (cmd, res.returncode, res.stderr)
+    ok = [str(bins["router"]), "--check-args", "--backend", "tcp://10.1.2.3:5556", "--insecure"]
+    assert subprocess.run(ok, capture_output=True, timeout=30).returncode == 0
+
+
 def test_help_states_the_ranges(bins):
     """Each --help prints the range its binary checks, from the table."""
     def help_of(who):

@@ -141,7 +141,7 @@ static void host_port(void **state) {
     assert_int_equal(port, 8080);
     assert_int_equal(zi_option_host_port(o, "--listen", "h:65535", host, sizeof host, &port, &err),
                      ZI_OK);
-    const char *bad[] = {"h:0", "h:65536", ":80", "h:", "h", "h:8x", "nope"};
+    const char *bad[] = {"h:0", "h:65536", ":80", "h:", "h", "h:8x", "nope", "[::1]:99999"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(zi_option_host_port(o, "--http", bad[i], host, sizeof host, &port, &err),
                          ZI_EINVAL);

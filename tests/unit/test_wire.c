@@ -1,5 +1,5 @@
 /*
- * test_wire.c - cmocka tests for protocol/wire.c: reading fields out of a
+ * test_wire.c - cmocka tests for protocol/msg.c: reading fields out of a
  * msgpack map (present, absent, wrong type, out of range) and the field
  * path taken from an error message. UTF-8 validation and cleaning
  * (common/utf8.h) are tested in test_utf8.c.
