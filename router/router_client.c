@@ -13,6 +13,7 @@
 
 #include "codec.h"
 #include "imsg_embed.h"
+#include "keypath.h"
 #include "response_format.h"
 #include "router_impl.h"
 #include "utf8.h"
@@ -526,10 +527,12 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
     } else if (op_len == 5 && !memcmp(op, "embed", 5)) {
         op_embed(rt, &c, o);
     } else {
+        char shown[80]; /* the client's bytes, printable and on one line */
+        zi_printable(shown, sizeof shown, op, op_len);
         snprintf(msg, sizeof msg,
-                 "op: unknown operation '%.*s' (generate, cancel, health, "
+                 "op: unknown operation '%s' (generate, cancel, health, "
                  "models, metrics, tokenize, detokenize, embed)",
-                 (int)(op_len > 64 ? 64 : op_len), op);
+                 shown);
         client_error(rt, &c, "invalid_request", msg, "op");
     }
     msgpack_unpacked_destroy(&u);
