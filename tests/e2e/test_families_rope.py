@@ -173,25 +173,18 @@ def compare(ref, got):
 
 
 CASES = [(name, ctx) for name, spec in SPECS.items() for ctx in spec[4]]
+# (case, prompt index) -> (reference, zinfer) logits, for the llama.cpp test.
+_SEEN = {}
 
 
 @pytest.mark.parametrize("name,ctx", CASES, ids=[f"{n}-ctx{c}" for n, c in CASES])
-def test_logits_match_reference_and_llamacpp(name, ctx, files, run_zinfer, tmp_path):
+def test_logits_match_reference(name, ctx, files, run_zinfer, tmp_path):
     if SANITIZED and (name, ctx) != CASES[-2]:
         pytest.skip("release build only (the sanitizer build checks one phi3 case)")
     path = files[name]
     m = numpy_llama.Model(str(path), n_ctx_seq=ctx)
-    llama_cpp = None
-    try:
-        import llama_cpp
-    except ImportError:
-        pass
-    llm = None
-    if llama_cpp is not None:
-        llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=ctx, n_batch=ctx,
-                              n_threads=2, verbose=False)
-    kls, kls_cpp, flips_total, positions = [], [], 0, 0
-    for ids in prompts(m.n_vocab):
+    kls, flips_total, positions = [], 0, 0
+    for i, ids in enumerate(prompts(m.n_vocab)):
         got = zinfer_logits(run_zinfer, path, ids, ctx, tmp_path)
         assert np.isfinite(got).all()
         ref = m.forward(ids)
@@ -201,23 +194,44 @@ def test_logits_match_reference_and_llamacpp(name, ctx, files, run_zinfer, tmp_p
         kls.append(mean_kl)
         flips_total += n_flips
         positions += len(ids)
-        if llm is not None:
-            llm.reset()
-            llm.eval(ids)
-            cpp = np.array(llm.scores[: len(ids)], dtype=np.float64)
-            kl_cpp = float(numpy_llama.kl(ref, cpp).mean())
-            kl_zc = float(numpy_llama.kl(cpp, got).mean())
-            kls_cpp.append((kl_cpp, kl_zc))
+        _SEEN[(name, ctx, i)] = (ref, got)  # for the llama.cpp comparison below
     res = {"zinfer_vs_ref_mean_kl": float(np.mean(kls)), "argmax_flips": flips_total,
            "positions": positions}
-    if kls_cpp:
-        res["llamacpp_vs_ref_mean_kl"] = float(np.mean([a for a, _ in kls_cpp]))
-        res["zinfer_vs_llamacpp_mean_kl"] = float(np.mean([b for _, b in kls_cpp]))
     report("families_rope", f"{name}-ctx{ctx}", res)
     print(f"\n{name} ctx {ctx}: {res}")
-    if kls_cpp:  # over the family's prompts (llama.cpp's int8 activations: noisy per prompt)
-        assert res["llamacpp_vs_ref_mean_kl"] < MAX_KL_LLAMACPP, res
-        assert res["zinfer_vs_llamacpp_mean_kl"] < MAX_KL_LLAMACPP, res
+
+
+@pytest.mark.parametrize("name,ctx", CASES, ids=[f"{n}-ctx{c}" for n, c in CASES])
+def test_llamacpp_beside_reference(name, ctx, files, run_zinfer, tmp_path):
+    """llama.cpp on the same file and context: its KL from the reference and
+    from zinfer, for the report, under a loose bound (it is the less exact
+    engine). Needs llama-cpp-python (scripts/setup --with-llamacpp);
+    skipped without."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    if SANITIZED and (name, ctx) != CASES[-2]:
+        pytest.skip("release build only (the sanitizer build checks one phi3 case)")
+    path = files[name]
+    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=ctx, n_batch=ctx,
+                          n_threads=2, verbose=False)
+    m = None
+    kls_cpp = []
+    for i, ids in enumerate(prompts(llm.n_vocab())):
+        if (name, ctx, i) in _SEEN:
+            ref, got = _SEEN[(name, ctx, i)]
+        else:  # the zinfer test above did not run in this session
+            m = m or numpy_llama.Model(str(path), n_ctx_seq=ctx)
+            ref, got = m.forward(ids), zinfer_logits(run_zinfer, path, ids, ctx, tmp_path)
+        llm.reset()
+        llm.eval(ids)
+        cpp = np.array(llm.scores[: len(ids)], dtype=np.float64)
+        kls_cpp.append((float(numpy_llama.kl(ref, cpp).mean()),
+                        float(numpy_llama.kl(cpp, got).mean())))
+    res = {"llamacpp_vs_ref_mean_kl": float(np.mean([a for a, _ in kls_cpp])),
+           "zinfer_vs_llamacpp_mean_kl": float(np.mean([b for _, b in kls_cpp]))}
+    report("families_rope", f"{name}-ctx{ctx}-llamacpp", res)
+    # over the family's prompts (llama.cpp's int8 activations: noisy per prompt)
+    assert res["llamacpp_vs_ref_mean_kl"] < MAX_KL_LLAMACPP, res
+    assert res["zinfer_vs_llamacpp_mean_kl"] < MAX_KL_LLAMACPP, res
 
 
 @pytest.mark.parametrize("name", ["llama3_rope_freqs", "llama_linear", "phi3_longrope"])

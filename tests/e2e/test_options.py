@@ -8,10 +8,10 @@ that a bound changed in the table by mistake fails this test, and a child
 that checked its own, different bound would fail the serve-vs-child
 comparison. "Accepted" is `--check-args`: each binary reads and checks its
 whole command line as it would to start, then exits 0 without starting (a
-child opens no file; serve also checks --model's file, a placeholder here).
-A refused value is also refused, with the same message, when the child is
-started for real (no --check-args): the check comes before anything starts.
-No model is needed.
+child opens no file; serve also checks that --model's file, the default
+model here, can be read). A refused value is also refused, with the same
+message, when the child is started for real (no --check-args): the check
+comes before anything starts.
 """
 
 import re
@@ -84,14 +84,6 @@ def bins(zinfer_bin):
             "tokenizer": d / "zinfer-tokenizer", "http": d / "zinfer-http"}
 
 
-@pytest.fixture(scope="module")
-def placeholder_model(tmp_path_factory):
-    """serve --check-args checks only that --model's file can be read."""
-    p = tmp_path_factory.mktemp("opts") / "model.gguf"
-    p.write_bytes(b"GGUF")
-    return p
-
-
 PROG = {"serve": "zinfer serve", "router": "zinfer-router", "worker": "zinfer-worker",
         "tokenizer": "zinfer-tokenizer", "http": "zinfer-http"}
 
@@ -131,24 +123,24 @@ def bound_cases():
 
 
 @pytest.mark.parametrize("serve_name,child,child_name,kind,lo,hi,value,ok", list(bound_cases()))
-def test_bounds_same_everywhere(bins, placeholder_model, serve_name, child, child_name, kind, lo,
+def test_bounds_same_everywhere(bins, model_path, serve_name, child, child_name, kind, lo,
                                 hi, value, ok):
     what = "an integer in" if kind == "int" else "a size in"
     want = None if ok else f"{{flag}}: '{value}' is not {what} {lo}..{hi}"
     got = []
     if serve_name:
-        rc, msg = verdict(bins, placeholder_model, "serve", serve_name, str(value))
+        rc, msg = verdict(bins, model_path, "serve", serve_name, str(value))
         assert rc == (0 if ok else 2), (serve_name, value, msg)
         if not ok:
             assert msg.startswith(want.format(flag=serve_name)), msg
         got.append(spelled(msg, serve_name, child_name or serve_name))
     if child:
-        rc, msg = verdict(bins, placeholder_model, child, child_name, str(value))
+        rc, msg = verdict(bins, model_path, child, child_name, str(value))
         assert rc == (0 if ok else 2), (child, child_name, value, msg)
         if not ok:
             assert msg.startswith(want.format(flag=child_name)), msg
             # refused the same way when started for real
-            assert verdict(bins, placeholder_model, child, child_name, str(value),
+            assert verdict(bins, model_path, child, child_name, str(value),
                            check=False) == (2, msg)
         got.append(msg)
     assert len(set(got)) == 1, got
@@ -165,10 +157,10 @@ def choice_cases():
 
 
 @pytest.mark.parametrize("serve_name,child,child_name,value,tail", list(choice_cases()))
-def test_choices_same_everywhere(bins, placeholder_model, serve_name, child, child_name, value,
+def test_choices_same_everywhere(bins, model_path, serve_name, child, child_name, value,
                                  tail):
-    s = verdict(bins, placeholder_model, "serve", serve_name, value)
-    c = verdict(bins, placeholder_model, child, child_name, value)
+    s = verdict(bins, model_path, "serve", serve_name, value)
+    c = verdict(bins, model_path, child, child_name, value)
     assert s[0] == c[0] == (0 if tail is None else 2), (s, c)
     assert spelled(s[1], serve_name, child_name) == c[1]
     if tail:  # "" : refused, by zi_device_parse's own words
@@ -176,25 +168,25 @@ def test_choices_same_everywhere(bins, placeholder_model, serve_name, child, chi
 
 
 @pytest.mark.parametrize("flag,child", FLAGS)
-def test_flags_same_everywhere(bins, placeholder_model, flag, child):
-    assert verdict(bins, placeholder_model, "serve", flag, None) == (0, None)
-    assert verdict(bins, placeholder_model, child, flag, None) == (0, None)
+def test_flags_same_everywhere(bins, model_path, flag, child):
+    assert verdict(bins, model_path, "serve", flag, None) == (0, None)
+    assert verdict(bins, model_path, child, flag, None) == (0, None)
 
 
-def test_serve_only_values(bins, placeholder_model):
+def test_serve_only_values(bins, model_path):
     """--http off is serve's own (no zinfer-http); a missing value or an
     unknown option is refused the same way by every binary."""
-    assert verdict(bins, placeholder_model, "serve", "--http", "off") == (0, None)
+    assert verdict(bins, model_path, "serve", "--http", "off") == (0, None)
     for who in PROG:
-        assert verdict(bins, placeholder_model, who, "--bogus", None) == (
+        assert verdict(bins, model_path, who, "--bogus", None) == (
             2, "unknown option '--bogus' (see --help)")
-    assert verdict(bins, placeholder_model, "serve", "--slots", None) == (
+    assert verdict(bins, model_path, "serve", "--slots", None) == (
         2, "--slots needs a value (see --help)")
-    assert verdict(bins, placeholder_model, "worker", "--slots", None) == (
+    assert verdict(bins, model_path, "worker", "--slots", None) == (
         2, "--slots needs a value (see --help)")
 
 
-def test_check_args_refuses_what_a_start_refuses(bins, placeholder_model):
+def test_check_args_refuses_what_a_start_refuses(bins, model_path):
     """Rules between options (not one option's range) are checked before
     --check-args answers, so it refuses exactly what a start would."""
     cases = [("router", ["--backend", "tcp://10.1.2.3:5556"], "is not a loopback address"),
@@ -206,7 +198,7 @@ def test_check_args_refuses_what_a_start_refuses(bins, placeholder_model):
         for check in (True, False):
             cmd = [str(bins[who])]
             if who == "serve":
-                cmd += ["serve", "--model", str(placeholder_model)]
+                cmd += ["serve", "--model", str(model_path)]
             cmd += (["--check-args"] if check else []) + args
             res = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
             assert res.returncode == 2 and text in res.stderr, (cmd, res.returncode, res.stderr)
