@@ -194,6 +194,20 @@ typedef struct zi_backend_ops {
      * vector_init) added to every row (qwen2's Q/K/V biases). Optional (as
      * rope_neox). */
     void (*add_bias)(zi_backend *be, float *x, const float *bias, int n_rows, int dim);
+    /* y[i] = x[idx[i]] for i < n, rows of dim floats; idx is host memory.
+     * A mixture of experts gathers each expert's tokens into one block of
+     * rows with it (model_worker/moe.h). Optional (NULL: the model refuses
+     * expert models on the backend). */
+    void (*gather_rows)(zi_backend *be, float *y, const float *x, const int32_t *idx, int n,
+                        int dim);
+    /* out[t] = sum over j < k, in that order, of w[t*k + j] * y[idx[t*k + j]]
+     * for t < n_out, rows of dim floats; idx and w are host memory. The
+     * weighted sum of each token's chosen experts' outputs: a token's sum
+     * depends on its own k rows only, never on the other tokens of the
+     * pass (batch invariance). out must not alias y. Optional (as
+     * gather_rows). */
+    void (*weighted_sum_rows)(zi_backend *be, float *out, const float *y, const int32_t *idx,
+                              const float *w, int n_out, int k, int dim);
     /* Waits until all queued work is done (nothing to wait for on the CPU)
      * and returns the first error any op met since the backend was made,
      * with its message in *err (err may be NULL): ops return nothing, so a

@@ -10,8 +10,10 @@
 #include <string.h>
 
 static const zi_family families[] = {
-    /* Llama 2/3 and the files that reuse its architecture name (SmolLM2). */
-    {.arch = "llama"},
+    /* Llama 2/3 and the files that reuse its architecture name (SmolLM2);
+     * with llama.expert_count, Mixtral: softmax over all experts, top-k,
+     * renormalized, experts feed_forward_length wide (models/llama.cpp). */
+    {.arch = "llama", .moe = ZI_MOE_IF_KEYED, .moe_norm = 1, .moe_ffn_full = 1},
     /* Gemma 3: NEOX RoPE, Q/K norms, post-norms, GeGLU, embedding scale,
      * five local layers of every six with RoPE base 10000 (llama.cpp:
      * load_swa_pattern(ml, 6), rope_freq_base_train_swa = 10000), the 27B's
@@ -35,6 +37,14 @@ static const zi_family families[] = {
     {.arch = "qwen2", .rope_neox = 1},
     /* Qwen 3: NEOX RoPE and per-head Q/K RMSNorm before it, no biases. */
     {.arch = "qwen3", .rope_neox = 1, .qk_norm = 1},
+    /* Qwen3-MoE (Qwen3-30B-A3B, 235B-A22B): qwen3's attention; routed
+     * experts, softmax over all then the top expert_used_count, their
+     * weights renormalized (llama.cpp's qwen3moe.cpp: norm_w true). */
+    {.arch = "qwen3moe", .rope_neox = 1, .qk_norm = 1, .moe = ZI_MOE_ALWAYS, .moe_norm = 1},
+    /* Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): qwen2's attention with
+     * its biases; routed experts whose weights are not renormalized, plus a
+     * shared expert under a sigmoid gate (qwen2moe.cpp). */
+    {.arch = "qwen2moe", .rope_neox = 1, .moe = ZI_MOE_ALWAYS, .moe_shared = 1},
     /* Gemma 2 (llama.cpp's llama_model_gemma2): NEOX RoPE, post-norms,
      * GeGLU, embedding scale; attention.sliding_window defaults to 4096 and
      * load_swa_pattern(ml, 2) makes the even layers local, with RoPE base
@@ -70,11 +80,12 @@ const zi_family *zi_family_find(const char *arch, size_t len) {
 }
 
 const char *zi_family_names(void) {
-    return "llama, gemma3, phi3, qwen2, qwen3, gemma2, bert, nomic-bert";
+    return "llama, gemma3, phi3, qwen2, qwen3, qwen3moe, qwen2moe, gemma2, bert, nomic-bert";
 }
 
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
-                            int softcap, int attn_softcap, int bias, zi_error *err) {
+                            int softcap, int attn_softcap, int bias, int experts,
+                            zi_error *err) {
     const zi_backend_ops *op = be->ops;
     const char *missing = f->rope_neox && !op->rope_neox          ? "NEOX RoPE"
                           : f->geglu && !op->geglu                ? "GeGLU"
@@ -85,7 +96,9 @@ int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_lo
                           : (bias || f->encoder) && !op->add_bias ? "bias add"
                           : f->encoder && !op->layernorm          ? "LayerNorm"
                           : f->gelu_ffn && !op->gelu              ? "GELU"
-                                                                  : NULL;
+                          : experts && (!op->gather_rows || !op->weighted_sum_rows)
+                              ? "expert routing"
+                              : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "the %s backend cannot run architecture '%s' yet (no %s)", op->name,

@@ -13,7 +13,10 @@
  * family loads them when the file has them (qwen2's do), as llama.cpp's
  * create_tensor_qkv does. The bert encoders are rows too (encoder): the
  * same pass with post-norm LayerNorms, biases, bidirectional attention
- * and no output head. docs/models.md says how to add one.
+ * and no output head. Mixtures of experts (qwen3moe, qwen2moe, Mixtral's
+ * llama files) replace the feed-forward with routed experts (moe.h): the
+ * rows say whether a family has them and how it weighs the chosen ones.
+ * docs/models.md says how to add one.
  */
 #ifndef ZI_FAMILY_H
 #define ZI_FAMILY_H
@@ -83,7 +86,26 @@ typedef struct zi_family {
     int abs_pos;
     /* Feed-forward down(gelu(up x)) without a gate (bert). */
     int gelu_ffn;
+    /* Routed experts instead of the dense feed-forward (moe.h):
+     * ZI_MOE_NONE never, ZI_MOE_IF_KEYED when the file's expert_count is
+     * above 0 (llama: Mixtral), ZI_MOE_ALWAYS (qwen3moe, qwen2moe; the file
+     * must give expert_count and expert_used_count). */
+    int moe;
+    /* The default of expert_weights_norm: the chosen experts' weights
+     * divided by their sum (llama.cpp's norm_w: true for qwen3moe and
+     * Mixtral, false for qwen2moe). */
+    int moe_norm;
+    /* The experts' width when the file has no expert_feed_forward_length:
+     * 0 for feed_forward_length / expert_used_count (the Qwen MoEs), 1 for
+     * feed_forward_length itself (Mixtral's llama files). */
+    int moe_ffn_full;
+    /* A shared expert beside the routed ones, gated by
+     * sigmoid(ffn_gate_inp_shexp . x) (qwen2moe). */
+    int moe_shared;
 } zi_family;
+
+/* zi_family.moe */
+enum { ZI_MOE_NONE = 0, ZI_MOE_IF_KEYED = 1, ZI_MOE_ALWAYS = 2 };
 
 /* The family of general.architecture `arch` (len bytes), or NULL. */
 const zi_family *zi_family_find(const char *arch, size_t len);
@@ -92,8 +114,9 @@ const char *zi_family_names(void);
 /* ZI_EUNSUPPORTED, naming the family and the missing op, when backend be
  * lacks an op the family (with these options) needs: has_local_layers,
  * softcap (final logits), attn_softcap (attention scores), bias (Q/K/V or
- * output biases); an encoder needs LayerNorm and bias add, gelu_ffn GELU. */
+ * output biases), experts (routed experts: gather and weighted sums of
+ * rows); an encoder needs LayerNorm and bias add, gelu_ffn GELU. */
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
-                            int softcap, int attn_softcap, int bias, zi_error *err);
+                            int softcap, int attn_softcap, int bias, int experts, zi_error *err);
 
 #endif

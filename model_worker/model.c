@@ -24,7 +24,8 @@ typedef struct zi_layer {
      * feed-forward residuals, and the optional biases */
     float *ln_attn, *ln_attn_b, *ln_out, *ln_out_b, *bo, *b_up, *b_down;
     int local;                             /* a sliding-window layer */
-    zi_weight wq, wk, wv, wo, w_gate, w_up, w_down;
+    zi_weight wq, wk, wv, wo, w_gate, w_up, w_down; /* w_gate..w_down: a dense layer's */
+    zi_moe_layer moe; /* a mixture of experts' (cfg.moe.n_expert > 0) */
 } zi_layer;
 
 struct zi_model {
@@ -50,6 +51,8 @@ struct zi_model {
     zi_layer *layers;
     uint64_t weight_bytes;
     uint64_t weight_macs; /* multiply-adds of the products per token */
+    uint64_t expert_bytes; /* of weight_bytes, the routed experts' */
+    zi_moe_scratch *moe_scratch;
     /* activation buffers, in backend memory, for up to `cap` tokens */
     int cap;
     float *x, *xn, *q, *k, *v, *att, *gate, *up, *tmp;
@@ -166,6 +169,25 @@ static int load_rope_scaling(const zi_gguf *g, zi_model_config *c, zi_error *err
     return ZI_OK;
 }
 
+/* A mixture of experts' routing keys (moe.h), when the family has experts
+ * (ZI_MOE_ALWAYS) or the file says so (ZI_MOE_IF_KEYED: Mixtral's llama
+ * files carry llama.expert_count). */
+static int load_moe_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
+    const zi_family *f = c->family;
+    char key[128];
+    uint32_t n = 0;
+    memset(&c->moe, 0, sizeof c->moe);
+    if (f->moe == ZI_MOE_NONE) return ZI_OK;
+    snprintf(key, sizeof key, "%s.expert_count", c->arch);
+    if (f->moe == ZI_MOE_IF_KEYED) {
+        int rc = zi_gguf_get_u32_or(g, key, 0, &n, err);
+        if (rc) return rc;
+        if (n == 0) return ZI_OK;
+    }
+    return zi_moe_read_params(g, c->arch, c->ffn_dim, f->moe_ffn_full ? c->ffn_dim : 0,
+                              f->moe_norm, f->moe_shared, &c->moe, err);
+}
+
 /* Whether layer l is a local (sliding-window) layer: llama.cpp's
  * set_swa_pattern without dense_first (n = 0: every layer). */
 static int layer_is_local(const zi_model_config *c, int l) {
@@ -239,7 +261,8 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
         return zi_error_set(err, ZI_EFORMAT, "rope.freq_base %g / rms epsilon %g out of range",
                             c->rope_base, c->norm_eps);
     if ((rc = load_rope_scaling(g, c, err))) return rc;
-    return load_family_config(g, c, err);
+    if ((rc = load_family_config(g, c, err))) return rc;
+    return load_moe_config(g, c, err);
 }
 
 /* Finds tensor `name` and checks its shape is exactly (ne0, ne1). */
@@ -441,7 +464,8 @@ static int load_weights(zi_model *m, zi_error *err) {
         any_local |= m->layers[l].local;
     }
     if ((rc = zi_family_check_backend(f, m->be, any_local, c->final_softcap > 0.0f,
-                                      c->attn_softcap > 0.0f, has_biases(m), err)))
+                                      c->attn_softcap > 0.0f, has_biases(m),
+                                      c->moe.n_expert > 0, err)))
         return rc;
     if ((rc = load_opt_vector(m, "output.bias", c->n_vocab, &m->output_bias, err))) return rc;
     if (f->encoder && (rc = load_encoder_embd(m, err))) return rc;
@@ -463,8 +487,6 @@ static int load_weights(zi_model *m, zi_error *err) {
              ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
               (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)))) ||
             (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
-            (rc =
-                 load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down, err)) ||
             (rc = load_opt_vector(m, ZI_NAME("attn_q.bias"), qd, &L->bq, err)) ||
             (rc = load_opt_vector(m, ZI_NAME("attn_k.bias"), kvd, &L->bk, err)) ||
             (rc = load_opt_vector(m, ZI_NAME("attn_v.bias"), kvd, &L->bv, err)))
@@ -480,7 +502,15 @@ static int load_weights(zi_model *m, zi_error *err) {
                    (rc = load_matrix(m, ZI_NAME("attn_v.weight"), c->dim, kvd, &L->wv, err))) {
             return rc;
         }
-        if (f->fused_gate_up) {
+        if (c->moe.n_expert > 0) {
+            if ((rc = zi_moe_load_layer(m->gguf, m->be, l, c->dim, &c->moe, &L->moe,
+                                        &m->weight_bytes, &m->weight_macs, err)))
+                return rc;
+            m->expert_bytes += L->moe.expert_bytes;
+        } else if ((rc = load_matrix(m, ZI_NAME("ffn_down.weight"), c->ffn_dim, c->dim, &L->w_down,
+                                     err))) {
+            return rc;
+        } else if (f->fused_gate_up) {
             const int64_t ff = c->ffn_dim;
             if ((rc = load_matrix_rows(m, ZI_NAME("ffn_up.weight"), c->dim, 2 * ff, 0, ff,
                                        &L->w_gate, err)) ||
@@ -537,6 +567,7 @@ void zi_model_free(zi_model *m) {
             zi_layer *L = &m->layers[l];
             zi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
+            zi_moe_free_layer(be, &m->cfg.moe, &L->moe);
             float *vecs[] = {
                 L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm, L->post_attn_norm,
                 L->post_ffn_norm, L->bq,       L->bk,       L->bv,     L->ln_attn,
@@ -559,6 +590,7 @@ void zi_model_free(zi_model *m) {
     be->ops->free(be, m->embd_norm_b);
     free(m->span);
     free(m->row_n);
+    zi_moe_scratch_free(be, m->moe_scratch);
     zi_gguf_close(m->gguf);
     free(m);
 }
@@ -579,6 +611,13 @@ const zi_gguf *zi_model_gguf(const zi_model *m) {
 }
 uint64_t zi_model_weight_bytes(const zi_model *m) {
     return m->weight_bytes;
+}
+
+uint64_t zi_model_active_weight_bytes(const zi_model *m) {
+    const zi_moe_params *p = &m->cfg.moe;
+    if (p->n_expert == 0) return m->weight_bytes;
+    return m->weight_bytes - m->expert_bytes +
+           m->expert_bytes / (uint64_t)p->n_expert * (uint64_t)p->n_expert_used;
 }
 
 uint64_t zi_model_weight_macs(const zi_model *m) {
@@ -620,6 +659,7 @@ uint64_t zi_model_config_work_bytes(const zi_model_config *c, int max_batch_toke
                     (uint64_t)2 * (uint64_t)c->n_heads * (uint64_t)c->head_dim +
                     (uint64_t)2 * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim +
                     (uint64_t)2 * (uint64_t)c->ffn_dim);
+    if (c->moe.n_expert > 0) act += zi_moe_work_bytes(&c->moe, (int)T, c->dim);
     return act + 2 * R * 4u * (uint64_t)(c->n_vocab > 0 ? c->n_vocab : 0);
 }
 
@@ -870,6 +910,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
         int64_t qd = (int64_t)m->cfg.n_heads * m->cfg.head_dim;
         if (qd > cols) cols = qd;
+        if (m->cfg.moe.ffn_dim > cols) cols = m->cfg.moe.ffn_dim;
+        if (m->cfg.moe.shared_ffn_dim > cols) cols = m->cfg.moe.shared_ffn_dim;
         int rt = T > m->reserved_tokens ? T : m->reserved_tokens;
         int rctx = kv->max_ctx > m->reserved_ctx ? kv->max_ctx : m->reserved_ctx;
         if ((rc = m->be->ops->reserve(m->be, rt, cols, rctx, err))) return rc;
@@ -949,7 +991,11 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             op->layernorm(be, m->x, m->x, L->ln_attn, L->ln_attn_b, T, c->dim, c->norm_eps);
 
         if (!f->encoder) op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, c->dim, c->norm_eps);
-        if (f->gelu_ffn) { /* down(gelu(up x + b)), no gate */
+        if (c->moe.n_expert > 0) { /* routed experts (moe.h) into tmp */
+            if ((rc = zi_moe_forward(&m->moe_scratch, be, &c->moe, &L->moe, m->tmp, m->xn, T,
+                                     c->dim, err)))
+                return rc;
+        } else if (f->gelu_ffn) { /* down(gelu(up x + b)), no gate */
             op->matmul(be, m->gate, &L->w_up, in, T);
             if (L->b_up) op->add_bias(be, m->gate, L->b_up, T, c->ffn_dim);
             op->gelu(be, m->gate, (size_t)T * c->ffn_dim);
@@ -959,7 +1005,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             op->matmul_n(be, 2, ffn_out, ffn_w, in, T);
             glu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
         }
-        op->matmul(be, m->tmp, &L->w_down, m->gate, T);
+        if (c->moe.n_expert == 0) op->matmul(be, m->tmp, &L->w_down, m->gate, T);
         if (L->b_down) op->add_bias(be, m->tmp, L->b_down, T, c->dim);
         if (L->post_ffn_norm)
             op->rmsnorm(be, m->tmp, m->tmp, L->post_ffn_norm, T, c->dim, c->norm_eps);

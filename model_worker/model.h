@@ -27,6 +27,7 @@
 
 #include "backend.h"
 #include "gguf.h"
+#include "moe.h"
 #include "zi_error.h"
 
 typedef struct zi_model_config {
@@ -61,6 +62,9 @@ typedef struct zi_model_config {
      * whole in one pass and attends to all of itself; norm_eps is its
      * attention.layer_norm_epsilon. */
     int encoder;
+    /* Routed experts instead of the dense feed-forward (moe.h; family.h's
+     * moe): n_expert 0 for a dense model. */
+    zi_moe_params moe;
 } zi_model_config;
 
 typedef struct zi_model zi_model;
@@ -84,9 +88,14 @@ const zi_gguf *zi_model_gguf(const zi_model *m);
  * (zi_weight.data_bytes: a repacked copy may be larger than the file's; for
  * bandwidth estimates and the memory budget). */
 uint64_t zi_model_weight_bytes(const zi_model *m);
+/* The part of those bytes one token reads: all of a dense model; of a
+ * mixture of experts, the routed experts' share n_expert_used / n_expert
+ * (the bytes a decode step streams, for bandwidth yardsticks). */
+uint64_t zi_model_active_weight_bytes(const zi_model *m);
 /* Multiply-adds of the weight products per token: every matrix the forward
  * pass multiplies a token's activations by, the output head included
- * (embedding lookups are not products). The yardstick of prefill speed
+ * (embedding lookups are not products; of the routed experts, the
+ * n_expert_used a token runs). The yardstick of prefill speed
  * against the machine's int8 peak (`zinfer bench --json`). */
 uint64_t zi_model_weight_macs(const zi_model *m);
 

@@ -485,7 +485,9 @@ enum {
     EW_SOFTCAP,
     EW_BIAS,
     EW_LAYERNORM,
-    EW_GELU
+    EW_GELU,
+    EW_GATHER,
+    EW_WSUM
 };
 
 typedef struct ew_args {
@@ -494,11 +496,12 @@ typedef struct ew_args {
     float *y;
     const float *x, *w; /* rmsnorm: x, w; swiglu, geglu: x = gate, w = up; add: x */
     const float *b;     /* layernorm: the bias */
-    const int32_t *pos;
+    const int32_t *pos; /* rope: positions; gather, weighted sum: row indices */
     const float *cs; /* rope: cos, sin per token and pair, or NULL */
     const zi_rope_freqs *rf; /* rope: the angles (when cs is NULL) */
-    int64_t n; /* tokens (rmsnorm, rope) or elements (swiglu, add) */
+    int64_t n; /* tokens (rmsnorm, rope), rows (gather, weighted sum) or elements */
     int dim, n_heads, head_dim, rope_dim;
+    int k_rows; /* weighted sum: rows summed into each output row */
     int neox;        /* rope: pairs (i, i + rope_dim/2) instead of (2i, 2i+1) */
     float eps, base; /* scale, softcap: base is the factor or the cap */
 } ew_args;
@@ -609,7 +612,8 @@ static void ew_worker(void *p, int ith, int nth) {
     const ew_args *a = p;
     int64_t lo, hi;
     split_range(a->n, ith, nth,
-                a->op == EW_RMSNORM || a->op == EW_ROPE || a->op == EW_BIAS || a->op == EW_LAYERNORM
+                a->op == EW_RMSNORM || a->op == EW_ROPE || a->op == EW_BIAS ||
+                        a->op == EW_LAYERNORM || a->op == EW_GATHER || a->op == EW_WSUM
                     ? 1
                     : 64,
                 &lo, &hi);
@@ -650,6 +654,27 @@ static void ew_worker(void *p, int ith, int nth) {
         for (int64_t t = lo; t < hi; t++) {
             float *y = a->y + t * dim;
             for (int i = 0; i < dim; i++) y[i] += w[i];
+        }
+        break;
+    }
+    case EW_GATHER: { /* rows lo..hi: y[t] = x[idx[t]] */
+        const size_t row = (size_t)a->dim * sizeof(float);
+        for (int64_t t = lo; t < hi; t++)
+            memcpy(a->y + t * a->dim, a->x + (size_t)a->pos[t] * a->dim, row);
+        break;
+    }
+    case EW_WSUM: { /* output rows lo..hi: the weighted sum of k rows of x, in order */
+        const int dim = a->dim, k = a->k_rows;
+        for (int64_t t = lo; t < hi; t++) {
+            float *y = a->y + t * dim;
+            const float w0 = a->w[t * k];
+            const float *x0 = a->x + (size_t)a->pos[t * k] * dim;
+            for (int i = 0; i < dim; i++) y[i] = w0 * x0[i];
+            for (int j = 1; j < k; j++) {
+                const float wj = a->w[t * k + j];
+                const float *xj = a->x + (size_t)a->pos[t * k + j] * dim;
+                for (int i = 0; i < dim; i++) y[i] += wj * xj[i];
+            }
         }
         break;
     }
@@ -1044,6 +1069,19 @@ static void cpu_add_bias(zi_backend *be, float *x, const float *bias, int n_rows
     ew_run(be, &a, (int64_t)n_rows * dim);
 }
 
+static void cpu_gather_rows(zi_backend *be, float *y, const float *x, const int32_t *idx, int n,
+                            int dim) {
+    ew_args a = {.op = EW_GATHER, .y = y, .x = x, .pos = idx, .n = n, .dim = dim};
+    ew_run(be, &a, (int64_t)n * dim);
+}
+
+static void cpu_weighted_sum_rows(zi_backend *be, float *out, const float *y, const int32_t *idx,
+                                  const float *w, int n_out, int k, int dim) {
+    assert(k >= 1);
+    ew_args a = {.op = EW_WSUM, .y = out, .x = y, .w = w, .pos = idx, .n = n_out, .dim = dim, .k_rows = k};
+    ew_run(be, &a, (int64_t)n_out * k * dim);
+}
+
 static void cpu_layernorm(zi_backend *be, float *y, const float *x, const float *w, const float *b,
                           int n_tokens, int dim, float eps) {
     ew_args a = {
@@ -1103,6 +1141,8 @@ static const zi_backend_ops cpu_ops = {
     .add_bias = cpu_add_bias,
     .layernorm = cpu_layernorm,
     .gelu = cpu_gelu,
+    .gather_rows = cpu_gather_rows,
+    .weighted_sum_rows = cpu_weighted_sum_rows,
     .sync = cpu_sync,
 };
 
