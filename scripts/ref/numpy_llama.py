@@ -75,6 +75,68 @@ blk.N.ffn_up.weight holds 2*n_ff rows, gate first (silu(gate) * up, as
 ggml_swiglu splits it); attention.sliding_window is ignored (llama.cpp
 disables Phi SWA).
 
+Mixture-of-experts families (llama.cpp's build_moe_ffn, src/llama-graph.cpp).
+The feed-forward of every layer is routed: router logits z = Wr . h (+ the
+router bias blk.N.ffn_gate_inp.bias when present), then per token
+
+  SOFTMAX gating:         p = softmax(z) over all experts, the k largest p
+                          chosen, their p the weights;
+  SOFTMAX_WEIGHT gating:  the k largest z chosen, the weights softmax of
+                          the chosen z;
+
+with k = <arch>.expert_used_count; when norm_w, weights /= max(sum,
+6.103515625e-5).  Each chosen expert e adds weight * down_e(act(gate_e h,
+up_e h)) (blk.N.ffn_{gate,up,down}_exps: GGUF [n_embd, n_ff_exp, n_expert]
+and [n_ff_exp, n_embd, n_expert], numpy [e][out][in]; biases
+ffn_*_exps.bias when present), act(g, u) = silu(g) * u.  Ties in the top-k
+go to the lower expert index.  llama.cpp scales the weights by
+<arch>.expert_weights_scale only for the families whose loader reads that
+key (deepseek, glm4-moe, ...): none of these four, so it is not read here
+either (w_scale stays 1; a file carrying the key gets the same logits from
+both).
+
+  qwen3moe (src/models/qwen3moe.cpp): qwen3's attention (per-head Q/K
+    RMSNorm, NEOX RoPE); SOFTMAX gating, norm_w true; n_ff_exp =
+    expert_feed_forward_length, else feed_forward_length / expert_used_count.
+  qwen2moe (src/models/qwen2moe.cpp): qwen2's attention (Q/K/V biases,
+    NEOX); SOFTMAX gating, norm_w false; plus a shared expert added to the
+    routed sum: sigmoid(ffn_gate_inp_shexp . h) * down_sh(silu(gate_sh h) *
+    up_sh h) (ffn_gate_inp_shexp: [n_embd], one logit per token; width
+    expert_shared_feed_forward_length, else feed_forward_length).
+  llama with llama.expert_count > 0 (Mixtral; src/models/llama.cpp): the
+    llama block (normal RoPE) with ffn_gate_inp + ffn_*_exps instead of the
+    dense feed-forward; SOFTMAX gating, norm_w true; the experts' width is
+    feed_forward_length (llama.cpp's llama loader ignores
+    expert_feed_forward_length).
+  gpt-oss (llama.cpp's LLM_ARCH_OPENAI_MOE, src/models/openai-moe.cpp):
+    NEOX RoPE; Q/K/V biases when present, attn_output.bias; scale
+    1/sqrt(head_dim); attention sinks: blk.N.attn_sinks.weight [n_head],
+    one logit per head that joins the softmax's denominator only
+    (ggml_soft_max_add_sinks: p_j = exp(s_j - m) / (sum_j exp(s_j - m) +
+    exp(sink - m)), m = max(max_j s_j, sink)); attention.sliding_window
+    (required) with attention.sliding_window_pattern defaulting to 2: layer
+    l local when l % 2 < 1 (the even layers, layer 0 first), local layers'
+    RoPE base rope.freq_base_swa (default rope.freq_base) and the same
+    frequency scaling as the global layers; the feed-forward's norm is
+    blk.N.post_attention_norm.weight (there is no ffn_norm); router with
+    bias, SOFTMAX_WEIGHT gating, norm_w false; experts with biases and
+    ggml_swiglu_oai (ggml-cpu/ops.cpp) as act: x = min(g, 7), y =
+    clamp(u, -7, 7), x * sigmoid(1.702 x) * (y + 1); an untied output.weight.
+
+YaRN (rope.scaling.type "yarn", accepted for these MoE families only;
+llama-context.cpp, ggml-cpu/ops.cpp rope_yarn, ggml.c
+ggml_rope_yarn_corr_dims): factor f = rope.scaling.factor, freq_scale s =
+1/f, ext_factor 1, beta_fast 32, beta_slow 1, n_ctx_orig =
+rope.scaling.original_context_length (default context_length).  Pair i
+(of n = rope_dim/2) has theta_extrap = pos * base^(-2i/rope_dim) and
+  theta = s * theta_extrap * (1 - r_i) + theta_extrap * r_i,
+  r_i = 1 - clamp((i - lo) / max(0.001, hi - lo), 0, 1),
+  lo = max(0, floor(c(beta_fast))), hi = min(rope_dim - 1, ceil(c(beta_slow))),
+  c(b) = rope_dim * ln(n_ctx_orig / (2 pi b)) / (2 ln base);
+cos and sin are multiplied by mscale = a * (1 + 0.1 ln f), where llama.cpp
+sets a = g(f) / (1 + 0.1 ln f) * rope.scaling.attn_factor (default 1),
+g(f) = 1 + 0.1 ln f for f > 1, else 1: so mscale = 1 + 0.1 ln f for f > 1.
+
 Module use:   import numpy_llama; numpy_llama.logits(path, [1, 2, 3])
 CLI use:      numpy_llama.py --model M --ids 1,2,3 --out logits.npy
 """
@@ -97,6 +159,14 @@ DEFAULT_MODEL = os.path.join(
 )
 
 
+# Mixture-of-experts architectures (besides "llama" files with experts).
+MOE_ARCHS = ("qwen3moe", "qwen2moe", "gpt-oss")
+
+# llama.cpp's floor for the sum of the chosen experts' weights (the smallest
+# normal float16) before it divides by it.
+MOE_WSUM_MIN = 6.103515625e-5
+
+
 def _field(reader, key, default=None):
     f = reader.fields.get(key)
     if f is None:
@@ -117,7 +187,7 @@ class Model:
         self.path = path
         r = gguf_meta.read(path)
         arch = _field(r, "general.architecture")
-        if arch not in ("llama", "gemma3", "phi3", "qwen2", "qwen3", "gemma2"):
+        if arch not in ("llama", "gemma3", "phi3", "qwen2", "qwen3", "gemma2") + MOE_ARCHS:
             raise ValueError(f"{path}: architecture {arch!r} is not supported here")
         self.arch = arch
         gemma = arch in ("gemma3", "gemma2")
@@ -127,7 +197,10 @@ class Model:
 
         self.n_layer = int(hp("block_count"))
         self.n_embd = int(hp("embedding_length"))
-        self.n_ff = int(hp("feed_forward_length"))
+        self.n_expert = int(hp("expert_count", 0))
+        self.moe = arch in MOE_ARCHS or (arch == "llama" and self.n_expert > 0)
+        # MoE files need no dense width (gpt-oss's may lack the key)
+        self.n_ff = int(hp("feed_forward_length", 0 if self.moe else None))
         self.n_head = int(hp("attention.head_count"))
         self.n_head_kv = int(hp("attention.head_count_kv", self.n_head))
         self.head_dim = int(hp("attention.key_length", self.n_embd // self.n_head))
@@ -146,7 +219,7 @@ class Model:
         # independently from llama.cpp's model code).
         g2 = arch == "gemma2"
         self.neox = arch != "llama"
-        self.qk_norm = arch in ("gemma3", "qwen3")
+        self.qk_norm = arch in ("gemma3", "qwen3", "qwen3moe")
         self.post_norms = self.geglu = gemma
         self.embd_scale = np.sqrt(self.n_embd) if gemma else 1.0
         self.softcap = float(hp("final_logit_softcapping", 30.0 if g2 else 0.0)) if gemma else 0.0
@@ -155,12 +228,15 @@ class Model:
         if gemma and self.n_layer == (46 if g2 else 62):
             self.scale = 1.0 / np.sqrt(self.n_embd // self.n_head)
         self.window = int(hp("attention.sliding_window", 4096 if g2 else 0)) if gemma else 0  # phi3: ignored
+        oss = arch == "gpt-oss"
+        if oss:  # required by llama.cpp's loader
+            self.window = int(hp("attention.sliding_window"))
         self.local = [False] * self.n_layer
         self.rope_base_swa = self.rope_base
         if self.window:
             # get_arr / get_key with _field's default: 0 is a real value
             f = r.fields.get(f"{arch}.attention.sliding_window_pattern")
-            pat = f.contents() if f is not None else (2 if g2 else 6)
+            pat = f.contents() if f is not None else (2 if g2 or oss else 6)
             if isinstance(pat, list):
                 self.local = [bool(b) for b in pat]
             else:
@@ -168,7 +244,8 @@ class Model:
                 self.local = [pat == 0 or L % pat < pat - 1 for L in range(self.n_layer)]
             f = r.fields.get(f"{arch}.rope.freq_base_swa")
             self.rope_base_swa = float(f.contents()) if f is not None else (
-                self.rope_base if g2 else 10000.0)
+                self.rope_base if g2 or oss else 10000.0)
+        self._moe_hparams(hp)
 
         self.w = {}
         for t in r.tensors:
@@ -200,7 +277,7 @@ class Model:
 
         # RoPE scaling (see the module docstring).
         stype = str(hp("rope.scaling.type", "linear"))
-        if stype not in ("none", "linear", "longrope"):
+        if stype not in ("none", "linear", "longrope") + (("yarn",) if self.moe else ()):
             raise ValueError(f"rope.scaling.type {stype!r} is not supported")
         factor = float(hp("rope.scaling.factor", hp("rope.scale_linear", 0.0)))
         self.freq_scale = 1.0 if stype == "none" or factor == 0.0 else 1.0 / factor
@@ -227,6 +304,70 @@ class Model:
         i = np.arange(0, self.rope_dim, 2, dtype=np.float64)
         self.inv_freq = self.freq_scale * self.rope_base ** (-i / self.rope_dim) / self.rope_ff
         self.inv_freq_swa = self.rope_base_swa ** (-i / self.rope_dim) / self.rope_ff
+        # YaRN (see the module docstring): ext_factor 1, and cos/sin scaled
+        self.yarn = stype == "yarn" and self.freq_scale != 1.0
+        self.yarn_ext_factor = 1.0 if self.yarn else 0.0
+        self.yarn_beta_fast, self.yarn_beta_slow = 32.0, 1.0
+        self.rope_mscale = 1.0
+        if self.yarn:
+            f = 1.0 / self.freq_scale
+            g = 1.0 + 0.1 * np.log(f) if f > 1.0 else 1.0
+            self.attn_factor *= g / (1.0 + 0.1 * np.log(f))  # llama-context.cpp
+            self.yarn_tables()
+        elif oss:  # gpt-oss scales its local layers as its global ones
+            self.inv_freq_swa = self.freq_scale * self.inv_freq_swa
+
+    def yarn_tables(self):
+        """Sets inv_freq, inv_freq_swa and rope_mscale from the YaRN
+        attributes (yarn_ext_factor, yarn_beta_fast/slow, freq_scale,
+        attn_factor): theta is linear in pos, so each pair's mix of
+        interpolated and extrapolated angle is one inverse frequency.
+        Called again after a change to those attributes (the tests'
+        ablations)."""
+        d, fs = self.rope_dim, self.freq_scale
+        i = np.arange(d // 2, dtype=np.float64)
+
+        def inv(base):
+            def corr(beta):
+                return d * np.log(self.n_ctx_orig / (beta * 2 * np.pi)) / (2 * np.log(base))
+
+            lo = max(0.0, float(np.floor(corr(self.yarn_beta_fast))))
+            hi = min(d - 1.0, float(np.ceil(corr(self.yarn_beta_slow))))
+            ramp = 1.0 - np.clip((i - lo) / max(0.001, hi - lo), 0.0, 1.0)
+            mix = ramp * self.yarn_ext_factor
+            return base ** (-2.0 * i / d) / self.rope_ff * (fs * (1.0 - mix) + mix)
+
+        self.inv_freq, self.inv_freq_swa = inv(self.rope_base), inv(self.rope_base_swa)
+        self.rope_mscale = 1.0
+        if self.yarn_ext_factor != 0.0:  # ggml's rope_yarn
+            self.rope_mscale = 1.0 + 0.1 * np.log(1.0 / fs)
+
+    def _moe_hparams(self, hp):
+        """The mixture-of-experts switches (see the module docstring)."""
+        self.n_expert_used = int(hp("expert_used_count", 0)) if self.moe else 0
+        self.gating = "softmax_weight" if self.arch == "gpt-oss" else "softmax"
+        self.norm_w = self.arch in ("qwen3moe", "llama")
+        self.w_scale = 1.0
+        self.shexp = self.shexp_gate = self.arch == "qwen2moe"
+        self.swiglu_oai = self.arch == "gpt-oss"
+        self.swiglu_alpha, self.swiglu_limit = 1.702, 7.0
+        self.sinks = self.arch == "gpt-oss"
+        self.ffn_norm = "post_attention_norm" if self.arch == "gpt-oss" else "ffn_norm"
+        self.n_ff_exp = self.n_ff_shexp = 0
+        if not self.moe:
+            return
+        if self.n_expert <= 0 or not 0 < self.n_expert_used <= self.n_expert:
+            raise ValueError(f"expert_count {self.n_expert}, expert_used_count "
+                             f"{self.n_expert_used}")
+        if self.arch == "llama":
+            self.n_ff_exp = self.n_ff
+        elif self.arch == "gpt-oss":  # required there
+            self.n_ff_exp = int(hp("expert_feed_forward_length"))
+        else:
+            self.n_ff_exp = int(hp("expert_feed_forward_length", 0)) or (
+                self.n_ff // self.n_expert_used)
+        if self.arch == "qwen2moe":
+            self.n_ff_shexp = int(hp("expert_shared_feed_forward_length", 0)) or self.n_ff
 
     def rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + self.eps) * w
@@ -236,8 +377,9 @@ class Model:
         rope_dim (NEOX: pairs i, i + rope_dim/2)."""
         inv = self.inv_freq_swa if local else self.inv_freq
         ang = pos[:, None] * inv[None, :]  # [n, rope_dim/2]
-        c = np.cos(ang)[:, None, :] * self.attn_factor
-        s = np.sin(ang)[:, None, :] * self.attn_factor
+        mscale = self.attn_factor * self.rope_mscale
+        c = np.cos(ang)[:, None, :] * mscale
+        s = np.sin(ang)[:, None, :] * mscale
         y = x.copy()
         if self.neox:
             h = self.rope_dim // 2
@@ -257,7 +399,65 @@ class Model:
             out[:, r0 : r0 + 16384] = x @ self.out_w[r0 : r0 + 16384].astype(np.float64).T
         return out
 
-    def forward(self, ids, cache=None, last_only=False, rows=None, hidden=False):
+    def moe_ffn(self, p, h, routing=None):
+        """The routed feed-forward of layer prefix p (e.g. "blk.0.") on
+        h [n, n_embd] (already normed); routing: a list that gets
+        (chosen experts [n, k], their weights [n, k], router logits
+        [n, n_expert]) appended."""
+        w = self.w
+        z = h @ w[p + "ffn_gate_inp.weight"].T  # [n, n_expert]
+        if p + "ffn_gate_inp.bias" in w:
+            z = z + w[p + "ffn_gate_inp.bias"]
+        k = self.n_expert_used
+        if self.gating == "softmax":
+            probs = np.exp(z - z.max(axis=-1, keepdims=True))
+            probs /= probs.sum(axis=-1, keepdims=True)
+        else:  # softmax_weight: chosen by logit, weighted by softmax of the chosen
+            probs = z
+        sel = np.argsort(-probs, axis=-1, kind="stable")[:, :k]
+        wts = np.take_along_axis(probs, sel, axis=-1)
+        if self.gating == "softmax_weight":
+            wts = np.exp(wts - wts.max(axis=-1, keepdims=True))
+            wts /= wts.sum(axis=-1, keepdims=True)
+        if self.norm_w:
+            wts = wts / np.maximum(wts.sum(axis=-1, keepdims=True), MOE_WSUM_MIN)
+        if self.w_scale not in (0.0, 1.0):
+            wts = wts * self.w_scale
+        if routing is not None:
+            routing.append((sel, wts, z))
+        gate, up, down = (w[p + f"ffn_{m}_exps.weight"] for m in ("gate", "up", "down"))
+        bias = {m: w.get(p + f"ffn_{m}_exps.bias") for m in ("gate", "up", "down")}
+        out = np.zeros_like(h)
+        for e in np.unique(sel):
+            tok, slot = np.nonzero(sel == e)
+            x = h[tok]
+            g = x @ gate[e].T
+            u = x @ up[e].T
+            if bias["gate"] is not None:
+                g = g + bias["gate"][e]
+            if bias["up"] is not None:
+                u = u + bias["up"][e]
+            if self.swiglu_oai:
+                g = np.minimum(g, self.swiglu_limit)
+                u = np.clip(u, -self.swiglu_limit, self.swiglu_limit)
+                a = g / (1.0 + np.exp(-self.swiglu_alpha * g)) * (u + 1.0)
+            else:
+                a = g / (1.0 + np.exp(-g)) * u
+            d = a @ down[e].T
+            if bias["down"] is not None:
+                d = d + bias["down"][e]
+            out[tok] += wts[tok, slot][:, None] * d
+        if self.shexp:  # qwen2moe's shared expert
+            g = h @ w[p + "ffn_gate_shexp.weight"].T
+            u = h @ w[p + "ffn_up_shexp.weight"].T
+            f = (g / (1.0 + np.exp(-g)) * u) @ w[p + "ffn_down_shexp.weight"].T
+            if self.shexp_gate:
+                f = f / (1.0 + np.exp(-(h @ w[p + "ffn_gate_inp_shexp.weight"])))[:, None]
+            out += f
+        return out
+
+    def forward(self, ids, cache=None, last_only=False, rows=None, hidden=False,
+                routing=None):
         """Logits [n, n_vocab] for ids appended after the cache's tokens.
 
         hidden: return the final hidden state instead [n, dim] (after the
@@ -269,6 +469,9 @@ class Model:
         last_only: compute the output head for the last position only.
         rows: compute it for these positions (indices into ids) only; the
         head is most of the work with a 262144-token vocabulary.
+        routing: a list; MoE models append each layer's (chosen experts
+        [n, k], weights [n, k], router logits [n, n_expert]) to it, layer
+        by layer (the router logits include the router bias).
         """
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or len(ids) == 0:
@@ -320,16 +523,27 @@ class Model:
             if self.attn_softcap:  # gemma2: before the mask and softmax
                 att = self.attn_softcap * np.tanh(att / self.attn_softcap)
             att = att + (mask_local if self.local[L] else mask)
-            att -= att.max(axis=-1, keepdims=True)
-            att = np.exp(att)
-            att /= att.sum(axis=-1, keepdims=True)
+            if self.sinks:  # gpt-oss: a per-head logit in the denominator only
+                sink = self.w[p + "attn_sinks.weight"][:, None, None]
+                m = np.maximum(att.max(axis=-1, keepdims=True), sink)
+                att = np.exp(att - m)
+                att /= att.sum(axis=-1, keepdims=True) + np.exp(sink - m)
+            else:
+                att -= att.max(axis=-1, keepdims=True)
+                att = np.exp(att)
+                att /= att.sum(axis=-1, keepdims=True)
             o = np.einsum("hqk,khd->qhd", att, vr).reshape(n, nh * hd)
             o = o @ self.w[p + "attn_output.weight"].T
+            if self.moe and p + "attn_output.bias" in self.w:  # gpt-oss
+                o = o + self.w[p + "attn_output.bias"]
             if self.post_norms:
                 o = self.rms(o, self.w[p + "post_attention_norm.weight"])
             x = x + o
 
-            h = self.rms(x, self.w[p + "ffn_norm.weight"])
+            h = self.rms(x, self.w[p + self.ffn_norm + ".weight"])
+            if self.moe:
+                x = x + self.moe_ffn(p, h, routing)
+                continue
             g = h @ self.w[p + "ffn_gate.weight"].T
             u = h @ self.w[p + "ffn_up.weight"].T
             if self.geglu:  # GELU, tanh approximation
