@@ -85,13 +85,23 @@ typedef struct zi_attn_shape {
      * becomes softcap * tanh(s / softcap) before the softmax. 0: none. Only
      * a backend with attn_softcap set honours it (the model checks). */
     float softcap;
+    /* Attention sinks (gpt-oss): n_heads learned logits (backend memory,
+     * vector_init), one per query head, each in its head's softmax
+     * denominator with no value row: out = sum_j e^(s_j - m) v_j /
+     * (sum_j e^(s_j - m) + e^(sink - m)). NULL: none. Only a backend with
+     * attn_sinks set honours it (the model checks). */
+    const float *sinks;
 } zi_attn_shape;
 
-/* The angles of a RoPE call (llama.cpp's ggml_rope_ext without YaRN):
- * pair i (0 <= i < rope_dim/2) of a token at position pos turns by
- *   pos * freq_scale * base^(-2i/rope_dim) / factors[i]
+/* The angles of a RoPE call (llama.cpp's ggml_rope_ext): pair i (0 <= i <
+ * rope_dim/2) of a token at position pos turns by
+ *   theta = freq_scale * e,  e = pos * base^(-2i/rope_dim) / factors[i]
  * and the rotated values are multiplied by mscale (cos and sin both).
- * Plain RoPE is {base, 1, 1, NULL}. */
+ * With YaRN (ext_factor != 0, a backend with rope_yarn): theta =
+ * freq_scale * e * (1 - r) + e * r, r = ext_factor * (1 - clamp((i -
+ * corr_lo) / max(0.001, corr_hi - corr_lo), 0, 1)) (ggml's rope_yarn; the
+ * model folds YaRN's magnitude correction into mscale). Plain RoPE is
+ * {base, 1, 1, NULL} and the YaRN fields 0. */
 typedef struct zi_rope_freqs {
     float base;       /* rope.freq_base */
     float freq_scale; /* 1 / rope.scaling.factor ("linear" scaling), else 1 */
@@ -100,6 +110,8 @@ typedef struct zi_rope_freqs {
      * (vector_init): Llama 3's rope_freqs, phi3's rope_factors_long/short.
      * NULL: all 1. */
     const float *factors;
+    float ext_factor;       /* YaRN's extrapolation mix, 0: none */
+    float corr_lo, corr_hi; /* YaRN's correction dims (ggml_rope_yarn_corr_dims) */
 } zi_rope_freqs;
 
 typedef struct zi_backend_ops {
@@ -171,6 +183,12 @@ typedef struct zi_backend_ops {
                            const zi_attn_shape *s);
     /* out[i] = silu(gate[i]) * up[i]; out may alias gate. */
     void (*swiglu)(zi_backend *be, float *out, const float *gate, const float *up, size_t n);
+    /* gpt-oss's clamped SwiGLU (ggml_swiglu_oai): with x = min(gate[i],
+     * limit) and y = clamp(up[i], -limit, limit), out[i] = x / (1 +
+     * e^(-alpha x)) * (y + 1); out may alias gate. Optional (as
+     * rope_neox). */
+    void (*swiglu_oai)(zi_backend *be, float *out, const float *gate, const float *up, size_t n,
+                       float alpha, float limit);
     /* out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation
      * 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) (GeGLU, the gemma
      * feed-forward); out may alias gate. Optional (as rope_neox). */
@@ -233,6 +251,10 @@ struct zi_backend {
     /* Its attention honours zi_attn_shape.softcap (attention logit
      * soft-capping). */
     bool attn_softcap;
+    /* Its attention honours zi_attn_shape.sinks. */
+    bool attn_sinks;
+    /* Its rope and rope_neox honour zi_rope_freqs' YaRN fields. */
+    bool rope_yarn;
 };
 
 /* Frees a backend and everything it allocated (NULL: nothing). */

@@ -7,6 +7,8 @@
  */
 #include "family.h"
 
+#include "moe.h"
+
 #include <string.h>
 
 static const zi_family families[] = {
@@ -45,6 +47,23 @@ static const zi_family families[] = {
      * its biases; routed experts whose weights are not renormalized, plus a
      * shared expert under a sigmoid gate (qwen2moe.cpp). */
     {.arch = "qwen2moe", .rope_neox = 1, .moe = ZI_MOE_ALWAYS, .moe_shared = 1},
+    /* gpt-oss (llama.cpp's openai-moe.cpp): NEOX RoPE with YaRN on every
+     * layer; even layers local (load_swa_pattern(ml, 2)) with the global
+     * RoPE base; attention sinks; Q/K/V and output biases; the
+     * feed-forward's norm named post_attention_norm; routed experts with
+     * biases, top-k logits then a softmax over them, not renormalized, and
+     * the clamped SwiGLU. */
+    {.arch = "gpt-oss",
+     .rope_neox = 1,
+     .swa_pattern = 2,
+     .swa_default = 128,
+     .rope_base_swa = 0.0f,
+     .swa_rope_scaled = 1,
+     .attn_sinks = 1,
+     .ffn_norm_post_attn = 1,
+     .moe = ZI_MOE_ALWAYS,
+     .moe_gating = ZI_GATING_SOFTMAX_WEIGHT,
+     .moe_oai = 1},
     /* Gemma 2 (llama.cpp's llama_model_gemma2): NEOX RoPE, post-norms,
      * GeGLU, embedding scale; attention.sliding_window defaults to 4096 and
      * load_swa_pattern(ml, 2) makes the even layers local, with RoPE base
@@ -80,12 +99,12 @@ const zi_family *zi_family_find(const char *arch, size_t len) {
 }
 
 const char *zi_family_names(void) {
-    return "llama, gemma3, phi3, qwen2, qwen3, qwen3moe, qwen2moe, gemma2, bert, nomic-bert";
+    return "llama, gemma3, phi3, qwen2, qwen3, qwen3moe, qwen2moe, gpt-oss, gemma2, bert, "
+           "nomic-bert";
 }
 
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
-                            int softcap, int attn_softcap, int bias, int experts,
-                            zi_error *err) {
+                            int softcap, int attn_softcap, int bias, int experts, zi_error *err) {
     const zi_backend_ops *op = be->ops;
     const char *missing = f->rope_neox && !op->rope_neox          ? "NEOX RoPE"
                           : f->geglu && !op->geglu                ? "GeGLU"
@@ -98,10 +117,21 @@ int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_lo
                           : f->gelu_ffn && !op->gelu              ? "GELU"
                           : experts && (!op->gather_rows || !op->weighted_sum_rows)
                               ? "expert routing"
-                              : NULL;
+                          : f->moe_oai && !op->swiglu_oai    ? "clamped SwiGLU"
+                          : f->attn_sinks && !be->attn_sinks ? "attention sinks"
+                                                             : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "the %s backend cannot run architecture '%s' yet (no %s)", op->name,
                             f->arch, missing);
+    return ZI_OK;
+}
+
+int zi_family_check_rope(const zi_family *f, const zi_backend *be, int yarn, zi_error *err) {
+    if (yarn && !be->rope_yarn)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "the %s backend cannot run architecture '%s' yet (no YaRN RoPE: "
+                            "%s.rope.scaling.type = yarn)",
+                            be->ops->name, f->arch, f->arch);
     return ZI_OK;
 }

@@ -99,6 +99,23 @@ typedef struct zi_family {
      * 0 for feed_forward_length / expert_used_count (the Qwen MoEs), 1 for
      * feed_forward_length itself (Mixtral's llama files). */
     int moe_ffn_full;
+    /* How the router's logits weigh the chosen experts: ZI_GATING_SOFTMAX
+     * (0) or ZI_GATING_SOFTMAX_WEIGHT (gpt-oss) (moe.h). */
+    int moe_gating;
+    /* The experts' activation is gpt-oss's clamped SwiGLU (alpha 1.702,
+     * limit 7: llama.cpp's LLM_FFN_SWIGLU_OAI_MOE) instead of SwiGLU; the
+     * router and the experts have biases (ffn_gate_inp.bias,
+     * ffn_{gate,up,down}_exps.bias). */
+    int moe_oai;
+    /* A learned logit per head in the attention's softmax:
+     * blk.N.attn_sinks.weight, head_count long (gpt-oss). */
+    int attn_sinks;
+    /* The feed-forward's pre-norm is blk.N.post_attention_norm.weight, not
+     * ffn_norm (gpt-oss's files name it so; it is no post-norm). */
+    int ffn_norm_post_attn;
+    /* Local layers scale their RoPE like the global ones (gpt-oss: YaRN on
+     * every layer); 0: local layers never scale (gemma). */
+    int swa_rope_scaled;
     /* A shared expert beside the routed ones, gated by
      * sigmoid(ffn_gate_inp_shexp . x) (qwen2moe). */
     int moe_shared;
@@ -118,5 +135,8 @@ const char *zi_family_names(void);
  * rows); an encoder needs LayerNorm and bias add, gelu_ffn GELU. */
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
                             int softcap, int attn_softcap, int bias, int experts, zi_error *err);
+/* ZI_EUNSUPPORTED, naming the file's key, when be lacks YaRN RoPE and the
+ * file asks for it (yarn: rope.scaling.type "yarn"). */
+int zi_family_check_rope(const zi_family *f, const zi_backend *be, int yarn, zi_error *err);
 
 #endif

@@ -20,6 +20,7 @@ typedef struct zi_layer {
     float *q_norm, *k_norm;                /* family qk_norm, else NULL */
     float *post_attn_norm, *post_ffn_norm; /* family post_norms, else NULL */
     float *bq, *bk, *bv;                   /* Q/K/V biases when the file has them */
+    float *sinks;                          /* family attn_sinks: one logit per head */
     /* encoders (family.h): the LayerNorms after the attention and the
      * feed-forward residuals, and the optional biases */
     float *ln_attn, *ln_attn_b, *ln_out, *ln_out_b, *bo, *b_up, *b_down;
@@ -144,10 +145,11 @@ static int load_rope_scaling(const zi_gguf *g, zi_model_config *c, zi_error *err
         zi_str t = type->str;
         none = zi_str_eq(t, "none");
         c->rope_longrope = zi_str_eq(t, "longrope");
-        if (!none && !c->rope_longrope && !zi_str_eq(t, "linear"))
+        c->rope_yarn = zi_str_eq(t, "yarn");
+        if (!none && !c->rope_longrope && !c->rope_yarn && !zi_str_eq(t, "linear"))
             return zi_error_set(err, ZI_EUNSUPPORTED,
-                                "%s = '%.*s' is not supported (only none, linear, longrope)", key,
-                                (int)(t.len > 64 ? 64 : t.len), t.ptr);
+                                "%s = '%.*s' is not supported (only none, linear, longrope, yarn)",
+                                key, (int)(t.len > 64 ? 64 : t.len), t.ptr);
     }
     float factor = 0.0f;
     snprintf(key, sizeof key, "%s.rope.scaling.factor", c->arch);
@@ -166,7 +168,25 @@ static int load_rope_scaling(const zi_gguf *g, zi_model_config *c, zi_error *err
     if (v == 0 || v > (1u << 24))
         return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range", key, v);
     c->rope_orig_ctx = (int)v;
+    /* YaRN's magnitude: llama.cpp sets yarn_attn_factor to get_mscale(f) /
+     * (1 + 0.1 ln f) (= 1 for f > 1) and ggml's rope_yarn multiplies it by
+     * 1 + 0.1 ln f again. */
+    if (c->rope_yarn && factor > 1.0f)
+        c->rope_attn_factor *= (float)(1.0 + 0.1 * log((double)factor));
     return ZI_OK;
+}
+
+/* ggml_rope_yarn_corr_dims for RoPE base `base`: the pair indices where
+ * YaRN's ramp starts and ends (beta_fast 32, beta_slow 1). */
+static void yarn_corr_dims(const zi_model_config *c, float base, float *lo, float *hi) {
+    const double pi = 3.14159265358979323846;
+#define ZI_CORR_DIM(beta)                                                                          \
+    ((double)c->rope_dim * log((double)c->rope_orig_ctx / ((beta) * 2 * pi)) /                    \
+     (2 * log((double)base)))
+    const double start = floor(ZI_CORR_DIM(32.0)), end = ceil(ZI_CORR_DIM(1.0));
+#undef ZI_CORR_DIM
+    *lo = (float)(start > 0.0 ? start : 0.0);
+    *hi = (float)(end < c->rope_dim - 1 ? end : c->rope_dim - 1);
 }
 
 /* A mixture of experts' routing keys (moe.h), when the family has experts
@@ -184,8 +204,11 @@ static int load_moe_config(const zi_gguf *g, zi_model_config *c, zi_error *err) 
         if (rc) return rc;
         if (n == 0) return ZI_OK;
     }
-    return zi_moe_read_params(g, c->arch, c->ffn_dim, f->moe_ffn_full ? c->ffn_dim : 0,
-                              f->moe_norm, f->moe_shared, &c->moe, err);
+    int rc = zi_moe_read_params(g, c->arch, c->ffn_dim, f->moe_ffn_full ? c->ffn_dim : 0,
+                                f->moe_norm, f->moe_shared, &c->moe, err);
+    c->moe.gating = f->moe_gating;
+    c->moe.oai = f->moe_oai;
+    return rc;
 }
 
 /* Whether layer l is a local (sliding-window) layer: llama.cpp's
@@ -340,9 +363,9 @@ static int load_opt_vector(zi_model *m, const char *name, int64_t n, float **out
 static int has_biases(const zi_model *m) {
     if (zi_gguf_find_tensor(m->gguf, "output.bias")) return 1;
     char n[96];
-    static const char *const which[] = {"q", "k", "v"};
+    static const char *const which[] = {"q", "k", "v", "output"};
     for (int l = 0; l < m->cfg.n_layers; l++)
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 4; i++) {
             snprintf(n, sizeof n, "blk.%d.attn_%s.bias", l, which[i]);
             if (zi_gguf_find_tensor(m->gguf, n)) return 1;
         }
@@ -464,8 +487,9 @@ static int load_weights(zi_model *m, zi_error *err) {
         any_local |= m->layers[l].local;
     }
     if ((rc = zi_family_check_backend(f, m->be, any_local, c->final_softcap > 0.0f,
-                                      c->attn_softcap > 0.0f, has_biases(m),
-                                      c->moe.n_expert > 0, err)))
+                                      c->attn_softcap > 0.0f, has_biases(m) || c->moe.oai,
+                                      c->moe.n_expert > 0, err)) ||
+        (rc = zi_family_check_rope(f, m->be, c->rope_yarn, err)))
         return rc;
     if ((rc = load_opt_vector(m, "output.bias", c->n_vocab, &m->output_bias, err))) return rc;
     if (f->encoder && (rc = load_encoder_embd(m, err))) return rc;
@@ -483,9 +507,18 @@ static int load_weights(zi_model *m, zi_error *err) {
                                                 &L->post_ffn_norm, err))))
             return rc;
         if (f->encoder && (rc = load_encoder_layer(m, l, L, err))) return rc;
+        if (f->attn_sinks &&
+            (rc = load_vector(m, ZI_NAME("attn_sinks.weight"), c->n_heads, &L->sinks, err)))
+            return rc;
+        if (!f->encoder && (rc = load_opt_vector(m, ZI_NAME("attn_output.bias"), c->dim, &L->bo,
+                                                 err)))
+            return rc;
         if ((!f->encoder &&
              ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
-              (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)))) ||
+              (rc = load_vector(m,
+                                f->ffn_norm_post_attn ? ZI_NAME("post_attention_norm.weight")
+                                                      : ZI_NAME("ffn_norm.weight"),
+                                c->dim, &L->ffn_norm, err)))) ||
             (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
             (rc = load_opt_vector(m, ZI_NAME("attn_q.bias"), qd, &L->bq, err)) ||
             (rc = load_opt_vector(m, ZI_NAME("attn_k.bias"), kvd, &L->bk, err)) ||
@@ -572,7 +605,7 @@ void zi_model_free(zi_model *m) {
                 L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm, L->post_attn_norm,
                 L->post_ffn_norm, L->bq,       L->bk,       L->bv,     L->ln_attn,
                 L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,     L->b_up,
-                L->b_down};
+                L->b_down,        L->sinks};
             for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) be->ops->free(be, vecs[i]);
         }
         free(m->layers);
@@ -932,7 +965,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                            kv->max_ctx,
                            c->attn_scale,
                            0 /* window: per layer */,
-                           c->attn_softcap};
+                           c->attn_softcap,
+                           NULL /* sinks: per layer */};
     const zi_family *f = c->family;
     const size_t xn = (size_t)T * c->dim;
     /* The family's variants of the same steps (family.h). */
@@ -948,9 +982,24 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     const float *factors = m->rope_freqs                    ? m->rope_freqs
                            : kv->max_ctx > c->rope_orig_ctx ? m->rope_long
                                                             : m->rope_short;
-    const zi_rope_freqs rf_global = {c->rope_base, c->rope_freq_scale, c->rope_attn_factor,
-                                     factors};
-    const zi_rope_freqs rf_local = {c->rope_base_swa, 1.0f, c->rope_attn_factor, factors};
+    zi_rope_freqs rf_global = {.base = c->rope_base,
+                               .freq_scale = c->rope_freq_scale,
+                               .mscale = c->rope_attn_factor,
+                               .factors = factors};
+    zi_rope_freqs rf_local = {.base = c->rope_base_swa,
+                              .freq_scale = f->swa_rope_scaled ? c->rope_freq_scale : 1.0f,
+                              .mscale = c->rope_attn_factor,
+                              .factors = factors};
+    if (c->rope_yarn) {
+        rf_global.ext_factor = 1.0f;
+        yarn_corr_dims(c, rf_global.base, &rf_global.corr_lo, &rf_global.corr_hi);
+        if (f->swa_rope_scaled) {
+            rf_local.ext_factor = 1.0f;
+            yarn_corr_dims(c, rf_local.base, &rf_local.corr_lo, &rf_local.corr_hi);
+        } else if (c->rope_freq_scale < 1.0f) { /* unscaled: without YaRN's magnitude */
+            rf_local.mscale /= (float)(1.0 + 0.1 * log(1.0 / (double)c->rope_freq_scale));
+        }
+    }
 
     op->get_rows(be, m->x, &m->tok_embd, b->tokens, T);
     if (f->embd_scale) op->scale(be, m->x, sqrtf((float)c->dim), xn);
@@ -976,6 +1025,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, rf);
         }
         shape.window = L->local ? c->sliding_window : 0;
+        shape.sinks = L->sinks;
         if (n_spans > 0) { /* an encoder's inputs, each over its own float32 K/V */
             op->span_attention(be, m->att, m->q, m->k, m->v, m->order, m->starts, n_spans, &shape);
         } else {

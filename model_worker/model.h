@@ -56,6 +56,11 @@ typedef struct zi_model_config {
     float rope_attn_factor; /* rope.scaling.attn_factor: cos, sin times it */
     int rope_longrope;      /* rope.scaling.type "longrope": rope_factors_long/short */
     int rope_orig_ctx;      /* rope.scaling.original_context_length (context_length) */
+    /* rope.scaling.type "yarn" (gpt-oss): ggml's rope_yarn with ext_factor
+     * 1, beta_fast 32, beta_slow 1 over rope_orig_ctx; rope_attn_factor
+     * then includes YaRN's magnitude 1 + 0.1 ln(factor) (llama.cpp's
+     * llama_context for files without yarn_log_multiplier). */
+    int rope_yarn;
     float attn_softcap;  /* attn_logit_softcapping (families that cap), 0: none */
     /* An encoder (family.h: bert, nomic-bert): it returns hidden states
      * only (a pass that wants logits is ZI_EUNSUPPORTED), each input runs

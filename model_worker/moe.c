@@ -21,19 +21,19 @@ struct zi_moe_scratch {
     int k_cap; /* rows per token they hold (n_expert_used + a shared expert) */
     int e_cap; /* experts the host arrays hold */
     /* host memory */
-    float *host_logits; /* [cap][n_expert], when the backend's memory is not the host's */
-    int32_t *ids;       /* [cap][k]: the chosen experts, llama.cpp's order */
-    float *w;           /* [cap][k_cap]: their weights (then the shared gate) */
-    int32_t *slot;      /* [cap][k_cap]: the row of y holding each */
-    int32_t *src;       /* [cap * k]: the token of each grouped row */
+    float *host_logits;     /* [cap][n_expert], when the backend's memory is not the host's */
+    int32_t *ids;           /* [cap][k]: the chosen experts, llama.cpp's order */
+    float *w;               /* [cap][k_cap]: their weights (then the shared gate) */
+    int32_t *slot;          /* [cap][k_cap]: the row of y holding each */
+    int32_t *src;           /* [cap * k]: the token of each grouped row */
     int32_t *count, *first; /* [e_cap]: rows per expert and where they start */
-    float *sh_logit;    /* [cap]: the shared expert's gate logits, on the host */
+    float *sh_logit;        /* [cap]: the shared expert's gate logits, on the host */
     /* backend memory */
-    float *logits;      /* [cap][n_expert] */
-    float *xg;          /* [cap * k][dim]: the input rows grouped by expert */
-    float *g, *u;       /* [cap * k_cap][ffn]: gate and up (the shared expert's too) */
-    float *y;           /* [cap * k_cap][dim]: the experts' outputs, then the shared one's */
-    float *sh_gate;     /* [cap]: the shared expert's gate logits */
+    float *logits;  /* [cap][n_expert] */
+    float *xg;      /* [cap * k][dim]: the input rows grouped by expert */
+    float *g, *u;   /* [cap * k_cap][ffn]: gate and up (the shared expert's too) */
+    float *y;       /* [cap * k_cap][dim]: the experts' outputs, then the shared one's */
+    float *sh_gate; /* [cap]: the shared expert's gate logits */
 };
 
 /* ---- loading ---- */
@@ -53,13 +53,12 @@ int zi_moe_read_params(const zi_gguf *g, const char *arch, int ffn_dim, int ffn_
     snprintf(key, sizeof key, "%s.expert_used_count", arch);
     if ((rc = zi_gguf_get_u32(g, key, &v, err))) return rc;
     if (v < 1 || v > (uint32_t)p->n_expert)
-        return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range (1..expert_count %d)", key,
-                            v, p->n_expert);
+        return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range (1..expert_count %d)", key, v,
+                            p->n_expert);
     p->n_expert_used = (int)v;
     snprintf(key, sizeof key, "%s.expert_feed_forward_length", arch);
-    if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)(ffn_default ? ffn_default
-                                                                 : ffn_dim / p->n_expert_used),
-                                 &v, err)))
+    if ((rc = zi_gguf_get_u32_or(
+             g, key, (uint32_t)(ffn_default ? ffn_default : ffn_dim / p->n_expert_used), &v, err)))
         return rc;
     if (v < 1 || v > (1u << 20))
         return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range", key, v);
@@ -99,6 +98,20 @@ static int load_2d(const zi_gguf *g, zi_backend *be, const char *name, int64_t c
     if (w->owned) zi_gguf_drop_pages(g, &two);
     *bytes += w->data_bytes;
     return ZI_OK;
+}
+
+/* A bias of n x m floats (a vector when n is 1), shape-checked, in backend
+ * memory. */
+static int load_bias(const zi_gguf *g, zi_backend *be, const char *name, int64_t m, int64_t n,
+                     float **out, zi_error *err) {
+    const zi_gguf_tensor *t = zi_gguf_find_tensor(g, name);
+    if (!t) return zi_error_set(err, ZI_EFORMAT, "missing tensor '%s'", name);
+    if (t->n_dims != (n > 1 ? 2u : 1u) || t->ne[0] != m || t->ne[1] != n)
+        return zi_error_set(
+            err, ZI_EFORMAT, "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
+            name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims, (long long)m, (long long)n);
+    *out = be->ops->vector_init(be, t, err);
+    return *out ? ZI_OK : err && err->code ? err->code : ZI_ENOMEM;
 }
 
 /* The n_expert slices of the 3-D tensor name ([cols] x [rows] x [n]) as
@@ -146,18 +159,21 @@ int zi_moe_load_layer(const zi_gguf *g, zi_backend *be, int l, int dim, const zi
         (rc = load_experts(g, be, ZI_NAME("ffn_gate_exps.weight"), dim, ff, E, &L->gate, &eb,
                            err)) ||
         (rc = load_experts(g, be, ZI_NAME("ffn_up_exps.weight"), dim, ff, E, &L->up, &eb, err)) ||
-        (rc = load_experts(g, be, ZI_NAME("ffn_down_exps.weight"), ff, dim, E, &L->down, &eb,
-                           err)))
+        (rc = load_experts(g, be, ZI_NAME("ffn_down_exps.weight"), ff, dim, E, &L->down, &eb, err)))
         return rc;
     *macs += (uint64_t)dim * (uint64_t)E + 3u * (uint64_t)dim * (uint64_t)ff * p->n_expert_used;
+    if (p->oai && ((rc = load_bias(g, be, ZI_NAME("ffn_gate_inp.bias"), E, 1, &L->router_b, err)) ||
+                   (rc = load_bias(g, be, ZI_NAME("ffn_gate_exps.bias"), ff, E, &L->b_gate, err)) ||
+                   (rc = load_bias(g, be, ZI_NAME("ffn_up_exps.bias"), ff, E, &L->b_up, err)) ||
+                   (rc = load_bias(g, be, ZI_NAME("ffn_down_exps.bias"), dim, E, &L->b_down, err))))
+        return rc;
     if (p->shared_ffn_dim) {
         const int sf = p->shared_ffn_dim;
         if ((rc = load_2d(g, be, ZI_NAME("ffn_gate_inp_shexp.weight"), dim, 1, &L->sh_inp, bytes,
                           err)) ||
             (rc = load_2d(g, be, ZI_NAME("ffn_gate_shexp.weight"), dim, sf, &L->sh_gate, bytes,
                           err)) ||
-            (rc = load_2d(g, be, ZI_NAME("ffn_up_shexp.weight"), dim, sf, &L->sh_up, bytes,
-                          err)) ||
+            (rc = load_2d(g, be, ZI_NAME("ffn_up_shexp.weight"), dim, sf, &L->sh_up, bytes, err)) ||
             (rc = load_2d(g, be, ZI_NAME("ffn_down_shexp.weight"), sf, dim, &L->sh_down, bytes,
                           err)))
             return rc;
@@ -177,6 +193,8 @@ void zi_moe_free_layer(zi_backend *be, const zi_moe_params *p, zi_moe_layer *L) 
     }
     zi_weight *ws[] = {&L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->sh_inp};
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
+    float *bs[] = {L->router_b, L->b_gate, L->b_up, L->b_down};
+    for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) be->ops->free(be, bs[i]);
     memset(L, 0, sizeof *L);
 }
 
@@ -250,8 +268,8 @@ void zi_moe_scratch_free(zi_backend *be, zi_moe_scratch *s) {
     free(s);
 }
 
-static int scratch_grow(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p, int T,
-                        int dim, zi_error *err) {
+static int scratch_grow(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p, int T, int dim,
+                        zi_error *err) {
     zi_moe_scratch *s = *sp;
     const int k = p->n_expert_used, kk = k + (p->shared_ffn_dim ? 1 : 0);
     if (s && s->cap >= T && s->k_cap >= kk && s->e_cap >= p->n_expert) return ZI_OK;
@@ -275,8 +293,8 @@ static int scratch_grow(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params
     s->y = be->ops->alloc(be, t * (size_t)kk * (size_t)dim * sizeof(float));
     s->sh_gate = be->ops->alloc(be, t * sizeof(float));
     if ((!be->host_memory && !s->host_logits) || !s->ids || !s->w || !s->slot || !s->src ||
-        !s->count || !s->first || !s->sh_logit || !s->logits || !s->xg || !s->g || !s->u ||
-        !s->y || !s->sh_gate) {
+        !s->count || !s->first || !s->sh_logit || !s->logits || !s->xg || !s->g || !s->u || !s->y ||
+        !s->sh_gate) {
         zi_moe_scratch_free(be, s);
         *sp = NULL;
         return zi_error_set(err, ZI_ENOMEM, "out of memory for the experts of %d tokens", T);
@@ -299,6 +317,7 @@ int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
 
     /* Route: the router's logits to the host, the choice made there. */
     op->matmul(be, s->logits, &L->router, x, T);
+    if (L->router_b) op->add_bias(be, s->logits, L->router_b, T, E);
     const float *logits = s->logits;
     if (!be->host_memory) {
         op->download(be, s->host_logits, s->logits, (size_t)T * E * sizeof(float));
@@ -336,8 +355,15 @@ int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
         float *gu[2] = {g, u};
         const zi_weight *wgu[2] = {&L->gate[e], &L->up[e]};
         op->matmul_n(be, 2, gu, wgu, s->xg + r0 * dim, n);
-        op->swiglu(be, g, g, u, (size_t)n * ff);
+        if (p->oai) {
+            op->add_bias(be, g, L->b_gate + (size_t)e * ff, n, ff);
+            op->add_bias(be, u, L->b_up + (size_t)e * ff, n, ff);
+            op->swiglu_oai(be, g, g, u, (size_t)n * ff, ZI_MOE_OAI_ALPHA, ZI_MOE_OAI_LIMIT);
+        } else {
+            op->swiglu(be, g, g, u, (size_t)n * ff);
+        }
         op->matmul(be, s->y + r0 * dim, &L->down[e], g, n);
+        if (p->oai) op->add_bias(be, s->y + r0 * dim, L->b_down + (size_t)e * dim, n, dim);
     }
 
     /* The shared expert: every token, in rows T*k .. T*k + T - 1 of y,

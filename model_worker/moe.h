@@ -48,15 +48,21 @@ typedef struct zi_moe_params {
     int gating;         /* ZI_GATING_* */
     int norm;           /* divide the chosen weights by their sum */
     float scale;        /* then multiply them by it (0 or 1: not) */
+    /* gpt-oss: biases on the router and every expert product, and the
+     * clamped SwiGLU (backend.h's swiglu_oai, alpha 1.702, limit 7). */
+    int oai;
 } zi_moe_params;
 
 /* One layer's experts, as the backend holds them. */
 typedef struct zi_moe_layer {
-    zi_weight router; /* ffn_gate_inp: dim -> n_expert */
+    zi_weight router;            /* ffn_gate_inp: dim -> n_expert */
     zi_weight *gate, *up, *down; /* n_expert each */
+    /* params.oai: the router's bias [n_expert] and the experts' ([n_expert]
+     * rows of ffn_dim, ffn_dim, dim), backend memory; else NULL */
+    float *router_b, *b_gate, *b_up, *b_down;
     /* the shared expert (qwen2moe), else all zero */
     zi_weight sh_gate, sh_up, sh_down, sh_inp; /* sh_inp: dim -> 1 */
-    uint64_t expert_bytes; /* the bytes of all routed experts' weights */
+    uint64_t expert_bytes;                     /* the bytes of all routed experts' weights */
 } zi_moe_layer;
 
 /* Per-model working memory of the block, grown to the largest pass. */
@@ -71,6 +77,10 @@ typedef struct zi_moe_scratch zi_moe_scratch;
  * Errors name the key. */
 int zi_moe_read_params(const zi_gguf *g, const char *arch, int ffn_dim, int ffn_default, int norm,
                        int shared, zi_moe_params *p, zi_error *err);
+
+/* gpt-oss's clamped SwiGLU constants (llama-graph.cpp, LLM_FFN_SWIGLU_OAI_MOE). */
+#define ZI_MOE_OAI_ALPHA 1.702f
+#define ZI_MOE_OAI_LIMIT 7.0f
 
 /* Loads layer l's router and experts onto be, checking every shape against
  * p and dim (errors name the tensor), and adds the bytes the backend holds

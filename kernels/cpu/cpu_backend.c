@@ -487,7 +487,8 @@ enum {
     EW_LAYERNORM,
     EW_GELU,
     EW_GATHER,
-    EW_WSUM
+    EW_WSUM,
+    EW_SWIGLU_OAI
 };
 
 typedef struct ew_args {
@@ -572,9 +573,16 @@ static void gelu_range(const ew_args *a, int64_t lo, int64_t hi) {
  * positions reach thousands and cos/sin of a float angle would lose digits. */
 static void rope_angle(int32_t pos, int i, int rope_dim, const zi_rope_freqs *rf, float *c,
                        float *s) {
-    double theta =
-        (double)pos * (double)rf->freq_scale * pow((double)rf->base, -(double)i / rope_dim);
-    if (rf->factors) theta /= (double)rf->factors[i / 2];
+    double e = (double)pos * pow((double)rf->base, -(double)i / rope_dim);
+    if (rf->factors) e /= (double)rf->factors[i / 2];
+    double theta = e * (double)rf->freq_scale;
+    if (rf->ext_factor != 0.0f) { /* YaRN: backend.h's zi_rope_freqs */
+        const double lo = rf->corr_lo, hi = rf->corr_hi;
+        double y = ((double)(i / 2) - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+        y = y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y;
+        const double mix = (1.0 - y) * (double)rf->ext_factor;
+        theta = theta * (1.0 - mix) + e * mix;
+    }
     *c = (float)(cos(theta) * (double)rf->mscale);
     *s = (float)(sin(theta) * (double)rf->mscale);
 }
@@ -657,6 +665,16 @@ static void ew_worker(void *p, int ith, int nth) {
         }
         break;
     }
+    case EW_SWIGLU_OAI: { /* backend.h's swiglu_oai; eps: alpha, base: limit */
+        float *y = a->y;
+        const float *g = a->x, *u = a->w, alpha = a->eps, limit = a->base;
+        for (int64_t i = lo; i < hi; i++) {
+            const float x = g[i] < limit ? g[i] : limit;
+            const float v = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+            y[i] = x / (1.0f + expf(-alpha * x)) * (v + 1.0f);
+        }
+        break;
+    }
     case EW_GATHER: { /* rows lo..hi: y[t] = x[idx[t]] */
         const size_t row = (size_t)a->dim * sizeof(float);
         for (int64_t t = lo; t < hi; t++)
@@ -708,6 +726,8 @@ static const float *rope_table(cpu_backend *c, const int32_t *pos, int n_tokens,
         struct rope_cache *r = &c->rope[e];
         if (r->n == n_tokens && r->dim == rope_dim && r->rf.base == rf->base &&
             r->rf.freq_scale == rf->freq_scale && r->rf.mscale == rf->mscale &&
+            r->rf.ext_factor == rf->ext_factor && r->rf.corr_lo == rf->corr_lo &&
+            r->rf.corr_hi == rf->corr_hi &&
             !r->rf.factors == !rf->factors &&
             (!rf->factors ||
              memcmp(r->fac, rf->factors, (size_t)rope_dim / 2 * sizeof *r->fac) == 0) &&
@@ -981,12 +1001,15 @@ static void attn_worker(void *p, int ith, int nth) {
                 next = task_view(a, &kl, task + 1, &n_next);
                 prefetch_task_start(&next, n_next, hd);
             }
+            const int head0 = (int)(task % tasks_per_token * hpt);
+            kv.sinks = s->sinks ? s->sinks + head0 : NULL;
             if (B > 1) { /* hpt <= ZI_ATTN_GROUP_MAX, hpt * B <= ZI_ATTN_ROWS */
                 k->attend_block(a->q + row, ts, hpt, B, &kv, n, hd, s->scale, s->softcap, scores,
                                 a->out + row, ts);
             } else {
                 for (int g0 = 0; g0 < hpt; g0 += ZI_ATTN_GROUP_MAX) {
                     int G = hpt - g0 < ZI_ATTN_GROUP_MAX ? hpt - g0 : ZI_ATTN_GROUP_MAX;
+                    kv.sinks = s->sinks ? s->sinks + head0 + g0 : NULL;
                     k->attend(a->q + row + (size_t)g0 * hd, G, &kv, n, hd, s->scale, s->softcap,
                               scores, a->out + row + (size_t)g0 * hd);
                 }
@@ -1069,6 +1092,13 @@ static void cpu_add_bias(zi_backend *be, float *x, const float *bias, int n_rows
     ew_run(be, &a, (int64_t)n_rows * dim);
 }
 
+static void cpu_swiglu_oai(zi_backend *be, float *out, const float *gate, const float *up,
+                           size_t n, float alpha, float limit) {
+    ew_args a = {.op = EW_SWIGLU_OAI, .y = out, .x = gate, .w = up, .n = (int64_t)n,
+                 .eps = alpha, .base = limit};
+    ew_run(be, &a, (int64_t)n * 4);
+}
+
 static void cpu_gather_rows(zi_backend *be, float *y, const float *x, const int32_t *idx, int n,
                             int dim) {
     ew_args a = {.op = EW_GATHER, .y = y, .x = x, .pos = idx, .n = n, .dim = dim};
@@ -1141,6 +1171,7 @@ static const zi_backend_ops cpu_ops = {
     .add_bias = cpu_add_bias,
     .layernorm = cpu_layernorm,
     .gelu = cpu_gelu,
+    .swiglu_oai = cpu_swiglu_oai,
     .gather_rows = cpu_gather_rows,
     .weighted_sum_rows = cpu_weighted_sum_rows,
     .sync = cpu_sync,
@@ -1175,6 +1206,8 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     c->base.host_memory = true;
     c->base.attn_window = true; /* task_view */
     c->base.attn_softcap = true; /* attend's softcap */
+    c->base.attn_sinks = true;   /* zi_kv_head.sinks */
+    c->base.rope_yarn = true;    /* rope_angle's YaRN */
     c->k = k;
     c->act.no_residual = act_bits == 8;
     c->pool = zi_pool_create(n);

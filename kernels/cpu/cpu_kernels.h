@@ -37,6 +37,11 @@ typedef struct zi_kv_head {
     /* The kernel's position j is the cache's position first + j (a sliding
      * window starts past 0); 0 <= first < bs, blocks already advanced. */
     int first;
+    /* Attention sinks (gpt-oss): a learned logit per query head that takes
+     * a share of the softmax without a value row: sum += exp(sink - max).
+     * sinks[g] is the call's query head g's (attend_block: row r's is
+     * sinks[r % G]); NULL: none. */
+    const float *sinks;
 } zi_kv_head;
 
 typedef struct zi_cpu_kernels {

@@ -152,6 +152,7 @@ static void attend_avx2(const float *q, int G, const zi_kv_head *kv, int n, int 
             sg[j] = expf(sg[j] - mx);
             sum += sg[j];
         }
+        if (kv->sinks) sum += exp((double)kv->sinks[g] - mx);
         inv[g] = (float)(1.0 / sum);
     }
     for (int g0 = 0; g0 < G; g0 += 3) {
@@ -199,7 +200,8 @@ static inline __m512 hsum16(const __m512 *v) {
  * (attend_block) has rows whose nr differ, each stopping at its own. */
 static inline __attribute__((always_inline)) void attend_pv(const float *p, size_t ps,
                                                             const int *nr, const zi_kv_head *kv,
-                                                            int nc, int NG, float *const *outs) {
+                                                            int nc, int NG, float *const *outs,
+                                                            const double *sink_terms) {
     const int32_t *blocks = kv->blocks;
     const int bs = kv->bs;
     int nmin = nr[0], nmax = nr[0];
@@ -237,6 +239,7 @@ static inline __attribute__((always_inline)) void attend_pv(const float *p, size
     for (; j < nmax; j++, jr++, vj += 16 * nc) ATTEND_PV_ROW(1);
 #undef ATTEND_PV_ROW
     for (int g = 0; g < NG; g++) {
+        if (sink_terms) sum[g] += sink_terms[g]; /* after the positions, as ggml */
         __m512 iv = _mm512_set1_ps((float)(1.0 / sum[g]));
         for (int c = 0; c < nc; c++) _mm512_storeu_ps(outs[g] + 16 * c, _mm512_mul_ps(o[g][c], iv));
     }
@@ -334,6 +337,7 @@ attend16(const float *q, size_t qs, int G, int B, const zi_kv_head *kv, int n, i
         nrow[r] = n + r / G;
         orow[r] = out + (size_t)(r / G) * os + (size_t)(r % G) * hd;
     }
+    double sink_terms[64]; /* exp(sink - max) per row, when kv has sinks */
     for (int r = 0; r < R; r++) {
         float *sg = scores + (size_t)r * nmax;
         const int nr = nrow[r];
@@ -343,7 +347,9 @@ attend16(const float *q, size_t qs, int G, int B, const zi_kv_head *kv, int n, i
             __mmask16 m = nr - j >= 16 ? 0xffff : (__mmask16)((1u << (nr - j)) - 1);
             mv = _mm512_mask_max_ps(mv, m, _mm512_maskz_loadu_ps(m, sg + j), mv);
         }
-        __m512 mx = _mm512_set1_ps(_mm512_reduce_max_ps(mv));
+        const float mxs = _mm512_reduce_max_ps(mv);
+        __m512 mx = _mm512_set1_ps(mxs);
+        if (kv->sinks) sink_terms[r] = exp((double)kv->sinks[r % G] - mxs);
         for (int j = 0; j < nr; j += 16) {
             __mmask16 m = nr - j >= 16 ? 0xffff : (__mmask16)((1u << (nr - j)) - 1);
             __m512 x = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, sg + j), mx);
@@ -355,16 +361,20 @@ attend16(const float *q, size_t qs, int G, int B, const zi_kv_head *kv, int n, i
         const float *sg = scores + (size_t)r0 * nmax;
         switch (R - r0 < hg ? R - r0 : hg) {
         case 1:
-            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 1, orow + r0);
+            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 1, orow + r0,
+                      kv->sinks ? sink_terms + r0 : NULL);
             break;
         case 2:
-            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 2, orow + r0);
+            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 2, orow + r0,
+                      kv->sinks ? sink_terms + r0 : NULL);
             break;
         case 3:
-            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 3, orow + r0);
+            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 3, orow + r0,
+                      kv->sinks ? sink_terms + r0 : NULL);
             break;
         default:
-            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 4, orow + r0);
+            attend_pv(sg, (size_t)nmax, nrow + r0, kv, nc, 4, orow + r0,
+                      kv->sinks ? sink_terms + r0 : NULL);
             break;
         }
     }
@@ -412,6 +422,7 @@ static void attend(const float *q, int G, const zi_kv_head *kv, int n, int hd, f
             sg[j] = expf(sg[j] - mx);
             sum += sg[j];
         }
+        if (kv->sinks) sum += exp((double)kv->sinks[g] - mx);
         inv[g] = (float)(1.0 / sum);
     }
     memset(out, 0, (size_t)G * hd * sizeof(float));

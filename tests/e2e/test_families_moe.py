@@ -38,7 +38,7 @@ MAX_MEAN_KL_REF = 1e-4
 N_GREEDY = 64
 
 # The architectures zinfer runs (moe_files.ARCHS may hold more).
-RUN = ["qwen3moe", "qwen2moe", "mixtral"]
+RUN = ["qwen3moe", "qwen2moe", "mixtral", "gpt-oss"]
 
 # Per arch, reference changes that drop one routing rule (each must move
 # the reference far from zinfer).
@@ -48,6 +48,11 @@ ABLATE = {
                  "no shared expert": lambda m: setattr(m, "shexp", False),
                  "shared expert ungated": lambda m: setattr(m, "shexp_gate", False)},
     "mixtral": {"no renormalization": lambda m: setattr(m, "norm_w", False)},
+    "gpt-oss": {"no sinks": lambda m: setattr(m, "sinks", False),
+                "unclamped SwiGLU": lambda m: setattr(m, "swiglu_limit", float("inf")),
+                "no YaRN": lambda m: setattr(m, "yarn", False),
+                "no local layers": lambda m: setattr(m, "local", [False] * m.n_layer),
+                "softmax gating": lambda m: setattr(m, "gating", "softmax")},
 }
 
 
@@ -74,7 +79,8 @@ def built(arch, tmp_path_factory):
 
 
 def prompts(n_vocab, seed, n=8):
-    """n prompts of random ids, 2 to 48 tokens long."""
+    """n prompts of random ids, 2 to 48 tokens long (gpt-oss's window here
+    is 32)."""
     rng = np.random.default_rng(seed)
     lens = np.linspace(2, 48, n).astype(int)
     return [[int(t) for t in rng.integers(0, n_vocab, k)] for k in lens]

@@ -298,7 +298,8 @@ static void test_elementwise(void **state) {
         be->ops->rmsnorm(be, dy, dx, dw, T, dim, 1e-5f);
         be->ops->rmsnorm(be, dx, dx, dw, T, dim, 1e-5f);
         be->ops->add(be, dy, dx, n);
-        const zi_rope_freqs r1 = {10000.0f, 1.0f, 1.0f, NULL}, r2 = {500000.0f, 1.0f, 1.0f, NULL};
+        const zi_rope_freqs r1 = {10000.0f, 1.0f, 1.0f, NULL, 0, 0, 0},
+                            r2 = {500000.0f, 1.0f, 1.0f, NULL, 0, 0, 0};
         be->ops->rope(be, dy, pos, T, nh, hd, hd, &r1);
         be->ops->rope(be, dy, pos, T, nh, hd, 32, &r2);
         be->ops->swiglu(be, dy, dy, du, n);
@@ -327,7 +328,7 @@ static void test_elementwise(void **state) {
 static void run_attention(zi_backend *be, const float *kv_src, const float *q_host, float *out,
                           const int32_t *tables, int stride, int n_blocks) {
     const int nh = 9, nkv = 3, hd = 64, bs = 16, kvd = nkv * hd;
-    zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f, 0, 0};
+    zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f, 0, 0, NULL};
     zi_error err = {0};
     assert_int_equal(be->ops->reserve(be, 64, 1536, 1024, &err), ZI_OK);
     size_t pool = (size_t)n_blocks * bs * kvd;
@@ -430,8 +431,13 @@ static void test_rope_factors_vs_cpu(void **state) {
             for (int i = 0; i < T; i++) pos[i] = (int32_t)(urand() * 131072); /* phi3 128k */
             for (int k = 0; k < 2; k++) {
                 float *d = put(bes[k], x, n), *df = put(bes[k], fac, (size_t)rd / 2);
-                const zi_rope_freqs rf = {si % 2 ? 10000.0f : 500000.0f, si % 2 ? 0.25f : 1.0f,
-                                          si % 2 ? 1.0f : 1.19f, df};
+                const zi_rope_freqs rf = {si % 2 ? 10000.0f : 500000.0f,
+                                          si % 2 ? 0.25f : 1.0f,
+                                          si % 2 ? 1.0f : 1.19f,
+                                          df,
+                                          0,
+                                          0,
+                                          0};
                 (neox ? bes[k]->ops->rope_neox : bes[k]->ops->rope)(bes[k], d, pos, T, nh, hd, rd,
                                                                     &rf);
                 get(bes[k], o[k], d, n);
@@ -479,7 +485,7 @@ static void test_gemma_ops(void **state) {
         for (int i = 0; i < T; i++) pos[i] = (int32_t)(urand() * 32768); /* gemma3's context */
         for (int k = 0; k < 2; k++) {
             float *d = put(bes[k], x, n);
-            const zi_rope_freqs rf = {si % 2 ? 10000.0f : 1e6f, 1.0f, 1.0f, NULL};
+            const zi_rope_freqs rf = {si % 2 ? 10000.0f : 1e6f, 1.0f, 1.0f, NULL, 0, 0, 0};
             bes[k]->ops->rope_neox(bes[k], d, pos, T, nh, hd, rd, &rf);
             get(bes[k], o[k], d, n);
             bes[k]->ops->free(bes[k], d);
@@ -605,7 +611,7 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
                                  int n_blocks) {
     const int bs = 16, kvd = wc->nkv * wc->hd, qd = wc->nh * wc->hd;
     zi_attn_shape s = {wc->nh,     wc->nkv,    wc->hd, bs, 2048, 1.0f / sqrtf((float)wc->hd),
-                       wc->window, wc->softcap};
+                       wc->window, wc->softcap, NULL};
     zi_error err = {0};
     assert_int_equal(be->ops->reserve(be, WA_MAXQ, 4096, 2048, &err), ZI_OK);
     size_t pool = (size_t)n_blocks * bs * kvd;
@@ -829,9 +835,9 @@ static void test_graph_capture(void **state) {
     int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0, 0, 0, 0}, tab[16];
     for (int i = 0; i < 16; i++) tab[i] = 15 - i;
     zi_batch_view v = {T, pos, seq, tab, 16};
-    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0};
+    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0, NULL};
     float *eager = malloc(sizeof(float) * T * dim), *replay = malloc(sizeof(float) * T * dim);
-    const zi_rope_freqs rope_plain = {10000.0f, 1.0f, 1.0f, NULL};
+    const zi_rope_freqs rope_plain = {10000.0f, 1.0f, 1.0f, NULL, 0, 0, 0};
 #define ZI_LAYER()                                                                                 \
     do {                                                                                           \
         g_gpu->ops->rmsnorm(g_gpu, dh, dx, dn, T, dim, 1e-5f);                                     \

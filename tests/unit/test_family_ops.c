@@ -139,7 +139,7 @@ static void test_rope_neox(void **state) {
         for (int b = 0; b < 3; b++) {
             const int rope_dim = rope_dims[rd];
             memcpy(y, x, sizeof(float) * T * H * hd);
-            const zi_rope_freqs rf = {bases[b], 1.0f, 1.0f, NULL};
+            const zi_rope_freqs rf = {bases[b], 1.0f, 1.0f, NULL, 0, 0, 0};
             be->ops->rope_neox(be, y, pos, T, H, hd, rope_dim, &rf);
             for (int t = 0; t < T; t++)
                 for (int h = 0; h < H; h++) {
@@ -179,11 +179,12 @@ static void test_rope_table_shapes(void **state) {
     for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
         const int T = shapes[k].T, hd = shapes[k].hd, rope_dim = shapes[k].rope_dim;
         int32_t *pos = malloc(sizeof(int32_t) * (size_t)T);
-        float *x = malloc(sizeof(float) * (size_t)T * hd), *y = malloc(sizeof(float) * (size_t)T * hd);
+        float *x = malloc(sizeof(float) * (size_t)T * hd),
+              *y = malloc(sizeof(float) * (size_t)T * hd);
         for (int t = 0; t < T; t++) pos[t] = 3 * t + (int)k;
         for (int i = 0; i < T * hd; i++) x[i] = frand(-2, 2);
         memcpy(y, x, sizeof(float) * (size_t)T * hd);
-        const zi_rope_freqs rf = {10000.0f, 1.0f, 1.0f, NULL};
+        const zi_rope_freqs rf = {10000.0f, 1.0f, 1.0f, NULL, 0, 0, 0};
         be->ops->rope_neox(be, y, pos, T, 1, hd, rope_dim, &rf);
         const int half = rope_dim / 2;
         for (int t = 0; t < T; t++)
@@ -206,9 +207,10 @@ static void test_rope_factors(void **state) {
     for (int i = 0; i < T * H * HD; i++) x[i] = frand(-2, 2);
     float fac_a[HD / 2], fac_b[HD / 2];
     for (int i = 0; i < HD / 2; i++) fac_a[i] = 1.0f + (float)i * 1.7f, fac_b[i] = frand(0.5f, 40);
-    const zi_rope_freqs sets[] = {{500000.0f, 1.0f, 1.0f, fac_a}, {500000.0f, 1.0f, 1.0f, NULL},
-                                  {10000.0f, 0.25f, 1.0f, NULL},  {10000.0f, 1.0f, 1.19f, fac_b},
-                                  {500000.0f, 1.0f, 1.0f, fac_a}, {10000.0f, 0.5f, 0.9f, fac_b}};
+    const zi_rope_freqs sets[] = {
+        {500000.0f, 1.0f, 1.0f, fac_a, 0, 0, 0}, {500000.0f, 1.0f, 1.0f, NULL, 0, 0, 0},
+        {10000.0f, 0.25f, 1.0f, NULL, 0, 0, 0},  {10000.0f, 1.0f, 1.19f, fac_b, 0, 0, 0},
+        {500000.0f, 1.0f, 1.0f, fac_a, 0, 0, 0}, {10000.0f, 0.5f, 0.9f, fac_b, 0, 0, 0}};
     const int rope_dims[2] = {HD, 32};
     for (int threads = 1; threads <= 2; threads++) {
         zi_backend *be = make_backend(NULL, threads);
@@ -287,7 +289,7 @@ static void test_window_attention(void **state) {
                             calloc(1, rows * ((size_t)hd * be->kv_k_bytes + be->kv_k_row_extra));
                         void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
                         zi_attn_shape sh = {heads,  kvh, hd, bs, npos, 1.0f / sqrtf((float)hd),
-                                            window, cap};
+                                            window, cap, NULL};
                         zi_batch_view all = {npos, pos, seq, table, 32};
                         be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
                         float *o = out[nt / 2];

@@ -99,8 +99,7 @@ static void row_ops(void **state) {
             assert_memory_equal(y + (size_t)r * dim, x + (size_t)gidx[r] * dim,
                                 sizeof(float) * dim);
         const int32_t sidx[15] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 7, 6, 2, 2, 2};
-        const float w[15] = {0.5f, 0.25f, 0.25f, 1, 0, 0, -1, 2, 0.125f,
-                             0.3f, 0.3f,  0.4f,  1, 1, 1};
+        const float w[15] = {0.5f, 0.25f, 0.25f, 1, 0, 0, -1, 2, 0.125f, 0.3f, 0.3f, 0.4f, 1, 1, 1};
         be->ops->weighted_sum_rows(be, out, y, sidx, w, n_out, k, dim);
         for (int t = 0; t < n_out; t++)
             for (int i = 0; i < dim; i++) {
@@ -116,12 +115,39 @@ static void row_ops(void **state) {
     zi_backend_free(be);
 }
 
+/* gpt-oss's clamped SwiGLU against its formula (ggml_swiglu_oai). */
+static void swiglu_oai(void **state) {
+    (void)state;
+    zi_backend *be = NULL;
+    zi_error err = {0};
+    zi_cpu_options opt = {.n_threads = 2};
+    assert_int_equal(zi_cpu_backend_create(&opt, &be, &err), ZI_OK);
+    enum { N = 40000 }; /* above the pool's threshold */
+    float *g = malloc(sizeof(float) * N), *u = malloc(sizeof(float) * N);
+    float *out = malloc(sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+        g[i] = (float)((int64_t)i * 7919 % 2001 - 1000) / 50.0f; /* -20 .. 20 */
+        u[i] = (float)((int64_t)i * 104729 % 2001 - 1000) / 60.0f;
+    }
+    be->ops->swiglu_oai(be, out, g, u, N, 1.702f, 7.0f);
+    for (int i = 0; i < N; i++) {
+        const double x = g[i] < 7.0f ? g[i] : 7.0, y = u[i] < -7.0f  ? -7.0
+                                                       : u[i] > 7.0f ? 7.0
+                                                                     : u[i];
+        const double want = x / (1.0 + exp(-1.702 * x)) * (y + 1.0);
+        assert_float_equal(out[i], want, 1e-5 * (1.0 + fabs(want)));
+    }
+    free(g);
+    free(u);
+    free(out);
+    zi_backend_free(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(softmax_top2),
-        cmocka_unit_test(softmax_weight_top3),
-        cmocka_unit_test(all_experts),
-        cmocka_unit_test(row_ops),
+        cmocka_unit_test(softmax_top2), cmocka_unit_test(softmax_weight_top3),
+        cmocka_unit_test(all_experts),  cmocka_unit_test(row_ops),
+        cmocka_unit_test(swiglu_oai),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
