@@ -64,6 +64,8 @@ static const char USAGE[] =
     "    file, file_bytes, gguf_version, architecture, name,\n"
     "    hyperparameters {layers, embedding, feed_forward, heads, kv_heads, head_dim}\n"
     "      (null when zinfer cannot read them: see load_error),\n"
+    "    experts {count, used, feed_forward, shared_feed_forward} (only for a mixture\n"
+    "      of experts),\n"
     "    parameters, tensors, tensor_bytes,\n"
     "    tensor_types {TYPE: {tensors, elements, bytes, runnable}} (TYPE as ggml names\n"
     "      it, e.g. Q4_1, or \"type N\" for a number ggml did not define),\n"
@@ -291,6 +293,11 @@ static void print_json(const info *in, const zi_gguf *g, const tokinfo *t) {
                                                  c->ffn_dim, "heads", c->n_heads, "kv_heads",
                                                  c->n_kv_heads, "head_dim", c->head_dim)
                                      : json_null());
+    if (in->have_cfg && c->moe.n_expert > 0)
+        json_object_set_new(j, "experts",
+                            json_pack("{s:i, s:i, s:i, s:i}", "count", c->moe.n_expert, "used",
+                                      c->moe.n_expert_used, "feed_forward", c->moe.ffn_dim,
+                                      "shared_feed_forward", c->moe.shared_ffn_dim));
     json_object_set_new(j, "parameters", json_integer((json_int_t)in->params));
     json_object_set_new(j, "tensors", json_integer((json_int_t)in->n_tensors));
     json_object_set_new(j, "tensor_bytes", jint(in->bytes_known, (int64_t)in->bytes));
@@ -369,6 +376,12 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
         printf(": %d layers, embedding %d, %d heads (%d KV heads) of %d, feed-forward %d",
                c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim);
     printf("\n");
+    if (in->have_cfg && c->moe.n_expert > 0) {
+        printf(ROW "%d of %d per token, each %d wide", "experts", c->moe.n_expert_used,
+               c->moe.n_expert, c->moe.ffn_dim);
+        if (c->moe.shared_ffn_dim) printf(", and a shared one %d wide", c->moe.shared_ffn_dim);
+        printf("\n");
+    }
     double p = (double)in->params;
     printf(ROW "%llu (%.1f %s)\n", "parameters", (unsigned long long)in->params,
            p >= 1e9   ? p / 1e9

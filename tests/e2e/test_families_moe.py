@@ -277,3 +277,18 @@ def test_moe_llamacpp_further_from_reference(arch, tmp_path_factory):
     print(f"\n{arch} llama.cpp: {entry}")
     # zinfer's: measured above in this session, else its bound
     assert entry["llamacpp_mean_kl"] > _ZKL.get(arch, MAX_MEAN_KL_REF), (entry, _ZKL.get(arch))
+
+
+def test_moe_info_names_experts(run_zinfer, tmp_path_factory):
+    """`zinfer info` says how many experts a token runs, and how wide."""
+    if not _present("qwen2moe"):
+        pytest.skip("vocab files absent")
+    path, _, _ = built("qwen2moe", tmp_path_factory)
+    res = run_zinfer("info", "--model", path, "--json")
+    assert res.returncode == 0, res.stderr
+    j = last_json(res.stdout)
+    assert j["architecture"] == "qwen2moe"
+    assert j["experts"] == {"count": 8, "used": 2, "feed_forward": 128,
+                            "shared_feed_forward": 256}
+    text = run_zinfer("info", "--model", path).stdout
+    assert "2 of 8 per token, each 128 wide, and a shared one 256 wide" in text
