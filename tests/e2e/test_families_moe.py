@@ -292,3 +292,71 @@ def test_moe_info_names_experts(run_zinfer, tmp_path_factory):
                             "shared_feed_forward": 256}
     text = run_zinfer("info", "--model", path).stdout
     assert "2 of 8 per token, each 128 wide, and a shared one 256 wide" in text
+
+
+def test_moe_served_features(zinfer_bin, run_zinfer, tmp_path, tmp_path_factory):
+    """A mixture of experts with everything else the server does: two
+    workers, speculation (prompt lookup, and a one-layer MoE draft model of
+    the same vocabulary), the prefix cache, a regex-constrained request, and
+    a worker killed mid-stream. Greedy tokens equal `zinfer
+    generate`'s (no speculation, no cache) throughout."""
+    if SANITIZED:
+        pytest.skip("release build only")
+    import signal
+    import time
+
+    from test_failover import collect
+    from test_server_load import children
+    arch = "qwen3moe"
+    if not _present(arch):
+        pytest.skip("vocab files absent")
+    path, _, ref_model = built(arch, tmp_path_factory)
+    n_vocab = ref_model.w["token_embd.weight"].shape[0]
+    rng = np.random.default_rng(23)
+    base = [int(t) for t in rng.integers(0, n_vocab, 24)]
+    # a shared 24-token prefix (the cache), each prompt repeating itself (lookup)
+    ps = [base + [int(t) for t in rng.integers(0, n_vocab, 6)] * 3 for _ in range(8)]
+    sp = {"temperature": 0.0, "max_new_tokens": 24, "ignore_eos": True}
+    want = []
+    for p in ps[:3]:
+        res = run_zinfer("generate", "--model", path, "--prompt-ids", ids_arg(p), "--max-tokens",
+                         "24", "--ignore-eos", "--json", timeout=300)
+        assert res.returncode == 0, res.stderr
+        want.append(last_json(res.stdout)["token_ids"])
+    draft, _ = write_moe(tmp_path / "draft.gguf", arch, seed=7, n_layer=1)
+    with serve_process(zinfer_bin, path, tmp_path / "serve.log", "--spec-lookup",
+                       "--draft-model", draft, "--slots", 8,
+                       "--threads-per-worker", 1, "--heartbeat-timeout", 1500,
+                       "--failover-timeout", 30000, workers=2) as srv:
+        with Client(srv.addr, timeout_s=120) as c:
+            def run():
+                rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp})
+                        for p in ps]
+                got = collect(c, rids)
+                return [got[r][0] for r in rids], [got[r][2] for r in rids]
+
+            first, fins = run()
+            assert all(f["event"] == "final" for f in fins), fins
+            assert first[:3] == want
+            again, _ = run()  # now from the prefix cache
+            assert again == first
+            time.sleep(1.2)  # a heartbeat carries the counters
+            kv = c.call("health")["kv"]
+            assert kv["prefix_hit_tokens"] > 0 and kv["spec_drafted"] > 0, kv
+            # a constrained request: the whole completion matches
+            rid = c.send({"op": "generate", "prompt": ps[0], "regex": r"[0-9]{3}-[0-9]{2}",
+                          "sampling_params": {"max_new_tokens": 16}})
+            text, fin = "", None
+            for ev in c.events(rid):
+                text += ev.get("text", "")
+                fin = ev
+            assert re.fullmatch(r"[0-9]{3}-[0-9]{2}", text), (text, fin)
+            # a worker killed mid-stream: every request ends with the same tokens
+            workers = children(srv).get("worker", [])
+            assert len(workers) == 2, children(srv)
+            rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in ps]
+            got = collect(c, rids, on_streaming=lambda: os.kill(workers[0], signal.SIGKILL),
+                          min_tokens=1)
+    assert [got[r][0] for r in rids] == first
+    assert all(got[r][2]["event"] == "final" for r in rids)
+    report("moe_logits", "served_features", {"kv": kv})
