@@ -19,7 +19,22 @@ converter pads Qwen's 151643 tokens to the model's 151936 rows.
 
 Shapes: smollm2-135m and gemma3-270m (tied heads, as both real files);
 llama3.2-1b (tied, Llama 3 rope_freqs), qwen3-4b (tied) and qwen3-8b
-(untied: output.weight), from the models' HF config.json files.
+(untied: output.weight), from the models' HF config.json files; and two
+mixture-of-experts shapes, untied as the real files:
+
+  qwen3-30b-a3b (qwen3moe): 48 layers of dim 2048, 32 heads / 4 KV heads
+    of 128, Q/K norms, 128 experts of 768 with 8 used (the experts take
+    the --type), an F32 router; 30.5 B parameters, so --layers cuts it
+    (8 layers: 5.6 B, 6.0 GB at Q8_0);
+  gpt-oss-20b (gpt-oss): 24 layers of dim 2880, 64 heads / 8 KV heads of
+    64, Q/K/V/O biases, attention sinks, a sliding window of 128 on the
+    even layers, YaRN (factor 32 from 4096, base 150000), 32 experts of
+    2880 with 4 used, always MXFP4 (drawn as E8M0 scale + E2M1 nibbles,
+    as the released files), with biases, an F32 router with bias; the
+    other matrices take the --type (Q8_0 is the released files' mix,
+    llama.cpp's MXFP4_MOE); vocabulary 201088 rows (o200k, which llama.cpp
+    does not vendor: --tokenizer-from pads a smaller one); 20.9 B
+    parameters, --layers 8: 7.7 B, 4.9 GB.
 
   random_gguf.py --shape NAME [--type Q4_1] [--layers N] [--window N]
                  [--tokenizer-from GGUF] [--seed 1] OUT.gguf
@@ -44,7 +59,12 @@ Q = gguf.GGMLQuantizationType
 # written as the converter does, a rope_freqs.weight of head/2 factors),
 # extra ("<arch>." keys the real GGUF files carry), vocab_file (the
 # llama.cpp vendored vocabulary, ggml-vocab-<name>.gguf, that
-# scripts/make-bench-models copies the tokenizer of).
+# scripts/make-bench-models copies the tokenizer of). Mixture of experts:
+# moe (experts, used, their width, and a fixed type for them or None for
+# --type), biases (Q/K/V/O biases, router and expert biases), sinks
+# (attn_sinks), yarn (factor, original context), bench_layers (the layers
+# scripts/make-bench-models writes by default: the whole model does not
+# fit the development machine).
 SHAPES = {
     "smollm2-135m": dict(arch="llama", dim=576, layers=30, ffn=1536, heads=9, kv=3, head=64,
                          vocab=49152, ctx=8192, eps=1e-5, rope=100000.0, embd=Q.Q8_0),
@@ -62,6 +82,19 @@ SHAPES = {
     "qwen3-8b": dict(arch="qwen3", dim=4096, layers=36, ffn=12288, heads=32, kv=8, head=128,
                      vocab=151936, ctx=40960, eps=1e-6, rope=1000000.0, embd=Q.Q8_0,
                      qk_norm=True, untied=True, vocab_file="qwen2"),
+    # Qwen/Qwen3-30B-A3B: intermediate_size 6144 (unused by the MoE layers),
+    # moe_intermediate_size 768, norm_topk_prob (llama.cpp: always)
+    "qwen3-30b-a3b": dict(arch="qwen3moe", dim=2048, layers=48, ffn=6144, heads=32, kv=4,
+                          head=128, vocab=151936, ctx=40960, eps=1e-6, rope=1000000.0,
+                          embd=Q.Q8_0, qk_norm=True, untied=True, vocab_file="qwen2",
+                          moe=dict(experts=128, used=8, ffn=768, type=None), bench_layers=8),
+    # openai/gpt-oss-20b: rope_scaling yarn (factor 32, beta_fast 32,
+    # beta_slow 1, original_max_position_embeddings 4096), sliding_window 128
+    "gpt-oss-20b": dict(arch="gpt-oss", dim=2880, layers=24, ffn=2880, heads=64, kv=8, head=64,
+                        vocab=201088, ctx=131072, eps=1e-5, rope=150000.0, embd=Q.Q8_0,
+                        untied=True, window=128, biases=True, sinks=True, yarn=(32.0, 4096),
+                        moe=dict(experts=32, used=4, ffn=2880, type=Q.MXFP4),
+                        vocab_file="llama-bpe", bench_layers=8),
 }
 
 # The matrices' types drawn here (--type).
@@ -86,6 +119,12 @@ def blocks(rng, qtype, rows, cols, sigma):
         m = np.full((n, 1), -7.5 * dv, np.float16).view(np.uint8)
         q = rng.integers(0, 256, (n, 16), dtype=np.uint8)
         b = np.concatenate([d, m, q], axis=1)
+    elif qtype == Q.MXFP4:  # E8M0 exponent e, 16 bytes of E2M1 nibbles: 2^(e-128) * k
+        # the codes' values (doubled) have std sqrt(34.25); the scale a power of 2
+        e = int(round(math.log2(2 * sigma / math.sqrt(34.25)))) + 127
+        d = np.full((n, 1), e, np.uint8)
+        q = rng.integers(0, 256, (n, 16), dtype=np.uint8)
+        b = np.concatenate([d, q], axis=1)
     elif qtype == Q.F16:
         return (rng.standard_normal((rows, cols)) * sigma).astype(np.float16)
     else:
@@ -147,19 +186,27 @@ def tensor_plan(s, qt, layers, rng):
     qd, kvd = s["heads"] * head, s["kv"] * head
     plan = []
 
-    def matrix(name, rows, cols, t, sigma):
+    def matrix(name, rows, cols, t, sigma, experts=0):
+        """rows x cols (experts x rows x cols when experts)."""
+        lead = (experts,) if experts else ()
+        n = (experts or 1) * rows
         if t == Q.F16:
-            plan.append((name, (rows, cols), np.float16, None, rows * cols * 2,
-                         lambda: blocks(rng, t, rows, cols, sigma)))
+            plan.append((name, lead + (rows, cols), np.float16, None, n * cols * 2,
+                         lambda: blocks(rng, t, n, cols, sigma).reshape(lead + (rows, cols))))
             return
         bs, ts = gguf.GGML_QUANT_SIZES[t]
         rb = cols // bs * ts
-        plan.append((name, (rows, rb), np.uint8, t, rows * rb,
-                     lambda: blocks(rng, t, rows, cols, sigma)))
+        plan.append((name, lead + (rows, rb), np.uint8, t, n * rb,
+                     lambda: blocks(rng, t, n, cols, sigma).reshape(lead + (rows, rb))))
 
     def vector(name, n, make=None):
         make = make or (lambda: (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
         plan.append((name, (n,), np.float32, None, n * 4, make))
+
+    def f32(name, shape, sigma):
+        """A float32 tensor (router, biases, sinks) of N(0, sigma^2)."""
+        plan.append((name, shape, np.float32, None, int(np.prod(shape)) * 4,
+                     lambda: (sigma * rng.standard_normal(shape)).astype(np.float32)))
 
     # the embedding doubles as the output head when tied (as in the real
     # files but qwen3-8b); logits std ~2 either way
@@ -171,15 +218,35 @@ def tensor_plan(s, qt, layers, rng):
     if s.get("llama3_rope"):
         f = llama3_rope_factors(s["rope"], head, *s["llama3_rope"])
         vector("rope_freqs.weight", head // 2, lambda: f)
+    moe = s.get("moe")
     for L in range(layers):
         p = f"blk.{L}."
         mats = [("attn_q", qd, dim), ("attn_k", kvd, dim), ("attn_v", kvd, dim),
-                ("attn_output", dim, qd), ("ffn_gate", ffn, dim), ("ffn_up", ffn, dim),
-                ("ffn_down", dim, ffn)]
+                ("attn_output", dim, qd)]
+        if not moe:
+            mats += [("ffn_gate", ffn, dim), ("ffn_up", ffn, dim), ("ffn_down", dim, ffn)]
         for name, rows, cols in mats:
             matrix(p + name + ".weight", rows, cols, qt, 1.0 / math.sqrt(cols))
+        if moe:
+            E, fe, et = moe["experts"], moe["ffn"], moe["type"] or qt
+            f32(p + "ffn_gate_inp.weight", (E, dim), 1.0 / math.sqrt(dim))
+            for name, rows, cols in (("ffn_gate_exps", fe, dim), ("ffn_up_exps", fe, dim),
+                                     ("ffn_down_exps", dim, fe)):
+                matrix(p + name + ".weight", rows, cols, et, 1.0 / math.sqrt(cols), experts=E)
+            if s.get("biases"):
+                f32(p + "ffn_gate_inp.bias", (E,), 0.1)
+                f32(p + "ffn_gate_exps.bias", (E, fe), 0.1)
+                f32(p + "ffn_up_exps.bias", (E, fe), 0.1)
+                f32(p + "ffn_down_exps.bias", (E, dim), 0.1)
+        if s.get("biases"):
+            for name, n in (("attn_q", qd), ("attn_k", kvd), ("attn_v", kvd), ("attn_output", dim)):
+                f32(p + name + ".bias", (n,), 0.1)
+        if s.get("sinks"):
+            f32(p + "attn_sinks.weight", (s["heads"],), 1.0)
         vector(p + "attn_norm.weight", dim)
-        vector(p + "ffn_norm.weight", dim)
+        # gpt-oss's feed-forward norm is named post_attention_norm
+        vector(p + ("post_attention_norm.weight" if s["arch"] == "gpt-oss" else "ffn_norm.weight"),
+               dim)
         if s["arch"] == "gemma3" or s.get("qk_norm"):
             vector(p + "attn_q_norm.weight", head)
             vector(p + "attn_k_norm.weight", head)
@@ -210,6 +277,14 @@ def write(out, shape, qtype="Q4_1", layers=0, window=0, tokenizer_from=None, see
     w.add_float32(f"{arch}.rope.freq_base", s["rope"])
     if "window" in s:
         w.add_uint32(f"{arch}.attention.sliding_window", window or s["window"])
+    if s.get("moe"):
+        w.add_uint32(f"{arch}.expert_count", s["moe"]["experts"])
+        w.add_uint32(f"{arch}.expert_used_count", s["moe"]["used"])
+        w.add_uint32(f"{arch}.expert_feed_forward_length", s["moe"]["ffn"])
+    if s.get("yarn"):
+        w.add_string(f"{arch}.rope.scaling.type", "yarn")
+        w.add_float32(f"{arch}.rope.scaling.factor", s["yarn"][0])
+        w.add_uint32(f"{arch}.rope.scaling.original_context_length", s["yarn"][1])
     for k, v in s.get("extra", {}).items():
         w.add_uint32(f"{arch}.{k}", v)
     if tokenizer_from:
@@ -240,7 +315,8 @@ def main():
                     help="the matrices' type (default Q4_1)")
     ap.add_argument("--layers", type=int, default=0, help="fewer layers than the shape's")
     ap.add_argument("--window", type=int, default=0,
-                    help="a smaller sliding window than the shape's (gemma3), so short tests reach it")
+                    help="a smaller sliding window than the shape's (gemma3, gpt-oss), so short "
+                         "tests reach it")
     ap.add_argument("--tokenizer-from", metavar="GGUF",
                     help="copy the tokenizer.* keys of this file (its vocabulary padded to the "
                          "shape's with [PAD] tokens when smaller), so the file can be served")
