@@ -72,10 +72,10 @@ int zi_moe_read_params(const zi_gguf *g, const char *arch, int ffn_dim, int ffn_
     }
     snprintf(key, sizeof key, "%s.expert_weights_norm", arch);
     if ((rc = zi_gguf_get_bool_or(g, key, norm, &p->norm, err))) return rc;
-    snprintf(key, sizeof key, "%s.expert_weights_scale", arch);
-    if ((rc = zi_gguf_get_f32_or(g, key, 0.0f, &p->scale, err))) return rc;
-    if (!(p->scale >= 0.0f) || !isfinite(p->scale))
-        return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, p->scale);
+    /* expert_weights_scale is not read: llama.cpp reads it only for the
+     * families that use it (deepseek, glm4-moe, ...), none of zinfer's, and
+     * a Mixtral file with the key runs unscaled there. */
+    p->scale = 0.0f;
     p->gating = ZI_GATING_SOFTMAX;
     return ZI_OK;
 }

@@ -73,8 +73,9 @@ typedef struct zi_moe_scratch zi_moe_scratch;
  * (default ffn_default: llama.cpp takes feed_forward_length / used for the
  * Qwen MoEs, feed_forward_length itself for Mixtral),
  * expert_shared_feed_forward_length (when shared: default ffn_dim),
- * expert_weights_norm (default norm), expert_weights_scale (default 0).
- * Errors name the key. */
+ * expert_weights_norm (default norm); scale 0 (expert_weights_scale is
+ * not read, as llama.cpp does not for these families). Errors name the
+ * key. */
 int zi_moe_read_params(const zi_gguf *g, const char *arch, int ffn_dim, int ffn_default, int norm,
                        int shared, zi_moe_params *p, zi_error *err);
 
