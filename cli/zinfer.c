@@ -646,11 +646,13 @@ static int cmd_bench(const opts *o) {
          * as int8 operations a second, 2 per multiply-add and 2 int8
          * products per weight with 16-bit activations (q1 and q2, quant.h);
          * decode as weight bytes read a second (each step reads them once,
-         * whatever the number of streams). */
+         * whatever the number of streams; of a mixture of experts, the
+         * share one token's chosen experts are: exact for one stream, a
+         * lower bound for more). */
         const double macs = (double)zi_model_weight_macs(e.model);
         const int act_bits = zi_cpu_backend_act_bits(e.be);
         const double pf_gops = pf * macs * 2.0 * (act_bits == 16 ? 2.0 : 1.0) / 1e9;
-        const double dc_gb_s = o->gen_tokens > 0 ? (double)zi_model_weight_bytes(e.model) *
+        const double dc_gb_s = o->gen_tokens > 0 ? (double)zi_model_active_weight_bytes(e.model) *
                                                        (double)o->gen_tokens / (t2 - t1) / 1e9
                                                  : 0.0;
         if (o->json) {
@@ -667,6 +669,8 @@ static int cmd_bench(const opts *o) {
             json_object_set_new(j, "weight_macs_per_token", json_integer((json_int_t)macs));
             json_object_set_new(j, "weight_bytes",
                                 json_integer((json_int_t)zi_model_weight_bytes(e.model)));
+            json_object_set_new(j, "active_weight_bytes",
+                                json_integer((json_int_t)zi_model_active_weight_bytes(e.model)));
             json_object_set_new(j, "prefill_int8_gops", json_real(pf_gops));
             json_object_set_new(j, "decode_weight_gb_s", json_real(dc_gb_s));
             json_object_set_new(j, "sample_ms_typical", json_real(samp_ms[0]));
@@ -674,8 +678,8 @@ static int cmd_bench(const opts *o) {
             print_json_line(j);
             json_decref(j);
         } else {
-            printf("prefill: %zu tokens in %.3f s = %.1f tok/s (%.1f int8 Gop/s)\n", P, t1 - t0,
-                   pf, pf_gops);
+            printf("prefill: %zu tokens in %.3f s = %.1f tok/s (%.1f int8 Gop/s)\n", P, t1 - t0, pf,
+                   pf_gops);
             printf("decode:  %d x %lld tokens in %.3f s = %.1f tok/s (weights read at %.1f GB/s)\n",
                    S, o->gen_tokens, t2 - t1, dc, dc_gb_s);
             printf("sampling %d rows: %.3f ms typical (top_k 40, top_p 0.95, min_p 0.05, "
@@ -781,7 +785,8 @@ static const char *USAGE_BENCH =
     "  prefill_tok_s and decode_tok_s (aggregate over the streams), and the yardsticks\n"
     "  against the machine's limits (tests/bench/bench_machine): prefill_int8_gops (2 ops\n"
     "  per multiply-add of the weight products, 2 int8 products per weight with 16-bit\n"
-    "  activations) and decode_weight_gb_s (weight bytes read per second).\n";
+    "  activations) and decode_weight_gb_s (weight bytes read per second; of a mixture\n"
+    "  of experts, the chosen experts' share, active_weight_bytes a token).\n";
 
 /* zinfer devices: what --device can name on this build and machine. */
 static int cmd_devices(int argc, char **argv) {
