@@ -28,6 +28,8 @@ struct zi_moe_scratch {
     int32_t *src;           /* [cap * k]: the token of each grouped row */
     int32_t *count, *first; /* [e_cap]: rows per expert and where they start */
     float *sh_logit;        /* [cap]: the shared expert's gate logits, on the host */
+    float **gu_out;         /* [2 * k_cap]: a decode step's gate and up outputs */
+    const zi_weight **gu_w; /* and their weights */
     /* backend memory */
     float *logits;  /* [cap][n_expert] */
     float *xg;      /* [cap * k][dim]: the input rows grouped by expert */
@@ -263,6 +265,8 @@ void zi_moe_scratch_free(zi_backend *be, zi_moe_scratch *s) {
     free(s->count);
     free(s->first);
     free(s->sh_logit);
+    free(s->gu_out);
+    free((void *)s->gu_w);
     float *dev[] = {s->logits, s->xg, s->g, s->u, s->y, s->sh_gate};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) be->ops->free(be, dev[i]);
     free(s);
@@ -286,6 +290,8 @@ static int scratch_grow(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params
     s->count = malloc(E * sizeof(int32_t));
     s->first = malloc(E * sizeof(int32_t));
     s->sh_logit = malloc(t * sizeof(float));
+    s->gu_out = malloc(2 * (size_t)kk * sizeof *s->gu_out);
+    s->gu_w = malloc(2 * (size_t)kk * sizeof *s->gu_w);
     s->logits = be->ops->alloc(be, t * E * sizeof(float));
     s->xg = be->ops->alloc(be, t * (size_t)k * (size_t)dim * sizeof(float));
     s->g = be->ops->alloc(be, t * (size_t)kk * ff * sizeof(float));
@@ -293,8 +299,8 @@ static int scratch_grow(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params
     s->y = be->ops->alloc(be, t * (size_t)kk * (size_t)dim * sizeof(float));
     s->sh_gate = be->ops->alloc(be, t * sizeof(float));
     if ((!be->host_memory && !s->host_logits) || !s->ids || !s->w || !s->slot || !s->src ||
-        !s->count || !s->first || !s->sh_logit || !s->logits || !s->xg || !s->g || !s->u || !s->y ||
-        !s->sh_gate) {
+        !s->count || !s->first || !s->sh_logit || !s->gu_out || !s->gu_w || !s->logits || !s->xg ||
+        !s->g || !s->u || !s->y || !s->sh_gate) {
         zi_moe_scratch_free(be, s);
         *sp = NULL;
         return zi_error_set(err, ZI_ENOMEM, "out of memory for the experts of %d tokens", T);
@@ -346,6 +352,20 @@ int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
         }
     op->gather_rows(be, s->xg, x, s->src, T * k, dim);
 
+    /* One token (a decode step of one sequence): every chosen expert's
+     * gate and up read the same row, so they run as one job (one pool
+     * dispatch, one quantization of x, instead of one per expert). */
+    if (T == 1) {
+        int m = 0;
+        for (int e = 0; e < E; e++) {
+            if (s->count[e] == 0) continue;
+            const size_t r0 = (size_t)s->first[e];
+            s->gu_out[m] = s->g + r0 * ff, s->gu_w[m++] = &L->gate[e];
+            s->gu_out[m] = s->u + r0 * ff, s->gu_w[m++] = &L->up[e];
+        }
+        op->matmul_n(be, m, s->gu_out, s->gu_w, x, 1);
+    }
+
     /* One product per chosen expert over its tokens. */
     for (int e = 0; e < E; e++) {
         const int n = s->count[e];
@@ -354,7 +374,7 @@ int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
         float *g = s->g + r0 * ff, *u = s->u + r0 * ff;
         float *gu[2] = {g, u};
         const zi_weight *wgu[2] = {&L->gate[e], &L->up[e]};
-        op->matmul_n(be, 2, gu, wgu, s->xg + r0 * dim, n);
+        if (T > 1) op->matmul_n(be, 2, gu, wgu, s->xg + r0 * dim, n);
         if (p->oai) {
             op->add_bias(be, g, L->b_gate + (size_t)e * ff, n, ff);
             op->add_bias(be, u, L->b_up + (size_t)e * ff, n, ff);
