@@ -330,11 +330,24 @@ static int32_t eog_by_text(const zi_tokenizer *t, const char *s) {
     return id >= 0 && id < t->n_vocab && t->eog[id] ? id : -1;
 }
 
+/* gpt-oss's (o200k_harmony's) message markers: llama.cpp makes these
+ * user-defined whatever the file says, in every vocabulary that has them,
+ * so that they are always rendered when decoding (the server parses the
+ * channels out of the text) and always matched when encoding, even
+ * without special-token parsing. */
+static const char *const k_user_texts[] = {"<|channel|>", "<|message|>", "<|start|>",
+                                           "<|constrain|>"};
+
 /* llama.cpp's exceptions to its end-of-generation list: with <|return|>
  * and <|call|> (gpt-oss) or <|call|>/<|calls|> and <|flush|> (solar-open)
  * also in it, <|end|> is only user-defined; with <|tool_response> (Gemma 4)
- * or <|plamo:eos|> in it, </s> is a normal token. */
+ * or <|plamo:eos|> in it, </s> is a normal token. The k_user_texts come
+ * first, as there. */
 static void fix_eog(zi_tokenizer *t) {
+    for (size_t i = 0; i < sizeof k_user_texts / sizeof *k_user_texts; i++) {
+        int32_t id = tok_str_find(t, k_user_texts[i], strlen(k_user_texts[i]));
+        if (id >= 0 && id < t->n_vocab) t->attr[id] = TOK_ATTR_USER;
+    }
     int32_t end = eog_by_text(t, "<|end|>"), s = eog_by_text(t, "</s>");
     int call = eog_by_text(t, "<|call|>") >= 0 || eog_by_text(t, "<|calls|>") >= 0;
     if (end >= 0 && call &&

@@ -79,11 +79,15 @@ enum {
  *  - Qwen 2's (Llama 3's with single digits): "qwen2", "deepseek-r1-qwen",
  *    "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open";
  *    and "qwen35" (combining marks join letter runs);
+ *  - GPT-4o's (o200k; gpt-oss files carry it too), letter runs split by
+ *    ASCII case: "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2";
  *  - regex lists: "falcon", "deepseek-llm", "deepseek-coder", and
  *    llama.cpp's default set for "default" or a missing key (GPT-NeoX,
  *    Aquila files).
- * Other llama.cpp names (e.g. "tekken", "chatglm-bpe", "gpt-4o", "bloom")
- * are refused. ZI_EFORMAT for inconsistent
+ * Other llama.cpp names (e.g. "tekken", "chatglm-bpe", "bloom") are
+ * refused. Whatever the pre-tokenizer, tokens named <|channel|>,
+ * <|message|>, <|start|> and <|constrain|> are user-defined, as llama.cpp
+ * makes gpt-oss's markers. ZI_EFORMAT for inconsistent
  * metadata (a merge without a space separating two parts, special token ids
  * out of range, token_type and tokens of different lengths, add_bos_token
  * without a bos id). Merge parts or results that are not tokens are

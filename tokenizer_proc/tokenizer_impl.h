@@ -61,7 +61,7 @@ typedef enum tok_model {
 } tok_model;
 
 /* Pre-tokenizers (see tokenizer_pretok.c, which maps names to them). The
- * first five are hand-written scanners; the others are lists of regexes
+ * first six are hand-written scanners; the others are lists of regexes
  * (tokenizer_regex.c). */
 typedef enum tok_pretok_kind {
     TOK_PRETOK_GPT2,        /* the GPT-2 pattern alone */
@@ -69,6 +69,7 @@ typedef enum tok_pretok_kind {
     TOK_PRETOK_LLAMA3,      /* Llama 3: [^\r\n\p{L}\p{N}]?\p{L}+, \p{N}{1,3}, ... */
     TOK_PRETOK_QWEN2,       /* as LLAMA3 with single \p{N} */
     TOK_PRETOK_QWEN35,      /* as QWEN2 with \p{M} joining letter runs */
+    TOK_PRETOK_GPT4O,       /* o200k (GPT-4o, gpt-oss): case-aware letter runs */
     TOK_PRETOK_FALCON,      /* punctuation runs, GPT-2, [0-9]{3} */
     TOK_PRETOK_DEFAULT,     /* llama.cpp's default: as FALCON plus \p{N}+ */
     TOK_PRETOK_DEEPSEEK_LLM,

@@ -6,9 +6,10 @@
  * pieces. The loop and the cache live beside the scanners so that the
  * compiler can inline the whole per-piece path.
  *
- * Two scanners, no regex engine, as llama.cpp itself has hand-written
- * splitters for these patterns (and they are several times faster than
- * PCRE2's JIT on them):
+ * Three scanners, no regex engine. llama.cpp itself has hand-written
+ * splitters for the first two patterns, and these are several times faster
+ * than PCRE2's JIT on them; the third, which llama.cpp runs with std::regex,
+ * would need PCRE2 stack in proportion to a word's length:
  *  - GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
  *    \s+(?!\S)|\s+, optionally preceded by a split that isolates every
  *    \p{N} codepoint (the "smollm"/"starcoder" family); each span between
@@ -17,6 +18,10 @@
  *    [^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|
  *    \s*[\r\n]+|\s+(?!\S)|\s+, and its Qwen variants (\p{N} alone; Qwen
  *    3.5 also lets \p{M} join letter runs and leave punctuation runs).
+ *  - GPT-4o (o200k, also gpt-oss's): Llama 3's with case-aware letter
+ *    runs and [\r\n/]* after punctuation; see the comment above
+ *    gpt4o_case for the pattern and what llama.cpp's way of running it
+ *    makes of it.
  * The other pre-tokenizers are lists of regexes run by tokenizer_regex.c.
  *
  * To add a pre-tokenizer: a tok_pretok_kind (tokenizer_impl.h), its
@@ -86,6 +91,11 @@ static const struct {
     {"hunyuan", TOK_PRETOK_QWEN2, 0},
     {"solar-open", TOK_PRETOK_QWEN2, 0},
     {"qwen35", TOK_PRETOK_QWEN35, 0},
+    {"gpt-4o", TOK_PRETOK_GPT4O, 0}, /* gpt-oss files carry this name too */
+    {"llama4", TOK_PRETOK_GPT4O, 0},
+    {"kanana2", TOK_PRETOK_GPT4O, 0},
+    {"talkie", TOK_PRETOK_GPT4O, 0},
+    {"minimax-m2", TOK_PRETOK_GPT4O, 0}, /* its own type there, the same regex */
     {"falcon", TOK_PRETOK_FALCON, 0},
     {"", TOK_PRETOK_DEFAULT, 0}, /* no tokenizer.ggml.pre: llama.cpp's default */
     {"default", TOK_PRETOK_DEFAULT, 0},
@@ -235,6 +245,60 @@ static inline uint32_t ascii_lower(uint32_t c) {
     return c >= 'A' && c <= 'Z' ? c + 32 : c;
 }
 
+/* The alternatives that Llama 3's pattern and GPT-4o's share, after
+ * their letter runs, at byte pos (codepoint cp of len bytes, flags f):
+ * \p{N}{1,max_digits}, " ?[^\s<letter>\p{N}]+[\r\n]*" (with slash, the
+ * trailing class is [\r\n/]), then \s*[\r\n]+, \s+(?!\S) and \s+.
+ * Returns where the match ends. */
+static inline size_t rest_match(const unsigned char *s, size_t n, size_t pos, uint32_t cp,
+                                size_t len, uint16_t f, int max_digits, uint16_t letter,
+                                int slash) {
+    uint32_t c1;
+    size_t l1;
+
+    /* \p{N}{1,3} or \p{N} */
+    if (f & ZI_UC_NUMBER) {
+        size_t p = pos + len;
+        for (int k = 1; k < max_digits; k++) {
+            if (!(flags_at(s, n, p, &c1, &l1) & ZI_UC_NUMBER)) break;
+            p += l1;
+        }
+        return p;
+    }
+
+    /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
+    const uint16_t stop = ZI_UC_WHITESPACE | ZI_UC_NUMBER | letter;
+    size_t p = pos, l = len;
+    uint16_t f2 = f;
+    if (cp == ' ') {
+        p = pos + 1;
+        f2 = flags_at(s, n, p, &c1, &l);
+    }
+    if (!(f2 & stop) && f) {
+        while (!(f2 & stop) && f2) {
+            p += l;
+            f2 = flags_at(s, n, p, &c1, &l);
+        }
+        while (p < n && (s[p] == '\r' || s[p] == '\n' || (slash && s[p] == '/'))) p++;
+        return p;
+    }
+
+    /* \s*[\r\n]+ then \s+(?!\S) then \s+ */
+    size_t q = pos, last = pos, end_rn = 0, nws = 0;
+    for (;;) {
+        uint16_t fw = flags_at(s, n, q, &c1, &l);
+        if (!(fw & ZI_UC_WHITESPACE)) break;
+        last = q;
+        q += l;
+        if (c1 == '\r' || c1 == '\n') end_rn = q;
+        nws++;
+    }
+    if (end_rn) return end_rn;
+    if (nws > 1 && q < n) return last;
+    if (nws > 0) return q;
+    return pos + len;
+}
+
 /* One match of the Llama 3 pattern at byte pos; returns where it ends.
  * max_digits is 3 (Llama 3) or 1 (Qwen); marks adds \p{M} to the letter
  * runs and removes it from the punctuation runs (Qwen 3.5). The branches
@@ -271,48 +335,92 @@ static size_t llama3_match(const unsigned char *s, size_t n, size_t pos, int max
             return p;
         }
     }
+    return rest_match(s, n, pos, cp, len, f, max_digits, letter, 0);
+}
 
-    /* \p{N}{1,3} or \p{N} */
-    if (f & ZI_UC_NUMBER) {
-        size_t p = pos + len;
-        for (int k = 1; k < max_digits; k++) {
-            if (!(flags_at(s, n, p, &c1, &l1) & ZI_UC_NUMBER)) break;
-            p += l1;
-        }
-        return p;
-    }
+/* ------------------------------------------------------------------------ */
+/* the GPT-4o (o200k) scanner */
 
-    /* " ?[^\s\p{L}\p{N}]+[\r\n]*" */
-    const uint16_t stop = ZI_UC_WHITESPACE | ZI_UC_NUMBER | letter;
-    size_t p = pos, l = len;
-    uint16_t f2 = f;
-    if (cp == ' ') {
-        p = pos + 1;
-        f2 = flags_at(s, n, p, &c1, &l);
+/*
+ * llama.cpp's GPT-4o pattern (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GPT4O)
+ * rewrites the \p{Lu}/\p{Ll} classes of o200k's tokenizer.json as
+ * lookaheads:
+ *   [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]
+ *   |'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?
+ *   |[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:...)?
+ *   |\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * It has no hand-written splitter for it, so std::regex runs it on the
+ * "collapsed" text (tokenizer_regex.c's file comment), where every
+ * non-ASCII letter is one unit standing for \p{L}. Such a letter is both
+ * "upper" ([^a-z]) and "lower" ([^A-Z]); only ASCII letters have a case.
+ * That, and std::regex's backtracking, give these letter runs, reproduced
+ * here without a regex (PCRE2's JIT would need stack in proportion to a
+ * run's length):
+ *  - U = [A-Z] or a non-ASCII letter, W = [a-z] or a non-ASCII letter.
+ *    From the run's start, take the longest run of U; if the codepoint
+ *    after it is in W, the W-run starts there; else it starts at the last
+ *    non-ASCII letter of the U-run; else (only ASCII capitals) the match is
+ *    the U-run itself (the second alternative). The W-run is then as long
+ *    as it goes, and one contraction may follow.
+ *  - The optional first codepoint is anything but \r, \n, a letter or a
+ *    number, and it joins only when a letter follows.
+ * So "HELLOworld" stays one piece, "helloWORLD" is "hello" "WORLD",
+ * "camelCase" is "camel" "Case", and "\xc3\x89AB" (ÉAB) is "É" "AB",
+ * where o200k itself would keep "ÉAB" whole: llama.cpp decides.
+ */
+
+/* U, W or both (a non-ASCII letter) for a codepoint with flags f. */
+enum { CASE_NONE = 0, CASE_UPPER = 1, CASE_LOWER = 2, CASE_BOTH = 3 };
+
+static inline int gpt4o_case(uint32_t cp, uint16_t f) {
+    if (!(f & ZI_UC_LETTER)) return CASE_NONE;
+    if (cp >= 0x80) return CASE_BOTH;
+    return cp <= 'Z' ? CASE_UPPER : CASE_LOWER;
+}
+
+/* The letter alternatives from byte q, a letter; returns where they end. */
+static size_t gpt4o_letters(const unsigned char *s, size_t n, size_t q) {
+    uint32_t c;
+    size_t l, p = q, last_both = SIZE_MAX;
+    int k;
+    for (;;) { /* ((?=[\p{L}])([^a-z]))* */
+        uint16_t f = flags_at(s, n, p, &c, &l);
+        k = gpt4o_case(c, f);
+        if (!(k & CASE_UPPER)) break;
+        if (k == CASE_BOTH) last_both = p;
+        p += l;
     }
-    if (!(f2 & stop) && f) {
-        while (!(f2 & stop) && f2) {
+    size_t low = k == CASE_LOWER ? p : last_both;
+    if (low != SIZE_MAX) { /* ((?=[\p{L}])([^A-Z]))+ from where it can start */
+        p = low;
+        for (;;) {
+            uint16_t f = flags_at(s, n, p, &c, &l);
+            if (!(gpt4o_case(c, f) & CASE_LOWER)) break;
             p += l;
-            f2 = flags_at(s, n, p, &c1, &l);
         }
-        while (p < n && (s[p] == '\r' || s[p] == '\n')) p++;
-        return p;
     }
+    if (p + 1 < n && s[p] == '\'') {
+        uint32_t c1 = ascii_lower(s[p + 1]);
+        if (c1 == 's' || c1 == 't' || c1 == 'm' || c1 == 'd') return p + 2;
+        if (p + 2 < n) {
+            uint32_t c2 = ascii_lower(s[p + 2]);
+            if ((c1 == 'r' && c2 == 'e') || (c1 == 'v' && c2 == 'e') || (c1 == 'l' && c2 == 'l'))
+                return p + 3;
+        }
+    }
+    return p;
+}
 
-    /* \s*[\r\n]+ then \s+(?!\S) then \s+ */
-    size_t q = pos, last = pos, end_rn = 0, nws = 0;
-    for (;;) {
-        uint16_t fw = flags_at(s, n, q, &c1, &l);
-        if (!(fw & ZI_UC_WHITESPACE)) break;
-        last = q;
-        q += l;
-        if (c1 == '\r' || c1 == '\n') end_rn = q;
-        nws++;
-    }
-    if (end_rn) return end_rn;
-    if (nws > 1 && q < n) return last;
-    if (nws > 0) return q;
-    return pos + len;
+/* One match of the GPT-4o pattern at byte pos; returns where it ends. */
+static size_t gpt4o_match(const unsigned char *s, size_t n, size_t pos) {
+    uint32_t cp, c1;
+    size_t len, l1;
+    uint16_t f = flags_at(s, n, pos, &cp, &len);
+    if (f & ZI_UC_LETTER) return gpt4o_letters(s, n, pos);
+    if (!(f & ZI_UC_NUMBER) && cp != '\r' && cp != '\n' &&
+        (flags_at(s, n, pos + len, &c1, &l1) & ZI_UC_LETTER))
+        return gpt4o_letters(s, n, pos + len);
+    return rest_match(s, n, pos, cp, len, f, 3, ZI_UC_LETTER, 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -399,6 +507,14 @@ int tok_pretok_encode(zi_tokenizer *t, const unsigned char *s, size_t n, tok_idv
                 end = pos + len;
             else
                 end = gpt2_match(&sc, pos, cp, len, f);
+            if ((rc = encode_piece(t, s + pos, end - pos, out))) return rc;
+            pos = end;
+        }
+        return ZI_OK;
+    }
+    if (t->pretok == TOK_PRETOK_GPT4O) {
+        while (pos < n) {
+            size_t end = gpt4o_match(s, n, pos);
             if ((rc = encode_piece(t, s + pos, end - pos, out))) return rc;
             pos = end;
         }

@@ -4,7 +4,7 @@
  * 'fuzz_tokenizer_replay'), on:
  *  - small hand-made vocabularies, one per pre-tokenizer family (byte-level
  *    BPE: gpt-2, smollm, llama-bpe, dbrx, qwen2, qwen35, falcon, default,
- *    deepseek-llm, deepseek-coder) and two SentencePiece ones (plain and
+ *    deepseek-llm, deepseek-coder, gpt-4o) and two SentencePiece ones (plain and
  *    named Phi-3, whose specials strip spaces): the 256 byte tokens, a few
  *    dozen merged words and digits, control and user-defined tokens;
  *  - each of them whole, truncated at seeded places, with seeded byte-level
@@ -530,6 +530,7 @@ static const family k_families[] = {
     {"bpe-default", 0, NULL},
     {"bpe-deepseek-llm", 0, "deepseek-llm"},
     {"bpe-deepseek-coder", 0, "deepseek-coder"},
+    {"bpe-gpt-4o", 0, "gpt-4o"},
     {"spm", 1, NULL},
     {"spm-phi-3", 1, "Phi-3 mini"},
 };

@@ -10,8 +10,9 @@
  * for running them (unicode.cpp), including its quirks: non-ASCII
  * whitespace is U+000B to its regexes, so U+3000 leaves the deepseek-llm
  * punctuation class that names it. Also: names refused with a one-line
- * error, and hostile text (long runs of one class, invalid UTF-8) that must
- * split in linear time without a crash.
+ * error, hostile text (long runs of one class, invalid UTF-8) that must
+ * split in linear time without a crash, and gpt-oss's marker tokens, whose
+ * attributes llama.cpp sets by their text.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,12 +32,18 @@
 #include "tokenizer_impl.h"
 #include "unicode.h"
 
-/* 256 byte tokens and "ab" (id 256, also the BOS id when with_bos); pre
- * NULL leaves the key out. */
-static wbuf make_vocab_bos(const char *pre, int with_bos) {
+/* gpt-oss's marker tokens (ids 257.., all CONTROL in the file), for
+ * make_vocab_full's with_markers; <|return|> is the EOS. */
+static const char *const k_markers[] = {"<|start|>", "<|channel|>", "<|message|>", "<|constrain|>",
+                                        "<|end|>",   "<|return|>",  "<|call|>"};
+enum { N_MARKERS = 7, T_START = 257, T_CHANNEL, T_MESSAGE, T_CONSTRAIN, T_END, T_RETURN, T_CALL };
+
+/* 256 byte tokens and "ab" (id 256, also the BOS id when with_bos), then
+ * the k_markers when with_markers; pre NULL leaves the key out. */
+static wbuf make_vocab_full(const char *pre, int with_bos, int with_markers) {
     static char chars[256][4];
-    const char *toks[257];
-    int32_t types[257];
+    const char *toks[257 + N_MARKERS];
+    int32_t types[257 + N_MARKERS];
     for (unsigned b = 0; b < 256; b++) {
         zi_test_gpt2_byte_char(b, chars[b]);
         toks[b] = chars[b];
@@ -44,19 +51,29 @@ static wbuf make_vocab_bos(const char *pre, int with_bos) {
     }
     toks[256] = "ab";
     types[256] = ZI_TOKEN_NORMAL;
+    size_t n_toks = 257;
+    for (size_t i = 0; with_markers && i < N_MARKERS; i++) {
+        toks[n_toks] = k_markers[i];
+        types[n_toks++] = ZI_TOKEN_CONTROL;
+    }
     static const char *const merges[] = {"a b"};
     wbuf b = {0};
     w_bytes(&b, "GGUF", 4);
     w_u32(&b, 3);
     w_u64(&b, 0);
-    w_u64(&b, 4 + (pre != NULL) + (with_bos != 0));
+    w_u64(&b, 4 + (pre != NULL) + (with_bos != 0) + (with_markers != 0));
     kv_str(&b, "tokenizer.ggml.model", "gpt2");
     if (pre) kv_str(&b, "tokenizer.ggml.pre", pre);
-    kv_strs(&b, "tokenizer.ggml.tokens", toks, 257);
-    kv_i32s(&b, "tokenizer.ggml.token_type", types, 257);
+    kv_strs(&b, "tokenizer.ggml.tokens", toks, n_toks);
+    kv_i32s(&b, "tokenizer.ggml.token_type", types, n_toks);
     kv_strs(&b, "tokenizer.ggml.merges", merges, 1);
     if (with_bos) kv_u32(&b, "tokenizer.ggml.bos_token_id", 256);
+    if (with_markers) kv_u32(&b, "tokenizer.ggml.eos_token_id", T_RETURN);
     return b;
+}
+
+static wbuf make_vocab_bos(const char *pre, int with_bos) {
+    return make_vocab_full(pre, with_bos, 0);
 }
 
 static wbuf make_vocab(const char *pre) {
@@ -157,6 +174,89 @@ static void test_qwen(void **state) {
     unload(&l);
 }
 
+/* The GPT-4o pattern as llama.cpp runs it (tokenizer_pretok.c's comment
+ * above gpt4o_case): ASCII letters have a case, other letters count as
+ * both; the ids these splits give equal llama.cpp's on a copy of a real
+ * vocabulary (tests/e2e/test_pretok_gpt4o.py). */
+static void test_gpt4o(void **state) {
+    (void)state;
+    loaded l = load("gpt-4o");
+    SPLIT(l.t, "gpt-4o", "HELLOworld helloWORLD camelCase", "HELLOworld", " hello", "WORLD",
+          " camel", "Case");
+    SPLIT(l.t, "gpt-4o", "I'M don't WE'LL x'y", "I'M", " don't", " WE'LL", " x", "'y");
+    /* no contraction alternative of its own: one follows letters only */
+    SPLIT(l.t, "gpt-4o", "'s 's", "'s", " '", "s");
+    SPLIT(l.t, "gpt-4o", "1234567 12", "123", "456", "7", " ", "12");
+    SPLIT(l.t, "gpt-4o", "x!\n/y a/b", "x", "!\n/", "y", " a", "/b");
+    SPLIT(l.t, "gpt-4o", "  \n  hi", "  \n", " ", " hi");
+    SPLIT(l.t, "gpt-4o", "x  ", "x", "  ");
+    /* non-ASCII letters are upper and lower: \u00c9AB is split where
+     * o200k proper would keep it whole, as llama.cpp splits it */
+    SPLIT(l.t, "gpt-4o", "\xc3\x89\x41\x42 a\xc3\x89\x42 \xc3\xa9t\xc3\xa9", "\xc3\x89", "AB",
+          " a\xc3\x89", "B", " \xc3\xa9t\xc3\xa9");
+    SPLIT(l.t, "gpt-4o", "\xe4\xb8\xad\xe6\x96\x87\x41\x42\x63",
+          "\xe4\xb8\xad\xe6\x96\x87\x41\x42\x63"); /* CJK then ABc */
+    /* a combining mark is no letter: it leads the next run */
+    SPLIT(l.t, "gpt-4o", "e\xcc\x81x", "e", "\xcc\x81x");
+    /* U+3000 is whitespace, and may lead a letter run */
+    SPLIT(l.t, "gpt-4o", "\xe3\x80\x80\xe3\x80\x80x", "\xe3\x80\x80", "\xe3\x80\x80x");
+    SPLIT(l.t, "gpt-4o", "\n\nAb", "\n\n", "Ab");
+    unload(&l);
+    static const char *const aliases[] = {"llama4", "kanana2", "talkie", "minimax-m2"};
+    for (size_t i = 0; i < sizeof aliases / sizeof *aliases; i++) {
+        l = load(aliases[i]);
+        SPLIT(l.t, aliases[i], "helloWORLD 1234", "hello", "WORLD", " ", "123", "4");
+        unload(&l);
+    }
+}
+
+/* gpt-oss's markers, as llama.cpp's load treats them whatever their type
+ * in the file: <|start|>, <|channel|>, <|message|> and <|constrain|> are
+ * user-defined (matched without parse_special, decoded without special);
+ * with <|return|> and <|call|> ending generation, <|end|> does not, and is
+ * user-defined too. */
+static void test_gpt_oss_markers(void **state) {
+    (void)state;
+    wbuf b = make_vocab_full("gpt-4o", 0, 1);
+    zi_gguf *g;
+    zi_tokenizer *t;
+    zi_error err = {0};
+    assert_int_equal(zi_gguf_open_memory(b.p, b.n, &g, &err), ZI_OK);
+    assert_int_equal(zi_tokenizer_load(g, &t, &err), ZI_OK);
+    assert_true(zi_tokenizer_is_eog(t, T_RETURN));
+    assert_true(zi_tokenizer_is_eog(t, T_CALL));
+    assert_false(zi_tokenizer_is_eog(t, T_END));
+    assert_false(zi_tokenizer_is_eog(t, T_START));
+
+    static const char text[] = "<|start|>a<|channel|>b<|constrain|><|message|>c<|end|><|return|>";
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(zi_tokenizer_encode(t, text, strlen(text), 0, 0, &ids, &n, &err), ZI_OK);
+    /* <|return|> stays text without parse_special: 10 bytes */
+    assert_int_equal(n, 8 + 10);
+    static const int32_t head[] = {T_START,     'a',       T_CHANNEL, 'b',
+                                   T_CONSTRAIN, T_MESSAGE, 'c',       T_END};
+    for (size_t i = 0; i < 8; i++) assert_int_equal(ids[i], head[i]); /* byte b is id b */
+    free(ids);
+    assert_int_equal(zi_tokenizer_encode(t, text, strlen(text), 0, 1, &ids, &n, &err), ZI_OK);
+    assert_int_equal(n, 9);
+    assert_int_equal(ids[8], T_RETURN);
+
+    /* decoding without special shows the markers and <|end|>, not
+     * <|return|> */
+    char *out;
+    size_t len;
+    assert_int_equal(zi_tokenizer_decode(t, ids, n, 0, &out, &len, &err), ZI_OK);
+    static const char shown[] = "<|start|>a<|channel|>b<|constrain|><|message|>c<|end|>";
+    assert_int_equal(len, strlen(shown));
+    assert_memory_equal(out, shown, len);
+    free(out);
+    free(ids);
+    zi_tokenizer_free(t);
+    zi_gguf_close(g);
+    free(b.p);
+}
+
 static void test_deepseek(void **state) {
     (void)state;
     loaded l = load("deepseek-coder");
@@ -208,6 +308,7 @@ static void expect_refused(const char *pre) {
 static void test_refused(void **state) {
     (void)state;
     expect_refused("tekken");      /* a llama.cpp name zinfer does not implement */
+    expect_refused("gpt4o");       /* llama.cpp's name is "gpt-4o" only */
     expect_refused("no-such-pre"); /* not a name at all */
     expect_refused("Gpt-2");       /* names are case-sensitive, as in llama.cpp */
     char longname[300];
@@ -258,10 +359,10 @@ static void test_hostile(void **state) {
     (void)state;
     static const char *const pres[] = {"gpt-2",        "smollm",         "llama-bpe", "qwen2",
                                        "qwen35",       "falcon",         "default",   "mpt",
-                                       "deepseek-llm", "deepseek-coder", "command-r"};
+                                       "deepseek-llm", "deepseek-coder", "command-r", "gpt-4o"};
     static const char *const units[] = {
-        " ",   "\n",           "1",        "a", "!",    "\xe3\x80\x80",
-        " \n", "\xe4\xb8\xad", "\xcc\x81", "'", "\xff", "\xc0\x80"};
+        " ",        "\n", "1",    "a",        "!",  "\xe3\x80\x80", " \n", "\xe4\xb8\xad",
+        "\xcc\x81", "'",  "\xff", "\xc0\x80", "aB", "\xc3\x89",     "!\n"};
     const size_t size = 1 << 20;
     char *text = malloc(size + 8);
     assert_non_null(text);
@@ -298,6 +399,7 @@ int main(void) {
         cmocka_unit_test(test_qwen),           cmocka_unit_test(test_deepseek),
         cmocka_unit_test(test_falcon_default), cmocka_unit_test(test_refused),
         cmocka_unit_test(test_default_bos),    cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_gpt4o),          cmocka_unit_test(test_gpt_oss_markers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
