@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes tests/fixtures/chat_template_corpus.json.gz: jinja2's renderings of
 llama.cpp's vendored chat templates ($ZINFER_HOME/llama.cpp-vendor/models/
-templates/*.jinja, 71 real templates) on the conversations of
+templates/*.jinja, 70 real templates) on the conversations of
 tests/fixtures/chat_template_conversations.json, for
 tests/e2e/test_template_corpus.py to compare `zinfer chat-template` against.
 
@@ -85,8 +85,8 @@ def case_requests(conv):
             req = {"messages": case["messages"], "add_generation_prompt": agp,
                    "bos_token": conv["bos_token"], "eos_token": conv["eos_token"],
                    "variables": case.get("variables", {})}
-            if case.get("tools") == "TOOLS":
-                req["tools"] = conv["tools"]
+            if "tools" in case:  # "TOOLS" -> conv["tools"], "RICH_TOOLS" -> conv["rich_tools"]
+                req["tools"] = conv[case["tools"].lower()]
             out.append((f"{case['name']}/agp{int(agp)}", req))
     return out
 

@@ -57,8 +57,8 @@ def requests():
             req = {"messages": case["messages"], "add_generation_prompt": agp,
                    "bos_token": conv["bos_token"], "eos_token": conv["eos_token"],
                    "variables": case.get("variables", {}), "now": now}
-            if case.get("tools") == "TOOLS":
-                req["tools"] = conv["tools"]
+            if "tools" in case:  # "TOOLS" -> conv["tools"], "RICH_TOOLS" -> conv["rich_tools"]
+                req["tools"] = conv[case["tools"].lower()]
             out.append((f"{case['name']}/agp{int(agp)}", req))
     return out
 
