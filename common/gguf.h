@@ -63,6 +63,7 @@ typedef enum zi_ggml_type {
     ZI_TYPE_IQ4_NL = 20,
     ZI_TYPE_IQ4_XS = 23,
     ZI_TYPE_BF16 = 30,
+    ZI_TYPE_MXFP4 = 39, /* gpt-oss's expert tensors */
 } zi_ggml_type;
 
 typedef struct zi_str {

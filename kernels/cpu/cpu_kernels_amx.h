@@ -1,10 +1,10 @@
 /*
  * cpu_kernels_amx.h - the 16-row products on AMX-INT8 tiles, for every
  * type stored in a 16-row layout (repack.h's Q4_0/Q4_1/Q8_0 and
- * repack_x.h's extended one: Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K..Q6_K), and
- * mm_r16_any, the avx512 table's 16-row entry, which sends batches to the
- * tiles where the CPU has them and the rest to the VNNI kernels
- * (mm_r16_vnni, mm_r16x). One of the units that cpu_kernels_impl.h
+ * repack_x.h's extended one: Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K..Q6_K,
+ * MXFP4), and mm_r16_any, the avx512 table's 16-row entry, which sends
+ * batches to the tiles where the CPU has them and the rest to the VNNI
+ * kernels (mm_r16_vnni, mm_r16x). One of the units that cpu_kernels_impl.h
  * includes, in its order, once per instruction set.
  *
  * What each table compiles here:
@@ -82,7 +82,7 @@ typedef struct amx_cfg {
 /* A type as the driver sees it; every field a constant once inlined. */
 typedef struct amx_type {
     int kind; /* KQ4_0, KQ4_1, KQ8_0 (repack.h), or AMX_X (repack_x.h) */
-    int planes, lut, halves, cws, sub; /* the extended format (repack_x.h) */
+    int planes, lut, halves, cws, sub, e8m0; /* the extended format (repack_x.h) */
     float zp;
 } amx_type;
 #define AMX_X 3
@@ -103,7 +103,7 @@ typedef struct amx_scratch {
 
 static inline size_t amx_group_bytes(const amx_type ty) {
     return ty.kind != AMX_X ? 16 * block_bytes(ty.kind)
-                            : r16x_col_bytes(ty.planes, ty.halves, ty.cws, ty.sub);
+                            : r16x_col_bytes(ty.planes, ty.halves, ty.cws, ty.sub, ty.e8m0);
 }
 
 /* The codes of block column G as B-tile bytes at d (Q8_0's need none: the
@@ -324,8 +324,8 @@ amx_rows(const amx_type ty, const uint8_t *w, size_t row_bytes, int64_t r0, int6
                         amx_decode(ty, G, sc.ub[k - k0]);
                         if (ty.kind == AMX_X) {
                             __m512 v[4];
-                            r16x_col_scales(ty.planes, ty.halves, ty.cws, ty.sub, ty.zp, base, gb,
-                                            nb, k, &v[0], &v[1], &v[2], &v[3]);
+                            r16x_col_scales(ty.planes, ty.halves, ty.cws, ty.sub, ty.e8m0, ty.zp,
+                                            base, gb, nb, k, &v[0], &v[1], &v[2], &v[3]);
                             for (int j = 0; j < 4; j++) _mm512_store_ps(sc.xs[k - k0][j], v[j]);
                         }
                     }
@@ -360,12 +360,12 @@ static ZI_AMX_FN int mm_r16_amx(int type, const uint8_t *w, size_t row_bytes, in
                                 int64_t r1, const zi_q8_act *a, int n_tokens, float *y,
                                 int64_t ldy) {
 #define AMX_ROWS(...) amx_rows((amx_type){__VA_ARGS__}, w, row_bytes, r0, r1, a, n_tokens, y, ldy)
-#define AMX_X_CASE(T, P, L, H, C, F, Z)                                                            \
-    case T: AMX_ROWS(AMX_X, P, L, H, C, F, Z); return 1;
+#define AMX_X_CASE(T, P, L, H, C, F, E, Z)                                                         \
+    case T: AMX_ROWS(AMX_X, P, L, H, C, F, E, Z); return 1;
     switch (type) {
-    case ZI_TYPE_Q4_0: AMX_ROWS(KQ4_0, 0, 0, 0, 0, 0, 0.0f); return 1;
-    case ZI_TYPE_Q4_1: AMX_ROWS(KQ4_1, 0, 0, 0, 0, 0, 0.0f); return 1;
-    case ZI_TYPE_Q8_0: AMX_ROWS(KQ8_0, 0, 0, 0, 0, 0, 0.0f); return 1;
+    case ZI_TYPE_Q4_0: AMX_ROWS(KQ4_0, 0, 0, 0, 0, 0, 0, 0.0f); return 1;
+    case ZI_TYPE_Q4_1: AMX_ROWS(KQ4_1, 0, 0, 0, 0, 0, 0, 0.0f); return 1;
+    case ZI_TYPE_Q8_0: AMX_ROWS(KQ8_0, 0, 0, 0, 0, 0, 0, 0.0f); return 1;
         ZI_R16X_TYPES(AMX_X_CASE)
     default: return 0;
     }

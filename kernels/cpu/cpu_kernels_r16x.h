@@ -1,11 +1,11 @@
 /*
  * cpu_kernels_r16x.h - the products of weights in the extended 16-row
- * layout (repack_x.h: Q5_0, Q5_1, IQ4_NL, IQ4_XS and the K-quants) on the
- * vector units, and mm_r16_any, the 16-row entry of the avx2 table, which
- * sends those types here and the others to mm_r16_avx2 (the avx512 table's
- * entry follows in cpu_kernels_amx.h, which adds the AMX tiles). One of the
- * units that cpu_kernels_impl.h includes, in its order, once per
- * instruction set.
+ * layout (repack_x.h: Q5_0, Q5_1, IQ4_NL, IQ4_XS, the K-quants and MXFP4)
+ * on the vector units, and mm_r16_any, the 16-row entry of the avx2
+ * table, which sends those types here and the others to mm_r16_avx2 (the
+ * avx512 table's entry follows in cpu_kernels_amx.h, which adds the AMX
+ * tiles). One of the units that cpu_kernels_impl.h includes, in its order,
+ * once per instruction set.
  *
  * What each table compiles here:
  *   scalar   nothing (it has no 16-row entry: these types run on the
@@ -17,7 +17,8 @@
  *   AVX-512  (#if ZI_HAVE_VNNI && __AVX512F__) r16x_vnni_rows: the codes
  *            of a column decoded in registers (r16x_decode512: nibbles,
  *            code book by vpshufb, bit planes by masked byte adds), then
- *            vpdpbusd as in mm_r16_vnni.
+ *            vpdpbusd as in mm_r16_vnni; MXFP4's E8M0 scales become
+ *            floats by integer shifts (r16x_e8m0x16).
  *
  * Per block column k and token t, with u the codes, q = 256*q1 + q2 the
  * activation and da its scale (quant.h):
@@ -34,12 +35,12 @@
 
 /* zi_r16x_format_bytes and _super_bytes of a format given by its fields
  * (constants in the kernels' per-type copies). */
-static inline size_t r16x_col_bytes(int planes, int halves, int cws, int sub) {
-    const zi_r16x_format f = {planes, 0, halves, cws, sub, 0.0f};
+static inline size_t r16x_col_bytes(int planes, int halves, int cws, int sub, int e8m0) {
+    const zi_r16x_format f = {planes, 0, halves, cws, sub, e8m0, 0.0f};
     return zi_r16x_format_bytes(&f);
 }
 static inline size_t r16x_super_bytes(int cws, int sub) {
-    const zi_r16x_format f = {0, 0, 0, cws, sub, 0.0f};
+    const zi_r16x_format f = {0, 0, 0, cws, sub, 0, 0.0f};
     return zi_r16x_format_super_bytes(&f);
 }
 
@@ -77,15 +78,25 @@ static inline __m512 r16x_i8x16(const uint8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
 }
 
+/* 16 E8M0 bytes e at p as 2^(e - 128), the bits zi_e8m0_half_to_f32 builds:
+ * the exponent field e - 1, or for e < 2 the subnormal 2^-128 << e. */
+static inline __m512 r16x_e8m0x16(const uint8_t *p) {
+    const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    const __m512i normal = _mm512_slli_epi32(_mm512_sub_epi32(e, _mm512_set1_epi32(1)), 23);
+    const __m512i subnormal = _mm512_sllv_epi32(_mm512_set1_epi32(0x00200000), e);
+    const __mmask16 small = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(2));
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(small, normal, subnormal));
+}
+
 /* The 16 rows' dw and cw of each half of block column k (at G) of the
  * group at base (repack_x.h): the file's f16 scales, or d * sub-scale and
  * dneg * min from the column's int8 and its run's f16 super-scales (exact
- * float32 products: the values the repacking decomposed). Format fields
- * constants once inlined. */
+ * float32 products: the values the repacking decomposed), or the powers of
+ * two of the file's E8M0 bytes. Format fields constants once inlined. */
 static inline __attribute__((always_inline)) void
-r16x_col_scales(const int planes, const int halves, const int cws, const int sub, const float zp,
-                const uint8_t *base, size_t gb, int64_t nb, int64_t k, __m512 *dw0, __m512 *dw1,
-                __m512 *cw0, __m512 *cw1) {
+r16x_col_scales(const int planes, const int halves, const int cws, const int sub, const int e8m0,
+                const float zp, const uint8_t *base, size_t gb, int64_t nb, int64_t k,
+                __m512 *dw0, __m512 *dw1, __m512 *cw0, __m512 *cw1) {
     const uint8_t *sc = base + (size_t)k * gb + 256 + 64 * planes;
     const size_t nh = 1 + (size_t)halves;
     if (sub) {
@@ -99,6 +110,8 @@ r16x_col_scales(const int planes, const int halves, const int cws, const int sub
             *cw1 = halves ? _mm512_mul_ps(dn, r16x_i8x16(sc + 16 * nh + 16)) : *cw0;
             return;
         }
+    } else if (e8m0) { /* halves and cws are 0 (MXFP4) */
+        *dw0 = *dw1 = r16x_e8m0x16(sc);
     } else {
         *dw0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
         *dw1 = halves ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 32))) : *dw0;
@@ -114,9 +127,9 @@ r16x_col_scales(const int planes, const int halves, const int cws, const int sub
 }
 
 /* The codes of block column G as 8 vectors of unsigned bytes, c[v] lane 4i
- * + e = u of element 4v + e of row i (the nibbles, through the IQ4 code
- * book where lut, plus the bit planes): the order vpdpbusd and the AMX B
- * tile both take. */
+ * + e = u of element 4v + e of row i (the nibbles, through the code book
+ * zi_r16x_book(lut) where lut, plus the bit planes): the order vpdpbusd
+ * and the AMX B tile both take. */
 static inline __attribute__((always_inline)) void r16x_decode512(const int planes, const int lut,
                                                                  const uint8_t *G, __m512i c[8]) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
@@ -127,7 +140,7 @@ static inline __attribute__((always_inline)) void r16x_decode512(const int plane
     }
     if (lut) {
         const __m512i book =
-            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)zi_r16x_iq4_u));
+            _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)zi_r16x_book(lut)));
         for (int v = 0; v < 8; v++) c[v] = _mm512_shuffle_epi8(book, c[v]);
     }
     for (int b = 0; b < planes; b++)
@@ -145,10 +158,10 @@ static inline __attribute__((always_inline)) void r16x_decode512(const int plane
  * format's fields are constants once inlined into r16x_vnni. */
 static inline __attribute__((always_inline)) void
 r16x_vnni_rows(const int res, const int planes, const int lut, const int halves, const int cws,
-               const int sub, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-               const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+               const int sub, const int e8m0, const float zp, const uint8_t *w, size_t row_bytes,
+               int64_t r0, int64_t r1, const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     const int64_t nb = a->nb;
-    const size_t gb = r16x_col_bytes(planes, halves, cws, sub);
+    const size_t gb = r16x_col_bytes(planes, halves, cws, sub, e8m0);
     /* With more than one pass of 4 tokens over a group, its columns' scales
      * are made once (the sub-scale types' are products) and kept here. */
     _Alignas(64) float xs[R16X_XS_COLS][4][16];
@@ -157,8 +170,8 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
         const uint8_t *base = w + (size_t)R * 16 * row_bytes;
         for (int64_t k = 0; pre && k < nb; k++) {
             __m512 v[4];
-            r16x_col_scales(planes, halves, cws, sub, zp, base, gb, nb, k, &v[0], &v[1], &v[2],
-                            &v[3]);
+            r16x_col_scales(planes, halves, cws, sub, e8m0, zp, base, gb, nb, k, &v[0], &v[1],
+                            &v[2], &v[3]);
             for (int j = 0; j < 4; j++) _mm512_store_ps(xs[k][j], v[j]);
         }
         for (int t0 = 0; t0 < n_tokens; t0 += 4) {
@@ -176,8 +189,8 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
                     dw0 = _mm512_load_ps(xs[k][0]), dw1 = _mm512_load_ps(xs[k][1]);
                     cw0 = _mm512_load_ps(xs[k][2]), cw1 = _mm512_load_ps(xs[k][3]);
                 } else {
-                    r16x_col_scales(planes, halves, cws, sub, zp, base, gb, nb, k, &dw0, &dw1,
-                                    &cw0, &cw1);
+                    r16x_col_scales(planes, halves, cws, sub, e8m0, zp, base, gb, nb, k, &dw0,
+                                    &dw1, &cw0, &cw1);
                 }
                 for (int i = 0; i < nt; i++) {
                     const int64_t t = t0 + i;
@@ -221,9 +234,11 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
 
 #if defined(__AVX2__) && !defined(ZI_HAVE_VNNI)
 /* Scale i of a column's scales at s: an f16, or (sub) the int8 sub-scale
- * times the f16 super-scale i at sup (exact). */
-static inline float r16x_scale(const uint8_t *s, int i, int sub, const uint8_t *sup) {
+ * times the f16 super-scale i at sup (exact), or (e8m0) the power of two
+ * of an E8M0 byte. */
+static inline float r16x_scale(const uint8_t *s, int i, int sub, int e8m0, const uint8_t *sup) {
     uint16_t h;
+    if (e8m0) return zi_e8m0_half_to_f32(s[i]);
     if (sub) {
         memcpy(&h, sup + 2 * (i % 16), 2);
         return load_f16(h) * (float)(int8_t)s[i];
@@ -247,7 +262,8 @@ static inline __attribute__((always_inline)) void r16x_decode_avx2(const int pla
                                                                    const uint8_t *G, uint8_t *u8) {
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i book =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)zi_r16x_iq4_u));
+        lut ? _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)zi_r16x_book(lut)))
+            : _mm256_setzero_si256();
     for (int p = 0; p < 4; p++)
         for (int hh = 0; hh < 2; hh++) {
             const __m256i x = _mm256_loadu_si256((const __m256i *)(G + 64 * p + 32 * hh));
@@ -294,12 +310,12 @@ r16x_isum_avx2(const uint8_t *c, const int16_t *q16, __m256i s[2][2]) {
  * tokens in passes) for the extended layout. */
 static inline __attribute__((always_inline)) void
 r16x_avx2_rows(const int res, const int planes, const int lut, const int halves, const int cws,
-               const int sub, const float zp, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
-               const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
+               const int sub, const int e8m0, const float zp, const uint8_t *w, size_t row_bytes,
+               int64_t r0, int64_t r1, const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
     (void)res; /* the int16 activation holds a zero q2 anyway */
     enum { KC = ZI_R16_CODE_BYTES / 1024 }; /* columns per decoded chunk */
     const int64_t nb = a->nb;
-    const size_t gb = r16x_col_bytes(planes, halves, cws, sub);
+    const size_t gb = r16x_col_bytes(planes, halves, cws, sub, e8m0);
     _Alignas(32) uint8_t u8[512];
     _Alignas(32) uint8_t code[KC][1024];
     _Alignas(32) float sc[KC][4][16];           /* per column: dw0, dw1, cw0, cw1 of the 16 rows */
@@ -322,14 +338,15 @@ r16x_avx2_rows(const int res, const int planes, const int lut, const int halves,
                     const uint8_t *sup =
                         base + (size_t)nb * gb + (size_t)((k0 + k) / 8) * r16x_super_bytes(cws, sub);
                     for (int i = 0; i < 16; i++) {
-                        const float d0 = r16x_scale(s, i, sub, sup);
-                        const float d1 = halves ? r16x_scale(s, 16 + i, sub, sup) : d0;
+                        const float d0 = r16x_scale(s, i, sub, e8m0, sup);
+                        const float d1 = halves ? r16x_scale(s, 16 + i, sub, e8m0, sup) : d0;
                         sc[k][0][i] = d0;
                         sc[k][1][i] = d1;
                         sc[k][2][i] =
-                            cws ? r16x_scale(s, 16 * (1 + halves) + i, sub, sup + 32) : zp * d0;
+                            cws ? r16x_scale(s, 16 * (1 + halves) + i, sub, e8m0, sup + 32)
+                                : zp * d0;
                         sc[k][3][i] = !halves ? sc[k][2][i]
-                                      : cws   ? r16x_scale(s, 48 + i, sub, sup + 32)
+                                      : cws   ? r16x_scale(s, 48 + i, sub, e8m0, sup + 32)
                                               : zp * d1;
                     }
                 }
@@ -402,12 +419,12 @@ r16x_avx2_rows(const int res, const int planes, const int lut, const int halves,
  * for a type not in the extended layout. */
 static int mm_r16x(int type, const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
                    const zi_q8_act *a, int n_tokens, float *y, int64_t ldy) {
-#define R16X_CASE(T, P, L, H, C, F, Z)                                                                \
+#define R16X_CASE(T, P, L, H, C, F, E, Z)                                                          \
     case T:                                                                                        \
         if (a->no_residual)                                                                        \
-            R16X_ROWS(0, P, L, H, C, F, Z, w, row_bytes, r0, r1, a, n_tokens, y, ldy);                \
+            R16X_ROWS(0, P, L, H, C, F, E, Z, w, row_bytes, r0, r1, a, n_tokens, y, ldy);          \
         else                                                                                       \
-            R16X_ROWS(1, P, L, H, C, F, Z, w, row_bytes, r0, r1, a, n_tokens, y, ldy);                \
+            R16X_ROWS(1, P, L, H, C, F, E, Z, w, row_bytes, r0, r1, a, n_tokens, y, ldy);          \
         return 1;
     switch (type) {
         ZI_R16X_TYPES(R16X_CASE)

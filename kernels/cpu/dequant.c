@@ -21,6 +21,8 @@
  *                      qs[128] @48
  *   Q6_K  210 B / 256: ql[128] @0, qh[64] @128, i8 scales[16] @192, f16 d @208
  *   IQ4_XS 136 B / 256: f16 d @0, u16 scales_h @2, scales_l[4] @4, qs[128] @8
+ *   MXFP4  17 B / 32:  u8 e (E8M0) @0, qs[16] @1;
+ *                      x = kvalues_mxfp4[nibble i] * 2^(e - 128)
  * The K-quant functions below say how each value's bits are found.
  */
 #include "dequant.h"
@@ -40,6 +42,12 @@ static inline int nibble(const uint8_t *qs, int i) {
 /* IQ4_NL's and IQ4_XS's non-linear 4-bit code book. */
 static const int8_t kvalues_iq4[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                        1,    13,   25,  38,  53,  69,  89,  113};
+
+/* MXFP4's code book: the 16 e2m1 (FP4) values 0, 0.5, 1, 1.5, 2, 3, 4, 6
+ * and their negatives, doubled so that they are integers (ggml's
+ * kvalues_mxfp4; code 8 is e2m1's -0, here 0). The block's E8M0 scale is
+ * halved to match (zi_e8m0_half_to_f32). */
+static const int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 static void block_q4_0(const uint8_t *b, float *y) {
     const float d = zi_f16_at(b);
@@ -83,6 +91,14 @@ static void block_q8_0(const uint8_t *b, float *y) {
 static void block_iq4_nl(const uint8_t *b, float *y) {
     const float d = zi_f16_at(b);
     for (int i = 0; i < 32; i++) y[i] = d * (float)kvalues_iq4[nibble(b + 2, i)];
+}
+
+/* MXFP4: every product is exact (a small integer times a power of two)
+ * unless it overflows (e >= 253 with a large code: inf, as in gguf-py) or
+ * lands below 2^-149 (never: the smallest is 2^-128). */
+static void block_mxfp4(const uint8_t *b, float *y) {
+    const float d = zi_e8m0_half_to_f32(b[0]);
+    for (int i = 0; i < 32; i++) y[i] = d * (float)kvalues_mxfp4[nibble(b + 1, i)];
 }
 
 /* Q2_K: 16 sub-blocks of 16 values. scales[s] holds sub-block s's scale
@@ -250,6 +266,9 @@ int zi_dequantize_row(int type, const void *row, float *y, int64_t n) {
         break;
     case ZI_TYPE_IQ4_XS:
         block = block_iq4_xs;
+        break;
+    case ZI_TYPE_MXFP4:
+        block = block_mxfp4;
         break;
     default:
         return ZI_EUNSUPPORTED;

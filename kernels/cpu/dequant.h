@@ -4,7 +4,7 @@
  *
  * One function, zi_dequantize_row, for every type the GGUF reader accepts
  * (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K,
- * Q6_K, IQ4_NL, IQ4_XS). It is the ground truth of the engine: embedding
+ * Q6_K, IQ4_NL, IQ4_XS, MXFP4). It is the ground truth of the engine: embedding
  * lookups use it, the CPU backend's matrix products for types without a
  * fast kernel dequantize each weight row with it, and the kernel tests
  * compare the SIMD kernels against it.
@@ -15,6 +15,8 @@
  * scale is the product of the f16 scale and the integer sub-scale in
  * float32, and each value is that scale times the integer quant (minus the
  * float32 product of the f16 min and the sub-min, where the type has one).
+ * MXFP4's scale is an E8M0 byte (a power of two), halved for its doubled
+ * code book, exactly as ggml's ggml_e8m0_to_fp32_half.
  * tests/unit/test_dequant.c checks this bit for bit against a fixture
  * written with that package (scripts/ref/make_dequant_fixture.py). The
  * block layouts are the GGUF format's; docs/gguf.md lists them.

@@ -160,6 +160,19 @@ static inline float zi_bf16_to_f32(uint16_t h) {
     return f;
 }
 
+/* An E8M0 byte e (MXFP4's block scale, 2^(e - 127)) halved: 2^(e - 128),
+ * the scale of MXFP4's code book, which holds the e2m1 values doubled to
+ * make them integers. Exact for every byte, as ggml's
+ * ggml_e8m0_to_fp32_half builds it: 0 and 1 give the subnormals 2^-128 and
+ * 2^-127, 255 gives 2^127 (E8M0's NaN pattern is not special there, nor
+ * here). */
+static inline float zi_e8m0_half_to_f32(uint8_t e) {
+    const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
 /* Row `row` of a, as quantize_act left it, to int8 activations: q2 := 0
  * and s recomputed from q1 (exactly, as an integer sum). */
 void zi_act_drop_residual(const zi_q8_act *a, int64_t row);

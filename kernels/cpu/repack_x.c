@@ -26,10 +26,12 @@ size_t zi_r16x_row_bytes(int type, int64_t nb) {
 
 /* What the sub-scale types store of one row's block (repack_x.h): the f16
  * super-scale d and negated super-min dneg, and each half's integer
- * sub-scale and min, so that dw = d * sc and cw = dneg * m exactly. */
+ * sub-scale and min, so that dw = d * sc and cw = dneg * m exactly; and
+ * MXFP4's E8M0 byte e, dw = 2^(e - 128). */
 typedef struct r16x_sub {
     uint16_t d, dneg;
     int sc[2], m[2];
+    uint8_t e;
 } r16x_sub;
 
 static uint16_t f16_bits(const uint8_t *p) {
@@ -67,7 +69,7 @@ static int decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32], 
                      float cw[2], r16x_sub *sub) {
     zi_r16x_format f;
     if (!zi_r16x_format_of(type, &f)) return 0;
-    *sub = (r16x_sub){0, 0, {0, 0}, {0, 0}};
+    *sub = (r16x_sub){0, 0, {0, 0}, {0, 0}, 0};
     const size_t bb = zi_ggml_type_block_bytes(type);
     const int per = (int)(zi_ggml_type_block_elems(type) / 32); /* 32-blocks per GGUF block */
     const uint8_t *b = row + (size_t)(k / per) * bb;
@@ -96,9 +98,15 @@ static int decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32], 
         for (int i = 0; i < 32; i++) code[i] = nib(b + 8 + 16 * j, i);
         dw[0] = zi_f16_at(b) * (float)(ls - 32);
         cw[0] = f.zp * dw[0];
-        *sub = (r16x_sub){f16_bits(b), 0, {ls - 32, ls - 32}, {0, 0}};
+        *sub = (r16x_sub){f16_bits(b), 0, {ls - 32, ls - 32}, {0, 0}, 0};
         break;
     }
+    case ZI_TYPE_MXFP4: /* u8 e @0, qs[16] @1 */
+        for (int i = 0; i < 32; i++) code[i] = nib(b + 1, i);
+        dw[0] = zi_e8m0_half_to_f32(b[0]);
+        cw[0] = f.zp * dw[0];
+        sub->e = b[0];
+        break;
     case ZI_TYPE_Q4_K:
     case ZI_TYPE_Q5_K: {
         const int five = type == ZI_TYPE_Q5_K;
@@ -112,7 +120,7 @@ static int decompose(int type, const uint8_t *row, int64_t k, uint8_t code[32], 
         }
         dw[0] = zi_f16_at(b) * (float)sc;
         cw[0] = -(zi_f16_at(b + 2) * (float)mn);
-        *sub = (r16x_sub){f16_bits(b), (uint16_t)(f16_bits(b + 2) ^ 0x8000), {sc, sc}, {mn, mn}};
+        *sub = (r16x_sub){f16_bits(b), (uint16_t)(f16_bits(b + 2) ^ 0x8000), {sc, sc}, {mn, mn}, 0};
         break;
     }
     case ZI_TYPE_Q6_K: {
@@ -183,7 +191,7 @@ static void repack_group(int type, const zi_r16x_format *f, const uint8_t *const
                          int64_t k, uint8_t *dst, uint8_t *sup) {
     const int nh = 1 + f->halves;
     uint8_t *dws = dst + 256 + 64 * f->planes; /* then cw, if stored */
-    const size_t es = f->sub ? 1 : 2;
+    const size_t es = f->sub || f->e8m0 ? 1 : 2;
     memset(dst, 0, 256 + 64 * (size_t)f->planes);
     for (int i = 0; i < 16; i++) {
         uint8_t code[32];
@@ -207,7 +215,9 @@ static void repack_group(int type, const zi_r16x_format *f, const uint8_t *const
         for (int h = 0; h < nh; h++)
             for (int s = 0; s < 1 + f->cw_stored; s++) {
                 uint8_t *at = dws + es * (size_t)(16 * nh * s + 16 * h + i);
-                if (f->sub) { /* -32..63: an int8 */
+                if (f->e8m0) { /* the file's byte: no f16 holds 2^-128..2^127 */
+                    *at = sb.e;
+                } else if (f->sub) { /* -32..63: an int8 */
                     const int8_t x = (int8_t)(s ? sb.m[h] : sb.sc[h]);
                     memcpy(at, &x, 1);
                 } else {

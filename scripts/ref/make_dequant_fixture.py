@@ -16,7 +16,12 @@ and IQ4_XS get every walking one and walking zero, 0, 63, 15 and 48 at every
 sub-block index (each bit of each field set and clear, which is what a
 packing's shifts and masks can get wrong). Each packing is first checked
 against gguf-py itself (probe blocks whose values are the bare sub-scales),
-so the coverage is what it claims. About 400 KB.
+so the coverage is what it claims. MXFP4, whose scale is an E8M0 byte (a
+power of two) rather than an f16, gets its own cases: random blocks with
+scales around 1 and with any byte, every E8M0 byte 0..255 (2^-128 ..
+2^127 halved: subnormal, normal and overflowing products) each with every
+code 0..15 in both nibble positions, and the all-0x00, all-0xFF and
+all-zero blocks. About 450 KB.
 
 Needs only numpy and gguf (the venv's). Deterministic (fixed seed).
 
@@ -46,6 +51,8 @@ F16_FIELDS = {
 }
 BLOCK_TYPES = list(F16_FIELDS)
 FLOAT_TYPES = [T.F32, T.F16, T.BF16]
+# Types whose block scale is one E8M0 byte at offset 0 (no f16 field).
+E8M0_TYPES = [T.MXFP4]
 
 # Six-bit sub-scale values for the walking-bits blocks.
 WALK6 = [1 << i for i in range(6)] + [63 ^ (1 << i) for i in range(6)] + [0, 63, 15, 48]
@@ -259,6 +266,37 @@ def pattern_blocks(qt):
     return out
 
 
+def every_code_qs(rot):
+    """16 quant bytes holding every 4-bit code in both nibble positions,
+    rotated by `rot` so that each code also meets every value position."""
+    c = (np.arange(16) + rot) % 16
+    return (c | ((c + 5) % 16) << 4).astype(np.uint8)
+
+
+def e8m0_cases(qt):
+    """(label, blocks) of a type whose block is an E8M0 byte then nibbles."""
+    _, bb = GGML_QUANT_SIZES[qt]
+    out = []
+    b = rng.integers(0, 256, (32, bb), dtype=np.uint8)
+    b[:, 0] = rng.integers(110, 141, 32)  # scales 2^-18 .. 2^12
+    out.append(("random", b))
+    out.append(("random_any_scale", rng.integers(0, 256, (32, bb), dtype=np.uint8)))
+    b = np.zeros((256, bb), dtype=np.uint8)
+    for e in range(256):
+        b[e, 0] = e
+        b[e, 1:17] = every_code_qs(e)
+    out.append(("every_scale_byte_every_code", b))
+    out.append(("all_zero_bytes", np.zeros((1, bb), dtype=np.uint8)))
+    for fill in (0x00, 0xFF):
+        b = np.full((1, bb), fill, dtype=np.uint8)
+        b[0, 0] = 127  # scale 1 (halved: 0.5)
+        out.append(("quants_%02x" % fill, b))
+        b = np.full((2, bb), fill, dtype=np.uint8)
+        b[:, 0] = (0, 255)
+        out.append(("quants_%02x_scale_00_ff" % fill, b))
+    return out
+
+
 def float_cases(qt):
     """F32 / F16 / BF16 rows: random values and the special ones."""
     if qt == T.F32:
@@ -285,6 +323,9 @@ def main():
         n_random = 6 if GGML_QUANT_SIZES[qt][0] == 256 else 32
         cases.append((qt, "random", random_blocks(qt, n_random)))
         for label, blocks in edge_blocks(qt) + pattern_blocks(qt):
+            cases.append((qt, label, blocks))
+    for qt in E8M0_TYPES:  # last, so that the other types' random bytes stay as they were
+        for label, blocks in e8m0_cases(qt):
             cases.append((qt, label, blocks))
     out = bytearray(b"ZIDQFIX1")
     out += struct.pack("<I", len(cases))

@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
     }
     const int amx = T >= 4 && k->amx && k->amx();
     static const char *all[] = {"Q4_0", "Q4_1", "Q8_0", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS",
-                                "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"};
+                                "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4"};
     const char **names = argc > 4 ? (const char **)argv + 4 : all;
     const int n_names = argc > 4 ? argc - 4 : (int)(sizeof all / sizeof all[0]);
     zi_test_rng rng = {0x51ed270bu};

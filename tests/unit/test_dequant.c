@@ -34,16 +34,16 @@
 #define FIXTURE "tests/fixtures/dequant.bin"
 
 /* Every type the reader accepts, the fixture's types. */
-static const int ALL_TYPES[] = {ZI_TYPE_F32,  ZI_TYPE_F16,    ZI_TYPE_BF16,  ZI_TYPE_Q4_0,
-                                ZI_TYPE_Q4_1, ZI_TYPE_Q5_0,   ZI_TYPE_Q5_1,  ZI_TYPE_Q8_0,
-                                ZI_TYPE_Q2_K, ZI_TYPE_Q3_K,   ZI_TYPE_Q4_K,  ZI_TYPE_Q5_K,
-                                ZI_TYPE_Q6_K, ZI_TYPE_IQ4_NL, ZI_TYPE_IQ4_XS};
+static const int ALL_TYPES[] = {ZI_TYPE_F32,  ZI_TYPE_F16,    ZI_TYPE_BF16,   ZI_TYPE_Q4_0,
+                                ZI_TYPE_Q4_1, ZI_TYPE_Q5_0,   ZI_TYPE_Q5_1,   ZI_TYPE_Q8_0,
+                                ZI_TYPE_Q2_K, ZI_TYPE_Q3_K,   ZI_TYPE_Q4_K,   ZI_TYPE_Q5_K,
+                                ZI_TYPE_Q6_K, ZI_TYPE_IQ4_NL, ZI_TYPE_IQ4_XS, ZI_TYPE_MXFP4};
 #define N_ALL (sizeof ALL_TYPES / sizeof ALL_TYPES[0])
 
 /* The types without a matrix kernel of their own (cpu_backend.c). */
-static const int SLOW_TYPES[] = {ZI_TYPE_Q5_0, ZI_TYPE_Q5_1,   ZI_TYPE_Q2_K,
-                                 ZI_TYPE_Q3_K, ZI_TYPE_Q4_K,   ZI_TYPE_Q5_K,
-                                 ZI_TYPE_Q6_K, ZI_TYPE_IQ4_NL, ZI_TYPE_IQ4_XS};
+static const int SLOW_TYPES[] = {ZI_TYPE_Q5_0,   ZI_TYPE_Q5_1, ZI_TYPE_Q2_K, ZI_TYPE_Q3_K,
+                                 ZI_TYPE_Q4_K,   ZI_TYPE_Q5_K, ZI_TYPE_Q6_K, ZI_TYPE_IQ4_NL,
+                                 ZI_TYPE_IQ4_XS, ZI_TYPE_MXFP4};
 #define N_SLOW (sizeof SLOW_TYPES / sizeof SLOW_TYPES[0])
 
 static zi_test_rng rng = {0x5eed2020u};

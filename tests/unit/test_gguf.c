@@ -51,6 +51,7 @@ static const struct tspec TENSORS[] = {
     {"q5_k.weight", 4, {256, 1, 1, 2}, ZI_TYPE_Q5_K, 352},
     {"q6_k.weight", 2, {256, 1, 1, 1}, ZI_TYPE_Q6_K, 210},
     {"iq4_nl.weight", 2, {32, 3, 1, 1}, ZI_TYPE_IQ4_NL, 54},
+    {"mxfp4.weight", 2, {64, 3, 1, 1}, ZI_TYPE_MXFP4, 102},
     {"iq4_xs.weight", 3, {256, 1, 2, 1}, ZI_TYPE_IQ4_XS, 272},
 };
 #define N_TENSORS (sizeof TENSORS / sizeof TENSORS[0])
@@ -736,8 +737,8 @@ static void test_tensor_shapes(void **state) {
     uint64_t q1[1] = {16};
     one_tensor(&b, "t", 1, q1, ZI_TYPE_Q4_1, 0, 256);
     expect_fail(&b, ZI_EFORMAT, "ne[0] = 16 is not a multiple of Q4_1's block size 32");
-    /* The newer block types: 32 values for Q5_0, Q5_1 and IQ4_NL, 256 for
-     * the K-quants and IQ4_XS, whatever the row's other factors. */
+    /* The newer block types: 32 values for Q5_0, Q5_1, IQ4_NL and MXFP4,
+     * 256 for the K-quants and IQ4_XS, whatever the row's other factors. */
     const struct {
         uint32_t type;
         uint64_t ne0;
@@ -752,6 +753,7 @@ static void test_tensor_shapes(void **state) {
         {ZI_TYPE_Q5_K, 32, "ne[0] = 32 is not a multiple of Q5_K's block size 256"},
         {ZI_TYPE_Q6_K, 576, "ne[0] = 576 is not a multiple of Q6_K's block size 256"},
         {ZI_TYPE_IQ4_XS, 64, "ne[0] = 64 is not a multiple of IQ4_XS's block size 256"},
+        {ZI_TYPE_MXFP4, 48, "ne[0] = 48 is not a multiple of MXFP4's block size 32"},
     };
     for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
         uint64_t shape[2] = {rows[k].ne0, 2};

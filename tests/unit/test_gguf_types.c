@@ -75,6 +75,7 @@ static void test_type_tables(void **state) {
     assert_string_equal(zi_ggml_type_name(ZI_TYPE_Q6_K), "Q6_K");
     assert_string_equal(zi_ggml_type_name(ZI_TYPE_IQ4_NL), "IQ4_NL");
     assert_string_equal(zi_ggml_type_name(ZI_TYPE_IQ4_XS), "IQ4_XS");
+    assert_string_equal(zi_ggml_type_name(ZI_TYPE_MXFP4), "MXFP4");
     assert_string_equal(zi_ggml_type_name(15), "Q8_K");
     assert_string_equal(zi_ggml_type_name(27), "I64");
     assert_string_equal(zi_ggml_type_name(4), "?");
@@ -98,6 +99,7 @@ static void test_type_tables(void **state) {
                  {ZI_TYPE_Q6_K, 256, 210},
                  {ZI_TYPE_IQ4_NL, 32, 18},
                  {ZI_TYPE_IQ4_XS, 256, 136},
+                 {ZI_TYPE_MXFP4, 32, 17},
                  {9, 0, 0},  /* Q8_1 */
                  {15, 0, 0}, /* Q8_K */
                  {16, 0, 0}, /* IQ2_XXS */
@@ -128,8 +130,8 @@ static void test_unsupported_type(void **state) {
                 "tensor 'blk.3.ffn_up.weight' has type Q8_K (15), which zinfer does not support");
     one_tensor(&b, "x", 1, ne, 19, 0, 1024);
     expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type IQ1_S (19)");
-    one_tensor(&b, "x", 1, ne, 39, 0, 1024);
-    expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type MXFP4 (39)");
+    one_tensor(&b, "x", 1, ne, 40, 0, 1024);
+    expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type NVFP4 (40)");
     one_tensor(&b, "x", 1, ne, 24, 0, 1024);
     expect_fail(&b, ZI_EUNSUPPORTED, "tensor 'x' has type I8 (24)");
     one_tensor(&b, "x", 1, ne, 28, 0, 2048);
@@ -161,7 +163,7 @@ static void test_ggml_block_table(void **state) {
         {23, "IQ4_XS", 256, 136, 1}, {24, "I8", 1, 1, 0},         {25, "I16", 1, 2, 0},
         {26, "I32", 1, 4, 0},        {27, "I64", 1, 8, 0},        {28, "F64", 1, 8, 0},
         {29, "IQ1_M", 256, 56, 0},   {30, "BF16", 1, 2, 1},       {34, "TQ1_0", 256, 54, 0},
-        {35, "TQ2_0", 256, 66, 0},   {39, "MXFP4", 32, 17, 0},    {40, "NVFP4", 64, 36, 0},
+        {35, "TQ2_0", 256, 66, 0},   {39, "MXFP4", 32, 17, 1},    {40, "NVFP4", 64, 36, 0},
         {41, "Q1_0", 128, 18, 0},
     };
     int n_supported = 0;
@@ -176,7 +178,7 @@ static void test_ggml_block_table(void **state) {
         assert_int_equal(zi_ggml_type_block_bytes(all[k].t), all[k].supported ? b : 0);
         n_supported += all[k].supported;
     }
-    assert_int_equal(n_supported, 15); /* the zi_ggml_type enum */
+    assert_int_equal(n_supported, 16); /* the zi_ggml_type enum */
     static const int none[] = {4, 5, 31, 32, 33, 36, 37, 38, 42, 200, -1, -3, 1 << 30};
     for (size_t k = 0; k < sizeof none / sizeof none[0]; k++) {
         size_t e = 99, b = 99;

@@ -116,7 +116,8 @@ static inline void zi_test_f16_fields(int type, int off[2], int *n) {
 }
 
 /* rows x cols values of any quantized GGUF type as random bytes, but for
- * the f16 scales (in [0.0005, 0.01]) and mins (in [-0.01, 0.01]), so that
+ * the f16 scales (in [0.0005, 0.01]) and mins (in [-0.01, 0.01]), and
+ * MXFP4's E8M0 scale bytes (117..124: half-scales 2^-11..2^-4), so that
  * every value is finite and every code, sub-scale and bit plane takes
  * random values; malloc'd (NULL when out of memory). */
 static inline uint8_t *zi_test_random_blocks(zi_test_rng *r, int type, int64_t rows, int64_t cols,
@@ -127,6 +128,10 @@ static inline uint8_t *zi_test_random_blocks(zi_test_rng *r, int type, int64_t r
     uint8_t *w = malloc(rb * (size_t)rows);
     if (!w) return NULL;
     for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)(zi_test_urand(r) * 256);
+    if (type == ZI_TYPE_MXFP4) {
+        for (size_t k = 0; k < nb; k++) w[k * bb] = (uint8_t)(117 + zi_test_urand(r) * 8);
+        return w;
+    }
     int off[2], n;
     zi_test_f16_fields(type, off, &n);
     for (size_t k = 0; k < nb; k++)

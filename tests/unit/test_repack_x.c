@@ -5,7 +5,9 @@
  * equal the float64 product of the dequantized weights and activations to
  * float32 accuracy, bit-identical between the two tables (and the AMX
  * tiles, where the CPU has them), for one token and for batches, with and
- * without the activations' residual.
+ * without the activations' residual. MXFP4, whose scales are powers of two
+ * from an E8M0 byte, is also checked at every byte and with scales that
+ * span most of float32's range.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -26,7 +28,7 @@
 
 static zi_test_rng rng = {0x7e9ac4a1u};
 
-#define LIST_TYPE(T, P, L, H, C, F, Z) T,
+#define LIST_TYPE(T, P, L, H, C, F, E, Z) T,
 static const int TYPES[] = {ZI_R16X_TYPES(LIST_TYPE)};
 #undef LIST_TYPE
 #define N_TYPES (sizeof TYPES / sizeof TYPES[0])
@@ -34,7 +36,7 @@ static const int TYPES[] = {ZI_R16X_TYPES(LIST_TYPE)};
 /* Checks that dw * u + cw, exactly, rounds to what zi_dequantize_row gives
  * for every value of rows x cols of w. */
 static void check_decomposition(int type, const uint8_t *w, size_t rb, int rows, int cols) {
-    zi_r16x_format f = {0, 0, 0, 0, 0, 0.0f};
+    zi_r16x_format f = {0, 0, 0, 0, 0, 0, 0.0f};
     assert_true(zi_r16x_format_of(type, &f));
     float *y = malloc(sizeof(float) * (size_t)cols);
     for (int r = 0; r < rows; r++) {
@@ -47,7 +49,7 @@ static void check_decomposition(int type, const uint8_t *w, size_t rb, int rows,
             if (!f.halves) assert_true(dw[0] == dw[1] && cw[0] == cw[1]);
             for (int i = 0; i < 32; i++) {
                 assert_true(code[i] < (f.lut ? 16 : 16 << f.planes));
-                const int u = f.lut ? zi_r16x_iq4_u[code[i]] : code[i];
+                const int u = f.lut ? zi_r16x_book(f.lut)[code[i]] : code[i];
                 const double v = (double)dw[i / 16] * u + cw[i / 16];
                 const float want = y[32 * k + i];
                 /* The dequantizer rounds the same real number once (or,
@@ -64,7 +66,7 @@ static void check_decomposition(int type, const uint8_t *w, size_t rb, int rows,
 }
 
 /* Random blocks, then the edge cases: zero scales, and the largest f16
- * scales with every other bit set. */
+ * scales with every other bit set (MXFP4's: test_decompose_mxfp4). */
 static void test_decompose_exact(void **state) {
     (void)state;
     const int rows = 4, cols = 1024;
@@ -75,6 +77,10 @@ static void test_decompose_exact(void **state) {
         assert_non_null(w);
         check_decomposition(type, w, rb, rows, cols);
         const size_t bb = zi_ggml_type_block_bytes(type);
+        if (type == ZI_TYPE_MXFP4) {
+            free(w);
+            continue;
+        }
         int off[2], n;
         zi_test_f16_fields(type, off, &n);
         for (int edge = 0; edge < 2; edge++) {
@@ -105,6 +111,43 @@ static void test_decompose_exact(void **state) {
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q5_0), 16 * 22);
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_Q5_1), 16 * 24);
     assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_IQ4_NL), 16 * 18);
+    assert_int_equal(zi_r16x_group_bytes(ZI_TYPE_MXFP4), 16 * 17);
+    assert_int_equal(zi_r16x_row_bytes(ZI_TYPE_MXFP4, 3) * 16, 3 * 16 * 17);
+}
+
+/* MXFP4 at every E8M0 byte e, each block holding every code in both nibble
+ * positions: the codes are the file's nibbles, dw is 2^(e - 128) exactly
+ * (the bits ggml's ggml_e8m0_to_fp32_half gives, subnormal for e < 2), and
+ * dw * u + cw is the dequantized value for every e whose cw = -12 * dw is
+ * finite (e <= 252; above, the largest codes' values are infinite, and so
+ * is cw: repack_x.h). */
+static void test_decompose_mxfp4(void **state) {
+    (void)state;
+    enum { NE = 256 };
+    uint8_t w[NE][17];
+    for (int e = 0; e < NE; e++) {
+        w[e][0] = (uint8_t)e;
+        for (int j = 0; j < 16; j++) /* low nibble j + e, high j + e + 7 (mod 16) */
+            w[e][1 + j] = (uint8_t)((j + e) % 16 | ((j + e + 7) % 16) << 4);
+    }
+    for (int e = 0; e < NE; e++) {
+        uint8_t code[32];
+        float dw[2], cw[2];
+        assert_true(zi_r16x_decompose(ZI_TYPE_MXFP4, w[e], 0, code, dw, cw));
+        for (int i = 0; i < 32; i++)
+            assert_int_equal(code[i], i < 16 ? w[e][1 + i] & 15 : w[e][1 + i - 16] >> 4);
+        const uint32_t want = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+        uint32_t got;
+        memcpy(&got, &dw[0], 4);
+        assert_int_equal(got, want);
+        assert_true(dw[0] == ldexpf(1.0f, e - 128) && dw[1] == dw[0]);
+        assert_true(cw[0] == -12.0f * dw[0] && cw[1] == cw[0]);
+        if (e <= 252) check_decomposition(ZI_TYPE_MXFP4, w[e], 17, 1, 32);
+    }
+    /* The repacked column keeps each row's byte (16 rows of one block). */
+    uint8_t p[16 * 17];
+    zi_r16x_repack(ZI_TYPE_MXFP4, w[240], p, 16, 1, 17);
+    for (int i = 0; i < 16; i++) assert_int_equal(p[256 + i], 240 + i);
 }
 
 /* One table's 16-row product of every type against float64, one token at
@@ -228,6 +271,45 @@ static void test_products_amx(void **state) {
     }
 }
 
+/* MXFP4 with scales across most of the E8M0 range: row r >= 4's blocks
+ * take bytes 40 + 4r .. 42 + 4r (2^-88 .. 2^62 times the doubled codes),
+ * so each row is checked against float64 at its own magnitude; dw * da
+ * stays a normal float32 there, so every product keeps float32 accuracy.
+ * Rows 0-3 take bytes 0..3, whose scales are subnormal or nearly (their
+ * products are as accurate as float32's subnormals allow, which the
+ * float64 check's absolute 1e-30 admits): there the avx512 table's
+ * vector conversion of the bytes must still give the scalar one's bits.
+ * The batch runs on the AMX tiles where the CPU has them (each token alone
+ * on VNNI, bit-identical), and the avx2 and avx512 tables agree bit for
+ * bit. */
+static void test_products_mxfp4_scales(void **state) {
+    (void)state;
+    const int rows = 48, cols = 768, T = 6;
+    const zi_cpu_kernels *avx2 = zi_cpu_kernels_by_name("avx2");
+    const zi_cpu_kernels *avx512 = zi_cpu_kernels_by_name("avx512");
+    if (!avx2) skip(); /* no 16-row kernels on this CPU */
+    float *x = malloc(sizeof(float) * T * cols);
+    for (int i = 0; i < T * cols; i++) x[i] = zi_test_frand(&rng, -2, 2);
+    size_t rb;
+    uint8_t *w = zi_test_random_blocks(&rng, ZI_TYPE_MXFP4, rows, cols, &rb);
+    assert_non_null(w);
+    for (int r = 0; r < rows; r++)
+        for (int k = 0; k < cols / 32; k++)
+            w[rb * (size_t)r + 17 * (size_t)k] =
+                (uint8_t)(r < 4 ? (r + k) % 4 : 40 + 4 * r + k % 3);
+    for (int int8 = 0; int8 < 2; int8++) {
+        float *a = check_products(avx2, ZI_TYPE_MXFP4, w, rb, rows, cols, x, T, int8);
+        if (avx512) {
+            float *b = check_products(avx512, ZI_TYPE_MXFP4, w, rb, rows, cols, x, T, int8);
+            assert_memory_equal(a, b, sizeof(float) * (size_t)T * rows);
+            free(b);
+        }
+        free(a);
+    }
+    free(w);
+    free(x);
+}
+
 /* The backend repacks these types when it has 16-row kernels and the row
  * count allows, and leaves them in the file's layout otherwise. */
 static void test_backend_layout(void **state) {
@@ -262,8 +344,10 @@ static void test_backend_layout(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decompose_exact),
+        cmocka_unit_test(test_decompose_mxfp4),
         cmocka_unit_test(test_products),
         cmocka_unit_test(test_products_amx),
+        cmocka_unit_test(test_products_mxfp4_scales),
         cmocka_unit_test(test_backend_layout),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
