@@ -40,6 +40,18 @@ N_GREEDY = 64
 # The architectures zinfer runs (moe_files.ARCHS may hold more).
 RUN = ["qwen3moe", "qwen2moe", "mixtral", "gpt-oss"]
 
+def _yarn_off(m):
+    """Linear interpolation by the factor: no ramp, cos/sin unscaled."""
+    m.yarn_ext_factor = 0.0
+    m.yarn_tables()
+    m.attn_factor = 1.0
+
+
+def _yarn_no_mscale(m):
+    """YaRN's angles with cos/sin unscaled."""
+    m.rope_mscale = m.attn_factor = 1.0
+
+
 # Per arch, reference changes that drop one routing rule (each must move
 # the reference far from zinfer).
 ABLATE = {
@@ -50,7 +62,8 @@ ABLATE = {
     "mixtral": {"no renormalization": lambda m: setattr(m, "norm_w", False)},
     "gpt-oss": {"no sinks": lambda m: setattr(m, "sinks", False),
                 "unclamped SwiGLU": lambda m: setattr(m, "swiglu_limit", float("inf")),
-                "no YaRN": lambda m: setattr(m, "yarn", False),
+                "linear scaling, not YaRN": _yarn_off,
+                "YaRN without its magnitude": _yarn_no_mscale,
                 "no local layers": lambda m: setattr(m, "local", [False] * m.n_layer),
                 "softmax gating": lambda m: setattr(m, "gating", "softmax")},
 }
