@@ -122,6 +122,15 @@ typedef struct zi_backend_ops {
      * upload). ZI_EUNSUPPORTED when the backend cannot use its type. */
     int (*weight_init)(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err);
     void (*weight_free)(zi_backend *be, zi_weight *w);
+    /* *out = rows r0 .. r0+n-1 of w as a weight of their own, sharing w's
+     * memory (out->owned NULL: weight_free on it frees nothing; w must
+     * outlive it). The experts of a 3-D tensor are prepared as one weight
+     * and viewed per expert: one allocation (in huge pages on the CPU)
+     * instead of hundreds. ZI_EINVAL when the rows do not split there (the
+     * CPU's 16-row layouts need r0 and n multiples of 16). Optional (NULL:
+     * each expert is prepared on its own). */
+    int (*weight_view)(zi_backend *be, const zi_weight *w, int64_t r0, int64_t n, zi_weight *out,
+                       zi_error *err);
     /* A 1-D float vector (norm weights) in backend memory, released with
      * free(); NULL on failure, with err set. */
     float *(*vector_init)(zi_backend *be, const zi_gguf_tensor *t, zi_error *err);

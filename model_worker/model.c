@@ -24,7 +24,7 @@ typedef struct zi_layer {
     /* encoders (family.h): the LayerNorms after the attention and the
      * feed-forward residuals, and the optional biases */
     float *ln_attn, *ln_attn_b, *ln_out, *ln_out_b, *bo, *b_up, *b_down;
-    int local;                             /* a sliding-window layer */
+    int local;                                      /* a sliding-window layer */
     zi_weight wq, wk, wv, wo, w_gate, w_up, w_down; /* w_gate..w_down: a dense layer's */
     zi_moe_layer moe; /* a mixture of experts' (cfg.moe.n_expert > 0) */
 } zi_layer;
@@ -51,7 +51,7 @@ struct zi_model {
     int span_cap, row_cap;
     zi_layer *layers;
     uint64_t weight_bytes;
-    uint64_t weight_macs; /* multiply-adds of the products per token */
+    uint64_t weight_macs;  /* multiply-adds of the products per token */
     uint64_t expert_bytes; /* of weight_bytes, the routed experts' */
     zi_moe_scratch *moe_scratch;
     /* activation buffers, in backend memory, for up to `cap` tokens */
@@ -181,7 +181,7 @@ static int load_rope_scaling(const zi_gguf *g, zi_model_config *c, zi_error *err
 static void yarn_corr_dims(const zi_model_config *c, float base, float *lo, float *hi) {
     const double pi = 3.14159265358979323846;
 #define ZI_CORR_DIM(beta)                                                                          \
-    ((double)c->rope_dim * log((double)c->rope_orig_ctx / ((beta) * 2 * pi)) /                    \
+    ((double)c->rope_dim * log((double)c->rope_orig_ctx / ((beta)*2 * pi)) /                       \
      (2 * log((double)base)))
     const double start = floor(ZI_CORR_DIM(32.0)), end = ceil(ZI_CORR_DIM(1.0));
 #undef ZI_CORR_DIM
@@ -510,8 +510,8 @@ static int load_weights(zi_model *m, zi_error *err) {
         if (f->attn_sinks &&
             (rc = load_vector(m, ZI_NAME("attn_sinks.weight"), c->n_heads, &L->sinks, err)))
             return rc;
-        if (!f->encoder && (rc = load_opt_vector(m, ZI_NAME("attn_output.bias"), c->dim, &L->bo,
-                                                 err)))
+        if (!f->encoder &&
+            (rc = load_opt_vector(m, ZI_NAME("attn_output.bias"), c->dim, &L->bo, err)))
             return rc;
         if ((!f->encoder &&
              ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
@@ -648,8 +648,10 @@ uint64_t zi_model_weight_bytes(const zi_model *m) {
 
 uint64_t zi_model_active_weight_bytes(const zi_model *m) {
     const zi_moe_params *p = &m->cfg.moe;
-    if (p->n_expert == 0) return m->weight_bytes;
-    return m->weight_bytes - m->expert_bytes +
+    /* An embedding that is not also the head is looked up, a row a token. */
+    uint64_t b = m->weight_bytes - (m->cfg.tied_output ? 0 : m->tok_embd.data_bytes);
+    if (p->n_expert == 0) return b;
+    return b - m->expert_bytes +
            m->expert_bytes / (uint64_t)p->n_expert * (uint64_t)p->n_expert_used;
 }
 

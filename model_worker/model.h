@@ -93,9 +93,10 @@ const zi_gguf *zi_model_gguf(const zi_model *m);
  * (zi_weight.data_bytes: a repacked copy may be larger than the file's; for
  * bandwidth estimates and the memory budget). */
 uint64_t zi_model_weight_bytes(const zi_model *m);
-/* The part of those bytes one token reads: all of a dense model; of a
- * mixture of experts, the routed experts' share n_expert_used / n_expert
- * (the bytes a decode step streams, for bandwidth yardsticks). */
+/* The part of those bytes one token reads (the bytes a decode step
+ * streams, for bandwidth yardsticks): all but an embedding table that is
+ * not also the output head (a row of it is looked up); of a mixture of
+ * experts, the routed experts' share n_expert_used / n_expert. */
 uint64_t zi_model_active_weight_bytes(const zi_model *m);
 /* Multiply-adds of the weight products per token: every matrix the forward
  * pass multiplies a token's activations by, the output head included

@@ -119,7 +119,8 @@ static int load_bias(const zi_gguf *g, zi_backend *be, const char *name, int64_t
 /* The n_expert slices of the 3-D tensor name ([cols] x [rows] x [n]) as
  * weights of their own: slice e's rows are contiguous, whole blocks. */
 static int load_experts(const zi_gguf *g, zi_backend *be, const char *name, int64_t cols,
-                        int64_t rows, int n, zi_weight **out, uint64_t *bytes, zi_error *err) {
+                        int64_t rows, int n, zi_weight *all, zi_weight **out, uint64_t *bytes,
+                        zi_error *err) {
     const zi_gguf_tensor *t = zi_gguf_find_tensor(g, name);
     if (!t) return zi_error_set(err, ZI_EFORMAT, "missing tensor '%s'", name);
     if (t->n_dims != 3 || t->ne[0] != cols || t->ne[1] != rows || t->ne[2] != n)
@@ -132,6 +133,22 @@ static int load_experts(const zi_gguf *g, zi_backend *be, const char *name, int6
     if (!ws) return zi_error_set(err, ZI_ENOMEM, "out of memory for tensor '%s'", name);
     *out = ws;
     const uint64_t slice = t->nbytes / (uint64_t)n;
+    if (be->ops->weight_view) { /* one weight of n * rows rows, viewed per expert */
+        zi_gguf_tensor flat = *t;
+        flat.n_dims = 2;
+        flat.ne[1] = rows * n;
+        flat.ne[2] = 1;
+        int rc = be->ops->weight_init(be, all, &flat, err);
+        if (rc) return rc;
+        if (all->owned) zi_gguf_drop_pages(g, &flat);
+        *bytes += all->data_bytes;
+        for (int e = 0; e < n; e++)
+            if ((rc = be->ops->weight_view(be, all, (int64_t)e * rows, rows, &ws[e], err))) {
+                zi_error_prefix(err, "tensor '%s', expert %d", name, e);
+                return rc;
+            }
+        return ZI_OK;
+    }
     for (int e = 0; e < n; e++) {
         zi_gguf_tensor part = *t;
         part.n_dims = 2;
@@ -158,10 +175,12 @@ int zi_moe_load_layer(const zi_gguf *g, zi_backend *be, int l, int dim, const zi
     uint64_t eb = 0;
 #define ZI_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
     if ((rc = load_2d(g, be, ZI_NAME("ffn_gate_inp.weight"), dim, E, &L->router, bytes, err)) ||
-        (rc = load_experts(g, be, ZI_NAME("ffn_gate_exps.weight"), dim, ff, E, &L->gate, &eb,
-                           err)) ||
-        (rc = load_experts(g, be, ZI_NAME("ffn_up_exps.weight"), dim, ff, E, &L->up, &eb, err)) ||
-        (rc = load_experts(g, be, ZI_NAME("ffn_down_exps.weight"), ff, dim, E, &L->down, &eb, err)))
+        (rc = load_experts(g, be, ZI_NAME("ffn_gate_exps.weight"), dim, ff, E, &L->gate_all,
+                           &L->gate, &eb, err)) ||
+        (rc = load_experts(g, be, ZI_NAME("ffn_up_exps.weight"), dim, ff, E, &L->up_all, &L->up,
+                           &eb, err)) ||
+        (rc = load_experts(g, be, ZI_NAME("ffn_down_exps.weight"), ff, dim, E, &L->down_all,
+                           &L->down, &eb, err)))
         return rc;
     *macs += (uint64_t)dim * (uint64_t)E + 3u * (uint64_t)dim * (uint64_t)ff * p->n_expert_used;
     if (p->oai && ((rc = load_bias(g, be, ZI_NAME("ffn_gate_inp.bias"), E, 1, &L->router_b, err)) ||
@@ -193,7 +212,8 @@ void zi_moe_free_layer(zi_backend *be, const zi_moe_params *p, zi_moe_layer *L) 
         for (int e = 0; sets[s] && e < p->n_expert; e++) be->ops->weight_free(be, &sets[s][e]);
         free(sets[s]);
     }
-    zi_weight *ws[] = {&L->router, &L->sh_gate, &L->sh_up, &L->sh_down, &L->sh_inp};
+    zi_weight *ws[] = {&L->router, &L->sh_gate,  &L->sh_up,  &L->sh_down,
+                       &L->sh_inp, &L->gate_all, &L->up_all, &L->down_all};
     for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
     float *bs[] = {L->router_b, L->b_gate, L->b_up, L->b_down};
     for (size_t i = 0; i < sizeof bs / sizeof bs[0]; i++) be->ops->free(be, bs[i]);

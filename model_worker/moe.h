@@ -57,6 +57,9 @@ typedef struct zi_moe_params {
 typedef struct zi_moe_layer {
     zi_weight router;            /* ffn_gate_inp: dim -> n_expert */
     zi_weight *gate, *up, *down; /* n_expert each */
+    /* Where the backend has weight_view: each 3-D tensor prepared as one
+     * weight, of which gate[e], up[e], down[e] are views; else all zero. */
+    zi_weight gate_all, up_all, down_all;
     /* params.oai: the router's bias [n_expert] and the experts' ([n_expert]
      * rows of ffn_dim, ffn_dim, dim), backend memory; else NULL */
     float *router_b, *b_gate, *b_up, *b_down;

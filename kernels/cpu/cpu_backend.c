@@ -226,6 +226,25 @@ static void cpu_weight_free(zi_backend *be, zi_weight *w) {
     w->owned = NULL;
 }
 
+static int cpu_weight_view(zi_backend *be, const zi_weight *w, int64_t r0, int64_t n,
+                           zi_weight *out, zi_error *err) {
+    (void)be;
+    if (r0 < 0 || n < 1 || r0 + n > w->rows || (w->layout && (r0 % ZI_R16 || n % ZI_R16)))
+        return zi_error_set(err, ZI_EINVAL,
+                            "rows %lld..%lld of a %lld-row weight (layout %d) are not a view",
+                            (long long)r0, (long long)(r0 + n), (long long)w->rows, w->layout);
+    const size_t rb = layout_row_bytes(w); /* 16-row groups are contiguous: a row's share */
+    *out = *w;
+    out->rows = n;
+    out->data = (const uint8_t *)w->data + (size_t)r0 * rb;
+    out->data_bytes = (size_t)n * rb;
+    out->file_data = w->file_data ? (const uint8_t *)w->file_data + (size_t)r0 * w->row_bytes
+                                  : NULL;
+    out->owned = NULL;
+    out->aux = NULL;
+    return ZI_OK;
+}
+
 static float *cpu_vector_init(zi_backend *be, const zi_gguf_tensor *t, zi_error *err) {
     (void)be;
     return zi_vector_dequantize(t, err); /* freed by the backend's free (= free) */
@@ -1148,6 +1167,7 @@ static const zi_backend_ops cpu_ops = {
     .free_backend = cpu_backend_free,
     .weight_init = cpu_weight_init,
     .weight_free = cpu_weight_free,
+    .weight_view = cpu_weight_view,
     .vector_init = cpu_vector_init,
     .reserve = cpu_reserve,
     .alloc = cpu_alloc,

@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "cpu_backend.h"
+#include "gguf.h"
 #include "moe.h"
 
 static void softmax_top2(void **state) {
@@ -143,11 +144,74 @@ static void swiglu_oai(void **state) {
     zi_backend_free(be);
 }
 
+/* Rows of a weight viewed (weight_view) give the products a weight made of
+ * those rows alone gives, bit for bit; a view that splits a 16-row group
+ * is refused. */
+static void weight_views(void **state) {
+    (void)state;
+    zi_backend *be = NULL;
+    zi_error err = {0};
+    zi_cpu_options opt = {.n_threads = 2};
+    assert_int_equal(zi_cpu_backend_create(&opt, &be, &err), ZI_OK);
+    enum { ROWS = 64, COLS = 256, T = 5 };
+    const int types[2] = {ZI_TYPE_Q8_0, ZI_TYPE_Q4_K};
+    for (int ti = 0; ti < 2; ti++) {
+        const int type = types[ti];
+        const size_t rb =
+            (size_t)COLS / zi_ggml_type_block_elems(type) * zi_ggml_type_block_bytes(type);
+        uint8_t *data = malloc(rb * ROWS);
+        uint32_t seed = 12345;
+        for (size_t i = 0; i < rb * ROWS; i++) {
+            seed = seed * 1103515245u + 12345u;
+            data[i] = (uint8_t)(seed >> 16);
+        }
+        /* every block's float16 scales small and finite: bytes 0..1 (and
+         * 2..3 for Q4_K) of each block */
+        const size_t bb = zi_ggml_type_block_bytes(type);
+        for (size_t b = 0; b < rb * ROWS / bb; b++) {
+            data[b * bb + 1] = 0x20;
+            if (type == ZI_TYPE_Q4_K) data[b * bb + 3] = 0x20;
+        }
+        zi_gguf_tensor t = {.name = {"w", 1},
+                            .n_dims = 2,
+                            .ne = {COLS, ROWS, 1, 1},
+                            .type = type,
+                            .nbytes = rb * ROWS,
+                            .data = data};
+        zi_weight all, view, part;
+        assert_int_equal(be->ops->weight_init(be, &all, &t, &err), ZI_OK);
+        assert_int_equal(be->ops->weight_view(be, &all, 32, 16, &view, &err), ZI_OK);
+        assert_null(view.owned);
+        zi_gguf_tensor slice = t;
+        slice.ne[1] = 16;
+        slice.nbytes = rb * 16;
+        slice.data = data + rb * 32;
+        assert_int_equal(be->ops->weight_init(be, &part, &slice, &err), ZI_OK);
+        assert_int_equal(be->ops->reserve(be, T, COLS, 16, &err), ZI_OK);
+        float x[T * COLS], y1[T * 16], y2[T * 16];
+        for (int i = 0; i < T * COLS; i++) x[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+        be->ops->matmul(be, y1, &view, x, T);
+        be->ops->matmul(be, y2, &part, x, T);
+        assert_memory_equal(y1, y2, sizeof y1);
+        be->ops->matmul(be, y1, &view, x, 1);
+        be->ops->matmul(be, y2, &part, x, 1);
+        assert_memory_equal(y1, y2, sizeof(float) * 16);
+        if (all.layout)
+            assert_int_equal(be->ops->weight_view(be, &all, 8, 16, &view, &err), ZI_EINVAL);
+        assert_int_equal(be->ops->weight_view(be, &all, 56, 16, &view, &err), ZI_EINVAL);
+        be->ops->weight_free(be, &view); /* frees nothing */
+        be->ops->weight_free(be, &part);
+        be->ops->weight_free(be, &all);
+        free(data);
+    }
+    zi_backend_free(be);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(softmax_top2), cmocka_unit_test(softmax_weight_top3),
         cmocka_unit_test(all_experts),  cmocka_unit_test(row_ops),
-        cmocka_unit_test(swiglu_oai),
+        cmocka_unit_test(swiglu_oai),   cmocka_unit_test(weight_views),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
