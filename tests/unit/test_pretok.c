@@ -25,6 +25,9 @@
 
 #include <cmocka.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 32
+#include <pcre2.h>
+
 #include "gguf.h"
 #include "gguf_writer.h"
 #include "gpt2_bytes.h"
@@ -208,6 +211,146 @@ static void test_gpt4o(void **state) {
         SPLIT(l.t, aliases[i], "helloWORLD 1234", "hello", "WORLD", " ", "123", "4");
         unload(&l);
     }
+}
+
+/* llama.cpp's GPT4O regex as std::regex gets it: \p{L} and \p{N} rewritten
+ * for the collapsed text (tokenizer_regex.c), which collapsed_unit makes. */
+static const char k_gpt4o_collapsed[] =
+    "[^\\r\\n\\x{D2}A-Za-z\\x{D1}0-9]?((?=[\\x{D2}A-Za-z])([^a-z]))*((?=[\\x{D2}A-Za-z])([^A-Z]))+"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+    "|[^\\r\\n\\x{D2}A-Za-z\\x{D1}0-9]?((?=[\\x{D2}A-Za-z])([^a-z]))+((?=[\\x{D2}A-Za-z])([^A-Z]))*"
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+    "|[\\x{D1}0-9]{1,3}| ?[^\\s\\x{D2}A-Za-z\\x{D1}0-9]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+
+static uint32_t collapsed_unit(uint32_t cp) {
+    if (cp < 0x80) return cp;
+    uint16_t f = zi_unicode_flags(cp);
+    if (f & ZI_UC_WHITESPACE) return 0x0B;
+    switch (f & ZI_UC_CATEGORIES) {
+    case ZI_UC_NUMBER:
+        return 0xD1;
+    case ZI_UC_LETTER:
+        return 0xD2;
+    case ZI_UC_PUNCT:
+        return 0xD3;
+    case ZI_UC_MARK:
+        return 0xD4;
+    case ZI_UC_SYMBOL:
+        return 0xD5;
+    default:
+        return 0xD0;
+    }
+}
+
+/* The gpt-4o scanner against that regex itself, run by PCRE2's
+ * interpreter (backtracking in the leftmost-alternative order std::regex
+ * uses), on seeded random strings of the codepoints its branches turn on:
+ * every split must be the regex's. (PCRE2 only checks: its JIT runs out
+ * of stack on a 1,000-letter word.) */
+static void test_gpt4o_against_regex(void **state) {
+    (void)state;
+    loaded l = load("gpt-4o");
+    size_t pl = strlen(k_gpt4o_collapsed);
+    PCRE2_UCHAR32 pat[sizeof k_gpt4o_collapsed];
+    for (size_t i = 0; i < pl; i++) pat[i] = (unsigned char)k_gpt4o_collapsed[i];
+    int ec;
+    PCRE2_SIZE eo;
+    pcre2_code *re = pcre2_compile(pat, pl, 0, &ec, &eo, NULL);
+    assert_non_null(re);
+    pcre2_match_data *md = pcre2_match_data_create(16, NULL);
+    assert_non_null(md);
+    static const char *const atoms[] = {"A",
+                                        "B",
+                                        "Z",
+                                        "a",
+                                        "s",
+                                        "t",
+                                        "m",
+                                        "d",
+                                        "r",
+                                        "e",
+                                        "v",
+                                        "l",
+                                        "S",
+                                        "T",
+                                        "R",
+                                        "E",
+                                        "L",
+                                        "\xc3\x89",
+                                        "\xc3\xa9",
+                                        "\xe4\xb8\xad",
+                                        "\xc7\x85",
+                                        "1",
+                                        "2",
+                                        "\xd9\xa3",
+                                        "\xe2\x85\xa0",
+                                        " ",
+                                        " ",
+                                        "\n",
+                                        "\r",
+                                        "\t",
+                                        "\x0b",
+                                        "\xe3\x80\x80",
+                                        "\xc2\x85",
+                                        "\xc2\xa0",
+                                        "!",
+                                        "/",
+                                        "'",
+                                        "'",
+                                        ".",
+                                        "\xcc\x81",
+                                        "\xe2\x82\xac",
+                                        "\xef\xbf\xbd",
+                                        "\xf0\x9f\x98\x80"};
+    const size_t na = sizeof atoms / sizeof *atoms;
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    unsigned char text[24 * 4];
+    uint32_t units[sizeof text];
+    size_t boff[sizeof text + 1], want[sizeof text];
+    tok_idvec lens = {NULL, 0, 0};
+    long bad = 0;
+    for (long it = 0; it < 200000; it++) {
+        size_t tn = 0, nu = 0, nw = 0;
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        for (int k = 1 + (int)(rng % 24); k > 0; k--) {
+            rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+            const char *a = atoms[rng % na];
+            memcpy(text + tn, a, strlen(a));
+            tn += strlen(a);
+        }
+        for (size_t p = 0; p < tn;) {
+            uint32_t cp;
+            size_t cl = zi_utf8_decode(text + p, tn - p, &cp);
+            boff[nu] = p;
+            units[nu++] = collapsed_unit(cp);
+            p += cl;
+        }
+        boff[nu] = tn;
+        lens.n = 0;
+        assert_int_equal(tok_pretok_split(l.t, text, tn, &lens), ZI_OK);
+        size_t start = 0;
+        while (start < nu && pcre2_match(re, units, nu, start, 0, md, NULL) > 0) {
+            const PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+            assert_true(ov[0] == start && ov[1] > start); /* every codepoint starts a match */
+            want[nw++] = boff[ov[1]] - boff[start];
+            start = ov[1];
+        }
+        assert_int_equal(start, nu);
+        int same = nw == lens.n;
+        for (size_t i = 0; same && i < nw; i++) same = (size_t)lens.v[i] == want[i];
+        if (!same && bad++ < 5) {
+            fprintf(stderr, "gpt-4o differs from the regex on \"%.*s\":", (int)tn, text);
+            for (size_t i = 0; i < lens.n; i++) fprintf(stderr, " %d", lens.v[i]);
+            fprintf(stderr, " (regex:");
+            for (size_t i = 0; i < nw; i++) fprintf(stderr, " %zu", want[i]);
+            fprintf(stderr, ")\n");
+        }
+    }
+    assert_int_equal(bad, 0);
+    free(lens.v);
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    unload(&l);
 }
 
 /* gpt-oss's markers, as llama.cpp's load treats them whatever their type
@@ -395,11 +538,17 @@ static void test_hostile(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gpt2),           cmocka_unit_test(test_llama3),
-        cmocka_unit_test(test_qwen),           cmocka_unit_test(test_deepseek),
-        cmocka_unit_test(test_falcon_default), cmocka_unit_test(test_refused),
-        cmocka_unit_test(test_default_bos),    cmocka_unit_test(test_hostile),
-        cmocka_unit_test(test_gpt4o),          cmocka_unit_test(test_gpt_oss_markers),
+        cmocka_unit_test(test_gpt2),
+        cmocka_unit_test(test_llama3),
+        cmocka_unit_test(test_qwen),
+        cmocka_unit_test(test_deepseek),
+        cmocka_unit_test(test_falcon_default),
+        cmocka_unit_test(test_refused),
+        cmocka_unit_test(test_default_bos),
+        cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_gpt4o),
+        cmocka_unit_test(test_gpt_oss_markers),
+        cmocka_unit_test(test_gpt4o_against_regex),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
