@@ -152,6 +152,13 @@ typedef struct zi_backend_ops {
      * and run them as one job (Q/K/V, gate/up). */
     void (*matmul_n)(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
                      const float *x, int n_tokens);
+    /* n products of one row each: ys[i] = x_i ws[i]^T, x_i row i of x
+     * ([n][cols], all ws[i] with the same cols). The same as n matmul
+     * calls of one token, as one job: a decode step's chosen experts,
+     * each with its own input (model_worker/moe.h). The caller's reserve
+     * covers n tokens. Optional (NULL: n matmul calls). */
+    void (*matmul_rows)(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                        const float *x);
     /* Row i of `rows` (ids[i]) of an embedding table, dequantized. */
     void (*get_rows)(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids, int n);
     /* y = x / sqrt(mean(x^2) + eps) * w, per row of length dim. y may be x. */

@@ -941,13 +941,16 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                             "'%s' is an encoder: it returns embeddings, not logits", m->cfg.arch);
     if (m->cfg.encoder && (rc = encoder_spans(m, b, &n_spans, err))) return rc;
     if ((rc = ensure_buffers(m, T, n_wanted, host_out == NULL, err))) return rc;
-    if (T > m->reserved_tokens || kv->max_ctx > m->reserved_ctx) {
+    /* A decode step's experts quantize n_expert_used rows at once (moe.c's
+     * matmul_rows): the scratch covers that many tokens. */
+    const int reserve_T = T > m->cfg.moe.n_expert_used ? T : m->cfg.moe.n_expert_used;
+    if (reserve_T > m->reserved_tokens || kv->max_ctx > m->reserved_ctx) {
         int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
         int64_t qd = (int64_t)m->cfg.n_heads * m->cfg.head_dim;
         if (qd > cols) cols = qd;
         if (m->cfg.moe.ffn_dim > cols) cols = m->cfg.moe.ffn_dim;
         if (m->cfg.moe.shared_ffn_dim > cols) cols = m->cfg.moe.shared_ffn_dim;
-        int rt = T > m->reserved_tokens ? T : m->reserved_tokens;
+        int rt = reserve_T > m->reserved_tokens ? reserve_T : m->reserved_tokens;
         int rctx = kv->max_ctx > m->reserved_ctx ? kv->max_ctx : m->reserved_ctx;
         if ((rc = m->be->ops->reserve(m->be, rt, cols, rctx, err))) return rc;
         m->reserved_tokens = rt;

@@ -331,6 +331,54 @@ static int scratch_grow(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params
     return ZI_OK;
 }
 
+/* The experts' activation: SwiGLU, or gpt-oss's clamped one. */
+static void expert_act(zi_backend *be, const zi_moe_params *p, float *g, const float *u, size_t n) {
+    if (p->oai)
+        be->ops->swiglu_oai(be, g, g, u, n, ZI_MOE_OAI_ALPHA, ZI_MOE_OAI_LIMIT);
+    else
+        be->ops->swiglu(be, g, g, u, n);
+}
+
+/* One token (a decode step of one sequence): every chosen expert's gate and
+ * up read the same row, so they run as one job, and the down products, each
+ * of its own row, as one more (two pool dispatches and two quantizations a
+ * layer instead of two per expert: short jobs that each start streaming
+ * their weights cold). Row j of g, u and y is the j-th chosen expert in id
+ * order (first[e], as the grouping left them). */
+static void one_token_experts(zi_moe_scratch *s, zi_backend *be, const zi_moe_params *p,
+                              const zi_moe_layer *L, const float *x, int E, int dim) {
+    const zi_backend_ops *op = be->ops;
+    const int ff = p->ffn_dim, k = p->n_expert_used;
+    int m = 0;
+    for (int e = 0; e < E; e++) {
+        if (s->count[e] == 0) continue;
+        const size_t r0 = (size_t)s->first[e];
+        s->gu_out[m] = s->g + r0 * ff, s->gu_w[m++] = &L->gate[e];
+        s->gu_out[m] = s->u + r0 * ff, s->gu_w[m++] = &L->up[e];
+    }
+    op->matmul_n(be, m, s->gu_out, s->gu_w, x, 1);
+    if (p->oai)
+        for (int e = 0; e < E; e++) {
+            if (s->count[e] == 0) continue;
+            const size_t r0 = (size_t)s->first[e];
+            op->add_bias(be, s->g + r0 * ff, L->b_gate + (size_t)e * ff, 1, ff);
+            op->add_bias(be, s->u + r0 * ff, L->b_up + (size_t)e * ff, 1, ff);
+        }
+    expert_act(be, p, s->g, s->u, (size_t)k * ff);
+    m = 0;
+    for (int e = 0; e < E; e++) {
+        if (s->count[e] == 0) continue;
+        s->gu_out[m] = s->y + (size_t)s->first[e] * dim, s->gu_w[m++] = &L->down[e];
+    }
+    assert(m == k);
+    op->matmul_rows(be, m, s->gu_out, s->gu_w, s->g);
+    if (p->oai)
+        for (int e = 0; e < E; e++)
+            if (s->count[e])
+                op->add_bias(be, s->y + (size_t)s->first[e] * dim, L->b_down + (size_t)e * dim, 1,
+                             dim);
+}
+
 int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
                    const zi_moe_layer *L, float *out, const float *x, int T, int dim,
                    zi_error *err) {
@@ -370,40 +418,27 @@ int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
             s->src[row] = t;
             s->slot[t * kk + j] = row;
         }
-    op->gather_rows(be, s->xg, x, s->src, T * k, dim);
-
-    /* One token (a decode step of one sequence): every chosen expert's
-     * gate and up read the same row, so they run as one job (one pool
-     * dispatch, one quantization of x, instead of one per expert). */
-    if (T == 1) {
-        int m = 0;
+    if (T == 1 && op->matmul_rows) {
+        one_token_experts(s, be, p, L, x, E, dim);
+    } else {
+        op->gather_rows(be, s->xg, x, s->src, T * k, dim);
+        /* One product per chosen expert over its tokens. */
         for (int e = 0; e < E; e++) {
-            if (s->count[e] == 0) continue;
+            const int n = s->count[e];
+            if (n == 0) continue;
             const size_t r0 = (size_t)s->first[e];
-            s->gu_out[m] = s->g + r0 * ff, s->gu_w[m++] = &L->gate[e];
-            s->gu_out[m] = s->u + r0 * ff, s->gu_w[m++] = &L->up[e];
+            float *g = s->g + r0 * ff, *u = s->u + r0 * ff;
+            float *gu[2] = {g, u};
+            const zi_weight *wgu[2] = {&L->gate[e], &L->up[e]};
+            op->matmul_n(be, 2, gu, wgu, s->xg + r0 * dim, n);
+            if (p->oai) {
+                op->add_bias(be, g, L->b_gate + (size_t)e * ff, n, ff);
+                op->add_bias(be, u, L->b_up + (size_t)e * ff, n, ff);
+            }
+            expert_act(be, p, g, u, (size_t)n * ff);
+            op->matmul(be, s->y + r0 * dim, &L->down[e], g, n);
+            if (p->oai) op->add_bias(be, s->y + r0 * dim, L->b_down + (size_t)e * dim, n, dim);
         }
-        op->matmul_n(be, m, s->gu_out, s->gu_w, x, 1);
-    }
-
-    /* One product per chosen expert over its tokens. */
-    for (int e = 0; e < E; e++) {
-        const int n = s->count[e];
-        if (n == 0) continue;
-        const size_t r0 = (size_t)s->first[e];
-        float *g = s->g + r0 * ff, *u = s->u + r0 * ff;
-        float *gu[2] = {g, u};
-        const zi_weight *wgu[2] = {&L->gate[e], &L->up[e]};
-        if (T > 1) op->matmul_n(be, 2, gu, wgu, s->xg + r0 * dim, n);
-        if (p->oai) {
-            op->add_bias(be, g, L->b_gate + (size_t)e * ff, n, ff);
-            op->add_bias(be, u, L->b_up + (size_t)e * ff, n, ff);
-            op->swiglu_oai(be, g, g, u, (size_t)n * ff, ZI_MOE_OAI_ALPHA, ZI_MOE_OAI_LIMIT);
-        } else {
-            op->swiglu(be, g, g, u, (size_t)n * ff);
-        }
-        op->matmul(be, s->y + r0 * dim, &L->down[e], g, n);
-        if (p->oai) op->add_bias(be, s->y + r0 * dim, L->b_down + (size_t)e * dim, n, dim);
     }
 
     /* The shared expert: every token, in rows T*k .. T*k + T - 1 of y,

@@ -325,6 +325,8 @@ typedef struct mm_args {
     int64_t total_rows;         /* sum of the products' rows */
     int64_t chunk;              /* rows per chunk (batches); 0: one slice per thread */
     zi_counter *next;           /* per thread: its next chunk (batches) */
+    /* matmul_rows: product i reads row i of x (and of q), one token each */
+    int row_per_product;
 } mm_args;
 
 /* Rows [r0, r1) of a product whose weight type has no kernel of its own
@@ -378,10 +380,56 @@ static void mm_span(const mm_args *a, int64_t lo, int64_t hi, int ith) {
     for (int i = 0; i < a->n && lo < hi; i++) {
         int64_t rows = a->ws[i]->rows;
         int64_t r0 = lo - base, r1 = hi - base;
-        if (r0 < rows && r1 > 0)
+        if (r0 < rows && r1 > 0 && a->row_per_product) { /* row i of x and q alone */
+            mm_args b = *a;
+            zi_q8_act qi;
+            const int64_t cols = a->ws[i]->cols, nb = cols / ZI_QK;
+            b.x = a->x + (size_t)i * (size_t)cols;
+            if (a->q) {
+                qi = *a->q;
+                qi.q += (size_t)i * (size_t)nb * 2 * ZI_QK;
+                qi.d += (size_t)i * (size_t)nb;
+                qi.s += (size_t)i * (size_t)nb;
+                if (qi.s16) qi.s16 += (size_t)i * (size_t)nb * 2;
+                b.q = &qi;
+            }
+            mm_rows(&b, a->ws[i], a->ys[i], r0 < 0 ? 0 : r0, r1 > rows ? rows : r1, ith);
+        } else if (r0 < rows && r1 > 0) {
             mm_rows(a, a->ws[i], a->ys[i], r0 < 0 ? 0 : r0, r1 > rows ? rows : r1, ith);
+        }
         base += rows;
     }
+}
+
+/* The row (of the products laid end to end, a multiple of 16) where the
+ * first `part` of `whole` shares of the products' bytes end. */
+static int64_t row_at_bytes(const mm_args *a, int part, int whole) {
+    uint64_t total = 0;
+    for (int i = 0; i < a->n; i++)
+        total += (uint64_t)a->ws[i]->rows * layout_row_bytes(a->ws[i]);
+    uint64_t want = total / (uint64_t)whole * (uint64_t)part +
+                    total % (uint64_t)whole * (uint64_t)part / (uint64_t)whole;
+    int64_t base = 0;
+    for (int i = 0; i < a->n; i++) {
+        const uint64_t rb = layout_row_bytes(a->ws[i]), bytes = (uint64_t)a->ws[i]->rows * rb;
+        if (want < bytes || i == a->n - 1) {
+            int64_t r = (int64_t)((want + rb / 2) / rb);
+            r = (r + 8) / 16 * 16;
+            return base + (r < a->ws[i]->rows ? r : a->ws[i]->rows);
+        }
+        want -= bytes;
+        base += a->ws[i]->rows;
+    }
+    return base;
+}
+
+/* One token's slices: equal bytes, not rows, for each thread, since its
+ * products stream their weights once and the types in one job differ (a
+ * Q6_K V beside Q4_K Q and K: 0.82 against 0.56 bytes a weight), so
+ * equal rows left one thread waiting for the other. */
+static void split_bytes(const mm_args *a, int ith, int nth, int64_t *lo, int64_t *hi) {
+    *lo = ith == 0 ? 0 : row_at_bytes(a, ith, nth);
+    *hi = ith == nth - 1 ? a->total_rows : row_at_bytes(a, ith + 1, nth);
 }
 
 /* Each thread takes one slice of the rows. For batches the slice is cut in
@@ -396,7 +444,7 @@ static void mm_worker(void *p, int ith, int nth) {
     mm_args *a = p;
     if (!a->chunk) {
         int64_t lo, hi;
-        split_range(a->total_rows, ith, nth, 16, &lo, &hi);
+        split_bytes(a, ith, nth, &lo, &hi);
         mm_span(a, lo, hi, ith);
         return;
     }
@@ -436,17 +484,20 @@ static int is_quantized(int type) {
     return type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0;
 }
 
-static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
-                         const float *x, int n_tokens) {
+/* matmul_n, and with row_per_product matmul_rows: x then has n rows, each
+ * quantized as a token of its own, and product i reads row i alone. */
+static void matmul_job(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                       const float *x, int n_tokens, int row_per_product) {
     cpu_backend *c = cb(be);
     mm_args a = {.k = c->k,
                  .n = n,
                  .ys = ys,
                  .ws = ws,
                  .x = x,
-                 .n_tokens = n_tokens,
+                 .n_tokens = row_per_product ? 1 : n_tokens,
                  .deq_rows = c->deq_rows,
-                 .deq_stride = c->deq_stride};
+                 .deq_stride = c->deq_stride,
+                 .row_per_product = row_per_product};
     int any_quant = 0, half_sums = 0;
     for (int i = 0; i < n; i++) {
         a.total_rows += ws[i]->rows;
@@ -459,22 +510,32 @@ static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weigh
     if (any_quant) { /* one quantization of x serves every product */
         /* reserve() sized act for this product (the model's contract). */
         c->act.nb = ws[0]->cols / ZI_QK;
-        quant_args qa = {.k = c->k, .x = x, .q = &c->act, .n_tokens = n_tokens,
-                         .cols = ws[0]->cols};
-        if (n_tokens >= 4)
+        const int rows = row_per_product ? n : n_tokens;
+        quant_args qa = {.k = c->k, .x = x, .q = &c->act, .n_tokens = rows, .cols = ws[0]->cols};
+        if (rows >= 4)
             zi_pool_run(c->pool, quant_worker, &qa);
         else
             quant_worker(&qa, 0, 1);
         a.q = &c->act;
     }
     int nth = zi_pool_size(c->pool);
-    if (n_tokens >= 4 && nth > 1) { /* about 8 chunks per thread, whole 16-row groups */
+    if (a.n_tokens >= 4 && nth > 1) { /* about 8 chunks per thread, whole 16-row groups */
         int64_t per = (a.total_rows / 16) / (8 * (int64_t)nth);
         a.chunk = 16 * (per > 0 ? per : 1);
         a.next = c->mm_next;
         for (int i = 0; i < nth; i++) atomic_store_explicit(&c->mm_next[i].v, 0, memory_order_relaxed);
     }
     zi_pool_run(c->pool, mm_worker, &a);
+}
+
+static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                         const float *x, int n_tokens) {
+    matmul_job(be, n, ys, ws, x, n_tokens, 0);
+}
+
+static void cpu_matmul_rows(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                            const float *x) {
+    matmul_job(be, n, ys, ws, x, 1, 1);
 }
 
 static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float *x, int n_tokens) {
@@ -1176,6 +1237,7 @@ static const zi_backend_ops cpu_ops = {
     .download = cpu_copy,
     .matmul = cpu_matmul,
     .matmul_n = cpu_matmul_n,
+    .matmul_rows = cpu_matmul_rows,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

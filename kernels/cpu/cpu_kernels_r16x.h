@@ -145,9 +145,11 @@ static inline __attribute__((always_inline)) void r16x_decode512(const int plane
     }
     for (int b = 0; b < planes; b++)
         for (int v = 0; v < 8; v++) {
-            uint64_t m;
-            memcpy(&m, G + 256 + 64 * b + 8 * v, 8);
-            c[v] = _mm512_mask_add_epi8(c[v], (__mmask64)m, c[v], _mm512_set1_epi8((char)(16 << b)));
+            /* straight from memory into a mask register (kmovq k, m64: a
+             * load, where a move through a general register is two uops
+             * and one on port 5, which vpdpbusd and the shuffles need) */
+            const __mmask64 m = _load_mask64((__mmask64 *)(uintptr_t)(G + 256 + 64 * b + 8 * v));
+            c[v] = _mm512_mask_add_epi8(c[v], m, c[v], _mm512_set1_epi8((char)(16 << b)));
         }
 }
 
