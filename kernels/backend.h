@@ -152,13 +152,15 @@ typedef struct zi_backend_ops {
      * and run them as one job (Q/K/V, gate/up). */
     void (*matmul_n)(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
                      const float *x, int n_tokens);
-    /* n products of one row each: ys[i] = x_i ws[i]^T, x_i row i of x
-     * ([n][cols], all ws[i] with the same cols). The same as n matmul
-     * calls of one token, as one job: a decode step's chosen experts,
-     * each with its own input (model_worker/moe.h). The caller's reserve
-     * covers n tokens. Optional (NULL: n matmul calls). */
-    void (*matmul_rows)(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
-                        const float *x);
+    /* n products, each over its own rows of x ([n_rows][cols], all ws[i]
+     * with the same cols): ys[i] ([count[i]][ws[i]->rows]) = rows first[i]
+     * .. first[i] + count[i] - 1 of x times ws[i]^T (count[i] >= 1; first
+     * and count are host memory). The same as n matmul calls, as one job:
+     * the chosen experts of a pass, each over its tokens
+     * (model_worker/moe.h). The caller's reserve covers n_rows tokens.
+     * Optional (NULL: n matmul calls). */
+    void (*matmul_groups)(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                          const float *x, int n_rows, const int32_t *first, const int32_t *count);
     /* Row i of `rows` (ids[i]) of an embedding table, dequantized. */
     void (*get_rows)(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids, int n);
     /* y = x / sqrt(mean(x^2) + eps) * w, per row of length dim. y may be x. */

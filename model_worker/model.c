@@ -941,9 +941,9 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                             "'%s' is an encoder: it returns embeddings, not logits", m->cfg.arch);
     if (m->cfg.encoder && (rc = encoder_spans(m, b, &n_spans, err))) return rc;
     if ((rc = ensure_buffers(m, T, n_wanted, host_out == NULL, err))) return rc;
-    /* A decode step's experts quantize n_expert_used rows at once (moe.c's
-     * matmul_rows): the scratch covers that many tokens. */
-    const int reserve_T = T > m->cfg.moe.n_expert_used ? T : m->cfg.moe.n_expert_used;
+    /* A mixture of experts quantizes each token's rows for its chosen
+     * experts at once (moe.c's matmul_groups): T * n_expert_used tokens. */
+    const int reserve_T = m->cfg.moe.n_expert_used > 0 ? T * m->cfg.moe.n_expert_used : T;
     if (reserve_T > m->reserved_tokens || kv->max_ctx > m->reserved_ctx) {
         int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
         int64_t qd = (int64_t)m->cfg.n_heads * m->cfg.head_dim;

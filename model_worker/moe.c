@@ -28,8 +28,10 @@ struct zi_moe_scratch {
     int32_t *src;           /* [cap * k]: the token of each grouped row */
     int32_t *count, *first; /* [e_cap]: rows per expert and where they start */
     float *sh_logit;        /* [cap]: the shared expert's gate logits, on the host */
-    float **gu_out;         /* [2 * k_cap]: a decode step's gate and up outputs */
-    const zi_weight **gu_w; /* and their weights */
+    /* [2 * e_cap]: grouped_experts' products: outputs, weights, rows */
+    float **gu_out;
+    const zi_weight **gu_w;
+    int32_t *gu_first, *gu_count;
     /* backend memory */
     float *logits;  /* [cap][n_expert] */
     float *xg;      /* [cap * k][dim]: the input rows grouped by expert */
@@ -287,6 +289,8 @@ void zi_moe_scratch_free(zi_backend *be, zi_moe_scratch *s) {
     free(s->sh_logit);
     free(s->gu_out);
     free((void *)s->gu_w);
+    free(s->gu_first);
+    free(s->gu_count);
     float *dev[] = {s->logits, s->xg, s->g, s->u, s->y, s->sh_gate};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++) be->ops->free(be, dev[i]);
     free(s);
@@ -310,8 +314,10 @@ static int scratch_grow(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params
     s->count = malloc(E * sizeof(int32_t));
     s->first = malloc(E * sizeof(int32_t));
     s->sh_logit = malloc(t * sizeof(float));
-    s->gu_out = malloc(2 * (size_t)kk * sizeof *s->gu_out);
-    s->gu_w = malloc(2 * (size_t)kk * sizeof *s->gu_w);
+    s->gu_out = malloc(2 * E * sizeof *s->gu_out);
+    s->gu_w = malloc(2 * E * sizeof *s->gu_w);
+    s->gu_first = malloc(2 * E * sizeof *s->gu_first);
+    s->gu_count = malloc(2 * E * sizeof *s->gu_count);
     s->logits = be->ops->alloc(be, t * E * sizeof(float));
     s->xg = be->ops->alloc(be, t * (size_t)k * (size_t)dim * sizeof(float));
     s->g = be->ops->alloc(be, t * (size_t)kk * ff * sizeof(float));
@@ -319,8 +325,8 @@ static int scratch_grow(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params
     s->y = be->ops->alloc(be, t * (size_t)kk * (size_t)dim * sizeof(float));
     s->sh_gate = be->ops->alloc(be, t * sizeof(float));
     if ((!be->host_memory && !s->host_logits) || !s->ids || !s->w || !s->slot || !s->src ||
-        !s->count || !s->first || !s->sh_logit || !s->gu_out || !s->gu_w || !s->logits || !s->xg ||
-        !s->g || !s->u || !s->y || !s->sh_gate) {
+        !s->count || !s->first || !s->sh_logit || !s->gu_out || !s->gu_w || !s->gu_first ||
+        !s->gu_count || !s->logits || !s->xg || !s->g || !s->u || !s->y || !s->sh_gate) {
         zi_moe_scratch_free(be, s);
         *sp = NULL;
         return zi_error_set(err, ZI_ENOMEM, "out of memory for the experts of %d tokens", T);
@@ -339,44 +345,46 @@ static void expert_act(zi_backend *be, const zi_moe_params *p, float *g, const f
         be->ops->swiglu(be, g, g, u, n);
 }
 
-/* One token (a decode step of one sequence): every chosen expert's gate and
- * up read the same row, so they run as one job, and the down products, each
- * of its own row, as one more (two pool dispatches and two quantizations a
- * layer instead of two per expert: short jobs that each start streaming
- * their weights cold). Row j of g, u and y is the j-th chosen expert in id
- * order (first[e], as the grouping left them). */
-static void one_token_experts(zi_moe_scratch *s, zi_backend *be, const zi_moe_params *p,
-                              const zi_moe_layer *L, const float *x, int E, int dim) {
+/* Every chosen expert's products of the pass as two jobs (matmul_groups):
+ * gate and up of all of them over their rows of xg, then down over their
+ * rows of g; one activation over all rows between. Two pool jobs and two
+ * quantizations a layer instead of two per expert: per-expert jobs are
+ * short (a prompt's expert has ~T*k/n_expert tokens, a decode step's one),
+ * and each ended at a barrier and started streaming its weights cold. */
+static void grouped_experts(zi_moe_scratch *s, zi_backend *be, const zi_moe_params *p,
+                            const zi_moe_layer *L, int T, int E, int dim) {
     const zi_backend_ops *op = be->ops;
-    const int ff = p->ffn_dim, k = p->n_expert_used;
+    const int ff = p->ffn_dim, rows = T * p->n_expert_used;
     int m = 0;
     for (int e = 0; e < E; e++) {
         if (s->count[e] == 0) continue;
         const size_t r0 = (size_t)s->first[e];
+        s->gu_first[m] = s->gu_first[m + 1] = s->first[e];
+        s->gu_count[m] = s->gu_count[m + 1] = s->count[e];
         s->gu_out[m] = s->g + r0 * ff, s->gu_w[m++] = &L->gate[e];
         s->gu_out[m] = s->u + r0 * ff, s->gu_w[m++] = &L->up[e];
     }
-    op->matmul_n(be, m, s->gu_out, s->gu_w, x, 1);
+    op->matmul_groups(be, m, s->gu_out, s->gu_w, s->xg, rows, s->gu_first, s->gu_count);
     if (p->oai)
         for (int e = 0; e < E; e++) {
             if (s->count[e] == 0) continue;
             const size_t r0 = (size_t)s->first[e];
-            op->add_bias(be, s->g + r0 * ff, L->b_gate + (size_t)e * ff, 1, ff);
-            op->add_bias(be, s->u + r0 * ff, L->b_up + (size_t)e * ff, 1, ff);
+            op->add_bias(be, s->g + r0 * ff, L->b_gate + (size_t)e * ff, s->count[e], ff);
+            op->add_bias(be, s->u + r0 * ff, L->b_up + (size_t)e * ff, s->count[e], ff);
         }
-    expert_act(be, p, s->g, s->u, (size_t)k * ff);
+    expert_act(be, p, s->g, s->u, (size_t)rows * ff);
     m = 0;
     for (int e = 0; e < E; e++) {
         if (s->count[e] == 0) continue;
+        s->gu_first[m] = s->first[e], s->gu_count[m] = s->count[e];
         s->gu_out[m] = s->y + (size_t)s->first[e] * dim, s->gu_w[m++] = &L->down[e];
     }
-    assert(m == k);
-    op->matmul_rows(be, m, s->gu_out, s->gu_w, s->g);
+    op->matmul_groups(be, m, s->gu_out, s->gu_w, s->g, rows, s->gu_first, s->gu_count);
     if (p->oai)
         for (int e = 0; e < E; e++)
             if (s->count[e])
-                op->add_bias(be, s->y + (size_t)s->first[e] * dim, L->b_down + (size_t)e * dim, 1,
-                             dim);
+                op->add_bias(be, s->y + (size_t)s->first[e] * dim, L->b_down + (size_t)e * dim,
+                             s->count[e], dim);
 }
 
 int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
@@ -418,11 +426,10 @@ int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
             s->src[row] = t;
             s->slot[t * kk + j] = row;
         }
-    if (T == 1 && op->matmul_rows) {
-        one_token_experts(s, be, p, L, x, E, dim);
-    } else {
-        op->gather_rows(be, s->xg, x, s->src, T * k, dim);
-        /* One product per chosen expert over its tokens. */
+    op->gather_rows(be, s->xg, x, s->src, T * k, dim);
+    if (op->matmul_groups) {
+        grouped_experts(s, be, p, L, T, E, dim);
+    } else { /* one product per chosen expert over its tokens */
         for (int e = 0; e < E; e++) {
             const int n = s->count[e];
             if (n == 0) continue;

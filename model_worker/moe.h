@@ -14,10 +14,11 @@
  * How a pass runs it: the router's product, then routing on the host (it
  * decides which products run, so the host needs it anyway), then the
  * tokens grouped by expert (gather_rows: one block of rows per expert, in
- * token order), one product per chosen expert over its tokens (decode
- * reads only the chosen experts' weights: bytes per token follow the active
- * parameters), and each token's weighted sum (weighted_sum_rows), in the
- * order of its choice. Each expert's weights are an ordinary zi_weight
+ * token order), one product per chosen expert over its tokens, all of
+ * them in two backend jobs (matmul_groups: gate and up, then down; decode
+ * reads only the chosen experts' weights: bytes per token follow the
+ * active parameters), and each token's weighted sum (weighted_sum_rows),
+ * in the order of its choice. Each expert's weights are an ordinary zi_weight
  * (the slice of the 3-D tensor), so every product kernel, repacking and
  * the 16-bit-activation exactness of the dense path apply unchanged, and a
  * token's result does not depend on the other tokens of the pass.

@@ -325,8 +325,9 @@ typedef struct mm_args {
     int64_t total_rows;         /* sum of the products' rows */
     int64_t chunk;              /* rows per chunk (batches); 0: one slice per thread */
     zi_counter *next;           /* per thread: its next chunk (batches) */
-    /* matmul_rows: product i reads row i of x (and of q), one token each */
-    int row_per_product;
+    /* matmul_groups: product i reads rows first[i] .. first[i] + count[i]
+     * - 1 of x (and of q) as its tokens; NULL: every product reads x */
+    const int32_t *first, *count;
 } mm_args;
 
 /* Rows [r0, r1) of a product whose weight type has no kernel of its own
@@ -380,17 +381,19 @@ static void mm_span(const mm_args *a, int64_t lo, int64_t hi, int ith) {
     for (int i = 0; i < a->n && lo < hi; i++) {
         int64_t rows = a->ws[i]->rows;
         int64_t r0 = lo - base, r1 = hi - base;
-        if (r0 < rows && r1 > 0 && a->row_per_product) { /* row i of x and q alone */
+        if (r0 < rows && r1 > 0 && a->first) { /* its own rows of x and q */
             mm_args b = *a;
             zi_q8_act qi;
             const int64_t cols = a->ws[i]->cols, nb = cols / ZI_QK;
-            b.x = a->x + (size_t)i * (size_t)cols;
+            const size_t t0 = (size_t)a->first[i];
+            b.x = a->x + t0 * (size_t)cols;
+            b.n_tokens = a->count[i];
             if (a->q) {
                 qi = *a->q;
-                qi.q += (size_t)i * (size_t)nb * 2 * ZI_QK;
-                qi.d += (size_t)i * (size_t)nb;
-                qi.s += (size_t)i * (size_t)nb;
-                if (qi.s16) qi.s16 += (size_t)i * (size_t)nb * 2;
+                qi.q += t0 * (size_t)nb * 2 * ZI_QK;
+                qi.d += t0 * (size_t)nb;
+                qi.s += t0 * (size_t)nb;
+                if (qi.s16) qi.s16 += t0 * (size_t)nb * 2;
                 b.q = &qi;
             }
             mm_rows(&b, a->ws[i], a->ys[i], r0 < 0 ? 0 : r0, r1 > rows ? rows : r1, ith);
@@ -484,20 +487,29 @@ static int is_quantized(int type) {
     return type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0;
 }
 
-/* matmul_n, and with row_per_product matmul_rows: x then has n rows, each
- * quantized as a token of its own, and product i reads row i alone. */
+/* matmul_n (first NULL: every product reads x's n_tokens rows), and
+ * matmul_groups (x's n_tokens rows, each a token of its own, product i
+ * reading count[i] of them from first[i]): one quantization of x, one
+ * job. */
 static void matmul_job(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
-                       const float *x, int n_tokens, int row_per_product) {
+                       const float *x, int n_tokens, const int32_t *first,
+                       const int32_t *count) {
     cpu_backend *c = cb(be);
     mm_args a = {.k = c->k,
                  .n = n,
                  .ys = ys,
                  .ws = ws,
                  .x = x,
-                 .n_tokens = row_per_product ? 1 : n_tokens,
+                 .n_tokens = n_tokens,
                  .deq_rows = c->deq_rows,
                  .deq_stride = c->deq_stride,
-                 .row_per_product = row_per_product};
+                 .first = first,
+                 .count = count};
+    int most = n_tokens; /* the most tokens any product has */
+    if (first) {
+        most = 0;
+        for (int i = 0; i < n; i++) most = count[i] > most ? count[i] : most;
+    }
     int any_quant = 0, half_sums = 0;
     for (int i = 0; i < n; i++) {
         a.total_rows += ws[i]->rows;
@@ -510,16 +522,16 @@ static void matmul_job(zi_backend *be, int n, float *const *ys, const zi_weight 
     if (any_quant) { /* one quantization of x serves every product */
         /* reserve() sized act for this product (the model's contract). */
         c->act.nb = ws[0]->cols / ZI_QK;
-        const int rows = row_per_product ? n : n_tokens;
-        quant_args qa = {.k = c->k, .x = x, .q = &c->act, .n_tokens = rows, .cols = ws[0]->cols};
-        if (rows >= 4)
+        quant_args qa = {
+            .k = c->k, .x = x, .q = &c->act, .n_tokens = n_tokens, .cols = ws[0]->cols};
+        if (n_tokens >= 4)
             zi_pool_run(c->pool, quant_worker, &qa);
         else
             quant_worker(&qa, 0, 1);
         a.q = &c->act;
     }
     int nth = zi_pool_size(c->pool);
-    if (a.n_tokens >= 4 && nth > 1) { /* about 8 chunks per thread, whole 16-row groups */
+    if (most >= 4 && nth > 1) { /* about 8 chunks per thread, whole 16-row groups */
         int64_t per = (a.total_rows / 16) / (8 * (int64_t)nth);
         a.chunk = 16 * (per > 0 ? per : 1);
         a.next = c->mm_next;
@@ -530,12 +542,13 @@ static void matmul_job(zi_backend *be, int n, float *const *ys, const zi_weight 
 
 static void cpu_matmul_n(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
                          const float *x, int n_tokens) {
-    matmul_job(be, n, ys, ws, x, n_tokens, 0);
+    matmul_job(be, n, ys, ws, x, n_tokens, NULL, NULL);
 }
 
-static void cpu_matmul_rows(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
-                            const float *x) {
-    matmul_job(be, n, ys, ws, x, 1, 1);
+static void cpu_matmul_groups(zi_backend *be, int n, float *const *ys,
+                              const zi_weight *const *ws, const float *x, int n_rows,
+                              const int32_t *first, const int32_t *count) {
+    matmul_job(be, n, ys, ws, x, n_rows, first, count);
 }
 
 static void cpu_matmul(zi_backend *be, float *y, const zi_weight *w, const float *x, int n_tokens) {
@@ -1237,7 +1250,7 @@ static const zi_backend_ops cpu_ops = {
     .download = cpu_copy,
     .matmul = cpu_matmul,
     .matmul_n = cpu_matmul_n,
-    .matmul_rows = cpu_matmul_rows,
+    .matmul_groups = cpu_matmul_groups,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,

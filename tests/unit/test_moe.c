@@ -146,7 +146,7 @@ static void swiglu_oai(void **state) {
 
 /* Rows of a weight viewed (weight_view) give the products a weight made of
  * those rows alone gives, bit for bit; a view that splits a 16-row group
- * is refused. */
+ * is refused; matmul_groups equals a matmul per product over its rows. */
 static void weight_views(void **state) {
     (void)state;
     zi_backend *be = NULL;
@@ -196,6 +196,18 @@ static void weight_views(void **state) {
         be->ops->matmul(be, y1, &view, x, 1);
         be->ops->matmul(be, y2, &part, x, 1);
         assert_memory_equal(y1, y2, sizeof(float) * 16);
+        /* matmul_groups: each product over its own rows of x, as matmul */
+        {
+            float g1[3 * 16], g2[2 * 16], w1[3 * 16], w2[2 * 16];
+            float *ys[2] = {g1, g2};
+            const zi_weight *ws[2] = {&view, &part};
+            const int32_t first[2] = {1, 3}, count[2] = {3, 2};
+            be->ops->matmul_groups(be, 2, ys, ws, x, T, first, count);
+            be->ops->matmul(be, w1, &view, x + 1 * COLS, 3);
+            be->ops->matmul(be, w2, &part, x + 3 * COLS, 2);
+            assert_memory_equal(g1, w1, sizeof g1);
+            assert_memory_equal(g2, w2, sizeof g2);
+        }
         if (all.layout)
             assert_int_equal(be->ops->weight_view(be, &all, 8, 16, &view, &err), ZI_EINVAL);
         assert_int_equal(be->ops->weight_view(be, &all, 56, 16, &view, &err), ZI_EINVAL);
