@@ -442,6 +442,32 @@ static void test_backend_without_ops_refuses(void **state) {
     assert_non_null(strstr(err.msg, "bias add"));
     assert_non_null(strstr(err.msg, "qwen2"));
     assert_int_equal(zi_family_check_backend(q2, &bare, 0, 0, 0, 0, 0, &err), ZI_OK);
+    /* experts (the CUDA backend has no row ops yet), gpt-oss's sinks, its
+     * clamped SwiGLU and YaRN are named */
+    const zi_family *q3m = zi_family_find("qwen3moe", 8), *oss = zi_family_find("gpt-oss", 7);
+    assert_non_null(q3m);
+    assert_non_null(oss);
+    ops.add_bias = cpu->ops->add_bias;
+    assert_int_equal(zi_family_check_backend(q3m, &bare, 0, 0, 0, 0, 1, &err), ZI_OK);
+    ops.gather_rows = NULL;
+    assert_int_equal(zi_family_check_backend(q3m, &bare, 0, 0, 0, 0, 1, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "expert routing"));
+    assert_non_null(strstr(err.msg, "qwen3moe"));
+    ops.gather_rows = cpu->ops->gather_rows;
+    bare.attn_sinks = false;
+    assert_int_equal(zi_family_check_backend(oss, &bare, 1, 0, 0, 1, 1, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "attention sinks"));
+    bare.attn_sinks = true;
+    ops.swiglu_oai = NULL;
+    assert_int_equal(zi_family_check_backend(oss, &bare, 1, 0, 0, 1, 1, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "clamped SwiGLU"));
+    ops.swiglu_oai = cpu->ops->swiglu_oai;
+    assert_int_equal(zi_family_check_backend(oss, &bare, 1, 0, 0, 1, 1, &err), ZI_OK);
+    bare.rope_yarn = false;
+    assert_int_equal(zi_family_check_rope(oss, &bare, 1, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "YaRN"));
+    assert_int_equal(zi_family_check_rope(oss, &bare, 0, &err), ZI_OK);
+    assert_true(cpu->attn_sinks && cpu->rope_yarn);
     assert_true(cpu->attn_softcap);
     assert_non_null(cpu->ops->add_bias);
     zi_backend_free(cpu);
