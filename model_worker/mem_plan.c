@@ -17,11 +17,12 @@ void zi_mem_model_of(const zi_model *m, int max_batch_tokens, int max_logit_rows
 }
 
 /* The bytes backend be holds for tensor t once loaded: the CPU backend's
- * repacked layout where it repacks a matrix (its own decision), anything
- * else at the file's size. */
+ * repacked layout where it repacks a matrix (its own decision; a 3-D
+ * tensor of experts is prepared as one matrix of ne[1] * ne[2] rows, as
+ * moe.c's load_experts does), anything else at the file's size. */
 static uint64_t held_bytes(const zi_backend *be, const zi_gguf_tensor *t) {
-    if (strcmp(be->ops->name, "cpu") || t->n_dims != 2) return t->nbytes;
-    return zi_cpu_backend_held_bytes(be, (int)t->type, t->ne[1], t->ne[0], t->nbytes);
+    if (strcmp(be->ops->name, "cpu") || (t->n_dims != 2 && t->n_dims != 3)) return t->nbytes;
+    return zi_cpu_backend_held_bytes(be, (int)t->type, t->ne[1] * t->ne[2], t->ne[0], t->nbytes);
 }
 
 int zi_mem_model_of_file(const zi_gguf *g, const zi_backend *be, int max_batch_tokens,

@@ -171,6 +171,9 @@ static int load_rope_scaling(const zi_gguf *g, zi_model_config *c, zi_error *err
     /* YaRN's magnitude: llama.cpp sets yarn_attn_factor to get_mscale(f) /
      * (1 + 0.1 ln f) (= 1 for f > 1) and ggml's rope_yarn multiplies it by
      * 1 + 0.1 ln f again. */
+    if (c->rope_yarn && !(c->rope_base > 1.0f)) /* YaRN's corr dims divide by ln(base) */
+        return zi_error_set(err, ZI_EFORMAT, "%s.rope.freq_base = %g must be above 1 with yarn",
+                            c->arch, c->rope_base);
     if (c->rope_yarn && factor > 1.0f)
         c->rope_attn_factor *= (float)(1.0 + 0.1 * log((double)factor));
     return ZI_OK;
@@ -693,7 +696,7 @@ uint64_t zi_model_config_work_bytes(const zi_model_config *c, int max_batch_toke
                    ((uint64_t)4 * (uint64_t)c->dim +
                     (uint64_t)2 * (uint64_t)c->n_heads * (uint64_t)c->head_dim +
                     (uint64_t)2 * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim +
-                    (uint64_t)2 * (uint64_t)c->ffn_dim);
+                    (uint64_t)2 * (uint64_t)(c->moe.n_expert > 0 ? 0 : c->ffn_dim));
     if (c->moe.n_expert > 0) act += zi_moe_work_bytes(&c->moe, (int)T, c->dim);
     return act + 2 * R * 4u * (uint64_t)(c->n_vocab > 0 ? c->n_vocab : 0);
 }
@@ -787,12 +790,13 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, bool own_logi
         free_buffers(m);
         size_t T = (size_t)n_tokens;
         size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+        const size_t ffn = c->moe.n_expert > 0 ? 0 : (size_t)c->ffn_dim; /* moe.c has its own */
         struct {
             float **p;
             size_t n;
         } want[] = {{&m->x, c->dim},        {&m->xn, c->dim},     {&m->q, qd},
                     {&m->k, kvd},           {&m->v, kvd},         {&m->att, qd},
-                    {&m->gate, c->ffn_dim}, {&m->up, c->ffn_dim}, {&m->tmp, c->dim}};
+                    {&m->gate, ffn}, {&m->up, ffn}, {&m->tmp, c->dim}};
         for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
             *want[i].p = be->ops->alloc(be, T * want[i].n * sizeof(float));
             if (!*want[i].p) {
@@ -942,10 +946,18 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     if (m->cfg.encoder && (rc = encoder_spans(m, b, &n_spans, err))) return rc;
     if ((rc = ensure_buffers(m, T, n_wanted, host_out == NULL, err))) return rc;
     /* A mixture of experts quantizes each token's rows for its chosen
-     * experts at once (moe.c's matmul_groups): T * n_expert_used tokens. */
-    const int reserve_T = m->cfg.moe.n_expert_used > 0 ? T * m->cfg.moe.n_expert_used : T;
+     * experts at once (moe.c's matmul_groups): T * n_expert_used tokens,
+     * of its scratch grown before anything runs. */
+    const zi_moe_params *moe = &m->cfg.moe;
+    const int reserve_T = moe->n_expert > 0 ? T * moe->n_expert_used : T;
+    if (moe->n_expert > 0 &&
+        (rc = zi_moe_reserve(&m->moe_scratch, m->be, moe, T, m->cfg.dim, err)))
+        return rc;
     if (reserve_T > m->reserved_tokens || kv->max_ctx > m->reserved_ctx) {
-        int64_t cols = m->cfg.ffn_dim > m->cfg.dim ? m->cfg.ffn_dim : m->cfg.dim;
+        /* the widest input of a product (a mixture of experts has no
+         * dense feed-forward: its experts' width instead) */
+        const int ffn_in = moe->n_expert > 0 ? 0 : m->cfg.ffn_dim;
+        int64_t cols = ffn_in > m->cfg.dim ? ffn_in : m->cfg.dim;
         int64_t qd = (int64_t)m->cfg.n_heads * m->cfg.head_dim;
         if (qd > cols) cols = qd;
         if (m->cfg.moe.ffn_dim > cols) cols = m->cfg.moe.ffn_dim;

@@ -135,21 +135,29 @@ static int load_experts(const zi_gguf *g, zi_backend *be, const char *name, int6
     if (!ws) return zi_error_set(err, ZI_ENOMEM, "out of memory for tensor '%s'", name);
     *out = ws;
     const uint64_t slice = t->nbytes / (uint64_t)n;
-    if (be->ops->weight_view) { /* one weight of n * rows rows, viewed per expert */
+    /* One weight of n * rows rows, viewed per expert; where the backend
+     * cannot split it at each expert (the CPU's 16-row layouts need rows a
+     * multiple of 16, as every real file's are), each expert on its own
+     * below. */
+    if (be->ops->weight_view) {
         zi_gguf_tensor flat = *t;
         flat.n_dims = 2;
         flat.ne[1] = rows * n;
         flat.ne[2] = 1;
         int rc = be->ops->weight_init(be, all, &flat, err);
         if (rc) return rc;
-        if (all->owned) zi_gguf_drop_pages(g, &flat);
-        *bytes += all->data_bytes;
-        for (int e = 0; e < n; e++)
-            if ((rc = be->ops->weight_view(be, all, (int64_t)e * rows, rows, &ws[e], err))) {
-                zi_error_prefix(err, "tensor '%s', expert %d", name, e);
-                return rc;
-            }
-        return ZI_OK;
+        int e = 0;
+        while (e < n &&
+               be->ops->weight_view(be, all, (int64_t)e * rows, rows, &ws[e], NULL) == ZI_OK)
+            e++;
+        if (e == n) {
+            if (all->owned) zi_gguf_drop_pages(g, &flat);
+            *bytes += all->data_bytes;
+            return ZI_OK;
+        }
+        memset(ws, 0, (size_t)n * sizeof *ws); /* views own nothing */
+        be->ops->weight_free(be, all);
+        memset(all, 0, sizeof *all);
     }
     for (int e = 0; e < n; e++) {
         zi_gguf_tensor part = *t;
@@ -271,10 +279,14 @@ uint64_t zi_moe_work_bytes(const zi_moe_params *p, int T, int dim) {
     const uint64_t t = (uint64_t)(T > 0 ? T : 1), k = (uint64_t)p->n_expert_used;
     const uint64_t kk = k + (p->shared_ffn_dim ? 1 : 0);
     const uint64_t ff = (uint64_t)(p->ffn_dim > p->shared_ffn_dim ? p->ffn_dim : p->shared_ffn_dim);
-    const uint64_t floats = t * (uint64_t)p->n_expert * 2 + t * k * (uint64_t)dim +
-                            t * kk * ff * 2 + t * kk * (uint64_t)dim + t * 2;
-    const uint64_t ints = t * kk * 2 + t * k + (uint64_t)p->n_expert * 2;
-    return floats * sizeof(float) + ints * sizeof(int32_t);
+    const uint64_t E = (uint64_t)p->n_expert;
+    /* scratch_grow's arrays: logits (and their host copy), w, xg, g, u, y,
+     * the shared gate and its host copy; ids, slot, src, count, first,
+     * gu_first, gu_count; gu_out and gu_w */
+    const uint64_t floats = t * E * 2 + t * kk + t * k * (uint64_t)dim + t * kk * ff * 2 +
+                            t * kk * (uint64_t)dim + t * 2;
+    const uint64_t ints = t * k + t * kk + t * k + E * 2 + E * 4;
+    return floats * sizeof(float) + ints * sizeof(int32_t) + E * 4 * sizeof(void *);
 }
 
 void zi_moe_scratch_free(zi_backend *be, zi_moe_scratch *s) {
@@ -385,6 +397,11 @@ static void grouped_experts(zi_moe_scratch *s, zi_backend *be, const zi_moe_para
             if (s->count[e])
                 op->add_bias(be, s->y + (size_t)s->first[e] * dim, L->b_down + (size_t)e * dim,
                              s->count[e], dim);
+}
+
+int zi_moe_reserve(zi_moe_scratch **s, zi_backend *be, const zi_moe_params *p, int T, int dim,
+                   zi_error *err) {
+    return scratch_grow(s, be, p, T, dim, err);
 }
 
 int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,

@@ -101,6 +101,12 @@ void zi_moe_free_layer(zi_backend *be, const zi_moe_params *p, zi_moe_layer *L);
  * memory). Computed in double, rounded once. */
 void zi_moe_route(const zi_moe_params *p, const float *logits, int n, int32_t *ids, float *w);
 
+/* Grows *s for passes of up to T tokens (zi_moe_forward then allocates
+ * nothing): the model calls it before a pass, so that a pass that cannot
+ * get its memory fails before it writes anything (the KV cache). */
+int zi_moe_reserve(zi_moe_scratch **s, zi_backend *be, const zi_moe_params *p, int T, int dim,
+                   zi_error *err);
+
 /* out[t] = the block's output for the T rows of x ([T][dim], backend
  * memory); out must not alias x. ZI_ENOMEM when the scratch cannot grow. */
 int zi_moe_forward(zi_moe_scratch **s, zi_backend *be, const zi_moe_params *p,

@@ -373,3 +373,30 @@ def test_moe_served_features(zinfer_bin, run_zinfer, tmp_path, tmp_path_factory)
     assert [got[r][0] for r in rids] == first
     assert all(got[r][2]["event"] == "final" for r in rids)
     report("moe_logits", "served_features", {"kv": kv})
+
+
+def test_moe_odd_expert_width_and_memory_estimate(run_zinfer, tmp_path):
+    """Experts 24 rows wide (no 16-row groups: each expert prepared on its
+    own) still load and match the reference; and the memory `zinfer info`
+    plans for the repacked experts (a K-quant grows when repacked) is what
+    the loaded model holds."""
+    if not _present("qwen3moe"):
+        pytest.skip("vocab files absent")
+    import gguf
+    Q = gguf.GGMLQuantizationType
+    path, _ = write_moe(tmp_path / "odd.gguf", "qwen3moe", n_ff_exp=24, n_layer=2,
+                        types=dict(gate_exps=Q.Q4_K, up_exps=Q.Q4_K, down_exps=Q.F16))
+    ref = numpy_llama.Model(str(path))
+    ids = prompts(ref.w["token_embd.weight"].shape[0], 5, n=8)[-1][:20]
+    got = zinfer_logits(run_zinfer, path, ids, tmp_path / "o.f32").astype(np.float64)
+    assert numpy_llama.kl(ref.forward(ids), got).mean() < MAX_MEAN_KL_REF
+    path, _ = write_moe(tmp_path / "q4k.gguf", "qwen3moe", n_layer=2)  # Q4_K experts grow too
+    info = last_json(run_zinfer("info", "--model", path, "--json").stdout)
+    res = run_zinfer("bench", "--model", path, "--prompt-tokens", "4", "--gen-tokens", "1",
+                     "--json")
+    assert res.returncode == 0, res.stderr
+    held = last_json(res.stdout)["weight_bytes"]
+    # the plan also counts the F32 norm vectors, which weight_bytes leaves out
+    # (6144 bytes here); before the fix it missed the experts' growth
+    extra = info["memory"]["weights_held_bytes"] - held
+    assert 0 <= extra <= 8192, (info["memory"], held)
