@@ -237,3 +237,20 @@ def write_moe(path, arch, seed=None, extra=None, drop=(), replace=None, **overri
     out.update(replace or {})
     write_gguf(path, cfg["arch"], rows, hp, out)
     return path, tensors
+
+
+# ---- ablations of the float64 reference on these files -------------------
+# (the MoE tests change a shallow copy of numpy_llama.Model with these)
+
+
+def yarn_off(m):
+    """Plain linear interpolation by the factor (llama.cpp with
+    yarn_ext_factor 0: no ramp, cos/sin unscaled)."""
+    m.yarn_ext_factor = 0.0
+    m.yarn_tables()
+    m.attn_factor = 1.0
+
+
+def yarn_no_magnitude(m):
+    """YaRN's angles with cos/sin unscaled."""
+    m.rope_mscale = m.attn_factor = 1.0

@@ -27,7 +27,7 @@ import re
 import numpy as np
 import pytest
 from conftest import ids_arg, last_json, report, serve_process
-from moe_files import ARCHS, moe_config, write_moe
+from moe_files import ARCHS, moe_config, write_moe, yarn_no_magnitude, yarn_off
 from zinfer_client import Client
 
 import numpy_llama
@@ -40,18 +40,6 @@ N_GREEDY = 64
 # The architectures zinfer runs (moe_files.ARCHS may hold more).
 RUN = ["qwen3moe", "qwen2moe", "mixtral", "gpt-oss"]
 
-def _yarn_off(m):
-    """Linear interpolation by the factor: no ramp, cos/sin unscaled."""
-    m.yarn_ext_factor = 0.0
-    m.yarn_tables()
-    m.attn_factor = 1.0
-
-
-def _yarn_no_mscale(m):
-    """YaRN's angles with cos/sin unscaled."""
-    m.rope_mscale = m.attn_factor = 1.0
-
-
 # Per arch, reference changes that drop one routing rule (each must move
 # the reference far from zinfer).
 ABLATE = {
@@ -62,8 +50,8 @@ ABLATE = {
     "mixtral": {"no renormalization": lambda m: setattr(m, "norm_w", False)},
     "gpt-oss": {"no sinks": lambda m: setattr(m, "sinks", False),
                 "unclamped SwiGLU": lambda m: setattr(m, "swiglu_limit", float("inf")),
-                "linear scaling, not YaRN": _yarn_off,
-                "YaRN without its magnitude": _yarn_no_mscale,
+                "linear scaling, not YaRN": yarn_off,
+                "YaRN without its magnitude": yarn_no_magnitude,
                 "no local layers": lambda m: setattr(m, "local", [False] * m.n_layer),
                 "softmax gating": lambda m: setattr(m, "gating", "softmax")},
 }

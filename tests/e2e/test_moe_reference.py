@@ -32,7 +32,7 @@ import copy
 import numpy as np
 import pytest
 from conftest import report
-from moe_files import ARCHS, write_moe
+from moe_files import ARCHS, write_moe, yarn_no_magnitude, yarn_off
 
 import numpy_llama
 
@@ -45,19 +45,6 @@ ROUTE_TIE = 0.1  # router logits' gap between the k-th and (k+1)-th expert
 ABLATION_FACTOR = 10.0
 ABLATION_MIN_KL = 5e-3
 LENGTHS = (3, 11, 48)
-
-
-def _yarn_off(m):
-    """Plain linear interpolation by the factor (llama.cpp with
-    yarn_ext_factor 0: no ramp, cos/sin unscaled)."""
-    m.yarn_ext_factor = 0.0
-    m.yarn_tables()
-    m.attn_factor = 1.0
-
-
-def _yarn_no_mscale(m):
-    """YaRN's angles with cos/sin unscaled."""
-    m.rope_mscale = m.attn_factor = 1.0
 
 
 # name -> a change to a (shallow) copy of the reference Model
@@ -86,8 +73,8 @@ ABLATIONS = {
         "no window": lambda m: setattr(m, "local", [False] * m.n_layer),
         "window on odd layers": lambda m: setattr(m, "local", [L % 2 == 1
                                                               for L in range(m.n_layer)]),
-        "linear scaling, not yarn": _yarn_off,
-        "yarn without mscale": _yarn_no_mscale,
+        "linear scaling, not yarn": yarn_off,
+        "yarn without mscale": yarn_no_magnitude,
         "no expert biases": lambda m: setattr(m, "w", {k: v for k, v in m.w.items()
                                                          if "_exps.bias" not in k}),
     },
