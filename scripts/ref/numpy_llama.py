@@ -59,7 +59,7 @@ RoPE scaling (llama.cpp's llama-model.cpp load_hparams, llama-context.cpp
 and ggml's rope with freq_factors), for every family: rope.scaling.type
 defaults to "linear"; its factor (rope.scaling.factor, else
 rope.scale_linear; 0 or absent: 1) divides every angle unless the type is
-"none"; "yarn" and unknown types are refused.  Pair i's angle is
+"none"; "yarn" is below; unknown types are refused.  Pair i's angle is
   pos * (1/factor) * base^(-2i/rope_dim) / ff[i]
 with ff the per-pair frequency factors: the file's rope_freqs (Llama 3),
 or for phi3 (and a "longrope" llama file) rope_factors_long when the
@@ -123,7 +123,7 @@ both).
     ggml_swiglu_oai (ggml-cpu/ops.cpp) as act: x = min(g, 7), y =
     clamp(u, -7, 7), x * sigmoid(1.702 x) * (y + 1); an untied output.weight.
 
-YaRN (rope.scaling.type "yarn", accepted for these MoE families only;
+YaRN (rope.scaling.type "yarn", for every family, as llama.cpp;
 llama-context.cpp, ggml-cpu/ops.cpp rope_yarn, ggml.c
 ggml_rope_yarn_corr_dims): factor f = rope.scaling.factor, freq_scale s =
 1/f, ext_factor 1, beta_fast 32, beta_slow 1, n_ctx_orig =
@@ -277,7 +277,7 @@ class Model:
 
         # RoPE scaling (see the module docstring).
         stype = str(hp("rope.scaling.type", "linear"))
-        if stype not in ("none", "linear", "longrope") + (("yarn",) if self.moe else ()):
+        if stype not in ("none", "linear", "longrope", "yarn"):
             raise ValueError(f"rope.scaling.type {stype!r} is not supported")
         factor = float(hp("rope.scaling.factor", hp("rope.scale_linear", 0.0)))
         self.freq_scale = 1.0 if stype == "none" or factor == 0.0 else 1.0 / factor

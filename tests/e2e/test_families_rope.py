@@ -19,6 +19,7 @@ rope.scaling.type.
 Skipped without the vendored vocabularies ($ZINFER_HOME/llama.cpp-vendor).
 """
 
+import copy
 import math
 import os
 import re
@@ -105,6 +106,12 @@ SPECS = {
                      {"rope.freq_base": 10000.0, "rope.scaling.type": "linear",
                       "rope.scaling.factor": 4.0}, {}, [256]),
     "mistral_spm": ("llama", "llama-spm", {"rope.freq_base": 1000000.0}, {}, [256]),
+    # YaRN (gpt-oss's scaling; llama.cpp runs it for any family): factor 8
+    # from an original context of 64, so the ramp and magnitude both act
+    "llama_yarn": ("llama", "llama-bpe",
+                   {"rope.freq_base": 10000.0, "rope.scaling.type": "yarn",
+                    "rope.scaling.factor": 8.0, "rope.scaling.original_context_length": 64},
+                   {}, [256]),
     # original context 300: llama.cpp (n_ctx padded to 256s) and zinfer use
     # the short factors at a context of 256 and the long ones at 512.
     "phi3_longrope": ("phi3", "phi-3",
@@ -234,7 +241,8 @@ def test_llamacpp_beside_reference(name, ctx, files, run_zinfer, tmp_path):
     assert res["zinfer_vs_llamacpp_mean_kl"] < MAX_KL_LLAMACPP, res
 
 
-@pytest.mark.parametrize("name", ["llama3_rope_freqs", "llama_linear", "phi3_longrope"])
+@pytest.mark.parametrize("name", ["llama3_rope_freqs", "llama_linear", "llama_yarn",
+                                  "phi3_longrope"])
 def test_rope_variant_matters(name, files, run_zinfer, tmp_path):
     """The reference without the file's RoPE scaling is far from zinfer:
     the factors, the scale and the attention factor are really applied."""
@@ -245,6 +253,12 @@ def test_rope_variant_matters(name, files, run_zinfer, tmp_path):
     ids = prompts(m.n_vocab)[3]
     got = zinfer_logits(run_zinfer, files[name], ids, ctx, tmp_path)
     kl = numpy_llama.kl(m.forward(ids), got).mean()
+    if name == "llama_yarn":  # YaRN's ramp and magnitude, not linear scaling
+        from moe_files import yarn_off
+        lin = copy.copy(m)
+        yarn_off(lin)
+        linear = numpy_llama.kl(lin.forward(ids), got).mean()
+        assert linear > 100 * kl and linear > 1e-3, (linear, kl)
     i = np.arange(0, m.rope_dim, 2, dtype=np.float64)
     m.inv_freq = m.rope_base ** (-i / m.rope_dim)
     m.attn_factor = 1.0
@@ -292,7 +306,7 @@ def test_missing_or_misshaped_tensor_named(name, tensor, shape, tmp_path, run_zi
     assert ("missing" in msg) == (shape is None), err
 
 
-@pytest.mark.parametrize("stype", ["yarn", "llama3-ish"])
+@pytest.mark.parametrize("stype", ["dynamic", "llama3-ish"])
 def test_unsupported_rope_scaling_named(stype, tmp_path, run_zinfer):
     path = write_file(tmp_path / "bad.gguf", "llama_linear",
                       extra_keys={"rope.scaling.type": stype})
