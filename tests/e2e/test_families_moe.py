@@ -388,3 +388,44 @@ def test_moe_odd_expert_width_and_memory_estimate(run_zinfer, tmp_path):
     # (6144 bytes here); before the fix it missed the experts' growth
     extra = info["memory"]["weights_held_bytes"] - held
     assert 0 <= extra <= 8192, (info["memory"], held)
+
+
+def _mem_available_gb():
+    try:
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
+def test_moe_real_layer_shape(run_zinfer, tmp_path):
+    """One layer of Qwen3-30B-A3B's real shape (embedding 2048, 32 / 4
+    heads of 128, 128 experts 768 wide, top-8; llama-spm's 32000-token
+    vocabulary keeps the reference's float64 embedding small): zinfer
+    against the reference. Release build only, and only where ~8 GB are
+    free (the reference holds the layer's 0.6 G weights in float64)."""
+    if SANITIZED:
+        pytest.skip("release build only")
+    if _mem_available_gb() < 10:
+        pytest.skip("needs ~8 GB of free memory for the float64 reference")
+    from moe_files import VENDOR
+    vocab = VENDOR / "ggml-vocab-llama-spm.gguf"
+    if not vocab.exists():
+        pytest.skip("vocab files absent")
+    path, _ = write_moe(tmp_path / "real.gguf", "qwen3moe", n_layer=1, n_embd=2048, n_head=32,
+                        n_head_kv=4, head_dim=128, n_expert=128, n_expert_used=8, n_ff_exp=768,
+                        vocab=vocab)
+    ref_model = numpy_llama.Model(str(path))
+    ids = [int(t) for t in np.random.default_rng(9).integers(0, 32000, 24)]
+    routing = []
+    ref = ref_model.forward(ids, routing=routing)
+    del ref_model
+    got = zinfer_logits(run_zinfer, path, ids, tmp_path / "o.f32").astype(np.float64)
+    kl = numpy_llama.kl(ref, got)
+    report("moe_logits", "qwen3moe_real_layer", {"mean_kl": float(kl.mean()),
+                                                  "max_kl": float(kl.max())})
+    assert len({tuple(sorted(r)) for r in routing[0][0].tolist()}) > 16
+    assert kl.mean() < MAX_MEAN_KL_REF, kl.mean()
+    assert (ref.argmax(-1) == got.argmax(-1)).all()
