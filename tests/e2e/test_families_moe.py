@@ -174,16 +174,21 @@ def test_moe_batch_invariant_logits(run_zinfer, tmp_path, tmp_path_factory):
     assert len({tuple(sorted(r)) for r in sel.tolist()}) > 5, sel
 
 
+def served_file(tmp_path_factory):
+    """(path, reference, n_vocab) of the qwen3moe file the served tests use;
+    they skip in the sanitizer build (release only) and without the vocab."""
+    if SANITIZED:
+        pytest.skip("release build only")
+    if not _present("qwen3moe"):
+        pytest.skip("vocab files absent")
+    path, _, ref_model = built("qwen3moe", tmp_path_factory)
+    return path, ref_model, ref_model.w["token_embd.weight"].shape[0]
+
+
 def test_moe_served_batch_invariance(zinfer_bin, tmp_path, tmp_path_factory):
     """16 different prompts at once on one worker: each gets the tokens it
     gets alone (greedy), though the batch's rows route to other experts."""
-    if SANITIZED:
-        pytest.skip("release build only")
-    arch = "qwen3moe"
-    if not _present(arch):
-        pytest.skip("vocab files absent")
-    path, _, ref_model = built(arch, tmp_path_factory)
-    n_vocab = ref_model.w["token_embd.weight"].shape[0]
+    path, ref_model, n_vocab = served_file(tmp_path_factory)
     rng = np.random.default_rng(17)
     ps = [[int(t) for t in rng.integers(0, n_vocab, 6 + 2 * i)] for i in range(16)]
     sp = {"temperature": 0.0, "max_new_tokens": 12, "ignore_eos": True}
@@ -301,18 +306,12 @@ def test_moe_served_features(zinfer_bin, run_zinfer, tmp_path, tmp_path_factory)
     the same vocabulary), the prefix cache, a regex-constrained request, and
     a worker killed mid-stream. Greedy tokens equal `zinfer
     generate`'s (no speculation, no cache) throughout."""
-    if SANITIZED:
-        pytest.skip("release build only")
     import signal
     import time
 
     from test_failover import collect
     from test_server_load import children
-    arch = "qwen3moe"
-    if not _present(arch):
-        pytest.skip("vocab files absent")
-    path, _, ref_model = built(arch, tmp_path_factory)
-    n_vocab = ref_model.w["token_embd.weight"].shape[0]
+    path, ref_model, n_vocab = served_file(tmp_path_factory)
     rng = np.random.default_rng(23)
     base = [int(t) for t in rng.integers(0, n_vocab, 24)]
     # a shared 24-token prefix (the cache), each prompt repeating itself (lookup)
@@ -324,7 +323,7 @@ def test_moe_served_features(zinfer_bin, run_zinfer, tmp_path, tmp_path_factory)
                          "24", "--ignore-eos", "--json", timeout=300)
         assert res.returncode == 0, res.stderr
         want.append(last_json(res.stdout)["token_ids"])
-    draft, _ = write_moe(tmp_path / "draft.gguf", arch, seed=7, n_layer=1)
+    draft, _ = write_moe(tmp_path / "draft.gguf", "qwen3moe", seed=7, n_layer=1)
     with serve_process(zinfer_bin, path, tmp_path / "serve.log", "--spec-lookup",
                        "--draft-model", draft, "--slots", 8,
                        "--threads-per-worker", 1, "--heartbeat-timeout", 1500,
