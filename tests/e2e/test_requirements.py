@@ -154,17 +154,17 @@ def executed_files():
     imported local modules at their module level."""
     run = sorted((REPO / "tests").rglob("*.py"))
     run += [REPO / "scripts" / "run_tests.py", REPO / "scripts" / "bench-summary"]
-    todo = [(p, False) for p in run]
+    pending = [(p, False) for p in run]
     seen, found = set(), {}
-    while todo:
-        path, module_level = todo.pop()
+    while pending:
+        path, module_level = pending.pop()
         if (path, module_level) in seen or not path.is_file() or not is_python(path):
             continue
         seen.add((path, module_level))
         imports, scripts = scan(path, module_level)
         found.setdefault(path, []).extend(imports)
-        todo += [(p, False) for p in scripts]
-        todo += [(m, True) for m in (local_module(name) for name, _ in imports) if m]
+        pending += [(p, False) for p in scripts]
+        pending += [(m, True) for m in (local_module(name) for name, _ in imports) if m]
     for name in SHELL_RUN:
         path = REPO / "scripts" / name
         for m in re.finditer(r"^\s*(?:import|from)\s+([A-Za-z_]\w*)", path.read_text(), re.M):
