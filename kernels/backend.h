@@ -158,7 +158,7 @@ typedef struct zi_backend_ops {
      * and count are host memory). The same as n matmul calls, as one job:
      * the chosen experts of a pass, each over its tokens
      * (model_worker/moe.h). The caller's reserve covers n_rows tokens.
-     * Optional (NULL: n matmul calls). */
+     * Optional (NULL: the model refuses expert models on the backend). */
     void (*matmul_groups)(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
                           const float *x, int n_rows, const int32_t *first, const int32_t *count);
     /* Row i of `rows` (ids[i]) of an embedding table, dequantized. */

@@ -106,20 +106,21 @@ const char *zi_family_names(void) {
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
                             int softcap, int attn_softcap, int bias, int experts, zi_error *err) {
     const zi_backend_ops *op = be->ops;
-    const char *missing = f->rope_neox && !op->rope_neox          ? "NEOX RoPE"
-                          : f->geglu && !op->geglu                ? "GeGLU"
-                          : f->embd_scale && !op->scale           ? "scale"
-                          : softcap && !op->softcap               ? "logit soft-capping"
-                          : has_local_layers && !be->attn_window  ? "sliding-window attention"
-                          : attn_softcap && !be->attn_softcap     ? "attention logit soft-capping"
-                          : (bias || f->encoder) && !op->add_bias ? "bias add"
-                          : f->encoder && !op->layernorm          ? "LayerNorm"
-                          : f->gelu_ffn && !op->gelu              ? "GELU"
-                          : experts && (!op->gather_rows || !op->weighted_sum_rows)
-                              ? "expert routing"
-                          : f->moe_oai && !op->swiglu_oai    ? "clamped SwiGLU"
-                          : f->attn_sinks && !be->attn_sinks ? "attention sinks"
-                                                             : NULL;
+    const char *missing =
+        f->rope_neox && !op->rope_neox          ? "NEOX RoPE"
+        : f->geglu && !op->geglu                ? "GeGLU"
+        : f->embd_scale && !op->scale           ? "scale"
+        : softcap && !op->softcap               ? "logit soft-capping"
+        : has_local_layers && !be->attn_window  ? "sliding-window attention"
+        : attn_softcap && !be->attn_softcap     ? "attention logit soft-capping"
+        : (bias || f->encoder) && !op->add_bias ? "bias add"
+        : f->encoder && !op->layernorm          ? "LayerNorm"
+        : f->gelu_ffn && !op->gelu              ? "GELU"
+        : experts && (!op->gather_rows || !op->weighted_sum_rows || !op->matmul_groups)
+            ? "expert routing"
+        : f->moe_oai && !op->swiglu_oai    ? "clamped SwiGLU"
+        : f->attn_sinks && !be->attn_sinks ? "attention sinks"
+                                           : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "the %s backend cannot run architecture '%s' yet (no %s)", op->name,

@@ -132,7 +132,7 @@ const char *zi_family_names(void);
  * lacks an op the family (with these options) needs: has_local_layers,
  * softcap (final logits), attn_softcap (attention scores), bias (Q/K/V or
  * output biases), experts (routed experts: gather and weighted sums of
- * rows); an encoder needs LayerNorm and bias add, gelu_ffn GELU. */
+ * rows, grouped products); an encoder needs LayerNorm and bias add, gelu_ffn GELU. */
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
                             int softcap, int attn_softcap, int bias, int experts, zi_error *err);
 /* ZI_EUNSUPPORTED, naming the file's key, when be lacks YaRN RoPE and the

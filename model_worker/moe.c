@@ -64,6 +64,11 @@ int zi_moe_read_params(const zi_gguf *g, const char *arch, int ffn_dim, int ffn_
     if ((rc = zi_gguf_get_u32_or(
              g, key, (uint32_t)(ffn_default ? ffn_default : ffn_dim / p->n_expert_used), &v, err)))
         return rc;
+    if (v < 1 && !zi_gguf_find_kv(g, key)) /* derived: feed_forward_length / used */
+        return zi_error_set(err, ZI_EFORMAT,
+                            "%s is absent and %s.feed_forward_length %d / expert_used_count %d "
+                            "is 0",
+                            key, arch, ffn_dim, p->n_expert_used);
     if (v < 1 || v > (1u << 20))
         return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range", key, v);
     p->ffn_dim = (int)v;
@@ -247,13 +252,12 @@ void zi_moe_route(const zi_moe_params *p, const float *logits, int n, int32_t *i
         for (int e = 0; e < E; e++) sum += prob[e] = exp((double)z[e] - mx);
         /* Top k by selection sort: k is small (2..8 of up to 128). */
         double chosen[ZI_MOE_MAX_EXPERTS];
+        unsigned char taken[ZI_MOE_MAX_EXPERTS] = {0};
         for (int j = 0; j < k; j++) {
             int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int i = 0; i < j && !taken; i++) taken = id[i] == e;
-                if (!taken && (best < 0 || z[e] > z[best])) best = e;
-            }
+            for (int e = 0; e < E; e++)
+                if (!taken[e] && (best < 0 || z[e] > z[best])) best = e;
+            taken[best] = 1;
             id[j] = best;
             chosen[j] = p->gating == ZI_GATING_SOFTMAX ? prob[best] / sum : (double)z[best];
         }
@@ -408,7 +412,7 @@ int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
                    const zi_moe_layer *L, float *out, const float *x, int T, int dim,
                    zi_error *err) {
     const zi_backend_ops *op = be->ops;
-    const int E = p->n_expert, k = p->n_expert_used, ff = p->ffn_dim;
+    const int E = p->n_expert, k = p->n_expert_used;
     const int kk = k + (p->shared_ffn_dim ? 1 : 0);
     int rc = scratch_grow(sp, be, p, T, dim, err);
     if (rc) return rc;
@@ -444,26 +448,7 @@ int zi_moe_forward(zi_moe_scratch **sp, zi_backend *be, const zi_moe_params *p,
             s->slot[t * kk + j] = row;
         }
     op->gather_rows(be, s->xg, x, s->src, T * k, dim);
-    if (op->matmul_groups) {
-        grouped_experts(s, be, p, L, T, E, dim);
-    } else { /* one product per chosen expert over its tokens */
-        for (int e = 0; e < E; e++) {
-            const int n = s->count[e];
-            if (n == 0) continue;
-            const size_t r0 = (size_t)s->first[e];
-            float *g = s->g + r0 * ff, *u = s->u + r0 * ff;
-            float *gu[2] = {g, u};
-            const zi_weight *wgu[2] = {&L->gate[e], &L->up[e]};
-            op->matmul_n(be, 2, gu, wgu, s->xg + r0 * dim, n);
-            if (p->oai) {
-                op->add_bias(be, g, L->b_gate + (size_t)e * ff, n, ff);
-                op->add_bias(be, u, L->b_up + (size_t)e * ff, n, ff);
-            }
-            expert_act(be, p, g, u, (size_t)n * ff);
-            op->matmul(be, s->y + r0 * dim, &L->down[e], g, n);
-            if (p->oai) op->add_bias(be, s->y + r0 * dim, L->b_down + (size_t)e * dim, n, dim);
-        }
-    }
+    grouped_experts(s, be, p, L, T, E, dim);
 
     /* The shared expert: every token, in rows T*k .. T*k + T - 1 of y,
      * weighted by sigmoid of its gate (qwen2moe.cpp adds it after the

@@ -454,6 +454,10 @@ static void test_backend_without_ops_refuses(void **state) {
     assert_non_null(strstr(err.msg, "expert routing"));
     assert_non_null(strstr(err.msg, "qwen3moe"));
     ops.gather_rows = cpu->ops->gather_rows;
+    ops.matmul_groups = NULL;
+    assert_int_equal(zi_family_check_backend(q3m, &bare, 0, 0, 0, 0, 1, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "expert routing"));
+    ops.matmul_groups = cpu->ops->matmul_groups;
     bare.attn_sinks = false;
     assert_int_equal(zi_family_check_backend(oss, &bare, 1, 0, 0, 1, 1, &err), ZI_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "attention sinks"));
