@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "http_api.h"
 #include "http_embed.h"
 #include "http_reply.h"
 #include "http_request.h"
@@ -411,13 +412,14 @@ fail:
 
 struct zi_http_stream {
     zi_http_ctx *ctx;
+    const zi_http_api *api;
     zi_http_conn *conn;
     zi_http_gen g;
     zi_http_result r;
     int client_fd;
     char *out;
     size_t len, cap, pos;
-    int ended; /* [DONE] is in out */
+    int ended; /* the stream's last bytes are in out */
 };
 
 /* Cancels every choice not yet final (no reply of its own; the router
@@ -455,7 +457,9 @@ static int next_delta(const zi_http_ctx *ctx, zi_http_conn *c, zi_http_result *r
     }
 }
 
-static void generate(zi_http_ctx *ctx, const char *body, size_t len, zi_http_kind kind,
+/* One generation under api (http_api.h): parse, send a request per
+ * choice, and answer whole or as a stream. */
+static void generate(zi_http_ctx *ctx, const zi_http_api *api, const char *body, size_t len,
                      int client_fd, zi_http_answer *a) {
     zi_http_stream *s = calloc(1, sizeof *s);
     zi_http_error e;
@@ -466,9 +470,9 @@ static void generate(zi_http_ctx *ctx, const char *body, size_t len, zi_http_kin
         return;
     }
     s->ctx = ctx;
+    s->api = api;
     s->client_fd = client_fd;
-    if (zi_http_parse_generate(body, len, kind, &s->g, &e) || zi_http_conn_open(ctx, &s->conn, &e))
-        goto fail;
+    if (api->parse(ctx, body, len, &s->g, &e) || zi_http_conn_open(ctx, &s->conn, &e)) goto fail;
     /* The served model names the answer; another name is a 404 here (the
      * router would refuse it too, in its own protocol's words). */
     if (served_model(ctx, s->conn, model, sizeof model, NULL, &e)) goto fail;
@@ -478,6 +482,7 @@ static void generate(zi_http_ctx *ctx, const char *body, size_t len, zi_http_kin
         goto fail;
     }
     zi_http_result_init(&s->r, &s->g, model);
+    s->r.ctx = ctx;
     for (int i = 0; i < s->g.n; i++)
         if (zi_http_conn_send(s->conn, &s->g.req[i], &e)) goto fail;
     /* The first frame decides between an error status and 200: a request
@@ -491,7 +496,7 @@ static void generate(zi_http_ctx *ctx, const char *body, size_t len, zi_http_kin
     }
     if (rc) goto fail;
     if (s->g.stream) {
-        if (zi_http_render_delta(&s->r, &d, s->conn, &s->out, &s->len, &s->cap, &e)) goto fail;
+        if (api->delta(&s->r, &d, s->conn, &s->out, &s->len, &s->cap, &e)) goto fail;
         a->status = 200;
         a->stream = s;
         return;
@@ -501,13 +506,14 @@ static void generate(zi_http_ctx *ctx, const char *body, size_t len, zi_http_kin
         if (rc == -2) zi_http_fail(&e, 499, "client_closed", NULL, "the client went away");
         if (rc) goto fail;
     }
-    a->json = zi_http_render_full(&s->r, s->conn, &e);
+    a->json = api->full(&s->r, s->conn, &e);
     if (!a->json) goto fail;
     a->status = 200;
     zi_http_stream_free(s);
     return;
 fail:
-    answer_error(a, &e);
+    a->status = e.status;
+    a->json = api->error_json(&e);
     zi_http_stream_free(s);
 }
 
@@ -517,7 +523,7 @@ ssize_t zi_http_stream_read(zi_http_stream *s, char *buf, size_t max) {
         s->pos = s->len = 0;
         zi_http_error e;
         if (s->r.n_done == s->g.n) {
-            if (zi_http_render_end(&s->r, &s->out, &s->len, &s->cap)) return -1;
+            if (s->api->end(&s->r, &s->out, &s->len, &s->cap)) return -1;
             s->ended = 1;
             continue;
         }
@@ -525,15 +531,13 @@ ssize_t zi_http_stream_read(zi_http_stream *s, char *buf, size_t max) {
         zi_http_delta d;
         int rc = next_delta(s->ctx, s->conn, &s->r, s->client_fd, &d, &e);
         if (rc == -2) return -1;
-        if (!rc) rc = zi_http_render_delta(&s->r, &d, s->conn, &s->out, &s->len, &s->cap, &e);
+        if (!rc) rc = s->api->delta(&s->r, &d, s->conn, &s->out, &s->len, &s->cap, &e);
         if (rc) { /* an error mid-stream: said in the stream, which then ends */
             cancel_running(s->conn, &s->r);
             for (int i = 0; i < s->g.n; i++)
                 if (!s->r.ch[i].status[0]) snprintf(s->r.ch[i].status, 32, "cancelled");
             s->r.n_done = s->g.n;
-            if (zi_http_render_stream_error(&e, &s->out, &s->len, &s->cap) ||
-                zi_http_buf_add(&s->out, &s->len, &s->cap, "data: [DONE]\n\n", 14))
-                return -1;
+            if (s->api->stream_error(&s->r, &e, &s->out, &s->len, &s->cap)) return -1;
             s->ended = 1;
         }
     }
@@ -563,9 +567,10 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
     const char *want = NULL;
     if (!strcmp(path, "/v1/chat/completions") || !strcmp(path, "/v1/completions")) {
         if (post) {
-            generate(ctx, body, len,
-                     path[4] == 'c' && path[5] == 'h' ? ZI_HTTP_CHAT : ZI_HTTP_COMPLETION,
-                     client_fd, a);
+            generate(ctx,
+                     path[4] == 'c' && path[5] == 'h' ? &zi_http_api_chat
+                                                      : &zi_http_api_completions,
+                     body, len, client_fd, a);
             return;
         }
         want = "POST";

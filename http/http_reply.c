@@ -53,6 +53,8 @@ void zi_http_result_init(zi_http_result *r, const zi_http_gen *g, const char *mo
 }
 
 void zi_http_result_free(zi_http_result *r) {
+    if (r->api_state && r->api_state_free) r->api_state_free(r->api_state);
+    r->api_state = NULL;
     for (int i = 0; i < ZI_HTTP_MAX_N; i++) {
         free(r->ch[i].text);
         free(r->ch[i].lp);

@@ -50,6 +50,9 @@ typedef struct zi_http_result {
     char model[256];
     zi_http_choice ch[ZI_HTTP_MAX_N];
     int n_done;
+    struct zi_http_ctx *ctx; /* the process' context (http_api.h), set by the caller */
+    void *api_state;         /* an API renderer's own state, or NULL ... */
+    void (*api_state_free)(void *); /* ... freed with this by zi_http_result_free */
 } zi_http_result;
 
 /* g is borrowed; model is the name to answer with. */

@@ -643,11 +643,23 @@ json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
 
 int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_http_gen *g,
                            zi_http_error *e) {
+    json_t *root = zi_http_parse_object(body, len, e);
+    if (!root) {
+        memset(g, 0, sizeof *g);
+        return -1;
+    }
+    int rc = zi_http_parse_generate_json(root, kind, g, e);
+    json_decref(root);
+    return rc;
+}
+
+int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g,
+                                zi_http_error *e) {
     memset(g, 0, sizeof *g);
     g->kind = kind;
     checked k;
     memset(&k, 0, sizeof k);
-    if (!(k.root = zi_http_parse_object(body, len, e))) return -1;
+    k.root = json_incref(root);
     int rc = refuse_unserved(k.root, kind, e);
     if (!rc)
         rc = kind == ZI_HTTP_CHAT ? parse_messages(k.root, &k, e) : parse_prompt(k.root, &k, e);
@@ -693,6 +705,8 @@ void zi_http_gen_free(zi_http_gen *g) {
     for (int i = 0; i < g->n; i++) zi_msg_free(&g->req[i]);
     zi_http_tools_free(&g->tools);
     free(g->prompt);
+    json_decref(g->api_req);
     g->n = 0;
     g->prompt = NULL;
+    g->api_req = NULL;
 }

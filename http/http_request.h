@@ -40,6 +40,8 @@ typedef struct zi_http_gen {
     const char *field_map[40]; /* router field -> request field pairs, NULL-ended */
     zi_http_tools tools;       /* chat: tools and tool_choice (choice OFF without) */
     long long timeout_ms;      /* the request's timeout_ms; 0: the router's default */
+    json_t *api_req; /* another API's (http_api.h) own request data, for its renderer; or NULL.
+                        zi_http_gen_free drops it */
 } zi_http_gen;
 
 /* Parses body (len bytes, not NUL-terminated) into g. 0, or -1 with e set
@@ -47,6 +49,11 @@ typedef struct zi_http_gen {
  * value). On success the caller frees g with zi_http_gen_free. */
 int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_http_gen *g,
                            zi_http_error *e);
+/* The same from a parsed body (an object; borrowed): how the other APIs
+ * (http_api.h) build their requests, translating theirs into this shape.
+ * Errors name OpenAI's fields; a translator checks its own first. */
+int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g,
+                                zi_http_error *e);
 void zi_http_gen_free(zi_http_gen *g);
 
 /* Parses a JSON body that must be an object (tokenize, detokenize):
