@@ -14,7 +14,10 @@
  *   none  every token's vector, [n_tokens][dim];
  *   mean  the average over the tokens (summed in double);
  *   cls   the first token's;
- *   last  the last token's.
+ *   last  the last token's;
+ *   rank  an encoder's first token's, a decoder's last token's (whole
+ *         says which), for a reranker's head (rank_head.h, applied by
+ *         worker_embed.c); never normalized.
  *
  * (zi_pooling, protocol/embeddings.h: llama.cpp's values). With normalize each
  * vector (each token's, for none) is scaled to unit L2 norm (a zero vector
