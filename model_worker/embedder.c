@@ -54,7 +54,7 @@ bool zi_embed_wants(const zi_embed_input *e, int32_t pos) {
     case ZI_POOLING_LAST:
         return pos == e->n_tokens - 1;
     case ZI_POOLING_RANK: /* llama.cpp's: an encoder's first token, a decoder's last */
-        return pos == (e->whole ? 0 : e->n_tokens - 1);
+        return pos == (e->encoder ? 0 : e->n_tokens - 1);
     default:
         return true;
     }
@@ -112,6 +112,7 @@ void zi_embed_schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, in
             s->seq[T] = row;
             s->want_logits[T] = 0;
             s->want_hidden[T] = zi_embed_wants(e, pos);
+            if (s->f32_attn) s->f32_attn[T] = e->whole;
             s->n_hidden += s->want_hidden[T];
         }
         e->step_len = len;

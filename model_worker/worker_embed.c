@@ -55,7 +55,10 @@ int zi_embed_job_start(zi_embed_job *j, uint64_t rid, const msgpack_object *msg,
         int32_t len = (int32_t)(j->req.start[i + 1] - j->req.start[i]);
         rc = zi_embed_input_init(&j->in[i], j->req.ids + j->req.start[i], len, m->dim, pooling,
                                  e.normalize, (len + m->block_size - 1) / m->block_size, err);
-        if (!rc) j->in[i].whole = m->whole;
+        if (!rc) {
+            j->in[i].encoder = m->whole;
+            j->in[i].whole = m->whole || (pooling == ZI_POOLING_RANK && len <= m->max_batch);
+        }
     }
     if (rc) zi_embed_job_free(j, NULL);
     return rc;

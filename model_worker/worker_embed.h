@@ -31,6 +31,8 @@ typedef struct zi_embed_model {
     int dim, ctx, vocab, block_size;
     int pooling;
     bool whole;         /* an encoder's inputs run whole (zi_embed_input.whole) */
+    int max_batch;      /* a step's tokens at most: a decoder's rank input up to this
+                           long runs whole too, for float32 attention (zi_batch.f32_attn) */
     zi_rank_head *rank; /* the file's classification head, or NULL */
 } zi_embed_model;
 

@@ -725,6 +725,7 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                                  .vocab = w->vocab,
                                  .block_size = zi_generator_get_config(w->gen)->block_size,
                                  .whole = mc->encoder != 0,
+                                 .max_batch = zi_generator_get_config(w->gen)->max_batch_tokens,
                                  .pooling = pt <= ZI_POOLING_RANK ? (int)pt : -2};
     /* A reranker (llama.cpp's rank pooling): its head, read once. A file
      * that says rank but has no head serves everything else. */
