@@ -198,9 +198,10 @@ def streamed(sdk, text, **kw):
     """The stream's joined reasoning, content, calls and finish_reason, and
     the order of the kinds of deltas (r, c, t)."""
     kw.setdefault("messages", ASK)
-    extra_body = {"grammar": gbnf(text), **kw.pop("extra_body", {})}
+    kw.setdefault("max_tokens", 200)
+    extra_body = {**({"grammar": gbnf(text)} if text else {}), **kw.pop("extra_body", {})}
     reasoning, content, calls, order, finish = "", "", {}, [], None
-    for ch in sdk.chat.completions.create(model=MODEL, max_tokens=200, temperature=0, stream=True,
+    for ch in sdk.chat.completions.create(model=MODEL, temperature=0, stream=True,
                                           extra_body=extra_body, **kw):
         if not ch.choices:
             continue
@@ -396,6 +397,42 @@ def test_harmony_channels(echo):
     assert c.message.content == HARMONY
 
 
+END = "\n</think>\n\n"  # what the budget forces
+
+
+def test_thinking_budget(opened, think):
+    """max_thinking_tokens: after that many tokens of reasoning the section
+    is ended ("\n</think>\n\n" forced), and the answer follows."""
+    body = dict(model=MODEL, messages=ASK, max_tokens=24, temperature=0, logprobs=True,
+                extra_body={"max_thinking_tokens": 5, "ignore_eos": True})
+    r = opened.sdk.chat.completions.create(**body)
+    raw = r.choices[0].message.content  # the server's format is none
+    toks = [t.token for t in r.choices[0].logprobs.content]
+    k = n_tokens(opened.port, END)
+    assert len(toks) == 24 and "".join(toks[5:5 + k]) == END, toks
+    at = raw.index(END)
+    assert "</think>" not in raw[:at]
+    body["extra_body"] = {**body["extra_body"], "reasoning_format": "separate"}
+    m = opened.sdk.chat.completions.create(**body).choices[0].message
+    assert extra(m, "reasoning_content") == raw[:at].strip()
+    assert m.content == raw[at + len(END):].lstrip()
+    # streamed: the same
+    r, t, _, _, _ = streamed(opened.sdk, None, max_tokens=24, extra_body={
+        "max_thinking_tokens": 5, "ignore_eos": True, "reasoning_format": "separate"})
+    assert (r, t) == (raw[:at].strip(), m.content)
+    # a larger budget than the text: nothing forced
+    body["extra_body"] = {"max_thinking_tokens": 100, "ignore_eos": True}
+    assert END not in opened.sdk.chat.completions.create(**body).choices[0].message.content
+    # no section (the model did not open one): no budget
+    body["extra_body"] = {"max_thinking_tokens": 1, "ignore_eos": True,
+                          "reasoning_format": "none"}
+    assert "</think>" not in think.sdk.chat.completions.create(**body).choices[0].message.content
+    # a forced end would break a grammar: refused
+    body["extra_body"] = {"max_thinking_tokens": 3, "grammar": gbnf("x")}
+    st, err = req(opened.port, "/v1/chat/completions", {**body, **body.pop("extra_body")})
+    assert st == 400 and err["error"]["param"] == "max_thinking_tokens", err
+
+
 BAD = [
     ({"chat_template_kwargs": "x"}, "chat_template_kwargs"),
     ({"chat_template_kwargs": [1]}, "chat_template_kwargs"),
@@ -416,6 +453,7 @@ BAD = [
     ({"max_thinking_tokens": 0}, "max_thinking_tokens"),
     ({"max_thinking_tokens": -5}, "max_thinking_tokens"),
     ({"max_thinking_tokens": 1.5}, "max_thinking_tokens"),
+    ({"max_thinking_tokens": 1000001}, "max_thinking_tokens"),
     ({"messages": ASK + [{"role": "assistant", "content": "4", "reasoning_content": 5}]},
      "messages[1].reasoning_content"),
     ({"messages": ASK + [{"role": "assistant", "content": "4", "reasoning": []}]},
