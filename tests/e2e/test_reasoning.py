@@ -17,6 +17,8 @@ the template, and a table of bad inputs, each a 400 naming its field,
 after which the server still serves.
 """
 
+import contextlib
+import http.client as httpc
 import json
 import os
 import socket
@@ -90,52 +92,43 @@ def qwen3_file(tmp_path_factory):
     return write_qwen3(tmp_path_factory.mktemp("reasoning") / "qwen3-think.gguf")
 
 
-def start(zinfer_bin, path, log, *args):
-    """serve_process with an HTTP front end; yields (srv, sdk, http base)."""
+@contextlib.contextmanager
+def serving(zinfer_bin, path, log, *args):
+    """serve_process with an HTTP front end on a free port, up; yields the
+    ServeProcess with .sdk (an openai client) and .port."""
     port = free_port()
-    cm = serve_process(zinfer_bin, path, log, "--threads-per-worker", 1, "--slots", 4,
-                       "--http", f"127.0.0.1:{port}", *args)
-    srv = cm.__enter__()
-    import http.client as httpc
-    deadline = time.time() + 30
-    while True:
-        try:
-            c = httpc.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        assert time.time() < deadline, srv.log()
-        time.sleep(0.2)
-    sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
-                        timeout=120)
-    return cm, srv, sdk, port
+    with serve_process(zinfer_bin, path, log, "--threads-per-worker", 1, "--slots", 4,
+                       "--http", f"127.0.0.1:{port}", *args) as srv:
+        deadline = time.time() + 30
+        while True:
+            try:
+                c = httpc.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        srv.sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
+                                max_retries=0, timeout=120)
+        srv.port = port
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def think(zinfer_bin, qwen3_file, tmp_path_factory):
     """The file's own template (Qwen 3: the model opens <think>)."""
-    cm, srv, sdk, port = start(zinfer_bin, qwen3_file,
-                               tmp_path_factory.mktemp("think") / "serve.log")
-    srv.sdk, srv.port = sdk, port
-    try:
+    with serving(zinfer_bin, qwen3_file, tmp_path_factory.mktemp("think") / "serve.log") as srv:
         yield srv
-    finally:
-        cm.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
 def opened(zinfer_bin, qwen3_file, tmp_path_factory):
     """Qwen 3.5's template (the prompt opens <think>), reasoning format none."""
-    cm, srv, sdk, port = start(zinfer_bin, qwen3_file,
-                               tmp_path_factory.mktemp("opened") / "serve.log",
-                               "--chat-template", QWEN35, "--reasoning-format", "none")
-    srv.sdk, srv.port = sdk, port
-    try:
+    with serving(zinfer_bin, qwen3_file, tmp_path_factory.mktemp("opened") / "serve.log",
+                 "--chat-template", QWEN35, "--reasoning-format", "none") as srv:
         yield srv
-    finally:
-        cm.__exit__(None, None, None)
 
 
 # Writes the variables it is given, so the prompt's length tells them.
@@ -149,18 +142,13 @@ ECHO_TEMPLATE = (
 def echo(zinfer_bin, qwen3_file, tmp_path_factory):
     d = tmp_path_factory.mktemp("echo")
     (d / "echo.jinja").write_text(ECHO_TEMPLATE, encoding="utf-8")
-    cm, srv, sdk, port = start(zinfer_bin, qwen3_file, d / "serve.log",
-                               "--chat-template", d / "echo.jinja")
-    srv.sdk, srv.port = sdk, port
-    try:
+    with serving(zinfer_bin, qwen3_file, d / "serve.log", "--chat-template",
+                 d / "echo.jinja") as srv:
         yield srv
-    finally:
-        cm.__exit__(None, None, None)
 
 
 def req(port, path, body):
     """Raw POST: (status, parsed JSON)."""
-    import http.client as httpc
     c = httpc.HTTPConnection("127.0.0.1", port, timeout=120)
     c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
