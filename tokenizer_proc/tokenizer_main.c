@@ -141,10 +141,9 @@ static void drop_state(tproc *t, uint64_t rid) {
 }
 
 /* A rendered prompt that ends, but for whitespace, with `<think>`: the
- * template opened the thinking section for the model (DeepSeek R1's
- * always, Qwen 3's unless enable_thinking is false, which closes it
- * instead), so the model writes the reasoning and only the closing
- * marker. */
+ * template opened the thinking section for the model (Qwen 3.5's unless
+ * enable_thinking is false, which closes it instead; DeepSeek R1's), so
+ * the model writes the reasoning and only the closing marker. */
 static bool ends_thinking_open(const char *s, size_t n) {
     static const char open[] = "<think>";
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == '\t')) n--;
