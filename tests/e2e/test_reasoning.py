@@ -4,14 +4,15 @@
 A random-weight qwen3 file (3 layers, n_embd 64, Qwen 2's real vocabulary)
 is written with Qwen 3's chat template, which lets the model open
 `<think>` itself, and served three times: as it is; with Qwen 3.5's
-template (--chat-template), which opens the section in the prompt, and
---reasoning-format none; and with a template that writes its variables
-into the prompt (reasoning_effort, chat_template_kwargs), where gpt-oss's
-harmony channels are also split. A grammar forces each completion's text, so the
-reasoning, content and calls are known exactly: the whole reply's
-`reasoning_content` and `content`, the streamed deltas joined to the same,
-a tool call after the reasoning, `reasoning_format` none giving the raw
-text, `enable_thinking` / `chat_template_kwargs` changing the rendered
+template (--chat-template), which opens the section in the prompt,
+--reasoning-format none and --max-thinking-tokens 6; and with a template
+that writes its variables into the prompt (reasoning_effort,
+chat_template_kwargs), where gpt-oss's harmony channels are also split. A
+grammar forces most completions' text, so the reasoning, content and calls
+are known exactly: the whole reply's `reasoning_content` and `content`,
+the streamed deltas joined to the same, a tool call after the reasoning,
+`reasoning_format` none giving the raw text, a thinking budget ending the
+section after exactly its tokens, `enable_thinking` / `chat_template_kwargs` changing the rendered
 prompt as jinja2 renders it, an assistant's `reasoning_content` reaching
 the template, and a table of bad inputs, each a 400 naming its field,
 after which the server still serves.
@@ -125,9 +126,11 @@ def think(zinfer_bin, qwen3_file, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def opened(zinfer_bin, qwen3_file, tmp_path_factory):
-    """Qwen 3.5's template (the prompt opens <think>), reasoning format none."""
+    """Qwen 3.5's template (the prompt opens <think>), reasoning format none,
+    a default thinking budget of 6 tokens."""
     with serving(zinfer_bin, qwen3_file, tmp_path_factory.mktemp("opened") / "serve.log",
-                 "--chat-template", QWEN35, "--reasoning-format", "none") as srv:
+                 "--chat-template", QWEN35, "--reasoning-format", "none",
+                 "--max-thinking-tokens", 6) as srv:
         yield srv
 
 
@@ -408,6 +411,11 @@ def test_thinking_budget(opened, think):
     r, t, _, _, _ = streamed(opened.sdk, None, max_tokens=24, extra_body={
         "max_thinking_tokens": 5, "ignore_eos": True, "reasoning_format": "separate"})
     assert (r, t) == (raw[:at].strip(), m.content)
+    # the server's default budget (--max-thinking-tokens 6)
+    body["extra_body"] = {"ignore_eos": True}
+    r = opened.sdk.chat.completions.create(**body)
+    toks = [t.token for t in r.choices[0].logprobs.content]
+    assert "".join(toks[6:6 + k]) == END, toks
     # a larger budget than the text: nothing forced
     body["extra_body"] = {"max_thinking_tokens": 100, "ignore_eos": True}
     assert END not in opened.sdk.chat.completions.create(**body).choices[0].message.content
