@@ -61,6 +61,7 @@ typedef enum zi_opt_id {
     ZI_O_MAX_QUEUE,
     ZI_O_MAX_PROMPT_TOKENS,
     ZI_O_MAX_NEW_TOKENS,
+    ZI_O_MAX_THINKING_TOKENS,
     ZI_O_MAX_EMBED_INPUTS,
     ZI_O_MAX_EMBED_TOKENS,
     ZI_O_HEARTBEAT_TIMEOUT,
@@ -75,6 +76,7 @@ typedef enum zi_opt_id {
     ZI_O_TIMEOUT,
     ZI_O_HEADER_TIMEOUT,
     ZI_O_ROUTER_TIMEOUT,
+    ZI_O_REASONING_FORMAT,
     /* CURVE key files (serve makes them from --keys) */
     ZI_O_ROUTER_CURVE_SECRET,
     ZI_O_BACKEND_KEYS,
