@@ -204,6 +204,18 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                              NULL},
     [ZI_O_ROUTER_TIMEOUT] = {"--router-timeout", NULL, ZI_OPT_INT, 1, 86400, NULL, 300, NULL, HTTP,
                              "S", "the longest wait for the router's next reply", NULL},
+    /* The choices in http/tool_formats.h's zi_tool_format order (its unit
+     * test checks them). serve resolves auto from the chat template. */
+    [ZI_O_TOOL_CALL_FORMAT] = {"--tool-call-format", NULL, ZI_OPT_ENUM, 0, 0,
+                               "auto|generic|hermes|mistral|llama3|qwen3-coder|gpt-oss|"
+                               "deepseek-v3|glm-4.5|kimi-k2|granite|command-r|functionary|"
+                               "functionary-v3.1",
+                               0, NULL, SERVE | HTTP, "F",
+                               "how the model writes tool calls (docs/http.md, \"Tool-call "
+                               "formats\"); auto: as its chat template does (generic for "
+                               "zinfer-http alone: Hermes, Mistral, Llama 3, bare JSON)",
+                               "how the model writes tool calls (docs/http.md); auto: as its "
+                               "chat template does"},
 
     [ZI_O_ROUTER_CURVE_SECRET] = {"--curve-secret", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", ROUTER,
                                   "FILE",

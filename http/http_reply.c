@@ -474,7 +474,8 @@ static int render_tool_delta(zi_http_result *r, const zi_http_delta *d, zi_http_
     zi_http_choice *c = &r->ch[d->index];
     if (!c->ts) {
         if (!(c->ts = malloc(sizeof *c->ts))) goto oom;
-        zi_tool_stream_init(c->ts, r->g->tools.names);
+        zi_tool_stream_init(c->ts, r->g->tools.names, zi_http_tools_format(&r->g->tools));
+        zi_tool_stream_types(c->ts, r->g->tools.tools);
     }
     json_t *deltas = json_array(), *delta;
     if (!deltas) goto oom;
