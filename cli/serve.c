@@ -767,10 +767,12 @@ int zi_serve_main(int argc, char **argv) {
     if (rc == GO_ON && o.check_only) rc = 0; /* --check-args: all is valid, start nothing */
     if (rc == GO_ON) rc = check_memory(&o);
     if (rc == GO_ON) rc = find_binaries(&o);
-    if (rc == GO_ON && o.http && o.tool_format == ZI_TF_AUTO) {
-        o.tool_format = tool_call_format(&o);
-        zi_log(&lg, ZI_LOG_INFO, "tool-call format: %s (the chat template's)",
-               zi_tool_format_name((zi_tool_format)o.tool_format));
+    if (rc == GO_ON && o.http) {
+        int from_template = o.tool_format == ZI_TF_AUTO;
+        if (from_template) o.tool_format = tool_call_format(&o);
+        zi_log(&lg, ZI_LOG_INFO, "tool-call format: %s (%s)",
+               zi_tool_format_name((zi_tool_format)o.tool_format),
+               from_template ? "the chat template's" : "--tool-call-format");
     }
     child *ch = NULL;
     int nc = 0;

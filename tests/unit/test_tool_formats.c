@@ -284,6 +284,95 @@ static const fcase CASES[] = {
     {ZI_TF_FUNCTIONARY, "all\nNo tools needed.", "No tools needed.", 0, {NULL}, {NULL}},
 };
 
+/* Each family's template's own rendering (jinja2's, in
+ * tests/fixtures/chat_template_corpus.json.gz) of the assistant's calls of
+ * family_two_calls (tests/fixtures/chat_template_conversations.json):
+ * get_weather {location, unit}, then search {query, filters}. */
+static const struct {
+    zi_tool_format f;
+    const char *file, *text;
+    int n;
+} RENDERED[] = {
+    {ZI_TF_QWEN3_CODER, "Qwen3-Coder.jinja",
+     "<tool_call>\n<function=get_weather>\n<parameter=location>\nS\xc3\xa3o "
+     "Paulo\n</parameter>\n<parameter=unit>\ncelsius\n</parameter>\n</function>\n</"
+     "tool_call>\n<tool_call>\n<function=search>\n<parameter=query>\na \"quoted\" \\ "
+     "path\n</parameter>\n<parameter=filters>\n{\"year\": 2024, \"limit\": "
+     "3}\n</parameter>\n</function>\n</tool_call>",
+     2},
+    {ZI_TF_HERMES, "Qwen-Qwen3-0.6B.jinja",
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"S\xc3\xa3o Paulo\", "
+     "\"unit\": \"celsius\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": "
+     "{\"query\": \"a \\\"quoted\\\" \\\\ path\", \"filters\": {\"year\": 2024, \"limit\": "
+     "3}}}\n</tool_call>",
+     2},
+    {ZI_TF_HERMES, "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"S\xc3\xa3o Paulo\", "
+     "\"unit\": \"celsius\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": "
+     "{\"query\": \"a \\\"quoted\\\" \\\\ path\", \"filters\": {\"year\": 2024, \"limit\": "
+     "3}}}\n</tool_call>",
+     2},
+    {ZI_TF_GPT_OSS, "openai-gpt-oss-120b.jinja",
+     "<|start|>assistant to=functions.get_weather<|channel|>commentary "
+     "json<|message|>{\"location\": \"S\xc3\xa3o Paulo\", \"unit\": \"celsius\"}<|call|>",
+     1},
+    {ZI_TF_DEEPSEEK_V3, "deepseek-ai-DeepSeek-V3.1.jinja",
+     "<\xef\xbd\x9ctool\xe2\x96\x81"
+     "calls\xe2\x96\x81"
+     "begin\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81"
+     "call\xe2\x96\x81"
+     "begin\xef\xbd\x9c>get_weather<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>{\"location\": "
+     "\"S\xc3\xa3o Paulo\", \"unit\": \"celsius\"}<\xef\xbd\x9ctool\xe2\x96\x81"
+     "call\xe2\x96\x81"
+     "end\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81"
+     "call\xe2\x96\x81"
+     "begin\xef\xbd\x9c>search<\xef\xbd\x9ctool\xe2\x96\x81sep\xef\xbd\x9c>{\"query\": \"a "
+     "\\\"quoted\\\" \\\\ path\", \"filters\": {\"year\": 2024, \"limit\": "
+     "3}}<\xef\xbd\x9ctool\xe2\x96\x81"
+     "call\xe2\x96\x81"
+     "end\xef\xbd\x9c><\xef\xbd\x9ctool\xe2\x96\x81"
+     "calls\xe2\x96\x81"
+     "end\xef\xbd\x9c>",
+     2},
+    {ZI_TF_GLM_45, "GLM-4.6.jinja",
+     "<tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>S\xc3\xa3o "
+     "Paulo</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n</"
+     "tool_call>\n<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>a \"quoted\" \\ "
+     "path</arg_value>\n<arg_key>filters</arg_key>\n<arg_value>{\"year\": 2024, \"limit\": "
+     "3}</arg_value>\n</tool_call>",
+     2},
+    {ZI_TF_KIMI_K2, "moonshotai-Kimi-K2.jinja",
+     "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_"
+     "begin|>{\"location\": \"S\xc3\xa3o Paulo\", \"unit\": "
+     "\"celsius\"}<|tool_call_end|><|tool_call_begin|>functions.search:1<|tool_call_argument_begin|"
+     ">{\"query\": \"a \\\"quoted\\\" \\\\ path\", \"filters\": {\"year\": 2024, \"limit\": "
+     "3}}<|tool_call_end|><|tool_calls_section_end|>",
+     2},
+    {ZI_TF_COMMAND_R, "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja",
+     "<|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", "
+     "\"parameters\": {\"location\": \"S\xc3\xa3o Paulo\", \"unit\": \"celsius\"}},\n    "
+     "{\"tool_call_id\": \"1\", \"tool_name\": \"search\", \"parameters\": {\"query\": \"a "
+     "\\\"quoted\\\" \\\\ path\", \"filters\": {\"year\": 2024, \"limit\": 3}}}\n]<|END_ACTION|>",
+     2},
+    {ZI_TF_COMMAND_R, "CohereForAI-c4ai-command-r-plus-tool_use.jinja",
+     "Action:\n```json\n[\n    {\n        \"tool_name\": \"get_weather\",\n        \"parameters\": "
+     "{\n            \"location\": \"S\xc3\xa3o Paulo\",\n            \"unit\": \"celsius\"\n      "
+     "  }\n    },\n    {\n        \"tool_name\": \"search\",\n        \"parameters\": {\n          "
+     "  \"query\": \"a \\\"quoted\\\" \\\\ path\",\n            \"filters\": {\n                "
+     "\"year\": 2024,\n                \"limit\": 3\n            }\n        }\n    }\n]```",
+     2},
+    {ZI_TF_FUNCTIONARY, "meetkai-functionary-medium-v3.2.jinja",
+     ">>>get_weather\n{\"location\": \"S\xc3\xa3o Paulo\", \"unit\": "
+     "\"celsius\"}>>>search\n{\"query\": \"a \\\"quoted\\\" \\\\ path\", \"filters\": {\"year\": "
+     "2024, \"limit\": 3}}",
+     2},
+    {ZI_TF_FUNCTIONARY_V31, "meetkai-functionary-medium-v3.1.jinja",
+     "<function=get_weather>{\"location\": \"S\xc3\xa3o Paulo\", \"unit\": "
+     "\"celsius\"}</function><function=search>{\"query\": \"a \\\"quoted\\\" \\\\ path\", "
+     "\"filters\": {\"year\": 2024, \"limit\": 3}}</function>",
+     2},
+};
+
 static void args_equal(const char *got, const char *want) {
     json_t *a = json_loads(got, 0, NULL), *b = json_loads(want, 0, NULL);
     if (!a || !b || !json_equal(a, b)) fail_msg("arguments %s, expected %s", got, want);
@@ -335,6 +424,43 @@ static void test_formats(void **state) {
         free(whole);
         json_decref(calls);
         free(content);
+    }
+    json_decref(tl);
+    json_decref(nm);
+}
+
+/* What the families' templates render for a call parses back to it. */
+static void test_rendered(void **state) {
+    (void)state;
+    static const char *const name[2] = {"get_weather", "search"};
+    static const char *const args[2] = {
+        "{\"location\": \"S\u00e3o Paulo\", \"unit\": \"celsius\"}",
+        "{\"query\": \"a \\\"quoted\\\" \\\\ path\", \"filters\": {\"year\": 2024, "
+        "\"limit\": 3}}"};
+    json_t *tl = tools(), *nm = json_pack("[s,s]", "get_weather", "search");
+    for (size_t i = 0; i < sizeof RENDERED / sizeof RENDERED[0]; i++) {
+        print_message("%s\n", RENDERED[i].file);
+        json_t *calls = NULL;
+        char *content = NULL;
+        const char *text = RENDERED[i].text;
+        assert_int_equal(
+            zi_tool_stream_parse_all(nm, RENDERED[i].f, tl, text, strlen(text), &calls, &content),
+            0);
+        assert_non_null(calls);
+        assert_null(content);
+        assert_int_equal(json_array_size(calls), RENDERED[i].n);
+        for (int k = 0; k < RENDERED[i].n; k++) {
+            json_t *fn = json_object_get(json_array_get(calls, k), "function");
+            assert_string_equal(json_string_value(json_object_get(fn, "name")), name[k]);
+            args_equal(json_string_value(json_object_get(fn, "arguments")), args[k]);
+        }
+        setup su = {RENDERED[i].f, nm, tl};
+        transcript *whole = malloc(sizeof *whole);
+        all_splits(&su, text, whole);
+        assert_int_equal(whole->n_calls, RENDERED[i].n);
+        assert_true(whole->ok);
+        free(whole);
+        json_decref(calls);
     }
     json_decref(tl);
     json_decref(nm);
@@ -437,9 +563,8 @@ static void test_option_choices(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_formats),
-        cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_detect),
+        cmocka_unit_test(test_formats),        cmocka_unit_test(test_rendered),
+        cmocka_unit_test(test_truncated),      cmocka_unit_test(test_detect),
         cmocka_unit_test(test_option_choices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
