@@ -71,6 +71,11 @@ CHOICES = [
      [(v, "is not HOST:PORT") for v in ["h:0", "h:65536", ":80", "h:", "nope",
                                         "h" * 256 + ":80"]]),
     ("--device", "worker", "--device", ["cpu", "cuda:0"], [("tpu", ""), ("cuda:x", "")]),
+    ("--tool-call-format", "http", "--tool-call-format",
+     ["auto", "generic", "hermes", "mistral", "llama3", "qwen3-coder", "gpt-oss", "deepseek-v3",
+      "glm-4.5", "kimi-k2", "granite", "command-r", "functionary", "functionary-v3.1"],
+     [("qwen3", "is not auto, generic, hermes, mistral, llama3, qwen3-coder, gpt-oss, "
+       "deepseek-v3, glm-4.5, kimi-k2, granite, command-r, functionary or functionary-v3.1")]),
 ]
 
 FLAGS = [("--no-prefix-cache", "worker"), ("--spec-lookup", "worker"),
