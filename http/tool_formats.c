@@ -415,9 +415,21 @@ static int scan_named(zi_tf_scan *sc, size_t j, const named_fmt *nf, int in_call
         }
         size_t e = find(s, n, j, nf->name_end);
         if (e == n) return n - j > ZI_TF_NAME_MAX + 64 ? ZI_TF_FAIL : ZI_TF_MORE;
-        if (named_call(sc, nf, j, e)) return ZI_TF_FAIL;
-        zi_tf_call *c = &sc->calls[sc->ncalls - 1];
+        size_t n0 = j, n1 = e;
         j = e + strlen(nf->name_end);
+        /* DeepSeek R1 writes `function<sep>NAME\n```json\n{...}\n```` */
+        int fenced = nf == &DS && e - n0 == 8 && !memcmp(s + n0, "function", 8);
+        if (fenced) {
+            n0 = j, n1 = find(s, n, j, "\n");
+            if (n1 == n) return n - j > ZI_TF_NAME_MAX ? ZI_TF_FAIL : ZI_TF_MORE;
+            j = n1;
+        }
+        if (named_call(sc, nf, n0, n1)) return ZI_TF_FAIL;
+        zi_tf_call *c = &sc->calls[sc->ncalls - 1];
+        if (fenced) {
+            int r = expect(sc, &j, "```json");
+            if (r != ZI_TF_DONE) return r;
+        }
         skip_ws(s, n, &j);
         if (j >= n) return ZI_TF_MORE;
         if (s[j] != '{') return ZI_TF_FAIL;
@@ -426,6 +438,8 @@ static int scan_named(zi_tf_scan *sc, size_t j, const named_fmt *nf, int in_call
         int r = skip_value(s, n, &j);
         if (r != ZI_TF_DONE) return r;
         c->args_to = j;
+        if (fenced && (r = expect(sc, &j, "```")) != ZI_TF_DONE)
+            return r == ZI_TF_MORE && sc->final ? close_region(sc, n, NULL) : r;
         r = expect(sc, &j, nf->call_close);
         if (r == ZI_TF_MORE) return sc->final ? close_region(sc, n, NULL) : r;
         if (r == ZI_TF_FAIL) return r;

@@ -42,7 +42,7 @@ typedef enum zi_tool_format {
     ZI_TF_LLAMA3,      /* = generic */
     ZI_TF_QWEN3_CODER, /* <tool_call><function=N><parameter=K>V</parameter>... */
     ZI_TF_GPT_OSS,     /* harmony: <|channel|>commentary to=functions.N ...<|message|>{} */
-    ZI_TF_DEEPSEEK_V3, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{}... */
+    ZI_TF_DEEPSEEK_V3, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{}...; R1 too */
     ZI_TF_GLM_45,          /* <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value>... */
     ZI_TF_KIMI_K2,         /* <|tool_calls_section_begin|><|tool_call_begin|>functions.N:0... */
     ZI_TF_GRANITE,         /* <|tool_call|>[{"name", "arguments"}] */

@@ -217,6 +217,16 @@ static const fcase CASES[] = {
      2,
      {"get_weather", "search"},
      {"{\"city\": \"Paris\"}", "{\"query\": \"\\u00e9\\n\", \"filters\": {\"a\": {}}}"}},
+    /* DeepSeek R1: the type, then the name and fenced JSON */
+    {ZI_TF_DEEPSEEK_V3,
+     "<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>get_weather\n```json\n"
+     "{\"city\": \"Paris\", \"days\": 2}\n```<｜tool▁call▁end｜>\n<｜tool▁call▁begin｜>function"
+     "<｜tool▁sep｜>search\n```json\n{\"query\": "
+     "\"```\"}\n```<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
+     NULL,
+     2,
+     {"get_weather", "search"},
+     {"{\"city\": \"Paris\", \"days\": 2}", "{\"query\": \"```\"}"}},
     /* Kimi K2 */
     {ZI_TF_KIMI_K2,
      "<|tool_calls_section_begin|>\n<|tool_call_begin|>functions.get_weather:0"
@@ -497,6 +507,7 @@ static const struct {
     {"Qwen-Qwen3-0.6B.jinja", ZI_TF_GENERIC},
     {"openai-gpt-oss-120b.jinja", ZI_TF_GPT_OSS},
     {"deepseek-ai-DeepSeek-V3.1.jinja", ZI_TF_DEEPSEEK_V3},
+    {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", ZI_TF_DEEPSEEK_V3},
     {"GLM-4.6.jinja", ZI_TF_GLM_45},
     {"Kimi-K2-Instruct.jinja", ZI_TF_KIMI_K2},
     {"moonshotai-Kimi-K2.jinja", ZI_TF_KIMI_K2},
