@@ -50,7 +50,7 @@
 #include "options.h"
 #include "startup.h"
 #include "stop_signal.h"
-#include "tool_formats.h"
+#include "tool_call_format.h"
 #include "types.h"
 #include "wire.h"
 

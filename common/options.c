@@ -204,7 +204,7 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                              NULL},
     [ZI_O_ROUTER_TIMEOUT] = {"--router-timeout", NULL, ZI_OPT_INT, 1, 86400, NULL, 300, NULL, HTTP,
                              "S", "the longest wait for the router's next reply", NULL},
-    /* The choices in http/tool_formats.h's zi_tool_format order (its unit
+    /* The choices in common/tool_call_format.h's zi_tool_format order (its unit
      * test checks them). serve resolves auto from the chat template. */
     [ZI_O_TOOL_CALL_FORMAT] = {"--tool-call-format", NULL, ZI_OPT_ENUM, 0, 0,
                                "auto|generic|hermes|mistral|llama3|qwen3-coder|gpt-oss|"

@@ -1,10 +1,9 @@
 /*
- * tool_formats.h - the tool-call formats of chat-model families: their
- * names (--tool-call-format), which one a chat template's source asks for
- * (found by the substrings llama.cpp's chat code looks for), and the
- * scanners of their call regions, which tool_stream.c (the streaming
- * driver) runs over the text a region holds so far (docs/http.md, "Tool
- * calls").
+ * tool_formats.h - the scanners of the tool-call formats of chat-model
+ * families (the formats themselves, their names and detection:
+ * common/tool_call_format.h), which tool_stream.c (the streaming driver)
+ * runs over the text a call region holds so far (docs/http.md, "Tool-call
+ * formats").
  *
  * A format is a set of openers, markers that start a call region anywhere
  * in the text (and for some formats a check at the text's start). A
@@ -28,39 +27,11 @@
 #include <jansson.h>
 #include <stddef.h>
 
+#include "tool_call_format.h"
+
 #define ZI_TF_MAX_CALLS 64 /* calls in one region; more: not a call region */
 #define ZI_TF_MAX_DEPTH 64 /* nesting of an arguments object */
 #define ZI_TF_NAME_MAX 128 /* bytes of a tool's name, as zi_http_tools_parse bounds it */
-
-/* In the order of --tool-call-format's choices (common/options.c spells
- * them; tests/unit/test_tool_formats.c checks the two agree). */
-typedef enum zi_tool_format {
-    ZI_TF_AUTO,        /* from the chat template (zi_tool_format_detect) */
-    ZI_TF_GENERIC,     /* Hermes/Qwen <tool_call>{json}, Mistral, Llama 3, bare JSON */
-    ZI_TF_HERMES,      /* = generic */
-    ZI_TF_MISTRAL,     /* = generic */
-    ZI_TF_LLAMA3,      /* = generic */
-    ZI_TF_QWEN3_CODER, /* <tool_call><function=N><parameter=K>V</parameter>... */
-    ZI_TF_GPT_OSS,     /* harmony: <|channel|>commentary to=functions.N ...<|message|>{} */
-    ZI_TF_DEEPSEEK_V3, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{}...; R1 too */
-    ZI_TF_GLM_45,          /* <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value>... */
-    ZI_TF_KIMI_K2,         /* <|tool_calls_section_begin|><|tool_call_begin|>functions.N:0... */
-    ZI_TF_GRANITE,         /* <|tool_call|>[{"name", "arguments"}] */
-    ZI_TF_COMMAND_R,       /* <|START_ACTION|>[{"tool_name", "parameters"}]<|END_ACTION|> */
-    ZI_TF_FUNCTIONARY,     /* v3.2: >>>N\n{} (or N\n{} at the start); >>>all\n text */
-    ZI_TF_FUNCTIONARY_V31, /* <function=N>{}</function> */
-    ZI_TF_COUNT
-} zi_tool_format;
-
-/* The format's --tool-call-format name ("qwen3-coder"); NULL out of range. */
-const char *zi_tool_format_name(zi_tool_format f);
-
-/* The format a chat template's source asks for (never AUTO): the family
- * whose markers it writes, GENERIC when none. */
-zi_tool_format zi_tool_format_detect(const char *src, size_t len);
-
-/* The formats that parse alike (hermes, mistral, llama3: generic). */
-zi_tool_format zi_tool_format_parser(zi_tool_format f);
 
 /* ---- region scanning (for tool_stream.c) -------------------------------- */
 

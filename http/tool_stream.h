@@ -6,7 +6,7 @@
  * as soon as each is certain: text that may still become a call marker or
  * a call is held back until decided, and nothing is reported twice.
  *
- * Formats (tool_formats.h; the one given at init): generic is Hermes/Qwen
+ * Formats (common/tool_call_format.h; the one given at init): generic is Hermes/Qwen
  * `<tool_call>{...}</tool_call>` anywhere in the text (any number; a last
  * one may be left unclosed), and at the text's start (after whitespace)
  * Mistral `[TOOL_CALLS]`, Llama 3 `<|python_tag|>` or a bare JSON call;
@@ -18,9 +18,10 @@
  * tool and its arguments object has begun. A region that fails before that
  * is text. The arguments reported are the model's own text of the
  * arguments object, byte for byte (where the model writes them as XML
- * parameters, the JSON object tool_formats.c writes of them); a call that turns out malformed after
- * it was committed (bad JSON, truncated) marks the stream broken or truncated, the text after what
- * was sent continuing as content.
+ * parameters, the JSON object tool_formats.c writes of them); a call that
+ * turns out malformed after it was committed (bad JSON, truncated) marks
+ * the stream broken or truncated, the text after what was sent continuing
+ * as content.
  *
  * Whitespace: a run of whitespace is held until non-space text follows
  * (then sent); before a call marker it is dropped, at the end it is sent
