@@ -372,6 +372,8 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
                 json_object_set_new(m, "content", rest ? jstr(rest, strlen(rest)) : json_null());
                 json_object_set_new(m, "tool_calls", calls);
                 finish = "tool_calls";
+            } else if (rest) { /* no calls: the text as streamed */
+                json_object_set_new(m, "content", jstr(rest, strlen(rest)));
             } else {
                 json_object_set_new(m, "content", jstr(c->text ? c->text : "", c->len));
             }

@@ -63,7 +63,10 @@ int zi_http_tools_message(json_t *msg, size_t i, json_t *nm, zi_http_error *e);
  * tool_calls ({"id", "type": "function", "function": {"name", "arguments":
  * the model's text of the arguments object}}), or NULL when the text holds
  * none, names no known function, or a call is malformed or cut short.
- * *content gets the text outside the calls (malloc'd; NULL when none). */
+ * *content gets the text outside the calls (malloc'd; NULL when none);
+ * with no calls, where the format drops markers from the text (gpt-oss's
+ * message headers, ...), the text without them, as the stream sends it
+ * (else NULL: the text is the content as it is). */
 json_t *zi_http_tools_extract(const zi_http_tools *t, const char *text, size_t len, char **content);
 
 /* The format t's completions are parsed in: t->format, or GENERIC when

@@ -43,8 +43,12 @@ static const zi_tf_opener OPEN_HARMONY[] = {{"<|start|>", K_HARMONY}, {"<|channe
                                             {"<|end|>", K_DROP},      {"<|call|>", K_DROP},
                                             {"<|return|>", K_DROP},   {NULL, 0}};
 static const zi_tf_opener OPEN_GRANITE[] = {{"<|tool_call|>", K_JSON}, {NULL, 0}};
-static const zi_tf_opener OPEN_COHERE[] = {
-    {"<|START_ACTION|>", K_COHERE}, {"Action:", K_COHERE_TEXT}, {NULL, 0}};
+/* Command R7B's text comes between <|START_RESPONSE|> and <|END_RESPONSE|>. */
+static const zi_tf_opener OPEN_COHERE[] = {{"<|START_ACTION|>", K_COHERE},
+                                           {"Action:", K_COHERE_TEXT},
+                                           {"<|START_RESPONSE|>", K_DROP},
+                                           {"<|END_RESPONSE|>", K_DROP},
+                                           {NULL, 0}};
 static const zi_tf_opener OPEN_FUNC32[] = {{">>>", K_FUNC32}, {NULL, 0}};
 static const zi_tf_opener OPEN_FUNC31[] = {{"<function=", K_FUNC31}, {NULL, 0}};
 

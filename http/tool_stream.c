@@ -302,8 +302,15 @@ int zi_tool_stream_parse_all(const json_t *names, zi_tool_format format, const j
     if (!rc) rc = zi_tool_stream_finish(&ts, collect_event, &c);
     if (!rc) rc = close_args(&c);
     int ok = !rc && zi_tool_stream_calls_ok(&ts);
+    /* No calls: the content as streamed (a format's dropped markers gone). */
+    int none = !rc && !ts.n_calls;
     zi_tool_stream_free(&ts);
     free(c.args);
+    if (none && !(c.clen == len && (!len || !memcmp(c.content, text, len)))) {
+        json_decref(c.calls);
+        *content = c.content ? c.content : strdup("");
+        return *content ? 0 : -1;
+    }
     if (ok) {
         *calls = c.calls;
         *content = c.clen ? c.content : NULL;

@@ -105,7 +105,10 @@ int zi_tool_stream_calls_ok(const zi_tool_stream *ts);
  * *calls a new array of OpenAI tool calls ({"id", "type": "function",
  * "function": {"name", "arguments"}}) and *content the content text
  * (malloc'd, NULL when empty), when calls_ok; else 0 with both NULL (the
- * text is all content). -1 out of memory. */
+ * text is all content), except that without calls in a text from which
+ * the format drops markers (gpt-oss's message headers, ...) *content is
+ * the content as a stream reports it (malloc'd, maybe ""). -1 out of
+ * memory. */
 int zi_tool_stream_parse_all(const json_t *names, zi_tool_format format, const json_t *tools,
                              const char *text, size_t len, json_t **calls, char **content);
 

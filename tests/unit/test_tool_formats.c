@@ -261,6 +261,13 @@ static const fcase CASES[] = {
      1,
      {"search"},
      {"{\"query\": \"\xc3\xbc\", \"filters\": {\"d\": [1]}}"}},
+    /* Command R7B's answer markers are dropped */
+    {ZI_TF_COMMAND_R,
+     "<|START_RESPONSE|>Sunny, \xc3\xa9t\xc3\xa9.<|END_RESPONSE|>",
+     "Sunny, \xc3\xa9t\xc3\xa9.",
+     0,
+     {NULL},
+     {NULL}},
     /* Functionary v3.2 (the prompt ends in ">>>") */
     {ZI_TF_FUNCTIONARY,
      "get_weather\n{\"city\": \"Paris\"}>>>search\n{\"query\": \"x\", \"filters\": {\"y\": "
@@ -403,8 +410,12 @@ static void test_formats(void **state) {
         char *content = NULL;
         assert_int_equal(
             zi_tool_stream_parse_all(nm, c->f, tl, c->text, strlen(c->text), &calls, &content), 0);
-        if (!c->n) {
+        if (!c->n) { /* content: NULL when it is the text itself */
             assert_null(calls);
+            if (strcmp(c->content, c->text))
+                assert_string_equal(content, c->content);
+            else
+                assert_null(content);
         } else {
             assert_non_null(calls);
             assert_int_equal(json_array_size(calls), c->n);
