@@ -119,7 +119,8 @@ static void skip_ws(const char *s, size_t n, size_t *i) {
     while (*i < n && sp(s[*i])) (*i)++;
 }
 
-/* A JSON string starting at *i (a '"'): DONE with *i just after it. */
+/* A JSON string starting at *i (a '"'): DONE with *i just after it; FAIL
+ * with *i at the byte that cannot be in it. */
 static int str_end(const char *s, size_t n, size_t *i) {
     size_t j = *i + 1;
     while (j < n) {
@@ -131,7 +132,10 @@ static int str_end(const char *s, size_t n, size_t *i) {
             *i = j + 1;
             return ZI_TF_DONE;
         }
-        if ((unsigned char)s[j] < 0x20) return ZI_TF_FAIL;
+        if ((unsigned char)s[j] < 0x20) {
+            *i = j;
+            return ZI_TF_FAIL;
+        }
         j++;
     }
     return ZI_TF_MORE;
@@ -142,7 +146,8 @@ static int literal_char(char c) {
 }
 
 /* Skips the JSON value at *i, loosely (brackets matched, strings closed;
- * the arguments are validated whole once they end). */
+ * the arguments are validated whole once they end). FAIL with *i at the
+ * byte that cannot be there. */
 static int skip_value(const char *s, size_t n, size_t *i) {
     char stack[ZI_TF_MAX_DEPTH];
     int d = 0;
@@ -152,13 +157,14 @@ static int skip_value(const char *s, size_t n, size_t *i) {
         char c = s[j];
         if (c == '"') {
             int r = str_end(s, n, &j);
-            if (r != ZI_TF_DONE) return r;
+            if (r == ZI_TF_MORE) return r;
+            if (r == ZI_TF_FAIL) break;
         } else if (c == '{' || c == '[') {
-            if (d == ZI_TF_MAX_DEPTH) return ZI_TF_FAIL;
+            if (d == ZI_TF_MAX_DEPTH) break;
             stack[d++] = c;
             j++;
         } else if (c == '}' || c == ']') {
-            if (!d || stack[d - 1] != (c == '}' ? '{' : '[')) return ZI_TF_FAIL;
+            if (!d || stack[d - 1] != (c == '}' ? '{' : '[')) break;
             d--;
             j++;
         } else if (literal_char(c)) {
@@ -168,13 +174,26 @@ static int skip_value(const char *s, size_t n, size_t *i) {
             j++;
             continue;
         } else {
-            return ZI_TF_FAIL;
+            break;
         }
         if (!d) {
             *i = j;
             return ZI_TF_DONE;
         }
     }
+    *i = j; /* every break is a byte that cannot be there */
+    return ZI_TF_FAIL;
+}
+
+/* Skips call c's arguments object at *j: as skip_value, noting where its
+ * text went wrong (the end of what may be sent of it). */
+static int skip_args(const char *s, size_t n, size_t *j, zi_tf_call *c) {
+    c->has_args = 1;
+    c->args_from = *j;
+    int r = skip_value(s, n, j);
+    if (r == ZI_TF_DONE) c->args_to = *j;
+    if (r == ZI_TF_FAIL) c->args_bad = *j;
+    return r;
 }
 
 static int known(const json_t *names, const char *name, size_t len) {
@@ -238,10 +257,7 @@ static int scan_call(zi_tf_scan *sc, size_t *i, int cohere) {
         } else if (key_is(s, k0 + 1, k1 - 1, "arguments") ||
                    key_is(s, k0 + 1, k1 - 1, "parameters")) {
             if (c->has_args || s[j] != '{') return ZI_TF_FAIL;
-            c->has_args = 1;
-            c->args_from = j;
-            if ((r = skip_value(s, n, &j)) != ZI_TF_DONE) return r;
-            c->args_to = j;
+            if ((r = skip_args(s, n, &j, c)) != ZI_TF_DONE) return r;
         } else if ((r = skip_value(s, n, &j)) != ZI_TF_DONE) {
             return r;
         }
@@ -396,11 +412,8 @@ static int scan_named(zi_tf_scan *sc, size_t j, const named_fmt *nf, int in_call
         skip_ws(s, n, &j);
         if (j >= n) return ZI_TF_MORE;
         if (s[j] != '{') return ZI_TF_FAIL;
-        c->has_args = 1;
-        c->args_from = j;
-        int r = skip_value(s, n, &j);
+        int r = skip_args(s, n, &j, c);
         if (r != ZI_TF_DONE) return r;
-        c->args_to = j;
         if (fenced && (r = expect(sc, &j, "```")) != ZI_TF_DONE)
             return r == ZI_TF_MORE && sc->final ? close_region(sc, n, NULL) : r;
         r = expect(sc, &j, nf->call_close);
@@ -651,11 +664,8 @@ static int scan_harmony(zi_tf_scan *sc, size_t j) {
     skip_ws(s, n, &body);
     if (body >= n) return ZI_TF_MORE;
     if (s[body] != '{') return ZI_TF_FAIL;
-    c->has_args = 1;
-    c->args_from = body;
-    int r = skip_value(s, n, &body);
+    int r = skip_args(s, n, &body, c);
     if (r != ZI_TF_DONE) return r;
-    c->args_to = body;
     return close_region(sc, body, "<|call|>");
 }
 
@@ -679,11 +689,8 @@ static int scan_func32(zi_tf_scan *sc, size_t j) {
     skip_ws(s, n, &j);
     if (j >= n) return ZI_TF_MORE;
     if (s[j] != '{') return ZI_TF_FAIL;
-    c->has_args = 1;
-    c->args_from = j;
-    int r = skip_value(s, n, &j);
+    int r = skip_args(s, n, &j, c);
     if (r != ZI_TF_DONE) return r;
-    c->args_to = j;
     sc->end = j;
     return ZI_TF_DONE;
 }
@@ -753,7 +760,7 @@ int zi_tf_call_args(const zi_tf_scan *sc, const zi_tf_call *c, const char **p, s
         return c->json_done;
     }
     *p = sc->s + c->args_from;
-    *len = (c->args_to ? c->args_to : sc->n) - c->args_from;
+    *len = (c->args_to ? c->args_to : c->args_bad ? c->args_bad : sc->n) - c->args_from;
     return c->args_to != 0;
 }
 

@@ -52,6 +52,7 @@ typedef struct zi_tf_call {
     int has_name, has_args; /* sent once both are set */
     size_t args_from;       /* the arguments' first byte in the text */
     size_t args_to;         /* model-written JSON: its end, 0 while open */
+    size_t args_bad;        /* ... where it went wrong (not JSON), or 0 */
     int written;            /* the JSON is json[] (written by the scanner) */
     int json_done;          /* written: the arguments are whole */
     char *json;             /* written: the arguments' JSON so far */

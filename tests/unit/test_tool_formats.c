@@ -510,6 +510,43 @@ static void test_truncated(void **state) {
     json_decref(nm);
 }
 
+/* Any text, in any format: the same events however it is split (and no
+ * fault under the sanitizers). The cases cut short, with a byte changed
+ * or doubled, at positions from a fixed-seed generator. */
+static void test_mangled(void **state) {
+    (void)state;
+    json_t *tl = tools(), *nm = json_pack("[s,s]", "get_weather", "search");
+    uint32_t seed = 12345;
+    char buf[1024];
+    transcript *whole = malloc(sizeof *whole);
+    for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) {
+        size_t n = strlen(CASES[i].text);
+        assert_true(n + 1 < sizeof buf);
+        for (int m = 0; m < 12; m++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t at = (seed >> 8) % n;
+            memcpy(buf, CASES[i].text, n + 1);
+            /* UTF-8 kept valid (a completion's text is): whole characters
+             * cut, ASCII bytes changed or doubled */
+            while (at && ((unsigned char)buf[at] & 0xC0) == 0x80) at--;
+            if ((unsigned char)buf[at] >= 0x80 || m % 3 == 0) {
+                buf[at] = '\0'; /* cut short */
+            } else if (m % 3 == 1) {
+                buf[at] = "{}[]<>\"\\\n:,|x"[(seed >> 20) % 14]; /* changed */
+            } else {
+                memmove(buf + at + 1, buf + at, n - at + 1); /* doubled */
+            }
+            for (int f = ZI_TF_GENERIC; f < ZI_TF_COUNT; f += 4) {
+                setup su = {f == ZI_TF_GENERIC ? CASES[i].f : (zi_tool_format)f, nm, tl};
+                all_splits(&su, buf, whole);
+            }
+        }
+    }
+    free(whole);
+    json_decref(tl);
+    json_decref(nm);
+}
+
 static const struct {
     const char *file;
     zi_tool_format f;
@@ -585,9 +622,9 @@ static void test_option_choices(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_formats),        cmocka_unit_test(test_rendered),
-        cmocka_unit_test(test_truncated),      cmocka_unit_test(test_detect),
-        cmocka_unit_test(test_option_choices),
+        cmocka_unit_test(test_formats),   cmocka_unit_test(test_rendered),
+        cmocka_unit_test(test_truncated), cmocka_unit_test(test_mangled),
+        cmocka_unit_test(test_detect),    cmocka_unit_test(test_option_choices),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
