@@ -204,6 +204,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                              NULL},
     [ZI_O_ROUTER_TIMEOUT] = {"--router-timeout", NULL, ZI_OPT_INT, 1, 86400, NULL, 300, NULL, HTTP,
                              "S", "the longest wait for the router's next reply", NULL},
+    /* the words' order is http_request.h's zi_reasoning_format */
+    [ZI_O_REASONING_FORMAT] = {"--reasoning-format", NULL, ZI_OPT_ENUM, 0, 0, "separate|none", 0,
+                               NULL, PASS | HTTP, "F",
+                               "a chat completion's reasoning (<think>...</think>): separate "
+                               "(reasoning_content), or none (left in the content); a request's "
+                               "reasoning_format overrides it",
+                               NULL},
 
     [ZI_O_ROUTER_CURVE_SECRET] = {"--curve-secret", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", ROUTER,
                                   "FILE",

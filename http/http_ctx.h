@@ -24,15 +24,16 @@
 typedef struct zi_http_config {
     char host[256]; /* listen address (name or IP) */
     int port;
-    const char *api_key;      /* NULL or "": no key needed */
-    size_t max_body;          /* bytes of one request body (else 413) */
-    size_t max_header;        /* bytes of one request's header (MHD's per-connection memory) */
-    unsigned max_connections; /* open connections at once (more are refused) */
-    unsigned timeout_s;       /* a connection idle this long is closed */
+    const char *api_key;       /* NULL or "": no key needed */
+    size_t max_body;           /* bytes of one request body (else 413) */
+    size_t max_header;         /* bytes of one request's header (MHD's per-connection memory) */
+    unsigned max_connections;  /* open connections at once (more are refused) */
+    unsigned timeout_s;        /* a connection idle this long is closed */
     unsigned header_timeout_s; /* a request's header must be whole this long after the
                                   connection opened (after the previous answer, once
                                   idle for timeout_s) */
     const zi_logger *lg;
+    int reasoning_format; /* zi_reasoning_format: a chat request's unless it names one */
 } zi_http_config;
 
 /* The waits the endpoints allow the router (http_endpoints.h). */

@@ -91,6 +91,9 @@ int main(int argc, char **argv) {
         case ZI_O_ROUTER_TIMEOUT:
             router_timeout = x;
             break;
+        case ZI_O_REASONING_FORMAT:
+            cfg.reasoning_format = (int)x;
+            break;
         case ZI_O_LOG_LEVEL:
             lg.level = (int)x;
             break;

@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "chat_stream.h"
 #include "codec.h"
 #include "grow.h"
 #include "tool_stream.h"
@@ -40,7 +41,7 @@ static json_t *jstr(const char *s, size_t n) {
     return j;
 }
 
-void zi_http_result_init(zi_http_result *r, const zi_http_gen *g, const char *model) {
+void zi_http_result_init(zi_http_result *r, zi_http_gen *g, const char *model) {
     memset(r, 0, sizeof *r);
     r->g = g;
     unsigned char rnd[12];
@@ -60,8 +61,7 @@ void zi_http_result_free(zi_http_result *r) {
         free(r->ch[i].lp);
         free(r->ch[i].prompt_lp);
         free(r->ch[i].prompt_text);
-        if (r->ch[i].ts) zi_tool_stream_free(r->ch[i].ts);
-        free(r->ch[i].ts);
+        zi_chat_stream_free(r->ch[i].cs);
     }
     memset(r->ch, 0, sizeof r->ch);
 }
@@ -182,6 +182,11 @@ int zi_http_result_apply(zi_http_result *r, const msgpack_object *f, zi_http_del
     }
     if (strcmp(ev, "chunk")) return 1;
     if (d->first && r->g->echo && apply_prompt(c, f, e)) return -1;
+    /* The rendered prompt opened a thinking section (docs/protocol.md);
+     * every choice has the same prompt. */
+    const msgpack_object *ro = zi_map_get(f, "reasoning_open");
+    if (d->first && ro && ro->type == MSGPACK_OBJECT_BOOLEAN && ro->via.boolean)
+        r->g->reasoning.open = 1;
     const msgpack_object *t = zi_map_get(f, "text");
     if (t && t->type == MSGPACK_OBJECT_STR &&
         zi_http_buf_add(&c->text, &c->len, &c->cap, t->via.str.ptr, t->via.str.size))
@@ -365,17 +370,31 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
         if (chat) {
             json_t *m = json_object();
             json_object_set_new(m, "role", json_string("assistant"));
-            char *rest = NULL;
-            json_t *calls =
-                zi_http_tools_extract(&r->g->tools, c->text ? c->text : "", c->len, &rest);
+            /* The reasoning apart (chat_stream.h), then the calls in
+             * what follows it: as the stream reports them. */
+            char *reasoning, *text, *rest = NULL;
+            size_t rn, tn;
+            if (zi_chat_stream_split(r->g, c->text ? c->text : "", c->len, &reasoning, &rn, &text,
+                                     &tn)) {
+                json_decref(m);
+                json_decref(ch);
+                json_decref(lp);
+                json_decref(o);
+                zi_http_fail(e, 500, "internal", NULL, "out of memory");
+                return NULL;
+            }
+            json_t *calls = zi_http_tools_extract(&r->g->tools, text, tn, &rest);
             if (calls) {
                 json_object_set_new(m, "content", rest ? jstr(rest, strlen(rest)) : json_null());
                 json_object_set_new(m, "tool_calls", calls);
                 finish = "tool_calls";
             } else {
-                json_object_set_new(m, "content", jstr(c->text ? c->text : "", c->len));
+                json_object_set_new(m, "content", jstr(text, tn));
             }
+            if (rn) json_object_set_new(m, "reasoning_content", jstr(reasoning, rn));
             free(rest);
+            free(text);
+            free(reasoning);
             json_object_set_new(m, "refusal", json_null());
             json_object_set_new(ch, "message", m);
         } else {
@@ -434,16 +453,23 @@ static json_t *str_cat(json_t *old, const char *s, size_t n) {
     return j;
 }
 
-/* tool_stream's events as chat deltas (tool_stream.h): content text joined,
- * a call's start as its own delta, its argument fragments joined. */
-static int tool_event(void *arg, const zi_ts_event *ev) {
+/* chat_stream's events as chat deltas (chat_stream.h): reasoning text
+ * joined (reasoning_content), content text joined, a call's start as its
+ * own delta, its argument fragments joined. */
+static int chat_event(void *arg, const zi_ts_event *ev) {
     json_t *deltas = arg, *d = NULL;
     size_t n = json_array_size(deltas);
     json_t *last = n ? json_array_get(deltas, n - 1) : NULL;
     json_t *lc = json_object_get(last, "content");
+    json_t *lr = json_object_get(last, "reasoning_content");
     json_t *lt = json_array_get(json_object_get(last, "tool_calls"), 0);
     json_t *lfn = json_object_get(lt, "function");
     switch (ev->kind) {
+    case ZI_TS_REASONING:
+        if (lr)
+            return json_object_set_new(last, "reasoning_content", str_cat(lr, ev->text, ev->len));
+        d = json_pack("{s:o}", "reasoning_content", jstr(ev->text, ev->len));
+        break;
     case ZI_TS_CONTENT:
         if (lc) return json_object_set_new(last, "content", str_cat(lc, ev->text, ev->len));
         d = json_pack("{s:o}", "content", jstr(ev->text, ev->len));
@@ -465,22 +491,19 @@ static int tool_event(void *arg, const zi_ts_event *ev) {
     return json_array_append_new(deltas, d);
 }
 
-/* A chat choice's delta with tools on: its new text through the choice's
- * tool_stream, so content streams as usual, a call starts once its name
- * is known and its arguments stream as they come (docs/http.md). The log
- * probabilities ride with the next chunk sent. */
-static int render_tool_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn *conn,
+/* A chat choice's delta through the choice's chat_stream: the reasoning
+ * streams as reasoning_content, content as usual, a call starts once its
+ * name is known and its arguments stream as they come (docs/http.md).
+ * The log probabilities ride with the next chunk sent. */
+static int render_chat_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn *conn,
                              char **out, size_t *len, size_t *cap, zi_http_error *e) {
     zi_http_choice *c = &r->ch[d->index];
-    if (!c->ts) {
-        if (!(c->ts = malloc(sizeof *c->ts))) goto oom;
-        zi_tool_stream_init(c->ts, r->g->tools.names);
-    }
+    if (!c->cs && !(c->cs = zi_chat_stream_new(r->g))) goto oom;
     json_t *deltas = json_array(), *delta;
     if (!deltas) goto oom;
-    int rc = zi_tool_stream_feed(c->ts, c->text ? c->text + d->text_from : "",
-                                 c->len - d->text_from, tool_event, deltas);
-    if (!rc && d->final) rc = zi_tool_stream_finish(c->ts, tool_event, deltas);
+    int rc = zi_chat_stream_feed(c->cs, c->text ? c->text + d->text_from : "",
+                                 c->len - d->text_from, chat_event, deltas);
+    if (!rc && d->final) rc = zi_chat_stream_finish(c->cs, chat_event, deltas);
     size_t k;
     json_array_foreach(deltas, k, delta) {
         if (rc) break;
@@ -502,7 +525,7 @@ static int render_tool_delta(zi_http_result *r, const zi_http_delta *d, zi_http_
         if (!(lp = chat_logprobs(r, c->lp + c->lp_sent, c->n_lp - c->lp_sent, conn, e))) return -1;
         c->lp_sent = c->n_lp;
     }
-    const char *finish = zi_tool_stream_calls_ok(c->ts) ? "tool_calls" : finish_reason(c->status);
+    const char *finish = zi_chat_stream_calls_ok(c->cs) ? "tool_calls" : finish_reason(c->status);
     if (add_event(chunk(r, d->index, json_object(), lp, finish), out, len, cap)) goto oom;
     return 0;
 oom:
@@ -524,8 +547,10 @@ int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn
         json_object_set_new(delta, "content", json_string(""));
         if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
     }
-    if (chat && r->g->tools.choice != ZI_TOOLS_OFF)
-        return render_tool_delta(r, d, conn, out, len, cap, e);
+    /* Format none without tools: the text as it comes (no chat_stream
+     * holds anything back). */
+    if (chat && (r->g->tools.choice != ZI_TOOLS_OFF || r->g->reasoning.format != ZI_REASONING_NONE))
+        return render_chat_delta(r, d, conn, out, len, cap, e);
     const char *finish = d->final ? finish_reason(c->status) : NULL;
     int has_prompt_lp = !chat && d->first && c->n_prompt_lp;
     if (nt || nl || en || has_prompt_lp) {

@@ -304,13 +304,13 @@ static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
     r->messages = calloc(n, sizeof *r->messages);
     if (!r->messages) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < n; i++) {
-        static const char *const names[] = {"role", "content", "tool_calls", "tool_call_id",
-                                            "name"};
-        const msgpack_object *v[5];
+        static const char *const names[] = {"role",         "content", "tool_calls",
+                                            "tool_call_id", "name",    "reasoning_content"};
+        const msgpack_object *v[6];
         zi_message *m = &r->messages[i];
         r->n_messages = i + 1; /* so a failure frees what was filled */
         size_t old = zi_dec_push_idx(d, i);
-        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 5, 1, v);
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 6, 1, v);
         bool assistant = false, tool = false;
         if (!rc) {
             size_t o2 = zi_dec_push_key(d, "role");
@@ -343,6 +343,12 @@ static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
             size_t o2 = zi_dec_push_key(d, "name");
             rc = tool ? zi_dec_str(d, v[4], ZI_STR_ID, &m->name)
                       : zi_dec_fail(d, ZI_EINVAL, "only a tool message names its function");
+            zi_dec_pop(d, o2);
+        }
+        if (!rc && v[5] && !zi_dec_is_nil(v[5])) {
+            size_t o2 = zi_dec_push_key(d, "reasoning_content");
+            rc = assistant ? zi_dec_str(d, v[5], 0, &m->reasoning_content)
+                           : zi_dec_fail(d, ZI_EINVAL, "only an assistant message has reasoning");
             zi_dec_pop(d, o2);
         }
         if (!rc && zi_dec_is_nil(v[1])) { /* absent or nil */

@@ -176,7 +176,9 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
         if ((rc = enc_str_ok(&r->messages[i].role, "messages.role", i, err)) ||
             (rc = enc_str_ok(&r->messages[i].content, "messages.content", i, err)) ||
             (rc = enc_str_ok(&r->messages[i].tool_call_id, "messages.tool_call_id", i, err)) ||
-            (rc = enc_str_ok(&r->messages[i].name, "messages.name", i, err)))
+            (rc = enc_str_ok(&r->messages[i].name, "messages.name", i, err)) ||
+            (rc = enc_str_ok(&r->messages[i].reasoning_content, "messages.reasoning_content", i,
+                             err)))
             return rc;
     }
     if ((rc = zi_sampling_params_validate(&r->sampling_params, "sampling_params", err))) return rc;
@@ -200,7 +202,8 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
         for (size_t i = 0; i < r->n_messages; i++) {
             const zi_message *m = &r->messages[i];
             P(msgpack_pack_map(pk, 2 + (m->tool_calls.len ? 1 : 0) + (m->tool_call_id.len ? 1 : 0) +
-                                       (m->name.len ? 1 : 0)) ||
+                                       (m->name.len ? 1 : 0) +
+                                       (m->reasoning_content.len ? 1 : 0)) ||
               pack_key(pk, "role") || pack_str(pk, m->role.p, m->role.len) ||
               pack_key(pk, "content") ||
               (m->content_null ? msgpack_pack_nil(pk)
@@ -213,6 +216,9 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
                 P(pack_key(pk, "tool_call_id") ||
                   pack_str(pk, m->tool_call_id.p, m->tool_call_id.len));
             if (m->name.len) P(pack_key(pk, "name") || pack_str(pk, m->name.p, m->name.len));
+            if (m->reasoning_content.len)
+                P(pack_key(pk, "reasoning_content") ||
+                  pack_str(pk, m->reasoning_content.p, m->reasoning_content.len));
         }
     }
     if (r->tools.len) {

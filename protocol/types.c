@@ -304,6 +304,7 @@ void zi_request_free(zi_request *r) {
         zi_string_free(&r->messages[i].role);
         zi_string_free(&r->messages[i].content);
         zi_string_free(&r->messages[i].tool_call_id);
+        zi_string_free(&r->messages[i].reasoning_content);
         zi_string_free(&r->messages[i].name);
         zi_bytes_free(&r->messages[i].tool_calls);
     }

@@ -191,6 +191,9 @@ typedef struct zi_message {
      * shape checked by the decoder ([{"id", "type": "function", "function":
      * {"name", "arguments"}}]); len 0: none */
     zi_bytes tool_calls;
+    /* role "assistant": its reasoning (the template reads
+     * message.reasoning_content); len 0: none */
+    zi_string reasoning_content;
 } zi_message;
 
 typedef enum zi_prompt_kind {

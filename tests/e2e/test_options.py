@@ -71,6 +71,8 @@ CHOICES = [
      [(v, "is not HOST:PORT") for v in ["h:0", "h:65536", ":80", "h:", "nope",
                                         "h" * 256 + ":80"]]),
     ("--device", "worker", "--device", ["cpu", "cuda:0"], [("tpu", ""), ("cuda:x", "")]),
+    ("--reasoning-format", "http", "--reasoning-format", ["separate", "none"],
+     [("deepseek", "is not separate or none"), ("", "is not separate or none")]),
 ]
 
 FLAGS = [("--no-prefix-cache", "worker"), ("--spec-lookup", "worker"),
