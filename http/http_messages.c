@@ -793,11 +793,21 @@ static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error
         json_decref(stops);
         return -1;
     }
-    for (int i = 1; g->field_map[i - 1]; i += 2) { /* the router's fields, by this API's names */
+    /* The router's fields, by this API's names: a forced call's schema
+     * first (its arguments are the tool's input_schema), then the OpenAI
+     * parse's map renamed. */
+    const char *map[40] = {"response_format.json_schema.properties.arguments", "tools.input_schema",
+                           "response_format.json_schema.schema.properties.arguments",
+                           "tools.input_schema"};
+    int k = 4;
+    for (int i = 0; g->field_map[i] && k + 2 < 40; i += 2) {
         size_t n;
-        const char *to = rename_field(g->field_map[i], &n);
-        if (to && !g->field_map[i][n]) g->field_map[i] = to;
+        const char *to = rename_field(g->field_map[i + 1], &n);
+        map[k++] = g->field_map[i];
+        map[k++] = to && !g->field_map[i + 1][n] ? to : g->field_map[i + 1];
     }
+    map[k] = NULL;
+    memcpy(g->field_map, map, sizeof map);
     /* This API has its own blocks for the thinking: always apart. */
     g->reasoning.format = ZI_REASONING_SEPARATE;
     g->reasoning.format_given = 1;
