@@ -1069,12 +1069,13 @@ static int delta_messages(zi_http_result *r, const zi_http_delta *d, zi_http_con
     zi_http_choice *c = &r->ch[d->index];
     if (!s->started) {
         s->started = 1;
-        /* The prompt's length comes with the final frame: message_delta
-         * carries it (the SDKs take input_tokens from there too). */
-        json_t *msg = json_pack("{s:s, s:s, s:s, s:o, s:[], s:n, s:n, s:{s:i, s:i}}", "id", r->id,
-                                "type", "message", "role", "assistant", "model",
-                                jstr(r->model, strlen(r->model)), "content", "stop_reason",
-                                "stop_sequence", "usage", "input_tokens", 0, "output_tokens", 0);
+        /* The router's first chunk told the prompt's length (message_delta
+         * says it again, with the output's). */
+        json_t *msg =
+            json_pack("{s:s, s:s, s:s, s:o, s:[], s:n, s:n, s:{s:I, s:i}}", "id", r->id, "type",
+                      "message", "role", "assistant", "model", jstr(r->model, strlen(r->model)),
+                      "content", "stop_reason", "stop_sequence", "usage", "input_tokens",
+                      (json_int_t)c->prompt_tokens, "output_tokens", 0);
         if (emit(s, "message_start",
                  json_pack("{s:s, s:o}", "type", "message_start", "message", msg)) ||
             emit(s, "ping", json_pack("{s:s}", "type", "ping")))

@@ -181,6 +181,8 @@ int zi_http_result_apply(zi_http_result *r, const msgpack_object *f, zi_http_del
         return 0;
     }
     if (strcmp(ev, "chunk")) return 1;
+    int64_t pt; /* the first chunk's prompt length (the final frame says it again) */
+    if (!zi_map_int(f, "prompt_tokens", &pt, NULL)) c->prompt_tokens = pt;
     if (d->first && r->g->echo && apply_prompt(c, f, e)) return -1;
     /* The rendered prompt opened a thinking section (docs/protocol.md);
      * every choice has the same prompt. */

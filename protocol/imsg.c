@@ -628,6 +628,7 @@ int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out) {
     zi_imap_object(&b, "prompt_text", m->prompt_text);
     if (m->resumed) zi_imap_bool(&b, "resumed", true);
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
+    if (m->prompt_tokens > 0) zi_imap_int(&b, "prompt_tokens", m->prompt_tokens);
     return close_msg(&b, out);
 }
 
@@ -644,6 +645,8 @@ int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
     const msgpack_object *res = zi_map_get(o, "resumed");
     m->resumed = res && res->type == MSGPACK_OBJECT_BOOLEAN && res->via.boolean;
     m->reasoning_open = get_true(o, "reasoning_open");
+    int64_t pt;
+    if (!zi_map_int(o, "prompt_tokens", &pt, NULL)) m->prompt_tokens = pt;
     return rc;
 }
 

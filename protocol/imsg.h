@@ -337,6 +337,8 @@ typedef struct zi_im_chunk {
     const msgpack_object *logprobs, *prompt_token_ids, *prompt_logprobs, *prompt_text;
     bool resumed;        /* "resumed": true (the first chunk after a failover) */
     bool reasoning_open; /* "reasoning_open": true (the decoded message's) */
+    int64_t prompt_tokens; /* "prompt_tokens": the prompt's length, on a request's first
+                            * chunk only (0: not sent) */
 } zi_im_chunk;
 
 int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out);

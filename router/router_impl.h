@@ -117,6 +117,7 @@ typedef struct rreq {
     bool echo_seen;   /* a worker's tokens arrived (the echo, if any, with them) */
     int resumes;      /* how many times it moved to another worker */
     bool note_resume; /* the next chunk says "resumed" */
+    bool told_prompt; /* a chunk carried "prompt_tokens" */
     char *resume_msg;
     size_t resume_len;
     /* Tokenizer failover: the "encode" message, and the "decode" messages

@@ -183,6 +183,7 @@ def test_event_order(server):
     assert md["delta"] == {"stop_reason": whole.stop_reason, "stop_sequence": None}
     assert md["usage"] == {"input_tokens": whole.usage.input_tokens,
                            "output_tokens": whole.usage.output_tokens}
+    assert start["usage"] == {"input_tokens": whole.usage.input_tokens, "output_tokens": 0}
     assert "".join(d["delta"]["text"] for _, d in ev[3:-3]) == whole.content[0].text
 
 
