@@ -749,7 +749,7 @@ static const char *rename_field(const char *f, size_t *n) {
     }
     *n = 0;
     if (!strncmp(f, "messages[", 9)) { /* indexes differ after the translation */
-        *n = strcspn(f, ".");
+        *n = strlen(f);
         return "messages";
     }
     if (!strncmp(f, "tools[", 6)) {
