@@ -372,12 +372,13 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
         if (chat) {
             json_t *m = json_object();
             json_object_set_new(m, "role", json_string("assistant"));
-            /* The reasoning apart (chat_stream.h), then the calls in
-             * what follows it: as the stream reports them. */
-            char *reasoning, *text, *rest = NULL;
+            /* The reasoning, content and calls as the stream reports
+             * them (chat_stream.h). */
+            char *reasoning, *text;
             size_t rn, tn;
+            json_t *calls;
             if (zi_chat_stream_split(r->g, c->text ? c->text : "", c->len, &reasoning, &rn, &text,
-                                     &tn)) {
+                                     &tn, &calls)) {
                 json_decref(m);
                 json_decref(ch);
                 json_decref(lp);
@@ -385,16 +386,14 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
                 zi_http_fail(e, 500, "internal", NULL, "out of memory");
                 return NULL;
             }
-            json_t *calls = zi_http_tools_extract(&r->g->tools, text, tn, &rest);
             if (calls) {
-                json_object_set_new(m, "content", rest ? jstr(rest, strlen(rest)) : json_null());
+                json_object_set_new(m, "content", tn ? jstr(text, tn) : json_null());
                 json_object_set_new(m, "tool_calls", calls);
                 finish = "tool_calls";
             } else {
                 json_object_set_new(m, "content", jstr(text, tn));
             }
             if (rn) json_object_set_new(m, "reasoning_content", jstr(reasoning, rn));
-            free(rest);
             free(text);
             free(reasoning);
             json_object_set_new(m, "refusal", json_null());

@@ -487,11 +487,6 @@ static int parse_reasoning(json_t *o, checked *k, zi_http_gen *g, zi_http_error 
     int has;
     if (get_int(o, "max_thinking_tokens", 1, ZI_HTTP_MAX_THINKING, &x, &has, e)) return -1;
     if (has) g->reasoning.max_thinking_tokens = x;
-    /* The budget needs the worker to force the closing marker into the
-     * generation, which it cannot yet: refused, not ignored. */
-    if (has)
-        return unsupported(e, "max_thinking_tokens",
-                           "a thinking budget is not supported by this server");
     json_t *kw = get(o, "chat_template_kwargs"), *et = get(o, "enable_thinking"),
            *re = get(o, "reasoning_effort");
     if (kw && !json_is_object(kw)) return want(e, "chat_template_kwargs", "an object", kw);
@@ -648,7 +643,8 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     int tools = g->tools.choice != ZI_TOOLS_OFF;
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
                  (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL) +
-                 k->has_timeout + (k->template_vars != NULL);
+                 k->has_timeout + (k->template_vars != NULL) +
+                 (g->reasoning.max_thinking_tokens > 0);
     msgpack_pack_map(pk, n_keys);
     char id[16];
     snprintf(id, sizeof id, "g%d", i);
@@ -713,6 +709,8 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     if (k->grammar) zi_pack_kv_str(pk, "grammar", k->grammar);
     if (k->regex) zi_pack_kv_str(pk, "regex", k->regex);
     if (k->has_timeout) zi_pack_kv_int(pk, "timeout_ms", k->timeout_ms);
+    if (g->reasoning.max_thinking_tokens)
+        zi_pack_kv_int(pk, "max_thinking_tokens", g->reasoning.max_thinking_tokens);
     if (k->template_vars) { /* the chat template's variables */
         zi_pack_str(pk, "chat_template_options");
         pack_json(pk, k->template_vars);

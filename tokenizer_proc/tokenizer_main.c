@@ -195,6 +195,30 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
     return rc;
 }
 
+/* A thinking budget (docs/protocol.md): the context's budget, whether the
+ * prompt opened the section, and the ids the worker forces to end it. A
+ * constrained completion cannot take forced tokens its grammar may not
+ * allow, so the two are refused together. */
+static int thinking_budget(tproc *t, const zi_request *r, bool open, zi_text_context *ctx,
+                           zi_error *err) {
+    static const char end[] = "\n</think>\n\n";
+    if (zi_text_context_constrained(ctx) || r->response_format.len)
+        return zi_error_set(err, ZI_EINVAL,
+                            "max_thinking_tokens: cannot be combined with response_format, "
+                            "grammar or regex (the forced end of the section may break them)");
+    if (!t->tok)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "max_thinking_tokens: needs the model's tokenizer");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = zi_tokenizer_encode(t->tok, end, sizeof end - 1, 0, 1, &ids, &n, err);
+    if (!rc) rc = zi_i32_list_set(&ctx->thinking_end, ids, n, err);
+    free(ids);
+    ctx->thinking_budget = r->max_thinking_tokens;
+    ctx->thinking_open = open;
+    return rc;
+}
+
 static int add_stops(const zi_str_list *l, const char **v, size_t *lens, size_t *n) {
     for (size_t i = 0; i < l->n; i++) {
         v[*n] = l->v[i].p ? l->v[i].p : "";
@@ -372,6 +396,7 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         rc = zi_string_set(&ctx.grammar, r.grammar.p, r.grammar.len, &err);
     if (!rc && r.regex.len) /* the worker compiles it too */
         rc = zi_string_set(&ctx.regex, r.regex.p, r.regex.len, &err);
+    if (!rc && r.max_thinking_tokens) rc = thinking_budget(t, &r, reasoning_open, &ctx, &err);
     if (!rc) {
         char rs[32];
         int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);

@@ -3,9 +3,11 @@
 
 A random-weight qwen3 file (3 layers, n_embd 64, Qwen 2's real vocabulary)
 is written with Qwen 3's chat template, which lets the model open
-`<think>` itself, and served twice: as it is, and with Qwen 3.5's template
-(--chat-template), which opens the section in the prompt, and
---reasoning-format none. A grammar forces each completion's text, so the
+`<think>` itself, and served three times: as it is; with Qwen 3.5's
+template (--chat-template), which opens the section in the prompt, and
+--reasoning-format none; and with a template that writes its variables
+into the prompt (reasoning_effort, chat_template_kwargs), where gpt-oss's
+harmony channels are also split. A grammar forces each completion's text, so the
 reasoning, content and calls are known exactly: the whole reply's
 `reasoning_content` and `content`, the streamed deltas joined to the same,
 a tool call after the reasoning, `reasoning_format` none giving the raw
@@ -136,6 +138,26 @@ def opened(zinfer_bin, qwen3_file, tmp_path_factory):
         cm.__exit__(None, None, None)
 
 
+# Writes the variables it is given, so the prompt's length tells them.
+ECHO_TEMPLATE = (
+    "{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor -%}"
+    "effort={{ reasoning_effort | default('unset') }} x={{ x | default('unset') }}"
+    "<|im_start|>assistant\n")
+
+
+@pytest.fixture(scope="module")
+def echo(zinfer_bin, qwen3_file, tmp_path_factory):
+    d = tmp_path_factory.mktemp("echo")
+    (d / "echo.jinja").write_text(ECHO_TEMPLATE, encoding="utf-8")
+    cm, srv, sdk, port = start(zinfer_bin, qwen3_file, d / "serve.log",
+                               "--chat-template", d / "echo.jinja")
+    srv.sdk, srv.port = sdk, port
+    try:
+        yield srv
+    finally:
+        cm.__exit__(None, None, None)
+
+
 def req(port, path, body):
     """Raw POST: (status, parsed JSON)."""
     import http.client as httpc
@@ -167,7 +189,7 @@ def extra(x, key):
 def whole(sdk, text, **kw):
     kw.setdefault("messages", ASK)
     extra_body = {"grammar": gbnf(text), **kw.pop("extra_body", {})}
-    kw.setdefault("max_tokens", 80)
+    kw.setdefault("max_tokens", 200)
     r = sdk.chat.completions.create(model=MODEL, temperature=0, extra_body=extra_body, **kw)
     return r.choices[0]
 
@@ -176,9 +198,10 @@ def streamed(sdk, text, **kw):
     """The stream's joined reasoning, content, calls and finish_reason, and
     the order of the kinds of deltas (r, c, t)."""
     kw.setdefault("messages", ASK)
-    extra_body = {"grammar": gbnf(text), **kw.pop("extra_body", {})}
+    kw.setdefault("max_tokens", 200)
+    extra_body = {**({"grammar": gbnf(text)} if text else {}), **kw.pop("extra_body", {})}
     reasoning, content, calls, order, finish = "", "", {}, [], None
-    for ch in sdk.chat.completions.create(model=MODEL, max_tokens=80, temperature=0, stream=True,
+    for ch in sdk.chat.completions.create(model=MODEL, temperature=0, stream=True,
                                           extra_body=extra_body, **kw):
         if not ch.choices:
             continue
@@ -324,6 +347,92 @@ def test_prompt_opened_section(opened):
     assert c.message.tool_calls[0].function.arguments == '{"city": "Paris"}'
 
 
+def test_template_variables(echo):
+    """reasoning_effort and chat_template_kwargs are the template's
+    variables: the prompt is the one rendered with them."""
+    def prompt_tokens(**body):
+        u = echo.sdk.chat.completions.create(model=MODEL, messages=ASK, max_tokens=1,
+                                             extra_body=body).usage
+        return u.prompt_tokens
+
+    def want(effort, x):
+        # (jinja drops the template's last newline)
+        text = f"<|im_start|>user\n{ASK[0]['content']}<|im_end|>\neffort={effort} x={x}" \
+               "<|im_start|>assistant"
+        return n_tokens(echo.port, text)
+
+    assert prompt_tokens() == want("unset", "unset")
+    assert prompt_tokens(reasoning_effort="high") == want("high", "unset")
+    assert prompt_tokens(chat_template_kwargs={"x": "a b c d e f"}) == want("unset", "a b c d e f")
+    assert prompt_tokens(chat_template_kwargs={"reasoning_effort": "some other words", "x": 7},
+                         reasoning_effort="low") == want("low", "7")
+    assert want("unset", "unset") != want("unset", "a b c d e f")
+
+
+HARMONY = ("<|channel|>analysis<|message|>The user asks for 2+2. Simple.<|end|><|start|>assistant"
+           "<|channel|>final<|message|>It is 4.")
+HARMONY_CALL = ("<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+                "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+                '{"city": "Paris"}')
+
+
+def test_harmony_channels(echo):
+    """gpt-oss's harmony messages: analysis is the reasoning, final the
+    content, a commentary message to functions.NAME a call."""
+    c = whole(echo.sdk, HARMONY)
+    assert extra(c.message, "reasoning_content") == "The user asks for 2+2. Simple."
+    assert c.message.content == "It is 4."
+    r, t, calls, order, _ = streamed(echo.sdk, HARMONY)
+    assert (r, t, calls) == ("The user asks for 2+2. Simple.", "It is 4.", {})
+    assert order == sorted(order, key="rc".index)
+    c = whole(echo.sdk, HARMONY_CALL, tools=WEATHER)
+    assert extra(c.message, "reasoning_content") == "Need the weather."
+    assert c.finish_reason == "tool_calls" and c.message.content is None
+    assert c.message.tool_calls[0].function.name == "get_weather"
+    assert c.message.tool_calls[0].function.arguments == '{"city": "Paris"}'
+    r, t, calls, _, finish = streamed(echo.sdk, HARMONY_CALL, tools=WEATHER)
+    assert (r, t, finish) == ("Need the weather.", "", "tool_calls")
+    assert calls == {0: {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    c = whole(echo.sdk, HARMONY, extra_body={"reasoning_format": "none"})
+    assert c.message.content == HARMONY
+
+
+END = "\n</think>\n\n"  # what the budget forces
+
+
+def test_thinking_budget(opened, think):
+    """max_thinking_tokens: after that many tokens of reasoning the section
+    is ended ("\n</think>\n\n" forced), and the answer follows."""
+    body = dict(model=MODEL, messages=ASK, max_tokens=24, temperature=0, logprobs=True,
+                extra_body={"max_thinking_tokens": 5, "ignore_eos": True})
+    r = opened.sdk.chat.completions.create(**body)
+    raw = r.choices[0].message.content  # the server's format is none
+    toks = [t.token for t in r.choices[0].logprobs.content]
+    k = n_tokens(opened.port, END)
+    assert len(toks) == 24 and "".join(toks[5:5 + k]) == END, toks
+    at = raw.index(END)
+    assert "</think>" not in raw[:at]
+    body["extra_body"] = {**body["extra_body"], "reasoning_format": "separate"}
+    m = opened.sdk.chat.completions.create(**body).choices[0].message
+    assert extra(m, "reasoning_content") == raw[:at].strip()
+    assert m.content == raw[at + len(END):].lstrip()
+    # streamed: the same
+    r, t, _, _, _ = streamed(opened.sdk, None, max_tokens=24, extra_body={
+        "max_thinking_tokens": 5, "ignore_eos": True, "reasoning_format": "separate"})
+    assert (r, t) == (raw[:at].strip(), m.content)
+    # a larger budget than the text: nothing forced
+    body["extra_body"] = {"max_thinking_tokens": 100, "ignore_eos": True}
+    assert END not in opened.sdk.chat.completions.create(**body).choices[0].message.content
+    # no section (the model did not open one): no budget
+    body["extra_body"] = {"max_thinking_tokens": 1, "ignore_eos": True,
+                          "reasoning_format": "none"}
+    assert "</think>" not in think.sdk.chat.completions.create(**body).choices[0].message.content
+    # a forced end would break a grammar: refused
+    body["extra_body"] = {"max_thinking_tokens": 3, "grammar": gbnf("x")}
+    st, err = req(opened.port, "/v1/chat/completions", {**body, **body.pop("extra_body")})
+    assert st == 400 and err["error"]["param"] == "max_thinking_tokens", err
+
+
 BAD = [
     ({"chat_template_kwargs": "x"}, "chat_template_kwargs"),
     ({"chat_template_kwargs": [1]}, "chat_template_kwargs"),
@@ -344,6 +453,7 @@ BAD = [
     ({"max_thinking_tokens": 0}, "max_thinking_tokens"),
     ({"max_thinking_tokens": -5}, "max_thinking_tokens"),
     ({"max_thinking_tokens": 1.5}, "max_thinking_tokens"),
+    ({"max_thinking_tokens": 1000001}, "max_thinking_tokens"),
     ({"messages": ASK + [{"role": "assistant", "content": "4", "reasoning_content": 5}]},
      "messages[1].reasoning_content"),
     ({"messages": ASK + [{"role": "assistant", "content": "4", "reasoning": []}]},
