@@ -254,7 +254,7 @@ static int tr_system(json_t *root, tr *t, json_t *out, zi_http_error *e) {
  * this one's tool_result blocks must answer; ids gets this one's. */
 static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_t *ids, json_t *out,
                      zi_http_error *e) {
-    json_t *texts = json_array(), *calls = json_array(), *b;
+    json_t *texts = json_array(), *calls = json_array(), *thoughts = json_array(), *b;
     size_t j;
     int rc = 0;
     if (!json_array_size(c)) rc = bad(e, f, "at least one content block is required");
@@ -385,15 +385,25 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
             }
             json_array_append_new(out, tm);
         } else if (!strcmp(type, "thinking") || !strcmp(type, "redacted_thinking")) {
-            /* Earlier thinking is not shown to the model again (thinking
-             * templates drop it from past turns too). */
+            /* Earlier thinking reaches the template as the message's
+             * reasoning_content (Qwen 3's shows it in the turns after the
+             * last user message, a tool loop's); redacted thinking has no
+             * text to show. */
             static const char *const tk[] = {"type", "thinking", "signature", NULL};
             static const char *const rk[] = {"type", "data", NULL};
             if (user) {
                 rc = bad(e, ff, "%s blocks belong in assistant messages", type);
                 break;
             }
-            rc = only_keys(b, bf, type[0] == 't' ? tk : rk, e);
+            if ((rc = only_keys(b, bf, type[0] == 't' ? tk : rk, e)) || type[0] == 'r') continue;
+            json_t *th = json_object_get(b, "thinking");
+            snprintf(ff, sizeof ff, "%s.thinking", bf);
+            if (!th)
+                rc = bad(e, ff, "Field required");
+            else if (!json_is_string(th))
+                rc = want(e, ff, "a string", th);
+            else
+                json_array_append(thoughts, th);
         } else {
             rc = unserved_block(bf, type, e);
         }
@@ -411,11 +421,15 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
             m = json_pack("{s:s, s:s}", "role", user ? "user" : "assistant", "content",
                           text ? text : "");
         }
+        char *thought = json_array_size(thoughts) ? join_texts(thoughts) : NULL;
+        if (m && thought) json_object_set_new(m, "reasoning_content", json_string(thought));
         if (m) json_array_append_new(out, m);
         free(text);
+        free(thought);
     }
     json_decref(texts);
     json_decref(calls);
+    json_decref(thoughts);
     return rc;
 }
 
@@ -626,9 +640,8 @@ static int tr_thinking(json_t *root, tr *t, zi_http_error *e) {
     if (t->has_max && v >= t->max_tokens)
         return bad(e, "thinking.budget_tokens", "%lld must be less than max_tokens (%lld)", v,
                    t->max_tokens);
-    /* Checked, not passed on: a budget cannot be enforced yet (the worker
-     * cannot force the closing marker), and Anthropic's budget is a target
-     * the model may pass; max_tokens bounds the thinking and the text. */
+    /* The worker ends the section at the budget (docs/http.md, "Reasoning"). */
+    json_object_set_new(t->oai, "max_thinking_tokens", json_integer(v));
     return 0;
 }
 
@@ -798,8 +811,10 @@ static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error
      * parse's map renamed. */
     const char *map[40] = {"response_format.json_schema.properties.arguments", "tools.input_schema",
                            "response_format.json_schema.schema.properties.arguments",
-                           "tools.input_schema"};
-    int k = 4;
+                           "tools.input_schema",
+                           "max_thinking_tokens",
+                           "thinking.budget_tokens"};
+    int k = 6;
     for (int i = 0; g->field_map[i] && k + 2 < 40; i += 2) {
         size_t n;
         const char *to = rename_field(g->field_map[i + 1], &n);
@@ -1035,7 +1050,10 @@ static json_t *full_messages(zi_http_result *r, zi_http_conn *conn, zi_http_erro
          * as chat completions answer it unstreamed. */
         char *reasoning, *content;
         size_t rl, cl;
-        if (zi_chat_stream_split(r->g, text, c->len, &reasoning, &rl, &content, &cl)) goto oom;
+        json_t *calls = NULL; /* none: the calls were not whole */
+        if (zi_chat_stream_split(r->g, text, c->len, &reasoning, &rl, &content, &cl, &calls))
+            goto oom;
+        json_decref(calls);
         json_decref(s->blocks);
         s->blocks = json_array();
         if (rl)

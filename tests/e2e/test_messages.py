@@ -417,6 +417,8 @@ BAD = [
     (MSG, body(thinking={"type": "enabled"}), 400, "thinking.budget_tokens"),
     (MSG, body(thinking={"type": "enabled", "budget_tokens": 8}), 400, "thinking.budget_tokens"),
     (MSG, body(thinking={"type": "disabled", "budget_tokens": 4}), 400, "thinking.budget_tokens"),
+    (MSG, body(thinking={"type": "enabled", "budget_tokens": 4}, tools=[WEATHER],
+               tool_choice={"type": "any"}), 400, "thinking.budget_tokens"),
     (MSG, body(metadata="x"), 400, "metadata"),
     (MSG, body(metadata={"foo": 1}), 400, "metadata.foo"),
     (MSG, body(frequency_penalty=0.5), 400, "frequency_penalty"),
@@ -461,15 +463,20 @@ def test_bad_inputs(server):
 # ---- thinking ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def thinker(zinfer_bin, tmp_path_factory):
-    """test_reasoning.py's random-weight qwen3 file: Qwen 3's template, which
-    lets the model open <think> itself."""
+def qwen3(tmp_path_factory):
+    """test_reasoning.py's random-weight qwen3 file (Qwen 2's vocabulary,
+    Qwen 3's template) and that module."""
     tr = pytest.importorskip("test_reasoning")
-    if not (tr.VOCAB.is_file() and tr.QWEN3.is_file()):
+    if not (tr.VOCAB.is_file() and tr.QWEN3.is_file() and tr.QWEN35.is_file()):
         pytest.skip("the vendored llama.cpp vocabulary and templates are absent")
-    d = tmp_path_factory.mktemp("thinker")
-    path = tr.write_qwen3(d / "qwen3-think.gguf")
-    cm, srv = start(zinfer_bin, path, d / "serve.log")
+    return tr, tr.write_qwen3(tmp_path_factory.mktemp("qwen3") / "qwen3-think.gguf")
+
+
+@pytest.fixture(scope="module")
+def thinker(zinfer_bin, qwen3, tmp_path_factory):
+    """Qwen 3's template, which lets the model open <think> itself."""
+    tr, path = qwen3
+    cm, srv = start(zinfer_bin, path, tmp_path_factory.mktemp("thinker") / "serve.log")
     srv.sdk = anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key="x",
                                   max_retries=0, timeout=120)
     try:
@@ -491,8 +498,7 @@ def forced(text, **kw):
 
 
 def test_thinking_blocks(thinker):
-    m = thinker.sdk.messages.create(**forced(THOUGHT, thinking={"type": "enabled",
-                                                                "budget_tokens": 40}))
+    m = thinker.sdk.messages.create(**forced(THOUGHT, thinking={"type": "adaptive"}))
     assert [b.type for b in m.content] == ["thinking", "text"], m
     assert m.content[0].thinking == "Two and two make four." and m.content[0].signature == ""
     assert m.content[1].text == "The answer is 4." and m.stop_reason == "end_turn"
@@ -540,6 +546,66 @@ def test_thinking_option_reaches_the_template(thinker):
     m = thinker.sdk.messages.create(**forced(THOUGHT, thinking={"type": "disabled"}))
     assert m.usage.input_tokens == off.input_tokens
     m = thinker.sdk.messages.create(**forced(THOUGHT, thinking={
-        "type": "enabled", "budget_tokens": 40, "display": "omitted"}))
+        "type": "adaptive", "display": "omitted"}))
     assert [(b.type, getattr(b, "thinking", None)) for b in m.content] == [
         ("thinking", ""), ("text", None)]
+    # a budget cannot hold under a grammar (its forced end would break it)
+    with pytest.raises(anthropic.BadRequestError) as ex:
+        thinker.sdk.messages.create(**forced(THOUGHT, thinking={
+            "type": "enabled", "budget_tokens": 40}))
+    assert "thinking.budget_tokens" in str(ex.value)
+
+
+def test_earlier_thinking_reaches_the_template(thinker):
+    """An assistant's thinking block goes to the template as the message's
+    reasoning_content, which Qwen 3's shows within a tool loop."""
+    use = {"type": "tool_use", "id": "abcdefghi", "name": "get_weather",
+           "input": {"city": "Paris"}}
+
+    def count(blocks):
+        return thinker.sdk.messages.count_tokens(model="m", tools=[WEATHER], messages=ASK + [
+            {"role": "assistant", "content": blocks},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "abcdefghi",
+                                          "content": "sunny"}]}]).input_tokens
+
+    plain = count([use])
+    thought = count([{"type": "thinking", "thinking": "I should look it up.", "signature": ""},
+                     use])
+    assert thought > plain
+    assert count([{"type": "redacted_thinking", "data": "xyz"}, use]) == plain
+
+
+@pytest.fixture(scope="module")
+def opener(zinfer_bin, qwen3, tmp_path_factory):
+    """Qwen 3.5's template, which opens the section in the prompt."""
+    tr, path = qwen3
+    cm, srv = start(zinfer_bin, path, tmp_path_factory.mktemp("opener") / "serve.log",
+                    "--chat-template", tr.QWEN35)
+    srv.sdk = anthropic.Anthropic(base_url=f"http://127.0.0.1:{srv.port}", api_key="x",
+                                  max_retries=0, timeout=120)
+    try:
+        yield srv
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def test_thinking_budget(opener):
+    """budget_tokens is the chat API's max_thinking_tokens: the section ends
+    there and the answer follows, as chat completions give them."""
+    kw = dict(model="m", max_tokens=24, messages=ASK, extra_body={"temperature": 0},
+              thinking={"type": "enabled", "budget_tokens": 5})
+    m = opener.sdk.messages.create(**kw)
+    st, oai = post(opener.port, "/v1/chat/completions", {
+        "messages": ASK, "max_tokens": 24, "temperature": 0, "max_thinking_tokens": 5,
+        "chat_template_kwargs": {"enable_thinking": True}}, key=None)
+    assert st == 200, oai
+    want = oai["choices"][0]["message"]
+    assert want["reasoning_content"] and want["content"], want
+    assert [(b.type, getattr(b, "thinking", None) or getattr(b, "text", None))
+            for b in m.content] == [("thinking", want["reasoning_content"]),
+                                    ("text", want["content"])]
+    assert m.usage.output_tokens == oai["usage"]["completion_tokens"]
+    assert m.usage.input_tokens == oai["usage"]["prompt_tokens"]
+    kinds, blocks, delta = streamed(opener, **kw)
+    assert [(b["type"], b["thinking"] or b["text"]) for b in blocks] == [
+        ("thinking", want["reasoning_content"]), ("text", want["content"])]
