@@ -799,6 +799,7 @@ static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error
         json_object_set_new(t.oai, "max_tokens", json_integer(1));
         json_object_set_new(t.oai, "top_k", json_integer(1));
         json_object_del(t.oai, "stop");
+        json_object_del(t.oai, "max_thinking_tokens"); /* (the prompt is the same) */
     }
     if (!rc && (rc = zi_http_parse_generate_json(t.oai, ZI_HTTP_CHAT, g, e))) rename_error(e);
     json_decref(t.oai);
@@ -809,7 +810,8 @@ static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error
     /* The router's fields, by this API's names: a forced call's schema
      * first (its arguments are the tool's input_schema), then the OpenAI
      * parse's map renamed. */
-    const char *map[40] = {"response_format.json_schema.properties.arguments", "tools.input_schema",
+    const char *map[40] = {"response_format.json_schema.properties.arguments",
+                           "tools.input_schema",
                            "response_format.json_schema.schema.properties.arguments",
                            "tools.input_schema",
                            "max_thinking_tokens",
@@ -1014,12 +1016,11 @@ static const char *stop_reason(const zi_http_choice *c, int calls_ok) {
     return "end_turn";
 }
 
-/* The stop sequence that ended the text: known when the request has one
- * (the router does not say which of several matched). */
+/* The stop sequence that ended the text, as the router's final names it. */
 static json_t *stop_sequence(const zi_http_result *r) {
-    json_t *ss = json_object_get(r->g->api_req, "stop_sequences");
-    if (strcmp(r->ch[0].status, "stop") || json_array_size(ss) != 1) return json_null();
-    return json_incref(json_array_get(ss, 0));
+    const char *s = r->ch[0].stop_string;
+    if (strcmp(r->ch[0].status, "stop") || !s) return json_null();
+    return jstr(s, strlen(s));
 }
 
 static json_t *usage(const zi_http_result *r) {

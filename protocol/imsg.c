@@ -489,6 +489,7 @@ int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err) {
     if (!rc) rc = put_req_ids(&b, "token_ids", &m->token_ids, err);
     put_str(&b, "status", m->status);
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
+    if (m->stop_string.p) put_str(&b, "stop_string", m->stop_string);
     return finish(&b, rc, out);
 }
 
@@ -506,6 +507,7 @@ int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *er
     get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
     m->prompt_text_obj = zi_map_get(o, "prompt_text");
     m->reasoning_open = get_true(o, "reasoning_open");
+    m->stop_string = get_str(o, "stop_string");
     if (!m->text.p || !m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
         return zi_error_set(err, ZI_EINVAL, "malformed decoded message");
     return ZI_OK;
@@ -659,6 +661,7 @@ int zi_im_final_pack(const zi_im_final *m, zi_msg *out, zi_error *err) {
     zi_imap_int(&usage, "prompt_tokens", m->prompt_tokens);
     zi_imap_int(&usage, "completion_tokens", m->completion_tokens);
     zi_imap_map(&b, "usage", &usage);
+    if (m->stop_string.p) put_str(&b, "stop_string", m->stop_string);
     int rc = ZI_OK;
     if (m->has_text) {
         put_str(&b, "text", m->text);
@@ -681,6 +684,7 @@ int zi_im_final_unpack(const msgpack_object *o, zi_im_final *m, zi_error *err) {
     if (!rc) rc = zi_map_int(usage, "completion_tokens", &m->completion_tokens, err);
     m->text = get_str(o, "text");
     m->has_text = m->text.p != NULL;
+    m->stop_string = get_str(o, "stop_string");
     m->logprobs.raw = zi_map_get(o, "logprobs");
     m->prompt_token_ids = zi_map_get(o, "prompt_token_ids");
     m->prompt_logprobs = zi_map_get(o, "prompt_logprobs");

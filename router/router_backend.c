@@ -280,7 +280,8 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
     }
     if (zi_gen_status_is_done(status)) {
         tok_dropped(r);                                /* the tokenizer dropped its state */
-        send_final(rt, r, zi_gen_status_name(status)); /* cancels the worker on a stop string */
+        /* (cancels the worker on a stop string, which the final names) */
+        send_final(rt, r, zi_gen_status_name(status), d.stop_string);
     }
 }
 

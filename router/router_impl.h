@@ -356,6 +356,6 @@ bool built_or_fail(router *rt, rreq *r, int rc, zi_msg *m, const zi_error *err);
 
 /* Ends r with its "final" frame (status: the finish reason; logged with
  * its token counts and times). */
-void send_final(router *rt, rreq *r, const char *status);
+void send_final(router *rt, rreq *r, const char *status, zi_im_str stop_string);
 
 #endif

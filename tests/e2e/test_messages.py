@@ -199,9 +199,12 @@ def test_stop_sequences_and_max_tokens(server):
     kinds, blocks, delta = streamed(server, stop_sequences=[stop])
     assert "".join(b["text"] for b in blocks) == cut
     assert delta.delta.stop_reason == "stop_sequence" and delta.delta.stop_sequence == stop
-    # several: the reason still says stop_sequence
-    m = server.sdk.messages.create(**ask(server, stop_sequences=["@@@", stop]))
-    assert m.stop_reason == "stop_sequence" and "".join(b.text for b in m.content) == cut
+    # several: the one that matched (the earliest in the text)
+    m = server.sdk.messages.create(**ask(server, stop_sequences=["@@@", stop, words[-1]]))
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == stop
+    assert "".join(b.text for b in m.content) == cut
+    kinds, blocks, delta = streamed(server, stop_sequences=["@@@", stop, words[-1]])
+    assert delta.delta.stop_sequence == stop
     m = server.sdk.messages.create(**ask(server, max_tokens=3))
     assert m.stop_reason == "max_tokens" and m.usage.output_tokens == 3
 
