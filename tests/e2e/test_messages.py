@@ -463,6 +463,18 @@ def test_bad_inputs(server):
     assert m.content[0].text
 
 
+def test_deadline_error_shape(server):
+    """A passed deadline (zinfer's timeout_ms) is a 504 timeout_error in
+    Anthropic's shape, which the SDK raises without retrying."""
+    st, out = post(server.port, MSG, body(max_tokens=400, timeout_ms=1))
+    assert st == 504 and out["type"] == "error", out
+    assert out["error"]["type"] == "timeout_error" and "timeout_ms" in out["error"]["message"]
+    with pytest.raises(anthropic.APIStatusError) as ex:
+        server.sdk.messages.create(**ask(server, max_tokens=400,
+                                         extra_body={"temperature": 0, "timeout_ms": 1}))
+    assert ex.value.status_code == 504
+
+
 # ---- thinking ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
