@@ -539,25 +539,23 @@ oom:
 
 int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn *conn, char **out,
                          size_t *len, size_t *cap, zi_http_error *e) {
-    int chat = r->g->kind == ZI_HTTP_CHAT;
     zi_http_choice *c = &r->ch[d->index];
+    if (r->g->kind == ZI_HTTP_CHAT) { /* one path: chat_stream (format none passes all) */
+        if (d->first) {
+            json_t *delta = json_object();
+            json_object_set_new(delta, "role", json_string("assistant"));
+            json_object_set_new(delta, "content", json_string(""));
+            if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
+        }
+        return render_chat_delta(r, d, conn, out, len, cap, e);
+    }
     const char *es = "";
     size_t en = 0;
-    if (!chat && r->g->echo && d->first) echo_text(r, c, &es, &en);
+    if (r->g->echo && d->first) echo_text(r, c, &es, &en);
     size_t text_from = d->text_from, lp_from = d->lp_from;
     size_t nt = c->len - text_from, nl = c->n_lp - lp_from;
-    if (chat && d->first) {
-        json_t *delta = json_object();
-        json_object_set_new(delta, "role", json_string("assistant"));
-        json_object_set_new(delta, "content", json_string(""));
-        if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
-    }
-    /* Format none without tools: the text as it comes (no chat_stream
-     * holds anything back). */
-    if (chat && (r->g->tools.choice != ZI_TOOLS_OFF || r->g->reasoning.format != ZI_REASONING_NONE))
-        return render_chat_delta(r, d, conn, out, len, cap, e);
     const char *finish = d->final ? finish_reason(c->status) : NULL;
-    int has_prompt_lp = !chat && d->first && c->n_prompt_lp;
+    int has_prompt_lp = d->first && c->n_prompt_lp;
     if (nt || nl || en || has_prompt_lp) {
         json_t *lp = NULL;
         if (r->g->logprobs >= 0) {
@@ -566,30 +564,21 @@ int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn
                                                                               : "")
                                                     : 0);
             if (has_prompt_lp) offset = 0;
-            lp = chat ? chat_logprobs(r, c->lp + lp_from, nl, conn, e)
-                      : completion_logprobs(r, has_prompt_lp ? c->prompt_lp : NULL,
-                                            has_prompt_lp ? c->n_prompt_lp : 0, c->lp + lp_from, nl,
-                                            offset, conn, e);
+            lp = completion_logprobs(r, has_prompt_lp ? c->prompt_lp : NULL,
+                                     has_prompt_lp ? c->n_prompt_lp : 0, c->lp + lp_from, nl,
+                                     offset, conn, e);
             if (!lp) return -1;
         }
-        json_t *body;
-        if (chat) {
-            body = json_object();
-            json_object_set_new(body, "content", jstr(c->text + text_from, nt));
-        } else {
-            char *s = NULL;
-            size_t sl = 0, sc = 0;
-            zi_http_buf_add(&s, &sl, &sc, es, en);
-            zi_http_buf_add(&s, &sl, &sc, c->text ? c->text + text_from : "", nt);
-            body = jstr(s ? s : "", sl);
-            free(s);
-        }
+        char *s = NULL;
+        size_t sl = 0, sc = 0;
+        zi_http_buf_add(&s, &sl, &sc, es, en);
+        zi_http_buf_add(&s, &sl, &sc, c->text ? c->text + text_from : "", nt);
+        json_t *body = jstr(s ? s : "", sl);
+        free(s);
         if (add_event(chunk(r, d->index, body, lp, NULL), out, len, cap)) goto oom;
     }
-    if (finish) {
-        json_t *body = chat ? json_object() : json_string("");
-        if (add_event(chunk(r, d->index, body, NULL, finish), out, len, cap)) goto oom;
-    }
+    if (finish && add_event(chunk(r, d->index, json_string(""), NULL, finish), out, len, cap))
+        goto oom;
     return 0;
 oom:
     return zi_http_fail(e, 500, "internal", NULL, "out of memory");

@@ -478,9 +478,12 @@ static int parse_reasoning(json_t *o, checked *k, zi_http_gen *g, zi_http_error 
             g->reasoning.format = ZI_REASONING_SEPARATE;
         else if (!strcmp(f, "none"))
             g->reasoning.format = ZI_REASONING_NONE;
-        else
+        else {
+            char nm[48];
+            zi_printable(nm, sizeof nm, f, json_string_length(v));
             return zi_http_fail(e, 400, "invalid_value", "reasoning_format",
-                                "reasoning_format: '%.64s' is not one of separate, none", f);
+                                "reasoning_format: '%s' is not one of separate, none", nm);
+        }
         g->reasoning.format_given = 1;
     }
     long long x;
@@ -493,16 +496,19 @@ static int parse_reasoning(json_t *o, checked *k, zi_http_gen *g, zi_http_error 
     if (et && !json_is_boolean(et)) return want(e, "enable_thinking", "a boolean", et);
     if (re && !json_is_string(re)) return want(e, "reasoning_effort", "a string", re);
     if (re && strcmp(json_string_value(re), "low") && strcmp(json_string_value(re), "medium") &&
-        strcmp(json_string_value(re), "high"))
+        strcmp(json_string_value(re), "high")) {
+        char nm[48];
+        zi_printable(nm, sizeof nm, json_string_value(re), json_string_length(re));
         return zi_http_fail(e, 400, "invalid_value", "reasoning_effort",
-                            "reasoning_effort: '%.64s' is not one of low, medium, high",
-                            json_string_value(re));
-    if (kw) {
-        const char *key;
-        json_t *x2;
-        json_object_foreach(kw, key, x2) if (!key[0]) return zi_http_fail(
-            e, 400, "invalid_value", "chat_template_kwargs",
-            "chat_template_kwargs: a key is empty (keys name template variables)");
+                            "reasoning_effort: '%s' is not one of low, medium, high", nm);
+    }
+    const char *key;
+    json_t *x2;
+    json_object_foreach(kw, key, x2) {
+        if (!key[0])
+            return zi_http_fail(e, 400, "invalid_value", "chat_template_kwargs",
+                                "chat_template_kwargs: a key is empty (keys name template "
+                                "variables)");
     }
     if (!kw && !et && !re) return 0;
     k->template_vars = kw ? json_deep_copy(kw) : json_object();

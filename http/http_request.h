@@ -51,20 +51,20 @@ typedef struct zi_http_reasoning {
 
 typedef struct zi_http_gen {
     zi_http_kind kind;
-    int n;                     /* choices: router requests "g0" .. "g<n-1>" */
-    int stream;                /* answer with Server-Sent Events */
-    int include_usage;         /* stream_options.include_usage */
-    int logprobs;              /* -1: none; else the top alternatives per token (0..20) */
-    int echo;                  /* completions: the prompt before the completion */
-    char model[256];           /* as the request named it; "" when it named none */
-    char *prompt;              /* completions with a text prompt: that text (for echo) */
-    zi_msg req[ZI_HTTP_MAX_N]; /* the router requests, built */
-    const char *field_map[40]; /* router field -> request field pairs, NULL-ended */
-    zi_http_tools tools;       /* chat: tools and tool_choice (choice OFF without) */
-    long long timeout_ms;      /* the request's timeout_ms; 0: the router's default */
+    int n;                       /* choices: router requests "g0" .. "g<n-1>" */
+    int stream;                  /* answer with Server-Sent Events */
+    int include_usage;           /* stream_options.include_usage */
+    int logprobs;                /* -1: none; else the top alternatives per token (0..20) */
+    int echo;                    /* completions: the prompt before the completion */
+    char model[256];             /* as the request named it; "" when it named none */
+    char *prompt;                /* completions with a text prompt: that text (for echo) */
+    zi_msg req[ZI_HTTP_MAX_N];   /* the router requests, built */
+    const char *field_map[40];   /* router field -> request field pairs, NULL-ended */
+    zi_http_tools tools;         /* chat: tools and tool_choice (choice OFF without) */
+    long long timeout_ms;        /* the request's timeout_ms; 0: the router's default */
+    zi_http_reasoning reasoning; /* chat: how the reasoning is returned */
     json_t *api_req; /* another API's (http_api.h) own request data, for its renderer; or NULL.
                         zi_http_gen_free drops it */
-    zi_http_reasoning reasoning; /* chat: how the reasoning is returned */
 } zi_http_gen;
 
 /* Parses body (len bytes, not NUL-terminated) into g. 0, or -1 with e set

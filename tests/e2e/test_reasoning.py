@@ -4,19 +4,22 @@
 A random-weight qwen3 file (3 layers, n_embd 64, Qwen 2's real vocabulary)
 is written with Qwen 3's chat template, which lets the model open
 `<think>` itself, and served three times: as it is; with Qwen 3.5's
-template (--chat-template), which opens the section in the prompt, and
---reasoning-format none; and with a template that writes its variables
-into the prompt (reasoning_effort, chat_template_kwargs), where gpt-oss's
-harmony channels are also split. A grammar forces each completion's text, so the
-reasoning, content and calls are known exactly: the whole reply's
-`reasoning_content` and `content`, the streamed deltas joined to the same,
-a tool call after the reasoning, `reasoning_format` none giving the raw
-text, `enable_thinking` / `chat_template_kwargs` changing the rendered
+template (--chat-template), which opens the section in the prompt,
+--reasoning-format none and --max-thinking-tokens 6; and with a template
+that writes its variables into the prompt (reasoning_effort,
+chat_template_kwargs), where gpt-oss's harmony channels are also split. A
+grammar forces most completions' text, so the reasoning, content and calls
+are known exactly: the whole reply's `reasoning_content` and `content`,
+the streamed deltas joined to the same, a tool call after the reasoning,
+`reasoning_format` none giving the raw text, a thinking budget ending the
+section after exactly its tokens, `enable_thinking` / `chat_template_kwargs` changing the rendered
 prompt as jinja2 renders it, an assistant's `reasoning_content` reaching
 the template, and a table of bad inputs, each a 400 naming its field,
 after which the server still serves.
 """
 
+import contextlib
+import http.client as httpc
 import json
 import os
 import socket
@@ -90,52 +93,45 @@ def qwen3_file(tmp_path_factory):
     return write_qwen3(tmp_path_factory.mktemp("reasoning") / "qwen3-think.gguf")
 
 
-def start(zinfer_bin, path, log, *args):
-    """serve_process with an HTTP front end; yields (srv, sdk, http base)."""
+@contextlib.contextmanager
+def serving(zinfer_bin, path, log, *args):
+    """serve_process with an HTTP front end on a free port, up; yields the
+    ServeProcess with .sdk (an openai client) and .port."""
     port = free_port()
-    cm = serve_process(zinfer_bin, path, log, "--threads-per-worker", 1, "--slots", 4,
-                       "--http", f"127.0.0.1:{port}", *args)
-    srv = cm.__enter__()
-    import http.client as httpc
-    deadline = time.time() + 30
-    while True:
-        try:
-            c = httpc.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        assert time.time() < deadline, srv.log()
-        time.sleep(0.2)
-    sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
-                        timeout=120)
-    return cm, srv, sdk, port
+    with serve_process(zinfer_bin, path, log, "--threads-per-worker", 1, "--slots", 4,
+                       "--http", f"127.0.0.1:{port}", *args) as srv:
+        deadline = time.time() + 30
+        while True:
+            try:
+                c = httpc.HTTPConnection("127.0.0.1", port, timeout=5)
+                c.request("GET", "/health")
+                if c.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        srv.sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
+                                max_retries=0, timeout=120)
+        srv.port = port
+        yield srv
 
 
 @pytest.fixture(scope="module")
 def think(zinfer_bin, qwen3_file, tmp_path_factory):
     """The file's own template (Qwen 3: the model opens <think>)."""
-    cm, srv, sdk, port = start(zinfer_bin, qwen3_file,
-                               tmp_path_factory.mktemp("think") / "serve.log")
-    srv.sdk, srv.port = sdk, port
-    try:
+    with serving(zinfer_bin, qwen3_file, tmp_path_factory.mktemp("think") / "serve.log") as srv:
         yield srv
-    finally:
-        cm.__exit__(None, None, None)
 
 
 @pytest.fixture(scope="module")
 def opened(zinfer_bin, qwen3_file, tmp_path_factory):
-    """Qwen 3.5's template (the prompt opens <think>), reasoning format none."""
-    cm, srv, sdk, port = start(zinfer_bin, qwen3_file,
-                               tmp_path_factory.mktemp("opened") / "serve.log",
-                               "--chat-template", QWEN35, "--reasoning-format", "none")
-    srv.sdk, srv.port = sdk, port
-    try:
+    """Qwen 3.5's template (the prompt opens <think>), reasoning format none,
+    a default thinking budget of 6 tokens."""
+    with serving(zinfer_bin, qwen3_file, tmp_path_factory.mktemp("opened") / "serve.log",
+                 "--chat-template", QWEN35, "--reasoning-format", "none",
+                 "--max-thinking-tokens", 6) as srv:
         yield srv
-    finally:
-        cm.__exit__(None, None, None)
 
 
 # Writes the variables it is given, so the prompt's length tells them.
@@ -149,18 +145,13 @@ ECHO_TEMPLATE = (
 def echo(zinfer_bin, qwen3_file, tmp_path_factory):
     d = tmp_path_factory.mktemp("echo")
     (d / "echo.jinja").write_text(ECHO_TEMPLATE, encoding="utf-8")
-    cm, srv, sdk, port = start(zinfer_bin, qwen3_file, d / "serve.log",
-                               "--chat-template", d / "echo.jinja")
-    srv.sdk, srv.port = sdk, port
-    try:
+    with serving(zinfer_bin, qwen3_file, d / "serve.log", "--chat-template",
+                 d / "echo.jinja") as srv:
         yield srv
-    finally:
-        cm.__exit__(None, None, None)
 
 
 def req(port, path, body):
     """Raw POST: (status, parsed JSON)."""
-    import http.client as httpc
     c = httpc.HTTPConnection("127.0.0.1", port, timeout=120)
     c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
     r = c.getresponse()
@@ -420,6 +411,11 @@ def test_thinking_budget(opened, think):
     r, t, _, _, _ = streamed(opened.sdk, None, max_tokens=24, extra_body={
         "max_thinking_tokens": 5, "ignore_eos": True, "reasoning_format": "separate"})
     assert (r, t) == (raw[:at].strip(), m.content)
+    # the server's default budget (--max-thinking-tokens 6)
+    body["extra_body"] = {"ignore_eos": True}
+    r = opened.sdk.chat.completions.create(**body)
+    toks = [t.token for t in r.choices[0].logprobs.content]
+    assert "".join(toks[6:6 + k]) == END, toks
     # a larger budget than the text: nothing forced
     body["extra_body"] = {"max_thinking_tokens": 100, "ignore_eos": True}
     assert END not in opened.sdk.chat.completions.create(**body).choices[0].message.content
