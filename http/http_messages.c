@@ -122,7 +122,9 @@ typedef struct tr {
     int count;   /* for count_tokens */
     long long max_tokens;
     int has_max;
-    int omit_thinking; /* thinking.display "omitted" */
+    int omit_thinking;  /* thinking.display "omitted" */
+    const char *format; /* the structured output's field (output_config.format or
+                         * output_format), or NULL */
 } tr;
 
 static char *join_texts(json_t *texts) {
@@ -645,6 +647,61 @@ static int tr_thinking(json_t *root, tr *t, zi_http_error *e) {
     return 0;
 }
 
+/* output_config {effort, format} (and the beta's top-level output_format):
+ * the effort -> the chat template's reasoning_effort (templates know low,
+ * medium and high: xhigh and max are high); a json_schema format -> the
+ * response_format that holds the text to the schema (the grammar engine). */
+static int tr_output(json_t *root, tr *t, zi_http_error *e) {
+    json_t *oc = get(root, "output_config"), *of = get(root, "output_format"), *fmt = NULL;
+    static const char *const k_oc[] = {"effort", "format", NULL};
+    static const char *const k_fmt[] = {"type", "schema", NULL};
+    if (oc) {
+        if (!json_is_object(oc)) return want(e, "output_config", "an object", oc);
+        if (only_keys(oc, "output_config", k_oc, e)) return -1;
+        json_t *ef = get(oc, "effort");
+        if (ef) {
+            static const char *const levels[][2] = {{"low", "low"},   {"medium", "medium"},
+                                                    {"high", "high"}, {"xhigh", "high"},
+                                                    {"max", "high"},  {NULL, NULL}};
+            int k = 0;
+            while (json_is_string(ef) && levels[k][0] &&
+                   strcmp(levels[k][0], json_string_value(ef)))
+                k++;
+            if (!json_is_string(ef) || !levels[k][0])
+                return bad(e, "output_config.effort",
+                           "expected 'low', 'medium', 'high', 'xhigh' or 'max'");
+            json_object_set_new(t->oai, "reasoning_effort", json_string(levels[k][1]));
+        }
+        if ((fmt = get(oc, "format"))) t->format = "output_config.format";
+    }
+    if (of) {
+        if (fmt)
+            return bad(e, "output_format", "give one of output_config.format and output_format");
+        fmt = of, t->format = "output_format";
+    }
+    if (!fmt) return 0;
+    char f[48];
+    const char *p = t->format;
+    if (!json_is_object(fmt)) return want(e, p, "an object", fmt);
+    if (only_keys(fmt, p, k_fmt, e)) return -1;
+    json_t *ty = json_object_get(fmt, "type"), *sc = json_object_get(fmt, "schema");
+    snprintf(f, sizeof f, "%s.type", p);
+    if (!json_is_string(ty) || strcmp(json_string_value(ty), "json_schema"))
+        return bad(e, f, "expected 'json_schema'");
+    snprintf(f, sizeof f, "%s.schema", p);
+    if (!sc) return bad(e, f, "Field required");
+    if (!json_is_object(sc)) return want(e, f, "a JSON schema object", sc);
+    json_t *tc = json_object_get(t->oai, "tool_choice");
+    if (json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required")))
+        return bad(e, p, "cannot be combined with a tool_choice that forces a call");
+    if (json_object_get(t->oai, "grammar")) return bad(e, p, "give one of %s and grammar", p);
+    if (!t->count) /* (the prompt is the same without it) */
+        json_object_set_new(t->oai, "response_format",
+                            json_pack("{s:s, s:{s:s, s:O}}", "type", "json_schema", "json_schema",
+                                      "name", "output", "schema", sc));
+    return 0;
+}
+
 static int tr_number(json_t *root, const char *key, double lo, double hi, json_t *oai,
                      zi_http_error *e) {
     json_t *v = get(root, key);
@@ -662,10 +719,10 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
         "model",         "messages",    "max_tokens", "system",       "stop_sequences",
         "stream",        "temperature", "top_p",      "top_k",        "tools",
         "tool_choice",   "thinking",    "metadata",   "service_tier", "cache_control",
-        "inference_geo", "speed",       "timeout_ms", "grammar",      NULL};
+        "inference_geo", "speed",       "timeout_ms", "grammar",      "output_config",
+        "output_format", NULL};
     /* Known to Anthropic's API, not served here: refused by name. */
-    static const char *const unserved[] = {"container",     "mcp_servers",   "context_management",
-                                           "output_config", "output_format", NULL};
+    static const char *const unserved[] = {"container", "mcp_servers", "context_management", NULL};
     json_t *v;
     for (int i = 0; unserved[i]; i++)
         if (get(root, unserved[i]))
@@ -733,7 +790,7 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
     }
     json_t *names = json_array();
     int rc = tr_tools(root, t->oai, names, e) || tr_tool_choice(root, t, names, e) ||
-             tr_thinking(root, t, e);
+             tr_thinking(root, t, e) || tr_output(root, t, e);
     json_decref(names);
     return rc ? -1 : 0;
 }
@@ -817,6 +874,13 @@ static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error
                            "max_thinking_tokens",
                            "thinking.budget_tokens"};
     int k = 6;
+    if (t.format) { /* the schema's errors, by the client's field */
+        int oc = !strcmp(t.format, "output_config.format");
+        map[k++] = "response_format.json_schema";
+        map[k++] = oc ? "output_config.format.schema" : "output_format.schema";
+        map[k++] = "response_format";
+        map[k++] = oc ? "output_config.format" : "output_format";
+    }
     for (int i = 0; g->field_map[i] && k + 2 < 40; i += 2) {
         size_t n;
         const char *to = rename_field(g->field_map[i + 1], &n);

@@ -258,6 +258,32 @@ def test_tool_use_streamed(server):
     assert final.content[0].input == whole.content[0].input and final.stop_reason == "tool_use"
 
 
+CITY = {"type": "object", "properties": {"city": {"type": "string"},
+                                        "population": {"type": "integer"}},
+        "required": ["city", "population"], "additionalProperties": False}
+
+
+def test_structured_output(server):
+    """output_config.format (and the beta's output_format): the text is a
+    JSON value of the schema, through the grammar engine; streamed the same."""
+    q = [{"role": "user", "content": "Give a city and its population as JSON."}]
+    kw = dict(messages=q, max_tokens=60,
+              extra_body={"temperature": 0, "output_config": {
+                  "format": {"type": "json_schema", "schema": CITY}, "effort": "high"}})
+    m = server.sdk.messages.create(**ask(server, **kw))
+    assert [b.type for b in m.content] == ["text"] and m.stop_reason == "end_turn", m
+    jsonschema.validate(json.loads(m.content[0].text), CITY)
+    kinds, blocks, delta = streamed(server, **kw)
+    assert [b["text"] for b in blocks] == [m.content[0].text]
+    beta = server.sdk.messages.create(**ask(server, messages=q, max_tokens=60, extra_body={
+        "temperature": 0, "output_format": {"type": "json_schema", "schema": CITY}}))
+    assert beta.content[0].text == m.content[0].text
+    # the prompt is the same: count_tokens takes it too
+    n = server.sdk.messages.count_tokens(model=NAME, messages=q, extra_body={
+        "output_config": {"format": {"type": "json_schema", "schema": CITY}}})
+    assert n.input_tokens == m.usage.input_tokens
+
+
 def test_count_tokens_equals_usage(server):
     cases = [dict(), dict(system="You are terse."),
              dict(system=[{"type": "text", "text": "You are terse."},
@@ -426,6 +452,23 @@ BAD = [
     (MSG, body(metadata={"foo": 1}), 400, "metadata.foo"),
     (MSG, body(frequency_penalty=0.5), 400, "frequency_penalty"),
     (MSG, body(container="c1"), 400, "container"),
+    (MSG, body(context_management={"edits": []}), 400, "context_management"),
+    (MSG, body(output_config="high"), 400, "output_config"),
+    (MSG, body(output_config={"effort": "extreme"}), 400, "output_config.effort"),
+    (MSG, body(output_config={"verbosity": 1}), 400, "output_config.verbosity"),
+    (MSG, body(output_config={"format": {"type": "json_object"}}), 400,
+     "output_config.format.type"),
+    (MSG, body(output_config={"format": {"type": "json_schema"}}), 400,
+     "output_config.format.schema"),
+    (MSG, body(output_config={"format": {"type": "json_schema", "schema": CITY}},
+               output_format={"type": "json_schema", "schema": CITY}), 400, "output_format"),
+    (MSG, body(output_format={"type": "json_schema", "schema": CITY}, grammar='root ::= "x"'),
+     400, "output_format"),
+    (MSG, body(output_config={"format": {"type": "json_schema", "schema": CITY}},
+               tools=[WEATHER], tool_choice={"type": "any"}), 400, "output_config.format"),
+    (MSG, body(output_config={"format": {"type": "json_schema", "schema": {
+        "type": "object", "properties": {"a": {"not": {"type": "string"}}}}}}), 400,
+     "output_config.format.schema"),
     (MSG, body(mcp_servers=[{"type": "url", "url": "http://x", "name": "x"}]), 400,
      "mcp_servers"),
     (MSG, body(timeout_ms=0), 400, "timeout_ms"),
@@ -543,6 +586,16 @@ def test_thinking_then_tool_use(thinker):
     assert m.content[0].thinking == "I should look it up."
     assert m.content[1].name == "get_weather" and m.content[1].input == {"city": "Paris"}
     assert m.stop_reason == "tool_use"
+    # the round trip: the thinking and the call sent back, the result, an answer
+    turn = ASK + [{"role": "assistant", "content": [b.model_dump(exclude_none=True)
+                                                    for b in m.content]},
+                  {"role": "user", "content": [{"type": "tool_result",
+                                                "tool_use_id": m.content[1].id,
+                                                "content": "sunny, 21 C"}]}]
+    final = thinker.sdk.messages.create(**{**forced(THOUGHT, tools=tools), "messages": turn})
+    assert [b.type for b in final.content] == ["thinking", "text"]
+    assert final.content[1].text == "The answer is 4." and final.stop_reason == "end_turn"
+    assert final.usage.input_tokens > m.usage.input_tokens
     kinds, blocks, delta = streamed(thinker, **forced(CALL, tools=tools))
     assert [b["type"] for b in blocks] == ["thinking", "tool_use"]
     assert blocks[0]["thinking"] == "I should look it up."
