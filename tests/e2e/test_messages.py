@@ -516,6 +516,20 @@ def test_deadline_error_shape(server):
         server.sdk.messages.create(**ask(server, max_tokens=400,
                                          extra_body={"temperature": 0, "timeout_ms": 1}))
     assert ex.value.status_code == 504
+    # streamed: the text so far, then an error event, and no message_stop
+    long = 'a ::= "ab "\nb ::= a a a a a a a a a a\nc ::= b b b b b b b b b b\n' \
+           'root ::= c c c c c c c c c c'  # 1000 times "ab ": longer than the deadline
+    st, text = post(server.port, MSG, body(max_tokens=4000, timeout_ms=1500, stream=True,
+                                           grammar=long))
+    assert st == 200, text
+    ev = events(text)
+    names = [n for n, _ in ev]
+    assert names[:3] == ["message_start", "ping", "content_block_start"], names
+    assert names[-1] == "error" and "message_stop" not in names, names
+    assert names.count("content_block_delta") > 2, names
+    err = ev[-1][1]
+    assert err["type"] == "error" and err["error"]["type"] == "timeout_error", err
+    assert "timeout_ms" in err["error"]["message"], err
 
 
 # ---- thinking ---------------------------------------------------------------
