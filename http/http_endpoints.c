@@ -655,8 +655,8 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
     } else {
         zi_http_fail(&e, 404, "not_found", NULL, "%s %s: no such path", method, path);
         a->status = e.status;
-        a->json = zi_http_messages_path(path) ? zi_http_messages_error_json(&e)
-                                              : zi_http_error_json(&e);
+        a->json =
+            zi_http_messages_path(path) ? zi_http_messages_error_json(&e) : zi_http_error_json(&e);
         return;
     }
     zi_http_fail(&e, 405, "method_not_allowed", NULL, "%s %s: the method is not allowed (use %s)",
