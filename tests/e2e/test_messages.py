@@ -480,16 +480,27 @@ BAD = [
 ]
 
 
-def test_bad_inputs(server):
+def bad_id(case):
+    path, b, status, field = case
+    return f"{'count' if path == COUNT else 'msg'}-{field}"
+
+
+@pytest.mark.parametrize("case", BAD, ids=[f"{i}-{bad_id(c)}" for i, c in enumerate(BAD)])
+def test_bad_input(server, case):
+    """Each bad input: its status, Anthropic's error shape, the field named."""
+    path, b, status, field = case
+    st, out = post(server.port, path, b)
+    assert st == status, (st, out)
+    assert isinstance(out, dict) and set(out) == {"type", "error"}, out
+    assert out["type"] == "error" and set(out["error"]) == {"type", "message"}, out
+    assert out["error"]["type"] == "invalid_request_error", out
+    assert field in out["error"]["message"], out
+
+
+def test_bad_paths_then_serves_on(server):
+    """After every bad input above: paths and methods in Anthropic's shape,
+    the SDK's exception, and the server still serves."""
     assert len(BAD) >= 45
-    for path, b, status, field in BAD:
-        st, out = post(server.port, path, b)
-        case = f"{path} {str(b)[:100]!r}"
-        assert st == status, (case, st, out)
-        assert isinstance(out, dict) and set(out) == {"type", "error"}, (case, out)
-        assert out["type"] == "error" and set(out["error"]) == {"type", "message"}, (case, out)
-        assert out["error"]["type"] == "invalid_request_error", (case, out)
-        assert field in out["error"]["message"], (case, out)
     # paths and methods, in Anthropic's shape too
     st, out = post(server.port, MSG, None, method="GET")
     assert st == 405 and out["error"]["type"] == "invalid_request_error", out
