@@ -7,9 +7,8 @@
 
 static int parse_chat(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,
                       zi_http_error *e) {
-    int rc = zi_http_parse_generate(body, len, ZI_HTTP_CHAT, g, e);
-    g->tools.format = (zi_tool_format)ctx->cfg.tool_format;
-    return rc;
+    (void)ctx;
+    return zi_http_parse_generate(body, len, ZI_HTTP_CHAT, g, e);
 }
 
 static int parse_completion(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,

@@ -13,6 +13,7 @@
 #include "codec.h"
 #include "http_api.h"
 #include "http_embed.h"
+#include "http_messages.h"
 #include "http_rerank.h"
 #include "http_reply.h"
 #include "http_request.h"
@@ -505,8 +506,10 @@ static void generate(zi_http_ctx *ctx, const zi_http_api *api, const char *body,
     s->api = api;
     s->client_fd = client_fd;
     if (api->parse(ctx, body, len, &s->g, &e) || zi_http_conn_open(ctx, &s->conn, &e)) goto fail;
+    /* The server's settings every API's chat shares. */
     if (!s->g.reasoning.format_given)
         s->g.reasoning.format = (zi_reasoning_format)ctx->cfg.reasoning_format;
+    s->g.tools.format = (zi_tool_format)ctx->cfg.tool_format;
     /* The served model names the answer; another name is a 404 here (the
      * router would refuse it too, in its own protocol's words). */
     if (served_model(ctx, s->conn, model, sizeof model, NULL, &e)) goto fail;
@@ -608,6 +611,13 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
             return;
         }
         want = "POST";
+    } else if (!strcmp(path, "/v1/messages") || !strcmp(path, "/v1/messages/count_tokens")) {
+        if (post) {
+            generate(ctx, path[12] ? &zi_http_api_count_tokens : &zi_http_api_messages, body, len,
+                     client_fd, a);
+            return;
+        }
+        want = "POST";
     } else if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) {
         if (get) {
             models(ctx, path[10] == '/' ? path + 11 : NULL, a);
@@ -646,11 +656,17 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
         want = "POST";
     } else {
         zi_http_fail(&e, 404, "not_found", NULL, "%s %s: no such path", method, path);
-        answer_error(a, &e);
+        a->status = e.status;
+        a->json =
+            zi_http_messages_path(path) ? zi_http_messages_error_json(&e) : zi_http_error_json(&e);
         return;
     }
     zi_http_fail(&e, 405, "method_not_allowed", NULL, "%s %s: the method is not allowed (use %s)",
                  method, path, want);
     answer_error(a, &e);
+    if (zi_http_messages_path(path)) { /* Anthropic's clients read their own shape */
+        json_decref(a->json);
+        a->json = zi_http_messages_error_json(&e);
+    }
     a->allow = want;
 }

@@ -61,6 +61,7 @@ void zi_http_result_free(zi_http_result *r) {
         free(r->ch[i].lp);
         free(r->ch[i].prompt_lp);
         free(r->ch[i].prompt_text);
+        free(r->ch[i].stop_string);
         zi_chat_stream_free(r->ch[i].cs);
     }
     memset(r->ch, 0, sizeof r->ch);
@@ -163,6 +164,9 @@ int zi_http_result_apply(zi_http_result *r, const msgpack_object *f, zi_http_del
             zi_map_int(u, "prompt_tokens", &pt, NULL),
                 zi_map_int(u, "completion_tokens", &ct, NULL);
         c->prompt_tokens = pt, c->completion_tokens = ct;
+        const msgpack_object *ss = zi_map_get(f, "stop_string");
+        if (ss && ss->type == MSGPACK_OBJECT_STR && !c->stop_string)
+            c->stop_string = strndup(ss->via.str.ptr, ss->via.str.size);
         d->final = 1;
         r->n_done++;
         /* A deadline is no normal finish: OpenAI has no finish_reason for
@@ -181,6 +185,8 @@ int zi_http_result_apply(zi_http_result *r, const msgpack_object *f, zi_http_del
         return 0;
     }
     if (strcmp(ev, "chunk")) return 1;
+    int64_t pt; /* the first chunk's prompt length (the final frame says it again) */
+    if (!zi_map_int(f, "prompt_tokens", &pt, NULL)) c->prompt_tokens = pt;
     if (d->first && r->g->echo && apply_prompt(c, f, e)) return -1;
     /* The rendered prompt opened a thinking section (docs/protocol.md);
      * every choice has the same prompt. */

@@ -37,6 +37,7 @@ typedef struct zi_http_choice {
     char *prompt_text; /* echo: the prompt as the router rendered it */
     size_t prompt_text_len;
     char status[32]; /* the router's final status, "" while running */
+    char *stop_string; /* status "stop": the stop string that ended it, or NULL */
     long long prompt_tokens, completion_tokens;
     int started;               /* a stream sent this choice's first chunk */
     struct zi_chat_stream *cs; /* a streamed chat: its reasoning, content and calls so far */

@@ -35,6 +35,7 @@
 
 #include "http_endpoints.h"
 #include "http_error.h"
+#include "http_messages.h"
 #include "stop_signal.h"
 
 #if MHD_VERSION < 0x00097002
@@ -150,8 +151,13 @@ static MHD_Result_t queue_json(struct MHD_Connection *conn, int status, json_t *
     return rc;
 }
 
-static MHD_Result_t queue_error(struct MHD_Connection *conn, const zi_http_error *e) {
-    return queue_json(conn, e->status, zi_http_error_json(e), NULL);
+/* An error before a path's handler ran, in the shape of the path's API. */
+static MHD_Result_t queue_error(struct MHD_Connection *conn, const char *url,
+                                const zi_http_error *e) {
+    return queue_json(conn, e->status,
+                      url && zi_http_messages_path(url) ? zi_http_messages_error_json(e)
+                                                        : zi_http_error_json(e),
+                      NULL);
 }
 
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -165,18 +171,23 @@ static void free_stream(void *cls) {
     zi_http_stream_free(cls);
 }
 
-/* The Bearer token against the key, in time independent of where they
- * differ. */
-static int authorized(const zi_http_config *cfg, struct MHD_Connection *conn) {
-    const char *key = cfg->api_key;
-    if (!key || !key[0]) return 1;
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return 0;
-    h += 7;
+/* h against the key, in time independent of where they differ. */
+static int key_matches(const char *h, const char *key) {
     size_t n = strlen(h), k = strlen(key);
     unsigned char diff = n != k;
     for (size_t i = 0; i < n && i < k; i++) diff |= (unsigned char)(h[i] ^ key[i]);
     return !diff;
+}
+
+/* The key as OpenAI's clients send it (Authorization: Bearer KEY) or as
+ * Anthropic's do (x-api-key: KEY); either header may hold it. */
+static int authorized(const zi_http_config *cfg, struct MHD_Connection *conn) {
+    const char *key = cfg->api_key;
+    if (!key || !key[0]) return 1;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    const char *x = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "x-api-key");
+    int ok = h && !strncasecmp(h, "Bearer ", 7) && key_matches(h + 7, key);
+    return ok | (x && key_matches(x, key));
 }
 
 static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -196,7 +207,7 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
             zi_http_fail(&e, 413, "body_too_large", NULL,
                          "the body (%s bytes) is larger than the limit of %zu bytes", cl,
                          cfg->max_body);
-            return queue_error(conn, &e);
+            return queue_error(conn, url, &e);
         }
         return MHD_YES;
     }
@@ -219,12 +230,13 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
     if (st->too_large) {
         zi_http_fail(&e, 413, "body_too_large", NULL,
                      "the body is larger than the limit of %zu bytes", cfg->max_body);
-        return queue_error(conn, &e);
+        return queue_error(conn, url, &e);
     }
     if (strcmp(url, "/health") && !authorized(cfg, conn)) {
         zi_http_fail(&e, 401, "invalid_api_key", NULL,
-                     "a valid API key is needed: send 'Authorization: Bearer KEY'");
-        return queue_error(conn, &e);
+                     "a valid API key is needed: send 'Authorization: Bearer KEY' or "
+                     "'x-api-key: KEY'");
+        return queue_error(conn, url, &e);
     }
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);

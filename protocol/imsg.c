@@ -489,6 +489,7 @@ int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err) {
     if (!rc) rc = put_req_ids(&b, "token_ids", &m->token_ids, err);
     put_str(&b, "status", m->status);
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
+    if (m->stop_string.p) put_str(&b, "stop_string", m->stop_string);
     return finish(&b, rc, out);
 }
 
@@ -506,6 +507,7 @@ int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *er
     get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
     m->prompt_text_obj = zi_map_get(o, "prompt_text");
     m->reasoning_open = get_true(o, "reasoning_open");
+    m->stop_string = get_str(o, "stop_string");
     if (!m->text.p || !m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
         return zi_error_set(err, ZI_EINVAL, "malformed decoded message");
     return ZI_OK;
@@ -628,6 +630,7 @@ int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out) {
     zi_imap_object(&b, "prompt_text", m->prompt_text);
     if (m->resumed) zi_imap_bool(&b, "resumed", true);
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
+    if (m->prompt_tokens > 0) zi_imap_int(&b, "prompt_tokens", m->prompt_tokens);
     return close_msg(&b, out);
 }
 
@@ -644,6 +647,8 @@ int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
     const msgpack_object *res = zi_map_get(o, "resumed");
     m->resumed = res && res->type == MSGPACK_OBJECT_BOOLEAN && res->via.boolean;
     m->reasoning_open = get_true(o, "reasoning_open");
+    int64_t pt;
+    if (!zi_map_int(o, "prompt_tokens", &pt, NULL)) m->prompt_tokens = pt;
     return rc;
 }
 
@@ -656,6 +661,7 @@ int zi_im_final_pack(const zi_im_final *m, zi_msg *out, zi_error *err) {
     zi_imap_int(&usage, "prompt_tokens", m->prompt_tokens);
     zi_imap_int(&usage, "completion_tokens", m->completion_tokens);
     zi_imap_map(&b, "usage", &usage);
+    if (m->stop_string.p) put_str(&b, "stop_string", m->stop_string);
     int rc = ZI_OK;
     if (m->has_text) {
         put_str(&b, "text", m->text);
@@ -678,6 +684,7 @@ int zi_im_final_unpack(const msgpack_object *o, zi_im_final *m, zi_error *err) {
     if (!rc) rc = zi_map_int(usage, "completion_tokens", &m->completion_tokens, err);
     m->text = get_str(o, "text");
     m->has_text = m->text.p != NULL;
+    m->stop_string = get_str(o, "stop_string");
     m->logprobs.raw = zi_map_get(o, "logprobs");
     m->prompt_token_ids = zi_map_get(o, "prompt_token_ids");
     m->prompt_logprobs = zi_map_get(o, "prompt_logprobs");

@@ -263,6 +263,7 @@ typedef struct zi_im_decoded {
     /* "reasoning_open": true on a request's first decoded message when its
      * rendered prompt ended inside an opened thinking section */
     bool reasoning_open;
+    zi_im_str stop_string; /* "stop_string": the stop string that ended it (p NULL: none) */
 } zi_im_decoded;
 
 int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err);
@@ -337,6 +338,8 @@ typedef struct zi_im_chunk {
     const msgpack_object *logprobs, *prompt_token_ids, *prompt_logprobs, *prompt_text;
     bool resumed;        /* "resumed": true (the first chunk after a failover) */
     bool reasoning_open; /* "reasoning_open": true (the decoded message's) */
+    int64_t prompt_tokens; /* "prompt_tokens": the prompt's length, on a request's first
+                            * chunk only (0: not sent) */
 } zi_im_chunk;
 
 int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out);
@@ -352,6 +355,7 @@ typedef struct zi_im_final {
     zi_im_str text;
     zi_im_lps logprobs;
     const msgpack_object *prompt_token_ids, *prompt_logprobs, *prompt_text;
+    zi_im_str stop_string; /* "stop_string", status "stop" by a stop string (p NULL: none) */
 } zi_im_final;
 
 int zi_im_final_pack(const zi_im_final *m, zi_msg *out, zi_error *err);

@@ -245,7 +245,11 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                       .prompt_logprobs = d.prompt_logprobs.raw,
                       .prompt_text = d.prompt_text_obj,
                       .resumed = r->note_resume,
-                      .reasoning_open = d.reasoning_open};
+                      .reasoning_open = d.reasoning_open,
+                      /* the first chunk tells the prompt's length, so a
+                       * stream can report it before the end (Anthropic's
+                       * message_start) */
+                      .prompt_tokens = r->told_prompt ? 0 : r->prompt_tokens};
     bool extras = ch.logprobs || ch.prompt_token_ids || ch.prompt_logprobs || ch.prompt_text ||
                   ch.reasoning_open;
     if (r->stream && (d.text.n > 0 || has_ids || extras)) {
@@ -254,6 +258,7 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
         bool ok = to_client(rt, r, &m);
         zi_msg_free(&m);
         r->note_resume = false;
+        r->told_prompt = true;
         if (!ok) {
             end_request(rt, r);
             return;
@@ -275,7 +280,8 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
     }
     if (zi_gen_status_is_done(status)) {
         tok_dropped(r);                                /* the tokenizer dropped its state */
-        send_final(rt, r, zi_gen_status_name(status)); /* cancels the worker on a stop string */
+        /* (cancels the worker on a stop string, which the final names) */
+        send_final(rt, r, zi_gen_status_name(status), d.stop_string);
     }
 }
 

@@ -350,7 +350,7 @@ static void op_cancel(router *rt, const client_ctx *c) {
     if (!r || (r->kind != K_GENERATE && r->kind != K_EMBED)) return;
     zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu cancelled by the client",
            (unsigned long long)r->rid);
-    send_final(rt, r, "cancelled");
+    send_final(rt, r, "cancelled", (zi_im_str){0});
 }
 
 static void op_health(router *rt, const client_ctx *c) {

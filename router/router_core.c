@@ -161,7 +161,7 @@ static bool past_deadline(const void *val, const void *arg) {
 void deadline_check(router *rt, int64_t now) {
     size_t pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, past_deadline, &now));)
-        send_final(rt, r, "deadline_exceeded"); /* ends it: it leaves the match */
+        send_final(rt, r, "deadline_exceeded", (zi_im_str){0}); /* ends it: it leaves the match */
 }
 
 static bool on_conn(const void *val, const void *arg) {

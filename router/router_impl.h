@@ -117,6 +117,7 @@ typedef struct rreq {
     bool echo_seen;   /* a worker's tokens arrived (the echo, if any, with them) */
     int resumes;      /* how many times it moved to another worker */
     bool note_resume; /* the next chunk says "resumed" */
+    bool told_prompt; /* a chunk carried "prompt_tokens" */
     char *resume_msg;
     size_t resume_len;
     /* Tokenizer failover: the "encode" message, and the "decode" messages
@@ -356,6 +357,6 @@ bool built_or_fail(router *rt, rreq *r, int rc, zi_msg *m, const zi_error *err);
 
 /* Ends r with its "final" frame (status: the finish reason; logged with
  * its token counts and times). */
-void send_final(router *rt, rreq *r, const char *status);
+void send_final(router *rt, rreq *r, const char *status, zi_im_str stop_string);
 
 #endif

@@ -97,7 +97,7 @@ bool built_or_fail(router *rt, rreq *r, int rc, zi_msg *m, const zi_error *err) 
     return false;
 }
 
-void send_final(router *rt, rreq *r, const char *status) {
+void send_final(router *rt, rreq *r, const char *status, zi_im_str stop_string) {
     int64_t now = core_now(rt);
     char id[80]; /* the client's id as one line of ASCII */
     zi_printable(id, sizeof id, r->id, r->id_len);
@@ -124,7 +124,8 @@ void send_final(router *rt, rreq *r, const char *status) {
                      .completion_tokens = r->completion_tokens,
                      .has_text = !r->stream,
                      .text = {r->text ? r->text : "", r->text_len},
-                     .logprobs = {.lp = r->has_lp ? &r->lp : NULL}};
+                     .logprobs = {.lp = r->has_lp ? &r->lp : NULL},
+                     .stop_string = stop_string};
     /* The echoed prompt kept from the first decoded message (a map). */
     msgpack_unpacked eu;
     msgpack_unpacked_init(&eu);

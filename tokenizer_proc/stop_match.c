@@ -37,6 +37,7 @@ static int append_out(char **out, size_t *out_len, const char *s, size_t n, zi_e
 int zi_stop_init(zi_stop_matcher *m, const char *const *stops, const size_t *lens, size_t n,
                  zi_error *err) {
     memset(m, 0, sizeof *m);
+    m->matched = -1;
     if (n == 0) return ZI_OK;
     m->stops = calloc(n, sizeof *m->stops);
     m->lens = calloc(n, sizeof *m->lens);
@@ -91,7 +92,7 @@ int zi_stop_feed(zi_stop_matcher *m, const char *text, size_t len, char **out, s
     size_t cut = m->held_len;
     for (size_t i = 0; i < m->n; i++) {
         const char *p = memmem(m->held, m->held_len, m->stops[i], m->lens[i]);
-        if (p && (size_t)(p - m->held) < cut) cut = (size_t)(p - m->held);
+        if (p && (size_t)(p - m->held) < cut) cut = (size_t)(p - m->held), m->matched = (int)i;
     }
     if (cut < m->held_len) {
         rc = append_out(out, out_len, m->held, cut, err);

@@ -27,6 +27,7 @@ typedef struct zi_stop_matcher {
     char *held; /* text not yet released */
     size_t held_len, held_cap;
     bool stopped;
+    int matched; /* the stop string found (an index of stops), -1 before */
 } zi_stop_matcher;
 
 /* Copies the n stop strings (empty ones are ignored). n may be 0: then

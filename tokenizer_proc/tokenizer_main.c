@@ -518,6 +518,9 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         dd.token_ids = (zi_im_ids){.set = true, .v = ids, .n = stopped ? used : n};
         const char *sname = zi_gen_status_name(status);
         dd.status = (zi_im_str){sname, strlen(sname)};
+        if (stopped && d->stop.matched >= 0) /* which one (Anthropic's stop_sequence) */
+            dd.stop_string =
+                (zi_im_str){d->stop.stops[d->stop.matched], d->stop.lens[d->stop.matched]};
         zi_msg m;
         zi_error perr = {0};
         int prc = send_built(t, rid, zi_im_decoded_pack(&dd, &m, &perr), &m, &perr);

@@ -58,6 +58,7 @@ static void test_no_stops_passes_through(void **state) {
     FEED_EXPECT(&m, "Hello", &r, "Hello");
     FEED_EXPECT(&m, " world", &r, " world");
     assert_false(r.stopped);
+    assert_int_equal(m.matched, -1);
     zi_error e = {0};
     assert_int_equal(zi_stop_flush(&m, &r.out, &r.len, &e), ZI_OK);
     assert_string_equal(r.out, "Hello world");
@@ -123,6 +124,7 @@ static void test_earliest_stop_wins(void **state) {
     FEED_EXPECT(&m, "lo world", &r, "l"); /* "lo w" starts before "world" */
     assert_true(r.stopped);
     assert_int_equal(r.len, 3);
+    assert_int_equal(m.matched, 1); /* the one that ended it, for the final frame */
     free(r.out);
     zi_stop_free(&m);
 }
