@@ -27,19 +27,42 @@ typedef enum zi_http_kind { ZI_HTTP_CHAT, ZI_HTTP_COMPLETION } zi_http_kind;
 /* The most stop strings. */
 #define ZI_HTTP_MAX_STOP 16
 
+/* How a chat completion's reasoning is returned (--reasoning-format, the
+ * request's reasoning_format; docs/http.md, "Reasoning"). */
+typedef enum zi_reasoning_format {
+    ZI_REASONING_SEPARATE, /* apart from the content (reasoning_content) */
+    ZI_REASONING_NONE,     /* left in the content as the model wrote it */
+} zi_reasoning_format;
+
+/* The most tokens a thinking section may be given (max_thinking_tokens). */
+#define ZI_HTTP_MAX_THINKING 1000000
+
+/* A chat request's reasoning settings. */
+typedef struct zi_http_reasoning {
+    zi_reasoning_format format;
+    int format_given; /* the request named reasoning_format (else the server's default) */
+    /* The rendered prompt ended inside an opened thinking section (Qwen 3
+     * with thinking on, DeepSeek R1: `<think>\n`), so the model's text
+     * holds only the closing marker. Set from the router's first chunk
+     * ("reasoning_open", docs/protocol.md) before a chat_stream is made. */
+    int open;
+    long long max_thinking_tokens; /* 0: no budget */
+} zi_http_reasoning;
+
 typedef struct zi_http_gen {
     zi_http_kind kind;
-    int n;                     /* choices: router requests "g0" .. "g<n-1>" */
-    int stream;                /* answer with Server-Sent Events */
-    int include_usage;         /* stream_options.include_usage */
-    int logprobs;              /* -1: none; else the top alternatives per token (0..20) */
-    int echo;                  /* completions: the prompt before the completion */
-    char model[256];           /* as the request named it; "" when it named none */
-    char *prompt;              /* completions with a text prompt: that text (for echo) */
-    zi_msg req[ZI_HTTP_MAX_N]; /* the router requests, built */
-    const char *field_map[40]; /* router field -> request field pairs, NULL-ended */
-    zi_http_tools tools;       /* chat: tools and tool_choice (choice OFF without) */
-    long long timeout_ms;      /* the request's timeout_ms; 0: the router's default */
+    int n;                       /* choices: router requests "g0" .. "g<n-1>" */
+    int stream;                  /* answer with Server-Sent Events */
+    int include_usage;           /* stream_options.include_usage */
+    int logprobs;                /* -1: none; else the top alternatives per token (0..20) */
+    int echo;                    /* completions: the prompt before the completion */
+    char model[256];             /* as the request named it; "" when it named none */
+    char *prompt;                /* completions with a text prompt: that text (for echo) */
+    zi_msg req[ZI_HTTP_MAX_N];   /* the router requests, built */
+    const char *field_map[40];   /* router field -> request field pairs, NULL-ended */
+    zi_http_tools tools;         /* chat: tools and tool_choice (choice OFF without) */
+    long long timeout_ms;        /* the request's timeout_ms; 0: the router's default */
+    zi_http_reasoning reasoning; /* chat: how the reasoning is returned */
     json_t *api_req; /* another API's (http_api.h) own request data, for its renderer; or NULL.
                         zi_http_gen_free drops it */
 } zi_http_gen;

@@ -468,6 +468,8 @@ static int collect_event(void *arg, const zi_ts_event *ev) {
                                                          ev->text, ev->len, "arguments", ""));
     case ZI_TS_ARGS:
         return add(&c->args, &c->alen, &c->acap, ev->text, ev->len);
+    case ZI_TS_REASONING: /* chat_stream's kind; this parser makes none */
+        break;
     }
     return -1;
 }

@@ -37,9 +37,11 @@
 #define ZI_TS_ID_LEN 9
 
 typedef enum zi_ts_kind {
-    ZI_TS_CONTENT, /* text: content */
-    ZI_TS_CALL,    /* a call starts: index, id, text = its name */
-    ZI_TS_ARGS,    /* text: the next fragment of call index's arguments */
+    ZI_TS_CONTENT,   /* text: content */
+    ZI_TS_CALL,      /* a call starts: index, id, text = its name */
+    ZI_TS_ARGS,      /* text: the next fragment of call index's arguments */
+    ZI_TS_REASONING, /* text: the next fragment of the reasoning (chat_stream.h; never
+                      * reported by tool_stream itself) */
 } zi_ts_kind;
 
 typedef struct zi_ts_event {

@@ -69,6 +69,9 @@ static int record(void *arg, const zi_ts_event *ev) {
         cat(t->args[ev->index], sizeof t->args[0], &l, ev->text, ev->len);
         break;
     }
+    case ZI_TS_REASONING: /* chat_stream's, never tool_stream's */
+        fail_msg("tool_stream reported reasoning");
+        break;
     }
     return 0;
 }
