@@ -461,6 +461,8 @@ static int tool_event(void *arg, const zi_ts_event *ev) {
         d = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", ev->index, "function",
                       "arguments", jstr(ev->text, ev->len));
         break;
+    case ZI_TS_REASONING: /* tool_stream itself never reports reasoning */
+        return 0;
     }
     return json_array_append_new(deltas, d);
 }
