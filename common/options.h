@@ -75,6 +75,8 @@ typedef enum zi_opt_id {
     ZI_O_TIMEOUT,
     ZI_O_HEADER_TIMEOUT,
     ZI_O_ROUTER_TIMEOUT,
+    ZI_O_RESPONSES_STORE_MAX,
+    ZI_O_RESPONSES_STORE_BYTES,
     /* CURVE key files (serve makes them from --keys) */
     ZI_O_ROUTER_CURVE_SECRET,
     ZI_O_BACKEND_KEYS,

@@ -24,11 +24,11 @@
 typedef struct zi_http_config {
     char host[256]; /* listen address (name or IP) */
     int port;
-    const char *api_key;      /* NULL or "": no key needed */
-    size_t max_body;          /* bytes of one request body (else 413) */
-    size_t max_header;        /* bytes of one request's header (MHD's per-connection memory) */
-    unsigned max_connections; /* open connections at once (more are refused) */
-    unsigned timeout_s;       /* a connection idle this long is closed */
+    const char *api_key;       /* NULL or "": no key needed */
+    size_t max_body;           /* bytes of one request body (else 413) */
+    size_t max_header;         /* bytes of one request's header (MHD's per-connection memory) */
+    unsigned max_connections;  /* open connections at once (more are refused) */
+    unsigned timeout_s;        /* a connection idle this long is closed */
     unsigned header_timeout_s; /* a request's header must be whole this long after the
                                   connection opened (after the previous answer, once
                                   idle for timeout_s) */
@@ -86,6 +86,10 @@ typedef struct zi_http_ctx {
     zi_http_model model;
     zi_http_tok_cache tok;
     zi_http_watch watch;
+    /* The Responses API's stored responses (response_store.h: thread safe
+     * on its own); made by the caller after zi_http_ctx_init, which leaves
+     * it NULL (then nothing is stored), and freed by the caller. */
+    struct zi_response_store *responses;
 } zi_http_ctx;
 
 /* Copies cfg and lim, keeps zctx and router_addr, and starts with no model
