@@ -142,6 +142,10 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
     static const char *const nums[] = {"temperature", "top_p", NULL};
     for (int i = 0; nums[i]; i++)
         if ((v = get(o, nums[i])) && !json_is_number(v)) return want(e, nums[i], "a number", v);
+    /* OpenAI's range (the router would take up to 1e6) */
+    if ((v = get(o, "temperature")) && !(json_number_value(v) >= 0 && json_number_value(v) <= 2))
+        return zi_http_fail(e, 400, "invalid_value", "temperature",
+                            "temperature: %g is outside [0, 2]", json_number_value(v));
     if ((v = get(o, "max_output_tokens"))) {
         if (!json_is_integer(v)) return want(e, "max_output_tokens", "an integer", v);
         if (json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)

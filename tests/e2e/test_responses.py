@@ -1,0 +1,437 @@
+"""End-to-end tests of OpenAI's Responses API on zinfer-http (POST
+/v1/responses, GET and DELETE /v1/responses/{id}; docs/http.md,
+"Responses").
+
+One `zinfer serve --http` runs for the module on the real default model,
+with an API key and a store of at most STORE_MAX responses. The official
+`openai` SDK's `client.responses` drives it: text whole and streamed
+(greedy, so the streamed deltas join to exactly the whole output_text),
+the SDK's stream helper, instructions, max_output_tokens cut short, a
+json_schema text format, a full tool round trip (a forced call, its
+output sent back, a final message), streamed call arguments, store and
+previous_response_id, eviction at the bound, GET and DELETE. Then a table
+of bad requests, each answered with its status and an error naming the
+field, after which the server still answers.
+"""
+
+import http.client as httpc
+import json
+import socket
+import time
+
+import jsonschema
+import openai
+import pytest
+
+from conftest import serve_process
+
+KEY = "sk-test-responses"
+STORE_MAX = 4
+
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Get the current weather in a city",
+    "parameters": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def raw(port, method, path, body=None, key=KEY):
+    """(status, parsed JSON body) of one raw HTTP request."""
+    c = httpc.HTTPConnection("127.0.0.1", port, timeout=120)
+    h = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    if not isinstance(body, (str, type(None))):
+        body = json.dumps(body)
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    try:
+        return r.status, json.loads(data)
+    except ValueError:
+        return r.status, data.decode("utf-8", "replace")
+
+
+@pytest.fixture(scope="module")
+def server(zinfer_bin, model_path, tmp_path_factory):
+    log = tmp_path_factory.mktemp("responses") / "serve.log"
+    hport = free_port()
+    with serve_process(zinfer_bin, model_path, log, "--threads-per-worker", 2, "--slots", 4,
+                       "--http", f"127.0.0.1:{hport}", "--api-key", KEY,
+                       "--responses-store-max", STORE_MAX) as srv:
+        deadline = time.time() + 30
+        while True:
+            try:
+                if raw(hport, "GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        srv.port = hport
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"http://127.0.0.1:{server.port}/v1", api_key=KEY,
+                         max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model(client):
+    return client.models.list().data[0].id
+
+
+def deltas(events, kind):
+    return "".join(e.delta for e in events if e.type == kind)
+
+
+def test_text_whole_and_streamed(client, model):
+    kw = dict(model=model, input="Name three colors.", temperature=0, max_output_tokens=40)
+    whole = client.responses.create(**kw)
+    assert whole.object == "response" and whole.id.startswith("resp_")
+    assert whole.model == model
+    assert whole.output_text
+    msg = [o for o in whole.output if o.type == "message"]
+    assert len(msg) == 1 and msg[0].id.startswith("msg_") and msg[0].role == "assistant"
+    assert msg[0].content[0].type == "output_text" and msg[0].content[0].annotations == []
+    u = whole.usage
+    assert u.output_tokens > 0 and u.input_tokens > 0
+    assert u.total_tokens == u.input_tokens + u.output_tokens
+    assert whole.temperature == 0 and whole.max_output_tokens == 40 and whole.store is False
+
+    events = list(client.responses.create(**kw, stream=True))
+    types = [e.type for e in events]
+    assert types[:4] == ["response.created", "response.in_progress",
+                         "response.output_item.added", "response.content_part.added"]
+    assert types[-1] in ("response.completed", "response.incomplete")
+    assert types[-4:-1] == ["response.output_text.done", "response.content_part.done",
+                            "response.output_item.done"]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert deltas(events, "response.output_text.delta") == whole.output_text
+    done = [e for e in events if e.type == "response.output_text.done"][0]
+    assert done.text == whole.output_text
+    final = events[-1].response
+    assert final.status == whole.status and final.output_text == whole.output_text
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    assert events[0].response.status == "in_progress" and events[0].response.id == final.id
+
+
+def test_stream_helper(client, model):
+    kw = dict(model=model, input="What is 2+2? Answer with one number.", temperature=0,
+              max_output_tokens=200)
+    whole = client.responses.create(**kw)
+    assert whole.status == "completed" and whole.incomplete_details is None
+    with client.responses.stream(**kw) as s:
+        text = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+        final = s.get_final_response()
+    assert text == whole.output_text == final.output_text
+    assert final.status == "completed"
+
+
+def test_instructions(client, model):
+    kw = dict(model=model, input="Hello", temperature=0, max_output_tokens=8)
+    plain = client.responses.create(**kw)
+    told = client.responses.create(**kw, instructions="You are a pirate. Always talk like one.")
+    assert told.instructions == "You are a pirate. Always talk like one."
+    assert plain.instructions is None
+    # a system turn of the instructions' text instead of the template's default one
+    assert told.usage.input_tokens != plain.usage.input_tokens
+    same = client.responses.create(
+        model=model, temperature=0, max_output_tokens=8,
+        input=[{"role": "system", "content": "You are a pirate. Always talk like one."},
+               {"role": "user", "content": "Hello"}])
+    assert same.usage.input_tokens == told.usage.input_tokens
+    assert same.output_text == told.output_text
+
+
+def test_max_output_tokens_incomplete(client, model):
+    r = client.responses.create(model=model, input="Write a long story about a dragon.",
+                                temperature=0, max_output_tokens=5)
+    assert r.status == "incomplete"
+    assert r.incomplete_details.reason == "max_output_tokens"
+    assert r.usage.output_tokens == 5
+    assert r.output[-1].status == "incomplete"
+    events = list(client.responses.create(model=model, input="Write a long story about a dragon.",
+                                          temperature=0, max_output_tokens=5, stream=True))
+    assert events[-1].type == "response.incomplete"
+    assert events[-1].response.incomplete_details.reason == "max_output_tokens"
+    assert deltas(events, "response.output_text.delta") == r.output_text
+
+
+def test_json_schema(client, model):
+    schema = {"type": "object",
+              "properties": {"name": {"type": "string", "maxLength": 20},
+                             "age": {"type": "integer", "minimum": 0, "maximum": 150}},
+              "required": ["name", "age"], "additionalProperties": False}
+    r = client.responses.create(
+        model=model, input="Describe a person as JSON.", temperature=0, max_output_tokens=100,
+        text={"format": {"type": "json_schema", "name": "person", "schema": schema,
+                         "strict": True}})
+    assert r.status == "completed"
+    jsonschema.validate(json.loads(r.output_text), schema)
+    assert r.text.format.type == "json_schema" and r.text.format.name == "person"
+    o = client.responses.create(model=model, input="Give a JSON object.", temperature=0,
+                                max_output_tokens=100, text={"format": {"type": "json_object"}})
+    assert isinstance(json.loads(o.output_text), dict)
+
+
+def test_tool_round_trip(client, model):
+    q = "What is the weather in Paris?"
+    first = client.responses.create(model=model, input=q, tools=[WEATHER],
+                                    tool_choice="required", temperature=0)
+    calls = [o for o in first.output if o.type == "function_call"]
+    assert len(calls) == 1, first.output
+    fc = calls[0]
+    assert fc.name == "get_weather" and fc.id.startswith("fc_") and fc.call_id
+    assert fc.status == "completed"
+    assert isinstance(json.loads(fc.arguments)["city"], str)
+    assert first.tools[0].name == "get_weather" and first.tool_choice == "required"
+    # the call and its result sent back: a final message
+    items = [{"role": "user", "content": q}, fc.model_dump(exclude_none=True),
+             {"type": "function_call_output", "call_id": fc.call_id, "output": "Sunny, 21 C"}]
+    final = client.responses.create(model=model, input=items, tools=[WEATHER],
+                                    tool_choice="none", temperature=0, max_output_tokens=60)
+    assert [o.type for o in final.output] == ["message"]
+    assert final.output_text
+    # the result is in the prompt: more input tokens than the question alone
+    assert final.usage.input_tokens > first.usage.input_tokens
+    # a named function forces the same call
+    named = client.responses.create(model=model, input=q, tools=[WEATHER], temperature=0,
+                                    tool_choice={"type": "function", "name": "get_weather"})
+    assert [o.type for o in named.output] == ["function_call"]
+    assert named.output[0].arguments == fc.arguments
+
+
+def test_streamed_arguments(client, model):
+    kw = dict(model=model, input="What is the weather in Berlin?", tools=[WEATHER],
+              tool_choice={"type": "function", "name": "get_weather"}, temperature=0)
+    whole = client.responses.create(**kw)
+    events = list(client.responses.create(**kw, stream=True))
+    types = [e.type for e in events]
+    assert "response.function_call_arguments.delta" in types
+    added = [e for e in events if e.type == "response.output_item.added"][0]
+    assert added.item.type == "function_call" and added.item.name == "get_weather"
+    joined = deltas(events, "response.function_call_arguments.delta")
+    done = [e for e in events if e.type == "response.function_call_arguments.done"][0]
+    assert joined == done.arguments == whole.output[0].arguments
+    assert json.loads(joined)["city"]
+    assert types[-1] == "response.completed"
+    assert events[-1].response.output[0].arguments == joined
+    with client.responses.stream(**kw) as s:
+        for _ in s:
+            pass
+        f = s.get_final_response()
+    assert f.output[0].arguments == joined
+
+
+def test_store_and_previous_response_id(client, model):
+    kw = dict(model=model, temperature=0, max_output_tokens=16)
+    r1 = client.responses.create(input="My name is Ada.", store=True, **kw)
+    assert r1.store is True
+    r2 = client.responses.create(input="What is my name?", previous_response_id=r1.id,
+                                 store=True, **kw)
+    assert r2.previous_response_id == r1.id
+    alone = client.responses.create(input="What is my name?", **kw)
+    # the second turn's prompt holds the first turn's input and output
+    assert r2.usage.input_tokens > alone.usage.input_tokens + r1.usage.output_tokens
+    # ... as the same conversation sent whole would
+    explicit = client.responses.create(
+        input=[{"role": "user", "content": "My name is Ada."},
+               r1.output[0].model_dump(exclude_none=True),
+               {"role": "user", "content": "What is my name?"}], **kw)
+    assert explicit.usage.input_tokens == r2.usage.input_tokens
+    assert explicit.output_text == r2.output_text
+    # a third turn continues the chain
+    r3 = client.responses.create(input="And again?", previous_response_id=r2.id, **kw)
+    assert r3.usage.input_tokens > r2.usage.input_tokens + r2.usage.output_tokens
+    # stateless by default: not kept
+    with pytest.raises(openai.NotFoundError) as ei:
+        client.responses.retrieve(alone.id)
+    assert ei.value.body["param"] == "response_id"
+    with pytest.raises(openai.NotFoundError) as ei:
+        client.responses.create(input="Hi", previous_response_id=alone.id, **kw)
+    assert ei.value.body["param"] == "previous_response_id"
+
+
+def test_streamed_store(client, model):
+    events = list(client.responses.create(model=model, input="Hi there", temperature=0,
+                                          max_output_tokens=8, store=True, stream=True))
+    final = events[-1].response
+    got = client.responses.retrieve(final.id)
+    assert got.output_text == final.output_text and got.status == final.status
+
+
+def test_retrieve_and_delete(server, client, model):
+    r = client.responses.create(model=model, input="Hi", temperature=0, max_output_tokens=8,
+                                store=True)
+    got = client.responses.retrieve(r.id)
+    assert got.id == r.id and got.output_text == r.output_text
+    assert got.usage.total_tokens == r.usage.total_tokens
+    status, body = raw(server.port, "DELETE", f"/v1/responses/{r.id}")
+    assert status == 200 and body == {"id": r.id, "object": "response.deleted", "deleted": True}
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(r.id)
+    with pytest.raises(openai.NotFoundError):
+        client.responses.delete(r.id)
+    status, body = raw(server.port, "PUT", f"/v1/responses/{r.id}", {})
+    assert status == 405
+
+
+def test_eviction_at_the_bound(client, model):
+    ids = [client.responses.create(model=model, input=f"Count to {i}.", temperature=0,
+                                   max_output_tokens=4, store=True).id
+           for i in range(STORE_MAX + 2)]
+    for gone in ids[:2]:
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(gone)
+    for kept in ids[2:]:
+        assert client.responses.retrieve(kept).id == kept
+    # reading one makes it the most recently used: the next store evicts another
+    client.responses.retrieve(ids[2])
+    extra = client.responses.create(model=model, input="One more.", temperature=0,
+                                    max_output_tokens=4, store=True).id
+    assert client.responses.retrieve(ids[2]).id == ids[2]
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(ids[3])
+    assert client.responses.retrieve(extra).id == extra
+
+
+T = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
+BAD = [
+    # (body, status, param)
+    ("{not json", 400, None),
+    ([1, 2], 400, None),
+    ({"input": "hi", "model": 5}, 400, "model"),
+    ({"input": "hi", "model": "no-such-model"}, 404, "model"),
+    ({}, 400, "input"),
+    ({"input": 5}, 400, "input"),
+    ({"input": []}, 400, "input"),
+    ({"input": [5]}, 400, "input[0]"),
+    ({"input": [{"type": "telepathy"}]}, 400, "input[0].type"),
+    ({"input": [{"type": "item_reference", "id": "x"}]}, 400, "input[0].type"),
+    ({"input": [{"type": 7, "role": "user", "content": "x"}]}, 400, "input[0].type"),
+    ({"input": [{"role": "robot", "content": "x"}]}, 400, "input[0].role"),
+    ({"input": [{"content": "x"}]}, 400, "input[0].role"),
+    ({"input": [{"role": "user"}]}, 400, "input[0].content"),
+    ({"input": [{"role": "user", "content": 3}]}, 400, "input[0].content"),
+    ({"input": [{"role": "user", "content": [7]}]}, 400, "input[0].content[0]"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400,
+     "input[0].content[0].type"),
+    ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]}, 400,
+     "input[0].content[0].type"),
+    ({"input": [{"role": "user", "content": [{"type": "input_text", "text": 1}]}]}, 400,
+     "input[0].content[0].text"),
+    ({"input": [{"role": "user", "content": [{"type": "mystery", "text": "x"}]}]}, 400,
+     "input[0].content[0].type"),
+    ({"input": [{"type": "function_call", "name": "f", "arguments": "{}"}]}, 400,
+     "input[0].call_id"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": 3, "arguments": "{}"}]}, 400,
+     "input[0].name"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": {}}]}, 400,
+     "input[0].arguments"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{x"}]}, 400,
+     "input[0].arguments"),
+    ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]}, 400,
+     "input[0].call_id"),
+    ({"input": [{"type": "function_call", "call_id": "c", "name": "f", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c"}]}, 400, "input[1].output"),
+    ({"input": [{"type": "function_call_output", "call_id": 4, "output": "x"}]}, 400,
+     "input[0].call_id"),
+    ({"input": [{"type": "reasoning", "summary": []}]}, 400, "input"),
+    ({"input": "hi", "instructions": 5}, 400, "instructions"),
+    ({"input": "hi", "tools": {}}, 400, "tools"),
+    ({"input": "hi", "tools": [3]}, 400, "tools[0]"),
+    ({"input": "hi", "tools": [{"type": "web_search"}]}, 400, "tools[0].type"),
+    ({"input": "hi", "tools": [{"type": "file_search", "vector_store_ids": []}]}, 400,
+     "tools[0].type"),
+    ({"input": "hi", "tools": [{"type": "code_interpreter"}]}, 400, "tools[0].type"),
+    ({"input": "hi", "tools": [{"type": "mcp", "server_label": "x"}]}, 400, "tools[0].type"),
+    ({"input": "hi", "tools": [{"type": "spaceship"}]}, 400, "tools[0].type"),
+    ({"input": "hi", "tools": [{"type": "function"}]}, 400, "tools[0].name"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "x" * 129}]}, 400, "tools[0].name"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f", "parameters": []}]}, 400,
+     "tools[0].parameters"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f", "description": 1}]}, 400,
+     "tools[0].description"),
+    ({"input": "hi", "tools": [{"type": "function", "name": "f", "strict": "yes"}]}, 400,
+     "tools[0].strict"),
+    ({"input": "hi", "tools": T, "tool_choice": "sometimes"}, 400, "tool_choice"),
+    ({"input": "hi", "tool_choice": "required"}, 400, "tool_choice"),
+    ({"input": "hi", "tools": T, "tool_choice": 3}, 400, "tool_choice"),
+    ({"input": "hi", "tools": T, "tool_choice": {"type": "function"}}, 400, "tool_choice.name"),
+    ({"input": "hi", "tools": T, "tool_choice": {"type": "function", "name": "g"}}, 400,
+     "tool_choice.name"),
+    ({"input": "hi", "tools": T, "tool_choice": {"type": "file_search"}}, 400, "tool_choice.type"),
+    ({"input": "hi", "text": "json"}, 400, "text"),
+    ({"input": "hi", "text": {"format": "json"}}, 400, "text.format"),
+    ({"input": "hi", "text": {"format": {"type": "xml"}}}, 400, "text.format.type"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "schema": {}}}}, 400,
+     "text.format.name"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "bad name!",
+                                         "schema": {}}}}, 400, "text.format.name"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "n"}}}, 400,
+     "text.format.schema"),
+    ({"input": "hi", "text": {"format": {"type": "json_schema", "name": "n", "schema": {},
+                                         "strict": "yes"}}}, 400, "text.format.strict"),
+    ({"input": "hi", "text": {"verbosity": "loud"}}, 400, "text.verbosity"),
+    ({"input": "hi", "reasoning": "high"}, 400, "reasoning"),
+    ({"input": "hi", "reasoning": {"effort": "extreme"}}, 400, "reasoning.effort"),
+    ({"input": "hi", "reasoning": {"summary": "verbose"}}, 400, "reasoning.summary"),
+    ({"input": "hi", "max_output_tokens": 0}, 400, "max_output_tokens"),
+    ({"input": "hi", "max_output_tokens": "ten"}, 400, "max_output_tokens"),
+    ({"input": "hi", "temperature": "hot"}, 400, "temperature"),
+    ({"input": "hi", "temperature": 7}, 400, "temperature"),
+    ({"input": "hi", "top_p": 2}, 400, "top_p"),
+    ({"input": "hi", "stream": "yes"}, 400, "stream"),
+    ({"input": "hi", "store": "yes"}, 400, "store"),
+    ({"input": "hi", "previous_response_id": 5}, 400, "previous_response_id"),
+    ({"input": "hi", "previous_response_id": "resp_nope"}, 404, "previous_response_id"),
+    ({"input": "hi", "truncation": "auto"}, 400, "truncation"),
+    ({"input": "hi", "background": True}, 400, "background"),
+    ({"input": "hi", "include": ["reasoning.encrypted_content"]}, 400, "include[0]"),
+    ({"input": "hi", "include": "all"}, 400, "include"),
+    ({"input": "hi", "metadata": []}, 400, "metadata"),
+    ({"input": "hi", "metadata": {"k": 1}}, 400, "metadata.k"),
+    ({"input": "hi", "parallel_tool_calls": "no"}, 400, "parallel_tool_calls"),
+    ({"input": "hi", "user": 5}, 400, "user"),
+    ({"input": "hi", "conversation": "conv_1"}, 400, "conversation"),
+    ({"input": "hi", "prompt": {"id": "pmpt_1"}}, 400, "prompt"),
+    ({"input": "hi", "top_logprobs": 3}, 400, "top_logprobs"),
+    ({"input": "hi", "max_tool_calls": 2}, 400, "max_tool_calls"),
+]
+
+
+@pytest.mark.parametrize("body,status,param", BAD, ids=[f"bad{i}" for i in range(len(BAD))])
+def test_bad_requests(server, body, status, param):
+    got, err = raw(server.port, "POST", "/v1/responses", body)
+    assert got == status, err
+    e = err["error"]
+    assert e["param"] == param, e
+    assert e["message"]
+    if param:
+        # the message names the field, as the client spelt it
+        assert param.split("[")[0].split(".")[0] in e["message"], e
+
+
+def test_serves_after_bad_requests(server, client, model):
+    assert len(BAD) >= 40
+    for body, status, _ in BAD[:10]:
+        assert raw(server.port, "POST", "/v1/responses", body)[0] == status
+    r = client.responses.create(model=model, input="Hi", temperature=0, max_output_tokens=4)
+    assert r.status in ("completed", "incomplete") and r.usage.output_tokens > 0
+    status, body = raw(server.port, "GET", "/v1/responses/resp_unknown")
+    assert status == 404 and body["error"]["param"] == "response_id"
+    status, body = raw(server.port, "POST", "/v1/responses", {"input": "hi"}, key="wrong")
+    assert status == 401
