@@ -675,7 +675,9 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
     if (!rc) rc = translate_reasoning(o, chat, &summary, e);
     if (!rc) {
         json_object_set(chat, "messages", msgs);
-        static const char *const same[] = {"model", "temperature", "top_p", "stream", NULL};
+        /* grammar: zinfer's extension, as on chat completions (GBNF) */
+        static const char *const same[] = {"model",  "temperature", "top_p",
+                                           "stream", "grammar",     NULL};
         for (int i = 0; same[i]; i++)
             if ((v = get(o, same[i]))) json_object_set(chat, same[i], v);
         if ((v = get(o, "max_output_tokens"))) json_object_set(chat, "max_tokens", v);

@@ -16,8 +16,10 @@ field, after which the server still answers.
 
 import http.client as httpc
 import json
+import os
 import socket
 import time
+from pathlib import Path
 
 import jsonschema
 import openai
@@ -435,3 +437,126 @@ def test_serves_after_bad_requests(server, client, model):
     assert status == 404 and body["error"]["param"] == "response_id"
     status, body = raw(server.port, "POST", "/v1/responses", {"input": "hi"}, key="wrong")
     assert status == 401
+
+
+# ---- a thinking model: a random-weight qwen3 file with Qwen 3's template ----
+
+HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
+VENDOR = HOME / "llama.cpp-vendor" / "models"
+VOCAB = VENDOR / "ggml-vocab-qwen2.gguf"
+QWEN3 = VENDOR / "templates" / "Qwen-Qwen3-0.6B.jinja"
+# The grammars force the whole completion, so its reasoning and answer are
+# known exactly (the random weights would write noise).
+THINK = r'root ::= "<think>\nTwo and two make four.\n</think>\n\nThe answer is 4."'
+CALL = (r'root ::= "<think>\nI need the weather.\n</think>\n\n<tool_call>\n'
+        r'{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"')
+ANSWER = r'root ::= "<think>\nThe tool said sunny.\n</think>\n\nIt is sunny in Paris."'
+
+
+def write_qwen3(path):
+    """A small random qwen3 file (3 layers, width 64) with Qwen 2's
+    vocabulary and Qwen 3's chat template, which lets the model open
+    `<think>` itself."""
+    import gguf
+    import numpy as np
+    from gguf_files import tokenizer_rows, write_gguf
+
+    rows, n_vocab = tokenizer_rows(VOCAB)
+    rows = [r for r in rows if r[0] != "tokenizer.chat_template"]
+    rows.append(("tokenizer.chat_template", QWEN3.read_text(encoding="utf-8"),
+                 gguf.GGUFValueType.STRING, None))
+    rng = np.random.default_rng(11)
+    d, nh, nkv, hd, ff = 64, 4, 2, 16, 128
+
+    def mat(r, c, sigma=None):
+        return (rng.standard_normal((r, c)) * (sigma or 1 / np.sqrt(c))).astype(np.float32)
+
+    def norm(n):
+        return (1 + 0.1 * rng.standard_normal(n)).astype(np.float32)
+
+    q8 = gguf.GGMLQuantizationType.Q8_0
+    t = {"token_embd.weight": (gguf.quants.quantize(mat(n_vocab, d, 0.3), q8), q8),
+         "output_norm.weight": (norm(d), None)}
+    for L in range(3):
+        p = f"blk.{L}."
+        for name, w in {"attn_norm.weight": norm(d), "ffn_norm.weight": norm(d),
+                        "attn_q.weight": mat(nh * hd, d), "attn_k.weight": mat(nkv * hd, d),
+                        "attn_v.weight": mat(nkv * hd, d), "attn_output.weight": mat(d, nh * hd),
+                        "attn_q_norm.weight": norm(hd), "attn_k_norm.weight": norm(hd),
+                        "ffn_gate.weight": mat(ff, d), "ffn_up.weight": mat(ff, d),
+                        "ffn_down.weight": mat(d, ff)}.items():
+            t[p + name] = (w, None)
+    hp = {"block_count": 3, "context_length": 1024, "embedding_length": d,
+          "feed_forward_length": ff, "attention.head_count": nh, "attention.head_count_kv": nkv,
+          "attention.key_length": hd, "attention.value_length": hd,
+          "rope.freq_base": 1000000.0, "attention.layer_norm_rms_epsilon": 1e-6}
+    return write_gguf(path, "qwen3", rows, hp, t)
+
+
+@pytest.fixture(scope="module")
+def thinker(zinfer_bin, tmp_path_factory):
+    if not (VOCAB.is_file() and QWEN3.is_file()):
+        pytest.skip("the vendored llama.cpp vocabulary and templates are absent")
+    d = tmp_path_factory.mktemp("thinker")
+    path = write_qwen3(d / "qwen3-think.gguf")
+    hport = free_port()
+    with serve_process(zinfer_bin, path, d / "serve.log", "--threads-per-worker", 2,
+                       "--http", f"127.0.0.1:{hport}", "--api-key", KEY) as srv:
+        deadline = time.time() + 30
+        while raw(hport, "GET", "/health")[0] != 200:
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        yield openai.OpenAI(base_url=f"http://127.0.0.1:{hport}/v1", api_key=KEY, max_retries=0,
+                            timeout=120)
+
+
+def test_reasoning_item(thinker):
+    kw = dict(model="qwen3-think", input="What is 2+2?", temperature=0, max_output_tokens=200,
+              extra_body={"grammar": THINK})
+    whole = thinker.responses.create(**kw)
+    assert whole.status == "completed"
+    assert [o.type for o in whole.output] == ["reasoning", "message"]
+    rs = whole.output[0]
+    assert rs.id.startswith("rs_") and rs.summary == []
+    assert [(c.type, c.text) for c in rs.content] == [("reasoning_text", "Two and two make four.")]
+    assert whole.output_text == "The answer is 4."
+    events = list(thinker.responses.create(**kw, stream=True))
+    assert deltas(events, "response.reasoning_text.delta") == "Two and two make four."
+    assert deltas(events, "response.output_text.delta") == "The answer is 4."
+    done = [e.text for e in events if e.type == "response.reasoning_text.done"]
+    assert done == ["Two and two make four."]
+    final = events[-1].response
+    assert final.output[0].content[0].text == rs.content[0].text
+    assert final.output_text == whole.output_text
+    # a summary asked for: the reasoning itself, whole and streamed
+    summ = thinker.responses.create(**kw, reasoning={"summary": "auto"})
+    assert [s.text for s in summ.output[0].summary] == ["Two and two make four."]
+    assert summ.reasoning.summary == "auto"
+    events = list(thinker.responses.create(**kw, reasoning={"summary": "detailed"}, stream=True))
+    assert deltas(events, "response.reasoning_summary_text.delta") == "Two and two make four."
+
+
+def test_reasoning_tool_round_trip(thinker):
+    kw = dict(model="qwen3-think", tools=[WEATHER], temperature=0, max_output_tokens=200)
+    q = "What is the weather in Paris?"
+    first = thinker.responses.create(input=q, store=True, extra_body={"grammar": CALL}, **kw)
+    assert [o.type for o in first.output] == ["reasoning", "function_call"]
+    assert first.output[0].content[0].text == "I need the weather."
+    fc = first.output[1]
+    assert fc.name == "get_weather" and json.loads(fc.arguments) == {"city": "Paris"}
+    events = list(thinker.responses.create(input=q, extra_body={"grammar": CALL}, stream=True,
+                                           **kw))
+    assert deltas(events, "response.reasoning_text.delta") == "I need the weather."
+    assert deltas(events, "response.function_call_arguments.delta") == fc.arguments
+    # the result back, continuing from the stored response
+    out = {"type": "function_call_output", "call_id": fc.call_id, "output": "sunny"}
+    second = thinker.responses.create(input=[out], previous_response_id=first.id,
+                                      extra_body={"grammar": ANSWER}, **kw)
+    assert [o.type for o in second.output] == ["reasoning", "message"]
+    assert second.output_text == "It is sunny in Paris."
+    # the same turn sent whole (the reasoning item dropped from the prompt)
+    items = [{"role": "user", "content": q}] + [o.model_dump(exclude_none=True)
+                                                for o in first.output] + [out]
+    again = thinker.responses.create(input=items, extra_body={"grammar": ANSWER}, **kw)
+    assert again.usage.input_tokens == second.usage.input_tokens
+    assert second.usage.input_tokens > first.usage.input_tokens
