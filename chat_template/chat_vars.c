@@ -351,7 +351,7 @@ int zi_chat_messages_from_request(const zi_request *r, int tool_caps, zi_chat_ar
     if (!items) return zi_error_set(err, ZI_ENOMEM, "messages: out of memory");
     for (size_t i = 0; i < n; i++) {
         const zi_message *m = &r->messages[i];
-        zi_chat_pair *kv = arena_alloc(a, 5 * sizeof *kv);
+        zi_chat_pair *kv = arena_alloc(a, 6 * sizeof *kv);
         if (!kv) return zi_error_set(err, ZI_ENOMEM, "messages: out of memory");
         size_t k = 0;
         if (!(tool_caps & ZI_CHAT_TOOLS_NATIVE) &&
@@ -387,6 +387,9 @@ int zi_chat_messages_from_request(const zi_request *r, int tool_caps, zi_chat_ar
             kv[k++] = (zi_chat_pair){"tool_call_id", 12,
                                      str_value(m->tool_call_id.p, m->tool_call_id.len)};
         if (m->name.len) kv[k++] = (zi_chat_pair){"name", 4, str_value(m->name.p, m->name.len)};
+        if (m->reasoning_content.len)
+            kv[k++] = (zi_chat_pair){"reasoning_content", 17,
+                                     str_value(m->reasoning_content.p, m->reasoning_content.len)};
         items[i] = (zi_chat_value){.kind = ZI_CHAT_DICT};
         items[i].u.dict.v = kv;
         items[i].u.dict.n = k;

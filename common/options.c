@@ -155,6 +155,12 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                                 NULL, PASS | ROUTER, "N", "longest prompt accepted", NULL},
     [ZI_O_MAX_NEW_TOKENS] = {"--max-new-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096, NULL,
                              PASS | ROUTER, "N", "largest max_new_tokens; also the default", NULL},
+    [ZI_O_MAX_THINKING_TOKENS] = {"--max-thinking-tokens", NULL, ZI_OPT_INT, 0, 1000000, NULL, 0,
+                                  NULL, PASS | ROUTER, "N",
+                                  "the thinking budget (max_thinking_tokens) of a messages request "
+                                  "that gives none and has no response_format, grammar or regex; "
+                                  "0: none",
+                                  NULL},
     [ZI_O_MAX_EMBED_INPUTS] = {"--max-embed-inputs", NULL, ZI_OPT_INT, 1, EMBED_INPUTS_CAP, NULL,
                                EMBED_INPUTS_DEFAULT, NULL, PASS | ROUTER, "N",
                                "inputs of one embed request at most", NULL},
@@ -214,6 +220,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                                     "bytes of the responses kept, at most (least recently used "
                                     "dropped first)",
                                     NULL},
+    /* the words' order is http_request.h's zi_reasoning_format */
+    [ZI_O_REASONING_FORMAT] = {"--reasoning-format", NULL, ZI_OPT_ENUM, 0, 0, "separate|none", 0,
+                               NULL, PASS | HTTP, "F",
+                               "a chat completion's reasoning (<think>...</think>): separate "
+                               "(reasoning_content), or none (left in the content); a request's "
+                               "reasoning_format overrides it",
+                               NULL},
 
     [ZI_O_ROUTER_CURVE_SECRET] = {"--curve-secret", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", ROUTER,
                                   "FILE",

@@ -61,6 +61,7 @@ typedef enum zi_opt_id {
     ZI_O_MAX_QUEUE,
     ZI_O_MAX_PROMPT_TOKENS,
     ZI_O_MAX_NEW_TOKENS,
+    ZI_O_MAX_THINKING_TOKENS,
     ZI_O_MAX_EMBED_INPUTS,
     ZI_O_MAX_EMBED_TOKENS,
     ZI_O_HEARTBEAT_TIMEOUT,
@@ -77,6 +78,7 @@ typedef enum zi_opt_id {
     ZI_O_ROUTER_TIMEOUT,
     ZI_O_RESPONSES_STORE_MAX,
     ZI_O_RESPONSES_STORE_BYTES,
+    ZI_O_REASONING_FORMAT,
     /* CURVE key files (serve makes them from --keys) */
     ZI_O_ROUTER_CURVE_SECRET,
     ZI_O_BACKEND_KEYS,

@@ -15,6 +15,11 @@
  * all reasoning. A text that does not start with the section is content,
  * byte for byte.
  *
+ * gpt-oss's harmony messages are recognized at the text's start too
+ * (`<|channel|>` or `<|start|>`): the analysis channel is reasoning, a
+ * message to=functions.NAME of a known tool is a call (its body the
+ * arguments), any other body content.
+ *
  * Each byte is reported once, held back only while it may still be part of
  * a marker (a split `</thi`) or is whitespace that may yet be trimmed; so
  * feeding a text in any pieces reports the same joined reasoning, content
@@ -50,12 +55,14 @@ int zi_chat_stream_calls_ok(const zi_chat_stream *cs);
 
 void zi_chat_stream_free(zi_chat_stream *cs);
 
-/* A whole completion split without tools: *reasoning and *content
- * malloc'd NUL-terminated (either may be ""), as the stream's joined
- * REASONING and CONTENT would be; the content is what tool_stream would
- * be fed, so zi_http_tools_extract on it finds the stream's calls. 0, or
- * -1 out of memory (both NULL). */
+/* A whole completion split as the stream would report it: *reasoning and
+ * *content malloc'd NUL-terminated (either may be ""), and with tools
+ * *calls a new array of OpenAI tool calls ({"id", "type": "function",
+ * "function": {"name", "arguments"}}) when calls were made and every one
+ * is whole and valid. Without such calls *calls is NULL and *content is
+ * all the text but the reasoning, as the model wrote it (a broken call's
+ * text included). 0, or -1 out of memory (all NULL). */
 int zi_chat_stream_split(const zi_http_gen *g, const char *text, size_t len, char **reasoning,
-                         size_t *rlen, char **content, size_t *clen);
+                         size_t *rlen, char **content, size_t *clen, json_t **calls);
 
 #endif

@@ -33,6 +33,7 @@ typedef struct zi_http_config {
                                   connection opened (after the previous answer, once
                                   idle for timeout_s) */
     const zi_logger *lg;
+    int reasoning_format; /* zi_reasoning_format: a chat request's unless it names one */
 } zi_http_config;
 
 /* The waits the endpoints allow the router (http_endpoints.h). */

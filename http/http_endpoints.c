@@ -474,6 +474,8 @@ static void generate(zi_http_ctx *ctx, const zi_http_api *api, const char *body,
     s->api = api;
     s->client_fd = client_fd;
     if (api->parse(ctx, body, len, &s->g, &e) || zi_http_conn_open(ctx, &s->conn, &e)) goto fail;
+    if (!s->g.reasoning.format_given)
+        s->g.reasoning.format = (zi_reasoning_format)ctx->cfg.reasoning_format;
     /* The served model names the answer; another name is a 404 here (the
      * router would refuse it too, in its own protocol's words). */
     if (served_model(ctx, s->conn, model, sizeof model, NULL, &e)) goto fail;

@@ -101,6 +101,9 @@ int main(int argc, char **argv) {
         case ZI_O_RESPONSES_STORE_BYTES:
             store_bytes = x;
             break;
+        case ZI_O_REASONING_FORMAT:
+            cfg.reasoning_format = (int)x;
+            break;
         case ZI_O_LOG_LEVEL:
             lg.level = (int)x;
             break;

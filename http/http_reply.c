@@ -10,6 +10,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "chat_stream.h"
 #include "codec.h"
 #include "grow.h"
 #include "tool_stream.h"
@@ -40,7 +41,7 @@ static json_t *jstr(const char *s, size_t n) {
     return j;
 }
 
-void zi_http_result_init(zi_http_result *r, const zi_http_gen *g, const char *model) {
+void zi_http_result_init(zi_http_result *r, zi_http_gen *g, const char *model) {
     memset(r, 0, sizeof *r);
     r->g = g;
     unsigned char rnd[12];
@@ -60,8 +61,7 @@ void zi_http_result_free(zi_http_result *r) {
         free(r->ch[i].lp);
         free(r->ch[i].prompt_lp);
         free(r->ch[i].prompt_text);
-        if (r->ch[i].ts) zi_tool_stream_free(r->ch[i].ts);
-        free(r->ch[i].ts);
+        zi_chat_stream_free(r->ch[i].cs);
     }
     memset(r->ch, 0, sizeof r->ch);
 }
@@ -182,6 +182,11 @@ int zi_http_result_apply(zi_http_result *r, const msgpack_object *f, zi_http_del
     }
     if (strcmp(ev, "chunk")) return 1;
     if (d->first && r->g->echo && apply_prompt(c, f, e)) return -1;
+    /* The rendered prompt opened a thinking section (docs/protocol.md);
+     * every choice has the same prompt. */
+    const msgpack_object *ro = zi_map_get(f, "reasoning_open");
+    if (d->first && ro && ro->type == MSGPACK_OBJECT_BOOLEAN && ro->via.boolean)
+        r->g->reasoning.open = 1;
     const msgpack_object *t = zi_map_get(f, "text");
     if (t && t->type == MSGPACK_OBJECT_STR &&
         zi_http_buf_add(&c->text, &c->len, &c->cap, t->via.str.ptr, t->via.str.size))
@@ -365,17 +370,30 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
         if (chat) {
             json_t *m = json_object();
             json_object_set_new(m, "role", json_string("assistant"));
-            char *rest = NULL;
-            json_t *calls =
-                zi_http_tools_extract(&r->g->tools, c->text ? c->text : "", c->len, &rest);
+            /* The reasoning, content and calls as the stream reports
+             * them (chat_stream.h). */
+            char *reasoning, *text;
+            size_t rn, tn;
+            json_t *calls;
+            if (zi_chat_stream_split(r->g, c->text ? c->text : "", c->len, &reasoning, &rn, &text,
+                                     &tn, &calls)) {
+                json_decref(m);
+                json_decref(ch);
+                json_decref(lp);
+                json_decref(o);
+                zi_http_fail(e, 500, "internal", NULL, "out of memory");
+                return NULL;
+            }
             if (calls) {
-                json_object_set_new(m, "content", rest ? jstr(rest, strlen(rest)) : json_null());
+                json_object_set_new(m, "content", tn ? jstr(text, tn) : json_null());
                 json_object_set_new(m, "tool_calls", calls);
                 finish = "tool_calls";
             } else {
-                json_object_set_new(m, "content", jstr(c->text ? c->text : "", c->len));
+                json_object_set_new(m, "content", jstr(text, tn));
             }
-            free(rest);
+            if (rn) json_object_set_new(m, "reasoning_content", jstr(reasoning, rn));
+            free(text);
+            free(reasoning);
             json_object_set_new(m, "refusal", json_null());
             json_object_set_new(ch, "message", m);
         } else {
@@ -434,16 +452,23 @@ static json_t *str_cat(json_t *old, const char *s, size_t n) {
     return j;
 }
 
-/* tool_stream's events as chat deltas (tool_stream.h): content text joined,
- * a call's start as its own delta, its argument fragments joined. */
-static int tool_event(void *arg, const zi_ts_event *ev) {
+/* chat_stream's events as chat deltas (chat_stream.h): reasoning text
+ * joined (reasoning_content), content text joined, a call's start as its
+ * own delta, its argument fragments joined. */
+static int chat_event(void *arg, const zi_ts_event *ev) {
     json_t *deltas = arg, *d = NULL;
     size_t n = json_array_size(deltas);
     json_t *last = n ? json_array_get(deltas, n - 1) : NULL;
     json_t *lc = json_object_get(last, "content");
+    json_t *lr = json_object_get(last, "reasoning_content");
     json_t *lt = json_array_get(json_object_get(last, "tool_calls"), 0);
     json_t *lfn = json_object_get(lt, "function");
     switch (ev->kind) {
+    case ZI_TS_REASONING:
+        if (lr)
+            return json_object_set_new(last, "reasoning_content", str_cat(lr, ev->text, ev->len));
+        d = json_pack("{s:o}", "reasoning_content", jstr(ev->text, ev->len));
+        break;
     case ZI_TS_CONTENT:
         if (lc) return json_object_set_new(last, "content", str_cat(lc, ev->text, ev->len));
         d = json_pack("{s:o}", "content", jstr(ev->text, ev->len));
@@ -461,28 +486,23 @@ static int tool_event(void *arg, const zi_ts_event *ev) {
         d = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", ev->index, "function",
                       "arguments", jstr(ev->text, ev->len));
         break;
-    case ZI_TS_REASONING: /* tool_stream itself never reports reasoning */
-        return 0;
     }
     return json_array_append_new(deltas, d);
 }
 
-/* A chat choice's delta with tools on: its new text through the choice's
- * tool_stream, so content streams as usual, a call starts once its name
- * is known and its arguments stream as they come (docs/http.md). The log
- * probabilities ride with the next chunk sent. */
-static int render_tool_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn *conn,
+/* A chat choice's delta through the choice's chat_stream: the reasoning
+ * streams as reasoning_content, content as usual, a call starts once its
+ * name is known and its arguments stream as they come (docs/http.md).
+ * The log probabilities ride with the next chunk sent. */
+static int render_chat_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn *conn,
                              char **out, size_t *len, size_t *cap, zi_http_error *e) {
     zi_http_choice *c = &r->ch[d->index];
-    if (!c->ts) {
-        if (!(c->ts = malloc(sizeof *c->ts))) goto oom;
-        zi_tool_stream_init(c->ts, r->g->tools.names);
-    }
+    if (!c->cs && !(c->cs = zi_chat_stream_new(r->g))) goto oom;
     json_t *deltas = json_array(), *delta;
     if (!deltas) goto oom;
-    int rc = zi_tool_stream_feed(c->ts, c->text ? c->text + d->text_from : "",
-                                 c->len - d->text_from, tool_event, deltas);
-    if (!rc && d->final) rc = zi_tool_stream_finish(c->ts, tool_event, deltas);
+    int rc = zi_chat_stream_feed(c->cs, c->text ? c->text + d->text_from : "",
+                                 c->len - d->text_from, chat_event, deltas);
+    if (!rc && d->final) rc = zi_chat_stream_finish(c->cs, chat_event, deltas);
     size_t k;
     json_array_foreach(deltas, k, delta) {
         if (rc) break;
@@ -504,7 +524,7 @@ static int render_tool_delta(zi_http_result *r, const zi_http_delta *d, zi_http_
         if (!(lp = chat_logprobs(r, c->lp + c->lp_sent, c->n_lp - c->lp_sent, conn, e))) return -1;
         c->lp_sent = c->n_lp;
     }
-    const char *finish = zi_tool_stream_calls_ok(c->ts) ? "tool_calls" : finish_reason(c->status);
+    const char *finish = zi_chat_stream_calls_ok(c->cs) ? "tool_calls" : finish_reason(c->status);
     if (add_event(chunk(r, d->index, json_object(), lp, finish), out, len, cap)) goto oom;
     return 0;
 oom:
@@ -513,23 +533,23 @@ oom:
 
 int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn *conn, char **out,
                          size_t *len, size_t *cap, zi_http_error *e) {
-    int chat = r->g->kind == ZI_HTTP_CHAT;
     zi_http_choice *c = &r->ch[d->index];
+    if (r->g->kind == ZI_HTTP_CHAT) { /* one path: chat_stream (format none passes all) */
+        if (d->first) {
+            json_t *delta = json_object();
+            json_object_set_new(delta, "role", json_string("assistant"));
+            json_object_set_new(delta, "content", json_string(""));
+            if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
+        }
+        return render_chat_delta(r, d, conn, out, len, cap, e);
+    }
     const char *es = "";
     size_t en = 0;
-    if (!chat && r->g->echo && d->first) echo_text(r, c, &es, &en);
+    if (r->g->echo && d->first) echo_text(r, c, &es, &en);
     size_t text_from = d->text_from, lp_from = d->lp_from;
     size_t nt = c->len - text_from, nl = c->n_lp - lp_from;
-    if (chat && d->first) {
-        json_t *delta = json_object();
-        json_object_set_new(delta, "role", json_string("assistant"));
-        json_object_set_new(delta, "content", json_string(""));
-        if (add_event(chunk(r, d->index, delta, NULL, NULL), out, len, cap)) goto oom;
-    }
-    if (chat && r->g->tools.choice != ZI_TOOLS_OFF)
-        return render_tool_delta(r, d, conn, out, len, cap, e);
     const char *finish = d->final ? finish_reason(c->status) : NULL;
-    int has_prompt_lp = !chat && d->first && c->n_prompt_lp;
+    int has_prompt_lp = d->first && c->n_prompt_lp;
     if (nt || nl || en || has_prompt_lp) {
         json_t *lp = NULL;
         if (r->g->logprobs >= 0) {
@@ -538,30 +558,21 @@ int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn
                                                                               : "")
                                                     : 0);
             if (has_prompt_lp) offset = 0;
-            lp = chat ? chat_logprobs(r, c->lp + lp_from, nl, conn, e)
-                      : completion_logprobs(r, has_prompt_lp ? c->prompt_lp : NULL,
-                                            has_prompt_lp ? c->n_prompt_lp : 0, c->lp + lp_from, nl,
-                                            offset, conn, e);
+            lp = completion_logprobs(r, has_prompt_lp ? c->prompt_lp : NULL,
+                                     has_prompt_lp ? c->n_prompt_lp : 0, c->lp + lp_from, nl,
+                                     offset, conn, e);
             if (!lp) return -1;
         }
-        json_t *body;
-        if (chat) {
-            body = json_object();
-            json_object_set_new(body, "content", jstr(c->text + text_from, nt));
-        } else {
-            char *s = NULL;
-            size_t sl = 0, sc = 0;
-            zi_http_buf_add(&s, &sl, &sc, es, en);
-            zi_http_buf_add(&s, &sl, &sc, c->text ? c->text + text_from : "", nt);
-            body = jstr(s ? s : "", sl);
-            free(s);
-        }
+        char *s = NULL;
+        size_t sl = 0, sc = 0;
+        zi_http_buf_add(&s, &sl, &sc, es, en);
+        zi_http_buf_add(&s, &sl, &sc, c->text ? c->text + text_from : "", nt);
+        json_t *body = jstr(s ? s : "", sl);
+        free(s);
         if (add_event(chunk(r, d->index, body, lp, NULL), out, len, cap)) goto oom;
     }
-    if (finish) {
-        json_t *body = chat ? json_object() : json_string("");
-        if (add_event(chunk(r, d->index, body, NULL, finish), out, len, cap)) goto oom;
-    }
+    if (finish && add_event(chunk(r, d->index, json_string(""), NULL, finish), out, len, cap))
+        goto oom;
     return 0;
 oom:
     return zi_http_fail(e, 500, "internal", NULL, "out of memory");

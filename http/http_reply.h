@@ -38,14 +38,14 @@ typedef struct zi_http_choice {
     size_t prompt_text_len;
     char status[32]; /* the router's final status, "" while running */
     long long prompt_tokens, completion_tokens;
-    int started; /* a stream sent this choice's first chunk */
-    struct zi_tool_stream *ts; /* a streamed chat with tools: its calls parsed so far */
+    int started;               /* a stream sent this choice's first chunk */
+    struct zi_chat_stream *cs; /* a streamed chat: its reasoning, content and calls so far */
     size_t lp_sent;            /* ... and the log probabilities sent */
 } zi_http_choice;
 
 typedef struct zi_http_result {
-    const zi_http_gen *g;
-    char id[48]; /* "chatcmpl-..." / "cmpl-..." */
+    zi_http_gen *g; /* its reasoning.open is set from the router's first chunk */
+    char id[48];    /* "chatcmpl-..." / "cmpl-..." */
     long long created;
     char model[256];
     zi_http_choice ch[ZI_HTTP_MAX_N];
@@ -56,7 +56,7 @@ typedef struct zi_http_result {
 } zi_http_result;
 
 /* g is borrowed; model is the name to answer with. */
-void zi_http_result_init(zi_http_result *r, const zi_http_gen *g, const char *model);
+void zi_http_result_init(zi_http_result *r, zi_http_gen *g, const char *model);
 void zi_http_result_free(zi_http_result *r);
 
 /* What one frame added to a choice: its index, and where its new text and

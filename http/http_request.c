@@ -28,6 +28,8 @@ typedef struct checked {
     json_t *so_format;       /* structured_outputs.json as a response_format (owned) */
     const char *grammar;     /* GBNF (grammar, structured_outputs.grammar), or NULL */
     char *regex;             /* structured_outputs.regex or .choice (owned), or NULL */
+    json_t *template_vars;   /* chat_template_kwargs with enable_thinking and
+                              * reasoning_effort (owned), or NULL */
     double num[7];
     int has_num[7];
     long long max_tokens, min_tokens, top_k, timeout_ms;
@@ -193,6 +195,31 @@ static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_
     return 0;
 }
 
+/* An assistant message's reasoning_content (vLLM's, DeepSeek's) or
+ * reasoning (OpenRouter's, Ollama's): a string the chat template reads as
+ * message.reasoning_content (Qwen 3's shows the last turn's). */
+static int message_reasoning(json_t *m, size_t i, const char *role, json_t *nm, zi_http_error *e) {
+    static const char *const keys[] = {"reasoning_content", "reasoning"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = get(m, keys[k]);
+        char f[96];
+        snprintf(f, sizeof f, "messages[%zu].%s", i, keys[k]);
+        if (!v) continue;
+        if (!json_is_string(v)) return want(e, f, "a string", v);
+        if (strcmp(role, "assistant"))
+            return zi_http_fail(e, 400, "invalid_value", f,
+                                "%s: only assistant messages have reasoning", f);
+        if (!json_string_length(v)) continue;
+        if (memchr(json_string_value(v), 0, json_string_length(v)))
+            return zi_http_fail(e, 400, "invalid_value", f, "%s holds a NUL character", f);
+        if (json_object_get(nm, "reasoning_content"))
+            return zi_http_fail(e, 400, "invalid_value", f,
+                                "%s: give one of reasoning_content and reasoning", f);
+        json_object_set(nm, "reasoning_content", v);
+    }
+    return 0;
+}
+
 /* messages -> a new array of the router's messages ({"role", "content"},
  * tool_calls, tool_call_id, name). */
 static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
@@ -244,6 +271,10 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
          * renders them with the template, or as text turns for a template
          * without tool support (docs/protocol.md). */
         if ((!strcmp(role, "tool") || calls) && zi_http_tools_message(m, i, nm, e)) {
+            json_decref(nm);
+            return -1;
+        }
+        if (message_reasoning(m, i, role, nm, e)) {
             json_decref(nm);
             return -1;
         }
@@ -322,7 +353,8 @@ static int parse_response_format(json_t *o, checked *k, zi_http_error *e) {
 static void regex_literal(const char *s, char *out, size_t *n) {
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c >= 0x20 && c < 0x7F && !(c >= '0' && c <= '9') && !((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))
+        if (c >= 0x20 && c < 0x7F && !(c >= '0' && c <= '9') &&
+            !((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))
             out[(*n)++] = '\\';
         out[(*n)++] = (char)c;
     }
@@ -379,7 +411,8 @@ static int parse_structured(json_t *o, checked *k, zi_http_error *e) {
                 return want(e, "structured_outputs.choice", "a non-empty array of strings", v);
             len += 2 * json_string_length(c) + 1;
         }
-        if (!(k->regex = malloc(len))) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+        if (!(k->regex = malloc(len)))
+            return zi_http_fail(e, 500, "internal", NULL, "out of memory");
         size_t n = 0;
         json_array_foreach(v, i, c) {
             if (i) k->regex[n++] = '|';
@@ -387,8 +420,9 @@ static int parse_structured(json_t *o, checked *k, zi_http_error *e) {
         }
         k->regex[n] = 0;
     } else {
-        return unsupported(e, "structured_outputs",
-                           "structured_outputs: only json, regex, grammar and choice are supported");
+        return unsupported(
+            e, "structured_outputs",
+            "structured_outputs: only json, regex, grammar and choice are supported");
     }
     return 0;
 }
@@ -427,6 +461,65 @@ static int parse_logit_bias(json_t *o, checked *k, zi_http_error *e) {
                                 "logit_bias.%s: %g is outside [-100, 100]", key, x);
     }
     if (json_object_size(v)) k->logit_bias = v;
+    return 0;
+}
+
+/* Chat's reasoning fields (docs/http.md, "Reasoning"): reasoning_format,
+ * max_thinking_tokens, and the chat template's variables:
+ * chat_template_kwargs (an object, each key a variable), enable_thinking
+ * (its enable_thinking) and reasoning_effort (its reasoning_effort). */
+static int parse_reasoning(json_t *o, checked *k, zi_http_gen *g, zi_http_error *e) {
+    json_t *v = get(o, "reasoning_format");
+    if (v) {
+        if (!json_is_string(v)) return want(e, "reasoning_format", "a string", v);
+        const char *f = json_string_value(v);
+        /* llama-server's names of the separate format too */
+        if (!strcmp(f, "separate") || !strcmp(f, "auto") || !strcmp(f, "deepseek"))
+            g->reasoning.format = ZI_REASONING_SEPARATE;
+        else if (!strcmp(f, "none"))
+            g->reasoning.format = ZI_REASONING_NONE;
+        else {
+            char nm[48];
+            zi_printable(nm, sizeof nm, f, json_string_length(v));
+            return zi_http_fail(e, 400, "invalid_value", "reasoning_format",
+                                "reasoning_format: '%s' is not one of separate, none", nm);
+        }
+        g->reasoning.format_given = 1;
+    }
+    long long x;
+    int has;
+    if (get_int(o, "max_thinking_tokens", 1, ZI_HTTP_MAX_THINKING, &x, &has, e)) return -1;
+    if (has) g->reasoning.max_thinking_tokens = x;
+    json_t *kw = get(o, "chat_template_kwargs"), *et = get(o, "enable_thinking"),
+           *re = get(o, "reasoning_effort");
+    if (kw && !json_is_object(kw)) return want(e, "chat_template_kwargs", "an object", kw);
+    if (et && !json_is_boolean(et)) return want(e, "enable_thinking", "a boolean", et);
+    if (re && !json_is_string(re)) return want(e, "reasoning_effort", "a string", re);
+    if (re && strcmp(json_string_value(re), "low") && strcmp(json_string_value(re), "medium") &&
+        strcmp(json_string_value(re), "high")) {
+        char nm[48];
+        zi_printable(nm, sizeof nm, json_string_value(re), json_string_length(re));
+        return zi_http_fail(e, 400, "invalid_value", "reasoning_effort",
+                            "reasoning_effort: '%s' is not one of low, medium, high", nm);
+    }
+    const char *key;
+    json_t *x2;
+    json_object_foreach(kw, key, x2) {
+        if (!key[0])
+            return zi_http_fail(e, 400, "invalid_value", "chat_template_kwargs",
+                                "chat_template_kwargs: a key is empty (keys name template "
+                                "variables)");
+    }
+    if (!kw && !et && !re) return 0;
+    k->template_vars = kw ? json_deep_copy(kw) : json_object();
+    if (!k->template_vars) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    /* the top-level fields win over the same keys in chat_template_kwargs */
+    if (et) json_object_set(k->template_vars, "enable_thinking", et);
+    if (re) json_object_set(k->template_vars, "reasoning_effort", re);
+    if (!json_object_size(k->template_vars)) {
+        json_decref(k->template_vars);
+        k->template_vars = NULL;
+    }
     return 0;
 }
 
@@ -556,7 +649,8 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     int tools = g->tools.choice != ZI_TOOLS_OFF;
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
                  (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL) +
-                 k->has_timeout;
+                 k->has_timeout + (k->template_vars != NULL) +
+                 (g->reasoning.max_thinking_tokens > 0);
     msgpack_pack_map(pk, n_keys);
     char id[16];
     snprintf(id, sizeof id, "g%d", i);
@@ -621,6 +715,12 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     if (k->grammar) zi_pack_kv_str(pk, "grammar", k->grammar);
     if (k->regex) zi_pack_kv_str(pk, "regex", k->regex);
     if (k->has_timeout) zi_pack_kv_int(pk, "timeout_ms", k->timeout_ms);
+    if (g->reasoning.max_thinking_tokens)
+        zi_pack_kv_int(pk, "max_thinking_tokens", g->reasoning.max_thinking_tokens);
+    if (k->template_vars) { /* the chat template's variables */
+        zi_pack_str(pk, "chat_template_options");
+        pack_json(pk, k->template_vars);
+    }
 }
 
 json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
@@ -669,6 +769,14 @@ int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g,
     if (!rc) rc = parse_options(k.root, kind, &k, g, e);
     if (!rc) rc = parse_logit_bias(k.root, &k, e);
     if (!rc && kind == ZI_HTTP_CHAT) rc = zi_http_tools_parse(k.root, &g->tools, e);
+    if (!rc && kind == ZI_HTTP_CHAT) rc = parse_reasoning(k.root, &k, g, e);
+    if (!rc && k.template_vars) { /* the router's errors name its field */
+        int j = 0;
+        while (g->field_map[j]) j += 2;
+        g->field_map[j++] = "chat_template_options";
+        g->field_map[j++] = "chat_template_kwargs";
+        g->field_map[j] = NULL;
+    }
     if (!rc && (k.tool_format = zi_http_tools_response_format(&g->tools))) {
         if (k.response_format || k.grammar || k.regex)
             rc = zi_http_fail(e, 400, "invalid_value", "response_format",
@@ -695,6 +803,7 @@ int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g,
     json_decref(k.messages);
     json_decref(k.tool_format);
     json_decref(k.so_format);
+    json_decref(k.template_vars);
     free(k.regex);
     json_decref(k.root);
     if (rc) zi_http_tools_free(&g->tools);

@@ -688,6 +688,7 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
         rename_field_map(g);
         /* Responses always has the reasoning apart: its own output item. */
         g->reasoning.format = ZI_REASONING_SEPARATE;
+        g->reasoning.format_given = 1; /* whatever --reasoning-format says */
         /* The conversation's input items (the earlier turns' first), for
          * the store. */
         g->api_req = json_pack("{s:o, s:O, s:b, s:b}", "echo", echo_of(o), "items", items, "store",

@@ -392,8 +392,9 @@ static int64_t ensure_blocks(zi_generator *g, zi_text_context *c, size_t n, int6
  * grammar's after them, zi_gen_grammar_masks). */
 static int spec_eligible(const zi_generator *g, const zi_text_context *c) {
     const zi_sampling_params *sp = &c->sampling_params;
+    /* (a thinking budget may replace the sampled token: no drafts) */
     return (g->cfg.spec_lookup || g->drafter) && sp->speculate && !c->is_initial_prompt &&
-           c->active_idx == c->end_idx && c->start_idx + 1 == c->end_idx;
+           c->active_idx == c->end_idx && c->start_idx + 1 == c->end_idx && !c->thinking_budget;
 }
 
 /* Drafts for a decoding context whose last token is scheduled: at most cap
@@ -803,6 +804,41 @@ static int accept_drafts(zi_generator *g, zi_text_context *c, gseq *q, int i, in
     return ZI_OK;
 }
 
+/* The thinking budget (zi_text_context.thinking_budget): the token to
+ * record in place of tok, the sampled one. The section starts at the
+ * completion's start when the prompt opened it, else where the completion
+ * begins (after whitespace) with `<think>`; it ends at `</think>`. Once
+ * budget tokens were spent inside it, thinking_end's ids follow one per
+ * step. The state is read again from the completion's bytes each time (at
+ * most the budget's tokens: little next to a step), so it survives
+ * preemption and failover without state of its own. */
+static int32_t thinking_token(const zi_generator *g, const zi_text_context *c, int32_t tok) {
+    static const char open[] = "<think>", close[] = "</think>";
+    if (!c->thinking_budget || !c->thinking_end.n || !g->gvocab) return tok;
+    int64_t n_gen = c->end_idx - c->prompt_len, k = (int64_t)c->thinking_end.n;
+    int64_t start = c->thinking_open ? 0 : -1; /* the section's first token */
+    size_t no = 0, nc = 0;                     /* bytes of open / close matched */
+    for (int64_t i = 0; i < n_gen; i++) {
+        if (start >= 0 && i - start >= c->thinking_budget + k) return tok; /* it was ended */
+        size_t n = 0;
+        const uint8_t *b = zi_grammar_vocab_token(g->gvocab, c->tokens[c->prompt_len + i], &n);
+        for (size_t j = 0; j < n; j++) {
+            char ch = (char)b[j];
+            if (start < 0) {
+                if (!no && (ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r')) continue;
+                if (ch != open[no]) return tok; /* no section: no budget */
+                if (++no == sizeof open - 1) start = i + 1;
+                continue;
+            }
+            nc = ch == close[nc] ? nc + 1 : ch == '<' ? 1 : 0;
+            if (nc == sizeof close - 1) return tok; /* closed */
+        }
+    }
+    if (start < 0) return tok;
+    int64_t over = n_gen - start - c->thinking_budget;
+    return over >= 0 && over < k ? c->thinking_end.v[over] : tok;
+}
+
 /* Phase 4, record the outputs: echoed prompt log probabilities, then each
  * context's token (with its log probabilities when asked) through
  * zi_text_context_update, which also moves a chunked prompt's window on;
@@ -827,6 +863,7 @@ static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
             }
         }
         int32_t tok = g->sample_tok[i];
+        if (c->active_idx == c->end_idx) tok = thinking_token(g, c, tok);
         zi_logprobs *lp = NULL;
         gseq *q = zi_gen_seq_of(g, c);
         int own = last - q->n_draft; /* c's own row; the drafts' follow it */

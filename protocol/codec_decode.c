@@ -304,13 +304,13 @@ static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
     r->messages = calloc(n, sizeof *r->messages);
     if (!r->messages) return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
     for (uint32_t i = 0; i < n; i++) {
-        static const char *const names[] = {"role", "content", "tool_calls", "tool_call_id",
-                                            "name"};
-        const msgpack_object *v[5];
+        static const char *const names[] = {"role",         "content", "tool_calls",
+                                            "tool_call_id", "name",    "reasoning_content"};
+        const msgpack_object *v[6];
         zi_message *m = &r->messages[i];
         r->n_messages = i + 1; /* so a failure frees what was filled */
         size_t old = zi_dec_push_idx(d, i);
-        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 5, 1, v);
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 6, 1, v);
         bool assistant = false, tool = false;
         if (!rc) {
             size_t o2 = zi_dec_push_key(d, "role");
@@ -343,6 +343,12 @@ static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
             size_t o2 = zi_dec_push_key(d, "name");
             rc = tool ? zi_dec_str(d, v[4], ZI_STR_ID, &m->name)
                       : zi_dec_fail(d, ZI_EINVAL, "only a tool message names its function");
+            zi_dec_pop(d, o2);
+        }
+        if (!rc && v[5] && !zi_dec_is_nil(v[5])) {
+            size_t o2 = zi_dec_push_key(d, "reasoning_content");
+            rc = assistant ? zi_dec_str(d, v[5], 0, &m->reasoning_content)
+                           : zi_dec_fail(d, ZI_EINVAL, "only an assistant message has reasoning");
             zi_dec_pop(d, o2);
         }
         if (!rc && zi_dec_is_nil(v[1])) { /* absent or nil */
@@ -387,7 +393,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "stream",
                                         "grammar",
                                         "regex",
-                                        "timeout_ms"};
+                                        "timeout_ms",
+                                        "max_thinking_tokens"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -409,7 +416,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         STREAM,
         GRAMMAR,
         REGEX,
-        TIMEOUT
+        TIMEOUT,
+        THINKING
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -481,6 +489,9 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
     if (v[TS]) AT(d, "timestamp_ns", zi_dec_i64(d, v[TS], 0, INT64_MAX, &r->timestamp_ns));
     if (!zi_dec_is_nil(v[TIMEOUT]))
         AT(d, "timeout_ms", zi_dec_i64(d, v[TIMEOUT], 1, ZI_MAX_TIMEOUT_MS, &r->timeout_ms));
+    if (!zi_dec_is_nil(v[THINKING]))
+        AT(d, "max_thinking_tokens",
+           zi_dec_i64(d, v[THINKING], 1, ZI_MAX_THINKING_TOKENS, &r->max_thinking_tokens));
     if (v[PATH])
         AT(d, "request_path", zi_dec_str(d, v[PATH], ZI_STR_ID | ZI_STR_NO_NUL, &r->request_path));
     if (v[LOGPROBS])
@@ -714,7 +725,10 @@ static const char *const ctx_names[C_N] = {"request_id",
                                            "_is_initial_prompt",
                                            "_draft_offset",
                                            "grammar",
-                                           "regex"};
+                                           "regex",
+                                           "thinking_budget",
+                                           "thinking_open",
+                                           "thinking_end"};
 
 /* An index field: absent or -1 means "derive" (returned as -1). */
 static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t *out) {
@@ -816,6 +830,17 @@ static int ctx_options(zi_dec *d, const msgpack_object *const *v, zi_text_contex
     }
     if (!zi_dec_is_nil(v[C_SP]))
         AT(d, "sampling_params", dec_sampling(d, v[C_SP], &c->sampling_params));
+    if (!zi_dec_is_nil(v[C_THINK])) {
+        AT(d, "thinking_budget",
+           zi_dec_i64(d, v[C_THINK], 0, ZI_MAX_THINKING_TOKENS, &c->thinking_budget));
+        if (v[C_THINK_OPEN])
+            AT(d, "thinking_open", zi_dec_bool(d, v[C_THINK_OPEN], &c->thinking_open));
+        if (!zi_dec_is_nil(v[C_THINK_END]))
+            AT(d, "thinking_end", zi_dec_i32_list(d, v[C_THINK_END], &c->thinking_end));
+        if (c->thinking_budget && !c->thinking_end.n)
+            return zi_dec_fail_at(d, "thinking_end", ZI_EINVAL,
+                                  "a thinking budget needs the ids that end the section");
+    }
     if (!zi_dec_is_nil(v[C_MATCHER]))
         return zi_dec_fail_at(d, "_matcher", ZI_EINVAL,
                               "a grammar matcher cannot travel (must be nil)");

@@ -176,7 +176,9 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
         if ((rc = enc_str_ok(&r->messages[i].role, "messages.role", i, err)) ||
             (rc = enc_str_ok(&r->messages[i].content, "messages.content", i, err)) ||
             (rc = enc_str_ok(&r->messages[i].tool_call_id, "messages.tool_call_id", i, err)) ||
-            (rc = enc_str_ok(&r->messages[i].name, "messages.name", i, err)))
+            (rc = enc_str_ok(&r->messages[i].name, "messages.name", i, err)) ||
+            (rc = enc_str_ok(&r->messages[i].reasoning_content, "messages.reasoning_content", i,
+                             err)))
             return rc;
     }
     if ((rc = zi_sampling_params_validate(&r->sampling_params, "sampling_params", err))) return rc;
@@ -184,7 +186,7 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     size_t n = 9 + (has_prompt ? 1 : 0) + (r->n_messages ? 1 : 0) + (r->stop.n ? 1 : 0) +
                (r->response_format.len ? 1 : 0) + (r->tools.len ? 1 : 0) +
                (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0) +
-               (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0);
+               (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0) + (r->max_thinking_tokens ? 1 : 0);
     P(msgpack_pack_map(pk, n));
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
@@ -200,7 +202,8 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
         for (size_t i = 0; i < r->n_messages; i++) {
             const zi_message *m = &r->messages[i];
             P(msgpack_pack_map(pk, 2 + (m->tool_calls.len ? 1 : 0) + (m->tool_call_id.len ? 1 : 0) +
-                                       (m->name.len ? 1 : 0)) ||
+                                       (m->name.len ? 1 : 0) +
+                                       (m->reasoning_content.len ? 1 : 0)) ||
               pack_key(pk, "role") || pack_str(pk, m->role.p, m->role.len) ||
               pack_key(pk, "content") ||
               (m->content_null ? msgpack_pack_nil(pk)
@@ -213,6 +216,9 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
                 P(pack_key(pk, "tool_call_id") ||
                   pack_str(pk, m->tool_call_id.p, m->tool_call_id.len));
             if (m->name.len) P(pack_key(pk, "name") || pack_str(pk, m->name.p, m->name.len));
+            if (m->reasoning_content.len)
+                P(pack_key(pk, "reasoning_content") ||
+                  pack_str(pk, m->reasoning_content.p, m->reasoning_content.len));
         }
     }
     if (r->tools.len) {
@@ -227,6 +233,8 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     if (r->regex.len) P(pack_key(pk, "regex") || pack_str(pk, r->regex.p, r->regex.len));
     P(pack_key(pk, "timestamp_ns") || msgpack_pack_int64(pk, r->timestamp_ns));
     if (r->timeout_ms) P(pack_key(pk, "timeout_ms") || msgpack_pack_int64(pk, r->timeout_ms));
+    if (r->max_thinking_tokens)
+        P(pack_key(pk, "max_thinking_tokens") || msgpack_pack_int64(pk, r->max_thinking_tokens));
     P(pack_key(pk, "request_path") ||
       (r->request_path.len ? pack_str(pk, r->request_path.p, r->request_path.len)
                            : pack_str(pk, "/", 1)));
@@ -316,7 +324,8 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     if (rc) return rc;
     size_t n_lp = 0;
     for (int64_t i = 0; i < c->end_idx; i++) n_lp += c->lp_data[i] != NULL;
-    P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1) - (c->regex.len ? 0 : 1)));
+    P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1) - (c->regex.len ? 0 : 1) -
+                               (c->thinking_budget ? 0 : 3)));
     P(pack_key(pk, "request_id") || pack_str(pk, c->request_id.p, c->request_id.len));
     P(pack_key(pk, "prompt") ||
       (c->prompt.len ? pack_str(pk, c->prompt.p, c->prompt.len) : msgpack_pack_nil(pk)));
@@ -337,6 +346,11 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
                           : msgpack_pack_nil(pk)));
     if (c->grammar.len) P(pack_key(pk, "grammar") || pack_str(pk, c->grammar.p, c->grammar.len));
     if (c->regex.len) P(pack_key(pk, "regex") || pack_str(pk, c->regex.p, c->regex.len));
+    if (c->thinking_budget)
+        P(pack_key(pk, "thinking_budget") || msgpack_pack_int64(pk, c->thinking_budget) ||
+          pack_key(pk, "thinking_open") ||
+          (c->thinking_open ? msgpack_pack_true(pk) : msgpack_pack_false(pk)) ||
+          pack_key(pk, "thinking_end") || pack_i32_array(pk, &c->thinking_end));
     P(pack_key(pk, "sampling_params"));
     if ((rc = zi_codec_pack_sampling_params(pk, &c->sampling_params, err))) return rc;
     P(pack_key(pk, "_matcher") || msgpack_pack_nil(pk));

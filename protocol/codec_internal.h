@@ -70,8 +70,11 @@ enum {
     C_LPDATA,
     C_INIT,
     C_DRAFT,
-    C_GRAMMAR, /* written only when the context has a grammar */
-    C_REGEX,   /* written only when the context has a regex */
+    C_GRAMMAR,    /* written only when the context has a grammar */
+    C_REGEX,      /* written only when the context has a regex */
+    C_THINK,      /* thinking_budget, thinking_open, thinking_end: written only */
+    C_THINK_OPEN, /* with a budget */
+    C_THINK_END,
     C_N
 };
 

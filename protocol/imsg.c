@@ -488,7 +488,14 @@ int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err) {
     put_str(&b, "text", m->text);
     if (!rc) rc = put_req_ids(&b, "token_ids", &m->token_ids, err);
     put_str(&b, "status", m->status);
+    if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
     return finish(&b, rc, out);
+}
+
+/* A key that is true, or absent / anything else (false). */
+static bool get_true(const msgpack_object *o, const char *key) {
+    const msgpack_object *v = zi_map_get(o, key);
+    return v && v->type == MSGPACK_OBJECT_BOOLEAN && v->via.boolean;
 }
 
 int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *err) {
@@ -498,6 +505,7 @@ int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *er
     m->token_ids = raw_ids(zi_map_get(o, "token_ids"));
     get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
     m->prompt_text_obj = zi_map_get(o, "prompt_text");
+    m->reasoning_open = get_true(o, "reasoning_open");
     if (!m->text.p || !m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
         return zi_error_set(err, ZI_EINVAL, "malformed decoded message");
     return ZI_OK;
@@ -619,6 +627,7 @@ int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out) {
     zi_imap_object(&b, "prompt_logprobs", m->prompt_logprobs);
     zi_imap_object(&b, "prompt_text", m->prompt_text);
     if (m->resumed) zi_imap_bool(&b, "resumed", true);
+    if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
     return close_msg(&b, out);
 }
 
@@ -634,6 +643,7 @@ int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
     m->prompt_text = zi_map_get(o, "prompt_text");
     const msgpack_object *res = zi_map_get(o, "resumed");
     m->resumed = res && res->type == MSGPACK_OBJECT_BOOLEAN && res->via.boolean;
+    m->reasoning_open = get_true(o, "reasoning_open");
     return rc;
 }
 

@@ -260,6 +260,9 @@ typedef struct zi_im_decoded {
     zi_im_str prompt_text;                 /* pack */
     const msgpack_object *prompt_text_obj; /* unpack: passed on as it came */
     zi_im_lps prompt_logprobs;
+    /* "reasoning_open": true on a request's first decoded message when its
+     * rendered prompt ended inside an opened thinking section */
+    bool reasoning_open;
 } zi_im_decoded;
 
 int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err);
@@ -332,7 +335,8 @@ typedef struct zi_im_chunk {
     zi_im_str text;
     const msgpack_object *token_ids;
     const msgpack_object *logprobs, *prompt_token_ids, *prompt_logprobs, *prompt_text;
-    bool resumed; /* "resumed": true (the first chunk after a failover) */
+    bool resumed;        /* "resumed": true (the first chunk after a failover) */
+    bool reasoning_open; /* "reasoning_open": true (the decoded message's) */
 } zi_im_chunk;
 
 int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out);

@@ -304,6 +304,7 @@ void zi_request_free(zi_request *r) {
         zi_string_free(&r->messages[i].role);
         zi_string_free(&r->messages[i].content);
         zi_string_free(&r->messages[i].tool_call_id);
+        zi_string_free(&r->messages[i].reasoning_content);
         zi_string_free(&r->messages[i].name);
         zi_bytes_free(&r->messages[i].tool_calls);
     }
@@ -505,6 +506,7 @@ void zi_text_context_free(zi_text_context *ctx) {
     free(ctx->lp_data);
     free(ctx->tokens);
     zi_i32_list_free(&ctx->eos_token_ids);
+    zi_i32_list_free(&ctx->thinking_end);
     for (size_t i = 0; i < ctx->n_eos_sequences; i++) zi_i32_list_free(&ctx->eos_sequences[i]);
     free(ctx->eos_sequences);
     zi_string_free(&ctx->json_schema);

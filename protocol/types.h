@@ -191,6 +191,9 @@ typedef struct zi_message {
      * shape checked by the decoder ([{"id", "type": "function", "function":
      * {"name", "arguments"}}]); len 0: none */
     zi_bytes tool_calls;
+    /* role "assistant": its reasoning (the template reads
+     * message.reasoning_content); len 0: none */
+    zi_string reasoning_content;
 } zi_message;
 
 typedef enum zi_prompt_kind {
@@ -226,7 +229,11 @@ typedef struct zi_request {
     zi_bytes chat_template_options; /* opaque msgpack map, when present */
     int64_t timeout_ms;             /* the router ends it after this long; 0 = none
                                      * (then the server's --request-timeout) */
+    int64_t max_thinking_tokens;    /* the thinking section's budget; 0 = none */
 } zi_request;
+
+/* The largest max_thinking_tokens. */
+#define ZI_MAX_THINKING_TOKENS 1000000
 
 /* The largest timeout_ms (and --request-timeout): one day. */
 #define ZI_MAX_TIMEOUT_MS 86400000
@@ -360,6 +367,14 @@ typedef struct zi_text_context {
     int64_t prompt_len;
     bool is_initial_prompt;
     int64_t draft_offset;
+    /* A thinking budget (the request's max_thinking_tokens; 0: none): once
+     * the completion has spent this many tokens inside its `<think>`
+     * section (opened at its start, or by the prompt when thinking_open)
+     * without closing it, the worker puts thinking_end's ids (the text
+     * "\n</think>\n\n") in place of the sampled ones. */
+    int64_t thinking_budget;
+    bool thinking_open;
+    zi_i32_list thinking_end;
 } zi_text_context;
 
 /*

@@ -234,6 +234,9 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
         case ZI_O_MAX_NEW_TOKENS:
             rt->max_new = x;
             break;
+        case ZI_O_MAX_THINKING_TOKENS:
+            rt->max_thinking = x;
+            break;
         case ZI_O_MAX_EMBED_INPUTS:
             rt->max_embed_inputs = x;
             break;

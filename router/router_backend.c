@@ -244,8 +244,10 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                       .prompt_token_ids = d.prompt_token_ids.raw,
                       .prompt_logprobs = d.prompt_logprobs.raw,
                       .prompt_text = d.prompt_text_obj,
-                      .resumed = r->note_resume};
-    bool extras = ch.logprobs || ch.prompt_token_ids || ch.prompt_logprobs || ch.prompt_text;
+                      .resumed = r->note_resume,
+                      .reasoning_open = d.reasoning_open};
+    bool extras = ch.logprobs || ch.prompt_token_ids || ch.prompt_logprobs || ch.prompt_text ||
+                  ch.reasoning_open;
     if (r->stream && (d.text.n > 0 || has_ids || extras)) {
         zi_msg m;
         if (!built_or_fail(rt, r, zi_im_chunk_pack(&ch, &m), &m, NULL)) return;

@@ -187,6 +187,11 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
         return;
     }
     if (req.sampling_params.max_new_tokens < 0) req.sampling_params.max_new_tokens = rt->max_new;
+    /* The default thinking budget, where a forced end of the section can
+     * break nothing (docs/protocol.md). */
+    if (!req.max_thinking_tokens && rt->max_thinking && req.n_messages &&
+        !req.response_format.len && !req.grammar.len && !req.regex.len)
+        req.max_thinking_tokens = rt->max_thinking;
     /* The seed's timestamp_ns: when the server received the request, unless
      * the client set it (then it travels on as given). */
     if (req.timestamp_ns == 0) req.timestamp_ns = rt->io.wall_ns(rt->io.ctx);

@@ -202,6 +202,7 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     rt->max_queue = zi_option_def(ZI_O_MAX_QUEUE);
     rt->max_prompt = zi_option_def(ZI_O_MAX_PROMPT_TOKENS);
     rt->max_new = zi_option_def(ZI_O_MAX_NEW_TOKENS);
+    rt->max_thinking = zi_option_def(ZI_O_MAX_THINKING_TOKENS);
     rt->max_embed_inputs = zi_option_def(ZI_O_MAX_EMBED_INPUTS);
     rt->max_embed_tokens = zi_option_def(ZI_O_MAX_EMBED_TOKENS);
     rt->hb_timeout = zi_option_def(ZI_O_HEARTBEAT_TIMEOUT);

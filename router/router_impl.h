@@ -164,6 +164,7 @@ typedef struct router {
     uint64_t next_rid;
     size_t n_waiting; /* admitted and not yet running */
     long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
+    long long max_thinking;     /* --max-thinking-tokens: the default budget (0: none) */
     long long failover_timeout; /* ms a request waits for a worker after the last died */
     int64_t no_worker_since;    /* core_now() when the last worker died (0: one is up) */
     int64_t no_tok_since;       /* the same for tokenizers */

@@ -69,6 +69,9 @@ typedef struct dstate {
                         still decoded, unsent, when there are stop strings) */
     int64_t min_new; /* sampling_params.min_new_tokens: no stop string ends those */
     int64_t n_gen;   /* tokens decoded so far */
+    /* The rendered prompt ended inside an opened thinking section: said on
+     * the first decoded message (docs/protocol.md), then cleared. */
+    bool reasoning_open;
 } dstate;
 
 typedef struct tproc {
@@ -137,10 +140,21 @@ static void drop_state(tproc *t, uint64_t rid) {
         }
 }
 
+/* A rendered prompt that ends, but for whitespace, with `<think>`: the
+ * template opened the thinking section for the model (Qwen 3.5's unless
+ * enable_thinking is false, which closes it instead; DeepSeek R1's), so
+ * the model writes the reasoning and only the closing marker. */
+static bool ends_thinking_open(const char *s, size_t n) {
+    static const char open[] = "<think>";
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == '\t')) n--;
+    return n >= sizeof open - 1 && !memcmp(s + n - (sizeof open - 1), open, sizeof open - 1);
+}
+
 /* The prompt's token ids for a request r, decoded from the msgpack req
  * (malloc'd). */
 static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, int32_t **ids,
-                      size_t *n, zi_error *err) {
+                      size_t *n, bool *reasoning_open, zi_error *err) {
+    *reasoning_open = false;
     if (r->prompt_kind == ZI_PROMPT_TOKENS) {
         for (size_t i = 0; i < r->prompt_tokens.n; i++)
             if (r->prompt_tokens.v[i] >= t->vocab)
@@ -173,9 +187,34 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
                                     zi_map_get(req, "chat_template_options"), t->bos_text,
                                     t->eos_text, &text, &len, err);
     if (rc) return rc;
+    *reasoning_open = ends_thinking_open(text, len);
     /* The template writes its own special tokens (BOS included). */
     rc = zi_tokenizer_encode(t->tok, text, len, 0, 1, ids, n, err);
     free(text);
+    return rc;
+}
+
+/* A thinking budget (docs/protocol.md): the context's budget, whether the
+ * prompt opened the section, and the ids the worker forces to end it. A
+ * constrained completion cannot take forced tokens its grammar may not
+ * allow, so the two are refused together. */
+static int thinking_budget(tproc *t, const zi_request *r, bool open, zi_text_context *ctx,
+                           zi_error *err) {
+    static const char end[] = "\n</think>\n\n";
+    if (zi_text_context_constrained(ctx) || r->response_format.len)
+        return zi_error_set(err, ZI_EINVAL,
+                            "max_thinking_tokens: cannot be combined with response_format, "
+                            "grammar or regex (the forced end of the section may break them)");
+    if (!t->tok)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "max_thinking_tokens: needs the model's tokenizer");
+    int32_t *ids = NULL;
+    size_t n = 0;
+    int rc = zi_tokenizer_encode(t->tok, end, sizeof end - 1, 0, 1, &ids, &n, err);
+    if (!rc) rc = zi_i32_list_set(&ctx->thinking_end, ids, n, err);
+    free(ids);
+    ctx->thinking_budget = r->max_thinking_tokens;
+    ctx->thinking_open = open;
     return rc;
 }
 
@@ -190,7 +229,8 @@ static int add_stops(const zi_str_list *l, const char **v, size_t *lens, size_t 
 /* A fresh decode state for request rid (any old one dropped): its stop
  * strings (the request's and its sampling parameters'), detokenize and
  * min_new_tokens. */
-static int new_state(tproc *t, uint64_t rid, const zi_request *r, zi_error *err) {
+static int new_state(tproc *t, uint64_t rid, const zi_request *r, bool reasoning_open,
+                     zi_error *err) {
     size_t ns = r->stop.n + r->sampling_params.stop.n, k = 0;
     const char **sv = calloc(ns + 1, sizeof *sv);
     size_t *sl = calloc(ns + 1, sizeof *sl);
@@ -214,6 +254,7 @@ static int new_state(tproc *t, uint64_t rid, const zi_request *r, zi_error *err)
         d->detokenize = r->sampling_params.detokenize;
         d->min_new = r->sampling_params.min_new_tokens;
         d->n_gen = 0;
+        d->reasoning_open = reasoning_open;
         zi_detok_init(&d->dt);
         rc = zi_stop_init(&d->stop, sv, sl, k, err);
         if (!rc) t->n_st++;
@@ -264,7 +305,7 @@ static void on_replay(tproc *t, const zi_request *r, const msgpack_object *repla
     size_t out_len = 0;
     bool stopped = false;
     int rc = zi_codec_decode_tokens(replay, &lim, "replay", &ids, &n, &err);
-    if (!rc) rc = new_state(t, rid, r, &err);
+    if (!rc) rc = new_state(t, rid, r, false, &err);
     dstate *d = rc ? NULL : find_state(t, rid);
     if (!rc) rc = feed_ids(t, d, ids, n, &out, &out_len, &stopped, &used, &err);
     if (!rc && stopped)
@@ -330,7 +371,8 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     char *schema = NULL;
     if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &schema, &err);
     /* The cheap checks above first; then the template and the encoding. */
-    if (!rc) rc = prompt_ids(t, &r, ro, &ids, &n, &err);
+    bool reasoning_open = false;
+    if (!rc) rc = prompt_ids(t, &r, ro, &ids, &n, &reasoning_open, &err);
     if (!rc && n == 0) rc = zi_error_set(&err, ZI_EINVAL, "prompt: it encodes to no tokens");
     if (!rc && (int64_t)n >= max_length)
         rc = zi_error_set(&err, ZI_ERANGE,
@@ -353,6 +395,7 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         rc = zi_string_set(&ctx.grammar, r.grammar.p, r.grammar.len, &err);
     if (!rc && r.regex.len) /* the worker compiles it too */
         rc = zi_string_set(&ctx.regex, r.regex.p, r.regex.len, &err);
+    if (!rc && r.max_thinking_tokens) rc = thinking_budget(t, &r, reasoning_open, &ctx, &err);
     if (!rc) {
         char rs[32];
         int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);
@@ -364,7 +407,7 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         code = "internal";
     /* Decode state: the stop strings of the request and of its sampling
      * parameters both apply. */
-    if (!rc) rc = new_state(t, rid, &r, &err);
+    if (!rc) rc = new_state(t, rid, &r, reasoning_open, &err);
     if (rc) {
         send_error(t, rid, rc == ZI_ENOMEM ? "internal" : code, err.msg);
     } else {
@@ -454,7 +497,9 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
         zi_im_decoded dd = {.rid = (int64_t)rid,
                             .logprobs = {.raw = use_cut ? NULL : lpo, .lp = use_cut ? &cut : NULL},
                             .prompt_token_ids = dm.prompt_token_ids,
-                            .prompt_logprobs = dm.prompt_logprobs};
+                            .prompt_logprobs = dm.prompt_logprobs,
+                            .reasoning_open = d->reasoning_open};
+        d->reasoning_open = false;
         char *pclean = NULL;
         if (ptext) {
             size_t pl = 0;

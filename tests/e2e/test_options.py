@@ -37,6 +37,7 @@ SPEC = [
     ("--max-queue", "router", "--max-queue", "int", 1, 1 << 24),
     ("--max-prompt-tokens", "router", "--max-prompt-tokens", "int", 1, 1 << 24),
     ("--max-new-tokens", "router", "--max-new-tokens", "int", 1, 1 << 24),
+    ("--max-thinking-tokens", "router", "--max-thinking-tokens", "int", 0, 1000000),
     ("--max-embed-inputs", "router", "--max-embed-inputs", "int", 1, 65536),
     ("--max-embed-tokens", "router", "--max-embed-tokens", "int", 1, 1 << 20),
     ("--heartbeat-timeout", "router", "--heartbeat-timeout", "int", 100, 3600000),
@@ -73,6 +74,8 @@ CHOICES = [
      [(v, "is not HOST:PORT") for v in ["h:0", "h:65536", ":80", "h:", "nope",
                                         "h" * 256 + ":80"]]),
     ("--device", "worker", "--device", ["cpu", "cuda:0"], [("tpu", ""), ("cuda:x", "")]),
+    ("--reasoning-format", "http", "--reasoning-format", ["separate", "none"],
+     [("deepseek", "is not separate or none"), ("", "is not separate or none")]),
 ]
 
 FLAGS = [("--no-prefix-cache", "worker"), ("--spec-lookup", "worker"),

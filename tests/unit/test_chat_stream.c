@@ -2,9 +2,10 @@
  * test_chat_stream.c - cmocka tests for the reasoning splitter
  * (http/chat_stream.c): thinking-model outputs (a section at the start,
  * one the prompt opened, none, one never closed, markers split anywhere,
- * a tool call after the reasoning, format none) fed whole, split at every
- * byte, and byte by byte, must report exactly the expected reasoning,
- * content and calls, each byte once and no empty event.
+ * a tool call after the reasoning, format none, gpt-oss's harmony
+ * channels) fed whole, split at every byte, and byte by byte, must report
+ * exactly the expected reasoning, content and calls, each byte once and no
+ * empty event; the whole-text split must give the same.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -216,6 +217,102 @@ static void test_tools(void **state) {
     json_decref(g.tools.names);
 }
 
+/* gpt-oss: analysis is reasoning, final is content, a commentary message
+ * to functions.NAME is a call of a known tool. */
+static void test_harmony(void **state) {
+    (void)state;
+    zi_http_gen g;
+    memset(&g, 0, sizeof g);
+    transcript t;
+    const char *text = "<|channel|>analysis<|message|>User asks 2+2. Easy.<|end|><|start|>"
+                       "assistant<|channel|>final<|message|>It is 4.";
+    all_splits(&g, text, &t);
+    assert_string_equal(t.reasoning, "User asks 2+2. Easy.");
+    assert_string_equal(t.content, "It is 4.");
+    all_splits(&g, "<|start|>assistant<|channel|>final<|message|> hi <|end|>", &t);
+    assert_string_equal(t.content, " hi ");
+    all_splits(&g, "<|channel|>analys", &t); /* a header cut short */
+    assert_string_equal(t.reasoning, "");
+    assert_string_equal(t.content, "");
+    all_splits(&g, "<|channel|>analysis<|message|>a <|en", &t);
+    assert_string_equal(t.reasoning, "a <|en");
+    const char *call = "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant"
+                       "<|channel|>commentary to=functions.get_weather <|constrain|>json"
+                       "<|message|>{\"city\": \"Paris\"}";
+    /* without tools the call's body is content */
+    all_splits(&g, call, &t);
+    assert_string_equal(t.reasoning, "Need the weather.");
+    assert_string_equal(t.content, "{\"city\": \"Paris\"}");
+    assert_int_equal(t.n_calls, 0);
+    g.tools.choice = ZI_TOOLS_AUTO;
+    g.tools.names = json_pack("[s]", "get_weather");
+    all_splits(&g, call, &t);
+    assert_string_equal(t.reasoning, "Need the weather.");
+    assert_string_equal(t.content, "");
+    assert_int_equal(t.n_calls, 1);
+    assert_string_equal(t.name[0], "get_weather");
+    assert_string_equal(t.args[0], "{\"city\": \"Paris\"}");
+    assert_true(t.ok);
+    /* cut short: a call, not a whole one */
+    all_splits(&g, "<|channel|>commentary to=functions.get_weather<|message|>{\"city\": ", &t);
+    assert_int_equal(t.n_calls, 1);
+    assert_false(t.ok);
+    /* an unknown tool's message is content */
+    all_splits(&g, "<|channel|>commentary to=functions.nope<|message|>{}", &t);
+    assert_int_equal(t.n_calls, 0);
+    assert_string_equal(t.content, "{}");
+    /* format none: the raw text */
+    g.reasoning.format = ZI_REASONING_NONE;
+    all_splits(&g, call, &t);
+    assert_string_equal(t.content, call);
+    json_decref(g.tools.names);
+}
+
+/* The whole-text split: reasoning, content and calls as streamed; broken
+ * or no calls leave the text (but the reasoning) as content. */
+static void test_split(void **state) {
+    (void)state;
+    zi_http_gen g;
+    memset(&g, 0, sizeof g);
+    g.tools.choice = ZI_TOOLS_AUTO;
+    g.tools.names = json_pack("[s]", "f");
+    static const struct {
+        const char *text, *reasoning, *content, *args;
+    } S[] = {
+        {"<think> r </think> <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>",
+         "r", NULL, "{\"a\": 1}"},
+        {"<think>r</think>Hi <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1", "r",
+         "Hi <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1", NULL},
+        {"<think>r</think>\n\nplain", "r", "plain", NULL},
+        {"<|channel|>analysis<|message|>r<|end|><|start|>assistant<|channel|>commentary "
+         "to=functions.f<|message|>{}",
+         "r", NULL, "{}"},
+    };
+    for (size_t i = 0; i < sizeof S / sizeof *S; i++) {
+        char *r, *c;
+        size_t rn, cn;
+        json_t *calls;
+        assert_int_equal(
+            zi_chat_stream_split(&g, S[i].text, strlen(S[i].text), &r, &rn, &c, &cn, &calls), 0);
+        assert_string_equal(r, S[i].reasoning);
+        assert_int_equal(rn, strlen(r));
+        if (S[i].content) assert_string_equal(c, S[i].content);
+        if (!S[i].content) assert_string_equal(c, "");
+        if (S[i].args) {
+            assert_int_equal(json_array_size(calls), 1);
+            json_t *fn = json_object_get(json_array_get(calls, 0), "function");
+            assert_string_equal(json_string_value(json_object_get(fn, "name")), "f");
+            assert_string_equal(json_string_value(json_object_get(fn, "arguments")), S[i].args);
+        } else {
+            assert_null(calls);
+        }
+        json_decref(calls);
+        free(r);
+        free(c);
+    }
+    json_decref(g.tools.names);
+}
+
 /* An emit that fails stops the stream with its return. */
 static int refuse(void *arg, const zi_ts_event *ev) {
     (void)arg, (void)ev;
@@ -238,10 +335,9 @@ static void test_emit_error(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_reasoning_split),
-        cmocka_unit_test(test_format_none),
-        cmocka_unit_test(test_tools),
-        cmocka_unit_test(test_emit_error),
+        cmocka_unit_test(test_reasoning_split), cmocka_unit_test(test_format_none),
+        cmocka_unit_test(test_tools),           cmocka_unit_test(test_harmony),
+        cmocka_unit_test(test_split),           cmocka_unit_test(test_emit_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -305,6 +305,68 @@ static void test_roundtrip_request(void **state) {
 }
 /* A tool-call round trip: an assistant message with tool_calls and no
  * content, then the tool's result, decoded, encoded and decoded again. */
+/* The thinking budget travels in the request and the context; an
+ * assistant's reasoning_content in its message, refused on other roles. */
+static void test_roundtrip_thinking(void **state) {
+    (void)state;
+    zi_error e = {0};
+    zi_request r, back;
+    msgpack_sbuffer sb = sb_new();
+    build(&sb, "M s s s A M s s s s M s s s s s s s i", 3, "id", "t", "messages", 2, 2, "role",
+          "user", "content", "2+2?", 3, "role", "assistant", "content", "4", "reasoning_content",
+          "I add.", "max_thinking_tokens", 7LL);
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_int_equal(r.max_thinking_tokens, 7);
+    assert_string_equal(r.messages[1].reasoning_content.p, "I add.");
+    assert_int_equal(r.messages[0].reasoning_content.len, 0);
+    char *buf;
+    size_t len;
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_int_equal(back.max_thinking_tokens, 7);
+    assert_string_equal(back.messages[1].reasoning_content.p, "I add.");
+    free(buf);
+    zi_request_free(&back);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s s s A M s s s s s s", 2, "id", "t", "messages", 1, 3, "role", "user", "content",
+          "hi", "reasoning_content", "x");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+    ERR_HAS(e, "messages[0].reasoning_content: only an assistant message has reasoning");
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s s s s s i", 3, "id", "t", "prompt", "hi", "max_thinking_tokens", 0LL);
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+    ERR_HAS(e, "max_thinking_tokens");
+    msgpack_sbuffer_destroy(&sb);
+
+    zi_text_context c, back_c;
+    const int32_t prompt[3] = {1, 2, 3}, end[3] = {9, 8, 7};
+    odd_context(&c, prompt, 3, 4096);
+    zi_string_set(&c.request_id, "ctx-t", 5, NULL);
+    c.thinking_budget = 12;
+    c.thinking_open = true;
+    zi_i32_list_set(&c.thinking_end, end, 3, NULL);
+    assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_OK);
+    assert_int_equal(back_c.thinking_budget, 12);
+    assert_true(back_c.thinking_open);
+    assert_int_equal(back_c.thinking_end.n, 3);
+    assert_memory_equal(back_c.thinking_end.v, end, sizeof end);
+    free(buf);
+    zi_text_context_free(&back_c);
+    /* without a budget none of the three is sent */
+    c.thinking_budget = 0;
+    assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_OK);
+    assert_int_equal(back_c.thinking_budget, 0);
+    assert_int_equal(back_c.thinking_end.n, 0);
+    free(buf);
+    zi_text_context_free(&back_c);
+    zi_text_context_free(&c);
+}
+
 static void test_tool_messages(void **state) {
     (void)state;
     msgpack_sbuffer sb = sb_new();
@@ -837,6 +899,7 @@ int main(void) {
         cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_roundtrip_request),
         cmocka_unit_test(test_tool_messages),
+        cmocka_unit_test(test_roundtrip_thinking),
         cmocka_unit_test(test_roundtrip_context),
         cmocka_unit_test(test_roundtrip_grammar),
         cmocka_unit_test(test_roundtrip_responses),
