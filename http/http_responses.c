@@ -510,11 +510,17 @@ static int translate_reasoning(json_t *o, json_t *chat, int *summary, zi_http_er
         return -1;
     *summary = get(r, "summary") || get(r, "generate_summary");
     json_t *eff = get(r, "effort");
-    if (eff) {
-        json_object_set(chat, "reasoning_effort", eff);
-        if (!strcmp(json_string_value(eff), "none"))
-            json_object_set_new(chat, "enable_thinking", json_false());
-    }
+    if (!eff) return 0;
+    /* Templates know low, medium and high (gpt-oss); none turns thinking
+     * off, minimal and xhigh go to their nearest. */
+    const char *w = json_string_value(eff);
+    if (!strcmp(w, "none"))
+        json_object_set_new(chat, "enable_thinking", json_false());
+    else
+        json_object_set_new(chat, "reasoning_effort",
+                            json_string(!strcmp(w, "minimal") ? "low"
+                                        : !strcmp(w, "xhigh") ? "high"
+                                                              : w));
     return 0;
 }
 
@@ -675,9 +681,10 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
     if (!rc) rc = translate_reasoning(o, chat, &summary, e);
     if (!rc) {
         json_object_set(chat, "messages", msgs);
-        /* grammar: zinfer's extension, as on chat completions (GBNF) */
-        static const char *const same[] = {"model",  "temperature", "top_p",
-                                           "stream", "grammar",     NULL};
+        /* grammar, timeout_ms, ignore_eos: zinfer's extensions, as on chat
+         * completions (docs/http.md) */
+        static const char *const same[] = {"model",   "temperature", "top_p",      "stream",
+                                           "grammar", "timeout_ms",  "ignore_eos", NULL};
         for (int i = 0; same[i]; i++)
             if ((v = get(o, same[i]))) json_object_set(chat, same[i], v);
         if ((v = get(o, "max_output_tokens"))) json_object_set(chat, "max_tokens", v);

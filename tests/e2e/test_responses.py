@@ -275,6 +275,27 @@ def test_streamed_store(client, model):
     assert got.output_text == final.output_text and got.status == final.status
 
 
+def test_deadline_mid_stream(client, model):
+    """timeout_ms (zinfer's extension) passing mid-stream: the text so far,
+    an `error` event naming it, then response.failed; whole, a 504."""
+    kw = dict(model=model, input="Count to a million.", temperature=0, max_output_tokens=4000)
+    events = list(client.responses.create(**kw, stream=True,
+                                          extra_body={"ignore_eos": True, "timeout_ms": 1500}))
+    types = [e.type for e in events]
+    assert types.count("response.output_text.delta") > 2, types
+    err = [e for e in events if e.type == "error"]
+    assert len(err) == 1 and err[0].code == "deadline_exceeded", err
+    assert err[0].param == "timeout_ms" and "1500 ms" in err[0].message
+    assert types[-1] == "response.failed"
+    failed = events[-1].response
+    assert failed.status == "failed" and failed.error.message == err[0].message
+    assert failed.output[0].status == "incomplete"
+    assert failed.output[0].content[0].text == deltas(events, "response.output_text.delta")
+    with pytest.raises(openai.APIStatusError) as ei:
+        client.responses.create(**kw, extra_body={"ignore_eos": True, "timeout_ms": 300})
+    assert ei.value.status_code == 504 and ei.value.body["param"] == "timeout_ms"
+
+
 def test_retrieve_and_delete(server, client, model):
     r = client.responses.create(model=model, input="Hi", temperature=0, max_output_tokens=8,
                                 store=True)
@@ -534,6 +555,19 @@ def test_reasoning_item(thinker):
     assert summ.reasoning.summary == "auto"
     events = list(thinker.responses.create(**kw, reasoning={"summary": "detailed"}, stream=True))
     assert deltas(events, "response.reasoning_summary_text.delta") == "Two and two make four."
+    # effort none: the template's thinking switched off (Qwen 3 closes an
+    # empty section in the prompt), so the answer comes without reasoning
+    off = thinker.responses.create(
+        model="qwen3-think", input="What is 2+2?", temperature=0, max_output_tokens=50,
+        reasoning={"effort": "none"}, extra_body={"grammar": 'root ::= "The answer is 4."'})
+    assert [o.type for o in off.output] == ["message"]
+    assert off.output_text == "The answer is 4."
+    assert off.usage.input_tokens > whole.usage.input_tokens
+    # the other efforts leave Qwen 3's prompt as it is
+    for effort in ("minimal", "medium", "xhigh"):
+        r = thinker.responses.create(**kw, reasoning={"effort": effort})
+        assert r.usage.input_tokens == whole.usage.input_tokens
+        assert r.reasoning.effort == effort and r.output_text == "The answer is 4."
 
 
 def test_reasoning_tool_round_trip(thinker):
