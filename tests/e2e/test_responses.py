@@ -189,6 +189,22 @@ def test_json_schema(client, model):
     assert isinstance(json.loads(o.output_text), dict)
 
 
+def test_parse_helper(client, model):
+    """The SDK's responses.parse: a pydantic model as text.format, the
+    answer parsed back into it."""
+    pydantic = pytest.importorskip("pydantic")
+
+    class City(pydantic.BaseModel):
+        name: str
+        country: str
+
+    r = client.responses.parse(model=model, input="Name a city in France.", text_format=City,
+                               temperature=0, max_output_tokens=100)
+    assert r.status == "completed"
+    assert isinstance(r.output_parsed, City) and r.output_parsed.name
+    assert r.text.format.type == "json_schema" and r.text.format.name == "City"
+
+
 def test_tool_round_trip(client, model):
     q = "What is the weather in Paris?"
     first = client.responses.create(model=model, input=q, tools=[WEATHER],
