@@ -347,6 +347,32 @@ def test_eviction_at_the_bound(client, model):
     assert client.responses.retrieve(extra).id == extra
 
 
+def test_byte_bound(zinfer_bin, model_path, tmp_path):
+    """--responses-store-bytes: the least recently used responses go once
+    the kept bytes pass the bound; one larger than the bound alone is
+    answered but not kept, and evicts nothing."""
+    hport = free_port()
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
+                       "--http", f"127.0.0.1:{hport}", "--api-key", KEY,
+                       "--responses-store-bytes", 6000) as srv:
+        deadline = time.time() + 30
+        while raw(hport, "GET", "/health")[0] != 200:
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        c = openai.OpenAI(base_url=f"http://127.0.0.1:{hport}/v1", api_key=KEY, max_retries=0)
+        ids = [c.responses.create(input=f"Say {i}.", temperature=0, max_output_tokens=3,
+                                  store=True).id for i in range(8)]
+        kept = [i for i in ids if raw(hport, "GET", f"/v1/responses/{i}")[0] == 200]
+        # each is about 1.5 KB of JSON: a few fit, the newest ones
+        assert 2 <= len(kept) < len(ids) and kept == ids[len(ids) - len(kept):], kept
+        # metadata (echoed in the response) makes it large without a long prompt
+        big = c.responses.create(input="Hi", temperature=0, max_output_tokens=3, store=True,
+                                 metadata={f"k{j}": "v" * 500 for j in range(14)})
+        assert big.store is True and big.output_text is not None
+        assert raw(hport, "GET", f"/v1/responses/{big.id}")[0] == 404
+        assert [i for i in ids if raw(hport, "GET", f"/v1/responses/{i}")[0] == 200] == kept
+
+
 T = [{"type": "function", "name": "f", "parameters": {"type": "object"}}]
 BAD = [
     # (body, status, param)
