@@ -6,12 +6,20 @@ One `zinfer serve --http` runs for the module on the real default model,
 with an API key and a store of at most STORE_MAX responses. The official
 `openai` SDK's `client.responses` drives it: text whole and streamed
 (greedy, so the streamed deltas join to exactly the whole output_text),
-the SDK's stream helper, instructions, max_output_tokens cut short, a
-json_schema text format, a full tool round trip (a forced call, its
-output sent back, a final message), streamed call arguments, store and
-previous_response_id, eviction at the bound, GET and DELETE. Then a table
-of bad requests, each answered with its status and an error naming the
-field, after which the server still answers.
+the SDK's stream and parse helpers, instructions, max_output_tokens cut
+short, json_schema and json_object text formats, a full tool round trip (a
+forced call, its output sent back, a final message), streamed call
+arguments, a deadline passing mid-stream (error event, response.failed),
+store and previous_response_id, eviction at the entry bound, GET and
+DELETE; a second server shows the byte bound. Then a table of bad
+requests, each answered with its status and an error naming the field,
+after which the server still answers.
+
+A thinking model: a random-weight qwen3 file with Qwen 3's template, whose
+completions a grammar forces to `<think>...</think>answer`, gives reasoning
+items (whole, streamed, with a summary), reasoning.effort switching the
+template's thinking, and a tool round trip after reasoning through
+previous_response_id.
 """
 
 import http.client as httpc
