@@ -22,6 +22,7 @@ template's thinking, and a tool round trip after reasoning through
 previous_response_id.
 """
 
+import contextlib
 import http.client as httpc
 import json
 import os
@@ -516,6 +517,7 @@ HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer"))
 VENDOR = HOME / "llama.cpp-vendor" / "models"
 VOCAB = VENDOR / "ggml-vocab-qwen2.gguf"
 QWEN3 = VENDOR / "templates" / "Qwen-Qwen3-0.6B.jinja"
+QWEN35 = VENDOR / "templates" / "Qwen3.5-4B.jinja"
 # The grammars force the whole completion, so its reasoning and answer are
 # known exactly (the random weights would write noise).
 THINK = r'root ::= "<think>\nTwo and two make four.\n</think>\n\nThe answer is 4."'
@@ -565,20 +567,32 @@ def write_qwen3(path):
 
 
 @pytest.fixture(scope="module")
-def thinker(zinfer_bin, tmp_path_factory):
-    if not (VOCAB.is_file() and QWEN3.is_file()):
+def qwen3_file(tmp_path_factory):
+    if not (VOCAB.is_file() and QWEN3.is_file() and QWEN35.is_file()):
         pytest.skip("the vendored llama.cpp vocabulary and templates are absent")
-    d = tmp_path_factory.mktemp("thinker")
-    path = write_qwen3(d / "qwen3-think.gguf")
+    return write_qwen3(tmp_path_factory.mktemp("qwen3") / "qwen3-think.gguf")
+
+
+@contextlib.contextmanager
+def serve_sdk(zinfer_bin, path, log, *args):
+    """serve_process with HTTP on a free port: yields an openai client."""
     hport = free_port()
-    with serve_process(zinfer_bin, path, d / "serve.log", "--threads-per-worker", 2,
-                       "--http", f"127.0.0.1:{hport}", "--api-key", KEY) as srv:
+    with serve_process(zinfer_bin, path, log, "--threads-per-worker", 2,
+                       "--http", f"127.0.0.1:{hport}", "--api-key", KEY, *args) as srv:
         deadline = time.time() + 30
         while raw(hport, "GET", "/health")[0] != 200:
             assert time.time() < deadline, srv.log()
             time.sleep(0.2)
         yield openai.OpenAI(base_url=f"http://127.0.0.1:{hport}/v1", api_key=KEY, max_retries=0,
                             timeout=120)
+
+
+@pytest.fixture(scope="module")
+def thinker(zinfer_bin, qwen3_file, tmp_path_factory):
+    """The file's own template (Qwen 3: the model opens <think>)."""
+    with serve_sdk(zinfer_bin, qwen3_file,
+                   tmp_path_factory.mktemp("thinker") / "serve.log") as sdk:
+        yield sdk
 
 
 def test_reasoning_item(thinker):
@@ -644,3 +658,27 @@ def test_reasoning_tool_round_trip(thinker):
     again = thinker.responses.create(input=items, extra_body={"grammar": ANSWER}, **kw)
     assert again.usage.input_tokens == second.usage.input_tokens
     assert second.usage.input_tokens > first.usage.input_tokens
+
+
+def test_reasoning_prompt_opened(zinfer_bin, qwen3_file, tmp_path):
+    """Qwen 3.5's template opens <think> in the prompt, so the model writes
+    only the closing marker; and a server whose --reasoning-format is none
+    (chat completions leave the reasoning in the content) still gives
+    Responses its reasoning item."""
+    with serve_sdk(zinfer_bin, qwen3_file, tmp_path / "serve.log", "--chat-template", QWEN35,
+                   "--reasoning-format", "none") as sdk:
+        kw = dict(model="qwen3-think", input="What is 2+2?", temperature=0,
+                  max_output_tokens=200,
+                  extra_body={"grammar": r'root ::= "Two and two make four.\n</think>\n\n'
+                                         r'The answer is 4."'})
+        whole = sdk.responses.create(**kw)
+        assert [o.type for o in whole.output] == ["reasoning", "message"], whole.output
+        assert whole.output[0].content[0].text == "Two and two make four."
+        assert whole.output_text == "The answer is 4."
+        events = list(sdk.responses.create(**kw, stream=True))
+        assert deltas(events, "response.reasoning_text.delta") == "Two and two make four."
+        assert deltas(events, "response.output_text.delta") == "The answer is 4."
+        chat = sdk.chat.completions.create(model="qwen3-think", temperature=0, max_tokens=200,
+                                           messages=[{"role": "user", "content": "What is 2+2?"}],
+                                           extra_body=kw["extra_body"])
+        assert "</think>" in chat.choices[0].message.content
