@@ -13,6 +13,7 @@
 #include "codec.h"
 #include "http_api.h"
 #include "http_embed.h"
+#include "http_rerank.h"
 #include "http_reply.h"
 #include "http_request.h"
 #include "http_responses.h"
@@ -378,33 +379,64 @@ fail:
     answer_error(a, &e);
 }
 
+/* The router's embed op for m (id "e"), on a connection opened here, the
+ * body's model checked against the served one (its name into name): 0 with
+ * *f to free, or -1 with e set. m is freed. */
+static int embed_call(zi_http_ctx *ctx, json_t *o, zi_msg *m, char *name, size_t cap,
+                      zi_http_frame *f, zi_http_error *e) {
+    zi_http_conn *c = NULL;
+    int rc = zi_http_conn_open(ctx, &c, e) || served_model(ctx, c, name, cap, NULL, e) ||
+             check_model(o, name, e);
+    if (!rc) rc = zi_http_call(c, m, "e", ctx->lim.router_timeout_ms, f, e);
+    zi_msg_free(m);
+    zi_http_conn_close(c);
+    return rc ? -1 : 0;
+}
+
 /* POST /v1/embeddings (http_embed.h): the router's embed op. */
 static void embeddings(zi_http_ctx *ctx, const char *body, size_t len, zi_http_answer *a) {
     zi_http_error e;
     json_t *o = zi_http_parse_object(body, len, &e);
-    zi_http_conn *c = NULL;
     char name[256];
     int base64 = 0;
     zi_msg m;
     zi_http_frame f;
-    if (!o || zi_http_embed_request(o, &m, &base64, &e)) goto fail;
-    if (zi_http_conn_open(ctx, &c, &e) || served_model(ctx, c, name, sizeof name, NULL, &e) ||
-        check_model(o, name, &e)) {
-        zi_msg_free(&m);
+    if (!o || zi_http_embed_request(o, &m, &base64, &e) ||
+        embed_call(ctx, o, &m, name, sizeof name, &f, &e))
         goto fail;
-    }
-    int rc = zi_http_call(c, &m, "e", ctx->lim.router_timeout_ms, &f, &e);
-    zi_msg_free(&m);
-    if (rc) goto fail;
     a->json = zi_http_embed_answer(f.root, name, base64, &e);
     zi_http_frame_free(&f);
     if (!a->json) goto fail;
     a->status = 200;
-    zi_http_conn_close(c);
     json_decref(o);
     return;
 fail:
-    zi_http_conn_close(c);
+    json_decref(o);
+    answer_error(a, &e);
+}
+
+/* POST /v1/rerank, /rerank (http_rerank.h): the embed op with a query. */
+static void rerank(zi_http_ctx *ctx, const char *body, size_t len, zi_http_answer *a) {
+    zi_http_error e;
+    json_t *o = zi_http_parse_object(body, len, &e);
+    char name[256];
+    zi_msg m;
+    zi_http_frame f;
+    zi_http_rerank rr = {0};
+    if (!o || zi_http_rerank_request(o, &m, &rr, &e)) goto fail;
+    if (embed_call(ctx, o, &m, name, sizeof name, &f, &e)) {
+        zi_http_rerank_error_fields(&e);
+        goto fail;
+    }
+    a->json = zi_http_rerank_answer(f.root, name, &rr, &e);
+    zi_http_frame_free(&f);
+    if (!a->json) goto fail;
+    a->status = 200;
+    zi_http_rerank_free(&rr);
+    json_decref(o);
+    return;
+fail:
+    zi_http_rerank_free(&rr);
     json_decref(o);
     answer_error(a, &e);
 }
@@ -615,6 +647,12 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
     } else if (!strcmp(path, "/v1/embeddings")) {
         if (post) {
             embeddings(ctx, body, len, a);
+            return;
+        }
+        want = "POST";
+    } else if (!strcmp(path, "/v1/rerank") || !strcmp(path, "/rerank")) {
+        if (post) {
+            rerank(ctx, body, len, a);
             return;
         }
         want = "POST";

@@ -91,6 +91,10 @@ typedef struct zi_attn_shape {
      * (sum_j e^(s_j - m) + e^(sink - m)). NULL: none. Only a backend with
      * attn_sinks set honours it (the model checks). */
     const float *sinks;
+    /* span_attention only: each row attends to the rows of its span up to
+     * itself (a span's rows in position order), as a decoder does; 0:
+     * to the whole span (an encoder). */
+    int causal;
 } zi_attn_shape;
 
 /* The angles of a RoPE call (llama.cpp's ggml_rope_ext): pair i (0 <= i <
@@ -191,7 +195,9 @@ typedef struct zi_backend_ops {
      * order[starts[r]] .. order[starts[r+1] - 1] of q [.][n_heads*head_dim]
      * and k, v [.][n_kv_heads*head_dim]; out[t] = softmax(q[t] K^T * scale)
      * V over the rows of t's span, per head (GQA as attention), nothing
-     * cached; order and starts are host memory, s's window and softcap 0.
+     * cached; order and starts are host memory, s's window and softcap 0;
+     * with s->causal, a row sees its span's rows up to itself (a decoder's
+     * embedding inputs run whole in one pass, model.h zi_batch.f32_attn).
      * Accumulates in double where a backend can (the CPU's does): within
      * float rounding of exact. Optional (NULL: the model runs encoders
      * through kv_store and attention, every token given its input's last

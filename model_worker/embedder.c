@@ -17,7 +17,7 @@ int32_t zi_embed_out_rows(zi_pooling p, int32_t n_tokens) {
 int zi_embed_input_init(zi_embed_input *e, const int32_t *tokens, int32_t n_tokens, int dim,
                         zi_pooling pooling, bool normalize, int32_t max_blocks, zi_error *err) {
     memset(e, 0, sizeof *e);
-    if (n_tokens < 1 || dim < 1 || max_blocks < 1 || (unsigned)pooling > ZI_POOLING_LAST)
+    if (n_tokens < 1 || dim < 1 || max_blocks < 1 || (unsigned)pooling > ZI_POOLING_RANK)
         return zi_error_set(err, ZI_EINVAL,
                             "embedding input: %d tokens, dim %d, pooling %d (an input needs a "
                             "token)",
@@ -53,6 +53,8 @@ bool zi_embed_wants(const zi_embed_input *e, int32_t pos) {
         return pos == 0;
     case ZI_POOLING_LAST:
         return pos == e->n_tokens - 1;
+    case ZI_POOLING_RANK: /* llama.cpp's: an encoder's first token, a decoder's last */
+        return pos == (e->encoder ? 0 : e->n_tokens - 1);
     default:
         return true;
     }
@@ -70,7 +72,7 @@ void zi_embed_take(zi_embed_input *e, int32_t pos, const float *h) {
 void zi_embed_finish(zi_embed_input *e) {
     if (e->pooling == ZI_POOLING_MEAN)
         for (int i = 0; i < e->dim; i++) e->out[i] = (float)(e->acc[i] / e->n_tokens);
-    if (!e->normalize) return;
+    if (!e->normalize || e->pooling == ZI_POOLING_RANK) return;
     int32_t rows = zi_embed_out_rows(e->pooling, e->n_tokens);
     for (int32_t r = 0; r < rows; r++) zi_embed_l2_normalize(e->out + (size_t)r * e->dim, e->dim);
 }
@@ -110,6 +112,7 @@ void zi_embed_schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, in
             s->seq[T] = row;
             s->want_logits[T] = 0;
             s->want_hidden[T] = zi_embed_wants(e, pos);
+            if (s->f32_attn) s->f32_attn[T] = e->whole;
             s->n_hidden += s->want_hidden[T];
         }
         e->step_len = len;

@@ -14,7 +14,10 @@
  *   none  every token's vector, [n_tokens][dim];
  *   mean  the average over the tokens (summed in double);
  *   cls   the first token's;
- *   last  the last token's.
+ *   last  the last token's;
+ *   rank  an encoder's first token's, a decoder's last token's, for a
+ *         reranker's head (rank_head.h, applied by worker_embed.c); never
+ *         normalized.
  *
  * (zi_pooling, protocol/embeddings.h: llama.cpp's values). With normalize each
  * vector (each token's, for none) is scaled to unit L2 norm (a zero vector
@@ -37,7 +40,9 @@ typedef struct zi_embed_input {
     int dim;
     zi_pooling pooling;
     bool normalize;
-    bool whole;  /* run in one step, never cut into chunks (an encoder's) */
+    bool whole;  /* run in one step, never cut into chunks (an encoder's; a decoder's
+                    rank input that fits a step, for float32 attention) */
+    bool encoder; /* rank pools an encoder's first token, a decoder's last */
     float *out;  /* [zi_embed_out_rows][dim], the result once done */
     double *acc; /* [dim] mean pooling's running sum */
     /* the generator's (generator.c) */
@@ -76,6 +81,7 @@ typedef struct zi_kv_blocks zi_kv_blocks;
 typedef struct zi_embed_step {
     int32_t *tokens, *pos, *seq;
     uint8_t *want_logits, *want_hidden; /* want_hidden: 0 for the tokens before */
+    uint8_t *f32_attn; /* or NULL: 1 for a whole input's tokens (zi_batch.f32_attn) */
     int32_t *tables;                    /* rows of table_stride entries */
     int32_t table_stride;
     int block_size;

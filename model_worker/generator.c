@@ -161,6 +161,7 @@ void zi_generator_free(zi_generator *g) {
     free(g->src_row);
     free(g->emb_stepped);
     free(g->want_hidden);
+    free(g->f32_attn);
     free(g->hidden);
     zi_device_sampler_free(g->dev);
     zi_spec_draft_free(g->drafter);
@@ -931,8 +932,11 @@ static int schedule_embeds(zi_generator *g, step_plan *p, zi_error *err) {
     if (!rc)
         rc = grow((void **)&g->want_hidden, &g->want_hidden_cap, (size_t)g->cfg.max_batch_tokens, 1,
                   err);
+    if (!rc)
+        rc = grow((void **)&g->f32_attn, &g->f32_attn_cap, (size_t)g->cfg.max_batch_tokens, 1, err);
     if (rc) return rc;
     memset(g->want_hidden, 0, (size_t)p->n_tokens);
+    memset(g->f32_attn, 0, (size_t)p->n_tokens);
     int budget = g->cfg.max_batch_tokens - p->n_tokens;
     if (p->n_decoding) {
         int chunk = prompt_chunk(g, p->n_waiting + 1, p->n_decoding) - p->n_prompt;
@@ -943,6 +947,7 @@ static int schedule_embeds(zi_generator *g, step_plan *p, zi_error *err) {
                             .seq = g->seq,
                             .want_logits = g->want,
                             .want_hidden = g->want_hidden,
+                            .f32_attn = g->f32_attn,
                             .tables = g->tables,
                             .table_stride = g->max_blocks,
                             .block_size = g->cfg.block_size,
@@ -984,7 +989,8 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
                   .n_table_rows = p.n_stepped + g->es.n_stepped,
                   .table_stride = g->max_blocks,
                   .want_hidden = g->es.n_stepped ? g->want_hidden : NULL,
-                  .hidden = g->hidden};
+                  .hidden = g->hidden,
+                  .f32_attn = g->es.n_stepped ? g->f32_attn : NULL};
     if (!g->es.n_stepped && device_step_ok(g, &p)) return step_on_device(g, &p, &b, err);
     double t0 = now_s();
     if ((rc = zi_model_forward(g->model, g->kv, &b, g->logits, err))) return rc;

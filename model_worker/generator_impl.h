@@ -122,6 +122,8 @@ struct zi_generator {
     size_t table_rows_cap; /* rows g->tables holds (n_slots at first) */
     uint8_t *want_hidden;  /* [max_batch_tokens] */
     size_t want_hidden_cap;
+    uint8_t *f32_attn; /* [max_batch_tokens]: zi_batch.f32_attn */
+    size_t f32_attn_cap;
     float *hidden; /* [n_hidden][dim] */
     size_t hidden_cap;
 };

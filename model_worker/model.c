@@ -883,12 +883,9 @@ static void collect_hidden(zi_model *m, const zi_batch *b) {
         be->ops->download(be, b->hidden, m->tmp, (size_t)j * c->dim * sizeof(float));
 }
 
-/* An encoder's attention spans (encoder_span.h) into m->span, and when
- * the backend has span_attention, its tokens grouped by input into
- * m->order / m->starts (*n_spans groups; else 0); a position past the
- * learned ones is refused (abs_pos). */
-static int encoder_spans(zi_model *m, const zi_batch *b, int *n_spans, zi_error *err) {
-    const int T = b->n_tokens, rows = b->n_table_rows;
+/* m->span / m->order for T tokens, m->row_n / m->starts for rows
+ * sequences. */
+static int span_buffers(zi_model *m, int T, int rows, zi_error *err) {
     if (T > m->span_cap) {
         int32_t *p = realloc(m->span, (size_t)T * 2 * sizeof *p);
         if (!p) return zi_error_set(err, ZI_ENOMEM, "out of memory for a batch of %d tokens", T);
@@ -899,6 +896,44 @@ static int encoder_spans(zi_model *m, const zi_batch *b, int *n_spans, zi_error 
         if (!p) return zi_error_set(err, ZI_ENOMEM, "out of memory for %d sequences", rows);
         m->row_n = p, m->starts = p + 2 * rows, m->row_cap = rows;
     }
+    return ZI_OK;
+}
+
+/* A decoder's whole embedding inputs (zi_batch.f32_attn) grouped for
+ * span_attention into m->order / m->starts: *n_groups of them, 0 when
+ * there are none or the backend has no span_attention. ZI_EINVAL when a
+ * flagged sequence is not whole in the pass (positions 0..n-1, in order,
+ * contiguous). */
+static int decoder_f32_spans(zi_model *m, const zi_batch *b, int *n_groups, zi_error *err) {
+    *n_groups = 0;
+    if (!b->f32_attn || !m->be->ops->span_attention) return ZI_OK;
+    int rc = span_buffers(m, b->n_tokens, b->n_table_rows, err);
+    int k = 0, g = 0;
+    for (int i = 0; !rc && i < b->n_tokens; i++) {
+        if (!b->f32_attn[i]) continue;
+        int first = k == 0 || m->order[k - 1] != i - 1 || b->seq[i - 1] != b->seq[i];
+        if (b->pos[i] != (first ? 0 : b->pos[i - 1] + 1))
+            return zi_error_set(err, ZI_EINVAL,
+                                "f32_attn: token %d (sequence %d, position %d) is not part of a "
+                                "sequence whole in the pass",
+                                i, b->seq[i], b->pos[i]);
+        if (first) m->starts[g++] = k;
+        m->order[k++] = i;
+    }
+    if (rc) return rc;
+    m->starts[g] = k;
+    *n_groups = g;
+    return ZI_OK;
+}
+
+/* An encoder's attention spans (encoder_span.h) into m->span, and when
+ * the backend has span_attention, its tokens grouped by input into
+ * m->order / m->starts (*n_spans groups; else 0); a position past the
+ * learned ones is refused (abs_pos). */
+static int encoder_spans(zi_model *m, const zi_batch *b, int *n_spans, zi_error *err) {
+    const int T = b->n_tokens, rows = b->n_table_rows;
+    int brc = span_buffers(m, T, rows, err);
+    if (brc) return brc;
     *n_spans = 0;
     for (int i = 0; m->cfg.family->abs_pos && i < T; i++)
         if (b->pos[i] >= m->cfg.ctx_train)
@@ -937,13 +972,14 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     if (rc) return rc;
     if (b->want_hidden && !b->hidden)
         return zi_error_set(err, ZI_EINVAL, "want_hidden without a hidden buffer");
-    int T = b->n_tokens, n_wanted = 0, n_spans = 0;
+    int T = b->n_tokens, n_wanted = 0, n_spans = 0, n_f32 = 0;
     for (int i = 0; i < T; i++) n_wanted += b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
     *rows_out = n_wanted;
     if (m->cfg.encoder && n_wanted > 0)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "'%s' is an encoder: it returns embeddings, not logits", m->cfg.arch);
     if (m->cfg.encoder && (rc = encoder_spans(m, b, &n_spans, err))) return rc;
+    if (!m->cfg.encoder && (rc = decoder_f32_spans(m, b, &n_f32, err))) return rc;
     if ((rc = ensure_buffers(m, T, n_wanted, host_out == NULL, err))) return rc;
     /* A mixture of experts quantizes each token's rows for its chosen
      * experts at once (moe.c's matmul_groups): T * n_expert_used tokens,
@@ -983,7 +1019,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                            c->attn_scale,
                            0 /* window: per layer */,
                            c->attn_softcap,
-                           NULL /* sinks: per layer */};
+                           NULL /* sinks: per layer */, 0 /* causal: span_attention's */};
     const zi_family *f = c->family;
     const size_t xn = (size_t)T * c->dim;
     /* The family's variants of the same steps (family.h). */
@@ -1048,6 +1084,14 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         } else {
             op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
             op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &att_view, &shape);
+            /* A decoder's whole embedding inputs again, over the pass's
+             * float32 K/V (zi_batch.f32_attn): their rows of att replaced. */
+            if (n_f32 > 0 && !shape.window && shape.softcap == 0.0f && !shape.sinks) {
+                shape.causal = 1;
+                op->span_attention(be, m->att, m->q, m->k, m->v, m->order, m->starts, n_f32,
+                                   &shape);
+                shape.causal = 0;
+            }
         }
         op->matmul(be, m->tmp, &L->wo, m->att, T);
         if (L->bo) op->add_bias(be, m->tmp, L->bo, T, c->dim);

@@ -169,6 +169,14 @@ typedef struct zi_batch {
      * (n_hidden_wanted * dim floats, host memory). NULL: none. */
     const uint8_t *want_hidden;
     float *hidden;
+    /* A decoder's embedding inputs that run whole in this pass (NULL:
+     * none): the tokens i with f32_attn[i] != 0 attend within their
+     * sequence over the pass's own float32 K/V, causally (span_attention),
+     * rather than the cache's float16 V, where the backend has it and the
+     * layer has no window, soft-capping or sinks. Each such sequence must
+     * be whole here: positions 0..n-1 in order, contiguous in the batch.
+     * Encoders ignore it (they always do so, bidirectionally). */
+    const uint8_t *f32_attn;
 } zi_batch;
 
 /* Validates the batch (ids inside the vocabulary, sequences inside the

@@ -17,14 +17,19 @@ int zi_embed_job_start(zi_embed_job *j, uint64_t rid, const msgpack_object *msg,
     zi_pooling pooling;
     if (e.pooling.p) {
         if (zi_pooling_parse(e.pooling.p, e.pooling.n, &pooling) != ZI_OK)
-            return zi_error_set(err, ZI_EINVAL, "pooling: one of none, mean, cls, last");
+            return zi_error_set(err, ZI_EINVAL, "pooling: one of none, mean, cls, last, rank");
     } else if (m->pooling < 0) {
         return zi_error_set(err, ZI_EUNSUPPORTED,
-                            "pooling: the model's pooling (rank) is not supported; ask for none, "
+                            "pooling: the model's pooling is not supported; ask for none, "
                             "mean, cls or last");
     } else {
         pooling = (zi_pooling)m->pooling;
     }
+    if (pooling == ZI_POOLING_RANK && !m->rank)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "pooling: rank needs a reranker (a model file with a classification "
+                            "head, cls.weight or cls.output.weight); this one has none");
+    j->rank = pooling == ZI_POOLING_RANK ? m->rank : NULL;
     rc = zi_im_embed_inputs_decode(e.inputs, ZI_EMBED_MAX_INPUTS_CAP, ZI_EMBED_MAX_TOKENS_CAP,
                                    &j->req, err);
     if (rc) return rc;
@@ -50,7 +55,10 @@ int zi_embed_job_start(zi_embed_job *j, uint64_t rid, const msgpack_object *msg,
         int32_t len = (int32_t)(j->req.start[i + 1] - j->req.start[i]);
         rc = zi_embed_input_init(&j->in[i], j->req.ids + j->req.start[i], len, m->dim, pooling,
                                  e.normalize, (len + m->block_size - 1) / m->block_size, err);
-        if (!rc) j->in[i].whole = m->whole;
+        if (!rc) {
+            j->in[i].encoder = m->whole;
+            j->in[i].whole = m->whole || (pooling == ZI_POOLING_RANK && len <= m->max_batch);
+        }
     }
     if (rc) zi_embed_job_free(j, NULL);
     return rc;
@@ -64,7 +72,7 @@ bool zi_embed_job_done(const zi_embed_job *j) {
 
 int zi_embed_job_pack(const zi_embed_job *j, zi_msg *out, zi_error *err) {
     size_t n = j->req.n_inputs;
-    int dim = n ? j->in[0].dim : 1;
+    int dim = j->rank ? zi_rank_head_outputs(j->rank) : n ? j->in[0].dim : 1;
     zi_embeddings_response r = {.dim = dim, .n_inputs = n, .pooling = (zi_pooling)j->req.pooling};
     for (size_t i = 0; i < n; i++) r.rows += zi_embed_out_rows(j->in[i].pooling, j->in[i].n_tokens);
     r.embeddings = malloc((size_t)r.rows * (size_t)dim * sizeof *r.embeddings + 1);
@@ -77,7 +85,10 @@ int zi_embed_job_pack(const zi_embed_job *j, zi_msg *out, zi_error *err) {
     float *p = r.embeddings;
     for (size_t i = 0; i < n; i++) {
         size_t k = (size_t)zi_embed_out_rows(j->in[i].pooling, j->in[i].n_tokens) * (size_t)dim;
-        memcpy(p, j->in[i].out, k * sizeof *p);
+        if (j->rank)
+            zi_rank_head_apply(j->rank, j->in[i].out, p); /* the pooled state -> scores */
+        else
+            memcpy(p, j->in[i].out, k * sizeof *p);
         p += k;
         r.token_counts[i] = j->in[i].n_tokens;
     }

@@ -13,21 +13,27 @@
 #include "embeddings.h"
 #include "generator.h"
 #include "imsg_embed.h"
+#include "rank_head.h"
 
 typedef struct zi_embed_job {
     uint64_t rid;
     zi_embeddings_request req;
     zi_embed_input *in; /* [req.n_inputs] */
     int64_t truncated;  /* the embed message's, passed back */
+    zi_rank_head *rank; /* pooling rank: the model's head (borrowed) */
 } zi_embed_job;
 
 /* The model's embedding defaults, from its file: `{arch}.pooling_type`
- * (llama.cpp's key) when present, else mean; *pooling is -2 for a pooling
- * this version does not run (rank: a classifier head). */
+ * (llama.cpp's key) when present, else mean; pooling is -2 for a pooling
+ * this version does not run (rank without a classification head, or an
+ * unknown value). */
 typedef struct zi_embed_model {
     int dim, ctx, vocab, block_size;
     int pooling;
-    bool whole; /* an encoder's inputs run whole (zi_embed_input.whole) */
+    bool whole;         /* an encoder's inputs run whole (zi_embed_input.whole) */
+    int max_batch;      /* a step's tokens at most: a decoder's rank input up to this
+                           long runs whole too, for float32 attention (zi_batch.f32_attn) */
+    zi_rank_head *rank; /* the file's classification head, or NULL */
 } zi_embed_model;
 
 /* Reads the job from an embed message: the inputs (every id inside the

@@ -76,6 +76,7 @@ typedef struct worker {
     zi_embed_job *jobs; /* [slots] */
     int n_jobs;
     zi_embed_model emodel;
+    zi_rank_head rank; /* a reranker's classification head (emodel.rank points here) */
     zi_embed_input **emb; /* the unfinished inputs of a step */
     size_t emb_cap;
     char model_name[256];
@@ -724,7 +725,29 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                                  .vocab = w->vocab,
                                  .block_size = zi_generator_get_config(w->gen)->block_size,
                                  .whole = mc->encoder != 0,
-                                 .pooling = pt <= ZI_POOLING_LAST ? (int)pt : -2};
+                                 .max_batch = zi_generator_get_config(w->gen)->max_batch_tokens,
+                                 .pooling = pt <= ZI_POOLING_RANK ? (int)pt : -2};
+    /* A reranker (llama.cpp's rank pooling): its head, read once. A file
+     * that says rank but has no head serves everything else. */
+    if (pt == ZI_POOLING_RANK) {
+        int hrc = zi_rank_head_load(&w->rank, zi_model_gguf(r->model), mc->arch, mc->dim,
+                                    !strcmp(mc->arch, "qwen3"), &err);
+        if (hrc == ZI_EUNSUPPORTED) {
+            zi_log(&w->log, ZI_LOG_WARN, "%s", err.msg);
+            w->emodel.pooling = -2;
+        } else if (hrc) {
+            zi_generator_free(w->gen);
+            free(w->live);
+            free(w->jobs);
+            w->gen = NULL, w->live = NULL, w->jobs = NULL;
+            return start_failed(w, err.msg);
+        } else {
+            w->emodel.rank = &w->rank;
+            zi_log(&w->log, ZI_LOG_INFO, "reranker: %d output(s)%s%s",
+                   zi_rank_head_outputs(&w->rank), w->rank.cls_w ? ", dense layer" : "",
+                   w->rank.softmax ? ", softmax" : "");
+        }
+    }
     /* Structured output needs the tokens' bytes: the model file's
      * tokenizer, read once into a trie. Without one, such requests are
      * refused and everything else is served. */
@@ -906,6 +929,7 @@ int main(int argc, char **argv) {
     zi_model_free(r.draft);
     free(w.jobs);
     free(w.emb);
+    zi_rank_head_free(&w.rank);
     zi_model_free(r.model);
     zi_backend_free(r.be);
     return rc;

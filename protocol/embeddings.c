@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const POOLING_NAMES[] = {"none", "mean", "cls", "last"};
+static const char *const POOLING_NAMES[] = {"none", "mean", "cls", "last", "rank"};
 
 int zi_pooling_parse(const char *name, size_t len, zi_pooling *out) {
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i <= ZI_POOLING_RANK; i++)
         if (strlen(POOLING_NAMES[i]) == len && !memcmp(POOLING_NAMES[i], name, len)) {
             *out = (zi_pooling)i;
             return ZI_OK;
@@ -18,7 +18,7 @@ int zi_pooling_parse(const char *name, size_t len, zi_pooling *out) {
 }
 
 const char *zi_pooling_name(zi_pooling p) {
-    return (unsigned)p < 4 ? POOLING_NAMES[p] : "?";
+    return (unsigned)p <= ZI_POOLING_RANK ? POOLING_NAMES[p] : "?";
 }
 
 int zi_embeddings_request_add(zi_embeddings_request *r, const int32_t *ids, size_t n,

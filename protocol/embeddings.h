@@ -24,10 +24,12 @@ typedef enum zi_pooling {
     ZI_POOLING_MEAN = 1,
     ZI_POOLING_CLS = 2,
     ZI_POOLING_LAST = 3,
+    ZI_POOLING_RANK = 4, /* a reranker's score: its classification head (rank_head.h) */
 } zi_pooling;
 #define ZI_POOLING_MODEL (-1) /* a request's "use the model's" */
 
-/* "none", "mean", "cls", "last" -> *out; ZI_EINVAL for any other name. */
+/* "none", "mean", "cls", "last", "rank" -> *out; ZI_EINVAL for any other
+ * name. */
 int zi_pooling_parse(const char *name, size_t len, zi_pooling *out);
 const char *zi_pooling_name(zi_pooling p);
 

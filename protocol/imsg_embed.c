@@ -49,6 +49,7 @@ int zi_im_embed_encode_pack(const zi_im_embed_encode *m, zi_msg *out) {
     zi_imap_int(&b, "max_tokens", m->max_tokens);
     zi_imap_bool(&b, "truncate", m->truncate);
     if (m->pooling.p) zi_imap_strn(&b, "pooling", m->pooling.p, m->pooling.n);
+    if (m->query.p) zi_imap_strn(&b, "query", m->query.p, m->query.n);
     zi_imap_bool(&b, "normalize", m->normalize);
     zi_imap_object(&b, "input", m->input);
     if (!m->input) zi_imap_fail(&b);
@@ -63,6 +64,7 @@ int zi_im_embed_encode_unpack(const msgpack_object *o, zi_im_embed_encode *m, zi
     m->truncate = bool_or(o, "truncate", false);
     m->normalize = bool_or(o, "normalize", false);
     m->pooling = str_of(o, "pooling");
+    m->query = str_of(o, "query");
     m->input = zi_map_get(o, "input");
     if (!m->input) return zi_error_set(err, ZI_EINVAL, "input: missing");
     if (m->max_length < 1 || m->max_tokens < 1)

@@ -20,11 +20,12 @@
 
 /* embed_encode: rid, the context limit (the smallest worker's), the
  * request's token bound, truncate, pooling (p NULL: absent, the model's),
- * normalize, and the client's `input` as it came. */
+ * normalize, a reranker's query, and the client's `input` as it came. */
 typedef struct zi_im_embed_encode {
     int64_t rid, max_length, max_tokens;
     bool truncate, normalize;
     zi_im_str pooling;
+    zi_im_str query; /* p NULL: absent; else each input is a document paired with it (rank) */
     const msgpack_object *input;
 } zi_im_embed_encode;
 int zi_im_embed_encode_pack(const zi_im_embed_encode *m, zi_msg *out);

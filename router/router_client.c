@@ -225,9 +225,18 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
 
 /* embed: checked here (shape, options, the input count); its tokenizer
  * encodes and bounds the inputs (router_embed.c takes it from there). */
+/* An embed input that is one string or a non-empty list of strings. */
+static bool zi_embed_all_strings(const msgpack_object *in) {
+    if (in->type == MSGPACK_OBJECT_STR) return true;
+    if (in->type != MSGPACK_OBJECT_ARRAY || in->via.array.size == 0) return false;
+    for (uint32_t i = 0; i < in->via.array.size; i++)
+        if (in->via.array.ptr[i].type != MSGPACK_OBJECT_STR) return false;
+    return true;
+}
+
 static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
-    static const char *const keys[] = {"op",        "id",       "input",     "pooling",
-                                       "normalize", "truncate", "model_name"};
+    static const char *const keys[] = {"op",       "id",         "input", "pooling", "normalize",
+                                       "truncate", "model_name", "query"};
     char msg[256];
     const char *code = "invalid_request", *field = NULL;
     msg[0] = '\0';
@@ -246,8 +255,8 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
     }
     const msgpack_object *in = zi_map_get(o, "input"), *po = zi_map_get(o, "pooling");
     const msgpack_object *no = zi_map_get(o, "normalize"), *tr = zi_map_get(o, "truncate");
-    const msgpack_object *mn = zi_map_get(o, "model_name");
-    zi_pooling pooling;
+    const msgpack_object *mn = zi_map_get(o, "model_name"), *qu = zi_map_get(o, "query");
+    zi_pooling pooling = ZI_POOLING_RANK;
     if (msg[0]) {
     } else if (!in) {
         field = "input", snprintf(msg, sizeof msg, "input: missing");
@@ -264,7 +273,16 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
                  in->via.array.size, rt->max_embed_inputs);
     } else if (po && (po->type != MSGPACK_OBJECT_STR ||
                       zi_pooling_parse(po->via.str.ptr, po->via.str.size, &pooling) != ZI_OK)) {
-        field = "pooling", snprintf(msg, sizeof msg, "pooling: one of none, mean, cls, last");
+        field = "pooling", snprintf(msg, sizeof msg, "pooling: one of none, mean, cls, last, rank");
+    } else if (qu && qu->type != MSGPACK_OBJECT_STR) {
+        field = "query", snprintf(msg, sizeof msg, "query: not a string");
+    } else if (qu && qu->via.str.size == 0) {
+        field = "query", snprintf(msg, sizeof msg, "query: empty");
+    } else if (qu && pooling != ZI_POOLING_RANK) {
+        field = "pooling", snprintf(msg, sizeof msg, "pooling: a query needs rank (or none given)");
+    } else if (qu && !zi_embed_all_strings(in)) {
+        field = "input";
+        snprintf(msg, sizeof msg, "input: with a query, a document string or a list of them");
     } else if (no && no->type != MSGPACK_OBJECT_BOOLEAN) {
         field = "normalize", snprintf(msg, sizeof msg, "normalize: not a bool");
     } else if (tr && tr->type != MSGPACK_OBJECT_BOOLEAN) {
@@ -315,6 +333,10 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
                              .normalize = no && no->via.boolean,
                              .input = in};
     if (po) em.pooling = (zi_im_str){po->via.str.ptr, po->via.str.size};
+    if (qu) {
+        em.query = (zi_im_str){qu->via.str.ptr, qu->via.str.size};
+        em.pooling = (zi_im_str){"rank", 4};
+    }
     zi_msg m;
     if (built_or_fail(rt, r, zi_im_embed_encode_pack(&em, &m), &m, NULL)) {
         to_backend(rt, tk, &m);

@@ -13,14 +13,86 @@ static bool is_int(const msgpack_object *o) {
     return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER || o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
 }
 
+/* s with every `from` replaced by `to` (malloc'd, NUL-terminated), or NULL
+ * when out of memory. */
+static char *replace_all(const char *s, size_t n, const char *from, const char *to, size_t tn) {
+    size_t fn = strlen(from), cap = n + 1, len = 0;
+    for (size_t i = 0; i + fn <= n; i++)
+        if (!memcmp(s + i, from, fn)) cap += tn, i += fn - 1;
+    char *r = malloc(cap);
+    if (!r) return NULL;
+    for (size_t i = 0; i < n;) {
+        if (i + fn <= n && !memcmp(s + i, from, fn)) {
+            memcpy(r + len, to, tn);
+            len += tn, i += fn;
+        } else {
+            r[len++] = s[i++];
+        }
+    }
+    r[len] = '\0';
+    return r;
+}
+
+/* Appends ids[0..n) to the growing list v. */
+static int push_ids(int32_t **v, size_t *len, const int32_t *ids, size_t n) {
+    int32_t *g = realloc(*v, (*len + n + 1) * sizeof *g);
+    if (!g) return ZI_ENOMEM;
+    memcpy(g + *len, ids, n * sizeof *g);
+    *v = g, *len += n;
+    return ZI_OK;
+}
+
+/* A reranker's (query, document) pair as ids (embed_encode.h). */
+static int encode_pair(zi_tokenizer *tok, const zi_im_embed_encode *m, const char *tmpl,
+                       const msgpack_object *doc, int32_t **ids, size_t *n, zi_error *err) {
+    const char *d = doc->via.str.ptr;
+    size_t dn = doc->via.str.size;
+    if (tmpl) {
+        char *a = replace_all(tmpl, strlen(tmpl), "{query}", m->query.p, m->query.n);
+        char *b = a ? replace_all(a, strlen(a), "{document}", d, dn) : NULL;
+        int rc = b ? zi_tokenizer_encode(tok, b, strlen(b), 0, 1, ids, n, err)
+                   : zi_error_set(err, ZI_ENOMEM, "out of memory");
+        free(a);
+        free(b);
+        return rc;
+    }
+    int32_t bos, eos, sep, *q = NULL, *dv = NULL, *v = NULL;
+    size_t qn = 0, dvn = 0, len = 0;
+    zi_tokenizer_pair_markers(tok, &bos, &eos, &sep);
+    int rc = zi_tokenizer_encode(tok, m->query.p, m->query.n, 0, 0, &q, &qn, err);
+    if (!rc) rc = zi_tokenizer_encode(tok, d, dn, 0, 0, &dv, &dvn, err);
+    if (!rc && bos >= 0) rc = push_ids(&v, &len, &bos, 1);
+    if (!rc) rc = push_ids(&v, &len, q, qn);
+    if (!rc && eos >= 0) rc = push_ids(&v, &len, &eos, 1);
+    if (!rc && sep >= 0) rc = push_ids(&v, &len, &sep, 1);
+    if (!rc) rc = push_ids(&v, &len, dv, dvn);
+    if (!rc && eos >= 0) rc = push_ids(&v, &len, &eos, 1);
+    if (rc == ZI_ENOMEM) zi_error_set(err, rc, "out of memory");
+    free(q);
+    free(dv);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *ids = v, *n = len;
+    return ZI_OK;
+}
+
 /* One input (a string or token ids) at `path`, limits applied, into out. */
 static int one_input(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode *m,
-                     const msgpack_object *v, const char *path, zi_embeddings_request *out,
-                     int64_t *n_truncated, zi_error *err) {
+                     const char *rerank_tmpl, const msgpack_object *v, const char *path,
+                     zi_embeddings_request *out, int64_t *n_truncated, zi_error *err) {
     int32_t *ids = NULL;
     size_t n = 0;
     int rc;
-    if (v->type == MSGPACK_OBJECT_STR && !tok) {
+    if (m->query.p && (v->type != MSGPACK_OBJECT_STR || !tok)) {
+        rc = zi_error_set(err, tok ? ZI_EINVAL : ZI_EUNSUPPORTED, "%s: %s", path,
+                          tok ? "with a query, a document string"
+                              : "this model's tokenizer is not supported: cannot pair a query");
+    } else if (m->query.p) {
+        rc = encode_pair(tok, m, rerank_tmpl, v, &ids, &n, err);
+        if (rc) zi_error_prefix(err, "%s", path);
+    } else if (v->type == MSGPACK_OBJECT_STR && !tok) {
         rc = zi_error_set(err, ZI_EUNSUPPORTED,
                           "%s: this model's tokenizer is not supported: send token ids", path);
     } else if (v->type == MSGPACK_OBJECT_STR) {
@@ -60,7 +132,8 @@ static int one_input(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode 
 }
 
 int zi_embed_encode(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode *m,
-                    zi_embeddings_request *out, int64_t *n_truncated, zi_error *err) {
+                    const char *rerank_tmpl, zi_embeddings_request *out, int64_t *n_truncated,
+                    zi_error *err) {
     memset(out, 0, sizeof *out);
     *n_truncated = 0;
     const msgpack_object *in = m->input;
@@ -71,10 +144,11 @@ int zi_embed_encode(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode *
         for (uint32_t i = 0; !rc && i < in->via.array.size; i++) {
             char path[32];
             snprintf(path, sizeof path, "input[%u]", i);
-            rc = one_input(tok, vocab, m, &in->via.array.ptr[i], path, out, n_truncated, err);
+            rc = one_input(tok, vocab, m, rerank_tmpl, &in->via.array.ptr[i], path, out, n_truncated,
+                           err);
         }
     } else { /* one string, or one input's ids */
-        rc = one_input(tok, vocab, m, in, "input", out, n_truncated, err);
+        rc = one_input(tok, vocab, m, rerank_tmpl, in, "input", out, n_truncated, err);
     }
     if (rc) zi_embeddings_request_free(out);
     return rc;

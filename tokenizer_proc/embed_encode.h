@@ -22,8 +22,17 @@
  * refused. Errors (ZI_EINVAL) name the field: "input", "input[i]". tok
  * may be NULL (a vocabulary zinfer cannot tokenize): a string input is then
  * ZI_EUNSUPPORTED, token ids are served.
+ *
+ * With m->query (a reranker's request), each input is a document string
+ * paired with the query as llama.cpp's format_prompt_rerank pairs them:
+ * with the model's rerank template (rerank_tmpl, the file's
+ * `tokenizer.chat_template.rerank`; NULL when it has none) its "{query}"
+ * then its "{document}" replaced, encoded without BOS and with special-token
+ * text parsed; without one, [BOS] query [EOS] [SEP] document [EOS]
+ * (zi_tokenizer_pair_markers), query and document encoded as plain text.
  */
 int zi_embed_encode(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode *m,
-                    zi_embeddings_request *out, int64_t *n_truncated, zi_error *err);
+                    const char *rerank_tmpl, zi_embeddings_request *out, int64_t *n_truncated,
+                    zi_error *err);
 
 #endif

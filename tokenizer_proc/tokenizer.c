@@ -514,6 +514,7 @@ int tok_load(const zi_gguf *g, const tok_pretok_ops *pretok_ops, zi_tokenizer **
     if ((rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_bos_token",
                                   spm || wpm || (t->add_bos && t->bos >= 0), &t->add_bos, err)) ||
         (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_eos_token", 0, &t->add_eos, err)) ||
+        (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_sep_token", wpm, &t->add_sep, err)) ||
         (rc = zi_gguf_get_bool_or(g, "tokenizer.ggml.add_space_prefix", spm, &t->add_space_prefix,
                                   err)))
         goto fail;
@@ -603,6 +604,12 @@ int32_t zi_tokenizer_bos(const zi_tokenizer *t) {
 }
 int32_t zi_tokenizer_eos(const zi_tokenizer *t) {
     return t->eos;
+}
+
+void zi_tokenizer_pair_markers(const zi_tokenizer *t, int32_t *bos, int32_t *eos, int32_t *sep) {
+    *bos = t->add_bos ? t->bos : -1;
+    *eos = t->add_eos ? (t->eos >= 0 ? t->eos : t->sep) : -1;
+    *sep = t->add_sep ? t->sep : -1;
 }
 
 int zi_tokenizer_token_type(const zi_tokenizer *t, int32_t id) {

@@ -106,6 +106,12 @@ void zi_tokenizer_free(zi_tokenizer *tok);
 int32_t zi_tokenizer_vocab_size(const zi_tokenizer *tok);
 int32_t zi_tokenizer_bos(const zi_tokenizer *tok); /* -1 when the file has none */
 int32_t zi_tokenizer_eos(const zi_tokenizer *tok); /* -1 when the file has none */
+/* The markers of a reranker's (query, document) pair without a template,
+ * as llama.cpp's format_prompt_rerank puts them: [bos] query [eos] [sep]
+ * document [eos]; each is -1 when the vocabulary's add_bos_token,
+ * add_eos_token, add_sep_token (default: WordPiece files only) leave it
+ * out; eos falls back to the separator when the file has no EOS. */
+void zi_tokenizer_pair_markers(const zi_tokenizer *tok, int32_t *bos, int32_t *eos, int32_t *sep);
 /* The file's token type (ZI_TOKEN_*) of id, or -1 for an id outside the
  * vocabulary. */
 int zi_tokenizer_token_type(const zi_tokenizer *tok, int32_t id);

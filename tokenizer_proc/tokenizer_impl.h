@@ -165,6 +165,7 @@ struct zi_tokenizer {
     int32_t bos, eos, unk, pad;
     int32_t sep; /* WPM: added after the ids with add_special, -1: none */
     int add_bos, add_eos;
+    int add_sep; /* tokenizer.ggml.add_sep_token (WPM default): a reranker's pair separator */
     /* tokenizer.ggml.add_space_prefix (default: true for SPM, false for
      * BPE): SPM encoding puts a space before the text, and decoding drops
      * one leading space of the first token, for every model (llama.cpp). */

@@ -90,6 +90,7 @@ typedef struct tproc {
     const char *tmpl_arg; /* --chat-template, or NULL: the file's template */
     bool file_tmpl_bad;   /* the file has a template, but it does not compile */
     char *bos_text, *eos_text;
+    char *rerank_tmpl; /* tokenizer.chat_template.rerank (embed_encode.h), or NULL */
     dstate *st;
     size_t n_st, cap_st;
 } tproc;
@@ -580,7 +581,7 @@ static void on_embed_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     zi_embeddings_request req;
     int64_t n_trunc = 0;
     int rc = zi_im_embed_encode_unpack(o, &em, &err);
-    if (!rc) rc = zi_embed_encode(t->tok, t->vocab, &em, &req, &n_trunc, &err);
+    if (!rc) rc = zi_embed_encode(t->tok, t->vocab, &em, t->rerank_tmpl, &req, &n_trunc, &err);
     if (rc) {
         send_error(t, rid,
                    rc == ZI_ENOMEM         ? "internal"
@@ -653,6 +654,10 @@ static int load_meta(tproc *t, const zi_gguf *g, zi_error *err) {
     }
     if (!t->tok) return ZI_OK; /* ids only: no text, no template */
     if (zi_tokenizer_eog_ids(t->tok, &t->eog, err)) return err->code;
+    zi_str rr = {0};
+    if (zi_gguf_get_str(g, "tokenizer.chat_template.rerank", &rr, NULL) == ZI_OK &&
+        !(t->rerank_tmpl = strndup(rr.ptr, (size_t)rr.len)))
+        return zi_error_set(err, ZI_ENOMEM, "out of memory");
     zi_str tmpl = {0};
     if (t->tmpl_arg) {
         if (zi_chat_template_from_arg(t->tmpl_arg, &t->tmpl, err)) return err->code;
@@ -829,5 +834,6 @@ int main(int argc, char **argv) {
     zi_chat_template_free(t.tmpl);
     free(t.bos_text);
     free(t.eos_text);
+    free(t.rerank_tmpl);
     return rc;
 }

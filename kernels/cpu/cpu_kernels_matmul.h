@@ -716,6 +716,68 @@ static float dot_bf16_row(const uint16_t *w, const float *x, int64_t n) {
         }                                                                                         \
     }
 
-ZI_DEFINE_MMF(mm_f32, float, dot_f32)
+#if defined(__AVX512F__)
+/* mm_f32 for n % 16 == 0: blocks of 4 rows x 2 tokens, so eight dot
+ * products' FMA chains run at once instead of one chain waiting on its own
+ * latency (a router's product, 128 x 2048 per token, was latency bound).
+ * Each product keeps its own accumulator, fed in the same order and reduced
+ * the same way as dot_f32's, so the results are bit-identical to it. */
+static void mm_f32_blocked(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1,
+                           const float *x, int64_t n, int n_tokens, float *y, int64_t ldy) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        const float *w0 = (const float *)(const void *)(w + (size_t)r * row_bytes);
+        const float *w1 = (const float *)(const void *)(w + (size_t)(r + 1) * row_bytes);
+        const float *w2 = (const float *)(const void *)(w + (size_t)(r + 2) * row_bytes);
+        const float *w3 = (const float *)(const void *)(w + (size_t)(r + 3) * row_bytes);
+        int t = 0;
+        for (; t + 2 <= n_tokens; t += 2) {
+            const float *xa = x + (size_t)t * (size_t)n, *xb = xa + n;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            for (int64_t i = 0; i < n; i += 16) {
+                __m512 va = _mm512_loadu_ps(xa + i), vb = _mm512_loadu_ps(xb + i);
+                __m512 v0 = _mm512_loadu_ps(w0 + i), v1 = _mm512_loadu_ps(w1 + i);
+                __m512 v2 = _mm512_loadu_ps(w2 + i), v3 = _mm512_loadu_ps(w3 + i);
+                a0 = _mm512_fmadd_ps(v0, va, a0);
+                a1 = _mm512_fmadd_ps(v1, va, a1);
+                a2 = _mm512_fmadd_ps(v2, va, a2);
+                a3 = _mm512_fmadd_ps(v3, va, a3);
+                b0 = _mm512_fmadd_ps(v0, vb, b0);
+                b1 = _mm512_fmadd_ps(v1, vb, b1);
+                b2 = _mm512_fmadd_ps(v2, vb, b2);
+                b3 = _mm512_fmadd_ps(v3, vb, b3);
+            }
+            float *ya = y + (size_t)t * (size_t)ldy + r, *yb = ya + ldy;
+            ya[0] = _mm512_reduce_add_ps(a0), ya[1] = _mm512_reduce_add_ps(a1);
+            ya[2] = _mm512_reduce_add_ps(a2), ya[3] = _mm512_reduce_add_ps(a3);
+            yb[0] = _mm512_reduce_add_ps(b0), yb[1] = _mm512_reduce_add_ps(b1);
+            yb[2] = _mm512_reduce_add_ps(b2), yb[3] = _mm512_reduce_add_ps(b3);
+        }
+        for (; t < n_tokens; t++)
+            for (int k = 0; k < 4; k++)
+                y[t * ldy + r + k] =
+                    dot_f32((const float *)(const void *)(w + (size_t)(r + k) * row_bytes),
+                            x + t * n, n);
+    }
+    for (; r < r1; r++)
+        for (int t = 0; t < n_tokens; t++)
+            y[t * ldy + r] =
+                dot_f32((const float *)(const void *)(w + (size_t)r * row_bytes), x + t * n, n);
+}
+#endif
+
+ZI_DEFINE_MMF(mm_f32_rows, float, dot_f32)
+
+static void mm_f32(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,
+                   int64_t n, int n_tokens, float *y, int64_t ldy) {
+#if defined(__AVX512F__)
+    if (n % 16 == 0) {
+        mm_f32_blocked(w, row_bytes, r0, r1, x, n, n_tokens, y, ldy);
+        return;
+    }
+#endif
+    mm_f32_rows(w, row_bytes, r0, r1, x, n, n_tokens, y, ldy);
+}
 ZI_DEFINE_MMF(mm_f16, uint16_t, dot_f16_row)
 ZI_DEFINE_MMF(mm_bf16, uint16_t, dot_bf16_row)

@@ -43,7 +43,8 @@ static void attend_one(const span_args *a, int64_t i, int h) {
     double acc[ZI_SPAN_ATTN_MAX_HEAD_DIM];
     double m = -INFINITY, l = 0.0;
     for (int d = 0; d < hd; d++) acc[d] = 0.0;
-    for (int32_t j = a->starts[r]; j < a->starts[r + 1]; j++) {
+    const int32_t end = s->causal ? (int32_t)i + 1 : a->starts[r + 1];
+    for (int32_t j = a->starts[r]; j < end; j++) {
         const size_t u = (size_t)a->order[j];
         const float *kh = a->k + u * kvstride + kvoff, *vh = a->v + u * kvstride + kvoff;
         /* Four partial sums: independent chains (the latency of one would

@@ -1,9 +1,12 @@
 /*
- * span_attention.h - the CPU backend's exact bidirectional attention for
- * encoders (zi_backend_ops.span_attention, kernels/backend.h).
+ * span_attention.h - the CPU backend's exact attention over a pass's own
+ * rows (zi_backend_ops.span_attention, kernels/backend.h): bidirectional
+ * for encoders, causal (s->causal) for a decoder's embedding inputs that
+ * run whole in one pass (model_worker/model.h, zi_batch.f32_attn).
  *
  * An encoder's token attends to every token of its input, all of which are
- * in the pass (model_worker/encoder_span.h). This reads the pass's own
+ * in the pass (model_worker/encoder_span.h); a causal row to those of its
+ * span up to itself. This reads the pass's own
  * float32 Q/K/V, not the KV cache (whose int16 K and float16 V rows put a
  * decoder-sized 1e-4 into an encoder's embedding), and computes the scores,
  * the softmax and the weighted sum of V in double: the products of two

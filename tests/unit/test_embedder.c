@@ -30,13 +30,13 @@
 static void test_pooling_names(void **state) {
     (void)state;
     zi_pooling p;
-    const char *names[] = {"none", "mean", "cls", "last"};
-    for (int i = 0; i < 4; i++) {
+    const char *names[] = {"none", "mean", "cls", "last", "rank"};
+    for (int i = 0; i < 5; i++) {
         assert_int_equal(zi_pooling_parse(names[i], strlen(names[i]), &p), ZI_OK);
         assert_int_equal((int)p, i); /* llama.cpp's llama_pooling_type values */
         assert_string_equal(zi_pooling_name(p), names[i]);
     }
-    assert_int_equal(zi_pooling_parse("rank", 4, &p), ZI_EINVAL);
+    assert_int_equal(zi_pooling_parse("ranks", 5, &p), ZI_EINVAL);
     assert_int_equal(zi_pooling_parse("mea", 3, &p), ZI_EINVAL);
 }
 

@@ -455,7 +455,7 @@ static void test_attention_paged_cache(void **state) {
                     size_t rows = (size_t)nblk * bs * kvh;
                     void *kc = calloc(1, rows * ((size_t)hd * be->kv_k_bytes + be->kv_k_row_extra));
                     void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
-                    zi_attn_shape sh = {heads, kvh, hd, bs, npos, 1.0f / sqrtf((float)hd), 0, 0, NULL};
+                    zi_attn_shape sh = {heads, kvh, hd, bs, npos, 1.0f / sqrtf((float)hd), 0, 0, NULL, 0};
                     zi_batch_view all = {npos, pos, seq, table, 32};
                     be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
                     for (int n = 1; n <= npos; n += 23) { /* the token at n - 1 */
@@ -595,6 +595,40 @@ static void test_swiglu_tables_agree(void **state) {
     free(got);
 }
 
+/* mm_f32 over a block of rows and tokens gives, bit for bit, what it gives
+ * one row and one token at a time (the AVX-512 table blocks 4 rows x 2
+ * tokens but keeps every product's accumulator and its order). */
+static void test_mm_f32_blocks_bit_identical(void **state) {
+    (void)state;
+    const int shapes[][3] = {{7, 64, 5}, {16, 2048, 4}, {9, 48, 1}, {4, 32, 2}, {5, 40, 3}};
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int rows = shapes[s][0], cols = shapes[s][1], T = shapes[s][2];
+        size_t rb;
+        uint8_t *w = make_rows(ZI_TYPE_F32, rows, cols, &rb);
+        float *x = malloc(sizeof(float) * (size_t)cols * T);
+        float *y = malloc(sizeof(float) * (size_t)rows * T);
+        float *alone = malloc(sizeof(float) * (size_t)rows);
+        for (int i = 0; i < cols * T; i++) x[i] = frand(-2, 2);
+        for (int t = 0; t < 3; t++) {
+            const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[t]);
+            if (!k) continue;
+            k->mm_f32(w, rb, 0, rows, x, cols, T, y, rows);
+            for (int tok = 0; tok < T; tok++)
+                for (int r = 0; r < rows; r++) {
+                    k->mm_f32(w, rb, r, r + 1, x + (size_t)tok * cols, cols, 1, alone, rows);
+                    if (memcmp(&alone[r], &y[tok * rows + r], sizeof(float)))
+                        fail_msg("%s mm_f32 %dx%dx%d: row %d token %d %.9g, alone %.9g", isas[t],
+                                 rows, cols, T, r, tok, y[tok * rows + r], alone[r]);
+                }
+        }
+        free(w);
+        free(x);
+        free(y);
+        free(alone);
+    }
+}
+
 static void test_unknown_isa_refused(void **state) {
     (void)state;
     zi_error err = {0};
@@ -617,6 +651,7 @@ int main(void) {
         cmocka_unit_test(test_attention_paged_cache),
         cmocka_unit_test(test_attention_blocks),
         cmocka_unit_test(test_swiglu_tables_agree),
+        cmocka_unit_test(test_mm_f32_blocks_bit_identical),
         cmocka_unit_test(test_unknown_isa_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

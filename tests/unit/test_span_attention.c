@@ -8,7 +8,8 @@
  *   - scores that rise along the span (each key a new maximum: the online
  *     softmax rescales every step) and scores large enough that a float
  *     exp would overflow without the maximum subtracted;
- *   - within one float rounding of the float64 result;
+ *   - within one float rounding of the float64 result, bidirectional and
+ *     causal (a row sees its span's rows up to itself);
  *   - a span's rows bit for bit the same alone as beside other spans, and
  *     on 1 or 3 threads.
  */
@@ -36,7 +37,8 @@ static zi_backend *make_backend(int threads) {
     return be;
 }
 
-/* The float64 reference for row t: every row u with seq[u] == seq[t]. */
+/* The float64 reference for row t: every row u with seq[u] == seq[t] (and
+ * u <= t when s->causal: a span's rows are in batch order). */
 static void reference(double *out, const float *q, const float *k, const float *v,
                       const int32_t *seq, int T, int t, const zi_attn_shape *s) {
     const int hd = s->head_dim, group = s->n_heads / s->n_kv_heads;
@@ -48,18 +50,19 @@ static void reference(double *out, const float *q, const float *k, const float *
         const size_t ko = (size_t)(h / group) * hd;
         double mx = -INFINITY, sum = 0.0;
         for (int u = 0; u < T; u++) {
-            if (seq[u] != seq[t]) continue;
+            if (seq[u] != seq[t] || (s->causal && u > t)) continue;
             double d = 0.0;
             for (int i = 0; i < hd; i++) d += (double)qh[i] * (double)k[u * ks + ko + i];
             sc[u] = d * (double)s->scale;
             if (sc[u] > mx) mx = sc[u];
         }
         for (int u = 0; u < T; u++)
-            if (seq[u] == seq[t]) sum += sc[u] = exp(sc[u] - mx);
+            if (seq[u] == seq[t] && !(s->causal && u > t)) sum += sc[u] = exp(sc[u] - mx);
         for (int i = 0; i < hd; i++) {
             double o = 0.0;
             for (int u = 0; u < T; u++)
-                if (seq[u] == seq[t]) o += sc[u] / sum * (double)v[u * ks + ko + i];
+                if (seq[u] == seq[t] && !(s->causal && u > t))
+                    o += sc[u] / sum * (double)v[u * ks + ko + i];
             out[(size_t)h * hd + i] = o;
         }
     }
@@ -139,12 +142,14 @@ static void test_against_float64(void **state) {
     zi_backend *be1 = make_backend(1), *be3 = make_backend(3);
     zi_test_rng rng = {0x5eed5a11ull};
     for (size_t c = 0; c < sizeof shapes / sizeof *shapes; c++) {
-        for (int rising = 0; rising < 2; rising++) {
+        for (int rising = 0; rising < 4; rising++) {
             fixture f;
             /* 5 sequences over 150 rows (spans ~30 each), and one of 70 rows
-             * next to single-row spans in the second. */
+             * next to single-row spans in the second; then the same causal
+             * (a decoder's embedding inputs, zi_batch.f32_attn). */
             make_fixture(&f, &rng, c % 2 ? 150 : 73, c % 2 ? 5 : 4, shapes[c][0], shapes[c][1],
-                         shapes[c][2], rising ? 1.0f : 3.0f, rising);
+                         shapes[c][2], rising % 2 ? 1.0f : 3.0f, rising % 2);
+            f.s.causal = rising >= 2;
             float *a = run_and_check(be1, &f), *b = run_and_check(be3, &f);
             size_t n = (size_t)f.T * f.s.n_heads * f.s.head_dim;
             assert_memory_equal(a, b, n * sizeof(float)); /* threads change nothing */
