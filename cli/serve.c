@@ -50,6 +50,7 @@
 #include "options.h"
 #include "startup.h"
 #include "stop_signal.h"
+#include "tool_call_format.h"
 #include "types.h"
 #include "wire.h"
 
@@ -202,6 +203,9 @@ typedef struct serve_opts {
     char k_router[PATH_MAX + 16], k_router_pub[PATH_MAX + 16], k_worker[PATH_MAX + 16],
         k_backend[PATH_MAX + 16], k_client[PATH_MAX + 16];
     int client_keys; /* DIR/client-keys exists */
+    /* --tool-call-format, auto resolved from the chat template
+     * (tool_call_format) and passed to zinfer-http by name */
+    int tool_format;
 } serve_opts;
 
 /* Phase 1: the options, each checked as it is read with the range of the
@@ -257,6 +261,9 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             break;
         case ZI_O_CHAT_TEMPLATE:
             o->tmpl = v;
+            break;
+        case ZI_O_TOOL_CALL_FORMAT: /* choices in zi_tool_format's order */
+            o->tool_format = (int)x;
             break;
         case ZI_O_BIND:
             o->bind = v;
@@ -417,6 +424,28 @@ static int validate_options(serve_opts *o) {
             snprintf(o->tmpl_arg, sizeof o->tmpl_arg, "%s", o->tmpl);
     }
     return GO_ON;
+}
+
+/* --tool-call-format auto: the format the chat template the tokenizers
+ * use (--chat-template's, else the model file's) asks for; generic when
+ * there is none or it cannot be read (the tokenizers then say why). */
+static zi_tool_format tool_call_format(const serve_opts *o) {
+    zi_tool_format f = ZI_TF_GENERIC;
+    zi_error err = {0};
+    if (o->tmpl) {
+        char *src = NULL;
+        size_t len = 0;
+        if (!zi_chat_template_load(o->tmpl, &src, &len, &err)) f = zi_tool_format_detect(src, len);
+        free(src);
+        return f;
+    }
+    zi_gguf *g = NULL;
+    zi_str t = {0};
+    if (zi_gguf_open_flags(o->model, ZI_GGUF_ANY_TYPE, &g, &err) != ZI_OK) return f;
+    if (zi_gguf_get_str(g, "tokenizer.chat_template", &t, NULL) == ZI_OK)
+        f = zi_tool_format_detect(t.ptr, (size_t)t.len);
+    zi_gguf_close(g);
+    return f;
 }
 
 /* The worker's value of a pass-through option (parsed with its range by
@@ -584,8 +613,10 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
     if (o->http) {
         child *c = &ch[nc++];
         snprintf(c->name, sizeof c->name, "http");
-        const char *a[] = {o->bin[3],      "--listen",    o->http, "--router",
-                           o->router_addr, "--log-level", o->level};
+        const char *a[] = {
+            o->bin[3],  "--listen",           o->http,
+            "--router", o->router_addr,       "--log-level",
+            o->level,   "--tool-call-format", zi_tool_format_name((zi_tool_format)o->tool_format)};
         size_t k = 0;
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
         for (int j = 0; j < o->n_hpass; j++) c->argv[k++] = (char *)o->http_pass[j];
@@ -736,6 +767,13 @@ int zi_serve_main(int argc, char **argv) {
     if (rc == GO_ON && o.check_only) rc = 0; /* --check-args: all is valid, start nothing */
     if (rc == GO_ON) rc = check_memory(&o);
     if (rc == GO_ON) rc = find_binaries(&o);
+    if (rc == GO_ON && o.http) {
+        int from_template = o.tool_format == ZI_TF_AUTO;
+        if (from_template) o.tool_format = tool_call_format(&o);
+        zi_log(&lg, ZI_LOG_INFO, "tool-call format: %s (%s)",
+               zi_tool_format_name((zi_tool_format)o.tool_format),
+               from_template ? "the chat template's" : "--tool-call-format");
+    }
     child *ch = NULL;
     int nc = 0;
     char(*dev)[32] = NULL;

@@ -227,6 +227,18 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                                "(reasoning_content), or none (left in the content); a request's "
                                "reasoning_format overrides it",
                                NULL},
+    /* The choices in common/tool_call_format.h's zi_tool_format order (its unit
+     * test checks them). serve resolves auto from the chat template. */
+    [ZI_O_TOOL_CALL_FORMAT] = {"--tool-call-format", NULL, ZI_OPT_ENUM, 0, 0,
+                               "auto|generic|hermes|mistral|llama3|qwen3-coder|gpt-oss|"
+                               "deepseek-v3|glm-4.5|kimi-k2|granite|command-r|functionary|"
+                               "functionary-v3.1",
+                               0, NULL, SERVE | HTTP, "F",
+                               "how the model writes tool calls (docs/http.md, \"Tool-call "
+                               "formats\"); auto: as its chat template does (generic for "
+                               "zinfer-http alone: Hermes, Mistral, Llama 3, bare JSON)",
+                               "how the model writes tool calls (docs/http.md); auto: as its "
+                               "chat template does"},
 
     [ZI_O_ROUTER_CURVE_SECRET] = {"--curve-secret", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", ROUTER,
                                   "FILE",
@@ -404,21 +416,30 @@ static void show_number(const zi_option *o, long long v, char *buf, size_t cap) 
 #define NB "\x01"
 
 /* Prints text after `at` columns already used, wrapped at 79 columns with
- * continuation lines indented to col; NB prints as a space. */
+ * continuation lines indented to col; NB prints as a space. A list of
+ * choices ("a|b|c") longer than a line is broken after its '|'s. */
 static void wrap(FILE *out, const char *text, int at, int col) {
     const char *p = text;
+    int glued = 0; /* p goes on the word before it (after its '|') */
     while (*p) {
-        while (*p == ' ') p++;
+        if (!glued)
+            while (*p == ' ') p++;
         size_t w = strcspn(p, " ");
-        if (!w) break;
-        if (at > col && at + 1 + (int)w > 79) {
-            fprintf(out, "\n%*s", col, "");
-            at = col;
+        if (col + (int)w > 79) { /* longer than any line: up to its next '|' */
+            w = strcspn(p, " |");
+            if (p[w] == '|') w++;
         }
-        if (at > col) fputc(' ', out), at++;
+        if (!w) break;
+        int sep = at > col && !glued;
+        if (at > col && at + sep + (int)w > 79) {
+            fprintf(out, "\n%*s", col, "");
+            at = col, sep = 0;
+        }
+        if (sep) fputc(' ', out), at++;
         for (size_t k = 0; k < w; k++) fputc(p[k] == NB[0] ? ' ' : p[k], out);
         at += (int)w;
         p += w;
+        glued = p[-1] == '|' && *p && *p != ' ';
     }
     fputc('\n', out);
 }

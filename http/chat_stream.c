@@ -61,7 +61,10 @@ static zi_chat_stream *make(const zi_http_gen *g, int tools) {
     zi_chat_stream *cs = calloc(1, sizeof *cs);
     if (!cs) return NULL;
     cs->tools = tools;
-    if (cs->tools) zi_tool_stream_init(&cs->ts, g->tools.names);
+    if (cs->tools) {
+        zi_tool_stream_init(&cs->ts, g->tools.names, zi_http_tools_format(&g->tools));
+        zi_tool_stream_types(&cs->ts, g->tools.tools);
+    }
     cs->names = tools ? g->tools.names : NULL;
     if (g->reasoning.format == ZI_REASONING_NONE)
         cs->m = M_BODY;

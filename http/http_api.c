@@ -7,8 +7,9 @@
 
 static int parse_chat(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,
                       zi_http_error *e) {
-    (void)ctx;
-    return zi_http_parse_generate(body, len, ZI_HTTP_CHAT, g, e);
+    int rc = zi_http_parse_generate(body, len, ZI_HTTP_CHAT, g, e);
+    g->tools.format = (zi_tool_format)ctx->cfg.tool_format;
+    return rc;
 }
 
 static int parse_completion(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,

@@ -32,6 +32,9 @@ typedef struct zi_http_config {
     unsigned header_timeout_s; /* a request's header must be whole this long after the
                                   connection opened (after the previous answer, once
                                   idle for timeout_s) */
+    /* --tool-call-format (a zi_tool_format; AUTO parses as generic: zinfer
+     * serve passes the one its chat template asks for) */
+    int tool_format;
     const zi_logger *lg;
     int reasoning_format; /* zi_reasoning_format: a chat request's unless it names one */
 } zi_http_config;

@@ -104,6 +104,9 @@ int main(int argc, char **argv) {
         case ZI_O_REASONING_FORMAT:
             cfg.reasoning_format = (int)x;
             break;
+        case ZI_O_TOOL_CALL_FORMAT: /* choices in zi_tool_format's order */
+            cfg.tool_format = (int)x;
+            break;
         case ZI_O_LOG_LEVEL:
             lg.level = (int)x;
             break;

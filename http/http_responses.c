@@ -693,6 +693,8 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
     }
     if (!rc) {
         rename_field_map(g);
+        /* the model's tool-call format, as chat completions take it */
+        g->tools.format = (zi_tool_format)ctx->cfg.tool_format;
         /* Responses always has the reasoning apart: its own output item. */
         g->reasoning.format = ZI_REASONING_SEPARATE;
         g->reasoning.format_given = 1; /* whatever --reasoning-format says */

@@ -183,6 +183,13 @@ json_t *zi_http_tools_extract(const zi_http_tools *t, const char *text, size_t l
     if (t->choice == ZI_TOOLS_OFF || !t->names) return NULL;
     json_t *calls = NULL;
     /* Out of memory reads as no calls: the text is then sent as it is. */
-    if (zi_tool_stream_parse_all(t->names, text, len, &calls, content)) return NULL;
+    if (zi_tool_stream_parse_all(t->names, zi_http_tools_format(t), t->tools, text, len, &calls,
+                                 content))
+        return NULL;
     return calls;
+}
+
+zi_tool_format zi_http_tools_format(const zi_http_tools *t) {
+    if (t->choice == ZI_TOOLS_REQUIRED || t->choice == ZI_TOOLS_NAMED) return ZI_TF_GENERIC;
+    return t->format;
 }

@@ -5,9 +5,9 @@
  * `tool_choice` "required" or a named function, a json_schema response
  * format that holds decoding to a valid call), tool results and earlier
  * calls in `messages` in the router's shape, and the model's text parsed
- * back into `tool_calls`: Hermes/Qwen `<tool_call>{...}</tool_call>`,
- * Mistral `[TOOL_CALLS][...]`, and a bare JSON call (Llama 3's
- * `{"name", "parameters"}`, or `{"name", "arguments"}`) as the fallback.
+ * back into `tool_calls` in the model's format (tool_formats.h; by
+ * default Hermes/Qwen `<tool_call>{...}</tool_call>`, Mistral
+ * `[TOOL_CALLS][...]`, and a bare JSON call as the fallback).
  */
 #ifndef ZI_HTTP_TOOLS_H
 #define ZI_HTTP_TOOLS_H
@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "http_error.h"
+#include "tool_formats.h"
 
 typedef enum zi_http_tool_choice {
     ZI_TOOLS_OFF,      /* no tools, or tool_choice "none" */
@@ -30,6 +31,10 @@ typedef struct zi_http_tools {
         *tools; /* the router's shape: [{"type", "function": {name, description?, parameters?}}] */
     json_t *names; /* the functions' names (strings) */
     char named[256];
+    /* The model's tool-call format (--tool-call-format, or the template's;
+     * set by the endpoint, GENERIC when zeroed). A forced call (REQUIRED,
+     * NAMED) is decoded as bare JSON, which the generic parser reads. */
+    zi_tool_format format;
 } zi_http_tools;
 
 /* Reads `tools` and `tool_choice` of root into t (zeroed first). 0, or -1
@@ -58,7 +63,14 @@ int zi_http_tools_message(json_t *msg, size_t i, json_t *nm, zi_http_error *e);
  * tool_calls ({"id", "type": "function", "function": {"name", "arguments":
  * the model's text of the arguments object}}), or NULL when the text holds
  * none, names no known function, or a call is malformed or cut short.
- * *content gets the text outside the calls (malloc'd; NULL when none). */
+ * *content gets the text outside the calls (malloc'd; NULL when none);
+ * with no calls, where the format drops markers from the text (gpt-oss's
+ * message headers, ...), the text without them, as the stream sends it
+ * (else NULL: the text is the content as it is). */
 json_t *zi_http_tools_extract(const zi_http_tools *t, const char *text, size_t len, char **content);
+
+/* The format t's completions are parsed in: t->format, or GENERIC when
+ * the call is forced (its JSON constraint writes a bare call). */
+zi_tool_format zi_http_tools_format(const zi_http_tools *t);
 
 #endif

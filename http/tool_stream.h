@@ -6,18 +6,22 @@
  * as soon as each is certain: text that may still become a call marker or
  * a call is held back until decided, and nothing is reported twice.
  *
- * Formats: Hermes/Qwen `<tool_call>{...}</tool_call>` anywhere in the text
- * (any number; a last one may be left unclosed), and at the text's start
- * (after whitespace) Mistral `[TOOL_CALLS]`, Llama 3 `<|python_tag|>` or a
- * bare JSON call; each holds a call object `{"name": str, "arguments" |
- * "parameters": object}` (other keys skipped) or an array of them.
+ * Formats (common/tool_call_format.h; the one given at init): generic is Hermes/Qwen
+ * `<tool_call>{...}</tool_call>` anywhere in the text (any number; a last
+ * one may be left unclosed), and at the text's start (after whitespace)
+ * Mistral `[TOOL_CALLS]`, Llama 3 `<|python_tag|>` or a bare JSON call;
+ * each holds a call object `{"name": str, "arguments" | "parameters":
+ * object}` (other keys skipped) or an array of them. The other families'
+ * formats have their own markers (docs/http.md, "Tool-call formats").
  *
  * A call is sent (committed) once its name is complete and names a known
  * tool and its arguments object has begun. A region that fails before that
  * is text. The arguments reported are the model's own text of the
- * arguments object, byte for byte; a call that turns out malformed after it
- * was committed (bad JSON, truncated) marks the stream broken or truncated,
- * the text after what was sent continuing as content.
+ * arguments object, byte for byte (where the model writes them as XML
+ * parameters, the JSON object tool_formats.c writes of them); a call that
+ * turns out malformed after it was committed (bad JSON, truncated) marks
+ * the stream broken or truncated, the text after what was sent continuing
+ * as content.
  *
  * Whitespace: a run of whitespace is held until non-space text follows
  * (then sent); before a call marker it is dropped, at the end it is sent
@@ -29,9 +33,11 @@
 #include <jansson.h>
 #include <stddef.h>
 
-#define ZI_TS_MAX_CALLS 64 /* calls in one region (array); more: a malformed region */
-#define ZI_TS_MAX_DEPTH 64 /* nesting of an arguments object */
-#define ZI_TS_NAME_MAX 128 /* bytes of a tool's name, as zi_http_tools_parse bounds it */
+#include "tool_formats.h"
+
+#define ZI_TS_MAX_CALLS ZI_TF_MAX_CALLS /* calls in one region (array); more: malformed */
+#define ZI_TS_MAX_DEPTH ZI_TF_MAX_DEPTH /* nesting of an arguments object */
+#define ZI_TS_NAME_MAX ZI_TF_NAME_MAX   /* bytes of a tool's name (zi_http_tools_parse) */
 /* A generated tool-call id's length: 9, the only length Mistral's chat
  * templates accept (they raise on any other; docs/http.md). */
 #define ZI_TS_ID_LEN 9
@@ -56,27 +62,35 @@ typedef struct zi_ts_event {
 typedef int (*zi_ts_emit)(void *arg, const zi_ts_event *ev);
 
 typedef struct zi_tool_stream {
-    const json_t *names; /* the tools' names (strings), borrowed */
-    char *buf;           /* all text fed so far */
+    const json_t *names;   /* the tools' names (strings), borrowed */
+    const json_t *tools;   /* the tools (router's shape), borrowed, or NULL */
+    zi_tool_format format; /* as zi_tool_format_parser gives it */
+    char *buf;             /* all text fed so far */
     size_t len, cap;
     size_t pos;         /* buf[0..pos) is decided (sent, or dropped) */
     int start_done;     /* the check for a call at the text's start is made */
     size_t literal_at;  /* a `<tool_call>` here is text (its region failed) */
     int in_region;      /* scanning a call region */
-    int hermes;         /* ... a `<tool_call>` block */
+    int kind;           /* ... of this kind (tool_formats.c's) */
     size_t ws_before;   /* where the whitespace before the region began */
     size_t marker_from; /* the region's first byte (its marker, or the JSON) */
     size_t json_from;   /* the region's JSON */
     int region_base;    /* index of the region's first call */
     int region_started; /* the region's calls sent */
     int region_checked; /* the region's calls whose arguments were validated */
-    size_t args_sent;   /* the end of the arguments bytes sent */
+    size_t args_sent;   /* bytes of the current call's arguments sent */
     int n_calls;
     int broken, truncated, final;
 } zi_tool_stream;
 
-/* names: an array of the known tools' names (kept borrowed). */
-void zi_tool_stream_init(zi_tool_stream *ts, const json_t *names);
+/* names: an array of the known tools' names (kept borrowed); format: the
+ * tool-call format to parse (AUTO, hermes, mistral, llama3: generic). */
+void zi_tool_stream_init(zi_tool_stream *ts, const json_t *names, zi_tool_format format);
+
+/* Optional, after init: the tools (the router's shape, [{"type",
+ * "function": {"name", "parameters"}}], kept borrowed) whose parameter
+ * schemas say which XML-written values are strings (tool_formats.h). */
+void zi_tool_stream_types(zi_tool_stream *ts, const json_t *tools);
 void zi_tool_stream_free(zi_tool_stream *ts);
 
 /* Appends n bytes of completion and reports what became certain. 0, -1 out
@@ -89,12 +103,16 @@ int zi_tool_stream_finish(zi_tool_stream *ts, zi_ts_emit emit, void *arg);
 /* After finish: 1 when calls were made and every one is whole and valid. */
 int zi_tool_stream_calls_ok(const zi_tool_stream *ts);
 
-/* The whole text at once: *calls a new array of OpenAI tool calls ({"id",
- * "type": "function", "function": {"name", "arguments"}}) and *content the
- * content text (malloc'd, NULL when empty), when calls_ok; else 0 with
- * both NULL (the text is all content). -1 out of memory. */
-int zi_tool_stream_parse_all(const json_t *names, const char *text, size_t len, json_t **calls,
-                             char **content);
+/* The whole text at once (format and tools as for init and types):
+ * *calls a new array of OpenAI tool calls ({"id", "type": "function",
+ * "function": {"name", "arguments"}}) and *content the content text
+ * (malloc'd, NULL when empty), when calls_ok; else 0 with both NULL (the
+ * text is all content), except that without calls in a text from which
+ * the format drops markers (gpt-oss's message headers, ...) *content is
+ * the content as a stream reports it (malloc'd, maybe ""). -1 out of
+ * memory. */
+int zi_tool_stream_parse_all(const json_t *names, zi_tool_format format, const json_t *tools,
+                             const char *text, size_t len, json_t **calls, char **content);
 
 /* A new tool-call id into out: ZI_TS_ID_LEN random letters and digits
  * (getrandom). Not OpenAI's "call_" + 24 characters: ids are opaque to

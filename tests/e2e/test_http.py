@@ -1044,3 +1044,70 @@ def test_lone_limits(lone, zinfer_bin):
     assert r.returncode == 0 and "--max-body-bytes" in r.stdout
     r = subprocess.run([exe, "--listen", "nope"], capture_output=True, text=True, timeout=10)
     assert r.returncode == 2 and "--listen" in r.stderr
+
+
+TEMPLATES = (Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer"))
+             / "llama.cpp-vendor" / "models" / "templates")
+DAYS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "days": {"type": "integer"}},
+                   "required": ["city"]}}}]
+CITY = '[A-Z] [a-z] [a-z] [a-z] [a-z]'
+# (serve's extra args, the format its log names, a grammar writing one call
+# in that format after some text)
+FORMAT_CASES = [
+    (["--tool-call-format", "glm-4.5"], "glm-4.5 (--tool-call-format)",
+     'root ::= "Checking.\\n<tool_call>get_weather\\n<arg_key>city</arg_key>\\n<arg_value>" '
+     + CITY + ' "</arg_value>\\n<arg_key>days</arg_key>\\n<arg_value>" [1-9] '
+     '"</arg_value>\\n</tool_call>"'),
+    (["--chat-template", TEMPLATES / "Qwen3-Coder.jinja"], "qwen3-coder (the chat template's)",
+     'root ::= "Checking.\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\n" '
+     + CITY + ' "\\n</parameter>\\n<parameter=days>\\n" [1-9] '
+     '"\\n</parameter>\\n</function>\\n</tool_call>"'),
+]
+
+
+@pytest.mark.parametrize("args,logged,grammar", FORMAT_CASES, ids=["glm-4.5", "qwen3-coder-auto"])
+def test_tool_call_formats(zinfer_bin, model_path, tmp_path, args, logged, grammar):
+    """A family's tool-call format, forced by --tool-call-format or found in
+    the chat template (Qwen3-Coder's): an output held by `grammar` to a call
+    in that format, its parameters written as XML, comes back as
+    message.tool_calls with the arguments as JSON (days an integer, as the
+    tool's schema types it) and the text before as content; streamed, the
+    name first, then argument fragments joining to the same JSON."""
+    if "--chat-template" in args and not Path(args[1]).is_file():
+        pytest.skip(f"{args[1]} absent")
+    port = free_port()
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log", "--threads-per-worker", 2,
+                       "--slots", 2, "--http", f"127.0.0.1:{port}", *args) as srv:
+        h = Http(port)
+        deadline = time.time() + 60
+        while True:
+            with contextlib.suppress(OSError):  # a busy machine: a slow first answer
+                if h.req("GET", "/health", key=None, timeout=10)[0] == 200:
+                    break
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        assert f"tool-call format: {logged}" in srv.log()
+        sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
+                            timeout=60)
+        model = sdk.models.list().data[0].id
+        kw = dict(model=model, messages=[{"role": "user", "content": "Weather, 3 days?"}],
+                  tools=DAYS, temperature=0, max_tokens=300, extra_body={"grammar": grammar})
+        c = sdk.chat.completions.create(**kw).choices[0]
+        assert c.finish_reason == "tool_calls", c
+        assert c.message.content == "Checking."
+        (call,) = c.message.tool_calls
+        assert call.function.name == "get_weather" and CALL_ID.fullmatch(call.id)
+        args_ = json.loads(call.function.arguments)
+        assert set(args_) == {"city", "days"} and re.fullmatch(r"[A-Z][a-z]{4}", args_["city"])
+        assert type(args_["days"]) is int and 1 <= args_["days"] <= 9, args_
+        chunks = [x for x in sdk.chat.completions.create(stream=True, **kw) if x.choices]
+        text = "".join(x.choices[0].delta.content or "" for x in chunks)
+        deltas = [t for x in chunks for t in (x.choices[0].delta.tool_calls or [])]
+        assert text == "Checking."
+        assert deltas[0].function.name == "get_weather" and deltas[0].function.arguments == ""
+        assert len(deltas) > 2 and all(t.index == 0 and t.id is None for t in deltas[1:])
+        assert "".join(t.function.arguments for t in deltas[1:]) == call.function.arguments
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"

@@ -76,6 +76,11 @@ CHOICES = [
     ("--device", "worker", "--device", ["cpu", "cuda:0"], [("tpu", ""), ("cuda:x", "")]),
     ("--reasoning-format", "http", "--reasoning-format", ["separate", "none"],
      [("deepseek", "is not separate or none"), ("", "is not separate or none")]),
+    ("--tool-call-format", "http", "--tool-call-format",
+     ["auto", "generic", "hermes", "mistral", "llama3", "qwen3-coder", "gpt-oss", "deepseek-v3",
+      "glm-4.5", "kimi-k2", "granite", "command-r", "functionary", "functionary-v3.1"],
+     [("qwen3", "is not auto, generic, hermes, mistral, llama3, qwen3-coder, gpt-oss, "
+       "deepseek-v3, glm-4.5, kimi-k2, granite, command-r, functionary or functionary-v3.1")]),
 ]
 
 FLAGS = [("--no-prefix-cache", "worker"), ("--spec-lookup", "worker"),

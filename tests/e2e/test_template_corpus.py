@@ -176,3 +176,55 @@ def test_cli_renders_and_refuses(tmp_path):
     assert out[1]["error"] == "error" and "not a JSON object" in out[1]["message"]
     assert out[2]["message"] == "chat template: messages[0]: not a dict with a string role"
     assert out[3]["error"] == "error" and out[3]["message"].startswith("bad JSON")
+
+
+# The tool-call families' templates (http/tool_formats.c) and what their
+# rendering of family_two_calls (or, where arguments must be a string, of
+# family_two_calls_string_args) holds: both calls in the family's format.
+# tests/unit/test_tool_formats.c parses exactly these renderings back.
+FAMILIES = {
+    "Qwen3-Coder.jinja": ("family_two_calls", ["<function=get_weather>\n<parameter=location>\nSão Paulo\n</parameter>",
+                                               "<function=search>\n<parameter=query>\na \"quoted\" \\ path\n</parameter>"]),
+    "Qwen-Qwen3-0.6B.jinja": ("family_two_calls", ['<tool_call>\n{"name": "get_weather"', '<tool_call>\n{"name": "search"']),
+    "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja": (
+        "family_two_calls", ['<tool_call>\n{"name": "get_weather"', '<tool_call>\n{"name": "search"']),
+    # gpt-oss's template renders an assistant message's first call only
+    "openai-gpt-oss-120b.jinja": ("family_two_calls", ["<|start|>assistant to=functions.get_weather<|channel|>"
+                                                       "commentary json<|message|>{"]),
+    "deepseek-ai-DeepSeek-V3.1.jinja": ("family_two_calls", ["<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{",
+                                                             "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{"]),
+    "GLM-4.6.jinja": ("family_two_calls", ["<tool_call>get_weather\n<arg_key>location</arg_key>\n"
+                                           "<arg_value>São Paulo</arg_value>",
+                                           "<tool_call>search\n<arg_key>query</arg_key>"]),
+    "moonshotai-Kimi-K2.jinja": ("family_two_calls", ["<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{",
+                                                      "<|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>{"]),
+    "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": (
+        "family_two_calls", ['<|START_ACTION|>[\n    {"tool_call_id": "0", "tool_name": "get_weather"',
+                             '"tool_name": "search"']),
+    "CohereForAI-c4ai-command-r-plus-tool_use.jinja": (
+        "family_two_calls", ['Action:\n```json\n[\n    {\n        "tool_name": "get_weather"', '"tool_name": "search"']),
+    "meetkai-functionary-medium-v3.2.jinja": ("family_two_calls_string_args", [">>>get_weather\n{", ">>>search\n{"]),
+    "meetkai-functionary-medium-v3.1.jinja": ("family_two_calls", ["<function=get_weather>{", "<function=search>{"]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_family_tool_round_trip(name):
+    """Each tool-call family's template renders a round trip (two calls,
+    their results, an answer) exactly as jinja2 does, with and without the
+    generation prompt, the calls in the family's format; the template is
+    not refused."""
+    path = TEMPLATE_DIR / name
+    if not path.is_file():
+        pytest.skip(f"{path} not found (run scripts/fetch-llamacpp-vendor)")
+    case, markers = FAMILIES[name]
+    fixture = json.loads(gzip.decompress(CORPUS.read_bytes()))["templates"][name]
+    reqs = [(k, r) for k, r in requests() if k.split("/")[0] == case]
+    assert len(reqs) == 2
+    for key, _ in reqs:
+        text = fixture["cases"][key].get("expected")
+        assert text is not None, f"{key}: jinja2 failed: {fixture['cases'][key]}"
+        for m in markers:
+            assert m in text, f"{key}: {m!r} not in jinja2's rendering"
+    kind, what = check_template(path, fixture, reqs)
+    assert kind == "equal", what

@@ -81,7 +81,7 @@ static void run(const json_t *names, const char *text, const size_t *cuts, int n
                 transcript *t) {
     memset(t, 0, sizeof *t);
     zi_tool_stream ts;
-    zi_tool_stream_init(&ts, names);
+    zi_tool_stream_init(&ts, names, ZI_TF_AUTO);
     size_t from = 0, n = strlen(text);
     for (int i = 0; i <= ncuts; i++) {
         size_t to = i < ncuts ? cuts[i] : n;
@@ -225,9 +225,9 @@ static void test_real_outputs(void **state) {
         /* the whole-text parser says the same, ids apart */
         json_t *calls;
         char *content;
-        assert_int_equal(
-            zi_tool_stream_parse_all(nm, cases[i].text, strlen(cases[i].text), &calls, &content),
-            0);
+        assert_int_equal(zi_tool_stream_parse_all(nm, ZI_TF_AUTO, NULL, cases[i].text,
+                                                  strlen(cases[i].text), &calls, &content),
+                         0);
         if (!cases[i].n) {
             assert_null(calls);
             assert_null(content);
@@ -277,9 +277,9 @@ static void test_truncated_and_broken(void **state) {
         assert_string_equal(w.content, cases[i].content);
         json_t *calls;
         char *content;
-        assert_int_equal(
-            zi_tool_stream_parse_all(nm, cases[i].text, strlen(cases[i].text), &calls, &content),
-            0);
+        assert_int_equal(zi_tool_stream_parse_all(nm, ZI_TF_AUTO, NULL, cases[i].text,
+                                                  strlen(cases[i].text), &calls, &content),
+                         0);
         assert_null(calls);
         assert_null(content);
     }
@@ -293,7 +293,7 @@ static void test_sent_early(void **state) {
     zi_tool_stream ts;
     transcript t;
     memset(&t, 0, sizeof t);
-    zi_tool_stream_init(&ts, nm);
+    zi_tool_stream_init(&ts, nm, ZI_TF_AUTO);
     const char *a = "Hello <tool", *b = "_call>{\"name\": \"get_weather\", ";
     assert_int_equal(zi_tool_stream_feed(&ts, a, strlen(a), record, &t), 0);
     assert_string_equal(t.content, "Hello"); /* " <tool" held */
