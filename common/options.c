@@ -210,6 +210,16 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                              NULL},
     [ZI_O_ROUTER_TIMEOUT] = {"--router-timeout", NULL, ZI_OPT_INT, 1, 86400, NULL, 300, NULL, HTTP,
                              "S", "the longest wait for the router's next reply", NULL},
+    [ZI_O_RESPONSES_STORE_MAX] = {"--responses-store-max", NULL, ZI_OPT_INT, 0, 65536, NULL, 1024,
+                                  NULL, PASS | HTTP, "N",
+                                  "responses kept for previous_response_id (store: true), the "
+                                  "least recently used dropped first (0: none)",
+                                  NULL},
+    [ZI_O_RESPONSES_STORE_BYTES] = {"--responses-store-bytes", NULL, ZI_OPT_SIZE, 0, 1LL << 36,
+                                    NULL, 64 << 20, NULL, PASS | HTTP, "B",
+                                    "bytes of the responses kept, at most (least recently used "
+                                    "dropped first)",
+                                    NULL},
     /* the words' order is http_request.h's zi_reasoning_format */
     [ZI_O_REASONING_FORMAT] = {"--reasoning-format", NULL, ZI_OPT_ENUM, 0, 0, "separate|none", 0,
                                NULL, PASS | HTTP, "F",

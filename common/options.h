@@ -76,6 +76,8 @@ typedef enum zi_opt_id {
     ZI_O_TIMEOUT,
     ZI_O_HEADER_TIMEOUT,
     ZI_O_ROUTER_TIMEOUT,
+    ZI_O_RESPONSES_STORE_MAX,
+    ZI_O_RESPONSES_STORE_BYTES,
     ZI_O_REASONING_FORMAT,
     ZI_O_TOOL_CALL_FORMAT,
     /* CURVE key files (serve makes them from --keys) */

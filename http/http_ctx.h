@@ -90,6 +90,10 @@ typedef struct zi_http_ctx {
     zi_http_model model;
     zi_http_tok_cache tok;
     zi_http_watch watch;
+    /* The Responses API's stored responses (response_store.h: thread safe
+     * on its own); made by the caller after zi_http_ctx_init, which leaves
+     * it NULL (then nothing is stored), and freed by the caller. */
+    struct zi_response_store *responses;
 } zi_http_ctx;
 
 /* Copies cfg and lim, keeps zctx and router_addr, and starts with no model

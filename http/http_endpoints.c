@@ -17,6 +17,7 @@
 #include "http_rerank.h"
 #include "http_reply.h"
 #include "http_request.h"
+#include "http_responses.h"
 #include "http_router.h"
 #include "imsg.h"
 #include "stop_signal.h"
@@ -618,6 +619,23 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
             return;
         }
         want = "POST";
+    } else if (!strcmp(path, "/v1/responses")) {
+        if (post) {
+            generate(ctx, &zi_http_api_responses, body, len, client_fd, a);
+            return;
+        }
+        want = "POST";
+    } else if (!strncmp(path, "/v1/responses/", 14) && path[14]) {
+        int del = !strcmp(method, "DELETE");
+        if (get || del) {
+            a->json = zi_http_responses_stored(ctx, path + 14, del, &e);
+            if (a->json)
+                a->status = 200;
+            else
+                answer_error(a, &e);
+            return;
+        }
+        want = "GET, DELETE";
     } else if (!strcmp(path, "/v1/models") || !strncmp(path, "/v1/models/", 11)) {
         if (get) {
             models(ctx, path[10] == '/' ? path + 11 : NULL, a);

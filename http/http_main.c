@@ -13,12 +13,14 @@
 #include "http_server.h"
 #include "log.h"
 #include "options.h"
+#include "response_store.h"
 #include "stop_signal.h"
 
 static const char USAGE[] =
     "usage: zinfer-http [options]\n"
     "\n"
     "Serves the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions,\n"
+    "/v1/responses, GET and DELETE /v1/responses/ID,\n"
     "GET /v1/models, /health, /metrics, POST /tokenize, /detokenize; docs/http.md)\n"
     "as a client of zinfer-router. `zinfer serve --http ADDR` starts it for you.\n"
     "Options (their ranges and defaults from common/options.c, as `zinfer serve`\n"
@@ -44,6 +46,8 @@ int main(int argc, char **argv) {
     cfg.api_key = getenv("ZINFER_API_KEY");
     const char *router = zi_option_get(ZI_O_HTTP_ROUTER)->def_text;
     long long router_timeout = zi_option_def(ZI_O_ROUTER_TIMEOUT);
+    long long store_max = zi_option_def(ZI_O_RESPONSES_STORE_MAX);
+    long long store_bytes = zi_option_def(ZI_O_RESPONSES_STORE_BYTES);
     int check_only = 0;
     /* Each value checked against options.h's table, as `zinfer serve`
      * checks what it passes on. */
@@ -91,6 +95,12 @@ int main(int argc, char **argv) {
         case ZI_O_ROUTER_TIMEOUT:
             router_timeout = x;
             break;
+        case ZI_O_RESPONSES_STORE_MAX:
+            store_max = x;
+            break;
+        case ZI_O_RESPONSES_STORE_BYTES:
+            store_bytes = x;
+            break;
         case ZI_O_REASONING_FORMAT:
             cfg.reasoning_format = (int)x;
             break;
@@ -117,9 +127,17 @@ int main(int argc, char **argv) {
         zmq_ctx_term(zctx);
         return 1;
     }
+    ctx.responses = zi_response_store_new((size_t)store_max, (size_t)store_bytes);
+    if (!ctx.responses) {
+        fprintf(stderr, "zinfer-http: out of memory\n");
+        zi_http_ctx_destroy(&ctx);
+        zmq_ctx_term(zctx);
+        return 1;
+    }
     zi_stop_signals_install();
     int rc = zi_http_serve(&ctx);
     zmq_ctx_term(zctx);
+    zi_response_store_free(ctx.responses);
     zi_http_ctx_destroy(&ctx);
     return rc;
 }
