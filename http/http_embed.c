@@ -56,13 +56,7 @@ static int pack_input(msgpack_packer *pk, json_t *in, zi_http_error *e) {
 int zi_http_embed_request(json_t *o, zi_msg *m, int *base64, zi_http_error *e) {
     static const char *const keys[] = {"input", "model",     "encoding_format", "dimensions",
                                        "user",  "normalize", "truncate",        "pooling"};
-    const char *k;
-    json_t *v;
-    json_object_foreach(o, k, v) {
-        int known = 0;
-        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) known |= !strcmp(k, keys[i]);
-        if (!known) return zi_http_fail(e, 400, "unknown_parameter", k, "%s: unknown parameter", k);
-    }
+    if (zi_http_known_keys(o, keys, sizeof keys / sizeof *keys, e)) return -1;
     json_t *in = json_object_get(o, "input"), *ef = json_object_get(o, "encoding_format");
     json_t *no = json_object_get(o, "normalize"), *tr = json_object_get(o, "truncate");
     json_t *po = json_object_get(o, "pooling");

@@ -95,3 +95,39 @@ int zi_http_router_error(zi_http_error *e, const char *code, const char *message
     if (!strcmp(code, "unavailable")) return zi_http_fail(e, 503, "unavailable", NULL, "%s", msg);
     return zi_http_fail(e, 500, code, param, "%s", msg);
 }
+
+const char *zi_http_type_name(const json_t *v) {
+    switch (v ? json_typeof(v) : JSON_NULL) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    default:
+        return "null";
+    }
+}
+
+int zi_http_want(zi_http_error *e, const char *field, const char *what, const json_t *v) {
+    return zi_http_fail(e, 400, "invalid_type", field, "%s: expected %s, got %s", field, what,
+                        zi_http_type_name(v));
+}
+
+int zi_http_known_keys(json_t *o, const char *const *keys, size_t n, zi_http_error *e) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        int known = 0;
+        for (size_t i = 0; i < n; i++) known |= !strcmp(k, keys[i]);
+        if (!known) return zi_http_fail(e, 400, "unknown_parameter", k, "%s: unknown parameter", k);
+    }
+    return 0;
+}

@@ -8,6 +8,7 @@
 #define ZI_HTTP_ERROR_H
 
 #include <jansson.h>
+#include <stddef.h>
 
 #define ZI_HTTP_MSG_MAX 600
 
@@ -27,6 +28,18 @@ typedef struct zi_http_error {
  * parsers can write `return zi_http_fail(...)`). */
 int zi_http_fail(zi_http_error *e, int status, const char *code, const char *param, const char *fmt,
                  ...) __attribute__((format(printf, 5, 6)));
+
+/* "an object", "an array", "a string", "an integer", "a number", "a
+ * boolean" or "null" (v NULL too): a JSON value's type in an error. */
+const char *zi_http_type_name(const json_t *v);
+
+/* A 400 invalid_type naming field: "field: expected <what>, got <type>".
+ * Returns -1. */
+int zi_http_want(zi_http_error *e, const char *field, const char *what, const json_t *v);
+
+/* A 400 unknown_parameter naming the first key of o not among keys[0..n)
+ * (the endpoints that refuse unknown fields). 0 when every key is known. */
+int zi_http_known_keys(json_t *o, const char *const *keys, size_t n, zi_http_error *e);
 
 /* The error object as JSON (a new reference). */
 json_t *zi_http_error_json(const zi_http_error *e);

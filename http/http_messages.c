@@ -68,28 +68,8 @@ static int bad(zi_http_error *e, const char *field, const char *fmt, ...) {
     return zi_http_fail(e, 400, "invalid_request", field, "%s: %s", field, why);
 }
 
-static const char *type_name(const json_t *v) {
-    switch (v ? json_typeof(v) : JSON_NULL) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
 static int want(zi_http_error *e, const char *field, const char *what, const json_t *v) {
-    return bad(e, field, "expected %s, got %s", what, type_name(v));
+    return bad(e, field, "expected %s, got %s", what, zi_http_type_name(v));
 }
 
 /* A key of o that is not in allowed (NULL-ended) is refused, as
@@ -106,12 +86,6 @@ static int only_keys(json_t *o, const char *path, const char *const *allowed, zi
         return bad(e, f, "Extra inputs are not permitted");
     }
     return 0;
-}
-
-/* A field that is absent or null reads as not given. */
-static json_t *get(json_t *o, const char *key) {
-    json_t *v = json_object_get(o, key);
-    return v && !json_is_null(v) ? v : NULL;
 }
 
 /* ---- the request -------------------------------------------------------- */
@@ -174,7 +148,7 @@ static int unserved_block(const char *bf, const char *type, zi_http_error *e) {
 /* A tool_result's content: absent, a string, or text blocks. *out: the
  * text (malloc'd). */
 static int tool_result_text(json_t *b, const char *bf, char **out, zi_http_error *e) {
-    json_t *c = get(b, "content");
+    json_t *c = zi_http_get(b, "content");
     char f[160];
     snprintf(f, sizeof f, "%s.content", bf);
     if (!c) {
@@ -213,7 +187,7 @@ static int tool_result_text(json_t *b, const char *bf, char **out, zi_http_error
 
 /* system: a string or text blocks -> the first message. */
 static int tr_system(json_t *root, tr *t, json_t *out, zi_http_error *e) {
-    json_t *s = get(root, "system");
+    json_t *s = zi_http_get(root, "system");
     if (!s) return 0;
     char *text = NULL;
     if (json_is_string(s)) {
@@ -343,7 +317,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
                 rc = bad(e, bf, "tool_result blocks must come before any text in the message");
                 break;
             }
-            json_t *id = json_object_get(b, "tool_use_id"), *ie = get(b, "is_error");
+            json_t *id = json_object_get(b, "tool_use_id"), *ie = zi_http_get(b, "is_error");
             snprintf(ff, sizeof ff, "%s.tool_use_id", bf);
             if (!id) {
                 rc = bad(e, ff, "Field required");
@@ -499,7 +473,7 @@ static int tr_messages(json_t *root, json_t *out, zi_http_error *e) {
 
 /* tools -> OpenAI function tools; the names into names. */
 static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) {
-    json_t *tools = get(root, "tools"), *tool;
+    json_t *tools = zi_http_get(root, "tools"), *tool;
     if (!tools) return 0;
     if (!json_is_array(tools)) return want(e, "tools", "an array of tools", tools);
     json_t *out = json_array();
@@ -511,7 +485,7 @@ static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) 
         char f[64], ff[96];
         snprintf(f, sizeof f, "tools.%zu", i);
         if (!json_is_object(tool)) return want(e, f, "a tool object", tool);
-        json_t *ty = get(tool, "type");
+        json_t *ty = zi_http_get(tool, "type");
         snprintf(ff, sizeof ff, "%s.type", f);
         if (ty && !json_is_string(ty)) return want(e, ff, "a string", ty);
         if (ty && strcmp(json_string_value(ty), "custom"))
@@ -521,7 +495,7 @@ static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) 
                                 "\"input_schema\"})",
                                 ff, json_string_value(ty));
         if (only_keys(tool, f, keys, e)) return -1;
-        json_t *name = json_object_get(tool, "name"), *desc = get(tool, "description"),
+        json_t *name = json_object_get(tool, "name"), *desc = zi_http_get(tool, "description"),
                *schema = json_object_get(tool, "input_schema");
         snprintf(ff, sizeof ff, "%s.name", f);
         if (!name) return bad(e, ff, "Field required");
@@ -558,10 +532,10 @@ static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) 
  * -> OpenAI's. any / tool hold decoding to a call (the grammar engine),
  * which makes exactly one call, so disable_parallel_tool_use holds. */
 static int tr_tool_choice(json_t *root, tr *t, json_t *names, zi_http_error *e) {
-    json_t *tc = get(root, "tool_choice");
+    json_t *tc = zi_http_get(root, "tool_choice");
     if (!tc) return 0;
     if (!json_is_object(tc)) return want(e, "tool_choice", "an object", tc);
-    json_t *ty = json_object_get(tc, "type"), *dp = get(tc, "disable_parallel_tool_use");
+    json_t *ty = json_object_get(tc, "type"), *dp = zi_http_get(tc, "disable_parallel_tool_use");
     if (!ty) return bad(e, "tool_choice.type", "Field required");
     if (!json_is_string(ty)) return want(e, "tool_choice.type", "a string", ty);
     const char *type = json_string_value(ty);
@@ -607,7 +581,7 @@ static int tr_tool_choice(json_t *root, tr *t, json_t *names, zi_http_error *e) 
  * {type: adaptive, display} -> the chat template's enable_thinking and a
  * thinking budget. */
 static int tr_thinking(json_t *root, tr *t, zi_http_error *e) {
-    json_t *th = get(root, "thinking");
+    json_t *th = zi_http_get(root, "thinking");
     if (!th) return 0;
     if (!json_is_object(th)) return want(e, "thinking", "an object", th);
     json_t *ty = json_object_get(th, "type");
@@ -625,7 +599,7 @@ static int tr_thinking(json_t *root, tr *t, zi_http_error *e) {
     json_t *kw = json_object();
     json_object_set_new(kw, "enable_thinking", json_boolean(en || ad));
     json_object_set_new(t->oai, "chat_template_kwargs", kw);
-    json_t *d = get(th, "display");
+    json_t *d = zi_http_get(th, "display");
     if (d) {
         if (!json_is_string(d) ||
             (strcmp(json_string_value(d), "summarized") && strcmp(json_string_value(d), "omitted")))
@@ -652,13 +626,13 @@ static int tr_thinking(json_t *root, tr *t, zi_http_error *e) {
  * medium and high: xhigh and max are high); a json_schema format -> the
  * response_format that holds the text to the schema (the grammar engine). */
 static int tr_output(json_t *root, tr *t, zi_http_error *e) {
-    json_t *oc = get(root, "output_config"), *of = get(root, "output_format"), *fmt = NULL;
+    json_t *oc = zi_http_get(root, "output_config"), *of = zi_http_get(root, "output_format"), *fmt = NULL;
     static const char *const k_oc[] = {"effort", "format", NULL};
     static const char *const k_fmt[] = {"type", "schema", NULL};
     if (oc) {
         if (!json_is_object(oc)) return want(e, "output_config", "an object", oc);
         if (only_keys(oc, "output_config", k_oc, e)) return -1;
-        json_t *ef = get(oc, "effort");
+        json_t *ef = zi_http_get(oc, "effort");
         if (ef) {
             static const char *const levels[][2] = {{"low", "low"},   {"medium", "medium"},
                                                     {"high", "high"}, {"xhigh", "high"},
@@ -672,7 +646,7 @@ static int tr_output(json_t *root, tr *t, zi_http_error *e) {
                            "expected 'low', 'medium', 'high', 'xhigh' or 'max'");
             json_object_set_new(t->oai, "reasoning_effort", json_string(levels[k][1]));
         }
-        if ((fmt = get(oc, "format"))) t->format = "output_config.format";
+        if ((fmt = zi_http_get(oc, "format"))) t->format = "output_config.format";
     }
     if (of) {
         if (fmt)
@@ -704,7 +678,7 @@ static int tr_output(json_t *root, tr *t, zi_http_error *e) {
 
 static int tr_number(json_t *root, const char *key, double lo, double hi, json_t *oai,
                      zi_http_error *e) {
-    json_t *v = get(root, key);
+    json_t *v = zi_http_get(root, key);
     if (!v) return 0;
     if (!json_is_number(v)) return want(e, key, "a number", v);
     double x = json_number_value(v);
@@ -725,7 +699,7 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
     static const char *const unserved[] = {"container", "mcp_servers", "context_management", NULL};
     json_t *v;
     for (int i = 0; unserved[i]; i++)
-        if (get(root, unserved[i]))
+        if (zi_http_get(root, unserved[i]))
             return zi_http_fail(e, 400, "unsupported_value", unserved[i],
                                 "%s: not supported by this server", unserved[i]);
     if (only_keys(root, "", keys, e)) return -1;
@@ -749,14 +723,14 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
     if (tr_number(root, "temperature", 0, 1, t->oai, e) ||
         tr_number(root, "top_p", 0, 1, t->oai, e))
         return -1;
-    if ((v = get(root, "top_k"))) {
+    if ((v = zi_http_get(root, "top_k"))) {
         if (!json_is_integer(v)) return want(e, "top_k", "an integer", v);
         if (json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
             return bad(e, "top_k", "%lld is outside [0, %d]", (long long)json_integer_value(v),
                        INT32_MAX);
         json_object_set(t->oai, "top_k", v);
     }
-    if ((v = get(root, "stop_sequences"))) {
+    if ((v = zi_http_get(root, "stop_sequences"))) {
         if (!json_is_array(v)) return want(e, "stop_sequences", "an array of strings", v);
         if (json_array_size(v) > ZI_HTTP_MAX_STOP)
             return bad(e, "stop_sequences", "at most %d sequences", ZI_HTTP_MAX_STOP);
@@ -769,22 +743,22 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
         }
         if (json_array_size(v)) json_object_set(t->oai, "stop", v);
     }
-    if ((v = get(root, "stream"))) {
+    if ((v = zi_http_get(root, "stream"))) {
         if (!json_is_boolean(v)) return want(e, "stream", "a boolean", v);
         if (t->count && json_is_true(v)) return bad(e, "stream", "count_tokens does not stream");
         if (!t->count) json_object_set(t->oai, "stream", v);
     }
-    if ((v = get(root, "metadata"))) {
+    if ((v = zi_http_get(root, "metadata"))) {
         static const char *const mk[] = {"user_id", NULL};
         if (!json_is_object(v)) return want(e, "metadata", "an object", v);
         if (only_keys(v, "metadata", mk, e)) return -1;
-        json_t *u = get(v, "user_id");
+        json_t *u = zi_http_get(v, "user_id");
         if (u && !json_is_string(u)) return want(e, "metadata.user_id", "a string", u);
     }
-    if ((v = get(root, "service_tier")) && !json_is_string(v))
+    if ((v = zi_http_get(root, "service_tier")) && !json_is_string(v))
         return want(e, "service_tier", "a string", v);
-    if ((v = get(root, "timeout_ms"))) json_object_set(t->oai, "timeout_ms", v);
-    if ((v = get(root, "grammar"))) {
+    if ((v = zi_http_get(root, "timeout_ms"))) json_object_set(t->oai, "timeout_ms", v);
+    if ((v = zi_http_get(root, "grammar"))) {
         if (!json_is_string(v)) return want(e, "grammar", "a string", v);
         if (!t->count) json_object_set(t->oai, "grammar", v);
     }
@@ -849,7 +823,7 @@ static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error
     if (!root) return -1;
     tr t = {.oai = json_object(), .count = count};
     int rc = translate(root, &t, e);
-    json_t *stops = json_incref(get(root, "stop_sequences"));
+    json_t *stops = json_incref(zi_http_get(root, "stop_sequences"));
     json_decref(root);
     if (!rc && count) {
         /* One greedy token: the router's usage then counts the prompt. */

@@ -42,43 +42,11 @@ static const char *const NUM_FIELDS[7] = {
     "temperature",        "top_p", "min_p", "frequency_penalty", "presence_penalty",
     "repetition_penalty", NULL};
 
-static const char *type_name(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
-/* The value of key, or NULL when absent or null (OpenAI treats null as
- * "not given"). */
-static json_t *get(json_t *o, const char *key) {
-    json_t *v = json_object_get(o, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-static int want(zi_http_error *e, const char *field, const char *what, const json_t *v) {
-    return zi_http_fail(e, 400, "invalid_type", field, "%s: expected %s, got %s", field, what,
-                        type_name(v));
-}
-
 static int get_number(json_t *o, const char *key, double *out, int *has, zi_http_error *e) {
-    json_t *v = get(o, key);
+    json_t *v = zi_http_get(o, key);
     *has = 0;
     if (!v) return 0;
-    if (!json_is_number(v)) return want(e, key, "a number", v);
+    if (!json_is_number(v)) return zi_http_want(e, key, "a number", v);
     *out = json_number_value(v);
     *has = 1;
     return 0;
@@ -86,10 +54,10 @@ static int get_number(json_t *o, const char *key, double *out, int *has, zi_http
 
 static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, int *has,
                    zi_http_error *e) {
-    json_t *v = get(o, key);
+    json_t *v = zi_http_get(o, key);
     *has = 0;
     if (!v) return 0;
-    if (!json_is_integer(v)) return want(e, key, "an integer", v);
+    if (!json_is_integer(v)) return zi_http_want(e, key, "an integer", v);
     long long x = json_integer_value(v);
     if (x < lo || x > hi)
         return zi_http_fail(e, 400, "invalid_value", key, "%s: %lld is outside [%lld, %lld]", key,
@@ -100,9 +68,9 @@ static int get_int(json_t *o, const char *key, long long lo, long long hi, long 
 }
 
 static int get_bool(json_t *o, const char *key, int *out, zi_http_error *e) {
-    json_t *v = get(o, key);
+    json_t *v = zi_http_get(o, key);
     if (!v) return 0;
-    if (!json_is_boolean(v)) return want(e, key, "a boolean", v);
+    if (!json_is_boolean(v)) return zi_http_want(e, key, "a boolean", v);
     *out = json_is_true(v);
     return 0;
 }
@@ -115,21 +83,21 @@ static int unsupported(zi_http_error *e, const char *field, const char *why) {
  * something (an empty list or map, or null, asks for nothing). */
 static int refuse_unserved(json_t *o, zi_http_kind kind, zi_http_error *e) {
     json_t *v;
-    if ((v = get(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
+    if ((v = zi_http_get(o, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
         return unsupported(e, "functions", "the legacy functions are not supported (use tools)");
-    if (kind == ZI_HTTP_COMPLETION && (v = get(o, "tools")) &&
+    if (kind == ZI_HTTP_COMPLETION && (v = zi_http_get(o, "tools")) &&
         !(json_is_array(v) && json_array_size(v) == 0))
         return unsupported(e, "tools", "tools need /v1/chat/completions");
-    if ((v = get(o, "function_call")) &&
+    if ((v = zi_http_get(o, "function_call")) &&
         !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
         return unsupported(e, "function_call", "function calls are not supported");
-    if ((v = get(o, "audio"))) return unsupported(e, "audio", "audio output is not supported");
-    if ((v = get(o, "prediction")))
+    if ((v = zi_http_get(o, "audio"))) return unsupported(e, "audio", "audio output is not supported");
+    if ((v = zi_http_get(o, "prediction")))
         return unsupported(e, "prediction", "predicted outputs are not supported");
-    if ((v = get(o, "web_search_options")))
+    if ((v = zi_http_get(o, "web_search_options")))
         return unsupported(e, "web_search_options", "web search is not supported");
-    if ((v = get(o, "modalities"))) {
-        if (!json_is_array(v)) return want(e, "modalities", "an array", v);
+    if ((v = zi_http_get(o, "modalities"))) {
+        if (!json_is_array(v)) return zi_http_want(e, "modalities", "an array", v);
         size_t i;
         json_t *m;
         json_array_foreach(
@@ -139,9 +107,9 @@ static int refuse_unserved(json_t *o, zi_http_kind kind, zi_http_error *e) {
                                                             "only [\"text\"] is supported");
     }
     if (kind == ZI_HTTP_COMPLETION) {
-        if ((v = get(o, "suffix")) && !(json_is_string(v) && !json_string_length(v)))
+        if ((v = zi_http_get(o, "suffix")) && !(json_is_string(v) && !json_string_length(v)))
             return unsupported(e, "suffix", "suffixes (insertion) are not supported");
-        if ((v = get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
+        if ((v = zi_http_get(o, "best_of")) && !(json_is_integer(v) && json_integer_value(v) == 1))
             return unsupported(e, "best_of", "only 1 is supported (use n for several choices)");
     }
     return 0;
@@ -151,7 +119,7 @@ static int refuse_unserved(json_t *o, zi_http_kind kind, zi_http_error *e) {
  * "\n" (as vLLM joins them); NULL content only for an assistant. */
 static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_http_error *e) {
     char f[96];
-    json_t *c = get(msg, "content");
+    json_t *c = zi_http_get(msg, "content");
     snprintf(f, sizeof f, "messages[%zu].content", i);
     if (!c) {
         if (strcmp(role, "assistant"))
@@ -163,23 +131,23 @@ static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_
         *out = strndup(json_string_value(c), json_string_length(c));
         return *out ? 0 : zi_http_fail(e, 500, "internal", NULL, "out of memory");
     }
-    if (!json_is_array(c)) return want(e, f, "a string or an array of content parts", c);
+    if (!json_is_array(c)) return zi_http_want(e, f, "a string or an array of content parts", c);
     size_t total = 0, j;
     json_t *part;
     json_array_foreach(c, j, part) {
         char pf[128];
         snprintf(pf, sizeof pf, "%s[%zu]", f, j);
-        if (!json_is_object(part)) return want(e, pf, "a content part object", part);
+        if (!json_is_object(part)) return zi_http_want(e, pf, "a content part object", part);
         json_t *t = json_object_get(part, "type");
         snprintf(pf, sizeof pf, "%s[%zu].type", f, j);
-        if (!json_is_string(t)) return want(e, pf, "a string", t ? t : json_null());
+        if (!json_is_string(t)) return zi_http_want(e, pf, "a string", t ? t : json_null());
         if (strcmp(json_string_value(t), "text"))
             return zi_http_fail(e, 400, "unsupported_value", pf,
                                 "%s: '%s' parts are not supported (only \"text\")", pf,
                                 json_string_value(t));
         json_t *tx = json_object_get(part, "text");
         snprintf(pf, sizeof pf, "%s[%zu].text", f, j);
-        if (!json_is_string(tx)) return want(e, pf, "a string", tx ? tx : json_null());
+        if (!json_is_string(tx)) return zi_http_want(e, pf, "a string", tx ? tx : json_null());
         total += json_string_length(tx) + 1;
     }
     char *s = malloc(total + 1), *p = s;
@@ -201,11 +169,11 @@ static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_
 static int message_reasoning(json_t *m, size_t i, const char *role, json_t *nm, zi_http_error *e) {
     static const char *const keys[] = {"reasoning_content", "reasoning"};
     for (int k = 0; k < 2; k++) {
-        json_t *v = get(m, keys[k]);
+        json_t *v = zi_http_get(m, keys[k]);
         char f[96];
         snprintf(f, sizeof f, "messages[%zu].%s", i, keys[k]);
         if (!v) continue;
-        if (!json_is_string(v)) return want(e, f, "a string", v);
+        if (!json_is_string(v)) return zi_http_want(e, f, "a string", v);
         if (strcmp(role, "assistant"))
             return zi_http_fail(e, 400, "invalid_value", f,
                                 "%s: only assistant messages have reasoning", f);
@@ -223,9 +191,9 @@ static int message_reasoning(json_t *m, size_t i, const char *role, json_t *nm, 
 /* messages -> a new array of the router's messages ({"role", "content"},
  * tool_calls, tool_call_id, name). */
 static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
-    json_t *ms = get(o, "messages");
+    json_t *ms = zi_http_get(o, "messages");
     if (!ms) return zi_http_fail(e, 400, "missing", "messages", "messages is missing");
-    if (!json_is_array(ms)) return want(e, "messages", "an array", ms);
+    if (!json_is_array(ms)) return zi_http_want(e, "messages", "an array", ms);
     if (!json_array_size(ms))
         return zi_http_fail(e, 400, "invalid_value", "messages", "messages is empty");
     k->messages = json_array();
@@ -234,10 +202,10 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
     json_array_foreach(ms, i, m) {
         char f[96];
         snprintf(f, sizeof f, "messages[%zu]", i);
-        if (!json_is_object(m)) return want(e, f, "an object", m);
+        if (!json_is_object(m)) return zi_http_want(e, f, "an object", m);
         json_t *r = json_object_get(m, "role");
         snprintf(f, sizeof f, "messages[%zu].role", i);
-        if (!json_is_string(r)) return want(e, f, "a string", r ? r : json_null());
+        if (!json_is_string(r)) return zi_http_want(e, f, "a string", r ? r : json_null());
         const char *role = json_string_value(r);
         if (!strcmp(role, "developer")) role = "system"; /* OpenAI's newer name for it */
         if (!strcmp(role, "function"))
@@ -248,9 +216,9 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
             return zi_http_fail(e, 400, "invalid_value", f,
                                 "%s: '%s' is not one of system, developer, user, assistant, tool",
                                 f, role);
-        json_t *tc = get(m, "tool_calls");
+        json_t *tc = zi_http_get(m, "tool_calls");
         snprintf(f, sizeof f, "messages[%zu].tool_calls", i);
-        if (tc && !json_is_array(tc)) return want(e, f, "an array", tc);
+        if (tc && !json_is_array(tc)) return zi_http_want(e, f, "an array", tc);
         if (tc && strcmp(role, "assistant"))
             return zi_http_fail(e, 400, "invalid_value", f, "%s: only assistant messages have them",
                                 f);
@@ -258,7 +226,7 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
         char *text;
         /* An assistant's tool calls may come without content. */
         if (message_text(m, i, calls ? "assistant" : role, &text, e)) return -1;
-        json_t *content = calls && !get(m, "content") ? json_null() : json_string(text);
+        json_t *content = calls && !zi_http_get(m, "content") ? json_null() : json_string(text);
         free(text);
         if (!content) { /* jansson checked the body's UTF-8; a NUL inside is the one way here */
             snprintf(f, sizeof f, "messages[%zu].content", i);
@@ -285,7 +253,7 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
 
 /* prompt: a string, token ids, or a list of one of those. */
 static int parse_prompt(json_t *o, checked *k, zi_http_error *e) {
-    json_t *p = get(o, "prompt");
+    json_t *p = zi_http_get(o, "prompt");
     if (!p) return zi_http_fail(e, 400, "missing", "prompt", "prompt is missing");
     if (json_is_array(p) && json_array_size(p) == 1 &&
         (json_is_string(json_array_get(p, 0)) || json_is_array(json_array_get(p, 0))))
@@ -295,7 +263,7 @@ static int parse_prompt(json_t *o, checked *k, zi_http_error *e) {
         k->prompt_len = json_string_length(p);
         return 0;
     }
-    if (!json_is_array(p)) return want(e, "prompt", "a string or an array of token ids", p);
+    if (!json_is_array(p)) return zi_http_want(e, "prompt", "a string or an array of token ids", p);
     if (!json_array_size(p))
         return zi_http_fail(e, 400, "invalid_value", "prompt", "prompt is empty");
     size_t i;
@@ -307,7 +275,7 @@ static int parse_prompt(json_t *o, checked *k, zi_http_error *e) {
                                "one request per prompt");
         char f[64];
         snprintf(f, sizeof f, "prompt[%zu]", i);
-        if (!json_is_integer(t)) return want(e, f, "a token id (an integer)", t);
+        if (!json_is_integer(t)) return zi_http_want(e, f, "a token id (an integer)", t);
         if (json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
             return zi_http_fail(e, 400, "invalid_value", f, "%s: %lld is not a token id", f,
                                 (long long)json_integer_value(t));
@@ -317,13 +285,13 @@ static int parse_prompt(json_t *o, checked *k, zi_http_error *e) {
 }
 
 static int parse_stop(json_t *o, checked *k, zi_http_error *e) {
-    json_t *s = get(o, "stop");
+    json_t *s = zi_http_get(o, "stop");
     if (!s) return 0;
     if (json_is_string(s)) {
         k->stop = s;
         return 0;
     }
-    if (!json_is_array(s)) return want(e, "stop", "a string or an array of strings", s);
+    if (!json_is_array(s)) return zi_http_want(e, "stop", "a string or an array of strings", s);
     if (json_array_size(s) > ZI_HTTP_MAX_STOP)
         return zi_http_fail(e, 400, "invalid_value", "stop", "stop: at most %d strings",
                             ZI_HTTP_MAX_STOP);
@@ -332,18 +300,18 @@ static int parse_stop(json_t *o, checked *k, zi_http_error *e) {
     json_array_foreach(s, i, x) if (!json_is_string(x)) {
         char f[32];
         snprintf(f, sizeof f, "stop[%zu]", i);
-        return want(e, f, "a string", x);
+        return zi_http_want(e, f, "a string", x);
     }
     k->stop = json_array_size(s) ? s : NULL;
     return 0;
 }
 
 static int parse_response_format(json_t *o, checked *k, zi_http_error *e) {
-    json_t *rf = get(o, "response_format");
+    json_t *rf = zi_http_get(o, "response_format");
     if (!rf) return 0;
-    if (!json_is_object(rf)) return want(e, "response_format", "an object", rf);
+    if (!json_is_object(rf)) return zi_http_want(e, "response_format", "an object", rf);
     json_t *t = json_object_get(rf, "type");
-    if (!json_is_string(t)) return want(e, "response_format.type", "a string", t ? t : json_null());
+    if (!json_is_string(t)) return zi_http_want(e, "response_format.type", "a string", t ? t : json_null());
     if (strcmp(json_string_value(t), "text")) k->response_format = rf; /* the router checks it */
     return 0;
 }
@@ -365,7 +333,7 @@ static void regex_literal(const char *s, char *out, size_t *n) {
  * "regex": a pattern, "grammar": GBNF, "choice": [strings]}. At most one
  * constraint per request (the router refuses a bad one, by field). */
 static int parse_structured(json_t *o, checked *k, zi_http_error *e) {
-    json_t *gr = get(o, "grammar"), *so = get(o, "structured_outputs");
+    json_t *gr = zi_http_get(o, "grammar"), *so = zi_http_get(o, "structured_outputs");
     if (!gr && !so) return 0;
     const char *f = gr ? "grammar" : "structured_outputs";
     if ((gr && so) || k->response_format)
@@ -373,11 +341,11 @@ static int parse_structured(json_t *o, checked *k, zi_http_error *e) {
                             "%s: give one of response_format, grammar and structured_outputs", f);
     if (gr) {
         if (!json_is_string(gr) || !json_string_length(gr))
-            return want(e, "grammar", "a non-empty string", gr);
+            return zi_http_want(e, "grammar", "a non-empty string", gr);
         k->grammar = json_string_value(gr);
         return 0;
     }
-    if (!json_is_object(so)) return want(e, "structured_outputs", "an object", so);
+    if (!json_is_object(so)) return zi_http_want(e, "structured_outputs", "an object", so);
     if (json_object_size(so) != 1)
         return zi_http_fail(e, 400, "invalid_value", "structured_outputs",
                             "structured_outputs: give exactly one of json, regex, grammar, choice");
@@ -387,28 +355,28 @@ static int parse_structured(json_t *o, checked *k, zi_http_error *e) {
                                            : json_incref(v);
         if (!schema || !(json_is_object(schema) || json_is_boolean(schema))) {
             json_decref(schema);
-            return want(e, "structured_outputs.json", "a JSON schema", v);
+            return zi_http_want(e, "structured_outputs.json", "a JSON schema", v);
         }
         k->so_format = json_pack("{s:s, s:o}", "type", "json_schema", "json_schema", schema);
         if (!k->so_format) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
         k->response_format = k->so_format;
     } else if ((v = json_object_get(so, "regex"))) {
         if (!json_is_string(v) || !json_string_length(v))
-            return want(e, "structured_outputs.regex", "a non-empty string", v);
+            return zi_http_want(e, "structured_outputs.regex", "a non-empty string", v);
         if (!(k->regex = strdup(json_string_value(v))))
             return zi_http_fail(e, 500, "internal", NULL, "out of memory");
     } else if ((v = json_object_get(so, "grammar"))) {
         if (!json_is_string(v) || !json_string_length(v))
-            return want(e, "structured_outputs.grammar", "a non-empty string", v);
+            return zi_http_want(e, "structured_outputs.grammar", "a non-empty string", v);
         k->grammar = json_string_value(v);
     } else if ((v = json_object_get(so, "choice"))) {
         size_t i, len = 4;
         json_t *c;
         if (!json_is_array(v) || !json_array_size(v))
-            return want(e, "structured_outputs.choice", "a non-empty array of strings", v);
+            return zi_http_want(e, "structured_outputs.choice", "a non-empty array of strings", v);
         json_array_foreach(v, i, c) {
             if (!json_is_string(c) || !json_string_length(c))
-                return want(e, "structured_outputs.choice", "a non-empty array of strings", v);
+                return zi_http_want(e, "structured_outputs.choice", "a non-empty array of strings", v);
             len += 2 * json_string_length(c) + 1;
         }
         if (!(k->regex = malloc(len)))
@@ -432,9 +400,9 @@ static int parse_structured(json_t *o, checked *k, zi_http_error *e) {
  * Whether the ids are in the vocabulary the tokenizer says (the router's
  * sampling_params.logit_bias error comes back as logit_bias). */
 static int parse_logit_bias(json_t *o, checked *k, zi_http_error *e) {
-    json_t *v = get(o, "logit_bias");
+    json_t *v = zi_http_get(o, "logit_bias");
     if (!v) return 0;
-    if (!json_is_object(v)) return want(e, "logit_bias", "an object", v);
+    if (!json_is_object(v)) return zi_http_want(e, "logit_bias", "an object", v);
     if (json_object_size(v) > ZI_LOGIT_BIAS_MAX)
         return zi_http_fail(e, 400, "invalid_value", "logit_bias",
                             "logit_bias: %zu entries exceed the limit of %d", json_object_size(v),
@@ -454,7 +422,7 @@ static int parse_logit_bias(json_t *o, checked *k, zi_http_error *e) {
         }
         if (!json_is_number(b))
             return zi_http_fail(e, 400, "invalid_type", "logit_bias",
-                                "logit_bias.%s: expected a number, got %s", key, type_name(b));
+                                "logit_bias.%s: expected a number, got %s", key, zi_http_type_name(b));
         double x = json_number_value(b);
         if (!(x >= -ZI_LOGIT_BIAS_LIMIT && x <= ZI_LOGIT_BIAS_LIMIT))
             return zi_http_fail(e, 400, "invalid_value", "logit_bias",
@@ -469,9 +437,9 @@ static int parse_logit_bias(json_t *o, checked *k, zi_http_error *e) {
  * chat_template_kwargs (an object, each key a variable), enable_thinking
  * (its enable_thinking) and reasoning_effort (its reasoning_effort). */
 static int parse_reasoning(json_t *o, checked *k, zi_http_gen *g, zi_http_error *e) {
-    json_t *v = get(o, "reasoning_format");
+    json_t *v = zi_http_get(o, "reasoning_format");
     if (v) {
-        if (!json_is_string(v)) return want(e, "reasoning_format", "a string", v);
+        if (!json_is_string(v)) return zi_http_want(e, "reasoning_format", "a string", v);
         const char *f = json_string_value(v);
         /* llama-server's names of the separate format too */
         if (!strcmp(f, "separate") || !strcmp(f, "auto") || !strcmp(f, "deepseek"))
@@ -490,11 +458,11 @@ static int parse_reasoning(json_t *o, checked *k, zi_http_gen *g, zi_http_error 
     int has;
     if (get_int(o, "max_thinking_tokens", 1, ZI_HTTP_MAX_THINKING, &x, &has, e)) return -1;
     if (has) g->reasoning.max_thinking_tokens = x;
-    json_t *kw = get(o, "chat_template_kwargs"), *et = get(o, "enable_thinking"),
-           *re = get(o, "reasoning_effort");
-    if (kw && !json_is_object(kw)) return want(e, "chat_template_kwargs", "an object", kw);
-    if (et && !json_is_boolean(et)) return want(e, "enable_thinking", "a boolean", et);
-    if (re && !json_is_string(re)) return want(e, "reasoning_effort", "a string", re);
+    json_t *kw = zi_http_get(o, "chat_template_kwargs"), *et = zi_http_get(o, "enable_thinking"),
+           *re = zi_http_get(o, "reasoning_effort");
+    if (kw && !json_is_object(kw)) return zi_http_want(e, "chat_template_kwargs", "an object", kw);
+    if (et && !json_is_boolean(et)) return zi_http_want(e, "enable_thinking", "a boolean", et);
+    if (re && !json_is_string(re)) return zi_http_want(e, "reasoning_effort", "a string", re);
     if (re && strcmp(json_string_value(re), "low") && strcmp(json_string_value(re), "medium") &&
         strcmp(json_string_value(re), "high")) {
         char nm[48];
@@ -533,13 +501,13 @@ static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *
                                 NUM_FIELDS[i]);
     }
     const char *max_name = "max_tokens";
-    if (kind == ZI_HTTP_CHAT && get(o, "max_completion_tokens")) max_name = "max_completion_tokens";
+    if (kind == ZI_HTTP_CHAT && zi_http_get(o, "max_completion_tokens")) max_name = "max_completion_tokens";
     if (get_int(o, max_name, 1, INT32_MAX, &k->max_tokens, &k->has_max, e)) return -1;
     if (!k->has_max && kind == ZI_HTTP_COMPLETION)
         k->max_tokens = 16, k->has_max = 1; /* OpenAI's */
     if (get_int(o, "min_tokens", 0, INT32_MAX, &k->min_tokens, &k->has_min, e)) return -1;
     if (get_int(o, "top_k", -1, INT32_MAX, &k->top_k, &k->has_top_k, e)) return -1;
-    k->has_ignore_eos = get(o, "ignore_eos") != NULL;
+    k->has_ignore_eos = zi_http_get(o, "ignore_eos") != NULL;
     if (get_bool(o, "ignore_eos", &k->ignore_eos, e)) return -1;
     /* zinfer's extension: the router's deadline (docs/http.md, "Deadlines") */
     if (get_int(o, "timeout_ms", 1, ZI_MAX_TIMEOUT_MS, &k->timeout_ms, &k->has_timeout, e))
@@ -549,20 +517,20 @@ static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *
     int has;
     if (get_int(o, "n", 1, ZI_HTTP_MAX_N, &x, &has, e)) return -1;
     g->n = has ? (int)x : 1;
-    json_t *sv = get(o, "seed");
+    json_t *sv = zi_http_get(o, "seed");
     if (sv) {
-        if (!json_is_integer(sv)) return want(e, "seed", "an integer", sv);
+        if (!json_is_integer(sv)) return zi_http_want(e, "seed", "an integer", sv);
         k->seed = (unsigned long long)json_integer_value(sv);
     } else if (getrandom(&k->seed, sizeof k->seed, 0) != sizeof k->seed) {
         k->seed = (unsigned long long)zi_now_ms() * 0x9E3779B97F4A7C15ull;
     }
     if (get_bool(o, "stream", &g->stream, e)) return -1;
-    json_t *so = get(o, "stream_options");
+    json_t *so = zi_http_get(o, "stream_options");
     if (so) {
-        if (!json_is_object(so)) return want(e, "stream_options", "an object", so);
-        json_t *iu = get(so, "include_usage");
+        if (!json_is_object(so)) return zi_http_want(e, "stream_options", "an object", so);
+        json_t *iu = zi_http_get(so, "include_usage");
         if (iu && !json_is_boolean(iu))
-            return want(e, "stream_options.include_usage", "a boolean", iu);
+            return zi_http_want(e, "stream_options.include_usage", "a boolean", iu);
         g->include_usage = iu && json_is_true(iu);
     }
     g->logprobs = -1;
@@ -579,8 +547,8 @@ static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *
         if (has) g->logprobs = (int)x;
         if (get_bool(o, "echo", &g->echo, e)) return -1;
     }
-    json_t *m = get(o, "model");
-    if (m && !json_is_string(m)) return want(e, "model", "a string", m);
+    json_t *m = zi_http_get(o, "model");
+    if (m && !json_is_string(m)) return zi_http_want(e, "model", "a string", m);
     if (m && json_string_length(m) >= sizeof g->model)
         return zi_http_fail(e, 404, "model_not_found", "model", "model: the name is too long");
     if (m) snprintf(g->model, sizeof g->model, "%s", json_string_value(m));
@@ -734,7 +702,7 @@ json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
     }
     if (!json_is_object(root)) {
         zi_http_fail(e, 400, "invalid_json", NULL, "the body must be a JSON object, not %s",
-                     type_name(root));
+                     zi_http_type_name(root));
         json_decref(root);
         return NULL;
     }
@@ -808,6 +776,11 @@ int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g,
     json_decref(k.root);
     if (rc) zi_http_tools_free(&g->tools);
     return rc;
+}
+
+json_t *zi_http_get(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return v && !json_is_null(v) ? v : NULL;
 }
 
 void zi_http_gen_free(zi_http_gen *g) {

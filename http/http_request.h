@@ -79,6 +79,10 @@ int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g,
                                 zi_http_error *e);
 void zi_http_gen_free(zi_http_gen *g);
 
+/* The value of key in o, or NULL when absent or null (OpenAI and Anthropic
+ * treat null as "not given"). */
+json_t *zi_http_get(json_t *o, const char *key);
+
 /* Parses a JSON body that must be an object (tokenize, detokenize):
  * a new reference, or NULL with e set (400). */
 json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e);

@@ -15,13 +15,8 @@ int zi_http_rerank_request(json_t *o, zi_msg *m, zi_http_rerank *rr, zi_http_err
     static const char *const keys[] = {
         "query", "documents", "top_n", "model", "return_documents", "truncate", "user"};
     memset(rr, 0, sizeof *rr);
-    const char *k;
+    if (zi_http_known_keys(o, keys, sizeof keys / sizeof *keys, e)) return -1;
     json_t *v;
-    json_object_foreach(o, k, v) {
-        int known = 0;
-        for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) known |= !strcmp(k, keys[i]);
-        if (!known) return zi_http_fail(e, 400, "unknown_parameter", k, "%s: unknown parameter", k);
-    }
     json_t *q = json_object_get(o, "query"), *docs = json_object_get(o, "documents");
     json_t *tn = json_object_get(o, "top_n"), *rd = json_object_get(o, "return_documents");
     json_t *tr = json_object_get(o, "truncate");

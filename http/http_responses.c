@@ -18,37 +18,6 @@
 
 /* ---- request ----------------------------------------------------------- */
 
-static const char *type_name(const json_t *v) {
-    switch (v ? json_typeof(v) : JSON_NULL) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    default:
-        return "null";
-    }
-}
-
-/* The value of key, or NULL when absent or null (null means "not given"). */
-static json_t *get(json_t *o, const char *key) {
-    json_t *v = json_object_get(o, key);
-    return v && !json_is_null(v) ? v : NULL;
-}
-
-static int want(zi_http_error *e, const char *field, const char *what, const json_t *v) {
-    return zi_http_fail(e, 400, "invalid_type", field, "%s: expected %s, got %s", field, what,
-                        type_name(v));
-}
-
 static int oom(zi_http_error *e) {
     return zi_http_fail(e, 500, "internal", NULL, "out of memory");
 }
@@ -63,9 +32,9 @@ static int one_of(const char *s, const char *const *list) {
 /* A field that must be, when given, a string that is one of list. */
 static int get_word(json_t *o, const char *key, const char *field, const char *const *list,
                     const char *said, zi_http_error *e) {
-    json_t *v = get(o, key);
+    json_t *v = zi_http_get(o, key);
     if (!v) return 0;
-    if (!json_is_string(v)) return want(e, field, "a string", v);
+    if (!json_is_string(v)) return zi_http_want(e, field, "a string", v);
     if (one_of(json_string_value(v), list) < 0)
         return zi_http_fail(e, 400, "invalid_value", field, "%s: '%s' is not one of %s", field,
                             json_string_value(v), said);
@@ -75,21 +44,21 @@ static int get_word(json_t *o, const char *key, const char *field, const char *c
 /* Fields this server knows and does not serve: refused, never ignored. */
 static int refuse_unserved(json_t *o, zi_http_error *e) {
     json_t *v;
-    if ((v = get(o, "background"))) {
-        if (!json_is_boolean(v)) return want(e, "background", "a boolean", v);
+    if ((v = zi_http_get(o, "background"))) {
+        if (!json_is_boolean(v)) return zi_http_want(e, "background", "a boolean", v);
         if (json_is_true(v))
             return zi_http_fail(e, 400, "unsupported_value", "background",
                                 "background: background responses are not supported");
     }
-    if ((v = get(o, "truncation"))) {
-        if (!json_is_string(v)) return want(e, "truncation", "a string", v);
+    if ((v = zi_http_get(o, "truncation"))) {
+        if (!json_is_string(v)) return zi_http_want(e, "truncation", "a string", v);
         if (strcmp(json_string_value(v), "disabled"))
             return zi_http_fail(e, 400, "unsupported_value", "truncation",
                                 "truncation: only \"disabled\" is supported (a conversation "
                                 "longer than the context is an error)");
     }
-    if ((v = get(o, "include"))) {
-        if (!json_is_array(v)) return want(e, "include", "an array of strings", v);
+    if ((v = zi_http_get(o, "include"))) {
+        if (!json_is_array(v)) return zi_http_want(e, "include", "an array of strings", v);
         if (json_array_size(v)) {
             json_t *x = json_array_get(v, 0);
             return zi_http_fail(e, 400, "unsupported_value", "include[0]",
@@ -104,11 +73,11 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
         {"max_tool_calls", "a limit on tool calls is not supported"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        if (get(o, refused[i][0]))
+        if (zi_http_get(o, refused[i][0]))
             return zi_http_fail(e, 400, "unsupported_value", refused[i][0], "%s: %s", refused[i][0],
                                 refused[i][1]);
-    if ((v = get(o, "metadata"))) {
-        if (!json_is_object(v)) return want(e, "metadata", "an object of strings", v);
+    if ((v = zi_http_get(o, "metadata"))) {
+        if (!json_is_object(v)) return zi_http_want(e, "metadata", "an object of strings", v);
         if (json_object_size(v) > 16)
             return zi_http_fail(e, 400, "invalid_value", "metadata",
                                 "metadata: at most 16 keys, got %zu", json_object_size(v));
@@ -120,7 +89,7 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
             if (strlen(k) > 64)
                 return zi_http_fail(e, 400, "invalid_value", "metadata",
                                     "metadata: a key is longer than 64 characters");
-            if (!json_is_string(x)) return want(e, f, "a string", x);
+            if (!json_is_string(x)) return zi_http_want(e, f, "a string", x);
             if (json_string_length(x) > 512)
                 return zi_http_fail(e, 400, "invalid_value", f, "%s: longer than 512 characters",
                                     f);
@@ -128,7 +97,7 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
     }
     static const char *const bools[] = {"stream", "store", "parallel_tool_calls", NULL};
     for (int i = 0; bools[i]; i++)
-        if ((v = get(o, bools[i])) && !json_is_boolean(v)) return want(e, bools[i], "a boolean", v);
+        if ((v = zi_http_get(o, bools[i])) && !json_is_boolean(v)) return zi_http_want(e, bools[i], "a boolean", v);
     static const char *const strs[] = {"model",
                                        "user",
                                        "previous_response_id",
@@ -138,16 +107,16 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
                                        "safety_identifier",
                                        NULL};
     for (int i = 0; strs[i]; i++)
-        if ((v = get(o, strs[i])) && !json_is_string(v)) return want(e, strs[i], "a string", v);
+        if ((v = zi_http_get(o, strs[i])) && !json_is_string(v)) return zi_http_want(e, strs[i], "a string", v);
     static const char *const nums[] = {"temperature", "top_p", NULL};
     for (int i = 0; nums[i]; i++)
-        if ((v = get(o, nums[i])) && !json_is_number(v)) return want(e, nums[i], "a number", v);
+        if ((v = zi_http_get(o, nums[i])) && !json_is_number(v)) return zi_http_want(e, nums[i], "a number", v);
     /* OpenAI's range (the router would take up to 1e6) */
-    if ((v = get(o, "temperature")) && !(json_number_value(v) >= 0 && json_number_value(v) <= 2))
+    if ((v = zi_http_get(o, "temperature")) && !(json_number_value(v) >= 0 && json_number_value(v) <= 2))
         return zi_http_fail(e, 400, "invalid_value", "temperature",
                             "temperature: %g is outside [0, 2]", json_number_value(v));
-    if ((v = get(o, "max_output_tokens"))) {
-        if (!json_is_integer(v)) return want(e, "max_output_tokens", "an integer", v);
+    if ((v = zi_http_get(o, "max_output_tokens"))) {
+        if (!json_is_integer(v)) return zi_http_want(e, "max_output_tokens", "an integer", v);
         if (json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
             return zi_http_fail(e, 400, "invalid_value", "max_output_tokens",
                                 "max_output_tokens: %lld is outside [1, %d]",
@@ -159,10 +128,10 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
 /* A content part's text, or an error naming f (input[i].content[j]). */
 static int part_text(json_t *part, const char *f, json_t **text, zi_http_error *e) {
     char pf[192];
-    if (!json_is_object(part)) return want(e, f, "a content part object", part);
+    if (!json_is_object(part)) return zi_http_want(e, f, "a content part object", part);
     json_t *t = json_object_get(part, "type");
     snprintf(pf, sizeof pf, "%.160s.type", f);
-    if (!json_is_string(t)) return want(e, pf, "a string", t);
+    if (!json_is_string(t)) return zi_http_want(e, pf, "a string", t);
     const char *ty = json_string_value(t);
     static const char *const texts[] = {"input_text", "output_text", "text", NULL};
     static const char *const media[] = {"input_image", "input_file", "input_audio", NULL};
@@ -173,7 +142,7 @@ static int part_text(json_t *part, const char *f, json_t **text, zi_http_error *
     if (!strcmp(ty, "refusal")) {
         json_t *r = json_object_get(part, "refusal");
         snprintf(pf, sizeof pf, "%.160s.refusal", f);
-        if (!json_is_string(r)) return want(e, pf, "a string", r);
+        if (!json_is_string(r)) return zi_http_want(e, pf, "a string", r);
         *text = r;
         return 0;
     }
@@ -183,7 +152,7 @@ static int part_text(json_t *part, const char *f, json_t **text, zi_http_error *
                             ty);
     json_t *tx = json_object_get(part, "text");
     snprintf(pf, sizeof pf, "%.160s.text", f);
-    if (!json_is_string(tx)) return want(e, pf, "a string", tx);
+    if (!json_is_string(tx)) return zi_http_want(e, pf, "a string", tx);
     *text = tx;
     return 0;
 }
@@ -195,7 +164,7 @@ static int content_of(json_t *c, const char *f, json_t **out, zi_http_error *e) 
         *out = json_incref(c);
         return 0;
     }
-    if (!json_is_array(c)) return want(e, f, "a string or an array of content parts", c);
+    if (!json_is_array(c)) return zi_http_want(e, f, "a string or an array of content parts", c);
     json_t *parts = json_array();
     size_t j;
     json_t *p;
@@ -228,13 +197,13 @@ static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_er
         else
             snprintf(f, sizeof f, "input[%zu]", i - own);
         if (!json_is_object(it)) {
-            rc = want(e, f, "an input item object", it);
+            rc = zi_http_want(e, f, "an input item object", it);
             break;
         }
-        json_t *t = get(it, "type");
+        json_t *t = zi_http_get(it, "type");
         snprintf(ff, sizeof ff, "%s.type", f);
         if (t && !json_is_string(t)) {
-            rc = want(e, ff, "a string", t);
+            rc = zi_http_want(e, ff, "a string", t);
             break;
         }
         const char *ty = t ? json_string_value(t) : "message";
@@ -242,7 +211,7 @@ static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_er
             json_t *r = json_object_get(it, "role");
             snprintf(ff, sizeof ff, "%s.role", f);
             if (!json_is_string(r)) {
-                rc = want(e, ff, "a string", r);
+                rc = zi_http_want(e, ff, "a string", r);
                 break;
             }
             static const char *const roles[] = {"user", "system", "developer", "assistant", NULL};
@@ -267,7 +236,7 @@ static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_er
                 v[k] = json_object_get(it, keys[k]);
                 snprintf(ff, sizeof ff, "%s.%s", f, keys[k]);
                 if (!json_is_string(v[k]))
-                    rc = want(e, ff, "a string", v[k]);
+                    rc = zi_http_want(e, ff, "a string", v[k]);
                 else if (k < 2 && !json_string_length(v[k]))
                     rc = zi_http_fail(e, 400, "invalid_value", ff, "%s is empty", ff);
             }
@@ -297,7 +266,7 @@ static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_er
             json_t *id = json_object_get(it, "call_id"), *out = json_object_get(it, "output");
             snprintf(ff, sizeof ff, "%s.call_id", f);
             if (!json_is_string(id)) {
-                rc = want(e, ff, "a string", id);
+                rc = zi_http_want(e, ff, "a string", id);
                 break;
             }
             json_t *name = json_object_get(names, json_string_value(id));
@@ -346,9 +315,9 @@ static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_er
 
 /* tools (Responses' flat function tools) into the chat shape. */
 static int translate_tools(json_t *o, json_t *chat, zi_http_error *e) {
-    json_t *tools = get(o, "tools");
+    json_t *tools = zi_http_get(o, "tools");
     if (!tools) return 0;
-    if (!json_is_array(tools)) return want(e, "tools", "an array of tools", tools);
+    if (!json_is_array(tools)) return zi_http_want(e, "tools", "an array of tools", tools);
     json_t *out = json_array();
     json_object_set_new(chat, "tools", out);
     size_t i;
@@ -356,10 +325,10 @@ static int translate_tools(json_t *o, json_t *chat, zi_http_error *e) {
     json_array_foreach(tools, i, t) {
         char f[64], ff[96];
         snprintf(f, sizeof f, "tools[%zu]", i);
-        if (!json_is_object(t)) return want(e, f, "a tool object", t);
+        if (!json_is_object(t)) return zi_http_want(e, f, "a tool object", t);
         json_t *ty = json_object_get(t, "type");
         snprintf(ff, sizeof ff, "%s.type", f);
-        if (!json_is_string(ty)) return want(e, ff, "a string", ty);
+        if (!json_is_string(ty)) return zi_http_want(e, ff, "a string", ty);
         if (strcmp(json_string_value(ty), "function")) {
             static const char *const known[] = {"web_search",
                                                 "web_search_preview",
@@ -383,19 +352,19 @@ static int translate_tools(json_t *o, json_t *chat, zi_http_error *e) {
             return zi_http_fail(e, 400, "invalid_value", ff, "%s: '%s' is not a tool type", ff,
                                 json_string_value(ty));
         }
-        json_t *name = json_object_get(t, "name"), *desc = get(t, "description"),
-               *params = get(t, "parameters"), *strict = get(t, "strict");
+        json_t *name = json_object_get(t, "name"), *desc = zi_http_get(t, "description"),
+               *params = zi_http_get(t, "parameters"), *strict = zi_http_get(t, "strict");
         snprintf(ff, sizeof ff, "%s.name", f);
-        if (!json_is_string(name)) return want(e, ff, "a string", name);
+        if (!json_is_string(name)) return zi_http_want(e, ff, "a string", name);
         if (!json_string_length(name) || json_string_length(name) > 128)
             return zi_http_fail(e, 400, "invalid_value", ff, "%s: expected 1 to 128 characters",
                                 ff);
         snprintf(ff, sizeof ff, "%s.description", f);
-        if (desc && !json_is_string(desc)) return want(e, ff, "a string", desc);
+        if (desc && !json_is_string(desc)) return zi_http_want(e, ff, "a string", desc);
         snprintf(ff, sizeof ff, "%s.parameters", f);
-        if (params && !json_is_object(params)) return want(e, ff, "a JSON schema object", params);
+        if (params && !json_is_object(params)) return zi_http_want(e, ff, "a JSON schema object", params);
         snprintf(ff, sizeof ff, "%s.strict", f);
-        if (strict && !json_is_boolean(strict)) return want(e, ff, "a boolean", strict);
+        if (strict && !json_is_boolean(strict)) return zi_http_want(e, ff, "a boolean", strict);
         json_t *fn = json_pack("{s:O}", "name", name);
         if (desc) json_object_set(fn, "description", desc);
         if (params) json_object_set(fn, "parameters", params);
@@ -405,7 +374,7 @@ static int translate_tools(json_t *o, json_t *chat, zi_http_error *e) {
 }
 
 static int translate_tool_choice(json_t *o, json_t *chat, zi_http_error *e) {
-    json_t *tc = get(o, "tool_choice"), *tools = get(o, "tools");
+    json_t *tc = zi_http_get(o, "tool_choice"), *tools = zi_http_get(o, "tools");
     if (!tc) return 0;
     int have = json_is_array(tools) && json_array_size(tools);
     if (json_is_string(tc)) {
@@ -422,15 +391,15 @@ static int translate_tool_choice(json_t *o, json_t *chat, zi_http_error *e) {
         json_object_set(chat, "tool_choice", tc);
         return 0;
     }
-    if (!json_is_object(tc)) return want(e, "tool_choice", "a string or an object", tc);
+    if (!json_is_object(tc)) return zi_http_want(e, "tool_choice", "a string or an object", tc);
     json_t *ty = json_object_get(tc, "type");
-    if (!json_is_string(ty)) return want(e, "tool_choice.type", "a string", ty);
+    if (!json_is_string(ty)) return zi_http_want(e, "tool_choice.type", "a string", ty);
     if (strcmp(json_string_value(ty), "function"))
         return zi_http_fail(e, 400, "unsupported_value", "tool_choice.type",
                             "tool_choice.type: '%s' is not supported (only \"function\")",
                             json_string_value(ty));
     json_t *name = json_object_get(tc, "name");
-    if (!json_is_string(name)) return want(e, "tool_choice.name", "a string", name);
+    if (!json_is_string(name)) return zi_http_want(e, "tool_choice.name", "a string", name);
     size_t i;
     json_t *t;
     int found = 0;
@@ -447,16 +416,16 @@ static int translate_tool_choice(json_t *o, json_t *chat, zi_http_error *e) {
 /* text.format into response_format; text.verbosity checked (the model has
  * no such knob: every value gives the same answer). */
 static int translate_text(json_t *o, json_t *chat, zi_http_error *e) {
-    json_t *text = get(o, "text");
+    json_t *text = zi_http_get(o, "text");
     if (!text) return 0;
-    if (!json_is_object(text)) return want(e, "text", "an object", text);
+    if (!json_is_object(text)) return zi_http_want(e, "text", "an object", text);
     static const char *const verb[] = {"low", "medium", "high", NULL};
     if (get_word(text, "verbosity", "text.verbosity", verb, "low, medium, high", e)) return -1;
-    json_t *fm = get(text, "format");
+    json_t *fm = zi_http_get(text, "format");
     if (!fm) return 0;
-    if (!json_is_object(fm)) return want(e, "text.format", "an object", fm);
+    if (!json_is_object(fm)) return zi_http_want(e, "text.format", "an object", fm);
     json_t *ty = json_object_get(fm, "type");
-    if (!json_is_string(ty)) return want(e, "text.format.type", "a string", ty);
+    if (!json_is_string(ty)) return zi_http_want(e, "text.format.type", "a string", ty);
     const char *t = json_string_value(ty);
     if (!strcmp(t, "text")) return 0;
     if (!strcmp(t, "json_object")) {
@@ -468,8 +437,8 @@ static int translate_text(json_t *o, json_t *chat, zi_http_error *e) {
                             "text.format.type: '%s' is not one of text, json_object, json_schema",
                             t);
     json_t *name = json_object_get(fm, "name"), *schema = json_object_get(fm, "schema"),
-           *strict = get(fm, "strict"), *desc = get(fm, "description");
-    if (!json_is_string(name)) return want(e, "text.format.name", "a string", name);
+           *strict = zi_http_get(fm, "strict"), *desc = zi_http_get(fm, "description");
+    if (!json_is_string(name)) return zi_http_want(e, "text.format.name", "a string", name);
     size_t n = json_string_length(name);
     const char *s = json_string_value(name);
     int ok = n >= 1 && n <= 64;
@@ -480,10 +449,10 @@ static int translate_text(json_t *o, json_t *chat, zi_http_error *e) {
         return zi_http_fail(e, 400, "invalid_value", "text.format.name",
                             "text.format.name: expected 1 to 64 letters, digits, _ or -");
     if (!json_is_object(schema))
-        return want(e, "text.format.schema", "a JSON schema object", schema);
+        return zi_http_want(e, "text.format.schema", "a JSON schema object", schema);
     if (strict && !json_is_boolean(strict))
-        return want(e, "text.format.strict", "a boolean", strict);
-    if (desc && !json_is_string(desc)) return want(e, "text.format.description", "a string", desc);
+        return zi_http_want(e, "text.format.strict", "a boolean", strict);
+    if (desc && !json_is_string(desc)) return zi_http_want(e, "text.format.description", "a string", desc);
     json_t *js = json_pack("{s:O, s:O}", "name", name, "schema", schema);
     if (strict) json_object_set(js, "strict", strict);
     json_object_set_new(chat, "response_format",
@@ -494,10 +463,10 @@ static int translate_text(json_t *o, json_t *chat, zi_http_error *e) {
 /* reasoning: effort into the chat parse's reasoning_effort (none: no
  * thinking); *summary set when a summary was asked for. */
 static int translate_reasoning(json_t *o, json_t *chat, int *summary, zi_http_error *e) {
-    json_t *r = get(o, "reasoning");
+    json_t *r = zi_http_get(o, "reasoning");
     *summary = 0;
     if (!r) return 0;
-    if (!json_is_object(r)) return want(e, "reasoning", "an object", r);
+    if (!json_is_object(r)) return zi_http_want(e, "reasoning", "an object", r);
     static const char *const efforts[] = {"none", "minimal", "low", "medium",
                                           "high", "xhigh",   NULL};
     if (get_word(r, "effort", "reasoning.effort", efforts,
@@ -508,8 +477,8 @@ static int translate_reasoning(json_t *o, json_t *chat, int *summary, zi_http_er
         get_word(r, "generate_summary", "reasoning.generate_summary", sums,
                  "auto, concise, detailed", e))
         return -1;
-    *summary = get(r, "summary") || get(r, "generate_summary");
-    json_t *eff = get(r, "effort");
+    *summary = zi_http_get(r, "summary") || zi_http_get(r, "generate_summary");
+    json_t *eff = zi_http_get(r, "effort");
     if (!eff) return 0;
     /* Templates know low, medium and high (gpt-oss); none turns thinking
      * off, minimal and xhigh go to their nearest. */
@@ -607,36 +576,36 @@ static int previous_items(zi_http_ctx *ctx, const char *id, json_t *items, zi_ht
  * does (its defaults for what the request left out). */
 static json_t *echo_of(json_t *o) {
     json_t *x = json_object(), *v;
-    json_object_set(x, "instructions", (v = get(o, "instructions")) ? v : json_null());
-    json_object_set(x, "max_output_tokens", (v = get(o, "max_output_tokens")) ? v : json_null());
+    json_object_set(x, "instructions", (v = zi_http_get(o, "instructions")) ? v : json_null());
+    json_object_set(x, "max_output_tokens", (v = zi_http_get(o, "max_output_tokens")) ? v : json_null());
     json_object_set_new(x, "temperature",
-                        (v = get(o, "temperature")) ? json_incref(v) : json_real(1.0));
-    json_object_set_new(x, "top_p", (v = get(o, "top_p")) ? json_incref(v) : json_real(1.0));
-    json_object_set_new(x, "tools", (v = get(o, "tools")) ? json_incref(v) : json_array());
+                        (v = zi_http_get(o, "temperature")) ? json_incref(v) : json_real(1.0));
+    json_object_set_new(x, "top_p", (v = zi_http_get(o, "top_p")) ? json_incref(v) : json_real(1.0));
+    json_object_set_new(x, "tools", (v = zi_http_get(o, "tools")) ? json_incref(v) : json_array());
     json_object_set_new(x, "tool_choice",
-                        (v = get(o, "tool_choice")) ? json_incref(v) : json_string("auto"));
-    json_t *text = json_object(), *t = get(o, "text");
+                        (v = zi_http_get(o, "tool_choice")) ? json_incref(v) : json_string("auto"));
+    json_t *text = json_object(), *t = zi_http_get(o, "text");
     json_object_set_new(text, "format",
-                        t && get(t, "format") ? json_incref(get(t, "format"))
+                        t && zi_http_get(t, "format") ? json_incref(zi_http_get(t, "format"))
                                               : json_pack("{s:s}", "type", "text"));
     json_object_set_new(text, "verbosity",
-                        t && get(t, "verbosity") ? json_incref(get(t, "verbosity"))
+                        t && zi_http_get(t, "verbosity") ? json_incref(zi_http_get(t, "verbosity"))
                                                  : json_string("medium"));
     json_object_set_new(x, "text", text);
-    json_t *r = get(o, "reasoning");
+    json_t *r = zi_http_get(o, "reasoning");
     json_object_set_new(x, "reasoning",
                         json_pack("{s:O, s:O}", "effort",
-                                  r && get(r, "effort") ? get(r, "effort") : json_null(), "summary",
-                                  r && get(r, "summary")            ? get(r, "summary")
-                                  : r && get(r, "generate_summary") ? get(r, "generate_summary")
+                                  r && zi_http_get(r, "effort") ? zi_http_get(r, "effort") : json_null(), "summary",
+                                  r && zi_http_get(r, "summary")            ? zi_http_get(r, "summary")
+                                  : r && zi_http_get(r, "generate_summary") ? zi_http_get(r, "generate_summary")
                                                                     : json_null()));
     json_object_set(x, "previous_response_id",
-                    (v = get(o, "previous_response_id")) ? v : json_null());
-    json_object_set_new(x, "store", json_boolean(json_is_true(get(o, "store"))));
+                    (v = zi_http_get(o, "previous_response_id")) ? v : json_null());
+    json_object_set_new(x, "store", json_boolean(json_is_true(zi_http_get(o, "store"))));
     json_object_set_new(x, "parallel_tool_calls",
-                        json_boolean(!json_is_false(get(o, "parallel_tool_calls"))));
-    json_object_set_new(x, "metadata", (v = get(o, "metadata")) ? json_incref(v) : json_object());
-    json_object_set(x, "user", (v = get(o, "user")) ? v : json_null());
+                        json_boolean(!json_is_false(zi_http_get(o, "parallel_tool_calls"))));
+    json_object_set_new(x, "metadata", (v = zi_http_get(o, "metadata")) ? json_incref(v) : json_object());
+    json_object_set(x, "user", (v = zi_http_get(o, "user")) ? v : json_null());
     json_object_set_new(x, "truncation", json_string("disabled"));
     json_object_set_new(x, "background", json_false());
     json_object_set_new(x, "max_tool_calls", json_null());
@@ -653,23 +622,23 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
     json_t *chat = json_object(), *items = json_array(), *msgs = json_array(), *v;
     int summary = 0, rc = refuse_unserved(o, e);
     size_t own = 0;
-    if (!rc && (v = get(o, "previous_response_id")))
+    if (!rc && (v = zi_http_get(o, "previous_response_id")))
         rc = previous_items(ctx, json_string_value(v), items, e);
     own = json_array_size(items);
-    json_t *in = get(o, "input");
+    json_t *in = zi_http_get(o, "input");
     if (!rc && !in) rc = zi_http_fail(e, 400, "missing", "input", "input is missing");
     if (!rc && json_is_string(in)) {
         json_array_append_new(
             items, json_pack("{s:s, s:s, s:O}", "type", "message", "role", "user", "content", in));
     } else if (!rc) {
         if (!json_is_array(in))
-            rc = want(e, "input", "a string or an array of input items", in);
+            rc = zi_http_want(e, "input", "a string or an array of input items", in);
         else if (!json_array_size(in))
             rc = zi_http_fail(e, 400, "invalid_value", "input", "input is empty");
         else
             json_array_extend(items, in);
     }
-    if (!rc && (v = get(o, "instructions")))
+    if (!rc && (v = zi_http_get(o, "instructions")))
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", v));
     if (!rc) rc = items_to_messages(items, own, msgs, e);
     if (!rc && !json_array_size(msgs))
@@ -686,8 +655,8 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
         static const char *const same[] = {"model",   "temperature", "top_p",      "stream",
                                            "grammar", "timeout_ms",  "ignore_eos", NULL};
         for (int i = 0; same[i]; i++)
-            if ((v = get(o, same[i]))) json_object_set(chat, same[i], v);
-        if ((v = get(o, "max_output_tokens"))) json_object_set(chat, "max_tokens", v);
+            if ((v = zi_http_get(o, same[i]))) json_object_set(chat, same[i], v);
+        if ((v = zi_http_get(o, "max_output_tokens"))) json_object_set(chat, "max_tokens", v);
         rc = zi_http_parse_generate_json(chat, ZI_HTTP_CHAT, g, e);
         if (rc) rename_error(e);
     }
@@ -701,7 +670,7 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
         /* The conversation's input items (the earlier turns' first), for
          * the store. */
         g->api_req = json_pack("{s:o, s:O, s:b, s:b}", "echo", echo_of(o), "items", items, "store",
-                               json_is_true(get(o, "store")), "summary", summary);
+                               json_is_true(zi_http_get(o, "store")), "summary", summary);
         if (!g->api_req) rc = oom(e);
     }
     if (rc) zi_http_gen_free(g);
