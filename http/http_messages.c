@@ -927,15 +927,6 @@ static mstate *state(zi_http_result *r) {
     return s;
 }
 
-static json_t *jstr(const char *s, size_t n) {
-    if (zi_utf8_valid(s, n)) return json_stringn(s, n);
-    size_t m;
-    char *c = zi_utf8_clean(s, n, &m);
-    json_t *j = c ? json_stringn(c, m) : json_string("");
-    free(c);
-    return j;
-}
-
 /* Appends "event: name\ndata: <o>\n\n" and drops o. */
 static int sse(char **out, size_t *len, size_t *cap, const char *name, json_t *o) {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
@@ -988,7 +979,7 @@ static int block_open(mstate *s, int kind, const zi_ts_event *ev) {
         b = json_pack("{s:s, s:s}", "type", "text", "text", "");
     else
         b = json_pack("{s:s, s:s, s:o}", "type", "tool_use", "id", ev->id, "name",
-                      jstr(ev->text, ev->len));
+                      zi_http_jstr(ev->text, ev->len));
     if (!b) return -1;
     s->open = kind;
     int index = s->n_blocks++;
@@ -1013,7 +1004,7 @@ static int block_add(mstate *s, const char *text, size_t n) {
         if (!all) return -1;
         memcpy(all, json_string_value(old), m);
         memcpy(all + m, text, n);
-        json_t *nv = jstr(all, m + n);
+        json_t *nv = zi_http_jstr(all, m + n);
         free(all);
         return json_object_set_new(b, key, nv);
     }
@@ -1023,7 +1014,7 @@ static int block_add(mstate *s, const char *text, size_t n) {
     const char *key = s->open == B_THINK ? "thinking" : s->open == B_TEXT ? "text" : "partial_json";
     return emit(s, "content_block_delta",
                 json_pack("{s:s, s:i, s:{s:s, s:o}}", "type", "content_block_delta", "index", index,
-                          "delta", "type", dt, key, jstr(text, n)));
+                          "delta", "type", dt, key, zi_http_jstr(text, n)));
 }
 
 /* chat_stream's events (tool_stream.h) as blocks: a change of kind closes
@@ -1058,7 +1049,7 @@ static const char *stop_reason(const zi_http_choice *c, int calls_ok) {
 static json_t *stop_sequence(const zi_http_result *r) {
     const char *s = r->ch[0].stop_string;
     if (strcmp(r->ch[0].status, "stop") || !s) return json_null();
-    return jstr(s, strlen(s));
+    return zi_http_jstr(s, strlen(s));
 }
 
 static json_t *usage(const zi_http_result *r) {
@@ -1098,16 +1089,16 @@ static json_t *full_messages(zi_http_result *r, zi_http_conn *conn, zi_http_erro
         if (rl)
             json_array_append_new(s->blocks,
                                   json_pack("{s:s, s:o, s:s}", "type", "thinking", "thinking",
-                                            s->omit ? json_string("") : jstr(reasoning, rl),
+                                            s->omit ? json_string("") : zi_http_jstr(reasoning, rl),
                                             "signature", ""));
         if (cl)
             json_array_append_new(
-                s->blocks, json_pack("{s:s, s:o}", "type", "text", "text", jstr(content, cl)));
+                s->blocks, json_pack("{s:s, s:o}", "type", "text", "text", zi_http_jstr(content, cl)));
         free(reasoning);
         free(content);
     }
     json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:O, s:s, s:o, s:o}", "id", r->id, "type",
-                          "message", "role", "assistant", "model", jstr(r->model, strlen(r->model)),
+                          "message", "role", "assistant", "model", zi_http_jstr(r->model, strlen(r->model)),
                           "content", s->blocks, "stop_reason", stop_reason(c, calls_ok),
                           "stop_sequence", stop_sequence(r), "usage", usage(r));
     if (!o) goto oom;
@@ -1130,7 +1121,7 @@ static int delta_messages(zi_http_result *r, const zi_http_delta *d, zi_http_con
          * says it again, with the output's). */
         json_t *msg =
             json_pack("{s:s, s:s, s:s, s:o, s:[], s:n, s:n, s:{s:I, s:i}}", "id", r->id, "type",
-                      "message", "role", "assistant", "model", jstr(r->model, strlen(r->model)),
+                      "message", "role", "assistant", "model", zi_http_jstr(r->model, strlen(r->model)),
                       "content", "stop_reason", "stop_sequence", "usage", "input_tokens",
                       (json_int_t)c->prompt_tokens, "output_tokens", 0);
         if (emit(s, "message_start",

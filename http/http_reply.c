@@ -30,9 +30,8 @@ int zi_http_buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t 
     return 0;
 }
 
-/* A JSON string of bytes that may not be valid UTF-8 (a token's text):
- * bad bytes become U+FFFD. */
-static json_t *jstr(const char *s, size_t n) {
+json_t *zi_http_jstr(const char *s, size_t n) {
+    if (!s) return json_string("");
     if (zi_utf8_valid(s, n)) return json_stringn(s, n);
     size_t m;
     char *c = zi_utf8_clean(s, n, &m);
@@ -264,14 +263,14 @@ static json_t *chat_logprobs(const zi_http_result *r, const zi_http_lp *lp, size
     for (size_t i = 0; i < n; i++) {
         const char *tt = texts[k++];
         json_t *ent = json_object(), *tops = json_array();
-        json_object_set_new(ent, "token", jstr(tt, strlen(tt)));
+        json_object_set_new(ent, "token", zi_http_jstr(tt, strlen(tt)));
         json_object_set_new(ent, "logprob", json_real(lp[i].lp));
         json_object_set_new(ent, "bytes", bytes_of(tt));
         for (int j = 0; j < lp[i].n_top; j++) {
             const char *x = texts[k++];
             if (j >= r->g->logprobs) continue;
             json_t *t = json_object();
-            json_object_set_new(t, "token", jstr(x, strlen(x)));
+            json_object_set_new(t, "token", zi_http_jstr(x, strlen(x)));
             json_object_set_new(t, "logprob", json_real(lp[i].top_lp[j]));
             json_object_set_new(t, "bytes", bytes_of(x));
             json_array_append_new(tops, t);
@@ -309,7 +308,7 @@ static json_t *completion_logprobs(const zi_http_result *r, const zi_http_lp *pl
         size_t k = 0;
         for (size_t i = 0; i < m; i++) {
             const char *tt = texts[k++];
-            json_array_append_new(tokens, jstr(tt, strlen(tt)));
+            json_array_append_new(tokens, zi_http_jstr(tt, strlen(tt)));
             json_array_append_new(tlp, v[i].has_lp ? json_real(v[i].lp) : json_null());
             json_array_append_new(off, json_integer((json_int_t)offset));
             offset += strlen(tt);
@@ -340,7 +339,7 @@ static json_t *envelope(const zi_http_result *r, const char *object) {
     json_object_set_new(o, "id", json_string(r->id));
     json_object_set_new(o, "object", json_string(object));
     json_object_set_new(o, "created", json_integer(r->created));
-    json_object_set_new(o, "model", jstr(r->model, strlen(r->model)));
+    json_object_set_new(o, "model", zi_http_jstr(r->model, strlen(r->model)));
     return o;
 }
 
@@ -391,13 +390,13 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
                 return NULL;
             }
             if (calls) {
-                json_object_set_new(m, "content", tn ? jstr(text, tn) : json_null());
+                json_object_set_new(m, "content", tn ? zi_http_jstr(text, tn) : json_null());
                 json_object_set_new(m, "tool_calls", calls);
                 finish = "tool_calls";
             } else {
-                json_object_set_new(m, "content", jstr(text, tn));
+                json_object_set_new(m, "content", zi_http_jstr(text, tn));
             }
-            if (rn) json_object_set_new(m, "reasoning_content", jstr(reasoning, rn));
+            if (rn) json_object_set_new(m, "reasoning_content", zi_http_jstr(reasoning, rn));
             free(text);
             free(reasoning);
             json_object_set_new(m, "refusal", json_null());
@@ -407,7 +406,7 @@ json_t *zi_http_render_full(zi_http_result *r, zi_http_conn *conn, zi_http_error
             size_t len = 0, cap = 0;
             zi_http_buf_add(&all, &len, &cap, es, en);
             zi_http_buf_add(&all, &len, &cap, c->text ? c->text : "", c->len);
-            json_object_set_new(ch, "text", jstr(all ? all : "", len));
+            json_object_set_new(ch, "text", zi_http_jstr(all ? all : "", len));
             free(all);
         }
         json_object_set_new(ch, "logprobs", lp);
@@ -453,7 +452,7 @@ static json_t *str_cat(json_t *old, const char *s, size_t n) {
     if (!b) return NULL;
     if (m) memcpy(b, json_string_value(old), m);
     if (n) memcpy(b + m, s, n);
-    json_t *j = jstr(b, m + n);
+    json_t *j = zi_http_jstr(b, m + n);
     free(b);
     return j;
 }
@@ -473,15 +472,15 @@ static int chat_event(void *arg, const zi_ts_event *ev) {
     case ZI_TS_REASONING:
         if (lr)
             return json_object_set_new(last, "reasoning_content", str_cat(lr, ev->text, ev->len));
-        d = json_pack("{s:o}", "reasoning_content", jstr(ev->text, ev->len));
+        d = json_pack("{s:o}", "reasoning_content", zi_http_jstr(ev->text, ev->len));
         break;
     case ZI_TS_CONTENT:
         if (lc) return json_object_set_new(last, "content", str_cat(lc, ev->text, ev->len));
-        d = json_pack("{s:o}", "content", jstr(ev->text, ev->len));
+        d = json_pack("{s:o}", "content", zi_http_jstr(ev->text, ev->len));
         break;
     case ZI_TS_CALL:
         d = json_pack("{s:[{s:i, s:s, s:s, s:{s:o, s:s}}]}", "tool_calls", "index", ev->index, "id",
-                      ev->id, "type", "function", "function", "name", jstr(ev->text, ev->len),
+                      ev->id, "type", "function", "function", "name", zi_http_jstr(ev->text, ev->len),
                       "arguments", "");
         break;
     case ZI_TS_ARGS:
@@ -490,7 +489,7 @@ static int chat_event(void *arg, const zi_ts_event *ev) {
             return json_object_set_new(
                 lfn, "arguments", str_cat(json_object_get(lfn, "arguments"), ev->text, ev->len));
         d = json_pack("{s:[{s:i, s:{s:o}}]}", "tool_calls", "index", ev->index, "function",
-                      "arguments", jstr(ev->text, ev->len));
+                      "arguments", zi_http_jstr(ev->text, ev->len));
         break;
     }
     return json_array_append_new(deltas, d);
@@ -573,7 +572,7 @@ int zi_http_render_delta(zi_http_result *r, const zi_http_delta *d, zi_http_conn
         size_t sl = 0, sc = 0;
         zi_http_buf_add(&s, &sl, &sc, es, en);
         zi_http_buf_add(&s, &sl, &sc, c->text ? c->text + text_from : "", nt);
-        json_t *body = jstr(s ? s : "", sl);
+        json_t *body = zi_http_jstr(s ? s : "", sl);
         free(s);
         if (add_event(chunk(r, d->index, body, lp, NULL), out, len, cap)) goto oom;
     }

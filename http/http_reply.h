@@ -92,6 +92,10 @@ int zi_http_render_end(zi_http_result *r, char **out, size_t *len, size_t *cap);
 /* An error inside a stream, as vLLM sends it: data: {"error": {...}}. */
 int zi_http_render_stream_error(const zi_http_error *e, char **out, size_t *len, size_t *cap);
 
+/* A JSON string of n bytes that may not be valid UTF-8 (a token's text):
+ * bad bytes become U+FFFD; s NULL gives "". NULL when out of memory. */
+json_t *zi_http_jstr(const char *s, size_t n);
+
 /* Appends n bytes to a growing buffer; -1 when out of memory. */
 int zi_http_buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n);
 

@@ -724,17 +724,6 @@ static void new_id(char *out, size_t cap, const char *prefix) {
         k += snprintf(out + k, cap - (size_t)k, "%02x", rnd[i]);
 }
 
-/* A JSON string of bytes that may not be valid UTF-8. */
-static json_t *jstr(const char *s, size_t n) {
-    if (!s) return json_string("");
-    if (zi_utf8_valid(s, n)) return json_stringn(s, n);
-    size_t m;
-    char *c = zi_utf8_clean(s, n, &m);
-    json_t *j = c ? json_stringn(c, m) : json_string("");
-    free(c);
-    return j;
-}
-
 /* The state of r, made at its first use: the response's id in r->id. */
 static rs_state *state_of(zi_http_result *r) {
     if (r->api_state) return r->api_state;
@@ -810,7 +799,7 @@ static void open_item(rs_state *st, item_kind k, json_t *item) {
  * status: "completed", or "incomplete" when the output was cut short. */
 static void close_item(rs_state *st, const char *status) {
     if (st->open == ITEM_NONE) return;
-    json_t *item = last_item(st), *text = jstr(st->buf, st->len);
+    json_t *item = last_item(st), *text = zi_http_jstr(st->buf, st->len);
     const char *id = item_id(st);
     int oi = out_index(st);
     if (!text) {
@@ -881,7 +870,7 @@ static int on_event(void *arg, const zi_ts_event *ev) {
         }
         emit(st, "response.reasoning_text.delta",
              json_pack("{s:s, s:i, s:i, s:o}", "item_id", item_id(st), "output_index",
-                       out_index(st), "content_index", 0, "delta", jstr(ev->text, ev->len)));
+                       out_index(st), "content_index", 0, "delta", zi_http_jstr(ev->text, ev->len)));
         break;
     case ZI_TS_CONTENT:
         if (st->open != ITEM_MESSAGE) {
@@ -893,7 +882,7 @@ static int on_event(void *arg, const zi_ts_event *ev) {
         }
         emit(st, "response.output_text.delta",
              json_pack("{s:s, s:i, s:i, s:o, s:[]}", "item_id", item_id(st), "output_index",
-                       out_index(st), "content_index", 0, "delta", jstr(ev->text, ev->len),
+                       out_index(st), "content_index", 0, "delta", zi_http_jstr(ev->text, ev->len),
                        "logprobs"));
         break;
     case ZI_TS_CALL:
@@ -901,7 +890,7 @@ static int on_event(void *arg, const zi_ts_event *ev) {
         new_id(id, sizeof id, "fc_");
         open_item(st, ITEM_CALL,
                   json_pack("{s:s, s:s, s:s, s:o, s:s, s:s}", "id", id, "type", "function_call",
-                            "call_id", ev->id, "name", jstr(ev->text, ev->len), "arguments", "",
+                            "call_id", ev->id, "name", zi_http_jstr(ev->text, ev->len), "arguments", "",
                             "status", "in_progress"));
         st->call_index = ev->index;
         return st->bad ? -1 : 0;
@@ -909,7 +898,7 @@ static int on_event(void *arg, const zi_ts_event *ev) {
         if (st->open != ITEM_CALL || st->call_index != ev->index) return 0;
         emit(st, "response.function_call_arguments.delta",
              json_pack("{s:s, s:i, s:o}", "item_id", item_id(st), "output_index", out_index(st),
-                       "delta", jstr(ev->text, ev->len)));
+                       "delta", zi_http_jstr(ev->text, ev->len)));
         break;
     }
     if (zi_http_buf_add(&st->buf, &st->len, &st->cap, ev->text, ev->len)) st->bad = 1;
