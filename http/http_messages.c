@@ -626,7 +626,8 @@ static int tr_thinking(json_t *root, tr *t, zi_http_error *e) {
  * medium and high: xhigh and max are high); a json_schema format -> the
  * response_format that holds the text to the schema (the grammar engine). */
 static int tr_output(json_t *root, tr *t, zi_http_error *e) {
-    json_t *oc = zi_http_get(root, "output_config"), *of = zi_http_get(root, "output_format"), *fmt = NULL;
+    json_t *oc = zi_http_get(root, "output_config"), *of = zi_http_get(root, "output_format"),
+           *fmt = NULL;
     static const char *const k_oc[] = {"effort", "format", NULL};
     static const char *const k_fmt[] = {"type", "schema", NULL};
     if (oc) {
@@ -1092,15 +1093,16 @@ static json_t *full_messages(zi_http_result *r, zi_http_conn *conn, zi_http_erro
                                             s->omit ? json_string("") : zi_http_jstr(reasoning, rl),
                                             "signature", ""));
         if (cl)
-            json_array_append_new(
-                s->blocks, json_pack("{s:s, s:o}", "type", "text", "text", zi_http_jstr(content, cl)));
+            json_array_append_new(s->blocks, json_pack("{s:s, s:o}", "type", "text", "text",
+                                                       zi_http_jstr(content, cl)));
         free(reasoning);
         free(content);
     }
-    json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:O, s:s, s:o, s:o}", "id", r->id, "type",
-                          "message", "role", "assistant", "model", zi_http_jstr(r->model, strlen(r->model)),
-                          "content", s->blocks, "stop_reason", stop_reason(c, calls_ok),
-                          "stop_sequence", stop_sequence(r), "usage", usage(r));
+    json_t *o =
+        json_pack("{s:s, s:s, s:s, s:o, s:O, s:s, s:o, s:o}", "id", r->id, "type", "message",
+                  "role", "assistant", "model", zi_http_jstr(r->model, strlen(r->model)), "content",
+                  s->blocks, "stop_reason", stop_reason(c, calls_ok), "stop_sequence",
+                  stop_sequence(r), "usage", usage(r));
     if (!o) goto oom;
     return o;
 oom:
@@ -1119,11 +1121,11 @@ static int delta_messages(zi_http_result *r, const zi_http_delta *d, zi_http_con
         s->started = 1;
         /* The router's first chunk told the prompt's length (message_delta
          * says it again, with the output's). */
-        json_t *msg =
-            json_pack("{s:s, s:s, s:s, s:o, s:[], s:n, s:n, s:{s:I, s:i}}", "id", r->id, "type",
-                      "message", "role", "assistant", "model", zi_http_jstr(r->model, strlen(r->model)),
-                      "content", "stop_reason", "stop_sequence", "usage", "input_tokens",
-                      (json_int_t)c->prompt_tokens, "output_tokens", 0);
+        json_t *msg = json_pack("{s:s, s:s, s:s, s:o, s:[], s:n, s:n, s:{s:I, s:i}}", "id", r->id,
+                                "type", "message", "role", "assistant", "model",
+                                zi_http_jstr(r->model, strlen(r->model)), "content", "stop_reason",
+                                "stop_sequence", "usage", "input_tokens",
+                                (json_int_t)c->prompt_tokens, "output_tokens", 0);
         if (emit(s, "message_start",
                  json_pack("{s:s, s:o}", "type", "message_start", "message", msg)) ||
             emit(s, "ping", json_pack("{s:s}", "type", "ping")))

@@ -480,8 +480,8 @@ static int chat_event(void *arg, const zi_ts_event *ev) {
         break;
     case ZI_TS_CALL:
         d = json_pack("{s:[{s:i, s:s, s:s, s:{s:o, s:s}}]}", "tool_calls", "index", ev->index, "id",
-                      ev->id, "type", "function", "function", "name", zi_http_jstr(ev->text, ev->len),
-                      "arguments", "");
+                      ev->id, "type", "function", "function", "name",
+                      zi_http_jstr(ev->text, ev->len), "arguments", "");
         break;
     case ZI_TS_ARGS:
         if (lt && !json_object_get(lt, "id") &&

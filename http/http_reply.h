@@ -36,7 +36,7 @@ typedef struct zi_http_choice {
     size_t n_prompt_lp;
     char *prompt_text; /* echo: the prompt as the router rendered it */
     size_t prompt_text_len;
-    char status[32]; /* the router's final status, "" while running */
+    char status[32];   /* the router's final status, "" while running */
     char *stop_string; /* status "stop": the stop string that ended it, or NULL */
     long long prompt_tokens, completion_tokens;
     int started;               /* a stream sent this choice's first chunk */
@@ -51,8 +51,8 @@ typedef struct zi_http_result {
     char model[256];
     zi_http_choice ch[ZI_HTTP_MAX_N];
     int n_done;
-    struct zi_http_ctx *ctx; /* the process' context (http_api.h), set by the caller */
-    void *api_state;         /* an API renderer's own state, or NULL ... */
+    struct zi_http_ctx *ctx;        /* the process' context (http_api.h), set by the caller */
+    void *api_state;                /* an API renderer's own state, or NULL ... */
     void (*api_state_free)(void *); /* ... freed with this by zi_http_result_free */
 } zi_http_result;
 

@@ -91,7 +91,8 @@ static int refuse_unserved(json_t *o, zi_http_kind kind, zi_http_error *e) {
     if ((v = zi_http_get(o, "function_call")) &&
         !(json_is_string(v) && !strcmp(json_string_value(v), "none")))
         return unsupported(e, "function_call", "function calls are not supported");
-    if ((v = zi_http_get(o, "audio"))) return unsupported(e, "audio", "audio output is not supported");
+    if ((v = zi_http_get(o, "audio")))
+        return unsupported(e, "audio", "audio output is not supported");
     if ((v = zi_http_get(o, "prediction")))
         return unsupported(e, "prediction", "predicted outputs are not supported");
     if ((v = zi_http_get(o, "web_search_options")))
@@ -311,7 +312,8 @@ static int parse_response_format(json_t *o, checked *k, zi_http_error *e) {
     if (!rf) return 0;
     if (!json_is_object(rf)) return zi_http_want(e, "response_format", "an object", rf);
     json_t *t = json_object_get(rf, "type");
-    if (!json_is_string(t)) return zi_http_want(e, "response_format.type", "a string", t ? t : json_null());
+    if (!json_is_string(t))
+        return zi_http_want(e, "response_format.type", "a string", t ? t : json_null());
     if (strcmp(json_string_value(t), "text")) k->response_format = rf; /* the router checks it */
     return 0;
 }
@@ -376,7 +378,8 @@ static int parse_structured(json_t *o, checked *k, zi_http_error *e) {
             return zi_http_want(e, "structured_outputs.choice", "a non-empty array of strings", v);
         json_array_foreach(v, i, c) {
             if (!json_is_string(c) || !json_string_length(c))
-                return zi_http_want(e, "structured_outputs.choice", "a non-empty array of strings", v);
+                return zi_http_want(e, "structured_outputs.choice", "a non-empty array of strings",
+                                    v);
             len += 2 * json_string_length(c) + 1;
         }
         if (!(k->regex = malloc(len)))
@@ -422,7 +425,8 @@ static int parse_logit_bias(json_t *o, checked *k, zi_http_error *e) {
         }
         if (!json_is_number(b))
             return zi_http_fail(e, 400, "invalid_type", "logit_bias",
-                                "logit_bias.%s: expected a number, got %s", key, zi_http_type_name(b));
+                                "logit_bias.%s: expected a number, got %s", key,
+                                zi_http_type_name(b));
         double x = json_number_value(b);
         if (!(x >= -ZI_LOGIT_BIAS_LIMIT && x <= ZI_LOGIT_BIAS_LIMIT))
             return zi_http_fail(e, 400, "invalid_value", "logit_bias",
@@ -501,7 +505,8 @@ static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *
                                 NUM_FIELDS[i]);
     }
     const char *max_name = "max_tokens";
-    if (kind == ZI_HTTP_CHAT && zi_http_get(o, "max_completion_tokens")) max_name = "max_completion_tokens";
+    if (kind == ZI_HTTP_CHAT && zi_http_get(o, "max_completion_tokens"))
+        max_name = "max_completion_tokens";
     if (get_int(o, max_name, 1, INT32_MAX, &k->max_tokens, &k->has_max, e)) return -1;
     if (!k->has_max && kind == ZI_HTTP_COMPLETION)
         k->max_tokens = 16, k->has_max = 1; /* OpenAI's */
@@ -721,8 +726,7 @@ int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_h
     return rc;
 }
 
-int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g,
-                                zi_http_error *e) {
+int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g, zi_http_error *e) {
     memset(g, 0, sizeof *g);
     g->kind = kind;
     checked k;

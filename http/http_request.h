@@ -75,8 +75,7 @@ int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_h
 /* The same from a parsed body (an object; borrowed): how the other APIs
  * (http_api.h) build their requests, translating theirs into this shape.
  * Errors name OpenAI's fields; a translator checks its own first. */
-int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g,
-                                zi_http_error *e);
+int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g, zi_http_error *e);
 void zi_http_gen_free(zi_http_gen *g);
 
 /* The value of key in o, or NULL when absent or null (OpenAI and Anthropic

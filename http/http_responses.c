@@ -97,7 +97,8 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
     }
     static const char *const bools[] = {"stream", "store", "parallel_tool_calls", NULL};
     for (int i = 0; bools[i]; i++)
-        if ((v = zi_http_get(o, bools[i])) && !json_is_boolean(v)) return zi_http_want(e, bools[i], "a boolean", v);
+        if ((v = zi_http_get(o, bools[i])) && !json_is_boolean(v))
+            return zi_http_want(e, bools[i], "a boolean", v);
     static const char *const strs[] = {"model",
                                        "user",
                                        "previous_response_id",
@@ -107,12 +108,15 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
                                        "safety_identifier",
                                        NULL};
     for (int i = 0; strs[i]; i++)
-        if ((v = zi_http_get(o, strs[i])) && !json_is_string(v)) return zi_http_want(e, strs[i], "a string", v);
+        if ((v = zi_http_get(o, strs[i])) && !json_is_string(v))
+            return zi_http_want(e, strs[i], "a string", v);
     static const char *const nums[] = {"temperature", "top_p", NULL};
     for (int i = 0; nums[i]; i++)
-        if ((v = zi_http_get(o, nums[i])) && !json_is_number(v)) return zi_http_want(e, nums[i], "a number", v);
+        if ((v = zi_http_get(o, nums[i])) && !json_is_number(v))
+            return zi_http_want(e, nums[i], "a number", v);
     /* OpenAI's range (the router would take up to 1e6) */
-    if ((v = zi_http_get(o, "temperature")) && !(json_number_value(v) >= 0 && json_number_value(v) <= 2))
+    if ((v = zi_http_get(o, "temperature")) &&
+        !(json_number_value(v) >= 0 && json_number_value(v) <= 2))
         return zi_http_fail(e, 400, "invalid_value", "temperature",
                             "temperature: %g is outside [0, 2]", json_number_value(v));
     if ((v = zi_http_get(o, "max_output_tokens"))) {
@@ -362,7 +366,8 @@ static int translate_tools(json_t *o, json_t *chat, zi_http_error *e) {
         snprintf(ff, sizeof ff, "%s.description", f);
         if (desc && !json_is_string(desc)) return zi_http_want(e, ff, "a string", desc);
         snprintf(ff, sizeof ff, "%s.parameters", f);
-        if (params && !json_is_object(params)) return zi_http_want(e, ff, "a JSON schema object", params);
+        if (params && !json_is_object(params))
+            return zi_http_want(e, ff, "a JSON schema object", params);
         snprintf(ff, sizeof ff, "%s.strict", f);
         if (strict && !json_is_boolean(strict)) return zi_http_want(e, ff, "a boolean", strict);
         json_t *fn = json_pack("{s:O}", "name", name);
@@ -452,7 +457,8 @@ static int translate_text(json_t *o, json_t *chat, zi_http_error *e) {
         return zi_http_want(e, "text.format.schema", "a JSON schema object", schema);
     if (strict && !json_is_boolean(strict))
         return zi_http_want(e, "text.format.strict", "a boolean", strict);
-    if (desc && !json_is_string(desc)) return zi_http_want(e, "text.format.description", "a string", desc);
+    if (desc && !json_is_string(desc))
+        return zi_http_want(e, "text.format.description", "a string", desc);
     json_t *js = json_pack("{s:O, s:O}", "name", name, "schema", schema);
     if (strict) json_object_set(js, "strict", strict);
     json_object_set_new(chat, "response_format",
@@ -577,34 +583,38 @@ static int previous_items(zi_http_ctx *ctx, const char *id, json_t *items, zi_ht
 static json_t *echo_of(json_t *o) {
     json_t *x = json_object(), *v;
     json_object_set(x, "instructions", (v = zi_http_get(o, "instructions")) ? v : json_null());
-    json_object_set(x, "max_output_tokens", (v = zi_http_get(o, "max_output_tokens")) ? v : json_null());
+    json_object_set(x, "max_output_tokens",
+                    (v = zi_http_get(o, "max_output_tokens")) ? v : json_null());
     json_object_set_new(x, "temperature",
                         (v = zi_http_get(o, "temperature")) ? json_incref(v) : json_real(1.0));
-    json_object_set_new(x, "top_p", (v = zi_http_get(o, "top_p")) ? json_incref(v) : json_real(1.0));
+    json_object_set_new(x, "top_p",
+                        (v = zi_http_get(o, "top_p")) ? json_incref(v) : json_real(1.0));
     json_object_set_new(x, "tools", (v = zi_http_get(o, "tools")) ? json_incref(v) : json_array());
     json_object_set_new(x, "tool_choice",
                         (v = zi_http_get(o, "tool_choice")) ? json_incref(v) : json_string("auto"));
     json_t *text = json_object(), *t = zi_http_get(o, "text");
     json_object_set_new(text, "format",
                         t && zi_http_get(t, "format") ? json_incref(zi_http_get(t, "format"))
-                                              : json_pack("{s:s}", "type", "text"));
+                                                      : json_pack("{s:s}", "type", "text"));
     json_object_set_new(text, "verbosity",
                         t && zi_http_get(t, "verbosity") ? json_incref(zi_http_get(t, "verbosity"))
-                                                 : json_string("medium"));
+                                                         : json_string("medium"));
     json_object_set_new(x, "text", text);
     json_t *r = zi_http_get(o, "reasoning");
-    json_object_set_new(x, "reasoning",
-                        json_pack("{s:O, s:O}", "effort",
-                                  r && zi_http_get(r, "effort") ? zi_http_get(r, "effort") : json_null(), "summary",
-                                  r && zi_http_get(r, "summary")            ? zi_http_get(r, "summary")
-                                  : r && zi_http_get(r, "generate_summary") ? zi_http_get(r, "generate_summary")
-                                                                    : json_null()));
+    json_object_set_new(
+        x, "reasoning",
+        json_pack("{s:O, s:O}", "effort",
+                  r && zi_http_get(r, "effort") ? zi_http_get(r, "effort") : json_null(), "summary",
+                  r && zi_http_get(r, "summary")            ? zi_http_get(r, "summary")
+                  : r && zi_http_get(r, "generate_summary") ? zi_http_get(r, "generate_summary")
+                                                            : json_null()));
     json_object_set(x, "previous_response_id",
                     (v = zi_http_get(o, "previous_response_id")) ? v : json_null());
     json_object_set_new(x, "store", json_boolean(json_is_true(zi_http_get(o, "store"))));
     json_object_set_new(x, "parallel_tool_calls",
                         json_boolean(!json_is_false(zi_http_get(o, "parallel_tool_calls"))));
-    json_object_set_new(x, "metadata", (v = zi_http_get(o, "metadata")) ? json_incref(v) : json_object());
+    json_object_set_new(x, "metadata",
+                        (v = zi_http_get(o, "metadata")) ? json_incref(v) : json_object());
     json_object_set(x, "user", (v = zi_http_get(o, "user")) ? v : json_null());
     json_object_set_new(x, "truncation", json_string("disabled"));
     json_object_set_new(x, "background", json_false());
@@ -870,7 +880,8 @@ static int on_event(void *arg, const zi_ts_event *ev) {
         }
         emit(st, "response.reasoning_text.delta",
              json_pack("{s:s, s:i, s:i, s:o}", "item_id", item_id(st), "output_index",
-                       out_index(st), "content_index", 0, "delta", zi_http_jstr(ev->text, ev->len)));
+                       out_index(st), "content_index", 0, "delta",
+                       zi_http_jstr(ev->text, ev->len)));
         break;
     case ZI_TS_CONTENT:
         if (st->open != ITEM_MESSAGE) {
@@ -890,8 +901,8 @@ static int on_event(void *arg, const zi_ts_event *ev) {
         new_id(id, sizeof id, "fc_");
         open_item(st, ITEM_CALL,
                   json_pack("{s:s, s:s, s:s, s:o, s:s, s:s}", "id", id, "type", "function_call",
-                            "call_id", ev->id, "name", zi_http_jstr(ev->text, ev->len), "arguments", "",
-                            "status", "in_progress"));
+                            "call_id", ev->id, "name", zi_http_jstr(ev->text, ev->len), "arguments",
+                            "", "status", "in_progress"));
         st->call_index = ev->index;
         return st->bad ? -1 : 0;
     case ZI_TS_ARGS:
