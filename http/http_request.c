@@ -33,6 +33,7 @@ typedef struct checked {
     double num[7];
     int has_num[7];
     long long max_tokens, min_tokens, top_k, timeout_ms;
+    int skip_special, has_skip_special; /* vLLM's skip_special_tokens, when given */
     int has_max, has_min, has_top_k, ignore_eos, has_ignore_eos, has_timeout;
     unsigned long long seed;
 } checked;
@@ -512,6 +513,8 @@ static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *
         k->max_tokens = 16, k->has_max = 1; /* OpenAI's */
     if (get_int(o, "min_tokens", 0, INT32_MAX, &k->min_tokens, &k->has_min, e)) return -1;
     if (get_int(o, "top_k", -1, INT32_MAX, &k->top_k, &k->has_top_k, e)) return -1;
+    k->has_skip_special = zi_http_get(o, "skip_special_tokens") != NULL;
+    if (get_bool(o, "skip_special_tokens", &k->skip_special, e)) return -1;
     k->has_ignore_eos = zi_http_get(o, "ignore_eos") != NULL;
     if (get_bool(o, "ignore_eos", &k->ignore_eos, e)) return -1;
     /* zinfer's extension: the router's deadline (docs/http.md, "Deadlines") */
@@ -620,10 +623,14 @@ static void pack_json(msgpack_packer *pk, json_t *v) {
  * choices differ and a seeded request still repeats as a whole. */
 static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_packer *pk) {
     int tools = g->tools.choice != ZI_TOOLS_OFF;
+    /* Control tokens' text is kept with tools on (a format's markers may be
+     * control tokens: Mistral's [TOOL_CALLS], Kimi K2's, Command R's, as
+     * vLLM's tool parsers ask), unless the request says. */
+    int keep_special = k->has_skip_special ? !k->skip_special : tools;
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
                  (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL) +
                  k->has_timeout + (k->template_vars != NULL) +
-                 (g->reasoning.max_thinking_tokens > 0);
+                 (g->reasoning.max_thinking_tokens > 0) + keep_special;
     msgpack_pack_map(pk, n_keys);
     char id[16];
     snprintf(id, sizeof id, "g%d", i);
@@ -690,6 +697,7 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     if (k->has_timeout) zi_pack_kv_int(pk, "timeout_ms", k->timeout_ms);
     if (g->reasoning.max_thinking_tokens)
         zi_pack_kv_int(pk, "max_thinking_tokens", g->reasoning.max_thinking_tokens);
+    if (keep_special) zi_pack_kv_bool(pk, "skip_special_tokens", 0);
     if (k->template_vars) { /* the chat template's variables */
         zi_pack_str(pk, "chat_template_options");
         pack_json(pk, k->template_vars);

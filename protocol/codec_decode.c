@@ -394,7 +394,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "grammar",
                                         "regex",
                                         "timeout_ms",
-                                        "max_thinking_tokens"};
+                                        "max_thinking_tokens",
+                                        "skip_special_tokens"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -417,7 +418,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         GRAMMAR,
         REGEX,
         TIMEOUT,
-        THINKING
+        THINKING,
+        SKIPSPECIAL
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -489,6 +491,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
     if (v[TS]) AT(d, "timestamp_ns", zi_dec_i64(d, v[TS], 0, INT64_MAX, &r->timestamp_ns));
     if (!zi_dec_is_nil(v[TIMEOUT]))
         AT(d, "timeout_ms", zi_dec_i64(d, v[TIMEOUT], 1, ZI_MAX_TIMEOUT_MS, &r->timeout_ms));
+    if (v[SKIPSPECIAL])
+        AT(d, "skip_special_tokens", zi_dec_bool(d, v[SKIPSPECIAL], &r->skip_special_tokens));
     if (!zi_dec_is_nil(v[THINKING]))
         AT(d, "max_thinking_tokens",
            zi_dec_i64(d, v[THINKING], 1, ZI_MAX_THINKING_TOKENS, &r->max_thinking_tokens));

@@ -186,7 +186,8 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     size_t n = 9 + (has_prompt ? 1 : 0) + (r->n_messages ? 1 : 0) + (r->stop.n ? 1 : 0) +
                (r->response_format.len ? 1 : 0) + (r->tools.len ? 1 : 0) +
                (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0) +
-               (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0) + (r->max_thinking_tokens ? 1 : 0);
+               (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0) + (r->max_thinking_tokens ? 1 : 0) +
+               (r->skip_special_tokens ? 0 : 1);
     P(msgpack_pack_map(pk, n));
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
@@ -235,6 +236,7 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     if (r->timeout_ms) P(pack_key(pk, "timeout_ms") || msgpack_pack_int64(pk, r->timeout_ms));
     if (r->max_thinking_tokens)
         P(pack_key(pk, "max_thinking_tokens") || msgpack_pack_int64(pk, r->max_thinking_tokens));
+    if (!r->skip_special_tokens) P(pack_key(pk, "skip_special_tokens") || msgpack_pack_false(pk));
     P(pack_key(pk, "request_path") ||
       (r->request_path.len ? pack_str(pk, r->request_path.p, r->request_path.len)
                            : pack_str(pk, "/", 1)));

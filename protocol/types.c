@@ -292,6 +292,7 @@ void zi_request_init(zi_request *r) {
     memset(r, 0, sizeof *r);
     zi_sampling_params_init(&r->sampling_params);
     r->stream = true;
+    r->skip_special_tokens = true;
 }
 
 void zi_request_free(zi_request *r) {

@@ -230,6 +230,9 @@ typedef struct zi_request {
     int64_t timeout_ms;             /* the router ends it after this long; 0 = none
                                      * (then the server's --request-timeout) */
     int64_t max_thinking_tokens;    /* the thinking section's budget; 0 = none */
+    bool skip_special_tokens;       /* default true: control tokens' text is left out of
+                                     * the completion (false: kept, e.g. a tool-call
+                                     * format's markers that are control tokens) */
 } zi_request;
 
 /* The largest max_thinking_tokens. */

@@ -68,6 +68,7 @@ typedef struct dstate {
     bool detokenize; /* sampling_params.detokenize: false returns ids only (the text is
                         still decoded, unsent, when there are stop strings) */
     int64_t min_new; /* sampling_params.min_new_tokens: no stop string ends those */
+    bool special;    /* !skip_special_tokens: control tokens' text is in the completion */
     int64_t n_gen;   /* tokens decoded so far */
     /* The rendered prompt ended inside an opened thinking section: said on
      * the first decoded message (docs/protocol.md), then cleared. */
@@ -253,6 +254,7 @@ static int new_state(tproc *t, uint64_t rid, const zi_request *r, bool reasoning
         dstate *d = &t->st[t->n_st];
         d->rid = rid;
         d->detokenize = r->sampling_params.detokenize;
+        d->special = !r->skip_special_tokens;
         d->min_new = r->sampling_params.min_new_tokens;
         d->n_gen = 0;
         d->reasoning_open = reasoning_open;
@@ -279,7 +281,10 @@ static int feed_ids(tproc *t, dstate *d, const int32_t *ids, size_t n, char **ou
         *used = i + 1;
         d->n_gen++;
         if (!d->detokenize && d->stop.n == 0) continue; /* stop strings need the text */
-        int w = zi_detok_push(&d->dt, t->tok, ids[i], 0, piece, sizeof piece);
+        /* An end-of-generation token's text stays out even when special
+         * tokens are kept (it ends the completion; vLLM's way too). */
+        int sp = d->special && !zi_tokenizer_is_eog(t->tok, ids[i]);
+        int w = zi_detok_push(&d->dt, t->tok, ids[i], sp, piece, sizeof piece);
         if (w < 0)
             return zi_error_set(err, ZI_EINVAL, "token_ids: id %d is outside the vocabulary",
                                 ids[i]);

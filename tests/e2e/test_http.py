@@ -295,6 +295,29 @@ def test_logit_bias(web, model, zc):
     assert forced["choices"][0]["text"] == de["prompt"], (forced, de)
 
 
+def test_skip_special_tokens(web, model):
+    """A control token's text (<|im_start|>, forced by logit_bias) is left
+    out of the completion by default, kept with skip_special_tokens false,
+    and kept by default when tools are on (a tool-call format's markers may
+    be control tokens: Mistral's [TOOL_CALLS], Kimi K2's, Command R's);
+    skip_special_tokens true then leaves it out again."""
+    base = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2,
+            "temperature": 0, "logit_bias": {"1": 100}}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+    def content(**kw):
+        st, _, body = web.req("POST", CHAT, {**base, **kw})
+        assert st == 200, body
+        return body["choices"][0]["message"]["content"], body["usage"]["completion_tokens"]
+
+    assert content() == ("", 2)
+    assert content(skip_special_tokens=False) == ("<|im_start|><|im_start|>", 2)
+    assert content(tools=[tool]) == ("<|im_start|><|im_start|>", 2)
+    assert content(tools=[tool], skip_special_tokens=True) == ("", 2)
+    st, _, body = web.req("POST", CHAT, {**base, "skip_special_tokens": "no"})
+    assert st == 400 and body["error"]["param"] == "skip_special_tokens", body
+
+
 def test_echo_completion(web, model):
     st, _, body = web.req("POST", "/v1/completions", {
         "prompt": "The capital of France is", "max_tokens": 3, "temperature": 0, "echo": True,

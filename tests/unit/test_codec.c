@@ -341,6 +341,30 @@ static void test_roundtrip_thinking(void **state) {
     ERR_HAS(e, "max_thinking_tokens");
     msgpack_sbuffer_destroy(&sb);
 
+    /* skip_special_tokens: true when absent, false kept through a round trip */
+    sb = sb_new();
+    build(&sb, "M s s s s", 2, "id", "t", "prompt", "hi");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_true(r.skip_special_tokens);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s s s s s F", 3, "id", "t", "prompt", "hi", "skip_special_tokens");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_false(r.skip_special_tokens);
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_false(back.skip_special_tokens);
+    free(buf);
+    zi_request_free(&back);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s s s s s i", 3, "id", "t", "prompt", "hi", "skip_special_tokens", 1LL);
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+    ERR_HAS(e, "skip_special_tokens");
+    msgpack_sbuffer_destroy(&sb);
+
     zi_text_context c, back_c;
     const int32_t prompt[3] = {1, 2, 3}, end[3] = {9, 8, 7};
     odd_context(&c, prompt, 3, 4096);
