@@ -30,7 +30,10 @@ static void test_pooling_names(void **state) {
     assert_int_equal(zi_pooling_parse("cls", 3, &p), ZI_OK);
     assert_int_equal(p, ZI_POOLING_CLS);
     assert_string_equal(zi_pooling_name(ZI_POOLING_LAST), "last");
-    assert_int_equal(zi_pooling_parse("rank", 4, &p), ZI_EINVAL);
+    assert_int_equal(zi_pooling_parse("rank", 4, &p), ZI_OK);
+    assert_int_equal(p, ZI_POOLING_RANK); /* llama.cpp's 4: a reranker's head */
+    assert_string_equal(zi_pooling_name(ZI_POOLING_RANK), "rank");
+    assert_int_equal(zi_pooling_parse("ranked", 6, &p), ZI_EINVAL);
 }
 
 static void test_embed_round_trip(void **state) {
