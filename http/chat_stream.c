@@ -68,6 +68,8 @@ static zi_chat_stream *make(const zi_http_gen *g, int tools) {
     cs->names = tools ? g->tools.names : NULL;
     if (g->reasoning.format == ZI_REASONING_NONE)
         cs->m = M_BODY;
+    else if (g->reasoning.open == 2) /* the prompt opened harmony's analysis channel */
+        cs->m = M_MSG, cs->body = B_REASONING;
     else if (g->reasoning.open)
         cs->m = M_THINK, cs->maybe_open = 1;
     else

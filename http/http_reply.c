@@ -190,8 +190,9 @@ int zi_http_result_apply(zi_http_result *r, const msgpack_object *f, zi_http_del
     /* The rendered prompt opened a thinking section (docs/protocol.md);
      * every choice has the same prompt. */
     const msgpack_object *ro = zi_map_get(f, "reasoning_open");
+    const msgpack_object *rh = zi_map_get(f, "reasoning_harmony");
     if (d->first && ro && ro->type == MSGPACK_OBJECT_BOOLEAN && ro->via.boolean)
-        r->g->reasoning.open = 1;
+        r->g->reasoning.open = rh && rh->type == MSGPACK_OBJECT_BOOLEAN && rh->via.boolean ? 2 : 1;
     const msgpack_object *t = zi_map_get(f, "text");
     if (t && t->type == MSGPACK_OBJECT_STR &&
         zi_http_buf_add(&c->text, &c->len, &c->cap, t->via.str.ptr, t->via.str.size))

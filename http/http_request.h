@@ -44,7 +44,9 @@ typedef struct zi_http_reasoning {
     /* The rendered prompt ended inside an opened thinking section (Qwen 3
      * with thinking on, DeepSeek R1: `<think>\n`), so the model's text
      * holds only the closing marker. Set from the router's first chunk
-     * ("reasoning_open", docs/protocol.md) before a chat_stream is made. */
+     * ("reasoning_open", docs/protocol.md) before a chat_stream is made:
+     * 1 a `<think>` section, 2 gpt-oss's harmony analysis channel
+     * ("reasoning_harmony"). */
     int open;
     long long max_thinking_tokens; /* 0: no budget */
 } zi_http_reasoning;

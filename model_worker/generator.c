@@ -808,19 +808,25 @@ static int accept_drafts(zi_generator *g, zi_text_context *c, gseq *q, int i, in
 /* The thinking budget (zi_text_context.thinking_budget): the token to
  * record in place of tok, the sampled one. The section starts at the
  * completion's start when the prompt opened it, else where the completion
- * begins (after whitespace) with `<think>`; it ends at `</think>`. Once
+ * begins (after whitespace) with `<think>`; it ends at `</think>` (gpt-oss's
+ * harmony, thinking_harmony: `<|channel|>analysis<|message|>` and
+ * `<|end|>`). Once
  * budget tokens were spent inside it, thinking_end's ids follow one per
  * step. The state is read again from the completion's bytes each time (at
  * most the budget's tokens: little next to a step), so it survives
  * preemption and failover without state of its own. */
 static int32_t thinking_token(const zi_generator *g, const zi_text_context *c, int32_t tok) {
-    static const char open[] = "<think>", close[] = "</think>";
+    const char *open = c->thinking_harmony ? "<|channel|>analysis<|message|>" : "<think>";
+    const char *close = c->thinking_harmony ? "<|end|>" : "</think>";
+    const size_t lo = strlen(open), lc = strlen(close);
     if (!c->thinking_budget || !c->thinking_end.n || !g->gvocab) return tok;
     int64_t n_gen = c->end_idx - c->prompt_len, k = (int64_t)c->thinking_end.n;
     int64_t start = c->thinking_open ? 0 : -1; /* the section's first token */
     size_t no = 0, nc = 0;                     /* bytes of open / close matched */
     for (int64_t i = 0; i < n_gen; i++) {
-        if (start >= 0 && i - start >= c->thinking_budget + k) return tok; /* it was ended */
+        /* the budget is spent: what follows is the forced end (whose own
+         * closing marker is not the model's), decided below */
+        if (start >= 0 && i - start >= c->thinking_budget) break;
         size_t n = 0;
         const uint8_t *b = zi_grammar_vocab_token(g->gvocab, c->tokens[c->prompt_len + i], &n);
         for (size_t j = 0; j < n; j++) {
@@ -828,11 +834,11 @@ static int32_t thinking_token(const zi_generator *g, const zi_text_context *c, i
             if (start < 0) {
                 if (!no && (ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r')) continue;
                 if (ch != open[no]) return tok; /* no section: no budget */
-                if (++no == sizeof open - 1) start = i + 1;
+                if (++no == lo) start = i + 1;
                 continue;
             }
             nc = ch == close[nc] ? nc + 1 : ch == '<' ? 1 : 0;
-            if (nc == sizeof close - 1) return tok; /* closed */
+            if (nc == lc) return tok; /* closed */
         }
     }
     if (start < 0) return tok;

@@ -732,7 +732,8 @@ static const char *const ctx_names[C_N] = {"request_id",
                                            "regex",
                                            "thinking_budget",
                                            "thinking_open",
-                                           "thinking_end"};
+                                           "thinking_end",
+                                           "thinking_harmony"};
 
 /* An index field: absent or -1 means "derive" (returned as -1). */
 static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t *out) {
@@ -841,6 +842,9 @@ static int ctx_options(zi_dec *d, const msgpack_object *const *v, zi_text_contex
             AT(d, "thinking_open", zi_dec_bool(d, v[C_THINK_OPEN], &c->thinking_open));
         if (!zi_dec_is_nil(v[C_THINK_END]))
             AT(d, "thinking_end", zi_dec_i32_list(d, v[C_THINK_END], &c->thinking_end));
+        if (v[C_THINK_HARMONY])
+            AT(d, "thinking_harmony",
+               zi_dec_bool(d, v[C_THINK_HARMONY], &c->thinking_harmony));
         if (c->thinking_budget && !c->thinking_end.n)
             return zi_dec_fail_at(d, "thinking_end", ZI_EINVAL,
                                   "a thinking budget needs the ids that end the section");

@@ -327,7 +327,7 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     size_t n_lp = 0;
     for (int64_t i = 0; i < c->end_idx; i++) n_lp += c->lp_data[i] != NULL;
     P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1) - (c->regex.len ? 0 : 1) -
-                               (c->thinking_budget ? 0 : 3)));
+                               (c->thinking_budget ? 0 : 4)));
     P(pack_key(pk, "request_id") || pack_str(pk, c->request_id.p, c->request_id.len));
     P(pack_key(pk, "prompt") ||
       (c->prompt.len ? pack_str(pk, c->prompt.p, c->prompt.len) : msgpack_pack_nil(pk)));
@@ -352,7 +352,9 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
         P(pack_key(pk, "thinking_budget") || msgpack_pack_int64(pk, c->thinking_budget) ||
           pack_key(pk, "thinking_open") ||
           (c->thinking_open ? msgpack_pack_true(pk) : msgpack_pack_false(pk)) ||
-          pack_key(pk, "thinking_end") || pack_i32_array(pk, &c->thinking_end));
+          pack_key(pk, "thinking_end") || pack_i32_array(pk, &c->thinking_end) ||
+          pack_key(pk, "thinking_harmony") ||
+          (c->thinking_harmony ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
     P(pack_key(pk, "sampling_params"));
     if ((rc = zi_codec_pack_sampling_params(pk, &c->sampling_params, err))) return rc;
     P(pack_key(pk, "_matcher") || msgpack_pack_nil(pk));

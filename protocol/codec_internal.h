@@ -75,6 +75,7 @@ enum {
     C_THINK,      /* thinking_budget, thinking_open, thinking_end: written only */
     C_THINK_OPEN, /* with a budget */
     C_THINK_END,
+    C_THINK_HARMONY, /* with a budget */
     C_N
 };
 

@@ -489,6 +489,7 @@ int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err) {
     if (!rc) rc = put_req_ids(&b, "token_ids", &m->token_ids, err);
     put_str(&b, "status", m->status);
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
+    if (m->reasoning_harmony) zi_imap_bool(&b, "reasoning_harmony", true);
     if (m->stop_string.p) put_str(&b, "stop_string", m->stop_string);
     return finish(&b, rc, out);
 }
@@ -507,6 +508,7 @@ int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *er
     get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
     m->prompt_text_obj = zi_map_get(o, "prompt_text");
     m->reasoning_open = get_true(o, "reasoning_open");
+    m->reasoning_harmony = get_true(o, "reasoning_harmony");
     m->stop_string = get_str(o, "stop_string");
     if (!m->text.p || !m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
         return zi_error_set(err, ZI_EINVAL, "malformed decoded message");
@@ -630,6 +632,7 @@ int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out) {
     zi_imap_object(&b, "prompt_text", m->prompt_text);
     if (m->resumed) zi_imap_bool(&b, "resumed", true);
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
+    if (m->reasoning_harmony) zi_imap_bool(&b, "reasoning_harmony", true);
     if (m->prompt_tokens > 0) zi_imap_int(&b, "prompt_tokens", m->prompt_tokens);
     return close_msg(&b, out);
 }
@@ -647,6 +650,7 @@ int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
     const msgpack_object *res = zi_map_get(o, "resumed");
     m->resumed = res && res->type == MSGPACK_OBJECT_BOOLEAN && res->via.boolean;
     m->reasoning_open = get_true(o, "reasoning_open");
+    m->reasoning_harmony = get_true(o, "reasoning_harmony");
     int64_t pt;
     if (!zi_map_int(o, "prompt_tokens", &pt, NULL)) m->prompt_tokens = pt;
     return rc;

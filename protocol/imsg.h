@@ -263,6 +263,9 @@ typedef struct zi_im_decoded {
     /* "reasoning_open": true on a request's first decoded message when its
      * rendered prompt ended inside an opened thinking section */
     bool reasoning_open;
+    /* "reasoning_harmony": true with reasoning_open when the opened section
+     * is gpt-oss's harmony analysis channel (not `<think>`) */
+    bool reasoning_harmony;
     zi_im_str stop_string; /* "stop_string": the stop string that ended it (p NULL: none) */
 } zi_im_decoded;
 
@@ -338,6 +341,7 @@ typedef struct zi_im_chunk {
     const msgpack_object *logprobs, *prompt_token_ids, *prompt_logprobs, *prompt_text;
     bool resumed;        /* "resumed": true (the first chunk after a failover) */
     bool reasoning_open; /* "reasoning_open": true (the decoded message's) */
+    bool reasoning_harmony; /* "reasoning_harmony": true (the decoded message's) */
     int64_t prompt_tokens; /* "prompt_tokens": the prompt's length, on a request's first
                             * chunk only (0: not sent) */
 } zi_im_chunk;

@@ -374,10 +374,14 @@ typedef struct zi_text_context {
      * the completion has spent this many tokens inside its `<think>`
      * section (opened at its start, or by the prompt when thinking_open)
      * without closing it, the worker puts thinking_end's ids (the text
-     * "\n</think>\n\n") in place of the sampled ones. */
+     * "\n</think>\n\n") in place of the sampled ones. With
+     * thinking_harmony the section is gpt-oss's analysis channel
+     * (`<|channel|>analysis<|message|>` ... `<|end|>`) and thinking_end's
+     * text `<|end|><|start|>assistant<|channel|>final<|message|>`. */
     int64_t thinking_budget;
     bool thinking_open;
     zi_i32_list thinking_end;
+    bool thinking_harmony;
 } zi_text_context;
 
 /*

@@ -246,6 +246,7 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                       .prompt_text = d.prompt_text_obj,
                       .resumed = r->note_resume,
                       .reasoning_open = d.reasoning_open,
+                      .reasoning_harmony = d.reasoning_harmony,
                       /* the first chunk tells the prompt's length, so a
                        * stream can report it before the end (Anthropic's
                        * message_start) */

@@ -73,6 +73,7 @@ typedef struct dstate {
     /* The rendered prompt ended inside an opened thinking section: said on
      * the first decoded message (docs/protocol.md), then cleared. */
     bool reasoning_open;
+    bool reasoning_harmony; /* ... and it is harmony's analysis channel */
 } dstate;
 
 typedef struct tproc {
@@ -142,21 +143,32 @@ static void drop_state(tproc *t, uint64_t rid) {
         }
 }
 
-/* A rendered prompt that ends, but for whitespace, with `<think>`: the
- * template opened the thinking section for the model (Qwen 3.5's unless
- * enable_thinking is false, which closes it instead; DeepSeek R1's), so
- * the model writes the reasoning and only the closing marker. */
-static bool ends_thinking_open(const char *s, size_t n) {
-    static const char open[] = "<think>";
+/* s[0..n) ends with the NUL-terminated tail. */
+static bool ends_with(const char *s, size_t n, const char *tail) {
+    size_t k = strlen(tail);
+    return n >= k && !memcmp(s + n - k, tail, k);
+}
+
+/* How a rendered prompt leaves the thinking section (docs/protocol.md):
+ * *open when it ends, but for whitespace, with `<think>` (the template
+ * opened the section for the model: Qwen 3.5's unless enable_thinking is
+ * false, which closes it instead; DeepSeek R1's), so the model writes the
+ * reasoning and only the closing marker; or with harmony's
+ * `<|channel|>analysis<|message|>`. *harmony when the prompt is gpt-oss's
+ * harmony (it ends with `<|start|>assistant`, or with that analysis
+ * opener): the section is the analysis channel, ended by `<|end|>`. */
+static void thinking_markup(const char *s, size_t n, bool *open, bool *harmony) {
+    static const char analysis[] = "<|channel|>analysis<|message|>";
+    *harmony = ends_with(s, n, "<|start|>assistant") || ends_with(s, n, analysis);
     while (n && (s[n - 1] == ' ' || s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == '\t')) n--;
-    return n >= sizeof open - 1 && !memcmp(s + n - (sizeof open - 1), open, sizeof open - 1);
+    *open = ends_with(s, n, "<think>") || ends_with(s, n, analysis);
 }
 
 /* The prompt's token ids for a request r, decoded from the msgpack req
  * (malloc'd). */
 static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, int32_t **ids,
-                      size_t *n, bool *reasoning_open, zi_error *err) {
-    *reasoning_open = false;
+                      size_t *n, bool *reasoning_open, bool *harmony, zi_error *err) {
+    *reasoning_open = *harmony = false;
     if (r->prompt_kind == ZI_PROMPT_TOKENS) {
         for (size_t i = 0; i < r->prompt_tokens.n; i++)
             if (r->prompt_tokens.v[i] >= t->vocab)
@@ -189,7 +201,7 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
                                     zi_map_get(req, "chat_template_options"), t->bos_text,
                                     t->eos_text, &text, &len, err);
     if (rc) return rc;
-    *reasoning_open = ends_thinking_open(text, len);
+    thinking_markup(text, len, reasoning_open, harmony);
     /* The template writes its own special tokens (BOS included). */
     rc = zi_tokenizer_encode(t->tok, text, len, 0, 1, ids, n, err);
     free(text);
@@ -200,9 +212,10 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
  * prompt opened the section, and the ids the worker forces to end it. A
  * constrained completion cannot take forced tokens its grammar may not
  * allow, so the two are refused together. */
-static int thinking_budget(tproc *t, const zi_request *r, bool open, zi_text_context *ctx,
-                           zi_error *err) {
-    static const char end[] = "\n</think>\n\n";
+static int thinking_budget(tproc *t, const zi_request *r, bool open, bool harmony,
+                           zi_text_context *ctx, zi_error *err) {
+    const char *end = harmony ? "<|end|><|start|>assistant<|channel|>final<|message|>"
+                              : "\n</think>\n\n";
     if (zi_text_context_constrained(ctx) || r->response_format.len)
         return zi_error_set(err, ZI_EINVAL,
                             "max_thinking_tokens: cannot be combined with response_format, "
@@ -212,11 +225,12 @@ static int thinking_budget(tproc *t, const zi_request *r, bool open, zi_text_con
                             "max_thinking_tokens: needs the model's tokenizer");
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = zi_tokenizer_encode(t->tok, end, sizeof end - 1, 0, 1, &ids, &n, err);
+    int rc = zi_tokenizer_encode(t->tok, end, strlen(end), 0, 1, &ids, &n, err);
     if (!rc) rc = zi_i32_list_set(&ctx->thinking_end, ids, n, err);
     free(ids);
     ctx->thinking_budget = r->max_thinking_tokens;
     ctx->thinking_open = open;
+    ctx->thinking_harmony = harmony;
     return rc;
 }
 
@@ -232,7 +246,7 @@ static int add_stops(const zi_str_list *l, const char **v, size_t *lens, size_t 
  * strings (the request's and its sampling parameters'), detokenize and
  * min_new_tokens. */
 static int new_state(tproc *t, uint64_t rid, const zi_request *r, bool reasoning_open,
-                     zi_error *err) {
+                     bool reasoning_harmony, zi_error *err) {
     size_t ns = r->stop.n + r->sampling_params.stop.n, k = 0;
     const char **sv = calloc(ns + 1, sizeof *sv);
     size_t *sl = calloc(ns + 1, sizeof *sl);
@@ -258,6 +272,7 @@ static int new_state(tproc *t, uint64_t rid, const zi_request *r, bool reasoning
         d->min_new = r->sampling_params.min_new_tokens;
         d->n_gen = 0;
         d->reasoning_open = reasoning_open;
+        d->reasoning_harmony = reasoning_harmony;
         zi_detok_init(&d->dt);
         rc = zi_stop_init(&d->stop, sv, sl, k, err);
         if (!rc) t->n_st++;
@@ -311,7 +326,7 @@ static void on_replay(tproc *t, const zi_request *r, const msgpack_object *repla
     size_t out_len = 0;
     bool stopped = false;
     int rc = zi_codec_decode_tokens(replay, &lim, "replay", &ids, &n, &err);
-    if (!rc) rc = new_state(t, rid, r, false, &err);
+    if (!rc) rc = new_state(t, rid, r, false, false, &err);
     dstate *d = rc ? NULL : find_state(t, rid);
     if (!rc) rc = feed_ids(t, d, ids, n, &out, &out_len, &stopped, &used, &err);
     if (!rc && stopped)
@@ -377,8 +392,8 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     char *schema = NULL;
     if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &schema, &err);
     /* The cheap checks above first; then the template and the encoding. */
-    bool reasoning_open = false;
-    if (!rc) rc = prompt_ids(t, &r, ro, &ids, &n, &reasoning_open, &err);
+    bool reasoning_open = false, harmony = false;
+    if (!rc) rc = prompt_ids(t, &r, ro, &ids, &n, &reasoning_open, &harmony, &err);
     if (!rc && n == 0) rc = zi_error_set(&err, ZI_EINVAL, "prompt: it encodes to no tokens");
     if (!rc && (int64_t)n >= max_length)
         rc = zi_error_set(&err, ZI_ERANGE,
@@ -401,7 +416,8 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         rc = zi_string_set(&ctx.grammar, r.grammar.p, r.grammar.len, &err);
     if (!rc && r.regex.len) /* the worker compiles it too */
         rc = zi_string_set(&ctx.regex, r.regex.p, r.regex.len, &err);
-    if (!rc && r.max_thinking_tokens) rc = thinking_budget(t, &r, reasoning_open, &ctx, &err);
+    if (!rc && r.max_thinking_tokens)
+        rc = thinking_budget(t, &r, reasoning_open, harmony, &ctx, &err);
     if (!rc) {
         char rs[32];
         int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);
@@ -413,7 +429,7 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         code = "internal";
     /* Decode state: the stop strings of the request and of its sampling
      * parameters both apply. */
-    if (!rc) rc = new_state(t, rid, &r, reasoning_open, &err);
+    if (!rc) rc = new_state(t, rid, &r, reasoning_open, reasoning_open && harmony, &err);
     if (rc) {
         send_error(t, rid, rc == ZI_ENOMEM ? "internal" : code, err.msg);
     } else {
@@ -504,8 +520,9 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
                             .logprobs = {.raw = use_cut ? NULL : lpo, .lp = use_cut ? &cut : NULL},
                             .prompt_token_ids = dm.prompt_token_ids,
                             .prompt_logprobs = dm.prompt_logprobs,
-                            .reasoning_open = d->reasoning_open};
-        d->reasoning_open = false;
+                            .reasoning_open = d->reasoning_open,
+                            .reasoning_harmony = d->reasoning_harmony};
+        d->reasoning_open = d->reasoning_harmony = false;
         char *pclean = NULL;
         if (ptext) {
             size_t pl = 0;

@@ -429,6 +429,50 @@ def test_thinking_budget(opened, think):
     assert st == 400 and err["error"]["param"] == "max_thinking_tokens", err
 
 
+# A harmony template whose generation prompt opens the analysis channel
+# (gpt-oss's own ends with <|start|>assistant and the model opens it).
+HARMONY_OPEN_TEMPLATE = (
+    "{%- for m in messages %}<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>"
+    "{% endfor -%}<|start|>assistant<|channel|>analysis<|message|>")
+HEND = "<|end|><|start|>assistant<|channel|>final<|message|>"  # what the budget forces
+
+
+@pytest.fixture(scope="module")
+def harmony_open(zinfer_bin, qwen3_file, tmp_path_factory):
+    d = tmp_path_factory.mktemp("harmony")
+    (d / "harmony.jinja").write_text(HARMONY_OPEN_TEMPLATE, encoding="utf-8")
+    with serving(zinfer_bin, qwen3_file, d / "serve.log", "--chat-template",
+                 d / "harmony.jinja") as srv:
+        yield srv
+
+
+def test_thinking_budget_harmony(harmony_open):
+    """max_thinking_tokens on gpt-oss's harmony: the analysis channel (here
+    opened by the prompt) is ended after that many tokens by the forced
+    `<|end|><|start|>assistant<|channel|>final<|message|>`; the reasoning is
+    the analysis body, the content the final one, streamed or not."""
+    srv = harmony_open
+    body = dict(model=MODEL, messages=ASK, max_tokens=30, temperature=0, logprobs=True,
+                extra_body={"max_thinking_tokens": 5, "ignore_eos": True,
+                            "reasoning_format": "none"})
+    r = srv.sdk.chat.completions.create(**body)
+    raw = r.choices[0].message.content
+    toks = [t.token for t in r.choices[0].logprobs.content]
+    k = n_tokens(srv.port, HEND)
+    assert len(toks) == 30 and "".join(toks[5:5 + k]) == HEND, toks
+    at = raw.index(HEND)
+    body["extra_body"] = {**body["extra_body"], "reasoning_format": "separate"}
+    m = srv.sdk.chat.completions.create(**body).choices[0].message
+    assert extra(m, "reasoning_content") == raw[:at]
+    assert m.content == raw[at + len(HEND):]
+    rs, t, _, _, _ = streamed(srv.sdk, None, max_tokens=30, extra_body={
+        "max_thinking_tokens": 5, "ignore_eos": True, "reasoning_format": "separate"})
+    assert (rs, t) == (raw[:at], m.content)
+    # without a budget the analysis runs on: no forced end
+    body["extra_body"] = {"ignore_eos": True, "reasoning_format": "none"}
+    assert HEND not in srv.sdk.chat.completions.create(**body).choices[0].message.content
+
+
 BAD = [
     ({"chat_template_kwargs": "x"}, "chat_template_kwargs"),
     ({"chat_template_kwargs": [1]}, "chat_template_kwargs"),

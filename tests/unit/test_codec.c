@@ -371,16 +371,18 @@ static void test_roundtrip_thinking(void **state) {
     zi_string_set(&c.request_id, "ctx-t", 5, NULL);
     c.thinking_budget = 12;
     c.thinking_open = true;
+    c.thinking_harmony = true;
     zi_i32_list_set(&c.thinking_end, end, 3, NULL);
     assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
     assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_OK);
     assert_int_equal(back_c.thinking_budget, 12);
     assert_true(back_c.thinking_open);
+    assert_true(back_c.thinking_harmony);
     assert_int_equal(back_c.thinking_end.n, 3);
     assert_memory_equal(back_c.thinking_end.v, end, sizeof end);
     free(buf);
     zi_text_context_free(&back_c);
-    /* without a budget none of the three is sent */
+    /* without a budget none of the four is sent */
     c.thinking_budget = 0;
     assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
     assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_OK);
