@@ -231,8 +231,8 @@ static const zi_option TABLE[ZI_O_COUNT] = {
      * test checks them). serve resolves auto from the chat template. */
     [ZI_O_TOOL_CALL_FORMAT] = {"--tool-call-format", NULL, ZI_OPT_ENUM, 0, 0,
                                "auto|generic|hermes|mistral|llama3|qwen3-coder|gpt-oss|"
-                               "deepseek-v3|glm-4.5|kimi-k2|granite|command-r|functionary|"
-                               "functionary-v3.1",
+                               "deepseek-v3|deepseek-v3.2|glm-4.5|kimi-k2|granite|command-r|"
+                               "functionary|functionary-v3.1",
                                0, NULL, SERVE | HTTP, "F",
                                "how the model writes tool calls (docs/http.md, \"Tool-call "
                                "formats\"); auto: as its chat template does (generic for "

@@ -9,8 +9,9 @@
 #include <string.h>
 
 static const char *const NAMES[ZI_TF_COUNT] = {
-    "auto",        "generic", "hermes",  "mistral", "llama3",    "qwen3-coder", "gpt-oss",
-    "deepseek-v3", "glm-4.5", "kimi-k2", "granite", "command-r", "functionary", "functionary-v3.1",
+    "auto",        "generic", "hermes",      "mistral",       "llama3",
+    "qwen3-coder", "gpt-oss", "deepseek-v3", "deepseek-v3.2", "glm-4.5",
+    "kimi-k2",     "granite", "command-r",   "functionary",   "functionary-v3.1",
 };
 
 const char *zi_tool_format_name(zi_tool_format f) {
@@ -31,7 +32,11 @@ static int has(const char *src, size_t len, const char *needle) {
 }
 
 zi_tool_format zi_tool_format_detect(const char *s, size_t n) {
-    /* Most specific first: several families write `<tool_call>`. */
+    /* Most specific first: several families write `<tool_call>`. DeepSeek
+     * V3.2 and V4 build their markers from a variable (dsml_token), so
+     * the token and the block's name are looked for apart. */
+    if (has(s, n, "｜DSML｜") && (has(s, n, "function_calls") || has(s, n, "tool_calls")))
+        return ZI_TF_DEEPSEEK_V32;
     if (has(s, n, "<|channel|>")) return ZI_TF_GPT_OSS;
     if (has(s, n, ">>>all")) return ZI_TF_FUNCTIONARY;
     if (has(s, n, "<|tool_calls_section_begin|>") && has(s, n, "<|tool_call_begin|>"))

@@ -21,11 +21,12 @@ typedef enum zi_tool_format {
     ZI_TF_QWEN3_CODER, /* <tool_call><function=N><parameter=K>V</parameter>... */
     ZI_TF_GPT_OSS,     /* harmony: <|channel|>commentary to=functions.N ...<|message|>{} */
     ZI_TF_DEEPSEEK_V3, /* <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>N<｜tool▁sep｜>{}...; R1 too */
-    ZI_TF_GLM_45,          /* <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value>... */
-    ZI_TF_KIMI_K2,         /* <|tool_calls_section_begin|><|tool_call_begin|>functions.N:0... */
-    ZI_TF_GRANITE,         /* <|tool_call|>[{"name", "arguments"}] */
-    ZI_TF_COMMAND_R,       /* <|START_ACTION|>[{"tool_name", "parameters"}]<|END_ACTION|> */
-    ZI_TF_FUNCTIONARY,     /* v3.2: >>>N\n{} (or N\n{} at the start); >>>all\n text */
+    ZI_TF_DEEPSEEK_V32, /* DSML: <｜DSML｜function_calls><｜DSML｜invoke name="N">...; V4 too */
+    ZI_TF_GLM_45,       /* <tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value>... */
+    ZI_TF_KIMI_K2,      /* <|tool_calls_section_begin|><|tool_call_begin|>functions.N:0... */
+    ZI_TF_GRANITE,      /* <|tool_call|>[{"name", "arguments"}] */
+    ZI_TF_COMMAND_R,    /* <|START_ACTION|>[{"tool_name", "parameters"}]<|END_ACTION|> */
+    ZI_TF_FUNCTIONARY,  /* v3.2: >>>N\n{} (or N\n{} at the start); >>>all\n text */
     ZI_TF_FUNCTIONARY_V31, /* <function=N>{}</function> */
     ZI_TF_COUNT
 } zi_tool_format;

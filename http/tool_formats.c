@@ -21,6 +21,8 @@ enum {
     K_GLM,    /* N<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>, or K_HERMES */
     K_DS_SECTION,   /* DeepSeek: calls, then <｜tool▁calls▁end｜> */
     K_DS_CALL,      /* DeepSeek: one call, its opener read */
+    K_DSML_FC,      /* DeepSeek V3.2 DSML: invokes, then </｜DSML｜function_calls> */
+    K_DSML_TC,      /* DeepSeek V4 DSML: invokes, then </｜DSML｜tool_calls> */
     K_KIMI_SECTION, /* Kimi K2: calls, then <|tool_calls_section_end|> */
     K_KIMI_CALL,    /* Kimi K2: one call, its opener read */
     K_HARMONY,      /* gpt-oss: a message header up to <|message|> */
@@ -36,6 +38,8 @@ static const zi_tf_opener OPEN_QWEN[] = {{"<tool_call>", K_QWEN}, {NULL, 0}};
 static const zi_tf_opener OPEN_GLM[] = {{"<tool_call>", K_GLM}, {NULL, 0}};
 static const zi_tf_opener OPEN_DS[] = {
     {"<｜tool▁calls▁begin｜>", K_DS_SECTION}, {"<｜tool▁call▁begin｜>", K_DS_CALL}, {NULL, 0}};
+static const zi_tf_opener OPEN_DSML[] = {
+    {"<｜DSML｜function_calls>", K_DSML_FC}, {"<｜DSML｜tool_calls>", K_DSML_TC}, {NULL, 0}};
 static const zi_tf_opener OPEN_KIMI[] = {{"<|tool_calls_section_begin|>", K_KIMI_SECTION},
                                          {"<|tool_call_begin|>", K_KIMI_CALL},
                                          {NULL, 0}};
@@ -60,6 +64,8 @@ const zi_tf_opener *zi_tf_openers(zi_tool_format f) {
         return OPEN_GLM;
     case ZI_TF_DEEPSEEK_V3:
         return OPEN_DS;
+    case ZI_TF_DEEPSEEK_V32:
+        return OPEN_DSML;
     case ZI_TF_KIMI_K2:
         return OPEN_KIMI;
     case ZI_TF_GPT_OSS:
@@ -515,11 +521,12 @@ static size_t held(const char *s, size_t from, size_t n, const char *m) {
 }
 
 /* A parameter's key has been read (s[k0..k1)); its value begins at *j and
- * ends at marker `vend`. trim_nl: one newline each side is the layout's
- * (Qwen3-Coder). DONE with *j after vend; MORE with the decided part of a
- * string value written. */
+ * ends at marker `vend`; str: it is a string (its text as written), else
+ * JSON where it parses (put_value). trim_nl: one newline each side is the
+ * layout's (Qwen3-Coder). DONE with *j after vend; MORE with the decided
+ * part of a string value written. */
 static int xml_value(zi_tf_scan *sc, zi_tf_call *c, size_t k0, size_t k1, size_t *j,
-                     const char *vend, int trim_nl) {
+                     const char *vend, int str, int trim_nl) {
     const char *s = sc->s;
     size_t n = sc->n, v0 = *j;
     json_t *kj = json_stringn(s + k0, k1 - k0);
@@ -537,7 +544,6 @@ static int xml_value(zi_tf_scan *sc, zi_tf_call *c, size_t k0, size_t k1, size_t
         if (v0 >= n) return ZI_TF_MORE;
         if (s[v0] == '\n') v0++;
     }
-    int str = string_typed(sc, c->name, s + k0, k1 - k0);
     size_t e = find(s, n, v0, vend);
     if (e == n) {
         if (!str) return ZI_TF_MORE;
@@ -602,7 +608,9 @@ static int scan_params(zi_tf_scan *sc, zi_tf_call *c, size_t j, const xml_fmt *x
         j = k1 + strlen(xf->key_close);
         if (*xf->val_open && (r = expect(sc, &j, xf->val_open)) != ZI_TF_DONE)
             return r == ZI_TF_FAIL ? xfail(sc, j) : r;
-        if ((r = xml_value(sc, c, k0, k1, &j, xf->val_close, xf->trim_nl)) != ZI_TF_DONE) return r;
+        int str = string_typed(sc, c->name, s + k0, k1 - k0);
+        if ((r = xml_value(sc, c, k0, k1, &j, xf->val_close, str, xf->trim_nl)) != ZI_TF_DONE)
+            return r;
     }
 }
 
@@ -639,6 +647,69 @@ static int scan_glm(zi_tf_scan *sc, size_t j) {
     if (!c || !known(sc->names, s + j, t - j)) return ZI_TF_FAIL;
     set_name(c, s + j, t - j);
     return scan_params(sc, c, e, &GLM);
+}
+
+/* DeepSeek V3.2 / V4 (DSML), after the block's opener: invokes
+ *   <｜DSML｜invoke name="NAME">
+ *   <｜DSML｜parameter name="K" string="true">V</｜DSML｜parameter>
+ *   </｜DSML｜invoke>
+ * up to `close` (the text's end, or other text after an invoke, standing
+ * for a missing one). string="true": V is a string as written (no
+ * escaping, no trimming); "false": JSON (put_value); no attribute: as the
+ * tool's schema types K. */
+#define DSML_INVOKE "<｜DSML｜invoke name=\""
+#define DSML_PARAM "<｜DSML｜parameter name=\""
+static int scan_dsml(zi_tf_scan *sc, size_t j, const char *close) {
+    const char *s = sc->s;
+    size_t n = sc->n;
+    for (int first = 1;; first = 0) {
+        int r = expect(sc, &j, close);
+        if (r == ZI_TF_DONE) {
+            sc->end = j;
+            return r;
+        }
+        if (r == ZI_TF_MORE) return sc->final && !first ? close_region(sc, n, NULL) : r;
+        size_t inv = j; /* a bad invoke after a sent call: the text goes on here */
+        r = expect(sc, &j, DSML_INVOKE);
+        if (r == ZI_TF_MORE && !sc->final) return r;
+        if (r != ZI_TF_DONE) return first ? ZI_TF_FAIL : close_region(sc, j, NULL);
+        size_t e = find(s, n, j, "\"");
+        if (e == n) return n - j > ZI_TF_NAME_MAX ? xfail(sc, inv) : ZI_TF_MORE;
+        size_t n0 = j;
+        j = e + 1;
+        if ((r = expect(sc, &j, ">")) != ZI_TF_DONE) return r == ZI_TF_FAIL ? xfail(sc, inv) : r;
+        zi_tf_call *c = new_call(sc);
+        if (!c || !known(sc->names, s + n0, e - n0)) return xfail(sc, inv);
+        set_name(c, s + n0, e - n0);
+        c->has_args = c->written = 1;
+        c->args_from = j;
+        if (put(sc, c, "{", 1)) return ZI_TF_FAIL;
+        for (;;) {
+            r = expect(sc, &j, "</｜DSML｜invoke>");
+            if (r == ZI_TF_DONE) break;
+            if (r == ZI_TF_MORE) return r;
+            if ((r = expect(sc, &j, DSML_PARAM)) != ZI_TF_DONE)
+                return r == ZI_TF_FAIL ? xfail(sc, j) : r;
+            size_t k0 = j, k1 = find(s, n, j, "\"");
+            if (k1 == n) return n - j > 256 ? xfail(sc, j) : ZI_TF_MORE;
+            if (memchr(s + k0, '<', k1 - k0) || memchr(s + k0, '\n', k1 - k0)) return xfail(sc, j);
+            j = k1 + 1;
+            /* string="true" | string="false" | nothing, then ">" */
+            int str = -1;
+            static const char *const ATTR[] = {"string=\"true\">", "string=\"false\">", ">"};
+            for (int a = 0; a < 3 && str < 0; a++) {
+                r = expect(sc, &j, ATTR[a]);
+                if (r == ZI_TF_MORE) return r;
+                if (r == ZI_TF_DONE)
+                    str = a == 2 ? string_typed(sc, c->name, s + k0, k1 - k0) : a == 0;
+            }
+            if (str < 0) return xfail(sc, j);
+            r = xml_value(sc, c, k0, k1, &j, "</｜DSML｜parameter>", str, 0);
+            if (r != ZI_TF_DONE) return r;
+        }
+        if (put(sc, c, "}", 1)) return ZI_TF_FAIL;
+        c->json_done = 1;
+    }
 }
 
 /* ---- gpt-oss, Functionary v3.2, Command-R ------------------------------- */
@@ -725,6 +796,12 @@ int zi_tf_scan_region(zi_tf_scan *sc, int kind, size_t from) {
     case K_DS_SECTION:
     case K_DS_CALL:
         r = scan_named(sc, from, &DS, kind == K_DS_CALL);
+        break;
+    case K_DSML_FC:
+        r = scan_dsml(sc, from, "</｜DSML｜function_calls>");
+        break;
+    case K_DSML_TC:
+        r = scan_dsml(sc, from, "</｜DSML｜tool_calls>");
         break;
     case K_KIMI_SECTION:
     case K_KIMI_CALL:

@@ -78,9 +78,11 @@ CHOICES = [
      [("deepseek", "is not separate or none"), ("", "is not separate or none")]),
     ("--tool-call-format", "http", "--tool-call-format",
      ["auto", "generic", "hermes", "mistral", "llama3", "qwen3-coder", "gpt-oss", "deepseek-v3",
-      "glm-4.5", "kimi-k2", "granite", "command-r", "functionary", "functionary-v3.1"],
+      "deepseek-v3.2", "glm-4.5", "kimi-k2", "granite", "command-r", "functionary",
+      "functionary-v3.1"],
      [("qwen3", "is not auto, generic, hermes, mistral, llama3, qwen3-coder, gpt-oss, "
-       "deepseek-v3, glm-4.5, kimi-k2, granite, command-r, functionary or functionary-v3.1")]),
+       "deepseek-v3, deepseek-v3.2, glm-4.5, kimi-k2, granite, command-r, functionary or "
+       "functionary-v3.1")]),
 ]
 
 FLAGS = [("--no-prefix-cache", "worker"), ("--spec-lookup", "worker"),

@@ -193,9 +193,27 @@ FAMILIES = {
                                                        "commentary json<|message|>{"]),
     "deepseek-ai-DeepSeek-V3.1.jinja": ("family_two_calls", ["<｜tool▁call▁begin｜>get_weather<｜tool▁sep｜>{",
                                                              "<｜tool▁call▁begin｜>search<｜tool▁sep｜>{"]),
+    "deepseek-ai-DeepSeek-V3.2.jinja": (
+        "family_two_calls", ['<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n'
+                             '<｜DSML｜parameter name="location" string="true">São Paulo</｜DSML｜parameter>',
+                             '<｜DSML｜parameter name="filters" string="false">{"year": 2024, "limit": 3}'
+                             '</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>']),
+    "deepseek-ai-DeepSeek-V4.jinja": (
+        "family_two_calls", ['<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n',
+                             '<｜DSML｜invoke name="search">\n<｜DSML｜parameter name="query" '
+                             'string="true">a "quoted" \\ path</｜DSML｜parameter>']),
     "GLM-4.6.jinja": ("family_two_calls", ["<tool_call>get_weather\n<arg_key>location</arg_key>\n"
                                            "<arg_value>São Paulo</arg_value>",
                                            "<tool_call>search\n<arg_key>query</arg_key>"]),
+    "GLM-4.7-Flash.jinja": ("family_two_calls", ["<tool_call>get_weather<arg_key>location</arg_key>"
+                                                 "<arg_value>São Paulo</arg_value>",
+                                                 "<tool_call>search<arg_key>query</arg_key>"]),
+    "ibm-granite-granite-4.0.jinja": (
+        "family_two_calls", ['<tool_call>\n{"name": "get_weather"', '<tool_call>\n{"name": "search"']),
+    # Kimi-K2-Instruct's and Kimi-K2-Thinking's templates call list.append,
+    # which jinja2's sandbox refuses: no jinja2 rendering to compare with
+    # (they write moonshotai-Kimi-K2's markup; test_tool_formats.c checks
+    # their detection).
     "moonshotai-Kimi-K2.jinja": ("family_two_calls", ["<|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{",
                                                       "<|tool_call_begin|>functions.search:1<|tool_call_argument_begin|>{"]),
     "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja": (

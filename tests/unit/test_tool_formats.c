@@ -227,6 +227,49 @@ static const fcase CASES[] = {
      2,
      {"get_weather", "search"},
      {"{\"city\": \"Paris\", \"days\": 2}", "{\"query\": \"```\"}"}},
+    /* DeepSeek V3.2 DSML: string="true" values as written, "false" JSON */
+    {ZI_TF_DEEPSEEK_V32,
+     "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter "
+     "name=\"city\" string=\"true\">Paris</｜DSML｜parameter>\n<｜DSML｜parameter name=\"days\" "
+     "string=\"false\">3</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+     NULL,
+     1,
+     {"get_weather"},
+     {"{\"city\": \"Paris\", \"days\": 3}"}},
+    {ZI_TF_DEEPSEEK_V32,
+     "I will check both.\n\n<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n"
+     "<｜DSML｜parameter name=\"city\" string=\"true\">S\xc3\xa3o \"Paulo\"\na\\b\tc \xe6\x9d\xb1 "
+     "</p> <｜DSML｜x</｜DSML｜parameter>\n</｜DSML｜invoke>\n<｜DSML｜invoke name=\"search\">\n"
+     "<｜DSML｜parameter name=\"query\" string=\"true\">  spaced\n</｜DSML｜parameter>\n"
+     "<｜DSML｜parameter name=\"filters\" string=\"false\">{\"a\": [1, {\"b\": null}], \"c\": "
+     "\"\xe6\x9d\xb1\", \"d\": {\"e\": {\"f\": \"\\u00e9\\n\"}}}</｜DSML｜parameter>\n"
+     "</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+     "I will check both.",
+     2,
+     {"get_weather", "search"},
+     {"{\"city\": \"S\xc3\xa3o \\\"Paulo\\\"\\na\\\\b\\tc \xe6\x9d\xb1 </p> <｜DSML｜x\"}",
+      "{\"query\": \"  spaced\\n\", \"filters\": {\"a\": [1, {\"b\": null}], \"c\": "
+      "\"\xe6\x9d\xb1\", \"d\": {\"e\": {\"f\": \"\\u00e9\\n\"}}}}"}},
+    /* V4's block; "false" with Python's True or not JSON; no attribute:
+     * the schema's type */
+    {ZI_TF_DEEPSEEK_V32,
+     "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"search\">\n<｜DSML｜parameter name=\"limit\" "
+     "string=\"false\">True</｜DSML｜parameter>\n<｜DSML｜parameter name=\"x\" string=\"false\">"
+     "not json</｜DSML｜parameter>\n<｜DSML｜parameter name=\"query\">[1]</｜DSML｜parameter>\n"
+     "</｜DSML｜invoke>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter name=\"days\">"
+     " 4 </｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+     NULL,
+     2,
+     {"search", "get_weather"},
+     {"{\"limit\": true, \"x\": \"not json\", \"query\": \"[1]\"}", "{\"days\": 4}"}},
+    /* text after the block is content; a call with no parameters */
+    {ZI_TF_DEEPSEEK_V32,
+     "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"search\">\n</｜DSML｜invoke>\n"
+     "</｜DSML｜function_calls> Done.",
+     " Done.",
+     1,
+     {"search"},
+     {"{}"}},
     /* Kimi K2 */
     {ZI_TF_KIMI_K2,
      "<|tool_calls_section_begin|>\n<|tool_call_begin|>functions.get_weather:0"
@@ -298,6 +341,20 @@ static const fcase CASES[] = {
      {NULL},
      {NULL}},
     {ZI_TF_DEEPSEEK_V3, "Just text, \xc3\xa9.", "Just text, \xc3\xa9.", 0, {NULL}, {NULL}},
+    {ZI_TF_DEEPSEEK_V32,
+     "Say <｜DSML｜function_calls>\n<｜DSML｜invoke name=\"other\">\n</｜DSML｜invoke>\n"
+     "</｜DSML｜function_calls>",
+     "Say <｜DSML｜function_calls>\n<｜DSML｜invoke name=\"other\">\n</｜DSML｜invoke>\n"
+     "</｜DSML｜function_calls>",
+     0,
+     {NULL},
+     {NULL}},
+    {ZI_TF_DEEPSEEK_V32,
+     "<｜DSML｜ is a marker, \xc3\xa9.",
+     "<｜DSML｜ is a marker, \xc3\xa9.",
+     0,
+     {NULL},
+     {NULL}},
     {ZI_TF_FUNCTIONARY, "all\nNo tools needed.", "No tools needed.", 0, {NULL}, {NULL}},
 };
 
@@ -351,12 +408,42 @@ static const struct {
      "calls\xe2\x96\x81"
      "end\xef\xbd\x9c>",
      2},
+    {ZI_TF_DEEPSEEK_V32, "deepseek-ai-DeepSeek-V3.2.jinja",
+     "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter "
+     "name=\"location\" string=\"true\">S\xc3\xa3o Paulo</｜DSML｜parameter>\n<｜DSML｜parameter "
+     "name=\"unit\" "
+     "string=\"true\">celsius</｜DSML｜parameter>\n</｜DSML｜invoke>\n<｜DSML｜invoke "
+     "name=\"search\">\n<｜DSML｜parameter name=\"query\" string=\"true\">a \"quoted\" \\ "
+     "path</｜DSML｜parameter>\n<｜DSML｜parameter name=\"filters\" string=\"false\">{\"year\": "
+     "2024, \"limit\": 3}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+     2},
+    {ZI_TF_DEEPSEEK_V32, "deepseek-ai-DeepSeek-V4.jinja",
+     "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n<｜DSML｜parameter "
+     "name=\"location\" string=\"true\">S\xc3\xa3o Paulo</｜DSML｜parameter>\n<｜DSML｜parameter "
+     "name=\"unit\" "
+     "string=\"true\">celsius</｜DSML｜parameter>\n</｜DSML｜invoke>\n<｜DSML｜invoke "
+     "name=\"search\">\n<｜DSML｜parameter name=\"query\" string=\"true\">a \"quoted\" \\ "
+     "path</｜DSML｜parameter>\n<｜DSML｜parameter name=\"filters\" string=\"false\">{\"year\": "
+     "2024, \"limit\": 3}</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>",
+     2},
     {ZI_TF_GLM_45, "GLM-4.6.jinja",
      "<tool_call>get_weather\n<arg_key>location</arg_key>\n<arg_value>S\xc3\xa3o "
      "Paulo</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>\n</"
      "tool_call>\n<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>a \"quoted\" \\ "
      "path</arg_value>\n<arg_key>filters</arg_key>\n<arg_value>{\"year\": 2024, \"limit\": "
      "3}</arg_value>\n</tool_call>",
+     2},
+    {ZI_TF_GLM_45, "GLM-4.7-Flash.jinja",
+     "<tool_call>get_weather<arg_key>location</arg_key><arg_value>S\xc3\xa3o "
+     "Paulo</arg_value><arg_key>unit</arg_key><arg_value>celsius</arg_value></tool_call>"
+     "<tool_call>search<arg_key>query</arg_key><arg_value>a \"quoted\" \\ path</arg_value>"
+     "<arg_key>filters</arg_key><arg_value>{\"year\": 2024, \"limit\": 3}</arg_value></tool_call>",
+     2},
+    {ZI_TF_GENERIC, "ibm-granite-granite-4.0.jinja",
+     "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"S\xc3\xa3o Paulo\", "
+     "\"unit\": \"celsius\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"search\", \"arguments\": "
+     "{\"query\": \"a \\\"quoted\\\" \\\\ path\", \"filters\": {\"year\": 2024, \"limit\": "
+     "3}}}\n</tool_call>",
      2},
     {ZI_TF_KIMI_K2, "moonshotai-Kimi-K2.jinja",
      "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_"
@@ -487,8 +574,8 @@ static void test_rendered(void **state) {
     json_decref(nm);
 }
 
-/* A call sent, then the text goes wrong: broken (Qwen3-Coder: a parameter
- * that never closes is truncated at the end). */
+/* A call sent, then the text goes wrong: broken (Qwen3-Coder, DSML: a
+ * parameter that never closes is truncated at the end). */
 static void test_truncated(void **state) {
     (void)state;
     json_t *tl = tools(), *nm = json_pack("[s,s]", "get_weather", "search");
@@ -504,6 +591,26 @@ static void test_truncated(void **state) {
         "<|tool_call_argument_begin|>{\"query\": \"a\"",
         NULL, 0, t);
     assert_int_equal(t->n_calls, 1);
+    assert_false(t->ok);
+    /* DSML: a string value cut short; an unknown tool's invoke after a
+     * sent call (its text goes on as content) */
+    su.f = ZI_TF_DEEPSEEK_V32;
+    run(&su,
+        "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"search\">\n<｜DSML｜parameter "
+        "name=\"query\" string=\"true\">caf\xc3\xa9 </｜DSML｜par",
+        NULL, 0, t);
+    assert_int_equal(t->n_calls, 1);
+    assert_string_equal(t->args[0], "{\"query\": \"caf\xc3\xa9 ");
+    assert_false(t->ok);
+    run(&su,
+        "<｜DSML｜function_calls>\n<｜DSML｜invoke name=\"search\">\n</｜DSML｜invoke>\n"
+        "<｜DSML｜invoke name=\"other\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>",
+        NULL, 0, t);
+    assert_int_equal(t->n_calls, 1);
+    assert_string_equal(t->args[0], "{}");
+    assert_string_equal(
+        t->content,
+        "\n<｜DSML｜invoke name=\"other\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>");
     assert_false(t->ok);
     free(t);
     json_decref(tl);
@@ -556,11 +663,17 @@ static const struct {
     {"openai-gpt-oss-120b.jinja", ZI_TF_GPT_OSS},
     {"deepseek-ai-DeepSeek-V3.1.jinja", ZI_TF_DEEPSEEK_V3},
     {"deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", ZI_TF_DEEPSEEK_V3},
+    {"deepseek-ai-DeepSeek-V3.2.jinja", ZI_TF_DEEPSEEK_V32},
+    {"deepseek-ai-DeepSeek-V4.jinja", ZI_TF_DEEPSEEK_V32},
+    {"deepseek-ai-DeepSeek-V4-Flash-0731.jinja", ZI_TF_DEEPSEEK_V32},
     {"GLM-4.6.jinja", ZI_TF_GLM_45},
+    {"GLM-4.7-Flash.jinja", ZI_TF_GLM_45},
     {"Kimi-K2-Instruct.jinja", ZI_TF_KIMI_K2},
+    {"Kimi-K2-Thinking.jinja", ZI_TF_KIMI_K2},
     {"moonshotai-Kimi-K2.jinja", ZI_TF_KIMI_K2},
     {"ibm-granite-granite-3.3-2B-Instruct.jinja", ZI_TF_GRANITE},
-    {"ibm-granite-granite-4.0.jinja", ZI_TF_GENERIC},
+    {"ibm-granite-granite-4.0.jinja", ZI_TF_GENERIC}, /* Hermes <tool_call>{json} */
+    {"ibm-granite-granite-4.1.jinja", ZI_TF_GENERIC},
     {"CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", ZI_TF_COMMAND_R},
     {"CohereForAI-c4ai-command-r-plus-tool_use.jinja", ZI_TF_COMMAND_R},
     {"meetkai-functionary-medium-v3.2.jinja", ZI_TF_FUNCTIONARY},
