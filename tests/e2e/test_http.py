@@ -1088,17 +1088,25 @@ FORMAT_CASES = [
      'root ::= "Checking.\\n<tool_call>\\n<function=get_weather>\\n<parameter=city>\\n" '
      + CITY + ' "\\n</parameter>\\n<parameter=days>\\n" [1-9] '
      '"\\n</parameter>\\n</function>\\n</tool_call>"'),
+    (["--chat-template", TEMPLATES / "deepseek-ai-DeepSeek-V3.2.jinja"],
+     "deepseek-v3.2 (the chat template's)",
+     'root ::= "Checking.\\n\\n<｜DSML｜function_calls>\\n<｜DSML｜invoke name=\\"get_weather\\">\\n'
+     '<｜DSML｜parameter name=\\"city\\" string=\\"true\\">" ' + CITY + ' "</｜DSML｜parameter>\\n'
+     '<｜DSML｜parameter name=\\"days\\" string=\\"false\\">" [1-9] "</｜DSML｜parameter>\\n'
+     '</｜DSML｜invoke>\\n</｜DSML｜function_calls>"'),
 ]
 
 
-@pytest.mark.parametrize("args,logged,grammar", FORMAT_CASES, ids=["glm-4.5", "qwen3-coder-auto"])
+@pytest.mark.parametrize("args,logged,grammar", FORMAT_CASES, ids=["glm-4.5", "qwen3-coder-auto",
+                                                                "deepseek-v3.2-auto"])
 def test_tool_call_formats(zinfer_bin, model_path, tmp_path, args, logged, grammar):
     """A family's tool-call format, forced by --tool-call-format or found in
-    the chat template (Qwen3-Coder's): an output held by `grammar` to a call
-    in that format, its parameters written as XML, comes back as
-    message.tool_calls with the arguments as JSON (days an integer, as the
-    tool's schema types it) and the text before as content; streamed, the
-    name first, then argument fragments joining to the same JSON."""
+    the chat template (Qwen3-Coder's, DeepSeek V3.2's): an output held by
+    `grammar` to a call in that format, its parameters written as XML
+    (DSML), comes back as message.tool_calls with the arguments as JSON
+    (days an integer, as the tool's schema or DSML's string="false" types
+    it) and the text before as content; streamed, the name first, then
+    argument fragments joining to the same JSON."""
     if "--chat-template" in args and not Path(args[1]).is_file():
         pytest.skip(f"{args[1]} absent")
     port = free_port()
