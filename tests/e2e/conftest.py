@@ -153,6 +153,32 @@ class ServeProcess:
             return ""
 
 
+def free_port():
+    """A free TCP port on 127.0.0.1 (for zinfer-http's --http)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(port, srv, timeout_s=30):
+    """Waits until zinfer-http on port answers GET /health with 200 (no API
+    key needed); fails with srv's log when it does not in time."""
+    import http.client
+    deadline = time.time() + timeout_s
+    while True:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            c.request("GET", "/health")
+            ok = c.getresponse().status == 200
+            c.close()
+            if ok:
+                return
+        except OSError:
+            pass
+        assert time.time() < deadline, srv.log()
+        time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def serve_process(zinfer_bin, model_path, log_path, *args, workers=1):
     """Starts `zinfer serve` on a free port pair with the extra args, waits

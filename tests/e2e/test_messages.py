@@ -17,13 +17,11 @@ output forced by a grammar.
 
 import http.client as httpc
 import json
-import socket
-import time
 
 import jsonschema
 import pytest
 
-from conftest import serve_process
+from conftest import free_port, serve_process, wait_http
 
 anthropic = pytest.importorskip("anthropic")
 
@@ -34,11 +32,6 @@ WEATHER = {"name": "get_weather", "description": "The weather in a city",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
                             "required": ["city"]}}
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def post(port, path, body, headers=None, method="POST", key=KEY):
@@ -76,17 +69,7 @@ def start(zinfer_bin, path, log, *args):
     cm = serve_process(zinfer_bin, path, log, "--threads-per-worker", 1, "--slots", 4,
                        "--http", f"127.0.0.1:{port}", *args)
     srv = cm.__enter__()
-    deadline = time.time() + 30
-    while True:
-        try:
-            c = httpc.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        assert time.time() < deadline, srv.log()
-        time.sleep(0.2)
+    wait_http(port, srv)
     srv.port = port
     return cm, srv
 

@@ -22,15 +22,13 @@ import contextlib
 import http.client as httpc
 import json
 import os
-import socket
-import time
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 
-from conftest import serve_process
+from conftest import free_port, serve_process, wait_http
 from gguf_files import tokenizer_rows, write_gguf
 
 openai = pytest.importorskip("openai")
@@ -82,11 +80,6 @@ def write_qwen3(path):
     return write_gguf(path, "qwen3", rows, hp, t)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture(scope="module")
 def qwen3_file(tmp_path_factory):
@@ -100,17 +93,7 @@ def serving(zinfer_bin, path, log, *args):
     port = free_port()
     with serve_process(zinfer_bin, path, log, "--threads-per-worker", 1, "--slots", 4,
                        "--http", f"127.0.0.1:{port}", *args) as srv:
-        deadline = time.time() + 30
-        while True:
-            try:
-                c = httpc.HTTPConnection("127.0.0.1", port, timeout=5)
-                c.request("GET", "/health")
-                if c.getresponse().status == 200:
-                    break
-            except OSError:
-                pass
-            assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
+        wait_http(port, srv)
         srv.sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x",
                                 max_retries=0, timeout=120)
         srv.port = port

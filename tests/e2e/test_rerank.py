@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import ZINFER_BIN, ZINFER_MODEL, free_port_pair, serve_process
+from conftest import ZINFER_BIN, ZINFER_MODEL, free_port, serve_process, wait_http
 from gguf_files import encoder_tensors, tokenizer_rows, write_gguf
 from zinfer_client import Client, ZinferError
 
@@ -136,24 +136,12 @@ class Http:
 
 
 def start(path, tmp):
-    port = free_port_pair()[0]
+    port = free_port()
     cm = serve_process(ZINFER_BIN, path, tmp / "serve.log", "--ctx-size", 512, "--http",
                        f"127.0.0.1:{port}")
     srv = cm.__enter__()
-    h = Http(port)
-    import time
-    deadline = time.time() + 30
-    while True:
-        try:
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            c.request("GET", "/health")
-            if c.getresponse().status == 200:
-                break
-        except OSError:
-            pass
-        assert time.time() < deadline, srv.log()
-        time.sleep(0.2)
-    return cm, srv, h
+    wait_http(port, srv)
+    return cm, srv, Http(port)
 
 
 @pytest.fixture(scope="module", params=["bert", "qwen3"])

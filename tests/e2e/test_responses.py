@@ -26,7 +26,6 @@ import contextlib
 import http.client as httpc
 import json
 import os
-import socket
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import jsonschema
 import openai
 import pytest
 
-from conftest import serve_process
+from conftest import free_port, serve_process, wait_http
 
 KEY = "sk-test-responses"
 STORE_MAX = 4
@@ -50,11 +49,6 @@ WEATHER = {
     },
 }
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def raw(port, method, path, body=None, key=KEY):
@@ -80,15 +74,7 @@ def server(zinfer_bin, model_path, tmp_path_factory):
     with serve_process(zinfer_bin, model_path, log, "--threads-per-worker", 2, "--slots", 4,
                        "--http", f"127.0.0.1:{hport}", "--api-key", KEY,
                        "--responses-store-max", STORE_MAX) as srv:
-        deadline = time.time() + 30
-        while True:
-            try:
-                if raw(hport, "GET", "/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
+        wait_http(hport, srv)
         srv.port = hport
         yield srv
 
