@@ -17,111 +17,7 @@
 #include <cmocka.h>
 
 #include "tool_stream.h"
-
-#define MAXC 8
-
-/* What a stream reported, concatenated. */
-typedef struct transcript {
-    char content[4096];
-    size_t clen;
-    int n_calls;
-    char name[MAXC][64];
-    char args[MAXC][1024];
-    char id[MAXC][40];
-    int ok;
-} transcript;
-
-static void cat(char *dst, size_t cap, size_t *len, const char *s, size_t n) {
-    assert_true(*len + n < cap);
-    memcpy(dst + *len, s, n);
-    dst[ *len += n] = '\0';
-}
-
-/* A generated tool-call id: exactly 9 ASCII letters and digits, as
- * Mistral's chat templates demand. */
-static int is_call_id(const char *id) {
-    if (!id || strlen(id) != ZI_TS_ID_LEN) return 0;
-    for (const char *p = id; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
-            return 0;
-    return 1;
-}
-
-static int record(void *arg, const zi_ts_event *ev) {
-    transcript *t = arg;
-    switch (ev->kind) {
-    case ZI_TS_CONTENT:
-        assert_true(ev->len > 0);
-        cat(t->content, sizeof t->content, &t->clen, ev->text, ev->len);
-        break;
-    case ZI_TS_CALL:
-        assert_int_equal(ev->index, t->n_calls); /* each once, in order */
-        assert_true(t->n_calls < MAXC);
-        assert_true(is_call_id(ev->id));
-        snprintf(t->name[t->n_calls], 64, "%.*s", (int)ev->len, ev->text);
-        snprintf(t->id[t->n_calls], 40, "%s", ev->id);
-        t->n_calls++;
-        break;
-    case ZI_TS_ARGS: {
-        assert_true(ev->len > 0);
-        assert_int_equal(ev->index, t->n_calls - 1); /* the current call's */
-        size_t l = strlen(t->args[ev->index]);
-        cat(t->args[ev->index], sizeof t->args[0], &l, ev->text, ev->len);
-        break;
-    }
-    case ZI_TS_REASONING: /* chat_stream's, never tool_stream's */
-        fail_msg("tool_stream reported reasoning");
-        break;
-    }
-    return 0;
-}
-
-/* Feeds text in pieces cut at cuts[0..ncuts) (increasing). */
-static void run(const json_t *names, const char *text, const size_t *cuts, int ncuts,
-                transcript *t) {
-    memset(t, 0, sizeof *t);
-    zi_tool_stream ts;
-    zi_tool_stream_init(&ts, names, ZI_TF_AUTO);
-    size_t from = 0, n = strlen(text);
-    for (int i = 0; i <= ncuts; i++) {
-        size_t to = i < ncuts ? cuts[i] : n;
-        assert_int_equal(zi_tool_stream_feed(&ts, text + from, to - from, record, t), 0);
-        from = to;
-    }
-    assert_int_equal(zi_tool_stream_finish(&ts, record, t), 0);
-    t->ok = zi_tool_stream_calls_ok(&ts);
-    zi_tool_stream_free(&ts);
-}
-
-static void assert_same(const transcript *a, const transcript *b) {
-    assert_string_equal(a->content, b->content);
-    assert_int_equal(a->n_calls, b->n_calls);
-    assert_int_equal(a->ok, b->ok);
-    for (int i = 0; i < a->n_calls; i++) {
-        assert_string_equal(a->name[i], b->name[i]);
-        assert_string_equal(a->args[i], b->args[i]);
-    }
-}
-
-/* Whole, every split in two, every split in three around the middle, and
- * byte by byte: the same transcript. */
-static void all_splits(const json_t *names, const char *text, transcript *whole) {
-    size_t n = strlen(text);
-    run(names, text, NULL, 0, whole);
-    transcript t;
-    for (size_t c = 0; c <= n; c++) {
-        run(names, text, &c, 1, &t);
-        assert_same(whole, &t);
-        size_t cc[2] = {c / 2, c};
-        run(names, text, cc, 2, &t);
-        assert_same(whole, &t);
-    }
-    size_t *bytes = malloc((n + 1) * sizeof *bytes);
-    for (size_t c = 0; c < n; c++) bytes[c] = c + 1;
-    run(names, text, bytes, (int)(n ? n - 1 : 0), &t);
-    free(bytes);
-    assert_same(whole, &t);
-}
+#include "tool_transcript.h"
 
 static json_t *names(void) {
     return json_pack("[s,s]", "get_weather", "get_time");
@@ -214,7 +110,7 @@ static void test_real_outputs(void **state) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         transcript w;
-        all_splits(nm, cases[i].text, &w);
+        all_splits(&(setup){ZI_TF_AUTO, nm, NULL}, cases[i].text, &w);
         assert_string_equal(w.content, cases[i].content);
         assert_int_equal(w.n_calls, cases[i].n);
         assert_int_equal(w.ok, cases[i].n > 0);
@@ -270,7 +166,7 @@ static void test_truncated_and_broken(void **state) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         transcript w;
-        all_splits(nm, cases[i].text, &w);
+        all_splits(&(setup){ZI_TF_AUTO, nm, NULL}, cases[i].text, &w);
         assert_int_equal(w.ok, 0);
         assert_int_equal(w.n_calls, 1);
         assert_string_equal(w.args[0], cases[i].args);
