@@ -44,6 +44,9 @@ int zi_rank_head_load(zi_rank_head *h, const zi_gguf *g, const char *arch, int d
     char key[96];
     snprintf(key, sizeof key, "%s.classifier.output_labels", arch);
     const zi_gguf_kv *kv = zi_gguf_find_kv(g, key);
+    if (kv && kv->type == ZI_GGUF_ARRAY && kv->arr_len > ZI_RANK_MAX_OUTPUTS)
+        return zi_error_set(err, ZI_EFORMAT, "%s: %llu labels (at most %d)", key,
+                            (unsigned long long)kv->arr_len, ZI_RANK_MAX_OUTPUTS);
     h->n_out = kv && kv->type == ZI_GGUF_ARRAY && kv->arr_len > 0 ? (int)kv->arr_len : 1;
     int rc = read_tensor(g, "cls.weight", dim, dim, &h->cls_w, err);
     if (!rc) rc = read_tensor(g, "cls.bias", 1, dim, &h->cls_b, err);

@@ -23,6 +23,9 @@
 #include "gguf.h"
 #include "zi_error.h"
 
+/* The most labels a head may have (a file's larger count is refused). */
+#define ZI_RANK_MAX_OUTPUTS 65536
+
 typedef struct zi_rank_head {
     int dim;         /* the hidden state's size */
     int n_out;       /* outputs: the labels (`{arch}.classifier.output_labels`), else 1 */

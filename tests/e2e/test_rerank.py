@@ -32,6 +32,7 @@ return_documents), equal to the msgpack op's scores, and bad inputs each a
 
 import http.client
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -69,7 +70,7 @@ DOCS = ["Cats sleep for most of the day and hunt at dusk.",
         "The old train leaves the station at noon."]
 
 
-def write_bert_reranker(path, seed=5, n_embd=64):
+def write_bert_reranker(path, seed=5, n_embd=64, labels=None):
     rows, n_vocab = tokenizer_rows(BGE)
     rng = np.random.default_rng(seed)
     t = encoder_tensors(rng, "bert", n_vocab, n_embd, 2 * n_embd, 2, 512)
@@ -81,6 +82,9 @@ def write_bert_reranker(path, seed=5, n_embd=64):
           "block_count": 2, "attention.head_count": N_HEAD,
           "attention.layer_norm_epsilon": float(EPS), "pooling_type": 4}
     w_rows = list(rows) + [("bert.attention.causal", False, gguf.GGUFValueType.BOOL, None)]
+    if labels is not None:
+        w_rows.append(("bert.classifier.output_labels", labels, gguf.GGUFValueType.ARRAY,
+                       gguf.GGUFValueType.STRING))
     if not any(r[0] == "tokenizer.ggml.token_type_count" for r in rows):
         w_rows.append(("tokenizer.ggml.token_type_count", 2, gguf.GGUFValueType.UINT32, None))
     write_gguf(path, "bert", w_rows, hp, {k: (v, None) for k, v in t.items()})
@@ -288,3 +292,15 @@ def test_model_without_head_refuses_rank(tmp_path):
             with pytest.raises(ZinferError) as ei:
                 c.call("embed", query=QUERY, input=["a"], pooling="mean")
             assert ei.value.code == "invalid_request" and "pooling" in str(ei.value)
+
+
+def test_too_many_labels_refused(tmp_path):
+    """A head with more labels than zinfer takes (65536) is refused at the
+    worker's start, naming the key, not allocated."""
+    path, _ = write_bert_reranker(tmp_path / "labels.gguf",
+                                  labels=[f"l{i}" for i in range(65537)])
+    r = subprocess.run([str(Path(ZINFER_BIN).parent / "zinfer-worker"), "--model", str(path),
+                        "--router", "tcp://127.0.0.1:1", "--threads", "1"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "bert.classifier.output_labels: 65537 labels (at most 65536)" in r.stderr + r.stdout
