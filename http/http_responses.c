@@ -672,8 +672,6 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
     }
     if (!rc) {
         rename_field_map(g);
-        /* the model's tool-call format, as chat completions take it */
-        g->tools.format = (zi_tool_format)ctx->cfg.tool_format;
         /* Responses always has the reasoning apart: its own output item. */
         g->reasoning.format = ZI_REASONING_SEPARATE;
         g->reasoning.format_given = 1; /* whatever --reasoning-format says */
@@ -932,9 +930,9 @@ static json_t *response_json(zi_http_result *r, rs_state *st, const char *status
                             ? json_pack("{s:s}", "reason", "max_output_tokens")
                             : json_null());
     json_object_set_new(o, "error",
-                        err ? json_pack("{s:s, s:s}", "code",
+                        err ? json_pack("{s:s, s:o}", "code",
                                         err->status == 429 ? "rate_limit_exceeded" : "server_error",
-                                        "message", err->message)
+                                        "message", zi_http_jstr(err->message, strlen(err->message)))
                             : json_null());
     if (!strcmp(status, "in_progress")) {
         json_object_set_new(o, "usage", json_null());
@@ -1021,9 +1019,12 @@ static int stream_error_responses(zi_http_result *r, const zi_http_error *e, cha
     rs_state *st = state_of(r);
     if (!st) return -1;
     st->out = out, st->out_len = len, st->out_cap = cap;
-    json_t *ev = json_pack("{s:s, s:s}", "code", e->code[0] ? e->code : "server_error", "message",
-                           e->message);
-    if (ev) json_object_set_new(ev, "param", e->param[0] ? json_string(e->param) : json_null());
+    /* (the message may quote the client's bytes: cleaned to UTF-8) */
+    json_t *ev = json_pack("{s:s, s:o}", "code", e->code[0] ? e->code : "server_error", "message",
+                           zi_http_jstr(e->message, strlen(e->message)));
+    if (ev)
+        json_object_set_new(ev, "param",
+                            e->param[0] ? zi_http_jstr(e->param, strlen(e->param)) : json_null());
     emit(st, "error", ev);
     close_item(st, "incomplete");
     emit(st, "response.failed", json_pack("{s:o}", "response", response_json(r, st, "failed", e)));
