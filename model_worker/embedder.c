@@ -86,13 +86,15 @@ void zi_embed_l2_normalize(float *v, int n) {
 }
 
 void zi_embed_schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, int budget,
-                       zi_embed_step *s) {
+                       int whole_budget, zi_embed_step *s) {
+    assert(whole_budget >= budget);
     s->n_stepped = s->n_hidden = 0;
     int bs = s->block_size;
-    for (size_t k = 0; k < n && budget > 0; k++) {
+    for (size_t k = 0; k < n && whole_budget > 0; k++) {
         zi_embed_input *e = in[k];
         if (e->done) continue;
-        if (e->whole && e->n_tokens - e->n_fed > budget) continue; /* never cut */
+        int room = e->whole ? whole_budget : budget;
+        if (room <= 0 || (e->whole && e->n_tokens - e->n_fed > room)) continue; /* never cut */
         if (e->n_blocks == 0) {
             int32_t need = (e->n_tokens + bs - 1) / bs;
             assert(need <= e->max_blocks && need <= s->table_stride);
@@ -100,7 +102,7 @@ void zi_embed_schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, in
             for (int32_t j = 0; j < need; j++) e->blocks[e->n_blocks++] = zi_kv_blocks_alloc(kb);
         }
         int len = e->n_tokens - e->n_fed;
-        if (len > budget) len = budget;
+        if (len > room) len = room;
         int32_t row = s->first_row + s->n_stepped;
         memcpy(s->tables + (size_t)row * s->table_stride, e->blocks,
                (size_t)e->n_blocks * sizeof *e->blocks);
@@ -117,6 +119,7 @@ void zi_embed_schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, in
         }
         e->step_len = len;
         budget -= len;
+        whole_budget -= len;
         s->stepped[s->n_stepped++] = e;
     }
 }

@@ -96,10 +96,13 @@ typedef struct zi_embed_step {
  * budget tokens remain: an input takes the blocks of its whole length from
  * kb when it starts, or waits when too few are available (it never takes
  * another sequence's); a window is cut to the budget (chunks), except that
- * a whole input (an encoder's) waits for a step with room for all of it. s->stepped
- * has room for n. */
+ * a whole input (an encoder's, a decoder's rank input) is never cut: it
+ * takes whole_budget (>= budget: the step's room without the prompt chunk's
+ * cap, so that steady decoding cannot starve it) and waits for a step
+ * with room for all of it. Both budgets shrink by what is taken.
+ * s->stepped has room for n. */
 void zi_embed_schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, int budget,
-                       zi_embed_step *s);
+                       int whole_budget, zi_embed_step *s);
 /* After the pass: each stepped input takes its hidden rows (hidden, packed
  * in batch order, dim floats each) and moves on; one that is complete is
  * finished (zi_embed_finish), its blocks given back, and done. */

@@ -960,7 +960,8 @@ static int schedule_embeds(zi_generator *g, step_plan *p, zi_error *err) {
                             .n_tokens = p->n_tokens,
                             .first_row = p->n_stepped,
                             .stepped = g->emb_stepped};
-    zi_embed_schedule(g->emb, g->n_emb, g->kb, budget, &g->es);
+    zi_embed_schedule(g->emb, g->n_emb, g->kb, budget, g->cfg.max_batch_tokens - p->n_tokens,
+                      &g->es);
     p->n_prompt += g->es.n_tokens - p->n_tokens;
     p->n_tokens = g->es.n_tokens;
     assert(p->n_tokens <= g->cfg.max_batch_tokens);

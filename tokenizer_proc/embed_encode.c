@@ -13,24 +13,31 @@ static bool is_int(const msgpack_object *o) {
     return o->type == MSGPACK_OBJECT_POSITIVE_INTEGER || o->type == MSGPACK_OBJECT_NEGATIVE_INTEGER;
 }
 
-/* s with every `from` replaced by `to` (malloc'd, NUL-terminated), or NULL
- * when out of memory. */
-static char *replace_all(const char *s, size_t n, const char *from, const char *to, size_t tn) {
-    size_t fn = strlen(from), cap = n + 1, len = 0;
-    for (size_t i = 0; i + fn <= n; i++)
-        if (!memcmp(s + i, from, fn)) cap += tn, i += fn - 1;
+/* The rerank template tmpl with each "{query}" and "{document}" of its
+ * own text replaced by q and d (one pass over the template: a value that
+ * spells a placeholder is not expanded again, so the result is at most the
+ * template plus one value per placeholder). *out is malloc'd, *n its
+ * length (the values may hold NUL bytes). ZI_ENOMEM. */
+static int expand_template(const char *tmpl, const char *q, size_t qn, const char *d, size_t dn,
+                           char **out, size_t *n) {
+    static const char QP[] = "{query}", DP[] = "{document}";
+    size_t tn = strlen(tmpl), cap = tn + 1;
+    for (const char *p = tmpl; (p = strchr(p, '{')); p++)
+        cap += !strncmp(p, QP, sizeof QP - 1) ? qn : !strncmp(p, DP, sizeof DP - 1) ? dn : 0;
     char *r = malloc(cap);
-    if (!r) return NULL;
-    for (size_t i = 0; i < n;) {
-        if (i + fn <= n && !memcmp(s + i, from, fn)) {
-            memcpy(r + len, to, tn);
-            len += tn, i += fn;
+    if (!r) return ZI_ENOMEM;
+    size_t len = 0;
+    for (size_t i = 0; i < tn;) {
+        if (!strncmp(tmpl + i, QP, sizeof QP - 1)) {
+            memcpy(r + len, q, qn), len += qn, i += sizeof QP - 1;
+        } else if (!strncmp(tmpl + i, DP, sizeof DP - 1)) {
+            memcpy(r + len, d, dn), len += dn, i += sizeof DP - 1;
         } else {
-            r[len++] = s[i++];
+            r[len++] = tmpl[i++];
         }
     }
-    r[len] = '\0';
-    return r;
+    *out = r, *n = len;
+    return ZI_OK;
 }
 
 /* Appends ids[0..n) to the growing list v. */
@@ -48,12 +55,12 @@ static int encode_pair(zi_tokenizer *tok, const zi_im_embed_encode *m, const cha
     const char *d = doc->via.str.ptr;
     size_t dn = doc->via.str.size;
     if (tmpl) {
-        char *a = replace_all(tmpl, strlen(tmpl), "{query}", m->query.p, m->query.n);
-        char *b = a ? replace_all(a, strlen(a), "{document}", d, dn) : NULL;
-        int rc = b ? zi_tokenizer_encode(tok, b, strlen(b), 0, 1, ids, n, err)
-                   : zi_error_set(err, ZI_ENOMEM, "out of memory");
-        free(a);
-        free(b);
+        char *text;
+        size_t tl;
+        if (expand_template(tmpl, m->query.p, m->query.n, d, dn, &text, &tl))
+            return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        int rc = zi_tokenizer_encode(tok, text, tl, 0, 1, ids, n, err);
+        free(text);
         return rc;
     }
     int32_t bos, eos, sep, *q = NULL, *dv = NULL, *v = NULL;

@@ -27,8 +27,10 @@
  * paired with the query as llama.cpp's format_prompt_rerank pairs them:
  * with the model's rerank template (rerank_tmpl, the file's
  * `tokenizer.chat_template.rerank`; NULL when it has none) its "{query}"
- * then its "{document}" replaced, encoded without BOS and with special-token
- * text parsed; without one, [BOS] query [EOS] [SEP] document [EOS]
+ * and "{document}" replaced in one pass (llama.cpp replaces them one after
+ * the other, so a query spelling "{document}" would get the document too:
+ * not here, which bounds the text), encoded without BOS and with
+ * special-token text parsed; without one, [BOS] query [EOS] [SEP] document [EOS]
  * (zi_tokenizer_pair_markers), query and document encoded as plain text.
  */
 int zi_embed_encode(zi_tokenizer *tok, int32_t vocab, const zi_im_embed_encode *m,

@@ -41,9 +41,10 @@ static void test_spans(void **state) {
     assert_non_null(strstr(err.msg, "whole in one pass"));
 }
 
-/* Schedules in[] into a step of budget tokens; returns the tokens taken. */
-static int schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, int budget,
-                    zi_embed_step *s) {
+/* Schedules in[] into a step of budget tokens (whole inputs: whole_budget);
+ * returns the tokens taken. */
+static int schedule2(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, int budget,
+                     int whole_budget, zi_embed_step *s) {
     static int32_t tokens[64], pos[64], seq[64], tables[8 * 16];
     static uint8_t want_logits[64], want_hidden[64];
     static zi_embed_input *stepped[8];
@@ -56,8 +57,13 @@ static int schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, int b
                          .table_stride = 16,
                          .block_size = 4,
                          .stepped = stepped};
-    zi_embed_schedule(in, n, kb, budget, s);
+    zi_embed_schedule(in, n, kb, budget, whole_budget, s);
     return s->n_tokens;
+}
+
+static int schedule(zi_embed_input *const *in, size_t n, zi_kv_blocks *kb, int budget,
+                    zi_embed_step *s) {
+    return schedule2(in, n, kb, budget, budget, s);
 }
 
 static void test_whole_inputs_wait(void **state) {
@@ -92,6 +98,20 @@ static void test_whole_inputs_wait(void **state) {
     zi_embed_input *in2[] = {&c};
     assert_int_equal(schedule(in2, 1, kb, 5, &s), 5);
     zi_embed_release(&c, kb);
+    /* A step whose prompt chunk leaves 2 tokens but whose batch has room
+     * for 7: a whole input of 6 runs (decoding cannot starve it), a cut
+     * one after it gets what is left of the chunk's 2, nothing. */
+    zi_embed_input d, f;
+    assert_int_equal(zi_embed_input_init(&d, ids, 6, 2, ZI_POOLING_CLS, false, 4, &err), ZI_OK);
+    assert_int_equal(zi_embed_input_init(&f, ids, 3, 2, ZI_POOLING_CLS, false, 4, &err), ZI_OK);
+    d.whole = true;
+    zi_embed_input *in3[] = {&d, &f};
+    assert_int_equal(schedule2(in3, 2, kb, 2, 7, &s), 6);
+    assert_int_equal(s.n_stepped, 1);
+    assert_ptr_equal(s.stepped[0], &d);
+    zi_embed_release(&d, kb);
+    zi_embed_input_free(&d);
+    zi_embed_input_free(&f);
     zi_embed_input_free(&a);
     zi_embed_input_free(&b);
     zi_embed_input_free(&c);
