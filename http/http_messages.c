@@ -68,10 +68,6 @@ static int bad(zi_http_error *e, const char *field, const char *fmt, ...) {
     return zi_http_fail(e, 400, "invalid_request", field, "%s: %s", field, why);
 }
 
-static int want(zi_http_error *e, const char *field, const char *what, const json_t *v) {
-    return bad(e, field, "expected %s, got %s", what, zi_http_type_name(v));
-}
-
 /* A key of o that is not in allowed (NULL-ended) is refused, as
  * Anthropic's API refuses it. path: o's own field ("" at the top). */
 static int only_keys(json_t *o, const char *path, const char *const *allowed, zi_http_error *e) {
@@ -125,7 +121,7 @@ static int text_block(json_t *b, const char *bf, json_t *texts, zi_http_error *e
     char f[160];
     snprintf(f, sizeof f, "%s.text", bf);
     if (!t) return bad(e, f, "Field required");
-    if (!json_is_string(t)) return want(e, f, "a string", t);
+    if (!json_is_string(t)) return zi_http_want(e, f, "a string", t);
     json_array_append(texts, t);
     return 0;
 }
@@ -156,7 +152,7 @@ static int tool_result_text(json_t *b, const char *bf, char **out, zi_http_error
     } else if (json_is_string(c)) {
         *out = strndup(json_string_value(c), json_string_length(c));
     } else {
-        if (!json_is_array(c)) return want(e, f, "a string or an array of text blocks", c);
+        if (!json_is_array(c)) return zi_http_want(e, f, "a string or an array of text blocks", c);
         json_t *texts = json_array(), *x;
         size_t k;
         json_array_foreach(c, k, x) {
@@ -165,11 +161,11 @@ static int tool_result_text(json_t *b, const char *bf, char **out, zi_http_error
             json_t *t = json_is_object(x) ? json_object_get(x, "type") : NULL;
             int rc;
             if (!json_is_object(x))
-                rc = want(e, xf, "a content block object", x);
+                rc = zi_http_want(e, xf, "a content block object", x);
             else if (!json_is_string(t)) {
                 char tf[208];
                 snprintf(tf, sizeof tf, "%s.type", xf);
-                rc = want(e, tf, "a string", t);
+                rc = zi_http_want(e, tf, "a string", t);
             } else if (strcmp(json_string_value(t), "text"))
                 rc = unserved_block(xf, json_string_value(t), e);
             else
@@ -193,7 +189,7 @@ static int tr_system(json_t *root, tr *t, json_t *out, zi_http_error *e) {
     if (json_is_string(s)) {
         text = strndup(json_string_value(s), json_string_length(s));
     } else {
-        if (!json_is_array(s)) return want(e, "system", "a string or an array of text blocks", s);
+        if (!json_is_array(s)) return zi_http_want(e, "system", "a string or an array of text blocks", s);
         json_t *texts = json_array(), *b;
         size_t i;
         json_array_foreach(s, i, b) {
@@ -202,7 +198,7 @@ static int tr_system(json_t *root, tr *t, json_t *out, zi_http_error *e) {
             json_t *ty = json_is_object(b) ? json_object_get(b, "type") : NULL;
             int rc = 0;
             if (!json_is_object(b))
-                rc = want(e, bf, "a text block object", b);
+                rc = zi_http_want(e, bf, "a text block object", b);
             else if (!json_is_string(ty) || strcmp(json_string_value(ty), "text")) {
                 char tf[80];
                 snprintf(tf, sizeof tf, "%s.type", bf);
@@ -239,7 +235,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
         char bf[128], ff[160];
         snprintf(bf, sizeof bf, "%s.%zu", f, j);
         if (!json_is_object(b)) {
-            rc = want(e, bf, "a content block object", b);
+            rc = zi_http_want(e, bf, "a content block object", b);
             break;
         }
         json_t *ty = json_object_get(b, "type");
@@ -249,7 +245,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
             break;
         }
         if (!json_is_string(ty)) {
-            rc = want(e, ff, "a string", ty);
+            rc = zi_http_want(e, ff, "a string", ty);
             break;
         }
         const char *type = json_string_value(ty);
@@ -273,7 +269,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
             }
             snprintf(ff, sizeof ff, "%s.id", bf);
             if (!json_is_string(id) || !json_string_length(id)) {
-                rc = want(e, ff, "a non-empty string", id);
+                rc = zi_http_want(e, ff, "a non-empty string", id);
                 break;
             }
             size_t k;
@@ -286,12 +282,12 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
             if (rc) break;
             snprintf(ff, sizeof ff, "%s.name", bf);
             if (!json_is_string(name) || !json_string_length(name)) {
-                rc = want(e, ff, "a non-empty string", name);
+                rc = zi_http_want(e, ff, "a non-empty string", name);
                 break;
             }
             snprintf(ff, sizeof ff, "%s.input", bf);
             if (!json_is_object(input)) {
-                rc = want(e, ff, "an object", input);
+                rc = zi_http_want(e, ff, "an object", input);
                 break;
             }
             char *args = json_dumps(input, JSON_COMPACT);
@@ -324,7 +320,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
                 break;
             }
             if (!json_is_string(id)) {
-                rc = want(e, ff, "a string", id);
+                rc = zi_http_want(e, ff, "a string", id);
                 break;
             }
             int found = 0;
@@ -340,7 +336,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
             }
             snprintf(ff, sizeof ff, "%s.is_error", bf);
             if (ie && !json_is_boolean(ie)) {
-                rc = want(e, ff, "a boolean", ie);
+                rc = zi_http_want(e, ff, "a boolean", ie);
                 break;
             }
             char *text;
@@ -377,7 +373,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
             if (!th)
                 rc = bad(e, ff, "Field required");
             else if (!json_is_string(th))
-                rc = want(e, ff, "a string", th);
+                rc = zi_http_want(e, ff, "a string", th);
             else
                 json_array_append(thoughts, th);
         } else {
@@ -412,7 +408,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
 static int tr_messages(json_t *root, json_t *out, zi_http_error *e) {
     json_t *ms = json_object_get(root, "messages");
     if (!ms) return bad(e, "messages", "Field required");
-    if (!json_is_array(ms)) return want(e, "messages", "an array of messages", ms);
+    if (!json_is_array(ms)) return zi_http_want(e, "messages", "an array of messages", ms);
     if (!json_array_size(ms)) return bad(e, "messages", "at least one message is required");
     json_t *prev = json_array(), *m;
     size_t i;
@@ -423,7 +419,7 @@ static int tr_messages(json_t *root, json_t *out, zi_http_error *e) {
         char f[64], ff[96];
         snprintf(f, sizeof f, "messages.%zu", i);
         if (!json_is_object(m)) {
-            rc = want(e, f, "a message object", m);
+            rc = zi_http_want(e, f, "a message object", m);
             break;
         }
         if ((rc = only_keys(m, f, keys, e))) break;
@@ -452,7 +448,7 @@ static int tr_messages(json_t *root, json_t *out, zi_http_error *e) {
         if (json_is_string(c))
             json_array_append_new(out, json_pack("{s:s, s:O}", "role", last_role, "content", c));
         else if (!json_is_array(c))
-            rc = want(e, ff, "a string or an array of content blocks", c);
+            rc = zi_http_want(e, ff, "a string or an array of content blocks", c);
         else
             rc = tr_blocks(c, ff, user, prev, ids, out, e);
         json_decref(prev);
@@ -475,7 +471,7 @@ static int tr_messages(json_t *root, json_t *out, zi_http_error *e) {
 static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) {
     json_t *tools = zi_http_get(root, "tools"), *tool;
     if (!tools) return 0;
-    if (!json_is_array(tools)) return want(e, "tools", "an array of tools", tools);
+    if (!json_is_array(tools)) return zi_http_want(e, "tools", "an array of tools", tools);
     json_t *out = json_array();
     size_t i;
     json_object_set_new(oai, "tools", out);
@@ -484,10 +480,10 @@ static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) 
                                            "cache_control", "strict", NULL};
         char f[64], ff[96];
         snprintf(f, sizeof f, "tools.%zu", i);
-        if (!json_is_object(tool)) return want(e, f, "a tool object", tool);
+        if (!json_is_object(tool)) return zi_http_want(e, f, "a tool object", tool);
         json_t *ty = zi_http_get(tool, "type");
         snprintf(ff, sizeof ff, "%s.type", f);
-        if (ty && !json_is_string(ty)) return want(e, ff, "a string", ty);
+        if (ty && !json_is_string(ty)) return zi_http_want(e, ff, "a string", ty);
         if (ty && strcmp(json_string_value(ty), "custom"))
             return zi_http_fail(e, 400, "unsupported_value", ff,
                                 "%s: '%.80s' is a server tool, which this server does not run "
@@ -499,7 +495,7 @@ static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) 
                *schema = json_object_get(tool, "input_schema");
         snprintf(ff, sizeof ff, "%s.name", f);
         if (!name) return bad(e, ff, "Field required");
-        if (!json_is_string(name)) return want(e, ff, "a string", name);
+        if (!json_is_string(name)) return zi_http_want(e, ff, "a string", name);
         const char *s = json_string_value(name);
         size_t n = json_string_length(name), k;
         int okname = n >= 1 && n <= 128;
@@ -513,10 +509,10 @@ static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) 
         json_array_foreach(names, k, x) if (json_equal(x, name)) return bad(
             e, ff, "'%s' names an earlier tool too (tool names must be unique)", s);
         snprintf(ff, sizeof ff, "%s.description", f);
-        if (desc && !json_is_string(desc)) return want(e, ff, "a string", desc);
+        if (desc && !json_is_string(desc)) return zi_http_want(e, ff, "a string", desc);
         snprintf(ff, sizeof ff, "%s.input_schema", f);
         if (!schema) return bad(e, ff, "Field required");
-        if (!json_is_object(schema)) return want(e, ff, "a JSON schema object", schema);
+        if (!json_is_object(schema)) return zi_http_want(e, ff, "a JSON schema object", schema);
         json_t *st = json_object_get(schema, "type");
         if (!json_is_string(st) || strcmp(json_string_value(st), "object"))
             return bad(e, ff, "its type must be \"object\"");
@@ -534,10 +530,10 @@ static int tr_tools(json_t *root, json_t *oai, json_t *names, zi_http_error *e) 
 static int tr_tool_choice(json_t *root, tr *t, json_t *names, zi_http_error *e) {
     json_t *tc = zi_http_get(root, "tool_choice");
     if (!tc) return 0;
-    if (!json_is_object(tc)) return want(e, "tool_choice", "an object", tc);
+    if (!json_is_object(tc)) return zi_http_want(e, "tool_choice", "an object", tc);
     json_t *ty = json_object_get(tc, "type"), *dp = zi_http_get(tc, "disable_parallel_tool_use");
     if (!ty) return bad(e, "tool_choice.type", "Field required");
-    if (!json_is_string(ty)) return want(e, "tool_choice.type", "a string", ty);
+    if (!json_is_string(ty)) return zi_http_want(e, "tool_choice.type", "a string", ty);
     const char *type = json_string_value(ty);
     static const char *const k_tool[] = {"type", "name", "disable_parallel_tool_use", NULL};
     static const char *const k_other[] = {"type", "disable_parallel_tool_use", NULL};
@@ -548,14 +544,14 @@ static int tr_tool_choice(json_t *root, tr *t, json_t *names, zi_http_error *e) 
                    type);
     if (only_keys(tc, "tool_choice", is_tool ? k_tool : is_none ? k_none : k_other, e)) return -1;
     if (dp && !json_is_boolean(dp))
-        return want(e, "tool_choice.disable_parallel_tool_use", "a boolean", dp);
+        return zi_http_want(e, "tool_choice.disable_parallel_tool_use", "a boolean", dp);
     if ((is_tool || !strcmp(type, "any")) && !json_array_size(names))
         return bad(e, "tool_choice", "type '%s' needs tools", type);
     json_t *oc;
     if (is_tool) {
         json_t *name = json_object_get(tc, "name"), *x;
         if (!name) return bad(e, "tool_choice.name", "Field required");
-        if (!json_is_string(name)) return want(e, "tool_choice.name", "a string", name);
+        if (!json_is_string(name)) return zi_http_want(e, "tool_choice.name", "a string", name);
         int found = 0;
         size_t k;
         json_array_foreach(names, k, x) found |= json_equal(x, name);
@@ -583,10 +579,10 @@ static int tr_tool_choice(json_t *root, tr *t, json_t *names, zi_http_error *e) 
 static int tr_thinking(json_t *root, tr *t, zi_http_error *e) {
     json_t *th = zi_http_get(root, "thinking");
     if (!th) return 0;
-    if (!json_is_object(th)) return want(e, "thinking", "an object", th);
+    if (!json_is_object(th)) return zi_http_want(e, "thinking", "an object", th);
     json_t *ty = json_object_get(th, "type");
     if (!ty) return bad(e, "thinking.type", "Field required");
-    if (!json_is_string(ty)) return want(e, "thinking.type", "a string", ty);
+    if (!json_is_string(ty)) return zi_http_want(e, "thinking.type", "a string", ty);
     const char *type = json_string_value(ty);
     static const char *const k_en[] = {"type", "budget_tokens", "display", NULL};
     static const char *const k_ad[] = {"type", "display", NULL};
@@ -609,7 +605,7 @@ static int tr_thinking(json_t *root, tr *t, zi_http_error *e) {
     if (!en) return 0;
     json_t *b = json_object_get(th, "budget_tokens");
     if (!b) return bad(e, "thinking.budget_tokens", "Field required");
-    if (!json_is_integer(b)) return want(e, "thinking.budget_tokens", "an integer", b);
+    if (!json_is_integer(b)) return zi_http_want(e, "thinking.budget_tokens", "an integer", b);
     long long v = json_integer_value(b);
     if (v < 1 || v > ZI_HTTP_MAX_THINKING)
         return bad(e, "thinking.budget_tokens", "%lld is outside [1, %d]", v, ZI_HTTP_MAX_THINKING);
@@ -631,7 +627,7 @@ static int tr_output(json_t *root, tr *t, zi_http_error *e) {
     static const char *const k_oc[] = {"effort", "format", NULL};
     static const char *const k_fmt[] = {"type", "schema", NULL};
     if (oc) {
-        if (!json_is_object(oc)) return want(e, "output_config", "an object", oc);
+        if (!json_is_object(oc)) return zi_http_want(e, "output_config", "an object", oc);
         if (only_keys(oc, "output_config", k_oc, e)) return -1;
         json_t *ef = zi_http_get(oc, "effort");
         if (ef) {
@@ -657,7 +653,7 @@ static int tr_output(json_t *root, tr *t, zi_http_error *e) {
     if (!fmt) return 0;
     char f[48];
     const char *p = t->format;
-    if (!json_is_object(fmt)) return want(e, p, "an object", fmt);
+    if (!json_is_object(fmt)) return zi_http_want(e, p, "an object", fmt);
     if (only_keys(fmt, p, k_fmt, e)) return -1;
     json_t *ty = json_object_get(fmt, "type"), *sc = json_object_get(fmt, "schema");
     snprintf(f, sizeof f, "%s.type", p);
@@ -665,7 +661,7 @@ static int tr_output(json_t *root, tr *t, zi_http_error *e) {
         return bad(e, f, "expected 'json_schema'");
     snprintf(f, sizeof f, "%s.schema", p);
     if (!sc) return bad(e, f, "Field required");
-    if (!json_is_object(sc)) return want(e, f, "a JSON schema object", sc);
+    if (!json_is_object(sc)) return zi_http_want(e, f, "a JSON schema object", sc);
     json_t *tc = json_object_get(t->oai, "tool_choice");
     if (json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required")))
         return bad(e, p, "cannot be combined with a tool_choice that forces a call");
@@ -681,7 +677,7 @@ static int tr_number(json_t *root, const char *key, double lo, double hi, json_t
                      zi_http_error *e) {
     json_t *v = zi_http_get(root, key);
     if (!v) return 0;
-    if (!json_is_number(v)) return want(e, key, "a number", v);
+    if (!json_is_number(v)) return zi_http_want(e, key, "a number", v);
     double x = json_number_value(v);
     if (!(x >= lo && x <= hi)) return bad(e, key, "%g is outside [%g, %g]", x, lo, hi);
     json_object_set(oai, key, v);
@@ -707,11 +703,11 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
     json_t *m = json_object_get(root, "model");
     if (!m) return bad(e, "model", "Field required");
     if (!json_is_string(m) || !json_string_length(m))
-        return want(e, "model", "a non-empty string", m);
+        return zi_http_want(e, "model", "a non-empty string", m);
     v = json_object_get(root, "max_tokens");
     if (!v && !t->count) return bad(e, "max_tokens", "Field required");
     if (v) {
-        if (!json_is_integer(v)) return want(e, "max_tokens", "an integer", v);
+        if (!json_is_integer(v)) return zi_http_want(e, "max_tokens", "an integer", v);
         if (json_integer_value(v) < 1 || json_integer_value(v) > INT32_MAX)
             return bad(e, "max_tokens", "%lld is outside [1, %d]", (long long)json_integer_value(v),
                        INT32_MAX);
@@ -725,14 +721,14 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
         tr_number(root, "top_p", 0, 1, t->oai, e))
         return -1;
     if ((v = zi_http_get(root, "top_k"))) {
-        if (!json_is_integer(v)) return want(e, "top_k", "an integer", v);
+        if (!json_is_integer(v)) return zi_http_want(e, "top_k", "an integer", v);
         if (json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
             return bad(e, "top_k", "%lld is outside [0, %d]", (long long)json_integer_value(v),
                        INT32_MAX);
         json_object_set(t->oai, "top_k", v);
     }
     if ((v = zi_http_get(root, "stop_sequences"))) {
-        if (!json_is_array(v)) return want(e, "stop_sequences", "an array of strings", v);
+        if (!json_is_array(v)) return zi_http_want(e, "stop_sequences", "an array of strings", v);
         if (json_array_size(v) > ZI_HTTP_MAX_STOP)
             return bad(e, "stop_sequences", "at most %d sequences", ZI_HTTP_MAX_STOP);
         size_t i;
@@ -740,27 +736,27 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
         json_array_foreach(v, i, s) if (!json_is_string(s) || !json_string_length(s)) {
             char f[48];
             snprintf(f, sizeof f, "stop_sequences.%zu", i);
-            return want(e, f, "a non-empty string", s);
+            return zi_http_want(e, f, "a non-empty string", s);
         }
         if (json_array_size(v)) json_object_set(t->oai, "stop", v);
     }
     if ((v = zi_http_get(root, "stream"))) {
-        if (!json_is_boolean(v)) return want(e, "stream", "a boolean", v);
+        if (!json_is_boolean(v)) return zi_http_want(e, "stream", "a boolean", v);
         if (t->count && json_is_true(v)) return bad(e, "stream", "count_tokens does not stream");
         if (!t->count) json_object_set(t->oai, "stream", v);
     }
     if ((v = zi_http_get(root, "metadata"))) {
         static const char *const mk[] = {"user_id", NULL};
-        if (!json_is_object(v)) return want(e, "metadata", "an object", v);
+        if (!json_is_object(v)) return zi_http_want(e, "metadata", "an object", v);
         if (only_keys(v, "metadata", mk, e)) return -1;
         json_t *u = zi_http_get(v, "user_id");
-        if (u && !json_is_string(u)) return want(e, "metadata.user_id", "a string", u);
+        if (u && !json_is_string(u)) return zi_http_want(e, "metadata.user_id", "a string", u);
     }
     if ((v = zi_http_get(root, "service_tier")) && !json_is_string(v))
-        return want(e, "service_tier", "a string", v);
+        return zi_http_want(e, "service_tier", "a string", v);
     if ((v = zi_http_get(root, "timeout_ms"))) json_object_set(t->oai, "timeout_ms", v);
     if ((v = zi_http_get(root, "grammar"))) {
-        if (!json_is_string(v)) return want(e, "grammar", "a string", v);
+        if (!json_is_string(v)) return zi_http_want(e, "grammar", "a string", v);
         if (!t->count) json_object_set(t->oai, "grammar", v);
     }
     json_t *names = json_array();
