@@ -189,7 +189,8 @@ static int tr_system(json_t *root, tr *t, json_t *out, zi_http_error *e) {
     if (json_is_string(s)) {
         text = strndup(json_string_value(s), json_string_length(s));
     } else {
-        if (!json_is_array(s)) return zi_http_want(e, "system", "a string or an array of text blocks", s);
+        if (!json_is_array(s))
+            return zi_http_want(e, "system", "a string or an array of text blocks", s);
         json_t *texts = json_array(), *b;
         size_t i;
         json_array_foreach(s, i, b) {
