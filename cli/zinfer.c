@@ -12,6 +12,7 @@
  *   zinfer devices    list the compute backends built in and the devices found
  *   zinfer info       describe a GGUF file and the memory serving it takes (cli/info.c)
  *   zinfer chat-template  render a Jinja chat template with JSON messages (cli/chat_template_cmd.c)
+ *   zinfer encode-image   an image projector's soft tokens for one tile (cli/vision_cmd.c)
  *
  * Everything here is glue: flags -> model/tokenizer/backend calls -> output.
  * Errors print one line on stderr ("zinfer: <what is wrong>") and exit 1;
@@ -31,6 +32,7 @@
 #include "cpu_backend.h"
 #include "generator.h"
 #include "info.h"
+#include "vision_cmd.h"
 #include "kv_fixed.h"
 #include "log.h"
 #include "model.h"
@@ -718,6 +720,7 @@ static const char *USAGE_MAIN =
     "  info        describe a GGUF file (types, tokenizer, context) and the memory to serve it\n"
     "  chat-template  render a chat template (a Jinja file or a built-in: gemma, chatml, ...)\n"
     "                 with JSON messages, tools, variables\n"
+    "  encode-image   run an image projector (--mmproj) on one tile of pixels\n"
     "\n"
     "common options:\n"
     "  --model PATH       GGUF model, or a packaged model's name (smollm2-135m,\n"
@@ -931,6 +934,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "devices")) return cmd_devices(argc - 2, argv + 2);
     if (!strcmp(cmd, "info")) return zi_info_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat-template")) return zi_chat_template_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "encode-image")) return zi_encode_image_main(argc - 1, argv + 1);
     struct {
         const char *name;
         const char *usage;
