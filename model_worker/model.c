@@ -817,6 +817,44 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, bool own_logi
     return ZI_OK;
 }
 
+/* b->attn_pos (model.h): each reach is at or past the token's own
+ * position and within its sequence's tokens of this pass, which run
+ * without a gap from their first position, so every position reached is
+ * written by this pass or was cached before it. */
+static int check_attn_pos(const zi_model *m, const zi_batch *b, zi_error *err) {
+    if (m->cfg.encoder)
+        return zi_error_set(err, ZI_EUNSUPPORTED, "'%s' is an encoder: attn_pos is for decoders",
+                            m->cfg.arch);
+    const int rows = b->n_table_rows;
+    int32_t *lo = malloc(3 * (size_t)rows * sizeof *lo);
+    if (!lo) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    int32_t *hi = lo + rows, *cnt = hi + rows;
+    for (int r = 0; r < rows; r++) lo[r] = INT32_MAX, hi[r] = -1, cnt[r] = 0;
+    for (int i = 0; i < b->n_tokens; i++) {
+        const int r = b->seq[i];
+        lo[r] = b->pos[i] < lo[r] ? b->pos[i] : lo[r];
+        hi[r] = b->pos[i] > hi[r] ? b->pos[i] : hi[r];
+        cnt[r]++;
+    }
+    int rc = ZI_OK;
+    for (int i = 0; i < b->n_tokens && !rc; i++) {
+        const int r = b->seq[i];
+        if (b->attn_pos[i] == b->pos[i]) continue;
+        if (b->attn_pos[i] < b->pos[i] || b->attn_pos[i] > hi[r])
+            rc = zi_error_set(err, ZI_EINVAL,
+                              "attn_pos[%d] = %d is outside %d..%d (its position .. the last of "
+                              "its sequence in the pass)",
+                              i, b->attn_pos[i], b->pos[i], hi[r]);
+        else if (cnt[r] != hi[r] - lo[r] + 1)
+            rc = zi_error_set(err, ZI_EINVAL,
+                              "sequence %d's tokens in the pass are not positions %d..%d without "
+                              "a gap, which attn_pos[%d] needs",
+                              r, lo[r], hi[r], i);
+    }
+    free(lo);
+    return rc;
+}
+
 static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_batch *b,
                           zi_error *err) {
     if (b->n_tokens < 1) return zi_error_set(err, ZI_EINVAL, "empty batch");
@@ -854,7 +892,17 @@ static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_bat
                                     "block table row %d entry %d is %d, outside 0..%d", b->seq[i],
                                     j, row[j], kv->n_blocks - 1);
     }
-    return ZI_OK;
+    if (b->embd_rows) {
+        if (m->cfg.encoder)
+            return zi_error_set(err, ZI_EUNSUPPORTED, "'%s' is an encoder: it takes no input embeddings",
+                                m->cfg.arch);
+        if (!b->embd) return zi_error_set(err, ZI_EINVAL, "embd_rows without embd");
+        for (int i = 0; i < b->n_tokens; i++)
+            if (b->embd_rows[i] < -1)
+                return zi_error_set(err, ZI_EINVAL, "embd_rows[%d] = %d is negative", i,
+                                    b->embd_rows[i]);
+    }
+    return b->attn_pos ? check_attn_pos(m, b, err) : ZI_OK;
 }
 
 /* Embeddings: the final-normed hidden state of every token the batch wants
@@ -1011,6 +1059,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     zi_batch_view view = {T, b->pos, b->seq, b->block_tables, b->table_stride};
     zi_batch_view att_view = view; /* an encoder's tokens see their whole input */
     if (c->encoder) att_view.pos = m->span;
+    if (b->attn_pos) att_view.pos = b->attn_pos;
     zi_attn_shape shape = {c->n_heads,
                            c->n_kv_heads,
                            c->head_dim,
@@ -1056,6 +1105,10 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
 
     op->get_rows(be, m->x, &m->tok_embd, b->tokens, T);
     if (f->embd_scale) op->scale(be, m->x, sqrtf((float)c->dim), xn);
+    for (int i = 0; b->embd_rows && i < T; i++) /* after the scale: token rows only */
+        if (b->embd_rows[i] >= 0)
+            op->upload(be, m->x + (size_t)i * c->dim, b->embd + (size_t)b->embd_rows[i] * c->dim,
+                       (size_t)c->dim * sizeof(float));
     if (f->encoder) encoder_embed(m, b);
     /* An encoder's blocks read the residual stream itself (post-norm). */
     const float *in = f->encoder ? m->x : m->xn;

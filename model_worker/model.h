@@ -177,6 +177,21 @@ typedef struct zi_batch {
      * be whole here: positions 0..n-1 in order, contiguous in the batch.
      * Encoders ignore it (they always do so, bidirectionally). */
     const uint8_t *f32_attn;
+    /* Input embeddings (NULL: none): token i with embd_rows[i] >= 0 enters
+     * as row embd_rows[i] of embd (host memory, rows of dim floats) in
+     * place of its token's embedding row (an image's soft tokens,
+     * vision.h); the family's embedding scale is not applied to it, as
+     * llama.cpp scales token embeddings only. tokens[i] must still be an
+     * id of the vocabulary. Decoders only. */
+    const float *embd;
+    const int32_t *embd_rows;
+    /* Attention reach (NULL: causal): token i attends to positions
+     * 0..attn_pos[i] of its sequence, attn_pos[i] >= pos[i], where the
+     * positions past its own are tokens of this same pass (they are in the
+     * cache before any token attends): gemma3 decodes an image's soft
+     * tokens non-causally, each seeing the whole image (llama.cpp's
+     * mtmd_decode_use_non_causal). Decoders only. */
+    const int32_t *attn_pos;
 } zi_batch;
 
 /* Validates the batch (ids inside the vocabulary, sequences inside the
