@@ -691,22 +691,6 @@ static inline float dot_half_scalar(const uint16_t *w, const float *x, int64_t n
     return s;
 }
 
-static float dot_f16_row(const uint16_t *w, const float *x, int64_t n) {
-#if defined(__AVX2__) && defined(__F16C__)
-    return dot_half_avx2(w, x, n, 0);
-#else
-    return dot_half_scalar(w, x, n, 0);
-#endif
-}
-
-static float dot_bf16_row(const uint16_t *w, const float *x, int64_t n) {
-#if defined(__AVX2__)
-    return dot_half_avx2(w, x, n, 1);
-#else
-    return dot_half_scalar(w, x, n, 1);
-#endif
-}
-
 #define ZI_DEFINE_MMF(NAME, ELEM, DOT)                                                             \
     static void NAME(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,  \
                      int64_t n, int n_tokens, float *y, int64_t ldy) {                            \
@@ -779,5 +763,93 @@ static void mm_f32(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, c
 #endif
     mm_f32_rows(w, row_bytes, r0, r1, x, n, n_tokens, y, ldy);
 }
+#if defined(__AVX2__) && defined(__F16C__)
+/* 16-bit weights for batches: MH_R rows x MH_T tokens at a time, each
+ * product with its own 8-lane accumulator fed in dot_half_avx2's order and
+ * reduced as it reduces (its scalar tail after), so every output is
+ * bit-identical to dot_f16_row's / dot_bf16_row's whatever the batch; and
+ * the tokens in tiles of about 128 KiB that stay in L2 while every row of
+ * the call passes over them (an image tower's 1024 tokens x 768: 16.9 ->
+ * 5.3 s a tile). The AVX-512 table has the registers for 4 x 4. */
+#if defined(__AVX512F__)
+#define MH_T 4
+#else
+#define MH_T 2
+#endif
+#define MH_R 4
+static inline __attribute__((always_inline)) void
+mm_half_blocked(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,
+                int64_t n, int n_tokens, float *y, int64_t ldy, int bf16) {
+    int64_t tile = ((int64_t)1 << 15) / (n > 0 ? n : 1); /* tokens of 128 KiB */
+    tile = tile < MH_T ? MH_T : tile / MH_T * MH_T;
+    const int64_t n8 = n / 8 * 8;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += tile) {
+        const int64_t t1 = t0 + tile < n_tokens ? t0 + tile : n_tokens;
+        int64_t r = r0;
+        for (; r + MH_R <= r1; r += MH_R) {
+            const uint16_t *wr[MH_R];
+            for (int k = 0; k < MH_R; k++)
+                wr[k] = (const uint16_t *)(const void *)(w + (size_t)(r + k) * row_bytes);
+            int64_t t = t0;
+            for (; t + MH_T <= t1; t += MH_T) {
+                __m256 acc[MH_R][MH_T];
+                for (int k = 0; k < MH_R; k++)
+                    for (int j = 0; j < MH_T; j++) acc[k][j] = _mm256_setzero_ps();
+                for (int64_t i = 0; i < n8; i += 8) {
+                    __m256 xv[MH_T];
+                    for (int j = 0; j < MH_T; j++) xv[j] = _mm256_loadu_ps(x + (t + j) * n + i);
+                    for (int k = 0; k < MH_R; k++) {
+                        const __m256 wv = half8_to_f32(wr[k] + i, bf16);
+                        for (int j = 0; j < MH_T; j++)
+                            acc[k][j] = _mm256_fmadd_ps(wv, xv[j], acc[k][j]);
+                    }
+                }
+                for (int k = 0; k < MH_R; k++)
+                    for (int j = 0; j < MH_T; j++) {
+                        const float *xt = x + (t + j) * n;
+                        float sum = hsum256(acc[k][j]);
+                        for (int64_t i = n8; i < n; i++) sum += half_to_f32(wr[k][i], bf16) * xt[i];
+                        y[(t + j) * ldy + r + k] = sum;
+                    }
+            }
+            for (; t < t1; t++)
+                for (int k = 0; k < MH_R; k++)
+                    y[t * ldy + r + k] = dot_half_avx2(wr[k], x + t * n, n, bf16);
+        }
+        for (; r < r1; r++)
+            for (int64_t t = t0; t < t1; t++)
+                y[t * ldy + r] = dot_half_avx2(
+                    (const uint16_t *)(const void *)(w + (size_t)r * row_bytes), x + t * n, n, bf16);
+    }
+}
+#undef MH_T
+#undef MH_R
+
+static void mm_f16(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,
+                   int64_t n, int n_tokens, float *y, int64_t ldy) {
+    mm_half_blocked(w, row_bytes, r0, r1, x, n, n_tokens, y, ldy, 0);
+}
+static void mm_bf16(const uint8_t *w, size_t row_bytes, int64_t r0, int64_t r1, const float *x,
+                    int64_t n, int n_tokens, float *y, int64_t ldy) {
+    mm_half_blocked(w, row_bytes, r0, r1, x, n, n_tokens, y, ldy, 1);
+}
+#else
+static float dot_f16_row(const uint16_t *w, const float *x, int64_t n) {
+#if defined(__AVX2__) && defined(__F16C__)
+    return dot_half_avx2(w, x, n, 0);
+#else
+    return dot_half_scalar(w, x, n, 0);
+#endif
+}
+
+static float dot_bf16_row(const uint16_t *w, const float *x, int64_t n) {
+#if defined(__AVX2__)
+    return dot_half_avx2(w, x, n, 1);
+#else
+    return dot_half_scalar(w, x, n, 1);
+#endif
+}
+
 ZI_DEFINE_MMF(mm_f16, uint16_t, dot_f16_row)
 ZI_DEFINE_MMF(mm_bf16, uint16_t, dot_bf16_row)
+#endif
