@@ -17,7 +17,8 @@
 #define WORKER ZI_OWN_WORKER
 #define HTTP ZI_OWN_HTTP
 
-/* Bounds shared with other layers: protocol/types.h ZI_MAX_TIMEOUT_MS and
+/* Bounds shared with other layers: protocol/types.h ZI_MAX_TIMEOUT_MS,
+ * ZI_REQUEST_MAX_IMAGES, ZI_REQUEST_MAX_IMAGE_BYTES and
  * protocol/embeddings.h's ZI_EMBED_* (common includes nothing from there;
  * tests/unit/test_options.c checks they agree). */
 #define MAX_TIMEOUT_MS 86400000LL
@@ -25,6 +26,8 @@
 #define EMBED_INPUTS_CAP 65536
 #define EMBED_TOKENS_DEFAULT 65536
 #define EMBED_TOKENS_CAP (1 << 20)
+#define MAX_IMAGES 64
+#define MAX_IMAGE_BYTES (64LL << 20)
 
 static const zi_option TABLE[ZI_O_COUNT] = {
     [ZI_O_MODEL] = {"--model", NULL, ZI_OPT_STRING, 0, 0, NULL, 0,
@@ -195,6 +198,16 @@ static const zi_option TABLE[ZI_O_COUNT] = {
     [ZI_O_MAX_BODY_BYTES] = {"--max-body-bytes", "--http-max-body-bytes", ZI_OPT_SIZE, 64,
                              1LL << 30, NULL, 4 << 20, NULL, PASS | HTTP, "B",
                              "largest request body, else 413", NULL},
+    /* The highs are protocol/types.h's ZI_REQUEST_MAX_IMAGES and
+     * ZI_REQUEST_MAX_IMAGE_BYTES (tests/unit/test_options.c checks). */
+    [ZI_O_MAX_IMAGES] = {"--max-images", NULL, ZI_OPT_INT, 0, MAX_IMAGES, NULL, 8, NULL,
+                         PASS | HTTP, "N",
+                         "images (image parts) in one request, else 400; 0 accepts none", NULL},
+    [ZI_O_MAX_IMAGE_BYTES] = {"--max-image-bytes", NULL, ZI_OPT_SIZE, 1, MAX_IMAGE_BYTES, NULL,
+                              20 << 20, NULL, PASS | HTTP, "B",
+                              "one image's bytes (decoded from base64), else 413; the body "
+                              "limit bounds a request's images too",
+                              NULL},
     [ZI_O_MAX_HEADER_BYTES] = {"--max-header-bytes", NULL, ZI_OPT_SIZE, 1024, 1 << 24, NULL,
                                32 << 10, NULL, HTTP, "B",
                                "memory for one request's header, else 431", NULL},

@@ -71,6 +71,8 @@ typedef enum zi_opt_id {
     ZI_O_MAX_FRAME_BYTES,
     /* zinfer-http */
     ZI_O_MAX_BODY_BYTES,
+    ZI_O_MAX_IMAGES,
+    ZI_O_MAX_IMAGE_BYTES,
     ZI_O_MAX_HEADER_BYTES,
     ZI_O_MAX_CONNECTIONS,
     ZI_O_TIMEOUT,

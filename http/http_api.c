@@ -7,14 +7,12 @@
 
 static int parse_chat(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,
                       zi_http_error *e) {
-    (void)ctx;
-    return zi_http_parse_generate(body, len, ZI_HTTP_CHAT, g, e);
+    return zi_http_parse_generate(body, len, ZI_HTTP_CHAT, &ctx->cfg.images, g, e);
 }
 
 static int parse_completion(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,
                             zi_http_error *e) {
-    (void)ctx;
-    return zi_http_parse_generate(body, len, ZI_HTTP_COMPLETION, g, e);
+    return zi_http_parse_generate(body, len, ZI_HTTP_COMPLETION, &ctx->cfg.images, g, e);
 }
 
 /* vLLM's way: data: {"error": {...}}, then the stream's usual end. */

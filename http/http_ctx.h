@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "http_images.h"
 #include "log.h"
 
 /* The HTTP side's settings (http_server.h). */
@@ -32,6 +33,9 @@ typedef struct zi_http_config {
     unsigned header_timeout_s; /* a request's header must be whole this long after the
                                   connection opened (after the previous answer, once
                                   idle for timeout_s) */
+    /* images in one request, and bytes of one (--max-images,
+     * --max-image-bytes; http_images.h) */
+    zi_http_image_limits images;
     /* --tool-call-format (a zi_tool_format; AUTO parses as generic: zinfer
      * serve passes the one its chat template asks for) */
     int tool_format;

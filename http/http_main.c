@@ -34,6 +34,7 @@ int main(int argc, char **argv) {
     zi_logger lg = {.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-http"};
     /* The defaults, from the table (options.h); --listen's is its def_text. */
     zi_http_config cfg = {.max_body = (size_t)zi_option_def(ZI_O_MAX_BODY_BYTES),
+                          .images = zi_http_image_limits_default(),
                           .max_header = (size_t)zi_option_def(ZI_O_MAX_HEADER_BYTES),
                           .max_connections = (unsigned)zi_option_def(ZI_O_MAX_CONNECTIONS),
                           .timeout_s = (unsigned)zi_option_def(ZI_O_TIMEOUT),
@@ -79,6 +80,12 @@ int main(int argc, char **argv) {
             break;
         case ZI_O_MAX_BODY_BYTES:
             cfg.max_body = (size_t)x;
+            break;
+        case ZI_O_MAX_IMAGES:
+            cfg.images.max_images = (size_t)x;
+            break;
+        case ZI_O_MAX_IMAGE_BYTES:
+            cfg.images.max_image_bytes = (size_t)x;
             break;
         case ZI_O_MAX_HEADER_BYTES:
             cfg.max_header = (size_t)x;

@@ -92,9 +92,10 @@ typedef struct tr {
     int count;   /* for count_tokens */
     long long max_tokens;
     int has_max;
-    int omit_thinking;  /* thinking.display "omitted" */
-    const char *format; /* the structured output's field (output_config.format or
-                         * output_format), or NULL */
+    int omit_thinking;      /* thinking.display "omitted" */
+    const char *format;     /* the structured output's field (output_config.format or
+                             * output_format), or NULL */
+    zi_http_images *images; /* the image blocks' images, in the order of their markers */
 } tr;
 
 static char *join_texts(json_t *texts) {
@@ -126,12 +127,64 @@ static int text_block(json_t *b, const char *bf, json_t *texts, zi_http_error *e
     return 0;
 }
 
+/* An image block ({"type": "image", "source": {"type": "base64",
+ * "media_type", "data"} or {"type": "url", "url"}, "cache_control"?}):
+ * its image decoded into im, ZI_MEDIA_MARKER appended to texts. */
+static int image_block(json_t *b, const char *bf, zi_http_images *im, json_t *texts,
+                       zi_http_error *e) {
+    static const char *const keys[] = {"type", "source", "cache_control", NULL};
+    static const char *const b64_keys[] = {"type", "media_type", "data", NULL};
+    static const char *const url_keys[] = {"type", "url", NULL};
+    if (only_keys(b, bf, keys, e)) return -1;
+    char f[200], ff[220];
+    json_t *src = json_object_get(b, "source");
+    snprintf(f, sizeof f, "%.150s.source", bf);
+    if (!src) return bad(e, f, "Field required");
+    if (!json_is_object(src)) return zi_http_want(e, f, "an object", src);
+    json_t *st = json_object_get(src, "type");
+    snprintf(ff, sizeof ff, "%s.type", f);
+    if (!st) return bad(e, ff, "Field required");
+    if (!json_is_string(st)) return zi_http_want(e, ff, "a string", st);
+    int rc;
+    if (!strcmp(json_string_value(st), "base64")) {
+        if (only_keys(src, f, b64_keys, e)) return -1;
+        json_t *mt = json_object_get(src, "media_type"), *d = json_object_get(src, "data");
+        snprintf(ff, sizeof ff, "%s.%s", f, !mt ? "media_type" : "data");
+        if (!mt || !d) return bad(e, ff, "Field required");
+        snprintf(ff, sizeof ff, "%s.media_type", f);
+        if (!json_is_string(mt)) return zi_http_want(e, ff, "a string", mt);
+        if (strncmp(json_string_value(mt), "image/", 6) || json_string_length(mt) < 7)
+            return bad(e, ff,
+                       "'%.60s' is not an image media type (image/jpeg, image/png, "
+                       "image/gif, image/webp)",
+                       json_string_value(mt));
+        snprintf(ff, sizeof ff, "%s.data", f);
+        if (!json_is_string(d)) return zi_http_want(e, ff, "a string", d);
+        rc = zi_http_images_add_base64(im, json_string_value(d), json_string_length(d), ff, e);
+    } else if (!strcmp(json_string_value(st), "url")) {
+        if (only_keys(src, f, url_keys, e)) return -1;
+        json_t *u = json_object_get(src, "url");
+        snprintf(ff, sizeof ff, "%s.url", f);
+        if (!u) return bad(e, ff, "Field required");
+        if (!json_is_string(u)) return zi_http_want(e, ff, "a string", u);
+        rc = zi_http_images_add_url(im, json_string_value(u), json_string_length(u), ff, e);
+    } else {
+        return zi_http_fail(e, 400, "unsupported_value", ff,
+                            "%s: '%.40s' image sources are not supported (base64 and url are)", ff,
+                            json_string_value(st));
+    }
+    if (rc) return -1;
+    json_t *m = json_string(ZI_MEDIA_MARKER);
+    json_array_append_new(texts, m);
+    return 0;
+}
+
 /* Refusal of a block type zinfer does not serve. */
 static int unserved_block(const char *bf, const char *type, zi_http_error *e) {
     if (!strcmp(type, "image") || !strcmp(type, "document"))
         return zi_http_fail(e, 400, "unsupported_value", bf,
-                            "%s: '%s' blocks are not supported yet: this server runs text-only "
-                            "models (send the content as text)",
+                            "%s: '%s' blocks are not supported here (images go in a user or "
+                            "assistant message's content; documents are not served)",
                             bf, type);
     char f[160];
     snprintf(f, sizeof f, "%s.type", bf);
@@ -226,7 +279,7 @@ static int tr_system(json_t *root, tr *t, json_t *out, zi_http_error *e) {
  * prev_ids: the tool_use ids of the previous (assistant) message, which
  * this one's tool_result blocks must answer; ids gets this one's. */
 static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_t *ids, json_t *out,
-                     zi_http_error *e) {
+                     zi_http_images *im, zi_http_error *e) {
     json_t *texts = json_array(), *calls = json_array(), *thoughts = json_array(), *b;
     size_t j;
     int rc = 0;
@@ -252,6 +305,8 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
         const char *type = json_string_value(ty);
         if (!strcmp(type, "text")) {
             rc = text_block(b, bf, texts, e);
+        } else if (!strcmp(type, "image")) {
+            rc = image_block(b, bf, im, texts, e);
         } else if (!strcmp(type, "tool_use")) {
             static const char *const keys[] = {"type",          "id", "name", "input",
                                                "cache_control", NULL};
@@ -406,7 +461,7 @@ static int tr_blocks(json_t *c, const char *f, int user, json_t *prev_ids, json_
     return rc;
 }
 
-static int tr_messages(json_t *root, json_t *out, zi_http_error *e) {
+static int tr_messages(json_t *root, json_t *out, zi_http_images *im, zi_http_error *e) {
     json_t *ms = json_object_get(root, "messages");
     if (!ms) return bad(e, "messages", "Field required");
     if (!json_is_array(ms)) return zi_http_want(e, "messages", "an array of messages", ms);
@@ -451,7 +506,7 @@ static int tr_messages(json_t *root, json_t *out, zi_http_error *e) {
         else if (!json_is_array(c))
             rc = zi_http_want(e, ff, "a string or an array of content blocks", c);
         else
-            rc = tr_blocks(c, ff, user, prev, ids, out, e);
+            rc = tr_blocks(c, ff, user, prev, ids, out, im, e);
         json_decref(prev);
         prev = ids;
         if (rc) break;
@@ -717,7 +772,7 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
     }
     json_t *msgs = json_array();
     json_object_set_new(t->oai, "messages", msgs);
-    if (tr_system(root, t, msgs, e) || tr_messages(root, msgs, e)) return -1;
+    if (tr_system(root, t, msgs, e) || tr_messages(root, msgs, t->images, e)) return -1;
     if (tr_number(root, "temperature", 0, 1, t->oai, e) ||
         tr_number(root, "top_p", 0, 1, t->oai, e))
         return -1;
@@ -815,11 +870,14 @@ static void rename_error(zi_http_error *e) {
     free(msg);
 }
 
-static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error *e, int count) {
+static int parse_any(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,
+                     zi_http_error *e, int count) {
     memset(g, 0, sizeof *g);
     json_t *root = zi_http_parse_object(body, len, e);
     if (!root) return -1;
-    tr t = {.oai = json_object(), .count = count};
+    zi_http_images im;
+    zi_http_images_init(&im, &ctx->cfg.images);
+    tr t = {.oai = json_object(), .count = count, .images = &im};
     int rc = translate(root, &t, e);
     json_t *stops = json_incref(zi_http_get(root, "stop_sequences"));
     json_decref(root);
@@ -830,7 +888,8 @@ static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error
         json_object_del(t.oai, "stop");
         json_object_del(t.oai, "max_thinking_tokens"); /* (the prompt is the same) */
     }
-    if (!rc && (rc = zi_http_parse_generate_json(t.oai, ZI_HTTP_CHAT, g, e))) rename_error(e);
+    if (!rc && (rc = zi_http_parse_generate_json(t.oai, ZI_HTTP_CHAT, &im, g, e))) rename_error(e);
+    zi_http_images_free(&im); /* the requests hold their copies */
     json_decref(t.oai);
     if (rc) {
         json_decref(stops);
@@ -871,14 +930,12 @@ static int parse_any(const char *body, size_t len, zi_http_gen *g, zi_http_error
 
 static int parse_messages(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,
                           zi_http_error *e) {
-    (void)ctx;
-    return parse_any(body, len, g, e, 0);
+    return parse_any(ctx, body, len, g, e, 0);
 }
 
 static int parse_count(zi_http_ctx *ctx, const char *body, size_t len, zi_http_gen *g,
                        zi_http_error *e) {
-    (void)ctx;
-    return parse_any(body, len, g, e, 1);
+    return parse_any(ctx, body, len, g, e, 1);
 }
 
 /* ---- the reply ---------------------------------------------------------- */

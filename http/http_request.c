@@ -30,6 +30,8 @@ typedef struct checked {
     char *regex;             /* structured_outputs.regex or .choice (owned), or NULL */
     json_t *template_vars;   /* chat_template_kwargs with enable_thinking and
                               * reasoning_effort (owned), or NULL */
+    zi_http_images *images;  /* the request's images: an API's translator's, then the
+                              * image_url parts' (borrowed) */
     double num[7];
     int has_num[7];
     long long max_tokens, min_tokens, top_k, timeout_ms;
@@ -117,9 +119,37 @@ static int refuse_unserved(json_t *o, zi_http_kind kind, zi_http_error *e) {
     return 0;
 }
 
+/* An image_url part ({"type": "image_url", "image_url": {"url", "detail"?}},
+ * or image_url a bare URL string as some clients send): its image decoded
+ * into im. pf: the part's field. */
+static int image_part(json_t *part, const char *pf, zi_http_images *im, zi_http_error *e) {
+    char f[160];
+    json_t *iu = json_object_get(part, "image_url"), *url = iu;
+    snprintf(f, sizeof f, "%s.image_url", pf);
+    if (json_is_object(iu)) {
+        json_t *d = json_object_get(iu, "detail");
+        snprintf(f, sizeof f, "%s.image_url.detail", pf);
+        if (d && !json_is_null(d)) {
+            if (!json_is_string(d)) return zi_http_want(e, f, "a string", d);
+            const char *ds = json_string_value(d);
+            if (strcmp(ds, "auto") && strcmp(ds, "low") && strcmp(ds, "high"))
+                return zi_http_fail(e, 400, "invalid_value", f,
+                                    "%s: '%.40s' is not one of auto, low, high", f, ds);
+        }
+        url = json_object_get(iu, "url");
+        snprintf(f, sizeof f, "%s.image_url.url", pf);
+    }
+    if (!json_is_string(url))
+        return zi_http_want(e, f, iu && !json_is_object(iu) ? "an object {\"url\"}" : "a string",
+                            url ? url : json_null());
+    return zi_http_images_add_url(im, json_string_value(url), json_string_length(url), f, e);
+}
+
 /* One message's content as text: a string, or text parts joined with
- * "\n" (as vLLM joins them); NULL content only for an assistant. */
-static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_http_error *e) {
+ * "\n" (as vLLM joins them); NULL content only for an assistant. An
+ * image_url part is decoded into im and is ZI_MEDIA_MARKER in the text. */
+static int message_text(json_t *msg, size_t i, const char *role, zi_http_images *im, char **out,
+                        zi_http_error *e) {
     char f[96];
     json_t *c = zi_http_get(msg, "content");
     snprintf(f, sizeof f, "messages[%zu].content", i);
@@ -143,10 +173,17 @@ static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_
         json_t *t = json_object_get(part, "type");
         snprintf(pf, sizeof pf, "%s[%zu].type", f, j);
         if (!json_is_string(t)) return zi_http_want(e, pf, "a string", t ? t : json_null());
+        if (!strcmp(json_string_value(t), "image_url")) {
+            snprintf(pf, sizeof pf, "%s[%zu]", f, j);
+            if (image_part(part, pf, im, e)) return -1;
+            total += sizeof ZI_MEDIA_MARKER;
+            continue;
+        }
         if (strcmp(json_string_value(t), "text"))
             return zi_http_fail(e, 400, "unsupported_value", pf,
-                                "%s: '%s' parts are not supported (only \"text\")", pf,
-                                json_string_value(t));
+                                "%s: '%s' parts are not supported (only \"text\" and "
+                                "\"image_url\")",
+                                pf, json_string_value(t));
         json_t *tx = json_object_get(part, "text");
         snprintf(pf, sizeof pf, "%s[%zu].text", f, j);
         if (!json_is_string(tx)) return zi_http_want(e, pf, "a string", tx ? tx : json_null());
@@ -155,8 +192,13 @@ static int message_text(json_t *msg, size_t i, const char *role, char **out, zi_
     char *s = malloc(total + 1), *p = s;
     if (!s) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
     json_array_foreach(c, j, part) {
-        json_t *tx = json_object_get(part, "text");
         if (j) *p++ = '\n';
+        if (!strcmp(json_string_value(json_object_get(part, "type")), "image_url")) {
+            memcpy(p, ZI_MEDIA_MARKER, sizeof ZI_MEDIA_MARKER - 1);
+            p += sizeof ZI_MEDIA_MARKER - 1;
+            continue;
+        }
+        json_t *tx = json_object_get(part, "text");
         memcpy(p, json_string_value(tx), json_string_length(tx));
         p += json_string_length(tx);
     }
@@ -227,7 +269,7 @@ static int parse_messages(json_t *o, checked *k, zi_http_error *e) {
         int calls = tc && json_array_size(tc);
         char *text;
         /* An assistant's tool calls may come without content. */
-        if (message_text(m, i, calls ? "assistant" : role, &text, e)) return -1;
+        if (message_text(m, i, calls ? "assistant" : role, k->images, &text, e)) return -1;
         json_t *content = calls && !zi_http_get(m, "content") ? json_null() : json_string(text);
         free(text);
         if (!content) { /* jansson checked the body's UTF-8; a NUL inside is the one way here */
@@ -630,7 +672,7 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
                  (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL) +
                  k->has_timeout + (k->template_vars != NULL) +
-                 (g->reasoning.max_thinking_tokens > 0) + keep_special;
+                 (g->reasoning.max_thinking_tokens > 0) + keep_special + (k->images->n > 0);
     msgpack_pack_map(pk, n_keys);
     char id[16];
     snprintf(id, sizeof id, "g%d", i);
@@ -702,6 +744,12 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
         zi_pack_str(pk, "chat_template_options");
         pack_json(pk, k->template_vars);
     }
+    if (k->images->n) { /* in the order of the markers in the messages */
+        zi_pack_str(pk, "images");
+        msgpack_pack_array(pk, k->images->n);
+        for (size_t j = 0; j < k->images->n; j++)
+            msgpack_pack_bin_with_body(pk, k->images->v[j].p, k->images->v[j].len);
+    }
 }
 
 json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
@@ -722,24 +770,29 @@ json_t *zi_http_parse_object(const char *body, size_t len, zi_http_error *e) {
     return root;
 }
 
-int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_http_gen *g,
-                           zi_http_error *e) {
+int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind,
+                           const zi_http_image_limits *lim, zi_http_gen *g, zi_http_error *e) {
     json_t *root = zi_http_parse_object(body, len, e);
     if (!root) {
         memset(g, 0, sizeof *g);
         return -1;
     }
-    int rc = zi_http_parse_generate_json(root, kind, g, e);
+    zi_http_images im;
+    zi_http_images_init(&im, lim);
+    int rc = zi_http_parse_generate_json(root, kind, &im, g, e);
+    zi_http_images_free(&im);
     json_decref(root);
     return rc;
 }
 
-int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g, zi_http_error *e) {
+int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_images *images,
+                                zi_http_gen *g, zi_http_error *e) {
     memset(g, 0, sizeof *g);
     g->kind = kind;
     checked k;
     memset(&k, 0, sizeof k);
     k.root = json_incref(root);
+    k.images = images;
     int rc = refuse_unserved(k.root, kind, e);
     if (!rc)
         rc = kind == ZI_HTTP_CHAT ? parse_messages(k.root, &k, e) : parse_prompt(k.root, &k, e);

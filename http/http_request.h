@@ -5,7 +5,7 @@
  *
  * Every field zinfer serves is translated (docs/http.md has the table);
  * unknown fields are ignored, as OpenAI's server does; a known field whose
- * value zinfer does not implement (tools, logit_bias, image parts, ...) is
+ * value zinfer does not implement (audio and file parts, ...) is
  * refused with a 400 naming it, never silently dropped. Value ranges the
  * router checks (temperature, top_p, ...) are left to it: its error names
  * its own field, which zi_http_field_map translates back.
@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "http_error.h"
+#include "http_images.h"
 #include "http_tools.h"
 #include "wire.h"
 
@@ -72,12 +73,20 @@ typedef struct zi_http_gen {
 /* Parses body (len bytes, not NUL-terminated) into g. 0, or -1 with e set
  * (400 naming the field: malformed JSON, a wrong type, an unsupported
  * value). On success the caller frees g with zi_http_gen_free. */
-int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind, zi_http_gen *g,
-                           zi_http_error *e);
+/* Chat messages' image_url parts (data: URLs) are decoded within lim
+ * (NULL: the server's defaults; http_images.h) and become ZI_MEDIA_MARKER
+ * in the message's text; their bytes go in each request's `images`. */
+int zi_http_parse_generate(const char *body, size_t len, zi_http_kind kind,
+                           const zi_http_image_limits *lim, zi_http_gen *g, zi_http_error *e);
 /* The same from a parsed body (an object; borrowed): how the other APIs
  * (http_api.h) build their requests, translating theirs into this shape.
- * Errors name OpenAI's fields; a translator checks its own first. */
-int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_gen *g, zi_http_error *e);
+ * Errors name OpenAI's fields; a translator checks its own first.
+ * images (not NULL; the caller's, who frees it after): its limits apply,
+ * and it may already hold the images a translator decoded from its own
+ * image parts (their markers written into the messages' text); image_url
+ * parts of root's messages are appended. */
+int zi_http_parse_generate_json(json_t *root, zi_http_kind kind, zi_http_images *images,
+                                zi_http_gen *g, zi_http_error *e);
 void zi_http_gen_free(zi_http_gen *g);
 
 /* The value of key in o, or NULL when absent or null (OpenAI and Anthropic

@@ -129,8 +129,32 @@ static int refuse_unserved(json_t *o, zi_http_error *e) {
     return 0;
 }
 
-/* A content part's text, or an error naming f (input[i].content[j]). */
-static int part_text(json_t *part, const char *f, json_t **text, zi_http_error *e) {
+/* An input_image part ({"type": "input_image", "image_url", "detail"?}):
+ * its image decoded into im. */
+static int image_part(json_t *part, const char *f, zi_http_images *im, zi_http_error *e) {
+    char pf[192];
+    json_t *d = zi_http_get(part, "detail"), *u = zi_http_get(part, "image_url");
+    snprintf(pf, sizeof pf, "%.160s.detail", f);
+    if (d && !json_is_string(d)) return zi_http_want(e, pf, "a string", d);
+    if (d && one_of(json_string_value(d), (const char *const[]){"auto", "low", "high", NULL}) < 0)
+        return zi_http_fail(e, 400, "invalid_value", pf,
+                            "%s: '%.40s' is not one of auto, low, high", pf, json_string_value(d));
+    snprintf(pf, sizeof pf, "%.160s.image_url", f);
+    if (!u && zi_http_get(part, "file_id"))
+        return zi_http_fail(e, 400, "unsupported_value", pf,
+                            "%s: file ids are not served: send the image as image_url, a data: "
+                            "URL (data:image/png;base64,...)",
+                            pf);
+    if (!u) return zi_http_fail(e, 400, "missing", pf, "%s is missing", pf);
+    if (!json_is_string(u)) return zi_http_want(e, pf, "a string", u);
+    return zi_http_images_add_url(im, json_string_value(u), json_string_length(u), pf, e);
+}
+
+/* A content part's text, or an error naming f (input[i].content[j]). An
+ * input_image part, where im is not NULL (a message's content), is decoded
+ * into im and *text set to NULL: the caller writes ZI_MEDIA_MARKER. */
+static int part_text(json_t *part, const char *f, zi_http_images *im, json_t **text,
+                     zi_http_error *e) {
     char pf[192];
     if (!json_is_object(part)) return zi_http_want(e, f, "a content part object", part);
     json_t *t = json_object_get(part, "type");
@@ -139,10 +163,14 @@ static int part_text(json_t *part, const char *f, json_t **text, zi_http_error *
     const char *ty = json_string_value(t);
     static const char *const texts[] = {"input_text", "output_text", "text", NULL};
     static const char *const media[] = {"input_image", "input_file", "input_audio", NULL};
+    if (im && !strcmp(ty, "input_image")) {
+        *text = NULL;
+        return image_part(part, f, im, e);
+    }
     if (one_of(ty, media) >= 0)
         return zi_http_fail(e, 400, "unsupported_value", pf,
-                            "%s: '%s' parts are not supported (only input_text and output_text)",
-                            pf, ty);
+                            "%s: '%s' parts are not supported (only input_text, output_text%s)", pf,
+                            ty, im ? " and input_image" : "");
     if (!strcmp(ty, "refusal")) {
         json_t *r = json_object_get(part, "refusal");
         snprintf(pf, sizeof pf, "%.160s.refusal", f);
@@ -162,8 +190,10 @@ static int part_text(json_t *part, const char *f, json_t **text, zi_http_error *
 }
 
 /* content (a string, or an array of text parts) as the chat shape's: a
- * string, or an array of {"type": "text", "text"} parts. */
-static int content_of(json_t *c, const char *f, json_t **out, zi_http_error *e) {
+ * string, or an array of {"type": "text", "text"} parts. im: where a
+ * message's images go (NULL: no images allowed here). */
+static int content_of(json_t *c, const char *f, zi_http_images *im, json_t **out,
+                      zi_http_error *e) {
     if (json_is_string(c)) {
         *out = json_incref(c);
         return 0;
@@ -176,11 +206,15 @@ static int content_of(json_t *c, const char *f, json_t **out, zi_http_error *e) 
         char pf[192];
         snprintf(pf, sizeof pf, "%.140s[%zu]", f, j);
         json_t *tx = NULL;
-        if (part_text(p, pf, &tx, e)) {
+        if (part_text(p, pf, im, &tx, e)) {
             json_decref(parts);
             return -1;
         }
-        json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", tx));
+        if (tx)
+            json_array_append_new(parts, json_pack("{s:s, s:O}", "type", "text", "text", tx));
+        else /* an image, where it was */
+            json_array_append_new(parts,
+                                  json_pack("{s:s, s:s}", "type", "text", "text", ZI_MEDIA_MARKER));
     }
     *out = parts;
     return 0;
@@ -189,7 +223,8 @@ static int content_of(json_t *c, const char *f, json_t **out, zi_http_error *e) 
 /* The input items (earlier turns' first: the first `own` of them came from
  * previous_response_id) as chat messages appended to msgs. Fields are
  * named input[i] counting from this request's own items. */
-static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_error *e) {
+static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_images *im,
+                             zi_http_error *e) {
     json_t *names = json_object(); /* call_id -> the function's name */
     size_t i;
     json_t *it;
@@ -231,7 +266,7 @@ static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_er
                 rc = zi_http_fail(e, 400, "missing", ff, "%s is missing", ff);
                 break;
             }
-            if ((rc = content_of(c, ff, &content, e))) break;
+            if ((rc = content_of(c, ff, im, &content, e))) break;
             json_array_append_new(msgs, json_pack("{s:O, s:o}", "role", r, "content", content));
         } else if (!strcmp(ty, "function_call")) {
             static const char *const keys[] = {"call_id", "name", "arguments"};
@@ -286,7 +321,7 @@ static int items_to_messages(json_t *items, size_t own, json_t *msgs, zi_http_er
                 break;
             }
             json_t *content;
-            if ((rc = content_of(out, ff, &content, e))) break;
+            if ((rc = content_of(out, ff, NULL, &content, e))) break;
             json_array_append_new(msgs,
                                   json_pack("{s:s, s:O, s:O, s:o}", "role", "tool", "tool_call_id",
                                             id, "name", name, "content", content));
@@ -650,7 +685,9 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
     }
     if (!rc && (v = zi_http_get(o, "instructions")))
         json_array_append_new(msgs, json_pack("{s:s, s:O}", "role", "system", "content", v));
-    if (!rc) rc = items_to_messages(items, own, msgs, e);
+    zi_http_images im;
+    zi_http_images_init(&im, &ctx->cfg.images);
+    if (!rc) rc = items_to_messages(items, own, msgs, &im, e);
     if (!rc && !json_array_size(msgs))
         rc = zi_http_fail(e, 400, "invalid_value", "input",
                           "input: no message to answer (only reasoning items)");
@@ -667,9 +704,10 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
         for (int i = 0; same[i]; i++)
             if ((v = zi_http_get(o, same[i]))) json_object_set(chat, same[i], v);
         if ((v = zi_http_get(o, "max_output_tokens"))) json_object_set(chat, "max_tokens", v);
-        rc = zi_http_parse_generate_json(chat, ZI_HTTP_CHAT, g, e);
+        rc = zi_http_parse_generate_json(chat, ZI_HTTP_CHAT, &im, g, e);
         if (rc) rename_error(e);
     }
+    zi_http_images_free(&im); /* the requests hold their copies */
     if (!rc) {
         rename_field_map(g);
         /* Responses always has the reasoning apart: its own output item. */

@@ -55,7 +55,15 @@ typedef struct zi_codec_limits {
     size_t max_items;        /* entries of any other list or map: messages,
                                 stop strings, top log probabilities (default 4096) */
     int64_t max_logprobs;    /* largest "logprobs" a request may ask for (default 20) */
+    size_t max_images;       /* entries of a request's images (default ZI_CODEC_MAX_IMAGES) */
+    size_t max_image_bytes;  /* bytes of one image (default ZI_CODEC_MAX_IMAGE_BYTES) */
 } zi_codec_limits;
+
+/* The defaults of those two: the protocol's ceilings (types.h), above
+ * zinfer-http's --max-images and --max-image-bytes; the router's
+ * --max-frame-bytes bounds a whole request below them anyway. */
+#define ZI_CODEC_MAX_IMAGES ZI_REQUEST_MAX_IMAGES
+#define ZI_CODEC_MAX_IMAGE_BYTES ZI_REQUEST_MAX_IMAGE_BYTES
 
 zi_codec_limits zi_codec_limits_default(void);
 
@@ -114,7 +122,11 @@ int zi_codec_pack_text_generation_response(msgpack_packer *pk, const zi_text_gen
 /* Missing fields take the seed's defaults. */
 int zi_codec_decode_sampling_params(const msgpack_object *o, const zi_codec_limits *lim,
                                     const char *path, zi_sampling_params *out, zi_error *err);
-/* Required: "id" and exactly one of "prompt" / "messages". An "op" key is
+/* Required: "id" and exactly one of "prompt" / "messages". "images" is a
+ * list of msgpack bin (each non-empty, at most lim->max_images of them and
+ * lim->max_image_bytes each: "images[3]: ..."); with images, the prompt
+ * must be text, and it (or the messages' contents together) must hold
+ * exactly one ZI_MEDIA_MARKER per image. An "op" key is
  * accepted when it is "generate" (the client protocol's frame). "tools"
  * must have the seed's TokenGeneratorRequestTool shape: maps with exactly
  * "type" (a string) and "function", a map with "name" (a non-empty

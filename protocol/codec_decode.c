@@ -373,6 +373,54 @@ static int dec_messages(zi_dec *d, const msgpack_object *o, zi_request *r) {
     return ZI_OK;
 }
 
+/* images: a list of bin, then the markers counted against it (the
+ * tokenizer process splits the text at them, one image each). */
+static int dec_images(zi_dec *d, const msgpack_object *o, zi_request *r) {
+    int rc = zi_dec_sized(d, o, MSGPACK_OBJECT_ARRAY, "an array of bytes (msgpack bin)", "images",
+                          d->lim->max_images);
+    if (rc) return rc;
+    uint32_t n = o->via.array.size;
+    if (!n) return ZI_OK; /* asks for nothing */
+    if (!(r->images = calloc(n, sizeof *r->images)))
+        return zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+    for (uint32_t i = 0; i < n && !rc; i++) {
+        const msgpack_object *b = &o->via.array.ptr[i];
+        size_t old = zi_dec_push_idx(d, i);
+        if (b->type != MSGPACK_OBJECT_BIN)
+            rc = zi_dec_wrong_type(d, b, "bytes (msgpack bin)");
+        else if (b->via.bin.size == 0)
+            rc = zi_dec_fail(d, ZI_EINVAL, "an empty image");
+        else if (b->via.bin.size > d->lim->max_image_bytes)
+            rc = zi_dec_fail(d, ZI_EINVAL, "%u bytes exceed the limit of %zu bytes per image",
+                             b->via.bin.size, d->lim->max_image_bytes);
+        else if (zi_bytes_set(&r->images[i], b->via.bin.ptr, b->via.bin.size, NULL))
+            rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+        else
+            r->n_images = i + 1;
+        zi_dec_pop(d, old);
+    }
+    if (rc) return rc;
+    if (r->prompt_kind == ZI_PROMPT_TOKENS)
+        return zi_dec_fail(d, ZI_EINVAL,
+                           "a prompt of token ids cannot place images: send a text prompt with "
+                           "one " ZI_MEDIA_MARKER " marker per image, or messages");
+    size_t k = 0;
+    const char *where = "the prompt holds";
+    if (r->prompt_kind == ZI_PROMPT_TEXT) {
+        k = zi_media_marker_count(r->prompt_text.p, r->prompt_text.len);
+    } else {
+        where = "the messages' contents hold";
+        for (size_t i = 0; i < r->n_messages; i++)
+            k += zi_media_marker_count(r->messages[i].content.p, r->messages[i].content.len);
+    }
+    if (k != n)
+        return zi_dec_fail(d, ZI_EINVAL,
+                           "%u image%s, but %s %zu " ZI_MEDIA_MARKER
+                           " marker%s (one marks where each image goes)",
+                           n, n == 1 ? "" : "s", where, k, k == 1 ? "" : "s");
+    return ZI_OK;
+}
+
 static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
     static const char *const names[] = {"op",
                                         "id",
@@ -455,15 +503,12 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         }
     }
     if (!zi_dec_is_nil(v[MESSAGES])) AT(d, "messages", dec_messages(d, v[MESSAGES], r));
-    if (!zi_dec_is_nil(v[IMAGES])) {
-        rc = zi_dec_fail_at(d, "images", ZI_EUNSUPPORTED, "image inputs are not supported");
-        goto fail;
-    }
     if ((r->prompt_kind != ZI_PROMPT_NONE) == (r->n_messages > 0)) {
         rc = zi_dec_fail_at(d, "prompt", ZI_EINVAL,
                             "exactly one of prompt and messages is required");
         goto fail;
     }
+    if (!zi_dec_is_nil(v[IMAGES])) AT(d, "images", dec_images(d, v[IMAGES], r));
     if (!zi_dec_is_nil(v[TOOLS])) {
         AT(d, "tools", dec_tools(d, v[TOOLS]));
         AT(d, "tools", zi_dec_opaque(d, v[TOOLS], MSGPACK_OBJECT_ARRAY, "an array", 2, &r->tools));

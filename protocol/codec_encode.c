@@ -182,12 +182,18 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
             return rc;
     }
     if ((rc = zi_sampling_params_validate(&r->sampling_params, "sampling_params", err))) return rc;
+    if (r->n_images && r->prompt_kind == ZI_PROMPT_TOKENS)
+        return zi_error_set(err, ZI_EINVAL, "images: a prompt of token ids cannot place images");
+    for (size_t i = 0; i < r->n_images; i++)
+        if (!r->images[i].len || r->images[i].len > UINT32_MAX)
+            return zi_error_set(err, ZI_EINVAL, "images[%zu]: %zu bytes is no image msgpack holds",
+                                i, r->images[i].len);
     /* Nine keys always, the rest when set. */
     size_t n = 9 + (has_prompt ? 1 : 0) + (r->n_messages ? 1 : 0) + (r->stop.n ? 1 : 0) +
                (r->response_format.len ? 1 : 0) + (r->tools.len ? 1 : 0) +
                (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0) +
                (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0) + (r->max_thinking_tokens ? 1 : 0) +
-               (r->skip_special_tokens ? 0 : 1);
+               (r->skip_special_tokens ? 0 : 1) + (r->n_images ? 1 : 0);
     P(msgpack_pack_map(pk, n));
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
@@ -221,6 +227,11 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
                 P(pack_key(pk, "reasoning_content") ||
                   pack_str(pk, m->reasoning_content.p, m->reasoning_content.len));
         }
+    }
+    if (r->n_images) {
+        P(pack_key(pk, "images") || msgpack_pack_array(pk, r->n_images));
+        for (size_t i = 0; i < r->n_images; i++)
+            P(msgpack_pack_bin_with_body(pk, r->images[i].p, r->images[i].len));
     }
     if (r->tools.len) {
         P(pack_key(pk, "tools"));

@@ -18,6 +18,8 @@ zi_codec_limits zi_codec_limits_default(void) {
         .max_depth = 16,
         .max_items = 4096,
         .max_logprobs = 20,
+        .max_images = ZI_CODEC_MAX_IMAGES,
+        .max_image_bytes = ZI_CODEC_MAX_IMAGE_BYTES,
     };
     return l;
 }

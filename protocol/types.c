@@ -318,7 +318,38 @@ void zi_request_free(zi_request *r) {
     zi_string_free(&r->regex);
     zi_bytes_free(&r->tools);
     zi_bytes_free(&r->chat_template_options);
+    for (size_t i = 0; i < r->n_images; i++) zi_bytes_free(&r->images[i]);
+    free(r->images);
     zi_request_init(r);
+}
+
+int zi_request_add_image(zi_request *r, const void *p, size_t len, zi_error *err) {
+    if (!r || !p || !len) return zi_error_set(err, ZI_EINVAL, "images: an empty image");
+    zi_bytes *v = realloc(r->images, (r->n_images + 1) * sizeof *v);
+    if (!v) return zi_error_set(err, ZI_ENOMEM, "images: out of memory");
+    r->images = v;
+    v[r->n_images] = (zi_bytes){0};
+    int rc = zi_bytes_set(&v[r->n_images], p, len, err);
+    if (!rc) r->n_images++;
+    return rc;
+}
+
+size_t zi_media_marker_count(const char *s, size_t n) {
+    static const char m[] = ZI_MEDIA_MARKER;
+    const size_t ml = sizeof m - 1;
+    size_t k = 0;
+    for (size_t i = 0; s && i + ml <= n;) {
+        const char *q = memchr(s + i, '<', n - i);
+        if (!q || (size_t)(q - s) + ml > n) break;
+        i = (size_t)(q - s);
+        if (!memcmp(q, m, ml)) {
+            k++;
+            i += ml;
+        } else {
+            i++;
+        }
+    }
+    return k;
 }
 
 int zi_request_add_message(zi_request *r, const char *role, const char *content, size_t content_len,

@@ -233,7 +233,23 @@ typedef struct zi_request {
     bool skip_special_tokens;       /* default true: control tokens' text is left out of
                                      * the completion (false: kept, e.g. a tool-call
                                      * format's markers that are control tokens) */
+    /* The seed's images: each image file's bytes as sent (PNG, JPEG, ...;
+     * not decoded here), in the order of the ZI_MEDIA_MARKERs in the
+     * prompt text or the messages' contents. A request with images has as
+     * many markers as images (the decoder checks). Each len > 0. */
+    zi_bytes *images;
+    size_t n_images;
 } zi_request;
+
+/* Where an image goes in the text: llama.cpp's media marker
+ * (mtmd_default_marker()). A client writes it into a text prompt itself;
+ * zinfer-http writes it where a message held an image part. */
+#define ZI_MEDIA_MARKER "<__media__>"
+
+/* The protocol's ceilings on a request's images (the codec's default
+ * limits; zinfer-http's --max-images and --max-image-bytes stop here). */
+#define ZI_REQUEST_MAX_IMAGES 64
+#define ZI_REQUEST_MAX_IMAGE_BYTES ((size_t)64 << 20)
 
 /* The largest max_thinking_tokens. */
 #define ZI_MAX_THINKING_TOKENS 1000000
@@ -247,6 +263,10 @@ void zi_request_init(zi_request *r);
 void zi_request_free(zi_request *r);
 int zi_request_add_message(zi_request *r, const char *role, const char *content, size_t content_len,
                            zi_error *err);
+/* Appends a copy of p[0..len) (len > 0) to r->images. */
+int zi_request_add_image(zi_request *r, const void *p, size_t len, zi_error *err);
+/* How many times ZI_MEDIA_MARKER occurs in s[0..n) (not overlapping). */
+size_t zi_media_marker_count(const char *s, size_t n);
 
 /* ---- LogProbabilities ------------------------------------------------------ */
 

@@ -391,6 +391,17 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     int rf = ZI_RF_NONE;
     char *schema = NULL;
     if (!rc) rc = zi_response_format_kind(&r.response_format, &rf, &schema, &err);
+    /* Images: r.images[0 .. r.n_images), each the file's bytes as the
+     * client sent them (zi_bytes), in the order of the ZI_MEDIA_MARKERs in
+     * r.prompt_text or the messages' contents (the decoder checked one
+     * marker per image). No image projector is loaded yet, so a request
+     * with images gets one clear answer here, before any template work;
+     * the projector's decoding and the prompt's expansion at the markers
+     * go here. */
+    if (!rc && r.n_images)
+        rc = zi_error_set(&err, ZI_EUNSUPPORTED,
+                          "images: images need a model with an image projector: start the "
+                          "server with --mmproj FILE");
     /* The cheap checks above first; then the template and the encoding. */
     bool reasoning_open = false, harmony = false;
     if (!rc) rc = prompt_ids(t, &r, ro, &ids, &n, &reasoning_open, &harmony, &err);

@@ -714,7 +714,7 @@ BAD = [
     ("POST", CHAT, '{"messages": [{"role": "user"}]}', None, 400, "messages[0].content"),
     ("POST", CHAT, json.dumps({"messages": [{"role": "user", "content": [
         {"type": "image_url", "image_url": {"url": "http://x"}}]}]}), None, 400,
-     "messages[0].content[0].type"),
+     "messages[0].content[0].image_url.url"),
     ("POST", CHAT, json.dumps({"messages": [{"role": "user", "content": [
         {"type": "text", "text": 3}]}]}), None, 400, "messages[0].content[0].text"),
     ("POST", CHAT, json.dumps({"messages": [{"role": "assistant", "content": None,

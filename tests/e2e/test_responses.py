@@ -388,7 +388,7 @@ BAD = [
     ({"input": [{"role": "user", "content": 3}]}, 400, "input[0].content"),
     ({"input": [{"role": "user", "content": [7]}]}, 400, "input[0].content[0]"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, 400,
-     "input[0].content[0].type"),
+     "input[0].content[0].image_url"),
     ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "x"}]}]}, 400,
      "input[0].content[0].type"),
     ({"input": [{"role": "user", "content": [{"type": "input_text", "text": 1}]}]}, 400,

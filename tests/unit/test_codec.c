@@ -307,6 +307,94 @@ static void test_roundtrip_request(void **state) {
  * content, then the tool's result, decoded, encoded and decoded again. */
 /* The thinking budget travels in the request and the context; an
  * assistant's reasoning_content in its message, refused on other roles. */
+/* images: bin values through encode and decode, byte for byte, with
+ * messages and with a text prompt; the encoder's refusals. */
+static void test_roundtrip_images(void **state) {
+    (void)state;
+    zi_error e = {0};
+    static const uint8_t png[] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0xff};
+    uint8_t big[70000];
+    for (size_t i = 0; i < sizeof big; i++) big[i] = (uint8_t)(i * 7 + (i >> 8));
+    zi_request r, back;
+    zi_request_init(&r);
+    zi_string_set(&r.id, "img-1", 5, NULL);
+    zi_request_add_message(&r, "system", "You see images.", 15, NULL);
+    const char *u = "first " ZI_MEDIA_MARKER "\nthen\n" ZI_MEDIA_MARKER;
+    zi_request_add_message(&r, "user", u, strlen(u), NULL);
+    assert_int_equal(zi_request_add_image(&r, png, sizeof png, &e), ZI_OK);
+    assert_int_equal(zi_request_add_image(&r, big, sizeof big, &e), ZI_OK);
+    assert_int_equal(zi_request_add_image(&r, png, 0, &e), ZI_EINVAL);
+    assert_int_equal(r.n_images, 2);
+    char *buf;
+    size_t len;
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_int_equal(back.n_images, 2);
+    assert_int_equal(back.images[0].len, sizeof png);
+    assert_memory_equal(back.images[0].p, png, sizeof png);
+    assert_int_equal(back.images[1].len, sizeof big);
+    assert_memory_equal(back.images[1].p, big, sizeof big);
+    /* encoded again: the same bytes (nothing lost or reordered) */
+    char *buf2;
+    size_t len2;
+    assert_int_equal(zi_codec_request_to_bytes(&back, &buf2, &len2, &e), ZI_OK);
+    assert_int_equal(len2, len);
+    assert_memory_equal(buf2, buf, len);
+    free(buf);
+    free(buf2);
+    zi_request_free(&back);
+    zi_request_free(&r);
+    assert_null(r.images);
+    assert_int_equal(r.n_images, 0);
+    /* a text prompt holds its markers itself */
+    zi_request_init(&r);
+    zi_string_set(&r.id, "img-2", 5, NULL);
+    r.prompt_kind = ZI_PROMPT_TEXT;
+    zi_string_set(&r.prompt_text, ZI_MEDIA_MARKER " what is this?", 25, NULL);
+    zi_request_add_image(&r, png, sizeof png, NULL);
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_int_equal(back.n_images, 1);
+    assert_memory_equal(back.images[0].p, png, sizeof png);
+    free(buf);
+    zi_request_free(&back);
+    /* the decoder's limits, passed in */
+    zi_codec_limits lim = zi_codec_limits_default();
+    assert_int_equal(lim.max_images, ZI_REQUEST_MAX_IMAGES);
+    assert_int_equal(lim.max_image_bytes, ZI_REQUEST_MAX_IMAGE_BYTES);
+    lim.max_image_bytes = sizeof png - 1;
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, &lim, &back, &e), ZI_EINVAL);
+    ERR_HAS(e, "images[0]: 10 bytes exceed the limit of 9 bytes per image");
+    free(buf);
+    /* no images: a marker is plain text */
+    zi_request_free(&r);
+    zi_request_init(&r);
+    zi_string_set(&r.id, "img-3", 5, NULL);
+    r.prompt_kind = ZI_PROMPT_TEXT;
+    zi_string_set(&r.prompt_text, ZI_MEDIA_MARKER, 11, NULL);
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_int_equal(back.n_images, 0);
+    free(buf);
+    zi_request_free(&back);
+    zi_request_free(&r);
+    /* the encoder refuses images with token ids */
+    zi_request_init(&r);
+    zi_string_set(&r.id, "img-4", 5, NULL);
+    r.prompt_kind = ZI_PROMPT_TOKENS;
+    zi_i32_list_push(&r.prompt_tokens, 5, NULL);
+    zi_request_add_image(&r, png, sizeof png, NULL);
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_EINVAL);
+    ERR_HAS(e, "images: a prompt of token ids cannot place images");
+    zi_request_free(&r);
+    /* the marker counter */
+    assert_int_equal(zi_media_marker_count("", 0), 0);
+    assert_int_equal(zi_media_marker_count("<__media__<__media__>>", 22), 1);
+    assert_int_equal(zi_media_marker_count("<<__media__><__media__", 22), 1);
+    assert_int_equal(zi_media_marker_count("<__media__><__media__>", 22), 2);
+}
+
 static void test_roundtrip_thinking(void **state) {
     (void)state;
     zi_error e = {0};
@@ -925,6 +1013,7 @@ int main(void) {
         cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_roundtrip_request),
         cmocka_unit_test(test_tool_messages),
+        cmocka_unit_test(test_roundtrip_images),
         cmocka_unit_test(test_roundtrip_thinking),
         cmocka_unit_test(test_roundtrip_context),
         cmocka_unit_test(test_roundtrip_grammar),

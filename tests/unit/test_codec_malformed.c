@@ -251,8 +251,27 @@ static void test_malformed_requests(void **state) {
              1, "x", 1, "ab", (size_t)2);
     bad_case('r', NULL, I, "chat_template_options.k: invalid UTF-8", "M s s s s s M s S", 3, "id",
              "a", "prompt", "hi", "chat_template_options", 1, "k", "\xff", (size_t)1);
-    bad_case('r', NULL, ZI_EUNSUPPORTED, "images: image inputs are not supported",
+    /* images: bin values, one <__media__> marker each in the text */
+    bad_case('r', NULL, I, "images: expected an array of bytes (msgpack bin), got a string",
+             "M s s s s s s", 3, "id", "a", "prompt", "<__media__>", "images", "\x89PNG");
+    bad_case('r', NULL, I, "images[1]: expected bytes (msgpack bin), got a string",
+             "M s s s s s A b s", 3, "id", "a", "prompt", "<__media__><__media__>", "images", 2,
+             "\x89PNG", (size_t)4, "\x89PNG");
+    bad_case('r', NULL, I, "images[0]: an empty image", "M s s s s s A b", 3, "id", "a", "prompt",
+             "<__media__>", "images", 1, "", (size_t)0);
+    bad_case('r', NULL, I,
+             "images: 1 image, but the prompt holds 0 <__media__> markers (one marks where each "
+             "image goes)",
              "M s s s s s A b", 3, "id", "a", "prompt", "hi", "images", 1, "\x89PNG", (size_t)4);
+    bad_case('r', NULL, I, "images: 1 image, but the prompt holds 2 <__media__> markers",
+             "M s s s s s A b", 3, "id", "a", "prompt", "<__media__> and <__media__>", "images", 1,
+             "\x89PNG", (size_t)4);
+    bad_case('r', NULL, I, "images: 2 images, but the messages' contents hold 1 <__media__> marker",
+             "M s s s A M s s s s s A b b", 3, "id", "a", "messages", 1, 2, "role", "user",
+             "content", "look: <__media__ ><__media__>", "images", 2, "\x89PNG", (size_t)4, "GIF8",
+             (size_t)4);
+    bad_case('r', NULL, I, "images: a prompt of token ids cannot place images", "M s s s A i s A b",
+             3, "id", "a", "prompt", 1, 5ll, "images", 1, "\x89PNG", (size_t)4);
     bad_case('r', NULL, I, "op: a request's op must be \"generate\"", "M s s s s s s", 3, "op",
              "cancel", "id", "a", "prompt", "hi");
     bad_case('r', NULL, I, "model_name: contains a NUL byte", "M s s s s s S", 3, "id", "a",
@@ -277,6 +296,15 @@ static void test_malformed_requests(void **state) {
     small.max_items = 2;
     bad_case('r', &small, I, "stop: 3 entries exceed the limit of 2", "M s s s s s A s s s", 3,
              "id", "a", "prompt", "hi", "stop", 3, "a", "b", "c");
+    small = zi_codec_limits_default();
+    small.max_images = 1;
+    small.max_image_bytes = 3;
+    bad_case('r', &small, I, "images: 2 images exceed the limit of 1", "M s s s s s A b b", 3, "id",
+             "a", "prompt", "<__media__><__media__>", "images", 2, "abc", (size_t)3, "abc",
+             (size_t)3);
+    bad_case('r', &small, I, "images[0]: 4 bytes exceed the limit of 3 bytes per image",
+             "M s s s s s A b", 3, "id", "a", "prompt", "<__media__>", "images", 1, "\x89PNG",
+             (size_t)4);
     print_message("%d malformed requests refused\n", n_bad_cases);
     assert_true(n_bad_cases >= 60);
 }

@@ -29,7 +29,7 @@ static const msgpack_object *unpack(const zi_http_gen *g, int i, msgpack_unpacke
 }
 
 static int parse(const char *body, zi_http_kind kind, zi_http_gen *g, zi_http_error *e) {
-    return zi_http_parse_generate(body, strlen(body), kind, g, e);
+    return zi_http_parse_generate(body, strlen(body), kind, NULL, g, e);
 }
 
 static void assert_str(const msgpack_object *o, const char *want) {
@@ -37,6 +37,133 @@ static void assert_str(const msgpack_object *o, const char *want) {
     assert_int_equal(o->type, MSGPACK_OBJECT_STR);
     assert_int_equal(o->via.str.size, strlen(want));
     assert_memory_equal(o->via.str.ptr, want, strlen(want));
+}
+
+/* base64 as RFC 4648 has it: its test vectors, padding optional,
+ * whitespace skipped, and what is refused where. */
+static void test_base64(void **state) {
+    (void)state;
+    static const char *const vec[][2] = {{"", ""},
+                                         {"Zg==", "f"},
+                                         {"Zm8=", "fo"},
+                                         {"Zm9v", "foo"},
+                                         {"Zm9vYg", "foob"},
+                                         {"Zm9vYmE", "fooba"},
+                                         {"Zm9vYmFy", "foobar"},
+                                         {"Zm9v\r\nYmFy", "foobar"}};
+    uint8_t out[32];
+    size_t bad = 0;
+    for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++) {
+        long long n = zi_base64_decode(vec[i][0], strlen(vec[i][0]), out, &bad);
+        assert_int_equal(n, (long long)strlen(vec[i][1]));
+        assert_memory_equal(out, vec[i][1], (size_t)n);
+    }
+    assert_int_equal(zi_base64_decode("+/-_", 4, out, &bad), 3);
+    assert_int_equal(out[0], 0xfb);
+    assert_int_equal(out[1], 0xff);
+    assert_int_equal(out[2], 0xbf);
+    static const struct {
+        const char *s;
+        size_t bad;
+    } refused[] = {{"Zm9v!", 4}, {"Z===", 1}, {"Zm=v", 3}, {"Zg===", 4}, {"Zm9vY", 5}, {"=", 0}};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        assert_int_equal(zi_base64_decode(refused[i].s, strlen(refused[i].s), out, &bad), -1);
+        assert_int_equal(bad, refused[i].bad);
+    }
+}
+
+/* image_url parts: the data URL's bytes in the request's images, the
+ * marker in the message's text; each bad URL refused naming the part. */
+static void test_chat_images(void **state) {
+    (void)state;
+    zi_http_gen g;
+    zi_http_error e;
+    assert_int_equal(
+        parse("{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"text\", "
+              "\"text\": \"a\"}, {\"type\": \"image_url\", \"image_url\": {\"url\": "
+              "\"data:image/png;base64,Zm9v\", \"detail\": \"low\"}}, {\"type\": "
+              "\"image_url\", \"image_url\": \"DATA:;BASE64,YmFy\"}]}], \"n\": 2}",
+              ZI_HTTP_CHAT, &g, &e),
+        0);
+    for (int i = 0; i < 2; i++) {
+        msgpack_unpacked u;
+        const msgpack_object *r = unpack(&g, i, &u);
+        const msgpack_object *ms = zi_map_get(r, "messages");
+        assert_str(zi_map_get(&ms->via.array.ptr[0], "content"), "a\n<__media__>\n<__media__>");
+        const msgpack_object *im = zi_map_get(r, "images");
+        assert_non_null(im);
+        assert_int_equal(im->via.array.size, 2);
+        assert_int_equal(im->via.array.ptr[0].type, MSGPACK_OBJECT_BIN);
+        assert_int_equal(im->via.array.ptr[0].via.bin.size, 3);
+        assert_memory_equal(im->via.array.ptr[0].via.bin.ptr, "foo", 3);
+        assert_memory_equal(im->via.array.ptr[1].via.bin.ptr, "bar", 3);
+        /* the router's decoder takes it as it is */
+        zi_request rq;
+        zi_error ze = {0};
+        assert_int_equal(zi_codec_decode_request(r, NULL, "", &rq, &ze), ZI_OK);
+        assert_int_equal(rq.n_images, 2);
+        zi_request_free(&rq);
+        msgpack_unpacked_destroy(&u);
+    }
+    zi_http_gen_free(&g);
+    /* no image: no images key */
+    assert_int_equal(
+        parse("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}", ZI_HTTP_CHAT, &g, &e),
+        0);
+    msgpack_unpacked u;
+    assert_null(zi_map_get(unpack(&g, 0, &u), "images"));
+    msgpack_unpacked_destroy(&u);
+    zi_http_gen_free(&g);
+    static const struct {
+        const char *url;
+        int status;
+        const char *says;
+    } bad[] = {
+        {"https://example.com/cat.png", 400, "remote image URLs are not fetched"},
+        {"http://x", 400, "send the image itself as a data: URL"},
+        {"file:///etc/passwd", 400, "not a data: URL"},
+        {"data:image/png,abc", 400, "is not base64"},
+        {"data:image/png;base64", 400, "no ','"},
+        {"data:image/png;base64,Zm9v!", 400, "not valid base64 ('!' at character 4)"},
+        {"data:image/png;base64,Zm9vY", 400, "cut short"},
+        {"data:image/png;base64,", 400, "the image is empty"},
+        {"data:text/plain;base64,Zm9v", 400, "'text/plain' is not an image type"},
+        {"data:image/png;base64,Zm9vYmFyYmF6", 413, "9 bytes, more than the limit of 8"},
+    };
+    zi_http_image_limits lim = {2, 8};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body,
+                 "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}, {\"role\": "
+                 "\"user\", \"content\": [{\"type\": \"text\", \"text\": \"a\"}, {\"type\": "
+                 "\"image_url\", \"image_url\": {\"url\": \"%s\"}}]}]}",
+                 bad[i].url);
+        int rc = zi_http_parse_generate(body, strlen(body), ZI_HTTP_CHAT, &lim, &g, &e);
+        if (rc != -1 || e.status != bad[i].status || !strstr(e.message, bad[i].says) ||
+            strcmp(e.param, "messages[1].content[1].image_url.url"))
+            fail_msg("%s: rc %d, status %d, param %s, message %s", bad[i].url, rc, e.status,
+                     e.param, e.message);
+    }
+    /* more images than --max-images */
+    const char *three = "{\"messages\": [{\"role\": \"user\", \"content\": ["
+                        "{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:;base64,YQ\"}},"
+                        "{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:;base64,YQ\"}},"
+                        "{\"type\": \"image_url\", \"image_url\": {\"url\": \"data:;base64,YQ\"}}"
+                        "]}]}";
+    assert_int_equal(zi_http_parse_generate(three, strlen(three), ZI_HTTP_CHAT, &lim, &g, &e), -1);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "messages[0].content[2].image_url.url");
+    assert_non_null(strstr(e.message, "more than 2 images in one request"));
+    assert_non_null(strstr(e.message, "--max-images"));
+    lim.max_images = 0;
+    assert_int_equal(zi_http_parse_generate(three, strlen(three), ZI_HTTP_CHAT, &lim, &g, &e), -1);
+    assert_non_null(strstr(e.message, "accepts no images"));
+    /* detail is auto, low or high */
+    const char *det = "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": "
+                      "\"image_url\", \"image_url\": {\"url\": \"data:;base64,YQ\", \"detail\": "
+                      "\"max\"}}]}]}";
+    assert_int_equal(parse(det, ZI_HTTP_CHAT, &g, &e), -1);
+    assert_string_equal(e.param, "messages[0].content[0].image_url.detail");
 }
 
 static void test_chat_defaults_and_choices(void **state) {
@@ -146,6 +273,9 @@ static void test_refusals_name_the_field(void **state) {
          "messages[0].role"},
         {ZI_HTTP_CHAT,
          "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+         "messages[0].content[0].image_url"},
+        {ZI_HTTP_CHAT,
+         "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"input_audio\"}]}]}",
          "messages[0].content[0].type"},
         {ZI_HTTP_CHAT,
          "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], "
@@ -322,9 +452,13 @@ static void test_tool_call_parsing(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chat_defaults_and_choices), cmocka_unit_test(test_completion_fields),
-        cmocka_unit_test(test_refusals_name_the_field),   cmocka_unit_test(test_router_errors),
+        cmocka_unit_test(test_chat_defaults_and_choices),
+        cmocka_unit_test(test_completion_fields),
+        cmocka_unit_test(test_refusals_name_the_field),
+        cmocka_unit_test(test_router_errors),
         cmocka_unit_test(test_tool_call_parsing),
+        cmocka_unit_test(test_base64),
+        cmocka_unit_test(test_chat_images),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -93,6 +93,8 @@ static void bounds_agree_with_the_protocol(void **state) {
     assert_int_equal(zi_option_get(ZI_O_MAX_EMBED_TOKENS)->hi, ZI_EMBED_MAX_TOKENS_CAP);
     assert_int_equal(zi_option_def(ZI_O_MAX_EMBED_INPUTS), ZI_EMBED_MAX_INPUTS_DEFAULT);
     assert_int_equal(zi_option_def(ZI_O_MAX_EMBED_TOKENS), ZI_EMBED_MAX_TOKENS_DEFAULT);
+    assert_int_equal(zi_option_get(ZI_O_MAX_IMAGES)->hi, ZI_REQUEST_MAX_IMAGES);
+    assert_int_equal(zi_option_get(ZI_O_MAX_IMAGE_BYTES)->hi, ZI_REQUEST_MAX_IMAGE_BYTES);
 }
 
 static void bounds_are_checked_with_the_usual_message(void **state) {
