@@ -49,6 +49,11 @@ struct zi_model {
     float *type0, *embd_norm, *embd_norm_b;
     int32_t *span, *row_n, *order, *starts;
     int span_cap, row_cap;
+    /* A pass's token ids with 0 where an input embedding replaces the
+     * token (zi_batch.embd_rows: those ids need not be in the vocabulary,
+     * a prefix cache keys image positions by them), for get_rows */
+    int32_t *embd_ids;
+    int embd_ids_cap;
     zi_layer *layers;
     uint64_t weight_bytes;
     uint64_t weight_macs;  /* multiply-adds of the products per token */
@@ -625,6 +630,7 @@ void zi_model_free(zi_model *m) {
     be->ops->free(be, m->embd_norm);
     be->ops->free(be, m->embd_norm_b);
     free(m->span);
+    free(m->embd_ids);
     free(m->row_n);
     zi_moe_scratch_free(be, m->moe_scratch);
     zi_gguf_close(m->gguf);
@@ -867,7 +873,8 @@ static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_bat
     int stride = b->table_stride, rows = b->n_table_rows;
     int bs = kv->block_size;
     for (int i = 0; i < b->n_tokens; i++) {
-        if (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab)
+        const int embedded = b->embd_rows && b->embd_rows[i] >= 0; /* its id is a key only */
+        if (!embedded && (b->tokens[i] < 0 || b->tokens[i] >= m->cfg.n_vocab))
             return zi_error_set(err, ZI_EINVAL,
                                 "token id %d at index %d is outside the vocabulary "
                                 "(0..%d)",
@@ -1103,7 +1110,17 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         }
     }
 
-    op->get_rows(be, m->x, &m->tok_embd, b->tokens, T);
+    const int32_t *ids = b->tokens;
+    if (b->embd_rows) {
+        if (T > m->embd_ids_cap) {
+            int32_t *n = realloc(m->embd_ids, (size_t)T * sizeof *n);
+            if (!n) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+            m->embd_ids = n, m->embd_ids_cap = T;
+        }
+        for (int i = 0; i < T; i++) m->embd_ids[i] = b->embd_rows[i] >= 0 ? 0 : b->tokens[i];
+        ids = m->embd_ids;
+    }
+    op->get_rows(be, m->x, &m->tok_embd, ids, T);
     if (f->embd_scale) op->scale(be, m->x, sqrtf((float)c->dim), xn);
     for (int i = 0; b->embd_rows && i < T; i++) /* after the scale: token rows only */
         if (b->embd_rows[i] >= 0)

@@ -181,8 +181,9 @@ typedef struct zi_batch {
      * as row embd_rows[i] of embd (host memory, rows of dim floats) in
      * place of its token's embedding row (an image's soft tokens,
      * vision.h); the family's embedding scale is not applied to it, as
-     * llama.cpp scales token embeddings only. tokens[i] must still be an
-     * id of the vocabulary. Decoders only. */
+     * llama.cpp scales token embeddings only. tokens[i] is then only a
+     * key (a prefix cache's: any int32, e.g. one derived from the image's
+     * hash), never looked up. Decoders only. */
     const float *embd;
     const int32_t *embd_rows;
     /* Attention reach (NULL: causal): token i attends to positions
