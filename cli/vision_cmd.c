@@ -18,6 +18,8 @@
 
 #include "args.h"
 #include "cpu_backend.h"
+#include "image.h"
+#include "image_prompt.h"
 #include "vision.h"
 #include "zi_error.h"
 
@@ -124,4 +126,118 @@ int zi_encode_image_main(int argc, char **argv) {
     zi_vision_free(v);
     if (be) zi_backend_free(be);
     return rc ? 1 : 0;
+}
+
+/* ---- prompts with images (zinfer logits, generate) ---- */
+
+static int read_file(const char *path, uint8_t **buf, size_t *n, size_t max, zi_error *err) {
+    *buf = NULL, *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return zi_error_set(err, ZI_EIO, "cannot open %s: %s", path, strerror(errno));
+    size_t cap = 1 << 16;
+    uint8_t *b = malloc(cap);
+    int rc = b ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
+    for (size_t got; !rc && (got = fread(b + *n, 1, cap - *n, f)) > 0;) {
+        *n += got;
+        if (*n > max) rc = zi_error_set(err, ZI_ERANGE, "%s is over %zu bytes", path, max);
+        else if (*n == cap) {
+            uint8_t *nb = realloc(b, cap *= 2);
+            if (!nb) rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+            else b = nb;
+        }
+    }
+    if (!rc && ferror(f)) rc = zi_error_set(err, ZI_EIO, "cannot read %s", path);
+    fclose(f);
+    if (rc) free(b);
+    else *buf = b;
+    return rc;
+}
+
+int zi_cli_images_build(zi_backend *be, zi_tokenizer *tok, int lm_dim, const char *mmproj,
+                        const char *prompt, int parse_special, const char *const *paths,
+                        int n_paths, zi_cli_images *out, zi_error *err) {
+    memset(out, 0, sizeof *out);
+    zi_vision *v = NULL;
+    zi_image_rgb *imgs = calloc((size_t)(n_paths > 0 ? n_paths : 1), sizeof *imgs);
+    zi_prompt_image *pis = NULL;
+    int rc = imgs ? zi_vision_load(mmproj, be, lm_dim, &v, err)
+                  : zi_error_set(err, ZI_ENOMEM, "out of memory");
+    zi_image_limits lim;
+    zi_image_limits_default(&lim);
+    for (int i = 0; !rc && i < n_paths; i++) {
+        uint8_t *bytes = NULL;
+        size_t n = 0;
+        rc = read_file(paths[i], &bytes, &n, lim.max_bytes, err);
+        if (!rc) rc = zi_image_decode(bytes, n, &lim, &imgs[i], err);
+        if (rc) zi_error_prefix(err, "%s: ", paths[i]);
+        free(bytes);
+    }
+    const zi_vision_config *c = rc ? NULL : zi_vision_get_config(v);
+    zi_image_prep_params pp;
+    if (!rc) {
+        zi_image_prep_params_default(&pp, c->kind == ZI_VISION_GEMMA3 ? ZI_IMAGE_PROJ_GEMMA3
+                                                                      : ZI_IMAGE_PROJ_IDEFICS3);
+        pp.image_size = c->image_size, pp.patch_size = c->patch_size, pp.n_merge = c->n_merge;
+        if (c->preproc_size > 0) pp.longest_edge = c->preproc_size;
+        memcpy(pp.mean, c->mean, sizeof pp.mean);
+        memcpy(pp.std, c->std, sizeof pp.std);
+        rc = zi_image_prompt_build(tok, prompt, strlen(prompt), 1, parse_special, imgs,
+                                   (size_t)n_paths, &pp, &out->ids, &out->n, &pis, err);
+    }
+    if (!rc) {
+        out->n_images = n_paths;
+        for (int i = 0; i < n_paths; i++) out->n_tiles += pis[i].n_tiles;
+        out->embd = malloc((size_t)out->n_tiles * c->n_tokens * (size_t)lm_dim * sizeof(float));
+        out->embd_rows = malloc(out->n * sizeof(int32_t));
+        out->attn_pos = malloc(out->n * sizeof(int32_t));
+        if (!out->embd || !out->embd_rows || !out->attn_pos)
+            rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; !rc && i < out->n; i++) out->embd_rows[i] = -1, out->attn_pos[i] = (int32_t)i;
+    int row = 0;
+    for (int i = 0; !rc && i < n_paths; i++) {
+        const zi_prompt_image *pi = &pis[i];
+        if (pi->tile_tokens != c->n_tokens || pi->tile_size != c->image_size) {
+            rc = zi_error_set(err, ZI_EINVAL, "image %d: tiles of %d px / %d tokens, the tower takes %d / %d",
+                              i, pi->tile_size, pi->tile_tokens, c->image_size, c->n_tokens);
+            break;
+        }
+        for (int t = 0; !rc && t < pi->n_tiles; t++, row++) {
+            const size_t px = (size_t)t * c->image_size * c->image_size * 3;
+            double t0 = now_ms();
+            rc = zi_vision_encode(v, pi->pixels + px,
+                                  out->embd + (size_t)row * c->n_tokens * lm_dim, err);
+            out->encode_ms += now_ms() - t0;
+            for (int k = 0; !rc && k < c->n_tokens; k++) {
+                const size_t at = (size_t)pi->tile_first[t] + (size_t)k;
+                out->embd_rows[at] = row * c->n_tokens + k;
+                if (c->kind == ZI_VISION_GEMMA3) /* non-causal: each sees its whole tile */
+                    out->attn_pos[at] = (int32_t)(pi->tile_first[t] + c->n_tokens - 1);
+            }
+        }
+    }
+    zi_prompt_images_free(pis, (size_t)n_paths);
+    for (int i = 0; imgs && i < n_paths; i++) zi_image_rgb_free(&imgs[i]);
+    free(imgs);
+    zi_vision_free(v);
+    if (rc) zi_cli_images_free(out);
+    return rc;
+}
+
+void zi_cli_images_free(zi_cli_images *ci) {
+    free(ci->ids);
+    free(ci->embd);
+    free(ci->embd_rows);
+    free(ci->attn_pos);
+    memset(ci, 0, sizeof *ci);
+}
+
+size_t zi_cli_images_chunk_end(const zi_cli_images *ci, size_t start, size_t want) {
+    size_t end = start + want < ci->n ? start + want : ci->n;
+    if (end == ci->n || ci->attn_pos[end - 1] < (int32_t)end) return end; /* nothing split */
+    /* end splits the tile holding end - 1: cut before it, or take it whole */
+    const int32_t last = ci->attn_pos[end - 1];
+    size_t first = end - 1;
+    while (first > start && ci->attn_pos[first - 1] == last) first--;
+    return first > start ? first : (size_t)last + 1;
 }
