@@ -7,6 +7,7 @@ with zinfer.
       r.embd                       # float32 [n_soft_tokens][lm_dim], all image chunks in order
       r.chunks                     # [("text", [ids]) | ("image", n_tokens)] as mtmd tokenized
       r.encode_s                   # seconds in mtmd_encode_chunk, all image chunks
+                                   # (a context's first encode also allocates: slower)
 
 The text model is loaded whole on the CPU (mtmd needs its vocabulary for
 the marker tokens and checks that its input embedding length equals the
