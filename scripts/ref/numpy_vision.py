@@ -59,6 +59,8 @@ the overview first).
 
 Module use:
     m = numpy_vision.load(path); e = numpy_vision.embed(m, rgb)
+    pre = numpy_vision.preprocess(m, rgb)   # pre.u8: the uint8 images, pre.images: float32
+Command line: numpy_vision.py MMPROJ [--image FILE] [--out emb.npy]
 """
 
 import math
@@ -395,12 +397,20 @@ if __name__ == "__main__":
     import argparse
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mmproj")
-    ap.add_argument("--width", type=int, default=333)
-    ap.add_argument("--height", type=int, default=517)
+    ap.add_argument("--image", help="an image file (read with Pillow); default a synthetic one")
+    ap.add_argument("--width", type=int, default=333, help="the synthetic image's width")
+    ap.add_argument("--height", type=int, default=517, help="the synthetic image's height")
+    ap.add_argument("--out", help="write the embeddings [n][lm_dim] here (.npy, float64)")
     a = ap.parse_args()
     mdl = load(a.mmproj)
-    yy, xx = np.mgrid[0:a.height, 0:a.width]
-    im = np.stack([xx * 255 // max(a.width - 1, 1), yy * 255 // max(a.height - 1, 1),
-                   (xx + yy) % 256], axis=-1).astype(np.uint8)
+    if a.image:
+        from PIL import Image
+        im = np.asarray(Image.open(a.image).convert("RGB"))
+    else:
+        yy, xx = np.mgrid[0:a.height, 0:a.width]
+        im = np.stack([xx * 255 // max(a.width - 1, 1), yy * 255 // max(a.height - 1, 1),
+                       (xx + yy) % 256], axis=-1).astype(np.uint8)
     e = embed(mdl, im)
+    if a.out:
+        np.save(a.out, e)
     print(mdl.kind, e.shape, token_layout(mdl, im))
