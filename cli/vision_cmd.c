@@ -24,11 +24,14 @@
 #include "zi_error.h"
 
 static const char *USAGE =
-    "usage: zinfer encode-image --mmproj FILE --pixels FILE --out FILE [--threads N]\n"
-    "  Runs the projector file's image tower on one tile: --pixels is raw float32,\n"
-    "  image_size x image_size x 3 values (interleaved RGB, row-major, normalized\n"
-    "  with the file's mean and std); writes n_tokens x lm_dim float32 to --out and\n"
-    "  prints one JSON line: n_tokens, lm_dim, image_size, encode_ms.\n";
+    "usage: zinfer encode-image --mmproj FILE (--image IMG | --pixels FILE) --out FILE\n"
+    "                           [--threads N]\n"
+    "  Runs the projector file's image tower. --image: an image file (JPEG, PNG, WebP,\n"
+    "  GIF), decoded and prepared as llama.cpp does for the projector, every tile\n"
+    "  encoded; --pixels: one tile of raw float32, image_size x image_size x 3 values\n"
+    "  (interleaved RGB, row-major, normalized with the file's mean and std). Writes\n"
+    "  the soft tokens (n_tokens x lm_dim float32, tiles in order) to --out and prints\n"
+    "  one JSON line: n_tokens, n_tiles, lm_dim, image_size, encode_ms.\n";
 
 static int usage_fail(const char *msg) {
     fprintf(stderr, "zinfer encode-image: %s\n%s", msg, USAGE);
@@ -54,8 +57,45 @@ static int read_exact(const char *path, size_t want, void *buf, zi_error *err) {
     return ZI_OK;
 }
 
+static int read_file(const char *path, uint8_t **buf, size_t *n, size_t max, zi_error *err);
+
+/* llama.cpp's preprocessing for the tower's projector, from its config. */
+static void prep_params(const zi_vision_config *c, zi_image_prep_params *pp) {
+    zi_image_prep_params_default(pp, c->kind == ZI_VISION_GEMMA3 ? ZI_IMAGE_PROJ_GEMMA3
+                                                                 : ZI_IMAGE_PROJ_IDEFICS3);
+    pp->image_size = c->image_size, pp->patch_size = c->patch_size, pp->n_merge = c->n_merge;
+    if (c->preproc_size > 0) pp->longest_edge = c->preproc_size;
+    memcpy(pp->mean, c->mean, sizeof pp->mean);
+    memcpy(pp->std, c->std, sizeof pp->std);
+}
+
+/* An image file's tiles as the tower takes them (*px malloc'd). */
+static int image_tiles(const zi_vision_config *c, const char *path, float **px, int *n_tiles,
+                       zi_error *err) {
+    zi_image_limits lim;
+    zi_image_limits_default(&lim);
+    uint8_t *bytes = NULL;
+    size_t n = 0;
+    zi_image_rgb img = {0};
+    zi_image_tiles t = {0};
+    zi_image_prep_params pp;
+    prep_params(c, &pp);
+    int rc = read_file(path, &bytes, &n, lim.max_bytes, err);
+    if (!rc) rc = zi_image_decode(bytes, n, &lim, &img, err);
+    if (!rc) rc = zi_image_prep(&img, &pp, &t, err);
+    if (!rc && (t.tile_size != c->image_size || t.tokens_per_tile != c->n_tokens))
+        rc = zi_error_set(err, ZI_EINVAL, "tiles of %d px / %d tokens, the tower takes %d / %d",
+                          t.tile_size, t.tokens_per_tile, c->image_size, c->n_tokens);
+    if (rc) zi_error_prefix(err, "%s: ", path);
+    if (!rc) *px = t.data, *n_tiles = t.n_tiles, t.data = NULL;
+    free(bytes);
+    zi_image_rgb_free(&img);
+    zi_image_tiles_free(&t);
+    return rc;
+}
+
 int zi_encode_image_main(int argc, char **argv) {
-    const char *mmproj = NULL, *pixels = NULL, *out = NULL;
+    const char *mmproj = NULL, *pixels = NULL, *image = NULL, *out = NULL;
     long long threads = 0;
     zi_error err = {0};
     for (int i = 1; i < argc; i++) {
@@ -73,6 +113,8 @@ int zi_encode_image_main(int argc, char **argv) {
             mmproj = v;
         else if (!strcmp(a, "--pixels"))
             pixels = v;
+        else if (!strcmp(a, "--image"))
+            image = v;
         else if (!strcmp(a, "--out"))
             out = v;
         else if (!strcmp(a, "--threads")) {
@@ -84,7 +126,8 @@ int zi_encode_image_main(int argc, char **argv) {
         }
         i++;
     }
-    if (!mmproj || !pixels || !out) return usage_fail("--mmproj, --pixels and --out are required");
+    if (!mmproj || !out || !pixels == !image)
+        return usage_fail("--mmproj, --out and one of --image and --pixels are required");
     zi_backend *be = NULL;
     zi_vision *v = NULL;
     float *px = NULL, *emb = NULL;
@@ -92,28 +135,34 @@ int zi_encode_image_main(int argc, char **argv) {
     int rc = zi_cpu_backend_create(&co, &be, &err);
     if (!rc) rc = zi_vision_load(mmproj, be, 0, &v, &err);
     const zi_vision_config *c = rc ? NULL : zi_vision_get_config(v);
-    if (!rc) {
+    int n_tiles = 1;
+    if (!rc && image) {
+        rc = image_tiles(c, image, &px, &n_tiles, &err);
+    } else if (!rc) {
         const size_t n_px = (size_t)c->image_size * c->image_size * 3;
         px = malloc(n_px * sizeof(float));
-        emb = malloc((size_t)c->n_tokens * c->lm_dim * sizeof(float));
-        rc = !px || !emb ? zi_error_set(&err, ZI_ENOMEM, "out of memory")
-                         : read_exact(pixels, n_px * sizeof(float), px, &err);
+        rc = !px ? zi_error_set(&err, ZI_ENOMEM, "out of memory")
+                 : read_exact(pixels, n_px * sizeof(float), px, &err);
     }
+    if (!rc && !(emb = malloc((size_t)n_tiles * c->n_tokens * c->lm_dim * sizeof(float))))
+        rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
     double ms = 0;
-    if (!rc) {
+    for (int t = 0; !rc && t < n_tiles; t++) {
         double t0 = now_ms();
-        rc = zi_vision_encode(v, px, emb, &err);
-        ms = now_ms() - t0;
+        rc = zi_vision_encode(v, px + (size_t)t * c->image_size * c->image_size * 3,
+                              emb + (size_t)t * c->n_tokens * c->lm_dim, &err);
+        ms += now_ms() - t0;
     }
     if (!rc) {
         FILE *f = fopen(out, "wb");
-        size_t n = (size_t)c->n_tokens * c->lm_dim;
+        size_t n = (size_t)n_tiles * c->n_tokens * c->lm_dim;
         if (!f || fwrite(emb, sizeof(float), n, f) != n || fclose(f) != 0)
             rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", out, strerror(errno));
     }
     if (!rc) {
-        json_t *j = json_pack("{s:i, s:i, s:i, s:f}", "n_tokens", c->n_tokens, "lm_dim", c->lm_dim,
-                              "image_size", c->image_size, "encode_ms", ms);
+        json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:f}", "n_tokens", n_tiles * c->n_tokens,
+                              "n_tiles", n_tiles, "lm_dim", c->lm_dim, "image_size",
+                              c->image_size, "encode_ms", ms);
         char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
         if (s) printf("%s\n", s);
         free(s);
@@ -175,12 +224,7 @@ int zi_cli_images_build(zi_backend *be, zi_tokenizer *tok, int lm_dim, const cha
     const zi_vision_config *c = rc ? NULL : zi_vision_get_config(v);
     zi_image_prep_params pp;
     if (!rc) {
-        zi_image_prep_params_default(&pp, c->kind == ZI_VISION_GEMMA3 ? ZI_IMAGE_PROJ_GEMMA3
-                                                                      : ZI_IMAGE_PROJ_IDEFICS3);
-        pp.image_size = c->image_size, pp.patch_size = c->patch_size, pp.n_merge = c->n_merge;
-        if (c->preproc_size > 0) pp.longest_edge = c->preproc_size;
-        memcpy(pp.mean, c->mean, sizeof pp.mean);
-        memcpy(pp.std, c->std, sizeof pp.std);
+        prep_params(c, &pp);
         rc = zi_image_prompt_build(tok, prompt, strlen(prompt), 1, parse_special, imgs,
                                    (size_t)n_paths, &pp, &out->ids, &out->n, &pis, err);
     }

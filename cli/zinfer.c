@@ -47,6 +47,9 @@
 
 /* ---- shared options ---- */
 
+/* --image files a command line takes. */
+#define ZI_CLI_MAX_IMAGES 16
+
 typedef struct opts {
     char model[4096];
     long long threads;
@@ -69,6 +72,10 @@ typedef struct opts {
     int json;
     /* logits */
     const char *out;
+    /* logits: images (--mmproj FILE, --image FILE ...) */
+    const char *mmproj;
+    const char *images[ZI_CLI_MAX_IMAGES];
+    int n_images;
     /* bench */
     long long prompt_tokens, gen_tokens, streams;
     /* tokenize / detokenize */
@@ -185,15 +192,21 @@ static int prompt_ids(const opts *o, engine *e, int32_t **ids, size_t *n, zi_err
  * o->batch tokens, for `logits` and `bench` (generate goes through the
  * generator); the last chunk's last logits land in `logits`. With
  * all_logits, every position's logits are written to `all` ([n][vocab]). */
-static int prefill(const opts *o, engine *e, const zi_kv_fixed *kv, int seq_id, const int32_t *ids,
-                   size_t n, float *logits, float *all, zi_error *err) {
+static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int seq_id,
+                          const int32_t *ids, size_t n, const zi_cli_images *ci, float *logits,
+                          float *all, zi_error *err) {
     size_t B = (size_t)o->batch;
     int32_t *pos = malloc(B * sizeof *pos), *seq = malloc(B * sizeof *seq);
     uint8_t *want = malloc(B);
     int rc = (!pos || !seq || !want) ? zi_error_set(err, ZI_ENOMEM, "out of memory") : ZI_OK;
     int V = zi_model_get_config(e->model)->n_vocab;
-    for (size_t start = 0; !rc && start < n; start += B) {
-        size_t m = n - start < B ? n - start : B;
+    for (size_t start = 0, m; !rc && start < n; start += m) {
+        m = ci ? zi_cli_images_chunk_end(ci, start, B) - start : (n - start < B ? n - start : B);
+        if (m > B) { /* a non-causal tile longer than a batch */
+            rc = zi_error_set(err, ZI_ERANGE,
+                              "an image tile of %zu tokens does not fit --batch-size %zu", m, B);
+            break;
+        }
         for (size_t i = 0; i < m; i++) {
             pos[i] = (int32_t)(start + i);
             seq[i] = seq_id;
@@ -201,6 +214,11 @@ static int prefill(const opts *o, engine *e, const zi_kv_fixed *kv, int seq_id, 
         }
         zi_batch b = {
             .n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
+        if (ci) {
+            b.embd = ci->embd, b.embd_rows = ci->embd_rows + start;
+            /* the reach as positions: they are the indices here */
+            b.attn_pos = ci->attn_pos + start;
+        }
         zi_kv_fixed_use(kv, &b);
         float *dst = all ? all + start * (size_t)V : logits;
         int last_chunk = start + m == n;
@@ -215,6 +233,11 @@ static int prefill(const opts *o, engine *e, const zi_kv_fixed *kv, int seq_id, 
     free(seq);
     free(want);
     return rc;
+}
+
+static int prefill(const opts *o, engine *e, const zi_kv_fixed *kv, int seq_id, const int32_t *ids,
+                   size_t n, float *logits, float *all, zi_error *err) {
+    return prefill_images(o, e, kv, seq_id, ids, n, NULL, logits, all, err);
 }
 
 /* ---- sampling ---- */
@@ -407,7 +430,19 @@ static int cmd_logits(const opts *o) {
     zi_kv_fixed kv = {0};
     float *all = NULL, *last = NULL;
     int V = zi_model_get_config(e.model)->n_vocab;
-    int ctx = 0, rc = prompt_ids(o, &e, &ids, &n, &err);
+    zi_cli_images ci = {0};
+    int ctx = 0, rc;
+    if (o->mmproj) {
+        rc = zi_cli_images_build(e.be, e.tok, zi_model_get_config(e.model)->dim, o->mmproj,
+                                 o->prompt, o->parse_special, o->images, o->n_images, &ci, &err);
+        if (!rc) {
+            ids = ci.ids, n = ci.n, ci.ids = NULL;
+            zi_log(&o->log, ZI_LOG_INFO, "%d images, %d tiles encoded in %.1f ms", ci.n_images,
+                   ci.n_tiles, ci.encode_ms);
+        }
+    } else {
+        rc = prompt_ids(o, &e, &ids, &n, &err);
+    }
     if (!rc) rc = check_ctx(o, &e, n, 0, &ctx, &err);
     if (!rc) rc = zi_kv_fixed_create(e.model, 1, ctx, &kv, &err);
     if (!rc) {
@@ -416,7 +451,7 @@ static int cmd_logits(const opts *o) {
         if (!all || !last)
             rc = zi_error_set(&err, ZI_ENOMEM, "out of memory for %zu x %d logits", n, V);
     }
-    if (!rc) rc = prefill(o, &e, &kv, 0, ids, n, last, all, &err);
+    if (!rc) rc = prefill_images(o, &e, &kv, 0, ids, n, o->mmproj ? &ci : NULL, last, all, &err);
     if (!rc) {
         FILE *f = fopen(o->out, "wb");
         if (!f)
@@ -432,9 +467,15 @@ static int cmd_logits(const opts *o) {
         json_object_set_new(j, "n_tokens", json_integer((json_int_t)n));
         json_object_set_new(j, "n_vocab", json_integer(V));
         json_object_set_new(j, "prompt_token_ids", json_ids(ids, n));
+        if (o->mmproj) {
+            json_object_set_new(j, "images", json_integer(ci.n_images));
+            json_object_set_new(j, "image_tiles", json_integer(ci.n_tiles));
+            json_object_set_new(j, "encode_ms", json_real(ci.encode_ms));
+        }
         print_json_line(j);
         json_decref(j);
     }
+    zi_cli_images_free(&ci);
     free(ids);
     free(all);
     free(last);
@@ -777,7 +818,11 @@ static const char *USAGE_DETOKENIZE =
 static const char *USAGE_LOGITS =
     "usage: zinfer logits (--prompt TEXT | --prompt-ids LIST) --out FILE [options]\n"
     "  Writes float32 little-endian logits [n_tokens][n_vocab] for every prompt position\n"
-    "  to FILE; the last stdout line is JSON {\"n_tokens\", \"n_vocab\", \"prompt_token_ids\"}.\n";
+    "  to FILE; the last stdout line is JSON {\"n_tokens\", \"n_vocab\", \"prompt_token_ids\"}.\n"
+    "  --mmproj FILE --image IMG ...: an image projector (llama.cpp's clip GGUF) and the\n"
+    "  images (JPEG, PNG, WebP, GIF) that the prompt's <__media__> markers stand for, in\n"
+    "  order; image positions' ids are keys (negative) and the JSON adds images,\n"
+    "  image_tiles and encode_ms.\n";
 
 static const char *USAGE_BENCH =
     "usage: zinfer bench [--prompt-tokens P] [--gen-tokens G] [--streams S] [--threads N]\n"
@@ -869,6 +914,14 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
         } else if (!strcmp(a, "--out")) {
             if (!v) return usage_error(cmd, "--out needs a file");
             o->out = v;
+        } else if (!strcmp(a, "--mmproj")) {
+            if (!v) return usage_error(cmd, "--mmproj needs a projector file");
+            o->mmproj = v;
+        } else if (!strcmp(a, "--image")) {
+            if (!v) return usage_error(cmd, "--image needs an image file");
+            if (o->n_images == ZI_CLI_MAX_IMAGES)
+                return usage_error(cmd, "at most 16 --image files");
+            o->images[o->n_images++] = v;
         } else if (!strcmp(a, "--prompt-tokens")) {
             if (!(rc = zi_parse_int(a, v, 1, 1 << 20, &iv, &err))) o->prompt_tokens = iv;
         } else if (!strcmp(a, "--streams")) {
@@ -960,6 +1013,10 @@ int main(int argc, char **argv) {
         if (o.prompt && o.prompt_ids)
             return usage_error(cmd, "--prompt and --prompt-ids exclude each other");
     }
+    if (o.n_images && !o.mmproj) return usage_error(cmd, "--image needs --mmproj FILE");
+    if (o.mmproj && strcmp(cmd, "logits"))
+        return usage_error(cmd, "--mmproj is taken by `logits` (the server: zinfer serve)");
+    if (o.mmproj && !o.prompt) return usage_error(cmd, "--mmproj needs --prompt TEXT");
     if (!strcmp(cmd, "generate")) return cmd_generate(&o);
     if (!strcmp(cmd, "logits")) return cmd_logits(&o);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(&o, 0);

@@ -457,7 +457,7 @@ class Model:
         return out
 
     def forward(self, ids, cache=None, last_only=False, rows=None, hidden=False,
-                routing=None):
+                routing=None, embd=None, reach=None):
         """Logits [n, n_vocab] for ids appended after the cache's tokens.
 
         hidden: return the final hidden state instead [n, dim] (after the
@@ -472,10 +472,21 @@ class Model:
         routing: a list; MoE models append each layer's (chosen experts
         [n, k], weights [n, k], router logits [n, n_expert]) to it, layer
         by layer (the router logits include the router bias).
+        embd: input embeddings [n, dim] with NaN rows where the token's own
+        embedding is used (an image's soft tokens, unscaled: llama.cpp
+        scales token rows only); those positions' ids are not looked up.
+        reach: absolute positions [n]: query i also sees keys past itself
+        up to reach[i] (gemma3's image tokens see their whole image, as
+        llama.cpp decodes an image non-causally); None: causal.
         """
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or len(ids) == 0:
             raise ValueError("token ids must be a non-empty 1-D list")
+        given = None
+        if embd is not None:
+            embd = np.asarray(embd, dtype=np.float64)
+            given = ~np.isnan(embd[:, 0])
+            ids = np.where(given, 0, ids)
         if ids.min() < 0 or ids.max() >= self.n_vocab:
             raise ValueError("token id out of vocabulary range")
         if cache is None:
@@ -488,6 +499,9 @@ class Model:
         pos = np.arange(past, past + n, dtype=np.float64)
         # Query i (absolute position past+i) sees keys 0..past+i.
         mask = np.triu(np.full((n, past + n), -np.inf), k=past + 1)
+        if reach is not None:
+            kpos_all = np.arange(past + n)[None, :]
+            mask = np.where(kpos_all > np.asarray(reach)[:, None], -np.inf, 0.0)
         if self.window:  # local layers: key j hidden when i - j >= window
             qpos = np.arange(past, past + n)[:, None]
             kpos = np.arange(past + n)[None, :]
@@ -495,6 +509,8 @@ class Model:
         scale = self.scale
 
         x = self.w["token_embd.weight"][ids].astype(np.float64) * self.embd_scale
+        if given is not None:
+            x[given] = embd[given]
         for L in range(self.n_layer):
             p = f"blk.{L}."
             h = self.rms(x, self.w[p + "attn_norm.weight"])
