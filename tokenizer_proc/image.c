@@ -442,8 +442,27 @@ static int gif_fail(GifFileType *g, const gif_src *s, zi_error *err) {
     return zi_error_set(err, ZI_EFORMAT, "GIF: %s", m ? m : "decoding failed");
 }
 
+/* stb_image's first frame: pixels outside the frame's rectangle take the
+ * screen's background colour when its index is above 0 (stb skips index
+ * 0) and inside the global table; otherwise they stay black. */
+static void gif_background(const GifFileType *g, uint8_t *canvas, const GifImageDesc *d) {
+    int bg = g->SBackGroundColor;
+    const ColorMapObject *cm = g->SColorMap;
+    if (bg <= 0 || !cm || !cm->Colors || bg >= cm->ColorCount) return;
+    const GifColorType c = cm->Colors[bg];
+    int64_t x0 = d->Left, y0 = d->Top, x1 = x0, y1 = y0;
+    if (d->Width > 0 && d->Height > 0) x1 = x0 + d->Width, y1 = y0 + d->Height;
+    for (int64_t y = 0; y < g->SHeight; y++)
+        for (int64_t x = 0; x < g->SWidth; x++) {
+            if (x >= x0 && x < x1 && y >= y0 && y < y1) continue;
+            uint8_t *px = canvas + ((size_t)y * (size_t)g->SWidth + (size_t)x) * 3;
+            px[0] = c.Red, px[1] = c.Green, px[2] = c.Blue;
+        }
+}
+
 /* Draws the first image record onto the zeroed canvas (stb_image's first
- * frame: the transparent index and uncovered pixels stay black). */
+ * frame: the transparent index, and indices past the colour table, stay
+ * black; see gif_background for the rest). */
 static int gif_first_frame(GifFileType *g, gif_src *s, uint8_t *canvas, const zi_image_limits *lim,
                            zi_error *err) {
     int transparent = -1;
@@ -470,6 +489,7 @@ static int gif_first_frame(GifFileType *g, gif_src *s, uint8_t *canvas, const zi
         break;
     }
     const GifImageDesc *d = &g->Image;
+    gif_background(g, canvas, d);
     if (d->Width <= 0 || d->Height <= 0) return ZI_OK; /* draws nothing */
     int rc = check_size((uint64_t)d->Width, (uint64_t)d->Height, lim, err);
     if (rc != ZI_OK) return zi_error_prefix(err, "GIF frame: ");

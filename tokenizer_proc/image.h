@@ -15,10 +15,11 @@
  * copies R, G, B and discards A); grey becomes R = G = B; palettes are
  * expanded; 16-bit samples keep their high byte (stb's 16-to-8 conversion
  * is v >> 8, as libpng's png_set_strip_16). GIF gives its first frame on
- * a canvas of the logical screen's size, black where that frame draws
- * nothing or draws the transparent index (stb starts from a zeroed canvas
- * and drops alpha). WebP (which llama.cpp hands to ffmpeg) is decoded to
- * RGB with alpha dropped; animated WebP is refused. JPEG pixels come from
+ * a canvas of the logical screen's size: black where the frame draws the
+ * transparent index (stb starts from a zeroed canvas and drops alpha), and
+ * outside the frame's rectangle the screen's background colour if its
+ * index is above 0, else black (stb_image 2.30's first-frame rule). WebP (which llama.cpp hands to
+ * ffmpeg) is decoded to RGB with alpha dropped; animated WebP is refused. JPEG pixels come from
  * libjpeg-turbo, whose IDCT and chroma upsampling differ from stb's own
  * decoder by a few levels; CMYK and YCCK JPEGs (Adobe, inverted) become
  * R = C*K/255, ... as stb does. EXIF orientation is ignored (stb ignores

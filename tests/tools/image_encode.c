@@ -197,8 +197,11 @@ static int gif_write_mem(GifFileType *g, const GifByteType *data, int len) {
     return len;
 }
 
-static int enc_gif(const uint8_t *px, int w, int h, int ch, int interlace, int anim, uint8_t **out,
-                   size_t *n) {
+/* inset: the screen's background index is 1 and the frame covers only
+ * the pixels one in from each edge (needs w, h >= 3). */
+static int enc_gif(const uint8_t *px, int w, int h, int ch, int interlace, int anim, int inset,
+                   uint8_t **out, size_t *n) {
+    if (inset && (w < 3 || h < 3)) return fail("gif-inset", "needs 3 x 3 or more");
     if (ch != 3 && ch != 4) return fail("gif", "channels must be 3 or 4");
     GifColorType cols[256];
     int ncol = 0, q332 = 0;
@@ -248,7 +251,7 @@ static int enc_gif(const uint8_t *px, int w, int h, int ch, int interlace, int a
     }
     ColorMapObject *cm = GifMakeMapObject(256, cols);
     EGifSetGifVersion(g, true); /* GIF89a: the header carries extensions */
-    int ok = cm && EGifPutScreenDesc(g, w, h, 8, 0, cm) == GIF_OK;
+    int ok = cm && EGifPutScreenDesc(g, w, h, 8, inset ? 1 : 0, cm) == GIF_OK;
     for (int frame = 0; ok && frame < (anim ? 2 : 1); frame++) {
         GraphicsControlBlock gcb = {.DisposalMode = DISPOSAL_UNSPECIFIED,
                                     .UserInputFlag = false,
@@ -267,12 +270,13 @@ static int enc_gif(const uint8_t *px, int w, int h, int ch, int interlace, int a
             fcm = GifMakeMapObject(256, inv);
             ok = fcm != NULL;
         }
-        ok = ok && EGifPutImageDesc(g, 0, 0, w, h, interlace, fcm) == GIF_OK;
+        int fx = inset, fw = w - 2 * inset, fh = h - 2 * inset;
+        ok = ok && EGifPutImageDesc(g, fx, fx, fw, fh, interlace, fcm) == GIF_OK;
         GifFreeMapObject(fcm);
         static const int start[4] = {0, 4, 2, 1}, step[4] = {8, 8, 4, 2};
         for (int p = 0; ok && p < (interlace ? 4 : 1); p++)
-            for (int y = interlace ? start[p] : 0; ok && y < h; y += interlace ? step[p] : 1)
-                ok = EGifPutLine(g, idx + (size_t)y * w, w) == GIF_OK;
+            for (int y = interlace ? start[p] : 0; ok && y < fh; y += interlace ? step[p] : 1)
+                ok = EGifPutLine(g, idx + (size_t)(y + fx) * w + fx, fw) == GIF_OK;
     }
     GifFreeMapObject(cm);
     if (EGifCloseFile(g, &err) != GIF_OK) ok = 0;
@@ -299,8 +303,9 @@ int zi_test_image_encode(const char *kind, const uint8_t *px, int w, int h, int 
     if (!strcmp(kind, "png-interlace")) return enc_png(px, w, h, channels, 0, 0, 1, out, n);
     if (!strcmp(kind, "webp")) return enc_webp(px, w, h, channels, 0, out, n);
     if (!strcmp(kind, "webp-lossy")) return enc_webp(px, w, h, channels, 1, out, n);
-    if (!strcmp(kind, "gif")) return enc_gif(px, w, h, channels, 0, 0, out, n);
-    if (!strcmp(kind, "gif-interlace")) return enc_gif(px, w, h, channels, 1, 0, out, n);
-    if (!strcmp(kind, "gif-anim")) return enc_gif(px, w, h, channels, 0, 1, out, n);
+    if (!strcmp(kind, "gif")) return enc_gif(px, w, h, channels, 0, 0, 0, out, n);
+    if (!strcmp(kind, "gif-interlace")) return enc_gif(px, w, h, channels, 1, 0, 0, out, n);
+    if (!strcmp(kind, "gif-anim")) return enc_gif(px, w, h, channels, 0, 1, 0, out, n);
+    if (!strcmp(kind, "gif-inset")) return enc_gif(px, w, h, channels, 0, 0, 1, out, n);
     return fail(kind, "unknown kind");
 }

@@ -27,6 +27,8 @@
  *                 when there are more than 255
  *   gif-interlace as gif, interlaced rows
  *   gif-anim      as gif, then a second frame of inverted colours
+ *   gif-inset     as gif, but the frame leaves a 1-pixel border of the
+ *                 screen uncovered, whose background index is 1
  * Returns 0, or -1 with a message on stderr. */
 int zi_test_image_encode(const char *kind, const uint8_t *px, int w, int h, int channels,
                          uint8_t **out, size_t *n);

@@ -211,7 +211,26 @@ static void test_gif_transparent_and_animated(void **state) {
     zi_image_rgb_free(&img);
     free(b);
     free(px);
+    /* a frame inset by one pixel: the border takes the background colour
+     * (index 1 = the second distinct colour in scan order) */
     px = pattern(w, h, 3, 1);
+    b = encode("gif-inset", px, w, h, 3, &n);
+    decode_ok(b, n, &img, w, h);
+    /* the encoder numbers colours as the whole image's scan meets them */
+    uint8_t bgc[3] = {0, 0, 0};
+    for (size_t i = 1; i < (size_t)w * h; i++)
+        if (memcmp(px + 3 * i, px, 3) != 0) {
+            memcpy(bgc, px + 3 * i, 3);
+            break;
+        }
+    for (int y = 0; y < h; y++)
+        for (int x = 0; x < w; x++) {
+            const uint8_t *want =
+                x == 0 || y == 0 || x == w - 1 || y == h - 1 ? bgc : px + ((size_t)y * w + x) * 3;
+            assert_memory_equal(img.pixels + ((size_t)y * w + x) * 3, want, 3);
+        }
+    zi_image_rgb_free(&img);
+    free(b);
     b = encode("gif-anim", px, w, h, 3, &n);
     decode_ok(b, n, &img, w, h);
     expect_rgb(&img, px, 3);
