@@ -86,7 +86,7 @@ static int image_tiles(const zi_vision_config *c, const char *path, float **px, 
     if (!rc && (t.tile_size != c->image_size || t.tokens_per_tile != c->n_tokens))
         rc = zi_error_set(err, ZI_EINVAL, "tiles of %d px / %d tokens, the tower takes %d / %d",
                           t.tile_size, t.tokens_per_tile, c->image_size, c->n_tokens);
-    if (rc) zi_error_prefix(err, "%s: ", path);
+    if (rc) zi_error_prefix(err, "%s", path);
     if (!rc) *px = t.data, *n_tiles = t.n_tiles, t.data = NULL;
     free(bytes);
     zi_image_rgb_free(&img);
@@ -218,7 +218,7 @@ int zi_cli_images_build(zi_backend *be, zi_tokenizer *tok, int lm_dim, const cha
         size_t n = 0;
         rc = read_file(paths[i], &bytes, &n, lim.max_bytes, err);
         if (!rc) rc = zi_image_decode(bytes, n, &lim, &imgs[i], err);
-        if (rc) zi_error_prefix(err, "%s: ", paths[i]);
+        if (rc) zi_error_prefix(err, "%s", paths[i]);
         free(bytes);
     }
     const zi_vision_config *c = rc ? NULL : zi_vision_get_config(v);

@@ -370,7 +370,7 @@ int zi_vision_load(const char *path, zi_backend *be, int lm_dim, zi_vision **out
     if (!rc) rc = load_projector(v, err);
     if (!rc) rc = alloc_buffers(v, err);
     if (rc) {
-        zi_error_prefix(err, "%s: ", path);
+        zi_error_prefix(err, "%s", path);
         zi_vision_free(v);
         return rc;
     }

@@ -492,7 +492,7 @@ static int gif_first_frame(GifFileType *g, gif_src *s, uint8_t *canvas, const zi
     gif_background(g, canvas, d);
     if (d->Width <= 0 || d->Height <= 0) return ZI_OK; /* draws nothing */
     int rc = check_size((uint64_t)d->Width, (uint64_t)d->Height, lim, err);
-    if (rc != ZI_OK) return zi_error_prefix(err, "GIF frame: ");
+    if (rc != ZI_OK) return zi_error_prefix(err, "GIF frame");
     const ColorMapObject *cm = d->ColorMap ? d->ColorMap : g->SColorMap;
     if (!cm || !cm->Colors) return zi_error_set(err, ZI_EFORMAT, "GIF: frame has no colour table");
     GifPixelType *line = malloc((size_t)d->Width);

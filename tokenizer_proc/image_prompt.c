@@ -149,7 +149,7 @@ int zi_image_prompt_build(zi_tokenizer *tok, const char *text, size_t len, int a
         rc = push_text(tok, &b, p, (size_t)(m - p), parse_special, err);
         if (rc || i == n_images) break;
         rc = place_image(tok, &b, &imgs[i], pp, &pis[i], err);
-        if (rc) zi_error_prefix(err, "image %zu: ", i);
+        if (rc) zi_error_prefix(err, "image %zu", i);
         p = m + ml;
     }
     if (!rc && has_eos) rc = push_ids(&b, &eos, 1, err);
