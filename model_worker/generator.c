@@ -57,6 +57,13 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
                             cfg.kv_blocks, cfg.block_size, cfg.ctx,
                             (long long)(max_blocks * cfg.block_size));
     if (cfg.prefill_chunk > cfg.max_batch_tokens) cfg.prefill_chunk = cfg.max_batch_tokens;
+    const int dim = zi_model_get_config(m)->dim;
+    if (cfg.image_dim == 0) cfg.image_dim = dim;
+    if (cfg.image_dim != dim)
+        return zi_error_set(err, ZI_EINVAL,
+                            "generator: image_dim %d is not the model's embedding length %d (the "
+                            "projector must match the text model)",
+                            cfg.image_dim, dim);
     zi_generator *g = calloc(1, sizeof *g);
     if (!g) return zi_error_set(err, ZI_ENOMEM, "out of memory");
     g->model = m;
@@ -64,6 +71,7 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->max_blocks = (int32_t)max_blocks;
     g->n_vocab = zi_model_get_config(m)->n_vocab;
     g->n_sample_vocab = cfg.sample_vocab ? cfg.sample_vocab : g->n_vocab;
+    g->dim = dim;
     int rc = zi_kv_cache_create_paged(m, cfg.kv_blocks, cfg.block_size, cfg.ctx, &g->kv, err);
     if (!rc) rc = zi_kv_blocks_create(cfg.kv_blocks, cfg.block_size, &g->kb, err);
     if (rc) {
@@ -90,7 +98,10 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->sample_tok = malloc(S * sizeof *g->sample_tok);
     g->spec_tok = malloc(S * ZI_SPEC_MAX_DRAFT * sizeof *g->spec_tok);
     g->src_row = malloc(R * sizeof *g->src_row);
-    int ok = g->slot_used && g->seqs && g->tokens && g->pos && g->seq && g->want && g->tables &&
+    g->embd_rows = malloc(B * sizeof *g->embd_rows);
+    g->attn_pos = malloc(B * sizeof *g->attn_pos);
+    int ok = g->embd_rows && g->attn_pos && g->slot_used && g->seqs && g->tokens && g->pos &&
+             g->seq && g->want && g->tables &&
              g->order && g->stepped && g->logits && g->first_row && g->rows && g->row_ctx &&
              g->out_tok && g->sample_tok && g->spec_tok && g->src_row;
     for (size_t i = 0; ok && i < S; i++)
@@ -138,6 +149,7 @@ void zi_generator_free(zi_generator *g) {
         for (int i = 0; i < g->cfg.n_slots; i++) {
             free(g->seqs[i].blocks);
             free(g->seqs[i].masks);
+            free(g->seqs[i].pids);
             zi_grammar_state_free(g->seqs[i].gs);
             zi_grammar_cache_put(g->grammars, g->seqs[i].gram);
         }
@@ -163,6 +175,9 @@ void zi_generator_free(zi_generator *g) {
     free(g->want_hidden);
     free(g->f32_attn);
     free(g->hidden);
+    free(g->embd);
+    free(g->embd_rows);
+    free(g->attn_pos);
     zi_device_sampler_free(g->dev);
     zi_spec_draft_free(g->drafter);
     free(g->dreqs);
@@ -218,6 +233,28 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx) {
     zi_text_context_unassign_from_cache(ctx, NULL);
 }
 
+int zi_generator_check_images(const zi_generator *g, const zi_text_context *c, zi_error *err) {
+    if (!c->n_images) return ZI_OK;
+    if (!g->cfg.encode_tile)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "images: this worker has no vision tower (--mmproj) to encode them");
+    if (c->log_probabilities_echo)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "echo: a prompt with images cannot be echoed (its image positions "
+                            "are not tokens)");
+    for (size_t i = 0; i < c->n_images; i++) {
+        const zi_ctx_image *im = &c->images[i];
+        if (im->non_causal && im->tile_tokens > g->cfg.max_batch_tokens)
+            return zi_error_set(err, ZI_EINVAL,
+                                "images[%zu]: a tile of %d soft tokens, which attend to each "
+                                "other, must run in one step, and a step holds %d tokens: "
+                                "raise --batch-size to at least %d",
+                                i, (int)im->tile_tokens, g->cfg.max_batch_tokens,
+                                (int)im->tile_tokens);
+    }
+    return ZI_OK;
+}
+
 /* Gives every context in the batch a slot, or fails without changing any. */
 static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n, zi_error *err) {
     size_t need = 0;
@@ -229,7 +266,11 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
                                 "a context holds cache slot %lld, which this generator did "
                                 "not give it",
                                 (long long)slot);
-        if (slot < 0 && !zi_text_context_is_done(batch[i])) need++;
+        if (slot < 0 && !zi_text_context_is_done(batch[i])) {
+            need++;
+            int rc = zi_generator_check_images(g, batch[i], err);
+            if (rc) return rc;
+        }
         if (batch[i]->end_idx > g->cfg.ctx)
             return zi_error_set(err, ZI_ERANGE,
                                 "a context of %lld tokens exceeds the %d positions "
@@ -254,6 +295,7 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         zi_spec_state_init(&q->spec);
         zi_spec_state_init(&q->dspec);
         q->n_draft = 0;
+        q->pids_ok = 0;
         zi_grammar_state_free(q->gs);
         zi_grammar_cache_put(g->grammars, q->gram);
         q->gs = NULL, q->gram = NULL;
@@ -412,11 +454,17 @@ static void propose_drafts(zi_generator *g, zi_text_context *c, gseq *q, int cap
     int n = 0;
     if (g->cfg.spec_lookup) {
         int k = zi_spec_draft_len(&q->spec, cap);
-        n = k > 0 ? zi_spec_propose(c->tokens, c->end_idx, k, q->draft) : 0;
+        /* only over the tokens after the last image: keys are no ids */
+        int64_t base = 0;
+        if (c->n_images) {
+            const zi_ctx_image *im = &c->images[c->n_images - 1];
+            base = (int64_t)im->tile_first[im->n_tiles - 1] + im->tile_tokens;
+        }
+        n = k > 0 ? zi_spec_propose(c->tokens + base, c->end_idx - base, k, q->draft) : 0;
     }
     /* No lookup draft: the draft model's, proposed once the step is
      * scheduled (propose_by_model); here its length and room. */
-    q->by_model = n == 0 && g->drafter;
+    q->by_model = n == 0 && g->drafter && !c->n_images; /* it has no image embeddings */
     if (q->by_model) {
         int k = zi_spec_draft_len(&q->dspec, cap);
         n = k > 0 ? zi_spec_draft_reserve(g->drafter, (int)(q - g->seqs), c->end_idx, k) : 0;
@@ -510,7 +558,123 @@ typedef struct step_plan {
     int n_rows;                /* logits rows wanted */
     int n_prompt, n_decode;    /* its prompt and decode tokens, for time_step */
     int n_waiting, n_decoding; /* live contexts waiting for a first token / decoding */
+    int n_embd;                /* image rows in g->embd (tokens with embd_rows >= 0) */
+    int non_causal;            /* some token reaches past itself (g->attn_pos) */
 } step_plan;
+
+/* ---- images ---------------------------------------------------------------- */
+
+/* The non_causal tile that holds position pos of c, as [*f, *e); 0 when
+ * none does. */
+static int noncausal_tile_at(const zi_text_context *c, int64_t pos, int64_t *f, int64_t *e) {
+    size_t i;
+    int32_t t;
+    if (!zi_text_context_soft_token(c, pos, &i, &t) || !c->images[i].non_causal) return 0;
+    *f = c->images[i].tile_first[t];
+    *e = *f + c->images[i].tile_tokens;
+    return 1;
+}
+
+/* The tokens a window from c->start_idx must take at least: the rest of
+ * the non_causal tile it starts in (a prefix-cache hit may start it
+ * inside one), or 0. */
+static int64_t tile_rest(const zi_text_context *c) {
+    int64_t f, e;
+    return c->n_images && noncausal_tile_at(c, c->start_idx, &f, &e) ? e - c->start_idx : 0;
+}
+
+/* A window of len tokens from c->start_idx, cut so that it does not end
+ * inside a non_causal tile (whose tokens all attend to each other, so
+ * they run in one pass): before the tile, or to 0 (it waits) when it
+ * starts in the tile and cannot take the rest. */
+static int64_t tile_cut(const zi_text_context *c, int64_t len) {
+    if (!c->n_images || len < 1) return len;
+    int64_t end = c->start_idx + len, f, e;
+    if (!noncausal_tile_at(c, end - 1, &f, &e) || e <= end) return len;
+    return f > c->start_idx ? f - c->start_idx : 0;
+}
+
+/* Tile t of im, encoded once per context (cfg.encode_tile) into im->embd,
+ * allocated at its first tile. */
+static int encode_tile(zi_generator *g, zi_ctx_image *im, int32_t t, zi_error *err) {
+    size_t per = (size_t)im->tile_tokens * (size_t)g->dim;
+    if (!im->embd) {
+        im->embd = malloc(per * (size_t)im->n_tiles * sizeof *im->embd);
+        im->tile_encoded = calloc((size_t)im->n_tiles, 1);
+        if (!im->embd || !im->tile_encoded) {
+            free(im->embd), free(im->tile_encoded);
+            im->embd = NULL, im->tile_encoded = NULL;
+            return zi_error_set(err, ZI_ENOMEM, "out of memory for an image's %d x %d embeddings",
+                                (int)im->n_tiles * (int)im->tile_tokens, g->dim);
+        }
+        g->stats.images_encoded++;
+    }
+    if (im->tile_encoded[t]) return ZI_OK;
+    double t0 = now_s();
+    int rc = g->cfg.encode_tile(g->cfg.encode_user, im, t, im->embd + (size_t)t * per, err);
+    g->stats.image_encode_ms += (now_s() - t0) * 1e3;
+    if (rc) return rc;
+    im->tile_encoded[t] = 1;
+    g->stats.tiles_encoded++;
+    return ZI_OK;
+}
+
+/* The soft tokens of c's window of len tokens, the step's tokens [T0, T0
+ * + len): each enters as its tile's embedding row, copied into the step's
+ * g->embd, and in a non_causal tile (whole in the window: tile_cut)
+ * reaches the tile's last position. */
+static int feed_images(zi_generator *g, zi_text_context *c, int T0, int64_t len, step_plan *p,
+                       zi_error *err) {
+    const int64_t s = c->start_idx, e = s + len;
+    const size_t row = (size_t)g->dim;
+    for (size_t i = 0; i < c->n_images; i++) {
+        zi_ctx_image *im = &c->images[i];
+        for (int32_t t = 0; t < im->n_tiles; t++) {
+            const int64_t f = im->tile_first[t], fe = f + im->tile_tokens;
+            const int64_t lo = f > s ? f : s, hi = fe < e ? fe : e;
+            if (f >= e) return ZI_OK; /* in position order: none further */
+            if (lo >= hi) continue;
+            assert(!im->non_causal || hi == fe);
+            int rc = encode_tile(g, im, t, err);
+            if (!rc)
+                rc = grow((void **)&g->embd, &g->embd_cap, (size_t)p->n_embd + (size_t)(hi - lo),
+                          row * sizeof *g->embd, err);
+            if (rc) return rc;
+            p->non_causal |= im->non_causal;
+            for (int64_t at = lo; at < hi; at++) {
+                const int T = T0 + (int)(at - s);
+                const size_t k = (size_t)t * (size_t)im->tile_tokens + (size_t)(at - f);
+                memcpy(g->embd + (size_t)p->n_embd * row, im->embd + k * row,
+                       row * sizeof *g->embd);
+                g->embd_rows[T] = p->n_embd++;
+                if (im->non_causal) g->attn_pos[T] = (int32_t)(fe - 1);
+            }
+        }
+    }
+    return ZI_OK;
+}
+
+/* The prompt's ids of a context with images, without the images' keys
+ * (the repetition penalty's history: an image is no token), built once
+ * per slot assignment into q->pids. NULL when memory runs out. */
+static const int32_t *prompt_ids(const zi_text_context *c, gseq *q, size_t *n, zi_error *err) {
+    if (!q->pids_ok) {
+        if (grow((void **)&q->pids, &q->pids_cap, (size_t)c->prompt_len, sizeof *q->pids, err))
+            return NULL;
+        size_t k = 0;
+        int64_t at = 0;
+        for (size_t i = 0; i < c->n_images; i++)
+            for (int32_t t = 0; t < c->images[i].n_tiles; t++) {
+                for (; at < c->images[i].tile_first[t]; at++) q->pids[k++] = c->tokens[at];
+                at += c->images[i].tile_tokens;
+            }
+        for (; at < c->prompt_len; at++) q->pids[k++] = c->tokens[at];
+        q->n_pids = k;
+        q->pids_ok = 1;
+    }
+    *n = q->n_pids;
+    return q->pids;
+}
 
 /* The logits row of stepped context i's last token (its window's end). */
 static int last_row(const zi_generator *g, const step_plan *p, int i) {
@@ -552,10 +716,15 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
         int prompt = c->is_initial_prompt;
         int64_t cap = prompt ? (prompt_budget < budget ? prompt_budget : budget) : budget;
         if (wants_echo(c) && cap > ZI_ECHO_ROWS) cap = ZI_ECHO_ROWS;
+        /* a window that starts in a non_causal tile takes the rest of it
+         * whole: beyond the prompt chunk, within the step's budget */
+        int64_t rest = tile_rest(c);
+        if (rest > cap) cap = rest < budget ? rest : budget;
         if (len > cap) len = cap;
+        len = tile_cut(c, len);
         if (len < 1) continue;
         int64_t covered = ensure_blocks(g, c, n_live, c->start_idx + len);
-        len = covered - c->start_idx;
+        len = tile_cut(c, covered - c->start_idx);
         if (len < 1) continue;                        /* waits for memory */
         if (len < zi_text_context_active_length(c)) { /* chunked prefill */
             int rc = zi_text_context_limit_active(c, len, err);
@@ -577,13 +746,20 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
         memcpy(g->tables + (size_t)row * g->max_blocks, q->blocks,
                (size_t)q->n_blocks * sizeof *q->blocks);
         g->first_row[p->n_stepped] = p->n_rows;
+        const int T0 = p->n_tokens;
         for (int64_t j = 0; j < len; j++) {
             int T = p->n_tokens++;
             g->tokens[T] = c->tokens[c->start_idx + j];
             g->pos[T] = (int32_t)(c->start_idx + j);
             g->seq[T] = row;
             g->want[T] = echo || j == len - 1;
+            g->embd_rows[T] = -1;
+            g->attn_pos[T] = g->pos[T];
             p->n_rows += g->want[T];
+        }
+        if (c->n_images) {
+            int rc = feed_images(g, c, T0, len, p, err);
+            if (rc) return rc;
         }
         q->draft_at = p->n_tokens;
         for (int32_t j = 0; j < q->n_draft; j++) { /* behind the last token, every row wanted */
@@ -592,6 +768,8 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
             g->pos[T] = (int32_t)(c->end_idx + j);
             g->seq[T] = row;
             g->want[T] = 1;
+            g->embd_rows[T] = -1;
+            g->attn_pos[T] = g->pos[T];
             p->n_rows++;
         }
         len += q->n_draft;
@@ -659,11 +837,14 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
         zi_text_context_min_token_mask(c, 1, &mask, NULL);
         gseq *q = zi_gen_seq_of(g, c);
         int n_draft = q->n_draft; /* its rows follow its token's */
+        size_t n_pids = (size_t)c->prompt_len;
+        const int32_t *pids = c->n_images ? prompt_ids(c, q, &n_pids, err) : c->tokens;
+        if (!pids) return ZI_ENOMEM;
         *r = (zi_sampler_row){
             .logits = g->logits + (size_t)(last_row(g, p, i) - n_draft) * g->n_vocab,
             .params = &c->sampling_params,
-            .prompt_ids = c->tokens,
-            .n_prompt = (size_t)c->prompt_len,
+            .prompt_ids = pids,
+            .n_prompt = n_pids,
             .generated_ids = c->tokens + c->prompt_len,
             .n_generated = (size_t)n_gen,
             .step = (uint64_t)n_gen,
@@ -980,8 +1161,10 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
     step_plan p;
     int rc = schedule_batch(g, batch, n, &p, err);
     if (!rc) rc = propose_by_model(g, &p, err);
+    const int n_text = p.n_tokens; /* the embedding inputs' tokens follow */
     if (!rc) rc = schedule_embeds(g, &p, err);
     if (rc) return rc;
+    for (int T = n_text; T < p.n_tokens; T++) g->embd_rows[T] = -1, g->attn_pos[T] = g->pos[T];
     *any_live = p.n_stepped > 0 || g->es.n_stepped > 0;
     if (!*any_live) return ZI_OK;
     if ((rc = grow((void **)&g->logits, &g->logit_rows, (size_t)p.n_rows,
@@ -997,8 +1180,14 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
                   .table_stride = g->max_blocks,
                   .want_hidden = g->es.n_stepped ? g->want_hidden : NULL,
                   .hidden = g->hidden,
-                  .f32_attn = g->es.n_stepped ? g->f32_attn : NULL};
-    if (!g->es.n_stepped && device_step_ok(g, &p)) return step_on_device(g, &p, &b, err);
+                  .f32_attn = g->es.n_stepped ? g->f32_attn : NULL,
+                  .embd = p.n_embd ? g->embd : NULL,
+                  .embd_rows = p.n_embd ? g->embd_rows : NULL,
+                  .attn_pos = p.non_causal ? g->attn_pos : NULL};
+    /* (a step with image rows runs on the host path: its uploads are not
+     * for a captured pass) */
+    if (!g->es.n_stepped && !p.n_embd && device_step_ok(g, &p))
+        return step_on_device(g, &p, &b, err);
     double t0 = now_s();
     if ((rc = zi_model_forward(g->model, g->kv, &b, g->logits, err))) return rc;
     if (g->es.n_stepped) zi_embed_collect(&g->es, g->hidden, g->kb);

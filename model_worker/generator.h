@@ -45,6 +45,21 @@
  * greedily, for all such contexts in one run before the pass; they are
  * verified the same way.
  *
+ * Images (zi_text_context.images, types.h): a token at an image's soft
+ * token position enters the pass as its tile's embedding row
+ * (zi_batch.embd), the tile encoded by cfg.encode_tile when its first soft
+ * token is fed (so a tile whose every position a prefix-cache hit covered
+ * is never encoded), and kept in the image (im->embd) for the context's
+ * life; the ids there are keys (zi_ctx_image_key), which the prefix cache
+ * matches like any id. The tokens of a non_causal tile attend to the
+ * whole tile (zi_batch.attn_pos), so a window never ends inside one: it
+ * is cut before the tile, and a window that starts in it takes the rest
+ * of the tile whole (beyond the prompt chunk, within the step's budget).
+ * Keys are never vocabulary ids: the repetition penalty reads the prompt
+ * without them, prompt lookup searches only the tokens after the last
+ * image, the draft model does not draft for such contexts, and echoed
+ * prompt log probabilities are refused (zi_generator_check_images).
+ *
  * Log probabilities (ctx->log_probabilities > 0) come from the raw logits
  * and are recorded with each token (zi_text_context_update); with
  * log_probabilities_echo the prompt's tokens 1..prompt_len-1 get theirs too
@@ -84,6 +99,15 @@ typedef struct zi_generator_config {
                             * vocabulary (zi_spec_draft_check_vocab), on the same backend,
                             * outliving the generator; it proposes where prompt lookup has
                             * nothing (or is off). NULL: none */
+    /* Images (zi_text_context.images; the paragraph on images above): the soft
+     * tokens of tile `tile` of im, im->tile_tokens rows of image_dim
+     * floats, into out (the worker runs its vision tower, vision.h).
+     * Called during zi_generator_next_token, at most once per tile and
+     * context, when the tile's first soft token is fed. An error fails
+     * the step. NULL: contexts with images are refused. */
+    int (*encode_tile)(void *user, const zi_ctx_image *im, int tile, float *out, zi_error *err);
+    void *encode_user;
+    int image_dim; /* the rows' length: the model's dim (0: taken from the model) */
 } zi_generator_config;
 
 /* Counters, for logs and the router's metrics. */
@@ -102,6 +126,9 @@ typedef struct zi_generator_stats {
     uint64_t spec_accepted;       /* of those, accepted (emitted without a step of their own) */
     uint64_t draft_model_drafted; /* of spec_drafted, proposed by the draft model */
     uint64_t draft_model_accepted; /* of those, accepted */
+    uint64_t images_encoded;       /* images whose first tile was encoded */
+    uint64_t tiles_encoded;        /* tiles run through cfg.encode_tile */
+    double image_encode_ms;        /* milliseconds spent in cfg.encode_tile */
 } zi_generator_stats;
 
 typedef struct zi_generator zi_generator;
@@ -174,6 +201,13 @@ int zi_generator_set_grammar_vocab(zi_generator *g, const zi_grammar_vocab *v, z
  * without a vocabulary set or for unsupported schema keywords, ZI_EINVAL
  * for a bad schema or grammar (message naming the field). */
 int zi_generator_check_constraint(zi_generator *g, const zi_text_context *c, zi_error *err);
+
+/* Whether context c's images can run here, to refuse at admission what
+ * zi_generator_next_token would refuse (ZI_EUNSUPPORTED: no encode_tile,
+ * or echoed prompt log probabilities; ZI_EINVAL: a non_causal tile of
+ * more soft tokens than a step's budget, max_batch_tokens, --batch-size).
+ * ZI_OK for a context without images. */
+int zi_generator_check_images(const zi_generator *g, const zi_text_context *c, zi_error *err);
 
 /* Slots in use, for load reporting. */
 int zi_generator_slots_used(const zi_generator *g);

@@ -61,6 +61,12 @@ typedef struct gseq {
      * scheduling into the batch from index draft_at. */
     zi_spec_state dspec;
     int32_t by_model, draft_at;
+    /* A context with images: its prompt's ids without the images' keys,
+     * for the repetition penalty (pids_ok: built since the slot was
+     * assigned). */
+    int32_t *pids;
+    size_t n_pids, pids_cap;
+    int pids_ok;
 } gseq;
 
 struct zi_generator {
@@ -126,6 +132,12 @@ struct zi_generator {
     size_t f32_attn_cap;
     float *hidden; /* [n_hidden][dim] */
     size_t hidden_cap;
+    /* images: the step's input embedding rows (zi_batch.embd, [rows][dim]),
+     * and for each token its row or -1 and its attention reach */
+    float *embd;
+    size_t embd_cap; /* rows */
+    int32_t *embd_rows, *attn_pos; /* [max_batch_tokens] */
+    int dim;                       /* the model's */
 };
 
 /* The slot of an assigned context. */

@@ -233,6 +233,19 @@ static int check_ids(const worker *w, const char *field, const int32_t *ids, siz
     return ZI_OK;
 }
 
+/* check_ids over a context's tokens, but an image's soft tokens hold keys
+ * (negative, zi_ctx_image_key), which the codec matched to its images. */
+static int check_ctx_tokens(const worker *w, const zi_text_context *c, zi_error *err) {
+    for (int64_t i = 0; i < c->end_idx; i++)
+        if (c->tokens[i] >= w->vocab ||
+            (c->tokens[i] < 0 && !zi_text_context_soft_token(c, i, NULL, NULL)))
+            return zi_error_set(err, ZI_EINVAL,
+                                "context.tokens[%lld]: token id %d is outside this model's "
+                                "vocabulary of %d",
+                                (long long)i, c->tokens[i], w->vocab);
+    return ZI_OK;
+}
+
 static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
     zi_error err = {0};
     if (w->n_live >= w->slots) {
@@ -266,7 +279,9 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
     if (!rc && (l->ctx.cache_seq_id >= 0 || l->ctx.start_idx != 0))
         rc = zi_error_set(&err, ZI_EINVAL, "context: already started (cache slot %lld, start %lld)",
                           (long long)l->ctx.cache_seq_id, (long long)l->ctx.start_idx);
-    if (!rc) rc = check_ids(w, "context.tokens", l->ctx.tokens, (size_t)l->ctx.end_idx, &err);
+    /* images: a vision tower to encode them, and tiles a step can hold */
+    if (!rc) rc = zi_generator_check_images(w->gen, &l->ctx, &err);
+    if (!rc) rc = check_ctx_tokens(w, &l->ctx, &err);
     if (!rc)
         rc = check_ids(w, "context.eos_token_ids", l->ctx.eos_token_ids.v, l->ctx.eos_token_ids.n,
                        &err);

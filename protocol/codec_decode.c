@@ -778,7 +778,8 @@ static const char *const ctx_names[C_N] = {"request_id",
                                            "thinking_budget",
                                            "thinking_open",
                                            "thinking_end",
-                                           "thinking_harmony"};
+                                           "thinking_harmony",
+                                           "images"};
 
 /* An index field: absent or -1 means "derive" (returned as -1). */
 static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t *out) {
@@ -814,7 +815,8 @@ static int ctx_tokens(zi_dec *d, const msgpack_object *const *v, zi_text_context
         }
     }
     AT(d, "max_length", zi_dec_i64(d, v[C_MAXLEN], 1, INT32_MAX, &c->max_length));
-    AT(d, "tokens", zi_dec_tokens(d, v[C_TOKENS], toks, ntok));
+    /* any int32: images' keys are negative (checked against the images) */
+    AT(d, "tokens", zi_dec_tokens_any(d, v[C_TOKENS], toks, ntok));
 fail:
     return rc;
 }
@@ -986,6 +988,92 @@ fail:
     return rc;
 }
 
+static const char *const image_names[] = {"hash",       "n_tiles",    "tile_size", "tile_tokens",
+                                          "tile_first", "non_causal", "pixels"};
+enum { I_HASH, I_NTILES, I_SIZE, I_TOKENS, I_FIRST, I_NONCAUSAL, I_PIXELS, I_N };
+
+/* One image of a context (types.h's zi_ctx_image): all fields required;
+ * tile_first as many positions as tiles, pixels exactly n_tiles *
+ * tile_size^2 * 3 float32 little-endian bytes, all finite, hashing to
+ * hash. Positions are judged against the prompt afterwards
+ * (zi_text_context_check). */
+static int dec_image(zi_dec *d, const msgpack_object *o, zi_ctx_image *im) {
+    const msgpack_object *v[I_N];
+    int rc = zi_dec_read_map(d, o, image_names, I_N, I_N, v);
+    if (rc) return rc;
+    if (v[I_HASH]->type != MSGPACK_OBJECT_POSITIVE_INTEGER) {
+        size_t old = zi_dec_push_key(d, "hash");
+        rc = v[I_HASH]->type == MSGPACK_OBJECT_NEGATIVE_INTEGER
+                 ? zi_dec_fail(d, ZI_EINVAL, "%lld is negative (a uint64)",
+                               (long long)v[I_HASH]->via.i64)
+                 : zi_dec_wrong_type(d, v[I_HASH], "an unsigned 64-bit integer");
+        zi_dec_pop(d, old);
+        return rc;
+    }
+    im->hash = v[I_HASH]->via.u64;
+    int64_t n_tiles, size, tokens;
+    AT(d, "n_tiles", zi_dec_i64(d, v[I_NTILES], 1, (int64_t)d->lim->max_items, &n_tiles));
+    AT(d, "tile_size", zi_dec_i64(d, v[I_SIZE], 1, ZI_CTX_IMAGE_MAX_SIDE, &size));
+    AT(d, "tile_tokens", zi_dec_i64(d, v[I_TOKENS], 1, INT32_MAX, &tokens));
+    im->n_tiles = (int32_t)n_tiles, im->tile_size = (int32_t)size;
+    im->tile_tokens = (int32_t)tokens;
+    AT(d, "non_causal", zi_dec_bool(d, v[I_NONCAUSAL], &im->non_causal));
+    size_t nf = 0;
+    AT(d, "tile_first", zi_dec_tokens(d, v[I_FIRST], &im->tile_first, &nf));
+    if (nf != (size_t)n_tiles)
+        return zi_dec_fail_at(d, "tile_first", ZI_EINVAL, "%zu positions for %lld tiles", nf,
+                              (long long)n_tiles);
+    /* counts below 2^13 squared times 2^12 tiles: no overflow in 64 bits */
+    uint64_t n_pix = (uint64_t)n_tiles * (uint64_t)size * (uint64_t)size * 3;
+    size_t old = zi_dec_push_key(d, "pixels");
+    const msgpack_object *px = v[I_PIXELS];
+    if (px->type != MSGPACK_OBJECT_BIN)
+        rc = zi_dec_wrong_type(d, px, "bytes (msgpack bin of float32)");
+    else if ((uint64_t)px->via.bin.size != n_pix * 4)
+        rc = zi_dec_fail(d, ZI_EINVAL,
+                         "%u bytes, but %lld tiles of %lld x %lld x 3 float32 are %llu bytes",
+                         px->via.bin.size, (long long)n_tiles, (long long)size, (long long)size,
+                         (unsigned long long)(n_pix * 4));
+    else if (!(im->pixels = malloc((size_t)n_pix * sizeof *im->pixels)))
+        rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory for %llu pixel values",
+                         (unsigned long long)n_pix);
+    for (size_t k = 0; !rc && k < (size_t)n_pix; k++) {
+        const uint8_t *b = (const uint8_t *)px->via.bin.ptr + 4 * k;
+        uint32_t u = (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                     (uint32_t)b[3] << 24;
+        memcpy(&im->pixels[k], &u, 4);
+        if (!isfinite(im->pixels[k]))
+            rc = zi_dec_fail(d, ZI_EINVAL, "value %zu is not finite", k);
+    }
+    zi_dec_pop(d, old);
+    if (rc) return rc;
+    if (zi_ctx_image_hash(im->pixels, (size_t)n_pix) != im->hash)
+        return zi_dec_fail_at(d, "hash", ZI_EINVAL,
+                              "does not match the pixels (zi_ctx_image_hash)");
+fail:
+    return rc;
+}
+
+/* images: a list of image maps (at most lim->max_images). */
+static int ctx_images(zi_dec *d, const msgpack_object *const *v, zi_text_context *c) {
+    if (zi_dec_is_nil(v[C_IMAGES])) return ZI_OK;
+    const msgpack_object *a = v[C_IMAGES];
+    size_t old = zi_dec_push_key(d, "images");
+    int rc = zi_dec_sized(d, a, MSGPACK_OBJECT_ARRAY, "an array of images", "images",
+                          d->lim->max_images);
+    uint32_t n = rc ? 0 : a->via.array.size;
+    if (n && !(c->images = calloc(n, sizeof *c->images)))
+        rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+    for (uint32_t i = 0; !rc && i < n; i++) {
+        size_t o2 = zi_dec_push_idx(d, i);
+        c->n_images = i + 1; /* freed with the context on failure */
+        rc = dec_image(d, &a->via.array.ptr[i], &c->images[i]);
+        zi_dec_pop(d, o2);
+    }
+    zi_dec_pop(d, old);
+    return rc;
+}
+
 /* A TextContext: the fields phase by phase, then the context's own
  * invariants (zi_text_context_check, prefixed with the path). */
 static int dec_context(zi_dec *d, const msgpack_object *o, zi_text_context *c) {
@@ -1000,7 +1088,7 @@ static int dec_context(zi_dec *d, const msgpack_object *o, zi_text_context *c) {
     if (!v[C_MAXLEN]) return zi_dec_missing(d, "max_length");
     if ((rc = ctx_tokens(d, v, c, &toks, &ntok)) || (rc = ctx_eos(d, v, c)) ||
         (rc = ctx_options(d, v, c)) || (rc = ctx_window(d, v, c, toks, ntok)) ||
-        (rc = ctx_lp_data(d, v, c)) || (rc = ctx_state(d, v, c)))
+        (rc = ctx_lp_data(d, v, c)) || (rc = ctx_state(d, v, c)) || (rc = ctx_images(d, v, c)))
         goto fail;
     if ((rc = zi_text_context_check(c, d->err))) {
         if (d->path.n) zi_error_prefix(d->err, "%s", d->path.s);

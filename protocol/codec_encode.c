@@ -326,6 +326,38 @@ int zi_codec_pack_text_generation_response(msgpack_packer *pk, const zi_text_gen
     return ZI_OK;
 }
 
+/* One image of a context (zi_ctx_image; its embd stays behind): pixels as
+ * one bin of float32 little-endian. */
+static int pack_image(msgpack_packer *pk, const zi_ctx_image *im, zi_error *err) {
+    size_t n = (size_t)im->n_tiles * (size_t)im->tile_size * (size_t)im->tile_size * 3;
+    if (n * 4 > UINT32_MAX)
+        return zi_error_set(err, ZI_EINVAL, "images: %zu pixel values exceed one msgpack bin", n);
+    P(msgpack_pack_map(pk, 7));
+    P(pack_key(pk, "hash") || msgpack_pack_uint64(pk, im->hash));
+    P(pack_key(pk, "n_tiles") || msgpack_pack_int32(pk, im->n_tiles));
+    P(pack_key(pk, "tile_size") || msgpack_pack_int32(pk, im->tile_size));
+    P(pack_key(pk, "tile_tokens") || msgpack_pack_int32(pk, im->tile_tokens));
+    P(pack_key(pk, "tile_first"));
+    int rc = zi_codec_pack_tokens(pk, im->tile_first, (size_t)im->n_tiles, err);
+    if (rc) return rc;
+    P(pack_key(pk, "non_causal") ||
+      (im->non_causal ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    P(pack_key(pk, "pixels") || msgpack_pack_bin(pk, n * 4));
+    /* little-endian on the wire, whatever the host: in pieces */
+    uint8_t buf[4096];
+    for (size_t k = 0; k < n;) {
+        size_t m = 0;
+        for (; k < n && m + 4 <= sizeof buf; k++, m += 4) {
+            uint32_t u;
+            memcpy(&u, &im->pixels[k], 4);
+            buf[m] = (uint8_t)u, buf[m + 1] = (uint8_t)(u >> 8);
+            buf[m + 2] = (uint8_t)(u >> 16), buf[m + 3] = (uint8_t)(u >> 24);
+        }
+        P(msgpack_pack_bin_body(pk, buf, m));
+    }
+    return ZI_OK;
+}
+
 int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_error *err) {
     if (!pk || !c) return zi_error_set(err, ZI_EINVAL, "context: NULL pointer");
     int rc = zi_text_context_check(c, err);
@@ -338,7 +370,7 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     size_t n_lp = 0;
     for (int64_t i = 0; i < c->end_idx; i++) n_lp += c->lp_data[i] != NULL;
     P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1) - (c->regex.len ? 0 : 1) -
-                               (c->thinking_budget ? 0 : 4)));
+                               (c->thinking_budget ? 0 : 4) - (c->n_images ? 0 : 1)));
     P(pack_key(pk, "request_id") || pack_str(pk, c->request_id.p, c->request_id.len));
     P(pack_key(pk, "prompt") ||
       (c->prompt.len ? pack_str(pk, c->prompt.p, c->prompt.len) : msgpack_pack_nil(pk)));
@@ -390,7 +422,11 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     P(pack_key(pk, "_is_initial_prompt") ||
       (c->is_initial_prompt ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
     P(pack_key(pk, "_draft_offset") || msgpack_pack_int64(pk, c->draft_offset));
-    return ZI_OK;
+    if (c->n_images) {
+        P(pack_key(pk, "images") || msgpack_pack_array(pk, c->n_images));
+        for (size_t i = 0; i < c->n_images && !rc; i++) rc = pack_image(pk, &c->images[i], err);
+    }
+    return rc;
 }
 
 /* ---- to and from bytes ----------------------------------------------------- */

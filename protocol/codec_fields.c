@@ -293,7 +293,8 @@ static int get_numbers(zi_dec *d, const msgpack_object *o, int allowed, const ch
     return ZI_OK;
 }
 
-int zi_dec_tokens(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t *n_out) {
+static int dec_ids(zi_dec *d, const msgpack_object *o, int64_t lo, int32_t **ids_out,
+                   size_t *n_out) {
     *ids_out = NULL;
     *n_out = 0;
     numbers a;
@@ -309,17 +310,17 @@ int zi_dec_tokens(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t 
             v = (int32_t)(uint32_t)le(a.data + 4 * i, 4);
         else {
             size_t old = zi_dec_push_idx(d, i);
-            rc = zi_dec_i64(d, &o->via.array.ptr[i], 0, INT32_MAX, &v);
+            rc = zi_dec_i64(d, &o->via.array.ptr[i], lo, INT32_MAX, &v);
             zi_dec_pop(d, old);
             if (rc) {
                 free(ids);
                 return rc;
             }
         }
-        if (v < 0 || v > INT32_MAX) {
+        if (v < lo || v > INT32_MAX) {
             size_t old = zi_dec_push_idx(d, i);
-            rc = zi_dec_fail(d, ZI_EINVAL, "token id %lld is outside [0, %d]", (long long)v,
-                             INT32_MAX);
+            rc = zi_dec_fail(d, ZI_EINVAL, "token id %lld is outside [%lld, %d]", (long long)v,
+                             (long long)lo, INT32_MAX);
             zi_dec_pop(d, old);
             free(ids);
             return rc;
@@ -329,6 +330,14 @@ int zi_dec_tokens(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t 
     *ids_out = ids;
     *n_out = a.n;
     return ZI_OK;
+}
+
+int zi_dec_tokens(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t *n_out) {
+    return dec_ids(d, o, 0, ids_out, n_out);
+}
+
+int zi_dec_tokens_any(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t *n_out) {
+    return dec_ids(d, o, INT32_MIN, ids_out, n_out);
 }
 
 int zi_codec_decode_tokens(const msgpack_object *o, const zi_codec_limits *lim, const char *path,

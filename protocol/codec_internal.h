@@ -76,6 +76,7 @@ enum {
     C_THINK_OPEN, /* with a budget */
     C_THINK_END,
     C_THINK_HARMONY, /* with a budget */
+    C_IMAGES,        /* written only when the context has images */
     C_N
 };
 
@@ -155,6 +156,9 @@ int zi_dec_str_list(zi_dec *d, const msgpack_object *o, int flags, bool single, 
 
 /* Token ids (see zi_codec_decode_tokens); *ids_out is malloc'd. */
 int zi_dec_tokens(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t *n_out);
+/* The same, but any int32 (a context's tokens: images' keys are negative;
+ * zi_text_context_check judges them). */
+int zi_dec_tokens_any(zi_dec *d, const msgpack_object *o, int32_t **ids_out, size_t *n_out);
 /* zi_dec_tokens into a list (its old contents freed). */
 int zi_dec_i32_list(zi_dec *d, const msgpack_object *o, zi_i32_list *out);
 /* Floats from numpy float32 or a plain array of numbers; *out is malloc'd. */

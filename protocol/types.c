@@ -545,7 +545,157 @@ void zi_text_context_free(zi_text_context *ctx) {
     zi_string_free(&ctx->grammar);
     zi_string_free(&ctx->regex);
     zi_sampling_params_free(&ctx->sampling_params);
+    for (size_t i = 0; i < ctx->n_images; i++) zi_ctx_image_free(&ctx->images[i]);
+    free(ctx->images);
     zi_text_context_zero(ctx);
+}
+
+/* ---- images ---------------------------------------------------------------- */
+
+static uint64_t splitmix_fin(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+uint64_t zi_ctx_image_hash(const float *pixels, size_t n) {
+    uint64_t h = 0xCBF29CE484222325ull; /* FNV-1a's offset basis */
+    for (size_t i = 0; i < n; i += 2) {
+        uint32_t a, b = 0;
+        memcpy(&a, pixels + i, 4);
+        if (i + 1 < n) memcpy(&b, pixels + i + 1, 4);
+        h ^= (uint64_t)a | (uint64_t)b << 32;
+        h *= 0x100000001B3ull; /* FNV's prime */
+        h ^= h >> 29;          /* FNV alone mixes high bits poorly */
+    }
+    return splitmix_fin(h ^ (uint64_t)n * 0x9E3779B97F4A7C15ull);
+}
+
+void zi_ctx_image_free(zi_ctx_image *im) {
+    if (!im) return;
+    free(im->tile_first);
+    free(im->pixels);
+    free(im->embd);
+    free(im->tile_encoded);
+    memset(im, 0, sizeof *im);
+}
+
+/* Image i's shape and positions: sizes in range, its tiles after prev_end
+ * (the end of the previous tile) in order, inside the prompt. *end gets
+ * the end of its last tile. */
+static int check_image(const zi_ctx_image *im, size_t i, int64_t prev_end, int64_t prompt_len,
+                       int64_t *end, zi_error *err) {
+    if (im->n_tiles < 1)
+        return zi_error_set(err, ZI_EINVAL, "images[%zu].n_tiles: %d (an image has a tile)", i,
+                            (int)im->n_tiles);
+    if (im->tile_size < 1 || im->tile_size > ZI_CTX_IMAGE_MAX_SIDE)
+        return zi_error_set(err, ZI_EINVAL, "images[%zu].tile_size: %d is outside 1..%d", i,
+                            (int)im->tile_size, ZI_CTX_IMAGE_MAX_SIDE);
+    if (im->tile_tokens < 1 || im->tile_tokens > prompt_len)
+        return zi_error_set(err, ZI_EINVAL,
+                            "images[%zu].tile_tokens: %d is outside 1..%lld (the prompt's length)",
+                            i, (int)im->tile_tokens, (long long)prompt_len);
+    if (!im->tile_first || !im->pixels)
+        return zi_error_set(err, ZI_EINVAL, "images[%zu]: tile_first or pixels missing", i);
+    for (int32_t t = 0; t < im->n_tiles; t++) {
+        int64_t f = im->tile_first[t];
+        if (f < prev_end || f + im->tile_tokens > prompt_len)
+            return zi_error_set(err, ZI_EINVAL,
+                                "images[%zu].tile_first[%d]: tokens %lld..%lld are not inside "
+                                "%lld..%lld (the prompt, after the tiles before)",
+                                i, (int)t, (long long)f, (long long)(f + im->tile_tokens - 1),
+                                (long long)prev_end, (long long)(prompt_len - 1));
+        prev_end = f + im->tile_tokens;
+    }
+    *end = prev_end;
+    return ZI_OK;
+}
+
+/* The tokens of ctx's images: structure (check_image) and each soft
+ * token's key; then every other token must be an id (>= 0). */
+static int check_images_tokens(const zi_text_context *ctx, zi_error *err) {
+    int64_t prev = 0, n_soft = 0, n_neg = 0;
+    if (ctx->n_images && !ctx->images)
+        return zi_error_set(err, ZI_EINVAL, "images: NULL with %zu images", ctx->n_images);
+    for (size_t i = 0; i < ctx->n_images; i++) { /* all the shapes, then the keys */
+        int rc = check_image(&ctx->images[i], i, prev, ctx->prompt_len, &prev, err);
+        if (rc) return rc;
+    }
+    for (size_t i = 0; i < ctx->n_images; i++) {
+        const zi_ctx_image *im = &ctx->images[i];
+        for (int32_t t = 0; t < im->n_tiles; t++)
+            for (int32_t j = 0; j < im->tile_tokens; j++) {
+                int64_t at = im->tile_first[t] + j, k = (int64_t)t * im->tile_tokens + j;
+                int32_t key = zi_ctx_image_key(im->hash, k);
+                if (ctx->tokens[at] != key)
+                    return zi_error_set(err, ZI_EINVAL,
+                                        "tokens[%lld]: %d is not images[%zu]'s key %d for its "
+                                        "soft token %lld (zi_ctx_image_key)",
+                                        (long long)at, (int)ctx->tokens[at], i, (int)key,
+                                        (long long)k);
+            }
+        n_soft += (int64_t)im->n_tiles * im->tile_tokens;
+    }
+    for (int64_t i = 0; i < ctx->end_idx; i++) n_neg += ctx->tokens[i] < 0;
+    if (n_neg == n_soft) return ZI_OK; /* every key is negative: they are the soft tokens */
+    for (int64_t i = 0; i < ctx->end_idx; i++)
+        if (ctx->tokens[i] < 0 && !zi_text_context_soft_token(ctx, i, NULL, NULL))
+            return zi_error_set(err, ZI_EINVAL, "tokens[%lld]: %d is not a token id", (long long)i,
+                                (int)ctx->tokens[i]);
+    return ZI_OK;
+}
+
+bool zi_text_context_soft_token(const zi_text_context *ctx, int64_t pos, size_t *image,
+                                int32_t *tile) {
+    for (size_t i = 0; i < ctx->n_images; i++) {
+        const zi_ctx_image *im = &ctx->images[i];
+        if (!im->n_tiles || pos < im->tile_first[0]) break; /* in order: none further */
+        for (int32_t t = 0; t < im->n_tiles; t++)
+            if (pos >= im->tile_first[t] && pos < (int64_t)im->tile_first[t] + im->tile_tokens) {
+                if (image) *image = i;
+                if (tile) *tile = t;
+                return true;
+            }
+    }
+    return false;
+}
+
+int zi_text_context_add_image(zi_text_context *ctx, zi_ctx_image *im, zi_error *err) {
+    if (!ctx || !im || !ctx->tokens)
+        return zi_error_set(err, ZI_EINVAL, "images: NULL or uninitialised context");
+    size_t i = ctx->n_images;
+    int64_t prev = 0, end;
+    if (i) {
+        const zi_ctx_image *last = &ctx->images[i - 1];
+        prev = (int64_t)last->tile_first[last->n_tiles - 1] + last->tile_tokens;
+    }
+    int rc = check_image(im, i, prev, ctx->prompt_len, &end, err);
+    if (rc) return rc;
+    size_t n_pix = (size_t)im->n_tiles * (size_t)im->tile_size * (size_t)im->tile_size * 3;
+    for (size_t k = 0; k < n_pix; k++)
+        if (!isfinite(im->pixels[k]))
+            return zi_error_set(err, ZI_EINVAL, "images[%zu].pixels: value %zu is not finite", i,
+                                k);
+    if (zi_ctx_image_hash(im->pixels, n_pix) != im->hash)
+        return zi_error_set(err, ZI_EINVAL,
+                            "images[%zu].hash: does not match the pixels (zi_ctx_image_hash)", i);
+    zi_ctx_image *v = realloc(ctx->images, (i + 1) * sizeof *v);
+    if (!v) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    ctx->images = v;
+    v[i] = *im;
+    v[i].embd = NULL;
+    v[i].tile_encoded = NULL;
+    free(im->embd);
+    free(im->tile_encoded);
+    memset(im, 0, sizeof *im);
+    ctx->n_images = i + 1;
+    for (int32_t t = 0; t < v[i].n_tiles; t++)
+        for (int32_t j = 0; j < v[i].tile_tokens; j++)
+            ctx->tokens[v[i].tile_first[t] + j] =
+                zi_ctx_image_key(v[i].hash, (int64_t)t * v[i].tile_tokens + j);
+    return ZI_OK;
 }
 
 /* Grows the token and log-probability arrays to hold at least `need` slots,
@@ -727,11 +877,7 @@ int zi_text_context_check(const zi_text_context *ctx, zi_error *err) {
     if (ctx->draft_offset < 0 || ctx->draft_offset > ctx->end_idx)
         return zi_error_set(err, ZI_EINVAL, "draft_offset: %lld is outside [0, end_idx %lld]",
                             (long long)ctx->draft_offset, (long long)ctx->end_idx);
-    for (int64_t i = 0; i < ctx->end_idx; i++) {
-        if (ctx->tokens[i] < 0)
-            return zi_error_set(err, ZI_EINVAL, "tokens[%lld]: %d is not a token id", (long long)i,
-                                (int)ctx->tokens[i]);
-    }
+    if ((rc = check_images_tokens(ctx, err))) return rc;
     for (size_t i = 0; i < ctx->eos_token_ids.n; i++) {
         if (ctx->eos_token_ids.v[i] < 0)
             return zi_error_set(err, ZI_EINVAL, "eos_token_ids[%zu]: %d is not a token id", i,

@@ -334,6 +334,72 @@ int zi_text_generation_response_append(zi_text_generation_response *r, const zi_
 #define ZI_IDX_KEEP INT64_MIN
 
 /*
+ * Images in a context (the seeds' TextAndVisionContext's pixel_values).
+ * The tokenizer process expands each image of a prompt into soft-token
+ * positions and sends the pixels along; the worker's vision tower turns
+ * each tile into tile_tokens input embeddings there (model.h's
+ * zi_batch.embd). An image is n_tiles tiles of tile_size x tile_size
+ * pixels; tile t's soft tokens are the positions
+ * [tile_first[t], tile_first[t] + tile_tokens) of the context's tokens
+ * (contiguous within a tile; text may lie between tiles). Rules
+ * (zi_text_context_check): every soft token inside the prompt, tiles in
+ * increasing position without overlap across all the images of the
+ * context, n_tiles, tile_size and tile_tokens >= 1 (tile_size <=
+ * ZI_CTX_IMAGE_MAX_SIDE), and the token at the k-th soft position of an
+ * image (k = t * tile_tokens + j) is zi_ctx_image_key(hash, k).
+ *
+ * pixels: n_tiles * tile_size^2 * 3 floats (each tile interleaved RGB,
+ * row-major, normalized: vision.h), finite; on the wire a msgpack bin of
+ * float32 little-endian; hash is zi_ctx_image_hash of those pixels (the
+ * decoder recomputes it). embd and tile_encoded are the worker's, filled
+ * lazily by its generator and never sent.
+ */
+#define ZI_CTX_IMAGE_MAX_SIDE 8192
+
+typedef struct zi_ctx_image {
+    uint64_t hash;        /* zi_ctx_image_hash(pixels) */
+    int32_t n_tiles;      /* >= 1 */
+    int32_t tile_size;    /* pixels per side of a tile */
+    int32_t tile_tokens;  /* soft tokens per tile */
+    int32_t *tile_first;  /* [n_tiles] each tile's first soft-token position */
+    bool non_causal;      /* each tile's tokens attend to the whole tile (gemma3) */
+    float *pixels;        /* [n_tiles][tile_size][tile_size][3] */
+    /* worker side (not on the wire): the soft tokens' embeddings, rows of
+     * the model's dim, tile t's at [t * tile_tokens * dim] (NULL until the
+     * first tile is encoded), and which tiles are in it */
+    float *embd;
+    uint8_t *tile_encoded; /* [n_tiles] */
+} zi_ctx_image;
+
+/* The token id (a key, never a vocabulary id) that stands at the k-th soft
+ * token of an image with this hash: the prefix cache hashes token ids, so
+ * a repeated image reuses its blocks and two images never share one.
+ * Derivation: x = hash ^ ((uint64)(k + 1) * 0x9E3779B97F4A7C15), then
+ * splitmix64's finalizer (x ^= x >> 30; x *= 0xBF58476D1CE4E5B9;
+ * x ^= x >> 27; x *= 0x94D049BB133111EB; x ^= x >> 31), and the key is
+ * -1 - (int32)(x >> 33): always negative, in [-2^31, -1], so it can never
+ * equal a vocabulary id. */
+static inline int32_t zi_ctx_image_key(uint64_t hash, int64_t k) {
+    uint64_t x = hash ^ ((uint64_t)(k + 1) * 0x9E3779B97F4A7C15ull);
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    return (int32_t)(-1 - (int64_t)(x >> 33));
+}
+
+/* The hash of n pixel values (as their float32 bit patterns, so -0.0 and
+ * 0.0 differ): FNV-1a-style over 64-bit little-endian words (an odd
+ * trailing float padded with zero bits) mixed with the count, finalized
+ * with splitmix64. Not cryptographic: a repeated image is found by it,
+ * and the prefix cache also compares the keys it derives. */
+uint64_t zi_ctx_image_hash(const float *pixels, size_t n);
+
+/* Frees an image's arrays and zeroes it. */
+void zi_ctx_image_free(zi_ctx_image *im);
+
+/*
  * The seed's TextContext. Token array layout:
  *
  *   0        committed   start        active        end          size
@@ -402,6 +468,10 @@ typedef struct zi_text_context {
     bool thinking_open;
     zi_i32_list thinking_end;
     bool thinking_harmony;
+    /* Images (see zi_ctx_image above; in position order): the tokens at
+     * their soft-token positions are keys (zi_ctx_image_key), negative. */
+    zi_ctx_image *images;
+    size_t n_images;
 } zi_text_context;
 
 /*
@@ -428,8 +498,20 @@ int zi_text_context_set_eos(zi_text_context *ctx, const int32_t *ids, size_t n, 
 /* Adds one multi-token EOS sequence (n >= 1 ids >= 0). */
 int zi_text_context_add_eos_sequence(zi_text_context *ctx, const int32_t *ids, size_t n,
                                      zi_error *err);
+/* Adds an image to a context whose prompt holds its soft-token positions
+ * (any ids there are replaced by the image's keys): checks it against the
+ * rules above (hash included) and the images already added, then takes
+ * over im's arrays (im is zeroed; on failure im is left as it was and the
+ * context unchanged). Errors name "images[i].field". */
+int zi_text_context_add_image(zi_text_context *ctx, zi_ctx_image *im, zi_error *err);
+/* Whether position pos of ctx is a soft token: then *image and *tile say
+ * whose (either may be NULL). */
+bool zi_text_context_soft_token(const zi_text_context *ctx, int64_t pos, size_t *image,
+                                int32_t *tile);
 /* Checks the invariant above and the field ranges; the message names the
- * first index at fault. Used after decoding. */
+ * first index at fault. Used after decoding. Token ids are >= 0 except at
+ * the images' soft tokens, which hold their keys. The images' hashes are
+ * not recomputed here (zi_text_context_add_image and the decoder do). */
 int zi_text_context_check(const zi_text_context *ctx, zi_error *err);
 
 /* active_idx - start_idx: tokens fed this step. */
