@@ -8,24 +8,6 @@
 
 #include "types.h"
 
-int32_t zi_image_key(uint64_t hash, int64_t k) {
-    /* splitmix64 of (hash, k), folded to 30 bits, then negated: keys of
-     * different images collide with odds 2^-30 per position, and a block
-     * of the prefix cache holds many positions. */
-    uint64_t z = hash + 0x9e3779b97f4a7c15ull * (uint64_t)(k + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    return -1 - (int32_t)(z & 0x3fffffff);
-}
-
-static uint64_t fnv1a(const void *p, size_t n) {
-    const uint8_t *b = p;
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
-    return h;
-}
-
 /* A growing list of ids. */
 typedef struct id_buf {
     int32_t *p;
@@ -90,7 +72,7 @@ static int place_image(zi_tokenizer *tok, id_buf *b, const zi_image_rgb *img,
     if (!rc) rc = zi_image_layout(pp, &t, items, n_items, &n_items, err);
     if (!rc) {
         pi->n_tiles = t.n_tiles, pi->tile_size = t.tile_size, pi->tile_tokens = t.tokens_per_tile;
-        pi->hash = fnv1a(t.data, (size_t)t.n_tiles * t.tile_size * t.tile_size * 3 * sizeof(float));
+        pi->hash = zi_ctx_image_hash(t.data, (size_t)t.n_tiles * t.tile_size * t.tile_size * 3);
         pi->pixels = t.data, t.data = NULL;
         if (!(pi->tile_first = calloc((size_t)pi->n_tiles, sizeof *pi->tile_first)))
             rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
@@ -111,7 +93,7 @@ static int place_image(zi_tokenizer *tok, id_buf *b, const zi_image_rgb *img,
             }
             pi->tile_first[it->tile] = (int64_t)b->n;
             for (int k = 0; !rc && k < it->n_tokens; k++) {
-                int32_t key = zi_image_key(pi->hash, (int64_t)it->tile * pi->tile_tokens + k);
+                int32_t key = zi_ctx_image_key(pi->hash, (int64_t)it->tile * pi->tile_tokens + k);
                 rc = push_ids(b, &key, 1, err);
             }
         }

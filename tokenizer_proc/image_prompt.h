@@ -10,9 +10,10 @@
  * parse_special, the layout's texts with special tokens parsed); with
  * add_special, the vocabulary's BOS goes first and its EOS last where the
  * file asks for them. A soft-token position holds a key, not a vocabulary
- * id: zi_image_key(hash, k) for the k-th soft token of an image whose
- * pixel values hash to `hash`, so that a prefix cache (which hashes ids)
- * reuses a repeated image's positions and never mixes two images.
+ * id: zi_ctx_image_key(hash, k) (protocol/types.h) for the k-th soft token
+ * of an image whose pixel values hash to `hash` (zi_ctx_image_hash), so
+ * that a prefix cache (which hashes ids) reuses a repeated image's
+ * positions and never mixes two images.
  */
 #ifndef ZI_IMAGE_PROMPT_H
 #define ZI_IMAGE_PROMPT_H
@@ -26,17 +27,13 @@
 
 /* One image as placed in the prompt. */
 typedef struct zi_prompt_image {
-    uint64_t hash;       /* FNV-1a 64 of the tiles' float bytes */
+    uint64_t hash;       /* zi_ctx_image_hash of the tiles' floats */
     int n_tiles;         /* tiles (idefics3: the grid, then the global image) */
     int tile_size;       /* pixels per side */
     int tile_tokens;     /* soft tokens per tile */
     int64_t *tile_first; /* [n_tiles]: position of each tile's first soft token */
     float *pixels;       /* n_tiles * tile_size^2 * 3 (image_prep.h's tiles) */
 } zi_prompt_image;
-
-/* The key at the k-th soft token of an image (see above): never a valid
- * id of a vocabulary under 2^30 entries (it is negative). */
-int32_t zi_image_key(uint64_t hash, int64_t k);
 
 /*
  * Builds text[0..len)'s ids with n_images images (already decoded, in
