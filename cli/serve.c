@@ -189,6 +189,7 @@ typedef struct serve_opts {
     char draft[4096]; /* --draft-model, resolved as --model is */
     const char *bind, *level, *device, *http;
     const char *tmpl;        /* --chat-template as given, or NULL */
+    char mmproj[PATH_MAX];   /* --mmproj's real path, or "" */
     char tmpl_arg[PATH_MAX]; /* what the tokenizers get: the name, or the file's real path */
     long long workers, tokenizers, threads, slots, ctx;
     const char *router_pass[MAX_PASS], *worker_pass[MAX_PASS], *http_pass[MAX_PASS];
@@ -261,6 +262,13 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             break;
         case ZI_O_CHAT_TEMPLATE:
             o->tmpl = v;
+            break;
+        case ZI_O_MMPROJ: /* the children run elsewhere: its real path */
+            if (!realpath(v, o->mmproj)) {
+                fprintf(stderr, "zinfer serve: --mmproj %s: %s\n", v, strerror(errno));
+                return 2;
+            }
+            pass_on(o->worker_pass, &o->n_wpass, opt->name, o->mmproj);
             break;
         case ZI_O_TOOL_CALL_FORMAT: /* choices in zi_tool_format's order */
             o->tool_format = (int)x;
@@ -586,6 +594,10 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
         if (o->tmpl) {
             c->argv[k++] = "--chat-template";
             c->argv[k++] = o->tmpl_arg;
+        }
+        if (o->mmproj[0]) {
+            c->argv[k++] = "--mmproj";
+            c->argv[k++] = o->mmproj;
         }
         k = add_backend_keys(o, c, k);
     }

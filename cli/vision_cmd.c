@@ -59,16 +59,6 @@ static int read_exact(const char *path, size_t want, void *buf, zi_error *err) {
 
 static int read_file(const char *path, uint8_t **buf, size_t *n, size_t max, zi_error *err);
 
-/* llama.cpp's preprocessing for the tower's projector, from its config. */
-static void prep_params(const zi_vision_config *c, zi_image_prep_params *pp) {
-    zi_image_prep_params_default(pp, c->kind == ZI_VISION_GEMMA3 ? ZI_IMAGE_PROJ_GEMMA3
-                                                                 : ZI_IMAGE_PROJ_IDEFICS3);
-    pp->image_size = c->image_size, pp->patch_size = c->patch_size, pp->n_merge = c->n_merge;
-    if (c->preproc_size > 0) pp->longest_edge = c->preproc_size;
-    memcpy(pp->mean, c->mean, sizeof pp->mean);
-    memcpy(pp->std, c->std, sizeof pp->std);
-}
-
 /* An image file's tiles as the tower takes them (*px malloc'd). */
 static int image_tiles(const zi_vision_config *c, const char *path, float **px, int *n_tiles,
                        zi_error *err) {
@@ -79,7 +69,7 @@ static int image_tiles(const zi_vision_config *c, const char *path, float **px, 
     zi_image_rgb img = {0};
     zi_image_tiles t = {0};
     zi_image_prep_params pp;
-    prep_params(c, &pp);
+    zi_image_prompt_params(c, &pp);
     int rc = read_file(path, &bytes, &n, lim.max_bytes, err);
     if (!rc) rc = zi_image_decode(bytes, n, &lim, &img, err);
     if (!rc) rc = zi_image_prep(&img, &pp, &t, err);
@@ -224,7 +214,7 @@ int zi_cli_images_build(zi_backend *be, zi_tokenizer *tok, int lm_dim, const cha
     const zi_vision_config *c = rc ? NULL : zi_vision_get_config(v);
     zi_image_prep_params pp;
     if (!rc) {
-        prep_params(c, &pp);
+        zi_image_prompt_params(c, &pp);
         rc = zi_image_prompt_build(tok, prompt, strlen(prompt), 1, parse_special, imgs,
                                    (size_t)n_paths, &pp, &out->ids, &out->n, &pis, err);
     }
@@ -255,7 +245,7 @@ int zi_cli_images_build(zi_backend *be, zi_tokenizer *tok, int lm_dim, const cha
             for (int k = 0; !rc && k < c->n_tokens; k++) {
                 const size_t at = (size_t)pi->tile_first[t] + (size_t)k;
                 out->embd_rows[at] = row * c->n_tokens + k;
-                if (c->kind == ZI_VISION_GEMMA3) /* non-causal: each sees its whole tile */
+                if (zi_image_prompt_non_causal(c)) /* each sees its whole tile */
                     out->attn_pos[at] = (int32_t)(pi->tile_first[t] + c->n_tokens - 1);
             }
         }

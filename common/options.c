@@ -44,6 +44,12 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                             "model file's (tokenizer.chat_template; needed when the file has "
                             "none): a Jinja FILE, or a built-in NAME: chatml, gemma, llama3, "
                             "mistral, phi3 (docs/chat_template.md)"},
+    [ZI_O_MMPROJ] = {"--mmproj", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE | TOK | WORKER,
+                     "FILE",
+                     "an image projector (llama.cpp's clip GGUF: gemma3 or idefics3 towers): "
+                     "requests may carry images, prepared by the tokenizers and encoded by "
+                     "the workers (docs/vision.md)",
+                     NULL},
     [ZI_O_WORKERS] = {"--workers", NULL, ZI_OPT_INT, 1, 64, NULL, 1, NULL, SERVE, "N",
                       "model workers", NULL},
     [ZI_O_TOKENIZERS] = {"--tokenizers", NULL, ZI_OPT_INT, 1, 64, NULL, 1, NULL, SERVE, "T",

@@ -30,6 +30,7 @@ typedef enum zi_opt_id {
     /* where things are: files, addresses, how many processes */
     ZI_O_MODEL,
     ZI_O_CHAT_TEMPLATE,
+    ZI_O_MMPROJ,
     ZI_O_WORKERS,
     ZI_O_TOKENIZERS,
     ZI_O_BIND,

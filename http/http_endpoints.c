@@ -189,7 +189,8 @@ static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
     static const struct {
         const char *name, *type, *help;
         int stat; /* a zi_kv_stat index, or -1: used / blocks, -2: hit / query tokens,
-                   * -3: speculation's accepted / drafted tokens */
+                   * -3: speculation's accepted / drafted tokens, -4: image encode
+                   * microseconds as seconds */
     } kv[] = {
         {"zinfer_kv_cache_blocks", "gauge", "KV cache blocks of the worker.", ZI_KV_BLOCKS},
         {"zinfer_kv_cache_blocks_used", "gauge", "KV cache blocks in use.", ZI_KV_USED},
@@ -210,6 +211,10 @@ static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
         {"zinfer_spec_accepted_tokens_total", "counter", "Speculation: draft tokens accepted.",
          ZI_KV_SPEC_ACCEPTED},
         {"zinfer_spec_acceptance_rate", "gauge", "Speculation: accepted / draft tokens.", -3},
+        {"zinfer_image_tiles_encoded_total", "counter",
+         "Images: tiles run through the image tower (--mmproj).", ZI_KV_IMAGE_TILES},
+        {"zinfer_image_encode_seconds_total", "counter",
+         "Images: seconds spent running the image tower.", -4},
     };
     for (size_t j = 0; j < sizeof kv / sizeof kv[0]; j++) {
         ADD("# HELP %s %s\n# TYPE %s %s\n", kv[j].name, kv[j].help, kv[j].name, kv[j].type);
@@ -217,6 +222,9 @@ static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
             const int64_t *s = mt.worker_kv[w];
             if (kv[j].stat >= 0)
                 ADD("%s{worker=\"%zu\"} %lld\n", kv[j].name, w, (long long)s[kv[j].stat]);
+            else if (kv[j].stat == -4)
+                ADD("%s{worker=\"%zu\"} %.6f\n", kv[j].name, w,
+                    (double)s[ZI_KV_IMAGE_ENCODE_US] / 1e6);
             else {
                 static const int ratio[3][2] = {
                     {ZI_KV_USED, ZI_KV_BLOCKS},

@@ -44,6 +44,7 @@
 #include "model.h"
 #include "options.h"
 #include "spec_draft.h"
+#include "vision.h"
 #include "startup.h"
 #include "vocab_trie.h"
 #include "stop_signal.h"
@@ -118,6 +119,8 @@ static void send_heartbeat(worker *w) {
                               [ZI_KV_SPEC_STEPS] = (int64_t)st.spec_steps,
                               [ZI_KV_SPEC_DRAFTED] = (int64_t)st.spec_drafted,
                               [ZI_KV_SPEC_ACCEPTED] = (int64_t)st.spec_accepted,
+                              [ZI_KV_IMAGE_TILES] = (int64_t)st.tiles_encoded,
+                              [ZI_KV_IMAGE_ENCODE_US] = (int64_t)(st.image_encode_ms * 1e3),
                           }};
     zi_msg m;
     zi_im_heartbeat_pack(&hb, &m);
@@ -462,6 +465,7 @@ static void send_outputs(worker *w) {
 typedef struct wopts {
     char model[4096];
     const char *draft; /* --draft-model, or NULL */
+    const char *mmproj; /* --mmproj, or NULL */
     const char *router, *device;
     const char *curve_secret, *router_key; /* key files, or NULL */
     long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
@@ -510,6 +514,9 @@ static int parse_args(int argc, char **argv, wopts *o) {
             break;
         case ZI_O_DRAFT_MODEL:
             o->draft = v;
+            break;
+        case ZI_O_MMPROJ:
+            o->mmproj = v;
             break;
         case ZI_O_CURVE_SECRET:
             o->curve_secret = v;
@@ -585,6 +592,7 @@ typedef struct wres {
     zi_backend *be;
     zi_model *model;
     zi_model *draft; /* --draft-model (NULL: none), on the same backend */
+    zi_vision *vision; /* --mmproj's image tower (NULL: none), on the same backend */
     zi_grammar_vocab *jv;
     uint64_t per_tok, kv_blocks;
     char kv_why[128];
@@ -592,6 +600,21 @@ typedef struct wres {
      * default budget must fit in. */
     uint64_t mem_avail;
 } wres;
+
+/* The generator's image encoder (generator.h): tile `tile` of im through
+ * the --mmproj tower, whose tiles the tokenizer prepared for the same
+ * file (their shape checked here all the same). */
+static int encode_tile(void *user, const zi_ctx_image *im, int tile, float *out, zi_error *err) {
+    zi_vision *v = user;
+    const zi_vision_config *c = zi_vision_get_config(v);
+    if (im->tile_size != c->image_size || im->tile_tokens != c->n_tokens)
+        return zi_error_set(err, ZI_EINVAL,
+                            "images: tiles of %d px / %d tokens, this worker's projector takes "
+                            "%d / %d (tokenizers and workers given different --mmproj files?)",
+                            im->tile_size, im->tile_tokens, c->image_size, c->n_tokens);
+    const size_t px = (size_t)tile * (size_t)c->image_size * (size_t)c->image_size * 3;
+    return zi_vision_encode(v, im->pixels + px, out, err);
+}
 
 /* Load: the device backend and the model; the worker's slots, context and
  * name follow from the options and the model. Reports and returns the
@@ -616,6 +639,12 @@ static int load(worker *w, const wopts *o, wres *r) {
         return start_failed(w, err.msg);
     }
     const zi_model_config *mc = zi_model_get_config(r->model);
+    if (o->mmproj && (rc = zi_vision_load(o->mmproj, r->be, mc->dim, &r->vision, &err))) {
+        zi_model_free(r->draft);
+        zi_model_free(r->model);
+        zi_backend_free(r->be);
+        return start_failed(w, err.msg);
+    }
     w->slots = (int)o->slots;
     w->ctx_size = (int)(o->ctx < mc->ctx_train ? o->ctx : mc->ctx_train);
     w->vocab = mc->n_vocab;
@@ -717,7 +746,9 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                               .prefill_chunk = (int)o->chunk,
                               .prefix_cache = !o->no_prefix_cache,
                               .spec_lookup = o->spec_lookup,
-                              .draft_model = r->draft};
+                              .draft_model = r->draft,
+                              .encode_tile = r->vision ? encode_tile : NULL,
+                              .encode_user = r->vision};
     w->live = calloc((size_t)w->slots, sizeof *w->live);
     w->jobs = calloc((size_t)w->slots, sizeof *w->jobs);
     if (!w->live || !w->jobs || zi_generator_create(r->model, &gc, &w->gen, &err)) {
@@ -923,6 +954,7 @@ int main(int argc, char **argv) {
     wres r = {0};
     if ((rc = load(&w, &o, &r))) return rc;
     if ((rc = create_generator(&w, &o, &r))) {
+        zi_vision_free(r.vision);
         zi_model_free(r.draft);
         zi_model_free(r.model);
         zi_backend_free(r.be);
@@ -945,6 +977,7 @@ int main(int argc, char **argv) {
     free(w.jobs);
     free(w.emb);
     zi_rank_head_free(&w.rank);
+    zi_vision_free(r.vision);
     zi_model_free(r.model);
     zi_backend_free(r.be);
     return rc;

@@ -112,4 +112,6 @@ const char *const zi_kv_stat_names[ZI_N_KV_STATS] = {"blocks",
                                                      "evictions",
                                                      "spec_steps",
                                                      "spec_drafted",
-                                                     "spec_accepted"};
+                                                     "spec_accepted",
+                                                     "image_tiles",
+                                                     "image_encode_us"};

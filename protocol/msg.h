@@ -65,6 +65,8 @@ enum {
     ZI_KV_SPEC_STEPS,    /* speculation (docs/speculative.md): verifications, */
     ZI_KV_SPEC_DRAFTED,  /* draft tokens fed, */
     ZI_KV_SPEC_ACCEPTED, /* and accepted */
+    ZI_KV_IMAGE_TILES,   /* images (--mmproj): tiles run through the tower, */
+    ZI_KV_IMAGE_ENCODE_US, /* and the microseconds that took */
     ZI_N_KV_STATS
 };
 extern const char *const zi_kv_stat_names[ZI_N_KV_STATS];

@@ -8,6 +8,17 @@
 
 #include "types.h"
 
+void zi_image_prompt_params(const zi_vision_config *c, zi_image_prep_params *pp) {
+    zi_image_prep_params_default(pp, c->kind == ZI_VISION_GEMMA3 ? ZI_IMAGE_PROJ_GEMMA3
+                                                                 : ZI_IMAGE_PROJ_IDEFICS3);
+    pp->image_size = c->image_size, pp->patch_size = c->patch_size, pp->n_merge = c->n_merge;
+    if (c->preproc_size > 0) pp->longest_edge = c->preproc_size;
+    memcpy(pp->mean, c->mean, sizeof pp->mean);
+    memcpy(pp->std, c->std, sizeof pp->std);
+}
+
+int zi_image_prompt_non_causal(const zi_vision_config *c) { return c->kind == ZI_VISION_GEMMA3; }
+
 /* A growing list of ids. */
 typedef struct id_buf {
     int32_t *p;

@@ -23,6 +23,7 @@
 
 #include "image_prep.h"
 #include "tokenizer.h"
+#include "vision_config.h"
 #include "zi_error.h"
 
 /* One image as placed in the prompt. */
@@ -34,6 +35,13 @@ typedef struct zi_prompt_image {
     int64_t *tile_first; /* [n_tiles]: position of each tile's first soft token */
     float *pixels;       /* n_tiles * tile_size^2 * 3 (image_prep.h's tiles) */
 } zi_prompt_image;
+
+/* llama.cpp's preprocessing for the projector c describes. */
+void zi_image_prompt_params(const zi_vision_config *c, zi_image_prep_params *pp);
+
+/* Whether the projector's tiles are decoded non-causally (each soft token
+ * sees its whole tile: gemma3, as llama.cpp's mtmd_decode_use_non_causal). */
+int zi_image_prompt_non_causal(const zi_vision_config *c);
 
 /*
  * Builds text[0..len)'s ids with n_images images (already decoded, in

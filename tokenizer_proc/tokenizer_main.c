@@ -48,6 +48,8 @@
 #include "stop_match.h"
 #include "startup.h"
 #include "stop_signal.h"
+#include "image.h"
+#include "image_prompt.h"
 #include "tokenizer.h"
 #include "types.h"
 #include "utf8.h"
@@ -95,6 +97,11 @@ typedef struct tproc {
     char *rerank_tmpl; /* tokenizer.chat_template.rerank (embed_encode.h), or NULL */
     dstate *st;
     size_t n_st, cap_st;
+    /* --mmproj: how requests' images are prepared (image_prompt.h) */
+    bool images;
+    zi_image_prep_params img_pp;
+    bool img_non_causal;
+    zi_image_limits img_lim;
 } tproc;
 
 static void send_register(tproc *t) {
@@ -166,8 +173,9 @@ static void thinking_markup(const char *s, size_t n, bool *open, bool *harmony) 
 
 /* The prompt's token ids for a request r, decoded from the msgpack req
  * (malloc'd). */
-static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, int32_t **ids,
-                      size_t *n, bool *reasoning_open, bool *harmony, zi_error *err) {
+static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req,
+                      const zi_image_rgb *imgs, zi_prompt_image **pis, int32_t **ids, size_t *n,
+                      bool *reasoning_open, bool *harmony, zi_error *err) {
     *reasoning_open = *harmony = false;
     if (r->prompt_kind == ZI_PROMPT_TOKENS) {
         for (size_t i = 0; i < r->prompt_tokens.n; i++)
@@ -181,6 +189,9 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
         if (*n) memcpy(*ids, r->prompt_tokens.v, *n * sizeof **ids);
         return ZI_OK;
     }
+    if (r->prompt_kind == ZI_PROMPT_TEXT && r->n_images)
+        return zi_image_prompt_build(t->tok, r->prompt_text.p, r->prompt_text.len, 1, 1, imgs,
+                                     r->n_images, &t->img_pp, ids, n, pis, err);
     if (r->prompt_kind == ZI_PROMPT_TEXT)
         return zi_tokenizer_encode(t->tok, r->prompt_text.p ? r->prompt_text.p : "",
                                    r->prompt_text.len, 1, 1, ids, n, err);
@@ -203,7 +214,11 @@ static int prompt_ids(tproc *t, const zi_request *r, const msgpack_object *req, 
     if (rc) return rc;
     thinking_markup(text, len, reasoning_open, harmony);
     /* The template writes its own special tokens (BOS included). */
-    rc = zi_tokenizer_encode(t->tok, text, len, 0, 1, ids, n, err);
+    if (r->n_images)
+        rc = zi_image_prompt_build(t->tok, text, len, 0, 1, imgs, r->n_images, &t->img_pp, ids, n,
+                                   pis, err);
+    else
+        rc = zi_tokenizer_encode(t->tok, text, len, 0, 1, ids, n, err);
     free(text);
     return rc;
 }
@@ -342,6 +357,22 @@ static void on_replay(tproc *t, const zi_request *r, const msgpack_object *repla
     free(ids);
 }
 
+/* Prompt image pi into ctx (its pixels and positions move there). */
+static int add_image(tproc *t, zi_text_context *ctx, zi_prompt_image *pi, zi_error *err) {
+    zi_ctx_image im = {.hash = pi->hash,
+                       .n_tiles = pi->n_tiles,
+                       .tile_size = pi->tile_size,
+                       .tile_tokens = pi->tile_tokens,
+                       .non_causal = t->img_non_causal};
+    if (!(im.tile_first = malloc((size_t)pi->n_tiles * sizeof *im.tile_first)))
+        return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    for (int i = 0; i < pi->n_tiles; i++) im.tile_first[i] = (int32_t)pi->tile_first[i];
+    im.pixels = pi->pixels, pi->pixels = NULL;
+    int rc = zi_text_context_add_image(ctx, &im, err);
+    zi_ctx_image_free(&im); /* what add_image did not take */
+    return rc;
+}
+
 static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     zi_im_encode em;
     zi_error err = {0};
@@ -394,24 +425,39 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     /* Images: r.images[0 .. r.n_images), each the file's bytes as the
      * client sent them (zi_bytes), in the order of the ZI_MEDIA_MARKERs in
      * r.prompt_text or the messages' contents (the decoder checked one
-     * marker per image). No image projector is loaded yet, so a request
-     * with images gets one clear answer here, before any template work;
-     * the projector's decoding and the prompt's expansion at the markers
-     * go here. */
-    if (!rc && r.n_images)
+     * marker per image): decoded here (a bad one named by its index),
+     * then laid out at their markers when the prompt is encoded. */
+    if (!rc && r.n_images && !t->images)
         rc = zi_error_set(&err, ZI_EUNSUPPORTED,
                           "images: images need a model with an image projector: start the "
                           "server with --mmproj FILE");
+    zi_image_rgb *imgs = NULL;
+    zi_prompt_image *pis = NULL;
+    if (!rc && r.n_images && !(imgs = calloc(r.n_images, sizeof *imgs)))
+        rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < r.n_images; i++)
+        if ((rc = zi_image_decode(r.images[i].p, r.images[i].len, &t->img_lim, &imgs[i], &err)))
+            zi_error_prefix(&err, "images[%zu]", i);
     /* The cheap checks above first; then the template and the encoding. */
     bool reasoning_open = false, harmony = false;
-    if (!rc) rc = prompt_ids(t, &r, ro, &ids, &n, &reasoning_open, &harmony, &err);
+    if (!rc)
+        rc = prompt_ids(t, &r, ro, imgs, &pis, &ids, &n, &reasoning_open, &harmony, &err);
+    for (size_t i = 0; imgs && i < r.n_images; i++) zi_image_rgb_free(&imgs[i]);
+    free(imgs);
     if (!rc && n == 0) rc = zi_error_set(&err, ZI_EINVAL, "prompt: it encodes to no tokens");
     if (!rc && (int64_t)n >= max_length)
         rc = zi_error_set(&err, ZI_ERANGE,
                           "prompt: %zu tokens leave no room to generate within the context of "
                           "%lld",
                           n, (long long)max_length);
+    /* A context takes ids >= 0 at soft-token positions and its images
+     * then write their keys there (zi_text_context_add_image). */
+    for (size_t i = 0; pis && i < n; i++)
+        if (ids[i] < 0) ids[i] = 0;
     if (!rc) rc = zi_text_context_init(&ctx, ids, n, max_length, &r.sampling_params, &err);
+    for (size_t i = 0; !rc && pis && i < r.n_images; i++)
+        rc = add_image(t, &ctx, &pis[i], &err);
+    zi_prompt_images_free(pis, pis ? r.n_images : 0);
     if (!rc) rc = zi_text_context_set_eos(&ctx, t->eog.v, t->eog.n, &err);
     if (!rc) {
         ctx.log_probabilities = r.logprobs;
@@ -744,7 +790,7 @@ int main(int argc, char **argv) {
     char model[4096];
     const char *router = zi_option_get(ZI_O_ROUTER)->def_text;
     int level = (int)zi_option_def(ZI_O_LOG_LEVEL);
-    const char *tmpl_arg = NULL;
+    const char *tmpl_arg = NULL, *mmproj = NULL;
     const char *curve_secret = NULL, *router_key = NULL; /* key files */
     int check_only = 0;
     zi_default_model_path(model, sizeof model);
@@ -782,6 +828,9 @@ int main(int argc, char **argv) {
         case ZI_O_CHAT_TEMPLATE:
             tmpl_arg = v;
             break;
+        case ZI_O_MMPROJ:
+            mmproj = v;
+            break;
         case ZI_O_LOG_LEVEL:
             level = (int)x;
             break;
@@ -813,6 +862,18 @@ int main(int argc, char **argv) {
         rc = load_meta(&t, g, &err);
     }
     zi_gguf_close(g);
+    if (!rc && mmproj) { /* its header only: the workers load the tower */
+        zi_vision_config vc;
+        rc = zi_vision_config_load(mmproj, 0, &vc, &err);
+        if (!rc) {
+            t.images = true;
+            zi_image_prompt_params(&vc, &t.img_pp);
+            t.img_non_causal = zi_image_prompt_non_causal(&vc);
+            zi_image_limits_default(&t.img_lim);
+            zi_log(&t.log, ZI_LOG_INFO, "images: %s, %d px tiles of %d soft tokens", mmproj,
+                   vc.image_size, vc.n_tokens);
+        }
+    }
     if (rc) {
         /* The same file fails the same way on every start: `zinfer serve`
          * reports it once and stops instead of restarting this process
