@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -44,6 +45,7 @@
 #include "model.h"
 #include "options.h"
 #include "spec_draft.h"
+#include "tile_cache.h"
 #include "vision.h"
 #include "startup.h"
 #include "vocab_trie.h"
@@ -66,6 +68,15 @@ typedef struct live_ctx {
     bool echo_sent; /* the prompt's ids (and log probabilities) went out */
 } live_ctx;
 
+/* The --mmproj tower and the tiles it encoded lately (tile_cache.h), with
+ * what it cost: the heartbeat's image counters. */
+typedef struct wvision {
+    zi_vision *v;
+    zi_tile_cache *cache;
+    uint64_t runs;  /* tiles run through the tower */
+    double run_ms;  /* the time that took */
+} wvision;
+
 typedef struct worker {
     zi_logger log;
     void *sock;
@@ -86,6 +97,7 @@ typedef struct worker {
     int64_t last_hb; /* when the last heartbeat went out (ms) */
     zi_curve_client curve; /* --curve-secret, --router-key */
     zi_curve_watch watch;  /* logs a refused CURVE handshake */
+    const wvision *vision; /* --mmproj's tower (its v NULL: none) */
 } worker;
 
 static void send_register(worker *w) {
@@ -119,8 +131,9 @@ static void send_heartbeat(worker *w) {
                               [ZI_KV_SPEC_STEPS] = (int64_t)st.spec_steps,
                               [ZI_KV_SPEC_DRAFTED] = (int64_t)st.spec_drafted,
                               [ZI_KV_SPEC_ACCEPTED] = (int64_t)st.spec_accepted,
-                              [ZI_KV_IMAGE_TILES] = (int64_t)st.tiles_encoded,
-                              [ZI_KV_IMAGE_ENCODE_US] = (int64_t)(st.image_encode_ms * 1e3),
+                              [ZI_KV_IMAGE_TILES] = w->vision ? (int64_t)w->vision->runs : 0,
+                              [ZI_KV_IMAGE_ENCODE_US] =
+                                  w->vision ? (int64_t)(w->vision->run_ms * 1e3) : 0,
                           }};
     zi_msg m;
     zi_im_heartbeat_pack(&hb, &m);
@@ -592,7 +605,7 @@ typedef struct wres {
     zi_backend *be;
     zi_model *model;
     zi_model *draft; /* --draft-model (NULL: none), on the same backend */
-    zi_vision *vision; /* --mmproj's image tower (NULL: none), on the same backend */
+    wvision vision; /* --mmproj's image tower (v NULL: none), on the same backend */
     zi_grammar_vocab *jv;
     uint64_t per_tok, kv_blocks;
     char kv_why[128];
@@ -601,19 +614,33 @@ typedef struct wres {
     uint64_t mem_avail;
 } wres;
 
-/* The generator's image encoder (generator.h): tile `tile` of im through
- * the --mmproj tower, whose tiles the tokenizer prepared for the same
- * file (their shape checked here all the same). */
+/* Soft tokens a worker keeps of tiles it encoded: 128 MiB, some fifty
+ * gemma3 tiles (256 x 2560 floats) or a thousand SmolVLM ones. */
+#define ZI_TILE_CACHE_BYTES ((size_t)128 << 20)
+
+/* The generator's image encoder (generator.h): tile `tile` of im from the
+ * tile cache, else through the --mmproj tower (whose tiles the tokenizer
+ * prepared for the same file: their shape checked here all the same). */
 static int encode_tile(void *user, const zi_ctx_image *im, int tile, float *out, zi_error *err) {
-    zi_vision *v = user;
+    wvision *wv = user;
+    zi_vision *v = wv->v;
     const zi_vision_config *c = zi_vision_get_config(v);
     if (im->tile_size != c->image_size || im->tile_tokens != c->n_tokens)
         return zi_error_set(err, ZI_EINVAL,
                             "images: tiles of %d px / %d tokens, this worker's projector takes "
                             "%d / %d (tokenizers and workers given different --mmproj files?)",
                             im->tile_size, im->tile_tokens, c->image_size, c->n_tokens);
+    const size_t n = (size_t)c->n_tokens * (size_t)c->lm_dim;
+    if (wv->cache && zi_tile_cache_get(wv->cache, im->hash, tile, out, n)) return ZI_OK;
     const size_t px = (size_t)tile * (size_t)c->image_size * (size_t)c->image_size * 3;
-    return zi_vision_encode(v, im->pixels + px, out, err);
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = zi_vision_encode(v, im->pixels + px, out, err);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    wv->runs++;
+    wv->run_ms += (double)(b.tv_sec - a.tv_sec) * 1e3 + (double)(b.tv_nsec - a.tv_nsec) * 1e-6;
+    if (!rc && wv->cache) zi_tile_cache_put(wv->cache, im->hash, tile, out, n);
+    return rc;
 }
 
 /* Load: the device backend and the model; the worker's slots, context and
@@ -639,7 +666,11 @@ static int load(worker *w, const wopts *o, wres *r) {
         return start_failed(w, err.msg);
     }
     const zi_model_config *mc = zi_model_get_config(r->model);
-    if (o->mmproj && (rc = zi_vision_load(o->mmproj, r->be, mc->dim, &r->vision, &err))) {
+    if (o->mmproj &&
+        ((rc = zi_vision_load(o->mmproj, r->be, mc->dim, &r->vision.v, &err)) ||
+         !(r->vision.cache = zi_tile_cache_create(ZI_TILE_CACHE_BYTES)))) {
+        if (!rc) zi_error_set(&err, ZI_ENOMEM, "out of memory");
+        zi_vision_free(r->vision.v);
         zi_model_free(r->draft);
         zi_model_free(r->model);
         zi_backend_free(r->be);
@@ -747,8 +778,8 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                               .prefix_cache = !o->no_prefix_cache,
                               .spec_lookup = o->spec_lookup,
                               .draft_model = r->draft,
-                              .encode_tile = r->vision ? encode_tile : NULL,
-                              .encode_user = r->vision};
+                              .encode_tile = r->vision.v ? encode_tile : NULL,
+                              .encode_user = &r->vision};
     w->live = calloc((size_t)w->slots, sizeof *w->live);
     w->jobs = calloc((size_t)w->slots, sizeof *w->jobs);
     if (!w->live || !w->jobs || zi_generator_create(r->model, &gc, &w->gen, &err)) {
@@ -953,8 +984,10 @@ int main(int argc, char **argv) {
 
     wres r = {0};
     if ((rc = load(&w, &o, &r))) return rc;
+    w.vision = &r.vision;
     if ((rc = create_generator(&w, &o, &r))) {
-        zi_vision_free(r.vision);
+        zi_vision_free(r.vision.v);
+        zi_tile_cache_free(r.vision.cache);
         zi_model_free(r.draft);
         zi_model_free(r.model);
         zi_backend_free(r.be);
@@ -977,7 +1010,8 @@ int main(int argc, char **argv) {
     free(w.jobs);
     free(w.emb);
     zi_rank_head_free(&w.rank);
-    zi_vision_free(r.vision);
+    zi_vision_free(r.vision.v);
+    zi_tile_cache_free(r.vision.cache);
     zi_model_free(r.model);
     zi_backend_free(r.be);
     return rc;

@@ -1,0 +1,232 @@
+"""Images served end to end (issue 41): `zinfer serve --mmproj` with
+gemma-3-270m and a random-weight gemma3 projector (two layers, 224 px
+tiles: tests/e2e/vision_files.py), over OpenAI's chat completions with
+data: URLs.
+
+  - a greedy image request's 12 tokens equal the float64 pipeline's
+    (scripts/ref/numpy_vision.py + numpy_llama.py, image attention
+    non-causal as llama.cpp decodes gemma3 images) except where the
+    reference's top-2 logits are within 0.01;
+  - 8 image requests (4 images, each twice) beside 8 text streams at
+    once: every request's tokens equal the same request alone;
+  - a repeated image is not encoded again: /metrics' tiles counter
+    grows by the distinct images only, and the prefix cache hits;
+  - 40 bad image inputs (truncated, wrong magic, empty, a 20000 x 20000
+    header, text, an animated WebP header, each in several places of a
+    request) each get 400 naming the image's index, and the server then
+    answers a good image request as before.
+
+Numbers go to the e2e report (section vision_serve).
+"""
+
+import base64
+import http.client as httpc
+import json
+import struct
+import threading
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import free_port, report, serve_process, wait_http
+from test_vision import png_bytes
+from test_vision_reference import images
+from vision_files import write_mmproj
+
+import numpy_llama
+import numpy_vision
+
+LM = Path.home() / ".cache" / "zinfer" / "models" / "gemma-3-270m-q4_k_m.gguf"
+CHAT = "/v1/chat/completions"
+N_TOKENS = 12
+
+
+def data_url(b):
+    return "data:image/png;base64," + base64.b64encode(b).decode()
+
+
+def image_body(img_bytes, text="What is in this picture?", n=N_TOKENS):
+    return {"model": LM.stem, "max_tokens": n, "temperature": 0,
+            "messages": [{"role": "user", "content": [
+                {"type": "text", "text": text},
+                {"type": "image_url", "image_url": {"url": data_url(img_bytes)}}]}]}
+
+
+def text_body(text, n=N_TOKENS):
+    return {"model": LM.stem, "max_tokens": n, "temperature": 0,
+            "messages": [{"role": "user", "content": text}]}
+
+
+def post(port, body):
+    c = httpc.HTTPConnection("127.0.0.1", port, timeout=300)
+    c.request("POST", CHAT, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = json.loads(r.read().decode("utf-8", "replace"))
+    c.close()
+    return r.status, out
+
+
+def metric(port, name):
+    """The sum over workers of a /metrics counter, once the workers'
+    heartbeats (every second) have carried their latest counts."""
+    import time
+    time.sleep(2.5)
+    c = httpc.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    text = c.getresponse().read().decode()
+    c.close()
+    return sum(float(line.split()[-1]) for line in text.splitlines()
+               if line.startswith(name + "{"))
+
+
+@pytest.fixture(scope="module")
+def srv(zinfer_bin, tmp_path_factory):
+    if not LM.is_file():
+        pytest.skip(f"{LM} missing")
+    tmp = tmp_path_factory.mktemp("vision_serve")
+    mmproj = write_mmproj(tmp / "gemma3.gguf", "gemma3", 640, seed=9, n_layers=2, image_size=224)
+    port = free_port()
+    with serve_process(zinfer_bin, LM, tmp / "serve.log", "--mmproj", mmproj, "--chat-template",
+                       "gemma", "--slots", 16, "--threads-per-worker", 2, "--http",
+                       f"127.0.0.1:{port}") as s:
+        wait_http(port, s)
+        s.port, s.mmproj, s.tmp = port, mmproj, tmp
+        yield s
+
+
+def test_greedy_equals_float64(srv):
+    """The served tokens of an image request are the float64 pipeline's."""
+    rgb = images()["odd_333x517"]
+    st, out = post(srv.port, image_body(png_bytes(rgb)))
+    assert st == 200, out
+    got = out["choices"][0]["message"]["content"]
+    # the prompt as the server builds it: the gemma template around the
+    # marker, then the image laid out (zinfer logits shows the ids)
+    import subprocess
+    from conftest import ZINFER_BIN
+    png = srv.tmp / "g.png"
+    png.write_bytes(png_bytes(rgb))
+    prompt = ("<bos><start_of_turn>user\nWhat is in this picture?<__media__><end_of_turn>\n"
+              "<start_of_turn>model\n")
+    r = subprocess.run([str(ZINFER_BIN), "logits", "--model", str(LM), "--mmproj",
+                        str(srv.mmproj), "--image", str(png), "--prompt", prompt, "--out",
+                        str(srv.tmp / "l.f32")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ids = json.loads(r.stdout.strip().splitlines()[-1])["prompt_token_ids"]
+    assert out["usage"]["prompt_tokens"] == len(ids), (out["usage"], len(ids))
+    lm = numpy_llama.load(LM)
+    emb = numpy_vision.embed(numpy_vision.load(srv.mmproj), rgb)
+    ids = np.array(ids)
+    pos = np.where(ids < 0)[0]
+    E = np.full((len(ids), emb.shape[1]), np.nan)
+    E[pos] = emb
+    reach = np.arange(len(ids))
+    reach[pos] = pos[-1]
+    cache = lm.new_cache()
+    z = lm.forward(ids, cache=cache, last_only=True, embd=E, reach=reach)[-1]
+    want, ties = [], 0
+    for _ in range(N_TOKENS):
+        top = np.sort(z)[-2:]
+        ties += top[1] - top[0] < 0.01
+        t = int(np.argmax(z))
+        want.append(t)
+        z = lm.forward([t], cache=cache)[-1]
+    from numpy_llama import Model  # noqa: F401  (the reference's tokenizer is zinfer's)
+    r2 = subprocess.run([str(ZINFER_BIN), "detokenize", "--model", str(LM)],
+                        input=json.dumps(want) + "\n", capture_output=True, text=True, timeout=60)
+    want_text = json.loads(r2.stdout.strip().splitlines()[-1])
+    report("vision_serve", "greedy vs float64", {"served": got, "float64": want_text,
+                                                 "near_ties": int(ties)})
+    if not ties:
+        assert got == want_text
+
+
+def test_concurrent_equal_alone(srv):
+    """8 image requests beside 8 text streams: each as alone."""
+    imgs = [img[::-1].copy() for img in list(images().values())[:4]]  # not seen before
+    bodies = [image_body(png_bytes(img), text=f"Picture {i % 4}:") for i, img in
+              enumerate(imgs + imgs)]
+    bodies += [text_body(f"Count to {k}: one, two,", n=16) for k in range(8)]
+    t_start = metric(srv.port, "zinfer_image_tiles_encoded_total")
+    alone = [post(srv.port, b) for b in bodies]
+    assert all(st == 200 for st, _ in alone), alone
+    tiles0 = metric(srv.port, "zinfer_image_tiles_encoded_total")
+    res = [None] * len(bodies)
+
+    def go(i):
+        res[i] = post(srv.port, bodies[i])
+
+    th = [threading.Thread(target=go, args=(i,)) for i in range(len(bodies))]
+    for t in th:
+        t.start()
+    for t in th:
+        t.join()
+    for i, ((st, a), (st2, b)) in enumerate(zip(alone, res)):
+        assert st2 == 200, b
+        assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"], i
+    # every image was seen alone first: the concurrent round encodes none
+    # (the prefix cache holds them) unless memory pressure evicted blocks
+    tiles1 = metric(srv.port, "zinfer_image_tiles_encoded_total")
+    report("vision_serve", "tiles encoded", {"alone round": tiles0 - t_start,
+                                             "concurrent round": tiles1 - tiles0})
+    assert tiles0 - t_start == 4  # each (image, text) pair's second request hits the cache
+    assert tiles1 - tiles0 == 0
+
+
+def test_repeat_hits_cache(srv):
+    img = png_bytes(images()["stripes"][:, ::-1].copy())
+    t0 = metric(srv.port, "zinfer_image_tiles_encoded_total")
+    s0 = metric(srv.port, "zinfer_image_encode_seconds_total")
+    for _ in range(3):
+        st, _ = post(srv.port, image_body(img, text="Again:"))
+        assert st == 200
+    t1 = metric(srv.port, "zinfer_image_tiles_encoded_total")
+    s1 = metric(srv.port, "zinfer_image_encode_seconds_total")
+    report("vision_serve", "repeat", {"tiles": t1 - t0, "encode_s": s1 - s0})
+    assert t1 - t0 == 1, (t0, t1)
+    assert s1 > s0
+
+
+def bad_images():
+    good = png_bytes(images()["gradient"])
+    huge = bytearray(good[:33])
+    huge[16:24] = struct.pack(">II", 20000, 20000)
+    huge[29:33] = struct.pack(">I", zlib.crc32(bytes(huge[12:29])))
+    anim_webp = (b"RIFF" + struct.pack("<I", 30) + b"WEBPVP8X" + struct.pack("<I", 10)
+                 + bytes([0x02, 0, 0, 0]) + b"\x0f\x00\x00\x0f\x00\x00")
+    return {
+        "truncated": good[: len(good) // 3],
+        "wrong_magic": b"\x89PNX" + good[4:],
+        "text": b"this is not an image at all" * 4,
+        "bomb": bytes(huge) + good[33:],
+        "animated_webp": anim_webp,
+        "zeros": bytes(200),
+        "corrupt": good[:60] + bytes(x ^ 0x5A for x in good[60:200]) + good[200:],
+        "tiny_header": good[:20],
+    }
+
+
+def test_bad_images_then_serves(srv):
+    """40 bad inputs: 400 naming the image; the server serves on."""
+    good = png_bytes(images()["gradient"])
+    n = 0
+    for name, bad in bad_images().items():
+        # the bad image alone, first of two, second of two, before text, after text
+        layouts = [[bad], [bad, good], [good, bad], [bad], [bad]]
+        texts = ["a", "b", "c", "", "Look:"]
+        for k, (imgs, text) in enumerate(zip(layouts, texts)):
+            content = ([{"type": "text", "text": text}] if text else []) + [
+                {"type": "image_url", "image_url": {"url": data_url(b)}} for b in imgs]
+            body = {"model": LM.stem, "max_tokens": 4, "temperature": 0,
+                    "messages": [{"role": "user", "content": content}]}
+            st, out = post(srv.port, body)
+            idx = imgs.index(bad)
+            msg = out["error"]["message"]
+            assert st == 400, (name, k, st, out)
+            assert f"images[{idx}]" in msg, (name, k, msg)
+            n += 1
+    assert n == 40
+    st, out = post(srv.port, image_body(good))
+    assert st == 200, out
+    report("vision_serve", "bad images", n)
