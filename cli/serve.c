@@ -190,6 +190,7 @@ typedef struct serve_opts {
     const char *bind, *level, *device, *http;
     const char *tmpl;        /* --chat-template as given, or NULL */
     char mmproj[PATH_MAX];   /* --mmproj's real path, or "" */
+    const char *max_pixels;  /* --max-image-pixels as given, or NULL */
     char tmpl_arg[PATH_MAX]; /* what the tokenizers get: the name, or the file's real path */
     long long workers, tokenizers, threads, slots, ctx;
     const char *router_pass[MAX_PASS], *worker_pass[MAX_PASS], *http_pass[MAX_PASS];
@@ -269,6 +270,9 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
                 return 2;
             }
             pass_on(o->worker_pass, &o->n_wpass, opt->name, o->mmproj);
+            break;
+        case ZI_O_MAX_IMAGE_PIXELS:
+            o->max_pixels = v;
             break;
         case ZI_O_TOOL_CALL_FORMAT: /* choices in zi_tool_format's order */
             o->tool_format = (int)x;
@@ -598,6 +602,10 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
         if (o->mmproj[0]) {
             c->argv[k++] = "--mmproj";
             c->argv[k++] = o->mmproj;
+        }
+        if (o->max_pixels) {
+            c->argv[k++] = "--max-image-pixels";
+            c->argv[k++] = (char *)o->max_pixels;
         }
         k = add_backend_keys(o, c, k);
     }

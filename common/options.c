@@ -50,6 +50,11 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                      "requests may carry images, prepared by the tokenizers and encoded by "
                      "the workers (docs/vision.md)",
                      NULL},
+    [ZI_O_MAX_IMAGE_PIXELS] = {"--max-image-pixels", NULL, ZI_OPT_INT, 1, 1LL << 30, NULL,
+                               40000000, NULL, SERVE | TOK, "N",
+                               "one image's width x height, read from its header before it "
+                               "is decoded, else 400 (decompression bombs)",
+                               NULL},
     [ZI_O_WORKERS] = {"--workers", NULL, ZI_OPT_INT, 1, 64, NULL, 1, NULL, SERVE, "N",
                       "model workers", NULL},
     [ZI_O_TOKENIZERS] = {"--tokenizers", NULL, ZI_OPT_INT, 1, 64, NULL, 1, NULL, SERVE, "T",

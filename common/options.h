@@ -31,6 +31,7 @@ typedef enum zi_opt_id {
     ZI_O_MODEL,
     ZI_O_CHAT_TEMPLATE,
     ZI_O_MMPROJ,
+    ZI_O_MAX_IMAGE_PIXELS,
     ZI_O_WORKERS,
     ZI_O_TOKENIZERS,
     ZI_O_BIND,

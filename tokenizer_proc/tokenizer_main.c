@@ -791,6 +791,7 @@ int main(int argc, char **argv) {
     const char *router = zi_option_get(ZI_O_ROUTER)->def_text;
     int level = (int)zi_option_def(ZI_O_LOG_LEVEL);
     const char *tmpl_arg = NULL, *mmproj = NULL;
+    uint64_t max_pixels = (uint64_t)zi_option_def(ZI_O_MAX_IMAGE_PIXELS);
     const char *curve_secret = NULL, *router_key = NULL; /* key files */
     int check_only = 0;
     zi_default_model_path(model, sizeof model);
@@ -831,6 +832,9 @@ int main(int argc, char **argv) {
         case ZI_O_MMPROJ:
             mmproj = v;
             break;
+        case ZI_O_MAX_IMAGE_PIXELS:
+            max_pixels = (uint64_t)x;
+            break;
         case ZI_O_LOG_LEVEL:
             level = (int)x;
             break;
@@ -870,6 +874,7 @@ int main(int argc, char **argv) {
             zi_image_prompt_params(&vc, &t.img_pp);
             t.img_non_causal = zi_image_prompt_non_causal(&vc);
             zi_image_limits_default(&t.img_lim);
+            t.img_lim.max_pixels = max_pixels;
             zi_log(&t.log, ZI_LOG_INFO, "images: %s, %d px tiles of %d soft tokens", mmproj,
                    vc.image_size, vc.n_tokens);
         }

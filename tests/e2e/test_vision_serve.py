@@ -11,6 +11,10 @@ data: URLs.
     once: every request's tokens equal the same request alone;
   - a repeated image is not encoded again: /metrics' tiles counter
     grows by the distinct images only, and the prefix cache hits;
+  - the same image request over Anthropic's Messages and OpenAI's
+    Responses gives the chat completion's text;
+  - an image over --max-image-pixels (500 x 500 against 200000) is
+    refused with 400 naming the limit;
   - 40 bad image inputs (truncated, wrong magic, empty, a 20000 x 20000
     header, text, an animated WebP header, each in several places of a
     request) each get 400 naming the image's index, and the server then
@@ -40,6 +44,7 @@ import numpy_vision
 LM = Path.home() / ".cache" / "zinfer" / "models" / "gemma-3-270m-q4_k_m.gguf"
 CHAT = "/v1/chat/completions"
 N_TOKENS = 12
+MAX_PIXELS = 200000  # the test images are at most 333 x 517
 
 
 def data_url(b):
@@ -88,7 +93,8 @@ def srv(zinfer_bin, tmp_path_factory):
     mmproj = write_mmproj(tmp / "gemma3.gguf", "gemma3", 640, seed=9, n_layers=2, image_size=224)
     port = free_port()
     with serve_process(zinfer_bin, LM, tmp / "serve.log", "--mmproj", mmproj, "--chat-template",
-                       "gemma", "--slots", 16, "--threads-per-worker", 2, "--http",
+                       "gemma", "--slots", 16, "--threads-per-worker", 2, "--max-image-pixels",
+                       MAX_PIXELS, "--http",
                        f"127.0.0.1:{port}") as s:
         wait_http(port, s)
         s.port, s.mmproj, s.tmp = port, mmproj, tmp
@@ -230,3 +236,46 @@ def test_bad_images_then_serves(srv):
     st, out = post(srv.port, image_body(good))
     assert st == 200, out
     report("vision_serve", "bad images", n)
+
+
+def test_messages_and_responses(srv):
+    """The same image and text over the three APIs: the same completion."""
+    png = png_bytes(images()["noise"])
+    b64 = base64.b64encode(png).decode()
+    st, chat = post(srv.port, image_body(png, text="Name it:"))
+    assert st == 200, chat
+    want = chat["choices"][0]["message"]["content"]
+    c = httpc.HTTPConnection("127.0.0.1", srv.port, timeout=300)
+    msg = {"model": LM.stem, "max_tokens": N_TOKENS, "temperature": 0,
+           "messages": [{"role": "user", "content": [
+               {"type": "text", "text": "Name it:"},
+               {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                            "data": b64}}]}]}
+    c.request("POST", "/v1/messages", body=json.dumps(msg),
+              headers={"Content-Type": "application/json", "anthropic-version": "2023-06-01"})
+    r = c.getresponse()
+    out = json.loads(r.read())
+    assert r.status == 200, out
+    assert "".join(b["text"] for b in out["content"] if b["type"] == "text") == want
+    assert out["usage"]["input_tokens"] == chat["usage"]["prompt_tokens"]
+    resp = {"model": LM.stem, "max_output_tokens": N_TOKENS, "temperature": 0,
+            "input": [{"role": "user", "content": [
+                {"type": "input_text", "text": "Name it:"},
+                {"type": "input_image", "image_url": data_url(png)}]}]}
+    c.request("POST", "/v1/responses", body=json.dumps(resp),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    out = json.loads(r.read())
+    c.close()
+    assert r.status == 200, out
+    text = "".join(p["text"] for o in out["output"] if o["type"] == "message"
+                   for p in o["content"] if p["type"] == "output_text")
+    assert text == want
+
+
+def test_pixel_limit(srv):
+    big = np.zeros((500, 500, 3), np.uint8)
+    st, out = post(srv.port, image_body(png_bytes(big)))
+    assert st == 400, out
+    msg = out["error"]["message"]
+    assert "images[0]" in msg and "500 x 500" in msg and str(MAX_PIXELS) in msg, msg
