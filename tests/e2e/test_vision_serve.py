@@ -101,51 +101,92 @@ def srv(zinfer_bin, tmp_path_factory):
         yield s
 
 
+def float64_greedy(lm_path, mmproj, png_path, rgb, prompt, non_causal, tmp, n=N_TOKENS):
+    """(prompt ids, greedy text, near ties) of the float64 pipeline: the
+    prompt laid out by `zinfer logits` (its ids), the image's soft tokens
+    from numpy_vision, the text model's float64 forward pass."""
+    import subprocess
+    from conftest import ZINFER_BIN
+    r = subprocess.run([str(ZINFER_BIN), "logits", "--model", str(lm_path), "--mmproj",
+                        str(mmproj), "--image", str(png_path), "--prompt", prompt, "--out",
+                        str(tmp / "l.f32")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ids = np.array(json.loads(r.stdout.strip().splitlines()[-1])["prompt_token_ids"])
+    lm = numpy_llama.load(lm_path)
+    emb = numpy_vision.embed(numpy_vision.load(mmproj), rgb)
+    pos = np.where(ids < 0)[0]
+    assert len(pos) == len(emb)
+    E = np.full((len(ids), emb.shape[1]), np.nan)
+    E[pos] = emb
+    reach = np.arange(len(ids))
+    if non_causal:
+        reach[pos] = pos[-1]
+    cache = lm.new_cache()
+    z = lm.forward(ids, cache=cache, last_only=True, embd=E, reach=reach)[-1]
+    want, ties = [], 0
+    for _ in range(n):
+        top = np.sort(z)[-2:]
+        ties += top[1] - top[0] < 0.01
+        t = int(np.argmax(z))
+        want.append(t)
+        z = lm.forward([t], cache=cache)[-1]
+    r2 = subprocess.run([str(ZINFER_BIN), "detokenize", "--model", str(lm_path)],
+                        input=json.dumps(want) + "\n", capture_output=True, text=True, timeout=60)
+    return ids, json.loads(r2.stdout.strip().splitlines()[-1]), int(ties)
+
+
 def test_greedy_equals_float64(srv):
     """The served tokens of an image request are the float64 pipeline's."""
     rgb = images()["odd_333x517"]
     st, out = post(srv.port, image_body(png_bytes(rgb)))
     assert st == 200, out
     got = out["choices"][0]["message"]["content"]
-    # the prompt as the server builds it: the gemma template around the
-    # marker, then the image laid out (zinfer logits shows the ids)
-    import subprocess
-    from conftest import ZINFER_BIN
     png = srv.tmp / "g.png"
     png.write_bytes(png_bytes(rgb))
     prompt = ("<bos><start_of_turn>user\nWhat is in this picture?<__media__><end_of_turn>\n"
               "<start_of_turn>model\n")
-    r = subprocess.run([str(ZINFER_BIN), "logits", "--model", str(LM), "--mmproj",
-                        str(srv.mmproj), "--image", str(png), "--prompt", prompt, "--out",
-                        str(srv.tmp / "l.f32")], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    ids = json.loads(r.stdout.strip().splitlines()[-1])["prompt_token_ids"]
+    ids, want, ties = float64_greedy(LM, srv.mmproj, png, rgb, prompt, True, srv.tmp)
     assert out["usage"]["prompt_tokens"] == len(ids), (out["usage"], len(ids))
-    lm = numpy_llama.load(LM)
-    emb = numpy_vision.embed(numpy_vision.load(srv.mmproj), rgb)
-    ids = np.array(ids)
-    pos = np.where(ids < 0)[0]
-    E = np.full((len(ids), emb.shape[1]), np.nan)
-    E[pos] = emb
-    reach = np.arange(len(ids))
-    reach[pos] = pos[-1]
-    cache = lm.new_cache()
-    z = lm.forward(ids, cache=cache, last_only=True, embd=E, reach=reach)[-1]
-    want, ties = [], 0
-    for _ in range(N_TOKENS):
-        top = np.sort(z)[-2:]
-        ties += top[1] - top[0] < 0.01
-        t = int(np.argmax(z))
-        want.append(t)
-        z = lm.forward([t], cache=cache)[-1]
-    from numpy_llama import Model  # noqa: F401  (the reference's tokenizer is zinfer's)
-    r2 = subprocess.run([str(ZINFER_BIN), "detokenize", "--model", str(LM)],
-                        input=json.dumps(want) + "\n", capture_output=True, text=True, timeout=60)
-    want_text = json.loads(r2.stdout.strip().splitlines()[-1])
-    report("vision_serve", "greedy vs float64", {"served": got, "float64": want_text,
-                                                 "near_ties": int(ties)})
+    report("vision_serve", "gemma3 greedy vs float64", {"served": got, "float64": want,
+                                                        "near_ties": ties})
     if not ties:
-        assert got == want_text
+        assert got == want
+
+
+def test_idefics3_served(zinfer_bin, tmp_path_factory):
+    """SmolVLM's projector (several tiles, causal) with a random llama
+    model whose vocabulary has SmolVLM's markers: served greedy tokens
+    equal the float64 pipeline's."""
+    from smolvlm_lm import write_smolvlm_lm
+    tmp = tmp_path_factory.mktemp("vision_serve_idefics3")
+    lm = tmp / "smolvlm_lm.gguf"
+    write_smolvlm_lm(lm)
+    mmproj = write_mmproj(tmp / "idefics3.gguf", "idefics3", 256, seed=4, n_layers=2,
+                          image_size=128, preproc_image_size=384)
+    rgb = images()["odd_333x517"]
+    png = tmp / "i.png"
+    png.write_bytes(png_bytes(rgb))
+    port = free_port()
+    with serve_process(zinfer_bin, lm, tmp / "serve.log", "--mmproj", mmproj, "--chat-template",
+                       "chatml", "--slots", 2, "--threads-per-worker", 2, "--http",
+                       f"127.0.0.1:{port}") as s:
+        wait_http(port, s)
+        body = {"model": lm.stem, "max_tokens": N_TOKENS, "temperature": 0,
+                "messages": [{"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": data_url(png.read_bytes())}},
+                    {"type": "text", "text": "Describe."}]}]}
+        st, out = post(port, body)
+    assert st == 200, out
+    got = out["choices"][0]["message"]["content"]
+    # zinfer-http joins a message's parts with "\n" (as vLLM does)
+    prompt = "<|im_start|>user\n<__media__>\nDescribe.<|im_end|>\n<|im_start|>assistant\n"
+    ids, want, ties = float64_greedy(lm, mmproj, png, rgb, prompt, False, tmp)
+    assert out["usage"]["prompt_tokens"] == len(ids), (out["usage"], len(ids))
+    report("vision_serve", "idefics3 greedy vs float64", {"served": got, "float64": want,
+                                                          "near_ties": ties,
+                                                          "prompt_tokens": len(ids)})
+    if not ties:
+        assert got == want
 
 
 def test_concurrent_equal_alone(srv):
