@@ -47,10 +47,12 @@ import numpy as np
 import pytest
 from conftest import report
 
+if os.environ.get("ZINFER_SANITIZED") == "1":  # no zinfer binary here: once, in release
+    pytest.skip("the references against each other run in the release build", allow_module_level=True)
 pytest.importorskip("llama_cpp")
 import llama_cpp.mtmd_cpp  # noqa: E402,F401
 from mtmd_ref import MtmdRef  # noqa: E402
-from vision_files import vocab_markers, write_mmproj  # noqa: E402
+from vision_files import images, vocab_markers, write_mmproj  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "ref"))
 import numpy_vision  # noqa: E402
@@ -79,28 +81,6 @@ FINE = {"resize_order"}
 # resize's differences best, the odd and wide shapes the rest
 ABLATION_IMAGES = {"resize": ("noise", "odd_333x517"), "resize_order": ("noise", "odd_333x517")}
 ABLATION_IMAGES_DEFAULT = ("odd_333x517", "wide_640x160")
-
-
-def images():
-    """name -> RGB uint8 [H][W][3]."""
-    rng = np.random.default_rng(7)
-    out = {}
-    yy, xx = np.mgrid[0:300, 0:400]
-    out["gradient"] = np.stack([xx * 255 // 399, yy * 255 // 299,
-                                255 - (xx + yy) * 255 // 698], -1).astype(np.uint8)
-    yy, xx = np.mgrid[0:256, 0:256]
-    out["stripes"] = np.stack([((xx // 8) % 2) * 255, ((yy // 16) % 2) * 200,
-                               ((xx + yy) // 12 % 2) * 160], -1).astype(np.uint8)
-    out["noise"] = rng.integers(0, 256, (240, 180, 3), dtype=np.uint8)
-    yy, xx = np.mgrid[0:517, 0:333]
-    r = np.hypot(xx - 160.0, yy - 300.0)
-    out["odd_333x517"] = np.stack([(np.sin(r / 9) * 127 + 128), xx * 255 / 332,
-                                   (yy * 7 + xx * 3) % 256], -1).astype(np.uint8)
-    yy, xx = np.mgrid[0:160, 0:640]
-    out["wide_640x160"] = np.stack([((xx // 20 + yy // 20) % 2) * 230 + 10,
-                                    np.abs(np.sin(xx / 30.0)) * 255,
-                                    yy * 255 // 159], -1).astype(np.uint8)
-    return out
 
 
 def cos_dist(a, b):
