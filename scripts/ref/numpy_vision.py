@@ -404,7 +404,10 @@ if __name__ == "__main__":
     a = ap.parse_args()
     mdl = load(a.mmproj)
     if a.image:
-        from PIL import Image
+        try:
+            from PIL import Image
+        except ImportError:
+            sys.exit("numpy_vision.py: --image needs Pillow (pip install pillow)")
         im = np.asarray(Image.open(a.image).convert("RGB"))
     else:
         yy, xx = np.mgrid[0:a.height, 0:a.width]

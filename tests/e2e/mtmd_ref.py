@@ -43,8 +43,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import llama_cpp
-import llama_cpp.mtmd_cpp as mtmd
+try:  # optional (requirements-bench.txt): the tests that use this module skip without it
+    import llama_cpp
+    import llama_cpp.mtmd_cpp as mtmd
+except ImportError:
+    llama_cpp = mtmd = None
 
 FLASH = {"auto": -1, "disabled": 0, "enabled": 1}
 

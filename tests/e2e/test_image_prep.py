@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-PIL = pytest.importorskip("PIL")
-from PIL import Image  # noqa: E402
+Image = pytest.importorskip("PIL.Image")
 
 REPO = Path(__file__).resolve().parents[2]
 MAKE_IMAGE = REPO / "build" / "tests" / "make_image"

@@ -49,8 +49,7 @@ from conftest import report
 
 if os.environ.get("ZINFER_SANITIZED") == "1":  # no zinfer binary here: once, in release
     pytest.skip("the references against each other run in the release build", allow_module_level=True)
-pytest.importorskip("llama_cpp")
-import llama_cpp.mtmd_cpp  # noqa: E402,F401
+pytest.importorskip("llama_cpp.mtmd_cpp")
 from mtmd_ref import MtmdRef  # noqa: E402
 from vision_files import images, vocab_markers, write_mmproj  # noqa: E402
 

@@ -48,10 +48,10 @@ from conftest import last_json, report
 if os.environ.get("ZINFER_SANITIZED") == "1":  # llama.cpp and float64 dominate: release only
     pytest.skip("llama.cpp and the float64 pipeline run in the release build",
                 allow_module_level=True)
-pytest.importorskip("llama_cpp")
-import llama_cpp.mtmd_cpp  # noqa: E402,F401
+pytest.importorskip("llama_cpp.mtmd_cpp")
 from mtmd_ref import MtmdRef  # noqa: E402
 from smolvlm_lm import SMOLLM2, added_ids, write_smolvlm_lm  # noqa: E402
+from test_vision import png_bytes  # noqa: E402
 from vision_files import write_mmproj  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "ref"))
@@ -117,7 +117,6 @@ def reference(lm, ids, emb, non_causal, rows):
 
 @pytest.fixture(scope="module", params=["gemma3", "idefics3"])
 def setup(request, tmp_path_factory, run_zinfer):
-    from PIL import Image
     kind = request.param
     d = tmp_path_factory.mktemp(f"vision_text_{kind}")
     if kind == "gemma3":
@@ -139,7 +138,7 @@ def setup(request, tmp_path_factory, run_zinfer):
     with MtmdRef(mmproj, text_model) as cpp:
         for name, img in imgs.items():
             png = d / f"{name}.png"
-            Image.fromarray(img).save(png)
+            png.write_bytes(png_bytes(img))
             res = run_zinfer("logits", "--model", text_model, "--mmproj", mmproj, "--image", png,
                              "--prompt", prompt, "--out", d / f"{name}.f32", timeout=300)
             assert res.returncode == 0, f"zinfer logits failed: {res.stderr.strip()}"
