@@ -149,3 +149,14 @@ def write_encoder(path, vocab_path, arch="bert", n_embd=128, n_ff=256, n_layer=3
         w_rows.append(("tokenizer.ggml.token_type_count", 2, gguf.GGUFValueType.UINT32, None))
     write_gguf(path, arch, w_rows, hp, {k: (v, None) for k, v in tensors.items()})
     return path, tensors
+
+
+def stored(w, qtype):
+    """(array, raw_dtype) for GGUFWriter.add_tensor: float32 w as qtype
+    (F32 and F16 as arrays, the rest quantized by gguf.quants)."""
+    Q = gguf.GGMLQuantizationType
+    if qtype == Q.F32:
+        return w, None
+    if qtype == Q.F16:
+        return w.astype(np.float16), None
+    return gguf.quants.quantize(w, qtype), qtype

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-from gguf_files import tokenizer_rows, write_gguf
+from gguf_files import stored, tokenizer_rows, write_gguf
 
 HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
 SMOLLM2 = HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -79,12 +79,7 @@ def _tokenizer(vocab_path):
 
 
 def _matrix(rng, rows, cols, sigma, qtype):
-    w = (rng.standard_normal((rows, cols)) * sigma).astype(np.float32)
-    if qtype == Q.F32:
-        return w, None
-    if qtype == Q.F16:
-        return w.astype(np.float16), None
-    return gguf.quants.quantize(w, qtype), qtype
+    return stored((rng.standard_normal((rows, cols)) * sigma).astype(np.float32), qtype)
 
 
 def write_smolvlm_lm(path, n_embd=256, n_layer=2, n_head=4, n_head_kv=2, n_ff=512, seed=0,

@@ -29,7 +29,7 @@ import gguf
 import numpy as np
 import pytest
 from conftest import ids_arg, last_json, report
-from gguf_files import kquant_bytes, tokenizer_rows, write_gguf
+from gguf_files import kquant_bytes, stored, tokenizer_rows, write_gguf
 
 import numpy_llama
 
@@ -151,12 +151,7 @@ def make_tensor(rng, shape, qtype, kind):
     sigma = 0.3 if rows > 4096 else 1.0 / np.sqrt(cols)
     if qtype in (Q.Q4_K, Q.Q6_K):
         return kquant_bytes(rng, qtype, rows, cols, sigma), qtype
-    w = (rng.standard_normal((rows, cols)) * sigma).astype(np.float32)
-    if qtype == Q.F32:
-        return w, None
-    if qtype == Q.F16:
-        return w.astype(np.float16), None
-    return gguf.quants.quantize(w, qtype), qtype
+    return stored((rng.standard_normal((rows, cols)) * sigma).astype(np.float32), qtype)
 
 
 def family_tensors(spec, n_vocab):

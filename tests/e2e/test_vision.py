@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ZINFER_BIN, report
-from vision_files import images, write_mmproj
+from vision_files import cos_dist, images, token_dists, write_mmproj
 
 import numpy_vision
 
@@ -69,16 +69,6 @@ def png_bytes(rgb, mode="rgb"):
 
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, ctype, 0, 0, 0))
             + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
-
-
-def cos_dist(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def token_dists(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return 1.0 - (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def encode(mmproj, path, tmp):

@@ -51,7 +51,7 @@ if os.environ.get("ZINFER_SANITIZED") == "1":  # no zinfer binary here: once, in
     pytest.skip("the references against each other run in the release build", allow_module_level=True)
 pytest.importorskip("llama_cpp.mtmd_cpp")
 from mtmd_ref import MtmdRef  # noqa: E402
-from vision_files import images, vocab_markers, write_mmproj  # noqa: E402
+from vision_files import cos_dist, images, token_dists, vocab_markers, write_mmproj  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "ref"))
 import numpy_vision  # noqa: E402
@@ -80,16 +80,6 @@ FINE = {"resize_order"}
 # resize's differences best, the odd and wide shapes the rest
 ABLATION_IMAGES = {"resize": ("noise", "odd_333x517"), "resize_order": ("noise", "odd_333x517")}
 ABLATION_IMAGES_DEFAULT = ("odd_333x517", "wide_640x160")
-
-
-def cos_dist(a, b):
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    return float(1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
-
-
-def token_dists(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    return 1.0 - (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 @pytest.fixture(scope="module", params=["gemma3", "idefics3"])

@@ -52,6 +52,7 @@ pytest.importorskip("llama_cpp.mtmd_cpp")
 from mtmd_ref import MtmdRef  # noqa: E402
 from smolvlm_lm import SMOLLM2, added_ids, write_smolvlm_lm  # noqa: E402
 from test_vision import png_bytes  # noqa: E402
+from vision_files import images as all_images  # noqa: E402
 from vision_files import write_mmproj  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "ref"))
@@ -76,19 +77,8 @@ CONTROL_IMAGE = "odd_333x517"
 
 
 def images():
-    """name -> RGB uint8 [H][W][3]."""
-    out = {}
-    yy, xx = np.mgrid[0:300, 0:400]
-    out["gradient"] = np.stack([xx * 255 // 399, yy * 255 // 299,
-                                255 - (xx + yy) * 255 // 698], -1).astype(np.uint8)
-    yy, xx = np.mgrid[0:256, 0:256]
-    out["stripes"] = np.stack([((xx // 8) % 2) * 255, ((yy // 16) % 2) * 200,
-                               ((xx + yy) // 12 % 2) * 160], -1).astype(np.uint8)
-    yy, xx = np.mgrid[0:517, 0:333]
-    r = np.hypot(xx - 160.0, yy - 300.0)
-    out["odd_333x517"] = np.stack([(np.sin(r / 9) * 127 + 128), xx * 255 / 332,
-                                   (yy * 7 + xx * 3) % 256], -1).astype(np.uint8)
-    return out
+    """The three test images of vision_files.images() this file uses."""
+    return {k: v for k, v in all_images().items() if k in ("gradient", "stripes", "odd_333x517")}
 
 
 def image_reach(ids, non_causal):

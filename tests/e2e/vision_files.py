@@ -239,3 +239,15 @@ def images():
                                     np.abs(np.sin(xx / 30.0)) * 255,
                                     yy * 255 // 159], -1).astype(np.uint8)
     return out
+
+
+def cos_dist(a, b):
+    """1 - cos of two arrays as flat vectors, in float64."""
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    return float(1.0 - a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def token_dists(a, b):
+    """1 - cos of each row pair of two [n][d] arrays, in float64."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return 1.0 - (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
