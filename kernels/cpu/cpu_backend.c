@@ -1153,33 +1153,39 @@ static void cpu_attention(zi_backend *be, float *out, const float *q, const void
         zi_pool_run(c->pool, attn_worker, &a);
 }
 
+/* The tile products (tile_mm.h) where the CPU has them and the backend
+ * runs its AVX-512 table (a forced --isa scalar/avx2 keeps them off too). */
+static int tile_ok(zi_backend *be) {
+    return zi_tile_kind() != ZI_TILE_NONE && strcmp(cb(be)->k->isa, "avx512") == 0;
+}
+
 static void cpu_span_attention(zi_backend *be, float *out, const float *q, const float *k,
                                const float *v, const int32_t *order, const int32_t *starts,
                                int n_spans, const zi_attn_shape *s) {
     /* The float32 path where asked for and it applies; the exact double
      * one otherwise, or when its scratch cannot grow. */
     if (s->tile_precision && !s->causal && s->window == 0 && s->softcap == 0.0f && !s->sinks &&
-        s->scale > 0.0f && zi_tile_kind() != ZI_TILE_NONE &&
+        s->scale > 0.0f && tile_ok(be) &&
         zi_tile_span_attention(cb(be)->tile, out, q, k, v, order, starts, n_spans, s) == ZI_OK)
         return;
     zi_cpu_span_attention(cb(be)->pool, out, q, k, v, order, starts, n_spans, s);
 }
 
 static int cpu_weight_prepare_tile(zi_backend *be, zi_weight *w, zi_error *err) {
-    if (w->aux || zi_tile_kind() == ZI_TILE_NONE) return ZI_OK;
+    if (w->aux || !tile_ok(be)) return ZI_OK;
     w->aux = zi_tile_pack_weight(cb(be)->tile, w, err);
     return w->aux ? ZI_OK : err->code;
 }
 
 static void cpu_matmul_tile(zi_backend *be, float *y, const zi_weight *w, const float *x,
                             int n_tokens) {
-    if (zi_tile_kind() != ZI_TILE_NONE && !w->aux) {
+    if (tile_ok(be) && !w->aux) {
         /* Packed on first use when the caller did not prepare it; the
          * pack is part of the weight (weight_free releases it). */
         zi_error e = {0};
         cpu_weight_prepare_tile(be, (zi_weight *)w, &e);
     }
-    if (w->aux && zi_tile_matmul(cb(be)->tile, y, w->aux, x, n_tokens) == ZI_OK) return;
+    if (w->aux && tile_ok(be) && zi_tile_matmul(cb(be)->tile, y, w->aux, x, n_tokens) == ZI_OK) return;
     cpu_matmul(be, y, w, x, n_tokens);
 }
 

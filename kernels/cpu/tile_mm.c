@@ -9,6 +9,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -470,6 +471,9 @@ zi_tile_b *zi_tile_pack_weight(zi_tile_ctx *c, const zi_weight *w, zi_error *err
 #define TILE_B_BLOCK (1u << 20)
 
 typedef struct mm_args {
+    /* the next task (AMX): threads take tasks as they come free, so that
+     * one that the machine's other work delays does not hold up the rest */
+    atomic_llong next;
     const zi_tile_b *b;
     const void *a; /* AMX: packed blocks; FMA: x */
     const float *x;
@@ -479,28 +483,29 @@ typedef struct mm_args {
 } mm_args;
 
 static TILE_AMX void mm_amx_worker(void *p, int ith, int nth) {
-    const mm_args *a = p;
+    (void)ith, (void)nth;
+    mm_args *a = p;
     const zi_tile_b *b = a->b;
-    const int64_t mb = a->mp / 16, pairs = (mb + 1) / 2;
-    const int64_t lo = pairs * ith / nth * 2, hi = pairs * (ith + 1) / nth * 2;
-    const int64_t bhi = hi < mb ? hi : mb;
-    if (lo >= bhi) return;
-    const int64_t kcb = AMX_KCB, grp = AMX_GROUP, nbp = AMX_NBP;
-    amx_config();
+    const int64_t mb = a->mp / 16;
+    /* tasks: (group of AMX_GROUP row blocks, block of AMX_NBP panels) */
+    const int64_t ng = (mb + AMX_GROUP - 1) / AMX_GROUP, npb = (b->np + AMX_NBP - 1) / AMX_NBP;
     const uint16_t *A = a->a, *B = b->data;
-    for (int64_t g0 = lo; g0 < bhi; g0 += grp) {
-        const int64_t g1 = g0 + grp < bhi ? g0 + grp : bhi;
-        for (int64_t p0 = 0; p0 < b->np; p0 += nbp) {
-            const int64_t np = b->np - p0 < nbp ? b->np - p0 : nbp;
-            for (int64_t c0 = 0; c0 < b->kc; c0 += kcb) {
-                const int64_t nc = b->kc - c0 < kcb ? b->kc - c0 : kcb;
-                amx_gemm(A + ((size_t)g0 * b->kc + c0) * CHUNK_ELEMS, b->kc, g1 - g0,
-                         B + ((size_t)p0 * b->kc + c0) * CHUNK_ELEMS, b->kc, np, nc,
-                         a->C + (size_t)g0 * 16 * a->ldc + p0 * TP, a->ldc, c0 > 0);
-            }
+    int configured = 0;
+    for (;;) {
+        const int64_t t = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (t >= ng * npb) break;
+        if (!configured) amx_config(), configured = 1;
+        const int64_t g0 = t / npb * AMX_GROUP, p0 = t % npb * AMX_NBP;
+        const int64_t g1 = g0 + AMX_GROUP < mb ? g0 + AMX_GROUP : mb;
+        const int64_t np = b->np - p0 < AMX_NBP ? b->np - p0 : AMX_NBP;
+        for (int64_t c0 = 0; c0 < b->kc; c0 += AMX_KCB) {
+            const int64_t nc = b->kc - c0 < AMX_KCB ? b->kc - c0 : AMX_KCB;
+            amx_gemm(A + ((size_t)g0 * b->kc + c0) * CHUNK_ELEMS, b->kc, g1 - g0,
+                     B + ((size_t)p0 * b->kc + c0) * CHUNK_ELEMS, b->kc, np, nc,
+                     a->C + (size_t)g0 * 16 * a->ldc + p0 * TP, a->ldc, c0 > 0);
         }
     }
-    _tile_release();
+    if (configured) _tile_release();
 }
 
 typedef struct pa_args {
@@ -545,6 +550,7 @@ int zi_tile_matmul(zi_tile_ctx *c, float *y, const zi_tile_b *b, const float *x,
     assert(b && n_tokens >= 0);
     if (n_tokens == 0) return ZI_OK;
     mm_args a = {.b = b, .x = x, .m = n_tokens, .C = y, .ldc = (size_t)b->n};
+    atomic_init(&a.next, 0);
     if (b->kind == ZI_TILE_FMA) {
         zi_pool_run(c->pool, mm_fma_worker, &a);
         return ZI_OK;
@@ -601,6 +607,7 @@ static INL TILE_AVX __m512 exp_neg(__m512 x) {
 }
 
 typedef struct att_args {
+    atomic_llong next; /* the next task (head, query block), as mm_args */
     zi_tile_ctx *ctx;
     int kind;
     float *out;
@@ -735,26 +742,30 @@ static INL TILE_AVX void attend_task(const att_args *a, int h, int64_t i0, int64
 }
 
 static TILE_AMX void attend_worker_amx(void *p, int ith, int nth) {
-    const att_args *a = p;
+    (void)nth;
+    att_args *a = p;
     const int64_t qb = (a->T + a->qb - 1) / a->qb, tasks = qb * a->s->n_heads;
-    const int64_t lo = tasks * ith / nth, hi = tasks * (ith + 1) / nth;
-    if (lo >= hi) return;
-    amx_config();
     uint8_t *thr = (uint8_t *)a->ctx->thr + (size_t)ith * a->thr_bytes;
-    for (int64_t t = lo; t < hi; t++) {
+    int configured = 0;
+    for (;;) {
+        const int64_t t = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (t >= tasks) break;
+        if (!configured) amx_config(), configured = 1;
         const int h = (int)(t / qb);
         const int64_t i0 = t % qb * a->qb, i1 = i0 + a->qb < a->T ? i0 + a->qb : a->T;
         attend_task(a, h, i0, i1, thr);
     }
-    _tile_release();
+    if (configured) _tile_release();
 }
 
 static TILE_AVX void attend_worker_fma(void *p, int ith, int nth) {
-    const att_args *a = p;
+    (void)nth;
+    att_args *a = p;
     const int64_t qb = (a->T + a->qb - 1) / a->qb, tasks = qb * a->s->n_heads;
-    const int64_t lo = tasks * ith / nth, hi = tasks * (ith + 1) / nth;
     uint8_t *thr = (uint8_t *)a->ctx->thr + (size_t)ith * a->thr_bytes;
-    for (int64_t t = lo; t < hi; t++) {
+    for (;;) {
+        const int64_t t = atomic_fetch_add_explicit(&a->next, 1, memory_order_relaxed);
+        if (t >= tasks) break;
         const int h = (int)(t / qb);
         const int64_t i0 = t % qb * a->qb, i1 = i0 + a->qb < a->T ? i0 + a->qb : a->T;
         attend_task(a, h, i0, i1, thr);
@@ -772,6 +783,7 @@ int zi_tile_span_attention(zi_tile_ctx *c, float *out, const float *q, const flo
     const int hd = s->head_dim;
     for (int r = 0; r < n_spans; r++) {
         att_args a = {.ctx = c, .kind = kind, .out = out, .q = q, .k = k, .v = v, .s = s};
+        atomic_init(&a.next, 0);
         a.rows = order + starts[r];
         a.T = starts[r + 1] - starts[r];
         a.np_t = (a.T + TP - 1) / TP;

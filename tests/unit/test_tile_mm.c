@@ -15,8 +15,9 @@
  *     over 8 (a score's error is relative to it, and exp turns it into a
  *     relative error of the row's weights).
  * meson runs it twice: as the CPU has it (AMX tiles where there are) and
- * with ZINFER_CPU_AMX=0 (the AVX-512 FMA kernels); without AVX-512 the
- * ops fall back to matmul and the exact attention, which pass too.
+ * with ZINFER_CPU_AMX=0 (the AVX-512 FMA kernels); without AVX-512 (or
+ * with ZINFER_CPU_ISA below avx512) the ops fall back to matmul and the
+ * exact attention, which pass too.
  */
 #include <math.h>
 #include <setjmp.h>
