@@ -579,11 +579,13 @@ int zi_tile_matmul(zi_tile_ctx *c, float *y, const zi_tile_b *b, const float *x,
 /* ---- attention ---- */
 
 /* Query rows per task and keys per block of the online softmax (a
- * multiple of 32: K's packs cover whole blocks). 64 x 256 and 256 x 128
- * measured the same within noise; 128 x 256 keeps a task's S block in L2
- * and reads each head's K and V packs (2.8 MB at 4096 x 72) 32 times. */
-#define ATT_QB 128
-#define ATT_KB 256
+ * multiple of 32: K's packs cover whole blocks). One thread, 16 heads x 72
+ * over 4096 rows: 256 x 128 took 385-400 ms, 128 x 256 410-415, 256 x 256
+ * 400-420, 512 x 128 410-440, 64 x 256 445-460 (the more query rows, the
+ * fewer passes over each head's K and V packs, 2.8 MB there; the fewer
+ * keys, the smaller the S and P blocks). */
+#define ATT_QB 256
+#define ATT_KB 128
 
 /* Query rows per task and keys per block of the online softmax. */
 
