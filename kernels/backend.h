@@ -95,6 +95,13 @@ typedef struct zi_attn_shape {
      * itself (a span's rows in position order), as a decoder does; 0:
      * to the whole span (an encoder). */
     int causal;
+    /* span_attention only: nonzero lets the backend compute in float32
+     * precision (any summation order, ~1e-6 relative per output) instead
+     * of double, for a fixed-size input such as an image tile; honoured
+     * where a backend has a faster such path (the CPU's, tile_mm.h) and
+     * the span is bidirectional with no window, softcap or sinks. 0: the
+     * exact path (the text encoders' embeddings). */
+    int tile_precision;
 } zi_attn_shape;
 
 /* The angles of a RoPE call (llama.cpp's ggml_rope_ext): pair i (0 <= i <
@@ -165,6 +172,19 @@ typedef struct zi_backend_ops {
      * Optional (NULL: the model refuses expert models on the backend). */
     void (*matmul_groups)(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
                           const float *x, int n_rows, const int32_t *first, const int32_t *count);
+    /* y = x W^T as matmul, for a whole fixed-size input (an image tile)
+     * where batch invariance is not needed: any summation order, float32-
+     * level accuracy (each output within ~1e-5 of the sum of its terms'
+     * magnitudes, the CPU's bf16 hi/lo split; usually far closer). A
+     * backend may keep a repacked copy of w in w->aux, made by
+     * weight_prepare_tile or on the first call, freed by weight_free.
+     * Optional (NULL: the caller uses matmul). */
+    void (*matmul_tile)(zi_backend *be, float *y, const zi_weight *w, const float *x,
+                        int n_tokens);
+    /* Prepares w for matmul_tile ahead of the first product (at load, so
+     * that an encode does not pay for it). Optional (NULL: nothing to do);
+     * a failure only means matmul_tile runs as matmul for w. */
+    int (*weight_prepare_tile)(zi_backend *be, zi_weight *w, zi_error *err);
     /* Row i of `rows` (ids[i]) of an embedding table, dequantized. */
     void (*get_rows)(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids, int n);
     /* y = x / sqrt(mean(x^2) + eps) * w, per row of length dim. y may be x. */

@@ -1075,7 +1075,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                            c->attn_scale,
                            0 /* window: per layer */,
                            c->attn_softcap,
-                           NULL /* sinks: per layer */, 0 /* causal: span_attention's */};
+                           NULL /* sinks: per layer */, 0 /* causal: span_attention's */,
+                           0 /* tile_precision: exact */};
     const zi_family *f = c->family;
     const size_t xn = (size_t)T * c->dim;
     /* The family's variants of the same steps (family.h). */

@@ -218,6 +218,21 @@ static int alloc_buffers(zi_vision *v, zi_error *err) {
                             1, err);
 }
 
+/* The backend's tile products' packs, made at load so that an encode does
+ * not pay for them; a weight that cannot be packed runs as matmul. */
+static void prepare_tiles(zi_vision *v) {
+    zi_backend *be = v->be;
+    if (!be->ops->matmul_tile || !be->ops->weight_prepare_tile) return;
+    zi_error e = {0};
+    for (int l = 0; l < v->c.n_layers; l++) {
+        vision_layer *L = &v->layers[l];
+        zi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->up, &L->down};
+        for (size_t i = 0; i < 6; i++) be->ops->weight_prepare_tile(be, ws[i], &e);
+    }
+    be->ops->weight_prepare_tile(be, &v->patch, &e);
+    be->ops->weight_prepare_tile(be, &v->proj, &e);
+}
+
 int zi_vision_load(const char *path, zi_backend *be, int lm_dim, zi_vision **out, zi_error *err) {
     *out = NULL;
     const zi_backend_ops *op = be->ops;
@@ -234,6 +249,7 @@ int zi_vision_load(const char *path, zi_backend *be, int lm_dim, zi_vision **out
     if (!rc) rc = load_tower(v, err);
     if (!rc) rc = load_projector(v, err);
     if (!rc) rc = alloc_buffers(v, err);
+    if (!rc) prepare_tiles(v);
     if (rc) {
         zi_error_prefix(err, "%s", path);
         zi_vision_free(v);
@@ -246,6 +262,17 @@ int zi_vision_load(const char *path, zi_backend *be, int lm_dim, zi_vision **out
 const zi_vision_config *zi_vision_get_config(const zi_vision *v) { return &v->c; }
 
 /* ---- the forward pass ---- */
+
+/* A product over the whole tile: the backend's tile product where it has
+ * one (any summation order, float32-level; no batch invariance to keep
+ * for a fixed-size image), else matmul. */
+static void tile_mm(const zi_vision *v, float *y, const zi_weight *w, const float *x, int n) {
+    const zi_backend_ops *op = v->be->ops;
+    if (op->matmul_tile)
+        op->matmul_tile(v->be, y, w, x, n);
+    else
+        op->matmul(v->be, y, w, x, n);
+}
 
 int zi_vision_encode(zi_vision *v, const float *pixels, float *out, zi_error *err) {
     const zi_vision_config *c = &v->c;
@@ -269,7 +296,7 @@ int zi_vision_encode(zi_vision *v, const float *pixels, float *out, zi_error *er
                                    ch];
         }
     op->upload(be, v->ff, v->cols, (size_t)T * K * sizeof(float));
-    op->matmul(be, v->x, &v->patch, v->ff, T);
+    tile_mm(v, v->x, &v->patch, v->ff, T);
     if (v->patch_b) op->add_bias(be, v->x, v->patch_b, T, E);
     op->add(be, v->x, v->pos, xn);
 
@@ -278,25 +305,26 @@ int zi_vision_encode(zi_vision *v, const float *pixels, float *out, zi_error *er
                            .head_dim = E / c->n_heads,
                            .block_size = 1,
                            .max_ctx = T,
-                           .scale = 1.0f / sqrtf((float)(E / c->n_heads))};
+                           .scale = 1.0f / sqrtf((float)(E / c->n_heads)),
+                           .tile_precision = 1};
     for (int l = 0; l < c->n_layers; l++) {
         const vision_layer *L = &v->layers[l];
         op->layernorm(be, v->xn, v->x, L->ln1_w, L->ln1_b, T, E, c->eps);
-        float *qkv[3] = {v->q, v->k, v->v};
-        const zi_weight *wqkv[3] = {&L->wq, &L->wk, &L->wv};
-        op->matmul_n(be, 3, qkv, wqkv, v->xn, T);
+        tile_mm(v, v->q, &L->wq, v->xn, T);
+        tile_mm(v, v->k, &L->wk, v->xn, T);
+        tile_mm(v, v->v, &L->wv, v->xn, T);
         if (L->bq) op->add_bias(be, v->q, L->bq, T, E);
         if (L->bk) op->add_bias(be, v->k, L->bk, T, E);
         if (L->bv) op->add_bias(be, v->v, L->bv, T, E);
         op->span_attention(be, v->att, v->q, v->k, v->v, v->order, v->starts, 1, &shape);
-        op->matmul(be, v->xn, &L->wo, v->att, T);
+        tile_mm(v, v->xn, &L->wo, v->att, T);
         if (L->bo) op->add_bias(be, v->xn, L->bo, T, E);
         op->add(be, v->x, v->xn, xn);
         op->layernorm(be, v->xn, v->x, L->ln2_w, L->ln2_b, T, E, c->eps);
-        op->matmul(be, v->ff, &L->up, v->xn, T);
+        tile_mm(v, v->ff, &L->up, v->xn, T);
         if (L->b_up) op->add_bias(be, v->ff, L->b_up, T, F);
         op->gelu(be, v->ff, (size_t)T * F);
-        op->matmul(be, v->xn, &L->down, v->ff, T);
+        tile_mm(v, v->xn, &L->down, v->ff, T);
         if (L->b_down) op->add_bias(be, v->xn, L->b_down, T, E);
         op->add(be, v->x, v->xn, xn);
     }
@@ -312,7 +340,7 @@ int zi_vision_encode(zi_vision *v, const float *pixels, float *out, zi_error *er
         /* Each token's s x s patches side by side: rows of E in order. */
         op->gather_rows(be, v->mrg, v->x, v->idx, c->n_tokens * s2, E);
     }
-    op->matmul(be, v->out, &v->proj, v->mrg, c->n_tokens);
+    tile_mm(v, v->out, &v->proj, v->mrg, c->n_tokens);
     int rc = op->sync(be, err);
     if (rc) return rc;
     op->download(be, out, v->out, (size_t)c->n_tokens * c->lm_dim * sizeof(float));

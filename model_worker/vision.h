@@ -20,8 +20,12 @@
  * pre-LayerNorm, GELU feed-forward with biases, a residual; the post
  * LayerNorm last.
  *
- * Everything runs through the backend's ops (kernels/backend.h): products,
- * layer norms, GELU, span_attention (double-accumulated on the CPU), and
+ * Everything runs through the backend's ops (kernels/backend.h): products
+ * (matmul_tile where the backend has it: a tile needs no batch
+ * invariance; the CPU's runs on AMX-BF16 tiles with operands split into
+ * bf16 hi + lo, kernels/cpu/tile_mm.h, packed at load), layer norms, GELU,
+ * span_attention (tile_precision: float32 on the CPU's tiles, ~1e-11
+ * cosine distance from float64 at the end of the tower), and
  * the pooling and shuffling as gather_rows and weighted_sum_rows, so the
  * tower runs wherever the text model does. Only the im2col of the pixels
  * is done on the host.

@@ -25,12 +25,14 @@
 #include "repack_x.h"
 #include "span_attention.h"
 #include "threadpool.h"
+#include "tile_mm.h"
 #include "weights.h"
 
 typedef struct cpu_backend {
     zi_backend base;
     const zi_cpu_kernels *k;
     zi_pool *pool;
+    zi_tile_ctx *tile; /* matmul_tile's and tile_precision attention's scratch */
     zi_q8_act act; /* quantized activations for the current matmul */
     float *act_s16; /* act.s16's room, lent to act when a product needs it */
     size_t act_cap; /* blocks */
@@ -224,6 +226,8 @@ static void cpu_weight_free(zi_backend *be, zi_weight *w) {
     (void)be;
     free(w->owned);
     w->owned = NULL;
+    zi_tile_b_free(w->aux); /* matmul_tile's pack (tile_mm.h), if any */
+    w->aux = NULL;
 }
 
 static int cpu_weight_view(zi_backend *be, const zi_weight *w, int64_t r0, int64_t n,
@@ -1149,10 +1153,40 @@ static void cpu_attention(zi_backend *be, float *out, const float *q, const void
         zi_pool_run(c->pool, attn_worker, &a);
 }
 
+/* The tile products (tile_mm.h) where the CPU has them and the backend
+ * runs its AVX-512 table (a forced --isa scalar/avx2 keeps them off too). */
+static int tile_ok(zi_backend *be) {
+    return zi_tile_kind() != ZI_TILE_NONE && strcmp(cb(be)->k->isa, "avx512") == 0;
+}
+
 static void cpu_span_attention(zi_backend *be, float *out, const float *q, const float *k,
                                const float *v, const int32_t *order, const int32_t *starts,
                                int n_spans, const zi_attn_shape *s) {
+    /* The float32 path where asked for and it applies; the exact double
+     * one otherwise, or when its scratch cannot grow. */
+    if (s->tile_precision && !s->causal && s->window == 0 && s->softcap == 0.0f && !s->sinks &&
+        s->scale > 0.0f && tile_ok(be) &&
+        zi_tile_span_attention(cb(be)->tile, out, q, k, v, order, starts, n_spans, s) == ZI_OK)
+        return;
     zi_cpu_span_attention(cb(be)->pool, out, q, k, v, order, starts, n_spans, s);
+}
+
+static int cpu_weight_prepare_tile(zi_backend *be, zi_weight *w, zi_error *err) {
+    if (w->aux || !tile_ok(be)) return ZI_OK;
+    w->aux = zi_tile_pack_weight(cb(be)->tile, w, err);
+    return w->aux ? ZI_OK : err->code;
+}
+
+static void cpu_matmul_tile(zi_backend *be, float *y, const zi_weight *w, const float *x,
+                            int n_tokens) {
+    if (tile_ok(be) && !w->aux) {
+        /* Packed on first use when the caller did not prepare it; the
+         * pack is part of the weight (weight_free releases it). */
+        zi_error e = {0};
+        cpu_weight_prepare_tile(be, (zi_weight *)w, &e);
+    }
+    if (w->aux && tile_ok(be) && zi_tile_matmul(cb(be)->tile, y, w->aux, x, n_tokens) == ZI_OK) return;
+    cpu_matmul(be, y, w, x, n_tokens);
 }
 
 static void cpu_swiglu(zi_backend *be, float *out, const float *gate, const float *up, size_t n) {
@@ -1221,6 +1255,7 @@ static void cpu_backend_free(zi_backend *be) {
     cpu_backend *c = cb(be);
     if (!c) return;
     zi_pool_free(c->pool);
+    zi_tile_ctx_free(c->tile);
     free(c->act.q);
     free(c->act.d);
     free(c->act.s);
@@ -1251,6 +1286,8 @@ static const zi_backend_ops cpu_ops = {
     .matmul = cpu_matmul,
     .matmul_n = cpu_matmul_n,
     .matmul_groups = cpu_matmul_groups,
+    .matmul_tile = cpu_matmul_tile,
+    .weight_prepare_tile = cpu_weight_prepare_tile,
     .get_rows = cpu_get_rows,
     .rmsnorm = cpu_rmsnorm,
     .rope = cpu_rope,
@@ -1307,7 +1344,9 @@ int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error 
     c->act.no_residual = act_bits == 8;
     c->pool = zi_pool_create(n);
     c->mm_next = aligned_alloc(64, (size_t)n * sizeof *c->mm_next);
-    if (!c->pool || !c->mm_next) {
+    c->tile = c->pool ? zi_tile_ctx_create(c->pool) : NULL;
+    if (!c->pool || !c->mm_next || !c->tile) {
+        zi_tile_ctx_free(c->tile);
         zi_pool_free(c->pool);
         free(c->mm_next);
         free(c);

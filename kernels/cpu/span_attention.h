@@ -13,6 +13,9 @@
  * floats are exact in double and the sums lose ~1e-16, so only the final
  * rounding of each output to float is left. Double costs little here: an
  * encoder's attention is a few percent of its pass (the matmuls dominate).
+ * An image tile's 4096 rows are another matter: the backend sends spans
+ * with zi_attn_shape.tile_precision to tile_mm.h's float32 attention
+ * instead (cpu_backend.c).
  */
 #ifndef ZI_SPAN_ATTENTION_H
 #define ZI_SPAN_ATTENTION_H

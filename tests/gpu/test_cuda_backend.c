@@ -328,7 +328,7 @@ static void test_elementwise(void **state) {
 static void run_attention(zi_backend *be, const float *kv_src, const float *q_host, float *out,
                           const int32_t *tables, int stride, int n_blocks) {
     const int nh = 9, nkv = 3, hd = 64, bs = 16, kvd = nkv * hd;
-    zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f, 0, 0, NULL, 0};
+    zi_attn_shape s = {nh, nkv, hd, bs, 1024, 0.125f, 0, 0, NULL, 0, 0};
     zi_error err = {0};
     assert_int_equal(be->ops->reserve(be, 64, 1536, 1024, &err), ZI_OK);
     size_t pool = (size_t)n_blocks * bs * kvd;
@@ -611,7 +611,7 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
                                  int n_blocks) {
     const int bs = 16, kvd = wc->nkv * wc->hd, qd = wc->nh * wc->hd;
     zi_attn_shape s = {wc->nh,     wc->nkv,    wc->hd, bs, 2048, 1.0f / sqrtf((float)wc->hd),
-                       wc->window, wc->softcap, NULL, 0};
+                       wc->window, wc->softcap, NULL, 0, 0};
     zi_error err = {0};
     assert_int_equal(be->ops->reserve(be, WA_MAXQ, 4096, 2048, &err), ZI_OK);
     size_t pool = (size_t)n_blocks * bs * kvd;
@@ -835,7 +835,7 @@ static void test_graph_capture(void **state) {
     int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0, 0, 0, 0}, tab[16];
     for (int i = 0; i < 16; i++) tab[i] = 15 - i;
     zi_batch_view v = {T, pos, seq, tab, 16};
-    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0, NULL, 0};
+    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0, NULL, 0, 0};
     float *eager = malloc(sizeof(float) * T * dim), *replay = malloc(sizeof(float) * T * dim);
     const zi_rope_freqs rope_plain = {10000.0f, 1.0f, 1.0f, NULL, 0, 0, 0};
 #define ZI_LAYER()                                                                                 \

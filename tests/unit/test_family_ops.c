@@ -289,7 +289,7 @@ static void test_window_attention(void **state) {
                             calloc(1, rows * ((size_t)hd * be->kv_k_bytes + be->kv_k_row_extra));
                         void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
                         zi_attn_shape sh = {heads,  kvh, hd, bs, npos, 1.0f / sqrtf((float)hd),
-                                            window, cap, NULL, 0};
+                                            window, cap, NULL, 0, 0};
                         zi_batch_view all = {npos, pos, seq, table, 32};
                         be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
                         float *o = out[nt / 2];

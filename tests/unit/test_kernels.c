@@ -455,7 +455,7 @@ static void test_attention_paged_cache(void **state) {
                     size_t rows = (size_t)nblk * bs * kvh;
                     void *kc = calloc(1, rows * ((size_t)hd * be->kv_k_bytes + be->kv_k_row_extra));
                     void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
-                    zi_attn_shape sh = {heads, kvh, hd, bs, npos, 1.0f / sqrtf((float)hd), 0, 0, NULL, 0};
+                    zi_attn_shape sh = {heads, kvh, hd, bs, npos, 1.0f / sqrtf((float)hd), 0, 0, NULL, 0, 0};
                     zi_batch_view all = {npos, pos, seq, table, 32};
                     be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
                     for (int n = 1; n <= npos; n += 23) { /* the token at n - 1 */
