@@ -133,7 +133,8 @@ def test_health_models_tokenize_detokenize(client, prompt_ids):
     # The worker's KV cache, from its heartbeats (one may not have come yet).
     assert set(kv) == {"blocks", "block_size", "used", "cached", "free", "prefix_query_tokens",
                        "prefix_hit_tokens", "preemptions", "evictions", "prefix_hit_rate",
-                       "spec_steps", "spec_drafted", "spec_accepted"}
+                       "spec_steps", "spec_drafted", "spec_accepted", "image_tiles",
+                       "image_encode_us"}
     assert kv["blocks"] == 0 or kv["used"] + kv["cached"] + kv["free"] == kv["blocks"], kv
     client.send({"op": "models", "id": "m1"})
     m = client.recv()
