@@ -11,6 +11,13 @@
  * (SigLIP so400m: 1152 wide, 27 layers, 4096 patches). */
 #define ZI_VISION_MAX_SIDE 4096
 #define ZI_VISION_MAX_EMBD 16384
+/* A head's width: the CPU's span attention keeps one head's accumulators
+ * on the stack (kernels/cpu/span_attention.h ZI_SPAN_ATTN_MAX_HEAD_DIM). */
+#define ZI_VISION_MAX_HEAD_DIM 1024
+/* Patches a tile, and values a merged token (idefics3's n_embd x s^2):
+ * SigLIP so400m has 4096 and 1152 x 16. */
+#define ZI_VISION_MAX_PATCHES 16384
+#define ZI_VISION_MAX_MERGED (1 << 18)
 #define ZI_VISION_MAX_LAYERS 256
 
 static int get_u32_key(const zi_gguf *g, const char *key, int lo, int hi, int *out,
@@ -102,7 +109,18 @@ int zi_vision_read_config(const zi_gguf *g, int lm_dim, zi_vision_config *c, zi_
         return zi_error_set(err, ZI_EFORMAT,
                             "clip.vision.embedding_length %d is not a multiple of head_count %d",
                             c->n_embd, c->n_heads);
+    if (c->n_embd / c->n_heads > ZI_VISION_MAX_HEAD_DIM)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "clip.vision.embedding_length %d / head_count %d: heads of %d values, "
+                            "more than %d",
+                            c->n_embd, c->n_heads, c->n_embd / c->n_heads, ZI_VISION_MAX_HEAD_DIM);
     const int side = c->image_size / c->patch_size;
+    if ((int64_t)side * side > ZI_VISION_MAX_PATCHES)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "clip.vision.image_size %d / patch_size %d: %lld patches a tile, more "
+                            "than %d",
+                            c->image_size, c->patch_size, (long long)side * side,
+                            ZI_VISION_MAX_PATCHES);
     c->n_patches = side * side;
     uint32_t merge = c->kind == ZI_VISION_GEMMA3 ? 4 : 0;
     if ((rc = zi_gguf_get_u32_or(g, "clip.vision.projector.scale_factor", merge, &merge, err)))
@@ -113,6 +131,11 @@ int zi_vision_read_config(const zi_gguf *g, int lm_dim, zi_vision_config *c, zi_
                             "patches of a side",
                             merge, side);
     c->n_merge = (int)merge;
+    if (c->kind == ZI_VISION_IDEFICS3 && (int64_t)c->n_embd * merge * merge > ZI_VISION_MAX_MERGED)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "clip.vision.projector.scale_factor %u: merged tokens of %lld values, "
+                            "more than %d",
+                            merge, (long long)c->n_embd * merge * merge, ZI_VISION_MAX_MERGED);
     c->n_tokens = (side / c->n_merge) * (side / c->n_merge);
     if (c->kind == ZI_VISION_IDEFICS3) {
         uint32_t pre = 0;

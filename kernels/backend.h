@@ -66,6 +66,12 @@ typedef struct zi_batch_view {
     const int32_t *seq;          /* [n_tokens] the row of block_tables its sequence uses */
     const int32_t *block_tables; /* [rows][table_stride] block ids, host memory */
     int table_stride;
+    /* NULL, or [n_tokens]: where each token's sliding window counts from,
+     * when the attention's pos is a reach past the token (model.h
+     * zi_batch.attn_pos: an image's tokens see their whole tile): the
+     * window then covers win_pos - window + 1 .. pos, as llama.cpp masks
+     * by the query's own position. Only attention reads it. */
+    const int32_t *win_pos;
 } zi_batch_view;
 
 /* Shape of the attention / KV cache, fixed per model and cache. */

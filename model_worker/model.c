@@ -1063,10 +1063,10 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     zi_backend *be = m->be;
     const zi_backend_ops *op = be->ops;
     const zi_model_config *c = &m->cfg;
-    zi_batch_view view = {T, b->pos, b->seq, b->block_tables, b->table_stride};
+    zi_batch_view view = {T, b->pos, b->seq, b->block_tables, b->table_stride, NULL};
     zi_batch_view att_view = view; /* an encoder's tokens see their whole input */
     if (c->encoder) att_view.pos = m->span;
-    if (b->attn_pos) att_view.pos = b->attn_pos;
+    if (b->attn_pos) att_view.pos = b->attn_pos, att_view.win_pos = b->pos;
     zi_attn_shape shape = {c->n_heads,
                            c->n_kv_heads,
                            c->head_dim,

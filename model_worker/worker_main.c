@@ -297,6 +297,18 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
                           (long long)l->ctx.cache_seq_id, (long long)l->ctx.start_idx);
     /* images: a vision tower to encode them, and tiles a step can hold */
     if (!rc) rc = zi_generator_check_images(w->gen, &l->ctx, &err);
+    /* tiles of this worker's tower's shape: a mismatch found mid-step
+     * would fail the whole step's requests, not this one */
+    for (size_t i = 0; !rc && w->vision && w->vision->v && i < l->ctx.n_images; i++) {
+        const zi_vision_config *c = zi_vision_get_config(w->vision->v);
+        const zi_ctx_image *im = &l->ctx.images[i];
+        if (im->tile_size != c->image_size || im->tile_tokens != c->n_tokens)
+            rc = zi_error_set(&err, ZI_EINVAL,
+                              "images[%zu]: tiles of %d px / %d tokens, this worker's projector "
+                              "takes %d / %d (tokenizers and workers given different --mmproj "
+                              "files?)",
+                              i, im->tile_size, im->tile_tokens, c->image_size, c->n_tokens);
+    }
     if (!rc) rc = check_ctx_tokens(w, &l->ctx, &err);
     if (!rc)
         rc = check_ids(w, "context.eos_token_ids", l->ctx.eos_token_ids.v, l->ctx.eos_token_ids.n,

@@ -1032,8 +1032,8 @@ static zi_kv_head task_view(const attn_args *a, const k_layout *kl, int64_t task
     const size_t head = (size_t)kvh * bs * hd; /* its part of block 0 */
     /* A sliding window starts at position p - window + 1: whole blocks
      * before it are skipped through the table, the rest by `first`. */
-    const int p = a->b->pos[t];
-    const int start = s->window > 0 && p >= s->window ? p - s->window + 1 : 0;
+    const int p = a->b->pos[t], pw = a->b->win_pos ? a->b->win_pos[t] : p;
+    const int start = s->window > 0 && pw >= s->window ? pw - s->window + 1 : 0;
     *n = p + 1 - start;
     return (zi_kv_head){
         .k = (const int16_t *)a->kc + head,
@@ -1137,8 +1137,10 @@ static void cpu_attention(zi_backend *be, float *out, const float *q, const void
         int nb = 0;
         for (int t = 0; t < b->n_tokens;) {
             int B = 1;
+            /* (a token attending past itself, win_pos, runs alone) */
             while (t + B < b->n_tokens && B < bmax && b->seq[t + B] == b->seq[t] &&
-                   b->pos[t + B] == b->pos[t] + B && (s->window <= 0 || b->pos[t + B] < s->window))
+                   b->pos[t + B] == b->pos[t] + B && (s->window <= 0 || b->pos[t + B] < s->window) &&
+                   (!b->win_pos || (b->win_pos[t] == b->pos[t] && b->win_pos[t + B] == b->pos[t + B])))
                 B++;
             c->attn_blocks[nb++] = t;
             t += B;

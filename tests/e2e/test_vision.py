@@ -194,3 +194,51 @@ def test_marker_count_must_match(vis):
                        timeout=300)
     assert r.returncode != 0
     assert "2 images" in r.stderr and "1 <__media__>" in r.stderr, r.stderr
+
+
+def test_image_past_the_sliding_window(tmp_path):
+    """gemma3's image tokens see their whole tile (non-causal) while their
+    sliding window still counts from their own position, as llama.cpp
+    masks: an image at position ~700, past gemma-3-270m's window of 512,
+    gives the float64 pipeline's logits (a window counted from the tile's
+    end measured KL 2e-4 here)."""
+    if SANITIZED:
+        pytest.skip("the float64 reference's cost: release only")
+    lm_path = LM["gemma3"][0]
+    if not lm_path.is_file():
+        pytest.skip(f"{lm_path} missing")
+    import numpy_llama
+    mmproj = write_mmproj(tmp_path / "g.gguf", "gemma3", 640, seed=5, n_layers=2,
+                          **OVERRIDES["gemma3"])
+    rgb = images()["odd_333x517"]
+    png = tmp_path / "i.png"
+    png.write_bytes(png_bytes(rgb))
+    filler = " ".join(f"word{i}" for i in range(200))
+    prompt = ("<start_of_turn>user\n" + filler + " Now: <__media__> in a few words.<end_of_turn>\n"
+              "<start_of_turn>model\n")
+    r = subprocess.run([str(ZINFER_BIN), "logits", "--model", str(lm_path), "--mmproj",
+                        str(mmproj), "--image", str(png), "--prompt", prompt, "--out",
+                        str(tmp_path / "l.f32")], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    ids = np.array(j["prompt_token_ids"])
+    got = np.fromfile(tmp_path / "l.f32", np.float32).reshape(len(ids), j["n_vocab"])
+    lm = numpy_llama.load(lm_path)
+    pos = np.where(ids < 0)[0]
+    assert pos[0] > lm.window, (pos[0], lm.window)
+    emb = numpy_vision.embed(numpy_vision.load(mmproj), rgb)
+    E = np.full((len(ids), emb.shape[1]), np.nan)
+    E[pos] = emb
+    reach = np.arange(len(ids))
+    reach[pos] = pos[-1]
+    rows = list(range(pos[0], len(ids)))
+    ref = lm.forward(ids, embd=E, reach=reach, rows=rows)
+    p = ref - ref.max(-1, keepdims=True)
+    p -= np.log(np.exp(p).sum(-1, keepdims=True))
+    q = got[rows].astype(np.float64)
+    q -= q.max(-1, keepdims=True)
+    q -= np.log(np.exp(q).sum(-1, keepdims=True))
+    kl = (np.exp(p) * (p - q)).sum(-1)
+    report("vision", "gemma3 image past the window",
+           f"image at {pos[0]}..{pos[-1]}, window {lm.window}: mean KL {kl.mean():.2e}")
+    assert kl.mean() < 1e-5, kl.mean()

@@ -206,7 +206,7 @@ static int decode(bench_ctx *c, int w, way_result *r, zi_error *err) {
             }
             if (!rc && w == 2 && graph) {
                 zi_batch_view v = {c->S, c->pos, c->seq, c->batch.block_tables,
-                                   c->batch.table_stride};
+                                   c->batch.table_stride, NULL};
                 rc = zi_cuda_graph_launch(graph, c->tok, &v, &shape, err);
                 d_logits = zi_model_device_logits(c->m);
             } else if (!rc) {

@@ -346,7 +346,7 @@ static void run_attention(zi_backend *be, const float *kv_src, const float *q_ho
             be->ops->upload(be, dv, kv_src + src + 700 * (size_t)kvd,
                             (size_t)m * kvd * sizeof(float));
             src += (size_t)m * kvd;
-            zi_batch_view v = {m, pos, seq, tables, stride};
+            zi_batch_view v = {m, pos, seq, tables, stride, NULL};
             be->ops->kv_store(be, kc, vc, dk, dv, &v, &s);
         }
     /* queries: seq 0 at 19, seq 1 at 0..40, seq 2 at 599 and 300 */
@@ -357,11 +357,11 @@ static void run_attention(zi_backend *be, const float *kv_src, const float *q_ho
     qp[nq] = 599, qs[nq++] = 2;
     qp[nq] = 300, qs[nq++] = 2;
     float *dq = put(be, q_host, (size_t)nq * nh * hd), *dout = put(be, NULL, (size_t)nq * nh * hd);
-    zi_batch_view v = {nq, qp, qs, tables, stride};
+    zi_batch_view v = {nq, qp, qs, tables, stride, NULL};
     be->ops->attention(be, dout, dq, kc, vc, &v, &s);
     get(be, out, dout, (size_t)nq * nh * hd);
     /* a lone decode token at 599: few blocks, long span (the split path) */
-    zi_batch_view one = {1, &qp[42], &qs[42], tables, stride};
+    zi_batch_view one = {1, &qp[42], &qs[42], tables, stride, NULL};
     be->ops->attention(be, dout, dq, kc, vc, &one, &s);
     get(be, out + (size_t)nq * nh * hd, dout, (size_t)nh * hd);
     be->ops->free(be, kc);
@@ -624,7 +624,7 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
             for (int i = 0; i < m; i++) pos[i] = p0 + i, seq[i] = sq;
             be->ops->upload(be, dk, k + wa_row(sq, p0, kvd), (size_t)m * kvd * sizeof(float));
             be->ops->upload(be, dv, v + wa_row(sq, p0, kvd), (size_t)m * kvd * sizeof(float));
-            zi_batch_view bv = {m, pos, seq, tables, stride};
+            zi_batch_view bv = {m, pos, seq, tables, stride, NULL};
             be->ops->kv_store(be, kc, vc, dk, dv, &bv, &s);
         }
     float *dq = put(be, q, (size_t)WA_MAXQ * qd), *dout = put(be, NULL, (size_t)WA_MAXQ * qd);
@@ -632,7 +632,7 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
     for (int which = 0; which < 2; which++) {
         int32_t qp[WA_MAXQ], qs[WA_MAXQ];
         int nq = wa_batch(which, qp, qs);
-        zi_batch_view bv = {nq, qp, qs, tables, stride};
+        zi_batch_view bv = {nq, qp, qs, tables, stride, NULL};
         be->ops->attention(be, dout, dq, kc, vc, &bv, &s);
         get(be, out + done, dout, (size_t)nq * qd);
         done += (size_t)nq * qd;
@@ -834,7 +834,7 @@ static void test_graph_capture(void **state) {
           *vc = put(g_gpu, NULL, 16 * (size_t)bs * kvd);
     int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0, 0, 0, 0}, tab[16];
     for (int i = 0; i < 16; i++) tab[i] = 15 - i;
-    zi_batch_view v = {T, pos, seq, tab, 16};
+    zi_batch_view v = {T, pos, seq, tab, 16, NULL};
     zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0, NULL, 0, 0};
     float *eager = malloc(sizeof(float) * T * dim), *replay = malloc(sizeof(float) * T * dim);
     const zi_rope_freqs rope_plain = {10000.0f, 1.0f, 1.0f, NULL, 0, 0, 0};

@@ -290,14 +290,14 @@ static void test_window_attention(void **state) {
                         void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
                         zi_attn_shape sh = {heads,  kvh, hd, bs, npos, 1.0f / sqrtf((float)hd),
                                             window, cap, NULL, 0, 0};
-                        zi_batch_view all = {npos, pos, seq, table, 32};
+                        zi_batch_view all = {npos, pos, seq, table, 32, NULL};
                         be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
                         float *o = out[nt / 2];
                         be->ops->attention(be, o, q, kc, vc, &all, &sh);
                         /* a decode token alone gives the same as in the batch */
                         float one_out[4 * 256];
                         for (int p = 3; p < npos; p += 29) {
-                            zi_batch_view one = {1, &pos[p], seq, table, 32};
+                            zi_batch_view one = {1, &pos[p], seq, table, 32, NULL};
                             be->ops->attention(be, one_out, q + (size_t)p * heads * hd, kc, vc,
                                                &one, &sh);
                             assert_memory_equal(one_out, o + (size_t)p * heads * hd,

@@ -456,10 +456,10 @@ static void test_attention_paged_cache(void **state) {
                     void *kc = calloc(1, rows * ((size_t)hd * be->kv_k_bytes + be->kv_k_row_extra));
                     void *vc = calloc(1, rows * (size_t)hd * be->kv_v_bytes);
                     zi_attn_shape sh = {heads, kvh, hd, bs, npos, 1.0f / sqrtf((float)hd), 0, 0, NULL, 0, 0};
-                    zi_batch_view all = {npos, pos, seq, table, 32};
+                    zi_batch_view all = {npos, pos, seq, table, 32, NULL};
                     be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
                     for (int n = 1; n <= npos; n += 23) { /* the token at n - 1 */
-                        zi_batch_view one = {1, &pos[n - 1], seq, table, 32};
+                        zi_batch_view one = {1, &pos[n - 1], seq, table, 32, NULL};
                         be->ops->attention(be, out[nt - 1], q, kc, vc, &one, &sh);
                         for (int h = 0; h < heads; h++) {
                             const int g = h / (heads / kvh);
@@ -543,11 +543,11 @@ static void test_attention_blocks(void **state) {
                                             .scale = 1.0f / sqrtf((float)hd),
                                             .window = variant == 2 ? 40 : 0,
                                             .softcap = variant == 2 ? 3.0f : 0.0f};
-                        zi_batch_view all = {n_tok, pos, seq, table, 32};
+                        zi_batch_view all = {n_tok, pos, seq, table, 32, NULL};
                         be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
                         be->ops->attention(be, out, q, kc, vc, &all, &sh);
                         for (int t = 0; t < n_tok; t++) {
-                            zi_batch_view bt = {1, &pos[t], &seq[t], table, 32};
+                            zi_batch_view bt = {1, &pos[t], &seq[t], table, 32, NULL};
                             be->ops->attention(be, one, q + (size_t)t * heads * hd, kc, vc, &bt,
                                                &sh);
                             if (memcmp(one, out + (size_t)t * heads * hd,
