@@ -15,8 +15,8 @@ static bool is_int(const msgpack_object *o) {
 
 /* The rerank template tmpl with each "{query}" and "{document}" of its
  * own text replaced by q and d (one pass over the template: a value that
- * spells a placeholder is not expanded again, so the result is at most the
- * template plus one value per placeholder). *out is malloc'd, *n its
+ * spells "{query}" or "{document}" is not expanded again, so the result is
+ * at most the template plus one value per field it names). *out is malloc'd, *n its
  * length (the values may hold NUL bytes). ZI_ENOMEM. */
 static int expand_template(const char *tmpl, const char *q, size_t qn, const char *d, size_t dn,
                            char **out, size_t *n) {

@@ -235,11 +235,10 @@ def _fixed_size(img, size, algo, pad=True, vf=False):
     return out
 
 
-def _idefics3_tiles(img, tile, longest, algo, vf=False):
-    h, w = img.shape[:2]
-    if longest <= 0:
-        raise ValueError("idefics3 file without clip.vision.preproc_image_size: "
-                         "llama.cpp's other tiling path is not modelled here")
+def idefics3_grid(w, h, tile, longest):
+    """llama.cpp's idefics3 sizes for a w x h image: the long side resized
+    to `longest` (the short side even), then (rw, rh) and the tile grid
+    (gx, gy) that covers it."""
     aspect = w / h
     if w >= h:
         rw, rh = longest, int(longest / aspect)
@@ -247,7 +246,15 @@ def _idefics3_tiles(img, tile, longest, algo, vf=False):
     else:
         rw, rh = int(longest * aspect), longest
         rw += rw % 2
-    gx, gy = (rw + tile - 1) // tile, (rh + tile - 1) // tile
+    return rw, rh, (rw + tile - 1) // tile, (rh + tile - 1) // tile
+
+
+def _idefics3_tiles(img, tile, longest, algo, vf=False):
+    h, w = img.shape[:2]
+    if longest <= 0:
+        raise ValueError("idefics3 file without clip.vision.preproc_image_size: "
+                         "llama.cpp's other tiling path is not modelled here")
+    rw, rh, gx, gy = idefics3_grid(w, h, tile, longest)
     resized = resize(img, rw, rh, algo, vf)
     refined = resize(resized, gx * tile, gy * tile, algo, vf)
     overview = resize(refined, tile, tile, algo, vf)

@@ -43,11 +43,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-try:  # optional (requirements-bench.txt): the tests that use this module skip without it
-    import llama_cpp
-    import llama_cpp.mtmd_cpp as mtmd
-except ImportError:
-    llama_cpp = mtmd = None
+import pytest
+
+# llama-cpp-python is optional (requirements-bench.txt, scripts/setup
+# --with-llamacpp): a test importing this module skips without it.
+llama_cpp = pytest.importorskip("llama_cpp")
+mtmd = pytest.importorskip("llama_cpp.mtmd_cpp")
 
 FLASH = {"auto": -1, "disabled": 0, "enabled": 1}
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from numpy_vision import idefics3_grid
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -161,14 +162,7 @@ def ref_gemma3(img, size=896):
 def ref_idefics3_a(img, tile, longest):
     # mtmd_image_preprocessor_idefics3, preproc_image_size given
     h, w, _ = img.shape
-    aspect = w / h
-    if w >= h:
-        rw, rh = longest, int(longest / aspect)
-        rh += rh % 2
-    else:
-        rw, rh = int(longest * aspect), longest
-        rw += rw % 2
-    gx, gy = -(-rw // tile), -(-rh // tile)
+    rw, rh, gx, gy = idefics3_grid(w, h, tile, longest)
     resized = pil_resize(img, rw, rh, "lanczos") if (rw, rh) != (w, h) else img
     refined = resized
     if (gx * tile, gy * tile) != (rw, rh):

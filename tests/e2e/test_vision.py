@@ -34,19 +34,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ZINFER_BIN, report
-from vision_files import cos_dist, images, token_dists, write_mmproj
+from vision_files import SMALL, TEXT_MODELS, cos_dist, images, token_dists, write_mmproj
 
 import numpy_vision
 
-HOME = Path.home() / ".cache" / "zinfer"
-LM = {
-    "gemma3": (HOME / "models" / "gemma-3-270m-q4_k_m.gguf", 640),
-    "idefics3": (HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf", 576),
-}
-OVERRIDES = {
-    "gemma3": dict(image_size=224),
-    "idefics3": dict(image_size=128, preproc_image_size=384),
-}
+LM, OVERRIDES = TEXT_MODELS, SMALL
 MAX_DIST = 1e-6
 MAX_TOKEN_DIST = 2e-6
 SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"

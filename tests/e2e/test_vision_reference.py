@@ -51,20 +51,13 @@ if os.environ.get("ZINFER_SANITIZED") == "1":  # no zinfer binary here: once, in
     pytest.skip("the references against each other run in the release build", allow_module_level=True)
 pytest.importorskip("llama_cpp.mtmd_cpp")
 from mtmd_ref import MtmdRef  # noqa: E402
-from vision_files import cos_dist, images, token_dists, vocab_markers, write_mmproj  # noqa: E402
+from vision_files import (SMALL, TEXT_MODELS, cos_dist, images, token_dists,  # noqa: E402
+                          vocab_markers, write_mmproj)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "ref"))
 import numpy_vision  # noqa: E402
 
-HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
-TEXT_MODELS = {
-    "gemma3": (HOME / "models" / "gemma-3-270m-q4_k_m.gguf", 640),
-    "idefics3": (HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf", 576),
-}
-OVERRIDES = {
-    "gemma3": dict(image_size=224),
-    "idefics3": dict(image_size=128, preproc_image_size=384),
-}
+OVERRIDES = SMALL
 ABLATIONS = {
     "gemma3": ["soft_emb_norm", "pool_max", "no_pad", "resize", "resize_order"],
     "idefics3": ["pixel_shuffle", "tile_order", "resize", "resize_order"],

@@ -53,23 +53,19 @@ from mtmd_ref import MtmdRef  # noqa: E402
 from smolvlm_lm import SMOLLM2, added_ids, write_smolvlm_lm  # noqa: E402
 from test_vision import png_bytes  # noqa: E402
 from vision_files import images as all_images  # noqa: E402
-from vision_files import write_mmproj  # noqa: E402
+from vision_files import SMALL, TEXT_MODELS, write_mmproj  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts" / "ref"))
 import numpy_llama  # noqa: E402
 import numpy_vision  # noqa: E402
 
-HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
-GEMMA3 = Path(os.environ.get("ZINFER_GEMMA3", HOME / "models" / "gemma-3-270m-q4_k_m.gguf"))
+GEMMA3 = Path(os.environ.get("ZINFER_GEMMA3", TEXT_MODELS["gemma3"][0]))
 PROMPTS = {
     "gemma3": "<start_of_turn>user\nDescribe this picture: <__media__> in a few words."
               "<end_of_turn>\n<start_of_turn>model\n",
     "idefics3": "<|im_start|>User:<__media__>Describe this image.<end_of_utterance>\nAssistant:",
 }
-OVERRIDES = {
-    "gemma3": dict(image_size=224),
-    "idefics3": dict(image_size=128, preproc_image_size=384),
-}
+OVERRIDES = SMALL
 SMOL_DIM = 256
 MAX_MEAN_KL = 1e-4
 NEAR_TIE = 0.01

@@ -73,11 +73,27 @@ MARKERS lists these strings per kind; vocab_markers(model_path, kind) maps
 each to its id in a text model's vocabulary (None where absent).
 """
 
+import os
+from pathlib import Path
+
 import gguf
 import numpy as np
 
 F16 = gguf.GGMLQuantizationType.F16
 F32 = gguf.GGMLQuantizationType.F32
+
+HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
+# the text models the tests pair each kind with, and their embedding length
+TEXT_MODELS = {
+    "gemma3": (HOME / "models" / "gemma-3-270m-q4_k_m.gguf", 640),
+    "idefics3": (HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf", 576),
+}
+# the tests' towers: the real widths, smaller tiles (gemma3: 16 soft tokens;
+# idefics3: several 128 px tiles of an image at most 384 px on its long side)
+SMALL = {
+    "gemma3": dict(image_size=224),
+    "idefics3": dict(image_size=128, preproc_image_size=384),
+}
 
 KINDS = {
     # google/gemma-3-*-it's vision tower (siglip-so400m-patch14-896)
