@@ -10,8 +10,11 @@ the code here stands alone but for gguf_meta and numpy_llama.kl).
 
 Every layer is either an attention layer ("a") or the family's recurrent
 block ("r"), read from the file: lfm2 and granitehybrid mark a recurrent
-layer with attention.head_count_kv[l] == 0 (an array); qwen35 makes layer
-l full attention when (l + 1) % full_attention_interval == 0 (default 4).
+layer with attention.head_count_kv[l] == 0 (an array); qwen35 reads the
+bool array attention.recurrent_layers when present (the current converter
+writes it), else makes layer l full attention when (l + 1) %
+full_attention_interval == 0 (default 4); its block_count includes
+nextn_predict_layers multi-token-prediction blocks, not run here.
 
 Notation: x the residual stream [n, n_embd]; rms(v, w) = v / sqrt(mean(v^2)
 + eps) * w with eps = attention.layer_norm_rms_epsilon everywhere (also the
@@ -157,12 +160,17 @@ class Model:
         def hp(name, default=None):
             return _field(r, f"{arch}.{name}", default)
 
-        self.n_layer = int(hp("block_count"))
+        # block_count includes the multi-token-prediction blocks (qwen35's
+        # nextn_predict_layers), which the forward pass does not run
+        self.n_layer = int(hp("block_count")) - int(hp("nextn_predict_layers", 0))
         self.n_embd = int(hp("embedding_length"))
         self.n_ff = int(hp("feed_forward_length"))
         self.n_head = int(hp("attention.head_count"))
         kv = hp("attention.head_count_kv", self.n_head)
-        kv = [int(v) for v in kv] if isinstance(kv, list) else [int(kv)] * self.n_layer
+        if isinstance(kv, list):
+            kv = [int(v) for v in kv][: self.n_layer]
+        else:
+            kv = [int(kv)] * self.n_layer
         if len(kv) != self.n_layer:
             raise ValueError(f"attention.head_count_kv has {len(kv)} entries, "
                              f"{self.n_layer} layers")
@@ -174,8 +182,15 @@ class Model:
         self.rope_base = float(hp("rope.freq_base", 10000.0))
         self.rope_dim = int(hp("rope.dimension_count", self.head_dim))
         if arch == "qwen35":
-            iv = int(hp("full_attention_interval", 4))
-            self.kinds = ["a" if (L + 1) % iv == 0 else "r" for L in range(self.n_layer)]
+            rec = r.fields.get(f"{arch}.attention.recurrent_layers")
+            if rec is not None:  # preferred by llama.cpp
+                rec = [bool(v) for v in rec.contents()]
+                if len(rec) != int(hp("block_count")):
+                    raise ValueError(f"attention.recurrent_layers has {len(rec)} entries")
+                self.kinds = ["r" if v else "a" for v in rec[: self.n_layer]]
+            else:
+                iv = int(hp("full_attention_interval", 4))
+                self.kinds = ["a" if (L + 1) % iv == 0 else "r" for L in range(self.n_layer)]
             self.n_head_kv = kv[0]
         else:
             self.kinds = ["r" if v == 0 else "a" for v in kv]
@@ -590,10 +605,17 @@ class Model:
             z = z / self.logit_scale
         return z
 
-    def forward(self, ids, state=None, hidden=False):
+    def forward(self, ids, state=None, hidden=False, chunk=None):
         """Logits [n, n_vocab] of ids after state's tokens (None: a new
-        sequence), one pass over the chunk; state is moved on."""
-        return self._run(ids, state, stepwise=False, hidden=hidden)
+        sequence), one pass over the chunk; state is moved on. chunk: pass
+        at most that many tokens at a time, carrying the state (long
+        prompts: the one-pass forms are quadratic in the chunk)."""
+        if chunk is None or len(ids) <= chunk:
+            return self._run(ids, state, stepwise=False, hidden=hidden)
+        if state is None:
+            state = self.new_state()
+        return np.concatenate([self._run(ids[i : i + chunk], state, stepwise=False, hidden=hidden)
+                               for i in range(0, len(ids), chunk)])
 
     def forward_stepwise(self, ids, state=None, hidden=False):
         """The same, one token at a time with the per-token recurrences."""

@@ -31,7 +31,9 @@ ggml-vocab-*.gguf):
                  a causal conv + silu; L2-normed q/k; beta = sigmoid(ssm_beta
                  x), g = softplus(ssm_alpha x + dt_b) * ssm_a; the gated delta
                  rule; RMS norm * silu(attn_gate x)) and gated full attention
-                 every full_attention_interval-th layer (Q and a sigmoid gate
+                 layers (attention.recurrent_layers false; the converter
+                 also writes full_attention_interval, llama.cpp's fallback)
+                 (Q and a sigmoid gate
                  from one attn_q, per-head Q/K norms, interleaved M-RoPE on
                  rope.dimension_count of head_dim, sections from
                  rope.dimension_sections); post_attention_norm before the
@@ -57,10 +59,12 @@ tens of tokens.
   path, tensors = write_hybrid(tmp / "q.gguf", "qwen35")
   write_hybrid(p, "lfm2", n_layer=6)
   write_hybrid(p, "granitehybrid", drop=("blk.0.ssm_a",))
-  write_hybrid(p, "qwen35", extra={"full_attention_interval": 2})
+  write_hybrid(p, "qwen35", layers="rara")   # attention.recurrent_layers
+  write_hybrid(p, "qwen35", recurrent_layers_key=False, full_attention_interval=2)
   write_hybrid(p, "qwen35", replace={"blk.0.ssm_conv1d.weight": (a, None)})
 
-overrides: any key of the arch's config (hybrid_config); extra: more
+overrides: any key of the arch's config (hybrid_config; layers: a string
+of "a"/"r" per layer, n_layer: the arch's pattern repeated); extra: more
 "<arch>." keys written after (or instead of, same name) the real ones; drop:
 tensor names left out; replace: name -> (array, raw GGML type or None).
 Returns (path, tensors): tensors maps name -> (array, raw type) as written
@@ -101,7 +105,7 @@ ARCHS = {
                    ffn_down=Q.F16, ssm_in=Q.F16, ssm_out=Q.F16)),
     "qwen35": dict(
         arch="qwen35", vocab=VENDOR / "ggml-vocab-qwen35.gguf", seed=203,
-        layers=None, full_attention_interval=4, n_layer=4,
+        layers=None, full_attention_interval=4, n_layer=4, recurrent_layers_key=True,
         n_embd=256, n_head=4, n_head_kv=2, head_dim=64, n_ff=512,
         n_ctx=262144, rope_base=10000000.0, rope_dim=16, rope_sections=(3, 3, 2, 0),
         eps=1e-6, d_conv=4, d_state=64, n_group=2, n_ssm_head=4,
@@ -127,7 +131,7 @@ def hybrid_config(arch, **overrides):
     cfg.update(overrides)
     cfg["types"] = types
     cfg["vocab"] = Path(cfg["vocab"])
-    if arch == "qwen35":
+    if arch == "qwen35" and cfg["layers"] is None:
         iv = cfg["full_attention_interval"]
         cfg["kinds"] = ["a" if (L + 1) % iv == 0 else "r" for L in range(cfg["n_layer"])]
     else:
@@ -174,6 +178,8 @@ def hybrid_hparams(cfg, n_vocab):
     if arch == "qwen35":
         hp["rope.dimension_count"] = cfg["rope_dim"]
         hp["rope.dimension_sections"] = list(cfg["rope_sections"])
+        if cfg["recurrent_layers_key"]:  # the converter writes both; llama.cpp prefers this
+            hp["attention.recurrent_layers"] = [k == "r" for k in cfg["kinds"]]
         hp["full_attention_interval"] = cfg["full_attention_interval"]
     return hp
 
