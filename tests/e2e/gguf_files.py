@@ -38,7 +38,8 @@ def tokenizer_rows(path):
 
 def write_gguf(path, arch, rows=(), hparams=None, tensors=(), drop=()):
     """Writes a GGUF of architecture arch: the metadata rows, then hparams
-    (name -> value, written as '<arch>.<name>': str, float32 or uint32),
+    (name -> value, written as '<arch>.<name>': str, bool, float32,
+    uint32, or a list as an int32 array),
     then tensors ((name, data, raw_dtype) triples, or a dict name ->
     (data, raw_dtype); raw_dtype None stores data as the array it is),
     leaving out the names in drop. Returns path."""
@@ -48,6 +49,10 @@ def write_gguf(path, arch, rows=(), hparams=None, tensors=(), drop=()):
     for k, v in (hparams or {}).items():
         if isinstance(v, str):
             w.add_string(f"{arch}.{k}", v)
+        elif isinstance(v, bool):  # before int: bool is an int
+            w.add_bool(f"{arch}.{k}", v)
+        elif isinstance(v, (list, tuple)):  # per-layer arrays (int32, as converters write)
+            w.add_array(f"{arch}.{k}", list(v))
         elif isinstance(v, float):
             w.add_float32(f"{arch}.{k}", v)
         else:
