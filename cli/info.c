@@ -376,6 +376,11 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
         printf(": %d layers, embedding %d, %d heads (%d KV heads) of %d, feed-forward %d",
                c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim);
     printf("\n");
+    if (in->have_cfg && c->n_recurrent > 0)
+        printf(ROW "%d of the %d layers: short convolutions %d wide (a state of %llu bytes a\n" ROW
+                   "sequence), the others attention\n",
+               "recurrent", c->n_recurrent, c->n_layers, c->conv_len,
+               (unsigned long long)zi_model_config_state_bytes_per_slot(c), "");
     if (in->have_cfg && c->moe.n_expert > 0) {
         printf(ROW "%d of %d per token, each %d wide", "experts", c->moe.n_expert_used,
                c->moe.n_expert, c->moe.ffn_dim);
@@ -436,9 +441,11 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
                        "repacks them for its kernels\n",
                    "weights", mib(in->bytes), (unsigned long long)in->bytes, mib(pl->weight_bytes),
                    "");
-        printf(ROW "%llu bytes per token (%.1f KiB): %d layers x %d KV heads x (%d K values\n",
+        const int n_attn = c->n_layers - c->n_recurrent;
+        printf(ROW "%llu bytes per token (%.1f KiB): %d %slayer%s x %d KV heads x (%d K values\n",
                "KV cache", (unsigned long long)in->kv_per_token, (double)in->kv_per_token / 1024.0,
-               c->n_layers, c->n_kv_heads, c->head_dim);
+               n_attn, c->n_recurrent ? "attention " : "", n_attn == 1 ? "" : "s", c->n_kv_heads,
+               c->head_dim);
         if (in->kv_k_bytes == 2 && in->kv_k_row_extra == 4 && in->kv_v_bytes == 2)
             printf(ROW "as int16 + a float scale, %d V values as float16) on the CPU backend\n", "",
                    c->head_dim);

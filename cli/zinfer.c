@@ -72,6 +72,7 @@ typedef struct opts {
     int json;
     /* logits */
     const char *out;
+    long long last; /* logits --last N: only the last N positions (0: all) */
     /* logits: images (--mmproj FILE, --image FILE ...) */
     const char *mmproj;
     const char *images[ZI_CLI_MAX_IMAGES];
@@ -192,9 +193,12 @@ static int prompt_ids(const opts *o, engine *e, int32_t **ids, size_t *n, zi_err
  * o->batch tokens, for `logits` and `bench` (generate goes through the
  * generator); the last chunk's last logits land in `logits`. With
  * all_logits, every position's logits are written to `all` ([n][vocab]). */
+/* Feeds ids[0..n) into sequence seq_id in passes of --batch-size tokens;
+ * the last position's logits go to logits and, when all is not NULL, those
+ * of every position from all_from on to all (rows from all_from). */
 static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int seq_id,
                           const int32_t *ids, size_t n, const zi_cli_images *ci, float *logits,
-                          float *all, zi_error *err) {
+                          float *all, size_t all_from, zi_error *err) {
     size_t B = (size_t)o->batch;
     int32_t *pos = malloc(B * sizeof *pos), *seq = malloc(B * sizeof *seq);
     uint8_t *want = malloc(B);
@@ -210,7 +214,7 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
         for (size_t i = 0; i < m; i++) {
             pos[i] = (int32_t)(start + i);
             seq[i] = seq_id;
-            want[i] = all != NULL || start + i == n - 1;
+            want[i] = (all != NULL && start + i >= all_from) || start + i == n - 1;
         }
         zi_batch b = {
             .n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
@@ -220,14 +224,15 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
             b.attn_pos = ci->attn_pos + start;
         }
         zi_kv_fixed_use(kv, &b);
-        float *dst = all ? all + start * (size_t)V : logits;
+        float *dst = all ? all + (start > all_from ? start - all_from : 0) * (size_t)V : logits;
         int last_chunk = start + m == n;
         if (!all && !last_chunk) {
             memset(want, 0, m); /* no logits needed from a middle chunk */
             want[m - 1] = 1;
         }
         rc = zi_model_forward(e->model, kv->kv, &b, dst, err);
-        if (!rc && all && last_chunk) memcpy(logits, all + (n - 1) * (size_t)V, V * sizeof(float));
+        if (!rc && all && last_chunk)
+            memcpy(logits, all + (n - 1 - all_from) * (size_t)V, V * sizeof(float));
     }
     free(pos);
     free(seq);
@@ -237,7 +242,7 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
 
 static int prefill(const opts *o, engine *e, const zi_kv_fixed *kv, int seq_id, const int32_t *ids,
                    size_t n, float *logits, float *all, zi_error *err) {
-    return prefill_images(o, e, kv, seq_id, ids, n, NULL, logits, all, err);
+    return prefill_images(o, e, kv, seq_id, ids, n, NULL, logits, all, 0, err);
 }
 
 /* ---- sampling ---- */
@@ -445,20 +450,24 @@ static int cmd_logits(const opts *o) {
     }
     if (!rc) rc = check_ctx(o, &e, n, 0, &ctx, &err);
     if (!rc) rc = zi_kv_fixed_create(e.model, 1, ctx, &kv, &err);
+    /* the positions written: all, or the last --last */
+    const size_t from = o->last > 0 && (size_t)o->last < n ? n - (size_t)o->last : 0,
+                 rows = n - from;
     if (!rc) {
-        all = malloc(n * (size_t)V * sizeof(float));
+        all = malloc(rows * (size_t)V * sizeof(float));
         last = malloc((size_t)V * sizeof(float));
         if (!all || !last)
-            rc = zi_error_set(&err, ZI_ENOMEM, "out of memory for %zu x %d logits", n, V);
+            rc = zi_error_set(&err, ZI_ENOMEM, "out of memory for %zu x %d logits", rows, V);
     }
-    if (!rc) rc = prefill_images(o, &e, &kv, 0, ids, n, o->mmproj ? &ci : NULL, last, all, &err);
+    if (!rc)
+        rc = prefill_images(o, &e, &kv, 0, ids, n, o->mmproj ? &ci : NULL, last, all, from, &err);
     if (!rc) {
         FILE *f = fopen(o->out, "wb");
         if (!f)
             rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", o->out, strerror(errno));
         else {
-            size_t w = fwrite(all, sizeof(float), n * (size_t)V, f);
-            if (fclose(f) != 0 || w != n * (size_t)V)
+            size_t w = fwrite(all, sizeof(float), rows * (size_t)V, f);
+            if (fclose(f) != 0 || w != rows * (size_t)V)
                 rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", o->out, strerror(errno));
         }
     }
@@ -466,6 +475,7 @@ static int cmd_logits(const opts *o) {
         json_t *j = json_object();
         json_object_set_new(j, "n_tokens", json_integer((json_int_t)n));
         json_object_set_new(j, "n_vocab", json_integer(V));
+        json_object_set_new(j, "rows_written", json_integer((json_int_t)rows));
         json_object_set_new(j, "prompt_token_ids", json_ids(ids, n));
         if (o->mmproj) {
             json_object_set_new(j, "images", json_integer(ci.n_images));
@@ -818,7 +828,9 @@ static const char *USAGE_DETOKENIZE =
 static const char *USAGE_LOGITS =
     "usage: zinfer logits (--prompt TEXT | --prompt-ids LIST) --out FILE [options]\n"
     "  Writes float32 little-endian logits [n_tokens][n_vocab] for every prompt position\n"
-    "  to FILE; the last stdout line is JSON {\"n_tokens\", \"n_vocab\", \"prompt_token_ids\"}.\n"
+    "  to FILE; the last stdout line is JSON {\"n_tokens\", \"n_vocab\", \"rows_written\",\n"
+    "  \"prompt_token_ids\"}.\n"
+    "  --last N    only the last N positions' rows (long prompts)\n"
     "  --mmproj FILE --image IMG ...: an image projector (llama.cpp's clip GGUF) and the\n"
     "  images (JPEG, PNG, WebP, GIF) that the prompt's <__media__> markers stand for, in\n"
     "  order; image positions' ids are keys (negative) and the JSON adds images,\n"
@@ -914,6 +926,8 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
         } else if (!strcmp(a, "--out")) {
             if (!v) return usage_error(cmd, "--out needs a file");
             o->out = v;
+        } else if (!strcmp(a, "--last")) {
+            if (!(rc = zi_parse_int(a, v, 1, INT32_MAX, &iv, &err))) o->last = iv;
         } else if (!strcmp(a, "--mmproj")) {
             if (!v) return usage_error(cmd, "--mmproj needs a projector file");
             o->mmproj = v;

@@ -276,6 +276,23 @@ typedef struct zi_backend_ops {
      * gather_rows). */
     void (*weighted_sum_rows)(zi_backend *be, float *out, const float *y, const int32_t *idx,
                               const float *w, int n_out, int k, int dim);
+    /* x[i] *= y[i] (the gates of the hybrid families' recurrent layers).
+     * Optional (NULL: the model refuses the hybrid families on the
+     * backend). */
+    void (*mul)(zi_backend *be, float *x, const float *y, size_t n);
+    /* A causal convolution over time, channel by channel, whose window is
+     * carried from pass to pass in a state (LFM2's short convolution): for
+     * tokens i < n in order and channels c, y[i][c] = the sum over j < K - 1
+     * of w[c*K + j] * s[j][c], then + w[c*K + K - 1] * x[i][c], in that
+     * order, where s is the last K - 1 inputs of token i's sequence, oldest
+     * first: row slot[i] of states ((K - 1) * channels floats, [j][c]), or
+     * zeros when pos[i] == 0; the row then shifts x[i] in. Rows of x and y
+     * are `channels` floats; a slot's tokens come in position order; slot
+     * and pos are host memory; y must not alias x. A channel's outputs
+     * depend on its own sequence's inputs only (batch invariance).
+     * Optional (as mul). */
+    void (*conv_state)(zi_backend *be, float *y, const float *x, const float *w, int K,
+                       int channels, float *states, const int32_t *slot, const int32_t *pos, int n);
     /* Waits until all queued work is done (nothing to wait for on the CPU)
      * and returns the first error any op met since the backend was made,
      * with its message in *err (err may be NULL): ops return nothing, so a

@@ -89,6 +89,15 @@ static const zi_family families[] = {
     /* nomic-embed-text (llama.cpp's nomic-bert): the bert block with NEOX
      * RoPE instead of positions, fused QKV and a SwiGLU feed-forward. */
     {.arch = "nomic-bert", .encoder = 1, .rope_neox = 1, .fused_qkv = 1},
+    /* LFM2 (LiquidAI, models/lfm2.cpp): a hybrid of short gated
+     * convolutions (the layers with head_count_kv 0) and GQA attention
+     * layers with per-head Q/K norms and NEOX RoPE; every layer's
+     * feed-forward is SwiGLU; the output norm is token_embd_norm. */
+    {.arch = "lfm2",
+     .rope_neox = 1,
+     .qk_norm = 1,
+     .recurrent = ZI_REC_SHORTCONV,
+     .output_norm = "token_embd_norm.weight"},
 };
 
 const zi_family *zi_family_find(const char *arch, size_t len) {
@@ -100,7 +109,7 @@ const zi_family *zi_family_find(const char *arch, size_t len) {
 
 const char *zi_family_names(void) {
     return "llama, gemma3, phi3, qwen2, qwen3, qwen3moe, qwen2moe, gpt-oss, gemma2, bert, "
-           "nomic-bert";
+           "nomic-bert, lfm2";
 }
 
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
@@ -118,9 +127,10 @@ int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_lo
         : f->gelu_ffn && !op->gelu              ? "GELU"
         : experts && (!op->gather_rows || !op->weighted_sum_rows || !op->matmul_groups)
             ? "expert routing"
-        : f->moe_oai && !op->swiglu_oai    ? "clamped SwiGLU"
-        : f->attn_sinks && !be->attn_sinks ? "attention sinks"
-                                           : NULL;
+        : f->moe_oai && !op->swiglu_oai                 ? "clamped SwiGLU"
+        : f->attn_sinks && !be->attn_sinks              ? "attention sinks"
+        : f->recurrent && (!op->mul || !op->conv_state) ? "recurrent layers"
+                                                        : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "the %s backend cannot run architecture '%s' yet (no %s)", op->name,

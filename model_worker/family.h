@@ -119,10 +119,22 @@ typedef struct zi_family {
     /* A shared expert beside the routed ones, gated by
      * sigmoid(ffn_gate_inp_shexp . x) (qwen2moe). */
     int moe_shared;
+    /* A hybrid: which of its layers keep a recurrent state instead of
+     * attention, and what that layer is (ZI_REC_*). ZI_REC_SHORTCONV
+     * (lfm2): the layers whose attention.head_count_kv (an array, one per
+     * layer) is 0; each runs in_proj (dim -> 3 dim: b, c, x), y = c *
+     * conv(b * x) over time (shortconv.conv, shortconv.l_cache wide, its
+     * window carried in the state), out_proj. */
+    int recurrent;
+    /* The output norm's tensor name when not output_norm.weight (lfm2's
+     * files call it token_embd_norm.weight). */
+    const char *output_norm;
 } zi_family;
 
 /* zi_family.moe */
 enum { ZI_MOE_NONE = 0, ZI_MOE_IF_KEYED = 1, ZI_MOE_ALWAYS = 2 };
+/* zi_family.recurrent */
+enum { ZI_REC_NONE = 0, ZI_REC_SHORTCONV = 1 };
 
 /* The family of general.architecture `arch` (len bytes), or NULL. */
 const zi_family *zi_family_find(const char *arch, size_t len);

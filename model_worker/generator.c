@@ -57,6 +57,24 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
                             cfg.kv_blocks, cfg.block_size, cfg.ctx,
                             (long long)(max_blocks * cfg.block_size));
     if (cfg.prefill_chunk > cfg.max_batch_tokens) cfg.prefill_chunk = cfg.max_batch_tokens;
+    /* A hybrid's recurrent state covers its sequence from the start
+     * (model.h): without state checkpoints there is no resuming from
+     * cached blocks and no rolling back drafts, so no prefix cache and no
+     * speculation (docs/hybrids.md). */
+    if (zi_model_get_config(m)->n_recurrent > 0) {
+        if (cfg.draft_model)
+            return zi_error_set(err, ZI_EUNSUPPORTED,
+                                "draft-model speculation is not supported for '%s' (a hybrid: "
+                                "its recurrent state cannot be rolled back)",
+                                zi_model_get_config(m)->arch);
+        cfg.prefix_cache = 0;
+        cfg.spec_lookup = 0;
+    }
+    if (cfg.draft_model && zi_model_get_config(cfg.draft_model)->n_recurrent > 0)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "a hybrid ('%s') cannot be the draft model: its recurrent state "
+                            "cannot be rolled back",
+                            zi_model_get_config(cfg.draft_model)->arch);
     const int dim = zi_model_get_config(m)->dim;
     if (cfg.image_dim == 0) cfg.image_dim = dim;
     if (cfg.image_dim != dim)
@@ -73,6 +91,7 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->n_sample_vocab = cfg.sample_vocab ? cfg.sample_vocab : g->n_vocab;
     g->dim = dim;
     int rc = zi_kv_cache_create_paged(m, cfg.kv_blocks, cfg.block_size, cfg.ctx, &g->kv, err);
+    if (!rc) rc = zi_kv_cache_add_states(g->kv, cfg.n_slots, err); /* a hybrid's: per slot */
     if (!rc) rc = zi_kv_blocks_create(cfg.kv_blocks, cfg.block_size, &g->kb, err);
     if (rc) {
         zi_generator_free(g);
@@ -100,10 +119,11 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->src_row = malloc(R * sizeof *g->src_row);
     g->embd_rows = malloc(B * sizeof *g->embd_rows);
     g->attn_pos = malloc(B * sizeof *g->attn_pos);
-    int ok = g->embd_rows && g->attn_pos && g->slot_used && g->seqs && g->tokens && g->pos &&
-             g->seq && g->want && g->tables &&
-             g->order && g->stepped && g->logits && g->first_row && g->rows && g->row_ctx &&
-             g->out_tok && g->sample_tok && g->spec_tok && g->src_row;
+    g->state_slots = malloc(S * sizeof *g->state_slots);
+    int ok = g->embd_rows && g->attn_pos && g->state_slots && g->slot_used && g->seqs &&
+             g->tokens && g->pos && g->seq && g->want && g->tables && g->order && g->stepped &&
+             g->logits && g->first_row && g->rows && g->row_ctx && g->out_tok && g->sample_tok &&
+             g->spec_tok && g->src_row;
     for (size_t i = 0; ok && i < S; i++)
         ok = (g->seqs[i].blocks = malloc((size_t)max_blocks * sizeof(int32_t))) != NULL;
     if (!ok) {
@@ -145,6 +165,7 @@ void zi_generator_free(zi_generator *g) {
     if (!g) return;
     zi_kv_cache_free(g->kv);
     zi_kv_blocks_free(g->kb);
+    free(g->state_slots);
     if (g->seqs)
         for (int i = 0; i < g->cfg.n_slots; i++) {
             free(g->seqs[i].blocks);
@@ -743,6 +764,7 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
         }
         int echo = wants_echo(c);
         int32_t row = (int32_t)p->n_stepped;
+        g->state_slots[row] = (int32_t)(q - g->seqs);
         memcpy(g->tables + (size_t)row * g->max_blocks, q->blocks,
                (size_t)q->n_blocks * sizeof *q->blocks);
         g->first_row[p->n_stepped] = p->n_rows;
@@ -1183,7 +1205,8 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
                   .f32_attn = g->es.n_stepped ? g->f32_attn : NULL,
                   .embd = p.n_embd ? g->embd : NULL,
                   .embd_rows = p.n_embd ? g->embd_rows : NULL,
-                  .attn_pos = p.non_causal ? g->attn_pos : NULL};
+                  .attn_pos = p.non_causal ? g->attn_pos : NULL,
+                  .state_slots = g->state_slots};
     /* (a step with image rows runs on the host path: its uploads are not
      * for a captured pass) */
     if (!g->es.n_stepped && !p.n_embd && device_step_ok(g, &p))
@@ -1210,6 +1233,9 @@ int zi_generator_next_token_embed(zi_generator *g, zi_text_context *const *batch
     if (n > (size_t)g->cfg.n_slots)
         return zi_error_set(err, ZI_EINVAL, "a batch of %zu contexts exceeds the %d slots", n,
                             g->cfg.n_slots);
+    if (n_embeds > 0 && zi_model_get_config(g->model)->n_recurrent > 0)
+        return zi_error_set(err, ZI_EUNSUPPORTED, "embeddings of '%s' (a hybrid) are not supported",
+                            zi_model_get_config(g->model)->arch);
     for (size_t k = 0; k < n_embeds; k++)
         if (embeds[k]->n_tokens > g->cfg.ctx ||
             embeds[k]->max_blocks <

@@ -137,6 +137,8 @@ struct zi_generator {
     float *embd;
     size_t embd_cap; /* rows */
     int32_t *embd_rows, *attn_pos; /* [max_batch_tokens] */
+    int32_t *state_slots;          /* [n_slots] a step's table row -> its slot (a hybrid's
+                                    * recurrent states, zi_batch.state_slots) */
     int dim;                       /* the model's */
 };
 

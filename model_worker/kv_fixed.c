@@ -18,6 +18,11 @@ int zi_kv_fixed_create(zi_model *m, int32_t n_seqs, int32_t ctx, zi_kv_fixed *ou
     int32_t n_blocks = (int32_t)(stride * n_seqs);
     int rc = zi_kv_cache_create_paged(m, n_blocks, ZI_KV_FIXED_BLOCK, ctx, &out->kv, err);
     if (rc) return rc;
+    /* A hybrid's recurrent states: one slot per sequence, slot = row. */
+    if ((rc = zi_kv_cache_add_states(out->kv, n_seqs, err))) {
+        zi_kv_fixed_free(out);
+        return rc;
+    }
     if (!(out->tables = malloc((size_t)n_blocks * sizeof *out->tables))) {
         zi_kv_fixed_free(out);
         return zi_error_set(err, ZI_ENOMEM, "out of memory for the KV cache's slot table");

@@ -14,6 +14,7 @@ void zi_mem_model_of(const zi_model *m, int max_batch_tokens, int max_logit_rows
     out->kv_bytes_per_token = zi_model_kv_bytes_per_token(m);
     out->work_bytes =
         zi_model_config_work_bytes(zi_model_get_config(m), max_batch_tokens, max_logit_rows);
+    out->state_bytes_per_slot = zi_model_state_bytes_per_slot(m);
 }
 
 /* The bytes backend be holds for tensor t once loaded: the CPU backend's
@@ -47,6 +48,7 @@ int zi_mem_model_of_file(const zi_gguf *g, const zi_backend *be, int max_batch_t
     out->weight_bytes = weights;
     out->kv_bytes_per_token = zi_model_config_kv_bytes_per_token(cfg, be);
     out->work_bytes = zi_model_config_work_bytes(cfg, max_batch_tokens, max_logit_rows);
+    out->state_bytes_per_slot = zi_model_config_state_bytes_per_slot(cfg);
     return ZI_OK;
 }
 
@@ -62,7 +64,10 @@ int zi_mem_plan_make(const zi_mem_model *model, const zi_mem_model *draft, int s
     uint64_t per_seq =
         ((uint64_t)ctx + (uint64_t)block_size - 1) / (uint64_t)block_size * (uint64_t)block_size;
     uint64_t tokens = per_seq * (uint64_t)slots, kv = 0, t = 0;
+    uint64_t states = 0;
     int of = __builtin_mul_overflow(tokens, model->kv_bytes_per_token, &kv);
+    of |= __builtin_mul_overflow((uint64_t)slots, model->state_bytes_per_slot, &states);
+    of |= __builtin_add_overflow(kv, states, &kv);
     uint64_t weights = model->weight_bytes, work = model->work_bytes,
              per_tok = model->kv_bytes_per_token;
     if (draft) {

@@ -36,6 +36,7 @@ typedef struct zi_mem_model {
     uint64_t weight_bytes;       /* the weights as held in memory */
     uint64_t kv_bytes_per_token; /* K and V of every layer, in the backend's layout */
     uint64_t work_bytes;         /* activations and logits (zi_model_config_work_bytes) */
+    uint64_t state_bytes_per_slot; /* a hybrid's recurrent states, per sequence (0: none) */
 } zi_mem_model;
 
 /* A loaded model, with the working buffers of a pass of max_batch_tokens
@@ -60,7 +61,8 @@ typedef struct zi_mem_plan {
     uint64_t kv_tokens;          /* slots x ctx, each sequence in whole blocks */
     uint64_t weight_bytes;       /* the model's, plus the draft model's */
     uint64_t kv_bytes_per_token; /* the model's, plus the draft model's */
-    uint64_t kv_bytes;           /* the KV cache (and the draft model's: a block per slot more) */
+    uint64_t kv_bytes;           /* the KV cache (and the draft model's: a block per slot more);
+                                  * of a hybrid, with its slots' recurrent states */
     uint64_t work_bytes;         /* working buffers, the model's and the draft model's */
     uint64_t total_bytes;        /* weights + KV cache + working buffers: the default budget */
 } zi_mem_plan;

@@ -10,6 +10,7 @@
 #include "encoder_span.h"
 #include "family.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,12 @@ typedef struct zi_layer {
     int local;                                      /* a sliding-window layer */
     zi_weight wq, wk, wv, wo, w_gate, w_up, w_down; /* w_gate..w_down: a dense layer's */
     zi_moe_layer moe; /* a mixture of experts' (cfg.moe.n_expert > 0) */
+    /* A hybrid's recurrent layer (family.h's recurrent) in place of the
+     * attention: lfm2's short convolution, its in_proj split at load into
+     * the b, c and x rows, the kernel ([dim][conv_len]) and out_proj. */
+    int recurrent;
+    zi_weight sc_b, sc_c, sc_x, sc_out;
+    float *sc_conv;
 } zi_layer;
 
 struct zi_model {
@@ -54,6 +61,9 @@ struct zi_model {
      * a prefix cache keys image positions by them), for get_rows */
     int32_t *embd_ids;
     int embd_ids_cap;
+    /* A hybrid's pass: each token's state slot (check_states) */
+    int32_t *tok_slot;
+    int tok_slot_cap;
     zi_layer *layers;
     uint64_t weight_bytes;
     uint64_t weight_macs;  /* multiply-adds of the products per token */
@@ -72,7 +82,15 @@ struct zi_model {
 struct zi_kv_cache {
     zi_model *m;
     int n_blocks, block_size, max_ctx;
-    void **k, **v; /* per layer: n_blocks blocks, the backend's layout (backend.h) */
+    void **k, **v; /* per layer: n_blocks blocks, the backend's layout (backend.h);
+                    * NULL for a recurrent layer */
+    /* A hybrid's state slots (zi_kv_cache_add_states): per recurrent layer
+     * n_states rows of (conv_len - 1) * dim floats (backend memory), and
+     * each slot's length, the positions its state covers. */
+    int n_states;
+    float **conv;
+    int32_t *state_len;
+    int32_t *state_next, *state_row; /* [n_states] a pass's check (check_states) */
 };
 
 /* ---- loading ---- */
@@ -226,6 +244,60 @@ static int layer_is_local(const zi_model_config *c, int l) {
     return c->swa_pattern == 0 || l % c->swa_pattern < c->swa_pattern - 1;
 }
 
+/* attention.head_count_kv (key): a number, or for a hybrid family an
+ * array with one per layer, 0 for its recurrent layers (lfm2), the others
+ * all alike. Sets *kv_heads (head_count when absent), c->n_recurrent and
+ * c->conv_len. *recurrent_of (when not NULL) gets the array's layers. */
+static int layer_kinds(const zi_gguf *g, const zi_model_config *c, const char *key,
+                       uint32_t *kv_heads, int *n_recurrent, uint8_t *recurrent_of, zi_error *err) {
+    const zi_gguf_kv *kvk = zi_gguf_find_kv(g, key);
+    *n_recurrent = 0;
+    if (!kvk || kvk->type != ZI_GGUF_ARRAY || !c->family->recurrent)
+        return zi_gguf_get_u32_or(g, key, (uint32_t)c->n_heads, kv_heads, err);
+    if ((kvk->arr_type != ZI_GGUF_INT32 && kvk->arr_type != ZI_GGUF_UINT32) ||
+        kvk->arr_len != (uint64_t)c->n_layers)
+        return zi_error_set(err, ZI_EFORMAT, "%s must be %d integers, one per layer", key,
+                            c->n_layers);
+    const void *d;
+    uint64_t n;
+    int rc = zi_gguf_get_array(g, key, kvk->arr_type, &d, &n, err);
+    if (rc) return rc;
+    *kv_heads = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        uint32_t h;
+        memcpy(&h, (const uint8_t *)d + 4 * (size_t)l, 4);
+        if (recurrent_of) recurrent_of[l] = h == 0;
+        if (h == 0) {
+            ++*n_recurrent;
+        } else if (*kv_heads && h != *kv_heads) {
+            return zi_error_set(err, ZI_EUNSUPPORTED,
+                                "%s: layer %d has %u KV heads, an earlier layer %u (the attention "
+                                "layers must agree)",
+                                key, l, h, *kv_heads);
+        } else {
+            *kv_heads = h;
+        }
+    }
+    if (*kv_heads == 0) *kv_heads = (uint32_t)c->n_heads; /* no attention layer */
+    return ZI_OK;
+}
+
+/* The layer pattern of a hybrid (layer_kinds) and its recurrent layers'
+ * keys into c. */
+static int load_layer_kinds(const zi_gguf *g, zi_model_config *c, const char *key,
+                            uint32_t *kv_heads, zi_error *err) {
+    int rc = layer_kinds(g, c, key, kv_heads, &c->n_recurrent, NULL, err);
+    c->conv_len = 0;
+    if (rc || !c->n_recurrent) return rc;
+    uint32_t v;
+    if ((rc = meta_u32(g, c->arch, "shortconv.l_cache", &v, err))) return rc;
+    if (v < 2 || v > 64)
+        return zi_error_set(err, ZI_EFORMAT, "%s.shortconv.l_cache = %u is out of range (2..64)",
+                            c->arch, v);
+    c->conv_len = (int)v;
+    return ZI_OK;
+}
+
 static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     zi_str arch;
     int rc = zi_gguf_get_str(g, "general.architecture", &arch, err);
@@ -256,7 +328,7 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     }
     char key[128];
     snprintf(key, sizeof key, "%s.attention.head_count_kv", c->arch);
-    if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)c->n_heads, &v, err))) return rc;
+    if ((rc = load_layer_kinds(g, c, key, &v, err))) return rc;
     if (v == 0 || v > (uint32_t)c->n_heads || c->n_heads % (int)v != 0)
         return zi_error_set(err, ZI_EFORMAT, "%s = %u does not divide head_count %d", key, v,
                             c->n_heads);
@@ -430,6 +502,31 @@ static int load_encoder_layer(zi_model *m, int l, zi_layer *L, zi_error *err) {
     return ZI_OK;
 }
 
+/* A hybrid's recurrent layer l (family.h's recurrent): its pre-norms and
+ * lfm2's short convolution, in_proj's rows split into b, c and x. */
+static int load_recurrent_layer(zi_model *m, int l, zi_layer *L, zi_error *err) {
+    const zi_model_config *c = &m->cfg;
+    char n[96];
+    int rc;
+    const zi_gguf_tensor *t = NULL;
+#define ZI_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
+    if ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
+        (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)) ||
+        (rc = find_tensor(m->gguf, ZI_NAME("shortconv.conv.weight"), c->conv_len, c->dim, &t, err)))
+        return rc;
+    if (!(L->sc_conv = m->be->ops->vector_init(m->be, t, err)))
+        return err && err->code ? err->code : zi_error_set(err, ZI_ENOMEM, "cannot load '%s'", n);
+    const int64_t d = c->dim;
+    if ((rc = load_matrix_rows(m, ZI_NAME("shortconv.in_proj.weight"), d, 3 * d, 0, d, &L->sc_b,
+                               err)) ||
+        (rc = load_matrix_rows(m, n, d, 3 * d, d, d, &L->sc_c, err)) ||
+        (rc = load_matrix_rows(m, n, d, 3 * d, 2 * d, d, &L->sc_x, err)) ||
+        (rc = load_matrix(m, ZI_NAME("shortconv.out_proj.weight"), d, d, &L->sc_out, err)))
+        return rc;
+#undef ZI_NAME
+    return ZI_OK;
+}
+
 static int load_weights(zi_model *m, zi_error *err) {
     const zi_model_config *c = &m->cfg;
     int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
@@ -457,7 +554,8 @@ static int load_weights(zi_model *m, zi_error *err) {
                             vocab, (long long)emb->ne[1]);
     if ((rc = load_matrix(m, "token_embd.weight", c->dim, c->n_vocab, &m->tok_embd, err)))
         return rc;
-    if (!f->encoder && (rc = load_vector(m, "output_norm.weight", c->dim, &m->output_norm, err)))
+    if (!f->encoder && (rc = load_vector(m, f->output_norm ? f->output_norm : "output_norm.weight",
+                                         c->dim, &m->output_norm, err)))
         return rc;
     if (zi_gguf_find_tensor(m->gguf, "output.weight")) {
         if ((rc = load_matrix(m, "output.weight", c->dim, c->n_vocab, &m->output, err))) return rc;
@@ -494,6 +592,18 @@ static int load_weights(zi_model *m, zi_error *err) {
         m->layers[l].local = local_arr ? local_arr[l] != 0 : layer_is_local(c, l);
         any_local |= m->layers[l].local;
     }
+    if (c->n_recurrent > 0) { /* which layers (load_layer_kinds counted them) */
+        uint8_t *rec = calloc((size_t)c->n_layers, 1);
+        uint32_t kvh;
+        int n_rec = 0;
+        snprintf(key, sizeof key, "%s.attention.head_count_kv", c->arch);
+        rc = rec ? layer_kinds(m->gguf, c, key, &kvh, &n_rec, rec, err)
+                 : zi_error_set(err, ZI_ENOMEM, "out of memory");
+        for (int l = 0; !rc && l < c->n_layers; l++) m->layers[l].recurrent = rec[l];
+        free(rec);
+        if (rc) return rc;
+        assert(n_rec == c->n_recurrent);
+    }
     if ((rc = zi_family_check_backend(f, m->be, any_local, c->final_softcap > 0.0f,
                                       c->attn_softcap > 0.0f, has_biases(m) || c->moe.oai,
                                       c->moe.n_expert > 0, err)) ||
@@ -505,9 +615,12 @@ static int load_weights(zi_model *m, zi_error *err) {
         zi_layer *L = &m->layers[l];
         char n[96];
 #define ZI_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
-        if (f->qk_norm &&
-            ((rc = load_vector(m, ZI_NAME("attn_q_norm.weight"), c->head_dim, &L->q_norm, err)) ||
-             (rc = load_vector(m, ZI_NAME("attn_k_norm.weight"), c->head_dim, &L->k_norm, err))))
+        if (L->recurrent) {
+            if ((rc = load_recurrent_layer(m, l, L, err))) return rc;
+        } else if (f->qk_norm && ((rc = load_vector(m, ZI_NAME("attn_q_norm.weight"), c->head_dim,
+                                                    &L->q_norm, err)) ||
+                                  (rc = load_vector(m, ZI_NAME("attn_k_norm.weight"), c->head_dim,
+                                                    &L->k_norm, err))))
             return rc;
         if (f->post_norms && ((rc = load_vector(m, ZI_NAME("post_attention_norm.weight"), c->dim,
                                                 &L->post_attn_norm, err)) ||
@@ -515,24 +628,29 @@ static int load_weights(zi_model *m, zi_error *err) {
                                                 &L->post_ffn_norm, err))))
             return rc;
         if (f->encoder && (rc = load_encoder_layer(m, l, L, err))) return rc;
-        if (f->attn_sinks &&
+        if (!L->recurrent && f->attn_sinks &&
             (rc = load_vector(m, ZI_NAME("attn_sinks.weight"), c->n_heads, &L->sinks, err)))
             return rc;
-        if (!f->encoder &&
+        if (!f->encoder && !L->recurrent &&
             (rc = load_opt_vector(m, ZI_NAME("attn_output.bias"), c->dim, &L->bo, err)))
             return rc;
-        if ((!f->encoder &&
-             ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
-              (rc = load_vector(m,
-                                f->ffn_norm_post_attn ? ZI_NAME("post_attention_norm.weight")
-                                                      : ZI_NAME("ffn_norm.weight"),
-                                c->dim, &L->ffn_norm, err)))) ||
-            (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
-            (rc = load_opt_vector(m, ZI_NAME("attn_q.bias"), qd, &L->bq, err)) ||
-            (rc = load_opt_vector(m, ZI_NAME("attn_k.bias"), kvd, &L->bk, err)) ||
-            (rc = load_opt_vector(m, ZI_NAME("attn_v.bias"), kvd, &L->bv, err)))
+        if (L->recurrent) {
+            /* its norms and convolution: load_recurrent_layer */
+        } else if ((!f->encoder &&
+                    ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm,
+                                       err)) ||
+                     (rc = load_vector(m,
+                                       f->ffn_norm_post_attn ? ZI_NAME("post_attention_norm.weight")
+                                                             : ZI_NAME("ffn_norm.weight"),
+                                       c->dim, &L->ffn_norm, err)))) ||
+                   (rc = load_matrix(m, ZI_NAME("attn_output.weight"), qd, c->dim, &L->wo, err)) ||
+                   (rc = load_opt_vector(m, ZI_NAME("attn_q.bias"), qd, &L->bq, err)) ||
+                   (rc = load_opt_vector(m, ZI_NAME("attn_k.bias"), kvd, &L->bk, err)) ||
+                   (rc = load_opt_vector(m, ZI_NAME("attn_v.bias"), kvd, &L->bv, err)))
             return rc;
-        if (f->fused_qkv && zi_gguf_find_tensor(m->gguf, ZI_NAME("attn_qkv.weight"))) {
+        if (L->recurrent) {
+            /* no attention */
+        } else if (f->fused_qkv && zi_gguf_find_tensor(m->gguf, ZI_NAME("attn_qkv.weight"))) {
             const int64_t all = qd + 2 * kvd;
             if ((rc = load_matrix_rows(m, n, c->dim, all, 0, qd, &L->wq, err)) ||
                 (rc = load_matrix_rows(m, n, c->dim, all, qd, kvd, &L->wk, err)) ||
@@ -606,14 +724,15 @@ void zi_model_free(zi_model *m) {
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             zi_layer *L = &m->layers[l];
-            zi_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            zi_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,   &L->wo,   &L->w_gate, &L->w_up,
+                               &L->w_down, &L->sc_b, &L->sc_c, &L->sc_x, &L->sc_out};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
             zi_moe_free_layer(be, &m->cfg.moe, &L->moe);
             float *vecs[] = {
                 L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm, L->post_attn_norm,
                 L->post_ffn_norm, L->bq,       L->bk,       L->bv,     L->ln_attn,
                 L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,     L->b_up,
-                L->b_down,        L->sinks};
+                L->b_down,        L->sinks,    L->sc_conv};
             for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) be->ops->free(be, vecs[i]);
         }
         free(m->layers);
@@ -631,6 +750,7 @@ void zi_model_free(zi_model *m) {
     be->ops->free(be, m->embd_norm_b);
     free(m->span);
     free(m->embd_ids);
+    free(m->tok_slot);
     free(m->row_n);
     zi_moe_scratch_free(be, m->moe_scratch);
     zi_gguf_close(m->gguf);
@@ -676,7 +796,7 @@ void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
 /* ---- KV cache ---- */
 
 uint64_t zi_model_config_kv_bytes_per_token(const zi_model_config *c, const zi_backend *be) {
-    return (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads *
+    return (uint64_t)(c->n_layers - c->n_recurrent) * (uint64_t)c->n_kv_heads *
            ((uint64_t)c->head_dim * (uint64_t)(be->kv_k_bytes + be->kv_v_bytes) +
             (uint64_t)be->kv_k_row_extra);
 }
@@ -745,6 +865,7 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
     }
     int ok = kv->k && kv->v;
     for (int l = 0; ok && l < L; l++) {
+        if (m->layers[l].recurrent) continue; /* its state: zi_kv_cache_add_states */
         kv->k[l] = m->be->ops->alloc(m->be, kbytes);
         kv->v[l] = m->be->ops->alloc(m->be, vbytes);
         ok = kv->k[l] && kv->v[l];
@@ -754,7 +875,8 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
         return zi_error_set(err, ZI_ENOMEM,
                             "cannot allocate a KV cache of %d blocks x %d "
                             "positions (%.1f MiB)",
-                            n_blocks, block_size, L * (double)(kbytes + vbytes) / (1 << 20));
+                            n_blocks, block_size,
+                            (L - m->cfg.n_recurrent) * (double)(kbytes + vbytes) / (1 << 20));
     }
     *out = kv;
     return ZI_OK;
@@ -764,12 +886,70 @@ void zi_kv_cache_free(zi_kv_cache *kv) {
     if (!kv) return;
     zi_backend *be = kv->m->be;
     for (int l = 0; l < kv->m->cfg.n_layers; l++) {
-        if (kv->k) be->ops->free(be, kv->k[l]);
-        if (kv->v) be->ops->free(be, kv->v[l]);
+        if (kv->k && kv->k[l]) be->ops->free(be, kv->k[l]);
+        if (kv->v && kv->v[l]) be->ops->free(be, kv->v[l]);
+        if (kv->conv && kv->conv[l]) be->ops->free(be, kv->conv[l]);
     }
     free(kv->k);
     free(kv->v);
+    free(kv->conv);
+    free(kv->state_len);
+    free(kv->state_next);
+    free(kv->state_row);
     free(kv);
+}
+
+uint64_t zi_model_config_state_bytes_per_slot(const zi_model_config *c) {
+    if (c->n_recurrent == 0) return 0;
+    return (uint64_t)c->n_recurrent * (uint64_t)(c->conv_len - 1) * (uint64_t)c->dim *
+           sizeof(float);
+}
+
+uint64_t zi_model_state_bytes_per_slot(const zi_model *m) {
+    return zi_model_config_state_bytes_per_slot(&m->cfg);
+}
+
+int zi_kv_cache_add_states(zi_kv_cache *kv, int n_slots, zi_error *err) {
+    const zi_model *m = kv->m;
+    const zi_model_config *c = &m->cfg;
+    if (c->n_recurrent == 0) return ZI_OK; /* nothing to keep */
+    if (kv->n_states)
+        return zi_error_set(err, ZI_EINVAL, "the KV cache has its %d state slots already",
+                            kv->n_states);
+    if (n_slots < 1 || n_slots > (1 << 20))
+        return zi_error_set(err, ZI_EINVAL, "%d state slots (need 1..%d)", n_slots, 1 << 20);
+    const size_t row = (size_t)(c->conv_len - 1) * (size_t)c->dim * sizeof(float);
+    kv->conv = calloc((size_t)c->n_layers, sizeof *kv->conv);
+    kv->state_len = calloc((size_t)n_slots, sizeof *kv->state_len);
+    kv->state_next = calloc((size_t)n_slots, sizeof *kv->state_next);
+    kv->state_row = calloc((size_t)n_slots, sizeof *kv->state_row);
+    int ok = kv->conv && kv->state_len && kv->state_next && kv->state_row;
+    for (int l = 0; ok && l < c->n_layers; l++)
+        if (m->layers[l].recurrent)
+            ok = (kv->conv[l] = m->be->ops->alloc(m->be, row * n_slots)) != NULL;
+    if (!ok) {
+        for (int l = 0; kv->conv && l < c->n_layers; l++)
+            if (kv->conv[l]) m->be->ops->free(m->be, kv->conv[l]);
+        free(kv->conv);
+        free(kv->state_len);
+        free(kv->state_next);
+        free(kv->state_row);
+        kv->conv = NULL, kv->state_len = kv->state_next = kv->state_row = NULL;
+        return zi_error_set(err, ZI_ENOMEM, "cannot allocate %d recurrent state slots (%.1f MiB)",
+                            n_slots,
+                            (double)zi_model_state_bytes_per_slot(m) * n_slots / (1 << 20));
+    }
+    kv->n_states = n_slots;
+    return ZI_OK;
+}
+
+int zi_kv_cache_state_slots(const zi_kv_cache *kv) {
+    return kv->n_states;
+}
+
+int32_t zi_kv_cache_state_length(const zi_kv_cache *kv, int slot) {
+    assert(slot >= 0 && slot < kv->n_states);
+    return kv->state_len[slot];
 }
 
 int zi_kv_cache_ctx(const zi_kv_cache *kv) {
@@ -796,7 +976,11 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, bool own_logi
         free_buffers(m);
         size_t T = (size_t)n_tokens;
         size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-        const size_t ffn = c->moe.n_expert > 0 ? 0 : (size_t)c->ffn_dim; /* moe.c has its own */
+        size_t ffn = c->moe.n_expert > 0 ? 0 : (size_t)c->ffn_dim; /* moe.c has its own */
+        if (c->n_recurrent) { /* shortconv_block's b, c, x rows in gate, up and att */
+            ffn = ffn > (size_t)c->dim ? ffn : (size_t)c->dim;
+            qd = qd > (size_t)c->dim ? qd : (size_t)c->dim;
+        }
         struct {
             float **p;
             size_t n;
@@ -1021,10 +1205,73 @@ static void encoder_embed(zi_model *m, const zi_batch *b) {
  * m->logits and then a download), and stay in m->logits when it is NULL.
  * Nothing waits for the backend here: the caller syncs.
  */
+/* A hybrid's state slots for the pass (zi_kv_cache_add_states): each
+ * token's slot into m->tok_slot, each slot named by one table row, and
+ * each slot's tokens continuing its state (or starting it over at
+ * position 0). Nothing changes when the pass is refused. */
+static int check_states(zi_model *m, zi_kv_cache *kv, const zi_batch *b, zi_error *err) {
+    const int T = b->n_tokens;
+    if (!kv->n_states)
+        return zi_error_set(err, ZI_EINVAL,
+                            "'%s' keeps recurrent states, and the KV cache has no state slots",
+                            m->cfg.arch);
+    if (T > m->tok_slot_cap) {
+        int32_t *n = realloc(m->tok_slot, (size_t)T * sizeof *n);
+        if (!n) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        m->tok_slot = n, m->tok_slot_cap = T;
+    }
+    for (int i = 0; i < T; i++) {
+        const int r = b->seq[i], s = b->state_slots ? b->state_slots[r] : r;
+        if (s < 0 || s >= kv->n_states)
+            return zi_error_set(err, ZI_EINVAL, "state slot %d of table row %d is outside 0..%d", s,
+                                r, kv->n_states - 1);
+        m->tok_slot[i] = s;
+        kv->state_next[s] = kv->state_len[s];
+        kv->state_row[s] = -1;
+    }
+    for (int i = 0; i < T; i++) {
+        const int s = m->tok_slot[i];
+        if (kv->state_row[s] < 0) kv->state_row[s] = b->seq[i];
+        if (kv->state_row[s] != b->seq[i])
+            return zi_error_set(err, ZI_EINVAL, "state slot %d is named by table rows %d and %d", s,
+                                kv->state_row[s], b->seq[i]);
+        if (b->pos[i] != 0 && b->pos[i] != kv->state_next[s])
+            return zi_error_set(err, ZI_EINVAL,
+                                "token %d is at position %d of state slot %d, whose state covers "
+                                "%d positions: a hybrid's sequence is fed in order from its start",
+                                i, b->pos[i], s, kv->state_next[s]);
+        kv->state_next[s] = b->pos[i] + 1;
+    }
+    return ZI_OK;
+}
+
+/* lfm2's short-convolution block on the normalized rows `in` (T tokens),
+ * its output added to the residual stream x: in_proj's b, c and x rows,
+ * y = c * conv(b * x) with the window carried in layer l's states,
+ * out_proj. */
+static void shortconv_block(zi_model *m, zi_kv_cache *kv, int l, const float *in,
+                            const zi_batch *b) {
+    zi_backend *be = m->be;
+    const zi_backend_ops *op = be->ops;
+    const zi_layer *L = &m->layers[l];
+    const int T = b->n_tokens, dim = m->cfg.dim;
+    const size_t n = (size_t)T * dim;
+    float *outs[3] = {m->gate, m->up, m->att}; /* b, c, x */
+    const zi_weight *ws[3] = {&L->sc_b, &L->sc_c, &L->sc_x};
+    op->matmul_n(be, 3, outs, ws, in, T);
+    op->mul(be, m->gate, m->att, n); /* b * x */
+    op->conv_state(be, m->att, m->gate, L->sc_conv, m->cfg.conv_len, dim, kv->conv[l], m->tok_slot,
+                   b->pos, T);
+    op->mul(be, m->att, m->up, n); /* c * conv */
+    op->matmul(be, m->tmp, &L->sc_out, m->att, T);
+    op->add(be, m->x, m->tmp, n);
+}
+
 static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *host_out,
                            int *rows_out, zi_error *err) {
     int rc = validate_batch(m, kv, b, err);
     if (rc) return rc;
+    if (m->cfg.n_recurrent && (rc = check_states(m, kv, b, err))) return rc;
     if (b->want_hidden && !b->hidden)
         return zi_error_set(err, ZI_EINVAL, "want_hidden without a hidden buffer");
     int T = b->n_tokens, n_wanted = 0, n_spans = 0, n_f32 = 0;
@@ -1133,50 +1380,58 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     for (int l = 0; l < c->n_layers; l++) {
         const zi_layer *L = &m->layers[l];
         if (!f->encoder) op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, c->dim, c->norm_eps);
-        float *qkv_out[3] = {m->q, m->k, m->v};
-        const zi_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
-        op->matmul_n(be, 3, qkv_out, qkv_w, in, T);
-        if (L->bq) op->add_bias(be, m->q, L->bq, T, c->n_heads * c->head_dim);
-        if (L->bk) op->add_bias(be, m->k, L->bk, T, c->n_kv_heads * c->head_dim);
-        if (L->bv) op->add_bias(be, m->v, L->bv, T, c->n_kv_heads * c->head_dim);
-        if (L->q_norm) { /* per head: rows of head_dim */
-            op->rmsnorm(be, m->q, m->q, L->q_norm, T * c->n_heads, c->head_dim, c->norm_eps);
-            op->rmsnorm(be, m->k, m->k, L->k_norm, T * c->n_kv_heads, c->head_dim, c->norm_eps);
-        }
-        const zi_rope_freqs *rf = L->local ? &rf_local : &rf_global;
-        if (!f->abs_pos) {
-            rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, rf);
-            rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, rf);
-        }
-        shape.window = L->local ? c->sliding_window : 0;
-        shape.sinks = L->sinks;
-        if (n_spans > 0) { /* an encoder's inputs, each over its own float32 K/V */
-            op->span_attention(be, m->att, m->q, m->k, m->v, m->order, m->starts, n_spans, &shape);
+        if (L->recurrent) {
+            shortconv_block(m, kv, l, in, b);
         } else {
-            op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
-            op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &att_view, &shape);
-            /* A decoder's whole embedding inputs again, over the pass's
-             * float32 K/V (zi_batch.f32_attn): their rows of att replaced. */
-            if (n_f32 > 0 && !shape.window && shape.softcap == 0.0f && !shape.sinks) {
-                shape.causal = 1;
-                op->span_attention(be, m->att, m->q, m->k, m->v, m->order, m->starts, n_f32,
-                                   &shape);
-                shape.causal = 0;
+            float *qkv_out[3] = {m->q, m->k, m->v};
+            const zi_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
+            op->matmul_n(be, 3, qkv_out, qkv_w, in, T);
+            if (L->bq) op->add_bias(be, m->q, L->bq, T, c->n_heads * c->head_dim);
+            if (L->bk) op->add_bias(be, m->k, L->bk, T, c->n_kv_heads * c->head_dim);
+            if (L->bv) op->add_bias(be, m->v, L->bv, T, c->n_kv_heads * c->head_dim);
+            if (L->q_norm) { /* per head: rows of head_dim */
+                op->rmsnorm(be, m->q, m->q, L->q_norm, T * c->n_heads, c->head_dim, c->norm_eps);
+                op->rmsnorm(be, m->k, m->k, L->k_norm, T * c->n_kv_heads, c->head_dim, c->norm_eps);
             }
+            const zi_rope_freqs *rf = L->local ? &rf_local : &rf_global;
+            if (!f->abs_pos) {
+                rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, rf);
+                rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, rf);
+            }
+            shape.window = L->local ? c->sliding_window : 0;
+            shape.sinks = L->sinks;
+            if (n_spans > 0) { /* an encoder's inputs, each over its own float32 K/V */
+                op->span_attention(be, m->att, m->q, m->k, m->v, m->order, m->starts, n_spans,
+                                   &shape);
+            } else {
+                op->kv_store(be, kv->k[l], kv->v[l], m->k, m->v, &view, &shape);
+                op->attention(be, m->att, m->q, kv->k[l], kv->v[l], &att_view, &shape);
+                /* A decoder's whole embedding inputs again, over the pass's
+                 * float32 K/V (zi_batch.f32_attn): their rows of att replaced. */
+                if (n_f32 > 0 && !shape.window && shape.softcap == 0.0f && !shape.sinks) {
+                    shape.causal = 1;
+                    op->span_attention(be, m->att, m->q, m->k, m->v, m->order, m->starts, n_f32,
+                                       &shape);
+                    shape.causal = 0;
+                }
+            }
+            op->matmul(be, m->tmp, &L->wo, m->att, T);
+            if (L->bo) op->add_bias(be, m->tmp, L->bo, T, c->dim);
+            if (L->post_attn_norm)
+                op->rmsnorm(be, m->tmp, m->tmp, L->post_attn_norm, T, c->dim, c->norm_eps);
+            op->add(be, m->x, m->tmp, xn);
         }
-        op->matmul(be, m->tmp, &L->wo, m->att, T);
-        if (L->bo) op->add_bias(be, m->tmp, L->bo, T, c->dim);
-        if (L->post_attn_norm)
-            op->rmsnorm(be, m->tmp, m->tmp, L->post_attn_norm, T, c->dim, c->norm_eps);
-        op->add(be, m->x, m->tmp, xn);
         if (f->encoder)
             op->layernorm(be, m->x, m->x, L->ln_attn, L->ln_attn_b, T, c->dim, c->norm_eps);
 
         if (!f->encoder) op->rmsnorm(be, m->xn, m->x, L->ffn_norm, T, c->dim, c->norm_eps);
         if (c->moe.n_expert > 0) { /* routed experts (moe.h) into tmp */
             if ((rc = zi_moe_forward(&m->moe_scratch, be, &c->moe, &L->moe, m->tmp, m->xn, T,
-                                     c->dim, err)))
+                                     c->dim, err))) {
+                for (int i = 0; c->n_recurrent && i < T; i++) /* part-way: start over */
+                    kv->state_len[m->tok_slot[i]] = -1;
                 return rc;
+            }
         } else if (f->gelu_ffn) { /* down(gelu(up x + b)), no gate */
             op->matmul(be, m->gate, &L->w_up, in, T);
             if (L->b_up) op->add_bias(be, m->gate, L->b_up, T, c->ffn_dim);
@@ -1196,6 +1451,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             op->layernorm(be, m->x, m->x, L->ln_out, L->ln_out_b, T, c->dim, c->norm_eps);
         if (m->progress) m->progress(m->progress_arg);
     }
+    for (int i = 0; c->n_recurrent && i < T; i++) /* in order: each slot's last */
+        kv->state_len[m->tok_slot[i]] = b->pos[i] + 1;
     /* Normalize only the rows whose logits are wanted, packed together. */
     int j = 0;
     for (int i = 0; i < T; i++) {

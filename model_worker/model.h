@@ -70,6 +70,12 @@ typedef struct zi_model_config {
     /* Routed experts instead of the dense feed-forward (moe.h; family.h's
      * moe): n_expert 0 for a dense model. */
     zi_moe_params moe;
+    /* A hybrid (family.h's recurrent): n_recurrent of the n_layers keep a
+     * recurrent state instead of attention and a KV cache; conv_len is
+     * shortconv.l_cache, their convolution's width (its state holds
+     * conv_len - 1 inputs). 0 for a model of attention layers only. */
+    int n_recurrent;
+    int conv_len;
 } zi_model_config;
 
 typedef struct zi_model zi_model;
@@ -124,7 +130,27 @@ int zi_kv_cache_blocks(const zi_kv_cache *kv);
 int zi_kv_cache_block_size(const zi_kv_cache *kv);
 uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv);
 
-/* KV bytes per cached token (all layers, K and V). */
+/*
+ * The recurrent states of a hybrid (zi_model_config.n_recurrent > 0): a
+ * fixed set of n_slots state slots beside the blocks, each holding one
+ * sequence's recurrent layers' states after the positions it has taken
+ * in. zi_kv_cache_add_states allocates them once (zeroed: a slot starts
+ * empty); a pass names each sequence's slot (zi_batch.state_slots). A
+ * slot's state covers positions 0..n-1 of its sequence, n its length
+ * (zi_kv_cache_state_length): a token at position 0 starts it over, and
+ * any other token must be at position n (the pass then fails, nothing
+ * run, ZI_EINVAL): a hybrid's sequence is fed in order from its start,
+ * never rolled back or resumed from cached blocks alone.
+ */
+int zi_kv_cache_add_states(zi_kv_cache *kv, int n_slots, zi_error *err);
+int zi_kv_cache_state_slots(const zi_kv_cache *kv); /* 0: none */
+/* The positions slot `slot`'s state covers (0: empty). */
+int32_t zi_kv_cache_state_length(const zi_kv_cache *kv, int slot);
+/* Bytes of one slot's states (0 for a model without recurrent layers). */
+uint64_t zi_model_state_bytes_per_slot(const zi_model *m);
+uint64_t zi_model_config_state_bytes_per_slot(const zi_model_config *c);
+
+/* KV bytes per cached token (all attention layers, K and V). */
 uint64_t zi_model_kv_bytes_per_token(const zi_model *m);
 /* The same for a model of config c (zi_model_read_config) on backend be,
  * without loading it: zi_model_kv_bytes_per_token is this function. */
@@ -193,6 +219,10 @@ typedef struct zi_batch {
      * tokens non-causally, each seeing the whole image (llama.cpp's
      * mtmd_decode_use_non_causal). Decoders only. */
     const int32_t *attn_pos;
+    /* A hybrid's state slots (zi_kv_cache_add_states): row r of
+     * block_tables is the sequence of slot state_slots[r]; NULL: slot r.
+     * Each slot at most one row. */
+    const int32_t *state_slots;
 } zi_batch;
 
 /* Validates the batch (ids inside the vocabulary, sequences inside the

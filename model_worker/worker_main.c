@@ -876,8 +876,16 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
            "prompt-lookup speculation %s; draft model %s",
            (unsigned long long)r->kv_blocks, o->block, (unsigned long long)r->kv_blocks * o->block,
            (double)(r->kv_blocks * o->block * r->per_tok) / (1 << 20), r->kv_why,
-           o->no_prefix_cache ? "off" : "on", o->spec_lookup ? "on" : "off",
+           zi_generator_get_config(w->gen)->prefix_cache ? "on" : "off",
+           zi_generator_get_config(w->gen)->spec_lookup ? "on" : "off",
            o->draft ? o->draft : "none");
+    const zi_model_config *mc = zi_model_get_config(r->model);
+    if (mc->n_recurrent > 0)
+        zi_log(&w->log, ZI_LOG_INFO,
+               "'%s' is a hybrid: %d of %d layers keep recurrent states (%.1f KiB a slot); "
+               "prefix caching and speculation are off for it (docs/hybrids.md)",
+               mc->arch, mc->n_recurrent, mc->n_layers,
+               (double)zi_model_state_bytes_per_slot(r->model) / 1024.0);
     send_register(w);
     w->last_hb = zi_now_ms();
     zi_model_set_progress(r->model, on_progress, w);

@@ -585,7 +585,9 @@ enum {
     EW_GELU,
     EW_GATHER,
     EW_WSUM,
-    EW_SWIGLU_OAI
+    EW_SWIGLU_OAI,
+    EW_MUL,
+    EW_CONV
 };
 
 typedef struct ew_args {
@@ -602,6 +604,11 @@ typedef struct ew_args {
     int k_rows; /* weighted sum: rows summed into each output row */
     int neox;        /* rope: pairs (i, i + rope_dim/2) instead of (2i, 2i+1) */
     float eps, base; /* scale, softcap: base is the factor or the cap */
+    /* conv_state: the states, each token's slot, the kernel width, the
+     * tokens (n counts channels) */
+    float *st;
+    const int32_t *slot;
+    int K, n_tok;
 } ew_args;
 
 /* The element-wise loops read the arguments into locals first: the build
@@ -713,6 +720,29 @@ static void rope_rows(const ew_args *a, int64_t t0, int64_t t1) {
     }
 }
 
+/* conv_state (backend.h) for channels [c0, c1): each token in order, its
+ * window's products summed oldest first, then the state shifted. */
+static void conv_channels(const ew_args *a, int64_t c0, int64_t c1) {
+    const int K = a->K, C = a->dim;
+    const float *w = a->w;
+    for (int i = 0; i < a->n_tok; i++) {
+        float *s = a->st + (size_t)a->slot[i] * (size_t)(K - 1) * C;
+        const float *x = a->x + (size_t)i * C;
+        float *y = a->y + (size_t)i * C;
+        if (a->pos[i] == 0)
+            for (int j = 0; j < K - 1; j++)
+                memset(s + (size_t)j * C + c0, 0, (size_t)(c1 - c0) * sizeof *s);
+        for (int64_t c = c0; c < c1; c++) {
+            const float *wc = w + c * K;
+            float acc = 0.0f;
+            for (int j = 0; j < K - 1; j++) acc += wc[j] * s[(size_t)j * C + c];
+            y[c] = acc + wc[K - 1] * x[c];
+            for (int j = 0; j + 1 < K - 1; j++) s[(size_t)j * C + c] = s[(size_t)(j + 1) * C + c];
+            s[(size_t)(K - 2) * C + c] = x[c];
+        }
+    }
+}
+
 static void ew_worker(void *p, int ith, int nth) {
     const ew_args *a = p;
     int64_t lo, hi;
@@ -753,6 +783,15 @@ static void ew_worker(void *p, int ith, int nth) {
         for (int64_t i = lo; i < hi; i++) y[i] += x[i];
         break;
     }
+    case EW_MUL: {
+        float *y = a->y;
+        const float *x = a->x;
+        for (int64_t i = lo; i < hi; i++) y[i] *= x[i];
+        break;
+    }
+    case EW_CONV:
+        conv_channels(a, lo, hi);
+        break;
     case EW_BIAS: { /* rows lo..hi of dim, each plus the vector w */
         const int dim = a->dim;
         const float *w = a->w;
@@ -1253,6 +1292,29 @@ static void cpu_gelu(zi_backend *be, float *x, size_t n) {
     ew_run(be, &a, (int64_t)n * 4);
 }
 
+static void cpu_mul(zi_backend *be, float *x, const float *y, size_t n) {
+    ew_args a = {.op = EW_MUL, .y = x, .x = y, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n);
+}
+
+static void cpu_conv_state(zi_backend *be, float *y, const float *x, const float *w, int K,
+                           int channels, float *states, const int32_t *slot, const int32_t *pos,
+                           int n) {
+    assert(K >= 2 && x != y);
+    ew_args a = {.op = EW_CONV,
+                 .y = y,
+                 .x = x,
+                 .w = w,
+                 .st = states,
+                 .slot = slot,
+                 .pos = pos,
+                 .K = K,
+                 .n_tok = n,
+                 .n = channels,
+                 .dim = channels};
+    ew_run(be, &a, (int64_t)n * channels * K);
+}
+
 static void cpu_backend_free(zi_backend *be) {
     cpu_backend *c = cb(be);
     if (!c) return;
@@ -1308,6 +1370,8 @@ static const zi_backend_ops cpu_ops = {
     .swiglu_oai = cpu_swiglu_oai,
     .gather_rows = cpu_gather_rows,
     .weighted_sum_rows = cpu_weighted_sum_rows,
+    .mul = cpu_mul,
+    .conv_state = cpu_conv_state,
     .sync = cpu_sync,
 };
 

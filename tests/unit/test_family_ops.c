@@ -16,8 +16,10 @@
  *   - the same attention with attention logit soft-capping (gemma2:
  *     scores s -> cap * tanh(s / cap) before the softmax);
  *   - scale and logit soft-capping; a bias vector added to every row;
- *   - a backend without these ops refuses gemma3 / gemma2 / biased files
- *     by name.
+ *   - conv_state (lfm2's short convolution, its window carried in a
+ *     state per sequence) and mul;
+ *   - a backend without these ops refuses gemma3 / gemma2 / biased / hybrid
+ *     files by name.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -384,6 +386,61 @@ static void test_add_bias(void **state) {
             }
 }
 
+/* conv_state (lfm2's short convolution): three sequences of different
+ * lengths interleaved token by token in one call, one of them restarted at
+ * position 0 part-way, against a double reference that runs each sequence
+ * alone; widths K 2, 3, 4; channels 1, 70 and 1024 (two threads split
+ * them); the outputs of a sequence are the same bits when its tokens come
+ * in one call or one call per token. And mul, exactly. */
+static void test_conv_state(void **state) {
+    (void)state;
+    const int Ks[3] = {2, 3, 4}, Cs[3] = {1, 70, 1024};
+    enum { N = 30, S = 3 };
+    for (int ki = 0; ki < 3; ki++)
+        for (int ci = 0; ci < 3; ci++)
+            for (int nt = 1; nt <= 2; nt++) {
+                const int K = Ks[ki], C = Cs[ci];
+                zi_backend *be = make_backend(NULL, nt);
+                float *w = malloc(sizeof(float) * C * K), *x = malloc(sizeof(float) * N * C);
+                float *y = malloc(sizeof(float) * N * C), *y1 = malloc(sizeof(float) * N * C);
+                float *st = calloc((size_t)S * (K - 1) * C, sizeof(float));
+                float *st1 = calloc((size_t)S * (K - 1) * C, sizeof(float));
+                int32_t slot[N], pos[N], len[S] = {0, 0, 0};
+                for (int i = 0; i < C * K; i++) w[i] = frand(-1, 1);
+                for (int i = 0; i < N * C; i++) x[i] = frand(-2, 2);
+                for (int i = 0; i < N; i++) { /* slots 0,1,2,0,1,2,...; slot 1 restarts at 15 */
+                    slot[i] = i % S;
+                    if (i == 16) len[1] = 0;
+                    pos[i] = len[slot[i]]++;
+                }
+                be->ops->conv_state(be, y, x, w, K, C, st, slot, pos, N);
+                for (int i = 0; i < N; i++) /* the same, one token per call */
+                    be->ops->conv_state(be, y1 + (size_t)i * C, x + (size_t)i * C, w, K, C, st1,
+                                        slot + i, pos + i, 1);
+                assert_memory_equal(y, y1, sizeof(float) * N * C);
+                assert_memory_equal(st, st1, sizeof(float) * S * (K - 1) * C);
+                for (int i = 0; i < N; i++)
+                    for (int c = 0; c < C; c++) {
+                        double want = 0.0;
+                        for (int j = 0; j < K; j++) { /* input at position pos - (K-1) + j */
+                            int back = K - 1 - j, k = i;
+                            for (int b = 0; b < back && k >= 0; b++) /* that token of the slot */
+                                do k--;
+                                while (k >= 0 && slot[k] != slot[i]);
+                            if (pos[i] - back < 0 || k < 0) continue;
+                            want += (double)w[c * K + j] * x[(size_t)k * C + c];
+                        }
+                        assert_true(fabs(y[(size_t)i * C + c] - want) <= 1e-5 * (1 + fabs(want)));
+                    }
+                float *a = malloc(sizeof(float) * N * C);
+                memcpy(a, x, sizeof(float) * N * C);
+                be->ops->mul(be, a, y, (size_t)N * C);
+                for (int i = 0; i < N * C; i++) assert_true(a[i] == x[i] * y[i]);
+                zi_backend_free(be);
+                free(w), free(x), free(y), free(y1), free(st), free(st1), free(a);
+            }
+}
+
 /* The qwen2 / qwen3 / gemma2 rows: what llama.cpp's loaders set. */
 static void test_family_rows(void **state) {
     (void)state;
@@ -471,6 +528,15 @@ static void test_backend_without_ops_refuses(void **state) {
     assert_int_equal(zi_family_check_rope(oss, &bare, 1, &err), ZI_EUNSUPPORTED);
     assert_non_null(strstr(err.msg, "YaRN"));
     assert_int_equal(zi_family_check_rope(oss, &bare, 0, &err), ZI_OK);
+    /* a hybrid's recurrent layers (lfm2) */
+    const zi_family *lfm2 = zi_family_find("lfm2", 4);
+    assert_non_null(lfm2);
+    assert_int_equal(zi_family_check_backend(lfm2, &bare, 0, 0, 0, 0, 0, &err), ZI_OK);
+    ops.conv_state = NULL;
+    assert_int_equal(zi_family_check_backend(lfm2, &bare, 0, 0, 0, 0, 0, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "recurrent layers"));
+    assert_non_null(strstr(err.msg, "lfm2"));
+    ops.conv_state = cpu->ops->conv_state;
     assert_true(cpu->attn_sinks && cpu->rope_yarn);
     assert_true(cpu->attn_softcap);
     assert_non_null(cpu->ops->add_bias);
@@ -489,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_backend_without_ops_refuses),
         cmocka_unit_test(test_add_bias),
         cmocka_unit_test(test_family_rows),
+        cmocka_unit_test(test_conv_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
