@@ -377,9 +377,10 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
                c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->head_dim, c->ffn_dim);
     printf("\n");
     if (in->have_cfg && c->n_recurrent > 0)
-        printf(ROW "%d of the %d layers: short convolutions %d wide (a state of %llu bytes a\n" ROW
-                   "sequence), the others attention\n",
-               "recurrent", c->n_recurrent, c->n_layers, c->conv_len,
+        printf(ROW "%d of the %d layers: %s (a state of %llu bytes a sequence), the\n" ROW
+                   "others attention\n",
+               "recurrent", c->n_recurrent, c->n_layers,
+               c->dn_v_heads ? "gated DeltaNet" : "short convolutions",
                (unsigned long long)zi_model_config_state_bytes_per_slot(c), "");
     if (in->have_cfg && c->moe.n_expert > 0) {
         printf(ROW "%d of %d per token, each %d wide", "experts", c->moe.n_expert_used,

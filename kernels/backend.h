@@ -293,6 +293,27 @@ typedef struct zi_backend_ops {
      * Optional (as mul). */
     void (*conv_state)(zi_backend *be, float *y, const float *x, const float *w, int K,
                        int channels, float *states, const int32_t *slot, const int32_t *pos, int n);
+    /* x[i] = silu(x[i]) = x[i] / (1 + e^-x[i]) (the convolution's
+     * activation in gated DeltaNet and Mamba-2 layers). Optional (as mul). */
+    void (*silu)(zi_backend *be, float *x, size_t n);
+    /* x[i] *= sigmoid(g[i]) (qwen35's gated attention output). Optional (as
+     * mul). */
+    void (*sigmoid_mul)(zi_backend *be, float *x, const float *g, size_t n);
+    /* The gated delta rule (qwen35's gated DeltaNet layers), token by token
+     * in order, each of the nv value heads h with its own state S (d x d,
+     * [key i][value j]) in row slot[t] of states (nv * d * d floats a
+     * slot; zeros when pos[t] == 0). Token t's row of qkv holds q and k
+     * for nk key heads (nk * d each) then v for nv value heads; value head
+     * h reads key head h % nk. With q and k divided by sqrt(sum of squares
+     * + eps) and q by sqrt(d), beta = sigmoid(b[t][h]) and g =
+     * softplus(alpha[t][h] + dt_bias[h]) * a[h] (softplus(x) = x above
+     * 20): S = e^g S; u = beta (v - S^T k); S += k u^T; out[t][h] = S^T q
+     * (rows of nv * d). b and alpha rows are nv floats. A head's outputs
+     * depend on its own sequence only. Optional (as mul). */
+    void (*delta_net)(zi_backend *be, float *out, const float *qkv, const float *b,
+                      const float *alpha, const float *dt_bias, const float *a, float *states,
+                      const int32_t *slot, const int32_t *pos, int n, int nk, int nv, int d,
+                      float eps);
     /* Waits until all queued work is done (nothing to wait for on the CPU)
      * and returns the first error any op met since the backend was made,
      * with its message in *err (err may be NULL): ops return nothing, so a

@@ -98,6 +98,17 @@ static const zi_family families[] = {
      .qk_norm = 1,
      .recurrent = ZI_REC_SHORTCONV,
      .output_norm = "token_embd_norm.weight"},
+    /* Qwen3.5 (models/qwen35.cpp, delta-net-base.cpp): gated DeltaNet
+     * layers between gated attention layers (per-head Q/K norms, partial
+     * NEOX RoPE over rope.dimension_count: text positions make its
+     * interleaved M-RoPE that, an output gate); the feed-forward's norm
+     * is post_attention_norm. */
+    {.arch = "qwen35",
+     .rope_neox = 1,
+     .qk_norm = 1,
+     .ffn_norm_post_attn = 1,
+     .recurrent = ZI_REC_DELTANET,
+     .attn_gate = 1},
 };
 
 const zi_family *zi_family_find(const char *arch, size_t len) {
@@ -109,7 +120,7 @@ const zi_family *zi_family_find(const char *arch, size_t len) {
 
 const char *zi_family_names(void) {
     return "llama, gemma3, phi3, qwen2, qwen3, qwen3moe, qwen2moe, gpt-oss, gemma2, bert, "
-           "nomic-bert, lfm2";
+           "nomic-bert, lfm2, qwen35";
 }
 
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
@@ -127,10 +138,12 @@ int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_lo
         : f->gelu_ffn && !op->gelu              ? "GELU"
         : experts && (!op->gather_rows || !op->weighted_sum_rows || !op->matmul_groups)
             ? "expert routing"
-        : f->moe_oai && !op->swiglu_oai                 ? "clamped SwiGLU"
-        : f->attn_sinks && !be->attn_sinks              ? "attention sinks"
-        : f->recurrent && (!op->mul || !op->conv_state) ? "recurrent layers"
-                                                        : NULL;
+        : f->moe_oai && !op->swiglu_oai                                    ? "clamped SwiGLU"
+        : f->attn_sinks && !be->attn_sinks                                 ? "attention sinks"
+        : f->recurrent && (!op->mul || !op->conv_state)                    ? "recurrent layers"
+        : f->recurrent == ZI_REC_DELTANET && (!op->silu || !op->delta_net) ? "gated DeltaNet"
+        : f->attn_gate && (!op->sigmoid_mul || !op->gather_rows)           ? "gated attention"
+                                                                           : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "the %s backend cannot run architecture '%s' yet (no %s)", op->name,

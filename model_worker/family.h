@@ -124,17 +124,26 @@ typedef struct zi_family {
      * (lfm2): the layers whose attention.head_count_kv (an array, one per
      * layer) is 0; each runs in_proj (dim -> 3 dim: b, c, x), y = c *
      * conv(b * x) over time (shortconv.conv, shortconv.l_cache wide, its
-     * window carried in the state), out_proj. */
+     * window carried in the state), out_proj. ZI_REC_DELTANET (qwen35):
+     * the layers attention.recurrent_layers marks (else all but every
+     * full_attention_interval-th) run a gated DeltaNet: attn_qkv, a causal
+     * convolution (ssm_conv1d, ssm.conv_kernel wide) and SiLU, the gated
+     * delta rule over per-head states (ssm.*, backend.h's delta_net), a
+     * per-head RMSNorm (ssm_norm) times silu(attn_gate x), ssm_out. */
     int recurrent;
     /* The output norm's tensor name when not output_norm.weight (lfm2's
      * files call it token_embd_norm.weight). */
     const char *output_norm;
+    /* Gated attention (qwen35): attn_q gives, per head, the query then a
+     * gate of head_dim each; the attention's output is multiplied by
+     * sigmoid(gate) before attn_output. */
+    int attn_gate;
 } zi_family;
 
 /* zi_family.moe */
 enum { ZI_MOE_NONE = 0, ZI_MOE_IF_KEYED = 1, ZI_MOE_ALWAYS = 2 };
 /* zi_family.recurrent */
-enum { ZI_REC_NONE = 0, ZI_REC_SHORTCONV = 1 };
+enum { ZI_REC_NONE = 0, ZI_REC_SHORTCONV = 1, ZI_REC_DELTANET = 2 };
 
 /* The family of general.architecture `arch` (len bytes), or NULL. */
 const zi_family *zi_family_find(const char *arch, size_t len);

@@ -34,6 +34,10 @@ typedef struct zi_layer {
     int recurrent;
     zi_weight sc_b, sc_c, sc_x, sc_out;
     float *sc_conv;
+    /* qwen35's gated DeltaNet: attn_qkv, attn_gate, ssm_alpha, ssm_beta,
+     * ssm_out; the convolution's kernel, ssm_dt.bias, ssm_a, ssm_norm */
+    zi_weight dn_qkv, dn_z, dn_alpha, dn_beta, dn_out;
+    float *dn_conv, *dn_dt, *dn_a, *dn_norm;
 } zi_layer;
 
 struct zi_model {
@@ -64,6 +68,10 @@ struct zi_model {
     /* A hybrid's pass: each token's state slot (check_states) */
     int32_t *tok_slot;
     int tok_slot_cap;
+    /* gated attention (family.h's attn_gate): the rows of each head's
+     * query, then of its gate, in attn_q's output (host memory, 2 * cap *
+     * n_heads) */
+    int32_t *gate_idx;
     zi_layer *layers;
     uint64_t weight_bytes;
     uint64_t weight_macs;  /* multiply-adds of the products per token */
@@ -88,7 +96,7 @@ struct zi_kv_cache {
      * n_states rows of (conv_len - 1) * dim floats (backend memory), and
      * each slot's length, the positions its state covers. */
     int n_states;
-    float **conv;
+    float **conv, **ssm; /* ssm: the recurrent states past the window (qwen35's S) */
     int32_t *state_len;
     int32_t *state_next, *state_row; /* [n_states] a pass's check (check_states) */
 };
@@ -244,41 +252,109 @@ static int layer_is_local(const zi_model_config *c, int l) {
     return c->swa_pattern == 0 || l % c->swa_pattern < c->swa_pattern - 1;
 }
 
-/* attention.head_count_kv (key): a number, or for a hybrid family an
- * array with one per layer, 0 for its recurrent layers (lfm2), the others
- * all alike. Sets *kv_heads (head_count when absent), c->n_recurrent and
- * c->conv_len. *recurrent_of (when not NULL) gets the array's layers. */
+/* The u32 or i32 array `key` (its length into *n), or ZI_EFORMAT naming it. */
+static int int_array(const zi_gguf *g, const char *key, const uint8_t **d, uint64_t *n,
+                     zi_error *err) {
+    const zi_gguf_kv *kv = zi_gguf_find_kv(g, key);
+    *d = NULL, *n = 0;
+    if (!kv || kv->type != ZI_GGUF_ARRAY ||
+        (kv->arr_type != ZI_GGUF_INT32 && kv->arr_type != ZI_GGUF_UINT32))
+        return zi_error_set(err, ZI_EFORMAT, "%s must be an array of integers", key);
+    const void *p;
+    int rc = zi_gguf_get_array(g, key, kv->arr_type, &p, n, err);
+    *d = p;
+    return rc;
+}
+
+/*
+ * A hybrid's layer pattern. attention.head_count_kv (key) is a number, or
+ * for a hybrid an array with one entry per layer; lfm2 (ZI_REC_SHORTCONV)
+ * marks its recurrent layers with 0 there, the others all alike; qwen35
+ * (ZI_REC_DELTANET) with attention.recurrent_layers (bools, one per block,
+ * the MTP blocks too) or else every layer but each full_attention_interval-
+ * th (default 4). Sets *kv_heads (head_count when absent) and
+ * *n_recurrent; recurrent_of (when not NULL) gets each layer's kind.
+ */
 static int layer_kinds(const zi_gguf *g, const zi_model_config *c, const char *key,
                        uint32_t *kv_heads, int *n_recurrent, uint8_t *recurrent_of, zi_error *err) {
+    const int rec = c->family->recurrent;
     const zi_gguf_kv *kvk = zi_gguf_find_kv(g, key);
     *n_recurrent = 0;
-    if (!kvk || kvk->type != ZI_GGUF_ARRAY || !c->family->recurrent)
-        return zi_gguf_get_u32_or(g, key, (uint32_t)c->n_heads, kv_heads, err);
-    if ((kvk->arr_type != ZI_GGUF_INT32 && kvk->arr_type != ZI_GGUF_UINT32) ||
-        kvk->arr_len != (uint64_t)c->n_layers)
-        return zi_error_set(err, ZI_EFORMAT, "%s must be %d integers, one per layer", key,
-                            c->n_layers);
-    const void *d;
-    uint64_t n;
-    int rc = zi_gguf_get_array(g, key, kvk->arr_type, &d, &n, err);
-    if (rc) return rc;
-    *kv_heads = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        uint32_t h;
-        memcpy(&h, (const uint8_t *)d + 4 * (size_t)l, 4);
-        if (recurrent_of) recurrent_of[l] = h == 0;
-        if (h == 0) {
-            ++*n_recurrent;
-        } else if (*kv_heads && h != *kv_heads) {
-            return zi_error_set(err, ZI_EUNSUPPORTED,
-                                "%s: layer %d has %u KV heads, an earlier layer %u (the attention "
-                                "layers must agree)",
-                                key, l, h, *kv_heads);
-        } else {
-            *kv_heads = h;
+    if (!kvk || kvk->type != ZI_GGUF_ARRAY || !rec) {
+        int rc = zi_gguf_get_u32_or(g, key, (uint32_t)c->n_heads, kv_heads, err);
+        if (rc || rec != ZI_REC_DELTANET) return rc;
+    } else {
+        const uint8_t *d = NULL;
+        uint64_t n = 0;
+        int rc = int_array(g, key, &d, &n, err);
+        if (rc) return rc;
+        if (n < (uint64_t)c->n_layers || (rec == ZI_REC_SHORTCONV && n != (uint64_t)c->n_layers))
+            return zi_error_set(err, ZI_EFORMAT, "%s must be %d integers, one per layer", key,
+                                c->n_layers);
+        *kv_heads = 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            uint32_t h;
+            memcpy(&h, d + 4 * (size_t)l, 4);
+            if (rec == ZI_REC_SHORTCONV) {
+                if (recurrent_of) recurrent_of[l] = h == 0;
+                if (h == 0) {
+                    ++*n_recurrent;
+                    continue;
+                }
+            }
+            if (h && *kv_heads && h != *kv_heads)
+                return zi_error_set(err, ZI_EUNSUPPORTED,
+                                    "%s: layer %d has %u KV heads, an earlier layer %u (the "
+                                    "attention layers must agree)",
+                                    key, l, h, *kv_heads);
+            if (h) *kv_heads = h;
         }
+        if (*kv_heads == 0) *kv_heads = (uint32_t)c->n_heads; /* no attention layer */
+        if (rec == ZI_REC_SHORTCONV) return ZI_OK;
     }
-    if (*kv_heads == 0) *kv_heads = (uint32_t)c->n_heads; /* no attention layer */
+    /* ZI_REC_DELTANET: its own keys say which layers are recurrent */
+    char k2[128];
+    snprintf(k2, sizeof k2, "%s.attention.recurrent_layers", c->arch);
+    const zi_gguf_kv *rl = zi_gguf_find_kv(g, k2);
+    uint32_t interval = 4;
+    if (rl) {
+        const void *d;
+        uint64_t n;
+        int rc = zi_gguf_get_array(g, k2, ZI_GGUF_BOOL, &d, &n, err);
+        if (rc) return rc;
+        if (n != (uint64_t)c->n_layers + (uint64_t)c->n_nextn)
+            return zi_error_set(err, ZI_EFORMAT, "%s must be %d bools, one per block", k2,
+                                c->n_layers + c->n_nextn);
+        for (int l = 0; l < c->n_layers; l++) {
+            const int r = ((const uint8_t *)d)[l] != 0;
+            if (recurrent_of) recurrent_of[l] = (uint8_t)r;
+            *n_recurrent += r;
+        }
+        return ZI_OK;
+    }
+    snprintf(k2, sizeof k2, "%s.full_attention_interval", c->arch);
+    int rc = zi_gguf_get_u32_or(g, k2, 4, &interval, err);
+    if (rc) return rc;
+    if (interval < 1 || interval > (1u << 20))
+        return zi_error_set(err, ZI_EFORMAT, "%s = %u is out of range", k2, interval);
+    for (int l = 0; l < c->n_layers; l++) {
+        const int r = (l + 1) % (int)interval != 0;
+        if (recurrent_of) recurrent_of[l] = (uint8_t)r;
+        *n_recurrent += r;
+    }
+    return ZI_OK;
+}
+
+/* A u32 key of the arch in [lo, hi], or ZI_EFORMAT naming it. */
+static int u32_in(const zi_gguf *g, const char *arch, const char *key, uint32_t lo, uint32_t hi,
+                  int *out, zi_error *err) {
+    uint32_t v;
+    int rc = meta_u32(g, arch, key, &v, err);
+    if (rc) return rc;
+    if (v < lo || v > hi)
+        return zi_error_set(err, ZI_EFORMAT, "%s.%s = %u is out of range (%u..%u)", arch, key, v,
+                            lo, hi);
+    *out = (int)v;
     return ZI_OK;
 }
 
@@ -287,14 +363,72 @@ static int layer_kinds(const zi_gguf *g, const zi_model_config *c, const char *k
 static int load_layer_kinds(const zi_gguf *g, zi_model_config *c, const char *key,
                             uint32_t *kv_heads, zi_error *err) {
     int rc = layer_kinds(g, c, key, kv_heads, &c->n_recurrent, NULL, err);
-    c->conv_len = 0;
+    c->conv_len = c->dn_k_heads = c->dn_v_heads = c->dn_head_dim = 0;
     if (rc || !c->n_recurrent) return rc;
-    uint32_t v;
-    if ((rc = meta_u32(g, c->arch, "shortconv.l_cache", &v, err))) return rc;
-    if (v < 2 || v > 64)
-        return zi_error_set(err, ZI_EFORMAT, "%s.shortconv.l_cache = %u is out of range (2..64)",
-                            c->arch, v);
-    c->conv_len = (int)v;
+    if (c->family->recurrent == ZI_REC_SHORTCONV)
+        return u32_in(g, c->arch, "shortconv.l_cache", 2, 64, &c->conv_len, err);
+    int inner = 0;
+    if ((rc = u32_in(g, c->arch, "ssm.conv_kernel", 2, 64, &c->conv_len, err)) ||
+        (rc = u32_in(g, c->arch, "ssm.state_size", 1, 1024, &c->dn_head_dim, err)) ||
+        (rc = u32_in(g, c->arch, "ssm.group_count", 1, 4096, &c->dn_k_heads, err)) ||
+        (rc = u32_in(g, c->arch, "ssm.time_step_rank", 1, 4096, &c->dn_v_heads, err)) ||
+        (rc = u32_in(g, c->arch, "ssm.inner_size", 1, 1 << 24, &inner, err)))
+        return rc;
+    if (c->dn_v_heads % c->dn_k_heads)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "%s.ssm.time_step_rank = %d is not a multiple of ssm.group_count = %d",
+                            c->arch, c->dn_v_heads, c->dn_k_heads);
+    if ((int64_t)inner != (int64_t)c->dn_v_heads * c->dn_head_dim)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "%s.ssm.inner_size = %d is not time_step_rank x state_size (%d x %d)",
+                            c->arch, inner, c->dn_v_heads, c->dn_head_dim);
+    return ZI_OK;
+}
+
+/* The channels of a recurrent layer's convolution, and the floats of its
+ * recurrent state besides the convolution's window (per sequence). */
+static int64_t conv_channels(const zi_model_config *c) {
+    if (c->family->recurrent == ZI_REC_DELTANET)
+        return (int64_t)(2 * c->dn_k_heads + c->dn_v_heads) * c->dn_head_dim;
+    return c->dim;
+}
+static int64_t rec_state_floats(const zi_model_config *c) {
+    if (c->family->recurrent == ZI_REC_DELTANET)
+        return (int64_t)c->dn_v_heads * c->dn_head_dim * c->dn_head_dim;
+    return 0;
+}
+
+/* qwen35's interleaved M-RoPE (rope.dimension_sections): for text, every
+ * pair whose section is t, h or w turns by the position, so it is plain
+ * NEOX RoPE when every pair falls in those; a section e pair (which text
+ * leaves unturned) is refused. */
+static int check_rope_sections(const zi_gguf *g, const zi_model_config *c, zi_error *err) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.dimension_sections", c->arch);
+    const uint8_t *d = NULL;
+    uint64_t n = 0;
+    int rc = int_array(g, key, &d, &n, err);
+    if (rc) return rc;
+    int32_t sec[4] = {0, 0, 0, 0};
+    for (uint64_t i = 0; i < n && i < 4; i++) memcpy(&sec[i], d + 4 * i, 4);
+    int64_t sum = 0;
+    for (int i = 0; i < 4; i++) {
+        if (sec[i] < 0 || sec[i] > (1 << 16))
+            return zi_error_set(err, ZI_EFORMAT, "%s has an entry %d out of range", key, sec[i]);
+        sum += sec[i];
+    }
+    if (sum == 0) return zi_error_set(err, ZI_EFORMAT, "%s sums to 0", key);
+    for (int i = 0; i < c->rope_dim / 2; i++) {
+        const int64_t s = i % sum;
+        const int turned = (s % 3 == 0 && s < 3 * (int64_t)sec[0]) ||
+                           (s % 3 == 1 && s < 3 * (int64_t)sec[1]) ||
+                           (s % 3 == 2 && s < 3 * (int64_t)sec[2]);
+        if (!turned)
+            return zi_error_set(err, ZI_EUNSUPPORTED,
+                                "%s = [%d, %d, %d, %d] leaves RoPE pair %d to the e section, which "
+                                "zinfer does not run",
+                                key, sec[0], sec[1], sec[2], sec[3], i);
+    }
     return ZI_OK;
 }
 
@@ -327,6 +461,16 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
         *req[i].dst = (int)v;
     }
     char key[128];
+    c->n_nextn = 0;
+    if (fam->recurrent == ZI_REC_DELTANET) { /* MTP blocks, counted in block_count */
+        snprintf(key, sizeof key, "%s.nextn_predict_layers", c->arch);
+        if ((rc = zi_gguf_get_u32_or(g, key, 0, &v, err))) return rc;
+        if (v >= (uint32_t)c->n_layers)
+            return zi_error_set(err, ZI_EFORMAT, "%s = %u leaves no layer of block_count %d", key,
+                                v, c->n_layers);
+        c->n_nextn = (int)v;
+        c->n_layers -= c->n_nextn;
+    }
     snprintf(key, sizeof key, "%s.attention.head_count_kv", c->arch);
     if ((rc = load_layer_kinds(g, c, key, &v, err))) return rc;
     if (v == 0 || v > (uint32_t)c->n_heads || c->n_heads % (int)v != 0)
@@ -364,6 +508,7 @@ static int load_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
         return zi_error_set(err, ZI_EFORMAT, "rope.freq_base %g / rms epsilon %g out of range",
                             c->rope_base, c->norm_eps);
     if ((rc = load_rope_scaling(g, c, err))) return rc;
+    if (fam->recurrent == ZI_REC_DELTANET && (rc = check_rope_sections(g, c, err))) return rc;
     if ((rc = load_family_config(g, c, err))) return rc;
     return load_moe_config(g, c, err);
 }
@@ -511,12 +656,35 @@ static int load_recurrent_layer(zi_model *m, int l, zi_layer *L, zi_error *err) 
     const zi_gguf_tensor *t = NULL;
 #define ZI_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
     if ((rc = load_vector(m, ZI_NAME("attn_norm.weight"), c->dim, &L->attn_norm, err)) ||
-        (rc = load_vector(m, ZI_NAME("ffn_norm.weight"), c->dim, &L->ffn_norm, err)) ||
-        (rc = find_tensor(m->gguf, ZI_NAME("shortconv.conv.weight"), c->conv_len, c->dim, &t, err)))
+        (rc = load_vector(m,
+                          c->family->ffn_norm_post_attn ? ZI_NAME("post_attention_norm.weight")
+                                                        : ZI_NAME("ffn_norm.weight"),
+                          c->dim, &L->ffn_norm, err)))
+        return rc;
+    const int64_t d = c->dim;
+    if (c->family->recurrent == ZI_REC_DELTANET) {
+        const int64_t ch = conv_channels(c), hv = c->dn_v_heads,
+                      inner = (int64_t)hv * c->dn_head_dim;
+        if ((rc = find_tensor(m->gguf, ZI_NAME("ssm_conv1d.weight"), c->conv_len, ch, &t, err)))
+            return rc;
+        if (!(L->dn_conv = m->be->ops->vector_init(m->be, t, err)))
+            return err && err->code ? err->code
+                                    : zi_error_set(err, ZI_ENOMEM, "cannot load '%s'", n);
+        if ((rc = load_matrix(m, ZI_NAME("attn_qkv.weight"), d, ch, &L->dn_qkv, err)) ||
+            (rc = load_matrix(m, ZI_NAME("attn_gate.weight"), d, inner, &L->dn_z, err)) ||
+            (rc = load_matrix(m, ZI_NAME("ssm_alpha.weight"), d, hv, &L->dn_alpha, err)) ||
+            (rc = load_matrix(m, ZI_NAME("ssm_beta.weight"), d, hv, &L->dn_beta, err)) ||
+            (rc = load_matrix(m, ZI_NAME("ssm_out.weight"), inner, d, &L->dn_out, err)) ||
+            (rc = load_vector(m, ZI_NAME("ssm_dt.bias"), hv, &L->dn_dt, err)) ||
+            (rc = load_vector(m, ZI_NAME("ssm_a"), hv, &L->dn_a, err)) ||
+            (rc = load_vector(m, ZI_NAME("ssm_norm.weight"), c->dn_head_dim, &L->dn_norm, err)))
+            return rc;
+        return ZI_OK;
+    }
+    if ((rc = find_tensor(m->gguf, ZI_NAME("shortconv.conv.weight"), c->conv_len, c->dim, &t, err)))
         return rc;
     if (!(L->sc_conv = m->be->ops->vector_init(m->be, t, err)))
         return err && err->code ? err->code : zi_error_set(err, ZI_ENOMEM, "cannot load '%s'", n);
-    const int64_t d = c->dim;
     if ((rc = load_matrix_rows(m, ZI_NAME("shortconv.in_proj.weight"), d, 3 * d, 0, d, &L->sc_b,
                                err)) ||
         (rc = load_matrix_rows(m, n, d, 3 * d, d, d, &L->sc_c, err)) ||
@@ -656,7 +824,8 @@ static int load_weights(zi_model *m, zi_error *err) {
                 (rc = load_matrix_rows(m, n, c->dim, all, qd, kvd, &L->wk, err)) ||
                 (rc = load_matrix_rows(m, n, c->dim, all, qd + kvd, kvd, &L->wv, err)))
                 return rc;
-        } else if ((rc = load_matrix(m, ZI_NAME("attn_q.weight"), c->dim, qd, &L->wq, err)) ||
+        } else if ((rc = load_matrix(m, ZI_NAME("attn_q.weight"), c->dim,
+                                     f->attn_gate ? 2 * qd : qd, &L->wq, err)) ||
                    (rc = load_matrix(m, ZI_NAME("attn_k.weight"), c->dim, kvd, &L->wk, err)) ||
                    (rc = load_matrix(m, ZI_NAME("attn_v.weight"), c->dim, kvd, &L->wv, err))) {
             return rc;
@@ -724,15 +893,18 @@ void zi_model_free(zi_model *m) {
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             zi_layer *L = &m->layers[l];
-            zi_weight *ws[] = {&L->wq,     &L->wk,   &L->wv,   &L->wo,   &L->w_gate, &L->w_up,
-                               &L->w_down, &L->sc_b, &L->sc_c, &L->sc_x, &L->sc_out};
+            zi_weight *ws[] = {&L->wq,     &L->wk,       &L->wv,      &L->wo,
+                               &L->w_gate, &L->w_up,     &L->w_down,  &L->sc_b,
+                               &L->sc_c,   &L->sc_x,     &L->sc_out,  &L->dn_qkv,
+                               &L->dn_z,   &L->dn_alpha, &L->dn_beta, &L->dn_out};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
             zi_moe_free_layer(be, &m->cfg.moe, &L->moe);
             float *vecs[] = {
-                L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm, L->post_attn_norm,
-                L->post_ffn_norm, L->bq,       L->bk,       L->bv,     L->ln_attn,
-                L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,     L->b_up,
-                L->b_down,        L->sinks,    L->sc_conv};
+                L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm,  L->post_attn_norm,
+                L->post_ffn_norm, L->bq,       L->bk,       L->bv,      L->ln_attn,
+                L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,      L->b_up,
+                L->b_down,        L->sinks,    L->sc_conv,  L->dn_conv, L->dn_dt,
+                L->dn_a,          L->dn_norm};
             for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) be->ops->free(be, vecs[i]);
         }
         free(m->layers);
@@ -751,6 +923,7 @@ void zi_model_free(zi_model *m) {
     free(m->span);
     free(m->embd_ids);
     free(m->tok_slot);
+    free(m->gate_idx);
     free(m->row_n);
     zi_moe_scratch_free(be, m->moe_scratch);
     zi_gguf_close(m->gguf);
@@ -889,10 +1062,12 @@ void zi_kv_cache_free(zi_kv_cache *kv) {
         if (kv->k && kv->k[l]) be->ops->free(be, kv->k[l]);
         if (kv->v && kv->v[l]) be->ops->free(be, kv->v[l]);
         if (kv->conv && kv->conv[l]) be->ops->free(be, kv->conv[l]);
+        if (kv->ssm && kv->ssm[l]) be->ops->free(be, kv->ssm[l]);
     }
     free(kv->k);
     free(kv->v);
     free(kv->conv);
+    free(kv->ssm);
     free(kv->state_len);
     free(kv->state_next);
     free(kv->state_row);
@@ -901,7 +1076,9 @@ void zi_kv_cache_free(zi_kv_cache *kv) {
 
 uint64_t zi_model_config_state_bytes_per_slot(const zi_model_config *c) {
     if (c->n_recurrent == 0) return 0;
-    return (uint64_t)c->n_recurrent * (uint64_t)(c->conv_len - 1) * (uint64_t)c->dim *
+    return (uint64_t)c->n_recurrent *
+           ((uint64_t)(c->conv_len - 1) * (uint64_t)conv_channels(c) +
+            (uint64_t)rec_state_floats(c)) *
            sizeof(float);
 }
 
@@ -918,19 +1095,27 @@ int zi_kv_cache_add_states(zi_kv_cache *kv, int n_slots, zi_error *err) {
                             kv->n_states);
     if (n_slots < 1 || n_slots > (1 << 20))
         return zi_error_set(err, ZI_EINVAL, "%d state slots (need 1..%d)", n_slots, 1 << 20);
-    const size_t row = (size_t)(c->conv_len - 1) * (size_t)c->dim * sizeof(float);
+    const size_t row = (size_t)(c->conv_len - 1) * (size_t)conv_channels(c) * sizeof(float),
+                 srow = (size_t)rec_state_floats(c) * sizeof(float);
     kv->conv = calloc((size_t)c->n_layers, sizeof *kv->conv);
+    kv->ssm = calloc((size_t)c->n_layers, sizeof *kv->ssm);
     kv->state_len = calloc((size_t)n_slots, sizeof *kv->state_len);
     kv->state_next = calloc((size_t)n_slots, sizeof *kv->state_next);
     kv->state_row = calloc((size_t)n_slots, sizeof *kv->state_row);
-    int ok = kv->conv && kv->state_len && kv->state_next && kv->state_row;
-    for (int l = 0; ok && l < c->n_layers; l++)
-        if (m->layers[l].recurrent)
-            ok = (kv->conv[l] = m->be->ops->alloc(m->be, row * n_slots)) != NULL;
+    int ok = kv->conv && kv->ssm && kv->state_len && kv->state_next && kv->state_row;
+    for (int l = 0; ok && l < c->n_layers; l++) {
+        if (!m->layers[l].recurrent) continue;
+        ok = (kv->conv[l] = m->be->ops->alloc(m->be, row * n_slots)) != NULL;
+        if (ok && srow) ok = (kv->ssm[l] = m->be->ops->alloc(m->be, srow * n_slots)) != NULL;
+    }
     if (!ok) {
-        for (int l = 0; kv->conv && l < c->n_layers; l++)
+        for (int l = 0; kv->conv && kv->ssm && l < c->n_layers; l++) {
             if (kv->conv[l]) m->be->ops->free(m->be, kv->conv[l]);
+            if (kv->ssm[l]) m->be->ops->free(m->be, kv->ssm[l]);
+        }
         free(kv->conv);
+        free(kv->ssm);
+        kv->ssm = NULL;
         free(kv->state_len);
         free(kv->state_next);
         free(kv->state_row);
@@ -977,9 +1162,21 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, bool own_logi
         size_t T = (size_t)n_tokens;
         size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
         size_t ffn = c->moe.n_expert > 0 ? 0 : (size_t)c->ffn_dim; /* moe.c has its own */
-        if (c->n_recurrent) { /* shortconv_block's b, c, x rows in gate, up and att */
-            ffn = ffn > (size_t)c->dim ? ffn : (size_t)c->dim;
+        if (c->n_recurrent) { /* the recurrent blocks' rows in gate, up, att, k and v */
+            const size_t wide = (size_t)(c->dim > conv_channels(c) ? c->dim : conv_channels(c)),
+                         inner = (size_t)c->dn_v_heads * c->dn_head_dim;
+            ffn = ffn > wide ? ffn : wide;
             qd = qd > (size_t)c->dim ? qd : (size_t)c->dim;
+            qd = qd > inner ? qd : inner;
+            kvd = kvd > (size_t)c->dn_v_heads ? kvd : (size_t)c->dn_v_heads;
+        }
+        if (c->family->attn_gate) { /* attn_q's queries and gates in gate (split: q, up) */
+            ffn = ffn > 2 * qd ? ffn : 2 * qd;
+            int32_t *gi = realloc(m->gate_idx, 2 * T * (size_t)c->n_heads * sizeof *gi);
+            if (!gi) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+            m->gate_idx = gi;
+            for (size_t r = 0; r < T * (size_t)c->n_heads; r++)
+                gi[r] = (int32_t)(2 * r), gi[T * (size_t)c->n_heads + r] = (int32_t)(2 * r + 1);
         }
         struct {
             float **p;
@@ -1267,6 +1464,34 @@ static void shortconv_block(zi_model *m, zi_kv_cache *kv, int l, const float *in
     op->add(be, m->x, m->tmp, n);
 }
 
+/* qwen35's gated DeltaNet block on the normalized rows `in`, its output
+ * added to the residual stream x: attn_qkv, the causal convolution and
+ * SiLU (the window in layer l's states), the gated delta rule (its S per
+ * value head in layer l's states), the per-head RMSNorm times
+ * silu(attn_gate in), ssm_out. */
+static void deltanet_block(zi_model *m, zi_kv_cache *kv, int l, const float *in,
+                           const zi_batch *b) {
+    zi_backend *be = m->be;
+    const zi_backend_ops *op = be->ops;
+    const zi_layer *L = &m->layers[l];
+    const zi_model_config *c = &m->cfg;
+    const int T = b->n_tokens, hv = c->dn_v_heads, dh = c->dn_head_dim;
+    const int64_t ch = conv_channels(c);
+    const size_t inner = (size_t)T * hv * dh;
+    float *outs[4] = {m->gate, m->att, m->k, m->v}; /* qkv, z, beta, alpha */
+    const zi_weight *ws[4] = {&L->dn_qkv, &L->dn_z, &L->dn_beta, &L->dn_alpha};
+    op->matmul_n(be, 4, outs, ws, in, T);
+    op->conv_state(be, m->up, m->gate, L->dn_conv, c->conv_len, (int)ch, kv->conv[l], m->tok_slot,
+                   b->pos, T);
+    op->silu(be, m->up, (size_t)T * ch);
+    op->delta_net(be, m->gate, m->up, m->k, m->v, L->dn_dt, L->dn_a, kv->ssm[l], m->tok_slot,
+                  b->pos, T, c->dn_k_heads, hv, dh, c->norm_eps);
+    op->rmsnorm(be, m->gate, m->gate, L->dn_norm, T * hv, dh, c->norm_eps);
+    op->swiglu(be, m->att, m->att, m->gate, inner); /* silu(z) * o */
+    op->matmul(be, m->tmp, &L->dn_out, m->att, T);
+    op->add(be, m->x, m->tmp, (size_t)T * c->dim);
+}
+
 static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *host_out,
                            int *rows_out, zi_error *err) {
     int rc = validate_batch(m, kv, b, err);
@@ -1300,6 +1525,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         if (qd > cols) cols = qd;
         if (m->cfg.moe.ffn_dim > cols) cols = m->cfg.moe.ffn_dim;
         if (m->cfg.moe.shared_ffn_dim > cols) cols = m->cfg.moe.shared_ffn_dim;
+        if ((int64_t)m->cfg.dn_v_heads * m->cfg.dn_head_dim > cols) /* ssm_out's */
+            cols = (int64_t)m->cfg.dn_v_heads * m->cfg.dn_head_dim;
         int rt = reserve_T > m->reserved_tokens ? reserve_T : m->reserved_tokens;
         int rctx = kv->max_ctx > m->reserved_ctx ? kv->max_ctx : m->reserved_ctx;
         if ((rc = m->be->ops->reserve(m->be, rt, cols, rctx, err))) return rc;
@@ -1381,11 +1608,20 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         const zi_layer *L = &m->layers[l];
         if (!f->encoder) op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, c->dim, c->norm_eps);
         if (L->recurrent) {
-            shortconv_block(m, kv, l, in, b);
+            if (f->recurrent == ZI_REC_DELTANET)
+                deltanet_block(m, kv, l, in, b);
+            else
+                shortconv_block(m, kv, l, in, b);
         } else {
-            float *qkv_out[3] = {m->q, m->k, m->v};
+            float *qkv_out[3] = {f->attn_gate ? m->gate : m->q, m->k, m->v};
             const zi_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
             op->matmul_n(be, 3, qkv_out, qkv_w, in, T);
+            if (f->attn_gate) { /* per head [query, gate]: queries to q, gates to up */
+                const int rows = T * c->n_heads;
+                op->gather_rows(be, m->q, m->gate, m->gate_idx, rows, c->head_dim);
+                op->gather_rows(be, m->up, m->gate, m->gate_idx + (size_t)m->cap * c->n_heads, rows,
+                                c->head_dim);
+            }
             if (L->bq) op->add_bias(be, m->q, L->bq, T, c->n_heads * c->head_dim);
             if (L->bk) op->add_bias(be, m->k, L->bk, T, c->n_kv_heads * c->head_dim);
             if (L->bv) op->add_bias(be, m->v, L->bv, T, c->n_kv_heads * c->head_dim);
@@ -1415,6 +1651,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                     shape.causal = 0;
                 }
             }
+            if (f->attn_gate)
+                op->sigmoid_mul(be, m->att, m->up, (size_t)T * c->n_heads * c->head_dim);
             op->matmul(be, m->tmp, &L->wo, m->att, T);
             if (L->bo) op->add_bias(be, m->tmp, L->bo, T, c->dim);
             if (L->post_attn_norm)

@@ -76,6 +76,12 @@ typedef struct zi_model_config {
      * conv_len - 1 inputs). 0 for a model of attention layers only. */
     int n_recurrent;
     int conv_len;
+    /* gated DeltaNet (qwen35): ssm.group_count key heads, ssm.time_step_rank
+     * value heads, each ssm.state_size wide */
+    int dn_k_heads, dn_v_heads, dn_head_dim;
+    /* qwen35's multi-token-prediction blocks (nextn_predict_layers), the
+     * last of block_count, not run: n_layers leaves them out */
+    int n_nextn;
 } zi_model_config;
 
 typedef struct zi_model zi_model;

@@ -587,7 +587,10 @@ enum {
     EW_WSUM,
     EW_SWIGLU_OAI,
     EW_MUL,
-    EW_CONV
+    EW_CONV,
+    EW_SILU,
+    EW_SIGMUL,
+    EW_DELTA
 };
 
 typedef struct ew_args {
@@ -609,6 +612,9 @@ typedef struct ew_args {
     float *st;
     const int32_t *slot;
     int K, n_tok;
+    /* delta_net: beta and alpha logits, dt bias, a; key heads (K is d) */
+    const float *beta, *alpha, *dtb, *av;
+    int nk;
 } ew_args;
 
 /* The element-wise loops read the arguments into locals first: the build
@@ -743,12 +749,51 @@ static void conv_channels(const ew_args *a, int64_t c0, int64_t c1) {
     }
 }
 
+/* delta_net (backend.h) for value heads [h0, h1): each token in order,
+ * the sums in double, the state kept as floats. */
+static void delta_heads(const ew_args *a, int64_t h0, int64_t h1) {
+    const int d = a->K, nk = a->nk, nv = a->dim;
+    const size_t row = (size_t)(2 * nk + nv) * d, sz = (size_t)d * d;
+    double qn[1024], kn[1024], u[1024]; /* d <= 1024 (model.c) */
+    for (int t = 0; t < a->n_tok; t++) {
+        const float *qkv = a->x + (size_t)t * row;
+        for (int64_t h = h0; h < h1; h++) {
+            float *S = a->st + ((size_t)a->slot[t] * nv + (size_t)h) * sz;
+            if (a->pos[t] == 0) memset(S, 0, sz * sizeof *S);
+            const float *q = qkv + (size_t)(h % nk) * d, *k = q + (size_t)nk * d;
+            const float *v = qkv + (size_t)2 * nk * d + (size_t)h * d;
+            double sq = 0.0, sk = 0.0;
+            for (int i = 0; i < d; i++) sq += (double)q[i] * q[i], sk += (double)k[i] * k[i];
+            const double rq = 1.0 / (sqrt(sq + a->eps) * sqrt((double)d)),
+                         rk = 1.0 / sqrt(sk + a->eps);
+            for (int i = 0; i < d; i++) qn[i] = q[i] * rq, kn[i] = k[i] * rk;
+            const double beta = 1.0 / (1.0 + exp(-(double)a->beta[(size_t)t * nv + h]));
+            const double x = (double)a->alpha[(size_t)t * nv + h] + a->dtb[h];
+            const double decay = exp((x > 20.0 ? x : log1p(exp(x))) * a->av[h]);
+            for (size_t i = 0; i < sz; i++) S[i] = (float)(S[i] * decay);
+            for (int j = 0; j < d; j++) u[j] = 0.0;
+            for (int i = 0; i < d; i++) /* S^T k */
+                for (int j = 0; j < d; j++) u[j] += S[(size_t)i * d + j] * kn[i];
+            for (int j = 0; j < d; j++) u[j] = beta * (v[j] - u[j]);
+            for (int i = 0; i < d; i++)
+                for (int j = 0; j < d; j++)
+                    S[(size_t)i * d + j] = (float)(S[(size_t)i * d + j] + kn[i] * u[j]);
+            float *o = a->y + (size_t)t * nv * d + (size_t)h * d;
+            for (int j = 0; j < d; j++) u[j] = 0.0;
+            for (int i = 0; i < d; i++) /* S^T q */
+                for (int j = 0; j < d; j++) u[j] += S[(size_t)i * d + j] * qn[i];
+            for (int j = 0; j < d; j++) o[j] = (float)u[j];
+        }
+    }
+}
+
 static void ew_worker(void *p, int ith, int nth) {
     const ew_args *a = p;
     int64_t lo, hi;
     split_range(a->n, ith, nth,
                 a->op == EW_RMSNORM || a->op == EW_ROPE || a->op == EW_BIAS ||
-                        a->op == EW_LAYERNORM || a->op == EW_GATHER || a->op == EW_WSUM
+                        a->op == EW_LAYERNORM || a->op == EW_GATHER || a->op == EW_WSUM ||
+                        a->op == EW_DELTA
                     ? 1
                     : 64,
                 &lo, &hi);
@@ -789,6 +834,20 @@ static void ew_worker(void *p, int ith, int nth) {
         for (int64_t i = lo; i < hi; i++) y[i] *= x[i];
         break;
     }
+    case EW_SILU: {
+        float *y = a->y;
+        for (int64_t i = lo; i < hi; i++) y[i] = (float)(y[i] / (1.0 + exp(-(double)y[i])));
+        break;
+    }
+    case EW_SIGMUL: {
+        float *y = a->y;
+        const float *g = a->x;
+        for (int64_t i = lo; i < hi; i++) y[i] = (float)(y[i] / (1.0 + exp(-(double)g[i])));
+        break;
+    }
+    case EW_DELTA:
+        delta_heads(a, lo, hi);
+        break;
     case EW_CONV:
         conv_channels(a, lo, hi);
         break;
@@ -1315,6 +1374,40 @@ static void cpu_conv_state(zi_backend *be, float *y, const float *x, const float
     ew_run(be, &a, (int64_t)n * channels * K);
 }
 
+static void cpu_silu(zi_backend *be, float *x, size_t n) {
+    ew_args a = {.op = EW_SILU, .y = x, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n * 8);
+}
+
+static void cpu_sigmoid_mul(zi_backend *be, float *x, const float *g, size_t n) {
+    ew_args a = {.op = EW_SIGMUL, .y = x, .x = g, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n * 8);
+}
+
+static void cpu_delta_net(zi_backend *be, float *out, const float *qkv, const float *b,
+                          const float *alpha, const float *dt_bias, const float *av, float *states,
+                          const int32_t *slot, const int32_t *pos, int n, int nk, int nv, int d,
+                          float eps) {
+    assert(d >= 1 && d <= 1024 && nk >= 1 && nv % nk == 0);
+    ew_args a = {.op = EW_DELTA,
+                 .y = out,
+                 .x = qkv,
+                 .beta = b,
+                 .alpha = alpha,
+                 .dtb = dt_bias,
+                 .av = av,
+                 .st = states,
+                 .slot = slot,
+                 .pos = pos,
+                 .n_tok = n,
+                 .n = nv,
+                 .dim = nv,
+                 .K = d,
+                 .nk = nk,
+                 .eps = eps};
+    ew_run(be, &a, (int64_t)n * nv * d * d * 6);
+}
+
 static void cpu_backend_free(zi_backend *be) {
     cpu_backend *c = cb(be);
     if (!c) return;
@@ -1372,6 +1465,9 @@ static const zi_backend_ops cpu_ops = {
     .weighted_sum_rows = cpu_weighted_sum_rows,
     .mul = cpu_mul,
     .conv_state = cpu_conv_state,
+    .silu = cpu_silu,
+    .sigmoid_mul = cpu_sigmoid_mul,
+    .delta_net = cpu_delta_net,
     .sync = cpu_sync,
 };
 

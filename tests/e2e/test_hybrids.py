@@ -5,8 +5,10 @@ writes the files: a real vocabulary, recurrent and attention layers in
 the family's pattern) against scripts/ref/numpy_hybrid.py's float64
 reference (itself checked against llama.cpp in test_hybrid_reference.py):
   - 8 prompts of random ids on a file of the real model's per-layer
-    shapes (LFM2-350M's: 1024 wide, 16 heads, 8 KV heads, feed-forward
-    4608, 4 of its 16 layers): mean KL(ref || zinfer) < 1e-4 per prompt
+    shapes (REAL: LFM2-350M's, 1024 wide, 16 heads, 8 KV heads,
+    feed-forward 4608; for qwen35 1024 wide as Qwen3.5-0.8B, gated
+    attention heads of 256, DeltaNet heads of 128; 4 layers each, in the
+    family's pattern): mean KL(ref || zinfer) < 1e-4 per prompt
     and below llama.cpp's own, the argmax equal except at near-ties (top-2
     gap < 0.01); one prompt of 2,100 tokens, run in passes of 512 (the
     state carried across them);
@@ -38,11 +40,17 @@ N_GREEDY = 64
 LONG = 2100
 
 # The architectures zinfer runs (hybrid_files.ARCHS may hold more).
-RUN = ["lfm2"]
+RUN = ["lfm2", "qwen35"]
 
 # The real models' per-layer shapes (the layer pattern and count stay the
 # test file's); the sanitizer build keeps the small default.
-REAL = {"lfm2": dict(n_embd=1024, n_head=16, n_head_kv=8, head_dim=64, n_ff=4608)}
+REAL = {"lfm2": dict(n_embd=1024, n_head=16, n_head_kv=8, head_dim=64, n_ff=4608),
+        # Qwen3.5-0.8B's width (llama.cpp's size table); its heads as the
+        # family's larger files have them (attention head_dim 256, 2 KV
+        # heads; DeltaNet heads of 128)
+        "qwen35": dict(n_embd=1024, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
+                       d_state=128, n_group=8, n_ssm_head=16, rope_dim=64,
+                       rope_sections=(11, 11, 10, 0))}
 
 
 def _params(archs):
@@ -241,11 +249,29 @@ def _bad_files():
     ]
 
 
-@pytest.mark.parametrize("case,kw,name", [pytest.param(*c, id=c[0]) for c in _bad_files()])
-def test_hybrid_bad_file_named(case, kw, name, run_zinfer, tmp_path):
-    if not ARCHS["lfm2"]["vocab"].is_file():
+def _bad_qwen35():
+    return [
+        ("missing-gate", dict(drop=("blk.0.attn_gate.weight",)), "blk.0.attn_gate.weight"),
+        ("missing-a", dict(drop=("blk.1.ssm_a",)), "blk.1.ssm_a"),
+        ("missing-conv", dict(drop=("blk.2.ssm_conv1d.weight",)), "blk.2.ssm_conv1d.weight"),
+        ("heads-indivisible", dict(extra={"ssm.group_count": 3}), "qwen35.ssm.time_step_rank"),
+        ("pattern-length", dict(extra={"attention.recurrent_layers": [True, False]}),
+         "qwen35.attention.recurrent_layers"),
+        ("pattern-vs-tensors",
+         dict(extra={"attention.recurrent_layers": [True, False, True, False]}),
+         "blk.1.attn_q_norm.weight"),
+        ("rope-e-section", dict(extra={"rope.dimension_sections": [2, 2, 2, 2]}),
+         "qwen35.rope.dimension_sections"),
+    ]
+
+
+@pytest.mark.parametrize("arch,case,kw,name",
+                         [pytest.param("lfm2", *c, id=f"lfm2-{c[0]}") for c in _bad_files()] +
+                         [pytest.param("qwen35", *c, id=f"qwen35-{c[0]}") for c in _bad_qwen35()])
+def test_hybrid_bad_file_named(arch, case, kw, name, run_zinfer, tmp_path):
+    if not ARCHS[arch]["vocab"].is_file():
         pytest.skip("vocab files absent")
-    path, _ = write_hybrid(tmp_path / "bad.gguf", "lfm2", **kw)
+    path, _ = write_hybrid(tmp_path / "bad.gguf", arch, **kw)
     res = run_zinfer("logits", "--model", path, "--prompt-ids", "2,3", "--out", tmp_path / "o")
     err = res.stderr.strip()
     assert 0 < res.returncode < 128, err

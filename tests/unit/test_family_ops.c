@@ -17,7 +17,8 @@
  *     scores s -> cap * tanh(s / cap) before the softmax);
  *   - scale and logit soft-capping; a bias vector added to every row;
  *   - conv_state (lfm2's short convolution, its window carried in a
- *     state per sequence) and mul;
+ *     state per sequence) and mul; delta_net (qwen35's gated delta rule,
+ *     its matrix state per sequence and head), silu and sigmoid_mul;
  *   - a backend without these ops refuses gemma3 / gemma2 / biased / hybrid
  *     files by name.
  */
@@ -441,6 +442,80 @@ static void test_conv_state(void **state) {
             }
 }
 
+/* delta_net (qwen35's gated delta rule): two sequences interleaved token
+ * by token in one call, one restarted at position 0 part-way, against a
+ * double reference of the recurrence run on each sequence alone; 2 key
+ * heads read by 4 value heads (h % nk); the same bits in one call or one
+ * call per token, on 1 and 2 threads. And silu, sigmoid_mul. */
+static void test_delta_net(void **state) {
+    (void)state;
+    enum { N = 12, NK = 2, NV = 4, D = 16, S = 2 };
+    const int row = (2 * NK + NV) * D;
+    for (int nt = 1; nt <= 2; nt++) {
+        zi_backend *be = make_backend(NULL, nt);
+        float qkv[N * (2 * NK + NV) * D], bl[N * NV], al[N * NV], dtb[NV], av[NV];
+        float out[N * NV * D], out1[N * NV * D];
+        float *st = calloc(S * NV * D * D, sizeof(float)), *st1 = calloc(S * NV * D * D, 4);
+        int32_t slot[N], pos[N], len[S] = {0, 0};
+        for (int i = 0; i < N * row; i++) qkv[i] = frand(-1, 1);
+        for (int i = 0; i < N * NV; i++) bl[i] = frand(-3, 3), al[i] = frand(-4, 2);
+        for (int h = 0; h < NV; h++) dtb[h] = frand(-1, 1), av[h] = frand(-2, -0.1f);
+        for (int i = 0; i < N; i++) {
+            slot[i] = i % S;
+            if (i == 7) len[1] = 0; /* slot 1 starts over */
+            pos[i] = len[slot[i]]++;
+        }
+        be->ops->delta_net(be, out, qkv, bl, al, dtb, av, st, slot, pos, N, NK, NV, D, 1e-6f);
+        for (int i = 0; i < N; i++)
+            be->ops->delta_net(be, out1 + i * NV * D, qkv + i * row, bl + i * NV, al + i * NV, dtb,
+                               av, st1, slot + i, pos + i, 1, NK, NV, D, 1e-6f);
+        assert_memory_equal(out, out1, sizeof out);
+        assert_memory_equal(st, st1, sizeof(float) * S * NV * D * D);
+        static double Sr[S][NV][D][D];
+        memset(Sr, 0, sizeof Sr);
+        for (int t = 0; t < N; t++) {
+            const int sl = slot[t];
+            if (pos[t] == 0) memset(Sr[sl], 0, sizeof Sr[sl]);
+            for (int h = 0; h < NV; h++) {
+                const float *q = qkv + t * row + (h % NK) * D, *k = q + NK * D;
+                const float *v = qkv + t * row + 2 * NK * D + h * D;
+                double sq = 0, sk = 0, qn[D], kn[D], u[D];
+                for (int i = 0; i < D; i++) sq += (double)q[i] * q[i], sk += (double)k[i] * k[i];
+                for (int i = 0; i < D; i++)
+                    qn[i] = q[i] / sqrt(sq + 1e-6) / sqrt((double)D),
+                    kn[i] = k[i] / sqrt(sk + 1e-6);
+                const double beta = 1 / (1 + exp(-(double)bl[t * NV + h]));
+                const double x = (double)al[t * NV + h] + dtb[h];
+                const double g = exp((x > 20 ? x : log1p(exp(x))) * av[h]);
+                for (int j = 0; j < D; j++) {
+                    double kv = 0;
+                    for (int i = 0; i < D; i++) kv += g * Sr[sl][h][i][j] * kn[i];
+                    u[j] = beta * (v[j] - kv);
+                }
+                for (int i = 0; i < D; i++)
+                    for (int j = 0; j < D; j++)
+                        Sr[sl][h][i][j] = g * Sr[sl][h][i][j] + kn[i] * u[j];
+                for (int j = 0; j < D; j++) {
+                    double o = 0;
+                    for (int i = 0; i < D; i++) o += Sr[sl][h][i][j] * qn[i];
+                    assert_true(fabs(out[(t * NV + h) * D + j] - o) <= 1e-5 * (1 + fabs(o)));
+                }
+            }
+        }
+        float x[64], y[64], g[64];
+        for (int i = 0; i < 64; i++) x[i] = y[i] = frand(-30, 30), g[i] = frand(-30, 30);
+        be->ops->silu(be, y, 64);
+        for (int i = 0; i < 64; i++)
+            assert_true(fabs(y[i] - x[i] / (1 + exp(-(double)x[i]))) <= 1e-6 * (1 + fabs(x[i])));
+        memcpy(y, x, sizeof x);
+        be->ops->sigmoid_mul(be, y, g, 64);
+        for (int i = 0; i < 64; i++)
+            assert_true(fabs(y[i] - x[i] / (1 + exp(-(double)g[i]))) <= 1e-6 * (1 + fabs(x[i])));
+        zi_backend_free(be);
+        free(st), free(st1);
+    }
+}
+
 /* The qwen2 / qwen3 / gemma2 rows: what llama.cpp's loaders set. */
 static void test_family_rows(void **state) {
     (void)state;
@@ -556,6 +631,7 @@ int main(void) {
         cmocka_unit_test(test_add_bias),
         cmocka_unit_test(test_family_rows),
         cmocka_unit_test(test_conv_state),
+        cmocka_unit_test(test_delta_net),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
