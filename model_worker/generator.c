@@ -58,16 +58,16 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
                             (long long)(max_blocks * cfg.block_size));
     if (cfg.prefill_chunk > cfg.max_batch_tokens) cfg.prefill_chunk = cfg.max_batch_tokens;
     /* A hybrid's recurrent state covers its sequence from the start
-     * (model.h): without state checkpoints there is no resuming from
-     * cached blocks and no rolling back drafts, so no prefix cache and no
-     * speculation (docs/hybrids.md). */
-    if (zi_model_get_config(m)->n_recurrent > 0) {
+     * (model.h): it cannot be rolled back past rejected drafts, so no
+     * speculation; a prefix is resumed from a state checkpoint
+     * (state_ckpt.h, docs/hybrids.md). */
+    const int hybrid = zi_model_get_config(m)->n_recurrent > 0;
+    if (hybrid) {
         if (cfg.draft_model)
             return zi_error_set(err, ZI_EUNSUPPORTED,
                                 "draft-model speculation is not supported for '%s' (a hybrid: "
                                 "its recurrent state cannot be rolled back)",
                                 zi_model_get_config(m)->arch);
-        cfg.prefix_cache = 0;
         cfg.spec_lookup = 0;
     }
     if (cfg.draft_model && zi_model_get_config(cfg.draft_model)->n_recurrent > 0)
@@ -91,7 +91,12 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->n_sample_vocab = cfg.sample_vocab ? cfg.sample_vocab : g->n_vocab;
     g->dim = dim;
     int rc = zi_kv_cache_create_paged(m, cfg.kv_blocks, cfg.block_size, cfg.ctx, &g->kv, err);
-    if (!rc) rc = zi_kv_cache_add_states(g->kv, cfg.n_slots, err); /* a hybrid's: per slot */
+    /* a hybrid's states: one per slot, then the checkpoints */
+    const int n_ckpt = hybrid && cfg.prefix_cache ? ZI_STATE_CKPT_PER_SLOT * cfg.n_slots : 0;
+    if (!rc) rc = zi_kv_cache_add_states(g->kv, cfg.n_slots + n_ckpt, err);
+    if (!rc && n_ckpt) rc = zi_state_ckpts_create(n_ckpt, &g->ckpts, err);
+    if (!rc && n_ckpt && !(g->hashes = malloc((size_t)max_blocks * sizeof *g->hashes)))
+        rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
     if (!rc) rc = zi_kv_blocks_create(cfg.kv_blocks, cfg.block_size, &g->kb, err);
     if (rc) {
         zi_generator_free(g);
@@ -166,6 +171,8 @@ void zi_generator_free(zi_generator *g) {
     zi_kv_cache_free(g->kv);
     zi_kv_blocks_free(g->kb);
     free(g->state_slots);
+    zi_state_ckpts_free(g->ckpts);
+    free(g->hashes);
     if (g->seqs)
         for (int i = 0; i < g->cfg.n_slots; i++) {
             free(g->seqs[i].blocks);
@@ -248,6 +255,7 @@ void zi_generator_release(zi_generator *g, zi_text_context *ctx) {
     if (zi_text_context_cache_seq_id(ctx, &slot, NULL) != ZI_OK) return;
     if (slot >= 0 && slot < g->cfg.n_slots && g->slot_used[slot]) {
         drop_blocks(g, &g->seqs[slot]);
+        if (g->ckpts) zi_state_ckpts_disown(g->ckpts, (int)slot);
         g->slot_used[slot] = 0;
         g->slots_used--;
     }
@@ -397,6 +405,43 @@ static void preempt(zi_generator *g, zi_text_context *c) {
     g->stats.preemptions++;
 }
 
+/* A hybrid's prefix match of `got` blocks: the longest part of it that
+ * ends where a checkpoint was taken, that checkpoint copied into the
+ * sequence's state slot; the blocks past it are given back (their K/V is
+ * of no use without the state there). Returns the blocks kept. */
+static int32_t resume_state(zi_generator *g, zi_text_context *c, gseq *q, int32_t got) {
+    const int bs = g->cfg.block_size;
+    uint64_t h = 0;
+    for (int32_t j = 0; j < got; j++)
+        g->hashes[j] = h = zi_kv_blocks_hash(g->kb, h, c->tokens + (size_t)j * bs);
+    int32_t keep = got;
+    int row = -1;
+    for (; keep > 0 && row < 0; keep--)
+        row = zi_state_ckpts_find(g->ckpts, g->hashes[keep - 1], c->tokens, (int64_t)keep * bs);
+    if (row >= 0) keep++; /* the loop stepped past it */
+    const int slot = (int)(q - g->seqs);
+    if (row >= 0 && zi_kv_cache_copy_state(g->kv, slot, g->cfg.n_slots + row, NULL) != ZI_OK)
+        keep = 0;
+    for (int32_t j = got; j-- > keep;) zi_kv_blocks_release(g->kb, q->blocks[j]);
+    q->last_hash = keep > 0 ? g->hashes[keep - 1] : 0;
+    return keep;
+}
+
+/* After a step, a hybrid's sequence whose state now covers exactly its
+ * registered blocks leaves a checkpoint of it (state_ckpt.h): of its
+ * prompt while it encodes one, else its latest. */
+static void checkpoint_state(zi_generator *g, zi_text_context *c) {
+    gseq *q = zi_gen_seq_of(g, c);
+    const int bs = g->cfg.block_size;
+    const int64_t fed = c->start_idx;
+    if (!g->ckpts || fed <= 0 || fed % bs || (int64_t)q->n_registered * bs != fed) return;
+    const int slot = (int)(q - g->seqs);
+    assert(zi_kv_cache_state_length(g->kv, slot) == fed);
+    const int kind = fed < c->prompt_len ? ZI_CKPT_PROMPT : ZI_CKPT_LATEST;
+    int row = zi_state_ckpts_take(g->ckpts, slot, kind, q->last_hash, c->tokens, fed);
+    if (row >= 0) zi_kv_cache_copy_state(g->kv, g->cfg.n_slots + row, slot, NULL);
+}
+
 /* A context at the start of (re-)encoding takes the cached blocks of its
  * longest registered prefix, leaving at least one token to feed (its
  * logits). Not for echoed log probabilities, which need every position. */
@@ -410,6 +455,7 @@ static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
     g->stats.prefix_query_tokens += (uint64_t)eligible;
     if (max < 1) return;
     int32_t got = zi_kv_blocks_match(g->kb, c->tokens, eligible, max, q->blocks, &q->last_hash);
+    if (got > 0 && g->ckpts) got = resume_state(g, c, q, got);
     if (got == 0) return;
     q->n_blocks = q->n_registered = got;
     int64_t at = (int64_t)got * g->cfg.block_size;
@@ -743,6 +789,10 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
         if (rest > cap) cap = rest < budget ? rest : budget;
         if (len > cap) len = cap;
         len = tile_cut(c, len);
+        if (g->ckpts && prompt) { /* a pass ends at the prompt's last whole block: checkpoint */
+            const int64_t B = (c->end_idx - 1) / g->cfg.block_size * g->cfg.block_size;
+            if (c->start_idx < B && c->start_idx + len > B) len = B - c->start_idx;
+        }
         if (len < 1) continue;
         int64_t covered = ensure_blocks(g, c, n_live, c->start_idx + len);
         len = tile_cut(c, covered - c->start_idx);
@@ -1084,6 +1134,7 @@ static int record_outputs(zi_generator *g, const step_plan *p, zi_error *err) {
         if ((rc = zi_text_context_update(c, tok, lp, err))) return rc;
         if (q->n_draft > 0 && (rc = accept_drafts(g, c, q, i, own, err))) return rc;
         register_full_blocks(g, c);
+        checkpoint_state(g, c);
     }
     return ZI_OK;
 }

@@ -16,6 +16,7 @@
 #include "sampler.h"
 #include "spec_draft.h"
 #include "spec_lookup.h"
+#include "state_ckpt.h"
 #include "vocab_trie.h"
 
 /* Sampler rows a context may have in one step: its token's, and one after
@@ -139,6 +140,11 @@ struct zi_generator {
     int32_t *embd_rows, *attn_pos; /* [max_batch_tokens] */
     int32_t *state_slots;          /* [n_slots] a step's table row -> its slot (a hybrid's
                                     * recurrent states, zi_batch.state_slots) */
+    /* A hybrid's checkpoints for prefix reuse (state_ckpt.h; NULL: none),
+     * in the KV cache's state rows from n_slots on; hashes: [max_blocks]
+     * the chained hashes of a prefix match's blocks */
+    zi_state_ckpts *ckpts;
+    uint64_t *hashes;
     int dim;                       /* the model's */
 };
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cpu_backend.h"
+#include "state_ckpt.h"
 
 void zi_mem_model_of(const zi_model *m, int max_batch_tokens, int max_logit_rows,
                      zi_mem_model *out) {
@@ -66,7 +67,9 @@ int zi_mem_plan_make(const zi_mem_model *model, const zi_mem_model *draft, int s
     uint64_t tokens = per_seq * (uint64_t)slots, kv = 0, t = 0;
     uint64_t states = 0;
     int of = __builtin_mul_overflow(tokens, model->kv_bytes_per_token, &kv);
-    of |= __builtin_mul_overflow((uint64_t)slots, model->state_bytes_per_slot, &states);
+    /* a hybrid's state slots: each sequence's, and its checkpoints' */
+    of |= __builtin_mul_overflow((uint64_t)slots * (1 + ZI_STATE_CKPT_PER_SLOT),
+                                 model->state_bytes_per_slot, &states);
     of |= __builtin_add_overflow(kv, states, &kv);
     uint64_t weights = model->weight_bytes, work = model->work_bytes,
              per_tok = model->kv_bytes_per_token;

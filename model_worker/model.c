@@ -1128,6 +1128,27 @@ int zi_kv_cache_add_states(zi_kv_cache *kv, int n_slots, zi_error *err) {
     return ZI_OK;
 }
 
+int zi_kv_cache_copy_state(zi_kv_cache *kv, int dst, int src, zi_error *err) {
+    const zi_model *m = kv->m;
+    const zi_model_config *c = &m->cfg;
+    assert(dst >= 0 && dst < kv->n_states && src >= 0 && src < kv->n_states);
+    if (!m->be->host_memory)
+        return zi_error_set(err, ZI_EUNSUPPORTED, "the %s backend cannot copy recurrent states",
+                            m->be->ops->name);
+    const size_t row = (size_t)(c->conv_len - 1) * (size_t)conv_channels(c),
+                 srow = (size_t)rec_state_floats(c);
+    for (int l = 0; l < c->n_layers && dst != src; l++) {
+        if (!m->layers[l].recurrent) continue;
+        memcpy(kv->conv[l] + (size_t)dst * row, kv->conv[l] + (size_t)src * row,
+               row * sizeof(float));
+        if (srow)
+            memcpy(kv->ssm[l] + (size_t)dst * srow, kv->ssm[l] + (size_t)src * srow,
+                   srow * sizeof(float));
+    }
+    kv->state_len[dst] = kv->state_len[src];
+    return ZI_OK;
+}
+
 int zi_kv_cache_state_slots(const zi_kv_cache *kv) {
     return kv->n_states;
 }

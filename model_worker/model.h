@@ -149,6 +149,10 @@ uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv);
  * never rolled back or resumed from cached blocks alone.
  */
 int zi_kv_cache_add_states(zi_kv_cache *kv, int n_slots, zi_error *err);
+/* Copies slot src's state and length into slot dst (a checkpoint taken,
+ * or one restored: generator.h's prefix reuse). ZI_EUNSUPPORTED on a
+ * backend whose memory is not the host's (no hybrid runs there yet). */
+int zi_kv_cache_copy_state(zi_kv_cache *kv, int dst, int src, zi_error *err);
 int zi_kv_cache_state_slots(const zi_kv_cache *kv); /* 0: none */
 /* The positions slot `slot`'s state covers (0: empty). */
 int32_t zi_kv_cache_state_length(const zi_kv_cache *kv, int slot);

@@ -882,8 +882,8 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
     const zi_model_config *mc = zi_model_get_config(r->model);
     if (mc->n_recurrent > 0)
         zi_log(&w->log, ZI_LOG_INFO,
-               "'%s' is a hybrid: %d of %d layers keep recurrent states (%.1f KiB a slot); "
-               "prefix caching and speculation are off for it (docs/hybrids.md)",
+               "'%s' is a hybrid: %d of %d layers keep recurrent states (%.1f KiB a slot, "
+               "with checkpoints for prefix reuse); speculation is off for it (docs/hybrids.md)",
                mc->arch, mc->n_recurrent, mc->n_layers,
                (double)zi_model_state_bytes_per_slot(r->model) / 1024.0);
     send_register(w);

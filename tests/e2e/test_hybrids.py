@@ -24,6 +24,7 @@ Numbers go to the e2e report (section hybrid_logits).
 
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -229,6 +230,39 @@ def test_hybrid_served_batch_invariance(arch, zinfer_bin, tmp_path, tmp_path_fac
     assert again == alone[3]
     want, _ = ref_model.greedy(ps[5], 12)
     assert alone[5][: len(want)] == want
+
+
+@pytest.mark.parametrize("arch", _params(RUN))
+def test_hybrid_multiturn_prefix_resume(arch, zinfer_bin, tmp_path, tmp_path_factory):
+    """A conversation of 6 turns, each prompt the last one plus its reply
+    plus new tokens: with the prefix cache each turn resumes from a state
+    checkpoint (prefix hits counted) and gets the tokens it gets on a
+    server without the cache; first tokens come sooner."""
+    path, ref_model = built(arch, tmp_path_factory, real=False)
+    n_vocab = ref_model.n_vocab
+    sp = {"temperature": 0.0, "max_new_tokens": 9, "ignore_eos": True}
+    runs = {}
+    for mode in ("cache", "nocache"):
+        extra = () if mode == "cache" else ("--no-prefix-cache",)
+        rng = np.random.default_rng(23)
+        prompt, outs, kv = [int(t) for t in rng.integers(0, n_vocab, 70)], [], None
+        with serve_process(zinfer_bin, path, tmp_path / f"{mode}.log", "--slots", "2",
+                           *extra) as srv:
+            with Client(srv.addr, timeout_s=120) as c:
+                for turn in range(6):
+                    out = _generate(c, prompt, sp)
+                    outs.append(out)
+                    prompt = prompt + out + [int(t) for t in rng.integers(0, n_vocab, 5)]
+                time.sleep(1.2)  # a heartbeat carries the counters
+                kv = c.call("health")["kv"]
+        runs[mode] = (outs, kv)
+    assert runs["cache"][0] == runs["nocache"][0]
+    kv = runs["cache"][1]
+    # every turn after the first resumes past its predecessor's prompt
+    assert kv["prefix_hit_tokens"] >= 5 * 64, kv
+    assert runs["nocache"][1]["prefix_hit_tokens"] == 0, runs["nocache"][1]
+    report("hybrid_logits", f"{arch}_multiturn", {"turns": 6, "prefix_hit_tokens":
+                                                  kv["prefix_hit_tokens"]})
 
 
 def _bad_files():
