@@ -265,6 +265,65 @@ def test_hybrid_multiturn_prefix_resume(arch, zinfer_bin, tmp_path, tmp_path_fac
                                                   kv["prefix_hit_tokens"]})
 
 
+@pytest.mark.parametrize("arch", _params(RUN))
+def test_hybrid_served_features(arch, zinfer_bin, run_zinfer, tmp_path, tmp_path_factory):
+    """A hybrid with everything else the server does: two workers, the
+    prefix cache (resumed from state checkpoints), speculation asked for
+    (off for a hybrid: the worker says so, the tokens are unchanged), a
+    regex-constrained request, and a worker killed mid-stream. Greedy
+    tokens equal `zinfer generate`'s throughout."""
+    import signal
+
+    from test_failover import collect
+    from test_server_load import children
+    if SANITIZED:
+        pytest.skip("release build only")
+    path, ref_model = built(arch, tmp_path_factory, real=False)
+    rng = np.random.default_rng(29)
+    base = [int(t) for t in rng.integers(0, ref_model.n_vocab, 40)]
+    ps = [base + [int(t) for t in rng.integers(0, ref_model.n_vocab, 6)] * 3 for _ in range(6)]
+    sp = {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True}
+    want = []
+    for p in ps[:2]:
+        res = run_zinfer("generate", "--model", path, "--prompt-ids", ids_arg(p), "--max-tokens",
+                         "16", "--ignore-eos", "--json", timeout=300)
+        assert res.returncode == 0, res.stderr
+        want.append(last_json(res.stdout)["token_ids"])
+    with serve_process(zinfer_bin, path, tmp_path / "serve.log", "--spec-lookup", "--slots", 6,
+                       "--threads-per-worker", 1, "--heartbeat-timeout", 1500,
+                       "--failover-timeout", 30000, workers=2) as srv:
+        with Client(srv.addr, timeout_s=120) as c:
+            def run():
+                rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp})
+                        for p in ps]
+                got = collect(c, rids)
+                return [got[r][0] for r in rids], [got[r][2] for r in rids]
+
+            first, fins = run()
+            assert all(f["event"] == "final" for f in fins), fins
+            assert first[:2] == want
+            again, _ = run()  # from the checkpoints of the first round
+            assert again == first
+            time.sleep(1.2)  # a heartbeat carries the counters
+            kv = c.call("health")["kv"]
+            assert kv["prefix_hit_tokens"] > 0 and kv["spec_drafted"] == 0, kv
+            rid = c.send({"op": "generate", "prompt": ps[0], "regex": r"[0-9]{3}-[0-9]{2}",
+                          "sampling_params": {"max_new_tokens": 16}})
+            text, fin = "", None
+            for ev in c.events(rid):
+                text += ev.get("text", "")
+                fin = ev
+            assert re.fullmatch(r"[0-9]{3}-[0-9]{2}", text), (text, fin)
+            workers = children(srv).get("worker", [])
+            assert len(workers) == 2, children(srv)
+            rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in ps]
+            got = collect(c, rids, on_streaming=lambda: os.kill(workers[0], signal.SIGKILL),
+                          min_tokens=1)
+        assert "speculation is off" in srv.log()
+    assert [got[r][0] for r in rids] == first
+    assert all(got[r][2]["event"] == "final" for r in rids)
+
+
 def _bad_files():
     """(id, write_hybrid overrides, the key or tensor the error must name)."""
     return [
