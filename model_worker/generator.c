@@ -439,7 +439,8 @@ static void checkpoint_state(zi_generator *g, zi_text_context *c) {
     assert(zi_kv_cache_state_length(g->kv, slot) == fed);
     const int kind = fed < c->prompt_len ? ZI_CKPT_PROMPT : ZI_CKPT_LATEST;
     int row = zi_state_ckpts_take(g->ckpts, slot, kind, q->last_hash, c->tokens, fed);
-    if (row >= 0) zi_kv_cache_copy_state(g->kv, g->cfg.n_slots + row, slot, NULL);
+    if (row >= 0 && zi_kv_cache_copy_state(g->kv, g->cfg.n_slots + row, slot, NULL) != ZI_OK)
+        zi_state_ckpts_drop(g->ckpts, row); /* it holds no such state */
 }
 
 /* A context at the start of (re-)encoding takes the cached blocks of its
@@ -791,7 +792,10 @@ static int schedule_batch(zi_generator *g, zi_text_context *const *batch, size_t
         len = tile_cut(c, len);
         if (g->ckpts && prompt) { /* a pass ends at the prompt's last whole block: checkpoint */
             const int64_t B = (c->end_idx - 1) / g->cfg.block_size * g->cfg.block_size;
-            if (c->start_idx < B && c->start_idx + len > B) len = B - c->start_idx;
+            /* (not inside a tile that runs whole: the window could never start) */
+            if (c->start_idx < B && c->start_idx + len > B &&
+                tile_cut(c, B - c->start_idx) == B - c->start_idx)
+                len = B - c->start_idx;
         }
         if (len < 1) continue;
         int64_t covered = ensure_blocks(g, c, n_live, c->start_idx + len);

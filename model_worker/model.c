@@ -365,6 +365,12 @@ static int load_layer_kinds(const zi_gguf *g, zi_model_config *c, const char *ke
     int rc = layer_kinds(g, c, key, kv_heads, &c->n_recurrent, NULL, err);
     c->conv_len = c->dn_k_heads = c->dn_v_heads = c->dn_head_dim = 0;
     if (rc || !c->n_recurrent) return rc;
+    if (c->n_recurrent == c->n_layers) /* the KV cache's sizing divides by its bytes a token */
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "%s: all %d layers are recurrent; zinfer runs hybrids with at least "
+                            "one attention layer (%s.attention.head_count_kv, "
+                            "attention.recurrent_layers, full_attention_interval)",
+                            c->arch, c->n_layers, c->arch);
     if (c->family->recurrent == ZI_REC_SHORTCONV)
         return u32_in(g, c->arch, "shortconv.l_cache", 2, 64, &c->conv_len, err);
     int inner = 0;
@@ -1449,10 +1455,16 @@ static int check_states(zi_model *m, zi_kv_cache *kv, const zi_batch *b, zi_erro
     }
     for (int i = 0; i < T; i++) {
         const int s = m->tok_slot[i];
-        if (kv->state_row[s] < 0) kv->state_row[s] = b->seq[i];
+        const int first = kv->state_row[s] < 0;
+        if (first) kv->state_row[s] = b->seq[i];
         if (kv->state_row[s] != b->seq[i])
             return zi_error_set(err, ZI_EINVAL, "state slot %d is named by table rows %d and %d", s,
                                 kv->state_row[s], b->seq[i]);
+        if (!first && b->pos[i] == 0) /* its K/V would be read by the tokens before it */
+            return zi_error_set(err, ZI_EINVAL,
+                                "token %d starts state slot %d over after earlier tokens of it in "
+                                "the same pass",
+                                i, s);
         if (b->pos[i] != 0 && b->pos[i] != kv->state_next[s])
             return zi_error_set(err, ZI_EINVAL,
                                 "token %d is at position %d of state slot %d, whose state covers "

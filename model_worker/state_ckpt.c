@@ -78,6 +78,10 @@ int zi_state_ckpts_take(zi_state_ckpts *t, int owner, int kind, uint64_t hash,
             }
     }
     ckpt *c = &t->c[pick];
+    /* the row another owner took of this prefix becomes the caller's: its
+     * own older one of the kind is then no longer its */
+    for (int i = 0; i < t->n; i++)
+        if (i != pick && t->c[i].owner == owner && t->c[i].kind == kind) t->c[i].owner = -1;
     if (!same(c, hash, tokens, len)) {
         int32_t *tk = realloc(c->tokens, (size_t)len * sizeof *tk);
         if (!tk) return -1;
@@ -86,6 +90,11 @@ int zi_state_ckpts_take(zi_state_ckpts *t, int owner, int kind, uint64_t hash,
     }
     c->owner = owner, c->kind = kind, c->used = ++t->clock;
     return pick;
+}
+
+void zi_state_ckpts_drop(zi_state_ckpts *t, int row) {
+    ckpt *c = &t->c[row];
+    c->len = 0, c->hash = 0, c->owner = -1, c->used = 0;
 }
 
 void zi_state_ckpts_disown(zi_state_ckpts *t, int owner) {

@@ -52,6 +52,9 @@ int zi_state_ckpts_find(zi_state_ckpts *t, uint64_t hash, const int32_t *tokens,
 int zi_state_ckpts_take(zi_state_ckpts *t, int owner, int kind, uint64_t hash,
                         const int32_t *tokens, int64_t len);
 
+/* Row `row` holds nothing any more (its state could not be copied). */
+void zi_state_ckpts_drop(zi_state_ckpts *t, int row);
+
 /* The owner's checkpoints stay, no longer its (a released sequence). */
 void zi_state_ckpts_disown(zi_state_ckpts *t, int owner);
 

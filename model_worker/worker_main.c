@@ -42,6 +42,7 @@
 #include "kv_blocks.h"
 #include "log.h"
 #include "mem_plan.h"
+#include "state_ckpt.h"
 #include "model.h"
 #include "options.h"
 #include "spec_draft.h"
@@ -92,6 +93,7 @@ typedef struct worker {
     zi_embed_input **emb; /* the unfinished inputs of a step */
     size_t emb_cap;
     char model_name[256];
+    char hybrid[32]; /* the architecture of a hybrid model (docs/hybrids.md), else "" */
     int vocab;
     bool encoder;    /* an encoder-only model (bert): embeddings, no generation */
     int64_t last_hb; /* when the last heartbeat went out (ms) */
@@ -189,6 +191,12 @@ static void on_embed(worker *w, const msgpack_object *o, uint64_t rid) {
     zi_error err = {0};
     if (w->n_live + w->n_jobs >= w->slots) {
         send_error(w, rid, "overloaded", "every slot of this worker is in use");
+        return;
+    }
+    if (w->hybrid[0]) { /* the generator would fail the whole step */
+        char msg[160];
+        snprintf(msg, sizeof msg, "embeddings of '%s' (a hybrid) are not supported", w->hybrid);
+        send_error(w, rid, "unsupported", msg);
         return;
     }
     int rc = zi_embed_job_start(&w->jobs[w->n_jobs], rid, o, &w->emodel, &err);
@@ -734,6 +742,12 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
          * context is cut to it below). */
         uint64_t budget = (uint64_t)o->budget;
         *kv_bytes = zi_model_memory_left_for_kv(r->model, budget, (int)o->batch, w->slots);
+        /* a hybrid's state rows come out of it too: a slot's, and its
+         * checkpoints' with the prefix cache (generator.c) */
+        const uint64_t states = (uint64_t)w->slots *
+                                (uint64_t)(o->no_prefix_cache ? 1 : 1 + ZI_STATE_CKPT_PER_SLOT) *
+                                zi_model_state_bytes_per_slot(r->model);
+        *kv_bytes = *kv_bytes > states ? *kv_bytes - states : 0;
         snprintf(r->kv_why, sizeof r->kv_why, "what a %.0f MiB --memory-budget leaves",
                  (double)budget / (1 << 20));
         if (*kv_bytes / per_tok < (uint64_t)o->block)
@@ -809,6 +823,7 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
     snprintf(pkey, sizeof pkey, "%s.pooling_type", mc->arch);
     if (zi_gguf_get_u32_or(zi_model_gguf(r->model), pkey, ZI_POOLING_MEAN, &pt, NULL) != ZI_OK)
         pt = ZI_POOLING_MEAN;
+    if (mc->n_recurrent > 0) snprintf(w->hybrid, sizeof w->hybrid, "%s", mc->arch);
     w->emodel = (zi_embed_model){.dim = mc->dim,
                                  .ctx = w->ctx_size,
                                  .vocab = w->vocab,

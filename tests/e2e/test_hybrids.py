@@ -314,6 +314,14 @@ def test_hybrid_served_features(arch, zinfer_bin, run_zinfer, tmp_path, tmp_path
                 text += ev.get("text", "")
                 fin = ev
             assert re.fullmatch(r"[0-9]{3}-[0-9]{2}", text), (text, fin)
+            # an embedding request beside streaming generations is refused
+            # alone (a hybrid has no embeddings): the generations go on
+            rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in ps]
+            erid = c.send({"op": "embed", "input": [ps[0][:8]]})
+            got = collect(c, rids + [erid])
+            fin = got[erid][2]
+            assert fin["event"] == "error" and "hybrid" in fin["message"], fin
+            assert [got[r][0] for r in rids] == first
             workers = children(srv).get("worker", [])
             assert len(workers) == 2, children(srv)
             rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in ps]
@@ -337,8 +345,10 @@ def _bad_files():
          "lfm2.attention.head_count_kv"),
         ("no-l-cache", dict(extra={"shortconv.l_cache": 1}), "lfm2.shortconv.l_cache"),
         # an attention layer's tensors where the pattern says recurrent
-        ("pattern-vs-tensors", dict(extra={"attention.head_count_kv": [0, 0, 0, 0]}),
+        ("pattern-vs-tensors", dict(extra={"attention.head_count_kv": [0, 0, 0, 2]}),
          "blk.2.shortconv.conv.weight"),
+        ("no-attention-layer", dict(extra={"attention.head_count_kv": [0, 0, 0, 0]}),
+         "lfm2.attention.head_count_kv"),
     ]
 
 
@@ -355,6 +365,9 @@ def _bad_qwen35():
          "blk.1.attn_q_norm.weight"),
         ("rope-e-section", dict(extra={"rope.dimension_sections": [2, 2, 2, 2]}),
          "qwen35.rope.dimension_sections"),
+        ("no-attention-layer",
+         dict(extra={"attention.recurrent_layers": [True, True, True, True]}),
+         "attention.recurrent_layers"),
     ]
 
 
