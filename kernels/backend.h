@@ -331,8 +331,8 @@ typedef struct zi_backend_ops {
      * `groups` runs of dim / groups, each normalized on its own (y = x /
      * sqrt(mean(x^2) + eps)) then multiplied by w[i] (dim floats, one per
      * column). y may be x. Optional (as mul). */
-    void (*rmsnorm_groups)(zi_backend *be, float *y, const float *x, const float *w,
-                           int n_tokens, int dim, int groups, float eps);
+    void (*rmsnorm_groups)(zi_backend *be, float *y, const float *x, const float *w, int n_tokens,
+                           int dim, int groups, float eps);
     /* Waits until all queued work is done (nothing to wait for on the CPU)
      * and returns the first error any op met since the backend was made,
      * with its message in *err (err may be NULL): ops return nothing, so a

@@ -149,8 +149,8 @@ int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_lo
         : f->recurrent == ZI_REC_MAMBA2 &&
                 (!op->silu || !op->ssm_scan || !op->rmsnorm_groups || !op->add_bias || !op->scale)
             ? "Mamba-2 layers"
-        : f->attn_gate && (!op->sigmoid_mul || !op->gather_rows)           ? "gated attention"
-                                                                           : NULL;
+        : f->attn_gate && (!op->sigmoid_mul || !op->gather_rows) ? "gated attention"
+                                                                 : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "the %s backend cannot run architecture '%s' yet (no %s)", op->name,

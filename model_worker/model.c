@@ -1014,18 +1014,17 @@ void zi_model_free(zi_model *m) {
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             zi_layer *L = &m->layers[l];
-            zi_weight *ws[] = {&L->wq,     &L->wk,       &L->wv,      &L->wo,
-                               &L->w_gate, &L->w_up,     &L->w_down,  &L->sc_b,
-                               &L->sc_c,   &L->sc_x,     &L->sc_out,  &L->dn_qkv,
-                               &L->dn_z,   &L->dn_alpha, &L->dn_beta, &L->dn_out,
-                               &L->mb_z,   &L->mb_xbc,   &L->mb_dt,   &L->mb_out};
+            zi_weight *ws[] = {&L->wq,     &L->wk,     &L->wv,     &L->wo,       &L->w_gate,
+                               &L->w_up,   &L->w_down, &L->sc_b,   &L->sc_c,     &L->sc_x,
+                               &L->sc_out, &L->dn_qkv, &L->dn_z,   &L->dn_alpha, &L->dn_beta,
+                               &L->dn_out, &L->mb_z,   &L->mb_xbc, &L->mb_dt,    &L->mb_out};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
             zi_moe_free_layer(be, &m->cfg.moe, &L->moe);
             float *vecs[] = {
-                L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm,  L->post_attn_norm,
-                L->post_ffn_norm, L->bq,       L->bk,       L->bv,      L->ln_attn,
-                L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,      L->b_up,
-                L->b_down,        L->sinks,    L->sc_conv,  L->dn_conv, L->dn_dt,
+                L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm,    L->post_attn_norm,
+                L->post_ffn_norm, L->bq,       L->bk,       L->bv,        L->ln_attn,
+                L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,        L->b_up,
+                L->b_down,        L->sinks,    L->sc_conv,  L->dn_conv,   L->dn_dt,
                 L->dn_a,          L->dn_norm,  L->mb_conv,  L->mb_conv_b, L->mb_dt_b,
                 L->mb_a,          L->mb_d,     L->mb_norm};
             for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) be->ops->free(be, vecs[i]);

@@ -804,7 +804,8 @@ static void ssm_heads(const ew_args *a, int64_t h0, int64_t h1) {
             float *S = a->st + ((size_t)a->slot[t] * H + (size_t)h) * sz;
             if (a->pos[t] == 0) memset(S, 0, sz * sizeof *S);
             const float *x = xr + (size_t)h * P;
-            const float *B = xr + (size_t)H * P + (size_t)(h / per_group) * N, *C = B + (size_t)G * N;
+            const float *B = xr + (size_t)H * P + (size_t)(h / per_group) * N,
+                        *C = B + (size_t)G * N;
             const double v = (double)a->alpha[(size_t)t * H + h] + a->dtb[h];
             const double d = v > 20.0 ? v : log1p(exp(v));
             const double dA = exp(d * a->av[h]), skip = a->dd[h];
