@@ -380,7 +380,9 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
         printf(ROW "%d of the %d layers: %s (a state of %llu bytes a sequence), the\n" ROW
                    "others attention\n",
                "recurrent", c->n_recurrent, c->n_layers,
-               c->dn_v_heads ? "gated DeltaNet" : "short convolutions",
+               c->ssm_heads    ? "Mamba-2 layers"
+               : c->dn_v_heads ? "gated DeltaNet"
+                               : "short convolutions",
                (unsigned long long)zi_model_config_state_bytes_per_slot(c), "");
     if (in->have_cfg && c->moe.n_expert > 0) {
         printf(ROW "%d of %d per token, each %d wide", "experts", c->moe.n_expert_used,

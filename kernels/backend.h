@@ -314,6 +314,25 @@ typedef struct zi_backend_ops {
                       const float *alpha, const float *dt_bias, const float *a, float *states,
                       const int32_t *slot, const int32_t *pos, int n, int nk, int nv, int d,
                       float eps);
+    /* The Mamba-2 selective scan (granitehybrid's SSM layers), token by
+     * token in order, each of the H heads h with its own state S (P x N,
+     * [p][n]) in row slot[t] of states (H * P * N floats a slot; zeros
+     * when pos[t] == 0). Token t's row of xbc holds x (H heads of P), then
+     * B and C (G groups of N each); head h reads group h / (H / G). With
+     * d = softplus(dt[t][h] + dt_bias[h]) (x above 20) and dA = exp(d *
+     * a[h]): S[p][n] = dA S[p][n] + d x[p] B[n]; out[t][h][p] = sum over n
+     * of S[p][n] C[n], + dd[h] x[p] (the D skip). dt rows are H floats,
+     * out rows H * P, the sums in double. A head's outputs depend on its
+     * own sequence only. Optional (as mul). */
+    void (*ssm_scan)(zi_backend *be, float *out, const float *xbc, const float *dt,
+                     const float *dt_bias, const float *a, const float *dd, float *states,
+                     const int32_t *slot, const int32_t *pos, int n, int H, int P, int G, int N);
+    /* RMSNorm in groups (Mamba-2's gated norm): each row of dim floats is
+     * `groups` runs of dim / groups, each normalized on its own (y = x /
+     * sqrt(mean(x^2) + eps)) then multiplied by w[i] (dim floats, one per
+     * column). y may be x. Optional (as mul). */
+    void (*rmsnorm_groups)(zi_backend *be, float *y, const float *x, const float *w, int n_tokens,
+                           int dim, int groups, float eps);
     /* Waits until all queued work is done (nothing to wait for on the CPU)
      * and returns the first error any op met since the backend was made,
      * with its message in *err (err may be NULL): ops return nothing, so a

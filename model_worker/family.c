@@ -109,6 +109,10 @@ static const zi_family families[] = {
      .ffn_norm_post_attn = 1,
      .recurrent = ZI_REC_DELTANET,
      .attn_gate = 1},
+    /* IBM Granite 4.0-H (models/granite-hybrid.cpp, mamba-base.cpp):
+     * Mamba-2 layers between attention layers (NORM RoPE only when
+     * rope.scaling.finetuned says so), Granite's multipliers. */
+    {.arch = "granitehybrid", .recurrent = ZI_REC_MAMBA2, .granite_scales = 1},
 };
 
 const zi_family *zi_family_find(const char *arch, size_t len) {
@@ -120,7 +124,7 @@ const zi_family *zi_family_find(const char *arch, size_t len) {
 
 const char *zi_family_names(void) {
     return "llama, gemma3, phi3, qwen2, qwen3, qwen3moe, qwen2moe, gpt-oss, gemma2, bert, "
-           "nomic-bert, lfm2, qwen35";
+           "nomic-bert, lfm2, qwen35, granitehybrid";
 }
 
 int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_local_layers,
@@ -142,8 +146,11 @@ int zi_family_check_backend(const zi_family *f, const zi_backend *be, int has_lo
         : f->attn_sinks && !be->attn_sinks                                 ? "attention sinks"
         : f->recurrent && (!op->mul || !op->conv_state)                    ? "recurrent layers"
         : f->recurrent == ZI_REC_DELTANET && (!op->silu || !op->delta_net) ? "gated DeltaNet"
-        : f->attn_gate && (!op->sigmoid_mul || !op->gather_rows)           ? "gated attention"
-                                                                           : NULL;
+        : f->recurrent == ZI_REC_MAMBA2 &&
+                (!op->silu || !op->ssm_scan || !op->rmsnorm_groups || !op->add_bias || !op->scale)
+            ? "Mamba-2 layers"
+        : f->attn_gate && (!op->sigmoid_mul || !op->gather_rows) ? "gated attention"
+                                                                 : NULL;
     if (missing)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "the %s backend cannot run architecture '%s' yet (no %s)", op->name,

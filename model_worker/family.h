@@ -129,7 +129,14 @@ typedef struct zi_family {
      * full_attention_interval-th) run a gated DeltaNet: attn_qkv, a causal
      * convolution (ssm_conv1d, ssm.conv_kernel wide) and SiLU, the gated
      * delta rule over per-head states (ssm.*, backend.h's delta_net), a
-     * per-head RMSNorm (ssm_norm) times silu(attn_gate x), ssm_out. */
+     * per-head RMSNorm (ssm_norm) times silu(attn_gate x), ssm_out.
+     * ZI_REC_MAMBA2 (granitehybrid): the layers whose
+     * attention.head_count_kv entry is 0 run Mamba-2: ssm_in (z | xBC |
+     * dt), a causal convolution over xBC (ssm_conv1d, ssm.conv_kernel
+     * wide, plus its bias) and SiLU, the selective scan (backend.h's
+     * ssm_scan: per-head P x N states, ssm_dt.bias, ssm_a, ssm_d), times
+     * silu(z), an RMSNorm per group of ssm.group_count (ssm_norm),
+     * ssm_out. */
     int recurrent;
     /* The output norm's tensor name when not output_norm.weight (lfm2's
      * files call it token_embd_norm.weight). */
@@ -138,12 +145,20 @@ typedef struct zi_family {
      * gate of head_dim each; the attention's output is multiplied by
      * sigmoid(gate) before attn_output. */
     int attn_gate;
+    /* Granite's multipliers (granitehybrid), each read from the file and
+     * unused when absent or 0: the embedding times embedding_scale, every
+     * block's output (attention, recurrent, feed-forward) times
+     * residual_scale before its residual add, the attention scale
+     * attention.scale, the logits divided by logit_scale; and
+     * rope.scaling.finetuned (default true) switches RoPE on (false: the
+     * attention layers take no position, Granite 4.0-H's files). */
+    int granite_scales;
 } zi_family;
 
 /* zi_family.moe */
 enum { ZI_MOE_NONE = 0, ZI_MOE_IF_KEYED = 1, ZI_MOE_ALWAYS = 2 };
 /* zi_family.recurrent */
-enum { ZI_REC_NONE = 0, ZI_REC_SHORTCONV = 1, ZI_REC_DELTANET = 2 };
+enum { ZI_REC_NONE = 0, ZI_REC_SHORTCONV = 1, ZI_REC_DELTANET = 2, ZI_REC_MAMBA2 = 3 };
 
 /* The family of general.architecture `arch` (len bytes), or NULL. */
 const zi_family *zi_family_find(const char *arch, size_t len);

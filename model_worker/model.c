@@ -38,6 +38,10 @@ typedef struct zi_layer {
      * ssm_out; the convolution's kernel, ssm_dt.bias, ssm_a, ssm_norm */
     zi_weight dn_qkv, dn_z, dn_alpha, dn_beta, dn_out;
     float *dn_conv, *dn_dt, *dn_a, *dn_norm;
+    /* granitehybrid's Mamba-2: ssm_in's z, xBC and dt rows, ssm_out; the
+     * convolution's kernel and bias, ssm_dt.bias, ssm_a, ssm_d, ssm_norm */
+    zi_weight mb_z, mb_xbc, mb_dt, mb_out;
+    float *mb_conv, *mb_conv_b, *mb_dt_b, *mb_a, *mb_d, *mb_norm;
 } zi_layer;
 
 struct zi_model {
@@ -110,6 +114,36 @@ static int meta_u32(const zi_gguf *g, const char *arch, const char *key, uint32_
     return zi_gguf_get_u32(g, full, out, err);
 }
 
+/* Granite's multipliers and RoPE switch (family.h's granite_scales): each
+ * a finite number >= 0 (0 or absent: unused); attention.scale replaces
+ * 1/sqrt(head_dim) when above 0. */
+static int load_granite_scales(const zi_gguf *g, zi_model_config *c, zi_error *err) {
+    c->embedding_scale = c->residual_scale = c->logit_scale = 0.0f;
+    c->no_rope = 0;
+    if (!c->family->granite_scales) return ZI_OK;
+    static const char *const names[] = {"embedding_scale", "residual_scale", "logit_scale",
+                                        "attention.scale"};
+    float *dst[] = {&c->embedding_scale, &c->residual_scale, &c->logit_scale, NULL};
+    char key[128];
+    int rc;
+    for (int i = 0; i < 4; i++) {
+        float v;
+        snprintf(key, sizeof key, "%s.%s", c->arch, names[i]);
+        if ((rc = zi_gguf_get_f32_or(g, key, 0.0f, &v, err))) return rc;
+        if (!(v >= 0.0f) || !isfinite(v))
+            return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, v);
+        if (dst[i])
+            *dst[i] = v;
+        else if (v > 0.0f)
+            c->attn_scale = v;
+    }
+    int finetuned;
+    snprintf(key, sizeof key, "%s.rope.scaling.finetuned", c->arch);
+    if ((rc = zi_gguf_get_bool_or(g, key, 1, &finetuned, err))) return rc;
+    c->no_rope = !finetuned;
+    return ZI_OK;
+}
+
 /* The keys only some families use, with the family's defaults (family.h). */
 static int load_family_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
     const zi_family *f = c->family;
@@ -129,6 +163,7 @@ static int load_family_config(const zi_gguf *g, zi_model_config *c, zi_error *er
         if (!(c->attn_softcap >= 0.0f) || !isfinite(c->attn_softcap))
             return zi_error_set(err, ZI_EFORMAT, "%s = %g is out of range", key, c->attn_softcap);
     }
+    if ((rc = load_granite_scales(g, c, err))) return rc;
     uint32_t v;
     snprintf(key, sizeof key, "%s.attention.sliding_window", c->arch);
     if ((rc = zi_gguf_get_u32_or(g, key, (uint32_t)f->swa_default, &v, err))) return rc;
@@ -288,14 +323,14 @@ static int layer_kinds(const zi_gguf *g, const zi_model_config *c, const char *k
         uint64_t n = 0;
         int rc = int_array(g, key, &d, &n, err);
         if (rc) return rc;
-        if (n < (uint64_t)c->n_layers || (rec == ZI_REC_SHORTCONV && n != (uint64_t)c->n_layers))
+        if (n < (uint64_t)c->n_layers || (rec != ZI_REC_DELTANET && n != (uint64_t)c->n_layers))
             return zi_error_set(err, ZI_EFORMAT, "%s must be %d integers, one per layer", key,
                                 c->n_layers);
         *kv_heads = 0;
         for (int l = 0; l < c->n_layers; l++) {
             uint32_t h;
             memcpy(&h, d + 4 * (size_t)l, 4);
-            if (rec == ZI_REC_SHORTCONV) {
+            if (rec != ZI_REC_DELTANET) { /* lfm2, granitehybrid: 0 marks recurrent */
                 if (recurrent_of) recurrent_of[l] = h == 0;
                 if (h == 0) {
                     ++*n_recurrent;
@@ -310,7 +345,7 @@ static int layer_kinds(const zi_gguf *g, const zi_model_config *c, const char *k
             if (h) *kv_heads = h;
         }
         if (*kv_heads == 0) *kv_heads = (uint32_t)c->n_heads; /* no attention layer */
-        if (rec == ZI_REC_SHORTCONV) return ZI_OK;
+        if (rec != ZI_REC_DELTANET) return ZI_OK;
     }
     /* ZI_REC_DELTANET: its own keys say which layers are recurrent */
     char k2[128];
@@ -358,12 +393,44 @@ static int u32_in(const zi_gguf *g, const char *arch, const char *key, uint32_t 
     return ZI_OK;
 }
 
+/* granitehybrid's Mamba-2 keys (ssm.*) into c, checked against each
+ * other: heads split the inner channels evenly and groups the heads. */
+static int load_mamba2_config(const zi_gguf *g, zi_model_config *c, zi_error *err) {
+    int rc;
+    if ((rc = u32_in(g, c->arch, "ssm.conv_kernel", 2, 64, &c->conv_len, err)) ||
+        (rc = u32_in(g, c->arch, "ssm.inner_size", 1, 1 << 20, &c->ssm_inner, err)) ||
+        (rc = u32_in(g, c->arch, "ssm.state_size", 1, 4096, &c->ssm_state, err)) ||
+        (rc = u32_in(g, c->arch, "ssm.time_step_rank", 1, 4096, &c->ssm_heads, err)) ||
+        (rc = u32_in(g, c->arch, "ssm.group_count", 1, 4096, &c->ssm_groups, err)))
+        return rc;
+    if (c->ssm_inner % c->ssm_heads)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "%s.ssm.inner_size = %d is not a multiple of ssm.time_step_rank = %d",
+                            c->arch, c->ssm_inner, c->ssm_heads);
+    if (c->ssm_heads % c->ssm_groups)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "%s.ssm.time_step_rank = %d is not a multiple of ssm.group_count = %d",
+                            c->arch, c->ssm_heads, c->ssm_groups);
+    /* Granite 4.0-H-Tiny / -Small route experts (and a shared one) in
+     * place of the dense feed-forward: not run yet, refused by name */
+    char key[128];
+    uint32_t experts;
+    snprintf(key, sizeof key, "%s.expert_count", c->arch);
+    if ((rc = zi_gguf_get_u32_or(g, key, 0, &experts, err))) return rc;
+    if (experts > 0)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "%s = %u: zinfer runs granitehybrid's dense feed-forward only", key,
+                            experts);
+    return ZI_OK;
+}
+
 /* The layer pattern of a hybrid (layer_kinds) and its recurrent layers'
  * keys into c. */
 static int load_layer_kinds(const zi_gguf *g, zi_model_config *c, const char *key,
                             uint32_t *kv_heads, zi_error *err) {
     int rc = layer_kinds(g, c, key, kv_heads, &c->n_recurrent, NULL, err);
     c->conv_len = c->dn_k_heads = c->dn_v_heads = c->dn_head_dim = 0;
+    c->ssm_inner = c->ssm_heads = c->ssm_groups = c->ssm_state = 0;
     if (rc || !c->n_recurrent) return rc;
     if (c->n_recurrent == c->n_layers) /* the KV cache's sizing divides by its bytes a token */
         return zi_error_set(err, ZI_EUNSUPPORTED,
@@ -373,6 +440,7 @@ static int load_layer_kinds(const zi_gguf *g, zi_model_config *c, const char *ke
                             c->arch, c->n_layers, c->arch);
     if (c->family->recurrent == ZI_REC_SHORTCONV)
         return u32_in(g, c->arch, "shortconv.l_cache", 2, 64, &c->conv_len, err);
+    if (c->family->recurrent == ZI_REC_MAMBA2) return load_mamba2_config(g, c, err);
     int inner = 0;
     if ((rc = u32_in(g, c->arch, "ssm.conv_kernel", 2, 64, &c->conv_len, err)) ||
         (rc = u32_in(g, c->arch, "ssm.state_size", 1, 1024, &c->dn_head_dim, err)) ||
@@ -396,11 +464,15 @@ static int load_layer_kinds(const zi_gguf *g, zi_model_config *c, const char *ke
 static int64_t conv_channels(const zi_model_config *c) {
     if (c->family->recurrent == ZI_REC_DELTANET)
         return (int64_t)(2 * c->dn_k_heads + c->dn_v_heads) * c->dn_head_dim;
+    if (c->family->recurrent == ZI_REC_MAMBA2)
+        return (int64_t)c->ssm_inner + 2 * (int64_t)c->ssm_groups * c->ssm_state;
     return c->dim;
 }
 static int64_t rec_state_floats(const zi_model_config *c) {
     if (c->family->recurrent == ZI_REC_DELTANET)
         return (int64_t)c->dn_v_heads * c->dn_head_dim * c->dn_head_dim;
+    if (c->family->recurrent == ZI_REC_MAMBA2) /* H heads of P x N */
+        return (int64_t)c->ssm_inner * c->ssm_state;
     return 0;
 }
 
@@ -653,6 +725,54 @@ static int load_encoder_layer(zi_model *m, int l, zi_layer *L, zi_error *err) {
     return ZI_OK;
 }
 
+/* A vector stored as a {ne0, ne1} tensor (Mamba-2's ssm_a, ssm_d {1, H}
+ * and ssm_norm {di / G, G}), one or two dims alike: converters write the
+ * second dim even when it is 1. */
+static int load_vector_2d(zi_model *m, const char *name, int64_t ne0, int64_t ne1, float **out,
+                          zi_error *err) {
+    const zi_gguf_tensor *t = zi_gguf_find_tensor(m->gguf, name);
+    if (!t) return zi_error_set(err, ZI_EFORMAT, "missing tensor '%s'", name);
+    if (t->n_dims > 2 || t->ne[0] != ne0 || t->ne[1] != ne1)
+        return zi_error_set(err, ZI_EFORMAT,
+                            "tensor '%s' has shape [%lld, %lld] (%u dims), expected [%lld, %lld]",
+                            name, (long long)t->ne[0], (long long)t->ne[1], t->n_dims,
+                            (long long)ne0, (long long)ne1);
+    *out = m->be->ops->vector_init(m->be, t, err);
+    if (*out) return ZI_OK;
+    return err && err->code ? err->code : zi_error_set(err, ZI_ENOMEM, "cannot load '%s'", name);
+}
+
+/* granitehybrid's Mamba-2 layer l (family.h's ZI_REC_MAMBA2) past its
+ * norms: ssm_in split at load into its z, xBC and dt rows, the
+ * convolution's kernel and bias (required: llama.cpp's graph needs it
+ * too), ssm_dt.bias, ssm_a, ssm_d, ssm_norm (one weight per group),
+ * ssm_out. */
+static int load_mamba2_layer(zi_model *m, int l, zi_layer *L, zi_error *err) {
+    const zi_model_config *c = &m->cfg;
+    char n[96];
+    int rc;
+    const zi_gguf_tensor *t = NULL;
+    const int64_t d = c->dim, di = c->ssm_inner, ch = conv_channels(c), H = c->ssm_heads,
+                  all = di + ch + H, G = c->ssm_groups;
+#define ZI_NAME(suffix) (snprintf(n, sizeof n, "blk.%d." suffix, l), n)
+    if ((rc = find_tensor(m->gguf, ZI_NAME("ssm_conv1d.weight"), c->conv_len, ch, &t, err)))
+        return rc;
+    if (!(L->mb_conv = m->be->ops->vector_init(m->be, t, err)))
+        return err && err->code ? err->code : zi_error_set(err, ZI_ENOMEM, "cannot load '%s'", n);
+    if ((rc = load_matrix_rows(m, ZI_NAME("ssm_in.weight"), d, all, 0, di, &L->mb_z, err)) ||
+        (rc = load_matrix_rows(m, n, d, all, di, ch, &L->mb_xbc, err)) ||
+        (rc = load_matrix_rows(m, n, d, all, di + ch, H, &L->mb_dt, err)) ||
+        (rc = load_matrix(m, ZI_NAME("ssm_out.weight"), di, d, &L->mb_out, err)) ||
+        (rc = load_vector(m, ZI_NAME("ssm_conv1d.bias"), ch, &L->mb_conv_b, err)) ||
+        (rc = load_vector(m, ZI_NAME("ssm_dt.bias"), H, &L->mb_dt_b, err)) ||
+        (rc = load_vector_2d(m, ZI_NAME("ssm_a"), 1, H, &L->mb_a, err)) ||
+        (rc = load_vector_2d(m, ZI_NAME("ssm_d"), 1, H, &L->mb_d, err)) ||
+        (rc = load_vector_2d(m, ZI_NAME("ssm_norm.weight"), di / G, G, &L->mb_norm, err)))
+        return rc;
+#undef ZI_NAME
+    return ZI_OK;
+}
+
 /* A hybrid's recurrent layer l (family.h's recurrent): its pre-norms and
  * lfm2's short convolution, in_proj's rows split into b, c and x. */
 static int load_recurrent_layer(zi_model *m, int l, zi_layer *L, zi_error *err) {
@@ -668,6 +788,7 @@ static int load_recurrent_layer(zi_model *m, int l, zi_layer *L, zi_error *err) 
                           c->dim, &L->ffn_norm, err)))
         return rc;
     const int64_t d = c->dim;
+    if (c->family->recurrent == ZI_REC_MAMBA2) return load_mamba2_layer(m, l, L, err);
     if (c->family->recurrent == ZI_REC_DELTANET) {
         const int64_t ch = conv_channels(c), hv = c->dn_v_heads,
                       inner = (int64_t)hv * c->dn_head_dim;
@@ -899,18 +1020,19 @@ void zi_model_free(zi_model *m) {
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             zi_layer *L = &m->layers[l];
-            zi_weight *ws[] = {&L->wq,     &L->wk,       &L->wv,      &L->wo,
-                               &L->w_gate, &L->w_up,     &L->w_down,  &L->sc_b,
-                               &L->sc_c,   &L->sc_x,     &L->sc_out,  &L->dn_qkv,
-                               &L->dn_z,   &L->dn_alpha, &L->dn_beta, &L->dn_out};
+            zi_weight *ws[] = {&L->wq,     &L->wk,     &L->wv,     &L->wo,       &L->w_gate,
+                               &L->w_up,   &L->w_down, &L->sc_b,   &L->sc_c,     &L->sc_x,
+                               &L->sc_out, &L->dn_qkv, &L->dn_z,   &L->dn_alpha, &L->dn_beta,
+                               &L->dn_out, &L->mb_z,   &L->mb_xbc, &L->mb_dt,    &L->mb_out};
             for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) be->ops->weight_free(be, ws[i]);
             zi_moe_free_layer(be, &m->cfg.moe, &L->moe);
             float *vecs[] = {
-                L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm,  L->post_attn_norm,
-                L->post_ffn_norm, L->bq,       L->bk,       L->bv,      L->ln_attn,
-                L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,      L->b_up,
-                L->b_down,        L->sinks,    L->sc_conv,  L->dn_conv, L->dn_dt,
-                L->dn_a,          L->dn_norm};
+                L->attn_norm,     L->ffn_norm, L->q_norm,   L->k_norm,    L->post_attn_norm,
+                L->post_ffn_norm, L->bq,       L->bk,       L->bv,        L->ln_attn,
+                L->ln_attn_b,     L->ln_out,   L->ln_out_b, L->bo,        L->b_up,
+                L->b_down,        L->sinks,    L->sc_conv,  L->dn_conv,   L->dn_dt,
+                L->dn_a,          L->dn_norm,  L->mb_conv,  L->mb_conv_b, L->mb_dt_b,
+                L->mb_a,          L->mb_d,     L->mb_norm};
             for (size_t i = 0; i < sizeof vecs / sizeof vecs[0]; i++) be->ops->free(be, vecs[i]);
         }
         free(m->layers);
@@ -1195,7 +1317,9 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, bool own_logi
             ffn = ffn > wide ? ffn : wide;
             qd = qd > (size_t)c->dim ? qd : (size_t)c->dim;
             qd = qd > inner ? qd : inner;
+            qd = qd > (size_t)c->ssm_inner ? qd : (size_t)c->ssm_inner; /* Mamba-2's z */
             kvd = kvd > (size_t)c->dn_v_heads ? kvd : (size_t)c->dn_v_heads;
+            kvd = kvd > (size_t)c->ssm_heads ? kvd : (size_t)c->ssm_heads; /* its dt */
         }
         if (c->family->attn_gate) { /* attn_q's queries and gates in gate (split: q, up) */
             ffn = ffn > 2 * qd ? ffn : 2 * qd;
@@ -1525,6 +1649,35 @@ static void deltanet_block(zi_model *m, zi_kv_cache *kv, int l, const float *in,
     op->add(be, m->x, m->tmp, (size_t)T * c->dim);
 }
 
+/* granitehybrid's Mamba-2 block on the normalized rows `in`, its output
+ * (times residual_scale when set) added to the residual stream x: ssm_in's
+ * z, xBC and dt rows; the causal convolution over xBC plus its bias and
+ * SiLU (the window in layer l's conv states); the selective scan with its
+ * D skip (the P x N states per head in layer l's ssm states); times
+ * silu(z); RMSNorm per group; ssm_out. */
+static void mamba2_block(zi_model *m, zi_kv_cache *kv, int l, const float *in, const zi_batch *b) {
+    zi_backend *be = m->be;
+    const zi_backend_ops *op = be->ops;
+    const zi_layer *L = &m->layers[l];
+    const zi_model_config *c = &m->cfg;
+    const int T = b->n_tokens, H = c->ssm_heads, di = c->ssm_inner;
+    const int64_t ch = conv_channels(c);
+    float *outs[3] = {m->att, m->gate, m->k}; /* z, xBC, dt */
+    const zi_weight *ws[3] = {&L->mb_z, &L->mb_xbc, &L->mb_dt};
+    op->matmul_n(be, 3, outs, ws, in, T);
+    op->conv_state(be, m->up, m->gate, L->mb_conv, c->conv_len, (int)ch, kv->conv[l], m->tok_slot,
+                   b->pos, T);
+    op->add_bias(be, m->up, L->mb_conv_b, T, (int)ch);
+    op->silu(be, m->up, (size_t)T * ch);
+    op->ssm_scan(be, m->gate, m->up, m->k, L->mb_dt_b, L->mb_a, L->mb_d, kv->ssm[l], m->tok_slot,
+                 b->pos, T, H, di / H, c->ssm_groups, c->ssm_state);
+    op->swiglu(be, m->att, m->att, m->gate, (size_t)T * di); /* silu(z) * y */
+    op->rmsnorm_groups(be, m->att, m->att, L->mb_norm, T, di, c->ssm_groups, c->norm_eps);
+    op->matmul(be, m->tmp, &L->mb_out, m->att, T);
+    if (c->residual_scale > 0.0f) op->scale(be, m->tmp, c->residual_scale, (size_t)T * c->dim);
+    op->add(be, m->x, m->tmp, (size_t)T * c->dim);
+}
+
 static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *host_out,
                            int *rows_out, zi_error *err) {
     int rc = validate_batch(m, kv, b, err);
@@ -1560,6 +1713,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         if (m->cfg.moe.shared_ffn_dim > cols) cols = m->cfg.moe.shared_ffn_dim;
         if ((int64_t)m->cfg.dn_v_heads * m->cfg.dn_head_dim > cols) /* ssm_out's */
             cols = (int64_t)m->cfg.dn_v_heads * m->cfg.dn_head_dim;
+        if (m->cfg.ssm_inner > cols) cols = m->cfg.ssm_inner; /* Mamba-2's ssm_out */
         int rt = reserve_T > m->reserved_tokens ? reserve_T : m->reserved_tokens;
         int rctx = kv->max_ctx > m->reserved_ctx ? kv->max_ctx : m->reserved_ctx;
         if ((rc = m->be->ops->reserve(m->be, rt, cols, rctx, err))) return rc;
@@ -1630,6 +1784,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     }
     op->get_rows(be, m->x, &m->tok_embd, ids, T);
     if (f->embd_scale) op->scale(be, m->x, sqrtf((float)c->dim), xn);
+    if (c->embedding_scale > 0.0f) op->scale(be, m->x, c->embedding_scale, xn);
     for (int i = 0; b->embd_rows && i < T; i++) /* after the scale: token rows only */
         if (b->embd_rows[i] >= 0)
             op->upload(be, m->x + (size_t)i * c->dim, b->embd + (size_t)b->embd_rows[i] * c->dim,
@@ -1641,7 +1796,9 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         const zi_layer *L = &m->layers[l];
         if (!f->encoder) op->rmsnorm(be, m->xn, m->x, L->attn_norm, T, c->dim, c->norm_eps);
         if (L->recurrent) {
-            if (f->recurrent == ZI_REC_DELTANET)
+            if (f->recurrent == ZI_REC_MAMBA2)
+                mamba2_block(m, kv, l, in, b);
+            else if (f->recurrent == ZI_REC_DELTANET)
                 deltanet_block(m, kv, l, in, b);
             else
                 shortconv_block(m, kv, l, in, b);
@@ -1663,7 +1820,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
                 op->rmsnorm(be, m->k, m->k, L->k_norm, T * c->n_kv_heads, c->head_dim, c->norm_eps);
             }
             const zi_rope_freqs *rf = L->local ? &rf_local : &rf_global;
-            if (!f->abs_pos) {
+            if (!f->abs_pos && !c->no_rope) {
                 rope(be, m->q, b->pos, T, c->n_heads, c->head_dim, c->rope_dim, rf);
                 rope(be, m->k, b->pos, T, c->n_kv_heads, c->head_dim, c->rope_dim, rf);
             }
@@ -1690,6 +1847,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             if (L->bo) op->add_bias(be, m->tmp, L->bo, T, c->dim);
             if (L->post_attn_norm)
                 op->rmsnorm(be, m->tmp, m->tmp, L->post_attn_norm, T, c->dim, c->norm_eps);
+            if (c->residual_scale > 0.0f) op->scale(be, m->tmp, c->residual_scale, xn);
             op->add(be, m->x, m->tmp, xn);
         }
         if (f->encoder)
@@ -1717,6 +1875,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
         if (L->b_down) op->add_bias(be, m->tmp, L->b_down, T, c->dim);
         if (L->post_ffn_norm)
             op->rmsnorm(be, m->tmp, m->tmp, L->post_ffn_norm, T, c->dim, c->norm_eps);
+        if (c->residual_scale > 0.0f) op->scale(be, m->tmp, c->residual_scale, xn);
         op->add(be, m->x, m->tmp, xn);
         if (f->encoder)
             op->layernorm(be, m->x, m->x, L->ln_out, L->ln_out_b, T, c->dim, c->norm_eps);
@@ -1740,6 +1899,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     if (m->output_bias) op->add_bias(be, out, m->output_bias, n_wanted, c->n_vocab);
     if (c->final_softcap > 0.0f)
         op->softcap(be, out, c->final_softcap, (size_t)n_wanted * c->n_vocab);
+    if (c->logit_scale > 0.0f) /* Granite divides its logits */
+        op->scale(be, out, 1.0f / c->logit_scale, (size_t)n_wanted * c->n_vocab);
     if (host_out && !be->host_memory)
         op->download(be, host_out, m->logits, (size_t)n_wanted * c->n_vocab * sizeof(float));
     return ZI_OK;

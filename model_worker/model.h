@@ -82,6 +82,15 @@ typedef struct zi_model_config {
     /* qwen35's multi-token-prediction blocks (nextn_predict_layers), the
      * last of block_count, not run: n_layers leaves them out */
     int n_nextn;
+    /* Mamba-2 (granitehybrid): ssm.inner_size channels, ssm.time_step_rank
+     * heads of ssm_inner / ssm_heads, ssm.group_count groups of B and C,
+     * each ssm.state_size wide */
+    int ssm_inner, ssm_heads, ssm_groups, ssm_state;
+    /* Granite's multipliers (family.h's granite_scales), 0: unused;
+     * no_rope: rope.scaling.finetuned false, the attention takes no
+     * position */
+    float embedding_scale, residual_scale, logit_scale;
+    int no_rope;
 } zi_model_config;
 
 typedef struct zi_model zi_model;

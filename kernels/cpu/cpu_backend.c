@@ -590,7 +590,9 @@ enum {
     EW_CONV,
     EW_SILU,
     EW_SIGMUL,
-    EW_DELTA
+    EW_DELTA,
+    EW_SSM,
+    EW_GNORM
 };
 
 typedef struct ew_args {
@@ -615,6 +617,10 @@ typedef struct ew_args {
     /* delta_net: beta and alpha logits, dt bias, a; key heads (K is d) */
     const float *beta, *alpha, *dtb, *av;
     int nk;
+    /* ssm_scan: the D skip per head; head width P, groups G, state N
+     * (rmsnorm_groups: G groups) */
+    const float *dd;
+    int sp, sg, sn;
 } ew_args;
 
 /* The element-wise loops read the arguments into locals first: the build
@@ -787,13 +793,59 @@ static void delta_heads(const ew_args *a, int64_t h0, int64_t h1) {
     }
 }
 
+/* ssm_scan (backend.h) for heads [h0, h1): each token in order, the sums
+ * in double, the state kept as floats. */
+static void ssm_heads(const ew_args *a, int64_t h0, int64_t h1) {
+    const int H = a->dim, P = a->sp, G = a->sg, N = a->sn, per_group = H / G;
+    const size_t row = (size_t)H * P + (size_t)2 * G * N, sz = (size_t)P * N;
+    for (int t = 0; t < a->n_tok; t++) {
+        const float *xr = a->x + (size_t)t * row;
+        for (int64_t h = h0; h < h1; h++) {
+            float *S = a->st + ((size_t)a->slot[t] * H + (size_t)h) * sz;
+            if (a->pos[t] == 0) memset(S, 0, sz * sizeof *S);
+            const float *x = xr + (size_t)h * P;
+            const float *B = xr + (size_t)H * P + (size_t)(h / per_group) * N,
+                        *C = B + (size_t)G * N;
+            const double v = (double)a->alpha[(size_t)t * H + h] + a->dtb[h];
+            const double d = v > 20.0 ? v : log1p(exp(v));
+            const double dA = exp(d * a->av[h]), skip = a->dd[h];
+            float *o = a->y + (size_t)t * H * P + (size_t)h * P;
+            for (int p = 0; p < P; p++) {
+                float *s = S + (size_t)p * N;
+                const double dx = d * x[p];
+                double acc = 0.0;
+                for (int k = 0; k < N; k++) {
+                    const float nv = (float)(s[k] * dA + dx * B[k]);
+                    s[k] = nv;
+                    acc += (double)nv * C[k];
+                }
+                o[p] = (float)(acc + skip * x[p]);
+            }
+        }
+    }
+}
+
+/* rmsnorm_groups (backend.h) for group rows [r0, r1) (row r is group r % G
+ * of token r / G), each sum of squares in double as rmsnorm_rows. */
+static void group_norm_rows(const ew_args *a, int64_t r0, int64_t r1) {
+    const int G = a->sg, dg = a->dim / G;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *x = a->x + (size_t)r * dg, *w = a->w + (size_t)(r % G) * dg;
+        float *y = a->y + (size_t)r * dg;
+        double ss = 0.0;
+        for (int i = 0; i < dg; i++) ss += (double)x[i] * x[i];
+        const float rr = (float)(1.0 / sqrt(ss / dg + a->eps));
+        for (int i = 0; i < dg; i++) y[i] = x[i] * rr * w[i];
+    }
+}
+
 static void ew_worker(void *p, int ith, int nth) {
     const ew_args *a = p;
     int64_t lo, hi;
     split_range(a->n, ith, nth,
                 a->op == EW_RMSNORM || a->op == EW_ROPE || a->op == EW_BIAS ||
                         a->op == EW_LAYERNORM || a->op == EW_GATHER || a->op == EW_WSUM ||
-                        a->op == EW_DELTA
+                        a->op == EW_DELTA || a->op == EW_SSM || a->op == EW_GNORM
                     ? 1
                     : 64,
                 &lo, &hi);
@@ -847,6 +899,12 @@ static void ew_worker(void *p, int ith, int nth) {
     }
     case EW_DELTA:
         delta_heads(a, lo, hi);
+        break;
+    case EW_SSM:
+        ssm_heads(a, lo, hi);
+        break;
+    case EW_GNORM:
+        group_norm_rows(a, lo, hi);
         break;
     case EW_CONV:
         conv_channels(a, lo, hi);
@@ -1408,6 +1466,44 @@ static void cpu_delta_net(zi_backend *be, float *out, const float *qkv, const fl
     ew_run(be, &a, (int64_t)n * nv * d * d * 6);
 }
 
+static void cpu_ssm_scan(zi_backend *be, float *out, const float *xbc, const float *dt,
+                         const float *dt_bias, const float *av, const float *dd, float *states,
+                         const int32_t *slot, const int32_t *pos, int n, int H, int P, int G,
+                         int N) {
+    assert(H >= 1 && P >= 1 && N >= 1 && G >= 1 && H % G == 0 && out != xbc);
+    ew_args a = {.op = EW_SSM,
+                 .y = out,
+                 .x = xbc,
+                 .alpha = dt,
+                 .dtb = dt_bias,
+                 .av = av,
+                 .dd = dd,
+                 .st = states,
+                 .slot = slot,
+                 .pos = pos,
+                 .n_tok = n,
+                 .n = H,
+                 .dim = H,
+                 .sp = P,
+                 .sg = G,
+                 .sn = N};
+    ew_run(be, &a, (int64_t)n * H * P * N * 4);
+}
+
+static void cpu_rmsnorm_groups(zi_backend *be, float *y, const float *x, const float *w,
+                               int n_tokens, int dim, int groups, float eps) {
+    assert(groups >= 1 && dim % groups == 0);
+    ew_args a = {.op = EW_GNORM,
+                 .y = y,
+                 .x = x,
+                 .w = w,
+                 .n = (int64_t)n_tokens * groups,
+                 .dim = dim,
+                 .sg = groups,
+                 .eps = eps};
+    ew_run(be, &a, (int64_t)n_tokens * dim * 4);
+}
+
 static void cpu_backend_free(zi_backend *be) {
     cpu_backend *c = cb(be);
     if (!c) return;
@@ -1468,6 +1564,8 @@ static const zi_backend_ops cpu_ops = {
     .silu = cpu_silu,
     .sigmoid_mul = cpu_sigmoid_mul,
     .delta_net = cpu_delta_net,
+    .ssm_scan = cpu_ssm_scan,
+    .rmsnorm_groups = cpu_rmsnorm_groups,
     .sync = cpu_sync,
 };
 

@@ -7,8 +7,10 @@ reference (itself checked against llama.cpp in test_hybrid_reference.py):
   - 8 prompts of random ids on a file of the real model's per-layer
     shapes (REAL: LFM2-350M's, 1024 wide, 16 heads, 8 KV heads,
     feed-forward 4608; for qwen35 1024 wide as Qwen3.5-0.8B, gated
-    attention heads of 256, DeltaNet heads of 128; 4 layers each, in the
-    family's pattern): mean KL(ref || zinfer) < 1e-4 per prompt
+    attention heads of 256, DeltaNet heads of 128; for granitehybrid
+    Granite 4.0-H-1B's / H-Tiny's widths, 1536 wide, 48 Mamba-2 heads of 64
+    with a state of 128 in one group, attention 12 heads of 128 with 4 KV
+    heads, no RoPE; 4 layers each, in the family's pattern): mean KL(ref || zinfer) < 1e-4 per prompt
     and below llama.cpp's own, the argmax equal except at near-ties (top-2
     gap < 0.01); one prompt of 2,100 tokens, run in passes of 512 (the
     state carried across them);
@@ -41,7 +43,7 @@ N_GREEDY = 64
 LONG = 2100
 
 # The architectures zinfer runs (hybrid_files.ARCHS may hold more).
-RUN = ["lfm2", "qwen35"]
+RUN = ["lfm2", "qwen35", "granitehybrid"]
 
 # The real models' per-layer shapes (the layer pattern and count stay the
 # test file's); the sanitizer build keeps the small default.
@@ -51,7 +53,14 @@ REAL = {"lfm2": dict(n_embd=1024, n_head=16, n_head_kv=8, head_dim=64, n_ff=4608
         # heads; DeltaNet heads of 128)
         "qwen35": dict(n_embd=1024, n_head=8, n_head_kv=2, head_dim=256, n_ff=3584,
                        d_state=128, n_group=8, n_ssm_head=16, rope_dim=64,
-                       rope_sections=(11, 11, 10, 0))}
+                       rope_sections=(11, 11, 10, 0)),
+        # Granite 4.0-H-1B's widths (H-Tiny's too, which has experts
+        # instead of the dense feed-forward): d_inner = 2 n_embd as
+        # llama.cpp requires, P = 64, N = 128, G = 1; the separate output
+        # head's spread as the small file's (logits / logit_scale of std ~2)
+        "granitehybrid": dict(n_embd=1536, n_head=12, n_head_kv=4, head_dim=128, n_ff=4096,
+                              d_inner=3072, d_state=128, n_group=1, n_ssm_head=48,
+                              out_sigma=2.0 * 6.0 / np.sqrt(1536))}
 
 
 def _params(archs):
@@ -155,6 +164,8 @@ def test_hybrid_long_prompt(arch, run_zinfer, tmp_path, tmp_path_factory):
     ids = [int(t) for t in np.random.default_rng(5).integers(0, ref_model.n_vocab, LONG)]
     h = ref_model.forward(ids, chunk=300, hidden=True)[-32:]
     ref = h @ ref_model.out_w.T
+    if ref_model.logit_scale:  # granitehybrid divides its logits
+        ref = ref / ref_model.logit_scale
     got = zinfer_logits(run_zinfer, path, ids, tmp_path / "long.f32", "--last", "32",
                         "--batch-size", "512").astype(np.float64)
     kl, flips = _check(ref, got, "long prompt")
@@ -371,9 +382,30 @@ def _bad_qwen35():
     ]
 
 
+def _bad_granite():
+    # the small file's pattern is [ssm, ssm, attn, ssm] (rrar)
+    return [
+        ("missing-conv-bias", dict(drop=("blk.0.ssm_conv1d.bias",)), "blk.0.ssm_conv1d.bias"),
+        ("missing-d", dict(drop=("blk.3.ssm_d",)), "blk.3.ssm_d"),
+        ("missing-norm", dict(drop=("blk.1.ssm_norm.weight",)), "blk.1.ssm_norm.weight"),
+        ("heads-indivisible", dict(extra={"ssm.group_count": 3}),
+         "granitehybrid.ssm.time_step_rank"),
+        ("experts", dict(extra={"expert_count": 4}), "granitehybrid.expert_count"),
+        ("pattern-length", dict(extra={"attention.head_count_kv": [0, 0, 2]}),
+         "granitehybrid.attention.head_count_kv"),
+        # the pattern says recurrent where the file has attention, and back
+        ("pattern-vs-tensors", dict(extra={"attention.head_count_kv": [0, 0, 0, 0]}),
+         "blk.2.ssm_conv1d.weight"),
+        ("pattern-vs-tensors-attn", dict(extra={"attention.head_count_kv": [0, 2, 2, 0]}),
+         "blk.1.attn_output.weight"),
+    ]
+
+
 @pytest.mark.parametrize("arch,case,kw,name",
                          [pytest.param("lfm2", *c, id=f"lfm2-{c[0]}") for c in _bad_files()] +
-                         [pytest.param("qwen35", *c, id=f"qwen35-{c[0]}") for c in _bad_qwen35()])
+                         [pytest.param("qwen35", *c, id=f"qwen35-{c[0]}") for c in _bad_qwen35()] +
+                         [pytest.param("granitehybrid", *c, id=f"granitehybrid-{c[0]}")
+                          for c in _bad_granite()])
 def test_hybrid_bad_file_named(arch, case, kw, name, run_zinfer, tmp_path):
     if not ARCHS[arch]["vocab"].is_file():
         pytest.skip("vocab files absent")

@@ -19,6 +19,8 @@
  *   - conv_state (lfm2's short convolution, its window carried in a
  *     state per sequence) and mul; delta_net (qwen35's gated delta rule,
  *     its matrix state per sequence and head), silu and sigmoid_mul;
+ *   - ssm_scan (granitehybrid's Mamba-2 selective scan, a P x N state per
+ *     sequence and head, groups of B and C) and rmsnorm_groups;
  *   - a backend without these ops refuses gemma3 / gemma2 / biased / hybrid
  *     files by name.
  */
@@ -516,6 +518,85 @@ static void test_delta_net(void **state) {
     }
 }
 
+/* ssm_scan (granitehybrid's Mamba-2 scan): three sequences interleaved
+ * token by token in one call, one restarted at position 0 part-way,
+ * against a double reference run on each sequence alone; 6 heads reading
+ * 2 groups of B and C (h / 3); the same bits in one call or one call per
+ * token, on 1 and 2 threads; dt above softplus's threshold of 20 too.
+ * And rmsnorm_groups with one weight per column. */
+static void test_ssm_scan(void **state) {
+    (void)state;
+    enum { N = 17, H = 6, P = 8, G = 2, NS = 16, S = 3 };
+    const int row = H * P + 2 * G * NS;
+    for (int nt = 1; nt <= 2; nt++) {
+        zi_backend *be = make_backend(NULL, nt);
+        float xbc[N * (H * P + 2 * G * NS)], dt[N * H], dtb[H], av[H], dd[H];
+        float out[N * H * P], out1[N * H * P];
+        float *st = calloc(S * H * P * NS, sizeof(float)), *st1 = calloc(S * H * P * NS, 4);
+        int32_t slot[N], pos[N], len[S] = {0, 0, 0};
+        for (int i = 0; i < N * row; i++) xbc[i] = frand(-1, 1);
+        for (int i = 0; i < N * H; i++) dt[i] = frand(-4, 2);
+        dt[5 * H + 1] = 25.0f; /* softplus(x) = x past 20 */
+        for (int h = 0; h < H; h++)
+            dtb[h] = frand(-1, 1), av[h] = frand(-4, -0.5f), dd[h] = frand(0.5f, 1.5f);
+        for (int i = 0; i < N; i++) {
+            slot[i] = i % S;
+            if (i == 10) len[1] = 0; /* slot 1 starts over */
+            pos[i] = len[slot[i]]++;
+        }
+        be->ops->ssm_scan(be, out, xbc, dt, dtb, av, dd, st, slot, pos, N, H, P, G, NS);
+        for (int i = 0; i < N; i++)
+            be->ops->ssm_scan(be, out1 + i * H * P, xbc + i * row, dt + i * H, dtb, av, dd, st1,
+                              slot + i, pos + i, 1, H, P, G, NS);
+        assert_memory_equal(out, out1, sizeof out);
+        assert_memory_equal(st, st1, sizeof(float) * S * H * P * NS);
+        static double Sr[S][H][P][NS];
+        memset(Sr, 0, sizeof Sr);
+        double worst = 0.0;
+        for (int t = 0; t < N; t++) {
+            const int sl = slot[t];
+            if (pos[t] == 0) memset(Sr[sl], 0, sizeof Sr[sl]);
+            for (int h = 0; h < H; h++) {
+                const float *x = xbc + t * row + h * P;
+                const float *B = xbc + t * row + H * P + (h / (H / G)) * NS, *C = B + G * NS;
+                const double v = (double)dt[t * H + h] + dtb[h];
+                const double d = v > 20 ? v : log1p(exp(v)), dA = exp(d * av[h]);
+                for (int p = 0; p < P; p++) {
+                    double o = 0;
+                    for (int k = 0; k < NS; k++) {
+                        Sr[sl][h][p][k] = dA * Sr[sl][h][p][k] + d * x[p] * B[k];
+                        o += Sr[sl][h][p][k] * C[k];
+                    }
+                    o += (double)dd[h] * x[p];
+                    const double e = fabs(out[(t * H + h) * P + p] - o) / (1 + fabs(o));
+                    worst = e > worst ? e : worst;
+                }
+            }
+        }
+        assert_true(worst <= 1e-5);
+        /* rmsnorm_groups: 3 tokens of 2 groups of 24, in place */
+        enum { T = 3, DIM = 48, GR = 2 };
+        float x[T * DIM], y[T * DIM], w[DIM];
+        for (int i = 0; i < T * DIM; i++) x[i] = y[i] = frand(-3, 3);
+        for (int i = 0; i < DIM; i++) w[i] = frand(0.5f, 1.5f);
+        be->ops->rmsnorm_groups(be, y, y, w, T, DIM, GR, 1e-5f);
+        for (int t = 0; t < T; t++)
+            for (int g = 0; g < GR; g++) {
+                const float *xg = x + t * DIM + g * (DIM / GR);
+                double ss = 0;
+                for (int i = 0; i < DIM / GR; i++) ss += (double)xg[i] * xg[i];
+                const double r = 1 / sqrt(ss / (DIM / GR) + 1e-5);
+                for (int i = 0; i < DIM / GR; i++) {
+                    const double want = xg[i] * r * w[g * (DIM / GR) + i];
+                    assert_true(fabs(y[t * DIM + g * (DIM / GR) + i] - want) <=
+                                1e-6 * (1 + fabs(want)));
+                }
+            }
+        zi_backend_free(be);
+        free(st), free(st1);
+    }
+}
+
 /* The qwen2 / qwen3 / gemma2 rows: what llama.cpp's loaders set. */
 static void test_family_rows(void **state) {
     (void)state;
@@ -612,6 +693,17 @@ static void test_backend_without_ops_refuses(void **state) {
     assert_non_null(strstr(err.msg, "recurrent layers"));
     assert_non_null(strstr(err.msg, "lfm2"));
     ops.conv_state = cpu->ops->conv_state;
+    /* granitehybrid's Mamba-2 layers */
+    const zi_family *gh = zi_family_find("granitehybrid", 13);
+    assert_non_null(gh);
+    assert_int_equal(gh->recurrent, ZI_REC_MAMBA2);
+    assert_int_equal(zi_family_check_backend(gh, &bare, 0, 0, 0, 0, 0, &err), ZI_OK);
+    ops.ssm_scan = NULL;
+    assert_int_equal(zi_family_check_backend(gh, &bare, 0, 0, 0, 0, 0, &err), ZI_EUNSUPPORTED);
+    assert_non_null(strstr(err.msg, "Mamba-2"));
+    assert_non_null(strstr(err.msg, "granitehybrid"));
+    ops.ssm_scan = cpu->ops->ssm_scan;
+    assert_non_null(strstr(zi_family_names(), "granitehybrid"));
     assert_true(cpu->attn_sinks && cpu->rope_yarn);
     assert_true(cpu->attn_softcap);
     assert_non_null(cpu->ops->add_bias);
@@ -632,6 +724,7 @@ int main(void) {
         cmocka_unit_test(test_family_rows),
         cmocka_unit_test(test_conv_state),
         cmocka_unit_test(test_delta_net),
+        cmocka_unit_test(test_ssm_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
