@@ -394,8 +394,10 @@ def _bad_granite():
         ("pattern-length", dict(extra={"attention.head_count_kv": [0, 0, 2]}),
          "granitehybrid.attention.head_count_kv"),
         # the pattern says recurrent where the file has attention, and back
-        ("pattern-vs-tensors", dict(extra={"attention.head_count_kv": [0, 0, 0, 0]}),
+        ("pattern-vs-tensors", dict(extra={"attention.head_count_kv": [0, 0, 0, 2]}),
          "blk.2.ssm_conv1d.weight"),
+        ("no-attention-layer", dict(extra={"attention.head_count_kv": [0, 0, 0, 0]}),
+         "granitehybrid.attention.head_count_kv"),
         ("pattern-vs-tensors-attn", dict(extra={"attention.head_count_kv": [0, 2, 2, 0]}),
          "blk.1.attn_output.weight"),
     ]
