@@ -12,9 +12,10 @@ reference (itself checked against llama.cpp in test_hybrid_reference.py):
     with a state of 128 in one group, attention 12 heads of 128 with 4 KV
     heads, no RoPE; 4 layers each, in the family's pattern): mean KL(ref || zinfer) < 1e-4 per prompt
     and below llama.cpp's own, the argmax equal except at near-ties (top-2
-    gap < 0.01); one prompt of 2,100 tokens, run in passes of 512 (the
-    state carried across them);
-  - 64 greedy tokens equal the reference's, except after a near-tie;
+    gap < 0.01); on the small test file (256 wide), one prompt of 2,100
+    tokens run in passes of 512 (the state carried across them);
+  - 64 greedy tokens equal the reference's (small file), except after a
+    near-tie;
   - batch invariance: every position's logits are bit-identical in one
     pass, in passes of 7 and one token per pass; served, 16 prompts at
     once each get the tokens they get alone, and a prompt cut into chunks
@@ -157,10 +158,12 @@ def test_hybrid_matches_reference(arch, run_zinfer, tmp_path, tmp_path_factory):
 
 @pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_long_prompt(arch, run_zinfer, tmp_path, tmp_path_factory):
-    """2,100 tokens in passes of 512: the last 32 positions' logits."""
+    """2,100 tokens in passes of 512: the last 32 positions' logits (on
+    the small file: the recurrence over many passes is what is checked,
+    and the reference's cost grows with the width)."""
     if SANITIZED:
         pytest.skip("release build only (the reference's 2,100 positions)")
-    path, ref_model = built(arch, tmp_path_factory)
+    path, ref_model = built(arch, tmp_path_factory, real=False)
     ids = [int(t) for t in np.random.default_rng(5).integers(0, ref_model.n_vocab, LONG)]
     h = ref_model.forward(ids, chunk=300, hidden=True)[-32:]
     ref = h @ ref_model.out_w.T
@@ -177,7 +180,7 @@ def test_hybrid_long_prompt(arch, run_zinfer, tmp_path, tmp_path_factory):
 def test_hybrid_greedy_matches_reference(arch, run_zinfer, tmp_path_factory):
     if SANITIZED:
         pytest.skip("release build only (the Python reference's 64 steps)")
-    path, ref_model = built(arch, tmp_path_factory)
+    path, ref_model = built(arch, tmp_path_factory, real=False)
     ids = prompts(ref_model.n_vocab, ARCHS[arch]["seed"] + 7, n=1)[0][:12]
     want, gaps = ref_model.greedy(ids, N_GREEDY)
     res = run_zinfer("generate", "--model", path, "--prompt-ids", ids_arg(ids), "--max-tokens",
