@@ -92,7 +92,7 @@ def kquant_bytes(rng, qtype, rows, cols, sigma):
         return np.concatenate([dd, dmin, sc, qs], axis=1)
 
     state = rng.bit_generator.state
-    probe = gguf.quants.dequantize(draw(1.0 / 1024), qtype)
+    probe = gguf_meta.dequantize(draw(1.0 / 1024), qtype)  # gguf-py's values, faster
     rng.bit_generator.state = state  # the same codes, rescaled
     d = sigma / (float(np.std(probe)) * 1024)
     return draw(d).reshape(rows, -1)

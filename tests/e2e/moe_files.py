@@ -224,6 +224,12 @@ def moe_tensors(cfg, n_vocab):
     return t
 
 
+# moe_tensors' small results by config: the same file is written again
+# and again (the bad-file variants), and drawing the K-quant blocks takes
+# seconds. The arrays are never changed after they are made.
+_TENSORS = {}
+
+
 def write_moe(path, arch, seed=None, extra=None, drop=(), replace=None, **overrides):
     """Writes the small MoE file of arch (see the module docstring);
     returns (path, tensors)."""
@@ -231,7 +237,13 @@ def write_moe(path, arch, seed=None, extra=None, drop=(), replace=None, **overri
         overrides["seed"] = seed
     cfg = moe_config(arch, **overrides)
     rows, n_vocab = tokenizer_rows(cfg["vocab"])
-    tensors = moe_tensors(cfg, n_vocab)
+    key = repr(sorted(cfg.items()))
+    tensors = _TENSORS.get(key)
+    if tensors is None:
+        tensors = moe_tensors(cfg, n_vocab)
+        if sum(a.nbytes for a, _ in tensors.values()) < 64 << 20:
+            _TENSORS[key] = tensors
+    tensors = dict(tensors)
     hp = {**moe_hparams(cfg), **(extra or {})}
     out = {k: v for k, v in tensors.items() if k not in drop}
     out.update(replace or {})

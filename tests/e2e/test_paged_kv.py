@@ -4,14 +4,15 @@ prefix-aware routing, over real sockets with the real model.
 
  * Outputs are token-for-token the same with prefix caching and chunked
    prefill on and off (16 greedy prompts of mixed lengths sharing prefixes;
-   8 of them under the sanitizers).
+   under the sanitizers 8 of them, their shared prefixes half as long).
  * A second request sharing a 1,000-token prefix gets its first token at
-   least 3x sooner than the first.
+   least 3x sooner than the first. A timing test: release build only.
  * With a 2,048-token KV cache, 8 concurrent requests of 600 + 64 tokens all
    finish with the tokens they get in a cache that holds them all; the worker preempts (and says so
    in its log and in `health`). Under the sanitizers (ZINFER_SANITIZED=1),
-   where a token costs ~6x as much, the same test at half the size: a
-   1,024-token cache and 8 requests of 300 + 32 tokens.
+   where a token costs ~6x as much, the same test at a quarter of the
+   size: a 512-token cache and 8 requests of 150 + 16 tokens (the same
+   overcommitment: 8 x 11 blocks for 32).
  * While a 2,000-token prompt is prefilled, running streams keep flowing:
    their median inter-token latency stays within 12x of their own usual one,
    measured in the same run just before. The adaptive chunk aims at ~2x
@@ -52,11 +53,14 @@ def corpus_ids():
     return ids
 
 
-def mixed_prompts(corpus):
+SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"
+
+
+def mixed_prompts(corpus, shared_lens=(40, 100, 200, 300)):
     """16 prompts of 20..400 tokens; groups of four share a prefix of 40,
-    100, 200 or 300 tokens, then go their own ways."""
+    100, 200 or 300 tokens (shared_lens), then go their own ways."""
     prompts = []
-    for g, shared in enumerate([40, 100, 200, 300]):
+    for g, shared in enumerate(shared_lens):
         base = corpus[g * 1000:g * 1000 + shared]
         for k, extra in enumerate([0, 7, 33, 100]):
             tail = corpus[5000 + 97 * (4 * g + k):5000 + 97 * (4 * g + k) + extra + 20]
@@ -67,9 +71,10 @@ def mixed_prompts(corpus):
 
 def test_same_tokens_with_prefix_cache_and_chunked_prefill_on_and_off(
         zinfer_bin, model_path, tmp_path, corpus_ids):
-    prompts = mixed_prompts(corpus_ids)
-    if os.environ.get("ZINFER_SANITIZED") == "1":
-        prompts = prompts[::2]  # two of each shared-prefix group: half the time
+    if SANITIZED:  # two of each shared-prefix group, the prefixes half as long
+        prompts = mixed_prompts(corpus_ids, (20, 50, 100, 150))[::2]
+    else:
+        prompts = mixed_prompts(corpus_ids)
     sp = {"max_new_tokens": 16, "ignore_eos": True}
     with serve_process(zinfer_bin, model_path, tmp_path / "off.log", "--threads-per-worker", 2,
                        "--slots", 16, "--no-prefix-cache", "--batch-size", 8192,
@@ -102,6 +107,9 @@ def first_token_time(client, prompt):
     return ttft
 
 
+@pytest.mark.skipif(SANITIZED, reason="a timing test (first-token times 3x apart); release build "
+                    "only (prefix-cache hits run there in "
+                    "test_same_tokens_with_prefix_cache_and_chunked_prefill_on_and_off)")
 def test_shared_prefix_time_to_first_token(zinfer_bin, model_path, tmp_path, corpus_ids):
     prefix = [1] + corpus_ids[:1000]
     with serve_process(zinfer_bin, model_path, tmp_path / "serve.log",
@@ -120,10 +128,9 @@ def test_kv_budget_preemption(zinfer_bin, model_path, tmp_path, corpus_ids):
     # A fixed prefill chunk lets the prompts fill the cache while the first
     # sequences decode (the adaptive chunk, small beside decodes, would
     # mostly run them one after another and rarely need to preempt).
-    # Sanitized builds run it at half the size: the same paths, 8 sequences
-    # of 21 blocks in a 64-block pool instead of 42 in 128.
-    small = os.environ.get("ZINFER_SANITIZED") == "1"
-    plen, gen, cache, chunk = (300, 32, 1024, 128) if small else (600, 64, 2048, 256)
+    # Sanitized builds run it at a quarter of the size: the same paths, 8
+    # sequences of 11 blocks in a 32-block pool instead of 42 in 128.
+    plen, gen, cache, chunk = (150, 16, 512, 64) if SANITIZED else (600, 64, 2048, 256)
     prompts = [[1] + corpus_ids[plen * i:plen * i + plen - 1] for i in range(8)]
     sp = {"max_new_tokens": gen, "ignore_eos": True}
     # The tokens each request gets without preemption: the same 8 batched
@@ -153,7 +160,7 @@ def test_kv_budget_preemption(zinfer_bin, model_path, tmp_path, corpus_ids):
     assert kv["blocks"] == cache // 16  # the pool is the budget: blocks of 16 tokens
 
 
-@pytest.mark.skipif(os.environ.get("ZINFER_SANITIZED") == "1",
+@pytest.mark.skipif(SANITIZED,
                     reason="a timing test: under the sanitizers it would measure their cost; "
                            "chunked prefill beside decodes runs there in "
                            "test_same_tokens_with_prefix_cache_and_chunked_prefill_on_and_off")
@@ -213,7 +220,7 @@ def test_long_prefill_keeps_streams_flowing(zinfer_bin, model_path, tmp_path, co
     assert busy <= 12 * usual, (busy, usual)
 
 
-@pytest.mark.skipif(os.environ.get("ZINFER_SANITIZED") == "1",
+@pytest.mark.skipif(SANITIZED,
                     reason="a timing test (first-token times 3x apart); release build only")
 def test_router_prefers_the_worker_holding_the_prefix(zinfer_bin, model_path, tmp_path,
                                                       corpus_ids):

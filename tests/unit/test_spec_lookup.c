@@ -223,7 +223,14 @@ static void test_sampled_distribution(void **state) {
 /* ---- over the real model ------------------------------------------------ */
 
 #define N_PROMPTS 5
+/* Tokens per prompt; under AddressSanitizer (several times the cost of a
+ * token) 24: the tight cache still preempts, the stop id and the grammars'
+ * sentences still fall inside. */
+#if defined(__SANITIZE_ADDRESS__)
+#define GEN 24
+#else
 #define GEN 40
+#endif
 
 static const char *texts[N_PROMPTS] = {
     ("<|im_start|>user\nRepeat this text exactly: The quick brown fox jumps over the lazy dog. "
