@@ -27,6 +27,8 @@ def unit_tests(build):
 
 def run_cmocka(t, env):
     start = time.time()
+    env = dict(env)
+    env.update(t.get("env") or {})  # the test's own (meson test(..., env : [...]))
     p = subprocess.run(t["cmd"], cwd=t.get("workdir") or ROOT, env=env,
                        capture_output=True, text=True, timeout=t.get("timeout") or 600)
     text = p.stdout + p.stderr
