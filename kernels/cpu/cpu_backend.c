@@ -746,7 +746,8 @@ static void conv_channels(const ew_args *a, int64_t c0, int64_t c1) {
             const float *restrict x = a->x + (size_t)i * C + b0;
             float *restrict y = a->y + (size_t)i * C + b0;
             if (a->pos[i] == 0)
-                for (int j = 0; j < K - 1; j++) memset(s + (size_t)j * C, 0, (size_t)nc * sizeof *s);
+                for (int j = 0; j < K - 1; j++)
+                    memset(s + (size_t)j * C, 0, (size_t)nc * sizeof *s);
             for (int c = 0; c < nc; c++) acc[c] = 0.0f;
             for (int j = 0; j < K - 1; j++) {
                 const float *restrict sj = s + (size_t)j * C;
@@ -853,8 +854,12 @@ static void ew_worker(void *p, int ith, int nth) {
         for (int64_t i = lo; i < hi; i++) y[i] *= x[i];
         break;
     }
-    case EW_SILU: a->k->silu(a->y + lo, hi - lo); break;
-    case EW_SIGMUL: a->k->sigmoid_mul(a->y + lo, a->x + lo, hi - lo); break;
+    case EW_SILU:
+        a->k->silu(a->y + lo, hi - lo);
+        break;
+    case EW_SIGMUL:
+        a->k->sigmoid_mul(a->y + lo, a->x + lo, hi - lo);
+        break;
     case EW_DELTA:
         delta_heads(a, lo, hi);
         break;

@@ -650,7 +650,8 @@ static void test_recurrent_tables_agree(void **state) {
                 if (have_want &&
                     (memcmp(o, ow, sizeof(float) * T * d) || memcmp(S, Sw, sizeof(float) * d * d)))
                     fail_msg("%s delta_rule d=%d, runs of %d, differs from the scalar table's "
-                             "runs of 1", isas[t], d, run);
+                             "runs of 1",
+                             isas[t], d, run);
                 have_want = 1;
             }
         }
