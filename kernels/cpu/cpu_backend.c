@@ -732,63 +732,83 @@ static void rope_rows(const ew_args *a, int64_t t0, int64_t t1) {
     }
 }
 
-/* conv_state (backend.h) for channels [c0, c1): each token in order, its
- * window's products summed oldest first, then the state shifted. */
+/* conv_state (backend.h) for channels [c0, c1): in blocks of 64 channels
+ * (the block's kernel taps transposed once, so that the channel loops are
+ * plain vector loops), each token in order, its window's products summed
+ * oldest first, then the state shifted. Every channel's operations and
+ * their order are those of one channel alone. */
 static void conv_channels(const ew_args *a, int64_t c0, int64_t c1) {
+    enum { CB = 64, KMAX = 64 }; /* model.c reads kernels up to 64 wide */
     const int K = a->K, C = a->dim;
     const float *w = a->w;
-    for (int i = 0; i < a->n_tok; i++) {
-        float *s = a->st + (size_t)a->slot[i] * (size_t)(K - 1) * C;
-        const float *x = a->x + (size_t)i * C;
-        float *y = a->y + (size_t)i * C;
-        if (a->pos[i] == 0)
-            for (int j = 0; j < K - 1; j++)
-                memset(s + (size_t)j * C + c0, 0, (size_t)(c1 - c0) * sizeof *s);
-        for (int64_t c = c0; c < c1; c++) {
-            const float *wc = w + c * K;
-            float acc = 0.0f;
-            for (int j = 0; j < K - 1; j++) acc += wc[j] * s[(size_t)j * C + c];
-            y[c] = acc + wc[K - 1] * x[c];
-            for (int j = 0; j + 1 < K - 1; j++) s[(size_t)j * C + c] = s[(size_t)(j + 1) * C + c];
-            s[(size_t)(K - 2) * C + c] = x[c];
+    assert(K <= KMAX); /* cpu_conv_state */
+    float wt[KMAX][CB], acc[CB];
+    for (int64_t b0 = c0; b0 < c1; b0 += CB) {
+        const int nc = c1 - b0 < CB ? (int)(c1 - b0) : CB;
+        for (int c = 0; c < nc; c++)
+            for (int j = 0; j < K; j++) wt[j][c] = w[(b0 + c) * K + j];
+        for (int i = 0; i < a->n_tok; i++) {
+            float *restrict s = a->st + (size_t)a->slot[i] * (size_t)(K - 1) * C + b0;
+            const float *restrict x = a->x + (size_t)i * C + b0;
+            float *restrict y = a->y + (size_t)i * C + b0;
+            if (a->pos[i] == 0)
+                for (int j = 0; j < K - 1; j++)
+                    memset(s + (size_t)j * C, 0, (size_t)nc * sizeof *s);
+            for (int c = 0; c < nc; c++) acc[c] = 0.0f;
+            for (int j = 0; j < K - 1; j++) {
+                const float *restrict sj = s + (size_t)j * C;
+                for (int c = 0; c < nc; c++) acc[c] += wt[j][c] * sj[c];
+            }
+            for (int c = 0; c < nc; c++) y[c] = acc[c] + wt[K - 1][c] * x[c];
+            for (int j = 0; j + 1 < K - 1; j++) {
+                float *restrict sj = s + (size_t)j * C;
+                const float *restrict sn = s + (size_t)(j + 1) * C;
+                for (int c = 0; c < nc; c++) sj[c] = sn[c];
+            }
+            float *restrict sl = s + (size_t)(K - 2) * C;
+            for (int c = 0; c < nc; c++) sl[c] = x[c];
         }
     }
 }
 
-/* delta_net (backend.h) for value heads [h0, h1): each token in order,
- * the sums in double, the state kept as floats. */
+/* delta_net (backend.h) for value heads [h0, h1): head by head, each
+ * head's tokens in order, in runs of consecutive tokens of one sequence
+ * (the kernel keeps a block of the state in cache over a run); the
+ * normalizations and gates in double, the recurrence in the kernels'
+ * delta_rule (float32: a token's bits do not depend on the run it is in,
+ * nor on the table). */
 static void delta_heads(const ew_args *a, int64_t h0, int64_t h1) {
+    enum { RUN_FLOATS = 8192 }; /* the run's q and k rows: 64 tokens of 128 */
     const int d = a->K, nk = a->nk, nv = a->dim;
     const size_t row = (size_t)(2 * nk + nv) * d, sz = (size_t)d * d;
-    double qn[1024], kn[1024], u[1024]; /* d <= 1024 (model.c) */
-    for (int t = 0; t < a->n_tok; t++) {
-        const float *qkv = a->x + (size_t)t * row;
-        for (int64_t h = h0; h < h1; h++) {
-            float *S = a->st + ((size_t)a->slot[t] * nv + (size_t)h) * sz;
-            if (a->pos[t] == 0) memset(S, 0, sz * sizeof *S);
-            const float *q = qkv + (size_t)(h % nk) * d, *k = q + (size_t)nk * d;
-            const float *v = qkv + (size_t)2 * nk * d + (size_t)h * d;
-            double sq = 0.0, sk = 0.0;
-            for (int i = 0; i < d; i++) sq += (double)q[i] * q[i], sk += (double)k[i] * k[i];
-            const double rq = 1.0 / (sqrt(sq + a->eps) * sqrt((double)d)),
-                         rk = 1.0 / sqrt(sk + a->eps);
-            for (int i = 0; i < d; i++) qn[i] = q[i] * rq, kn[i] = k[i] * rk;
-            const double beta = 1.0 / (1.0 + exp(-(double)a->beta[(size_t)t * nv + h]));
-            const double x = (double)a->alpha[(size_t)t * nv + h] + a->dtb[h];
-            const double decay = exp((x > 20.0 ? x : log1p(exp(x))) * a->av[h]);
-            for (size_t i = 0; i < sz; i++) S[i] = (float)(S[i] * decay);
-            for (int j = 0; j < d; j++) u[j] = 0.0;
-            for (int i = 0; i < d; i++) /* S^T k */
-                for (int j = 0; j < d; j++) u[j] += S[(size_t)i * d + j] * kn[i];
-            for (int j = 0; j < d; j++) u[j] = beta * (v[j] - u[j]);
-            for (int i = 0; i < d; i++)
-                for (int j = 0; j < d; j++)
-                    S[(size_t)i * d + j] = (float)(S[(size_t)i * d + j] + kn[i] * u[j]);
-            float *o = a->y + (size_t)t * nv * d + (size_t)h * d;
-            for (int j = 0; j < d; j++) u[j] = 0.0;
-            for (int i = 0; i < d; i++) /* S^T q */
-                for (int j = 0; j < d; j++) u[j] += S[(size_t)i * d + j] * qn[i];
-            for (int j = 0; j < d; j++) o[j] = (float)u[j];
+    /* d <= 1024 (model.c): at least 8 tokens */
+    const int max_run = RUN_FLOATS / d < RUN_FLOATS / 8 ? RUN_FLOATS / d : RUN_FLOATS / 8;
+    float qn[RUN_FLOATS], kn[RUN_FLOATS], beta[RUN_FLOATS / 8], decay[RUN_FLOATS / 8];
+    for (int64_t h = h0; h < h1; h++) {
+        for (int t0 = 0, n = 0; t0 < a->n_tok; t0 += n) {
+            float *S = a->st + ((size_t)a->slot[t0] * nv + (size_t)h) * sz;
+            if (a->pos[t0] == 0) memset(S, 0, sz * sizeof *S);
+            n = 1; /* the run: the tokens that continue t0's sequence */
+            while (t0 + n < a->n_tok && n < max_run && a->slot[t0 + n] == a->slot[t0] &&
+                   a->pos[t0 + n] == a->pos[t0] + n)
+                n++;
+            for (int r = 0; r < n; r++) {
+                const int t = t0 + r;
+                const float *q = a->x + (size_t)t * row + (size_t)(h % nk) * d;
+                const float *k = q + (size_t)nk * d;
+                double sq = 0.0, sk = 0.0;
+                for (int i = 0; i < d; i++) sq += (double)q[i] * q[i], sk += (double)k[i] * k[i];
+                const double rq = 1.0 / (sqrt(sq + a->eps) * sqrt((double)d)),
+                             rk = 1.0 / sqrt(sk + a->eps);
+                float *qr = qn + (size_t)r * d, *kr = kn + (size_t)r * d;
+                for (int i = 0; i < d; i++) qr[i] = (float)(q[i] * rq), kr[i] = (float)(k[i] * rk);
+                beta[r] = (float)(1.0 / (1.0 + exp(-(double)a->beta[(size_t)t * nv + h])));
+                const double x = (double)a->alpha[(size_t)t * nv + h] + a->dtb[h];
+                decay[r] = (float)exp((x > 20.0 ? x : log1p(exp(x))) * a->av[h]);
+            }
+            a->k->delta_rule(S, d, n, kn, qn, a->x + (size_t)t0 * row + (size_t)(2 * nk + h) * d,
+                             row, beta, decay, a->y + (size_t)t0 * nv * d + (size_t)h * d,
+                             (size_t)nv * d);
         }
     }
 }
@@ -886,17 +906,12 @@ static void ew_worker(void *p, int ith, int nth) {
         for (int64_t i = lo; i < hi; i++) y[i] *= x[i];
         break;
     }
-    case EW_SILU: {
-        float *y = a->y;
-        for (int64_t i = lo; i < hi; i++) y[i] = (float)(y[i] / (1.0 + exp(-(double)y[i])));
+    case EW_SILU:
+        a->k->silu(a->y + lo, hi - lo);
         break;
-    }
-    case EW_SIGMUL: {
-        float *y = a->y;
-        const float *g = a->x;
-        for (int64_t i = lo; i < hi; i++) y[i] = (float)(y[i] / (1.0 + exp(-(double)g[i])));
+    case EW_SIGMUL:
+        a->k->sigmoid_mul(a->y + lo, a->x + lo, hi - lo);
         break;
-    }
     case EW_DELTA:
         delta_heads(a, lo, hi);
         break;
@@ -1417,7 +1432,7 @@ static void cpu_mul(zi_backend *be, float *x, const float *y, size_t n) {
 static void cpu_conv_state(zi_backend *be, float *y, const float *x, const float *w, int K,
                            int channels, float *states, const int32_t *slot, const int32_t *pos,
                            int n) {
-    assert(K >= 2 && x != y);
+    assert(K >= 2 && K <= 64 && x != y); /* conv_channels' KMAX */
     ew_args a = {.op = EW_CONV,
                  .y = y,
                  .x = x,
@@ -1433,13 +1448,13 @@ static void cpu_conv_state(zi_backend *be, float *y, const float *x, const float
 }
 
 static void cpu_silu(zi_backend *be, float *x, size_t n) {
-    ew_args a = {.op = EW_SILU, .y = x, .n = (int64_t)n};
-    ew_run(be, &a, (int64_t)n * 8);
+    ew_args a = {.op = EW_SILU, .k = cb(be)->k, .y = x, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n * 4);
 }
 
 static void cpu_sigmoid_mul(zi_backend *be, float *x, const float *g, size_t n) {
-    ew_args a = {.op = EW_SIGMUL, .y = x, .x = g, .n = (int64_t)n};
-    ew_run(be, &a, (int64_t)n * 8);
+    ew_args a = {.op = EW_SIGMUL, .k = cb(be)->k, .y = x, .x = g, .n = (int64_t)n};
+    ew_run(be, &a, (int64_t)n * 4);
 }
 
 static void cpu_delta_net(zi_backend *be, float *out, const float *qkv, const float *b,
@@ -1448,6 +1463,7 @@ static void cpu_delta_net(zi_backend *be, float *out, const float *qkv, const fl
                           float eps) {
     assert(d >= 1 && d <= 1024 && nk >= 1 && nv % nk == 0);
     ew_args a = {.op = EW_DELTA,
+                 .k = cb(be)->k,
                  .y = out,
                  .x = qkv,
                  .beta = b,
@@ -1463,7 +1479,7 @@ static void cpu_delta_net(zi_backend *be, float *out, const float *qkv, const fl
                  .K = d,
                  .nk = nk,
                  .eps = eps};
-    ew_run(be, &a, (int64_t)n * nv * d * d * 6);
+    ew_run(be, &a, (int64_t)n * nv * d * d * 4);
 }
 
 static void cpu_ssm_scan(zi_backend *be, float *out, const float *xbc, const float *dt,

@@ -113,6 +113,23 @@ typedef struct zi_cpu_kernels {
     /* out[i] = gelu_tanh(g[i]) * u[i] (GeGLU, GELU's tanh approximation);
      * out may be g. The SIMD tables give the scalar loop's bits. */
     void (*geglu)(float *out, const float *g, const float *u, int64_t n);
+    /* x[i] = x[i] / (1 + expf(-x[i])) (SiLU), in place; SwiGLU's expf. */
+    void (*silu)(float *x, int64_t n);
+    /* y[i] = y[i] / (1 + expf(-g[i])) (y times sigmoid(g)). */
+    void (*sigmoid_mul)(float *y, const float *g, int64_t n);
+    /*
+     * The gated delta rule (backend.h's delta_net) for a run of n
+     * consecutive tokens of one sequence on one value head, on its state S
+     * (d x d floats, [key i][value j]). Token t's k and q are rows t of k
+     * and q (d floats each, already normalized, q scaled by 1/sqrt(d)), its
+     * v is at v + t * vs, beta[t] = sigmoid(b), decay[t] = e^g: S = decay
+     * S; u = beta (v - S^T k); S += k u^T; out + t * os = S^T q (d
+     * floats). In float32, each sum over i in order with fused
+     * multiply-adds: a token's results are the same bits in a run of any
+     * length and in every table.
+     */
+    void (*delta_rule)(float *S, int d, int n, const float *k, const float *q, const float *v,
+                       size_t vs, const float *beta, const float *decay, float *out, size_t os);
 } zi_cpu_kernels;
 
 extern const zi_cpu_kernels zi_cpu_kernels_scalar;

@@ -595,6 +595,70 @@ static void test_swiglu_tables_agree(void **state) {
     free(got);
 }
 
+/* silu, sigmoid_mul and delta_rule give the same bits in every table
+ * (the scalar one with fmaf): silu and sigmoid_mul against the scalar
+ * loop; delta_rule's outputs and state after 5 tokens, one a call or all
+ * in one run, for head sizes that take every column block and tail (16,
+ * 40, 72, 136). */
+static void test_recurrent_tables_agree(void **state) {
+    (void)state;
+    enum { N = 1029, T = 5 };
+    float g[N], y0[N], want[N], got[N];
+    for (int i = 0; i < N; i++) g[i] = frand(-30, 30), y0[i] = frand(-3, 3);
+    g[0] = INFINITY, g[1] = -INFINITY, g[2] = -103.9f;
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    for (int i = 0; i < N; i++) want[i] = g[i] / (1.0f + expf(-g[i]));
+    for (int t = 0; t < 3; t++) {
+        const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[t]);
+        if (!k) continue;
+        memcpy(got, g, sizeof got);
+        k->silu(got, N);
+        for (int i = 2; i < N; i++) /* silu(+-inf) is NaN in both */
+            if (memcmp(&got[i], &want[i], sizeof(float)) != 0)
+                fail_msg("%s silu(%.9g) = %.9g, want %.9g", isas[t], g[i], got[i], want[i]);
+        memcpy(got, y0, sizeof got);
+        k->sigmoid_mul(got, g, N);
+        for (int i = 0; i < N; i++) {
+            const float w = y0[i] / (1.0f + expf(-g[i]));
+            if (memcmp(&got[i], &w, sizeof(float)) != 0)
+                fail_msg("%s sigmoid_mul(%.9g, %.9g) = %.9g, want %.9g", isas[t], y0[i], g[i],
+                         got[i], w);
+        }
+    }
+    const int ds[] = {16, 40, 72, 136};
+    for (int di = 0; di < 4; di++) {
+        const int d = ds[di];
+        float *kq = malloc(sizeof(float) * T * 2 * d), *v = malloc(sizeof(float) * T * 3 * d);
+        float *S0 = malloc(sizeof(float) * d * d), *S = malloc(sizeof(float) * d * d);
+        float *Sw = malloc(sizeof(float) * d * d), *o = malloc(sizeof(float) * T * d);
+        float *ow = malloc(sizeof(float) * T * d), beta[T], decay[T];
+        for (int i = 0; i < T * 2 * d; i++) kq[i] = frand(-1, 1) / sqrtf((float)d);
+        for (int i = 0; i < T * 3 * d; i++) v[i] = frand(-1, 1);
+        for (int i = 0; i < d * d; i++) S0[i] = frand(-1, 1);
+        for (int t = 0; t < T; t++) beta[t] = frand(0.05f, 0.95f), decay[t] = frand(0.3f, 1.0f);
+        const float *kk = kq, *qq = kq + T * d; /* rows t of each; v rows 3d apart */
+        int have_want = 0;
+        for (int t = 0; t < 3; t++) {
+            const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[t]);
+            if (!k) continue;
+            for (int run = 1; run <= T; run += T - 1) { /* one token a call, then all at once */
+                float *Sd = have_want ? S : Sw, *od = have_want ? o : ow;
+                memcpy(Sd, S0, sizeof(float) * d * d);
+                for (int t0 = 0; t0 < T; t0 += run)
+                    k->delta_rule(Sd, d, run, kk + t0 * d, qq + t0 * d, v + t0 * 3 * d, 3 * d,
+                                  beta + t0, decay + t0, od + t0 * d, d);
+                if (have_want &&
+                    (memcmp(o, ow, sizeof(float) * T * d) || memcmp(S, Sw, sizeof(float) * d * d)))
+                    fail_msg("%s delta_rule d=%d, runs of %d, differs from the scalar table's "
+                             "runs of 1",
+                             isas[t], d, run);
+                have_want = 1;
+            }
+        }
+        free(kq), free(v), free(S0), free(S), free(Sw), free(o), free(ow);
+    }
+}
+
 /* mm_f32 over a block of rows and tokens gives, bit for bit, what it gives
  * one row and one token at a time (the AVX-512 table blocks 4 rows x 2
  * tokens but keeps every product's accumulator and its order). */
@@ -651,6 +715,7 @@ int main(void) {
         cmocka_unit_test(test_attention_paged_cache),
         cmocka_unit_test(test_attention_blocks),
         cmocka_unit_test(test_swiglu_tables_agree),
+        cmocka_unit_test(test_recurrent_tables_agree),
         cmocka_unit_test(test_mm_f32_blocks_bit_identical),
         cmocka_unit_test(test_unknown_isa_refused),
     };
