@@ -118,13 +118,7 @@ import numpy as np  # noqa: E402
 ARCHS = ("lfm2", "granitehybrid", "qwen35")
 
 
-def _field(reader, key, default=None):
-    f = reader.fields.get(key)
-    if f is None:
-        if default is not None:
-            return default
-        raise KeyError(f"GGUF metadata key missing: {key}")
-    return f.contents()
+from numpy_llama import _field  # noqa: E402  (GGUF metadata, as numpy_llama reads it)
 
 
 def sigmoid(v):
