@@ -306,11 +306,9 @@ def test_moe_served_features(zinfer_bin, run_zinfer, tmp_path, tmp_path_factory)
     the same vocabulary), the prefix cache, a regex-constrained request, and
     a worker killed mid-stream. Greedy tokens equal `zinfer
     generate`'s (no speculation, no cache) throughout."""
-    import signal
     import time
 
-    from test_failover import collect
-    from test_server_load import children
+    from served_checks import check_regex, run_all, run_killing_a_worker
     path, ref_model, n_vocab = served_file(tmp_path_factory)
     rng = np.random.default_rng(23)
     base = [int(t) for t in rng.integers(0, n_vocab, 24)]
@@ -329,36 +327,19 @@ def test_moe_served_features(zinfer_bin, run_zinfer, tmp_path, tmp_path_factory)
                        "--threads-per-worker", 1, "--heartbeat-timeout", 1500,
                        "--failover-timeout", 30000, workers=2) as srv:
         with Client(srv.addr, timeout_s=120) as c:
-            def run():
-                rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp})
-                        for p in ps]
-                got = collect(c, rids)
-                return [got[r][0] for r in rids], [got[r][2] for r in rids]
-
-            first, fins = run()
+            first, fins = run_all(c, ps, sp)
             assert all(f["event"] == "final" for f in fins), fins
             assert first[:3] == want
-            again, _ = run()  # now from the prefix cache
+            again, _ = run_all(c, ps, sp)  # now from the prefix cache
             assert again == first
             time.sleep(1.2)  # a heartbeat carries the counters
             kv = c.call("health")["kv"]
             assert kv["prefix_hit_tokens"] > 0 and kv["spec_drafted"] > 0, kv
-            # a constrained request: the whole completion matches
-            rid = c.send({"op": "generate", "prompt": ps[0], "regex": r"[0-9]{3}-[0-9]{2}",
-                          "sampling_params": {"max_new_tokens": 16}})
-            text, fin = "", None
-            for ev in c.events(rid):
-                text += ev.get("text", "")
-                fin = ev
-            assert re.fullmatch(r"[0-9]{3}-[0-9]{2}", text), (text, fin)
+            check_regex(c, ps[0])
             # a worker killed mid-stream: every request ends with the same tokens
-            workers = children(srv).get("worker", [])
-            assert len(workers) == 2, children(srv)
-            rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in ps]
-            got = collect(c, rids, on_streaming=lambda: os.kill(workers[0], signal.SIGKILL),
-                          min_tokens=1)
-    assert [got[r][0] for r in rids] == first
-    assert all(got[r][2]["event"] == "final" for r in rids)
+            killed, fins = run_killing_a_worker(c, srv, ps, sp)
+    assert killed == first
+    assert all(f["event"] == "final" for f in fins)
     report("moe_logits", "served_features", {"kv": kv})
 
 

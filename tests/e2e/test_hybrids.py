@@ -288,10 +288,8 @@ def test_hybrid_served_features(arch, zinfer_bin, run_zinfer, tmp_path, tmp_path
     (off for a hybrid: the worker says so, the tokens are unchanged), a
     regex-constrained request, and a worker killed mid-stream. Greedy
     tokens equal `zinfer generate`'s throughout."""
-    import signal
-
+    from served_checks import check_regex, run_all, run_killing_a_worker
     from test_failover import collect
-    from test_server_load import children
     if SANITIZED:
         pytest.skip("release build only")
     path, ref_model = built(arch, tmp_path_factory, real=False)
@@ -309,27 +307,15 @@ def test_hybrid_served_features(arch, zinfer_bin, run_zinfer, tmp_path, tmp_path
                        "--threads-per-worker", 1, "--heartbeat-timeout", 1500,
                        "--failover-timeout", 30000, workers=2) as srv:
         with Client(srv.addr, timeout_s=120) as c:
-            def run():
-                rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp})
-                        for p in ps]
-                got = collect(c, rids)
-                return [got[r][0] for r in rids], [got[r][2] for r in rids]
-
-            first, fins = run()
+            first, fins = run_all(c, ps, sp)
             assert all(f["event"] == "final" for f in fins), fins
             assert first[:2] == want
-            again, _ = run()  # from the checkpoints of the first round
+            again, _ = run_all(c, ps, sp)  # from the checkpoints of the first round
             assert again == first
             time.sleep(1.2)  # a heartbeat carries the counters
             kv = c.call("health")["kv"]
             assert kv["prefix_hit_tokens"] > 0 and kv["spec_drafted"] == 0, kv
-            rid = c.send({"op": "generate", "prompt": ps[0], "regex": r"[0-9]{3}-[0-9]{2}",
-                          "sampling_params": {"max_new_tokens": 16}})
-            text, fin = "", None
-            for ev in c.events(rid):
-                text += ev.get("text", "")
-                fin = ev
-            assert re.fullmatch(r"[0-9]{3}-[0-9]{2}", text), (text, fin)
+            check_regex(c, ps[0])
             # an embedding request beside streaming generations is refused
             # alone (a hybrid has no embeddings): the generations go on
             rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in ps]
@@ -338,14 +324,10 @@ def test_hybrid_served_features(arch, zinfer_bin, run_zinfer, tmp_path, tmp_path
             fin = got[erid][2]
             assert fin["event"] == "error" and "hybrid" in fin["message"], fin
             assert [got[r][0] for r in rids] == first
-            workers = children(srv).get("worker", [])
-            assert len(workers) == 2, children(srv)
-            rids = [c.send({"op": "generate", "prompt": p, "sampling_params": sp}) for p in ps]
-            got = collect(c, rids, on_streaming=lambda: os.kill(workers[0], signal.SIGKILL),
-                          min_tokens=1)
+            killed, fins = run_killing_a_worker(c, srv, ps, sp)
         assert "speculation is off" in srv.log()
-    assert [got[r][0] for r in rids] == first
-    assert all(got[r][2]["event"] == "final" for r in rids)
+    assert killed == first
+    assert all(f["event"] == "final" for f in fins)
 
 
 def _bad_files():
