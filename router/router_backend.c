@@ -86,11 +86,18 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
 }
 
 /* Looks up the request a backend message is about (rid: the message's,
- * 0 when it had none); it must belong to that backend. */
+ * 0 when it had none); it must belong to that backend. A request past its
+ * deadline ends here with "deadline_exceeded" (NULL): deadline_check runs
+ * every 100 ms, and without this a short request finishing inside that
+ * gap was answered after its deadline. */
 static rreq *backend_req(router *rt, int b, int64_t rid) {
     if (rid <= 0) return NULL;
     rreq *r = zi_req_table_get(&rt->reqs, (uint64_t)rid);
     if (!r || (r->tok != b && r->wrk != b)) return NULL;
+    if (r->deadline_ms && r->deadline_ms <= core_now(rt)) {
+        send_final(rt, r, "deadline_exceeded", (zi_im_str){0});
+        return NULL;
+    }
     return r;
 }
 

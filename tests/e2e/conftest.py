@@ -227,6 +227,19 @@ def run_all(client, prompts, sp):
     return out
 
 
+def kv_when(client, pred, timeout_s=15):
+    """The health reply's KV counters once pred(kv) holds, or as they stand
+    after timeout_s. The counters ride the workers' heartbeats, which a busy
+    worker sends late: a fixed sleep made the tests that read them flaky on
+    a loaded machine."""
+    end = time.time() + timeout_s
+    while True:
+        kv = client.call("health")["kv"]
+        if pred(kv) or time.time() > end:
+            return kv
+        time.sleep(0.1)
+
+
 def last_json(stdout):
     """The JSON object on the last non-empty line of stdout."""
     lines = [ln for ln in stdout.splitlines() if ln.strip()]

@@ -34,7 +34,7 @@ import time
 
 import pytest
 
-from conftest import FIXTURES, REPO, report, run_all, serve_process
+from conftest import FIXTURES, REPO, kv_when, report, run_all, serve_process
 
 sys.path.insert(0, str(REPO / "clients" / "python"))
 from zinfer_client import Client  # noqa: E402
@@ -86,8 +86,7 @@ def test_same_tokens_with_prefix_cache_and_chunked_prefill_on_and_off(
         with Client(srv.addr, timeout_s=300) as c:
             first = run_all(c, prompts, sp)
             again = run_all(c, prompts, sp)  # now mostly from the prefix cache
-            time.sleep(1.2)  # a heartbeat carries the counters
-            kv = c.call("health")["kv"]
+            kv = kv_when(c, lambda kv: kv["prefix_hit_tokens"] > 0)
     assert all(len(x) == 16 for x in plain)
     assert first == plain
     assert again == plain
@@ -147,8 +146,7 @@ def test_kv_budget_preemption(zinfer_bin, model_path, tmp_path, corpus_ids):
                        "--prefill-chunk", chunk) as srv:
         with Client(srv.addr, timeout_s=600) as c:
             together = run_all(c, prompts, sp)
-            time.sleep(1.2)
-            kv = c.call("health")["kv"]
+            kv = kv_when(c, lambda kv: kv["preemptions"] > 0)
         log = srv.log()
     assert all(len(x) == gen for x in roomy)
     assert together == roomy
