@@ -315,15 +315,17 @@ typedef struct zi_backend_ops {
                       const int32_t *slot, const int32_t *pos, int n, int nk, int nv, int d,
                       float eps);
     /* The Mamba-2 selective scan (granitehybrid's SSM layers), token by
-     * token in order, each of the H heads h with its own state S (P x N,
-     * [p][n]) in row slot[t] of states (H * P * N floats a slot; zeros
-     * when pos[t] == 0). Token t's row of xbc holds x (H heads of P), then
-     * B and C (G groups of N each); head h reads group h / (H / G). With
-     * d = softplus(dt[t][h] + dt_bias[h]) (x above 20) and dA = exp(d *
-     * a[h]): S[p][n] = dA S[p][n] + d x[p] B[n]; out[t][h][p] = sum over n
-     * of S[p][n] C[n], + dd[h] x[p] (the D skip). dt rows are H floats,
-     * out rows H * P, the sums in double. A head's outputs depend on its
-     * own sequence only. Optional (as mul). */
+     * token in order, each of the H heads h with its own state S (N x P,
+     * [n][p], so that a column's recurrence is one vector lane) in row
+     * slot[t] of states (H * P * N floats a slot; zeros when pos[t] ==
+     * 0). Token t's row of xbc holds x (H heads of P), then B and C (G
+     * groups of N each); head h reads group h / (H / G). With d =
+     * softplus(dt[t][h] + dt_bias[h]) (x above 20) and dA = exp(d *
+     * a[h]): S[n][p] = dA S[n][p] + d x[p] B[n]; out[t][h][p] = sum over n
+     * of S[n][p] C[n], + dd[h] x[p] (the D skip). dt rows are H floats,
+     * out rows H * P; the recurrence and its sums in float32 (the CPU's
+     * are the same bits whatever the batch), the step in double. A
+     * head's outputs depend on its own sequence only. Optional (as mul). */
     void (*ssm_scan)(zi_backend *be, float *out, const float *xbc, const float *dt,
                      const float *dt_bias, const float *a, const float *dd, float *states,
                      const int32_t *slot, const int32_t *pos, int n, int H, int P, int G, int N);

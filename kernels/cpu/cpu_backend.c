@@ -813,34 +813,41 @@ static void delta_heads(const ew_args *a, int64_t h0, int64_t h1) {
     }
 }
 
-/* ssm_scan (backend.h) for heads [h0, h1): each token in order, the sums
- * in double, the state kept as floats. */
+/* ssm_scan (backend.h) for heads [h0, h1): head by head, each head's
+ * tokens in order, in runs of consecutive tokens of one sequence (the
+ * kernel keeps a block of the state in cache over a run); the step and
+ * its decay in double, the recurrence in the kernels' ssm_run (float32:
+ * a token's bits do not depend on the run it is in, nor on the table),
+ * the D skip in double. */
 static void ssm_heads(const ew_args *a, int64_t h0, int64_t h1) {
+    enum { MAX_RUN = 64 };
     const int H = a->dim, P = a->sp, G = a->sg, N = a->sn, per_group = H / G;
     const size_t row = (size_t)H * P + (size_t)2 * G * N, sz = (size_t)P * N;
-    for (int t = 0; t < a->n_tok; t++) {
-        const float *xr = a->x + (size_t)t * row;
-        for (int64_t h = h0; h < h1; h++) {
-            float *S = a->st + ((size_t)a->slot[t] * H + (size_t)h) * sz;
-            if (a->pos[t] == 0) memset(S, 0, sz * sizeof *S);
-            const float *x = xr + (size_t)h * P;
-            const float *B = xr + (size_t)H * P + (size_t)(h / per_group) * N,
-                        *C = B + (size_t)G * N;
-            const double v = (double)a->alpha[(size_t)t * H + h] + a->dtb[h];
-            const double d = v > 20.0 ? v : log1p(exp(v));
-            const double dA = exp(d * a->av[h]), skip = a->dd[h];
-            float *o = a->y + (size_t)t * H * P + (size_t)h * P;
-            for (int p = 0; p < P; p++) {
-                float *s = S + (size_t)p * N;
-                const double dx = d * x[p];
-                double acc = 0.0;
-                for (int k = 0; k < N; k++) {
-                    const float nv = (float)(s[k] * dA + dx * B[k]);
-                    s[k] = nv;
-                    acc += (double)nv * C[k];
-                }
-                o[p] = (float)(acc + skip * x[p]);
+    float d[MAX_RUN], dA[MAX_RUN];
+    for (int64_t h = h0; h < h1; h++) {
+        const float *B0 = a->x + (size_t)H * P + (size_t)(h / per_group) * N;
+        for (int t0 = 0, n = 0; t0 < a->n_tok; t0 += n) {
+            float *S = a->st + ((size_t)a->slot[t0] * H + (size_t)h) * sz;
+            if (a->pos[t0] == 0) memset(S, 0, sz * sizeof *S);
+            n = 1; /* the run: the tokens that continue t0's sequence */
+            while (t0 + n < a->n_tok && n < MAX_RUN && a->slot[t0 + n] == a->slot[t0] &&
+                   a->pos[t0 + n] == a->pos[t0] + n)
+                n++;
+            for (int r = 0; r < n; r++) {
+                const double v = (double)a->alpha[(size_t)(t0 + r) * H + h] + a->dtb[h];
+                const double dt = v > 20.0 ? v : log1p(exp(v));
+                d[r] = (float)dt, dA[r] = (float)exp(dt * a->av[h]);
             }
+            const float *x = a->x + (size_t)t0 * row + (size_t)h * P;
+            float *o = a->y + (size_t)t0 * H * P + (size_t)h * P;
+            a->k->ssm_run(S, P, N, n, x, row, B0 + (size_t)t0 * row,
+                          B0 + (size_t)t0 * row + (size_t)G * N, row, d, dA, o, (size_t)H * P);
+            const double skip = a->dd[h];
+            for (int r = 0; r < n; r++)
+                for (int p = 0; p < P; p++) {
+                    float *op = o + (size_t)r * H * P + p;
+                    *op = (float)(*op + skip * x[(size_t)r * row + p]);
+                }
         }
     }
 }
@@ -1488,6 +1495,7 @@ static void cpu_ssm_scan(zi_backend *be, float *out, const float *xbc, const flo
                          int N) {
     assert(H >= 1 && P >= 1 && N >= 1 && G >= 1 && H % G == 0 && out != xbc);
     ew_args a = {.op = EW_SSM,
+                 .k = cb(be)->k,
                  .y = out,
                  .x = xbc,
                  .alpha = dt,

@@ -130,6 +130,20 @@ typedef struct zi_cpu_kernels {
      */
     void (*delta_rule)(float *S, int d, int n, const float *k, const float *q, const float *v,
                        size_t vs, const float *beta, const float *decay, float *out, size_t os);
+    /*
+     * The Mamba-2 scan (backend.h's ssm_scan, less its D skip) for a run
+     * of n consecutive tokens of one sequence on one head, on its state S
+     * (N x P floats, [state n][column p]). Token t's x is at x + t * xs (P
+     * floats), its B and C at B + t * bs and C + t * bs (N floats each),
+     * d[t] its softplus'd step and dA[t] = exp(d[t] a): S[n][p] = dA S[n][p]
+     * + (d x[p]) B[n]; out + t * os = the sums over n of S[n][p] C[n] (P
+     * floats). In float32 with fused multiply-adds, each sum over n in
+     * order: a token's results are the same bits in a run of any length
+     * and in every table.
+     */
+    void (*ssm_run)(float *S, int P, int N, int n, const float *x, size_t xs, const float *B,
+                    const float *C, size_t bs, const float *d, const float *dA, float *out,
+                    size_t os);
 } zi_cpu_kernels;
 
 extern const zi_cpu_kernels zi_cpu_kernels_scalar;

@@ -26,7 +26,7 @@
 #include "cpu_kernels_amx.h"         /* mm_r16_amx, avx512's mm_r16_any */
 #include "cpu_kernels_elementwise.h" /* axpy, scale, to_f16, SwiGLU, vector expf */
 #include "cpu_kernels_attention.h"   /* attend */
-#include "cpu_kernels_recurrent.h"   /* silu, sigmoid_mul, delta_rule */
+#include "cpu_kernels_recurrent.h"   /* silu, sigmoid_mul, delta_rule, ssm_run */
 
 const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .isa = ZI_KERNELS_ISA,
@@ -53,5 +53,6 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .silu = silu_f32,
     .sigmoid_mul = sigmoid_mul_f32,
     .delta_rule = delta_rule_f32,
+    .ssm_run = ssm_run_f32,
     .to_f16 = to_f16,
 };

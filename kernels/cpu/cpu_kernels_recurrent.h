@@ -1,9 +1,11 @@
 /*
  * cpu_kernels_recurrent.h - the hybrid models' recurrent inner loops:
  * silu_f32 and sigmoid_mul_f32 (the vector expf of the element-wise unit)
- * and delta_rule_f32, a run of tokens of one sequence on one value head of
- * the gated delta rule (qwen35's DeltaNet layers). One of the units that cpu_kernels_impl.h
- * includes, in its order, once per instruction set.
+ * delta_rule_f32, a run of tokens of one sequence on one value head of
+ * the gated delta rule (qwen35's DeltaNet layers), and ssm_run_f32, the
+ * same for one head of the Mamba-2 scan (granitehybrid's SSM layers). One
+ * of the units that cpu_kernels_impl.h includes, in its order, once per
+ * instruction set.
  *
  * Every table computes the same float32 operations in the same order (the
  * scalar table with fmaf where the vector ones fuse), so all three give the
@@ -12,9 +14,10 @@
  * What each table compiles here:
  *   scalar   the plain loops (expf and fmaf from libm).
  *   AVX2     (#if __AVX2__ && !__AVX512F__) 8 lanes at a time, delta_rule
- *            on column blocks of 16, then 8, the last columns as scalar.
- *   AVX-512  (#if __AVX512F__) 16 lanes at a time, delta_rule on column
- *            blocks of 64, then 16, the last columns as scalar.
+ *            and ssm_run on column blocks of 16, then 8, the last columns
+ *            as scalar.
+ *   AVX-512  (#if __AVX512F__) 16 lanes at a time, delta_rule and ssm_run
+ *            on column blocks of 64, then 16, the last columns as scalar.
  */
 
 /* x[i] = x[i] / (1 + expf(-x[i])): SwiGLU's operations with an up of 1. */
@@ -159,3 +162,68 @@ static void delta_rule_f32(float *S, int d, int n, const float *k, const float *
     }
 }
 #undef DR_BLOCK
+
+/*
+ * A run of n consecutive tokens of one sequence on one head of the Mamba-2
+ * scan (cpu_kernels.h's ssm_run). The state is [n][p]: column p depends
+ * only on column p, so a block of columns stays in L1 over the run and no
+ * sum crosses lanes:
+ *   for each token t: dx = d_t x_t[p] (one float product)
+ *     rows n in order: s = fma(dx, B_t[n], S[n][p] * dA_t), stored;
+ *       o = fma(s, C_t[n], o)
+ *     out_t[p] = o
+ */
+#define SSM_BLOCK(VEC, R, SET1, ZERO, LOAD, STORE, MUL, FMA, W)                                    \
+    for (; p0 + (W) <= P; p0 += (W)) {                                                             \
+        for (int t = 0; t < n; t++) {                                                              \
+            const float *xt = x + (size_t)t * xs + p0, *bt = B + (size_t)t * bs,                   \
+                        *ct = C + (size_t)t * bs;                                                  \
+            const VEC da = SET1(dA[t]), dv = SET1(d[t]);                                           \
+            VEC dx[R], o[R];                                                                       \
+            for (int r = 0; r < (R); r++) {                                                        \
+                dx[r] = MUL(dv, LOAD(xt + r * (W) / (R)));                                         \
+                o[r] = ZERO();                                                                     \
+            }                                                                                      \
+            for (int k = 0; k < N; k++) {                                                          \
+                float *row = S + (size_t)k * P + p0;                                               \
+                const VEC bk = SET1(bt[k]), ck = SET1(ct[k]);                                      \
+                for (int r = 0; r < (R); r++) {                                                    \
+                    VEC sv = FMA(dx[r], bk, MUL(LOAD(row + r * (W) / (R)), da));                   \
+                    STORE(row + r * (W) / (R), sv);                                                \
+                    o[r] = FMA(sv, ck, o[r]);                                                      \
+                }                                                                                  \
+            }                                                                                      \
+            for (int r = 0; r < (R); r++) STORE(out + (size_t)t * os + p0 + r * (W) / (R), o[r]);  \
+        }                                                                                          \
+    }
+
+static void ssm_run_f32(float *S, int P, int N, int n, const float *x, size_t xs, const float *B,
+                        const float *C, size_t bs, const float *d, const float *dA, float *out,
+                        size_t os) {
+    int p0 = 0;
+#if defined(__AVX512F__)
+    SSM_BLOCK(__m512, 4, _mm512_set1_ps, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+              _mm512_mul_ps, _mm512_fmadd_ps, 64)
+    SSM_BLOCK(__m512, 1, _mm512_set1_ps, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_storeu_ps,
+              _mm512_mul_ps, _mm512_fmadd_ps, 16)
+#endif
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    SSM_BLOCK(__m256, 2, _mm256_set1_ps, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+              _mm256_mul_ps, _mm256_fmadd_ps, 16)
+    SSM_BLOCK(__m256, 1, _mm256_set1_ps, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_storeu_ps,
+              _mm256_mul_ps, _mm256_fmadd_ps, 8)
+#endif
+    for (int p = p0; p < P; p++) /* the same operations, one column at a time */
+        for (int t = 0; t < n; t++) {
+            const float *bt = B + (size_t)t * bs, *ct = C + (size_t)t * bs;
+            const float dx = d[t] * x[(size_t)t * xs + p];
+            float o = 0.0f;
+            for (int k = 0; k < N; k++) {
+                const float sv = fmaf(dx, bt[k], S[(size_t)k * P + p] * dA[t]);
+                S[(size_t)k * P + p] = sv;
+                o = fmaf(sv, ct[k], o);
+            }
+            out[(size_t)t * os + p] = o;
+        }
+}
+#undef SSM_BLOCK

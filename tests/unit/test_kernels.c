@@ -595,7 +595,7 @@ static void test_swiglu_tables_agree(void **state) {
     free(got);
 }
 
-/* silu, sigmoid_mul and delta_rule give the same bits in every table
+/* silu, sigmoid_mul, delta_rule and ssm_run give the same bits in every table
  * (the scalar one with fmaf): silu and sigmoid_mul against the scalar
  * loop; delta_rule's outputs and state after 5 tokens, one a call or all
  * in one run, for head sizes that take every column block and tail (16,
@@ -656,6 +656,39 @@ static void test_recurrent_tables_agree(void **state) {
             }
         }
         free(kq), free(v), free(S0), free(S), free(Sw), free(o), free(ow);
+    }
+    /* ssm_run: the same, for column counts that take every block and tail */
+    const int ps[] = {8, 24, 72, 136};
+    enum { NS = 19 };
+    for (int pi = 0; pi < 4; pi++) {
+        const int P = ps[pi];
+        float *x = malloc(sizeof(float) * T * 2 * P), *bc = malloc(sizeof(float) * T * 3 * NS);
+        float *S0 = malloc(sizeof(float) * NS * P), *S = malloc(sizeof(float) * NS * P);
+        float *Sw = malloc(sizeof(float) * NS * P), *o = malloc(sizeof(float) * T * P);
+        float *ow = malloc(sizeof(float) * T * P), dt[T], dA[T];
+        for (int i = 0; i < T * 2 * P; i++) x[i] = frand(-1, 1);
+        for (int i = 0; i < T * 3 * NS; i++) bc[i] = frand(-1, 1);
+        for (int i = 0; i < NS * P; i++) S0[i] = frand(-1, 1);
+        for (int t = 0; t < T; t++) dt[t] = frand(0.01f, 3.0f), dA[t] = frand(0.1f, 1.0f);
+        int have_want = 0;
+        for (int t = 0; t < 3; t++) {
+            const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[t]);
+            if (!k) continue;
+            for (int run = 1; run <= T; run += T - 1) {
+                float *Sd = have_want ? S : Sw, *od = have_want ? o : ow;
+                memcpy(Sd, S0, sizeof(float) * NS * P);
+                for (int t0 = 0; t0 < T; t0 += run) /* x rows 2P apart, B and C 3 NS */
+                    k->ssm_run(Sd, P, NS, run, x + t0 * 2 * P, 2 * P, bc + t0 * 3 * NS,
+                               bc + t0 * 3 * NS + NS, 3 * NS, dt + t0, dA + t0, od + t0 * P, P);
+                if (have_want &&
+                    (memcmp(o, ow, sizeof(float) * T * P) || memcmp(S, Sw, sizeof(float) * NS * P)))
+                    fail_msg("%s ssm_run P=%d, runs of %d, differs from the scalar table's "
+                             "runs of 1",
+                             isas[t], P, run);
+                have_want = 1;
+            }
+        }
+        free(x), free(bc), free(S0), free(S), free(Sw), free(o), free(ow);
     }
 }
 
