@@ -250,6 +250,7 @@
     function showFacts(v, a, seconds) {
         const facts = [];
         if (a.stopped) facts.push('stopped');
+        else if (a.failed) facts.push('failed');
         else if (a.finish) facts.push('finish: ' + a.finish);
         if (a.usage) {
             facts.push(`${a.usage.prompt_tokens} prompt + ${a.usage.completion_tokens} tokens`);
@@ -320,9 +321,10 @@
         } catch (e) {
             if (e.name === 'AbortError') {
                 a.stopped = true;
-            } else {
+            } else { /* no answer at all, or a stream cut off or unreadable */
                 a.failed = true;
-                showError('Cannot reach the server: ' + e.message);
+                showError((started ? 'The answer broke off: ' : 'Cannot reach the server: ') +
+                          e.message);
             }
         }
         state.controller = null;

@@ -10,12 +10,15 @@ when no chromium binary is found (ZINFER_CHROMIUM names one).
 One `zinfer serve --http` with an API key and a 64 KiB body limit: the page
 loads without the key (it is public), shows the API's 401 until the key is
 typed, lists the served model, and then, typed into as a user would
-(Input.insertText, the Enter key, mouse clicks):
-- a streamed answer (temperature 0) equal to the API's unstreamed answer to
-  the same request;
-- reasoning (an output forced by a regex into <think>...</think>, split by
-  the server into reasoning_content deltas) in its collapsible block, and a
-  tool call (tool_choice required) shown as one, each equal to the API's;
+(Input.insertText, the Enter key, mouse clicks), a conversation of three
+turns, each streamed answer (temperature 0) equal to the API's unstreamed
+answer to the same request:
+- a plain answer, the request the page sent checked field by field (the
+  chosen model, the settings);
+- reasoning (an output held by a regex to <think>...</think>, split by the
+  server into reasoning_content deltas) in its collapsible block;
+- a tool call (tool_choice required) shown as one;
+then:
 - the stop button ending a long answer early;
 - an empty message and a paste over the body limit, each showing the API's
   error message;
@@ -57,7 +60,7 @@ def find_chromium():
     return None
 
 
-def http_get(port, path, method="GET", key=None, body=None):
+def http_req(port, path, method="GET", key=None, body=None):
     """(status, headers, body bytes) of one request to zinfer-http."""
     c = httpc.HTTPConnection("127.0.0.1", port, timeout=30)
     h = {"Authorization": f"Bearer {key}"} if key else {}
@@ -108,11 +111,12 @@ class Browser:
         self._cv = threading.Condition()
         self.events = queue.Queue()
         self.problems = []  # console errors and exceptions, CSP refusals among them
+        self.posted = []  # the bodies of the page's POST requests, parsed
         threading.Thread(target=self._read, daemon=True).start()
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self.session = self.call("Target.attachToTarget", targetId=target,
                                  flatten=True)["sessionId"]
-        for domain in ("Page", "Runtime", "Log"):
+        for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable", session=True)
         self.call("Emulation.setDeviceMetricsOverride", session=True, width=WIDTH,
                   height=HEIGHT, deviceScaleFactor=1, mobile=False)
@@ -147,6 +151,12 @@ class Browser:
         elif m == "Log.entryAdded" and p["entry"]["level"] == "error" \
                 and p["entry"]["source"] != "network":  # the API's 4xx are the test's own
             self.problems.append(p["entry"]["text"])
+        elif m == "Network.requestWillBeSent" and p["request"]["method"] == "POST" \
+                and "postData" in p["request"]:
+            try:
+                self.posted.append(json.loads(p["request"]["postData"]))
+            except ValueError:  # a large body may come cut short
+                self.posted.append(None)
         self.events.put(msg)
 
     def call(self, method, session=False, timeout=30, **params):
@@ -253,7 +263,7 @@ def server(zinfer_bin, model_path, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def model(server):
-    st, _, body = http_get(server.port, "/v1/models", key=KEY)
+    st, _, body = http_req(server.port, "/v1/models", key=KEY)
     assert st == 200, body
     return json.loads(body)["data"][0]["id"]
 
@@ -266,7 +276,7 @@ def browser(chromium, tmp_path_factory):
 
 
 def api_chat(port, body):
-    st, _, data = http_get(port, "/v1/chat/completions", "POST", KEY, body)
+    st, _, data = http_req(port, "/v1/chat/completions", "POST", KEY, body)
     return st, json.loads(data)
 
 
@@ -282,19 +292,19 @@ def test_page_served(server):
     want = {"/": "text/html; charset=utf-8", "/page/chat.js": "text/javascript; charset=utf-8",
             "/page/chat.css": "text/css; charset=utf-8"}
     for path, ctype in want.items():
-        st, h, body = http_get(port, path)  # no key
+        st, h, body = http_req(port, path)  # no key
         assert st == 200 and h["content-type"] == ctype and body, (path, st, h)
         csp = h["content-security-policy"]
         assert "default-src 'none'" in csp and "script-src 'self'" in csp, csp
         assert "http" not in csp and "*" not in csp, csp  # no outside source
         assert h["x-content-type-options"] == "nosniff"
-    st, h, body = http_get(port, "/", method="HEAD")
+    st, h, body = http_req(port, "/", method="HEAD")
     assert st == 200 and not body and int(h["content-length"]) > 0
-    st, h, body = http_get(port, "/", method="POST", body={})
+    st, h, body = http_req(port, "/", method="POST", body={})
     assert st == 405 and h["allow"] == "GET, HEAD", body
-    assert http_get(port, "/page/missing.js")[0] == 401  # not the page's: the API's rules
-    assert http_get(port, "/page/missing.js", key=KEY)[0] == 404
-    assert http_get(port, "/v1/models")[0] == 401
+    assert http_req(port, "/page/missing.js")[0] == 401  # not the page's: the API's rules
+    assert http_req(port, "/page/missing.js", key=KEY)[0] == 404
+    assert http_req(port, "/v1/models")[0] == 401
 
 
 def test_no_webui(zinfer_bin, tmp_path):
@@ -312,7 +322,7 @@ def test_no_webui(zinfer_bin, tmp_path):
             end = time.time() + 10
             while True:
                 try:
-                    st, h, body = http_get(port, "/")
+                    st, h, body = http_req(port, "/")
                     break
                 except OSError:
                     assert time.time() < end and proc.poll() is None
@@ -320,7 +330,7 @@ def test_no_webui(zinfer_bin, tmp_path):
             assert st == want, (flags, st, body)
             if want == 404:
                 assert json.loads(body)["error"]["message"] == "GET /: no such path"
-                assert http_get(port, "/page/chat.js")[0] == 404
+                assert http_req(port, "/page/chat.js")[0] == 404
             else:
                 assert b"/page/chat.js" in body
         finally:
@@ -363,7 +373,7 @@ def test_chat_in_browser(server, model, browser, tmp_path):
     port = server.port
     browser.navigate(f"http://127.0.0.1:{port}/")
     # The page is public, the API is not: its 401 shows until the key is typed.
-    want401 = f"Error 401: {json.loads(http_get(port, '/v1/models')[2])['error']['message']}"
+    want401 = f"Error 401: {json.loads(http_req(port, '/v1/models')[2])['error']['message']}"
     browser.wait("document.getElementById('error').textContent", what="the 401")
     assert error_text(browser) == want401
     browser.fill("#api-key", KEY)
@@ -384,9 +394,13 @@ def test_chat_in_browser(server, model, browser, tmp_path):
         assert st == 200, whole
         return whole["choices"][0]
 
-    # a plain answer
+    # a plain answer, asked for as the settings say
     q = "Name three colors."
     got = send(browser, q)
+    sent = browser.posted[-1]
+    assert sent == {"model": model, "messages": [{"role": "user", "content": q}],
+                    "stream": True, "stream_options": {"include_usage": True},
+                    "temperature": 0, "top_p": 1, "max_tokens": 40}, sent
     ch = api_turn(q, 40, {})
     assert got["content"] == ch["message"]["content"] and got["content"].strip(), (got, ch)
     assert got["meta"].startswith(f"finish: {ch['finish_reason']}"), got["meta"]
