@@ -263,6 +263,10 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                                "zinfer-http alone: Hermes, Mistral, Llama 3, bare JSON)",
                                "how the model writes tool calls (docs/http.md); auto: as its "
                                "chat template does"},
+    [ZI_O_NO_WEBUI] = {"--no-webui", NULL, ZI_OPT_FLAG, 0, 0, NULL, 0, "", PASS | HTTP, NULL,
+                       "do not serve the chat page at / (llama-server's flag; docs/http.md, "
+                       "\"Chat page\")",
+                       NULL},
 
     [ZI_O_ROUTER_CURVE_SECRET] = {"--curve-secret", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", ROUTER,
                                   "FILE",

@@ -41,6 +41,7 @@ typedef struct zi_http_config {
     int tool_format;
     const zi_logger *lg;
     int reasoning_format; /* zi_reasoning_format: a chat request's unless it names one */
+    int no_webui;         /* --no-webui: no chat page at / (http_page.h) */
 } zi_http_config;
 
 /* The waits the endpoints allow the router (http_endpoints.h). */

@@ -22,7 +22,8 @@ static const char USAGE[] =
     "Serves the OpenAI HTTP API (POST /v1/chat/completions, /v1/completions,\n"
     "/v1/responses, GET and DELETE /v1/responses/ID,\n"
     "GET /v1/models, /health, /metrics, POST /tokenize, /detokenize; docs/http.md)\n"
-    "as a client of zinfer-router. `zinfer serve --http ADDR` starts it for you.\n"
+    "as a client of zinfer-router, and a chat page at / (unless --no-webui).\n"
+    "`zinfer serve --http ADDR` starts it for you.\n"
     "Options (their ranges and defaults from common/options.c, as `zinfer serve`\n"
     "checks them):\n"
     "\n";
@@ -113,6 +114,9 @@ int main(int argc, char **argv) {
             break;
         case ZI_O_TOOL_CALL_FORMAT: /* choices in zi_tool_format's order */
             cfg.tool_format = (int)x;
+            break;
+        case ZI_O_NO_WEBUI:
+            cfg.no_webui = 1;
             break;
         case ZI_O_LOG_LEVEL:
             lg.level = (int)x;

@@ -36,6 +36,7 @@
 #include "http_endpoints.h"
 #include "http_error.h"
 #include "http_messages.h"
+#include "http_page.h"
 #include "stop_signal.h"
 
 #if MHD_VERSION < 0x00097002
@@ -160,6 +161,31 @@ static MHD_Result_t queue_error(struct MHD_Connection *conn, const char *url,
                       NULL);
 }
 
+/* A file of the chat page (http_page.h): GET and HEAD (MHD drops the
+ * body), with its type and the policy that keeps the page to this origin;
+ * another method is a 405. */
+static MHD_Result_t queue_page(struct MHD_Connection *conn, const char *method,
+                               const zi_http_page_file *f) {
+    if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        zi_http_error e;
+        zi_http_fail(&e, 405, "method_not_allowed", NULL,
+                     "%s: the method is not allowed on the chat page (use GET)", method);
+        return queue_json(conn, e.status, zi_http_error_json(&e), "GET, HEAD");
+    }
+    /* the bytes are the binary's own constant data: MHD need not copy them */
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(f->size, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", zi_http_page_type(f));
+    MHD_add_response_header(r, "Content-Security-Policy", ZI_HTTP_PAGE_CSP);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, "Cache-Control", "no-cache");
+    MHD_Result_t rc = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     ssize_t n = zi_http_stream_read(cls, buf, max);
@@ -232,6 +258,10 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
                      "the body is larger than the limit of %zu bytes", cfg->max_body);
         return queue_error(conn, url, &e);
     }
+    /* The chat page is public, as llama-server's web UI is: it holds no
+     * data, and the API it calls checks the key (the page has a field). */
+    const zi_http_page_file *page = cfg->no_webui ? NULL : zi_http_page_find(url);
+    if (page) return queue_page(conn, method, page);
     if (strcmp(url, "/health") && !authorized(cfg, conn)) {
         zi_http_fail(&e, 401, "invalid_api_key", NULL,
                      "a valid API key is needed: send 'Authorization: Bearer KEY' or "

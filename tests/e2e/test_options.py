@@ -86,7 +86,7 @@ CHOICES = [
 ]
 
 FLAGS = [("--no-prefix-cache", "worker"), ("--spec-lookup", "worker"),
-         ("--no-spec-lookup", "worker"), ("--insecure", "router")]
+         ("--no-spec-lookup", "worker"), ("--insecure", "router"), ("--no-webui", "http")]
 
 
 @pytest.fixture(scope="module")
