@@ -986,6 +986,12 @@ static int serve(worker *w, const wopts *o, zi_backend *be) {
             rc = 1;
             break;
         }
+        /* Going idle: the counters of the work just finished go out now,
+         * not up to a second later (health then shows them at once). */
+        if (w->n_live + w->n_jobs == 0) {
+            send_heartbeat(w);
+            w->last_hb = zi_now_ms();
+        }
     }
     free(batch);
     zi_log(&w->log, ZI_LOG_INFO, "shutting down");

@@ -825,10 +825,18 @@ def test_tokenize_flood_is_bounded_by_max_queue(client):
     """tokenize requests wait on the tokenizer like generate's encoding and
     count against --max-queue: a burst beyond it is answered "overloaded"
     at once, each request gets one reply, and the rest are tokenized."""
-    text = "The quick brown fox jumps over the lazy dog. " * 4000  # 180 kB: busy for a while
+    # 180 kB of made-up words: no word repeats often enough for the
+    # tokenizer's caches to make it quick, so it is busy for a while
+    rng = np.random.default_rng(5)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    text = " ".join("".join(rng.choice(letters, int(k))) for k in rng.integers(3, 12, 25000))
     n = MAX_QUEUE * 5
-    for i in range(n):
-        client.send({"op": "tokenize", "id": f"tf{i}", "text": text})
+    # packed first, then sent back to back: a burst the router reads before
+    # the tokenizers finish MAX_QUEUE of them, even on a loaded machine
+    frames = [msgpack.packb({"op": "tokenize", "id": f"tf{i}", "text": text}, use_bin_type=True)
+              for i in range(n)]
+    for f in frames:
+        client.send_raw(f)
     replies = {}
     while len(replies) < n:
         m = client.recv(60)
