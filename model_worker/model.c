@@ -1113,17 +1113,39 @@ uint64_t zi_model_estimate_kv_cache_size(const zi_model *m, uint64_t available_c
     return available_cache_memory / per_block * per_block;
 }
 
+/* The widths (floats a token) of a pass's activation buffers: q and att
+ * (qd), k and v (kvd), gate and up (ffn); x, xn and tmp are dim wide.
+ * ensure_buffers allocates them and zi_model_config_work_bytes counts
+ * them, so the memory budget sees what a pass takes. */
+static void buffer_widths(const zi_model_config *c, size_t *qd_out, size_t *kvd_out,
+                          size_t *ffn_out) {
+    size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
+    size_t ffn = c->moe.n_expert > 0 ? 0 : (size_t)c->ffn_dim; /* moe.c has its own */
+    if (c->n_recurrent) { /* the recurrent blocks' rows in gate, up, att, k and v */
+        const size_t wide = (size_t)(c->dim > conv_channels(c) ? c->dim : conv_channels(c)),
+                     inner = (size_t)c->dn_v_heads * c->dn_head_dim;
+        ffn = ffn > wide ? ffn : wide;
+        qd = qd > (size_t)c->dim ? qd : (size_t)c->dim;
+        qd = qd > inner ? qd : inner;
+        qd = qd > (size_t)c->ssm_inner ? qd : (size_t)c->ssm_inner; /* Mamba-2's z */
+        kvd = kvd > (size_t)c->dn_v_heads ? kvd : (size_t)c->dn_v_heads;
+        kvd = kvd > (size_t)c->ssm_heads ? kvd : (size_t)c->ssm_heads; /* its dt */
+    }
+    if (c->family && c->family->attn_gate) ffn = ffn > 2 * qd ? ffn : 2 * qd; /* q and gates */
+    *qd_out = qd, *kvd_out = kvd, *ffn_out = ffn;
+}
+
 uint64_t zi_model_config_work_bytes(const zi_model_config *c, int max_batch_tokens,
                                     int max_logit_rows) {
     /* Activations of one pass (model.c's buffers, floats) and the logits
      * rows. */
     uint64_t T = (uint64_t)(max_batch_tokens > 0 ? max_batch_tokens : 1);
     uint64_t R = (uint64_t)(max_logit_rows > 0 ? max_logit_rows : 1);
-    uint64_t act = T * 4u *
-                   ((uint64_t)4 * (uint64_t)c->dim +
-                    (uint64_t)2 * (uint64_t)c->n_heads * (uint64_t)c->head_dim +
-                    (uint64_t)2 * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim +
-                    (uint64_t)2 * (uint64_t)(c->moe.n_expert > 0 ? 0 : c->ffn_dim));
+    size_t qd, kvd, ffn;
+    buffer_widths(c, &qd, &kvd, &ffn);
+    uint64_t act =
+        T * 4u *
+        ((uint64_t)4 * (uint64_t)c->dim + (uint64_t)2 * qd + (uint64_t)2 * kvd + (uint64_t)2 * ffn);
     if (c->moe.n_expert > 0) act += zi_moe_work_bytes(&c->moe, (int)T, c->dim);
     return act + 2 * R * 4u * (uint64_t)(c->n_vocab > 0 ? c->n_vocab : 0);
 }
@@ -1309,20 +1331,9 @@ static int ensure_buffers(zi_model *m, int n_tokens, int n_wanted, bool own_logi
     if (n_tokens > m->cap) {
         free_buffers(m);
         size_t T = (size_t)n_tokens;
-        size_t qd = (size_t)c->n_heads * c->head_dim, kvd = (size_t)c->n_kv_heads * c->head_dim;
-        size_t ffn = c->moe.n_expert > 0 ? 0 : (size_t)c->ffn_dim; /* moe.c has its own */
-        if (c->n_recurrent) { /* the recurrent blocks' rows in gate, up, att, k and v */
-            const size_t wide = (size_t)(c->dim > conv_channels(c) ? c->dim : conv_channels(c)),
-                         inner = (size_t)c->dn_v_heads * c->dn_head_dim;
-            ffn = ffn > wide ? ffn : wide;
-            qd = qd > (size_t)c->dim ? qd : (size_t)c->dim;
-            qd = qd > inner ? qd : inner;
-            qd = qd > (size_t)c->ssm_inner ? qd : (size_t)c->ssm_inner; /* Mamba-2's z */
-            kvd = kvd > (size_t)c->dn_v_heads ? kvd : (size_t)c->dn_v_heads;
-            kvd = kvd > (size_t)c->ssm_heads ? kvd : (size_t)c->ssm_heads; /* its dt */
-        }
+        size_t qd, kvd, ffn;
+        buffer_widths(c, &qd, &kvd, &ffn);
         if (c->family->attn_gate) { /* attn_q's queries and gates in gate (split: q, up) */
-            ffn = ffn > 2 * qd ? ffn : 2 * qd;
             int32_t *gi = realloc(m->gate_idx, 2 * T * (size_t)c->n_heads * sizeof *gi);
             if (!gi) return zi_error_set(err, ZI_ENOMEM, "out of memory");
             m->gate_idx = gi;
