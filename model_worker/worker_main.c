@@ -901,6 +901,12 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
                "with checkpoints for prefix reuse); speculation is off for it (docs/hybrids.md)",
                mc->arch, mc->n_recurrent, mc->n_layers,
                (double)zi_model_state_bytes_per_slot(r->model) / 1024.0);
+    if (mc->n_recurrent > 0 && !r->be->host_memory)
+        zi_log(&w->log, ZI_LOG_WARN,
+               "'%s' on the %s backend: its recurrent kernels have not yet been run on a device "
+               "by the project's GPU check, and state checkpoints (prefix reuse) are off there "
+               "(docs/cuda.md)",
+               mc->arch, r->be->ops->name);
     send_register(w);
     w->last_hb = zi_now_ms();
     zi_model_set_progress(r->model, on_progress, w);

@@ -20,6 +20,7 @@
 #include <cuda_runtime_api.h>
 
 #include "cuda_kernels.h"
+#include "cuda_recurrent.h"
 #include "gguf.h"
 #include "quant.h"
 #include "tp.h"
@@ -44,8 +45,9 @@
 #define ZI_ATTN_BLOCKS_PER_SM 16
 
 /* Host arrays the ops receive, staged to the device: token ids, positions,
- * sequence rows, and the rows of the block tables the pass reads. */
-enum { META_IDS, META_POS, META_SEQ, META_TAB, META_N };
+ * sequence rows, and the rows of the block tables the pass reads; a hybrid's
+ * state slots (one a token) and gather_rows' row indices. */
+enum { META_IDS, META_POS, META_SEQ, META_SLOT, META_TAB, META_GATHER, META_N };
 
 typedef struct stage_slot {
     int32_t *h, *d; /* pinned staging, device copy */
@@ -294,7 +296,7 @@ static int cuda_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx,
     }
     cudaError_t e = cudaSetDevice(c->device);
     const char *what = "cudaSetDevice";
-    for (int i = META_IDS; i <= META_SEQ && e == cudaSuccess; i++) {
+    for (int i = META_IDS; i <= META_SLOT && e == cudaSuccess; i++) {
         what = "staging buffers";
         e = stage_grow(c, i, (size_t)n_tokens);
     }
@@ -392,7 +394,7 @@ static const int32_t *stage(cuda_backend *c, int slot, const int32_t *src, size_
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     if (failed(c, cudaStreamIsCapturing(c->stream, &cap), "cudaStreamIsCapturing")) return NULL;
     if (n > m->cap) {
-        if (slot != META_TAB || cap != cudaStreamCaptureStatusNone) {
+        if ((slot != META_TAB && slot != META_GATHER) || cap != cudaStreamCaptureStatusNone) {
             fail_msg(c, ZI_EINVAL,
                      "a batch needs %zu metadata entries, but reserve() made room "
                      "for %zu%s",
@@ -402,7 +404,8 @@ static const int32_t *stage(cuda_backend *c, int slot, const int32_t *src, size_
                          : "");
             return NULL;
         }
-        if (failed(c, stage_grow(c, slot, n), "growing the block-table staging")) return NULL;
+        if (failed(c, stage_grow(c, slot, n), "growing the block-table or gather staging"))
+            return NULL;
     }
     /* A capture must copy each slot once, whatever the slot held before:
      * the graph's copy is what brings a replay's metadata to the device. */
@@ -720,6 +723,87 @@ static void cuda_add_bias(zi_backend *be, float *x, const float *bias, int n_row
     failed(c, zi_cuda_add_bias(x, bias, n_rows, dim, c->stream), "add_bias kernel");
 }
 
+/* ---- the hybrid families' ops (cuda_recurrent.h) ---- */
+
+static void cuda_mul(zi_backend *be, float *x, const float *y, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_mul(x, y, n, c->stream), "mul kernel");
+}
+
+static void cuda_silu(zi_backend *be, float *x, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_silu(x, n, c->stream), "silu kernel");
+}
+
+static void cuda_sigmoid_mul(zi_backend *be, float *x, const float *g, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_sigmoid_mul(x, g, n, c->stream), "sigmoid_mul kernel");
+}
+
+static void cuda_gather_rows(zi_backend *be, float *y, const float *x, const int32_t *idx, int n,
+                             int dim) {
+    cuda_backend *c = cb(be);
+    if (c->status || n <= 0) return;
+    const int32_t *d_idx = stage(c, META_GATHER, idx, (size_t)n);
+    if (!d_idx) return;
+    failed(c, zi_cuda_gather_rows(y, x, d_idx, n, dim, c->stream), "gather_rows kernel");
+}
+
+static void cuda_rmsnorm_groups(zi_backend *be, float *y, const float *x, const float *w,
+                                int n_tokens, int dim, int groups, float eps) {
+    cuda_backend *c = cb(be);
+    if (c->status || n_tokens <= 0) return;
+    failed(c, zi_cuda_rmsnorm_groups(y, x, w, n_tokens, dim, groups, eps, c->stream),
+           "rmsnorm_groups kernel");
+}
+
+/* The state slots and positions of a recurrent op's tokens on the device
+ * (false after a failure, which the backend's status holds). */
+static bool stage_states(cuda_backend *c, const int32_t *slot, const int32_t *pos, int n,
+                         const int32_t **d_slot, const int32_t **d_pos) {
+    *d_slot = stage(c, META_SLOT, slot, (size_t)n);
+    *d_pos = *d_slot ? stage(c, META_POS, pos, (size_t)n) : NULL;
+    return *d_pos != NULL;
+}
+
+static void cuda_conv_state(zi_backend *be, float *y, const float *x, const float *w, int K,
+                            int channels, float *states, const int32_t *slot, const int32_t *pos,
+                            int n) {
+    cuda_backend *c = cb(be);
+    const int32_t *ds, *dp;
+    if (c->status || n <= 0 || !stage_states(c, slot, pos, n, &ds, &dp)) return;
+    failed(c, zi_cuda_conv_state(y, x, w, K, channels, states, ds, dp, n, c->stream),
+           "conv_state kernel");
+}
+
+static void cuda_delta_net(zi_backend *be, float *out, const float *qkv, const float *b,
+                           const float *alpha, const float *dt_bias, const float *a, float *states,
+                           const int32_t *slot, const int32_t *pos, int n, int nk, int nv, int d,
+                           float eps) {
+    cuda_backend *c = cb(be);
+    const int32_t *ds, *dp;
+    if (c->status || n <= 0 || !stage_states(c, slot, pos, n, &ds, &dp)) return;
+    failed(c,
+           zi_cuda_delta_net(out, qkv, b, alpha, dt_bias, a, states, ds, dp, n, nk, nv, d, eps,
+                             c->stream),
+           "delta_net kernel");
+}
+
+static void cuda_ssm_scan(zi_backend *be, float *out, const float *xbc, const float *dt,
+                          const float *dt_bias, const float *a, const float *dd, float *states,
+                          const int32_t *slot, const int32_t *pos, int n, int H, int P, int G,
+                          int N) {
+    cuda_backend *c = cb(be);
+    const int32_t *ds, *dp;
+    if (c->status || n <= 0 || !stage_states(c, slot, pos, n, &ds, &dp)) return;
+    failed(c,
+           zi_cuda_ssm_scan(out, xbc, dt, dt_bias, a, dd, states, ds, dp, n, H, P, G, N, c->stream),
+           "ssm_scan kernel");
+}
+
 static void cuda_backend_free(zi_backend *be) {
     cuda_backend *c = cb(be);
     if (!c) return;
@@ -764,6 +848,14 @@ static const zi_backend_ops cuda_ops = {
     .softcap = cuda_softcap,
     .add_bias = cuda_add_bias,
     .add = cuda_add,
+    .gather_rows = cuda_gather_rows,
+    .mul = cuda_mul,
+    .conv_state = cuda_conv_state,
+    .silu = cuda_silu,
+    .sigmoid_mul = cuda_sigmoid_mul,
+    .delta_net = cuda_delta_net,
+    .ssm_scan = cuda_ssm_scan,
+    .rmsnorm_groups = cuda_rmsnorm_groups,
     .sync = cuda_sync,
 };
 

@@ -791,6 +791,172 @@ static void test_family_bias_ops(void **state) {
 }
 
 /* A bad id is an error with a message, and the backend says so. */
+/* The hybrid families' ops (cuda_recurrent.h) against the CPU backend's:
+ * the gates, gather, grouped RMSNorm, and the three recurrences over
+ * sequences interleaved token by token in two calls (the states carried
+ * between them, one sequence restarted at position 0); outputs and states
+ * agree within float32 rounding. The three families then pass the CUDA
+ * backend's op check. */
+static void test_hybrid_ops(void **state) {
+    (void)state;
+    zi_error err = {0};
+    zi_backend *bes[2] = {g_cpu, g_gpu};
+    const char *archs[] = {"lfm2", "qwen35", "granitehybrid"};
+    for (int i = 0; i < 3; i++) {
+        const zi_family *f = zi_family_find(archs[i], strlen(archs[i]));
+        assert_non_null(f);
+        if (zi_family_check_backend(f, g_gpu, 0, 0, 0, 0, 0, &err))
+            fail_msg("%s on CUDA: %s", archs[i], err.msg);
+    }
+    assert_int_equal(g_gpu->ops->reserve(g_gpu, 64, 4096, 64, &err), ZI_OK);
+    assert_int_equal(g_cpu->ops->reserve(g_cpu, 64, 4096, 64, &err), ZI_OK);
+    /* element-wise: mul, silu, sigmoid_mul */
+    enum { NE = 4097 };
+    float *x = frandom(NE, -8, 8), *y = frandom(NE, -3, 3), *o[2][3];
+    for (int k = 0; k < 2; k++) {
+        zi_backend *be = bes[k];
+        for (int j = 0; j < 3; j++) o[k][j] = malloc(NE * sizeof(float));
+        float *dx = put(be, x, NE), *dy = put(be, y, NE);
+        be->ops->mul(be, dx, dy, NE);
+        get(be, o[k][0], dx, NE);
+        be->ops->upload(be, dx, x, NE * sizeof(float));
+        be->ops->silu(be, dx, NE);
+        get(be, o[k][1], dx, NE);
+        be->ops->upload(be, dx, x, NE * sizeof(float));
+        be->ops->sigmoid_mul(be, dx, dy, NE);
+        get(be, o[k][2], dx, NE);
+        be->ops->free(be, dx), be->ops->free(be, dy);
+    }
+    check_status();
+    for (int j = 0; j < 3; j++) {
+        double e = rel_err(o[1][j], o[0][j], NE);
+        print_message("hybrid element-wise op %d: rel err vs CPU %.2e\n", j, e);
+        assert_true(e < 1e-6);
+        free(o[0][j]), free(o[1][j]);
+    }
+    free(x), free(y);
+    /* gather_rows (more indices than reserve's tokens) and rmsnorm_groups */
+    {
+        enum { ROWS = 50, DIM = 96, NI = 200, T = 5, G = 4 };
+        float *src = frandom(ROWS * DIM, -2, 2), *w = frandom(DIM, 0.5f, 1.5f), *go[2], *no[2];
+        int32_t idx[NI];
+        for (int i = 0; i < NI; i++) idx[i] = (int32_t)((i * 7 + 3) % ROWS);
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            go[k] = malloc(sizeof(float) * NI * DIM), no[k] = malloc(sizeof(float) * T * DIM);
+            float *ds = put(be, src, ROWS * DIM), *dg = put(be, NULL, NI * DIM),
+                  *dw = put(be, w, DIM);
+            be->ops->gather_rows(be, dg, ds, idx, NI, DIM);
+            get(be, go[k], dg, NI * DIM);
+            be->ops->rmsnorm_groups(be, ds, ds, dw, T, DIM, G, 1e-6f); /* in place */
+            get(be, no[k], ds, T * DIM);
+            be->ops->free(be, ds), be->ops->free(be, dg), be->ops->free(be, dw);
+        }
+        check_status();
+        assert_memory_equal(go[0], go[1], sizeof(float) * NI * DIM);
+        double e = rel_err(no[1], no[0], T * DIM);
+        print_message("rmsnorm_groups: rel err vs CPU %.2e\n", e);
+        assert_true(e < 1e-6);
+        free(src), free(w), free(go[0]), free(go[1]), free(no[0]), free(no[1]);
+    }
+    /* the recurrences: 17 tokens of 3 sequences interleaved, in calls of
+     * 10 and 7 tokens; sequence 1 starts over at token 12 */
+    enum { N = 17, S = 3 };
+    int32_t slot[N], pos[N], len[S] = {0, 0, 0};
+    for (int i = 0; i < N; i++) {
+        slot[i] = i % S;
+        if (i == 12) len[1] = 0;
+        pos[i] = len[slot[i]]++;
+    }
+    const int cut[3] = {0, 10, N};
+    { /* conv_state, K = 4, 300 channels */
+        enum { K = 4, C = 300 };
+        float *xi = frandom(N * C, -2, 2), *w = frandom(C * K, -1, 1), *out[2], *st[2];
+        const size_t ns = (size_t)S * (K - 1) * C;
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            out[k] = malloc(sizeof(float) * N * C), st[k] = malloc(sizeof(float) * ns);
+            float *dx = put(be, xi, N * C), *dy = put(be, NULL, N * C), *dw = put(be, w, C * K),
+                  *ds = put(be, NULL, ns);
+            for (int c = 0; c < 2; c++) {
+                const int a = cut[c], n = cut[c + 1] - a;
+                be->ops->conv_state(be, dy + (size_t)a * C, dx + (size_t)a * C, dw, K, C, ds,
+                                    slot + a, pos + a, n);
+            }
+            get(be, out[k], dy, N * C);
+            get(be, st[k], ds, ns);
+            be->ops->free(be, dx), be->ops->free(be, dy), be->ops->free(be, dw);
+            be->ops->free(be, ds);
+        }
+        check_status();
+        double e = rel_err(out[1], out[0], N * C), es = rel_err(st[1], st[0], ns);
+        print_message("conv_state: rel err vs CPU %.2e, states %.2e\n", e, es);
+        assert_true(e < 1e-6 && es == 0.0);
+        free(xi), free(w), free(out[0]), free(out[1]), free(st[0]), free(st[1]);
+    }
+    { /* delta_net: 2 key heads, 4 value heads of 128 */
+        enum { NK = 2, NV = 4, D = 128 };
+        const size_t row = (size_t)(2 * NK + NV) * D, ns = (size_t)S * NV * D * D;
+        float *qkv = frandom(N * row, -1, 1), *b = frandom(N * NV, -3, 3),
+              *al = frandom(N * NV, -4, 2), *dtb = frandom(NV, -1, 1), *av = frandom(NV, -2, -0.1f);
+        float *out[2], *st[2];
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            out[k] = malloc(sizeof(float) * N * NV * D), st[k] = malloc(sizeof(float) * ns);
+            float *dq = put(be, qkv, N * row), *db = put(be, b, N * NV), *da = put(be, al, N * NV),
+                  *dt = put(be, dtb, NV), *dav = put(be, av, NV), *dy = put(be, NULL, N * NV * D),
+                  *ds = put(be, NULL, ns);
+            for (int c = 0; c < 2; c++) {
+                const int a = cut[c], n = cut[c + 1] - a;
+                be->ops->delta_net(be, dy + (size_t)a * NV * D, dq + (size_t)a * row,
+                                   db + (size_t)a * NV, da + (size_t)a * NV, dt, dav, ds, slot + a,
+                                   pos + a, n, NK, NV, D, 1e-6f);
+            }
+            get(be, out[k], dy, N * NV * D);
+            get(be, st[k], ds, ns);
+            float *fr[] = {dq, db, da, dt, dav, dy, ds};
+            for (int j = 0; j < 7; j++) be->ops->free(be, fr[j]);
+        }
+        check_status();
+        double e = rel_err(out[1], out[0], N * NV * D), es = rel_err(st[1], st[0], ns);
+        print_message("delta_net: rel err vs CPU %.2e, states %.2e\n", e, es);
+        assert_true(e < 1e-5 && es < 1e-5);
+        free(qkv), free(b), free(al), free(dtb), free(av);
+        free(out[0]), free(out[1]), free(st[0]), free(st[1]);
+    }
+    { /* ssm_scan: 6 heads of 64 reading 2 groups of 32 */
+        enum { H = 6, P = 64, G = 2, NS = 32 };
+        const size_t row = (size_t)H * P + 2 * G * NS, ns = (size_t)S * H * P * NS;
+        float *xbc = frandom(N * row, -1, 1), *dt = frandom(N * H, -4, 2), *dtb = frandom(H, -1, 1),
+              *av = frandom(H, -4, -0.5f), *dd = frandom(H, 0.5f, 1.5f);
+        dt[5 * H + 1] = 25.0f; /* softplus past 20 */
+        float *out[2], *st[2];
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            out[k] = malloc(sizeof(float) * N * H * P), st[k] = malloc(sizeof(float) * ns);
+            float *dx = put(be, xbc, N * row), *ddt = put(be, dt, N * H), *db = put(be, dtb, H),
+                  *da = put(be, av, H), *dD = put(be, dd, H), *dy = put(be, NULL, N * H * P),
+                  *ds = put(be, NULL, ns);
+            for (int c = 0; c < 2; c++) {
+                const int a = cut[c], n = cut[c + 1] - a;
+                be->ops->ssm_scan(be, dy + (size_t)a * H * P, dx + (size_t)a * row,
+                                  ddt + (size_t)a * H, db, da, dD, ds, slot + a, pos + a, n, H, P,
+                                  G, NS);
+            }
+            get(be, out[k], dy, N * H * P);
+            get(be, st[k], ds, ns);
+            float *fr[] = {dx, ddt, db, da, dD, dy, ds};
+            for (int j = 0; j < 7; j++) be->ops->free(be, fr[j]);
+        }
+        check_status();
+        double e = rel_err(out[1], out[0], N * H * P), es = rel_err(st[1], st[0], ns);
+        print_message("ssm_scan: rel err vs CPU %.2e, states %.2e\n", e, es);
+        assert_true(e < 1e-5 && es < 1e-5);
+        free(xbc), free(dt), free(dtb), free(av), free(dd);
+        free(out[0]), free(out[1]), free(st[0]), free(st[1]);
+    }
+}
+
 static void test_bad_id_reported(void **state) {
     (void)state;
     zi_error err = {0};
@@ -1323,6 +1489,7 @@ int main(void) {
         cmocka_unit_test(test_rope_factors_vs_cpu),
         cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_family_bias_ops),
+        cmocka_unit_test(test_hybrid_ops),
         cmocka_unit_test(test_bad_id_reported),
         cmocka_unit_test(test_graph_capture),
         cmocka_unit_test(test_sampler_vs_reference),
