@@ -740,7 +740,7 @@ static uint64_t key_of(const router *rt, size_t n, size_t at, int32_t x) {
     assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &err), ZI_OK);
     msgpack_unpacked u;
     assert_int_equal(zi_msgpack_parse(buf, len, NULL, &u, &err), ZI_OK);
-    uint64_t k = prefix_key(rt, &u.data);
+    uint64_t k = prefix_key(rt, &u.data, "m");
     msgpack_unpacked_destroy(&u);
     free(buf);
     zi_text_context_free(&c);
