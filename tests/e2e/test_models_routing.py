@@ -16,6 +16,8 @@ random-weight llama file written here (SmolLM2's vocabulary, 64 wide):
 - a SmolLM2 worker killed while SmolLM2 requests stream: they resume on the
   other SmolLM2 worker (their ids equal the reference, "resumed" once),
   never on a worker of another model.
+
+The concurrent requests and the kill run in the release build only (docs/testing.md).
 """
 
 import json
@@ -42,6 +44,9 @@ GEMMA = Path(os.environ.get("ZINFER_GEMMA3", HOME / "models" / "gemma-3-270m-q4_
 Q = gguf.GGMLQuantizationType
 MAX_NEW = 24
 N = 32
+
+SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"
+release_only = pytest.mark.skipif(SANITIZED, reason="slow under the sanitizers")
 
 pytestmark = pytest.mark.skipif(not (SMOL.is_file() and GEMMA.is_file()),
                                 reason="SmolLM2 or Gemma 3 270M absent (scripts/fetch-model)")
@@ -202,6 +207,7 @@ def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
     return {r: (ids[r], chunks[r], term[r]) for r in rids}
 
 
+@release_only
 def test_requests_run_on_their_model(server, files, reference):
     with Client(server.addr, timeout_s=120) as c:
         rids = [send(c, i, files) for i in range(N)]
@@ -250,8 +256,9 @@ def test_models_listed_with_state(server):
     assert by == {m["name"]: m["max_length"] for m in ms}
 
 
-def test_http_routes_by_model(server, files, reference):
-    """HTTP passes `model` through: the same ids as `zinfer generate`."""
+def test_http_routes_by_model(server):
+    """HTTP passes `model` through, and the log probabilities' token texts
+    are the model's own."""
     conn = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=60)
     for name in ("gemma", "tiny"):
         conn.request("POST", "/v1/completions",
@@ -268,6 +275,7 @@ def test_http_routes_by_model(server, files, reference):
         assert "".join(toks) == body["choices"][0]["text"], body
 
 
+@release_only
 def test_killed_worker_resumes_on_its_model(server, files, reference):
     smol = worker_pids(server, "smol")
     assert len(smol) == 2, smol
