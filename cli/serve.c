@@ -38,9 +38,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "args.h"
 #include "backend_select.h"
@@ -54,6 +56,8 @@
 #include "startup.h"
 #include "stop_signal.h"
 #include "tool_call_format.h"
+#include "codec.h"
+#include "imsg.h"
 #include "types.h"
 #include "wire.h"
 
@@ -105,6 +109,8 @@ typedef struct child {
     char name[MODEL_NAME_MAX + 48];
     char *argv[MAX_ARGS];
     pid_t pid; /* 0 when not running */
+    int model; /* the index of its model, -1 for the router and zinfer-http */
+    int parked; /* its model is not loaded (--models-max): not started, not restarted */
     int64_t started_ms, restart_at_ms, backoff_ms;
     int fast_failures; /* exits within FAST_FAIL_MS of starting, in a row */
     int startup_fd;    /* the read end of the running child's startup pipe, or -1 */
@@ -206,6 +212,8 @@ typedef struct serve_opts {
     const char *models_dir;                         /* --models-dir, or NULL */
     char served[MAX_MODELS * (MODEL_NAME_MAX + 1)]; /* the router's --served-models */
     long long n_workers_all;                        /* every model's workers together */
+    long long models_max;                           /* --models-max (0: off) */
+    int on_demand;                                  /* models_max below the number of models */
     char backend[512];
     char draft[4096]; /* --draft-model, resolved as --model is */
     const char *bind, *level, *device, *http;
@@ -363,6 +371,9 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             break;
         case ZI_O_MODELS_DIR:
             o->models_dir = v;
+            break;
+        case ZI_O_MODELS_MAX:
+            o->models_max = x;
             break;
         case ZI_O_INSECURE:
             o->insecure = 1;
@@ -610,21 +621,26 @@ static int validate_options(serve_opts *o, const zi_logger *lg) {
         fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");
         return 2;
     }
-    if (!strcmp(o->http, "off")) {
-        o->http = NULL;
-    } else { /* HOST:PORT, checked by parse_options as zinfer-http checks it */
-        /* The router binds --bind; zinfer-http connects to it, on this
-         * host when it binds every interface. */
-        const char *star = strstr(o->bind, "://*:");
-        const char *any = strstr(o->bind, "://0.0.0.0:");
-        if (star || any)
-            snprintf(o->router_addr, sizeof o->router_addr, "%.*s://127.0.0.1%s",
-                     (int)((star ? star : any) - o->bind), o->bind, strrchr(o->bind, ':'));
-        else
-            snprintf(o->router_addr, sizeof o->router_addr, "%s", o->bind);
-    }
+    if (!strcmp(o->http, "off")) o->http = NULL; /* else HOST:PORT, checked by parse_options */
+    /* The router binds --bind; zinfer-http (and, with --models-max, serve
+     * itself) connect to it, on this host when it binds every interface. */
+    const char *star = strstr(o->bind, "://*:");
+    const char *any = strstr(o->bind, "://0.0.0.0:");
+    if (star || any)
+        snprintf(o->router_addr, sizeof o->router_addr, "%.*s://127.0.0.1%s",
+                 (int)((star ? star : any) - o->bind), o->bind, strrchr(o->bind, ':'));
+    else
+        snprintf(o->router_addr, sizeof o->router_addr, "%s", o->bind);
     int krc = validate_keys(o);
     if (krc != GO_ON) return krc;
+    o->on_demand = o->models_max > 0 && o->models_max < o->n_models;
+    if (o->on_demand && o->client_keys) {
+        fprintf(stderr,
+                "zinfer serve: --models-max asks the router which models requests name, "
+                "as a client without a CURVE key: not with %s (docs/security.md)\n",
+                o->k_client);
+        return 2;
+    }
     for (int k = 0; k < o->n_models; k++)
         if (access(o->models[k].path, R_OK) != 0) {
             fprintf(stderr, "zinfer serve: --model %s: %s\n", o->models[k].path, strerror(errno));
@@ -715,11 +731,29 @@ static int check_memory(const serve_opts *o) {
     zi_cpu_options co = {.n_threads = 1}; /* made only to ask its KV cache's layout */
     if (zi_cpu_backend_create(&co, &be, &err) != ZI_OK) return GO_ON;
     /* Every model's workers together: each model is checked against what
-     * the models before it leave of the default budget's share. */
+     * the models before it leave of the default budget's share. With
+     * --models-max N, the N largest files (the most that can be loaded
+     * at once). */
     uint64_t avail = zi_mem_available(), usable = zi_mem_usable(avail), used = 0;
     int slots = (int)o->slots, rc = 0;
-    for (int k = 0; k < o->n_models && !rc; k++) {
-        const serve_model *sm = &o->models[k];
+    int order[MAX_MODELS], n_check = o->n_models;
+    off_t size[MAX_MODELS];
+    for (int k = 0; k < o->n_models; k++) {
+        struct stat st;
+        order[k] = k;
+        size[k] = stat(o->models[k].path, &st) == 0 ? st.st_size : 0;
+    }
+    if (o->on_demand) {
+        for (int a = 1; a < o->n_models; a++) /* largest first (insertion sort) */
+            for (int b = a; b > 0 && size[order[b]] > size[order[b - 1]]; b--) {
+                int t = order[b];
+                order[b] = order[b - 1], order[b - 1] = t;
+            }
+        n_check = (int)o->models_max;
+    }
+    for (int n = 0; n < n_check && !rc; n++) {
+        int k = n;
+        const serve_model *sm = &o->models[order[k]];
         zi_model_config cfg, dcfg;
         zi_mem_model mm, dm;
         if (file_costs(sm->path, be, batch, slots, &cfg, &mm)) continue; /* the worker says why */
@@ -815,6 +849,8 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             c->argv[k++] = o->k_client;
         }
         if (o->insecure) c->argv[k++] = "--insecure";
+        if (o->on_demand) c->argv[k++] = "--load-on-demand";
+        c->model = -1;
     }
     /* A child's name says its model when there are several. */
     int many = o->n_models > 1;
@@ -824,6 +860,8 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             child *c = &ch[nc++];
             snprintf(c->name, sizeof c->name, "tokenizer %lld%s%s", t, many ? " of " : "",
                      many ? sm->name : "");
+            c->model = mi;
+            c->parked = o->on_demand && mi >= o->models_max; /* the first models_max load */
             const char *a[] = {o->bin[1],      "--router", o->backend,    "--model", sm->path,
                                "--model-name", sm->name,   "--log-level", o->level};
             size_t k = 0;
@@ -861,6 +899,8 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             child *c = &ch[nc++];
             snprintf(c->name, sizeof c->name, "worker %lld%s%s", many ? i : w, many ? " of " : "",
                      many ? sm->name : "");
+            c->model = mi;
+            c->parked = o->on_demand && mi >= o->models_max;
             const char *a[] = {o->bin[2],      "--router",   o->backend,  "--model",     sm->path,
                                "--model-name", sm->name,     "--threads", o->thr,        "--slots",
                                o->sl,          "--ctx-size", o->cx,       "--log-level", o->level,
@@ -874,6 +914,7 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
     if (o->http) {
         child *c = &ch[nc++];
         snprintf(c->name, sizeof c->name, "http");
+        c->model = -1;
         const char *a[] = {
             o->bin[3],  "--listen",           o->http,
             "--router", o->router_addr,       "--log-level",
@@ -906,6 +947,10 @@ static void child_exited(const zi_logger *lg, child *c, int status, int *exit_st
     char msg[ZI_ERROR_MSG_MAX];
     zi_startup_pipe_read(c->startup_fd, msg, sizeof msg);
     c->startup_fd = -1;
+    if (c->parked) { /* its model was unloaded (--models-max): it stays down */
+        zi_log(lg, ZI_LOG_INFO, "%s (pid %d) stopped: its model is unloaded", c->name, (int)pid);
+        return;
+    }
     int config = WIFEXITED(status) && WEXITSTATUS(status) == ZI_EXIT_CONFIG;
     if (config && !c->has_run) {
         /* Every restart would fail the same way: report it once and stop
@@ -958,15 +1003,137 @@ static void child_exited(const zi_logger *lg, child *c, int status, int *exit_st
     c->backoff_ms = c->backoff_ms * 2 > 8000 ? 8000 : c->backoff_ms * 2;
 }
 
-/* Phase 4: start every child, then reap and restart them until a stop is
- * requested (a signal, or a child that cannot start: *why says which).
- * Returns the exit status: 0, or 1 when a child could not start. */
-static int supervise(const zi_logger *lg, child *ch, int nc, stop_reason *why) {
+/* ---- --models-max: models loaded on demand --------------------------------
+ *
+ * serve is the supervisor and the router knows the requests, so serve asks
+ * the router as a client: every DEMAND_POLL_MS a "models" op on the
+ * router's client socket. A --load-on-demand router lists each model with
+ * its waiting and active requests and its idle time (docs/protocol.md). A
+ * model that is not loaded and has requests waiting is loaded (its
+ * children started) while fewer than --models-max models have processes;
+ * otherwise the loaded model with no request that has been idle the
+ * longest is unloaded first (its children stopped with SIGTERM and kept
+ * down: "parked"), and the waiting model loads once they have exited. The
+ * waiting requests wait in the router (up to --failover-timeout). */
+
+#define DEMAND_POLL_MS 200
+
+typedef struct demand {
+    const serve_opts *o;
+    void *zctx, *sock;
+    int64_t next_ms;  /* the next poll */
+    int64_t asked_ms; /* when the outstanding models op went (0: none) */
+    unsigned seq;
+} demand;
+
+/* Whether model k has a child running, or is loaded (not parked). */
+static int model_running(const child *ch, int nc, int k) {
+    for (int i = 0; i < nc; i++)
+        if (ch[i].model == k && ch[i].pid > 0) return 1;
+    return 0;
+}
+static int model_loaded(const child *ch, int nc, int k) {
+    for (int i = 0; i < nc; i++)
+        if (ch[i].model == k) return !ch[i].parked;
+    return 0;
+}
+
+static void model_park(const zi_logger *lg, child *ch, int nc, const serve_opts *o, int k, int park,
+                       int64_t idle_ms, int64_t waiting) {
+    if (park)
+        zi_log(lg, ZI_LOG_INFO, "unloading model %s (idle %lld ms) to make room", o->models[k].name,
+               (long long)idle_ms);
+    else
+        zi_log(lg, ZI_LOG_INFO, "loading model %s (%lld request(s) waiting)", o->models[k].name,
+               (long long)waiting);
+    for (int i = 0; i < nc; i++) {
+        if (ch[i].model != k) continue;
+        ch[i].parked = park;
+        if (park && ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
+        if (!park) ch[i].restart_at_ms = 0, ch[i].backoff_ms = 500, ch[i].fast_failures = 0;
+    }
+}
+
+/* One models reply: loads (and unloads) as the comment above says. */
+static void demand_apply(const zi_logger *lg, child *ch, int nc, const serve_opts *o,
+                         const zi_im_models *ms) {
+    int busy = 0; /* models with processes, loaded or still stopping */
+    for (int k = 0; k < o->n_models; k++)
+        busy += model_loaded(ch, nc, k) || model_running(ch, nc, k);
+    for (size_t e = 0; e < ms->n; e++) {
+        int k = 0;
+        while (k < o->n_models && (strlen(o->models[k].name) != ms->v[e].name.n ||
+                                   memcmp(o->models[k].name, ms->v[e].name.p, ms->v[e].name.n)))
+            k++;
+        if (k == o->n_models || ms->v[e].waiting == 0 || model_loaded(ch, nc, k)) continue;
+        if (busy < o->models_max) {
+            model_park(lg, ch, nc, o, k, 0, 0, ms->v[e].waiting);
+            busy++;
+            continue;
+        }
+        /* The loaded model idle the longest, with no request of its own. */
+        int victim = -1;
+        int64_t idle = -1;
+        for (size_t j = 0; j < ms->n; j++) {
+            int v = 0;
+            while (v < o->n_models && (strlen(o->models[v].name) != ms->v[j].name.n ||
+                                       memcmp(o->models[v].name, ms->v[j].name.p, ms->v[j].name.n)))
+                v++;
+            if (v == o->n_models || !model_loaded(ch, nc, v) || ms->v[j].active > 0) continue;
+            if (ms->v[j].idle_ms > idle) victim = v, idle = ms->v[j].idle_ms;
+        }
+        if (victim < 0) return; /* every loaded model is busy: the requests wait */
+        model_park(lg, ch, nc, o, victim, 1, idle, 0);
+        return; /* the waiting model loads once the victim's processes are gone */
+    }
+}
+
+/* A poll: reads the replies that came, then asks again. */
+static void demand_poll(const zi_logger *lg, demand *d, child *ch, int nc) {
+    int64_t now = zi_now_ms();
+    for (;;) { /* every reply that came (one at a time is asked) */
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, d->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&msg);
+            break;
+        }
+        msgpack_unpacked u;
+        zi_error err = {0};
+        zi_im_models *ms = malloc(sizeof *ms);
+        if (ms &&
+            zi_msgpack_parse(zmq_msg_data(&msg), zmq_msg_size(&msg), NULL, &u, &err) == ZI_OK) {
+            if (zi_im_models_unpack(&u.data, ms, &err) == ZI_OK) demand_apply(lg, ch, nc, d->o, ms);
+            msgpack_unpacked_destroy(&u);
+        }
+        free(ms);
+        zmq_msg_close(&msg);
+        d->asked_ms = 0;
+    }
+    if (now < d->next_ms || (d->asked_ms && now - d->asked_ms < 5000)) return;
+    d->next_ms = now + DEMAND_POLL_MS;
+    char id[32];
+    snprintf(id, sizeof id, "serve-%u", d->seq++);
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    zi_pack_kv_str(&m.pk, "op", "models");
+    zi_pack_kv_str(&m.pk, "id", id);
+    if (zmq_send(d->sock, m.sb.data, m.sb.size, ZMQ_DONTWAIT) >= 0) d->asked_ms = now;
+    zi_msg_free(&m);
+}
+
+/* Phase 4: start every child (but those of models not loaded), then reap
+ * and restart them until a stop is requested (a signal, or a child that
+ * cannot start: *why says which); with --models-max, load and unload
+ * models as requests ask (d, NULL otherwise). Returns the exit status: 0,
+ * or 1 when a child could not start. */
+static int supervise(const zi_logger *lg, child *ch, int nc, demand *d, stop_reason *why) {
     int exit_status = 0;
     for (int i = 0; i < nc; i++) {
         ch[i].backoff_ms = 500;
         ch[i].startup_fd = -1;
-        spawn(lg, &ch[i]);
+        if (!ch[i].parked) spawn(lg, &ch[i]);
     }
     while (!zi_stop_requested()) {
         int status;
@@ -974,9 +1141,10 @@ static int supervise(const zi_logger *lg, child *ch, int nc, stop_reason *why) {
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
             for (int i = 0; i < nc; i++)
                 if (ch[i].pid == pid) child_exited(lg, &ch[i], status, &exit_status, why);
+        if (d) demand_poll(lg, d, ch, nc);
         int64_t now = zi_now_ms();
         for (int i = 0; i < nc && !zi_stop_requested(); i++)
-            if (ch[i].pid == 0 && now >= ch[i].restart_at_ms) spawn(lg, &ch[i]);
+            if (ch[i].pid == 0 && !ch[i].parked && now >= ch[i].restart_at_ms) spawn(lg, &ch[i]);
         sleep_ms(50);
     }
     return exit_status;
@@ -1056,7 +1224,23 @@ int zi_serve_main(int argc, char **argv) {
     zi_log(&lg, ZI_LOG_INFO, "serving %d model(s) on %s (backends %s; HTTP %s)", o.n_models, o.bind,
            o.backend, o.http ? o.http : "off");
     stop_reason why = {0};
-    int exit_status = supervise(&lg, ch, nc, &why);
+    demand dm = {.o = &o}, *d = NULL;
+    if (o.on_demand) { /* the router's client socket (docs above demand_apply) */
+        dm.zctx = zmq_ctx_new();
+        dm.sock = dm.zctx ? zmq_socket(dm.zctx, ZMQ_DEALER) : NULL;
+        int linger = 0;
+        if (dm.sock) zmq_setsockopt(dm.sock, ZMQ_LINGER, &linger, sizeof linger);
+        if (dm.sock && zmq_connect(dm.sock, o.router_addr) == 0)
+            d = &dm;
+        else
+            zi_log(&lg, ZI_LOG_ERROR, "--models-max: cannot reach the router at %s: %s",
+                   o.router_addr, zmq_strerror(zmq_errno()));
+        zi_log(&lg, ZI_LOG_INFO, "--models-max %lld: models load when a request names them",
+               o.models_max);
+    }
+    int exit_status = supervise(&lg, ch, nc, d, &why);
+    if (dm.sock) zmq_close(dm.sock);
+    if (dm.zctx) zmq_ctx_term(dm.zctx);
     zi_log(&lg, exit_status ? ZI_LOG_ERROR : ZI_LOG_INFO, "stopping");
     stop_children(&lg, ch, nc);
     /* Last, after the children's shutdown lines: why it stopped. */

@@ -55,6 +55,16 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                             "until a worker of it registers (default: the models the workers "
                             "register)",
                             NULL},
+    [ZI_O_MODELS_MAX] = {"--models-max", NULL, ZI_OPT_INT, 0, 64, NULL, 0, NULL, SERVE, "N",
+                         "keep at most N models loaded: the others load when a request names "
+                         "one, in place of the loaded model idle the longest (0: every model "
+                         "stays loaded)",
+                         NULL},
+    [ZI_O_LOAD_ON_DEMAND] = {"--load-on-demand", NULL, ZI_OPT_FLAG, 0, 0, NULL, 0, "", ROUTER, NULL,
+                             "a generate request for a --served-models model with no process "
+                             "up waits for one (up to --failover-timeout) instead of being "
+                             "refused (zinfer serve --models-max sets it)",
+                             NULL},
     [ZI_O_CHAT_TEMPLATE] = {"--chat-template", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE | TOK,
                             "FILE|NAME",
                             "render messages with this template instead of the file's "

@@ -258,6 +258,9 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
         case ZI_O_MAX_FRAME_BYTES:
             rt->max_frame = x;
             break;
+        case ZI_O_LOAD_ON_DEMAND:
+            zi_router_set_on_demand(rt, true);
+            break;
         case ZI_O_SERVED_MODELS: /* NAME[,NAME...] */
             for (const char *p = v;;) {
                 size_t n = strcspn(p, ",");

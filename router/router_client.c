@@ -152,6 +152,22 @@ static void unavailable_msg(const char *model, int tk, char *msg, size_t cap) {
         snprintf(msg, cap, "no %s is connected yet; retry shortly", what);
 }
 
+/* --load-on-demand: whether a request for model, which has no tokenizer
+ * or no worker up, may wait for them (a configured model); if so, its
+ * wait for each starts now unless one is under way. */
+static bool load_on_demand(router *rt, const char *model) {
+    model_rec *mr = rt->on_demand ? model_find(rt, model, false) : NULL;
+    if (!mr || !mr->configured) return false;
+    int64_t now = core_now(rt);
+    if (count_alive(rt, ROLE_TOKENIZER, model) == 0 &&
+        (!mr->no_tok_since || now - mr->no_tok_since >= rt->failover_timeout))
+        mr->no_tok_since = now;
+    if (count_alive(rt, ROLE_WORKER, model) == 0 &&
+        (!mr->no_worker_since || now - mr->no_worker_since >= rt->failover_timeout))
+        mr->no_worker_since = now;
+    return true;
+}
+
 static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o) {
     zi_error err = {0};
     zi_request req;
@@ -196,7 +212,9 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     if (!code && !resolve_model(rt, req.model_name.p, req.model_name.len, &model, msg, sizeof msg))
         code = "invalid_request", field = "model_name";
     int tk = pick_backend(rt, ROLE_TOKENIZER, model);
-    if (!code && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0)) {
+    bool wait =
+        !code && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0) && load_on_demand(rt, model);
+    if (!code && !wait && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0)) {
         code = "unavailable";
         unavailable_msg(model, tk, msg, sizeof msg);
     } else if (!code && rt->n_waiting >= (size_t)rt->max_queue) {
@@ -231,8 +249,13 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     if (timeout > 0) r->deadline_ms = r->t_recv_ms + timeout;
     r->stream = req.stream;
     snprintf(r->model, sizeof r->model, "%s", model);
+    model_rec *mr = model_find(rt, model, false);
+    if (mr) mr->last_used_ms = r->t_recv_ms;
     r->state = RS_ENCODING; /* the tokenizer keeps its decode state from here */
-    tok_attach(rt, r, tk, true);
+    if (tk >= 0)
+        tok_attach(rt, r, tk, true);
+    else
+        r->tlink = TL_WAITING; /* its model loads: failover_attach encodes it then */
     rt->n_waiting++;
     zi_im_encode em = {.rid = (int64_t)r->rid,
                        .has_max_length = true,
@@ -249,7 +272,9 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     }
     if (rc)
         fail_request(rt, r, "internal", err.msg, NULL);
-    else
+    else if (tk < 0 && !r->encode_msg)
+        fail_request(rt, r, "internal", "out of memory", NULL);
+    else if (tk >= 0)
         to_backend(rt, tk, &m);
     zi_msg_free(&m);
 }
@@ -421,23 +446,44 @@ static void op_metrics(router *rt, const client_ctx *c) {
     zi_msg_free(&out);
 }
 
+/* A request of model *arg (a char *). */
+static bool of_model(const void *val, const void *arg) {
+    return !strcmp(((const rreq *)val)->model, (const char *)arg);
+}
+
 /* models: every model the router knows, the configured ones first (the
  * first is the default), each "loaded" while a worker of it is up, else
- * "loading", with its live workers' context limit and vocabulary. */
+ * "loading" (with --load-on-demand "unloaded" when no process of it is up
+ * and no request waits for it), with its live workers' context limit and
+ * vocabulary; with --load-on-demand also its requests and idle time. */
 static void op_models(router *rt, const client_ctx *c) {
     zi_im_models ms = {.id = {c->id, c->id_len}};
+    int64_t now = core_now(rt);
     for (size_t k = 0; k < rt->n_models && ms.n < ZI_IM_MAX_MODELS; k++) {
-        const char *name = rt->models[k].name;
-        int64_t vocab = 0;
+        const model_rec *mr = &rt->models[k];
+        const char *name = mr->name;
+        int64_t vocab = 0, waiting = 0, active = 0;
         for (size_t i = 0; i < rt->n_be && !vocab; i++)
             if (rt->be[i].alive && rt->be[i].role == ROLE_WORKER && !strcmp(rt->be[i].model, name))
                 vocab = rt->be[i].vocab;
+        size_t pos = 0;
+        for (const rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, of_model, name)); pos++) {
+            active++;
+            waiting += r->state == RS_ENCODING || r->state == RS_QUEUED;
+        }
         bool up = count_alive(rt, ROLE_WORKER, name) > 0;
-        const char *state = up ? "loaded" : "loading";
+        bool any = up || count_alive(rt, ROLE_TOKENIZER, name) > 0;
+        const char *state = up                                     ? "loaded"
+                            : !rt->on_demand || any || waiting > 0 ? "loading"
+                                                                   : "unloaded";
         ms.v[ms.n++] = (zi_im_model_entry){{name, strlen(name)},
                                            up ? worker_max_length(rt, name) : 0,
                                            vocab,
-                                           {state, strlen(state)}};
+                                           {state, strlen(state)},
+                                           rt->on_demand,
+                                           waiting,
+                                           active,
+                                           now - mr->last_used_ms};
     }
     zi_msg m;
     zi_im_models_pack(&ms, &m);

@@ -230,6 +230,10 @@ int zi_router_add_model(zi_router *rt, const char *name, zi_error *err) {
     return ZI_OK;
 }
 
+void zi_router_set_on_demand(zi_router *rt, bool on) {
+    rt->on_demand = on;
+}
+
 int zi_router_client_frame(zi_router *rt, zi_router_conn conn, const unsigned char *ident,
                            size_t ident_len, bool delim, const void *buf, size_t len) {
     if (ident_len > IDENT_MAX) return ZI_EINVAL;

@@ -152,6 +152,14 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log);
  * many (64). Call before the first event. */
 int zi_router_add_model(zi_router *rt, const char *name, zi_error *err);
 
+/* --load-on-demand: a generate request for a configured model none of
+ * whose processes is up is admitted and waits for them (up to
+ * --failover-timeout) instead of being refused "unavailable"; the models
+ * op tells "unloaded" models from "loading" ones and counts each model's
+ * waiting and active requests and idle time, which `zinfer serve
+ * --models-max` loads and unloads models by. */
+void zi_router_set_on_demand(zi_router *rt, bool on);
+
 /* A frame from a client (ident: its routing id, at most ZI_ROUTER_IDENT_MAX
  * bytes; delim: it came with an empty delimiter frame, as from a REQ
  * socket, and replies get one too). Every frame that is not a cancel gets

@@ -164,12 +164,14 @@ typedef struct model_rec {
     bool configured;         /* named by --served-models */
     int64_t no_worker_since; /* core_now() when its last worker died (0: one is up, or none yet) */
     int64_t no_tok_since;    /* the same for its tokenizers */
+    int64_t last_used_ms;    /* core_now() when a request of it was admitted or ended (0: never) */
 } model_rec;
 
 typedef struct router {
     zi_logger log;
     model_rec models[ZI_ROUTER_MAX_MODELS]; /* the configured ones first, in their order */
     size_t n_models;
+    bool on_demand; /* --load-on-demand: a configured model's requests wait for its processes */
     zi_router_io io;                 /* the outbox and the clock (router_core.h) */
     affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
     zi_req_table reqs;

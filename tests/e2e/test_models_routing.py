@@ -296,3 +296,65 @@ def test_killed_worker_resumes_on_its_model(server, files, reference):
         assert notes <= 1 and (notes == 0 or rid in smol_rids), (i, chunks)
         resumed += notes
     assert resumed > 0, "no request was on the killed worker"
+
+
+# ---- --models-max: load on demand, unload the idle one -----------------------
+
+@pytest.fixture(scope="module")
+def two_tiny(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ondemand")
+    return {"a": write_tiny_llama(d / "a.gguf", seed=7), "b": write_tiny_llama(d / "b.gguf", seed=8)}
+
+
+def generate_ids(zinfer_bin, path, k):
+    r = subprocess.run([str(zinfer_bin), "generate", "--model", str(path), "--prompt-ids",
+                        ids_arg(prompt(k)), "--max-tokens", str(MAX_NEW), "--ignore-eos",
+                        "--threads", "1", "--json"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return last_json(r.stdout)["token_ids"]
+
+
+def states(c):
+    return {m["name"]: m["state"] for m in c.call("models")["models"]}
+
+
+def test_models_max_loads_on_demand(zinfer_bin, two_tiny, tmp_path):
+    """--models-max 1 with two models: the second loads when a request names
+    it, in place of the idle first, and the first comes back the same way;
+    each request gives its own file's ids."""
+    ref = {n: generate_ids(zinfer_bin, p, 2) for n, p in two_tiny.items()}
+    assert ref["a"] != ref["b"]
+    port, bport = free_port_pair()
+    addr = f"tcp://127.0.0.1:{port}"
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(
+            [str(zinfer_bin), "serve", "--model", f"a={two_tiny['a']}",
+             "--model", f"b={two_tiny['b']}", "--models-max", "1", "--bind", addr,
+             "--backend", f"tcp://127.0.0.1:{bport}", "--http", "off", "--threads-per-worker", "1",
+             "--slots", "4", "--ctx-size", "256"],
+            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        srv = ServeProcess(proc, addr, log_path)
+        try:
+            with Client(addr, timeout_s=60) as c:
+                deadline = time.time() + 60
+                while True:
+                    try:
+                        if states(c) == {"a": "loaded", "b": "unloaded"}:
+                            break
+                    except (TimeoutError, ZinferError):
+                        pass
+                    assert proc.poll() is None and time.time() < deadline, srv.log()
+                    time.sleep(0.1)
+                sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
+                _, ids, fin = c.complete(prompt=prompt(2), model_name="b", sampling_params=sp)
+                assert fin["status"] == "maximum_length" and ids == ref["b"], (fin, srv.log())
+                assert states(c) == {"a": "unloaded", "b": "loaded"}, srv.log()
+                _, ids, fin = c.complete(prompt=prompt(2), sampling_params=sp)  # the default, a
+                assert ids == ref["a"], srv.log()
+                assert states(c) == {"a": "loaded", "b": "unloaded"}, srv.log()
+            log = srv.log()
+            assert "unloading model a" in log and "loading model b" in log, log
+            assert "unloading model b" in log and "loading model a" in log, log
+        finally:
+            stop_process(proc)

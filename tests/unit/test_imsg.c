@@ -914,8 +914,8 @@ static void test_models(void **state) {
     for (int k = 0; k < 2; k++) {
         if (k) {
             t.n = 2;
-            t.v[0] = (zi_im_model_entry){{"a", 1}, 100, 10, {"loaded", 6}};
-            t.v[1] = (zi_im_model_entry){{"bb", 2}, 200, 20, {NULL, 0}};
+            t.v[0] = (zi_im_model_entry){{"a", 1}, 100, 10, {"loaded", 6}, true, 1, 2, 3};
+            t.v[1] = (zi_im_model_entry){{"bb", 2}, 200, 20, {NULL, 0}, false, 0, 0, 0};
         }
         const msgpack_object *o = packed(&f, zi_im_models_pack(&t, &f.m), 3, ZI_IM_UNKNOWN);
         assert_int_equal(zi_im_models_unpack(o, &d, &err), ZI_OK);
@@ -928,6 +928,9 @@ static void test_models(void **state) {
             assert_int_equal(d.v[i].vocab, t.v[i].vocab);
             assert_int_equal(d.v[i].state.n, t.v[i].state.n);
             assert_true((d.v[i].state.p == NULL) == (t.v[i].state.p == NULL));
+            assert_int_equal(d.v[i].has_usage, t.v[i].has_usage);
+            assert_int_equal(d.v[i].waiting + d.v[i].active + d.v[i].idle_ms,
+                             t.v[i].waiting + t.v[i].active + t.v[i].idle_ms);
         }
         frame_free(&f);
     }
