@@ -255,7 +255,8 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     if (tk >= 0)
         tok_attach(rt, r, tk, true);
     else
-        r->tlink = TL_WAITING; /* its model loads: failover_attach encodes it then */
+        r->tlink = TL_WAITING, r->loading = true; /* failover_attach encodes it once its
+                                                   * model's tokenizer is up */
     rt->n_waiting++;
     zi_im_encode em = {.rid = (int64_t)r->rid,
                        .has_max_length = true,

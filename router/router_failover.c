@@ -188,6 +188,13 @@ void failover_check(router *rt, int64_t now) {
             pos++; /* it stays in the walk's match: step over it */
             continue;
         }
+        if (r->loading && r->state == RS_ENCODING) { /* never encoded: its model never came */
+            fail_request(rt, r, "unavailable",
+                         "the model of this request did not load within --failover-timeout; "
+                         "retry shortly",
+                         NULL);
+            continue;
+        }
         fail_request(rt, r, "worker_lost",
                      "the tokenizer process handling this request stopped responding and no "
                      "tokenizer came back within --failover-timeout",
@@ -308,6 +315,7 @@ void failover_attach(router *rt) {
                               r->pend[i].buf, r->pend[i].len);
         }
         tok_attach(rt, r, t, true); /* WAITING -> STATE (it leaves the walk's match) */
+        r->loading = false;
         if (rc) {
             fail_request(rt, r, "worker_lost",
                          "the tokenizer process handling this request stopped responding and "

@@ -104,8 +104,9 @@ typedef struct rreq {
     int tlink; /* what it holds on a tokenizer: TL_* */
     bool stream;
     int tok, wrk; /* backend indices, -1 when none (wrk stays set in RS_DECODING) */
-    char model[ZI_ROUTER_MODEL_NAME]; /* the model it runs on: its tokenizer and worker serve it (""
-                                         any) */
+    /* the model it runs on: its tokenizer and worker serve it ("": any) */
+    char model[ZI_ROUTER_MODEL_NAME];
+    bool loading; /* admitted waiting for its model's processes (--load-on-demand) */
     int64_t prompt_tokens, completion_tokens;
     char *text; /* the completion so far, when not streamed */
     size_t text_len;

@@ -698,6 +698,42 @@ static void test_model_routing(void **state) {
     sim_free(&s);
 }
 
+/* --load-on-demand: a request for a configured model with no process up
+ * waits (no error), is encoded once its tokenizer registers and runs once
+ * its worker does; one whose model never comes ends "unavailable" after
+ * --failover-timeout. */
+static void test_load_on_demand(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    zi_error err = {0};
+    assert_int_equal(zi_router_add_model(&s.rt, "a", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "b", &err), ZI_OK);
+    zi_router_set_on_demand(&s.rt, true);
+    generate_model(&s, "c1", "r1", "b");
+    generate_model(&s, "c1", "r2", NULL); /* a */
+    check_ok(&s);
+    assert_int_equal(count_sent(&s, "c1", "error"), 0);
+    assert_int_equal(s.rt.n_waiting, 2);
+    reg_model(&s, "tokB", false, 1, "b");
+    int64_t r1 = last_rid(&s, "tokB", "encode");
+    check_ok(&s);
+    encoded(&s, "tokB", r1, 20);
+    assert_int_equal(find_sent(&s, 0, NULL, "start"), -1); /* no worker of b yet */
+    reg_model(&s, "wrkB", true, 1, "b");
+    assert_int_equal(last_rid(&s, "wrkB", "start"), r1);
+    check_ok(&s);
+    /* a never comes: r2 ends unavailable */
+    s.now += s.rt.failover_timeout + 1;
+    zi_router_tick(&s.rt);
+    char msg[400];
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "did not load"));
+    assert_int_equal(count_sent(&s, "c1", "error"), 1);
+    check_ok(&s);
+    sim_free(&s);
+}
+
 static void test_worker_failover(void **state) {
     (void)state;
     sim s;
@@ -1299,6 +1335,7 @@ int main(void) {
         cmocka_unit_test(test_backend_error),
         cmocka_unit_test(test_worker_failover),
         cmocka_unit_test(test_model_routing),
+        cmocka_unit_test(test_load_on_demand),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_heartbeat_timeout),
         cmocka_unit_test(test_tokenizer_failover),
