@@ -4,7 +4,9 @@
  * It starts the router, then for each model it serves (--model, repeated,
  * and --models-dir) T tokenizer processes and N model workers (each
  * connecting to the router's backend address and registering with the
- * model's name, which the router routes requests by), and the OpenAI HTTP
+ * model's name, which the router routes requests by; with --models-max N
+ * only N models' processes run at a time, see "models loaded on demand"
+ * below), and the OpenAI HTTP
  * front end zinfer-http (a client of the router; --http), logs every start and
  * exit, restarts a child that dies (after a backoff that doubles from
  * 0.5 s to 8 s and resets once the child has stayed up for 30 s; a child

@@ -1,6 +1,7 @@
 /*
  * router_schedule.c - where the router's requests run (router_impl.h lists
- * the router's files): the least-loaded backend of a role, the FIFO queue
+ * the router's files): the models it knows and the default one, the
+ * least-loaded backend of a role serving a request's model, the FIFO queue
  * of encoded requests waiting for a worker slot, the prompt-prefix
  * affinity that sends a request to the worker likely to have its prefix
  * cached, and dispatch(), which starts queued requests on workers.
