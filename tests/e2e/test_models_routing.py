@@ -358,3 +358,60 @@ def test_models_max_loads_on_demand(zinfer_bin, two_tiny, tmp_path):
             assert "unloading model b" in log and "loading model a" in log, log
         finally:
             stop_process(proc)
+
+
+# ---- --models-dir and the names ----------------------------------------------
+
+def test_models_dir_serves_each_model_file(zinfer_bin, two_tiny, tmp_path):
+    """--models-dir: every .gguf by its name, first --model first; image
+    projectors, vocabulary-only files and non-models skipped with a line."""
+    d = tmp_path / "dir"
+    d.mkdir()
+    os.symlink(two_tiny["b"], d / "zeta.gguf")
+    os.symlink(two_tiny["a"], d / "alpha.gguf")
+    (d / "mmproj-alpha.gguf").write_bytes(b"not read")
+    (d / "notes.txt").write_text("not a model")
+    rows, _ = tokenizer_rows(SMOL)
+    write_gguf(d / "vocab-only.gguf", "llama", rows)
+    port, bport = free_port_pair()
+    addr = f"tcp://127.0.0.1:{port}"
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(
+            [str(zinfer_bin), "serve", "--model", f"first={two_tiny['a']}", "--models-dir", str(d),
+             "--bind", addr, "--backend", f"tcp://127.0.0.1:{bport}", "--http", "off",
+             "--threads-per-worker", "1", "--slots", "2", "--ctx-size", "128"],
+            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        srv = ServeProcess(proc, addr, log_path)
+        try:
+            with Client(addr, timeout_s=60) as c:
+                deadline = time.time() + 60
+                while True:
+                    try:
+                        ms = c.call("models")["models"]
+                        if all(m["state"] == "loaded" for m in ms):
+                            break
+                    except (TimeoutError, ZinferError):
+                        pass
+                    assert proc.poll() is None and time.time() < deadline, srv.log()
+                    time.sleep(0.1)
+                assert [m["name"] for m in ms] == ["first", "alpha", "zeta"], ms
+            log = srv.log()
+            assert "skipping mmproj-alpha.gguf (an image projector)" in log, log
+            assert "skipping vocab-only.gguf (vocabulary only)" in log, log
+        finally:
+            stop_process(proc)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--model", "x={a}", "--model", "x={b}"], "two models are named 'x'"),
+    (["--model", "a,b={a}"], "is not a model name"),
+    (["--model", "={a}"], "the name before '=' is empty"),
+    (["--model", "{a},workers=0"], "workers: '0' is not an integer in 1..64"),
+    (["--model", "x={a}", "--model", "y={b}", "--mmproj", "{a}"], "belong to one model"),
+])
+def test_model_names_checked(zinfer_bin, two_tiny, args, message):
+    argv = [a.format(a=two_tiny["a"], b=two_tiny["b"]) for a in args]
+    r = subprocess.run([str(zinfer_bin), "serve", *argv, "--check-args"], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2 and message in r.stderr, (r.returncode, r.stderr)
