@@ -183,9 +183,10 @@ def send(c, i, files):
     return c.send(msg)
 
 
-def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
-    """{rid: (ids, chunks, terminal)}; on_streaming() once every request has
-    streamed min_tokens ids."""
+def collect(c, rids, on_streaming=None, min_tokens=0, watch=None, timeout=120):
+    """{rid: (ids, chunks, terminal)}; on_streaming() once every request of
+    watch (default: all) has streamed min_tokens ids."""
+    watch = rids if watch is None else watch
     ids = {r: [] for r in rids}
     chunks = {r: [] for r in rids}
     term = {}
@@ -201,7 +202,7 @@ def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
             ids[rid].extend(int(t) for t in decode_array(m["token_ids"]))
         else:
             term[rid] = m
-        if not fired and all(len(v) >= min_tokens for v in ids.values()):
+        if not fired and all(len(ids[r]) >= min_tokens for r in watch):
             fired = True
             on_streaming()
     return {r: (ids[r], chunks[r], term[r]) for r in rids}
@@ -282,9 +283,9 @@ def test_killed_worker_resumes_on_its_model(server, files, reference):
     with Client(server.addr, timeout_s=120) as c:
         rids = [send(c, i, files) for i in range(N)]
         smol_rids = [r for i, r in enumerate(rids) if route(i, files)[1] == SMOL]
-        # killed once every request streams: the dead worker holds some
+        # killed once every SmolLM2 request streams: the dead worker holds some
         got = collect(c, rids, on_streaming=lambda: os.kill(smol[0], signal.SIGKILL),
-                      min_tokens=1)
+                      min_tokens=1, watch=smol_rids)
     resumed = 0
     for i, rid in enumerate(rids):
         ids, chunks, fin = got[rid]
