@@ -1,8 +1,12 @@
 /*
  * serve.c - `zinfer serve`: the supervisor of a one-machine server.
  *
- * It starts the router, then T tokenizer processes and N model workers
- * (each connecting to the router's backend address), and the OpenAI HTTP
+ * It starts the router, then for each model it serves (--model, repeated,
+ * and --models-dir) T tokenizer processes and N model workers (each
+ * connecting to the router's backend address and registering with the
+ * model's name, which the router routes requests by; with --models-max N
+ * only N models' processes run at a time, see "models loaded on demand"
+ * below), and the OpenAI HTTP
  * front end zinfer-http (a client of the router; --http), logs every start and
  * exit, restarts a child that dies (after a backoff that doubles from
  * 0.5 s to 8 s and resets once the child has stayed up for 30 s; a child
@@ -28,6 +32,7 @@
  */
 #include "serve.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
@@ -35,9 +40,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "args.h"
 #include "backend_select.h"
@@ -51,6 +58,8 @@
 #include "startup.h"
 #include "stop_signal.h"
 #include "tool_call_format.h"
+#include "codec.h"
+#include "imsg.h"
 #include "types.h"
 #include "wire.h"
 
@@ -87,16 +96,23 @@ static void print_usage(void) {
 /* The most pass-through arguments for one child: every option of the
  * table with its value (pass_on keeps each option once). */
 #define MAX_PASS (2 * ZI_O_COUNT)
-/* the worker's fixed args, its key options, its options, NULL */
-#define MAX_ARGS (15 + 4 + MAX_PASS + 1)
-/* the router's: 7 fixed, its options, 7 for keys and --insecure, NULL */
-_Static_assert(7 + MAX_PASS + 7 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
-#define MAX_CHILDREN 130
+/* the worker's fixed args, --model-name, its key options, its options, NULL */
+#define MAX_ARGS (15 + 2 + 4 + MAX_PASS + 1)
+/* the router's: 7 fixed, --served-models, its options, 7 for keys and
+ * --insecure, NULL */
+_Static_assert(7 + 2 + MAX_PASS + 7 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
+
+/* The most models one server serves (the router's table holds as many). */
+#define MAX_MODELS 64
+/* A model name's longest (the router keeps 127 bytes; room for the rest). */
+#define MODEL_NAME_MAX 120
 
 typedef struct child {
-    char name[32];
+    char name[MODEL_NAME_MAX + 48];
     char *argv[MAX_ARGS];
     pid_t pid; /* 0 when not running */
+    int model; /* the index of its model, -1 for the router and zinfer-http */
+    int parked; /* its model is not loaded (--models-max): not started, not restarted */
     int64_t started_ms, restart_at_ms, backoff_ms;
     int fast_failures; /* exits within FAST_FAIL_MS of starting, in a row */
     int startup_fd;    /* the read end of the running child's startup pipe, or -1 */
@@ -184,8 +200,23 @@ static void pass_on(const char **list, int *n, const char *flag, const char *val
 
 /* The command line, and what the children's argument vectors point into
  * (so it lives until the children are stopped). */
+/* One model served: its name (what requests name), its file, and its
+ * process counts (0: --workers / --tokenizers). */
+typedef struct serve_model {
+    char name[MODEL_NAME_MAX + 1];
+    char path[4096];
+    long long workers, tokenizers;
+} serve_model;
+
 typedef struct serve_opts {
-    char model[4096], backend[512];
+    serve_model *models; /* --model (each), then --models-dir's; the first is the default */
+    int n_models;
+    const char *models_dir;                         /* --models-dir, or NULL */
+    char served[MAX_MODELS * (MODEL_NAME_MAX + 1)]; /* the router's --served-models */
+    long long n_workers_all;                        /* every model's workers together */
+    long long models_max;                           /* --models-max (0: off) */
+    int on_demand;                                  /* models_max below the number of models */
+    char backend[512];
     char draft[4096]; /* --draft-model, resolved as --model is */
     const char *bind, *level, *device, *http;
     const char *tmpl;        /* --chat-template as given, or NULL */
@@ -210,11 +241,65 @@ typedef struct serve_opts {
     int tool_format;
 } serve_opts;
 
+/* A model to serve (o->models has room for MAX_MODELS); ZI_EINVAL past it. */
+static serve_model *new_model(serve_opts *o, zi_error *err) {
+    if (o->n_models == MAX_MODELS) {
+        zi_error_set(err, ZI_EINVAL, "--model: more than %d models", MAX_MODELS);
+        return NULL;
+    }
+    serve_model *m = &o->models[o->n_models++];
+    memset(m, 0, sizeof *m);
+    return m;
+}
+
+/* One --model value: [NAME=]PATH[,workers=N][,tokenizers=T]. PATH may
+ * be a packaged model's name (zi_resolve_model_arg); NAME defaults to the
+ * file's name without .gguf. A value is NAME=PATH when it has a '=' before
+ * any '/'. */
+static int add_model_arg(serve_opts *o, const char *v, zi_error *err) {
+    char buf[4096 + MODEL_NAME_MAX + 64];
+    if (strlen(v) >= sizeof buf)
+        return zi_error_set(err, ZI_EINVAL, "--model: the value is too long");
+    snprintf(buf, sizeof buf, "%s", v);
+    long long workers = 0, tokenizers = 0;
+    for (char *c; (c = strrchr(buf, ','));) { /* the counts, from the end */
+        long long *dst = !strncmp(c + 1, "workers=", 8)       ? &workers
+                         : !strncmp(c + 1, "tokenizers=", 11) ? &tokenizers
+                                                              : NULL;
+        if (!dst) break;
+        const char *num = strchr(c, '=') + 1;
+        if (zi_parse_int(dst == &workers ? "--model ...,workers" : "--model ...,tokenizers", num, 1,
+                         64, dst, err))
+            return ZI_EINVAL;
+        *c = '\0';
+    }
+    char *eq = strchr(buf, '='), *slash = strchr(buf, '/');
+    const char *path = buf;
+    if (eq && (!slash || eq < slash)) {
+        *eq = '\0';
+        path = eq + 1;
+        if (!buf[0])
+            return zi_error_set(err, ZI_EINVAL, "--model %s: the name before '=' is empty", v);
+    }
+    serve_model *m = new_model(o, err);
+    if (!m) return ZI_EINVAL;
+    m->workers = workers, m->tokenizers = tokenizers;
+    if (zi_resolve_model_arg(path, m->path, sizeof m->path, err)) return ZI_EINVAL;
+    if (path != buf) {
+        if (strlen(buf) > MODEL_NAME_MAX)
+            return zi_error_set(err, ZI_EINVAL, "--model %s: a name has at most %d bytes", v,
+                                MODEL_NAME_MAX);
+        snprintf(m->name, sizeof m->name, "%s", buf);
+    } else {
+        zi_model_name_of_path(m->path, m->name, sizeof m->name);
+    }
+    return ZI_OK;
+}
+
 /* Phase 1: the options, each checked as it is read with the range of the
  * table (options.h) that the child it is for checks it with. */
 static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
     zi_error err = {0};
-    zi_default_model_path(o->model, sizeof o->model);
     o->bind = zi_option_get(ZI_O_BIND)->def_text, o->level = "info";
     o->device = zi_option_get(ZI_O_DEVICE)->def_text;
     o->http = zi_option_get(ZI_O_LISTEN)->def_text;
@@ -233,7 +318,7 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             zi_options_next(ZI_OWN_SERVE | ZI_OWN_SERVE_PASS, argc, argv, &i, &id, &x, &v, &err);
         zi_device_spec spec;
         if (!rc && id == ZI_O_DEVICE) rc = zi_device_parse(v, &spec, &err);
-        if (!rc && id == ZI_O_MODEL) rc = zi_resolve_model_arg(v, o->model, sizeof o->model, &err);
+        if (!rc && id == ZI_O_MODEL) rc = add_model_arg(o, v, &err);
         if (!rc && id == ZI_O_DRAFT_MODEL)
             rc = zi_resolve_model_arg(v, o->draft, sizeof o->draft, &err);
         if (!rc && id == ZI_O_API_KEY) /* to zinfer-http by the environment, not argv (ps) */
@@ -285,6 +370,12 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             break;
         case ZI_O_KEYS:
             o->keys = v;
+            break;
+        case ZI_O_MODELS_DIR:
+            o->models_dir = v;
+            break;
+        case ZI_O_MODELS_MAX:
+            o->models_max = x;
             break;
         case ZI_O_INSECURE:
             o->insecure = 1;
@@ -375,10 +466,141 @@ static int validate_keys(serve_opts *o) {
     return GO_ON;
 }
 
-/* Phase 2: what the options say together (refused at once, as a child
- * would refuse it later), the backend address, the model file. */
-static int validate_options(serve_opts *o) {
+/* Why a file of --models-dir is not a model to serve (NULL: it is one):
+ * an image projector, a vocabulary-only file, an adapter, or a file that
+ * is not GGUF. */
+static const char *not_a_model(const char *path, const char *file) {
+    if (strstr(file, "mmproj")) return "an image projector";
+    zi_gguf *g = NULL;
     zi_error err = {0};
+    if (zi_gguf_open_flags(path, ZI_GGUF_ANY_TYPE, &g, &err) != ZI_OK)
+        return "not a readable GGUF file";
+    const char *why = NULL;
+    zi_str t = {0};
+    if (zi_gguf_get_str(g, "general.type", &t, NULL) == ZI_OK) {
+        if (t.len == 7 && !memcmp(t.ptr, "adapter", 7)) why = "an adapter";
+        if (t.len == 6 && !memcmp(t.ptr, "mmproj", 6)) why = "an image projector";
+    }
+    if (!why && zi_gguf_get_str(g, "general.architecture", &t, NULL) == ZI_OK && t.len == 4 &&
+        !memcmp(t.ptr, "clip", 4))
+        why = "an image projector";
+    if (!why && zi_gguf_tensor_count(g) == 0) why = "vocabulary only";
+    zi_gguf_close(g);
+    return why;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* --models-dir DIR: each .gguf file in it, by name, after the --model
+ * ones (a name already served is skipped, as are files that are no model
+ * to serve: each with a log line). */
+static int scan_models_dir(serve_opts *o, const zi_logger *lg) {
+    DIR *d = opendir(o->models_dir);
+    if (!d) {
+        fprintf(stderr, "zinfer serve: --models-dir %s: %s\n", o->models_dir, strerror(errno));
+        return 1;
+    }
+    char **files = NULL;
+    size_t n = 0, cap = 0;
+    int rc = GO_ON;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (len <= 5 || strcmp(e->d_name + len - 5, ".gguf")) continue;
+        if (n == cap) {
+            char **p = realloc(files, (cap = cap ? cap * 2 : 16) * sizeof *p);
+            if (!p) break;
+            files = p;
+        }
+        if (!(files[n] = strdup(e->d_name))) break;
+        n++;
+    }
+    closedir(d);
+    qsort(files, n, sizeof *files, cmp_str);
+    for (size_t i = 0; i < n && rc == GO_ON; i++) {
+        char path[4096], name[MODEL_NAME_MAX + 1];
+        snprintf(path, sizeof path, "%s/%s", o->models_dir, files[i]);
+        zi_model_name_of_path(files[i], name, sizeof name);
+        const char *why = not_a_model(path, files[i]);
+        for (int k = 0; k < o->n_models && !why; k++)
+            if (!strcmp(o->models[k].name, name)) why = "a model of that name is served already";
+        if (why) {
+            zi_log(lg, ZI_LOG_INFO, "--models-dir: skipping %s (%s)", files[i], why);
+            continue;
+        }
+        zi_error err = {0};
+        serve_model *m = new_model(o, &err);
+        if (!m) {
+            fprintf(stderr, "zinfer serve: --models-dir %s: %s\n", o->models_dir, err.msg);
+            rc = 2;
+            break;
+        }
+        snprintf(m->path, sizeof m->path, "%s", path);
+        snprintf(m->name, sizeof m->name, "%s", name);
+    }
+    for (size_t i = 0; i < n; i++) free(files[i]);
+    free(files);
+    return rc;
+}
+
+/* Phase 2 first: the models to serve (the default one when none is
+ * named), their names (distinct, no ',' which the router's list
+ * separates them by), their counts, the router's --served-models list. */
+static int collect_models(serve_opts *o, const zi_logger *lg) {
+    if (o->models_dir) {
+        int rc = scan_models_dir(o, lg);
+        if (rc != GO_ON) return rc;
+    }
+    if (o->n_models == 0 && !o->models_dir) {
+        serve_model *m = &o->models[o->n_models++];
+        memset(m, 0, sizeof *m);
+        zi_default_model_path(m->path, sizeof m->path);
+        zi_model_name_of_path(m->path, m->name, sizeof m->name);
+    }
+    if (o->n_models == 0) {
+        fprintf(stderr, "zinfer serve: --models-dir %s: no model file in it\n", o->models_dir);
+        return 1;
+    }
+    if (o->n_models > 1 && (o->mmproj[0] || o->draft[0] || o->tmpl)) {
+        fprintf(stderr, "zinfer serve: --mmproj, --draft-model and --chat-template belong to one "
+                        "model: give them with a single --model\n");
+        return 2;
+    }
+    size_t at = 0;
+    o->n_workers_all = 0;
+    for (int k = 0; k < o->n_models; k++) {
+        serve_model *m = &o->models[k];
+        if (!m->name[0] || strchr(m->name, ',')) {
+            fprintf(stderr,
+                    "zinfer serve: --model %s: '%s' is not a model name (1 to %d bytes, "
+                    "no ','); name it with NAME=PATH\n",
+                    m->path, m->name, MODEL_NAME_MAX);
+            return 2;
+        }
+        for (int j = 0; j < k; j++)
+            if (!strcmp(o->models[j].name, m->name)) {
+                fprintf(stderr,
+                        "zinfer serve: two models are named '%s' (%s, %s); name them with "
+                        "NAME=PATH\n",
+                        m->name, o->models[j].path, m->path);
+                return 2;
+            }
+        if (!m->workers) m->workers = o->workers;
+        if (!m->tokenizers) m->tokenizers = o->tokenizers;
+        o->n_workers_all += m->workers;
+        at +=
+            (size_t)snprintf(o->served + at, sizeof o->served - at, "%s%s", k ? "," : "", m->name);
+    }
+    return GO_ON;
+}
+
+/* Phase 2: what the options say together (refused at once, as a child
+ * would refuse it later), the backend address, the model files. */
+static int validate_options(serve_opts *o, const zi_logger *lg) {
+    zi_error err = {0};
+    int mrc = collect_models(o, lg);
+    if (mrc != GO_ON) return mrc;
     int kv_sizes = 0; /* as the worker: one of them */
     for (int j = 0; j < o->n_wpass; j++)
         kv_sizes += !strcmp(o->worker_pass[j], "--kv-cache-tokens") ||
@@ -401,25 +623,31 @@ static int validate_options(serve_opts *o) {
         fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");
         return 2;
     }
-    if (!strcmp(o->http, "off")) {
-        o->http = NULL;
-    } else { /* HOST:PORT, checked by parse_options as zinfer-http checks it */
-        /* The router binds --bind; zinfer-http connects to it, on this
-         * host when it binds every interface. */
-        const char *star = strstr(o->bind, "://*:");
-        const char *any = strstr(o->bind, "://0.0.0.0:");
-        if (star || any)
-            snprintf(o->router_addr, sizeof o->router_addr, "%.*s://127.0.0.1%s",
-                     (int)((star ? star : any) - o->bind), o->bind, strrchr(o->bind, ':'));
-        else
-            snprintf(o->router_addr, sizeof o->router_addr, "%s", o->bind);
-    }
+    if (!strcmp(o->http, "off")) o->http = NULL; /* else HOST:PORT, checked by parse_options */
+    /* The router binds --bind; zinfer-http (and, with --models-max, serve
+     * itself) connect to it, on this host when it binds every interface. */
+    const char *star = strstr(o->bind, "://*:");
+    const char *any = strstr(o->bind, "://0.0.0.0:");
+    if (star || any)
+        snprintf(o->router_addr, sizeof o->router_addr, "%.*s://127.0.0.1%s",
+                 (int)((star ? star : any) - o->bind), o->bind, strrchr(o->bind, ':'));
+    else
+        snprintf(o->router_addr, sizeof o->router_addr, "%s", o->bind);
     int krc = validate_keys(o);
     if (krc != GO_ON) return krc;
-    if (access(o->model, R_OK) != 0) {
-        fprintf(stderr, "zinfer serve: --model %s: %s\n", o->model, strerror(errno));
-        return 1;
+    o->on_demand = o->models_max > 0 && o->models_max < o->n_models;
+    if (o->on_demand && o->client_keys) {
+        fprintf(stderr,
+                "zinfer serve: --models-max asks the router which models requests name, "
+                "as a client without a CURVE key: not with %s (docs/security.md)\n",
+                o->k_client);
+        return 2;
     }
+    for (int k = 0; k < o->n_models; k++)
+        if (access(o->models[k].path, R_OK) != 0) {
+            fprintf(stderr, "zinfer serve: --model %s: %s\n", o->models[k].path, strerror(errno));
+            return 1;
+        }
     if (o->tmpl) {
         /* Loaded and compiled here once, so that a bad file stops the
          * server at once with its error instead of failing every tokenizer
@@ -453,7 +681,8 @@ static zi_tool_format tool_call_format(const serve_opts *o) {
     }
     zi_gguf *g = NULL;
     zi_str t = {0};
-    if (zi_gguf_open_flags(o->model, ZI_GGUF_ANY_TYPE, &g, &err) != ZI_OK) return f;
+    /* (zinfer-http has one tool-call format: the default model's) */
+    if (zi_gguf_open_flags(o->models[0].path, ZI_GGUF_ANY_TYPE, &g, &err) != ZI_OK) return f;
     if (zi_gguf_get_str(g, "tokenizer.chat_template", &t, NULL) == ZI_OK)
         f = zi_tool_format_detect(t.ptr, (size_t)t.len);
     zi_gguf_close(g);
@@ -503,25 +732,58 @@ static int check_memory(const serve_opts *o) {
     zi_backend *be = NULL;
     zi_cpu_options co = {.n_threads = 1}; /* made only to ask its KV cache's layout */
     if (zi_cpu_backend_create(&co, &be, &err) != ZI_OK) return GO_ON;
-    zi_model_config cfg, dcfg;
-    zi_mem_model mm, dm;
-    int slots = (int)o->slots;
-    int rc = file_costs(o->model, be, batch, slots, &cfg, &mm);
-    int draft = !rc && o->draft[0];
-    if (draft) rc = file_costs(o->draft, be, batch, slots, &dcfg, &dm);
-    zi_backend_free(be);
-    if (rc) return GO_ON;
-    /* The context as the worker cuts it (model_worker/worker_main.c, load). */
-    int ctx = (int)(o->ctx < cfg.ctx_train ? o->ctx : cfg.ctx_train);
-    if (cfg.encoder && ctx > batch) ctx = batch;
-    zi_mem_plan plan;
-    if (zi_mem_plan_make(&mm, draft ? &dm : NULL, slots, ctx, block, &plan, &err) == ZI_OK)
-        rc = zi_mem_plan_check(&plan, (int)o->workers, zi_mem_available(), &err);
-    if (rc || err.code) {
-        fprintf(stderr, "zinfer serve: --model %s: %s\n", o->model, err.msg);
-        return 1;
+    /* Every model's workers together: each model is checked against what
+     * the models before it leave of the default budget's share. With
+     * --models-max N, the N largest files (the most that can be loaded
+     * at once). */
+    uint64_t avail = zi_mem_available(), usable = zi_mem_usable(avail), used = 0;
+    int slots = (int)o->slots, rc = 0;
+    int order[MAX_MODELS], n_check = o->n_models;
+    off_t size[MAX_MODELS];
+    for (int k = 0; k < o->n_models; k++) {
+        struct stat st;
+        order[k] = k;
+        size[k] = stat(o->models[k].path, &st) == 0 ? st.st_size : 0;
     }
-    return GO_ON;
+    if (o->on_demand) {
+        for (int a = 1; a < o->n_models; a++) /* largest first (insertion sort) */
+            for (int b = a; b > 0 && size[order[b]] > size[order[b - 1]]; b--) {
+                int t = order[b];
+                order[b] = order[b - 1], order[b - 1] = t;
+            }
+        n_check = (int)o->models_max;
+    }
+    for (int n = 0; n < n_check && !rc; n++) {
+        int k = n;
+        const serve_model *sm = &o->models[order[k]];
+        zi_model_config cfg, dcfg;
+        zi_mem_model mm, dm;
+        if (file_costs(sm->path, be, batch, slots, &cfg, &mm)) continue; /* the worker says why */
+        int draft = o->draft[0] && !file_costs(o->draft, be, batch, slots, &dcfg, &dm);
+        /* The context as the worker cuts it (model_worker/worker_main.c, load). */
+        int ctx = (int)(o->ctx < cfg.ctx_train ? o->ctx : cfg.ctx_train);
+        if (cfg.encoder && ctx > batch) ctx = batch;
+        zi_mem_plan plan;
+        uint64_t left = usable > used ? usable - used : 0;
+        /* zi_mem_plan_check takes MemAvailable and keeps its share of it */
+        uint64_t avail_k = avail == 0 ? 0 : left / ZI_MEM_SHARE_PCT * 100 + 1;
+        rc = zi_mem_plan_make(&mm, draft ? &dm : NULL, slots, ctx, block, &plan, &err);
+        if (!rc) rc = zi_mem_plan_check(&plan, (int)sm->workers, avail_k, &err);
+        if (rc || err.code) {
+            if (k > 0)
+                fprintf(stderr,
+                        "zinfer serve: --model %s: %s (after the %.1f MiB of the %d model(s) "
+                        "before it)\n",
+                        sm->path, err.msg, (double)used / 1048576.0, k);
+            else
+                fprintf(stderr, "zinfer serve: --model %s: %s\n", sm->path, err.msg);
+            rc = 1;
+        } else {
+            used += plan.total_bytes * (uint64_t)sm->workers;
+        }
+    }
+    zi_backend_free(be);
+    return rc ? 1 : GO_ON;
 }
 
 /* Phase 3a: the three binaries, next to this one. */
@@ -561,21 +823,23 @@ static size_t add_backend_keys(const serve_opts *o, child *c, size_t k) {
 static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev_out)[32]) {
     if (o->threads == 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        o->threads = cpus > o->workers ? cpus / o->workers : 1;
+        o->threads = cpus > o->n_workers_all ? cpus / o->n_workers_all : 1;
     }
     snprintf(o->thr, sizeof o->thr, "%lld", o->threads);
     snprintf(o->sl, sizeof o->sl, "%lld", o->slots);
     snprintf(o->cx, sizeof o->cx, "%lld", o->ctx);
 
-    child *ch = calloc((size_t)(2 + o->tokenizers + o->workers), sizeof *ch);
+    long long n_tok = 0;
+    for (int k = 0; k < o->n_models; k++) n_tok += o->models[k].tokenizers;
+    child *ch = calloc((size_t)(2 + n_tok + o->n_workers_all), sizeof *ch);
     if (!ch) return 1;
     int nc = 0;
     {
         child *c = &ch[nc++];
         snprintf(c->name, sizeof c->name, "router");
         int k = 0;
-        const char *a[] = {o->bin[0],  "--bind",      o->bind, "--backend",
-                           o->backend, "--log-level", o->level};
+        const char *a[] = {o->bin[0],     "--bind", o->bind,           "--backend", o->backend,
+                           "--log-level", o->level, "--served-models", o->served};
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
         for (int j = 0; j < o->n_pass; j++) c->argv[k++] = (char *)o->router_pass[j];
         if (o->keys) {
@@ -587,52 +851,72 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             c->argv[k++] = o->k_client;
         }
         if (o->insecure) c->argv[k++] = "--insecure";
+        if (o->on_demand) c->argv[k++] = "--load-on-demand";
+        c->model = -1;
     }
-    for (long long t = 0; t < o->tokenizers; t++) {
-        child *c = &ch[nc++];
-        snprintf(c->name, sizeof c->name, "tokenizer %lld", t);
-        const char *a[] = {o->bin[1], "--router",    o->backend, "--model",
-                           o->model,  "--log-level", o->level};
-        size_t k = 0;
-        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
-        if (o->tmpl) {
-            c->argv[k++] = "--chat-template";
-            c->argv[k++] = o->tmpl_arg;
+    /* A child's name says its model when there are several. */
+    int many = o->n_models > 1;
+    for (int mi = 0; mi < o->n_models; mi++) {
+        serve_model *sm = &o->models[mi];
+        for (long long t = 0; t < sm->tokenizers; t++) {
+            child *c = &ch[nc++];
+            snprintf(c->name, sizeof c->name, "tokenizer %lld%s%s", t, many ? " of " : "",
+                     many ? sm->name : "");
+            c->model = mi;
+            c->parked = o->on_demand && mi >= o->models_max; /* the first models_max load */
+            const char *a[] = {o->bin[1],      "--router", o->backend,    "--model", sm->path,
+                               "--model-name", sm->name,   "--log-level", o->level};
+            size_t k = 0;
+            for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
+            if (o->tmpl) {
+                c->argv[k++] = "--chat-template";
+                c->argv[k++] = o->tmpl_arg;
+            }
+            if (o->mmproj[0]) {
+                c->argv[k++] = "--mmproj";
+                c->argv[k++] = o->mmproj;
+            }
+            if (o->max_pixels) {
+                c->argv[k++] = "--max-image-pixels";
+                c->argv[k++] = (char *)o->max_pixels;
+            }
+            k = add_backend_keys(o, c, k);
         }
-        if (o->mmproj[0]) {
-            c->argv[k++] = "--mmproj";
-            c->argv[k++] = o->mmproj;
-        }
-        if (o->max_pixels) {
-            c->argv[k++] = "--max-image-pixels";
-            c->argv[k++] = (char *)o->max_pixels;
-        }
-        k = add_backend_keys(o, c, k);
     }
-    /* "cuda" spreads the workers over the GPUs: worker w gets cuda:w. */
-    char(*dev)[32] = calloc((size_t)o->workers, sizeof *dev);
+    /* "cuda" spreads the workers over the GPUs: worker w (counted over
+     * every model's) gets cuda:w. */
+    char(*dev)[32] = calloc((size_t)o->n_workers_all, sizeof *dev);
     if (!dev) {
         free(ch);
         return 1;
     }
-    for (long long w = 0; w < o->workers; w++) {
-        if (!strcmp(o->device, "cuda"))
-            snprintf(dev[w], sizeof dev[w], "cuda:%lld", w);
-        else
-            snprintf(dev[w], sizeof dev[w], "%.31s", o->device);
-        child *c = &ch[nc++];
-        snprintf(c->name, sizeof c->name, "worker %lld", w);
-        const char *a[] = {o->bin[2],   "--router",    o->backend, "--model",  o->model,
-                           "--threads", o->thr,        "--slots",  o->sl,      "--ctx-size",
-                           o->cx,       "--log-level", o->level,   "--device", dev[w]};
-        size_t k = 0;
-        for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
-        for (int j = 0; j < o->n_wpass; j++) c->argv[k++] = (char *)o->worker_pass[j];
-        k = add_backend_keys(o, c, k);
+    long long w = 0;
+    for (int mi = 0; mi < o->n_models; mi++) {
+        serve_model *sm = &o->models[mi];
+        for (long long i = 0; i < sm->workers; i++, w++) {
+            if (!strcmp(o->device, "cuda"))
+                snprintf(dev[w], sizeof dev[w], "cuda:%lld", w);
+            else
+                snprintf(dev[w], sizeof dev[w], "%.31s", o->device);
+            child *c = &ch[nc++];
+            snprintf(c->name, sizeof c->name, "worker %lld%s%s", many ? i : w, many ? " of " : "",
+                     many ? sm->name : "");
+            c->model = mi;
+            c->parked = o->on_demand && mi >= o->models_max;
+            const char *a[] = {o->bin[2],      "--router",   o->backend,  "--model",     sm->path,
+                               "--model-name", sm->name,     "--threads", o->thr,        "--slots",
+                               o->sl,          "--ctx-size", o->cx,       "--log-level", o->level,
+                               "--device",     dev[w]};
+            size_t k = 0;
+            for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
+            for (int j = 0; j < o->n_wpass; j++) c->argv[k++] = (char *)o->worker_pass[j];
+            k = add_backend_keys(o, c, k);
+        }
     }
     if (o->http) {
         child *c = &ch[nc++];
         snprintf(c->name, sizeof c->name, "http");
+        c->model = -1;
         const char *a[] = {
             o->bin[3],  "--listen",           o->http,
             "--router", o->router_addr,       "--log-level",
@@ -665,6 +949,10 @@ static void child_exited(const zi_logger *lg, child *c, int status, int *exit_st
     char msg[ZI_ERROR_MSG_MAX];
     zi_startup_pipe_read(c->startup_fd, msg, sizeof msg);
     c->startup_fd = -1;
+    if (c->parked) { /* its model was unloaded (--models-max): it stays down */
+        zi_log(lg, ZI_LOG_INFO, "%s (pid %d) stopped: its model is unloaded", c->name, (int)pid);
+        return;
+    }
     int config = WIFEXITED(status) && WEXITSTATUS(status) == ZI_EXIT_CONFIG;
     if (config && !c->has_run) {
         /* Every restart would fail the same way: report it once and stop
@@ -717,15 +1005,137 @@ static void child_exited(const zi_logger *lg, child *c, int status, int *exit_st
     c->backoff_ms = c->backoff_ms * 2 > 8000 ? 8000 : c->backoff_ms * 2;
 }
 
-/* Phase 4: start every child, then reap and restart them until a stop is
- * requested (a signal, or a child that cannot start: *why says which).
- * Returns the exit status: 0, or 1 when a child could not start. */
-static int supervise(const zi_logger *lg, child *ch, int nc, stop_reason *why) {
+/* ---- --models-max: models loaded on demand --------------------------------
+ *
+ * serve is the supervisor and the router knows the requests, so serve asks
+ * the router as a client: every DEMAND_POLL_MS a "models" op on the
+ * router's client socket. A --load-on-demand router lists each model with
+ * its waiting and active requests and its idle time (docs/protocol.md). A
+ * model that is not loaded and has requests waiting is loaded (its
+ * children started) while fewer than --models-max models have processes;
+ * otherwise the loaded model with no request that has been idle the
+ * longest is unloaded first (its children stopped with SIGTERM and kept
+ * down: "parked"), and the waiting model loads once they have exited. The
+ * waiting requests wait in the router (up to --failover-timeout). */
+
+#define DEMAND_POLL_MS 200
+
+typedef struct demand {
+    const serve_opts *o;
+    void *zctx, *sock;
+    int64_t next_ms;  /* the next poll */
+    int64_t asked_ms; /* when the outstanding models op went (0: none) */
+    unsigned seq;
+} demand;
+
+/* Whether model k has a child running, or is loaded (not parked). */
+static int model_running(const child *ch, int nc, int k) {
+    for (int i = 0; i < nc; i++)
+        if (ch[i].model == k && ch[i].pid > 0) return 1;
+    return 0;
+}
+static int model_loaded(const child *ch, int nc, int k) {
+    for (int i = 0; i < nc; i++)
+        if (ch[i].model == k) return !ch[i].parked;
+    return 0;
+}
+
+static void model_park(const zi_logger *lg, child *ch, int nc, const serve_opts *o, int k, int park,
+                       int64_t idle_ms, int64_t waiting) {
+    if (park)
+        zi_log(lg, ZI_LOG_INFO, "unloading model %s (idle %lld ms) to make room", o->models[k].name,
+               (long long)idle_ms);
+    else
+        zi_log(lg, ZI_LOG_INFO, "loading model %s (%lld request(s) waiting)", o->models[k].name,
+               (long long)waiting);
+    for (int i = 0; i < nc; i++) {
+        if (ch[i].model != k) continue;
+        ch[i].parked = park;
+        if (park && ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
+        if (!park) ch[i].restart_at_ms = 0, ch[i].backoff_ms = 500, ch[i].fast_failures = 0;
+    }
+}
+
+/* One models reply: loads (and unloads) as the comment above says. */
+static void demand_apply(const zi_logger *lg, child *ch, int nc, const serve_opts *o,
+                         const zi_im_models *ms) {
+    int busy = 0; /* models with processes, loaded or still stopping */
+    for (int k = 0; k < o->n_models; k++)
+        busy += model_loaded(ch, nc, k) || model_running(ch, nc, k);
+    for (size_t e = 0; e < ms->n; e++) {
+        int k = 0;
+        while (k < o->n_models && (strlen(o->models[k].name) != ms->v[e].name.n ||
+                                   memcmp(o->models[k].name, ms->v[e].name.p, ms->v[e].name.n)))
+            k++;
+        if (k == o->n_models || ms->v[e].waiting == 0 || model_loaded(ch, nc, k)) continue;
+        if (busy < o->models_max) {
+            model_park(lg, ch, nc, o, k, 0, 0, ms->v[e].waiting);
+            busy++;
+            continue;
+        }
+        /* The loaded model idle the longest, with no request of its own. */
+        int victim = -1;
+        int64_t idle = -1;
+        for (size_t j = 0; j < ms->n; j++) {
+            int v = 0;
+            while (v < o->n_models && (strlen(o->models[v].name) != ms->v[j].name.n ||
+                                       memcmp(o->models[v].name, ms->v[j].name.p, ms->v[j].name.n)))
+                v++;
+            if (v == o->n_models || !model_loaded(ch, nc, v) || ms->v[j].active > 0) continue;
+            if (ms->v[j].idle_ms > idle) victim = v, idle = ms->v[j].idle_ms;
+        }
+        if (victim < 0) return; /* every loaded model is busy: the requests wait */
+        model_park(lg, ch, nc, o, victim, 1, idle, 0);
+        return; /* the waiting model loads once the victim's processes are gone */
+    }
+}
+
+/* A poll: reads the replies that came, then asks again. */
+static void demand_poll(const zi_logger *lg, demand *d, child *ch, int nc) {
+    int64_t now = zi_now_ms();
+    for (;;) { /* every reply that came (one at a time is asked) */
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, d->sock, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&msg);
+            break;
+        }
+        msgpack_unpacked u;
+        zi_error err = {0};
+        zi_im_models *ms = malloc(sizeof *ms);
+        if (ms &&
+            zi_msgpack_parse(zmq_msg_data(&msg), zmq_msg_size(&msg), NULL, &u, &err) == ZI_OK) {
+            if (zi_im_models_unpack(&u.data, ms, &err) == ZI_OK) demand_apply(lg, ch, nc, d->o, ms);
+            msgpack_unpacked_destroy(&u);
+        }
+        free(ms);
+        zmq_msg_close(&msg);
+        d->asked_ms = 0;
+    }
+    if (now < d->next_ms || (d->asked_ms && now - d->asked_ms < 5000)) return;
+    d->next_ms = now + DEMAND_POLL_MS;
+    char id[32];
+    snprintf(id, sizeof id, "serve-%u", d->seq++);
+    zi_msg m;
+    zi_msg_init(&m);
+    msgpack_pack_map(&m.pk, 2);
+    zi_pack_kv_str(&m.pk, "op", "models");
+    zi_pack_kv_str(&m.pk, "id", id);
+    if (zmq_send(d->sock, m.sb.data, m.sb.size, ZMQ_DONTWAIT) >= 0) d->asked_ms = now;
+    zi_msg_free(&m);
+}
+
+/* Phase 4: start every child (but those of models not loaded), then reap
+ * and restart them until a stop is requested (a signal, or a child that
+ * cannot start: *why says which); with --models-max, load and unload
+ * models as requests ask (d, NULL otherwise). Returns the exit status: 0,
+ * or 1 when a child could not start. */
+static int supervise(const zi_logger *lg, child *ch, int nc, demand *d, stop_reason *why) {
     int exit_status = 0;
     for (int i = 0; i < nc; i++) {
         ch[i].backoff_ms = 500;
         ch[i].startup_fd = -1;
-        spawn(lg, &ch[i]);
+        if (!ch[i].parked) spawn(lg, &ch[i]);
     }
     while (!zi_stop_requested()) {
         int status;
@@ -733,9 +1143,10 @@ static int supervise(const zi_logger *lg, child *ch, int nc, stop_reason *why) {
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
             for (int i = 0; i < nc; i++)
                 if (ch[i].pid == pid) child_exited(lg, &ch[i], status, &exit_status, why);
+        if (d) demand_poll(lg, d, ch, nc);
         int64_t now = zi_now_ms();
         for (int i = 0; i < nc && !zi_stop_requested(); i++)
-            if (ch[i].pid == 0 && now >= ch[i].restart_at_ms) spawn(lg, &ch[i]);
+            if (ch[i].pid == 0 && !ch[i].parked && now >= ch[i].restart_at_ms) spawn(lg, &ch[i]);
         sleep_ms(50);
     }
     return exit_status;
@@ -782,8 +1193,13 @@ int zi_serve_main(int argc, char **argv) {
     zi_logger lg = {.out = stderr, .level = ZI_LOG_INFO, .tag = "zinfer-serve"};
     serve_opts o;
     memset(&o, 0, sizeof o);
+    o.models = calloc(MAX_MODELS, sizeof *o.models);
+    if (!o.models) {
+        fprintf(stderr, "zinfer serve: out of memory\n");
+        return 1;
+    }
     int rc = parse_options(argc, argv, &o, &lg);
-    if (rc == GO_ON) rc = validate_options(&o);
+    if (rc == GO_ON) rc = validate_options(&o, &lg);
     if (rc == GO_ON && o.check_only) rc = 0; /* --check-args: all is valid, start nothing */
     if (rc == GO_ON) rc = check_memory(&o);
     if (rc == GO_ON) rc = find_binaries(&o);
@@ -798,19 +1214,41 @@ int zi_serve_main(int argc, char **argv) {
     int nc = 0;
     char(*dev)[32] = NULL;
     if (rc == GO_ON) rc = plan_children(&o, &ch, &nc, &dev);
-    if (rc != GO_ON) return rc;
+    if (rc != GO_ON) {
+        free(o.models);
+        return rc;
+    }
     zi_stop_signals_install();
-    zi_log(&lg, ZI_LOG_INFO,
-           "serving %s on %s (backends %s; HTTP %s): %lld tokenizer(s), %lld worker(s) "
-           "x %lld threads",
-           o.model, o.bind, o.backend, o.http ? o.http : "off", o.tokenizers, o.workers, o.threads);
+    for (int k = 0; k < o.n_models; k++)
+        zi_log(&lg, ZI_LOG_INFO, "model %s%s: %s, %lld tokenizer(s), %lld worker(s) x %lld threads",
+               o.models[k].name, k ? "" : " (the default)", o.models[k].path,
+               o.models[k].tokenizers, o.models[k].workers, o.threads);
+    zi_log(&lg, ZI_LOG_INFO, "serving %d model(s) on %s (backends %s; HTTP %s)", o.n_models, o.bind,
+           o.backend, o.http ? o.http : "off");
     stop_reason why = {0};
-    int exit_status = supervise(&lg, ch, nc, &why);
+    demand dm = {.o = &o}, *d = NULL;
+    if (o.on_demand) { /* the router's client socket (docs above demand_apply) */
+        dm.zctx = zmq_ctx_new();
+        dm.sock = dm.zctx ? zmq_socket(dm.zctx, ZMQ_DEALER) : NULL;
+        int linger = 0;
+        if (dm.sock) zmq_setsockopt(dm.sock, ZMQ_LINGER, &linger, sizeof linger);
+        if (dm.sock && zmq_connect(dm.sock, o.router_addr) == 0)
+            d = &dm;
+        else
+            zi_log(&lg, ZI_LOG_ERROR, "--models-max: cannot reach the router at %s: %s",
+                   o.router_addr, zmq_strerror(zmq_errno()));
+        zi_log(&lg, ZI_LOG_INFO, "--models-max %lld: models load when a request names them",
+               o.models_max);
+    }
+    int exit_status = supervise(&lg, ch, nc, d, &why);
+    if (dm.sock) zmq_close(dm.sock);
+    if (dm.zctx) zmq_ctx_term(dm.zctx);
     zi_log(&lg, exit_status ? ZI_LOG_ERROR : ZI_LOG_INFO, "stopping");
     stop_children(&lg, ch, nc);
     /* Last, after the children's shutdown lines: why it stopped. */
     if (why.text[0]) zi_log(&lg, ZI_LOG_ERROR, "%s", why.text);
     free(ch);
     free(dev);
+    free(o.models);
     return exit_status;
 }

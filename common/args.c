@@ -182,3 +182,10 @@ void zi_default_model_path(char *buf, size_t cap) {
     const char *h = getenv("HOME");
     snprintf(buf, cap, "%s/.cache/zinfer/models/SmolLM2-135M-Instruct.Q4_1.gguf", h ? h : ".");
 }
+
+void zi_model_name_of_path(const char *path, char *buf, size_t cap) {
+    const char *base = strrchr(path, '/');
+    snprintf(buf, cap, "%s", base ? base + 1 : path);
+    char *dot = strstr(buf, ".gguf");
+    if (dot) *dot = '\0';
+}

@@ -43,4 +43,9 @@ void zi_default_model_path(char *buf, size_t cap);
  * saying which command fetches it (ZI_EIO); ZI_ERANGE for a value over cap. */
 int zi_resolve_model_arg(const char *v, char *buf, size_t cap, zi_error *err);
 
+/* The name a model file is served as by default: path's file name
+ * without its directory and from ".gguf" on ("a/SmolLM2.Q4.gguf" ->
+ * "SmolLM2.Q4"), cut to cap - 1 bytes. */
+void zi_model_name_of_path(const char *path, char *buf, size_t cap);
+
 #endif

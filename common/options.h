@@ -29,6 +29,11 @@
 typedef enum zi_opt_id {
     /* where things are: files, addresses, how many processes */
     ZI_O_MODEL,
+    ZI_O_MODELS_DIR,
+    ZI_O_MODEL_NAME,
+    ZI_O_SERVED_MODELS,
+    ZI_O_MODELS_MAX,
+    ZI_O_LOAD_ON_DEMAND,
     ZI_O_CHAT_TEMPLATE,
     ZI_O_MMPROJ,
     ZI_O_MAX_IMAGE_PIXELS,

@@ -2,8 +2,8 @@
  * http_ctx.h - the state of one zinfer-http process, in one struct that
  * http_main.c creates and passes down (no file-scope globals): the HTTP
  * settings, the router's address and how long to wait for it, the served
- * model once the router named it, and the text of single token ids (for
- * log probabilities). libmicrohttpd hands it back to the server's
+ * models once the router named them, and the text of single token ids (for
+ * log probabilities, per model). libmicrohttpd hands it back to the server's
  * callbacks as their `cls`; the endpoints and the router connection get it
  * as a parameter (a zi_http_conn remembers the context it was opened on).
  *
@@ -50,12 +50,15 @@ typedef struct zi_http_limits {
     int health_timeout_ms; /* the longest wait for health / models / metrics */
 } zi_http_limits;
 
-/* The router's models op, remembered once it answered (the model of a
- * running server does not change); name is "" until then. */
+/* The router's models op, remembered once it answered with every model
+ * loaded (the models of a running server do not change); n is 0 until
+ * then. name[0] is the default model. */
+#define ZI_HTTP_MAX_MODELS 64
 typedef struct zi_http_model {
     pthread_mutex_t mu;
-    char name[256];
-    long long max_length;
+    int n;
+    char name[ZI_HTTP_MAX_MODELS][128];
+    long long max_length[ZI_HTTP_MAX_MODELS];
 } zi_http_model;
 
 /* Token id -> text: an open-addressing table grown at half full; entries

@@ -82,10 +82,13 @@ int zi_http_embed_request(json_t *o, zi_msg *m, int *base64, zi_http_error *e) {
                 strcmp(json_string_value(po), "last"))))
         return zi_http_fail(e, 400, "invalid_value", "pooling",
                             "pooling: \"mean\", \"cls\" or \"last\"");
+    json_t *mo = json_object_get(o, "model"); /* the router routes by it */
+    int named = mo && json_is_string(mo);
     zi_msg_init(m);
-    msgpack_pack_map(&m->pk, 5 + (po != NULL));
+    msgpack_pack_map(&m->pk, 5 + (po != NULL) + named);
     zi_pack_kv_str(&m->pk, "op", "embed");
     zi_pack_kv_str(&m->pk, "id", "e");
+    if (named) zi_pack_kv_str(&m->pk, "model_name", json_string_value(mo));
     zi_pack_kv_bool(&m->pk, "normalize", !no || json_is_true(no));
     zi_pack_kv_bool(&m->pk, "truncate", tr && json_is_true(tr));
     if (po) zi_pack_kv_str(&m->pk, "pooling", json_string_value(po));

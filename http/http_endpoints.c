@@ -50,86 +50,151 @@ static int router_op(zi_http_ctx *ctx, zi_http_conn *c, const char *op, const ch
     return rc;
 }
 
-/* ---- the served model ------------------------------------------------- */
+/* ---- the served models ------------------------------------------------ */
 
-/* The router's models op, remembered in ctx->model once it answered (the
- * model of a running server does not change). c: a connection to ask on,
- * or NULL for one of its own. */
-static int served_model(zi_http_ctx *ctx, zi_http_conn *c, char *name, size_t cap,
-                        long long *max_length, zi_http_error *e) {
+/* The router's models op as read here: each model's name, context length
+ * and state ("loaded" or "loading"; an older router sends none: loaded). */
+typedef struct model_list {
+    int n;
+    char name[ZI_HTTP_MAX_MODELS][128];
+    long long max_length[ZI_HTTP_MAX_MODELS];
+    char state[ZI_HTTP_MAX_MODELS][16];
+} model_list;
+
+/* The models, from ctx->model once the router listed them all loaded (the
+ * models of a running server do not change), else from the router's
+ * models op (c: a connection to ask on, or NULL for one of its own). */
+static int model_list_get(zi_http_ctx *ctx, zi_http_conn *c, model_list *l, zi_http_error *e) {
     zi_http_model *sm = &ctx->model;
+    memset(l, 0, sizeof *l);
     pthread_mutex_lock(&sm->mu);
-    int known = sm->name[0] != 0;
-    if (known) snprintf(name, cap, "%s", sm->name);
-    if (max_length) *max_length = sm->max_length;
+    l->n = sm->n;
+    for (int k = 0; k < sm->n; k++) {
+        memcpy(l->name[k], sm->name[k], sizeof l->name[k]);
+        l->max_length[k] = sm->max_length[k];
+        snprintf(l->state[k], sizeof l->state[k], "loaded");
+    }
     pthread_mutex_unlock(&sm->mu);
-    if (known) return 0;
+    if (l->n) return 0;
     zi_http_frame f;
     if (router_op(ctx, c, "models", "m", &f, e)) return -1;
     const msgpack_object *ms = zi_map_get(f.root, "models");
-    if (!ms || ms->type != MSGPACK_OBJECT_ARRAY || !ms->via.array.size) {
-        zi_http_frame_free(&f);
-        return zi_http_fail(e, 503, "unavailable", NULL, "no model is being served yet");
+    int all_loaded = 1;
+    for (uint32_t k = 0; ms && ms->type == MSGPACK_OBJECT_ARRAY && k < ms->via.array.size &&
+                         l->n < ZI_HTTP_MAX_MODELS;
+         k++) {
+        const msgpack_object *m = &ms->via.array.ptr[k];
+        int64_t ml = 0;
+        zi_map_int(m, "max_length", &ml, NULL);
+        zi_http_frame_str(m, "name", l->name[l->n], sizeof l->name[l->n]);
+        zi_http_frame_str(m, "state", l->state[l->n], sizeof l->state[l->n]);
+        if (!l->state[l->n][0]) snprintf(l->state[l->n], sizeof l->state[l->n], "loaded");
+        all_loaded &= !strcmp(l->state[l->n], "loaded");
+        l->max_length[l->n++] = ml;
     }
-    const msgpack_object *m0 = &ms->via.array.ptr[0];
-    int64_t ml = 0;
-    zi_map_int(m0, "max_length", &ml, NULL);
-    pthread_mutex_lock(&sm->mu);
-    zi_http_frame_str(m0, "name", sm->name, sizeof sm->name);
-    sm->max_length = ml;
-    snprintf(name, cap, "%s", sm->name);
-    if (max_length) *max_length = ml;
-    pthread_mutex_unlock(&sm->mu);
     zi_http_frame_free(&f);
+    if (!l->n) return zi_http_fail(e, 503, "unavailable", NULL, "no model is being served yet");
+    if (all_loaded) {
+        pthread_mutex_lock(&sm->mu);
+        for (int k = 0; k < l->n; k++) {
+            memcpy(sm->name[k], l->name[k], sizeof sm->name[k]);
+            sm->max_length[k] = l->max_length[k];
+        }
+        sm->n = l->n;
+        pthread_mutex_unlock(&sm->mu);
+    }
     return 0;
 }
 
-static json_t *model_json(const char *name, long long max_length) {
+/* The model a request names (want; NULL or "": the default, the router's
+ * first): its name into name and its context length into *max_length
+ * (may be NULL); a name the router does not serve is a 404 that lists the
+ * served ones. */
+static int served_model(zi_http_ctx *ctx, zi_http_conn *c, const char *want, char *name, size_t cap,
+                        long long *max_length, zi_http_error *e) {
+    model_list *l = malloc(sizeof *l);
+    if (!l) return zi_http_fail(e, 500, "internal", NULL, "out of memory");
+    if (model_list_get(ctx, c, l, e)) {
+        free(l);
+        return -1;
+    }
+    int k = 0;
+    if (want && want[0])
+        for (k = 0; k < l->n && strcmp(l->name[k], want); k++) {
+        }
+    if (k == l->n) {
+        char names[400];
+        size_t at = 0;
+        for (int j = 0; j < l->n && at < sizeof names; j++)
+            at += (size_t)snprintf(names + at, sizeof names - at, "%s'%s'", j ? ", " : "",
+                                   l->name[j]);
+        free(l);
+        return zi_http_fail(e, 404, "model_not_found", "model",
+                            "model: '%s' is not served here (this server serves %s)", want, names);
+    }
+    snprintf(name, cap, "%s", l->name[k]);
+    if (max_length) *max_length = l->max_length[k];
+    free(l);
+    return 0;
+}
+
+static json_t *model_json(const char *name, long long max_length, const char *state) {
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(name));
     json_object_set_new(o, "object", json_string("model"));
     json_object_set_new(o, "created", json_integer(0));
     json_object_set_new(o, "owned_by", json_string("zinfer"));
     json_object_set_new(o, "max_model_len", json_integer(max_length));
+    json_object_set_new(o, "state", json_string(state));
     return o;
 }
 
-/* A "model" field that names another model than the served one: 404. */
-static int check_model(json_t *body, const char *served, zi_http_error *e) {
+/* The body's "model" (absent or null: the default) resolved as
+ * served_model does. */
+static int check_model(zi_http_ctx *ctx, zi_http_conn *c, json_t *body, char *name, size_t cap,
+                       long long *max_length, zi_http_error *e) {
     json_t *m = json_object_get(body, "model");
-    if (!m || json_is_null(m)) return 0;
-    if (!json_is_string(m))
+    if (m && !json_is_null(m) && !json_is_string(m))
         return zi_http_fail(e, 400, "invalid_type", "model", "model: expected a string");
-    if (strcmp(json_string_value(m), served))
-        return zi_http_fail(e, 404, "model_not_found", "model",
-                            "model: '%s' is not served here (this server serves '%s')",
-                            json_string_value(m), served);
-    return 0;
+    return served_model(ctx, c, m && json_is_string(m) ? json_string_value(m) : NULL, name, cap,
+                        max_length, e);
 }
 
+/* GET /v1/models: every model the router knows, with its state; GET
+ * /v1/models/ID: that one. */
 static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
     zi_http_error e;
-    char name[256];
-    long long ml;
-    if (served_model(ctx, NULL, name, sizeof name, &ml, &e)) {
+    model_list *l = malloc(sizeof *l);
+    if (!l) {
+        zi_http_fail(&e, 500, "internal", NULL, "out of memory");
+        answer_error(a, &e);
+        return;
+    }
+    if (model_list_get(ctx, NULL, l, &e)) {
+        free(l);
         answer_error(a, &e);
         return;
     }
     a->status = 200;
     if (id) {
-        if (strcmp(id, name)) {
+        int k = 0;
+        while (k < l->n && strcmp(l->name[k], id)) k++;
+        if (k == l->n) {
             zi_http_fail(&e, 404, "model_not_found", "model", "model '%s' is not served here", id);
             answer_error(a, &e);
-            return;
+        } else {
+            a->json = model_json(l->name[k], l->max_length[k], l->state[k]);
         }
-        a->json = model_json(name, ml);
+        free(l);
         return;
     }
     a->json = json_object();
     json_t *data = json_array();
-    json_array_append_new(data, model_json(name, ml));
+    for (int k = 0; k < l->n; k++)
+        json_array_append_new(data, model_json(l->name[k], l->max_length[k], l->state[k]));
     json_object_set_new(a->json, "object", json_string("list"));
     json_object_set_new(a->json, "data", data);
+    free(l);
 }
 
 /* ---- metrics ------------------------------------------------------------ */
@@ -296,8 +361,7 @@ static void tokenize(zi_http_ctx *ctx, const char *body, size_t len, int detok, 
     char name[256];
     long long ml;
     if (!o) goto fail;
-    if (zi_http_conn_open(ctx, &c, &e) || served_model(ctx, c, name, sizeof name, &ml, &e) ||
-        check_model(o, name, &e))
+    if (zi_http_conn_open(ctx, &c, &e) || check_model(ctx, c, o, name, sizeof name, &ml, &e))
         goto fail;
     zi_msg m;
     zi_msg_init(&m);
@@ -321,9 +385,10 @@ static void tokenize(zi_http_ctx *ctx, const char *body, size_t len, int detok, 
                          "add_special_tokens: expected a boolean");
             goto fail_msg;
         }
-        msgpack_pack_map(&m.pk, 4);
+        msgpack_pack_map(&m.pk, 5);
         zi_pack_kv_str(&m.pk, "op", "tokenize");
         zi_pack_kv_str(&m.pk, "id", "k");
+        zi_pack_kv_str(&m.pk, "model_name", name);
         zi_pack_kv_strn(&m.pk, "text", json_string_value(p), json_string_length(p));
         zi_pack_kv_bool(&m.pk, "add_special", !as || json_is_true(as));
     } else {
@@ -345,9 +410,10 @@ static void tokenize(zi_http_ctx *ctx, const char *body, size_t len, int detok, 
             zi_http_fail(&e, 400, "invalid_value", f, "%s: expected a token id", f);
             goto fail_msg;
         }
-        msgpack_pack_map(&m.pk, 3);
+        msgpack_pack_map(&m.pk, 4);
         zi_pack_kv_str(&m.pk, "op", "detokenize");
         zi_pack_kv_str(&m.pk, "id", "k");
+        zi_pack_kv_str(&m.pk, "model_name", name);
         zi_pack_str(&m.pk, "token_ids");
         msgpack_pack_array(&m.pk, json_array_size(t));
         json_array_foreach(t, i, x) msgpack_pack_int64(&m.pk, json_integer_value(x));
@@ -394,8 +460,7 @@ fail:
 static int embed_call(zi_http_ctx *ctx, json_t *o, zi_msg *m, char *name, size_t cap,
                       zi_http_frame *f, zi_http_error *e) {
     zi_http_conn *c = NULL;
-    int rc = zi_http_conn_open(ctx, &c, e) || served_model(ctx, c, name, cap, NULL, e) ||
-             check_model(o, name, e);
+    int rc = zi_http_conn_open(ctx, &c, e) || check_model(ctx, c, o, name, cap, NULL, e);
     if (!rc) rc = zi_http_call(c, m, "e", ctx->lim.router_timeout_ms, f, e);
     zi_msg_free(m);
     zi_http_conn_close(c);
@@ -519,14 +584,12 @@ static void generate(zi_http_ctx *ctx, const zi_http_api *api, const char *body,
     if (!s->g.reasoning.format_given)
         s->g.reasoning.format = (zi_reasoning_format)ctx->cfg.reasoning_format;
     s->g.tools.format = (zi_tool_format)ctx->cfg.tool_format;
-    /* The served model names the answer; another name is a 404 here (the
-     * router would refuse it too, in its own protocol's words). */
-    if (served_model(ctx, s->conn, model, sizeof model, NULL, &e)) goto fail;
-    if (s->g.model[0] && strcmp(s->g.model, model)) {
-        zi_http_fail(&e, 404, "model_not_found", "model",
-                     "model: '%s' is not served here (this server serves '%s')", s->g.model, model);
-        goto fail;
-    }
+    /* The request's model (or the default) names the answer; one not
+     * served is a 404 here (the router would refuse it too, in its own
+     * protocol's words). The request carries model_name when it named one,
+     * so the router routes it to that model's processes. */
+    if (served_model(ctx, s->conn, s->g.model, model, sizeof model, NULL, &e)) goto fail;
+    zi_http_conn_set_model(s->conn, s->g.model);
     zi_http_result_init(&s->r, &s->g, model);
     s->r.ctx = ctx;
     for (int i = 0; i < s->g.n; i++)

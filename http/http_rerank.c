@@ -53,10 +53,13 @@ int zi_http_rerank_request(json_t *o, zi_msg *m, zi_http_rerank *rr, zi_http_err
     }
     rr->top_n = tn && json_is_integer(tn) ? (size_t)json_integer_value(tn) : json_array_size(docs);
     rr->return_documents = rd && json_is_true(rd);
+    json_t *mo = json_object_get(o, "model"); /* the router routes by it */
+    int named = mo && json_is_string(mo);
     zi_msg_init(m);
-    msgpack_pack_map(&m->pk, 5);
+    msgpack_pack_map(&m->pk, 5 + named);
     zi_pack_kv_str(&m->pk, "op", "embed");
     zi_pack_kv_str(&m->pk, "id", "e");
+    if (named) zi_pack_kv_str(&m->pk, "model_name", json_string_value(mo));
     zi_pack_kv_bool(&m->pk, "truncate", tr && json_is_true(tr));
     zi_pack_str(&m->pk, "query");
     zi_pack_strn(&m->pk, json_string_value(q), json_string_length(q));

@@ -20,7 +20,21 @@ struct zi_http_conn {
     void *sock;
     void *lookup; /* for token texts, so their replies never mix with a generation's */
     int watch_client;
+    char model[128]; /* the model of the token texts ("" the default) */
 };
+
+void zi_http_conn_set_model(zi_http_conn *c, const char *model) {
+    snprintf(c->model, sizeof c->model, "%s", model ? model : "");
+}
+
+/* A token id's key in the token-text cache: the id (under 2^31) with a
+ * hash of its model above it, so that two models' texts never mix (the
+ * default model's is the id alone). */
+static int64_t text_key(const zi_http_conn *c, int64_t id) {
+    uint32_t h = 0;
+    for (const char *p = c->model; *p; p++) h = h * 31 + (unsigned char)*p;
+    return (int64_t)(h & 0x7fffffff) << 32 | (id & 0xffffffff);
+}
 
 static void *open_socket(const zi_http_ctx *ctx) {
     void *s = zmq_socket(ctx->zctx, ZMQ_DEALER);
@@ -237,7 +251,7 @@ int zi_http_token_texts(zi_http_conn *c, const int64_t *ids, size_t n, const cha
     zi_http_tok_cache *t = &c->ctx->tok;
     size_t missing = 0;
     pthread_mutex_lock(&t->mu);
-    for (size_t i = 0; i < n; i++) missing += !(out[i] = tok_get(t, ids[i]));
+    for (size_t i = 0; i < n; i++) missing += !(out[i] = tok_get(t, text_key(c, ids[i])));
     pthread_mutex_unlock(&t->mu);
     if (!missing) return 0;
     if (!c->lookup && !(c->lookup = open_socket(c->ctx)))
@@ -254,9 +268,10 @@ int zi_http_token_texts(zi_http_conn *c, const int64_t *ids, size_t n, const cha
         snprintf(rid, sizeof rid, "t%lld", (long long)ids[i]);
         zi_msg m;
         zi_msg_init(&m);
-        msgpack_pack_map(&m.pk, 3);
+        msgpack_pack_map(&m.pk, 3 + (c->model[0] != 0));
         zi_pack_kv_str(&m.pk, "op", "detokenize");
         zi_pack_kv_str(&m.pk, "id", rid);
+        if (c->model[0]) zi_pack_kv_str(&m.pk, "model_name", c->model);
         zi_pack_str(&m.pk, "token_ids");
         msgpack_pack_array(&m.pk, 1);
         msgpack_pack_int64(&m.pk, ids[i]);
@@ -293,7 +308,7 @@ int zi_http_token_texts(zi_http_conn *c, const int64_t *ids, size_t n, const cha
         }
         if (text) {
             pthread_mutex_lock(&t->mu);
-            tok_put(t, strtoll(fid + 1, NULL, 10), text);
+            tok_put(t, text_key(c, strtoll(fid + 1, NULL, 10)), text);
             pthread_mutex_unlock(&t->mu);
         }
         zi_http_frame_free(&f);
@@ -301,7 +316,7 @@ int zi_http_token_texts(zi_http_conn *c, const int64_t *ids, size_t n, const cha
     }
     pthread_mutex_lock(&t->mu);
     for (size_t i = 0; i < n; i++)
-        if (!out[i]) out[i] = tok_get(t, ids[i]);
+        if (!out[i]) out[i] = tok_get(t, text_key(c, ids[i]));
     pthread_mutex_unlock(&t->mu);
     for (size_t i = 0; i < n; i++)
         if (!out[i]) out[i] = ""; /* out of memory: an empty text rather than a crash */

@@ -61,6 +61,10 @@ int zi_http_conn_recv(zi_http_conn *c, int client_fd, int timeout_ms, zi_http_fr
 int zi_http_call(zi_http_conn *c, const zi_msg *m, const char *id, int timeout_ms, zi_http_frame *f,
                  zi_http_error *e);
 
+/* The model whose vocabulary zi_http_token_texts reads (NULL or "": the
+ * default model's); a name longer than 127 bytes is cut. */
+void zi_http_conn_set_model(zi_http_conn *c, const char *model);
+
 /* The text of each of ids[0..n) (the router's detokenize of that id alone:
  * special tokens give ""), as pointers that stay valid for the life of
  * the connection's context (its token cache). 0, or -1 with e set. */

@@ -497,6 +497,7 @@ static void send_outputs(worker *w) {
 
 typedef struct wopts {
     char model[4096];
+    const char *model_name; /* --model-name, or NULL: the file's */
     const char *draft; /* --draft-model, or NULL */
     const char *mmproj; /* --mmproj, or NULL */
     const char *router, *device;
@@ -562,6 +563,9 @@ static int parse_args(int argc, char **argv, wopts *o) {
             break;
         case ZI_O_MODEL:
             snprintf(o->model, sizeof o->model, "%s", v);
+            break;
+        case ZI_O_MODEL_NAME:
+            o->model_name = v;
             break;
         case ZI_O_THREADS:
             o->threads = x;
@@ -702,10 +706,10 @@ static int load(worker *w, const wopts *o, wres *r) {
     w->encoder = mc->encoder != 0;
     /* An encoder runs each input whole in one pass: at most a batch long. */
     if (w->encoder && w->ctx_size > o->batch) w->ctx_size = (int)o->batch;
-    const char *base = strrchr(o->model, '/');
-    snprintf(w->model_name, sizeof w->model_name, "%.200s", base ? base + 1 : o->model);
-    char *dot = strstr(w->model_name, ".gguf");
-    if (dot) *dot = '\0';
+    if (o->model_name)
+        snprintf(w->model_name, sizeof w->model_name, "%.200s", o->model_name);
+    else
+        zi_model_name_of_path(o->model, w->model_name, 201);
     return 0;
 }
 

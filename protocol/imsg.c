@@ -280,8 +280,8 @@ int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
     if (m->worker) {
         zi_imap_int(&b, "slots", m->slots);
         zi_imap_int(&b, "max_length", m->max_length);
-        put_str(&b, "model", m->model);
     }
+    if (m->model.p) put_str(&b, "model", m->model); /* a tokenizer's: the model it reads */
     zi_imap_int(&b, "vocab", m->vocab);
     return close_msg(&b, out);
 }
@@ -856,6 +856,12 @@ int zi_im_models_pack(const zi_im_models *m, zi_msg *out) {
         put_str(&e, "name", m->v[k].name);
         zi_imap_int(&e, "max_length", m->v[k].max_length);
         zi_imap_int(&e, "vocab", m->v[k].vocab);
+        if (m->v[k].state.p) put_str(&e, "state", m->v[k].state);
+        if (m->v[k].has_usage) {
+            zi_imap_int(&e, "waiting", m->v[k].waiting);
+            zi_imap_int(&e, "active", m->v[k].active);
+            zi_imap_int(&e, "idle_ms", m->v[k].idle_ms);
+        }
         if (zi_imap_close(&e, pk) != ZI_OK) zi_imap_fail(&b);
     }
     return close_msg(&b, out);
@@ -873,6 +879,12 @@ int zi_im_models_unpack(const msgpack_object *o, zi_im_models *m, zi_error *err)
         rc = zi_map_str(e, "name", &d->name.p, &d->name.n, err);
         if (!rc) rc = zi_map_int(e, "max_length", &d->max_length, err);
         if (!rc) rc = zi_map_int(e, "vocab", &d->vocab, err);
+        if (!rc && zi_map_get(e, "state"))
+            rc = zi_map_str(e, "state", &d->state.p, &d->state.n, err);
+        d->has_usage = zi_map_get(e, "idle_ms") != NULL;
+        if (!rc && d->has_usage) rc = zi_map_int(e, "waiting", &d->waiting, err);
+        if (!rc && d->has_usage) rc = zi_map_int(e, "active", &d->active, err);
+        if (!rc && d->has_usage) rc = zi_map_int(e, "idle_ms", &d->idle_ms, err);
     }
     return rc;
 }

@@ -144,8 +144,9 @@ int zi_im_rid(const msgpack_object *o, int64_t *rid, zi_error *err);
 
 /* ---- registration and liveness ---------------------------------------------- */
 
-/* register: a tokenizer sends role and vocab; a worker also slots,
- * max_length and model. */
+/* register: a tokenizer sends role, vocab and model (the name of the
+ * model it tokenizes for; absent from an older one: any model); a worker
+ * also slots and max_length. */
 typedef struct zi_im_register {
     bool worker;
     int64_t slots, max_length, vocab;
@@ -429,11 +430,22 @@ typedef struct zi_im_metrics {
 int zi_im_metrics_pack(const zi_im_metrics *m, zi_msg *out);
 int zi_im_metrics_unpack(const msgpack_object *o, zi_im_metrics *m, zi_error *err);
 
-/* result of models: one entry per served model. */
+/* result of models: one entry per served model, the default first.
+ * state: "loaded" (a worker of it is up), "loading", or (a
+ * --load-on-demand router's) "unloaded": no process of it up and no
+ * request waiting for one; max_length and vocab are 0 until it is loaded. state is absent from an
+ * older router's (unpack: p NULL). */
 #define ZI_IM_MAX_MODELS 64
 typedef struct zi_im_model_entry {
     zi_im_str name;
     int64_t max_length, vocab;
+    zi_im_str state;
+    /* With has_usage (a --load-on-demand router's): its requests in flight
+     * (active), those of them not on a worker yet (waiting), and the ms
+     * since one was admitted or ended (idle_ms; never used: since the
+     * router started). */
+    bool has_usage;
+    int64_t waiting, active, idle_ms;
 } zi_im_model_entry;
 
 typedef struct zi_im_models {

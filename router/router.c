@@ -258,6 +258,23 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
         case ZI_O_MAX_FRAME_BYTES:
             rt->max_frame = x;
             break;
+        case ZI_O_LOAD_ON_DEMAND:
+            zi_router_set_on_demand(rt, true);
+            break;
+        case ZI_O_SERVED_MODELS: /* NAME[,NAME...] */
+            for (const char *p = v;;) {
+                size_t n = strcspn(p, ",");
+                char name[4 * ZI_ROUTER_MODEL_NAME]; /* a longer one is still refused */
+                snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1),
+                         p);
+                if (zi_router_add_model(rt, name, &err)) {
+                    fprintf(stderr, "zinfer-router: %s\n", err.msg);
+                    return 2;
+                }
+                if (!p[n]) break;
+                p += n + 1;
+            }
+            break;
         case ZI_O_LOG_LEVEL:
             rt->log.level = (int)x;
             break;

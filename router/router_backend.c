@@ -66,22 +66,32 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     be->slots = (int)reg.slots;
     be->max_length = reg.max_length;
     be->vocab = reg.vocab;
+    be->model[0] = '\0';
     if (reg.model.p)
-        snprintf(be->model, sizeof be->model, "%.*s", (int)(reg.model.n > 120 ? 120 : reg.model.n),
+        snprintf(be->model, sizeof be->model, "%.*s",
+                 (int)(reg.model.n >= sizeof be->model ? sizeof be->model - 1 : reg.model.n),
                  reg.model.p);
     be->alive = true;
     be->conn = rt->cur_conn;
     be->last_seen = core_now(rt);
-    if (be->role == ROLE_WORKER) rt->no_worker_since = 0;
+    /* A model known by its backends only (no --served-models, or one
+     * started by hand) is known from its first register on. */
+    model_rec *mr = model_find(rt, be->model, true);
+    if (be->role == ROLE_WORKER) {
+        rt->no_worker_since = 0;
+        if (mr) mr->no_worker_since = 0;
+    }
     if (be->role == ROLE_TOKENIZER) {
         rt->no_tok_since = 0;
+        if (mr) mr->no_tok_since = 0;
         failover_attach(rt); /* requests whose tokenizer died */
     }
     if (be->role == ROLE_WORKER)
         zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld", b,
                be->model, be->slots, (long long)be->max_length);
     else
-        zi_log(&rt->log, ZI_LOG_INFO, "tokenizer %d registered", b);
+        zi_log(&rt->log, ZI_LOG_INFO, "tokenizer %d registered: model %s", b,
+               be->model[0] ? be->model : "(any)");
     dispatch(rt);
 }
 
@@ -123,7 +133,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
         fail_request(rt, r, "invalid_request", msg, "prompt");
         return;
     }
-    r->prefix_key = prefix_key(rt, ctx);
+    r->prefix_key = prefix_key(rt, ctx, r->model);
     zi_msg m;
     int rc = zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = ctx}, &m);
     if (!built_or_fail(rt, r, rc, &m, NULL)) return;
@@ -428,10 +438,16 @@ void backend_died(router *rt, int b, const char *why) {
     }
     assert(be->assigned == 0); /* every request on it has left it */
     be->assigned = 0;
-    if (be->role == ROLE_WORKER && count_alive(rt, ROLE_WORKER) == 0)
+    if (be->role == ROLE_WORKER && count_alive(rt, ROLE_WORKER, NULL) == 0)
         rt->no_worker_since = core_now(rt);
-    if (be->role == ROLE_TOKENIZER && count_alive(rt, ROLE_TOKENIZER) == 0)
+    if (be->role == ROLE_TOKENIZER && count_alive(rt, ROLE_TOKENIZER, NULL) == 0)
         rt->no_tok_since = core_now(rt);
+    /* The same per model: its requests wait for one of its own. */
+    model_rec *mr = model_find(rt, be->model, false);
+    if (mr && be->role == ROLE_WORKER && count_alive(rt, ROLE_WORKER, be->model) == 0)
+        mr->no_worker_since = core_now(rt);
+    if (mr && be->role == ROLE_TOKENIZER && count_alive(rt, ROLE_TOKENIZER, be->model) == 0)
+        mr->no_tok_since = core_now(rt);
     failover_attach(rt); /* to another tokenizer, if one is alive */
     dispatch(rt);
 }

@@ -112,6 +112,62 @@ static const char *response_format_error(const zi_request *req, char *msg, size_
     return NULL;
 }
 
+/* The model a request names (name, len bytes; len 0: none) into *model:
+ * a known model's name, or the default one when it names none. false
+ * (msg filled in, naming the known models) when no such model is served. */
+static bool resolve_model(router *rt, const char *name, size_t len, const char **model, char *msg,
+                          size_t cap) {
+    if (len == 0) {
+        *model = default_model(rt);
+        return true;
+    }
+    char want[ZI_ROUTER_MODEL_NAME];
+    const model_rec *mr = NULL;
+    if (len < sizeof want) {
+        memcpy(want, name, len);
+        want[len] = '\0';
+        mr = strlen(want) == len ? model_find(rt, want, false) : NULL;
+    }
+    if (mr) {
+        *model = mr->name;
+        return true;
+    }
+    char names[200];
+    model_names(rt, names, sizeof names);
+    char shown[104]; /* the client's bytes, printable and on one line */
+    zi_printable(shown, sizeof shown, name, len);
+    snprintf(msg, cap, "model_name: no model named '%s' is served (known: %s; see op \"models\")",
+             shown, names[0] ? names : "none yet");
+    return false;
+}
+
+/* The "unavailable" message for model when it has no tokenizer (tk < 0)
+ * or no worker. */
+static void unavailable_msg(const char *model, int tk, char *msg, size_t cap) {
+    const char *what = tk < 0 ? "tokenizer process" : "model worker";
+    if (model && model[0])
+        snprintf(msg, cap, "model '%.100s' is loading: no %s of it is connected yet; retry shortly",
+                 model, what);
+    else
+        snprintf(msg, cap, "no %s is connected yet; retry shortly", what);
+}
+
+/* --load-on-demand: whether a request for model, which has no tokenizer
+ * or no worker up, may wait for them (a configured model); if so, its
+ * wait for each starts now unless one is under way. */
+static bool load_on_demand(router *rt, const char *model) {
+    model_rec *mr = rt->on_demand ? model_find(rt, model, false) : NULL;
+    if (!mr || !mr->configured) return false;
+    int64_t now = core_now(rt);
+    if (count_alive(rt, ROLE_TOKENIZER, model) == 0 &&
+        (!mr->no_tok_since || now - mr->no_tok_since >= rt->failover_timeout))
+        mr->no_tok_since = now;
+    if (count_alive(rt, ROLE_WORKER, model) == 0 &&
+        (!mr->no_worker_since || now - mr->no_worker_since >= rt->failover_timeout))
+        mr->no_worker_since = now;
+    return true;
+}
+
 static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o) {
     zi_error err = {0};
     zi_request req;
@@ -126,7 +182,7 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
                          err.msg);
         return;
     }
-    char msg[256], rf_field[128];
+    char msg[512], rf_field[128];
     const char *code = NULL, *field = NULL;
     if (req.sampling_params.max_new_tokens > rt->max_new) {
         code = "invalid_request", field = "sampling_params.max_new_tokens";
@@ -151,24 +207,16 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
         code = "invalid_request", field = "prompt";
         snprintf(msg, sizeof msg, "prompt: %zu tokens exceed this server's limit of %lld",
                  req.prompt_tokens.n, rt->max_prompt);
-    } else if (req.model_name.len > 0) {
-        bool known = false;
-        for (size_t i = 0; i < rt->n_be; i++)
-            known |= rt->be[i].alive && rt->be[i].role == ROLE_WORKER &&
-                     !strcmp(rt->be[i].model, req.model_name.p);
-        if (!known) {
-            code = "invalid_request", field = "model_name";
-            snprintf(msg, sizeof msg,
-                     "model_name: no model named '%.100s' is served (see op "
-                     "\"models\")",
-                     req.model_name.p);
-        }
     }
-    int tk = pick_backend(rt, ROLE_TOKENIZER);
-    if (!code && (tk < 0 || count_alive(rt, ROLE_WORKER) == 0)) {
+    const char *model = "";
+    if (!code && !resolve_model(rt, req.model_name.p, req.model_name.len, &model, msg, sizeof msg))
+        code = "invalid_request", field = "model_name";
+    int tk = pick_backend(rt, ROLE_TOKENIZER, model);
+    bool wait =
+        !code && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0) && load_on_demand(rt, model);
+    if (!code && !wait && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0)) {
         code = "unavailable";
-        snprintf(msg, sizeof msg, "no %s is connected yet; retry shortly",
-                 tk < 0 ? "tokenizer process" : "model worker");
+        unavailable_msg(model, tk, msg, sizeof msg);
     } else if (!code && rt->n_waiting >= (size_t)rt->max_queue) {
         code = "overloaded";
         snprintf(msg, sizeof msg,
@@ -200,12 +248,19 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     long long timeout = req.timeout_ms ? req.timeout_ms : rt->req_timeout;
     if (timeout > 0) r->deadline_ms = r->t_recv_ms + timeout;
     r->stream = req.stream;
+    snprintf(r->model, sizeof r->model, "%s", model);
+    model_rec *mr = model_find(rt, model, false);
+    if (mr) mr->last_used_ms = r->t_recv_ms;
     r->state = RS_ENCODING; /* the tokenizer keeps its decode state from here */
-    tok_attach(rt, r, tk, true);
+    if (tk >= 0)
+        tok_attach(rt, r, tk, true);
+    else
+        r->tlink = TL_WAITING, r->loading = true; /* failover_attach encodes it once its
+                                                   * model's tokenizer is up */
     rt->n_waiting++;
     zi_im_encode em = {.rid = (int64_t)r->rid,
                        .has_max_length = true,
-                       .max_length = worker_max_length(rt),
+                       .max_length = worker_max_length(rt, model),
                        .request = &req};
     zi_msg m;
     int rc = zi_im_encode_pack(&em, &m, &err);
@@ -218,7 +273,9 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     }
     if (rc)
         fail_request(rt, r, "internal", err.msg, NULL);
-    else
+    else if (tk < 0 && !r->encode_msg)
+        fail_request(rt, r, "internal", "out of memory", NULL);
+    else if (tk >= 0)
         to_backend(rt, tk, &m);
     zi_msg_free(&m);
 }
@@ -237,7 +294,7 @@ static bool zi_embed_all_strings(const msgpack_object *in) {
 static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
     static const char *const keys[] = {"op",       "id",         "input", "pooling", "normalize",
                                        "truncate", "model_name", "query"};
-    char msg[256];
+    char msg[512];
     const char *code = "invalid_request", *field = NULL;
     msg[0] = '\0';
     for (uint32_t i = 0; i < o->via.map.size && !msg[0]; i++) {
@@ -289,26 +346,17 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
         field = "truncate", snprintf(msg, sizeof msg, "truncate: not a bool");
     } else if (mn && mn->type != MSGPACK_OBJECT_STR) {
         field = "model_name", snprintf(msg, sizeof msg, "model_name: not a string");
-    } else if (mn) {
-        bool known = false;
-        for (size_t i = 0; i < rt->n_be; i++)
-            known |= rt->be[i].alive && rt->be[i].role == ROLE_WORKER &&
-                     strlen(rt->be[i].model) == mn->via.str.size &&
-                     !memcmp(rt->be[i].model, mn->via.str.ptr, mn->via.str.size);
-        if (!known)
-            field = "model_name",
-            snprintf(msg, sizeof msg,
-                     "model_name: no model named '%.*s' is served (see op "
-                     "\"models\")",
-                     (int)(mn->via.str.size > 100 ? 100 : mn->via.str.size), mn->via.str.ptr);
     }
+    const char *model = "";
+    if (!msg[0] && !resolve_model(rt, mn ? mn->via.str.ptr : NULL, mn ? mn->via.str.size : 0,
+                                  &model, msg, sizeof msg))
+        field = "model_name";
     if (!msg[0] && find_client_req(rt, c))
         field = "id", snprintf(msg, sizeof msg, "id: a request with this id is already in flight");
-    int tk = pick_backend(rt, ROLE_TOKENIZER);
-    if (!msg[0] && (tk < 0 || count_alive(rt, ROLE_WORKER) == 0)) {
+    int tk = pick_backend(rt, ROLE_TOKENIZER, model);
+    if (!msg[0] && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0)) {
         code = "unavailable";
-        snprintf(msg, sizeof msg, "no %s is connected yet; retry shortly",
-                 tk < 0 ? "tokenizer process" : "model worker");
+        unavailable_msg(model, tk, msg, sizeof msg);
     } else if (!msg[0] && rt->n_waiting >= (size_t)rt->max_queue) {
         code = "overloaded";
         snprintf(msg, sizeof msg,
@@ -323,11 +371,12 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
         return;
     }
     r->t_recv_ms = core_now(rt);
+    snprintf(r->model, sizeof r->model, "%s", model);
     r->state = RS_ENCODING; /* the tokenizer keeps no state for an embed */
     tok_attach(rt, r, tk, false);
     rt->n_waiting++;
     zi_im_embed_encode em = {.rid = (int64_t)r->rid,
-                             .max_length = worker_max_length(rt),
+                             .max_length = worker_max_length(rt, model),
                              .max_tokens = rt->max_embed_tokens,
                              .truncate = tr && tr->via.boolean,
                              .normalize = no && no->via.boolean,
@@ -354,7 +403,7 @@ static void op_cancel(router *rt, const client_ctx *c) {
 }
 
 static void op_health(router *rt, const client_ctx *c) {
-    int nw = count_alive(rt, ROLE_WORKER), nt = count_alive(rt, ROLE_TOKENIZER);
+    int nw = count_alive(rt, ROLE_WORKER, NULL), nt = count_alive(rt, ROLE_TOKENIZER, NULL);
     size_t running = zi_req_table_count(&rt->reqs) - rt->n_waiting;
     const char *status = nw > 0 && nt > 0 ? "ok" : "unavailable";
     zi_im_health h = {.id = {c->id, c->id_len},
@@ -398,18 +447,44 @@ static void op_metrics(router *rt, const client_ctx *c) {
     zi_msg_free(&out);
 }
 
+/* A request of model *arg (a char *). */
+static bool of_model(const void *val, const void *arg) {
+    return !strcmp(((const rreq *)val)->model, (const char *)arg);
+}
+
+/* models: every model the router knows, the configured ones first (the
+ * first is the default), each "loaded" while a worker of it is up, else
+ * "loading" (with --load-on-demand "unloaded" when no process of it is up
+ * and no request waits for it), with its live workers' context limit and
+ * vocabulary; with --load-on-demand also its requests and idle time. */
 static void op_models(router *rt, const client_ctx *c) {
-    int idx[ZI_IM_MAX_MODELS], n = 0;
-    for (size_t i = 0; i < rt->n_be && n < ZI_IM_MAX_MODELS; i++) {
-        if (!rt->be[i].alive || rt->be[i].role != ROLE_WORKER) continue;
-        bool dup = false;
-        for (int k = 0; k < n; k++) dup |= !strcmp(rt->be[idx[k]].model, rt->be[i].model);
-        if (!dup) idx[n++] = (int)i;
-    }
-    zi_im_models ms = {.id = {c->id, c->id_len}, .n = (size_t)n};
-    for (int k = 0; k < n; k++) {
-        const backend *b = &rt->be[idx[k]];
-        ms.v[k] = (zi_im_model_entry){{b->model, strlen(b->model)}, b->max_length, b->vocab};
+    zi_im_models ms = {.id = {c->id, c->id_len}};
+    int64_t now = core_now(rt);
+    for (size_t k = 0; k < rt->n_models && ms.n < ZI_IM_MAX_MODELS; k++) {
+        const model_rec *mr = &rt->models[k];
+        const char *name = mr->name;
+        int64_t vocab = 0, waiting = 0, active = 0;
+        for (size_t i = 0; i < rt->n_be && !vocab; i++)
+            if (rt->be[i].alive && rt->be[i].role == ROLE_WORKER && !strcmp(rt->be[i].model, name))
+                vocab = rt->be[i].vocab;
+        size_t pos = 0;
+        for (const rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, of_model, name)); pos++) {
+            active++;
+            waiting += r->state == RS_ENCODING || r->state == RS_QUEUED;
+        }
+        bool up = count_alive(rt, ROLE_WORKER, name) > 0;
+        bool any = up || count_alive(rt, ROLE_TOKENIZER, name) > 0;
+        const char *state = up                                     ? "loaded"
+                            : !rt->on_demand || any || waiting > 0 ? "loading"
+                                                                   : "unloaded";
+        ms.v[ms.n++] = (zi_im_model_entry){{name, strlen(name)},
+                                           up ? worker_max_length(rt, name) : 0,
+                                           vocab,
+                                           {state, strlen(state)},
+                                           rt->on_demand,
+                                           waiting,
+                                           active,
+                                           now - mr->last_used_ms};
     }
     zi_msg m;
     zi_im_models_pack(&ms, &m);
@@ -449,7 +524,22 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
                      "id");
         return;
     }
-    int tk = pick_backend(rt, ROLE_TOKENIZER);
+    /* The model whose vocabulary to use: model_name's, else the default. */
+    const msgpack_object *mn = zi_map_get(o, "model_name");
+    const char *model = "";
+    char mmsg[400];
+    if (mn && mn->type != MSGPACK_OBJECT_STR) {
+        free(ids);
+        client_error(rt, c, "invalid_request", "model_name: not a string", "model_name");
+        return;
+    }
+    if (!resolve_model(rt, mn ? mn->via.str.ptr : NULL, mn ? mn->via.str.size : 0, &model, mmsg,
+                       sizeof mmsg)) {
+        free(ids);
+        client_error(rt, c, "invalid_request", mmsg, "model_name");
+        return;
+    }
+    int tk = pick_backend(rt, ROLE_TOKENIZER, model);
     if (tk >= 0 && rt->n_waiting >= (size_t)rt->max_queue) {
         /* tokenize/detokenize wait on the tokenizers as generate's encoding
          * does: the same bound keeps a flood of them (up to a frame of text
@@ -472,6 +562,7 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
         return;
     }
     r->state = RS_UTIL;
+    snprintf(r->model, sizeof r->model, "%s", model);
     tok_attach(rt, r, tk, false);
     rt->n_waiting++;
     zi_msg m;

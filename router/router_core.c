@@ -215,6 +215,25 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     return ZI_OK;
 }
 
+int zi_router_add_model(zi_router *rt, const char *name, zi_error *err) {
+    if (!name[0] || strlen(name) >= ZI_ROUTER_MODEL_NAME)
+        return zi_error_set(err, ZI_EINVAL,
+                            "--served-models: '%.64s' is not a model name (1 to %d bytes)", name,
+                            ZI_ROUTER_MODEL_NAME - 1);
+    if (model_find(rt, name, false))
+        return zi_error_set(err, ZI_EINVAL, "--served-models: '%s' is named twice", name);
+    model_rec *m = model_find(rt, name, true);
+    if (!m)
+        return zi_error_set(err, ZI_EINVAL, "--served-models: more than %d models",
+                            ZI_ROUTER_MAX_MODELS);
+    m->configured = true;
+    return ZI_OK;
+}
+
+void zi_router_set_on_demand(zi_router *rt, bool on) {
+    rt->on_demand = on;
+}
+
 int zi_router_client_frame(zi_router *rt, zi_router_conn conn, const unsigned char *ident,
                            size_t ident_len, bool delim, const void *buf, size_t len) {
     if (ident_len > IDENT_MAX) return ZI_EINVAL;

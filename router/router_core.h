@@ -144,6 +144,22 @@ typedef struct zi_router_conn {
  * the outbox io and the logger log. ZI_EINVAL when io lacks a function. */
 int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log);
 
+/* Names a model this router serves (--served-models; zinfer serve gives
+ * every model's): the first one named is the default of requests that
+ * name none, and each is listed by the models op, "loading" until a
+ * worker of it registers. ZI_EINVAL (err says why) for an empty name, one
+ * of ZI_ROUTER_MODEL_NAME bytes or more, one named twice, or one too
+ * many (64). Call before the first event. */
+int zi_router_add_model(zi_router *rt, const char *name, zi_error *err);
+
+/* --load-on-demand: a generate request for a configured model none of
+ * whose processes is up is admitted and waits for them (up to
+ * --failover-timeout) instead of being refused "unavailable"; the models
+ * op tells "unloaded" models from "loading" ones and counts each model's
+ * waiting and active requests and idle time, which `zinfer serve
+ * --models-max` loads and unloads models by. */
+void zi_router_set_on_demand(zi_router *rt, bool on);
+
 /* A frame from a client (ident: its routing id, at most ZI_ROUTER_IDENT_MAX
  * bytes; delim: it came with an empty delimiter frame, as from a REQ
  * socket, and replies get one too). Every frame that is not a cancel gets
@@ -182,5 +198,8 @@ int zi_router_check(const zi_router *rt, zi_error *err);
 
 /* The longest routing identity kept (longer envelopes are dropped). */
 #define ZI_ROUTER_IDENT_MAX 256
+
+/* A model name's room, its NUL included (longer registered names are cut). */
+#define ZI_ROUTER_MODEL_NAME 128
 
 #endif

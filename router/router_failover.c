@@ -33,8 +33,9 @@
  * stop-string matcher from them, sending nothing) and then the unanswered
  * "decode" messages again, so no text is lost or repeated.
  *
- * A resumed request waits at the front of the queue. While no worker at
- * all is alive for --failover-timeout, the waiting requests end
+ * A request resumes on a worker (and a tokenizer) of its own model only.
+ * A resumed request waits at the front of the queue. While no worker of
+ * its model is alive for --failover-timeout, the waiting requests end
  * (failover_check): those that had run with "worker_lost", the others with
  * "unavailable".
  */
@@ -166,27 +167,55 @@ static bool needs_tok(const void *val, const void *arg) {
     return ((const rreq *)val)->tlink == TL_WAITING;
 }
 
+/* Whether since (a no_*_since time, 0: none) is --failover-timeout ago. */
+static bool past(const router *rt, int64_t since, int64_t now) {
+    return since && now - since >= rt->failover_timeout;
+}
+
+/* r has waited for a worker (tok: a tokenizer) of its model too long: no
+ * live one at all, or none of its model, for --failover-timeout. */
+static bool waited_out(router *rt, const rreq *r, bool tok, int64_t now) {
+    if (past(rt, tok ? rt->no_tok_since : rt->no_worker_since, now)) return true;
+    const model_rec *m = model_find(rt, r->model, false);
+    return m && past(rt, tok ? m->no_tok_since : m->no_worker_since, now) &&
+           count_alive(rt, tok ? ROLE_TOKENIZER : ROLE_WORKER, r->model) == 0;
+}
+
 void failover_check(router *rt, int64_t now) {
     size_t pos = 0;
-    if (rt->no_tok_since && now - rt->no_tok_since >= rt->failover_timeout)
-        for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, needs_tok, NULL));)
-            fail_request(rt, r, "worker_lost",
-                         "the tokenizer process handling this request stopped responding and no "
-                         "tokenizer came back within --failover-timeout",
+    for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, needs_tok, NULL));) {
+        if (!waited_out(rt, r, true, now)) {
+            pos++; /* it stays in the walk's match: step over it */
+            continue;
+        }
+        if (r->loading && r->state == RS_ENCODING) { /* never encoded: its model never came */
+            fail_request(rt, r, "unavailable",
+                         "the model of this request did not load within --failover-timeout; "
+                         "retry shortly",
                          NULL);
-    if (!rt->no_worker_since || now - rt->no_worker_since < rt->failover_timeout) return;
+            continue;
+        }
+        fail_request(rt, r, "worker_lost",
+                     "the tokenizer process handling this request stopped responding and no "
+                     "tokenizer came back within --failover-timeout",
+                     NULL);
+    }
     if (rt->q_len == 0) return;
     pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, is_queued, NULL));) {
+        if (!waited_out(rt, r, false, now)) {
+            pos++;
+            continue;
+        }
         if (r->resumes)
             fail_request(rt, r, "worker_lost",
                          "the model worker running this request stopped responding and no "
-                         "worker came back within --failover-timeout",
+                         "worker of its model came back within --failover-timeout",
                          NULL);
         else
             fail_request(rt, r, "unavailable",
-                         "no model worker has been connected for --failover-timeout; retry "
-                         "shortly",
+                         "no model worker of this request's model has been connected for "
+                         "--failover-timeout; retry shortly",
                          NULL);
     }
 }
@@ -264,8 +293,11 @@ static int build_replay(const rreq *r, zi_msg *m) {
 void failover_attach(router *rt) {
     size_t pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, needs_tok, NULL));) {
-        int t = pick_backend(rt, ROLE_TOKENIZER);
-        if (t < 0) return;
+        int t = pick_backend(rt, ROLE_TOKENIZER, r->model); /* one of its model */
+        if (t < 0) {
+            pos++; /* it waits on: step over it */
+            continue;
+        }
         int rc = ZI_OK;
         if (r->state == RS_ENCODING) {
             rc = out_send(rt, ZI_ROUTER_BACKEND, rt->be[t].ident, rt->be[t].ident_len, false,
@@ -283,6 +315,7 @@ void failover_attach(router *rt) {
                               r->pend[i].buf, r->pend[i].len);
         }
         tok_attach(rt, r, t, true); /* WAITING -> STATE (it leaves the walk's match) */
+        r->loading = false;
         if (rc) {
             fail_request(rt, r, "worker_lost",
                          "the tokenizer process handling this request stopped responding and "

@@ -78,7 +78,8 @@ typedef struct backend {
     int slots;
     int64_t max_length;
     int64_t vocab;
-    char model[128];
+    char model[ZI_ROUTER_MODEL_NAME]; /* the model it serves ("" from a backend that named none:
+                                         any) */
     int assigned; /* workers: requests running; tokenizers: requests with state */
     int64_t last_seen;
     int64_t kv[ZI_N_KV_STATS]; /* workers: the KV counters of the last heartbeat */
@@ -103,6 +104,9 @@ typedef struct rreq {
     int tlink; /* what it holds on a tokenizer: TL_* */
     bool stream;
     int tok, wrk; /* backend indices, -1 when none (wrk stays set in RS_DECODING) */
+    /* the model it runs on: its tokenizer and worker serve it ("": any) */
+    char model[ZI_ROUTER_MODEL_NAME];
+    bool loading; /* admitted waiting for its model's processes (--load-on-demand) */
     int64_t prompt_tokens, completion_tokens;
     char *text; /* the completion so far, when not streamed */
     size_t text_len;
@@ -153,8 +157,22 @@ typedef struct affinity {
 /* Keys are odd (0 means none): their low bit carries nothing. */
 #define ZI_AFFINITY_SLOT(key) (((key) >> 1) % ZI_AFFINITY_SLOTS)
 
+/* A model the router knows: named by --served-models (configured), or by
+ * a backend's register. Requests are routed by it (router_schedule.c). */
+#define ZI_ROUTER_MAX_MODELS ZI_IM_MAX_MODELS
+typedef struct model_rec {
+    char name[ZI_ROUTER_MODEL_NAME];
+    bool configured;         /* named by --served-models */
+    int64_t no_worker_since; /* core_now() when its last worker died (0: one is up, or none yet) */
+    int64_t no_tok_since;    /* the same for its tokenizers */
+    int64_t last_used_ms;    /* core_now() when a request of it was admitted or ended (0: never) */
+} model_rec;
+
 typedef struct router {
     zi_logger log;
+    model_rec models[ZI_ROUTER_MAX_MODELS]; /* the configured ones first, in their order */
+    size_t n_models;
+    bool on_demand; /* --load-on-demand: a configured model's requests wait for its processes */
     zi_router_io io;                 /* the outbox and the clock (router_core.h) */
     affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
     zi_req_table reqs;
@@ -256,16 +274,34 @@ void on_embedded(router *rt, rreq *r, const msgpack_object *o);
 
 /* ---- router_schedule.c ---------------------------------------------------- */
 
-/* The least-loaded live backend of a role (-1: none); workers must have a
- * free slot. */
-int pick_backend(const router *rt, int role);
+/* Whether backend b serves model (NULL or "" is any model; a backend that
+ * named no model serves any). */
+bool serves(const backend *b, const char *model);
 
-/* How many live backends have the role. */
-int count_alive(const router *rt, int role);
+/* The least-loaded live backend of a role that serves model (-1: none);
+ * workers must have a free slot. A tokenizer of a model that no live
+ * tokenizer names is any tokenizer while the live workers serve one model
+ * only (processes started by hand from differently named files). */
+int pick_backend(const router *rt, int role, const char *model);
 
-/* The context limit for new requests: the smallest live worker's (0: no
- * worker). */
-int64_t worker_max_length(const router *rt);
+/* How many live backends have the role and serve model. */
+int count_alive(const router *rt, int role, const char *model);
+
+/* The context limit for new requests of model: the smallest live worker's
+ * (0: no worker). */
+int64_t worker_max_length(const router *rt, const char *model);
+
+/* The record of model name (NULL: none). add: make one when there is none
+ * (NULL when the table is full). */
+model_rec *model_find(router *rt, const char *name, bool add);
+
+/* The model a request without a model_name runs on: the first configured
+ * one; without --served-models, the first live worker's, or "" (any) when
+ * none is up. */
+const char *default_model(const router *rt);
+
+/* The known model names, comma separated, into buf (for errors). */
+void model_names(const router *rt, char *buf, size_t cap);
 
 /* Appends rid to the queue of requests waiting for a worker: ZI_OK, or
  * ZI_ENOMEM (the queue is unchanged). */
@@ -279,8 +315,10 @@ void queue_remove(router *rt, uint64_t rid);
 int64_t worker_block_size(const router *rt);
 #define ZI_ROUTER_BLOCK_DEFAULT 16 /* zinfer-worker's --block-size default */
 
-/* The prompt-prefix key of an encoded context (0: too short to share). */
-uint64_t prefix_key(const router *rt, const msgpack_object *ctx);
+/* The prompt-prefix key of an encoded context for model (0: too short to
+ * share); the model's name is in the key, so one model's prompts never
+ * send another's to a worker. */
+uint64_t prefix_key(const router *rt, const msgpack_object *ctx, const char *model);
 
 /* Starts queued requests on workers with free slots, oldest first; call
  * after anything that may free a slot or add a worker. */
@@ -302,10 +340,10 @@ void failover_keep(rreq *r, const int32_t *ids, size_t n);
  * is RS_DECODING). */
 void failover_resume(router *rt, rreq *r);
 
-/* The heartbeat tick: while no worker is alive for --failover-timeout,
- * the requests waiting for one end (resumed ones with "worker_lost",
- * the others with "unavailable"); the same for requests waiting for a
- * tokenizer ("worker_lost"). */
+/* The heartbeat tick: while no worker (of a request's model) is alive
+ * for --failover-timeout, the requests waiting for one end (resumed ones
+ * with "worker_lost", the others with "unavailable"); the same for
+ * requests waiting for a tokenizer ("worker_lost"). */
 void failover_check(router *rt, int64_t now);
 
 /* Sends a "decode" message (m, carrying n_ids ids) to r's tokenizer and

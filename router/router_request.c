@@ -48,6 +48,8 @@ void send_error_raw(router *rt, const unsigned char *client, size_t client_len, 
 /* Removes r from the table and releases what it holds on backends. The
  * terminal frame (if any) has been sent by the caller. */
 void end_request(router *rt, rreq *r) {
+    model_rec *mr = model_find(rt, r->model, false);
+    if (mr) mr->last_used_ms = core_now(rt); /* its idle time counts from here */
     /* What each phase holds (router_core.h): a waiting one its n_waiting
      * count (and, queued, its queue place), a running one its worker slot;
      * what the tokenizer link holds, its tokenizer's count and, with

@@ -1,11 +1,13 @@
 /*
  * router_schedule.c - where the router's requests run (router_impl.h lists
- * the router's files): the least-loaded backend of a role, the FIFO queue
+ * the router's files): the models it knows and the default one, the
+ * least-loaded backend of a role serving a request's model, the FIFO queue
  * of encoded requests waiting for a worker slot, the prompt-prefix
  * affinity that sends a request to the worker likely to have its prefix
  * cached, and dispatch(), which starts queued requests on workers.
  */
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,32 +15,94 @@
 #include "grow.h"
 #include "router_impl.h"
 
-/* The least-loaded live backend of a role; workers must have a free slot. */
-int pick_backend(const router *rt, int role) {
+bool serves(const backend *b, const char *model) {
+    return !model || !model[0] || !b->model[0] || !strcmp(b->model, model);
+}
+
+/* How many distinct models the live workers serve (counted up to 2). */
+static int worker_models(const router *rt) {
+    const char *first = NULL;
+    for (size_t i = 0; i < rt->n_be; i++) {
+        const backend *b = &rt->be[i];
+        if (!b->alive || b->role != ROLE_WORKER) continue;
+        if (!first)
+            first = b->model;
+        else if (strcmp(first, b->model))
+            return 2;
+    }
+    return first ? 1 : 0;
+}
+
+static int least_loaded(const router *rt, int role, const char *model) {
     int best = -1;
     for (size_t i = 0; i < rt->n_be; i++) {
         const backend *b = &rt->be[i];
-        if (!b->alive || b->role != role) continue;
+        if (!b->alive || b->role != role || !serves(b, model)) continue;
         if (role == ROLE_WORKER && b->assigned >= b->slots) continue;
         if (best < 0 || b->assigned < rt->be[best].assigned) best = (int)i;
     }
     return best;
 }
 
-int count_alive(const router *rt, int role) {
+/* The least-loaded live backend of a role serving model; workers must
+ * have a free slot. */
+int pick_backend(const router *rt, int role, const char *model) {
+    int b = least_loaded(rt, role, model);
+    /* No --served-models and one model served: a tokenizer started by hand
+     * from a file named otherwise still tokenizes for it (it reads the
+     * same vocabulary). */
+    bool configured = rt->n_models > 0 && rt->models[0].configured;
+    if (b < 0 && role == ROLE_TOKENIZER && model && model[0] && !configured &&
+        worker_models(rt) <= 1)
+        b = least_loaded(rt, role, NULL);
+    return b;
+}
+
+int count_alive(const router *rt, int role, const char *model) {
     int n = 0;
-    for (size_t i = 0; i < rt->n_be; i++) n += rt->be[i].alive && rt->be[i].role == role;
+    for (size_t i = 0; i < rt->n_be; i++)
+        n += rt->be[i].alive && rt->be[i].role == role && serves(&rt->be[i], model);
     return n;
 }
 
-/* The context limit for new requests: the smallest live worker's. */
-int64_t worker_max_length(const router *rt) {
+/* The context limit for new requests of model: the smallest live worker's. */
+int64_t worker_max_length(const router *rt, const char *model) {
     int64_t m = 0;
     for (size_t i = 0; i < rt->n_be; i++)
-        if (rt->be[i].alive && rt->be[i].role == ROLE_WORKER &&
+        if (rt->be[i].alive && rt->be[i].role == ROLE_WORKER && serves(&rt->be[i], model) &&
             (m == 0 || rt->be[i].max_length < m))
             m = rt->be[i].max_length;
     return m;
+}
+
+model_rec *model_find(router *rt, const char *name, bool add) {
+    if (!name || !name[0]) return NULL;
+    for (size_t i = 0; i < rt->n_models; i++)
+        if (!strcmp(rt->models[i].name, name)) return &rt->models[i];
+    if (!add || rt->n_models == ZI_ROUTER_MAX_MODELS || strlen(name) >= ZI_ROUTER_MODEL_NAME)
+        return NULL;
+    model_rec *m = &rt->models[rt->n_models++];
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    return m;
+}
+
+const char *default_model(const router *rt) {
+    if (rt->n_models > 0 && rt->models[0].configured) return rt->models[0].name;
+    for (size_t i = 0; i < rt->n_be; i++)
+        if (rt->be[i].alive && rt->be[i].role == ROLE_WORKER) return rt->be[i].model;
+    return "";
+}
+
+void model_names(const router *rt, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < rt->n_models && n + 1 < cap; i++) {
+        int w = snprintf(buf + n, cap - n, "%s'%s'", i ? ", " : "", rt->models[i].name);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
+    if (n >= cap && cap > 4) memcpy(buf + cap - 4, "...", 4); /* cut: say so */
 }
 
 int queue_push(router *rt, uint64_t rid) {
@@ -93,7 +157,7 @@ int64_t worker_block_size(const router *rt) {
  * blocks only, so two prompts that share those blocks share the key, and
  * a key over a part-block would tell apart prompts whose cached blocks
  * are the same. With the default B = 16 this is the first 16..64 tokens. */
-uint64_t prefix_key(const router *rt, const msgpack_object *ctx) {
+uint64_t prefix_key(const router *rt, const msgpack_object *ctx, const char *model) {
     const msgpack_object *t = ctx ? zi_map_get(ctx, "tokens") : NULL;
     zi_codec_limits lim = zi_codec_limits_default();
     int32_t *v = NULL;
@@ -106,6 +170,8 @@ uint64_t prefix_key(const router *rt, const msgpack_object *ctx) {
     uint64_t h = 0;
     if (k >= bs) {
         h = 1469598103934665603ULL;
+        for (const char *c = model ? model : ""; *c; c++)
+            h = (h ^ (unsigned char)*c) * 1099511628211ULL;
         for (size_t i = 0; i < k; i++) h = (h ^ (uint32_t)v[i]) * 1099511628211ULL;
         h |= 1; /* never 0 */
     }
@@ -113,29 +179,36 @@ uint64_t prefix_key(const router *rt, const msgpack_object *ctx) {
     return h;
 }
 
-/* The worker for r: the least loaded one with a free slot, unless the
- * worker that last took r's prefix is within two requests of it. */
+/* The worker for r: the least loaded one of r's model with a free slot,
+ * unless the worker that last took r's prefix (of the same model: the key
+ * holds the model's name) is within two requests of it. */
 static int pick_worker(router *rt, const rreq *r) {
-    int w = pick_backend(rt, ROLE_WORKER);
+    int w = pick_backend(rt, ROLE_WORKER, r ? r->model : NULL);
     if (w < 0 || !r || !r->prefix_key) return w;
     const affinity *a = &rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)];
     if (a->key != r->prefix_key || a->worker == w || a->worker < 0 || (size_t)a->worker >= rt->n_be)
         return w;
     const backend *p = &rt->be[a->worker];
-    if (p->alive && p->role == ROLE_WORKER && p->assigned < p->slots &&
+    if (p->alive && p->role == ROLE_WORKER && serves(p, r->model) && p->assigned < p->slots &&
         p->assigned <= rt->be[w].assigned + 2)
         return a->worker;
     return w;
 }
 
-/* Starts queued requests on workers with free slots, oldest first. */
+/* Starts queued requests on workers with free slots, oldest first: each
+ * model's requests in their order; one whose model has no free worker
+ * waits without holding up another model's. */
 void dispatch(router *rt) {
-    while (rt->q_len > 0) {
-        rreq *r = zi_req_table_get(&rt->reqs, rt->queue[0]);
-        int w = pick_worker(rt, r);
-        if (w < 0) return;
-        uint64_t rid = rt->queue[0];
-        memmove(rt->queue, rt->queue + 1, (rt->q_len - 1) * sizeof *rt->queue);
+    size_t i = 0;
+    while (i < rt->q_len) {
+        rreq *r = zi_req_table_get(&rt->reqs, rt->queue[i]);
+        int w = r ? pick_worker(rt, r) : -1;
+        if (r && w < 0) {
+            i++;
+            continue;
+        }
+        uint64_t rid = rt->queue[i];
+        memmove(rt->queue + i, rt->queue + i + 1, (rt->q_len - i - 1) * sizeof *rt->queue);
         rt->q_len--;
         if (!r) continue;
         if (r->prefix_key) rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)] = (affinity){r->prefix_key, w};
@@ -159,7 +232,8 @@ void dispatch(router *rt) {
         rt->be[w].assigned++;
         assert(rt->n_waiting > 0);
         rt->n_waiting--;
-        zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu -> worker %d", (unsigned long long)rid, w);
+        zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu -> worker %d (%s)", (unsigned long long)rid, w,
+               r->model[0] ? r->model : "any model");
     }
 }
 

@@ -87,6 +87,7 @@ typedef struct tproc {
      * (embed with ids) and answers the text ones "unsupported". */
     char no_tok[600];
     int32_t vocab;
+    char model_name[256]; /* what it registers as (--model-name, or the file's) */
     int64_t ctx_train;
     zi_i32_list eog; /* every end-of-generation id */
     zi_chat_template *tmpl;
@@ -106,7 +107,10 @@ typedef struct tproc {
 
 static void send_register(tproc *t) {
     zi_msg m;
-    zi_im_register_pack(&(zi_im_register){.worker = false, .vocab = t->vocab}, &m);
+    zi_im_register_pack(&(zi_im_register){.worker = false,
+                                          .vocab = t->vocab,
+                                          .model = {t->model_name, strlen(t->model_name)}},
+                        &m);
     zi_im_send(t->sock, &m);
 }
 
@@ -790,7 +794,7 @@ int main(int argc, char **argv) {
     char model[4096];
     const char *router = zi_option_get(ZI_O_ROUTER)->def_text;
     int level = (int)zi_option_def(ZI_O_LOG_LEVEL);
-    const char *tmpl_arg = NULL, *mmproj = NULL;
+    const char *tmpl_arg = NULL, *mmproj = NULL, *model_name = NULL;
     uint64_t max_pixels = (uint64_t)zi_option_def(ZI_O_MAX_IMAGE_PIXELS);
     const char *curve_secret = NULL, *router_key = NULL; /* key files */
     int check_only = 0;
@@ -826,6 +830,9 @@ int main(int argc, char **argv) {
         case ZI_O_MODEL:
             snprintf(model, sizeof model, "%s", v);
             break;
+        case ZI_O_MODEL_NAME:
+            model_name = v;
+            break;
         case ZI_O_CHAT_TEMPLATE:
             tmpl_arg = v;
             break;
@@ -847,6 +854,10 @@ int main(int argc, char **argv) {
     memset(&t, 0, sizeof t);
     t.log = (zi_logger){.out = stderr, .level = level, .tag = "zinfer-tokenizer"};
     t.tmpl_arg = tmpl_arg;
+    if (model_name) /* the router sends it the requests for this name */
+        snprintf(t.model_name, sizeof t.model_name, "%.200s", model_name);
+    else
+        zi_model_name_of_path(model, t.model_name, 201);
     zi_stop_signals_install();
 
     zi_error err = {0};

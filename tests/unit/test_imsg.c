@@ -292,6 +292,12 @@ static void test_register(void **state) {
     assert_int_equal(r.vocab, 10);
     assert_null(r.model.p);
     frame_free(&f);
+    /* A tokenizer of a named model: its model too. */
+    zi_im_register tm = {.vocab = 10, .model = {"gemma", 5}};
+    zi_im_register_unpack(packed(&f, zi_im_register_pack(&tm, &f.m), 4, ZI_IM_REGISTER), &r);
+    assert_false(r.worker);
+    assert_str(r.model, "gemma");
+    frame_free(&f);
     /* reregister: the type alone. */
     packed(&f, zi_im_reregister_pack(&f.m), 1, ZI_IM_REREGISTER);
     frame_free(&f);
@@ -898,7 +904,8 @@ static void test_metrics(void **state) {
     frame_free(&f);
 }
 
-/* models: none, then two. */
+/* models: none, then two (one with its state, one from an older router
+ * without). */
 static void test_models(void **state) {
     (void)state;
     zi_error err = {0};
@@ -907,8 +914,8 @@ static void test_models(void **state) {
     for (int k = 0; k < 2; k++) {
         if (k) {
             t.n = 2;
-            t.v[0] = (zi_im_model_entry){{"a", 1}, 100, 10};
-            t.v[1] = (zi_im_model_entry){{"bb", 2}, 200, 20};
+            t.v[0] = (zi_im_model_entry){{"a", 1}, 100, 10, {"loaded", 6}, true, 1, 2, 3};
+            t.v[1] = (zi_im_model_entry){{"bb", 2}, 200, 20, {NULL, 0}, false, 0, 0, 0};
         }
         const msgpack_object *o = packed(&f, zi_im_models_pack(&t, &f.m), 3, ZI_IM_UNKNOWN);
         assert_int_equal(zi_im_models_unpack(o, &d, &err), ZI_OK);
@@ -919,6 +926,11 @@ static void test_models(void **state) {
             assert_memory_equal(d.v[i].name.p, t.v[i].name.p, t.v[i].name.n);
             assert_int_equal(d.v[i].max_length, t.v[i].max_length);
             assert_int_equal(d.v[i].vocab, t.v[i].vocab);
+            assert_int_equal(d.v[i].state.n, t.v[i].state.n);
+            assert_true((d.v[i].state.p == NULL) == (t.v[i].state.p == NULL));
+            assert_int_equal(d.v[i].has_usage, t.v[i].has_usage);
+            assert_int_equal(d.v[i].waiting + d.v[i].active + d.v[i].idle_ms,
+                             t.v[i].waiting + t.v[i].active + t.v[i].idle_ms);
         }
         frame_free(&f);
     }

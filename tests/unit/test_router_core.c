@@ -596,6 +596,144 @@ static void test_backend_error(void **state) {
     sim_free(&s);
 }
 
+/* A backend of model `model` (reg registers every one as "m"). */
+static void reg_model(sim *s, const char *ident, bool worker, int slots, const char *model) {
+    zi_msg m;
+    zi_im_register r = {.worker = worker,
+                        .slots = slots,
+                        .max_length = 2048,
+                        .vocab = 1000,
+                        .model = {model, strlen(model)}};
+    assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
+    from_backend(s, ident, &m);
+}
+
+/* A streamed generate naming model (NULL: none). */
+static void generate_model(sim *s, const char *client, const char *id, const char *model) {
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "generate");
+    zi_imap_str(&b, "id", id);
+    zi_imap_str(&b, "prompt", "hello");
+    if (model) zi_imap_str(&b, "model_name", model);
+    from_client_imap(s, client, &b);
+}
+
+/* The message of the last error frame sent to client. */
+static void last_error(const sim *s, const char *client, char *msg, size_t cap) {
+    int at = -1;
+    for (size_t i = 0; i < s->n_out; i++)
+        if (!strcmp(s->out[i].ident, client) && !strcmp(parse_sent(&s->out[i]).kind, "error"))
+            at = (int)i;
+    assert_true(at >= 0);
+    msgpack_unpacked u;
+    zi_error err = {0};
+    assert_int_equal(zi_msgpack_parse(s->out[at].data, s->out[at].len, NULL, &u, &err), ZI_OK);
+    copy_str(&u.data, "message", msg, cap);
+    msgpack_unpacked_destroy(&u);
+}
+
+/* Two models: each request goes to a tokenizer and a worker of its own
+ * model (the first configured one when it names none), a model whose
+ * worker is busy does not hold up the other's queue, a dead worker's
+ * request resumes on a worker of the same model only, and an unknown or
+ * loading model is refused naming the models. */
+static void test_model_routing(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    zi_error err = {0};
+    assert_int_equal(zi_router_add_model(&s.rt, "a", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "b", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "c", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "a", &err), ZI_EINVAL); /* twice */
+    reg_model(&s, "tokA", false, 1, "a");
+    reg_model(&s, "tokB", false, 1, "b");
+    reg_model(&s, "wrkB0", true, 1, "b");
+    reg_model(&s, "wrkA", true, 1, "a");
+    reg_model(&s, "wrkB1", true, 1, "b");
+    check_ok(&s);
+    char msg[400];
+    /* unknown: refused with the known names */
+    generate_model(&s, "c1", "x", "zz");
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "'zz'"));
+    assert_non_null(strstr(msg, "'a', 'b', 'c'"));
+    /* configured, no process of it yet: unavailable, "loading" */
+    generate_model(&s, "c1", "y", "c");
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "'c' is loading"));
+    /* no model: the default, a */
+    generate_model(&s, "c1", "r1", NULL);
+    int64_t r1 = last_rid(&s, "tokA", "encode");
+    encoded(&s, "tokA", r1, 20);
+    assert_int_equal(last_rid(&s, "wrkA", "start"), r1);
+    /* a again: wrkA is full, it waits; b behind it goes at once */
+    generate_model(&s, "c1", "r2", "a");
+    int64_t r2 = last_rid(&s, "tokA", "encode");
+    encoded(&s, "tokA", r2, 20);
+    generate_model(&s, "c1", "r3", "b");
+    int64_t r3 = last_rid(&s, "tokB", "encode");
+    assert_int_equal(count_sent(&s, "tokA", "encode"), 2);
+    encoded(&s, "tokB", r3, 20);
+    assert_int_equal(count_sent(&s, "wrkA", "start"), 1);
+    int on_b0 = find_sent(&s, 0, "wrkB0", "start") >= 0;
+    assert_int_equal(last_rid(&s, on_b0 ? "wrkB0" : "wrkB1", "start"), r3);
+    assert_int_equal(s.rt.q_len, 1); /* r2, for a */
+    check_ok(&s);
+    /* r3's worker dies mid-stream: it resumes on the other b worker, not
+     * on a (whose slot frees later) */
+    const int32_t ids[] = {5, 6};
+    tokens(&s, on_b0 ? "wrkB0" : "wrkB1", r3, ids, 2, "active");
+    decoded(&s, "tokB", r3, "ab", ids, 2, "active");
+    zi_router_backend_gone(&s.rt, conn_of(on_b0 ? "wrkB0" : "wrkB1"));
+    check_ok(&s);
+    assert_int_equal(last_rid(&s, on_b0 ? "wrkB1" : "wrkB0", "start"), r3);
+    assert_int_equal(count_sent(&s, "wrkA", "start"), 1);
+    /* r1 ends: r2 takes wrkA */
+    tokens(&s, "wrkA", r1, ids, 1, "end_of_sequence");
+    decoded(&s, "tokA", r1, "a", ids, 1, "end_of_sequence");
+    assert_int_equal(last_rid(&s, "wrkA", "start"), r2);
+    check_ok(&s);
+    sim_free(&s);
+}
+
+/* --load-on-demand: a request for a configured model with no process up
+ * waits (no error), is encoded once its tokenizer registers and runs once
+ * its worker does; one whose model never comes ends "unavailable" after
+ * --failover-timeout. */
+static void test_load_on_demand(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    zi_error err = {0};
+    assert_int_equal(zi_router_add_model(&s.rt, "a", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "b", &err), ZI_OK);
+    zi_router_set_on_demand(&s.rt, true);
+    generate_model(&s, "c1", "r1", "b");
+    generate_model(&s, "c1", "r2", NULL); /* a */
+    check_ok(&s);
+    assert_int_equal(count_sent(&s, "c1", "error"), 0);
+    assert_int_equal(s.rt.n_waiting, 2);
+    reg_model(&s, "tokB", false, 1, "b");
+    int64_t r1 = last_rid(&s, "tokB", "encode");
+    check_ok(&s);
+    encoded(&s, "tokB", r1, 20);
+    assert_int_equal(find_sent(&s, 0, NULL, "start"), -1); /* no worker of b yet */
+    reg_model(&s, "wrkB", true, 1, "b");
+    assert_int_equal(last_rid(&s, "wrkB", "start"), r1);
+    check_ok(&s);
+    /* a never comes: r2 ends unavailable */
+    s.now += s.rt.failover_timeout + 1;
+    zi_router_tick(&s.rt);
+    char msg[400];
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "did not load"));
+    assert_int_equal(count_sent(&s, "c1", "error"), 1);
+    check_ok(&s);
+    sim_free(&s);
+}
+
 static void test_worker_failover(void **state) {
     (void)state;
     sim s;
@@ -740,7 +878,7 @@ static uint64_t key_of(const router *rt, size_t n, size_t at, int32_t x) {
     assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &err), ZI_OK);
     msgpack_unpacked u;
     assert_int_equal(zi_msgpack_parse(buf, len, NULL, &u, &err), ZI_OK);
-    uint64_t k = prefix_key(rt, &u.data);
+    uint64_t k = prefix_key(rt, &u.data, "m");
     msgpack_unpacked_destroy(&u);
     free(buf);
     zi_text_context_free(&c);
@@ -1196,6 +1334,8 @@ int main(void) {
         cmocka_unit_test(test_client_unreachable),
         cmocka_unit_test(test_backend_error),
         cmocka_unit_test(test_worker_failover),
+        cmocka_unit_test(test_model_routing),
+        cmocka_unit_test(test_load_on_demand),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_heartbeat_timeout),
         cmocka_unit_test(test_tokenizer_failover),
