@@ -227,8 +227,8 @@ cudaError_t zi_cuda_sigmoid_mul(float *x, const float *g, size_t n, cudaStream_t
 cudaError_t zi_cuda_gather_rows(float *y, const float *x, const int32_t *idx, int n, int dim,
                                 cudaStream_t stream) {
     if (n <= 0 || dim <= 0) return cudaSuccess;
-    gather_rows_kernel < <<static_cast<unsigned>(n),
-                           dim<kThreads ? col_threads(dim) : kThreads, 0, stream>>>(y, x, idx, dim);
+    const unsigned threads = dim < kThreads ? col_threads(dim) : kThreads;
+    gather_rows_kernel<<<static_cast<unsigned>(n), threads, 0, stream>>>(y, x, idx, dim);
     return cudaGetLastError();
 }
 
