@@ -19,6 +19,7 @@ import json
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import msgpack
 import numpy as np
@@ -118,9 +119,11 @@ def cli_tokens(zinfer_bin, model_path):
     return ids
 
 
-def test_register_handshake(tokenizer_proc):
+def test_register_handshake(tokenizer_proc, model_path):
     _, reg = tokenizer_proc
-    assert reg == {"type": "register", "role": "tokenizer", "vocab": 49152}
+    # the model's name is its file's, without .gguf (--model-name overrides)
+    assert reg == {"type": "register", "role": "tokenizer", "vocab": 49152,
+                   "model": Path(model_path).name.removesuffix(".gguf")}
 
 
 def check_initial_indices(ctx, n):

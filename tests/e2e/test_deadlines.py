@@ -55,6 +55,18 @@ def until_final(c, rid, timeout=30):
     raise AssertionError("no final frame")
 
 
+def finals(c, rids, timeout=30):
+    """The terminal frame of each of rids, whatever order they come in
+    (until_final drops the other requests' frames)."""
+    end, got = time.time() + timeout, {}
+    while time.time() < end and len(got) < len(rids):
+        m = c._recv_one()
+        if m["id"] in rids and m["event"] in ("final", "error"):
+            got[m["id"]] = m
+    assert len(got) == len(rids), ("no final frame", set(rids) - set(got))
+    return [got[r] for r in rids]
+
+
 def wait_health(c, pred, timeout):
     end = time.time() + timeout
     while True:
@@ -83,11 +95,11 @@ def test_queued_request_and_server_default(srv):
         busy = [c.send(long_req()) for _ in range(2)]  # both slots, the default deadline
         wait_health(c, lambda h: h["running"] == 2, 5)
         rid = c.send(long_req(timeout_ms=300, stream=False))
-        fin = until_final(c, rid)
+        fins = finals(c, [rid] + busy)
+        fin = fins[0]
         assert fin["status"] == "deadline_exceeded" and fin["text"] == "", fin
         assert fin["usage"]["completion_tokens"] == 0, fin  # it never left the queue
-        for b in busy:  # no timeout_ms: --request-timeout ends them
-            fin = until_final(c, b)
+        for fin in fins[1:]:  # no timeout_ms: --request-timeout ends them
             assert fin["status"] == "deadline_exceeded", fin
         took = time.time() - t0
         assert DEFAULT_MS / 1000 <= took < DEFAULT_MS / 1000 + 0.8, took
