@@ -117,6 +117,9 @@ typedef struct child {
     int fast_failures; /* exits within FAST_FAIL_MS of starting, in a row */
     int startup_fd;    /* the read end of the running child's startup pipe, or -1 */
     int has_run;       /* a run of it ended other than by failing to start */
+    int demand;        /* its model loads and unloads on demand (--models-max) */
+    int broken;        /* its model could not start when loaded on demand: never loaded again */
+    int64_t parked_ms; /* when it was told to stop for an unload (SIGKILL 5 s later) */
 } child;
 
 /* A child that dies this soon after starting, this many times in a row,
@@ -822,8 +825,23 @@ static size_t add_backend_keys(const serve_opts *o, child *c, size_t k) {
  * are the caller's to free; 1 when out of memory. */
 static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev_out)[32]) {
     if (o->threads == 0) {
+        /* The CPUs over the workers that run at once: under --models-max
+         * those of the models_max models with the most workers. */
+        long long running = o->n_workers_all;
+        if (o->on_demand) {
+            long long w[MAX_MODELS];
+            for (int k = 0; k < o->n_models; k++) w[k] = o->models[k].workers;
+            running = 0;
+            for (long long n = 0; n < o->models_max; n++) { /* the largest, one by one */
+                int best = 0;
+                for (int k = 1; k < o->n_models; k++)
+                    if (w[k] > w[best]) best = k;
+                running += w[best];
+                w[best] = 0;
+            }
+        }
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        o->threads = cpus > o->n_workers_all ? cpus / o->n_workers_all : 1;
+        o->threads = running > 0 && cpus > running ? cpus / running : 1;
     }
     snprintf(o->thr, sizeof o->thr, "%lld", o->threads);
     snprintf(o->sl, sizeof o->sl, "%lld", o->slots);
@@ -864,6 +882,7 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
                      many ? sm->name : "");
             c->model = mi;
             c->parked = o->on_demand && mi >= o->models_max; /* the first models_max load */
+            c->demand = o->on_demand;
             const char *a[] = {o->bin[1],      "--router", o->backend,    "--model", sm->path,
                                "--model-name", sm->name,   "--log-level", o->level};
             size_t k = 0;
@@ -883,8 +902,9 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             k = add_backend_keys(o, c, k);
         }
     }
-    /* "cuda" spreads the workers over the GPUs: worker w (counted over
-     * every model's) gets cuda:w. */
+    /* "cuda" spreads each model's workers over the GPUs: its worker i
+     * gets cuda:i, so every model starts at GPU 0 (numbering over all
+     * models' workers named GPUs a one-GPU machine does not have). */
     char(*dev)[32] = calloc((size_t)o->n_workers_all, sizeof *dev);
     if (!dev) {
         free(ch);
@@ -895,7 +915,7 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
         serve_model *sm = &o->models[mi];
         for (long long i = 0; i < sm->workers; i++, w++) {
             if (!strcmp(o->device, "cuda"))
-                snprintf(dev[w], sizeof dev[w], "cuda:%lld", w);
+                snprintf(dev[w], sizeof dev[w], "cuda:%lld", i);
             else
                 snprintf(dev[w], sizeof dev[w], "%.31s", o->device);
             child *c = &ch[nc++];
@@ -903,6 +923,7 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
                      many ? sm->name : "");
             c->model = mi;
             c->parked = o->on_demand && mi >= o->models_max;
+            c->demand = o->on_demand;
             const char *a[] = {o->bin[2],      "--router",   o->backend,  "--model",     sm->path,
                                "--model-name", sm->name,     "--threads", o->thr,        "--slots",
                                o->sl,          "--ctx-size", o->cx,       "--log-level", o->level,
@@ -942,8 +963,8 @@ typedef struct stop_reason {
  * its restart after its backoff. A child that could not start with its
  * configuration and has never run stops the server with status 1
  * (*exit_status, *why), as does the fifth fast failure in a row. */
-static void child_exited(const zi_logger *lg, child *c, int status, int *exit_status,
-                         stop_reason *why) {
+static void child_exited(const zi_logger *lg, child *ch, int nc, child *c, int status,
+                         int *exit_status, stop_reason *why) {
     pid_t pid = c->pid;
     c->pid = 0;
     char msg[ZI_ERROR_MSG_MAX];
@@ -954,6 +975,19 @@ static void child_exited(const zi_logger *lg, child *c, int status, int *exit_st
         return;
     }
     int config = WIFEXITED(status) && WEXITSTATUS(status) == ZI_EXIT_CONFIG;
+    if (config && c->demand) {
+        /* A model loaded on demand that cannot start (its file, its
+         * memory) stays unloaded, its requests end "unavailable" when
+         * they have waited --failover-timeout; the other models go on. */
+        zi_log(lg, ZI_LOG_ERROR, "%s cannot start: %s; its model stays unloaded", c->name,
+               msg[0] ? msg : "a configuration error (see its messages above)");
+        for (int i = 0; i < nc; i++) {
+            if (ch[i].model != c->model) continue;
+            ch[i].parked = ch[i].broken = 1;
+            if (ch[i].pid > 0) kill(ch[i].pid, SIGTERM), ch[i].parked_ms = zi_now_ms();
+        }
+        return;
+    }
     if (config && !c->has_run) {
         /* Every restart would fail the same way: report it once and stop
          * (the first such child's error is the server's last line; the
@@ -1040,6 +1074,13 @@ static int model_loaded(const child *ch, int nc, int k) {
     return 0;
 }
 
+/* Whether model k could not start when loaded on demand (child_exited). */
+static int model_broken(const child *ch, int nc, int k) {
+    for (int i = 0; i < nc; i++)
+        if (ch[i].model == k && ch[i].broken) return 1;
+    return 0;
+}
+
 static void model_park(const zi_logger *lg, child *ch, int nc, const serve_opts *o, int k, int park,
                        int64_t idle_ms, int64_t waiting) {
     if (park)
@@ -1051,7 +1092,7 @@ static void model_park(const zi_logger *lg, child *ch, int nc, const serve_opts 
     for (int i = 0; i < nc; i++) {
         if (ch[i].model != k) continue;
         ch[i].parked = park;
-        if (park && ch[i].pid > 0) kill(ch[i].pid, SIGTERM);
+        if (park && ch[i].pid > 0) kill(ch[i].pid, SIGTERM), ch[i].parked_ms = zi_now_ms();
         if (!park) ch[i].restart_at_ms = 0, ch[i].backoff_ms = 500, ch[i].fast_failures = 0;
     }
 }
@@ -1067,7 +1108,9 @@ static void demand_apply(const zi_logger *lg, child *ch, int nc, const serve_opt
         while (k < o->n_models && (strlen(o->models[k].name) != ms->v[e].name.n ||
                                    memcmp(o->models[k].name, ms->v[e].name.p, ms->v[e].name.n)))
             k++;
-        if (k == o->n_models || ms->v[e].waiting == 0 || model_loaded(ch, nc, k)) continue;
+        if (k == o->n_models || ms->v[e].waiting == 0 || model_loaded(ch, nc, k) ||
+            model_broken(ch, nc, k))
+            continue;
         if (busy < o->models_max) {
             model_park(lg, ch, nc, o, k, 0, 0, ms->v[e].waiting);
             busy++;
@@ -1081,7 +1124,11 @@ static void demand_apply(const zi_logger *lg, child *ch, int nc, const serve_opt
             while (v < o->n_models && (strlen(o->models[v].name) != ms->v[j].name.n ||
                                        memcmp(o->models[v].name, ms->v[j].name.p, ms->v[j].name.n)))
                 v++;
-            if (v == o->n_models || !model_loaded(ch, nc, v) || ms->v[j].active > 0) continue;
+            /* idle for two polls: a request admitted after the reply the
+             * choice is made on has shown up by then */
+            if (v == o->n_models || !model_loaded(ch, nc, v) || ms->v[j].active > 0 ||
+                ms->v[j].waiting > 0 || ms->v[j].idle_ms < 2 * DEMAND_POLL_MS)
+                continue;
             if (ms->v[j].idle_ms > idle) victim = v, idle = ms->v[j].idle_ms;
         }
         if (victim < 0) return; /* every loaded model is busy: the requests wait */
@@ -1105,7 +1152,15 @@ static void demand_poll(const zi_logger *lg, demand *d, child *ch, int nc) {
         zi_im_models *ms = malloc(sizeof *ms);
         if (ms &&
             zi_msgpack_parse(zmq_msg_data(&msg), zmq_msg_size(&msg), NULL, &u, &err) == ZI_OK) {
-            if (zi_im_models_unpack(&u.data, ms, &err) == ZI_OK) demand_apply(lg, ch, nc, d->o, ms);
+            /* only the reply to the latest ask: an older one (asked again
+             * after 5 s) describes the models as they were */
+            const msgpack_object *id = zi_map_get(&u.data, "id");
+            char want[32];
+            snprintf(want, sizeof want, "serve-%u", d->seq - 1);
+            int latest = id && id->type == MSGPACK_OBJECT_STR && id->via.str.size == strlen(want) &&
+                         !memcmp(id->via.str.ptr, want, id->via.str.size);
+            if (latest && zi_im_models_unpack(&u.data, ms, &err) == ZI_OK)
+                demand_apply(lg, ch, nc, d->o, ms);
             msgpack_unpacked_destroy(&u);
         }
         free(ms);
@@ -1142,11 +1197,18 @@ static int supervise(const zi_logger *lg, child *ch, int nc, demand *d, stop_rea
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
             for (int i = 0; i < nc; i++)
-                if (ch[i].pid == pid) child_exited(lg, &ch[i], status, &exit_status, why);
+                if (ch[i].pid == pid) child_exited(lg, ch, nc, &ch[i], status, &exit_status, why);
         if (d) demand_poll(lg, d, ch, nc);
         int64_t now = zi_now_ms();
         for (int i = 0; i < nc && !zi_stop_requested(); i++)
             if (ch[i].pid == 0 && !ch[i].parked && now >= ch[i].restart_at_ms) spawn(lg, &ch[i]);
+        for (int i = 0; i < nc; i++) /* an unloaded model's process stuck in a pass */
+            if (ch[i].parked && ch[i].pid > 0 && ch[i].parked_ms && now - ch[i].parked_ms > 5000) {
+                zi_log(lg, ZI_LOG_WARN, "%s (pid %d) did not stop for its unload; killing it",
+                       ch[i].name, (int)ch[i].pid);
+                kill(ch[i].pid, SIGKILL);
+                ch[i].parked_ms = 0;
+            }
         sleep_ms(50);
     }
     return exit_status;

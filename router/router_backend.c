@@ -77,6 +77,16 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     /* A model known by its backends only (no --served-models, or one
      * started by hand) is known from its first register on. */
     model_rec *mr = model_find(rt, be->model, true);
+    if (be->model[0] && !mr) {
+        /* The model table is full (ZI_ROUTER_MAX_MODELS names): a backend
+         * of a model the router cannot track is refused, else requests of
+         * that model would wait on no per-model timeout. */
+        zi_log(&rt->log, ZI_LOG_WARN,
+               "%s of model '%s' refused: the router already knows %d models",
+               be->role == ROLE_WORKER ? "worker" : "tokenizer", be->model, ZI_ROUTER_MAX_MODELS);
+        memset(be, 0, sizeof *be); /* a dead, nameless slot: reused by the next register */
+        return;
+    }
     if (be->role == ROLE_WORKER) {
         rt->no_worker_since = 0;
         if (mr) mr->no_worker_since = 0;

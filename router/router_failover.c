@@ -172,12 +172,19 @@ static bool past(const router *rt, int64_t since, int64_t now) {
     return since && now - since >= rt->failover_timeout;
 }
 
+/* When r's wait for since's processes began: since, or for a request
+ * waiting for its model to load, its own arrival if later (it waits the
+ * whole timeout, not what is left since an unload or an earlier request). */
+static int64_t wait_start(const rreq *r, int64_t since) {
+    return r->loading && since && since < r->t_recv_ms ? r->t_recv_ms : since;
+}
+
 /* r has waited for a worker (tok: a tokenizer) of its model too long: no
  * live one at all, or none of its model, for --failover-timeout. */
 static bool waited_out(router *rt, const rreq *r, bool tok, int64_t now) {
-    if (past(rt, tok ? rt->no_tok_since : rt->no_worker_since, now)) return true;
+    if (past(rt, wait_start(r, tok ? rt->no_tok_since : rt->no_worker_since), now)) return true;
     const model_rec *m = model_find(rt, r->model, false);
-    return m && past(rt, tok ? m->no_tok_since : m->no_worker_since, now) &&
+    return m && past(rt, wait_start(r, tok ? m->no_tok_since : m->no_worker_since), now) &&
            count_alive(rt, tok ? ROLE_TOKENIZER : ROLE_WORKER, r->model) == 0;
 }
 

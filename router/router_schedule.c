@@ -53,8 +53,17 @@ int pick_backend(const router *rt, int role, const char *model) {
      * same vocabulary). */
     bool configured = rt->n_models > 0 && rt->models[0].configured;
     if (b < 0 && role == ROLE_TOKENIZER && model && model[0] && !configured &&
-        worker_models(rt) <= 1)
-        b = least_loaded(rt, role, NULL);
+        worker_models(rt) <= 1) {
+        /* ... but never one of a model that live workers serve: that is
+         * another model's vocabulary. */
+        for (size_t i = 0; i < rt->n_be; i++) {
+            const backend *t = &rt->be[i];
+            if (!t->alive || t->role != ROLE_TOKENIZER ||
+                (t->model[0] && count_alive(rt, ROLE_WORKER, t->model) > 0))
+                continue;
+            if (b < 0 || t->assigned < rt->be[b].assigned) b = (int)i;
+        }
+    }
     return b;
 }
 

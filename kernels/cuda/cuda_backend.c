@@ -46,8 +46,11 @@
 
 /* Host arrays the ops receive, staged to the device: token ids, positions,
  * sequence rows, and the rows of the block tables the pass reads; a hybrid's
- * state slots (one a token) and gather_rows' row indices. */
-enum { META_IDS, META_POS, META_SEQ, META_SLOT, META_TAB, META_GATHER, META_N };
+ * state slots (one a token) and gather_rows' row indices, in two slots
+ * used in turn: qwen35's layers gather with two index arrays one after the
+ * other, and each slot then keeps one of them (no copy after the first
+ * layer, no wait on the previous copy's event). */
+enum { META_IDS, META_POS, META_SEQ, META_SLOT, META_TAB, META_GATHER, META_GATHER2, META_N };
 
 typedef struct stage_slot {
     int32_t *h, *d; /* pinned staging, device copy */
@@ -86,6 +89,7 @@ typedef struct cuda_backend {
     void *blas_ws;
     zi_tp *tp, *own_tp;      /* own_tp: the one-rank communicator made when none was given */
     stage_slot meta[META_N]; /* per-pass metadata */
+    int gather_turn;         /* gather_rows' next slot: META_GATHER or, 1, META_GATHER2 */
     /* fp16 operands of the cuBLAS path */
     void *w16, *x16;
     size_t w16_cap, x16_cap; /* halves */
@@ -394,7 +398,8 @@ static const int32_t *stage(cuda_backend *c, int slot, const int32_t *src, size_
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     if (failed(c, cudaStreamIsCapturing(c->stream, &cap), "cudaStreamIsCapturing")) return NULL;
     if (n > m->cap) {
-        if ((slot != META_TAB && slot != META_GATHER) || cap != cudaStreamCaptureStatusNone) {
+        if ((slot != META_TAB && slot != META_GATHER && slot != META_GATHER2) ||
+            cap != cudaStreamCaptureStatusNone) {
             fail_msg(c, ZI_EINVAL,
                      "a batch needs %zu metadata entries, but reserve() made room "
                      "for %zu%s",
@@ -747,7 +752,9 @@ static void cuda_gather_rows(zi_backend *be, float *y, const float *x, const int
                              int dim) {
     cuda_backend *c = cb(be);
     if (c->status || n <= 0) return;
-    const int32_t *d_idx = stage(c, META_GATHER, idx, (size_t)n);
+    const int slot = c->gather_turn ? META_GATHER2 : META_GATHER;
+    c->gather_turn = !c->gather_turn;
+    const int32_t *d_idx = stage(c, slot, idx, (size_t)n);
     if (!d_idx) return;
     failed(c, zi_cuda_gather_rows(y, x, d_idx, n, dim, c->stream), "gather_rows kernel");
 }

@@ -52,9 +52,10 @@ pytestmark = pytest.mark.skipif(not (SMOL.is_file() and GEMMA.is_file()),
                                 reason="SmolLM2 or Gemma 3 270M absent (scripts/fetch-model)")
 
 
-def write_tiny_llama(path, seed=7):
+def write_tiny_llama(path, seed=7, drop=None):
     """A 2-layer llama of width 64 with random weights and SmolLM2's
-    vocabulary (the family tests' way of writing one)."""
+    vocabulary (the family tests' way of writing one); without the tensor
+    `drop` when one is named (a file a worker refuses)."""
     rows, n_vocab = tokenizer_rows(SMOL)
     rng = np.random.default_rng(seed)
     D, FF, NH, NKV, L = 64, 128, 4, 2, 2
@@ -75,6 +76,7 @@ def write_tiny_llama(path, seed=7):
                   f"blk.{i}.attn_output.weight": mat(D, D),
                   f"blk.{i}.ffn_gate.weight": mat(FF, D), f"blk.{i}.ffn_up.weight": mat(FF, D),
                   f"blk.{i}.ffn_down.weight": mat(D, FF)})
+    t.pop(drop, None)
     hp = {"block_count": L, "context_length": 512, "embedding_length": D,
           "feed_forward_length": FF, "attention.head_count": NH, "attention.head_count_kv": NKV,
           "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
@@ -357,6 +359,47 @@ def test_models_max_loads_on_demand(zinfer_bin, two_tiny, tmp_path):
             log = srv.log()
             assert "unloading model a" in log and "loading model b" in log, log
             assert "unloading model b" in log and "loading model a" in log, log
+        finally:
+            stop_process(proc)
+
+
+def test_model_that_cannot_load_stays_unloaded(zinfer_bin, two_tiny, tmp_path):
+    """--models-max 1: a model whose worker cannot start when a request
+    loads it stays unloaded, its request ends "unavailable", and the server
+    goes on serving the other model (it used to stop the whole server)."""
+    bad = write_tiny_llama(tmp_path / "bad.gguf", drop="blk.1.ffn_down.weight")
+    ref = generate_ids(zinfer_bin, two_tiny["a"], 2)
+    port, bport = free_port_pair()
+    addr = f"tcp://127.0.0.1:{port}"
+    log_path = tmp_path / "serve.log"
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(
+            [str(zinfer_bin), "serve", "--model", f"a={two_tiny['a']}", "--model", f"bad={bad}",
+             "--models-max", "1", "--failover-timeout", "3000", "--bind", addr,
+             "--backend", f"tcp://127.0.0.1:{bport}", "--http", "off", "--threads-per-worker", "1",
+             "--slots", "4", "--ctx-size", "256"],
+            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        srv = ServeProcess(proc, addr, log_path)
+        try:
+            with Client(addr, timeout_s=60) as c:
+                deadline = time.time() + 60
+                while True:
+                    try:
+                        if states(c).get("a") == "loaded":
+                            break
+                    except (TimeoutError, ZinferError):
+                        pass
+                    assert proc.poll() is None and time.time() < deadline, srv.log()
+                    time.sleep(0.1)
+                sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
+                rid = c.send({"op": "generate", "prompt": prompt(2), "model_name": "bad",
+                              "sampling_params": sp})
+                evs = list(c.events(rid))
+                assert evs[-1]["event"] == "error" and evs[-1]["code"] == "unavailable", evs
+                assert proc.poll() is None, srv.log()
+                _, ids, fin = c.complete(prompt=prompt(2), sampling_params=sp)  # a, loaded again
+                assert ids == ref, (fin, srv.log())
+            assert "stays unloaded" in srv.log(), srv.log()
         finally:
             stop_process(proc)
 
