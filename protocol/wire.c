@@ -52,15 +52,13 @@ void *zi_backend_socket(void *zctx, const char *router, const zi_curve_client *c
      * ZeroMQ reconnects every 100 ms; each attempt gives up after
      * ZI_BACKEND_CONNECT_TIMEOUT_MS rather than after the kernel's SYN
      * retries (two minutes), so the first attempt after the network is
-     * back gets through. The TTL asks the router to drop its end of a
-     * connection silent that long too. The timeout is the router's
-     * default --heartbeat-timeout: by then a router with the defaults has
-     * given this process's requests to others. */
+     * back gets through. The router pings with the same values and drops
+     * its end as soon (router.c). The timeout is the router's default
+     * --heartbeat-timeout. */
     int hb_ivl = ZI_BACKEND_HB_IVL_MS, hb_timeout = ZI_BACKEND_HB_TIMEOUT_MS;
     int connect_timeout = ZI_BACKEND_CONNECT_TIMEOUT_MS;
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
     zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
-    zmq_setsockopt(sock, ZMQ_HEARTBEAT_TTL, &hb_timeout, sizeof hb_timeout);
     zmq_setsockopt(sock, ZMQ_CONNECT_TIMEOUT, &connect_timeout, sizeof connect_timeout);
     if (zi_curve_set_client(sock, curve, err) != ZI_OK) {
         zmq_close(sock);

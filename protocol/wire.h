@@ -30,10 +30,11 @@ int zi_send_msg(void *sock, const void *ident, size_t ident_len, bool delim, con
  * empty message is not sent: -1). */
 int zi_im_send(void *sock, zi_msg *m);
 
-/* ZMTP heartbeats of a backend's connection to the router: a PING every
- * IVL ms; a connection with nothing from the other side for TIMEOUT ms is
- * dropped (on both ends: the PING's TTL) and made again, each attempt
- * bounded by CONNECT_TIMEOUT ms (docs/deploy.md). */
+/* ZMTP heartbeats of a backend's connection to the router, on both ends
+ * (zi_backend_socket, router.c): a PING every IVL ms; a connection with
+ * nothing from the other side for TIMEOUT ms after one is dropped, and
+ * the backend makes it again, each attempt bounded by CONNECT_TIMEOUT ms
+ * (docs/deploy.md). */
 #define ZI_BACKEND_HB_IVL_MS 1000
 #define ZI_BACKEND_HB_TIMEOUT_MS 5000
 #define ZI_BACKEND_CONNECT_TIMEOUT_MS 3000
