@@ -42,6 +42,24 @@ void *zi_backend_socket(void *zctx, const char *router, const zi_curve_client *c
     zmq_setsockopt(sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+    /* A router on another host can vanish without a FIN or RST (a cable,
+     * a switch, a host that lost power). Without these the connection
+     * waits on TCP's retransmission backoff: a worker whose network came
+     * back after a minute re-registered up to two minutes later
+     * (tests/e2e/test_multihost.py measured 25 s after a 27 s outage).
+     * ZMTP heartbeats (answered by ZeroMQ's I/O threads, however busy the
+     * process) drop a connection silent for ZI_BACKEND_HB_TIMEOUT_MS and
+     * ZeroMQ reconnects every 100 ms; each attempt gives up after
+     * ZI_BACKEND_CONNECT_TIMEOUT_MS rather than after the kernel's SYN
+     * retries (two minutes), so the first attempt after the network is
+     * back gets through. The router pings with the same values and drops
+     * its end as soon (router.c). The timeout is the router's default
+     * --heartbeat-timeout. */
+    int hb_ivl = ZI_BACKEND_HB_IVL_MS, hb_timeout = ZI_BACKEND_HB_TIMEOUT_MS;
+    int connect_timeout = ZI_BACKEND_CONNECT_TIMEOUT_MS;
+    zmq_setsockopt(sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    zmq_setsockopt(sock, ZMQ_CONNECT_TIMEOUT, &connect_timeout, sizeof connect_timeout);
     if (zi_curve_set_client(sock, curve, err) != ZI_OK) {
         zmq_close(sock);
         return NULL;

@@ -30,11 +30,22 @@ int zi_send_msg(void *sock, const void *ident, size_t ident_len, bool delim, con
  * empty message is not sent: -1). */
 int zi_im_send(void *sock, zi_msg *m);
 
+/* ZMTP heartbeats of a backend's connection to the router, on both ends
+ * (zi_backend_socket, router.c): a PING every IVL ms; a connection with
+ * nothing from the other side for TIMEOUT ms after one is dropped, and
+ * the backend makes it again, each attempt bounded by CONNECT_TIMEOUT ms
+ * (docs/deploy.md). */
+#define ZI_BACKEND_HB_IVL_MS 1000
+#define ZI_BACKEND_HB_TIMEOUT_MS 5000
+#define ZI_BACKEND_CONNECT_TIMEOUT_MS 3000
+
 /* A backend's DEALER socket connected to the router at `router`: no linger,
  * deep queues, and a 1 s send timeout, so a long-gone router cannot freeze
- * the process (its successor asks backends to register again); a CURVE
- * client when curve is on (NULL: plain; protocol/curve.h). NULL with err set
- * when the address is bad. */
+ * the process (its successor asks backends to register again); ZMTP
+ * heartbeats and a bounded connect, so a router host that went silent is
+ * reconnected to soon after it is reachable again; a CURVE client when
+ * curve is on (NULL: plain; protocol/curve.h). NULL with err set when the
+ * address is bad. */
 struct zi_curve_client;
 void *zi_backend_socket(void *zctx, const char *router, const struct zi_curve_client *curve,
                         zi_error *err);

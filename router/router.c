@@ -288,12 +288,14 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
     return 0;
 }
 
-/* hb_ms: ZMTP heartbeat interval (0: none). max_msg: the largest message
+/* hb_ms: ZMTP heartbeat interval (0: none); hb_timeout_ms: a connection
+ * silent that long after a ping is closed. max_msg: the largest message
  * ZeroMQ takes from a peer (-1: any); one
  * larger closes that peer's connection without a reply, and is never held
  * in memory whole. */
 static void *make_router_socket(router *rt, void *zctx, const char *addr, const char *what,
-                                int64_t max_msg, const zi_curve_key *secret, long long hb_ms) {
+                                int64_t max_msg, const zi_curve_key *secret, long long hb_ms,
+                                long long hb_timeout_ms) {
     void *s = zmq_socket(zctx, ZMQ_ROUTER);
     zi_error err = {0};
     if (secret && zi_curve_set_server(s, secret, what, &err) != ZI_OK) {
@@ -311,7 +313,7 @@ static void *make_router_socket(router *rt, void *zctx, const char *addr, const 
     zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
     if (hb_ms > 0) { /* ZMTP heartbeats: a silent peer's connection is closed */
-        int ivl = (int)hb_ms, timeout = 3 * ivl;
+        int ivl = (int)hb_ms, timeout = (int)hb_timeout_ms;
         zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
         zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout);
         zmq_setsockopt(s, ZMQ_HEARTBEAT_TTL, &timeout, sizeof timeout);
@@ -398,10 +400,20 @@ int main(int argc, char **argv) {
     /* Frames up to --max-frame-bytes are read, larger ones up to 4x that
      * are answered with an error, anything larger drops the connection:
      * one client cannot make the router hold an unbounded frame. */
-    sh.front = make_router_socket(&rt, zctx, bind, ZI_ZAP_DOMAIN_CLIENT, 4 * (int64_t)rt.max_frame,
-                                  sec.client_keys ? &keys.secret : NULL, rt.client_hb);
+    sh.front =
+        make_router_socket(&rt, zctx, bind, ZI_ZAP_DOMAIN_CLIENT, 4 * (int64_t)rt.max_frame,
+                           sec.client_keys ? &keys.secret : NULL, rt.client_hb, 3 * rt.client_hb);
+    /* Backends' connections carry ZMTP heartbeats both ways, with the
+     * backends' values (protocol/wire.h): a backend host that went silent
+     * without a close (its network, its power) has its connection closed
+     * here after ZI_BACKEND_HB_TIMEOUT_MS, so it is declared dead then
+     * (router_watch.c) even under a longer --heartbeat-timeout. Its own end
+     * drops the connection as soon, so when it is back it registers anew
+     * and drops what it ran: keeping it alive here longer only held those
+     * requests (tests/e2e/test_multihost.py). */
     sh.back = sh.front ? make_router_socket(&rt, zctx, back, ZI_ZAP_DOMAIN_BACKEND, -1,
-                                            keys.on ? &keys.secret : NULL, 0)
+                                            keys.on ? &keys.secret : NULL, ZI_BACKEND_HB_IVL_MS,
+                                            ZI_BACKEND_HB_TIMEOUT_MS)
                        : NULL;
     if (!sh.front || !sh.back) {
         if (sh.front) zmq_close(sh.front);

@@ -378,11 +378,24 @@ void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, 
     if (type == ZI_IM_REGISTER) {
         on_register(rt, ident, ident_len, o);
     } else if (b < 0) {
-        /* Unknown (e.g. this router restarted): ask it to register again. */
-        zi_msg m;
-        zi_im_reregister_pack(&m);
-        out_send_msg(rt, ZI_ROUTER_BACKEND, ident, ident_len, false, &m);
-        zi_msg_free(&m);
+        /* Unknown (e.g. this router restarted, or declared it dead and its
+         * network came back): ask it to register again. Once a second at
+         * most for the same backend: a worker back from an outage had
+         * hundreds of messages queued, each answered with a reregister, so
+         * it registered (and both logged) hundreds of times
+         * (tests/e2e/test_multihost.py); messages on one connection keep
+         * their order, so the first reregister is enough. */
+        int64_t now = core_now(rt);
+        if (ident_len != rt->rereg_len || memcmp(ident, rt->rereg_ident, ident_len) ||
+            now - rt->rereg_ms >= 1000) {
+            zi_msg m;
+            zi_im_reregister_pack(&m);
+            out_send_msg(rt, ZI_ROUTER_BACKEND, ident, ident_len, false, &m);
+            zi_msg_free(&m);
+            memcpy(rt->rereg_ident, ident, ident_len);
+            rt->rereg_len = ident_len;
+            rt->rereg_ms = now;
+        }
     } else {
         rt->be[b].last_seen = core_now(rt);
         if (type == ZI_IM_HEARTBEAT)

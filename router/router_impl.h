@@ -190,6 +190,10 @@ typedef struct router {
     long long req_timeout;      /* --request-timeout: ms, 0 = none */
     long long client_hb;        /* --client-heartbeat: ms, 0 = none */
     zi_router_conn cur_conn;    /* the connection of the frame being handled */
+    /* The last unknown backend asked to register again, and when (ms). */
+    unsigned char rereg_ident[IDENT_MAX];
+    size_t rereg_len;
+    int64_t rereg_ms;
     long long max_embed_inputs, max_embed_tokens; /* per embed request */
     /* Counters and histograms since start (the metrics op): finished
      * requests, tokens, latencies; running, waiting and the workers' KV

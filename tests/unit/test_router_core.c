@@ -812,6 +812,33 @@ static void test_heartbeat_timeout(void **state) {
     sim_free(&s);
 }
 
+/* A worker declared dead whose network comes back sends what it had
+ * queued: the router asks it to register again once, not once per
+ * message (tests/e2e/test_multihost.py saw ~190 registrations), and again
+ * a second later if it still has not. */
+static void test_reregister_once(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    s.now += s.rt.hb_timeout + 1;
+    heartbeat(&s, "tok0", 0);
+    zi_router_tick(&s.rt);
+    assert_false(s.rt.be[1].alive);
+    for (int i = 0; i < 50; i++) heartbeat(&s, "wrk0", 16);
+    assert_int_equal(count_sent(&s, "wrk0", "reregister"), 1);
+    heartbeat(&s, "wrkX", 16); /* another backend is asked at once */
+    assert_int_equal(count_sent(&s, "wrkX", "reregister"), 1);
+    s.now += 1000;
+    heartbeat(&s, "wrk0", 16);
+    assert_int_equal(count_sent(&s, "wrk0", "reregister"), 2);
+    reg(&s, "wrk0", true, 2);
+    assert_true(s.rt.be[1].alive);
+    heartbeat(&s, "wrk0", 16);
+    assert_int_equal(count_sent(&s, "wrk0", "reregister"), 2);
+    check_idle(&s);
+    sim_free(&s);
+}
+
 static void test_tokenizer_failover(void **state) {
     (void)state;
     sim s;
@@ -1338,6 +1365,7 @@ int main(void) {
         cmocka_unit_test(test_load_on_demand),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_heartbeat_timeout),
+        cmocka_unit_test(test_reregister_once),
         cmocka_unit_test(test_tokenizer_failover),
         cmocka_unit_test(test_util_tokenizer_dies),
         cmocka_unit_test(test_shutdown_ends_all),
