@@ -35,6 +35,7 @@
 #include "vision_cmd.h"
 #include "kv_fixed.h"
 #include "log.h"
+#include "lora.h"
 #include "model.h"
 #include "sampler.h"
 #include "keygen.h"
@@ -81,12 +82,17 @@ typedef struct opts {
     long long prompt_tokens, gen_tokens, streams;
     /* tokenize / detokenize */
     int special;
+    /* generate, logits: --lora NAME=FILE[:SCALE], every one on every token */
+    zi_lora_spec loras[ZI_LORA_MAX_ADAPTERS];
+    int n_loras;
 } opts;
 
 typedef struct engine {
     zi_backend *be;
     zi_model *model;
     zi_tokenizer *tok;
+    zi_lora *loras[ZI_LORA_MAX_ADAPTERS]; /* opts.loras, loaded */
+    int n_loras;
 } engine;
 
 static double now_s(void) {
@@ -108,6 +114,7 @@ static int usage_error(const char *cmd, const char *msg) {
 
 static void engine_free(engine *e) {
     zi_tokenizer_free(e->tok);
+    for (int i = 0; i < e->n_loras; i++) zi_lora_free(e->loras[i]);
     zi_model_free(e->model);
     zi_backend_free(e->be);
     memset(e, 0, sizeof *e);
@@ -133,6 +140,14 @@ static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) 
                           "%s: the tokenizer has %d tokens but the model only %d output rows",
                           o->model, zi_tokenizer_vocab_size(e->tok), c->n_vocab);
         goto fail;
+    }
+    for (int i = 0; i < o->n_loras; i++) {
+        if ((rc = zi_lora_load(e->model, &o->loras[i], &e->loras[i], err))) goto fail;
+        e->n_loras++;
+        zi_log(&o->log, ZI_LOG_INFO, "adapter %s: %s, rank %d, alpha %g, %d weights, scale %g",
+               o->loras[i].name, o->loras[i].path, zi_lora_rank(e->loras[i]),
+               (double)zi_lora_alpha(e->loras[i]), zi_lora_n_weights(e->loras[i]),
+               (double)o->loras[i].scale);
     }
     if (need_model)
         zi_log(&o->log, ZI_LOG_INFO,
@@ -202,7 +217,12 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
     size_t B = (size_t)o->batch;
     int32_t *pos = malloc(B * sizeof *pos), *seq = malloc(B * sizeof *seq);
     uint8_t *want = malloc(B);
-    int rc = (!pos || !seq || !want) ? zi_error_set(err, ZI_ENOMEM, "out of memory") : ZI_OK;
+    /* --lora: every token runs all of them, at their scales */
+    const zi_lora **lora = e->n_loras ? malloc(B * e->n_loras * sizeof *lora) : NULL;
+    int rc = (!pos || !seq || !want || (e->n_loras && !lora))
+                 ? zi_error_set(err, ZI_ENOMEM, "out of memory")
+                 : ZI_OK;
+    for (size_t i = 0; lora && i < B * e->n_loras; i++) lora[i] = e->loras[i % e->n_loras];
     int V = zi_model_get_config(e->model)->n_vocab;
     for (size_t start = 0, m; !rc && start < n; start += m) {
         m = ci ? zi_cli_images_chunk_end(ci, start, B) - start : (n - start < B ? n - start : B);
@@ -218,6 +238,7 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
         }
         zi_batch b = {
             .n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
+        b.lora = lora, b.lora_k = e->n_loras;
         if (ci) {
             b.embd = ci->embd, b.embd_rows = ci->embd_rows + start;
             /* the reach as positions: they are the indices here */
@@ -234,6 +255,7 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
         if (!rc && all && last_chunk)
             memcpy(logits, all + (n - 1 - all_from) * (size_t)V, V * sizeof(float));
     }
+    free(lora);
     free(pos);
     free(seq);
     free(want);
@@ -810,6 +832,8 @@ static const char *USAGE_GENERATE =
     "  --draft-model FILE   draft-model speculation: a smaller GGUF with the same\n"
     "                       vocabulary proposes tokens greedily (the same tokens;\n"
     "                       after prompt lookup when both are on)\n"
+    "  --lora NAME=FILE[:SCALE]  a LoRA adapter (llama.cpp's GGUF adapter format) on\n"
+    "                       every token, SCALE default 1; repeat for several (docs/lora.md)\n"
     "  --json               print, as the last line, a JSON object with prompt_token_ids,\n"
     "                       token_ids, text, finish_reason (instead of streaming text)\n"
     "  plus the common options of `zinfer --help`\n";
@@ -831,6 +855,8 @@ static const char *USAGE_LOGITS =
     "  to FILE; the last stdout line is JSON {\"n_tokens\", \"n_vocab\", \"rows_written\",\n"
     "  \"prompt_token_ids\"}.\n"
     "  --last N    only the last N positions' rows (long prompts)\n"
+    "  --lora NAME=FILE[:SCALE]  a LoRA adapter on every token (SCALE default 1;\n"
+    "              repeatable; docs/lora.md)\n"
     "  --mmproj FILE --image IMG ...: an image projector (llama.cpp's clip GGUF) and the\n"
     "  images (JPEG, PNG, WebP, GIF) that the prompt's <__media__> markers stand for, in\n"
     "  order; image positions' ids are keys (negative) and the JSON adds images,\n"
@@ -923,6 +949,12 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
         } else if (!strcmp(a, "--draft-model")) {
             if (!v) return usage_error(cmd, "--draft-model needs a file");
             o->draft_model = v;
+        } else if (!strcmp(a, "--lora")) {
+            if (!v) return usage_error(cmd, "--lora needs NAME=FILE[:SCALE]");
+            if (o->n_loras == ZI_LORA_MAX_ADAPTERS)
+                return usage_error(cmd, "more than 64 --lora adapters");
+            rc = zi_lora_spec_parse(v, &o->loras[o->n_loras], &err);
+            if (!rc) o->n_loras++;
         } else if (!strcmp(a, "--out")) {
             if (!v) return usage_error(cmd, "--out needs a file");
             o->out = v;
