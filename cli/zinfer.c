@@ -360,7 +360,12 @@ static int cmd_generate(const opts *o) {
                               .ctx = ctx,
                               .max_batch_tokens = (int)o->batch,
                               .sample_vocab = zi_tokenizer_vocab_size(e.tok),
-                              .spec_lookup = o->spec_lookup};
+                              .spec_lookup = o->spec_lookup,
+                              .loras = (const zi_lora *const *)e.loras,
+                              .n_loras = e.n_loras};
+    if (!rc && e.n_loras > ZI_MAX_LORA)
+        rc = zi_error_set(&err, ZI_EINVAL, "generate runs at most %d --lora adapters at once",
+                          ZI_MAX_LORA);
     if (!rc && o->draft_model) { /* on the same backend, checked against the model */
         rc = zi_model_load(o->draft_model, e.be, &draft, &err);
         if (!rc) rc = zi_spec_draft_check_vocab(e.model, o->model, draft, o->draft_model, &err);
@@ -373,6 +378,8 @@ static int cmd_generate(const opts *o) {
         rc = zi_text_context_init(&c, ids, n, (int64_t)ctx + 1, &sp, &err);
         if (!rc) rc = zi_tokenizer_eog_ids(e.tok, &eog, &err);
         if (!rc) rc = zi_text_context_set_eos(&c, eog.v, eog.n, &err);
+        for (int i = 0; !rc && i < e.n_loras; i++) /* every adapter, at its --lora scale */
+            c.lora[c.n_lora++] = (zi_lora_ref){.id = i, .scale = o->loras[i].scale};
     }
     double t0 = now_s(), t1 = 0;
     zi_text_context *batch[1] = {&c};

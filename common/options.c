@@ -50,8 +50,8 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                      "requests may carry images, prepared by the tokenizers and encoded by "
                      "the workers (docs/vision.md)",
                      NULL},
-    [ZI_O_MAX_IMAGE_PIXELS] = {"--max-image-pixels", NULL, ZI_OPT_INT, 1, 1LL << 30, NULL,
-                               40000000, NULL, SERVE | TOK, "N",
+    [ZI_O_MAX_IMAGE_PIXELS] = {"--max-image-pixels", NULL, ZI_OPT_INT, 1, 1LL << 30, NULL, 40000000,
+                               NULL, SERVE | TOK, "N",
                                "one image's width x height, read from its header before it "
                                "is decoded, else 400 (decompression bombs)",
                                NULL},
@@ -159,6 +159,14 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                           "draft-model speculation (see zinfer-worker --help): a smaller GGUF "
                           "with the same vocabulary, a path or a packaged model's name as "
                           "--model"},
+
+    [ZI_O_LORA] = {"--lora", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE | WORKER,
+                   "NAME=FILE[:SCALE]",
+                   "a LoRA adapter in llama.cpp's GGUF adapter format, checked against the "
+                   "model; requests pick it by name or id (its place among the --lora "
+                   "options, from 0) with their scale (\"lora\"), SCALE (default 1) when "
+                   "they give none; repeat for several (docs/lora.md)",
+                   NULL},
 
     [ZI_O_MAX_QUEUE] = {"--max-queue", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 256, NULL, PASS | ROUTER,
                         "N",
