@@ -93,6 +93,7 @@ typedef struct engine {
     zi_tokenizer *tok;
     zi_lora *loras[ZI_LORA_MAX_ADAPTERS]; /* opts.loras, loaded */
     int n_loras;
+    int lora_one; /* prefill runs loras[lora_one] alone (bench's streams); -1: all of them */
 } engine;
 
 static double now_s(void) {
@@ -124,6 +125,7 @@ static void engine_free(engine *e) {
  * the log. */
 static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) {
     memset(e, 0, sizeof *e);
+    e->lora_one = -1;
     double t0 = now_s();
     zi_cpu_options co = {.n_threads = (int)o->threads, .isa = o->isa, .act_bits = (int)o->act_bits};
     int rc = zi_cpu_backend_create(&co, &e->be, err);
@@ -222,7 +224,9 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
     int rc = (!pos || !seq || !want || (e->n_loras && !lora))
                  ? zi_error_set(err, ZI_ENOMEM, "out of memory")
                  : ZI_OK;
-    for (size_t i = 0; lora && i < B * e->n_loras; i++) lora[i] = e->loras[i % e->n_loras];
+    const int lora_k = e->lora_one >= 0 ? 1 : e->n_loras;
+    for (size_t i = 0; lora && i < B * lora_k; i++)
+        lora[i] = e->loras[e->lora_one >= 0 ? e->lora_one : (int)(i % e->n_loras)];
     int V = zi_model_get_config(e->model)->n_vocab;
     for (size_t start = 0, m; !rc && start < n; start += m) {
         m = ci ? zi_cli_images_chunk_end(ci, start, B) - start : (n - start < B ? n - start : B);
@@ -238,7 +242,7 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
         }
         zi_batch b = {
             .n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
-        b.lora = lora, b.lora_k = e->n_loras;
+        b.lora = lora, b.lora_k = lora_k;
         if (ci) {
             b.embd = ci->embd, b.embd_rows = ci->embd_rows + start;
             /* the reach as positions: they are the indices here */
@@ -699,8 +703,13 @@ static int cmd_bench(const opts *o) {
     /* Warm-up: touch the weights and start the threads. */
     if (!rc) rc = prefill(o, &e, &kv, 0, ids, P < 16 ? P : 16, logits, NULL, &err);
     double t0 = now_s();
-    for (int s = 0; !rc && s < S; s++)
+    /* --lora: stream s runs adapter s % n alone */
+    const zi_lora **lora = e.n_loras ? malloc((size_t)S * sizeof *lora) : NULL;
+    if (!rc && e.n_loras && !lora) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+    for (int s = 0; !rc && s < S; s++) {
+        if (lora) lora[s] = e.loras[s % e.n_loras], e.lora_one = s % e.n_loras;
         rc = prefill(o, &e, &kv, s, ids, P, logits + (size_t)s * V, NULL, &err);
+    }
     double t1 = now_s();
     /* S streams decode together: one forward pass of S tokens per step. */
     for (long long i = 0; !rc && i < o->gen_tokens; i++) {
@@ -711,6 +720,7 @@ static int cmd_bench(const opts *o) {
             want[s] = 1;
         }
         zi_batch b = {.n_tokens = S, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
+        b.lora = lora, b.lora_k = lora ? 1 : 0;
         zi_kv_fixed_use(&kv, &b);
         if (!rc) rc = zi_model_forward(e.model, kv.kv, &b, logits, &err);
     }
@@ -744,6 +754,7 @@ static int cmd_bench(const opts *o) {
             json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)P));
             json_object_set_new(j, "gen_tokens", json_integer(o->gen_tokens));
             json_object_set_new(j, "streams", json_integer(S));
+            json_object_set_new(j, "loras", json_integer(e.n_loras));
             json_object_set_new(j, "threads", json_integer(zi_cpu_backend_threads(e.be)));
             json_object_set_new(j, "isa", json_string(zi_cpu_backend_isa(e.be)));
             json_object_set_new(j, "act_bits", json_integer(zi_cpu_backend_act_bits(e.be)));
@@ -774,6 +785,7 @@ static int cmd_bench(const opts *o) {
     free(tok);
     free(pos);
     free(seq);
+    free(lora);
     free(want);
     free(logits);
     free(rows);
@@ -879,7 +891,8 @@ static const char *USAGE_BENCH =
     "  against the machine's limits (tests/bench/bench_machine): prefill_int8_gops (2 ops\n"
     "  per multiply-add of the weight products, 2 int8 products per weight with 16-bit\n"
     "  activations) and decode_weight_gb_s (weight bytes read per second; of a mixture\n"
-    "  of experts, the chosen experts' share, active_weight_bytes a token).\n";
+    "  of experts, the chosen experts' share, active_weight_bytes a token).\n"
+    "  --lora NAME=FILE[:SCALE] (repeatable): stream s runs adapter s mod n (docs/lora.md).\n";
 
 /* zinfer devices: what --device can name on this build and machine. */
 static int cmd_devices(int argc, char **argv) {

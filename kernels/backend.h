@@ -132,11 +132,13 @@ typedef struct zi_rope_freqs {
 } zi_rope_freqs;
 
 /* One token's low-rank term of a product (a LoRA adapter,
- * model_worker/lora.h): a ([rank][cols]) and b ([rows][rank]), float32 in
- * backend memory, and the scale its term is multiplied by; a NULL: the
- * token has none. */
+ * model_worker/lora.h), in backend memory: a = A ([rank][cols]) and bt = B
+ * transposed ([rank][rows]: the term is then one sweep along y), both of
+ * type (ZI_TYPE_F32 or ZI_TYPE_F16, as the file holds them), and the
+ * scale the term is multiplied by; a NULL: the token has none. */
 typedef struct zi_lora_row {
-    const float *a, *b;
+    const void *a, *bt;
+    int type;
     int rank; /* 1..ZI_LORA_MAX_RANK */
     float scale;
 } zi_lora_row;
@@ -204,8 +206,8 @@ typedef struct zi_backend_ops {
      * that an encode does not pay for it). Optional (NULL: nothing to do);
      * a failure only means matmul_tile runs as matmul for w. */
     int (*weight_prepare_tile)(zi_backend *be, zi_weight *w, zi_error *err);
-    /* The LoRA term of a product, added to it: y[t] += r[t].scale *
-     * B (A x[t]) for every t < n_tokens whose r[t].a is set, x rows of
+    /* The LoRA term of a product, added to it: y[t] += B (r[t].scale *
+     * A x[t]) for every t < n_tokens whose r[t].a is set, x rows of
      * cols floats and y rows of rows floats (r is host memory). In float32
      * from x as it is (not the products' 16-bit activations), each token
      * on its own in a fixed order, so a token's result never depends on

@@ -20,7 +20,9 @@ static const char *const target_names[ZI_LORA_N_TARGETS] = {
 };
 
 typedef struct lora_term {
-    float *a, *b; /* backend memory; NULL: none */
+    void *a, *b; /* A and B transposed (backend.h's zi_lora_row), backend memory, the
+                  * file's type; NULL: none */
+    int type;
     const zi_gguf_tensor *ta, *tb;
 } lora_term;
 
@@ -69,43 +71,30 @@ int zi_lora_spec_parse(const char *s, zi_lora_spec *out, zi_error *err) {
     return ZI_OK;
 }
 
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    float f;
-    if (exp == 0)
-        f = ldexpf((float)man, -24);
-    else if (exp == 31)
-        f = man ? NAN : INFINITY;
-    else
-        f = ldexpf((float)(man | 0x400), (int)exp - 25);
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u |= sign;
-    memcpy(&f, &u, 4);
-    return f;
+/* A (lora_a) in backend memory as the file has it, F32 or F16 (NULL: out
+ * of memory). */
+static void *upload_a(zi_backend *be, const zi_gguf_tensor *t) {
+    size_t bytes = (size_t)(t->ne[0] * t->ne[1]) * (t->type == ZI_TYPE_F16 ? 2 : 4);
+    void *dev = be->ops->alloc(be, bytes);
+    if (dev) be->ops->upload(be, dev, t->data, bytes);
+    return dev;
 }
 
-/* A tensor's values as float32 in backend memory (NULL: out of memory). */
-static float *upload_f32(zi_backend *be, const zi_gguf_tensor *t) {
-    size_t n = (size_t)(t->ne[0] * t->ne[1]);
-    float *host = malloc(n * sizeof *host);
-    float *dev = be->ops->alloc(be, n * sizeof *dev);
-    if (!host || !dev) {
+/* B (lora_b, ne [rank, rows]) transposed to [rank][rows], of the file's
+ * type, in backend memory: the lora op's bt (NULL: out of memory). */
+static void *upload_bt(zi_backend *be, const zi_gguf_tensor *t) {
+    const size_t rank = (size_t)t->ne[0], rows = (size_t)t->ne[1], n = rank * rows;
+    const size_t es = t->type == ZI_TYPE_F16 ? 2 : 4;
+    uint8_t *host = malloc(n * es);
+    void *dev = host ? be->ops->alloc(be, n * es) : NULL;
+    if (!dev) {
         free(host);
-        if (dev) be->ops->free(be, dev);
         return NULL;
     }
-    if (t->type == ZI_TYPE_F32) {
-        memcpy(host, t->data, n * sizeof *host);
-    } else {
-        const uint8_t *p = t->data;
-        for (size_t i = 0; i < n; i++) {
-            uint16_t h;
-            memcpy(&h, p + 2 * i, 2);
-            host[i] = half_to_float(h);
-        }
-    }
-    be->ops->upload(be, dev, host, n * sizeof *host);
+    const uint8_t *p = t->data;
+    for (size_t i = 0; i < n; i++) /* element i is B[i / rank][i % rank] */
+        memcpy(host + ((i % rank) * rows + i / rank) * es, p + i * es, es);
+    be->ops->upload(be, dev, host, n * es);
     free(host);
     return dev;
 }
@@ -198,6 +187,10 @@ static int check_pair(const char *file, const zi_gguf *mg, const char *base, con
                                 "%s: tensor '%s.lora_%c' is %s: adapters must be F32 or F16", file,
                                 base, i ? 'b' : 'a', zi_ggml_type_name(t->type));
     }
+    if (a->type != b->type)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "%s: tensor '%s': lora_a is %s and lora_b %s: one type for both", file,
+                            base, zi_ggml_type_name(a->type), zi_ggml_type_name(b->type));
     if (a->ne[0] != w->ne[0])
         return zi_error_set(err, ZI_EINVAL,
                             "%s: tensor '%s.lora_a' has shape [%lld, %lld]: '%s' takes %lld inputs "
@@ -292,8 +285,9 @@ int zi_lora_load(zi_model *m, const zi_lora_spec *spec, zi_lora **out, zi_error 
     for (size_t i = 0; i < (size_t)c->n_layers * ZI_LORA_N_TARGETS; i++) {
         lora_term *tm = &l->terms[i];
         if (!tm->ta) continue;
-        tm->a = upload_f32(be, tm->ta);
-        tm->b = tm->a ? upload_f32(be, tm->tb) : NULL;
+        tm->a = upload_a(be, tm->ta);
+        tm->b = tm->a ? upload_bt(be, tm->tb) : NULL;
+        tm->type = tm->ta->type;
         if (!tm->b) {
             rc = zi_error_set(err, ZI_ENOMEM, "%s: out of memory for the adapter's tensors", file);
             goto done;
@@ -344,10 +338,11 @@ float zi_lora_scale(const zi_lora *l, float user_scale) {
     return l->alpha != 0.0f ? user_scale * l->alpha / (float)l->rank : user_scale;
 }
 
-int zi_lora_term(const zi_lora *l, int layer, zi_lora_target t, const float **a, const float **b) {
+int zi_lora_term(const zi_lora *l, int layer, zi_lora_target t, const void **a, const void **bt,
+                 int *type) {
     assert(layer >= 0 && layer < l->n_layers && t >= 0 && t < ZI_LORA_N_TARGETS);
     const lora_term *tm = &l->terms[(size_t)layer * ZI_LORA_N_TARGETS + t];
     if (!tm->a) return 0;
-    *a = tm->a, *b = tm->b;
+    *a = tm->a, *bt = tm->b, *type = tm->type;
     return 1;
 }

@@ -13,7 +13,7 @@
  *
  * Adapted weights: a decoder layer's attn_q, attn_k, attn_v, attn_output,
  * ffn_gate, ffn_up and ffn_down; A and B are float32 or float16 in the
- * file and float32 in backend memory. The model (model.h zi_batch.lora)
+ * file and in backend memory alike (B transposed). The model (model.h zi_batch.lora)
  * runs each token of a pass with its own adapter, or none.
  *
  * zi_lora_load never aborts on a bad file: every refusal is one line that
@@ -73,8 +73,11 @@ const zi_model *zi_lora_model(const zi_lora *l);
 /* The factor a product's term is multiplied by for a user's scale:
  * user_scale * alpha / rank (alpha 0: user_scale). */
 float zi_lora_scale(const zi_lora *l, float user_scale);
-/* Layer `layer`'s term for target t: 1 with *a and *b (backend memory)
- * set, 0 when the adapter leaves that weight alone. */
-int zi_lora_term(const zi_lora *l, int layer, zi_lora_target t, const float **a, const float **b);
+/* Layer `layer`'s term for target t: 1 with *a (A, [rank][cols]), *bt
+ * (B transposed, [rank][rows]) and *type (ZI_TYPE_F32 or ZI_TYPE_F16, as
+ * in the file) set, backend memory, as the backend's lora op takes them
+ * (backend.h zi_lora_row); 0 when the adapter leaves that weight alone. */
+int zi_lora_term(const zi_lora *l, int layer, zi_lora_target t, const void **a, const void **bt,
+                 int *type);
 
 #endif

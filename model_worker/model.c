@@ -1721,7 +1721,7 @@ static void lora_apply(zi_model *m, const zi_batch *b, int l, zi_lora_target tg,
                             : b->lora_scale ? b->lora_scale[k]
                                             : zi_lora_default_scale(ad);
             r->a = NULL;
-            if (s != 0.0f && zi_lora_term(ad, l, tg, &r->a, &r->b)) {
+            if (s != 0.0f && zi_lora_term(ad, l, tg, &r->a, &r->bt, &r->type)) {
                 r->rank = zi_lora_rank(ad);
                 r->scale = zi_lora_scale(ad, s);
                 any = 1;

@@ -1541,9 +1541,11 @@ static void cpu_backend_free(zi_backend *be) {
 }
 
 /* LoRA (backend.h's lora): each thread takes a share of the tokens; a
- * token's u = A x then y += scale * B u, float32 dot products in 8 lanes
- * (a fixed order, whatever the thread). */
+ * token's c = scale * A x (the table's lora_down: float32 sums, the same
+ * bits whatever else the pass holds), then y += B c in one sweep of y
+ * (lora_up). */
 typedef struct lora_args {
+    const zi_cpu_kernels *k;
     float *y;
     const float *x;
     int n_tokens;
@@ -1551,32 +1553,23 @@ typedef struct lora_args {
     const zi_lora_row *r;
 } lora_args;
 
-static float lora_dot(const float *a, const float *b, int64_t n) {
-    float acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-    for (int j = 0; i < n; i++, j++) acc[j] += a[i] * b[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 static void lora_worker(void *ctx, int ith, int nth) {
     const lora_args *a = ctx;
-    float u[ZI_LORA_MAX_RANK];
-    for (int t = ith; t < a->n_tokens; t += nth) {
-        const zi_lora_row *r = &a->r[t];
+    float c[ZI_LORA_MAX_RANK];
+    for (int tk = ith; tk < a->n_tokens; tk += nth) {
+        const zi_lora_row *r = &a->r[tk];
         if (!r->a) continue;
-        const float *x = a->x + (size_t)t * a->cols;
-        float *y = a->y + (size_t)t * a->rows;
-        for (int k = 0; k < r->rank; k++) u[k] = lora_dot(r->a + (size_t)k * a->cols, x, a->cols);
-        for (int64_t o = 0; o < a->rows; o++)
-            y[o] += r->scale * lora_dot(r->b + (size_t)o * r->rank, u, r->rank);
+        const float *x = a->x + (size_t)tk * a->cols;
+        const int f16 = r->type == ZI_TYPE_F16;
+        a->k->lora_down(c, r->a, x, r->rank, a->cols, f16);
+        for (int k = 0; k < r->rank; k++) c[k] *= r->scale;
+        a->k->lora_up(a->y + (size_t)tk * a->rows, c, r->bt, r->rank, a->rows, f16);
     }
 }
 
 static void cpu_lora(zi_backend *be, float *y, const float *x, int n_tokens, int64_t rows,
                      int64_t cols, const zi_lora_row *r) {
-    lora_args a = {y, x, n_tokens, rows, cols, r};
+    lora_args a = {cb(be)->k, y, x, n_tokens, rows, cols, r};
     int64_t work = 0;
     for (int t = 0; t < n_tokens; t++)
         if (r[t].a) {
