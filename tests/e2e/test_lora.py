@@ -18,7 +18,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import ids_arg, report, serve_process
+from conftest import ids_arg, kv_when, report, serve_process
 
 import make_lora
 import numpy_llama
@@ -158,12 +158,14 @@ def test_prefix_cache_keyed_by_adapter(adapters, zinfer_bin, model_path, tmp_pat
         fresh = gen(c, ad)
     with serve_process(zinfer_bin, model_path, tmp_path / "b.log", *args) as srv, \
             Client(srv.addr, timeout_s=60) as c:
+        # the counters ride the heartbeats: read each once it counts the request
         gen(c, None)
-        h0 = c.call("health")["kv"]["prefix_hit_tokens"]
+        kv0 = kv_when(c, lambda kv: kv["prefix_query_tokens"] > 0)
         after = gen(c, ad)
-        h1 = c.call("health")["kv"]["prefix_hit_tokens"]
+        kv1 = kv_when(c, lambda kv: kv["prefix_query_tokens"] > kv0["prefix_query_tokens"])
         again = gen(c, ad)
-        h2 = c.call("health")["kv"]["prefix_hit_tokens"]
+        kv2 = kv_when(c, lambda kv: kv["prefix_query_tokens"] > kv1["prefix_query_tokens"])
+        h0, h1, h2 = (k["prefix_hit_tokens"] for k in (kv0, kv1, kv2))
     assert after == fresh and again == fresh
     assert h1 == h0, "a prefix computed without the adapter was reused under it"
     assert h2 > h1, "the same adapter's prefix was not reused"
