@@ -214,3 +214,37 @@ def test_lora_option_syntax(run_zinfer, model_path):
         r = run_zinfer("logits", "--model", str(model_path), "--prompt-ids", "1", "--out",
                        "/dev/null", "--lora", bad)
         assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
+def test_http_passes_lora_on(adapters, zinfer_bin, model_path, tmp_path):
+    """zinfer-http takes llama-server's "lora" list on /v1/completions and
+    passes it on: the same greedy tokens as the msgpack request; an adapter
+    the worker lacks is a 400 naming lora[0]."""
+    import http.client
+    import json
+
+    from conftest import free_port, wait_http
+    port = free_port()
+    body = {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+
+    def post(extra):
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c.request("POST", "/v1/completions", json.dumps({**body, **extra}),
+                  {"Content-Type": "application/json"})
+        r = c.getresponse()
+        out = (r.status, json.loads(r.read()))
+        c.close()
+        return out
+
+    with serve_process(zinfer_bin, model_path, tmp_path / "h.log", "--http",
+                       f"127.0.0.1:{port}", "--lora", f"ad0={adapters[0]}") as srv, \
+            Client(srv.addr, timeout_s=60) as c:
+        wait_http(port, srv)
+        st, plain = post({})
+        st2, adapted = post({"lora": [{"id": 0, "scale": 1.0}]})
+        text, _, _ = c.complete(prompt=body["prompt"], sampling_params={
+            "temperature": 0.0, "max_new_tokens": 8}, lora=[{"name": "ad0", "scale": 1.0}])
+        st3, bad = post({"lora": [{"name": "nope"}]})
+    assert st == 200 and st2 == 200, (plain, adapted)
+    assert adapted["choices"][0]["text"] == text != plain["choices"][0]["text"]
+    assert st3 == 400 and "lora[0].name" in json.dumps(bad), bad
