@@ -1,15 +1,18 @@
 /*
  * cpu_kernels_elementwise.h - the element-wise kernels: axpy_f32,
- * lora_down and lora_up (8 lanes with AVX2's F16C and FMA), scale_f32, to_f16, swiglu_f32,
- * geglu_f32, and the vector expf (glibc's algorithm, bit-identical to expf) that SwiGLU, GeGLU and
- * attention's softmax use. One of the units that cpu_kernels_impl.h includes, in its order, once
+ * lora_down and lora_up (a LoRA term's two products), scale_f32, to_f16,
+ * swiglu_f32, geglu_f32, and the vector expf (glibc's algorithm,
+ * bit-identical to expf) that SwiGLU, GeGLU and attention's softmax use.
+ * One of the units that cpu_kernels_impl.h includes, in its order, once
  * per instruction set.
  *
  * What each table compiles here:
  *   scalar   the plain loops (expf from libm, zi_f32_to_f16).
  *   AVX2     (#if __AVX2__) the expf table and constants; (#if __AVX2__ &&
  *            !__AVX512F__) exp4_avx2, exp8_avx2, SwiGLU 8 lanes at a
- *            time, GeGLU likewise; (#if __F16C__) to_f16 8 values at a time.
+ *            time, GeGLU likewise; (#if __F16C__) to_f16 8 values at a time;
+ *            (#if __AVX2__ && __F16C__ && __FMA__) lora_down and lora_up
+ *            8 lanes at a time (the AVX-512 table too).
  *   AVX-512  the expf table and constants, exp8_core and exp16 (#if
  *            __AVX512F__), SwiGLU and GeGLU 16 lanes at a time, to_f16 as AVX2.
  */
