@@ -248,3 +248,19 @@ def test_http_passes_lora_on(adapters, zinfer_bin, model_path, tmp_path):
     assert st == 200 and st2 == 200, (plain, adapted)
     assert adapted["choices"][0]["text"] == text != plain["choices"][0]["text"]
     assert st3 == 400 and "lora[0].name" in json.dumps(bad), bad
+
+
+def test_bench_lora_runs(zinfer_bin, model_path):
+    """scripts/bench-lora end to end at a tiny size (its numbers are for a
+    quiet machine: docs/lora.md)."""
+    import json
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bench-lora"
+    r = subprocess.run([sys.executable, str(script), "--zinfer", str(zinfer_bin), "--model",
+                        str(model_path), "--streams", "4", "--adapters", "2", "--rounds", "1",
+                        "--prompt-tokens", "8", "--gen-tokens", "4"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["streams"] == 4 and j["adapters"] == 2 and j["decode_ratio"] > 0, j
