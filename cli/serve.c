@@ -53,6 +53,7 @@
 #include "curve.h"
 #include "gguf.h"
 #include "log.h"
+#include "lora.h"
 #include "mem_plan.h"
 #include "options.h"
 #include "startup.h"
@@ -96,8 +97,9 @@ static void print_usage(void) {
 /* The most pass-through arguments for one child: every option of the
  * table with its value (pass_on keeps each option once). */
 #define MAX_PASS (2 * ZI_O_COUNT)
-/* the worker's fixed args, --model-name, its key options, its options, NULL */
-#define MAX_ARGS (15 + 2 + 4 + MAX_PASS + 1)
+/* the worker's fixed args, --model-name, its key options, its options, its
+ * --lora pairs, NULL */
+#define MAX_ARGS (15 + 2 + 4 + MAX_PASS + 2 * ZI_LORA_MAX_ADAPTERS + 1)
 /* the router's: 7 fixed, --served-models, its options, 7 for keys and
  * --insecure, NULL */
 _Static_assert(7 + 2 + MAX_PASS + 7 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
@@ -221,6 +223,9 @@ typedef struct serve_opts {
     int on_demand;                                  /* models_max below the number of models */
     char backend[512];
     char draft[4096]; /* --draft-model, resolved as --model is */
+    /* --lora values, each file's real path (the workers' may differ) */
+    char lora[ZI_LORA_MAX_ADAPTERS][PATH_MAX + ZI_LORA_NAME_MAX + 64];
+    int n_lora;
     const char *bind, *level, *device, *http;
     const char *tmpl;        /* --chat-template as given, or NULL */
     char mmproj[PATH_MAX];   /* --mmproj's real path, or "" */
@@ -349,6 +354,26 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
         case ZI_O_DRAFT_MODEL:
             pass_on(o->worker_pass, &o->n_wpass, opt->name, o->draft);
             break;
+        case ZI_O_LORA: { /* as the worker reads it, the file by its real path */
+            zi_lora_spec spec;
+            char real[PATH_MAX];
+            if (zi_lora_spec_parse(v, &spec, &err)) {
+                fprintf(stderr, "zinfer serve: %s\n", err.msg);
+                return 2;
+            }
+            if (o->n_lora == ZI_LORA_MAX_ADAPTERS) {
+                fprintf(stderr, "zinfer serve: more than %d --lora adapters\n",
+                        ZI_LORA_MAX_ADAPTERS);
+                return 2;
+            }
+            if (!realpath(spec.path, real)) {
+                fprintf(stderr, "zinfer serve: --lora %s: %s\n", spec.path, strerror(errno));
+                return 2;
+            }
+            snprintf(o->lora[o->n_lora++], sizeof o->lora[0], "%s=%s:%.9g", spec.name, real,
+                     (double)spec.scale);
+            break;
+        }
         case ZI_O_CHAT_TEMPLATE:
             o->tmpl = v;
             break;
@@ -931,6 +956,10 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             size_t k = 0;
             for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
             for (int j = 0; j < o->n_wpass; j++) c->argv[k++] = (char *)o->worker_pass[j];
+            for (int j = 0; mi == 0 && j < o->n_lora; j++) { /* the default model's */
+                c->argv[k++] = "--lora";
+                c->argv[k++] = o->lora[j];
+            }
             k = add_backend_keys(o, c, k);
         }
     }

@@ -35,6 +35,7 @@
 #include "vision_cmd.h"
 #include "kv_fixed.h"
 #include "log.h"
+#include "lora.h"
 #include "model.h"
 #include "sampler.h"
 #include "keygen.h"
@@ -81,12 +82,18 @@ typedef struct opts {
     long long prompt_tokens, gen_tokens, streams;
     /* tokenize / detokenize */
     int special;
+    /* generate, logits: --lora NAME=FILE[:SCALE], every one on every token */
+    zi_lora_spec loras[ZI_LORA_MAX_ADAPTERS];
+    int n_loras;
 } opts;
 
 typedef struct engine {
     zi_backend *be;
     zi_model *model;
     zi_tokenizer *tok;
+    zi_lora *loras[ZI_LORA_MAX_ADAPTERS]; /* opts.loras, loaded */
+    int n_loras;
+    int lora_one; /* prefill runs loras[lora_one] alone (bench's streams); -1: all of them */
 } engine;
 
 static double now_s(void) {
@@ -108,6 +115,7 @@ static int usage_error(const char *cmd, const char *msg) {
 
 static void engine_free(engine *e) {
     zi_tokenizer_free(e->tok);
+    for (int i = 0; i < e->n_loras; i++) zi_lora_free(e->loras[i]);
     zi_model_free(e->model);
     zi_backend_free(e->be);
     memset(e, 0, sizeof *e);
@@ -117,6 +125,7 @@ static void engine_free(engine *e) {
  * the log. */
 static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) {
     memset(e, 0, sizeof *e);
+    e->lora_one = -1;
     double t0 = now_s();
     zi_cpu_options co = {.n_threads = (int)o->threads, .isa = o->isa, .act_bits = (int)o->act_bits};
     int rc = zi_cpu_backend_create(&co, &e->be, err);
@@ -133,6 +142,14 @@ static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) 
                           "%s: the tokenizer has %d tokens but the model only %d output rows",
                           o->model, zi_tokenizer_vocab_size(e->tok), c->n_vocab);
         goto fail;
+    }
+    for (int i = 0; i < o->n_loras; i++) {
+        if ((rc = zi_lora_load(e->model, &o->loras[i], &e->loras[i], err))) goto fail;
+        e->n_loras++;
+        zi_log(&o->log, ZI_LOG_INFO, "adapter %s: %s, rank %d, alpha %g, %d weights, scale %g",
+               o->loras[i].name, o->loras[i].path, zi_lora_rank(e->loras[i]),
+               (double)zi_lora_alpha(e->loras[i]), zi_lora_n_weights(e->loras[i]),
+               (double)o->loras[i].scale);
     }
     if (need_model)
         zi_log(&o->log, ZI_LOG_INFO,
@@ -202,7 +219,14 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
     size_t B = (size_t)o->batch;
     int32_t *pos = malloc(B * sizeof *pos), *seq = malloc(B * sizeof *seq);
     uint8_t *want = malloc(B);
-    int rc = (!pos || !seq || !want) ? zi_error_set(err, ZI_ENOMEM, "out of memory") : ZI_OK;
+    /* --lora: every token runs all of them, at their scales */
+    const zi_lora **lora = e->n_loras ? malloc(B * e->n_loras * sizeof *lora) : NULL;
+    int rc = (!pos || !seq || !want || (e->n_loras && !lora))
+                 ? zi_error_set(err, ZI_ENOMEM, "out of memory")
+                 : ZI_OK;
+    const int lora_k = e->lora_one >= 0 ? 1 : e->n_loras;
+    for (size_t i = 0; lora && i < B * lora_k; i++)
+        lora[i] = e->loras[e->lora_one >= 0 ? e->lora_one : (int)(i % e->n_loras)];
     int V = zi_model_get_config(e->model)->n_vocab;
     for (size_t start = 0, m; !rc && start < n; start += m) {
         m = ci ? zi_cli_images_chunk_end(ci, start, B) - start : (n - start < B ? n - start : B);
@@ -218,6 +242,7 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
         }
         zi_batch b = {
             .n_tokens = (int)m, .tokens = ids + start, .pos = pos, .seq = seq, .want_logits = want};
+        b.lora = lora, b.lora_k = lora_k;
         if (ci) {
             b.embd = ci->embd, b.embd_rows = ci->embd_rows + start;
             /* the reach as positions: they are the indices here */
@@ -234,6 +259,7 @@ static int prefill_images(const opts *o, engine *e, const zi_kv_fixed *kv, int s
         if (!rc && all && last_chunk)
             memcpy(logits, all + (n - 1 - all_from) * (size_t)V, V * sizeof(float));
     }
+    free(lora);
     free(pos);
     free(seq);
     free(want);
@@ -338,7 +364,12 @@ static int cmd_generate(const opts *o) {
                               .ctx = ctx,
                               .max_batch_tokens = (int)o->batch,
                               .sample_vocab = zi_tokenizer_vocab_size(e.tok),
-                              .spec_lookup = o->spec_lookup};
+                              .spec_lookup = o->spec_lookup,
+                              .loras = (const zi_lora *const *)e.loras,
+                              .n_loras = e.n_loras};
+    if (!rc && e.n_loras > ZI_MAX_LORA)
+        rc = zi_error_set(&err, ZI_EINVAL, "generate runs at most %d --lora adapters at once",
+                          ZI_MAX_LORA);
     if (!rc && o->draft_model) { /* on the same backend, checked against the model */
         rc = zi_model_load(o->draft_model, e.be, &draft, &err);
         if (!rc) rc = zi_spec_draft_check_vocab(e.model, o->model, draft, o->draft_model, &err);
@@ -351,6 +382,8 @@ static int cmd_generate(const opts *o) {
         rc = zi_text_context_init(&c, ids, n, (int64_t)ctx + 1, &sp, &err);
         if (!rc) rc = zi_tokenizer_eog_ids(e.tok, &eog, &err);
         if (!rc) rc = zi_text_context_set_eos(&c, eog.v, eog.n, &err);
+        for (int i = 0; !rc && i < e.n_loras; i++) /* every adapter, at its --lora scale */
+            c.lora[c.n_lora++] = (zi_lora_ref){.id = i, .scale = o->loras[i].scale};
     }
     double t0 = now_s(), t1 = 0;
     zi_text_context *batch[1] = {&c};
@@ -670,8 +703,13 @@ static int cmd_bench(const opts *o) {
     /* Warm-up: touch the weights and start the threads. */
     if (!rc) rc = prefill(o, &e, &kv, 0, ids, P < 16 ? P : 16, logits, NULL, &err);
     double t0 = now_s();
-    for (int s = 0; !rc && s < S; s++)
+    /* --lora: stream s runs adapter s % n alone */
+    const zi_lora **lora = e.n_loras ? malloc((size_t)S * sizeof *lora) : NULL;
+    if (!rc && e.n_loras && !lora) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+    for (int s = 0; !rc && s < S; s++) {
+        if (lora) lora[s] = e.loras[s % e.n_loras], e.lora_one = s % e.n_loras;
         rc = prefill(o, &e, &kv, s, ids, P, logits + (size_t)s * V, NULL, &err);
+    }
     double t1 = now_s();
     /* S streams decode together: one forward pass of S tokens per step. */
     for (long long i = 0; !rc && i < o->gen_tokens; i++) {
@@ -682,6 +720,7 @@ static int cmd_bench(const opts *o) {
             want[s] = 1;
         }
         zi_batch b = {.n_tokens = S, .tokens = tok, .pos = pos, .seq = seq, .want_logits = want};
+        b.lora = lora, b.lora_k = lora ? 1 : 0;
         zi_kv_fixed_use(&kv, &b);
         if (!rc) rc = zi_model_forward(e.model, kv.kv, &b, logits, &err);
     }
@@ -715,6 +754,7 @@ static int cmd_bench(const opts *o) {
             json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)P));
             json_object_set_new(j, "gen_tokens", json_integer(o->gen_tokens));
             json_object_set_new(j, "streams", json_integer(S));
+            json_object_set_new(j, "loras", json_integer(e.n_loras));
             json_object_set_new(j, "threads", json_integer(zi_cpu_backend_threads(e.be)));
             json_object_set_new(j, "isa", json_string(zi_cpu_backend_isa(e.be)));
             json_object_set_new(j, "act_bits", json_integer(zi_cpu_backend_act_bits(e.be)));
@@ -745,6 +785,7 @@ static int cmd_bench(const opts *o) {
     free(tok);
     free(pos);
     free(seq);
+    free(lora);
     free(want);
     free(logits);
     free(rows);
@@ -810,6 +851,8 @@ static const char *USAGE_GENERATE =
     "  --draft-model FILE   draft-model speculation: a smaller GGUF with the same\n"
     "                       vocabulary proposes tokens greedily (the same tokens;\n"
     "                       after prompt lookup when both are on)\n"
+    "  --lora NAME=FILE[:SCALE]  a LoRA adapter (llama.cpp's GGUF adapter format) on\n"
+    "                       every token, SCALE default 1; repeat for several (docs/lora.md)\n"
     "  --json               print, as the last line, a JSON object with prompt_token_ids,\n"
     "                       token_ids, text, finish_reason (instead of streaming text)\n"
     "  plus the common options of `zinfer --help`\n";
@@ -831,6 +874,8 @@ static const char *USAGE_LOGITS =
     "  to FILE; the last stdout line is JSON {\"n_tokens\", \"n_vocab\", \"rows_written\",\n"
     "  \"prompt_token_ids\"}.\n"
     "  --last N    only the last N positions' rows (long prompts)\n"
+    "  --lora NAME=FILE[:SCALE]  a LoRA adapter on every token (SCALE default 1;\n"
+    "              repeatable; docs/lora.md)\n"
     "  --mmproj FILE --image IMG ...: an image projector (llama.cpp's clip GGUF) and the\n"
     "  images (JPEG, PNG, WebP, GIF) that the prompt's <__media__> markers stand for, in\n"
     "  order; image positions' ids are keys (negative) and the JSON adds images,\n"
@@ -846,7 +891,8 @@ static const char *USAGE_BENCH =
     "  against the machine's limits (tests/bench/bench_machine): prefill_int8_gops (2 ops\n"
     "  per multiply-add of the weight products, 2 int8 products per weight with 16-bit\n"
     "  activations) and decode_weight_gb_s (weight bytes read per second; of a mixture\n"
-    "  of experts, the chosen experts' share, active_weight_bytes a token).\n";
+    "  of experts, the chosen experts' share, active_weight_bytes a token).\n"
+    "  --lora NAME=FILE[:SCALE] (repeatable): stream s runs adapter s mod n (docs/lora.md).\n";
 
 /* zinfer devices: what --device can name on this build and machine. */
 static int cmd_devices(int argc, char **argv) {
@@ -923,6 +969,12 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
         } else if (!strcmp(a, "--draft-model")) {
             if (!v) return usage_error(cmd, "--draft-model needs a file");
             o->draft_model = v;
+        } else if (!strcmp(a, "--lora")) {
+            if (!v) return usage_error(cmd, "--lora needs NAME=FILE[:SCALE]");
+            if (o->n_loras == ZI_LORA_MAX_ADAPTERS)
+                return usage_error(cmd, "more than 64 --lora adapters");
+            rc = zi_lora_spec_parse(v, &o->loras[o->n_loras], &err);
+            if (!rc) o->n_loras++;
         } else if (!strcmp(a, "--out")) {
             if (!v) return usage_error(cmd, "--out needs a file");
             o->out = v;

@@ -64,6 +64,7 @@ typedef enum zi_opt_id {
     ZI_O_SPEC_LOOKUP,
     ZI_O_NO_SPEC_LOOKUP,
     ZI_O_DRAFT_MODEL,
+    ZI_O_LORA,
     /* zinfer-router */
     ZI_O_MAX_QUEUE,
     ZI_O_MAX_PROMPT_TOKENS,

@@ -32,6 +32,8 @@ typedef struct checked {
                               * reasoning_effort (owned), or NULL */
     zi_http_images *images;  /* the request's images: an API's translator's, then the
                               * image_url parts' (borrowed) */
+    json_t *lora;            /* llama-server's "lora" list, passed on as it is (the
+                              * router's codec checks it; borrowed), or NULL */
     double num[7];
     int has_num[7];
     long long max_tokens, min_tokens, top_k, timeout_ms;
@@ -563,6 +565,9 @@ static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *
     if (get_int(o, "timeout_ms", 1, ZI_MAX_TIMEOUT_MS, &k->timeout_ms, &k->has_timeout, e))
         return -1;
     g->timeout_ms = k->has_timeout ? k->timeout_ms : 0;
+    /* llama-server's LoRA adapters ([{"id" or "name", "scale"}], docs/lora.md) */
+    k->lora = zi_http_get(o, "lora");
+    if (k->lora && !json_is_array(k->lora)) return zi_http_want(e, "lora", "an array", k->lora);
     long long x;
     int has;
     if (get_int(o, "n", 1, ZI_HTTP_MAX_N, &x, &has, e)) return -1;
@@ -672,7 +677,8 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
                  (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL) +
                  k->has_timeout + (k->template_vars != NULL) +
-                 (g->reasoning.max_thinking_tokens > 0) + keep_special + (k->images->n > 0);
+                 (g->reasoning.max_thinking_tokens > 0) + keep_special + (k->images->n > 0) +
+                 (k->lora != NULL);
     msgpack_pack_map(pk, n_keys);
     char id[16];
     snprintf(id, sizeof id, "g%d", i);
@@ -740,6 +746,10 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     if (g->reasoning.max_thinking_tokens)
         zi_pack_kv_int(pk, "max_thinking_tokens", g->reasoning.max_thinking_tokens);
     if (keep_special) zi_pack_kv_bool(pk, "skip_special_tokens", 0);
+    if (k->lora) {
+        zi_pack_str(pk, "lora");
+        pack_json(pk, k->lora);
+    }
     if (k->template_vars) { /* the chat template's variables */
         zi_pack_str(pk, "chat_template_options");
         pack_json(pk, k->template_vars);

@@ -131,6 +131,21 @@ typedef struct zi_rope_freqs {
     float corr_lo, corr_hi; /* YaRN's correction dims (ggml_rope_yarn_corr_dims) */
 } zi_rope_freqs;
 
+/* One token's low-rank term of a product (a LoRA adapter,
+ * model_worker/lora.h), in backend memory: a = A ([rank][cols]) and bt = B
+ * transposed ([rank][rows]: the term is then one sweep along y), both of
+ * type (ZI_TYPE_F32 or ZI_TYPE_F16, as the file holds them), and the
+ * scale the term is multiplied by; a NULL: the token has none. */
+typedef struct zi_lora_row {
+    const void *a, *bt;
+    int type;
+    int rank; /* 1..ZI_LORA_MAX_RANK */
+    float scale;
+} zi_lora_row;
+
+/* The largest adapter rank a backend's lora op takes. */
+#define ZI_LORA_MAX_RANK 512
+
 typedef struct zi_backend_ops {
     const char *name;
     void (*free_backend)(zi_backend *be); /* zi_backend_free() calls it */
@@ -191,6 +206,15 @@ typedef struct zi_backend_ops {
      * that an encode does not pay for it). Optional (NULL: nothing to do);
      * a failure only means matmul_tile runs as matmul for w. */
     int (*weight_prepare_tile)(zi_backend *be, zi_weight *w, zi_error *err);
+    /* The LoRA term of a product, added to it: y[t] += B (r[t].scale *
+     * A x[t]) for every t < n_tokens whose r[t].a is set, x rows of
+     * cols floats and y rows of rows floats (r is host memory). In float32
+     * from x as it is (not the products' 16-bit activations), each token
+     * on its own in a fixed order, so a token's result never depends on
+     * the rest of the pass (batch invariance). Optional (NULL: the model
+     * refuses adapters on the backend). */
+    void (*lora)(zi_backend *be, float *y, const float *x, int n_tokens, int64_t rows, int64_t cols,
+                 const zi_lora_row *r);
     /* Row i of `rows` (ids[i]) of an embedding table, dequantized. */
     void (*get_rows)(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids, int n);
     /* y = x / sqrt(mean(x^2) + eps) * w, per row of length dim. y may be x. */

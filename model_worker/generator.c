@@ -108,6 +108,8 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     g->tokens = malloc(B * sizeof *g->tokens);
     g->pos = malloc(B * sizeof *g->pos);
     g->seq = malloc(B * sizeof *g->seq);
+    g->lora_ptr = malloc(B * ZI_MAX_LORA * sizeof *g->lora_ptr);
+    g->lora_sc = malloc(B * ZI_MAX_LORA * sizeof *g->lora_sc);
     g->want = malloc(B);
     g->tables = malloc(S * (size_t)max_blocks * sizeof *g->tables);
     g->order = malloc(S * sizeof *g->order);
@@ -128,7 +130,7 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
     int ok = g->embd_rows && g->attn_pos && g->state_slots && g->slot_used && g->seqs &&
              g->tokens && g->pos && g->seq && g->want && g->tables && g->order && g->stepped &&
              g->logits && g->first_row && g->rows && g->row_ctx && g->out_tok && g->sample_tok &&
-             g->spec_tok && g->src_row;
+             g->spec_tok && g->src_row && g->lora_ptr && g->lora_sc;
     for (size_t i = 0; ok && i < S; i++)
         ok = (g->seqs[i].blocks = malloc((size_t)max_blocks * sizeof(int32_t))) != NULL;
     if (!ok) {
@@ -187,6 +189,8 @@ void zi_generator_free(zi_generator *g) {
     free(g->tokens);
     free(g->pos);
     free(g->seq);
+    free(g->lora_ptr);
+    free(g->lora_sc);
     free(g->want);
     free(g->tables);
     free(g->order);
@@ -239,6 +243,19 @@ int zi_generator_check(const zi_generator *g, zi_error *err) {
     return zi_kv_blocks_check(g->kb, err);
 }
 
+/* The prefix-cache key of a context's adapters (zi_kv_blocks_match_seeded):
+ * 0 without any, else a hash of their ids and scales in order. */
+static uint64_t lora_seed(const zi_text_context *c) {
+    uint64_t h = 0;
+    for (size_t i = 0; i < c->n_lora; i++) {
+        uint32_t bits;
+        memcpy(&bits, &c->lora[i].scale, sizeof bits);
+        h = (h ^ ((uint64_t)(uint32_t)c->lora[i].id << 32 | bits)) * 0x9e3779b97f4a7c15ULL;
+        h ^= h >> 29;
+    }
+    return c->n_lora && h == 0 ? 1 : h;
+}
+
 /* Gives a sequence's blocks back (shared ones stay with their other users,
  * registered ones stay cached). Last block first: the pool evicts the least
  * recently released cached block first, so a cached chain loses its tail
@@ -246,7 +263,7 @@ int zi_generator_check(const zi_generator *g, zi_error *err) {
 static void drop_blocks(zi_generator *g, gseq *q) {
     for (int32_t i = q->n_blocks; i-- > 0;) zi_kv_blocks_release(g->kb, q->blocks[i]);
     q->n_blocks = q->n_registered = 0;
-    q->last_hash = 0;
+    q->last_hash = q->seed;
     if (g->drafter) zi_spec_draft_reset(g->drafter, (int)(q - g->seqs));
 }
 
@@ -318,7 +335,8 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         g->slots_used++;
         gseq *q = &g->seqs[next];
         q->n_blocks = q->n_registered = 0;
-        q->last_hash = 0;
+        q->seed = lora_seed(c);
+        q->last_hash = q->seed;
         q->looked_up = 0;
         q->gr_fed = -1;
         zi_spec_state_init(&q->spec);
@@ -411,7 +429,7 @@ static void preempt(zi_generator *g, zi_text_context *c) {
  * of no use without the state there). Returns the blocks kept. */
 static int32_t resume_state(zi_generator *g, zi_text_context *c, gseq *q, int32_t got) {
     const int bs = g->cfg.block_size;
-    uint64_t h = 0;
+    uint64_t h = q->seed;
     for (int32_t j = 0; j < got; j++)
         g->hashes[j] = h = zi_kv_blocks_hash(g->kb, h, c->tokens + (size_t)j * bs);
     int32_t keep = got;
@@ -423,7 +441,7 @@ static int32_t resume_state(zi_generator *g, zi_text_context *c, gseq *q, int32_
     if (row >= 0 && zi_kv_cache_copy_state(g->kv, slot, g->cfg.n_slots + row, NULL) != ZI_OK)
         keep = 0;
     for (int32_t j = got; j-- > keep;) zi_kv_blocks_release(g->kb, q->blocks[j]);
-    q->last_hash = keep > 0 ? g->hashes[keep - 1] : 0;
+    q->last_hash = keep > 0 ? g->hashes[keep - 1] : q->seed;
     return keep;
 }
 
@@ -455,7 +473,8 @@ static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
     int32_t max = (int32_t)(eligible / g->cfg.block_size);
     g->stats.prefix_query_tokens += (uint64_t)eligible;
     if (max < 1) return;
-    int32_t got = zi_kv_blocks_match(g->kb, c->tokens, eligible, max, q->blocks, &q->last_hash);
+    int32_t got = zi_kv_blocks_match_seeded(g->kb, q->seed, c->tokens, eligible, max, q->blocks,
+                                            &q->last_hash);
     if (got > 0 && g->ckpts) got = resume_state(g, c, q, got);
     if (got == 0) return;
     q->n_blocks = q->n_registered = got;
@@ -1231,6 +1250,30 @@ void zi_generator_release_embed(zi_generator *g, zi_embed_input *e) {
     zi_embed_release(e, g->kb);
 }
 
+/* The step's adapters (zi_batch.lora): each text token runs its context's,
+ * *k places a token (the most any stepped context has; 0: none). */
+static int step_loras(zi_generator *g, const step_plan *p, int n_text, int *k, zi_error *err) {
+    *k = 0;
+    for (int i = 0; i < p->n_stepped; i++)
+        if ((int)g->stepped[i]->n_lora > *k) *k = (int)g->stepped[i]->n_lora;
+    if (*k == 0) return ZI_OK;
+    for (int i = 0; i < p->n_stepped; i++)
+        for (size_t j = 0; j < g->stepped[i]->n_lora; j++)
+            if (g->stepped[i]->lora[j].id < 0 || g->stepped[i]->lora[j].id >= g->cfg.n_loras)
+                return zi_error_set(err, ZI_EINVAL,
+                                    "lora[%zu]: adapter %d is not one of the %d loaded", j,
+                                    (int)g->stepped[i]->lora[j].id, g->cfg.n_loras);
+    for (int T = 0; T < p->n_tokens; T++) {
+        const zi_text_context *c = T < n_text ? g->stepped[g->seq[T]] : NULL;
+        for (int j = 0; j < *k; j++) {
+            const int has = c && (size_t)j < c->n_lora;
+            g->lora_ptr[(size_t)T * *k + j] = has ? g->cfg.loras[c->lora[j].id] : NULL;
+            g->lora_sc[(size_t)T * *k + j] = has ? c->lora[j].scale : 0.0f;
+        }
+    }
+    return ZI_OK;
+}
+
 /* One step over the live contexts: schedule, one forward pass, sample,
  * record. *any_live is set when something ran. */
 static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *any_live,
@@ -1247,6 +1290,8 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
     if ((rc = grow((void **)&g->logits, &g->logit_rows, (size_t)p.n_rows,
                    (size_t)g->n_vocab * sizeof *g->logits, err)))
         return rc;
+    int lora_k = 0;
+    if ((rc = step_loras(g, &p, n_text, &lora_k, err))) return rc;
     zi_batch b = {.n_tokens = p.n_tokens,
                   .tokens = g->tokens,
                   .pos = g->pos,
@@ -1261,7 +1306,10 @@ static int step(zi_generator *g, zi_text_context *const *batch, size_t n, int *a
                   .embd = p.n_embd ? g->embd : NULL,
                   .embd_rows = p.n_embd ? g->embd_rows : NULL,
                   .attn_pos = p.non_causal ? g->attn_pos : NULL,
-                  .state_slots = g->state_slots};
+                  .state_slots = g->state_slots,
+                  .lora = lora_k ? g->lora_ptr : NULL,
+                  .lora_scale = g->lora_sc,
+                  .lora_k = lora_k};
     /* (a step with image rows runs on the host path: its uploads are not
      * for a captured pass) */
     if (!g->es.n_stepped && !p.n_embd && device_step_ok(g, &p))

@@ -108,6 +108,13 @@ typedef struct zi_generator_config {
     int (*encode_tile)(void *user, const zi_ctx_image *im, int tile, float *out, zi_error *err);
     void *encode_user;
     int image_dim; /* the rows' length: the model's dim (0: taken from the model) */
+    /* LoRA adapters (lora.h; loaded for the model, outliving the
+     * generator): a context's zi_text_context.lora ids index them, and
+     * each of its tokens runs those adapters; its prefix-cache blocks are
+     * keyed by them (a prefix is shared only under the same adapters and
+     * scales). NULL: contexts with adapters fail the step. */
+    const struct zi_lora *const *loras;
+    int n_loras;
 } zi_generator_config;
 
 /* Counters, for logs and the router's metrics. */

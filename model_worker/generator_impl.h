@@ -31,6 +31,7 @@ typedef struct gseq {
     int32_t n_blocks;
     int32_t n_registered; /* leading blocks registered for prefix sharing */
     uint64_t last_hash;   /* the chained hash of block n_registered - 1 */
+    uint64_t seed;        /* the chain's start: its context's adapters' key (0: none) */
     uint64_t arrival;
     int looked_up; /* the prefix cache was asked since the last (re)start */
     /* Structured output: the context's grammar (from its json_schema or
@@ -146,6 +147,9 @@ struct zi_generator {
     zi_state_ckpts *ckpts;
     uint64_t *hashes;
     int dim;                       /* the model's */
+    /* a step's adapters (zi_batch.lora): [max_batch_tokens * ZI_MAX_LORA] */
+    const struct zi_lora **lora_ptr;
+    float *lora_sc;
 };
 
 /* The slot of an assigned context. */

@@ -224,7 +224,13 @@ uint64_t zi_kv_blocks_register(zi_kv_blocks *kb, int32_t id, uint64_t parent,
 
 int32_t zi_kv_blocks_match(zi_kv_blocks *kb, const int32_t *tokens, int64_t n_tokens,
                            int32_t max_blocks, int32_t *ids_out, uint64_t *last_hash) {
-    uint64_t parent = 0;
+    return zi_kv_blocks_match_seeded(kb, 0, tokens, n_tokens, max_blocks, ids_out, last_hash);
+}
+
+int32_t zi_kv_blocks_match_seeded(zi_kv_blocks *kb, uint64_t seed, const int32_t *tokens,
+                                  int64_t n_tokens, int32_t max_blocks, int32_t *ids_out,
+                                  uint64_t *last_hash) {
+    uint64_t parent = seed;
     int32_t found = 0;
     for (; found < max_blocks && (int64_t)(found + 1) * kb->bs <= n_tokens; found++) {
         const int32_t *tk = tokens + (size_t)found * kb->bs;

@@ -88,6 +88,14 @@ uint64_t zi_kv_blocks_register(zi_kv_blocks *kb, int32_t id, uint64_t parent,
  */
 int32_t zi_kv_blocks_match(zi_kv_blocks *kb, const int32_t *tokens, int64_t n_tokens,
                            int32_t max_blocks, int32_t *ids_out, uint64_t *last_hash);
+/* The same for a chain whose first block's parent is seed instead of 0
+ * (registered with zi_kv_blocks_register(kb, id, seed, tokens)): K/V
+ * computed under something besides the tokens, such as a LoRA adapter
+ * (model_worker/lora.h), is only shared under the same seed. *last_hash
+ * is seed when nothing matched. */
+int32_t zi_kv_blocks_match_seeded(zi_kv_blocks *kb, uint64_t seed, const int32_t *tokens,
+                                  int64_t n_tokens, int32_t max_blocks, int32_t *ids_out,
+                                  uint64_t *last_hash);
 
 void zi_kv_blocks_get_stats(const zi_kv_blocks *kb, zi_kv_blocks_stats *out);
 /* Checks the invariant above; ZI_EINVAL naming the first violation. */

@@ -9,6 +9,7 @@
 
 #include "encoder_span.h"
 #include "family.h"
+#include "lora.h"
 
 #include <assert.h>
 #include <math.h>
@@ -46,6 +47,9 @@ typedef struct zi_layer {
 
 struct zi_model {
     zi_model_config cfg;
+    /* A pass's LoRA terms for one product (lora_apply), [lora_cap] */
+    zi_lora_row *lora_rows;
+    int lora_cap;
     zi_backend *be;
     zi_gguf *gguf;
     zi_weight tok_embd, output;
@@ -1017,6 +1021,7 @@ void zi_model_free(zi_model *m) {
     if (!m) return;
     zi_backend *be = m->be;
     free_buffers(m);
+    free(m->lora_rows);
     if (m->layers) {
         for (int l = 0; l < m->cfg.n_layers; l++) {
             zi_layer *L = &m->layers[l];
@@ -1689,11 +1694,61 @@ static void mamba2_block(zi_model *m, zi_kv_cache *kv, int l, const float *in, c
     op->add(be, m->x, m->tmp, (size_t)T * c->dim);
 }
 
+/* Checks a pass's adapters (zi_batch.lora) and sizes lora_rows; *on: some
+ * token runs one. */
+static int lora_prepare(zi_model *m, const zi_batch *b, int *on, zi_error *err) {
+    *on = 0;
+    if (!b->lora || b->lora_k <= 0) return ZI_OK;
+    for (int i = 0; i < b->n_tokens * b->lora_k; i++) {
+        if (!b->lora[i]) continue;
+        if (zi_lora_model(b->lora[i]) != m)
+            return zi_error_set(err, ZI_EINVAL, "token %d's adapter '%s' is another model's",
+                                i / b->lora_k, zi_lora_name(b->lora[i]));
+        if (b->lora_scale && !isfinite(b->lora_scale[i]))
+            return zi_error_set(err, ZI_EINVAL, "token %d's adapter scale is not finite",
+                                i / b->lora_k);
+        *on = 1;
+    }
+    if (*on && b->n_tokens > m->lora_cap) {
+        zi_lora_row *n = realloc(m->lora_rows, (size_t)b->n_tokens * sizeof *n);
+        if (!n) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+        m->lora_rows = n, m->lora_cap = b->n_tokens;
+    }
+    return ZI_OK;
+}
+
+/* Adds the pass's LoRA terms for layer l's weight tg (w: its rows and
+ * cols) to y, from the product's input x: for each adapter place j, the
+ * tokens whose j-th adapter adapts that weight (one op call a place). */
+static void lora_apply(zi_model *m, const zi_batch *b, int l, zi_lora_target tg, const zi_weight *w,
+                       float *y, const float *x) {
+    for (int j = 0; j < b->lora_k; j++) {
+        int any = 0;
+        for (int i = 0; i < b->n_tokens; i++) {
+            const size_t k = (size_t)i * b->lora_k + j;
+            zi_lora_row *r = &m->lora_rows[i];
+            const zi_lora *ad = b->lora[k];
+            const float s = !ad             ? 0.0f
+                            : b->lora_scale ? b->lora_scale[k]
+                                            : zi_lora_default_scale(ad);
+            r->a = NULL;
+            if (s != 0.0f && zi_lora_term(ad, l, tg, &r->a, &r->bt, &r->type)) {
+                r->rank = zi_lora_rank(ad);
+                r->scale = zi_lora_scale(ad, s);
+                any = 1;
+            }
+        }
+        if (any) m->be->ops->lora(m->be, y, x, b->n_tokens, w->rows, w->cols, m->lora_rows);
+    }
+}
+
 static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *host_out,
                            int *rows_out, zi_error *err) {
     int rc = validate_batch(m, kv, b, err);
     if (rc) return rc;
     if (m->cfg.n_recurrent && (rc = check_states(m, kv, b, err))) return rc;
+    int lora_on = 0;
+    if ((rc = lora_prepare(m, b, &lora_on, err))) return rc;
     if (b->want_hidden && !b->hidden)
         return zi_error_set(err, ZI_EINVAL, "want_hidden without a hidden buffer");
     int T = b->n_tokens, n_wanted = 0, n_spans = 0, n_f32 = 0;
@@ -1817,6 +1872,8 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             float *qkv_out[3] = {f->attn_gate ? m->gate : m->q, m->k, m->v};
             const zi_weight *qkv_w[3] = {&L->wq, &L->wk, &L->wv};
             op->matmul_n(be, 3, qkv_out, qkv_w, in, T);
+            for (int i = 0; lora_on && i < 3; i++)
+                lora_apply(m, b, l, ZI_LORA_Q + i, qkv_w[i], qkv_out[i], in);
             if (f->attn_gate) { /* per head [query, gate]: queries to q, gates to up */
                 const int rows = T * c->n_heads;
                 op->gather_rows(be, m->q, m->gate, m->gate_idx, rows, c->head_dim);
@@ -1855,6 +1912,7 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             if (f->attn_gate)
                 op->sigmoid_mul(be, m->att, m->up, (size_t)T * c->n_heads * c->head_dim);
             op->matmul(be, m->tmp, &L->wo, m->att, T);
+            if (lora_on) lora_apply(m, b, l, ZI_LORA_O, &L->wo, m->tmp, m->att);
             if (L->bo) op->add_bias(be, m->tmp, L->bo, T, c->dim);
             if (L->post_attn_norm)
                 op->rmsnorm(be, m->tmp, m->tmp, L->post_attn_norm, T, c->dim, c->norm_eps);
@@ -1880,9 +1938,14 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
             float *ffn_out[2] = {m->gate, m->up};
             const zi_weight *ffn_w[2] = {&L->w_gate, &L->w_up};
             op->matmul_n(be, 2, ffn_out, ffn_w, in, T);
+            for (int i = 0; lora_on && i < 2; i++)
+                lora_apply(m, b, l, ZI_LORA_GATE + i, ffn_w[i], ffn_out[i], in);
             glu(be, m->gate, m->gate, m->up, (size_t)T * c->ffn_dim);
         }
-        if (c->moe.n_expert == 0) op->matmul(be, m->tmp, &L->w_down, m->gate, T);
+        if (c->moe.n_expert == 0) {
+            op->matmul(be, m->tmp, &L->w_down, m->gate, T);
+            if (lora_on) lora_apply(m, b, l, ZI_LORA_DOWN, &L->w_down, m->tmp, m->gate);
+        }
         if (L->b_down) op->add_bias(be, m->tmp, L->b_down, T, c->dim);
         if (L->post_ffn_norm)
             op->rmsnorm(be, m->tmp, m->tmp, L->post_ffn_norm, T, c->dim, c->norm_eps);

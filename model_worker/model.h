@@ -242,6 +242,15 @@ typedef struct zi_batch {
      * block_tables is the sequence of slot state_slots[r]; NULL: slot r.
      * Each slot at most one row. */
     const int32_t *state_slots;
+    /* LoRA adapters (lora.h; NULL or lora_k 0: none): token i runs the
+     * adapters lora[i * lora_k + j], j < lora_k (NULL: none; each loaded
+     * for this model), at the user's scales lora_scale[i * lora_k + j]
+     * (NULL: each adapter's default; lora.h zi_lora_scale makes it the
+     * product's): each adapted product gets their terms for that token,
+     * in float32, in j's order. */
+    const struct zi_lora *const *lora;
+    const float *lora_scale;
+    int lora_k;
 } zi_batch;
 
 /* Validates the batch (ids inside the vocabulary, sequences inside the

@@ -41,6 +41,7 @@
 #include "imsg.h"
 #include "kv_blocks.h"
 #include "log.h"
+#include "lora.h"
 #include "mem_plan.h"
 #include "state_ckpt.h"
 #include "model.h"
@@ -100,6 +101,8 @@ typedef struct worker {
     zi_curve_client curve; /* --curve-secret, --router-key */
     zi_curve_watch watch;  /* logs a refused CURVE handshake */
     const wvision *vision; /* --mmproj's tower (its v NULL: none) */
+    zi_lora *const *loras; /* --lora's adapters, in order (a request's ids index them) */
+    int n_loras;
 } worker;
 
 static void send_register(worker *w) {
@@ -270,6 +273,29 @@ static int check_ctx_tokens(const worker *w, const zi_text_context *c, zi_error 
     return ZI_OK;
 }
 
+/* The request's adapters as indices of this worker's --lora list: a name
+ * looked up, an id checked (ZI_EINVAL naming lora[i] otherwise). */
+static int resolve_lora(const worker *w, zi_text_context *c, zi_error *err) {
+    for (size_t i = 0; i < c->n_lora; i++) {
+        zi_lora_ref *r = &c->lora[i];
+        if (r->id < 0) {
+            for (int j = 0; j < w->n_loras && r->id < 0; j++)
+                if (!strcmp(zi_lora_name(w->loras[j]), r->name)) r->id = j;
+            if (r->id < 0)
+                return zi_error_set(err, ZI_EINVAL,
+                                    "lora[%zu].name: this worker has no adapter '%s' (%d loaded "
+                                    "with --lora)",
+                                    i, r->name, w->n_loras);
+        } else if (r->id >= w->n_loras) {
+            return zi_error_set(err, ZI_EINVAL,
+                                "lora[%zu].id: %d is not an adapter of this worker (%d loaded "
+                                "with --lora)",
+                                i, (int)r->id, w->n_loras);
+        }
+    }
+    return ZI_OK;
+}
+
 static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
     zi_error err = {0};
     if (w->n_live >= w->slots) {
@@ -317,6 +343,7 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
                               "files?)",
                               i, im->tile_size, im->tile_tokens, c->image_size, c->n_tokens);
     }
+    if (!rc) rc = resolve_lora(w, &l->ctx, &err);
     if (!rc) rc = check_ctx_tokens(w, &l->ctx, &err);
     if (!rc)
         rc = check_ids(w, "context.eos_token_ids", l->ctx.eos_token_ids.v, l->ctx.eos_token_ids.n,
@@ -500,6 +527,8 @@ typedef struct wopts {
     const char *model_name; /* --model-name, or NULL: the file's */
     const char *draft; /* --draft-model, or NULL */
     const char *mmproj; /* --mmproj, or NULL */
+    zi_lora_spec *lora; /* --lora's values, in order ([ZI_LORA_MAX_ADAPTERS]) */
+    int n_lora;
     const char *router, *device;
     const char *curve_secret, *router_key; /* key files, or NULL */
     long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
@@ -548,6 +577,18 @@ static int parse_args(int argc, char **argv, wopts *o) {
             break;
         case ZI_O_DRAFT_MODEL:
             o->draft = v;
+            break;
+        case ZI_O_LORA:
+            if (o->n_lora == ZI_LORA_MAX_ADAPTERS) {
+                fprintf(stderr, "zinfer-worker: more than %d --lora adapters\n",
+                        ZI_LORA_MAX_ADAPTERS);
+                return 2;
+            }
+            if (zi_lora_spec_parse(v, &o->lora[o->n_lora], &err)) {
+                fprintf(stderr, "zinfer-worker: %s\n", err.msg);
+                return 2;
+            }
+            o->n_lora++;
             break;
         case ZI_O_MMPROJ:
             o->mmproj = v;
@@ -630,6 +671,8 @@ typedef struct wres {
     zi_model *model;
     zi_model *draft; /* --draft-model (NULL: none), on the same backend */
     wvision vision; /* --mmproj's image tower (v NULL: none), on the same backend */
+    zi_lora *loras[ZI_LORA_MAX_ADAPTERS]; /* --lora, on the same backend */
+    int n_loras;
     zi_grammar_vocab *jv;
     uint64_t per_tok, kv_blocks;
     char kv_why[128];
@@ -667,6 +710,11 @@ static int encode_tile(void *user, const zi_ctx_image *im, int tile, float *out,
     return rc;
 }
 
+static void free_loras(wres *r) {
+    for (int i = 0; i < r->n_loras; i++) zi_lora_free(r->loras[i]);
+    r->n_loras = 0;
+}
+
 /* Load: the device backend and the model; the worker's slots, context and
  * name follow from the options and the model. Reports and returns the
  * exit status on failure (nothing left to free). */
@@ -689,12 +737,27 @@ static int load(worker *w, const wopts *o, wres *r) {
         zi_backend_free(r->be);
         return start_failed(w, err.msg);
     }
+    for (int i = 0; i < o->n_lora; i++) {
+        if ((rc = zi_lora_load(r->model, &o->lora[i], &r->loras[i], &err))) {
+            free_loras(r);
+            zi_model_free(r->draft);
+            zi_model_free(r->model);
+            zi_backend_free(r->be);
+            return start_failed(w, err.msg);
+        }
+        r->n_loras++;
+        zi_log(&w->log, ZI_LOG_INFO, "adapter %d '%s': %s, rank %d, alpha %g, %d weights", i,
+               o->lora[i].name, o->lora[i].path, zi_lora_rank(r->loras[i]),
+               (double)zi_lora_alpha(r->loras[i]), zi_lora_n_weights(r->loras[i]));
+    }
+    w->loras = r->loras, w->n_loras = r->n_loras;
     const zi_model_config *mc = zi_model_get_config(r->model);
     if (o->mmproj &&
         ((rc = zi_vision_load(o->mmproj, r->be, mc->dim, &r->vision.v, &err)) ||
          !(r->vision.cache = zi_tile_cache_create(ZI_TILE_CACHE_BYTES)))) {
         if (!rc) zi_error_set(&err, ZI_ENOMEM, "out of memory");
         zi_vision_free(r->vision.v);
+        free_loras(r);
         zi_model_free(r->draft);
         zi_model_free(r->model);
         zi_backend_free(r->be);
@@ -809,7 +872,9 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                               .spec_lookup = o->spec_lookup,
                               .draft_model = r->draft,
                               .encode_tile = r->vision.v ? encode_tile : NULL,
-                              .encode_user = &r->vision};
+                              .encode_user = &r->vision,
+                              .loras = (const zi_lora *const *)r->loras,
+                              .n_loras = r->n_loras};
     w->live = calloc((size_t)w->slots, sizeof *w->live);
     w->jobs = calloc((size_t)w->slots, sizeof *w->jobs);
     if (!w->live || !w->jobs || zi_generator_create(r->model, &gc, &w->gen, &err)) {
@@ -1021,6 +1086,8 @@ int main(int argc, char **argv) {
                .chunk = zi_option_def(ZI_O_PREFILL_CHUNK),
                .block = zi_option_def(ZI_O_BLOCK_SIZE),
                .log_level = (int)zi_option_def(ZI_O_LOG_LEVEL)};
+    static zi_lora_spec lora_specs[ZI_LORA_MAX_ADAPTERS]; /* 260 KiB: off the stack */
+    o.lora = lora_specs;
     zi_default_model_path(o.model, sizeof o.model);
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc;
@@ -1039,6 +1106,7 @@ int main(int argc, char **argv) {
     if ((rc = create_generator(&w, &o, &r))) {
         zi_vision_free(r.vision.v);
         zi_tile_cache_free(r.vision.cache);
+        free_loras(&r);
         zi_model_free(r.draft);
         zi_model_free(r.model);
         zi_backend_free(r.be);
@@ -1063,6 +1131,7 @@ int main(int argc, char **argv) {
     zi_rank_head_free(&w.rank);
     zi_vision_free(r.vision.v);
     zi_tile_cache_free(r.vision.cache);
+    free_loras(&r);
     zi_model_free(r.model);
     zi_backend_free(r.be);
     return rc;

@@ -125,6 +125,54 @@ static int dec_logit_bias(zi_dec *d, const msgpack_object *o, zi_logit_bias *out
     return ZI_OK;
 }
 
+/* "lora": an array of at most ZI_MAX_LORA maps, each {"id": int} or
+ * {"name": str}, and "scale" (a finite number, default 1). */
+static int dec_lora(zi_dec *d, const msgpack_object *o, zi_lora_ref *out, size_t *n_out) {
+    static const char *const names[] = {"id", "name", "scale"};
+    *n_out = 0;
+    int rc = zi_dec_sized(d, o, MSGPACK_OBJECT_ARRAY,
+                          "an array of {\"id\" or \"name\", "
+                          "\"scale\"} maps",
+                          "adapters", ZI_MAX_LORA);
+    for (uint32_t i = 0; !rc && i < o->via.array.size; i++) {
+        size_t old = zi_dec_push_idx(d, i);
+        const msgpack_object *v[3];
+        zi_lora_ref *r = &out[i];
+        memset(r, 0, sizeof *r);
+        r->id = -1, r->scale = 1.0f;
+        rc = zi_dec_read_map(d, &o->via.array.ptr[i], names, 3, 0, v);
+        if (!rc && zi_dec_is_nil(v[0]) == zi_dec_is_nil(v[1]))
+            rc = zi_dec_fail(d, ZI_EINVAL, "give one of \"id\" and \"name\"");
+        if (!rc && !zi_dec_is_nil(v[0])) {
+            int64_t id;
+            size_t o2 = zi_dec_push_key(d, "id");
+            rc = zi_dec_i64(d, v[0], 0, 1023, &id);
+            zi_dec_pop(d, o2);
+            r->id = (int32_t)id;
+        }
+        if (!rc && !zi_dec_is_nil(v[1])) {
+            size_t o2 = zi_dec_push_key(d, "name");
+            rc = zi_dec_check_str(d, v[1], ZI_STR_NO_NUL | ZI_STR_NONEMPTY);
+            if (!rc && v[1]->via.str.size >= ZI_LORA_REF_NAME_MAX)
+                rc = zi_dec_fail(d, ZI_EINVAL, "longer than %d bytes", ZI_LORA_REF_NAME_MAX - 1);
+            if (!rc) memcpy(r->name, v[1]->via.str.ptr, v[1]->via.str.size);
+            zi_dec_pop(d, o2);
+        }
+        if (!rc && !zi_dec_is_nil(v[2])) {
+            double sc;
+            size_t o2 = zi_dec_push_key(d, "scale");
+            rc = zi_dec_f64(d, v[2], &sc);
+            if (!rc && !(fabs(sc) <= 1e6))
+                rc = zi_dec_fail(d, ZI_EINVAL, "%g is not a finite number within +-1e6", sc);
+            r->scale = (float)sc;
+            zi_dec_pop(d, o2);
+        }
+        zi_dec_pop(d, old);
+        if (!rc) *n_out = i + 1;
+    }
+    return rc;
+}
+
 static int dec_sampling(zi_dec *d, const msgpack_object *o, zi_sampling_params *sp) {
     static const char *const names[] = {"top_k",
                                         "top_p",
@@ -443,7 +491,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "regex",
                                         "timeout_ms",
                                         "max_thinking_tokens",
-                                        "skip_special_tokens"};
+                                        "skip_special_tokens",
+                                        "lora"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -467,7 +516,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         REGEX,
         TIMEOUT,
         THINKING,
-        SKIPSPECIAL
+        SKIPSPECIAL,
+        LORA
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -538,6 +588,7 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         AT(d, "timeout_ms", zi_dec_i64(d, v[TIMEOUT], 1, ZI_MAX_TIMEOUT_MS, &r->timeout_ms));
     if (v[SKIPSPECIAL])
         AT(d, "skip_special_tokens", zi_dec_bool(d, v[SKIPSPECIAL], &r->skip_special_tokens));
+    if (!zi_dec_is_nil(v[LORA])) AT(d, "lora", dec_lora(d, v[LORA], r->lora, &r->n_lora));
     if (!zi_dec_is_nil(v[THINKING]))
         AT(d, "max_thinking_tokens",
            zi_dec_i64(d, v[THINKING], 1, ZI_MAX_THINKING_TOKENS, &r->max_thinking_tokens));
@@ -779,7 +830,8 @@ static const char *const ctx_names[C_N] = {"request_id",
                                            "thinking_open",
                                            "thinking_end",
                                            "thinking_harmony",
-                                           "images"};
+                                           "images",
+                                           "lora"};
 
 /* An index field: absent or -1 means "derive" (returned as -1). */
 static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t *out) {
@@ -896,6 +948,7 @@ static int ctx_options(zi_dec *d, const msgpack_object *const *v, zi_text_contex
             return zi_dec_fail_at(d, "thinking_end", ZI_EINVAL,
                                   "a thinking budget needs the ids that end the section");
     }
+    if (!zi_dec_is_nil(v[C_LORA])) AT(d, "lora", dec_lora(d, v[C_LORA], c->lora, &c->n_lora));
     if (!zi_dec_is_nil(v[C_MATCHER]))
         return zi_dec_fail_at(d, "_matcher", ZI_EINVAL,
                               "a grammar matcher cannot travel (must be nil)");

@@ -51,6 +51,19 @@ static int pack_str(msgpack_packer *pk, const char *p, size_t n) {
     return msgpack_pack_str_with_body(pk, p ? p : "", p ? n : 0);
 }
 
+/* A request's or context's "lora": [{"id" or "name", "scale"}]. */
+static int pack_lora(msgpack_packer *pk, const zi_lora_ref *l, size_t n) {
+    if (msgpack_pack_array(pk, n)) return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (msgpack_pack_map(pk, 2)) return -1;
+        if (l[i].id >= 0 ? pack_key(pk, "id") || msgpack_pack_int32(pk, l[i].id)
+                         : pack_key(pk, "name") || pack_key(pk, l[i].name))
+            return -1;
+        if (pack_key(pk, "scale") || msgpack_pack_double(pk, l[i].scale)) return -1;
+    }
+    return 0;
+}
+
 static int pack_np_header(msgpack_packer *pk, const char *dtype, size_t n, size_t bytes) {
     if (msgpack_pack_map(pk, 4) || pack_key(pk, "__np__") || msgpack_pack_true(pk) ||
         pack_key(pk, "dtype") || pack_key(pk, dtype) || pack_key(pk, "shape") ||
@@ -193,7 +206,7 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
                (r->response_format.len ? 1 : 0) + (r->tools.len ? 1 : 0) +
                (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0) +
                (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0) + (r->max_thinking_tokens ? 1 : 0) +
-               (r->skip_special_tokens ? 0 : 1) + (r->n_images ? 1 : 0);
+               (r->skip_special_tokens ? 0 : 1) + (r->n_images ? 1 : 0) + (r->n_lora ? 1 : 0);
     P(msgpack_pack_map(pk, n));
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
@@ -248,6 +261,7 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     if (r->max_thinking_tokens)
         P(pack_key(pk, "max_thinking_tokens") || msgpack_pack_int64(pk, r->max_thinking_tokens));
     if (!r->skip_special_tokens) P(pack_key(pk, "skip_special_tokens") || msgpack_pack_false(pk));
+    if (r->n_lora) P(pack_key(pk, "lora") || pack_lora(pk, r->lora, r->n_lora));
     P(pack_key(pk, "request_path") ||
       (r->request_path.len ? pack_str(pk, r->request_path.p, r->request_path.len)
                            : pack_str(pk, "/", 1)));
@@ -370,7 +384,8 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     size_t n_lp = 0;
     for (int64_t i = 0; i < c->end_idx; i++) n_lp += c->lp_data[i] != NULL;
     P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1) - (c->regex.len ? 0 : 1) -
-                               (c->thinking_budget ? 0 : 4) - (c->n_images ? 0 : 1)));
+                               (c->thinking_budget ? 0 : 4) - (c->n_images ? 0 : 1) -
+                               (c->n_lora ? 0 : 1)));
     P(pack_key(pk, "request_id") || pack_str(pk, c->request_id.p, c->request_id.len));
     P(pack_key(pk, "prompt") ||
       (c->prompt.len ? pack_str(pk, c->prompt.p, c->prompt.len) : msgpack_pack_nil(pk)));
@@ -398,6 +413,7 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
           pack_key(pk, "thinking_end") || pack_i32_array(pk, &c->thinking_end) ||
           pack_key(pk, "thinking_harmony") ||
           (c->thinking_harmony ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
+    if (c->n_lora) P(pack_key(pk, "lora") || pack_lora(pk, c->lora, c->n_lora));
     P(pack_key(pk, "sampling_params"));
     if ((rc = zi_codec_pack_sampling_params(pk, &c->sampling_params, err))) return rc;
     P(pack_key(pk, "_matcher") || msgpack_pack_nil(pk));

@@ -77,6 +77,7 @@ enum {
     C_THINK_END,
     C_THINK_HARMONY, /* with a budget */
     C_IMAGES,        /* written only when the context has images */
+    C_LORA,          /* written only when the context has adapters */
     C_N
 };
 

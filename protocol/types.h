@@ -202,6 +202,17 @@ typedef enum zi_prompt_kind {
     ZI_PROMPT_TOKENS = 2,
 } zi_prompt_kind;
 
+/* A LoRA adapter a request runs under (the request's "lora", llama-server's
+ * shape; docs/lora.md): one of the worker's --lora adapters, by its index
+ * in their order (id >= 0) or by name (id -1), and the user's scale. */
+#define ZI_MAX_LORA 4           /* adapters a request names at most */
+#define ZI_LORA_REF_NAME_MAX 64 /* a name's bytes, its NUL included */
+typedef struct zi_lora_ref {
+    int32_t id;
+    char name[ZI_LORA_REF_NAME_MAX]; /* when id is -1 */
+    float scale;
+} zi_lora_ref;
+
 /* The seed's TokenGeneratorRequest plus `stream` from zinfer's protocol.
  * Exactly one of a prompt and messages is set in a valid request. The stop
  * strings of `stop` and of sampling_params.stop both apply. */
@@ -239,6 +250,9 @@ typedef struct zi_request {
      * many markers as images (the decoder checks). Each len > 0. */
     zi_bytes *images;
     size_t n_images;
+    /* LoRA adapters (n_lora 0: none), applied together in this order. */
+    zi_lora_ref lora[ZI_MAX_LORA];
+    size_t n_lora;
 } zi_request;
 
 /* Where an image goes in the text: llama.cpp's media marker
@@ -472,6 +486,10 @@ typedef struct zi_text_context {
      * their soft-token positions are keys (zi_ctx_image_key), negative. */
     zi_ctx_image *images;
     size_t n_images;
+    /* The request's LoRA adapters (zi_request.lora; n_lora 0: none): the
+     * worker resolves names to ids and refuses an adapter it lacks. */
+    zi_lora_ref lora[ZI_MAX_LORA];
+    size_t n_lora;
 } zi_text_context;
 
 /*

@@ -479,6 +479,10 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
         rc = zi_string_set(&ctx.regex, r.regex.p, r.regex.len, &err);
     if (!rc && r.max_thinking_tokens)
         rc = thinking_budget(t, &r, reasoning_open, harmony, &ctx, &err);
+    if (!rc) { /* the worker resolves and checks them */
+        memcpy(ctx.lora, r.lora, sizeof ctx.lora);
+        ctx.n_lora = r.n_lora;
+    }
     if (!rc) {
         char rs[32];
         int len = snprintf(rs, sizeof rs, "%llu", (unsigned long long)rid);

@@ -1548,6 +1548,49 @@ static void cpu_backend_free(zi_backend *be) {
     free(c);
 }
 
+/* LoRA (backend.h's lora): each thread takes a share of the tokens; a
+ * token's c = scale * A x (the table's lora_down: float32 sums, the same
+ * bits whatever else the pass holds), then y += B c in one sweep of y
+ * (lora_up). */
+typedef struct lora_args {
+    const zi_cpu_kernels *k;
+    float *y;
+    const float *x;
+    int n_tokens;
+    int64_t rows, cols;
+    const zi_lora_row *r;
+} lora_args;
+
+static void lora_worker(void *ctx, int ith, int nth) {
+    const lora_args *a = ctx;
+    float c[ZI_LORA_MAX_RANK];
+    for (int tk = ith; tk < a->n_tokens; tk += nth) {
+        const zi_lora_row *r = &a->r[tk];
+        if (!r->a) continue;
+        const float *x = a->x + (size_t)tk * a->cols;
+        const int f16 = r->type == ZI_TYPE_F16;
+        a->k->lora_down(c, r->a, x, r->rank, a->cols, f16);
+        for (int k = 0; k < r->rank; k++) c[k] *= r->scale;
+        a->k->lora_up(a->y + (size_t)tk * a->rows, c, r->bt, r->rank, a->rows, f16);
+    }
+}
+
+static void cpu_lora(zi_backend *be, float *y, const float *x, int n_tokens, int64_t rows,
+                     int64_t cols, const zi_lora_row *r) {
+    lora_args a = {cb(be)->k, y, x, n_tokens, rows, cols, r};
+    int64_t work = 0;
+    for (int t = 0; t < n_tokens; t++)
+        if (r[t].a) {
+            assert(r[t].rank >= 1 && r[t].rank <= ZI_LORA_MAX_RANK);
+            work += (int64_t)r[t].rank * (rows + cols);
+        }
+    if (work == 0) return;
+    if (work >= 65536 && n_tokens > 1)
+        zi_pool_run(cb(be)->pool, lora_worker, &a);
+    else
+        lora_worker(&a, 0, 1);
+}
+
 static const zi_backend_ops cpu_ops = {
     .name = "cpu",
     .free_backend = cpu_backend_free,
@@ -1577,6 +1620,7 @@ static const zi_backend_ops cpu_ops = {
     .scale = cpu_scale,
     .softcap = cpu_softcap,
     .add = cpu_add,
+    .lora = cpu_lora,
     .add_bias = cpu_add_bias,
     .layernorm = cpu_layernorm,
     .gelu = cpu_gelu,

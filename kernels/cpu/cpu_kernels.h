@@ -108,6 +108,17 @@ typedef struct zi_cpu_kernels {
     float (*dot)(const float *a, const float *b, int64_t n);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
+    /* A LoRA term's first product (backend.h's lora): c[k] = dot(row k of
+     * a, x) for k < rank, rows of n values (float16 when f16, else
+     * float32), in float32: up to 8 rows at once over one pass of x, each
+     * row's sum in 8 lanes then reduced (the same bits for a token
+     * whatever the rest of the pass). */
+    void (*lora_down)(float *c, const void *a, const float *x, int rank, int64_t n, int f16);
+    /* A LoRA term's second product (backend.h's lora): y[i] += the sum
+     * over k < rank, in k's order, of c[k] * bt[k * rows + i], each step a
+     * fused multiply-add; bt float16 when f16, else float32. One pass over
+     * y, whatever the rank. */
+    void (*lora_up)(float *y, const float *c, const void *bt, int rank, int64_t rows, int f16);
     /* out[i] = g[i] / (1 + expf(-g[i])) * u[i] (SwiGLU); out may be g. */
     void (*swiglu)(float *out, const float *g, const float *u, int64_t n);
     /* out[i] = gelu_tanh(g[i]) * u[i] (GeGLU, GELU's tanh approximation);

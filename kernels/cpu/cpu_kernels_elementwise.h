@@ -1,21 +1,79 @@
 /*
  * cpu_kernels_elementwise.h - the element-wise kernels: axpy_f32,
- * scale_f32, to_f16, swiglu_f32, geglu_f32, and the vector expf (glibc's
- * algorithm, bit-identical to expf) that SwiGLU, GeGLU and attention's
- * softmax use. One of
- * the units that cpu_kernels_impl.h includes, in its order, once per
- * instruction set.
+ * lora_down and lora_up (a LoRA term's two products), scale_f32, to_f16,
+ * swiglu_f32, geglu_f32, and the vector expf (glibc's algorithm,
+ * bit-identical to expf) that SwiGLU, GeGLU and attention's softmax use.
+ * One of the units that cpu_kernels_impl.h includes, in its order, once
+ * per instruction set.
  *
  * What each table compiles here:
  *   scalar   the plain loops (expf from libm, zi_f32_to_f16).
  *   AVX2     (#if __AVX2__) the expf table and constants; (#if __AVX2__ &&
  *            !__AVX512F__) exp4_avx2, exp8_avx2, SwiGLU 8 lanes at a
- *            time, GeGLU likewise; (#if __F16C__) to_f16 8 values at a time.
+ *            time, GeGLU likewise; (#if __F16C__) to_f16 8 values at a time;
+ *            (#if __AVX2__ && __F16C__ && __FMA__) lora_down and lora_up
+ *            8 lanes at a time (the AVX-512 table too).
  *   AVX-512  the expf table and constants, exp8_core and exp16 (#if
  *            __AVX512F__), SwiGLU and GeGLU 16 lanes at a time, to_f16 as AVX2.
  */
 static void axpy_f32(float *y, float a, const float *x, int64_t n) {
     for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void lora_down(float *c, const void *a, const float *x, int rank, int64_t n, int f16) {
+    const uint16_t *ah = a;
+    const float *af = a;
+    for (int k0 = 0; k0 < rank; k0 += 8) {
+        const int m = rank - k0 < 8 ? rank - k0 : 8;
+        int64_t i = 0;
+        float s[8] = {0};
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+        __m256 acc[8];
+        for (int j = 0; j < 8; j++) acc[j] = _mm256_setzero_ps();
+        for (; i + 8 <= n; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(x + i);
+            for (int j = 0; j < m; j++) {
+                const size_t o = (size_t)(k0 + j) * (size_t)n + (size_t)i;
+                const __m256 av = f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ah + o)))
+                                      : _mm256_loadu_ps(af + o);
+                acc[j] = _mm256_fmadd_ps(av, xv, acc[j]);
+            }
+        }
+        for (int j = 0; j < m; j++) s[j] = hsum256(acc[j]);
+#endif
+        for (; i < n; i++)
+            for (int j = 0; j < m; j++) {
+                const size_t o = (size_t)(k0 + j) * (size_t)n + (size_t)i;
+                s[j] = fmaf(f16 ? load_f16(ah[o]) : af[o], x[i], s[j]);
+            }
+        for (int j = 0; j < m; j++) c[k0 + j] = s[j];
+    }
+}
+
+static void lora_up(float *y, const float *c, const void *bt, int rank, int64_t rows, int f16) {
+    const uint16_t *bh = bt;
+    const float *bf = bt;
+    int64_t i = 0;
+#if defined(__AVX2__) && defined(__F16C__) && defined(__FMA__)
+    for (; i + 8 <= rows; i += 8) {
+        __m256 acc = _mm256_loadu_ps(y + i);
+        for (int k = 0; k < rank; k++) {
+            const size_t o = (size_t)k * (size_t)rows + (size_t)i;
+            const __m256 b = f16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(bh + o)))
+                                 : _mm256_loadu_ps(bf + o);
+            acc = _mm256_fmadd_ps(_mm256_set1_ps(c[k]), b, acc);
+        }
+        _mm256_storeu_ps(y + i, acc);
+    }
+#endif
+    for (; i < rows; i++) {
+        float acc = y[i];
+        for (int k = 0; k < rank; k++) {
+            const size_t o = (size_t)k * (size_t)rows + (size_t)i;
+            acc = fmaf(c[k], f16 ? load_f16(bh[o]) : bf[o], acc);
+        }
+        y[i] = acc;
+    }
 }
 
 static void scale_f32(float *y, float a, int64_t n) {

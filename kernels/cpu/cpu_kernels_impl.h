@@ -47,6 +47,8 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
 #endif
     .dot = dot_f32,
     .axpy = axpy_f32,
+    .lora_up = lora_up,
+    .lora_down = lora_down,
     .scale = scale_f32,
     .swiglu = swiglu_f32,
     .geglu = geglu_f32,

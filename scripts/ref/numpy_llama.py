@@ -454,8 +454,18 @@ class Model:
             out += f
         return out
 
+    def _mm(self, h, name, lora):
+        """h @ W^T for weight `name`, plus each LoRA adapter's term
+        scale * (h @ A^T) @ B^T (lora: [(Adapter, user scale)])."""
+        y = h @ self.w[name].T
+        for ad, user_scale in lora or ():
+            ab = ad.terms.get(name)
+            if ab is not None:
+                y = y + ad.scale(user_scale) * ((h @ ab[0].T) @ ab[1].T)
+        return y
+
     def forward(self, ids, cache=None, last_only=False, rows=None, hidden=False,
-                routing=None, embd=None, reach=None):
+                routing=None, embd=None, reach=None, lora=None):
         """Logits [n, n_vocab] for ids appended after the cache's tokens.
 
         hidden: return the final hidden state instead [n, dim] (after the
@@ -476,6 +486,9 @@ class Model:
         reach: absolute positions [n]: query i also sees keys past itself
         up to reach[i] (gemma3's image tokens see their whole image, as
         llama.cpp decodes an image non-causally); None: causal.
+        lora: LoRA adapters on every token, [(Adapter, user scale)]
+        (load_lora); each adapted product W h becomes W h + s B (A h),
+        s = user scale * alpha / rank, in float64.
         """
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim != 1 or len(ids) == 0:
@@ -512,9 +525,9 @@ class Model:
         for L in range(self.n_layer):
             p = f"blk.{L}."
             h = self.rms(x, self.w[p + "attn_norm.weight"])
-            q = (h @ self.w[p + "attn_q.weight"].T).reshape(n, nh, hd)
-            k = (h @ self.w[p + "attn_k.weight"].T).reshape(n, nkv, hd)
-            v = (h @ self.w[p + "attn_v.weight"].T).reshape(n, nkv, hd)
+            q = self._mm(h, p + "attn_q.weight", lora).reshape(n, nh, hd)
+            k = self._mm(h, p + "attn_k.weight", lora).reshape(n, nkv, hd)
+            v = self._mm(h, p + "attn_v.weight", lora).reshape(n, nkv, hd)
             # biases (qwen2): added right after the products, before norms
             if p + "attn_q.bias" in self.w:
                 q = q + self.w[p + "attn_q.bias"].reshape(nh, hd)
@@ -547,7 +560,7 @@ class Model:
                 att = np.exp(att)
                 att /= att.sum(axis=-1, keepdims=True)
             o = np.einsum("hqk,khd->qhd", att, vr).reshape(n, nh * hd)
-            o = o @ self.w[p + "attn_output.weight"].T
+            o = self._mm(o, p + "attn_output.weight", lora)
             if self.moe and p + "attn_output.bias" in self.w:  # gpt-oss
                 o = o + self.w[p + "attn_output.bias"]
             if self.post_norms:
@@ -558,13 +571,13 @@ class Model:
             if self.moe:
                 x = x + self.moe_ffn(p, h, routing)
                 continue
-            g = h @ self.w[p + "ffn_gate.weight"].T
-            u = h @ self.w[p + "ffn_up.weight"].T
+            g = self._mm(h, p + "ffn_gate.weight", lora)
+            u = self._mm(h, p + "ffn_up.weight", lora)
             if self.geglu:  # GELU, tanh approximation
                 a = 0.5 * g * (1.0 + np.tanh(np.sqrt(2.0 / np.pi) * (g + 0.044715 * g**3)))
             else:
                 a = g / (1.0 + np.exp(-g))
-            f = (a * u) @ self.w[p + "ffn_down.weight"].T
+            f = self._mm(a * u, p + "ffn_down.weight", lora)
             if self.post_norms:
                 f = self.rms(f, self.w[p + "post_ffw_norm.weight"])
             x = x + f
@@ -599,6 +612,38 @@ class Model:
             if len(toks) < n_new:
                 z = self.forward([toks[-1]], cache, last_only=True)[-1]
         return toks, gaps
+
+
+class Adapter:
+    """A LoRA adapter in llama.cpp's GGUF adapter format, float64: terms
+    maps a base weight's name to (A [rank, in], B [out, rank])."""
+
+    def __init__(self, path):
+        import gguf
+
+        r = gguf.GGUFReader(path)
+
+        def field(key, default=None):
+            f = r.fields.get(key)
+            if f is None:
+                return default
+            v = f.parts[f.data[0]]
+            return bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else v[0]
+
+        if field("general.type") != "adapter" or field("adapter.type") != "lora":
+            raise ValueError(f"{path}: not a LoRA adapter")
+        self.arch = field("general.architecture")
+        self.alpha = float(field("adapter.lora.alpha", 0.0))
+        t = {x.name: np.asarray(x.data, dtype=np.float64) for x in r.tensors}
+        self.terms = {}
+        for name, a in t.items():
+            if name.endswith(".lora_a"):
+                base = name[:-len(".lora_a")]
+                self.terms[base] = (a, t[base + ".lora_b"])
+        self.rank = next(iter(self.terms.values()))[0].shape[0]
+
+    def scale(self, user_scale):
+        return user_scale * self.alpha / self.rank if self.alpha else user_scale
 
 
 _CACHE = {}

@@ -234,3 +234,18 @@ def test_help_states_the_ranges(bins):
             if who and name:
                 assert re.search(rf"{re.escape(name)} \S+ [^\[]*\[{lo}\.\.{hi}\]", texts[who]), \
                     (who, name, lo, hi)
+
+
+def test_lora_value_same_everywhere(bins, model_path):
+    """--lora NAME=FILE[:SCALE] (repeatable): serve and zinfer-worker read
+    the value the same way (model_worker/lora.h zi_lora_spec_parse); serve
+    also needs the file (it passes its real path on)."""
+    for value, msg in [("noequals", "--lora 'noequals': expected NAME=FILE[:SCALE]"),
+                       ("a=", "--lora 'a=': no FILE after '='"),
+                       ("a b=f.gguf", "--lora 'a b=f.gguf': a name has no spaces, control "
+                                      "characters or ':'")]:
+        assert verdict(bins, model_path, "serve", "--lora", value) == (2, msg)
+        assert verdict(bins, model_path, "worker", "--lora", value) == (2, msg)
+    assert verdict(bins, model_path, "worker", "--lora", "a=/nonexistent.gguf:0.5") == (0, None)
+    assert verdict(bins, model_path, "serve", "--lora", "a=/nonexistent.gguf:0.5") == (
+        2, "--lora /nonexistent.gguf: No such file or directory")

@@ -481,6 +481,78 @@ static void test_roundtrip_thinking(void **state) {
     zi_text_context_free(&c);
 }
 
+/* "lora": {"id"} or {"name"} with a scale (default 1), through a request
+ * and a context; the shape's refusals name the entry. */
+static void test_roundtrip_lora(void **state) {
+    (void)state;
+    zi_error e = {0};
+    zi_request r, back;
+    msgpack_sbuffer sb = sb_new();
+    build(&sb, "M s s s s s A M s i s d M s s", 3, "id", "t", "prompt", "hi", "lora", 2, 2, "id",
+          3LL, "scale", 0.5, 1, "name", "style");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_int_equal(r.n_lora, 2);
+    assert_int_equal(r.lora[0].id, 3);
+    assert_true(r.lora[0].scale == 0.5f);
+    assert_int_equal(r.lora[1].id, -1);
+    assert_string_equal(r.lora[1].name, "style");
+    assert_true(r.lora[1].scale == 1.0f);
+    char *buf;
+    size_t len;
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_int_equal(back.n_lora, 2);
+    assert_int_equal(back.lora[0].id, 3);
+    assert_string_equal(back.lora[1].name, "style");
+    free(buf);
+    zi_request_free(&back);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+    static const struct {
+        const char *fmt, *err;
+    } bad[] = {
+        {"M s s s s s A M s i s s", "lora[0]: give one of \"id\" and \"name\""},
+        {"M s s s s s A M s d", "lora[0]: give one of \"id\" and \"name\""},
+        {"M s s s s s A M s i", "lora[0].id"},
+    };
+    sb = sb_new();
+    build(&sb, bad[0].fmt, 3, "id", "t", "prompt", "hi", "lora", 1, 2, "id", 1LL, "name", "x");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+    ERR_HAS(e, bad[0].err);
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, bad[1].fmt, 3, "id", "t", "prompt", "hi", "lora", 1, 1, "scale", 1.0);
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+    ERR_HAS(e, bad[1].err);
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, bad[2].fmt, 3, "id", "t", "prompt", "hi", "lora", 1, 1, "id", -1LL);
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+    ERR_HAS(e, bad[2].err);
+    msgpack_sbuffer_destroy(&sb);
+    sb = sb_new();
+    build(&sb, "M s s s s s A M s i M s i M s i M s i M s i", 3, "id", "t", "prompt", "hi", "lora",
+          5, 1, "id", 0LL, 1, "id", 1LL, 1, "id", 2LL, 1, "id", 3LL, 1, "id", 4LL);
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+    ERR_HAS(e, "lora");
+    msgpack_sbuffer_destroy(&sb);
+
+    zi_text_context c, back_c;
+    const int32_t prompt[3] = {1, 2, 3};
+    odd_context(&c, prompt, 3, 4096);
+    zi_string_set(&c.request_id, "ctx-l", 5, NULL);
+    c.lora[0] = (zi_lora_ref){.id = 1, .scale = -0.25f};
+    c.n_lora = 1;
+    assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_OK);
+    assert_int_equal(back_c.n_lora, 1);
+    assert_int_equal(back_c.lora[0].id, 1);
+    assert_true(back_c.lora[0].scale == -0.25f);
+    free(buf);
+    zi_text_context_free(&back_c);
+    zi_text_context_free(&c);
+}
+
 static void test_tool_messages(void **state) {
     (void)state;
     msgpack_sbuffer sb = sb_new();
@@ -1015,6 +1087,7 @@ int main(void) {
         cmocka_unit_test(test_tool_messages),
         cmocka_unit_test(test_roundtrip_images),
         cmocka_unit_test(test_roundtrip_thinking),
+        cmocka_unit_test(test_roundtrip_lora),
         cmocka_unit_test(test_roundtrip_context),
         cmocka_unit_test(test_roundtrip_grammar),
         cmocka_unit_test(test_roundtrip_responses),

@@ -595,6 +595,57 @@ static void test_swiglu_tables_agree(void **state) {
     free(got);
 }
 
+/* lora_down and lora_up (a LoRA term, backend.h's lora) in every table,
+ * float32 and float16 A and B, against double: ranks 1, 8 and 11 (a
+ * second group of rows) over lengths with and without an 8-lane tail. */
+static void test_lora_tables_match_reference(void **state) {
+    (void)state;
+    enum { N = 203, R = 11 };
+    float *a = malloc(sizeof(float) * R * N), *x = malloc(sizeof(float) * N);
+    uint16_t *ah = malloc(sizeof(uint16_t) * R * N);
+    for (int i = 0; i < R * N; i++) {
+        ah[i] = zi_f32_to_f16(frand(-1, 1));
+        a[i] = zi_f16_to_f32(ah[i]); /* the same values in both types */
+    }
+    for (int i = 0; i < N; i++) x[i] = frand(-2, 2);
+    const char *isas[] = {"scalar", "avx2", "avx512"};
+    const int ranks[] = {1, 8, 11}, lens[] = {8, 203};
+    for (int t = 0; t < 3; t++) {
+        const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[t]);
+        if (!k) continue;
+        for (int ri = 0; ri < 3; ri++)
+            for (int li = 0; li < 2; li++)
+                for (int f16 = 0; f16 < 2; f16++) {
+                    const int rank = ranks[ri], n = lens[li];
+                    float c[R], y[N], y0[N];
+                    /* A as rank rows of n (the first rank * n values) */
+                    k->lora_down(c, f16 ? (const void *)ah : (const void *)a, x, rank, n, f16);
+                    for (int r = 0; r < rank; r++) {
+                        double want = 0, mag = 0;
+                        for (int i = 0; i < n; i++)
+                            want += (double)a[r * n + i] * x[i], mag += fabs(a[r * n + i] * x[i]);
+                        if (fabs(c[r] - want) > 1e-6 * mag + 1e-7)
+                            fail_msg("%s lora_down rank %d n %d f16 %d row %d: %.9g, want %.9g",
+                                     isas[t], rank, n, f16, r, c[r], want);
+                    }
+                    /* B transposed as rank rows of n outputs */
+                    for (int i = 0; i < n; i++) y[i] = y0[i] = frand(-1, 1);
+                    k->lora_up(y, c, f16 ? (const void *)ah : (const void *)a, rank, n, f16);
+                    for (int i = 0; i < n; i++) {
+                        double want = y0[i], mag = fabs(y0[i]);
+                        for (int r = 0; r < rank; r++)
+                            want += (double)c[r] * a[r * n + i], mag += fabs(c[r] * a[r * n + i]);
+                        if (fabs(y[i] - want) > 1e-6 * mag + 1e-7)
+                            fail_msg("%s lora_up rank %d n %d f16 %d out %d: %.9g, want %.9g",
+                                     isas[t], rank, n, f16, i, y[i], want);
+                    }
+                }
+    }
+    free(a);
+    free(ah);
+    free(x);
+}
+
 /* silu, sigmoid_mul, delta_rule and ssm_run give the same bits in every table
  * (the scalar one with fmaf): silu and sigmoid_mul against the scalar
  * loop; delta_rule's outputs and state after 5 tokens, one a call or all
@@ -748,6 +799,7 @@ int main(void) {
         cmocka_unit_test(test_attention_paged_cache),
         cmocka_unit_test(test_attention_blocks),
         cmocka_unit_test(test_swiglu_tables_agree),
+        cmocka_unit_test(test_lora_tables_match_reference),
         cmocka_unit_test(test_recurrent_tables_agree),
         cmocka_unit_test(test_mm_f32_blocks_bit_identical),
         cmocka_unit_test(test_unknown_isa_refused),

@@ -67,6 +67,33 @@ static void test_alloc_release_evict(void **state) {
     zi_kv_blocks_free(kb);
 }
 
+/* A chain registered under a seed (a LoRA adapter's key) is found under
+ * that seed only; seed 0 is the plain chain. */
+static void test_seeded_chains(void **state) {
+    (void)state;
+    zi_kv_blocks *kb;
+    zi_error err = {0};
+    assert_int_equal(zi_kv_blocks_create(4, BS, &kb, &err), ZI_OK);
+    int32_t t[2 * BS] = {1, 2, 3, 4, 5, 6, 7, 8}, ids[2];
+    int32_t a = zi_kv_blocks_alloc(kb), b = zi_kv_blocks_alloc(kb);
+    uint64_t h = zi_kv_blocks_register(kb, a, 77, t);
+    zi_kv_blocks_register(kb, b, h, t + BS);
+    zi_kv_blocks_release(kb, b);
+    zi_kv_blocks_release(kb, a);
+    uint64_t last = 5;
+    assert_int_equal(zi_kv_blocks_match(kb, t, 2 * BS, 2, ids, &last), 0);
+    assert_int_equal(last, 0);
+    assert_int_equal(zi_kv_blocks_match_seeded(kb, 78, t, 2 * BS, 2, ids, &last), 0);
+    assert_int_equal(last, 78);
+    assert_int_equal(zi_kv_blocks_match_seeded(kb, 77, t, 2 * BS, 2, ids, &last), 2);
+    assert_int_equal(ids[0], a);
+    assert_int_equal(ids[1], b);
+    check(kb);
+    zi_kv_blocks_release(kb, ids[1]);
+    zi_kv_blocks_release(kb, ids[0]);
+    zi_kv_blocks_free(kb);
+}
+
 static void test_prefix_sharing(void **state) {
     (void)state;
     zi_kv_blocks *kb;
@@ -165,6 +192,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_alloc_release_evict),
         cmocka_unit_test(test_prefix_sharing),
+        cmocka_unit_test(test_seeded_chains),
         cmocka_unit_test(test_random_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
