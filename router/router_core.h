@@ -160,6 +160,12 @@ int zi_router_add_model(zi_router *rt, const char *name, zi_error *err);
  * --models-max` loads and unloads models by. */
 void zi_router_set_on_demand(zi_router *rt, bool on);
 
+/* --keep-alive: how long a model stays loaded once idle when its latest
+ * generate request gave no keep_alive (ms; negative: forever, the
+ * default). The models op reports it, with want "unload" once it has
+ * passed; only `zinfer serve` acts on it. */
+void zi_router_set_keep_alive(zi_router *rt, int64_t ms);
+
 /* A frame from a client (ident: its routing id, at most ZI_ROUTER_IDENT_MAX
  * bytes; delim: it came with an empty delimiter frame, as from a REQ
  * socket, and replies get one too). Every frame that is not a cancel gets
