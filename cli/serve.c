@@ -98,7 +98,7 @@ static void print_usage(void) {
  * table with its value (pass_on keeps each option once). */
 #define MAX_PASS (2 * ZI_O_COUNT)
 /* the worker's fixed args, --model-name, its key options, its options, NULL */
-#define MAX_ARGS (15 + 2 + 4 + MAX_PASS + 1)
+#define MAX_ARGS (17 + 2 + 4 + MAX_PASS + 1)
 /* the router's: 7 fixed, --served-models, its options, 7 for keys and
  * --insecure, NULL */
 _Static_assert(7 + 2 + MAX_PASS + 7 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
@@ -222,6 +222,7 @@ typedef struct serve_opts {
      * --models-max or --keep-alive, and no client keys */
     int manage;
     int has_keep_alive; /* --keep-alive given (the router takes and reports it) */
+    char at_start[24];  /* the router's --models-at-start: models_max */
     char backend[512];
     char draft[4096]; /* --draft-model, resolved as --model is */
     const char *bind, *level, *device, *http;
@@ -868,6 +869,11 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
         }
         if (o->insecure) c->argv[k++] = "--insecure";
         if (o->manage) c->argv[k++] = "--load-on-demand";
+        if (o->on_demand) { /* the others are parked: "unloaded" */
+            snprintf(o->at_start, sizeof o->at_start, "%lld", o->models_max);
+            c->argv[k++] = "--models-at-start";
+            c->argv[k++] = o->at_start;
+        }
         c->model = -1;
     }
     /* A child's name says its model when there are several. */

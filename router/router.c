@@ -285,6 +285,9 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
                 p += n + 1;
             }
             break;
+        case ZI_O_MODELS_AT_START:
+            zi_router_set_starting(rt, (size_t)x);
+            break;
         case ZI_O_LOG_LEVEL:
             rt->log.level = (int)x;
             break;

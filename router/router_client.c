@@ -482,9 +482,10 @@ static void op_models(router *rt, const client_ctx *c) {
         }
         bool up = count_alive(rt, ROLE_WORKER, name) > 0;
         bool any = up || count_alive(rt, ROLE_TOKENIZER, name) > 0;
-        const char *state = up                                     ? "loaded"
-                            : !rt->on_demand || any || waiting > 0 ? "loading"
-                                                                   : "unloaded";
+        const char *state = up ? "loaded"
+                            : !rt->on_demand || any || waiting > 0 || mr->want == MW_LOAD
+                                ? "loading"
+                                : "unloaded";
         /* What is asked of it: load_model's or unload_model's wish, else an
          * unload once its keep_alive has passed with nothing in flight. */
         int64_t ka = model_keep_alive(rt, mr);

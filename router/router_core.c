@@ -225,6 +225,7 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     rt->client_hb = zi_option_def(ZI_O_CLIENT_HEARTBEAT);
     rt->cur_conn = (zi_router_conn){-1, 0};
     rt->keep_alive_ms = -1; /* forever, unless --keep-alive */
+    rt->starting = ZI_ROUTER_MAX_MODELS;
     zi_req_table_init(&rt->reqs);
     return ZI_OK;
 }
@@ -241,11 +242,19 @@ int zi_router_add_model(zi_router *rt, const char *name, zi_error *err) {
         return zi_error_set(err, ZI_EINVAL, "--served-models: more than %d models",
                             ZI_ROUTER_MAX_MODELS);
     m->configured = true;
+    m->want = (size_t)(m - rt->models) < rt->starting ? MW_LOAD : MW_NONE;
     return ZI_OK;
 }
 
 void zi_router_set_on_demand(zi_router *rt, bool on) {
     rt->on_demand = on;
+}
+
+void zi_router_set_starting(zi_router *rt, size_t n) {
+    rt->starting = n;
+    for (size_t k = 0; k < rt->n_models; k++)
+        if (rt->models[k].configured && rt->models[k].want != MW_UNLOAD)
+            rt->models[k].want = k < n ? MW_LOAD : MW_NONE;
 }
 
 void zi_router_set_keep_alive(zi_router *rt, int64_t ms) {

@@ -160,6 +160,13 @@ int zi_router_add_model(zi_router *rt, const char *name, zi_error *err);
  * --models-max` loads and unloads models by. */
 void zi_router_set_on_demand(zi_router *rt, bool on);
 
+/* --models-at-start: the first n configured models (all, by default) are
+ * being started by whoever runs the router: each wants "load" (listed
+ * "loading") until a worker of it registers; the others are "unloaded"
+ * until a request or load_model wants them. Call in any order with
+ * zi_router_add_model, before the first event. */
+void zi_router_set_starting(zi_router *rt, size_t n);
+
 /* --keep-alive: how long a model stays loaded once idle when its latest
  * generate request gave no keep_alive (ms; negative: forever, the
  * default). The models op reports it, with want "unload" once it has

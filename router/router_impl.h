@@ -186,6 +186,7 @@ typedef struct router {
     size_t n_models;
     bool on_demand; /* --load-on-demand: a configured model's requests wait for its processes */
     int64_t keep_alive_ms; /* --keep-alive: a model's default keep_alive (ms; -1: forever) */
+    size_t starting;       /* --models-at-start: the first configured models want "load" */
     zi_router_io io;                 /* the outbox and the clock (router_core.h) */
     affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
     zi_req_table reqs;
