@@ -296,3 +296,23 @@ def test_models_max_frees_the_unloaded_workers_memory(zinfer_bin, tiny, tmp_path
             assert total_before - total_after > worker_kb // 2, (total_before, total_after)
         finally:
             stop_process(proc)
+
+
+def test_serve_keep_alive_default(zinfer_bin, tmp_path):
+    """A one-model serve with --keep-alive 2s: its model unloads once idle
+    that long, and the next request loads it back; load_model works there
+    too (serve manages one model when --keep-alive is given)."""
+    from conftest import serve_process
+    with serve_process(zinfer_bin, SMOL, tmp_path / "serve.log", "--keep-alive", "2s",
+                       "--threads-per-worker", "1", "--ctx-size", "256") as srv:
+        with Client(srv.addr, timeout_s=60) as c:
+            name = next(iter(entries(c)))
+            c.complete(prompt=[1, 500, 600], sampling_params=SP)
+            m = entries(c)[name]
+            assert (m["state"], m["keep_alive_ms"]) == ("loaded", 2000), m
+            t0 = time.time()
+            wait_state(c, srv, name, "unloaded", timeout_s=30)
+            assert time.time() - t0 > 1.0
+            _, ids, fin = c.complete(prompt=[1, 500, 600], sampling_params=SP)
+            assert fin["status"] == "maximum_length" and len(ids) == 8, fin
+            assert c.call("load_model", model_name=name)["status"] in ("loaded", "loading")
