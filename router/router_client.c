@@ -5,7 +5,9 @@
  * generate (validated, admitted, given a rid and sent to a tokenizer as
  * "encode"), cancel, health and models (answered here from the backend
  * records), tokenize and detokenize (checked here, answered by a
- * tokenizer). A frame that cannot be read gets one "error" frame.
+ * tokenizer), load_model and unload_model (a wish kept in the model's
+ * record, which zinfer serve reads with models and acts on). A frame
+ * that cannot be read gets one "error" frame.
  */
 #include <stdio.h>
 #include <stdlib.h>

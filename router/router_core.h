@@ -205,7 +205,8 @@ int zi_router_shutdown(zi_router *rt);
 /* Checks the router's counters against its request table: each backend's
  * `assigned` is the requests on it, n_waiting the requests in a waiting
  * phase, the queue holds exactly the RS_QUEUED requests, a request's
- * tokenizer and worker indices agree with its phase and link. ZI_OK, or
+ * tokenizer and worker indices agree with its phase and link, a model
+ * wished loaded (load_model) has no live worker. ZI_OK, or
  * ZI_EINVAL with err saying what is off (err may be NULL). */
 int zi_router_check(const zi_router *rt, zi_error *err);
 
