@@ -98,10 +98,10 @@ static void print_usage(void) {
  * table with its value (pass_on keeps each option once). */
 #define MAX_PASS (2 * ZI_O_COUNT)
 /* the worker's fixed args, --model-name, its key options, its options, NULL */
-#define MAX_ARGS (17 + 2 + 4 + MAX_PASS + 1)
+#define MAX_ARGS (15 + 2 + 4 + MAX_PASS + 1)
 /* the router's: 7 fixed, --served-models, its options, 7 for keys and
- * --insecure, NULL */
-_Static_assert(7 + 2 + MAX_PASS + 7 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
+ * --insecure, --load-on-demand and --models-at-start N, NULL */
+_Static_assert(7 + 2 + MAX_PASS + 7 + 3 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
 
 /* The most models one server serves (the router's table holds as many). */
 #define MAX_MODELS 64
@@ -1107,8 +1107,12 @@ static void demand_apply(const zi_logger *lg, child *ch, int nc, const serve_opt
         if (k == o->n_models || !wants(&ms->v[e], "unload") || ms->v[e].active > 0 ||
             !model_loaded(ch, nc, k))
             continue;
-        zi_log(lg, ZI_LOG_INFO, "unloading model %s (asked, or its keep_alive of %lld ms passed)",
-               o->models[k].name, (long long)ms->v[e].keep_alive_ms);
+        int64_t ka = ms->v[e].keep_alive_ms;
+        if (ka >= 0 && ms->v[e].idle_ms >= ka)
+            zi_log(lg, ZI_LOG_INFO, "unloading model %s (idle %lld ms: its keep_alive passed)",
+                   o->models[k].name, (long long)ms->v[e].idle_ms);
+        else
+            zi_log(lg, ZI_LOG_INFO, "unloading model %s (asked)", o->models[k].name);
         model_park(lg, ch, nc, o, k, 1, ms->v[e].idle_ms, 0);
     }
     int busy = 0; /* models with processes, loaded or still stopping */
