@@ -51,6 +51,7 @@
 #include "chat_template_source.h"
 #include "cpu_backend.h"
 #include "curve.h"
+#include "duration.h"
 #include "gguf.h"
 #include "log.h"
 #include "lora.h"
@@ -101,8 +102,8 @@ static void print_usage(void) {
  * --lora pairs, NULL */
 #define MAX_ARGS (15 + 2 + 4 + MAX_PASS + 2 * ZI_LORA_MAX_ADAPTERS + 1)
 /* the router's: 7 fixed, --served-models, its options, 7 for keys and
- * --insecure, NULL */
-_Static_assert(7 + 2 + MAX_PASS + 7 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
+ * --insecure, --load-on-demand and --models-at-start N, NULL */
+_Static_assert(7 + 2 + MAX_PASS + 7 + 3 + 1 <= MAX_ARGS, "MAX_ARGS too small for the router");
 
 /* The most models one server serves (the router's table holds as many). */
 #define MAX_MODELS 64
@@ -221,6 +222,12 @@ typedef struct serve_opts {
     long long n_workers_all;                        /* every model's workers together */
     long long models_max;                           /* --models-max (0: off) */
     int on_demand;                                  /* models_max below the number of models */
+    /* serve manages the models (the router's --load-on-demand and its
+     * models op polled: loads, unloads, keep_alive): several models,
+     * --models-max or --keep-alive, and no client keys */
+    int manage;
+    int has_keep_alive; /* --keep-alive given (the router takes and reports it) */
+    char at_start[24];  /* the router's --models-at-start: models_max */
     char backend[512];
     char draft[4096]; /* --draft-model, resolved as --model is */
     /* --lora values, each file's real path (the workers' may differ) */
@@ -327,6 +334,11 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
         zi_device_spec spec;
         if (!rc && id == ZI_O_DEVICE) rc = zi_device_parse(v, &spec, &err);
         if (!rc && id == ZI_O_MODEL) rc = add_model_arg(o, v, &err);
+        if (!rc && id == ZI_O_KEEP_ALIVE) { /* checked here, passed to the router as given */
+            int64_t ms;
+            rc = zi_duration_parse(v, strlen(v), "--keep-alive", &ms, &err);
+            o->has_keep_alive = 1;
+        }
         if (!rc && id == ZI_O_DRAFT_MODEL)
             rc = zi_resolve_model_arg(v, o->draft, sizeof o->draft, &err);
         if (!rc && id == ZI_O_API_KEY) /* to zinfer-http by the environment, not argv (ps) */
@@ -664,13 +676,18 @@ static int validate_options(serve_opts *o, const zi_logger *lg) {
     int krc = validate_keys(o);
     if (krc != GO_ON) return krc;
     o->on_demand = o->models_max > 0 && o->models_max < o->n_models;
-    if (o->on_demand && o->client_keys) {
+    if ((o->on_demand || o->has_keep_alive) && o->client_keys) {
         fprintf(stderr,
-                "zinfer serve: --models-max asks the router which models requests name, "
+                "zinfer serve: %s asks the router which models requests name, "
                 "as a client without a CURVE key: not with %s (docs/security.md)\n",
-                o->k_client);
+                o->on_demand ? "--models-max" : "--keep-alive", o->k_client);
         return 2;
     }
+    /* Several models are managed even without --models-max: load_model and
+     * unload_model, and a request for a model unloaded so loads it back
+     * (with client keys serve cannot ask the router: then every model
+     * stays loaded, and those ops are "unsupported"). */
+    o->manage = (o->n_models > 1 || o->on_demand || o->has_keep_alive) && !o->client_keys;
     for (int k = 0; k < o->n_models; k++)
         if (access(o->models[k].path, R_OK) != 0) {
             fprintf(stderr, "zinfer serve: --model %s: %s\n", o->models[k].path, strerror(errno));
@@ -894,7 +911,12 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             c->argv[k++] = o->k_client;
         }
         if (o->insecure) c->argv[k++] = "--insecure";
-        if (o->on_demand) c->argv[k++] = "--load-on-demand";
+        if (o->manage) c->argv[k++] = "--load-on-demand";
+        if (o->on_demand) { /* the others are parked: "unloaded" */
+            snprintf(o->at_start, sizeof o->at_start, "%lld", o->models_max);
+            c->argv[k++] = "--models-at-start";
+            c->argv[k++] = o->at_start;
+        }
         c->model = -1;
     }
     /* A child's name says its model when there are several. */
@@ -1068,18 +1090,26 @@ static void child_exited(const zi_logger *lg, child *ch, int nc, child *c, int s
     c->backoff_ms = c->backoff_ms * 2 > 8000 ? 8000 : c->backoff_ms * 2;
 }
 
-/* ---- --models-max: models loaded on demand --------------------------------
+/* ---- managed models: --models-max, load_model, unload_model, keep_alive --
  *
  * serve is the supervisor and the router knows the requests, so serve asks
  * the router as a client: every DEMAND_POLL_MS a "models" op on the
  * router's client socket. A --load-on-demand router lists each model with
- * its waiting and active requests and its idle time (docs/protocol.md). A
- * model that is not loaded and has requests waiting is loaded (its
- * children started) while fewer than --models-max models have processes;
- * otherwise the loaded model with no request that has been idle the
- * longest is unloaded first (its children stopped with SIGTERM and kept
- * down: "parked"), and the waiting model loads once they have exited. The
- * waiting requests wait in the router (up to --failover-timeout). */
+ * its waiting and active requests, its idle time and what is asked of it
+ * ("want": load_model's "load"; unload_model's "unload", or its
+ * keep_alive passed; docs/protocol.md). Each poll:
+ *
+ * - a loaded model asked to unload, with no request in flight, is
+ *   unloaded: its children stopped with SIGTERM and kept down ("parked");
+ *   one with requests in flight waits until they are done, so nothing in
+ *   flight is lost;
+ * - a model not loaded that has requests waiting, or is asked to load, is
+ *   loaded (its children started) while fewer than the limit
+ *   (--models-max, else every model) have processes; otherwise the loaded
+ *   model with no request that has been idle the longest is unloaded
+ *   first, and the waiting model loads once its processes have exited.
+ *
+ * The waiting requests wait in the router (up to --failover-timeout). */
 
 #define DEMAND_POLL_MS 200
 
@@ -1112,10 +1142,8 @@ static int model_broken(const child *ch, int nc, int k) {
 
 static void model_park(const zi_logger *lg, child *ch, int nc, const serve_opts *o, int k, int park,
                        int64_t idle_ms, int64_t waiting) {
-    if (park)
-        zi_log(lg, ZI_LOG_INFO, "unloading model %s (idle %lld ms) to make room", o->models[k].name,
-               (long long)idle_ms);
-    else
+    (void)idle_ms; /* the caller says why it unloads */
+    if (!park)
         zi_log(lg, ZI_LOG_INFO, "loading model %s (%lld request(s) waiting)", o->models[k].name,
                (long long)waiting);
     for (int i = 0; i < nc; i++) {
@@ -1126,21 +1154,47 @@ static void model_park(const zi_logger *lg, child *ch, int nc, const serve_opts 
     }
 }
 
-/* One models reply: loads (and unloads) as the comment above says. */
+/* The index of the model an entry of the models reply names (o->n_models:
+ * none of serve's). */
+static int model_index(const serve_opts *o, const zi_im_model_entry *e) {
+    int k = 0;
+    while (k < o->n_models && (strlen(o->models[k].name) != e->name.n ||
+                               memcmp(o->models[k].name, e->name.p, e->name.n)))
+        k++;
+    return k;
+}
+
+static int wants(const zi_im_model_entry *e, const char *w) {
+    return e->want.n == strlen(w) && !memcmp(e->want.p, w, e->want.n);
+}
+
+/* One models reply: loads and unloads as the comment above says. */
 static void demand_apply(const zi_logger *lg, child *ch, int nc, const serve_opts *o,
                          const zi_im_models *ms) {
+    long long limit = o->on_demand ? o->models_max : o->n_models;
+    for (size_t e = 0; e < ms->n; e++) { /* unloads asked for, once idle */
+        int k = model_index(o, &ms->v[e]);
+        if (k == o->n_models || !wants(&ms->v[e], "unload") || ms->v[e].active > 0 ||
+            !model_loaded(ch, nc, k))
+            continue;
+        int64_t ka = ms->v[e].keep_alive_ms;
+        if (ka >= 0 && ms->v[e].idle_ms >= ka)
+            zi_log(lg, ZI_LOG_INFO, "unloading model %s (idle %lld ms: its keep_alive passed)",
+                   o->models[k].name, (long long)ms->v[e].idle_ms);
+        else
+            zi_log(lg, ZI_LOG_INFO, "unloading model %s (asked)", o->models[k].name);
+        model_park(lg, ch, nc, o, k, 1, ms->v[e].idle_ms, 0);
+    }
     int busy = 0; /* models with processes, loaded or still stopping */
     for (int k = 0; k < o->n_models; k++)
         busy += model_loaded(ch, nc, k) || model_running(ch, nc, k);
     for (size_t e = 0; e < ms->n; e++) {
-        int k = 0;
-        while (k < o->n_models && (strlen(o->models[k].name) != ms->v[e].name.n ||
-                                   memcmp(o->models[k].name, ms->v[e].name.p, ms->v[e].name.n)))
-            k++;
-        if (k == o->n_models || ms->v[e].waiting == 0 || model_loaded(ch, nc, k) ||
-            model_broken(ch, nc, k))
+        int k = model_index(o, &ms->v[e]);
+        if (k == o->n_models || model_loaded(ch, nc, k) || model_broken(ch, nc, k) ||
+            (ms->v[e].waiting == 0 && !wants(&ms->v[e], "load")))
             continue;
-        if (busy < o->models_max) {
+        if (model_running(ch, nc, k)) continue; /* its processes still stopping */
+        if (busy < limit) {
             model_park(lg, ch, nc, o, k, 0, 0, ms->v[e].waiting);
             busy++;
             continue;
@@ -1149,18 +1203,18 @@ static void demand_apply(const zi_logger *lg, child *ch, int nc, const serve_opt
         int victim = -1;
         int64_t idle = -1;
         for (size_t j = 0; j < ms->n; j++) {
-            int v = 0;
-            while (v < o->n_models && (strlen(o->models[v].name) != ms->v[j].name.n ||
-                                       memcmp(o->models[v].name, ms->v[j].name.p, ms->v[j].name.n)))
-                v++;
+            int v = model_index(o, &ms->v[j]);
             /* idle for two polls: a request admitted after the reply the
              * choice is made on has shown up by then */
             if (v == o->n_models || !model_loaded(ch, nc, v) || ms->v[j].active > 0 ||
-                ms->v[j].waiting > 0 || ms->v[j].idle_ms < 2 * DEMAND_POLL_MS)
+                ms->v[j].waiting > 0 || ms->v[j].idle_ms < 2 * DEMAND_POLL_MS ||
+                wants(&ms->v[j], "load"))
                 continue;
             if (ms->v[j].idle_ms > idle) victim = v, idle = ms->v[j].idle_ms;
         }
         if (victim < 0) return; /* every loaded model is busy: the requests wait */
+        zi_log(lg, ZI_LOG_INFO, "unloading model %s (idle %lld ms) to make room",
+               o->models[victim].name, (long long)idle);
         model_park(lg, ch, nc, o, victim, 1, idle, 0);
         return; /* the waiting model loads once the victim's processes are gone */
     }
@@ -1318,7 +1372,7 @@ int zi_serve_main(int argc, char **argv) {
            o.backend, o.http ? o.http : "off");
     stop_reason why = {0};
     demand dm = {.o = &o}, *d = NULL;
-    if (o.on_demand) { /* the router's client socket (docs above demand_apply) */
+    if (o.manage) { /* the router's client socket (docs above demand_apply) */
         dm.zctx = zmq_ctx_new();
         dm.sock = dm.zctx ? zmq_socket(dm.zctx, ZMQ_DEALER) : NULL;
         int linger = 0;
@@ -1328,8 +1382,9 @@ int zi_serve_main(int argc, char **argv) {
         else
             zi_log(&lg, ZI_LOG_ERROR, "--models-max: cannot reach the router at %s: %s",
                    o.router_addr, zmq_strerror(zmq_errno()));
-        zi_log(&lg, ZI_LOG_INFO, "--models-max %lld: models load when a request names them",
-               o.models_max);
+        if (o.on_demand)
+            zi_log(&lg, ZI_LOG_INFO, "--models-max %lld: models load when a request names them",
+                   o.models_max);
     }
     int exit_status = supervise(&lg, ch, nc, d, &why);
     if (dm.sock) zmq_close(dm.sock);

@@ -65,6 +65,19 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                              "up waits for one (up to --failover-timeout) instead of being "
                              "refused (zinfer serve --models-max sets it)",
                              NULL},
+    [ZI_O_KEEP_ALIVE] = {"--keep-alive", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "forever",
+                         PASS | ROUTER, "DURATION",
+                         "how long a model stays loaded once idle when its latest request "
+                         "gave no keep_alive: seconds, or 300ms, 30s, 5m, 1h; 0 unloads it "
+                         "as soon as it is idle; negative: forever",
+                         NULL},
+    [ZI_O_MODELS_AT_START] = {"--models-at-start", NULL, ZI_OPT_INT, 0, 64, NULL, 64, "all", ROUTER,
+                              "N",
+                              "the first N --served-models are being started: each is listed "
+                              "\"loading\" (want \"load\") until a worker of it registers, the "
+                              "others, with --load-on-demand, \"unloaded\" (zinfer serve "
+                              "--models-max N sets it)",
+                              NULL},
     [ZI_O_CHAT_TEMPLATE] = {"--chat-template", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE | TOK,
                             "FILE|NAME",
                             "render messages with this template instead of the file's "

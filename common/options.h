@@ -34,6 +34,8 @@ typedef enum zi_opt_id {
     ZI_O_SERVED_MODELS,
     ZI_O_MODELS_MAX,
     ZI_O_LOAD_ON_DEMAND,
+    ZI_O_KEEP_ALIVE,
+    ZI_O_MODELS_AT_START,
     ZI_O_CHAT_TEMPLATE,
     ZI_O_MMPROJ,
     ZI_O_MAX_IMAGE_PIXELS,

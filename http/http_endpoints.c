@@ -61,9 +61,9 @@ typedef struct model_list {
     char state[ZI_HTTP_MAX_MODELS][16];
 } model_list;
 
-/* The models, from ctx->model once the router listed them all loaded (the
- * models of a running server do not change), else from the router's
- * models op (c: a connection to ask on, or NULL for one of its own). */
+/* The models, from ctx->model once the router listed them all loaded and
+ * manages none (then the models of a running server do not change), else
+ * from the router's models op (c: a connection to ask on, or NULL for one of its own). */
 static int model_list_get(zi_http_ctx *ctx, zi_http_conn *c, model_list *l, zi_http_error *e) {
     zi_http_model *sm = &ctx->model;
     memset(l, 0, sizeof *l);
@@ -89,7 +89,8 @@ static int model_list_get(zi_http_ctx *ctx, zi_http_conn *c, model_list *l, zi_h
         zi_http_frame_str(m, "name", l->name[l->n], sizeof l->name[l->n]);
         zi_http_frame_str(m, "state", l->state[l->n], sizeof l->state[l->n]);
         if (!l->state[l->n][0]) snprintf(l->state[l->n], sizeof l->state[l->n], "loaded");
-        all_loaded &= !strcmp(l->state[l->n], "loaded");
+        /* a model a --load-on-demand router reports (idle_ms) may unload */
+        all_loaded &= !strcmp(l->state[l->n], "loaded") && !zi_map_get(m, "idle_ms");
         l->max_length[l->n++] = ml;
     }
     zi_http_frame_free(&f);
@@ -195,6 +196,60 @@ static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
     json_object_set_new(a->json, "object", json_string("list"));
     json_object_set_new(a->json, "data", data);
     free(l);
+}
+
+/* POST /models/load, POST /models/unload (llama-server's router mode):
+ * body {"model": NAME}; the router's load_model / unload_model, whose
+ * wish zinfer serve acts on. 200 {"success": true, "model", "status"}:
+ * "loading" or "loaded", "unloading" (it waits for its requests) or
+ * "unloaded". */
+static void models_load(zi_http_ctx *ctx, const char *body, size_t len, int load,
+                        zi_http_answer *a) {
+    zi_http_error e;
+    zi_http_conn *c = NULL;
+    json_t *o = zi_http_parse_object(body, len, &e);
+    json_t *m = o ? json_object_get(o, "model") : NULL;
+    if (!o) goto fail;
+    if (!m) {
+        zi_http_fail(&e, 400, "missing", "model", "model is missing");
+        goto fail;
+    }
+    if (!json_is_string(m) || !json_string_length(m)) {
+        zi_http_fail(&e, 400, "invalid_type", "model", "model: expected a model's name");
+        goto fail;
+    }
+    if (zi_http_conn_open(ctx, &c, &e)) goto fail;
+    zi_msg msg;
+    zi_msg_init(&msg);
+    msgpack_pack_map(&msg.pk, 3);
+    zi_pack_kv_str(&msg.pk, "op", load ? "load_model" : "unload_model");
+    zi_pack_kv_str(&msg.pk, "id", "l");
+    zi_pack_kv_strn(&msg.pk, "model_name", json_string_value(m), json_string_length(m));
+    zi_http_frame f;
+    int rc = zi_http_call(c, &msg, "l", ctx->lim.router_timeout_ms, &f, &e);
+    zi_msg_free(&msg);
+    if (rc) {
+        /* the router's field names the client's */
+        if (e.param[0] && !strcmp(e.param, "model_name"))
+            snprintf(e.param, sizeof e.param, "model");
+        goto fail;
+    }
+    char name[256], status[32];
+    zi_http_frame_str(f.root, "model", name, sizeof name);
+    zi_http_frame_str(f.root, "status", status, sizeof status);
+    zi_http_frame_free(&f);
+    a->status = 200;
+    a->json = json_object();
+    json_object_set_new(a->json, "success", json_true());
+    json_object_set_new(a->json, "model", json_string(name));
+    json_object_set_new(a->json, "status", json_string(status));
+    zi_http_conn_close(c);
+    json_decref(o);
+    return;
+fail:
+    zi_http_conn_close(c);
+    json_decref(o);
+    answer_error(a, &e);
 }
 
 /* ---- metrics ------------------------------------------------------------ */
@@ -713,6 +768,12 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
             return;
         }
         want = "GET";
+    } else if (!strcmp(path, "/models/load") || !strcmp(path, "/models/unload")) {
+        if (post) {
+            models_load(ctx, body, len, path[8] == 'l', a);
+            return;
+        }
+        want = "POST";
     } else if (!strcmp(path, "/metrics")) {
         if (get) {
             metrics(ctx, a);

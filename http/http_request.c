@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "duration.h"
 #include "keypath.h"
 #include "types.h"
 
@@ -39,6 +40,8 @@ typedef struct checked {
     long long max_tokens, min_tokens, top_k, timeout_ms;
     int skip_special, has_skip_special; /* vLLM's skip_special_tokens, when given */
     int has_max, has_min, has_top_k, ignore_eos, has_ignore_eos, has_timeout;
+    int64_t keep_alive_ms; /* Ollama's keep_alive, in ms (-1: forever), when has_keep_alive */
+    int has_keep_alive;
     unsigned long long seed;
 } checked;
 
@@ -568,6 +571,21 @@ static int parse_options(json_t *o, zi_http_kind kind, checked *k, zi_http_gen *
     /* llama-server's LoRA adapters ([{"id" or "name", "scale"}], docs/lora.md) */
     k->lora = zi_http_get(o, "lora");
     if (k->lora && !json_is_array(k->lora)) return zi_http_want(e, "lora", "an array", k->lora);
+    /* Ollama's keep_alive: how long the model stays loaded once idle */
+    json_t *ka = zi_http_get(o, "keep_alive");
+    if (ka && !json_is_null(ka)) {
+        zi_error ke = {0};
+        int krc =
+            json_is_string(ka) ? zi_duration_parse(json_string_value(ka), json_string_length(ka),
+                                                   "keep_alive", &k->keep_alive_ms, &ke)
+            : json_is_number(ka)
+                ? zi_duration_seconds(json_number_value(ka), "keep_alive", &k->keep_alive_ms, &ke)
+                : zi_error_set(&ke, ZI_EINVAL,
+                               "keep_alive: expected a number of seconds or a duration "
+                               "such as \"5m\"");
+        if (krc) return zi_http_fail(e, 400, "invalid_value", "keep_alive", "%s", ke.msg);
+        k->has_keep_alive = 1;
+    }
     long long x;
     int has;
     if (get_int(o, "n", 1, ZI_HTTP_MAX_N, &x, &has, e)) return -1;
@@ -676,7 +694,7 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     int keep_special = k->has_skip_special ? !k->skip_special : tools;
     int n_keys = 6 + (g->logprobs >= 0) + g->echo + (k->stop != NULL) + (g->model[0] != 0) +
                  (k->response_format != NULL) + tools + (k->grammar != NULL) + (k->regex != NULL) +
-                 k->has_timeout + (k->template_vars != NULL) +
+                 k->has_timeout + k->has_keep_alive + (k->template_vars != NULL) +
                  (g->reasoning.max_thinking_tokens > 0) + keep_special + (k->images->n > 0) +
                  (k->lora != NULL);
     msgpack_pack_map(pk, n_keys);
@@ -743,6 +761,11 @@ static void pack_request(const checked *k, const zi_http_gen *g, int i, msgpack_
     if (k->grammar) zi_pack_kv_str(pk, "grammar", k->grammar);
     if (k->regex) zi_pack_kv_str(pk, "regex", k->regex);
     if (k->has_timeout) zi_pack_kv_int(pk, "timeout_ms", k->timeout_ms);
+    if (k->has_keep_alive) { /* the router reads "NNNms" exactly */
+        char ka[32];
+        snprintf(ka, sizeof ka, "%lldms", (long long)k->keep_alive_ms);
+        zi_pack_kv_str(pk, "keep_alive", k->keep_alive_ms < 0 ? "-1" : ka);
+    }
     if (g->reasoning.max_thinking_tokens)
         zi_pack_kv_int(pk, "max_thinking_tokens", g->reasoning.max_thinking_tokens);
     if (keep_special) zi_pack_kv_bool(pk, "skip_special_tokens", 0);

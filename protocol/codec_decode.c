@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codec_internal.h"
+#include "duration.h"
 
 /* ---- decoders -------------------------------------------------------------- */
 
@@ -492,7 +493,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "timeout_ms",
                                         "max_thinking_tokens",
                                         "skip_special_tokens",
-                                        "lora"};
+                                        "lora",
+                                        "keep_alive"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -517,7 +519,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         TIMEOUT,
         THINKING,
         SKIPSPECIAL,
-        LORA
+        LORA,
+        KEEPALIVE
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -586,6 +589,28 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
     if (v[TS]) AT(d, "timestamp_ns", zi_dec_i64(d, v[TS], 0, INT64_MAX, &r->timestamp_ns));
     if (!zi_dec_is_nil(v[TIMEOUT]))
         AT(d, "timeout_ms", zi_dec_i64(d, v[TIMEOUT], 1, ZI_MAX_TIMEOUT_MS, &r->timeout_ms));
+    if (!zi_dec_is_nil(v[KEEPALIVE])) { /* Ollama's: seconds, or "5m"; negative: forever */
+        const msgpack_object *ka = v[KEEPALIVE];
+        zi_error ke = {0};
+        int krc;
+        if (ka->type == MSGPACK_OBJECT_STR)
+            krc = zi_duration_parse(ka->via.str.ptr, ka->via.str.size, "keep_alive",
+                                    &r->keep_alive_ms, &ke);
+        else if (ka->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            krc = zi_duration_seconds((double)ka->via.u64, "keep_alive", &r->keep_alive_ms, &ke);
+        else if (ka->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+            krc = zi_duration_seconds((double)ka->via.i64, "keep_alive", &r->keep_alive_ms, &ke);
+        else if (ka->type == MSGPACK_OBJECT_FLOAT32 || ka->type == MSGPACK_OBJECT_FLOAT64)
+            krc = zi_duration_seconds(ka->via.f64, "keep_alive", &r->keep_alive_ms, &ke);
+        else
+            krc = zi_error_set(&ke, ZI_EINVAL,
+                               "keep_alive: a number of seconds or a duration string");
+        if (krc) {
+            rc = zi_dec_fail_at(d, "keep_alive", ZI_EINVAL, "%s", ke.msg + strlen("keep_alive: "));
+            goto fail;
+        }
+        r->has_keep_alive = true;
+    }
     if (v[SKIPSPECIAL])
         AT(d, "skip_special_tokens", zi_dec_bool(d, v[SKIPSPECIAL], &r->skip_special_tokens));
     if (!zi_dec_is_nil(v[LORA])) AT(d, "lora", dec_lora(d, v[LORA], r->lora, &r->n_lora));

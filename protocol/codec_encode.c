@@ -4,6 +4,7 @@
  * where it was made rather than at the peer.
  */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "codec_internal.h"
@@ -206,7 +207,8 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
                (r->response_format.len ? 1 : 0) + (r->tools.len ? 1 : 0) +
                (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0) +
                (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0) + (r->max_thinking_tokens ? 1 : 0) +
-               (r->skip_special_tokens ? 0 : 1) + (r->n_images ? 1 : 0) + (r->n_lora ? 1 : 0);
+               (r->skip_special_tokens ? 0 : 1) + (r->n_images ? 1 : 0) + (r->n_lora ? 1 : 0) +
+               (r->has_keep_alive ? 1 : 0);
     P(msgpack_pack_map(pk, n));
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
@@ -258,6 +260,12 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
     if (r->regex.len) P(pack_key(pk, "regex") || pack_str(pk, r->regex.p, r->regex.len));
     P(pack_key(pk, "timestamp_ns") || msgpack_pack_int64(pk, r->timestamp_ns));
     if (r->timeout_ms) P(pack_key(pk, "timeout_ms") || msgpack_pack_int64(pk, r->timeout_ms));
+    if (r->has_keep_alive) { /* in ms, which only a string can say */
+        char ka[32];
+        snprintf(ka, sizeof ka, "%lldms", (long long)r->keep_alive_ms);
+        P(pack_key(pk, "keep_alive") ||
+          pack_str(pk, r->keep_alive_ms < 0 ? "-1" : ka, strlen(r->keep_alive_ms < 0 ? "-1" : ka)));
+    }
     if (r->max_thinking_tokens)
         P(pack_key(pk, "max_thinking_tokens") || msgpack_pack_int64(pk, r->max_thinking_tokens));
     if (!r->skip_special_tokens) P(pack_key(pk, "skip_special_tokens") || msgpack_pack_false(pk));

@@ -861,6 +861,8 @@ int zi_im_models_pack(const zi_im_models *m, zi_msg *out) {
             zi_imap_int(&e, "waiting", m->v[k].waiting);
             zi_imap_int(&e, "active", m->v[k].active);
             zi_imap_int(&e, "idle_ms", m->v[k].idle_ms);
+            if (m->v[k].want.p) put_str(&e, "want", m->v[k].want);
+            zi_imap_int(&e, "keep_alive_ms", m->v[k].keep_alive_ms);
         }
         if (zi_imap_close(&e, pk) != ZI_OK) zi_imap_fail(&b);
     }
@@ -885,7 +887,27 @@ int zi_im_models_unpack(const msgpack_object *o, zi_im_models *m, zi_error *err)
         if (!rc && d->has_usage) rc = zi_map_int(e, "waiting", &d->waiting, err);
         if (!rc && d->has_usage) rc = zi_map_int(e, "active", &d->active, err);
         if (!rc && d->has_usage) rc = zi_map_int(e, "idle_ms", &d->idle_ms, err);
+        if (!rc && zi_map_get(e, "want")) rc = zi_map_str(e, "want", &d->want.p, &d->want.n, err);
+        d->keep_alive_ms = -1;
+        if (!rc && zi_map_get(e, "keep_alive_ms"))
+            rc = zi_map_int(e, "keep_alive_ms", &d->keep_alive_ms, err);
     }
+    return rc;
+}
+
+int zi_im_model_status_pack(const zi_im_model_status *m, zi_msg *out) {
+    zi_imap b;
+    begin_reply(&b, m->id, "result");
+    put_str(&b, "model", m->model);
+    put_str(&b, "status", m->status);
+    return close_msg(&b, out);
+}
+
+int zi_im_model_status_unpack(const msgpack_object *o, zi_im_model_status *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    int rc = reply_head(o, "result", &m->id, err);
+    if (!rc) rc = zi_map_str(o, "model", &m->model.p, &m->model.n, err);
+    if (!rc) rc = zi_map_str(o, "status", &m->status.p, &m->status.n, err);
     return rc;
 }
 

@@ -446,6 +446,11 @@ typedef struct zi_im_model_entry {
      * router started). */
     bool has_usage;
     int64_t waiting, active, idle_ms;
+    /* With has_usage: what is asked of it ("load", "unload": load_model,
+     * unload_model or its keep_alive passed; "none"), and how long it stays
+     * loaded once idle (keep_alive_ms; -1: forever). */
+    zi_im_str want;
+    int64_t keep_alive_ms;
 } zi_im_model_entry;
 
 typedef struct zi_im_models {
@@ -455,6 +460,15 @@ typedef struct zi_im_models {
 } zi_im_models;
 
 int zi_im_models_pack(const zi_im_models *m, zi_msg *out);
+
+/* result of load_model / unload_model: the model and where it stands
+ * ("loading", "loaded", "unloading", "unloaded"). */
+typedef struct zi_im_model_status {
+    zi_im_str id, model, status;
+} zi_im_model_status;
+
+int zi_im_model_status_pack(const zi_im_model_status *m, zi_msg *out);
+int zi_im_model_status_unpack(const msgpack_object *o, zi_im_model_status *m, zi_error *err);
 int zi_im_models_unpack(const msgpack_object *o, zi_im_models *m, zi_error *err);
 
 /* result of tokenize / detokenize: key ("token_ids" / "text") and the

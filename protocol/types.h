@@ -241,6 +241,8 @@ typedef struct zi_request {
     int64_t timeout_ms;             /* the router ends it after this long; 0 = none
                                      * (then the server's --request-timeout) */
     int64_t max_thinking_tokens;    /* the thinking section's budget; 0 = none */
+    bool has_keep_alive;            /* keep_alive was given (Ollama's): */
+    int64_t keep_alive_ms;          /* how long its model stays loaded once idle; -1 forever */
     bool skip_special_tokens;       /* default true: control tokens' text is left out of
                                      * the completion (false: kept, e.g. a tool-call
                                      * format's markers that are control tokens) */

@@ -51,6 +51,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "duration.h"
 #include "options.h"
 #include "log.h"
 #include "curve.h"
@@ -261,6 +262,15 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
         case ZI_O_LOAD_ON_DEMAND:
             zi_router_set_on_demand(rt, true);
             break;
+        case ZI_O_KEEP_ALIVE: {
+            int64_t ms;
+            if (zi_duration_parse(v, strlen(v), "--keep-alive", &ms, &err)) {
+                fprintf(stderr, "zinfer-router: %s\n", err.msg);
+                return 2;
+            }
+            zi_router_set_keep_alive(rt, ms);
+            break;
+        }
         case ZI_O_SERVED_MODELS: /* NAME[,NAME...] */
             for (const char *p = v;;) {
                 size_t n = strcspn(p, ",");
@@ -274,6 +284,9 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
                 if (!p[n]) break;
                 p += n + 1;
             }
+            break;
+        case ZI_O_MODELS_AT_START:
+            zi_router_set_starting(rt, (size_t)x);
             break;
         case ZI_O_LOG_LEVEL:
             rt->log.level = (int)x;

@@ -90,6 +90,14 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     if (be->role == ROLE_WORKER) {
         rt->no_worker_since = 0;
         if (mr) mr->no_worker_since = 0;
+        /* A wished load is done (a worker of no model serves every one);
+         * its idle time counts from its loading, so that a short
+         * keep_alive does not unload it at once. */
+        for (size_t k = 0; k < rt->n_models; k++) {
+            model_rec *m = &rt->models[k];
+            if (m->want == MW_LOAD && serves(be, m->name))
+                m->want = MW_NONE, m->last_used_ms = core_now(rt);
+        }
     }
     if (be->role == ROLE_TOKENIZER) {
         rt->no_tok_since = 0;
@@ -471,6 +479,10 @@ void backend_died(router *rt, int b, const char *why) {
         mr->no_worker_since = core_now(rt);
     if (mr && be->role == ROLE_TOKENIZER && count_alive(rt, ROLE_TOKENIZER, be->model) == 0)
         mr->no_tok_since = core_now(rt);
+    /* A wished unload is done once none of its processes is left. */
+    if (mr && mr->want == MW_UNLOAD && count_alive(rt, ROLE_WORKER, be->model) == 0 &&
+        count_alive(rt, ROLE_TOKENIZER, be->model) == 0)
+        mr->want = MW_NONE;
     failover_attach(rt); /* to another tokenizer, if one is alive */
     dispatch(rt);
 }

@@ -5,7 +5,9 @@
  * generate (validated, admitted, given a rid and sent to a tokenizer as
  * "encode"), cancel, health and models (answered here from the backend
  * records), tokenize and detokenize (checked here, answered by a
- * tokenizer). A frame that cannot be read gets one "error" frame.
+ * tokenizer), load_model and unload_model (a wish kept in the model's
+ * record, which zinfer serve reads with models and acts on). A frame
+ * that cannot be read gets one "error" frame.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,7 +252,15 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     r->stream = req.stream;
     snprintf(r->model, sizeof r->model, "%s", model);
     model_rec *mr = model_find(rt, model, false);
-    if (mr) mr->last_used_ms = r->t_recv_ms;
+    if (mr) {
+        mr->last_used_ms = r->t_recv_ms;
+        /* keep_alive: the latest request's holds (Ollama's); none: the default */
+        mr->has_keep_alive = req.has_keep_alive;
+        mr->keep_alive_ms = req.has_keep_alive ? req.keep_alive_ms : 0;
+        /* An unload that is done (no worker left) gives way to this request,
+         * which loads the model back; one still under way waits for it. */
+        if (mr->want == MW_UNLOAD && count_alive(rt, ROLE_WORKER, model) == 0) mr->want = MW_NONE;
+    }
     r->state = RS_ENCODING; /* the tokenizer keeps its decode state from here */
     if (tk >= 0)
         tok_attach(rt, r, tk, true);
@@ -474,9 +484,18 @@ static void op_models(router *rt, const client_ctx *c) {
         }
         bool up = count_alive(rt, ROLE_WORKER, name) > 0;
         bool any = up || count_alive(rt, ROLE_TOKENIZER, name) > 0;
-        const char *state = up                                     ? "loaded"
-                            : !rt->on_demand || any || waiting > 0 ? "loading"
-                                                                   : "unloaded";
+        const char *state = up ? "loaded"
+                            : !rt->on_demand || any || waiting > 0 || mr->want == MW_LOAD
+                                ? "loading"
+                                : "unloaded";
+        /* What is asked of it: load_model's or unload_model's wish, else an
+         * unload once its keep_alive has passed with nothing in flight. */
+        int64_t ka = model_keep_alive(rt, mr);
+        const char *want = mr->want == MW_LOAD     ? "load"
+                           : mr->want == MW_UNLOAD ? "unload"
+                           : ka >= 0 && any && active == 0 && now - mr->last_used_ms >= ka
+                               ? "unload"
+                               : "none";
         ms.v[ms.n++] = (zi_im_model_entry){{name, strlen(name)},
                                            up ? worker_max_length(rt, name) : 0,
                                            vocab,
@@ -484,10 +503,84 @@ static void op_models(router *rt, const client_ctx *c) {
                                            rt->on_demand,
                                            waiting,
                                            active,
-                                           now - mr->last_used_ms};
+                                           now - mr->last_used_ms,
+                                           {want, strlen(want)},
+                                           ka};
     }
     zi_msg m;
     zi_im_models_pack(&ms, &m);
+    out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &m);
+    zi_msg_free(&m);
+}
+
+/* load_model / unload_model: the wish is kept in the model's record and
+ * reported by the models op; zinfer serve acts on it (an unload waits
+ * until no request of the model is in flight). The reply says where the
+ * model stands now. */
+static void op_model_wish(router *rt, const client_ctx *c, const msgpack_object *o, bool load) {
+    const char *op = load ? "load_model" : "unload_model";
+    static const char *const keys[] = {"op", "id", "model_name"};
+    char msg[400];
+    msg[0] = '\0';
+    for (uint32_t i = 0; i < o->via.map.size && !msg[0]; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        bool known = false;
+        for (size_t j = 0; k->type == MSGPACK_OBJECT_STR && j < sizeof keys / sizeof *keys; j++)
+            known |= strlen(keys[j]) == k->via.str.size &&
+                     !memcmp(keys[j], k->via.str.ptr, k->via.str.size);
+        if (!known) {
+            char shown[80];
+            zi_printable(shown, sizeof shown, k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : "?",
+                         k->type == MSGPACK_OBJECT_STR ? k->via.str.size : 1);
+            snprintf(msg, sizeof msg, "unknown key '%s' in a %s request", shown, op);
+        }
+    }
+    if (msg[0]) {
+        client_error(rt, c, "invalid_request", msg, NULL);
+        return;
+    }
+    const msgpack_object *mn = zi_map_get(o, "model_name");
+    if (!mn || mn->type != MSGPACK_OBJECT_STR || mn->via.str.size == 0) {
+        client_error(rt, c, "invalid_request",
+                     !mn ? "model_name: missing" : "model_name: not a non-empty string",
+                     "model_name");
+        return;
+    }
+    const char *model = "";
+    if (!resolve_model(rt, mn->via.str.ptr, mn->via.str.size, &model, msg, sizeof msg)) {
+        client_error(rt, c, "invalid_request", msg, "model_name");
+        return;
+    }
+    model_rec *mr = model_find(rt, model, false);
+    if (!rt->on_demand || !mr || !mr->configured) {
+        snprintf(msg, sizeof msg, "%s: %s", op,
+                 !rt->on_demand ? "this router loads and unloads no model (zinfer serve manages "
+                                  "the models of a server with several, --models-max or "
+                                  "--keep-alive, and no client keys)"
+                                : "a model no zinfer serve of this router started");
+        client_error(rt, c, "unsupported", msg, NULL);
+        return;
+    }
+    bool up = count_alive(rt, ROLE_WORKER, model) > 0;
+    bool any = up || count_alive(rt, ROLE_TOKENIZER, model) > 0;
+    size_t pos = 0;
+    bool busy = zi_req_table_find(&rt->reqs, &pos, of_model, model) != NULL;
+    const char *status;
+    if (load) {
+        mr->want = up ? MW_NONE : MW_LOAD; /* a wished unload gives way */
+        status = up ? "loaded" : "loading";
+    } else {
+        /* Kept even when nothing of it is up: processes still starting are
+         * stopped too. */
+        mr->want = MW_UNLOAD;
+        status = any || busy ? "unloading" : "unloaded";
+    }
+    zi_log(&rt->log, ZI_LOG_INFO, "%s %s: %s", op, model, status);
+    zi_im_model_status st = {.id = {c->id, c->id_len},
+                             .model = {model, strlen(model)},
+                             .status = {status, strlen(status)}};
+    zi_msg m;
+    zi_im_model_status_pack(&st, &m);
     out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &m);
     zi_msg_free(&m);
 }
@@ -644,12 +737,16 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         op_util(rt, &c, o, K_DETOKENIZE);
     } else if (op_len == 5 && !memcmp(op, "embed", 5)) {
         op_embed(rt, &c, o);
+    } else if (op_len == 10 && !memcmp(op, "load_model", 10)) {
+        op_model_wish(rt, &c, o, true);
+    } else if (op_len == 12 && !memcmp(op, "unload_model", 12)) {
+        op_model_wish(rt, &c, o, false);
     } else {
         char shown[80]; /* the client's bytes, printable and on one line */
         zi_printable(shown, sizeof shown, op, op_len);
         snprintf(msg, sizeof msg,
-                 "op: unknown operation '%s' (generate, cancel, health, "
-                 "models, metrics, tokenize, detokenize, embed)",
+                 "op: unknown operation '%s' (generate, cancel, health, models, metrics, "
+                 "tokenize, detokenize, embed, load_model, unload_model)",
                  shown);
         client_error(rt, &c, "invalid_request", msg, "op");
     }

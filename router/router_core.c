@@ -132,6 +132,19 @@ int zi_router_check(const zi_router *rt, zi_error *err) {
             return zi_error_set(err, ZI_EINVAL, "backend %zu (%s): assigned %d, %d requests on it",
                                 b, rt->be[b].alive ? "alive" : "dead", rt->be[b].assigned, n);
     }
+    /* A model's wish: a load is wished only of a model no live worker
+     * serves (a worker's register ends it). */
+    for (size_t k = 0; k < rt->n_models; k++) {
+        const model_rec *m = &rt->models[k];
+        if (m->want != MW_NONE && m->want != MW_LOAD && m->want != MW_UNLOAD)
+            return zi_error_set(err, ZI_EINVAL, "model %s: want %d", m->name, m->want);
+        if (m->want == MW_LOAD && count_alive(rt, ROLE_WORKER, m->name) > 0)
+            return zi_error_set(err, ZI_EINVAL, "model %s: a load is wished, but a worker is up",
+                                m->name);
+        if (m->has_keep_alive && m->keep_alive_ms < -1)
+            return zi_error_set(err, ZI_EINVAL, "model %s: keep_alive %lld ms", m->name,
+                                (long long)m->keep_alive_ms);
+    }
     return ZI_OK;
 }
 
@@ -211,6 +224,8 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     rt->max_frame = zi_option_def(ZI_O_MAX_FRAME_BYTES);
     rt->client_hb = zi_option_def(ZI_O_CLIENT_HEARTBEAT);
     rt->cur_conn = (zi_router_conn){-1, 0};
+    rt->keep_alive_ms = -1; /* forever, unless --keep-alive */
+    rt->starting = ZI_ROUTER_MAX_MODELS;
     zi_req_table_init(&rt->reqs);
     return ZI_OK;
 }
@@ -227,11 +242,23 @@ int zi_router_add_model(zi_router *rt, const char *name, zi_error *err) {
         return zi_error_set(err, ZI_EINVAL, "--served-models: more than %d models",
                             ZI_ROUTER_MAX_MODELS);
     m->configured = true;
+    m->want = (size_t)(m - rt->models) < rt->starting ? MW_LOAD : MW_NONE;
     return ZI_OK;
 }
 
 void zi_router_set_on_demand(zi_router *rt, bool on) {
     rt->on_demand = on;
+}
+
+void zi_router_set_starting(zi_router *rt, size_t n) {
+    rt->starting = n;
+    for (size_t k = 0; k < rt->n_models; k++)
+        if (rt->models[k].configured && rt->models[k].want != MW_UNLOAD)
+            rt->models[k].want = k < n ? MW_LOAD : MW_NONE;
+}
+
+void zi_router_set_keep_alive(zi_router *rt, int64_t ms) {
+    rt->keep_alive_ms = ms < 0 ? -1 : ms;
 }
 
 int zi_router_client_frame(zi_router *rt, zi_router_conn conn, const unsigned char *ident,

@@ -160,6 +160,19 @@ int zi_router_add_model(zi_router *rt, const char *name, zi_error *err);
  * --models-max` loads and unloads models by. */
 void zi_router_set_on_demand(zi_router *rt, bool on);
 
+/* --models-at-start: the first n configured models (all, by default) are
+ * being started by whoever runs the router: each wants "load" (listed
+ * "loading") until a worker of it registers; the others are "unloaded"
+ * until a request or load_model wants them. Call in any order with
+ * zi_router_add_model, before the first event. */
+void zi_router_set_starting(zi_router *rt, size_t n);
+
+/* --keep-alive: how long a model stays loaded once idle when its latest
+ * generate request gave no keep_alive (ms; negative: forever, the
+ * default). The models op reports it, with want "unload" once it has
+ * passed; only `zinfer serve` acts on it. */
+void zi_router_set_keep_alive(zi_router *rt, int64_t ms);
+
 /* A frame from a client (ident: its routing id, at most ZI_ROUTER_IDENT_MAX
  * bytes; delim: it came with an empty delimiter frame, as from a REQ
  * socket, and replies get one too). Every frame that is not a cancel gets
@@ -192,7 +205,8 @@ int zi_router_shutdown(zi_router *rt);
 /* Checks the router's counters against its request table: each backend's
  * `assigned` is the requests on it, n_waiting the requests in a waiting
  * phase, the queue holds exactly the RS_QUEUED requests, a request's
- * tokenizer and worker indices agree with its phase and link. ZI_OK, or
+ * tokenizer and worker indices agree with its phase and link, a model
+ * wished loaded (load_model) has no live worker. ZI_OK, or
  * ZI_EINVAL with err saying what is off (err may be NULL). */
 int zi_router_check(const zi_router *rt, zi_error *err);
 

@@ -166,13 +166,27 @@ typedef struct model_rec {
     int64_t no_worker_since; /* core_now() when its last worker died (0: one is up, or none yet) */
     int64_t no_tok_since;    /* the same for its tokenizers */
     int64_t last_used_ms;    /* core_now() when a request of it was admitted or ended (0: never) */
+    /* What load_model / unload_model asked (MW_*), until it is met: a load
+     * until a worker of it registers (so MW_LOAD means no live worker
+     * serves it, which zi_router_check asserts), an unload until the last
+     * of its processes is gone or a request or load wants it back. */
+    int want;
+    /* keep_alive: how long it stays loaded once idle, as the latest
+     * generate request of it said (ms, -1: forever); without one
+     * (has_keep_alive false) the router's --keep-alive. */
+    bool has_keep_alive;
+    int64_t keep_alive_ms;
 } model_rec;
+
+enum { MW_NONE, MW_LOAD, MW_UNLOAD };
 
 typedef struct router {
     zi_logger log;
     model_rec models[ZI_ROUTER_MAX_MODELS]; /* the configured ones first, in their order */
     size_t n_models;
     bool on_demand; /* --load-on-demand: a configured model's requests wait for its processes */
+    int64_t keep_alive_ms; /* --keep-alive: a model's default keep_alive (ms; -1: forever) */
+    size_t starting;       /* --models-at-start: the first configured models want "load" */
     zi_router_io io;                 /* the outbox and the clock (router_core.h) */
     affinity aff[ZI_AFFINITY_SLOTS]; /* direct-mapped by key */
     zi_req_table reqs;
@@ -298,6 +312,9 @@ int64_t worker_max_length(const router *rt, const char *model);
 /* The record of model name (NULL: none). add: make one when there is none
  * (NULL when the table is full). */
 model_rec *model_find(router *rt, const char *name, bool add);
+/* The keep_alive that holds for m now (its latest request's, else the
+ * router's default). */
+int64_t model_keep_alive(const router *rt, const model_rec *m);
 
 /* The model a request without a model_name runs on: the first configured
  * one; without --served-models, the first live worker's, or "" (any) when

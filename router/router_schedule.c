@@ -96,6 +96,10 @@ model_rec *model_find(router *rt, const char *name, bool add) {
     return m;
 }
 
+int64_t model_keep_alive(const router *rt, const model_rec *m) {
+    return m->has_keep_alive ? m->keep_alive_ms : rt->keep_alive_ms;
+}
+
 const char *default_model(const router *rt) {
     if (rt->n_models > 0 && rt->models[0].configured) return rt->models[0].name;
     for (size_t i = 0; i < rt->n_be; i++)

@@ -553,6 +553,67 @@ static void test_roundtrip_lora(void **state) {
     zi_text_context_free(&c);
 }
 
+/* keep_alive (Ollama's): seconds as a number, or a duration string;
+ * negative is forever; kept in ms through a round trip; a bad one is
+ * refused naming the field. */
+static void test_keep_alive(void **state) {
+    (void)state;
+    static const struct {
+        const char *s; /* NULL: the number n, in seconds */
+        double n;
+        int64_t ms;
+    } ok[] = {{NULL, 30, 30000}, {NULL, 1.5, 1500}, {NULL, -1, -1},    {NULL, 0, 0},
+              {"0", 0, 0},       {"5m", 0, 300000}, {"30s", 0, 30000}, {"300ms", 0, 300},
+              {"1h30m", 0, 5400000}, {"-1", 0, -1}, {"-5m", 0, -1},    {"2.5s", 0, 2500},
+              {"90", 0, 90000}};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        zi_error e = {0};
+        zi_request r, back;
+        msgpack_sbuffer sb = sb_new();
+        if (ok[i].s)
+            build(&sb, "M s s s s s s", 3, "id", "t", "prompt", "hi", "keep_alive", ok[i].s);
+        else
+            build(&sb, "M s s s s s d", 3, "id", "t", "prompt", "hi", "keep_alive", ok[i].n);
+        assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+        assert_true(r.has_keep_alive);
+        assert_int_equal(r.keep_alive_ms, ok[i].ms);
+        char *buf;
+        size_t len;
+        assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+        assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+        assert_true(back.has_keep_alive);
+        assert_int_equal(back.keep_alive_ms, ok[i].ms);
+        free(buf);
+        zi_request_free(&back);
+        zi_request_free(&r);
+        msgpack_sbuffer_destroy(&sb);
+    }
+    static const char *const bad[] = {"", "5x", "m", "5 m", "1h30", "99999999h", "s5"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        zi_error e = {0};
+        zi_request r;
+        msgpack_sbuffer sb = sb_new();
+        build(&sb, "M s s s s s s", 3, "id", "t", "prompt", "hi", "keep_alive", bad[i]);
+        assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+        ERR_HAS(e, "keep_alive");
+        msgpack_sbuffer_destroy(&sb);
+    }
+    zi_error e = {0};
+    zi_request r;
+    msgpack_sbuffer sb = sb_new();
+    build(&sb, "M s s s s s t", 3, "id", "t", "prompt", "hi", "keep_alive");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+    ERR_HAS(e, "keep_alive");
+    msgpack_sbuffer_destroy(&sb);
+    /* absent: none */
+    sb = sb_new();
+    build(&sb, "M s s s s", 2, "id", "t", "prompt", "hi");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_false(r.has_keep_alive);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+}
+
 static void test_tool_messages(void **state) {
     (void)state;
     msgpack_sbuffer sb = sb_new();
@@ -1088,6 +1149,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_images),
         cmocka_unit_test(test_roundtrip_thinking),
         cmocka_unit_test(test_roundtrip_lora),
+        cmocka_unit_test(test_keep_alive),
         cmocka_unit_test(test_roundtrip_context),
         cmocka_unit_test(test_roundtrip_grammar),
         cmocka_unit_test(test_roundtrip_responses),

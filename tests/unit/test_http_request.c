@@ -236,6 +236,19 @@ static void test_completion_fields(void **state) {
     assert_int_equal(g.timeout_ms, 250);
     msgpack_unpacked_destroy(&u);
     zi_http_gen_free(&g);
+    /* Ollama's keep_alive: passed on in ms, which the router reads exactly */
+    static const struct {
+        const char *v, *want;
+    } ka[] = {{"\"5m\"", "300000ms"}, {"30", "30000ms"}, {"0", "0ms"}, {"-1", "-1"}};
+    for (size_t i = 0; i < sizeof ka / sizeof *ka; i++) {
+        char body[80];
+        snprintf(body, sizeof body, "{\"prompt\": \"x\", \"keep_alive\": %s}", ka[i].v);
+        assert_int_equal(parse(body, ZI_HTTP_COMPLETION, &g, &e), 0);
+        r = unpack(&g, 0, &u);
+        assert_str(zi_map_get(r, "keep_alive"), ka[i].want);
+        msgpack_unpacked_destroy(&u);
+        zi_http_gen_free(&g);
+    }
     /* logit_bias: OpenAI's string keys become the router's integer keys */
     assert_int_equal(parse("{\"prompt\": \"x\", \"logit_bias\": {\"5\": -100, \"17\": 2.5}}",
                            ZI_HTTP_COMPLETION, &g, &e),
@@ -308,6 +321,8 @@ static void test_refusals_name_the_field(void **state) {
         {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"timeout_ms\": 0}", "timeout_ms"},
         {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"timeout_ms\": 86400001}", "timeout_ms"},
         {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"timeout_ms\": 1.5}", "timeout_ms"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"keep_alive\": \"5 parsecs\"}", "keep_alive"},
+        {ZI_HTTP_COMPLETION, "{\"prompt\": \"x\", \"keep_alive\": true}", "keep_alive"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         zi_http_gen g;

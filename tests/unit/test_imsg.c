@@ -914,8 +914,10 @@ static void test_models(void **state) {
     for (int k = 0; k < 2; k++) {
         if (k) {
             t.n = 2;
-            t.v[0] = (zi_im_model_entry){{"a", 1}, 100, 10, {"loaded", 6}, true, 1, 2, 3};
-            t.v[1] = (zi_im_model_entry){{"bb", 2}, 200, 20, {NULL, 0}, false, 0, 0, 0};
+            t.v[0] = (zi_im_model_entry){{"a", 1}, 100, 10, {"loaded", 6}, true,
+                                         1,        2,   3,  {"unload", 6}, 5000};
+            t.v[1] =
+                (zi_im_model_entry){{"bb", 2}, 200, 20, {NULL, 0}, false, 0, 0, 0, {NULL, 0}, -1};
         }
         const msgpack_object *o = packed(&f, zi_im_models_pack(&t, &f.m), 3, ZI_IM_UNKNOWN);
         assert_int_equal(zi_im_models_unpack(o, &d, &err), ZI_OK);
@@ -931,9 +933,25 @@ static void test_models(void **state) {
             assert_int_equal(d.v[i].has_usage, t.v[i].has_usage);
             assert_int_equal(d.v[i].waiting + d.v[i].active + d.v[i].idle_ms,
                              t.v[i].waiting + t.v[i].active + t.v[i].idle_ms);
+            assert_int_equal(d.v[i].want.n, t.v[i].want.n);
+            assert_int_equal(d.v[i].keep_alive_ms, t.v[i].keep_alive_ms);
         }
         frame_free(&f);
     }
+}
+
+/* load_model / unload_model's result: the model and its status. */
+static void test_model_status(void **state) {
+    (void)state;
+    zi_error err = {0};
+    frame f;
+    zi_im_model_status t = {{"x", 1}, {"b", 1}, {"unloading", 9}}, d;
+    const msgpack_object *o = packed(&f, zi_im_model_status_pack(&t, &f.m), 4, ZI_IM_UNKNOWN);
+    assert_int_equal(zi_im_model_status_unpack(o, &d, &err), ZI_OK);
+    assert_str(d.id, "x");
+    assert_str(d.model, "b");
+    assert_str(d.status, "unloading");
+    frame_free(&f);
 }
 
 int main(void) {
@@ -948,7 +966,7 @@ int main(void) {
         cmocka_unit_test(test_start),          cmocka_unit_test(test_chunk),
         cmocka_unit_test(test_final),          cmocka_unit_test(test_client_error),
         cmocka_unit_test(test_health),         cmocka_unit_test(test_models),
-        cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_model_status),   cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

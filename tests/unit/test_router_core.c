@@ -734,6 +734,209 @@ static void test_load_on_demand(void **state) {
     sim_free(&s);
 }
 
+/* A client op about a model: load_model / unload_model. */
+static void model_op(sim *s, const char *client, const char *op, const char *model) {
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", op);
+    zi_imap_str(&b, "id", "w");
+    zi_imap_str(&b, "model_name", model);
+    from_client_imap(s, client, &b);
+}
+
+/* A streamed generate of model with keep_alive (ka: a string when kas,
+ * else the number of seconds kn). */
+static void generate_ka(sim *s, const char *client, const char *id, const char *model,
+                        const char *kas, int64_t kn) {
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "generate");
+    zi_imap_str(&b, "id", id);
+    zi_imap_str(&b, "prompt", "hello");
+    zi_imap_str(&b, "model_name", model);
+    if (kas)
+        zi_imap_str(&b, "keep_alive", kas);
+    else
+        zi_imap_int(&b, "keep_alive", kn);
+    from_client_imap(s, client, &b);
+}
+
+/* The last frame sent to client, its key's string value into out. */
+static void last_str(const sim *s, const char *client, const char *key, char *out, size_t cap) {
+    int at = -1;
+    for (size_t i = 0; i < s->n_out; i++)
+        if (!strcmp(s->out[i].ident, client)) at = (int)i;
+    assert_true(at >= 0);
+    msgpack_unpacked u;
+    zi_error err = {0};
+    assert_int_equal(zi_msgpack_parse(s->out[at].data, s->out[at].len, NULL, &u, &err), ZI_OK);
+    copy_str(&u.data, key, out, cap);
+    msgpack_unpacked_destroy(&u);
+}
+
+/* The models op's entry for model: its state, want and keep_alive_ms. */
+static void model_entry(sim *s, const char *model, char *state, char *want, int64_t *ka,
+                        int64_t *active) {
+    client_op(s, "srv", "m", "models");
+    int at = -1;
+    for (size_t i = 0; i < s->n_out; i++)
+        if (!strcmp(s->out[i].ident, "srv")) at = (int)i;
+    assert_true(at >= 0);
+    msgpack_unpacked u;
+    zi_error err = {0};
+    zi_im_models ms;
+    assert_int_equal(zi_msgpack_parse(s->out[at].data, s->out[at].len, NULL, &u, &err), ZI_OK);
+    assert_int_equal(zi_im_models_unpack(&u.data, &ms, &err), ZI_OK);
+    bool found = false;
+    for (size_t k = 0; k < ms.n; k++) {
+        if (ms.v[k].name.n != strlen(model) || memcmp(ms.v[k].name.p, model, ms.v[k].name.n))
+            continue;
+        found = true;
+        assert_true(ms.v[k].has_usage);
+        snprintf(state, 16, "%.*s", (int)ms.v[k].state.n, ms.v[k].state.p);
+        snprintf(want, 16, "%.*s", (int)ms.v[k].want.n, ms.v[k].want.p);
+        *ka = ms.v[k].keep_alive_ms;
+        *active = ms.v[k].active;
+    }
+    msgpack_unpacked_destroy(&u);
+    assert_true(found);
+}
+
+/* Ends request rid of tok / wrk with end_of_sequence. */
+static void finish(sim *s, const char *tok, const char *wrk, int64_t rid) {
+    const int32_t ids[] = {5};
+    tokens(s, wrk, rid, ids, 1, "end_of_sequence");
+    decoded(s, tok, rid, "a", ids, 1, "end_of_sequence");
+}
+
+/* load_model / unload_model keep a wish the models op reports until it is
+ * met: an unload waits for the model's requests and ends when its
+ * processes are gone (a request for it after that loads it back), a load
+ * ends when a worker of it registers; an unknown model is refused with the
+ * known names, and a router not loading on demand refuses both.
+ * keep_alive: the latest request's holds (seconds, or a string), 0 wants
+ * an unload as soon as the model is idle, the router's --keep-alive
+ * otherwise; a bad one is refused naming the field. */
+static void test_load_unload_wishes(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    zi_error err = {0};
+    char st[16], want[16], msg[400];
+    int64_t ka, active;
+    assert_int_equal(zi_router_add_model(&s.rt, "a", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "b", &err), ZI_OK);
+    model_op(&s, "c1", "load_model", "b");
+    last_str(&s, "c1", "code", st, sizeof st);
+    assert_string_equal(st, "unsupported"); /* not --load-on-demand */
+    zi_router_set_on_demand(&s.rt, true);
+    reg_model(&s, "tokA", false, 1, "a");
+    reg_model(&s, "wrkA", true, 2, "a");
+    reg_model(&s, "tokB", false, 1, "b");
+    reg_model(&s, "wrkB", true, 2, "b");
+    model_op(&s, "c1", "load_model", "zz");
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "'a', 'b'"));
+    model_op(&s, "c1", "load_model", "a");
+    last_str(&s, "c1", "status", st, sizeof st);
+    assert_string_equal(st, "loaded");
+    model_entry(&s, "a", st, want, &ka, &active);
+    assert_string_equal(want, "none");
+    assert_int_equal(ka, -1); /* forever: no --keep-alive */
+    /* unload b while a request of it runs: "unloading", wished until its
+     * processes are gone */
+    generate_model(&s, "c1", "r1", "b");
+    int64_t r1 = last_rid(&s, "tokB", "encode");
+    encoded(&s, "tokB", r1, 20);
+    model_op(&s, "c2", "unload_model", "b");
+    last_str(&s, "c2", "status", st, sizeof st);
+    assert_string_equal(st, "unloading");
+    model_entry(&s, "b", st, want, &ka, &active);
+    assert_string_equal(want, "unload");
+    assert_int_equal(active, 1);
+    finish(&s, "tokB", "wrkB", r1);
+    assert_int_equal(count_sent(&s, "c1", "final"), 1); /* nothing lost */
+    model_entry(&s, "b", st, want, &ka, &active);
+    assert_string_equal(want, "unload");
+    assert_int_equal(active, 0);
+    zi_router_backend_gone(&s.rt, conn_of("wrkB"));
+    zi_router_backend_gone(&s.rt, conn_of("tokB"));
+    check_ok(&s);
+    model_entry(&s, "b", st, want, &ka, &active);
+    assert_string_equal(st, "unloaded");
+    assert_string_equal(want, "none");
+    model_op(&s, "c2", "unload_model", "b");
+    last_str(&s, "c2", "status", st, sizeof st);
+    assert_string_equal(st, "unloaded");
+    /* a request for b now waits and clears the stale wish */
+    generate_model(&s, "c1", "r2", "b");
+    model_entry(&s, "b", st, want, &ka, &active);
+    assert_string_equal(st, "loading");
+    assert_string_equal(want, "none");
+    /* an explicit load is wished until a worker of b registers */
+    model_op(&s, "c2", "load_model", "b");
+    last_str(&s, "c2", "status", st, sizeof st);
+    assert_string_equal(st, "loading");
+    model_entry(&s, "b", st, want, &ka, &active);
+    assert_string_equal(want, "load");
+    check_ok(&s);
+    reg_model(&s, "tokB2", false, 1, "b");
+    reg_model(&s, "wrkB2", true, 2, "b");
+    check_ok(&s);
+    model_entry(&s, "b", st, want, &ka, &active);
+    assert_string_equal(st, "loaded");
+    assert_string_equal(want, "none");
+    int64_t r2 = last_rid(&s, "tokB2", "encode");
+    encoded(&s, "tokB2", r2, 20);
+    finish(&s, "tokB2", "wrkB2", r2);
+    /* keep_alive 0: an unload is wanted as soon as a is idle */
+    generate_ka(&s, "c1", "r3", "a", "0", 0);
+    int64_t r3 = last_rid(&s, "tokA", "encode");
+    encoded(&s, "tokA", r3, 20);
+    model_entry(&s, "a", st, want, &ka, &active);
+    assert_string_equal(want, "none"); /* busy */
+    assert_int_equal(ka, 0);
+    finish(&s, "tokA", "wrkA", r3);
+    model_entry(&s, "a", st, want, &ka, &active);
+    assert_string_equal(want, "unload");
+    /* 60 (seconds): kept a minute */
+    generate_ka(&s, "c1", "r4", "a", NULL, 60);
+    int64_t r4 = last_rid(&s, "tokA", "encode");
+    encoded(&s, "tokA", r4, 20);
+    finish(&s, "tokA", "wrkA", r4);
+    model_entry(&s, "a", st, want, &ka, &active);
+    assert_int_equal(ka, 60000);
+    assert_string_equal(want, "none");
+    s.now += 60000;
+    model_entry(&s, "a", st, want, &ka, &active);
+    assert_string_equal(want, "unload");
+    /* none given: the router's --keep-alive (5m) */
+    zi_router_set_keep_alive(&s.rt, 300000);
+    generate_model(&s, "c1", "r5", "a");
+    int64_t r5 = last_rid(&s, "tokA", "encode");
+    encoded(&s, "tokA", r5, 20);
+    finish(&s, "tokA", "wrkA", r5);
+    model_entry(&s, "a", st, want, &ka, &active);
+    assert_int_equal(ka, 300000);
+    assert_string_equal(want, "none");
+    /* a bad keep_alive names the field */
+    generate_ka(&s, "c1", "r6", "a", "5 parsecs", 0);
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "keep_alive"));
+    last_str(&s, "c1", "field", st, sizeof st);
+    assert_string_equal(st, "keep_alive");
+    generate_ka(&s, "c1", "r7", "a", "-1", 0); /* forever */
+    int64_t r7 = last_rid(&s, "tokA", "encode");
+    encoded(&s, "tokA", r7, 20);
+    finish(&s, "tokA", "wrkA", r7);
+    s.now += 10LL * 86400000;
+    model_entry(&s, "a", st, want, &ka, &active);
+    assert_int_equal(ka, -1);
+    assert_string_equal(want, "none");
+    check_idle(&s);
+    sim_free(&s);
+}
+
 static void test_worker_failover(void **state) {
     (void)state;
     sim s;
@@ -1363,6 +1566,7 @@ int main(void) {
         cmocka_unit_test(test_worker_failover),
         cmocka_unit_test(test_model_routing),
         cmocka_unit_test(test_load_on_demand),
+        cmocka_unit_test(test_load_unload_wishes),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_heartbeat_timeout),
         cmocka_unit_test(test_reregister_once),
