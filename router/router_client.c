@@ -301,6 +301,14 @@ static bool zi_embed_all_strings(const msgpack_object *in) {
     return true;
 }
 
+/* Whether map key k is one of keys[0..n) (an op's known keys). */
+static bool key_known(const msgpack_object *k, const char *const *keys, size_t n) {
+    for (size_t j = 0; k->type == MSGPACK_OBJECT_STR && j < n; j++)
+        if (strlen(keys[j]) == k->via.str.size && !memcmp(keys[j], k->via.str.ptr, k->via.str.size))
+            return true;
+    return false;
+}
+
 static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
     static const char *const keys[] = {"op",       "id",         "input", "pooling", "normalize",
                                        "truncate", "model_name", "query"};
@@ -309,10 +317,7 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
     msg[0] = '\0';
     for (uint32_t i = 0; i < o->via.map.size && !msg[0]; i++) {
         const msgpack_object *k = &o->via.map.ptr[i].key;
-        bool known = false;
-        for (size_t j = 0; k->type == MSGPACK_OBJECT_STR && j < sizeof keys / sizeof *keys; j++)
-            known |= strlen(keys[j]) == k->via.str.size &&
-                     !memcmp(keys[j], k->via.str.ptr, k->via.str.size);
+        bool known = key_known(k, keys, sizeof keys / sizeof *keys);
         if (!known)
             snprintf(msg, sizeof msg, "unknown key '%.*s' in an embed request",
                      k->type == MSGPACK_OBJECT_STR
@@ -524,10 +529,7 @@ static void op_model_wish(router *rt, const client_ctx *c, const msgpack_object 
     msg[0] = '\0';
     for (uint32_t i = 0; i < o->via.map.size && !msg[0]; i++) {
         const msgpack_object *k = &o->via.map.ptr[i].key;
-        bool known = false;
-        for (size_t j = 0; k->type == MSGPACK_OBJECT_STR && j < sizeof keys / sizeof *keys; j++)
-            known |= strlen(keys[j]) == k->via.str.size &&
-                     !memcmp(keys[j], k->via.str.ptr, k->via.str.size);
+        bool known = key_known(k, keys, sizeof keys / sizeof *keys);
         if (!known) {
             char shown[80];
             zi_printable(shown, sizeof shown, k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : "?",

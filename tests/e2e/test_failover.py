@@ -56,10 +56,11 @@ def sampling(i, stops=False):
     return sp
 
 
-def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
+def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120, watch=None):
     """Reads every request's frames to its terminal one. on_streaming() is
-    called once, when every request has streamed min_tokens ids. Returns
-    {rid: (ids, chunks, terminal)}."""
+    called once, when every request of watch (default: all) has streamed
+    min_tokens ids. Returns {rid: (ids, chunks, terminal)}."""
+    watch = rids if watch is None else watch
     ids = {r: [] for r in rids}
     chunks = {r: [] for r in rids}
     term = {}
@@ -75,7 +76,7 @@ def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
             ids[rid].extend(int(t) for t in decode_array(m["token_ids"]))
         else:
             term[rid] = m
-        if not fired and all(len(v) >= min_tokens for v in ids.values()):
+        if not fired and all(len(ids[r]) >= min_tokens for r in watch):
             fired = True
             on_streaming()
     assert c.sock.poll(300) == 0  # exactly one terminal frame each, nothing after

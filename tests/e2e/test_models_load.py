@@ -23,13 +23,13 @@ other's worker memory (serve's children's total RSS, measured, reported).
 import http.client
 import json
 import os
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import free_port, free_port_pair, report, stop_process, ServeProcess, wait_http
+from conftest import report
+from test_models_routing import children, models_serve, write_tiny_llama
 from zinfer_client import Client, ZinferError
 
 HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
@@ -41,26 +41,7 @@ pytestmark = pytest.mark.skipif(not SMOL.is_file(), reason="SmolLM2 absent (scri
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from test_models_routing import write_tiny_llama  # the same random-weight file
     return write_tiny_llama(tmp_path_factory.mktemp("load") / "tiny.gguf")
-
-
-def children(srv):
-    """{pid: (program, model name)} of serve's children now."""
-    out = {}
-    for task in Path(f"/proc/{srv.proc.pid}/task").iterdir():
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for pid in kids:
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            name = argv[argv.index(b"--model-name") + 1].decode() if b"--model-name" in argv else ""
-            out[int(pid)] = (os.path.basename(argv[0].decode()), name)
-    return out
 
 
 def rss_kb(pid):
@@ -112,36 +93,15 @@ def http_states(srv):
 
 @pytest.fixture(scope="module")
 def server(zinfer_bin, tiny, tmp_path_factory):
-    port, bport = free_port_pair()
-    hport = free_port()
-    addr = f"tcp://127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    logf = open(log_path, "w")
-    proc = subprocess.Popen(
-        [str(zinfer_bin), "serve", "--model", f"smol={SMOL}", "--model", f"tiny={tiny}",
-         "--bind", addr, "--backend", f"tcp://127.0.0.1:{bport}", "--http", f"127.0.0.1:{hport}",
-         "--api-key", KEY, "--threads-per-worker", "1", "--slots", "4", "--ctx-size", "256"],
-        stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-    srv = ServeProcess(proc, addr, log_path)
-    srv.http_port = hport
-    try:
-        with Client(addr, timeout_s=5) as c:
-            deadline = time.time() + 90
-            while True:
-                try:
-                    ms = entries(c)
-                    if all(m["state"] == "loaded" for m in ms.values()) and \
-                            c.call("health")["workers"] == 2:
-                        break
-                except (TimeoutError, ZinferError):
-                    pass
-                assert proc.poll() is None and time.time() < deadline, srv.log()
-                time.sleep(0.1)
-        wait_http(hport, srv)
+    def ready(c):
+        return all(m["state"] == "loaded" for m in entries(c).values()) and \
+            c.call("health")["workers"] == 2
+
+    with models_serve(zinfer_bin, ["--model", f"smol={SMOL}", "--model", f"tiny={tiny}",
+                                   "--api-key", KEY, "--threads-per-worker", 1, "--slots", 4,
+                                   "--ctx-size", 256],
+                      tmp_path_factory.mktemp("serve") / "serve.log", ready, http=True) as srv:
         yield srv
-    finally:
-        stop_process(proc)
-        logf.close()
 
 
 SP = {"max_new_tokens": 8, "ignore_eos": True}
@@ -254,48 +214,29 @@ def test_models_max_frees_the_unloaded_workers_memory(zinfer_bin, tiny, tmp_path
     """--models-max 1: a request for tiny unloads the idle smol; its worker's
     resident memory, read from /proc before, is gone after (serve's
     children's total RSS drops by about as much)."""
-    port, bport = free_port_pair()
-    addr = f"tcp://127.0.0.1:{port}"
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "w") as logf:
-        proc = subprocess.Popen(
-            [str(zinfer_bin), "serve", "--model", f"smol={SMOL}", "--model", f"tiny={tiny}",
-             "--models-max", "1", "--bind", addr, "--backend", f"tcp://127.0.0.1:{bport}",
-             "--http", "off", "--threads-per-worker", "1", "--slots", "4", "--ctx-size", "256"],
-            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-        srv = ServeProcess(proc, addr, log_path)
-        try:
-            with Client(addr, timeout_s=60) as c:
-                deadline = time.time() + 90
-                while True:
-                    try:
-                        if {n: m["state"] for n, m in entries(c).items()} == \
-                                {"smol": "loaded", "tiny": "unloaded"}:
-                            break
-                    except (TimeoutError, ZinferError):
-                        pass
-                    assert proc.poll() is None and time.time() < deadline, srv.log()
-                    time.sleep(0.1)
-                c.complete(prompt=[1, 500, 600], sampling_params=SP)  # smol's weights touched
-                smol = model_pids(srv, "smol")
-                assert len(smol) == 1, children(srv)
-                worker_kb = rss_kb(smol[0])
-                total_before = sum(rss_kb(p) for p in children(srv))
-                _, ids, fin = c.complete(prompt=[1, 500, 600], model_name="tiny",
-                                         sampling_params=SP)
-                assert fin["status"] == "maximum_length", fin
-                assert {n: m["state"] for n, m in entries(c).items()} == \
-                    {"smol": "unloaded", "tiny": "loaded"}
-                assert rss_kb(smol[0]) == 0 and model_pids(srv, "smol") == []
-                total_after = sum(rss_kb(p) for p in children(srv))
-            report("models_load", "models_max_1_swap_rss_kb",
-                   {"smol_worker_before": worker_kb, "children_total_before": total_before,
-                    "children_total_after": total_after})
-            # SmolLM2's Q4_1 weights alone are about 90 MB
-            assert worker_kb > 50_000, worker_kb
-            assert total_before - total_after > worker_kb // 2, (total_before, total_after)
-        finally:
-            stop_process(proc)
+    with models_serve(zinfer_bin, ["--model", f"smol={SMOL}", "--model", f"tiny={tiny}",
+                                   "--models-max", 1, "--threads-per-worker", 1, "--slots", 4,
+                                   "--ctx-size", 256], tmp_path / "serve.log",
+                      lambda c: {n: m["state"] for n, m in entries(c).items()} ==
+                      {"smol": "loaded", "tiny": "unloaded"}) as srv:
+        with Client(srv.addr, timeout_s=60) as c:
+            c.complete(prompt=[1, 500, 600], sampling_params=SP)  # smol's weights touched
+            smol = model_pids(srv, "smol")
+            assert len(smol) == 1, children(srv)
+            worker_kb = rss_kb(smol[0])
+            total_before = sum(rss_kb(p) for p in children(srv))
+            _, ids, fin = c.complete(prompt=[1, 500, 600], model_name="tiny", sampling_params=SP)
+            assert fin["status"] == "maximum_length", fin
+            assert {n: m["state"] for n, m in entries(c).items()} == \
+                {"smol": "unloaded", "tiny": "loaded"}
+            assert rss_kb(smol[0]) == 0 and model_pids(srv, "smol") == []
+            total_after = sum(rss_kb(p) for p in children(srv))
+    report("models_load", "models_max_1_swap_rss_kb",
+           {"smol_worker_before": worker_kb, "children_total_before": total_before,
+            "children_total_after": total_after})
+    # SmolLM2's Q4_1 weights alone are about 90 MB
+    assert worker_kb > 50_000, worker_kb
+    assert total_before - total_after > worker_kb // 2, (total_before, total_after)
 
 
 def test_serve_keep_alive_default(zinfer_bin, tmp_path):

@@ -20,6 +20,7 @@ random-weight llama file written here (SmolLM2's vocabulary, 64 wide):
 The concurrent requests and the kill run in the release build only (docs/testing.md).
 """
 
+import contextlib
 import json
 import os
 import signal
@@ -34,7 +35,8 @@ import pytest
 from conftest import (free_port, free_port_pair, ids_arg, last_json, stop_process,
                       ServeProcess, wait_http)
 from gguf_files import stored, tokenizer_rows, write_gguf
-from zinfer_client import Client, ZinferError, decode_array
+from test_failover import collect
+from zinfer_client import Client, ZinferError
 
 import gguf
 
@@ -50,6 +52,58 @@ release_only = pytest.mark.skipif(SANITIZED, reason="slow under the sanitizers")
 
 pytestmark = pytest.mark.skipif(not (SMOL.is_file() and GEMMA.is_file()),
                                 reason="SmolLM2 or Gemma 3 270M absent (scripts/fetch-model)")
+
+
+@contextlib.contextmanager
+def models_serve(zinfer_bin, args, log_path, ready, http=False, timeout_s=90):
+    """`zinfer serve` with args (its models and flags) on free ports, its
+    HTTP server too when http; yields it (srv.http_port) once ready(client)
+    holds, then stops it. test_models_load.py serves with it too."""
+    port, bport = free_port_pair()
+    hport = free_port() if http else None
+    addr = f"tcp://127.0.0.1:{port}"
+    with open(log_path, "w") as logf:
+        proc = subprocess.Popen(
+            [str(zinfer_bin), "serve", *map(str, args), "--bind", addr,
+             "--backend", f"tcp://127.0.0.1:{bport}",
+             "--http", f"127.0.0.1:{hport}" if http else "off"],
+            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
+        srv = ServeProcess(proc, addr, log_path)
+        srv.http_port = hport
+        try:
+            with Client(addr, timeout_s=5) as c:
+                deadline = time.time() + timeout_s
+                while True:
+                    try:
+                        if ready(c):
+                            break
+                    except (TimeoutError, ZinferError):
+                        pass
+                    assert proc.poll() is None and time.time() < deadline, srv.log()
+                    time.sleep(0.1)
+            if http:
+                wait_http(hport, srv)
+            yield srv
+        finally:
+            stop_process(proc)
+
+
+def children(srv):
+    """{pid: (program, model name)} of serve's children now."""
+    out = {}
+    for task in Path(f"/proc/{srv.proc.pid}/task").iterdir():
+        try:
+            kids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for pid in kids:
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            name = argv[argv.index(b"--model-name") + 1].decode() if b"--model-name" in argv else ""
+            out[int(pid)] = (os.path.basename(argv[0].decode()), name)
+    return out
 
 
 def write_tiny_llama(path, seed=7, drop=None):
@@ -120,60 +174,29 @@ def reference(zinfer_bin, files):
 
 def worker_pids(srv, name):
     """The pids of the zinfer-worker children serving model name."""
-    pids = []
-    for task in Path(f"/proc/{srv.proc.pid}/task").iterdir():
-        try:
-            kids = (task / "children").read_text().split()
-        except OSError:
-            continue
-        for pid in kids:
-            try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if os.path.basename(argv[0].decode()) == "zinfer-worker" and \
-                    b"--model-name" in argv and argv[argv.index(b"--model-name") + 1] == name.encode():
-                pids.append(int(pid))
-    return pids
+    return [p for p, (prog, m) in children(srv).items() if prog == "zinfer-worker" and m == name]
 
 
 @pytest.fixture(scope="module")
 def server(zinfer_bin, files, tmp_path_factory):
-    port, bport = free_port_pair()
-    hport = free_port()
-    addr = f"tcp://127.0.0.1:{port}"
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    logf = open(log_path, "w")
-    proc = subprocess.Popen(
-        [str(zinfer_bin), "serve", "--model", f"smol={files['smol']},workers=2",
-         "--model", f"gemma={files['gemma']}", "--model", f"tiny={files['tiny']}",
-         "--bind", addr, "--backend", f"tcp://127.0.0.1:{bport}", "--http", f"127.0.0.1:{hport}",
-         "--workers", "1", "--tokenizers", "1", "--threads-per-worker", "1", "--slots", "16",
-         "--ctx-size", "256", "--heartbeat-timeout", "1500"],
-        stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-    srv = ServeProcess(proc, addr, log_path)
-    srv.http_port = hport
-    srv.seen_states = set()
-    try:
-        with Client(addr, timeout_s=5) as c:
-            deadline = time.time() + 90
-            while True:
-                try:
-                    ms = c.call("models")["models"]
-                    srv.seen_states |= {m["state"] for m in ms}
-                    if len(ms) == 3 and all(m["state"] == "loaded" for m in ms):
-                        h = c.call("health")
-                        if h["workers"] == 4 and h["tokenizers"] == 3:
-                            break
-                except (TimeoutError, ZinferError):
-                    pass
-                assert proc.poll() is None and time.time() < deadline, srv.log()
-                time.sleep(0.1)
-        wait_http(hport, srv)
+    seen = set()
+
+    def ready(c):
+        ms = c.call("models")["models"]
+        seen.update(m["state"] for m in ms)
+        if len(ms) != 3 or any(m["state"] != "loaded" for m in ms):
+            return False
+        h = c.call("health")
+        return h["workers"] == 4 and h["tokenizers"] == 3
+
+    with models_serve(zinfer_bin, ["--model", f"smol={files['smol']},workers=2",
+                                   "--model", f"gemma={files['gemma']}",
+                                   "--model", f"tiny={files['tiny']}", "--workers", 1,
+                                   "--tokenizers", 1, "--threads-per-worker", 1, "--slots", 16,
+                                   "--ctx-size", 256, "--heartbeat-timeout", 1500],
+                      tmp_path_factory.mktemp("serve") / "serve.log", ready, http=True) as srv:
+        srv.seen_states = seen
         yield srv
-    finally:
-        stop_process(proc)
-        logf.close()
 
 
 def send(c, i, files):
@@ -183,31 +206,6 @@ def send(c, i, files):
     if name:
         msg["model_name"] = name
     return c.send(msg)
-
-
-def collect(c, rids, on_streaming=None, min_tokens=0, watch=None, timeout=120):
-    """{rid: (ids, chunks, terminal)}; on_streaming() once every request of
-    watch (default: all) has streamed min_tokens ids."""
-    watch = rids if watch is None else watch
-    ids = {r: [] for r in rids}
-    chunks = {r: [] for r in rids}
-    term = {}
-    fired = on_streaming is None
-    deadline = time.time() + timeout
-    while len(term) < len(rids):
-        assert time.time() < deadline, f"{len(rids) - len(term)} requests never ended"
-        m = c._recv_one()
-        rid = m["id"]
-        assert rid in ids and rid not in term, m
-        if m["event"] == "chunk":
-            chunks[rid].append(m)
-            ids[rid].extend(int(t) for t in decode_array(m["token_ids"]))
-        else:
-            term[rid] = m
-        if not fired and all(len(ids[r]) >= min_tokens for r in watch):
-            fired = True
-            on_streaming()
-    return {r: (ids[r], chunks[r], term[r]) for r in rids}
 
 
 @release_only
@@ -327,40 +325,22 @@ def test_models_max_loads_on_demand(zinfer_bin, two_tiny, tmp_path):
     each request gives its own file's ids."""
     ref = {n: generate_ids(zinfer_bin, p, 2) for n, p in two_tiny.items()}
     assert ref["a"] != ref["b"]
-    port, bport = free_port_pair()
-    addr = f"tcp://127.0.0.1:{port}"
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "w") as logf:
-        proc = subprocess.Popen(
-            [str(zinfer_bin), "serve", "--model", f"a={two_tiny['a']}",
-             "--model", f"b={two_tiny['b']}", "--models-max", "1", "--bind", addr,
-             "--backend", f"tcp://127.0.0.1:{bport}", "--http", "off", "--threads-per-worker", "1",
-             "--slots", "4", "--ctx-size", "256"],
-            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-        srv = ServeProcess(proc, addr, log_path)
-        try:
-            with Client(addr, timeout_s=60) as c:
-                deadline = time.time() + 60
-                while True:
-                    try:
-                        if states(c) == {"a": "loaded", "b": "unloaded"}:
-                            break
-                    except (TimeoutError, ZinferError):
-                        pass
-                    assert proc.poll() is None and time.time() < deadline, srv.log()
-                    time.sleep(0.1)
-                sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
-                _, ids, fin = c.complete(prompt=prompt(2), model_name="b", sampling_params=sp)
-                assert fin["status"] == "maximum_length" and ids == ref["b"], (fin, srv.log())
-                assert states(c) == {"a": "unloaded", "b": "loaded"}, srv.log()
-                _, ids, fin = c.complete(prompt=prompt(2), sampling_params=sp)  # the default, a
-                assert ids == ref["a"], srv.log()
-                assert states(c) == {"a": "loaded", "b": "unloaded"}, srv.log()
-            log = srv.log()
-            assert "unloading model a" in log and "loading model b" in log, log
-            assert "unloading model b" in log and "loading model a" in log, log
-        finally:
-            stop_process(proc)
+    with models_serve(zinfer_bin, ["--model", f"a={two_tiny['a']}", "--model",
+                                   f"b={two_tiny['b']}", "--models-max", 1,
+                                   "--threads-per-worker", 1, "--slots", 4, "--ctx-size", 256],
+                      tmp_path / "serve.log",
+                      lambda c: states(c) == {"a": "loaded", "b": "unloaded"}) as srv:
+        with Client(srv.addr, timeout_s=60) as c:
+            sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
+            _, ids, fin = c.complete(prompt=prompt(2), model_name="b", sampling_params=sp)
+            assert fin["status"] == "maximum_length" and ids == ref["b"], (fin, srv.log())
+            assert states(c) == {"a": "unloaded", "b": "loaded"}, srv.log()
+            _, ids, fin = c.complete(prompt=prompt(2), sampling_params=sp)  # the default, a
+            assert ids == ref["a"], srv.log()
+            assert states(c) == {"a": "loaded", "b": "unloaded"}, srv.log()
+        log = srv.log()
+    assert "unloading model a" in log and "loading model b" in log, log
+    assert "unloading model b" in log and "loading model a" in log, log
 
 
 def test_model_that_cannot_load_stays_unloaded(zinfer_bin, two_tiny, tmp_path):
@@ -369,39 +349,20 @@ def test_model_that_cannot_load_stays_unloaded(zinfer_bin, two_tiny, tmp_path):
     goes on serving the other model (it used to stop the whole server)."""
     bad = write_tiny_llama(tmp_path / "bad.gguf", drop="blk.1.ffn_down.weight")
     ref = generate_ids(zinfer_bin, two_tiny["a"], 2)
-    port, bport = free_port_pair()
-    addr = f"tcp://127.0.0.1:{port}"
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "w") as logf:
-        proc = subprocess.Popen(
-            [str(zinfer_bin), "serve", "--model", f"a={two_tiny['a']}", "--model", f"bad={bad}",
-             "--models-max", "1", "--failover-timeout", "3000", "--bind", addr,
-             "--backend", f"tcp://127.0.0.1:{bport}", "--http", "off", "--threads-per-worker", "1",
-             "--slots", "4", "--ctx-size", "256"],
-            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-        srv = ServeProcess(proc, addr, log_path)
-        try:
-            with Client(addr, timeout_s=60) as c:
-                deadline = time.time() + 60
-                while True:
-                    try:
-                        if states(c).get("a") == "loaded":
-                            break
-                    except (TimeoutError, ZinferError):
-                        pass
-                    assert proc.poll() is None and time.time() < deadline, srv.log()
-                    time.sleep(0.1)
-                sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
-                rid = c.send({"op": "generate", "prompt": prompt(2), "model_name": "bad",
-                              "sampling_params": sp})
-                evs = list(c.events(rid))
-                assert evs[-1]["event"] == "error" and evs[-1]["code"] == "unavailable", evs
-                assert proc.poll() is None, srv.log()
-                _, ids, fin = c.complete(prompt=prompt(2), sampling_params=sp)  # a, loaded again
-                assert ids == ref, (fin, srv.log())
-            assert "stays unloaded" in srv.log(), srv.log()
-        finally:
-            stop_process(proc)
+    with models_serve(zinfer_bin, ["--model", f"a={two_tiny['a']}", "--model", f"bad={bad}",
+                                   "--models-max", 1, "--failover-timeout", 3000,
+                                   "--threads-per-worker", 1, "--slots", 4, "--ctx-size", 256],
+                      tmp_path / "serve.log", lambda c: states(c).get("a") == "loaded") as srv:
+        with Client(srv.addr, timeout_s=60) as c:
+            sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
+            rid = c.send({"op": "generate", "prompt": prompt(2), "model_name": "bad",
+                          "sampling_params": sp})
+            evs = list(c.events(rid))
+            assert evs[-1]["event"] == "error" and evs[-1]["code"] == "unavailable", evs
+            assert srv.proc.poll() is None, srv.log()
+            _, ids, fin = c.complete(prompt=prompt(2), sampling_params=sp)  # a, loaded again
+            assert ids == ref, (fin, srv.log())
+        assert "stays unloaded" in srv.log(), srv.log()
 
 
 # ---- --models-dir and the names ----------------------------------------------
@@ -417,34 +378,17 @@ def test_models_dir_serves_each_model_file(zinfer_bin, two_tiny, tmp_path):
     (d / "notes.txt").write_text("not a model")
     rows, _ = tokenizer_rows(SMOL)
     write_gguf(d / "vocab-only.gguf", "llama", rows)
-    port, bport = free_port_pair()
-    addr = f"tcp://127.0.0.1:{port}"
-    log_path = tmp_path / "serve.log"
-    with open(log_path, "w") as logf:
-        proc = subprocess.Popen(
-            [str(zinfer_bin), "serve", "--model", f"first={two_tiny['a']}", "--models-dir", str(d),
-             "--bind", addr, "--backend", f"tcp://127.0.0.1:{bport}", "--http", "off",
-             "--threads-per-worker", "1", "--slots", "2", "--ctx-size", "128"],
-            stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
-        srv = ServeProcess(proc, addr, log_path)
-        try:
-            with Client(addr, timeout_s=60) as c:
-                deadline = time.time() + 60
-                while True:
-                    try:
-                        ms = c.call("models")["models"]
-                        if all(m["state"] == "loaded" for m in ms):
-                            break
-                    except (TimeoutError, ZinferError):
-                        pass
-                    assert proc.poll() is None and time.time() < deadline, srv.log()
-                    time.sleep(0.1)
-                assert [m["name"] for m in ms] == ["first", "alpha", "zeta"], ms
-            log = srv.log()
-            assert "skipping mmproj-alpha.gguf (an image projector)" in log, log
-            assert "skipping vocab-only.gguf (vocabulary only)" in log, log
-        finally:
-            stop_process(proc)
+    with models_serve(zinfer_bin, ["--model", f"first={two_tiny['a']}", "--models-dir", d,
+                                   "--threads-per-worker", 1, "--slots", 2, "--ctx-size", 128],
+                      tmp_path / "serve.log",
+                      lambda c: all(m["state"] == "loaded" for m in c.call("models")["models"])
+                      ) as srv:
+        with Client(srv.addr, timeout_s=60) as c:
+            ms = c.call("models")["models"]
+            assert [m["name"] for m in ms] == ["first", "alpha", "zeta"], ms
+        log = srv.log()
+    assert "skipping mmproj-alpha.gguf (an image projector)" in log, log
+    assert "skipping vocab-only.gguf (vocabulary only)" in log, log
 
 
 @pytest.mark.parametrize("args,message", [
