@@ -123,6 +123,21 @@ static int served_model(zi_http_ctx *ctx, zi_http_conn *c, const char *want, cha
     if (want && want[0])
         for (k = 0; k < l->n && strcmp(l->name[k], want); k++) {
         }
+    /* "MODEL:ADAPTER", a LoRA adapter of a served model (vLLM's way): the
+     * router splits it; the reply names what the client asked for */
+    const char *colon = k == l->n && want ? strrchr(want, ':') : NULL;
+    if (colon && colon[1] && colon > want) {
+        int j = 0;
+        while (j < l->n && (strlen(l->name[j]) != (size_t)(colon - want) ||
+                            memcmp(l->name[j], want, (size_t)(colon - want))))
+            j++;
+        if (j < l->n) {
+            snprintf(name, cap, "%s", want);
+            if (max_length) *max_length = l->max_length[j];
+            free(l);
+            return 0;
+        }
+    }
     if (k == l->n) {
         char names[400];
         size_t at = 0;

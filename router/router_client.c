@@ -115,10 +115,14 @@ static const char *response_format_error(const zi_request *req, char *msg, size_
 }
 
 /* The model a request names (name, len bytes; len 0: none) into *model:
- * a known model's name, or the default one when it names none. false
- * (msg filled in, naming the known models) when no such model is served. */
-static bool resolve_model(router *rt, const char *name, size_t len, const char **model, char *msg,
-                          size_t cap) {
+ * a known model's name, or the default one when it names none. With
+ * adapter (else NULL), "MODEL:ADAPTER" (vLLM's way of naming a LoRA
+ * adapter) is MODEL with *adapter the bytes after the last ':' (a name
+ * that is itself a model's wins); *adapter is "" otherwise. false (msg
+ * filled in, naming the known models) when no such model is served. */
+static bool resolve_model(router *rt, const char *name, size_t len, const char **model,
+                          zi_im_str *adapter, char *msg, size_t cap) {
+    if (adapter) *adapter = (zi_im_str){"", 0};
     if (len == 0) {
         *model = default_model(rt);
         return true;
@@ -129,6 +133,12 @@ static bool resolve_model(router *rt, const char *name, size_t len, const char *
         memcpy(want, name, len);
         want[len] = '\0';
         mr = strlen(want) == len ? model_find(rt, want, false) : NULL;
+        char *colon = mr || !adapter || strlen(want) != len ? NULL : strrchr(want, ':');
+        if (colon && colon[1]) {
+            *colon = '\0';
+            if ((mr = model_find(rt, want, false)))
+                *adapter = (zi_im_str){name + (colon + 1 - want), len - (size_t)(colon + 1 - want)};
+        }
     }
     if (mr) {
         *model = mr->name;
@@ -211,8 +221,24 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
                  req.prompt_tokens.n, rt->max_prompt);
     }
     const char *model = "";
-    if (!code && !resolve_model(rt, req.model_name.p, req.model_name.len, &model, msg, sizeof msg))
+    zi_im_str adapter;
+    if (!code &&
+        !resolve_model(rt, req.model_name.p, req.model_name.len, &model, &adapter, msg, sizeof msg))
         code = "invalid_request", field = "model_name";
+    if (!code && adapter.n > 0) { /* "MODEL:ADAPTER": the adapter joins the request's "lora" */
+        if (adapter.n >= ZI_LORA_REF_NAME_MAX || req.n_lora >= ZI_MAX_LORA) {
+            code = "invalid_request", field = "model_name";
+            snprintf(msg, sizeof msg, "model_name: the adapter after ':' %s",
+                     req.n_lora >= ZI_MAX_LORA ? "is one more than the 4 a request may run"
+                                               : "has a name over 63 bytes");
+        } else {
+            zi_lora_ref *lr = &req.lora[req.n_lora++];
+            lr->id = -1;
+            memcpy(lr->name, adapter.p, adapter.n);
+            lr->name[adapter.n] = '\0';
+            lr->scale = 1.0f;
+        }
+    }
     int tk = pick_backend(rt, ROLE_TOKENIZER, model);
     bool wait =
         !code && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0) && load_on_demand(rt, model);
@@ -364,7 +390,7 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
     }
     const char *model = "";
     if (!msg[0] && !resolve_model(rt, mn ? mn->via.str.ptr : NULL, mn ? mn->via.str.size : 0,
-                                  &model, msg, sizeof msg))
+                                  &model, NULL, msg, sizeof msg))
         field = "model_name";
     if (!msg[0] && find_client_req(rt, c))
         field = "id", snprintf(msg, sizeof msg, "id: a request with this id is already in flight");
@@ -549,7 +575,7 @@ static void op_model_wish(router *rt, const client_ctx *c, const msgpack_object 
         return;
     }
     const char *model = "";
-    if (!resolve_model(rt, mn->via.str.ptr, mn->via.str.size, &model, msg, sizeof msg)) {
+    if (!resolve_model(rt, mn->via.str.ptr, mn->via.str.size, &model, NULL, msg, sizeof msg)) {
         client_error(rt, c, "invalid_request", msg, "model_name");
         return;
     }
@@ -628,8 +654,9 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
         client_error(rt, c, "invalid_request", "model_name: not a string", "model_name");
         return;
     }
-    if (!resolve_model(rt, mn ? mn->via.str.ptr : NULL, mn ? mn->via.str.size : 0, &model, mmsg,
-                       sizeof mmsg)) {
+    zi_im_str adapter; /* a tokenizer's work is the same under any adapter */
+    if (!resolve_model(rt, mn ? mn->via.str.ptr : NULL, mn ? mn->via.str.size : 0, &model, &adapter,
+                       mmsg, sizeof mmsg)) {
         free(ids);
         client_error(rt, c, "invalid_request", mmsg, "model_name");
         return;

@@ -219,7 +219,9 @@ def test_lora_option_syntax(run_zinfer, model_path):
 def test_http_passes_lora_on(adapters, zinfer_bin, model_path, tmp_path):
     """zinfer-http takes llama-server's "lora" list on /v1/completions and
     passes it on: the same greedy tokens as the msgpack request; an adapter
-    the worker lacks is a 400 naming lora[0]."""
+    the worker lacks is a 400 naming lora[0]. An adapter named in the
+    model as "MODEL:ADAPTER" (vLLM's way), over HTTP and msgpack, runs as
+    the lora list does; an unknown one is a 400 too."""
     import http.client
     import json
 
@@ -245,9 +247,19 @@ def test_http_passes_lora_on(adapters, zinfer_bin, model_path, tmp_path):
         text, _, _ = c.complete(prompt=body["prompt"], sampling_params={
             "temperature": 0.0, "max_new_tokens": 8}, lora=[{"name": "ad0", "scale": 1.0}])
         st3, bad = post({"lora": [{"name": "nope"}]})
+        base = model_path.name.removesuffix(".gguf")
+        st4, named = post({"model": f"{base}:ad0"})
+        text2, _, _ = c.complete(prompt=body["prompt"], model_name=f"{base}:ad0",
+                                 sampling_params={"temperature": 0.0, "max_new_tokens": 8})
+        st5, bad2 = post({"model": f"{base}:nope"})
+        st6, bad3 = post({"model": "no-such-model:ad0"})
     assert st == 200 and st2 == 200, (plain, adapted)
     assert adapted["choices"][0]["text"] == text != plain["choices"][0]["text"]
     assert st3 == 400 and "lora[0].name" in json.dumps(bad), bad
+    assert st4 == 200 and named["choices"][0]["text"] == text == text2, named
+    assert named["model"] == f"{base}:ad0", named
+    assert st5 == 400 and "nope" in json.dumps(bad2), bad2
+    assert st6 == 404 and bad3["error"]["code"] == "model_not_found", bad3
 
 
 def test_bench_lora_runs(zinfer_bin, model_path):
