@@ -747,7 +747,7 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
         "stream",        "temperature", "top_p",      "top_k",        "tools",
         "tool_choice",   "thinking",    "metadata",   "service_tier", "cache_control",
         "inference_geo", "speed",       "timeout_ms", "grammar",      "output_config",
-        "output_format", NULL};
+        "output_format", "keep_alive",  NULL};
     /* Known to Anthropic's API, not served here: refused by name. */
     static const char *const unserved[] = {"container", "mcp_servers", "context_management", NULL};
     json_t *v;
@@ -811,6 +811,7 @@ static int translate(json_t *root, tr *t, zi_http_error *e) {
     if ((v = zi_http_get(root, "service_tier")) && !json_is_string(v))
         return zi_http_want(e, "service_tier", "a string", v);
     if ((v = zi_http_get(root, "timeout_ms"))) json_object_set(t->oai, "timeout_ms", v);
+    if ((v = zi_http_get(root, "keep_alive"))) json_object_set(t->oai, "keep_alive", v);
     if ((v = zi_http_get(root, "grammar"))) {
         if (!json_is_string(v)) return zi_http_want(e, "grammar", "a string", v);
         if (!t->count) json_object_set(t->oai, "grammar", v);

@@ -697,10 +697,11 @@ static int parse_responses(zi_http_ctx *ctx, const char *body, size_t len, zi_ht
     if (!rc) rc = translate_reasoning(o, chat, &summary, e);
     if (!rc) {
         json_object_set(chat, "messages", msgs);
-        /* grammar, timeout_ms, ignore_eos: zinfer's extensions, as on chat
-         * completions (docs/http.md) */
-        static const char *const same[] = {"model",   "temperature", "top_p",      "stream",
-                                           "grammar", "timeout_ms",  "ignore_eos", NULL};
+        /* grammar, timeout_ms, ignore_eos, keep_alive: zinfer's extensions,
+         * as on chat completions (docs/http.md) */
+        static const char *const same[] = {"model",      "temperature", "top_p",
+                                           "stream",     "grammar",     "timeout_ms",
+                                           "ignore_eos", "keep_alive",  NULL};
         for (int i = 0; same[i]; i++)
             if ((v = zi_http_get(o, same[i]))) json_object_set(chat, same[i], v);
         if ((v = zi_http_get(o, "max_output_tokens"))) json_object_set(chat, "max_tokens", v);

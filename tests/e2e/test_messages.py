@@ -501,6 +501,16 @@ def test_bad_paths_then_serves_on(server):
     assert m.content[0].text
 
 
+def test_keep_alive_passed_on(server):
+    """keep_alive (Ollama's, as on chat completions) reaches the same
+    parser: a duration is taken, a bad one is a 400 naming it."""
+    st, out = post(server.port, MSG, body(keep_alive="5m"))
+    assert st == 200 and out["type"] == "message", out
+    st, out = post(server.port, MSG, body(keep_alive="soon"))
+    assert st == 400 and out["error"]["type"] == "invalid_request_error", out
+    assert "keep_alive" in out["error"]["message"], out
+
+
 def test_deadline_error_shape(server):
     """A passed deadline (zinfer's timeout_ms) is a 504 timeout_error in
     Anthropic's shape, which the SDK raises without retrying."""

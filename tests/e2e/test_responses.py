@@ -307,6 +307,18 @@ def test_deadline_mid_stream(client, model):
     assert ei.value.status_code == 504 and ei.value.body["param"] == "timeout_ms"
 
 
+def test_keep_alive_passed_on(client, model):
+    """keep_alive (Ollama's, as on chat completions) reaches the same
+    parser: a duration is taken, a bad one is a 400 naming it."""
+    r = client.responses.create(model=model, input="Hi", max_output_tokens=4,
+                                extra_body={"keep_alive": 30})
+    assert r.usage.output_tokens == 4, r  # answered (cut at max_output_tokens)
+    with pytest.raises(openai.BadRequestError) as ei:
+        client.responses.create(model=model, input="Hi", max_output_tokens=4,
+                                extra_body={"keep_alive": "soon"})
+    assert ei.value.body["param"] == "keep_alive", ei.value.body
+
+
 def test_retrieve_and_delete(server, client, model):
     r = client.responses.create(model=model, input="Hi", temperature=0, max_output_tokens=8,
                                 store=True)
