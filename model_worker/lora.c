@@ -31,6 +31,7 @@ struct zi_lora {
     char name[ZI_LORA_NAME_MAX];
     float user_scale, alpha;
     int rank, n_layers, n_weights;
+    uint64_t bytes;   /* A and B of every term, in backend memory */
     lora_term *terms; /* [n_layers][ZI_LORA_N_TARGETS] */
 };
 
@@ -288,6 +289,7 @@ int zi_lora_load(zi_model *m, const zi_lora_spec *spec, zi_lora **out, zi_error 
         tm->a = upload_a(be, tm->ta);
         tm->b = tm->a ? upload_bt(be, tm->tb) : NULL;
         tm->type = tm->ta->type;
+        l->bytes += tm->ta->nbytes + tm->tb->nbytes;
         if (!tm->b) {
             rc = zi_error_set(err, ZI_ENOMEM, "%s: out of memory for the adapter's tensors", file);
             goto done;
@@ -327,6 +329,10 @@ int zi_lora_rank(const zi_lora *l) {
 float zi_lora_alpha(const zi_lora *l) {
     return l->alpha;
 }
+uint64_t zi_lora_bytes(const zi_lora *l) {
+    return l->bytes;
+}
+
 int zi_lora_n_weights(const zi_lora *l) {
     return l->n_weights;
 }

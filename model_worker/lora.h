@@ -69,6 +69,7 @@ float zi_lora_default_scale(const zi_lora *l); /* the spec's SCALE */
 int zi_lora_rank(const zi_lora *l);
 float zi_lora_alpha(const zi_lora *l);
 int zi_lora_n_weights(const zi_lora *l); /* weights it adapts */
+uint64_t zi_lora_bytes(const zi_lora *l); /* its A and B in the backend's memory */
 const zi_model *zi_lora_model(const zi_lora *l);
 /* The factor a product's term is multiplied by for a user's scale:
  * user_scale * alpha / rank (alpha 0: user_scale). */

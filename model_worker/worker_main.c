@@ -746,9 +746,10 @@ static int load(worker *w, const wopts *o, wres *r) {
             return start_failed(w, err.msg);
         }
         r->n_loras++;
-        zi_log(&w->log, ZI_LOG_INFO, "adapter %d '%s': %s, rank %d, alpha %g, %d weights", i,
-               o->lora[i].name, o->lora[i].path, zi_lora_rank(r->loras[i]),
-               (double)zi_lora_alpha(r->loras[i]), zi_lora_n_weights(r->loras[i]));
+        zi_log(&w->log, ZI_LOG_INFO,
+               "adapter %d '%s': %s, rank %d, alpha %g, %d weights, %.1f MiB", i, o->lora[i].name,
+               o->lora[i].path, zi_lora_rank(r->loras[i]), (double)zi_lora_alpha(r->loras[i]),
+               zi_lora_n_weights(r->loras[i]), (double)zi_lora_bytes(r->loras[i]) / (1 << 20));
     }
     w->loras = r->loras, w->n_loras = r->n_loras;
     const zi_model_config *mc = zi_model_get_config(r->model);
@@ -785,6 +786,9 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
     zi_mem_model mm, dm;
     zi_mem_model_of(r->model, (int)o->batch, w->slots, &mm);
     if (r->draft) zi_mem_model_of(r->draft, (int)o->batch, w->slots, &dm);
+    uint64_t adapters = 0; /* --lora's A and B count with the weights */
+    for (int i = 0; i < r->n_loras; i++) adapters += zi_lora_bytes(r->loras[i]);
+    mm.weight_bytes += adapters;
     zi_mem_plan plan;
     int rc = zi_mem_plan_make(&mm, r->draft ? &dm : NULL, w->slots, w->ctx_size, (int)o->block,
                               &plan, err);
@@ -809,6 +813,7 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
          * context is cut to it below). */
         uint64_t budget = (uint64_t)o->budget;
         *kv_bytes = zi_model_memory_left_for_kv(r->model, budget, (int)o->batch, w->slots);
+        *kv_bytes = *kv_bytes > adapters ? *kv_bytes - adapters : 0;
         /* a hybrid's state rows come out of it too: a slot's, and its
          * checkpoints' with the prefix cache (generator.c) */
         const uint64_t states = (uint64_t)w->slots *

@@ -276,3 +276,27 @@ def test_bench_lora_runs(zinfer_bin, model_path):
     assert r.returncode == 0, r.stderr
     j = json.loads(r.stdout)
     assert j["streams"] == 4 and j["adapters"] == 2 and j["decode_ratio"] > 0, j
+
+
+def test_adapters_counted_in_the_memory_budget(adapters, zinfer_bin, model_path, tmp_path):
+    """Under --memory-budget the adapters' A and B come out of what the KV
+    cache gets, as the weights do: with one float32 rank-8 adapter the
+    cache has about its size fewer blocks than without."""
+    import re
+
+    def kv_blocks(*extra):
+        log = tmp_path / f"budget{len(extra)}.log"
+        with serve_process(zinfer_bin, model_path, log, "--memory-budget", "200M", *extra) as srv:
+            text = srv.log()
+        blocks = int(re.search(r"KV cache: (\d+) blocks x (\d+) tokens = \d+ tokens, ([\d.]+) MiB",
+                               text).group(1))
+        mib = re.search(r"adapter 0 'ad0': .*, ([\d.]+) MiB", text)
+        return blocks, float(mib.group(1)) if mib else 0.0, text
+
+    plain, _, _ = kv_blocks()
+    adapted, ad_mib, text = kv_blocks("--lora", f"ad0={adapters[0]}")
+    assert ad_mib > 1.0, text  # rank 8 on 7 weights of 30 layers, float32
+    m = re.search(r"KV cache: \d+ blocks x (\d+) tokens = \d+ tokens, ([\d.]+) MiB", text)
+    per_block_mib = float(m.group(2)) / adapted
+    want = ad_mib / per_block_mib
+    assert abs((plain - adapted) - want) <= 2, (plain, adapted, want)
