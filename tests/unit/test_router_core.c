@@ -194,12 +194,20 @@ static void from_client_imap(sim *s, const char *client, zi_imap *b) {
     zi_msg_free(&m);
 }
 
-static void reg(sim *s, const char *ident, bool worker, int slots) {
+/* A backend of model `model` registers (reg: every one as "m"). */
+static void reg_model(sim *s, const char *ident, bool worker, int slots, const char *model) {
     zi_msg m;
-    zi_im_register r = {.worker = worker, .slots = slots, .max_length = 2048, .vocab = 1000,
-                        .model = {"m", 1}};
+    zi_im_register r = {.worker = worker,
+                        .slots = slots,
+                        .max_length = 2048,
+                        .vocab = 1000,
+                        .model = {model, strlen(model)}};
     assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
     from_backend(s, ident, &m);
+}
+
+static void reg(sim *s, const char *ident, bool worker, int slots) {
+    reg_model(s, ident, worker, slots, "m");
 }
 
 static void heartbeat(sim *s, const char *ident, int64_t block_size) {
@@ -213,6 +221,12 @@ static void heartbeat(sim *s, const char *ident, int64_t block_size) {
 typedef struct gen_opts {
     bool no_stream;
     int64_t timeout_ms;
+    const char *model; /* model_name, or NULL: none */
+    /* keep_alive: the string when keep_alive_str, else keep_alive_s
+     * seconds when has_keep_alive */
+    const char *keep_alive_str;
+    int64_t keep_alive_s;
+    bool has_keep_alive;
 } gen_opts;
 
 static void generate(sim *s, const char *client, const char *id, gen_opts o) {
@@ -223,6 +237,11 @@ static void generate(sim *s, const char *client, const char *id, gen_opts o) {
     zi_imap_str(&b, "prompt", "hello");
     zi_imap_bool(&b, "stream", !o.no_stream);
     if (o.timeout_ms) zi_imap_int(&b, "timeout_ms", o.timeout_ms);
+    if (o.model) zi_imap_str(&b, "model_name", o.model);
+    if (o.keep_alive_str)
+        zi_imap_str(&b, "keep_alive", o.keep_alive_str);
+    else if (o.has_keep_alive)
+        zi_imap_int(&b, "keep_alive", o.keep_alive_s);
     from_client_imap(s, client, &b);
 }
 
@@ -596,41 +615,31 @@ static void test_backend_error(void **state) {
     sim_free(&s);
 }
 
-/* A backend of model `model` (reg registers every one as "m"). */
-static void reg_model(sim *s, const char *ident, bool worker, int slots, const char *model) {
-    zi_msg m;
-    zi_im_register r = {.worker = worker,
-                        .slots = slots,
-                        .max_length = 2048,
-                        .vocab = 1000,
-                        .model = {model, strlen(model)}};
-    assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
-    from_backend(s, ident, &m);
-}
-
 /* A streamed generate naming model (NULL: none). */
 static void generate_model(sim *s, const char *client, const char *id, const char *model) {
-    zi_imap b;
-    zi_imap_init(&b);
-    zi_imap_str(&b, "op", "generate");
-    zi_imap_str(&b, "id", id);
-    zi_imap_str(&b, "prompt", "hello");
-    if (model) zi_imap_str(&b, "model_name", model);
-    from_client_imap(s, client, &b);
+    generate(s, client, id, (gen_opts){.model = model});
 }
 
 /* The message of the last error frame sent to client. */
-static void last_error(const sim *s, const char *client, char *msg, size_t cap) {
+/* The last frame sent to client (of kind, NULL: any), its key's string
+ * value into out. */
+static void last_frame_str(const sim *s, const char *client, const char *kind, const char *key,
+                           char *out, size_t cap) {
     int at = -1;
     for (size_t i = 0; i < s->n_out; i++)
-        if (!strcmp(s->out[i].ident, client) && !strcmp(parse_sent(&s->out[i]).kind, "error"))
+        if (!strcmp(s->out[i].ident, client) &&
+            (!kind || !strcmp(parse_sent(&s->out[i]).kind, kind)))
             at = (int)i;
     assert_true(at >= 0);
     msgpack_unpacked u;
     zi_error err = {0};
     assert_int_equal(zi_msgpack_parse(s->out[at].data, s->out[at].len, NULL, &u, &err), ZI_OK);
-    copy_str(&u.data, "message", msg, cap);
+    copy_str(&u.data, key, out, cap);
     msgpack_unpacked_destroy(&u);
+}
+
+static void last_error(const sim *s, const char *client, char *msg, size_t cap) {
+    last_frame_str(s, client, "error", "message", msg, cap);
 }
 
 /* Two models: each request goes to a tokenizer and a worker of its own
@@ -748,30 +757,15 @@ static void model_op(sim *s, const char *client, const char *op, const char *mod
  * else the number of seconds kn). */
 static void generate_ka(sim *s, const char *client, const char *id, const char *model,
                         const char *kas, int64_t kn) {
-    zi_imap b;
-    zi_imap_init(&b);
-    zi_imap_str(&b, "op", "generate");
-    zi_imap_str(&b, "id", id);
-    zi_imap_str(&b, "prompt", "hello");
-    zi_imap_str(&b, "model_name", model);
-    if (kas)
-        zi_imap_str(&b, "keep_alive", kas);
-    else
-        zi_imap_int(&b, "keep_alive", kn);
-    from_client_imap(s, client, &b);
+    generate(
+        s, client, id,
+        (gen_opts){
+            .model = model, .keep_alive_str = kas, .keep_alive_s = kn, .has_keep_alive = true});
 }
 
 /* The last frame sent to client, its key's string value into out. */
 static void last_str(const sim *s, const char *client, const char *key, char *out, size_t cap) {
-    int at = -1;
-    for (size_t i = 0; i < s->n_out; i++)
-        if (!strcmp(s->out[i].ident, client)) at = (int)i;
-    assert_true(at >= 0);
-    msgpack_unpacked u;
-    zi_error err = {0};
-    assert_int_equal(zi_msgpack_parse(s->out[at].data, s->out[at].len, NULL, &u, &err), ZI_OK);
-    copy_str(&u.data, key, out, cap);
-    msgpack_unpacked_destroy(&u);
+    last_frame_str(s, client, NULL, key, out, cap);
 }
 
 /* The models op's entry for model: its state, want and keep_alive_ms. */
