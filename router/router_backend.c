@@ -158,10 +158,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
     /* Keep the bytes: the sbuffer's storage becomes the request's. */
     r->start_len = m.sb.size;
     r->start_msg = msgpack_sbuffer_release(&m.sb);
-    if (queue_push(rt, r->rid) != ZI_OK) {
-        fail_request(rt, r, "internal", "out of memory", NULL);
-        return;
-    }
+    queue_push(rt, r);
     r->state = RS_QUEUED; /* ENCODING -> QUEUED: still counted in n_waiting */
     dispatch(rt);
 }

@@ -293,7 +293,7 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     else
         r->tlink = TL_WAITING, r->loading = true; /* failover_attach encodes it once its
                                                    * model's tokenizer is up */
-    rt->n_waiting++;
+    waiting_add(rt, r, 1);
     zi_im_encode em = {.rid = (int64_t)r->rid,
                        .has_max_length = true,
                        .max_length = worker_max_length(rt, model),
@@ -415,7 +415,7 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
     snprintf(r->model, sizeof r->model, "%s", model);
     r->state = RS_ENCODING; /* the tokenizer keeps no state for an embed */
     tok_attach(rt, r, tk, false);
-    rt->n_waiting++;
+    waiting_add(rt, r, 1);
     zi_im_embed_encode em = {.rid = (int64_t)r->rid,
                              .max_length = worker_max_length(rt, model),
                              .max_tokens = rt->max_embed_tokens,
@@ -686,7 +686,7 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
     r->state = RS_UTIL;
     snprintf(r->model, sizeof r->model, "%s", model);
     tok_attach(rt, r, tk, false);
-    rt->n_waiting++;
+    waiting_add(rt, r, 1);
     zi_msg m;
     int rc;
     if (kind == K_TOKENIZE) {

@@ -139,7 +139,6 @@ void failover_resume(router *rt, rreq *r) {
     /* An embed request keeps no state on its worker: its kept "embed"
      * message goes again as it is (dispatch sends start_msg). */
     int rc = r->kind == K_EMBED ? ZI_OK : build_resume(r, &r->resume_msg, &r->resume_len, &err);
-    if (!rc) rc = queue_push_front(rt, r->rid);
     if (rc) {
         char msg[200];
         snprintf(msg, sizeof msg,
@@ -149,8 +148,9 @@ void failover_resume(router *rt, rreq *r) {
         fail_request(rt, r, "worker_lost", msg, NULL); /* from DECODING: no slot to give back */
         return;
     }
+    queue_push_front(rt, r);
     r->state = RS_QUEUED; /* DECODING -> QUEUED: waiting again */
-    rt->n_waiting++;
+    waiting_add(rt, r, 1);
     r->resumes++;
     r->note_resume = r->kind == K_GENERATE;
     zi_log(&rt->log, ZI_LOG_INFO, "request %llu: its worker died after %zu tokens; resuming",
