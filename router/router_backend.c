@@ -102,8 +102,10 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     if (be->role == ROLE_TOKENIZER) {
         rt->no_tok_since = 0;
         if (mr) mr->no_tok_since = 0;
-        failover_attach(rt); /* requests whose tokenizer died */
     }
+    /* Requests whose tokenizer died, and those that waited for their model
+     * to load: they are encoded once its tokenizer and a worker are up. */
+    failover_attach(rt);
     if (be->role == ROLE_WORKER)
         zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld", b,
                be->model, be->slots, (long long)be->max_length);

@@ -240,9 +240,9 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
         }
     }
     int tk = pick_backend(rt, ROLE_TOKENIZER, model);
-    bool wait =
-        !code && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0) && load_on_demand(rt, model);
-    if (!code && !wait && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0)) {
+    bool no_worker = count_alive(rt, ROLE_WORKER, model) == 0;
+    bool wait = !code && (tk < 0 || no_worker) && load_on_demand(rt, model);
+    if (!code && !wait && (tk < 0 || no_worker)) {
         code = "unavailable";
         unavailable_msg(model, tk, msg, sizeof msg);
     } else if (!code && rt->n_waiting >= (size_t)rt->max_queue) {
@@ -288,11 +288,12 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
         if (mr->want == MW_UNLOAD && count_alive(rt, ROLE_WORKER, model) == 0) mr->want = MW_NONE;
     }
     r->state = RS_ENCODING; /* the tokenizer keeps its decode state from here */
-    if (tk >= 0)
+    if (!wait)
         tok_attach(rt, r, tk, true);
-    else
-        r->tlink = TL_WAITING, r->loading = true; /* failover_attach encodes it once its
-                                                   * model's tokenizer is up */
+    else /* failover_attach encodes it once its model's tokenizer and a worker
+          * are up, against the context the worker reports (before, the
+          * limit is not known: the model's training context is no bound) */
+        r->tlink = TL_WAITING, r->loading = true;
     waiting_add(rt, r, 1);
     zi_im_encode em = {.rid = (int64_t)r->rid,
                        .has_max_length = true,
@@ -309,9 +310,9 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     }
     if (rc)
         fail_request(rt, r, "internal", err.msg, NULL);
-    else if (tk < 0 && !r->encode_msg)
+    else if (wait && !r->encode_msg)
         fail_request(rt, r, "internal", "out of memory", NULL);
-    else if (tk >= 0)
+    else if (!wait)
         to_backend(rt, tk, &m);
     zi_msg_free(&m);
 }

@@ -195,16 +195,22 @@ static void from_client_imap(sim *s, const char *client, zi_imap *b) {
     zi_msg_free(&m);
 }
 
-/* A backend of model `model` registers (reg: every one as "m"). */
-static void reg_model(sim *s, const char *ident, bool worker, int slots, const char *model) {
+/* A backend of model `model` registers with context max_length. */
+static void reg_model_ctx(sim *s, const char *ident, bool worker, int slots, const char *model,
+                          int64_t max_length) {
     zi_msg m;
     zi_im_register r = {.worker = worker,
                         .slots = slots,
-                        .max_length = 2048,
+                        .max_length = max_length,
                         .vocab = 1000,
                         .model = {model, strlen(model)}};
     assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
     from_backend(s, ident, &m);
+}
+
+/* A backend of model `model` registers (reg: every one as "m"). */
+static void reg_model(sim *s, const char *ident, bool worker, int slots, const char *model) {
+    reg_model_ctx(s, ident, worker, slots, model, 2048);
 }
 
 static void reg(sim *s, const char *ident, bool worker, int slots) {
@@ -726,14 +732,84 @@ static void test_load_on_demand(void **state) {
     assert_int_equal(count_sent(&s, "c1", "error"), 0);
     assert_int_equal(s.rt.n_waiting, 2);
     reg_model(&s, "tokB", false, 1, "b");
+    check_ok(&s);
+    /* not encoded before a worker of b is up (its context is not known) */
+    assert_int_equal(find_sent(&s, 0, "tokB", "encode"), -1);
+    reg_model(&s, "wrkB", true, 1, "b");
     int64_t r1 = last_rid(&s, "tokB", "encode");
     check_ok(&s);
     encoded(&s, "tokB", r1, 20);
-    assert_int_equal(find_sent(&s, 0, NULL, "start"), -1); /* no worker of b yet */
-    reg_model(&s, "wrkB", true, 1, "b");
     assert_int_equal(last_rid(&s, "wrkB", "start"), r1);
     check_ok(&s);
     /* a never comes: r2 ends unavailable */
+    s.now += s.rt.failover_timeout + 1;
+    zi_router_tick(&s.rt);
+    char msg[400];
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "did not load"));
+    assert_int_equal(count_sent(&s, "c1", "error"), 1);
+    check_ok(&s);
+    sim_free(&s);
+}
+
+/* The integer value of key in the last frame of kind sent to ident (-1:
+ * none there). */
+static int64_t last_frame_int(const sim *s, const char *ident, const char *kind, const char *key) {
+    int at = -1;
+    for (size_t i = 0; i < s->n_out; i++)
+        if (!strcmp(s->out[i].ident, ident) && !strcmp(parse_sent(&s->out[i]).kind, kind))
+            at = (int)i;
+    assert_true(at >= 0);
+    msgpack_unpacked u;
+    zi_error err = {0};
+    assert_int_equal(zi_msgpack_parse(s->out[at].data, s->out[at].len, NULL, &u, &err), ZI_OK);
+    const msgpack_object *v = zi_map_get(&u.data, key);
+    int64_t x = v && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (int64_t)v->via.u64 : -1;
+    msgpack_unpacked_destroy(&u);
+    return x;
+}
+
+/* --load-on-demand: a request that arrives while its model loads is
+ * encoded against the context the model's worker reports once it is up
+ * (its --ctx-size), whichever of tokenizer and worker registers first; a
+ * tokenizer failover afterwards encodes it the same way; one whose
+ * model's tokenizer came but no worker ends "unavailable" after
+ * --failover-timeout. */
+static void test_load_on_demand_context(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    zi_error err = {0};
+    assert_int_equal(zi_router_add_model(&s.rt, "a", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "b", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "c", &err), ZI_OK);
+    zi_router_set_on_demand(&s.rt, true);
+    /* the tokenizer first: the encode waits for the worker's 512 */
+    generate_model(&s, "c1", "r1", "b");
+    reg_model_ctx(&s, "tokB", false, 1, "b", 0);
+    assert_int_equal(find_sent(&s, 0, "tokB", "encode"), -1);
+    reg_model_ctx(&s, "wrkB", true, 1, "b", 512);
+    int64_t r1 = last_rid(&s, "tokB", "encode");
+    assert_int_equal(last_frame_int(&s, "tokB", "encode", "max_length"), 512);
+    check_ok(&s);
+    /* its tokenizer dies before answering: encoded again with 512 */
+    reg_model_ctx(&s, "tokB2", false, 1, "b", 0);
+    zi_router_backend_gone(&s.rt, conn_of("tokB"));
+    assert_int_equal(last_rid(&s, "tokB2", "encode"), r1);
+    assert_int_equal(last_frame_int(&s, "tokB2", "encode", "max_length"), 512);
+    encoded(&s, "tokB2", r1, 20);
+    assert_int_equal(last_rid(&s, "wrkB", "start"), r1);
+    /* the worker first: 256 */
+    generate_model(&s, "c1", "r2", "c");
+    reg_model_ctx(&s, "wrkC", true, 1, "c", 256);
+    reg_model_ctx(&s, "tokC", false, 1, "c", 0);
+    last_rid(&s, "tokC", "encode");
+    assert_int_equal(last_frame_int(&s, "tokC", "encode", "max_length"), 256);
+    check_ok(&s);
+    /* a's tokenizer comes, its worker never does: unavailable in time */
+    generate_model(&s, "c1", "r3", "a");
+    reg_model_ctx(&s, "tokA", false, 1, "a", 0);
+    assert_int_equal(find_sent(&s, 0, "tokA", "encode"), -1);
     s.now += s.rt.failover_timeout + 1;
     zi_router_tick(&s.rt);
     char msg[400];
@@ -1619,6 +1695,7 @@ int main(void) {
         cmocka_unit_test(test_worker_failover),
         cmocka_unit_test(test_model_routing),
         cmocka_unit_test(test_load_on_demand),
+        cmocka_unit_test(test_load_on_demand_context),
         cmocka_unit_test(test_load_unload_wishes),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_heartbeat_timeout),
