@@ -53,6 +53,7 @@
 #include "curve.h"
 #include "duration.h"
 #include "gguf.h"
+#include "keypath.h"
 #include "log.h"
 #include "lora.h"
 #include "mem_plan.h"
@@ -122,6 +123,10 @@ typedef struct child {
     int has_run;       /* a run of it ended other than by failing to start */
     int demand;        /* its model loads and unloads on demand (--models-max) */
     int broken;        /* its model could not start when loaded on demand: never loaded again */
+    /* why it could not start, to tell the router (model_failed) while
+     * fail_pending: the requests waiting for its model end at once */
+    int fail_pending;
+    char fail_msg[ZI_ERROR_MSG_MAX];
     int64_t parked_ms; /* when it was told to stop for an unload (SIGKILL 5 s later) */
 } child;
 
@@ -1028,10 +1033,14 @@ static void child_exited(const zi_logger *lg, child *ch, int nc, child *c, int s
     int config = WIFEXITED(status) && WEXITSTATUS(status) == ZI_EXIT_CONFIG;
     if (config && c->demand) {
         /* A model loaded on demand that cannot start (its file, its
-         * memory) stays unloaded, its requests end "unavailable" when
-         * they have waited --failover-timeout; the other models go on. */
+         * memory) stays unloaded; the router is told why (demand_poll's
+         * model_failed), so its requests end "unavailable" with it at
+         * once; the other models go on. */
         zi_log(lg, ZI_LOG_ERROR, "%s cannot start: %s; its model stays unloaded", c->name,
                msg[0] ? msg : "a configuration error (see its messages above)");
+        snprintf(c->fail_msg, sizeof c->fail_msg, "%s",
+                 msg[0] ? msg : "its process could not start (see the server's log)");
+        c->fail_pending = 1;
         for (int i = 0; i < nc; i++) {
             if (ch[i].model != c->model) continue;
             ch[i].parked = ch[i].broken = 1;
@@ -1109,7 +1118,10 @@ static void child_exited(const zi_logger *lg, child *ch, int nc, child *c, int s
  *   model with no request that has been idle the longest is unloaded
  *   first, and the waiting model loads once its processes have exited.
  *
- * The waiting requests wait in the router (up to --failover-timeout). */
+ * The waiting requests wait in the router (up to --failover-timeout). A
+ * model whose processes cannot start is told to the router (its
+ * "model_failed" op, with the child's error): its waiting requests end at
+ * once with that error, and new ones are refused with it. */
 
 #define DEMAND_POLL_MS 200
 
@@ -1249,6 +1261,20 @@ static void demand_poll(const zi_logger *lg, demand *d, child *ch, int nc) {
         free(ms);
         zmq_msg_close(&msg);
         d->asked_ms = 0;
+    }
+    for (int i = 0; i < nc; i++) { /* a model that could not load, once */
+        if (!ch[i].fail_pending || ch[i].model < 0) continue;
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 4);
+        zi_pack_kv_str(&m.pk, "op", "model_failed");
+        zi_pack_kv_str(&m.pk, "id", "serve-failed");
+        zi_pack_kv_str(&m.pk, "model_name", d->o->models[ch[i].model].name);
+        char why[ZI_ERROR_MSG_MAX]; /* one line of valid UTF-8, as the router takes it */
+        zi_printable_max(why, sizeof why, ch[i].fail_msg, strlen(ch[i].fail_msg), sizeof why - 8);
+        zi_pack_kv_str(&m.pk, "message", why);
+        if (zmq_send(d->sock, m.sb.data, m.sb.size, ZMQ_DONTWAIT) >= 0) ch[i].fail_pending = 0;
+        zi_msg_free(&m);
     }
     if (now < d->next_ms || (d->asked_ms && now - d->asked_ms < 5000)) return;
     d->next_ms = now + DEMAND_POLL_MS;

@@ -216,6 +216,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                         "admitted requests not yet on a worker, tokenize and detokenize "
                         "included",
                         NULL},
+    [ZI_O_MAX_QUEUE_PER_MODEL] = {"--max-queue-per-model", NULL, ZI_OPT_INT, 0, 1 << 24, NULL, 0,
+                                  "", PASS | ROUTER, "N",
+                                  "admitted requests of one model not yet on a worker (0: all "
+                                  "of --max-queue with one model, half of it with several), so "
+                                  "that one model's requests cannot fill the queue the others "
+                                  "share",
+                                  NULL},
     [ZI_O_MAX_PROMPT_TOKENS] = {"--max-prompt-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096,
                                 NULL, PASS | ROUTER, "N", "longest prompt accepted", NULL},
     [ZI_O_MAX_NEW_TOKENS] = {"--max-new-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096, NULL,

@@ -69,6 +69,7 @@ typedef enum zi_opt_id {
     ZI_O_LORA,
     /* zinfer-router */
     ZI_O_MAX_QUEUE,
+    ZI_O_MAX_QUEUE_PER_MODEL,
     ZI_O_MAX_PROMPT_TOKENS,
     ZI_O_MAX_NEW_TOKENS,
     ZI_O_MAX_THINKING_TOKENS,

@@ -89,7 +89,7 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     }
     if (be->role == ROLE_WORKER) {
         rt->no_worker_since = 0;
-        if (mr) mr->no_worker_since = 0;
+        if (mr) mr->no_worker_since = 0, mr->failed = false; /* it loaded after all */
         /* A wished load is done (a worker of no model serves every one);
          * its idle time counts from its loading, so that a short
          * keep_alive does not unload it at once. */

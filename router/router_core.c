@@ -239,6 +239,7 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     rt->log = log;
     /* The option table's defaults (common/options.h), which --help shows. */
     rt->max_queue = zi_option_def(ZI_O_MAX_QUEUE);
+    rt->max_model_queue = zi_option_def(ZI_O_MAX_QUEUE_PER_MODEL);
     rt->max_prompt = zi_option_def(ZI_O_MAX_PROMPT_TOKENS);
     rt->max_new = zi_option_def(ZI_O_MAX_NEW_TOKENS);
     rt->max_thinking = zi_option_def(ZI_O_MAX_THINKING_TOKENS);

@@ -188,11 +188,30 @@ static bool waited_out(router *rt, const rreq *r, bool tok, int64_t now) {
            count_alive(rt, tok ? ROLE_TOKENIZER : ROLE_WORKER, r->model) == 0;
 }
 
+/* r's model could not be loaded (model_failed) and no worker of it is
+ * up: its record, else NULL. */
+static const model_rec *failed_model(router *rt, const rreq *r) {
+    const model_rec *m = model_find(rt, r->model, false);
+    return m && m->failed && count_alive(rt, ROLE_WORKER, r->model) == 0 ? m : NULL;
+}
+
+/* Ends r, which waits for model m that could not be loaded, saying why. */
+static void fail_unloadable(router *rt, rreq *r, const model_rec *m) {
+    char msg[sizeof m->fail_msg + ZI_ROUTER_MODEL_NAME + 64];
+    snprintf(msg, sizeof msg, "model '%s' could not be loaded: %s", m->name, m->fail_msg);
+    fail_request(rt, r, "unavailable", msg, NULL);
+}
+
 void failover_check(router *rt, int64_t now) {
     size_t pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, needs_tok, NULL));) {
         /* (one waiting for its model to load waits for its workers too) */
         bool loading = r->loading && r->state == RS_ENCODING;
+        const model_rec *fm = loading ? failed_model(rt, r) : NULL;
+        if (fm) { /* its model will not come: no use waiting */
+            fail_unloadable(rt, r, fm);
+            continue;
+        }
         if (!waited_out(rt, r, true, now) && !(loading && waited_out(rt, r, false, now))) {
             pos++; /* it stays in the walk's match: step over it */
             continue;
@@ -212,6 +231,11 @@ void failover_check(router *rt, int64_t now) {
     if (rt->q_len == 0) return;
     pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, is_queued, NULL));) {
+        const model_rec *fm = failed_model(rt, r);
+        if (fm) {
+            fail_unloadable(rt, r, fm);
+            continue;
+        }
         if (!waited_out(rt, r, false, now)) {
             pos++;
             continue;

@@ -194,6 +194,11 @@ typedef struct model_rec {
     int64_t keep_alive_ms;
     rqueue q;       /* its requests waiting for a worker */
     size_t waiting; /* its requests counted in router.n_waiting */
+    /* It could not be loaded (the model_failed op: zinfer serve saw its
+     * processes fail to start), and why: its requests are refused with
+     * that until a worker of it registers. */
+    bool failed;
+    char fail_msg[384];
 } model_rec;
 
 enum { MW_NONE, MW_LOAD, MW_UNLOAD };
@@ -216,6 +221,7 @@ typedef struct router {
     uint64_t next_rid;
     size_t n_waiting; /* admitted and not yet running */
     long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
+    long long max_model_queue;  /* --max-queue-per-model (0: model_queue_limit's default) */
     long long max_thinking;     /* --max-thinking-tokens: the default budget (0: none) */
     long long failover_timeout; /* ms a request waits for a worker after the last died */
     int64_t no_worker_since;    /* core_now() when the last worker died (0: one is up) */
@@ -340,6 +346,12 @@ int64_t model_keep_alive(const router *rt, const model_rec *m);
  * none is up. */
 const char *default_model(const router *rt);
 
+/* How many requests of one model may wait (count in n_waiting) at once:
+ * --max-queue-per-model, else all of --max-queue with one model and half
+ * of it (at least 1) with several, so that one model's requests (one that
+ * cannot load, or a flood) cannot fill the queue the others share. */
+long long model_queue_limit(const router *rt);
+
 /* The known model names, comma separated, into buf (for errors). */
 void model_names(const router *rt, char *buf, size_t cap);
 
@@ -393,7 +405,9 @@ void failover_resume(router *rt, rreq *r);
 /* The heartbeat tick: while no worker (of a request's model) is alive
  * for --failover-timeout, the requests waiting for one end (resumed ones
  * with "worker_lost", the others with "unavailable"); the same for
- * requests waiting for a tokenizer ("worker_lost"). */
+ * requests waiting for a tokenizer ("worker_lost"). Those waiting for a
+ * model that could not be loaded (model_rec.failed, no worker of it up)
+ * end at once, "unavailable" with the reason. */
 void failover_check(router *rt, int64_t now);
 
 /* Sends a "decode" message (m, carrying n_ids ids) to r's tokenizer and

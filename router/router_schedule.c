@@ -107,6 +107,12 @@ const char *default_model(const router *rt) {
     return "";
 }
 
+long long model_queue_limit(const router *rt) {
+    if (rt->max_model_queue > 0) return rt->max_model_queue;
+    if (rt->n_models <= 1) return rt->max_queue;
+    return rt->max_queue / 2 > 0 ? rt->max_queue / 2 : 1;
+}
+
 void model_names(const router *rt, char *buf, size_t cap) {
     size_t n = 0;
     buf[0] = '\0';

@@ -1008,6 +1008,95 @@ static void test_load_unload_wishes(void **state) {
     sim_free(&s);
 }
 
+/* One model's requests cannot take the queue the models share: with two
+ * models each may have half of --max-queue waiting (or
+ * --max-queue-per-model), the next is "overloaded" naming the bound. A
+ * model whose processes could not load (model_failed, from zinfer serve)
+ * ends its waiting requests at once with the reason, "unavailable", and
+ * refuses new ones and load_model with it until a worker of it
+ * registers; the models op lists it "failed". */
+static void test_model_queue_bound_and_failed_load(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    zi_error err = {0};
+    char msg[400], st[16], want[16];
+    int64_t ka, active;
+    assert_int_equal(zi_router_add_model(&s.rt, "a", &err), ZI_OK);
+    assert_int_equal(zi_router_add_model(&s.rt, "b", &err), ZI_OK);
+    zi_router_set_on_demand(&s.rt, true);
+    s.rt.max_queue = 8;
+    reg_model(&s, "tokA", false, 1, "a");
+    reg_model(&s, "wrkA", true, 1, "a");
+    /* b loads: 4 of its requests wait, the 5th is refused */
+    for (int i = 0; i < 4; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "b%d", i);
+        generate_model(&s, "c1", id, "b");
+    }
+    assert_int_equal(count_sent(&s, "c1", "error"), 0);
+    generate_model(&s, "c1", "b4", "b");
+    last_str(&s, "c1", "code", st, sizeof st);
+    assert_string_equal(st, "overloaded");
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "model 'b'"));
+    assert_non_null(strstr(msg, "--max-queue-per-model 4"));
+    /* a still has its half */
+    generate_model(&s, "c2", "a0", "a");
+    encoded(&s, "tokA", last_rid(&s, "tokA", "encode"), 20);
+    for (int i = 1; i <= 4; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "a%d", i);
+        generate_model(&s, "c2", id, "a");
+        encoded(&s, "tokA", last_rid(&s, "tokA", "encode"), 20);
+    }
+    assert_int_equal(count_sent(&s, "c2", "error"), 0);
+    assert_int_equal(s.rt.q_len, 4); /* a1..a4 behind a0 */
+    check_ok(&s);
+    /* b cannot be loaded: its 4 end now, with the reason */
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "model_failed");
+    zi_imap_str(&b, "id", "f");
+    zi_imap_str(&b, "model_name", "b");
+    zi_imap_str(&b, "message", "b.gguf: tensor 'blk.1.ffn_down.weight' is missing");
+    from_client_imap(&s, "srv", &b);
+    last_str(&s, "srv", "status", st, sizeof st);
+    assert_string_equal(st, "failed");
+    assert_int_equal(count_sent(&s, "c1", "error"), 5);
+    last_str(&s, "c1", "code", st, sizeof st);
+    assert_string_equal(st, "unavailable");
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "model 'b' could not be loaded: b.gguf: tensor"));
+    check_ok(&s);
+    model_entry(&s, "b", st, want, &ka, &active);
+    assert_string_equal(st, "failed");
+    assert_int_equal(active, 0);
+    /* new ones, and load_model, are refused with it */
+    generate_model(&s, "c1", "b5", "b");
+    assert_int_equal(count_sent(&s, "c1", "error"), 6);
+    last_error(&s, "c1", msg, sizeof msg);
+    assert_non_null(strstr(msg, "ffn_down"));
+    model_op(&s, "c1", "load_model", "b");
+    last_str(&s, "c1", "code", st, sizeof st);
+    assert_string_equal(st, "unavailable");
+    /* an explicit --max-queue-per-model: a has 4 waiting, 3 is the bound */
+    s.rt.max_model_queue = 3;
+    generate_model(&s, "c2", "a5", "a");
+    last_str(&s, "c2", "code", st, sizeof st);
+    assert_string_equal(st, "overloaded");
+    last_error(&s, "c2", msg, sizeof msg);
+    assert_non_null(strstr(msg, "--max-queue-per-model 3"));
+    /* a worker of b registers after all: b serves again */
+    reg_model(&s, "tokB", false, 1, "b");
+    reg_model(&s, "wrkB", true, 1, "b");
+    generate_model(&s, "c1", "b6", "b");
+    assert_int_equal(count_sent(&s, "c1", "error"), 7); /* (the load_model's) */
+    assert_int_equal(last_rid(&s, "tokB", "encode"), (int64_t)s.rt.next_rid);
+    check_ok(&s);
+    sim_free(&s);
+}
+
 static void test_worker_failover(void **state) {
     (void)state;
     sim s;
@@ -1697,6 +1786,7 @@ int main(void) {
         cmocka_unit_test(test_load_on_demand),
         cmocka_unit_test(test_load_on_demand_context),
         cmocka_unit_test(test_load_unload_wishes),
+        cmocka_unit_test(test_model_queue_bound_and_failed_load),
         cmocka_unit_test(test_worker_lost),
         cmocka_unit_test(test_heartbeat_timeout),
         cmocka_unit_test(test_reregister_once),

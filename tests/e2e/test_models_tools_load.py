@@ -1,0 +1,125 @@
+"""Several models behind one `zinfer serve`, on files written here (no
+downloaded model needed: a 2-layer llama of width 64 with random weights
+and a byte-level vocabulary of 259 tokens):
+
+- a model whose worker cannot start (a tensor missing) fails the requests
+  waiting for it at once with the worker's error (the router's
+  model_failed op, which serve sends), not after --failover-timeout; later
+  ones are refused with it, the models op lists it "failed", and the
+  other model is served on;
+- one model's waiting requests take at most --max-queue-per-model of the
+  shared queue (half of --max-queue with several models by default).
+
+Each test starts one server: a few seconds each.
+"""
+
+import time
+
+import numpy as np
+import pytest
+
+import gguf
+from gguf_files import stored, write_gguf
+from test_models_routing import models_serve
+from zinfer_client import Client, ZinferError
+
+Q = gguf.GGMLQuantizationType
+V = gguf.GGUFValueType
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def byte_units():
+    """GPT-2's byte -> character map (byte-level BPE's token strings)."""
+    bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:  # the others go past 255, in order
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+def write_model(path, seed, template=CHATML, drop=None):
+    """A tiny llama: 256 byte tokens, <|endoftext|> (BOS), <|im_start|>,
+    <|im_end|> (EOS); without the tensor `drop` when named (a file a worker
+    refuses)."""
+    u = byte_units()
+    toks = [u[b] for b in range(256)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    rows = [("tokenizer.ggml.model", "gpt2", V.STRING, None),
+            ("tokenizer.ggml.pre", "default", V.STRING, None),
+            ("tokenizer.ggml.tokens", toks, V.ARRAY, V.STRING),
+            ("tokenizer.ggml.token_type", [1] * 256 + [3] * 3, V.ARRAY, V.INT32),
+            ("tokenizer.ggml.merges", [u[ord("a")] + " " + u[ord("b")]], V.ARRAY, V.STRING),
+            ("tokenizer.ggml.bos_token_id", 256, V.UINT32, None),
+            ("tokenizer.ggml.eos_token_id", 258, V.UINT32, None),
+            ("tokenizer.chat_template", template, V.STRING, None)]
+    rng = np.random.default_rng(seed)
+    D, FF, NH, NKV, L = 64, 128, 4, 2, 2
+    hd = D // NH
+
+    def mat(r, c, sigma=None):
+        return stored((rng.standard_normal((r, c)) * (sigma or 1.0 / np.sqrt(c)))
+                      .astype(np.float32), Q.Q8_0)
+
+    def norm():
+        return (1.0 + 0.2 * rng.standard_normal(D)).astype(np.float32), None
+
+    t = {"token_embd.weight": mat(len(toks), D, 0.3), "output_norm.weight": norm()}
+    for i in range(L):
+        t.update({f"blk.{i}.attn_norm.weight": norm(), f"blk.{i}.ffn_norm.weight": norm(),
+                  f"blk.{i}.attn_q.weight": mat(D, D), f"blk.{i}.attn_k.weight": mat(NKV * hd, D),
+                  f"blk.{i}.attn_v.weight": mat(NKV * hd, D),
+                  f"blk.{i}.attn_output.weight": mat(D, D),
+                  f"blk.{i}.ffn_gate.weight": mat(FF, D), f"blk.{i}.ffn_up.weight": mat(FF, D),
+                  f"blk.{i}.ffn_down.weight": mat(D, FF)})
+    t.pop(drop, None)
+    hp = {"block_count": L, "context_length": 512, "embedding_length": D,
+          "feed_forward_length": FF, "attention.head_count": NH, "attention.head_count_kv": NKV,
+          "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
+    return write_gguf(path, "llama", rows, hp, t)
+
+
+def states(c):
+    return {m["name"]: m["state"] for m in c.call("models")["models"]}
+
+
+SERVE = ["--threads-per-worker", 1, "--slots", 2, "--ctx-size", 256]
+
+def test_model_that_cannot_load_fails_its_requests_at_once(zinfer_bin, tmp_path):
+    """--models-max 1, --max-queue 4: requests for a model whose worker
+    cannot start take at most 2 places (the per-model default, half), the
+    third is refused "overloaded"; the two end "unavailable" with the
+    worker's own error as soon as its start fails, well before the 60 s
+    --failover-timeout they used to wait; a later one is refused with it at
+    once; the models op says "failed"; the other model serves on."""
+    good = write_model(tmp_path / "good.gguf", 7)
+    bad = write_model(tmp_path / "bad.gguf", 9, drop="blk.1.ffn_down.weight")
+    with models_serve(zinfer_bin, ["--model", f"good={good}", "--model", f"bad={bad}",
+                                   "--models-max", 1, "--max-queue", 4,
+                                   "--failover-timeout", 60000, *SERVE],
+                      tmp_path / "serve.log", lambda c: states(c).get("good") == "loaded") as srv:
+        with Client(srv.addr, timeout_s=90) as c:
+            sp = {"max_new_tokens": 8, "ignore_eos": True}
+            msg = {"op": "generate", "prompt": "hello", "model_name": "bad", "sampling_params": sp}
+            t0 = time.time()
+            rids = [c.send(msg) for _ in range(3)]
+            ends = [list(c.events(rid))[-1] for rid in rids]
+            assert [e["code"] for e in ends] == ["unavailable", "unavailable", "overloaded"], ends
+            assert "--max-queue-per-model 2" in ends[2]["message"], ends
+            for e in ends[:2]:
+                assert "model 'bad' could not be loaded" in e["message"], e
+                assert "ffn_down" in e["message"], e  # the worker's own words
+            assert time.time() - t0 < 30, srv.log()  # the failed start, not the timeout
+            assert states(c)["bad"] == "failed", srv.log()
+            t0 = time.time()
+            with pytest.raises(ZinferError) as e:
+                c.complete(prompt="hello", model_name="bad", sampling_params=sp)
+            assert e.value.code == "unavailable" and "ffn_down" in str(e.value), e.value
+            assert time.time() - t0 < 5
+            _, ids, fin = c.complete(prompt="hello", sampling_params=sp)  # good, loaded again
+            assert fin["status"] == "maximum_length" and len(ids) == 8, (fin, srv.log())
+        assert srv.proc.poll() is None, srv.log()
