@@ -259,6 +259,9 @@ typedef struct serve_opts {
     /* --tool-call-format, auto resolved from the chat template
      * (tool_call_format) and passed to zinfer-http by name */
     int tool_format;
+    /* auto with several models: each one's, as zinfer-http's
+     * --model-tool-call-format NAME=F,... ("" when not passed) */
+    char model_tools[MAX_MODELS * (MODEL_NAME_MAX + 24)];
 } serve_opts;
 
 /* A model to serve (o->models has room for MAX_MODELS); ZI_EINVAL past it. */
@@ -716,10 +719,11 @@ static int validate_options(serve_opts *o, const zi_logger *lg) {
     return GO_ON;
 }
 
-/* --tool-call-format auto: the format the chat template the tokenizers
- * use (--chat-template's, else the model file's) asks for; generic when
- * there is none or it cannot be read (the tokenizers then say why). */
-static zi_tool_format tool_call_format(const serve_opts *o) {
+/* --tool-call-format auto: the format the chat template model k's
+ * tokenizers use (--chat-template's, else the model file's) asks for;
+ * generic when there is none or it cannot be read (the tokenizers then
+ * say why). */
+static zi_tool_format tool_call_format(const serve_opts *o, int k) {
     zi_tool_format f = ZI_TF_GENERIC;
     zi_error err = {0};
     if (o->tmpl) {
@@ -731,8 +735,7 @@ static zi_tool_format tool_call_format(const serve_opts *o) {
     }
     zi_gguf *g = NULL;
     zi_str t = {0};
-    /* (zinfer-http has one tool-call format: the default model's) */
-    if (zi_gguf_open_flags(o->models[0].path, ZI_GGUF_ANY_TYPE, &g, &err) != ZI_OK) return f;
+    if (zi_gguf_open_flags(o->models[k].path, ZI_GGUF_ANY_TYPE, &g, &err) != ZI_OK) return f;
     if (zi_gguf_get_str(g, "tokenizer.chat_template", &t, NULL) == ZI_OK)
         f = zi_tool_format_detect(t.ptr, (size_t)t.len);
     zi_gguf_close(g);
@@ -1000,6 +1003,10 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             o->level,   "--tool-call-format", zi_tool_format_name((zi_tool_format)o->tool_format)};
         size_t k = 0;
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
+        if (o->model_tools[0]) {
+            c->argv[k++] = "--model-tool-call-format";
+            c->argv[k++] = o->model_tools;
+        }
         for (int j = 0; j < o->n_hpass; j++) c->argv[k++] = (char *)o->http_pass[j];
     }
     *ch_out = ch;
@@ -1376,10 +1383,26 @@ int zi_serve_main(int argc, char **argv) {
     if (rc == GO_ON) rc = find_binaries(&o);
     if (rc == GO_ON && o.http) {
         int from_template = o.tool_format == ZI_TF_AUTO;
-        if (from_template) o.tool_format = tool_call_format(&o);
+        if (from_template) o.tool_format = tool_call_format(&o, 0);
         zi_log(&lg, ZI_LOG_INFO, "tool-call format: %s (%s)",
                zi_tool_format_name((zi_tool_format)o.tool_format),
                from_template ? "the chat template's" : "--tool-call-format");
+        /* Several models, each with its own chat template: zinfer-http
+         * reads each model's tool calls in that model's format. */
+        size_t at = 0;
+        for (int k = 1; from_template && !o.tmpl && k < o.n_models; k++) {
+            if (!at) /* the default's too: "" means none passed */
+                at +=
+                    (size_t)snprintf(o.model_tools, sizeof o.model_tools, "%s=%s", o.models[0].name,
+                                     zi_tool_format_name((zi_tool_format)o.tool_format));
+            zi_tool_format f = tool_call_format(&o, k);
+            if (at < sizeof o.model_tools)
+                at += (size_t)snprintf(o.model_tools + at, sizeof o.model_tools - at, ",%s=%s",
+                                       o.models[k].name, zi_tool_format_name(f));
+            if (f != (zi_tool_format)o.tool_format)
+                zi_log(&lg, ZI_LOG_INFO, "tool-call format of model %s: %s (its chat template's)",
+                       o.models[k].name, zi_tool_format_name(f));
+        }
     }
     child *ch = NULL;
     int nc = 0;

@@ -2,6 +2,10 @@
 downloaded model needed: a 2-layer llama of width 64 with random weights
 and a byte-level vocabulary of 259 tokens):
 
+- each model's tool calls are read in the format of its own chat template
+  (zinfer-http's --model-tool-call-format, which serve passes), not the
+  default model's: a GLM-4.5 model's calls come back as tool_calls next
+  to a generic one's;
 - a model whose worker cannot start (a tensor missing) fails the requests
   waiting for it at once with the worker's error (the router's
   model_failed op, which serve sends), not after --failover-timeout; later
@@ -13,6 +17,8 @@ and a byte-level vocabulary of 259 tokens):
 Each test starts one server: a few seconds each.
 """
 
+import http.client
+import json
 import time
 
 import numpy as np
@@ -26,8 +32,11 @@ from zinfer_client import Client, ZinferError
 Q = gguf.GGMLQuantizationType
 V = gguf.GGUFValueType
 
+# A ChatML template; a GLM-4.5 model's adds the markers that make serve
+# detect its tool-call format (never rendered).
 CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
           "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+GLM_MARKERS = "{%- if false %}<tool_call><arg_key><arg_value>{% endif %}"
 
 
 def byte_units():
@@ -88,6 +97,47 @@ def states(c):
 
 
 SERVE = ["--threads-per-worker", 1, "--slots", 2, "--ctx-size", 256]
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+# per format, a grammar holding the output to one call of get_weather
+CALL_GRAMMAR = {
+    "generic": 'root ::= "<tool_call>{\\"name\\": \\"get_weather\\", \\"arguments\\": '
+               '{\\"city\\": \\"Paris\\"}}</tool_call>"',
+    "glm-4.5": 'root ::= "Checking.\\n<tool_call>get_weather\\n<arg_key>city</arg_key>\\n'
+               '<arg_value>Paris</arg_value>\\n</tool_call>"',
+}
+
+
+def test_tool_calls_in_each_models_format(zinfer_bin, tmp_path):
+    """The default model's template writes generic calls, the other's
+    GLM-4.5 ones: each request's output is read in its own model's format
+    (it used to be read in the default's: the GLM call came back as
+    content), so both are tool_calls."""
+    plain = write_model(tmp_path / "plain.gguf", 7)
+    glm = write_model(tmp_path / "glm.gguf", 8, template=CHATML + GLM_MARKERS)
+    with models_serve(zinfer_bin, ["--model", f"plain={plain}", "--model", f"glm={glm}", *SERVE],
+                      tmp_path / "serve.log", lambda c: set(states(c).values()) == {"loaded"},
+                      http=True) as srv:
+        conn = http.client.HTTPConnection("127.0.0.1", srv.http_port, timeout=60)
+        for model, fmt, content in (("glm", "glm-4.5", "Checking."), ("plain", "generic", None)):
+            conn.request("POST", "/v1/chat/completions", json.dumps({
+                "model": model, "messages": [{"role": "user", "content": "Weather in Paris?"}],
+                "tools": WEATHER, "max_tokens": 200, "temperature": 0,
+                "grammar": CALL_GRAMMAR[fmt]}), {"Content-Type": "application/json"})
+            r = conn.getresponse()
+            body = json.loads(r.read())
+            assert r.status == 200, body
+            choice = body["choices"][0]
+            assert choice["finish_reason"] == "tool_calls", (model, body)
+            (call,) = choice["message"]["tool_calls"]
+            assert call["function"]["name"] == "get_weather", body
+            assert json.loads(call["function"]["arguments"]) == {"city": "Paris"}, body
+            assert (choice["message"]["content"] or None) == content, body
+        assert "tool-call format of model glm: glm-4.5" in srv.log(), srv.log()
+
 
 def test_model_that_cannot_load_fails_its_requests_at_once(zinfer_bin, tmp_path):
     """--models-max 1, --max-queue 4: requests for a model whose worker
