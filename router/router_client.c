@@ -6,8 +6,10 @@
  * "encode"), cancel, health and models (answered here from the backend
  * records), tokenize and detokenize (checked here, answered by a
  * tokenizer), load_model and unload_model (a wish kept in the model's
- * record, which zinfer serve reads with models and acts on). A frame
- * that cannot be read gets one "error" frame.
+ * record, which zinfer serve reads with models and acts on),
+ * model_failed (zinfer serve says a model cannot load: its waiting
+ * requests end with the reason). A frame that cannot be read gets one
+ * "error" frame.
  */
 #include <stdio.h>
 #include <stdlib.h>
