@@ -12,7 +12,9 @@ and a byte-level vocabulary of 259 tokens):
   ones are refused with it, the models op lists it "failed", and the
   other model is served on;
 - one model's waiting requests take at most --max-queue-per-model of the
-  shared queue (half of --max-queue with several models by default).
+  shared queue (half of --max-queue with several models by default);
+- a request that arrives while its model loads is checked against the
+  context its worker serves (--ctx-size), not the file's.
 
 Each test starts one server: a few seconds each.
 """
@@ -173,3 +175,32 @@ def test_model_that_cannot_load_fails_its_requests_at_once(zinfer_bin, tmp_path)
             _, ids, fin = c.complete(prompt="hello", sampling_params=sp)  # good, loaded again
             assert fin["status"] == "maximum_length" and len(ids) == 8, (fin, srv.log())
         assert srv.proc.poll() is None, srv.log()
+
+
+def test_loading_model_checked_against_its_workers_context(zinfer_bin, tmp_path):
+    """--models-max 1, --ctx-size 64 (the files' own context is 512): a
+    request that arrives while its model loads is checked against the 64
+    its worker serves, as it is once the model is loaded: 40 prompt tokens
+    and min_new_tokens 40 do not fit, refused the same both times (it used
+    to be checked against 512 while loading, then ran and stopped at the
+    64 with fewer than the 40 tokens it had to have)."""
+    a = write_model(tmp_path / "a.gguf", 7)
+    b = write_model(tmp_path / "b.gguf", 8)
+    with models_serve(zinfer_bin, ["--model", f"a={a}", "--model", f"b={b}", "--models-max", 1,
+                                   "--threads-per-worker", 1, "--slots", 2, "--ctx-size", 64],
+                      tmp_path / "serve.log", lambda c: states(c).get("a") == "loaded") as srv:
+        with Client(srv.addr, timeout_s=60) as c:
+            sp = {"max_new_tokens": 40, "min_new_tokens": 40}
+            errors = []
+            for _ in range(2):  # b loading, then b loaded
+                with pytest.raises(ZinferError) as e:
+                    c.complete(prompt=[65] * 40, model_name="b", sampling_params=sp)
+                errors.append(e.value.reply)
+                assert states(c)["b"] == "loaded", srv.log()
+            assert [x["code"] for x in errors] == ["invalid_request"] * 2, errors
+            assert errors[0]["message"] == errors[1]["message"], errors
+            assert "64" in errors[0]["message"], errors
+            # what fits runs
+            _, ids, fin = c.complete(prompt=[65] * 40, model_name="b",
+                                     sampling_params={"max_new_tokens": 100, "ignore_eos": True})
+            assert fin["status"] == "maximum_length" and len(ids) == 64 - 40, (fin, ids)
