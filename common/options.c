@@ -216,6 +216,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                         "admitted requests not yet on a worker, tokenize and detokenize "
                         "included",
                         NULL},
+    [ZI_O_MAX_QUEUE_PER_MODEL] = {"--max-queue-per-model", NULL, ZI_OPT_INT, 0, 1 << 24, NULL, 0,
+                                  "", PASS | ROUTER, "N",
+                                  "admitted requests of one model not yet on a worker (0: all "
+                                  "of --max-queue with one model, half of it with several), so "
+                                  "that one model's requests cannot fill the queue the others "
+                                  "share",
+                                  NULL},
     [ZI_O_MAX_PROMPT_TOKENS] = {"--max-prompt-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096,
                                 NULL, PASS | ROUTER, "N", "longest prompt accepted", NULL},
     [ZI_O_MAX_NEW_TOKENS] = {"--max-new-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096, NULL,
@@ -314,6 +321,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                                "zinfer-http alone: Hermes, Mistral, Llama 3, bare JSON)",
                                "how the model writes tool calls (docs/http.md); auto: as its "
                                "chat template does"},
+    /* serve passes it with several models, each one's from its chat template */
+    [ZI_O_MODEL_TOOL_CALL_FORMAT] = {"--model-tool-call-format", NULL, ZI_OPT_STRING, 0, 0, NULL, 0,
+                                     "", HTTP, "NAME=F[,NAME=F...]",
+                                     "the tool-call format of the model NAME (F as for "
+                                     "--tool-call-format, auto excluded); a request for a model "
+                                     "named by none takes --tool-call-format's; repeatable",
+                                     NULL},
     [ZI_O_NO_WEBUI] = {"--no-webui", NULL, ZI_OPT_FLAG, 0, 0, NULL, 0, "", PASS | HTTP, NULL,
                        "do not serve the chat page at / (llama-server's flag; docs/http.md, "
                        "\"Chat page\")",

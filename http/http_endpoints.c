@@ -653,12 +653,14 @@ static void generate(zi_http_ctx *ctx, const zi_http_api *api, const char *body,
     /* The server's settings every API's chat shares. */
     if (!s->g.reasoning.format_given)
         s->g.reasoning.format = (zi_reasoning_format)ctx->cfg.reasoning_format;
-    s->g.tools.format = (zi_tool_format)ctx->cfg.tool_format;
     /* The request's model (or the default) names the answer; one not
      * served is a 404 here (the router would refuse it too, in its own
      * protocol's words). The request carries model_name when it named one,
      * so the router routes it to that model's processes. */
     if (served_model(ctx, s->conn, s->g.model, model, sizeof model, NULL, &e)) goto fail;
+    /* Tool calls are read in the format of the model that writes them
+     * (several models' chat templates differ). */
+    s->g.tools.format = (zi_tool_format)zi_http_tool_format(&ctx->cfg, model);
     zi_http_conn_set_model(s->conn, s->g.model);
     zi_http_result_init(&s->r, &s->g, model);
     s->r.ctx = ctx;
