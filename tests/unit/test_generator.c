@@ -245,6 +245,90 @@ static void test_paged_preemption_and_prefix(void **state) {
     zi_generator_free(g);
 }
 
+/* Rounds of every prompt but ECHO's through g, each prompt twice; every
+ * context must get its tokens alone. */
+static void disk_rounds(fixture *f, zi_generator *g, int n_rounds) {
+    zi_error err = {0};
+    for (int round = 0; round < n_rounds; round++) {
+        zi_text_context ctx[2 * N_PROMPTS];
+        zi_text_context *live[2 * N_PROMPTS], *keep[2 * N_PROMPTS];
+        size_t n_live = 0;
+        for (int i = 0; i < 2 * N_PROMPTS; i++) {
+            if (i % N_PROMPTS == ECHO) continue;
+            new_context(f, i % N_PROMPTS, &ctx[i]);
+            live[n_live++] = &ctx[i];
+        }
+        size_t all = n_live;
+        memcpy(keep, live, sizeof live);
+        int rounds = 0;
+        while (n_live > 0 && rounds++ < 2000) {
+            assert_int_equal(zi_generator_next_token(g, live, n_live, 1, &err), ZI_OK);
+            if (zi_generator_check(g, &err)) fail_msg("%s", err.msg);
+            n_live = zi_test_drop_done(g, live, n_live);
+        }
+        assert_int_equal(n_live, 0);
+        for (size_t j = 0; j < all; j++) {
+            int i = (int)(keep[j] - ctx) % N_PROMPTS;
+            assert_memory_equal(zi_text_context_generated_tokens(keep[j]), g_alone[i],
+                                sizeof g_alone[i]);
+            zi_text_context_free(keep[j]);
+        }
+    }
+}
+
+/* The disk tier (kv_disk.h): a pool too small to keep the prompts' blocks
+ * cached reads them back from disk, and a new generator on the same
+ * directory (a restarted worker) finds them all there; the tokens are
+ * each prompt's alone every time. */
+static void test_kv_disk_tier(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    if (g_alone[0][0] == 0 && g_alone[0][1] == 0) skip(); /* needs the first test */
+    char dir[] = "/tmp/zi_gen_kv_disk_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    zi_error err = {0};
+    zi_generator *g;
+    zi_generator_config cfg = {.n_slots = 2 * N_PROMPTS,
+                               .ctx = 128,
+                               .max_batch_tokens = 24,
+                               .kv_blocks = 8,
+                               .block_size = 16,
+                               .prefill_chunk = 8,
+                               .prefix_cache = 1};
+    assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_OK);
+    if (zi_generator_open_kv_disk(g, dir, 1 << 30, "test", NULL, &err)) fail_msg("%s", err.msg);
+    disk_rounds(f, g, 2);
+    zi_generator_stats st;
+    zi_generator_get_stats(g, &st);
+    printf("disk tier, small pool: %llu blocks from memory, %llu from disk, %llu written\n",
+           (unsigned long long)st.mem_hit_blocks, (unsigned long long)st.disk_hit_blocks,
+           (unsigned long long)st.disk_written_blocks);
+    assert_true(st.disk_hit_blocks > 0);
+    assert_int_equal(st.disk_rejected, 0);
+    zi_generator_free(g); /* writes what is queued */
+
+    cfg.kv_blocks = 0;
+    assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_OK);
+    if (zi_generator_open_kv_disk(g, dir, 1 << 30, "test", NULL, &err)) fail_msg("%s", err.msg);
+    disk_rounds(f, g, 1);
+    zi_generator_get_stats(g, &st);
+    printf("disk tier, restarted: %llu blocks from memory, %llu from disk\n",
+           (unsigned long long)st.mem_hit_blocks, (unsigned long long)st.disk_hit_blocks);
+    assert_true(st.disk_hit_blocks > 0);
+    assert_int_equal(st.disk_rejected, 0);
+    zi_generator_free(g);
+    /* another tag (another KV type): none of those files */
+    assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_OK);
+    if (zi_generator_open_kv_disk(g, dir, 1 << 30, "other", NULL, &err)) fail_msg("%s", err.msg);
+    disk_rounds(f, g, 1);
+    zi_generator_get_stats(g, &st);
+    assert_int_equal(st.disk_hit_blocks, 0);
+    zi_generator_free(g);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* num_steps > 1 gives the tokens of num_steps single steps, stops at the
  * stop conditions (here a stop token id) and does not feed a done context. */
 static void test_multi_step(void **state) {
@@ -404,6 +488,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_paged_preemption_and_prefix),
+        cmocka_unit_test(test_kv_disk_tier),
         cmocka_unit_test(test_slots),
         cmocka_unit_test(test_multi_step),
         cmocka_unit_test(test_burst_prefill),
