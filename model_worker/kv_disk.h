@@ -61,8 +61,9 @@
 typedef struct zi_kv_disk_identity {
     uint64_t model; /* zi_kv_disk_model_id of the model file */
     /* The KV type and the computation behind it, from the backend: "cpu
-     * i16k f16v a16" (its name, K and V value types, activation bits); a
-     * worker with another --kv-type or --act-bits writes other files. */
+     * k2+4 v2 avx512 a16" (its name, K and V value bytes, on the CPU the
+     * kernels' ISA and activation bits); a worker with another --kv-type,
+     * --act-bits or ISA writes other files. */
     char kv_tag[48];
     uint32_t block_size; /* positions per block */
     uint32_t n_layers;   /* layers with K/V */

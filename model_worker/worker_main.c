@@ -867,16 +867,19 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
 }
 
 /* --kv-disk: the prefix cache's disk tier. Its files are keyed by the
- * backend's KV layout and what computed it (the activation bits), so a
- * worker never reads K/V that it would not have computed itself. A tier
- * that cannot be had is logged and the worker serves without it. */
+ * backend's KV layout and what computed it (on the CPU its kernels' ISA
+ * and the activation bits), so a worker never reads K/V that it would not
+ * have computed itself, bit for bit. A tier that cannot be had is logged
+ * and the worker serves without it. */
 static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
     zi_error err = {0};
-    char tag[48];
+    char tag[48], cpu[40] = "";
     const zi_backend *be = r->be;
-    snprintf(tag, sizeof tag, "%s k%d+%d v%d a%d", be->ops->name, be->kv_k_bytes,
-             be->kv_k_row_extra, be->kv_v_bytes,
-             !strcmp(be->ops->name, "cpu") ? zi_cpu_backend_act_bits(r->be) : 0);
+    if (!strcmp(be->ops->name, "cpu"))
+        snprintf(cpu, sizeof cpu, " %s a%d", zi_cpu_backend_isa(r->be),
+                 zi_cpu_backend_act_bits(r->be));
+    snprintf(tag, sizeof tag, "%s k%d+%d v%d%s", be->ops->name, be->kv_k_bytes, be->kv_k_row_extra,
+             be->kv_v_bytes, cpu);
     if (zi_generator_open_kv_disk(w->gen, o->kv_disk, (uint64_t)o->kv_disk_bytes, tag, &w->log,
                                   &err))
         zi_log(&w->log, ZI_LOG_WARN, "disk tier off: %s", err.msg);
