@@ -5,6 +5,9 @@ through `zinfer serve` with the real model.
   background), the worker killed with SIGKILL and restarted by serve's
   supervisor; the same prompt is then served from disk (every eligible
   block a disk hit, none from memory) with the same tokens as the cold run.
+- Failover: two workers on one directory both killed while a request
+  streams; it resumes on a restarted worker from disk, with the no-fault
+  stream.
 - Faults: the files bit-flipped and truncated: the next serve's requests
   get the cold run's tokens, the bad files are counted as rejected and each
   kind of problem is logged once; a directory that cannot be written gives
@@ -100,6 +103,40 @@ def test_warm_restart_after_sigkill(zinfer_bin, model_path, cold):
         # the restarted worker's own counters: every eligible block from disk
         assert k["disk_hit_blocks"] == ELIGIBLE and k["mem_hit_blocks"] == 0, k
         assert k["disk_rejected"] == 0 and k["disk_read_us"] > 0, k
+
+
+def test_failover_resumes_from_disk(zinfer_bin, model_path, cold, tmp_path):
+    """Two workers on one directory, both killed with SIGKILL while a
+    request streams: the router resumes it on a restarted worker, whose
+    prefix (the prompt's blocks, written by the killed one) comes from
+    disk, and the stream is the no-fault one."""
+    ids, _, _ = cold
+    d = tmp_path / "kv"
+    sp = {"max_new_tokens": 96, "temperature": 0, "ignore_eos": True}
+    with serve_process(zinfer_bin, model_path, tmp_path / "failover.log",
+                       *args(d, "--heartbeat-timeout", 1500, "--failover-timeout", 30000),
+                       workers=2) as srv:
+        got, notes = [], 0
+        with Client(srv.addr, timeout_s=120) as c:
+            killed = False
+            for ev in c.generate(prompt=PROMPT, sampling_params=sp):
+                assert ev["event"] in ("chunk", "final"), ev
+                got.extend(ev.get("token_ids", []))
+                notes += bool(ev.get("resumed"))
+                if not killed and len(got) >= 4:
+                    time.sleep(0.3)  # the prompt's blocks reach the disk
+                    for pid in children(srv).get("worker", []):
+                        os.kill(pid, signal.SIGKILL)
+                    killed = True
+        k = kv(srv.addr, lambda k: k["disk_hit_blocks"] >= ELIGIBLE)
+        assert notes == 1, srv.log()
+        assert k["disk_hit_blocks"] >= ELIGIBLE and k["disk_rejected"] == 0, k
+        with Client(srv.addr, timeout_s=120) as c:  # the no-fault run, now from memory
+            again = []
+            for ev in c.generate(prompt=PROMPT, sampling_params=sp):
+                again.extend(ev.get("token_ids", []))
+    assert len(got) == 96 and got == again
+    assert got[:8] == ids
 
 
 def test_bad_files_are_ignored(zinfer_bin, model_path, cold):
