@@ -454,14 +454,26 @@ static int make_logprobs(zi_generator *g, const float *row, int32_t token, int64
     return ZI_OK;
 }
 
+/* The positions of c the disk tier may hold: those before its first
+ * image's soft tokens, whose K/V come from the worker's --mmproj, which
+ * the files' identity does not name (a LoRA adapter's blocks are kept out
+ * by their seed). */
+static int64_t disk_positions(const zi_text_context *c) {
+    int64_t p = INT64_MAX;
+    for (size_t i = 0; i < c->n_images; i++)
+        if (c->images[i].n_tiles > 0 && c->images[i].tile_first[0] < p)
+            p = c->images[i].tile_first[0];
+    return p;
+}
+
 /* The disk tier: queues registered block id (hash, parent, tokens) to
  * be written, a copy of its K/V taken now (so that a killed worker's
- * prefixes are on disk, not only the evicted ones); a block under a LoRA
- * seed is never written. A full queue drops it: the eviction hook tries
- * again. */
-static void queue_write(zi_generator *g, int32_t id, uint64_t seed, uint64_t hash, uint64_t parent,
+ * prefixes are on disk, not only the evicted ones); a block the tier must
+ * not hold (skip: under a LoRA seed, or after an image) is never written.
+ * A full queue drops it: the eviction hook tries again. */
+static void queue_write(zi_generator *g, int32_t id, int skip, uint64_t hash, uint64_t parent,
                         const int32_t *tk) {
-    if (seed != 0) {
+    if (skip) {
         g->on_disk[id] = 1;
         return;
     }
@@ -491,7 +503,9 @@ static void register_full_blocks(zi_generator *g, zi_text_context *c) {
         const uint64_t parent = q->last_hash;
         q->last_hash = zi_kv_blocks_register(g->kb, id, parent, tk);
         if (g->disk && zi_kv_blocks_registered(g->kb, id) && !g->on_disk[id])
-            queue_write(g, id, q->seed, q->last_hash, parent, tk);
+            queue_write(g, id,
+                        q->seed != 0 || (int64_t)(q->n_registered + 1) * bs > disk_positions(c),
+                        q->last_hash, parent, tk);
     }
     if ((int64_t)full * bs > c->committed_idx)
         zi_text_context_set_token_indices(c, ZI_IDX_KEEP, ZI_IDX_KEEP, ZI_IDX_KEEP,
@@ -614,7 +628,10 @@ static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
                                             &q->last_hash);
     g->stats.mem_hit_blocks += (uint64_t)got;
     if (got < max) g->stats.mem_miss_blocks++;
-    if (got < max && g->disk && q->seed == 0) got = match_disk(g, c, q, got, max);
+    if (got < max && g->disk && q->seed == 0) {
+        int64_t dmax = disk_positions(c) / g->cfg.block_size;
+        if (got < dmax) got = match_disk(g, c, q, got, dmax < max ? (int32_t)dmax : max);
+    }
     if (got > 0 && g->ckpts) got = resume_state(g, c, q, got);
     if (got == 0) return;
     q->n_blocks = q->n_registered = got;

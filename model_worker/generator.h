@@ -167,7 +167,9 @@ void zi_generator_free(zi_generator *g);
  * backend's KV type and computation (zi_kv_disk_identity.kv_tag), which
  * the caller knows (the activation bits, the KV type). Only for the
  * blocks of contexts without LoRA adapters (their ids are the worker's
- * own), and not for hybrids (a prefix also needs a recurrent state):
+ * own) and before a context's first image (its K/V comes from the
+ * worker's projector, which the files do not name), and not for hybrids
+ * (a prefix also needs a recurrent state):
  * ZI_EUNSUPPORTED for those, and without the prefix cache. At most once,
  * before the first step.
  */
