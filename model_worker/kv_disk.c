@@ -423,6 +423,9 @@ int zi_kv_disk_open(const char *dir, uint64_t max_bytes, uint64_t queue_bytes,
     d->payload = (size_t)payload;
     d->file_bytes = sizeof(file_header) + (size_t)id->block_size * sizeof(int32_t) + d->payload;
     d->id_hash = hash_bytes(&d->id, sizeof d->id, ZI_KV_DISK_VERSION);
+    /* temporary names: the pid and this, so that writers on two hosts with
+     * the same pid (a directory on a network file system) do not meet */
+    d->seq = mix(now_us(), (uint64_t)getpid()) & 0xffffffffffffULL;
     uint64_t n = queue_bytes / (d->payload + (size_t)id->block_size * sizeof(int32_t));
     d->n_slots = n < 4 ? 4 : n > 4096 ? 4096 : (int)n;
     d->slots = calloc((size_t)d->n_slots, sizeof *d->slots);
