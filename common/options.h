@@ -63,6 +63,8 @@ typedef enum zi_opt_id {
     ZI_O_BLOCK_SIZE,
     ZI_O_NUM_STEPS,
     ZI_O_NO_PREFIX_CACHE,
+    ZI_O_KV_DISK,
+    ZI_O_KV_DISK_BYTES,
     ZI_O_SPEC_LOOKUP,
     ZI_O_NO_SPEC_LOOKUP,
     ZI_O_DRAFT_MODEL,
