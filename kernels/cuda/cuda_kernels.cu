@@ -332,6 +332,30 @@ __global__ void float_to_f16(const uint8_t *__restrict__ w, size_t row_bytes, in
     out[idx] = __float2half_rn(load_w<TYPE>(w + r * row_bytes, c));
 }
 
+/* The same into float32 (matmul_tile's weight copies): exact. */
+template <class B>
+__global__ void quant_to_f32(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
+                             int64_t cols, float *__restrict__ out) {
+    const int64_t nb = cols / 32;
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= rows * nb) return;
+    const int64_t r = idx / nb, ib = idx % nb;
+    float v[32];
+    decode_block<B>(w + r * row_bytes + ib * B::kBytes, v);
+    float *dst = out + r * cols + ib * 32;
+#pragma unroll
+    for (int i = 0; i < 32; i++) dst[i] = v[i];
+}
+
+template <int TYPE>
+__global__ void float_to_f32(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
+                             int64_t cols, float *__restrict__ out) {
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= rows * cols) return;
+    const int64_t r = idx / cols, c = idx % cols;
+    out[idx] = load_w<TYPE>(w + r * row_bytes, c);
+}
+
 __global__ void f32_to_f16(const float *__restrict__ x, __half *__restrict__ out, size_t n) {
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __float2half_rn(x[i]);
@@ -750,6 +774,38 @@ cudaError_t zi_cuda_to_f16(int type, const void *w, size_t row_bytes, int64_t ro
         break;
     case ZI_TYPE_F32:
         float_to_f16<ZI_TYPE_F32><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, o);
+        break;
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t zi_cuda_to_f32(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                           float *out, cudaStream_t stream) {
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    const int64_t nb = rows * (cols / 32), ne = rows * cols;
+    const unsigned gq = static_cast<unsigned>((nb + kThreads - 1) / kThreads);
+    const unsigned gf = static_cast<unsigned>((ne + kThreads - 1) / kThreads);
+    switch (type) {
+    case ZI_TYPE_Q4_0:
+        quant_to_f32<BlockQ4_0><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_Q4_1:
+        quant_to_f32<BlockQ4_1><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_Q8_0:
+        quant_to_f32<BlockQ8_0><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_F16:
+        float_to_f32<ZI_TYPE_F16><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_BF16:
+        float_to_f32<ZI_TYPE_BF16><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_F32:
+        float_to_f32<ZI_TYPE_F32><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
         break;
     default:
         return cudaErrorInvalidValue;

@@ -54,6 +54,11 @@ cudaError_t zi_cuda_mmv(int type, const void *w, size_t row_bytes, int64_t rows,
 cudaError_t zi_cuda_to_f16(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                            void *out, cudaStream_t stream);
 
+/* W (rows x cols of `type`) -> float32, row-major, into out (rows * cols
+ * floats), exactly. For Q4_0, Q4_1, Q8_0, F16, BF16 and F32. */
+cudaError_t zi_cuda_to_f32(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                           float *out, cudaStream_t stream);
+
 /* n floats -> fp16 (out holds n halves). */
 cudaError_t zi_cuda_f32_to_f16(const float *x, void *out, size_t n, cudaStream_t stream);
 
