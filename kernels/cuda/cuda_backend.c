@@ -53,7 +53,8 @@
  * state slots (one a token) and gather_rows' row indices, in two slots
  * used in turn: qwen35's layers gather with two index arrays one after the
  * other, and each slot then keeps one of them (no copy after the first
- * layer, no wait on the previous copy's event); weighted_sum_rows' row
+ * layer, no wait on the previous copy's event); attention's win_pos
+ * (zi_batch_view: an image's tokens); weighted_sum_rows' row
  * indices and weights (the float bits as int32); span_attention's order,
  * starts and tiles, one array. The last five grow on first use. */
 enum {
@@ -61,6 +62,7 @@ enum {
     META_POS,
     META_SEQ,
     META_SLOT,
+    META_WINPOS,
     META_TAB,
     META_GATHER,
     META_GATHER2,
@@ -321,7 +323,7 @@ static int cuda_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx,
     }
     cudaError_t e = cudaSetDevice(c->device);
     const char *what = "cudaSetDevice";
-    for (int i = META_IDS; i <= META_SLOT && e == cudaSuccess; i++) {
+    for (int i = META_IDS; i <= META_WINPOS && e == cudaSuccess; i++) {
         what = "staging buffers";
         e = stage_grow(c, i, (size_t)n_tokens);
     }
@@ -687,8 +689,34 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
         fail_msg(c, ZI_EINVAL, "attention window %d is negative", s->window);
         return;
     }
-    /* The longest span a token reads: a sliding window bounds it. */
-    if (s->window > 0 && max_len > s->window) max_len = s->window;
+    /* The longest span a token reads: a sliding window bounds it (from
+     * win_pos where given: an image token's window counts from its own
+     * position, its pos is its tile's reach). */
+    const int32_t *d_win = NULL;
+    if (b->win_pos) {
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (failed(c, cudaStreamIsCapturing(c->stream, &cap), "cudaStreamIsCapturing")) return;
+        if (cap != cudaStreamCaptureStatusNone) { /* a graph's replay would not restage it */
+            fail_msg(c, ZI_EUNSUPPORTED, "attention with win_pos in a graph capture");
+            return;
+        }
+        for (int t = 0; t < b->n_tokens; t++)
+            if (b->win_pos[t] < 0 || b->win_pos[t] > b->pos[t]) {
+                fail_msg(c, ZI_ERANGE, "token %d: win_pos %d is outside 0..%d", t, b->win_pos[t],
+                         b->pos[t]);
+                return;
+            }
+        if (!(d_win = stage(c, META_WINPOS, b->win_pos, (size_t)b->n_tokens))) return;
+    }
+    if (s->window > 0) {
+        int mx = 0;
+        for (int t = 0; t < b->n_tokens; t++) {
+            const int wp = b->win_pos ? b->win_pos[t] : b->pos[t];
+            const int start = wp >= s->window ? wp - s->window + 1 : 0;
+            if (b->pos[t] + 1 - start > mx) mx = b->pos[t] + 1 - start;
+        }
+        max_len = mx;
+    }
     /* A block's warps walk their positions one after another, each a wait
      * on memory, and a decode step has few (token, head) blocks: split the
      * positions (flash-decoding) into chunks of at least ZI_ATTN_MIN_CHUNK,
@@ -709,7 +737,7 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
         if (n_split < 1) n_split = 1;
     }
     failed(c,
-           zi_cuda_attention(out, q, kcache, vcache, d_pos, d_seq, d_tab, b->table_stride,
+           zi_cuda_attention(out, q, kcache, vcache, d_pos, d_win, d_seq, d_tab, b->table_stride,
                              s->block_size, b->n_tokens, s->n_heads, s->n_kv_heads, s->head_dim,
                              s->scale, s->softcap, s->window, n_split, c->attn_scratch, c->stream),
            "attention kernel");
@@ -1275,6 +1303,9 @@ int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_vi
         return zi_error_set(err, ZI_EIO, "CUDA device %d: graph launch: waiting for the last one",
                             c->device);
     }
+    if (v->win_pos)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "graph launch: a view with win_pos (an image's tokens) runs op by op");
     /* the same host checks as the ops make on their metadata */
     int max_seq = 0;
     int64_t limit = (int64_t)v->table_stride * s->block_size;

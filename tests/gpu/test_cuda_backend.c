@@ -577,7 +577,10 @@ static void test_gemma_ops(void **state) {
  *      0 and 2 at several positions: n_tokens * n_heads blocks, unsplit;
  *   B  three decode tokens, at 1499 and 1234 of sequence 2 and 5 of
  *      sequence 0: few blocks and (window 0, 700, 5000) a long span, so the
- *      split path, with empty splits for the short token.
+ *      split path, with empty splits for the short token;
+ *   C  an image tile of 64 tokens of sequence 2 (1000..1063) attending to
+ *      the whole tile, each window counted from the token's own position
+ *      (zi_batch_view.win_pos).
  * Windows 1, 3, 17, 700, and 5000 (more than the context: the same as 0).
  * K values are multiples of 1/32767 with one +-1 a row, which the CPU's
  * int16 rows hold (nearly) exactly, and V values float16 holds: the CPU and
@@ -592,8 +595,17 @@ typedef struct wa_case {
     float softcap; /* attention logit soft-capping (gemma2), 0: none */
 } wa_case;
 
-static int wa_batch(int which, int32_t *qp, int32_t *qs) {
+/* Batch `which` (0..WA_BATCHES-1): positions qp, sequences qs, and qw,
+ * where each token's window counts from (its own position; batch 2 is a
+ * 64-token image tile of sequence 2 at 1000..1063 whose tokens attend to
+ * the whole tile, zi_batch_view.win_pos: qp is the tile's last). */
+enum { WA_BATCHES = 3 };
+static int wa_batch(int which, int32_t *qp, int32_t *qs, int32_t *qw) {
     int nq = 0;
+    if (which == 2) {
+        for (int i = 0; i < 64; i++) qp[nq] = 1063, qw[nq] = 1000 + i, qs[nq++] = 2;
+        return nq;
+    }
     if (which == 0) {
         for (int i = 0; i < wa_lens[1]; i++) qp[nq] = i, qs[nq++] = 1;
         const int dec[][2] = {{0, 39}, {0, 0}, {0, 16}, {2, 1499}, {2, 17}, {2, 700}, {2, 1023}};
@@ -603,6 +615,7 @@ static int wa_batch(int which, int32_t *qp, int32_t *qs) {
         qp[nq] = 1234, qs[nq++] = 2;
         qp[nq] = 5, qs[nq++] = 0;
     }
+    for (int i = 0; i < nq; i++) qw[i] = qp[i];
     return nq;
 }
 
@@ -636,10 +649,10 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
         }
     float *dq = put(be, q, (size_t)WA_MAXQ * qd), *dout = put(be, NULL, (size_t)WA_MAXQ * qd);
     size_t done = 0;
-    for (int which = 0; which < 2; which++) {
-        int32_t qp[WA_MAXQ], qs[WA_MAXQ];
-        int nq = wa_batch(which, qp, qs);
-        zi_batch_view bv = {nq, qp, qs, tables, stride, NULL};
+    for (int which = 0; which < WA_BATCHES; which++) {
+        int32_t qp[WA_MAXQ], qs[WA_MAXQ], qw[WA_MAXQ];
+        int nq = wa_batch(which, qp, qs, qw);
+        zi_batch_view bv = {nq, qp, qs, tables, stride, which == 2 ? qw : NULL};
         be->ops->attention(be, dout, dq, kc, vc, &bv, &s);
         get(be, out + done, dout, (size_t)nq * qd);
         done += (size_t)nq * qd;
@@ -655,13 +668,13 @@ static void window_reference(const wa_case *wc, const float *k, const float *v, 
     const double scale = 1.0f / sqrtf((float)hd); /* the float the backends get */
     double *sc = malloc(sizeof(double) * 2048);
     size_t done = 0;
-    for (int which = 0; which < 2; which++) {
-        int32_t qp[WA_MAXQ], qs[WA_MAXQ];
-        int nq = wa_batch(which, qp, qs);
+    for (int which = 0; which < WA_BATCHES; which++) {
+        int32_t qp[WA_MAXQ], qs[WA_MAXQ], qw[WA_MAXQ];
+        int nq = wa_batch(which, qp, qs, qw);
         for (int t = 0; t < nq; t++)
             for (int h = 0; h < wc->nh; h++) {
-                const int kvh = h / (wc->nh / wc->nkv), p = qp[t];
-                const int start = wc->window > 0 && p >= wc->window ? p - wc->window + 1 : 0;
+                const int kvh = h / (wc->nh / wc->nkv), p = qp[t], w = qw[t];
+                const int start = wc->window > 0 && w >= wc->window ? w - wc->window + 1 : 0;
                 const float *qr = q + ((size_t)t * wc->nh + h) * hd;
                 double mx = -INFINITY, sum = 0;
                 for (int j = start; j <= p; j++) {
@@ -728,7 +741,7 @@ static void test_attention_window(void **state) {
         }
         for (size_t i = 0; i < rows * kvd; i++) v[i] = zi_f16_to_f32(zi_f32_to_f16(v[i]));
         float *q = frandom((size_t)WA_MAXQ * qd, -2, 2);
-        size_t nout = (size_t)(wa_lens[1] + 7 + 3) * qd;
+        size_t nout = (size_t)(wa_lens[1] + 7 + 3 + 64) * qd;
         float *oc = malloc(nout * sizeof(float)), *og = malloc(nout * sizeof(float));
         float *og0 = malloc(nout * sizeof(float));
         double *ref = malloc(nout * sizeof(double));
