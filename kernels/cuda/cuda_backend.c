@@ -56,7 +56,9 @@
  * layer, no wait on the previous copy's event); attention's win_pos
  * (zi_batch_view: an image's tokens); weighted_sum_rows' row
  * indices and weights (the float bits as int32); span_attention's order,
- * starts and tiles, one array. The last five grow on first use. */
+ * starts and tiles, one array. reserve() sizes the slots up to
+ * META_WINPOS; the block-table, gather, weighted-sum and span slots grow
+ * on first use (never during a capture). */
 enum {
     META_IDS,
     META_POS,
