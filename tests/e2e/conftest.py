@@ -29,6 +29,19 @@ FIXTURES = REPO / "tests" / "fixtures"
 sys.path.insert(0, str(REPO / "scripts" / "ref"))
 sys.path.insert(0, str(REPO / "clients" / "python"))
 import numpy_llama  # noqa: E402
+
+# The float64 references allocate and free arrays of hundreds of MB in turn.
+# glibc raises its mmap threshold to the size of each large block freed, so
+# later ones come from the heap and stay resident after they are freed (this
+# process grew past 4 GB of dead references in one run). A fixed threshold
+# keeps large arrays mapped, returned to the system when freed. This
+# process only: the zinfer processes the tests start keep glibc's default.
+try:
+    import ctypes
+
+    ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+except (OSError, AttributeError):
+    pass
 from zinfer_client import Client, ZinferError  # noqa: E402
 
 ZINFER_BIN = Path(os.environ.get("ZINFER_BIN", REPO / "build" / "zinfer"))
@@ -74,6 +87,18 @@ def pytest_runtest_logstart(nodeid, location):
 def pytest_runtest_logreport(report):
     if report.failed:
         _progress(f"FAILED {report.nodeid} ({report.when})")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _free_module_caches(request):
+    """After a test module, empties its module-level caches (dicts named
+    like _BUILT, _REF, _SEEN: built files' float64 reference models and
+    logits, kept between that module's tests). Left alone they live as
+    long as the process, and one run held 7 GB of them by half-way."""
+    yield
+    for name, value in vars(request.module).items():
+        if name.startswith("_") and name[1:].isupper() and isinstance(value, dict):
+            value.clear()
 
 
 def pytest_sessionfinish(session, exitstatus):
