@@ -226,20 +226,6 @@ static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
         answer_error(a, &e);
         return;
     }
-    a->status = 200;
-    if (id) {
-        int k = 0;
-        while (k < l->n && strcmp(l->name[k], id)) k++;
-        if (k == l->n) {
-            zi_http_fail(&e, 404, "model_not_found", "model", "model '%s' is not served here", id);
-            answer_error(a, &e);
-        } else {
-            a->json = model_json(l->name[k], l->max_length[k], l->state[k]);
-        }
-        free(l);
-        return;
-    }
-    a->json = json_object();
     json_t *data = json_array();
     for (int k = 0; k < l->n; k++)
         json_array_append_new(data, model_json(l->name[k], l->max_length[k], l->state[k]));
@@ -250,18 +236,34 @@ static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
         int k = 0;
         while (k < l->n && strcmp(l->name[k], parent)) k++;
         if (k == l->n) continue;
-        char id[400];
-        snprintf(id, sizeof id, "%s:%s", parent, json_string_value(json_object_get(ad, "name")));
-        json_t *o = model_json(id, l->max_length[k], l->state[k]);
+        char name[400];
+        snprintf(name, sizeof name, "%s:%s", parent,
+                 json_string_value(json_object_get(ad, "name")));
+        json_t *o = model_json(name, l->max_length[k], l->state[k]);
         json_object_set_new(o, "parent", json_string(parent));
         json_t *path = json_object_get(ad, "path");
         json_object_set(o, "root", json_is_string(path) ? path : json_object_get(ad, "name"));
         json_array_append_new(data, o);
     }
     json_decref(ads);
-    json_object_set_new(a->json, "object", json_string("list"));
-    json_object_set_new(a->json, "data", data);
     free(l);
+    a->status = 200;
+    if (id) { /* a model or an adapter, MODEL:ADAPTER */
+        size_t k = 0;
+        while (k < json_array_size(data) &&
+               strcmp(json_string_value(json_object_get(json_array_get(data, k), "id")), id))
+            k++;
+        if (k == json_array_size(data)) {
+            zi_http_fail(&e, 404, "model_not_found", "model", "model '%s' is not served here", id);
+            answer_error(a, &e);
+        } else {
+            a->json = json_incref(json_array_get(data, k));
+        }
+        json_decref(data);
+        return;
+    }
+    a->json = json_object();
+    json_object_set_new(a->json, "data", data);
 }
 
 /* POST /models/load, POST /models/unload (llama-server's router mode):

@@ -468,7 +468,11 @@ static void lora_load(worker *w, const zi_im_lora *lm) {
     zi_lora *l = NULL;
     int rc = zi_lora_load(w->model, &spec, &l, &err);
     if (rc) {
-        send_lora_done(w, lm->rid, rc == ZI_EUNSUPPORTED ? "unsupported" : code, err.msg, -1);
+        send_lora_done(w, lm->rid,
+                       rc == ZI_EUNSUPPORTED ? "unsupported"
+                       : rc == ZI_ENOMEM     ? "insufficient_memory"
+                                             : code,
+                       err.msg, -1);
         return;
     }
     const uint64_t bytes = zi_lora_bytes(l);

@@ -17,24 +17,28 @@ one of several models (docs/lora.md).
 
 import http.client
 import json
+import os
+import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
 from conftest import free_port, serve_process, wait_http
 from test_models_routing import models_serve
+from test_server_load import children
 
 import make_lora
 from zinfer_client import Client, ZinferError
 
-SP = {"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True}
+SP = {"temperature": 0.0, "max_new_tokens": 12, "ignore_eos": True}
 PROMPT = "The capital of France is"
 
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory, model_path):
     p = tmp_path_factory.mktemp("lora_rt") / "ad.gguf"
-    make_lora.write(str(p), str(model_path), rank=8, alpha=16, seed=21, b_std=0.06,
+    make_lora.write(str(p), str(model_path), rank=8, alpha=16, seed=21, b_std=0.2,
                     dtype=np.float16)
     return p
 
@@ -85,6 +89,15 @@ def test_load_use_unload(adapter, zinfer_bin, model_path, tmp_path):
         with pytest.raises(ZinferError) as e:  # a name is loaded once
             c.call("load_lora_adapter", lora_name="rt", lora_path=str(adapter))
         assert "already loaded" in str(e.value), str(e.value)
+        # a worker restarted after a failure gets the adapter back before any request
+        old = children(srv)["worker"]
+        os.kill(old[0], signal.SIGKILL)
+        deadline = time.time() + 60
+        while children(srv).get("worker", old) == old or c.call("health")["workers"] != 1:
+            assert time.time() < deadline, srv.log()
+            time.sleep(0.2)
+        assert ids_of(c, [{"name": "rt"}]) == start_time
+        assert "loading adapter 'rt'" in srv.log(), srv.log()
         with pytest.raises(ZinferError) as e:  # a file that is not there
             c.call("load_lora_adapter", lora_name="x", lora_path=str(tmp_path / "none.gguf"))
         assert e.value.code == "invalid_request" and "none.gguf" in str(e.value), str(e.value)
@@ -117,7 +130,7 @@ def test_load_use_unload(adapter, zinfer_bin, model_path, tmp_path):
                              {"lora_name": "h", "lora_path": str(adapter)})
         assert st == 200 and body == "Success: LoRA adapter 'h' added successfully.", body
         st, body = http_call(port, "POST", "/v1/completions",
-                             {"prompt": PROMPT, "max_tokens": 8, "temperature": 0,
+                             {"prompt": PROMPT, "max_tokens": SP["max_new_tokens"], "temperature": 0,
                               "model": f"{base}:h", "ignore_eos": True})
         assert st == 200 and body["choices"][0]["text"] == ids_of(c, [{"name": "st"}],
                                                                   text=True), body
@@ -126,6 +139,8 @@ def test_load_use_unload(adapter, zinfer_bin, model_path, tmp_path):
         assert ids == [base, f"{base}:st", f"{base}:h"], models
         h = models["data"][2]
         assert h["parent"] == base and h["root"] == str(adapter), h
+        st, one = http_call(port, "GET", f"/v1/models/{base}:h")
+        assert st == 200 and one == h, one
         st, la = http_call(port, "GET", "/lora-adapters")
         assert st == 200 and sorted((a["id"], a["name"]) for a in la) == [(0, "st"), (1, "h")], la
         st, body = http_call(port, "POST", "/lora-adapters", [{"id": 0, "scale": 0.5}])
