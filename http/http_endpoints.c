@@ -263,6 +263,7 @@ static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
         return;
     }
     a->json = json_object();
+    json_object_set_new(a->json, "object", json_string("list"));
     json_object_set_new(a->json, "data", data);
 }
 

@@ -135,6 +135,7 @@ def test_load_use_unload(adapter, zinfer_bin, model_path, tmp_path):
         assert st == 200 and body["choices"][0]["text"] == ids_of(c, [{"name": "st"}],
                                                                   text=True), body
         st, models = http_call(port, "GET", "/v1/models")
+        assert models["object"] == "list", models
         ids = [m["id"] for m in models["data"]]
         assert ids == [base, f"{base}:st", f"{base}:h"], models
         h = models["data"][2]
