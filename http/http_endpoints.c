@@ -177,8 +177,9 @@ static int check_model(zi_http_ctx *ctx, zi_http_conn *c, json_t *body, char *na
 }
 
 /* The router's lora_adapters op: each adapter's model, name, id, path
- * (of one loaded while serving) and scale; NULL when the router has none
- * or cannot say. */
+ * (of one loaded while serving) and global scale (llama-server's: what
+ * requests without adapters run it at, 0: not applied); NULL when the
+ * router cannot say. */
 static json_t *lora_adapters(zi_http_ctx *ctx) {
     zi_http_frame f;
     zi_http_error e;
@@ -194,9 +195,12 @@ static json_t *lora_adapters(zi_http_ctx *ctx) {
         zi_http_frame_str(m, "name", name, sizeof name);
         zi_http_frame_str(m, "path", path, sizeof path);
         zi_map_int(m, "lora_id", &id, NULL);
-        const msgpack_object *s = zi_map_get(m, "scale");
+        /* llama-server's "scale": the global one (set_lora_scales), 0 when not applied */
+        const msgpack_object *s = zi_map_get(m, "applied_scale");
         if (s && (s->type == MSGPACK_OBJECT_FLOAT64 || s->type == MSGPACK_OBJECT_FLOAT32))
             scale = s->via.f64;
+        else
+            scale = 0.0;
         json_t *o = json_object();
         json_object_set_new(o, "id", json_integer(id));
         json_object_set_new(o, "name", json_string(name));
@@ -401,6 +405,69 @@ static void lora_load(zi_http_ctx *ctx, const char *body, size_t len, int load, 
 fail:
     zi_http_conn_close(c);
     json_decref(o);
+    answer_error(a, &e);
+}
+
+/* POST /lora-adapters (llama-server's): [{"id" or "name", "scale"}] sets
+ * the default model's global adapters, those requests without "lora" (or
+ * MODEL:ADAPTER) run; those left out are not applied. The router's
+ * set_lora_scales; 200 {"success": true}. */
+static void lora_scales(zi_http_ctx *ctx, const char *body, size_t len, zi_http_answer *a) {
+    zi_http_error e;
+    zi_http_conn *c = NULL;
+    json_error_t je;
+    json_t *arr = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!arr || !json_is_array(arr)) {
+        zi_http_fail(&e, 400, "invalid_type", NULL,
+                     "the body must be a JSON array of {\"id\" or \"name\", \"scale\"}");
+        goto fail;
+    }
+    zi_msg msg;
+    zi_msg_init(&msg);
+    msgpack_pack_map(&msg.pk, 3);
+    zi_pack_kv_str(&msg.pk, "op", "set_lora_scales");
+    zi_pack_kv_str(&msg.pk, "id", "s");
+    zi_pack_str(&msg.pk, "adapters");
+    msgpack_pack_array(&msg.pk, json_array_size(arr));
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *m = json_array_get(arr, i), *id = json_object_get(m, "id");
+        json_t *name = json_object_get(m, "name"), *scale = json_object_get(m, "scale");
+        if (!json_is_object(m) || (!json_is_integer(id) && !json_is_string(name)) ||
+            (scale && !json_is_number(scale))) {
+            zi_msg_free(&msg);
+            zi_http_fail(&e, 400, "invalid_type", NULL,
+                         "[%zu]: expected {\"id\": int or \"name\": str, \"scale\": number}", i);
+            goto fail;
+        }
+        msgpack_pack_map(&msg.pk, 1 + (scale != NULL));
+        if (json_is_string(name))
+            zi_pack_kv_strn(&msg.pk, "name", json_string_value(name), json_string_length(name));
+        else {
+            zi_pack_str(&msg.pk, "id");
+            msgpack_pack_int64(&msg.pk, json_integer_value(id));
+        }
+        if (scale) {
+            zi_pack_str(&msg.pk, "scale");
+            msgpack_pack_double(&msg.pk, json_number_value(scale));
+        }
+    }
+    if (zi_http_conn_open(ctx, &c, &e)) {
+        zi_msg_free(&msg);
+        goto fail;
+    }
+    zi_http_frame f;
+    int rc = zi_http_call(c, &msg, "s", ctx->lim.health_timeout_ms, &f, &e);
+    zi_msg_free(&msg);
+    if (rc) goto fail;
+    zi_http_frame_free(&f);
+    a->status = 200;
+    a->json = json_pack("{s:b}", "success", 1);
+    zi_http_conn_close(c);
+    json_decref(arr);
+    return;
+fail:
+    zi_http_conn_close(c);
+    json_decref(arr);
     answer_error(a, &e);
 }
 
@@ -942,13 +1009,8 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
             }
             return;
         }
-        if (post) { /* llama-server's global scales: zinfer's are per request */
-            zi_http_fail(&e, 400, "unsupported_value", NULL,
-                         "POST /lora-adapters: zinfer sets no global adapter scales; a request "
-                         "names its adapters and scales (\"lora\": [{\"id\" or \"name\", "
-                         "\"scale\"}], or \"model\": \"MODEL:ADAPTER\"); load and unload "
-                         "adapters with POST /v1/load_lora_adapter and /v1/unload_lora_adapter");
-            answer_error(a, &e);
+        if (post) {
+            lora_scales(ctx, body, len, a);
             return;
         }
         want = "GET, POST";

@@ -225,6 +225,8 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     if (!code &&
         !resolve_model(rt, req.model_name.p, req.model_name.len, &model, &adapter, msg, sizeof msg))
         code = "invalid_request", field = "model_name";
+    if (!code && adapter.n == 0 && req.n_lora == 0) /* set_lora_scales' global adapters */
+        lora_apply_global(rt, model, &req);
     if (!code && adapter.n > 0) { /* "MODEL:ADAPTER": the adapter joins the request's "lora" */
         if (adapter.n >= ZI_LORA_REF_NAME_MAX || req.n_lora >= ZI_MAX_LORA) {
             code = "invalid_request", field = "model_name";
@@ -619,15 +621,16 @@ static void op_model_wish(router *rt, const client_ctx *c, const msgpack_object 
  * lora_adapters: checked here, run by router_lora.c. model_name absent:
  * the default model. */
 static void op_lora(router *rt, const client_ctx *c, const msgpack_object *o, int which) {
-    static const char *const names[] = {"load_lora_adapter", "unload_lora_adapter",
-                                        "lora_adapters"};
+    static const char *const names[] = {"load_lora_adapter", "unload_lora_adapter", "lora_adapters",
+                                        "set_lora_scales"};
     static const char *const keys[] = {"op", "id", "model_name", "lora_name", "lora_path", "scale"};
-    const size_t n_keys = which == 0 ? 6 : which == 1 ? 4 : 3;
+    static const char *const set_keys[] = {"op", "id", "model_name", "adapters"};
+    const size_t n_keys = which == 0 ? 6 : which == 1 ? 4 : which == 2 ? 3 : 4;
     char msg[400];
     msg[0] = '\0';
     for (uint32_t i = 0; i < o->via.map.size && !msg[0]; i++) {
         const msgpack_object *k = &o->via.map.ptr[i].key;
-        if (!key_known(k, keys, n_keys)) {
+        if (!key_known(k, which == 3 ? set_keys : keys, n_keys)) {
             char shown[80];
             zi_printable(shown, sizeof shown, k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : "?",
                          k->type == MSGPACK_OBJECT_STR ? k->via.str.size : 1);
@@ -644,11 +647,18 @@ static void op_lora(router *rt, const client_ctx *c, const msgpack_object *o, in
         return;
     }
     const char *model = NULL;
-    if ((mn || which != 2) &&
+    if ((mn || which != 2) && /* lora_adapters without a model: every model's */
         !resolve_model(rt, mn ? mn->via.str.ptr : NULL, mn ? mn->via.str.size : 0, &model, NULL,
                        msg, sizeof msg)) {
         client_error(rt, c, "invalid_request", msg, "model_name");
         return;
+    }
+    if (which == 3) {
+        if (lora_set_global(rt, model, zi_map_get(o, "adapters"), msg, sizeof msg)) {
+            client_error_msg(rt, c, "invalid_request", msg);
+            return;
+        }
+        which = 2; /* the answer: the model's adapters now */
     }
     if (which == 2) {
         lora_list(rt, c->ident, c->ident_len, c->delim, c->id, c->id_len, model);
@@ -866,13 +876,15 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         op_lora(rt, &c, o, 1);
     } else if (op_len == 13 && !memcmp(op, "lora_adapters", 13)) {
         op_lora(rt, &c, o, 2);
+    } else if (op_len == 15 && !memcmp(op, "set_lora_scales", 15)) {
+        op_lora(rt, &c, o, 3);
     } else {
         char shown[80]; /* the client's bytes, printable and on one line */
         zi_printable(shown, sizeof shown, op, op_len);
         snprintf(msg, sizeof msg,
                  "op: unknown operation '%s' (generate, cancel, health, models, metrics, "
                  "tokenize, detokenize, embed, load_model, unload_model, load_lora_adapter, "
-                 "unload_lora_adapter, lora_adapters)",
+                 "unload_lora_adapter, lora_adapters, set_lora_scales)",
                  shown);
         client_error(rt, &c, "invalid_request", msg, "op");
     }

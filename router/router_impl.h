@@ -319,6 +319,15 @@ void lora_on_done(router *rt, int b, const msgpack_object *o);
 void lora_backend_died(router *rt, int b);
 /* Frees the table (shutdown). */
 void lora_free(router *rt);
+/* set_lora_scales (llama-server's POST /lora-adapters): the adapters of
+ * model that requests without any run, and their scales (list: maps with
+ * "id" or "name", and "scale"; those left out or at 0 are not applied).
+ * ZI_EINVAL with msg naming the entry at fault. */
+int lora_set_global(router *rt, const char *model, const msgpack_object *list, char *msg,
+                    size_t cap);
+/* A request of model that names no adapter runs those set_lora_scales
+ * applied (added to req's lora, at most ZI_MAX_LORA). */
+void lora_apply_global(router *rt, const char *model, zi_request *req);
 
 /* ---- router_schedule.c ---------------------------------------------------- */
 

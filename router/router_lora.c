@@ -29,6 +29,7 @@ typedef struct lora_entry {
     char path[1024]; /* "" for one a worker started with (--lora) */
     double scale;
     int id;       /* its place on the workers (a request's lora id) */
+    double applied; /* set_lora_scales: the scale requests without adapters run it at (0: none) */
     bool runtime; /* loaded by load_lora_adapter (replayed to new workers) */
 } lora_entry;
 
@@ -76,7 +77,9 @@ static lora_entry *find_entry(struct router_lora *s, const char *model, const ch
 static lora_entry *add_entry(struct router_lora *s, const lora_entry *e) {
     lora_entry *have = find_entry(s, e->model, e->name);
     if (have) {
+        double applied = have->applied; /* a reload keeps its global scale */
         *have = *e;
+        have->applied = applied;
         return have;
     }
     if (s->n == s->cap) {
@@ -364,6 +367,7 @@ void lora_list(router *rt, const unsigned char *client, size_t client_len, bool 
         zi_imap_int(&m, "lora_id", e->id);
         if (e->path[0]) zi_imap_str(&m, "path", e->path);
         if (e->runtime) zi_imap_double(&m, "scale", e->scale);
+        zi_imap_double(&m, "applied_scale", e->applied);
         zi_imap_str(&m, "loaded", e->runtime ? "runtime" : "start");
         if (zi_imap_close(&m, pk)) zi_imap_fail(&b);
     }
@@ -375,4 +379,75 @@ void lora_list(router *rt, const unsigned char *client, size_t client_len, bool 
         send_error_raw(rt, client, client_len, delim, id, id_len, "internal", "out of memory",
                        NULL);
     zi_msg_free(&out);
+}
+
+void lora_apply_global(router *rt, const char *model, zi_request *req) {
+    struct router_lora *s = rt->lora;
+    for (size_t i = 0; s && i < s->n && req->n_lora < ZI_MAX_LORA; i++) {
+        const lora_entry *e = &s->v[i];
+        if (e->applied == 0.0 || strcmp(e->model, model)) continue;
+        zi_lora_ref *r = &req->lora[req->n_lora++];
+        memset(r, 0, sizeof *r);
+        r->id = -1;
+        snprintf(r->name, sizeof r->name, "%s", e->name);
+        r->scale = (float)e->applied;
+    }
+}
+
+int lora_set_global(router *rt, const char *model, const msgpack_object *list, char *msg,
+                    size_t cap) {
+    struct router_lora *s = rt->lora;
+    if (!list || list->type != MSGPACK_OBJECT_ARRAY) {
+        snprintf(msg, cap, "adapters: %s", list ? "not an array" : "missing");
+        return ZI_EINVAL;
+    }
+    double scales[ZI_MAX_LORA];
+    lora_entry *which[ZI_MAX_LORA];
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < list->via.array.size; i++) {
+        const msgpack_object *m = &list->via.array.ptr[i];
+        const msgpack_object *id = m->type == MSGPACK_OBJECT_MAP ? zi_map_get(m, "id") : NULL;
+        const msgpack_object *nm = m->type == MSGPACK_OBJECT_MAP ? zi_map_get(m, "name") : NULL;
+        const msgpack_object *sc = m->type == MSGPACK_OBJECT_MAP ? zi_map_get(m, "scale") : NULL;
+        double v = 1.0;
+        if (sc && (sc->type == MSGPACK_OBJECT_FLOAT32 || sc->type == MSGPACK_OBJECT_FLOAT64))
+            v = sc->via.f64;
+        else if (sc && sc->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            v = (double)sc->via.u64;
+        else if (sc && sc->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+            v = (double)sc->via.i64;
+        else if (sc)
+            v = 1e300;
+        if (!(v > -1e6 && v < 1e6)) {
+            snprintf(msg, cap, "adapters[%u].scale: not a finite number", i);
+            return ZI_EINVAL;
+        }
+        lora_entry *e = NULL;
+        for (size_t k = 0; s && k < s->n && !e; k++) {
+            lora_entry *c = &s->v[k];
+            if (strcmp(c->model, model)) continue;
+            if (nm && nm->type == MSGPACK_OBJECT_STR
+                    ? strlen(c->name) == nm->via.str.size &&
+                          !memcmp(c->name, nm->via.str.ptr, nm->via.str.size)
+                : id && id->type == MSGPACK_OBJECT_POSITIVE_INTEGER ? (uint64_t)c->id == id->via.u64
+                                                                    : false)
+                e = c;
+        }
+        if (!e) {
+            snprintf(msg, cap,
+                     "adapters[%u]: model '%s' has no such adapter (by \"id\" or \"name\")", i,
+                     model);
+            return ZI_EINVAL;
+        }
+        if (v == 0.0) continue;
+        if (n == ZI_MAX_LORA) {
+            snprintf(msg, cap, "adapters: more than %d applied at once", ZI_MAX_LORA);
+            return ZI_EINVAL;
+        }
+        which[n] = e, scales[n++] = v;
+    }
+    for (size_t k = 0; s && k < s->n; k++)
+        if (!strcmp(s->v[k].model, model)) s->v[k].applied = 0.0;
+    for (uint32_t i = 0; i < n; i++) which[i]->applied = scales[i];
+    return ZI_OK;
 }

@@ -143,9 +143,26 @@ def test_load_use_unload(adapter, zinfer_bin, model_path, tmp_path):
         st, one = http_call(port, "GET", f"/v1/models/{base}:h")
         assert st == 200 and one == h, one
         st, la = http_call(port, "GET", "/lora-adapters")
-        assert st == 200 and sorted((a["id"], a["name"]) for a in la) == [(0, "st"), (1, "h")], la
-        st, body = http_call(port, "POST", "/lora-adapters", [{"id": 0, "scale": 0.5}])
-        assert st == 400 and "no global adapter scales" in body["error"]["message"], body
+        assert st == 200 and sorted((a["id"], a["name"], a["scale"]) for a in la) == [
+            (0, "st", 0.0), (1, "h", 0.0)], la
+        # llama-server's global scales: requests without adapters run them
+        plain_text = ids_of(c, text=True)
+        adapted_text = ids_of(c, [{"name": "st"}], text=True)
+        completion = {"prompt": PROMPT, "max_tokens": SP["max_new_tokens"], "temperature": 0,
+                      "ignore_eos": True}
+        st, body = http_call(port, "POST", "/lora-adapters", [{"id": 1, "scale": 1.0}])
+        assert st == 200 and body == {"success": True}, body
+        st, la = http_call(port, "GET", "/lora-adapters")
+        assert sorted((a["id"], a["scale"]) for a in la) == [(0, 0.0), (1, 1.0)], la
+        st, body = http_call(port, "POST", "/v1/completions", completion)
+        assert body["choices"][0]["text"] == adapted_text != plain_text, body
+        assert ids_of(c, text=True) == adapted_text  # msgpack requests too
+        st, body = http_call(port, "POST", "/lora-adapters", [{"id": 9, "scale": 1.0}])
+        assert st == 400 and "no such adapter" in body["error"]["message"], body
+        st, body = http_call(port, "POST", "/lora-adapters", [])
+        assert st == 200, body
+        st, body = http_call(port, "POST", "/v1/completions", completion)
+        assert body["choices"][0]["text"] == plain_text, body
         st, body = http_call(port, "POST", "/v1/unload_lora_adapter", {"lora_name": "h"})
         assert st == 200 and "removed" in body, body
         st, body = http_call(port, "POST", "/v1/unload_lora_adapter", {"lora_name": "h"})

@@ -6,7 +6,8 @@
  * the adapter back on the others), a worker that dies during the op, an
  * unload refused while a request in flight names the adapter, the table
  * (lora_adapters) and its replay to a worker that registers without a
- * runtime adapter, before any request reaches it.
+ * runtime adapter, before any request reaches it; global scales
+ * (set_lora_scales) added to requests that name no adapter.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -325,11 +326,108 @@ static void test_unload_refused_in_use(void **state) {
     sim_free(&s);
 }
 
+/* The number of adapters in the last "encode" sent to tok0 and the first
+ * one's name and scale. */
+static size_t encoded_lora(const sim *s, char *name, size_t cap, double *scale) {
+    for (size_t i = s->n_out; i-- > 0;) {
+        if (strcmp(s->out[i].ident, "tok0")) continue;
+        msgpack_unpacked u;
+        const msgpack_object *o = frame_at(s, i, &u);
+        if (zi_im_type_of(o) != ZI_IM_ENCODE) {
+            msgpack_unpacked_destroy(&u);
+            continue;
+        }
+        const msgpack_object *l = zi_map_get(zi_map_get(o, "request"), "lora");
+        size_t n = l && l->type == MSGPACK_OBJECT_ARRAY ? l->via.array.size : 0;
+        name[0] = '\0';
+        if (n) {
+            const char *p;
+            size_t len;
+            assert_int_equal(zi_map_str(&l->via.array.ptr[0], "name", &p, &len, NULL), ZI_OK);
+            snprintf(name, cap, "%.*s", (int)len, p);
+            *scale = zi_map_get(&l->via.array.ptr[0], "scale")->via.f64;
+        }
+        msgpack_unpacked_destroy(&u);
+        return n;
+    }
+    fail_msg("no encode");
+    return 0;
+}
+
+static void gen(sim *s, const char *id, const char *model) {
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "generate");
+    zi_imap_str(&b, "id", id);
+    zi_imap_str(&b, "prompt", "hello");
+    if (model) zi_imap_str(&b, "model_name", model);
+    from_client(s, &b);
+}
+
+/* set_lora_scales: requests naming no adapter run the applied ones; an
+ * adapter named in the model wins; [] clears them; an unknown one is
+ * refused. */
+static void test_global_scales(void **state) {
+    (void)state;
+    sim s;
+    sim_up(&s);
+    static const char *const two[] = {"ad", "bd"};
+    reg(&s, "wrk0", true, two, 2);
+    char ev[32], what[32], name[64];
+    double scale = 0;
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "set_lora_scales");
+    zi_imap_str(&b, "id", "s");
+    msgpack_packer *pk = zi_imap_key(&b, "adapters");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 2);
+    msgpack_pack_str(pk, 2);
+    msgpack_pack_str_body(pk, "id", 2);
+    msgpack_pack_int(pk, 1);
+    msgpack_pack_str(pk, 5);
+    msgpack_pack_str_body(pk, "scale", 5);
+    msgpack_pack_double(pk, 0.5);
+    from_client(&s, &b);
+    last_reply(&s, ev, what, sizeof ev);
+    assert_string_equal(ev, "result");
+    gen(&s, "g1", NULL);
+    assert_int_equal(encoded_lora(&s, name, sizeof name, &scale), 1);
+    assert_string_equal(name, "bd");
+    assert_true(scale == 0.5);
+    gen(&s, "g2", "m:ad"); /* its own adapter, alone */
+    assert_int_equal(encoded_lora(&s, name, sizeof name, &scale), 1);
+    assert_string_equal(name, "ad");
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "set_lora_scales");
+    zi_imap_str(&b, "id", "s2");
+    pk = zi_imap_key(&b, "adapters");
+    msgpack_pack_array(pk, 0);
+    from_client(&s, &b);
+    gen(&s, "g3", NULL);
+    assert_int_equal(encoded_lora(&s, name, sizeof name, &scale), 0);
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "set_lora_scales");
+    zi_imap_str(&b, "id", "s3");
+    pk = zi_imap_key(&b, "adapters");
+    msgpack_pack_array(pk, 1);
+    msgpack_pack_map(pk, 1);
+    msgpack_pack_str(pk, 2);
+    msgpack_pack_str_body(pk, "id", 2);
+    msgpack_pack_int(pk, 7);
+    from_client(&s, &b);
+    last_reply(&s, ev, what, sizeof ev);
+    assert_string_equal(ev, "error");
+    assert_string_equal(what, "invalid_request");
+    sim_free(&s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_load_fans_out),
         cmocka_unit_test(test_dead_worker_and_replay),
         cmocka_unit_test(test_unload_refused_in_use),
+        cmocka_unit_test(test_global_scales),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
