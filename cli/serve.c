@@ -237,6 +237,8 @@ typedef struct serve_opts {
     char draft[4096]; /* --draft-model, resolved as --model is */
     /* --lora values, each file's real path (the workers' may differ) */
     char lora[ZI_LORA_MAX_ADAPTERS][PATH_MAX + ZI_LORA_NAME_MAX + 64];
+    /* the model each adapts (--lora MODEL:NAME=...), "" for the default one */
+    char lora_model[ZI_LORA_MAX_ADAPTERS][MODEL_NAME_MAX + 1];
     int n_lora;
     const char *bind, *level, *device, *http;
     const char *tmpl;        /* --chat-template as given, or NULL */
@@ -376,7 +378,24 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             break;
         case ZI_O_LORA: { /* as the worker reads it, the file by its real path */
             zi_lora_spec spec;
-            char real[PATH_MAX];
+            char real[PATH_MAX], model[MODEL_NAME_MAX + 1] = "";
+            /* MODEL:NAME=...: a ':' before the '=' (names have none) binds
+             * the adapter to that --model */
+            const char *eq = strchr(v, '='), *colon = NULL;
+            for (const char *p = v; eq && p < eq; p++)
+                if (*p == ':') colon = p;
+            if (colon) {
+                if (colon == v || (size_t)(colon - v) > MODEL_NAME_MAX) {
+                    fprintf(stderr,
+                            "zinfer serve: --lora '%s': MODEL in MODEL:NAME=FILE is not "
+                            "a model's name\n",
+                            v);
+                    return 2;
+                }
+                memcpy(model, v, (size_t)(colon - v));
+                model[colon - v] = '\0';
+                v = colon + 1;
+            }
             if (zi_lora_spec_parse(v, &spec, &err)) {
                 fprintf(stderr, "zinfer serve: %s\n", err.msg);
                 return 2;
@@ -390,6 +409,7 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
                 fprintf(stderr, "zinfer serve: --lora %s: %s\n", spec.path, strerror(errno));
                 return 2;
             }
+            snprintf(o->lora_model[o->n_lora], sizeof o->lora_model[0], "%s", model);
             snprintf(o->lora[o->n_lora++], sizeof o->lora[0], "%s=%s:%.9g", spec.name, real,
                      (double)spec.scale);
             break;
@@ -614,6 +634,23 @@ static int collect_models(serve_opts *o, const zi_logger *lg) {
         fprintf(stderr, "zinfer serve: --mmproj, --draft-model and --chat-template belong to one "
                         "model: give them with a single --model\n");
         return 2;
+    }
+    for (int j = 0; j < o->n_lora; j++) { /* each bound adapter's model is served */
+        int k = 0;
+        while (o->lora_model[j][0] && k < o->n_models &&
+               strcmp(o->models[k].name, o->lora_model[j]))
+            k++;
+        if (k == o->n_models) {
+            char names[512];
+            size_t n = 0;
+            names[0] = '\0';
+            for (int i = 0; i < o->n_models && n < sizeof names; i++)
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s'%s'", i ? ", " : "",
+                                      o->models[i].name);
+            fprintf(stderr, "zinfer serve: --lora %s:%s: no model named '%s' is served (%s)\n",
+                    o->lora_model[j], o->lora[j], o->lora_model[j], names);
+            return 2;
+        }
     }
     size_t at = 0;
     o->n_workers_all = 0;
@@ -986,7 +1023,9 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             size_t k = 0;
             for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
             for (int j = 0; j < o->n_wpass; j++) c->argv[k++] = (char *)o->worker_pass[j];
-            for (int j = 0; mi == 0 && j < o->n_lora; j++) { /* the default model's */
+            for (int j = 0; j < o->n_lora; j++) { /* unbound ones: the default model's */
+                if (o->lora_model[j][0] ? strcmp(o->lora_model[j], sm->name) != 0 : mi != 0)
+                    continue;
                 c->argv[k++] = "--lora";
                 c->argv[k++] = o->lora[j];
             }

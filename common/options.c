@@ -214,11 +214,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                           "--model"},
 
     [ZI_O_LORA] = {"--lora", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE | WORKER,
-                   "NAME=FILE[:SCALE]",
+                   "[MODEL:]NAME=FILE[:SCALE]",
                    "a LoRA adapter in llama.cpp's GGUF adapter format, checked against the "
                    "model; requests pick it by name or id (its place among the --lora "
                    "options, from 0) with their scale (\"lora\"), SCALE (default 1) when "
-                   "they give none; repeat for several (docs/lora.md)",
+                   "they give none; repeat for several. zinfer serve: MODEL: binds it to that "
+                   "--model (default: the first). More load and unload while serving "
+                   "(POST /v1/load_lora_adapter, docs/lora.md)",
                    NULL},
 
     [ZI_O_MAX_QUEUE] = {"--max-queue", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 256, NULL, PASS | ROUTER,

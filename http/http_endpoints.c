@@ -176,7 +176,46 @@ static int check_model(zi_http_ctx *ctx, zi_http_conn *c, json_t *body, char *na
                         max_length, e);
 }
 
-/* GET /v1/models: every model the router knows, with its state; GET
+/* The router's lora_adapters op: each adapter's model, name, id, path
+ * (of one loaded while serving) and global scale (llama-server's: what
+ * requests without adapters run it at, 0: not applied); NULL when the
+ * router cannot say. */
+static json_t *lora_adapters(zi_http_ctx *ctx) {
+    zi_http_frame f;
+    zi_http_error e;
+    if (router_op(ctx, NULL, "lora_adapters", "a", &f, &e)) return NULL;
+    const msgpack_object *as = zi_map_get(f.root, "adapters");
+    json_t *out = json_array();
+    for (uint32_t k = 0; as && as->type == MSGPACK_OBJECT_ARRAY && k < as->via.array.size; k++) {
+        const msgpack_object *m = &as->via.array.ptr[k];
+        char model[256] = "", name[64] = "", path[1024] = "";
+        int64_t id = -1;
+        double scale = 1.0;
+        zi_http_frame_str(m, "model", model, sizeof model);
+        zi_http_frame_str(m, "name", name, sizeof name);
+        zi_http_frame_str(m, "path", path, sizeof path);
+        zi_map_int(m, "lora_id", &id, NULL);
+        /* llama-server's "scale": the global one (set_lora_scales), 0 when not applied */
+        const msgpack_object *s = zi_map_get(m, "applied_scale");
+        if (s && (s->type == MSGPACK_OBJECT_FLOAT64 || s->type == MSGPACK_OBJECT_FLOAT32))
+            scale = s->via.f64;
+        else
+            scale = 0.0;
+        json_t *o = json_object();
+        json_object_set_new(o, "id", json_integer(id));
+        json_object_set_new(o, "name", json_string(name));
+        json_object_set_new(o, "model", json_string(model));
+        json_object_set_new(o, "path", path[0] ? json_string(path) : json_null());
+        json_object_set_new(o, "scale", json_real(scale));
+        json_array_append_new(out, o);
+    }
+    zi_http_frame_free(&f);
+    return out;
+}
+
+/* GET /v1/models: every model the router knows, with its state, then
+ * each LoRA adapter as vLLM lists one ("id" MODEL:ADAPTER, the name a
+ * request gives, "parent" its model, "root" its file); GET
  * /v1/models/ID: that one. */
 static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
     zi_http_error e;
@@ -191,26 +230,45 @@ static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
         answer_error(a, &e);
         return;
     }
-    a->status = 200;
-    if (id) {
-        int k = 0;
-        while (k < l->n && strcmp(l->name[k], id)) k++;
-        if (k == l->n) {
-            zi_http_fail(&e, 404, "model_not_found", "model", "model '%s' is not served here", id);
-            answer_error(a, &e);
-        } else {
-            a->json = model_json(l->name[k], l->max_length[k], l->state[k]);
-        }
-        free(l);
-        return;
-    }
-    a->json = json_object();
     json_t *data = json_array();
     for (int k = 0; k < l->n; k++)
         json_array_append_new(data, model_json(l->name[k], l->max_length[k], l->state[k]));
+    json_t *ads = lora_adapters(ctx);
+    for (size_t i = 0; ads && i < json_array_size(ads); i++) {
+        json_t *ad = json_array_get(ads, i);
+        const char *parent = json_string_value(json_object_get(ad, "model"));
+        int k = 0;
+        while (k < l->n && strcmp(l->name[k], parent)) k++;
+        if (k == l->n) continue;
+        char name[400];
+        snprintf(name, sizeof name, "%s:%s", parent,
+                 json_string_value(json_object_get(ad, "name")));
+        json_t *o = model_json(name, l->max_length[k], l->state[k]);
+        json_object_set_new(o, "parent", json_string(parent));
+        json_t *path = json_object_get(ad, "path");
+        json_object_set(o, "root", json_is_string(path) ? path : json_object_get(ad, "name"));
+        json_array_append_new(data, o);
+    }
+    json_decref(ads);
+    free(l);
+    a->status = 200;
+    if (id) { /* a model or an adapter, MODEL:ADAPTER */
+        size_t k = 0;
+        while (k < json_array_size(data) &&
+               strcmp(json_string_value(json_object_get(json_array_get(data, k), "id")), id))
+            k++;
+        if (k == json_array_size(data)) {
+            zi_http_fail(&e, 404, "model_not_found", "model", "model '%s' is not served here", id);
+            answer_error(a, &e);
+        } else {
+            a->json = json_incref(json_array_get(data, k));
+        }
+        json_decref(data);
+        return;
+    }
+    a->json = json_object();
     json_object_set_new(a->json, "object", json_string("list"));
     json_object_set_new(a->json, "data", data);
-    free(l);
 }
 
 /* POST /models/load, POST /models/unload (llama-server's router mode):
@@ -264,6 +322,152 @@ static void models_load(zi_http_ctx *ctx, const char *body, size_t len, int load
 fail:
     zi_http_conn_close(c);
     json_decref(o);
+    answer_error(a, &e);
+}
+
+/* POST /v1/load_lora_adapter {"lora_name", "lora_path"[, "model",
+ * "scale"]} and POST /v1/unload_lora_adapter {"lora_name"[, "model"]}
+ * (vLLM's): the router's load_lora_adapter / unload_lora_adapter on
+ * every worker of the model (absent: the default one). 200 with vLLM's
+ * text; an unload of an adapter in use is a 409. */
+static void lora_load(zi_http_ctx *ctx, const char *body, size_t len, int load, zi_http_answer *a) {
+    zi_http_error e;
+    zi_http_conn *c = NULL;
+    json_t *o = zi_http_parse_object(body, len, &e);
+    if (!o) goto fail;
+    static const char *const keys[] = {"lora_name", "lora_path", "model", "scale", NULL};
+    const char *k;
+    json_t *v;
+    json_object_foreach(o, k, v) {
+        int known = 0;
+        for (int i = 0; keys[i]; i++) known |= !strcmp(k, keys[i]) && (load || i == 0 || i == 2);
+        if (!known) {
+            zi_http_fail(&e, 400, "unknown_parameter", k, "%s: unknown parameter", k);
+            goto fail;
+        }
+    }
+    json_t *name = json_object_get(o, "lora_name"), *path = json_object_get(o, "lora_path");
+    json_t *model = json_object_get(o, "model"), *scale = json_object_get(o, "scale");
+    if (!name || !json_is_string(name)) {
+        zi_http_fail(&e, 400, name ? "invalid_type" : "missing", "lora_name",
+                     name ? "lora_name: expected a string" : "lora_name is missing");
+        goto fail;
+    }
+    if (load && (!path || !json_is_string(path))) {
+        zi_http_fail(&e, 400, path ? "invalid_type" : "missing", "lora_path",
+                     path ? "lora_path: expected a string" : "lora_path is missing");
+        goto fail;
+    }
+    if (model && !json_is_null(model) && !json_is_string(model)) {
+        zi_http_fail(&e, 400, "invalid_type", "model", "model: expected a string");
+        goto fail;
+    }
+    if (scale && !json_is_number(scale)) {
+        zi_http_fail(&e, 400, "invalid_type", "scale", "scale: expected a number");
+        goto fail;
+    }
+    if (zi_http_conn_open(ctx, &c, &e)) goto fail;
+    int has_model = model && json_is_string(model);
+    zi_msg msg;
+    zi_msg_init(&msg);
+    msgpack_pack_map(&msg.pk, 3 + (uint32_t)has_model + (load ? 1u + (scale != NULL) : 0u));
+    zi_pack_kv_str(&msg.pk, "op", load ? "load_lora_adapter" : "unload_lora_adapter");
+    zi_pack_kv_str(&msg.pk, "id", "l");
+    zi_pack_kv_strn(&msg.pk, "lora_name", json_string_value(name), json_string_length(name));
+    if (has_model)
+        zi_pack_kv_strn(&msg.pk, "model_name", json_string_value(model), json_string_length(model));
+    if (load) {
+        zi_pack_kv_strn(&msg.pk, "lora_path", json_string_value(path), json_string_length(path));
+        if (scale) {
+            zi_pack_str(&msg.pk, "scale");
+            msgpack_pack_double(&msg.pk, json_number_value(scale));
+        }
+    }
+    zi_http_frame f;
+    /* a load reads the file on every worker: the generation wait, not the health one */
+    int rc = zi_http_call(c, &msg, "l", ctx->lim.router_timeout_ms, &f, &e);
+    zi_msg_free(&msg);
+    if (rc) {
+        if (e.param[0] && !strcmp(e.param, "model_name"))
+            snprintf(e.param, sizeof e.param, "model");
+        goto fail;
+    }
+    zi_http_frame_free(&f);
+    char text[200];
+    int n = snprintf(text, sizeof text, "Success: LoRA adapter '%s' %s successfully.",
+                     json_string_value(name), load ? "added" : "removed");
+    a->status = 200;
+    a->text = strdup(text);
+    a->text_len = a->text ? (size_t)n : 0;
+    zi_http_conn_close(c);
+    json_decref(o);
+    return;
+fail:
+    zi_http_conn_close(c);
+    json_decref(o);
+    answer_error(a, &e);
+}
+
+/* POST /lora-adapters (llama-server's): [{"id" or "name", "scale"}] sets
+ * the default model's global adapters, those requests without "lora" (or
+ * MODEL:ADAPTER) run; those left out are not applied. The router's
+ * set_lora_scales; 200 {"success": true}. */
+static void lora_scales(zi_http_ctx *ctx, const char *body, size_t len, zi_http_answer *a) {
+    zi_http_error e;
+    zi_http_conn *c = NULL;
+    json_error_t je;
+    json_t *arr = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!arr || !json_is_array(arr)) {
+        zi_http_fail(&e, 400, "invalid_type", NULL,
+                     "the body must be a JSON array of {\"id\" or \"name\", \"scale\"}");
+        goto fail;
+    }
+    zi_msg msg;
+    zi_msg_init(&msg);
+    msgpack_pack_map(&msg.pk, 3);
+    zi_pack_kv_str(&msg.pk, "op", "set_lora_scales");
+    zi_pack_kv_str(&msg.pk, "id", "s");
+    zi_pack_str(&msg.pk, "adapters");
+    msgpack_pack_array(&msg.pk, json_array_size(arr));
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        json_t *m = json_array_get(arr, i), *id = json_object_get(m, "id");
+        json_t *name = json_object_get(m, "name"), *scale = json_object_get(m, "scale");
+        if (!json_is_object(m) || (!json_is_integer(id) && !json_is_string(name)) ||
+            (scale && !json_is_number(scale))) {
+            zi_msg_free(&msg);
+            zi_http_fail(&e, 400, "invalid_type", NULL,
+                         "[%zu]: expected {\"id\": int or \"name\": str, \"scale\": number}", i);
+            goto fail;
+        }
+        msgpack_pack_map(&msg.pk, 1 + (scale != NULL));
+        if (json_is_string(name))
+            zi_pack_kv_strn(&msg.pk, "name", json_string_value(name), json_string_length(name));
+        else {
+            zi_pack_str(&msg.pk, "id");
+            msgpack_pack_int64(&msg.pk, json_integer_value(id));
+        }
+        if (scale) {
+            zi_pack_str(&msg.pk, "scale");
+            msgpack_pack_double(&msg.pk, json_number_value(scale));
+        }
+    }
+    if (zi_http_conn_open(ctx, &c, &e)) {
+        zi_msg_free(&msg);
+        goto fail;
+    }
+    zi_http_frame f;
+    int rc = zi_http_call(c, &msg, "s", ctx->lim.health_timeout_ms, &f, &e);
+    zi_msg_free(&msg);
+    if (rc) goto fail;
+    zi_http_frame_free(&f);
+    a->status = 200;
+    a->json = json_pack("{s:b}", "success", 1);
+    zi_http_conn_close(c);
+    json_decref(arr);
+    return;
+fail:
+    zi_http_conn_close(c);
+    json_decref(arr);
     answer_error(a, &e);
 }
 
@@ -813,6 +1017,27 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
             return;
         }
         want = "POST";
+    } else if (!strcmp(path, "/v1/load_lora_adapter") || !strcmp(path, "/v1/unload_lora_adapter")) {
+        if (post) {
+            lora_load(ctx, body, len, path[4] == 'l', a);
+            return;
+        }
+        want = "POST";
+    } else if (!strcmp(path, "/lora-adapters")) {
+        if (get) {
+            a->json = lora_adapters(ctx);
+            a->status = a->json ? 200 : 503;
+            if (!a->json) {
+                zi_http_fail(&e, 503, "unavailable", NULL, "the router did not list its adapters");
+                answer_error(a, &e);
+            }
+            return;
+        }
+        if (post) {
+            lora_scales(ctx, body, len, a);
+            return;
+        }
+        want = "GET, POST";
     } else if (!strcmp(path, "/metrics")) {
         if (get) {
             metrics(ctx, a);

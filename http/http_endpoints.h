@@ -8,6 +8,8 @@
  *   GET  /health                                      200 / 503
  *   GET  /metrics                                     Prometheus text (the router's counters)
  *   POST /tokenize, POST /detokenize                  vLLM's shapes
+ *   POST /v1/load_lora_adapter, /v1/unload_lora_adapter   vLLM's (LoRA, docs/lora.md)
+ *   GET, POST /lora-adapters                          llama-server's adapters, global scales
  *   POST /v1/embeddings                               OpenAI's (http_embed.h)
  *
  * http_server.c does the HTTP part (connections, limits, the API key) and

@@ -13,6 +13,7 @@ static const char *type_of(int status) {
     case 400:
     case 404:
     case 405:
+    case 409:
     case 413:
         return "invalid_request_error";
     case 401:
@@ -93,6 +94,11 @@ int zi_http_router_error(zi_http_error *e, const char *code, const char *message
         return zi_http_fail(e, 400, "unsupported_value", param, "%s", msg);
     if (!strcmp(code, "overloaded")) return zi_http_fail(e, 429, "overloaded", NULL, "%s", msg);
     if (!strcmp(code, "unavailable")) return zi_http_fail(e, 503, "unavailable", NULL, "%s", msg);
+    /* LoRA adapters loaded and unloaded while serving (docs/lora.md) */
+    if (!strcmp(code, "not_found")) return zi_http_fail(e, 404, "not_found", param, "%s", msg);
+    if (!strcmp(code, "in_use")) return zi_http_fail(e, 409, "in_use", param, "%s", msg);
+    if (!strcmp(code, "insufficient_memory"))
+        return zi_http_fail(e, 507, "insufficient_memory", param, "%s", msg);
     return zi_http_fail(e, 500, code, param, "%s", msg);
 }
 

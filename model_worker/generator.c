@@ -31,6 +31,7 @@
 
 #include "generator_impl.h"
 #include "grow.h"
+#include "lora.h"
 
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_generator **out,
                         zi_error *err) {
@@ -315,16 +316,26 @@ int zi_generator_check(const zi_generator *g, zi_error *err) {
 }
 
 /* The prefix-cache key of a context's adapters (zi_kv_blocks_match_seeded):
- * 0 without any, else a hash of their ids and scales in order. */
-static uint64_t lora_seed(const zi_text_context *c) {
+ * 0 without any, else a hash of their ids, keys (zi_lora_key) and scales
+ * in order. */
+static uint64_t lora_seed(const zi_generator *g, const zi_text_context *c) {
     uint64_t h = 0;
     for (size_t i = 0; i < c->n_lora; i++) {
         uint32_t bits;
         memcpy(&bits, &c->lora[i].scale, sizeof bits);
-        h = (h ^ ((uint64_t)(uint32_t)c->lora[i].id << 32 | bits)) * 0x9e3779b97f4a7c15ULL;
+        const int id = c->lora[i].id;
+        const uint64_t key =
+            id >= 0 && id < g->cfg.n_loras && g->cfg.loras[id] ? zi_lora_key(g->cfg.loras[id]) : 0;
+        h = (h ^ key) * 0x9e3779b97f4a7c15ULL;
+        h = (h ^ ((uint64_t)(uint32_t)id << 32 | bits)) * 0x9e3779b97f4a7c15ULL;
         h ^= h >> 29;
     }
     return c->n_lora && h == 0 ? 1 : h;
+}
+
+void zi_generator_set_loras(zi_generator *g, const zi_lora *const *loras, int n) {
+    g->cfg.loras = loras;
+    g->cfg.n_loras = n;
 }
 
 /* Gives a sequence's blocks back (shared ones stay with their other users,
@@ -406,7 +417,7 @@ static int assign_slots(zi_generator *g, zi_text_context *const *batch, size_t n
         g->slots_used++;
         gseq *q = &g->seqs[next];
         q->n_blocks = q->n_registered = 0;
-        q->seed = lora_seed(c);
+        q->seed = lora_seed(g, c);
         q->last_hash = q->seed;
         q->looked_up = 0;
         q->gr_fed = -1;
@@ -1416,7 +1427,8 @@ static int step_loras(zi_generator *g, const step_plan *p, int n_text, int *k, z
     if (*k == 0) return ZI_OK;
     for (int i = 0; i < p->n_stepped; i++)
         for (size_t j = 0; j < g->stepped[i]->n_lora; j++)
-            if (g->stepped[i]->lora[j].id < 0 || g->stepped[i]->lora[j].id >= g->cfg.n_loras)
+            if (g->stepped[i]->lora[j].id < 0 || g->stepped[i]->lora[j].id >= g->cfg.n_loras ||
+                !g->cfg.loras[g->stepped[i]->lora[j].id])
                 return zi_error_set(err, ZI_EINVAL,
                                     "lora[%zu]: adapter %d is not one of the %d loaded", j,
                                     (int)g->stepped[i]->lora[j].id, g->cfg.n_loras);

@@ -113,7 +113,8 @@ typedef struct zi_generator_config {
      * generator): a context's zi_text_context.lora ids index them, and
      * each of its tokens runs those adapters; its prefix-cache blocks are
      * keyed by them (a prefix is shared only under the same adapters and
-     * scales). NULL: contexts with adapters fail the step. */
+     * scales, and zi_lora_key). NULL: contexts with adapters fail the
+     * step; a NULL entry is a free place (an unloaded adapter's). */
     const struct zi_lora *const *loras;
     int n_loras;
 } zi_generator_config;
@@ -152,6 +153,11 @@ typedef struct zi_generator_stats {
 } zi_generator_stats;
 
 typedef struct zi_generator zi_generator;
+
+/* Replaces the config's adapters (a worker loading or unloading one while
+ * serving): loras[0..n) from the next step on. A context whose adapter is
+ * gone fails its next step: unload only adapters no context runs. */
+void zi_generator_set_loras(zi_generator *g, const struct zi_lora *const *loras, int n);
 
 /* m must outlive the generator. */
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg, zi_generator **out,

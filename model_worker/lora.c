@@ -32,6 +32,7 @@ struct zi_lora {
     float user_scale, alpha;
     int rank, n_layers, n_weights;
     uint64_t bytes;   /* A and B of every term, in backend memory */
+    uint64_t key;     /* zi_lora_key */
     lora_term *terms; /* [n_layers][ZI_LORA_N_TARGETS] */
 };
 
@@ -338,6 +339,12 @@ int zi_lora_n_weights(const zi_lora *l) {
 }
 const zi_model *zi_lora_model(const zi_lora *l) {
     return l->m;
+}
+uint64_t zi_lora_key(const zi_lora *l) {
+    return l->key;
+}
+void zi_lora_set_key(zi_lora *l, uint64_t key) {
+    l->key = key;
 }
 
 float zi_lora_scale(const zi_lora *l, float user_scale) {

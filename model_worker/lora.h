@@ -71,6 +71,12 @@ float zi_lora_alpha(const zi_lora *l);
 int zi_lora_n_weights(const zi_lora *l); /* weights it adapts */
 uint64_t zi_lora_bytes(const zi_lora *l); /* its A and B in the backend's memory */
 const zi_model *zi_lora_model(const zi_lora *l);
+/* The key the prefix cache seeds an adapter's sequences with beside its id
+ * (generator.h): 0 after load; a worker that loads adapters while serving
+ * gives each load its own, so blocks cached under an unloaded adapter are
+ * never reused under the one loaded in its place. */
+uint64_t zi_lora_key(const zi_lora *l);
+void zi_lora_set_key(zi_lora *l, uint64_t key);
 /* The factor a product's term is multiplied by for a user's scale:
  * user_scale * alpha / rank (alpha 0: user_scale). */
 float zi_lora_scale(const zi_lora *l, float user_scale);

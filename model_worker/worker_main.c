@@ -39,6 +39,7 @@
 #include "cpu_backend.h"
 #include "generator.h"
 #include "imsg.h"
+#include "imsg_lora.h"
 #include "kv_blocks.h"
 #include "log.h"
 #include "lora.h"
@@ -101,16 +102,33 @@ typedef struct worker {
     zi_curve_client curve; /* --curve-secret, --router-key */
     zi_curve_watch watch;  /* logs a refused CURVE handshake */
     const wvision *vision; /* --mmproj's tower (its v NULL: none) */
-    zi_lora *const *loras; /* --lora's adapters, in order (a request's ids index them) */
-    int n_loras;
+    /* LoRA adapters by place (a request's ids index them): --lora's in
+     * order, then those loaded while serving (the lora message) in the
+     * first free place; NULL: a free place (an unloaded adapter's) */
+    zi_lora *loras[ZI_LORA_MAX_ADAPTERS];
+    int n_loras;        /* places in use: loras[0..n_loras) */
+    uint64_t lora_keys; /* the last zi_lora_key given */
+    zi_model *model;    /* what adapters are loaded for */
+    bool lora_budgeted; /* --memory-budget: adapters loaded while serving fit in lora_room */
+    uint64_t lora_room; /* bytes of the budget the weights, buffers and KV cache leave */
 } worker;
 
+/* The adapters' names by place ("" for a free one), for register and
+ * lora_done. */
+static void lora_names(const worker *w, const char **names) {
+    for (int i = 0; i < w->n_loras; i++) names[i] = w->loras[i] ? zi_lora_name(w->loras[i]) : "";
+}
+
 static void send_register(worker *w) {
+    const char *names[ZI_LORA_MAX_ADAPTERS];
+    lora_names(w, names);
     zi_im_register reg = {.worker = true,
                           .slots = w->slots,
                           .max_length = w->ctx_size,
                           .model = {w->model_name, strlen(w->model_name)},
-                          .vocab = w->vocab};
+                          .vocab = w->vocab,
+                          .loras = names,
+                          .n_loras = (size_t)w->n_loras};
     zi_msg m;
     zi_im_register_pack(&reg, &m);
     zi_im_send(w->sock, &m);
@@ -283,6 +301,13 @@ static int check_ctx_tokens(const worker *w, const zi_text_context *c, zi_error 
     return ZI_OK;
 }
 
+/* How many adapters are loaded. */
+static int lora_count(const worker *w) {
+    int n = 0;
+    for (int i = 0; i < w->n_loras; i++) n += w->loras[i] != NULL;
+    return n;
+}
+
 /* The request's adapters as indices of this worker's --lora list: a name
  * looked up, an id checked (ZI_EINVAL naming lora[i] otherwise). */
 static int resolve_lora(const worker *w, zi_text_context *c, zi_error *err) {
@@ -290,17 +315,15 @@ static int resolve_lora(const worker *w, zi_text_context *c, zi_error *err) {
         zi_lora_ref *r = &c->lora[i];
         if (r->id < 0) {
             for (int j = 0; j < w->n_loras && r->id < 0; j++)
-                if (!strcmp(zi_lora_name(w->loras[j]), r->name)) r->id = j;
+                if (w->loras[j] && !strcmp(zi_lora_name(w->loras[j]), r->name)) r->id = j;
             if (r->id < 0)
                 return zi_error_set(err, ZI_EINVAL,
-                                    "lora[%zu].name: this worker has no adapter '%s' (%d loaded "
-                                    "with --lora)",
-                                    i, r->name, w->n_loras);
-        } else if (r->id >= w->n_loras) {
+                                    "lora[%zu].name: this worker has no adapter '%s' (%d loaded)",
+                                    i, r->name, lora_count(w));
+        } else if (r->id >= w->n_loras || !w->loras[r->id]) {
             return zi_error_set(err, ZI_EINVAL,
-                                "lora[%zu].id: %d is not an adapter of this worker (%d loaded "
-                                "with --lora)",
-                                i, (int)r->id, w->n_loras);
+                                "lora[%zu].id: %d is not an adapter of this worker (%d loaded)", i,
+                                (int)r->id, lora_count(w));
         }
     }
     return ZI_OK;
@@ -404,6 +427,151 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
            (unsigned long long)rid, (long long)l->ctx.prompt_len, (long long)l->ctx.max_length);
 }
 
+/* lora_done for rid: the outcome (code NULL: done) and the adapters now. */
+static void send_lora_done(worker *w, int64_t rid, const char *code, const char *msg, int id) {
+    const char *names[ZI_LORA_MAX_ADAPTERS];
+    lora_names(w, names);
+    zi_im_lora_done d = {.rid = rid,
+                         .ok = code == NULL,
+                         .code = {code, code ? strlen(code) : 0},
+                         .message = {msg, msg ? strlen(msg) : 0},
+                         .id = id,
+                         .names = names,
+                         .n_names = (size_t)w->n_loras};
+    zi_msg m;
+    if (zi_im_lora_done_pack(&d, &m) == ZI_OK) zi_im_send(w->sock, &m);
+}
+
+/* A load: the name is new, a place is free, the file is an adapter of
+ * this model that fits in memory (under --memory-budget what the budget
+ * has left, else on the CPU what the host has); it takes the first free
+ * place, with a key of its own (zi_lora_key). */
+static void lora_load(worker *w, const zi_im_lora *lm) {
+    zi_error err = {0};
+    zi_lora_spec spec = {.scale = (float)lm->scale};
+    const char *code = "invalid_request";
+    int place = -1;
+    if (lm->name.n >= sizeof spec.name || lm->path.n >= sizeof spec.path) {
+        send_lora_done(w, lm->rid, code,
+                       lm->name.n >= sizeof spec.name ? "lora_name: longer than 63 bytes"
+                                                      : "lora_path: too long",
+                       -1);
+        return;
+    }
+    memcpy(spec.name, lm->name.p, lm->name.n);
+    memcpy(spec.path, lm->path.p, lm->path.n);
+    for (int i = 0; i < w->n_loras; i++)
+        if (w->loras[i] && !strcmp(zi_lora_name(w->loras[i]), spec.name)) {
+            char msg[160];
+            snprintf(msg, sizeof msg,
+                     "lora_name: an adapter '%s' is already loaded (unload it first)", spec.name);
+            send_lora_done(w, lm->rid, code, msg, -1);
+            return;
+        }
+    for (int i = 0; i < ZI_LORA_MAX_ADAPTERS && place < 0; i++)
+        if (i >= w->n_loras || !w->loras[i]) place = i;
+    if (place < 0) {
+        send_lora_done(w, lm->rid, "unsupported",
+                       "lora_name: this worker holds 64 adapters, the most it takes", -1);
+        return;
+    }
+    zi_lora *l = NULL;
+    int rc = zi_lora_load(w->model, &spec, &l, &err);
+    if (rc) {
+        send_lora_done(w, lm->rid,
+                       rc == ZI_EUNSUPPORTED ? "unsupported"
+                       : rc == ZI_ENOMEM     ? "insufficient_memory"
+                                             : code,
+                       err.msg, -1);
+        return;
+    }
+    const uint64_t bytes = zi_lora_bytes(l);
+    const uint64_t avail = w->lora_budgeted ? w->lora_room
+                           : !strcmp(zi_model_backend(w->model)->ops->name, "cpu")
+                               ? zi_mem_available()
+                               : UINT64_MAX;
+    if (bytes > avail) {
+        char msg[ZI_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg,
+                 "lora_path: adapter '%s' takes %.1f MiB, and %s has %.1f MiB left for it "
+                 "(the weights, working buffers, KV cache and loaded adapters hold the rest)",
+                 spec.name, (double)bytes / 1048576.0,
+                 w->lora_budgeted ? "the worker's --memory-budget" : "the host",
+                 (double)avail / 1048576.0);
+        zi_lora_free(l);
+        send_lora_done(w, lm->rid, "insufficient_memory", msg, -1);
+        return;
+    }
+    if (w->lora_budgeted) w->lora_room -= bytes;
+    zi_lora_set_key(l, ++w->lora_keys);
+    w->loras[place] = l;
+    if (place >= w->n_loras) w->n_loras = place + 1;
+    zi_generator_set_loras(w->gen, (const zi_lora *const *)w->loras, w->n_loras);
+    zi_log(&w->log, ZI_LOG_INFO,
+           "adapter %d '%s' loaded: %s, rank %d, alpha %g, %d weights, %.1f MiB", place, spec.name,
+           spec.path, zi_lora_rank(l), (double)zi_lora_alpha(l), zi_lora_n_weights(l),
+           (double)bytes / (1 << 20));
+    send_lora_done(w, lm->rid, NULL, NULL, place);
+}
+
+/* An unload: refused while a request on this worker runs the adapter (its
+ * place would be gone from under it); else freed, its place free again. */
+static void lora_unload(worker *w, const zi_im_lora *lm) {
+    int place = -1;
+    for (int i = 0; i < w->n_loras && place < 0; i++)
+        if (w->loras[i] && strlen(zi_lora_name(w->loras[i])) == lm->name.n &&
+            !memcmp(zi_lora_name(w->loras[i]), lm->name.p, lm->name.n))
+            place = i;
+    char msg[200];
+    if (place < 0) {
+        snprintf(msg, sizeof msg, "lora_name: this worker has no adapter '%.*s'",
+                 (int)(lm->name.n > 64 ? 64 : lm->name.n), lm->name.p);
+        send_lora_done(w, lm->rid, "not_found", msg, -1);
+        return;
+    }
+    int users = 0;
+    for (int i = 0; i < w->n_live; i++)
+        for (size_t j = 0; j < w->live[i].ctx.n_lora; j++)
+            if (w->live[i].ctx.lora[j].id == place) {
+                users++;
+                break;
+            }
+    if (users) {
+        snprintf(msg, sizeof msg,
+                 "lora_name: adapter '%s' is in use by %d running request(s); unload it once "
+                 "they end",
+                 zi_lora_name(w->loras[place]), users);
+        send_lora_done(w, lm->rid, "in_use", msg, -1);
+        return;
+    }
+    zi_log(&w->log, ZI_LOG_INFO, "adapter %d '%s' unloaded", place, zi_lora_name(w->loras[place]));
+    if (w->lora_budgeted) w->lora_room += zi_lora_bytes(w->loras[place]);
+    zi_lora_free(w->loras[place]);
+    w->loras[place] = NULL;
+    while (w->n_loras > 0 && !w->loras[w->n_loras - 1]) w->n_loras--;
+    zi_generator_set_loras(w->gen, (const zi_lora *const *)w->loras, w->n_loras);
+    send_lora_done(w, lm->rid, NULL, NULL, place);
+}
+
+static void on_lora(worker *w, const msgpack_object *o) {
+    zi_error err = {0};
+    zi_im_lora lm;
+    if (zi_im_lora_unpack(o, &lm, &err)) {
+        int64_t rid = 0;
+        zi_im_rid(o, &rid, NULL);
+        send_lora_done(w, rid, "invalid_request", err.msg, -1);
+        return;
+    }
+    if (w->encoder) {
+        send_lora_done(w, lm.rid, "unsupported", "this model is an encoder: no LoRA adapters", -1);
+        return;
+    }
+    if (lm.load)
+        lora_load(w, &lm);
+    else
+        lora_unload(w, &lm);
+}
+
 /* The vocabulary as byte strings for structured output, read from the
  * model's own (already mapped) file, or NULL (logged). */
 static zi_grammar_vocab *load_grammar_vocab(worker *w, const zi_model *model) {
@@ -451,6 +619,8 @@ static void on_message(worker *w, const void *buf, size_t len) {
                     break;
                 }
         }
+    } else if (type == ZI_IM_LORA) {
+        on_lora(w, o);
     } else if (type == ZI_IM_REREGISTER) {
         /* A restarted router knows none of our requests: drop them. */
         zi_log(&w->log, ZI_LOG_INFO, "router asks to register again; dropping %d requests",
@@ -688,9 +858,7 @@ typedef struct wres {
     zi_backend *be;
     zi_model *model;
     zi_model *draft; /* --draft-model (NULL: none), on the same backend */
-    wvision vision; /* --mmproj's image tower (v NULL: none), on the same backend */
-    zi_lora *loras[ZI_LORA_MAX_ADAPTERS]; /* --lora, on the same backend */
-    int n_loras;
+    wvision vision;  /* --mmproj's image tower (v NULL: none), on the same backend */
     zi_grammar_vocab *jv;
     uint64_t per_tok, kv_blocks;
     char kv_why[128];
@@ -728,9 +896,9 @@ static int encode_tile(void *user, const zi_ctx_image *im, int tile, float *out,
     return rc;
 }
 
-static void free_loras(wres *r) {
-    for (int i = 0; i < r->n_loras; i++) zi_lora_free(r->loras[i]);
-    r->n_loras = 0;
+static void free_loras(worker *w) {
+    for (int i = 0; i < w->n_loras; i++) zi_lora_free(w->loras[i]);
+    w->n_loras = 0;
 }
 
 /* Load: the device backend and the model; the worker's slots, context and
@@ -756,27 +924,27 @@ static int load(worker *w, const wopts *o, wres *r) {
         return start_failed(w, err.msg);
     }
     for (int i = 0; i < o->n_lora; i++) {
-        if ((rc = zi_lora_load(r->model, &o->lora[i], &r->loras[i], &err))) {
-            free_loras(r);
+        if ((rc = zi_lora_load(r->model, &o->lora[i], &w->loras[i], &err))) {
+            free_loras(w);
             zi_model_free(r->draft);
             zi_model_free(r->model);
             zi_backend_free(r->be);
             return start_failed(w, err.msg);
         }
-        r->n_loras++;
-        zi_log(&w->log, ZI_LOG_INFO,
-               "adapter %d '%s': %s, rank %d, alpha %g, %d weights, %.1f MiB", i, o->lora[i].name,
-               o->lora[i].path, zi_lora_rank(r->loras[i]), (double)zi_lora_alpha(r->loras[i]),
-               zi_lora_n_weights(r->loras[i]), (double)zi_lora_bytes(r->loras[i]) / (1 << 20));
+        w->n_loras++;
+        zi_log(&w->log, ZI_LOG_INFO, "adapter %d '%s': %s, rank %d, alpha %g, %d weights, %.1f MiB",
+               i, o->lora[i].name, o->lora[i].path, zi_lora_rank(w->loras[i]),
+               (double)zi_lora_alpha(w->loras[i]), zi_lora_n_weights(w->loras[i]),
+               (double)zi_lora_bytes(w->loras[i]) / (1 << 20));
     }
-    w->loras = r->loras, w->n_loras = r->n_loras;
+    w->model = r->model;
     const zi_model_config *mc = zi_model_get_config(r->model);
     if (o->mmproj &&
         ((rc = zi_vision_load(o->mmproj, r->be, mc->dim, &r->vision.v, &err)) ||
          !(r->vision.cache = zi_tile_cache_create(ZI_TILE_CACHE_BYTES)))) {
         if (!rc) zi_error_set(&err, ZI_ENOMEM, "out of memory");
         zi_vision_free(r->vision.v);
-        free_loras(r);
+        free_loras(w);
         zi_model_free(r->draft);
         zi_model_free(r->model);
         zi_backend_free(r->be);
@@ -805,7 +973,7 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
     zi_mem_model_of(r->model, (int)o->batch, w->slots, &mm);
     if (r->draft) zi_mem_model_of(r->draft, (int)o->batch, w->slots, &dm);
     uint64_t adapters = 0; /* --lora's A and B count with the weights */
-    for (int i = 0; i < r->n_loras; i++) adapters += zi_lora_bytes(r->loras[i]);
+    for (int i = 0; i < w->n_loras; i++) adapters += zi_lora_bytes(w->loras[i]);
     mm.weight_bytes += adapters;
     zi_mem_plan plan;
     int rc = zi_mem_plan_make(&mm, r->draft ? &dm : NULL, w->slots, w->ctx_size, (int)o->block,
@@ -907,6 +1075,17 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
     }
     r->per_tok = per_tok;
     r->kv_blocks = kv_blocks;
+    if (o->budget > 0) { /* what adapters loaded while serving must fit in */
+        uint64_t used = kv_blocks * (uint64_t)o->block * per_tok +
+                        (uint64_t)w->slots *
+                            (uint64_t)(o->no_prefix_cache ? 1 : 1 + ZI_STATE_CKPT_PER_SLOT) *
+                            zi_model_state_bytes_per_slot(r->model);
+        for (int i = 0; i < w->n_loras; i++) used += zi_lora_bytes(w->loras[i]);
+        uint64_t left =
+            zi_model_memory_left_for_kv(r->model, (uint64_t)o->budget, (int)o->batch, w->slots);
+        w->lora_budgeted = true;
+        w->lora_room = left > used ? left - used : 0;
+    }
     zi_generator_config gc = {.n_slots = w->slots,
                               .ctx = w->ctx_size,
                               .max_batch_tokens = (int)o->batch,
@@ -918,8 +1097,8 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                               .draft_model = r->draft,
                               .encode_tile = r->vision.v ? encode_tile : NULL,
                               .encode_user = &r->vision,
-                              .loras = (const zi_lora *const *)r->loras,
-                              .n_loras = r->n_loras};
+                              .loras = (const zi_lora *const *)w->loras,
+                              .n_loras = w->n_loras};
     w->live = calloc((size_t)w->slots, sizeof *w->live);
     w->jobs = calloc((size_t)w->slots, sizeof *w->jobs);
     if (!w->live || !w->jobs || zi_generator_create(r->model, &gc, &w->gen, &err)) {
@@ -1153,7 +1332,7 @@ int main(int argc, char **argv) {
     if ((rc = create_generator(&w, &o, &r))) {
         zi_vision_free(r.vision.v);
         zi_tile_cache_free(r.vision.cache);
-        free_loras(&r);
+        free_loras(&w);
         zi_model_free(r.draft);
         zi_model_free(r.model);
         zi_backend_free(r.be);
@@ -1178,7 +1357,7 @@ int main(int argc, char **argv) {
     zi_rank_head_free(&w.rank);
     zi_vision_free(r.vision.v);
     zi_tile_cache_free(r.vision.cache);
-    free_loras(&r);
+    free_loras(&w);
     zi_model_free(r.model);
     zi_backend_free(r.be);
     return rc;

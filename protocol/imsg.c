@@ -7,6 +7,7 @@
  * replaced.
  */
 #include "imsg.h"
+#include "imsg_lora.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -245,6 +246,8 @@ static const char *const TYPE_NAMES[ZI_IM_N_TYPES] = {
     [ZI_IM_EMBED_ENCODED] = "embed_encoded",
     [ZI_IM_EMBED] = "embed",
     [ZI_IM_EMBEDDED] = "embedded",
+    [ZI_IM_LORA] = "lora",
+    [ZI_IM_LORA_DONE] = "lora_done",
 };
 
 const char *zi_im_type_name(zi_im_type t) {
@@ -283,6 +286,7 @@ int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
     }
     if (m->model.p) put_str(&b, "model", m->model); /* a tokenizer's: the model it reads */
     zi_imap_int(&b, "vocab", m->vocab);
+    if (m->n_loras) zi_im_lora_names_put(&b, "loras", m->loras, m->n_loras);
     return close_msg(&b, out);
 }
 
@@ -295,6 +299,8 @@ void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m) {
     m->max_length = v > 1 ? v : 2048;
     m->vocab = get_int(o, "vocab", 0);
     m->model = get_str(o, "model");
+    const msgpack_object *l = zi_map_get(o, "loras");
+    m->loras_obj = l && l->type == MSGPACK_OBJECT_ARRAY ? l : NULL;
 }
 
 int zi_im_reregister_pack(zi_msg *out) {

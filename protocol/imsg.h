@@ -130,6 +130,9 @@ typedef enum zi_im_type {
     ZI_IM_EMBED_ENCODED, /* tokenizer -> router */
     ZI_IM_EMBED,         /* router -> worker */
     ZI_IM_EMBEDDED,      /* worker -> router */
+    /* adapters loaded and unloaded at run time (imsg_lora.h) */
+    ZI_IM_LORA,      /* router -> worker */
+    ZI_IM_LORA_DONE, /* worker -> router */
     ZI_IM_N_TYPES
 } zi_im_type;
 
@@ -146,11 +149,15 @@ int zi_im_rid(const msgpack_object *o, int64_t *rid, zi_error *err);
 
 /* register: a tokenizer sends role, vocab and model (the name of the
  * model it tokenizes for; absent from an older one: any model); a worker
- * also slots and max_length. */
+ * also slots and max_length, and with LoRA adapters "loras", their names
+ * by id ("" for a free place; imsg_lora.h). */
 typedef struct zi_im_register {
     bool worker;
     int64_t slots, max_length, vocab;
     zi_im_str model;
+    const char *const *loras; /* pack: n_loras names (none: the key is left out) */
+    size_t n_loras;
+    const msgpack_object *loras_obj; /* unpack: the array, or NULL */
 } zi_im_register;
 
 int zi_im_register_pack(const zi_im_register *m, zi_msg *out);

@@ -112,6 +112,7 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     else
         zi_log(&rt->log, ZI_LOG_INFO, "tokenizer %d registered: model %s", b,
                be->model[0] ? be->model : "(any)");
+    lora_on_register(rt, b, reg.loras_obj); /* before dispatch sends it requests */
     dispatch(rt);
 }
 
@@ -421,6 +422,8 @@ void on_backend_frame(router *rt, const unsigned char *ident, size_t ident_len, 
             on_backend_error(rt, b, o);
         else if (type == ZI_IM_EMBED_ENCODED || type == ZI_IM_EMBEDDED)
             on_embed_msg(rt, b, o, type);
+        else if (type == ZI_IM_LORA_DONE)
+            lora_on_done(rt, b, o);
         else
             zi_log(&rt->log, ZI_LOG_WARN, "backend %d: unknown message type", b);
     }
@@ -466,6 +469,7 @@ void backend_died(router *rt, int b, const char *why) {
                      "request was not retried",
                      NULL);
     }
+    if (be->role == ROLE_WORKER) lora_backend_died(rt, b);
     assert(be->assigned == 0); /* every request on it has left it */
     be->assigned = 0;
     if (be->role == ROLE_WORKER && count_alive(rt, ROLE_WORKER, NULL) == 0)

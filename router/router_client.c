@@ -240,6 +240,8 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     if (!code &&
         !resolve_model(rt, req.model_name.p, req.model_name.len, &model, &adapter, msg, sizeof msg))
         code = "invalid_request", field = "model_name";
+    if (!code && adapter.n == 0 && req.n_lora == 0) /* set_lora_scales' global adapters */
+        lora_apply_global(rt, model, &req);
     if (!code && adapter.n > 0) { /* "MODEL:ADAPTER": the adapter joins the request's "lora" */
         if (adapter.n >= ZI_LORA_REF_NAME_MAX || req.n_lora >= ZI_MAX_LORA) {
             code = "invalid_request", field = "model_name";
@@ -300,6 +302,8 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     if (timeout > 0) r->deadline_ms = r->t_recv_ms + timeout;
     r->stream = req.stream;
     snprintf(r->model, sizeof r->model, "%s", model);
+    memcpy(r->lora, req.lora, req.n_lora * sizeof *req.lora);
+    r->n_lora = req.n_lora;
     model_rec *mr = model_find(rt, model, false);
     if (mr) {
         mr->last_used_ms = r->t_recv_ms;
@@ -714,6 +718,102 @@ static void op_model_failed(router *rt, const client_ctx *c, const msgpack_objec
     zi_msg_free(&m);
 }
 
+/* load_lora_adapter / unload_lora_adapter (vLLM's names and fields) and
+ * lora_adapters: checked here, run by router_lora.c. model_name absent:
+ * the default model. */
+static void op_lora(router *rt, const client_ctx *c, const msgpack_object *o, int which) {
+    static const char *const names[] = {"load_lora_adapter", "unload_lora_adapter", "lora_adapters",
+                                        "set_lora_scales"};
+    static const char *const keys[] = {"op", "id", "model_name", "lora_name", "lora_path", "scale"};
+    static const char *const set_keys[] = {"op", "id", "model_name", "adapters"};
+    const size_t n_keys = which == 0 ? 6 : which == 1 ? 4 : which == 2 ? 3 : 4;
+    char msg[400];
+    msg[0] = '\0';
+    for (uint32_t i = 0; i < o->via.map.size && !msg[0]; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        if (!key_known(k, which == 3 ? set_keys : keys, n_keys)) {
+            char shown[80];
+            zi_printable(shown, sizeof shown, k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : "?",
+                         k->type == MSGPACK_OBJECT_STR ? k->via.str.size : 1);
+            snprintf(msg, sizeof msg, "unknown key '%s' in a %s request", shown, names[which]);
+        }
+    }
+    if (msg[0]) {
+        client_error(rt, c, "invalid_request", msg, NULL);
+        return;
+    }
+    const msgpack_object *mn = zi_map_get(o, "model_name");
+    if (mn && mn->type != MSGPACK_OBJECT_STR) {
+        client_error(rt, c, "invalid_request", "model_name: not a string", "model_name");
+        return;
+    }
+    const char *model = NULL;
+    if ((mn || which != 2) && /* lora_adapters without a model: every model's */
+        !resolve_model(rt, mn ? mn->via.str.ptr : NULL, mn ? mn->via.str.size : 0, &model, NULL,
+                       msg, sizeof msg)) {
+        client_error(rt, c, "invalid_request", msg, "model_name");
+        return;
+    }
+    if (which == 3) {
+        if (lora_set_global(rt, model, zi_map_get(o, "adapters"), msg, sizeof msg)) {
+            client_error_msg(rt, c, "invalid_request", msg);
+            return;
+        }
+        which = 2; /* the answer: the model's adapters now */
+    }
+    if (which == 2) {
+        lora_list(rt, c->ident, c->ident_len, c->delim, c->id, c->id_len, model);
+        return;
+    }
+    char name[ZI_LORA_REF_NAME_MAX], path[1024] = "";
+    const msgpack_object *ln = zi_map_get(o, "lora_name");
+    if (!ln || ln->type != MSGPACK_OBJECT_STR || ln->via.str.size == 0 ||
+        ln->via.str.size >= sizeof name) {
+        client_error(rt, c, "invalid_request",
+                     !ln ? "lora_name: missing" : "lora_name: not a string of 1 to 63 bytes",
+                     "lora_name");
+        return;
+    }
+    memcpy(name, ln->via.str.ptr, ln->via.str.size);
+    name[ln->via.str.size] = '\0';
+    for (size_t i = 0; i < ln->via.str.size; i++)
+        if ((unsigned char)name[i] <= ' ' || name[i] == ':') {
+            client_error(rt, c, "invalid_request",
+                         "lora_name: a name has no spaces, control characters or ':'", "lora_name");
+            return;
+        }
+    double scale = 1.0;
+    if (which == 0) {
+        const msgpack_object *lp = zi_map_get(o, "lora_path");
+        if (!lp || lp->type != MSGPACK_OBJECT_STR || lp->via.str.size == 0 ||
+            lp->via.str.size >= sizeof path || memchr(lp->via.str.ptr, 0, lp->via.str.size)) {
+            client_error(rt, c, "invalid_request",
+                         !lp ? "lora_path: missing" : "lora_path: not a path of 1 to 1023 bytes",
+                         "lora_path");
+            return;
+        }
+        memcpy(path, lp->via.str.ptr, lp->via.str.size);
+        path[lp->via.str.size] = '\0';
+        const msgpack_object *sc = zi_map_get(o, "scale");
+        if (sc) {
+            if (sc->type == MSGPACK_OBJECT_FLOAT32 || sc->type == MSGPACK_OBJECT_FLOAT64)
+                scale = sc->via.f64;
+            else if (sc->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+                scale = (double)sc->via.u64;
+            else if (sc->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+                scale = (double)sc->via.i64;
+            else
+                scale = 1e300;
+            if (!(scale > -1e6 && scale < 1e6)) {
+                client_error(rt, c, "invalid_request", "scale: not a finite number", "scale");
+                return;
+            }
+        }
+    }
+    lora_op_start(rt, c->ident, c->ident_len, c->delim, c->id, c->id_len, model, which == 0, name,
+                  path, scale);
+}
+
 /* tokenize / detokenize: checked here, answered by a tokenizer process. */
 static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, int kind) {
     zi_error err = {0};
@@ -878,12 +978,21 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         op_model_wish(rt, &c, o, false);
     } else if (op_len == 12 && !memcmp(op, "model_failed", 12)) {
         op_model_failed(rt, &c, o);
+    } else if (op_len == 17 && !memcmp(op, "load_lora_adapter", 17)) {
+        op_lora(rt, &c, o, 0);
+    } else if (op_len == 19 && !memcmp(op, "unload_lora_adapter", 19)) {
+        op_lora(rt, &c, o, 1);
+    } else if (op_len == 13 && !memcmp(op, "lora_adapters", 13)) {
+        op_lora(rt, &c, o, 2);
+    } else if (op_len == 15 && !memcmp(op, "set_lora_scales", 15)) {
+        op_lora(rt, &c, o, 3);
     } else {
         char shown[80]; /* the client's bytes, printable and on one line */
         zi_printable(shown, sizeof shown, op, op_len);
         snprintf(msg, sizeof msg,
                  "op: unknown operation '%s' (generate, cancel, health, models, metrics, "
-                 "tokenize, detokenize, embed, load_model, unload_model, model_failed)",
+                 "tokenize, detokenize, embed, load_model, unload_model, model_failed, "
+                 "load_lora_adapter, unload_lora_adapter, lora_adapters, set_lora_scales)",
                  shown);
         client_error(rt, &c, "invalid_request", msg, "op");
     }

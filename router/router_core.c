@@ -334,6 +334,7 @@ int zi_router_shutdown(zi_router *rt) {
         fail_request(rt, one, "unavailable", "the server is shutting down", NULL);
     after_event(rt);
     zi_req_table_free(&rt->reqs);
+    lora_free(rt);
     free(rt->be);
     rt->be = NULL;
     rt->n_be = 0;

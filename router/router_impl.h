@@ -23,6 +23,7 @@
  *   router_failover.c  a dead worker's (tokenizer's) requests resumed on
  *                      another
  *   router_embed.c     the embed op's backend messages
+ *   router_lora.c      LoRA adapters loaded and unloaded while serving
  *   req_table.c        the request table
  *
  *   shell (zinfer-router only):
@@ -144,6 +145,10 @@ typedef struct rreq {
     size_t echo_len;
     zi_router_conn client_conn; /* the client's connection (fd -1: unknown) */
     int64_t deadline_ms;        /* core_now() past which it ends "deadline_exceeded" (0: none) */
+    /* the adapters it runs (its "lora", with MODEL:ADAPTER's): an unload
+     * of one is refused while it is in flight (router_lora.c) */
+    zi_lora_ref lora[ZI_MAX_LORA];
+    size_t n_lora;
     /* RS_QUEUED: its place in its model's queue (rqueue), and its place in
      * the order of every queue (smaller: older; a resume goes first). */
     struct rreq *q_prev, *q_next;
@@ -238,6 +243,7 @@ typedef struct router {
      * requests, tokens, latencies; running, waiting and the workers' KV
      * counters are filled in when asked. */
     zi_im_metrics metrics;
+    struct router_lora *lora; /* router_lora.c's adapters and ops (NULL until the first) */
 } router;
 
 /* ---- router_core.c -------------------------------------------------------- */
@@ -314,6 +320,39 @@ void backend_rid_msg(router *rt, int b, zi_im_type type, uint64_t rid);
  * result). */
 void on_embed_encoded(router *rt, rreq *r, const msgpack_object *o);
 void on_embedded(router *rt, rreq *r, const msgpack_object *o);
+
+/* ---- router_lora.c -------------------------------------------------------- */
+
+/* load_lora_adapter (load) or unload_lora_adapter of adapter name on
+ * model's live workers, answered to the client once each has replied
+ * (or died): a result naming the adapter and its status, or the first
+ * error. An unload of an adapter a request in flight names is refused
+ * ("in_use"). path and scale: a load's. */
+void lora_op_start(router *rt, const unsigned char *client, size_t client_len, bool delim,
+                   const char *id, size_t id_len, const char *model, bool load, const char *name,
+                   const char *path, double scale);
+/* lora_adapters: the adapters of model (NULL: every model's). */
+void lora_list(router *rt, const unsigned char *client, size_t client_len, bool delim,
+               const char *id, size_t id_len, const char *model);
+/* Worker b registered with the adapter names `names` (register's "loras",
+ * may be NULL): they join the table, and each adapter loaded while
+ * serving that b lacks is sent to it (before any request). */
+void lora_on_register(router *rt, int b, const msgpack_object *names);
+/* A worker's lora_done. */
+void lora_on_done(router *rt, int b, const msgpack_object *o);
+/* Worker b died: the ops waiting for it stop waiting. */
+void lora_backend_died(router *rt, int b);
+/* Frees the table (shutdown). */
+void lora_free(router *rt);
+/* set_lora_scales (llama-server's POST /lora-adapters): the adapters of
+ * model that requests without any run, and their scales (list: maps with
+ * "id" or "name", and "scale"; those left out or at 0 are not applied).
+ * ZI_EINVAL with msg naming the entry at fault. */
+int lora_set_global(router *rt, const char *model, const msgpack_object *list, char *msg,
+                    size_t cap);
+/* A request of model that names no adapter runs those set_lora_scales
+ * applied (added to req's lora, at most ZI_MAX_LORA). */
+void lora_apply_global(router *rt, const char *model, zi_request *req);
 
 /* ---- router_schedule.c ---------------------------------------------------- */
 

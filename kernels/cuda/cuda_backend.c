@@ -117,6 +117,12 @@ typedef struct cuda_backend {
     size_t w16_cap, x16_cap; /* halves */
     size_t max_w16;          /* largest weight that needs converting, in elements */
     float *attn_scratch;
+    /* the lora op's per-token rows (host, then their device copy) and its
+     * c = scale * A x rows */
+    zi_cuda_lora_row *lora_h, *lora_d;
+    size_t lora_cap; /* rows */
+    float *lora_c;
+    size_t lora_c_cap;      /* floats */
     int32_t *span_h;        /* span_attention's order, starts and tiles, host side */
     size_t span_cap;        /* entries */
     int f16_weights;        /* zi_cuda_options.f16_weights */
@@ -775,6 +781,71 @@ static void cuda_add(zi_backend *be, float *x, const float *y, size_t n) {
     failed(c, zi_cuda_add(x, y, n, c->stream), "add kernel");
 }
 
+/* LoRA (backend.h's lora): the tokens' rows copied to the device (from
+ * pageable memory, which cudaMemcpyAsync has read when it returns, so the
+ * host array is free again at once; the device copy is reused in stream
+ * order), then zi_cuda_lora's two kernels. Not in a graph: a replay would
+ * run the captured adapters whatever the next batch asks. */
+static void cuda_lora(zi_backend *be, float *y, const float *x, int n_tokens, int64_t rows,
+                      int64_t cols, const zi_lora_row *r) {
+    cuda_backend *c = cb(be);
+    if (c->status || n_tokens <= 0) return;
+    int max_rank = 0;
+    for (int t = 0; t < n_tokens; t++)
+        if (r[t].a) {
+            if (r[t].rank < 1 || r[t].rank > ZI_LORA_MAX_RANK ||
+                (r[t].type != ZI_TYPE_F32 && r[t].type != ZI_TYPE_F16)) {
+                fail_msg(c, ZI_EINVAL, "token %d's LoRA term: rank %d, type %d", t, r[t].rank,
+                         r[t].type);
+                return;
+            }
+            if (r[t].rank > max_rank) max_rank = r[t].rank;
+        }
+    if (max_rank == 0) return;
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (failed(c, cudaStreamIsCapturing(c->stream, &cap), "cudaStreamIsCapturing")) return;
+    if (cap != cudaStreamCaptureStatusNone) {
+        fail_msg(c, ZI_EUNSUPPORTED, "a pass with LoRA adapters cannot be captured in a graph");
+        return;
+    }
+    if ((size_t)n_tokens > c->lora_cap) {
+        zi_cuda_lora_row *h = realloc(c->lora_h, (size_t)n_tokens * sizeof *h);
+        if (!h) {
+            fail_msg(c, ZI_ENOMEM, "out of memory for %d LoRA rows", n_tokens);
+            return;
+        }
+        c->lora_h = h;
+        if (failed(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (lora rows)"))
+            return;
+        cudaFree(c->lora_d);
+        c->lora_d = NULL;
+        c->lora_cap = 0;
+        if (failed(c, cudaMalloc((void **)&c->lora_d, (size_t)n_tokens * sizeof *c->lora_d),
+                   "cudaMalloc (lora rows)"))
+            return;
+        c->lora_cap = (size_t)n_tokens;
+    }
+    void *scratch = c->lora_c;
+    if (failed(c,
+               grow(&scratch, &c->lora_c_cap, (size_t)n_tokens * (size_t)max_rank, sizeof(float)),
+               "cudaMalloc (lora scratch)"))
+        return;
+    c->lora_c = scratch;
+    for (int t = 0; t < n_tokens; t++)
+        c->lora_h[t] = (zi_cuda_lora_row){.a = r[t].a,
+                                          .bt = r[t].a ? r[t].bt : NULL,
+                                          .scale = r[t].scale,
+                                          .rank = r[t].a ? r[t].rank : 0,
+                                          .f16 = r[t].type == ZI_TYPE_F16};
+    if (failed(c,
+               cudaMemcpyAsync(c->lora_d, c->lora_h, (size_t)n_tokens * sizeof *c->lora_h,
+                               cudaMemcpyHostToDevice, c->stream),
+               "cudaMemcpyAsync (lora rows)"))
+        return;
+    failed(c, zi_cuda_lora(y, x, n_tokens, rows, cols, c->lora_d, max_rank, c->lora_c, c->stream),
+           "lora kernels");
+}
+
 static void cuda_add_bias(zi_backend *be, float *x, const float *bias, int n_rows, int dim) {
     cuda_backend *c = cb(be);
     if (c->status) return;
@@ -1054,6 +1125,9 @@ static void cuda_backend_free(zi_backend *be) {
     cudaFree(c->w16);
     cudaFree(c->x16);
     cudaFree(c->attn_scratch);
+    cudaFree(c->lora_d);
+    cudaFree(c->lora_c);
+    free(c->lora_h);
     free(c->span_h);
     for (int i = 0; i < META_N; i++) {
         cudaFree(c->meta[i].d);
@@ -1093,6 +1167,7 @@ static const zi_backend_ops cuda_ops = {
     .softcap = cuda_softcap,
     .add_bias = cuda_add_bias,
     .add = cuda_add,
+    .lora = cuda_lora,
     .layernorm = cuda_layernorm,
     .gelu = cuda_gelu,
     .gather_rows = cuda_gather_rows,

@@ -965,3 +965,71 @@ cudaError_t zi_cuda_noop(cudaStream_t s) {
     noop_kernel<<<1, 1, 0, s>>>();
     return cudaGetLastError();
 }
+
+/* ---- LoRA (zi_cuda_lora) ---- */
+
+namespace {
+
+constexpr int kLoraWarps = 8; /* A rows (rank entries) per block of lora_down */
+
+__device__ __forceinline__ float lora_elem(const void *p, size_t i, int f16) {
+    return f16 ? __half2float(reinterpret_cast<const __half *>(p)[i])
+               : reinterpret_cast<const float *>(p)[i];
+}
+
+/* c[t][k] = scale * dot(A row k, x[t]): one warp per (token, k), lanes
+ * striding over cols, then a fixed butterfly: the same bits for a token
+ * whatever else the batch holds. */
+__global__ void __launch_bounds__(kLoraWarps *kWarp)
+    lora_down_kernel(float *__restrict__ c, const float *__restrict__ x, int64_t cols,
+                     const zi_cuda_lora_row *__restrict__ r, int max_rank) {
+    const int t = blockIdx.y;
+    const int k = blockIdx.x * kLoraWarps + threadIdx.x / kWarp;
+    const int lane = threadIdx.x % kWarp;
+    const zi_cuda_lora_row row = r[t];
+    if (!row.a || k >= row.rank) return;
+    const float *xt = x + static_cast<size_t>(t) * static_cast<size_t>(cols);
+    const size_t base = static_cast<size_t>(k) * static_cast<size_t>(cols);
+    float s = 0.0f;
+    for (int64_t i = lane; i < cols; i += kWarp)
+        s = fmaf(lora_elem(row.a, base + static_cast<size_t>(i), row.f16), xt[i], s);
+    s = warp_sum(s);
+    if (lane == 0) c[static_cast<size_t>(t) * max_rank + k] = s * row.scale;
+}
+
+/* y[t][i] += sum over k of c[t][k] * Bt[k][i], k in order: one thread per
+ * output row i. */
+__global__ void __launch_bounds__(kThreads)
+    lora_up_kernel(float *__restrict__ y, const float *__restrict__ c, int64_t rows,
+                   const zi_cuda_lora_row *__restrict__ r, int max_rank) {
+    const int t = blockIdx.y;
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+    const zi_cuda_lora_row row = r[t];
+    if (!row.a || i >= rows) return;
+    const float *ct = c + static_cast<size_t>(t) * max_rank;
+    float *yt = y + static_cast<size_t>(t) * static_cast<size_t>(rows);
+    float acc = yt[i];
+    for (int k = 0; k < row.rank; k++)
+        acc = fmaf(
+            ct[k],
+            lora_elem(row.bt,
+                      static_cast<size_t>(k) * static_cast<size_t>(rows) + static_cast<size_t>(i),
+                      row.f16),
+            acc);
+    yt[i] = acc;
+}
+
+} // namespace
+
+cudaError_t zi_cuda_lora(float *y, const float *x, int n_tokens, int64_t rows, int64_t cols,
+                         const zi_cuda_lora_row *r, int max_rank, float *scratch,
+                         cudaStream_t stream) {
+    if (n_tokens <= 0 || rows <= 0 || cols <= 0 || max_rank <= 0) return cudaSuccess;
+    const dim3 down((max_rank + kLoraWarps - 1) / kLoraWarps, n_tokens);
+    lora_down_kernel<<<down, kLoraWarps * kWarp, 0, stream>>>(scratch, x, cols, r, max_rank);
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    const dim3 up(static_cast<unsigned>((rows + kThreads - 1) / kThreads), n_tokens);
+    lora_up_kernel<<<up, kThreads, 0, stream>>>(y, scratch, rows, r, max_rank);
+    return cudaGetLastError();
+}

@@ -137,6 +137,27 @@ cudaError_t zi_cuda_add(float *x, const float *y, size_t n, cudaStream_t stream)
 /* x[r][i] += bias[i] for r < n_rows, i < dim (a bias vector on every row). */
 cudaError_t zi_cuda_add_bias(float *x, const float *bias, int n_rows, int dim, cudaStream_t stream);
 
+/* One token's LoRA term (backend.h's zi_lora_row, its pointers device
+ * memory), as the lora kernels read it from a device array; a NULL: the
+ * token has none. */
+typedef struct zi_cuda_lora_row {
+    const void *a, *bt; /* A [rank][cols], B transposed [rank][rows] */
+    float scale;
+    int32_t rank; /* 1..512 */
+    int32_t f16;  /* A and B are fp16 (else float32) */
+    int32_t pad;
+} zi_cuda_lora_row;
+
+/* The LoRA term of a product, added to it: for each token t < n_tokens
+ * whose r[t].a is set, c = r[t].scale * A x[t] (c: a row of scratch,
+ * max_rank floats a token), then y[t] += B c. Each dot product is summed
+ * in float32 in an order fixed by its length alone, so a token's result
+ * does not depend on the rest of the batch. r and scratch are device
+ * memory; max_rank is the largest r[t].rank. */
+cudaError_t zi_cuda_lora(float *y, const float *x, int n_tokens, int64_t rows, int64_t cols,
+                         const zi_cuda_lora_row *r, int max_rank, float *scratch,
+                         cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -22,6 +22,7 @@
 
 #include "codec.h"
 #include "imsg.h"
+#include "imsg_lora.h"
 #include "wire.h"
 
 /* ---- frames and comparisons ---------------------------------------------- */
@@ -300,6 +301,78 @@ static void test_register(void **state) {
     frame_free(&f);
     /* reregister: the type alone. */
     packed(&f, zi_im_reregister_pack(&f.m), 1, ZI_IM_REREGISTER);
+    frame_free(&f);
+}
+
+/* A worker's adapters in register, and the lora / lora_done messages
+ * (imsg_lora.h): each key round-trips; a bad lora is refused naming the
+ * key. */
+static void test_lora(void **state) {
+    (void)state;
+    frame f;
+    zi_error err = {0};
+    const char *names[] = {"style", "", "code"};
+    zi_im_register w = {.worker = true,
+                        .slots = 2,
+                        .max_length = 64,
+                        .model = {"m", 1},
+                        .loras = names,
+                        .n_loras = 3};
+    zi_im_register r;
+    zi_im_register_unpack(packed(&f, zi_im_register_pack(&w, &f.m), 7, ZI_IM_REGISTER), &r);
+    assert_non_null(r.loras_obj);
+    assert_int_equal(r.loras_obj->via.array.size, 3);
+    assert_memory_equal(r.loras_obj->via.array.ptr[2].via.str.ptr, "code", 4);
+    assert_int_equal(r.loras_obj->via.array.ptr[1].via.str.size, 0);
+    frame_free(&f);
+
+    zi_im_lora lm = {
+        .rid = 9, .load = true, .name = {"style", 5}, .path = {"/a.gguf", 7}, .scale = 0.5};
+    zi_im_lora back;
+    assert_int_equal(
+        zi_im_lora_unpack(packed(&f, zi_im_lora_pack(&lm, &f.m), 6, ZI_IM_LORA), &back, &err),
+        ZI_OK);
+    assert_true(back.load);
+    assert_int_equal(back.rid, 9);
+    assert_str(back.name, "style");
+    assert_str(back.path, "/a.gguf");
+    assert_true(back.scale == 0.5);
+    frame_free(&f);
+    lm.load = false; /* an unload: no path, no scale */
+    assert_int_equal(
+        zi_im_lora_unpack(packed(&f, zi_im_lora_pack(&lm, &f.m), 4, ZI_IM_LORA), &back, &err),
+        ZI_OK);
+    assert_false(back.load);
+    assert_null(back.path.p);
+    frame_free(&f);
+    lm.load = true;
+    lm.path = (zi_im_str){"", 0};
+    assert_refused(
+        zi_im_lora_unpack(packed(&f, zi_im_lora_pack(&lm, &f.m), 6, ZI_IM_LORA), &back, &err), &err,
+        "path: missing or empty");
+    frame_free(&f);
+
+    zi_im_lora_done d = {.rid = 9,
+                         .code = {"in_use", 6},
+                         .message = {"busy", 4},
+                         .id = -1,
+                         .names = names,
+                         .n_names = 3};
+    zi_im_lora_done db;
+    zi_im_lora_done_unpack(packed(&f, zi_im_lora_done_pack(&d, &f.m), 7, ZI_IM_LORA_DONE), &db);
+    assert_int_equal(db.rid, 9);
+    assert_false(db.ok);
+    assert_str(db.code, "in_use");
+    assert_str(db.message, "busy");
+    assert_int_equal(db.id, -1);
+    assert_int_equal(db.loras->via.array.size, 3);
+    frame_free(&f);
+    zi_im_lora_done ok = {.rid = 3, .ok = true, .id = 2};
+    zi_im_lora_done_unpack(packed(&f, zi_im_lora_done_pack(&ok, &f.m), 5, ZI_IM_LORA_DONE), &db);
+    assert_true(db.ok);
+    assert_int_equal(db.id, 2);
+    assert_null(db.code.p);
+    assert_int_equal(db.loras->via.array.size, 0);
     frame_free(&f);
 }
 
@@ -959,14 +1032,15 @@ int main(void) {
         cmocka_unit_test(test_builder_counts), cmocka_unit_test(test_builder_map32),
         cmocka_unit_test(test_failed_message), cmocka_unit_test(test_types),
         cmocka_unit_test(test_register),       cmocka_unit_test(test_heartbeat),
-        cmocka_unit_test(test_backend_error),  cmocka_unit_test(test_encode_encoded),
-        cmocka_unit_test(test_tokens_decode),  cmocka_unit_test(test_decoded),
-        cmocka_unit_test(test_rid_only),       cmocka_unit_test(test_tokenize),
-        cmocka_unit_test(test_detokenize),     cmocka_unit_test(test_util_replies),
-        cmocka_unit_test(test_start),          cmocka_unit_test(test_chunk),
-        cmocka_unit_test(test_final),          cmocka_unit_test(test_client_error),
-        cmocka_unit_test(test_health),         cmocka_unit_test(test_models),
-        cmocka_unit_test(test_model_status),   cmocka_unit_test(test_metrics),
+        cmocka_unit_test(test_lora),           cmocka_unit_test(test_backend_error),
+        cmocka_unit_test(test_encode_encoded), cmocka_unit_test(test_tokens_decode),
+        cmocka_unit_test(test_decoded),        cmocka_unit_test(test_rid_only),
+        cmocka_unit_test(test_tokenize),       cmocka_unit_test(test_detokenize),
+        cmocka_unit_test(test_util_replies),   cmocka_unit_test(test_start),
+        cmocka_unit_test(test_chunk),          cmocka_unit_test(test_final),
+        cmocka_unit_test(test_client_error),   cmocka_unit_test(test_health),
+        cmocka_unit_test(test_models),         cmocka_unit_test(test_model_status),
+        cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
