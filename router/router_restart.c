@@ -258,10 +258,15 @@ void restart_adopt(router *rt, int b, const msgpack_object *live) {
             zi_im_ids_free(&l.token_ids);
             continue;
         }
-        if (adopt_one(rt, b, &l))
+        const rreq *had = zi_req_table_get(&rt->reqs, (uint64_t)l.rid);
+        if (had && had->wrk == b) {
+            /* taken over already: a worker asked twice (reregisters to
+             * several backends' queued messages) registers twice */
+        } else if (adopt_one(rt, b, &l)) {
             taken++;
-        else if (!zi_gen_status_is_done(l.gstatus))
+        } else if (!zi_gen_status_is_done(l.gstatus)) {
             backend_rid_msg(rt, b, ZI_IM_CANCEL, (uint64_t)l.rid); /* nobody to go on for */
+        }
         zi_im_ids_free(&l.token_ids);
     }
     if (taken && count_alive(rt, ROLE_TOKENIZER, NULL) == 0 && !rt->no_tok_since)

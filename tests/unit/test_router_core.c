@@ -1256,6 +1256,10 @@ static void test_router_restart(void **state) {
                          .status = {"active", 6}}};
     reg_live(s, "wrk0", la_, 4);
     assert_int_equal(count_sent(s, "wrk0", "cancel"), 1); /* 424242: not its start */
+    /* a second register (reregisters to several queued messages) changes
+     * nothing: what it took over stays, nothing more is cancelled */
+    reg_live(s, "wrk0", la_, 3);
+    assert_int_equal(count_sent(s, "wrk0", "cancel"), 1);
     assert_int_equal(zi_req_table_count(&s->rt.reqs), 3);
     assert_true(s->rt.next_rid >= (uint64_t)rc); /* new ids never meet the ones taken over */
     assert_int_equal(s->rt.be[1].assigned, 2);   /* a and c run on wrk0; b had ended */
