@@ -1,0 +1,152 @@
+"""Router restart: no stream is lost when the router dies
+(docs/protocol.md, "Router restart"; docs/reliability.md).
+
+- `zinfer serve` with one worker and one tokenizer, 6 concurrent streams
+  (greedy, seeded sampling with penalties, unseeded sampling; one with
+  stop strings) recorded without a fault; then the same 6 again and the
+  router SIGKILLed once every stream has a few tokens. The supervisor
+  restarts it on the same addresses, the worker hands back its sequences,
+  the client library (clients/python) sends "resume" with the ids it
+  holds, and every stream ends with exactly the ids and text of the
+  fault-free run: no duplicate, no gap, one final each, nothing after it.
+- A client whose router goes away and does not come back gets one
+  "router_lost" error per open request after router_timeout_s (a bare
+  ZeroMQ ROUTER stands in for a router that takes requests and dies).
+"""
+
+import os
+import signal
+import time
+
+import msgpack
+import pytest
+import zmq
+
+from conftest import free_port, serve_process
+from test_server_load import children
+
+from zinfer_client import Client, decode_array  # conftest puts clients/python on the path
+
+SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"
+
+MAX_NEW = 200
+N = 6
+
+
+def prompt(i):
+    """~64 token ids, different for each request."""
+    return [1] + [(1000 + 37 * i + 13 * k) % 30000 + 200 for k in range(63)]
+
+
+def sampling(i):
+    sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
+    if i % 3 == 1:
+        sp.update(temperature=0.9, top_k=0, top_p=0.95, seed=1000 + i, presence_penalty=0.4,
+                  frequency_penalty=0.3, repetition_penalty=1.1)
+    elif i % 3 == 2:
+        sp.update(temperature=1.0, top_k=40)
+    if i == 3:
+        sp["stop"] = [" the", "ing", ".\n"]
+    return sp
+
+
+def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
+    """Every request's frames to its terminal one; on_streaming() once every
+    request has streamed min_tokens ids. {rid: (ids, chunks, terminal)}."""
+    ids = {r: [] for r in rids}
+    chunks = {r: [] for r in rids}
+    term = {}
+    fired = on_streaming is None
+    deadline = time.time() + timeout
+    while len(term) < len(rids):
+        assert time.time() < deadline, f"{len(rids) - len(term)} requests never ended"
+        m = c.recv()
+        assert m is not None, "router_lost: the router did not come back"
+        rid = m["id"]
+        assert rid in ids and rid not in term, f"frame after the end: {m}"
+        if m["event"] == "chunk":
+            chunks[rid].append(m)
+            ids[rid].extend(int(t) for t in decode_array(m["token_ids"]))
+        else:
+            term[rid] = m
+        if not fired and all(len(ids[r]) >= min_tokens for r in rids):
+            fired = True
+            on_streaming()
+    assert c.sock.poll(300) == 0  # exactly one terminal frame each, nothing after
+    return {r: (ids[r], chunks[r], term[r]) for r in rids}
+
+
+def send_all(c):
+    return [c.send({"op": "generate", "prompt": prompt(i), "sampling_params": sampling(i)})
+            for i in range(N)]
+
+
+def text_of(chunks):
+    return "".join(ch["text"] for ch in chunks)
+
+
+@pytest.mark.skipif(SANITIZED, reason="slow under the sanitizers")
+def test_router_killed_mid_stream(zinfer_bin, model_path, tmp_path):
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log",
+                       "--threads-per-worker", 1, "--slots", N, "--ctx-size", 320,
+                       "--heartbeat-timeout", 2000) as srv:
+        with Client(srv.addr, timeout_s=60.0, router_timeout_s=30.0) as c:
+            clean = collect(c, send_all(c))
+            ref = list(clean.values())
+            routers = children(srv).get("router", [])
+            assert len(routers) == 1, children(srv)
+            rids = send_all(c)
+            t0 = []
+
+            def kill():
+                t0.append(time.time())
+                os.kill(routers[0], signal.SIGKILL)
+
+            got = collect(c, rids, on_streaming=kill, min_tokens=3)
+            took = time.time() - t0[0]
+        new = children(srv).get("router", [])
+        assert new and new != routers, "the supervisor did not restart the router"
+        log = srv.log()
+    resumed = 0
+    for i, rid in enumerate(rids):
+        ids, chunks, fin = got[rid]
+        rids_, rchunks, rfin = ref[i]
+        assert fin["event"] == "final", (i, fin, log[-3000:])
+        assert fin["status"] == rfin["status"], (i, fin, rfin)
+        assert ids == rids_, f"request {i} ({sampling(i)}): ids differ after the restart"
+        assert text_of(chunks) == text_of(rchunks), f"request {i}: text differs"
+        if fin["status"] == "maximum_length":
+            assert len(ids) == fin["usage"]["completion_tokens"] == MAX_NEW, (i, fin)
+        notes = sum(1 for ch in chunks if ch.get("resumed"))
+        assert notes <= 1, chunks
+        resumed += notes
+    assert resumed > 0, "no stream noticed the restart"
+    assert "taken over" in log and "resumed at" in log, log[-3000:]
+    print(f"router killed and back: {resumed} streams resumed, {took:.1f} s to the last final")
+
+
+def test_router_lost(tmp_path):
+    """No router within router_timeout_s: one router_lost per open request,
+    nothing else, within the timeout."""
+    port = free_port()
+    ctx = zmq.Context.instance()
+    fake = ctx.socket(zmq.ROUTER)
+    fake.setsockopt(zmq.LINGER, 0)
+    fake.bind(f"tcp://127.0.0.1:{port}")
+    with Client(f"tcp://127.0.0.1:{port}", timeout_s=20.0, router_timeout_s=1.0) as c:
+        rids = [c.send({"op": "generate", "prompt": "hi"}) for _ in range(3)]
+        for _ in rids:
+            assert fake.poll(5000)
+            ident, body = fake.recv_multipart()
+            assert msgpack.unpackb(body)["op"] == "generate"
+        fake.close(0)  # the router dies with the requests
+        t = time.time()
+        ends = {}
+        for rid in rids:
+            for ev in c.events(rid):
+                ends.setdefault(rid, []).append(ev)
+        waited = time.time() - t
+    for rid in rids:
+        assert [e["event"] for e in ends[rid]] == ["error"], ends[rid]
+        assert ends[rid][0]["code"] == "router_lost"
+    assert 0.9 < waited < 5, waited
