@@ -9,13 +9,17 @@
   the client library (clients/python) sends "resume" with the ids it
   holds, and every stream ends with exactly the ids and text of the
   fault-free run: no duplicate, no gap, one final each, nothing after it.
+- The same with the C library (`zinfer-client`, streaming to stdout): the
+  text printed equals the fault-free run's.
 - A client whose router goes away and does not come back gets one
   "router_lost" error per open request after router_timeout_s (a bare
-  ZeroMQ ROUTER stands in for a router that takes requests and dies).
+  ZeroMQ ROUTER stands in for a router that takes requests and dies), in
+  Python and in C (`zinfer-client --router-timeout`).
 """
 
 import os
 import signal
+import subprocess
 import time
 
 import msgpack
@@ -125,15 +129,60 @@ def test_router_killed_mid_stream(zinfer_bin, model_path, tmp_path):
     print(f"router killed and back: {resumed} streams resumed, {took:.1f} s to the last final")
 
 
+def client_bin(zinfer_bin):
+    return zinfer_bin.parent / "clients" / "c" / "zinfer-client"
+
+
+@pytest.mark.skipif(SANITIZED, reason="slow under the sanitizers")
+def test_router_killed_c_client(zinfer_bin, model_path, tmp_path):
+    args = ["--max-tokens", str(MAX_NEW), "--ignore-eos", "--timeout", "60000",
+            "--router-timeout", "30000", "Once upon a time"]
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log",
+                       "--threads-per-worker", 1, "--slots", 2, "--ctx-size", 320,
+                       "--heartbeat-timeout", 2000) as srv:
+        cmd = [str(client_bin(zinfer_bin)), "--router", srv.addr, *args]
+        clean = subprocess.run(cmd, capture_output=True, timeout=120)
+        assert clean.returncode == 0, clean.stderr
+        routers = children(srv).get("router", [])
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        first = os.read(p.stdout.fileno(), 1)  # streaming: the first chunk is out (unbuffered:
+        # communicate() below reads the descriptor, not a file object's buffer)
+        os.kill(routers[0], signal.SIGKILL)
+        rest, errs = p.communicate(timeout=120)
+        log = srv.log()
+    assert p.returncode == 0, (errs, log[-3000:])
+    assert first + rest == clean.stdout, "the C client's text differs after the restart"
+    assert "resumed at" in log, log[-3000:]
+
+
+def fake_router():
+    """A bare ROUTER on a free port: (socket, address)."""
+    port = free_port()
+    fake = zmq.Context.instance().socket(zmq.ROUTER)
+    fake.setsockopt(zmq.LINGER, 0)
+    fake.bind(f"tcp://127.0.0.1:{port}")
+    return fake, f"tcp://127.0.0.1:{port}"
+
+
+def test_router_lost_c_client(zinfer_bin):
+    fake, addr = fake_router()
+    p = subprocess.Popen([str(client_bin(zinfer_bin)), "--router", addr, "--timeout", "20000",
+                          "--router-timeout", "1000", "hi"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert fake.poll(5000)
+    fake.recv_multipart()
+    fake.close(0)
+    t = time.time()
+    out, errs = p.communicate(timeout=20)
+    assert p.returncode == 1 and "router_lost" in errs, (p.returncode, errs)
+    assert 0.9 < time.time() - t < 5
+
+
 def test_router_lost(tmp_path):
     """No router within router_timeout_s: one router_lost per open request,
     nothing else, within the timeout."""
-    port = free_port()
-    ctx = zmq.Context.instance()
-    fake = ctx.socket(zmq.ROUTER)
-    fake.setsockopt(zmq.LINGER, 0)
-    fake.bind(f"tcp://127.0.0.1:{port}")
-    with Client(f"tcp://127.0.0.1:{port}", timeout_s=20.0, router_timeout_s=1.0) as c:
+    fake, addr = fake_router()
+    with Client(addr, timeout_s=20.0, router_timeout_s=1.0) as c:
         rids = [c.send({"op": "generate", "prompt": "hi"}) for _ in range(3)]
         for _ in rids:
             assert fake.poll(5000)
