@@ -77,7 +77,8 @@ typedef struct live_ctx {
 /* A sequence that ended lately: its final "tokens" message may have gone
  * to a router that died before passing it on, so a restarted router gets
  * it in the register's "live" list too (docs/protocol.md, "Router
- * restart"). Kept DONE_KEEP_MS, at most DONE_KEEP_MAX of them. */
+ * restart"). Kept DONE_KEEP_MS, at most DONE_KEEP_MAX of them holding at
+ * most DONE_KEEP_BYTES together. */
 typedef struct done_seq {
     uint64_t rid;
     char *start;
@@ -89,6 +90,7 @@ typedef struct done_seq {
 } done_seq;
 #define DONE_KEEP_MS 15000
 #define DONE_KEEP_MAX 256
+#define DONE_KEEP_BYTES (64u << 20)
 
 /* The --mmproj tower and the tiles it encoded lately (tile_cache.h), with
  * what it cost: the heartbeat's image counters. */
@@ -125,17 +127,27 @@ typedef struct worker {
     int n_loras;
     done_seq done[DONE_KEEP_MAX]; /* oldest first */
     int n_done;
+    size_t done_bytes; /* their start messages and ids */
 } worker;
+
+static size_t done_size(const done_seq *d) {
+    return d->start_len + d->n_ids * sizeof *d->ids;
+}
 
 static void done_free(done_seq *d) {
     free(d->start);
     free(d->ids);
 }
 
-/* Forgets the ended sequences kept longer than DONE_KEEP_MS. */
+/* Forgets the ended sequences kept longer than DONE_KEEP_MS, and the
+ * oldest while they hold more than DONE_KEEP_BYTES. */
 static void done_prune(worker *w, int64_t now) {
     int k = 0;
-    while (k < w->n_done && now - w->done[k].t_ms > DONE_KEEP_MS) done_free(&w->done[k++]);
+    while (k < w->n_done &&
+           (now - w->done[k].t_ms > DONE_KEEP_MS || w->done_bytes > DONE_KEEP_BYTES)) {
+        w->done_bytes -= done_size(&w->done[k]);
+        done_free(&w->done[k++]);
+    }
     memmove(w->done, w->done + k, (size_t)(w->n_done - k) * sizeof *w->done);
     w->n_done -= k;
 }
@@ -145,6 +157,7 @@ static void done_prune(worker *w, int64_t now) {
 static void done_keep(worker *w, live_ctx *l, int64_t end) {
     done_prune(w, zi_now_ms());
     if (w->n_done == DONE_KEEP_MAX) { /* the oldest goes first */
+        w->done_bytes -= done_size(&w->done[0]);
         done_free(&w->done[0]);
         memmove(w->done, w->done + 1, (size_t)(DONE_KEEP_MAX - 1) * sizeof *w->done);
         w->n_done--;
@@ -159,7 +172,9 @@ static void done_keep(worker *w, live_ctx *l, int64_t end) {
     if (n) memcpy(ids, c->tokens + c->prompt_len, n * sizeof *ids);
     w->done[w->n_done++] =
         (done_seq){l->rid, l->start, l->start_len, ids, n, c->status, zi_now_ms()};
+    w->done_bytes += done_size(&w->done[w->n_done - 1]);
     l->start = NULL;
+    done_prune(w, zi_now_ms());
 }
 
 /* register, with the sequences held ("live": running ones and those that
@@ -286,6 +301,7 @@ static void drop_all(worker *w) {
     while (w->n_live > 0) drop_live(w, w->n_live - 1);
     while (w->n_jobs > 0) drop_job(w, w->n_jobs - 1);
     while (w->n_done > 0) done_free(&w->done[--w->n_done]);
+    w->done_bytes = 0;
 }
 
 /* embed: a job of the request's inputs (worker_embed.h), run from the

@@ -273,8 +273,9 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     if (req.timestamp_ns == 0) req.timestamp_ns = rt->io.wall_ns(rt->io.ctx);
     r->index = req.index;
     /* what a router restart cannot rebuild: the log probabilities of the
-     * tokens generated meanwhile, the echo (router_restart.c) */
-    r->no_restart = req.logprobs > 0 || req.echo;
+     * tokens generated meanwhile, the echo; and images, whose bytes the
+     * note would carry to the worker a second time (router_restart.c) */
+    r->no_restart = req.logprobs > 0 || req.echo || req.n_images > 0;
     r->t_recv_ms = core_now(rt);
     long long timeout = req.timeout_ms ? req.timeout_ms : rt->req_timeout;
     if (timeout > 0) r->deadline_ms = r->t_recv_ms + timeout;

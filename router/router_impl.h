@@ -148,11 +148,11 @@ typedef struct rreq {
     zi_router_conn client_conn; /* the client's connection (fd -1: unknown) */
     int64_t deadline_ms;        /* core_now() past which it ends "deadline_exceeded" (0: none) */
     /* Router restart (router_restart.c). no_restart: asked for what a
-     * restart cannot rebuild (log probabilities, echo): its start carries
-     * no note. orphan: taken over from a worker after a restart, waiting
-     * for its client's "resume" since orphan_ms (TL_WAITING, no tokenizer
-     * attached until then); adopted_done: the worker had ended it with
-     * adopted_status before the restart. */
+     * restart cannot rebuild (log probabilities, echo) or has images (the
+     * note would carry their bytes again): its start carries no note. orphan: taken over from a
+     * worker after a restart, waiting for its client's "resume" since orphan_ms (TL_WAITING, no
+     * tokenizer attached until then); adopted_done: the worker had ended it with adopted_status
+     * before the restart. */
     bool no_restart, orphan, adopted_done;
     int64_t orphan_ms;
     int adopted_status; /* a zi_gen_status */
