@@ -38,7 +38,13 @@ typedef struct pending {
 typedef struct open_req {
     char id[ZI_CLIENT_ID_MAX + 1];
     int64_t held;
+    int resumed; /* a resume went out for it */
 } open_req;
+
+/* Resumed requests that ended: a request the old router never got may be
+ * answered twice (its generate refused by the new router, then its
+ * resume); frames of these ids are dropped. The latest ENDED_MAX. */
+#define ENDED_MAX 32
 
 struct zi_client {
     void *ctx;
@@ -52,6 +58,8 @@ struct zi_client {
     pending *head, *tail; /* replies received but not yet asked for */
     open_req *open;
     size_t n_open, cap_open;
+    char ended[ENDED_MAX][ZI_CLIENT_ID_MAX + 1];
+    size_t n_ended; /* ever; the ring holds the latest ENDED_MAX */
 };
 
 static int64_t now_ms(void) {
@@ -184,6 +192,9 @@ static void open_add(zi_client *c, const char *id) {
     open_req *o = &c->open[c->n_open++];
     snprintf(o->id, sizeof o->id, "%s", id);
     o->held = 0;
+    o->resumed = 0;
+    for (size_t i = 0; i < ENDED_MAX && i < c->n_ended; i++) /* an id used again */
+        if (!strcmp(c->ended[i], id)) c->ended[i][0] = '\0';
 }
 
 /* ---- sending ---- */
@@ -495,16 +506,23 @@ static int decode_event(const void *buf, size_t len, zi_client_event *ev, zi_err
 }
 
 /* Counts what ev brings to its open request (a chunk's ids), or ends it
- * (a final or error). */
-static void track(zi_client *c, const zi_client_event *ev) {
+ * (a final or error). 0, or 1 for a frame to drop (one after the end of a
+ * resumed request). */
+static int track(zi_client *c, const zi_client_event *ev) {
     for (size_t i = 0; i < c->n_open; i++) {
         if (strcmp(c->open[i].id, ev->id)) continue;
-        if (ev->kind == ZI_CLIENT_CHUNK)
+        if (ev->kind == ZI_CLIENT_CHUNK) {
             c->open[i].held += (int64_t)ev->n_token_ids;
-        else
+        } else {
+            if (c->open[i].resumed)
+                snprintf(c->ended[c->n_ended++ % ENDED_MAX], sizeof c->ended[0], "%s", ev->id);
             c->open[i] = c->open[--c->n_open];
-        return;
+        }
+        return 0;
     }
+    for (size_t i = 0; ev->id[0] && i < ENDED_MAX && i < c->n_ended; i++)
+        if (!strcmp(c->ended[i], ev->id)) return 1;
+    return 0;
 }
 
 /* Appends ev to the kept replies (it is freed on failure). */
@@ -525,7 +543,8 @@ static int keep(zi_client *c, zi_client_event *ev, zi_error *err) {
 }
 
 /* One frame waiting on the socket (flags: 0 or ZMQ_DONTWAIT), decoded and
- * counted: ZI_OK, 1 when none waits (ZMQ_DONTWAIT), else an error. */
+ * counted: ZI_OK, 1 when none waits (ZMQ_DONTWAIT), 2 when it was dropped
+ * (track), else an error. */
 static int read_frame(zi_client *c, int flags, zi_client_event *ev, zi_error *err) {
     zmq_msg_t msg;
     zmq_msg_init(&msg);
@@ -537,7 +556,10 @@ static int read_frame(zi_client *c, int flags, zi_client_event *ev, zi_error *er
     }
     int rc = decode_event(zmq_msg_data(&msg), zmq_msg_size(&msg), ev, err);
     zmq_msg_close(&msg);
-    if (!rc) track(c, ev);
+    if (!rc && track(c, ev)) {
+        zi_client_event_free(ev);
+        return 2;
+    }
     return rc;
 }
 
@@ -564,6 +586,7 @@ static int on_monitor(zi_client *c, zi_error *err) {
             zi_client_event ev;
             int rc = read_frame(c, ZMQ_DONTWAIT, &ev, err);
             if (rc == 1) break;
+            if (rc == 2) continue;
             if (rc || (rc = keep(c, &ev, err))) return rc;
         }
         for (size_t i = 0; i < c->n_open; i++) {
@@ -578,6 +601,7 @@ static int on_monitor(zi_client *c, zi_error *err) {
             pack_str(&pk, c->open[i].id);
             pack_str(&pk, "tokens");
             msgpack_pack_int64(&pk, c->open[i].held);
+            c->open[i].resumed = 1;
             int rc = send_buf(c, &sb, err);
             msgpack_sbuffer_destroy(&sb);
             if (rc) return rc;
@@ -650,7 +674,7 @@ static int recv_event(zi_client *c, zi_client_event *ev, zi_error *err) {
         }
         if (it[0].revents & ZMQ_POLLIN) {
             int rc = read_frame(c, ZMQ_DONTWAIT, ev, err);
-            if (rc != 1) return rc;
+            if (rc != 1 && rc != 2) return rc;
         }
     }
 }

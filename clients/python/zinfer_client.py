@@ -125,6 +125,10 @@ class Client:
         self.router_timeout_ms = None if router_timeout_s is None else int(router_timeout_s * 1000)
         self._open = {}  # generate id -> token ids received (what a resume says it holds)
         self._inbox = []  # frames read from the socket, not yet returned by _recv_one
+        # Resumed requests, and those that ended after a resume: a request
+        # the old router never got may be answered twice (its generate
+        # refused by the new router, then its resume), the second dropped.
+        self._resumed, self._ended = set(), set()
         self._lost_at = None  # time.monotonic() when the router's connection closed
         self._was_connected = False
         if curve_secret is not None:
@@ -163,6 +167,7 @@ class Client:
         self._pending.setdefault(msg["id"], [])
         if msg.get("op") == "generate":
             self._open[msg["id"]] = 0
+            self._ended.discard(msg["id"])
         return msg["id"]
 
     def _on_monitor(self):
@@ -177,10 +182,13 @@ class Client:
                 # include it, or those tokens would come twice.
                 while True:
                     try:
-                        self._inbox.append(self._take(self.sock.recv(zmq.NOBLOCK)))
+                        m = self._take(self.sock.recv(zmq.NOBLOCK))
                     except zmq.Again:
                         break
+                    if m is not None:
+                        self._inbox.append(m)
                 for rid, held in self._open.items():
+                    self._resumed.add(rid)
                     self.sock.send(msgpack.packb({"op": "resume", "id": rid, "tokens": held},
                                                  use_bin_type=True))
             self._was_connected = True
@@ -221,12 +229,15 @@ class Client:
                 return self._inbox.pop(0)
             if self.sock in ready:
                 try:  # (a monitor event may have drained it)
-                    return self._take(self.sock.recv(zmq.NOBLOCK))
+                    m = self._take(self.sock.recv(zmq.NOBLOCK))
                 except zmq.Again:
-                    pass
+                    continue
+                if m is not None:
+                    return m
 
     def _take(self, data):
-        """A frame read from the socket, counted for a resume."""
+        """A frame read from the socket, counted for a resume (None: one
+        to drop, after the end of a resumed request)."""
         m = msgpack.unpackb(data, raw=False, strict_map_key=False)
         rid = m.get("id", "")
         if rid in self._open:
@@ -234,6 +245,11 @@ class Client:
                 self._open[rid] += len(decode_array(m.get("token_ids")))
             elif m.get("event") in ("final", "error"):
                 del self._open[rid]
+                if rid in self._resumed:
+                    self._resumed.discard(rid)
+                    self._ended.add(rid)
+        elif rid in self._ended:
+            return None
         return m
 
     def next_reply(self, rid):

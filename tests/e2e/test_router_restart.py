@@ -13,6 +13,10 @@
   text printed equals the fault-free run's; and over HTTP (zinfer-http,
   the `openai` SDK streaming a completion): the streamed text equals the
   fault-free run's.
+- Against a bare ZeroMQ ROUTER that dies and is bound again: each client
+  library sends "resume" with the token ids it holds, from the same
+  routing id, and a second terminal frame for a resumed request is
+  dropped.
 - A client whose router goes away and does not come back gets one
   "router_lost" error per open request after router_timeout_s (a bare
   ZeroMQ ROUTER stands in for a router that takes requests and dies), in
@@ -22,6 +26,7 @@
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import msgpack
@@ -234,13 +239,75 @@ def test_router_killed_http_stream(zinfer_bin, model_path, tmp_path):
     assert "resumed at" in log, log[-3000:]
 
 
-def fake_router():
-    """A bare ROUTER on a free port: (socket, address)."""
-    port = free_port()
+def fake_router(addr=None):
+    """A bare ROUTER on a free port (or addr): (socket, address)."""
+    addr = addr or f"tcp://127.0.0.1:{free_port()}"
     fake = zmq.Context.instance().socket(zmq.ROUTER)
     fake.setsockopt(zmq.LINGER, 0)
-    fake.bind(f"tcp://127.0.0.1:{port}")
-    return fake, f"tcp://127.0.0.1:{port}"
+    fake.bind(addr)
+    return fake, addr
+
+
+def chunk(rid, ids):
+    return msgpack.packb({"id": rid, "event": "chunk", "text": "x" * len(ids), "token_ids": ids})
+
+
+def test_resume_sent_on_reconnect():
+    fake, addr = fake_router()
+    with Client(addr, timeout_s=5.0, router_timeout_s=10.0) as c:
+        rid = c.send({"op": "generate", "prompt": "hi"})
+        assert fake.poll(5000)
+        ident, _ = fake.recv_multipart()
+        fake.send_multipart([ident, chunk(rid, [5, 6, 7])])
+        assert c.recv()["token_ids"] == [5, 6, 7]
+        fake.close(0)  # the router dies; another comes up on its address
+        fake, _ = fake_router(addr)
+        got = []
+        t = threading.Thread(target=lambda: got.append(c.recv()))
+        t.start()
+        assert fake.poll(5000), "no resume"
+        ident2, body = fake.recv_multipart()
+        assert ident2 == ident  # the same routing id
+        assert msgpack.unpackb(body) == {"op": "resume", "id": rid, "tokens": 3}
+        err = msgpack.packb({"id": rid, "event": "error", "code": "unavailable", "message": "-"})
+        fake.send_multipart([ident, err])
+        fake.send_multipart([ident, err])  # a second answer: dropped
+        t.join(10)
+        assert [m["code"] for m in got] == ["unavailable"]
+        c.timeout_ms = 500
+        with pytest.raises(TimeoutError):
+            c.recv()
+    fake.close(0)
+
+
+def test_resume_sent_on_reconnect_c(zinfer_bin):
+    fake, addr = fake_router()
+    p = subprocess.Popen([str(client_bin(zinfer_bin)), "--router", addr, "--timeout", "10000",
+                          "--json", "hi"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        assert fake.poll(5000)
+        ident, body = fake.recv_multipart()
+        rid = msgpack.unpackb(body)["id"]
+        fake.send_multipart([ident, chunk(rid, [5, 6])])
+        time.sleep(0.3)  # the client has it
+        fake.close(0)
+        fake, _ = fake_router(addr)
+        assert fake.poll(5000), "no resume"
+        ident2, body = fake.recv_multipart()
+        assert ident2 == ident and msgpack.unpackb(body) == {"op": "resume", "id": rid,
+                                                             "tokens": 2}
+        fake.send_multipart([ident, chunk(rid, [8])])
+        fake.send_multipart([ident, msgpack.packb(
+            {"id": rid, "event": "final", "status": "maximum_length",
+             "usage": {"prompt_tokens": 1, "completion_tokens": 3}})])
+        out, errs = p.communicate(timeout=10)
+    finally:
+        if p.poll() is None:
+            p.kill()
+        fake.close(0)
+    assert p.returncode == 0, errs
+    assert '"token_ids":[5,6,8]' in out.replace(" ", ""), out
 
 
 def test_router_lost_c_client(zinfer_bin):
