@@ -320,9 +320,9 @@ int zi_router_shutdown(zi_router *rt) {
     size_t pos = 0;
     for (void *one; (one = zi_req_table_find(&rt->reqs, &pos, any_req, NULL));)
         fail_request(rt, one, "unavailable", "the server is shutting down", NULL);
+    restart_free(rt);
     after_event(rt);
     zi_req_table_free(&rt->reqs);
-    restart_free(rt);
     free(rt->be);
     rt->be = NULL;
     rt->n_be = 0;

@@ -447,7 +447,8 @@ void restart_resume(router *rt, const unsigned char *ident, size_t ident_len, bo
  * "unavailable". */
 void restart_check(router *rt, int64_t now);
 
-/* Frees what the restart state holds (shutdown). */
+/* Shutdown: the resumes still waiting are answered "unavailable", and
+ * what the restart state holds is freed. */
 void restart_free(router *rt);
 
 /* ---- router_request.c ----------------------------------------------------- */

@@ -407,7 +407,12 @@ void restart_check(router *rt, int64_t now) {
 }
 
 void restart_free(router *rt) {
-    for (size_t i = 0; i < rt->n_presume; i++) free(rt->presume[i].id);
+    for (size_t i = 0; i < rt->n_presume; i++) { /* each still gets its one answer */
+        pending_resume *p = &rt->presume[i];
+        send_error_raw(rt, p->client, p->client_len, p->delim, p->id, p->id_len, "unavailable",
+                       "the server is shutting down", NULL);
+        free(p->id);
+    }
     free(rt->presume);
     rt->presume = NULL;
     rt->n_presume = 0;
