@@ -63,7 +63,8 @@ def sampling(i):
 
 def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
     """Every request's frames to its terminal one; on_streaming() once every
-    request has streamed min_tokens ids. {rid: (ids, chunks, terminal)}."""
+    request has streamed min_tokens ids (or ended: a stop string can end
+    one sooner). {rid: (ids, chunks, terminal)}."""
     ids = {r: [] for r in rids}
     chunks = {r: [] for r in rids}
     term = {}
@@ -80,7 +81,7 @@ def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
             ids[rid].extend(int(t) for t in decode_array(m["token_ids"]))
         else:
             term[rid] = m
-        if not fired and all(len(ids[r]) >= min_tokens for r in rids):
+        if not fired and all(len(ids[r]) >= min_tokens or r in term for r in rids):
             fired = True
             on_streaming()
     assert c.sock.poll(300) == 0  # exactly one terminal frame each, nothing after
@@ -244,7 +245,14 @@ def fake_router(addr=None):
     addr = addr or f"tcp://127.0.0.1:{free_port()}"
     fake = zmq.Context.instance().socket(zmq.ROUTER)
     fake.setsockopt(zmq.LINGER, 0)
-    fake.bind(addr)
+    for attempt in range(100):  # a socket closed on it lets go of it asynchronously
+        try:
+            fake.bind(addr)
+            break
+        except zmq.ZMQError:
+            if attempt == 99:
+                raise
+            time.sleep(0.05)
     return fake, addr
 
 
