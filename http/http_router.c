@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -89,8 +90,13 @@ static void *open_watched(zi_http_conn *c) {
     int linger = 1000, sndtimeo = 1000, zero = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     zmq_setsockopt(s, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
-    char addr[64];
-    snprintf(addr, sizeof addr, "inproc://zi-http-conn-%p", (void *)c);
+    /* unique in the shared context: a closed connection's monitor name
+     * may linger a moment */
+    char addr[96];
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    snprintf(addr, sizeof addr, "inproc://zi-http-conn-%p-%lld-%ld", (void *)c,
+             (long long)ts.tv_sec, ts.tv_nsec);
     if (zmq_socket_monitor(s, addr, ZMQ_EVENT_CONNECTED) == 0 &&
         (c->mon = zmq_socket(c->ctx->zctx, ZMQ_PAIR))) {
         zmq_setsockopt(c->mon, ZMQ_LINGER, &zero, sizeof zero);
