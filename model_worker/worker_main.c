@@ -23,6 +23,12 @@
  * parameters, too long for a slot), is answered with an "error" message for
  * that request alone, so one bad request never stops the batch. Messages are
  * described in docs/protocol.md and encoded and decoded by protocol/imsg.h.
+ *
+ * Each sequence keeps the "start" message it came with (the router's note
+ * in it), and ended ones are kept a few seconds: when the router asks to
+ * register again (it restarted), the worker registers with them ("live")
+ * and goes on generating; the new router takes over those its clients
+ * come back for and cancels the rest (docs/protocol.md, "Router restart").
  */
 #include <errno.h>
 #include <stdio.h>
