@@ -53,6 +53,7 @@
 #include "curve.h"
 #include "duration.h"
 #include "gguf.h"
+#include "keypath.h"
 #include "log.h"
 #include "lora.h"
 #include "mem_plan.h"
@@ -122,6 +123,10 @@ typedef struct child {
     int has_run;       /* a run of it ended other than by failing to start */
     int demand;        /* its model loads and unloads on demand (--models-max) */
     int broken;        /* its model could not start when loaded on demand: never loaded again */
+    /* why it could not start, to tell the router (model_failed) while
+     * fail_pending: the requests waiting for its model end at once */
+    int fail_pending;
+    char fail_msg[ZI_ERROR_MSG_MAX];
     int64_t parked_ms; /* when it was told to stop for an unload (SIGKILL 5 s later) */
 } child;
 
@@ -254,6 +259,9 @@ typedef struct serve_opts {
     /* --tool-call-format, auto resolved from the chat template
      * (tool_call_format) and passed to zinfer-http by name */
     int tool_format;
+    /* auto with several models: each one's, as zinfer-http's
+     * --model-tool-call-format NAME=F,... ("" when not passed) */
+    char model_tools[MAX_MODELS * (MODEL_NAME_MAX + 24)];
 } serve_opts;
 
 /* A model to serve (o->models has room for MAX_MODELS); ZI_EINVAL past it. */
@@ -711,10 +719,11 @@ static int validate_options(serve_opts *o, const zi_logger *lg) {
     return GO_ON;
 }
 
-/* --tool-call-format auto: the format the chat template the tokenizers
- * use (--chat-template's, else the model file's) asks for; generic when
- * there is none or it cannot be read (the tokenizers then say why). */
-static zi_tool_format tool_call_format(const serve_opts *o) {
+/* --tool-call-format auto: the format the chat template model k's
+ * tokenizers use (--chat-template's, else the model file's) asks for;
+ * generic when there is none or it cannot be read (the tokenizers then
+ * say why). */
+static zi_tool_format tool_call_format(const serve_opts *o, int k) {
     zi_tool_format f = ZI_TF_GENERIC;
     zi_error err = {0};
     if (o->tmpl) {
@@ -726,8 +735,7 @@ static zi_tool_format tool_call_format(const serve_opts *o) {
     }
     zi_gguf *g = NULL;
     zi_str t = {0};
-    /* (zinfer-http has one tool-call format: the default model's) */
-    if (zi_gguf_open_flags(o->models[0].path, ZI_GGUF_ANY_TYPE, &g, &err) != ZI_OK) return f;
+    if (zi_gguf_open_flags(o->models[k].path, ZI_GGUF_ANY_TYPE, &g, &err) != ZI_OK) return f;
     if (zi_gguf_get_str(g, "tokenizer.chat_template", &t, NULL) == ZI_OK)
         f = zi_tool_format_detect(t.ptr, (size_t)t.len);
     zi_gguf_close(g);
@@ -995,6 +1003,10 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             o->level,   "--tool-call-format", zi_tool_format_name((zi_tool_format)o->tool_format)};
         size_t k = 0;
         for (size_t j = 0; j < sizeof a / sizeof a[0]; j++) c->argv[k++] = (char *)a[j];
+        if (o->model_tools[0]) {
+            c->argv[k++] = "--model-tool-call-format";
+            c->argv[k++] = o->model_tools;
+        }
         for (int j = 0; j < o->n_hpass; j++) c->argv[k++] = (char *)o->http_pass[j];
     }
     *ch_out = ch;
@@ -1028,10 +1040,14 @@ static void child_exited(const zi_logger *lg, child *ch, int nc, child *c, int s
     int config = WIFEXITED(status) && WEXITSTATUS(status) == ZI_EXIT_CONFIG;
     if (config && c->demand) {
         /* A model loaded on demand that cannot start (its file, its
-         * memory) stays unloaded, its requests end "unavailable" when
-         * they have waited --failover-timeout; the other models go on. */
+         * memory) stays unloaded; the router is told why (demand_poll's
+         * model_failed), so its requests end "unavailable" with it at
+         * once; the other models go on. */
         zi_log(lg, ZI_LOG_ERROR, "%s cannot start: %s; its model stays unloaded", c->name,
                msg[0] ? msg : "a configuration error (see its messages above)");
+        snprintf(c->fail_msg, sizeof c->fail_msg, "%s",
+                 msg[0] ? msg : "its process could not start (see the server's log)");
+        c->fail_pending = 1;
         for (int i = 0; i < nc; i++) {
             if (ch[i].model != c->model) continue;
             ch[i].parked = ch[i].broken = 1;
@@ -1109,7 +1125,10 @@ static void child_exited(const zi_logger *lg, child *ch, int nc, child *c, int s
  *   model with no request that has been idle the longest is unloaded
  *   first, and the waiting model loads once its processes have exited.
  *
- * The waiting requests wait in the router (up to --failover-timeout). */
+ * The waiting requests wait in the router (up to --failover-timeout). A
+ * model whose processes cannot start is told to the router (its
+ * "model_failed" op, with the child's error): its waiting requests end at
+ * once with that error, and new ones are refused with it. */
 
 #define DEMAND_POLL_MS 200
 
@@ -1250,6 +1269,20 @@ static void demand_poll(const zi_logger *lg, demand *d, child *ch, int nc) {
         zmq_msg_close(&msg);
         d->asked_ms = 0;
     }
+    for (int i = 0; i < nc; i++) { /* a model that could not load, once */
+        if (!ch[i].fail_pending || ch[i].model < 0) continue;
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 4);
+        zi_pack_kv_str(&m.pk, "op", "model_failed");
+        zi_pack_kv_str(&m.pk, "id", "serve-failed");
+        zi_pack_kv_str(&m.pk, "model_name", d->o->models[ch[i].model].name);
+        char why[ZI_ERROR_MSG_MAX]; /* one line of valid UTF-8, as the router takes it */
+        zi_printable_max(why, sizeof why, ch[i].fail_msg, strlen(ch[i].fail_msg), sizeof why - 8);
+        zi_pack_kv_str(&m.pk, "message", why);
+        if (zmq_send(d->sock, m.sb.data, m.sb.size, ZMQ_DONTWAIT) >= 0) ch[i].fail_pending = 0;
+        zi_msg_free(&m);
+    }
     if (now < d->next_ms || (d->asked_ms && now - d->asked_ms < 5000)) return;
     d->next_ms = now + DEMAND_POLL_MS;
     char id[32];
@@ -1350,10 +1383,26 @@ int zi_serve_main(int argc, char **argv) {
     if (rc == GO_ON) rc = find_binaries(&o);
     if (rc == GO_ON && o.http) {
         int from_template = o.tool_format == ZI_TF_AUTO;
-        if (from_template) o.tool_format = tool_call_format(&o);
+        if (from_template) o.tool_format = tool_call_format(&o, 0);
         zi_log(&lg, ZI_LOG_INFO, "tool-call format: %s (%s)",
                zi_tool_format_name((zi_tool_format)o.tool_format),
                from_template ? "the chat template's" : "--tool-call-format");
+        /* Several models, each with its own chat template: zinfer-http
+         * reads each model's tool calls in that model's format. */
+        size_t at = 0;
+        for (int k = 1; from_template && !o.tmpl && k < o.n_models; k++) {
+            if (!at) /* the default's too: "" means none passed */
+                at +=
+                    (size_t)snprintf(o.model_tools, sizeof o.model_tools, "%s=%s", o.models[0].name,
+                                     zi_tool_format_name((zi_tool_format)o.tool_format));
+            zi_tool_format f = tool_call_format(&o, k);
+            if (at < sizeof o.model_tools)
+                at += (size_t)snprintf(o.model_tools + at, sizeof o.model_tools - at, ",%s=%s",
+                                       o.models[k].name, zi_tool_format_name(f));
+            if (f != (zi_tool_format)o.tool_format)
+                zi_log(&lg, ZI_LOG_INFO, "tool-call format of model %s: %s (its chat template's)",
+                       o.models[k].name, zi_tool_format_name(f));
+        }
     }
     child *ch = NULL;
     int nc = 0;

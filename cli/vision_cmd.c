@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "args.h"
-#include "cpu_backend.h"
+#include "backend_select.h"
 #include "image.h"
 #include "image_prompt.h"
 #include "vision.h"
@@ -25,13 +25,14 @@
 
 static const char *USAGE =
     "usage: zinfer encode-image --mmproj FILE (--image IMG | --pixels FILE) --out FILE\n"
-    "                           [--threads N]\n"
+    "                           [--threads N] [--device cpu|cuda|cuda:N]\n"
     "  Runs the projector file's image tower. --image: an image file (JPEG, PNG, WebP,\n"
     "  GIF), decoded and prepared as llama.cpp does for the projector, every tile\n"
     "  encoded; --pixels: one tile of raw float32, image_size x image_size x 3 values\n"
     "  (interleaved RGB, row-major, normalized with the file's mean and std). Writes\n"
     "  the soft tokens (n_tokens x lm_dim float32, tiles in order) to --out and prints\n"
-    "  one JSON line: n_tokens, n_tiles, lm_dim, image_size, encode_ms.\n";
+    "  one JSON line: n_tokens, n_tiles, lm_dim, image_size, encode_ms. --device: the\n"
+    "  backend the tower runs on (default cpu).\n";
 
 static int usage_fail(const char *msg) {
     fprintf(stderr, "zinfer encode-image: %s\n%s", msg, USAGE);
@@ -85,7 +86,7 @@ static int image_tiles(const zi_vision_config *c, const char *path, float **px, 
 }
 
 int zi_encode_image_main(int argc, char **argv) {
-    const char *mmproj = NULL, *pixels = NULL, *image = NULL, *out = NULL;
+    const char *mmproj = NULL, *pixels = NULL, *image = NULL, *out = NULL, *device = NULL;
     long long threads = 0;
     zi_error err = {0};
     for (int i = 1; i < argc; i++) {
@@ -107,6 +108,8 @@ int zi_encode_image_main(int argc, char **argv) {
             image = v;
         else if (!strcmp(a, "--out"))
             out = v;
+        else if (!strcmp(a, "--device"))
+            device = v;
         else if (!strcmp(a, "--threads")) {
             if (zi_parse_int(a, v, 1, 1024, &threads, &err)) return usage_fail(err.msg);
         } else {
@@ -121,8 +124,7 @@ int zi_encode_image_main(int argc, char **argv) {
     zi_backend *be = NULL;
     zi_vision *v = NULL;
     float *px = NULL, *emb = NULL;
-    zi_cpu_options co = {.n_threads = (int)threads};
-    int rc = zi_cpu_backend_create(&co, &be, &err);
+    int rc = zi_backend_create_for_device(device, (int)threads, 0, &be, &err);
     if (!rc) rc = zi_vision_load(mmproj, be, 0, &v, &err);
     const zi_vision_config *c = rc ? NULL : zi_vision_get_config(v);
     int n_tiles = 1;

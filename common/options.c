@@ -186,6 +186,16 @@ static const zi_option TABLE[ZI_O_COUNT] = {
     [ZI_O_NO_PREFIX_CACHE] = {"--no-prefix-cache", NULL, ZI_OPT_FLAG, 0, 0, NULL, 0, "",
                               PASS | WORKER, NULL,
                               "do not share cached prompt prefixes between requests", NULL},
+    [ZI_O_KV_DISK] = {"--kv-disk", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", PASS | WORKER, "DIR",
+                      "keep prefix-cache blocks in DIR too (created if missing; workers may "
+                      "share it): blocks are written in the background and read back on a "
+                      "prefix hit, also after a restart (docs/engine.md, \"The disk tier\")",
+                      NULL},
+    [ZI_O_KV_DISK_BYTES] = {"--kv-disk-bytes", NULL, ZI_OPT_SIZE, 1LL << 20, 1LL << 50, NULL,
+                            4LL << 30, NULL, PASS | WORKER, "B",
+                            "the most bytes of block files in --kv-disk's DIR; the least "
+                            "recently used files are removed beyond it",
+                            NULL},
     [ZI_O_SPEC_LOOKUP] = {"--spec-lookup", NULL, ZI_OPT_FLAG, 0, 0, NULL, 0, "", PASS | WORKER,
                           NULL,
                           "prompt-lookup speculation (greedy or sampled; "
@@ -216,6 +226,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                         "admitted requests not yet on a worker, tokenize and detokenize "
                         "included",
                         NULL},
+    [ZI_O_MAX_QUEUE_PER_MODEL] = {"--max-queue-per-model", NULL, ZI_OPT_INT, 0, 1 << 24, NULL, 0,
+                                  "", PASS | ROUTER, "N",
+                                  "admitted requests of one model not yet on a worker (0: all "
+                                  "of --max-queue with one model, half of it with several), so "
+                                  "that one model's requests cannot fill the queue the others "
+                                  "share",
+                                  NULL},
     [ZI_O_MAX_PROMPT_TOKENS] = {"--max-prompt-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096,
                                 NULL, PASS | ROUTER, "N", "longest prompt accepted", NULL},
     [ZI_O_MAX_NEW_TOKENS] = {"--max-new-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096, NULL,
@@ -314,6 +331,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                                "zinfer-http alone: Hermes, Mistral, Llama 3, bare JSON)",
                                "how the model writes tool calls (docs/http.md); auto: as its "
                                "chat template does"},
+    /* serve passes it with several models, each one's from its chat template */
+    [ZI_O_MODEL_TOOL_CALL_FORMAT] = {"--model-tool-call-format", NULL, ZI_OPT_STRING, 0, 0, NULL, 0,
+                                     "", HTTP, "NAME=F[,NAME=F...]",
+                                     "the tool-call format of the model NAME (F as for "
+                                     "--tool-call-format, auto excluded); a request for a model "
+                                     "named by none takes --tool-call-format's; repeatable",
+                                     NULL},
     [ZI_O_NO_WEBUI] = {"--no-webui", NULL, ZI_OPT_FLAG, 0, 0, NULL, 0, "", PASS | HTTP, NULL,
                        "do not serve the chat page at / (llama-server's flag; docs/http.md, "
                        "\"Chat page\")",

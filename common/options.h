@@ -63,12 +63,15 @@ typedef enum zi_opt_id {
     ZI_O_BLOCK_SIZE,
     ZI_O_NUM_STEPS,
     ZI_O_NO_PREFIX_CACHE,
+    ZI_O_KV_DISK,
+    ZI_O_KV_DISK_BYTES,
     ZI_O_SPEC_LOOKUP,
     ZI_O_NO_SPEC_LOOKUP,
     ZI_O_DRAFT_MODEL,
     ZI_O_LORA,
     /* zinfer-router */
     ZI_O_MAX_QUEUE,
+    ZI_O_MAX_QUEUE_PER_MODEL,
     ZI_O_MAX_PROMPT_TOKENS,
     ZI_O_MAX_NEW_TOKENS,
     ZI_O_MAX_THINKING_TOKENS,
@@ -92,6 +95,7 @@ typedef enum zi_opt_id {
     ZI_O_RESPONSES_STORE_BYTES,
     ZI_O_REASONING_FORMAT,
     ZI_O_TOOL_CALL_FORMAT,
+    ZI_O_MODEL_TOOL_CALL_FORMAT,
     ZI_O_NO_WEBUI,
     /* CURVE key files (serve makes them from --keys) */
     ZI_O_ROUTER_CURVE_SECRET,

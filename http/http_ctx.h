@@ -20,6 +20,10 @@
 
 #include "http_images.h"
 #include "log.h"
+#include "zi_error.h"
+
+/* The most models --model-tool-call-format names (zinfer serve's). */
+#define ZI_HTTP_MAX_TOOL_FORMATS 64
 
 /* The HTTP side's settings (http_server.h). */
 typedef struct zi_http_config {
@@ -39,6 +43,14 @@ typedef struct zi_http_config {
     /* --tool-call-format (a zi_tool_format; AUTO parses as generic: zinfer
      * serve passes the one its chat template asks for) */
     int tool_format;
+    /* --model-tool-call-format NAME=F: a model's own format (zinfer serve
+     * passes each model's when it has several: their chat templates
+     * differ); a model not listed takes tool_format (zi_http_tool_format) */
+    struct {
+        char name[128];
+        int format;
+    } model_tool_format[ZI_HTTP_MAX_TOOL_FORMATS];
+    int n_model_tool_format;
     const zi_logger *lg;
     int reasoning_format; /* zi_reasoning_format: a chat request's unless it names one */
     int no_webui;         /* --no-webui: no chat page at / (http_page.h) */
@@ -110,5 +122,17 @@ int zi_http_ctx_init(zi_http_ctx *x, const zi_http_config *cfg, const zi_http_li
                      void *zctx, const char *router_addr);
 /* Frees the token texts and the mutexes; no thread may use x any more. */
 void zi_http_ctx_destroy(zi_http_ctx *x);
+
+/* Adds --model-tool-call-format's value v (NAME=F[,NAME=F...], F a
+ * --tool-call-format choice other than auto) to cfg: 0, or -1 with err
+ * naming the flag and the bad part (an entry without '=', an empty or
+ * over-long name, an unknown format, more than ZI_HTTP_MAX_TOOL_FORMATS
+ * models). A name given again takes the later format. */
+int zi_http_model_tool_formats_add(zi_http_config *cfg, const char *v, zi_error *err);
+
+/* The tool-call format (a zi_tool_format) of a request for model (its
+ * served name, the default resolved; "MODEL:ADAPTER" is MODEL's): the one
+ * --model-tool-call-format gives that model, else cfg->tool_format. */
+int zi_http_tool_format(const zi_http_config *cfg, const char *model);
 
 #endif

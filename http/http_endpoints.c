@@ -350,12 +350,34 @@ static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
          "Images: tiles run through the image tower (--mmproj).", ZI_KV_IMAGE_TILES},
         {"zinfer_image_encode_seconds_total", "counter",
          "Images: seconds spent running the image tower.", -4},
+        {"zinfer_kv_memory_hit_blocks_total", "counter", "Prefix cache: blocks found in memory.",
+         ZI_KV_MEM_HIT_BLOCKS},
+        {"zinfer_kv_memory_miss_blocks_total", "counter",
+         "Prefix cache: lookups memory could not answer.", ZI_KV_MEM_MISS_BLOCKS},
+        {"zinfer_kv_disk_hit_blocks_total", "counter",
+         "Prefix cache: blocks read back from the disk tier (--kv-disk).", ZI_KV_DISK_HIT_BLOCKS},
+        {"zinfer_kv_disk_miss_blocks_total", "counter",
+         "Prefix cache: lookups the disk tier could not answer.", ZI_KV_DISK_MISS_BLOCKS},
+        {"zinfer_kv_disk_bytes", "gauge", "Bytes of block files in the --kv-disk directory.",
+         ZI_KV_DISK_BYTES},
+        {"zinfer_kv_disk_written_blocks_total", "counter", "Block files written to --kv-disk.",
+         ZI_KV_DISK_WRITTEN},
+        {"zinfer_kv_disk_dropped_writes_total", "counter",
+         "Blocks not written to --kv-disk (queue full, write failed).", ZI_KV_DISK_DROPPED},
+        {"zinfer_kv_disk_rejected_files_total", "counter",
+         "Block files ignored: corrupt, truncated, foreign or stale.", ZI_KV_DISK_REJECTED},
+        {"zinfer_kv_disk_read_seconds_total", "counter", "Seconds reading from --kv-disk.",
+         ZI_KV_DISK_READ_US},
+        {"zinfer_kv_disk_write_seconds_total", "counter",
+         "Seconds writing to --kv-disk (its writer thread, off the steps).", ZI_KV_DISK_WRITE_US},
     };
     for (size_t j = 0; j < sizeof kv / sizeof kv[0]; j++) {
         ADD("# HELP %s %s\n# TYPE %s %s\n", kv[j].name, kv[j].help, kv[j].name, kv[j].type);
         for (size_t w = 0; w < mt.n_workers; w++) {
             const int64_t *s = mt.worker_kv[w];
-            if (kv[j].stat >= 0)
+            if (kv[j].stat == ZI_KV_DISK_READ_US || kv[j].stat == ZI_KV_DISK_WRITE_US)
+                ADD("%s{worker=\"%zu\"} %.6f\n", kv[j].name, w, (double)s[kv[j].stat] / 1e6);
+            else if (kv[j].stat >= 0)
                 ADD("%s{worker=\"%zu\"} %lld\n", kv[j].name, w, (long long)s[kv[j].stat]);
             else if (kv[j].stat == -4)
                 ADD("%s{worker=\"%zu\"} %.6f\n", kv[j].name, w,
@@ -653,12 +675,14 @@ static void generate(zi_http_ctx *ctx, const zi_http_api *api, const char *body,
     /* The server's settings every API's chat shares. */
     if (!s->g.reasoning.format_given)
         s->g.reasoning.format = (zi_reasoning_format)ctx->cfg.reasoning_format;
-    s->g.tools.format = (zi_tool_format)ctx->cfg.tool_format;
     /* The request's model (or the default) names the answer; one not
      * served is a 404 here (the router would refuse it too, in its own
      * protocol's words). The request carries model_name when it named one,
      * so the router routes it to that model's processes. */
     if (served_model(ctx, s->conn, s->g.model, model, sizeof model, NULL, &e)) goto fail;
+    /* Tool calls are read in the format of the model that writes them
+     * (several models' chat templates differ). */
+    s->g.tools.format = (zi_tool_format)zi_http_tool_format(&ctx->cfg, model);
     zi_http_conn_set_model(s->conn, s->g.model);
     zi_http_result_init(&s->r, &s->g, model);
     s->r.ctx = ctx;

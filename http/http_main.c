@@ -115,6 +115,12 @@ int main(int argc, char **argv) {
         case ZI_O_TOOL_CALL_FORMAT: /* choices in zi_tool_format's order */
             cfg.tool_format = (int)x;
             break;
+        case ZI_O_MODEL_TOOL_CALL_FORMAT:
+            if (zi_http_model_tool_formats_add(&cfg, v, &err)) {
+                fprintf(stderr, "zinfer-http: %s\n", err.msg);
+                return 2;
+            }
+            break;
         case ZI_O_NO_WEBUI:
             cfg.no_webui = 1;
             break;

@@ -54,8 +54,10 @@ typedef struct zi_weight {
     const void *file_data; /* the rows in the file's layout (get_rows reads these) */
     void *owned;           /* non-NULL when the backend allocated a copy */
     /* A second form the backend derived from the weight (the CUDA
-     * backend's fp16 copy for large batches), made lazily by its ops and
-     * released by weight_free; NULL: none. Not counted in data_bytes. */
+     * backend's fp16 copy for large batches, or its float32 one for
+     * matmul_tile; the CPU's tile pack), made lazily by its ops or by
+     * weight_prepare_tile and released by weight_free; NULL: none. Not
+     * counted in data_bytes. */
     void *aux;
 } zi_weight;
 
@@ -251,7 +253,7 @@ typedef struct zi_backend_ops {
      * Accumulates in double where a backend can (the CPU's does): within
      * float rounding of exact. Optional (NULL: the model runs encoders
      * through kv_store and attention, every token given its input's last
-     * position; the CUDA backend does so). */
+     * position). */
     void (*span_attention)(zi_backend *be, float *out, const float *q, const float *k,
                            const float *v, const int32_t *order, const int32_t *starts, int n_spans,
                            const zi_attn_shape *s);

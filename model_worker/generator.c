@@ -24,6 +24,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -170,6 +171,9 @@ int zi_generator_create(zi_model *m, const zi_generator_config *cfg_in, zi_gener
 
 void zi_generator_free(zi_generator *g) {
     if (!g) return;
+    zi_kv_disk_close(g->disk); /* writes what is queued (it holds copies, not the cache) */
+    free(g->on_disk);
+    free(g->disk_buf);
     zi_kv_cache_free(g->kv);
     zi_kv_blocks_free(g->kb);
     free(g->state_slots);
@@ -220,6 +224,63 @@ void zi_generator_free(zi_generator *g) {
     free(g);
 }
 
+/* The disk tier's eviction hook (zi_kv_blocks_set_evict_hook): a cached
+ * block leaving memory whose write was dropped is queued now. */
+static void evicted(void *ctx, int32_t id, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+    zi_generator *g = ctx;
+    if (!g->on_disk[id]) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        void *buf = zi_kv_disk_write_begin(g->disk, hash, parent, tokens);
+        if (buf && zi_kv_cache_read_block(g->kv, id, buf) == ZI_OK)
+            zi_kv_disk_write_commit(g->disk);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        g->stats.disk_queue_us +=
+            (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+    }
+    g->on_disk[id] = 0; /* the block starts over */
+}
+
+int zi_generator_open_kv_disk(zi_generator *g, const char *dir, uint64_t max_bytes,
+                              const char *kv_tag, const zi_logger *log, zi_error *err) {
+    if (g->disk) return zi_error_set(err, ZI_EINVAL, "--kv-disk: the disk tier is open already");
+    if (!g->cfg.prefix_cache)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "--kv-disk needs the prefix cache (not with --no-prefix-cache)");
+    const zi_model_config *mc = zi_model_get_config(g->model);
+    if (mc->n_recurrent > 0)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "--kv-disk: '%s' is a hybrid, whose prefixes also need a recurrent "
+                            "state; the disk tier is not supported for it",
+                            mc->arch);
+    zi_kv_disk_identity id = {.model = zi_kv_disk_model_id(zi_model_gguf(g->model)),
+                              .block_size = (uint32_t)g->cfg.block_size,
+                              .n_kv_heads = (uint32_t)mc->n_kv_heads,
+                              .head_dim = (uint32_t)mc->head_dim};
+    snprintf(id.kv_tag, sizeof id.kv_tag, "%s", kv_tag ? kv_tag : "");
+    int n_layers;
+    zi_kv_cache_block_layout(g->kv, &n_layers, &id.k_bytes, &id.v_bytes);
+    id.n_layers = (uint32_t)n_layers;
+    g->on_disk = calloc((size_t)g->cfg.kv_blocks, 1);
+    g->disk_buf = malloc(zi_kv_disk_payload_bytes(&id));
+    if (!g->on_disk || !g->disk_buf) {
+        free(g->on_disk);
+        free(g->disk_buf);
+        g->on_disk = g->disk_buf = NULL;
+        return zi_error_set(err, ZI_ENOMEM, "out of memory for the disk tier");
+    }
+    /* queued writes: 32 MiB (at least 4 blocks), outside the KV cache */
+    int rc = zi_kv_disk_open(dir, max_bytes, 32u << 20, &id, log, &g->disk, err);
+    if (rc) {
+        free(g->on_disk);
+        free(g->disk_buf);
+        g->on_disk = g->disk_buf = NULL;
+        return rc;
+    }
+    zi_kv_blocks_set_evict_hook(g->kb, evicted, g);
+    return ZI_OK;
+}
+
 int zi_generator_slots_used(const zi_generator *g) {
     return g->slots_used;
 }
@@ -237,6 +298,16 @@ void zi_generator_get_stats(const zi_generator *g, zi_generator_stats *out) {
     out->kv_free = ks.free;
     out->evictions = ks.evictions;
     out->device_sampled = zi_device_sampler_count(g->dev);
+    if (g->disk) {
+        zi_kv_disk_stats ds;
+        zi_kv_disk_get_stats(g->disk, &ds);
+        out->disk_bytes = ds.bytes;
+        out->disk_written_blocks = ds.written_blocks;
+        out->disk_dropped_writes = ds.dropped_writes;
+        out->disk_rejected = ds.rejected;
+        out->disk_read_us = ds.read_us;
+        out->disk_write_us = ds.write_us;
+    }
 }
 
 int zi_generator_check(const zi_generator *g, zi_error *err) {
@@ -383,6 +454,41 @@ static int make_logprobs(zi_generator *g, const float *row, int32_t token, int64
     return ZI_OK;
 }
 
+/* The positions of c the disk tier may hold: those before its first
+ * image's soft tokens, whose K/V come from the worker's --mmproj, which
+ * the files' identity does not name (a LoRA adapter's blocks are kept out
+ * by their seed). */
+static int64_t disk_positions(const zi_text_context *c) {
+    int64_t p = INT64_MAX;
+    for (size_t i = 0; i < c->n_images; i++)
+        if (c->images[i].n_tiles > 0 && c->images[i].tile_first[0] < p)
+            p = c->images[i].tile_first[0];
+    return p;
+}
+
+/* The disk tier: queues registered block id (hash, parent, tokens) to
+ * be written, a copy of its K/V taken now (so that a killed worker's
+ * prefixes are on disk, not only the evicted ones); a block the tier must
+ * not hold (skip: under a LoRA seed, or after an image) is never written.
+ * A full queue drops it: the eviction hook tries again. */
+static void queue_write(zi_generator *g, int32_t id, int skip, uint64_t hash, uint64_t parent,
+                        const int32_t *tk) {
+    if (skip) {
+        g->on_disk[id] = 1;
+        return;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    void *buf = zi_kv_disk_write_begin(g->disk, hash, parent, tk);
+    if (buf && zi_kv_cache_read_block(g->kv, id, buf) == ZI_OK) {
+        zi_kv_disk_write_commit(g->disk);
+        g->on_disk[id] = 1;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    g->stats.disk_queue_us +=
+        (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000);
+}
+
 /* Registers the blocks of c that are now full (every position fed) for
  * prefix sharing, and marks them committed (the seeds' committed_idx). */
 static void register_full_blocks(zi_generator *g, zi_text_context *c) {
@@ -393,7 +499,13 @@ static void register_full_blocks(zi_generator *g, zi_text_context *c) {
     if (full > q->n_blocks) full = q->n_blocks;
     for (; q->n_registered < full; q->n_registered++) {
         const int32_t *tk = c->tokens + (size_t)q->n_registered * bs;
-        q->last_hash = zi_kv_blocks_register(g->kb, q->blocks[q->n_registered], q->last_hash, tk);
+        const int32_t id = q->blocks[q->n_registered];
+        const uint64_t parent = q->last_hash;
+        q->last_hash = zi_kv_blocks_register(g->kb, id, parent, tk);
+        if (g->disk && zi_kv_blocks_registered(g->kb, id) && !g->on_disk[id])
+            queue_write(g, id,
+                        q->seed != 0 || (int64_t)(q->n_registered + 1) * bs > disk_positions(c),
+                        q->last_hash, parent, tk);
     }
     if ((int64_t)full * bs > c->committed_idx)
         zi_text_context_set_token_indices(c, ZI_IDX_KEEP, ZI_IDX_KEEP, ZI_IDX_KEEP,
@@ -461,6 +573,45 @@ static void checkpoint_state(zi_generator *g, zi_text_context *c) {
         zi_state_ckpts_drop(g->ckpts, row); /* it holds no such state */
 }
 
+/* The disk tier's part of a prefix lookup whose first `got` blocks were
+ * found in memory (q->blocks, q->last_hash): reads the next blocks from
+ * disk into blocks of the pool (taken from the free or cached ones, never
+ * by preempting a sequence) and registers them, going back to memory
+ * after each one (a later block may still be cached), up to max blocks.
+ * Runs at the request's admission, in the step that schedules it (its
+ * time: disk_read_us). Returns the blocks now held. */
+static int32_t match_disk(zi_generator *g, zi_text_context *c, gseq *q, int32_t got, int32_t max) {
+    const int bs = g->cfg.block_size;
+    while (got < max && zi_kv_blocks_available(g->kb) > 0) {
+        const int32_t *tk = c->tokens + (size_t)got * bs;
+        const uint64_t parent = q->last_hash;
+        const uint64_t h = zi_kv_blocks_hash(g->kb, parent, tk);
+        if (!zi_kv_disk_read(g->disk, h, parent, tk, g->disk_buf)) {
+            g->stats.disk_miss_blocks++;
+            break;
+        }
+        const int32_t id = zi_kv_blocks_alloc(g->kb);
+        if (id < 0) break;
+        if (zi_kv_cache_write_block(g->kv, id, g->disk_buf) != ZI_OK) {
+            zi_kv_blocks_release(g->kb, id);
+            break;
+        }
+        zi_kv_blocks_register(g->kb, id, parent, tk);
+        g->on_disk[id] = zi_kv_blocks_registered(g->kb, id);
+        q->blocks[got++] = id;
+        q->last_hash = h;
+        g->stats.disk_hit_blocks++;
+        if (got == max) break;
+        int32_t more = zi_kv_blocks_match_seeded(g->kb, h, c->tokens + (size_t)got * bs,
+                                                 (int64_t)(max - got) * bs, max - got,
+                                                 q->blocks + got, &q->last_hash);
+        got += more;
+        g->stats.mem_hit_blocks += (uint64_t)more;
+        if (got < max) g->stats.mem_miss_blocks++;
+    }
+    return got;
+}
+
 /* A context at the start of (re-)encoding takes the cached blocks of its
  * longest registered prefix, leaving at least one token to feed (its
  * logits). Not for echoed log probabilities, which need every position. */
@@ -475,6 +626,12 @@ static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
     if (max < 1) return;
     int32_t got = zi_kv_blocks_match_seeded(g->kb, q->seed, c->tokens, eligible, max, q->blocks,
                                             &q->last_hash);
+    g->stats.mem_hit_blocks += (uint64_t)got;
+    if (got < max) g->stats.mem_miss_blocks++;
+    if (got < max && g->disk && q->seed == 0) {
+        int64_t dmax = disk_positions(c) / g->cfg.block_size;
+        if (got < dmax) got = match_disk(g, c, q, got, dmax < max ? (int32_t)dmax : max);
+    }
     if (got > 0 && g->ckpts) got = resume_state(g, c, q, got);
     if (got == 0) return;
     q->n_blocks = q->n_registered = got;

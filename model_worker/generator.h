@@ -76,6 +76,7 @@
 #include "embedder.h"
 #include "model.h"
 #include "types.h"
+#include "log.h"
 #include "zi_error.h"
 
 typedef struct zi_generator_config {
@@ -136,6 +137,18 @@ typedef struct zi_generator_stats {
     uint64_t images_encoded;       /* images whose first tile was encoded */
     uint64_t tiles_encoded;        /* tiles run through cfg.encode_tile */
     double image_encode_ms;        /* milliseconds spent in cfg.encode_tile */
+    /* The prefix cache per tier, in blocks (zi_generator_open_kv_disk):
+     * found in memory, and lookups memory could not answer (each one
+     * then asked of the disk tier when there is one); read back from
+     * disk, and lookups the disk could not answer. */
+    uint64_t mem_hit_blocks, mem_miss_blocks;
+    uint64_t disk_hit_blocks, disk_miss_blocks;
+    uint64_t disk_bytes;          /* in the tier's directory (kv_disk.h) */
+    uint64_t disk_written_blocks; /* files written */
+    uint64_t disk_dropped_writes; /* blocks not written (queue full, write failed) */
+    uint64_t disk_rejected;       /* files ignored: corrupt, truncated, foreign, stale */
+    uint64_t disk_read_us, disk_write_us;
+    uint64_t disk_queue_us; /* the steps' time copying blocks into the write queue */
 } zi_generator_stats;
 
 typedef struct zi_generator zi_generator;
@@ -144,6 +157,24 @@ typedef struct zi_generator zi_generator;
 int zi_generator_create(zi_model *m, const zi_generator_config *cfg, zi_generator **out,
                         zi_error *err);
 void zi_generator_free(zi_generator *g);
+
+/*
+ * Adds the disk tier (kv_disk.h; docs/engine.md, "The disk tier") to the
+ * prefix cache: every full block registered for sharing is queued to be
+ * written to dir (and a cached block evicted from memory, if its write
+ * was dropped), and a prefix lookup that memory cannot answer reads the
+ * next blocks from dir at the request's admission. kv_tag names the
+ * backend's KV type and computation (zi_kv_disk_identity.kv_tag), which
+ * the caller knows (the activation bits, the KV type). Only for the
+ * blocks of contexts without LoRA adapters (their ids are the worker's
+ * own) and before a context's first image (its K/V comes from the
+ * worker's projector, which the files do not name), and not for hybrids
+ * (a prefix also needs a recurrent state):
+ * ZI_EUNSUPPORTED for those, and without the prefix cache. At most once,
+ * before the first step.
+ */
+int zi_generator_open_kv_disk(zi_generator *g, const char *dir, uint64_t max_bytes,
+                              const char *kv_tag, const zi_logger *log, zi_error *err);
 
 /*
  * Runs up to num_steps steps over the n contexts of batch. A context without

@@ -13,6 +13,7 @@
 #include "grammar.h"
 #include "grammar_cache.h"
 #include "kv_blocks.h"
+#include "kv_disk.h"
 #include "sampler.h"
 #include "spec_draft.h"
 #include "spec_lookup.h"
@@ -147,6 +148,13 @@ struct zi_generator {
     zi_state_ckpts *ckpts;
     uint64_t *hashes;
     int dim;                       /* the model's */
+    /* The disk tier (zi_generator_open_kv_disk; NULL: none): on_disk[id]
+     * says block id's K/V need no write when it is evicted (queued when
+     * registered, read from disk, or under a LoRA seed); disk_buf is a
+     * block's payload read back. */
+    zi_kv_disk *disk;
+    uint8_t *on_disk; /* [cfg.kv_blocks] */
+    void *disk_buf;
     /* a step's adapters (zi_batch.lora): [max_batch_tokens * ZI_MAX_LORA] */
     const struct zi_lora **lora_ptr;
     float *lora_sc;

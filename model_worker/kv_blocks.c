@@ -33,6 +33,8 @@ struct zi_kv_blocks {
     int32_t *table;                                     /* [cap]: block id or -1 */
     uint32_t cap_mask;
     zi_kv_blocks_stats st;
+    zi_kv_blocks_evict_fn on_evict; /* zi_kv_blocks_set_evict_hook */
+    void *evict_ctx;
 };
 
 _Static_assert(ZI_KV_BLOCKS_MAX == 1 << 26, "the message below says 2^26");
@@ -178,6 +180,9 @@ int32_t zi_kv_blocks_alloc(zi_kv_blocks *kb) {
     } else if (kb->lru_head >= 0) {
         id = kb->lru_head;
         lru_remove(kb, id);
+        if (kb->on_evict)
+            kb->on_evict(kb->evict_ctx, id, kb->hash[id], kb->parent[id],
+                         kb->tokens + (size_t)id * kb->bs);
         unregister(kb, id);
         kb->st.evictions++;
     } else {
@@ -253,6 +258,15 @@ int32_t zi_kv_blocks_match_seeded(zi_kv_blocks *kb, uint64_t seed, const int32_t
     }
     if (last_hash) *last_hash = parent;
     return found;
+}
+
+int zi_kv_blocks_registered(const zi_kv_blocks *kb, int32_t id) {
+    return id >= 0 && id < kb->n && kb->reg[id];
+}
+
+void zi_kv_blocks_set_evict_hook(zi_kv_blocks *kb, zi_kv_blocks_evict_fn fn, void *ctx) {
+    kb->on_evict = fn;
+    kb->evict_ctx = ctx;
 }
 
 void zi_kv_blocks_get_stats(const zi_kv_blocks *kb, zi_kv_blocks_stats *out) {

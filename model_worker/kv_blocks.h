@@ -97,6 +97,18 @@ int32_t zi_kv_blocks_match_seeded(zi_kv_blocks *kb, uint64_t seed, const int32_t
                                   int64_t n_tokens, int32_t max_blocks, int32_t *ids_out,
                                   uint64_t *last_hash);
 
+/* Is block id registered (zi_kv_blocks_register took it, and it has not
+ * been evicted since)? */
+int zi_kv_blocks_registered(const zi_kv_blocks *kb, int32_t id);
+
+/* Called by zi_kv_blocks_alloc when it evicts a cached block, before the
+ * block is handed out again: its id, hash, parent hash and tokens, while
+ * its K/V are still valid (the disk tier writes them out, kv_disk.h). The
+ * hook must not call back into kb. fn NULL: none (the default). */
+typedef void (*zi_kv_blocks_evict_fn)(void *ctx, int32_t id, uint64_t hash, uint64_t parent,
+                                      const int32_t *tokens);
+void zi_kv_blocks_set_evict_hook(zi_kv_blocks *kb, zi_kv_blocks_evict_fn fn, void *ctx);
+
 void zi_kv_blocks_get_stats(const zi_kv_blocks *kb, zi_kv_blocks_stats *out);
 /* Checks the invariant above; ZI_EINVAL naming the first violation. */
 int zi_kv_blocks_check(const zi_kv_blocks *kb, zi_error *err);

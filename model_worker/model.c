@@ -1326,6 +1326,50 @@ uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv) {
     return (uint64_t)kv->n_blocks * (uint64_t)kv->block_size * zi_model_kv_bytes_per_token(kv->m);
 }
 
+void zi_kv_cache_block_layout(const zi_kv_cache *kv, int *n_layers, uint64_t *k_bytes,
+                              uint64_t *v_bytes) {
+    const zi_model *m = kv->m;
+    const uint64_t rows = (uint64_t)kv->block_size * (uint64_t)m->cfg.n_kv_heads;
+    *n_layers = m->cfg.n_layers - m->cfg.n_recurrent;
+    *k_bytes = rows * ((uint64_t)m->cfg.head_dim * (uint64_t)m->be->kv_k_bytes +
+                       (uint64_t)m->be->kv_k_row_extra);
+    *v_bytes = rows * (uint64_t)m->cfg.head_dim * (uint64_t)m->be->kv_v_bytes;
+}
+
+/* Copies block `block` of every attention layer between the pools and
+ * buf (K then V, layer by layer): a block is one contiguous range of each
+ * pool (backend.h), whatever its inner layout. */
+static int copy_block(zi_kv_cache *kv, int block, void *buf, int to_cache) {
+    if (block < 0 || block >= kv->n_blocks) return ZI_EINVAL;
+    int n;
+    uint64_t kb, vb;
+    zi_kv_cache_block_layout(kv, &n, &kb, &vb);
+    zi_backend *be = kv->m->be;
+    uint8_t *p = buf;
+    for (int l = 0; l < kv->m->cfg.n_layers; l++) {
+        if (!kv->k[l]) continue;
+        uint8_t *k = (uint8_t *)kv->k[l] + (size_t)block * kb;
+        uint8_t *v = (uint8_t *)kv->v[l] + (size_t)block * vb;
+        if (to_cache) {
+            be->ops->upload(be, k, p, kb);
+            be->ops->upload(be, v, p + kb, vb);
+        } else {
+            be->ops->download(be, p, k, kb);
+            be->ops->download(be, p + kb, v, vb);
+        }
+        p += kb + vb;
+    }
+    return ZI_OK;
+}
+
+int zi_kv_cache_read_block(zi_kv_cache *kv, int block, void *dst) {
+    return copy_block(kv, block, dst, 0);
+}
+
+int zi_kv_cache_write_block(zi_kv_cache *kv, int block, const void *src) {
+    return copy_block(kv, block, (void *)src, 1);
+}
+
 /* ---- forward ---- */
 
 /* own_logits: the pass writes its logits into m->logits (backend memory)

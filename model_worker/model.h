@@ -144,6 +144,18 @@ int zi_kv_cache_ctx(const zi_kv_cache *kv); /* positions per sequence at most */
 int zi_kv_cache_blocks(const zi_kv_cache *kv);
 int zi_kv_cache_block_size(const zi_kv_cache *kv);
 uint64_t zi_kv_cache_bytes(const zi_kv_cache *kv);
+/* One block's bytes in each attention layer's K and V pool (the disk
+ * tier's layout identity, model_worker/kv_disk.h), and the layers that have
+ * them (n_layers less the recurrent ones). */
+void zi_kv_cache_block_layout(const zi_kv_cache *kv, int *n_layers, uint64_t *k_bytes,
+                              uint64_t *v_bytes);
+/* Block `block`'s K/V in every attention layer, copied out to dst or in
+ * from src: n_layers * (k_bytes + v_bytes) bytes, layer by layer, K then
+ * V, as the backend lays them out. For the disk tier: a block written back
+ * must have been read from a cache of the same model and layout.
+ * ZI_EINVAL for a block outside the pool. */
+int zi_kv_cache_read_block(zi_kv_cache *kv, int block, void *dst);
+int zi_kv_cache_write_block(zi_kv_cache *kv, int block, const void *src);
 
 /*
  * The recurrent states of a hybrid (zi_model_config.n_recurrent > 0): a

@@ -240,25 +240,35 @@ static void send_register(worker *w, bool report) {
 static void send_heartbeat(worker *w) {
     zi_generator_stats st;
     zi_generator_get_stats(w->gen, &st);
-    zi_im_heartbeat hb = {.load = w->n_live + w->n_jobs,
-                          .has_kv = true,
-                          .kv = {
-                              [ZI_KV_BLOCKS] = st.kv_blocks,
-                              [ZI_KV_BLOCK_SIZE] = st.block_size,
-                              [ZI_KV_USED] = st.kv_used,
-                              [ZI_KV_CACHED] = st.kv_cached,
-                              [ZI_KV_FREE] = st.kv_free,
-                              [ZI_KV_PREFIX_QUERY_TOKENS] = (int64_t)st.prefix_query_tokens,
-                              [ZI_KV_PREFIX_HIT_TOKENS] = (int64_t)st.prefix_hit_tokens,
-                              [ZI_KV_PREEMPTIONS] = (int64_t)st.preemptions,
-                              [ZI_KV_EVICTIONS] = (int64_t)st.evictions,
-                              [ZI_KV_SPEC_STEPS] = (int64_t)st.spec_steps,
-                              [ZI_KV_SPEC_DRAFTED] = (int64_t)st.spec_drafted,
-                              [ZI_KV_SPEC_ACCEPTED] = (int64_t)st.spec_accepted,
-                              [ZI_KV_IMAGE_TILES] = w->vision ? (int64_t)w->vision->runs : 0,
-                              [ZI_KV_IMAGE_ENCODE_US] =
-                                  w->vision ? (int64_t)(w->vision->run_ms * 1e3) : 0,
-                          }};
+    zi_im_heartbeat hb = {
+        .load = w->n_live + w->n_jobs,
+        .has_kv = true,
+        .kv = {
+            [ZI_KV_BLOCKS] = st.kv_blocks,
+            [ZI_KV_BLOCK_SIZE] = st.block_size,
+            [ZI_KV_USED] = st.kv_used,
+            [ZI_KV_CACHED] = st.kv_cached,
+            [ZI_KV_FREE] = st.kv_free,
+            [ZI_KV_PREFIX_QUERY_TOKENS] = (int64_t)st.prefix_query_tokens,
+            [ZI_KV_PREFIX_HIT_TOKENS] = (int64_t)st.prefix_hit_tokens,
+            [ZI_KV_PREEMPTIONS] = (int64_t)st.preemptions,
+            [ZI_KV_EVICTIONS] = (int64_t)st.evictions,
+            [ZI_KV_SPEC_STEPS] = (int64_t)st.spec_steps,
+            [ZI_KV_SPEC_DRAFTED] = (int64_t)st.spec_drafted,
+            [ZI_KV_SPEC_ACCEPTED] = (int64_t)st.spec_accepted,
+            [ZI_KV_IMAGE_TILES] = w->vision ? (int64_t)w->vision->runs : 0,
+            [ZI_KV_IMAGE_ENCODE_US] = w->vision ? (int64_t)(w->vision->run_ms * 1e3) : 0,
+            [ZI_KV_MEM_HIT_BLOCKS] = (int64_t)st.mem_hit_blocks,
+            [ZI_KV_MEM_MISS_BLOCKS] = (int64_t)st.mem_miss_blocks,
+            [ZI_KV_DISK_HIT_BLOCKS] = (int64_t)st.disk_hit_blocks,
+            [ZI_KV_DISK_MISS_BLOCKS] = (int64_t)st.disk_miss_blocks,
+            [ZI_KV_DISK_BYTES] = (int64_t)st.disk_bytes,
+            [ZI_KV_DISK_WRITTEN] = (int64_t)st.disk_written_blocks,
+            [ZI_KV_DISK_DROPPED] = (int64_t)st.disk_dropped_writes,
+            [ZI_KV_DISK_REJECTED] = (int64_t)st.disk_rejected,
+            [ZI_KV_DISK_READ_US] = (int64_t)st.disk_read_us,
+            [ZI_KV_DISK_WRITE_US] = (int64_t)st.disk_write_us,
+        }};
     zi_msg m;
     zi_im_heartbeat_pack(&hb, &m);
     zi_im_send(w->sock, &m);
@@ -671,6 +681,8 @@ typedef struct wopts {
     const char *curve_secret, *router_key; /* key files, or NULL */
     long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
     long long act_bits;
+    const char *kv_disk; /* --kv-disk, or NULL */
+    long long kv_disk_bytes;
     int no_prefix_cache;
     int spec_lookup;
     int log_level;
@@ -702,6 +714,12 @@ static int parse_args(int argc, char **argv, wopts *o) {
             exit(0);
         case ZI_O_CHECK_ARGS:
             check_only = 1;
+            break;
+        case ZI_O_KV_DISK:
+            o->kv_disk = v;
+            break;
+        case ZI_O_KV_DISK_BYTES:
+            o->kv_disk_bytes = x;
             break;
         case ZI_O_NO_PREFIX_CACHE:
             o->no_prefix_cache = 1;
@@ -986,6 +1004,28 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
     return ZI_OK;
 }
 
+/* --kv-disk: the prefix cache's disk tier. Its files are keyed by the
+ * backend's KV layout and what computed it (on the CPU its kernels' ISA
+ * and the activation bits), so a worker never reads K/V that it would not
+ * have computed itself, bit for bit. A tier that cannot be had is logged
+ * and the worker serves without it. */
+static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
+    zi_error err = {0};
+    char tag[48], cpu[40] = "";
+    const zi_backend *be = r->be;
+    if (!strcmp(be->ops->name, "cpu"))
+        snprintf(cpu, sizeof cpu, " %s a%d", zi_cpu_backend_isa(r->be),
+                 zi_cpu_backend_act_bits(r->be));
+    snprintf(tag, sizeof tag, "%s k%d+%d v%d%s", be->ops->name, be->kv_k_bytes, be->kv_k_row_extra,
+             be->kv_v_bytes, cpu);
+    if (zi_generator_open_kv_disk(w->gen, o->kv_disk, (uint64_t)o->kv_disk_bytes, tag, &w->log,
+                                  &err))
+        zi_log(&w->log, ZI_LOG_WARN, "disk tier off: %s", err.msg);
+    else
+        zi_log(&w->log, ZI_LOG_INFO, "KV disk tier: %s, up to %.1f MiB (%s)", o->kv_disk,
+               (double)o->kv_disk_bytes / (1 << 20), tag);
+}
+
 /* Sizes the KV cache (size_kv_cache), then creates the generator and reads
  * the vocabulary for structured output. Reports and returns the exit
  * status on failure (the model and backend are left to the caller). */
@@ -1064,6 +1104,7 @@ static int create_generator(worker *w, const wopts *o, wres *r) {
                    w->rank.softmax ? ", softmax" : "");
         }
     }
+    if (o->kv_disk) open_kv_disk(w, o, r);
     /* Structured output needs the tokens' bytes: the model file's
      * tokenizer, read once into a trie. Without one, such requests are
      * refused and everything else is served. */
@@ -1222,6 +1263,7 @@ int main(int argc, char **argv) {
                .device = zi_option_get(ZI_O_DEVICE)->def_text,
                .threads = zi_option_def(ZI_O_THREADS),
                .act_bits = zi_option_def(ZI_O_ACT_BITS),
+               .kv_disk_bytes = zi_option_def(ZI_O_KV_DISK_BYTES),
                .slots = zi_option_def(ZI_O_SLOTS),
                .ctx = zi_option_def(ZI_O_CTX_SIZE),
                .batch = zi_option_def(ZI_O_BATCH_SIZE),

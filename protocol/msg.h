@@ -62,11 +62,22 @@ enum {
     ZI_KV_PREFIX_HIT_TOKENS,
     ZI_KV_PREEMPTIONS,
     ZI_KV_EVICTIONS,
-    ZI_KV_SPEC_STEPS,    /* speculation (docs/speculative.md): verifications, */
-    ZI_KV_SPEC_DRAFTED,  /* draft tokens fed, */
-    ZI_KV_SPEC_ACCEPTED, /* and accepted */
-    ZI_KV_IMAGE_TILES,   /* images (--mmproj): tiles run through the tower, */
+    ZI_KV_SPEC_STEPS,      /* speculation (docs/speculative.md): verifications, */
+    ZI_KV_SPEC_DRAFTED,    /* draft tokens fed, */
+    ZI_KV_SPEC_ACCEPTED,   /* and accepted */
+    ZI_KV_IMAGE_TILES,     /* images (--mmproj): tiles run through the tower, */
     ZI_KV_IMAGE_ENCODE_US, /* and the microseconds that took */
+    /* the prefix cache per tier, in blocks (docs/engine.md, "The disk tier"): */
+    ZI_KV_MEM_HIT_BLOCKS,   /* found in memory, */
+    ZI_KV_MEM_MISS_BLOCKS,  /* lookups memory could not answer, */
+    ZI_KV_DISK_HIT_BLOCKS,  /* read back from --kv-disk, */
+    ZI_KV_DISK_MISS_BLOCKS, /* lookups the disk could not answer; */
+    ZI_KV_DISK_BYTES,       /* bytes in the --kv-disk directory, */
+    ZI_KV_DISK_WRITTEN,     /* block files written, */
+    ZI_KV_DISK_DROPPED,     /* blocks not written (queue full, write failed), */
+    ZI_KV_DISK_REJECTED,    /* files ignored (corrupt, truncated, foreign, stale), */
+    ZI_KV_DISK_READ_US,     /* microseconds reading, */
+    ZI_KV_DISK_WRITE_US,    /* and writing (the writer thread's) */
     ZI_N_KV_STATS
 };
 extern const char *const zi_kv_stat_names[ZI_N_KV_STATS];

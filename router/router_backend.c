@@ -89,7 +89,7 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     }
     if (be->role == ROLE_WORKER) {
         rt->no_worker_since = 0;
-        if (mr) mr->no_worker_since = 0;
+        if (mr) mr->no_worker_since = 0, mr->failed = false; /* it loaded after all */
         /* A wished load is done (a worker of no model serves every one);
          * its idle time counts from its loading, so that a short
          * keep_alive does not unload it at once. */
@@ -104,8 +104,10 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     if (be->role == ROLE_TOKENIZER) {
         rt->no_tok_since = 0;
         if (mr) mr->no_tok_since = 0;
-        failover_attach(rt); /* requests whose tokenizer died */
     }
+    /* Requests whose tokenizer died, and those that waited for their model
+     * to load: they are encoded once its tokenizer and a worker are up. */
+    failover_attach(rt);
     if (be->role == ROLE_WORKER)
         zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld", b,
                be->model, be->slots, (long long)be->max_length);
@@ -160,10 +162,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
     /* Keep the bytes: the sbuffer's storage becomes the request's. */
     r->start_len = m.sb.size;
     r->start_msg = msgpack_sbuffer_release(&m.sb);
-    if (queue_push(rt, r->rid) != ZI_OK) {
-        fail_request(rt, r, "internal", "out of memory", NULL);
-        return;
-    }
+    queue_push(rt, r);
     r->state = RS_QUEUED; /* ENCODING -> QUEUED: still counted in n_waiting */
     dispatch(rt);
 }

@@ -6,8 +6,10 @@
  * "encode"), cancel, health and models (answered here from the backend
  * records), tokenize and detokenize (checked here, answered by a
  * tokenizer), load_model and unload_model (a wish kept in the model's
- * record, which zinfer serve reads with models and acts on). A frame
- * that cannot be read gets one "error" frame.
+ * record, which zinfer serve reads with models and acts on),
+ * model_failed (zinfer serve says a model cannot load: its waiting
+ * requests end with the reason). A frame that cannot be read gets one
+ * "error" frame.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +166,19 @@ static void unavailable_msg(const char *model, int tk, char *msg, size_t cap) {
         snprintf(msg, cap, "no %s is connected yet; retry shortly", what);
 }
 
+/* The per-model share of the queue (model_queue_limit): true (msg filled
+ * in) when model already has that many requests waiting. */
+static bool model_queue_full(router *rt, const char *model, char *msg, size_t cap) {
+    const model_rec *m = model_find(rt, model, false);
+    long long limit = model_queue_limit(rt);
+    if (!m || m->waiting < (size_t)limit) return false;
+    snprintf(msg, cap,
+             "%zu requests of model '%.100s' are already waiting (--max-queue-per-model %lld); "
+             "retry later",
+             m->waiting, m->name, limit);
+    return true;
+}
+
 /* --load-on-demand: whether a request for model, which has no tokenizer
  * or no worker up, may wait for them (a configured model); if so, its
  * wait for each starts now unless one is under way. */
@@ -240,9 +255,15 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
         }
     }
     int tk = pick_backend(rt, ROLE_TOKENIZER, model);
-    bool wait =
-        !code && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0) && load_on_demand(rt, model);
-    if (!code && !wait && (tk < 0 || count_alive(rt, ROLE_WORKER, model) == 0)) {
+    bool no_worker = count_alive(rt, ROLE_WORKER, model) == 0;
+    const model_rec *fm = model_find(rt, model, false);
+    if (!code && no_worker && fm && fm->failed) { /* it would wait for nothing */
+        code = "unavailable";
+        snprintf(msg, sizeof msg, "model '%.100s' could not be loaded: %.380s", model,
+                 fm->fail_msg);
+    }
+    bool wait = !code && (tk < 0 || no_worker) && load_on_demand(rt, model);
+    if (!code && !wait && (tk < 0 || no_worker)) {
         code = "unavailable";
         unavailable_msg(model, tk, msg, sizeof msg);
     } else if (!code && rt->n_waiting >= (size_t)rt->max_queue) {
@@ -251,6 +272,8 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
                  "%zu requests are already waiting (--max-queue %lld); retry "
                  "later",
                  rt->n_waiting, rt->max_queue);
+    } else if (!code && model_queue_full(rt, model, msg, sizeof msg)) {
+        code = "overloaded";
     }
     rreq *r = NULL;
     if (!code && !(r = new_request(rt, c, K_GENERATE))) {
@@ -292,12 +315,13 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
         if (mr->want == MW_UNLOAD && count_alive(rt, ROLE_WORKER, model) == 0) mr->want = MW_NONE;
     }
     r->state = RS_ENCODING; /* the tokenizer keeps its decode state from here */
-    if (tk >= 0)
+    if (!wait)
         tok_attach(rt, r, tk, true);
-    else
-        r->tlink = TL_WAITING, r->loading = true; /* failover_attach encodes it once its
-                                                   * model's tokenizer is up */
-    rt->n_waiting++;
+    else /* failover_attach encodes it once its model's tokenizer and a worker
+          * are up, against the context the worker reports (before, the
+          * limit is not known: the model's training context is no bound) */
+        r->tlink = TL_WAITING, r->loading = true;
+    waiting_add(rt, r, 1);
     zi_im_encode em = {.rid = (int64_t)r->rid,
                        .has_max_length = true,
                        .max_length = worker_max_length(rt, model),
@@ -313,9 +337,9 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
     }
     if (rc)
         fail_request(rt, r, "internal", err.msg, NULL);
-    else if (tk < 0 && !r->encode_msg)
+    else if (wait && !r->encode_msg)
         fail_request(rt, r, "internal", "out of memory", NULL);
-    else if (tk >= 0)
+    else if (!wait)
         to_backend(rt, tk, &m);
     zi_msg_free(&m);
 }
@@ -407,6 +431,8 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
         snprintf(msg, sizeof msg,
                  "%zu requests are already waiting (--max-queue %lld); retry later", rt->n_waiting,
                  rt->max_queue);
+    } else if (!msg[0] && model_queue_full(rt, model, msg, sizeof msg)) {
+        code = "overloaded";
     }
     rreq *r = NULL;
     if (!msg[0] && !(r = new_request(rt, c, K_EMBED)))
@@ -419,7 +445,7 @@ static void op_embed(router *rt, const client_ctx *c, const msgpack_object *o) {
     snprintf(r->model, sizeof r->model, "%s", model);
     r->state = RS_ENCODING; /* the tokenizer keeps no state for an embed */
     tok_attach(rt, r, tk, false);
-    rt->n_waiting++;
+    waiting_add(rt, r, 1);
     zi_im_embed_encode em = {.rid = (int64_t)r->rid,
                              .max_length = worker_max_length(rt, model),
                              .max_tokens = rt->max_embed_tokens,
@@ -519,7 +545,8 @@ static void op_models(router *rt, const client_ctx *c) {
         }
         bool up = count_alive(rt, ROLE_WORKER, name) > 0;
         bool any = up || count_alive(rt, ROLE_TOKENIZER, name) > 0;
-        const char *state = up ? "loaded"
+        const char *state = up           ? "loaded"
+                            : mr->failed ? "failed"
                             : !rt->on_demand || any || waiting > 0 || mr->want == MW_LOAD
                                 ? "loading"
                                 : "unloaded";
@@ -595,6 +622,12 @@ static void op_model_wish(router *rt, const client_ctx *c, const msgpack_object 
     }
     bool up = count_alive(rt, ROLE_WORKER, model) > 0;
     bool any = up || count_alive(rt, ROLE_TOKENIZER, model) > 0;
+    if (load && !up && mr->failed) { /* its supervisor will not try again */
+        snprintf(msg, sizeof msg, "load_model: model '%.100s' could not be loaded: %.250s", model,
+                 mr->fail_msg);
+        client_error(rt, c, "unavailable", msg, NULL);
+        return;
+    }
     size_t pos = 0;
     bool busy = zi_req_table_find(&rt->reqs, &pos, of_model, model) != NULL;
     const char *status;
@@ -608,6 +641,74 @@ static void op_model_wish(router *rt, const client_ctx *c, const msgpack_object 
         status = any || busy ? "unloading" : "unloaded";
     }
     zi_log(&rt->log, ZI_LOG_INFO, "%s %s: %s", op, model, status);
+    zi_im_model_status st = {.id = {c->id, c->id_len},
+                             .model = {model, strlen(model)},
+                             .status = {status, strlen(status)}};
+    zi_msg m;
+    zi_im_model_status_pack(&st, &m);
+    out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &m);
+    zi_msg_free(&m);
+}
+
+/* model_failed: whoever starts a model's processes (zinfer serve) says it
+ * could not load them (a bad file, not enough memory) and why. The
+ * requests waiting for it end now, "unavailable" with that reason, and
+ * new ones are refused with it, until a worker of it registers; without
+ * this they waited --failover-timeout for nothing and held their places
+ * in the queue the other models share. */
+static void op_model_failed(router *rt, const client_ctx *c, const msgpack_object *o) {
+    static const char *const keys[] = {"op", "id", "model_name", "message"};
+    char msg[400];
+    msg[0] = '\0';
+    for (uint32_t i = 0; i < o->via.map.size && !msg[0]; i++) {
+        const msgpack_object *k = &o->via.map.ptr[i].key;
+        if (key_known(k, keys, sizeof keys / sizeof *keys)) continue;
+        char shown[80];
+        zi_printable(shown, sizeof shown, k->type == MSGPACK_OBJECT_STR ? k->via.str.ptr : "?",
+                     k->type == MSGPACK_OBJECT_STR ? k->via.str.size : 1);
+        snprintf(msg, sizeof msg, "unknown key '%s' in a model_failed request", shown);
+    }
+    if (msg[0]) {
+        client_error(rt, c, "invalid_request", msg, NULL);
+        return;
+    }
+    const msgpack_object *mn = zi_map_get(o, "model_name"), *why = zi_map_get(o, "message");
+    const char *model = "";
+    if (!mn || mn->type != MSGPACK_OBJECT_STR || mn->via.str.size == 0) {
+        client_error(rt, c, "invalid_request",
+                     !mn ? "model_name: missing" : "model_name: not a non-empty string",
+                     "model_name");
+        return;
+    }
+    if (!why || why->type != MSGPACK_OBJECT_STR || why->via.str.size == 0 ||
+        !zi_utf8_valid(why->via.str.ptr, why->via.str.size)) {
+        client_error(rt, c, "invalid_request",
+                     !why ? "message: missing" : "message: not a non-empty UTF-8 string",
+                     "message");
+        return;
+    }
+    if (!resolve_model(rt, mn->via.str.ptr, mn->via.str.size, &model, NULL, msg, sizeof msg)) {
+        client_error(rt, c, "invalid_request", msg, "model_name");
+        return;
+    }
+    model_rec *mr = model_find(rt, model, false);
+    if (!mr) { /* (resolve_model names known models only) */
+        client_error(rt, c, "invalid_request", "model_name: not a model of this router",
+                     "model_name");
+        return;
+    }
+    mr->failed = true;
+    mr->want = MW_NONE; /* a wished load cannot be met */
+    /* Cut at a character boundary: the reason goes out in error frames. */
+    size_t n =
+        why->via.str.size < sizeof mr->fail_msg - 1 ? why->via.str.size : sizeof mr->fail_msg - 1;
+    while (n > 0 && n < why->via.str.size && ((unsigned char)why->via.str.ptr[n] & 0xC0) == 0x80)
+        n--;
+    memcpy(mr->fail_msg, why->via.str.ptr, n);
+    mr->fail_msg[n] = '\0';
+    zi_log(&rt->log, ZI_LOG_WARN, "model %s could not be loaded: %s", model, mr->fail_msg);
+    failover_check(rt, core_now(rt)); /* its waiting requests end now */
+    const char *status = count_alive(rt, ROLE_WORKER, model) > 0 ? "loaded" : "failed";
     zi_im_model_status st = {.id = {c->id, c->id_len},
                              .model = {model, strlen(model)},
                              .status = {status, strlen(status)}};
@@ -666,14 +767,19 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
         return;
     }
     int tk = pick_backend(rt, ROLE_TOKENIZER, model);
+    char msg[400];
     if (tk >= 0 && rt->n_waiting >= (size_t)rt->max_queue) {
         /* tokenize/detokenize wait on the tokenizers as generate's encoding
          * does: the same bound keeps a flood of them (up to a frame of text
          * each) from queueing without end. */
-        char msg[160];
         snprintf(msg, sizeof msg,
                  "%zu requests are already waiting (--max-queue %lld); retry later", rt->n_waiting,
                  rt->max_queue);
+        free(ids);
+        client_error(rt, c, "overloaded", msg, NULL);
+        return;
+    }
+    if (tk >= 0 && model_queue_full(rt, model, msg, sizeof msg)) {
         free(ids);
         client_error(rt, c, "overloaded", msg, NULL);
         return;
@@ -690,7 +796,7 @@ static void op_util(router *rt, const client_ctx *c, const msgpack_object *o, in
     r->state = RS_UTIL;
     snprintf(r->model, sizeof r->model, "%s", model);
     tok_attach(rt, r, tk, false);
-    rt->n_waiting++;
+    waiting_add(rt, r, 1);
     zi_msg m;
     int rc;
     if (kind == K_TOKENIZE) {
@@ -776,12 +882,15 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         op_model_wish(rt, &c, o, true);
     } else if (op_len == 12 && !memcmp(op, "unload_model", 12)) {
         op_model_wish(rt, &c, o, false);
+    } else if (op_len == 12 && !memcmp(op, "model_failed", 12)) {
+        op_model_failed(rt, &c, o);
     } else {
         char shown[80]; /* the client's bytes, printable and on one line */
         zi_printable(shown, sizeof shown, op, op_len);
         snprintf(msg, sizeof msg,
                  "op: unknown operation '%s' (generate, cancel, resume, health, models, "
-                 "metrics, tokenize, detokenize, embed, load_model, unload_model)",
+                 "metrics, tokenize, detokenize, embed, load_model, unload_model, "
+                 "model_failed)",
                  shown);
         client_error(rt, &c, "invalid_request", msg, "op");
     }

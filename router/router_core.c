@@ -112,15 +112,41 @@ int zi_router_check(const zi_router *rt, zi_error *err) {
     if (queued != rt->q_len)
         return zi_error_set(err, ZI_EINVAL, "%zu requests in the queue, %zu queued", rt->q_len,
                             queued);
-    for (size_t q = 0; q < rt->q_len; q++) {
-        const rreq *r = zi_req_table_get(&rt->reqs, rt->queue[q]);
-        if (!r || r->state != RS_QUEUED)
-            return zi_error_set(err, ZI_EINVAL, "queue entry %zu (rid %llu) is not queued", q,
-                                (unsigned long long)rt->queue[q]);
-        for (size_t k = 0; k < q; k++)
-            if (rt->queue[k] == rt->queue[q])
-                return zi_error_set(err, ZI_EINVAL, "rid %llu is queued twice",
-                                    (unsigned long long)rt->queue[q]);
+    /* Each queue: linked both ways, of queued requests of its model only,
+     * as long as its count; the counts add up to q_len, so no queued
+     * request is missing from the queues or in one twice. */
+    size_t in_queues = 0;
+    for (size_t k = 0; k <= rt->n_models; k++) {
+        const rqueue *q = k < rt->n_models ? &rt->models[k].q : &rt->any_q;
+        const char *name = k < rt->n_models ? rt->models[k].name : "";
+        size_t n = 0;
+        const rreq *prev = NULL;
+        for (const rreq *r = q->head; r; prev = r, r = r->q_next) {
+            if (++n > q->n || r->q_prev != prev || r->q_in != q || r->state != RS_QUEUED ||
+                zi_req_table_get(&rt->reqs, r->rid) != r ||
+                (k < rt->n_models && strcmp(r->model, name)) || (prev && prev->q_seq >= r->q_seq))
+                return zi_error_set(err, ZI_EINVAL, "queue of model '%s': entry %zu (rid %llu)",
+                                    name, n, (unsigned long long)r->rid);
+        }
+        if (n != q->n || q->tail != prev)
+            return zi_error_set(err, ZI_EINVAL, "queue of model '%s': %zu entries, counted %zu",
+                                name, n, q->n);
+        in_queues += n;
+    }
+    if (in_queues != rt->q_len)
+        return zi_error_set(err, ZI_EINVAL, "%zu requests in the queues, %zu queued", in_queues,
+                            rt->q_len);
+    /* Each model's waiting count: its requests that are counted in n_waiting. */
+    for (size_t k = 0; k < rt->n_models; k++) {
+        size_t n = 0;
+        for (size_t i = 0; i < rt->reqs.cap; i++) {
+            const rreq *r = slot_req(rt, i);
+            n += r && !strcmp(r->model, rt->models[k].name) &&
+                 (r->state == RS_ENCODING || r->state == RS_QUEUED || r->state == RS_UTIL);
+        }
+        if (n != rt->models[k].waiting)
+            return zi_error_set(err, ZI_EINVAL, "model %s: waiting %zu, but %zu requests wait",
+                                rt->models[k].name, rt->models[k].waiting, n);
     }
     for (size_t b = 0; b < rt->n_be; b++) {
         int n = 0;
@@ -213,6 +239,7 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     rt->log = log;
     /* The option table's defaults (common/options.h), which --help shows. */
     rt->max_queue = zi_option_def(ZI_O_MAX_QUEUE);
+    rt->max_model_queue = zi_option_def(ZI_O_MAX_QUEUE_PER_MODEL);
     rt->max_prompt = zi_option_def(ZI_O_MAX_PROMPT_TOKENS);
     rt->max_new = zi_option_def(ZI_O_MAX_NEW_TOKENS);
     rt->max_thinking = zi_option_def(ZI_O_MAX_THINKING_TOKENS);
@@ -326,8 +353,8 @@ int zi_router_shutdown(zi_router *rt) {
     free(rt->be);
     rt->be = NULL;
     rt->n_be = 0;
-    free(rt->queue);
-    rt->queue = NULL;
-    rt->q_len = rt->q_cap = 0;
+    rt->any_q = (rqueue){0};
+    for (size_t k = 0; k < rt->n_models; k++) rt->models[k].q = (rqueue){0};
+    rt->q_len = 0;
     return ZI_OK;
 }

@@ -42,7 +42,8 @@
  *                request's tokenizer still decodes the last ids
  *
  * [waiting] phases are counted in router.n_waiting (what --max-queue
- * bounds); RS_QUEUED requests are in router.queue exactly once.
+ * bounds, and each model's share of it --max-queue-per-model); RS_QUEUED
+ * requests are in their model's queue (model_rec.q) exactly once.
  *
  * The tokenizer link (rreq.tlink), what the request holds on a tokenizer:
  *
@@ -53,7 +54,9 @@
  *               dropped its state (its final "decoded", or its error)
  *   TL_STATE    on tokenizer rreq.tok, which keeps its decode state (a
  *               generate request): its end sends that tokenizer "release"
- *   TL_WAITING  its tokenizer died: waiting for another (generate only)
+ *   TL_WAITING  its tokenizer died: waiting for another; or admitted
+ *               while its model loads (rreq.loading): waiting for a
+ *               tokenizer and a worker of it (generate only)
  *
  * rreq.tok >= 0 exactly when the link is TL_ON or TL_STATE.
  *
@@ -82,9 +85,14 @@
  *                                 detokenize, embed: end "error" worker_lost
  *   a tokenizer registers         WAITING -> STATE ("encode" again, or
  *                                 "encode" with "replay" and the
- *                                 unanswered "decode" messages)
+ *                                 unanswered "decode" messages; a loading
+ *                                 one once a worker of its model is up
+ *                                 too, with that worker's max_length)
  *   tick, no worker for --failover-timeout     QUEUED -> end: "error"
  *   tick, no tokenizer for --failover-timeout  WAITING -> end: "error"
+ *   client "model_failed" (its model could not load)
+ *                                 ENCODING | QUEUED -> end: "error"
+ *                                 unavailable
  *   shutdown                      any -> end: "error" unavailable
  *
  * Every end goes through end_request (router_impl.h), which undoes what
@@ -203,8 +211,9 @@ int zi_router_backend_gone(zi_router *rt, zi_router_conn conn);
 int zi_router_shutdown(zi_router *rt);
 
 /* Checks the router's counters against its request table: each backend's
- * `assigned` is the requests on it, n_waiting the requests in a waiting
- * phase, the queue holds exactly the RS_QUEUED requests, a request's
+ * `assigned` is the requests on it, n_waiting (and each model's share) the
+ * requests in a waiting phase, the queues hold exactly the RS_QUEUED
+ * requests, each in its model's, oldest first, a request's
  * tokenizer and worker indices agree with its phase and link, a model
  * wished loaded (load_model) has no live worker. ZI_OK, or
  * ZI_EINVAL with err saying what is off (err may be NULL). */

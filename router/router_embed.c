@@ -31,10 +31,7 @@ void on_embed_encoded(router *rt, rreq *r, const msgpack_object *o) {
     if (!built_or_fail(rt, r, rc, &m, &err)) return;
     r->start_len = m.sb.size; /* the sbuffer's storage becomes the request's */
     r->start_msg = msgpack_sbuffer_release(&m.sb);
-    if (queue_push(rt, r->rid) != ZI_OK) {
-        fail_request(rt, r, "internal", "out of memory", NULL);
-        return;
-    }
+    queue_push(rt, r);
     r->state = RS_QUEUED; /* ENCODING -> QUEUED */
     dispatch(rt);
 }

@@ -144,7 +144,6 @@ void failover_resume(router *rt, rreq *r) {
     /* An embed request keeps no state on its worker: its kept "embed"
      * message goes again as it is (dispatch sends start_msg). */
     int rc = r->kind == K_EMBED ? ZI_OK : build_resume(r, &r->resume_msg, &r->resume_len, &err);
-    if (!rc) rc = queue_push_front(rt, r->rid);
     if (rc) {
         char msg[200];
         snprintf(msg, sizeof msg,
@@ -154,8 +153,9 @@ void failover_resume(router *rt, rreq *r) {
         fail_request(rt, r, "worker_lost", msg, NULL); /* from DECODING: no slot to give back */
         return;
     }
+    queue_push_front(rt, r);
     r->state = RS_QUEUED; /* DECODING -> QUEUED: waiting again */
-    rt->n_waiting++;
+    waiting_add(rt, r, 1);
     r->resumes++;
     r->note_resume = r->kind == K_GENERATE;
     zi_log(&rt->log, ZI_LOG_INFO, "request %llu: its worker died after %zu tokens; resuming",
@@ -195,14 +195,35 @@ static bool waited_out(router *rt, const rreq *r, bool tok, int64_t now) {
            count_alive(rt, tok ? ROLE_TOKENIZER : ROLE_WORKER, r->model) == 0;
 }
 
+/* r's model could not be loaded (model_failed) and no worker of it is
+ * up: its record, else NULL. */
+static const model_rec *failed_model(router *rt, const rreq *r) {
+    const model_rec *m = model_find(rt, r->model, false);
+    return m && m->failed && count_alive(rt, ROLE_WORKER, r->model) == 0 ? m : NULL;
+}
+
+/* Ends r, which waits for model m that could not be loaded, saying why. */
+static void fail_unloadable(router *rt, rreq *r, const model_rec *m) {
+    char msg[sizeof m->fail_msg + ZI_ROUTER_MODEL_NAME + 64];
+    snprintf(msg, sizeof msg, "model '%s' could not be loaded: %s", m->name, m->fail_msg);
+    fail_request(rt, r, "unavailable", msg, NULL);
+}
+
 void failover_check(router *rt, int64_t now) {
     size_t pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, needs_tok, NULL));) {
-        if (!waited_out(rt, r, true, now)) {
+        /* (one waiting for its model to load waits for its workers too) */
+        bool loading = r->loading && r->state == RS_ENCODING;
+        const model_rec *fm = loading ? failed_model(rt, r) : NULL;
+        if (fm) { /* its model will not come: no use waiting */
+            fail_unloadable(rt, r, fm);
+            continue;
+        }
+        if (!waited_out(rt, r, true, now) && !(loading && waited_out(rt, r, false, now))) {
             pos++; /* it stays in the walk's match: step over it */
             continue;
         }
-        if (r->loading && r->state == RS_ENCODING) { /* never encoded: its model never came */
+        if (loading) { /* never encoded: its model never came */
             fail_request(rt, r, "unavailable",
                          "the model of this request did not load within --failover-timeout; "
                          "retry shortly",
@@ -217,6 +238,11 @@ void failover_check(router *rt, int64_t now) {
     if (rt->q_len == 0) return;
     pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, is_queued, NULL));) {
+        const model_rec *fm = failed_model(rt, r);
+        if (fm) {
+            fail_unloadable(rt, r, fm);
+            continue;
+        }
         if (!waited_out(rt, r, false, now)) {
             pos++;
             continue;
@@ -276,11 +302,18 @@ void failover_tokenizer(router *rt, rreq *r) {
            (unsigned long long)r->rid);
 }
 
-/* The "encode" that rebuilds r's decode state: the kept one with
- * "replay", the ids the dead tokenizer had answered for. */
-static int build_replay(const rreq *r, zi_msg *m) {
+/* Whether map key k is the string s. */
+static bool key_is(const msgpack_object *k, const char *s) {
+    return k->type == MSGPACK_OBJECT_STR && k->via.str.size == strlen(s) &&
+           !memcmp(k->via.str.ptr, s, k->via.str.size);
+}
+
+/* r's kept "encode" into *m, with "max_length" ml when ml > 0 (in place
+ * of the kept one) and with "replay" (the ids the dead tokenizer had
+ * answered for, rebuilding the decode state) when replay. */
+static int build_encode(const rreq *r, int64_t ml, bool replay, zi_msg *m) {
     size_t pending = 0;
-    for (size_t i = 0; i < r->n_pend; i++) pending += r->pend[i].n_ids;
+    for (size_t i = 0; replay && i < r->n_pend; i++) pending += r->pend[i].n_ids;
     if (pending > r->n_gen) return ZI_EINVAL;
     msgpack_unpacked u;
     zi_error err = {0};
@@ -288,37 +321,64 @@ static int build_replay(const rreq *r, zi_msg *m) {
     const msgpack_object *o = &u.data;
     int rc = o->type == MSGPACK_OBJECT_MAP ? ZI_OK : ZI_EINVAL;
     if (!rc) {
+        uint32_t n_keys = 0;
+        for (uint32_t i = 0; i < o->via.map.size; i++)
+            n_keys += !(ml > 0 && key_is(&o->via.map.ptr[i].key, "max_length"));
         zi_msg_init(m);
-        msgpack_pack_map(&m->pk, o->via.map.size + 1);
+        msgpack_pack_map(&m->pk, n_keys + (ml > 0) + replay);
         for (uint32_t i = 0; i < o->via.map.size; i++) {
+            if (ml > 0 && key_is(&o->via.map.ptr[i].key, "max_length")) continue;
             msgpack_pack_object(&m->pk, o->via.map.ptr[i].key);
             msgpack_pack_object(&m->pk, o->via.map.ptr[i].val);
         }
-        zi_pack_str(&m->pk, "replay");
-        size_t n = r->n_gen - pending;
-        msgpack_pack_array(&m->pk, (uint32_t)n);
-        for (size_t i = 0; i < n; i++) msgpack_pack_int32(&m->pk, r->gen[i]);
+        if (ml > 0) {
+            zi_pack_str(&m->pk, "max_length");
+            msgpack_pack_int64(&m->pk, ml);
+        }
+        if (replay) {
+            zi_pack_str(&m->pk, "replay");
+            size_t n = r->n_gen - pending;
+            msgpack_pack_array(&m->pk, (uint32_t)n);
+            for (size_t i = 0; i < n; i++) msgpack_pack_int32(&m->pk, r->gen[i]);
+        }
         if (!m->sb.data) rc = ZI_ENOMEM;
     }
     msgpack_unpacked_destroy(&u);
     return rc;
 }
 
+/* A request that waited for its model to load is encoded against the
+ * context its workers report now (--ctx-size, or what fits), not the
+ * model's training context: the kept "encode" takes that max_length, so a
+ * tokenizer failover later encodes it the same way. */
+static int encode_for_workers(router *rt, rreq *r) {
+    zi_msg m;
+    int rc = build_encode(r, worker_max_length(rt, r->model), false, &m);
+    if (rc) return rc;
+    free(r->encode_msg);
+    r->encode_len = m.sb.size;
+    r->encode_msg = msgpack_sbuffer_release(&m.sb);
+    return r->encode_msg ? ZI_OK : ZI_ENOMEM;
+}
+
 void failover_attach(router *rt) {
     size_t pos = 0;
     for (rreq *r; (r = zi_req_table_find(&rt->reqs, &pos, needs_tok, NULL));) {
         int t = pick_backend(rt, ROLE_TOKENIZER, r->model); /* one of its model */
-        if (t < 0) {
+        /* One waiting for its model to load waits for a worker too: the
+         * context the tokenizer checks and truncates to is the workers'. */
+        bool loading = r->loading && r->state == RS_ENCODING;
+        if (t < 0 || (loading && count_alive(rt, ROLE_WORKER, r->model) == 0)) {
             pos++; /* it waits on: step over it */
             continue;
         }
-        int rc = ZI_OK;
-        if (r->state == RS_ENCODING) {
+        int rc = loading ? encode_for_workers(rt, r) : ZI_OK;
+        if (!rc && r->state == RS_ENCODING) {
             rc = out_send(rt, ZI_ROUTER_BACKEND, rt->be[t].ident, rt->be[t].ident_len, false,
                           r->encode_msg, r->encode_len);
-        } else {
+        } else if (!rc) {
             zi_msg m;
-            rc = build_replay(r, &m);
+            rc = build_encode(r, 0, true, &m);
             if (!rc) {
                 rc = out_send_msg(rt, ZI_ROUTER_BACKEND, rt->be[t].ident, rt->be[t].ident_len,
                                   false, &m);
@@ -331,14 +391,17 @@ void failover_attach(router *rt) {
         tok_attach(rt, r, t, true); /* WAITING -> STATE (it leaves the walk's match) */
         r->loading = false;
         if (rc) {
-            fail_request(rt, r, "worker_lost",
-                         "the tokenizer process handling this request stopped responding and "
-                         "the request could not be moved to another",
+            fail_request(rt, r, loading ? "internal" : "worker_lost",
+                         loading ? "out of memory"
+                                 : "the tokenizer process handling this request stopped "
+                                   "responding and the request could not be moved to another",
                          NULL);
             continue;
         }
-        zi_log(&rt->log, ZI_LOG_INFO, "request %llu: moved to tokenizer %d (%s)",
-               (unsigned long long)r->rid, t,
-               r->state == RS_ENCODING ? "encoded again" : "decode state replayed");
+        zi_log(&rt->log, ZI_LOG_INFO, "request %llu: %s tokenizer %d (%s)",
+               (unsigned long long)r->rid, loading ? "its model is up: to" : "moved to", t,
+               loading                   ? "encoded for its workers' context"
+               : r->state == RS_ENCODING ? "encoded again"
+                                         : "decode state replayed");
     }
 }

@@ -147,6 +147,13 @@ typedef struct rreq {
     size_t echo_len;
     zi_router_conn client_conn; /* the client's connection (fd -1: unknown) */
     int64_t deadline_ms;        /* core_now() past which it ends "deadline_exceeded" (0: none) */
+    /* RS_QUEUED: its place in its model's queue (rqueue), and its place in
+     * the order of every queue (smaller: older; a resume goes first). */
+    struct rreq *q_prev, *q_next;
+    int64_t q_seq;
+    struct rqueue *q_in; /* the queue it is in (queue_of when it was pushed) */
+    /* the model record that counts it waiting (model_rec.waiting; NULL: none) */
+    struct model_rec *wait_m;
     /* Router restart (router_restart.c). no_restart: asked for what a
      * restart cannot rebuild (log probabilities, echo) or has images (the
      * note would carry their bytes again): its start carries no note. orphan: taken over from a
@@ -157,6 +164,15 @@ typedef struct rreq {
     int64_t orphan_ms;
     int adopted_status; /* a zi_gen_status */
 } rreq;
+
+/* The requests of one model waiting for a worker (RS_QUEUED), oldest
+ * first: a list through their q_prev / q_next. Every request of it has
+ * the same workers to choose from, so when the oldest finds no free worker
+ * none of the others does (dispatch looks at the heads only). */
+typedef struct rqueue {
+    rreq *head, *tail;
+    size_t n;
+} rqueue;
 
 /* A client's "resume" for a request no worker has reported yet (a
  * restarted router waits for the workers' registers a while). */
@@ -200,6 +216,13 @@ typedef struct model_rec {
      * (has_keep_alive false) the router's --keep-alive. */
     bool has_keep_alive;
     int64_t keep_alive_ms;
+    rqueue q;       /* its requests waiting for a worker */
+    size_t waiting; /* its requests counted in router.n_waiting */
+    /* It could not be loaded (the model_failed op: zinfer serve saw its
+     * processes fail to start), and why: its requests are refused with
+     * that until a worker of it registers. */
+    bool failed;
+    char fail_msg[384];
 } model_rec;
 
 enum { MW_NONE, MW_LOAD, MW_UNLOAD };
@@ -216,11 +239,13 @@ typedef struct router {
     zi_req_table reqs;
     backend *be;
     size_t n_be;
-    uint64_t *queue;
-    size_t q_len, q_cap;
+    rqueue any_q;                    /* the queue of requests of no model ("": any worker) */
+    size_t q_len;                    /* queued requests, every model's */
+    int64_t q_seq_back, q_seq_front; /* the last q_seq given at the back, at the front */
     uint64_t next_rid;
     size_t n_waiting; /* admitted and not yet running */
     long long max_queue, max_prompt, max_new, hb_timeout, max_frame;
+    long long max_model_queue;  /* --max-queue-per-model (0: model_queue_limit's default) */
     long long max_thinking;     /* --max-thinking-tokens: the default budget (0: none) */
     long long failover_timeout; /* ms a request waits for a worker after the last died */
     int64_t no_worker_since;    /* core_now() when the last worker died (0: one is up) */
@@ -353,15 +378,29 @@ int64_t model_keep_alive(const router *rt, const model_rec *m);
  * none is up. */
 const char *default_model(const router *rt);
 
+/* How many requests of one model may wait (count in n_waiting) at once:
+ * --max-queue-per-model, else all of --max-queue with one model and half
+ * of it (at least 1) with several, so that one model's requests (one that
+ * cannot load, or a flood) cannot fill the queue the others share. */
+long long model_queue_limit(const router *rt);
+
 /* The known model names, comma separated, into buf (for errors). */
 void model_names(const router *rt, char *buf, size_t cap);
 
-/* Appends rid to the queue of requests waiting for a worker: ZI_OK, or
- * ZI_ENOMEM (the queue is unchanged). */
-int queue_push(router *rt, uint64_t rid);
+/* Appends r to its model's queue of requests waiting for a worker (O(1):
+ * nothing is allocated, so it cannot fail). */
+void queue_push(router *rt, rreq *r);
 
-/* Takes rid out of the queue, if it is there. */
-void queue_remove(router *rt, uint64_t rid);
+/* Takes r (RS_QUEUED) out of its model's queue. */
+void queue_remove(router *rt, rreq *r);
+
+/* The queue r waits in when queued: its model's, or the one of requests
+ * of no model. */
+rqueue *queue_of(router *rt, const rreq *r);
+
+/* Counts r in (d = 1) or out of (d = -1) router.n_waiting and its model's
+ * waiting count: admitted and not yet on a worker. */
+void waiting_add(router *rt, rreq *r, int d);
 
 /* The KV block size prefix affinity counts in: the largest one the live
  * workers' heartbeats report, ZI_ROUTER_BLOCK_DEFAULT before any has. */
@@ -374,7 +413,9 @@ int64_t worker_block_size(const router *rt);
 uint64_t prefix_key(const router *rt, const msgpack_object *ctx, const char *model);
 
 /* Starts queued requests on workers with free slots, oldest first; call
- * after anything that may free a slot or add a worker. */
+ * after anything that may free a slot or add a worker. Its cost does not
+ * grow with the queues' length: each model's oldest request is looked at,
+ * and a model without a free worker is passed over whole. */
 void dispatch(router *rt);
 
 /* Worker b is gone: no prefix stays bound to it. */
@@ -396,7 +437,9 @@ void failover_resume(router *rt, rreq *r);
 /* The heartbeat tick: while no worker (of a request's model) is alive
  * for --failover-timeout, the requests waiting for one end (resumed ones
  * with "worker_lost", the others with "unavailable"); the same for
- * requests waiting for a tokenizer ("worker_lost"). */
+ * requests waiting for a tokenizer ("worker_lost"). Those waiting for a
+ * model that could not be loaded (model_rec.failed, no worker of it up)
+ * end at once, "unavailable" with the reason. */
 void failover_check(router *rt, int64_t now);
 
 /* Sends a "decode" message (m, carrying n_ids ids) to r's tokenizer and
@@ -418,8 +461,9 @@ void failover_tokenizer(router *rt, rreq *r);
  * messages. Call when a tokenizer registers or a request starts waiting. */
 void failover_attach(router *rt);
 
-/* Adds rid at the front of the queue: ZI_OK or ZI_ENOMEM. */
-int queue_push_front(router *rt, uint64_t rid);
+/* Adds r at the front of its model's queue, before every queued request
+ * of every model. */
+void queue_push_front(router *rt, rreq *r);
 
 /* ---- router_restart.c ---------------------------------------------------- */
 

@@ -54,11 +54,9 @@ void end_request(router *rt, rreq *r) {
      * count (and, queued, its queue place), a running one its worker slot;
      * what the tokenizer link holds, its tokenizer's count and, with
      * TL_STATE, the decode state the tokenizer keeps. */
-    if (r->state == RS_ENCODING || r->state == RS_QUEUED || r->state == RS_UTIL) {
-        assert(rt->n_waiting > 0);
-        rt->n_waiting--;
-    }
-    if (r->state == RS_QUEUED) queue_remove(rt, r->rid);
+    if (r->state == RS_ENCODING || r->state == RS_QUEUED || r->state == RS_UTIL)
+        waiting_add(rt, r, -1);
+    if (r->state == RS_QUEUED) queue_remove(rt, r);
     if (r->state == RS_RUNNING) {
         backend_rid_msg(rt, r->wrk, ZI_IM_CANCEL, r->rid);
         wrk_release(rt, r);

@@ -107,6 +107,12 @@ const char *default_model(const router *rt) {
     return "";
 }
 
+long long model_queue_limit(const router *rt) {
+    if (rt->max_model_queue > 0) return rt->max_model_queue;
+    if (rt->n_models <= 1) return rt->max_queue;
+    return rt->max_queue / 2 > 0 ? rt->max_queue / 2 : 1;
+}
+
 void model_names(const router *rt, char *buf, size_t cap) {
     size_t n = 0;
     buf[0] = '\0';
@@ -118,31 +124,61 @@ void model_names(const router *rt, char *buf, size_t cap) {
     if (n >= cap && cap > 4) memcpy(buf + cap - 4, "...", 4); /* cut: say so */
 }
 
-int queue_push(router *rt, uint64_t rid) {
-    if (rt->q_len == rt->q_cap) {
-        uint64_t *q = zi_grow(rt->queue, &rt->q_cap, sizeof *q, 64);
-        if (!q) return ZI_ENOMEM;
-        rt->queue = q;
-    }
-    rt->queue[rt->q_len++] = rid;
-    return ZI_OK;
+rqueue *queue_of(router *rt, const rreq *r) {
+    model_rec *m = model_find(rt, r->model, false);
+    return m ? &m->q : &rt->any_q;
 }
 
-int queue_push_front(router *rt, uint64_t rid) {
-    int rc = queue_push(rt, rid);
-    if (rc) return rc;
-    memmove(rt->queue + 1, rt->queue, (rt->q_len - 1) * sizeof *rt->queue);
-    rt->queue[0] = rid;
-    return ZI_OK;
+void waiting_add(router *rt, rreq *r, int d) {
+    if (d > 0) r->wait_m = model_find(rt, r->model, false);
+    assert(d > 0 || (rt->n_waiting > 0 && (!r->wait_m || r->wait_m->waiting > 0)));
+    rt->n_waiting += (size_t)d; /* (a -1 wraps back) */
+    if (r->wait_m) r->wait_m->waiting += (size_t)d;
 }
 
-void queue_remove(router *rt, uint64_t rid) {
-    for (size_t i = 0; i < rt->q_len; i++)
-        if (rt->queue[i] == rid) {
-            memmove(rt->queue + i, rt->queue + i + 1, (rt->q_len - i - 1) * sizeof *rt->queue);
-            rt->q_len--;
-            return;
-        }
+void queue_push(router *rt, rreq *r) {
+    rqueue *q = r->q_in = queue_of(rt, r);
+    r->q_seq = ++rt->q_seq_back;
+    r->q_next = NULL;
+    r->q_prev = q->tail;
+    if (q->tail)
+        q->tail->q_next = r;
+    else
+        q->head = r;
+    q->tail = r;
+    q->n++;
+    rt->q_len++;
+}
+
+void queue_push_front(router *rt, rreq *r) {
+    rqueue *q = r->q_in = queue_of(rt, r);
+    r->q_seq = --rt->q_seq_front;
+    r->q_prev = NULL;
+    r->q_next = q->head;
+    if (q->head)
+        q->head->q_prev = r;
+    else
+        q->tail = r;
+    q->head = r;
+    q->n++;
+    rt->q_len++;
+}
+
+void queue_remove(router *rt, rreq *r) {
+    rqueue *q = r->q_in;
+    assert(q && q->n > 0 && rt->q_len > 0);
+    if (r->q_prev)
+        r->q_prev->q_next = r->q_next;
+    else
+        q->head = r->q_next;
+    if (r->q_next)
+        r->q_next->q_prev = r->q_prev;
+    else
+        q->tail = r->q_prev;
+    r->q_prev = r->q_next = NULL;
+    r->q_in = NULL;
+    q->n--;
+    rt->q_len--;
 }
 
 /* The workers' KV block size. The register message does not carry it,
@@ -208,23 +244,28 @@ static int pick_worker(router *rt, const rreq *r) {
     return w;
 }
 
+/* The oldest queued request that a worker can take now, and that worker
+ * (*w), or NULL: each queue's head, since a queue's requests share their
+ * workers (a head without one means none of its queue has one), the
+ * oldest of those first. */
+static rreq *next_startable(router *rt, int *w) {
+    rreq *best = NULL;
+    for (size_t k = 0; k <= rt->n_models; k++) {
+        rreq *r = k < rt->n_models ? rt->models[k].q.head : rt->any_q.head;
+        if (!r || (best && best->q_seq < r->q_seq)) continue;
+        int c = pick_worker(rt, r);
+        if (c >= 0) best = r, *w = c;
+    }
+    return best;
+}
+
 /* Starts queued requests on workers with free slots, oldest first: each
  * model's requests in their order; one whose model has no free worker
- * waits without holding up another model's. */
+ * waits without holding up another model's, and costs nothing for the
+ * requests queued behind it. */
 void dispatch(router *rt) {
-    size_t i = 0;
-    while (i < rt->q_len) {
-        rreq *r = zi_req_table_get(&rt->reqs, rt->queue[i]);
-        int w = r ? pick_worker(rt, r) : -1;
-        if (r && w < 0) {
-            i++;
-            continue;
-        }
-        uint64_t rid = rt->queue[i];
-        memmove(rt->queue + i, rt->queue + i + 1, (rt->q_len - i - 1) * sizeof *rt->queue);
-        rt->q_len--;
-        if (!r) continue;
-        if (r->prefix_key) rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)] = (affinity){r->prefix_key, w};
+    int w = -1;
+    for (rreq *r; rt->q_len > 0 && (r = next_startable(rt, &w));) {
         /* A resumed request starts from its resume message; the first
          * start message stays kept for the next failover. */
         const char *msg = r->resume_msg ? r->resume_msg : r->start_msg;
@@ -234,6 +275,8 @@ void dispatch(router *rt) {
             fail_request(rt, r, "worker_lost", "the chosen worker is unreachable", NULL);
             continue;
         }
+        queue_remove(rt, r);
+        if (r->prefix_key) rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)] = (affinity){r->prefix_key, w};
         free(r->resume_msg);
         r->resume_msg = NULL;
         /* RS_QUEUED -> RS_RUNNING: a worker slot instead of a queue place. */
@@ -243,10 +286,9 @@ void dispatch(router *rt) {
                                (double)(core_now(rt) - r->t_recv_ms) / 1e3);
         r->wrk = w;
         rt->be[w].assigned++;
-        assert(rt->n_waiting > 0);
-        rt->n_waiting--;
-        zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu -> worker %d (%s)", (unsigned long long)rid, w,
-               r->model[0] ? r->model : "any model");
+        waiting_add(rt, r, -1);
+        zi_log(&rt->log, ZI_LOG_DEBUG, "request %llu -> worker %d (%s)", (unsigned long long)r->rid,
+               w, r->model[0] ? r->model : "any model");
     }
 }
 

@@ -12,6 +12,7 @@ the tests marked fast-enough (ZINFER_SANITIZED=1 tells them) are run.
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -80,6 +81,10 @@ def main():
         if sanitized:
             e2e_env.setdefault("ZINFER_CPU_AMX", "0")
         junit = os.path.join(ROOT, build, "e2e-junit.xml")
+        progress = os.path.join(ROOT, build, "e2e-progress.log")
+        with open(progress, "w"):
+            pass  # tests/e2e/conftest.py appends a line as each test starts or fails
+        e2e_env["ZINFER_E2E_PROGRESS"] = progress
         start = time.time()
         p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider",
                             f"--junitxml={junit}", "tests/e2e"], cwd=ROOT, env=e2e_env,
@@ -90,16 +95,40 @@ def main():
         m_err = re.search(r"(\d+) errors?", text)
         ep = int(m_pass.group(1)) if m_pass else 0
         ef = (int(m_fail.group(1)) if m_fail else 0) + (int(m_err.group(1)) if m_err else 0)
-        if p.returncode not in (0, 1, 5) and ef == 0:
-            ef = 1
-        print(f"[{build}] e2e (pytest): {ep} passed, {ef} failed ({time.time() - start:.1f} s)",
-              flush=True)
+        with open(progress, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        failed_ids = [ln[len("FAILED "):] for ln in lines if ln.startswith("FAILED ")]
+        died = p.returncode not in (0, 1, 5) or (p.returncode == 1
+                                                   and not (m_pass or m_fail or m_err))
+        if died:
+            # pytest itself died (a signal, the OOM killer): no summary, so
+            # count what the progress file saw and name the test it was in.
+            started = [ln[len("start "):] for ln in lines if ln.startswith("start ")]
+            # (each start line ends with pytest's resident memory then)
+            why = (f"killed by signal {-p.returncode}" if p.returncode < 0
+                   else f"exit code {p.returncode}")
+            text += (f"\n[run_tests] pytest died ({why}) during "
+                     f"{started[-1] if started else 'collection'}, after {len(started)} tests")
+            ef = max(ef, len(failed_ids)) + 1
+        if failed_ids:
+            text += "\n[run_tests] failed: " + ", ".join(failed_ids)
+        # The largest resident set of any process waited for so far (pytest,
+        # or a zinfer it ran): memory is the first suspect when pytest dies.
+        peak_gb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+        print(f"[{build}] e2e (pytest): {ep} passed, {ef} failed ({time.time() - start:.1f} s, "
+              f"largest process {peak_gb:.1f} GB)", flush=True)
         total_pass += ep
         total_fail += ef
         if ef:
             failures.append(f"[{build}] e2e\n{text[-6000:]}")
     for f in failures:
         print("\n---- FAILED:", f)
+    if failures:  # the names once more, next to the total, where a cut log keeps them
+        print("---- failed:", "; ".join(f.splitlines()[0] for f in failures))
+        for f in failures:
+            for line in f.splitlines():
+                if line.startswith("[run_tests]"):
+                    print(line)
     print(f"{total_pass} passed, {total_fail} failed")
     return 1 if total_fail else 0
 

@@ -21,6 +21,7 @@
 
 #include "cuda_kernels.h"
 #include "cuda_recurrent.h"
+#include "cuda_vision.h"
 #include "gguf.h"
 #include "quant.h"
 #include "tp.h"
@@ -31,6 +32,9 @@
 #define ZI_CUDA_LAYOUT_ALLREDUCE 0x100
 /* No fp16 copy will be made of this weight (the policy said no once). */
 #define ZI_CUDA_LAYOUT_NO_F16 0x200
+/* zi_weight.aux is matmul_tile's float32 copy of the weight, not an fp16
+ * one (made by weight_prepare_tile; no fp16 copy is made then). */
+#define ZI_CUDA_LAYOUT_TILE_F32 0x400
 
 /* cuBLAS's workspace, set explicitly so cuBLAS never allocates inside a
  * graph capture (32 MiB is NVIDIA's recommendation for Hopper). */
@@ -49,8 +53,26 @@
  * state slots (one a token) and gather_rows' row indices, in two slots
  * used in turn: qwen35's layers gather with two index arrays one after the
  * other, and each slot then keeps one of them (no copy after the first
- * layer, no wait on the previous copy's event). */
-enum { META_IDS, META_POS, META_SEQ, META_SLOT, META_TAB, META_GATHER, META_GATHER2, META_N };
+ * layer, no wait on the previous copy's event); attention's win_pos
+ * (zi_batch_view: an image's tokens); weighted_sum_rows' row
+ * indices and weights (the float bits as int32); span_attention's order,
+ * starts and tiles, one array. reserve() sizes the slots up to
+ * META_WINPOS; the block-table, gather, weighted-sum and span slots grow
+ * on first use (never during a capture). */
+enum {
+    META_IDS,
+    META_POS,
+    META_SEQ,
+    META_SLOT,
+    META_WINPOS,
+    META_TAB,
+    META_GATHER,
+    META_GATHER2,
+    META_WSUM_IDX,
+    META_WSUM_W,
+    META_SPAN,
+    META_N
+};
 
 typedef struct stage_slot {
     int32_t *h, *d; /* pinned staging, device copy */
@@ -95,6 +117,8 @@ typedef struct cuda_backend {
     size_t w16_cap, x16_cap; /* halves */
     size_t max_w16;          /* largest weight that needs converting, in elements */
     float *attn_scratch;
+    int32_t *span_h;        /* span_attention's order, starts and tiles, host side */
+    size_t span_cap;        /* entries */
     int f16_weights;        /* zi_cuda_options.f16_weights */
     size_t f16_bytes;       /* held in fp16 weight copies */
     uint64_t capture_epoch; /* counts captures; nonzero while capturing */
@@ -254,7 +278,8 @@ static void cuda_weight_free(zi_backend *be, zi_weight *w) {
     w->owned = NULL;
     if (w->aux) {
         cudaFree(w->aux);
-        c->f16_bytes -= (size_t)w->rows * (size_t)w->cols * 2;
+        if (!(w->layout & ZI_CUDA_LAYOUT_TILE_F32))
+            c->f16_bytes -= (size_t)w->rows * (size_t)w->cols * 2;
     }
     w->aux = NULL;
 }
@@ -300,7 +325,7 @@ static int cuda_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx,
     }
     cudaError_t e = cudaSetDevice(c->device);
     const char *what = "cudaSetDevice";
-    for (int i = META_IDS; i <= META_SLOT && e == cudaSuccess; i++) {
+    for (int i = META_IDS; i <= META_WINPOS && e == cudaSuccess; i++) {
         what = "staging buffers";
         e = stage_grow(c, i, (size_t)n_tokens);
     }
@@ -398,7 +423,8 @@ static const int32_t *stage(cuda_backend *c, int slot, const int32_t *src, size_
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     if (failed(c, cudaStreamIsCapturing(c->stream, &cap), "cudaStreamIsCapturing")) return NULL;
     if (n > m->cap) {
-        if ((slot != META_TAB && slot != META_GATHER && slot != META_GATHER2) ||
+        if ((slot != META_TAB && slot != META_GATHER && slot != META_GATHER2 &&
+             slot != META_WSUM_IDX && slot != META_WSUM_W && slot != META_SPAN) ||
             cap != cudaStreamCaptureStatusNone) {
             fail_msg(c, ZI_EINVAL,
                      "a batch needs %zu metadata entries, but reserve() made room "
@@ -409,7 +435,7 @@ static const int32_t *stage(cuda_backend *c, int slot, const int32_t *src, size_
                          : "");
             return NULL;
         }
-        if (failed(c, stage_grow(c, slot, n), "growing the block-table or gather staging"))
+        if (failed(c, stage_grow(c, slot, n), "growing the block-table, gather or span staging"))
             return NULL;
     }
     /* A capture must copy each slot once, whatever the slot held before:
@@ -502,6 +528,7 @@ static void mmv_chunks(cuda_backend *c, float *y, const zi_weight *w, const floa
  */
 static const void *f16_copy(cuda_backend *c, const zi_weight *cw) {
     zi_weight *w = (zi_weight *)cw;
+    if (w->layout & ZI_CUDA_LAYOUT_TILE_F32) return NULL; /* aux is float32 */
     if (w->aux) return w->aux;
     if (c->f16_weights < 0 || (w->layout & ZI_CUDA_LAYOUT_NO_F16)) return NULL;
     enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
@@ -664,8 +691,34 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
         fail_msg(c, ZI_EINVAL, "attention window %d is negative", s->window);
         return;
     }
-    /* The longest span a token reads: a sliding window bounds it. */
-    if (s->window > 0 && max_len > s->window) max_len = s->window;
+    /* The longest span a token reads: a sliding window bounds it (from
+     * win_pos where given: an image token's window counts from its own
+     * position, its pos is its tile's reach). */
+    const int32_t *d_win = NULL;
+    if (b->win_pos) {
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        if (failed(c, cudaStreamIsCapturing(c->stream, &cap), "cudaStreamIsCapturing")) return;
+        if (cap != cudaStreamCaptureStatusNone) { /* a graph's replay would not restage it */
+            fail_msg(c, ZI_EUNSUPPORTED, "attention with win_pos in a graph capture");
+            return;
+        }
+        for (int t = 0; t < b->n_tokens; t++)
+            if (b->win_pos[t] < 0 || b->win_pos[t] > b->pos[t]) {
+                fail_msg(c, ZI_ERANGE, "token %d: win_pos %d is outside 0..%d", t, b->win_pos[t],
+                         b->pos[t]);
+                return;
+            }
+        if (!(d_win = stage(c, META_WINPOS, b->win_pos, (size_t)b->n_tokens))) return;
+    }
+    if (s->window > 0) {
+        int mx = 0;
+        for (int t = 0; t < b->n_tokens; t++) {
+            const int wp = b->win_pos ? b->win_pos[t] : b->pos[t];
+            const int start = wp >= s->window ? wp - s->window + 1 : 0;
+            if (b->pos[t] + 1 - start > mx) mx = b->pos[t] + 1 - start;
+        }
+        max_len = mx;
+    }
     /* A block's warps walk their positions one after another, each a wait
      * on memory, and a decode step has few (token, head) blocks: split the
      * positions (flash-decoding) into chunks of at least ZI_ATTN_MIN_CHUNK,
@@ -686,7 +739,7 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
         if (n_split < 1) n_split = 1;
     }
     failed(c,
-           zi_cuda_attention(out, q, kcache, vcache, d_pos, d_seq, d_tab, b->table_stride,
+           zi_cuda_attention(out, q, kcache, vcache, d_pos, d_win, d_seq, d_tab, b->table_stride,
                              s->block_size, b->n_tokens, s->n_heads, s->n_kv_heads, s->head_dim,
                              s->scale, s->softcap, s->window, n_split, c->attn_scratch, c->stream),
            "attention kernel");
@@ -811,6 +864,187 @@ static void cuda_ssm_scan(zi_backend *be, float *out, const float *xbc, const fl
            "ssm_scan kernel");
 }
 
+/* ---- the encoders' ops (cuda_vision.h): image towers, bert ---- */
+
+static void cuda_layernorm(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                           int n_tokens, int dim, float eps) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_layernorm(y, x, w, b, n_tokens, dim, eps, c->stream), "layernorm kernel");
+}
+
+static void cuda_gelu(zi_backend *be, float *x, size_t n) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_gelu(x, n, c->stream), "gelu kernel");
+}
+
+static void cuda_weighted_sum_rows(zi_backend *be, float *out, const float *y, const int32_t *idx,
+                                   const float *w, int n_out, int k, int dim) {
+    cuda_backend *c = cb(be);
+    if (c->status || n_out <= 0) return;
+    if (k < 1) {
+        fail_msg(c, ZI_EINVAL, "weighted_sum_rows: %d rows a sum", k);
+        return;
+    }
+    const size_t n = (size_t)n_out * (size_t)k;
+    for (size_t i = 0; i < n; i++)
+        if (idx[i] < 0) {
+            fail_msg(c, ZI_EINVAL, "weighted_sum_rows: row index %d at %zu is negative", idx[i], i);
+            return;
+        }
+    /* the weights travel as their bits through an int32 staging slot */
+    const int32_t *d_idx = stage(c, META_WSUM_IDX, idx, n);
+    const int32_t *d_w = d_idx ? stage(c, META_WSUM_W, (const int32_t *)(const void *)w, n) : NULL;
+    if (!d_w) return;
+    failed(c,
+           zi_cuda_weighted_sum_rows(out, y, d_idx, (const float *)(const void *)d_w, n_out, k, dim,
+                                     c->stream),
+           "weighted_sum_rows kernel");
+}
+
+/* The spans checked on the host (backend.h's contract, where the CPU
+ * asserts), then order, starts and the tiles of each span (blocks of
+ * zi_cuda_span_tile_rows rows: start index, span) staged as one array.
+ * Float32 where the caller allows it (tile_precision on a bidirectional
+ * span, as the CPU's tile path), else double. */
+static void cuda_span_attention(zi_backend *be, float *out, const float *q, const float *k,
+                                const float *v, const int32_t *order, const int32_t *starts,
+                                int n_spans, const zi_attn_shape *s) {
+    cuda_backend *c = cb(be);
+    if (c->status || n_spans <= 0) return;
+    if (s->head_dim <= 0 || s->head_dim > ZI_CUDA_MAX_HEAD_DIM || s->n_kv_heads <= 0 ||
+        s->n_heads <= 0 || s->n_heads % s->n_kv_heads != 0 || s->n_heads > 65535) {
+        fail_msg(c, ZI_EINVAL, "span_attention: %d heads of %d over %d KV heads", s->n_heads,
+                 s->head_dim, s->n_kv_heads);
+        return;
+    }
+    if (s->window != 0 || s->softcap != 0.0f || s->sinks) {
+        fail_msg(c, ZI_EUNSUPPORTED,
+                 "span_attention: a window, soft-capping or sinks (window %d, softcap %g)",
+                 s->window, (double)s->softcap);
+        return;
+    }
+    if (starts[0] != 0) {
+        fail_msg(c, ZI_EINVAL, "span_attention: starts[0] is %d, not 0", starts[0]);
+        return;
+    }
+    const int qt = zi_cuda_span_tile_rows(s->head_dim);
+    size_t n_tiles = 0;
+    for (int r = 0; r < n_spans; r++) {
+        if (starts[r + 1] <= starts[r]) {
+            fail_msg(c, ZI_EINVAL, "span_attention: span %d is empty (starts %d, %d)", r, starts[r],
+                     starts[r + 1]);
+            return;
+        }
+        n_tiles += (size_t)(starts[r + 1] - starts[r] + qt - 1) / (size_t)qt;
+    }
+    const size_t rows = (size_t)starts[n_spans];
+    for (size_t i = 0; i < rows; i++)
+        if (order[i] < 0) {
+            fail_msg(c, ZI_EINVAL, "span_attention: row %d at %zu is negative", order[i], i);
+            return;
+        }
+    const size_t total = rows + (size_t)n_spans + 1 + 2 * n_tiles;
+    if (n_tiles > INT32_MAX || total > INT32_MAX) {
+        fail_msg(c, ZI_ERANGE, "span_attention: %zu rows in %d spans", rows, n_spans);
+        return;
+    }
+    if (total > c->span_cap) {
+        int32_t *p = realloc(c->span_h, total * sizeof *p);
+        if (!p) {
+            fail_msg(c, ZI_ENOMEM, "span_attention: out of memory for %zu entries", total);
+            return;
+        }
+        c->span_h = p, c->span_cap = total;
+    }
+    int32_t *h = c->span_h;
+    memcpy(h, order, rows * sizeof *h);
+    memcpy(h + rows, starts, ((size_t)n_spans + 1) * sizeof *h);
+    int32_t *tiles = h + rows + n_spans + 1;
+    size_t t = 0;
+    for (int r = 0; r < n_spans; r++)
+        for (int32_t i = starts[r]; i < starts[r + 1]; i += qt)
+            tiles[2 * t] = i, tiles[2 * t + 1] = r, t++;
+    const int32_t *d = stage(c, META_SPAN, h, total);
+    if (!d) return;
+    const int f32 = s->tile_precision && !s->causal;
+    failed(c,
+           zi_cuda_span_attention(out, q, k, v, d, d + rows, d + rows + n_spans + 1, (int)n_tiles,
+                                  s->n_heads, s->n_kv_heads, s->head_dim, s->scale, s->causal, f32,
+                                  c->stream),
+           "span_attention kernel");
+}
+
+/* matmul_tile's float32 copy of a weight that is not float32 already, in
+ * w->aux (in place of an fp16 copy, which is then released). */
+static int cuda_weight_prepare_tile(zi_backend *be, zi_weight *w, zi_error *err) {
+    cuda_backend *c = cb(be);
+    if (w->type == ZI_TYPE_F32 || (w->layout & ZI_CUDA_LAYOUT_TILE_F32)) return ZI_OK;
+    if (c->status) {
+        if (err) *err = c->err;
+        return c->status;
+    }
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(c->stream, &cap) != cudaSuccess ||
+        cap != cudaStreamCaptureStatusNone) {
+        (void)cudaGetLastError();
+        return zi_error_set(err, ZI_EINVAL, "CUDA device %d: a tile weight prepared in a capture",
+                            c->device);
+    }
+    const size_t bytes = (size_t)w->rows * (size_t)w->cols * sizeof(float);
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1);
+    if (e == cudaSuccess)
+        e = zi_cuda_to_f32(w->type, w->data, w->row_bytes, w->rows, w->cols, p, c->stream);
+    if (e != cudaSuccess) {
+        cudaFree(p);
+        (void)cudaGetLastError(); /* matmul_tile runs as matmul for this weight */
+        return zi_error_set(err, ZI_ENOMEM,
+                            "CUDA device %d: float32 copy of a %lld x %lld weight (%.1f MiB): %s",
+                            c->device, (long long)w->rows, (long long)w->cols, bytes / 1048576.0,
+                            cudaGetErrorString(e));
+    }
+    if (w->aux) { /* an fp16 copy made by an earlier matmul: the float32 one serves both */
+        cudaStreamSynchronize(c->stream);
+        cudaFree(w->aux);
+        c->f16_bytes -= (size_t)w->rows * (size_t)w->cols * 2;
+    }
+    w->aux = p;
+    w->layout |= ZI_CUDA_LAYOUT_TILE_F32 | ZI_CUDA_LAYOUT_NO_F16;
+    return ZI_OK;
+}
+
+/* y = x W^T in float32 (cuBLAS's fp32 GEMM, no TF32: the handle keeps the
+ * default math mode) from the weight's float32 values, for a whole image
+ * tile: the products' fp16 activations would cost the tower ~1e-3. */
+static void cuda_matmul_tile(zi_backend *be, float *y, const zi_weight *w, const float *x,
+                             int n_tokens) {
+    cuda_backend *c = cb(be);
+    if (c->status || n_tokens <= 0) return;
+    if (w->type != ZI_TYPE_F32 && !(w->layout & ZI_CUDA_LAYOUT_TILE_F32)) {
+        /* made on first use when the caller did not prepare it: the copy
+         * is part of the weight (weight_free releases it) */
+        zi_error e = {0};
+        if (cuda_weight_prepare_tile(be, (zi_weight *)w, &e)) {
+            cuda_matmul(be, y, w, x, n_tokens);
+            return;
+        }
+    }
+    const void *a = w->type == ZI_TYPE_F32 ? w->data : w->aux;
+    cublasStatus_t st = gemm(c, w, a, CUDA_R_32F, x, CUDA_R_32F, y, n_tokens);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+        fail_msg(c, ZI_EIO, "cublasGemmEx (tile f32, %lld x %lld, %d tokens): %s",
+                 (long long)w->rows, (long long)w->cols, n_tokens, blas_status(st));
+        return;
+    }
+    if (w->layout & ZI_CUDA_LAYOUT_ALLREDUCE) {
+        zi_error e = {0};
+        if (zi_tp_all_reduce_sum(c->tp, y, (size_t)n_tokens * (size_t)w->rows, c->stream, &e))
+            fail_msg(c, e.code, "%s", e.msg);
+    }
+}
+
 static void cuda_backend_free(zi_backend *be) {
     cuda_backend *c = cb(be);
     if (!c) return;
@@ -820,6 +1054,7 @@ static void cuda_backend_free(zi_backend *be) {
     cudaFree(c->w16);
     cudaFree(c->x16);
     cudaFree(c->attn_scratch);
+    free(c->span_h);
     for (int i = 0; i < META_N; i++) {
         cudaFree(c->meta[i].d);
         cudaFreeHost(c->meta[i].h);
@@ -843,19 +1078,25 @@ static const zi_backend_ops cuda_ops = {
     .download = cuda_download,
     .matmul = cuda_matmul,
     .matmul_n = cuda_matmul_n,
+    .matmul_tile = cuda_matmul_tile,
+    .weight_prepare_tile = cuda_weight_prepare_tile,
     .get_rows = cuda_get_rows,
     .rmsnorm = cuda_rmsnorm,
     .rope = cuda_rope,
     .rope_neox = cuda_rope_neox,
     .kv_store = cuda_kv_store,
     .attention = cuda_attention,
+    .span_attention = cuda_span_attention,
     .swiglu = cuda_swiglu,
     .geglu = cuda_geglu,
     .scale = cuda_scale,
     .softcap = cuda_softcap,
     .add_bias = cuda_add_bias,
     .add = cuda_add,
+    .layernorm = cuda_layernorm,
+    .gelu = cuda_gelu,
     .gather_rows = cuda_gather_rows,
+    .weighted_sum_rows = cuda_weighted_sum_rows,
     .mul = cuda_mul,
     .conv_state = cuda_conv_state,
     .silu = cuda_silu,
@@ -1064,6 +1305,9 @@ int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_vi
         return zi_error_set(err, ZI_EIO, "CUDA device %d: graph launch: waiting for the last one",
                             c->device);
     }
+    if (v->win_pos)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "graph launch: a view with win_pos (an image's tokens) runs op by op");
     /* the same host checks as the ops make on their metadata */
     int max_seq = 0;
     int64_t limit = (int64_t)v->table_stride * s->block_size;

@@ -332,6 +332,30 @@ __global__ void float_to_f16(const uint8_t *__restrict__ w, size_t row_bytes, in
     out[idx] = __float2half_rn(load_w<TYPE>(w + r * row_bytes, c));
 }
 
+/* The same into float32 (matmul_tile's weight copies): exact. */
+template <class B>
+__global__ void quant_to_f32(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
+                             int64_t cols, float *__restrict__ out) {
+    const int64_t nb = cols / 32;
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= rows * nb) return;
+    const int64_t r = idx / nb, ib = idx % nb;
+    float v[32];
+    decode_block<B>(w + r * row_bytes + ib * B::kBytes, v);
+    float *dst = out + r * cols + ib * 32;
+#pragma unroll
+    for (int i = 0; i < 32; i++) dst[i] = v[i];
+}
+
+template <int TYPE>
+__global__ void float_to_f32(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
+                             int64_t cols, float *__restrict__ out) {
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= rows * cols) return;
+    const int64_t r = idx / cols, c = idx % cols;
+    out[idx] = load_w<TYPE>(w + r * row_bytes, c);
+}
+
 __global__ void f32_to_f16(const float *__restrict__ x, __half *__restrict__ out, size_t n) {
     const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) out[i] = __float2half_rn(x[i]);
@@ -485,18 +509,21 @@ template <int DPL>
 __global__ void __launch_bounds__(kAttnWarps *kWarp)
     attn_kernel(float *__restrict__ out, const float *__restrict__ q, const float *__restrict__ kc,
                 const float *__restrict__ vc, const int32_t *__restrict__ pos,
-                const int32_t *__restrict__ seq, const int32_t *__restrict__ tables, int stride,
-                int bs, int n_heads, int n_kv_heads, int hd, float scale, float softcap, int window,
-                int n_split, float *__restrict__ scratch) {
+                const int32_t *__restrict__ win_pos, const int32_t *__restrict__ seq,
+                const int32_t *__restrict__ tables, int stride, int bs, int n_heads, int n_kv_heads,
+                int hd, float scale, float softcap, int window, int n_split,
+                float *__restrict__ scratch) {
     extern __shared__ float smem[]; /* [kAttnWarps][hd] acc, then m[], l[] */
     const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
     const int kvd = n_kv_heads * hd;
     const int kvh = h / (n_heads / n_kv_heads);
-    /* positions start..pos[t]: all of them, or the last `window` (the CPU
-     * backend's task_view); the splits divide that span */
+    /* positions start..pos[t]: all of them, or the last `window` counted
+     * from win_pos[t] where given (the CPU backend's task_view); the
+     * splits divide that span */
     const int end = pos[t] + 1;
-    const int start = window > 0 && pos[t] >= window ? pos[t] - window + 1 : 0;
+    const int wp = win_pos ? win_pos[t] : pos[t];
+    const int start = window > 0 && wp >= window ? wp - window + 1 : 0;
     const int n = end - start;
     const int chunk = (n + n_split - 1) / n_split;
     const int p0 = start + split * chunk, p1 = min(end, p0 + chunk);
@@ -630,15 +657,16 @@ __global__ void attn_merge(float *__restrict__ out, const float *__restrict__ sc
 
 template <int DPL>
 cudaError_t launch_attn(float *out, const float *q, const float *kc, const float *vc,
-                        const int32_t *pos, const int32_t *seq, const int32_t *tables, int stride,
-                        int bs, int n_tokens, int n_heads, int n_kv_heads, int hd, float scale,
-                        float softcap, int window, int n_split, float *scratch, cudaStream_t s) {
+                        const int32_t *pos, const int32_t *win_pos, const int32_t *seq,
+                        const int32_t *tables, int stride, int bs, int n_tokens, int n_heads,
+                        int n_kv_heads, int hd, float scale, float softcap, int window, int n_split,
+                        float *scratch, cudaStream_t s) {
     const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads),
                     static_cast<unsigned>(n_split));
     const size_t shmem = (static_cast<size_t>(kAttnWarps) * hd + 2 * kAttnWarps) * sizeof(float);
     attn_kernel<DPL><<<grid, kAttnWarps * kWarp, shmem, s>>>(
-        out, q, kc, vc, pos, seq, tables, stride, bs, n_heads, n_kv_heads, hd, scale, softcap,
-        window, n_split, scratch);
+        out, q, kc, vc, pos, win_pos, seq, tables, stride, bs, n_heads, n_kv_heads, hd, scale,
+        softcap, window, n_split, scratch);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1) return e;
     const dim3 mgrid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
@@ -757,6 +785,38 @@ cudaError_t zi_cuda_to_f16(int type, const void *w, size_t row_bytes, int64_t ro
     return cudaGetLastError();
 }
 
+cudaError_t zi_cuda_to_f32(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                           float *out, cudaStream_t stream) {
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    const int64_t nb = rows * (cols / 32), ne = rows * cols;
+    const unsigned gq = static_cast<unsigned>((nb + kThreads - 1) / kThreads);
+    const unsigned gf = static_cast<unsigned>((ne + kThreads - 1) / kThreads);
+    switch (type) {
+    case ZI_TYPE_Q4_0:
+        quant_to_f32<BlockQ4_0><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_Q4_1:
+        quant_to_f32<BlockQ4_1><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_Q8_0:
+        quant_to_f32<BlockQ8_0><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_F16:
+        float_to_f32<ZI_TYPE_F16><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_BF16:
+        float_to_f32<ZI_TYPE_BF16><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_F32:
+        float_to_f32<ZI_TYPE_F32><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
 cudaError_t zi_cuda_f32_to_f16(const float *x, void *out, size_t n, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     const unsigned g = static_cast<unsigned>((n + kThreads - 1) / kThreads);
@@ -835,10 +895,10 @@ cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *
 }
 
 cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const float *vc,
-                              const int32_t *pos, const int32_t *seq, const int32_t *tables,
-                              int stride, int block_size, int n_tokens, int n_heads, int n_kv_heads,
-                              int head_dim, float scale, float softcap, int window, int n_split,
-                              float *scratch, cudaStream_t stream) {
+                              const int32_t *pos, const int32_t *win_pos, const int32_t *seq,
+                              const int32_t *tables, int stride, int block_size, int n_tokens,
+                              int n_heads, int n_kv_heads, int head_dim, float scale, float softcap,
+                              int window, int n_split, float *scratch, cudaStream_t stream) {
     if (n_tokens <= 0) return cudaSuccess;
     if (head_dim <= 0 || head_dim > ZI_CUDA_MAX_HEAD_DIM || n_kv_heads <= 0 || window < 0 ||
         !(softcap >= 0.0f) || n_heads % n_kv_heads != 0 || n_split < 1 ||
@@ -846,8 +906,9 @@ cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const
         stride < 1)
         return cudaErrorInvalidValue;
 #define ZI_ATTN(DPL)                                                                               \
-    launch_attn<DPL>(out, q, kc, vc, pos, seq, tables, stride, block_size, n_tokens, n_heads,      \
-                     n_kv_heads, head_dim, scale, softcap, window, n_split, scratch, stream)
+    launch_attn<DPL>(out, q, kc, vc, pos, win_pos, seq, tables, stride, block_size, n_tokens,      \
+                     n_heads, n_kv_heads, head_dim, scale, softcap, window, n_split, scratch,      \
+                     stream)
     if (head_dim <= 64) return ZI_ATTN(2);
     if (head_dim <= 128) return ZI_ATTN(4);
     if (head_dim <= 256) return ZI_ATTN(8);

@@ -54,6 +54,11 @@ cudaError_t zi_cuda_mmv(int type, const void *w, size_t row_bytes, int64_t rows,
 cudaError_t zi_cuda_to_f16(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                            void *out, cudaStream_t stream);
 
+/* W (rows x cols of `type`) -> float32, row-major, into out (rows * cols
+ * floats), exactly. For Q4_0, Q4_1, Q8_0, F16, BF16 and F32. */
+cudaError_t zi_cuda_to_f32(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                           float *out, cudaStream_t stream);
+
 /* n floats -> fp16 (out holds n halves). */
 cudaError_t zi_cuda_f32_to_f16(const float *x, void *out, size_t n, cudaStream_t stream);
 
@@ -97,17 +102,19 @@ cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *
  * out[t][h] = softmax(q[t][h] . K[start..pos[t]] * scale) V over token t's
  * sequence (with softcap > 0 each score s first becomes softcap * tanh(s /
  * softcap), attention logit soft-capping), where start = 0, or with window > 0 (a sliding-window
- * layer) max(0, pos[t] - window + 1); head h reads KV head h / (n_heads / n_kv_heads). Only blocks
+ * layer) max(0, w - window + 1), w = win_pos[t] (backend.h's zi_batch_view.win_pos: an image
+ * token whose pos is its tile's reach), or pos[t] when win_pos is NULL; head h reads KV head h /
+ * (n_heads / n_kv_heads). Only blocks
  * holding positions start..pos[t] are looked up. n_split > 1 splits those positions of each (token,
  * head) over n_split blocks whose partial results go to scratch (n_tokens * n_heads * n_split *
  * (head_dim + 2) floats) and are merged by a second kernel; n_split == 1
  * needs no scratch.
  */
 cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const float *vc,
-                              const int32_t *pos, const int32_t *seq, const int32_t *tables,
-                              int stride, int block_size, int n_tokens, int n_heads, int n_kv_heads,
-                              int head_dim, float scale, float softcap, int window, int n_split,
-                              float *scratch, cudaStream_t stream);
+                              const int32_t *pos, const int32_t *win_pos, const int32_t *seq,
+                              const int32_t *tables, int stride, int block_size, int n_tokens,
+                              int n_heads, int n_kv_heads, int head_dim, float scale, float softcap,
+                              int window, int n_split, float *scratch, cudaStream_t stream);
 
 /* out[i] = silu(gate[i]) * up[i] (out may alias gate). */
 cudaError_t zi_cuda_swiglu(float *out, const float *gate, const float *up, size_t n,

@@ -646,15 +646,22 @@ class Adapter:
         return user_scale * self.alpha / self.rank if self.alpha else user_scale
 
 
+# The models load() has dequantized, most recently used last. Bounded: a
+# model is 8 bytes a weight here (Gemma 3 270M ~2 GB), and one pytest
+# process loads many in turn.
 _CACHE = {}
+_CACHE_MAX = 2
 
 
 def load(path=DEFAULT_MODEL):
-    """The model at path, dequantized once per process."""
+    """The model at path, dequantized once while it stays among the last
+    _CACHE_MAX models loaded."""
     key = os.path.realpath(path)
-    if key not in _CACHE:
-        _CACHE[key] = Model(path)
-    return _CACHE[key]
+    model = _CACHE.pop(key, None) or Model(path)
+    _CACHE[key] = model
+    while len(_CACHE) > _CACHE_MAX:
+        del _CACHE[next(iter(_CACHE))]
+    return model
 
 
 def logits(model, token_ids):

@@ -44,6 +44,38 @@ def report(section, key, value):
     _report.setdefault(section, {})[key] = value
 
 
+# ZINFER_E2E_PROGRESS names a file that gets one line as each test starts
+# ("start NODEID") and one for each failure ("FAILED NODEID"), written and
+# flushed at once: if the pytest process itself dies (the OOM killer, a
+# signal), scripts/run_tests.py still names the test that was running and
+# the ones that had failed, which pytest's own summary would have said.
+_PROGRESS = os.environ.get("ZINFER_E2E_PROGRESS")
+
+
+def _progress(line):
+    if _PROGRESS:
+        with open(_PROGRESS, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+def _rss_gb():
+    """This process's resident memory in GB (Linux), or 0."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _progress(f"start {nodeid} (pytest rss {_rss_gb():.2f} GB)")
+
+
+def pytest_runtest_logreport(report):
+    if report.failed:
+        _progress(f"FAILED {report.nodeid} ({report.when})")
+
+
 def pytest_sessionfinish(session, exitstatus):
     if not _report:
         return

@@ -35,6 +35,7 @@ SPEC = [
     ("--block-size", "worker", "--block-size", "int", 1, 4096),
     ("--num-steps", "worker", "--num-steps", "int", 1, 64),
     ("--max-queue", "router", "--max-queue", "int", 1, 1 << 24),
+    ("--max-queue-per-model", "router", "--max-queue-per-model", "int", 0, 1 << 24),
     ("--max-prompt-tokens", "router", "--max-prompt-tokens", "int", 1, 1 << 24),
     ("--max-new-tokens", "router", "--max-new-tokens", "int", 1, 1 << 24),
     ("--max-thinking-tokens", "router", "--max-thinking-tokens", "int", 0, 1000000),

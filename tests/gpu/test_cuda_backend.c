@@ -17,6 +17,11 @@
  *   model    the real model's logits on CUDA vs CPU: mean KL < 1e-3 over a
  *            few prompts; 32 greedy tokens equal; batched decode equals
  *            each sequence alone; one-rank NCCL all-reduce changes nothing
+ *   encoder  layernorm, gelu, weighted_sum_rows, span_attention (exact
+ *            and tile-precision paths, causal, GQA, shuffled spans) and
+ *            matmul_tile for every type vs the CPU / double arithmetic;
+ *            gemma3 and idefics3 image towers (small random projector
+ *            files written here) encode the same soft tokens as the CPU
  *   sampler  the GPU sampler against its C reference (sampling_ref.h)
  *            draw for draw, a chi-square test against the exact
  *            distribution, greedy and odd rows
@@ -46,6 +51,7 @@
 #include "cuda_backend.h"
 #include "family.h"
 #include "gguf.h"
+#include "gguf_writer.h"
 #include "kv_fixed.h"
 #include "model.h"
 #include "quant.h"
@@ -54,6 +60,7 @@
 #include "tokenizer.h"
 #include "tp.h"
 #include "types.h"
+#include "vision.h"
 
 static zi_test_rng rng = {0x9e3779b97f4a7c15ull};
 static double urand(void) {
@@ -570,7 +577,10 @@ static void test_gemma_ops(void **state) {
  *      0 and 2 at several positions: n_tokens * n_heads blocks, unsplit;
  *   B  three decode tokens, at 1499 and 1234 of sequence 2 and 5 of
  *      sequence 0: few blocks and (window 0, 700, 5000) a long span, so the
- *      split path, with empty splits for the short token.
+ *      split path, with empty splits for the short token;
+ *   C  an image tile of 64 tokens of sequence 2 (1000..1063) attending to
+ *      the whole tile, each window counted from the token's own position
+ *      (zi_batch_view.win_pos).
  * Windows 1, 3, 17, 700, and 5000 (more than the context: the same as 0).
  * K values are multiples of 1/32767 with one +-1 a row, which the CPU's
  * int16 rows hold (nearly) exactly, and V values float16 holds: the CPU and
@@ -585,8 +595,17 @@ typedef struct wa_case {
     float softcap; /* attention logit soft-capping (gemma2), 0: none */
 } wa_case;
 
-static int wa_batch(int which, int32_t *qp, int32_t *qs) {
+/* Batch `which` (0..WA_BATCHES-1): positions qp, sequences qs, and qw,
+ * where each token's window counts from (its own position; batch 2 is a
+ * 64-token image tile of sequence 2 at 1000..1063 whose tokens attend to
+ * the whole tile, zi_batch_view.win_pos: qp is the tile's last). */
+enum { WA_BATCHES = 3 };
+static int wa_batch(int which, int32_t *qp, int32_t *qs, int32_t *qw) {
     int nq = 0;
+    if (which == 2) {
+        for (int i = 0; i < 64; i++) qp[nq] = 1063, qw[nq] = 1000 + i, qs[nq++] = 2;
+        return nq;
+    }
     if (which == 0) {
         for (int i = 0; i < wa_lens[1]; i++) qp[nq] = i, qs[nq++] = 1;
         const int dec[][2] = {{0, 39}, {0, 0}, {0, 16}, {2, 1499}, {2, 17}, {2, 700}, {2, 1023}};
@@ -596,6 +615,7 @@ static int wa_batch(int which, int32_t *qp, int32_t *qs) {
         qp[nq] = 1234, qs[nq++] = 2;
         qp[nq] = 5, qs[nq++] = 0;
     }
+    for (int i = 0; i < nq; i++) qw[i] = qp[i];
     return nq;
 }
 
@@ -629,10 +649,10 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
         }
     float *dq = put(be, q, (size_t)WA_MAXQ * qd), *dout = put(be, NULL, (size_t)WA_MAXQ * qd);
     size_t done = 0;
-    for (int which = 0; which < 2; which++) {
-        int32_t qp[WA_MAXQ], qs[WA_MAXQ];
-        int nq = wa_batch(which, qp, qs);
-        zi_batch_view bv = {nq, qp, qs, tables, stride, NULL};
+    for (int which = 0; which < WA_BATCHES; which++) {
+        int32_t qp[WA_MAXQ], qs[WA_MAXQ], qw[WA_MAXQ];
+        int nq = wa_batch(which, qp, qs, qw);
+        zi_batch_view bv = {nq, qp, qs, tables, stride, which == 2 ? qw : NULL};
         be->ops->attention(be, dout, dq, kc, vc, &bv, &s);
         get(be, out + done, dout, (size_t)nq * qd);
         done += (size_t)nq * qd;
@@ -648,13 +668,13 @@ static void window_reference(const wa_case *wc, const float *k, const float *v, 
     const double scale = 1.0f / sqrtf((float)hd); /* the float the backends get */
     double *sc = malloc(sizeof(double) * 2048);
     size_t done = 0;
-    for (int which = 0; which < 2; which++) {
-        int32_t qp[WA_MAXQ], qs[WA_MAXQ];
-        int nq = wa_batch(which, qp, qs);
+    for (int which = 0; which < WA_BATCHES; which++) {
+        int32_t qp[WA_MAXQ], qs[WA_MAXQ], qw[WA_MAXQ];
+        int nq = wa_batch(which, qp, qs, qw);
         for (int t = 0; t < nq; t++)
             for (int h = 0; h < wc->nh; h++) {
-                const int kvh = h / (wc->nh / wc->nkv), p = qp[t];
-                const int start = wc->window > 0 && p >= wc->window ? p - wc->window + 1 : 0;
+                const int kvh = h / (wc->nh / wc->nkv), p = qp[t], w = qw[t];
+                const int start = wc->window > 0 && w >= wc->window ? w - wc->window + 1 : 0;
                 const float *qr = q + ((size_t)t * wc->nh + h) * hd;
                 double mx = -INFINITY, sum = 0;
                 for (int j = start; j <= p; j++) {
@@ -721,7 +741,7 @@ static void test_attention_window(void **state) {
         }
         for (size_t i = 0; i < rows * kvd; i++) v[i] = zi_f16_to_f32(zi_f32_to_f16(v[i]));
         float *q = frandom((size_t)WA_MAXQ * qd, -2, 2);
-        size_t nout = (size_t)(wa_lens[1] + 7 + 3) * qd;
+        size_t nout = (size_t)(wa_lens[1] + 7 + 3 + 64) * qd;
         float *oc = malloc(nout * sizeof(float)), *og = malloc(nout * sizeof(float));
         float *og0 = malloc(nout * sizeof(float));
         double *ref = malloc(nout * sizeof(double));
@@ -954,6 +974,426 @@ static void test_hybrid_ops(void **state) {
         assert_true(e < 1e-5 && es < 1e-5);
         free(xbc), free(dt), free(dtb), free(av), free(dd);
         free(out[0]), free(out[1]), free(st[0]), free(st[1]);
+    }
+}
+
+/* ---- the encoders' ops (cuda_vision.h) ---- */
+
+/* LayerNorm (rows far from a zero mean too, in place and not), GELU and
+ * weighted_sum_rows against the CPU backend's; the bert rows then pass
+ * the CUDA backend's op check. LayerNorm's and the weighted sum's float
+ * steps are the CPU's (no fused multiply-add): equal bits expected but
+ * only float rounding of the double sums asserted. */
+static void test_encoder_elementwise(void **state) {
+    (void)state;
+    zi_error err = {0};
+    zi_backend *bes[2] = {g_cpu, g_gpu};
+    const char *fams[] = {"bert", "nomic-bert"};
+    for (int i = 0; i < 2; i++) {
+        const zi_family *f = zi_family_find(fams[i], strlen(fams[i]));
+        assert_non_null(f);
+        if (zi_family_check_backend(f, g_gpu, 0, 0, 0, 1, 0, &err))
+            fail_msg("%s on CUDA: %s", fams[i], err.msg);
+    }
+    const int ln[][2] = {{1, 1152}, {7, 768}, {300, 64}, {5, 4099}, {64, 1152}, {3, 1}};
+    for (size_t si = 0; si < sizeof ln / sizeof ln[0]; si++) {
+        const int rows = ln[si][0], dim = ln[si][1];
+        const size_t n = (size_t)rows * dim;
+        float *x = frandom(n, -3, 3), *w = frandom((size_t)dim, 0.5f, 1.5f),
+              *b = frandom((size_t)dim, -1, 1);
+        if (si % 2)
+            for (size_t i = 0; i < n; i++) x[i] += 50.0f; /* the mean dominates */
+        float *o[2][2];
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            o[k][0] = malloc(n * sizeof(float)), o[k][1] = malloc(n * sizeof(float));
+            float *dx = put(be, x, n), *dy = put(be, NULL, n), *dw = put(be, w, (size_t)dim),
+                  *db = put(be, b, (size_t)dim);
+            be->ops->layernorm(be, dy, dx, dw, db, rows, dim, 1e-6f);
+            get(be, o[k][0], dy, n);
+            be->ops->layernorm(be, dx, dx, dw, db, rows, dim, 1e-5f); /* in place */
+            get(be, o[k][1], dx, n);
+            be->ops->free(be, dx), be->ops->free(be, dy), be->ops->free(be, dw);
+            be->ops->free(be, db);
+        }
+        check_status();
+        for (int j = 0; j < 2; j++) {
+            size_t same = 0;
+            for (size_t i = 0; i < n; i++) same += o[0][j][i] == o[1][j][i];
+            double e = rel_err(o[1][j], o[0][j], n);
+            print_message("layernorm %d rows of %d%s: rel err vs CPU %.2e, %zu/%zu equal\n", rows,
+                          dim, j ? " (in place)" : "", e, same, n);
+            assert_true(e < 1e-6);
+            free(o[0][j]), free(o[1][j]);
+        }
+        free(x), free(w), free(b);
+    }
+    const size_t lens[] = {1, 17, 4097, 300 * 1152 + 5};
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        const size_t n = lens[li];
+        float *x = frandom(n, -8, 8), *o[2];
+        for (int k = 0; k < 2; k++) {
+            o[k] = malloc(n * sizeof(float));
+            float *d = put(bes[k], x, n);
+            bes[k]->ops->gelu(bes[k], d, n);
+            get(bes[k], o[k], d, n);
+            bes[k]->ops->free(bes[k], d);
+        }
+        check_status();
+        double e = rel_err(o[1], o[0], n);
+        print_message("gelu over %zu: rel err vs CPU %.2e\n", n, e);
+        assert_true(e < 1e-6);
+        free(x), free(o[0]), free(o[1]);
+    }
+    /* weighted_sum_rows: gemma3's pooling (16 rows of a 8 x 8 grid each,
+     * weights 1/16), a mixture's top-4 and single rows */
+    const int ws[][4] = {{4, 16, 1152, 64}, {37, 4, 896, 50}, {9, 1, 100, 9}};
+    for (size_t si = 0; si < sizeof ws / sizeof ws[0]; si++) {
+        const int n_out = ws[si][0], k = ws[si][1], dim = ws[si][2], src_rows = ws[si][3];
+        const size_t ny = (size_t)src_rows * dim, no = (size_t)n_out * dim, ni = (size_t)n_out * k;
+        float *y = frandom(ny, -4, 4), *w = malloc(ni * sizeof(float)), *o[2];
+        int32_t *idx = malloc(ni * sizeof(int32_t));
+        for (size_t i = 0; i < ni; i++) {
+            idx[i] = (int32_t)(urand() * src_rows) % src_rows;
+            w[i] = si == 0 ? 1.0f / 16.0f : frand(0.0f, 1.0f);
+        }
+        for (int b = 0; b < 2; b++) {
+            o[b] = malloc(no * sizeof(float));
+            float *dy = put(bes[b], y, ny), *dout = put(bes[b], NULL, no);
+            bes[b]->ops->weighted_sum_rows(bes[b], dout, dy, idx, w, n_out, k, dim);
+            get(bes[b], o[b], dout, no);
+            bes[b]->ops->free(bes[b], dy), bes[b]->ops->free(bes[b], dout);
+        }
+        check_status();
+        size_t same = 0;
+        for (size_t i = 0; i < no; i++) same += o[0][i] == o[1][i];
+        double e = rel_err(o[1], o[0], no);
+        print_message("weighted_sum_rows %d x %d rows of %d: rel err vs CPU %.2e, %zu/%zu equal\n",
+                      n_out, k, dim, e, same, no);
+        assert_true(e < 1e-6);
+        free(y), free(w), free(idx), free(o[0]), free(o[1]);
+    }
+}
+
+/* span_attention against the CPU backend's: spans of 1 to 1024 rows whose
+ * rows are shuffled through q/k/v (rows in no span stay untouched), GQA,
+ * bidirectional and causal, heads of 32 to 600 dims (several slabs of
+ * 128 and every accumulator width), on the exact (double) path and the
+ * tile_precision (float32) one. */
+static void test_span_attention_vs_cpu(void **state) {
+    (void)state;
+    zi_backend *bes[2] = {g_cpu, g_gpu};
+    static const struct {
+        int n_heads, n_kv, hd, causal, tile, n_spans, lens[6];
+    } cases[] = {
+        {4, 2, 64, 0, 0, 5, {1, 5, 17, 40, 100}},
+        {4, 2, 64, 1, 0, 5, {1, 5, 17, 40, 100}},
+        {2, 2, 72, 0, 0, 2, {300, 33}},
+        {2, 1, 256, 1, 0, 2, {70, 3}},
+        {1, 1, 600, 0, 0, 2, {50, 20}},
+        {3, 3, 130, 0, 0, 1, {45}},
+        {6, 2, 32, 1, 0, 3, {33, 16, 2}},
+        {16, 16, 72, 0, 1, 1, {1024}},
+        {2, 2, 64, 1, 1, 1, {200}},
+        {4, 4, 64, 0, 1, 3, {64, 7, 130}},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        const int H = cases[ci].n_heads, KV = cases[ci].n_kv, hd = cases[ci].hd;
+        const int n_spans = cases[ci].n_spans;
+        int32_t starts[7] = {0};
+        for (int r = 0; r < n_spans; r++) starts[r + 1] = starts[r] + cases[ci].lens[r];
+        const int used = starts[n_spans], R = used + 3; /* three rows in no span */
+        int32_t *order = malloc(sizeof(int32_t) * (size_t)R);
+        for (int i = 0; i < R; i++) order[i] = i;
+        for (int i = R - 1; i > 0; i--) { /* shuffled */
+            int j = (int)(urand() * (i + 1)) % (i + 1);
+            int32_t t = order[i];
+            order[i] = order[j], order[j] = t;
+        }
+        const size_t nq = (size_t)R * H * hd, nkv = (size_t)R * KV * hd;
+        float *q = frandom(nq, -2, 2), *k = frandom(nkv, -2, 2), *v = frandom(nkv, -1, 1), *o[2];
+        zi_attn_shape s = {.n_heads = H,
+                           .n_kv_heads = KV,
+                           .head_dim = hd,
+                           .block_size = 1,
+                           .max_ctx = R,
+                           .scale = 1.0f / sqrtf((float)hd),
+                           .causal = cases[ci].causal,
+                           .tile_precision = cases[ci].tile};
+        for (int b = 0; b < 2; b++) {
+            zi_backend *be = bes[b];
+            o[b] = malloc(nq * sizeof(float));
+            float *dq = put(be, q, nq), *dk = put(be, k, nkv), *dv = put(be, v, nkv),
+                  *dout = put(be, NULL, nq);
+            be->ops->span_attention(be, dout, dq, dk, dv, order, starts, n_spans, &s);
+            get(be, o[b], dout, nq);
+            be->ops->free(be, dq), be->ops->free(be, dk), be->ops->free(be, dv);
+            be->ops->free(be, dout);
+        }
+        check_status();
+        double e = rel_err(o[1], o[0], nq);
+        print_message("span_attention %d spans (%d rows), %d heads of %d over %d, %s%s: rel err vs "
+                      "CPU %.2e\n",
+                      n_spans, used, H, hd, KV, cases[ci].causal ? "causal" : "bidirectional",
+                      cases[ci].tile ? ", tile precision" : "", e);
+        assert_true(e < (cases[ci].tile && !cases[ci].causal ? 2e-5 : 1e-6));
+        for (int i = used; i < R; i++) /* untouched */
+            for (int j = 0; j < H * hd; j++)
+                assert_true(o[1][(size_t)order[i] * H * hd + j] == 0.0f);
+        free(order), free(q), free(k), free(v), free(o[0]), free(o[1]);
+    }
+}
+
+/* matmul_tile in float32 for every type against double arithmetic on the
+ * dequantized weight (backend.h: within ~1e-5 of the sum of the terms'
+ * magnitudes; the products' fp16 path would be ~1e-3 off), prepared ahead
+ * or on first use, after and before products by matmul on the same weight
+ * (its fp16 copy replaced by the float32 one, which matmul then leaves
+ * alone); the fp16 bytes held return to where they were. */
+static void test_matmul_tile(void **state) {
+    (void)state;
+    zi_error err = {0};
+    const int rows = 200, cols = 256, tokens[] = {1, 9, 300};
+    assert_int_equal(g_gpu->ops->reserve(g_gpu, 300, cols, 64, &err), ZI_OK);
+    const size_t f16_before = zi_cuda_backend_f16_bytes(g_gpu);
+    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
+        const int type = TYPES[ti];
+        size_t rb;
+        void *wd = make_rows(type, rows, cols, &rb);
+        zi_gguf_tensor t = tensor("v.blk.0.ffn_up.weight", type, rows, cols, wd, rb);
+        zi_weight w;
+        assert_int_equal(g_gpu->ops->weight_init(g_gpu, &w, &t, &err), ZI_OK);
+        double *wf = malloc(sizeof(double) * (size_t)rows * cols);
+        float *row = malloc(sizeof(float) * (size_t)cols);
+        for (int r = 0; r < rows; r++) {
+            zi_dequantize_row(type, (const uint8_t *)wd + rb * (size_t)r, row, cols);
+            for (int c = 0; c < cols; c++) wf[(size_t)r * cols + c] = row[c];
+        }
+        if (ti % 2) assert_int_equal(g_gpu->ops->weight_prepare_tile(g_gpu, &w, &err), ZI_OK);
+        for (int pass = 0; pass < 3; pass++) {
+            /* 0: matmul (its fp16 copy made), 1: matmul_tile, 2: matmul again */
+            for (size_t ni = 0; ni < sizeof tokens / sizeof tokens[0]; ni++) {
+                const int n = pass == 1 ? tokens[ni] : 64;
+                if (pass != 1 && ni > 0) break;
+                float *x = frandom((size_t)n * cols, -1, 1);
+                float *dx = put(g_gpu, x, (size_t)n * cols),
+                      *dy = put(g_gpu, NULL, (size_t)n * rows);
+                if (pass == 1)
+                    g_gpu->ops->matmul_tile(g_gpu, dy, &w, dx, n);
+                else
+                    g_gpu->ops->matmul(g_gpu, dy, &w, dx, n);
+                float *y = malloc(sizeof(float) * (size_t)n * rows);
+                get(g_gpu, y, dy, (size_t)n * rows);
+                check_status();
+                const double tol = pass == 1 ? 1e-5 : 3e-3;
+                double worst = 0;
+                for (int tk = 0; tk < n; tk++)
+                    for (int r = 0; r < rows; r++) {
+                        double ref = 0, mag = 0;
+                        for (int c = 0; c < cols; c++) {
+                            double p = wf[(size_t)r * cols + c] * x[(size_t)tk * cols + c];
+                            ref += p, mag += fabs(p);
+                        }
+                        const double got = y[(size_t)tk * rows + r],
+                                     e = fabs(got - ref) / (mag + 1e-30);
+                        if (e > worst) worst = e;
+                        if (!(fabs(got - ref) <= tol * mag + 1e-7))
+                            fail_msg(
+                                "%s, pass %d, %d tokens: y[%d][%d] = %.9g, want %.9g (|wx| %.3g)",
+                                zi_ggml_type_name(type), pass, n, tk, r, got, ref, mag);
+                    }
+                if (pass == 1)
+                    print_message("matmul_tile %s %dx%d, %d tokens: worst error / |wx| %.2e\n",
+                                  zi_ggml_type_name(type), rows, cols, n, worst);
+                g_gpu->ops->free(g_gpu, dx), g_gpu->ops->free(g_gpu, dy);
+                free(x), free(y);
+            }
+        }
+        g_gpu->ops->weight_free(g_gpu, &w);
+        free(wf), free(row), free(wd);
+    }
+    assert_true(zi_cuda_backend_f16_bytes(g_gpu) == f16_before);
+}
+
+/* ---- an image tower end to end (model_worker/vision.h) ---- */
+
+typedef struct mm_tensor {
+    char name[64];
+    uint32_t n_dims;
+    uint64_t ne[4];
+    int type;
+    void *data;
+    size_t bytes;
+} mm_tensor;
+
+static void mm_add(mm_tensor *ts, int *n, const char *name, uint32_t n_dims, const uint64_t *ne,
+                   int type, float fmax) {
+    mm_tensor *t = &ts[(*n)++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims, t->type = type;
+    uint64_t elems = 1;
+    for (uint32_t i = 0; i < 4; i++) t->ne[i] = i < n_dims ? ne[i] : 1, elems *= t->ne[i];
+    if (type == ZI_TYPE_F16) { /* rows of ne[0] */
+        size_t rb;
+        t->data = zi_test_make_rows(&rng, ZI_TYPE_F16, (int)(elems / ne[0]), (int)ne[0], fmax, &rb);
+        assert_non_null(t->data);
+        t->bytes = rb * (size_t)(elems / ne[0]);
+    } else { /* norms near 1 (fmax < 0: 1 +- |fmax|), else +- fmax */
+        float *f = malloc(elems * sizeof(float));
+        for (uint64_t i = 0; i < elems; i++)
+            f[i] = fmax < 0 ? 1.0f + frand(fmax, -fmax) : frand(-fmax, fmax);
+        t->data = f, t->bytes = elems * sizeof(float);
+    }
+}
+
+/* A random-weight projector of the kind's layout (tests/e2e/vision_files.py
+ * writes the real widths; these are small), written to path: patch
+ * embedding F32, matrices F16, norms and biases F32. */
+static void write_projector(const char *path, const char *kind, int image, int patch, int E, int F,
+                            int heads, int layers, int merge, int lm_dim) {
+    enum { MAXT = 64 };
+    mm_tensor ts[MAXT];
+    int nt = 0;
+    const int np = (image / patch) * (image / patch);
+    const float inv = 1.7f / sqrtf((float)E), invf = 1.7f / sqrtf((float)F);
+    char name[64];
+    mm_add(ts, &nt, "v.patch_embd.weight", 4,
+           (const uint64_t[]){(uint64_t)patch, (uint64_t)patch, 3, (uint64_t)E}, ZI_TYPE_F32,
+           1.7f / sqrtf(3.0f * patch * patch));
+    mm_add(ts, &nt, "v.patch_embd.bias", 1, (const uint64_t[]){(uint64_t)E}, ZI_TYPE_F32, 0.05f);
+    mm_add(ts, &nt, "v.position_embd.weight", 2, (const uint64_t[]){(uint64_t)E, (uint64_t)np},
+           ZI_TYPE_F32, 0.5f);
+    for (int l = 0; l < layers; l++) {
+        const char *mats[] = {"attn_q", "attn_k", "attn_v", "attn_out", "ffn_up", "ffn_down"};
+        for (int i = 0; i < 6; i++) {
+            const uint64_t cols = i == 5 ? (uint64_t)F : (uint64_t)E;
+            const uint64_t rows = i == 4 ? (uint64_t)F : (uint64_t)E;
+            snprintf(name, sizeof name, "v.blk.%d.%s.weight", l, mats[i]);
+            mm_add(ts, &nt, name, 2, (const uint64_t[]){cols, rows}, ZI_TYPE_F16,
+                   i == 5 ? invf : inv);
+            snprintf(name, sizeof name, "v.blk.%d.%s.bias", l, mats[i]);
+            mm_add(ts, &nt, name, 1, (const uint64_t[]){rows}, ZI_TYPE_F32, 0.05f);
+        }
+        const char *norms[] = {"ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"};
+        for (int i = 0; i < 4; i++) {
+            snprintf(name, sizeof name, "v.blk.%d.%s", l, norms[i]);
+            mm_add(ts, &nt, name, 1, (const uint64_t[]){(uint64_t)E}, ZI_TYPE_F32,
+                   i % 2 ? 0.05f : -0.1f);
+        }
+    }
+    mm_add(ts, &nt, "v.post_ln.weight", 1, (const uint64_t[]){(uint64_t)E}, ZI_TYPE_F32, -0.1f);
+    mm_add(ts, &nt, "v.post_ln.bias", 1, (const uint64_t[]){(uint64_t)E}, ZI_TYPE_F32, 0.05f);
+    const int gemma = strcmp(kind, "gemma3") == 0;
+    if (gemma) {
+        mm_add(ts, &nt, "mm.soft_emb_norm.weight", 1, (const uint64_t[]){(uint64_t)E}, ZI_TYPE_F32,
+               -0.3f);
+        mm_add(ts, &nt, "mm.input_projection.weight", 2,
+               (const uint64_t[]){(uint64_t)lm_dim, (uint64_t)E}, ZI_TYPE_F16, inv);
+    } else {
+        const uint64_t k = (uint64_t)E * merge * merge;
+        mm_add(ts, &nt, "mm.model.fc.weight", 2, (const uint64_t[]){k, (uint64_t)lm_dim},
+               ZI_TYPE_F16, 1.7f / sqrtf((float)k));
+    }
+    assert_true(nt <= MAXT);
+    wbuf b = {0};
+    w_header(&b, 3, (uint64_t)nt, 15);
+    kv_str(&b, "general.architecture", "clip");
+    kv_bool(&b, "clip.has_vision_encoder", 1);
+    kv_str(&b, "clip.projector_type", kind);
+    kv_bool(&b, "clip.use_gelu", 1);
+    kv_u32(&b, "clip.vision.image_size", (uint32_t)image);
+    kv_u32(&b, "clip.vision.patch_size", (uint32_t)patch);
+    kv_u32(&b, "clip.vision.embedding_length", (uint32_t)E);
+    kv_u32(&b, "clip.vision.feed_forward_length", (uint32_t)F);
+    kv_u32(&b, "clip.vision.block_count", (uint32_t)layers);
+    kv_u32(&b, "clip.vision.attention.head_count", (uint32_t)heads);
+    const char *arrays[] = {"clip.vision.image_mean", "clip.vision.image_std"};
+    for (int i = 0; i < 2; i++) {
+        w_key(&b, arrays[i], ZI_GGUF_ARRAY);
+        w_u32(&b, ZI_GGUF_FLOAT32);
+        w_u64(&b, 3);
+        for (int j = 0; j < 3; j++) w_f32(&b, 0.5f);
+    }
+    w_key(&b, "clip.vision.attention.layer_norm_epsilon", ZI_GGUF_FLOAT32);
+    w_f32(&b, 1e-6f);
+    kv_u32(&b, "clip.vision.projector.scale_factor", (uint32_t)merge);
+    kv_u32(&b, "clip.vision.projection_dim", (uint32_t)lm_dim);
+    uint64_t off = 0;
+    for (int i = 0; i < nt; i++) {
+        w_tinfo(&b, ts[i].name, ts[i].n_dims, ts[i].ne, (uint32_t)ts[i].type, off);
+        off += (ts[i].bytes + 31) / 32 * 32;
+    }
+    w_pad(&b, 32);
+    for (int i = 0; i < nt; i++) {
+        w_bytes(&b, ts[i].data, ts[i].bytes);
+        w_pad(&b, 32);
+        free(ts[i].data);
+    }
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_true(fwrite(b.p, 1, b.n, f) == b.n);
+    assert_int_equal(fclose(f), 0);
+    free(b.p);
+}
+
+/* Both projector kinds, small random towers (64 patches: several tiles of
+ * span_attention's rows; gemma3's pooling by weighted_sum_rows, idefics3's
+ * shuffle by gather_rows) loaded on the CPU and on CUDA: the same pixels
+ * give the same soft tokens within float32 rounding (both backends run the
+ * tower's float32 paths: tile products, tile-precision attention). */
+static void test_vision_tower_vs_cpu(void **state) {
+    (void)state;
+    static const struct {
+        const char *kind;
+        int image, patch, E, F, heads, layers, merge, lm_dim;
+    } towers[] = {
+        {"gemma3", 112, 14, 144, 304, 2, 2, 4, 96},
+        {"idefics3", 64, 8, 128, 256, 4, 2, 2, 64},
+    };
+    for (size_t ti = 0; ti < sizeof towers / sizeof towers[0]; ti++) {
+        char path[] = "/tmp/zinfer-gpu-mmproj-XXXXXX";
+        int fd = mkstemp(path);
+        assert_true(fd >= 0);
+        close(fd);
+        write_projector(path, towers[ti].kind, towers[ti].image, towers[ti].patch, towers[ti].E,
+                        towers[ti].F, towers[ti].heads, towers[ti].layers, towers[ti].merge,
+                        towers[ti].lm_dim);
+        zi_backend *bes[2] = {g_cpu, g_gpu};
+        zi_vision *v[2] = {NULL, NULL};
+        zi_error err = {0};
+        for (int b = 0; b < 2; b++)
+            if (zi_vision_load(path, bes[b], towers[ti].lm_dim, &v[b], &err))
+                fail_msg("%s tower on %s: %s", towers[ti].kind, bes[b]->ops->name, err.msg);
+        const zi_vision_config *c = zi_vision_get_config(v[0]);
+        const size_t npx = (size_t)c->image_size * c->image_size * 3;
+        const size_t nout = (size_t)c->n_tokens * c->lm_dim;
+        float *px = frandom(npx, -1, 1),
+              *o[2] = {malloc(nout * sizeof(float)), malloc(nout * sizeof(float))};
+        for (int b = 0; b < 2; b++)
+            if (zi_vision_encode(v[b], px, o[b], &err))
+                fail_msg("%s tower on %s: encode: %s", towers[ti].kind, bes[b]->ops->name, err.msg);
+        check_status();
+        double worst_cos = 0;
+        for (int t = 0; t < c->n_tokens; t++) {
+            double ab = 0, aa = 0, bb = 0;
+            for (int d = 0; d < c->lm_dim; d++) {
+                const double a = o[0][(size_t)t * c->lm_dim + d],
+                             g = o[1][(size_t)t * c->lm_dim + d];
+                ab += a * g, aa += a * a, bb += g * g;
+            }
+            const double cd = 1.0 - ab / sqrt(aa * bb);
+            if (cd > worst_cos) worst_cos = cd;
+        }
+        const double e = rel_err(o[1], o[0], nout);
+        print_message("%s tower (%d patches, %d tokens of %d): rel err vs CPU %.2e, worst cosine "
+                      "distance %.2e\n",
+                      towers[ti].kind, c->n_patches, c->n_tokens, c->lm_dim, e, worst_cos);
+        assert_true(e < 1e-4);
+        assert_true(worst_cos < 1e-8);
+        zi_vision_free(v[0]);
+        zi_vision_free(v[1]);
+        unlink(path);
+        free(px), free(o[0]), free(o[1]);
     }
 }
 
@@ -1490,6 +1930,10 @@ int main(void) {
         cmocka_unit_test(test_attention_window),
         cmocka_unit_test(test_family_bias_ops),
         cmocka_unit_test(test_hybrid_ops),
+        cmocka_unit_test(test_encoder_elementwise),
+        cmocka_unit_test(test_span_attention_vs_cpu),
+        cmocka_unit_test(test_matmul_tile),
+        cmocka_unit_test(test_vision_tower_vs_cpu),
         cmocka_unit_test(test_bad_id_reported),
         cmocka_unit_test(test_graph_capture),
         cmocka_unit_test(test_sampler_vs_reference),

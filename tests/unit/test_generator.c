@@ -245,6 +245,100 @@ static void test_paged_preemption_and_prefix(void **state) {
     zi_generator_free(g);
 }
 
+/* Greedy GEN tokens of prompt ids[0..n) through g, into out. */
+static void run_one(zi_generator *g, const int32_t *ids, size_t n, int32_t *out) {
+    zi_sampling_params sp;
+    zi_sampling_params_init(&sp);
+    sp.max_new_tokens = GEN;
+    sp.ignore_eos = true;
+    zi_error err = {0};
+    zi_text_context c;
+    assert_int_equal(zi_text_context_init(&c, ids, n, 128, &sp, &err), ZI_OK);
+    zi_text_context *b[1] = {&c};
+    for (int i = 0; i < 200 && c.status == ZI_GEN_ACTIVE; i++) {
+        assert_int_equal(zi_generator_next_token(g, b, 1, 1, &err), ZI_OK);
+        if (zi_generator_check(g, &err)) fail_msg("%s", err.msg);
+    }
+    assert_int_equal(zi_text_context_generated_count(&c), GEN);
+    memcpy(out, zi_text_context_generated_tokens(&c), GEN * sizeof *out);
+    zi_generator_release(g, &c);
+    zi_text_context_free(&c);
+    zi_sampling_params_free(&sp);
+}
+
+static zi_generator *disk_gen(fixture *f, int kv_blocks, const char *dir, const char *tag) {
+    zi_error err = {0};
+    zi_generator *g;
+    zi_generator_config cfg = {.n_slots = 1,
+                               .ctx = 128,
+                               .max_batch_tokens = 64,
+                               .kv_blocks = kv_blocks,
+                               .block_size = 16,
+                               .prefix_cache = 1};
+    assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_OK);
+    if (dir && zi_generator_open_kv_disk(g, dir, 1 << 30, tag, NULL, &err)) fail_msg("%s", err.msg);
+    return g;
+}
+
+/* The disk tier (kv_disk.h): a pool too small to keep a prompt's blocks
+ * cached reads them back from disk, a new generator on the same directory
+ * (a restarted worker) finds every one there, and another KV tag none;
+ * the tokens are the cold run's every time. */
+static void test_kv_disk_tier(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    char dir[] = "/tmp/zi_gen_kv_disk_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    /* a 100-token prompt (6 blocks a lookup may take), and a filler */
+    int32_t prompt[100], filler[100], want[GEN], got[GEN], scratch[GEN];
+    size_t n = 0;
+    for (int i = 0; n < 100; i = (i + 1) % N_PROMPTS)
+        for (size_t k = 0; k < f->n_ids[i] && n < 100; k++) prompt[n++] = f->ids[i][k];
+    for (size_t k = 0; k < 100; k++) filler[k] = prompt[99 - k];
+    zi_generator *g = disk_gen(f, 0, NULL, NULL);
+    run_one(g, prompt, 100, want);
+    zi_generator_free(g);
+
+    g = disk_gen(f, 8, dir, "test"); /* 8 blocks: one sequence's worth */
+    run_one(g, prompt, 100, got);
+    assert_memory_equal(got, want, sizeof want);
+    run_one(g, filler, 100, scratch); /* evicts the prompt's blocks */
+    run_one(g, prompt, 100, got);
+    assert_memory_equal(got, want, sizeof want);
+    zi_generator_stats st;
+    zi_generator_get_stats(g, &st);
+    printf("disk tier, small pool: %llu blocks from memory, %llu from disk (%llu us), %llu "
+           "written (%llu us in the steps' copies, %llu us writing)\n",
+           (unsigned long long)st.mem_hit_blocks, (unsigned long long)st.disk_hit_blocks,
+           (unsigned long long)st.disk_read_us, (unsigned long long)st.disk_written_blocks,
+           (unsigned long long)st.disk_queue_us, (unsigned long long)st.disk_write_us);
+    /* the filler left the first block cached (released last) */
+    assert_int_equal(st.mem_hit_blocks + st.disk_hit_blocks, 6);
+    assert_true(st.disk_hit_blocks >= 5);
+    assert_int_equal(st.disk_rejected, 0);
+    zi_generator_free(g); /* writes what is queued */
+
+    g = disk_gen(f, 0, dir, "test");
+    run_one(g, prompt, 100, got);
+    assert_memory_equal(got, want, sizeof want);
+    zi_generator_get_stats(g, &st);
+    assert_int_equal(st.disk_hit_blocks, 6);
+    assert_int_equal(st.mem_hit_blocks, 0);
+    assert_int_equal(st.prefix_hit_tokens, 96);
+    zi_generator_free(g);
+
+    g = disk_gen(f, 0, dir, "other"); /* another KV type: none of those files */
+    run_one(g, prompt, 100, got);
+    assert_memory_equal(got, want, sizeof want);
+    zi_generator_get_stats(g, &st);
+    assert_int_equal(st.disk_hit_blocks, 0);
+    assert_int_equal(st.disk_miss_blocks, 1);
+    zi_generator_free(g);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* num_steps > 1 gives the tokens of num_steps single steps, stops at the
  * stop conditions (here a stop token id) and does not feed a done context. */
 static void test_multi_step(void **state) {
@@ -404,6 +498,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batched_equals_alone),
         cmocka_unit_test(test_paged_preemption_and_prefix),
+        cmocka_unit_test(test_kv_disk_tier),
         cmocka_unit_test(test_slots),
         cmocka_unit_test(test_multi_step),
         cmocka_unit_test(test_burst_prefill),

@@ -341,6 +341,48 @@ static void test_prefix_cache(void **state) {
     zi_sampling_params_free(&sp);
 }
 
+/* The disk tier (kv_disk.h) holds a context's blocks before its first
+ * image only (the image's K/V come from the worker's projector, which its
+ * files do not name): a new generator on the same directory reads those
+ * back, encodes the tile again, and gives the same output. */
+static void test_disk_tier_stops_at_images(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    if (f->n_ids < 24) skip();
+    char dir[] = "/tmp/zi_gen_images_disk_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    zi_sampling_params sp = greedy();
+    const int32_t first[1] = {10};
+    const int T = 8;
+    zi_error err = {0};
+    zi_text_context a, a2;
+    zi_generator_stats st;
+    zi_generator *g = make_gen(f, 512, 0, 1, 4);
+    if (zi_generator_open_kv_disk(g, dir, 1 << 30, "test", NULL, &err)) fail_msg("%s", err.msg);
+    image_context(f->ids, f->n_ids, NULL, 1, first, T, true, &sp, &a);
+    zi_text_context *b[1] = {&a};
+    run(g, b, 1);
+    zi_generator_free(g); /* writes what is queued */
+    g = make_gen(f, 512, 0, 1, 4);
+    if (zi_generator_open_kv_disk(g, dir, 1 << 30, "test", NULL, &err)) fail_msg("%s", err.msg);
+    image_context(f->ids, f->n_ids, NULL, 1, first, T, true, &sp, &a2);
+    b[0] = &a2;
+    f->calls = 0;
+    run(g, b, 1);
+    zi_generator_get_stats(g, &st);
+    assert_int_equal(st.disk_hit_blocks, 2); /* positions 0..7; block 2 holds the image's 10 */
+    assert_int_equal(st.prefix_hit_tokens, 8);
+    assert_int_equal(f->calls, 1);
+    assert_same_output(&a, &a2);
+    zi_generator_free(g);
+    zi_text_context_free(&a);
+    zi_text_context_free(&a2);
+    zi_sampling_params_free(&sp);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "ls '%s' | grep -c blk > /dev/null && rm -rf '%s'", dir, dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* Refusals at admission: a non_causal tile over the step's budget, echo,
  * a generator without an encoder; and the sampler's history and prompt
  * lookup never see the keys. */
@@ -416,9 +458,8 @@ static void test_refusals_and_paths(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_causal_equals_text),
-        cmocka_unit_test(test_non_causal_chunks),
-        cmocka_unit_test(test_prefix_cache),
+        cmocka_unit_test(test_causal_equals_text), cmocka_unit_test(test_non_causal_chunks),
+        cmocka_unit_test(test_prefix_cache),       cmocka_unit_test(test_disk_tier_stops_at_images),
         cmocka_unit_test(test_refusals_and_paths),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

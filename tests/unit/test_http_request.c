@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "codec.h"
+#include "http_ctx.h"
 #include "http_error.h"
 #include "http_request.h"
 #include "tool_stream.h"
@@ -465,9 +466,38 @@ static void test_tool_call_parsing(void **state) {
     json_decref(root);
 }
 
+/* --model-tool-call-format: each model's format, by its name or the
+ * MODEL of "MODEL:ADAPTER"; a model not listed takes --tool-call-format's;
+ * a bad entry is refused naming the flag. */
+static void test_model_tool_formats(void **state) {
+    (void)state;
+    zi_http_config cfg = {.tool_format = ZI_TF_GENERIC};
+    zi_error err = {0};
+    assert_int_equal(zi_http_model_tool_formats_add(&cfg, "smol=generic,glm=glm-4.5", &err), 0);
+    assert_int_equal(zi_http_model_tool_formats_add(&cfg, "a=b=qwen3-coder", &err), 0);
+    assert_int_equal(zi_http_tool_format(&cfg, "glm"), ZI_TF_GLM_45);
+    assert_int_equal(zi_http_tool_format(&cfg, "glm:my-adapter"), ZI_TF_GLM_45);
+    assert_int_equal(zi_http_tool_format(&cfg, "a=b"), ZI_TF_QWEN3_CODER); /* the last '=' */
+    assert_int_equal(zi_http_tool_format(&cfg, "smol"), ZI_TF_GENERIC);
+    assert_int_equal(zi_http_tool_format(&cfg, "other"), ZI_TF_GENERIC);
+    assert_int_equal(zi_http_tool_format(&cfg, "gl"), ZI_TF_GENERIC);
+    cfg.tool_format = ZI_TF_GRANITE;
+    assert_int_equal(zi_http_tool_format(&cfg, "other"), ZI_TF_GRANITE);
+    assert_int_equal(zi_http_model_tool_formats_add(&cfg, "glm=kimi-k2", &err), 0); /* again */
+    assert_int_equal(zi_http_tool_format(&cfg, "glm"), ZI_TF_KIMI_K2);
+    assert_int_equal(cfg.n_model_tool_format, 3);
+    const char *bad[] = {"glm", "=generic", "glm=", "glm=auto", "glm=bogus", "a=generic,,b=hermes"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        err.msg[0] = '\0';
+        assert_int_equal(zi_http_model_tool_formats_add(&cfg, bad[i], &err), -1);
+        assert_non_null(strstr(err.msg, "--model-tool-call-format"));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_defaults_and_choices),
+        cmocka_unit_test(test_model_tool_formats),
         cmocka_unit_test(test_completion_fields),
         cmocka_unit_test(test_refusals_name_the_field),
         cmocka_unit_test(test_router_errors),
