@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h" /* zi_kv_type */
 #include "quant.h"
 
 /*
@@ -25,7 +26,11 @@
  * cpu_backend.c's). Position j (counted from `first`, below) lives in block
  * b = blocks[(first + j) / bs], row r = (first + j) % bs: its K row is hd int16 codes at k + b *
  * kstride + r * hd, to be multiplied by the float at ks + b * sstride + r; its V row is hd float16
- * values at v + b * vstride + r * hd.
+ * values at v + b * vstride + r * hd. That is the default --kv-type's
+ * layout (ZI_KV_DEFAULT); with another (type), kq and vq hold the rows
+ * instead: K row at kq + b * kstride + r * krow, V row at vq + b * vstride
+ * + r * vrow, strides in bytes, each row hd float16 values or hd / 32
+ * Q8_0 or Q4_0 blocks (quant.h's).
  */
 typedef struct zi_kv_head {
     const int16_t *k;
@@ -34,6 +39,9 @@ typedef struct zi_kv_head {
     const int32_t *blocks;
     int bs;
     size_t kstride, sstride, vstride;
+    int type;               /* zi_kv_type */
+    const uint8_t *kq, *vq; /* type != ZI_KV_DEFAULT: the rows (above) */
+    size_t krow, vrow;
     /* The kernel's position j is the cache's position first + j (a sliding
      * window starts past 0); 0 <= first < bs, blocks already advanced. */
     int first;
