@@ -132,6 +132,72 @@ static inline void kvq_fma_row(float *o, float p, const float *x, int n) {
     for (; i < n; i++) o[i] = fmaf(p, x[i], o[i]);
 }
 
+/* s[j] = expf(s[j] - mx) for j < n: the vector expf where the table has
+ * one (bit-identical to glibc's), else expf. */
+static inline void kvq_exp(float *s, int n, float mx) {
+    int j = 0;
+#if defined(__AVX512F__)
+    const __m512 m = _mm512_set1_ps(mx);
+    for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(s + j, exp16(_mm512_sub_ps(_mm512_loadu_ps(s + j), m)));
+#elif defined(__AVX2__)
+    const __m256 m = _mm256_set1_ps(mx);
+    for (; j + 8 <= n; j += 8)
+        _mm256_storeu_ps(s + j, exp8_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), m)));
+#endif
+    for (; j < n; j++) s[j] = expf(s[j] - mx);
+}
+
+#if defined(__AVX512F__)
+/* Values 16c..16c+15 of a cached row as floats (kvq_row's values). */
+static inline __m512 kvq_ld16(int type, const uint8_t *row, int c) {
+    if (type == ZI_KV_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + 32 * c)));
+    const size_t bb = type == ZI_KV_Q8_0 ? sizeof(zi_block_q8_0) : sizeof(zi_block_q4_0);
+    const uint8_t *b = row + bb * (size_t)(c >> 1);
+    uint16_t dh;
+    memcpy(&dh, b, sizeof dh);
+    const __m512 d = _mm512_set1_ps(load_f16(dh));
+    if (type == ZI_KV_Q8_0)
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                 _mm_loadu_si128((const __m128i *)(b + 2 + 16 * (c & 1))))),
+                             d);
+    const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
+    const __m512i nib =
+        c & 1 ? _mm512_srli_epi32(x, 4) : _mm512_and_si512(x, _mm512_set1_epi32(15));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(nib, _mm512_set1_epi32(8))), d);
+}
+
+/* The sum of p*V for NG rows (a constant: the sums stay in registers) of
+ * hd = 16 * nc columns: row g's exponentials at p + g * ps over its nr[g]
+ * positions, its output (times inv[g]) at outs[g]. Each V row is decoded
+ * once for the NG rows; the same fused multiply-adds, in position order,
+ * as kvq_fma_row. */
+static inline __attribute__((always_inline)) void kvq_pv16(const float *p, size_t ps, const int *nr,
+                                                           const float *inv, const zi_kv_head *kv,
+                                                           int nc, int NG, float *const *outs) {
+    int nmax = 0;
+    for (int g = 0; g < NG; g++) nmax = nr[g] > nmax ? nr[g] : nmax;
+    __m512 o[4][16]; /* NG * nc <= 16 */
+    for (int g = 0; g < NG; g++)
+        for (int c = 0; c < nc; c++) o[g][c] = _mm512_setzero_ps();
+    for (int j = 0; j < nmax; j++) {
+        const uint8_t *row = kvq_at(kv, kv->vq, kv->vstride, kv->vrow, j);
+        __m512 v[16];
+        for (int c = 0; c < nc; c++) v[c] = kvq_ld16(kv->type, row, c);
+        for (int g = 0; g < NG; g++) {
+            if (j >= nr[g]) continue;
+            const __m512 pg = _mm512_set1_ps(p[(size_t)g * ps + j]);
+            for (int c = 0; c < nc; c++) o[g][c] = _mm512_fmadd_ps(pg, v[c], o[g][c]);
+        }
+    }
+    for (int g = 0; g < NG; g++) {
+        const __m512 iv = _mm512_set1_ps(inv[g]);
+        for (int c = 0; c < nc; c++) _mm512_storeu_ps(outs[g] + 16 * c, _mm512_mul_ps(o[g][c], iv));
+    }
+}
+#endif
+
 /*
  * The scores of R = G * B query rows: row r = b * G + g is query head g of
  * token b (at q + b * qs + g * hd), over its nr = n + b first positions:
@@ -159,15 +225,15 @@ static void kvq_scores(const float *q, size_t qs, int G, int B, const zi_kv_head
                 const int nr = n + r / G, lr = nr - j0 < 16 ? nr - j0 : 16;
                 if (lr <= 0) continue;
                 const float *qg = q + (size_t)(r / G) * qs + (size_t)(r % G) * hd;
-                __m512 acc[16];
+                __m512 qv[16], acc[16]; /* nc = 16: q is partly reloaded from L1 */
+                for (int c = 0; c < nc; c++) qv[c] = _mm512_loadu_ps(qg + 16 * c);
                 for (int s = 0; s < 16; s++) { /* s: hsum16's lane order */
                     const int j = 4 * (s & 3) + (s >> 2);
                     acc[s] = _mm512_setzero_ps();
                     if (j >= lr) continue;
                     const float *kj = kf + (size_t)j * hd;
                     for (int c = 0; c < nc; c++)
-                        acc[s] = _mm512_fmadd_ps(_mm512_loadu_ps(qg + 16 * c),
-                                                 _mm512_load_ps(kj + 16 * c), acc[s]);
+                        acc[s] = _mm512_fmadd_ps(qv[c], _mm512_load_ps(kj + 16 * c), acc[s]);
                 }
                 _mm512_mask_storeu_ps(scores + (size_t)r * nmax + j0, (__mmask16)((1u << lr) - 1),
                                       _mm512_mul_ps(hsum16(acc), vscale));
@@ -231,15 +297,61 @@ static void attend_q_block(const float *q, size_t qs, int G, int B, const zi_kv_
         const int nr = n + r / G;
         if (softcap > 0.0f) softcap_scores(sg, (size_t)nr, softcap);
         for (int j = 0; j < nr; j++) mx = sg[j] > mx ? sg[j] : mx;
+        kvq_exp(sg, nr, mx);
         double sum = 0.0;
-        for (int j = 0; j < nr; j++) {
-            sg[j] = expf(sg[j] - mx);
-            sum += sg[j];
-        }
+        for (int j = 0; j < nr; j++) sum += sg[j];
         if (kv->sinks) sum += exp((double)kv->sinks[r % G] - mx);
         inv[r] = (float)(1.0 / sum);
-        memset(out + (size_t)(r / G) * os + (size_t)(r % G) * hd, 0, (size_t)hd * sizeof(float));
     }
+#if defined(__AVX512F__)
+    if (hd % 16 == 0 && hd <= 256) {
+        /* rows whose sums fit in 16 registers, at most kvq_pv16's 4 */
+        const int nc = hd / 16, hg = 16 / nc < 4 ? 16 / nc : 4;
+        int nrow[64];
+        float *orow[64];
+        for (int r = 0; r < R; r++) {
+            nrow[r] = n + r / G;
+            orow[r] = out + (size_t)(r / G) * os + (size_t)(r % G) * hd;
+        }
+        for (int r0 = 0; r0 < R; r0 += hg) {
+            const float *sg = scores + (size_t)r0 * nmax;
+            const int ng = R - r0 < hg ? R - r0 : hg;
+#define KVQ_PV(NC)                                                                                 \
+    switch (ng) {                                                                                  \
+    case 1:                                                                                        \
+        kvq_pv16(sg, (size_t)nmax, nrow + r0, inv + r0, kv, NC, 1, orow + r0);                     \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        kvq_pv16(sg, (size_t)nmax, nrow + r0, inv + r0, kv, NC, 2, orow + r0);                     \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        kvq_pv16(sg, (size_t)nmax, nrow + r0, inv + r0, kv, NC, 3, orow + r0);                     \
+        break;                                                                                     \
+    default:                                                                                       \
+        kvq_pv16(sg, (size_t)nmax, nrow + r0, inv + r0, kv, NC, 4, orow + r0);                     \
+        break;                                                                                     \
+    }
+            switch (nc) { /* constant trip counts for the common head sizes */
+            case 4:
+                KVQ_PV(4);
+                break;
+            case 8:
+                KVQ_PV(8);
+                break;
+            case 16:
+                KVQ_PV(16);
+                break;
+            default:
+                KVQ_PV(nc);
+                break;
+            }
+#undef KVQ_PV
+        }
+        return;
+    }
+#endif
+    for (int r = 0; r < R; r++)
+        memset(out + (size_t)(r / G) * os + (size_t)(r % G) * hd, 0, (size_t)hd * sizeof(float));
     float row[1024]; /* hd <= 1024 (model.c) */
     for (int j = 0; j < nmax; j++) {
         kvq_row(kv->type, kvq_at(kv, kv->vq, kv->vstride, kv->vrow, j), row, hd);

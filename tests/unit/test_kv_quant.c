@@ -24,6 +24,7 @@
 #include "cpu_backend.h"
 #include "cpu_kernels.h"
 #include "gguf.h"
+#include "model.h"
 #include "quant.h"
 #include "test_rand.h"
 
@@ -87,6 +88,21 @@ static void test_row_bytes(void **state) {
     assert_int_equal(zi_backend_set_kv_type(be, -1, &err), ZI_EINVAL);
     assert_string_equal(zi_kv_type_name(ZI_KV_DEFAULT), "default");
     assert_string_equal(zi_kv_type_name(ZI_KV_Q4_0), "q4_0");
+    zi_backend_free(be);
+}
+
+/* The model's KV sizing (the memory plan's, the worker's): SmolLM2-135M's
+ * shape, 30 layers x 3 KV heads of 64, per position. */
+static void test_bytes_per_token(void **state) {
+    (void)state;
+    zi_model_config c = {.n_layers = 30, .n_kv_heads = 3, .head_dim = 64};
+    const uint64_t want[4] = {30 * 3 * (64 * 4 + 4), 30 * 3 * 256, 30 * 3 * 136, 30 * 3 * 72};
+    zi_backend *be = make_backend(NULL, 1, ZI_KV_DEFAULT);
+    zi_error err = {0};
+    for (int t = 0; t < ZI_KV_TYPE_COUNT; t++) {
+        assert_int_equal(zi_backend_set_kv_type(be, t, &err), ZI_OK);
+        assert_int_equal(zi_model_config_kv_bytes_per_token(&c, be), want[t]);
+    }
     zi_backend_free(be);
 }
 
@@ -186,17 +202,17 @@ static void ref_attention(const float *q, const float *K, const float *V, int n,
 /* Attention over each format, every table, head sizes 64 (AVX-512's 16
  * positions a time), 96 (AVX2's 8, AVX-512's row by row) and 256, GQA
  * groups of 3, cache blocks of 16 and 5 out of order, 1-90 positions:
- * equal to the double reference on the decoded cache within float32
- * rounding, near the unrounded K and V by the format's error; a prompt's
- * tokens in one pass as alone, bit for bit; 1 and 2 threads the same. */
+ * (and 32: AVX-512 sums 4 rows at a time) equal to the double reference on the decoded cache within
+ * float32 rounding, near the unrounded K and V by the format's error; a prompt's tokens in one pass
+ * as alone, bit for bit; 1 and 2 threads the same. */
 static void test_attention_formats(void **state) {
     (void)state;
     const char *isas[] = {"scalar", "avx2", "avx512"};
-    const int heads = 6, kvh = 2, npos = 90, hds[] = {64, 96, 256};
+    const int heads = 6, kvh = 2, npos = 90, hds[] = {32, 64, 96, 256};
     for (size_t ii = 0; ii < 3; ii++) {
         if (!zi_cpu_kernels_by_name(isas[ii])) continue;
         for (int ti = 0; ti < 3; ti++)
-            for (int hi = 0; hi < 3; hi++)
+            for (int hi = 0; hi < 4; hi++)
                 for (int bs = 5; bs <= 16; bs += 11) {
                     const int hd = hds[hi], kvd = kvh * hd, nblk = (npos + bs - 1) / bs + 1;
                     float *k = malloc(sizeof(float) * npos * kvd),
@@ -281,6 +297,7 @@ static void test_attention_formats(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_row_bytes),
+        cmocka_unit_test(test_bytes_per_token),
         cmocka_unit_test(test_store_rows),
         cmocka_unit_test(test_attention_formats),
     };
