@@ -1176,8 +1176,15 @@ static void store_q4_0_row(uint8_t *dst, const float *x, size_t n) {
     }
 }
 
-/* One row of n values in --kv-type t's format (q_layout_of). */
+/* One row of n values in --kv-type t's format (q_layout_of), rotated
+ * first where zi_kv_rotated says so. */
 static void store_q_row(const zi_cpu_kernels *k, int t, uint8_t *dst, const float *x, size_t n) {
+    float xr[256];
+    if (zi_kv_rotated(t, (int)n)) {
+        memcpy(xr, x, n * sizeof *x);
+        zi_kv_rotate(xr, (int)n);
+        x = xr;
+    }
     if (t == ZI_KV_F16) {
         uint16_t h[1024]; /* n <= 1024 (model.c); rows may sit at any even offset */
         k->to_f16(h, x, (int64_t)n);

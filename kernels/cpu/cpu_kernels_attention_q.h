@@ -290,7 +290,18 @@ static void attend_q_block(const float *q, size_t qs, int G, int B, const zi_kv_
                            size_t os) {
     const int R = G * B, nmax = n + B - 1;
     assert(R <= 64); /* attend's and attend_block's contracts */
-    kvq_scores(q, qs, G, B, kv, n, hd, scale, scores);
+    const int rot = zi_kv_rotated(kv->type, hd);
+    if (rot) { /* the rows are stored rotated (cpu_kernels.h): so is the query */
+        _Alignas(64) float qr[64 * 256];
+        for (int r = 0; r < R; r++) {
+            memcpy(qr + (size_t)r * hd, q + (size_t)(r / G) * qs + (size_t)(r % G) * hd,
+                   (size_t)hd * sizeof(float));
+            zi_kv_rotate(qr + (size_t)r * hd, hd);
+        }
+        kvq_scores(qr, (size_t)G * hd, G, B, kv, n, hd, scale, scores);
+    } else {
+        kvq_scores(q, qs, G, B, kv, n, hd, scale, scores);
+    }
     float inv[64];
     for (int r = 0; r < R; r++) {
         float *sg = scores + (size_t)r * nmax, mx = -INFINITY;
@@ -347,6 +358,8 @@ static void attend_q_block(const float *q, size_t qs, int G, int B, const zi_kv_
             }
 #undef KVQ_PV
         }
+        if (rot)
+            for (int r = 0; r < R; r++) zi_kv_rotate(orow[r], hd);
         return;
     }
 #endif
@@ -360,8 +373,11 @@ static void attend_q_block(const float *q, size_t qs, int G, int B, const zi_kv_
                 kvq_fma_row(out + (size_t)(r / G) * os + (size_t)(r % G) * hd,
                             scores[(size_t)r * nmax + j], row, hd);
     }
-    for (int r = 0; r < R; r++)
-        scale_f32(out + (size_t)(r / G) * os + (size_t)(r % G) * hd, inv[r], hd);
+    for (int r = 0; r < R; r++) {
+        float *o = out + (size_t)(r / G) * os + (size_t)(r % G) * hd;
+        scale_f32(o, inv[r], hd);
+        if (rot) zi_kv_rotate(o, hd);
+    }
 }
 
 static void attend_q(const float *q, int G, const zi_kv_head *kv, int n, int hd, float scale,

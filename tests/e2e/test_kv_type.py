@@ -26,9 +26,9 @@ from zinfer_client import Client  # conftest puts clients/python on the path
 
 KL_FIXTURE = load_fixture("logits_kl.json")
 ENTRIES = KL_FIXTURE["prompts"][:4]
-# Mean KL bounds (nats) per format, several times what each measured on
-# these prompts (docs/engine.md): f16 ~1e-5, q8_0 ~1e-4, q4_0 ~1e-2.
-BOUND = {"f16": 2e-4, "q8_0": 1e-3, "q4_0": 5e-2}
+# Mean KL bounds (nats) per format, a few times the largest each measured
+# on these prompts (docs/engine.md): f16 2.0e-6, q8_0 4.6e-4, q4_0 0.12.
+BOUND = {"f16": 1e-5, "q8_0": 2e-3, "q4_0": 0.3}
 
 
 def logits(run_zinfer, model_path, ids, out, *extra):

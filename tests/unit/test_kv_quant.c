@@ -70,6 +70,38 @@ static void ref_q4_0(const float *x, zi_block_q4_0 *y) {
     }
 }
 
+/* y = H x in double, H the n x n Sylvester Hadamard matrix / sqrt(n)
+ * (entry (i, j): (-1)^popcount(i & j)), written out: what zi_kv_rotate
+ * computes by butterflies. */
+static void hadamard(const float *x, double *y, int n) {
+    for (int i = 0; i < n; i++) {
+        double s = 0;
+        for (int j = 0; j < n; j++)
+            s += (__builtin_popcount((unsigned)(i & j)) & 1 ? -1.0 : 1.0) * x[j];
+        y[i] = s / sqrt((double)n);
+    }
+}
+
+/* The rotation of the quantized formats: H by its definition, within
+ * float rounding, its own inverse; which rows it applies to. */
+static void test_rotation(void **state) {
+    (void)state;
+    for (int n = 32; n <= 256; n *= 2) {
+        float x[256], y[256];
+        double want[256];
+        for (int i = 0; i < n; i++) x[i] = y[i] = frand(-4, 4);
+        x[3] = y[3] = 60.0f; /* an outlier */
+        zi_kv_rotate(y, n);
+        hadamard(x, want, n);
+        for (int i = 0; i < n; i++) assert_true(fabs(y[i] - want[i]) < 1e-4);
+        zi_kv_rotate(y, n);
+        for (int i = 0; i < n; i++) assert_true(fabsf(y[i] - x[i]) < 1e-4f);
+    }
+    assert_true(zi_kv_rotated(ZI_KV_Q8_0, 64) && zi_kv_rotated(ZI_KV_Q4_0, 256));
+    assert_false(zi_kv_rotated(ZI_KV_F16, 64) || zi_kv_rotated(ZI_KV_DEFAULT, 64));
+    assert_false(zi_kv_rotated(ZI_KV_Q8_0, 96) || zi_kv_rotated(ZI_KV_Q8_0, 512));
+}
+
 /* Row sizes: the formats' blocks, the default's unchanged. */
 static void test_row_bytes(void **state) {
     (void)state;
@@ -106,9 +138,9 @@ static void test_bytes_per_token(void **state) {
     zi_backend_free(be);
 }
 
-/* kv_store's rows: llama.cpp's reference quantizers' bytes (Q8_0, Q4_0;
- * float16 rounded to nearest), which GGUF's decoding reads back within
- * the format's step; the default layout's caches are not touched by a
+/* kv_store's rows: llama.cpp's reference quantizers' bytes (Q8_0, Q4_0,
+ * of the rotated row; float16 rounded to nearest), which GGUF's decoding
+ * (rotated back) reads within the format's step; the default layout's caches are not touched by a
  * type set on another backend. Values include a zero block and a block
  * whose largest magnitude is negative (Q4_0's sign). */
 static void test_store_rows(void **state) {
@@ -140,9 +172,16 @@ static void test_store_rows(void **state) {
                 const size_t r = (size_t)table[p / BS] * BS * KVH + (size_t)h * BS + p % BS;
                 for (int which = 0; which < 2; which++) {
                     const uint8_t *row = which ? vc + r * vrow : kc + r * krow;
-                    const float *x = (which ? v : k) + p * kvd + h * HD;
-                    float y[HD];
+                    const float *x0 = (which ? v : k) + p * kvd + h * HD;
+                    float y[HD], x[HD];
+                    double yd[HD];
                     assert_int_equal(zi_dequantize_row(GGML[ti], row, y, HD), 0);
+                    memcpy(x, x0, sizeof x);
+                    if (TYPES[ti] != ZI_KV_F16) { /* compare in the rotated frame */
+                        assert_true(zi_kv_rotated(TYPES[ti], HD));
+                        zi_kv_rotate(x, HD);
+                        hadamard(y, yd, HD); /* and the unrotated values, below */
+                    }
                     for (int b = 0; b < HD / 32; b++) {
                         float amax = 0.0f;
                         for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[32 * b + i]));
@@ -153,7 +192,9 @@ static void test_store_rows(void **state) {
                                               ? amax / 127.0f * 0.5f + amax * 0x1p-10f
                                               : amax / 8.0f + amax * 0x1p-10f;
                         for (int i = 32 * b; i < 32 * b + 32; i++)
-                            if (fabsf(y[i] - x[i]) > tol)
+                            if (fabsf(y[i] - x[i]) > tol ||
+                                (TYPES[ti] != ZI_KV_F16 &&
+                                 fabs(yd[i] - x0[i]) > (TYPES[ti] == ZI_KV_Q8_0 ? 0.1 : 1.0)))
                                 fail_msg("%s pos %d head %d %c[%d]: %g stored as %g",
                                          zi_kv_type_name(TYPES[ti]), p, h, which ? 'v' : 'k', i,
                                          x[i], y[i]);
@@ -200,9 +241,10 @@ static void ref_attention(const float *q, const float *K, const float *V, int n,
 }
 
 /* Attention over each format, every table, head sizes 64 (AVX-512's 16
- * positions a time), 96 (AVX2's 8, AVX-512's row by row) and 256, GQA
- * groups of 3, cache blocks of 16 and 5 out of order, 1-90 positions:
- * (and 32: AVX-512 sums 4 rows at a time) equal to the double reference on the decoded cache within
+ * positions a time), 96 (AVX2's 8, AVX-512's row by row; stored
+ * unrotated), 32 (AVX-512 sums 4 rows at a time) and 256, GQA groups of
+ * 3, cache blocks of 16 and 5 out of order, 1-90 positions: equal to the
+ * double reference on the decoded cache (rotated back) within
  * float32 rounding, near the unrounded K and V by the format's error; a prompt's tokens in one pass
  * as alone, bit for bit; 1 and 2 threads the same. */
 static void test_attention_formats(void **state) {
@@ -244,17 +286,23 @@ static void test_attention_formats(void **state) {
                         uint8_t *kc = calloc(rows, krow), *vc = calloc(rows, vrow);
                         zi_batch_view all = {npos, pos, seq, table, 32, NULL};
                         be->ops->kv_store(be, kc, vc, k, v, &all, &sh);
-                        /* the cache decoded by GGUF's rules */
+                        /* the cache decoded by GGUF's rules, rotated back */
                         for (int p = 0; p < npos; p++)
                             for (int g = 0; g < kvh; g++) {
                                 size_t r =
                                     (size_t)table[p / bs] * bs * kvh + (size_t)g * bs + p % bs;
-                                assert_int_equal(zi_dequantize_row(GGML[ti], kc + r * krow,
-                                                                   kd + p * kvd + g * hd, hd),
+                                float *kr = kd + p * kvd + g * hd, *vr = vd + p * kvd + g * hd;
+                                assert_int_equal(zi_dequantize_row(GGML[ti], kc + r * krow, kr, hd),
                                                  0);
-                                assert_int_equal(zi_dequantize_row(GGML[ti], vc + r * vrow,
-                                                                   vd + p * kvd + g * hd, hd),
+                                assert_int_equal(zi_dequantize_row(GGML[ti], vc + r * vrow, vr, hd),
                                                  0);
+                                if (zi_kv_rotated(TYPES[ti], hd)) {
+                                    double t[256];
+                                    hadamard(kr, t, hd);
+                                    for (int i = 0; i < hd; i++) kr[i] = (float)t[i];
+                                    hadamard(vr, t, hd);
+                                    for (int i = 0; i < hd; i++) vr[i] = (float)t[i];
+                                }
                             }
                         /* the whole prompt in one pass (attend_block) */
                         be->ops->attention(be, all_out[nt - 1], q, kc, vc, &all, &sh);
@@ -296,9 +344,8 @@ static void test_attention_formats(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_row_bytes),
-        cmocka_unit_test(test_bytes_per_token),
-        cmocka_unit_test(test_store_rows),
+        cmocka_unit_test(test_rotation),          cmocka_unit_test(test_row_bytes),
+        cmocka_unit_test(test_bytes_per_token),   cmocka_unit_test(test_store_rows),
         cmocka_unit_test(test_attention_formats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
