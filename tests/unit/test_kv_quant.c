@@ -102,6 +102,20 @@ static void test_rotation(void **state) {
     assert_false(zi_kv_rotated(ZI_KV_Q8_0, 96) || zi_kv_rotated(ZI_KV_Q8_0, 512));
 }
 
+/* A backend with only its own layout (CUDA's: no set_kv_type) refuses the
+ * other types by name and keeps the default. */
+static void test_backend_without_types(void **state) {
+    (void)state;
+    static const zi_backend_ops ops = {.name = "cuda"};
+    zi_backend be = {.ops = &ops};
+    zi_error err = {0};
+    assert_int_equal(zi_backend_set_kv_type(&be, ZI_KV_DEFAULT, &err), ZI_OK);
+    assert_int_equal(zi_backend_set_kv_type(&be, ZI_KV_Q8_0, &err), ZI_EUNSUPPORTED);
+    assert_string_equal(err.msg, "--kv-type q8_0: the cuda backend keeps its own KV layout "
+                                 "(only --kv-type default there)");
+    assert_int_equal(be.kv_type, ZI_KV_DEFAULT);
+}
+
 /* Row sizes: the formats' blocks, the default's unchanged. */
 static void test_row_bytes(void **state) {
     (void)state;
@@ -344,7 +358,8 @@ static void test_attention_formats(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rotation),          cmocka_unit_test(test_row_bytes),
+        cmocka_unit_test(test_rotation),          cmocka_unit_test(test_backend_without_types),
+        cmocka_unit_test(test_row_bytes),
         cmocka_unit_test(test_bytes_per_token),   cmocka_unit_test(test_store_rows),
         cmocka_unit_test(test_attention_formats),
     };
