@@ -879,9 +879,9 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
 }
 
 /* --kv-disk: the prefix cache's disk tier. Its files are keyed by the
- * backend's KV layout and what computed it (on the CPU its kernels' ISA
- * and the activation bits), so a worker never reads K/V that it would not
- * have computed itself, bit for bit. A tier that cannot be had is logged
+ * backend's KV layout (its --kv-type) and what computed it (on the CPU
+ * its kernels' ISA and the activation bits), so a worker never reads K/V
+ * that it would not have computed itself, bit for bit. A tier that cannot be had is logged
  * and the worker serves without it. */
 static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
     zi_error err = {0};

@@ -10,6 +10,9 @@
 - A worker with --kv-type q8_0 sizes its cache by the smaller rows (the
   same --kv-cache-bytes hold more positions), logs the type, and serves the
   tokens `zinfer generate --kv-type q8_0` gives.
+- The disk tier keeps q8_0 blocks apart: a second serve on the directory
+  reads them back (the same tokens, every eligible block a disk hit), a
+  default-type serve on it finds none of them.
 - Bad values and a CUDA device with a non-default type are refused.
 """
 
@@ -18,7 +21,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import ids_arg, last_json, load_fixture, report, serve_process
+from conftest import ids_arg, kv_when, last_json, load_fixture, report, serve_process
 from test_cli_info import expected_info, field
 
 import numpy_llama
@@ -108,3 +111,26 @@ def test_bad_values_refused(run_zinfer, zinfer_bin, model_path):
         assert re.search(r"--kv-type q8_0 is a CPU option: the CUDA backend keeps float32",
                          res.stderr), res.stderr
 
+
+
+def test_disk_tier_keeps_types_apart(zinfer_bin, model_path, tmp_path):
+    prompt = [1] + [(900 + 53 * k) % 30000 + 300 for k in range(99)]
+    eligible = (len(prompt) - 1) // 16
+    sp = {"max_new_tokens": 6, "temperature": 0}
+    d = tmp_path / "kv"
+
+    def serve(name, kv_type):
+        with serve_process(zinfer_bin, model_path, tmp_path / f"{name}.log", "--kv-type",
+                           kv_type, "--slots", "2", "--ctx-size", "256", "--kv-disk", d) as srv:
+            with Client(srv.addr, timeout_s=60) as c:
+                _, ids, _ = c.complete(prompt=prompt, sampling_params=sp)
+                k = kv_when(c, lambda k: k["disk_written"] >= eligible or k["disk_hit_blocks"])
+            return ids, k
+
+    cold, k = serve("cold", "q8_0")
+    assert k["disk_written"] >= eligible and k["disk_hit_blocks"] == 0, k
+    warm, k = serve("warm", "q8_0")
+    assert warm == cold
+    assert k["disk_hit_blocks"] == eligible, k
+    _, k = serve("default", "default")
+    assert k["disk_hit_blocks"] == 0, k
