@@ -236,14 +236,16 @@ static void test_store_rows(void **state) {
 }
 
 /* softmax(q . K * scale) V in double, for query head h over the n first
- * positions of rows K and V (kvd apart, KV head g). */
+ * positions of rows K and V (kvd apart, KV head g); cap > 0: each score s
+ * soft-capped to cap * tanh(s / cap). */
 static void ref_attention(const float *q, const float *K, const float *V, int n, int hd, int kvd,
-                          int g, float scale, double *out) {
+                          int g, float scale, float cap, double *out) {
     double w[128], sum = 0, mx = -1e300;
     for (int j = 0; j < n; j++) {
         double d = 0;
         for (int i = 0; i < hd; i++) d += (double)q[i] * K[(size_t)j * kvd + g * hd + i];
         w[j] = d * scale;
+        if (cap > 0) w[j] = cap * tanh(w[j] / cap);
         mx = w[j] > mx ? w[j] : mx;
     }
     for (int j = 0; j < n; j++) sum += w[j] = exp(w[j] - mx);
@@ -257,7 +259,8 @@ static void ref_attention(const float *q, const float *K, const float *V, int n,
 /* Attention over each format, every table, head sizes 64 (AVX-512's 16
  * positions a time), 96 (AVX2's 8, AVX-512's row by row; stored
  * unrotated), 32 (AVX-512 sums 4 rows at a time) and 256, GQA groups of
- * 3, cache blocks of 16 and 5 out of order, 1-90 positions: equal to the
+ * 3, cache blocks of 16 and 5 out of order, 1-90 positions, and a
+ * sliding window of 40 with soft-capping: equal to the
  * double reference on the decoded cache (rotated back) within
  * float32 rounding, near the unrounded K and V by the format's error; a prompt's tokens in one pass
  * as alone, bit for bit; 1 and 2 threads the same. */
@@ -269,7 +272,9 @@ static void test_attention_formats(void **state) {
         if (!zi_cpu_kernels_by_name(isas[ii])) continue;
         for (int ti = 0; ti < 3; ti++)
             for (int hi = 0; hi < 4; hi++)
-                for (int bs = 5; bs <= 16; bs += 11) {
+                for (int var = 0; var < 3; var++) {
+                    const int bs = var == 0 ? 5 : 16, win = var == 2 ? 40 : 0;
+                    const float cap = var == 2 ? 3.0f : 0.0f;
                     const int hd = hds[hi], kvd = kvh * hd, nblk = (npos + bs - 1) / bs + 1;
                     float *k = malloc(sizeof(float) * npos * kvd),
                           *v = malloc(sizeof(float) * npos * kvd),
@@ -289,7 +294,9 @@ static void test_attention_formats(void **state) {
                                         .head_dim = hd,
                                         .block_size = bs,
                                         .max_ctx = npos,
-                                        .scale = 1.0f / sqrtf((float)hd)};
+                                        .scale = 1.0f / sqrtf((float)hd),
+                                        .window = win,
+                                        .softcap = cap};
                     for (int nt = 1; nt <= 2; nt++) {
                         zi_backend *be = make_backend(isas[ii], nt, TYPES[ti]);
                         zi_error err = {0};
@@ -331,8 +338,12 @@ static void test_attention_formats(void **state) {
                             for (int h = 0; h < heads; h++) {
                                 double rd[256], rf[256];
                                 const int g = h / (heads / kvh);
-                                ref_attention(qt + h * hd, kd, vd, t + 1, hd, kvd, g, sh.scale, rd);
-                                ref_attention(qt + h * hd, k, v, t + 1, hd, kvd, g, sh.scale, rf);
+                                const int f = win && t >= win ? t - win + 1 : 0; /* first */
+                                ref_attention(qt + h * hd, kd + (size_t)f * kvd,
+                                              vd + (size_t)f * kvd, t + 1 - f, hd, kvd, g, sh.scale,
+                                              cap, rd);
+                                ref_attention(qt + h * hd, k + (size_t)f * kvd, v + (size_t)f * kvd,
+                                              t + 1 - f, hd, kvd, g, sh.scale, cap, rf);
                                 const double qtol = TYPES[ti] == ZI_KV_F16    ? 2e-3
                                                     : TYPES[ti] == ZI_KV_Q8_0 ? 2e-2
                                                                               : 0.25;
