@@ -3,25 +3,31 @@
  * --kv-type formats other than the default (zi_kv_type: float16, or
  * llama.cpp's Q8_0 and Q4_0 blocks, K and V alike): attend_q and
  * attend_q_block, which attend and attend_block (cpu_kernels_attention.h)
- * hand such a cache to. The cache is read in place: each position's K row,
- * then its V row, is turned into floats one 32-value block at a time into a
- * row of scratch (kvq_row), never a copy of the whole cache. Scores are
- * float32 dot products of the float query with those values (the query is
- * not quantized, unlike llama.cpp's flash attention, which turns it into
- * the K type's vector-dot partner), then softmax (glibc's expf, a double
- * sum) and the sum of p*v by fused multiply-adds, as the default path. One
- * of the units that cpu_kernels_impl.h includes, in its order, once per
- * instruction set; it uses dot_f32, load_f16, softcap_scores and scale_f32.
+ * hand such a cache to (attend_kv, attend_block_kv). The cache is read in
+ * place: each position's K row, then its V row, is turned into floats one
+ * 32-value block at a time (kvq_row into a small scratch, kvq_ld16 into
+ * registers), never a copy of the whole cache. Scores are float32 dot
+ * products of the float query with those values (the query is not
+ * quantized, unlike llama.cpp's flash attention, which turns it into the K
+ * type's vector-dot partner), then softmax (glibc's expf or its vector
+ * twin, a double sum) and the sum of p*v by fused multiply-adds, as the
+ * default path. Q8_0 and Q4_0 rows are stored rotated (zi_kv_rotate,
+ * cpu_kernels.h): the query rows are rotated before the scores and the
+ * output rows back after the sums. One of the units that
+ * cpu_kernels_impl.h includes, in its order, once per instruction set; it
+ * uses dot_f32, load_f16, softcap_scores, scale_f32, exp16 / exp8_avx2
+ * and hsum16 / hsum8x8.
  *
  * What each table compiles here:
  *   scalar   the plain loops.
  *   AVX2     (#if __AVX2__ && !__AVX512F__) kvq_row 8 values at a time
  *            (F16C, sign/zero extension), scores 8 positions at a time
- *            (hsum8x8) for head sizes that are multiples of 8, p*v 8 lanes
- *            wide.
+ *            (hsum8x8) for head sizes that are multiples of 8, exp8_avx2,
+ *            p*v 8 lanes wide through a scratch row.
  *   AVX-512  (#if __AVX512F__) kvq_row 16 values at a time, scores 16
  *            positions at a time (hsum16) for head sizes that are
- *            multiples of 16 up to 256, p*v 16 lanes wide.
+ *            multiples of 16 up to 256, exp16, and p*v of up to 4 rows
+ *            in registers (kvq_ld16, kvq_pv16).
  */
 
 /* Position j's row (of a K or V pool: base, blocks `stride` bytes apart,
