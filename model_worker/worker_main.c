@@ -853,6 +853,7 @@ typedef struct wopts {
     long long act_bits;
     const char *kv_disk; /* --kv-disk, or NULL */
     long long kv_disk_bytes;
+    int kv_type; /* --kv-type: zi_kv_type */
     int no_prefix_cache;
     int spec_lookup;
     int log_level;
@@ -967,6 +968,9 @@ static int parse_args(int argc, char **argv, wopts *o) {
         case ZI_O_ACT_BITS:
             o->act_bits = x;
             break;
+        case ZI_O_KV_TYPE:
+            o->kv_type = (int)x;
+            break;
         case ZI_O_LOG_LEVEL:
             o->log_level = (int)x;
             break;
@@ -982,6 +986,13 @@ static int parse_args(int argc, char **argv, wopts *o) {
     if (o->act_bits != 16 && strcmp(o->device, "cpu") != 0) {
         fprintf(stderr, "zinfer-worker: --act-bits %lld is a CPU option (--device %s)\n",
                 o->act_bits, o->device);
+        return 2;
+    }
+    if (o->kv_type != ZI_KV_DEFAULT && strcmp(o->device, "cpu") != 0) {
+        fprintf(stderr,
+                "zinfer-worker: --kv-type %s is a CPU option: the CUDA backend keeps float32 K "
+                "and V (--device %s; use --kv-type default)\n",
+                zi_kv_type_name(o->kv_type), o->device);
         return 2;
     }
     if (check_only) exit(0);
@@ -1049,6 +1060,7 @@ static int load(worker *w, const wopts *o, wres *r) {
     r->mem_avail = zi_mem_available();
     if ((rc = zi_backend_create_for_device(o->device, (int)o->threads, (int)o->act_bits, &r->be,
                                            &err)) ||
+        (rc = zi_backend_set_kv_type(r->be, o->kv_type, &err)) ||
         (rc = zi_model_load(o->model, r->be, &r->model, &err))) {
         zi_backend_free(r->be);
         return start_failed(w, err.msg);
@@ -1173,9 +1185,9 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
 }
 
 /* --kv-disk: the prefix cache's disk tier. Its files are keyed by the
- * backend's KV layout and what computed it (on the CPU its kernels' ISA
- * and the activation bits), so a worker never reads K/V that it would not
- * have computed itself, bit for bit. A tier that cannot be had is logged
+ * backend's KV layout (its --kv-type) and what computed it (on the CPU
+ * its kernels' ISA and the activation bits), so a worker never reads K/V
+ * that it would not have computed itself, bit for bit. A tier that cannot be had is logged
  * and the worker serves without it. */
 static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
     zi_error err = {0};
@@ -1184,8 +1196,12 @@ static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
     if (!strcmp(be->ops->name, "cpu"))
         snprintf(cpu, sizeof cpu, " %s a%d", zi_cpu_backend_isa(r->be),
                  zi_cpu_backend_act_bits(r->be));
-    snprintf(tag, sizeof tag, "%s k%d+%d v%d%s", be->ops->name, be->kv_k_bytes, be->kv_k_row_extra,
-             be->kv_v_bytes, cpu);
+    /* the default layout's tag as it always was; another --kv-type its name */
+    if (be->kv_type == ZI_KV_DEFAULT)
+        snprintf(tag, sizeof tag, "%s k%d+%d v%d%s", be->ops->name, be->kv_k_bytes,
+                 be->kv_k_row_extra, be->kv_v_bytes, cpu);
+    else
+        snprintf(tag, sizeof tag, "%s %s%s", be->ops->name, zi_kv_type_name(be->kv_type), cpu);
     if (zi_generator_open_kv_disk(w->gen, o->kv_disk, (uint64_t)o->kv_disk_bytes, tag, &w->log,
                                   &err))
         zi_log(&w->log, ZI_LOG_WARN, "disk tier off: %s", err.msg);
@@ -1319,10 +1335,11 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
     zi_log(&w->log, ZI_LOG_INFO, "model %s (%s), %d slots x up to %d positions; router %s",
            w->model_name, dev, w->slots, w->ctx_size, o->router);
     zi_log(&w->log, ZI_LOG_INFO,
-           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s); prefix cache %s; "
-           "prompt-lookup speculation %s; draft model %s",
+           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s; --kv-type %s, %llu "
+           "bytes per token); prefix cache %s; prompt-lookup speculation %s; draft model %s",
            (unsigned long long)r->kv_blocks, o->block, (unsigned long long)r->kv_blocks * o->block,
            (double)(r->kv_blocks * o->block * r->per_tok) / (1 << 20), r->kv_why,
+           zi_kv_type_name(r->be->kv_type), (unsigned long long)r->per_tok,
            zi_generator_get_config(w->gen)->prefix_cache ? "on" : "off",
            zi_generator_get_config(w->gen)->spec_lookup ? "on" : "off",
            o->draft ? o->draft : "none");
