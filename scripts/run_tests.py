@@ -104,7 +104,7 @@ def main():
             # pytest itself died (a signal, the OOM killer): no summary, so
             # count what the progress file saw and name the test it was in.
             started = [ln[len("start "):] for ln in lines if ln.startswith("start ")]
-            # (each start line ends with pytest's resident memory then)
+            # (each start line ends with the time into the run and pytest's memory)
             why = (f"killed by signal {-p.returncode}" if p.returncode < 0
                    else f"exit code {p.returncode}")
             text += (f"\n[run_tests] pytest died ({why}) during "

@@ -80,8 +80,11 @@ def _rss_gb():
         return 0.0
 
 
+_T0 = time.time()
+
+
 def pytest_runtest_logstart(nodeid, location):
-    _progress(f"start {nodeid} (pytest rss {_rss_gb():.2f} GB)")
+    _progress(f"start {nodeid} (at {time.time() - _T0:.1f} s, pytest rss {_rss_gb():.2f} GB)")
 
 
 def pytest_runtest_logreport(report):
