@@ -95,6 +95,10 @@ typedef struct worker {
     zi_embed_input **emb; /* the unfinished inputs of a step */
     size_t emb_cap;
     char model_name[256];
+    /* --kv-disk's directory and its sharing id (zi_kv_disk_share_id; 0:
+     * no disk tier), told to the router in register for prefix affinity */
+    const char *kv_disk_dir;
+    uint64_t kv_disk_id;
     char hybrid[32]; /* the architecture of a hybrid model (docs/hybrids.md), else "" */
     int vocab;
     bool encoder;    /* an encoder-only model (bert): embeddings, no generation */
@@ -122,13 +126,16 @@ static void lora_names(const worker *w, const char **names) {
 static void send_register(worker *w) {
     const char *names[ZI_LORA_MAX_ADAPTERS];
     lora_names(w, names);
-    zi_im_register reg = {.worker = true,
-                          .slots = w->slots,
-                          .max_length = w->ctx_size,
-                          .model = {w->model_name, strlen(w->model_name)},
-                          .vocab = w->vocab,
-                          .loras = names,
-                          .n_loras = (size_t)w->n_loras};
+    zi_im_register reg = {
+        .worker = true,
+        .slots = w->slots,
+        .max_length = w->ctx_size,
+        .model = {w->model_name, strlen(w->model_name)},
+        .vocab = w->vocab,
+        .loras = names,
+        .n_loras = (size_t)w->n_loras,
+        .kv_disk_dir = {w->kv_disk_dir, w->kv_disk_dir ? strlen(w->kv_disk_dir) : 0},
+        .kv_disk_id = w->kv_disk_id};
     zi_msg m;
     zi_im_register_pack(&reg, &m);
     zi_im_send(w->sock, &m);
@@ -1051,9 +1058,13 @@ static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
     if (zi_generator_open_kv_disk(w->gen, o->kv_disk, (uint64_t)o->kv_disk_bytes, tag, &w->log,
                                   &err))
         zi_log(&w->log, ZI_LOG_WARN, "disk tier off: %s", err.msg);
-    else
-        zi_log(&w->log, ZI_LOG_INFO, "KV disk tier: %s, up to %.1f MiB (%s)", o->kv_disk,
-               (double)o->kv_disk_bytes / (1 << 20), tag);
+    else {
+        w->kv_disk_dir = o->kv_disk;
+        w->kv_disk_id = zi_generator_kv_disk_id(w->gen);
+        zi_log(&w->log, ZI_LOG_INFO, "KV disk tier: %s, up to %.1f MiB (%s), sharing id %016llx",
+               o->kv_disk, (double)o->kv_disk_bytes / (1 << 20), tag,
+               (unsigned long long)w->kv_disk_id);
+    }
 }
 
 /* Sizes the KV cache (size_kv_cache), then creates the generator and reads

@@ -287,6 +287,15 @@ int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
     if (m->model.p) put_str(&b, "model", m->model); /* a tokenizer's: the model it reads */
     zi_imap_int(&b, "vocab", m->vocab);
     if (m->n_loras) zi_im_lora_names_put(&b, "loras", m->loras, m->n_loras);
+    if (m->worker && m->kv_disk_id) {
+        zi_imap kd;
+        zi_imap_init(&kd);
+        put_str(&kd, "dir", m->kv_disk_dir);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)m->kv_disk_id);
+        zi_imap_str(&kd, "id", hex);
+        zi_imap_map(&b, "kv_disk", &kd);
+    }
     return close_msg(&b, out);
 }
 
@@ -301,6 +310,21 @@ void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m) {
     m->model = get_str(o, "model");
     const msgpack_object *l = zi_map_get(o, "loras");
     m->loras_obj = l && l->type == MSGPACK_OBJECT_ARRAY ? l : NULL;
+    const msgpack_object *kd = zi_map_get(o, "kv_disk");
+    if (!kd || kd->type != MSGPACK_OBJECT_MAP) return;
+    zi_im_str id = get_str(kd, "id");
+    uint64_t id64 = 0;
+    for (size_t i = 0; id.p && id.n == 16 && i < 16; i++) {
+        char c = id.p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) {
+            id64 = 0;
+            break;
+        }
+        id64 = id64 << 4 | (uint64_t)d;
+    }
+    m->kv_disk_id = id64;
+    if (id64) m->kv_disk_dir = get_str(kd, "dir");
 }
 
 int zi_im_reregister_pack(zi_msg *out) {

@@ -149,8 +149,11 @@ int zi_im_rid(const msgpack_object *o, int64_t *rid, zi_error *err);
 
 /* register: a tokenizer sends role, vocab and model (the name of the
  * model it tokenizes for; absent from an older one: any model); a worker
- * also slots and max_length, and with LoRA adapters "loras", their names
- * by id ("" for a free place; imsg_lora.h). */
+ * also slots and max_length, with LoRA adapters "loras", their names by
+ * id ("" for a free place; imsg_lora.h), and with a prefix cache disk tier
+ * (--kv-disk) "kv_disk": {"dir": its directory as given, "id": its
+ * sharing id as 16 hex digits (kv_disk.h's zi_kv_disk_share_id: equal for
+ * workers that read each other's block files)}. */
 typedef struct zi_im_register {
     bool worker;
     int64_t slots, max_length, vocab;
@@ -158,12 +161,15 @@ typedef struct zi_im_register {
     const char *const *loras; /* pack: n_loras names (none: the key is left out) */
     size_t n_loras;
     const msgpack_object *loras_obj; /* unpack: the array, or NULL */
+    zi_im_str kv_disk_dir;           /* the disk tier's directory (for logs) */
+    uint64_t kv_disk_id;             /* its sharing id (0: no disk tier; pack: no "kv_disk") */
 } zi_im_register;
 
 int zi_im_register_pack(const zi_im_register *m, zi_msg *out);
 /* Never fails: a role other than "worker" is a tokenizer; slots outside
  * 1..65535 is 1, max_length under 2 is 2048, vocab absent is 0, model
- * absent stays absent (p NULL). */
+ * absent stays absent (p NULL); a "kv_disk" whose "id" is not 16 hex
+ * digits (or is 0) is no disk tier (kv_disk_id 0). */
 void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m);
 
 /* reregister: no fields. */
