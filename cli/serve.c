@@ -703,6 +703,16 @@ static int validate_options(serve_opts *o, const zi_logger *lg) {
                     o->device);
             return 2;
         }
+        long long kvt = ZI_KV_DEFAULT;
+        if (!strcmp(o->worker_pass[j], "--kv-type"))
+            zi_parse_worker_flag(o->worker_pass[j], o->worker_pass[j + 1], &kvt, &err);
+        if (kvt != ZI_KV_DEFAULT && strcmp(o->device, "cpu")) {
+            fprintf(stderr,
+                    "zinfer serve: --kv-type %s is a CPU option: the CUDA backend keeps float32 "
+                    "K and V (--device %s; use --kv-type default)\n",
+                    zi_kv_type_name((int)kvt), o->device);
+            return 2;
+        }
     }
     if (!o->backend[0] && next_port_addr(o->bind, o->backend, sizeof o->backend) != 0) {
         fprintf(stderr, "zinfer serve: --backend is required when --bind is not tcp://HOST:PORT\n");
@@ -822,6 +832,10 @@ static int check_memory(const serve_opts *o) {
     zi_backend *be = NULL;
     zi_cpu_options co = {.n_threads = 1}; /* made only to ask its KV cache's layout */
     if (zi_cpu_backend_create(&co, &be, &err) != ZI_OK) return GO_ON;
+    if (zi_backend_set_kv_type(be, (int)worker_value(o, "--kv-type", ZI_KV_DEFAULT), &err)) {
+        zi_backend_free(be);
+        return GO_ON; /* the worker says why */
+    }
     /* Every model's workers together: each model is checked against what
      * the models before it leave of the default budget's share. With
      * --models-max N, the N largest files (the most that can be loaded

@@ -58,6 +58,7 @@ typedef struct opts {
     long long batch;
     const char *isa;
     long long act_bits;
+    long long kv_type; /* --kv-type: zi_kv_type */
     zi_logger log;
     /* generate */
     const char *prompt;
@@ -130,6 +131,7 @@ static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) 
     zi_cpu_options co = {.n_threads = (int)o->threads, .isa = o->isa, .act_bits = (int)o->act_bits};
     int rc = zi_cpu_backend_create(&co, &e->be, err);
     if (rc) return rc;
+    if ((rc = zi_backend_set_kv_type(e->be, (int)o->kv_type, err))) goto fail;
     zi_log(&o->log, ZI_LOG_INFO, "loading %s", o->model);
     if ((rc = zi_model_load(o->model, e->be, &e->model, err))) goto fail;
     if ((rc = zi_tokenizer_load(zi_model_gguf(e->model), &e->tok, err))) {
@@ -154,11 +156,12 @@ static int engine_load(const opts *o, engine *e, int need_model, zi_error *err) 
     if (need_model)
         zi_log(&o->log, ZI_LOG_INFO,
                "model %s: %d layers, dim %d, %d heads (%d kv), ffn %d, vocab %d, ctx %d; "
-               "%.1f MiB of weights; cpu %s x %d threads, %d-bit activations; "
+               "%.1f MiB of weights; cpu %s x %d threads, %d-bit activations, --kv-type %s; "
                "loaded in %.2f s",
                c->arch, c->n_layers, c->dim, c->n_heads, c->n_kv_heads, c->ffn_dim, c->n_vocab,
                c->ctx_train, zi_model_weight_bytes(e->model) / 1048576.0, zi_cpu_backend_isa(e->be),
-               zi_cpu_backend_threads(e->be), zi_cpu_backend_act_bits(e->be), now_s() - t0);
+               zi_cpu_backend_threads(e->be), zi_cpu_backend_act_bits(e->be),
+               zi_kv_type_name(e->be->kv_type), now_s() - t0);
     return ZI_OK;
 fail:
     engine_free(e);
@@ -826,6 +829,9 @@ static const char *USAGE_MAIN =
     "  --act-bits B       activation precision of quantized products: 16 (default:\n"
     "                     float32-level logits) or 8 (as llama.cpp: faster batches,\n"
     "                     logits further from the float model; docs/engine.md)\n"
+    "  --kv-type T        how the KV cache holds K and V: default (int16 K rows with a\n"
+    "                     float scale, float16 V), f16, q8_0 or q4_0 (llama.cpp's blocks:\n"
+    "                     smaller, logits further from the float model; docs/engine.md)\n"
     "  --log-level L      debug, info, warn, error, off (default warn)\n"
     "  -h, --help         this help; `zinfer COMMAND --help` for a command's options\n"
     "  --version          print the version\n";
@@ -938,6 +944,8 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
             o->isa = v;
         } else if (!strcmp(a, "--act-bits")) { /* the worker's rule (args.h) */
             if (!(rc = zi_parse_worker_flag(a, v, &iv, &err))) o->act_bits = iv;
+        } else if (!strcmp(a, "--kv-type")) { /* the worker's choices (options.h) */
+            if (!(rc = zi_parse_worker_flag(a, v, &iv, &err))) o->kv_type = iv;
         } else if (!strcmp(a, "--log-level")) {
             int l = v ? zi_log_level_parse(v) : -1;
             if (l < 0) return usage_error(cmd, "--log-level takes debug, info, warn, error or off");

@@ -157,6 +157,14 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                              "the KV cache's size in bytes (not with --kv-cache-tokens; "
                              "default: from the memory budget)",
                              NULL},
+    /* The choices in kernels/backend.h's zi_kv_type order. */
+    [ZI_O_KV_TYPE] = {"--kv-type", NULL, ZI_OPT_ENUM, 0, 0, "default|f16|q8_0|q4_0", 0, "",
+                      PASS | WORKER, "T",
+                      "how the KV cache holds K and V: default (the default; on the CPU int16 "
+                      "K rows with a float scale and float16 V, on CUDA float32), f16, or "
+                      "llama.cpp's q8_0 or q4_0 blocks (a memory budget then holds about 1.9x "
+                      "or 3.6x the positions; CPU only; docs/engine.md)",
+                      NULL},
     [ZI_O_MEMORY_BUDGET] = {"--memory-budget", NULL, ZI_OPT_SIZE, 1, 1LL << 50, NULL, 0, "",
                             PASS | WORKER, "B",
                             "the memory for the weights, working buffers and KV cache; the KV "

@@ -57,6 +57,7 @@ typedef enum zi_opt_id {
     ZI_O_CTX_SIZE,
     ZI_O_KV_CACHE_TOKENS,
     ZI_O_KV_CACHE_BYTES,
+    ZI_O_KV_TYPE,
     ZI_O_MEMORY_BUDGET,
     ZI_O_BATCH_SIZE,
     ZI_O_PREFILL_CHUNK,

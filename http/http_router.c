@@ -1,5 +1,12 @@
 /*
  * http_router.c - zinfer-http's router connection (http_router.h).
+ *
+ * A generation's connection survives a router restart (docs/protocol.md,
+ * "Router restart"): its socket has a routing id of its own, a socket
+ * monitor reports the connection opening again, and then, once what the
+ * old connection delivered has been read, each open generate request gets
+ * a "resume" with the token ids received so far, so the HTTP stream goes
+ * on where it stopped.
  */
 #include "http_router.h"
 
@@ -10,10 +17,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "codec.h"
 #include "stop_signal.h"
+
+/* A generate request in flight on a connection, and the ids it received. */
+typedef struct conn_open {
+    char id[64];
+    int64_t held;
+} conn_open;
 
 struct zi_http_conn {
     zi_http_ctx *ctx;
@@ -21,6 +36,11 @@ struct zi_http_conn {
     void *lookup; /* for token texts, so their replies never mix with a generation's */
     int watch_client;
     char model[128]; /* the model of the token texts ("" the default) */
+    void *mon;       /* the connection's events (NULL: not watched) */
+    int connected;   /* it has been connected once */
+    int resume_due;  /* it connected again: resume once the old frames are read */
+    conn_open *open;
+    size_t n_open, cap_open;
 };
 
 void zi_http_conn_set_model(zi_http_conn *c, const char *model) {
@@ -49,9 +69,54 @@ static void *open_socket(const zi_http_ctx *ctx) {
     return s;
 }
 
+/* The generation socket of c, with a routing id of its own (a restarted
+ * router knows whose requests workers hand back by it) and a monitor
+ * (its connection opening again). Without the monitor (no inproc room)
+ * it works as before, without resumes. */
+static void *open_watched(zi_http_conn *c) {
+    void *s = zmq_socket(c->ctx->zctx, ZMQ_DEALER);
+    if (!s) return NULL;
+    unsigned char rnd[12] = {0};
+    FILE *ur = fopen("/dev/urandom", "rb");
+    size_t got = ur ? fread(rnd, 1, sizeof rnd, ur) : 0;
+    if (ur) fclose(ur);
+    if (got < sizeof rnd) { /* the pid, the time, the address */
+        uint64_t x = (uint64_t)getpid() ^ ((uint64_t)zi_now_ms() << 20) ^ (uint64_t)(uintptr_t)c;
+        memcpy(rnd, &x, sizeof x);
+    }
+    char rid[3 + 2 * sizeof rnd + 1] = "zh-";
+    for (size_t i = 0; i < sizeof rnd; i++) snprintf(rid + 3 + 2 * i, 3, "%02x", rnd[i]);
+    zmq_setsockopt(s, ZMQ_ROUTING_ID, rid, strlen(rid));
+    int linger = 1000, sndtimeo = 1000, zero = 0;
+    zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+    zmq_setsockopt(s, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
+    /* unique in the shared context: a closed connection's monitor name
+     * may linger a moment */
+    char addr[96];
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    snprintf(addr, sizeof addr, "inproc://zi-http-conn-%p-%lld-%ld", (void *)c,
+             (long long)ts.tv_sec, ts.tv_nsec);
+    if (zmq_socket_monitor(s, addr, ZMQ_EVENT_CONNECTED) == 0 &&
+        (c->mon = zmq_socket(c->ctx->zctx, ZMQ_PAIR))) {
+        zmq_setsockopt(c->mon, ZMQ_LINGER, &zero, sizeof zero);
+        if (zmq_connect(c->mon, addr) != 0) {
+            zmq_close(c->mon);
+            c->mon = NULL;
+        }
+    }
+    if (!c->mon) zmq_socket_monitor(s, NULL, 0);
+    if (zmq_connect(s, c->ctx->router_addr) != 0) {
+        if (c->mon) zmq_socket_monitor(s, NULL, 0), zmq_close(c->mon), c->mon = NULL;
+        zmq_close(s);
+        return NULL;
+    }
+    return s;
+}
+
 int zi_http_conn_open(zi_http_ctx *ctx, zi_http_conn **out, zi_http_error *e) {
     zi_http_conn *c = calloc(1, sizeof *c);
-    if (c) c->ctx = ctx, c->sock = open_socket(ctx);
+    if (c) c->ctx = ctx, c->sock = open_watched(c);
     if (!c || !c->sock) {
         free(c);
         return zi_http_fail(e, 500, "internal", NULL, "cannot open a socket to the router: %s",
@@ -64,8 +129,13 @@ int zi_http_conn_open(zi_http_ctx *ctx, zi_http_conn **out, zi_http_error *e) {
 
 void zi_http_conn_close(zi_http_conn *c) {
     if (!c) return;
+    if (c->mon) {
+        zmq_socket_monitor(c->sock, NULL, 0);
+        zmq_close(c->mon);
+    }
     zmq_close(c->sock);
     if (c->lookup) zmq_close(c->lookup);
+    free(c->open);
     free(c);
 }
 
@@ -77,7 +147,26 @@ static int send_on(void *sock, const zi_msg *m, zi_http_error *e) {
 }
 
 int zi_http_conn_send(zi_http_conn *c, const zi_msg *m, zi_http_error *e) {
-    return send_on(c->sock, m, e);
+    int rc = send_on(c->sock, m, e);
+    const char *op, *id;
+    size_t op_n, id_n;
+    /* a generate is open until its final or error: a resume names it */
+    if (!rc && c->mon && zi_msgpack_peek_str(m->sb.data, m->sb.size, "op", &op, &op_n) &&
+        op_n == 8 && !memcmp(op, "generate", 8) &&
+        zi_msgpack_peek_str(m->sb.data, m->sb.size, "id", &id, &id_n) && id_n < 64) {
+        if (c->n_open == c->cap_open) {
+            size_t cap = c->cap_open ? 2 * c->cap_open : 4;
+            conn_open *p = realloc(c->open, cap * sizeof *p);
+            if (p) c->open = p, c->cap_open = cap;
+        }
+        if (c->n_open < c->cap_open) {
+            conn_open *o = &c->open[c->n_open++];
+            memcpy(o->id, id, id_n);
+            o->id[id_n] = '\0';
+            o->held = 0;
+        }
+    }
+    return rc;
 }
 
 void zi_http_frame_free(zi_http_frame *f) {
@@ -154,8 +243,92 @@ static int recv_on(void *sock, int client_fd, int *watch, int timeout_ms, zi_htt
     }
 }
 
+/* Counts what frame f brings to its open request (a chunk's ids), or
+ * ends it (a final or error). */
+static void conn_track(zi_http_conn *c, const zi_http_frame *f) {
+    char id[64], ev[16];
+    zi_http_frame_str(f->root, "id", id, sizeof id);
+    zi_http_frame_str(f->root, "event", ev, sizeof ev);
+    for (size_t i = 0; i < c->n_open; i++) {
+        if (strcmp(c->open[i].id, id)) continue;
+        if (!strcmp(ev, "chunk")) {
+            const msgpack_object *t = zi_map_get(f->root, "token_ids");
+            zi_codec_limits lim = zi_codec_limits_default();
+            int32_t *ids = NULL;
+            size_t n = 0;
+            if (t && zi_codec_decode_tokens(t, &lim, "token_ids", &ids, &n, NULL) == ZI_OK)
+                c->open[i].held += (int64_t)n;
+            free(ids);
+        } else {
+            c->open[i] = c->open[--c->n_open];
+        }
+        return;
+    }
+}
+
+/* The monitor's events: a connection after the first is a router that
+ * came back (or the same one after a network break). */
+static void conn_events(zi_http_conn *c) {
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, c->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&m) >= 2) memcpy(&event, zmq_msg_data(&m), 2);
+        int more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        while (more) { /* the endpoint frame */
+            zmq_msg_init(&m);
+            more = zmq_msg_recv(&m, c->mon, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&m);
+            zmq_msg_close(&m);
+        }
+        if (event != ZMQ_EVENT_CONNECTED) continue;
+        if (c->connected && c->n_open) c->resume_due = 1;
+        c->connected = 1;
+    }
+}
+
+static void send_resumes(zi_http_conn *c) {
+    zi_http_error e;
+    for (size_t i = 0; i < c->n_open; i++) {
+        zi_msg m;
+        zi_msg_init(&m);
+        msgpack_pack_map(&m.pk, 3);
+        zi_pack_kv_str(&m.pk, "op", "resume");
+        zi_pack_kv_str(&m.pk, "id", c->open[i].id);
+        zi_pack_str(&m.pk, "tokens");
+        msgpack_pack_int64(&m.pk, c->open[i].held);
+        send_on(c->sock, &m, &e);
+        zi_msg_free(&m);
+    }
+}
+
 int zi_http_conn_recv(zi_http_conn *c, int client_fd, int timeout_ms, zi_http_frame *f) {
-    return recv_on(c->sock, client_fd, &c->watch_client, timeout_ms, f);
+    if (!c->mon) return recv_on(c->sock, client_fd, &c->watch_client, timeout_ms, f);
+    int64_t deadline = zi_now_ms() + timeout_ms;
+    for (;;) {
+        conn_events(c);
+        if (c->resume_due) {
+            /* What the old connection delivered first (counted), then the
+             * resumes: no token comes twice. */
+            int quiet = 0;
+            if (recv_on(c->sock, -1, &quiet, 0, f) == ZI_HTTP_RECV_FRAME) {
+                conn_track(c, f);
+                return ZI_HTTP_RECV_FRAME;
+            }
+            send_resumes(c);
+            c->resume_due = 0;
+        }
+        int64_t left = deadline - zi_now_ms();
+        if (left < 0) return ZI_HTTP_RECV_TIMEOUT;
+        /* a short wait: the monitor is looked at between them */
+        int rc = recv_on(c->sock, client_fd, &c->watch_client, left > 200 ? 200 : (int)left, f);
+        if (rc == ZI_HTTP_RECV_FRAME) conn_track(c, f);
+        if (rc != ZI_HTTP_RECV_TIMEOUT) return rc;
+    }
 }
 
 /* An "error" frame as e. */

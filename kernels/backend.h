@@ -22,9 +22,10 @@
  *
  * The KV cache is paged: per layer, one K and one V pool of fixed-size
  * blocks of block_size positions x n_kv_heads * head_dim values, of
- * kv_k_bytes (+ kv_k_row_extra a row) and kv_v_bytes each (zi_backend);
- * how a block lays them out is the backend's (kv_store and attention are
- * the only readers). A
+ * kv_k_bytes (+ kv_k_row_extra a row) and kv_v_bytes each (zi_backend),
+ * or, with a quantized KV type (zi_kv_type, --kv-type), the rows
+ * zi_backend_kv_row_bytes gives; how a block lays them out is the
+ * backend's (kv_store and attention are the only readers). A
  * sequence's position p lives in block table[p / block_size], row
  * p % block_size. Blocks are shared between sequences with a common prefix
  * (prefix caching, model_worker/kv_blocks.h); a shared block is only read.
@@ -40,6 +41,26 @@
 #include "zi_error.h"
 
 typedef struct zi_backend zi_backend;
+
+/* How the KV cache holds its values (--kv-type; zi_backend.kv_type). The
+ * values are the option's choices' indexes (common/options.c). */
+typedef enum zi_kv_type {
+    /* The backend's own layout, as it always was: on the CPU int16 K rows
+     * with one float scale each and float16 V (kv_k_bytes ...), on CUDA
+     * float32 K and V. */
+    ZI_KV_DEFAULT = 0,
+    ZI_KV_F16,  /* K and V float16 */
+    ZI_KV_Q8_0, /* K and V in llama.cpp's Q8_0 blocks: 32 int8 codes, a float16 scale */
+    ZI_KV_Q4_0, /* K and V in Q4_0 blocks: 32 4-bit codes (minus 8), a float16 scale */
+    ZI_KV_TYPE_COUNT
+} zi_kv_type;
+
+/* The --kv-type word of t ("default", "f16", "q8_0", "q4_0"; "?" out of
+ * range). */
+static inline const char *zi_kv_type_name(int t) {
+    static const char *const names[ZI_KV_TYPE_COUNT] = {"default", "f16", "q8_0", "q4_0"};
+    return t >= 0 && t < ZI_KV_TYPE_COUNT ? names[t] : "?";
+}
 
 /* A weight matrix [rows][cols] (cols = ne[0] in GGUF terms) as the backend
  * prepared it. `data` is backend-owned or points into the file mapping. */
@@ -367,6 +388,11 @@ typedef struct zi_backend_ops {
      * failed launch or a device fault is seen here, and a forward pass that
      * met one fails instead of handing back stale logits. */
     int (*sync)(zi_backend *be, zi_error *err);
+    /* Makes the KV caches allocated from now on hold values as type t
+     * (zi_kv_type other than ZI_KV_DEFAULT); called before any cache is made.
+     * Optional: NULL where the backend has only its own layout
+     * (zi_backend_set_kv_type refuses the others there). */
+    int (*set_kv_type)(zi_backend *be, int t, zi_error *err);
 } zi_backend_ops;
 
 struct zi_backend {
@@ -376,6 +402,10 @@ struct zi_backend {
      * besides them (the CPU's int16 rows: a float scale). The model sizes
      * the KV pools with them; only the backend's ops read the pools. */
     int kv_k_bytes, kv_v_bytes, kv_k_row_extra;
+    /* The KV type (zi_kv_type) the caches are made with; kv_k_bytes ...
+     * describe ZI_KV_DEFAULT's layout only (zi_backend_kv_row_bytes covers
+     * every type). */
+    int kv_type;
     /* Its buffers are host memory (the CPU backend): an op may then write
      * straight into the caller's memory, and the model has the output
      * product fill the caller's logits instead of copying them (16 rows:
@@ -391,6 +421,41 @@ struct zi_backend {
     /* Its rope and rope_neox honour zi_rope_freqs' YaRN fields. */
     bool rope_yarn;
 };
+
+/* The bytes one cached K row (v == 0) or V row (v != 0) of head_dim
+ * values takes in be's caches: the ZI_KV_DEFAULT layout's from kv_k_bytes ...,
+ * the others' from their formats (a quantized row: head_dim / 32 blocks of
+ * 34 or 18 bytes; head_dim is then a multiple of 32, which
+ * zi_kv_cache_create_paged checks; a rest is counted as a whole block). */
+static inline uint64_t zi_backend_kv_row_bytes(const zi_backend *be, int head_dim, int v) {
+    const uint64_t hd = head_dim > 0 ? (uint64_t)head_dim : 0, blocks = (hd + 31) / 32;
+    switch (be->kv_type) {
+    case ZI_KV_F16:
+        return hd * 2;
+    case ZI_KV_Q8_0:
+        return blocks * 34;
+    case ZI_KV_Q4_0:
+        return blocks * 18;
+    default:
+        return v ? hd * (uint64_t)be->kv_v_bytes
+                 : hd * (uint64_t)be->kv_k_bytes + (uint64_t)be->kv_k_row_extra;
+    }
+}
+
+/* Sets be's KV type t (zi_kv_type) before it makes a cache: ZI_EINVAL for
+ * a value out of range, ZI_EUNSUPPORTED naming --kv-type and the backend
+ * when it keeps only its own layout (ZI_KV_DEFAULT is always accepted). */
+static inline int zi_backend_set_kv_type(zi_backend *be, int t, zi_error *err) {
+    if (t < 0 || t >= ZI_KV_TYPE_COUNT)
+        return zi_error_set(err, ZI_EINVAL, "--kv-type %d: expected default, f16, q8_0 or q4_0", t);
+    if (t == be->kv_type) return ZI_OK;
+    if (!be->ops->set_kv_type)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "--kv-type %s: the %s backend keeps its own KV layout (only "
+                            "--kv-type default there)",
+                            zi_kv_type_name(t), be->ops->name);
+    return be->ops->set_kv_type(be, t, err);
+}
 
 /* Frees a backend and everything it allocated (NULL: nothing). */
 static inline void zi_backend_free(zi_backend *be) {

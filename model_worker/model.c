@@ -1103,8 +1103,8 @@ void zi_model_set_progress(zi_model *m, zi_model_progress_fn fn, void *arg) {
 
 uint64_t zi_model_config_kv_bytes_per_token(const zi_model_config *c, const zi_backend *be) {
     return (uint64_t)(c->n_layers - c->n_recurrent) * (uint64_t)c->n_kv_heads *
-           ((uint64_t)c->head_dim * (uint64_t)(be->kv_k_bytes + be->kv_v_bytes) +
-            (uint64_t)be->kv_k_row_extra);
+           (zi_backend_kv_row_bytes(be, c->head_dim, 0) +
+            zi_backend_kv_row_bytes(be, c->head_dim, 1));
 }
 
 uint64_t zi_model_kv_bytes_per_token(const zi_model *m) {
@@ -1172,6 +1172,13 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
                             n_blocks, block_size, max_ctx);
     zi_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) return zi_error_set(err, ZI_ENOMEM, "out of memory for the KV cache");
+    if (m->be->kv_type != ZI_KV_DEFAULT && m->be->kv_type != ZI_KV_F16 && m->cfg.head_dim % 32) {
+        free(kv);
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "--kv-type %s: this model's head size %d is not a multiple of the "
+                            "format's 32-value blocks (use --kv-type default or f16)",
+                            zi_kv_type_name(m->be->kv_type), m->cfg.head_dim);
+    }
     kv->m = m;
     kv->n_blocks = n_blocks;
     kv->block_size = block_size;
@@ -1179,14 +1186,13 @@ int zi_kv_cache_create_paged(zi_model *m, int n_blocks, int block_size, int max_
     int L = m->cfg.n_layers;
     kv->k = calloc((size_t)L, sizeof *kv->k);
     kv->v = calloc((size_t)L, sizeof *kv->v);
-    size_t rows = 0, values = 0, kbytes = 0, vbytes = 0, kextra = 0;
+    size_t rows = 0, kbytes = 0, vbytes = 0;
     if (__builtin_mul_overflow((size_t)n_blocks, (size_t)block_size, &rows) ||
         __builtin_mul_overflow(rows, (size_t)m->cfg.n_kv_heads, &rows) ||
-        __builtin_mul_overflow(rows, (size_t)m->cfg.head_dim, &values) ||
-        __builtin_mul_overflow(values, (size_t)m->be->kv_k_bytes, &kbytes) ||
-        __builtin_mul_overflow(rows, (size_t)m->be->kv_k_row_extra, &kextra) ||
-        __builtin_add_overflow(kbytes, kextra, &kbytes) ||
-        __builtin_mul_overflow(values, (size_t)m->be->kv_v_bytes, &vbytes)) {
+        __builtin_mul_overflow(rows, (size_t)zi_backend_kv_row_bytes(m->be, m->cfg.head_dim, 0),
+                               &kbytes) ||
+        __builtin_mul_overflow(rows, (size_t)zi_backend_kv_row_bytes(m->be, m->cfg.head_dim, 1),
+                               &vbytes)) {
         zi_kv_cache_free(kv);
         return zi_error_set(err, ZI_ERANGE, "a KV cache of %d blocks x %d positions is too large",
                             n_blocks, block_size);
@@ -1331,9 +1337,8 @@ void zi_kv_cache_block_layout(const zi_kv_cache *kv, int *n_layers, uint64_t *k_
     const zi_model *m = kv->m;
     const uint64_t rows = (uint64_t)kv->block_size * (uint64_t)m->cfg.n_kv_heads;
     *n_layers = m->cfg.n_layers - m->cfg.n_recurrent;
-    *k_bytes = rows * ((uint64_t)m->cfg.head_dim * (uint64_t)m->be->kv_k_bytes +
-                       (uint64_t)m->be->kv_k_row_extra);
-    *v_bytes = rows * (uint64_t)m->cfg.head_dim * (uint64_t)m->be->kv_v_bytes;
+    *k_bytes = rows * zi_backend_kv_row_bytes(m->be, m->cfg.head_dim, 0);
+    *v_bytes = rows * zi_backend_kv_row_bytes(m->be, m->cfg.head_dim, 1);
 }
 
 /* Copies block `block` of every attention layer between the pools and

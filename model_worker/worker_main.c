@@ -23,6 +23,12 @@
  * parameters, too long for a slot), is answered with an "error" message for
  * that request alone, so one bad request never stops the batch. Messages are
  * described in docs/protocol.md and encoded and decoded by protocol/imsg.h.
+ *
+ * Each sequence keeps the "start" message it came with (the router's note
+ * in it), and ended ones are kept a few seconds: when the router asks to
+ * register again (it restarted), the worker registers with them ("live")
+ * and goes on generating; the new router takes over those its clients
+ * come back for and cancels the rest (docs/protocol.md, "Router restart").
  */
 #include <errno.h>
 #include <stdio.h>
@@ -69,7 +75,29 @@ typedef struct live_ctx {
     uint64_t rid;
     zi_text_context ctx;
     bool echo_sent; /* the prompt's ids (and log probabilities) went out */
+    /* The "start" message as it came (its context and the router's note):
+     * handed back when a restarted router asks to register again. */
+    char *start;
+    size_t start_len;
 } live_ctx;
+
+/* A sequence that ended lately: its final "tokens" message may have gone
+ * to a router that died before passing it on, so a restarted router gets
+ * it in the register's "live" list too (docs/protocol.md, "Router
+ * restart"). Kept DONE_KEEP_MS, at most DONE_KEEP_MAX of them holding at
+ * most DONE_KEEP_BYTES together. */
+typedef struct done_seq {
+    uint64_t rid;
+    char *start;
+    size_t start_len;
+    int32_t *ids; /* the completion, the ending EOS left out */
+    size_t n_ids;
+    zi_gen_status status;
+    int64_t t_ms; /* when it ended */
+} done_seq;
+#define DONE_KEEP_MS 15000
+#define DONE_KEEP_MAX 256
+#define DONE_KEEP_BYTES (64u << 20)
 
 /* The --mmproj tower and the tiles it encoded lately (tile_cache.h), with
  * what it cost: the heartbeat's image counters. */
@@ -115,6 +143,9 @@ typedef struct worker {
     zi_model *model;    /* what adapters are loaded for */
     bool lora_budgeted; /* --memory-budget: adapters loaded while serving fit in lora_room */
     uint64_t lora_room; /* bytes of the budget the weights, buffers and KV cache leave */
+    done_seq done[DONE_KEEP_MAX]; /* oldest first */
+    int n_done;
+    size_t done_bytes; /* their start messages and ids */
 } worker;
 
 /* The adapters' names by place ("" for a free one), for register and
@@ -123,9 +154,87 @@ static void lora_names(const worker *w, const char **names) {
     for (int i = 0; i < w->n_loras; i++) names[i] = w->loras[i] ? zi_lora_name(w->loras[i]) : "";
 }
 
-static void send_register(worker *w) {
+static size_t done_size(const done_seq *d) {
+    return d->start_len + d->n_ids * sizeof *d->ids;
+}
+
+static void done_free(done_seq *d) {
+    free(d->start);
+    free(d->ids);
+}
+
+/* Forgets the ended sequences kept longer than DONE_KEEP_MS, and the
+ * oldest while they hold more than DONE_KEEP_BYTES. */
+static void done_prune(worker *w, int64_t now) {
+    int k = 0;
+    while (k < w->n_done &&
+           (now - w->done[k].t_ms > DONE_KEEP_MS || w->done_bytes > DONE_KEEP_BYTES)) {
+        w->done_bytes -= done_size(&w->done[k]);
+        done_free(&w->done[k++]);
+    }
+    memmove(w->done, w->done + k, (size_t)(w->n_done - k) * sizeof *w->done);
+    w->n_done -= k;
+}
+
+/* Keeps live sequence l, which ended with its ids [prompt_len, end). Its
+ * start message moves into the record. */
+static void done_keep(worker *w, live_ctx *l, int64_t end) {
+    done_prune(w, zi_now_ms());
+    if (w->n_done == DONE_KEEP_MAX) { /* the oldest goes first */
+        w->done_bytes -= done_size(&w->done[0]);
+        done_free(&w->done[0]);
+        memmove(w->done, w->done + 1, (size_t)(DONE_KEEP_MAX - 1) * sizeof *w->done);
+        w->n_done--;
+    }
+    const zi_text_context *c = &l->ctx;
+    size_t n = end > c->prompt_len ? (size_t)(end - c->prompt_len) : 0;
+    int32_t *ids = malloc(n ? n * sizeof *ids : 1);
+    if (!ids || !l->start) { /* nothing to hand back: a restart ends it as unknown */
+        free(ids);
+        return;
+    }
+    if (n) memcpy(ids, c->tokens + c->prompt_len, n * sizeof *ids);
+    w->done[w->n_done++] =
+        (done_seq){l->rid, l->start, l->start_len, ids, n, c->status, zi_now_ms()};
+    w->done_bytes += done_size(&w->done[w->n_done - 1]);
+    l->start = NULL;
+    done_prune(w, zi_now_ms());
+}
+
+/* register, with the sequences held ("live": running ones and those that
+ * ended lately) when report is set: a router that restarted rebuilds its
+ * requests from them (docs/protocol.md, "Router restart"). */
+static void send_register(worker *w, bool report) {
     const char *names[ZI_LORA_MAX_ADAPTERS];
     lora_names(w, names);
+    zi_im_live *live = NULL;
+    size_t n = 0;
+    if (report) done_prune(w, zi_now_ms());
+    if (report && w->n_live + w->n_done > 0)
+        live = calloc((size_t)(w->n_live + w->n_done), sizeof *live);
+    for (int i = 0; live && i < w->n_live; i++) {
+        const live_ctx *l = &w->live[i];
+        if (!l->start) continue;
+        const zi_text_context *c = &l->ctx;
+        /* the ids already sent; those after go out in the next "tokens" */
+        int64_t sent = c->completion_start_idx - c->prompt_len;
+        live[n++] = (zi_im_live){.rid = (int64_t)l->rid,
+                                 .start = l->start,
+                                 .start_len = l->start_len,
+                                 .token_ids = {.set = true,
+                                               .v = c->tokens + c->prompt_len,
+                                               .n = sent > 0 ? (size_t)sent : 0},
+                                 .status = {"active", 6}};
+    }
+    for (int i = 0; live && i < w->n_done; i++) {
+        const done_seq *d = &w->done[i];
+        const char *st = zi_gen_status_name(d->status);
+        live[n++] = (zi_im_live){.rid = (int64_t)d->rid,
+                                 .start = d->start,
+                                 .start_len = d->start_len,
+                                 .token_ids = {.set = true, .v = d->ids, .n = d->n_ids},
+                                 .status = {st, strlen(st)}};
+    }
     zi_im_register reg = {
         .worker = true,
         .slots = w->slots,
@@ -134,11 +243,21 @@ static void send_register(worker *w) {
         .vocab = w->vocab,
         .loras = names,
         .n_loras = (size_t)w->n_loras,
+        .live = live,
+        .n_live = n,
         .kv_disk_dir = {w->kv_disk_dir, w->kv_disk_dir ? strlen(w->kv_disk_dir) : 0},
         .kv_disk_id = w->kv_disk_id};
     zi_msg m;
-    zi_im_register_pack(&reg, &m);
+    if (zi_im_register_pack(&reg, &m) != ZI_OK) { /* out of memory: register without them */
+        zi_msg_free(&m);
+        reg.n_live = 0;
+        zi_im_register_pack(&reg, &m);
+    }
+    if (n)
+        zi_log(&w->log, ZI_LOG_INFO, "registering again with %zu sequences held (%d running)", n,
+               w->n_live);
     zi_im_send(w->sock, &m);
+    free(live);
 }
 
 /* A heartbeat with the load and the KV cache's counters (the router sums
@@ -209,6 +328,7 @@ static void send_error(worker *w, uint64_t rid, const char *code, const char *ms
 static void drop_live(worker *w, int i) {
     zi_generator_release(w->gen, &w->live[i].ctx);
     zi_text_context_free(&w->live[i].ctx);
+    free(w->live[i].start);
     w->live[i] = w->live[w->n_live - 1];
     w->n_live--;
 }
@@ -221,6 +341,8 @@ static void drop_job(worker *w, int i) {
 static void drop_all(worker *w) {
     while (w->n_live > 0) drop_live(w, w->n_live - 1);
     while (w->n_jobs > 0) drop_job(w, w->n_jobs - 1);
+    while (w->n_done > 0) done_free(&w->done[--w->n_done]);
+    w->done_bytes = 0;
 }
 
 /* embed: a job of the request's inputs (worker_embed.h), run from the
@@ -336,7 +458,8 @@ static int resolve_lora(const worker *w, zi_text_context *c, zi_error *err) {
     return ZI_OK;
 }
 
-static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
+static void on_start(worker *w, const msgpack_object *c, uint64_t rid, const void *msg,
+                     size_t msg_len) {
     zi_error err = {0};
     if (w->n_live >= w->slots) {
         send_error(w, rid, "overloaded", "every slot of this worker is in use");
@@ -345,6 +468,7 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
     live_ctx *l = &w->live[w->n_live];
     l->rid = rid;
     l->echo_sent = false;
+    l->start = NULL;
     zi_codec_limits lim = zi_codec_limits_default();
     if (!c) {
         send_error(w, rid, "internal", "context: missing in start message");
@@ -429,6 +553,12 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid) {
     }
     /* The total length may not exceed one cache slot. */
     if (l->ctx.max_length > w->ctx_size) l->ctx.max_length = w->ctx_size;
+    /* Without the copy (out of memory) it runs on; only a router restart
+     * cannot hand it back. */
+    if ((l->start = malloc(msg_len ? msg_len : 1))) {
+        memcpy(l->start, msg, msg_len);
+        l->start_len = msg_len;
+    }
     w->n_live++;
     zi_log(&w->log, ZI_LOG_DEBUG, "request %llu: %lld prompt tokens, max length %lld",
            (unsigned long long)rid, (long long)l->ctx.prompt_len, (long long)l->ctx.max_length);
@@ -609,7 +739,8 @@ static void on_message(worker *w, const void *buf, size_t len) {
     zi_im_type type = zi_im_type_of(o);
     if (type == ZI_IM_START) {
         zi_im_start sm;
-        if (zi_im_start_unpack(o, &sm, &err) == ZI_OK) on_start(w, sm.context, (uint64_t)sm.rid);
+        if (zi_im_start_unpack(o, &sm, &err) == ZI_OK)
+            on_start(w, sm.context, (uint64_t)sm.rid, buf, len);
     } else if (type == ZI_IM_EMBED) {
         if (zi_im_rid(o, &rid, &err) == ZI_OK) on_embed(w, o, (uint64_t)rid);
     } else if (type == ZI_IM_CANCEL) {
@@ -629,11 +760,16 @@ static void on_message(worker *w, const void *buf, size_t len) {
     } else if (type == ZI_IM_LORA) {
         on_lora(w, o);
     } else if (type == ZI_IM_REREGISTER) {
-        /* A restarted router knows none of our requests: drop them. */
-        zi_log(&w->log, ZI_LOG_INFO, "router asks to register again; dropping %d requests",
-               w->n_live + w->n_jobs);
-        drop_all(w);
-        send_register(w);
+        /* A restarted router knows none of our requests: it gets the
+         * sequences back with the register and takes over those its
+         * clients come back for (it cancels the rest); a router that had
+         * declared this worker dead cancels them all (they ran on
+         * elsewhere). Embed jobs are not handed back. */
+        zi_log(&w->log, ZI_LOG_INFO,
+               "router asks to register again; handing back %d sequences, dropping %d embed jobs",
+               w->n_live + w->n_done, w->n_jobs);
+        while (w->n_jobs > 0) drop_job(w, w->n_jobs - 1);
+        send_register(w, true);
     } else {
         zi_log(&w->log, ZI_LOG_WARN, "unknown message type from the router");
     }
@@ -702,10 +838,12 @@ static void send_outputs(worker *w) {
             if (has_plp) zi_logprobs_free(&plp);
             if (echo) l->echo_sent = true;
         }
-        if (done)
+        if (done) {
+            done_keep(w, l, first + count);
             drop_live(w, i);
-        else
+        } else {
             i++;
+        }
     }
 }
 
@@ -722,6 +860,7 @@ typedef struct wopts {
     long long act_bits;
     const char *kv_disk; /* --kv-disk, or NULL */
     long long kv_disk_bytes;
+    int kv_type; /* --kv-type: zi_kv_type */
     int no_prefix_cache;
     int spec_lookup;
     int log_level;
@@ -836,6 +975,9 @@ static int parse_args(int argc, char **argv, wopts *o) {
         case ZI_O_ACT_BITS:
             o->act_bits = x;
             break;
+        case ZI_O_KV_TYPE:
+            o->kv_type = (int)x;
+            break;
         case ZI_O_LOG_LEVEL:
             o->log_level = (int)x;
             break;
@@ -851,6 +993,13 @@ static int parse_args(int argc, char **argv, wopts *o) {
     if (o->act_bits != 16 && strcmp(o->device, "cpu") != 0) {
         fprintf(stderr, "zinfer-worker: --act-bits %lld is a CPU option (--device %s)\n",
                 o->act_bits, o->device);
+        return 2;
+    }
+    if (o->kv_type != ZI_KV_DEFAULT && strcmp(o->device, "cpu") != 0) {
+        fprintf(stderr,
+                "zinfer-worker: --kv-type %s is a CPU option: the CUDA backend keeps float32 K "
+                "and V (--device %s; use --kv-type default)\n",
+                zi_kv_type_name(o->kv_type), o->device);
         return 2;
     }
     if (check_only) exit(0);
@@ -918,6 +1067,7 @@ static int load(worker *w, const wopts *o, wres *r) {
     r->mem_avail = zi_mem_available();
     if ((rc = zi_backend_create_for_device(o->device, (int)o->threads, (int)o->act_bits, &r->be,
                                            &err)) ||
+        (rc = zi_backend_set_kv_type(r->be, o->kv_type, &err)) ||
         (rc = zi_model_load(o->model, r->be, &r->model, &err))) {
         zi_backend_free(r->be);
         return start_failed(w, err.msg);
@@ -1042,9 +1192,9 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
 }
 
 /* --kv-disk: the prefix cache's disk tier. Its files are keyed by the
- * backend's KV layout and what computed it (on the CPU its kernels' ISA
- * and the activation bits), so a worker never reads K/V that it would not
- * have computed itself, bit for bit. A tier that cannot be had is logged
+ * backend's KV layout (its --kv-type) and what computed it (on the CPU
+ * its kernels' ISA and the activation bits), so a worker never reads K/V
+ * that it would not have computed itself, bit for bit. A tier that cannot be had is logged
  * and the worker serves without it. */
 static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
     zi_error err = {0};
@@ -1053,8 +1203,12 @@ static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
     if (!strcmp(be->ops->name, "cpu"))
         snprintf(cpu, sizeof cpu, " %s a%d", zi_cpu_backend_isa(r->be),
                  zi_cpu_backend_act_bits(r->be));
-    snprintf(tag, sizeof tag, "%s k%d+%d v%d%s", be->ops->name, be->kv_k_bytes, be->kv_k_row_extra,
-             be->kv_v_bytes, cpu);
+    /* the default layout's tag as it always was; another --kv-type its name */
+    if (be->kv_type == ZI_KV_DEFAULT)
+        snprintf(tag, sizeof tag, "%s k%d+%d v%d%s", be->ops->name, be->kv_k_bytes,
+                 be->kv_k_row_extra, be->kv_v_bytes, cpu);
+    else
+        snprintf(tag, sizeof tag, "%s %s%s", be->ops->name, zi_kv_type_name(be->kv_type), cpu);
     if (zi_generator_open_kv_disk(w->gen, o->kv_disk, (uint64_t)o->kv_disk_bytes, tag, &w->log,
                                   &err))
         zi_log(&w->log, ZI_LOG_WARN, "disk tier off: %s", err.msg);
@@ -1192,10 +1346,11 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
     zi_log(&w->log, ZI_LOG_INFO, "model %s (%s), %d slots x up to %d positions; router %s",
            w->model_name, dev, w->slots, w->ctx_size, o->router);
     zi_log(&w->log, ZI_LOG_INFO,
-           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s); prefix cache %s; "
-           "prompt-lookup speculation %s; draft model %s",
+           "KV cache: %llu blocks x %lld tokens = %llu tokens, %.1f MiB (%s; --kv-type %s, %llu "
+           "bytes per token); prefix cache %s; prompt-lookup speculation %s; draft model %s",
            (unsigned long long)r->kv_blocks, o->block, (unsigned long long)r->kv_blocks * o->block,
            (double)(r->kv_blocks * o->block * r->per_tok) / (1 << 20), r->kv_why,
+           zi_kv_type_name(r->be->kv_type), (unsigned long long)r->per_tok,
            zi_generator_get_config(w->gen)->prefix_cache ? "on" : "off",
            zi_generator_get_config(w->gen)->spec_lookup ? "on" : "off",
            o->draft ? o->draft : "none");
@@ -1212,7 +1367,7 @@ static int connect_router(worker *w, const wopts *o, wres *r, void *zctx) {
                "by the project's GPU check, and state checkpoints (prefix reuse) are off there "
                "(docs/cuda.md)",
                mc->arch, r->be->ops->name);
-    send_register(w);
+    send_register(w, false);
     w->last_hb = zi_now_ms();
     zi_model_set_progress(r->model, on_progress, w);
     if (r->draft) zi_model_set_progress(r->draft, on_progress, w);

@@ -287,6 +287,28 @@ int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
     if (m->model.p) put_str(&b, "model", m->model); /* a tokenizer's: the model it reads */
     zi_imap_int(&b, "vocab", m->vocab);
     if (m->n_loras) zi_im_lora_names_put(&b, "loras", m->loras, m->n_loras);
+    int rc = ZI_OK;
+    if (m->n_live > 0) {
+        msgpack_packer *pk = zi_imap_key(&b, "live");
+        msgpack_pack_array(pk, (uint32_t)m->n_live);
+        for (size_t i = 0; i < m->n_live && !rc; i++) {
+            const zi_im_live *l = &m->live[i];
+            zi_imap e;
+            zi_imap_init(&e);
+            zi_imap_int(&e, "rid", l->rid);
+            msgpack_packer *sk = zi_imap_key(&e, "start");
+            if (msgpack_pack_bin(sk, l->start_len) ||
+                msgpack_pack_bin_body(sk, l->start, l->start_len))
+                zi_imap_fail(&e);
+            rc = put_req_ids(&e, "token_ids", &l->token_ids, NULL);
+            put_str(&e, "status", l->status);
+            if (rc)
+                zi_imap_free(&e);
+            else
+                rc = zi_imap_close(&e, pk);
+        }
+        if (rc) zi_imap_fail(&b);
+    }
     if (m->worker && m->kv_disk_id) {
         zi_imap kd;
         zi_imap_init(&kd);
@@ -296,7 +318,23 @@ int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
         zi_imap_str(&kd, "id", hex);
         zi_imap_map(&b, "kv_disk", &kd);
     }
-    return close_msg(&b, out);
+    int rc2 = close_msg(&b, out);
+    return rc ? rc : rc2;
+}
+
+int zi_im_live_unpack(const msgpack_object *o, zi_im_live *m, zi_error *err) {
+    memset(m, 0, sizeof *m);
+    if (o->type != MSGPACK_OBJECT_MAP) return zi_error_set(err, ZI_EINVAL, "live: not a map");
+    int rc = zi_im_rid(o, &m->rid, err);
+    if (!rc && m->rid <= 0) rc = zi_error_set(err, ZI_EINVAL, "rid: not positive");
+    const msgpack_object *st = zi_map_get(o, "start");
+    if (!rc && (!st || st->type != MSGPACK_OBJECT_BIN))
+        rc = zi_error_set(err, ZI_EINVAL, "start: missing or not bin");
+    if (!rc) m->start = st->via.bin.ptr, m->start_len = st->via.bin.size;
+    if (!rc) rc = get_tokens(o, &m->token_ids, err);
+    if (!rc) rc = zi_map_str(o, "status", &m->status.p, &m->status.n, err);
+    if (!rc) rc = zi_gen_status_parse(m->status.p, m->status.n, &m->gstatus, err);
+    return rc;
 }
 
 void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m) {
@@ -310,6 +348,8 @@ void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m) {
     m->model = get_str(o, "model");
     const msgpack_object *l = zi_map_get(o, "loras");
     m->loras_obj = l && l->type == MSGPACK_OBJECT_ARRAY ? l : NULL;
+    const msgpack_object *live = zi_map_get(o, "live");
+    m->live_obj = live && live->type == MSGPACK_OBJECT_ARRAY ? live : NULL;
     const msgpack_object *kd = zi_map_get(o, "kv_disk");
     if (!kd || kd->type != MSGPACK_OBJECT_MAP) return;
     zi_im_str id = get_str(kd, "id");
@@ -626,12 +666,14 @@ int zi_im_start_pack(const zi_im_start *m, zi_msg *out) {
     zi_imap b;
     begin(&b, ZI_IM_START, true, m->rid);
     zi_imap_object(&b, "context", m->context);
+    zi_imap_object(&b, "note", m->note);
     return close_msg(&b, out);
 }
 
 int zi_im_start_unpack(const msgpack_object *o, zi_im_start *m, zi_error *err) {
     memset(m, 0, sizeof *m);
     m->context = zi_map_get(o, "context");
+    m->note = zi_map_get(o, "note");
     return zi_im_rid(o, &m->rid, err);
 }
 

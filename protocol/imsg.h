@@ -147,13 +147,36 @@ int zi_im_rid(const msgpack_object *o, int64_t *rid, zi_error *err);
 
 /* ---- registration and liveness ---------------------------------------------- */
 
+/* One sequence a worker holds when it registers again with a router
+ * that restarted (docs/protocol.md, "Router restart"): its rid, the
+ * "start" message it got (whole, as it came: its context and the
+ * router's "note"), the ids generated so far (after the prompt, those
+ * already sent in "tokens" messages; the ending EOS left out) and its
+ * status ("active", or the final one of a sequence that ended lately). */
+typedef struct zi_im_live {
+    int64_t rid;
+    const char *start; /* msgpack bin */
+    size_t start_len;
+    zi_im_ids token_ids;
+    zi_im_str status;
+    zi_gen_status gstatus; /* unpack: status parsed */
+} zi_im_live;
+
+/* One entry of register's "live" array: ZI_EINVAL naming the key ("rid:
+ * ...", "start: missing or not bin", the codec's token errors, "status:
+ * ...") when it is not one; token_ids decoded into own (free it with
+ * zi_im_ids_free), start pointing into o. */
+int zi_im_live_unpack(const msgpack_object *o, zi_im_live *m, zi_error *err);
+
 /* register: a tokenizer sends role, vocab and model (the name of the
  * model it tokenizes for; absent from an older one: any model); a worker
  * also slots and max_length, with LoRA adapters "loras", their names by
- * id ("" for a free place; imsg_lora.h), and with a prefix cache disk tier
- * (--kv-disk) "kv_disk": {"dir": its directory as given, "id": its
- * sharing id as 16 hex digits (kv_disk.h's zi_kv_disk_share_id: equal for
- * workers that read each other's block files)}. */
+ * id ("" for a free place; imsg_lora.h), after a router restart "live",
+ * the sequences it holds (packed from live[0..n_live) when n_live > 0),
+ * and with a prefix cache disk tier (--kv-disk) "kv_disk": {"dir": its
+ * directory as given, "id": its sharing id as 16 hex digits (kv_disk.h's
+ * zi_kv_disk_share_id: equal for workers that read each other's block
+ * files)}. */
 typedef struct zi_im_register {
     bool worker;
     int64_t slots, max_length, vocab;
@@ -161,15 +184,20 @@ typedef struct zi_im_register {
     const char *const *loras; /* pack: n_loras names (none: the key is left out) */
     size_t n_loras;
     const msgpack_object *loras_obj; /* unpack: the array, or NULL */
+    const zi_im_live *live;          /* pack */
+    size_t n_live;
+    const msgpack_object *live_obj;  /* unpack: the "live" array, NULL when absent */
     zi_im_str kv_disk_dir;           /* the disk tier's directory (for logs) */
     uint64_t kv_disk_id;             /* its sharing id (0: no disk tier; pack: no "kv_disk") */
 } zi_im_register;
 
+/* ZI_EINVAL (nothing to send) when a live entry's ids cannot be packed. */
 int zi_im_register_pack(const zi_im_register *m, zi_msg *out);
 /* Never fails: a role other than "worker" is a tokenizer; slots outside
  * 1..65535 is 1, max_length under 2 is 2048, vocab absent is 0, model
- * absent stays absent (p NULL); a "kv_disk" whose "id" is not 16 hex
- * digits (or is 0) is no disk tier (kv_disk_id 0). */
+ * absent stays absent (p NULL), live_obj NULL unless "live" is an array;
+ * a "kv_disk" whose "id" is not 16 hex digits (or is 0) is no disk tier
+ * (kv_disk_id 0). */
 void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m);
 
 /* reregister: no fields. */
@@ -334,15 +362,18 @@ int zi_im_util_reply_unpack(const msgpack_object *o, const char *key, zi_im_util
 
 /* ---- router -> worker ------------------------------------------------------- */
 
-/* start: rid and the context as the tokenizer made it (passed through). */
+/* start: rid and the context as the tokenizer made it (passed through);
+ * note: the router's own record of the request (a map the worker keeps
+ * with the message and hands back after a router restart, unread). */
 typedef struct zi_im_start {
     int64_t rid;
     const msgpack_object *context; /* NULL: absent */
+    const msgpack_object *note;    /* NULL: absent */
 } zi_im_start;
 
 int zi_im_start_pack(const zi_im_start *m, zi_msg *out);
-/* The rid: zi_im_rid's errors; context NULL when absent (the worker
- * answers that with an error of its own). */
+/* The rid: zi_im_rid's errors; context and note NULL when absent (the
+ * worker answers a missing context with an error of its own). */
 int zi_im_start_unpack(const msgpack_object *o, zi_im_start *m, zi_error *err);
 
 /* ---- router -> client (docs/protocol.md, "Replies") ------------------------- */

@@ -100,6 +100,8 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
                 m->want = MW_NONE, m->last_used_ms = core_now(rt);
         }
     }
+    /* A worker back from a router restart hands back its sequences. */
+    if (be->role == ROLE_WORKER && reg.live_obj) restart_adopt(rt, b, reg.live_obj);
     if (be->role == ROLE_TOKENIZER) {
         rt->no_tok_since = 0;
         if (mr) mr->no_tok_since = 0;
@@ -168,7 +170,7 @@ static void on_encoded(router *rt, int b, const msgpack_object *o) {
     }
     r->prefix_key = prefix_key(rt, ctx, r->model);
     zi_msg m;
-    int rc = zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = ctx}, &m);
+    int rc = restart_start_pack(rt, r, ctx, NULL, &m); /* with the note, for a router restart */
     if (!built_or_fail(rt, r, rc, &m, NULL)) return;
     /* Keep the bytes: the sbuffer's storage becomes the request's. */
     r->start_len = m.sb.size;

@@ -297,6 +297,10 @@ static void op_generate(router *rt, const client_ctx *c, const msgpack_object *o
      * the client set it (then it travels on as given). */
     if (req.timestamp_ns == 0) req.timestamp_ns = rt->io.wall_ns(rt->io.ctx);
     r->index = req.index;
+    /* what a router restart cannot rebuild: the log probabilities of the
+     * tokens generated meanwhile, the echo; and images, whose bytes the
+     * note would carry to the worker a second time (router_restart.c) */
+    r->no_restart = req.logprobs > 0 || req.echo || req.n_images > 0;
     r->t_recv_ms = core_now(rt);
     long long timeout = req.timeout_ms ? req.timeout_ms : rt->req_timeout;
     if (timeout > 0) r->deadline_ms = r->t_recv_ms + timeout;
@@ -960,6 +964,8 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         op_generate(rt, &c, o);
     } else if (op_len == 6 && !memcmp(op, "cancel", 6)) {
         op_cancel(rt, &c);
+    } else if (op_len == 6 && !memcmp(op, "resume", 6)) {
+        restart_resume(rt, c.ident, c.ident_len, c.delim, c.id, c.id_len, o);
     } else if (op_len == 6 && !memcmp(op, "health", 6)) {
         op_health(rt, &c);
     } else if (op_len == 6 && !memcmp(op, "models", 6)) {
@@ -990,9 +996,10 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         char shown[80]; /* the client's bytes, printable and on one line */
         zi_printable(shown, sizeof shown, op, op_len);
         snprintf(msg, sizeof msg,
-                 "op: unknown operation '%s' (generate, cancel, health, models, metrics, "
-                 "tokenize, detokenize, embed, load_model, unload_model, model_failed, "
-                 "load_lora_adapter, unload_lora_adapter, lora_adapters, set_lora_scales)",
+                 "op: unknown operation '%s' (generate, cancel, resume, health, models, "
+                 "metrics, tokenize, detokenize, embed, load_model, unload_model, "
+                 "model_failed, load_lora_adapter, unload_lora_adapter, lora_adapters, "
+                 "set_lora_scales)",
                  shown);
         client_error(rt, &c, "invalid_request", msg, "op");
     }

@@ -253,6 +253,20 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     rt->cur_conn = (zi_router_conn){-1, 0};
     rt->keep_alive_ms = -1; /* forever, unless --keep-alive */
     rt->starting = ZI_ROUTER_MAX_MODELS;
+    /* Router restart (router_restart.c): this start's epoch, and request
+     * ids above those of an earlier start (wall-clock milliseconds times
+     * 65536: a router would have to admit 65536 requests a millisecond to
+     * catch up with its successor's), so that the requests workers hand
+     * back keep theirs. */
+    int64_t wall = io->wall_ns(io->ctx), mono = io->now_ms(io->ctx);
+    uint64_t e = (uint64_t)wall ^ ((uint64_t)mono << 32) ^ (uint64_t)(uintptr_t)rt;
+    e += 0x9e3779b97f4a7c15ull; /* splitmix64: distinct starts, distinct epochs */
+    e = (e ^ (e >> 30)) * 0xbf58476d1ce4e5b9ull;
+    e = (e ^ (e >> 27)) * 0x94d049bb133111ebull;
+    rt->epoch = (e ^ (e >> 31)) & INT64_MAX;
+    rt->next_rid = wall > 0 ? (uint64_t)(wall / 1000000) << 16 : 0;
+    rt->t_start_ms = mono;
+    rt->resume_grace = ZI_ROUTER_RESUME_GRACE_MS;
     zi_req_table_init(&rt->reqs);
     return ZI_OK;
 }
@@ -314,6 +328,7 @@ int zi_router_tick(zi_router *rt) {
         if (rt->be[i].alive && now - rt->be[i].last_seen > rt->hb_timeout)
             backend_died(rt, (int)i, why);
     failover_check(rt, now);
+    restart_check(rt, now);
     deadline_check(rt, now);
     after_event(rt);
     return ZI_OK;
@@ -332,6 +347,7 @@ int zi_router_shutdown(zi_router *rt) {
     size_t pos = 0;
     for (void *one; (one = zi_req_table_find(&rt->reqs, &pos, any_req, NULL));)
         fail_request(rt, one, "unavailable", "the server is shutting down", NULL);
+    restart_free(rt);
     after_event(rt);
     zi_req_table_free(&rt->reqs);
     lora_free(rt);

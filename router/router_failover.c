@@ -63,12 +63,15 @@ void failover_keep(rreq *r, const int32_t *ids, size_t n) {
     r->n_gen += n;
 }
 
-/* c (a fresh context: the prompt only) continues after the n ids gen:
- * they are appended and counted as generated, not returned again. */
+/* c (a fresh context: the prompt, or a resumed one: the prompt and ids
+ * after it, as a worker hands back a resumed sequence after a router
+ * restart) continues after the n ids gen: they replace whatever followed
+ * the prompt and are counted as generated, not returned again. */
 static int extend_context(zi_text_context *c, const int32_t *gen, size_t n, bool no_echo,
                           zi_error *err) {
-    if (c->end_idx != c->prompt_len || c->start_idx != 0)
+    if (c->end_idx < c->prompt_len || c->start_idx != 0)
         return zi_error_set(err, ZI_EINVAL, "context: not a fresh prompt");
+    c->end_idx = c->prompt_len;
     int64_t end = c->end_idx + (int64_t)n;
     if (end >= c->max_length)
         return zi_error_set(err, ZI_ERANGE, "context: no room left after %zu generated tokens", n);
@@ -110,17 +113,19 @@ static int build_resume(const rreq *r, char **out, size_t *out_len, zi_error *er
     if (!rc) rc = extend_context(&c, r->gen, r->n_gen, r->echo_seen, err);
     if (!rc) rc = zi_codec_text_context_to_bytes(&c, &bytes, &len, err);
     zi_text_context_free(&c);
-    msgpack_unpacked_destroy(&u);
-    if (rc) return rc;
     msgpack_unpacked cu;
-    rc = zi_msgpack_parse(bytes, len, NULL, &cu, err); /* cu points into bytes */
+    if (!rc) rc = zi_msgpack_parse(bytes, len, NULL, &cu, err); /* cu points into bytes */
     if (rc) {
+        msgpack_unpacked_destroy(&u);
         free(bytes);
         return rc;
     }
     zi_msg m;
-    rc = zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = &cu.data}, &m);
+    /* the kept start's note goes on (u holds it) */
+    rc = zi_im_start_pack(
+        &(zi_im_start){.rid = (int64_t)r->rid, .context = &cu.data, .note = sm.note}, &m);
     msgpack_unpacked_destroy(&cu);
+    msgpack_unpacked_destroy(&u);
     free(bytes);
     if (rc) {
         zi_msg_free(&m);
@@ -162,9 +167,11 @@ static bool is_queued(const void *val, const void *arg) {
     return ((const rreq *)val)->state == RS_QUEUED;
 }
 
+/* Waiting for a tokenizer; an orphan of a router restart waits for its
+ * client first (router_restart.c). */
 static bool needs_tok(const void *val, const void *arg) {
     (void)arg;
-    return ((const rreq *)val)->tlink == TL_WAITING;
+    return ((const rreq *)val)->tlink == TL_WAITING && !((const rreq *)val)->orphan;
 }
 
 /* Whether since (a no_*_since time, 0: none) is --failover-timeout ago. */

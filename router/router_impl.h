@@ -24,6 +24,9 @@
  *                      another
  *   router_embed.c     the embed op's backend messages
  *   router_lora.c      LoRA adapters loaded and unloaded while serving
+ *   router_restart.c   requests that outlive the router: the note in
+ *                      "start", a restarted router's adoption of the
+ *                      workers' sequences, the client's "resume"
  *   req_table.c        the request table
  *
  *   shell (zinfer-router only):
@@ -157,6 +160,15 @@ typedef struct rreq {
     struct rqueue *q_in; /* the queue it is in (queue_of when it was pushed) */
     /* the model record that counts it waiting (model_rec.waiting; NULL: none) */
     struct model_rec *wait_m;
+    /* Router restart (router_restart.c). no_restart: asked for what a
+     * restart cannot rebuild (log probabilities, echo) or has images (the
+     * note would carry their bytes again): its start carries no note. orphan: taken over from a
+     * worker after a restart, waiting for its client's "resume" since orphan_ms (TL_WAITING, no
+     * tokenizer attached until then); adopted_done: the worker had ended it with adopted_status
+     * before the restart. */
+    bool no_restart, orphan, adopted_done;
+    int64_t orphan_ms;
+    int adopted_status; /* a zi_gen_status */
 } rreq;
 
 /* The requests of one model waiting for a worker (RS_QUEUED), oldest
@@ -167,6 +179,18 @@ typedef struct rqueue {
     rreq *head, *tail;
     size_t n;
 } rqueue;
+
+/* A client's "resume" for a request no worker has reported yet (a
+ * restarted router waits for the workers' registers a while). */
+typedef struct pending_resume {
+    unsigned char client[IDENT_MAX];
+    size_t client_len;
+    bool delim;
+    char *id;
+    size_t id_len;
+    int64_t tokens;
+    zi_router_conn conn;
+} pending_resume;
 
 /* Prefix affinity: which worker last took a request whose prompt began
  * with a given key, so that the next one goes where its prefix is cached
@@ -246,6 +270,14 @@ typedef struct router {
     size_t rereg_len;
     int64_t rereg_ms;
     long long max_embed_inputs, max_embed_tokens; /* per embed request */
+    /* Router restart (router_restart.c): this start's epoch (in every
+     * note), when it started, the resumes waiting for a worker's report,
+     * and how long an adopted request waits for its client. */
+    uint64_t epoch;
+    int64_t t_start_ms;
+    pending_resume *presume;
+    size_t n_presume;
+    long long resume_grace;
     /* Counters and histograms since start (the metrics op): finished
      * requests, tokens, latencies; running, waiting and the workers' KV
      * counters are filled in when asked. */
@@ -479,6 +511,36 @@ void failover_attach(router *rt);
 /* Adds r at the front of its model's queue, before every queued request
  * of every model. */
 void queue_push_front(router *rt, rreq *r);
+
+/* ---- router_restart.c ---------------------------------------------------- */
+
+/* The "start" message of r with context ctx into m: with a note (the
+ * router's record of r, handed back by the worker after a restart) when
+ * note is given (a kept start's), else one made for r unless r is
+ * no_restart. An imsg encoder's status. */
+int restart_start_pack(router *rt, const rreq *r, const msgpack_object *ctx,
+                       const msgpack_object *note, zi_msg *m);
+
+/* A worker (backend b) registered with "live", the sequences it held
+ * when this router started: each one this router can take over becomes
+ * an orphan request waiting for its client's resume; the others are
+ * cancelled on the worker. */
+void restart_adopt(router *rt, int b, const msgpack_object *live);
+
+/* A client's "resume" op: {"id", "tokens": the number of token ids it
+ * holds of the stream}. */
+void restart_resume(router *rt, const unsigned char *ident, size_t ident_len, bool delim,
+                    const char *id, size_t id_len, const msgpack_object *o);
+
+/* The tick: orphans whose client did not come back within
+ * --resume-grace end (their worker slot freed); resumes that no worker
+ * reported once the workers had time to register again are answered
+ * "unavailable". */
+void restart_check(router *rt, int64_t now);
+
+/* Shutdown: the resumes still waiting are answered "unavailable", and
+ * what the restart state holds is freed. */
+void restart_free(router *rt);
 
 /* ---- router_request.c ----------------------------------------------------- */
 

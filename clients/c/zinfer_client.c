@@ -9,6 +9,12 @@
  * client, as the protocol allows. Nothing received from the socket is
  * trusted: every key is type-checked, and a malformed frame becomes a
  * ZI_EFORMAT status naming the key, never a crash.
+ *
+ * Router restarts (docs/protocol.md, "Router restart"): the socket has a
+ * routing id of its own, a socket monitor reports its connection closing
+ * and opening again, and then each open generate request gets a "resume"
+ * with the token ids received so far; a router that stays away longer
+ * than the router timeout ends each with a "router_lost" error made here.
  */
 #include "zinfer_client.h"
 
@@ -19,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -27,13 +34,39 @@ typedef struct pending {
     struct pending *next;
 } pending;
 
+/* A generate request in flight, and the token ids its chunks brought. */
+typedef struct open_req {
+    char id[ZI_CLIENT_ID_MAX + 1];
+    int64_t held;
+    int resumed; /* a resume went out for it */
+} open_req;
+
+/* Resumed requests that ended: a request the old router never got may be
+ * answered twice (its generate refused by the new router, then its
+ * resume); frames of these ids are dropped. The latest ENDED_MAX. */
+#define ENDED_MAX 32
+
 struct zi_client {
     void *ctx;
     void *sock;
+    void *mon; /* the monitor's PAIR socket: the connection's events */
     int timeout_ms;
+    int router_timeout_ms; /* 0: none */
+    int64_t lost_ms;       /* when the connection to the router closed (0: it is up) */
+    int connected;         /* it has been connected once */
     uint64_t next_id;
     pending *head, *tail; /* replies received but not yet asked for */
+    open_req *open;
+    size_t n_open, cap_open;
+    char ended[ENDED_MAX][ZI_CLIENT_ID_MAX + 1];
+    size_t n_ended; /* ever; the ring holds the latest ENDED_MAX */
 };
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 /* ---- connection ---- */
 
@@ -89,6 +122,33 @@ int zi_client_connect_curve(zi_client **out, const char *addr, int timeout_ms,
             return rc;
         }
     }
+    /* A routing id of its own (ZeroMQ's is random per connection), so a
+     * restarted router knows whose requests workers hand back; ZMTP
+     * heartbeats notice a router whose host vanished. */
+    unsigned char rnd[12] = {0};
+    FILE *ur = fopen("/dev/urandom", "rb");
+    size_t got = ur ? fread(rnd, 1, sizeof rnd, ur) : 0;
+    if (ur) fclose(ur);
+    if (got < sizeof rnd) { /* no /dev/urandom: the pid, the time, the address */
+        uint64_t x = (uint64_t)getpid() ^ ((uint64_t)now_ms() << 20) ^ (uint64_t)(uintptr_t)c;
+        memcpy(rnd, &x, sizeof x);
+    }
+    char rid[3 + 2 * sizeof rnd + 1] = "zc-";
+    for (size_t i = 0; i < sizeof rnd; i++) snprintf(rid + 3 + 2 * i, 3, "%02x", rnd[i]);
+    int hb_ivl = 1000, hb_timeout = 5000;
+    zmq_setsockopt(c->sock, ZMQ_ROUTING_ID, rid, strlen(rid));
+    zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_IVL, &hb_ivl, sizeof hb_ivl);
+    zmq_setsockopt(c->sock, ZMQ_HEARTBEAT_TIMEOUT, &hb_timeout, sizeof hb_timeout);
+    char mon_addr[64];
+    snprintf(mon_addr, sizeof mon_addr, "inproc://zi-client-%p", (void *)c);
+    if (zmq_socket_monitor(c->sock, mon_addr, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) ||
+        !(c->mon = zmq_socket(c->ctx, ZMQ_PAIR)) || zmq_connect(c->mon, mon_addr)) {
+        int rc =
+            zi_error_set(err, ZI_EIO, "cannot watch the connection: %s", zmq_strerror(zmq_errno()));
+        zi_client_close(c);
+        return rc;
+    }
+    zmq_setsockopt(c->mon, ZMQ_LINGER, &linger, sizeof linger);
     if (zmq_connect(c->sock, addr) != 0) {
         int rc = zi_error_set(err, ZI_EINVAL, "router address '%.200s': %s", addr,
                               zmq_strerror(zmq_errno()));
@@ -107,9 +167,34 @@ void zi_client_close(zi_client *c) {
         zi_client_event_free(&p->ev);
         free(p);
     }
+    if (c->sock) zmq_socket_monitor(c->sock, NULL, 0);
+    if (c->mon) zmq_close(c->mon);
     if (c->sock) zmq_close(c->sock);
     if (c->ctx) zmq_ctx_term(c->ctx);
+    free(c->open);
     free(c);
+}
+
+void zi_client_set_router_timeout(zi_client *c, int ms) {
+    if (c) c->router_timeout_ms = ms > 0 ? ms : 0;
+}
+
+/* Notes generate request id as open (a resume names it); out of memory
+ * only loses the resume. */
+static void open_add(zi_client *c, const char *id) {
+    if (c->n_open == c->cap_open) {
+        size_t cap = c->cap_open ? 2 * c->cap_open : 8;
+        open_req *p = realloc(c->open, cap * sizeof *p);
+        if (!p) return;
+        c->open = p;
+        c->cap_open = cap;
+    }
+    open_req *o = &c->open[c->n_open++];
+    snprintf(o->id, sizeof o->id, "%s", id);
+    o->held = 0;
+    o->resumed = 0;
+    for (size_t i = 0; i < ENDED_MAX && i < c->n_ended; i++) /* an id used again */
+        if (!strcmp(c->ended[i], id)) c->ended[i][0] = '\0';
 }
 
 /* ---- sending ---- */
@@ -235,6 +320,7 @@ int zi_client_generate(zi_client *c, const zi_client_request *r, char *id_out, s
         }
     }
     rc = send_buf(c, &sb, err);
+    if (!rc) open_add(c, id_out);
     msgpack_sbuffer_destroy(&sb);
     return rc;
 }
@@ -419,26 +505,178 @@ static int decode_event(const void *buf, size_t len, zi_client_event *ev, zi_err
     return rc;
 }
 
-static int recv_event(zi_client *c, zi_client_event *ev, zi_error *err) {
-    zmq_pollitem_t it = {c->sock, 0, ZMQ_POLLIN, 0};
-    int pr;
-    do pr = zmq_poll(&it, 1, c->timeout_ms);
-    while (pr < 0 && zmq_errno() == EINTR);
-    if (pr < 0)
-        return zi_error_set(err, ZI_EIO, "waiting for the router: %s", zmq_strerror(zmq_errno()));
-    if (pr == 0)
-        return zi_error_set(err, ZI_EIO, "no reply from the router within %d ms (is it running?)",
-                            c->timeout_ms);
+/* Counts what ev brings to its open request (a chunk's ids), or ends it
+ * (a final or error). 0, or 1 for a frame to drop (one after the end of a
+ * resumed request). */
+static int track(zi_client *c, const zi_client_event *ev) {
+    for (size_t i = 0; i < c->n_open; i++) {
+        if (strcmp(c->open[i].id, ev->id)) continue;
+        if (ev->kind == ZI_CLIENT_CHUNK) {
+            c->open[i].held += (int64_t)ev->n_token_ids;
+        } else {
+            if (c->open[i].resumed)
+                snprintf(c->ended[c->n_ended++ % ENDED_MAX], sizeof c->ended[0], "%s", ev->id);
+            c->open[i] = c->open[--c->n_open];
+        }
+        return 0;
+    }
+    for (size_t i = 0; ev->id[0] && i < ENDED_MAX && i < c->n_ended; i++)
+        if (!strcmp(c->ended[i], ev->id)) return 1;
+    return 0;
+}
+
+/* Appends ev to the kept replies (it is freed on failure). */
+static int keep(zi_client *c, zi_client_event *ev, zi_error *err) {
+    pending *p = malloc(sizeof *p);
+    if (!p) {
+        zi_client_event_free(ev);
+        return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    }
+    p->ev = *ev;
+    p->next = NULL;
+    if (c->tail)
+        c->tail->next = p;
+    else
+        c->head = p;
+    c->tail = p;
+    return ZI_OK;
+}
+
+/* One frame waiting on the socket (flags: 0 or ZMQ_DONTWAIT), decoded and
+ * counted: ZI_OK, 1 when none waits (ZMQ_DONTWAIT), 2 when it was dropped
+ * (track), else an error. */
+static int read_frame(zi_client *c, int flags, zi_client_event *ev, zi_error *err) {
     zmq_msg_t msg;
     zmq_msg_init(&msg);
-    if (zmq_msg_recv(&msg, c->sock, 0) < 0) {
+    if (zmq_msg_recv(&msg, c->sock, flags) < 0) {
+        int e = zmq_errno();
         zmq_msg_close(&msg);
-        return zi_error_set(err, ZI_EIO, "receiving from the router: %s",
-                            zmq_strerror(zmq_errno()));
+        if (e == EAGAIN) return 1;
+        return zi_error_set(err, ZI_EIO, "receiving from the router: %s", zmq_strerror(e));
     }
     int rc = decode_event(zmq_msg_data(&msg), zmq_msg_size(&msg), ev, err);
     zmq_msg_close(&msg);
+    if (!rc && track(c, ev)) {
+        zi_client_event_free(ev);
+        return 2;
+    }
     return rc;
+}
+
+/* A connection event. After a reconnect: what the old connection
+ * delivered first is kept (counted, so no token comes twice), then every
+ * open generate request is resumed. */
+static int on_monitor(zi_client *c, zi_error *err) {
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    int n = zmq_msg_recv(&m, c->mon, ZMQ_DONTWAIT);
+    uint16_t event = 0;
+    if (n >= 2) memcpy(&event, zmq_msg_data(&m), 2);
+    int more = n >= 0 && zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    while (more) { /* the endpoint frame */
+        zmq_msg_init(&m);
+        more = zmq_msg_recv(&m, c->mon, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&m);
+        zmq_msg_close(&m);
+    }
+    if (event == ZMQ_EVENT_DISCONNECTED && !c->lost_ms) c->lost_ms = now_ms();
+    if (event != ZMQ_EVENT_CONNECTED) return ZI_OK;
+    if (c->connected) {
+        for (;;) {
+            zi_client_event ev;
+            int rc = read_frame(c, ZMQ_DONTWAIT, &ev, err);
+            if (rc == 1) break;
+            if (rc == 2) continue;
+            if (rc || (rc = keep(c, &ev, err))) return rc;
+        }
+        for (size_t i = 0; i < c->n_open; i++) {
+            msgpack_sbuffer sb;
+            msgpack_sbuffer_init(&sb);
+            msgpack_packer pk;
+            msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+            msgpack_pack_map(&pk, 3);
+            pack_str(&pk, "op");
+            pack_str(&pk, "resume");
+            pack_str(&pk, "id");
+            pack_str(&pk, c->open[i].id);
+            pack_str(&pk, "tokens");
+            msgpack_pack_int64(&pk, c->open[i].held);
+            c->open[i].resumed = 1;
+            int rc = send_buf(c, &sb, err);
+            msgpack_sbuffer_destroy(&sb);
+            if (rc) return rc;
+        }
+    }
+    c->connected = 1;
+    c->lost_ms = 0;
+    return ZI_OK;
+}
+
+/* The router stayed away too long: each open request ends with one
+ * "router_lost" error, kept for its caller. */
+static int router_lost(zi_client *c, zi_error *err) {
+    static const char msg[] = "the router went away and did not come back within the router "
+                              "timeout";
+    while (c->n_open > 0) {
+        const char *id = c->open[c->n_open - 1].id;
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        msgpack_packer pk;
+        msgpack_packer_init(&pk, &sb, msgpack_sbuffer_write);
+        msgpack_pack_map(&pk, 4);
+        pack_str(&pk, "id");
+        pack_str(&pk, id);
+        pack_str(&pk, "event");
+        pack_str(&pk, "error");
+        pack_str(&pk, "code");
+        pack_str(&pk, "router_lost");
+        pack_str(&pk, "message");
+        pack_str(&pk, msg);
+        zi_client_event ev;
+        int rc = decode_event(sb.data, sb.size, &ev, err);
+        msgpack_sbuffer_destroy(&sb);
+        c->n_open--;
+        if (rc || (rc = keep(c, &ev, err))) return rc;
+    }
+    c->lost_ms = 0;
+    return ZI_OK;
+}
+
+/* The next frame from the socket (ZI_OK), or 1 when replies were kept
+ * meanwhile (a reconnect's, router_lost errors): look at them first. */
+static int recv_event(zi_client *c, zi_client_event *ev, zi_error *err) {
+    int64_t deadline = now_ms() + c->timeout_ms;
+    pending *had = c->tail;
+    for (;;) {
+        int64_t now = now_ms(), wait = deadline - now;
+        if (wait <= 0)
+            return zi_error_set(err, ZI_EIO,
+                                "no reply from the router within %d ms (is it running?)",
+                                c->timeout_ms);
+        if (c->lost_ms && c->router_timeout_ms && c->n_open) {
+            int64_t left = c->lost_ms + c->router_timeout_ms - now;
+            if (left <= 0) {
+                int rc = router_lost(c, err);
+                return rc ? rc : 1;
+            }
+            if (left < wait) wait = left;
+        }
+        zmq_pollitem_t it[2] = {{c->sock, 0, ZMQ_POLLIN, 0}, {c->mon, 0, ZMQ_POLLIN, 0}};
+        int pr = zmq_poll(it, 2, (long)wait);
+        if (pr < 0 && zmq_errno() == EINTR) continue;
+        if (pr < 0)
+            return zi_error_set(err, ZI_EIO, "waiting for the router: %s",
+                                zmq_strerror(zmq_errno()));
+        if (it[1].revents & ZMQ_POLLIN) {
+            int rc = on_monitor(c, err);
+            if (rc) return rc;
+            if (c->tail != had) return 1;
+        }
+        if (it[0].revents & ZMQ_POLLIN) {
+            int rc = read_frame(c, ZMQ_DONTWAIT, ev, err);
+            if (rc != 1 && rc != 2) return rc;
+        }
+    }
 }
 
 int zi_client_next_event(zi_client *c, const char *id, zi_client_event *ev, zi_error *err) {
@@ -455,6 +693,7 @@ int zi_client_next_event(zi_client *c, const char *id, zi_client_event *ev, zi_e
     }
     for (;;) {
         int rc = recv_event(c, ev, err);
+        if (rc == 1) return zi_client_next_event(c, id, ev, err); /* replies were kept */
         if (rc) return rc;
         /* An error with id "" answers a frame the router could not parse;
          * it belongs to whoever is waiting. */

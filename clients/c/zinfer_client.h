@@ -109,6 +109,17 @@ int zi_client_connect_curve(zi_client **out, const char *addr, int timeout_ms,
  * them when it next tries to reply) and frees everything. NULL is fine. */
 void zi_client_close(zi_client *c);
 
+/* Router restarts (docs/protocol.md, "Router restart"): the client's
+ * socket has a routing id of its own, and when its connection to the
+ * router closes and opens again (a router restarted on the same address)
+ * it sends "resume" for every open generate request with the token ids
+ * received so far, so each stream goes on where it stopped. With a router
+ * timeout of ms > 0, a router that stays away that long ends every open
+ * generate request with one "error" reply of code "router_lost" (made by
+ * the client); 0 (the default): they wait, bounded by the reply timeout
+ * only. */
+void zi_client_set_router_timeout(zi_client *c, int ms);
+
 void zi_client_request_init(zi_client_request *r);
 
 /* Sends a generate request; its id (r->id or the one picked) is copied to

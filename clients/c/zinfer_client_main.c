@@ -4,7 +4,7 @@
  * and streams the completion to stdout.
  *
  *   zinfer-client [--router ADDR] [--max-tokens N] [--ignore-eos]
- *                 [--no-stream] [--json] [--timeout MS]
+ *                 [--no-stream] [--json] [--timeout MS] [--router-timeout MS]
  *                 [--curve-secret FILE --router-key FILE] PROMPT
  *
  * It is both a usable tool and the C library's end-to-end test driver
@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,9 @@ static const char USAGE[] =
     "  --json            print only, on one line, a JSON object with id, text,\n"
     "                    token_ids, finish_reason, prompt_tokens, completion_tokens\n"
     "  --timeout MS      longest wait for any reply (default 120000)\n"
+    "  --router-timeout MS  how long to wait for a router that went away to come\n"
+    "                    back (the stream then resumes where it stopped); past it\n"
+    "                    the request ends with a router_lost error (default 30000)\n"
     "  --curve-secret FILE  this client's CURVE secret key (`zinfer keygen`), with\n"
     "  --router-key FILE    the router's public key (docs/security.md)\n"
     "  -h, --help        this text\n";
@@ -100,7 +104,7 @@ static int print_json(const char *id, const out_buf *o, const zi_client_event *f
 int main(int argc, char **argv) {
     const char *router = "tcp://127.0.0.1:5555", *prompt = NULL;
     const char *curve_secret = NULL, *router_key = NULL;
-    long long max_tokens = -1, timeout = 120000;
+    long long max_tokens = -1, timeout = 120000, router_timeout = 30000;
     int json = 0, stream = 1, ignore_eos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -114,8 +118,8 @@ int main(int argc, char **argv) {
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = 1;
         } else if (!strcmp(a, "--router") || !strcmp(a, "--max-tokens") ||
-                   !strcmp(a, "--timeout") || !strcmp(a, "--curve-secret") ||
-                   !strcmp(a, "--router-key")) {
+                   !strcmp(a, "--timeout") || !strcmp(a, "--router-timeout") ||
+                   !strcmp(a, "--curve-secret") || !strcmp(a, "--router-key")) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "zinfer-client: %s needs a value (see --help)\n", a);
                 return 2;
@@ -129,12 +133,15 @@ int main(int argc, char **argv) {
                 router_key = v;
             } else {
                 long long n = parse_pos(v);
-                if (n < 0 || (!strcmp(a, "--timeout") && n > 2147483647LL)) {
+                bool ms = !strcmp(a, "--timeout") || !strcmp(a, "--router-timeout");
+                if (n < 0 || (ms && n > 2147483647LL)) {
                     fprintf(stderr, "zinfer-client: %s '%s' is not a positive integer\n", a, v);
                     return 2;
                 }
                 if (!strcmp(a, "--timeout"))
                     timeout = n;
+                else if (!strcmp(a, "--router-timeout"))
+                    router_timeout = n;
                 else
                     max_tokens = n;
             }
@@ -171,6 +178,7 @@ int main(int argc, char **argv) {
     rc = zi_client_connect_curve(&c, router, (int)timeout, keys.on ? keys.secret.z85 : NULL,
                                  keys.on ? keys.server.z85 : NULL, &err);
     memset(&keys, 0, sizeof keys);
+    if (!rc) zi_client_set_router_timeout(c, (int)router_timeout);
     if (!rc) rc = zi_client_generate(c, &r, id, sizeof id, &err);
     out_buf o = {0};
     zi_client_event ev;

@@ -15,6 +15,14 @@ socket; replies are routed to the right request by id.
 With CURVE keys (docs/security.md): Client(address, curve_secret="me.key",
 router_key="router.pub"), key files as `zinfer keygen` writes them.
 
+Router restarts (docs/protocol.md, "Router restart"): the socket has a
+routing id of its own, so a restarted router knows it; when the connection
+to the router closes and opens again, the client sends "resume" for each
+request still open, with the number of token ids it holds, and the stream
+goes on where it stopped (each token once). A router that does not come
+back within router_timeout_s ends every open request with one "error"
+frame of code "router_lost" (made here: there is no router to send it).
+
 Needs pyzmq and msgpack. Arrays may arrive numpy-style
 ({"__np__": True, "dtype", "shape", "data"}); decode_array() turns them into
 Python lists (or numpy arrays, when numpy is installed and asked for).
@@ -23,9 +31,11 @@ Python lists (or numpy arrays, when numpy is installed and asked for).
 import itertools
 import os
 import struct
+import time
 
 import msgpack
 import zmq
+import zmq.utils.monitor
 
 _DTYPES = {"int64": "q", "int32": "i", "float32": "f", "float64": "d", "uint8": "B"}
 
@@ -93,15 +103,34 @@ class ZinferError(Exception):
 
 class Client:
     def __init__(self, address="tcp://127.0.0.1:5555", timeout_s=120.0,
-                 curve_secret=None, router_key=None):
+                 curve_secret=None, router_key=None, router_timeout_s=30.0):
         """curve_secret: this client's secret key file (its public key is
         derived); router_key: the router's public key file. Both or
-        neither; with them the connection is CURVE (docs/security.md)."""
+        neither; with them the connection is CURVE (docs/security.md).
+        router_timeout_s: how long open requests wait for a router that
+        went away to come back before each ends with "router_lost"
+        (None: as long as timeout_s allows)."""
         if (curve_secret is None) != (router_key is None):
             raise ValueError("curve_secret and router_key go together")
         self.ctx = zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
+        # A routing id of its own (ZeroMQ's are random per connection): a
+        # restarted router matches "resume" to the requests workers hand
+        # back by it. ZMTP heartbeats notice a router whose host vanished.
+        self.sock.setsockopt(zmq.IDENTITY, b"zc-" + os.urandom(12).hex().encode())
+        self.sock.setsockopt(zmq.HEARTBEAT_IVL, 1000)
+        self.sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, 5000)
+        self._mon = self.sock.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        self.router_timeout_ms = None if router_timeout_s is None else int(router_timeout_s * 1000)
+        self._open = {}  # generate id -> token ids received (what a resume says it holds)
+        self._inbox = []  # frames read from the socket, not yet returned by _recv_one
+        # Resumed requests, and those that ended after a resume: a request
+        # the old router never got may be answered twice (its generate
+        # refused by the new router, then its resume), the second dropped.
+        self._resumed, self._ended = set(), set()
+        self._lost_at = None  # time.monotonic() when the router's connection closed
+        self._was_connected = False
         if curve_secret is not None:
             secret = read_key(curve_secret, secret=True)
             self.sock.curve_secretkey = secret
@@ -114,6 +143,11 @@ class Client:
         self._pending = {}  # id -> list of replies received for it
 
     def close(self):
+        try:
+            self.sock.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._mon.close(0)
         self.sock.close(0)
 
     def __enter__(self):
@@ -131,12 +165,92 @@ class Client:
         msg.setdefault("id", self.new_id())
         self.sock.send(msgpack.packb(msg, use_bin_type=True))
         self._pending.setdefault(msg["id"], [])
+        if msg.get("op") == "generate":
+            self._open[msg["id"]] = 0
+            self._ended.discard(msg["id"])
         return msg["id"]
 
+    def _on_monitor(self):
+        """A connection event: a reconnect after a loss sends the resumes."""
+        ev = zmq.utils.monitor.recv_monitor_message(self._mon)
+        if ev["event"] == zmq.EVENT_DISCONNECTED:
+            if self._lost_at is None:
+                self._lost_at = time.monotonic()
+        elif ev["event"] == zmq.EVENT_CONNECTED:
+            if self._was_connected:
+                # What the old connection delivered first: the counts must
+                # include it, or those tokens would come twice.
+                while True:
+                    try:
+                        m = self._take(self.sock.recv(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+                    if m is not None:
+                        self._inbox.append(m)
+                for rid, held in self._open.items():
+                    self._resumed.add(rid)
+                    self.sock.send(msgpack.packb({"op": "resume", "id": rid, "tokens": held},
+                                                 use_bin_type=True))
+            self._was_connected = True
+            self._lost_at = None
+
+    def _router_lost(self):
+        """Every open request ends with one router_lost error."""
+        for rid in list(self._open):
+            self._pending.setdefault(rid, []).append(
+                {"id": rid, "event": "error", "code": "router_lost",
+                 "message": "the router went away and did not come back within "
+                            "router_timeout_s"})
+        self._open.clear()
+        self._lost_at = None
+
     def _recv_one(self):
-        if not self.sock.poll(self.timeout_ms):
-            raise TimeoutError("no reply from the router within the timeout")
-        return msgpack.unpackb(self.sock.recv(), raw=False, strict_map_key=False)
+        if self._inbox:
+            return self._inbox.pop(0)
+        deadline = time.monotonic() + self.timeout_ms / 1000
+        poller = zmq.Poller()
+        poller.register(self.sock, zmq.POLLIN)
+        poller.register(self._mon, zmq.POLLIN)
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                raise TimeoutError("no reply from the router within the timeout")
+            wait = deadline - now
+            if self._lost_at is not None and self.router_timeout_ms is not None:
+                left = self._lost_at + self.router_timeout_ms / 1000 - now
+                if left <= 0 and self._open:
+                    self._router_lost()
+                    return None
+                wait = min(wait, max(left, 0.01))
+            ready = dict(poller.poll(int(wait * 1000) + 1))
+            if self._mon in ready:
+                self._on_monitor()
+            if self._inbox:
+                return self._inbox.pop(0)
+            if self.sock in ready:
+                try:  # (a monitor event may have drained it)
+                    m = self._take(self.sock.recv(zmq.NOBLOCK))
+                except zmq.Again:
+                    continue
+                if m is not None:
+                    return m
+
+    def _take(self, data):
+        """A frame read from the socket, counted for a resume (None: one
+        to drop, after the end of a resumed request)."""
+        m = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        rid = m.get("id", "")
+        if rid in self._open:
+            if m.get("event") == "chunk":
+                self._open[rid] += len(decode_array(m.get("token_ids")))
+            elif m.get("event") in ("final", "error"):
+                del self._open[rid]
+                if rid in self._resumed:
+                    self._resumed.discard(rid)
+                    self._ended.add(rid)
+        elif rid in self._ended:
+            return None
+        return m
 
     def next_reply(self, rid):
         """The next reply for request rid (buffering others' replies)."""
@@ -145,7 +259,8 @@ class Client:
             if q:
                 return q.pop(0)
             reply = self._recv_one()
-            self._pending.setdefault(reply.get("id", ""), []).append(reply)
+            if reply is not None:  # None: router_lost errors were queued
+                self._pending.setdefault(reply.get("id", ""), []).append(reply)
 
     def events(self, rid):
         """Yields rid's replies until its final or error frame (inclusive)."""
@@ -207,6 +322,11 @@ class Client:
 
     def cancel(self, rid):
         self.sock.send(msgpack.packb({"op": "cancel", "id": rid}, use_bin_type=True))
+
+    def recv(self):
+        """The next frame of any request (None when router_lost errors
+        were just queued for the open requests: next_reply returns them)."""
+        return self._recv_one()
 
     def embed(self, input, **fields):
         """Embeddings of input (a string, token ids, or a list of them;

@@ -1090,6 +1090,7 @@ static void cpu_rope_neox(zi_backend *be, float *x, const int32_t *pos, int n_to
  */
 typedef struct kv_args {
     const zi_cpu_kernels *k;
+    const zi_backend *be;
     uint8_t *kc;
     uint16_t *vc;
     const float *kx, *vx;
@@ -1108,6 +1109,91 @@ static k_layout k_layout_of(const zi_attn_shape *s) {
     size_t rows = (size_t)s->n_kv_heads * (size_t)s->block_size;
     size_t codes = rows * (size_t)s->head_dim * sizeof(int16_t);
     return (k_layout){codes + rows * sizeof(float), codes};
+}
+
+/*
+ * The other --kv-type formats (zi_kv_type; backend.h): a K block and a V
+ * block are each [n_kv_heads][block_size] rows of the type, one row the
+ * head_dim values of one position and KV head: float16 values, or head_dim
+ * / 32 of llama.cpp's Q8_0 or Q4_0 blocks (quant.h), quantized here as
+ * llama.cpp's reference quantizers do (so its KL and ours compare the same
+ * storage). The sizes are zi_backend_kv_row_bytes's.
+ */
+typedef struct q_layout {
+    size_t krow, vrow;     /* bytes of a row */
+    size_t kblock, vblock; /* bytes of a cache block */
+} q_layout;
+
+static q_layout q_layout_of(const zi_backend *be, const zi_attn_shape *s) {
+    q_layout q;
+    q.krow = (size_t)zi_backend_kv_row_bytes(be, s->head_dim, 0);
+    q.vrow = (size_t)zi_backend_kv_row_bytes(be, s->head_dim, 1);
+    const size_t rows = (size_t)s->n_kv_heads * (size_t)s->block_size;
+    q.kblock = rows * q.krow, q.vblock = rows * q.vrow;
+    return q;
+}
+
+/* n values (a multiple of 32) as Q8_0 blocks: quantize_row_q8_0_ref's
+ * steps (d = max|x| / 127, codes round(x / d)); a block that is not finite
+ * gets a NaN scale and zero codes (its scores NaN, as they would have
+ * been). */
+static void store_q8_0_row(uint8_t *dst, const float *x, size_t n) {
+    for (size_t b = 0; b < n / ZI_QK; b++, x += ZI_QK, dst += sizeof(zi_block_q8_0)) {
+        zi_block_q8_0 blk;
+        int finite;
+        const float amax = zi_amax_finite(x, ZI_QK, &finite);
+        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        blk.d = zi_f32_to_f16(finite ? d : NAN);
+        for (int i = 0; i < ZI_QK; i++) {
+            const float v = finite ? roundf(x[i] * id) : 0.0f;
+            blk.qs[i] = (int8_t)(v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v);
+        }
+        memcpy(dst, &blk, sizeof blk);
+    }
+}
+
+/* n values (a multiple of 32) as Q4_0 blocks: quantize_row_q4_0_ref's
+ * steps (d = the value of largest magnitude / -8, codes min(15, (int)(x /
+ * d + 8.5))); non-finite blocks as store_q8_0_row. */
+static void store_q4_0_row(uint8_t *dst, const float *x, size_t n) {
+    for (size_t b = 0; b < n / ZI_QK; b++, x += ZI_QK, dst += sizeof(zi_block_q4_0)) {
+        zi_block_q4_0 blk;
+        float amax = 0.0f, max = 0.0f;
+        int finite = 1;
+        for (int i = 0; i < ZI_QK; i++) {
+            finite &= isfinite(x[i]) != 0;
+            if (amax < fabsf(x[i])) amax = fabsf(x[i]), max = x[i];
+        }
+        const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        blk.d = zi_f32_to_f16(finite ? d : NAN);
+        for (int i = 0; i < ZI_QK / 2; i++) {
+            float v0 = finite ? x[i] * id + 8.5f : 8.0f, v1 = finite ? x[i + 16] * id + 8.5f : 8.0f;
+            v0 = v0 < 0.0f ? 0.0f : v0 > 15.0f ? 15.0f : v0; /* the ref's MIN(15, ...) */
+            v1 = v1 < 0.0f ? 0.0f : v1 > 15.0f ? 15.0f : v1;
+            blk.qs[i] = (uint8_t)((uint8_t)v0 | ((uint8_t)v1 << 4));
+        }
+        memcpy(dst, &blk, sizeof blk);
+    }
+}
+
+/* One row of n values in --kv-type t's format (q_layout_of), rotated
+ * first where zi_kv_rotated says so. */
+static void store_q_row(const zi_cpu_kernels *k, int t, uint8_t *dst, const float *x, size_t n) {
+    float xr[256];
+    if (zi_kv_rotated(t, (int)n)) {
+        memcpy(xr, x, n * sizeof *x);
+        zi_kv_rotate(xr, (int)n);
+        x = xr;
+    }
+    if (t == ZI_KV_F16) {
+        uint16_t h[1024]; /* n <= 1024 (model.c); rows may sit at any even offset */
+        k->to_f16(h, x, (int64_t)n);
+        memcpy(dst, h, n * sizeof *h);
+    } else if (t == ZI_KV_Q8_0) {
+        store_q8_0_row(dst, x, n);
+    } else {
+        store_q4_0_row(dst, x, n);
+    }
 }
 
 /* One K row of n values as int16 codes and their scale (the layout above).
@@ -1145,6 +1231,22 @@ static void kv_worker(void *p, int ith, int nth) {
     const k_layout kl = k_layout_of(s);
     int64_t t0, t1;
     split_range(b->n_tokens, ith, nth, 1, &t0, &t1);
+    const int type = a->be->kv_type;
+    if (type != ZI_KV_DEFAULT) {
+        const q_layout ql = q_layout_of(a->be, s);
+        for (int64_t t = t0; t < t1; t++) {
+            int p = b->pos[t];
+            int32_t blk = b->block_tables[(size_t)b->seq[t] * b->table_stride + p / s->block_size];
+            size_t r = (size_t)(p % s->block_size);
+            uint8_t *kb = a->kc + (size_t)blk * ql.kblock,
+                    *vb = (uint8_t *)a->vc + (size_t)blk * ql.vblock;
+            for (int h = 0; h < s->n_kv_heads; h++) {
+                store_q_row(a->k, type, kb + (h * bs + r) * ql.krow, a->kx + t * kvd + h * hd, hd);
+                store_q_row(a->k, type, vb + (h * bs + r) * ql.vrow, a->vx + t * kvd + h * hd, hd);
+            }
+        }
+        return;
+    }
     for (int64_t t = t0; t < t1; t++) {
         int p = b->pos[t];
         int32_t blk = b->block_tables[(size_t)b->seq[t] * b->table_stride + p / s->block_size];
@@ -1162,7 +1264,8 @@ static void kv_worker(void *p, int ith, int nth) {
 
 static void cpu_kv_store(zi_backend *be, void *kcache, void *vcache, const float *k, const float *v,
                          const zi_batch_view *b, const zi_attn_shape *s) {
-    kv_args a = {.k = cb(be)->k, .kc = kcache, .vc = vcache, .kx = k, .vx = v, .b = b, .s = s};
+    kv_args a = {
+        .k = cb(be)->k, .be = be, .kc = kcache, .vc = vcache, .kx = k, .vx = v, .b = b, .s = s};
     if (b->n_tokens >= 4)
         zi_pool_run(cb(be)->pool, kv_worker, &a);
     else
@@ -1213,6 +1316,23 @@ static zi_kv_head task_view(const attn_args *a, const k_layout *kl, int64_t task
     const int p = a->b->pos[t], pw = a->b->win_pos ? a->b->win_pos[t] : p;
     const int start = s->window > 0 && pw >= s->window ? pw - s->window + 1 : 0;
     *n = p + 1 - start;
+    const int32_t *blocks =
+        a->b->block_tables + (size_t)a->b->seq[t] * a->b->table_stride + start / s->block_size;
+    if (a->c->base.kv_type != ZI_KV_DEFAULT) {
+        const q_layout ql = q_layout_of(&a->c->base, s);
+        return (zi_kv_head){
+            .type = a->c->base.kv_type,
+            .kq = a->kc + (size_t)kvh * bs * ql.krow,
+            .vq = (const uint8_t *)a->vc + (size_t)kvh * bs * ql.vrow,
+            .krow = ql.krow,
+            .vrow = ql.vrow,
+            .kstride = ql.kblock,
+            .vstride = ql.vblock,
+            .blocks = blocks,
+            .first = start % s->block_size,
+            .bs = s->block_size,
+        };
+    }
     return (zi_kv_head){
         .k = (const int16_t *)a->kc + head,
         .ks = (const float *)(a->kc + kl->scales) + (size_t)kvh * bs,
@@ -1232,6 +1352,7 @@ static zi_kv_head task_view(const attn_args *a, const k_layout *kl, int64_t task
  * would otherwise come from memory while the core waits (16 streams of
  * 64-128 positions: attention 3.3 -> 3.1 ms a step on one core). */
 static void prefetch_task_start(const zi_kv_head *kv, int n, int hd) {
+    if (kv->type != ZI_KV_DEFAULT) return; /* the default layout's rows only */
     int rows = n < kv->bs - kv->first ? n : kv->bs - kv->first;
     rows = rows < 16 ? rows : 16;
     const char *p = (const char *)(kv->k + (size_t)kv->blocks[0] * kv->kstride +
@@ -1591,6 +1712,15 @@ static void cpu_lora(zi_backend *be, float *y, const float *x, int n_tokens, int
         lora_worker(&a, 0, 1);
 }
 
+/* Every zi_kv_type (q_layout_of); the caches made before keep their
+ * layout, so the model sets it before making one (backend.h). */
+static int cpu_set_kv_type(zi_backend *be, int t, zi_error *err) {
+    if (t < 0 || t >= ZI_KV_TYPE_COUNT)
+        return zi_error_set(err, ZI_EINVAL, "--kv-type %d: expected default, f16, q8_0 or q4_0", t);
+    be->kv_type = t;
+    return ZI_OK;
+}
+
 static const zi_backend_ops cpu_ops = {
     .name = "cpu",
     .free_backend = cpu_backend_free,
@@ -1635,6 +1765,7 @@ static const zi_backend_ops cpu_ops = {
     .ssm_scan = cpu_ssm_scan,
     .rmsnorm_groups = cpu_rmsnorm_groups,
     .sync = cpu_sync,
+    .set_kv_type = cpu_set_kv_type,
 };
 
 int zi_cpu_backend_create(const zi_cpu_options *opt, zi_backend **out, zi_error *err) {

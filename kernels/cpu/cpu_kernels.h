@@ -15,9 +15,11 @@
 #ifndef ZI_CPU_KERNELS_H
 #define ZI_CPU_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h" /* zi_kv_type */
 #include "quant.h"
 
 /*
@@ -25,7 +27,11 @@
  * cpu_backend.c's). Position j (counted from `first`, below) lives in block
  * b = blocks[(first + j) / bs], row r = (first + j) % bs: its K row is hd int16 codes at k + b *
  * kstride + r * hd, to be multiplied by the float at ks + b * sstride + r; its V row is hd float16
- * values at v + b * vstride + r * hd.
+ * values at v + b * vstride + r * hd. That is the default --kv-type's
+ * layout (ZI_KV_DEFAULT); with another (type), kq and vq hold the rows
+ * instead: K row at kq + b * kstride + r * krow, V row at vq + b * vstride
+ * + r * vrow, strides in bytes, each row hd float16 values or hd / 32
+ * Q8_0 or Q4_0 blocks (quant.h's).
  */
 typedef struct zi_kv_head {
     const int16_t *k;
@@ -34,6 +40,9 @@ typedef struct zi_kv_head {
     const int32_t *blocks;
     int bs;
     size_t kstride, sstride, vstride;
+    int type;               /* zi_kv_type */
+    const uint8_t *kq, *vq; /* type != ZI_KV_DEFAULT: the rows (above) */
+    size_t krow, vrow;
     /* The kernel's position j is the cache's position first + j (a sliding
      * window starts past 0); 0 <= first < bs, blocks already advanced. */
     int first;
@@ -43,6 +52,35 @@ typedef struct zi_kv_head {
      * sinks[r % G]); NULL: none. */
     const float *sinks;
 } zi_kv_head;
+
+/*
+ * The quantized KV formats (ZI_KV_Q8_0, ZI_KV_Q4_0) keep each K and V row
+ * rotated by the orthonormal Hadamard matrix H of its size (Sylvester's,
+ * times 1 / sqrt(n)), as llama.cpp does for its quantized caches: a few
+ * large channels of a row (K's outliers) are spread over all its values,
+ * so a 32-value block's scale fits them all far better. H is symmetric
+ * and H H = I: attention rotates the query (scores are unchanged, (Hq) .
+ * (Hk) = q . k) and rotates its output back (a sum of rotated V rows).
+ * Rows of 32..256 values, a power of two (the usual head sizes); others
+ * are stored unrotated.
+ */
+static inline int zi_kv_rotated(int type, int n) {
+    return (type == ZI_KV_Q8_0 || type == ZI_KV_Q4_0) && n >= 32 && n <= 256 && !(n & (n - 1));
+}
+
+/* x = H x for n values (zi_kv_rotated's n): the butterflies of the fast
+ * Walsh-Hadamard transform in float, then one multiply by 1 / sqrt(n);
+ * the same operations, so the same bits, wherever it runs. */
+static inline void zi_kv_rotate(float *x, int n) {
+    for (int h = 1; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                const float a = x[j], b = x[j + h];
+                x[j] = a + b, x[j + h] = a - b;
+            }
+    const float s = 1.0f / sqrtf((float)n);
+    for (int i = 0; i < n; i++) x[i] *= s;
+}
 
 typedef struct zi_cpu_kernels {
     const char *isa;

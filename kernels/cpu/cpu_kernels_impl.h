@@ -26,6 +26,7 @@
 #include "cpu_kernels_amx.h"         /* mm_r16_amx, avx512's mm_r16_any */
 #include "cpu_kernels_elementwise.h" /* axpy, scale, to_f16, SwiGLU, vector expf */
 #include "cpu_kernels_attention.h"   /* attend */
+#include "cpu_kernels_attention_q.h" /* attend_kv: attend over every --kv-type */
 #include "cpu_kernels_recurrent.h"   /* silu, sigmoid_mul, delta_rule, ssm_run */
 
 const zi_cpu_kernels ZI_KERNELS_TABLE = {
@@ -37,8 +38,8 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .mm_f32 = mm_f32,
     .mm_f16 = mm_f16,
     .mm_bf16 = mm_bf16,
-    .attend = attend,
-    .attend_block = attend_block,
+    .attend = attend_kv,
+    .attend_block = attend_block_kv,
 #if defined(__AVX2__)
     .mm_r16 = mm_r16_any,
 #endif

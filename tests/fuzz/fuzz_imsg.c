@@ -82,6 +82,17 @@ static void all_decoders(span f, const msgpack_object *o, const zi_codec_limits 
     zi_im_register_unpack(o, &reg);
     check_str(f, reg.model);
     CHECK(reg.slots >= 1 && reg.slots <= 65535 && reg.max_length >= 2);
+    /* a worker's live sequences, as a restarted router reads them */
+    for (uint32_t i = 0; reg.live_obj && i < reg.live_obj->via.array.size; i++) {
+        zi_im_live lv;
+        zi_error lerr = {0};
+        int lrc = zi_im_live_unpack(&reg.live_obj->via.array.ptr[i], &lv, &lerr);
+        check_fail(lrc, &lerr);
+        if (lrc == ZI_OK)
+            CHECK(lv.rid > 0 && (const uint8_t *)lv.start >= f.p &&
+                  (const uint8_t *)lv.start + lv.start_len <= f.p + f.n);
+        zi_im_ids_free(&lv.token_ids);
+    }
 
     zi_im_heartbeat hb;
     zi_im_heartbeat_unpack(o, &hb);

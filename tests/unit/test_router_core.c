@@ -1433,6 +1433,206 @@ static void test_register_disk_tier(void **state) {
     zi_msg_free(&m);
 }
 
+/* ---- router restart (router_restart.c) ------------------------------------ */
+
+/* The bytes of the last "start" message sent to ident for rid (malloc'd). */
+static char *start_bytes(const sim *s, const char *ident, int64_t rid, size_t *len) {
+    for (size_t i = s->n_out; i-- > 0;) {
+        if (strcmp(s->out[i].ident, ident)) continue;
+        parsed p = parse_sent(&s->out[i]);
+        if (strcmp(p.kind, "start") || p.rid != rid) continue;
+        char *b = malloc(s->out[i].len);
+        assert_non_null(b);
+        memcpy(b, s->out[i].data, s->out[i].len);
+        *len = s->out[i].len;
+        return b;
+    }
+    fail_msg("no start for rid %lld", (long long)rid);
+    return NULL;
+}
+
+/* A worker registers again with the sequences it holds. */
+static void reg_live(sim *s, const char *ident, const zi_im_live *live, size_t n) {
+    zi_msg m;
+    zi_im_register r = {.worker = true,
+                        .slots = 4,
+                        .max_length = 2048,
+                        .vocab = 1000,
+                        .model = {"m", 1},
+                        .live = live,
+                        .n_live = n};
+    assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
+    from_backend(s, ident, &m);
+}
+
+static void resume(sim *s, const char *client, const char *id, int64_t held) {
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "resume");
+    zi_imap_str(&b, "id", id);
+    zi_imap_int(&b, "tokens", held);
+    from_client_imap(s, client, &b);
+}
+
+/* The token ids of frame i (a decode's "token_ids", an encode's "replay";
+ * -1 when absent). */
+static int ids_of(const sim *s, int i, const char *key, int32_t *out, size_t cap) {
+    msgpack_unpacked u;
+    zi_error err = {0};
+    assert_int_equal(zi_msgpack_parse(s->out[i].data, s->out[i].len, NULL, &u, &err), ZI_OK);
+    const msgpack_object *v = zi_map_get(&u.data, key);
+    int n = -1;
+    if (v) {
+        zi_codec_limits lim = zi_codec_limits_default();
+        int32_t *ids = NULL;
+        size_t k = 0;
+        assert_int_equal(zi_codec_decode_tokens(v, &lim, key, &ids, &k, &err), ZI_OK);
+        for (size_t j = 0; j < k && j < cap; j++) out[j] = ids[j];
+        n = (int)k;
+        free(ids);
+    }
+    msgpack_unpacked_destroy(&u);
+    return n;
+}
+
+static void test_router_restart(void **state) {
+    (void)state;
+    /* The old router: a streamed request whose client got 2 tokens, a
+     * non-streamed one, one with log probabilities (no note: not taken
+     * over), one never resumed. */
+    sim *old = malloc(sizeof *old);
+    assert_non_null(old);
+    sim_up(old);
+    reg(old, "wrk0", true, 4);
+    int64_t ra = run_one(old, "c1", "a", (gen_opts){0});
+    int64_t rb = run_one(old, "c1", "b", (gen_opts){.no_stream = true});
+    int64_t rc = run_one(old, "c2", "c", (gen_opts){0});
+    const int32_t a1[] = {5, 6};
+    tokens(old, "wrk0", ra, a1, 2, "active");
+    decoded(old, "tok0", ra, "ab", a1, 2, "active");
+    assert_int_equal(count_sent(old, "c1", "chunk"), 1);
+    size_t la, lb, lc;
+    char *sa = start_bytes(old, "wrk0", ra, &la), *sb = start_bytes(old, "wrk0", rb, &lb);
+    char *sc = start_bytes(old, "wrk0", rc, &lc);
+    /* the old router's own sequence, handed back after it declared the
+     * worker dead, is cancelled (it ran on elsewhere) */
+    const int32_t g[] = {5, 6, 7, 8}, gb[] = {9};
+    zi_im_live mine = {.rid = ra,
+                       .start = sa,
+                       .start_len = la,
+                       .token_ids = {.set = true, .v = g, .n = 4},
+                       .status = {"active", 6}};
+    sim_clear(old);
+    reg_live(old, "wrk9", &mine, 1);
+    assert_int_equal(count_sent(old, "wrk9", "cancel"), 1);
+
+    /* The new router (another epoch): the workers hand back what they
+     * hold. */
+    sim *s = malloc(sizeof *s);
+    assert_non_null(s);
+    sim_init(s);
+    assert_true(s->rt.epoch != old->rt.epoch);
+    sim_free(old);
+    free(old);
+    reg(s, "tok0", false, 1);
+    resume(s, "c1", "b", 0); /* before its worker's register: it waits */
+    assert_int_equal(count_sent(s, "c1", "error"), 0);
+    zi_im_live la_[] = {{.rid = rb,
+                         .start = sb,
+                         .start_len = lb,
+                         .token_ids = {.set = true, .v = gb, .n = 1},
+                         .status = {"maximum_length", 14}},
+                        {.rid = ra,
+                         .start = sa,
+                         .start_len = la,
+                         .token_ids = {.set = true, .v = g, .n = 4},
+                         .status = {"active", 6}},
+                        {.rid = rc,
+                         .start = sc,
+                         .start_len = lc,
+                         .token_ids = {.set = true, .v = g, .n = 1},
+                         .status = {"active", 6}},
+                        {.rid = 424242,
+                         .start = sa,
+                         .start_len = la, /* rid mismatch */
+                         .token_ids = {.set = true, .v = g, .n = 0},
+                         .status = {"active", 6}}};
+    reg_live(s, "wrk0", la_, 4);
+    assert_int_equal(count_sent(s, "wrk0", "cancel"), 1); /* 424242: not its start */
+    /* a second register (reregisters to several queued messages) changes
+     * nothing: what it took over stays, nothing more is cancelled */
+    reg_live(s, "wrk0", la_, 3);
+    assert_int_equal(count_sent(s, "wrk0", "cancel"), 1);
+    assert_int_equal(zi_req_table_count(&s->rt.reqs), 3);
+    assert_true(s->rt.next_rid >= (uint64_t)rc); /* new ids never meet the ones taken over */
+    assert_int_equal(s->rt.be[1].assigned, 2);   /* a and c run on wrk0; b had ended */
+    check_ok(s);
+    /* b's resume (it came first): replay nothing, decode [9], final */
+    int e = find_sent(s, 0, "tok0", "encode");
+    assert_true(e >= 0);
+    int32_t ids[8];
+    assert_int_equal(ids_of(s, e, "replay", ids, 8), 0);
+    int d = find_sent(s, (size_t)e, "tok0", "decode");
+    assert_int_equal(ids_of(s, d, "token_ids", ids, 8), 1);
+    assert_int_equal(ids[0], 9);
+    assert_string_equal(parse_sent(&s->out[d]).status, "maximum_length");
+    decoded(s, "tok0", rb, "xyz", gb, 1, "maximum_length");
+    int f = find_sent(s, 0, "c1", "final");
+    assert_true(f >= 0);
+    assert_string_equal(parse_sent(&s->out[f]).text, "xyz");
+    /* a: the client holds 2 of the 4; a token arrives before its resume */
+    const int32_t a3[] = {10};
+    tokens(s, "wrk0", ra, a3, 1, "active");
+    assert_int_equal(count_sent(s, "c1", "chunk"), 0);
+    sim_clear(s);
+    resume(s, "c1", "a", 2);
+    e = find_sent(s, 0, "tok0", "encode");
+    assert_int_equal(ids_of(s, e, "replay", ids, 8), 2);
+    assert_int_equal(ids[0], 5);
+    assert_int_equal(ids[1], 6);
+    d = find_sent(s, (size_t)e, "tok0", "decode");
+    assert_int_equal(ids_of(s, d, "token_ids", ids, 8), 2);
+    assert_int_equal(ids[0], 7);
+    assert_int_equal(ids[1], 8);
+    int d2 = find_sent(s, (size_t)d + 1, "tok0", "decode");
+    assert_int_equal(ids_of(s, d2, "token_ids", ids, 8), 1);
+    assert_int_equal(ids[0], 10);
+    const int32_t a2[] = {7, 8};
+    decoded(s, "tok0", ra, "cd", a2, 2, "active");
+    f = find_sent(s, 0, "c1", "chunk");
+    assert_true(parse_sent(&s->out[f]).resumed);
+    decoded(s, "tok0", ra, "e", a3, 1, "active");
+    const int32_t a4[] = {11};
+    tokens(s, "wrk0", ra, a4, 0, "end_of_sequence");
+    decoded(s, "tok0", ra, "", a4, 0, "end_of_sequence");
+    assert_int_equal(count_sent(s, "c1", "chunk"), 2);
+    assert_string_equal(parse_sent(&s->out[find_sent(s, 0, "c1", "final")]).status,
+                        "end_of_sequence");
+    /* an id no worker reported: answered once the workers had their time */
+    resume(s, "c1", "zz", 0);
+    assert_int_equal(count_sent(s, "c1", "error"), 0);
+    s->now += s->rt.hb_timeout;
+    heartbeat(s, "tok0", 0);
+    heartbeat(s, "wrk0", 16);
+    zi_router_tick(&s->rt);
+    assert_int_equal(count_sent(s, "c1", "error"), 1);
+    resume(s, "c1", "zz2", 0); /* later: at once */
+    assert_int_equal(count_sent(s, "c1", "error"), 2);
+    /* c's client never comes back: dropped after the grace, its slot freed */
+    s->now += s->rt.resume_grace;
+    heartbeat(s, "tok0", 0);
+    heartbeat(s, "wrk0", 16);
+    zi_router_tick(&s->rt);
+    assert_int_equal(count_sent(s, "wrk0", "cancel"), 1); /* (the earlier one was cleared) */
+    assert_int_equal(count_sent(s, "c2", "final") + count_sent(s, "c2", "error"), 0);
+    check_idle(s);
+    sim_free(s);
+    free(s);
+    free(sa);
+    free(sb);
+    free(sc);
+}
+
 static void test_check_catches_drift(void **state) {
     (void)state;
     sim s;
@@ -1933,6 +2133,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_block_size),
         cmocka_unit_test(test_affinity_disk_tier),
         cmocka_unit_test(test_register_disk_tier),
+        cmocka_unit_test(test_router_restart),
         cmocka_unit_test(test_check_catches_drift),
         cmocka_unit_test(test_dispatch_long_queue),
         cmocka_unit_test(test_random_interleavings),
