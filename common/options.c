@@ -197,7 +197,8 @@ static const zi_option TABLE[ZI_O_COUNT] = {
     [ZI_O_KV_DISK] = {"--kv-disk", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", PASS | WORKER, "DIR",
                       "keep prefix-cache blocks in DIR too (created if missing; workers may "
                       "share it): blocks are written in the background and read back on a "
-                      "prefix hit, also after a restart (docs/engine.md, \"The disk tier\")",
+                      "prefix hit, also after a restart; the router prefers a worker whose "
+                      "DIR holds a prompt's prefix (docs/engine.md, \"The disk tier\")",
                       NULL},
     [ZI_O_KV_DISK_BYTES] = {"--kv-disk-bytes", NULL, ZI_OPT_SIZE, 1LL << 20, 1LL << 50, NULL,
                             4LL << 30, NULL, PASS | WORKER, "B",

@@ -286,6 +286,10 @@ int zi_generator_slots_used(const zi_generator *g) {
     return g->slots_used;
 }
 
+uint64_t zi_generator_kv_disk_id(const zi_generator *g) {
+    return g->disk ? zi_kv_disk_share_id(g->disk) : 0;
+}
+
 const zi_generator_config *zi_generator_get_config(const zi_generator *g) {
     return &g->cfg;
 }

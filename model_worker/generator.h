@@ -181,6 +181,8 @@ void zi_generator_free(zi_generator *g);
  */
 int zi_generator_open_kv_disk(zi_generator *g, const char *dir, uint64_t max_bytes,
                               const char *kv_tag, const zi_logger *log, zi_error *err);
+/* The disk tier's sharing id (zi_kv_disk_share_id): 0 without one. */
+uint64_t zi_generator_kv_disk_id(const zi_generator *g);
 
 /*
  * Runs up to num_steps steps over the n contexts of batch. A context without

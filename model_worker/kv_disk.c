@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -172,6 +173,7 @@ enum {
     PB_FULL,
     PB_WRITE,
     PB_TOO_BIG,
+    PB_DIR_ID,
     PB_COUNT
 };
 
@@ -186,6 +188,7 @@ struct zi_kv_disk {
     uint64_t max_bytes;
     zi_kv_disk_identity id;
     uint64_t id_hash;
+    uint64_t share_id; /* zi_kv_disk_share_id (0: the directory has no id) */
     size_t payload, file_bytes;
     const zi_logger *log;
     /* the queue */
@@ -402,6 +405,64 @@ static void *writer_main(void *arg) {
     return NULL;
 }
 
+/* The id in DIR's id file: 16 hex digits (0: none, or not one). */
+static uint64_t read_dir_id(const char *path) {
+    char buf[40] = "";
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(buf, &end, 16);
+    if (errno || end != buf + 16 || (*end && *end != '\n')) return 0;
+    return (uint64_t)v;
+}
+
+/* DIR's id (ZI_KV_DISK_DIR_ID_FILE), the file created with a random one
+ * when missing. It is written under a temporary name and linked into
+ * place, which fails when it exists: two workers starting on one
+ * directory (or on one network share from two hosts) end up with the
+ * first one's id, whole. 0 when it can be neither read nor made. */
+static uint64_t dir_id(zi_kv_disk *d) {
+    char path[4200], tmp[4200];
+    snprintf(path, sizeof path, "%s/%s", d->dir, ZI_KV_DISK_DIR_ID_FILE);
+    uint64_t id = read_dir_id(path);
+    if (id) return id;
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != sizeof r) r = mix(now_us(), (uint64_t)getpid());
+    r = r ? r : 1;
+    snprintf(tmp, sizeof tmp, "%s/.zkv-tmp-id-%ld-%llu", d->dir, (long)getpid(),
+             (unsigned long long)(d->seq & 0xffffffffffffULL));
+    char text[24];
+    int n = snprintf(text, sizeof text, "%016llx\n", (unsigned long long)r);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd >= 0) {
+        int ok = write(fd, text, (size_t)n) == n;
+        if (close(fd) == 0 && ok && link(tmp, path) && errno != EEXIST) {
+            /* a file system without hard links: create it in place */
+            int e = errno, fd2 = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+            if (fd2 >= 0) {
+                if (write(fd2, text, (size_t)n) != n) e = errno;
+                close(fd2);
+            } else if (errno != EEXIST) {
+                problem(d, PB_DIR_ID, "cannot create %s: %s", path, strerror(e));
+            }
+        }
+        unlink(tmp);
+    }
+    id = read_dir_id(path);
+    if (!id)
+        problem(d, PB_DIR_ID,
+                "no id in %s: the router cannot tell which workers share this directory", path);
+    return id;
+}
+
+uint64_t zi_kv_disk_share_id(const zi_kv_disk *d) {
+    return d->share_id;
+}
+
 int zi_kv_disk_open(const char *dir, uint64_t max_bytes, uint64_t queue_bytes,
                     const zi_kv_disk_identity *id, const zi_logger *log, zi_kv_disk **out,
                     zi_error *err) {
@@ -439,6 +500,8 @@ int zi_kv_disk_open(const char *dir, uint64_t max_bytes, uint64_t queue_bytes,
     d->started = -1; /* the mutex and conditions exist */
     if (mkdir(dir, 0755) && errno != EEXIST)
         problem(d, PB_DIR, "cannot create the directory %s: %s", dir, strerror(errno));
+    uint64_t did = dir_id(d);
+    d->share_id = did ? mix(did, d->id_hash) | 1 : 0;
     int e = pthread_create(&d->writer, NULL, writer_main, d);
     if (e) {
         zi_kv_disk_close(d);

@@ -134,6 +134,24 @@ void zi_kv_disk_get_stats(zi_kv_disk *d, zi_kv_disk_stats *out);
 /* Waits until the queue is empty (tests; zi_kv_disk_close does it too). */
 void zi_kv_disk_flush(zi_kv_disk *d);
 
+/*
+ * The tier's sharing id: two workers' ids are equal exactly when they
+ * read each other's files, that is when their directories are the same
+ * one (the same DIR on one host, or one network share seen from several)
+ * and their files' identity is the same (zi_kv_disk_identity). It is a
+ * hash of both: the directory by the random id in its id file
+ * (ZI_KV_DISK_DIR_ID_FILE, created on first use, so that two paths to one
+ * directory agree and two directories with the same path on two hosts do
+ * not), the identity by its hash. Never 0, except when the id file can be
+ * neither read nor created (logged once): then 0. The worker reports it
+ * in its register so that the router's prefix affinity knows which
+ * workers share a disk tier (docs/architecture.md).
+ */
+uint64_t zi_kv_disk_share_id(const zi_kv_disk *d);
+
+/* The file in DIR that names it: 16 hex digits and a newline. */
+#define ZI_KV_DISK_DIR_ID_FILE "zinfer-kv-dir.id"
+
 /* The path of the file of hash `hash` under d (for tests and logs). */
 void zi_kv_disk_path(const zi_kv_disk *d, uint64_t hash, char *out, size_t cap);
 

@@ -123,6 +123,10 @@ typedef struct worker {
     zi_embed_input **emb; /* the unfinished inputs of a step */
     size_t emb_cap;
     char model_name[256];
+    /* --kv-disk's directory and its sharing id (zi_kv_disk_share_id; 0:
+     * no disk tier), told to the router in register for prefix affinity */
+    const char *kv_disk_dir;
+    uint64_t kv_disk_id;
     char hybrid[32]; /* the architecture of a hybrid model (docs/hybrids.md), else "" */
     int vocab;
     bool encoder;    /* an encoder-only model (bert): embeddings, no generation */
@@ -231,15 +235,18 @@ static void send_register(worker *w, bool report) {
                                  .token_ids = {.set = true, .v = d->ids, .n = d->n_ids},
                                  .status = {st, strlen(st)}};
     }
-    zi_im_register reg = {.worker = true,
-                          .slots = w->slots,
-                          .max_length = w->ctx_size,
-                          .model = {w->model_name, strlen(w->model_name)},
-                          .vocab = w->vocab,
-                          .loras = names,
-                          .n_loras = (size_t)w->n_loras,
-                          .live = live,
-                          .n_live = n};
+    zi_im_register reg = {
+        .worker = true,
+        .slots = w->slots,
+        .max_length = w->ctx_size,
+        .model = {w->model_name, strlen(w->model_name)},
+        .vocab = w->vocab,
+        .loras = names,
+        .n_loras = (size_t)w->n_loras,
+        .live = live,
+        .n_live = n,
+        .kv_disk_dir = {w->kv_disk_dir, w->kv_disk_dir ? strlen(w->kv_disk_dir) : 0},
+        .kv_disk_id = w->kv_disk_id};
     zi_msg m;
     if (zi_im_register_pack(&reg, &m) != ZI_OK) { /* out of memory: register without them */
         zi_msg_free(&m);
@@ -1205,9 +1212,13 @@ static void open_kv_disk(worker *w, const wopts *o, const wres *r) {
     if (zi_generator_open_kv_disk(w->gen, o->kv_disk, (uint64_t)o->kv_disk_bytes, tag, &w->log,
                                   &err))
         zi_log(&w->log, ZI_LOG_WARN, "disk tier off: %s", err.msg);
-    else
-        zi_log(&w->log, ZI_LOG_INFO, "KV disk tier: %s, up to %.1f MiB (%s)", o->kv_disk,
-               (double)o->kv_disk_bytes / (1 << 20), tag);
+    else {
+        w->kv_disk_dir = o->kv_disk;
+        w->kv_disk_id = zi_generator_kv_disk_id(w->gen);
+        zi_log(&w->log, ZI_LOG_INFO, "KV disk tier: %s, up to %.1f MiB (%s), sharing id %016llx",
+               o->kv_disk, (double)o->kv_disk_bytes / (1 << 20), tag,
+               (unsigned long long)w->kv_disk_id);
+    }
 }
 
 /* Sizes the KV cache (size_kv_cache), then creates the generator and reads

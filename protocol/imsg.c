@@ -309,6 +309,15 @@ int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
         }
         if (rc) zi_imap_fail(&b);
     }
+    if (m->worker && m->kv_disk_id) {
+        zi_imap kd;
+        zi_imap_init(&kd);
+        put_str(&kd, "dir", m->kv_disk_dir);
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)m->kv_disk_id);
+        zi_imap_str(&kd, "id", hex);
+        zi_imap_map(&b, "kv_disk", &kd);
+    }
     int rc2 = close_msg(&b, out);
     return rc ? rc : rc2;
 }
@@ -341,6 +350,21 @@ void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m) {
     m->loras_obj = l && l->type == MSGPACK_OBJECT_ARRAY ? l : NULL;
     const msgpack_object *live = zi_map_get(o, "live");
     m->live_obj = live && live->type == MSGPACK_OBJECT_ARRAY ? live : NULL;
+    const msgpack_object *kd = zi_map_get(o, "kv_disk");
+    if (!kd || kd->type != MSGPACK_OBJECT_MAP) return;
+    zi_im_str id = get_str(kd, "id");
+    uint64_t id64 = 0;
+    for (size_t i = 0; id.p && id.n == 16 && i < 16; i++) {
+        char c = id.p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) {
+            id64 = 0;
+            break;
+        }
+        id64 = id64 << 4 | (uint64_t)d;
+    }
+    m->kv_disk_id = id64;
+    if (id64) m->kv_disk_dir = get_str(kd, "dir");
 }
 
 int zi_im_reregister_pack(zi_msg *out) {

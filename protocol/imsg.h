@@ -171,9 +171,12 @@ int zi_im_live_unpack(const msgpack_object *o, zi_im_live *m, zi_error *err);
 /* register: a tokenizer sends role, vocab and model (the name of the
  * model it tokenizes for; absent from an older one: any model); a worker
  * also slots and max_length, with LoRA adapters "loras", their names by
- * id ("" for a free place; imsg_lora.h), and after a router restart
- * "live", the sequences it holds (packed from live[0..n_live) when
- * n_live > 0). */
+ * id ("" for a free place; imsg_lora.h), after a router restart "live",
+ * the sequences it holds (packed from live[0..n_live) when n_live > 0),
+ * and with a prefix cache disk tier (--kv-disk) "kv_disk": {"dir": its
+ * directory as given, "id": its sharing id as 16 hex digits (kv_disk.h's
+ * zi_kv_disk_share_id: equal for workers that read each other's block
+ * files)}. */
 typedef struct zi_im_register {
     bool worker;
     int64_t slots, max_length, vocab;
@@ -181,16 +184,20 @@ typedef struct zi_im_register {
     const char *const *loras; /* pack: n_loras names (none: the key is left out) */
     size_t n_loras;
     const msgpack_object *loras_obj; /* unpack: the array, or NULL */
-    const zi_im_live *live; /* pack */
+    const zi_im_live *live;          /* pack */
     size_t n_live;
-    const msgpack_object *live_obj; /* unpack: the "live" array, NULL when absent */
+    const msgpack_object *live_obj;  /* unpack: the "live" array, NULL when absent */
+    zi_im_str kv_disk_dir;           /* the disk tier's directory (for logs) */
+    uint64_t kv_disk_id;             /* its sharing id (0: no disk tier; pack: no "kv_disk") */
 } zi_im_register;
 
 /* ZI_EINVAL (nothing to send) when a live entry's ids cannot be packed. */
 int zi_im_register_pack(const zi_im_register *m, zi_msg *out);
 /* Never fails: a role other than "worker" is a tokenizer; slots outside
  * 1..65535 is 1, max_length under 2 is 2048, vocab absent is 0, model
- * absent stays absent (p NULL), live_obj NULL unless "live" is an array. */
+ * absent stays absent (p NULL), live_obj NULL unless "live" is an array;
+ * a "kv_disk" whose "id" is not 16 hex digits (or is 0) is no disk tier
+ * (kv_disk_id 0). */
 void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m);
 
 /* reregister: no fields. */

@@ -66,6 +66,7 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     be->slots = (int)reg.slots;
     be->max_length = reg.max_length;
     be->vocab = reg.vocab;
+    be->disk = reg.worker ? reg.kv_disk_id : 0;
     be->model[0] = '\0';
     if (reg.model.p)
         snprintf(be->model, sizeof be->model, "%.*s",
@@ -108,10 +109,21 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     /* Requests whose tokenizer died, and those that waited for their model
      * to load: they are encoded once its tokenizer and a worker are up. */
     failover_attach(rt);
-    if (be->role == ROLE_WORKER)
-        zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld", b,
-               be->model, be->slots, (long long)be->max_length);
-    else
+    if (be->role == ROLE_WORKER) {
+        /* the workers it shares its disk tier with: a prefix one of them
+         * took is warm on this one too (prefix affinity) */
+        int shared = 0;
+        for (size_t i = 0; be->disk && i < rt->n_be; i++)
+            shared += (int)i != b && rt->be[i].alive && rt->be[i].disk == be->disk;
+        char disk[320] = "";
+        if (be->disk)
+            snprintf(disk, sizeof disk, ", disk tier %.*s (%016llx, shared with %d live workers)",
+                     (int)(reg.kv_disk_dir.n < 200 ? reg.kv_disk_dir.n : 200),
+                     reg.kv_disk_dir.p ? reg.kv_disk_dir.p : "", (unsigned long long)be->disk,
+                     shared);
+        zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld%s", b,
+               be->model, be->slots, (long long)be->max_length, disk);
+    } else
         zi_log(&rt->log, ZI_LOG_INFO, "tokenizer %d registered: model %s", b,
                be->model[0] ? be->model : "(any)");
     lora_on_register(rt, b, reg.loras_obj); /* before dispatch sends it requests */

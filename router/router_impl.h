@@ -87,6 +87,7 @@ typedef struct backend {
     int assigned; /* workers: requests running; tokenizers: requests with state */
     int64_t last_seen;
     int64_t kv[ZI_N_KV_STATS]; /* workers: the KV counters of the last heartbeat */
+    uint64_t disk;             /* workers: their disk tier's sharing id, from register (0: none) */
     zi_router_conn conn;       /* its connection when it registered */
 } backend;
 
@@ -192,11 +193,17 @@ typedef struct pending_resume {
 } pending_resume;
 
 /* Prefix affinity: which worker last took a request whose prompt began
- * with a given key, so that the next one goes where its prefix is cached. */
+ * with a given key, so that the next one goes where its prefix is cached
+ * in memory, and the disk tiers (their sharing ids, the latest first) of
+ * the workers that took it, so that the next one can go to a worker that
+ * reads one of them (--kv-disk) when none has it in memory. A disk id
+ * outlives the worker: its files do. */
 #define ZI_AFFINITY_SLOTS 1024
+#define ZI_AFFINITY_DISKS 2
 typedef struct affinity {
     uint64_t key;
-    int worker;
+    int worker;                       /* -1: none (it died) */
+    uint64_t disk[ZI_AFFINITY_DISKS]; /* 0: none */
 } affinity;
 
 /* Keys are odd (0 means none): their low bit carries nothing. */
@@ -457,7 +464,8 @@ uint64_t prefix_key(const router *rt, const msgpack_object *ctx, const char *mod
  * and a model without a free worker is passed over whole. */
 void dispatch(router *rt);
 
-/* Worker b is gone: no prefix stays bound to it. */
+/* Worker b is gone: no prefix stays bound to it (its memory); the disk
+ * tier's ids stay (its files). */
 void affinity_forget(router *rt, int b);
 
 /* ---- router_failover.c --------------------------------------------------- */

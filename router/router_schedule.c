@@ -228,20 +228,58 @@ uint64_t prefix_key(const router *rt, const msgpack_object *ctx, const char *mod
     return h;
 }
 
-/* The worker for r: the least loaded one of r's model with a free slot,
- * unless the worker that last took r's prefix (of the same model: the key
- * holds the model's name) is within two requests of it. */
+/* Whether worker p can take a request of model now. */
+static bool can_take(const backend *p, const char *model) {
+    return p->alive && p->role == ROLE_WORKER && serves(p, model) && p->assigned < p->slots;
+}
+
+/* Whether the disk tier of sharing id disk holds a's prefix. */
+static bool disk_holds(const affinity *a, uint64_t disk) {
+    for (int i = 0; disk && i < ZI_AFFINITY_DISKS; i++)
+        if (a->disk[i] == disk) return true;
+    return false;
+}
+
+/* The worker for r: the least loaded one of r's model with a free slot
+ * (w), unless a warm one is within two requests of it: the worker that
+ * last took r's prefix (of the same model: the key holds the model's
+ * name), which has it in memory; else, when w reads no disk tier that
+ * holds it, the least loaded worker that does (it reads the prefix from
+ * disk instead of computing it). */
 static int pick_worker(router *rt, const rreq *r) {
     int w = pick_backend(rt, ROLE_WORKER, r ? r->model : NULL);
     if (w < 0 || !r || !r->prefix_key) return w;
     const affinity *a = &rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)];
-    if (a->key != r->prefix_key || a->worker == w || a->worker < 0 || (size_t)a->worker >= rt->n_be)
-        return w;
-    const backend *p = &rt->be[a->worker];
-    if (p->alive && p->role == ROLE_WORKER && serves(p, r->model) && p->assigned < p->slots &&
-        p->assigned <= rt->be[w].assigned + 2)
-        return a->worker;
-    return w;
+    if (a->key != r->prefix_key || a->worker == w) return w;
+    int near = rt->be[w].assigned + 2;
+    if (a->worker >= 0 && (size_t)a->worker < rt->n_be) {
+        const backend *p = &rt->be[a->worker];
+        if (can_take(p, r->model) && p->assigned <= near) return a->worker;
+    }
+    if (disk_holds(a, rt->be[w].disk)) return w;
+    int d = -1;
+    for (size_t i = 0; i < rt->n_be; i++) {
+        const backend *p = &rt->be[i];
+        if (can_take(p, r->model) && p->assigned <= near && disk_holds(a, p->disk) &&
+            (d < 0 || p->assigned < rt->be[d].assigned))
+            d = (int)i;
+    }
+    return d >= 0 ? d : w;
+}
+
+/* Worker w took a request of prefix key: it holds the prefix in memory,
+ * and its disk tier (if any) will, besides the tiers that held it before
+ * (a slot another key takes starts over). */
+static void affinity_note(router *rt, uint64_t key, int w) {
+    affinity *a = &rt->aff[ZI_AFFINITY_SLOT(key)];
+    if (a->key != key) *a = (affinity){.key = key, .worker = -1};
+    a->worker = w;
+    uint64_t disk = rt->be[w].disk;
+    if (!disk || a->disk[0] == disk) return;
+    int i = 1;
+    while (i < ZI_AFFINITY_DISKS - 1 && a->disk[i] != disk) i++;
+    memmove(&a->disk[1], &a->disk[0], (size_t)i * sizeof a->disk[0]);
+    a->disk[0] = disk;
 }
 
 /* The oldest queued request that a worker can take now, and that worker
@@ -276,7 +314,7 @@ void dispatch(router *rt) {
             continue;
         }
         queue_remove(rt, r);
-        if (r->prefix_key) rt->aff[ZI_AFFINITY_SLOT(r->prefix_key)] = (affinity){r->prefix_key, w};
+        if (r->prefix_key) affinity_note(rt, r->prefix_key, w);
         free(r->resume_msg);
         r->resume_msg = NULL;
         /* RS_QUEUED -> RS_RUNNING: a worker slot instead of a queue place. */

@@ -7,7 +7,8 @@ through `zinfer serve` with the real model.
   block a disk hit, none from memory) with the same tokens as the cold run.
 - Failover: two workers on one directory both killed while a request
   streams; it resumes on a restarted worker from disk, with the no-fault
-  stream.
+  stream. The router logs that the two share the tier (their registers'
+  sharing id, from the directory's id file).
 - Faults: the files bit-flipped and truncated: the next serve's requests
   get the cold run's tokens, the bad files are counted as rejected and each
   kind of problem is logged once; a directory that cannot be written gives
@@ -15,6 +16,7 @@ through `zinfer serve` with the real model.
 """
 
 import os
+import re
 import signal
 import time
 
@@ -68,7 +70,11 @@ def cold(zinfer_bin, model_path, tmp_path_factory):
         assert k["disk_hit_blocks"] == 0 and k["disk_miss_blocks"] == 1, k
         assert k["disk_bytes"] > 0 and k["disk_write_us"] > 0, k
         assert "KV disk tier:" in srv.log()
+        # the worker told the router which tier it reads (prefix affinity)
+        assert f", disk tier {d} (" in srv.log(), srv.log()
     assert len(ids) == 8
+    # the directory's id, which tells the router who shares it
+    assert re.fullmatch(r"[0-9a-f]{16}\n", (d / "zinfer-kv-dir.id").read_text())
     assert len(block_files(d)) >= ELIGIBLE
     return ids, d, tmp
 
@@ -135,6 +141,8 @@ def test_failover_resumes_from_disk(zinfer_bin, model_path, cold, tmp_path):
             again = []
             for ev in c.generate(prompt=PROMPT, sampling_params=sp):
                 again.extend(ev.get("token_ids", []))
+        # the router saw the two workers share the tier
+        assert "shared with 1 live workers" in srv.log(), srv.log()
     assert len(got) == 96 and got == again
     assert got[:8] == ids
 

@@ -4,8 +4,10 @@
  * header bit flipped), truncated, another model's (foreign) or of another
  * KV layout (stale) is rejected, counted and removed, never loaded; a hash
  * collision is a miss; the directory's bound removes the least recently
- * used files; two tiers share one directory; an unusable directory only
- * costs hits.
+ * used files; two tiers share one directory, and their sharing ids say
+ * so (equal through two paths to one directory and across reopening,
+ * different for another directory or identity); an unusable directory
+ * only costs hits.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -258,6 +260,49 @@ static void test_shared_dir(void **state) {
     free(dir);
 }
 
+/* The sharing id: one directory's id file, created once, and the
+ * identity. */
+static void test_share_id(void **state) {
+    (void)state;
+    char *dir = tmpdir(), *other = tmpdir(), link_path[512], path[512];
+    snprintf(link_path, sizeof link_path, "%s/alias", other);
+    assert_int_equal(symlink(dir, link_path), 0);
+    zi_kv_disk_identity id = ident(42, "cpu"), id2 = ident(42, "cuda");
+    zi_kv_disk *a = open_tier(dir, 1 << 20, &id), *b = open_tier(link_path, 1 << 20, &id);
+    uint64_t sa = zi_kv_disk_share_id(a);
+    assert_int_not_equal(sa, 0);
+    assert_int_equal(zi_kv_disk_share_id(b), sa); /* another path to the same directory */
+    zi_kv_disk_close(a);
+    zi_kv_disk_close(b);
+    /* the id file: 16 hex digits and a newline, kept */
+    snprintf(path, sizeof path, "%s/%s", dir, ZI_KV_DISK_DIR_ID_FILE);
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    assert_int_equal(sb.st_size, 17);
+    a = open_tier(dir, 1 << 20, &id);
+    assert_int_equal(zi_kv_disk_share_id(a), sa); /* reopened (a restarted worker) */
+    put(a, &id, 1);
+    zi_kv_disk_flush(a);
+    zi_kv_disk_close(a);
+    a = open_tier(dir, 1 << 20, &id2); /* files the first cannot read */
+    assert_int_not_equal(zi_kv_disk_share_id(a), 0);
+    assert_int_not_equal(zi_kv_disk_share_id(a), sa);
+    zi_kv_disk_close(a);
+    b = open_tier(other, 1 << 20, &id); /* another directory */
+    assert_int_not_equal(zi_kv_disk_share_id(b), 0);
+    assert_int_not_equal(zi_kv_disk_share_id(b), sa);
+    zi_kv_disk_close(b);
+    /* a directory that cannot be had has no id */
+    snprintf(path, sizeof path, "%s/%s/kv", dir, ZI_KV_DISK_DIR_ID_FILE);
+    a = open_tier(path, 1 << 20, &id);
+    assert_int_equal(zi_kv_disk_share_id(a), 0);
+    zi_kv_disk_close(a);
+    rmdir_all(dir);
+    rmdir_all(other);
+    free(dir);
+    free(other);
+}
+
 static void test_unusable_dir(void **state) {
     (void)state;
     char *dir = tmpdir(), path[512];
@@ -290,7 +335,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),    cmocka_unit_test(test_rejects),
         cmocka_unit_test(test_lru_bound),    cmocka_unit_test(test_shared_dir),
-        cmocka_unit_test(test_unusable_dir),
+        cmocka_unit_test(test_unusable_dir), cmocka_unit_test(test_share_id),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -369,10 +369,9 @@ static void test_attention_formats(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rotation),          cmocka_unit_test(test_backend_without_types),
-        cmocka_unit_test(test_row_bytes),
-        cmocka_unit_test(test_bytes_per_token),   cmocka_unit_test(test_store_rows),
-        cmocka_unit_test(test_attention_formats),
+        cmocka_unit_test(test_rotation),   cmocka_unit_test(test_backend_without_types),
+        cmocka_unit_test(test_row_bytes),  cmocka_unit_test(test_bytes_per_token),
+        cmocka_unit_test(test_store_rows), cmocka_unit_test(test_attention_formats),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -10,7 +10,9 @@
  * disconnect, a backend error, a worker death with a resume on another
  * worker, a worker death with none left (--failover-timeout), a tokenizer
  * death with its decode state replayed on another, prefix affinity's
- * block size, and the counter check itself. Then randomized
+ * block size and its disk tiers (a worker sharing the disk tier of the
+ * one that took a prefix is preferred, the one holding it in memory more
+ * so), and the counter check itself. Then randomized
  * interleavings (seeded, thousands of runs) of requests, backends that
  * answer in their own order, worker and tokenizer deaths (connection
  * closed or silent), cancels, deadlines and client disconnects, checking
@@ -215,6 +217,21 @@ static void reg_model(sim *s, const char *ident, bool worker, int slots, const c
 
 static void reg(sim *s, const char *ident, bool worker, int slots) {
     reg_model(s, ident, worker, slots, "m");
+}
+
+/* A worker of model "m" (4 slots) registers with a disk tier of sharing
+ * id disk in dir. */
+static void reg_disk(sim *s, const char *ident, uint64_t disk, const char *dir) {
+    zi_msg m;
+    zi_im_register r = {.worker = true,
+                        .slots = 4,
+                        .max_length = 2048,
+                        .vocab = 1000,
+                        .model = {"m", 1},
+                        .kv_disk_dir = {dir, strlen(dir)},
+                        .kv_disk_id = disk};
+    assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
+    from_backend(s, ident, &m);
 }
 
 static void heartbeat(sim *s, const char *ident, int64_t block_size) {
@@ -1296,6 +1313,126 @@ static void test_prefix_block_size(void **state) {
     sim_free(&s);
 }
 
+/* A generate request with an n-token prompt (ids 1..n) encoded: the
+ * worker it starts on (its name, in *wrk) and its rid. */
+static int64_t start_on(sim *s, const char *client, const char *id, size_t n, char *wrk) {
+    size_t from = s->n_out;
+    generate(s, client, id, (gen_opts){0});
+    int64_t rid = last_rid(s, "tok0", "encode");
+    encoded(s, "tok0", rid, n);
+    int f = -1;
+    for (size_t i = from; i < s->n_out && f < 0; i++)
+        if (s->out[i].side == ZI_ROUTER_BACKEND && !strcmp(parse_sent(&s->out[i]).kind, "start"))
+            f = (int)i;
+    assert_true(f >= 0);
+    assert_int_equal(parse_sent(&s->out[f]).rid, rid);
+    strcpy(wrk, s->out[f].ident);
+    return rid;
+}
+
+/* Prefix affinity with disk tiers: wA and wB share directory tier 0xA
+ * (one id), wC has its own. A prefix wA took is warm on wB once wA is
+ * gone (its files outlive it): wB gets it over wC, which the load alone
+ * would pick (it registered first). Then the prefix is in wB's memory,
+ * and wB beats wD, a new worker on tier 0xA that comes first among the
+ * least loaded. A memory-warm worker more than two requests busier than
+ * the least loaded one is passed over for a disk-warm one within two. */
+static void test_affinity_disk_tier(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    reg(&s, "tok0", false, 8);
+    reg_disk(&s, "wA", 0xA, "/kv/shared");
+    reg_disk(&s, "wC", 0xC, "/kv/own");
+    reg_disk(&s, "wB", 0xA, "/mnt/kv-shared");
+    char w[32];
+    int64_t rid = start_on(&s, "c1", "a", 50, w);
+    assert_string_equal(w, "wA"); /* all idle: the first */
+    finish(&s, "tok0", "wA", rid);
+    /* a short prompt has no prefix key: it goes by load alone */
+    rid = start_on(&s, "c1", "b", 10, w);
+    assert_string_equal(w, "wA");
+    finish(&s, "tok0", "wA", rid);
+    zi_router_backend_gone(&s.rt, conn_of("wA"));
+    check_idle(&s);
+
+    rid = start_on(&s, "c1", "c", 50, w);
+    assert_string_equal(w, "wB"); /* disk-warm beats cold */
+    finish(&s, "tok0", "wB", rid);
+    rid = start_on(&s, "c1", "d", 40, w); /* another prefix: cold everywhere */
+    assert_string_equal(w, "wC");
+    finish(&s, "tok0", "wC", rid);
+
+    reg_disk(&s, "wD", 0xA, "/kv/shared"); /* takes wA's place, first in the table */
+    assert_int_equal(s.rt.be[1].disk, 0xA);
+    rid = start_on(&s, "c1", "e", 50, w);
+    assert_string_equal(w, "wB"); /* memory-warm beats disk-warm */
+    finish(&s, "tok0", "wB", rid);
+
+    /* wB busy with 3 requests of the prefix (memory affinity keeps them
+     * there: each is within two of the idle ones), wD with a cold one */
+    int64_t busy[3];
+    for (int i = 0; i < 3; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "f%d", i);
+        busy[i] = start_on(&s, "c1", id, 50, w);
+        assert_string_equal(w, "wB");
+    }
+    int64_t cold = start_on(&s, "c1", "h", 10, w);
+    assert_string_equal(w, "wD");
+    /* wB is more than two busier than the idle wC: the prefix goes to
+     * the disk-warm wD (one running), not to the cold, idle wC */
+    rid = start_on(&s, "c1", "g", 50, w);
+    assert_string_equal(w, "wD");
+    finish(&s, "tok0", "wD", rid);
+    finish(&s, "tok0", "wD", cold);
+    for (int i = 0; i < 3; i++) finish(&s, "tok0", "wB", busy[i]);
+    check_idle(&s);
+    sim_free(&s);
+}
+
+/* A register's disk tier survives the wire, and one that names no
+ * valid id is no disk tier. */
+static void test_register_disk_tier(void **state) {
+    (void)state;
+    zi_msg m;
+    zi_im_register r = {.worker = true,
+                        .slots = 2,
+                        .max_length = 512,
+                        .model = {"m", 1},
+                        .kv_disk_dir = {"/d", 2},
+                        .kv_disk_id = 0x8000000000000001ULL};
+    assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
+    msgpack_unpacked u;
+    zi_error err = {0};
+    assert_int_equal(zi_msgpack_parse(m.sb.data, m.sb.size, NULL, &u, &err), ZI_OK);
+    zi_im_register got;
+    zi_im_register_unpack(&u.data, &got);
+    assert_true(got.kv_disk_id == 0x8000000000000001ULL);
+    assert_int_equal(got.kv_disk_dir.n, 2);
+    assert_memory_equal(got.kv_disk_dir.p, "/d", 2);
+    msgpack_unpacked_destroy(&u);
+    zi_msg_free(&m);
+    /* a bad id: none */
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "type", "register");
+    zi_imap_str(&b, "role", "worker");
+    zi_imap kd;
+    zi_imap_init(&kd);
+    zi_imap_str(&kd, "dir", "/d");
+    zi_imap_str(&kd, "id", "00000000000000xz");
+    zi_imap_map(&b, "kv_disk", &kd);
+    zi_msg_init(&m);
+    assert_int_equal(zi_imap_close(&b, &m.pk), ZI_OK);
+    assert_int_equal(zi_msgpack_parse(m.sb.data, m.sb.size, NULL, &u, &err), ZI_OK);
+    zi_im_register_unpack(&u.data, &got);
+    assert_true(got.kv_disk_id == 0);
+    assert_null(got.kv_disk_dir.p);
+    msgpack_unpacked_destroy(&u);
+    zi_msg_free(&m);
+}
+
 /* ---- router restart (router_restart.c) ------------------------------------ */
 
 /* The bytes of the last "start" message sent to ident for rid (malloc'd). */
@@ -1994,6 +2131,8 @@ int main(void) {
         cmocka_unit_test(test_util_tokenizer_dies),
         cmocka_unit_test(test_shutdown_ends_all),
         cmocka_unit_test(test_prefix_block_size),
+        cmocka_unit_test(test_affinity_disk_tier),
+        cmocka_unit_test(test_register_disk_tier),
         cmocka_unit_test(test_router_restart),
         cmocka_unit_test(test_check_catches_drift),
         cmocka_unit_test(test_dispatch_long_queue),
