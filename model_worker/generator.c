@@ -546,15 +546,13 @@ static void preempt(zi_generator *g, zi_text_context *c) {
     g->stats.preemptions++;
 }
 
-/* A hybrid's prefix match of `got` blocks: the longest part of it that
- * ends where a checkpoint was taken, that checkpoint copied into the
+/* A hybrid's prefix match of `got` blocks, whose chained hashes the
+ * lookup left in g->hashes: the longest part of it that ends where a
+ * checkpoint was taken, that checkpoint copied into the
  * sequence's state slot; the blocks past it are given back (their K/V is
  * of no use without the state there). Returns the blocks kept. */
 static int32_t resume_state(zi_generator *g, zi_text_context *c, gseq *q, int32_t got) {
     const int bs = g->cfg.block_size;
-    uint64_t h = q->seed;
-    for (int32_t j = 0; j < got; j++)
-        g->hashes[j] = h = zi_kv_blocks_hash(g->kb, h, c->tokens + (size_t)j * bs);
     int32_t keep = got;
     int row = -1;
     for (; keep > 0 && row < 0; keep--)
@@ -609,13 +607,14 @@ static int32_t match_disk(zi_generator *g, zi_text_context *c, gseq *q, int32_t 
         }
         zi_kv_blocks_register(g->kb, id, parent, tk);
         g->on_disk[id] = zi_kv_blocks_registered(g->kb, id);
+        if (g->hashes) g->hashes[got] = h;
         q->blocks[got++] = id;
         q->last_hash = h;
         g->stats.disk_hit_blocks++;
         if (got == max) break;
-        int32_t more = zi_kv_blocks_match_seeded(g->kb, h, c->tokens + (size_t)got * bs,
-                                                 (int64_t)(max - got) * bs, max - got,
-                                                 q->blocks + got, &q->last_hash);
+        int32_t more = zi_kv_blocks_match_seeded(
+            g->kb, h, c->tokens + (size_t)got * bs, (int64_t)(max - got) * bs, max - got,
+            q->blocks + got, g->hashes ? g->hashes + got : NULL, &q->last_hash);
         got += more;
         g->stats.mem_hit_blocks += (uint64_t)more;
         if (got < max) g->stats.mem_miss_blocks++;
@@ -635,8 +634,10 @@ static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
     int32_t max = (int32_t)(eligible / g->cfg.block_size);
     g->stats.prefix_query_tokens += (uint64_t)eligible;
     if (max < 1) return;
+    /* a hybrid's state checkpoints are looked up by these blocks' hashes
+     * (resume_state): g->hashes is allocated for them */
     int32_t got = zi_kv_blocks_match_seeded(g->kb, q->seed, c->tokens, eligible, max, q->blocks,
-                                            &q->last_hash);
+                                            g->hashes, &q->last_hash);
     g->stats.mem_hit_blocks += (uint64_t)got;
     if (got < max) g->stats.mem_miss_blocks++;
     if (got < max && g->disk && q->seed == 0) {
