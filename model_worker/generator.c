@@ -568,7 +568,12 @@ static int32_t resume_state(zi_generator *g, zi_text_context *c, gseq *q, int32_
 
 /* After a step, a hybrid's sequence whose state now covers exactly its
  * registered blocks leaves a checkpoint of it (state_ckpt.h): of its
- * prompt while it encodes one, else its latest. */
+ * prompt while it encodes one, else its latest. The state is copied only
+ * when the checkpoint is new: not at a chunk's end before the prompt's
+ * last whole block (the sequence's prompt checkpoint, which replaces it a
+ * few steps later, schedule cuts a pass there), and not when a row holds
+ * that exact prefix already (the same chained hash and tokens give the
+ * same state: a repeated prompt, or its greedy reply). */
 static void checkpoint_state(zi_generator *g, zi_text_context *c) {
     gseq *q = zi_gen_seq_of(g, c);
     const int bs = g->cfg.block_size;
@@ -577,8 +582,11 @@ static void checkpoint_state(zi_generator *g, zi_text_context *c) {
     const int slot = (int)(q - g->seqs);
     assert(zi_kv_cache_state_length(g->kv, slot) == fed);
     const int kind = fed < c->prompt_len ? ZI_CKPT_PROMPT : ZI_CKPT_LATEST;
+    if (kind == ZI_CKPT_PROMPT && fed < (c->prompt_len - 1) / bs * bs) return;
+    const int held = zi_state_ckpts_find(g->ckpts, q->last_hash, c->tokens, fed) >= 0;
     int row = zi_state_ckpts_take(g->ckpts, slot, kind, q->last_hash, c->tokens, fed);
-    if (row >= 0 && zi_kv_cache_copy_state(g->kv, g->cfg.n_slots + row, slot, NULL) != ZI_OK)
+    if (row >= 0 && !held &&
+        zi_kv_cache_copy_state(g->kv, g->cfg.n_slots + row, slot, NULL) != ZI_OK)
         zi_state_ckpts_drop(g->ckpts, row); /* it holds no such state */
 }
 
