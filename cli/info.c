@@ -246,7 +246,8 @@ static int read_model(info *in, const zi_gguf *g, zi_error *err) {
     in->kv_k_row_extra = be->kv_k_row_extra;
     in->ctx = in->cfg.ctx_train < INFO_CTX ? in->cfg.ctx_train : INFO_CTX;
     /* The worker's default budget for this file, as zinfer serve checks it
-     * (mem_plan.h): the weights as the CPU backend holds them. */
+     * (mem_plan.h): the weights as the CPU backend holds them, and a
+     * hybrid's state checkpoints, as the default prefix cache keeps them. */
     zi_model_config c;
     zi_mem_model mm;
     in->have_plan =

@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -801,6 +802,17 @@ static long long worker_value(const serve_opts *o, const char *flag, long long d
     return dflt;
 }
 
+/* Whether flag (one without a value) is among the options passed to the
+ * workers. */
+static bool worker_flag(const serve_opts *o, const char *flag) {
+    for (int j = 0; j < o->n_wpass; j++) {
+        if (!strcmp(o->worker_pass[j], flag)) return true;
+        const zi_option *opt = zi_option_find(ZI_OWN_CHILDREN, o->worker_pass[j], NULL);
+        if (opt && opt->type != ZI_OPT_FLAG) j++; /* over its value */
+    }
+    return false;
+}
+
 /* One model file's costs from its header (mem_plan.h); nonzero when the
  * file cannot be read that way (the worker will say why). */
 static int file_costs(const char *path, const zi_backend *be, int batch, int slots,
@@ -863,6 +875,8 @@ static int check_memory(const serve_opts *o) {
         zi_model_config cfg, dcfg;
         zi_mem_model mm, dm;
         if (file_costs(sm->path, be, batch, slots, &cfg, &mm)) continue; /* the worker says why */
+        /* a hybrid keeps state checkpoints only with the prefix cache */
+        if (worker_flag(o, "--no-prefix-cache")) mm.state_ckpts_per_slot = 0;
         int draft = o->draft[0] && !file_costs(o->draft, be, batch, slots, &dcfg, &dm);
         /* The context as the worker cuts it (model_worker/worker_main.c, load). */
         int ctx = (int)(o->ctx < cfg.ctx_train ? o->ctx : cfg.ctx_train);

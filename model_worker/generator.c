@@ -550,15 +550,13 @@ static void preempt(zi_generator *g, zi_text_context *c) {
     g->stats.preemptions++;
 }
 
-/* A hybrid's prefix match of `got` blocks: the longest part of it that
- * ends where a checkpoint was taken, that checkpoint copied into the
+/* A hybrid's prefix match of `got` blocks, whose chained hashes the
+ * lookup left in g->hashes: the longest part of it that ends where a
+ * checkpoint was taken, that checkpoint copied into the
  * sequence's state slot; the blocks past it are given back (their K/V is
  * of no use without the state there). Returns the blocks kept. */
 static int32_t resume_state(zi_generator *g, zi_text_context *c, gseq *q, int32_t got) {
     const int bs = g->cfg.block_size;
-    uint64_t h = q->seed;
-    for (int32_t j = 0; j < got; j++)
-        g->hashes[j] = h = zi_kv_blocks_hash(g->kb, h, c->tokens + (size_t)j * bs);
     int32_t keep = got;
     int row = -1;
     for (; keep > 0 && row < 0; keep--)
@@ -574,7 +572,12 @@ static int32_t resume_state(zi_generator *g, zi_text_context *c, gseq *q, int32_
 
 /* After a step, a hybrid's sequence whose state now covers exactly its
  * registered blocks leaves a checkpoint of it (state_ckpt.h): of its
- * prompt while it encodes one, else its latest. */
+ * prompt while it encodes one, else its latest. The state is copied only
+ * when the checkpoint is new: not at a chunk's end before the prompt's
+ * last whole block (the sequence's prompt checkpoint, which replaces it a
+ * few steps later, schedule cuts a pass there), and not when a row holds
+ * that exact prefix already (the same chained hash and tokens give the
+ * same state: a repeated prompt, or its greedy reply). */
 static void checkpoint_state(zi_generator *g, zi_text_context *c) {
     gseq *q = zi_gen_seq_of(g, c);
     const int bs = g->cfg.block_size;
@@ -583,8 +586,11 @@ static void checkpoint_state(zi_generator *g, zi_text_context *c) {
     const int slot = (int)(q - g->seqs);
     assert(zi_kv_cache_state_length(g->kv, slot) == fed);
     const int kind = fed < c->prompt_len ? ZI_CKPT_PROMPT : ZI_CKPT_LATEST;
+    if (kind == ZI_CKPT_PROMPT && fed < (c->prompt_len - 1) / bs * bs) return;
+    const int held = zi_state_ckpts_find(g->ckpts, q->last_hash, c->tokens, fed) >= 0;
     int row = zi_state_ckpts_take(g->ckpts, slot, kind, q->last_hash, c->tokens, fed);
-    if (row >= 0 && zi_kv_cache_copy_state(g->kv, g->cfg.n_slots + row, slot, NULL) != ZI_OK)
+    if (row >= 0 && !held &&
+        zi_kv_cache_copy_state(g->kv, g->cfg.n_slots + row, slot, NULL) != ZI_OK)
         zi_state_ckpts_drop(g->ckpts, row); /* it holds no such state */
 }
 
@@ -613,13 +619,14 @@ static int32_t match_disk(zi_generator *g, zi_text_context *c, gseq *q, int32_t 
         }
         zi_kv_blocks_register(g->kb, id, parent, tk);
         g->on_disk[id] = zi_kv_blocks_registered(g->kb, id);
+        if (g->hashes) g->hashes[got] = h;
         q->blocks[got++] = id;
         q->last_hash = h;
         g->stats.disk_hit_blocks++;
         if (got == max) break;
-        int32_t more = zi_kv_blocks_match_seeded(g->kb, h, c->tokens + (size_t)got * bs,
-                                                 (int64_t)(max - got) * bs, max - got,
-                                                 q->blocks + got, &q->last_hash);
+        int32_t more = zi_kv_blocks_match_seeded(
+            g->kb, h, c->tokens + (size_t)got * bs, (int64_t)(max - got) * bs, max - got,
+            q->blocks + got, g->hashes ? g->hashes + got : NULL, &q->last_hash);
         got += more;
         g->stats.mem_hit_blocks += (uint64_t)more;
         if (got < max) g->stats.mem_miss_blocks++;
@@ -639,8 +646,10 @@ static void match_prefix(zi_generator *g, zi_text_context *c, gseq *q) {
     int32_t max = (int32_t)(eligible / g->cfg.block_size);
     g->stats.prefix_query_tokens += (uint64_t)eligible;
     if (max < 1) return;
+    /* a hybrid's state checkpoints are looked up by these blocks' hashes
+     * (resume_state): g->hashes is allocated for them */
     int32_t got = zi_kv_blocks_match_seeded(g->kb, q->seed, c->tokens, eligible, max, q->blocks,
-                                            &q->last_hash);
+                                            g->hashes, &q->last_hash);
     g->stats.mem_hit_blocks += (uint64_t)got;
     if (got < max) g->stats.mem_miss_blocks++;
     if (got < max && g->disk && q->seed == 0) {

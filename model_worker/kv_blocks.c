@@ -229,12 +229,12 @@ uint64_t zi_kv_blocks_register(zi_kv_blocks *kb, int32_t id, uint64_t parent,
 
 int32_t zi_kv_blocks_match(zi_kv_blocks *kb, const int32_t *tokens, int64_t n_tokens,
                            int32_t max_blocks, int32_t *ids_out, uint64_t *last_hash) {
-    return zi_kv_blocks_match_seeded(kb, 0, tokens, n_tokens, max_blocks, ids_out, last_hash);
+    return zi_kv_blocks_match_seeded(kb, 0, tokens, n_tokens, max_blocks, ids_out, NULL, last_hash);
 }
 
 int32_t zi_kv_blocks_match_seeded(zi_kv_blocks *kb, uint64_t seed, const int32_t *tokens,
                                   int64_t n_tokens, int32_t max_blocks, int32_t *ids_out,
-                                  uint64_t *last_hash) {
+                                  uint64_t *hashes_out, uint64_t *last_hash) {
     uint64_t parent = seed;
     int32_t found = 0;
     for (; found < max_blocks && (int64_t)(found + 1) * kb->bs <= n_tokens; found++) {
@@ -254,6 +254,7 @@ int32_t zi_kv_blocks_match_seeded(zi_kv_blocks *kb, uint64_t seed, const int32_t
         }
         kb->ref[id]++;
         ids_out[found] = id;
+        if (hashes_out) hashes_out[found] = h;
         parent = h;
     }
     if (last_hash) *last_hash = parent;

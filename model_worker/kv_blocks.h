@@ -92,10 +92,12 @@ int32_t zi_kv_blocks_match(zi_kv_blocks *kb, const int32_t *tokens, int64_t n_to
  * (registered with zi_kv_blocks_register(kb, id, seed, tokens)): K/V
  * computed under something besides the tokens, such as a LoRA adapter
  * (model_worker/lora.h), is only shared under the same seed. *last_hash
- * is seed when nothing matched. */
+ * is seed when nothing matched. hashes_out (NULL: not wanted) gets each
+ * found block's chained hash, for a caller that needs more than the last
+ * one (a hybrid's state checkpoints, generator.c). */
 int32_t zi_kv_blocks_match_seeded(zi_kv_blocks *kb, uint64_t seed, const int32_t *tokens,
                                   int64_t n_tokens, int32_t max_blocks, int32_t *ids_out,
-                                  uint64_t *last_hash);
+                                  uint64_t *hashes_out, uint64_t *last_hash);
 
 /* Is block id registered (zi_kv_blocks_register took it, and it has not
  * been evicted since)? */

@@ -16,6 +16,7 @@ void zi_mem_model_of(const zi_model *m, int max_batch_tokens, int max_logit_rows
     out->work_bytes =
         zi_model_config_work_bytes(zi_model_get_config(m), max_batch_tokens, max_logit_rows);
     out->state_bytes_per_slot = zi_model_state_bytes_per_slot(m);
+    out->state_ckpts_per_slot = ZI_STATE_CKPT_PER_SLOT;
 }
 
 /* The bytes backend be holds for tensor t once loaded: the CPU backend's
@@ -50,6 +51,7 @@ int zi_mem_model_of_file(const zi_gguf *g, const zi_backend *be, int max_batch_t
     out->kv_bytes_per_token = zi_model_config_kv_bytes_per_token(cfg, be);
     out->work_bytes = zi_model_config_work_bytes(cfg, max_batch_tokens, max_logit_rows);
     out->state_bytes_per_slot = zi_model_config_state_bytes_per_slot(cfg);
+    out->state_ckpts_per_slot = ZI_STATE_CKPT_PER_SLOT;
     return ZI_OK;
 }
 
@@ -67,8 +69,9 @@ int zi_mem_plan_make(const zi_mem_model *model, const zi_mem_model *draft, int s
     uint64_t tokens = per_seq * (uint64_t)slots, kv = 0, t = 0;
     uint64_t states = 0;
     int of = __builtin_mul_overflow(tokens, model->kv_bytes_per_token, &kv);
-    /* a hybrid's state slots: each sequence's, and its checkpoints' */
-    of |= __builtin_mul_overflow((uint64_t)slots * (1 + ZI_STATE_CKPT_PER_SLOT),
+    /* a hybrid's state slots: each sequence's, and its checkpoints' (with
+     * the prefix cache only) */
+    of |= __builtin_mul_overflow((uint64_t)slots * (1 + (uint64_t)model->state_ckpts_per_slot),
                                  model->state_bytes_per_slot, &states);
     of |= __builtin_add_overflow(kv, states, &kv);
     uint64_t weights = model->weight_bytes, work = model->work_bytes,

@@ -37,14 +37,20 @@ typedef struct zi_mem_model {
     uint64_t kv_bytes_per_token; /* K and V of every layer, in the backend's layout */
     uint64_t work_bytes;         /* activations and logits (zi_model_config_work_bytes) */
     uint64_t state_bytes_per_slot; /* a hybrid's recurrent states, per sequence (0: none) */
+    int state_ckpts_per_slot;      /* checkpoint rows of those states per sequence: kept only
+                                    * with the prefix cache (generator.c), so 0 with
+                                    * --no-prefix-cache */
 } zi_mem_model;
 
 /* A loaded model, with the working buffers of a pass of max_batch_tokens
- * tokens and max_logit_rows rows of logits. */
+ * tokens and max_logit_rows rows of logits. state_ckpts_per_slot is the
+ * prefix cache's (ZI_STATE_CKPT_PER_SLOT): a caller that runs without it
+ * sets it to 0. */
 void zi_mem_model_of(const zi_model *m, int max_batch_tokens, int max_logit_rows,
                      zi_mem_model *out);
 
-/* A file's model from its header alone (nothing loaded): the weights are
+/* A file's model from its header alone (nothing loaded), with the prefix
+ * cache's state checkpoints as zi_mem_model_of: the weights are
  * its tensors' bytes as backend be holds them (the CPU backend's repacked
  * layout of the K-quants and IQ4 types is a little larger than the file), the KV
  * cache's layout is be's. cfg gets the
@@ -68,7 +74,8 @@ typedef struct zi_mem_plan {
 } zi_mem_plan;
 
 /* The plan for model (and draft, NULL when none) at slots sequences of up
- * to ctx positions in blocks of block_size. ZI_EINVAL for a value below 1,
+ * to ctx positions in blocks of block_size; a hybrid's KV cache has
+ * 1 + model->state_ckpts_per_slot state rows per slot. ZI_EINVAL for a value below 1,
  * ZI_ERANGE when a size overflows. */
 int zi_mem_plan_make(const zi_mem_model *model, const zi_mem_model *draft, int slots, int ctx,
                      int block_size, zi_mem_plan *out, zi_error *err);

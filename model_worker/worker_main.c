@@ -1129,6 +1129,7 @@ static int size_kv_cache(worker *w, const wopts *o, wres *r, uint64_t *kv_bytes,
     zi_mem_model mm, dm;
     zi_mem_model_of(r->model, (int)o->batch, w->slots, &mm);
     if (r->draft) zi_mem_model_of(r->draft, (int)o->batch, w->slots, &dm);
+    if (o->no_prefix_cache) mm.state_ckpts_per_slot = 0; /* no checkpoints kept */
     uint64_t adapters = 0; /* --lora's A and B count with the weights */
     for (int i = 0; i < w->n_loras; i++) adapters += zi_lora_bytes(w->loras[i]);
     mm.weight_bytes += adapters;

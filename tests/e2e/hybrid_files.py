@@ -71,16 +71,11 @@ Returns (path, tensors): tensors maps name -> (array, raw type) as written
 (before drop / replace).
 """
 
-import os
 from pathlib import Path
 
-import gguf
 import numpy as np
 from gguf_files import tokenizer_rows, write_gguf
-
-Q = gguf.GGMLQuantizationType
-HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
-VENDOR = HOME / "llama.cpp-vendor" / "models"
+from moe_files import VENDOR, Q, random_matrix  # the same weight writers as the MoE files
 
 # layer kinds: "a" attention, "r" the arch's recurrent block
 ARCHS = {
@@ -184,30 +179,6 @@ def hybrid_hparams(cfg, n_vocab):
     return hp
 
 
-def _q8_0_fast(rng, shape, sigma):
-    """Q8_0 blocks drawn as bytes (the embedding tables: quantizing 30 M
-    floats with gguf takes seconds): f16 d, 32 int8 codes."""
-    rows, cols = int(np.prod(shape[:-1])), shape[-1]
-    n = rows * cols // 32
-    d = np.full((n, 1), sigma / 73.6, np.float16).view(np.uint8)  # std of U{-127..127} * d
-    q = rng.integers(-127, 128, (n, 32), dtype=np.int8).view(np.uint8)
-    return np.concatenate([d, q], axis=1).reshape(*shape[:-1], -1)
-
-
-def _matrix(rng, shape, qtype, sigma):
-    """(array, raw type) of numpy shape [rows, cols] and type qtype, weights
-    of standard deviation ~sigma."""
-    shape = tuple(int(d) for d in shape)
-    if qtype == Q.Q8_0 and shape[0] * shape[1] > 4_000_000:
-        return _q8_0_fast(rng, shape, sigma), qtype
-    w = (rng.standard_normal(shape) * sigma).astype(np.float32)
-    if qtype == Q.F32:
-        return w, None
-    if qtype == Q.F16:
-        return w.astype(np.float16), None
-    return gguf.quants.quantize(w, qtype), qtype
-
-
 def hybrid_tensors(cfg, n_vocab):
     """name -> (array, raw type), deterministic from cfg["seed"]."""
     rng = np.random.default_rng(cfg["seed"])
@@ -219,7 +190,7 @@ def hybrid_tensors(cfg, n_vocab):
         return (centre + sigma * rng.standard_normal(shape)).astype(np.float32), None
 
     def mat(role, rows, cols, gain=1.0):
-        return _matrix(rng, (rows, cols), ty[role], gain / np.sqrt(cols))
+        return random_matrix(rng, (rows, cols), ty[role], gain / np.sqrt(cols))
 
     def uniform(shape, lo, hi):
         return rng.uniform(lo, hi, shape).astype(np.float32)
@@ -227,12 +198,12 @@ def hybrid_tensors(cfg, n_vocab):
     def softplus_inv(y):  # the bias whose softplus is y
         return np.log(np.expm1(y)).astype(np.float32)
 
-    t = {"token_embd.weight": _matrix(rng, (n_vocab, d), ty["token_embd"], cfg["embd_sigma"])}
+    t = {"token_embd.weight": random_matrix(rng, (n_vocab, d), ty["token_embd"], cfg["embd_sigma"])}
     # LFM2's output norm carries the name token_embd_norm (llama.cpp's
     # LLM_TENSOR_OUTPUT_NORM_LFM2)
     t["token_embd_norm.weight" if arch == "lfm2" else "output_norm.weight"] = vec(d, 1.0, 0.2)
     if cfg["out_sigma"] is not None:
-        t["output.weight"] = _matrix(rng, (n_vocab, d), ty["output"], cfg["out_sigma"])
+        t["output.weight"] = random_matrix(rng, (n_vocab, d), ty["output"], cfg["out_sigma"])
     # Granite scales every block's output by residual_scale (0.22): larger
     # output projections keep the blocks' share of the residual stream
     gain = 2.5 if arch == "granitehybrid" else 1.0

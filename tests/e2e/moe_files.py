@@ -139,7 +139,7 @@ def moe_hparams(cfg):
     return hp
 
 
-def _q8_0_fast(rng, shape, sigma):
+def q8_0_fast(rng, shape, sigma):
     """Q8_0 blocks drawn as bytes (the embedding tables: quantizing 30 M
     floats with gguf takes seconds): f16 d, 32 int8 codes."""
     rows, cols = int(np.prod(shape[:-1])), shape[-1]
@@ -149,15 +149,16 @@ def _q8_0_fast(rng, shape, sigma):
     return np.concatenate([d, q], axis=1).reshape(*shape[:-1], -1)
 
 
-def _matrix(rng, shape, qtype, sigma):
+def random_matrix(rng, shape, qtype, sigma):
     """(array, raw type) of shape (numpy order: [experts,] rows, cols) and
-    type qtype, weights of standard deviation ~sigma."""
+    type qtype, weights of standard deviation ~sigma. hybrid_files draws
+    its weights with it too."""
     shape = tuple(int(d) for d in shape)
     rows = int(np.prod(shape[:-1]))
     if qtype in (Q.Q4_K, Q.Q6_K):
         return kquant_bytes(rng, qtype, rows, shape[-1], sigma).reshape(*shape[:-1], -1), qtype
     if qtype == Q.Q8_0 and rows * shape[-1] > 4_000_000:
-        return _q8_0_fast(rng, shape, sigma), qtype
+        return q8_0_fast(rng, shape, sigma), qtype
     w = (rng.standard_normal(shape) * sigma).astype(np.float32)
     if qtype == Q.F32:
         return w, None
@@ -181,9 +182,9 @@ def moe_tensors(cfg, n_vocab):
     def vec(shape, centre, sigma):
         return (centre + sigma * rng.standard_normal(shape)).astype(np.float32), None
 
-    t = {"token_embd.weight": _matrix(rng, (n_vocab, d), ty["token_embd"], 0.5),
+    t = {"token_embd.weight": random_matrix(rng, (n_vocab, d), ty["token_embd"], 0.5),
          "output_norm.weight": vec(d, 1.0, 0.2),
-         "output.weight": _matrix(rng, (n_vocab, d), ty["output"], 2.0 / np.sqrt(d))}
+         "output.weight": random_matrix(rng, (n_vocab, d), ty["output"], 2.0 / np.sqrt(d))}
     for L in range(cfg["n_layer"]):
         p = f"blk.{L}."
         t[p + "attn_norm.weight"] = vec(d, 1.0, 0.2)
@@ -191,7 +192,7 @@ def moe_tensors(cfg, n_vocab):
         t[p + ("post_attention_norm.weight" if oss else "ffn_norm.weight")] = vec(d, 1.0, 0.2)
         for name, rows, cols in (("attn_q", qd, d), ("attn_k", kvd, d), ("attn_v", kvd, d),
                                  ("attn_output", d, qd)):
-            t[p + name + ".weight"] = _matrix(rng, (rows, cols), typ(name, L), 1 / np.sqrt(cols))
+            t[p + name + ".weight"] = random_matrix(rng, (rows, cols), typ(name, L), 1 / np.sqrt(cols))
         if arch in ("qwen2moe", "gpt-oss"):
             bs = cfg["bias_sigma"]
             t[p + "attn_q.bias"] = vec(qd, 0.0, bs)
@@ -204,12 +205,12 @@ def moe_tensors(cfg, n_vocab):
         if arch == "qwen3moe":
             t[p + "attn_q_norm.weight"] = vec(hd, 1.0, 0.2)
             t[p + "attn_k_norm.weight"] = vec(hd, 1.0, 0.2)
-        t[p + "ffn_gate_inp.weight"] = _matrix(rng, (E, d), Q.F32, cfg["router_sigma"] / np.sqrt(d))
+        t[p + "ffn_gate_inp.weight"] = random_matrix(rng, (E, d), Q.F32, cfg["router_sigma"] / np.sqrt(d))
         # gpt-oss: wide gate/up products (the clamp at 7 bites), a small down
         gu, dn = cfg["gate_up_sigma"], cfg["down_sigma"]
-        t[p + "ffn_gate_exps.weight"] = _matrix(rng, (E, ff, d), typ("gate_exps", L), gu / np.sqrt(d))
-        t[p + "ffn_up_exps.weight"] = _matrix(rng, (E, ff, d), typ("up_exps", L), gu / np.sqrt(d))
-        t[p + "ffn_down_exps.weight"] = _matrix(rng, (E, d, ff), typ("down_exps", L), dn / np.sqrt(ff))
+        t[p + "ffn_gate_exps.weight"] = random_matrix(rng, (E, ff, d), typ("gate_exps", L), gu / np.sqrt(d))
+        t[p + "ffn_up_exps.weight"] = random_matrix(rng, (E, ff, d), typ("up_exps", L), gu / np.sqrt(d))
+        t[p + "ffn_down_exps.weight"] = random_matrix(rng, (E, d, ff), typ("down_exps", L), dn / np.sqrt(ff))
         if oss:
             t[p + "ffn_gate_inp.bias"] = vec(E, 0.0, 0.5)
             t[p + "ffn_gate_exps.bias"] = vec((E, ff), 0.0, 0.5)
@@ -218,9 +219,9 @@ def moe_tensors(cfg, n_vocab):
         if fs:
             # the shared expert's gate logit near 0: sigmoid in its slope
             t[p + "ffn_gate_inp_shexp.weight"] = vec(d, 0.0, 1.0 / np.sqrt(d))
-            t[p + "ffn_gate_shexp.weight"] = _matrix(rng, (fs, d), typ("gate_shexp", L), 1 / np.sqrt(d))
-            t[p + "ffn_up_shexp.weight"] = _matrix(rng, (fs, d), typ("up_shexp", L), 1 / np.sqrt(d))
-            t[p + "ffn_down_shexp.weight"] = _matrix(rng, (d, fs), typ("down_shexp", L), 1 / np.sqrt(fs))
+            t[p + "ffn_gate_shexp.weight"] = random_matrix(rng, (fs, d), typ("gate_shexp", L), 1 / np.sqrt(d))
+            t[p + "ffn_up_shexp.weight"] = random_matrix(rng, (fs, d), typ("up_shexp", L), 1 / np.sqrt(d))
+            t[p + "ffn_down_shexp.weight"] = random_matrix(rng, (d, fs), typ("down_shexp", L), 1 / np.sqrt(fs))
     return t
 
 

@@ -77,17 +77,20 @@ static void test_seeded_chains(void **state) {
     int32_t t[2 * BS] = {1, 2, 3, 4, 5, 6, 7, 8}, ids[2];
     int32_t a = zi_kv_blocks_alloc(kb), b = zi_kv_blocks_alloc(kb);
     uint64_t h = zi_kv_blocks_register(kb, a, 77, t);
-    zi_kv_blocks_register(kb, b, h, t + BS);
+    uint64_t h2 = zi_kv_blocks_register(kb, b, h, t + BS), hs[2] = {0};
     zi_kv_blocks_release(kb, b);
     zi_kv_blocks_release(kb, a);
     uint64_t last = 5;
     assert_int_equal(zi_kv_blocks_match(kb, t, 2 * BS, 2, ids, &last), 0);
     assert_int_equal(last, 0);
-    assert_int_equal(zi_kv_blocks_match_seeded(kb, 78, t, 2 * BS, 2, ids, &last), 0);
+    assert_int_equal(zi_kv_blocks_match_seeded(kb, 78, t, 2 * BS, 2, ids, NULL, &last), 0);
     assert_int_equal(last, 78);
-    assert_int_equal(zi_kv_blocks_match_seeded(kb, 77, t, 2 * BS, 2, ids, &last), 2);
+    assert_int_equal(zi_kv_blocks_match_seeded(kb, 77, t, 2 * BS, 2, ids, hs, &last), 2);
     assert_int_equal(ids[0], a);
     assert_int_equal(ids[1], b);
+    assert_int_equal(hs[0], h); /* each block's chained hash, as registered */
+    assert_int_equal(hs[1], h2);
+    assert_int_equal(last, h2);
     check(kb);
     zi_kv_blocks_release(kb, ids[1]);
     zi_kv_blocks_release(kb, ids[0]);

@@ -57,6 +57,26 @@ static void test_plan_draft(void **state) {
     assert_int_equal(p.total_bytes, 1100 + 928 + 7);
 }
 
+/* A hybrid's recurrent states: a row per slot, and the prefix cache's
+ * checkpoint rows only when it is on (--no-prefix-cache keeps none). */
+static void test_plan_states(void **state) {
+    (void)state;
+    zi_mem_model m = {.weight_bytes = 1000,
+                      .kv_bytes_per_token = 10,
+                      .work_bytes = 5,
+                      .state_bytes_per_slot = 7,
+                      .state_ckpts_per_slot = 2};
+    zi_mem_plan p;
+    zi_error err = {0};
+    assert_int_equal(zi_mem_plan_make(&m, NULL, 2, 20, 16, &p, &err), ZI_OK);
+    assert_int_equal(p.kv_bytes, 640 + 2 * 3 * 7);
+    assert_int_equal(p.total_bytes, 1000 + 640 + 42 + 5);
+    m.state_ckpts_per_slot = 0;
+    assert_int_equal(zi_mem_plan_make(&m, NULL, 2, 20, 16, &p, &err), ZI_OK);
+    assert_int_equal(p.kv_bytes, 640 + 2 * 7);
+    assert_int_equal(p.total_bytes, 1000 + 640 + 14 + 5);
+}
+
 static void test_plan_refusals(void **state) {
     (void)state;
     zi_mem_model m = {.weight_bytes = 1, .kv_bytes_per_token = 1, .work_bytes = 1};
@@ -172,10 +192,10 @@ static void test_startup_pipe(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plan_sum),      cmocka_unit_test(test_plan_draft),
-        cmocka_unit_test(test_plan_refusals), cmocka_unit_test(test_usable_share),
-        cmocka_unit_test(test_check),         cmocka_unit_test(test_available),
-        cmocka_unit_test(test_startup_pipe),
+        cmocka_unit_test(test_plan_sum),     cmocka_unit_test(test_plan_draft),
+        cmocka_unit_test(test_plan_states),  cmocka_unit_test(test_plan_refusals),
+        cmocka_unit_test(test_usable_share), cmocka_unit_test(test_check),
+        cmocka_unit_test(test_available),    cmocka_unit_test(test_startup_pipe),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
