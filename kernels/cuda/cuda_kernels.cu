@@ -304,56 +304,51 @@ template <class B> __device__ __forceinline__ void decode_block(const uint8_t *b
     }
 }
 
-/* One thread per 32-value block: decode, convert, four 16-byte stores. */
-template <class B>
-__global__ void quant_to_f16(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
-                             int64_t cols, __half *__restrict__ out) {
-    const int64_t nb = cols / 32;
-    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= rows * nb) return;
-    const int64_t r = idx / nb, ib = idx % nb;
-    float v[32];
-    decode_block<B>(w + r * row_bytes + ib * B::kBytes, v);
+/* A decoded block of 32 values stored into a dense row: float16 in four
+ * 16-byte stores, float32 as it is (exact). */
+__device__ __forceinline__ void put_block(__half *dst, const float *v) {
     __half2 hv[16];
 #pragma unroll
     for (int i = 0; i < 16; i++) hv[i] = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-    uint4 *dst = reinterpret_cast<uint4 *>(out + r * cols + ib * 32);
+    uint4 *d = reinterpret_cast<uint4 *>(dst);
     const uint4 *src = reinterpret_cast<const uint4 *>(hv);
 #pragma unroll
-    for (int i = 0; i < 4; i++) dst[i] = src[i];
+    for (int i = 0; i < 4; i++) d[i] = src[i];
 }
 
-template <int TYPE>
-__global__ void float_to_f16(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
-                             int64_t cols, __half *__restrict__ out) {
-    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= rows * cols) return;
-    const int64_t r = idx / cols, c = idx % cols;
-    out[idx] = __float2half_rn(load_w<TYPE>(w + r * row_bytes, c));
-}
-
-/* The same into float32 (matmul_tile's weight copies): exact. */
-template <class B>
-__global__ void quant_to_f32(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
-                             int64_t cols, float *__restrict__ out) {
-    const int64_t nb = cols / 32;
-    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= rows * nb) return;
-    const int64_t r = idx / nb, ib = idx % nb;
-    float v[32];
-    decode_block<B>(w + r * row_bytes + ib * B::kBytes, v);
-    float *dst = out + r * cols + ib * 32;
+__device__ __forceinline__ void put_block(float *dst, const float *v) {
 #pragma unroll
     for (int i = 0; i < 32; i++) dst[i] = v[i];
 }
 
-template <int TYPE>
-__global__ void float_to_f32(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
-                             int64_t cols, float *__restrict__ out) {
+__device__ __forceinline__ void put_one(__half *dst, float v) {
+    *dst = __float2half_rn(v);
+}
+__device__ __forceinline__ void put_one(float *dst, float v) {
+    *dst = v;
+}
+
+/* Quantized rows into a dense T matrix: one thread per 32-value block. */
+template <class B, typename T>
+__global__ void quant_to_dense(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
+                               int64_t cols, T *__restrict__ out) {
+    const int64_t nb = cols / 32;
+    const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (idx >= rows * nb) return;
+    const int64_t r = idx / nb, ib = idx % nb;
+    float v[32];
+    decode_block<B>(w + r * row_bytes + ib * B::kBytes, v);
+    put_block(out + r * cols + ib * 32, v);
+}
+
+/* Float rows (F16, BF16, F32) into a dense T matrix: one thread a value. */
+template <int TYPE, typename T>
+__global__ void float_to_dense(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
+                               int64_t cols, T *__restrict__ out) {
     const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (idx >= rows * cols) return;
     const int64_t r = idx / cols, c = idx % cols;
-    out[idx] = load_w<TYPE>(w + r * row_bytes, c);
+    put_one(out + idx, load_w<TYPE>(w + r * row_bytes, c));
 }
 
 __global__ void f32_to_f16(const float *__restrict__ x, __half *__restrict__ out, size_t n) {
@@ -736,6 +731,44 @@ unsigned ew_blocks(size_t n) {
 
 } // namespace
 
+/* Weights of a type into a dense T matrix (zi_cuda_to_f16, zi_cuda_to_f32);
+ * f16_source: whether F16 weights are taken (the float16 copy has none
+ * to make: they are used as they are). */
+template <typename T>
+static cudaError_t to_dense(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
+                            T *out, bool f16_source, cudaStream_t stream) {
+    const uint8_t *wb = static_cast<const uint8_t *>(w);
+    if (rows <= 0 || cols <= 0) return cudaSuccess;
+    const int64_t nb = rows * (cols / 32), ne = rows * cols;
+    const unsigned gq = static_cast<unsigned>((nb + kThreads - 1) / kThreads);
+    const unsigned gf = static_cast<unsigned>((ne + kThreads - 1) / kThreads);
+    switch (type) {
+    case ZI_TYPE_Q4_0:
+        quant_to_dense<BlockQ4_0, T><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_Q4_1:
+        quant_to_dense<BlockQ4_1, T><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_Q8_0:
+        quant_to_dense<BlockQ8_0, T><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_F16:
+        if (!f16_source) return cudaErrorInvalidValue;
+        float_to_dense<ZI_TYPE_F16, T><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_BF16:
+        float_to_dense<ZI_TYPE_BF16, T>
+            <<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    case ZI_TYPE_F32:
+        float_to_dense<ZI_TYPE_F32, T><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+        break;
+    default:
+        return cudaErrorInvalidValue;
+    }
+    return cudaGetLastError();
+}
+
 extern "C" {
 
 cudaError_t zi_cuda_kernels_check(void) {
@@ -757,64 +790,12 @@ cudaError_t zi_cuda_mmv(int type, const void *w, size_t row_bytes, int64_t rows,
 
 cudaError_t zi_cuda_to_f16(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                            void *out, cudaStream_t stream) {
-    const uint8_t *wb = static_cast<const uint8_t *>(w);
-    __half *o = static_cast<__half *>(out);
-    if (rows <= 0 || cols <= 0) return cudaSuccess;
-    const int64_t nb = rows * (cols / 32), ne = rows * cols;
-    const unsigned gq = static_cast<unsigned>((nb + kThreads - 1) / kThreads);
-    const unsigned gf = static_cast<unsigned>((ne + kThreads - 1) / kThreads);
-    switch (type) {
-    case ZI_TYPE_Q4_0:
-        quant_to_f16<BlockQ4_0><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, o);
-        break;
-    case ZI_TYPE_Q4_1:
-        quant_to_f16<BlockQ4_1><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, o);
-        break;
-    case ZI_TYPE_Q8_0:
-        quant_to_f16<BlockQ8_0><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, o);
-        break;
-    case ZI_TYPE_BF16:
-        float_to_f16<ZI_TYPE_BF16><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, o);
-        break;
-    case ZI_TYPE_F32:
-        float_to_f16<ZI_TYPE_F32><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, o);
-        break;
-    default:
-        return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return to_dense(type, w, row_bytes, rows, cols, static_cast<__half *>(out), false, stream);
 }
 
 cudaError_t zi_cuda_to_f32(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                            float *out, cudaStream_t stream) {
-    const uint8_t *wb = static_cast<const uint8_t *>(w);
-    if (rows <= 0 || cols <= 0) return cudaSuccess;
-    const int64_t nb = rows * (cols / 32), ne = rows * cols;
-    const unsigned gq = static_cast<unsigned>((nb + kThreads - 1) / kThreads);
-    const unsigned gf = static_cast<unsigned>((ne + kThreads - 1) / kThreads);
-    switch (type) {
-    case ZI_TYPE_Q4_0:
-        quant_to_f32<BlockQ4_0><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
-        break;
-    case ZI_TYPE_Q4_1:
-        quant_to_f32<BlockQ4_1><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
-        break;
-    case ZI_TYPE_Q8_0:
-        quant_to_f32<BlockQ8_0><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
-        break;
-    case ZI_TYPE_F16:
-        float_to_f32<ZI_TYPE_F16><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
-        break;
-    case ZI_TYPE_BF16:
-        float_to_f32<ZI_TYPE_BF16><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
-        break;
-    case ZI_TYPE_F32:
-        float_to_f32<ZI_TYPE_F32><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
-        break;
-    default:
-        return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return to_dense(type, w, row_bytes, rows, cols, out, true, stream);
 }
 
 cudaError_t zi_cuda_f32_to_f16(const float *x, void *out, size_t n, cudaStream_t stream) {
