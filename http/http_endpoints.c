@@ -271,6 +271,19 @@ static void models(zi_http_ctx *ctx, const char *id, zi_http_answer *a) {
     json_object_set_new(a->json, "data", data);
 }
 
+/* Sends msg (freed here), a model or adapter op of id "l", and waits for
+ * its answer with the generation wait (a load may read a file on every
+ * worker), not the health one. On failure the router's field model_name
+ * is named as the client's: model. */
+static int call_model_op(zi_http_ctx *ctx, zi_http_conn *c, zi_msg *msg, zi_http_frame *f,
+                         zi_http_error *e) {
+    int rc = zi_http_call(c, msg, "l", ctx->lim.router_timeout_ms, f, e);
+    zi_msg_free(msg);
+    if (rc && e->param[0] && !strcmp(e->param, "model_name"))
+        snprintf(e->param, sizeof e->param, "model");
+    return rc;
+}
+
 /* POST /models/load, POST /models/unload (llama-server's router mode):
  * body {"model": NAME}; the router's load_model / unload_model, whose
  * wish zinfer serve acts on. 200 {"success": true, "model", "status"}:
@@ -299,14 +312,7 @@ static void models_load(zi_http_ctx *ctx, const char *body, size_t len, int load
     zi_pack_kv_str(&msg.pk, "id", "l");
     zi_pack_kv_strn(&msg.pk, "model_name", json_string_value(m), json_string_length(m));
     zi_http_frame f;
-    int rc = zi_http_call(c, &msg, "l", ctx->lim.router_timeout_ms, &f, &e);
-    zi_msg_free(&msg);
-    if (rc) {
-        /* the router's field names the client's */
-        if (e.param[0] && !strcmp(e.param, "model_name"))
-            snprintf(e.param, sizeof e.param, "model");
-        goto fail;
-    }
+    if (call_model_op(ctx, c, &msg, &f, &e)) goto fail;
     char name[256], status[32];
     zi_http_frame_str(f.root, "model", name, sizeof name);
     zi_http_frame_str(f.root, "status", status, sizeof status);
@@ -384,14 +390,7 @@ static void lora_load(zi_http_ctx *ctx, const char *body, size_t len, int load, 
         }
     }
     zi_http_frame f;
-    /* a load reads the file on every worker: the generation wait, not the health one */
-    int rc = zi_http_call(c, &msg, "l", ctx->lim.router_timeout_ms, &f, &e);
-    zi_msg_free(&msg);
-    if (rc) {
-        if (e.param[0] && !strcmp(e.param, "model_name"))
-            snprintf(e.param, sizeof e.param, "model");
-        goto fail;
-    }
+    if (call_model_op(ctx, c, &msg, &f, &e)) goto fail;
     zi_http_frame_free(&f);
     char text[200];
     int n = snprintf(text, sizeof text, "Success: LoRA adapter '%s' %s successfully.",

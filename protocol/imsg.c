@@ -116,9 +116,8 @@ int zi_imap_close(zi_imap *b, msgpack_packer *out) {
     return rc;
 }
 
-/* Closes the message map b into out (initialised here): the header goes in
- * place and out takes over b's buffer. */
-static int close_msg(zi_imap *b, zi_msg *out) {
+/* The header goes in place and out takes over b's buffer: no copy. */
+int zi_imap_close_msg(zi_imap *b, zi_msg *out) {
     zi_msg_init(out);
     if (b->bad) {
         zi_imap_free(b);
@@ -138,11 +137,17 @@ static int close_msg(zi_imap *b, zi_msg *out) {
  * out either way. The field's error comes first. */
 static int finish(zi_imap *b, int rc, zi_msg *out) {
     if (rc) zi_imap_fail(b);
-    int rc2 = close_msg(b, out);
+    int rc2 = zi_imap_close_msg(b, out);
     return rc ? rc : rc2;
 }
 
 /* ---- typed or passed-through values ---------------------------------------- */
+
+zi_im_str zi_im_str_at(const msgpack_object *o, const char *key) {
+    const msgpack_object *v = zi_map_get(o, key);
+    if (!v || v->type != MSGPACK_OBJECT_STR) return (zi_im_str){NULL, 0};
+    return (zi_im_str){v->via.str.ptr, v->via.str.size};
+}
 
 void zi_im_ids_free(zi_im_ids *ids) {
     free(ids->own);
@@ -318,7 +323,7 @@ int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
         zi_imap_str(&kd, "id", hex);
         zi_imap_map(&b, "kv_disk", &kd);
     }
-    int rc2 = close_msg(&b, out);
+    int rc2 = zi_imap_close_msg(&b, out);
     return rc ? rc : rc2;
 }
 
@@ -370,7 +375,7 @@ void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m) {
 int zi_im_reregister_pack(zi_msg *out) {
     zi_imap b;
     begin(&b, ZI_IM_REREGISTER, false, 0);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_heartbeat_pack(const zi_im_heartbeat *m, zi_msg *out) {
@@ -383,7 +388,7 @@ int zi_im_heartbeat_pack(const zi_im_heartbeat *m, zi_msg *out) {
         for (int i = 0; i < ZI_N_KV_STATS; i++) zi_imap_int(&kv, zi_kv_stat_names[i], m->kv[i]);
         zi_imap_map(&b, "kv", &kv);
     }
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 void zi_im_heartbeat_unpack(const msgpack_object *o, zi_im_heartbeat *m) {
@@ -408,7 +413,7 @@ int zi_im_error_pack(const zi_im_error *m, zi_msg *out) {
         f = field;
     }
     if (f[0]) zi_imap_str(&b, "field", f);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 void zi_im_error_unpack(const msgpack_object *o, zi_im_error *m) {
@@ -589,7 +594,7 @@ int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *er
 static int rid_only_pack(zi_im_type t, int64_t rid, zi_msg *out) {
     zi_imap b;
     begin(&b, t, true, rid);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_cancel_pack(int64_t rid, zi_msg *out) {
@@ -601,12 +606,12 @@ int zi_im_release_pack(int64_t rid, zi_msg *out) {
 }
 
 /* A message of type t with rid and token ids (detokenize, tokenized). A
- * failure to pack the ids fails the message (close_msg: ZI_ENOMEM). */
+ * failure to pack the ids fails the message (zi_imap_close_msg: ZI_ENOMEM). */
 static int ids_only_pack(zi_im_type t, int64_t rid, const zi_im_ids *ids, zi_msg *out) {
     zi_imap b;
     begin(&b, t, true, rid);
     put_req_ids(&b, "token_ids", ids, NULL);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_tokenize_pack(const zi_im_tokenize *m, zi_msg *out) {
@@ -614,7 +619,7 @@ int zi_im_tokenize_pack(const zi_im_tokenize *m, zi_msg *out) {
     begin(&b, ZI_IM_TOKENIZE, true, m->rid);
     put_str(&b, "text", m->text);
     if (m->has_add_special) zi_imap_bool(&b, "add_special", m->add_special);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_tokenize_unpack(const msgpack_object *o, zi_im_tokenize *m, zi_error *err) {
@@ -644,7 +649,7 @@ int zi_im_detokenized_pack(const zi_im_util_reply *m, zi_msg *out) {
     zi_imap b;
     begin(&b, ZI_IM_DETOKENIZED, true, m->rid);
     put_str(&b, "text", m->text);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_util_reply_unpack(const msgpack_object *o, const char *key, zi_im_util_reply *m,
@@ -667,7 +672,7 @@ int zi_im_start_pack(const zi_im_start *m, zi_msg *out) {
     begin(&b, ZI_IM_START, true, m->rid);
     zi_imap_object(&b, "context", m->context);
     zi_imap_object(&b, "note", m->note);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_start_unpack(const msgpack_object *o, zi_im_start *m, zi_error *err) {
@@ -706,7 +711,7 @@ int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out) {
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
     if (m->reasoning_harmony) zi_imap_bool(&b, "reasoning_harmony", true);
     if (m->prompt_tokens > 0) zi_imap_int(&b, "prompt_tokens", m->prompt_tokens);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
@@ -774,7 +779,7 @@ int zi_im_client_error_pack(const zi_im_client_error *m, zi_msg *out) {
     put_str(&b, "code", m->code);
     put_str(&b, "message", m->message);
     if (m->field.p) put_str(&b, "field", m->field);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_client_error_unpack(const msgpack_object *o, zi_im_client_error *m, zi_error *err) {
@@ -798,7 +803,7 @@ int zi_im_health_pack(const zi_im_health *m, zi_msg *out) {
     for (int k = 0; k < ZI_N_KV_STATS; k++) zi_imap_int(&kv, zi_kv_stat_names[k], m->kv[k]);
     zi_imap_double(&kv, "prefix_hit_rate", m->prefix_hit_rate);
     zi_imap_map(&b, "kv", &kv);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_health_unpack(const msgpack_object *o, zi_im_health *m, zi_error *err) {
@@ -868,7 +873,7 @@ int zi_im_metrics_pack(const zi_im_metrics *m, zi_msg *out) {
             zi_imap_int(&e, zi_kv_stat_names[k], m->worker_kv[w][k]);
         if (zi_imap_close(&e, pk) != ZI_OK) zi_imap_fail(&b);
     }
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_metrics_unpack(const msgpack_object *o, zi_im_metrics *m, zi_error *err) {
@@ -938,7 +943,7 @@ int zi_im_models_pack(const zi_im_models *m, zi_msg *out) {
         }
         if (zi_imap_close(&e, pk) != ZI_OK) zi_imap_fail(&b);
     }
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_models_unpack(const msgpack_object *o, zi_im_models *m, zi_error *err) {
@@ -972,7 +977,7 @@ int zi_im_model_status_pack(const zi_im_model_status *m, zi_msg *out) {
     begin_reply(&b, m->id, "result");
     put_str(&b, "model", m->model);
     put_str(&b, "status", m->status);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_model_status_unpack(const msgpack_object *o, zi_im_model_status *m, zi_error *err) {
@@ -987,7 +992,7 @@ int zi_im_result_pack(const zi_im_result *m, zi_msg *out) {
     zi_imap b;
     begin_reply(&b, m->id, "result");
     zi_imap_object(&b, m->key, m->value);
-    return close_msg(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_result_unpack(const msgpack_object *o, const char *key, zi_im_result *m, zi_error *err) {

@@ -76,6 +76,10 @@ uint32_t zi_imap_count(const zi_imap *b);
  * ZI_ENOMEM, writing nothing, when b failed; ZI_ENOMEM also when the write
  * to out failed. */
 int zi_imap_close(zi_imap *b, msgpack_packer *out);
+/* Closes the message map b into out (initialised here), which takes over
+ * b's buffer: ZI_OK, or ZI_ENOMEM with out empty when b failed. Every
+ * message encoder (imsg.c, imsg_embed.c, imsg_lora.c) ends with it. */
+int zi_imap_close_msg(zi_imap *b, zi_msg *out);
 
 /* ---- values that are typed on one side and passed through on another ------- */
 
@@ -84,6 +88,9 @@ typedef struct zi_im_str {
     const char *p;
     size_t n;
 } zi_im_str;
+
+/* The string at key in the map o; {NULL, 0} when absent or not a string. */
+zi_im_str zi_im_str_at(const msgpack_object *o, const char *key);
 
 /* Token ids: the msgpack object they arrived as (raw), or v[0..n) to be
  * packed numpy-style. set: present (an optional field). own: what a

@@ -15,17 +15,6 @@ static void begin(zi_imap *b, zi_im_type t, int64_t rid) {
     zi_imap_int(b, "rid", rid);
 }
 
-/* Closes b into out (initialised here; empty when b failed). */
-static int close_into(zi_imap *b, zi_msg *out) {
-    zi_msg_init(out);
-    int rc = zi_imap_close(b, &out->pk);
-    if (rc) {
-        zi_msg_free(out);
-        zi_msg_init(out);
-    }
-    return rc;
-}
-
 static int64_t int_or(const msgpack_object *o, const char *key, int64_t dflt) {
     int64_t v;
     return zi_map_int(o, key, &v, NULL) == ZI_OK ? v : dflt;
@@ -34,12 +23,6 @@ static int64_t int_or(const msgpack_object *o, const char *key, int64_t dflt) {
 static bool bool_or(const msgpack_object *o, const char *key, bool dflt) {
     const msgpack_object *v = zi_map_get(o, key);
     return v && v->type == MSGPACK_OBJECT_BOOLEAN ? v->via.boolean : dflt;
-}
-
-static zi_im_str str_of(const msgpack_object *o, const char *key) {
-    const msgpack_object *v = zi_map_get(o, key);
-    if (!v || v->type != MSGPACK_OBJECT_STR) return (zi_im_str){NULL, 0};
-    return (zi_im_str){v->via.str.ptr, v->via.str.size};
 }
 
 int zi_im_embed_encode_pack(const zi_im_embed_encode *m, zi_msg *out) {
@@ -53,7 +36,7 @@ int zi_im_embed_encode_pack(const zi_im_embed_encode *m, zi_msg *out) {
     zi_imap_bool(&b, "normalize", m->normalize);
     zi_imap_object(&b, "input", m->input);
     if (!m->input) zi_imap_fail(&b);
-    return close_into(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_embed_encode_unpack(const msgpack_object *o, zi_im_embed_encode *m, zi_error *err) {
@@ -63,8 +46,8 @@ int zi_im_embed_encode_unpack(const msgpack_object *o, zi_im_embed_encode *m, zi
     m->max_tokens = int_or(o, "max_tokens", 0);
     m->truncate = bool_or(o, "truncate", false);
     m->normalize = bool_or(o, "normalize", false);
-    m->pooling = str_of(o, "pooling");
-    m->query = str_of(o, "query");
+    m->pooling = zi_im_str_at(o, "pooling");
+    m->query = zi_im_str_at(o, "query");
     m->input = zi_map_get(o, "input");
     if (!m->input) return zi_error_set(err, ZI_EINVAL, "input: missing");
     if (m->max_length < 1 || m->max_tokens < 1)
@@ -92,7 +75,7 @@ int zi_im_embed_pack(zi_im_type type, const zi_im_embed *m, zi_msg *out, zi_erro
         zi_imap_object(&b, "inputs", m->inputs);
         if (!m->inputs) zi_imap_fail(&b);
     }
-    int crc = close_into(&b, out);
+    int crc = zi_imap_close_msg(&b, out);
     return rc ? rc : crc;
 }
 
@@ -101,7 +84,7 @@ int zi_im_embed_unpack(const msgpack_object *o, zi_im_embed *m, zi_error *err) {
     m->rid = int_or(o, "rid", 0);
     m->prompt_tokens = int_or(o, "prompt_tokens", 0);
     m->truncated = int_or(o, "truncated", 0);
-    m->pooling = str_of(o, "pooling");
+    m->pooling = zi_im_str_at(o, "pooling");
     m->normalize = bool_or(o, "normalize", false);
     m->inputs = zi_map_get(o, "inputs");
     if (!m->inputs) return zi_error_set(err, ZI_EINVAL, "inputs: missing");
@@ -181,7 +164,7 @@ int zi_im_embedded_pack(const zi_im_embedded *m, zi_msg *out, zi_error *err) {
         if (msgpack_pack_int64(pk, r->token_counts[i])) zi_imap_fail(&b);
     zi_imap_str(&b, "pooling", zi_pooling_name(r->pooling));
     zi_imap_int(&b, "truncated", m->truncated);
-    int crc = close_into(&b, out);
+    int crc = zi_imap_close_msg(&b, out);
     return rc ? rc : crc;
 }
 
@@ -211,5 +194,5 @@ int zi_im_embed_result_pack(const zi_im_embed_result *m, zi_msg *out) {
     zi_imap_int(&u, "prompt_tokens", m->prompt_tokens);
     zi_imap_int(&u, "total_tokens", m->prompt_tokens);
     zi_imap_map(&b, "usage", &u);
-    return close_into(&b, out);
+    return zi_imap_close_msg(&b, out);
 }

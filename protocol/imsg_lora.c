@@ -8,22 +8,6 @@
 
 #include "codec.h"
 
-static int close_into(zi_imap *b, zi_msg *out) {
-    zi_msg_init(out);
-    int rc = zi_imap_close(b, &out->pk);
-    if (rc) {
-        zi_msg_free(out);
-        zi_msg_init(out);
-    }
-    return rc;
-}
-
-static zi_im_str str_of(const msgpack_object *o, const char *key) {
-    const msgpack_object *v = zi_map_get(o, key);
-    if (!v || v->type != MSGPACK_OBJECT_STR) return (zi_im_str){NULL, 0};
-    return (zi_im_str){v->via.str.ptr, v->via.str.size};
-}
-
 void zi_im_lora_names_put(zi_imap *b, const char *key, const char *const *names, size_t n) {
     msgpack_packer *pk = zi_imap_key(b, key);
     if (msgpack_pack_array(pk, n)) {
@@ -50,7 +34,7 @@ int zi_im_lora_pack(const zi_im_lora *m, zi_msg *out) {
         zi_imap_strn(&b, "path", m->path.p ? m->path.p : "", m->path.n);
         zi_imap_double(&b, "scale", m->scale);
     }
-    return close_into(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 int zi_im_lora_unpack(const msgpack_object *o, zi_im_lora *m, zi_error *err) {
@@ -62,10 +46,10 @@ int zi_im_lora_unpack(const msgpack_object *o, zi_im_lora *m, zi_error *err) {
         m->load = true;
     else if (!zi_map_str_is(o, "action", "unload"))
         return zi_error_set(err, ZI_EINVAL, "action: not \"load\" or \"unload\"");
-    m->name = str_of(o, "name");
+    m->name = zi_im_str_at(o, "name");
     if (!m->name.p || !m->name.n) return zi_error_set(err, ZI_EINVAL, "name: missing or empty");
     if (!m->load) return ZI_OK;
-    m->path = str_of(o, "path");
+    m->path = zi_im_str_at(o, "path");
     if (!m->path.p || !m->path.n) return zi_error_set(err, ZI_EINVAL, "path: missing or empty");
     const msgpack_object *s = zi_map_get(o, "scale");
     if (s) {
@@ -92,7 +76,7 @@ int zi_im_lora_done_pack(const zi_im_lora_done *m, zi_msg *out) {
     if (m->message.p) zi_imap_strn(&b, "message", m->message.p, m->message.n);
     zi_imap_int(&b, "id", m->id);
     zi_im_lora_names_put(&b, "loras", m->names, m->n_names);
-    return close_into(&b, out);
+    return zi_imap_close_msg(&b, out);
 }
 
 void zi_im_lora_done_unpack(const msgpack_object *o, zi_im_lora_done *m) {
@@ -101,8 +85,8 @@ void zi_im_lora_done_unpack(const msgpack_object *o, zi_im_lora_done *m) {
     m->rid = zi_map_int(o, "rid", &v, NULL) == ZI_OK ? v : 0;
     const msgpack_object *ok = zi_map_get(o, "ok");
     m->ok = ok && ok->type == MSGPACK_OBJECT_BOOLEAN && ok->via.boolean;
-    m->code = str_of(o, "code");
-    m->message = str_of(o, "message");
+    m->code = zi_im_str_at(o, "code");
+    m->message = zi_im_str_at(o, "message");
     m->id = zi_map_int(o, "id", &v, NULL) == ZI_OK ? v : -1;
     const msgpack_object *l = zi_map_get(o, "loras");
     m->loras = l && l->type == MSGPACK_OBJECT_ARRAY ? l : NULL;

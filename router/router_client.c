@@ -579,6 +579,18 @@ static void op_models(router *rt, const client_ctx *c) {
     zi_msg_free(&m);
 }
 
+/* Answers the client's model op: model is now status. */
+static void reply_model_status(router *rt, const client_ctx *c, const char *model,
+                               const char *status) {
+    zi_im_model_status st = {.id = {c->id, c->id_len},
+                             .model = {model, strlen(model)},
+                             .status = {status, strlen(status)}};
+    zi_msg m;
+    zi_im_model_status_pack(&st, &m);
+    out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &m);
+    zi_msg_free(&m);
+}
+
 /* load_model / unload_model: the wish is kept in the model's record and
  * reported by the models op; zinfer serve acts on it (an unload waits
  * until no request of the model is in flight). The reply says where the
@@ -645,13 +657,7 @@ static void op_model_wish(router *rt, const client_ctx *c, const msgpack_object 
         status = any || busy ? "unloading" : "unloaded";
     }
     zi_log(&rt->log, ZI_LOG_INFO, "%s %s: %s", op, model, status);
-    zi_im_model_status st = {.id = {c->id, c->id_len},
-                             .model = {model, strlen(model)},
-                             .status = {status, strlen(status)}};
-    zi_msg m;
-    zi_im_model_status_pack(&st, &m);
-    out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &m);
-    zi_msg_free(&m);
+    reply_model_status(rt, c, model, status);
 }
 
 /* model_failed: whoever starts a model's processes (zinfer serve) says it
@@ -713,13 +719,7 @@ static void op_model_failed(router *rt, const client_ctx *c, const msgpack_objec
     zi_log(&rt->log, ZI_LOG_WARN, "model %s could not be loaded: %s", model, mr->fail_msg);
     failover_check(rt, core_now(rt)); /* its waiting requests end now */
     const char *status = count_alive(rt, ROLE_WORKER, model) > 0 ? "loaded" : "failed";
-    zi_im_model_status st = {.id = {c->id, c->id_len},
-                             .model = {model, strlen(model)},
-                             .status = {status, strlen(status)}};
-    zi_msg m;
-    zi_im_model_status_pack(&st, &m);
-    out_send_msg(rt, ZI_ROUTER_CLIENT, c->ident, c->ident_len, c->delim, &m);
-    zi_msg_free(&m);
+    reply_model_status(rt, c, model, status);
 }
 
 /* load_lora_adapter / unload_lora_adapter (vLLM's names and fields) and

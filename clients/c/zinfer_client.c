@@ -698,18 +698,8 @@ int zi_client_next_event(zi_client *c, const char *id, zi_client_event *ev, zi_e
         /* An error with id "" answers a frame the router could not parse;
          * it belongs to whoever is waiting. */
         if (!id || !strcmp(ev->id, id) || (ev->kind == ZI_CLIENT_ERROR && !ev->id[0])) return ZI_OK;
-        pending *p = malloc(sizeof *p);
-        if (!p) {
-            zi_client_event_free(ev);
-            return zi_error_set(err, ZI_ENOMEM, "out of memory");
-        }
-        p->ev = *ev;
-        p->next = NULL;
-        if (c->tail)
-            c->tail->next = p;
-        else
-            c->head = p;
-        c->tail = p;
+        rc = keep(c, ev, err);
+        if (rc) return rc;
     }
 }
 

@@ -165,3 +165,36 @@ def stored(w, qtype):
     if qtype == Q.F16:
         return w.astype(np.float16), None
     return gguf.quants.quantize(w, qtype), qtype
+
+
+def write_random_llama(path, rows, n_vocab, seed=7, drop=None):
+    """A 2-layer llama of width 64 (4 heads, 2 KV heads, feed-forward 128,
+    context 512) with random Q8_0 weights drawn from seed, whose vocabulary
+    of n_vocab tokens is described by the tokenizer.* rows; without the
+    tensor `drop` when one is named (a file a worker refuses). The model
+    tests' way of writing one for a given vocabulary."""
+    Q = gguf.GGMLQuantizationType
+    rng = np.random.default_rng(seed)
+    D, FF, NH, NKV, L = 64, 128, 4, 2, 2
+    hd = D // NH
+
+    def mat(r, c, sigma=None):
+        return stored((rng.standard_normal((r, c)) * (sigma or 1.0 / np.sqrt(c)))
+                      .astype(np.float32), Q.Q8_0)
+
+    def norm():
+        return (1.0 + 0.2 * rng.standard_normal(D)).astype(np.float32), None
+
+    t = {"token_embd.weight": mat(n_vocab, D, 0.3), "output_norm.weight": norm()}
+    for i in range(L):
+        t.update({f"blk.{i}.attn_norm.weight": norm(), f"blk.{i}.ffn_norm.weight": norm(),
+                  f"blk.{i}.attn_q.weight": mat(D, D), f"blk.{i}.attn_k.weight": mat(NKV * hd, D),
+                  f"blk.{i}.attn_v.weight": mat(NKV * hd, D),
+                  f"blk.{i}.attn_output.weight": mat(D, D),
+                  f"blk.{i}.ffn_gate.weight": mat(FF, D), f"blk.{i}.ffn_up.weight": mat(FF, D),
+                  f"blk.{i}.ffn_down.weight": mat(D, FF)})
+    t.pop(drop, None)
+    hp = {"block_count": L, "context_length": 512, "embedding_length": D,
+          "feed_forward_length": FF, "attention.head_count": NH, "attention.head_count_kv": NKV,
+          "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
+    return write_gguf(path, "llama", rows, hp, t)

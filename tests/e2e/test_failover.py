@@ -56,10 +56,11 @@ def sampling(i, stops=False):
     return sp
 
 
-def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120, watch=None):
+def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120, watch=None, or_ended=False):
     """Reads every request's frames to its terminal one. on_streaming() is
     called once, when every request of watch (default: all) has streamed
-    min_tokens ids. Returns {rid: (ids, chunks, terminal)}."""
+    min_tokens ids (or, with or_ended, ended: a stop string can end one
+    sooner). Returns {rid: (ids, chunks, terminal)}."""
     watch = rids if watch is None else watch
     ids = {r: [] for r in rids}
     chunks = {r: [] for r in rids}
@@ -68,7 +69,8 @@ def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120, watch=None):
     deadline = time.time() + timeout
     while len(term) < len(rids):
         assert time.time() < deadline, f"{len(rids) - len(term)} requests never ended"
-        m = c._recv_one()
+        m = c.recv()
+        assert m is not None, "router_lost: the router did not come back"
         rid = m["id"]
         assert rid in ids and rid not in term, f"frame after the end: {m}"
         if m["event"] == "chunk":
@@ -76,7 +78,8 @@ def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120, watch=None):
             ids[rid].extend(int(t) for t in decode_array(m["token_ids"]))
         else:
             term[rid] = m
-        if not fired and all(len(ids[r]) >= min_tokens for r in watch):
+        if not fired and all(len(ids[r]) >= min_tokens or (or_ended and r in term)
+                             for r in watch):
             fired = True
             on_streaming()
     assert c.sock.poll(300) == 0  # exactly one terminal frame each, nothing after

@@ -29,21 +29,18 @@ import time
 import http.client
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from conftest import (free_port, free_port_pair, ids_arg, last_json, stop_process,
                       ServeProcess, wait_http)
-from gguf_files import stored, tokenizer_rows, write_gguf
+from gguf_files import tokenizer_rows, write_gguf, write_random_llama
 from test_failover import collect
 from zinfer_client import Client, ZinferError
 
-import gguf
 
 HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
 SMOL = HOME / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA = Path(os.environ.get("ZINFER_GEMMA3", HOME / "models" / "gemma-3-270m-q4_k_m.gguf"))
-Q = gguf.GGMLQuantizationType
 MAX_NEW = 24
 N = 32
 
@@ -111,30 +108,7 @@ def write_tiny_llama(path, seed=7, drop=None):
     vocabulary (the family tests' way of writing one); without the tensor
     `drop` when one is named (a file a worker refuses)."""
     rows, n_vocab = tokenizer_rows(SMOL)
-    rng = np.random.default_rng(seed)
-    D, FF, NH, NKV, L = 64, 128, 4, 2, 2
-    hd = D // NH
-
-    def mat(r, c, sigma=None):
-        return stored((rng.standard_normal((r, c)) * (sigma or 1.0 / np.sqrt(c)))
-                      .astype(np.float32), Q.Q8_0)
-
-    def norm():
-        return (1.0 + 0.2 * rng.standard_normal(D)).astype(np.float32), None
-
-    t = {"token_embd.weight": mat(n_vocab, D, 0.3), "output_norm.weight": norm()}
-    for i in range(L):
-        t.update({f"blk.{i}.attn_norm.weight": norm(), f"blk.{i}.ffn_norm.weight": norm(),
-                  f"blk.{i}.attn_q.weight": mat(D, D), f"blk.{i}.attn_k.weight": mat(NKV * hd, D),
-                  f"blk.{i}.attn_v.weight": mat(NKV * hd, D),
-                  f"blk.{i}.attn_output.weight": mat(D, D),
-                  f"blk.{i}.ffn_gate.weight": mat(FF, D), f"blk.{i}.ffn_up.weight": mat(FF, D),
-                  f"blk.{i}.ffn_down.weight": mat(D, FF)})
-    t.pop(drop, None)
-    hp = {"block_count": L, "context_length": 512, "embedding_length": D,
-          "feed_forward_length": FF, "attention.head_count": NH, "attention.head_count_kv": NKV,
-          "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
-    return write_gguf(path, "llama", rows, hp, t)
+    return write_random_llama(path, rows, n_vocab, seed, drop)
 
 
 def prompt(i):

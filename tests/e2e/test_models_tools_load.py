@@ -23,15 +23,13 @@ import http.client
 import json
 import time
 
-import numpy as np
 import pytest
 
 import gguf
-from gguf_files import stored, write_gguf
-from test_models_routing import models_serve
+from gguf_files import write_random_llama
+from test_models_routing import models_serve, states
 from zinfer_client import Client, ZinferError
 
-Q = gguf.GGMLQuantizationType
 V = gguf.GGUFValueType
 
 # A ChatML template; a GLM-4.5 model's adds the markers that make serve
@@ -68,34 +66,7 @@ def write_model(path, seed, template=CHATML, drop=None):
             ("tokenizer.ggml.bos_token_id", 256, V.UINT32, None),
             ("tokenizer.ggml.eos_token_id", 258, V.UINT32, None),
             ("tokenizer.chat_template", template, V.STRING, None)]
-    rng = np.random.default_rng(seed)
-    D, FF, NH, NKV, L = 64, 128, 4, 2, 2
-    hd = D // NH
-
-    def mat(r, c, sigma=None):
-        return stored((rng.standard_normal((r, c)) * (sigma or 1.0 / np.sqrt(c)))
-                      .astype(np.float32), Q.Q8_0)
-
-    def norm():
-        return (1.0 + 0.2 * rng.standard_normal(D)).astype(np.float32), None
-
-    t = {"token_embd.weight": mat(len(toks), D, 0.3), "output_norm.weight": norm()}
-    for i in range(L):
-        t.update({f"blk.{i}.attn_norm.weight": norm(), f"blk.{i}.ffn_norm.weight": norm(),
-                  f"blk.{i}.attn_q.weight": mat(D, D), f"blk.{i}.attn_k.weight": mat(NKV * hd, D),
-                  f"blk.{i}.attn_v.weight": mat(NKV * hd, D),
-                  f"blk.{i}.attn_output.weight": mat(D, D),
-                  f"blk.{i}.ffn_gate.weight": mat(FF, D), f"blk.{i}.ffn_up.weight": mat(FF, D),
-                  f"blk.{i}.ffn_down.weight": mat(D, FF)})
-    t.pop(drop, None)
-    hp = {"block_count": L, "context_length": 512, "embedding_length": D,
-          "feed_forward_length": FF, "attention.head_count": NH, "attention.head_count_kv": NKV,
-          "rope.freq_base": 10000.0, "attention.layer_norm_rms_epsilon": 1e-5}
-    return write_gguf(path, "llama", rows, hp, t)
-
-
-def states(c):
-    return {m["name"]: m["state"] for m in c.call("models")["models"]}
+    return write_random_llama(path, rows, len(toks), seed, drop)
 
 
 SERVE = ["--threads-per-worker", 1, "--slots", 2, "--ctx-size", 256]

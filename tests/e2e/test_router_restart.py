@@ -34,9 +34,10 @@ import pytest
 import zmq
 
 from conftest import free_port, serve_process
+from test_failover import collect
 from test_server_load import children
 
-from zinfer_client import Client, decode_array  # conftest puts clients/python on the path
+from zinfer_client import Client  # conftest puts clients/python on the path
 
 SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"
 
@@ -59,33 +60,6 @@ def sampling(i):
     if i == 3:
         sp["stop"] = [" the", "ing", ".\n"]
     return sp
-
-
-def collect(c, rids, on_streaming=None, min_tokens=0, timeout=120):
-    """Every request's frames to its terminal one; on_streaming() once every
-    request has streamed min_tokens ids (or ended: a stop string can end
-    one sooner). {rid: (ids, chunks, terminal)}."""
-    ids = {r: [] for r in rids}
-    chunks = {r: [] for r in rids}
-    term = {}
-    fired = on_streaming is None
-    deadline = time.time() + timeout
-    while len(term) < len(rids):
-        assert time.time() < deadline, f"{len(rids) - len(term)} requests never ended"
-        m = c.recv()
-        assert m is not None, "router_lost: the router did not come back"
-        rid = m["id"]
-        assert rid in ids and rid not in term, f"frame after the end: {m}"
-        if m["event"] == "chunk":
-            chunks[rid].append(m)
-            ids[rid].extend(int(t) for t in decode_array(m["token_ids"]))
-        else:
-            term[rid] = m
-        if not fired and all(len(ids[r]) >= min_tokens or r in term for r in rids):
-            fired = True
-            on_streaming()
-    assert c.sock.poll(300) == 0  # exactly one terminal frame each, nothing after
-    return {r: (ids[r], chunks[r], term[r]) for r in rids}
 
 
 def send_all(c):
@@ -114,7 +88,7 @@ def test_router_killed_mid_stream(zinfer_bin, model_path, tmp_path):
                 t0.append(time.time())
                 os.kill(routers[0], signal.SIGKILL)
 
-            got = collect(c, rids, on_streaming=kill, min_tokens=3)
+            got = collect(c, rids, on_streaming=kill, min_tokens=3, or_ended=True)
             took = time.time() - t0[0]
         new = children(srv).get("router", [])
         assert new and new != routers, "the supervisor did not restart the router"

@@ -37,78 +37,9 @@
 #include "imsg_embed.h"
 #include "router_core.h"
 #include "router_impl.h"
+#include "router_sim.h"
 
-/* ---- the simulated outbox ------------------------------------------------ */
-
-typedef struct sent {
-    zi_router_side side;
-    char ident[32];
-    bool delim;
-    char *data;
-    size_t len;
-} sent;
-
-#define MAX_GONE 64
-
-typedef struct sim {
-    router rt;
-    int64_t now;
-    sent *out;
-    size_t n_out, cap_out;
-    char gone[MAX_GONE][32]; /* clients whose sends fail (they left) */
-    int n_gone;
-} sim;
-
-static int sim_send(void *ctx, zi_router_side side, const unsigned char *ident, size_t ident_len,
-                    bool delim, const void *data, size_t len) {
-    sim *s = ctx;
-    char id[32];
-    snprintf(id, sizeof id, "%.*s", (int)(ident_len < 31 ? ident_len : 31), (const char *)ident);
-    for (int i = 0; side == ZI_ROUTER_CLIENT && i < s->n_gone; i++)
-        if (!strcmp(s->gone[i], id)) return -1; /* EHOSTUNREACH, as ROUTER_MANDATORY */
-    if (s->n_out == s->cap_out) {
-        s->cap_out = s->cap_out ? 2 * s->cap_out : 64;
-        s->out = realloc(s->out, s->cap_out * sizeof *s->out);
-        assert_non_null(s->out);
-    }
-    sent *f = &s->out[s->n_out++];
-    f->side = side;
-    memcpy(f->ident, id, sizeof id);
-    f->delim = delim;
-    f->data = malloc(len ? len : 1);
-    assert_non_null(f->data);
-    memcpy(f->data, data, len);
-    f->len = len;
-    return 0;
-}
-
-static int64_t sim_now(void *ctx) {
-    return ((sim *)ctx)->now;
-}
-
-static int64_t sim_wall(void *ctx) {
-    (void)ctx;
-    return 1700000000000000000LL;
-}
-
-static void sim_init(sim *s) {
-    memset(s, 0, sizeof *s);
-    s->now = 1000000;
-    zi_router_io io = {.ctx = s, .send = sim_send, .now_ms = sim_now, .wall_ns = sim_wall};
-    zi_logger lg = {.out = stderr, .level = ZI_LOG_OFF, .tag = "test"};
-    assert_int_equal(zi_router_init(&s->rt, &io, lg), ZI_OK);
-}
-
-static void sim_clear(sim *s) {
-    for (size_t i = 0; i < s->n_out; i++) free(s->out[i].data);
-    s->n_out = 0;
-}
-
-static void sim_free(sim *s) {
-    zi_router_shutdown(&s->rt);
-    sim_clear(s);
-    free(s->out);
-}
+/* ---- the simulated outbox (router_sim.h) ---------------------------------- */
 
 /* A frame sent, parsed: its "type" (backend) or "event" (client), its
  * rid, id, and for a final its status. */
@@ -171,43 +102,10 @@ static int count_sent(const sim *s, const char *ident, const char *kind) {
 
 /* ---- frames from peers ----------------------------------------------------- */
 
-/* Each peer's connection: its fd is derived from its name, so a test can
- * close it. */
-static zi_router_conn conn_of(const char *ident) {
-    int h = 3;
-    for (const char *p = ident; *p; p++) h = h * 31 + (unsigned char)*p;
-    return (zi_router_conn){(h & 0xffff) + 10, 1};
-}
-
-static void from_backend(sim *s, const char *ident, zi_msg *m) {
-    assert_true(m->sb.size > 0);
-    assert_int_equal(zi_router_backend_frame(&s->rt, conn_of(ident), (const unsigned char *)ident,
-                                             strlen(ident), m->sb.data, m->sb.size),
-                     ZI_OK);
-    zi_msg_free(m);
-}
-
-static void from_client_imap(sim *s, const char *client, zi_imap *b) {
-    zi_msg m;
-    zi_msg_init(&m);
-    assert_int_equal(zi_imap_close(b, &m.pk), ZI_OK);
-    assert_int_equal(zi_router_client_frame(&s->rt, conn_of(client), (const unsigned char *)client,
-                                            strlen(client), false, m.sb.data, m.sb.size),
-                     ZI_OK);
-    zi_msg_free(&m);
-}
-
 /* A backend of model `model` registers with context max_length. */
 static void reg_model_ctx(sim *s, const char *ident, bool worker, int slots, const char *model,
                           int64_t max_length) {
-    zi_msg m;
-    zi_im_register r = {.worker = worker,
-                        .slots = slots,
-                        .max_length = max_length,
-                        .vocab = 1000,
-                        .model = {model, strlen(model)}};
-    assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
-    from_backend(s, ident, &m);
+    sim_register(s, ident, worker, slots, model, max_length, NULL, 0);
 }
 
 /* A backend of model `model` registers (reg: every one as "m"). */

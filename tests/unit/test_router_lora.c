@@ -24,105 +24,24 @@
 #include "imsg_lora.h"
 #include "router_core.h"
 #include "router_impl.h"
-
-typedef struct sent {
-    zi_router_side side;
-    char ident[32];
-    char *data;
-    size_t len;
-} sent;
-
-typedef struct sim {
-    router rt;
-    int64_t now;
-    sent *out;
-    size_t n_out, cap_out;
-} sim;
-
-static int sim_send(void *ctx, zi_router_side side, const unsigned char *ident, size_t ident_len,
-                    bool delim, const void *data, size_t len) {
-    (void)delim;
-    sim *s = ctx;
-    if (s->n_out == s->cap_out) {
-        s->cap_out = s->cap_out ? 2 * s->cap_out : 64;
-        s->out = realloc(s->out, s->cap_out * sizeof *s->out);
-        assert_non_null(s->out);
-    }
-    sent *f = &s->out[s->n_out++];
-    f->side = side;
-    snprintf(f->ident, sizeof f->ident, "%.*s", (int)(ident_len < 31 ? ident_len : 31),
-             (const char *)ident);
-    f->data = malloc(len ? len : 1);
-    assert_non_null(f->data);
-    memcpy(f->data, data, len);
-    f->len = len;
-    return 0;
-}
-
-static int64_t sim_now(void *ctx) {
-    return ((sim *)ctx)->now;
-}
-
-static int64_t sim_wall(void *ctx) {
-    (void)ctx;
-    return 1700000000000000000LL;
-}
-
-static zi_router_conn conn_of(const char *ident) {
-    int h = 3;
-    for (const char *p = ident; *p; p++) h = h * 31 + (unsigned char)*p;
-    return (zi_router_conn){(h & 0xffff) + 10, 1};
-}
-
-static void from_backend(sim *s, const char *ident, zi_msg *m) {
-    assert_true(m->sb.size > 0);
-    assert_int_equal(zi_router_backend_frame(&s->rt, conn_of(ident), (const unsigned char *)ident,
-                                             strlen(ident), m->sb.data, m->sb.size),
-                     ZI_OK);
-    zi_msg_free(m);
-}
+#include "router_sim.h"
 
 static void from_client(sim *s, zi_imap *b) {
-    zi_msg m;
-    zi_msg_init(&m);
-    assert_int_equal(zi_imap_close(b, &m.pk), ZI_OK);
-    assert_int_equal(zi_router_client_frame(&s->rt, conn_of("cli"), (const unsigned char *)"cli", 3,
-                                            false, m.sb.data, m.sb.size),
-                     ZI_OK);
-    zi_msg_free(&m);
+    from_client_imap(s, "cli", b);
 }
 
 /* A backend of model "m" registers; a worker with the adapter names
  * names[0..n). */
 static void reg(sim *s, const char *ident, bool worker, const char *const *names, size_t n) {
-    zi_msg m;
-    zi_im_register r = {.worker = worker,
-                        .slots = 2,
-                        .max_length = 2048,
-                        .vocab = 1000,
-                        .model = {"m", 1},
-                        .loras = names,
-                        .n_loras = n};
-    assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
-    from_backend(s, ident, &m);
+    sim_register(s, ident, worker, 2, "m", 2048, names, n);
 }
 
 static void sim_up(sim *s) {
-    memset(s, 0, sizeof *s);
-    s->now = 1000000;
-    zi_router_io io = {.ctx = s, .send = sim_send, .now_ms = sim_now, .wall_ns = sim_wall};
-    zi_logger lg = {.out = stderr, .level = ZI_LOG_OFF, .tag = "test"};
-    assert_int_equal(zi_router_init(&s->rt, &io, lg), ZI_OK);
+    sim_init(s);
     assert_int_equal(zi_router_add_model(&s->rt, "m", NULL), ZI_OK);
     reg(s, "tok0", false, NULL, 0);
     reg(s, "wrk0", true, NULL, 0);
     reg(s, "wrk1", true, NULL, 0);
-}
-
-static void sim_free(sim *s) {
-    zi_router_shutdown(&s->rt);
-    for (size_t i = 0; i < s->n_out; i++) free(s->out[i].data);
-    free(s->out);
 }
 
 /* A frame sent, parsed into u (the caller destroys it). */
@@ -169,6 +88,14 @@ static void last_reply(const sim *s, char *event, char *what, size_t cap) {
     fail_msg("no client frame");
 }
 
+/* The last client frame is event with code (an error's) or status what. */
+static void expect_reply(const sim *s, const char *event, const char *what) {
+    char ev[32], wh[32];
+    last_reply(s, ev, wh, sizeof ev);
+    assert_string_equal(ev, event);
+    assert_string_equal(wh, what);
+}
+
 static void lora_op(sim *s, const char *op, const char *name, const char *path) {
     zi_imap b;
     zi_imap_init(&b);
@@ -209,6 +136,18 @@ static uint32_t n_listed(sim *s) {
     return n;
 }
 
+/* A client asks to generate from "hello" as id, naming model (NULL:
+ * none). */
+static void gen(sim *s, const char *id, const char *model) {
+    zi_imap b;
+    zi_imap_init(&b);
+    zi_imap_str(&b, "op", "generate");
+    zi_imap_str(&b, "id", id);
+    zi_imap_str(&b, "prompt", "hello");
+    if (model) zi_imap_str(&b, "model_name", model);
+    from_client(s, &b);
+}
+
 static const char *const AD[] = {"ad"};
 
 /* A load answered by both workers; a failure on one gives it back on the
@@ -217,7 +156,6 @@ static void test_load_fans_out(void **state) {
     (void)state;
     sim s;
     sim_up(&s);
-    char ev[32], what[32];
     size_t mark = s.n_out;
     lora_op(&s, "load_lora_adapter", "ad", "/a.gguf");
     int64_t r0, r1;
@@ -229,9 +167,7 @@ static void test_load_fans_out(void **state) {
     assert_int_equal(s.n_out, mark + 2); /* no reply before wrk1's answer */
     mark = s.n_out;
     lora_done(&s, "wrk1", r1, "invalid_request", -1, NULL, 0);
-    last_reply(&s, ev, what, sizeof ev);
-    assert_string_equal(ev, "error");
-    assert_string_equal(what, "invalid_request");
+    expect_reply(&s, "error", "invalid_request");
     int64_t back;
     assert_true(last_lora(&s, mark, "wrk0", &back, &load)); /* given back */
     assert_false(load);
@@ -244,9 +180,7 @@ static void test_load_fans_out(void **state) {
     assert_true(last_lora(&s, mark, "wrk0", &r0, &load));
     lora_done(&s, "wrk0", r0, NULL, 0, AD, 1);
     lora_done(&s, "wrk1", r0, NULL, 0, AD, 1);
-    last_reply(&s, ev, what, sizeof ev);
-    assert_string_equal(ev, "result");
-    assert_string_equal(what, "loaded");
+    expect_reply(&s, "result", "loaded");
     assert_int_equal(n_listed(&s), 1);
     sim_free(&s);
 }
@@ -257,7 +191,6 @@ static void test_dead_worker_and_replay(void **state) {
     (void)state;
     sim s;
     sim_up(&s);
-    char ev[32], what[32];
     size_t mark = s.n_out;
     lora_op(&s, "load_lora_adapter", "ad", "/a.gguf");
     int64_t rid;
@@ -265,9 +198,7 @@ static void test_dead_worker_and_replay(void **state) {
     assert_true(last_lora(&s, mark, "wrk0", &rid, &load));
     lora_done(&s, "wrk0", rid, NULL, 0, AD, 1);
     assert_int_equal(zi_router_backend_gone(&s.rt, conn_of("wrk1")), ZI_OK);
-    last_reply(&s, ev, what, sizeof ev);
-    assert_string_equal(ev, "result");
-    assert_string_equal(what, "loaded");
+    expect_reply(&s, "result", "loaded");
     mark = s.n_out;
     reg(&s, "wrk2", true, NULL, 0); /* restarted: no adapter */
     assert_true(last_lora(&s, mark, "wrk2", &rid, &load) && load);
@@ -288,21 +219,14 @@ static void test_unload_refused_in_use(void **state) {
     char ev[32], what[32];
     reg(&s, "wrk0", true, AD, 1); /* again, now with a start-time adapter */
     reg(&s, "wrk1", true, AD, 1);
-    zi_imap b;
-    zi_imap_init(&b);
-    zi_imap_str(&b, "op", "generate");
-    zi_imap_str(&b, "id", "g");
-    zi_imap_str(&b, "prompt", "hello");
-    zi_imap_str(&b, "model_name", "m:ad");
-    from_client(&s, &b);
+    gen(&s, "g", "m:ad");
     size_t mark = s.n_out;
     lora_op(&s, "unload_lora_adapter", "ad", NULL);
-    last_reply(&s, ev, what, sizeof ev);
-    assert_string_equal(ev, "error");
-    assert_string_equal(what, "in_use");
+    expect_reply(&s, "error", "in_use");
     int64_t rid;
     bool load;
     assert_false(last_lora(&s, mark, "wrk0", &rid, &load));
+    zi_imap b;
     zi_imap_init(&b);
     zi_imap_str(&b, "op", "cancel");
     zi_imap_str(&b, "id", "g");
@@ -313,9 +237,7 @@ static void test_unload_refused_in_use(void **state) {
     assert_true(last_lora(&s, mark, "wrk0", &rid, &load) && !load);
     lora_done(&s, "wrk0", rid, NULL, -1, NULL, 0);
     lora_done(&s, "wrk1", rid, NULL, -1, NULL, 0);
-    last_reply(&s, ev, what, sizeof ev);
-    assert_string_equal(ev, "result");
-    assert_string_equal(what, "unloaded");
+    expect_reply(&s, "result", "unloaded");
     assert_int_equal(n_listed(&s), 0);
     lora_op(&s, "unload_lora_adapter", "ad", NULL);
     last_reply(&s, ev, what, sizeof ev);
@@ -352,16 +274,6 @@ static size_t encoded_lora(const sim *s, char *name, size_t cap, double *scale) 
     }
     fail_msg("no encode");
     return 0;
-}
-
-static void gen(sim *s, const char *id, const char *model) {
-    zi_imap b;
-    zi_imap_init(&b);
-    zi_imap_str(&b, "op", "generate");
-    zi_imap_str(&b, "id", id);
-    zi_imap_str(&b, "prompt", "hello");
-    if (model) zi_imap_str(&b, "model_name", model);
-    from_client(s, &b);
 }
 
 /* set_lora_scales: requests naming no adapter run the applied ones; an
@@ -416,9 +328,7 @@ static void test_global_scales(void **state) {
     msgpack_pack_str_body(pk, "id", 2);
     msgpack_pack_int(pk, 7);
     from_client(&s, &b);
-    last_reply(&s, ev, what, sizeof ev);
-    assert_string_equal(ev, "error");
-    assert_string_equal(what, "invalid_request");
+    expect_reply(&s, "error", "invalid_request");
     sim_free(&s);
 }
 
