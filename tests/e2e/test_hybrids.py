@@ -73,6 +73,16 @@ _BUILT = {}
 _LAST = {}  # arch -> (ids, reference logits, zinfer's KL) of the last prompt compared
 
 
+@pytest.fixture(scope="module", params=_params(RUN))
+def arch(request):
+    """The architecture under test. Module-scoped, so pytest runs one
+    architecture's tests together and the float64 reference of the one
+    before can go (three real-width ones held 11.6 GB)."""
+    _BUILT.clear()
+    _LAST.clear()
+    return request.param
+
+
 def built(arch, tmp_path_factory, real=not SANITIZED):
     """(path, reference model) of the arch's file, made once."""
     key = (arch, real)
@@ -112,7 +122,6 @@ def _check(ref, got, what):
     return float(kl.mean()), len(flips)
 
 
-@pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_matches_reference(arch, run_zinfer, tmp_path, tmp_path_factory):
     path, ref_model = built(arch, tmp_path_factory)
     n_vocab = ref_model.n_vocab
@@ -139,7 +148,6 @@ def test_hybrid_matches_reference(arch, run_zinfer, tmp_path, tmp_path_factory):
     assert far > 100 * max(kls[-1], 1e-7), far
 
 
-@pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_llamacpp_further_from_reference(arch, tmp_path_factory):
     """llama.cpp on the same file and prompt (test_hybrid_matches_reference's
     last) is further from the float64 reference than zinfer."""
@@ -157,7 +165,6 @@ def test_hybrid_llamacpp_further_from_reference(arch, tmp_path_factory):
     assert zkl < lkl, (zkl, lkl)
 
 
-@pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_long_prompt(arch, run_zinfer, tmp_path, tmp_path_factory):
     """2,100 tokens in passes of 512: the last 32 positions' logits (on
     the small file: the recurrence over many passes is what is checked,
@@ -177,7 +184,6 @@ def test_hybrid_long_prompt(arch, run_zinfer, tmp_path, tmp_path_factory):
                                              "near_tie_flips": flips})
 
 
-@pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_greedy_matches_reference(arch, run_zinfer, tmp_path_factory):
     if SANITIZED:
         pytest.skip("release build only (the Python reference's 64 steps)")
@@ -196,7 +202,6 @@ def test_hybrid_greedy_matches_reference(arch, run_zinfer, tmp_path_factory):
         assert gaps[first] < NEAR_TIE, (first, gaps[first], want, got)
 
 
-@pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_batch_invariant_logits(arch, run_zinfer, tmp_path, tmp_path_factory):
     """One pass of 40 tokens, passes of 7 (the state carried between
     them) and one token per pass give bit-identical logits."""
@@ -215,7 +220,6 @@ def _generate(c, prompt, sp):
     return toks
 
 
-@pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_served_batch_invariance(arch, zinfer_bin, tmp_path, tmp_path_factory):
     """16 different prompts at once on one worker, each in its own state
     slot: each gets the tokens it gets alone (greedy); then a long prompt
@@ -247,7 +251,6 @@ def test_hybrid_served_batch_invariance(arch, zinfer_bin, tmp_path, tmp_path_fac
     assert alone[5][: len(want)] == want
 
 
-@pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_multiturn_prefix_resume(arch, zinfer_bin, tmp_path, tmp_path_factory):
     """A conversation of 6 turns, each prompt the last one plus its reply
     plus new tokens: with the prefix cache each turn resumes from a state
@@ -279,7 +282,6 @@ def test_hybrid_multiturn_prefix_resume(arch, zinfer_bin, tmp_path, tmp_path_fac
                                                   kv["prefix_hit_tokens"]})
 
 
-@pytest.mark.parametrize("arch", _params(RUN))
 def test_hybrid_served_features(arch, zinfer_bin, run_zinfer, tmp_path, tmp_path_factory):
     """A hybrid with everything else the server does: two workers, the
     prefix cache (resumed from state checkpoints), speculation asked for
