@@ -40,6 +40,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -1467,8 +1468,9 @@ static void test_vision_tower_vs_cpu(void **state) {
         {"idefics3", 64, 8, 128, 256, 4, 2, 2, 64},
     };
     for (size_t ti = 0; ti < sizeof towers / sizeof towers[0]; ti++) {
-        char path[] = "/tmp/zinfer-gpu-mmproj-XXXXXX";
-        int fd = mkstemp(path);
+        char path[96]; /* a new file, this process's own */
+        snprintf(path, sizeof path, "/tmp/zinfer-gpu-mmproj-%d-%zu", (int)getpid(), ti);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
         assert_true(fd >= 0);
         close(fd);
         write_projector(path, towers[ti].kind, towers[ti].image, towers[ti].patch, towers[ti].E,

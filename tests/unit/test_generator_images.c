@@ -21,6 +21,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
+#include <time.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -349,8 +352,10 @@ static void test_disk_tier_stops_at_images(void **state) {
     fixture *f = *state;
     if (!f) skip();
     if (f->n_ids < 24) skip();
-    char dir[] = "/tmp/zi_gen_images_disk_XXXXXX";
-    assert_non_null(mkdtemp(dir));
+    char dir[64]; /* this process's and this moment's: mkdir fails on a stale one */
+    snprintf(dir, sizeof dir, "/tmp/zi_gen_images_disk_%d_%lld", (int)getpid(),
+             (long long)time(NULL));
+    assert_int_equal(mkdir(dir, 0700), 0);
     zi_sampling_params sp = greedy();
     const int32_t first[1] = {10};
     const int T = 8;
@@ -378,7 +383,7 @@ static void test_disk_tier_stops_at_images(void **state) {
     zi_text_context_free(&a);
     zi_text_context_free(&a2);
     zi_sampling_params_free(&sp);
-    char cmd[128];
+    char cmd[256];
     snprintf(cmd, sizeof cmd, "ls '%s' | grep -c blk > /dev/null && rm -rf '%s'", dir, dir);
     assert_int_equal(system(cmd), 0);
 }
