@@ -356,6 +356,13 @@ void restart_resume(router *rt, const unsigned char *ident, size_t ident_len, bo
                 q->id_len == id_len && !memcmp(q->id, id, id_len))
                 return; /* already waiting */
         }
+        if (rt->n_presume >= (size_t)rt->max_queue) { /* a client's flood must not grow it */
+            send_error_raw(rt, ident, ident_len, delim, id, id_len, "overloaded",
+                           "--max-queue resumes are already waiting for their workers to "
+                           "register again; retry later",
+                           NULL);
+            return;
+        }
         pending_resume *p = realloc(rt->presume, (rt->n_presume + 1) * sizeof *p);
         char *idc = dup_bytes(id, id_len);
         if (p) rt->presume = p;
