@@ -13,6 +13,7 @@
  *   zinfer info       describe a GGUF file and the memory serving it takes (cli/info.c)
  *   zinfer chat-template  render a Jinja chat template with JSON messages (cli/chat_template_cmd.c)
  *   zinfer encode-image   an image projector's soft tokens for one tile (cli/vision_cmd.c)
+ *   zinfer decode-speech  a speech codec decoder's waveform for codec codes (cli/speech_cmd.c)
  *
  * Everything here is glue: flags -> model/tokenizer/backend calls -> output.
  * Errors print one line on stderr ("zinfer: <what is wrong>") and exit 1;
@@ -33,6 +34,7 @@
 #include "generator.h"
 #include "info.h"
 #include "vision_cmd.h"
+#include "speech_cmd.h"
 #include "kv_fixed.h"
 #include "log.h"
 #include "lora.h"
@@ -816,6 +818,7 @@ static const char *USAGE_MAIN =
     "  chat-template  render a chat template (a Jinja file or a built-in: gemma, chatml, ...)\n"
     "                 with JSON messages, tools, variables\n"
     "  encode-image   run an image projector (--mmproj) on one tile of pixels\n"
+    "  decode-speech  run a speech codec decoder (wavtokenizer-dec) on codes, write a WAV\n"
     "\n"
     "common options:\n"
     "  --model PATH       GGUF model, or a packaged model's name (smollm2-135m,\n"
@@ -1062,6 +1065,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "info")) return zi_info_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat-template")) return zi_chat_template_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "encode-image")) return zi_encode_image_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "decode-speech")) return zi_decode_speech_main(argc - 1, argv + 1);
     struct {
         const char *name;
         const char *usage;

@@ -382,6 +382,39 @@ typedef struct zi_backend_ops {
      * column). y may be x. Optional (as mul). */
     void (*rmsnorm_groups)(zi_backend *be, float *y, const float *x, const float *w, int n_tokens,
                            int dim, int groups, float eps);
+    /* The speech codec decoder's ops (model_worker/wavtokenizer.h), over
+     * frames: x is [n][channels], one row a frame. Optional (NULL: the
+     * decoder is refused on the backend, naming the op).
+     * conv1d: a 1-D convolution over the frames, zero-padded K/2 frames
+     * each side (ggml_conv_1d_ph, a cross-correlation): y[t][o] = b[o] +
+     * the sum over taps j < K and inputs i < cin of w[(j*cout + o)*cin +
+     * i] x[t + j - K/2][i] (w taps first, [K][cout][cin]; K = 1 is a
+     * product with a bias); b may be NULL; y must not alias x. In float32,
+     * each tap's sum over i a dot product of the kernel table's. */
+    void (*conv1d)(zi_backend *be, float *y, const float *x, const float *w, const float *b, int n,
+                   int cin, int cout, int K);
+    /* The depthwise form (each channel convolved with its own kernel):
+     * y[t][c] = b[c] + the sum over j < K, in order, of w[c*K + j] x[t + j
+     * - K/2][c]; y must not alias x. */
+    void (*conv1d_dw)(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                      int n, int channels, int K);
+    /* GroupNorm over frames (ggml_group_norm as llama.cpp's LLM_NORM_GROUP
+     * uses it): the channels in `groups` runs of channels / groups, each run
+     * normalized over all n frames' values of its channels (mean and biased
+     * variance summed in double), then y = (x - mean) / sqrt(var + eps) *
+     * w[c] + b[c]; y may be x. */
+    void (*group_norm)(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                       int n, int channels, int groups, float eps);
+    /* The WavTokenizer head and inverse STFT: spec is [n][n_fft + 2], per
+     * frame H = n_fft/2 + 1 log-magnitudes then H phases; S[m] = min(e^mag,
+     * 100) (cos p + i sin p); each frame irfft(S, n_fft) (the imaginary
+     * parts of bins 0 and n_fft/2 ignored) times the periodic Hann window
+     * into frames ([n][n_fft] scratch), overlap-added at t * hop, divided by
+     * the overlap-added squared window, (n_fft - hop) / 2 samples cut at
+     * each end: out holds n * hop samples. In double but for the stored
+     * floats; n_fft even, at most 4096, hop <= n_fft. */
+    void (*istft)(zi_backend *be, float *out, const float *spec, float *frames, int n, int n_fft,
+                  int hop);
     /* Waits until all queued work is done (nothing to wait for on the CPU)
      * and returns the first error any op met since the backend was made,
      * with its message in *err (err may be NULL): ops return nothing, so a

@@ -24,6 +24,7 @@
 #include "repack.h"
 #include "repack_x.h"
 #include "span_attention.h"
+#include "cpu_audio.h"
 #include "threadpool.h"
 #include "tile_mm.h"
 #include "weights.h"
@@ -1712,6 +1713,27 @@ static void cpu_lora(zi_backend *be, float *y, const float *x, int n_tokens, int
         lora_worker(&a, 0, 1);
 }
 
+/* The speech codec decoder's ops (cpu_audio.h). */
+static void cpu_conv1d(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                       int n, int cin, int cout, int K) {
+    zi_cpu_conv1d(cb(be)->pool, cb(be)->k, y, x, w, b, n, cin, cout, K);
+}
+
+static void cpu_conv1d_dw(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                          int n, int channels, int K) {
+    zi_cpu_conv1d_dw(cb(be)->pool, y, x, w, b, n, channels, K);
+}
+
+static void cpu_group_norm(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                           int n, int channels, int groups, float eps) {
+    zi_cpu_group_norm(cb(be)->pool, y, x, w, b, n, channels, groups, eps);
+}
+
+static void cpu_istft(zi_backend *be, float *out, const float *spec, float *frames, int n,
+                      int n_fft, int hop) {
+    zi_cpu_istft(cb(be)->pool, out, spec, frames, n, n_fft, hop);
+}
+
 /* Every zi_kv_type (q_layout_of); the caches made before keep their
  * layout, so the model sets it before making one (backend.h). */
 static int cpu_set_kv_type(zi_backend *be, int t, zi_error *err) {
@@ -1764,6 +1786,10 @@ static const zi_backend_ops cpu_ops = {
     .delta_net = cpu_delta_net,
     .ssm_scan = cpu_ssm_scan,
     .rmsnorm_groups = cpu_rmsnorm_groups,
+    .conv1d = cpu_conv1d,
+    .conv1d_dw = cpu_conv1d_dw,
+    .group_norm = cpu_group_norm,
+    .istft = cpu_istft,
     .sync = cpu_sync,
     .set_kv_type = cpu_set_kv_type,
 };
