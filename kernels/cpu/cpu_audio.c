@@ -26,7 +26,8 @@ typedef struct conv_args {
 } conv_args;
 
 /* Output channels [o0, o1): per tap, one weight row against every frame it
- * reaches (the row stays in cache across the frames). */
+ * reaches, four frames at a time (the row stays in cache across the
+ * frames; dot4 gives the same bits as dot). */
 static void conv_worker(void *p, int ith, int nth) {
     const conv_args *a = p;
     int64_t o0, o1;
@@ -39,7 +40,12 @@ static void conv_worker(void *p, int ith, int nth) {
         const int t0 = pad - j > 0 ? pad - j : 0, t1 = n + pad - j < n ? n + pad - j : n;
         for (int64_t o = o0; o < o1; o++) {
             const float *wr = a->w + ((size_t)j * cout + o) * cin;
-            for (int t = t0; t < t1; t++)
+            int t = t0;
+            for (float d[4]; t + 4 <= t1; t += 4) {
+                a->k->dot4(wr, a->x + (size_t)(t + j - pad) * cin, (size_t)cin, cin, d);
+                for (int r = 0; r < 4; r++) y[(size_t)(t + r) * cout + o] += d[r];
+            }
+            for (; t < t1; t++)
                 y[(size_t)t * cout + o] += a->k->dot(wr, a->x + (size_t)(t + j - pad) * cin, cin);
         }
     }

@@ -144,6 +144,9 @@ typedef struct zi_cpu_kernels {
     void (*to_f16)(uint16_t *dst, const float *x, int64_t n);
     /* Attention helpers over float vectors. */
     float (*dot)(const float *a, const float *b, int64_t n);
+    /* out[r] = dot(a, b + r * stride, n) for r < 4, the same bits as four
+     * dot calls (one weight row against four rows of input). */
+    void (*dot4)(const float *a, const float *b, size_t stride, int64_t n, float *out);
     void (*axpy)(float *y, float a, const float *x, int64_t n); /* y += a*x */
     void (*scale)(float *y, float a, int64_t n);                /* y *= a */
     /* A LoRA term's first product (backend.h's lora): c[k] = dot(row k of

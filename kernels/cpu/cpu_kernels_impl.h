@@ -47,6 +47,7 @@ const zi_cpu_kernels ZI_KERNELS_TABLE = {
     .amx = amx_usable,
 #endif
     .dot = dot_f32,
+    .dot4 = dot4_f32,
     .axpy = axpy_f32,
     .lora_up = lora_up,
     .lora_down = lora_down,

@@ -657,6 +657,48 @@ static float dot_f32(const float *a, const float *b, int64_t n) {
 #endif
 }
 
+/* out[r] = dot_f32(a, b + r * stride, n) for r < 4, each the same bits
+ * (the same lanes, order and reduction), with a's loads shared and four
+ * independent accumulator chains instead of one (the speech decoder's
+ * convolutions: one weight row against four frames). */
+static void dot4_f32(const float *a, const float *b, size_t stride, int64_t n, float *out) {
+#if defined(__AVX512F__)
+    if (n % 16 == 0) {
+        __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+        const float *b0 = b, *b1 = b + stride, *b2 = b + 2 * stride, *b3 = b + 3 * stride;
+        for (int64_t i = 0; i < n; i += 16) {
+            const __m512 va = _mm512_loadu_ps(a + i);
+            c0 = _mm512_fmadd_ps(va, _mm512_loadu_ps(b0 + i), c0);
+            c1 = _mm512_fmadd_ps(va, _mm512_loadu_ps(b1 + i), c1);
+            c2 = _mm512_fmadd_ps(va, _mm512_loadu_ps(b2 + i), c2);
+            c3 = _mm512_fmadd_ps(va, _mm512_loadu_ps(b3 + i), c3);
+        }
+        out[0] = _mm512_reduce_add_ps(c0), out[1] = _mm512_reduce_add_ps(c1);
+        out[2] = _mm512_reduce_add_ps(c2), out[3] = _mm512_reduce_add_ps(c3);
+        return;
+    }
+#endif
+#if defined(__AVX2__)
+    __m256 p0[4], p1[4];
+    for (int r = 0; r < 4; r++) p0[r] = p1[r] = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256 va0 = _mm256_loadu_ps(a + i), va1 = _mm256_loadu_ps(a + i + 8);
+        for (int r = 0; r < 4; r++) {
+            p0[r] = _mm256_fmadd_ps(va0, _mm256_loadu_ps(b + r * stride + i), p0[r]);
+            p1[r] = _mm256_fmadd_ps(va1, _mm256_loadu_ps(b + r * stride + i + 8), p1[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        float s = hsum256(_mm256_add_ps(p0[r], p1[r]));
+        for (int64_t k = i; k < n; k++) s += a[k] * b[r * stride + k];
+        out[r] = s;
+    }
+#else
+    for (int r = 0; r < 4; r++) out[r] = dot_f32(a, b + r * stride, n);
+#endif
+}
+
 /* One 16-bit weight as a float: IEEE half (bf16 0) or bfloat16 (1). */
 static inline float half_to_f32(uint16_t h, int bf16) {
     return bf16 ? zi_bf16_to_f32(h) : zi_f16_to_f32(h);

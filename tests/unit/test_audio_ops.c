@@ -3,7 +3,8 @@
  * (kernels/backend.h conv1d, conv1d_dw, group_norm, istft; the CPU's in
  * kernels/cpu/cpu_audio.c) against plain double arithmetic, on every CPU
  * kernel table this machine runs, with 1 and 3 threads (the results must
- * be the same bits: every value is one thread's, in a fixed order); and a
+ * be the same bits: every value is one thread's, in a fixed order), the
+ * kernel tables' dot4 (the same bits as dot); and a
  * backend without them refusing the decoder by op name.
  */
 #include <math.h>
@@ -89,6 +90,27 @@ static void test_conv1d(void **state) {
             free(y3);
         }
         free(x), free(w), free(b), free(want);
+    }
+}
+
+/* The kernel tables' dot4 gives the same bits as four dot calls. */
+static void test_dot4(void **state) {
+    (void)state;
+    const int64_t lens[] = {768, 40, 16, 7, 2304};
+    for (int ii = 0; ii < 3; ii++) {
+        const zi_cpu_kernels *k = zi_cpu_kernels_by_name(isas[ii]);
+        if (!k) continue;
+        for (size_t l = 0; l < sizeof lens / sizeof lens[0]; l++) {
+            const int64_t n = lens[l];
+            const size_t stride = (size_t)n + 3;
+            float *a = rand_vec((size_t)n, -1, 1), *b = rand_vec(4 * stride, -1, 1), d[4];
+            k->dot4(a, b, stride, n, d);
+            for (int r = 0; r < 4; r++) {
+                const float want = k->dot(a, b + r * stride, n);
+                assert_memory_equal(&d[r], &want, sizeof want);
+            }
+            free(a), free(b);
+        }
     }
 }
 
@@ -201,11 +223,9 @@ static void test_backend_without_ops_refuses(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_conv1d),
-        cmocka_unit_test(test_conv1d_dw),
-        cmocka_unit_test(test_group_norm),
-        cmocka_unit_test(test_istft),
-        cmocka_unit_test(test_backend_without_ops_refuses),
+        cmocka_unit_test(test_conv1d),    cmocka_unit_test(test_dot4),
+        cmocka_unit_test(test_conv1d_dw), cmocka_unit_test(test_group_norm),
+        cmocka_unit_test(test_istft),     cmocka_unit_test(test_backend_without_ops_refuses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
