@@ -6,7 +6,7 @@
  * Each runs on the backend's pool, split so that every output value is
  * computed by one thread in a fixed order: the results do not depend on
  * the thread count. The convolution's sums over input channels are the
- * kernel table's dot products (zi_cpu_kernels.dot: 16 or 8 float lanes,
+ * kernel table's dot products (zi_cpu_kernels.dot4 and dot: 16 or 8 float lanes,
  * or plain C); the norms' statistics and the inverse STFT run in double.
  */
 #ifndef ZI_CPU_AUDIO_H
