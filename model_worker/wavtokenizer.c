@@ -387,8 +387,8 @@ int zi_wavtok_decode(zi_wavtok *w, const int32_t *codes, int n, float *spec, flo
     const size_t sizes[11] = {nz * F, nz * C,  nz * C,  nz * C,        nz * C,     nz * C,
                               nz * C, nz * FF, nz * NO, nz * c->n_fft, nz * c->hop};
     float *b[11] = {0};
-    int32_t *ids = malloc(nz * sizeof *ids), *order = malloc(nz * sizeof *order);
-    int rc = ids && order ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
+    int32_t *order = malloc(nz * sizeof *order);
+    int rc = order ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
     for (int i = 0; !rc && i < 11; i++)
         if (!(b[i] = op->alloc(be, sizes[i] * sizeof(float))))
             rc = zi_error_set(err, ZI_ENOMEM, "out of memory decoding %d codes", n);
@@ -396,8 +396,7 @@ int zi_wavtok_decode(zi_wavtok *w, const int32_t *codes, int n, float *spec, flo
     float *emb = b[0], *x = b[1], *h = b[2], *h2 = b[3], *q = b[4], *k = b[5], *v = b[6],
           *ff = b[7], *sp = b[8], *frames = b[9], *au = b[10];
     for (int i = 0; i < n; i++) order[i] = i;
-    memcpy(ids, codes, nz * sizeof *ids);
-    op->get_rows(be, emb, &w->tok, ids, n);
+    op->get_rows(be, emb, &w->tok, codes, n);
     op->conv1d(be, x, emb, w->conv_w, w->conv_b, n, F, C, 7);
     for (int i = 0; i < c->posnet_layers; i++) {
         const wt_posnet *p = &w->pos[i];
@@ -447,7 +446,6 @@ int zi_wavtok_decode(zi_wavtok *w, const int32_t *codes, int n, float *spec, flo
 done:
     for (int i = 0; i < 11; i++)
         if (b[i]) op->free(be, b[i]);
-    free(ids);
     free(order);
     return rc;
 }
