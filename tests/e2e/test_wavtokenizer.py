@@ -10,9 +10,11 @@ reference, and closer to it than llama.cpp's (whose convolutions run on
 float16 im2col columns: ~5e-4); llama.cpp's waveform is its spectrogram
 through the reference's inverse STFT. A 16-bit WAV is read back with
 Python's wave module; a code out of range and a file whose shapes disagree
-are refused with messages that name them.
+are refused with messages that name them, and so is a file of another
+architecture.
 """
 
+import json
 import os
 import subprocess
 import wave
@@ -114,7 +116,6 @@ def test_matches_reference_closer_than_llama(decoder):
         wav, spec = d["dir"] / f"o{k}.wav", d["dir"] / f"o{k}.spec"
         p = run(["--model", d["path"], "--codes", ",".join(map(str, s)), "--out", wav,
                  "--format", "f32", "--spec", spec, "--threads", 2])
-        import json
         info = json.loads(p.stdout)
         assert info["n_codes"] == len(s) and info["n_samples"] == len(s) * HOP
         assert (info["sample_rate"], info["n_fft"], info["hop"]) == (24000, 1280, 320)
@@ -192,3 +193,14 @@ def test_small_file_decodes(tmp_path):
     sp = np.fromfile(spec, "<f4").reshape(len(codes), 258)
     assert ref.rel_l2(sp, r) < 1e-5
     assert ref.rel_l2(read_f32_wav(tmp_path / "s.wav"), ref.istft(r, 64)) < 1e-5
+
+
+def test_other_architecture_refused(tmp_path):
+    from gguf_files import write_gguf
+    path = write_gguf(tmp_path / "llama.gguf", "llama", hparams={"block_count": 1})
+    p = run(["--model", path, "--codes", "1", "--out", tmp_path / "x.wav"], check=False)
+    assert p.returncode == 1
+    assert "general.architecture is 'llama': not a speech codec decoder" in p.stderr, p.stderr
+    p = run(["--model", path, "--codes", "1", "--out", tmp_path / "x.wav", "--format", "u8"],
+            check=False)
+    assert p.returncode == 2 and "--format: expected s16 or f32" in p.stderr
