@@ -6,6 +6,7 @@
 #include <assert.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 /* [lo, hi) of n items for thread ith of nth, in whole chunks of align. */
 static void part(int64_t n, int ith, int nth, int64_t align, int64_t *lo, int64_t *hi) {
@@ -135,17 +136,58 @@ typedef struct istft_args {
     int n, n_fft, hop;
 } istft_args;
 
-/* Frames [f0, f1): the head (magnitude and phase to a complex spectrum)
- * and the real inverse DFT, as sums over the table of cos / sin of
- * 2 pi i / n_fft, times the window. */
+/* The inverse DFT y[k] = sum over m of x[m] e^(2 pi i k m / N), k < N, of
+ * the N complex values at x + m * stride (re, im): split by the smallest of
+ * the factors 2, 3, 5 of N (a mixed-radix FFT, decimation in time), else
+ * summed directly. cs / sn: cos / sin of 2 pi j / NT (N divides NT); t: N
+ * values of scratch (re, im), free again on return. */
+static void idft(const double *xr, const double *xi, size_t stride, int N, int NT, const double *cs,
+                 const double *sn, double *yr, double *yi, double *tr, double *ti) {
+    const int p = N % 2 == 0 ? 2 : N % 3 == 0 ? 3 : N % 5 == 0 ? 5 : N, step = NT / N;
+    if (p == N) {
+        for (int k = 0; k < N; k++) {
+            double ar = 0.0, ai = 0.0;
+            for (int m = 0; m < N; m++) {
+                const size_t j = (size_t)k * m % (size_t)N * step;
+                const double r = xr[m * stride], im = xi[m * stride];
+                ar += r * cs[j] - im * sn[j];
+                ai += r * sn[j] + im * cs[j];
+            }
+            yr[k] = ar, yi[k] = ai;
+        }
+        return;
+    }
+    const int M = N / p;
+    for (int q = 0; q < p; q++) /* the p interleaved sub-sequences, into y's quarters */
+        idft(xr + q * stride, xi + q * stride, stride * p, M, NT, cs, sn, yr + q * M, yi + q * M,
+             tr, ti);
+    for (int k = 0; k < M; k++)
+        for (int s = 0; s < p; s++) {
+            const int kk = k + M * s;
+            double ar = 0.0, ai = 0.0;
+            for (int q = 0; q < p; q++) {
+                const size_t j = (size_t)q * kk % (size_t)N * step;
+                const double r = yr[q * M + k], im = yi[q * M + k];
+                ar += r * cs[j] - im * sn[j];
+                ai += r * sn[j] + im * cs[j];
+            }
+            tr[kk] = ar, ti[kk] = ai;
+        }
+    memcpy(yr, tr, (size_t)N * sizeof *yr);
+    memcpy(yi, ti, (size_t)N * sizeof *yi);
+}
+
+/* Frames [f0, f1): the head (magnitude and phase to a complex spectrum),
+ * its Hermitian extension, the inverse DFT (idft, in double), times the
+ * window. */
 static void irfft_worker(void *p, int ith, int nth) {
     const istft_args *a = p;
     int64_t f0, f1;
     part(a->n, ith, nth, 1, &f0, &f1);
     if (f0 >= f1) return;
     const int N = a->n_fft, H = N / 2 + 1;
-    double cs[ZI_ISTFT_MAX_FFT], sn[ZI_ISTFT_MAX_FFT], re[ZI_ISTFT_MAX_FFT / 2 + 1],
-        im[ZI_ISTFT_MAX_FFT / 2 + 1];
+    enum { MX = ZI_ISTFT_MAX_FFT };
+    double cs[MX], sn[MX], xr[MX], xi[MX], yr[MX], yi[MX], tr[MX], ti[MX];
     for (int i = 0; i < N; i++) {
         const double ang = 2.0 * M_PI * i / N;
         cs[i] = cos(ang), sn[i] = sin(ang);
@@ -156,20 +198,13 @@ static void irfft_worker(void *p, int ith, int nth) {
             double mag = exp((double)s[m]);
             if (mag > 100.0) mag = 100.0;
             const double ph = s[H + m];
-            re[m] = mag * cos(ph), im[m] = mag * sin(ph);
+            xr[m] = mag * cos(ph), xi[m] = mag * sin(ph);
         }
+        xi[0] = xi[H - 1] = 0.0; /* irfft ignores them */
+        for (int m = H; m < N; m++) xr[m] = xr[N - m], xi[m] = -xi[N - m];
+        idft(xr, xi, 1, N, N, cs, sn, yr, yi, tr, ti);
         float *fr = a->frames + (size_t)f * N;
-        for (int k = 0; k < N; k++) {
-            double acc = 0.0;
-            int idx = 0;
-            for (int m = 1; m < H - 1; m++) {
-                idx += k;
-                if (idx >= N) idx -= N;
-                acc += re[m] * cs[idx] - im[m] * sn[idx];
-            }
-            const double v = (re[0] + ((k & 1) ? -re[H - 1] : re[H - 1]) + 2.0 * acc) / N;
-            fr[k] = (float)(v * (0.5 - 0.5 * cs[k]));
-        }
+        for (int k = 0; k < N; k++) fr[k] = (float)(yr[k] / N * (0.5 - 0.5 * cs[k]));
     }
 }
 

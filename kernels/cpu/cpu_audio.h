@@ -7,7 +7,8 @@
  * computed by one thread in a fixed order: the results do not depend on
  * the thread count. The convolution's sums over input channels are the
  * kernel table's dot products (zi_cpu_kernels.dot4 and dot: 16 or 8 float lanes,
- * or plain C); the norms' statistics and the inverse STFT run in double.
+ * or plain C); the norms' statistics and the inverse STFT (a mixed-radix
+ * FFT) run in double.
  */
 #ifndef ZI_CPU_AUDIO_H
 #define ZI_CPU_AUDIO_H

@@ -169,7 +169,8 @@ static void test_group_norm(void **state) {
  * Hermitian-extended spectrum, window, overlap-add, envelope, cut. */
 static void test_istft(void **state) {
     (void)state;
-    const int shapes[][3] = {{1, 16, 4}, {5, 16, 4}, {4, 32, 8}, {3, 12, 6}};
+    const int shapes[][3] = {{1, 16, 4},  {5, 16, 4}, {4, 32, 8}, {3, 12, 6},
+                             {6, 40, 10}, {3, 14, 7}, {2, 90, 30}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         const int n = shapes[s][0], N = shapes[s][1], hop = shapes[s][2], H = N / 2 + 1;
         float *spec = rand_vec((size_t)n * (N + 2), -2, 3),
