@@ -27,7 +27,10 @@ layers:
 
 EOS is <|im_end|> (151645), BOS <|endoftext|> (not added).
 
-Weights are drawn as Q8_0 block bytes (int8 codes, an f16 scale per 32)
+The embedding (which is also the output head) has standard deviation
+embd_sigma, 0.07: logits of standard deviation ~2, so that greedy choices
+among the 4100 codes have real gaps without one token taking all the
+probability. Weights are drawn as Q8_0 block bytes (int8 codes, an f16 scale per 32)
 so that the 157696 x 896 embedding is written in a second; norms and
 biases F32. `code_end_bias` adds an output.bias (which llama.cpp's qwen2
 and zinfer both apply) that is zero but for <|code_end|>: with random
@@ -95,7 +98,7 @@ def q8_bytes(rng, rows, cols, sigma):
     return np.concatenate([d.view(np.uint8), q.view(np.uint8)], axis=1).reshape(rows, -1)
 
 
-def write_codec_llm(path, n_layers=2, seed=0, code_end_bias=0.0, **shape):
+def write_codec_llm(path, n_layers=2, seed=0, code_end_bias=0.0, embd_sigma=0.07, **shape):
     """Writes the codec LLM GGUF at path (REAL shapes, n_layers layers, any
     REAL key overridden by shape) and returns path."""
     s = dict(REAL, **shape)
@@ -111,7 +114,7 @@ def write_codec_llm(path, n_layers=2, seed=0, code_end_bias=0.0, **shape):
     def vec(n, centre=0.0, sigma=0.1):
         return (centre + sigma * rng.standard_normal(n)).astype(np.float32), None
 
-    t = {"token_embd.weight": mat(N_ROWS, D, 1.0), "output_norm.weight": vec(D, 1.0)}
+    t = {"token_embd.weight": mat(N_ROWS, D, embd_sigma), "output_norm.weight": vec(D, 1.0)}
     for i in range(n_layers):
         b = f"blk.{i}."
         t.update({b + "attn_norm.weight": vec(D, 1.0), b + "ffn_norm.weight": vec(D, 1.0),
