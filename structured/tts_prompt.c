@@ -259,6 +259,78 @@ int zi_tts_speaker_parse(const char *json, size_t len, const char *field, zi_tts
     return rc;
 }
 
+int zi_tts_speaker_from_tokens(const char *transcription, size_t len, const int32_t *codes,
+                               size_t n_codes, const int32_t *word_codes, size_t n_word_codes,
+                               zi_tts_speaker *sp, zi_error *err) {
+    memset(sp, 0, sizeof *sp);
+    sp->version = ZI_OUTETTS_0_2;
+    for (size_t k = 0; k < n_codes; k++)
+        if (codes[k] < 0 || codes[k] >= ZI_TTS_CODEC_TOKENS)
+            return zi_error_set(err, ZI_EINVAL,
+                                "audio_prompt_tokens[%zu]: codec id %d is outside [0, %d]", k,
+                                (int)codes[k], ZI_TTS_CODEC_TOKENS - 1);
+    size_t sum = 0;
+    for (size_t i = 0; i < n_word_codes; i++) {
+        if (word_codes[i] < 1 ||
+            word_codes[i] > ZI_TTS_MAX_DURATION_CS * ZI_TTS_CODES_PER_SECOND / 100)
+            return zi_error_set(
+                err, ZI_EINVAL, "audio_prompt_word_codes[%zu]: %d codes; a word has 1..%d", i,
+                (int)word_codes[i], ZI_TTS_MAX_DURATION_CS * ZI_TTS_CODES_PER_SECOND / 100);
+        sum += (size_t)word_codes[i];
+    }
+    if (sum != n_codes)
+        return zi_error_set(err, ZI_EINVAL,
+                            "audio_prompt_word_codes: the words have %zu codes in all, "
+                            "audio_prompt_tokens %zu",
+                            sum, n_codes);
+    char *norm = NULL;
+    int rc = zi_tts_normalize(transcription, len, "audio_prompt_transcription", &norm, err);
+    if (rc) return rc;
+    size_t n_words = norm[0] ? 1 : 0;
+    for (const char *p = norm; *p; p++) n_words += *p == ' ';
+    if (n_words == 0 || n_words != n_word_codes || n_words > ZI_TTS_MAX_SPEAKER_WORDS) {
+        free(norm);
+        if (n_words == 0)
+            return zi_error_set(err, ZI_EINVAL, "audio_prompt_transcription: no word in it");
+        return zi_error_set(err, ZI_EINVAL,
+                            "audio_prompt_transcription: %zu words, but "
+                            "audio_prompt_word_codes splits the codes into %zu (at most %d)",
+                            n_words, n_word_codes, ZI_TTS_MAX_SPEAKER_WORDS);
+    }
+    if (!(sp->words = calloc(n_words, sizeof *sp->words))) rc = ZI_ENOMEM;
+    size_t at = 0;
+    char *p = norm;
+    for (size_t i = 0; !rc && i < n_words; i++) {
+        char *e = strchr(p, ' ');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        zi_tts_word *w = &sp->words[i];
+        sp->n_words = i + 1;
+        w->n_codes = (size_t)word_codes[i];
+        if (n > ZI_TTS_MAX_WORD_BYTES) {
+            rc = zi_error_set(err, ZI_EINVAL,
+                              "audio_prompt_transcription: word %zu is over %d bytes", i,
+                              ZI_TTS_MAX_WORD_BYTES);
+            break;
+        }
+        if (!(w->text = malloc(n + 1)) || !(w->codes = malloc(w->n_codes * sizeof *w->codes))) {
+            rc = ZI_ENOMEM;
+            break;
+        }
+        memcpy(w->text, p, n);
+        w->text[n] = 0;
+        memcpy(w->codes, codes + at, w->n_codes * sizeof *w->codes);
+        at += w->n_codes;
+        /* n / 75 s in hundredths, rounded */
+        w->duration_cs =
+            (int)((w->n_codes * 100 * 2 + ZI_TTS_CODES_PER_SECOND) / (2 * ZI_TTS_CODES_PER_SECOND));
+        p = e ? e + 1 : p + n;
+    }
+    free(norm);
+    if (rc == ZI_ENOMEM) zi_error_set(err, rc, "audio_prompt_tokens: out of memory");
+    if (rc) zi_tts_speaker_free(sp);
+    return rc;
+}
+
 /* ---- rendering ---- */
 
 void zi_tts_prompt_free(zi_tts_prompt *p) {

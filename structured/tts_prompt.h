@@ -90,6 +90,27 @@ int zi_tts_normalize(const char *text, size_t len, const char *field, char **out
 int zi_tts_speaker_parse(const char *json, size_t len, const char *field, zi_tts_speaker *sp,
                          zi_error *err);
 
+/* WavTokenizer's frames per second (24 kHz audio, a hop of 320 samples):
+ * a word of n codes lasts n / 75 s. */
+#define ZI_TTS_CODES_PER_SECOND 75
+
+/*
+ * The seeds' form of a speaker prompt (AudioGenerationRequest's
+ * audio_prompt_transcription and audio_prompt_tokens) made into words:
+ * the transcription normalised as zi_tts_normalize does, its words given
+ * word_codes[i] consecutive codes of codes[0..n_codes) each (the flat list
+ * alone cannot be split into words: the caller passes the split, e.g. from
+ * the aligner that made the codes), each duration word_codes[i] / 75 s.
+ * Refused, naming the field: a transcription with no word or a word count
+ * other than n_word_codes ("audio_prompt_transcription"), a code outside
+ * [0, ZI_TTS_CODEC_TOKENS) ("audio_prompt_tokens[k]"), a word of no codes,
+ * a word longer than 10 s or counts that do not add up to n_codes
+ * ("audio_prompt_word_codes[i]"). Version 0.2.
+ */
+int zi_tts_speaker_from_tokens(const char *transcription, size_t len, const int32_t *codes,
+                               size_t n_codes, const int32_t *word_codes, size_t n_word_codes,
+                               zi_tts_speaker *sp, zi_error *err);
+
 void zi_tts_speaker_free(zi_tts_speaker *sp);
 
 /*

@@ -3,7 +3,8 @@
  * structured/codec_mask.c: OuteTTS text normalisation (numbers in words,
  * case, separators, dropped characters, the length limit, bad UTF-8), the
  * rendered prompt with and without a speaker in versions 0.2 and 0.3,
- * speaker JSON faults each named by its path, and the codec mask's state
+ * speaker JSON faults each named by its path, the seeds' transcription +
+ * flat codes split into words, and the codec mask's state
  * machine over a whole audio section (forced word tokens, durations,
  * codes, markers, the end) and after a token it did not allow.
  */
@@ -122,6 +123,50 @@ static void test_speaker_errors(void **state) {
                   "voice: words[0].codes[0]");
 }
 
+static void flat_fails(const char *text, const int32_t *codes, size_t n, const int32_t *wc,
+                       size_t nw, const char *want) {
+    zi_tts_speaker sp;
+    zi_error e = {0};
+    assert_int_equal(zi_tts_speaker_from_tokens(text, strlen(text), codes, n, wc, nw, &sp, &e),
+                     ZI_EINVAL);
+    if (!strstr(e.msg, want)) fail_msg("'%s' lacks '%s'", e.msg, want);
+    assert_int_equal(sp.n_words, 0);
+}
+
+/* The seeds' transcription + flat codes, split into words by counts. */
+static void test_speaker_from_tokens(void **state) {
+    (void)state;
+    const int32_t codes[] = {257, 740, 636, 1, 2, 3, 4, 4099};
+    const int32_t wc[] = {3, 5};
+    zi_tts_speaker sp;
+    zi_error e = {0};
+    assert_int_equal(zi_tts_speaker_from_tokens("The remarkable!", 15, codes, 8, wc, 2, &sp, &e),
+                     ZI_OK);
+    assert_int_equal(sp.n_words, 2);
+    assert_string_equal(sp.words[0].text, "the");
+    assert_string_equal(sp.words[1].text, "remarkable");
+    assert_int_equal(sp.words[0].n_codes, 3);
+    assert_int_equal(sp.words[1].codes[4], 4099);
+    assert_int_equal(sp.words[0].duration_cs, 4); /* 3 / 75 s = 0.04 */
+    assert_int_equal(sp.words[1].duration_cs, 7); /* 5 / 75 s = 0.0667 */
+    zi_tts_prompt p;
+    assert_int_equal(zi_tts_render("Go", 2, &sp, ZI_OUTETTS_0_2, &p, &e), ZI_OK);
+    assert_non_null(strstr(p.text, "\nremarkable<|t_0.07|><|code_start|><|1|><|2|><|3|><|4|>"
+                                   "<|4099|><|code_end|>\n"));
+    zi_tts_prompt_free(&p);
+    zi_tts_speaker_free(&sp);
+    const int32_t bad[] = {257, 4100};
+    const int32_t one[] = {2}, two[] = {1, 1}, zero[] = {0, 2};
+    flat_fails("a", bad, 2, one, 1, "audio_prompt_tokens[1]: codec id 4100 is outside [0, 4099]");
+    const int32_t neg[] = {-3};
+    const int32_t c1[] = {1};
+    flat_fails("a", neg, 1, c1, 1, "audio_prompt_tokens[0]: codec id -3");
+    flat_fails("a b c", codes, 2, two, 2, "audio_prompt_transcription: 3 words");
+    flat_fails("?!", codes, 2, two, 2, "audio_prompt_transcription: no word");
+    flat_fails("a b", codes, 2, zero, 2, "audio_prompt_word_codes[0]: 0 codes");
+    flat_fails("a b", codes, 3, two, 2, "the words have 2 codes in all, audio_prompt_tokens 3");
+}
+
 /* A small vocabulary: 0..9 text, 10 "\n", 11 <|code_start|>, 12
  * <|code_end|>, 13 <|audio_end|>, 14.. codes (4100), then durations. */
 enum { NL = 10, CS = 11, CE = 12, AE = 13, C0 = 14, T0 = C0 + 4100, NV = T0 + 1001 };
@@ -196,9 +241,8 @@ static void test_mask(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_normalize),
-        cmocka_unit_test(test_render),
-        cmocka_unit_test(test_speaker_errors),
+        cmocka_unit_test(test_normalize),      cmocka_unit_test(test_render),
+        cmocka_unit_test(test_speaker_errors), cmocka_unit_test(test_speaker_from_tokens),
         cmocka_unit_test(test_mask),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
