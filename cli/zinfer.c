@@ -44,6 +44,7 @@
 #include "serve.h"
 #include "spec_draft.h"
 #include "tokenizer.h"
+#include "tts_cmd.h"
 #include "utf8.h"
 
 #define ZI_VERSION "0.1.0"
@@ -73,6 +74,8 @@ typedef struct opts {
     int ignore_eos;
     int spec_lookup;         /* generate: prompt-lookup speculation */
     const char *draft_model; /* generate: draft-model speculation (NULL: none) */
+    const char *tts;         /* generate --tts: the text to speak (cli/tts_cmd.h) */
+    const char *tts_speaker; /* generate --tts-speaker: an OuteTTS speaker JSON file */
     int json;
     /* logits */
     const char *out;
@@ -359,7 +362,16 @@ static int cmd_generate(const opts *o) {
     zi_i32_list eog = {0};
     out_text t = {.cap = 4 * ZI_TOKEN_MAX_BYTES};
     zi_detok_init(&t.dt);
-    int ctx = 0, rc = prompt_ids(o, &e, &ids, &n, &err);
+    zi_cli_tts tts = {0};
+    int ctx = 0, rc = ZI_OK;
+    if (o->tts) { /* the OuteTTS prompt, and the plan that masks every draw */
+        rc = zi_cli_tts_prepare(e.tok, o->tts, strlen(o->tts), o->tts_speaker, &tts, &err);
+        if (!rc && !(ids = malloc(tts.n * sizeof *ids)))
+            rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
+        if (!rc) memcpy(ids, tts.ids, tts.n * sizeof *ids), n = tts.n;
+    } else {
+        rc = prompt_ids(o, &e, &ids, &n, &err);
+    }
     if (!rc) rc = check_ctx(o, &e, n, 1, &ctx, &err);
     if (!rc && !(t.p = malloc(t.cap))) rc = zi_error_set(&err, ZI_ENOMEM, "out of memory");
     if (!rc) rc = cli_sampling_params(o, &sp, &err);
@@ -385,8 +397,13 @@ static int cmd_generate(const opts *o) {
         sp.max_new_tokens = o->max_tokens;
         sp.ignore_eos = o->ignore_eos;
         rc = zi_text_context_init(&c, ids, n, (int64_t)ctx + 1, &sp, &err);
-        if (!rc) rc = zi_tokenizer_eog_ids(e.tok, &eog, &err);
-        if (!rc) rc = zi_text_context_set_eos(&c, eog.v, eog.n, &err);
+        if (!rc && o->tts) { /* <|audio_end|> ends it; the mask allows nothing else then */
+            c.codec_plan = tts.plan;
+            rc = zi_text_context_set_eos(&c, &tts.audio_end, 1, &err);
+        } else if (!rc) {
+            rc = zi_tokenizer_eog_ids(e.tok, &eog, &err);
+            if (!rc) rc = zi_text_context_set_eos(&c, eog.v, eog.n, &err);
+        }
         for (int i = 0; !rc && i < e.n_loras; i++) /* every adapter, at its --lora scale */
             c.lora[c.n_lora++] = (zi_lora_ref){.id = i, .scale = o->loras[i].scale};
     }
@@ -400,7 +417,8 @@ static int cmd_generate(const opts *o) {
         size_t n_gen = (size_t)zi_text_context_generated_count(&c);
         if (c.status == ZI_GEN_END_OF_SEQUENCE) n_gen--;
         for (; !rc && n_out < n_gen; n_out++)
-            rc = out_text_push(o, &e, &t, zi_text_context_generated_tokens(&c)[n_out], &err);
+            if (!o->tts) /* (speech prints its codes at the end) */
+                rc = out_text_push(o, &e, &t, zi_text_context_generated_tokens(&c)[n_out], &err);
     }
     double t2 = now_s();
     if (!t1) t1 = t2;
@@ -415,6 +433,13 @@ static int cmd_generate(const opts *o) {
             if (!o->json) fwrite(t.p + t.len, 1, (size_t)w, stdout);
             t.len += (size_t)w;
         }
+        int32_t *codes = o->tts ? malloc((n_out + 1) * sizeof *codes) : NULL;
+        size_t n_codes = codes
+                             ? zi_codec_extract(zi_codec_plan_ids(tts.plan),
+                                                zi_text_context_generated_tokens(&c), n_out, codes)
+                             : 0;
+        if (!o->json && o->tts)
+            for (size_t i = 0; i < n_codes; i++) printf(i ? " %d" : "%d", (int)codes[i]);
         if (!o->json) printf("\n");
         if (o->max_tokens == 0) /* nothing to generate: the prompt is not run */
             zi_log(&o->log, ZI_LOG_INFO, "prompt %zu tokens, not run (--max-tokens 0)", n);
@@ -447,12 +472,18 @@ static int cmd_generate(const opts *o) {
             json_object_set_new(j, "finish_reason", json_string(reason));
             json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)n));
             json_object_set_new(j, "completion_tokens", json_integer((json_int_t)n_out));
+            if (o->tts) {
+                json_object_set_new(j, "tts_prompt", json_text(tts.prompt, strlen(tts.prompt)));
+                json_object_set_new(j, "codes", json_ids(codes, n_codes));
+            }
             print_json_line(j);
             json_decref(j);
         }
+        free(codes);
     }
     free(ids);
     free(t.p);
+    zi_cli_tts_free(&tts);
     zi_i32_list_free(&eog);
     zi_sampling_params_free(&sp);
     if (gen) zi_generator_release(gen, &c);
@@ -864,6 +895,14 @@ static const char *USAGE_GENERATE =
     "                       every token, SCALE default 1; repeat for several (docs/lora.md)\n"
     "  --json               print, as the last line, a JSON object with prompt_token_ids,\n"
     "                       token_ids, text, finish_reason (instead of streaming text)\n"
+    "  --tts TEXT           speech codes instead of text, from an OuteTTS 0.2/0.3 codec\n"
+    "                       model: TEXT is rendered into the OuteTTS prompt and every\n"
+    "                       token is held to the audio section (each word, its duration,\n"
+    "                       its codec tokens, then <|audio_end|>); prints the codec ids\n"
+    "                       (0..4099) on one line, or with --json adds tts_prompt and\n"
+    "                       codes (docs/speech.md)\n"
+    "  --tts-speaker FILE   an OuteTTS speaker JSON file (words, durations, codes): the\n"
+    "                       voice to continue\n"
     "  plus the common options of `zinfer --help`\n";
 
 static const char *USAGE_TOKENIZE =
@@ -956,6 +995,12 @@ static int parse_flags(const char *cmd, int argc, char **argv, opts *o, const ch
         } else if (!strcmp(a, "--prompt")) {
             if (!v) return usage_error(cmd, "--prompt needs a text");
             o->prompt = v;
+        } else if (!strcmp(a, "--tts")) {
+            if (!v) return usage_error(cmd, "--tts needs a text");
+            o->tts = v;
+        } else if (!strcmp(a, "--tts-speaker")) {
+            if (!v) return usage_error(cmd, "--tts-speaker needs a speaker JSON file");
+            o->tts_speaker = v;
         } else if (!strcmp(a, "--prompt-ids")) {
             if (!v) return usage_error(cmd, "--prompt-ids needs a list of ids");
             o->prompt_ids = v;
@@ -1085,7 +1130,13 @@ int main(int argc, char **argv) {
     o.parse_special = strcmp(cmd, "tokenize") != 0; /* prompts parse specials by default */
     int rc = parse_flags(cmd, argc - 2, argv + 2, &o, usage);
     if (rc) return rc;
-    if (!strcmp(cmd, "generate") || !strcmp(cmd, "logits")) {
+    if (o.tts_speaker && !o.tts) return usage_error(cmd, "--tts-speaker needs --tts TEXT");
+    if (o.tts && strcmp(cmd, "generate")) return usage_error(cmd, "--tts is taken by `generate`");
+    if (o.tts && (o.prompt || o.prompt_ids))
+        return usage_error(cmd, "--tts renders the prompt: no --prompt or --prompt-ids with it");
+    if (o.tts && (o.spec_lookup || o.draft_model || o.ignore_eos))
+        return usage_error(cmd, "--tts takes no --spec-lookup, --draft-model or --ignore-eos");
+    if ((!strcmp(cmd, "generate") && !o.tts) || !strcmp(cmd, "logits")) {
         if (!o.prompt && !o.prompt_ids)
             return usage_error(cmd, "give the prompt with --prompt TEXT or --prompt-ids LIST");
         if (o.prompt && o.prompt_ids)

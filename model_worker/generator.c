@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "codec_mask.h"
 #include "generator_impl.h"
 #include "grow.h"
 #include "lora.h"
@@ -705,7 +706,8 @@ static int spec_eligible(const zi_generator *g, const zi_text_context *c) {
     const zi_sampling_params *sp = &c->sampling_params;
     /* (a thinking budget may replace the sampled token: no drafts) */
     return (g->cfg.spec_lookup || g->drafter) && sp->speculate && !c->is_initial_prompt &&
-           c->active_idx == c->end_idx && c->start_idx + 1 == c->end_idx && !c->thinking_budget;
+           c->active_idx == c->end_idx && c->start_idx + 1 == c->end_idx && !c->thinking_budget &&
+           !c->codec_plan; /* (its mask is for its own row only) */
 }
 
 /* Drafts for a decoding context whose last token is scheduled: at most cap
@@ -1136,6 +1138,13 @@ static int build_sampler_rows(zi_generator *g, const step_plan *p, int *n_sample
                 if (kept < 0) return ZI_ENOMEM;
                 q->n_verify = kept;
             }
+            r->bitmask = q->masks;
+        } else if (c->codec_plan) { /* an OuteTTS codec request (codec_mask.h) */
+            if (!q->masks && !(q->masks = malloc(ZI_SPEC_ROWS * (((size_t)g->n_vocab + 31) / 32) *
+                                                 sizeof *q->masks)))
+                return zi_error_set(err, ZI_ENOMEM, "out of memory for codec masks");
+            zi_codec_plan_mask(c->codec_plan, c->tokens + c->prompt_len, (size_t)n_gen, g->n_vocab,
+                               q->masks);
             r->bitmask = q->masks;
         }
         if (mask) { /* ids outside the vocabulary cannot be sampled anyway */

@@ -492,6 +492,11 @@ typedef struct zi_text_context {
      * worker resolves names to ids and refuses an adapter it lacks. */
     zi_lora_ref lora[ZI_MAX_LORA];
     size_t n_lora;
+    /* An OuteTTS codec request (structured/codec_mask.h; NULL: none): the
+     * worker masks every draw to the audio section's tokens. Borrowed
+     * (the context never frees it) and in-process only: the protocol does
+     * not carry it (a speech op would build it in the worker). */
+    const struct zi_codec_plan *codec_plan;
 } zi_text_context;
 
 /*

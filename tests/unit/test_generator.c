@@ -6,7 +6,8 @@
  * and log probabilities it gets when it shares steps with others that join
  * and leave at different times, under a step budget small enough to force
  * chunked prefill; direct forward passes over a fixed cache (zi_kv_fixed)
- * give the same greedy tokens. Needs the default model ($ZINFER_MODEL or
+ * give the same greedy tokens; contexts held to an OuteTTS codec plan
+ * (codec_mask.h) too. Needs the default model ($ZINFER_MODEL or
  * the downloaded one); skipped without it.
  */
 #include <setjmp.h>
@@ -25,6 +26,7 @@
 #include "model_fixture.h"
 
 #include "args.h"
+#include "codec_mask.h"
 #include "cpu_backend.h"
 #include "generator.h"
 #include "kv_fixed.h"
@@ -163,6 +165,97 @@ static void test_batched_equals_alone(void **state) {
         zi_text_context_free(&ctx[i]);
     }
     zi_generator_free(g);
+}
+
+/* An OuteTTS codec plan (codec_mask.h) on two contexts, one greedy and one
+ * sampled, beside a plain one: each token is one the plan allows, and each
+ * context gets the same tokens alone and batched (the mask is the
+ * sequence's own). Made-up marker ids in the model's vocabulary: the
+ * generator does not care what the tokens mean. */
+static void test_codec_plan_batched(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    zi_error err = {0};
+    const zi_codec_ids ids = {.code0 = 1000,
+                              .n_codes = 500,
+                              .time0 = 2000,
+                              .n_times = 100,
+                              .code_start = 5,
+                              .code_end = 6,
+                              .newline = 198,
+                              .audio_end = 7};
+    const int32_t w0[] = {300, 301}, w1[] = {302};
+    const int32_t *words[] = {w0, w1};
+    const size_t nw[] = {2, 1};
+    zi_codec_plan *plan;
+    assert_int_equal(zi_codec_plan_create(&ids, words, nw, 2, &plan, &err), ZI_OK);
+    enum { N = 3, LEN = 40 };
+    int32_t alone[N][LEN];
+    int64_t n_alone[N];
+    zi_text_context ctx[N];
+    for (int round = 0; round < 2; round++) {
+        zi_generator *g;
+        zi_generator_config cfg = {.n_slots = N, .ctx = 256, .max_batch_tokens = round ? 7 : 512};
+        assert_int_equal(zi_generator_create(f->model, &cfg, &g, &err), ZI_OK);
+        for (int i = 0; i < N; i++) {
+            zi_sampling_params sp;
+            zi_sampling_params_init(&sp);
+            sp.max_new_tokens = LEN;
+            if (i == 1) sp.temperature = 1.0, sp.top_k = 0, sp.seed = 99;
+            assert_int_equal(zi_text_context_init(&ctx[i], f->ids[i], f->n_ids[i], 256, &sp, &err),
+                             ZI_OK);
+            zi_sampling_params_free(&sp);
+            if (i < 2) {
+                ctx[i].codec_plan = plan;
+                assert_int_equal(zi_text_context_set_eos(&ctx[i], &ids.audio_end, 1, &err), ZI_OK);
+            }
+        }
+        zi_text_context *live[N];
+        size_t n_live = 0;
+        for (int i = 0; i < N; i++) {
+            if (!round) { /* alone: one at a time */
+                zi_text_context *b[1] = {&ctx[i]};
+                while (!zi_text_context_is_done(&ctx[i]))
+                    assert_int_equal(zi_generator_next_token(g, b, 1, 1, &err), ZI_OK);
+                zi_generator_release(g, &ctx[i]);
+            } else {
+                live[n_live++] = &ctx[i];
+            }
+        }
+        for (int r = 0; n_live > 0 && r < 400; r++) {
+            assert_int_equal(zi_generator_next_token(g, live, n_live, 1, &err), ZI_OK);
+            n_live = zi_test_drop_done(g, live, n_live);
+        }
+        assert_int_equal(n_live, 0);
+        int32_t *m = malloc(((size_t)zi_model_get_config(f->model)->n_vocab + 31) / 32 * 4);
+        for (int i = 0; i < N; i++) {
+            int64_t n = zi_text_context_generated_count(&ctx[i]);
+            const int32_t *t = zi_text_context_generated_tokens(&ctx[i]);
+            if (!round) {
+                n_alone[i] = n;
+                memcpy(alone[i], t, (size_t)n * sizeof *t);
+            } else {
+                assert_int_equal(n, n_alone[i]);
+                assert_memory_equal(t, alone[i], (size_t)n * sizeof *t);
+            }
+            for (int64_t k = 0; i < 2 && k < n; k++) { /* every token in the plan's mask */
+                zi_codec_plan_mask(plan, t, (size_t)k, zi_model_get_config(f->model)->n_vocab, m);
+                assert_true((uint32_t)m[t[k] >> 5] >> (t[k] & 31) & 1u);
+            }
+            if (i < 2) { /* the forced start: word 0, a duration, <|code_start|>, a code */
+                assert_true(n >= 5);
+                assert_int_equal(t[0], 300);
+                assert_int_equal(t[1], 301);
+                assert_true(t[2] >= 2000 && t[2] < 2100);
+                assert_int_equal(t[3], 5);
+                assert_true(t[4] >= 1000 && t[4] < 1500);
+            }
+            zi_text_context_free(&ctx[i]);
+        }
+        free(m);
+        zi_generator_free(g);
+    }
+    zi_codec_plan_free(plan);
 }
 
 static void test_slots(void **state) {
@@ -507,6 +600,7 @@ int main(void) {
         cmocka_unit_test(test_burst_prefill),
         cmocka_unit_test(test_fixed_cache_equals_generator),
         cmocka_unit_test(test_sample_vocab),
+        cmocka_unit_test(test_codec_plan_batched),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
