@@ -20,9 +20,9 @@
 #include "zi_error.h"
 
 static const char *USAGE =
-    "usage: zinfer decode-speech --model FILE --codes C1,C2,... --out FILE.wav\n"
-    "                            [--format s16|f32] [--spec FILE] [--threads N]\n"
-    "                            [--device cpu]\n"
+    "usage: zinfer decode-speech --model FILE (--codes C1,C2,... | --codes-file FILE)\n"
+    "                            --out FILE.wav [--format s16|f32] [--spec FILE]\n"
+    "                            [--threads N] [--device cpu]\n"
     "  Runs a speech codec decoder (GGUF architecture wavtokenizer-dec, OuteTTS's\n"
     "  WavTokenizer) on a sequence of codec codes, all decoded at once, and writes\n"
     "  the waveform as a mono WAV file at the decoder's rate (24000 Hz): 16-bit PCM\n"
@@ -30,7 +30,9 @@ static const char *USAGE =
     "  decoder's output before the inverse STFT (n_codes x (n_fft + 2) float32: the\n"
     "  log-magnitudes, then the phases, per code). Prints one JSON line: n_codes,\n"
     "  n_samples, sample_rate, n_fft, hop, format, decode_ms. The decoder runs on\n"
-    "  the cpu backend (other backends lack its convolution ops).\n";
+    "  the cpu backend (other backends lack its convolution ops). --codes-file: the\n"
+    "  codes as text separated by commas and/or white space, '-' for stdin (what\n"
+    "  zinfer generate --tts prints).\n";
 
 static int usage_fail(const char *msg) {
     fprintf(stderr, "zinfer decode-speech: %s\n%s", msg, USAGE);
@@ -70,9 +72,62 @@ static int write_wav(const char *path, const float *audio, size_t n, int rate, i
     return ok ? ZI_OK : zi_error_set(err, ZI_EIO, "cannot write %s: %s", path, strerror(errno));
 }
 
+/* The codes of a text file (or stdin for "-"): decimal integers separated
+ * by commas and / or white space, at most 16 MiB of text. */
+static int read_codes_file(const char *path, int32_t **codes, size_t *n, zi_error *err) {
+    enum { MAX_BYTES = 16 << 20 };
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (f == stdin) path = "stdin";
+    if (!f) return zi_error_set(err, ZI_EIO, "cannot open %s: %s", path, strerror(errno));
+    char *text = malloc(MAX_BYTES + 1);
+    size_t len = text ? fread(text, 1, MAX_BYTES + 1, f) : 0;
+    const int bad = ferror(f);
+    if (f != stdin) fclose(f);
+    if (!text) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    if (bad || len > MAX_BYTES) {
+        free(text);
+        return zi_error_set(err, bad ? ZI_EIO : ZI_ERANGE,
+                            bad ? "cannot read %s" : "%s is over 16 MiB", path);
+    }
+    text[len] = 0;
+    size_t cap = 256, cnt = 0;
+    int32_t *v = malloc(cap * sizeof *v);
+    int rc = v ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
+    for (const char *p = text; !rc;) {
+        while (*p == ',' || *p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+        if (!*p) break;
+        char *end;
+        errno = 0;
+        const long long x = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : -1;
+        if (x < 0 || errno || x > INT32_MAX - 1 ||
+            (*end && *end != ',' && *end != ' ' && *end != '\t' && *end != '\n' && *end != '\r')) {
+            rc = zi_error_set(err, ZI_EINVAL, "%s: item %zu is not a code (a non-negative integer)",
+                              path, cnt);
+            break;
+        }
+        if (cnt == cap) {
+            int32_t *nv = realloc(v, (cap *= 2) * sizeof *v);
+            if (!nv) {
+                rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+                break;
+            }
+            v = nv;
+        }
+        v[cnt++] = (int32_t)x;
+        p = end;
+    }
+    free(text);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *codes = v, *n = cnt;
+    return ZI_OK;
+}
+
 int zi_decode_speech_main(int argc, char **argv) {
-    const char *model = NULL, *codes_s = NULL, *out = NULL, *spec_path = NULL, *device = NULL,
-               *format = "s16";
+    const char *model = NULL, *codes_s = NULL, *codes_file = NULL, *out = NULL, *spec_path = NULL,
+               *device = NULL, *format = "s16";
     long long threads = 0;
     zi_error err = {0};
     for (int i = 1; i < argc; i++) {
@@ -90,6 +145,8 @@ int zi_decode_speech_main(int argc, char **argv) {
             model = v;
         else if (!strcmp(a, "--codes"))
             codes_s = v;
+        else if (!strcmp(a, "--codes-file"))
+            codes_file = v;
         else if (!strcmp(a, "--out"))
             out = v;
         else if (!strcmp(a, "--spec"))
@@ -107,17 +164,23 @@ int zi_decode_speech_main(int argc, char **argv) {
         }
         i++;
     }
-    if (!model || !codes_s || !out) return usage_fail("--model, --codes and --out are required");
+    if (!model || !out || !codes_s == !codes_file)
+        return usage_fail("--model, --out and one of --codes and --codes-file are required");
     if (strcmp(format, "s16") && strcmp(format, "f32"))
         return usage_fail("--format: expected s16 or f32");
     const int f32 = !strcmp(format, "f32");
     int32_t *codes = NULL;
     size_t n = 0;
-    if (zi_parse_id_list("--codes", codes_s, INT32_MAX - 1, &codes, &n, &err))
+    if (codes_s && zi_parse_id_list("--codes", codes_s, INT32_MAX - 1, &codes, &n, &err))
         return usage_fail(err.msg);
+    if (codes_file && read_codes_file(codes_file, &codes, &n, &err)) {
+        fprintf(stderr, "zinfer decode-speech: %s\n", err.msg);
+        return 1;
+    }
     if (n == 0 || n > INT32_MAX) {
         free(codes);
-        return usage_fail("--codes: expected at least one code");
+        return usage_fail(codes_s ? "--codes: expected at least one code"
+                                  : "--codes-file: expected at least one code");
     }
     zi_backend *be = NULL;
     zi_wavtok *w = NULL;

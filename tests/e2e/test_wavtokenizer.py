@@ -204,3 +204,23 @@ def test_other_architecture_refused(tmp_path):
     p = run(["--model", path, "--codes", "1", "--out", tmp_path / "x.wav", "--format", "u8"],
             check=False)
     assert p.returncode == 2 and "--format: expected s16 or f32" in p.stderr
+
+
+def test_codes_file_and_stdin(tmp_path):
+    """--codes-file takes the codes separated by commas and / or white space
+    (zinfer generate --tts prints them space-separated), '-' from stdin."""
+    path, _, _ = write_wavtokenizer(tmp_path / "small.gguf", **SMALL)
+    codes = "3,63,0,17,17,5,41"
+    run(["--model", path, "--codes", codes, "--out", tmp_path / "a.wav"])
+    (tmp_path / "codes.txt").write_text("3 63 0\n17, 17\t5 41\n")
+    run(["--model", path, "--codes-file", tmp_path / "codes.txt", "--out", tmp_path / "b.wav"])
+    p = subprocess.run([zinfer(), "decode-speech", "--model", str(path), "--codes-file", "-",
+                        "--out", str(tmp_path / "c.wav")], input="3 63 0 17 17 5 41",
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    a = (tmp_path / "a.wav").read_bytes()
+    assert a == (tmp_path / "b.wav").read_bytes() == (tmp_path / "c.wav").read_bytes()
+    p = subprocess.run([zinfer(), "decode-speech", "--model", str(path), "--codes-file", "-",
+                        "--out", str(tmp_path / "d.wav")], input="1 2x", capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 1 and "stdin: item 1 is not a code" in p.stderr, p.stderr
