@@ -231,6 +231,13 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                    "--model (default: the first). More load and unload while serving "
                    "(POST /v1/load_lora_adapter, docs/lora.md)",
                    NULL},
+    [ZI_O_ORPHAN_TIMEOUT] = {"--orphan-timeout", NULL, ZI_OPT_INT, 0, MAX_TIMEOUT_MS, NULL, 60000,
+                             NULL, PASS | WORKER, "MS",
+                             "when the router goes away, the sequences running are kept this "
+                             "long for a restarted router to take over (their clients resume "
+                             "them), then dropped and their KV cache freed (0: kept until they "
+                             "end)",
+                             NULL},
 
     [ZI_O_MAX_QUEUE] = {"--max-queue", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 256, NULL, PASS | ROUTER,
                         "N",

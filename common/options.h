@@ -70,6 +70,7 @@ typedef enum zi_opt_id {
     ZI_O_NO_SPEC_LOOKUP,
     ZI_O_DRAFT_MODEL,
     ZI_O_LORA,
+    ZI_O_ORPHAN_TIMEOUT,
     /* zinfer-router */
     ZI_O_MAX_QUEUE,
     ZI_O_MAX_QUEUE_PER_MODEL,

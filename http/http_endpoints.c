@@ -573,6 +573,9 @@ static void metrics(zi_http_ctx *ctx, zi_http_answer *a) {
          ZI_KV_DISK_READ_US},
         {"zinfer_kv_disk_write_seconds_total", "counter",
          "Seconds writing to --kv-disk (its writer thread, off the steps).", ZI_KV_DISK_WRITE_US},
+        {"zinfer_orphaned_sequences_dropped_total", "counter",
+         "Sequences a worker dropped when no router came back within --orphan-timeout.",
+         ZI_KV_ORPHANS_DROPPED},
     };
     for (size_t j = 0; j < sizeof kv / sizeof kv[0]; j++) {
         ADD("# HELP %s %s\n# TYPE %s %s\n", kv[j].name, kv[j].help, kv[j].name, kv[j].type);

@@ -29,6 +29,9 @@
  * register again (it restarted), the worker registers with them ("live")
  * and goes on generating; the new router takes over those its clients
  * come back for and cancels the rest (docs/protocol.md, "Router restart").
+ * A router that stays away longer than --orphan-timeout (no connection)
+ * leaves no one to send the tokens to: the worker drops its sequences and
+ * frees their KV blocks.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -146,6 +149,10 @@ typedef struct worker {
     done_seq done[DONE_KEEP_MAX]; /* oldest first */
     int n_done;
     size_t done_bytes; /* their start messages and ids */
+    long long orphan_ms;      /* --orphan-timeout (0: keep sequences until they end) */
+    int64_t lost_ms;          /* when the router's connection closed (0: connected) */
+    bool lost_held;           /* sequences were running then (the loss was logged) */
+    uint64_t orphans_dropped; /* sequences dropped for want of a router */
 } worker;
 
 /* The adapters' names by place ("" for a free one), for register and
@@ -293,6 +300,7 @@ static void send_heartbeat(worker *w) {
             [ZI_KV_DISK_REJECTED] = (int64_t)st.disk_rejected,
             [ZI_KV_DISK_READ_US] = (int64_t)st.disk_read_us,
             [ZI_KV_DISK_WRITE_US] = (int64_t)st.disk_write_us,
+            [ZI_KV_ORPHANS_DROPPED] = (int64_t)w->orphans_dropped,
         }};
     zi_msg m;
     zi_im_heartbeat_pack(&hb, &m);
@@ -336,6 +344,43 @@ static void drop_live(worker *w, int i) {
 static void drop_job(worker *w, int i) {
     zi_embed_job_free(&w->jobs[i], w->gen);
     w->jobs[i] = w->jobs[--w->n_jobs];
+}
+
+/* --orphan-timeout: the router's connection closed and has not opened
+ * again (a router that comes back, the same or a new one, reconnects; a
+ * new one then asks for the sequences with reregister). Past the timeout
+ * no client can get the tokens any more: the sequences and embed jobs are
+ * dropped, their slots and KV blocks freed. */
+static void check_orphans(worker *w, int64_t now) {
+    if (!w->watch.down) {
+        if (w->lost_ms && w->lost_held)
+            zi_log(&w->log, ZI_LOG_INFO, "connected to the router again after %lld ms",
+                   (long long)(now - w->lost_ms));
+        w->lost_ms = 0;
+        return;
+    }
+    if (!w->lost_ms) {
+        w->lost_ms = now;
+        w->lost_held = w->n_live + w->n_jobs > 0;
+        if (w->lost_held)
+            zi_log(&w->log, ZI_LOG_WARN,
+                   "the router's connection closed; keeping %d sequences up to %lld ms "
+                   "(--orphan-timeout) for a router to take them over",
+                   w->n_live + w->n_jobs, w->orphan_ms);
+        return;
+    }
+    if (w->orphan_ms <= 0 || now - w->lost_ms < w->orphan_ms || w->n_live + w->n_jobs == 0) return;
+    zi_generator_stats st;
+    zi_generator_get_stats(w->gen, &st);
+    int used = st.kv_used, n = w->n_live + w->n_jobs;
+    while (w->n_live > 0) drop_live(w, w->n_live - 1);
+    while (w->n_jobs > 0) drop_job(w, w->n_jobs - 1);
+    zi_generator_get_stats(w->gen, &st);
+    w->orphans_dropped += (uint64_t)n;
+    zi_log(&w->log, ZI_LOG_WARN,
+           "no router for %lld ms (--orphan-timeout): dropped %d orphaned sequences, KV blocks "
+           "in use %d -> %d",
+           (long long)(now - w->lost_ms), n, used, st.kv_used);
 }
 
 static void drop_all(worker *w) {
@@ -858,6 +903,7 @@ typedef struct wopts {
     const char *curve_secret, *router_key; /* key files, or NULL */
     long long threads, slots, ctx, batch, steps, chunk, kv_tokens, kv_bytes, budget, block;
     long long act_bits;
+    long long orphan_ms; /* --orphan-timeout */
     const char *kv_disk; /* --kv-disk, or NULL */
     long long kv_disk_bytes;
     int kv_type; /* --kv-type: zi_kv_type */
@@ -959,6 +1005,9 @@ static int parse_args(int argc, char **argv, wopts *o) {
             break;
         case ZI_O_PREFILL_CHUNK:
             o->chunk = x;
+            break;
+        case ZI_O_ORPHAN_TIMEOUT:
+            o->orphan_ms = x;
             break;
         case ZI_O_KV_CACHE_TOKENS:
             o->kv_tokens = x;
@@ -1444,6 +1493,7 @@ static int serve(worker *w, const wopts *o, zi_backend *be) {
         }
         zi_curve_watch_poll(&w->watch);
         int64_t now = zi_now_ms();
+        check_orphans(w, now);
         if (now - w->last_hb >= 1000) {
             send_heartbeat(w);
             w->last_hb = now;
@@ -1477,6 +1527,7 @@ int main(int argc, char **argv) {
                .batch = zi_option_def(ZI_O_BATCH_SIZE),
                .steps = zi_option_def(ZI_O_NUM_STEPS),
                .chunk = zi_option_def(ZI_O_PREFILL_CHUNK),
+               .orphan_ms = zi_option_def(ZI_O_ORPHAN_TIMEOUT),
                .block = zi_option_def(ZI_O_BLOCK_SIZE),
                .log_level = (int)zi_option_def(ZI_O_LOG_LEVEL)};
     static zi_lora_spec lora_specs[ZI_LORA_MAX_ADAPTERS]; /* 260 KiB: off the stack */
@@ -1487,6 +1538,7 @@ int main(int argc, char **argv) {
     worker w;
     memset(&w, 0, sizeof w);
     w.log = (zi_logger){.out = stderr, .level = o.log_level, .tag = "zinfer-worker"};
+    w.orphan_ms = o.orphan_ms;
     zi_stop_signals_install();
     /* Keys before the model: a bad key file fails in a moment. */
     zi_error kerr = {0};

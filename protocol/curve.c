@@ -293,7 +293,8 @@ int zi_curve_watch_start(zi_curve_watch *w, void *zctx, void *sock, const char *
     char ep[64];
     snprintf(ep, sizeof ep, "inproc://zi-curve-watch-%p", sock);
     int ev = ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+             ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+             ZMQ_EVENT_DISCONNECTED;
     if (zmq_socket_monitor(sock, ep, ev) != 0)
         return zi_error_set(err, ZI_EIO, "socket monitor: %s", zmq_strerror(zmq_errno()));
     w->mon = zmq_socket(zctx, ZMQ_PAIR);
@@ -329,7 +330,12 @@ void zi_curve_watch_poll(zi_curve_watch *w) {
         }
         zmq_msg_close(&m);
         bool curve = w->curve && w->curve->on;
+        if (event == ZMQ_EVENT_DISCONNECTED) {
+            w->down = true;
+            continue;
+        }
         if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+            w->down = false;
             if (w->last_failure)
                 zi_log(w->log, ZI_LOG_INFO, "handshake with %s succeeded%s", w->peer,
                        curve ? " (CURVE)" : "");

@@ -95,7 +95,9 @@ int zi_curve_set_client(void *sock, const zi_curve_client *c, zi_error *err);
 /* Watches a connecting socket's handshakes (a ZeroMQ socket monitor): a
  * refused key and a failed handshake (the server's key is not the one
  * expected, or the server speaks no CURVE) are logged once each until the
- * next successful handshake. */
+ * next successful handshake. It also tells whether the connection is up
+ * (a worker lets go of its sequences when its router stays away:
+ * --orphan-timeout). */
 typedef struct zi_curve_watch {
     void *mon; /* PAIR socket receiving the monitor's events */
     const zi_logger *log;
@@ -103,6 +105,7 @@ typedef struct zi_curve_watch {
     const zi_curve_client *curve;
     int last_failure; /* the failure last logged (1 refused key, 2 other); 0 after a
                          success */
+    bool down;        /* the connection closed, and no handshake succeeded since */
 } zi_curve_watch;
 
 /* Starts watching sock (in context zctx). */

@@ -124,4 +124,5 @@ const char *const zi_kv_stat_names[ZI_N_KV_STATS] = {"blocks",
                                                      "disk_dropped",
                                                      "disk_rejected",
                                                      "disk_read_us",
-                                                     "disk_write_us"};
+                                                     "disk_write_us",
+                                                     "orphans_dropped"};

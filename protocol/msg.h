@@ -78,6 +78,7 @@ enum {
     ZI_KV_DISK_REJECTED,    /* files ignored (corrupt, truncated, foreign, stale), */
     ZI_KV_DISK_READ_US,     /* microseconds reading, */
     ZI_KV_DISK_WRITE_US,    /* and writing (the writer thread's) */
+    ZI_KV_ORPHANS_DROPPED,  /* sequences dropped when no router came back (--orphan-timeout) */
     ZI_N_KV_STATS
 };
 extern const char *const zi_kv_stat_names[ZI_N_KV_STATS];

@@ -4,6 +4,7 @@
  * and streams the completion to stdout.
  *
  *   zinfer-client [--router ADDR] [--max-tokens N] [--ignore-eos]
+ *                 [--temperature T] [--top-k K] [--stop TEXT]...
  *                 [--no-stream] [--json] [--timeout MS] [--router-timeout MS]
  *                 [--curve-secret FILE --router-key FILE] PROMPT
  *
@@ -30,6 +31,9 @@ static const char USAGE[] =
     "  --router ADDR     the router's client address (default tcp://127.0.0.1:5555)\n"
     "  --max-tokens N    tokens to generate (default: the server's)\n"
     "  --ignore-eos      do not stop at end-of-sequence tokens\n"
+    "  --temperature T   sample at temperature T (default: the server's, greedy)\n"
+    "  --top-k K         sample among the K likeliest tokens (0 or -1: all)\n"
+    "  --stop TEXT       end the completion before TEXT (repeat: up to 8)\n"
     "  --no-stream       ask for the whole text at the end instead of chunks\n"
     "  --json            print only, on one line, a JSON object with id, text,\n"
     "                    token_ids, finish_reason, prompt_tokens, completion_tokens\n"
@@ -106,6 +110,10 @@ int main(int argc, char **argv) {
     const char *curve_secret = NULL, *router_key = NULL;
     long long max_tokens = -1, timeout = 120000, router_timeout = 30000;
     int json = 0, stream = 1, ignore_eos = 0;
+    const char *stop[8];
+    size_t n_stop = 0;
+    zi_client_request r;
+    zi_client_request_init(&r);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -117,6 +125,35 @@ int main(int argc, char **argv) {
             stream = 0;
         } else if (!strcmp(a, "--ignore-eos")) {
             ignore_eos = 1;
+        } else if (!strcmp(a, "--temperature") || !strcmp(a, "--top-k") || !strcmp(a, "--stop")) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "zinfer-client: %s needs a value (see --help)\n", a);
+                return 2;
+            }
+            const char *v = argv[++i];
+            char *end;
+            errno = 0;
+            if (!strcmp(a, "--stop")) {
+                if (n_stop == sizeof stop / sizeof stop[0]) {
+                    fprintf(stderr, "zinfer-client: more than 8 --stop strings\n");
+                    return 2;
+                }
+                stop[n_stop++] = v;
+            } else if (!strcmp(a, "--temperature")) {
+                r.temperature = strtod(v, &end);
+                if (errno || end == v || *end || !(r.temperature >= 0)) {
+                    fprintf(stderr, "zinfer-client: --temperature '%s' is not a number >= 0\n", v);
+                    return 2;
+                }
+                r.set_temperature = 1;
+            } else {
+                r.top_k = strtoll(v, &end, 10);
+                if (errno || end == v || *end || r.top_k < -1) {
+                    fprintf(stderr, "zinfer-client: --top-k '%s' is not an integer >= -1\n", v);
+                    return 2;
+                }
+                r.set_top_k = 1;
+            }
         } else if (!strcmp(a, "--router") || !strcmp(a, "--max-tokens") ||
                    !strcmp(a, "--timeout") || !strcmp(a, "--router-timeout") ||
                    !strcmp(a, "--curve-secret") || !strcmp(a, "--router-key")) {
@@ -162,9 +199,9 @@ int main(int argc, char **argv) {
 
     zi_error err = {0};
     zi_client *c = NULL;
-    zi_client_request r;
-    zi_client_request_init(&r);
     r.prompt = prompt;
+    r.stop = n_stop ? stop : NULL;
+    r.n_stop = n_stop;
     r.max_new_tokens = max_tokens;
     r.ignore_eos = ignore_eos;
     r.stream = stream;

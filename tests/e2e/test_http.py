@@ -675,6 +675,8 @@ def test_metrics_count_what_was_sent(web, sdk, model):
     for name in ("verifications", "draft_tokens", "accepted_tokens"):
         assert d(f"zinfer_spec_{name}_total", worker="0") == 0, name
     assert a("zinfer_spec_acceptance_rate", worker="0") == 0
+    # sequences dropped for want of a router (--orphan-timeout): none here
+    assert a("zinfer_orphaned_sequences_dropped_total", worker="0") == 0
 
 
 CHAT = "/v1/chat/completions"

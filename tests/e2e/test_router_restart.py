@@ -17,6 +17,16 @@
   library sends "resume" with the token ids it holds, from the same
   routing id, and a second terminal frame for a resumed request is
   dropped.
+- The router killed while requests wait queued (one slot, four streams)
+  and while a tokenizer is encoding a long prompt (the tokenizer stopped
+  with SIGSTOP, so the kill surely comes mid-encode): the running stream
+  completes, each of the others ends with exactly one retryable
+  "unavailable" error, nothing after it, and sent again it completes
+  (docs/reliability.md).
+- The router killed and not restarted (the supervisor stopped with
+  SIGSTOP): the worker drops the sequence after --orphan-timeout (its log
+  line, then health's "orphans_dropped"), a new request fits in the one
+  slot, and the orphaned request's resume is answered "unavailable".
 - A client whose router goes away and does not come back gets one
   "router_lost" error per open request after router_timeout_s (a bare
   ZeroMQ ROUTER stands in for a router that takes requests and dies), in
@@ -327,3 +337,140 @@ def test_router_lost(tmp_path):
         assert [e["event"] for e in ends[rid]] == ["error"], ends[rid]
         assert ends[rid][0]["code"] == "router_lost"
     assert 0.9 < waited < 5, waited
+
+
+def terminal_frames(c, rids, timeout=60):
+    """Every request's frames to its terminal one, asserting exactly one
+    terminal frame each and nothing after: {rid: (ids, terminal)}."""
+    got = collect(c, rids, timeout=timeout)
+    return {r: (ids, term) for r, (ids, _, term) in got.items()}
+
+
+def wait_health(addr, pred, timeout_s=30):
+    """The health reply once pred(reply) holds (a restarted router answers
+    when its backends have registered again)."""
+    end = time.time() + timeout_s
+    h = None
+    with Client(addr, timeout_s=2) as hc:
+        while time.time() < end:
+            try:
+                h = hc.call("health")
+                if pred(h):
+                    return h
+            except (TimeoutError, Exception):  # the router may still be starting
+                pass
+            time.sleep(0.2)
+    raise AssertionError(f"health never held: {h}")
+
+
+@pytest.mark.skipif(SANITIZED, reason="slow under the sanitizers")
+def test_router_killed_with_requests_queued(zinfer_bin, model_path, tmp_path):
+    """One slot, four streams: the first runs, three wait queued when the
+    router dies. Queued requests lived only in the router: their resume is
+    answered unavailable, once; the running one completes."""
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log",
+                       "--threads-per-worker", 1, "--slots", 1, "--ctx-size", 320,
+                       "--heartbeat-timeout", 2000) as srv:
+        with Client(srv.addr, timeout_s=60.0, router_timeout_s=30.0) as c:
+            sp = {"max_new_tokens": MAX_NEW, "ignore_eos": True}
+            rids = [c.send({"op": "generate", "prompt": prompt(i), "sampling_params": sp})
+                    for i in range(4)]
+            routers = children(srv)["router"]
+
+            def kill():
+                with Client(srv.addr, timeout_s=5) as hc:  # c's frames stay with collect
+                    assert hc.call("health")["waiting"] == 3
+                os.kill(routers[0], signal.SIGKILL)
+
+            got = collect(c, rids, on_streaming=kill, min_tokens=3, watch=rids[:1])
+            # a queued request's error is retryable: sent again, it completes
+            again = c.send({"op": "generate", "prompt": prompt(1),
+                            "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}})
+            redo = collect(c, [again])
+        log = srv.log()
+    ids0, _, fin0 = got[rids[0]]
+    assert fin0["event"] == "final" and fin0["status"] == "maximum_length", (fin0, log[-3000:])
+    assert len(ids0) == MAX_NEW
+    for rid in rids[1:]:
+        ids, _, term = got[rid]
+        assert term["event"] == "error" and term["code"] == "unavailable", (term, log[-3000:])
+        assert ids == []
+    assert redo[again][2]["event"] == "final" and len(redo[again][0]) == 8
+
+
+@pytest.mark.skipif(SANITIZED, reason="slow under the sanitizers")
+def test_router_killed_mid_encode(zinfer_bin, model_path, tmp_path):
+    """A long prompt whose tokenizer is stopped (SIGSTOP) while it holds
+    the encode: the router dies with the request being encoded, the
+    resume is answered unavailable once, and the request sent again (the
+    tokenizer going on) completes."""
+    long_text = " ".join(f"word{k} and the story of number {k}" for k in range(40))
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log",
+                       "--threads-per-worker", 1, "--slots", 1, "--ctx-size", 1024,
+                       "--heartbeat-timeout", 2000) as srv:
+        kids = children(srv)
+        with Client(srv.addr, timeout_s=60.0, router_timeout_s=30.0) as c:
+            req = {"op": "generate", "prompt": long_text,
+                   "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}}
+            os.kill(kids["tokenizer"][0], signal.SIGSTOP)
+            try:
+                rid = c.send(req)
+                time.sleep(0.5)  # the router has sent the encode
+                os.kill(kids["router"][0], signal.SIGKILL)
+                time.sleep(0.5)
+            finally:
+                os.kill(kids["tokenizer"][0], signal.SIGCONT)
+            got = collect(c, [rid])
+            wait_health(srv.addr, lambda h: h.get("tokenizers") == 1 and h.get("workers") == 1)
+            again = c.send(req)
+            redo = collect(c, [again])
+        log = srv.log()
+    ids, _, term = got[rid]
+    assert term["event"] == "error" and term["code"] == "unavailable", (term, log[-3000:])
+    assert ids == []
+    ids2, _, fin = redo[again]
+    assert fin["event"] == "final" and len(ids2) == 8, fin
+    assert fin["usage"]["prompt_tokens"] > 400, fin
+
+
+@pytest.mark.skipif(SANITIZED, reason="slow under the sanitizers")
+def test_router_not_back_worker_drops_orphans(zinfer_bin, model_path, tmp_path):
+    """The router killed while the supervisor is stopped (so nothing
+    restarts it): after --orphan-timeout the worker drops the sequence and
+    frees its KV blocks; once a router is back the one slot takes a new
+    request, and the orphaned request's resume is answered unavailable."""
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log",
+                       "--threads-per-worker", 1, "--slots", 1, "--ctx-size", 320,
+                       "--heartbeat-timeout", 2000, "--orphan-timeout", 1000) as srv:
+        kids = children(srv)
+        with Client(srv.addr, timeout_s=60.0, router_timeout_s=30.0) as c:
+            rid = c.send({"op": "generate", "prompt": prompt(0),
+                          "sampling_params": {"max_new_tokens": MAX_NEW, "ignore_eos": True}})
+            first = c.recv()
+            assert first["event"] == "chunk", first
+            os.kill(srv.proc.pid, signal.SIGSTOP)
+            try:
+                os.kill(kids["router"][0], signal.SIGKILL)
+                deadline = time.time() + 15
+                while "orphaned sequences" not in srv.log():
+                    assert time.time() < deadline, srv.log()[-3000:]
+                    time.sleep(0.1)
+                t_drop = time.time()
+            finally:
+                os.kill(srv.proc.pid, signal.SIGCONT)
+            rest = collect(c, [rid])
+            h = wait_health(srv.addr, lambda h: h.get("workers") == 1 and
+                            h["kv"].get("orphans_dropped") == 1 and h["kv"]["used"] == 0)
+            # the one slot is free: a new request runs to its end
+            new = c.send({"op": "generate", "prompt": prompt(1),
+                          "sampling_params": {"max_new_tokens": 16, "ignore_eos": True}})
+            done = collect(c, [new])
+        log = srv.log()
+    line = next(ln for ln in log.splitlines() if "orphaned sequences" in ln)
+    assert "dropped 1 orphaned sequences" in line, line
+    assert "the router's connection closed" in log
+    ids, _, term = rest[rid]
+    assert term["event"] == "error" and term["code"] == "unavailable", (term, log[-3000:])
+    assert h["running"] == 0
+    assert done[new][2]["event"] == "final" and len(done[new][0]) == 16
+    print(f"orphan dropped; a router back {time.time() - t_drop:.1f} s later")

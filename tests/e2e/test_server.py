@@ -136,7 +136,8 @@ def test_health_models_tokenize_detokenize(client, prompt_ids):
                        "spec_steps", "spec_drafted", "spec_accepted", "image_tiles",
                        "image_encode_us", "mem_hit_blocks", "mem_miss_blocks",
                        "disk_hit_blocks", "disk_miss_blocks", "disk_bytes", "disk_written",
-                       "disk_dropped", "disk_rejected", "disk_read_us", "disk_write_us"}
+                       "disk_dropped", "disk_rejected", "disk_read_us", "disk_write_us",
+                       "orphans_dropped"}
     assert kv["blocks"] == 0 or kv["used"] + kv["cached"] + kv["free"] == kv["blocks"], kv
     client.send({"op": "models", "id": "m1"})
     m = client.recv()
