@@ -251,6 +251,12 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                                   "that one model's requests cannot fill the queue the others "
                                   "share",
                                   NULL},
+    [ZI_O_RESUME_GRACE] = {"--resume-grace", NULL, ZI_OPT_INT, 1, MAX_TIMEOUT_MS, NULL, 10000, NULL,
+                           PASS | ROUTER, "MS",
+                           "after a router restart, how long a request taken over from a "
+                           "worker waits for its client's resume before it is cancelled and "
+                           "the worker frees its sequence",
+                           NULL},
     [ZI_O_MAX_PROMPT_TOKENS] = {"--max-prompt-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096,
                                 NULL, PASS | ROUTER, "N", "longest prompt accepted", NULL},
     [ZI_O_MAX_NEW_TOKENS] = {"--max-new-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096, NULL,

@@ -74,6 +74,7 @@ typedef enum zi_opt_id {
     /* zinfer-router */
     ZI_O_MAX_QUEUE,
     ZI_O_MAX_QUEUE_PER_MODEL,
+    ZI_O_RESUME_GRACE,
     ZI_O_MAX_PROMPT_TOKENS,
     ZI_O_MAX_NEW_TOKENS,
     ZI_O_MAX_THINKING_TOKENS,

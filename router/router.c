@@ -232,6 +232,9 @@ static int parse_args(int argc, char **argv, router *rt, const char **bind, cons
         case ZI_O_MAX_QUEUE_PER_MODEL:
             rt->max_model_queue = x;
             break;
+        case ZI_O_RESUME_GRACE:
+            rt->resume_grace = x;
+            break;
         case ZI_O_MAX_PROMPT_TOKENS:
             rt->max_prompt = x;
             break;

@@ -266,7 +266,7 @@ int zi_router_init(zi_router *rt, const zi_router_io *io, zi_logger log) {
     rt->epoch = (e ^ (e >> 31)) & INT64_MAX;
     rt->next_rid = wall > 0 ? (uint64_t)(wall / 1000000) << 16 : 0;
     rt->t_start_ms = mono;
-    rt->resume_grace = ZI_ROUTER_RESUME_GRACE_MS;
+    rt->resume_grace = zi_option_def(ZI_O_RESUME_GRACE);
     zi_req_table_init(&rt->reqs);
     return ZI_OK;
 }

@@ -222,10 +222,6 @@ int zi_router_check(const zi_router *rt, zi_error *err);
 /* The longest routing identity kept (longer envelopes are dropped). */
 #define ZI_ROUTER_IDENT_MAX 256
 
-/* How long a request taken over from a worker after a router restart
- * waits for its client's "resume" before it is dropped (ms). */
-#define ZI_ROUTER_RESUME_GRACE_MS 10000
-
 /* A model name's room, its NUL included (longer registered names are cut). */
 #define ZI_ROUTER_MODEL_NAME 128
 

@@ -474,3 +474,32 @@ def test_router_not_back_worker_drops_orphans(zinfer_bin, model_path, tmp_path):
     assert h["running"] == 0
     assert done[new][2]["event"] == "final" and len(done[new][0]) == 16
     print(f"orphan dropped; a router back {time.time() - t_drop:.1f} s later")
+
+
+@pytest.mark.skipif(SANITIZED, reason="slow under the sanitizers")
+def test_router_back_no_resume_frees_sequence(zinfer_bin, model_path, tmp_path):
+    """The router killed and restarted, but the client is gone and never
+    resumes: the new router takes the sequence over from the worker, waits
+    --resume-grace, then cancels it, so the worker frees its slot."""
+    with serve_process(zinfer_bin, model_path, tmp_path / "serve.log",
+                       "--threads-per-worker", 1, "--slots", 1, "--ctx-size", 320,
+                       "--resume-grace", 1000) as srv:
+        kids = children(srv)
+        c = Client(srv.addr, timeout_s=60.0, router_timeout_s=30.0)
+        c.send({"op": "generate", "prompt": prompt(0),
+                "sampling_params": {"max_new_tokens": MAX_NEW, "ignore_eos": True}})
+        assert c.recv()["event"] == "chunk"
+        os.kill(kids["router"][0], signal.SIGKILL)
+        c.close()  # after the kill: the old router never saw the client leave
+        deadline = time.time() + 20
+        while "did not resume within 1000 ms" not in srv.log():
+            assert time.time() < deadline, srv.log()[-3000:]
+            time.sleep(0.1)
+        h = wait_health(srv.addr, lambda h: h.get("workers") == 1 and h["running"] == 0
+                        and h["kv"]["used"] == 0)
+        with Client(srv.addr, timeout_s=60.0) as c2:  # the one slot is free
+            new = c2.send({"op": "generate", "prompt": prompt(1),
+                           "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}})
+            done = collect(c2, [new])
+    assert h["running"] == 0
+    assert done[new][2]["event"] == "final" and len(done[new][0]) == 8, done[new][2]
