@@ -233,6 +233,8 @@ typedef struct serve_opts {
      * --models-max or --keep-alive, and no client keys */
     int manage;
     int has_keep_alive; /* --keep-alive given (the router takes and reports it) */
+    int has_max_prompt; /* --max-prompt-tokens given */
+    char max_prompt[32]; /* else what the router gets when --ctx-size is larger */
     char at_start[24];  /* the router's --models-at-start: models_max */
     char backend[512];
     char draft[4096]; /* --draft-model, resolved as --model is */
@@ -362,6 +364,7 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
         }
         const zi_option *opt = zi_option_get(id);
         if (opt->owners & ZI_OWN_SERVE_PASS) { /* under the child's name, to each that takes it */
+            if (id == ZI_O_MAX_PROMPT_TOKENS) o->has_max_prompt = 1;
             if (opt->owners & ZI_OWN_ROUTER) pass_on(o->router_pass, &o->n_pass, opt->name, v);
             if (opt->owners & ZI_OWN_WORKER) pass_on(o->worker_pass, &o->n_wpass, opt->name, v);
             if (opt->owners & ZI_OWN_HTTP) pass_on(o->http_pass, &o->n_hpass, opt->name, v);
@@ -476,6 +479,14 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
         default: /* --model and --api-key are done above */
             break;
         }
+    }
+    /* A prompt may fill the context asked for: past the router's default
+     * limit, --ctx-size is the limit unless --max-prompt-tokens is given
+     * (a 32k-token prompt with --ctx-size 32768 was refused at 4096). */
+    if (!o->has_max_prompt && o->ctx > zi_option_def(ZI_O_MAX_PROMPT_TOKENS)) {
+        snprintf(o->max_prompt, sizeof o->max_prompt, "%lld", o->ctx);
+        pass_on(o->router_pass, &o->n_pass, zi_option_get(ZI_O_MAX_PROMPT_TOKENS)->name,
+                o->max_prompt);
     }
     return GO_ON;
 }

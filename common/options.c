@@ -258,7 +258,10 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                            "the worker frees its sequence",
                            NULL},
     [ZI_O_MAX_PROMPT_TOKENS] = {"--max-prompt-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096,
-                                NULL, PASS | ROUTER, "N", "longest prompt accepted", NULL},
+                                NULL, PASS | ROUTER, "N",
+                                "longest prompt accepted (zinfer serve: its --ctx-size where "
+                                "that is larger)",
+                                NULL},
     [ZI_O_MAX_NEW_TOKENS] = {"--max-new-tokens", NULL, ZI_OPT_INT, 1, 1 << 24, NULL, 4096, NULL,
                              PASS | ROUTER, "N", "largest max_new_tokens; also the default", NULL},
     [ZI_O_MAX_THINKING_TOKENS] = {"--max-thinking-tokens", NULL, ZI_OPT_INT, 0, 1000000, NULL, 0,
@@ -324,8 +327,11 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                              "arrived S seconds after it was accepted (a kept-alive "
                              "connection: --timeout + S after its last answer)",
                              NULL},
-    [ZI_O_ROUTER_TIMEOUT] = {"--router-timeout", NULL, ZI_OPT_INT, 1, 86400, NULL, 300, NULL, HTTP,
-                             "S", "the longest wait for the router's next reply", NULL},
+    [ZI_O_ROUTER_TIMEOUT] = {"--router-timeout", NULL, ZI_OPT_INT, 1, 86400, NULL, 300, NULL,
+                             PASS | HTTP, "S",
+                             "the longest wait for the router's next reply (a prompt's whole "
+                             "prefill, before its first token)",
+                             NULL},
     [ZI_O_RESPONSES_STORE_MAX] = {"--responses-store-max", NULL, ZI_OPT_INT, 0, 65536, NULL, 1024,
                                   NULL, PASS | HTTP, "N",
                                   "responses kept for previous_response_id (store: true), the "

@@ -202,6 +202,75 @@ static inline __attribute__((always_inline)) void kvq_pv16(const float *p, size_
         for (int c = 0; c < nc; c++) _mm512_storeu_ps(outs[g] + 16 * c, _mm512_mul_ps(o[g][c], iv));
     }
 }
+
+/* Rows r0 .. r0 + NG - 1 (a constant) of kvq_pv_wide's sums, over the
+ * decoded V rows vf (hd floats apart) of positions j0 .. j0 + left - 1:
+ * 64 columns at a time, their sums loaded from and stored back to outs. */
+static inline __attribute__((always_inline)) void kvq_pv_rows(const float *p, size_t ps,
+                                                              const int *nr, const float *vf,
+                                                              int hd, int j0, int left, int NG,
+                                                              float *const *outs) {
+    for (int c0 = 0; c0 < hd; c0 += 64) {
+        __m512 o[4][4];
+        for (int g = 0; g < NG; g++)
+            for (int c = 0; c < 4; c++) o[g][c] = _mm512_loadu_ps(outs[g] + c0 + 16 * c);
+        for (int j = 0; j < left; j++) {
+            const float *vj = vf + (size_t)j * hd + c0;
+            for (int g = 0; g < NG; g++) {
+                if (j0 + j >= nr[g]) continue;
+                const __m512 pg = _mm512_set1_ps(p[(size_t)g * ps + (size_t)(j0 + j)]);
+                for (int c = 0; c < 4; c++)
+                    o[g][c] = _mm512_fmadd_ps(pg, _mm512_load_ps(vj + 16 * c), o[g][c]);
+            }
+        }
+        for (int g = 0; g < NG; g++)
+            for (int c = 0; c < 4; c++) _mm512_storeu_ps(outs[g] + c0 + 16 * c, o[g][c]);
+    }
+}
+
+/* kvq_pv16's sums for R rows of hd values, hd a multiple of 64 up to 256
+ * (where a row's sums alone fill the registers, so kvq_pv16 would decode
+ * each V row once per query row: 64 times in a 16-token block of a GQA
+ * group of 4): each 16 positions' V rows are decoded once into a scratch
+ * for all the rows, whose sums live in outs between those runs. The same
+ * fused multiply-adds, in position order, from zero, as kvq_pv16: the
+ * same bits. */
+static void kvq_pv_wide(const float *p, size_t ps, int R, const int *nr, const float *inv,
+                        const zi_kv_head *kv, int hd, float *const *outs) {
+    _Alignas(64) float vf[16 * 256];
+    int nmax = 0;
+    for (int r = 0; r < R; r++) {
+        nmax = nr[r] > nmax ? nr[r] : nmax;
+        memset(outs[r], 0, (size_t)hd * sizeof(float));
+    }
+    for (int j0 = 0; j0 < nmax; j0 += 16) {
+        const int left = nmax - j0 < 16 ? nmax - j0 : 16;
+        for (int j = 0; j < left; j++)
+            kvq_row(kv->type, kvq_at(kv, kv->vq, kv->vstride, kv->vrow, j0 + j),
+                    vf + (size_t)j * hd, hd);
+        int r0 = 0;
+        for (; r0 + 4 <= R; r0 += 4)
+            kvq_pv_rows(p + (size_t)r0 * ps, ps, nr + r0, vf, hd, j0, left, 4, outs + r0);
+        switch (R - r0) {
+        case 3:
+            kvq_pv_rows(p + (size_t)r0 * ps, ps, nr + r0, vf, hd, j0, left, 3, outs + r0);
+            break;
+        case 2:
+            kvq_pv_rows(p + (size_t)r0 * ps, ps, nr + r0, vf, hd, j0, left, 2, outs + r0);
+            break;
+        case 1:
+            kvq_pv_rows(p + (size_t)r0 * ps, ps, nr + r0, vf, hd, j0, left, 1, outs + r0);
+            break;
+        default:
+            break;
+        }
+    }
+    for (int r = 0; r < R; r++) {
+        const __m512 iv = _mm512_set1_ps(inv[r]);
+        for (int c = 0; c < hd; c += 16)
+            _mm512_storeu_ps(outs[r] + c, _mm512_mul_ps(_mm512_loadu_ps(outs[r] + c), iv));
+    }
+}
 #endif
 
 /*
@@ -329,6 +398,12 @@ static void attend_q_block(const float *q, size_t qs, int G, int B, const zi_kv_
         for (int r = 0; r < R; r++) {
             nrow[r] = n + r / G;
             orow[r] = out + (size_t)(r / G) * os + (size_t)(r % G) * hd;
+        }
+        if (hd % 64 == 0 && R > 1 && nc > 4) {
+            kvq_pv_wide(scores, (size_t)nmax, R, nrow, inv, kv, hd, orow);
+            if (rot)
+                for (int r = 0; r < R; r++) zi_kv_rotate(orow[r], hd);
+            return;
         }
         for (int r0 = 0; r0 < R; r0 += hg) {
             const float *sg = scores + (size_t)r0 * nmax;

@@ -51,7 +51,7 @@ SPEC = [
     ("--http-timeout", "http", "--timeout", "int", 1, 86400),
     ("--http-header-timeout", "http", "--header-timeout", "int", 1, 86400),
     (None, "http", "--max-header-bytes", "size", 1024, 1 << 24),
-    (None, "http", "--router-timeout", "int", 1, 86400),
+    ("--router-timeout", "http", "--router-timeout", "int", 1, 86400),
     ("--responses-store-max", "http", "--responses-store-max", "int", 0, 65536),
     ("--responses-store-bytes", "http", "--responses-store-bytes", "size", 0, 1 << 36),
 ]
