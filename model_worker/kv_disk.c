@@ -161,6 +161,11 @@ typedef struct file_header {
 _Static_assert(sizeof(zi_kv_disk_identity) == 88, "the identity has no padding");
 _Static_assert(sizeof(file_header) == 144, "the header has no padding");
 
+uint64_t zi_kv_disk_file_bytes(const zi_kv_disk_identity *id) {
+    return sizeof(file_header) + (uint64_t)id->block_size * sizeof(int32_t) +
+           zi_kv_disk_payload_bytes(id);
+}
+
 /* Kinds of problems, each logged once. */
 enum {
     PB_CORRUPT,
@@ -482,7 +487,7 @@ int zi_kv_disk_open(const char *dir, uint64_t max_bytes, uint64_t queue_bytes,
     d->id = *id;
     d->log = log;
     d->payload = (size_t)payload;
-    d->file_bytes = sizeof(file_header) + (size_t)id->block_size * sizeof(int32_t) + d->payload;
+    d->file_bytes = (size_t)zi_kv_disk_file_bytes(id);
     d->id_hash = hash_bytes(&d->id, sizeof d->id, ZI_KV_DISK_VERSION);
     /* temporary names: the pid and this, so that writers on two hosts with
      * the same pid (a directory on a network file system) do not meet */

@@ -82,6 +82,10 @@ uint64_t zi_kv_disk_model_id(const zi_gguf *g);
  * then V (zi_kv_cache_read_block's order). */
 uint64_t zi_kv_disk_payload_bytes(const zi_kv_disk_identity *id);
 
+/* One block's file, header and tokens included: what a block takes in
+ * DIR (zinfer info reports it). */
+uint64_t zi_kv_disk_file_bytes(const zi_kv_disk_identity *id);
+
 /* Counters (zi_kv_disk_get_stats); times in microseconds. */
 typedef struct zi_kv_disk_stats {
     uint64_t hit_blocks;     /* blocks read back */

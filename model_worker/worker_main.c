@@ -111,6 +111,10 @@ typedef struct wvision {
     double run_ms;  /* the time that took */
 } wvision;
 
+/* The prefix keys a worker remembers (the router's affinity table has
+ * 1024 places). */
+#define PKEYS_MAX 1024
+
 typedef struct worker {
     zi_logger log;
     void *sock;
@@ -130,6 +134,11 @@ typedef struct worker {
      * no disk tier), told to the router in register for prefix affinity */
     const char *kv_disk_dir;
     uint64_t kv_disk_id;
+    /* the router's prefix keys of the requests taken lately (start's
+     * prefix_key), oldest first, each once: told in register, so that a
+     * restarted router knows which prefixes this worker holds */
+    uint64_t pkeys[PKEYS_MAX];
+    int n_pkeys;
     char hybrid[32]; /* the architecture of a hybrid model (docs/hybrids.md), else "" */
     int vocab;
     bool encoder;    /* an encoder-only model (bert): embeddings, no generation */
@@ -208,6 +217,19 @@ static void done_keep(worker *w, live_ctx *l, int64_t end) {
     done_prune(w, zi_now_ms());
 }
 
+/* Remembers the prefix key of a request taken (0: none), as the newest. */
+static void pkey_note(worker *w, uint64_t key) {
+    if (!key) return;
+    int i = 0;
+    while (i < w->n_pkeys && w->pkeys[i] != key) i++;
+    if (i == w->n_pkeys && w->n_pkeys == PKEYS_MAX) i = 0; /* full: the oldest goes */
+    if (i < w->n_pkeys) {
+        memmove(&w->pkeys[i], &w->pkeys[i + 1], (size_t)(w->n_pkeys - i - 1) * sizeof *w->pkeys);
+        w->n_pkeys--;
+    }
+    w->pkeys[w->n_pkeys++] = key;
+}
+
 /* register, with the sequences held ("live": running ones and those that
  * ended lately) when report is set: a router that restarted rebuilds its
  * requests from them (docs/protocol.md, "Router restart"). */
@@ -253,7 +275,9 @@ static void send_register(worker *w, bool report) {
         .live = live,
         .n_live = n,
         .kv_disk_dir = {w->kv_disk_dir, w->kv_disk_dir ? strlen(w->kv_disk_dir) : 0},
-        .kv_disk_id = w->kv_disk_id};
+        .kv_disk_id = w->kv_disk_id,
+        .prefix_keys = w->pkeys,
+        .n_prefix_keys = (size_t)w->n_pkeys};
     zi_msg m;
     if (zi_im_register_pack(&reg, &m) != ZI_OK) { /* out of memory: register without them */
         zi_msg_free(&m);
@@ -784,8 +808,10 @@ static void on_message(worker *w, const void *buf, size_t len) {
     zi_im_type type = zi_im_type_of(o);
     if (type == ZI_IM_START) {
         zi_im_start sm;
-        if (zi_im_start_unpack(o, &sm, &err) == ZI_OK)
+        if (zi_im_start_unpack(o, &sm, &err) == ZI_OK) {
+            pkey_note(w, sm.prefix_key);
             on_start(w, sm.context, (uint64_t)sm.rid, buf, len);
+        }
     } else if (type == ZI_IM_EMBED) {
         if (zi_im_rid(o, &rid, &err) == ZI_OK) on_embed(w, o, (uint64_t)rid);
     } else if (type == ZI_IM_CANCEL) {

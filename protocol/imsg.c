@@ -314,6 +314,12 @@ int zi_im_register_pack(const zi_im_register *m, zi_msg *out) {
         }
         if (rc) zi_imap_fail(&b);
     }
+    if (m->worker && m->n_prefix_keys > 0) {
+        msgpack_packer *pk = zi_imap_key(&b, "prefix_keys");
+        if (msgpack_pack_array(pk, (uint32_t)m->n_prefix_keys)) zi_imap_fail(&b);
+        for (size_t i = 0; i < m->n_prefix_keys; i++)
+            if (msgpack_pack_uint64(pk, m->prefix_keys[i])) zi_imap_fail(&b);
+    }
     if (m->worker && m->kv_disk_id) {
         zi_imap kd;
         zi_imap_init(&kd);
@@ -355,6 +361,8 @@ void zi_im_register_unpack(const msgpack_object *o, zi_im_register *m) {
     m->loras_obj = l && l->type == MSGPACK_OBJECT_ARRAY ? l : NULL;
     const msgpack_object *live = zi_map_get(o, "live");
     m->live_obj = live && live->type == MSGPACK_OBJECT_ARRAY ? live : NULL;
+    const msgpack_object *pk = zi_map_get(o, "prefix_keys");
+    m->prefix_keys_obj = pk && pk->type == MSGPACK_OBJECT_ARRAY ? pk : NULL;
     const msgpack_object *kd = zi_map_get(o, "kv_disk");
     if (!kd || kd->type != MSGPACK_OBJECT_MAP) return;
     zi_im_str id = get_str(kd, "id");
@@ -672,6 +680,8 @@ int zi_im_start_pack(const zi_im_start *m, zi_msg *out) {
     begin(&b, ZI_IM_START, true, m->rid);
     zi_imap_object(&b, "context", m->context);
     zi_imap_object(&b, "note", m->note);
+    if (m->prefix_key && msgpack_pack_uint64(zi_imap_key(&b, "prefix_key"), m->prefix_key))
+        zi_imap_fail(&b);
     return zi_imap_close_msg(&b, out);
 }
 
@@ -679,6 +689,8 @@ int zi_im_start_unpack(const msgpack_object *o, zi_im_start *m, zi_error *err) {
     memset(m, 0, sizeof *m);
     m->context = zi_map_get(o, "context");
     m->note = zi_map_get(o, "note");
+    const msgpack_object *k = zi_map_get(o, "prefix_key");
+    if (k && k->type == MSGPACK_OBJECT_POSITIVE_INTEGER) m->prefix_key = k->via.u64;
     return zi_im_rid(o, &m->rid, err);
 }
 

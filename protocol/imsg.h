@@ -196,6 +196,14 @@ typedef struct zi_im_register {
     const msgpack_object *live_obj;  /* unpack: the "live" array, NULL when absent */
     zi_im_str kv_disk_dir;           /* the disk tier's directory (for logs) */
     uint64_t kv_disk_id;             /* its sharing id (0: no disk tier; pack: no "kv_disk") */
+    /* The prefix-affinity keys of the requests the worker took lately
+     * (their start's prefix_key), oldest first: a router that restarted
+     * knows from them which prefixes the worker holds. pack: n_prefix_keys
+     * of them (none: the key is left out); unpack: prefix_keys_obj, the
+     * array, or NULL. */
+    const uint64_t *prefix_keys;
+    size_t n_prefix_keys;
+    const msgpack_object *prefix_keys_obj;
 } zi_im_register;
 
 /* ZI_EINVAL (nothing to send) when a live entry's ids cannot be packed. */
@@ -376,11 +384,13 @@ typedef struct zi_im_start {
     int64_t rid;
     const msgpack_object *context; /* NULL: absent */
     const msgpack_object *note;    /* NULL: absent */
+    uint64_t prefix_key;           /* the router's prefix-affinity key (0: absent) */
 } zi_im_start;
 
 int zi_im_start_pack(const zi_im_start *m, zi_msg *out);
 /* The rid: zi_im_rid's errors; context and note NULL when absent (the
- * worker answers a missing context with an error of its own). */
+ * worker answers a missing context with an error of its own); prefix_key
+ * 0 when absent or not a positive integer. */
 int zi_im_start_unpack(const msgpack_object *o, zi_im_start *m, zi_error *err);
 
 /* ---- router -> client (docs/protocol.md, "Replies") ------------------------- */

@@ -102,6 +102,8 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
     }
     /* A worker back from a router restart hands back its sequences. */
     if (be->role == ROLE_WORKER && reg.live_obj) restart_adopt(rt, b, reg.live_obj);
+    /* ... and the prefixes it holds (prefix affinity) */
+    if (be->role == ROLE_WORKER) affinity_adopt(rt, b, reg.prefix_keys_obj);
     if (be->role == ROLE_TOKENIZER) {
         rt->no_tok_since = 0;
         if (mr) mr->no_tok_since = 0;
@@ -121,8 +123,12 @@ static void on_register(router *rt, const unsigned char *ident, size_t len,
                      (int)(reg.kv_disk_dir.n < 200 ? reg.kv_disk_dir.n : 200),
                      reg.kv_disk_dir.p ? reg.kv_disk_dir.p : "", (unsigned long long)be->disk,
                      shared);
-        zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld%s", b,
-               be->model, be->slots, (long long)be->max_length, disk);
+        char held[64] = "";
+        if (reg.prefix_keys_obj && reg.prefix_keys_obj->via.array.size)
+            snprintf(held, sizeof held, ", %u prefixes taken lately",
+                     (unsigned)reg.prefix_keys_obj->via.array.size);
+        zi_log(&rt->log, ZI_LOG_INFO, "worker %d registered: model %s, %d slots, context %lld%s%s",
+               b, be->model, be->slots, (long long)be->max_length, disk, held);
     } else
         zi_log(&rt->log, ZI_LOG_INFO, "tokenizer %d registered: model %s", b,
                be->model[0] ? be->model : "(any)");

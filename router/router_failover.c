@@ -122,8 +122,11 @@ static int build_resume(const rreq *r, char **out, size_t *out_len, zi_error *er
     }
     zi_msg m;
     /* the kept start's note goes on (u holds it) */
-    rc = zi_im_start_pack(
-        &(zi_im_start){.rid = (int64_t)r->rid, .context = &cu.data, .note = sm.note}, &m);
+    rc = zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid,
+                                         .context = &cu.data,
+                                         .note = sm.note,
+                                         .prefix_key = r->prefix_key},
+                          &m);
     msgpack_unpacked_destroy(&cu);
     msgpack_unpacked_destroy(&u);
     free(bytes);

@@ -468,6 +468,14 @@ void dispatch(router *rt);
  * tier's ids stay (its files). */
 void affinity_forget(router *rt, int b);
 
+/* Worker b registered with keys (its register's "prefix_keys": the
+ * prefix keys of the requests it took lately, oldest first; NULL: none):
+ * each is noted as if b had just taken it, so that after a router restart
+ * a worker warm for a prefix (in memory, or in its disk tier) is still
+ * preferred. Values that are not keys (0, not a positive integer) are
+ * skipped. */
+void affinity_adopt(router *rt, int b, const msgpack_object *keys);
+
 /* ---- router_failover.c --------------------------------------------------- */
 
 /* Keeps the ids of a worker's tokens message (n of them) for r's resume;

@@ -81,8 +81,10 @@ int restart_start_pack(router *rt, const rreq *r, const msgpack_object *ctx,
         }
     }
     /* Without a note (out of memory) it runs on; only a restart loses it. */
-    int rc =
-        zi_im_start_pack(&(zi_im_start){.rid = (int64_t)r->rid, .context = ctx, .note = note}, m);
+    int rc = zi_im_start_pack(
+        &(zi_im_start){
+            .rid = (int64_t)r->rid, .context = ctx, .note = note, .prefix_key = r->prefix_key},
+        m);
     if (made) msgpack_unpacked_destroy(&nu);
     if (packed) zi_msg_free(&nm);
     return rc;
@@ -180,6 +182,7 @@ static bool adopt_one(router *rt, int b, const zi_im_live *l) {
     rreq *r = ok ? calloc(1, sizeof *r) : NULL;
     if (r) {
         r->rid = (uint64_t)l->rid;
+        r->prefix_key = sm.prefix_key;
         r->id = dup_bytes(v.id, v.id_len + 1);
         r->start_msg = dup_bytes(l->start, l->start_len);
         r->encode_msg = dup_bytes(v.encode, v.encode_len);

@@ -330,6 +330,15 @@ void dispatch(router *rt) {
     }
 }
 
+void affinity_adopt(router *rt, int b, const msgpack_object *keys) {
+    if (!keys || keys->type != MSGPACK_OBJECT_ARRAY) return;
+    for (uint32_t i = 0; i < keys->via.array.size; i++) {
+        const msgpack_object *k = &keys->via.array.ptr[i];
+        if (k->type == MSGPACK_OBJECT_POSITIVE_INTEGER && (k->via.u64 & 1))
+            affinity_note(rt, k->via.u64, b);
+    }
+}
+
 void affinity_forget(router *rt, int b) {
     for (int i = 0; i < ZI_AFFINITY_SLOTS; i++)
         if (rt->aff[i].worker == b) rt->aff[i].worker = -1;

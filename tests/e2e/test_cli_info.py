@@ -33,6 +33,21 @@ SHARE_PCT = 90
 K_BYTES, V_BYTES, K_ROW_EXTRA = 2, 2, 4
 
 
+# The default model's head size; the disk tier's default bound
+# (--kv-disk-bytes) and a block file's header (model_worker/kv_disk.c).
+HEAD_DIM = 64
+DISK_BYTES = 4 << 30
+DISK_HEADER = 144
+
+
+def disk_expected(per_tok, max_bytes):
+    """info's kv_disk: one block's file (header, its 16 token ids, the K/V
+    of its 16 positions) and the blocks --kv-disk-bytes holds."""
+    file_bytes = DISK_HEADER + BLOCK * 4 + BLOCK * per_tok
+    return {"block_file_bytes": file_bytes, "max_bytes": max_bytes,
+            "blocks": max_bytes // file_bytes, "tokens": max_bytes // file_bytes * BLOCK}
+
+
 def field(reader, key):
     f = reader.fields.get(key)
     return None if f is None else f.contents()
@@ -154,8 +169,11 @@ def test_json_default_model(run_zinfer, model_path, expected):
         "block_size": BLOCK,
         "kv_bytes_per_token": per_tok,
         "kv_bytes_per_token_from": "metadata",
-        "kv_layout": {"k_value_bytes": K_BYTES, "k_row_scale_bytes": K_ROW_EXTRA,
-                      "v_value_bytes": V_BYTES},
+        "kv_type": "default",
+        "kv_layout": {"k_row_bytes": HEAD_DIM * K_BYTES + K_ROW_EXTRA,
+                      "v_row_bytes": HEAD_DIM * V_BYTES, "k_value_bytes": K_BYTES,
+                      "k_row_scale_bytes": K_ROW_EXTRA, "v_value_bytes": V_BYTES},
+        "kv_disk": disk_expected(per_tok, DISK_BYTES),
         "kv_bytes": per_tok * ctx * SLOTS,
         "weights_bytes": expected["tensor_bytes"],
         # Q4_1 and Q8_0 repack at the file's size (a Q4_K_M file's a little more)
@@ -433,7 +451,8 @@ def test_help(run_zinfer):
                 "kv_bytes_per_token_from", "total_bytes", "load_error", "kv_layout",
                 "k_value_bytes", "k_row_scale_bytes", "v_value_bytes", "work_bytes",
                 "available_bytes", "usable_bytes", "fits", "block_size",
-                "weights_held_bytes"]:
+                "weights_held_bytes", "kv_type", "k_row_bytes", "v_row_bytes", "kv_disk",
+                "block_file_bytes", "max_bytes", "--kv-type", "--kv-disk-bytes"]:
         assert key in res.stdout, key
     main = run_zinfer("--help")
     assert re.search(r"^  info\s+describe a GGUF file", main.stdout, re.M), main.stdout
@@ -448,6 +467,43 @@ def test_defaults_match_serve(run_zinfer, zinfer_bin):
     for text in (serve, worker):
         assert re.search(rf"--slots N .*\(default {SLOTS}\)", text), text
         assert re.search(rf"--ctx-size N .*\(default {CTX}", text), text
+
+
+@pytest.mark.parametrize("kv_type,row", [("f16", lambda hd: hd * 2),
+                                         ("q8_0", lambda hd: hd // 32 * 34),
+                                         ("q4_0", lambda hd: hd // 32 * 18)])
+def test_kv_type_and_disk_tier(run_zinfer, model_path, expected, kv_type, row):
+    """--kv-type sizes the KV cache as the worker does (test_kv_type checks
+    the worker's log with the same formula), and the budget with it;
+    --kv-disk-bytes says how many blocks the disk tier holds (the block
+    file's size is checked against a real one in test_kv_disk)."""
+    res = run_zinfer("info", "--model", model_path, "--json", "--kv-type", kv_type,
+                     "--kv-disk-bytes", "1G")
+    assert res.returncode == 0, res.stderr
+    mem = json.loads(res.stdout)["memory"]
+    r = expected["reader"]
+    layers, kv_heads = field(r, "llama.block_count"), field(r, "llama.attention.head_count_kv")
+    per_tok = layers * kv_heads * 2 * row(HEAD_DIM)
+    ctx = min(CTX, expected["context_length"])
+    assert mem["kv_type"] == kv_type
+    assert mem["kv_bytes_per_token"] == per_tok
+    assert mem["kv_layout"] == {"k_row_bytes": row(HEAD_DIM), "v_row_bytes": row(HEAD_DIM),
+                                "k_value_bytes": None, "k_row_scale_bytes": None,
+                                "v_value_bytes": None}
+    assert mem["kv_bytes"] == per_tok * ctx * SLOTS
+    assert mem["total_bytes"] == (expected["tensor_bytes"] + per_tok * ctx * SLOTS
+                                  + work_bytes(r, "llama"))
+    assert mem["kv_disk"] == disk_expected(per_tok, 1 << 30)
+    out = run_zinfer("info", "--model", model_path, "--kv-type", kv_type).stdout
+    assert re.search(rf"^KV cache\s+{per_tok} bytes per token .*\n.*--kv-type {kv_type}\)", out,
+                     re.M), out
+    d = disk_expected(per_tok, DISK_BYTES)
+    assert re.search(rf"^disk tier\s+a block of 16 positions in a {d['block_file_bytes']}-byte "
+                     rf"file \(--kv-disk\); --kv-disk-bytes\n\s+4096\.0 MiB holds "
+                     rf"{d['blocks']} blocks \({d['tokens']} positions\)$", out, re.M), out
+    bad = run_zinfer("info", "--model", model_path, "--kv-type", "q5_0")
+    assert bad.returncode == 2
+    assert_one_line_error(bad, re.escape("--kv-type: 'q5_0' is not default, f16, q8_0 or q4_0"))
 
 
 def test_memory_that_does_not_fit(run_zinfer, model_path, tmp_path):

@@ -15,9 +15,12 @@ through `zinfer serve` with the real model.
   the same tokens too, with the problem logged once.
 """
 
+import json
 import os
 import re
+import shutil
 import signal
+import subprocess
 import time
 
 import pytest
@@ -76,6 +79,12 @@ def cold(zinfer_bin, model_path, tmp_path_factory):
     # the directory's id, which tells the router who shares it
     assert re.fullmatch(r"[0-9a-f]{16}\n", (d / "zinfer-kv-dir.id").read_text())
     assert len(block_files(d)) >= ELIGIBLE
+    # zinfer info says what a block file takes (test_cli_info checks its formula)
+    info = subprocess.run([str(zinfer_bin), "info", "--model", str(model_path), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    file_bytes = json.loads(info.stdout)["memory"]["kv_disk"]["block_file_bytes"]
+    assert {(d / f).stat().st_size for f in block_files(d)} == {file_bytes}
+    shutil.copytree(d, tmp / "kv-clean")  # as written, for tests after the ones that spoil d
     return ids, d, tmp
 
 
@@ -194,3 +203,96 @@ def test_unwritable_directory(zinfer_bin, model_path, cold, tmp_path):
             assert run(srv.addr) == ids
             log = srv.log()
         assert log.count("blocks are not kept on disk") == 1, log
+
+
+# ---- the directory full or read-only: a tmpfs in a private mount namespace ----
+
+# 200 ids: the first 6 blocks PROMPT's, the rest new (blocks the tier must write)
+PROMPT2 = PROMPT[:100] + [(700 + 37 * k) % 30000 + 300 for k in range(100)]
+
+
+def mount_wrapper(tmp_path, zinfer_bin, setup):
+    """A script that runs zinfer in a private mount namespace (unshare -m)
+    after the shell commands `setup` (mounting a tmpfs on tmp_path/mnt):
+    only that process tree sees the mount, and it goes with the process.
+    Skips when this machine does not let a process mount (not root, no
+    unshare, a container without CAP_SYS_ADMIN)."""
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    probe = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount -t tmpfs -o size=64k zinfer-probe {mnt}"],
+        capture_output=True, text=True, timeout=30) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("cannot mount a tmpfs in a private mount namespace: "
+                    + (probe.stderr.strip() if probe else "no unshare"))
+    script = tmp_path / "zinfer-in-ns"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"exec unshare -m --propagation private sh -c '{setup} && exec \"$0\" \"$@\"' "
+        f"{zinfer_bin} \"$@\"\n")
+    script.chmod(0o755)
+    return script, mnt
+
+
+@pytest.fixture(scope="module")
+def cold2(zinfer_bin, model_path, tmp_path_factory):
+    """PROMPT2's tokens without a disk tier."""
+    tmp = tmp_path_factory.mktemp("kvdisk2")
+    with serve_process(zinfer_bin, model_path, tmp / "cold2.log", "--threads-per-worker", 2,
+                       "--ctx-size", 512) as srv:
+        with Client(srv.addr, timeout_s=60) as c:
+            _, ids, _ = c.complete(prompt=PROMPT2, sampling_params=SP)
+    assert len(ids) == 8
+    return ids
+
+
+def run2(addr):
+    with Client(addr, timeout_s=60) as c:
+        return c.complete(prompt=PROMPT2, sampling_params=SP)[1]
+
+
+def test_full_directory(zinfer_bin, model_path, cold, cold2, tmp_path):
+    """A tier on a 1 MiB tmpfs: two block files (374,608 bytes each) fit,
+    the third write fails with ENOSPC, and so does every one after it.
+    Every request gets the cold run's tokens; the problem is logged once."""
+    ids, _, _ = cold
+    wrapper, mnt = mount_wrapper(tmp_path, zinfer_bin,
+                                 f"mount -t tmpfs -o size=1m zinfer-kv {tmp_path / 'mnt'}")
+    with serve_process(wrapper, model_path, tmp_path / "full.log", *args(mnt / "kv")) as srv:
+        assert run(srv.addr) == ids
+        k = kv(srv.addr, lambda k: k["disk_written"] + k["disk_dropped"] >= ELIGIBLE)
+        assert k["disk_written"] == 2 and k["disk_dropped"] >= ELIGIBLE - 2, k
+        assert run2(srv.addr) == cold2  # its new blocks cannot be written either
+        assert run(srv.addr) == ids
+        k = kv(srv.addr, lambda k: k["disk_dropped"] >= ELIGIBLE + 4)
+        assert k["disk_written"] == 2 and k["disk_dropped"] >= ELIGIBLE + 4, k
+        log = srv.log()
+    assert log.count("No space left on device") == 1, log
+    assert log.count("blocks are not kept on disk") == 1, log
+    assert log.count("kv disk tier:") == 1, log  # nothing else went wrong
+
+
+def test_read_only_directory(zinfer_bin, model_path, cold, cold2, tmp_path):
+    """A tier holding the cold run's files, remounted read-only: PROMPT's
+    blocks are read from it, PROMPT2's new ones cannot be written (logged
+    once), and both get the tokens computed without a tier."""
+    ids, _, tmp = cold
+    d = tmp / "kv-clean"
+    m = tmp_path / "mnt"
+    wrapper, mnt = mount_wrapper(
+        tmp_path, zinfer_bin,
+        f"mount -t tmpfs -o size=16m zinfer-kv {m} && mkdir {m}/kv && cp -p {d}/* {m}/kv/ && "
+        f"mount -o remount,ro {m}")
+    with serve_process(wrapper, model_path, tmp_path / "ro.log", *args(mnt / "kv")) as srv:
+        assert run(srv.addr) == ids
+        k = kv(srv.addr, lambda k: k["disk_hit_blocks"] >= ELIGIBLE)
+        assert k["disk_hit_blocks"] == ELIGIBLE and k["disk_rejected"] == 0, k
+        assert run2(srv.addr) == cold2
+        assert run2(srv.addr) == cold2  # now from memory
+        k = kv(srv.addr, lambda k: k["disk_dropped"] >= ELIGIBLE - 6)
+        assert k["disk_written"] == 0 and k["disk_dropped"] >= ELIGIBLE - 6, k
+        log = srv.log()
+    assert log.count("Read-only file system") == 1, log
+    assert log.count("blocks are not kept on disk") == 1, log
+    assert log.count("kv disk tier:") == 1, log

@@ -772,12 +772,20 @@ static void test_start(void **state) {
     int64_t v;
     assert_int_equal(zi_map_int(d.context, "max_length", &v, NULL), ZI_OK);
     assert_int_equal(v, 9);
+    assert_true(d.prefix_key == 0); /* none sent */
+    frame_free(&f);
+    /* The prefix key, all 64 bits of it. */
+    zi_im_start k = {.rid = 13, .context = parsed(&ctx), .prefix_key = 0xF00000000000000BULL};
+    o = packed(&f, zi_im_start_pack(&k, &f.m), 4, ZI_IM_START);
+    assert_int_equal(zi_im_start_unpack(o, &d, &err), ZI_OK);
+    assert_true(d.prefix_key == 0xF00000000000000BULL);
     frame_free(&f);
     /* No context, no rid. */
     zi_im_start bare = {.rid = 1};
     o = packed(&f, zi_im_start_pack(&bare, &f.m), 2, ZI_IM_START);
     assert_int_equal(zi_im_start_unpack(o, &d, &err), ZI_OK);
     assert_null(d.context);
+    assert_true(d.prefix_key == 0);
     frame_free(&f);
     by_hand(&f, 0);
     assert_refused(zi_im_start_unpack(parsed(&f), &d, &err), &err, "rid: missing");

@@ -1289,6 +1289,52 @@ static void test_affinity_disk_tier(void **state) {
     sim_free(&s);
 }
 
+/* Prefix affinity after a router restart: the new router's table is
+ * empty, and the workers' registers refill it ("prefix_keys"). wA took a
+ * prefix before the restart; after it wB registers first (the load alone
+ * would pick it), then wA with the key: the prefix goes to wA, another one
+ * to wB. Keys that are not keys (even, 0) are passed over. */
+static void test_affinity_after_restart(void **state) {
+    (void)state;
+    sim s;
+    sim_init(&s);
+    reg(&s, "tok0", false, 8);
+    reg(&s, "wA", true, 4);
+    reg(&s, "wB", true, 4);
+    char w[32];
+    int64_t rid = start_on(&s, "c1", "a", 50, w);
+    assert_string_equal(w, "wA");
+    const rreq *r = zi_req_table_get(&s.rt.reqs, (uint64_t)rid);
+    assert_non_null(r);
+    const uint64_t key = r->prefix_key;
+    assert_true(key & 1);
+    finish(&s, "tok0", "wA", rid);
+    sim_free(&s);
+
+    sim_init(&s); /* the restarted router */
+    reg(&s, "tok0", false, 8);
+    reg(&s, "wB", true, 4);
+    zi_msg m;
+    const uint64_t keys[] = {0, 42, key};
+    zi_im_register ra = {.worker = true,
+                         .slots = 4,
+                         .max_length = 2048,
+                         .vocab = 1000,
+                         .model = {"m", 1},
+                         .prefix_keys = keys,
+                         .n_prefix_keys = 3};
+    assert_int_equal(zi_im_register_pack(&ra, &m), ZI_OK);
+    from_backend(&s, "wA", &m);
+    rid = start_on(&s, "c1", "a2", 50, w);
+    assert_string_equal(w, "wA"); /* warm, though wB comes first */
+    finish(&s, "tok0", "wA", rid);
+    rid = start_on(&s, "c1", "d", 40, w); /* another prefix: by load */
+    assert_string_equal(w, "wB");
+    finish(&s, "tok0", "wB", rid);
+    check_idle(&s);
+    sim_free(&s);
+}
+
 /* A register's disk tier survives the wire, and one that names no
  * valid id is no disk tier. */
 static void test_register_disk_tier(void **state) {
@@ -1299,7 +1345,9 @@ static void test_register_disk_tier(void **state) {
                         .max_length = 512,
                         .model = {"m", 1},
                         .kv_disk_dir = {"/d", 2},
-                        .kv_disk_id = 0x8000000000000001ULL};
+                        .kv_disk_id = 0x8000000000000001ULL,
+                        .prefix_keys = (const uint64_t[]){0x11, 0xF000000000000001ULL},
+                        .n_prefix_keys = 2};
     assert_int_equal(zi_im_register_pack(&r, &m), ZI_OK);
     msgpack_unpacked u;
     zi_error err = {0};
@@ -1309,6 +1357,11 @@ static void test_register_disk_tier(void **state) {
     assert_true(got.kv_disk_id == 0x8000000000000001ULL);
     assert_int_equal(got.kv_disk_dir.n, 2);
     assert_memory_equal(got.kv_disk_dir.p, "/d", 2);
+    /* the prefix keys, oldest first */
+    assert_non_null(got.prefix_keys_obj);
+    assert_int_equal(got.prefix_keys_obj->via.array.size, 2);
+    assert_true(got.prefix_keys_obj->via.array.ptr[0].via.u64 == 0x11);
+    assert_true(got.prefix_keys_obj->via.array.ptr[1].via.u64 == 0xF000000000000001ULL);
     msgpack_unpacked_destroy(&u);
     zi_msg_free(&m);
     /* a bad id: none */
@@ -2031,6 +2084,7 @@ int main(void) {
         cmocka_unit_test(test_prefix_block_size),
         cmocka_unit_test(test_affinity_disk_tier),
         cmocka_unit_test(test_register_disk_tier),
+        cmocka_unit_test(test_affinity_after_restart),
         cmocka_unit_test(test_router_restart),
         cmocka_unit_test(test_check_catches_drift),
         cmocka_unit_test(test_dispatch_long_queue),
