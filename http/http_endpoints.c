@@ -12,6 +12,7 @@
 
 #include "codec.h"
 #include "http_api.h"
+#include "http_speech.h"
 #include "http_embed.h"
 #include "http_messages.h"
 #include "http_rerank.h"
@@ -963,6 +964,111 @@ void zi_http_stream_free(zi_http_stream *s) {
     free(s);
 }
 
+/* POST /v1/audio/speech (http_speech.h): the router's speech op; its
+ * chunks' 16-bit samples gathered into one WAV or PCM body. */
+static void audio_speech(zi_http_ctx *ctx, const char *body, size_t len, int client_fd,
+                         zi_http_answer *a) {
+    zi_http_error e;
+    json_t *o = zi_http_parse_object(body, len, &e);
+    zi_http_conn *c = NULL;
+    char name[256];
+    zi_msg m;
+    int wav = 1, sent = 0, rate = 24000;
+    uint8_t *pcm = NULL;
+    size_t n = 0, cap = 0;
+    if (!o || zi_http_conn_open(ctx, &c, &e) || check_model(ctx, c, o, name, sizeof name, NULL, &e))
+        goto fail;
+    if (zi_http_speech_request(o, name, &m, &wav, &e)) goto fail;
+    int rc = zi_http_conn_send(c, &m, &e);
+    zi_msg_free(&m);
+    if (rc) goto fail;
+    sent = 1;
+    for (;;) {
+        zi_http_frame f;
+        rc = zi_http_conn_recv(c, client_fd, ctx->lim.router_timeout_ms, &f);
+        if (rc == ZI_HTTP_RECV_GONE) {
+            zi_http_fail(&e, 499, "client_closed", NULL, "the client went away");
+            goto fail;
+        }
+        if (rc == ZI_HTTP_RECV_TIMEOUT) {
+            zi_http_fail(&e, 503, "unavailable", NULL, "the router sent nothing for %d ms",
+                         ctx->lim.router_timeout_ms);
+            goto fail;
+        }
+        char ev[16], id[8];
+        zi_http_frame_str(f.root, "event", ev, sizeof ev);
+        zi_http_frame_str(f.root, "id", id, sizeof id);
+        if (strcmp(id, "s")) {
+            zi_http_frame_free(&f);
+            continue;
+        }
+        if (!strcmp(ev, "error")) {
+            char code[64], msg[ZI_HTTP_MSG_MAX], field[128];
+            zi_http_frame_str(f.root, "code", code, sizeof code);
+            zi_http_frame_str(f.root, "message", msg, sizeof msg);
+            zi_http_frame_str(f.root, "field", field, sizeof field);
+            zi_http_frame_free(&f);
+            sent = 0; /* it ended */
+            zi_http_router_error(&e, code, msg, field[0] ? field : NULL, NULL);
+            goto fail;
+        }
+        const msgpack_object *au = zi_map_get(f.root, "audio");
+        const msgpack_object *d = au ? zi_map_get(au, "data") : NULL;
+        int64_t sr = 0;
+        if (au && !zi_map_int(au, "sample_rate", &sr, NULL) && sr > 0) rate = (int)sr;
+        if (d && d->type == MSGPACK_OBJECT_BIN && d->via.bin.size) {
+            if (n + d->via.bin.size > cap) {
+                size_t nc = cap ? cap : 1 << 16;
+                while (nc < n + d->via.bin.size) nc *= 2;
+                uint8_t *p = realloc(pcm, nc);
+                if (!p) {
+                    zi_http_frame_free(&f);
+                    zi_http_fail(&e, 500, "internal", NULL, "out of memory");
+                    goto fail;
+                }
+                pcm = p, cap = nc;
+            }
+            memcpy(pcm + n, d->via.bin.ptr, d->via.bin.size);
+            n += d->via.bin.size;
+        }
+        int final = !strcmp(ev, "final");
+        zi_http_frame_free(&f);
+        if (final) break;
+    }
+    size_t head = wav ? 44 : 0;
+    char *out = malloc(head + n + 1);
+    if (!out) {
+        zi_http_fail(&e, 500, "internal", NULL, "out of memory");
+        sent = 0;
+        goto fail;
+    }
+    if (wav) zi_http_speech_wav_header((uint8_t *)out, n / 2, rate);
+    if (n) memcpy(out + head, pcm, n);
+    free(pcm);
+    zi_http_conn_close(c);
+    json_decref(o);
+    a->status = 200;
+    a->text = out;
+    a->text_len = head + n;
+    a->content_type = wav ? "audio/wav" : "audio/pcm";
+    return;
+fail:
+    if (sent && c) { /* still running: free its worker slot at once */
+        zi_msg cm;
+        zi_http_error ce;
+        zi_msg_init(&cm);
+        msgpack_pack_map(&cm.pk, 2);
+        zi_pack_kv_str(&cm.pk, "op", "cancel");
+        zi_pack_kv_str(&cm.pk, "id", "s");
+        zi_http_conn_send(c, &cm, &ce);
+        zi_msg_free(&cm);
+    }
+    free(pcm);
+    zi_http_conn_close(c);
+    json_decref(o);
+    answer_error(a, &e);
+}
+
 /* ---- routing ---------------------------------------------------------- */
 
 void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, const char *body,
@@ -1049,6 +1155,12 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
             return;
         }
         want = "GET";
+    } else if (!strcmp(path, "/v1/audio/speech")) {
+        if (post) {
+            audio_speech(ctx, body, len, client_fd, a);
+            return;
+        }
+        want = "POST";
     } else if (!strcmp(path, "/v1/embeddings")) {
         if (post) {
             embeddings(ctx, body, len, a);

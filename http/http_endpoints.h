@@ -31,6 +31,7 @@ typedef struct zi_http_answer {
     json_t *json; /* the body; NULL for a stream or text */
     char *text;   /* a text/plain body (malloc'd; /metrics), or NULL */
     size_t text_len;
+    const char *content_type; /* text's type when not text/plain (audio/wav), or NULL */
     zi_http_stream *stream; /* an SSE stream to read with zi_http_stream_read */
     const char *allow;      /* 405: the methods the path takes (the Allow header) */
 } zi_http_answer;

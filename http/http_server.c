@@ -282,7 +282,9 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
             free(a.text);
             return MHD_NO;
         }
-        MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+        MHD_add_response_header(r, "Content-Type",
+                                a.content_type ? a.content_type
+                                               : "text/plain; version=0.0.4; charset=utf-8");
         MHD_Result_t rc = MHD_queue_response(conn, (unsigned)a.status, r);
         MHD_destroy_response(r);
         return rc;
