@@ -21,9 +21,10 @@ decoder), docs/speech.md.
 """
 
 import http.client
-import json
-import wave
 import io
+import json
+import time
+import wave
 
 import msgpack
 import numpy as np
@@ -39,7 +40,7 @@ HOP, RATE = 320, 24000
 BLOCK, CONTEXT = 64, 24  # tts_stream.h's ZI_TTS_BLOCK_CODES, ZI_TTS_CONTEXT_CODES
 TEXT = ("the quick brown fox jumps over the lazy dog while seven small cats watch from the "
         "old stone wall")
-SP = {"temperature": 0.8, "seed": 7, "max_new_tokens": 700}
+SP = {"temperature": 0.8, "seed": 7, "max_new_tokens": 200}
 VOICE = {"text": "hi there", "words": [
     {"word": "hi", "duration": 0.2, "codes": [1, 2, 3, 4]},
     {"word": "there", "duration": 0.3, "codes": [4095, 17, 900]}]}
@@ -146,6 +147,15 @@ def speech(conn, rid, **kw):
     return chunks, fin
 
 
+@pytest.fixture(scope="module")
+def s16(server, zctx):
+    """The 16-bit samples of the seeded request (the HTTP test's answer)."""
+    c = Conn(zctx, server.addr)
+    chunks, _ = speech(c, "s16", format="s16")
+    c.sock.close()
+    return chunks
+
+
 def block_reference(files, codes):
     """tts_stream.h's scheme over the float64 reference decoder."""
     n, out = len(codes), []
@@ -157,8 +167,20 @@ def block_reference(files, codes):
     return np.concatenate(out)
 
 
-def test_speech_op_streams_audio_equal_to_block_reference(conn, files):
-    chunks, fin = speech(conn, "s1")
+def test_speech_op_streams_audio_equal_to_block_reference(conn, files, s16):
+    t0 = time.time()
+    conn.send({"op": "speech", "id": "s1", "input": TEXT, "sampling_params": SP})
+    chunks, t_first = [], None
+    while True:
+        m = conn.recv()
+        if m["event"] != "chunk":
+            fin = m
+            break
+        if m.get("audio") and t_first is None:
+            t_first = time.time() - t0
+        chunks.append(m)
+    wall = time.time() - t0
+    assert fin["event"] == "final", fin
     codes = codes_of(chunks)
     assert fin["status"] in ("end_of_sequence", "maximum_length"), fin
     assert fin["usage"]["completion_tokens"] > 0 and fin["usage"]["prompt_tokens"] > 0
@@ -171,10 +193,12 @@ def test_speech_op_streams_audio_equal_to_block_reference(conn, files):
     assert n_audio_chunks >= (2 if len(codes) > BLOCK + CONTEXT else 1), n_audio_chunks
     want = block_reference(files, codes)
     err = float(np.linalg.norm(audio - want) / np.linalg.norm(want))
-    print(f"\n{len(codes)} codes, {n_audio_chunks} audio chunks, rel L2 to the reference {err:.2e}")
+    print(f"\n{len(codes)} codes, {n_audio_chunks} audio chunks, rel L2 to the reference "
+          f"{err:.2e}; first audio after {t_first:.2f} s, {audio.size / RATE:.2f} s of audio in "
+          f"{wall:.2f} s (real-time factor {wall / (audio.size / RATE):.2f})")
     assert err < 1e-5
     # 16-bit: the same samples, rounded
-    chunks16, _ = speech(conn, "s1b", format="s16")
+    chunks16 = s16
     assert codes_of(chunks16) == codes
     a16, fmt16 = samples(chunks16)
     assert fmt16 == "s16" and a16.shape == audio.shape
@@ -238,9 +262,8 @@ def post(port, body, timeout=120):
     return r.status, dict(r.getheaders()), data
 
 
-def test_http_wav_and_pcm_equal_the_op(server, conn):
-    chunks, _ = speech(conn, "ref16", format="s16")
-    want, _ = samples(chunks)
+def test_http_wav_and_pcm_equal_the_op(server, s16):
+    want, _ = samples(s16)
     body = {"model": "outetts-0.2-random", "input": TEXT, "seed": SP["seed"],
             "temperature": SP["temperature"], "max_tokens": SP["max_new_tokens"]}
     st, hd, data = post(server.port, dict(body, response_format="wav"))
