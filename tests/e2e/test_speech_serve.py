@@ -15,9 +15,10 @@ decoder), docs/speech.md.
   - bad inputs (empty text, text too long, an unknown voice, a speaker file
     with a codec id out of range, a format or key a speech request does
     not take) get one error frame each, and the server serves on;
-  - the HTTP endpoint returns a WAV that Python's wave module reads (the
-    same samples as the msgpack op) or raw PCM, and refuses what OpenAI's
-    API shape allows but zinfer does not do with 400s naming it.
+  - the HTTP endpoint streams a WAV (open sizes, chunked) that Python's
+    wave module reads (the same samples as the msgpack op) or raw PCM, and
+    refuses what OpenAI's API shape allows but zinfer does not do with 400s
+    naming it.
 """
 
 import http.client
@@ -269,6 +270,8 @@ def test_http_wav_and_pcm_equal_the_op(server, s16):
     st, hd, data = post(server.port, dict(body, response_format="wav"))
     assert st == 200, data[:300]
     assert hd.get("Content-Type") == "audio/wav"
+    assert hd.get("Transfer-Encoding") == "chunked"  # sent as it is decoded
+    assert data[4:8] == b"\xff" * 4 and data[40:44] == b"\xff" * 4  # open sizes
     with wave.open(io.BytesIO(data)) as w:
         assert (w.getnchannels(), w.getsampwidth(), w.getframerate()) == (1, 2, RATE)
         got = np.frombuffer(w.readframes(w.getnframes()), "<i2")
