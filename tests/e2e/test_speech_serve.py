@@ -292,3 +292,35 @@ def test_http_bad_inputs_are_400(server, extra, needle):
     st, _, data = post(server.port, {"model": "outetts-0.2-random", "input": TEXT, **extra})
     assert st == 400, (st, data[:300])
     assert needle in json.loads(data)["error"]["message"]
+
+
+def test_worker_killed_mid_speech_resumes_the_same_audio(server, conn):
+    """Last (it restarts the module's worker): the worker is killed after
+    the first audio chunk; the request resumes on the restarted worker
+    (the context carries the plan's inputs and the codes so far) and the
+    client gets the same codes and samples as a run without the fault,
+    each sample once."""
+    import os
+    import re
+    import signal
+    greedy = {"temperature": 0.0, "max_new_tokens": 200}
+    want, _ = speech(conn, "nofault", sampling_params=greedy)
+    conn.send({"op": "speech", "id": "fault", "input": TEXT, "sampling_params": greedy})
+    chunks = []
+    while True:
+        m = conn.recv()
+        assert m["event"] == "chunk", m
+        chunks.append(m)
+        if m.get("audio"):
+            break
+    pids = re.findall(r"started worker 0 \(pid (\d+)\)", server.log())
+    assert pids, server.log()
+    os.kill(int(pids[-1]), signal.SIGKILL)
+    rest, fin = collect(conn, "fault")
+    assert fin["event"] == "final", fin
+    assert sum(bool(c.get("resumed")) for c in rest) == 1
+    got = chunks + rest
+    assert codes_of(got) == codes_of(want)
+    a, _ = samples(got)
+    b, _ = samples(want)
+    assert a.size == b.size > 0 and np.array_equal(a, b)
