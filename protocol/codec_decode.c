@@ -497,7 +497,10 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "keep_alive",
                                         "input",
                                         "voice",
-                                        "format"};
+                                        "format",
+                                        "audio_prompt_transcription",
+                                        "audio_prompt_tokens",
+                                        "audio_prompt_word_codes"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -526,7 +529,10 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         KEEPALIVE,
         INPUT,
         VOICE,
-        FORMAT
+        FORMAT,
+        APTEXT,
+        APTOKENS,
+        APWORDS
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -555,8 +561,8 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
             goto fail;
         }
     }
-    const int only_speech[] = {INPUT, VOICE, FORMAT};
-    for (size_t i = 0; !r->speech && i < 3; i++)
+    const int only_speech[] = {INPUT, VOICE, FORMAT, APTEXT, APTOKENS, APWORDS};
+    for (size_t i = 0; !r->speech && i < 6; i++)
         if (!zi_dec_is_nil(v[only_speech[i]])) {
             rc = zi_dec_fail_at(d, names[only_speech[i]], ZI_EINVAL,
                                 "only taken by a speech request (op \"speech\")");
@@ -576,6 +582,21 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         if (!zi_dec_is_nil(v[VOICE]))
             AT(d, "voice",
                zi_dec_str(d, v[VOICE], ZI_STR_ID | ZI_STR_NO_NUL | ZI_STR_NONEMPTY, &r->voice));
+        /* the seeds' speaker prompt: all three or none, not with a voice */
+        int n_ap =
+            !zi_dec_is_nil(v[APTEXT]) + !zi_dec_is_nil(v[APTOKENS]) + !zi_dec_is_nil(v[APWORDS]);
+        if (n_ap && (n_ap < 3 || r->voice.len)) {
+            rc = zi_dec_fail_at(d, "audio_prompt_transcription", ZI_EINVAL,
+                                "a speaker prompt needs audio_prompt_transcription, "
+                                "audio_prompt_tokens and audio_prompt_word_codes, and no voice");
+            goto fail;
+        }
+        if (n_ap) {
+            AT(d, "audio_prompt_transcription",
+               zi_dec_str(d, v[APTEXT], ZI_STR_NO_NUL | ZI_STR_NONEMPTY, &r->ap_text));
+            AT(d, "audio_prompt_tokens", zi_dec_i32_list(d, v[APTOKENS], &r->ap_tokens));
+            AT(d, "audio_prompt_word_codes", zi_dec_i32_list(d, v[APWORDS], &r->ap_word_codes));
+        }
         if (!zi_dec_is_nil(v[FORMAT])) {
             size_t old = zi_dec_push_key(d, "format");
             rc = zi_dec_check_str(d, v[FORMAT], ZI_STR_ID);

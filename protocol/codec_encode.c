@@ -208,12 +208,18 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
                (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0) +
                (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0) + (r->max_thinking_tokens ? 1 : 0) +
                (r->skip_special_tokens ? 0 : 1) + (r->n_images ? 1 : 0) + (r->n_lora ? 1 : 0) +
-               (r->has_keep_alive ? 1 : 0) + (r->speech ? 2 + (r->voice.len ? 1 : 0) : 0);
+               (r->has_keep_alive ? 1 : 0) +
+               (r->speech ? 2 + (r->voice.len ? 1 : 0) + (r->ap_text.len ? 3 : 0) : 0);
     P(msgpack_pack_map(pk, n));
     if (r->speech) { /* "input" takes the place of "prompt" */
         P(pack_key(pk, "op") || pack_key(pk, "speech") || pack_key(pk, "format") ||
           pack_key(pk, r->speech_format ? "s16" : "f32"));
         if (r->voice.len) P(pack_key(pk, "voice") || pack_str(pk, r->voice.p, r->voice.len));
+        if (r->ap_text.len)
+            P(pack_key(pk, "audio_prompt_transcription") ||
+              pack_str(pk, r->ap_text.p, r->ap_text.len) || pack_key(pk, "audio_prompt_tokens") ||
+              pack_i32_array(pk, &r->ap_tokens) || pack_key(pk, "audio_prompt_word_codes") ||
+              pack_i32_array(pk, &r->ap_word_codes));
     }
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));

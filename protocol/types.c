@@ -301,6 +301,9 @@ void zi_request_free(zi_request *r) {
     zi_string_free(&r->model_name);
     zi_string_free(&r->prompt_text);
     zi_string_free(&r->voice);
+    zi_string_free(&r->ap_text);
+    zi_i32_list_free(&r->ap_tokens);
+    zi_i32_list_free(&r->ap_word_codes);
     zi_i32_list_free(&r->prompt_tokens);
     for (size_t i = 0; i < r->n_messages; i++) {
         zi_string_free(&r->messages[i].role);

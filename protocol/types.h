@@ -261,6 +261,11 @@ typedef struct zi_request {
     bool speech;
     zi_string voice;
     int32_t speech_format;
+    /* The seeds' speaker prompt instead of a voice (ap_text.len 0: none):
+     * audio_prompt_transcription, audio_prompt_tokens (flat codes) and
+     * audio_prompt_word_codes (how many codes each word has). */
+    zi_string ap_text;
+    zi_i32_list ap_tokens, ap_word_codes;
 } zi_request;
 
 /* Where an image goes in the text: llama.cpp's media marker

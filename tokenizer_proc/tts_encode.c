@@ -89,8 +89,12 @@ int zi_tts_encode(zi_tokenizer *tok, const char *voices_dir, const zi_request *r
     zi_tts_speaker sp = {0};
     zi_tts_prompt pr = {0};
     zi_codec_ids ids;
-    bool has_voice = r->voice.len > 0;
-    int rc = has_voice ? load_voice(voices_dir, r, &sp, err) : ZI_OK;
+    bool has_voice = r->voice.len > 0 || r->ap_text.len > 0;
+    int rc = r->voice.len ? load_voice(voices_dir, r, &sp, err) : ZI_OK;
+    if (!rc && r->ap_text.len) /* the seeds' form, split into words by the client's counts */
+        rc =
+            zi_tts_speaker_from_tokens(r->ap_text.p, r->ap_text.len, r->ap_tokens.v, r->ap_tokens.n,
+                                       r->ap_word_codes.v, r->ap_word_codes.n, &sp, err);
     zi_tts_version v = has_voice && !rc ? sp.version : ZI_OUTETTS_0_2;
     if (!rc) rc = zi_codec_ids_find(v, lookup, tok, &ids, err);
     if (!rc)

@@ -24,11 +24,12 @@ typedef struct zi_tts_encoded {
 } zi_tts_encoded;
 
 /*
- * Encodes speech request r (r->speech: its input in prompt_text, its
- * voice) with tok. voices_dir (NULL: none) holds NAME.json speaker files;
- * a voice name is 1..64 of [A-Za-z0-9_.-] not starting with '.'. Errors
- * name the field: "input: ...", "voice: ..." (ZI_EINVAL / ZI_ERANGE), a
- * model without OuteTTS's tokens ZI_EUNSUPPORTED.
+ * Encodes speech request r (r->speech: its input in prompt_text; its
+ * voice, or the seeds' speaker prompt ap_text / ap_tokens / ap_word_codes
+ * made into words by zi_tts_speaker_from_tokens) with tok. voices_dir (NULL: none) holds NAME.json
+ * speaker files; a voice name is 1..64 of [A-Za-z0-9_.-] not starting with '.'. Errors name the
+ * field: "input: ...", "voice: ..." (ZI_EINVAL / ZI_ERANGE), a model without OuteTTS's tokens
+ * ZI_EUNSUPPORTED.
  */
 int zi_tts_encode(zi_tokenizer *tok, const char *voices_dir, const zi_request *r,
                   zi_tts_encoded *out, zi_error *err);

@@ -58,6 +58,9 @@ def files(tmp_path_factory):
     (voices / "alice.json").write_text(json.dumps(VOICE))
     bad = dict(VOICE, words=[dict(VOICE["words"][0], codes=[1, 4100])])
     (voices / "bad.json").write_text(json.dumps(bad))
+    # the voice the seeds' form below makes: each word's duration its codes / 75 s
+    aligned = dict(VOICE, words=[dict(w, duration=len(w["codes"]) / 75) for w in VOICE["words"]])
+    (voices / "aligned.json").write_text(json.dumps(aligned))
     t64 = {k: v.astype(np.float64) for k, v in tensors.items()}
     hp = dict(groups=cfg["groups"], group_eps=cfg["group_eps"], norm_eps=cfg["norm_eps"],
               posnet_layers=cfg["posnet_layers"], convnext_layers=cfg["convnext_layers"])
@@ -223,6 +226,24 @@ def test_speech_beside_text_streams_equals_alone(server, zctx, conn):
     assert a.size > 0 and np.array_equal(a, b)
 
 
+# the seeds' AudioGenerationRequest speaker prompt, split into words by the counts
+SEEDS_FORM = {"audio_prompt_transcription": "Hi there!",
+              "audio_prompt_tokens": [1, 2, 3, 4, 4095, 17, 900],
+              "audio_prompt_word_codes": [4, 3]}
+
+
+def test_seeds_speaker_prompt_equals_its_voice_file(conn):
+    """audio_prompt_transcription + audio_prompt_tokens (+ the per-word
+    counts) make the same prompt, so the same audio, as the speaker file
+    with those words, codes and durations."""
+    sp = dict(SP, max_new_tokens=60)
+    a, fa = speech(conn, "seeds", sampling_params=sp, **SEEDS_FORM)
+    b, fb = speech(conn, "file", sampling_params=sp, voice="aligned")
+    assert fa["usage"] == fb["usage"]
+    assert codes_of(a) == codes_of(b) and codes_of(a)
+    assert np.array_equal(samples(a)[0], samples(b)[0])
+
+
 BAD = [
     ({"input": ""}, "input"),
     ({"input": "a " * 2100}, "4096"),
@@ -230,6 +251,11 @@ BAD = [
     ({"voice": "../etc"}, "voice"),
     ({"voice": "bad"}, "codec id"),
     ({"format": "mp3"}, "format"),
+    (dict(SEEDS_FORM, audio_prompt_tokens=[1, 2, 4100, 4, 4095, 17, 900]),
+     "audio_prompt_tokens[2]: codec id 4100"),
+    (dict(SEEDS_FORM, audio_prompt_word_codes=[7]), "audio_prompt_transcription"),
+    ({"audio_prompt_transcription": "hi there"}, "audio_prompt_tokens"),
+    (dict(SEEDS_FORM, voice="alice"), "no voice"),
     ({"stream": False}, "stream"),
     ({"prompt": "hi"}, "prompt"),
 ]
