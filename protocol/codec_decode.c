@@ -1239,15 +1239,16 @@ static int ctx_tts(zi_dec *d, const msgpack_object *const *v, zi_text_context *c
     const msgpack_object *t[3];
     size_t old = zi_dec_push_key(d, "tts");
     int rc = zi_dec_read_map(d, v[C_TTS], names, 3, 3, t);
-    zi_i32_list l = {0};
-    if (!rc) {
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (!rc) { /* any int32: code_start is -1 in OuteTTS 0.3 (the worker checks them) */
         size_t o2 = zi_dec_push_key(d, "ids");
-        rc = zi_dec_i32_list(d, t[0], &l);
-        if (!rc && l.n != 8) rc = zi_dec_fail(d, ZI_EINVAL, "must hold 8 ids");
-        for (size_t i = 0; !rc && i < 8; i++) c->tts_ids[i] = l.v[i];
+        rc = zi_dec_tokens_any(d, t[0], &ids, &n_ids);
+        if (!rc && n_ids != 8) rc = zi_dec_fail(d, ZI_EINVAL, "must hold 8 ids");
+        for (size_t i = 0; !rc && i < 8; i++) c->tts_ids[i] = ids[i];
         zi_dec_pop(d, o2);
     }
-    zi_i32_list_free(&l);
+    free(ids);
     if (!rc) {
         size_t o2 = zi_dec_push_key(d, "format");
         rc = zi_dec_check_str(d, t[2], ZI_STR_ID);
