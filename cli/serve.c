@@ -246,6 +246,8 @@ typedef struct serve_opts {
     const char *bind, *level, *device, *http;
     const char *tmpl;        /* --chat-template as given, or NULL */
     char mmproj[PATH_MAX];   /* --mmproj's real path, or "" */
+    char tts_dec[PATH_MAX];  /* --tts-decoder's real path, or "" */
+    char voices[PATH_MAX];   /* --voices' real path, or "" */
     const char *max_pixels;  /* --max-image-pixels as given, or NULL */
     char tmpl_arg[PATH_MAX]; /* what the tokenizers get: the name, or the file's real path */
     long long workers, tokenizers, threads, slots, ctx;
@@ -430,6 +432,19 @@ static int parse_options(int argc, char **argv, serve_opts *o, zi_logger *lg) {
             break;
         case ZI_O_MAX_IMAGE_PIXELS:
             o->max_pixels = v;
+            break;
+        case ZI_O_TTS_DECODER: /* the workers load it beside the codec model */
+            if (!realpath(v, o->tts_dec)) {
+                fprintf(stderr, "zinfer serve: --tts-decoder %s: %s\n", v, strerror(errno));
+                return 2;
+            }
+            pass_on(o->worker_pass, &o->n_wpass, opt->name, o->tts_dec);
+            break;
+        case ZI_O_VOICES: /* the tokenizers read the speaker files */
+            if (!realpath(v, o->voices)) {
+                fprintf(stderr, "zinfer serve: --voices %s: %s\n", v, strerror(errno));
+                return 2;
+            }
             break;
         case ZI_O_TOOL_CALL_FORMAT: /* choices in zi_tool_format's order */
             o->tool_format = (int)x;
@@ -1029,6 +1044,10 @@ static int plan_children(serve_opts *o, child **ch_out, int *nc_out, char (**dev
             if (o->max_pixels) {
                 c->argv[k++] = "--max-image-pixels";
                 c->argv[k++] = (char *)o->max_pixels;
+            }
+            if (o->voices[0]) {
+                c->argv[k++] = "--voices";
+                c->argv[k++] = o->voices;
             }
             k = add_backend_keys(o, c, k);
         }

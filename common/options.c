@@ -93,6 +93,16 @@ static const zi_option TABLE[ZI_O_COUNT] = {
                      "requests may carry images, prepared by the tokenizers and encoded by "
                      "the workers (docs/vision.md)",
                      NULL},
+    [ZI_O_TTS_DECODER] = {"--tts-decoder", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE | WORKER,
+                          "FILE",
+                          "a speech codec decoder (wavtokenizer-dec GGUF) beside an OuteTTS "
+                          "codec model: the speech op and POST /v1/audio/speech return audio "
+                          "(docs/speech.md)",
+                          NULL},
+    [ZI_O_VOICES] = {"--voices", NULL, ZI_OPT_STRING, 0, 0, NULL, 0, "", SERVE | TOK, "DIR",
+                     "the speaker files (OuteTTS speaker JSON) a speech request names as "
+                     "its voice: DIR/NAME.json (docs/speech.md)",
+                     NULL},
     [ZI_O_MAX_IMAGE_PIXELS] = {"--max-image-pixels", NULL, ZI_OPT_INT, 1, 1LL << 30, NULL, 40000000,
                                NULL, SERVE | TOK, "N",
                                "one image's width x height, read from its header before it "

@@ -39,6 +39,8 @@ typedef enum zi_opt_id {
     ZI_O_CHAT_TEMPLATE,
     ZI_O_MMPROJ,
     ZI_O_MAX_IMAGE_PIXELS,
+    ZI_O_TTS_DECODER,
+    ZI_O_VOICES,
     ZI_O_WORKERS,
     ZI_O_TOKENIZERS,
     ZI_O_BIND,

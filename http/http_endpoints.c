@@ -12,6 +12,8 @@
 
 #include "codec.h"
 #include "http_api.h"
+#include "http_speech.h"
+#include "wav.h"
 #include "http_embed.h"
 #include "http_messages.h"
 #include "http_rerank.h"
@@ -966,6 +968,164 @@ void zi_http_stream_free(zi_http_stream *s) {
     free(s);
 }
 
+/* POST /v1/audio/speech (http_speech.h): the router's speech op, its
+ * chunks' 16-bit samples sent on as they come (chunked transfer; a WAV
+ * header with open sizes first). An error before the first chunk (a bad
+ * voice, an unknown model) is the answer's status; one after it can only
+ * cut the stream short. */
+struct zi_http_audio {
+    zi_http_ctx *ctx;
+    zi_http_conn *conn;
+    int client_fd;
+    char *buf;
+    size_t len, cap, pos;
+    int ended;   /* the final frame came (or the stream broke) */
+    int running; /* the request may still run: cancelled when freed */
+};
+
+static int audio_put(zi_http_audio *s, const void *p, size_t n) {
+    if (s->pos == s->len) s->pos = s->len = 0; /* all sent: reuse the room */
+    if (s->len + n > s->cap) {
+        size_t nc = s->cap ? s->cap : 1 << 16;
+        while (nc < s->len + n) nc *= 2;
+        char *q = realloc(s->buf, nc);
+        if (!q) return -1;
+        s->buf = q, s->cap = nc;
+    }
+    memcpy(s->buf + s->len, p, n);
+    s->len += n;
+    return 0;
+}
+
+/* The next frame of request "s": 1 audio appended (or none), 0 final,
+ * -1 error (e set; *routed when the router ended the request). */
+static int audio_next(zi_http_audio *s, int *rate, int *routed, zi_http_error *e) {
+    for (;;) {
+        zi_http_frame f;
+        int rc = zi_http_conn_recv(s->conn, s->client_fd, s->ctx->lim.router_timeout_ms, &f);
+        if (rc == ZI_HTTP_RECV_GONE)
+            return zi_http_fail(e, 499, "client_closed", NULL, "the client went away");
+        if (rc == ZI_HTTP_RECV_TIMEOUT)
+            return zi_http_fail(e, 503, "unavailable", NULL, "the router sent nothing for %d ms",
+                                s->ctx->lim.router_timeout_ms);
+        char ev[16], id[8];
+        zi_http_frame_str(f.root, "event", ev, sizeof ev);
+        zi_http_frame_str(f.root, "id", id, sizeof id);
+        if (strcmp(id, "s")) {
+            zi_http_frame_free(&f);
+            continue;
+        }
+        if (!strcmp(ev, "error")) {
+            char code[64], msg[ZI_HTTP_MSG_MAX], field[128];
+            zi_http_frame_str(f.root, "code", code, sizeof code);
+            zi_http_frame_str(f.root, "message", msg, sizeof msg);
+            zi_http_frame_str(f.root, "field", field, sizeof field);
+            zi_http_frame_free(&f);
+            *routed = 1;
+            return zi_http_router_error(e, code, msg, field[0] ? field : NULL, NULL);
+        }
+        const msgpack_object *au = zi_map_get(f.root, "audio");
+        const msgpack_object *d = au ? zi_map_get(au, "data") : NULL;
+        int64_t sr = 0;
+        if (au && !zi_map_int(au, "sample_rate", &sr, NULL) && sr > 0 && rate) *rate = (int)sr;
+        rc = 1;
+        if (d && d->type == MSGPACK_OBJECT_BIN && d->via.bin.size &&
+            audio_put(s, d->via.bin.ptr, d->via.bin.size))
+            rc = zi_http_fail(e, 500, "internal", NULL, "out of memory");
+        if (!strcmp(ev, "final") && rc == 1) rc = 0;
+        zi_http_frame_free(&f);
+        return rc;
+    }
+}
+
+ssize_t zi_http_audio_read(zi_http_audio *s, char *buf, size_t max) {
+    while (s->pos == s->len && !s->ended) {
+        zi_http_error e;
+        int routed = 0, rc = audio_next(s, NULL, &routed, &e);
+        if (rc < 0) { /* the status went out: the stream can only end short */
+            if (routed) s->running = 0;
+            s->ended = 1;
+            return -1;
+        }
+        if (rc == 0) s->ended = 1, s->running = 0;
+    }
+    size_t n = s->len - s->pos < max ? s->len - s->pos : max;
+    memcpy(buf, s->buf + s->pos, n);
+    s->pos += n;
+    return (ssize_t)n;
+}
+
+void zi_http_audio_free(zi_http_audio *s) {
+    if (!s) return;
+    if (s->running && s->conn) { /* free its worker slot at once */
+        zi_msg cm;
+        zi_http_error ce;
+        zi_msg_init(&cm);
+        msgpack_pack_map(&cm.pk, 2);
+        zi_pack_kv_str(&cm.pk, "op", "cancel");
+        zi_pack_kv_str(&cm.pk, "id", "s");
+        zi_http_conn_send(s->conn, &cm, &ce);
+        zi_msg_free(&cm);
+    }
+    zi_http_conn_close(s->conn);
+    free(s->buf);
+    free(s);
+}
+
+static void audio_speech(zi_http_ctx *ctx, const char *body, size_t len, int client_fd,
+                         zi_http_answer *a) {
+    zi_http_error e;
+    json_t *o = zi_http_parse_object(body, len, &e);
+    zi_http_audio *s = calloc(1, sizeof *s);
+    char name[256];
+    zi_msg m;
+    int wav = 1, rate = 24000, routed = 0, rc = -1;
+    if (!s) {
+        zi_http_fail(&e, 500, "internal", NULL, "out of memory");
+        goto fail;
+    }
+    s->ctx = ctx, s->client_fd = client_fd;
+    if (!o || zi_http_conn_open(ctx, &s->conn, &e) ||
+        check_model(ctx, s->conn, o, name, sizeof name, NULL, &e))
+        goto fail;
+    if (zi_http_speech_request(o, name, &m, &wav, &e)) goto fail;
+    rc = zi_http_conn_send(s->conn, &m, &e);
+    zi_msg_free(&m);
+    if (rc) goto fail;
+    s->running = 1;
+    /* the first frame decides the status: an error, or the audio starts */
+    rc = audio_next(s, &rate, &routed, &e);
+    if (rc < 0) {
+        if (routed) s->running = 0;
+        goto fail;
+    }
+    if (rc == 0) s->ended = 1, s->running = 0;
+    if (wav) { /* open sizes: the length is not known while it streams */
+        uint8_t h[ZI_WAV_HEADER_MAX];
+        size_t hn = zi_http_speech_wav_header(h, 0, rate);
+        memset(h + 4, 0xff, 4);
+        memset(h + hn - 4, 0xff, 4);
+        char *nb = malloc(s->cap > hn + s->len ? s->cap : hn + s->len + 1);
+        if (!nb) {
+            zi_http_fail(&e, 500, "internal", NULL, "out of memory");
+            goto fail;
+        }
+        memcpy(nb, h, hn);
+        if (s->len) memcpy(nb + hn, s->buf, s->len);
+        free(s->buf);
+        s->buf = nb, s->len += hn, s->cap = s->cap > s->len ? s->cap : s->len;
+    }
+    json_decref(o);
+    a->status = 200;
+    a->audio = s;
+    a->content_type = wav ? "audio/wav" : "audio/pcm";
+    return;
+fail:
+    zi_http_audio_free(s);
+    json_decref(o);
+    answer_error(a, &e);
+}
+
 /* ---- routing ---------------------------------------------------------- */
 
 void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, const char *body,
@@ -1052,6 +1212,12 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
             return;
         }
         want = "GET";
+    } else if (!strcmp(path, "/v1/audio/speech")) {
+        if (post) {
+            audio_speech(ctx, body, len, client_fd, a);
+            return;
+        }
+        want = "POST";
     } else if (!strcmp(path, "/v1/embeddings")) {
         if (post) {
             embeddings(ctx, body, len, a);

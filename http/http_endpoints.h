@@ -26,12 +26,17 @@
 
 typedef struct zi_http_stream zi_http_stream;
 
+typedef struct zi_http_audio zi_http_audio;
+
 typedef struct zi_http_answer {
     int status;
     json_t *json; /* the body; NULL for a stream or text */
     char *text;   /* a text/plain body (malloc'd; /metrics), or NULL */
     size_t text_len;
+    const char *content_type; /* text's type when not text/plain (audio/wav), or NULL */
     zi_http_stream *stream; /* an SSE stream to read with zi_http_stream_read */
+    zi_http_audio *audio;   /* a speech answer's bytes to read with zi_http_audio_read
+                             * (content_type says which) */
     const char *allow;      /* 405: the methods the path takes (the Allow header) */
 } zi_http_answer;
 
@@ -46,6 +51,13 @@ void zi_http_handle(zi_http_ctx *ctx, const char *method, const char *path, cons
  * end, -1 when the client went away or the stream broke (its requests are
  * cancelled). Blocks until the router sends something. */
 ssize_t zi_http_stream_read(zi_http_stream *s, char *buf, size_t max);
+/* The next bytes of a speech answer (POST /v1/audio/speech: the WAV
+ * header, then the samples as the router's chunks bring them), as
+ * zi_http_stream_read. */
+ssize_t zi_http_audio_read(zi_http_audio *s, char *buf, size_t max);
+/* Frees it; a speech request still running is cancelled. */
+void zi_http_audio_free(zi_http_audio *s);
+
 /* Frees the stream; a generation still running is cancelled (the router's
  * cancel op, so its worker slots are freed at once). */
 void zi_http_stream_free(zi_http_stream *s);

@@ -197,6 +197,17 @@ static void free_stream(void *cls) {
     zi_http_stream_free(cls);
 }
 
+static ssize_t read_audio(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    ssize_t n = zi_http_audio_read(cls, buf, max);
+    if (n > 0) return n;
+    return n == 0 ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void free_audio(void *cls) {
+    zi_http_audio_free(cls);
+}
+
 /* h against the key, in time independent of where they differ. */
 static int key_matches(const char *h, const char *key) {
     size_t n = strlen(h), k = strlen(key);
@@ -282,8 +293,23 @@ static MHD_Result_t on_request(void *cls, struct MHD_Connection *conn, const cha
             free(a.text);
             return MHD_NO;
         }
-        MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4; charset=utf-8");
+        MHD_add_response_header(r, "Content-Type",
+                                a.content_type ? a.content_type
+                                               : "text/plain; version=0.0.4; charset=utf-8");
         MHD_Result_t rc = MHD_queue_response(conn, (unsigned)a.status, r);
+        MHD_destroy_response(r);
+        return rc;
+    }
+    if (a.audio) { /* chunked: the bytes as the speech op's chunks bring them */
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
+                                                                   read_audio, a.audio, free_audio);
+        if (!r) {
+            zi_http_audio_free(a.audio);
+            return MHD_NO;
+        }
+        MHD_add_response_header(r, "Content-Type", a.content_type);
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        MHD_Result_t rc = MHD_queue_response(conn, 200, r);
         MHD_destroy_response(r);
         return rc;
     }

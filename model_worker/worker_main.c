@@ -63,6 +63,10 @@
 #include "vocab_trie.h"
 #include "stop_signal.h"
 #include "tokenizer.h"
+#include "codec_mask.h"
+#include "tts_stream.h"
+#include "wav.h"
+#include "wavtokenizer.h"
 #include "wire.h"
 #include "worker_embed.h"
 
@@ -82,6 +86,11 @@ typedef struct live_ctx {
      * handed back when a restarted router asks to register again. */
     char *start;
     size_t start_len;
+    /* A speech request (its context's tts inputs): the codec plan its
+     * draws are masked by (ctx.codec_plan points here) and its codes
+     * decoded in blocks (tts_stream.h) */
+    zi_codec_plan *plan;
+    zi_tts_stream ts;
 } live_ctx;
 
 /* A sequence that ended lately: its final "tokens" message may have gone
@@ -155,6 +164,12 @@ typedef struct worker {
     zi_model *model;    /* what adapters are loaded for */
     bool lora_budgeted; /* --memory-budget: adapters loaded while serving fit in lora_room */
     uint64_t lora_room; /* bytes of the budget the weights, buffers and KV cache leave */
+    /* --tts-decoder: the speech codec decoder (NULL: none), on a CPU
+     * backend of its own (the CUDA backend has none of its ops) */
+    zi_backend *tts_be;
+    zi_wavtok *tts;
+    float *audio; /* the samples of one tokens message */
+    size_t audio_cap;
     done_seq done[DONE_KEEP_MAX]; /* oldest first */
     int n_done;
     size_t done_bytes; /* their start messages and ids */
@@ -360,6 +375,8 @@ static void send_error(worker *w, uint64_t rid, const char *code, const char *ms
 static void drop_live(worker *w, int i) {
     zi_generator_release(w->gen, &w->live[i].ctx);
     zi_text_context_free(&w->live[i].ctx);
+    zi_codec_plan_free(w->live[i].plan);
+    zi_tts_stream_free(&w->live[i].ts);
     free(w->live[i].start);
     w->live[i] = w->live[w->n_live - 1];
     w->n_live--;
@@ -527,6 +544,62 @@ static int resolve_lora(const worker *w, zi_text_context *c, zi_error *err) {
     return ZI_OK;
 }
 
+/* A speech request's codec plan from its context's tts inputs, with the
+ * codec ids this worker's decoder takes (the LLM's 4100 codec tokens cut
+ * to the decoder's codebook, so a code it refuses is never drawn), and its
+ * block decoder, which skips the blocks whose audio was sent before a
+ * failover (the codes generated so far come with the context). */
+static int speech_setup(worker *w, live_ctx *l, zi_error *err) {
+    zi_text_context *c = &l->ctx;
+    if (!w->tts)
+        return zi_error_set(err, ZI_EUNSUPPORTED,
+                            "input: this worker has no speech decoder (zinfer serve "
+                            "--tts-decoder FILE)");
+    const int32_t *m = c->tts_ids;
+    zi_codec_ids ids = {.code0 = m[0],
+                        .n_codes = m[1],
+                        .time0 = m[2],
+                        .n_times = m[3],
+                        .code_start = m[4],
+                        .code_end = m[5],
+                        .newline = m[6],
+                        .audio_end = m[7]};
+    int n_dec = zi_wavtok_get_config(w->tts)->n_vocab;
+    if (ids.n_codes < 1 || ids.n_times < 1 || ids.code0 < 0 || ids.time0 < 0 ||
+        ids.code0 + (int64_t)ids.n_codes > w->vocab || ids.time0 + (int64_t)ids.n_times > w->vocab)
+        return zi_error_set(err, ZI_EINVAL, "context.tts.ids: outside this model's vocabulary");
+    int32_t marks[4] = {ids.code_end, ids.newline, ids.audio_end,
+                        ids.code_start < 0 ? ids.code_end : ids.code_start};
+    int rc = check_ids(w, "context.tts.ids", marks, 4, err);
+    for (size_t i = 0; !rc && i < c->n_tts_words; i++)
+        rc = check_ids(w, "context.tts.words", c->tts_words[i].v, c->tts_words[i].n, err);
+    if (rc) return rc;
+    if (ids.n_codes > n_dec) ids.n_codes = n_dec;
+    const int32_t **wv = malloc(c->n_tts_words * sizeof *wv);
+    size_t *wn = malloc(c->n_tts_words * sizeof *wn);
+    if (!wv || !wn) rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < c->n_tts_words; i++)
+        wv[i] = c->tts_words[i].v, wn[i] = c->tts_words[i].n;
+    if (!rc)
+        rc = zi_codec_plan_create(&ids, (const int32_t *const *)wv, wn, c->n_tts_words, &l->plan,
+                                  err);
+    free(wv);
+    free(wn);
+    if (!rc) rc = zi_tts_stream_init(&l->ts, ZI_TTS_BLOCK_CODES, ZI_TTS_CONTEXT_CODES, err);
+    int64_t n_gen = c->end_idx - c->prompt_len;
+    int32_t *codes = n_gen > 0 && !rc ? malloc((size_t)n_gen * sizeof *codes) : NULL;
+    if (!rc && n_gen > 0 && !codes) rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+    if (!rc && n_gen > 0) { /* a failover: what the client has had already */
+        size_t k = zi_codec_extract(&ids, c->tokens + c->prompt_len, (size_t)n_gen, codes);
+        rc = zi_tts_stream_push(&l->ts, codes, k, err);
+        size_t na = 0;
+        if (!rc) rc = zi_tts_stream_take(&l->ts, NULL, 0, 0, NULL, &na, NULL, err);
+    }
+    free(codes);
+    if (!rc) c->codec_plan = l->plan;
+    return rc;
+}
+
 static void on_start(worker *w, const msgpack_object *c, uint64_t rid, const void *msg,
                      size_t msg_len) {
     zi_error err = {0};
@@ -538,6 +611,8 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid, const voi
     l->rid = rid;
     l->echo_sent = false;
     l->start = NULL;
+    l->plan = NULL;
+    memset(&l->ts, 0, sizeof l->ts);
     zi_codec_limits lim = zi_codec_limits_default();
     if (!c) {
         send_error(w, rid, "internal", "context: missing in start message");
@@ -578,6 +653,7 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid, const voi
     }
     if (!rc) rc = resolve_lora(w, &l->ctx, &err);
     if (!rc) rc = check_ctx_tokens(w, &l->ctx, &err);
+    if (!rc && l->ctx.n_tts_words) rc = speech_setup(w, l, &err);
     if (!rc)
         rc = check_ids(w, "context.eos_token_ids", l->ctx.eos_token_ids.v, l->ctx.eos_token_ids.n,
                        &err);
@@ -618,6 +694,9 @@ static void on_start(worker *w, const msgpack_object *c, uint64_t rid, const voi
                                          : "invalid_request",
                    err.msg);
         zi_text_context_free(&l->ctx);
+        zi_codec_plan_free(l->plan);
+        zi_tts_stream_free(&l->ts);
+        l->plan = NULL;
         return;
     }
     /* The total length may not exceed one cache slot. */
@@ -878,6 +957,37 @@ static void send_outputs(worker *w) {
         bool done = zi_text_context_is_done(c);
         if (done && count > 0 && (c->status == ZI_GEN_END_OF_SEQUENCE || c->status == ZI_GEN_STOP))
             count--;
+        zi_im_audio audio = {0};
+        int arc = ZI_OK;
+        zi_error aerr = {0};
+        if (l->plan && (count > 0 || done)) { /* the blocks these codes complete */
+            const zi_codec_ids *ids = zi_codec_plan_ids(l->plan);
+            size_t na = 0;
+            int32_t *codes = count > 0 ? malloc((size_t)count * sizeof *codes) : NULL;
+            if (count > 0 && !codes) arc = zi_error_set(&aerr, ZI_ENOMEM, "out of memory");
+            size_t k = codes ? zi_codec_extract(ids, c->tokens + first, (size_t)count, codes) : 0;
+            if (!arc) arc = zi_tts_stream_push(&l->ts, codes, k, &aerr);
+            free(codes);
+            if (!arc)
+                arc = zi_tts_stream_take(&l->ts, w->tts, done, 1, &w->audio, &na, &w->audio_cap,
+                                         &aerr);
+            const zi_wavtok_config *tc = zi_wavtok_get_config(w->tts);
+            audio = (zi_im_audio){.data = w->audio,
+                                  .len = na * sizeof(float),
+                                  .format = c->tts_format ? "s16" : "f32",
+                                  .sample_rate = tc->sample_rate};
+            if (c->tts_format) { /* 16-bit PCM in place (little-endian hosts) */
+                int16_t *o16 = (int16_t *)w->audio;
+                for (size_t j = 0; j < na; j++) o16[j] = zi_wav_s16(w->audio[j]);
+                audio.len = na * sizeof(int16_t);
+            }
+            if (!na) audio.data = NULL;
+        }
+        if (arc) {
+            send_error(w, l->rid, "internal", aerr.msg);
+            drop_live(w, i);
+            continue;
+        }
         if (count > 0 || done) {
             zi_logprobs lp, plp;
             bool has_lp = c->log_probabilities > 0 && gather_logprobs(c, first, count, &lp);
@@ -891,7 +1001,8 @@ static void send_outputs(worker *w) {
                 .status = {status, strlen(status)},
                 .logprobs = {.lp = has_lp ? &lp : NULL},
                 .prompt_token_ids = {.set = echo, .v = c->tokens, .n = (size_t)c->prompt_len},
-                .prompt_logprobs = {.lp = has_plp ? &plp : NULL}};
+                .prompt_logprobs = {.lp = has_plp ? &plp : NULL},
+                .audio = audio};
             zi_msg m;
             zi_error err = {0};
             if (zi_im_tokens_pack(&tm, &m, &err) == ZI_OK) {
@@ -923,6 +1034,7 @@ typedef struct wopts {
     const char *model_name; /* --model-name, or NULL: the file's */
     const char *draft; /* --draft-model, or NULL */
     const char *mmproj; /* --mmproj, or NULL */
+    const char *tts_dec; /* --tts-decoder, or NULL */
     zi_lora_spec *lora; /* --lora's values, in order ([ZI_LORA_MAX_ADAPTERS]) */
     int n_lora;
     const char *router, *device;
@@ -998,6 +1110,9 @@ static int parse_args(int argc, char **argv, wopts *o) {
             break;
         case ZI_O_MMPROJ:
             o->mmproj = v;
+            break;
+        case ZI_O_TTS_DECODER:
+            o->tts_dec = v;
             break;
         case ZI_O_CURVE_SECRET:
             o->curve_secret = v;
@@ -1573,6 +1688,24 @@ int main(int argc, char **argv) {
 
     wres r = {0};
     if ((rc = load(&w, &o, &r))) return rc;
+    if (o.tts_dec) { /* the CPU: the decoder's ops have no CUDA kernels */
+        zi_error terr = {0};
+        if (zi_backend_create_for_device("cpu", (int)o.threads, 0, &w.tts_be, &terr) ||
+            zi_wavtok_load(o.tts_dec, w.tts_be, &w.tts, &terr)) {
+            zi_backend_free(w.tts_be);
+            zi_vision_free(r.vision.v);
+            zi_tile_cache_free(r.vision.cache);
+            free_loras(&w);
+            zi_model_free(r.draft);
+            zi_model_free(r.model);
+            zi_backend_free(r.be);
+            char msg[1024];
+            snprintf(msg, sizeof msg, "--tts-decoder %.200s: %.700s", o.tts_dec, terr.msg);
+            return start_failed(&w, msg);
+        }
+        zi_log(&w.log, ZI_LOG_INFO, "speech decoder: %s, %d codes, %d Hz", o.tts_dec,
+               zi_wavtok_get_config(w.tts)->n_vocab, zi_wavtok_get_config(w.tts)->sample_rate);
+    }
     w.vision = &r.vision;
     if ((rc = create_generator(&w, &o, &r))) {
         zi_vision_free(r.vision.v);
@@ -1605,5 +1738,8 @@ int main(int argc, char **argv) {
     free_loras(&w);
     zi_model_free(r.model);
     zi_backend_free(r.be);
+    zi_wavtok_free(w.tts);
+    zi_backend_free(w.tts_be);
+    free(w.audio);
     return rc;
 }

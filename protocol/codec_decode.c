@@ -494,7 +494,13 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
                                         "max_thinking_tokens",
                                         "skip_special_tokens",
                                         "lora",
-                                        "keep_alive"};
+                                        "keep_alive",
+                                        "input",
+                                        "voice",
+                                        "format",
+                                        "audio_prompt_transcription",
+                                        "audio_prompt_tokens",
+                                        "audio_prompt_word_codes"};
     enum { N = sizeof names / sizeof names[0] };
     enum {
         OP,
@@ -520,7 +526,13 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         THINKING,
         SKIPSPECIAL,
         LORA,
-        KEEPALIVE
+        KEEPALIVE,
+        INPUT,
+        VOICE,
+        FORMAT,
+        APTEXT,
+        APTOKENS,
+        APWORDS
     };
     const msgpack_object *v[N];
     zi_request_init(r);
@@ -529,10 +541,71 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
     if (v[OP]) {
         size_t old = zi_dec_push_key(d, "op");
         rc = zi_dec_check_str(d, v[OP], ZI_STR_ID);
-        if (!rc && !zi_dec_is_key(v[OP], "generate"))
-            rc = zi_dec_fail(d, ZI_EINVAL, "a request's op must be \"generate\"");
+        r->speech = !rc && zi_dec_is_key(v[OP], "speech");
+        if (!rc && !r->speech && !zi_dec_is_key(v[OP], "generate"))
+            rc = zi_dec_fail(d, ZI_EINVAL, "a request's op must be \"generate\" or \"speech\"");
         zi_dec_pop(d, old);
         if (rc) goto fail;
+    }
+    /* speech: "input" is its prompt; what shapes a text completion is refused */
+    static const int not_speech[] = {PROMPT,   MESSAGES, IMAGES,  TOOLS, RFMT,     ECHO,
+                                     LOGPROBS, STOP,     GRAMMAR, REGEX, THINKING, CTO};
+    for (size_t i = 0; r->speech && i < sizeof not_speech / sizeof *not_speech; i++) {
+        const msgpack_object *x = v[not_speech[i]];
+        /* false and 0 are the defaults (the router's encode writes them) */
+        bool off = zi_dec_is_nil(x) || (x->type == MSGPACK_OBJECT_BOOLEAN && !x->via.boolean) ||
+                   (x->type == MSGPACK_OBJECT_POSITIVE_INTEGER && x->via.u64 == 0);
+        if (!off) {
+            rc =
+                zi_dec_fail_at(d, names[not_speech[i]], ZI_EINVAL, "not taken by a speech request");
+            goto fail;
+        }
+    }
+    const int only_speech[] = {INPUT, VOICE, FORMAT, APTEXT, APTOKENS, APWORDS};
+    for (size_t i = 0; !r->speech && i < 6; i++)
+        if (!zi_dec_is_nil(v[only_speech[i]])) {
+            rc = zi_dec_fail_at(d, names[only_speech[i]], ZI_EINVAL,
+                                "only taken by a speech request (op \"speech\")");
+            goto fail;
+        }
+    if (r->speech) {
+        if (zi_dec_is_nil(v[INPUT])) {
+            rc = zi_dec_missing(d, "input");
+            goto fail;
+        }
+        AT(d, "input", zi_dec_str(d, v[INPUT], ZI_STR_NO_NUL, &r->prompt_text));
+        if (!r->prompt_text.len) {
+            rc = zi_dec_fail_at(d, "input", ZI_EINVAL, "the text is empty");
+            goto fail;
+        }
+        r->prompt_kind = ZI_PROMPT_TEXT;
+        if (!zi_dec_is_nil(v[VOICE]))
+            AT(d, "voice",
+               zi_dec_str(d, v[VOICE], ZI_STR_ID | ZI_STR_NO_NUL | ZI_STR_NONEMPTY, &r->voice));
+        /* the seeds' speaker prompt: all three or none, not with a voice */
+        int n_ap =
+            !zi_dec_is_nil(v[APTEXT]) + !zi_dec_is_nil(v[APTOKENS]) + !zi_dec_is_nil(v[APWORDS]);
+        if (n_ap && (n_ap < 3 || r->voice.len)) {
+            rc = zi_dec_fail_at(d, "audio_prompt_transcription", ZI_EINVAL,
+                                "a speaker prompt needs audio_prompt_transcription, "
+                                "audio_prompt_tokens and audio_prompt_word_codes, and no voice");
+            goto fail;
+        }
+        if (n_ap) {
+            AT(d, "audio_prompt_transcription",
+               zi_dec_str(d, v[APTEXT], ZI_STR_NO_NUL | ZI_STR_NONEMPTY, &r->ap_text));
+            AT(d, "audio_prompt_tokens", zi_dec_i32_list(d, v[APTOKENS], &r->ap_tokens));
+            AT(d, "audio_prompt_word_codes", zi_dec_i32_list(d, v[APWORDS], &r->ap_word_codes));
+        }
+        if (!zi_dec_is_nil(v[FORMAT])) {
+            size_t old = zi_dec_push_key(d, "format");
+            rc = zi_dec_check_str(d, v[FORMAT], ZI_STR_ID);
+            if (!rc && !zi_dec_is_key(v[FORMAT], "f32") && !zi_dec_is_key(v[FORMAT], "s16"))
+                rc = zi_dec_fail(d, ZI_EINVAL, "must be \"f32\" or \"s16\"");
+            r->speech_format = !rc && zi_dec_is_key(v[FORMAT], "s16");
+            zi_dec_pop(d, old);
+            if (rc) goto fail;
+        }
     }
     if (!v[ID]) {
         rc = zi_dec_missing(d, "id");
@@ -556,7 +629,7 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
         }
     }
     if (!zi_dec_is_nil(v[MESSAGES])) AT(d, "messages", dec_messages(d, v[MESSAGES], r));
-    if ((r->prompt_kind != ZI_PROMPT_NONE) == (r->n_messages > 0)) {
+    if (!r->speech && (r->prompt_kind != ZI_PROMPT_NONE) == (r->n_messages > 0)) {
         rc = zi_dec_fail_at(d, "prompt", ZI_EINVAL,
                             "exactly one of prompt and messages is required");
         goto fail;
@@ -630,6 +703,11 @@ static int dec_request(zi_dec *d, const msgpack_object *o, zi_request *r) {
     if (!zi_dec_is_nil(v[SP]))
         AT(d, "sampling_params", dec_sampling(d, v[SP], &r->sampling_params));
     if (v[STREAM]) AT(d, "stream", zi_dec_bool(d, v[STREAM], &r->stream));
+    if (r->speech && !r->stream) { /* its audio comes in chunks only */
+        rc = zi_dec_fail_at(d, "stream", ZI_EINVAL,
+                            "a speech request streams its audio in chunks (must be true)");
+        goto fail;
+    }
     /* Only the chat template reads tools and options: with a prompt they
      * would be ignored, so they are refused (empty ones are nothing). */
     if (r->prompt_kind != ZI_PROMPT_NONE) {
@@ -856,7 +934,8 @@ static const char *const ctx_names[C_N] = {"request_id",
                                            "thinking_end",
                                            "thinking_harmony",
                                            "images",
-                                           "lora"};
+                                           "lora",
+                                           "tts"};
 
 /* An index field: absent or -1 means "derive" (returned as -1). */
 static int get_idx(zi_dec *d, const msgpack_object *o, const char *name, int64_t *out) {
@@ -1152,6 +1231,54 @@ static int ctx_images(zi_dec *d, const msgpack_object *const *v, zi_text_context
     return rc;
 }
 
+/* "tts": {"ids": 8 ints, "words": [[ids]...] (1..4096 words, each 1..256
+ * ids), "format": "f32" | "s16"}: a speech request's plan inputs. */
+static int ctx_tts(zi_dec *d, const msgpack_object *const *v, zi_text_context *c) {
+    if (zi_dec_is_nil(v[C_TTS])) return ZI_OK;
+    static const char *const names[] = {"ids", "words", "format"};
+    const msgpack_object *t[3];
+    size_t old = zi_dec_push_key(d, "tts");
+    int rc = zi_dec_read_map(d, v[C_TTS], names, 3, 3, t);
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (!rc) { /* any int32: code_start is -1 in OuteTTS 0.3 (the worker checks them) */
+        size_t o2 = zi_dec_push_key(d, "ids");
+        rc = zi_dec_tokens_any(d, t[0], &ids, &n_ids);
+        if (!rc && n_ids != 8) rc = zi_dec_fail(d, ZI_EINVAL, "must hold 8 ids");
+        for (size_t i = 0; !rc && i < 8; i++) c->tts_ids[i] = ids[i];
+        zi_dec_pop(d, o2);
+    }
+    free(ids);
+    if (!rc) {
+        size_t o2 = zi_dec_push_key(d, "format");
+        rc = zi_dec_check_str(d, t[2], ZI_STR_ID);
+        if (!rc && (zi_dec_is_key(t[2], "f32") || zi_dec_is_key(t[2], "s16")))
+            c->tts_format = zi_dec_is_key(t[2], "s16");
+        else if (!rc)
+            rc = zi_dec_fail(d, ZI_EINVAL, "must be \"f32\" or \"s16\"");
+        zi_dec_pop(d, o2);
+    }
+    if (!rc) {
+        size_t o2 = zi_dec_push_key(d, "words");
+        rc = zi_dec_sized(d, t[1], MSGPACK_OBJECT_ARRAY, "an array", "words", 4096);
+        size_t n = rc ? 0 : t[1]->via.array.size;
+        if (!rc && n == 0) rc = zi_dec_fail(d, ZI_EINVAL, "must not be empty");
+        if (!rc && !(c->tts_words = calloc(n, sizeof *c->tts_words)))
+            rc = zi_dec_fail(d, ZI_ENOMEM, "out of memory");
+        for (size_t i = 0; !rc && i < n; i++) {
+            size_t o3 = zi_dec_push_idx(d, i);
+            c->n_tts_words = i + 1;
+            rc = zi_dec_i32_list(d, &t[1]->via.array.ptr[i], &c->tts_words[i]);
+            if (!rc && (c->tts_words[i].n == 0 || c->tts_words[i].n > 256))
+                rc = zi_dec_fail(d, ZI_EINVAL, "a word must have 1 to 256 ids");
+            zi_dec_pop(d, o3);
+        }
+        zi_dec_pop(d, o2);
+    }
+    zi_dec_pop(d, old);
+    return rc;
+}
+
 /* A TextContext: the fields phase by phase, then the context's own
  * invariants (zi_text_context_check, prefixed with the path). */
 static int dec_context(zi_dec *d, const msgpack_object *o, zi_text_context *c) {
@@ -1166,7 +1293,8 @@ static int dec_context(zi_dec *d, const msgpack_object *o, zi_text_context *c) {
     if (!v[C_MAXLEN]) return zi_dec_missing(d, "max_length");
     if ((rc = ctx_tokens(d, v, c, &toks, &ntok)) || (rc = ctx_eos(d, v, c)) ||
         (rc = ctx_options(d, v, c)) || (rc = ctx_window(d, v, c, toks, ntok)) ||
-        (rc = ctx_lp_data(d, v, c)) || (rc = ctx_state(d, v, c)) || (rc = ctx_images(d, v, c)))
+        (rc = ctx_lp_data(d, v, c)) || (rc = ctx_state(d, v, c)) || (rc = ctx_images(d, v, c)) ||
+        (rc = ctx_tts(d, v, c)))
         goto fail;
     if ((rc = zi_text_context_check(c, d->err))) {
         if (d->path.n) zi_error_prefix(d->err, "%s", d->path.s);

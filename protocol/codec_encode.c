@@ -208,13 +208,25 @@ int zi_codec_pack_request(msgpack_packer *pk, const zi_request *r, zi_error *err
                (r->chat_template_options.len ? 1 : 0) + (r->grammar.len ? 1 : 0) +
                (r->regex.len ? 1 : 0) + (r->timeout_ms ? 1 : 0) + (r->max_thinking_tokens ? 1 : 0) +
                (r->skip_special_tokens ? 0 : 1) + (r->n_images ? 1 : 0) + (r->n_lora ? 1 : 0) +
-               (r->has_keep_alive ? 1 : 0);
+               (r->has_keep_alive ? 1 : 0) +
+               (r->speech ? 2 + (r->voice.len ? 1 : 0) + (r->ap_text.len ? 3 : 0) : 0);
     P(msgpack_pack_map(pk, n));
+    if (r->speech) { /* "input" takes the place of "prompt" */
+        P(pack_key(pk, "op") || pack_key(pk, "speech") || pack_key(pk, "format") ||
+          pack_key(pk, r->speech_format ? "s16" : "f32"));
+        if (r->voice.len) P(pack_key(pk, "voice") || pack_str(pk, r->voice.p, r->voice.len));
+        if (r->ap_text.len)
+            P(pack_key(pk, "audio_prompt_transcription") ||
+              pack_str(pk, r->ap_text.p, r->ap_text.len) || pack_key(pk, "audio_prompt_tokens") ||
+              pack_i32_array(pk, &r->ap_tokens) || pack_key(pk, "audio_prompt_word_codes") ||
+              pack_i32_array(pk, &r->ap_word_codes));
+    }
     P(pack_key(pk, "id") || pack_str(pk, r->id.p, r->id.len));
     P(pack_key(pk, "index") || msgpack_pack_int64(pk, r->index));
     P(pack_key(pk, "model_name") || pack_str(pk, r->model_name.p, r->model_name.len));
     if (r->prompt_kind == ZI_PROMPT_TEXT)
-        P(pack_key(pk, "prompt") || pack_str(pk, r->prompt_text.p, r->prompt_text.len));
+        P(pack_key(pk, r->speech ? "input" : "prompt") ||
+          pack_str(pk, r->prompt_text.p, r->prompt_text.len));
     if (r->prompt_kind == ZI_PROMPT_TOKENS) {
         P(pack_key(pk, "prompt"));
         if ((rc = zi_codec_pack_tokens(pk, r->prompt_tokens.v, r->prompt_tokens.n, err))) return rc;
@@ -393,7 +405,7 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
     for (int64_t i = 0; i < c->end_idx; i++) n_lp += c->lp_data[i] != NULL;
     P(msgpack_pack_map(pk, C_N - (c->grammar.len ? 0 : 1) - (c->regex.len ? 0 : 1) -
                                (c->thinking_budget ? 0 : 4) - (c->n_images ? 0 : 1) -
-                               (c->n_lora ? 0 : 1)));
+                               (c->n_lora ? 0 : 1) - (c->n_tts_words ? 0 : 1)));
     P(pack_key(pk, "request_id") || pack_str(pk, c->request_id.p, c->request_id.len));
     P(pack_key(pk, "prompt") ||
       (c->prompt.len ? pack_str(pk, c->prompt.p, c->prompt.len) : msgpack_pack_nil(pk)));
@@ -422,6 +434,14 @@ int zi_codec_pack_text_context(msgpack_packer *pk, const zi_text_context *c, zi_
           pack_key(pk, "thinking_harmony") ||
           (c->thinking_harmony ? msgpack_pack_true(pk) : msgpack_pack_false(pk)));
     if (c->n_lora) P(pack_key(pk, "lora") || pack_lora(pk, c->lora, c->n_lora));
+    if (c->n_tts_words) {
+        P(pack_key(pk, "tts") || msgpack_pack_map(pk, 3) || pack_key(pk, "ids") ||
+          msgpack_pack_array(pk, 8));
+        for (int i = 0; i < 8; i++) P(msgpack_pack_int32(pk, c->tts_ids[i]));
+        P(pack_key(pk, "words") || msgpack_pack_array(pk, c->n_tts_words));
+        for (size_t i = 0; i < c->n_tts_words; i++) P(pack_i32_array(pk, &c->tts_words[i]));
+        P(pack_key(pk, "format") || pack_key(pk, c->tts_format ? "s16" : "f32"));
+    }
     P(pack_key(pk, "sampling_params"));
     if ((rc = zi_codec_pack_sampling_params(pk, &c->sampling_params, err))) return rc;
     P(pack_key(pk, "_matcher") || msgpack_pack_nil(pk));

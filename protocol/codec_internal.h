@@ -78,6 +78,7 @@ enum {
     C_THINK_HARMONY, /* with a budget */
     C_IMAGES,        /* written only when the context has images */
     C_LORA,          /* written only when the context has adapters */
+    C_TTS,           /* written only for a speech request */
     C_N
 };
 

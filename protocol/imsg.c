@@ -506,6 +506,22 @@ static int put_extras(zi_imap *b, const zi_im_lps *lps, const zi_im_ids *prompt_
     return rc;
 }
 
+/* "audio": passed on as it came, or packed from its parts. */
+static void put_audio(zi_imap *b, const zi_im_audio *a) {
+    if (a->raw) {
+        zi_imap_object(b, "audio", a->raw);
+    } else if (a->data) {
+        zi_imap c;
+        zi_imap_init(&c);
+        msgpack_packer *pk = zi_imap_key(&c, "data");
+        if (msgpack_pack_bin(pk, a->len) || msgpack_pack_bin_body(pk, a->data, a->len))
+            zi_imap_fail(&c);
+        zi_imap_str(&c, "format", a->format ? a->format : "f32");
+        zi_imap_int(&c, "sample_rate", a->sample_rate);
+        zi_imap_map(b, "audio", &c);
+    }
+}
+
 /* Those fields as they came, to pass on (prompt_text apart: its own field). */
 static void get_extras(const msgpack_object *o, zi_im_lps *lps, zi_im_ids *prompt_ids,
                        zi_im_lps *prompt_lps) {
@@ -523,6 +539,7 @@ static int tokens_pack(zi_im_type t, const zi_im_tokens *m, zi_msg *out, zi_erro
     if (!rc)
         rc = put_extras(&b, &m->logprobs, &m->prompt_token_ids, (zi_im_str){0}, &m->prompt_logprobs,
                         err);
+    put_audio(&b, &m->audio);
     return finish(&b, rc, out);
 }
 
@@ -535,6 +552,7 @@ int zi_im_tokens_unpack(const msgpack_object *o, zi_im_tokens *m, zi_error *err)
     m->rid = get_int(o, "rid", 0);
     m->token_ids = raw_ids(zi_map_get(o, "token_ids"));
     get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
+    m->audio.raw = zi_map_get(o, "audio");
     if (!m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
         return zi_error_set(err, ZI_EINVAL, "malformed tokens message");
     return ZI_OK;
@@ -548,6 +566,7 @@ int zi_im_decode_unpack(const msgpack_object *o, zi_im_tokens *m, zi_error *err)
     memset(m, 0, sizeof *m);
     m->rid = get_int(o, "rid", 0);
     get_extras(o, &m->logprobs, &m->prompt_token_ids, &m->prompt_logprobs);
+    m->audio.raw = zi_map_get(o, "audio");
     int rc = get_tokens(o, &m->token_ids, err);
     if (!rc) rc = zi_map_str(o, "status", &m->status.p, &m->status.n, err);
     if (!rc) rc = zi_gen_status_parse(m->status.p, m->status.n, &m->gstatus, err);
@@ -574,6 +593,7 @@ int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err) {
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
     if (m->reasoning_harmony) zi_imap_bool(&b, "reasoning_harmony", true);
     if (m->stop_string.p) put_str(&b, "stop_string", m->stop_string);
+    put_audio(&b, &m->audio);
     return finish(&b, rc, out);
 }
 
@@ -593,6 +613,7 @@ int zi_im_decoded_unpack(const msgpack_object *o, zi_im_decoded *m, zi_error *er
     m->reasoning_open = get_true(o, "reasoning_open");
     m->reasoning_harmony = get_true(o, "reasoning_harmony");
     m->stop_string = get_str(o, "stop_string");
+    m->audio.raw = zi_map_get(o, "audio");
     if (!m->text.p || !m->token_ids.set || get_status(o, &m->status, &m->gstatus) != ZI_OK)
         return zi_error_set(err, ZI_EINVAL, "malformed decoded message");
     return ZI_OK;
@@ -723,6 +744,7 @@ int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out) {
     if (m->reasoning_open) zi_imap_bool(&b, "reasoning_open", true);
     if (m->reasoning_harmony) zi_imap_bool(&b, "reasoning_harmony", true);
     if (m->prompt_tokens > 0) zi_imap_int(&b, "prompt_tokens", m->prompt_tokens);
+    zi_imap_object(&b, "audio", m->audio);
     return zi_imap_close_msg(&b, out);
 }
 
@@ -742,6 +764,7 @@ int zi_im_chunk_unpack(const msgpack_object *o, zi_im_chunk *m, zi_error *err) {
     m->reasoning_harmony = get_true(o, "reasoning_harmony");
     int64_t pt;
     if (!zi_map_int(o, "prompt_tokens", &pt, NULL)) m->prompt_tokens = pt;
+    m->audio = zi_map_get(o, "audio");
     return rc;
 }
 

@@ -112,6 +112,18 @@ typedef struct zi_im_lps {
     const zi_logprobs *lp;
 } zi_im_lps;
 
+/* A speech request's new audio (docs/speech.md): on the wire "audio":
+ * {"data": bin (little-endian samples), "format": "f32" | "s16",
+ * "sample_rate": int}. raw: as it came (passed on whole); else data[0..len)
+ * with format and sample_rate to pack (data NULL: absent). */
+typedef struct zi_im_audio {
+    const msgpack_object *raw;
+    const void *data;
+    size_t len;
+    const char *format;
+    int64_t sample_rate;
+} zi_im_audio;
+
 /* ---- message types ---------------------------------------------------------- */
 
 typedef enum zi_im_type {
@@ -289,6 +301,7 @@ typedef struct zi_im_tokens {
     zi_im_lps logprobs;
     zi_im_ids prompt_token_ids;
     zi_im_lps prompt_logprobs;
+    zi_im_audio audio; /* a speech request's samples for these tokens */
 } zi_im_tokens;
 
 int zi_im_tokens_pack(const zi_im_tokens *m, zi_msg *out, zi_error *err);
@@ -324,6 +337,7 @@ typedef struct zi_im_decoded {
      * is gpt-oss's harmony analysis channel (not `<think>`) */
     bool reasoning_harmony;
     zi_im_str stop_string; /* "stop_string": the stop string that ended it (p NULL: none) */
+    zi_im_audio audio;     /* passed on from decode */
 } zi_im_decoded;
 
 int zi_im_decoded_pack(const zi_im_decoded *m, zi_msg *out, zi_error *err);
@@ -406,6 +420,7 @@ typedef struct zi_im_chunk {
     bool reasoning_harmony; /* "reasoning_harmony": true (the decoded message's) */
     int64_t prompt_tokens; /* "prompt_tokens": the prompt's length, on a request's first
                             * chunk only (0: not sent) */
+    const msgpack_object *audio; /* a speech request's samples (zi_im_audio's map) */
 } zi_im_chunk;
 
 int zi_im_chunk_pack(const zi_im_chunk *m, zi_msg *out);

@@ -300,6 +300,10 @@ void zi_request_free(zi_request *r) {
     zi_string_free(&r->id);
     zi_string_free(&r->model_name);
     zi_string_free(&r->prompt_text);
+    zi_string_free(&r->voice);
+    zi_string_free(&r->ap_text);
+    zi_i32_list_free(&r->ap_tokens);
+    zi_i32_list_free(&r->ap_word_codes);
     zi_i32_list_free(&r->prompt_tokens);
     for (size_t i = 0; i < r->n_messages; i++) {
         zi_string_free(&r->messages[i].role);
@@ -547,6 +551,8 @@ void zi_text_context_free(zi_text_context *ctx) {
     zi_sampling_params_free(&ctx->sampling_params);
     for (size_t i = 0; i < ctx->n_images; i++) zi_ctx_image_free(&ctx->images[i]);
     free(ctx->images);
+    for (size_t i = 0; i < ctx->n_tts_words; i++) zi_i32_list_free(&ctx->tts_words[i]);
+    free(ctx->tts_words);
     zi_text_context_zero(ctx);
 }
 

@@ -255,6 +255,17 @@ typedef struct zi_request {
     /* LoRA adapters (n_lora 0: none), applied together in this order. */
     zi_lora_ref lora[ZI_MAX_LORA];
     size_t n_lora;
+    /* A speech request (op "speech", docs/speech.md): prompt_text holds its
+     * "input" (the text to speak, ZI_PROMPT_TEXT), voice the name of a
+     * speaker file (len 0: none), speech_format 0 float32 / 1 16-bit PCM. */
+    bool speech;
+    zi_string voice;
+    int32_t speech_format;
+    /* The seeds' speaker prompt instead of a voice (ap_text.len 0: none):
+     * audio_prompt_transcription, audio_prompt_tokens (flat codes) and
+     * audio_prompt_word_codes (how many codes each word has). */
+    zi_string ap_text;
+    zi_i32_list ap_tokens, ap_word_codes;
 } zi_request;
 
 /* Where an image goes in the text: llama.cpp's media marker
@@ -494,9 +505,20 @@ typedef struct zi_text_context {
     size_t n_lora;
     /* An OuteTTS codec request (structured/codec_mask.h; NULL: none): the
      * worker masks every draw to the audio section's tokens. Borrowed
-     * (the context never frees it) and in-process only: the protocol does
-     * not carry it (a speech op would build it in the worker). */
+     * (the context never frees it) and not on the wire: what travels is
+     * the plan's inputs below, from which the worker builds it. */
     const struct zi_codec_plan *codec_plan;
+    /* A speech request's plan inputs (docs/speech.md; n_tts_words 0: not
+     * one), on the wire as "tts": {"ids", "words", "format"}, so failover
+     * and a router restart rebuild the same plan: the marker ids
+     * (zi_codec_ids' eight fields in their order: code0, n_codes, time0,
+     * n_times, code_start, code_end, newline, audio_end), each word's token
+     * ids, and the audio format the client asked for (0: float32, 1:
+     * 16-bit PCM). */
+    int32_t tts_ids[8];
+    zi_i32_list *tts_words;
+    size_t n_tts_words;
+    int32_t tts_format;
 } zi_text_context;
 
 /*

@@ -305,9 +305,10 @@ static void on_decoded(router *rt, int b, const msgpack_object *o) {
                       /* the first chunk tells the prompt's length, so a
                        * stream can report it before the end (Anthropic's
                        * message_start) */
-                      .prompt_tokens = r->told_prompt ? 0 : r->prompt_tokens};
+                      .prompt_tokens = r->told_prompt ? 0 : r->prompt_tokens,
+                      .audio = d.audio.raw};
     bool extras = ch.logprobs || ch.prompt_token_ids || ch.prompt_logprobs || ch.prompt_text ||
-                  ch.reasoning_open;
+                  ch.reasoning_open || ch.audio;
     if (r->stream && (d.text.n > 0 || has_ids || extras)) {
         zi_msg m;
         if (!built_or_fail(rt, r, zi_im_chunk_pack(&ch, &m), &m, NULL)) return;

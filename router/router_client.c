@@ -960,7 +960,8 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
                      utf8 ? "id: must be 1 to 256 bytes" : "id: not valid UTF-8", "id");
     } else if (zi_map_str(o, "op", &op, &op_len, &err) != ZI_OK) {
         client_error(rt, &c, "invalid_request", err.msg, "op");
-    } else if (op_len == 8 && !memcmp(op, "generate", 8)) {
+    } else if ((op_len == 8 && !memcmp(op, "generate", 8)) ||
+               (op_len == 6 && !memcmp(op, "speech", 6))) { /* speech: a generate with input */
         op_generate(rt, &c, o);
     } else if (op_len == 6 && !memcmp(op, "cancel", 6)) {
         op_cancel(rt, &c);
@@ -996,7 +997,7 @@ void on_client_frame(router *rt, const unsigned char *ident, size_t ident_len, b
         char shown[80]; /* the client's bytes, printable and on one line */
         zi_printable(shown, sizeof shown, op, op_len);
         snprintf(msg, sizeof msg,
-                 "op: unknown operation '%s' (generate, cancel, resume, health, models, "
+                 "op: unknown operation '%s' (generate, speech, cancel, resume, health, models, "
                  "metrics, tokenize, detokenize, embed, load_model, unload_model, "
                  "model_failed, load_lora_adapter, unload_lora_adapter, lora_adapters, "
                  "set_lora_scales)",

@@ -31,6 +31,7 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "tts_encode.h"
 #include "args.h"
 #include "chat_template.h"
 #include "chat_template_source.h"
@@ -103,6 +104,7 @@ typedef struct tproc {
     zi_image_prep_params img_pp;
     bool img_non_causal;
     zi_image_limits img_lim;
+    const char *voices; /* --voices DIR: speech requests' speaker files, or NULL */
 } tproc;
 
 static void send_register(tproc *t) {
@@ -444,7 +446,14 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
             zi_error_prefix(&err, "images[%zu]", i);
     /* The cheap checks above first; then the template and the encoding. */
     bool reasoning_open = false, harmony = false;
-    if (!rc)
+    zi_tts_encoded tts = {0};
+    if (!rc && r.speech && !t->tok)
+        rc = zi_error_set(&err, ZI_EUNSUPPORTED, "input: this model's tokenizer is not supported");
+    if (!rc && r.speech) { /* the OuteTTS prompt; the context carries the plan's inputs */
+        rc = zi_tts_encode(t->tok, t->voices, &r, &tts, &err);
+        if (!rc) ids = tts.ids, n = tts.n, tts.ids = NULL;
+        r.sampling_params.detokenize = false; /* audio, not text, comes back */
+    } else if (!rc)
         rc = prompt_ids(t, &r, ro, imgs, &pis, &ids, &n, &reasoning_open, &harmony, &err);
     for (size_t i = 0; imgs && i < r.n_images; i++) zi_image_rgb_free(&imgs[i]);
     free(imgs);
@@ -462,7 +471,14 @@ static void on_encode(tproc *t, const msgpack_object *o, uint64_t rid) {
     for (size_t i = 0; !rc && pis && i < r.n_images; i++)
         rc = add_image(t, &ctx, &pis[i], &err);
     zi_prompt_images_free(pis, pis ? r.n_images : 0);
-    if (!rc) rc = zi_text_context_set_eos(&ctx, t->eog.v, t->eog.n, &err);
+    if (!rc && r.speech) { /* it ends at <|audio_end|> */
+        rc = zi_text_context_set_eos(&ctx, &tts.marker_ids[7], 1, &err);
+        memcpy(ctx.tts_ids, tts.marker_ids, sizeof ctx.tts_ids);
+        ctx.tts_words = tts.words, ctx.n_tts_words = tts.n_words, ctx.tts_format = r.speech_format;
+        tts.words = NULL, tts.n_words = 0;
+    } else if (!rc)
+        rc = zi_text_context_set_eos(&ctx, t->eog.v, t->eog.n, &err);
+    zi_tts_encoded_free(&tts);
     if (!rc) {
         ctx.log_probabilities = r.logprobs;
         ctx.log_probabilities_echo = r.echo;
@@ -586,7 +602,8 @@ static void on_decode(tproc *t, const msgpack_object *o, uint64_t rid) {
                             .prompt_token_ids = dm.prompt_token_ids,
                             .prompt_logprobs = dm.prompt_logprobs,
                             .reasoning_open = d->reasoning_open,
-                            .reasoning_harmony = d->reasoning_harmony};
+                            .reasoning_harmony = d->reasoning_harmony,
+                            .audio = dm.audio}; /* a speech request's samples */
         d->reasoning_open = d->reasoning_harmony = false;
         char *pclean = NULL;
         if (ptext) {
@@ -798,7 +815,7 @@ int main(int argc, char **argv) {
     char model[4096];
     const char *router = zi_option_get(ZI_O_ROUTER)->def_text;
     int level = (int)zi_option_def(ZI_O_LOG_LEVEL);
-    const char *tmpl_arg = NULL, *mmproj = NULL, *model_name = NULL;
+    const char *tmpl_arg = NULL, *mmproj = NULL, *model_name = NULL, *voices = NULL;
     uint64_t max_pixels = (uint64_t)zi_option_def(ZI_O_MAX_IMAGE_PIXELS);
     const char *curve_secret = NULL, *router_key = NULL; /* key files */
     int check_only = 0;
@@ -846,6 +863,9 @@ int main(int argc, char **argv) {
         case ZI_O_MAX_IMAGE_PIXELS:
             max_pixels = (uint64_t)x;
             break;
+        case ZI_O_VOICES:
+            voices = v;
+            break;
         case ZI_O_LOG_LEVEL:
             level = (int)x;
             break;
@@ -858,6 +878,7 @@ int main(int argc, char **argv) {
     memset(&t, 0, sizeof t);
     t.log = (zi_logger){.out = stderr, .level = level, .tag = "zinfer-tokenizer"};
     t.tmpl_arg = tmpl_arg;
+    t.voices = voices;
     if (model_name) /* the router sends it the requests for this name */
         snprintf(t.model_name, sizeof t.model_name, "%.200s", model_name);
     else

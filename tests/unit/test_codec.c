@@ -553,6 +553,74 @@ static void test_roundtrip_lora(void **state) {
     zi_text_context_free(&c);
 }
 
+/* A speech request (op "speech": input, voice, format) and a context with
+ * the codec plan's inputs (tts) survive a round trip; what a speech
+ * request does not take is refused naming it. */
+static void test_roundtrip_speech(void **state) {
+    (void)state;
+    zi_error e = {0};
+    zi_request r, back;
+    msgpack_sbuffer sb = sb_new();
+    build(&sb, "M s s s s s s s s s s", 5, "op", "speech", "id", "t", "input", "hello world",
+          "voice", "alice", "format", "s16");
+    assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_OK);
+    assert_true(r.speech);
+    assert_int_equal(r.speech_format, 1);
+    assert_int_equal(r.prompt_kind, ZI_PROMPT_TEXT);
+    char *buf;
+    size_t len;
+    assert_int_equal(zi_codec_request_to_bytes(&r, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_request_from_bytes(buf, len, NULL, &back, &e), ZI_OK);
+    assert_true(back.speech);
+    assert_int_equal(back.speech_format, 1);
+    assert_int_equal(back.voice.len, 5);
+    assert_memory_equal(back.voice.p, "alice", 5);
+    assert_int_equal(back.prompt_text.len, 11);
+    free(buf);
+    zi_request_free(&back);
+    zi_request_free(&r);
+    msgpack_sbuffer_destroy(&sb);
+    static const struct {
+        const char *k1, *v1, *k2, *v2, *err;
+    } bad[] = {
+        {"op", "speech", "prompt", "hi", "prompt: not taken by a speech request"},
+        {"op", "speech", "input", "", "input: the text is empty"},
+        {"op", "generate", "input", "hi", "input: only taken by a speech request"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        sb = sb_new();
+        build(&sb, "M s s s s s s", 3, "id", "t", bad[i].k1, bad[i].v1, bad[i].k2, bad[i].v2);
+        assert_int_equal(zi_codec_request_from_bytes(sb.data, sb.size, NULL, &r, &e), ZI_EINVAL);
+        ERR_HAS(e, bad[i].err);
+        msgpack_sbuffer_destroy(&sb);
+    }
+
+    zi_text_context c, back_c;
+    const int32_t prompt[3] = {1, 2, 3};
+    odd_context(&c, prompt, 3, 4096);
+    zi_string_set(&c.request_id, "ctx-s", 5, NULL);
+    for (int i = 0; i < 8; i++) c.tts_ids[i] = 100 + i;
+    c.tts_ids[4] = -1; /* OuteTTS 0.3: no <|code_start|> */
+    c.tts_words = calloc(2, sizeof *c.tts_words);
+    assert_non_null(c.tts_words);
+    c.n_tts_words = 2;
+    const int32_t w0[2] = {7, 8}, w1[1] = {9};
+    assert_int_equal(zi_i32_list_set(&c.tts_words[0], w0, 2, &e), ZI_OK);
+    assert_int_equal(zi_i32_list_set(&c.tts_words[1], w1, 1, &e), ZI_OK);
+    c.tts_format = 1;
+    assert_int_equal(zi_codec_text_context_to_bytes(&c, &buf, &len, &e), ZI_OK);
+    assert_int_equal(zi_codec_text_context_from_bytes(buf, len, NULL, &back_c, &e), ZI_OK);
+    assert_memory_equal(back_c.tts_ids, c.tts_ids, sizeof c.tts_ids);
+    assert_int_equal(back_c.n_tts_words, 2);
+    assert_int_equal(back_c.tts_words[0].n, 2);
+    assert_int_equal(back_c.tts_words[0].v[1], 8);
+    assert_int_equal(back_c.tts_words[1].v[0], 9);
+    assert_int_equal(back_c.tts_format, 1);
+    free(buf);
+    zi_text_context_free(&back_c);
+    zi_text_context_free(&c);
+}
+
 /* keep_alive (Ollama's): seconds as a number, or a duration string;
  * negative is forever; kept in ms through a round trip; a bad one is
  * refused naming the field. */
@@ -1149,6 +1217,7 @@ int main(void) {
         cmocka_unit_test(test_roundtrip_images),
         cmocka_unit_test(test_roundtrip_thinking),
         cmocka_unit_test(test_roundtrip_lora),
+        cmocka_unit_test(test_roundtrip_speech),
         cmocka_unit_test(test_keep_alive),
         cmocka_unit_test(test_roundtrip_context),
         cmocka_unit_test(test_roundtrip_grammar),
