@@ -19,7 +19,7 @@ gguf's versions (editing a reference invalidates every entry). Entries
 are .npz files written to a temporary name and renamed, so a reader
 never sees half of one; a file that does not load (truncated, corrupt,
 another key's) is ignored, removed and recomputed. The directory is kept
-under ZINFER_REFCACHE_MAX_MB (default 4096) by removing the least
+under ZINFER_REFCACHE_MAX_MB (default 8192) by removing the least
 recently used entries after each write; `rm -rf` of the directory is
 always safe.
 
@@ -66,9 +66,9 @@ def directory():
 
 def _max_bytes():
     try:
-        return int(float(os.environ.get("ZINFER_REFCACHE_MAX_MB", "4096")) * 2**20)
+        return int(float(os.environ.get("ZINFER_REFCACHE_MAX_MB", "8192")) * 2**20)
     except ValueError:
-        return 4096 * 2**20
+        return 8192 * 2**20
 
 
 def _write_atomic(path, data):
