@@ -115,6 +115,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # see numpy_llama.py
 
 import numpy as np  # noqa: E402
 
+import refcache  # noqa: E402
+
 ARCHS = ("lfm2", "granitehybrid", "qwen35")
 
 
@@ -137,7 +139,18 @@ def softplus(v):
 class Model:
     """Hyper-parameters plus float64 weights of a hybrid file, dequantized
     once. The attributes after the hyper-parameters are switches the tests
-    turn off one at a time (ablations) to show that each feature matters."""
+    turn off one at a time (ablations) to show that each feature matters.
+
+    Model(path) gives a refcache proxy (scripts/ref/refcache.py) unless
+    ZINFER_REFCACHE=0, as numpy_llama.Model does: forward, forward_stepwise
+    and greedy on a new sequence are looked up in the disk cache first."""
+
+    PURE = {"forward": ("ids", "hidden", "chunk"), "forward_stepwise": ("ids", "hidden"),
+            "greedy": ("ids", "n_new")}
+
+    def __new__(cls, *args, **kw):
+        lazy = refcache.lazy_model(cls, args, kw, cls.PURE) if args or kw else None
+        return lazy if lazy is not None else super().__new__(cls)
 
     def __init__(self, path):
         from gguf.quants import dequantize

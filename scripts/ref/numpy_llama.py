@@ -152,6 +152,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 
+import refcache  # noqa: E402
+
 DEFAULT_MODEL = os.path.join(
     os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")),
     "models",
@@ -177,7 +179,20 @@ def _field(reader, key, default=None):
 
 
 class Model:
-    """Hyper-parameters plus float64 weights, dequantized once."""
+    """Hyper-parameters plus float64 weights, dequantized once.
+
+    Model(path) gives a refcache proxy (scripts/ref/refcache.py) unless
+    ZINFER_REFCACHE=0: it dequantizes the file only when a result is not in
+    the disk cache (forward and greedy without a KV cache or routing
+    argument are looked up there)."""
+
+    # the methods and arguments whose results refcache keeps
+    PURE = {"forward": ("ids", "last_only", "rows", "hidden", "embd", "reach", "lora"),
+            "greedy": ("ids", "n_new")}
+
+    def __new__(cls, *args, **kw):
+        lazy = refcache.lazy_model(cls, args, kw, cls.PURE) if args or kw else None
+        return lazy if lazy is not None else super().__new__(cls)
 
     def __init__(self, path, n_ctx_seq=None):
         import gguf_meta  # GGUFReader's fields and tensors, read in a fraction of its time
@@ -632,6 +647,7 @@ class Adapter:
 
         if field("general.type") != "adapter" or field("adapter.type") != "lora":
             raise ValueError(f"{path}: not a LoRA adapter")
+        self.path = path
         self.arch = field("general.architecture")
         self.alpha = float(field("adapter.lora.alpha", 0.0))
         t = {x.name: np.asarray(x.data, dtype=np.float64) for x in r.tensors}
@@ -644,6 +660,10 @@ class Adapter:
 
     def scale(self, user_scale):
         return user_scale * self.alpha / self.rank if self.alpha else user_scale
+
+    def refcache_key(self):
+        """What a cached forward(lora=...) is keyed by: the adapter file."""
+        return ("lora adapter", refcache.file_sha256(self.path))
 
 
 # The models load() has dequantized, most recently used last. Bounded: a

@@ -77,6 +77,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gguf_meta  # noqa: E402
+import refcache  # noqa: E402
 
 PRECISION_BITS = 22
 SUPPORT = {"bilinear": 1.0, "bicubic": 2.0, "lanczos": 3.0}
@@ -98,6 +99,7 @@ class Model:
     std: np.ndarray
     lm_dim: int
     w: dict = field(default_factory=dict)   # name -> float64 array (numpy shape)
+    path: str = ""       # the file load() read: embed()'s results are kept by its sha256
 
 
 def _field(r, key, default=None):
@@ -130,7 +132,7 @@ def load(path):
               longest_edge=int(_field(r, "clip.vision.preproc_image_size", 0)),
               mean=np.array(_field(r, "clip.vision.image_mean"), np.float32)[:3],
               std=np.array(_field(r, "clip.vision.image_std"), np.float32)[:3],
-              lm_dim=0, w=w)
+              lm_dim=0, w=w, path=str(path))
     if proj == "gemma3":
         m.lm_dim = w["mm.input_projection.weight"].shape[1]
     else:
@@ -353,9 +355,17 @@ def encode(model, img, ablate=()):
 
 def embed(model, rgb, ablate=()):
     """(b): an RGB uint8 array -> the image's embeddings [n_soft_tokens][lm_dim]
-    float64, every tile in llama.cpp's order (tiles row-major, overview)."""
-    pre = preprocess(model, rgb, ablate)
-    return np.concatenate([encode(model, x, ablate) for x in pre.images], axis=0)
+    float64, every tile in llama.cpp's order (tiles row-major, overview).
+    Kept in refcache (scripts/ref/refcache.py) by the model file's sha256,
+    the pixels and the ablations, for a model as load() read it."""
+    def compute():
+        pre = preprocess(model, rgb, ablate)
+        return np.concatenate([encode(model, x, ablate) for x in pre.images], axis=0)
+
+    if not model.path or not refcache.enabled():
+        return compute()
+    parts = (refcache.file_sha256(model.path), np.asarray(rgb), [str(a) for a in ablate])
+    return refcache.cached("numpy_vision.embed", parts, compute)
 
 
 def n_tokens(model, img_shape):

@@ -92,6 +92,22 @@ def pytest_runtest_logreport(report):
         _progress(f"FAILED {report.nodeid} ({report.when})")
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "no_zinfer: runs no zinfer binary (references, llama.cpp, "
+                            "the repository's files); skipped under ZINFER_SANITIZED=1")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under the sanitizers a test that runs no zinfer binary would repeat
+    the release pass exactly: it skips."""
+    if os.environ.get("ZINFER_SANITIZED") != "1":
+        return
+    skip = pytest.mark.skip(reason="runs no zinfer binary: the same in the release pass")
+    for item in items:
+        if item.get_closest_marker("no_zinfer"):
+            item.add_marker(skip)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def _free_module_caches(request):
     """After a test module, empties its module-level caches (dicts named

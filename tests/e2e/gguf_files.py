@@ -7,11 +7,37 @@ model), hyper-parameters under the architecture's prefix, and tensors
 either as arrays gguf stores as they are or as raw quantized blocks.
 """
 
+import struct
+from collections.abc import Sequence
+
 import gguf
 import gguf_meta  # scripts/ref (conftest puts it on the path)
 import numpy as np
 
 _ROWS = {}
+
+
+class _Writer(gguf.GGUFWriter):
+    """GGUFWriter, the same bytes, with long typed arrays packed at once:
+    gguf packs a vocabulary's ~150,000 strings (and merges, types) one call
+    chain per item, 3 s a file, and the tests write hundreds of files."""
+
+    def _pack_val(self, val, vtype, add_vtype, sub_type=None):
+        T = gguf.GGUFValueType
+        if (vtype != T.ARRAY or sub_type is None or not isinstance(val, Sequence)
+                or isinstance(val, (str, bytes)) or len(val) < 64):
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        e = "<" if self.endianess == gguf.GGUFEndian.LITTLE else ">"
+        head = (struct.pack(e + "I", vtype) if add_vtype else b"") + struct.pack(
+            e + "IQ", sub_type, len(val))
+        if sub_type == T.STRING:
+            enc = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in val]
+            q = struct.Struct(e + "Q").pack
+            return head + b"".join([b for v in enc for b in (q(len(v)), v)])
+        fmt = self._simple_value_packing.get(sub_type)
+        if fmt is None:  # arrays of arrays: gguf's own way
+            return super()._pack_val(val, vtype, add_vtype, sub_type)
+        return head + struct.pack(f"{e}{len(val)}{fmt}", *val)
 
 
 def metadata_rows(path, prefix=None, skip=("GGUF.", "general.architecture")):
@@ -43,7 +69,7 @@ def write_gguf(path, arch, rows=(), hparams=None, tensors=(), drop=()):
     then tensors ((name, data, raw_dtype) triples, or a dict name ->
     (data, raw_dtype); raw_dtype None stores data as the array it is),
     leaving out the names in drop. Returns path."""
-    w = gguf.GGUFWriter(str(path), arch)
+    w = _Writer(str(path), arch)
     for key, value, vtype, sub in rows:
         w.add_key_value(key, value, vtype, sub_type=sub)
     for k, v in (hparams or {}).items():

@@ -263,6 +263,12 @@ def hybrid_tensors(cfg, n_vocab):
     return t
 
 
+# hybrid_tensors' last small result, by config, as moe_files keeps its own:
+# the bad-file tests write the same small file of one arch after another
+# two dozen times. The arrays are never changed after they are made.
+_TENSORS = {}
+
+
 def write_hybrid(path, arch, seed=None, extra=None, drop=(), replace=None, **overrides):
     """Writes the small hybrid file of arch (see the module docstring);
     returns (path, tensors)."""
@@ -270,7 +276,14 @@ def write_hybrid(path, arch, seed=None, extra=None, drop=(), replace=None, **ove
         overrides["seed"] = seed
     cfg = hybrid_config(arch, **overrides)
     rows, n_vocab = tokenizer_rows(cfg["vocab"])
-    tensors = hybrid_tensors(cfg, n_vocab)
+    key = repr(sorted(cfg.items()))
+    tensors = _TENSORS.get(key)
+    if tensors is None:
+        tensors = hybrid_tensors(cfg, n_vocab)
+        _TENSORS.clear()
+        if sum(a.nbytes for a, _ in tensors.values()) < 128 << 20:
+            _TENSORS[key] = tensors
+    tensors = dict(tensors)
     hp = {**hybrid_hparams(cfg, n_vocab), **(extra or {})}
     out = {k: v for k, v in tensors.items() if k not in drop}
     out.update(replace or {})

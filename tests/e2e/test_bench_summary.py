@@ -5,7 +5,11 @@ hand. The parsing is checked on a log of two entries, the later winning."""
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
+
+# Python only: skipped under the sanitizers (conftest.py).
+pytestmark = pytest.mark.no_zinfer
 
 SCRIPT = REPO / "scripts" / "bench-summary"
 

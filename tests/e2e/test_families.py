@@ -255,6 +255,7 @@ def test_family_matches_reference(spec, run_zinfer, tmp_path, tmp_path_factory):
         assert far > 100 * max(float(kl.mean()), 1e-7), (what, far)
 
 
+@pytest.mark.no_zinfer
 @pytest.mark.parametrize("spec", _params(FAMILIES))
 def test_family_llamacpp_beside_reference(spec, tmp_path_factory):
     """llama.cpp on the same file, against the same float64 reference: a

@@ -10,6 +10,10 @@ holding every metadata value type and the typed tensor kinds.
 import gguf
 import gguf_meta
 import numpy as np
+import pytest
+
+# Python only: skipped under the sanitizers (conftest.py).
+pytestmark = pytest.mark.no_zinfer
 
 
 def same_as_gguf_reader(path):

@@ -41,6 +41,10 @@ from hybrid_files import ARCHS, write_hybrid
 
 import numpy_hybrid
 
+# No zinfer binary here (the reference against llama.cpp): skipped under the
+# sanitizers, where it would repeat the release pass (conftest.py).
+pytestmark = pytest.mark.no_zinfer
+
 llama_cpp = pytest.importorskip("llama_cpp")
 
 MAX_MEAN_KL = 1e-3

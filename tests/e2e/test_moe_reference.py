@@ -36,6 +36,10 @@ from moe_files import ARCHS, write_moe, yarn_no_magnitude, yarn_off
 
 import numpy_llama
 
+# No zinfer binary here (the reference against llama.cpp): skipped under the
+# sanitizers, where it would repeat the release pass (conftest.py).
+pytestmark = pytest.mark.no_zinfer
+
 llama_cpp = pytest.importorskip("llama_cpp")
 
 MAX_MEAN_KL = 1e-2  # positions without a routing near-tie

@@ -30,8 +30,11 @@ import os
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import FIXTURES, report, run_zinfer_lines
+
+import refcache
 
 ZINFER_HOME = Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer"))
 VOCAB_DIR = ZINFER_HOME / "llama.cpp-vendor" / "models"
@@ -151,8 +154,19 @@ def copies(tmp_path_factory):
 
 
 def reference(llama_cpp, path, texts, special):
-    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
-    return llm, [llm.tokenize(t.encode("utf-8"), add_bos=False, special=special) for t in texts]
+    """llama.cpp's ids of texts, kept in refcache (scripts/ref/refcache.py):
+    its std::regex pre-tokenizer is most of this file's time, the same in
+    every build of zinfer."""
+    def compute():
+        llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
+        ids = [llm.tokenize(t.encode("utf-8"), add_bos=False, special=special) for t in texts]
+        return (np.array([i for x in ids for i in x], np.int64),
+                np.array([len(x) for x in ids], np.int64))
+
+    flat, lens = refcache.cached("llama.cpp tokenize", (
+        llama_cpp.__version__, refcache.file_sha256(path), list(texts), special), compute)
+    ends = np.cumsum(lens)
+    return [flat[e - n:e].tolist() for e, n in zip(ends.tolist(), lens.tolist())]
 
 
 def compare(zinfer_bin, path, texts, want, special):
@@ -165,7 +179,7 @@ def compare(zinfer_bin, path, texts, want, special):
 @pytest.mark.parametrize("base", BASES)
 def test_gpt4o_ids_match_llamacpp(zinfer_bin, llama_cpp, copies, base, special):
     texts = corpus()
-    llm, want = reference(llama_cpp, copies[base], texts, special)
+    want = reference(llama_cpp, copies[base], texts, special)
     bad = compare(zinfer_bin, copies[base], texts, want, special)
     mode = "special" if special else "plain"
     report("pretok_gpt4o", f"{base}_{mode}", f"{len(texts) - len(bad)}/{len(texts)}")
@@ -183,8 +197,8 @@ def test_gpt4o_splits_differ_from_base(zinfer_bin, llama_cpp, copies):
     differs from Llama 3's give other ids than the original file does."""
     texts = ["x!\n/y", "1234567", "Éé" * 3 + "AB"]
     orig = VOCAB_DIR / "ggml-vocab-llama-bpe.gguf"
-    _, base = reference(llama_cpp, orig, texts, False)
-    _, g4o = reference(llama_cpp, copies["llama-bpe"], texts, False)
+    base = reference(llama_cpp, orig, texts, False)
+    g4o = reference(llama_cpp, copies["llama-bpe"], texts, False)
     assert base[0] != g4o[0]  # "!\n/" is one piece only in gpt-4o
     got = run_zinfer_lines(zinfer_bin, copies["llama-bpe"], ["tokenize", "--no-add-special"],
                            [json.dumps(t) for t in texts])
@@ -196,9 +210,10 @@ def test_gpt_oss_markers_match_llamacpp(zinfer_bin, llama_cpp, copies):
     the decodes with and without --special, all llama.cpp's."""
     path = copies["markers"]
     texts = MARKER_TEXTS + [a + b for a in MARKERS for b in ("x", " y\n")]
+    llm = llama_cpp.Llama(model_path=str(path), vocab_only=True, verbose=False)
     n = 0
     for special in (False, True):
-        llm, want = reference(llama_cpp, path, texts, special)
+        want = reference(llama_cpp, path, texts, special)
         bad = compare(zinfer_bin, path, texts, want, special)
         assert not bad, f"special={special}: " + "; ".join(
             f"{t!r}: want {w} got {g}" for t, w, g in bad[:3])

@@ -28,7 +28,11 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO
+
+# Reads files only: skipped under the sanitizers (conftest.py).
+pytestmark = pytest.mark.no_zinfer
 
 REQ_TEST = REPO / "scripts" / "requirements-test.txt"
 # Shell scripts of the test run whose here-documents run Python: their

@@ -196,6 +196,7 @@ def test_penalties_bias_logprobs_same_as_without(server):
     assert accepted > 0
 
 
+@pytest.mark.no_zinfer
 def test_workload_fixture():
     """The input-grounded set scripts/bench-spec measures (at least 12
     prompts: code edits, quotes, JSON extraction)."""

@@ -145,6 +145,7 @@ def llama_cpp_accepts(json_schema_to_gbnf, schema):
         return False, f"{type(e).__name__}: {e}"[:120]
 
 
+@pytest.mark.no_zinfer
 def test_corpus_size():
     assert len(SCHEMAS) >= 60 and len(GRAMMARS) >= 10, (len(SCHEMAS), len(GRAMMARS))
     sources = {e["source"] for e in SCHEMAS.values()}
@@ -222,6 +223,7 @@ def test_corpus_outputs_validate(server):
 
 
 
+@pytest.mark.no_zinfer
 def test_corpus_beside_llama_cpp():
     """llama.cpp's own schema converter over the same corpus, for the
     report: how many entries each engine takes. Needs llama-cpp-python

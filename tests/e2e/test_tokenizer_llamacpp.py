@@ -54,6 +54,7 @@ def test_decode_round_trip(zinfer_bin, model_path, corpus, mode):
         "; ".join(f"{t!r} -> {g!r}" for t, g in bad[:5])
 
 
+@pytest.mark.no_zinfer
 def test_special_text_differs_by_mode(corpus):
     """The corpus really exercises special-token parsing: some strings must
     tokenize differently in the two modes (guards against a fixture made
