@@ -19,6 +19,7 @@
 #include <cublas_api.h>
 #include <cuda_runtime_api.h>
 
+#include "cuda_audio.h"
 #include "cuda_kernels.h"
 #include "cuda_recurrent.h"
 #include "cuda_vision.h"
@@ -1047,6 +1048,60 @@ static void cuda_span_attention(zi_backend *be, float *out, const float *q, cons
            "span_attention kernel");
 }
 
+/* ---- the speech codec decoder's ops (cuda_audio.h) ---- */
+
+/* The shapes checked on the host where the CPU asserts (backend.h's
+ * contract): a bad one fails the backend with its values. */
+static void cuda_conv1d(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                        int n, int cin, int cout, int K) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    if (x == y || n < 1 || K < 1 || cin < 1 || cout < 1) {
+        fail_msg(c, ZI_EINVAL, "conv1d: %d frames of %d to %d channels, %d taps%s", n, cin, cout, K,
+                 x == y ? ", y aliases x" : "");
+        return;
+    }
+    failed(c, zi_cuda_conv1d(y, x, w, b, n, cin, cout, K, c->stream), "conv1d kernel");
+}
+
+static void cuda_conv1d_dw(zi_backend *be, float *y, const float *x, const float *w, const float *b,
+                           int n, int channels, int K) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    if (x == y || n < 1 || K < 1 || channels < 1) {
+        fail_msg(c, ZI_EINVAL, "conv1d_dw: %d frames of %d channels, %d taps%s", n, channels, K,
+                 x == y ? ", y aliases x" : "");
+        return;
+    }
+    failed(c, zi_cuda_conv1d_dw(y, x, w, b, n, channels, K, c->stream), "conv1d_dw kernel");
+}
+
+static void cuda_group_norm(zi_backend *be, float *y, const float *x, const float *w,
+                            const float *b, int n, int channels, int groups, float eps) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    if (n < 1 || groups < 1 || groups > 65535 || channels < 1 || channels % groups != 0) {
+        fail_msg(c, ZI_EINVAL, "group_norm: %d frames of %d channels in %d groups", n, channels,
+                 groups);
+        return;
+    }
+    failed(c, zi_cuda_group_norm(y, x, w, b, n, channels, groups, eps, c->stream),
+           "group_norm kernel");
+}
+
+static void cuda_istft(zi_backend *be, float *out, const float *spec, float *frames, int n,
+                       int n_fft, int hop) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    if (n < 1 || n_fft < 4 || n_fft % 2 != 0 || n_fft > ZI_CUDA_ISTFT_MAX_FFT || hop < 1 ||
+        hop > n_fft) {
+        fail_msg(c, ZI_EINVAL, "istft: %d frames, n_fft %d (even, 4..%d), hop %d", n, n_fft,
+                 ZI_CUDA_ISTFT_MAX_FFT, hop);
+        return;
+    }
+    failed(c, zi_cuda_istft(out, spec, frames, n, n_fft, hop, c->stream), "istft kernel");
+}
+
 /* matmul_tile's float32 copy of a weight that is not float32 already, in
  * w->aux (in place of an fp16 copy, which is then released). */
 static int cuda_weight_prepare_tile(zi_backend *be, zi_weight *w, zi_error *err) {
@@ -1179,6 +1234,10 @@ static const zi_backend_ops cuda_ops = {
     .delta_net = cuda_delta_net,
     .ssm_scan = cuda_ssm_scan,
     .rmsnorm_groups = cuda_rmsnorm_groups,
+    .conv1d = cuda_conv1d,
+    .conv1d_dw = cuda_conv1d_dw,
+    .group_norm = cuda_group_norm,
+    .istft = cuda_istft,
     .sync = cuda_sync,
 };
 

@@ -12,9 +12,10 @@ decoder), docs/speech.md.
     gives; 16-bit equals the float32 request's samples rounded;
   - a seeded speech request beside text streams gives the same audio and
     codes as alone;
-  - bad inputs (empty text, text too long, an unknown voice, a speaker file
-    with a codec id out of range, a format or key a speech request does
-    not take) get one error frame each, and the server serves on;
+  - bad inputs (empty text, text too long, text or a voice not a string,
+    an unknown voice, a speaker file with a codec id out of range, a format
+    or key a speech request does not take, an unknown key, a temperature
+    out of range) get one error frame each, and the server serves on;
   - the HTTP endpoint streams a WAV (open sizes, chunked) that Python's
     wave module reads (the same samples as the msgpack op) or raw PCM, and
     refuses what OpenAI's API shape allows but zinfer does not do with 400s
@@ -258,6 +259,10 @@ BAD = [
     (dict(SEEDS_FORM, voice="alice"), "no voice"),
     ({"stream": False}, "stream"),
     ({"prompt": "hi"}, "prompt"),
+    ({"input": 42}, "input"),
+    ({"voice": 7}, "voice"),
+    ({"sampling_params": {"temperature": -1.0}}, "temperature"),
+    ({"colour": "red"}, "colour"),
 ]
 
 
@@ -313,6 +318,8 @@ def test_http_wav_and_pcm_equal_the_op(server, s16):
     ({"input": ""}, "input"),
     ({"voice": "nobody"}, "voice"),
     ({"stream_format": "sse"}, "stream_format"),
+    ({"response_format": 3}, "response_format"),
+    ({"input": ["a", "b"]}, "input"),
 ])
 def test_http_bad_inputs_are_400(server, extra, needle):
     st, _, data = post(server.port, {"model": "outetts-0.2-random", "input": TEXT, **extra})

@@ -26,6 +26,8 @@
  *            matmul_tile for every type vs the CPU / double arithmetic;
  *            gemma3 and idefics3 image towers (small random projector
  *            files written here) encode the same soft tokens as the CPU
+ *   audio    the speech decoder's conv1d, conv1d_dw, group_norm and istft
+ *            vs the CPU's on random inputs
  *   sampler  the GPU sampler against its C reference (sampling_ref.h)
  *            draw for draw, a chi-square test against the exact
  *            distribution, greedy and odd rows
@@ -1192,6 +1194,128 @@ static void test_encoder_elementwise(void **state) {
     }
 }
 
+/* The speech codec decoder's ops (backend.h; the CPU's in cpu_audio.c)
+ * against the CPU backend's on random inputs: conv1d (with and without a
+ * bias, K of 1, 3 and 7, a frame shorter than the kernel), conv1d_dw,
+ * group_norm out of place and in place, and istft for WavTokenizer's
+ * shape and small n_fft of radix 2, 3, 5 and 7 (the CPU's direct path).
+ * conv1d's tap sums are the CPU's float32 dot products summed in double
+ * here: within float rounding; the rest double or the same float steps. */
+static void test_audio_ops_vs_cpu(void **state) {
+    (void)state;
+    zi_backend *bes[2] = {g_cpu, g_gpu};
+    assert_non_null(g_gpu->ops->conv1d);
+    assert_non_null(g_gpu->ops->conv1d_dw);
+    assert_non_null(g_gpu->ops->group_norm);
+    assert_non_null(g_gpu->ops->istft);
+    const int cv[][5] = {{1, 8, 5, 7, 1},
+                         {37, 64, 48, 7, 1},
+                         {100, 96, 96, 3, 0},
+                         {13, 17, 33, 1, 1},
+                         {4, 512, 768, 7, 1}};
+    for (size_t si = 0; si < sizeof cv / sizeof cv[0]; si++) {
+        const int n = cv[si][0], cin = cv[si][1], cout = cv[si][2], K = cv[si][3];
+        const size_t nx = (size_t)n * cin, ny = (size_t)n * cout, nw = (size_t)K * cout * cin;
+        float *x = frandom(nx, -1, 1), *w = frandom(nw, -0.5f, 0.5f),
+              *b = frandom((size_t)cout, -1, 1), *o[2];
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            o[k] = malloc(ny * sizeof(float));
+            float *dx = put(be, x, nx), *dw = put(be, w, nw), *db = put(be, b, (size_t)cout),
+                  *dy = put(be, NULL, ny);
+            be->ops->conv1d(be, dy, dx, dw, cv[si][4] ? db : NULL, n, cin, cout, K);
+            get(be, o[k], dy, ny);
+            be->ops->free(be, dx), be->ops->free(be, dw), be->ops->free(be, db);
+            be->ops->free(be, dy);
+        }
+        check_status();
+        double e = rel_err(o[1], o[0], ny);
+        print_message("conv1d %d frames %d -> %d, K %d%s: rel err vs CPU %.2e\n", n, cin, cout, K,
+                      cv[si][4] ? "" : " (no bias)", e);
+        assert_true(e < 1e-5);
+        free(x), free(w), free(b), free(o[0]), free(o[1]);
+    }
+    const int dw[][3] = {{50, 64, 7}, {1, 3, 7}, {9, 768, 3}, {200, 768, 7}};
+    for (size_t si = 0; si < sizeof dw / sizeof dw[0]; si++) {
+        const int n = dw[si][0], C = dw[si][1], K = dw[si][2];
+        const size_t nx = (size_t)n * C;
+        float *x = frandom(nx, -2, 2), *w = frandom((size_t)C * K, -1, 1),
+              *b = frandom((size_t)C, -1, 1), *o[2];
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            o[k] = malloc(nx * sizeof(float));
+            float *dx = put(be, x, nx), *dwt = put(be, w, (size_t)C * K),
+                  *db = put(be, b, (size_t)C), *dy = put(be, NULL, nx);
+            be->ops->conv1d_dw(be, dy, dx, dwt, db, n, C, K);
+            get(be, o[k], dy, nx);
+            be->ops->free(be, dx), be->ops->free(be, dwt), be->ops->free(be, db);
+            be->ops->free(be, dy);
+        }
+        check_status();
+        size_t same = 0;
+        for (size_t i = 0; i < nx; i++) same += o[0][i] == o[1][i];
+        double e = rel_err(o[1], o[0], nx);
+        print_message("conv1d_dw %d frames of %d, K %d: rel err vs CPU %.2e, %zu/%zu equal\n", n, C,
+                      K, e, same, nx);
+        assert_true(e < 1e-6);
+        free(x), free(w), free(b), free(o[0]), free(o[1]);
+    }
+    const int gn[][3] = {{37, 64, 32}, {100, 768, 1}, {1, 6, 3}, {75, 768, 32}};
+    for (size_t si = 0; si < sizeof gn / sizeof gn[0]; si++) {
+        const int n = gn[si][0], C = gn[si][1], G = gn[si][2];
+        const size_t nx = (size_t)n * C;
+        float *x = frandom(nx, -3, 3), *w = frandom((size_t)C, 0.5f, 1.5f),
+              *b = frandom((size_t)C, -1, 1), *o[2][2];
+        if (si % 2)
+            for (size_t i = 0; i < nx; i++) x[i] += 20.0f; /* the mean dominates */
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            o[k][0] = malloc(nx * sizeof(float)), o[k][1] = malloc(nx * sizeof(float));
+            float *dx = put(be, x, nx), *dwt = put(be, w, (size_t)C), *db = put(be, b, (size_t)C),
+                  *dy = put(be, NULL, nx);
+            be->ops->group_norm(be, dy, dx, dwt, db, n, C, G, 1e-6f);
+            get(be, o[k][0], dy, nx);
+            be->ops->group_norm(be, dx, dx, dwt, db, n, C, G, 1e-5f); /* in place */
+            get(be, o[k][1], dx, nx);
+            be->ops->free(be, dx), be->ops->free(be, dwt), be->ops->free(be, db);
+            be->ops->free(be, dy);
+        }
+        check_status();
+        for (int j = 0; j < 2; j++) {
+            double e = rel_err(o[1][j], o[0][j], nx);
+            print_message("group_norm %d frames of %d in %d groups%s: rel err vs CPU %.2e\n", n, C,
+                          G, j ? " (in place)" : "", e);
+            assert_true(e < 1e-6);
+            free(o[0][j]), free(o[1][j]);
+        }
+        free(x), free(w), free(b);
+    }
+    const int is[][3] = {{20, 1280, 320}, {3, 16, 4}, {1, 8, 4}, {11, 30, 7}, {6, 14, 5}};
+    for (size_t si = 0; si < sizeof is / sizeof is[0]; si++) {
+        const int n = is[si][0], N = is[si][1], hop = is[si][2], H = N / 2 + 1;
+        const size_t ns = (size_t)n * (N + 2), no = (size_t)n * hop, nf = (size_t)n * N;
+        float *spec = malloc(ns * sizeof(float)), *o[2];
+        for (int f = 0; f < n; f++)
+            for (int m = 0; m < H; m++) {
+                spec[(size_t)f * (N + 2) + m] = frand(-3, 5.5f); /* some clipped at 100 */
+                spec[(size_t)f * (N + 2) + H + m] = frand(-3.2f, 3.2f);
+            }
+        for (int k = 0; k < 2; k++) {
+            zi_backend *be = bes[k];
+            o[k] = malloc(no * sizeof(float));
+            float *ds = put(be, spec, ns), *dfr = put(be, NULL, nf), *dout = put(be, NULL, no);
+            be->ops->istft(be, dout, ds, dfr, n, N, hop);
+            get(be, o[k], dout, no);
+            be->ops->free(be, ds), be->ops->free(be, dfr), be->ops->free(be, dout);
+        }
+        check_status();
+        double e = rel_err(o[1], o[0], no);
+        print_message("istft %d frames, n_fft %d, hop %d: rel err vs CPU %.2e\n", n, N, hop, e);
+        assert_true(e < 1e-6);
+        free(spec), free(o[0]), free(o[1]);
+    }
+}
+
 /* span_attention against the CPU backend's: spans of 1 to 1024 rows whose
  * rows are shuffled through q/k/v (rows in no span stay untouched), GQA,
  * bidirectional and causal, heads of 32 to 600 dims (several slabs of
@@ -2050,6 +2174,7 @@ int main(void) {
         cmocka_unit_test(test_hybrid_ops),
         cmocka_unit_test(test_encoder_elementwise),
         cmocka_unit_test(test_span_attention_vs_cpu),
+        cmocka_unit_test(test_audio_ops_vs_cpu),
         cmocka_unit_test(test_matmul_tile),
         cmocka_unit_test(test_vision_tower_vs_cpu),
         cmocka_unit_test(test_bad_id_reported),
