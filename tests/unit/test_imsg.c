@@ -775,7 +775,7 @@ static void test_start(void **state) {
     assert_true(d.prefix_key == 0); /* none sent */
     frame_free(&f);
     /* The prefix key, all 64 bits of it. */
-    zi_im_start k = {.rid = 13, .context = parsed(&ctx), .prefix_key = 0xF00000000000000BULL};
+    zi_im_start k = {.rid = 13, .context = ctx.o, .prefix_key = 0xF00000000000000BULL};
     o = packed(&f, zi_im_start_pack(&k, &f.m), 4, ZI_IM_START);
     assert_int_equal(zi_im_start_unpack(o, &d, &err), ZI_OK);
     assert_true(d.prefix_key == 0xF00000000000000BULL);
