@@ -10,9 +10,10 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "cuda_reduce.cuh"
+
 namespace {
 
-constexpr int kWarp = 32;
 constexpr int kThreads = 256;
 constexpr double kPi = 3.14159265358979323846;
 constexpr int kMaxBins = ZI_CUDA_ISTFT_MAX_FFT / 2 + 1;
@@ -22,24 +23,8 @@ unsigned blocks_for(int64_t n) {
     return static_cast<unsigned>(b < 65535 * 16 ? b : 65535 * 16);
 }
 
-__device__ __forceinline__ double warp_sum(double v) {
-#pragma unroll
-    for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* Block-wide sum for blocks of kThreads, in a fixed order; callable twice
- * in a row (the partials are read before they are reused). */
-__device__ double block_sum_double(double v) {
-    __shared__ double part[kThreads / kWarp];
-    v = warp_sum(v);
-    const int wid = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
-    if (lane == 0) part[wid] = v;
-    __syncthreads();
-    double s = 0.0;
-    for (int i = 0; i < kThreads / kWarp; i++) s += part[i];
-    __syncthreads();
-    return s;
+__device__ __forceinline__ double block_sum_double(double v) {
+    return zi_cuda_reduce::block_sum_double<kThreads>(v);
 }
 
 /* One thread an output (t, o), adjacent threads adjacent o (the frame's

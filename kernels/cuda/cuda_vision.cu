@@ -9,10 +9,12 @@
 #include <stdint.h>
 
 #include "cuda_kernels.h"
+#include "cuda_reduce.cuh"
 
 namespace {
 
-constexpr int kWarp = 32;
+using zi_cuda_reduce::kWarp;
+using zi_cuda_reduce::warp_sum;
 constexpr int kThreads = 256; /* element-wise and row kernels */
 
 /* span_attention: warps a block, keys a chunk (one a lane while scoring),
@@ -20,12 +22,6 @@ constexpr int kThreads = 256; /* element-wise and row kernels */
 constexpr int kSpanWarps = 4;
 constexpr int kSpanKeys = 32;
 constexpr int kSpanSlab = 128;
-
-template <class T> __device__ __forceinline__ T warp_sum(T v) {
-#pragma unroll
-    for (int o = kWarp / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 template <class T> __device__ __forceinline__ T warp_max(T v) {
 #pragma unroll
@@ -43,18 +39,8 @@ __device__ __forceinline__ double acc_exp(double x) {
     return exp(x);
 }
 
-/* Block-wide sum of a double for blocks of kThreads, in a fixed order;
- * callable twice in a row (the partials are read before they are reused). */
-__device__ double block_sum_double(double v) {
-    __shared__ double part[kThreads / kWarp];
-    v = warp_sum(v);
-    const int wid = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
-    if (lane == 0) part[wid] = v;
-    __syncthreads();
-    double s = 0.0;
-    for (int i = 0; i < kThreads / kWarp; i++) s += part[i];
-    __syncthreads();
-    return s;
+__device__ __forceinline__ double block_sum_double(double v) {
+    return zi_cuda_reduce::block_sum_double<kThreads>(v);
 }
 
 /* One block a row: the CPU backend's layernorm_rows, expression for
