@@ -10,18 +10,6 @@
 
 #include "tts_prompt.h"
 
-/* A token's id by its text: the text encodes to exactly that one token
- * (special tokens parsed), else -1. */
-static int32_t lookup(void *user, const char *text) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    zi_error e = {0};
-    if (zi_tokenizer_encode(user, text, strlen(text), 0, 1, &ids, &n, &e)) return -1;
-    int32_t id = n == 1 ? ids[0] : -1;
-    free(ids);
-    return id;
-}
-
 static int read_file(const char *path, char **data, size_t *len, zi_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return zi_error_set(err, ZI_EIO, "--tts-speaker %s: cannot open it", path);
@@ -77,7 +65,7 @@ int zi_cli_tts_prepare(zi_tokenizer *tok, const char *text, size_t len, const ch
         free(json);
     }
     zi_tts_version v = speaker_file && !rc ? sp.version : ZI_OUTETTS_0_2;
-    if (!rc) rc = zi_codec_ids_find(v, lookup, tok, &ids, err);
+    if (!rc) rc = zi_codec_ids_find(v, zi_tokenizer_single_id, tok, &ids, err);
     if (!rc) rc = zi_tts_render(text, len, speaker_file ? &sp : NULL, v, &pr, err);
     if (!rc) rc = zi_tokenizer_encode(tok, pr.text, pr.len, 1, 1, &t->ids, &t->n, err);
     if (!rc &&

@@ -1250,6 +1250,20 @@ static void free_loras(worker *w) {
 /* Load: the device backend and the model; the worker's slots, context and
  * name follow from the options and the model. Reports and returns the
  * exit status on failure (nothing left to free). */
+/* Frees what load() and the speech decoder's set-up made (each may be
+ * NULL): the failed start-up paths and the shutdown share it. */
+static void free_loaded(worker *w, wres *r) {
+    zi_vision_free(r->vision.v);
+    zi_tile_cache_free(r->vision.cache);
+    free_loras(w);
+    zi_model_free(r->draft);
+    zi_model_free(r->model);
+    zi_backend_free(r->be);
+    zi_wavtok_free(w->tts);
+    zi_backend_free(w->tts_be);
+    w->tts = NULL, w->tts_be = NULL;
+}
+
 static int load(worker *w, const wopts *o, wres *r) {
     zi_error err = {0};
     int rc;
@@ -1692,13 +1706,7 @@ int main(int argc, char **argv) {
         zi_error terr = {0};
         if (zi_backend_create_for_device("cpu", (int)o.threads, 0, &w.tts_be, &terr) ||
             zi_wavtok_load(o.tts_dec, w.tts_be, &w.tts, &terr)) {
-            zi_backend_free(w.tts_be);
-            zi_vision_free(r.vision.v);
-            zi_tile_cache_free(r.vision.cache);
-            free_loras(&w);
-            zi_model_free(r.draft);
-            zi_model_free(r.model);
-            zi_backend_free(r.be);
+            free_loaded(&w, &r);
             char msg[1024];
             snprintf(msg, sizeof msg, "--tts-decoder %.200s: %.700s", o.tts_dec, terr.msg);
             return start_failed(&w, msg);
@@ -1708,12 +1716,7 @@ int main(int argc, char **argv) {
     }
     w.vision = &r.vision;
     if ((rc = create_generator(&w, &o, &r))) {
-        zi_vision_free(r.vision.v);
-        zi_tile_cache_free(r.vision.cache);
-        free_loras(&w);
-        zi_model_free(r.draft);
-        zi_model_free(r.model);
-        zi_backend_free(r.be);
+        free_loaded(&w, &r); /* the speech decoder too, which this path leaked */
         return rc;
     }
     void *zctx = zmq_ctx_new();
@@ -1729,17 +1732,10 @@ int main(int argc, char **argv) {
     zi_generator_free(w.gen);
     zi_grammar_vocab_free(r.jv);
     free(w.live);
-    zi_model_free(r.draft);
     free(w.jobs);
     free(w.emb);
     zi_rank_head_free(&w.rank);
-    zi_vision_free(r.vision.v);
-    zi_tile_cache_free(r.vision.cache);
-    free_loras(&w);
-    zi_model_free(r.model);
-    zi_backend_free(r.be);
-    zi_wavtok_free(w.tts);
-    zi_backend_free(w.tts_be);
+    free_loaded(&w, &r);
     free(w.audio);
     return rc;
 }

@@ -145,6 +145,14 @@ int zi_tokenizer_encode(zi_tokenizer *tok, const char *text, size_t len, int add
                         int parse_special, int32_t **ids, size_t *n, zi_error *err);
 
 /*
+ * The id of the one token a text names: text (special tokens parsed, no
+ * BOS) must encode to exactly one token; -1 otherwise. tok is a
+ * zi_tokenizer, taken as void * so that it serves as a lookup callback
+ * (codec_mask.h's zi_codec_lookup_fn).
+ */
+int32_t zi_tokenizer_single_id(void *tok, const char *text);
+
+/*
  * The bytes of one token (after undoing the byte-to-unicode mapping, or
  * U+2581 as ' ' for "llama" vocabularies). Control and unknown tokens yield
  * their text only when `special` is set, otherwise nothing.

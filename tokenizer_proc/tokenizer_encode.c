@@ -237,3 +237,13 @@ int zi_tokenizer_encode(zi_tokenizer *t, const char *text, size_t len, int add_s
     *n = out.n;
     return ZI_OK;
 }
+
+int32_t zi_tokenizer_single_id(void *tok, const char *text) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    zi_error e = {0};
+    if (zi_tokenizer_encode(tok, text, strlen(text), 0, 1, &ids, &n, &e)) return -1;
+    int32_t id = n == 1 ? ids[0] : -1;
+    free(ids);
+    return id;
+}

@@ -11,18 +11,6 @@
 #include "codec_mask.h"
 #include "tts_prompt.h"
 
-/* A token's id by its text: the text encodes to exactly that one token
- * (special tokens parsed), else -1. */
-static int32_t lookup(void *user, const char *text) {
-    int32_t *ids = NULL;
-    size_t n = 0;
-    zi_error e = {0};
-    if (zi_tokenizer_encode(user, text, strlen(text), 0, 1, &ids, &n, &e)) return -1;
-    int32_t id = n == 1 ? ids[0] : -1;
-    free(ids);
-    return id;
-}
-
 static int voice_name_ok(const char *s, size_t n) {
     if (n == 0 || n > 64 || s[0] == '.') return 0;
     for (size_t i = 0; i < n; i++) {
@@ -96,7 +84,7 @@ int zi_tts_encode(zi_tokenizer *tok, const char *voices_dir, const zi_request *r
             zi_tts_speaker_from_tokens(r->ap_text.p, r->ap_text.len, r->ap_tokens.v, r->ap_tokens.n,
                                        r->ap_word_codes.v, r->ap_word_codes.n, &sp, err);
     zi_tts_version v = has_voice && !rc ? sp.version : ZI_OUTETTS_0_2;
-    if (!rc) rc = zi_codec_ids_find(v, lookup, tok, &ids, err);
+    if (!rc) rc = zi_codec_ids_find(v, zi_tokenizer_single_id, tok, &ids, err);
     if (!rc)
         rc = zi_tts_render(r->prompt_text.p, r->prompt_text.len, has_voice ? &sp : NULL, v, &pr,
                            err);
