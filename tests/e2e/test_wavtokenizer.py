@@ -170,6 +170,13 @@ SMALL = dict(n_vocab=64, n_features=32, n_embd=64, n_ff=96, groups=8)
      "wavtokenizer-dec.attention.group_norm_groups (7) does not divide the width 64"),
     (dict(extra={"convnext.embedding_length": 32}),
      "wavtokenizer-dec.convnext.embedding_length is 32, expected the posnet's 64"),
+    # the sizes that would reach the inverse STFT's asserts (odd, tiny or
+    # over its 4096 table) and a NaN epsilon stop at the load
+    (dict(extra={"embedding_length": 259}), "embedding_length is 259: n_fft + 2 must be even"),
+    (dict(extra={"embedding_length": 4}), "embedding_length is 4, expected 6..8194"),
+    (dict(extra={"embedding_length": 4100}), "embedding_length is 4100: n_fft 4098 is over 4096"),
+    (dict(extra={"attention.group_norm_epsilon": float("nan")}),
+     "group_norm_epsilon is nan, expected a small positive number"),
 ])
 def test_bad_files_refused(tmp_path, variant, needle):
     path, _, _ = write_wavtokenizer(tmp_path / "bad.gguf", **SMALL, **variant)
