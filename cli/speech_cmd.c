@@ -201,8 +201,9 @@ int zi_decode_speech_main(int argc, char **argv) {
     if (!rc && spec_path) {
         FILE *f = fopen(spec_path, "wb");
         const size_t m = n * (size_t)c->n_out;
-        if (!f || fwrite(spec, sizeof(float), m, f) != m || fclose(f) != 0)
-            rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", spec_path, strerror(errno));
+        int bad = !f || fwrite(spec, sizeof(float), m, f) != m;
+        if (f && fclose(f) != 0) bad = 1; /* closed on every path */
+        if (bad) rc = zi_error_set(&err, ZI_EIO, "cannot write %s: %s", spec_path, strerror(errno));
     }
     if (!rc) {
         json_t *j =

@@ -46,18 +46,27 @@ int zi_tts_stream_take(zi_tts_stream *s, zi_wavtok *w, int final, int emit, floa
         if (b1 > N) b1 = N;
         size_t w0 = b0 > C ? b0 - C : 0, w1 = b1 + C < N ? b1 + C : N;
         if (emit) {
-            if (!w) return zi_error_set(err, ZI_EINVAL, "tts stream: no decoder");
+            if (!w) {
+                rc = zi_error_set(err, ZI_EINVAL, "tts stream: no decoder");
+                break;
+            }
             size_t need = *n_audio + (b1 - b0) * (size_t)hop;
             if (need > *cap_audio) {
                 size_t cap = *cap_audio ? *cap_audio : 4096;
                 while (cap < need) cap *= 2;
                 float *p = realloc(*audio, cap * sizeof *p);
-                if (!p) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+                if (!p) {
+                    rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+                    break;
+                }
                 *audio = p, *cap_audio = cap;
             }
             free(win);
             win = malloc((w1 - w0) * (size_t)hop * sizeof *win);
-            if (!win) return zi_error_set(err, ZI_ENOMEM, "out of memory");
+            if (!win) {
+                rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
+                break;
+            }
             rc = zi_wavtok_decode(w, s->codes + w0, (int)(w1 - w0), NULL, win, err);
             if (rc) break;
             memcpy(*audio + *n_audio, win + (b0 - w0) * (size_t)hop,

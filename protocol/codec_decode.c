@@ -1260,7 +1260,7 @@ static int ctx_tts(zi_dec *d, const msgpack_object *const *v, zi_text_context *c
     }
     if (!rc) {
         size_t o2 = zi_dec_push_key(d, "words");
-        rc = zi_dec_sized(d, t[1], MSGPACK_OBJECT_ARRAY, "an array", "words", 4096);
+        rc = zi_dec_sized(d, t[1], MSGPACK_OBJECT_ARRAY, "an array", "words", ZI_TTS_MAX_WORDS);
         size_t n = rc ? 0 : t[1]->via.array.size;
         if (!rc && n == 0) rc = zi_dec_fail(d, ZI_EINVAL, "must not be empty");
         if (!rc && !(c->tts_words = calloc(n, sizeof *c->tts_words)))
@@ -1269,8 +1269,8 @@ static int ctx_tts(zi_dec *d, const msgpack_object *const *v, zi_text_context *c
             size_t o3 = zi_dec_push_idx(d, i);
             c->n_tts_words = i + 1;
             rc = zi_dec_i32_list(d, &t[1]->via.array.ptr[i], &c->tts_words[i]);
-            if (!rc && (c->tts_words[i].n == 0 || c->tts_words[i].n > 256))
-                rc = zi_dec_fail(d, ZI_EINVAL, "a word must have 1 to 256 ids");
+            if (!rc && (c->tts_words[i].n == 0 || c->tts_words[i].n > ZI_TTS_MAX_WORD_IDS))
+                rc = zi_dec_fail(d, ZI_EINVAL, "a word must have 1 to %d ids", ZI_TTS_MAX_WORD_IDS);
             zi_dec_pop(d, o3);
         }
         zi_dec_pop(d, o2);

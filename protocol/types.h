@@ -426,6 +426,11 @@ uint64_t zi_ctx_image_hash(const float *pixels, size_t n);
 /* Frees an image's arrays and zeroes it. */
 void zi_ctx_image_free(zi_ctx_image *im);
 
+/* A speech request's plan bounds (zi_text_context's tts_words): the words
+ * of its text, and the token ids of one word. */
+#define ZI_TTS_MAX_WORDS 4096
+#define ZI_TTS_MAX_WORD_IDS 256
+
 /*
  * The seed's TextContext. Token array layout:
  *
@@ -514,7 +519,8 @@ typedef struct zi_text_context {
      * (zi_codec_ids' eight fields in their order: code0, n_codes, time0,
      * n_times, code_start, code_end, newline, audio_end), each word's token
      * ids, and the audio format the client asked for (0: float32, 1:
-     * 16-bit PCM). */
+     * 16-bit PCM). At most ZI_TTS_MAX_WORDS words of 1 to
+     * ZI_TTS_MAX_WORD_IDS ids each. */
     int32_t tts_ids[8];
     zi_i32_list *tts_words;
     size_t n_tts_words;

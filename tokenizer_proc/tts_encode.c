@@ -89,6 +89,11 @@ int zi_tts_encode(zi_tokenizer *tok, const char *voices_dir, const zi_request *r
         rc = zi_tts_render(r->prompt_text.p, r->prompt_text.len, has_voice ? &sp : NULL, v, &pr,
                            err);
     if (!rc) rc = zi_tokenizer_encode(tok, pr.text, pr.len, 1, 1, &out->ids, &out->n, err);
+    /* the context's bounds, named here as the client's text, not later as
+     * an internal field the worker refuses */
+    if (!rc && pr.n_words > ZI_TTS_MAX_WORDS)
+        rc = zi_error_set(err, ZI_EINVAL, "input: %zu words once normalised (at most %d)",
+                          pr.n_words, ZI_TTS_MAX_WORDS);
     if (!rc && !(out->words = calloc(pr.n_words, sizeof *out->words)))
         rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
     /* each word alone, as plain text: how it is tokenized between the
@@ -98,6 +103,9 @@ int zi_tts_encode(zi_tokenizer *tok, const char *voices_dir, const zi_request *r
         size_t wn = 0;
         out->n_words = i + 1;
         rc = zi_tokenizer_encode(tok, pr.words[i], strlen(pr.words[i]), 0, 0, &w, &wn, err);
+        if (!rc && (wn == 0 || wn > ZI_TTS_MAX_WORD_IDS))
+            rc = zi_error_set(err, ZI_EINVAL, "input: word %zu encodes to %zu tokens (1 to %d)", i,
+                              wn, ZI_TTS_MAX_WORD_IDS);
         if (!rc) rc = zi_i32_list_set(&out->words[i], w, wn, err);
         free(w);
     }

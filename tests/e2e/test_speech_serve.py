@@ -263,6 +263,8 @@ BAD = [
     ({"voice": 7}, "voice"),
     ({"sampling_params": {"temperature": -1.0}}, "temperature"),
     ({"colour": "red"}, "colour"),
+    # one word past the plan's ids a word (the tokenizer names the input)
+    ({"input": "a" * 4000}, "input: word 0 encodes to"),
 ]
 
 
