@@ -292,6 +292,10 @@ int zi_tts_speaker_from_tokens(const char *transcription, size_t len, const int3
         free(norm);
         if (n_words == 0)
             return zi_error_set(err, ZI_EINVAL, "audio_prompt_transcription: no word in it");
+        if (n_words > ZI_TTS_MAX_SPEAKER_WORDS)
+            return zi_error_set(err, ZI_EINVAL,
+                                "audio_prompt_transcription: %zu words (at most %d)", n_words,
+                                ZI_TTS_MAX_SPEAKER_WORDS);
         return zi_error_set(err, ZI_EINVAL,
                             "audio_prompt_transcription: %zu words, but "
                             "audio_prompt_word_codes splits the codes into %zu (at most %d)",
