@@ -15,6 +15,7 @@
 
 #include "args.h"
 #include "backend_select.h"
+#include "read_all.h"
 #include "wav.h"
 #include "wavtokenizer.h"
 #include "zi_error.h"
@@ -79,17 +80,13 @@ static int read_codes_file(const char *path, int32_t **codes, size_t *n, zi_erro
     FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
     if (f == stdin) path = "stdin";
     if (!f) return zi_error_set(err, ZI_EIO, "cannot open %s: %s", path, strerror(errno));
-    char *text = malloc(MAX_BYTES + 1);
-    size_t len = text ? fread(text, 1, MAX_BYTES + 1, f) : 0;
-    const int bad = ferror(f);
+    char *text = NULL;
+    size_t len = 0;
+    int rd = zi_read_all(f, MAX_BYTES, &text, &len);
     if (f != stdin) fclose(f);
-    if (!text) return zi_error_set(err, ZI_ENOMEM, "out of memory");
-    if (bad || len > MAX_BYTES) {
-        free(text);
-        return zi_error_set(err, bad ? ZI_EIO : ZI_ERANGE,
-                            bad ? "cannot read %s" : "%s is over 16 MiB", path);
-    }
-    text[len] = 0;
+    if (rd == ZI_ERANGE) return zi_error_set(err, rd, "%s is over 16 MiB", path);
+    if (rd == ZI_EIO) return zi_error_set(err, rd, "cannot read %s", path);
+    if (rd) return zi_error_set(err, rd, "out of memory");
     size_t cap = 256, cnt = 0;
     int32_t *v = malloc(cap * sizeof *v);
     int rc = v ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");

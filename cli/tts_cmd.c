@@ -8,35 +8,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "read_all.h"
 #include "tts_prompt.h"
 
+/* The --tts-speaker file (at most 64 MiB), *data malloc'd. */
 static int read_file(const char *path, char **data, size_t *len, zi_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f) return zi_error_set(err, ZI_EIO, "--tts-speaker %s: cannot open it", path);
-    size_t cap = 1 << 16, n = 0;
-    char *p = malloc(cap);
-    int rc = p ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
-    while (!rc) {
-        if (n == cap) {
-            char *np = cap < (64u << 20) ? realloc(p, cap * 2) : NULL;
-            if (!np) {
-                rc = zi_error_set(err, ZI_ERANGE, "--tts-speaker %s: too large", path);
-                break;
-            }
-            p = np, cap *= 2;
-        }
-        size_t got = fread(p + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    if (!rc && ferror(f)) rc = zi_error_set(err, ZI_EIO, "--tts-speaker %s: read error", path);
+    int rc = zi_read_all(f, (size_t)64 << 20, data, len);
     fclose(f);
-    if (rc) {
-        free(p);
-        return rc;
-    }
-    *data = p, *len = n;
-    return ZI_OK;
+    if (rc == ZI_ERANGE) return zi_error_set(err, rc, "--tts-speaker %s: too large", path);
+    if (rc == ZI_EIO) return zi_error_set(err, rc, "--tts-speaker %s: read error", path);
+    return rc ? zi_error_set(err, rc, "out of memory") : ZI_OK;
 }
 
 void zi_cli_tts_free(zi_cli_tts *t) {

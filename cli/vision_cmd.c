@@ -20,6 +20,7 @@
 #include "backend_select.h"
 #include "image.h"
 #include "image_prompt.h"
+#include "read_all.h"
 #include "vision.h"
 #include "zi_error.h"
 
@@ -172,26 +173,13 @@ int zi_encode_image_main(int argc, char **argv) {
 /* ---- prompts with images (zinfer logits, generate) ---- */
 
 static int read_file(const char *path, uint8_t **buf, size_t *n, size_t max, zi_error *err) {
-    *buf = NULL, *n = 0;
     FILE *f = fopen(path, "rb");
     if (!f) return zi_error_set(err, ZI_EIO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16;
-    uint8_t *b = malloc(cap);
-    int rc = b ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
-    for (size_t got; !rc && (got = fread(b + *n, 1, cap - *n, f)) > 0;) {
-        *n += got;
-        if (*n > max) rc = zi_error_set(err, ZI_ERANGE, "%s is over %zu bytes", path, max);
-        else if (*n == cap) {
-            uint8_t *nb = realloc(b, cap *= 2);
-            if (!nb) rc = zi_error_set(err, ZI_ENOMEM, "out of memory");
-            else b = nb;
-        }
-    }
-    if (!rc && ferror(f)) rc = zi_error_set(err, ZI_EIO, "cannot read %s", path);
+    int rc = zi_read_all(f, max, (char **)buf, n);
     fclose(f);
-    if (rc) free(b);
-    else *buf = b;
-    return rc;
+    if (rc == ZI_ERANGE) return zi_error_set(err, rc, "%s is over %zu bytes", path, max);
+    if (rc == ZI_EIO) return zi_error_set(err, rc, "cannot read %s", path);
+    return rc ? zi_error_set(err, rc, "out of memory") : ZI_OK;
 }
 
 int zi_cli_images_build(zi_backend *be, zi_tokenizer *tok, int lm_dim, const char *mmproj,

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codec_mask.h"
+#include "read_all.h"
 #include "tts_prompt.h"
 
 static int voice_name_ok(const char *s, size_t n) {
@@ -38,24 +39,16 @@ static int load_voice(const char *dir, const zi_request *r, zi_tts_speaker *sp, 
     snprintf(path, sizeof path, "%s/%.*s.json", dir, (int)n, v);
     FILE *f = fopen(path, "rb");
     if (!f) return zi_error_set(err, ZI_EINVAL, "voice: unknown voice '%.*s'", (int)n, v);
-    size_t cap = 1 << 16, len = 0;
-    char *p = malloc(cap);
-    int rc = p ? ZI_OK : zi_error_set(err, ZI_ENOMEM, "out of memory");
-    while (!rc) {
-        if (len == cap) {
-            char *np = cap < (16u << 20) ? realloc(p, cap * 2) : NULL;
-            if (!np) {
-                rc = zi_error_set(err, ZI_ERANGE, "voice: the speaker file of '%.*s' is too large",
-                                  (int)n, v);
-                break;
-            }
-            p = np, cap *= 2;
-        }
-        size_t got = fread(p + len, 1, cap - len, f);
-        len += got;
-        if (got == 0) break;
-    }
+    char *p = NULL;
+    size_t len = 0;
+    int rc = zi_read_all(f, (size_t)16 << 20, &p, &len);
     fclose(f);
+    if (rc == ZI_ERANGE)
+        rc = zi_error_set(err, rc, "voice: the speaker file of '%.*s' is too large", (int)n, v);
+    else if (rc == ZI_EIO)
+        rc = zi_error_set(err, rc, "voice: cannot read the speaker file of '%.*s'", (int)n, v);
+    else if (rc)
+        rc = zi_error_set(err, rc, "out of memory");
     char field[128];
     snprintf(field, sizeof field, "voice %.*s", (int)n, v);
     if (!rc) rc = zi_tts_speaker_parse(p, len, field, sp, err);
