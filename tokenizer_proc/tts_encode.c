@@ -4,9 +4,12 @@
  */
 #include "tts_encode.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "codec_mask.h"
 #include "read_all.h"
@@ -37,8 +40,21 @@ static int load_voice(const char *dir, const zi_request *r, zi_tts_speaker *sp, 
                             (int)n, v);
     char path[4400];
     snprintf(path, sizeof path, "%s/%.*s.json", dir, (int)n, v);
-    FILE *f = fopen(path, "rb");
-    if (!f) return zi_error_set(err, ZI_EINVAL, "voice: unknown voice '%.*s'", (int)n, v);
+    /* Without blocking and only a regular file: a FIFO or a device under
+     * the voices directory must not stall the tokenizer's loop. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return zi_error_set(err, ZI_EINVAL, "voice: unknown voice '%.*s'", (int)n, v);
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return zi_error_set(err, ZI_EINVAL,
+                            "voice: the speaker file of '%.*s' is not a regular file", (int)n, v);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return zi_error_set(err, ZI_ENOMEM, "out of memory");
+    }
     char *p = NULL;
     size_t len = 0;
     int rc = zi_read_all(f, (size_t)16 << 20, &p, &len);

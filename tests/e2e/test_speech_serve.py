@@ -25,6 +25,7 @@ decoder), docs/speech.md.
 import http.client
 import io
 import json
+import os
 import time
 import wave
 
@@ -62,6 +63,8 @@ def files(tmp_path_factory):
     # the voice the seeds' form below makes: each word's duration its codes / 75 s
     aligned = dict(VOICE, words=[dict(w, duration=len(w["codes"]) / 75) for w in VOICE["words"]])
     (voices / "aligned.json").write_text(json.dumps(aligned))
+    # a FIFO nobody writes: opening it to read would block the tokenizer
+    os.mkfifo(voices / "fifo.json")
     t64 = {k: v.astype(np.float64) for k, v in tensors.items()}
     hp = dict(groups=cfg["groups"], group_eps=cfg["group_eps"], norm_eps=cfg["norm_eps"],
               posnet_layers=cfg["posnet_layers"], convnext_layers=cfg["convnext_layers"])
@@ -251,6 +254,7 @@ BAD = [
     ({"voice": "nobody"}, "unknown voice 'nobody'"),
     ({"voice": "../etc"}, "voice"),
     ({"voice": "bad"}, "codec id"),
+    ({"voice": "fifo"}, "speaker file of 'fifo' is not a regular file"),
     ({"format": "mp3"}, "format"),
     (dict(SEEDS_FORM, audio_prompt_tokens=[1, 2, 4100, 4, 4095, 17, 900]),
      "audio_prompt_tokens[2]: codec id 4100"),
