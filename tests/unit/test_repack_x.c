@@ -210,27 +210,33 @@ static float *check_products(const zi_cpu_kernels *k, int type, const uint8_t *w
 
 static void test_products(void **state) {
     (void)state;
-    const int rows = 48, cols = 768, T = 6; /* 3 super-blocks; 4 + 2 tokens */
+    /* 3 super-blocks; 3 tokens (one pass of 4), 6 (one part pass of 8) and
+     * 21 (passes of 8, 8 and 5): the avx512 table's loops for few and for
+     * many tokens, each against the avx2 table bit for bit. */
+    const int rows = 48, cols = 768, Ts[] = {3, 6, 21};
     const zi_cpu_kernels *avx2 = zi_cpu_kernels_by_name("avx2");
     const zi_cpu_kernels *avx512 = zi_cpu_kernels_by_name("avx512");
     if (!avx2) skip(); /* no 16-row kernels on this CPU */
-    float *x = malloc(sizeof(float) * T * cols);
-    for (int i = 0; i < T * cols; i++) x[i] = zi_test_frand(&rng, -2, 2);
-    for (size_t ti = 0; ti < N_TYPES; ti++)
-        for (int int8 = 0; int8 < 2; int8++) {
-            const int type = TYPES[ti];
-            size_t rb;
-            uint8_t *w = zi_test_random_blocks(&rng, type, rows, cols, &rb);
-            float *a = check_products(avx2, type, w, rb, rows, cols, x, T, int8);
-            if (avx512) { /* the same integers, the same float steps */
-                float *b = check_products(avx512, type, w, rb, rows, cols, x, T, int8);
-                assert_memory_equal(a, b, sizeof(float) * (size_t)T * rows);
-                free(b);
+    for (size_t ni = 0; ni < sizeof Ts / sizeof Ts[0]; ni++) {
+        const int T = Ts[ni];
+        float *x = malloc(sizeof(float) * T * cols);
+        for (int i = 0; i < T * cols; i++) x[i] = zi_test_frand(&rng, -2, 2);
+        for (size_t ti = 0; ti < N_TYPES; ti++)
+            for (int int8 = 0; int8 < 2; int8++) {
+                const int type = TYPES[ti];
+                size_t rb;
+                uint8_t *w = zi_test_random_blocks(&rng, type, rows, cols, &rb);
+                float *a = check_products(avx2, type, w, rb, rows, cols, x, T, int8);
+                if (avx512) { /* the same integers, the same float steps */
+                    float *b = check_products(avx512, type, w, rb, rows, cols, x, T, int8);
+                    assert_memory_equal(a, b, sizeof(float) * (size_t)T * rows);
+                    free(b);
+                }
+                free(a);
+                free(w);
             }
-            free(a);
-            free(w);
-        }
-    free(x);
+        free(x);
+    }
 }
 
 /* On the AMX tiles (batches of 4 tokens and more on the avx512 table, where
