@@ -254,7 +254,7 @@ def wait_http(port, srv, timeout_s=30):
         except OSError:
             pass
         assert time.time() < deadline, srv.log()
-        time.sleep(0.2)
+        time.sleep(0.05)  # a pass starts servers by the hundred: each waits ~0.1 s less
 
 
 @contextlib.contextmanager
@@ -284,7 +284,7 @@ def serve_process(zinfer_bin, model_path, log_path, *args, workers=1):
                 except (TimeoutError, ZinferError):
                     pass
                 assert proc.poll() is None and time.time() < deadline, srv.log()
-                time.sleep(0.2)
+                time.sleep(0.05)  # as wait_http: every test server starts here
         yield srv
     finally:
         stop_process(proc)
