@@ -14,8 +14,9 @@ defaults to ~/.cache/zinfer). ZINFER_REFCACHE=0 turns the cache off.
 An entry's key is the sha256 of: the model file's sha256 (memoized by
 the file's path, size, mtime and inode, so a file is read once), the
 call and its arguments (token ids, rows, image pixels, LoRA adapters'
-files...), and the text of every scripts/ref/*.py plus numpy's and
-gguf's versions (editing a reference invalidates every entry). Entries
+files...), and the text of every scripts/ref/*.py but this one plus
+numpy's and gguf's versions (editing a reference invalidates every entry;
+this file's changes to what an entry holds change _FORMAT). Entries
 are .npz files written to a temporary name and renamed, so a reader
 never sees half of one; a file that does not load (truncated, corrupt,
 another key's) is ignored, removed and recomputed. The directory is kept
@@ -35,6 +36,15 @@ How the references use it:
     (copy.copy, for ablations) is a copy of the real model with its own
     weight dict; setting an attribute on the proxy turns its cache off.
   cached(what, parts, compute): compute() once per key (numpy_vision.embed).
+
+The end-to-end tests' random-weight model files (tests/e2e/*_files.py:
+MoE, hybrid, vision, family files) are kept the same way, in a directory
+of their own: cached_file(dest, parts, write, sources) runs write(dest)
+once per key (the writer's source files, its arguments, the input files'
+sha256, and the references' code and versions as above) and copies the
+stored file to dest after. Where: $ZINFER_TESTFILES_DIR, else
+$ZINFER_HOME/testfiles; ZINFER_TESTFILES=0 turns it off; bounded by
+ZINFER_TESTFILES_MAX_MB (default 4096) as the references are.
 """
 
 import copy
@@ -44,6 +54,7 @@ import inspect
 import io
 import json
 import os
+import shutil
 import time
 
 import numpy as np
@@ -56,19 +67,22 @@ def enabled():
     return os.environ.get("ZINFER_REFCACHE", "1") != "0"
 
 
+def _home():
+    return os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer"))
+
+
 def directory():
     d = os.environ.get("ZINFER_REFCACHE_DIR")
     if d:
         return d
-    home = os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer"))
-    return os.path.join(home, "refcache")
+    return os.path.join(_home(), "refcache")
 
 
-def _max_bytes():
+def _max_bytes(var="ZINFER_REFCACHE_MAX_MB", default_mb=8192):
     try:
-        return int(float(os.environ.get("ZINFER_REFCACHE_MAX_MB", "8192")) * 2**20)
+        return int(float(os.environ.get(var, str(default_mb))) * 2**20)
     except ValueError:
-        return 8192 * 2**20
+        return default_mb * 2**20
 
 
 def _write_atomic(path, data):
@@ -91,15 +105,27 @@ def _write_atomic(path, data):
 _FILE_IDS = {}
 
 
+def _stamp(path):
+    st = os.stat(path)
+    stamp = f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+    return stamp, os.path.join(directory(), "ids", hashlib.sha256(stamp.encode()).hexdigest())
+
+
+def _remember_sha256(path, digest):
+    """Records digest as the sha256 of the file at path (one just copied
+    from a file whose sha256 is known), so file_sha256 need not read it."""
+    stamp, memo = _stamp(path)
+    _FILE_IDS[stamp] = digest
+    if enabled():
+        _write_atomic(memo, digest.encode())
+
+
 def file_sha256(path):
     """The sha256 (hex) of a file's contents, computed once per (path, size,
     mtime, inode): remembered in this process and under directory()/ids."""
-    st = os.stat(path)
-    real = os.path.realpath(path)
-    stamp = f"{real}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}"
+    stamp, memo = _stamp(path)
     if stamp in _FILE_IDS:
         return _FILE_IDS[stamp]
-    memo = os.path.join(directory(), "ids", hashlib.sha256(stamp.encode()).hexdigest())
     digest = None
     if enabled():
         try:
@@ -125,11 +151,13 @@ _SOURCES = []
 
 
 def sources_hash():
-    """sha256 over scripts/ref/*.py (names and text), numpy's and gguf's
-    versions: the code that makes a reference's numbers."""
+    """sha256 over scripts/ref/*.py but this file (names and text), numpy's
+    and gguf's versions: the code that makes a reference's numbers."""
     if not _SOURCES:
         h = hashlib.sha256(_FORMAT.encode())
         for p in sorted(glob.glob(os.path.join(_HERE, "*.py"))):
+            if os.path.basename(p) == "refcache.py":
+                continue  # the cache's own code makes no number; _FORMAT versions its entries
             h.update(os.path.basename(p).encode() + b"\0")
             with open(p, "rb") as f:
                 h.update(hashlib.sha256(f.read()).digest())
@@ -237,15 +265,14 @@ def _put(k, value):
     buf = io.BytesIO()
     np.savez(buf, key=np.array(k), **members)
     _write_atomic(_path(k, ".npz"), buf.getvalue())
-    _trim()
+    _trim(directory(), _max_bytes())
 
 
-def _trim():
-    """Removes the least recently used entries while the directory holds
-    more than ZINFER_REFCACHE_MAX_MB, down to three quarters of it."""
-    limit = _max_bytes()
+def _trim(root, limit):
+    """Removes the least recently used entries under root/v1 while they
+    hold more than limit bytes, down to three quarters of it."""
     files = []
-    for p in glob.glob(os.path.join(directory(), "v1", "*", "*")):
+    for p in glob.glob(os.path.join(root, "v1", "*", "*")):
         try:
             st = os.stat(p)
         except OSError:
@@ -409,3 +436,74 @@ def loaded(model):
     a model built without the cache."""
     r = model.__dict__.get("_r") if type(model) is _Lazy else None
     return r is None or r["model"] is not None
+
+
+# ---------------------------------------------------------------- test files
+
+def files_enabled():
+    return os.environ.get("ZINFER_TESTFILES", "1") != "0"
+
+
+def files_directory():
+    d = os.environ.get("ZINFER_TESTFILES_DIR")
+    if d:
+        return d
+    return os.path.join(_home(), "testfiles")
+
+
+_TEXTS = {}
+
+
+def _text_sha256(path):
+    """The sha256 of a source file's text, read once per process."""
+    path = os.path.realpath(path)
+    if path not in _TEXTS:
+        with open(path, "rb") as f:
+            _TEXTS[path] = hashlib.sha256(f.read()).hexdigest()
+    return _TEXTS[path]
+
+
+def cached_file(dest, parts, write, sources=()):
+    """Makes the file dest: write(dest) when the key (sources' texts, parts,
+    and what key() adds) has no stored file, else a copy of the stored one.
+    parts must name everything else the file's bytes depend on (the
+    writer's arguments, the sha256 of files it reads); an argument with no
+    canonical form (see _digest) writes the file live. Returns whether dest
+    came from the cache."""
+    dest = str(dest)
+    if not files_enabled():
+        write(dest)
+        return False
+    try:
+        k = key("testfile", [_text_sha256(s) for s in sources], parts)
+    except TypeError:
+        write(dest)
+        return False
+    stored = os.path.join(files_directory(), "v1", k[:2], k)
+    try:
+        with open(stored + ".json", encoding="utf-8") as f:
+            meta = json.load(f)
+        if meta.get("key") == k and os.path.getsize(stored) == meta["size"]:
+            shutil.copyfile(stored, dest)
+            os.utime(stored)  # recently used: the cleanup removes the oldest first
+            os.utime(stored + ".json")
+            _remember_sha256(dest, meta["sha256"])
+            return True
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass  # absent, half removed or corrupt: write it again
+    write(dest)
+    tmp = f"{stored}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        os.makedirs(os.path.dirname(stored), exist_ok=True)
+        shutil.copyfile(dest, tmp)
+        os.replace(tmp, stored)
+        meta = {"key": k, "size": os.path.getsize(stored), "sha256": file_sha256(dest)}
+        _write_atomic(stored + ".json", json.dumps(meta).encode())
+    except OSError:  # a full or read-only disk: the cache is only an optimization
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+    _trim(files_directory(), _max_bytes("ZINFER_TESTFILES_MAX_MB", 4096))
+    return False

@@ -28,7 +28,9 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 sys.path.insert(0, str(REPO / "scripts" / "ref"))
 sys.path.insert(0, str(REPO / "clients" / "python"))
+import numpy as np  # noqa: E402
 import numpy_llama  # noqa: E402
+import refcache  # noqa: E402
 
 # The float64 references allocate and free arrays of hundreds of MB in turn.
 # glibc raises its mmap threshold to the size of each large block freed, so
@@ -252,7 +254,7 @@ def wait_http(port, srv, timeout_s=30):
         except OSError:
             pass
         assert time.time() < deadline, srv.log()
-        time.sleep(0.2)
+        time.sleep(0.05)  # a pass starts servers by the hundred: each waits ~0.1 s less
 
 
 @contextlib.contextmanager
@@ -282,7 +284,7 @@ def serve_process(zinfer_bin, model_path, log_path, *args, workers=1):
                 except (TimeoutError, ZinferError):
                     pass
                 assert proc.poll() is None and time.time() < deadline, srv.log()
-                time.sleep(0.2)
+                time.sleep(0.05)  # as wait_http: every test server starts here
         yield srv
     finally:
         stop_process(proc)
@@ -325,6 +327,34 @@ def last_json(stdout):
 
 def ids_arg(ids):
     return ",".join(str(int(t)) for t in ids)
+
+
+def llamacpp_logits(path, prompts, **kw):
+    """llama.cpp's logits of each prompt (token ids) on the model file at
+    path, as float64 arrays [len(ids), n_vocab]: llama-cpp-python's
+    Llama(path, logits_all=True, verbose=False, **kw), reset and eval per
+    prompt. Kept in refcache (scripts/ref/refcache.py) by llama_cpp's
+    version, the files' sha256 (path's and any *_path option's, a LoRA
+    adapter), the other options and the ids: they give the same numbers
+    every run, so the tests comparing zinfer with llama.cpp compute them
+    once. Skips the test where llama_cpp is not installed."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    prompts = [[int(t) for t in ids] for ids in prompts]
+
+    def compute():
+        llm = llama_cpp.Llama(model_path=str(path), logits_all=True, verbose=False, **kw)
+        out = []
+        for ids in prompts:
+            llm.reset()
+            llm.eval(ids)
+            out.append(np.array(llm.scores[: len(ids)], dtype=np.float32))  # its own type
+        return tuple(out)
+
+    opts = {k: "file:" + refcache.file_sha256(v) if k.endswith("_path") else v
+            for k, v in kw.items()}
+    got = refcache.cached("llama.cpp logits", (llama_cpp.__version__, refcache.file_sha256(path),
+                                               opts, prompts), compute)
+    return [np.asarray(a, dtype=np.float64) for a in got]
 
 
 def load_fixture(name):

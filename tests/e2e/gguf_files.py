@@ -5,16 +5,80 @@ tiny-model tests and the CLI error tests all write GGUF files with the
 `gguf` package: metadata rows copied from a real file (a vocabulary, a
 model), hyper-parameters under the architecture's prefix, and tensors
 either as arrays gguf stores as they are or as raw quantized blocks.
+
+cached_write keeps the random-weight files the writers make (moe_files,
+hybrid_files, vision_files, ...) in refcache's test-file cache
+($ZINFER_HOME/testfiles), so a file is drawn and written once, not once
+per run and again in the sanitizer pass.
 """
 
+import enum
+import os
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import gguf
 import gguf_meta  # scripts/ref (conftest puts it on the path)
 import numpy as np
+import refcache
 
 _ROWS = {}
+
+
+def _canonical(v):
+    """v with paths replaced by their files' sha256 (an input file's
+    contents, not its name, make the output), enums by their values, for
+    refcache's key; anything else refcache cannot key raises TypeError."""
+    if isinstance(v, os.PathLike):
+        return "file:" + refcache.file_sha256(v)
+    if isinstance(v, enum.Enum):
+        return v.value
+    if isinstance(v, np.dtype) or (isinstance(v, type) and issubclass(v, np.generic)):
+        return "dtype:" + np.dtype(v).str
+    if isinstance(v, Mapping):
+        return {str(k): _canonical(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, set, frozenset)) and not (
+            isinstance(v, (list, tuple)) and v and all(isinstance(x, (int, float)) for x in v)):
+        items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
+        return [_canonical(x) for x in items]
+    return v
+
+
+def cached_write(path, what, args, write, sources=()):
+    """write(path) through refcache.cached_file: what names the writer,
+    args are everything its file depends on besides the code (input files
+    as paths), sources the writer's own modules' files (this one is
+    added). Returns path."""
+    try:
+        parts = (what, _canonical(args))
+    except OSError:  # an input file that is not there: let the writer say so
+        write(str(path))
+        return path
+    refcache.cached_file(path, parts, write, sources=(__file__, *sources))
+    return path
+
+
+class LazyTensors(Mapping):
+    """A writer's tensors dict, drawn on first use: a file that came from
+    the cache needs none, and the callers that ignore them (most) never pay
+    for drawing them."""
+
+    def __init__(self, make):
+        self._make, self._t = make, None
+
+    def _get(self):
+        if self._t is None:
+            self._t = self._make()
+        return self._t
+
+    def __getitem__(self, k):
+        return self._get()[k]
+
+    def __iter__(self):
+        return iter(self._get())
+
+    def __len__(self):
+        return len(self._get())
 
 
 class _Writer(gguf.GGUFWriter):
@@ -83,7 +147,7 @@ def write_gguf(path, arch, rows=(), hparams=None, tensors=(), drop=()):
             w.add_float32(f"{arch}.{k}", v)
         else:
             w.add_uint32(f"{arch}.{k}", v)
-    items = tensors.items() if isinstance(tensors, dict) else ((n, (d, r)) for n, d, r in tensors)
+    items = tensors.items() if isinstance(tensors, Mapping) else ((n, (d, r)) for n, d, r in tensors)
     for name, (data, raw) in items:
         if name in drop:
             continue

@@ -74,7 +74,8 @@ Returns (path, tensors): tensors maps name -> (array, raw type) as written
 from pathlib import Path
 
 import numpy as np
-from gguf_files import tokenizer_rows, write_gguf
+import moe_files
+from gguf_files import LazyTensors, cached_write, tokenizer_rows, write_gguf
 from moe_files import VENDOR, Q, random_matrix  # the same weight writers as the MoE files
 
 # layer kinds: "a" attention, "r" the arch's recurrent block
@@ -270,22 +271,33 @@ _TENSORS = {}
 
 
 def write_hybrid(path, arch, seed=None, extra=None, drop=(), replace=None, **overrides):
-    """Writes the small hybrid file of arch (see the module docstring);
-    returns (path, tensors)."""
+    """Writes the small hybrid file of arch (see the module docstring), a
+    copy of the test-file cache's when it holds it; returns (path,
+    tensors), the tensors drawn only when first read."""
     if seed is not None:
         overrides["seed"] = seed
     cfg = hybrid_config(arch, **overrides)
     rows, n_vocab = tokenizer_rows(cfg["vocab"])
     key = repr(sorted(cfg.items()))
-    tensors = _TENSORS.get(key)
-    if tensors is None:
-        tensors = hybrid_tensors(cfg, n_vocab)
-        _TENSORS.clear()
-        if sum(a.nbytes for a, _ in tensors.values()) < 128 << 20:
-            _TENSORS[key] = tensors
-    tensors = dict(tensors)
+
+    def draw():
+        tensors = _TENSORS.get(key)
+        if tensors is None:
+            tensors = hybrid_tensors(cfg, n_vocab)
+            _TENSORS.clear()
+            if sum(a.nbytes for a, _ in tensors.values()) < 128 << 20:
+                _TENSORS[key] = tensors
+        return dict(tensors)
+
+    tensors = LazyTensors(draw)
     hp = {**hybrid_hparams(cfg, n_vocab), **(extra or {})}
-    out = {k: v for k, v in tensors.items() if k not in drop}
-    out.update(replace or {})
-    write_gguf(path, cfg["arch"], rows, hp, out)
+
+    def write(p):
+        out = {k: v for k, v in tensors.items() if k not in drop}
+        out.update(replace or {})
+        write_gguf(p, cfg["arch"], rows, hp, out)
+
+    # moe_files draws the weights (random_matrix), so its text is part of the key
+    cached_write(path, "hybrid_files.write_hybrid", (cfg, hp, drop, replace), write,
+                 sources=(__file__, moe_files.__file__))
     return path, tensors

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-from gguf_files import kquant_bytes, tokenizer_rows, write_gguf
+from gguf_files import LazyTensors, cached_write, kquant_bytes, tokenizer_rows, write_gguf
 
 Q = gguf.GGMLQuantizationType
 HOME = Path(os.environ.get("ZINFER_HOME", os.path.expanduser("~/.cache/zinfer")))
@@ -232,23 +232,33 @@ _TENSORS = {}
 
 
 def write_moe(path, arch, seed=None, extra=None, drop=(), replace=None, **overrides):
-    """Writes the small MoE file of arch (see the module docstring);
-    returns (path, tensors)."""
+    """Writes the small MoE file of arch (see the module docstring), a
+    copy of the test-file cache's when it holds it; returns (path,
+    tensors), the tensors drawn only when first read."""
     if seed is not None:
         overrides["seed"] = seed
     cfg = moe_config(arch, **overrides)
     rows, n_vocab = tokenizer_rows(cfg["vocab"])
     key = repr(sorted(cfg.items()))
-    tensors = _TENSORS.get(key)
-    if tensors is None:
-        tensors = moe_tensors(cfg, n_vocab)
-        if sum(a.nbytes for a, _ in tensors.values()) < 64 << 20:
-            _TENSORS[key] = tensors
-    tensors = dict(tensors)
+
+    def draw():
+        tensors = _TENSORS.get(key)
+        if tensors is None:
+            tensors = moe_tensors(cfg, n_vocab)
+            if sum(a.nbytes for a, _ in tensors.values()) < 64 << 20:
+                _TENSORS[key] = tensors
+        return dict(tensors)
+
+    tensors = LazyTensors(draw)
     hp = {**moe_hparams(cfg), **(extra or {})}
-    out = {k: v for k, v in tensors.items() if k not in drop}
-    out.update(replace or {})
-    write_gguf(path, cfg["arch"], rows, hp, out)
+
+    def write(p):
+        out = {k: v for k, v in tensors.items() if k not in drop}
+        out.update(replace or {})
+        write_gguf(p, cfg["arch"], rows, hp, out)
+
+    cached_write(path, "moe_files.write_moe", (cfg, hp, drop, replace), write,
+                 sources=(__file__,))
     return path, tensors
 
 

@@ -28,6 +28,8 @@ import pytest
 from conftest import ZINFER_BIN, ZINFER_MODEL, numpy_llama, report, serve_process
 from zinfer_client import Client, ZinferError, decode_array
 
+import refcache
+
 llama_cpp = pytest.importorskip("llama_cpp")
 
 SUBJECTS = ["The cat", "A small robot", "My neighbour", "The old train", "Quantum physics",
@@ -78,6 +80,24 @@ def llama(pooling, model_path=ZINFER_MODEL):
                            n_ctx=512, n_batch=512, n_ubatch=512, n_threads=2, verbose=False)
 
 
+def llama_embed(pooling, model_path):
+    """llama.cpp's pooled embeddings of TEXTS and its token counts, kept in
+    refcache (scripts/ref/refcache.py) by llama_cpp's version, the file and
+    the pooling: the same every run, so computed once."""
+    def compute():
+        lm = llama(pooling, model_path)
+        try:
+            ll = lm.embed(TEXTS)  # normalize=False: llama-cpp-python's default
+            counts = [len(lm.tokenize(t.encode())) for t in TEXTS]
+        finally:
+            lm.close()
+        return np.array(ll, dtype=np.float64), counts
+
+    opts = "n_ctx=512 n_batch=512 n_ubatch=512 n_threads=2"  # llama()'s
+    return refcache.cached("llama.cpp embed", (llama_cpp.__version__, refcache.file_sha256(
+        model_path), pooling, list(TEXTS), opts), compute)
+
+
 @pytest.fixture(scope="module")
 def hidden(client):
     """The float64 reference's final hidden states of every text."""
@@ -92,12 +112,7 @@ def compare(client, model_path, hidden, pooling, dim, name):
     assert z.shape == (len(TEXTS), dim) and z.dtype == np.float32
     assert r["pooling"] == pooling and r["truncated"] == 0
     assert r["usage"]["prompt_tokens"] == sum(r["token_counts"])
-    lm = llama(pooling, model_path)
-    try:
-        ll = lm.embed(TEXTS)  # normalize=False: llama-cpp-python's default
-        counts = [len(lm.tokenize(t.encode())) for t in TEXTS]
-    finally:
-        lm.close()
+    ll, counts = llama_embed(pooling, model_path)
     assert r["token_counts"] == counts
     worst_zl, worst_z, worst_l = 1.0, 0.0, 0.0
     # llama.cpp's own distance from the float64 truth (its Q8 activations)

@@ -21,16 +21,18 @@ Numbers go to the e2e report (section moe_logits).
 """
 
 import copy
+import inspect
 import os
 import re
 
 import numpy as np
 import pytest
-from conftest import ids_arg, kv_when, last_json, report, serve_process
+from conftest import ids_arg, kv_when, last_json, llamacpp_logits, report, serve_process
 from moe_files import ARCHS, moe_config, write_moe, yarn_no_magnitude, yarn_off
 from zinfer_client import Client
 
 import numpy_llama
+import refcache
 
 SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"
 NEAR_TIE = 0.01
@@ -97,6 +99,31 @@ def zinfer_logits(run_zinfer, path, ids, out, *extra):
     return raw.reshape(len(ids), -1)
 
 
+def ablated(path, ref_model, change, ids):
+    """The logits of ids on a copy of the reference with change applied,
+    kept in refcache by the file, the change's source text and the ids, as
+    the reference's own outputs are (computing them loads the weights)."""
+    def compute():
+        m = copy.copy(ref_model)
+        change(m)
+        return m.forward(ids)
+
+    return refcache.cached("test_families_moe.ablated", (
+        refcache.file_sha256(path), inspect.getsource(change), ids), compute)
+
+
+def routed(path, ref_model, ids):
+    """The experts the reference's first layer picks for each of ids
+    (refcache as above)."""
+    def compute():
+        routing = []
+        ref_model.forward(ids, routing=routing)
+        return np.asarray(routing[0][0])
+
+    return refcache.cached("test_families_moe.routed", (refcache.file_sha256(path), ids),
+                           compute)
+
+
 _REF = {}  # (arch, prompt index) -> reference logits, for the llama.cpp test
 _ZKL = {}  # arch -> zinfer's mean KL over the prompts
 
@@ -106,7 +133,7 @@ def test_moe_matches_reference(arch, run_zinfer, tmp_path, tmp_path_factory):
     if SANITIZED and arch != "qwen2moe":
         pytest.skip("release build only (the sanitizer build checks qwen2moe's)")
     path, _, ref_model = built(arch, tmp_path_factory)
-    n_vocab = ref_model.w["token_embd.weight"].shape[0]
+    n_vocab = ref_model.n_vocab
     kls, flips_all = [], []
     for i, ids in enumerate(prompts(n_vocab, ARCHS[arch]["seed"])):
         ref = ref_model.forward(ids)
@@ -128,9 +155,7 @@ def test_moe_matches_reference(arch, run_zinfer, tmp_path, tmp_path_factory):
     _ZKL[arch] = entry["zinfer_mean_kl"]
     print(f"\n{arch}: {entry}")
     for what, change in ABLATE[arch].items():
-        m = copy.copy(ref_model)
-        change(m)
-        far = float(numpy_llama.kl(m.forward(ids), got).mean())
+        far = float(numpy_llama.kl(ablated(path, ref_model, change, ids), got).mean())
         print(f"{arch} reference with {what}: mean KL from zinfer {far:.3e}")
         assert far > 100 * max(kls[-1], 1e-7), (what, far)
 
@@ -140,7 +165,7 @@ def test_moe_greedy_matches_reference(arch, run_zinfer, tmp_path_factory):
     if SANITIZED:
         pytest.skip("release build only (the Python reference's 64 steps)")
     path, _, ref_model = built(arch, tmp_path_factory)
-    n_vocab = ref_model.w["token_embd.weight"].shape[0]
+    n_vocab = ref_model.n_vocab
     ids = prompts(n_vocab, ARCHS[arch]["seed"] + 7, n=1)[0][:12]
     want, gaps = ref_model.greedy(ids, N_GREEDY)
     res = run_zinfer("generate", "--model", path, "--prompt-ids", ids_arg(ids), "--max-tokens",
@@ -162,15 +187,13 @@ def test_moe_batch_invariant_logits(run_zinfer, tmp_path, tmp_path_factory):
     if not _present(arch):
         pytest.skip("vocab files absent")
     path, _, ref_model = built(arch, tmp_path_factory)
-    n_vocab = ref_model.w["token_embd.weight"].shape[0]
+    n_vocab = ref_model.n_vocab
     ids = prompts(n_vocab, 11, n=8)[-1][:40]
     outs = [zinfer_logits(run_zinfer, path, ids, tmp_path / f"b{bs}.f32", "--batch-size", str(bs))
             for bs in (512, 7, 1)]
     assert np.array_equal(outs[0], outs[1]) and np.array_equal(outs[0], outs[2])
     # the positions did route differently (else the grouping was never tested)
-    routing = []
-    ref_model.forward(ids, routing=routing)
-    sel = routing[0][0]
+    sel = routed(path, ref_model, ids)
     assert len({tuple(sorted(r)) for r in sel.tolist()}) > 5, sel
 
 
@@ -182,7 +205,7 @@ def served_file(tmp_path_factory):
     if not _present("qwen3moe"):
         pytest.skip("vocab files absent")
     path, _, ref_model = built("qwen3moe", tmp_path_factory)
-    return path, ref_model, ref_model.w["token_embd.weight"].shape[0]
+    return path, ref_model, ref_model.n_vocab
 
 
 def test_moe_served_batch_invariance(zinfer_bin, tmp_path, tmp_path_factory):
@@ -210,9 +233,8 @@ def test_moe_served_batch_invariance(zinfer_bin, tmp_path, tmp_path_factory):
                 together.append(toks)
     assert all(len(t) == 12 for t in alone), alone
     assert together == alone
-    routing = []
-    ref_model.forward([p[-1] for p in ps], routing=routing)
-    assert len({tuple(sorted(r)) for r in routing[0][0].tolist()}) > 4
+    sel = routed(path, ref_model, [p[-1] for p in ps])
+    assert len({tuple(sorted(r)) for r in sel.tolist()}) > 4
 
 
 def _bad_files():
@@ -262,21 +284,18 @@ def test_moe_unsupported_arch_one_line(run_zinfer, tmp_path):
 def test_moe_llamacpp_further_from_reference(arch, tmp_path_factory):
     """llama.cpp on the same file: its KL from the float64 reference, which
     zinfer's must be below. Needs llama-cpp-python; skipped without."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp")
     if SANITIZED:
         pytest.skip("release build only")
     path, _, ref_model = built(arch, tmp_path_factory)
-    n_vocab = ref_model.w["token_embd.weight"].shape[0]
-    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=128, n_batch=128,
-                          n_threads=2, verbose=False)
+    n_vocab = ref_model.n_vocab
+    ps = prompts(n_vocab, ARCHS[arch]["seed"])
+    lcs = llamacpp_logits(path, ps, n_ctx=128, n_batch=128, n_threads=2)
     kls = []
-    for i, ids in enumerate(prompts(n_vocab, ARCHS[arch]["seed"])):
+    for i, (ids, lc) in enumerate(zip(ps, lcs)):
         ref = _REF.get((arch, i))
         if ref is None:
             ref = _REF[(arch, i)] = ref_model.forward(ids)
-        llm.reset()
-        llm.eval(ids)
-        lc = np.array(llm.scores[: len(ids)], dtype=np.float64)
         kls.append(float(numpy_llama.kl(ref, lc).mean()))
     entry = {"llamacpp_mean_kl": float(np.mean(kls))}
     report("moe_logits", f"{arch}_llamacpp", entry)
@@ -397,13 +416,13 @@ def test_moe_real_layer_shape(run_zinfer, tmp_path):
                         vocab=vocab)
     ref_model = numpy_llama.Model(str(path))
     ids = [int(t) for t in np.random.default_rng(9).integers(0, 32000, 24)]
-    routing = []
-    ref = ref_model.forward(ids, routing=routing)
+    ref = ref_model.forward(ids)
+    sel = routed(path, ref_model, ids)
     del ref_model
     got = zinfer_logits(run_zinfer, path, ids, tmp_path / "o.f32").astype(np.float64)
     kl = numpy_llama.kl(ref, got)
     report("moe_logits", "qwen3moe_real_layer", {"mean_kl": float(kl.mean()),
                                                   "max_kl": float(kl.max())})
-    assert len({tuple(sorted(r)) for r in routing[0][0].tolist()}) > 16
+    assert len({tuple(sorted(r)) for r in sel.tolist()}) > 16
     assert kl.mean() < MAX_MEAN_KL_REF, kl.mean()
     assert (ref.argmax(-1) == got.argmax(-1)).all()

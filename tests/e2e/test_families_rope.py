@@ -28,8 +28,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
-from conftest import ids_arg, last_json, report
-from gguf_files import kquant_bytes, tokenizer_rows, write_gguf
+from conftest import ids_arg, last_json, llamacpp_logits, report
+from gguf_files import cached_write, kquant_bytes, tokenizer_rows, write_gguf
 
 import numpy_llama
 import random_gguf
@@ -125,17 +125,25 @@ SPECS = {
 
 
 def write_file(path, spec_name, drop=(), replace=None, extra_keys=None):
+    """The family's file at path (a copy of the test-file cache's when it
+    holds it: drawing the K-quant weights takes seconds)."""
     arch, vocab, keys, extra_t, _ = SPECS[spec_name]
-    rows, n_vocab = vocab_keys(vocab)
     hp = {"block_count": LAYERS, "context_length": 1024, "embedding_length": DIM,
           "feed_forward_length": FF, "attention.head_count": NH, "attention.head_count_kv": NKV,
           "attention.layer_norm_rms_epsilon": 1e-5, "rope.dimension_count": HEAD}
     hp.update(keys)
     hp.update(extra_keys or {})
-    tensors = make_tensors(n_vocab, arch, seed=sum(map(ord, spec_name)))
-    tensors.update({k: (v, None) for k, v in extra_t.items()})
-    tensors.update(replace or {})
-    return write_gguf(path, arch, rows, hp, tensors, drop=drop)
+
+    def write(p):
+        rows, n_vocab = vocab_keys(vocab)
+        tensors = make_tensors(n_vocab, arch, seed=sum(map(ord, spec_name)))
+        tensors.update({k: (v, None) for k, v in extra_t.items()})
+        tensors.update(replace or {})
+        write_gguf(p, arch, rows, hp, tensors, drop=drop)
+
+    return cached_write(path, "test_families_rope.write_file", (
+        spec_name, VOCABS / f"ggml-vocab-{vocab}.gguf", hp, extra_t, drop, replace), write,
+        sources=(__file__, random_gguf.__file__))
 
 
 class LazyFiles(dict):
@@ -223,23 +231,19 @@ def test_llamacpp_beside_reference(case, files, run_zinfer, tmp_path):
     engine). Needs llama-cpp-python (scripts/setup --with-llamacpp);
     skipped without."""
     name, ctx = case
-    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp")
     if SANITIZED and (name, ctx) != CASES[-2]:
         pytest.skip("release build only (the sanitizer build checks one phi3 case)")
     path = files[name]
-    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=ctx, n_batch=ctx,
-                          n_threads=2, verbose=False)
-    m = None
+    m = numpy_llama.Model(str(path), n_ctx_seq=ctx)
+    ps = prompts(m.n_vocab)
+    cpps = llamacpp_logits(path, ps, n_ctx=ctx, n_batch=ctx, n_threads=2)
     kls_cpp = []
-    for i, ids in enumerate(prompts(llm.n_vocab())):
+    for i, (ids, cpp) in enumerate(zip(ps, cpps)):
         if (name, ctx, i) in _SEEN:
             ref, got = _SEEN.pop((name, ctx, i))
         else:  # the zinfer test above did not run in this session
-            m = m or numpy_llama.Model(str(path), n_ctx_seq=ctx)
             ref, got = m.forward(ids), zinfer_logits(run_zinfer, path, ids, ctx, tmp_path)
-        llm.reset()
-        llm.eval(ids)
-        cpp = np.array(llm.scores[: len(ids)], dtype=np.float64)
         kls_cpp.append((float(numpy_llama.kl(ref, cpp).mean()),
                         float(numpy_llama.kl(cpp, got).mean())))
     res = {"llamacpp_vs_ref_mean_kl": float(np.mean([a for a, _ in kls_cpp])),

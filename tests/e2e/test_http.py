@@ -78,7 +78,7 @@ def server(zinfer_bin, model_path, tmp_path_factory):
             except OSError:
                 pass
             assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
+            time.sleep(0.05)
         srv.http = h
         srv.port = hport
         yield srv
@@ -459,7 +459,7 @@ def serve_with_template(zinfer_bin, model_path, tmp_path, template):
         deadline = time.time() + 30
         while h.req("GET", "/health", key=None, timeout=5)[0] != 200:
             assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
+            time.sleep(0.05)
         assert "tool messages rendered by the template" in srv.log()
         yield srv, h, port
 
@@ -1121,7 +1121,7 @@ def test_tool_call_formats(zinfer_bin, model_path, tmp_path, args, logged, gramm
                 if h.req("GET", "/health", key=None, timeout=10)[0] == 200:
                     break
             assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
+            time.sleep(0.05)
         assert f"tool-call format: {logged}" in srv.log()
         sdk = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0,
                             timeout=60)

@@ -30,11 +30,12 @@ import re
 
 import numpy as np
 import pytest
-from conftest import ids_arg, kv_when, last_json, report, serve_process
+from conftest import ids_arg, kv_when, last_json, llamacpp_logits, report, serve_process
 from hybrid_files import ARCHS, write_hybrid
 from zinfer_client import Client
 
 import numpy_hybrid
+import refcache
 
 SANITIZED = os.environ.get("ZINFER_SANITIZED") == "1"
 NEAR_TIE = 0.01
@@ -140,26 +141,32 @@ def test_hybrid_matches_reference(arch, run_zinfer, tmp_path, tmp_path_factory):
     _LAST[arch] = (ids, ref, kls[-1])
     # the reference without the state carried from earlier tokens is far
     # from zinfer: the file exercises the recurrence
-    st = ref_model.new_state()
     half = len(ids) // 2
-    ref_model.forward(ids[:half], st)
-    ref_model.drop_recurrent_state(st)
-    far = float(numpy_hybrid.kl(ref_model.forward(ids[half:], st), got[half:]).mean())
+
+    def dropped():
+        st = ref_model.new_state()
+        ref_model.forward(ids[:half], st)
+        ref_model.drop_recurrent_state(st)
+        return ref_model.forward(ids[half:], st)
+
+    # kept with the references' outputs: only it would load the real-width
+    # weights (~15 s) on a run whose references all come from the cache
+    far_ref = refcache.cached("test_hybrids.dropped_state",
+                              (refcache.file_sha256(path), ids, half), dropped)
+    far = float(numpy_hybrid.kl(far_ref, got[half:]).mean())
     assert far > 100 * max(kls[-1], 1e-7), far
 
 
 def test_hybrid_llamacpp_further_from_reference(arch, tmp_path_factory):
     """llama.cpp on the same file and prompt (test_hybrid_matches_reference's
     last) is further from the float64 reference than zinfer."""
-    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp")
     if arch not in _LAST:
         pytest.skip("test_hybrid_matches_reference did not run for this arch")
     path, _ = built(arch, tmp_path_factory)
     ids, ref, zkl = _LAST[arch]
-    llm = llama_cpp.Llama(model_path=str(path), logits_all=True, n_ctx=128, n_batch=128,
-                          n_threads=2, verbose=False)
-    llm.eval(ids)
-    lkl = float(numpy_hybrid.kl(ref, np.array(llm.scores[: len(ids)], dtype=np.float64)).mean())
+    lc, = llamacpp_logits(path, [ids], n_ctx=128, n_batch=128, n_threads=2)
+    lkl = float(numpy_hybrid.kl(ref, lc).mean())
     report("hybrid_logits", f"{arch}_llamacpp", {"llamacpp_last_prompt_kl": lkl,
                                                  "zinfer_last_prompt_kl": zkl})
     assert zkl < lkl, (zkl, lkl)
@@ -173,10 +180,17 @@ def test_hybrid_long_prompt(arch, run_zinfer, tmp_path, tmp_path_factory):
         pytest.skip("release build only (the reference's 2,100 positions)")
     path, ref_model = built(arch, tmp_path_factory, real=False)
     ids = [int(t) for t in np.random.default_rng(5).integers(0, ref_model.n_vocab, LONG)]
-    h = ref_model.forward(ids, chunk=300, hidden=True)[-32:]
-    ref = h @ ref_model.out_w.T
-    if ref_model.logit_scale:  # granitehybrid divides its logits
-        ref = ref / ref_model.logit_scale
+
+    def last_logits():
+        h = ref_model.forward(ids, chunk=300, hidden=True)[-32:]
+        ref = h @ ref_model.out_w.T
+        if ref_model.logit_scale:  # granitehybrid divides its logits
+            ref = ref / ref_model.logit_scale
+        return ref
+
+    # cached whole: the output head (out_w) would load the weights
+    ref = refcache.cached("test_hybrids.long_last_32", (refcache.file_sha256(path), ids),
+                          last_logits)
     got = zinfer_logits(run_zinfer, path, ids, tmp_path / "long.f32", "--last", "32",
                         "--batch-size", "512").astype(np.float64)
     kl, flips = _check(ref, got, "long prompt")

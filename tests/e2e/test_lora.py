@@ -18,7 +18,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from conftest import ids_arg, kv_when, report, serve_process
+from conftest import ids_arg, kv_when, llamacpp_logits, report, serve_process
 
 import make_lora
 import numpy_llama
@@ -88,11 +88,8 @@ def test_logits_match_float64_reference(measured, adapters, run_zinfer, model_pa
 
 def test_llamacpp_further_from_reference(measured, adapters, model_path):
     """llama.cpp with the same adapter and scale (its 8-bit activations)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    llm = llama_cpp.Llama(str(model_path), lora_path=str(adapters[0]), lora_scale=0.75,
-                          logits_all=True, n_ctx=128, n_threads=2, verbose=False)
-    llm.eval(IDS)
-    lc = np.array(llm.scores[:len(IDS)], dtype=np.float64)
+    lc, = llamacpp_logits(model_path, [IDS], lora_path=str(adapters[0]), lora_scale=0.75,
+                          n_ctx=128, n_threads=2)
     llama_kl = float(numpy_llama.kl(measured["ref"], lc).mean())
     print(f"\nLoRA mean KL vs float64: zinfer {measured['kl']:.3e}, llama.cpp {llama_kl:.3e}")
     report("lora", "llamacpp", {"zinfer_mean_kl": measured["kl"], "llamacpp_mean_kl": llama_kl})

@@ -365,7 +365,7 @@ def test_byte_bound(zinfer_bin, model_path, tmp_path):
         deadline = time.time() + 30
         while raw(hport, "GET", "/health")[0] != 200:
             assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
+            time.sleep(0.05)
         c = openai.OpenAI(base_url=f"http://127.0.0.1:{hport}/v1", api_key=KEY, max_retries=0)
         ids = [c.responses.create(input=f"Say {i}.", temperature=0, max_output_tokens=3,
                                   store=True).id for i in range(8)]
@@ -580,7 +580,7 @@ def serve_sdk(zinfer_bin, path, log, *args):
         deadline = time.time() + 30
         while raw(hport, "GET", "/health")[0] != 200:
             assert time.time() < deadline, srv.log()
-            time.sleep(0.2)
+            time.sleep(0.05)
         yield openai.OpenAI(base_url=f"http://127.0.0.1:{hport}/v1", api_key=KEY, max_retries=0,
                             timeout=120)
 

@@ -44,7 +44,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from gguf_files import tokenizer_rows, write_gguf
+from gguf_files import cached_write, tokenizer_rows, write_gguf
 
 VOCAB = Path(os.environ.get("ZINFER_HOME", Path.home() / ".cache" / "zinfer")) / \
     "llama.cpp-vendor" / "models" / "ggml-vocab-qwen2.gguf"
@@ -100,7 +100,14 @@ def q8_bytes(rng, rows, cols, sigma):
 
 def write_codec_llm(path, n_layers=2, seed=0, code_end_bias=0.0, embd_sigma=0.07, **shape):
     """Writes the codec LLM GGUF at path (REAL shapes, n_layers layers, any
-    REAL key overridden by shape) and returns path."""
+    REAL key overridden by shape), a copy of the test-file cache's when it
+    holds it, and returns path."""
+    return cached_write(path, "tts_llm_files.write_codec_llm", (
+        VOCAB, n_layers, seed, code_end_bias, embd_sigma, shape), lambda p: _write_codec_llm(
+            p, n_layers, seed, code_end_bias, embd_sigma, **shape), sources=(__file__,))
+
+
+def _write_codec_llm(path, n_layers, seed, code_end_bias, embd_sigma, **shape):
     s = dict(REAL, **shape)
     D, FF, NH, NKV = s["dim"], s["ffn"], s["heads"], s["kv"]
     hd = D // NH

@@ -78,6 +78,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+from gguf_files import cached_write
 
 F16 = gguf.GGMLQuantizationType.F16
 F32 = gguf.GGMLQuantizationType.F32
@@ -174,13 +175,21 @@ def tower_tensors(rng, kind, lm_dim, n_layers, cfg):
 
 def write_mmproj(path, kind, lm_dim, seed=0, n_layers=2, **overrides):
     """Writes a random-weight projector file of kind ("gemma3" or
-    "idefics3") for a text model of embedding length lm_dim; returns path."""
+    "idefics3") for a text model of embedding length lm_dim, a copy of the
+    test-file cache's when it holds it; returns path."""
     cfg = config(kind, **overrides)
     ps, size = cfg["patch_size"], cfg["image_size"]
     if size % ps:
         raise ValueError(f"image_size {size} is not a multiple of patch_size {ps}")
     if cfg["n_embd"] % cfg["n_head"]:
         raise ValueError(f"n_embd {cfg['n_embd']} is not a multiple of n_head {cfg['n_head']}")
+    return cached_write(path, "vision_files.write_mmproj", (kind, lm_dim, seed, n_layers, cfg),
+                        lambda p: _write_mmproj(p, kind, lm_dim, seed, n_layers, cfg),
+                        sources=(__file__,))
+
+
+def _write_mmproj(path, kind, lm_dim, seed, n_layers, cfg):
+    ps, size = cfg["patch_size"], cfg["image_size"]
     rng = np.random.default_rng(seed)
     tensors = tower_tensors(rng, kind, lm_dim, n_layers, cfg)
 
