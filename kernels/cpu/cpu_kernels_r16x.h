@@ -17,8 +17,8 @@
  *   AVX-512  (#if ZI_HAVE_VNNI && __AVX512F__) r16x_vnni_rows: the codes
  *            of a column decoded in registers (r16x_decode512: nibbles,
  *            code book by vpshufb, bit planes by masked byte adds), then
- *            vpdpbusd as in mm_r16_vnni, for 4 tokens a decoding, or for
- *            batches of more 8 (r16x_vnni_pass8); MXFP4's E8M0 scales
+ *            vpdpbusd as in mm_r16_vnni, for 4 tokens a decoding, or 8 in
+ *            batches of more than 4 (r16x_vnni_pass8); MXFP4's E8M0 scales
  *            become floats by integer shifts (r16x_e8m0x16).
  *
  * Per block column k and token t, with u the codes, q = 256*q1 + q2 the
@@ -157,6 +157,49 @@ static inline __attribute__((always_inline)) void r16x_decode512(const int plane
 /* Block columns whose scales r16x_vnni_rows keeps for a batch (64 KiB). */
 #define R16X_XS_COLS 256
 
+/* One token's exact integer sums against a column's decoded codes c
+ * (activation 256*q1 + q2; q2 all zero when !res): values 0-15 (vectors
+ * 0-3) in *s0, 16-31 (4-7) in *s1. */
+static inline __attribute__((always_inline)) void r16x_col_sums(const __m512i c[8],
+                                                                const int8_t *q1, const int8_t *q2,
+                                                                const int res, __m512i *s0,
+                                                                __m512i *s1) {
+    __m512i h0 = _mm512_setzero_si512(), h1 = h0, l0 = h0, l1 = h0;
+    for (int j = 0; j < 4; j++) {
+        h0 = _mm512_dpbusd_epi32(h0, c[j], bcast4(q1 + 4 * j));
+        h1 = _mm512_dpbusd_epi32(h1, c[j + 4], bcast4(q1 + 16 + 4 * j));
+        if (!res) continue; /* int8 activations: q2 is all zero */
+        l0 = _mm512_dpbusd_epi32(l0, c[j], bcast4(q2 + 4 * j));
+        l1 = _mm512_dpbusd_epi32(l1, c[j + 4], bcast4(q2 + 16 + 4 * j));
+    }
+    *s0 = _mm512_add_epi32(_mm512_slli_epi32(h0, 8), l0);
+    *s1 = _mm512_add_epi32(_mm512_slli_epi32(h1, 8), l1);
+}
+
+/* acc plus a column's sums scaled: (s0 + s1) * (dw0 * da) for 32-value
+ * scales, else s0 * (dw0 * da) then s1 * (dw1 * da) (the header's formula,
+ * in the one order every table uses). */
+static inline __attribute__((always_inline)) __m512
+r16x_acc(__m512 acc, __m512i s0, __m512i s1, __m512 dw0, __m512 dw1, float da, const int halves) {
+    if (!halves)
+        return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
+                               _mm512_mul_ps(dw0, _mm512_set1_ps(da)), acc);
+    acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, _mm512_set1_ps(da)), acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, _mm512_set1_ps(da)), acc);
+}
+
+/* off plus the offset terms of token t's block k: cw0 * s (the block's
+ * da * sum q) for 32-value scales, else cw0 and cw1 times each half's. */
+static inline __attribute__((always_inline)) __m512 r16x_off(__m512 off, __m512 cw0, __m512 cw1,
+                                                             const zi_q8_act *a, int64_t t,
+                                                             int64_t k, const int halves) {
+    if (!halves) return _mm512_fmadd_ps(cw0, _mm512_set1_ps(a->s[t * a->nb + k]), off);
+    float sa0, sa1;
+    r16x_half_sums(a, t, k, &sa0, &sa1);
+    off = _mm512_fmadd_ps(cw0, _mm512_set1_ps(sa0), off);
+    return _mm512_fmadd_ps(cw1, _mm512_set1_ps(sa1), off);
+}
+
 /* Tokens a pass of r16x_vnni_pass8 takes: its 8 accumulators, the 8 code
  * vectors of a column and the integer sums fit the 32 registers. */
 #define R16X_PASS 8
@@ -198,27 +241,9 @@ r16x_vnni_pass8(const int res, const int planes, const int lut, const int halves
         for (int i = 0; i < R16X_PASS; i++) {
             if (i >= nt) break;
             const int8_t *q1 = qt[i] + k * ZI_QK, *q2 = q1 + nb * ZI_QK;
-            const float da = dt[i][k];
-            /* Values 0-15 (vectors 0-3) and 16-31 (4-7) apart. */
-            __m512i h0 = _mm512_setzero_si512(), h1 = h0, l0 = h0, l1 = h0;
-            for (int j = 0; j < 4; j++) {
-                h0 = _mm512_dpbusd_epi32(h0, c[j], bcast4(q1 + 4 * j));
-                h1 = _mm512_dpbusd_epi32(h1, c[j + 4], bcast4(q1 + 16 + 4 * j));
-                if (!res) continue; /* int8 activations: q2 is all zero */
-                l0 = _mm512_dpbusd_epi32(l0, c[j], bcast4(q2 + 4 * j));
-                l1 = _mm512_dpbusd_epi32(l1, c[j + 4], bcast4(q2 + 16 + 4 * j));
-            }
-            const __m512i s0 = _mm512_add_epi32(_mm512_slli_epi32(h0, 8), l0);
-            const __m512i s1 = _mm512_add_epi32(_mm512_slli_epi32(h1, 8), l1);
-            if (!halves) {
-                acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
-                                         _mm512_mul_ps(dw0, _mm512_set1_ps(da)), acc[i]);
-                continue;
-            }
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(dw0, _mm512_set1_ps(da)),
-                                     acc[i]);
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1), _mm512_mul_ps(dw1, _mm512_set1_ps(da)),
-                                     acc[i]);
+            __m512i s0, s1;
+            r16x_col_sums(c, q1, q2, res, &s0, &s1);
+            acc[i] = r16x_acc(acc[i], s0, s1, dw0, dw1, dt[i][k], halves);
         }
     }
     for (int64_t k = 0; k < nb; k++) {
@@ -226,15 +251,7 @@ r16x_vnni_pass8(const int res, const int planes, const int lut, const int halves
 #pragma GCC unroll 8
         for (int i = 0; i < R16X_PASS; i++) {
             if (i >= nt) break;
-            const int64_t t = t0 + i;
-            if (!halves) {
-                offv[i] = _mm512_fmadd_ps(cw0, _mm512_set1_ps(a->s[t * nb + k]), offv[i]);
-                continue;
-            }
-            float sa0, sa1;
-            r16x_half_sums(a, t, k, &sa0, &sa1);
-            offv[i] = _mm512_fmadd_ps(cw0, _mm512_set1_ps(sa0), offv[i]);
-            offv[i] = _mm512_fmadd_ps(cw1, _mm512_set1_ps(sa1), offv[i]);
+            offv[i] = r16x_off(offv[i], cw0, cw1, a, t0 + i, k, halves);
         }
     }
 #pragma GCC unroll 8
@@ -290,32 +307,10 @@ r16x_vnni_rows(const int res, const int planes, const int lut, const int halves,
                     const int64_t t = t0 + i;
                     const int8_t *q1 = a->q + t * nb * 2 * ZI_QK + k * ZI_QK;
                     const int8_t *q2 = q1 + nb * ZI_QK;
-                    const float da = a->d[t * nb + k];
-                    /* Values 0-15 (vectors 0-3) and 16-31 (4-7) apart. */
-                    __m512i h0 = _mm512_setzero_si512(), h1 = h0, l0 = h0, l1 = h0;
-                    for (int j = 0; j < 4; j++) {
-                        h0 = _mm512_dpbusd_epi32(h0, c[j], bcast4(q1 + 4 * j));
-                        h1 = _mm512_dpbusd_epi32(h1, c[j + 4], bcast4(q1 + 16 + 4 * j));
-                        if (!res) continue; /* int8 activations: q2 is all zero */
-                        l0 = _mm512_dpbusd_epi32(l0, c[j], bcast4(q2 + 4 * j));
-                        l1 = _mm512_dpbusd_epi32(l1, c[j + 4], bcast4(q2 + 16 + 4 * j));
-                    }
-                    const __m512i s0 = _mm512_add_epi32(_mm512_slli_epi32(h0, 8), l0);
-                    const __m512i s1 = _mm512_add_epi32(_mm512_slli_epi32(h1, 8), l1);
-                    if (!halves) {
-                        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1)),
-                                                 _mm512_mul_ps(dw0, _mm512_set1_ps(da)), acc[i]);
-                        offv[i] = _mm512_fmadd_ps(cw0, _mm512_set1_ps(a->s[t * nb + k]), offv[i]);
-                        continue;
-                    }
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0),
-                                             _mm512_mul_ps(dw0, _mm512_set1_ps(da)), acc[i]);
-                    acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1),
-                                             _mm512_mul_ps(dw1, _mm512_set1_ps(da)), acc[i]);
-                    float sa0, sa1;
-                    r16x_half_sums(a, t, k, &sa0, &sa1);
-                    offv[i] = _mm512_fmadd_ps(cw0, _mm512_set1_ps(sa0), offv[i]);
-                    offv[i] = _mm512_fmadd_ps(cw1, _mm512_set1_ps(sa1), offv[i]);
+                    __m512i s0, s1;
+                    r16x_col_sums(c, q1, q2, res, &s0, &s1);
+                    acc[i] = r16x_acc(acc[i], s0, s1, dw0, dw1, a->d[t * nb + k], halves);
+                    offv[i] = r16x_off(offv[i], cw0, cw1, a, t, k, halves);
                 }
             }
             for (int i = 0; i < nt; i++)
