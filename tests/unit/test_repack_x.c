@@ -208,6 +208,21 @@ static float *check_products(const zi_cpu_kernels *k, int type, const uint8_t *w
     return y;
 }
 
+/* check_products on the avx2 table and, where this CPU has it, the avx512
+ * table, which must give the same bits (the same integers, the same float
+ * steps). */
+static void check_tables(const zi_cpu_kernels *avx2, const zi_cpu_kernels *avx512, int type,
+                         const uint8_t *w, size_t rb, int rows, int cols, const float *x, int T,
+                         int int8) {
+    float *a = check_products(avx2, type, w, rb, rows, cols, x, T, int8);
+    if (avx512) {
+        float *b = check_products(avx512, type, w, rb, rows, cols, x, T, int8);
+        assert_memory_equal(a, b, sizeof(float) * (size_t)T * rows);
+        free(b);
+    }
+    free(a);
+}
+
 static void test_products(void **state) {
     (void)state;
     /* 3 super-blocks; 3 tokens (one pass of 4), 6 (one part pass of 8) and
@@ -226,13 +241,7 @@ static void test_products(void **state) {
                 const int type = TYPES[ti];
                 size_t rb;
                 uint8_t *w = zi_test_random_blocks(&rng, type, rows, cols, &rb);
-                float *a = check_products(avx2, type, w, rb, rows, cols, x, T, int8);
-                if (avx512) { /* the same integers, the same float steps */
-                    float *b = check_products(avx512, type, w, rb, rows, cols, x, T, int8);
-                    assert_memory_equal(a, b, sizeof(float) * (size_t)T * rows);
-                    free(b);
-                }
-                free(a);
+                check_tables(avx2, avx512, type, w, rb, rows, cols, x, T, int8);
                 free(w);
             }
         free(x);
@@ -304,13 +313,7 @@ static void test_products_mxfp4_scales(void **state) {
             w[rb * (size_t)r + 17 * (size_t)k] =
                 (uint8_t)(r < 4 ? (r + k) % 4 : 40 + 4 * r + k % 3);
     for (int int8 = 0; int8 < 2; int8++) {
-        float *a = check_products(avx2, ZI_TYPE_MXFP4, w, rb, rows, cols, x, T, int8);
-        if (avx512) {
-            float *b = check_products(avx512, ZI_TYPE_MXFP4, w, rb, rows, cols, x, T, int8);
-            assert_memory_equal(a, b, sizeof(float) * (size_t)T * rows);
-            free(b);
-        }
-        free(a);
+        check_tables(avx2, avx512, ZI_TYPE_MXFP4, w, rb, rows, cols, x, T, int8);
     }
     free(w);
     free(x);
