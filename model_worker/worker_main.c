@@ -1247,9 +1247,6 @@ static void free_loras(worker *w) {
     w->n_loras = 0;
 }
 
-/* Load: the device backend and the model; the worker's slots, context and
- * name follow from the options and the model. Reports and returns the
- * exit status on failure (nothing left to free). */
 /* Frees what load() and the speech decoder's set-up made (each may be
  * NULL): the failed start-up paths and the shutdown share it. */
 static void free_loaded(worker *w, wres *r) {
@@ -1264,6 +1261,9 @@ static void free_loaded(worker *w, wres *r) {
     w->tts = NULL, w->tts_be = NULL;
 }
 
+/* Load: the device backend and the model; the worker's slots, context and
+ * name follow from the options and the model. Reports and returns the
+ * exit status on failure (nothing left to free). */
 static int load(worker *w, const wopts *o, wres *r) {
     zi_error err = {0};
     int rc;

@@ -416,8 +416,13 @@ def test_moe_real_layer_shape(run_zinfer, tmp_path):
                         vocab=vocab)
     ref_model = numpy_llama.Model(str(path))
     ids = [int(t) for t in np.random.default_rng(9).integers(0, 32000, 24)]
-    ref = ref_model.forward(ids)
-    sel = routed(path, ref_model, ids)
+    def logits_and_routing():  # one forward for both (the layer's weights are ~1.5 GB)
+        routing = []
+        ref = ref_model.forward(ids, routing=routing)
+        return ref, np.asarray(routing[0][0])
+
+    ref, sel = refcache.cached("test_families_moe.real_layer", (refcache.file_sha256(path), ids),
+                               logits_and_routing)
     del ref_model
     got = zinfer_logits(run_zinfer, path, ids, tmp_path / "o.f32").astype(np.float64)
     kl = numpy_llama.kl(ref, got)
