@@ -236,15 +236,25 @@ static int cuda_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *
     cuda_backend *c = cb(be);
     int rc = zi_weight_describe(t, w, err);
     if (rc) return rc;
-    /* The device kernels (cuda_kernels.cu) know the file types zinfer read
-     * before the K-quants; the CPU backend reads every type. */
+    /* The device kernels (cuda_kernels.cu) take every type the GGUF reader
+     * accepts; a new reader type is refused here until they do. */
     switch (w->type) {
     case ZI_TYPE_F32:
     case ZI_TYPE_F16:
     case ZI_TYPE_BF16:
     case ZI_TYPE_Q4_0:
     case ZI_TYPE_Q4_1:
+    case ZI_TYPE_Q5_0:
+    case ZI_TYPE_Q5_1:
     case ZI_TYPE_Q8_0:
+    case ZI_TYPE_Q2_K:
+    case ZI_TYPE_Q3_K:
+    case ZI_TYPE_Q4_K:
+    case ZI_TYPE_Q5_K:
+    case ZI_TYPE_Q6_K:
+    case ZI_TYPE_IQ4_NL:
+    case ZI_TYPE_IQ4_XS:
+    case ZI_TYPE_MXFP4:
         break;
     default:
         return zi_error_set(err, ZI_EUNSUPPORTED,

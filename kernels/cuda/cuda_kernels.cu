@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "gguf.h"
+#include "qdecode.h"
 
 namespace {
 
@@ -106,6 +107,56 @@ struct BlockQ8_0 {
     }
 };
 
+/*
+ * The kernels below take a row and a 32-value sub-block index ib
+ * (decode_sub), so that one kernel serves the 32-value blocks above and
+ * the 256-value K-quant blocks, whose decoders (qdecode.h, shared with the
+ * C unit test that checks them against the CPU backend) find sub-block ib
+ * inside block ib / 8.
+ */
+template <class B> struct Block32 {
+    __device__ static void decode_sub(const uint8_t *row, int64_t ib, int h, float *wa, float *wb,
+                                      int *oa, int *ob) {
+        B::decode(row + ib * B::kBytes, h, wa, wb, oa, ob);
+    }
+};
+
+#define ZI_QD_BLOCK(NAME, FN)                                                                      \
+    struct NAME {                                                                                  \
+        __device__ static void decode_sub(const uint8_t *row, int64_t ib, int h, float *wa,        \
+                                          float *wb, int *oa, int *ob) {                           \
+            FN(row, ib, h, wa, wb, oa, ob);                                                        \
+        }                                                                                          \
+    };
+ZI_QD_BLOCK(BlockQ5_0, zi_qd_q5_0)
+ZI_QD_BLOCK(BlockQ5_1, zi_qd_q5_1)
+ZI_QD_BLOCK(BlockIQ4_NL, zi_qd_iq4_nl)
+ZI_QD_BLOCK(BlockMXFP4, zi_qd_mxfp4)
+ZI_QD_BLOCK(BlockQ2_K, zi_qd_q2_k)
+ZI_QD_BLOCK(BlockQ3_K, zi_qd_q3_k)
+ZI_QD_BLOCK(BlockQ4_K, zi_qd_q4_k)
+ZI_QD_BLOCK(BlockQ5_K, zi_qd_q5_k)
+ZI_QD_BLOCK(BlockQ6_K, zi_qd_q6_k)
+ZI_QD_BLOCK(BlockIQ4_XS, zi_qd_iq4_xs)
+#undef ZI_QD_BLOCK
+
+/* Every quantized type the kernels take, as X(type, decoder): the switches
+ * of the launchers below are written once from it. */
+#define ZI_CUDA_QUANT_TYPES(X)                                                                     \
+    X(ZI_TYPE_Q4_0, Block32<BlockQ4_0>)                                                            \
+    X(ZI_TYPE_Q4_1, Block32<BlockQ4_1>)                                                            \
+    X(ZI_TYPE_Q8_0, Block32<BlockQ8_0>)                                                            \
+    X(ZI_TYPE_Q5_0, BlockQ5_0)                                                                     \
+    X(ZI_TYPE_Q5_1, BlockQ5_1)                                                                     \
+    X(ZI_TYPE_IQ4_NL, BlockIQ4_NL)                                                                 \
+    X(ZI_TYPE_MXFP4, BlockMXFP4)                                                                   \
+    X(ZI_TYPE_Q2_K, BlockQ2_K)                                                                     \
+    X(ZI_TYPE_Q3_K, BlockQ3_K)                                                                     \
+    X(ZI_TYPE_Q4_K, BlockQ4_K)                                                                     \
+    X(ZI_TYPE_Q5_K, BlockQ5_K)                                                                     \
+    X(ZI_TYPE_Q6_K, BlockQ6_K)                                                                     \
+    X(ZI_TYPE_IQ4_XS, BlockIQ4_XS)
+
 /* Writes the NT warp sums of one row (lane 0 stores). */
 template <int NT>
 __device__ __forceinline__ void store_row(const float *acc, float *y, int64_t rows, int64_t r,
@@ -120,8 +171,8 @@ __device__ __forceinline__ void store_row(const float *acc, float *y, int64_t ro
 
 /*
  * Quantized matrix-vector product: one warp per weight row, two lanes per
- * block (a warp covers 16 consecutive blocks per step, so its loads are
- * contiguous), NT token accumulators per lane so each weight is decoded
+ * 32-value sub-block (a warp covers 16 consecutive sub-blocks per step, so
+ * its loads are contiguous), NT token accumulators per lane so each weight is decoded
  * once for every token of the batch.
  */
 template <class B, int NT>
@@ -140,7 +191,7 @@ __global__ void __launch_bounds__(kMmvWarps *kWarp)
     for (int64_t ib = lane >> 1; ib < nb; ib += kWarp / 2) {
         float wa[8], wb[8];
         int oa, ob;
-        B::decode(wr + ib * B::kBytes, h, wa, wb, &oa, &ob);
+        B::decode_sub(wr, ib, h, wa, wb, &oa, &ob);
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t >= nt) break;
@@ -265,15 +316,12 @@ cudaError_t launch_mmv(int type, const void *w, size_t row_bytes, int64_t rows, 
     const dim3 block(kMmvWarps * kWarp);
     const uint8_t *wb = static_cast<const uint8_t *>(w);
     switch (type) {
-    case ZI_TYPE_Q4_0:
-        mmv_quant<BlockQ4_0, NT><<<grid, block, 0, s>>>(wb, row_bytes, rows, cols, x, y, nt);
+#define ZI_CASE(T, B)                                                                              \
+    case T:                                                                                        \
+        mmv_quant<B, NT><<<grid, block, 0, s>>>(wb, row_bytes, rows, cols, x, y, nt);              \
         break;
-    case ZI_TYPE_Q4_1:
-        mmv_quant<BlockQ4_1, NT><<<grid, block, 0, s>>>(wb, row_bytes, rows, cols, x, y, nt);
-        break;
-    case ZI_TYPE_Q8_0:
-        mmv_quant<BlockQ8_0, NT><<<grid, block, 0, s>>>(wb, row_bytes, rows, cols, x, y, nt);
-        break;
+        ZI_CUDA_QUANT_TYPES(ZI_CASE)
+#undef ZI_CASE
     case ZI_TYPE_F32:
         mmv_float<ZI_TYPE_F32, NT><<<grid, block, 0, s>>>(wb, row_bytes, rows, cols, x, y, nt);
         break;
@@ -289,13 +337,14 @@ cudaError_t launch_mmv(int type, const void *w, size_t row_bytes, int64_t rows, 
     return cudaGetLastError();
 }
 
-/* Dequantizes one 32-value block into v[32]. */
-template <class B> __device__ __forceinline__ void decode_block(const uint8_t *blk, float *v) {
+/* Dequantizes 32-value sub-block ib of a row into v[32]. */
+template <class B>
+__device__ __forceinline__ void decode_block(const uint8_t *row, int64_t ib, float *v) {
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         float wa[8], wb[8];
         int oa, ob;
-        B::decode(blk, h, wa, wb, &oa, &ob);
+        B::decode_sub(row, ib, h, wa, wb, &oa, &ob);
 #pragma unroll
         for (int j = 0; j < 8; j++) {
             v[oa + j] = wa[j];
@@ -328,7 +377,7 @@ __device__ __forceinline__ void put_one(float *dst, float v) {
     *dst = v;
 }
 
-/* Quantized rows into a dense T matrix: one thread per 32-value block. */
+/* Quantized rows into a dense T matrix: one thread per 32-value sub-block. */
 template <class B, typename T>
 __global__ void quant_to_dense(const uint8_t *__restrict__ w, size_t row_bytes, int64_t rows,
                                int64_t cols, T *__restrict__ out) {
@@ -337,7 +386,7 @@ __global__ void quant_to_dense(const uint8_t *__restrict__ w, size_t row_bytes, 
     if (idx >= rows * nb) return;
     const int64_t r = idx / nb, ib = idx % nb;
     float v[32];
-    decode_block<B>(w + r * row_bytes + ib * B::kBytes, v);
+    decode_block<B>(w + r * row_bytes, ib, v);
     put_block(out + r * cols + ib * 32, v);
 }
 
@@ -356,7 +405,7 @@ __global__ void f32_to_f16(const float *__restrict__ x, __half *__restrict__ out
     if (i < n) out[i] = __float2half_rn(x[i]);
 }
 
-/* One block per id; quantized tables: one thread per block of 32. */
+/* One block per id; quantized tables: one thread per sub-block of 32. */
 template <class B>
 __global__ void get_rows_quant(const uint8_t *__restrict__ t, size_t row_bytes, int64_t cols,
                                const int32_t *__restrict__ ids, float *__restrict__ y) {
@@ -365,7 +414,7 @@ __global__ void get_rows_quant(const uint8_t *__restrict__ t, size_t row_bytes, 
     float *yr = y + static_cast<int64_t>(blockIdx.x) * cols;
     for (int64_t ib = threadIdx.x; ib < nb; ib += blockDim.x) {
         float v[32];
-        decode_block<B>(t + row * row_bytes + ib * B::kBytes, v);
+        decode_block<B>(t + row * row_bytes, ib, v);
 #pragma unroll
         for (int i = 0; i < 32; i++) yr[ib * 32 + i] = v[i];
     }
@@ -743,15 +792,12 @@ static cudaError_t to_dense(int type, const void *w, size_t row_bytes, int64_t r
     const unsigned gq = static_cast<unsigned>((nb + kThreads - 1) / kThreads);
     const unsigned gf = static_cast<unsigned>((ne + kThreads - 1) / kThreads);
     switch (type) {
-    case ZI_TYPE_Q4_0:
-        quant_to_dense<BlockQ4_0, T><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
+#define ZI_CASE(TY, B)                                                                             \
+    case TY:                                                                                       \
+        quant_to_dense<B, T><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);         \
         break;
-    case ZI_TYPE_Q4_1:
-        quant_to_dense<BlockQ4_1, T><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
-        break;
-    case ZI_TYPE_Q8_0:
-        quant_to_dense<BlockQ8_0, T><<<gq, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
-        break;
+        ZI_CUDA_QUANT_TYPES(ZI_CASE)
+#undef ZI_CASE
     case ZI_TYPE_F16:
         if (!f16_source) return cudaErrorInvalidValue;
         float_to_dense<ZI_TYPE_F16, T><<<gf, kThreads, 0, stream>>>(wb, row_bytes, rows, cols, out);
@@ -811,15 +857,12 @@ cudaError_t zi_cuda_get_rows(int type, const void *table, size_t row_bytes, int6
     const uint8_t *t = static_cast<const uint8_t *>(table);
     const unsigned g = static_cast<unsigned>(n);
     switch (type) {
-    case ZI_TYPE_Q4_0:
-        get_rows_quant<BlockQ4_0><<<g, 128, 0, stream>>>(t, row_bytes, cols, ids, y);
+#define ZI_CASE(TY, B)                                                                             \
+    case TY:                                                                                       \
+        get_rows_quant<B><<<g, 128, 0, stream>>>(t, row_bytes, cols, ids, y);                      \
         break;
-    case ZI_TYPE_Q4_1:
-        get_rows_quant<BlockQ4_1><<<g, 128, 0, stream>>>(t, row_bytes, cols, ids, y);
-        break;
-    case ZI_TYPE_Q8_0:
-        get_rows_quant<BlockQ8_0><<<g, 128, 0, stream>>>(t, row_bytes, cols, ids, y);
-        break;
+        ZI_CUDA_QUANT_TYPES(ZI_CASE)
+#undef ZI_CASE
     case ZI_TYPE_F32:
         get_rows_float<ZI_TYPE_F32><<<g, 256, 0, stream>>>(t, row_bytes, cols, ids, y);
         break;

@@ -45,17 +45,19 @@ cudaError_t zi_cuda_noop(cudaStream_t s);
 
 /* y[t * rows + r] = dot(W row r, x[t * cols ..]) for t < n_tokens
  * (1..ZI_CUDA_MMV_MAX_TOKENS). W has `type` (a zi_ggml_type) rows of
- * row_bytes; cols is a multiple of 32 for block types. */
+ * row_bytes; cols is a multiple of the type's block. Types: F32, F16, BF16,
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS, MXFP4 (the
+ * weights are decoded exactly as the CPU backend decodes them; qdecode.h). */
 cudaError_t zi_cuda_mmv(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                         const float *x, float *y, int n_tokens, cudaStream_t stream);
 
 /* W (rows x cols of `type`) -> fp16, row-major, into out (rows * cols
- * halves). For Q4_0, Q4_1, Q8_0, BF16 and F32. */
+ * halves). For every quantized type zi_cuda_mmv takes, BF16 and F32. */
 cudaError_t zi_cuda_to_f16(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                            void *out, cudaStream_t stream);
 
 /* W (rows x cols of `type`) -> float32, row-major, into out (rows * cols
- * floats), exactly. For Q4_0, Q4_1, Q8_0, F16, BF16 and F32. */
+ * floats), exactly. For every type zi_cuda_mmv takes. */
 cudaError_t zi_cuda_to_f32(int type, const void *w, size_t row_bytes, int64_t rows, int64_t cols,
                            float *out, cudaStream_t stream);
 

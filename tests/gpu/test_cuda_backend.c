@@ -122,9 +122,14 @@ static double rel_err(const float *a, const float *b, size_t n) {
 
 /* ---- weights ---- */
 
-/* Random rows of `type` (test_rand.h), float types in [-0.5, 0.5]. */
+/* Random rows of `type` (test_rand.h), float types in [-0.5, 0.5]; the
+ * types zi_test_make_rows does not write are random blocks (every code and
+ * sub-scale random, scales small). */
 static void *make_rows(int type, int rows, int cols, size_t *row_bytes) {
-    void *w = zi_test_make_rows(&rng, type, rows, cols, 0.5f, row_bytes);
+    const int plain = type == ZI_TYPE_Q4_0 || type == ZI_TYPE_Q4_1 || type == ZI_TYPE_Q8_0 ||
+                      type == ZI_TYPE_F16 || type == ZI_TYPE_BF16 || type == ZI_TYPE_F32;
+    void *w = plain ? zi_test_make_rows(&rng, type, rows, cols, 0.5f, row_bytes)
+                    : zi_test_random_blocks(&rng, type, rows, cols, row_bytes);
     assert_non_null(w);
     return w;
 }
@@ -145,8 +150,11 @@ static zi_gguf_tensor tensor(const char *name, int type, int rows, int cols, con
     return t;
 }
 
-static const int TYPES[] = {ZI_TYPE_Q4_0, ZI_TYPE_Q4_1, ZI_TYPE_Q8_0,
-                            ZI_TYPE_F16,  ZI_TYPE_BF16, ZI_TYPE_F32};
+/* Every type the backend takes (the K-quants need cols % 256 == 0). */
+static const int TYPES[] = {ZI_TYPE_Q4_0, ZI_TYPE_Q4_1,   ZI_TYPE_Q8_0,   ZI_TYPE_F16,
+                            ZI_TYPE_BF16, ZI_TYPE_F32,    ZI_TYPE_Q5_0,   ZI_TYPE_Q5_1,
+                            ZI_TYPE_Q2_K, ZI_TYPE_Q3_K,   ZI_TYPE_Q4_K,   ZI_TYPE_Q5_K,
+                            ZI_TYPE_Q6_K, ZI_TYPE_IQ4_NL, ZI_TYPE_IQ4_XS, ZI_TYPE_MXFP4};
 
 /* matmul on both paths for every type, against double arithmetic on the
  * dequantized weights; the error is relative to sum |w x| per output. */
@@ -263,7 +271,7 @@ static void test_matmul_n_vs_cpu(void **state) {
 static void test_get_rows(void **state) {
     (void)state;
     zi_error err = {0};
-    const int rows = 100, cols = 320, n = 7;
+    const int rows = 100, cols = 512, n = 7;
     int32_t ids[7] = {0, 99, 5, 5, 42, 17, 98};
     for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
         size_t rb;
@@ -274,7 +282,7 @@ static void test_get_rows(void **state) {
         assert_int_equal(g_gpu->ops->reserve(g_gpu, n, cols, 64, &err), ZI_OK);
         float *dy = put(g_gpu, NULL, (size_t)n * cols);
         g_gpu->ops->get_rows(g_gpu, dy, &w, ids, n);
-        float y[7 * 320], want[320];
+        float y[7 * 512], want[512];
         get(g_gpu, y, dy, (size_t)n * cols);
         check_status();
         for (int i = 0; i < n; i++) {
