@@ -97,8 +97,23 @@ SHAPES = {
                         vocab_file="llama-bpe", bench_layers=8),
 }
 
-# The matrices' types drawn here (--type).
-TYPES = ["Q4_0", "Q4_1", "Q8_0", "F16"]
+# The matrices' types drawn here (--type). Q4_K_M is llama.cpp's mix
+# of that name, simplified: Q4_K matrices but attn_v and ffn_down in Q6_K,
+# and the token embedding (the tied output head) in Q6_K.
+TYPES = ["Q4_0", "Q4_1", "Q8_0", "F16", "Q4_K", "Q6_K", "IQ4_XS", "Q4_K_M"]
+MIXES = {"Q4_K_M": dict(base=Q.Q4_K, embd=Q.Q6_K, attn_v=Q.Q6_K, ffn_down=Q.Q6_K)}
+
+# Types drawn as random bytes but for their f16 scales (byte offset, and
+# the std of the value over d for random codes and sub-scales: Q4_K
+# d (sc q - 7.5 mn) with sc, mn, q uniform, ~258 d; Q6_K an int8 scale
+# times (q - 32), ~1366 d; IQ4_XS (scale - 32) times the code book, ~1246 d;
+# Q5_0 (q - 16), ~9.2 d; IQ4_NL the code book, ~67.4 d), so every code and
+# sub-scale is random, as in tests/unit/test_rand.h's random blocks.
+BYTE_SCALES = {Q.Q4_K: ((0, 258.0), (2, 258.0 / 7.5)), Q.Q6_K: ((208, 1366.0),),
+               Q.IQ4_XS: ((0, 1246.0),), Q.Q5_0: ((0, 9.23),), Q.IQ4_NL: ((0, 67.4),)}
+# A 256-value type on a matrix whose rows are not a multiple of 256 values
+# (SmolLM2's 576): llama.cpp's quantizer falls back to these.
+FALLBACK = {Q.Q4_K: Q.Q5_0, Q.Q6_K: Q.Q8_0, Q.IQ4_XS: Q.IQ4_NL}
 
 
 def blocks(rng, qtype, rows, cols, sigma):
@@ -125,6 +140,12 @@ def blocks(rng, qtype, rows, cols, sigma):
         d = np.full((n, 1), e, np.uint8)
         q = rng.integers(0, 256, (n, 16), dtype=np.uint8)
         b = np.concatenate([d, q], axis=1)
+    elif qtype in BYTE_SCALES:
+        be, bs = gguf.GGML_QUANT_SIZES[qtype]
+        nk = rows * cols // be
+        b = rng.integers(0, 256, (nk, bs), dtype=np.uint8)
+        for off, div in BYTE_SCALES[qtype]:
+            b[:, off:off + 2] = np.full((nk, 1), sigma / div, np.float16).view(np.uint8)
     elif qtype == Q.F16:
         return (rng.standard_normal((rows, cols)) * sigma).astype(np.float16)
     else:
@@ -176,7 +197,7 @@ def tokenizer_rows(path, n_vocab):
     return rows, have
 
 
-def tensor_plan(s, qt, layers, rng):
+def tensor_plan(s, qtype, layers, rng):
     """The file's tensors in order: (name, shape for the header as numpy
     sees the data, numpy dtype, raw GGML type or None, nbytes, a function
     drawing the data). Drawing happens when the tensor is written, in this
@@ -185,6 +206,10 @@ def tensor_plan(s, qt, layers, rng):
     dim, ffn, head = s["dim"], s["ffn"], s["head"]
     qd, kvd = s["heads"] * head, s["kv"] * head
     plan = []
+    # qtype: a TYPES name, or a GGML type (scripts/make-bench-models)
+    mix = MIXES.get(qtype, {}) if isinstance(qtype, str) else {}
+    qt = mix.get("base") or (Q[qtype] if isinstance(qtype, str) else qtype)
+    embd = mix.get("embd", s["embd"])
 
     def matrix(name, rows, cols, t, sigma, experts=0):
         """rows x cols (experts x rows x cols when experts)."""
@@ -194,6 +219,8 @@ def tensor_plan(s, qt, layers, rng):
             plan.append((name, lead + (rows, cols), np.float16, None, n * cols * 2,
                          lambda: blocks(rng, t, n, cols, sigma).reshape(lead + (rows, cols))))
             return
+        if t in FALLBACK and cols % 256:
+            t = FALLBACK[t]
         bs, ts = gguf.GGML_QUANT_SIZES[t]
         rb = cols // bs * ts
         plan.append((name, lead + (rows, rb), np.uint8, t, n * rb,
@@ -211,10 +238,10 @@ def tensor_plan(s, qt, layers, rng):
     # the embedding doubles as the output head when tied (as in the real
     # files but qwen3-8b); logits std ~2 either way
     emb_sigma = 2.0 / math.sqrt(dim)
-    matrix("token_embd.weight", s["vocab"], dim, s["embd"], emb_sigma)
+    matrix("token_embd.weight", s["vocab"], dim, embd, emb_sigma)
     vector("output_norm.weight", dim)
     if s.get("untied"):
-        matrix("output.weight", s["vocab"], dim, s["embd"], emb_sigma)
+        matrix("output.weight", s["vocab"], dim, embd, emb_sigma)
     if s.get("llama3_rope"):
         f = llama3_rope_factors(s["rope"], head, *s["llama3_rope"])
         vector("rope_freqs.weight", head // 2, lambda: f)
@@ -226,7 +253,7 @@ def tensor_plan(s, qt, layers, rng):
         if not moe:
             mats += [("ffn_gate", ffn, dim), ("ffn_up", ffn, dim), ("ffn_down", dim, ffn)]
         for name, rows, cols in mats:
-            matrix(p + name + ".weight", rows, cols, qt, 1.0 / math.sqrt(cols))
+            matrix(p + name + ".weight", rows, cols, mix.get(name, qt), 1.0 / math.sqrt(cols))
         if moe:
             E, fe, et = moe["experts"], moe["ffn"], moe["type"] or qt
             f32(p + "ffn_gate_inp.weight", (E, dim), 1.0 / math.sqrt(dim))
@@ -291,7 +318,7 @@ def write(out, shape, qtype="Q4_1", layers=0, window=0, tokenizer_from=None, see
         rows, _ = tokenizer_rows(tokenizer_from, s["vocab"])
         for key, value, vtype, sub in rows:
             w.add_key_value(key, value, vtype, sub_type=sub)
-    plan = tensor_plan(s, Q[qtype], layers, rng)
+    plan = tensor_plan(s, qtype, layers, rng)
     for name, tshape, dtype, raw, nbytes, _ in plan:
         w.add_tensor_info(name, tshape, np.dtype(dtype), nbytes, raw_dtype=raw)
     w.write_header_to_file()
