@@ -11,7 +11,8 @@
  * Built in every configuration; without CUDA (no ZI_HAVE_CUDA) create
  * always gives NULL, and the generator samples on the host as before.
  * The generator uses this path only for steps whose contexts need no host
- * logits (no log probabilities, so no echo either).
+ * logits (no log probabilities, so no echo either). Decode passes of a
+ * shape seen before are replayed from CUDA graphs (device_sampler.c).
  */
 #ifndef ZI_DEVICE_SAMPLER_H
 #define ZI_DEVICE_SAMPLER_H
@@ -55,5 +56,11 @@ int zi_device_sampler_finish(zi_device_sampler *d, zi_error *err);
 
 /* Tokens sampled on the device so far. */
 uint64_t zi_device_sampler_count(const zi_device_sampler *d);
+
+/* The decode passes captured in CUDA graphs and the passes replayed from
+ * them so far (device_sampler.c says which passes qualify;
+ * ZINFER_CUDA_GRAPHS=0 turns graphs off). */
+void zi_device_sampler_graph_stats(const zi_device_sampler *d, uint64_t *captures,
+                                   uint64_t *replays);
 
 #endif

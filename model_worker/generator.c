@@ -304,6 +304,7 @@ void zi_generator_get_stats(const zi_generator *g, zi_generator_stats *out) {
     out->kv_free = ks.free;
     out->evictions = ks.evictions;
     out->device_sampled = zi_device_sampler_count(g->dev);
+    zi_device_sampler_graph_stats(g->dev, &out->graph_captures, &out->graph_replays);
     if (g->disk) {
         zi_kv_disk_stats ds;
         zi_kv_disk_get_stats(g->disk, &ds);

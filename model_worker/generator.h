@@ -130,6 +130,8 @@ typedef struct zi_generator_stats {
     uint64_t evictions;           /* cached blocks reused for other K/V */
     int32_t prefill_chunk;        /* the prompt tokens per step beside decodes, now */
     uint64_t device_sampled;      /* tokens sampled on the GPU (device_sampler.h) */
+    uint64_t graph_captures;      /* decode passes captured in CUDA graphs (device_sampler.h) */
+    uint64_t graph_replays;       /* passes replayed from them */
     uint64_t spec_steps;          /* speculation: verifications (a sequence's drafts in a step) */
     uint64_t spec_drafted;        /* draft tokens fed for verification */
     uint64_t spec_accepted;       /* of those, accepted (emitted without a step of their own) */

@@ -129,6 +129,7 @@ typedef struct cuda_backend {
     int f16_weights;        /* zi_cuda_options.f16_weights */
     size_t f16_bytes;       /* held in fp16 weight copies */
     uint64_t capture_epoch; /* counts captures; nonzero while capturing */
+    uint64_t free_epoch;    /* counts frees of device or staging memory (dev_free) */
     int capturing;
     int status;
     zi_error err;
@@ -230,6 +231,15 @@ int zi_cuda_device_name(int dev, char *buf, size_t cap, zi_error *err) {
     return ZI_OK;
 }
 
+/* Frees device memory (cudaFree waits for the device: no queued op still
+ * uses it). A captured graph may hold the address, so the free is counted:
+ * zi_cuda_graph_stale then says the graph must not be replayed. */
+static void dev_free(cuda_backend *c, void *p) {
+    if (!p) return;
+    cudaFree(p);
+    c->free_epoch++;
+}
+
 /* ---- weights ---- */
 
 static int cuda_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *t, zi_error *err) {
@@ -291,10 +301,10 @@ static int cuda_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *
 
 static void cuda_weight_free(zi_backend *be, zi_weight *w) {
     cuda_backend *c = cb(be);
-    if (w->owned) cudaFree(w->owned);
+    dev_free(c, w->owned);
     w->owned = NULL;
     if (w->aux) {
-        cudaFree(w->aux);
+        dev_free(c, w->aux);
         if (!(w->layout & ZI_CUDA_LAYOUT_TILE_F32))
             c->f16_bytes -= (size_t)w->rows * (size_t)w->cols * 2;
     }
@@ -323,9 +333,9 @@ static float *cuda_vector_init(zi_backend *be, const zi_gguf_tensor *t, zi_error
 /* ---- memory ---- */
 
 /* Grows a device buffer to `bytes` (contents dropped). */
-static cudaError_t grow(void **p, size_t *cap, size_t want, size_t elem) {
+static cudaError_t grow(cuda_backend *c, void **p, size_t *cap, size_t want, size_t elem) {
     if (want <= *cap) return cudaSuccess;
-    cudaFree(*p); /* cudaFree waits for the device: no queued op still uses it */
+    dev_free(c, *p);
     *p = NULL;
     *cap = 0;
     cudaError_t e = cudaMalloc(p, want * elem);
@@ -348,8 +358,8 @@ static int cuda_reserve(zi_backend *be, int n_tokens, int64_t max_cols, int ctx,
     }
     if (e == cudaSuccess && n_tokens > ZI_CUDA_MMV_MAX_TOKENS) {
         what = "cudaMalloc (fp16 operands)";
-        e = grow(&c->x16, &c->x16_cap, (size_t)n_tokens * (size_t)max_cols, 2);
-        if (e == cudaSuccess) e = grow(&c->w16, &c->w16_cap, c->max_w16, 2);
+        e = grow(c, &c->x16, &c->x16_cap, (size_t)n_tokens * (size_t)max_cols, 2);
+        if (e == cudaSuccess) e = grow(c, &c->w16, &c->w16_cap, c->max_w16, 2);
     }
     if (e == cudaSuccess && !c->attn_scratch) {
         what = "cudaMalloc (attention scratch)";
@@ -380,8 +390,7 @@ static void *cuda_alloc(zi_backend *be, size_t bytes) {
 }
 
 static void cuda_free(zi_backend *be, void *p) {
-    (void)be;
-    if (p) cudaFree(p);
+    dev_free(cb(be), p);
 }
 
 /* Both copies wait for the stream: the host may reuse or read its buffer as
@@ -414,8 +423,8 @@ static cudaError_t stage_grow(cuda_backend *c, int slot, size_t want) {
     if (want <= m->cap) return cudaSuccess;
     /* the old buffers may still feed queued copies and kernels */
     cudaError_t e = cudaStreamSynchronize(c->stream);
-    cudaFreeHost(m->h);
-    cudaFree(m->d);
+    cudaFreeHost(m->h); /* a graph's copies read it: counted as dev_free's are */
+    dev_free(c, m->d);
     m->h = m->d = NULL;
     m->cap = 0;
     m->n = -1;
@@ -828,7 +837,7 @@ static void cuda_lora(zi_backend *be, float *y, const float *x, int n_tokens, in
         c->lora_h = h;
         if (failed(c, cudaStreamSynchronize(c->stream), "cudaStreamSynchronize (lora rows)"))
             return;
-        cudaFree(c->lora_d);
+        dev_free(c, c->lora_d);
         c->lora_d = NULL;
         c->lora_cap = 0;
         if (failed(c, cudaMalloc((void **)&c->lora_d, (size_t)n_tokens * sizeof *c->lora_d),
@@ -837,9 +846,10 @@ static void cuda_lora(zi_backend *be, float *y, const float *x, int n_tokens, in
         c->lora_cap = (size_t)n_tokens;
     }
     void *scratch = c->lora_c;
-    if (failed(c,
-               grow(&scratch, &c->lora_c_cap, (size_t)n_tokens * (size_t)max_rank, sizeof(float)),
-               "cudaMalloc (lora scratch)"))
+    if (failed(
+            c,
+            grow(c, &scratch, &c->lora_c_cap, (size_t)n_tokens * (size_t)max_rank, sizeof(float)),
+            "cudaMalloc (lora scratch)"))
         return;
     c->lora_c = scratch;
     for (int t = 0; t < n_tokens; t++)
@@ -1143,7 +1153,7 @@ static int cuda_weight_prepare_tile(zi_backend *be, zi_weight *w, zi_error *err)
     }
     if (w->aux) { /* an fp16 copy made by an earlier matmul: the float32 one serves both */
         cudaStreamSynchronize(c->stream);
-        cudaFree(w->aux);
+        dev_free(c, w->aux);
         c->f16_bytes -= (size_t)w->rows * (size_t)w->cols * 2;
     }
     w->aux = p;
@@ -1360,7 +1370,8 @@ struct zi_cuda_graph {
     cuda_backend *c;
     cudaGraphExec_t exec;
     size_t nodes;
-    uint64_t epoch;   /* the capture's: which slots it copied */
+    uint64_t epoch;      /* the capture's: which slots it copied */
+    uint64_t free_epoch; /* the backend's at capture: nothing freed since while equal */
     cudaEvent_t done; /* after the last launch: its copies have read the staging */
     int launched;
 };
@@ -1390,6 +1401,7 @@ int zi_cuda_graph_capture(zi_backend *be, zi_cuda_enqueue_fn fn, void *arg, zi_c
                             cudaGetErrorString(e));
     }
     g->epoch = ++c->capture_epoch;
+    g->free_epoch = c->free_epoch;
     c->capturing = 1;
     zi_error ferr = {0};
     int rc = fn(arg, &ferr);
@@ -1423,18 +1435,27 @@ int zi_cuda_graph_capture(zi_backend *be, zi_cuda_enqueue_fn fn, void *arg, zi_c
     return ZI_OK;
 }
 
-/* Writes n entries into a slot the graph copies (it must copy exactly n). */
-static int restage(zi_cuda_graph *g, int slot, const int32_t *src, size_t n, zi_error *err) {
-    stage_slot *m = &g->c->meta[slot];
+/* Whether n entries fit a slot the graph copies (it copies exactly its
+ * captured count). */
+static int restage_check(const zi_cuda_graph *g, int slot, size_t n, zi_error *err) {
+    const stage_slot *m = &g->c->meta[slot];
     if (m->cap_epoch != g->epoch) return ZI_OK; /* the captured pass never read it */
     if (m->cap_n != (int64_t)n)
         return zi_error_set(err, ZI_EINVAL,
                             "graph launch: metadata slot %d has %zu entries, the captured pass "
                             "%lld (replay only passes of the captured shape)",
                             slot, n, (long long)m->cap_n);
+    return ZI_OK;
+}
+
+/* Writes n entries into a slot the graph copies (restage_check passed for
+ * every slot first: a refused launch leaves the staging as it was, so the
+ * next pass's skip of an unchanged slot stays right). */
+static void restage(zi_cuda_graph *g, int slot, const int32_t *src, size_t n) {
+    stage_slot *m = &g->c->meta[slot];
+    if (m->cap_epoch != g->epoch) return;
     memcpy(m->h, src, n * sizeof *src);
     m->n = (int64_t)n; /* the device copy holds these once the graph ran */
-    return ZI_OK;
 }
 
 int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_view *v,
@@ -1452,6 +1473,10 @@ int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_vi
     if (v->win_pos)
         return zi_error_set(err, ZI_EUNSUPPORTED,
                             "graph launch: a view with win_pos (an image's tokens) runs op by op");
+    if (zi_cuda_graph_stale(g))
+        return zi_error_set(err, ZI_EINVAL,
+                            "graph launch: device memory was freed since the capture (a buffer "
+                            "grew): capture the pass again");
     /* the same host checks as the ops make on their metadata */
     int max_seq = 0;
     int64_t limit = (int64_t)v->table_stride * s->block_size;
@@ -1464,14 +1489,17 @@ int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_vi
                                 i, v->pos[i], v->seq[i], (long long)limit - 1);
         if (v->seq[i] > max_seq) max_seq = v->seq[i];
     }
-    size_t T = (size_t)v->n_tokens;
-    int rc = restage(g, META_IDS, ids, T, err);
-    if (!rc) rc = restage(g, META_POS, v->pos, T, err);
-    if (!rc) rc = restage(g, META_SEQ, v->seq, T, err);
-    if (!rc)
-        rc = restage(g, META_TAB, v->block_tables, ((size_t)max_seq + 1) * (size_t)v->table_stride,
-                     err);
+    const size_t T = (size_t)v->n_tokens;
+    const size_t n_tab = ((size_t)max_seq + 1) * (size_t)v->table_stride;
+    int rc = restage_check(g, META_IDS, T, err);
+    if (!rc) rc = restage_check(g, META_POS, T, err);
+    if (!rc) rc = restage_check(g, META_SEQ, T, err);
+    if (!rc) rc = restage_check(g, META_TAB, n_tab, err);
     if (rc) return rc;
+    restage(g, META_IDS, ids, T);
+    restage(g, META_POS, v->pos, T);
+    restage(g, META_SEQ, v->seq, T);
+    restage(g, META_TAB, v->block_tables, n_tab);
     if (failed(c, cudaGraphLaunch(g->exec, c->stream), "cudaGraphLaunch") ||
         failed(c, cudaEventRecord(g->done, c->stream), "cudaEventRecord (graph)")) {
         if (err) *err = c->err;
@@ -1479,6 +1507,10 @@ int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_vi
     }
     g->launched = 1;
     return ZI_OK;
+}
+
+int zi_cuda_graph_stale(const zi_cuda_graph *g) {
+    return g->c->free_epoch != g->free_epoch;
 }
 
 size_t zi_cuda_graph_nodes(const zi_cuda_graph *g) {

@@ -123,6 +123,11 @@ int zi_cuda_graph_capture(zi_backend *be, zi_cuda_enqueue_fn fn, void *arg, zi_c
  * them; s: block_size and max_ctx of the cache (the rest is not read). */
 int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_view *v,
                          const zi_attn_shape *s, zi_error *err);
+/* 1 when the backend freed device or staging memory since g was captured
+ * (a buffer grew for a larger pass, a weight was unloaded): g may read
+ * freed memory, so zi_cuda_graph_launch refuses it; capture the pass
+ * again (after a pass of its shape has run op by op). */
+int zi_cuda_graph_stale(const zi_cuda_graph *g);
 size_t zi_cuda_graph_nodes(const zi_cuda_graph *g); /* kernels and copies in it */
 void zi_cuda_graph_free(zi_cuda_graph *g);
 
