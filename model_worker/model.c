@@ -2006,14 +2006,20 @@ static int forward_enqueue(zi_model *m, zi_kv_cache *kv, const zi_batch *b, floa
     }
     for (int i = 0; c->n_recurrent && i < T; i++) /* in order: each slot's last */
         kv->state_len[m->tok_slot[i]] = b->pos[i] + 1;
-    /* Normalize only the rows whose logits are wanted, packed together. */
-    int j = 0;
-    for (int i = 0; i < T; i++) {
-        int want = b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
-        if (!want) continue;
-        op->rmsnorm(be, m->xn + (size_t)j * c->dim, m->x + (size_t)i * c->dim, m->output_norm, 1,
-                    c->dim, c->norm_eps);
-        j++;
+    /* Normalize only the rows whose logits are wanted, packed together: in
+     * one call when every row is (a decode step; on a GPU one kernel, not
+     * one per sequence). */
+    if (n_wanted == T) {
+        op->rmsnorm(be, m->xn, m->x, m->output_norm, T, c->dim, c->norm_eps);
+    } else {
+        int j = 0;
+        for (int i = 0; i < T; i++) {
+            int want = b->want_logits ? b->want_logits[i] != 0 : i == T - 1;
+            if (!want) continue;
+            op->rmsnorm(be, m->xn + (size_t)j * c->dim, m->x + (size_t)i * c->dim, m->output_norm,
+                        1, c->dim, c->norm_eps);
+            j++;
+        }
     }
     if (b->want_hidden) collect_hidden(m, b);
     if (n_wanted == 0) return ZI_OK; /* a pass that only fills the cache */
