@@ -25,7 +25,8 @@
  * nothing allocates in the capture), its second is captured and launched,
  * later ones are launched. Only plain passes qualify (graph_eligible):
  * every token wants logits, no LoRA, images, embedding inputs or hidden
- * states, no recurrent layers (their state slots are not restaged). When
+ * states, no recurrent layers (their state slots are not restaged), no
+ * experts (moe.c routes on the host in the middle of a pass). When
  * the backend has freed memory since a capture (a buffer grew for a larger
  * pass), every graph is dropped and the keys start over.
  * ZINFER_CUDA_GRAPHS=0 runs every pass op by op.
@@ -54,7 +55,7 @@ struct zi_device_sampler {
     int n_logit_rows;
     size_t ld; /* floats per logits row: the model's n_vocab */
     uint64_t count;
-    int graphs_on, recurrent;
+    int graphs_on;
     graph_slot graphs[GRAPH_SLOTS];
     uint64_t clock, replays, captures;
 };
@@ -78,9 +79,12 @@ int zi_device_sampler_create(zi_model *m, int32_t n_vocab, int max_rows, zi_devi
     d->be = be;
     d->max_rows = max_rows;
     d->ld = (size_t)zi_model_get_config(m)->n_vocab;
-    d->recurrent = zi_model_get_config(m)->n_recurrent > 0;
+    /* a hybrid's state slots are not restaged by a replay, and a mixture
+     * of experts routes on the host in the middle of the pass (moe.c) */
+    const zi_model_config *mc = zi_model_get_config(m);
     const char *genv = getenv("ZINFER_CUDA_GRAPHS");
-    d->graphs_on = !(genv && strcmp(genv, "0") == 0);
+    d->graphs_on =
+        !(genv && strcmp(genv, "0") == 0) && mc->n_recurrent == 0 && mc->moe.n_expert == 0;
     d->rows = calloc((size_t)max_rows, sizeof *d->rows);
     int rc = d->rows ? zi_cuda_sampler_create(be, n_vocab, max_rows, &d->cs, err)
                      : zi_error_set(err, ZI_ENOMEM, "out of memory");
@@ -111,7 +115,7 @@ void zi_device_sampler_free(zi_device_sampler *d) {
  * are checked here because a replay skips the model's batch checks. */
 static int graph_eligible(const zi_device_sampler *d, const zi_batch *b) {
     const int T = b->n_tokens;
-    if (!d->graphs_on || d->recurrent || T < 1 || T > GRAPH_MAX_TOKENS) return 0;
+    if (!d->graphs_on || T < 1 || T > GRAPH_MAX_TOKENS) return 0;
     if (b->want_hidden || b->f32_attn || b->embd || b->embd_rows || b->attn_pos || b->state_slots ||
         (b->lora && b->lora_k > 0) || !b->block_tables || b->table_stride < 1)
         return 0;

@@ -642,6 +642,42 @@ static void cuda_matmul(zi_backend *be, float *y, const zi_weight *w, const floa
     cuda_matmul_n(be, 1, &y, &w, x, n_tokens);
 }
 
+/* backend.h's matmul_groups (a mixture of experts' chosen experts, each
+ * over its tokens): one product per group, as matmul would run it; a
+ * decode step's groups are a few tokens each (the matrix-vector kernel). */
+static void cuda_matmul_groups(zi_backend *be, int n, float *const *ys, const zi_weight *const *ws,
+                               const float *x, int n_rows, const int32_t *first,
+                               const int32_t *count) {
+    cuda_backend *c = cb(be);
+    for (int i = 0; i < n && !c->status; i++) {
+        if (first[i] < 0 || count[i] < 1 || first[i] > n_rows - count[i]) {
+            fail_msg(c, ZI_EINVAL, "matmul_groups: group %d takes rows %d..%d of %d", i, first[i],
+                     first[i] + count[i] - 1, n_rows);
+            return;
+        }
+        cuda_matmul(be, ys[i], ws[i], x + (size_t)first[i] * (size_t)ws[i]->cols, count[i]);
+    }
+}
+
+/* backend.h's weight_view: the rows of the file's encoding, in place (one
+ * upload for all of a tensor's experts). The view makes its own fp16 copy
+ * when a large product wants one (freed by weight_free on the view). */
+static int cuda_weight_view(zi_backend *be, const zi_weight *w, int64_t r0, int64_t n,
+                            zi_weight *out, zi_error *err) {
+    (void)be;
+    if (r0 < 0 || n < 1 || r0 > w->rows - n)
+        return zi_error_set(err, ZI_EINVAL, "weight view: rows %lld..%lld of %lld", (long long)r0,
+                            (long long)(r0 + n - 1), (long long)w->rows);
+    *out = *w;
+    out->rows = n;
+    out->data = out->file_data = (const uint8_t *)w->data + (size_t)r0 * w->row_bytes;
+    out->data_bytes = (size_t)n * w->row_bytes;
+    out->owned = NULL;
+    out->aux = NULL;
+    out->layout = w->layout & ~(ZI_CUDA_LAYOUT_TILE_F32 | ZI_CUDA_LAYOUT_NO_F16);
+    return ZI_OK;
+}
+
 /* ---- the other ops ---- */
 
 static void cuda_get_rows(zi_backend *be, float *y, const zi_weight *table, const int32_t *ids,
@@ -775,6 +811,13 @@ static void cuda_swiglu(zi_backend *be, float *out, const float *gate, const flo
     cuda_backend *c = cb(be);
     if (c->status) return;
     failed(c, zi_cuda_swiglu(out, gate, up, n, c->stream), "swiglu kernel");
+}
+
+static void cuda_swiglu_oai(zi_backend *be, float *out, const float *gate, const float *up,
+                            size_t n, float alpha, float limit) {
+    cuda_backend *c = cb(be);
+    if (c->status) return;
+    failed(c, zi_cuda_swiglu_oai(out, gate, up, n, alpha, limit, c->stream), "swiglu_oai kernel");
 }
 
 static void cuda_geglu(zi_backend *be, float *out, const float *gate, const float *up, size_t n) {
@@ -1219,6 +1262,7 @@ static const zi_backend_ops cuda_ops = {
     .free_backend = cuda_backend_free,
     .weight_init = cuda_weight_init,
     .weight_free = cuda_weight_free,
+    .weight_view = cuda_weight_view,
     .vector_init = cuda_vector_init,
     .reserve = cuda_reserve,
     .alloc = cuda_alloc,
@@ -1227,6 +1271,7 @@ static const zi_backend_ops cuda_ops = {
     .download = cuda_download,
     .matmul = cuda_matmul,
     .matmul_n = cuda_matmul_n,
+    .matmul_groups = cuda_matmul_groups,
     .matmul_tile = cuda_matmul_tile,
     .weight_prepare_tile = cuda_weight_prepare_tile,
     .get_rows = cuda_get_rows,
@@ -1237,6 +1282,7 @@ static const zi_backend_ops cuda_ops = {
     .attention = cuda_attention,
     .span_attention = cuda_span_attention,
     .swiglu = cuda_swiglu,
+    .swiglu_oai = cuda_swiglu_oai,
     .geglu = cuda_geglu,
     .scale = cuda_scale,
     .softcap = cuda_softcap,

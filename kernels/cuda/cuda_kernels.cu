@@ -729,6 +729,19 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *__rest
     }
 }
 
+/* gpt-oss's clamped SwiGLU (backend.h's swiglu_oai), the CPU backend's
+ * expression operation for operation, with expf. */
+__global__ void swiglu_oai_kernel(float *out, const float *gate, const float *__restrict__ up,
+                                  size_t n, float alpha, float limit) {
+    const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+    for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += stride) {
+        const float x = gate[i] < limit ? gate[i] : limit;
+        const float v = up[i] < -limit ? -limit : up[i] > limit ? limit : up[i];
+        out[i] = x / (1.0f + expf(-alpha * x)) * (v + 1.0f);
+    }
+}
+
 /* GELU's tanh approximation written as g / (1 + exp(-2y)), y = sqrt(2/pi)
  * (g + 0.044715 g^3): the CPU backend's geglu_f32, constant for constant,
  * with expf (not __expf) for agreement. */
@@ -945,6 +958,13 @@ cudaError_t zi_cuda_swiglu(float *out, const float *gate, const float *up, size_
                            cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     swiglu_kernel<<<ew_blocks(n), kThreads, 0, stream>>>(out, gate, up, n);
+    return cudaGetLastError();
+}
+
+cudaError_t zi_cuda_swiglu_oai(float *out, const float *gate, const float *up, size_t n,
+                               float alpha, float limit, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    swiglu_oai_kernel<<<ew_blocks(n), kThreads, 0, stream>>>(out, gate, up, n, alpha, limit);
     return cudaGetLastError();
 }
 

@@ -122,6 +122,13 @@ cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const
 cudaError_t zi_cuda_swiglu(float *out, const float *gate, const float *up, size_t n,
                            cudaStream_t stream);
 
+/* gpt-oss's clamped SwiGLU (backend.h's swiglu_oai): with x = min(gate[i],
+ * limit) and v = clamp(up[i], -limit, limit), out[i] = x / (1 +
+ * e^(-alpha x)) * (v + 1), as the CPU backend computes it (out may alias
+ * gate). */
+cudaError_t zi_cuda_swiglu_oai(float *out, const float *gate, const float *up, size_t n,
+                               float alpha, float limit, cudaStream_t stream);
+
 /* out[i] = gelu(gate[i]) * up[i], GELU's tanh approximation computed as the
  * CPU backend does (out may alias gate). */
 cudaError_t zi_cuda_geglu(float *out, const float *gate, const float *up, size_t n,

@@ -8,7 +8,8 @@
  *            on both paths (matrix-vector for <= 8 tokens, dequantize +
  *            cuBLAS above), matmul_n, get_rows, rmsnorm, rope, kv_store and
  *            attention on a shuffled paged cache (split and unsplit),
- *            swiglu, add; a bad token id is reported, not a device fault
+ *            swiglu, add; a bad token id is reported, not a device fault;
+ *            the experts' ops (weight_view, matmul_groups, swiglu_oai)
  *   gemma    rope_neox, geglu, scale, softcap and per-head rmsnorm vs the
  *            CPU; sliding-window attention (windows 1..past the context,
  *            split and unsplit) vs the CPU and a double reference
@@ -296,6 +297,100 @@ static void test_get_rows(void **state) {
         g_gpu->ops->weight_free(g_gpu, &w);
         free(wd);
     }
+}
+
+/* A mixture of experts' ops: experts viewed out of one tensor
+ * (weight_view), products over groups of rows (matmul_groups, on both
+ * paths: groups of up to 8 rows and more) against double arithmetic on
+ * the dequantized rows, and the clamped SwiGLU against the CPU backend. */
+static void test_moe_ops(void **state) {
+    (void)state;
+    zi_error err = {0};
+    const int E = 6, R = 96, cols = 512, n_rows = 40;
+    const int types[] = {ZI_TYPE_Q4_K, ZI_TYPE_MXFP4, ZI_TYPE_Q8_0};
+    /* groups: expert e over rows first[g] .. first[g] + count[g] - 1 */
+    const int n = 4, expert[4] = {5, 0, 3, 3};
+    const int32_t first[4] = {0, 3, 4, 30}, count[4] = {3, 1, 26, 10};
+    assert_int_equal(g_gpu->ops->reserve(g_gpu, n_rows, cols, 64, &err), ZI_OK);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const int type = types[ti];
+        size_t rb;
+        uint8_t *wd = make_rows(type, E * R, cols, &rb);
+        zi_gguf_tensor t = tensor("blk.0.ffn_up_exps.weight", type, E * R, cols, wd, rb);
+        zi_weight all, views[6];
+        assert_int_equal(g_gpu->ops->weight_init(g_gpu, &all, &t, &err), ZI_OK);
+        for (int e = 0; e < E; e++)
+            assert_int_equal(
+                g_gpu->ops->weight_view(g_gpu, &all, (int64_t)e * R, R, &views[e], &err), ZI_OK);
+        assert_int_equal(
+            g_gpu->ops->weight_view(g_gpu, &all, (int64_t)E * R - 1, 2, &views[0], &err),
+            ZI_EINVAL); /* past the last row */
+        assert_int_equal(g_gpu->ops->weight_view(g_gpu, &all, 0, R, &views[0], &err), ZI_OK);
+        float *x = frandom((size_t)n_rows * cols, -1, 1);
+        float *dx = put(g_gpu, x, (size_t)n_rows * cols);
+        float *dys[4], *ys[4];
+        const zi_weight *ws[4];
+        for (int g = 0; g < n; g++) {
+            dys[g] = put(g_gpu, NULL, (size_t)count[g] * R);
+            ys[g] = malloc(sizeof(float) * (size_t)count[g] * R);
+            ws[g] = &views[expert[g]];
+        }
+        g_gpu->ops->matmul_groups(g_gpu, n, dys, ws, dx, n_rows, first, count);
+        for (int g = 0; g < n; g++) get(g_gpu, ys[g], dys[g], (size_t)count[g] * R);
+        check_status();
+        float *row = malloc(sizeof(float) * cols);
+        for (int g = 0; g < n; g++) {
+            const double tol = count[g] <= 8 ? 2e-5 : 3e-3; /* fp16 operands above 8 rows */
+            for (int r = 0; r < R; r++) {
+                const int wr = expert[g] * R + r;
+                zi_dequantize_row(type, wd + rb * (size_t)wr, row, cols);
+                for (int k = 0; k < count[g]; k++) {
+                    const float *xr = x + (size_t)(first[g] + k) * cols;
+                    double ref = 0, mag = 0;
+                    for (int c = 0; c < cols; c++) {
+                        ref += (double)row[c] * xr[c];
+                        mag += fabs((double)row[c] * xr[c]);
+                    }
+                    const double got = ys[g][(size_t)k * R + r];
+                    if (!(fabs(got - ref) <= tol * mag + 1e-6))
+                        fail_msg("%s group %d (expert %d) row %d of %d: %.7g, want %.7g",
+                                 zi_ggml_type_name(type), g, expert[g], k, count[g], got, ref);
+                }
+            }
+        }
+        for (int g = 0; g < n; g++) {
+            g_gpu->ops->free(g_gpu, dys[g]);
+            free(ys[g]);
+        }
+        for (int e = 0; e < E; e++) g_gpu->ops->weight_free(g_gpu, &views[e]);
+        g_gpu->ops->weight_free(g_gpu, &all);
+        g_gpu->ops->free(g_gpu, dx);
+        free(row);
+        free(x);
+        free(wd);
+    }
+    /* the clamped SwiGLU, gpt-oss's constants, both sides of the limits */
+    const size_t m = 4096;
+    float *gt = frandom(m, -10, 10), *up = frandom(m, -10, 10);
+    float *res[2];
+    zi_backend *bes[2] = {g_cpu, g_gpu};
+    for (int k = 0; k < 2; k++) {
+        zi_backend *be = bes[k];
+        float *dg = put(be, gt, m), *du = put(be, up, m);
+        be->ops->swiglu_oai(be, dg, dg, du, m, 1.702f, 7.0f);
+        res[k] = malloc(sizeof(float) * m);
+        get(be, res[k], dg, m);
+        be->ops->free(be, dg);
+        be->ops->free(be, du);
+    }
+    check_status();
+    const double e = rel_err(res[1], res[0], m);
+    print_message("swiglu_oai: rel err vs CPU %.2e\n", e);
+    assert_true(e < 1e-6);
+    free(res[0]);
+    free(res[1]);
+    free(gt);
+    free(up);
 }
 
 /* The element-wise ops against the CPU backend on the same inputs. */
@@ -2173,6 +2268,7 @@ int main(void) {
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_n_vs_cpu),
         cmocka_unit_test(test_get_rows),
+        cmocka_unit_test(test_moe_ops),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_gemma_ops),
