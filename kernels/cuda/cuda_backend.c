@@ -705,15 +705,24 @@ static void cuda_rmsnorm(zi_backend *be, float *y, const float *x, const float *
     failed(c, zi_cuda_rmsnorm(y, x, w, n_tokens, dim, eps, c->stream), "rmsnorm kernel");
 }
 
+static zi_cuda_rope_freqs rope_freqs(const zi_rope_freqs *rf) {
+    return (zi_cuda_rope_freqs){.base = rf->base,
+                                .freq_scale = rf->freq_scale,
+                                .mscale = rf->mscale,
+                                .ext_factor = rf->ext_factor,
+                                .corr_lo = rf->corr_lo,
+                                .corr_hi = rf->corr_hi,
+                                .factors = rf->factors};
+}
+
 static void cuda_rope(zi_backend *be, float *x, const int32_t *pos, int n_tokens, int n_heads,
                       int head_dim, int rope_dim, const zi_rope_freqs *rf) {
     cuda_backend *c = cb(be);
     if (c->status || n_tokens <= 0) return;
     const int32_t *d_pos = stage(c, META_POS, pos, (size_t)n_tokens);
     if (!d_pos) return;
-    failed(c,
-           zi_cuda_rope(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, rf->base, rf->freq_scale,
-                        rf->mscale, rf->factors, c->stream),
+    const zi_cuda_rope_freqs f = rope_freqs(rf);
+    failed(c, zi_cuda_rope(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, &f, c->stream),
            "rope kernel");
 }
 
@@ -723,9 +732,8 @@ static void cuda_rope_neox(zi_backend *be, float *x, const int32_t *pos, int n_t
     if (c->status || n_tokens <= 0) return;
     const int32_t *d_pos = stage(c, META_POS, pos, (size_t)n_tokens);
     if (!d_pos) return;
-    failed(c,
-           zi_cuda_rope_neox(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, rf->base,
-                             rf->freq_scale, rf->mscale, rf->factors, c->stream),
+    const zi_cuda_rope_freqs f = rope_freqs(rf);
+    failed(c, zi_cuda_rope_neox(x, d_pos, n_tokens, n_heads, head_dim, rope_dim, &f, c->stream),
            "rope_neox kernel");
 }
 
@@ -803,7 +811,8 @@ static void cuda_attention(zi_backend *be, float *out, const float *q, const voi
     failed(c,
            zi_cuda_attention(out, q, kcache, vcache, d_pos, d_win, d_seq, d_tab, b->table_stride,
                              s->block_size, b->n_tokens, s->n_heads, s->n_kv_heads, s->head_dim,
-                             s->scale, s->softcap, s->window, n_split, c->attn_scratch, c->stream),
+                             s->scale, s->softcap, s->window, s->sinks, n_split, c->attn_scratch,
+                             c->stream),
            "attention kernel");
 }
 
@@ -1328,6 +1337,8 @@ int zi_cuda_backend_create(const zi_cuda_options *o, zi_backend **out, zi_error 
     c->base.kv_k_bytes = c->base.kv_v_bytes = 4; /* float32 K and V: the kernels read floats */
     c->base.attn_window = true;                  /* the attention kernel reads the window only */
     c->base.attn_softcap = true;                 /* and caps its scores (cap_score) */
+    c->base.attn_sinks = true;                   /* and adds the sinks to its denominators */
+    c->base.rope_yarn = true;                    /* rope_cs mixes YaRN's angles */
     c->device = dev;
     c->f16_weights = o ? o->f16_weights : 0;
     for (int i = 0; i < META_N; i++) c->meta[i].n = -1;

@@ -455,26 +455,33 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 /* The angle of the pair starting at dim i (i even) at position p, as
- * backend.h's zi_rope_freqs says, and its cos and sin times mscale (the CPU
- * backend's rope_angle). */
-__device__ void rope_cs(double p, int i, int rope_dim, float base, float freq_scale, float mscale,
-                        const float *__restrict__ factors, float *c, float *s) {
-    double theta = p * static_cast<double>(freq_scale) *
-                   pow(static_cast<double>(base), -static_cast<double>(i) / rope_dim);
-    if (factors) theta /= static_cast<double>(factors[i / 2]);
-    *c = static_cast<float>(cos(theta) * static_cast<double>(mscale));
-    *s = static_cast<float>(sin(theta) * static_cast<double>(mscale));
+ * backend.h's zi_rope_freqs says (YaRN's mix included), and its cos and sin
+ * times mscale: the CPU backend's rope_angle, operation for operation, in
+ * double. */
+__device__ void rope_cs(double p, int i, int rope_dim, const zi_cuda_rope_freqs &rf, float *c,
+                        float *s) {
+    double e = p * pow(static_cast<double>(rf.base), -static_cast<double>(i) / rope_dim);
+    if (rf.factors) e /= static_cast<double>(rf.factors[i / 2]);
+    double theta = e * static_cast<double>(rf.freq_scale);
+    if (rf.ext_factor != 0.0f) {
+        const double lo = rf.corr_lo, hi = rf.corr_hi;
+        double y = (static_cast<double>(i / 2) - lo) / (hi - lo > 0.001 ? hi - lo : 0.001);
+        y = y < 0.0 ? 0.0 : y > 1.0 ? 1.0 : y;
+        const double mix = (1.0 - y) * static_cast<double>(rf.ext_factor);
+        theta = theta * (1.0 - mix) + e * mix;
+    }
+    *c = static_cast<float>(cos(theta) * static_cast<double>(rf.mscale));
+    *s = static_cast<float>(sin(theta) * static_cast<double>(rf.mscale));
 }
 
 /* One block per token; thread i handles pair i of every head. */
 __global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_heads, int head_dim,
-                            int rope_dim, float base, float freq_scale, float mscale,
-                            const float *__restrict__ factors) {
+                            int rope_dim, zi_cuda_rope_freqs rf) {
     const int t = blockIdx.x;
     const double p = static_cast<double>(pos[t]);
     for (int i = 2 * threadIdx.x; i < rope_dim; i += 2 * blockDim.x) {
         float c, s;
-        rope_cs(p, i, rope_dim, base, freq_scale, mscale, factors, &c, &s);
+        rope_cs(p, i, rope_dim, rf, &c, &s);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
             const float x0 = v[i], x1 = v[i + 1];
@@ -488,13 +495,12 @@ __global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_hea
  * and takes the angle of rope_kernel's pair starting at 2i (the CPU
  * backend's rope_rows, neox case). */
 __global__ void rope_neox_kernel(float *x, const int32_t *__restrict__ pos, int n_heads,
-                                 int head_dim, int rope_dim, float base, float freq_scale,
-                                 float mscale, const float *__restrict__ factors) {
+                                 int head_dim, int rope_dim, zi_cuda_rope_freqs rf) {
     const int t = blockIdx.x, half = rope_dim / 2;
     const double p = static_cast<double>(pos[t]);
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
         float c, s;
-        rope_cs(p, 2 * i, rope_dim, base, freq_scale, mscale, factors, &c, &s);
+        rope_cs(p, 2 * i, rope_dim, rf, &c, &s);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
             const float x0 = v[i], x1 = v[i + half];
@@ -555,8 +561,8 @@ __global__ void __launch_bounds__(kAttnWarps *kWarp)
                 const float *__restrict__ vc, const int32_t *__restrict__ pos,
                 const int32_t *__restrict__ win_pos, const int32_t *__restrict__ seq,
                 const int32_t *__restrict__ tables, int stride, int bs, int n_heads, int n_kv_heads,
-                int hd, float scale, float softcap, int window, int n_split,
-                float *__restrict__ scratch) {
+                int hd, float scale, float softcap, int window, const float *__restrict__ sinks,
+                int n_split, float *__restrict__ scratch) {
     extern __shared__ float smem[]; /* [kAttnWarps][hd] acc, then m[], l[] */
     const int t = blockIdx.x, h = blockIdx.y, split = blockIdx.z;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x & (kWarp - 1);
@@ -654,6 +660,9 @@ __global__ void __launch_bounds__(kAttnWarps *kWarp)
     }
     if (n_split == 1) {
         float *orow = out + (static_cast<int64_t>(t) * n_heads + h) * hd;
+        /* the sink's term in the denominator, after the positions, in
+         * double as the CPU backend adds it */
+        if (sinks) L = static_cast<float>(L + exp(static_cast<double>(sinks[h]) - M));
         const float inv = L > 0.0f ? 1.0f / L : 0.0f;
         for (int d = threadIdx.x; d < hd; d += blockDim.x) {
             float s = 0.0f;
@@ -677,7 +686,7 @@ __global__ void __launch_bounds__(kAttnWarps *kWarp)
 
 /* Merges the n_split partial states of each (token, head). */
 __global__ void attn_merge(float *__restrict__ out, const float *__restrict__ scratch, int n_heads,
-                           int hd, int n_split) {
+                           int hd, const float *__restrict__ sinks, int n_split) {
     const int t = blockIdx.x, h = blockIdx.y;
     const float *parts = scratch + (static_cast<int64_t>(t) * n_heads + h) * n_split * (hd + 2);
     float M = -INFINITY;
@@ -687,6 +696,7 @@ __global__ void attn_merge(float *__restrict__ out, const float *__restrict__ sc
         const float ms = parts[s * (hd + 2)];
         if (ms != -INFINITY) L += parts[s * (hd + 2) + 1] * expf(ms - M);
     }
+    if (sinks) L = static_cast<float>(L + exp(static_cast<double>(sinks[h]) - M));
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
     float *orow = out + (static_cast<int64_t>(t) * n_heads + h) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -703,19 +713,19 @@ template <int DPL>
 cudaError_t launch_attn(float *out, const float *q, const float *kc, const float *vc,
                         const int32_t *pos, const int32_t *win_pos, const int32_t *seq,
                         const int32_t *tables, int stride, int bs, int n_tokens, int n_heads,
-                        int n_kv_heads, int hd, float scale, float softcap, int window, int n_split,
-                        float *scratch, cudaStream_t s) {
+                        int n_kv_heads, int hd, float scale, float softcap, int window,
+                        const float *sinks, int n_split, float *scratch, cudaStream_t s) {
     const dim3 grid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads),
                     static_cast<unsigned>(n_split));
     const size_t shmem = (static_cast<size_t>(kAttnWarps) * hd + 2 * kAttnWarps) * sizeof(float);
     attn_kernel<DPL><<<grid, kAttnWarps * kWarp, shmem, s>>>(
         out, q, kc, vc, pos, win_pos, seq, tables, stride, bs, n_heads, n_kv_heads, hd, scale,
-        softcap, window, n_split, scratch);
+        softcap, window, sinks, n_split, scratch);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || n_split == 1) return e;
     const dim3 mgrid(static_cast<unsigned>(n_tokens), static_cast<unsigned>(n_heads));
     const int merge_threads = hd < 128 ? 64 : 128;
-    attn_merge<<<mgrid, merge_threads, 0, s>>>(out, scratch, n_heads, hd, n_split);
+    attn_merge<<<mgrid, merge_threads, 0, s>>>(out, scratch, n_heads, hd, sinks, n_split);
     return cudaGetLastError();
 }
 
@@ -899,23 +909,21 @@ cudaError_t zi_cuda_rmsnorm(float *y, const float *x, const float *w, int n_toke
 }
 
 cudaError_t zi_cuda_rope(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
-                         int rope_dim, float base, float freq_scale, float mscale,
-                         const float *factors, cudaStream_t stream) {
+                         int rope_dim, const zi_cuda_rope_freqs *rf, cudaStream_t stream) {
     if (n_tokens <= 0 || rope_dim <= 0) return cudaSuccess;
     const int threads = rope_dim / 2 < 128 ? (rope_dim / 2 + 31) / 32 * 32 : 128;
-    rope_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(
-        x, pos, n_heads, head_dim, rope_dim, base, freq_scale, mscale, factors);
+    rope_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(x, pos, n_heads, head_dim,
+                                                                         rope_dim, *rf);
     return cudaGetLastError();
 }
 
 cudaError_t zi_cuda_rope_neox(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
-                              int rope_dim, float base, float freq_scale, float mscale,
-                              const float *factors, cudaStream_t stream) {
+                              int rope_dim, const zi_cuda_rope_freqs *rf, cudaStream_t stream) {
     if (n_tokens <= 0 || rope_dim <= 0) return cudaSuccess;
     if (rope_dim % 2 || rope_dim > head_dim) return cudaErrorInvalidValue;
     const int threads = rope_dim / 2 < 128 ? (rope_dim / 2 + 31) / 32 * 32 : 128;
     rope_neox_kernel<<<static_cast<unsigned>(n_tokens), threads, 0, stream>>>(
-        x, pos, n_heads, head_dim, rope_dim, base, freq_scale, mscale, factors);
+        x, pos, n_heads, head_dim, rope_dim, *rf);
     return cudaGetLastError();
 }
 
@@ -935,7 +943,8 @@ cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const
                               const int32_t *pos, const int32_t *win_pos, const int32_t *seq,
                               const int32_t *tables, int stride, int block_size, int n_tokens,
                               int n_heads, int n_kv_heads, int head_dim, float scale, float softcap,
-                              int window, int n_split, float *scratch, cudaStream_t stream) {
+                              int window, const float *sinks, int n_split, float *scratch,
+                              cudaStream_t stream) {
     if (n_tokens <= 0) return cudaSuccess;
     if (head_dim <= 0 || head_dim > ZI_CUDA_MAX_HEAD_DIM || n_kv_heads <= 0 || window < 0 ||
         !(softcap >= 0.0f) || n_heads % n_kv_heads != 0 || n_split < 1 ||
@@ -944,8 +953,8 @@ cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const
         return cudaErrorInvalidValue;
 #define ZI_ATTN(DPL)                                                                               \
     launch_attn<DPL>(out, q, kc, vc, pos, win_pos, seq, tables, stride, block_size, n_tokens,      \
-                     n_heads, n_kv_heads, head_dim, scale, softcap, window, n_split, scratch,      \
-                     stream)
+                     n_heads, n_kv_heads, head_dim, scale, softcap, window, sinks, n_split,        \
+                     scratch, stream)
     if (head_dim <= 64) return ZI_ATTN(2);
     if (head_dim <= 128) return ZI_ATTN(4);
     if (head_dim <= 256) return ZI_ATTN(8);

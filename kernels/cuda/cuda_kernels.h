@@ -72,20 +72,27 @@ cudaError_t zi_cuda_get_rows(int type, const void *table, size_t row_bytes, int6
 cudaError_t zi_cuda_rmsnorm(float *y, const float *x, const float *w, int n_tokens, int dim,
                             float eps, cudaStream_t stream);
 
+/* A RoPE's frequencies: backend.h's zi_rope_freqs, its factors (rope_dim/2
+ * floats, NULL for all 1) in device memory. */
+typedef struct zi_cuda_rope_freqs {
+    float base, freq_scale, mscale;
+    float ext_factor, corr_lo, corr_hi; /* YaRN (ext_factor 0: none) */
+    const float *factors;
+} zi_cuda_rope_freqs;
+
 /* Adjacent-pair RoPE in place, x [n_tokens][n_heads][head_dim]; the same
  * angles as the CPU backend (computed in double): pair i turns by
- * pos * freq_scale * base^(-2i/rope_dim) / factors[i] (factors: rope_dim/2
- * floats in device memory, or NULL for all 1), cos and sin times mscale. */
+ * pos * freq_scale * base^(-2i/rope_dim) / factors[i], mixed with the
+ * unscaled angle by YaRN's ramp when ext_factor is set (backend.h), cos
+ * and sin times mscale. */
 cudaError_t zi_cuda_rope(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
-                         int rope_dim, float base, float freq_scale, float mscale,
-                         const float *factors, cudaStream_t stream);
+                         int rope_dim, const zi_cuda_rope_freqs *rf, cudaStream_t stream);
 
 /* The same rotation in the NEOX layout: pair i is (x[i], x[i + rope_dim/2])
  * with the angle of the adjacent layout's pair 2i (gemma, qwen2, ...).
  * rope_dim even and <= head_dim, else cudaErrorInvalidValue. */
 cudaError_t zi_cuda_rope_neox(float *x, const int32_t *pos, int n_tokens, int n_heads, int head_dim,
-                              int rope_dim, float base, float freq_scale, float mscale,
-                              const float *factors, cudaStream_t stream);
+                              int rope_dim, const zi_cuda_rope_freqs *rf, cudaStream_t stream);
 
 /*
  * The paged KV cache (backend.h): per layer a pool [n_blocks][block_size]
@@ -110,13 +117,16 @@ cudaError_t zi_cuda_kv_store(float *kc, float *vc, const float *k, const float *
  * holding positions start..pos[t] are looked up. n_split > 1 splits those positions of each (token,
  * head) over n_split blocks whose partial results go to scratch (n_tokens * n_heads * n_split *
  * (head_dim + 2) floats) and are merged by a second kernel; n_split == 1
- * needs no scratch.
+ * needs no scratch. sinks (NULL: none; device memory, n_heads floats):
+ * gpt-oss's attention sinks, each a term e^(sink - max) in its head's
+ * softmax denominator (backend.h's zi_attn_shape.sinks).
  */
 cudaError_t zi_cuda_attention(float *out, const float *q, const float *kc, const float *vc,
                               const int32_t *pos, const int32_t *win_pos, const int32_t *seq,
                               const int32_t *tables, int stride, int block_size, int n_tokens,
                               int n_heads, int n_kv_heads, int head_dim, float scale, float softcap,
-                              int window, int n_split, float *scratch, cudaStream_t stream);
+                              int window, const float *sinks, int n_split, float *scratch,
+                              cudaStream_t stream);
 
 /* out[i] = silu(gate[i]) * up[i] (out may alias gate). */
 cudaError_t zi_cuda_swiglu(float *out, const float *gate, const float *up, size_t n,

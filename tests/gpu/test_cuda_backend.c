@@ -539,41 +539,46 @@ static void test_rope_factors_vs_cpu(void **state) {
     /* tokens, heads, head_dim, rope_dim */
     const int rs[][4] = {{1, 4, 128, 128}, {7, 3, 64, 32}, {37, 9, 96, 96}, {3, 5, 64, 46}};
     for (size_t si = 0; si < sizeof rs / sizeof rs[0]; si++)
-        for (int neox = 0; neox < 2; neox++) {
-            const int T = rs[si][0], nh = rs[si][1], hd = rs[si][2], rd = rs[si][3];
-            size_t n = (size_t)T * nh * hd;
-            float *x = frandom(n, -2, 2), *fac = frandom((size_t)rd / 2, 1, 40),
-                  *o[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
-            int32_t pos[64];
-            for (int i = 0; i < T; i++) pos[i] = (int32_t)(urand() * 131072); /* phi3 128k */
-            for (int k = 0; k < 2; k++) {
-                float *d = put(bes[k], x, n), *df = put(bes[k], fac, (size_t)rd / 2);
-                const zi_rope_freqs rf = {si % 2 ? 10000.0f : 500000.0f,
-                                          si % 2 ? 0.25f : 1.0f,
-                                          si % 2 ? 1.0f : 1.19f,
-                                          df,
-                                          0,
-                                          0,
-                                          0};
-                (neox ? bes[k]->ops->rope_neox : bes[k]->ops->rope)(bes[k], d, pos, T, nh, hd, rd,
-                                                                    &rf);
-                get(bes[k], o[k], d, n);
-                bes[k]->ops->free(bes[k], d);
-                bes[k]->ops->free(bes[k], df);
+        for (int neox = 0; neox < 2; neox++)
+            for (int yarn = 0; yarn < 2; yarn++) {
+                const int T = rs[si][0], nh = rs[si][1], hd = rs[si][2], rd = rs[si][3];
+                size_t n = (size_t)T * nh * hd;
+                float *x = frandom(n, -2, 2), *fac = frandom((size_t)rd / 2, 1, 40),
+                      *o[2] = {malloc(n * sizeof(float)), malloc(n * sizeof(float))};
+                int32_t pos[64];
+                for (int i = 0; i < T; i++) pos[i] = (int32_t)(urand() * 131072); /* phi3 128k */
+                for (int k = 0; k < 2; k++) {
+                    float *d = put(bes[k], x, n), *df = put(bes[k], fac, (size_t)rd / 2);
+                    /* YaRN as gpt-oss has it: factor 32, the ramp over pairs
+                     * 8.5 .. 20.3 (yarn_corr_dims of base 150000, 64 dims) */
+                    const zi_rope_freqs rf = {si % 2 ? 10000.0f : 500000.0f,
+                                              yarn     ? 1.0f / 32.0f
+                                              : si % 2 ? 0.25f
+                                                       : 1.0f,
+                                              si % 2 ? 1.0f : 1.19f,
+                                              df,
+                                              yarn ? 1.0f : 0.0f,
+                                              yarn ? 8.5f : 0.0f,
+                                              yarn ? 20.3f : 0.0f};
+                    (neox ? bes[k]->ops->rope_neox : bes[k]->ops->rope)(bes[k], d, pos, T, nh, hd,
+                                                                        rd, &rf);
+                    get(bes[k], o[k], d, n);
+                    bes[k]->ops->free(bes[k], d);
+                    bes[k]->ops->free(bes[k], df);
+                }
+                check_status();
+                double e = rel_err(o[1], o[0], n);
+                print_message("rope%s%s with factors %d tokens x %d heads of %d, rope_dim %d: rel "
+                              "err vs CPU %.2e\n",
+                              neox ? "_neox" : "", yarn ? " (YaRN)" : "", T, nh, hd, rd, e);
+                assert_true(e < 1e-6);
+                for (size_t i = 0; i < n; i++)
+                    if ((int)(i % (size_t)hd) >= rd) assert_true(o[1][i] == x[i]);
+                free(x);
+                free(fac);
+                free(o[0]);
+                free(o[1]);
             }
-            check_status();
-            double e = rel_err(o[1], o[0], n);
-            print_message("rope%s with factors %d tokens x %d heads of %d, rope_dim %d: rel err "
-                          "vs CPU %.2e\n",
-                          neox ? "_neox" : "", T, nh, hd, rd, e);
-            assert_true(e < 1e-6);
-            for (size_t i = 0; i < n; i++)
-                if ((int)(i % (size_t)hd) >= rd) assert_true(o[1][i] == x[i]);
-            free(x);
-            free(fac);
-            free(o[0]);
-            free(o[1]);
-        }
 }
 
 /* rope_neox, geglu (separate and in place), scale, softcap and the per-head
@@ -703,7 +708,13 @@ static const int wa_lens[WA_SEQS] = {40, 75, 1500};
 typedef struct wa_case {
     int nh, nkv, hd, window;
     float softcap; /* attention logit soft-capping (gemma2), 0: none */
+    int sinks;     /* gpt-oss's attention sinks: wa_sink's, or none */
 } wa_case;
+
+/* Head h's sink logit (the scores here are about +-1..3). */
+static float wa_sink(int h) {
+    return 0.5f + 0.37f * (float)(h % 7);
+}
 
 /* Batch `which` (0..WA_BATCHES-1): positions qp, sequences qs, and qw,
  * where each token's window counts from (its own position; batch 2 is a
@@ -744,6 +755,11 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
                        wc->window, wc->softcap, NULL, 0, 0};
     zi_error err = {0};
     assert_int_equal(be->ops->reserve(be, WA_MAXQ, 4096, 2048, &err), ZI_OK);
+    float sink_h[64], *dsinks = NULL;
+    if (wc->sinks) {
+        for (int h = 0; h < wc->nh; h++) sink_h[h] = wa_sink(h);
+        s.sinks = dsinks = put(be, sink_h, (size_t)wc->nh);
+    }
     size_t pool = (size_t)n_blocks * bs * kvd;
     float *kc = put(be, NULL, pool), *vc = put(be, NULL, pool);
     int32_t pos[64], seq[64];
@@ -767,8 +783,9 @@ static void run_window_attention(zi_backend *be, const wa_case *wc, const float 
         get(be, out + done, dout, (size_t)nq * qd);
         done += (size_t)nq * qd;
     }
-    float *bufs[] = {kc, vc, dk, dv, dq, dout};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->ops->free(be, bufs[i]);
+    float *bufs[] = {kc, vc, dk, dv, dq, dout, dsinks};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->ops->free(be, bufs[i]);
 }
 
 /* The double-precision reference of the same batches. */
@@ -796,6 +813,7 @@ static void window_reference(const wa_case *wc, const float *k, const float *v, 
                     if (sc[j] > mx) mx = sc[j];
                 }
                 for (int j = start; j <= p; j++) sum += sc[j] = exp(sc[j] - mx);
+                if (wc->sinks) sum += exp((double)wa_sink(h) - mx);
                 double *o = out + done + ((size_t)t * wc->nh + h) * hd;
                 for (int e = 0; e < hd; e++) o[e] = 0;
                 for (int j = start; j <= p; j++) {
@@ -835,10 +853,13 @@ static void test_attention_window(void **state) {
         int need = (wa_lens[s] + bs - 1) / bs;
         for (int j = 0; j < stride; j++) tables[s * stride + j] = j < need ? perm[next++] : -1;
     }
-    const wa_case shapes[] = {{8, 2, 64, 0, 0}, {4, 1, 256, 0, 0}};
-    /* (window, soft-cap): the last two cap scores of about +-0.7 at 0.5 */
-    const int windows[] = {0, 1, 3, 17, 700, 5000, 0, 17};
-    const float caps[] = {0, 0, 0, 0, 0, 0, 0.5f, 0.5f};
+    const wa_case shapes[] = {{8, 2, 64, 0, 0, 0}, {4, 1, 256, 0, 0, 0}};
+    /* (window, soft-cap, sinks): cases 7-8 cap scores of about +-0.7 at
+     * 0.5; the last two add sinks (gpt-oss: all positions, and a window
+     * of 128) */
+    const int windows[] = {0, 1, 3, 17, 700, 5000, 0, 17, 0, 128};
+    const float caps[] = {0, 0, 0, 0, 0, 0, 0.5f, 0.5f, 0, 0};
+    const int sinks[] = {0, 0, 0, 0, 0, 0, 0, 0, 1, 1};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         wa_case wc = shapes[si];
         const int kvd = wc.nkv * wc.hd, qd = wc.nh * wc.hd;
@@ -858,23 +879,27 @@ static void test_attention_window(void **state) {
         for (size_t wi = 0; wi < sizeof windows / sizeof windows[0]; wi++) {
             wc.window = windows[wi];
             wc.softcap = caps[wi];
+            wc.sinks = sinks[wi];
             run_window_attention(g_cpu, &wc, k, v, q, oc, tables, stride, n_blocks);
             run_window_attention(g_gpu, &wc, k, v, q, og, tables, stride, n_blocks);
             check_status();
             window_reference(&wc, k, v, q, ref);
             double eg = rel_err_d(og, ref, nout), ec = rel_err_d(oc, ref, nout);
             double e = rel_err(og, oc, nout);
-            print_message("attention %d heads (%d KV) of %d, window %d, softcap %g: rel err GPU "
-                          "vs double %.2e, CPU vs double %.2e, GPU vs CPU %.2e\n",
-                          wc.nh, wc.nkv, wc.hd, wc.window, wc.softcap, eg, ec, e);
+            print_message("attention %d heads (%d KV) of %d, window %d, softcap %g, sinks %d: rel "
+                          "err GPU vs double %.2e, CPU vs double %.2e, GPU vs CPU %.2e\n",
+                          wc.nh, wc.nkv, wc.hd, wc.window, wc.softcap, wc.sinks, eg, ec, e);
             assert_true(eg < 1e-5);
             assert_true(e < 2e-5);
-            if (wc.window == 0 && wc.softcap == 0) memcpy(og0, og, nout * sizeof(float));
+            if (wc.window == 0 && wc.softcap == 0 && !wc.sinks)
+                memcpy(og0, og, nout * sizeof(float));
             /* a window past the context reads what no window reads: the
              * same positions, the same split, the same floats */
             if (wc.window == 5000) assert_memory_equal(og, og0, nout * sizeof(float));
             /* the cap changed the result (not silently ignored) */
             if (wc.softcap > 0 && wc.window == 0) assert_true(rel_err(og, og0, nout) > 1e-3);
+            /* and so did the sinks */
+            if (wc.sinks && wc.window == 0) assert_true(rel_err(og, og0, nout) > 1e-3);
         }
         free(k);
         free(v);
