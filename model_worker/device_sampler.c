@@ -111,19 +111,28 @@ void zi_device_sampler_free(zi_device_sampler *d) {
     free(d);
 }
 
-/* Whether pass b may run from a graph (the top comment's rules); the ids
- * are checked here because a replay skips the model's batch checks. */
-static int graph_eligible(const zi_device_sampler *d, const zi_batch *b) {
+/* Whether pass b may run from a graph (the top comment's rules). A replay
+ * skips the model's batch checks, so the ids, sequence rows and the block
+ * ids a token's positions use are checked here (the positions against the
+ * cache by zi_cuda_graph_launch). */
+static int graph_eligible(const zi_device_sampler *d, const zi_kv_cache *kv, const zi_batch *b) {
     const int T = b->n_tokens;
     if (!d->graphs_on || T < 1 || T > GRAPH_MAX_TOKENS) return 0;
     if (b->want_hidden || b->f32_attn || b->embd || b->embd_rows || b->attn_pos || b->state_slots ||
         (b->lora && b->lora_k > 0) || !b->block_tables || b->table_stride < 1)
         return 0;
     if (!b->want_logits && T > 1) return 0; /* only the last token's: not a decode step */
+    const int bs = zi_kv_cache_block_size(kv), n_blocks = zi_kv_cache_blocks(kv);
+    if (bs < 1) return 0;
     for (int i = 0; i < T; i++) {
         if (b->want_logits && !b->want_logits[i]) return 0;
         if (b->tokens[i] < 0 || (size_t)b->tokens[i] >= d->ld) return 0;
-        if (b->seq[i] < 0) return 0;
+        if (b->seq[i] < 0 || b->seq[i] >= b->n_table_rows || b->pos[i] < 0 ||
+            b->pos[i] / bs >= b->table_stride)
+            return 0;
+        const int32_t *row = b->block_tables + (size_t)b->seq[i] * (size_t)b->table_stride;
+        for (int k = 0; k <= b->pos[i] / bs; k++)
+            if (row[k] < 0 || row[k] >= n_blocks) return 0;
     }
     return 1;
 }
@@ -180,7 +189,7 @@ int zi_device_sampler_forward(zi_device_sampler *d, zi_kv_cache *kv, const zi_ba
                               zi_error *err) {
     d->logits = NULL;
     d->n_logit_rows = 0;
-    graph_slot *s = graph_eligible(d, b) ? graph_slot_for(d, b) : NULL;
+    graph_slot *s = graph_eligible(d, kv, b) ? graph_slot_for(d, b) : NULL;
     if (s && s->state == GRAPH_CAPTURED && zi_cuda_graph_stale(s->g)) {
         graphs_drop(d); /* memory freed since: every graph may read it */
         s = graph_slot_for(d, b);

@@ -292,7 +292,9 @@ static int cuda_weight_init(zi_backend *be, zi_weight *w, const zi_gguf_tensor *
     w->data = w->file_data = w->owned = d;
     if (zi_tp_split_for_tensor(t->name.ptr, (size_t)t->name.len) == ZI_TP_SPLIT_COLS)
         w->layout = ZI_CUDA_LAYOUT_ALLREDUCE;
-    if (w->type != ZI_TYPE_F16 && w->type != ZI_TYPE_F32) {
+    /* the dequantizing scratch fits the largest product's weight: a 3-D
+     * tensor of experts multiplies only through its views (weight_view) */
+    if (w->type != ZI_TYPE_F16 && w->type != ZI_TYPE_F32 && t->ne[2] <= 1) {
         size_t elems = (size_t)w->rows * (size_t)w->cols;
         if (elems > c->max_w16) c->max_w16 = elems;
     }
@@ -660,11 +662,10 @@ static void cuda_matmul_groups(zi_backend *be, int n, float *const *ys, const zi
 }
 
 /* backend.h's weight_view: the rows of the file's encoding, in place (one
- * upload for all of a tensor's experts). The view makes its own fp16 copy
- * when a large product wants one (freed by weight_free on the view). */
+ * upload for all of a tensor's experts). */
 static int cuda_weight_view(zi_backend *be, const zi_weight *w, int64_t r0, int64_t n,
                             zi_weight *out, zi_error *err) {
-    (void)be;
+    cuda_backend *c = cb(be);
     if (r0 < 0 || n < 1 || r0 > w->rows - n)
         return zi_error_set(err, ZI_EINVAL, "weight view: rows %lld..%lld of %lld", (long long)r0,
                             (long long)(r0 + n - 1), (long long)w->rows);
@@ -674,7 +675,13 @@ static int cuda_weight_view(zi_backend *be, const zi_weight *w, int64_t r0, int6
     out->data_bytes = (size_t)n * w->row_bytes;
     out->owned = NULL;
     out->aux = NULL;
-    out->layout = w->layout & ~(ZI_CUDA_LAYOUT_TILE_F32 | ZI_CUDA_LAYOUT_NO_F16);
+    /* No fp16 copy: a prefill reaches most experts, and their copies would
+     * hold about four times the experts' bytes; a large product
+     * dequantizes the expert into the scratch, sized for it here. */
+    out->layout = (w->layout & ~ZI_CUDA_LAYOUT_TILE_F32) | ZI_CUDA_LAYOUT_NO_F16;
+    if (w->type != ZI_TYPE_F16 && w->type != ZI_TYPE_F32 &&
+        (size_t)n * (size_t)w->cols > c->max_w16)
+        c->max_w16 = (size_t)n * (size_t)w->cols;
     return ZI_OK;
 }
 
@@ -1427,8 +1434,12 @@ struct zi_cuda_graph {
     cuda_backend *c;
     cudaGraphExec_t exec;
     size_t nodes;
-    uint64_t epoch;      /* the capture's: which slots it copied */
+    uint64_t epoch;      /* the capture's */
     uint64_t free_epoch; /* the backend's at capture: nothing freed since while equal */
+    /* Per metadata slot, the entries the graph copies at each launch (-1:
+     * it copies none): a snapshot, since a later capture overwrites the
+     * slot's own record (stage_slot.cap_*). */
+    int64_t copies[META_N];
     cudaEvent_t done; /* after the last launch: its copies have read the staging */
     int launched;
 };
@@ -1465,12 +1476,28 @@ int zi_cuda_graph_capture(zi_backend *be, zi_cuda_enqueue_fn fn, void *arg, zi_c
     c->capturing = 0;
     cudaGraph_t graph = NULL;
     e = cudaStreamEndCapture(c->stream, &graph);
-    for (int i = 0; i < META_N && !rc; i++)
-        if (c->meta[i].cap_epoch == g->epoch && c->meta[i].cap_copies > 1)
+    for (int i = 0; i < META_N; i++) {
+        stage_slot *m = &c->meta[i];
+        g->copies[i] = m->cap_epoch == g->epoch ? m->cap_n : -1;
+        if (g->copies[i] < 0) continue;
+        /* The capture wrote the pass's entries into the pinned slot, but
+         * nothing copied them to the device (the graph will, when
+         * launched): an op-by-op pass with the same entries must not skip
+         * its copy, whether or not this capture succeeds. */
+        m->n = -1;
+        if (!rc && m->cap_copies > 1)
             rc = zi_error_set(&ferr, ZI_EUNSUPPORTED,
                               "the captured pass staged metadata slot %d %d times with different "
                               "contents: a replay cannot restage it",
-                              i, c->meta[i].cap_copies);
+                              i, m->cap_copies);
+        /* zi_cuda_graph_launch restages ids, positions, sequence rows and
+         * tables; any other slot would replay the capture's contents */
+        if (!rc && i != META_IDS && i != META_POS && i != META_SEQ && i != META_TAB)
+            rc = zi_error_set(&ferr, ZI_EUNSUPPORTED,
+                              "the captured pass reads metadata slot %d (gathers, spans or LoRA "
+                              "rows), which a replay does not restage",
+                              i);
+    }
     if (!rc && c->status) rc = c->status, ferr = c->err;
     if (!rc && e != cudaSuccess)
         rc = zi_error_set(&ferr, ZI_EIO, "CUDA device %d: cudaStreamEndCapture: %s", c->device,
@@ -1495,24 +1522,27 @@ int zi_cuda_graph_capture(zi_backend *be, zi_cuda_enqueue_fn fn, void *arg, zi_c
 /* Whether n entries fit a slot the graph copies (it copies exactly its
  * captured count). */
 static int restage_check(const zi_cuda_graph *g, int slot, size_t n, zi_error *err) {
-    const stage_slot *m = &g->c->meta[slot];
-    if (m->cap_epoch != g->epoch) return ZI_OK; /* the captured pass never read it */
-    if (m->cap_n != (int64_t)n)
+    if (g->copies[slot] < 0) return ZI_OK; /* the captured pass never read it */
+    if (g->copies[slot] != (int64_t)n)
         return zi_error_set(err, ZI_EINVAL,
                             "graph launch: metadata slot %d has %zu entries, the captured pass "
                             "%lld (replay only passes of the captured shape)",
-                            slot, n, (long long)m->cap_n);
+                            slot, n, (long long)g->copies[slot]);
     return ZI_OK;
 }
 
 /* Writes n entries into a slot the graph copies (restage_check passed for
  * every slot first: a refused launch leaves the staging as it was, so the
- * next pass's skip of an unchanged slot stays right). */
-static void restage(zi_cuda_graph *g, int slot, const int32_t *src, size_t n) {
+ * next pass's skip of an unchanged slot stays right), once the slot's last
+ * copy out of it (an op's, or another graph's) has left. */
+static int restage(zi_cuda_graph *g, int slot, const int32_t *src, size_t n) {
     stage_slot *m = &g->c->meta[slot];
-    if (m->cap_epoch != g->epoch) return;
+    if (g->copies[slot] < 0) return 0;
+    if (m->n >= 0 && failed(g->c, cudaEventSynchronize(m->ev), "cudaEventSynchronize (staging)"))
+        return 1;
     memcpy(m->h, src, n * sizeof *src);
     m->n = (int64_t)n; /* the device copy holds these once the graph ran */
+    return 0;
 }
 
 int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_view *v,
@@ -1553,15 +1583,21 @@ int zi_cuda_graph_launch(zi_cuda_graph *g, const int32_t *ids, const zi_batch_vi
     if (!rc) rc = restage_check(g, META_SEQ, T, err);
     if (!rc) rc = restage_check(g, META_TAB, n_tab, err);
     if (rc) return rc;
-    restage(g, META_IDS, ids, T);
-    restage(g, META_POS, v->pos, T);
-    restage(g, META_SEQ, v->seq, T);
-    restage(g, META_TAB, v->block_tables, n_tab);
-    if (failed(c, cudaGraphLaunch(g->exec, c->stream), "cudaGraphLaunch") ||
+    if (restage(g, META_IDS, ids, T) || restage(g, META_POS, v->pos, T) ||
+        restage(g, META_SEQ, v->seq, T) || restage(g, META_TAB, v->block_tables, n_tab) ||
+        failed(c, cudaGraphLaunch(g->exec, c->stream), "cudaGraphLaunch") ||
         failed(c, cudaEventRecord(g->done, c->stream), "cudaEventRecord (graph)")) {
         if (err) *err = c->err;
         return c->status;
     }
+    /* the graph's copies read the restaged slots: the next rewrite of one
+     * (stage, restage) waits for this launch */
+    for (int i = 0; i < META_N; i++)
+        if (g->copies[i] >= 0 && c->meta[i].n >= 0 &&
+            failed(c, cudaEventRecord(c->meta[i].ev, c->stream), "cudaEventRecord (staging)")) {
+            if (err) *err = c->err;
+            return c->status;
+        }
     g->launched = 1;
     return ZI_OK;
 }

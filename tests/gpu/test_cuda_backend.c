@@ -18,7 +18,9 @@
  *            and a double reference; a token's rows do not depend on the
  *            rest of the batch
  *   graph    a layer's ops captured in a CUDA graph and replayed give the
- *            eager results (no allocation or host sync inside the ops)
+ *            eager results (no allocation or host sync inside the ops);
+ *            two shapes' graphs launched in turn, a failed capture and a
+ *            refused launch leave the metadata right
  *   model    the real model's logits on CUDA vs CPU: mean KL < 1e-3 over a
  *            few prompts; 32 greedy tokens equal; batched decode equals
  *            each sequence alone; one-rank NCCL all-reduce changes nothing
@@ -1851,6 +1853,119 @@ static void test_graph_capture(void **state) {
     free(replay);
 }
 
+/* One layer's ops on a batch (gl_pass), for zi_cuda_graph_capture. */
+typedef struct gl_ctx {
+    const zi_weight *w;
+    float *dx, *dn, *dh, *dq, *da, *kc, *vc;
+    zi_batch_view v;
+    zi_attn_shape s;
+    int dim, nh, hd;
+    const int32_t *pos2; /* non-NULL: rope a second time at these positions */
+} gl_ctx;
+
+static int gl_pass(void *arg, zi_error *err) {
+    (void)err;
+    gl_ctx *g = arg;
+    const int T = g->v.n_tokens;
+    const zi_rope_freqs rp = {10000.0f, 1.0f, 1.0f, NULL, 0, 0, 0};
+    g_gpu->ops->rmsnorm(g_gpu, g->dh, g->dx, g->dn, T, g->dim, 1e-5f);
+    g_gpu->ops->matmul(g_gpu, g->dq, g->w, g->dh, T);
+    g_gpu->ops->rope(g_gpu, g->dq, g->v.pos, T, g->nh, g->hd, g->hd, &rp);
+    if (g->pos2) g_gpu->ops->rope(g_gpu, g->dq, g->pos2, T, g->nh, g->hd, g->hd, &rp);
+    g_gpu->ops->kv_store(g_gpu, g->kc, g->vc, g->dq, g->dq, &g->v, &g->s);
+    g_gpu->ops->attention(g_gpu, g->da, g->dq, g->kc, g->vc, &g->v, &g->s);
+    return ZI_OK;
+}
+
+/* Runs ctx's pass op by op (graph NULL) or from graph, at positions pos;
+ * out gets its attention output. */
+static void gl_run(gl_ctx *ctx, zi_cuda_graph *graph, const int32_t *pos, float *out) {
+    zi_error err = {0};
+    ctx->v.pos = pos;
+    if (graph)
+        assert_int_equal(zi_cuda_graph_launch(graph, NULL, &ctx->v, &ctx->s, &err), ZI_OK);
+    else
+        gl_pass(ctx, &err);
+    get(g_gpu, out, ctx->da, (size_t)ctx->v.n_tokens * ctx->dim);
+    check_status();
+}
+
+/* Graphs of two shapes kept together, as the worker keeps them: launching
+ * the first after the second was captured restages the first's own
+ * metadata; a capture that fails (a slot staged twice with different
+ * contents) leaves nothing staged that the next op-by-op pass would skip
+ * copying; and a launch of the wrong shape is refused. */
+static void test_graphs_interleaved(void **state) {
+    (void)state;
+    zi_error err = {0};
+    const int dim = 576, nh = 9, nkv = 3, hd = 64, kvd = nkv * hd, bs = 16;
+    size_t rb;
+    void *wd = make_rows(ZI_TYPE_Q4_1, dim, dim, &rb);
+    zi_gguf_tensor t = tensor("blk.0.attn_output.weight", ZI_TYPE_Q4_1, dim, dim, wd, rb);
+    zi_weight w;
+    assert_int_equal(g_gpu->ops->weight_init(g_gpu, &w, &t, &err), ZI_OK);
+    assert_int_equal(g_gpu->ops->reserve(g_gpu, 4, dim, 256, &err), ZI_OK);
+    float *x = frandom((size_t)4 * dim, -1, 1), *nw = frandom(dim, 0.5f, 1.5f);
+    int32_t seq[4] = {0, 0, 0, 0}, tab[16];
+    for (int i = 0; i < 16; i++) tab[i] = (i * 7) % 16; /* a shuffled table */
+    gl_ctx a = {.w = &w,
+                .dx = put(g_gpu, x, (size_t)4 * dim),
+                .dn = put(g_gpu, nw, dim),
+                .dh = put(g_gpu, NULL, (size_t)4 * dim),
+                .dq = put(g_gpu, NULL, (size_t)4 * dim),
+                .da = put(g_gpu, NULL, (size_t)4 * nh * hd),
+                .kc = put(g_gpu, NULL, 16 * (size_t)bs * kvd),
+                .vc = put(g_gpu, NULL, 16 * (size_t)bs * kvd),
+                .v = {4, NULL, seq, tab, 16, NULL},
+                .s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0, NULL, 0, 0},
+                .dim = dim,
+                .nh = nh,
+                .hd = hd};
+    gl_ctx b = a;
+    b.v.n_tokens = 2;
+    const int32_t a1[4] = {0, 1, 2, 3}, b1[2] = {4, 5}, a2[4] = {6, 7, 8, 9};
+    float *out = malloc(sizeof(float) * 4 * dim), *want = malloc(sizeof(float) * 4 * dim);
+    gl_run(&a, NULL, a1, out); /* each shape once op by op: nothing allocates in a capture */
+    gl_run(&b, NULL, b1, out);
+    zi_cuda_graph *ga = NULL, *gb = NULL;
+    a.v.pos = a1;
+    assert_int_equal(zi_cuda_graph_capture(g_gpu, gl_pass, &a, &ga, &err), ZI_OK);
+    gl_run(&a, ga, a1, out);
+    b.v.pos = b1;
+    assert_int_equal(zi_cuda_graph_capture(g_gpu, gl_pass, &b, &gb, &err), ZI_OK);
+    gl_run(&b, gb, b1, out);
+    /* the first graph again, at new positions, after the second's capture */
+    gl_run(&a, ga, a2, out);
+    gl_run(&a, NULL, a2, want);
+    assert_memory_equal(out, want, sizeof(float) * 4 * dim);
+    /* a wrong shape: refused, and nothing changed */
+    assert_int_equal(zi_cuda_graph_launch(ga, NULL, &b.v, &b.s, &err), ZI_EINVAL);
+    check_status();
+    /* a failed capture staging a1 last, while the device holds a2's
+     * positions; then op by op at a1, which must be copied again */
+    gl_run(&a, NULL, a1, want);
+    gl_run(&a, NULL, a2, out);
+    zi_cuda_graph *bad = NULL;
+    a.v.pos = a1;
+    a.pos2 = a2;
+    assert_int_equal(zi_cuda_graph_capture(g_gpu, gl_pass, &a, &bad, &err), ZI_EUNSUPPORTED);
+    assert_null(bad);
+    a.pos2 = NULL;
+    check_status();
+    gl_run(&a, NULL, a1, out);
+    assert_memory_equal(out, want, sizeof(float) * 4 * dim);
+    zi_cuda_graph_free(ga);
+    zi_cuda_graph_free(gb);
+    float *bufs[] = {a.dx, a.dn, a.dh, a.dq, a.da, a.kc, a.vc};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_gpu->ops->free(g_gpu, bufs[i]);
+    g_gpu->ops->weight_free(g_gpu, &w);
+    free(wd);
+    free(x);
+    free(nw);
+    free(out);
+    free(want);
+}
+
 /* ---- the real model ---- */
 
 typedef struct model_pair {
@@ -2309,6 +2424,7 @@ int main(void) {
         cmocka_unit_test(test_bad_id_reported),
         cmocka_unit_test(test_lora),
         cmocka_unit_test(test_graph_capture),
+        cmocka_unit_test(test_graphs_interleaved),
         cmocka_unit_test(test_sampler_vs_reference),
         cmocka_unit_test(test_sampler_chi2),
         cmocka_unit_test(test_sampler_odd_rows),
