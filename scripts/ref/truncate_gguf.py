@@ -42,7 +42,7 @@ def main():
     if not 1 <= a.layers <= n_layers:
         sys.exit(f"truncate_gguf: --layers must be 1..{n_layers}")
     if a.vocab < 0:
-        sys.exit("truncate_gguf: --vocab must be positive")
+        sys.exit("truncate_gguf: --vocab must not be negative (0: every token)")
     w = gguf.GGUFWriter(a.dst, arch)
     for key, field in r.fields.items():
         if key.startswith("GGUF.") or key == "general.architecture":
