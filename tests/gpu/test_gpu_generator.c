@@ -248,15 +248,21 @@ static void choose_mintok_eos(void) {
     F.mintok_eos[1] = r.tok[MINTOK][1];
 }
 
+/* Every case on the GPU model as it runs by default (on), then with the
+ * environment variable `off` set to 0 (off). */
+static void run_on_off(const char *off_var, run_out *on, run_out *off) {
+    run(F.m_gpu, F.jv, ALL, 0, on);
+    setenv(off_var, "0", 1);
+    run(F.m_gpu, F.jv, ALL, 0, off);
+    unsetenv(off_var);
+}
+
 static void test_device_vs_host_sampling(void **state) {
     (void)state;
     if (!F.m_gpu) skip();
     choose_mintok_eos();
     run_out dev, host;
-    run(F.m_gpu, F.jv, ALL, 0, &dev);
-    setenv("ZINFER_GPU_SAMPLER", "0", 1);
-    run(F.m_gpu, F.jv, ALL, 0, &host);
-    unsetenv("ZINFER_GPU_SAMPLER");
+    run_on_off("ZINFER_GPU_SAMPLER", &dev, &host);
     print_message("tokens sampled on the device: %llu (device run), %llu (host run)\n",
                   (unsigned long long)dev.device_sampled, (unsigned long long)host.device_sampled);
     int total = 0;
@@ -282,10 +288,7 @@ static void test_graphs_vs_op_by_op(void **state) {
     if (!F.m_gpu) skip();
     choose_mintok_eos();
     run_out gr, ops;
-    run(F.m_gpu, F.jv, ALL, 0, &gr);
-    setenv("ZINFER_CUDA_GRAPHS", "0", 1);
-    run(F.m_gpu, F.jv, ALL, 0, &ops);
-    unsetenv("ZINFER_CUDA_GRAPHS");
+    run_on_off("ZINFER_CUDA_GRAPHS", &gr, &ops);
     print_message("CUDA graphs: %llu captured, %llu passes replayed (op by op run: %llu)\n",
                   (unsigned long long)gr.graph_captures, (unsigned long long)gr.graph_replays,
                   (unsigned long long)ops.graph_replays);
