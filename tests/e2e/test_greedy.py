@@ -17,7 +17,7 @@ Also checks that `generate --prompt TEXT` tokenizes like llama.cpp.
 import os
 
 import pytest
-from conftest import ids_arg, last_json, load_fixture, report, run_each
+from conftest import ids_arg, last_json, load_fixture, report
 
 GREEDY = load_fixture("greedy.json")
 MAX_TOKENS = GREEDY["meta"]["max_tokens"]
@@ -44,13 +44,10 @@ def first_divergence(a, b):
 def zinfer_greedy(run_zinfer, model_path):
     """name -> zinfer's 64 greedy token ids for each greedy.json prompt."""
     out = {}
-    runs = run_each(run_zinfer, [("generate", "--model", model_path, "--prompt-ids",
-                                  ids_arg(case["prompt_ids"]), "--max-tokens", MAX_TOKENS,
-                                  "--temperature", "0", "--ignore-eos", "--json")
-                                 for case in CASES])
-    for case, res in zip(CASES, runs):
-        assert res.returncode == 0, f"zinfer generate failed: {res.stderr.strip()}"
-        res = last_json(res.stdout)
+    for case in CASES:
+        res = generate(run_zinfer, model_path, "--prompt-ids", ids_arg(case["prompt_ids"]),
+                       "--max-tokens", MAX_TOKENS, "--temperature", "0", "--ignore-eos",
+                       "--json")
         assert res["prompt_token_ids"] == case["prompt_ids"], case["name"]
         assert isinstance(res["text"], str)
         got = res["token_ids"]
