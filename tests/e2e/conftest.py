@@ -201,8 +201,8 @@ def logits_each(run_zinfer, path, ps, outs, *extra, timeout=300):
     the files outs, two runs at a time (run_each): each one's float32
     logits as a (rows, n_vocab) array, in order."""
     runs = run_each(lambda *a: run_zinfer(*a, timeout=timeout),
-                    [("logits", "--model", path, "--prompt-ids", ids_arg(ids), "--out", out, *extra)
-                     for ids, out in zip(ps, outs)])
+                    [("logits", "--model", path, "--prompt-ids", ids_arg(ids), "--out", out,
+                      *extra) for ids, out in zip(ps, outs)])
     got = []
     for ids, out, res in zip(ps, outs, runs):
         assert res.returncode == 0, f"zinfer logits failed: {res.stderr.strip()}"
