@@ -184,6 +184,37 @@ def run_zinfer(zinfer_bin):
     return run
 
 
+def run_each(run, arg_lists, one_thread=True):
+    """run(*args) of each argument list, two processes at a time (CI has
+    two cores), with --threads 1 unless one_thread is False: the default
+    model's step gains little from a second thread, so independent CLI runs
+    (a prompt each) finish in about half the time side by side. Returns
+    the CompletedProcesses in order."""
+    from concurrent.futures import ThreadPoolExecutor
+    extra = ("--threads", "1") if one_thread else ()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda a: run(*a, *extra), arg_lists))
+
+
+def logits_each(run_zinfer, path, ps, outs, *extra, timeout=300):
+    """`zinfer logits --model path` of each prompt (token ids) of ps, into
+    the files outs, two runs at a time (run_each): each one's float32
+    logits as a (rows, n_vocab) array, in order."""
+    runs = run_each(lambda *a: run_zinfer(*a, timeout=timeout),
+                    [("logits", "--model", path, "--prompt-ids", ids_arg(ids), "--out", out,
+                      *extra) for ids, out in zip(ps, outs)])
+    got = []
+    for ids, out, res in zip(ps, outs, runs):
+        assert res.returncode == 0, f"zinfer logits failed: {res.stderr.strip()}"
+        info = last_json(res.stdout)
+        assert info["n_tokens"] == len(ids)
+        assert "--last" in extra or info["rows_written"] == len(ids)
+        raw = np.fromfile(out, dtype="<f4")
+        assert raw.size == info["rows_written"] * info["n_vocab"]
+        got.append(raw.reshape(info["rows_written"], -1))
+    return got
+
+
 def free_port_pair():
     """Two consecutive free TCP ports on 127.0.0.1 (client, backend)."""
     for _ in range(50):
