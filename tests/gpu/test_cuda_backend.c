@@ -59,6 +59,7 @@
 #include "args.h"
 #include "cpu_backend.h"
 #include "cuda_backend.h"
+#include "cuda_kernels.h" /* ZI_CUDA_MMV_MAX_TOKENS */
 #include "family.h"
 #include "gguf.h"
 #include "gguf_writer.h"
@@ -159,8 +160,37 @@ static const int TYPES[] = {ZI_TYPE_Q4_0, ZI_TYPE_Q4_1,   ZI_TYPE_Q8_0,   ZI_TYP
                             ZI_TYPE_Q2_K, ZI_TYPE_Q3_K,   ZI_TYPE_Q4_K,   ZI_TYPE_Q5_K,
                             ZI_TYPE_Q6_K, ZI_TYPE_IQ4_NL, ZI_TYPE_IQ4_XS, ZI_TYPE_MXFP4};
 
+/* Checks y [n][rows] = x [n][cols] times rows r0 .. r0 + rows - 1 of the
+ * quantized weight wd (row_bytes rb, `type`), transposed, against double
+ * arithmetic on the dequantized rows: each output within tol of the sum of
+ * its terms' magnitudes (the fp16 operands of the cuBLAS path: ~2^-11
+ * relative each; the matrix-vector kernel: float sums). what names the
+ * case in a failure. */
+static void check_products(int type, const void *wd, size_t rb, int r0, int rows, int cols,
+                           const float *x, int n, const float *y, const char *what) {
+    const double tol = n <= ZI_CUDA_MMV_MAX_TOKENS ? 2e-5 : 3e-3;
+    float *row = malloc(sizeof(float) * (size_t)cols);
+    assert_non_null(row);
+    for (int r = 0; r < rows; r++) {
+        zi_dequantize_row(type, (const uint8_t *)wd + rb * (size_t)(r0 + r), row, cols);
+        for (int tk = 0; tk < n; tk++) {
+            double ref = 0, mag = 0;
+            for (int c = 0; c < cols; c++) {
+                const double p = (double)row[c] * x[(size_t)tk * cols + c];
+                ref += p;
+                mag += fabs(p);
+            }
+            const double got = y[(size_t)tk * rows + r];
+            if (!(fabs(got - ref) <= tol * mag + 1e-6))
+                fail_msg("%s %s %dx%d, %d tokens: y[%d][%d] = %.7g, want %.7g (|wx| %.3g)",
+                         zi_ggml_type_name(type), what, rows, cols, n, tk, r, got, ref, mag);
+        }
+    }
+    free(row);
+}
+
 /* matmul on both paths for every type, against double arithmetic on the
- * dequantized weights; the error is relative to sum |w x| per output. */
+ * dequantized weights. */
 static void test_matmul(void **state) {
     (void)state;
     const int shapes[][2] = {{96, 256}, {520, 1536}}; /* rows, cols */
@@ -175,12 +205,6 @@ static void test_matmul(void **state) {
             zi_weight w;
             assert_int_equal(g_gpu->ops->weight_init(g_gpu, &w, &t, &err), ZI_OK);
             assert_int_equal(g_gpu->ops->reserve(g_gpu, 64, cols, 64, &err), ZI_OK);
-            double *wf = malloc(sizeof(double) * (size_t)rows * cols);
-            float *row = malloc(sizeof(float) * (size_t)cols);
-            for (int r = 0; r < rows; r++) {
-                zi_dequantize_row(type, (const uint8_t *)wd + rb * (size_t)r, row, cols);
-                for (int c = 0; c < cols; c++) wf[(size_t)r * cols + c] = row[c];
-            }
             for (size_t ni = 0; ni < sizeof tokens / sizeof tokens[0]; ni++) {
                 int n = tokens[ni];
                 float *x = frandom((size_t)n * cols, -1.0f, 1.0f);
@@ -190,29 +214,13 @@ static void test_matmul(void **state) {
                 float *y = malloc(sizeof(float) * (size_t)n * rows);
                 get(g_gpu, y, dy, (size_t)n * rows);
                 check_status();
-                /* fp16 operands on the cuBLAS path: ~2^-11 relative each */
-                double tol = n <= 8 ? 2e-5 : 3e-3;
-                for (int tk = 0; tk < n; tk++)
-                    for (int r = 0; r < rows; r++) {
-                        double ref = 0, mag = 0;
-                        for (int c = 0; c < cols; c++) {
-                            double p = wf[(size_t)r * cols + c] * x[(size_t)tk * cols + c];
-                            ref += p;
-                            mag += fabs(p);
-                        }
-                        double got = y[(size_t)tk * rows + r];
-                        if (!(fabs(got - ref) <= tol * mag + 1e-6))
-                            fail_msg("%s %dx%d, %d tokens: y[%d][%d] = %.7g, want %.7g (|wx| %.3g)",
-                                     zi_ggml_type_name(type), rows, cols, n, tk, r, got, ref, mag);
-                    }
+                check_products(type, wd, rb, 0, rows, cols, x, n, y, "matmul");
                 g_gpu->ops->free(g_gpu, dx);
                 g_gpu->ops->free(g_gpu, dy);
                 free(x);
                 free(y);
             }
             g_gpu->ops->weight_free(g_gpu, &w);
-            free(wf);
-            free(row);
             free(wd);
         }
 }
@@ -340,26 +348,9 @@ static void test_moe_ops(void **state) {
         g_gpu->ops->matmul_groups(g_gpu, n, dys, ws, dx, n_rows, first, count);
         for (int g = 0; g < n; g++) get(g_gpu, ys[g], dys[g], (size_t)count[g] * R);
         check_status();
-        float *row = malloc(sizeof(float) * cols);
-        for (int g = 0; g < n; g++) {
-            const double tol = count[g] <= 8 ? 2e-5 : 3e-3; /* fp16 operands above 8 rows */
-            for (int r = 0; r < R; r++) {
-                const int wr = expert[g] * R + r;
-                zi_dequantize_row(type, wd + rb * (size_t)wr, row, cols);
-                for (int k = 0; k < count[g]; k++) {
-                    const float *xr = x + (size_t)(first[g] + k) * cols;
-                    double ref = 0, mag = 0;
-                    for (int c = 0; c < cols; c++) {
-                        ref += (double)row[c] * xr[c];
-                        mag += fabs((double)row[c] * xr[c]);
-                    }
-                    const double got = ys[g][(size_t)k * R + r];
-                    if (!(fabs(got - ref) <= tol * mag + 1e-6))
-                        fail_msg("%s group %d (expert %d) row %d of %d: %.7g, want %.7g",
-                                 zi_ggml_type_name(type), g, expert[g], k, count[g], got, ref);
-                }
-            }
-        }
+        for (int g = 0; g < n; g++) /* group g: expert expert[g]'s rows */
+            check_products(type, wd, rb, expert[g] * R, R, cols, x + (size_t)first[g] * cols,
+                           count[g], ys[g], "matmul_groups");
         for (int g = 0; g < n; g++) {
             g_gpu->ops->free(g_gpu, dys[g]);
             free(ys[g]);
@@ -367,7 +358,6 @@ static void test_moe_ops(void **state) {
         for (int e = 0; e < E; e++) g_gpu->ops->weight_free(g_gpu, &views[e]);
         g_gpu->ops->weight_free(g_gpu, &all);
         g_gpu->ops->free(g_gpu, dx);
-        free(row);
         free(x);
         free(wd);
     }
@@ -1792,76 +1782,55 @@ static void test_bad_id_reported(void **state) {
     free(wd);
 }
 
-/* One layer's ops captured in a CUDA graph and replayed: the same results
- * as eager execution, so the ops allocate and synchronize nothing. */
-static void test_graph_capture(void **state) {
-    (void)state;
-    zi_error err = {0};
-    const int T = 4, dim = 576, nh = 9, nkv = 3, hd = 64, kvd = nkv * hd, bs = 16;
-    size_t rb;
-    void *wd = make_rows(ZI_TYPE_Q4_1, dim, dim, &rb);
-    zi_gguf_tensor t = tensor("blk.0.attn_output.weight", ZI_TYPE_Q4_1, dim, dim, wd, rb);
-    zi_weight w;
-    assert_int_equal(g_gpu->ops->weight_init(g_gpu, &w, &t, &err), ZI_OK);
-    assert_int_equal(g_gpu->ops->reserve(g_gpu, T, dim, 256, &err), ZI_OK);
-    float *x = frandom((size_t)T * dim, -1, 1), *nw = frandom(dim, 0.5f, 1.5f);
-    float *dx = put(g_gpu, x, (size_t)T * dim), *dn = put(g_gpu, nw, dim);
-    float *dh = put(g_gpu, NULL, (size_t)T * dim), *dq = put(g_gpu, NULL, (size_t)T * dim);
-    float *da = put(g_gpu, NULL, (size_t)T * nh * hd);
-    float *kc = put(g_gpu, NULL, 16 * (size_t)bs * kvd),
-          *vc = put(g_gpu, NULL, 16 * (size_t)bs * kvd);
-    int32_t pos[4] = {0, 1, 2, 3}, seq[4] = {0, 0, 0, 0}, tab[16];
-    for (int i = 0; i < 16; i++) tab[i] = 15 - i;
-    zi_batch_view v = {T, pos, seq, tab, 16, NULL};
-    zi_attn_shape s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0, NULL, 0, 0};
-    float *eager = malloc(sizeof(float) * T * dim), *replay = malloc(sizeof(float) * T * dim);
-    const zi_rope_freqs rope_plain = {10000.0f, 1.0f, 1.0f, NULL, 0, 0, 0};
-#define ZI_LAYER()                                                                                 \
-    do {                                                                                           \
-        g_gpu->ops->rmsnorm(g_gpu, dh, dx, dn, T, dim, 1e-5f);                                     \
-        g_gpu->ops->matmul(g_gpu, dq, &w, dh, T);                                                  \
-        g_gpu->ops->rope(g_gpu, dq, pos, T, nh, hd, hd, &rope_plain);                              \
-        g_gpu->ops->kv_store(g_gpu, kc, vc, dq, dq, &v, &s);                                       \
-        g_gpu->ops->attention(g_gpu, da, dq, kc, vc, &v, &s);                                      \
-        g_gpu->ops->add(g_gpu, da, dh, (size_t)T *dim);                                            \
-    } while (0)
-    ZI_LAYER(); /* eager: also stages the batch's metadata */
-    get(g_gpu, eager, da, (size_t)T * dim);
-    check_status();
-    cudaStream_t st = (cudaStream_t)zi_cuda_backend_stream(g_gpu);
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    assert_int_equal(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
-    ZI_LAYER();
-    assert_int_equal(cudaStreamEndCapture(st, &graph), cudaSuccess);
-    check_status();
-    assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
-    g_gpu->ops->upload(g_gpu, da, x, sizeof(float) * T * dim); /* scribble on the output */
-    assert_int_equal(cudaGraphLaunch(exec, st), cudaSuccess);
-    get(g_gpu, replay, da, (size_t)T * dim);
-    assert_memory_equal(eager, replay, sizeof(float) * T * dim);
-#undef ZI_LAYER
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    float *bufs[] = {dx, dn, dh, dq, da, kc, vc};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_gpu->ops->free(g_gpu, bufs[i]);
-    g_gpu->ops->weight_free(g_gpu, &w);
-    free(wd);
-    free(x);
-    free(nw);
-    free(eager);
-    free(replay);
-}
-
-/* One layer's ops on a batch (gl_pass), for zi_cuda_graph_capture. */
+/* One layer of up to 4 tokens of sequence 0 on the GPU (gl_setup): its
+ * weight, buffers, a shuffled block table and its shapes; gl_pass queues
+ * its ops on the batch v (for zi_cuda_graph_capture too). */
 typedef struct gl_ctx {
-    const zi_weight *w;
+    zi_weight w;
+    void *wd;
+    float *x, *nw; /* host inputs */
     float *dx, *dn, *dh, *dq, *da, *kc, *vc;
+    int32_t seq[4], tab[16];
     zi_batch_view v;
     zi_attn_shape s;
     int dim, nh, hd;
     const int32_t *pos2; /* non-NULL: rope a second time at these positions */
 } gl_ctx;
+
+static void gl_setup(gl_ctx *g) {
+    zi_error err = {0};
+    const int dim = 576, nh = 9, nkv = 3, hd = 64, kvd = nkv * hd, bs = 16;
+    memset(g, 0, sizeof *g);
+    size_t rb;
+    g->wd = make_rows(ZI_TYPE_Q4_1, dim, dim, &rb);
+    zi_gguf_tensor t = tensor("blk.0.attn_output.weight", ZI_TYPE_Q4_1, dim, dim, g->wd, rb);
+    assert_int_equal(g_gpu->ops->weight_init(g_gpu, &g->w, &t, &err), ZI_OK);
+    assert_int_equal(g_gpu->ops->reserve(g_gpu, 4, dim, 256, &err), ZI_OK);
+    g->x = frandom((size_t)4 * dim, -1, 1);
+    g->nw = frandom(dim, 0.5f, 1.5f);
+    g->dx = put(g_gpu, g->x, (size_t)4 * dim);
+    g->dn = put(g_gpu, g->nw, dim);
+    g->dh = put(g_gpu, NULL, (size_t)4 * dim);
+    g->dq = put(g_gpu, NULL, (size_t)4 * dim);
+    g->da = put(g_gpu, NULL, (size_t)4 * nh * hd);
+    g->kc = put(g_gpu, NULL, 16 * (size_t)bs * kvd);
+    g->vc = put(g_gpu, NULL, 16 * (size_t)bs * kvd);
+    for (int i = 0; i < 16; i++) g->tab[i] = (i * 7) % 16; /* a shuffled table */
+    g->v = (zi_batch_view){4, NULL, g->seq, g->tab, 16, NULL};
+    g->s = (zi_attn_shape){nh, nkv, hd, bs, 256, 0.125f, 0, 0, NULL, 0, 0};
+    g->dim = dim;
+    g->nh = nh;
+    g->hd = hd;
+}
+
+static void gl_free(gl_ctx *g) {
+    float *bufs[] = {g->dx, g->dn, g->dh, g->dq, g->da, g->kc, g->vc};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_gpu->ops->free(g_gpu, bufs[i]);
+    g_gpu->ops->weight_free(g_gpu, &g->w);
+    free(g->wd);
+    free(g->x);
+    free(g->nw);
+}
 
 static int gl_pass(void *arg, zi_error *err) {
     (void)err;
@@ -1869,16 +1838,17 @@ static int gl_pass(void *arg, zi_error *err) {
     const int T = g->v.n_tokens;
     const zi_rope_freqs rp = {10000.0f, 1.0f, 1.0f, NULL, 0, 0, 0};
     g_gpu->ops->rmsnorm(g_gpu, g->dh, g->dx, g->dn, T, g->dim, 1e-5f);
-    g_gpu->ops->matmul(g_gpu, g->dq, g->w, g->dh, T);
+    g_gpu->ops->matmul(g_gpu, g->dq, &g->w, g->dh, T);
     g_gpu->ops->rope(g_gpu, g->dq, g->v.pos, T, g->nh, g->hd, g->hd, &rp);
     if (g->pos2) g_gpu->ops->rope(g_gpu, g->dq, g->pos2, T, g->nh, g->hd, g->hd, &rp);
     g_gpu->ops->kv_store(g_gpu, g->kc, g->vc, g->dq, g->dq, &g->v, &g->s);
     g_gpu->ops->attention(g_gpu, g->da, g->dq, g->kc, g->vc, &g->v, &g->s);
+    g_gpu->ops->add(g_gpu, g->da, g->dh, (size_t)T * g->dim);
     return ZI_OK;
 }
 
 /* Runs ctx's pass op by op (graph NULL) or from graph, at positions pos;
- * out gets its attention output. */
+ * out gets its output. */
 static void gl_run(gl_ctx *ctx, zi_cuda_graph *graph, const int32_t *pos, float *out) {
     zi_error err = {0};
     ctx->v.pos = pos;
@@ -1890,6 +1860,37 @@ static void gl_run(gl_ctx *ctx, zi_cuda_graph *graph, const int32_t *pos, float 
     check_status();
 }
 
+/* One layer's ops captured in a CUDA graph (the stream's own capture, not
+ * zi_cuda_graph_capture) and replayed: the same results as eager
+ * execution, so the ops allocate and synchronize nothing. */
+static void test_graph_capture(void **state) {
+    (void)state;
+    gl_ctx g;
+    gl_setup(&g);
+    const int32_t pos[4] = {0, 1, 2, 3};
+    float *eager = malloc(sizeof(float) * 4 * g.dim), *replay = malloc(sizeof(float) * 4 * g.dim);
+    gl_run(&g, NULL, pos, eager); /* eager: also stages the batch's metadata */
+    cudaStream_t st = (cudaStream_t)zi_cuda_backend_stream(g_gpu);
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    zi_error err = {0};
+    assert_int_equal(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    gl_pass(&g, &err);
+    assert_int_equal(cudaStreamEndCapture(st, &graph), cudaSuccess);
+    check_status();
+    assert_int_equal(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+    g_gpu->ops->upload(g_gpu, g.da, g.x, sizeof(float) * 4 * g.dim); /* scribble on the output */
+    assert_int_equal(cudaGraphLaunch(exec, st), cudaSuccess);
+    get(g_gpu, replay, g.da, (size_t)4 * g.dim);
+    check_status();
+    assert_memory_equal(eager, replay, sizeof(float) * 4 * g.dim);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    gl_free(&g);
+    free(eager);
+    free(replay);
+}
+
 /* Graphs of two shapes kept together, as the worker keeps them: launching
  * the first after the second was captured restages the first's own
  * metadata; a capture that fails (a slot staged twice with different
@@ -1898,30 +1899,12 @@ static void gl_run(gl_ctx *ctx, zi_cuda_graph *graph, const int32_t *pos, float 
 static void test_graphs_interleaved(void **state) {
     (void)state;
     zi_error err = {0};
-    const int dim = 576, nh = 9, nkv = 3, hd = 64, kvd = nkv * hd, bs = 16;
-    size_t rb;
-    void *wd = make_rows(ZI_TYPE_Q4_1, dim, dim, &rb);
-    zi_gguf_tensor t = tensor("blk.0.attn_output.weight", ZI_TYPE_Q4_1, dim, dim, wd, rb);
-    zi_weight w;
-    assert_int_equal(g_gpu->ops->weight_init(g_gpu, &w, &t, &err), ZI_OK);
-    assert_int_equal(g_gpu->ops->reserve(g_gpu, 4, dim, 256, &err), ZI_OK);
-    float *x = frandom((size_t)4 * dim, -1, 1), *nw = frandom(dim, 0.5f, 1.5f);
-    int32_t seq[4] = {0, 0, 0, 0}, tab[16];
-    for (int i = 0; i < 16; i++) tab[i] = (i * 7) % 16; /* a shuffled table */
-    gl_ctx a = {.w = &w,
-                .dx = put(g_gpu, x, (size_t)4 * dim),
-                .dn = put(g_gpu, nw, dim),
-                .dh = put(g_gpu, NULL, (size_t)4 * dim),
-                .dq = put(g_gpu, NULL, (size_t)4 * dim),
-                .da = put(g_gpu, NULL, (size_t)4 * nh * hd),
-                .kc = put(g_gpu, NULL, 16 * (size_t)bs * kvd),
-                .vc = put(g_gpu, NULL, 16 * (size_t)bs * kvd),
-                .v = {4, NULL, seq, tab, 16, NULL},
-                .s = {nh, nkv, hd, bs, 256, 0.125f, 0, 0, NULL, 0, 0},
-                .dim = dim,
-                .nh = nh,
-                .hd = hd};
-    gl_ctx b = a;
+    gl_ctx a;
+    gl_setup(&a);
+    const int dim = a.dim;
+    gl_ctx b = a; /* the same buffers, a 2-token batch */
+    b.v.seq = b.seq;
+    b.v.block_tables = b.tab;
     b.v.n_tokens = 2;
     const int32_t a1[4] = {0, 1, 2, 3}, b1[2] = {4, 5}, a2[4] = {6, 7, 8, 9};
     float *out = malloc(sizeof(float) * 4 * dim), *want = malloc(sizeof(float) * 4 * dim);
@@ -1956,12 +1939,7 @@ static void test_graphs_interleaved(void **state) {
     assert_memory_equal(out, want, sizeof(float) * 4 * dim);
     zi_cuda_graph_free(ga);
     zi_cuda_graph_free(gb);
-    float *bufs[] = {a.dx, a.dn, a.dh, a.dq, a.da, a.kc, a.vc};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) g_gpu->ops->free(g_gpu, bufs[i]);
-    g_gpu->ops->weight_free(g_gpu, &w);
-    free(wd);
-    free(x);
-    free(nw);
+    gl_free(&a);
     free(out);
     free(want);
 }
