@@ -112,29 +112,19 @@ void zi_device_sampler_free(zi_device_sampler *d) {
 }
 
 /* Whether pass b may run from a graph (the top comment's rules). A replay
- * skips the model's batch checks, so the ids, sequence rows and the block
- * ids a token's positions use are checked here (the positions against the
- * cache by zi_cuda_graph_launch). */
+ * skips the model's batch checks, so they are made here (a batch that
+ * fails them runs op by op, where the model reports it); the positions
+ * are checked against the cache again by zi_cuda_graph_launch. */
 static int graph_eligible(const zi_device_sampler *d, const zi_kv_cache *kv, const zi_batch *b) {
     const int T = b->n_tokens;
     if (!d->graphs_on || T < 1 || T > GRAPH_MAX_TOKENS) return 0;
     if (b->want_hidden || b->f32_attn || b->embd || b->embd_rows || b->attn_pos || b->state_slots ||
-        (b->lora && b->lora_k > 0) || !b->block_tables || b->table_stride < 1)
+        (b->lora && b->lora_k > 0))
         return 0;
     if (!b->want_logits && T > 1) return 0; /* only the last token's: not a decode step */
-    const int bs = zi_kv_cache_block_size(kv), n_blocks = zi_kv_cache_blocks(kv);
-    if (bs < 1) return 0;
-    for (int i = 0; i < T; i++) {
-        if (b->want_logits && !b->want_logits[i]) return 0;
-        if (b->tokens[i] < 0 || (size_t)b->tokens[i] >= d->ld) return 0;
-        if (b->seq[i] < 0 || b->seq[i] >= b->n_table_rows || b->pos[i] < 0 ||
-            b->pos[i] / bs >= b->table_stride)
-            return 0;
-        const int32_t *row = b->block_tables + (size_t)b->seq[i] * (size_t)b->table_stride;
-        for (int k = 0; k <= b->pos[i] / bs; k++)
-            if (row[k] < 0 || row[k] >= n_blocks) return 0;
-    }
-    return 1;
+    for (int i = 0; b->want_logits && i < T; i++)
+        if (!b->want_logits[i]) return 0;
+    return zi_model_check_batch(d->model, kv, b, NULL) == ZI_OK;
 }
 
 /* The slot of b's shape: found, or a free one, or the least recently used

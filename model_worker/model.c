@@ -1509,6 +1509,11 @@ static int validate_batch(const zi_model *m, const zi_kv_cache *kv, const zi_bat
     return b->attn_pos ? check_attn_pos(m, b, err) : ZI_OK;
 }
 
+int zi_model_check_batch(const zi_model *m, const zi_kv_cache *kv, const zi_batch *b,
+                         zi_error *err) {
+    return validate_batch(m, kv, b, err);
+}
+
 /* Embeddings: the final-normed hidden state of every token the batch wants
  * it for, packed, into b->hidden. m->tmp (T rows) is free once the layers
  * are done; on a host-memory backend the norm writes b->hidden directly. */

@@ -271,6 +271,14 @@ typedef struct zi_batch {
  * logits gets n_wanted * n_vocab floats (host memory). */
 int zi_model_forward(zi_model *m, zi_kv_cache *kv, const zi_batch *b, float *logits, zi_error *err);
 
+/* The checks zi_model_forward makes of a batch before it runs anything
+ * (ids inside the vocabulary, sequences inside the tables, positions
+ * inside the cache, table entries inside the pool, input embeddings and
+ * attention reach well formed): for a caller that replays a captured pass
+ * (device_sampler.c), where the model's own checks do not run. */
+int zi_model_check_batch(const zi_model *m, const zi_kv_cache *kv, const zi_batch *b,
+                         zi_error *err);
+
 /* The same pass, queued on the backend and not waited for (a batch that
  * wants hidden states is refused, ZI_EINVAL: zi_model_forward returns them): the logits of
  * the wanted rows (*n_rows of them, n_vocab floats each) stay in backend
